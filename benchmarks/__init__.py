@@ -1,0 +1,1 @@
+"""Speed and accuracy against baselines, each ratio measured within one process."""

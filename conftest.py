@@ -1,0 +1,9 @@
+"""Test-wide JAX settings: CPU, float32, and rank promotion as an error."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import jax  # noqa: E402
+
+jax.config.update("jax_numpy_rank_promotion", "raise")

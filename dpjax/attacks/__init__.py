@@ -1,0 +1,1 @@
+"""Privacy attacks: membership inference (`mia`) and reconstruction (`reconstruction`)."""

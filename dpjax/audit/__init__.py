@@ -1,0 +1,1 @@
+"""Empirical privacy auditing: statistics, canary audits, one-run audits, faulty variants."""

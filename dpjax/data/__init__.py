@@ -1,0 +1,1 @@
+"""Datasets: the synthetic credit world (`credit`) and scikit-learn's digits (`digits`)."""

@@ -1,0 +1,1 @@
+"""Thin absl entry points: flags -> library calls -> results/<name>/."""

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# ./run.sh        set up .venv, then run every experiment at its quick default scale
+#                 and write results/REPORT.md
+# ./run.sh test   set up .venv, then run the test suite (what CI runs)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+usage() {
+  echo "usage: ./run.sh         # install into .venv, run all experiments, write results/REPORT.md" >&2
+  echo "       ./run.sh test    # install into .venv, run the test suite" >&2
+}
+
+setup() {
+  local py="${PYTHON:-python3}"
+  if [ ! -x .venv/bin/python ]; then
+    echo "[run.sh] creating .venv with $($py --version 2>&1)"
+    "$py" -m venv .venv
+  fi
+  # Re-install only when requirements.txt changed since the last successful install.
+  local stamp=.venv/.requirements.sha256
+  local want
+  want=$(sha256sum requirements.txt | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "[run.sh] installing requirements.txt into .venv"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -r requirements.txt
+    echo "$want" > "$stamp"
+  fi
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+}
+
+case "${1:-}" in
+  "")
+    setup
+    # Every module in experiments/ that does not start with '_' (report.py last) is an
+    # experiment; later experiments are picked up without editing this file.
+    mapfile -t exps < <(cd experiments && ls *.py | sed 's/\.py$//' | grep -v '^_' | grep -vx 'report' | sort)
+    failed=()
+    for e in "${exps[@]}"; do
+      echo "=================== experiments.$e ==================="
+      if ! .venv/bin/python -m "experiments.$e"; then
+        failed+=("$e")
+      fi
+    done
+    .venv/bin/python -m experiments.report
+    if [ ${#failed[@]} -gt 0 ]; then
+      echo "[run.sh] FAILED experiments: ${failed[*]}" >&2
+      exit 1
+    fi
+    ;;
+  test)
+    setup
+    shift
+    # -n 2: two workers on the two cores; slow experiment runs are marked and skipped.
+    .venv/bin/python -m pytest -n 2 -q -m "not slow" tests --doctest-modules dpjax "$@"
+    ;;
+  *)
+    usage
+    exit 2
+    ;;
+esac

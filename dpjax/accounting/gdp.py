@@ -15,7 +15,7 @@ Examples:
   >>> round(gaussian_epsilon(1e-5, 1.0), 4)   # one mu = 1 Gaussian at delta = 1e-5
   4.3772
   >>> round(float(tradeoff_tpr(0.01, 1.0)), 4)
-  0.0946
+  0.0924
 """
 
 from __future__ import annotations

@@ -1,0 +1,133 @@
+"""Real handwritten digits: the 8x8 images bundled with scikit-learn (no download).
+
+`sklearn.datasets.load_digits` ships 1,797 grey-scale 8x8 images of the digits 0-9
+(UCI "Optical Recognition of Handwritten Digits", test part), about 180 per class,
+each pixel an integer count in 0..16. This module splits them into a train and a
+test set with a permutation drawn from a `jax.random` key, and scales the pixels by
+the PUBLIC constant 16 (the documented pixel range), so no statistic of the private
+training images leaks into the preprocessing: x = pixels / 16 lies in [0, 1].
+
+Shape letters: N images, F = 64 flattened pixels (row-major, the order of
+`load_digits().data`), H = W = 8, C = 1 channel (NHWC).
+
+Examples:
+  >>> import jax
+  >>> data = load(jax.random.key(0), test_fraction=0.25)
+  >>> data.x_train_NxF.shape, data.x_test_NxF.shape, data.x_train_NxF.dtype
+  ((1348, 64), (449, 64), dtype('float32'))
+  >>> as_images(data.x_test_NxF).shape
+  (449, 8, 8, 1)
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+NUM_EXAMPLES = 1797
+NUM_CLASSES = 10
+IMAGE_SHAPE = (8, 8, 1)  # H, W, C
+NUM_FEATURES = 64
+PIXEL_MAX = 16.0  # public: the UCI data set's documented pixel range is 0..16
+
+
+class Digits(NamedTuple):
+  """A train/test split of the digits.
+
+  Attributes:
+    x_train_NxF: float32[N_train, 64], pixels / 16, in [0, 1].
+    y_train_N: int32[N_train], labels 0..9.
+    x_test_NxF: float32[N_test, 64].
+    y_test_N: int32[N_test].
+  """
+  x_train_NxF: jax.Array
+  y_train_N: jax.Array
+  x_test_NxF: jax.Array
+  y_test_N: jax.Array
+
+
+@functools.lru_cache(maxsize=1)
+def _raw() -> tuple[np.ndarray, np.ndarray]:
+  """The bundled pixels (uint8[1797, 64], 0..16) and labels (int32[1797]), read once."""
+  from sklearn import datasets  # local import: scikit-learn is only needed here
+  bunch = datasets.load_digits()
+  pixels = np.asarray(bunch.data)
+  labels = np.asarray(bunch.target)
+  if pixels.shape != (NUM_EXAMPLES, NUM_FEATURES) or pixels.min() < 0 or pixels.max() > PIXEL_MAX:
+    raise RuntimeError(f"unexpected load_digits() data: shape {pixels.shape}, "
+                       f"range [{pixels.min()}, {pixels.max()}]")
+  pixels = pixels.astype(np.uint8)
+  pixels.setflags(write=False)
+  labels = labels.astype(np.int32)
+  labels.setflags(write=False)
+  return pixels, labels
+
+
+def scale(pixels_NxF: jax.typing.ArrayLike) -> jax.Array:
+  """Maps raw pixel counts 0..16 to [0, 1] with the public constant 16.
+
+  Args:
+    pixels_NxF: raw counts, any real dtype, values in [0, 16], [N, 64] (or any shape).
+  Returns:
+    float32 array of the same shape, `pixels / 16`.
+  Raises:
+    ValueError: if any value is NaN or outside [0, 16].
+  """
+  p = np.asarray(pixels_NxF, dtype=np.float64)
+  if np.isnan(p).any() or (p.size and (p.min() < 0 or p.max() > PIXEL_MAX)):
+    raise ValueError(f"pixels_NxF must lie in [0, {PIXEL_MAX:g}] without NaN")
+  return jnp.asarray(p / PIXEL_MAX, dtype=jnp.float32)
+
+
+def load(key: jax.Array, test_fraction: float = 0.25) -> Digits:
+  """All 1,797 digits, split at random into train and test.
+
+  The split is a uniformly random permutation drawn from `key` (same key, same
+  split); the first `round(test_fraction * 1797)` permuted images are the test set.
+
+  Args:
+    key: a `jax.random` key.
+    test_fraction: share of images in the test set, in (0, 1).
+  Returns:
+    `Digits` with float32 features scaled by 1/16 and int32 labels.
+  Raises:
+    ValueError: if `test_fraction` is outside (0, 1) or leaves a side empty.
+
+  Examples:
+    >>> import jax
+    >>> d = load(jax.random.key(1), test_fraction=0.5)
+    >>> int(d.y_train_N.shape[0] + d.y_test_N.shape[0])
+    1797
+  """
+  test_fraction = float(test_fraction)
+  if not 0.0 < test_fraction < 1.0:
+    raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+  num_test = int(round(test_fraction * NUM_EXAMPLES))
+  if not 0 < num_test < NUM_EXAMPLES:
+    raise ValueError(f"test_fraction={test_fraction} leaves an empty train or test set")
+  pixels, labels = _raw()
+  perm = np.asarray(jax.random.permutation(key, NUM_EXAMPLES))
+  test, train = perm[:num_test], perm[num_test:]
+  return Digits(
+      x_train_NxF=scale(pixels[train]), y_train_N=jnp.asarray(labels[train]),
+      x_test_NxF=scale(pixels[test]), y_test_N=jnp.asarray(labels[test]))
+
+
+def as_images(x_NxF: jax.typing.ArrayLike) -> jax.Array:
+  """Reshapes flat digits [N, 64] to NHWC images [N, 8, 8, 1] (row-major pixels).
+
+  Args:
+    x_NxF: float array [N, 64].
+  Returns:
+    [N, 8, 8, 1], same dtype; `as_images(x)[n, i, j, 0] == x[n, 8 * i + j]`.
+  Raises:
+    ValueError: if `x_NxF` is not two-dimensional with 64 columns.
+  """
+  x = jnp.asarray(x_NxF)
+  if x.ndim != 2 or x.shape[1] != NUM_FEATURES:
+    raise ValueError(f"x_NxF must have shape [N, {NUM_FEATURES}], got {x.shape}")
+  return x.reshape((x.shape[0],) + IMAGE_SHAPE)

@@ -1,0 +1,754 @@
+"""DP-SGD: Poisson masks, per-example clipping, a Gaussian aggregate, many models at once.
+
+One step of DP-SGD (Abadi et al. 2016) for a model with dataset size n:
+
+  1. Poisson sampling: each record is in the batch independently with prob. q
+     (a static-shape 0/1 mask over the records, `poisson_mask`);
+  2. per-example gradients g_i, clipped to L2 norm <= C (`clipped_grad_sum`);
+  3. G = sum_i mask_i * clip(g_i) + N(0, sigma^2 C^2 I);
+  4. update = G / B with the FIXED expected batch size B = q * n (never the realised
+     size, which depends on who is in the data), then any optax optimiser.
+
+Steps 3-4 are `dp_aggregate`, an optax-style GradientTransformation (pure init /
+update, the noise key carried in its state), so `optax.sgd`, `optax.adam`, ... chain
+after it as post-processing. The accountant is told (q, sigma, T, delta) by
+`DpSgdConfig.epsilon()`, built from the same fields that drive sampling and noise.
+
+`train_many` trains M models in one jitted program: vmap over models, `lax.scan`
+over the T steps; model i uses `jax.random.split(key, M)[i]` and its own membership
+mask `keep_MxN[i]`, and equals `train_one` with that key. Logistic regression uses
+a closed-form GLM path (per-example gradient = residual * features, so clipping is
+a per-row scale and a step over M models is two matmuls); any other model uses
+`vmap(grad)`, or a `clipped_sum_fn` such as the ghost-norm ones in `dpjax.ghost`.
+
+Random numbers: every step draws its Bernoulli(q) mask as raw 32-bit words compared
+with the threshold floor(q * 2^32) (so the realised inclusion probability is q up
+to -2.3e-10, never above q: the accountant's q is conservative), and Gaussian noise
+with `jax.random.normal`. The bit generator is selected by `prng_impl` (default
+"threefry2x32", JAX's default; "rbg" uses XLA's RngBitGenerator (Philox) for the
+bulk bits and is faster on CPU). Either way each model's stream depends only on its
+own key and the step index (`fold_in(key, step)`), never on M or the chunking.
+
+Shape letters: M models, N records, D features, B batch, T steps.
+
+Examples:
+  >>> import jax, jax.numpy as jnp
+  >>> from dpjax import models
+  >>> x = jax.random.normal(jax.random.key(0), (40, 3))
+  >>> y = (x[:, 0] > 0).astype(jnp.int32)
+  >>> cfg = DpSgdConfig(dataset_size=40, sampling_prob=0.25, num_steps=20,
+  ...                   noise_multiplier=1.0)
+  >>> out = train_many(jax.random.key(1), x, y, jnp.ones((4, 40), bool), cfg,
+  ...                  models.logistic_regression(3), progress=False)
+  >>> out.params["w"].shape
+  (4, 3)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import warnings
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dpjax import models as models_lib
+
+PyTree = Any
+
+_SAMPLERS = ("poisson", "shuffle")
+_ACCOUNTANTS = ("rdp", "pld")
+_PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+
+
+class UnaccountedSamplingWarning(UserWarning):
+  """Training uses a sampler the privacy accountant does not model."""
+
+
+class FaultyDpSgdWarning(UserWarning):
+  """A deliberately broken DP-SGD variant is in use; its epsilon is NOT valid."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Faults:
+  """Deliberately broken DP-SGD variants, for audits and tests only.
+
+  All False (the default) is the correct algorithm. Any True voids the guarantee
+  that `DpSgdConfig.epsilon()` reports (a FaultyDpSgdWarning says so).
+
+  Attributes:
+    clip_batch_mean: clip the batch-mean gradient instead of each example; the
+      "sum" handed to the noise is realised_batch_size * clip(mean gradient, C),
+      whose sensitivity is not C.
+    realised_batch_denominator: divide by the realised batch size (at least 1)
+      instead of the fixed q * n.
+    noise_without_clip_norm: noise std sigma instead of sigma * C.
+    noise_on_mean: noise N(0, sigma^2 C^2) added after dividing by B (to the mean).
+  """
+  clip_batch_mean: bool = False
+  realised_batch_denominator: bool = False
+  noise_without_clip_norm: bool = False
+  noise_on_mean: bool = False
+
+  def __post_init__(self):
+    for f in dataclasses.fields(self):
+      if not isinstance(getattr(self, f.name), bool):
+        raise ValueError(f"Faults.{f.name} must be a bool, got {getattr(self, f.name)!r}")
+
+  @property
+  def any(self) -> bool:
+    return any(getattr(self, f.name) for f in dataclasses.fields(self))
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrated_sigma(target_epsilon, sampling_prob, num_steps, delta, accountant):
+  from dpjax import accounting  # pylint: disable=g-import-not-at-top
+  return float(accounting.calibrate_noise(target_epsilon, sampling_prob, num_steps, delta,
+                                          accountant=accountant))
+
+
+@functools.lru_cache(maxsize=256)
+def _epsilon(sigma, sampling_prob, num_steps, delta, accountant):
+  from dpjax import accounting  # pylint: disable=g-import-not-at-top
+  return float(accounting.dpsgd_epsilon(sigma, sampling_prob, num_steps, delta,
+                                        accountant=accountant))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DpSgdConfig:
+  """What DP-SGD does, and therefore what the accountant is told.
+
+  Attributes:
+    dataset_size: n >= 1, public; the fixed denominator is B = q * n.
+    sampling_prob: q in (0, 1].
+    num_steps: T >= 1.
+    l2_clip_norm: C > 0; math.inf disables clipping (non-private baseline; then
+      noise_multiplier must be 0).
+    noise_multiplier: sigma >= 0 (0 = the clipped-noiseless baseline), or None when
+      target_epsilon is given.
+    target_epsilon: eps > 0; sigma is then calibrated with
+      `dpjax.accounting.calibrate_noise` at (q, T, delta). Give exactly one of
+      noise_multiplier and target_epsilon.
+    delta: in (0, 1).
+    learning_rate: > 0 (used by the default optimiser, SGD).
+    momentum: in [0, 1) (default optimiser only).
+    sampler: "poisson" (what the accountants model) or "shuffle" (fixed-size batches
+      of round(q * n) from a fresh shuffle each epoch; NOT covered by the RDP/PLD
+      accountants; warns).
+    faults: deliberately broken variants, for audits (default: none).
+    accountant: "rdp" or "pld".
+  """
+  dataset_size: int
+  sampling_prob: float
+  num_steps: int
+  l2_clip_norm: float = 1.0
+  noise_multiplier: float | None = None
+  target_epsilon: float | None = None
+  delta: float = 1e-5
+  learning_rate: float = 0.5
+  momentum: float = 0.0
+  sampler: str = "poisson"
+  faults: Faults = Faults()
+  accountant: str = "rdp"
+
+  def __post_init__(self):
+    n = self.dataset_size
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+      raise ValueError(f"dataset_size must be an integer >= 1, got {n!r}")
+    q = self.sampling_prob
+    if not (isinstance(q, (int, float, np.floating)) and 0.0 < q <= 1.0):
+      raise ValueError(f"sampling_prob must be in (0, 1], got {q!r}")
+    t = self.num_steps
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
+      raise ValueError(f"num_steps must be an integer >= 1, got {t!r}")
+    c = self.l2_clip_norm
+    if not (isinstance(c, (int, float, np.floating)) and c > 0):
+      raise ValueError(f"l2_clip_norm must be > 0 (math.inf = no clipping), got {c!r}")
+    if (self.noise_multiplier is None) == (self.target_epsilon is None):
+      raise ValueError("give exactly one of noise_multiplier (sigma >= 0) and "
+                       f"target_epsilon (> 0); got noise_multiplier={self.noise_multiplier!r},"
+                       f" target_epsilon={self.target_epsilon!r}")
+    s = self.noise_multiplier
+    if s is not None and not (isinstance(s, (int, float, np.floating)) and 0 <= s < math.inf):
+      raise ValueError(f"noise_multiplier must be a finite number >= 0, got {s!r}")
+    e = self.target_epsilon
+    if e is not None and not (isinstance(e, (int, float, np.floating)) and 0 < e < math.inf):
+      raise ValueError(f"target_epsilon must be a finite number > 0, got {e!r}")
+    if math.isinf(c) and (s is None or s > 0):
+      raise ValueError("l2_clip_norm = inf (no clipping) has unbounded sensitivity: "
+                       "noise_multiplier must be 0 (the non-private baseline)")
+    d = self.delta
+    if not (isinstance(d, (int, float, np.floating)) and 0.0 < d < 1.0):
+      raise ValueError(f"delta must be in (0, 1), got {d!r}")
+    lr = self.learning_rate
+    if not (isinstance(lr, (int, float, np.floating)) and 0 < lr < math.inf):
+      raise ValueError(f"learning_rate must be a finite number > 0, got {lr!r}")
+    m = self.momentum
+    if not (isinstance(m, (int, float, np.floating)) and 0.0 <= m < 1.0):
+      raise ValueError(f"momentum must be in [0, 1), got {m!r}")
+    if self.sampler not in _SAMPLERS:
+      raise ValueError(f"sampler must be one of {_SAMPLERS}, got {self.sampler!r}")
+    if self.accountant not in _ACCOUNTANTS:
+      raise ValueError(f"accountant must be one of {_ACCOUNTANTS}, got {self.accountant!r}")
+    if not isinstance(self.faults, Faults):
+      raise ValueError(f"faults must be a Faults instance, got {self.faults!r}")
+    if self.sampler == "shuffle":
+      warnings.warn(
+          "DpSgdConfig(sampler='shuffle'): fixed-size shuffled batches are NOT what the "
+          "RDP/PLD accountants model (they assume Poisson sampling); epsilon() is then "
+          "not a valid guarantee (Chua et al. 2024).", UnaccountedSamplingWarning,
+          stacklevel=3)
+    if self.faults.any:
+      warnings.warn(f"DpSgdConfig with {self.faults}: a deliberately broken DP-SGD; "
+                    "epsilon() does not hold for it.", FaultyDpSgdWarning, stacklevel=3)
+
+  @property
+  def expected_batch_size(self) -> float:
+    """B = q * n, the fixed public denominator."""
+    return float(self.sampling_prob) * float(self.dataset_size)
+
+  @property
+  def sigma(self) -> float:
+    """The noise multiplier actually used (calibrated if target_epsilon was given)."""
+    if self.noise_multiplier is not None:
+      return float(self.noise_multiplier)
+    return _calibrated_sigma(float(self.target_epsilon), float(self.sampling_prob),
+                             int(self.num_steps), float(self.delta), self.accountant)
+
+  @property
+  def epochs(self) -> float:
+    return self.num_steps * float(self.sampling_prob)
+
+  def epsilon(self) -> float:
+    """The epsilon spent at `delta`: accounting.dpsgd_epsilon(sigma, q, T, delta).
+
+    math.inf when sigma == 0. Warns when the sampler or a fault is not what the
+    accountant models (the number is then not a guarantee).
+    """
+    if self.sampler != "poisson":
+      warnings.warn("epsilon() accounts for Poisson sampling, but sampler="
+                    f"{self.sampler!r}: the value is not a guarantee.",
+                    UnaccountedSamplingWarning, stacklevel=2)
+    if self.faults.any:
+      warnings.warn("epsilon() of a faulty DP-SGD is not a guarantee.", FaultyDpSgdWarning,
+                    stacklevel=2)
+    s = self.sigma
+    if s == 0.0:
+      return math.inf
+    return _epsilon(s, float(self.sampling_prob), int(self.num_steps), float(self.delta),
+                    self.accountant)
+
+
+# ----------------------------------------------------------------------------------
+# Random numbers.
+
+
+def bernoulli_threshold(sampling_prob: float) -> int:
+  """floor(q * 2^32): a uint32 word u is "in" iff u < threshold (q = 1: always).
+
+  P(in) = floor(q 2^32) / 2^32 is in (q - 2^-32, q], never above q.
+  """
+  if not 0.0 < sampling_prob <= 1.0:
+    raise ValueError(f"sampling_prob must be in (0, 1], got {sampling_prob}")
+  return min(int(math.floor(float(sampling_prob) * 2.0 ** 32)), 2 ** 32 - 1)
+
+
+def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.Array:
+  """Independent Bernoulli(q) inclusion bits: bool[N].
+
+  Args:
+    key: a jax.random key.
+    sampling_prob: q in (0, 1].
+    num_records: N >= 1.
+  Returns:
+    bool[N]; each True with probability floor(q 2^32)/2^32 (q exactly when q = 1).
+  Examples:
+    >>> import jax
+    >>> poisson_mask(jax.random.key(0), 1.0, 3)
+    Array([ True,  True,  True], dtype=bool)
+  """
+  if int(num_records) != num_records or num_records < 1:
+    raise ValueError(f"num_records must be a positive integer, got {num_records}")
+  if sampling_prob >= 1.0:
+    if sampling_prob > 1.0:
+      raise ValueError(f"sampling_prob must be in (0, 1], got {sampling_prob}")
+    return jnp.ones((num_records,), bool)
+  thr = bernoulli_threshold(sampling_prob)
+  bits = jax.random.bits(key, (int(num_records),), jnp.uint32)
+  return bits < jnp.uint32(thr)
+
+
+def _shuffle_mask(key, step, keep_N, batch_size, steps_per_epoch):
+  """Fixed-size batches: batch (step mod steps_per_epoch) of a per-epoch shuffle of
+  the kept records (NOT Poisson; see UnaccountedSamplingWarning)."""
+  epoch = step // steps_per_epoch
+  j = step % steps_per_epoch
+  u = jax.random.uniform(jax.random.fold_in(key, epoch), keep_N.shape)
+  u = jnp.where(keep_N, u, 2.0)
+  rank = jnp.argsort(jnp.argsort(u))
+  return (rank >= j * batch_size) & (rank < (j + 1) * batch_size) & keep_N
+
+
+def _make_key(key: jax.Array, prng_impl: str) -> jax.Array:
+  """Re-keys `key` (any impl) into a key of `prng_impl`, deterministically."""
+  if prng_impl == "threefry2x32":
+    return key
+  impl = jax.random.key_impl(key)
+  if str(impl) == prng_impl:
+    return key
+  nwords = {"rbg": 4, "unsafe_rbg": 4}[prng_impl]
+  data = jax.random.bits(key, (nwords,), jnp.uint32)
+  return jax.random.wrap_key_data(data, impl=prng_impl)
+
+
+# ----------------------------------------------------------------------------------
+# Clipping.
+
+
+def _tree_sq_norm_per_example(grads):
+  return sum(jnp.sum(jnp.square(g).reshape(g.shape[0], -1), axis=1)
+             for g in jax.tree.leaves(grads))
+
+
+def clip_factor(norms_B: jax.Array, l2_clip_norm: float) -> jax.Array:
+  """min(1, C / norm) per example (1 for norm 0; 1 everywhere when C = inf)."""
+  if math.isinf(l2_clip_norm):
+    return jnp.ones_like(norms_B)
+  return l2_clip_norm / jnp.maximum(norms_B, l2_clip_norm)
+
+
+def per_example_grads(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
+                      y_B: jax.Array) -> PyTree:
+  """Per-example gradients by vmap(grad): a pytree like params with leaves [B, ...]."""
+  def loss_one(p, xi, yi):
+    return models_lib.per_example_loss(model, p, xi[None], yi[None])[0]
+  return jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0))(params, x_BxF, y_B)
+
+
+def clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
+                     y_B: jax.Array, weights_B: jax.Array, l2_clip_norm: float
+                     ) -> tuple[PyTree, jax.Array]:
+  """sum_i weights_i * clip(g_i, C) by vmap(grad), and the norms before clipping.
+
+  Args:
+    model, params: the model and its (unbatched) parameters.
+    x_BxF, y_B: the records.
+    weights_B: float32[B] (the 0/1 Poisson mask).
+    l2_clip_norm: C > 0 (inf: no clipping).
+  Returns:
+    (sum pytree like params, norms float32[B]).
+  Privacy: with 0/1 weights, adding or removing one record changes the sum by a
+    vector of L2 norm <= C.
+  """
+  g = per_example_grads(model, params, x_BxF, y_B)
+  norms = jnp.sqrt(_tree_sq_norm_per_example(g))
+  a = weights_B * clip_factor(norms, l2_clip_norm)
+  s = jax.tree.map(lambda gl: jnp.tensordot(a, gl, axes=1), g)
+  return s, norms
+
+
+def glm_clipped_grad_sum(l2: float, params: PyTree, x_BxD: jax.Array, y_B: jax.Array,
+                         weights_B: jax.Array, l2_clip_norm: float
+                         ) -> tuple[PyTree, jax.Array]:
+  """Closed-form clipped sum for logistic regression with params {"w": [D]}.
+
+  g_i = r_i x_i + l2 w with r_i = sigmoid(x_i . w) - y_i, so
+  ||g_i||^2 = r_i^2 ||x_i||^2 + 2 l2 r_i (x_i . w) + l2^2 ||w||^2, and
+  sum_i a_i g_i = X^T (a * r) + l2 (sum_i a_i) w: two matvecs (two matmuls over M
+  models under vmap). Same outputs as `clipped_grad_sum` to float tolerance.
+  """
+  w = params["w"]
+  z = x_BxD @ w
+  r = jax.nn.sigmoid(z) - y_B.astype(z.dtype)
+  sq = jnp.sum(jnp.square(x_BxD), axis=1)
+  if l2 == 0.0:
+    norms = jnp.abs(r) * jnp.sqrt(sq)
+  else:
+    n2 = jnp.square(r) * sq + 2.0 * l2 * r * z + l2 * l2 * jnp.sum(jnp.square(w))
+    norms = jnp.sqrt(jnp.maximum(n2, 0.0))
+  a = weights_B * clip_factor(norms, l2_clip_norm)
+  s = (a * r) @ x_BxD
+  if l2 != 0.0:
+    s = s + l2 * jnp.sum(a) * w
+  return {"w": s}, norms
+
+
+@functools.lru_cache(maxsize=64)
+def default_clipped_sum_fn(model: models_lib.Model) -> Callable:
+  """The clipped-sum function train_many uses for `model` when none is given."""
+  if model.kind == "logistic_regression":
+    return functools.partial(glm_clipped_grad_sum, model.l2)
+  return functools.partial(clipped_grad_sum, model)
+
+
+# ----------------------------------------------------------------------------------
+# The DP aggregate as an optax GradientTransformation.
+
+
+class DpAggregateState(NamedTuple):
+  key: jax.Array      # noise key; step t uses fold_in(key, count)
+  count: jax.Array    # int32 scalar, number of updates so far
+
+
+def dp_aggregate(noise_stddev: float, expected_batch_size: float, key: jax.Array, *,
+                 faults: Faults = Faults()) -> optax.GradientTransformationExtraArgs:
+  """Noise + fixed denominator: clipped_sum -> (clipped_sum + N(0, std^2 I)) / B.
+
+  Args:
+    noise_stddev: sigma * C >= 0.
+    expected_batch_size: B = q * n > 0.
+    key: the noise key (carried in the state; step t uses fold_in(key, t)).
+    faults: `noise_on_mean` adds the noise after dividing by B;
+      `realised_batch_denominator` divides by max(1, batch_size) (extra arg of
+      update). (`noise_without_clip_norm` is the caller's choice of noise_stddev.)
+  Returns:
+    An optax GradientTransformationExtraArgs; update(clipped_sum, state, params=None,
+    *, batch_size=None) returns (privatized update, new state). Chain any optax
+    optimiser after it: everything after the noise is post-processing.
+  Examples:
+    >>> import jax, jax.numpy as jnp, optax
+    >>> tx = optax.chain(dp_aggregate(0.0, 4.0, jax.random.key(0)), optax.sgd(1.0))
+    >>> state = tx.init({"w": jnp.zeros(2)})
+    >>> tx.update({"w": jnp.array([4.0, 8.0])}, state)[0]["w"]
+    Array([-1., -2.], dtype=float32)
+  """
+  noise_stddev = float(noise_stddev)
+  if not (noise_stddev >= 0 and math.isfinite(noise_stddev)):
+    raise ValueError(f"noise_stddev must be a finite number >= 0, got {noise_stddev}")
+  if not (expected_batch_size > 0 and math.isfinite(expected_batch_size)):
+    raise ValueError(f"expected_batch_size must be finite and > 0, got {expected_batch_size}")
+  inv_b = 1.0 / float(expected_batch_size)
+
+  def init_fn(params):
+    del params
+    return DpAggregateState(key, jnp.zeros((), jnp.int32))
+
+  def update_fn(updates, state, params=None, *, batch_size=None, **extra):
+    del params, extra
+    k = jax.random.fold_in(state.key, state.count)
+    leaves, treedef = jax.tree.flatten(updates)
+    if noise_stddev > 0:
+      ks = jax.random.split(k, len(leaves))
+      noise = [noise_stddev * jax.random.normal(kk, l.shape, l.dtype)
+               for kk, l in zip(ks, leaves)]
+    else:
+      noise = [None] * len(leaves)
+    if faults.realised_batch_denominator:
+      if batch_size is None:
+        raise ValueError("faults.realised_batch_denominator needs update(..., batch_size=)")
+      denom = 1.0 / jnp.maximum(batch_size.astype(jnp.float32), 1.0)
+    else:
+      denom = inv_b
+    out = []
+    for l, nz in zip(leaves, noise):
+      if nz is None:
+        out.append(l * denom)
+      elif faults.noise_on_mean:
+        out.append(l * denom + nz)
+      else:
+        out.append((l + nz) * denom)
+    return jax.tree.unflatten(treedef, out), DpAggregateState(state.key, state.count + 1)
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+# ----------------------------------------------------------------------------------
+# Training.
+
+
+class TrainResult(NamedTuple):
+  """Output of train_many / train_one.
+
+  Attributes:
+    params: pytree with leaves [M, ...] (train_one: unbatched).
+    observations: [M, T, ...] outputs of observe_fn, or None.
+    stats: None, or {"times_sampled", "times_clipped", "norm_sum"}: float32[M, N]
+      (over steps where the record was sampled: how often, how often its norm
+      exceeded C, and the sum of its pre-clipping norms).
+  """
+  params: PyTree
+  observations: jax.Array | None
+  stats: dict | None
+
+
+def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConfig,
+                  model, observe_fn, per_example_stats, gradient_canary, clipped_sum_fn,
+                  optimizer, prng_impl):
+  """Trains one model (vmapped by train_many). Pure; traced under jit."""
+  n_rec = x.shape[0]
+  q = float(cfg.sampling_prob)
+  c = float(cfg.l2_clip_norm)
+  sigma = cfg.sigma
+  k_init, k_sample, k_noise, k_canary = jax.random.split(key, 4)
+  k_sample = _make_key(k_sample, prng_impl)
+  k_noise = _make_key(k_noise, prng_impl)
+  k_canary = _make_key(k_canary, prng_impl)
+  params = model.init(k_init) if init_params is None else init_params
+  noise_std = sigma if cfg.faults.noise_without_clip_norm else sigma * (0.0 if math.isinf(c) else c)
+  agg = dp_aggregate(noise_std, cfg.expected_batch_size, k_noise, faults=cfg.faults)
+  agg_state = agg.init(params)
+  opt_state = optimizer.init(params)
+  keep_f = keep_N.astype(jnp.float32)
+  if gradient_canary is not None:
+    g_c = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), gradient_canary)
+    norm_c = jnp.sqrt(sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(g_c)))
+    g_c_clipped = jax.tree.map(lambda v: v * clip_factor(norm_c, c), g_c)
+  b_fixed = max(1, int(round(cfg.expected_batch_size)))
+  steps_per_epoch = max(1, int(cfg.dataset_size) // b_fixed)
+
+  def step(carry, t):
+    params, agg_state, opt_state, st = carry
+    if cfg.sampler == "poisson":
+      mask = poisson_mask(jax.random.fold_in(k_sample, t), q, n_rec) & keep_N
+    else:
+      mask = _shuffle_mask(k_sample, t, keep_N, b_fixed, steps_per_epoch)
+    wts = mask.astype(jnp.float32)
+    if q >= 1.0:
+      wts = keep_f
+    if cfg.faults.clip_batch_mean:
+      gsum, norms = clipped_sum_fn(params, x, y, wts, math.inf)
+      cnt = jnp.maximum(jnp.sum(wts), 1.0)
+      mean = jax.tree.map(lambda v: v / cnt, gsum)
+      mnorm = jnp.sqrt(sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(mean)))
+      gsum = jax.tree.map(lambda v: v * (clip_factor(mnorm, c) * jnp.sum(wts)), mean)
+    else:
+      gsum, norms = clipped_sum_fn(params, x, y, wts, c)
+    bsize = jnp.sum(wts)
+    if gradient_canary is not None:
+      if q >= 1.0:
+        bit = jnp.ones((), jnp.float32)
+      else:
+        bit = poisson_mask(jax.random.fold_in(k_canary, t), q, 1)[0].astype(jnp.float32)
+      bit = bit * canary_keep.astype(jnp.float32)
+      gsum = jax.tree.map(lambda s, v: s + bit * v, gsum, g_c_clipped)
+      bsize = bsize + bit
+    priv, agg_state = agg.update(gsum, agg_state, batch_size=bsize)
+    obs = observe_fn(priv) if observe_fn is not None else None
+    upd, opt_state = optimizer.update(priv, opt_state, params)
+    params = optax.apply_updates(params, upd)
+    if per_example_stats:
+      clipped = (norms > c).astype(jnp.float32) * wts
+      st = (st[0] + wts, st[1] + clipped, st[2] + wts * norms)
+    return (params, agg_state, opt_state, st), obs
+
+  if per_example_stats:
+    z = jnp.zeros((n_rec,), jnp.float32)
+    st0 = (z, z, z)
+  else:
+    st0 = ()
+  (params, _, _, st), obs = jax.lax.scan(
+      step, (params, agg_state, opt_state, st0), jnp.arange(cfg.num_steps, dtype=jnp.int32))
+  stats = None
+  if per_example_stats:
+    stats = {"times_sampled": st[0], "times_clipped": st[1], "norm_sum": st[2]}
+  return params, obs, stats
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(cfg, model, observe_fn, per_example_stats, has_canary, clipped_sum_fn,
+              optimizer, prng_impl, has_init):
+  def one(key, keep, canary_keep, init_params, canary, x, y):
+    return _train_single(
+        key, keep, canary_keep, init_params, x, y, cfg=cfg, model=model,
+        observe_fn=observe_fn, per_example_stats=per_example_stats,
+        gradient_canary=canary if has_canary else None,
+        clipped_sum_fn=clipped_sum_fn, optimizer=optimizer, prng_impl=prng_impl)
+  batched = jax.vmap(one, in_axes=(0, 0, 0, None, None, None, None))
+  return jax.jit(batched)
+
+
+def _bytes_per_model(x, model, init_params, cfg, per_example_stats, observe_fn,
+                     clipped_sum_fn, params_shape):
+  n, f = x.shape[0], int(np.prod(x.shape[1:]))
+  p = sum(int(np.prod(l.shape)) for l in jax.tree.leaves(params_shape))
+  per = 4 * (8 * p + 6 * n + f)          # params, optimiser state, noise, masks, logits
+  if clipped_sum_fn is None and model.kind != "logistic_regression":
+    per += 4 * 3 * n * p                 # materialised per-example gradients
+  if per_example_stats:
+    per += 4 * 3 * n
+  return per
+
+
+def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
+               keep_MxN: jax.typing.ArrayLike, cfg: DpSgdConfig, model: models_lib.Model, *,
+               init_params: PyTree | None = None,
+               observe_fn: Callable[[PyTree], jax.Array] | None = None,
+               per_example_stats: bool = False,
+               gradient_canary: PyTree | None = None,
+               canary_keep_M: jax.typing.ArrayLike | None = None,
+               clipped_sum_fn: Callable | None = None,
+               optimizer: optax.GradientTransformation | None = None,
+               memory_budget_bytes: int = 2 * 2 ** 30,
+               max_chunk: int | None = None,
+               prng_impl: str = "threefry2x32",
+               progress: bool = True) -> TrainResult:
+  """Trains M models with DP-SGD in one jitted program per memory-sized chunk.
+
+  Args:
+    key: a jax.random key; model i uses jax.random.split(key, M)[i].
+    x_NxF: float32[N, ...] records (all models share the pool).
+    y_N: labels [N] ({0, 1} for binary models, ints for multi-class).
+    keep_MxN: bool[M, N]; model i's private dataset is {j : keep_MxN[i, j]}.
+    cfg: the DP-SGD configuration (dataset_size = the nominal size of each model's
+      dataset, which fixes B = q * n).
+    model: a models.Model.
+    init_params: optional unbatched params shared by all models (default: model.init
+      with each model's own init key).
+    observe_fn: optional f(privatized update pytree) -> array, evaluated each step
+      inside the scan; outputs stacked to [M, T, ...].
+    per_example_stats: also return per-record clip statistics [M, N].
+    gradient_canary: optional pytree like params: a Nasr-style gradient canary, an
+      extra record whose per-example gradient is this fixed vector (clipped to C,
+      Poisson-sampled with its own bit, counted in the realised batch size).
+    canary_keep_M: bool[M], whether the canary is in model i's dataset (required
+      with gradient_canary).
+    clipped_sum_fn: f(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (sum pytree,
+      norms_B); default: the GLM closed form for logistic regression, vmap(grad)
+      otherwise.
+    optimizer: optax transformation applied after the DP aggregate (default
+      optax.sgd(cfg.learning_rate, momentum=cfg.momentum or None)). Pass the same
+      object across calls to reuse the compiled program.
+    memory_budget_bytes: rough cap on the working set; the model axis is chunked
+      to stay under it (a tqdm bar over chunks).
+    max_chunk: optional cap on models per chunk.
+    prng_impl: "threefry2x32" (default), "rbg" or "unsafe_rbg": the bit generator
+      for masks and noise (a performance knob; the distributions are the same).
+    progress: show a progress bar when there is more than one chunk.
+  Returns:
+    TrainResult(params [M, ...], observations [M, T, ...] or None, stats or None).
+  Raises:
+    ValueError on shape mismatches, non-finite data, bad budgets.
+  """
+  x = jnp.asarray(x_NxF, jnp.float32)
+  y = jnp.asarray(y_N)
+  keep = jnp.asarray(keep_MxN)
+  if x.ndim < 2:
+    raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
+  n = x.shape[0]
+  if y.shape != (n,):
+    raise ValueError(f"y_N must have shape ({n},), got {y.shape}")
+  if keep.ndim != 2 or keep.shape[1] != n:
+    raise ValueError(f"keep_MxN must have shape [M, {n}], got {keep.shape}")
+  if keep.dtype != jnp.bool_:
+    raise ValueError(f"keep_MxN must be boolean, got {keep.dtype}")
+  if keep.shape[0] < 1:
+    raise ValueError("keep_MxN must have at least one row (M >= 1)")
+  if not bool(jnp.all(jnp.isfinite(x))):
+    raise ValueError("x_NxF contains NaN or inf")
+  if not isinstance(cfg, DpSgdConfig):
+    raise ValueError(f"cfg must be a DpSgdConfig, got {type(cfg)}")
+  if not isinstance(model, models_lib.Model):
+    raise ValueError(f"model must be a models.Model, got {type(model)}")
+  if prng_impl not in _PRNG_IMPLS:
+    raise ValueError(f"prng_impl must be one of {_PRNG_IMPLS}, got {prng_impl!r}")
+  if not (memory_budget_bytes > 0):
+    raise ValueError(f"memory_budget_bytes must be > 0, got {memory_budget_bytes}")
+  if max_chunk is not None and (int(max_chunk) != max_chunk or max_chunk < 1):
+    raise ValueError(f"max_chunk must be a positive integer, got {max_chunk}")
+  m = keep.shape[0]
+  has_canary = gradient_canary is not None
+  if has_canary:
+    if canary_keep_M is None:
+      raise ValueError("canary_keep_M (bool[M]) is required with gradient_canary")
+    ck = jnp.asarray(canary_keep_M)
+    if ck.shape != (m,) or ck.dtype != jnp.bool_:
+      raise ValueError(f"canary_keep_M must be bool[{m}], got {ck.dtype}{list(ck.shape)}")
+  else:
+    if canary_keep_M is not None:
+      raise ValueError("canary_keep_M given without gradient_canary")
+    ck = jnp.zeros((m,), bool)
+  params_shape = jax.eval_shape(model.init, jax.random.key(0))
+  if init_params is not None:
+    if jax.tree.structure(init_params) != jax.tree.structure(params_shape) or any(
+        tuple(a.shape) != tuple(b.shape) for a, b in
+        zip(jax.tree.leaves(init_params), jax.tree.leaves(params_shape))):
+      raise ValueError("init_params must match the structure and shapes of model.init")
+  if has_canary:
+    if jax.tree.structure(gradient_canary) != jax.tree.structure(params_shape):
+      raise ValueError("gradient_canary must have the structure of the model's params")
+  if optimizer is None:
+    optimizer = _default_optimizer(float(cfg.learning_rate), float(cfg.momentum))
+  csf = clipped_sum_fn if clipped_sum_fn is not None else default_clipped_sum_fn(model)
+  _ = cfg.sigma  # resolve (and validate) target_epsilon on the host, before tracing
+  fn = _compiled(cfg, model, observe_fn, bool(per_example_stats), has_canary, csf,
+                 optimizer, prng_impl, init_params is not None)
+
+  per = _bytes_per_model(x, model, init_params, cfg, per_example_stats, observe_fn,
+                         clipped_sum_fn, params_shape)
+  if observe_fn is not None:
+    per += 4 * cfg.num_steps * 8
+  chunk = max(1, int(memory_budget_bytes // per))
+  if max_chunk is not None:
+    chunk = min(chunk, int(max_chunk))
+  chunk = min(chunk, m)
+  num_chunks = -(-m // chunk)
+  if isinstance(key, _PresplitKeys):
+    keys = key.keys
+    if keys.shape[0] != m:
+      raise ValueError(f"got {keys.shape[0]} model keys for M = {m} models")
+  else:
+    keys = jax.random.split(key, m)
+  canary = gradient_canary if has_canary else None
+  outs = []
+  it = range(num_chunks)
+  if progress and num_chunks > 1:
+    import tqdm  # pylint: disable=g-import-not-at-top
+    it = tqdm.tqdm(it, desc=f"DP-SGD {m} models", unit="chunk")
+  for ci in it:
+    lo, hi = ci * chunk, min(m, (ci + 1) * chunk)
+    idx = np.arange(lo, lo + chunk) % m if hi - lo < chunk else np.arange(lo, hi)
+    out = fn(keys[idx], keep[idx], ck[idx], init_params, canary, x, y)
+    if hi - lo < chunk:
+      out = jax.tree.map(lambda a: a[: hi - lo], out)
+    outs.append(out)
+  if len(outs) == 1:
+    params, obs, stats = outs[0]
+  else:
+    params, obs, stats = jax.tree.map(lambda *a: jnp.concatenate(a, axis=0), *outs)
+  return TrainResult(params, obs, stats)
+
+
+@functools.lru_cache(maxsize=64)
+def _default_optimizer(learning_rate, momentum):
+  return optax.sgd(learning_rate, momentum=momentum if momentum > 0 else None)
+
+
+def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
+              keep_N: jax.typing.ArrayLike, cfg: DpSgdConfig, model: models_lib.Model,
+              *, canary_keep: bool | None = None, **kwargs) -> TrainResult:
+  """Trains one model; equals model i of train_many when given that model's key.
+
+  Args:
+    key: the model's key (train_many's split(key, M)[i]).
+    keep_N: bool[N] membership.
+    canary_keep: with gradient_canary, whether the canary is in the dataset.
+    Other arguments as in train_many.
+  Returns:
+    TrainResult without the leading model axis.
+  """
+  keep = jnp.asarray(keep_N)
+  if keep.ndim != 1:
+    raise ValueError(f"keep_N must have rank 1, got shape {keep.shape}")
+  if canary_keep is not None:
+    kwargs["canary_keep_M"] = jnp.asarray([bool(canary_keep)])
+  kwargs.setdefault("progress", False)
+  # train_many splits its key into M model keys; wrap so that model 0 gets `key`.
+  out = _train_with_model_keys(key[None], keep[None], cfg, model, x_NxF, y_N, **kwargs)
+  return jax.tree.map(lambda a: a[0], out)
+
+
+def _train_with_model_keys(keys_M, keep_MxN, cfg, model, x_NxF, y_N, **kwargs):
+  """train_many with explicit per-model keys (no split)."""
+  return train_many(_PresplitKeys(keys_M), x_NxF, y_N, keep_MxN, cfg, model, **kwargs)
+
+
+class _PresplitKeys:
+  """Marker: keys already split per model (used by train_one and dpjax.parallel)."""
+
+  def __init__(self, keys):
+    self.keys = keys

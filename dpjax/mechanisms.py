@@ -190,25 +190,35 @@ def rr_estimate_rate(reports: jax.typing.ArrayLike, epsilon: float,
   return (lam - (1.0 - p)) / (2.0 * p - 1.0)
 
 
-def rr_estimate_std(rate: float, n: int, epsilon: float) -> float:
-  """Exact standard deviation of `rr_estimate_rate` on n people with true rate `rate`.
+def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
+  """Exact standard deviation of `rr_estimate_rate` over n people.
 
-  sd = sqrt(lambda (1 - lambda) / n) / (2p - 1), lambda = p rate + (1 - p)(1 - rate).
-  (Exact when the n reports are i.i.d. given the rate; for a fixed population with
-  exactly rate*n ones it is slightly larger than the true conditional sd, which is
-  sqrt(p (1 - p) / n) / (2p - 1).)
+  Two sources of variation, two formulas:
+    rate=None: the n true bits are FIXED (the same people answer again, only the
+      coins are redrawn): sd = sqrt(p (1 - p) / n) / (2p - 1), whatever the rate.
+    rate=r: the n bits are themselves i.i.d. Bernoulli(r) (a fresh sample each
+      time): sd = sqrt(lam (1 - lam) / n) / (2p - 1), lam = p r + (1 - p)(1 - r).
 
   Args:
-    rate: true rate in [0, 1].
     n: number of people, >= 1.
     epsilon: eps > 0.
+    rate: None, or the true rate in [0, 1] of the sampled population.
+  Returns:
+    the sd as a float.
+
+  Examples:
+    >>> round(rr_estimate_std(10_000, 1.0), 5)
+    0.0096
   """
-  _check_probability(rate, "rate")
-  rate = _scalar(rate, "rate")
-  if int(n) != n or n < 1:
+  if isinstance(n, bool) or int(n) != n or n < 1:
     raise ValueError(f"n must be an integer >= 1, got {n}")
   p = rr_truth_prob(epsilon)
-  lam = p * rate + (1 - p) * (1 - rate)
+  if rate is None:
+    lam = p
+  else:
+    _check_probability(rate, "rate")
+    r = _scalar(rate, "rate")
+    lam = p * r + (1 - p) * (1 - r)
   return math.sqrt(lam * (1 - lam) / n) / (2 * p - 1)
 
 

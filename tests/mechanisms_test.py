@@ -1,0 +1,299 @@
+"""Tests for dpjax.mechanisms: privacy ratios against e^eps, calibration, unbiasedness.
+
+Monte Carlo tolerances are stated next to each check; all keys are fixed, so the
+tests are deterministic.
+"""
+
+import math
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+from scipy import stats
+
+from dpjax import mechanisms as mech
+
+
+def _balle_wang_delta(eps, sigma, sens=1.0):
+  """delta(eps) of a Gaussian mechanism, written out independently of dpjax.gdp."""
+  a = sens / (2 * sigma) - eps * sigma / sens
+  b = -sens / (2 * sigma) - eps * sigma / sens
+  return stats.norm.cdf(a) - math.exp(eps) * stats.norm.cdf(b)
+
+
+class RandomizedResponseTest(parameterized.TestCase):
+
+  @parameterized.parameters(0.1, 0.5, 1.0, 2.0, 8.0)
+  def test_worst_case_ratio_is_exactly_e_eps(self, eps):
+    # Output space {0, 1}: the exact likelihood ratio of each output between the
+    # neighbouring inputs bit=1 and bit=0 is p/(1-p) or (1-p)/p.
+    p = mech.rr_truth_prob(eps)
+    ratios = [p / (1 - p), (1 - p) / p]
+    self.assertAlmostEqual(max(ratios), math.exp(eps), delta=1e-12 * math.exp(eps))
+    self.assertAlmostEqual(min(ratios), math.exp(-eps), delta=1e-12)
+
+  @parameterized.parameters(0.5, 2.0)
+  def test_sampler_uses_truth_prob(self, eps):
+    # 400k reports per input bit: SE of each frequency < 8e-4; tolerance 5 SE.
+    n = 400_000
+    k0, k1 = jax.random.split(jax.random.key(1))
+    f1 = float(jnp.mean(mech.randomized_response(k1, jnp.ones(n, jnp.int32), eps)))
+    f0 = float(jnp.mean(mech.randomized_response(k0, jnp.zeros(n, jnp.int32), eps)))
+    p = mech.rr_truth_prob(eps)
+    se = math.sqrt(p * (1 - p) / n)
+    self.assertAlmostEqual(f1, p, delta=5 * se)
+    self.assertAlmostEqual(f0, 1 - p, delta=5 * se)
+    # Empirical worst-case ratio of P[report = 1] is e^eps within MC error.
+    self.assertAlmostEqual(math.log(f1 / f0), eps, delta=10 * se / (1 - p))
+
+  @parameterized.product(rate=(0.3, 0.548, 0.9), eps=(0.1, 1.0, 3.0),
+                         population=("fixed", "sampled"))
+  def test_rate_estimate_unbiased_and_std(self, rate, eps, population):
+    # K = 4000 repetitions of n = 1000 people: the mean of pi_hat has SE sd/sqrt(K)
+    # (tolerance 4 SE); the sample sd is within 6% of the exact sd (its relative SE
+    # is about 1/sqrt(2K) = 1.1%).
+    n, k = 1000, 4000
+    kb, kr = jax.random.split(jax.random.key(2))
+    if population == "fixed":   # the same people, fresh coins
+      bits = jnp.broadcast_to((jnp.arange(n) < round(rate * n)).astype(jnp.int32), (k, n))
+      sd = mech.rr_estimate_std(n, eps)
+    else:                       # a fresh i.i.d. population each time
+      bits = jax.random.bernoulli(kb, rate, (k, n)).astype(jnp.int32)
+      sd = mech.rr_estimate_std(n, eps, rate=rate)
+    est = np.asarray(mech.rr_estimate_rate(mech.randomized_response(kr, bits, eps), eps),
+                     np.float64)
+    self.assertEqual(est.shape, (k,))
+    self.assertLess(abs(est.mean() - rate), 4 * sd / math.sqrt(k))
+    self.assertAlmostEqual(est.std() / sd, 1.0, delta=0.06)
+
+  def test_posterior_lecture_figures_and_bayes(self):
+    # Pure math the lecture printed: prior 0.548 -> 0.767 (eps=1), 0.572 (eps=0.1).
+    # At exactly 0.548 the eps=0.1 posterior is 0.5726; the lecture's 0.572 comes from
+    # its unrounded rate (0.5475 gives 0.5721 and still 0.767), hence 1e-3.
+    self.assertAlmostEqual(mech.rr_posterior(0.548, 1.0), 0.767, delta=1e-3)
+    self.assertAlmostEqual(mech.rr_posterior(0.548, 0.1), 0.572, delta=1e-3)
+    self.assertAlmostEqual(mech.rr_posterior(0.5475, 0.1), 0.572, delta=5e-4)
+    self.assertAlmostEqual(mech.rr_posterior(0.5475, 1.0), 0.767, delta=5e-4)
+    for eps in (0.1, 1.0, 4.0):
+      post1 = mech.rr_posterior(0.3, eps, report=1)
+      post0 = mech.rr_posterior(0.3, eps, report=0)
+      odds = lambda q: q / (1 - q)
+      self.assertAlmostEqual(odds(post1) / odds(0.3), math.exp(eps), places=9)
+      self.assertAlmostEqual(odds(post0) / odds(0.3), math.exp(-eps), places=9)
+    # Monte Carlo: among 200k people with prior 0.3 reporting 1, the share of true
+    # ones matches the posterior (SE < 2e-3; tolerance 5 SE).
+    kb, kr = jax.random.split(jax.random.key(3))
+    bits = jax.random.bernoulli(kb, 0.3, (200_000,)).astype(jnp.int32)
+    rep = np.asarray(mech.randomized_response(kr, bits, 1.0))
+    share = np.asarray(bits)[rep == 1].mean()
+    self.assertAlmostEqual(share, mech.rr_posterior(0.3, 1.0), delta=5 * 0.5 / math.sqrt((rep == 1).sum()))
+    np.testing.assert_allclose(mech.rr_posterior(np.array([0.0, 1.0]), 1.0), [0.0, 1.0])
+
+
+class LaplaceTest(parameterized.TestCase):
+
+  @parameterized.parameters((0.1, 1.0), (1.0, 1.0), (2.0, 5.0))
+  def test_density_ratio_bounded_by_e_eps(self, eps, sens):
+    # Worst-case density ratio between outputs centred at 0 and at Delta_1.
+    b = mech.laplace_scale(eps, sens)
+    z = np.linspace(-20 * b, 20 * b, 40001)
+    log_ratio = stats.laplace.logpdf(z, 0, b) - stats.laplace.logpdf(z, sens, b)
+    self.assertAlmostEqual(np.max(np.abs(log_ratio)), eps, places=9)
+
+  def test_ks_accepts_right_scale_and_rejects_wrong(self):
+    # 20k draws: the KS test at alpha = 1e-3 accepts the true scale and rejects
+    # 2/3 and 3/2 of it (power is essentially 1 at this n).
+    eps, sens = 0.7, 2.0
+    b = sens / eps
+    x = np.asarray(mech.laplace_mechanism(jax.random.key(4), jnp.zeros(20_000), eps, sens),
+                   np.float64)
+    self.assertGreater(stats.kstest(x, "laplace", args=(0, b)).pvalue, 1e-3)
+    self.assertLess(stats.kstest(x, "laplace", args=(0, 2 * b / 3)).pvalue, 1e-3)
+    self.assertLess(stats.kstest(x, "laplace", args=(0, 1.5 * b)).pvalue, 1e-3)
+
+  def test_noise_centred_on_value_and_vmap_equals_loop(self):
+    keys = jax.random.split(jax.random.key(5), 3)
+    v = jnp.array([1.0, 2.0, 3.0])
+    batched = jax.vmap(lambda k: mech.laplace_mechanism(k, v, 1.0))(keys)
+    looped = jnp.stack([mech.laplace_mechanism(k, v, 1.0) for k in keys])
+    np.testing.assert_allclose(batched, looped, rtol=1e-6)
+    jitted = jax.jit(lambda k: mech.laplace_mechanism(k, v, 1.0))(keys[0])
+    np.testing.assert_allclose(jitted, looped[0], rtol=1e-6)
+
+
+class GaussianTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      (0.1, 1e-5, 1.0), (0.5, 1e-5, 1.0), (0.9, 1e-6, 3.0), (1.0, 1e-5, 1.0),
+      (4.0, 1e-5, 1.0), (8.0, 1e-5, 2.0), (20.0, 1e-9, 1.0))
+  def test_analytic_sigma_balle_wang(self, eps, delta, sens):
+    sigma = mech.gaussian_sigma(eps, delta, sens)
+    self.assertLess(abs(_balle_wang_delta(eps, sigma, sens) - delta), 1e-9)
+    # Exact: a slightly smaller sigma already violates delta.
+    self.assertGreater(_balle_wang_delta(eps, sigma * (1 - 1e-4), sens), delta)
+    # Oracle: dp_accounting's analytic Gaussian (sensitivity 1).
+    self.assertAlmostEqual(sigma / sens, dp_accounting.get_sigma_gaussian(eps, delta),
+                           delta=1e-7 * sigma)
+    if eps < 1:
+      classic = mech.gaussian_sigma(eps, delta, sens, calibration="classic")
+      self.assertAlmostEqual(classic, sens * math.sqrt(2 * math.log(1.25 / delta)) / eps,
+                             places=9)
+      self.assertLess(sigma, classic)
+
+  @parameterized.parameters(1.0, 2.0, 5.0)
+  def test_classic_refuses_eps_at_least_one(self, eps):
+    with self.assertRaisesRegex(ValueError, "epsilon < 1"):
+      mech.gaussian_sigma(eps, 1e-5, calibration="classic")
+
+  def test_lecture_error_ratio(self):
+    # Lecture §3.3: a count at eps = 1, delta = 1e-5: Gaussian E|noise| 2.98 vs Laplace 1.00.
+    mae_gauss = mech.gaussian_sigma(1.0, 1e-5) * math.sqrt(2 / math.pi)
+    self.assertAlmostEqual(mae_gauss, 2.98, delta=5e-3)
+    self.assertAlmostEqual(mech.laplace_scale(1.0), 1.0)
+
+  @parameterized.parameters("analytic", "classic")
+  def test_ks_accepts_right_sigma_and_rejects_wrong(self, calibration):
+    eps, delta = 0.5, 1e-5
+    sigma = mech.gaussian_sigma(eps, delta, calibration=calibration)
+    x = np.asarray(mech.gaussian_mechanism(jax.random.key(6), jnp.zeros(20_000), eps, delta,
+                                           calibration=calibration), np.float64)
+    self.assertGreater(stats.kstest(x, "norm", args=(0, sigma)).pvalue, 1e-3)
+    self.assertLess(stats.kstest(x, "norm", args=(0, 2 * sigma / 3)).pvalue, 1e-3)
+    self.assertLess(stats.kstest(x, "norm", args=(0, 1.5 * sigma)).pvalue, 1e-3)
+
+
+class SelectionTest(parameterized.TestCase):
+
+  @parameterized.parameters((0.1, 1.0, False), (1.0, 1.0, False), (3.0, 2.0, False),
+                            (1.0, 1.0, True))
+  def test_exponential_probability_ratio(self, eps, du, monotonic):
+    rng = np.random.default_rng(0)
+    u = rng.normal(0, 5, size=(200, 6)).astype(np.float32)
+    if monotonic:
+      d = np.repeat(rng.choice([-du, du], size=(200, 1)), 6, axis=1)
+    else:
+      d = rng.uniform(-du, du, size=(200, 6))
+      d[:100] = rng.choice([-du, du], size=(100, 6))  # vertices of the box
+    u2 = (u + d).astype(np.float32)
+    p = np.asarray(mech.exponential_probs(u, eps, du, monotonic), np.float64)
+    p2 = np.asarray(mech.exponential_probs(u2, eps, du, monotonic), np.float64)
+    log_ratio = np.abs(np.log(p) - np.log(p2))
+    self.assertLessEqual(log_ratio.max(), eps + 1e-4)
+    # A worst case: candidate 0 unlikely, its utility up by du and (unless the
+    # utility is monotonic) the others down by du; its probability gains ~e^eps.
+    w = np.array([[-30.0 * du / eps, 0.0, 0.0]], np.float32)  # logit about -15
+    shift = np.array([[du, 0.0, 0.0]]) if monotonic else np.array([[du, -du, -du]])
+    q = np.asarray(mech.exponential_probs(w, eps, du, monotonic), np.float64)
+    q2 = np.asarray(mech.exponential_probs((w + shift).astype(np.float32), eps, du,
+                                           monotonic), np.float64)
+    self.assertAlmostEqual(math.log(q2[0, 0] / q[0, 0]), eps, delta=1e-3)
+
+  def test_exponential_sampler_matches_probs(self):
+    # 200k draws: each frequency within 5 SE of its probability.
+    u = jnp.array([[0.0, 1.0, 2.0, 4.0], [3.0, 3.0, 0.0, -1.0]])
+    k = 200_000
+    idx = np.asarray(mech.exponential_mechanism(jax.random.key(7), u, 1.0,
+                                                shape=(k, 2)))
+    p = np.asarray(mech.exponential_probs(u, 1.0))
+    for row in range(2):
+      freq = np.bincount(idx[:, row], minlength=4) / k
+      np.testing.assert_array_less(np.abs(freq - p[row]), 5 * np.sqrt(p[row] * (1 - p[row]) / k) + 1e-9)
+
+  def test_report_noisy_max_ratio_monte_carlo(self):
+    # Neighbouring utilities (each moves by <= 1); 400k draws per side. Frequencies
+    # of every index stay within e^eps of each other, allowing 5 SE of MC error in
+    # the log ratio (SE of log f is about sqrt((1 - f) / (f n))).
+    eps, n = 1.0, 400_000
+    u = jnp.array([0.0, 0.5, 1.0])
+    u2 = jnp.array([1.0, -0.5, 0.0])
+    ka, kb = jax.random.split(jax.random.key(8))
+    a = np.bincount(np.asarray(jax.vmap(lambda k: mech.report_noisy_max(k, u, eps))(
+        jax.random.split(ka, n))), minlength=3) / n
+    b = np.bincount(np.asarray(jax.vmap(lambda k: mech.report_noisy_max(k, u2, eps))(
+        jax.random.split(kb, n))), minlength=3) / n
+    se = np.sqrt((1 - a) / (a * n)) + np.sqrt((1 - b) / (b * n))
+    np.testing.assert_array_less(np.abs(np.log(a / b)), eps + 5 * se)
+    # With huge eps it returns the true argmax.
+    self.assertEqual(int(mech.report_noisy_max(jax.random.key(9), u, 1e4)), 2)
+
+
+class ClippedStatisticsTest(parameterized.TestCase):
+
+  def test_private_mean_clips_and_splits_budget(self):
+    x = jnp.array([1.0, 5.0, 30.0, 250.0, -3.0])
+    hand = (1.0 + 5.0 + 30.0 + 100.0 + 0.0) / 5
+    out = mech.private_mean(jax.random.key(10), x, epsilon=1e7, upper=100.0)
+    self.assertAlmostEqual(float(out.mean), hand, delta=1e-3)
+    # Noise scales: sum ~ Laplace(B / (eps (1 - f))), count ~ Laplace(1 / (eps f)).
+    # 40k repetitions: sample sd within 4% of sqrt(2) b (relative SE of the sd of a
+    # Laplace sample is about sqrt(5/4)/sqrt(K) = 0.6%).
+    eps, f, big_b, k = 1.0, 0.25, 200.0, 40_000
+    outs = jax.vmap(lambda kk: mech.private_mean(kk, x, eps, big_b, count_fraction=f))(
+        jax.random.split(jax.random.key(11), k))
+    sum_sd = np.std(np.asarray(outs.noisy_sum))
+    cnt_sd = np.std(np.asarray(outs.noisy_count))
+    self.assertAlmostEqual(sum_sd / (math.sqrt(2) * big_b / (eps * (1 - f))), 1, delta=0.04)
+    self.assertAlmostEqual(cnt_sd / (math.sqrt(2) / (eps * f)), 1, delta=0.04)
+    np.testing.assert_allclose(
+        outs.mean, outs.noisy_sum / np.maximum(np.asarray(outs.noisy_count), 1.0), rtol=1e-6)
+
+  def test_clipped_sum_sensitivity_uses_both_bounds(self):
+    # Values in [-50, 10]: add/remove sensitivity is 50; sd sqrt(2)*50/eps.
+    outs = jax.vmap(lambda kk: mech.clipped_sum(kk, jnp.zeros(3), 2.0, 10.0, -50.0))(
+        jax.random.split(jax.random.key(12), 40_000))
+    self.assertAlmostEqual(np.std(np.asarray(outs)) / (math.sqrt(2) * 25.0), 1, delta=0.04)
+    counts = mech.noisy_count(jax.random.key(13), jnp.ones((2, 7)), 1e7)
+    np.testing.assert_allclose(counts, [7.0, 7.0], atol=1e-3)
+
+
+class BadInputTest(parameterized.TestCase):
+
+  _K = jax.random.key(0)
+
+  @parameterized.named_parameters(
+      ("eps_zero", lambda: mech.laplace_mechanism(BadInputTest._K, 1.0, 0.0), "epsilon"),
+      ("eps_negative", lambda: mech.rr_truth_prob(-1.0), "epsilon"),
+      ("eps_inf", lambda: mech.gaussian_sigma(math.inf, 1e-5), "epsilon"),
+      ("eps_nan", lambda: mech.exponential_probs(jnp.ones(3), math.nan), "epsilon"),
+      ("delta_zero", lambda: mech.gaussian_sigma(1.0, 0.0), "delta"),
+      ("delta_one", lambda: mech.gaussian_mechanism(BadInputTest._K, 0.0, 1.0, 1.0), "delta"),
+      ("sens_zero", lambda: mech.laplace_scale(1.0, 0.0), "sensitivity"),
+      ("sens_negative", lambda: mech.gaussian_sigma(1.0, 1e-5, -2.0), "sensitivity"),
+      ("util_sens", lambda: mech.report_noisy_max(BadInputTest._K, jnp.ones(3), 1.0, 0.0),
+       "sensitivity"),
+      ("nan_value", lambda: mech.laplace_mechanism(BadInputTest._K, jnp.array([1.0, jnp.nan]), 1.0),
+       "value"),
+      ("inf_values", lambda: mech.private_mean(BadInputTest._K, jnp.array([jnp.inf]), 1.0, 10.0),
+       "values"),
+      ("nan_utilities", lambda: mech.exponential_mechanism(BadInputTest._K, jnp.array([jnp.nan]), 1.0),
+       "utilities"),
+      ("empty_candidates", lambda: mech.exponential_probs(jnp.zeros((0,)), 1.0), "candidate"),
+      ("empty_candidates_rnm", lambda: mech.report_noisy_max(BadInputTest._K, jnp.zeros((2, 0)), 1.0),
+       "candidate"),
+      ("prior_above_one", lambda: mech.rr_posterior(1.5, 1.0), "prior"),
+      ("prior_negative", lambda: mech.rr_posterior(np.array([0.2, -0.1]), 1.0), "prior"),
+      ("rate_nan", lambda: mech.rr_estimate_std(10, 1.0, rate=math.nan), "rate"),
+      ("bits_not_binary", lambda: mech.randomized_response(BadInputTest._K, jnp.array([0, 2]), 1.0),
+       "bits"),
+      ("report_value", lambda: mech.rr_posterior(0.5, 1.0, report=2), "report"),
+      ("no_reports", lambda: mech.rr_estimate_rate(jnp.zeros((0,)), 1.0), "reports"),
+      ("bad_calibration", lambda: mech.gaussian_sigma(0.5, 1e-5, calibration="rdp"), "calibration"),
+      ("clip_order", lambda: mech.clipped_sum(BadInputTest._K, jnp.ones(3), 1.0, upper=0.0), "lower"),
+      ("clip_inf", lambda: mech.private_mean(BadInputTest._K, jnp.ones(3), 1.0, upper=math.inf), "upper"),
+      ("count_fraction", lambda: mech.private_mean(BadInputTest._K, jnp.ones(3), 1.0, 10.0,
+                                                   count_fraction=1.0), "count_fraction"),
+      ("n_zero", lambda: mech.rr_estimate_std(0, 1.0), "n"),
+  )
+  def test_raises(self, fn, name):
+    with self.assertRaisesRegex(ValueError, name):
+      fn()
+
+  def test_traced_epsilon_rejected(self):
+    with self.assertRaisesRegex(ValueError, "epsilon"):
+      jax.jit(lambda e: mech.laplace_mechanism(self._K, 1.0, e))(1.0)
+
+
+if __name__ == "__main__":
+  absltest.main()

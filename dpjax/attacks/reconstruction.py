@@ -1,0 +1,243 @@
+"""Dinur–Nissim reconstruction: recover secret bits from noisy random-subset counts.
+
+A curator holds one secret bit per person, `secret_N` in {0, 1}. The analyst asks
+Q counting queries "how many people in subset S_j have the bit?", where each S_j
+contains each person independently with probability 1/2 (row j of `queries_QxN`),
+and receives noisy answers `answers_Q = queries_QxN @ secret_N + noise_Q`. Decoding
+solves for a real vector x_N that explains the answers (least squares, or the LP of
+Dinur & Nissim 2003: minimise sum_j |answers_j - (Q x)_j| over 0 <= x <= 1) and
+rounds it. With per-answer error o(sqrt(N)) and Q = poly(N) queries almost every
+bit is recovered ("overly accurate answers to too many questions destroy privacy",
+Dwork & Roth's Fundamental Law of Information Recovery). Under a FIXED total
+privacy budget split over Q queries the per-answer noise grows with Q and the
+attack stays at the level of guessing.
+
+Shape letters: Q queries, N people, K trials.
+
+Noise kinds (`noise`, with magnitude `scale` = E):
+  "rademacher"       exactly +E or -E, each with probability 1/2 (the lecture's
+                     "every count is off by one person" for E = 1); variance E^2.
+  "uniform"          continuous uniform on [-E, E]; variance E^2 / 3.
+  "rounded_uniform"  an integer drawn uniformly from {-E', ..., E'}, E' = floor(E);
+                     variance E'(E' + 1) / 3.
+  "gaussian"         N(0, E^2).
+  "laplace"          Laplace with scale b = E (variance 2 E^2). With E = Q / epsilon
+                     this is the epsilon-DP release of Q counts under basic
+                     composition (`dp_laplace_scale`).
+
+Examples:
+  >>> import jax, jax.numpy as jnp
+  >>> secret = (jax.random.uniform(jax.random.key(1), (30,)) < 0.5).astype(jnp.float32)
+  >>> frac = reconstruction_trials(jax.random.key(2), secret, num_queries=300,
+  ...                              num_trials=2, noise="rademacher", scale=1.0)
+  >>> frac.shape, bool(frac.min() > 0.9)
+  ((2,), True)
+
+References: Dinur & Nissim, "Revealing information while preserving privacy",
+PODS 2003; Dwork & Roth, "The Algorithmic Foundations of Differential Privacy",
+2014, §8.1.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import optimize, stats
+
+NOISE_KINDS = ("rademacher", "uniform", "rounded_uniform", "gaussian", "laplace")
+
+
+def _check_positive_int(name: str, value, low: int = 1) -> int:
+  if isinstance(value, bool) or int(value) != value or value < low:
+    raise ValueError(f"{name} must be an integer >= {low}, got {value}")
+  return int(value)
+
+
+def _check_noise(noise: str, scale: float) -> None:
+  if noise not in NOISE_KINDS:
+    raise ValueError(f"noise must be one of {NOISE_KINDS}, got {noise!r}")
+  if not (math.isfinite(scale) and scale >= 0):
+    raise ValueError(f"scale must be a finite number >= 0, got {scale}")
+
+
+def _check_secret(secret_N) -> jax.Array:
+  s = jnp.asarray(secret_N, jnp.float32)
+  if s.ndim != 1 or s.shape[0] < 1:
+    raise ValueError(f"secret_N must be a non-empty vector [N], got shape {s.shape}")
+  if not bool(jnp.all((s == 0) | (s == 1))):
+    raise ValueError("secret_N must contain only 0 and 1")
+  return s
+
+
+def noise_std(noise: str, scale: float) -> float:
+  """Standard deviation of one answer's noise for `noise` kind and magnitude `scale`."""
+  _check_noise(noise, scale)
+  if noise == "rademacher":
+    return float(scale)
+  if noise == "uniform":
+    return float(scale) / math.sqrt(3.0)
+  if noise == "rounded_uniform":
+    e = math.floor(scale)
+    return math.sqrt(e * (e + 1) / 3.0)
+  if noise == "gaussian":
+    return float(scale)
+  return math.sqrt(2.0) * float(scale)  # laplace
+
+
+def dp_laplace_scale(total_epsilon: float, num_queries: int) -> float:
+  """Laplace scale b = Q / epsilon for Q counts sharing one epsilon budget.
+
+  Each count has L1 sensitivity 1 (one person's bit changes it by at most 1), so
+  Laplace(Q / epsilon) per answer is (epsilon / Q)-DP and Q answers compose to
+  epsilon-DP (basic composition). The noise grows linearly with Q.
+  """
+  if not (math.isfinite(total_epsilon) and total_epsilon > 0):
+    raise ValueError(f"total_epsilon must be a finite number > 0, got {total_epsilon}")
+  q = _check_positive_int("num_queries", num_queries)
+  return q / float(total_epsilon)
+
+
+def random_subset_queries(key: jax.Array, num_queries: int, num_people: int) -> jax.Array:
+  """Random subsets, each person in each with probability 1/2: float32[Q, N] of 0/1."""
+  q = _check_positive_int("num_queries", num_queries)
+  n = _check_positive_int("num_people", num_people)
+  return jax.random.bernoulli(key, 0.5, (q, n)).astype(jnp.float32)
+
+
+def _noise(key: jax.Array, shape, noise: str, scale: float) -> jax.Array:
+  if noise == "rademacher":
+    return scale * (2.0 * jax.random.bernoulli(key, 0.5, shape).astype(jnp.float32) - 1.0)
+  if noise == "uniform":
+    return jax.random.uniform(key, shape, jnp.float32, -scale, scale)
+  if noise == "rounded_uniform":
+    e = int(math.floor(scale))
+    return jax.random.randint(key, shape, -e, e + 1).astype(jnp.float32)
+  if noise == "gaussian":
+    return scale * jax.random.normal(key, shape, jnp.float32)
+  return scale * jax.random.laplace(key, shape, jnp.float32)
+
+
+def noisy_counts(key: jax.Array, queries_QxN: jax.Array, secret_N: jax.Array,
+                 noise: str, scale: float) -> jax.Array:
+  """Answers each subset count with additive noise: float32[Q].
+
+  Args:
+    key: a jax.random key (used once, for the noise).
+    queries_QxN: 0/1 subset indicators.
+    secret_N: the secret bits, 0/1.
+    noise: one of NOISE_KINDS.
+    scale: the noise magnitude E >= 0 (see the module docstring).
+  Returns:
+    float32[Q]: queries_QxN @ secret_N + noise.
+  """
+  _check_noise(noise, scale)
+  s = jnp.asarray(secret_N, jnp.float32)
+  qm = jnp.asarray(queries_QxN, jnp.float32)
+  if qm.ndim != 2 or s.ndim != 1 or qm.shape[1] != s.shape[0]:
+    raise ValueError(f"queries_QxN [Q, N] and secret_N [N] disagree: {qm.shape}, {s.shape}")
+  return qm @ s + _noise(key, (qm.shape[0],), noise, float(scale))
+
+
+def least_squares_decode(queries_QxN: jax.Array, answers_Q: jax.Array) -> jax.Array:
+  """Least-squares estimate of the bits, rounded: float32[N] of 0/1.
+
+  Solves min_x ||queries_QxN x - answers_Q||_2 (no box constraint; rounding at 1/2
+  is the same as clipping to [0, 1] first). Traceable (jit/vmap).
+  """
+  x, *_ = jnp.linalg.lstsq(queries_QxN, answers_Q)
+  return (x > 0.5).astype(jnp.float32)
+
+
+def lp_decode(queries_QxN, answers_Q) -> np.ndarray:
+  """Dinur–Nissim LP decoding with scipy's HiGHS, rounded: float64[N] of 0/1.
+
+  Solves min_{x, t} sum_j t_j s.t. -t <= answers - Q x <= t, 0 <= x <= 1 (the L1
+  fit of the answers), then rounds x at 1/2. Host-side, one problem at a time;
+  cost grows quickly with Q (a few seconds at Q = 800, N = 100).
+  """
+  a = np.asarray(queries_QxN, np.float64)
+  b = np.asarray(answers_Q, np.float64)
+  if a.ndim != 2 or b.shape != (a.shape[0],):
+    raise ValueError(f"queries_QxN [Q, N] and answers_Q [Q] disagree: {a.shape}, {b.shape}")
+  q, n = a.shape
+  eye = np.eye(q)
+  # Variables z = [x (n), t (q)]; A_ub z <= b_ub encodes Qx - t <= b and -Qx - t <= -b.
+  a_ub = np.block([[a, -eye], [-a, -eye]])
+  b_ub = np.concatenate([b, -b])
+  c = np.concatenate([np.zeros(n), np.ones(q)])
+  bounds = [(0.0, 1.0)] * n + [(0.0, None)] * q
+  res = optimize.linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
+  if res.status != 0:
+    raise RuntimeError(f"linprog failed: {res.message}")
+  return (res.x[:n] > 0.5).astype(np.float64)
+
+
+@functools.partial(jax.jit, static_argnames=("num_queries", "num_trials", "noise"))
+def _trials(key, secret_N, scale, *, num_queries, num_trials, noise):
+  n = secret_N.shape[0]
+
+  def one(k):
+    kq, kn = jax.random.split(k)
+    queries = jax.random.bernoulli(kq, 0.5, (num_queries, n)).astype(jnp.float32)
+    answers = queries @ secret_N + _noise(kn, (num_queries,), noise, scale)
+    return jnp.mean(least_squares_decode(queries, answers) == secret_N)
+
+  return jax.vmap(one)(jax.random.split(key, num_trials))
+
+
+def reconstruction_trials(key: jax.Array, secret_N: jax.Array, *, num_queries: int,
+                          num_trials: int, noise: str, scale: float) -> jax.Array:
+  """Fraction of bits recovered by least squares, for K independent attacks: float32[K].
+
+  All K trials (fresh queries and noise each, same secret) run as one vmapped,
+  jitted program.
+
+  Args:
+    key: a jax.random key; trial k uses jax.random.split(key, K)[k].
+    secret_N: the secret bits (0/1), N >= 1.
+    num_queries: Q >= 1 subset counts per trial.
+    num_trials: K >= 1.
+    noise: one of NOISE_KINDS.
+    scale: noise magnitude E >= 0.
+  Returns:
+    float32[K]: per-trial fraction of the N bits recovered exactly.
+  """
+  s = _check_secret(secret_N)
+  q = _check_positive_int("num_queries", num_queries)
+  k = _check_positive_int("num_trials", num_trials)
+  _check_noise(noise, scale)
+  return _trials(key, s, jnp.float32(scale), num_queries=q, num_trials=k, noise=noise)
+
+
+def majority_baseline(secret_N) -> float:
+  """Accuracy of guessing the majority value for everyone (uses no answers)."""
+  s = np.asarray(_check_secret(secret_N))
+  m = float(s.mean())
+  return max(m, 1.0 - m)
+
+
+def predicted_recovery(num_queries: int, num_people: int, std: float) -> float:
+  """Gaussian approximation to the expected fraction recovered by least squares.
+
+  With Bernoulli(1/2) subsets, Q^T Q ~ (Q/4)(I + 11^T) plus Wishart fluctuations;
+  the mean per-coordinate variance of the least-squares error is about
+  4 std^2 / (Q - N - 1) (the inverse-Wishart mean), and a bit is wrong when its
+  error crosses 1/2 towards the other value (one-sided):
+  P(wrong) ~ Phi(-(1/2) / sqrt(4 std^2 / (Q - N - 1))). Needs Q > N + 1.
+  Treating every coordinate as having the mean variance slightly overstates the
+  recovery when Q is close to N.
+  """
+  q = _check_positive_int("num_queries", num_queries)
+  n = _check_positive_int("num_people", num_people)
+  if q <= n + 1:
+    raise ValueError(f"num_queries must exceed num_people + 1, got {q} <= {n + 1}")
+  if not (math.isfinite(std) and std >= 0):
+    raise ValueError(f"std must be a finite number >= 0, got {std}")
+  if std == 0:
+    return 1.0
+  sd = math.sqrt(4.0 * std ** 2 / (q - n - 1))
+  return float(stats.norm.cdf(0.5 / sd))

@@ -1,5 +1,369 @@
-"""Privacy accounting: composition, RDP, PLD and GDP.
+"""Privacy accounting: composition, RDP, PLD and GDP, behind one front door.
 
-The front door (dpsgd_epsilon, calibrate_noise, Accountant) is added by the
-accounting work; submodules are importable directly.
+The front door answers the two questions a DP-SGD user asks:
+
+* `dpsgd_epsilon(noise_multiplier, sampling_prob, num_steps, delta)`: the eps that
+  T steps of Poisson-sampled DP-SGD spend (add/remove-one neighbours).
+* `calibrate_noise(target_epsilon, sampling_prob, num_steps, delta)`: the smallest
+  noise multiplier that keeps eps <= target.
+
+Both take `accountant="rdp"` (exact RDP at integer and fractional orders, Balle et
+al. 2020 conversion; `rdp.py`) or `"pld"` (the privacy-loss-distribution accountant
+of `pld.py`, usually tighter). `Accountant` composes heterogeneous events
+(different sigma per phase, a Laplace release plus DP-SGD, ...) and reads eps(delta)
+or delta(eps).
+
+Submodules: `composition` (basic / advanced / optimal homogeneous), `rdp`, `pld`,
+`gdp` (mu-GDP, exact Gaussian, trade-off curves, the DP-SGD CLT approximation).
+Everything runs on the host (NumPy/SciPy, float64).
+
+Examples:
+  >>> round(dpsgd_epsilon(1.0, 0.01, 10_000, 1e-5), 2)
+  6.71
+  >>> acct = Accountant().compose_subsampled_gaussian(1.0, 0.01, count=10_000)
+  >>> round(acct.epsilon(1e-5), 2)
+  6.71
 """
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Optional
+
+import numpy as np
+
+from dpjax.accounting import composition  # noqa: F401  (re-exported submodule)
+from dpjax.accounting import gdp
+from dpjax.accounting import rdp
+from dpjax.accounting.gdp import (  # noqa: F401  (re-exported helpers)
+    compose_mu, gaussian_delta, gaussian_epsilon, mu_for_epsilon, tradeoff_tpr)
+
+_ACCOUNTANTS = ("rdp", "pld")
+# calibrate_noise searches noise multipliers in this range.
+NOISE_MULTIPLIER_RANGE = (0.1, 1e6)
+
+
+# ----------------------------------------------------------------------------
+# validation
+
+
+def _check_sigma(noise_multiplier) -> float:
+  try:
+    s = float(noise_multiplier)
+  except (TypeError, ValueError):
+    raise ValueError(f"noise_multiplier must be a finite number > 0, got {noise_multiplier!r}") from None
+  if not math.isfinite(s) or s <= 0:
+    raise ValueError(f"noise_multiplier must be finite and > 0, got {noise_multiplier!r}")
+  return s
+
+
+def _check_q(sampling_prob) -> float:
+  try:
+    q = float(sampling_prob)
+  except (TypeError, ValueError):
+    raise ValueError(f"sampling_prob must be in (0, 1], got {sampling_prob!r}") from None
+  if not (0.0 < q <= 1.0):
+    raise ValueError(f"sampling_prob must be in (0, 1], got {sampling_prob!r}")
+  return q
+
+
+def _check_int(value, name: str, minimum: int = 1) -> int:
+  if isinstance(value, (bool, np.bool_)):
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+  try:
+    f = float(value)
+  except (TypeError, ValueError):
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}") from None
+  if not math.isfinite(f) or f != int(f) or f < minimum:
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+  return int(f)
+
+
+def _check_delta(delta, dataset_size: Optional[int] = None) -> float:
+  try:
+    d = float(delta)
+  except (TypeError, ValueError):
+    raise ValueError(f"delta must be in (0, 1), got {delta!r}") from None
+  if not (0.0 < d < 1.0):
+    raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+  if dataset_size is not None:
+    n = _check_int(dataset_size, "dataset_size")
+    if d >= 1.0 / n:
+      warnings.warn(
+          f"delta = {d:g} >= 1/dataset_size = {1.0 / n:g}: a mechanism that publishes one "
+          "random record in full satisfies this (eps, delta); use delta << 1/n.",
+          UserWarning, stacklevel=3)
+  return d
+
+
+def _check_epsilon(epsilon, name: str = "epsilon", allow_zero: bool = True) -> float:
+  try:
+    e = float(epsilon)
+  except (TypeError, ValueError):
+    raise ValueError(f"{name} must be a finite number >= 0, got {epsilon!r}") from None
+  if not math.isfinite(e) or e < 0 or (e == 0 and not allow_zero):
+    bound = ">= 0" if allow_zero else "> 0"
+    raise ValueError(f"{name} must be finite and {bound}, got {epsilon!r}")
+  return e
+
+
+def _check_accountant(accountant: str) -> str:
+  if accountant not in _ACCOUNTANTS:
+    raise ValueError(f"accountant must be one of {_ACCOUNTANTS}, got {accountant!r}")
+  return accountant
+
+
+def _pld_module():
+  """Imports the PLD accountant lazily (it is optional for the RDP path)."""
+  from dpjax.accounting import pld  # pylint: disable=import-outside-toplevel
+  return pld
+
+
+# ----------------------------------------------------------------------------
+# DP-SGD front door
+
+
+def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
+                  delta: float, accountant: str = "rdp", *,
+                  dataset_size: Optional[int] = None,
+                  rdp_method: str = "balle2020", orders=None) -> float:
+  """eps spent by T steps of DP-SGD with Poisson sampling, at the given delta.
+
+  The mechanism accounted for: each step includes every record independently with
+  probability q, sums per-example gradients clipped to L2 norm C, and adds
+  N(0, sigma^2 C^2 I). Neighbouring datasets differ by adding or removing one record.
+  Shuffling, fixed-size batches or tuning on private data are NOT modelled.
+
+  Args:
+    noise_multiplier: sigma > 0 (noise std / clip norm).
+    sampling_prob: q in (0, 1].
+    num_steps: T, an integer >= 1.
+    delta: in (0, 1).
+    accountant: "rdp" (default) or "pld".
+    dataset_size: optional n; warns when delta >= 1/n.
+    rdp_method: RDP conversion, "balle2020" (default) or "classic" (rdp only).
+    orders: RDP orders (rdp only); default `rdp.DEFAULT_ORDERS`.
+  Returns:
+    eps (float).
+
+  Examples:
+    >>> round(dpsgd_epsilon(1.5, 0.04, 2250, 1e-5), 6)   # Opacus's test setting
+    7.329111
+  """
+  sigma = _check_sigma(noise_multiplier)
+  q = _check_q(sampling_prob)
+  steps = _check_int(num_steps, "num_steps")
+  d = _check_delta(delta, dataset_size)
+  _check_accountant(accountant)
+  if accountant == "pld":
+    return float(_pld_module().dpsgd_epsilon(sigma, q, steps, d))
+  o, r = rdp.dpsgd_rdp(sigma, q, steps, orders)
+  return rdp.rdp_to_epsilon(o, r, d, method=rdp_method)[0]
+
+
+def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
+                    delta: float, accountant: str = "rdp", *,
+                    dataset_size: Optional[int] = None, rtol: float = 1e-4,
+                    rdp_method: str = "balle2020") -> float:
+  """Smallest noise multiplier with dpsgd_epsilon(...) <= target_epsilon.
+
+  Bisection in log(sigma) until the bracket is within `rtol` relative; the
+  returned sigma is the upper end, so it always meets the target.
+
+  Args:
+    target_epsilon: eps > 0.
+    sampling_prob: q in (0, 1].
+    num_steps: T >= 1.
+    delta: in (0, 1).
+    accountant: "rdp" or "pld".
+    dataset_size: optional n; warns when delta >= 1/n.
+    rtol: relative precision of sigma (default 1e-4).
+    rdp_method: conversion for the RDP accountant.
+  Returns:
+    sigma (float).
+  Raises:
+    ValueError: for bad input, or when no sigma in NOISE_MULTIPLIER_RANGE reaches
+      the target (or even the smallest one does, so the answer lies below the range).
+
+  Examples:
+    >>> round(calibrate_noise(1.0, 50 / 4000, 1600, 1e-5), 2)   # lecture: 2.19
+    2.19
+  """
+  target = _check_epsilon(target_epsilon, "target_epsilon", allow_zero=False)
+  q = _check_q(sampling_prob)
+  steps = _check_int(num_steps, "num_steps")
+  d = _check_delta(delta, dataset_size)
+  _check_accountant(accountant)
+  if not (0 < rtol < 1):
+    raise ValueError(f"rtol must be in (0, 1), got {rtol}")
+
+  def eps(s):
+    return dpsgd_epsilon(s, q, steps, d, accountant, rdp_method=rdp_method)
+
+  s_min, s_max = NOISE_MULTIPLIER_RANGE
+  if accountant == "pld":
+    # PLD is at least as tight as RDP: bracket from the (cheap) RDP answer.
+    hi = calibrate_noise(target, q, steps, d, "rdp", rtol=min(rtol, 1e-3))
+    while eps(hi) > target:
+      hi *= 1.25
+      if hi > s_max:
+        raise ValueError(f"target_epsilon={target} is not reached by any noise_multiplier "
+                         f"<= {s_max:g} (accountant='pld')")
+    lo = hi / 1.25
+    while eps(lo) <= target:
+      hi, lo = lo, lo / 1.25
+      if lo < s_min:
+        raise ValueError(f"target_epsilon={target} is already met at noise_multiplier "
+                         f"{s_min:g}, the lower end of the supported range")
+  else:
+    if eps(s_max) > target:
+      raise ValueError(f"target_epsilon={target} is not reached by any noise_multiplier in "
+                       f"[{s_min:g}, {s_max:g}] (q={q}, T={steps}, delta={d:g})")
+    if eps(s_min) <= target:
+      raise ValueError(f"target_epsilon={target} is already met at noise_multiplier "
+                       f"{s_min:g}, the lower end of the supported range")
+    lo, hi = s_min, s_max
+  while hi / lo - 1.0 > rtol:
+    mid = math.sqrt(lo * hi)
+    if eps(mid) <= target:
+      hi = mid
+    else:
+      lo = mid
+  return float(hi)
+
+
+# ----------------------------------------------------------------------------
+# composable accountant
+
+
+class Accountant:
+  """Composes heterogeneous privacy events and reports eps(delta) or delta(eps).
+
+  Events: Gaussian, Laplace, randomized response, and the Poisson-subsampled
+  Gaussian (one DP-SGD step), each any number of times. With accountant="rdp" the
+  RDP curves are added order by order (exact); with "pld" the privacy-loss
+  distributions are convolved (`pld.py`).
+
+  Neighbouring relation: the subsampled Gaussian is accounted for add/remove-one
+  neighbours; Gaussian and Laplace events are accounted through the sensitivity
+  you pass (which must be computed for the relation you claim); randomized
+  response is a replace-one (local) guarantee. A warning is raised when
+  randomized response is mixed with subsampled-Gaussian events.
+
+  Args:
+    accountant: "rdp" (default) or "pld".
+    orders: RDP orders (rdp only), default `rdp.DEFAULT_ORDERS`.
+    rdp_method: RDP -> (eps, delta) conversion, "balle2020" or "classic".
+
+  Examples:
+    >>> acct = Accountant()
+    >>> _ = acct.compose_gaussian(100.0, count=10_000)   # mu0 = 0.01, k = 1e4
+    >>> round(acct.epsilon(1e-5), 2)                       # exact: 4.38
+    4.73
+  """
+
+  def __init__(self, accountant: str = "rdp", orders=None, rdp_method: str = "balle2020"):
+    self.accountant = _check_accountant(accountant)
+    if rdp_method not in ("balle2020", "classic"):
+      raise ValueError(f"rdp_method must be 'balle2020' or 'classic', got {rdp_method!r}")
+    self.rdp_method = rdp_method
+    self.orders = rdp.DEFAULT_ORDERS.copy() if orders is None else rdp._check_orders(orders)  # pylint: disable=protected-access
+    self._rdp = np.zeros_like(self.orders)
+    self._pld = None
+    self.events: list[tuple[str, dict, int]] = []
+
+  def _add(self, name: str, params: dict, count, rdp_fn, pld_fn) -> "Accountant":
+    k = _check_int(count, "count")
+    if self.accountant == "rdp":
+      self._rdp = self._rdp + k * rdp_fn(self.orders)
+    else:
+      dist = pld_fn()
+      if k > 1:
+        dist = dist.self_compose(k)
+      self._pld = dist if self._pld is None else self._pld.compose(dist)
+    self.events.append((name, dict(params), k))
+    return self
+
+  def compose_gaussian(self, noise_multiplier: float, count: int = 1) -> "Accountant":
+    """Adds `count` Gaussian mechanisms with noise std = noise_multiplier * L2 sensitivity."""
+    s = _check_sigma(noise_multiplier)
+    return self._add("gaussian", {"noise_multiplier": s}, count,
+                     lambda o: rdp.gaussian_rdp(s, o),
+                     lambda: _pld_module().gaussian_pld(s, sampling_prob=1.0))
+
+  def compose_subsampled_gaussian(self, noise_multiplier: float, sampling_prob: float,
+                                  count: int = 1) -> "Accountant":
+    """Adds `count` Poisson-subsampled Gaussian steps (DP-SGD steps)."""
+    s = _check_sigma(noise_multiplier)
+    q = _check_q(sampling_prob)
+    if any(e[0] == "randomized_response" for e in self.events):
+      self._warn_mixed()
+    return self._add("subsampled_gaussian", {"noise_multiplier": s, "sampling_prob": q}, count,
+                     lambda o: rdp.subsampled_gaussian_rdp(q, s, o),
+                     lambda: _pld_module().gaussian_pld(s, sampling_prob=q))
+
+  def compose_laplace(self, scale: float, sensitivity: float = 1.0,
+                      count: int = 1) -> "Accountant":
+    """Adds `count` Laplace mechanisms with noise scale b and L1 sensitivity Delta."""
+    b = rdp._check_positive(scale, "scale")  # pylint: disable=protected-access
+    dl = rdp._check_positive(sensitivity, "sensitivity")  # pylint: disable=protected-access
+    return self._add("laplace", {"scale": b, "sensitivity": dl}, count,
+                     lambda o: rdp.laplace_rdp(b, o, sensitivity=dl),
+                     lambda: _pld_module().laplace_pld(b, sensitivity=dl))
+
+  def compose_randomized_response(self, epsilon: float, count: int = 1,
+                                  num_buckets: int = 2) -> "Accountant":
+    """Adds `count` k-ary randomized responses, each eps-DP (replace-one)."""
+    e = _check_epsilon(epsilon, "epsilon", allow_zero=False)
+    if any(ev[0] == "subsampled_gaussian" for ev in self.events):
+      self._warn_mixed()
+
+    def pld_fn():
+      pld = _pld_module()
+      fn = getattr(pld, "randomized_response_pld", None)
+      if fn is None:
+        raise ValueError("randomized response is not available with accountant='pld' "
+                         "(pld.randomized_response_pld is missing); use accountant='rdp'")
+      return fn(e, num_buckets=num_buckets)
+
+    return self._add("randomized_response", {"epsilon": e, "num_buckets": num_buckets}, count,
+                     lambda o: rdp.randomized_response_rdp(e, o, num_buckets=num_buckets),
+                     pld_fn)
+
+  @staticmethod
+  def _warn_mixed():
+    warnings.warn("Accountant: randomized response (replace-one) composed with subsampled "
+                  "Gaussian steps (add/remove-one); the total holds only for a relation "
+                  "under which both guarantees are valid.", UserWarning, stacklevel=3)
+
+  def epsilon(self, delta: float, dataset_size: Optional[int] = None) -> float:
+    """eps of everything composed so far, at `delta` in (0, 1)."""
+    d = _check_delta(delta, dataset_size)
+    if not self.events:
+      return 0.0
+    if self.accountant == "rdp":
+      return rdp.rdp_to_epsilon(self.orders, self._rdp, d, method=self.rdp_method)[0]
+    return float(self._pld.epsilon(d))
+
+  def delta(self, epsilon: float) -> float:
+    """delta of everything composed so far, at `epsilon` >= 0."""
+    e = _check_epsilon(epsilon)
+    if not self.events:
+      return 0.0
+    if self.accountant == "rdp":
+      return rdp.rdp_to_delta(self.orders, self._rdp, e, method=self.rdp_method)[0]
+    return float(self._pld.delta(e))
+
+  def rdp_curve(self) -> tuple[np.ndarray, np.ndarray]:
+    """(orders [A], composed RDP [A]); only for accountant="rdp"."""
+    if self.accountant != "rdp":
+      raise ValueError("rdp_curve is only available for accountant='rdp'")
+    return self.orders.copy(), self._rdp.copy()
+
+
+__all__ = [
+    "Accountant", "NOISE_MULTIPLIER_RANGE", "calibrate_noise", "composition",
+    "compose_mu", "dpsgd_epsilon", "gaussian_delta", "gaussian_epsilon", "gdp",
+    "mu_for_epsilon", "rdp", "tradeoff_tpr",
+]

@@ -37,7 +37,8 @@ from dpjax.accounting import composition  # noqa: F401  (re-exported submodule)
 from dpjax.accounting import gdp
 from dpjax.accounting import rdp
 from dpjax.accounting.gdp import (  # noqa: F401  (re-exported helpers)
-    compose_mu, gaussian_delta, gaussian_epsilon, mu_for_epsilon, tradeoff_tpr)
+    compose_mu, dpsgd_clt_epsilon, dpsgd_clt_mu, gaussian_delta, gaussian_epsilon,
+    mu_for_epsilon, tradeoff_tpr)
 
 _ACCOUNTANTS = ("rdp", "pld")
 # calibrate_noise searches noise multipliers in this range.
@@ -364,6 +365,6 @@ class Accountant:
 
 __all__ = [
     "Accountant", "NOISE_MULTIPLIER_RANGE", "calibrate_noise", "composition",
-    "compose_mu", "dpsgd_epsilon", "gaussian_delta", "gaussian_epsilon", "gdp",
+    "compose_mu", "dpsgd_clt_epsilon", "dpsgd_clt_mu", "dpsgd_epsilon", "gaussian_delta", "gaussian_epsilon", "gdp",
     "mu_for_epsilon", "rdp", "tradeoff_tpr",
 ]

@@ -1,0 +1,209 @@
+"""Membership-inference attacks: global loss threshold, Shokri shadow models, LiRA.
+
+The setting of LiRA's reference code (Carlini et al. 2022): M models are trained,
+model m on the records n with keep_MxN[m, n] = True, from one pool of N records.
+Every model in turn is the target and all the others are its shadow models, so one
+vmapped training run (`dpsgd.train_many`) yields scores for all M x N
+(model, record) pairs; `metrics.roc_curve(scores.ravel(), keep.ravel())` is then the
+attack's ROC. Higher score = "member".
+
+Attacks, all on host arrays (NumPy, float64):
+  * `loss_attack_scores` -- Yeom et al. 2018: one global threshold on the loss.
+  * `shokri_attack_scores` -- Shokri et al. 2017: per-class attack models trained on
+    the shadow models' confidences. For a binary model the confidence vector is one
+    number, p(y|x), so each per-class attack model is a 1-D logistic regression on
+    its logit (i.e. a calibrated threshold).
+  * `lira_scores` -- LiRA, online (Gaussians for IN and OUT per record) or offline
+    (OUT only, one-sided), on the logit-scaled confidence
+    phi = log(p(y|x) / (1 - p(y|x))), optionally with one variance shared by all
+    records (`fixed_variance`, better with few shadow models).
+
+Shape letters: M models, N records, K classes.
+
+Examples:
+  >>> import numpy as np
+  >>> rng = np.random.default_rng(0)
+  >>> keep = rng.random((64, 50)) < 0.5
+  >>> offset = rng.normal(0, 3, 50)[None, :]                 # per-record difficulty
+  >>> phi = offset + 1.5 * keep + rng.normal(0, 0.5, keep.shape)
+  >>> from dpjax import metrics
+  >>> lira = metrics.roc_auc(lira_scores(phi, keep), keep)
+  >>> glob = metrics.roc_auc(phi, keep)                      # one global threshold
+  >>> bool(lira > 0.95 > glob)
+  True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import special, stats
+
+_MIN_STD = 1e-6
+
+
+def _check_keep(keep_MxN, shape, name="keep_MxN") -> np.ndarray:
+  keep = np.asarray(keep_MxN)
+  if keep.shape != tuple(shape):
+    raise ValueError(f"{name} must have shape {tuple(shape)}, got {keep.shape}")
+  if not np.all((keep == 0) | (keep == 1)):
+    raise ValueError(f"{name} must be boolean")
+  return keep.astype(bool)
+
+
+def _check_2d(x, name) -> np.ndarray:
+  x = np.asarray(x, np.float64)
+  if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 1:
+    raise ValueError(f"{name} must have shape [M >= 2, N >= 1], got {x.shape}")
+  if not np.all(np.isfinite(x)):
+    raise ValueError(f"{name} contains NaN or inf")
+  return x
+
+
+def logit_confidence(logits, labels_N) -> np.ndarray:
+  """phi = log p(y|x) - log(1 - p(y|x)), computed stably from logits.
+
+  Args:
+    logits: float[M, N] (binary model: one logit, p(y=1|x) = sigmoid(logit)) or
+      float[M, N, K] (softmax over K classes).
+    labels_N: int[N] true labels (0/1 for binary, in [0, K) otherwise).
+  Returns:
+    float64[M, N].
+
+  Examples:
+    >>> import numpy as np
+    >>> logit_confidence(np.array([[2.0, 2.0]]), np.array([1, 0]))
+    array([[ 2., -2.]])
+  """
+  z = np.asarray(logits, np.float64)
+  y = np.asarray(labels_N)
+  if z.ndim == 3 and z.shape[2] == 1:
+    z = z[:, :, 0]
+  if z.ndim == 2:
+    if y.shape != (z.shape[1],) or not np.all((y == 0) | (y == 1)):
+      raise ValueError(f"labels_N must be 0/1 of shape ({z.shape[1]},)")
+    return np.where(y[None, :] == 1, z, -z)
+  if z.ndim != 3:
+    raise ValueError(f"logits must be [M, N] or [M, N, K], got {z.shape}")
+  k = z.shape[2]
+  if y.shape != (z.shape[1],) or np.any(y < 0) or np.any(y >= k):
+    raise ValueError(f"labels_N must be ints in [0, {k}) of shape ({z.shape[1]},)")
+  zy = np.take_along_axis(z, y[None, :, None].repeat(z.shape[0], 0), axis=2)[:, :, 0]
+  others = np.where(np.arange(k)[None, None, :] == y[None, :, None], -np.inf, z)
+  return zy - special.logsumexp(others, axis=2)
+
+
+def loss_attack_scores(losses_MxN) -> np.ndarray:
+  """Yeom et al.'s global loss-threshold attack: score = -loss (low loss = member).
+
+  Every threshold on this score is one attack; Yeom's own threshold is the mean
+  training loss, and `metrics.advantage` gives the best one in hindsight.
+  """
+  x = np.asarray(losses_MxN, np.float64)
+  if x.ndim != 2 or not np.all(np.isfinite(x)):
+    raise ValueError(f"losses_MxN must be a finite [M, N] array, got shape {x.shape}")
+  return -x
+
+
+def _leave_one_out_moments(phi, mask):
+  """Per (target m, record n): count, mean and variance of phi over models != m in mask."""
+  w = mask.astype(np.float64)
+  c = w.sum(0)[None, :] - w
+  s1 = (w * phi).sum(0)[None, :] - w * phi
+  s2 = (w * phi * phi).sum(0)[None, :] - w * phi * phi
+  with np.errstate(invalid="ignore", divide="ignore"):
+    mean = s1 / c
+    var = np.maximum(s2 / c - mean * mean, 0.0)
+  return c, mean, var
+
+
+def lira_scores(phi_MxN, keep_MxN, *, online: bool = True,
+                fixed_variance: bool = False) -> np.ndarray:
+  """LiRA scores for every (target model, record), the other models as shadows.
+
+  Args:
+    phi_MxN: logit-scaled confidences of every model on every record
+      (`logit_confidence`).
+    keep_MxN: bool, record n was in model m's training set.
+    online: True = likelihood ratio of two per-record Gaussians fitted to the
+      shadows that did (IN) / did not (OUT) train on the record; False = offline
+      LiRA, the one-sided log P(OUT <= phi) under the OUT Gaussian only.
+    fixed_variance: use one standard deviation per side pooled over all records
+      instead of per-record ones. Records with fewer than 2 shadows on a side
+      also fall back to the pooled value (and with 0 shadows the score is 0).
+  Returns:
+    float64[M, N] scores, higher = member.
+  """
+  phi = _check_2d(phi_MxN, "phi_MxN")
+  keep = _check_keep(keep_MxN, phi.shape)
+  c_out, m_out, v_out = _leave_one_out_moments(phi, ~keep)
+  pooled_out = np.sqrt(np.nanmean(np.where(c_out >= 2, v_out, np.nan)))
+  pooled_out = pooled_out if np.isfinite(pooled_out) else 1.0
+  s_out = np.sqrt(v_out)
+  if fixed_variance:
+    s_out = np.full_like(s_out, pooled_out)
+  s_out = np.maximum(np.where(c_out >= 2, s_out, pooled_out), _MIN_STD)
+  if not online:
+    z = (phi - m_out) / s_out
+    return np.where(c_out >= 1, stats.norm.logcdf(z), 0.0)
+  c_in, m_in, v_in = _leave_one_out_moments(phi, keep)
+  pooled_in = np.sqrt(np.nanmean(np.where(c_in >= 2, v_in, np.nan)))
+  pooled_in = pooled_in if np.isfinite(pooled_in) else pooled_out
+  s_in = np.sqrt(v_in)
+  if fixed_variance:
+    s_in = np.full_like(s_in, pooled_in)
+  s_in = np.maximum(np.where(c_in >= 2, s_in, pooled_in), _MIN_STD)
+  score = (stats.norm.logpdf(phi, m_in, s_in) - stats.norm.logpdf(phi, m_out, s_out))
+  return np.where((c_in >= 1) & (c_out >= 1), score, 0.0)
+
+
+def _fit_logistic_1d(x_SxP, y_SxP, w_SxP, iters: int = 30):
+  """Weighted 1-D logistic regressions (a + b x), one per row S, by Newton's method."""
+  a = np.zeros(x_SxP.shape[0])
+  b = np.zeros(x_SxP.shape[0])
+  ridge = 1e-6 * w_SxP.sum(1)
+  for _ in range(iters):
+    p = special.expit(a[:, None] + b[:, None] * x_SxP)
+    r = w_SxP * (p - y_SxP)
+    h = w_SxP * p * (1 - p)
+    g_a, g_b = r.sum(1) + ridge * a, (r * x_SxP).sum(1) + ridge * b
+    h_aa = h.sum(1) + ridge
+    h_ab = (h * x_SxP).sum(1)
+    h_bb = (h * x_SxP * x_SxP).sum(1) + ridge
+    det = h_aa * h_bb - h_ab * h_ab
+    a = a - (h_bb * g_a - h_ab * g_b) / det
+    b = b - (h_aa * g_b - h_ab * g_a) / det
+  return a, b
+
+
+def shokri_attack_scores(phi_MxN, labels_N, keep_MxN) -> np.ndarray:
+  """Shokri et al.'s shadow-model attack for a binary (or one-confidence) model.
+
+  For each target m and each class c, an attack model (logistic regression on the
+  logit-scaled confidence phi) is trained on the other models' (phi, member)
+  pairs of records with label c; its predicted membership log-odds on model m's
+  records of class c is the score.
+
+  Args:
+    phi_MxN: logit-scaled confidence p(y|x) (`logit_confidence`).
+    labels_N: int[N] class of each record.
+    keep_MxN: bool membership.
+  Returns:
+    float64[M, N] scores (membership log-odds), higher = member.
+  """
+  phi = _check_2d(phi_MxN, "phi_MxN")
+  keep = _check_keep(keep_MxN, phi.shape)
+  y = np.asarray(labels_N)
+  if y.shape != (phi.shape[1],):
+    raise ValueError(f"labels_N must have shape ({phi.shape[1]},), got {y.shape}")
+  m_models = phi.shape[0]
+  out = np.zeros_like(phi)
+  scale = np.std(phi) + 1e-12
+  for c in np.unique(y):
+    cols = y == c
+    x = (phi[:, cols] / scale).reshape(1, -1)                       # [1, M * Nc]
+    member = keep[:, cols].reshape(1, -1).astype(np.float64)
+    owner = np.repeat(np.arange(m_models), cols.sum())[None, :]
+    w = (owner != np.arange(m_models)[:, None]).astype(np.float64)  # [M, M * Nc]
+    a, b = _fit_logistic_1d(np.broadcast_to(x, w.shape), np.broadcast_to(member, w.shape), w)
+    out[:, cols] = a[:, None] + b[:, None] * phi[:, cols] / scale
+  return out

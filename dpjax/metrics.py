@@ -1,0 +1,205 @@
+"""Metrics for attacks and models: ROC, AUC, advantage, TPR at fixed FPR, per-group rates.
+
+Membership scores follow one convention throughout dpjax: a higher score means
+"more likely a member" (label 1). A random guess has TPR = FPR at every threshold
+(the noise floor); Carlini et al. (2022) argue for reporting TPR at a low FPR
+(1%, 0.1%) on a log-log ROC rather than AUC or accuracy.
+
+All functions run on the host (NumPy) in float64.
+
+Shape letters: K scored (model, record) pairs, G groups.
+
+Examples:
+  >>> import numpy as np
+  >>> scores = np.array([0.9, 0.8, 0.3, 0.2]); labels = np.array([1, 0, 1, 0])
+  >>> roc_auc(scores, labels)
+  0.75
+  >>> advantage(scores, labels)
+  0.5
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+
+def _check(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray]:
+  s = np.asarray(scores_K, np.float64).reshape(-1)
+  y = np.asarray(labels_K).reshape(-1)
+  if s.shape != y.shape:
+    raise ValueError(f"scores_K and labels_K must have the same size, got {s.shape} and {y.shape}")
+  if np.any(np.isnan(s)):
+    raise ValueError("scores_K contains NaN")
+  if not np.all((y == 0) | (y == 1)):
+    raise ValueError("labels_K must be 0/1 (or bool)")
+  y = y.astype(bool)
+  if y.all() or not y.any():
+    raise ValueError("labels_K must contain both members (1) and non-members (0)")
+  return s, y
+
+
+def roc_curve(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """ROC of the tests "member iff score >= t" over every distinct score t.
+
+  Args:
+    scores_K: float[K], higher = member.
+    labels_K: {0, 1}[K], 1 = member; both classes must occur.
+  Returns:
+    (fpr, tpr, thresholds): float64 arrays of length (#distinct scores + 1), starting
+    at (0, 0) with threshold +inf and ending at (1, 1); ties share a point.
+  """
+  s, y = _check(scores_K, labels_K)
+  order = np.argsort(-s, kind="stable")
+  s, y = s[order], y[order]
+  last = np.r_[np.nonzero(np.diff(s))[0], s.size - 1]   # last index of each tie block
+  tp = np.cumsum(y)[last]
+  fp = (last + 1) - tp
+  tpr = np.r_[0.0, tp / y.sum()]
+  fpr = np.r_[0.0, fp / (~y).sum()]
+  return fpr, tpr, np.r_[np.inf, s[last]]
+
+
+def roc_auc(scores_K, labels_K) -> float:
+  """Area under the ROC = P(member score > non-member score) + P(tie)/2."""
+  fpr, tpr, _ = roc_curve(scores_K, labels_K)
+  return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
+
+
+def auc(fpr, tpr) -> float:
+  """Trapezoidal area under a curve given by increasing `fpr` points."""
+  fpr = np.asarray(fpr, np.float64)
+  tpr = np.asarray(tpr, np.float64)
+  if fpr.shape != tpr.shape or fpr.ndim != 1 or fpr.size < 2:
+    raise ValueError("fpr and tpr must be 1-D arrays of the same length >= 2")
+  if np.any(np.diff(fpr) < 0):
+    raise ValueError("fpr must be non-decreasing")
+  return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
+
+
+def advantage(scores_K, labels_K) -> float:
+  """Membership advantage max_t (TPR - FPR) (Yeom et al. 2018), in [0, 1]."""
+  fpr, tpr, _ = roc_curve(scores_K, labels_K)
+  return float(np.max(tpr - fpr))
+
+
+def balanced_accuracy(scores_K, labels_K) -> float:
+  """Best balanced accuracy over thresholds, (1 + advantage) / 2."""
+  return 0.5 * (1.0 + advantage(scores_K, labels_K))
+
+
+def tpr_at_fpr(scores_K, labels_K, fpr: float | Sequence[float]):
+  """Highest TPR among thresholds whose FPR is <= `fpr` (no interpolation).
+
+  Args:
+    scores_K, labels_K: as in `roc_curve`.
+    fpr: target false-positive rate(s) in [0, 1].
+  Returns:
+    float (or float64 array for a sequence of targets). The noise floor is TPR = fpr.
+
+  Examples:
+    >>> import numpy as np
+    >>> tpr_at_fpr(np.arange(10.0), np.array([0] * 5 + [1] * 5), 0.0)
+    1.0
+  """
+  target = np.asarray(fpr, np.float64)
+  if np.any(np.isnan(target)) or np.any(target < 0) or np.any(target > 1):
+    raise ValueError(f"fpr must be in [0, 1], got {fpr}")
+  f, t, _ = roc_curve(scores_K, labels_K)
+  # f is non-decreasing, t non-decreasing: the best point with f <= target is the last one.
+  idx = np.searchsorted(f, target, side="right") - 1
+  out = t[idx]
+  return float(out) if out.ndim == 0 else out
+
+
+def dp_tpr_bound(fpr, epsilon: float, delta: float = 0.0):
+  """Highest TPR any attack can reach at `fpr` against an (eps, delta)-DP mechanism.
+
+  min(1, e^eps FPR + delta, 1 - e^-eps (1 - delta - FPR)) (Kairouz et al. 2015).
+
+  Examples:
+    >>> round(dp_tpr_bound(0.01, 2.0, 1e-5), 3)           # lecture §6.1: 0.074
+    0.074
+  """
+  f = np.asarray(fpr, np.float64)
+  if np.any(np.isnan(f)) or np.any(f < 0) or np.any(f > 1):
+    raise ValueError(f"fpr must be in [0, 1], got {fpr}")
+  if not (epsilon >= 0):
+    raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+  if not (0 <= delta < 1):
+    raise ValueError(f"delta must be in [0, 1), got {delta}")
+  out = np.minimum(np.minimum(1.0, np.exp(epsilon) * f + delta),
+                   1.0 - np.exp(-epsilon) * np.maximum(1.0 - delta - f, 0.0))
+  return float(out) if out.ndim == 0 else out
+
+
+def accuracy(predictions_K, labels_K) -> float:
+  """Fraction of equal entries."""
+  p = np.asarray(predictions_K).reshape(-1)
+  y = np.asarray(labels_K).reshape(-1)
+  if p.shape != y.shape or p.size == 0:
+    raise ValueError("predictions_K and labels_K must be non-empty and of the same size")
+  return float(np.mean(p == y))
+
+
+def per_group_rates(predictions_K, labels_K, groups_K) -> dict:
+  """Accuracy, positive rate, TPR and FPR per group (for disparate-impact reports).
+
+  Args:
+    predictions_K, labels_K: {0, 1}[K].
+    groups_K: int[K] group ids.
+  Returns:
+    {group id: {"n", "accuracy", "positive_rate", "tpr", "fpr"}}; a rate is NaN when
+    its denominator is empty.
+  """
+  p = np.asarray(predictions_K).reshape(-1).astype(int)
+  y = np.asarray(labels_K).reshape(-1).astype(int)
+  g = np.asarray(groups_K).reshape(-1)
+  if not (p.shape == y.shape == g.shape) or p.size == 0:
+    raise ValueError("predictions_K, labels_K and groups_K must be non-empty and of one size")
+  out = {}
+  for gid in np.unique(g):
+    m = g == gid
+    pos, neg = m & (y == 1), m & (y == 0)
+    out[int(gid)] = {
+        "n": int(m.sum()),
+        "accuracy": float(np.mean(p[m] == y[m])),
+        "positive_rate": float(np.mean(p[m])),
+        "tpr": float(np.mean(p[pos])) if pos.any() else float("nan"),
+        "fpr": float(np.mean(p[neg])) if neg.any() else float("nan"),
+    }
+  return out
+
+
+def plot_roc_loglog(ax, curves: Mapping[str, tuple], *, floor: bool = True,
+                    min_rate: float = 1e-4, title: str | None = None):
+  """Draws ROC curves on log-log axes (Carlini et al. 2022 style).
+
+  Args:
+    ax: a matplotlib Axes.
+    curves: {label: (fpr, tpr)} arrays, e.g. from `roc_curve`.
+    floor: also draw the noise floor TPR = FPR.
+    min_rate: lower axis limit (> 0).
+    title: optional axes title.
+  Returns:
+    ax.
+  """
+  if not (0 < min_rate < 1):
+    raise ValueError(f"min_rate must be in (0, 1), got {min_rate}")
+  for label, (f, t) in curves.items():
+    f = np.maximum(np.asarray(f, np.float64), min_rate)
+    t = np.maximum(np.asarray(t, np.float64), min_rate)
+    ax.plot(f, t, label=label, lw=1.3)
+  if floor:
+    ax.plot([min_rate, 1], [min_rate, 1], "k--", lw=0.8, label="noise floor (TPR = FPR)")
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlim(min_rate, 1)
+  ax.set_ylim(min_rate, 1)
+  ax.set_xlabel("false-positive rate")
+  ax.set_ylabel("true-positive rate")
+  if title:
+    ax.set_title(title)
+  ax.legend(fontsize=7, loc="lower right")
+  return ax

@@ -47,7 +47,7 @@ Examples:
   1.828
   >>> pld = gaussian_pld(2.0).self_compose(100)   # exact: mu = 5
   >>> round(pld.epsilon(1e-5), 4)
-  24.2166
+  33.1037
 """
 
 from __future__ import annotations

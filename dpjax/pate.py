@@ -1,0 +1,528 @@
+"""PATE: teachers on disjoint data, noisy-argmax aggregation, RDP accounting, a student.
+
+Private Aggregation of Teacher Ensembles (Papernot et al. 2017, 2018):
+
+  1. split the private records into M disjoint partitions (`partition`) and train
+     one teacher per partition, all M in one vmapped program (`train_teachers`);
+  2. for each of Q public, unlabeled queries, count the teachers' votes per class
+     (`vote_histogram`, int32[Q, C]) and release a noisy argmax:
+       LNMax  argmax_c n_c + Laplace(b)                      (`lnmax`)
+       GNMax  argmax_c n_c + N(0, sigma^2)                   (`gnmax`)
+       Confident-GNMax: answer only if max_c n_c + N(0, sigma_t^2) >= T, then GNMax
+                                                             (`confident_gnmax`);
+  3. train a student on the public queries labelled by the noisy answers; only the
+     student is released. Privacy is spent only on the answered queries.
+
+Neighbouring relation and sensitivity. One person's record is in exactly one
+partition, so it can change one teacher's vote: one count goes down by 1 and
+another goes up by 1. The vote histogram therefore has L1 sensitivity 2 and L2
+sensitivity sqrt(2), and its maximum has sensitivity 1. Hence, per answered query:
+  * LNMax with Laplace(b) is (2/b)-DP (pure; Papernot et al. 2017, §3);
+  * GNMax with N(0, sigma^2) is (alpha, alpha / sigma^2)-RDP at every order alpha
+    (Gaussian mechanism: alpha * Delta_2^2 / (2 sigma^2) with Delta_2^2 = 2;
+    Papernot et al. 2018, Prop. 8);
+  * the threshold check with N(0, sigma_t^2) is (alpha, alpha / (2 sigma_t^2))-RDP, and
+    is paid on EVERY query, answered or not.
+
+Data-dependent accounting (Papernot et al. 2018, Thm 6 with the orders of Prop. 10):
+when the teachers agree, the noisy argmax almost surely returns the plurality i*,
+and the Renyi divergence at THIS data set is much smaller than the worst case. With
+q >= Pr[noisy argmax != i*] (Prop. 7, a union bound over the other classes:
+q <= sum_{i != i*} Phi(-(n_i* - n_i) / (sqrt(2) sigma)) for GNMax), and the
+mechanism (mu1, eps1)- and (mu2, eps2)-RDP with mu2 = sigma sqrt(log(1/q)),
+mu1 = mu2 + 1, eps_i = mu_i / sigma^2, the order-lambda divergence to any neighbour
+is at most
+    (1 / (lambda - 1)) log((1 - q) A^(lambda - 1) + q B^(lambda - 1)),
+    A = (1 - q) / (1 - (q e^eps2)^((mu2 - 1) / mu2)),  B = e^eps1 / q^(1 / (mu1 - 1)),
+for lambda < mu1, provided q is small enough for the bound to be increasing in q
+(the theorem's condition; `gnmax_rdp_data_dependent` checks it and otherwise
+returns the data-independent value). Each query contributes the minimum of the
+two bounds, so the data-dependent curve is never above the data-independent one.
+
+Warning: the data-dependent epsilon is a function of the private votes. Publishing
+it is itself a privacy leak unless it is released privately, e.g. with the smooth
+sensitivity of the RDP bound plus noise (Papernot et al. 2018, §4 and App. C).
+This module computes it but does NOT implement the smooth-sensitivity release:
+treat `data_dependent` numbers as an analysis aid, and the data-independent
+epsilon as the releasable guarantee.
+
+Shape letters: M teachers, N private records, Q queries, C classes, F features,
+P records per partition, A Renyi orders.
+
+Examples:
+  >>> import jax.numpy as jnp, numpy as np
+  >>> votes = jnp.array([[40, 5, 5], [20, 18, 12]])
+  >>> int(gnmax(jax.random.key(0), votes, sigma=1.0)[0])
+  0
+  >>> orders = np.array([2.0, 8.0, 32.0])
+  >>> gnmax_rdp_data_independent(4.0, orders).tolist()
+  [0.125, 0.5, 2.0]
+
+References: Papernot, Abadi, Erlingsson, Goodfellow & Talwar, "Semi-supervised
+knowledge transfer for deep learning from private training data", ICLR 2017;
+Papernot, Song, Mironov, Raghunathan, Talwar & Erlingsson, "Scalable private
+learning with PATE", ICLR 2018.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from scipy import special, stats
+
+from dpjax import models as models_lib
+
+PyTree = Any
+
+
+# ----------------------------------------------------------------------------------
+# validation
+
+
+def _check_positive(x, name: str) -> float:
+  if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) or not (
+      0.0 < float(x) < math.inf):
+    raise ValueError(f"{name} must be a finite number > 0, got {x!r}")
+  return float(x)
+
+
+def _check_int(x, name: str, low: int = 1) -> int:
+  if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < low:
+    raise ValueError(f"{name} must be an integer >= {low}, got {x!r}")
+  return int(x)
+
+
+def _check_orders(orders) -> np.ndarray:
+  a = np.atleast_1d(np.asarray(orders, np.float64))
+  if a.ndim != 1 or a.size == 0 or not np.all(np.isfinite(a)) or np.any(a <= 1.0):
+    raise ValueError(f"orders must be a non-empty 1-D array of finite values > 1, got {orders!r}")
+  return a
+
+
+def _check_votes(votes) -> np.ndarray:
+  v = np.asarray(votes)
+  if v.ndim not in (1, 2) or v.shape[-1] < 2:
+    raise ValueError(f"votes must have shape [C] or [Q, C] with C >= 2, got {v.shape}")
+  if not np.all(np.isfinite(v)) or np.any(v < 0):
+    raise ValueError("votes must be finite and >= 0")
+  return v.astype(np.float64)
+
+
+def _check_log_q(log_q) -> float:
+  lq = float(log_q)
+  if math.isnan(lq) or lq > 0:
+    raise ValueError(f"log_q must be a log-probability <= 0, got {log_q!r}")
+  return lq
+
+
+# ----------------------------------------------------------------------------------
+# aggregation (JAX)
+
+
+def vote_histogram(teacher_preds_MxQ: jax.typing.ArrayLike, num_classes: int) -> jax.Array:
+  """Counts the teachers' votes: int32[Q, C] from predicted labels int[M, Q]."""
+  c = _check_int(num_classes, "num_classes", 2)
+  p = jnp.asarray(teacher_preds_MxQ)
+  if p.ndim != 2:
+    raise ValueError(f"teacher_preds_MxQ must have shape [M, Q], got {p.shape}")
+  onehot = jax.nn.one_hot(p, c, dtype=jnp.int32)  # [M, Q, C]
+  return onehot.sum(axis=0)
+
+
+def _votes_jax(votes_QxC) -> jax.Array:
+  v = jnp.asarray(votes_QxC, jnp.float32)
+  if v.ndim != 2 or v.shape[1] < 2:
+    raise ValueError(f"votes_QxC must have shape [Q, C] with C >= 2, got {v.shape}")
+  return v
+
+
+def lnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, laplace_scale: float) -> jax.Array:
+  """LNMax: argmax of the votes plus i.i.d. Laplace(laplace_scale) noise: int32[Q].
+
+  Privacy: (2 / laplace_scale)-DP per query (`lnmax_epsilon`).
+  """
+  b = _check_positive(laplace_scale, "laplace_scale")
+  v = _votes_jax(votes_QxC)
+  return jnp.argmax(v + b * jax.random.laplace(key, v.shape), axis=1).astype(jnp.int32)
+
+
+def gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, sigma: float) -> jax.Array:
+  """GNMax: argmax of the votes plus i.i.d. N(0, sigma^2) noise: int32[Q].
+
+  Privacy: (alpha, alpha / sigma^2)-RDP per query (`gnmax_rdp_data_independent`).
+  """
+  s = _check_positive(sigma, "sigma")
+  v = _votes_jax(votes_QxC)
+  return jnp.argmax(v + s * jax.random.normal(key, v.shape), axis=1).astype(jnp.int32)
+
+
+def confident_gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, *, threshold: float,
+                    sigma_threshold: float, sigma: float) -> tuple[jax.Array, jax.Array]:
+  """Confident-GNMax (Papernot et al. 2018, Alg. 1): answer only confident queries.
+
+  Args:
+    key: a jax.random key (split into the threshold and the argmax noise).
+    votes_QxC: vote counts.
+    threshold: T; a query is answered when max_c n_c + N(0, sigma_threshold^2) >= T.
+    sigma_threshold: std of the threshold check's own noise (> 0).
+    sigma: std of GNMax's noise for the answered queries (> 0).
+  Returns:
+    (labels int32[Q] (GNMax on every query; use only where answered), answered bool[Q]).
+  Privacy: every query pays the threshold check (alpha / (2 sigma_threshold^2));
+    answered ones also pay GNMax (alpha / sigma^2). See `pate_rdp`.
+  """
+  t = float(threshold)
+  if not math.isfinite(t):
+    raise ValueError(f"threshold must be finite, got {threshold!r}")
+  st = _check_positive(sigma_threshold, "sigma_threshold")
+  v = _votes_jax(votes_QxC)
+  k_t, k_a = jax.random.split(key)
+  answered = v.max(axis=1) + st * jax.random.normal(k_t, (v.shape[0],)) >= t
+  return gnmax(k_a, v, sigma), answered
+
+
+# ----------------------------------------------------------------------------------
+# accounting (host NumPy)
+
+
+def gnmax_rdp_data_independent(sigma: float, orders) -> np.ndarray:
+  """alpha / sigma^2 per GNMax query (L2 sensitivity sqrt(2)): float64[A]."""
+  s = _check_positive(sigma, "sigma")
+  return _check_orders(orders) / (s * s)
+
+
+def threshold_rdp_data_independent(sigma_threshold: float, orders) -> np.ndarray:
+  """alpha / (2 sigma_t^2) per threshold check (max count has sensitivity 1): float64[A]."""
+  s = _check_positive(sigma_threshold, "sigma_threshold")
+  return _check_orders(orders) / (2.0 * s * s)
+
+
+def lnmax_epsilon(laplace_scale: float) -> float:
+  """Pure epsilon of one LNMax answer: 2 / b (the histogram's L1 sensitivity is 2)."""
+  return 2.0 / _check_positive(laplace_scale, "laplace_scale")
+
+
+def lnmax_rdp_data_independent(laplace_scale: float, orders) -> np.ndarray:
+  """RDP of one eps-DP answer, eps = 2 / b: min(eps, alpha eps^2 / 2) (Bun & Steinke 2016)."""
+  e = lnmax_epsilon(laplace_scale)
+  a = _check_orders(orders)
+  return np.minimum(e, 0.5 * a * e * e)
+
+
+def _log1mexp(x: float) -> float:
+  """log(1 - exp(x)) for x <= 0, stable."""
+  if x > 0:
+    raise ValueError(f"log1mexp needs x <= 0, got {x}")
+  if x == 0:
+    return -math.inf
+  return math.log(-math.expm1(x)) if x > -0.693 else math.log1p(-math.exp(x))
+
+
+def gnmax_log_q(votes_C, sigma: float) -> float:
+  """log of an upper bound on Pr[GNMax(votes) != plurality] (Prop. 7): a float.
+
+  Union bound over the non-plurality classes: sum_i Phi(-(n_max - n_i) / (sqrt(2) sigma)),
+  capped at 1 - 1/C (the plurality is the most likely output, so it wins with
+  probability >= 1/C). Exact when C == 2.
+  """
+  v = _check_votes(votes_C)
+  if v.ndim != 1:
+    raise ValueError(f"votes_C must be one histogram [C], got shape {v.shape}")
+  s = _check_positive(sigma, "sigma")
+  top = int(np.argmax(v))
+  gaps = (v[top] - np.delete(v, top)) / (math.sqrt(2.0) * s)
+  log_q = float(special.logsumexp(stats.norm.logsf(gaps)))
+  return min(log_q, math.log1p(-1.0 / v.shape[0]))
+
+
+def lnmax_log_q(votes_C, laplace_scale: float) -> float:
+  """log of an upper bound on Pr[LNMax(votes) != plurality] (Papernot et al. 2017, Lemma 4).
+
+  For a gap d = n_max - n_i >= 0 and Laplace(b) noise, Pr[i beats the plurality]
+  = (2 + d/b) exp(-d/b) / 4; summed over i (union bound), capped at 1 - 1/C.
+  """
+  v = _check_votes(votes_C)
+  if v.ndim != 1:
+    raise ValueError(f"votes_C must be one histogram [C], got shape {v.shape}")
+  b = _check_positive(laplace_scale, "laplace_scale")
+  top = int(np.argmax(v))
+  g = (v[top] - np.delete(v, top)) / b
+  log_q = float(special.logsumexp(np.log(2.0 + g) - g + math.log(0.25)))
+  return min(log_q, math.log1p(-1.0 / v.shape[0]))
+
+
+def gaussian_rdp_data_dependent(log_q: float, sigma: float, orders) -> np.ndarray:
+  """Thm 6 of Papernot et al. 2018 for a noisy argmax whose data-independent RDP is
+  alpha / sigma^2, given log_q >= log Pr[output != most likely outcome]: float64[A].
+
+  Uses mu2 = sigma sqrt(log(1/q)), mu1 = mu2 + 1 (Prop. 10). The bound is used only
+  at orders lambda < mu1, and only when mu2 > 1, q e^eps2 < 1, and
+  q <= e^((mu2 - 1) eps2) / (mu1/(mu1-1) * mu2/(mu2-1))^mu2 (so that the bound is
+  increasing in q and an upper bound on q may be plugged in). Elsewhere, and
+  wherever it would be larger, the data-independent alpha / sigma^2 is returned.
+  """
+  lq = _check_log_q(log_q)
+  s = _check_positive(sigma, "sigma")
+  lam = _check_orders(orders)
+  var = s * s
+  indep = lam / var
+  if lq == -math.inf:
+    return np.zeros_like(lam)  # the output is a constant
+  mu2 = s * math.sqrt(-lq)
+  mu1 = mu2 + 1.0
+  if mu2 <= 1.0:
+    return indep
+  eps1, eps2 = mu1 / var, mu2 / var
+  cond_monotone = lq <= (mu2 - 1.0) * eps2 - mu2 * (
+      math.log1p(1.0 / (mu1 - 1.0)) + math.log1p(1.0 / (mu2 - 1.0)))
+  if not (cond_monotone and lq + eps2 < 0):
+    return indep
+  log_1mq = _log1mexp(lq)
+  log_a = log_1mq - _log1mexp((lq + eps2) * (1.0 - 1.0 / mu2))
+  log_b = eps1 - lq / (mu1 - 1.0)
+  with np.errstate(over="ignore"):
+    log_s = np.logaddexp(log_1mq + (lam - 1.0) * log_a, lq + (lam - 1.0) * log_b)
+    dep = log_s / (lam - 1.0)
+  return np.where(lam < mu1, np.minimum(indep, dep), indep)
+
+
+def gnmax_rdp_data_dependent(votes_C, sigma: float, orders) -> np.ndarray:
+  """Data-dependent RDP of one GNMax answer on this histogram: float64[A].
+
+  gaussian_rdp_data_dependent(gnmax_log_q(votes_C, sigma), sigma, orders); never
+  above gnmax_rdp_data_independent(sigma, orders). See the module's Warning.
+  """
+  return gaussian_rdp_data_dependent(gnmax_log_q(votes_C, sigma), sigma, orders)
+
+
+def threshold_log_pr_answered(votes_C, threshold: float, sigma_threshold: float) -> float:
+  """log Pr[max_c n_c + N(0, sigma_t^2) >= T]."""
+  v = _check_votes(votes_C)
+  st = _check_positive(sigma_threshold, "sigma_threshold")
+  return float(stats.norm.logsf((float(threshold) - v.max()) / st))
+
+
+def threshold_rdp_data_dependent(votes_C, threshold: float, sigma_threshold: float,
+                                 orders) -> np.ndarray:
+  """Data-dependent RDP of the threshold check on this histogram: float64[A].
+
+  The check is a binary-output Gaussian mechanism with sensitivity 1, i.e. the
+  alpha / s^2 form with s = sqrt(2) sigma_t; its unlikely outcome has probability
+  q = min(Pr[answered], Pr[not answered]), and Thm 6 applies with that q.
+  """
+  lp = threshold_log_pr_answered(votes_C, threshold, sigma_threshold)
+  lq = min(lp, _log1mexp(lp))
+  return gaussian_rdp_data_dependent(lq, math.sqrt(2.0) * sigma_threshold, orders)
+
+
+def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarray:
+  """Data-dependent RDP of one LNMax answer (Papernot et al. 2017, Thm 3): float64[A].
+
+  With eps = 2/b and q the bound of `lnmax_log_q`, if q < 1/(e^eps + 1) the order-
+  lambda divergence is at most (1/(lambda-1)) log((1-q) ((1-q)/(1-e^eps q))^(lambda-1)
+  + q e^(eps (lambda-1))); the minimum with `lnmax_rdp_data_independent` is returned.
+  """
+  e = lnmax_epsilon(laplace_scale)
+  lam = _check_orders(orders)
+  indep = lnmax_rdp_data_independent(laplace_scale, lam)
+  lq = lnmax_log_q(votes_C, laplace_scale)
+  if lq >= -math.log1p(math.exp(e)):
+    return indep
+  log_1mq = _log1mexp(lq)
+  log_t = np.logaddexp(log_1mq + (lam - 1.0) * (log_1mq - _log1mexp(e + lq)),
+                       lq + (lam - 1.0) * e)
+  return np.minimum(indep, log_t / (lam - 1.0))
+
+
+class PateRdp(NamedTuple):
+  """RDP curves of a PATE run (summed over queries).
+
+  Attributes:
+    orders: float64[A].
+    data_independent: float64[A], the releasable worst-case curve.
+    data_dependent: float64[A], <= data_independent at every order; NOT releasable
+      as is (see the module Warning on smooth sensitivity).
+    num_answered: number of queries that paid for an answer.
+  """
+  orders: np.ndarray
+  data_independent: np.ndarray
+  data_dependent: np.ndarray
+  num_answered: int
+
+
+def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
+             threshold: float | None = None, sigma_threshold: float | None = None,
+             aggregator: str = "gnmax") -> PateRdp:
+  """Accounts for Q aggregated queries (GNMax, Confident-GNMax or LNMax).
+
+  Args:
+    votes_QxC: vote counts of every query asked.
+    answered_Q: bool[Q], which queries were answered (default: all). Only those pay
+      for the argmax; with a threshold, every query pays for the check.
+    sigma: GNMax noise std, or the Laplace scale b when aggregator == "lnmax".
+    orders: Renyi orders > 1, float[A].
+    threshold, sigma_threshold: the Confident-GNMax check (both or neither).
+    aggregator: "gnmax" or "lnmax".
+  Returns:
+    PateRdp with both curves summed over queries.
+  """
+  v = _check_votes(votes_QxC)
+  if v.ndim != 2:
+    raise ValueError(f"votes_QxC must have shape [Q, C], got {v.shape}")
+  lam = _check_orders(orders)
+  if aggregator not in ("gnmax", "lnmax"):
+    raise ValueError(f"aggregator must be 'gnmax' or 'lnmax', got {aggregator!r}")
+  ans = np.ones(v.shape[0], bool) if answered_Q is None else np.asarray(answered_Q, bool)
+  if ans.shape != (v.shape[0],):
+    raise ValueError(f"answered_Q must have shape ({v.shape[0]},), got {ans.shape}")
+  if (threshold is None) != (sigma_threshold is None):
+    raise ValueError("give both threshold and sigma_threshold, or neither")
+  if threshold is not None and aggregator != "gnmax":
+    raise ValueError("the threshold check is defined for aggregator='gnmax' only")
+  indep = np.zeros_like(lam)
+  dep = np.zeros_like(lam)
+  if aggregator == "gnmax":
+    per_ind = gnmax_rdp_data_independent(sigma, lam)
+  else:
+    per_ind = lnmax_rdp_data_independent(sigma, lam)
+  for q in range(v.shape[0]):
+    if threshold is not None:
+      indep += threshold_rdp_data_independent(sigma_threshold, lam)
+      dep += threshold_rdp_data_dependent(v[q], threshold, sigma_threshold, lam)
+    if ans[q]:
+      indep += per_ind
+      if aggregator == "gnmax":
+        dep += gnmax_rdp_data_dependent(v[q], sigma, lam)
+      else:
+        dep += lnmax_rdp_data_dependent(v[q], sigma, lam)
+  return PateRdp(lam, indep, dep, int(ans.sum()))
+
+
+def epsilon(orders, rdp_values, delta: float) -> float:
+  """(eps, delta) from an RDP curve via `dpjax.accounting.rdp.rdp_to_epsilon`."""
+  from dpjax.accounting import rdp  # local: keeps `import dpjax.pate` light
+  return rdp.rdp_to_epsilon(orders, rdp_values, delta)[0]
+
+
+# ----------------------------------------------------------------------------------
+# teachers and student (JAX)
+
+
+def partition(key: jax.Array, num_records: int, num_teachers: int) -> jax.Array:
+  """Random disjoint, balanced partition of N records among M teachers: bool[M, N].
+
+  Every record belongs to exactly one teacher; partition sizes differ by <= 1.
+  """
+  n = _check_int(num_records, "num_records")
+  m = _check_int(num_teachers, "num_teachers")
+  if m > n:
+    raise ValueError(f"num_teachers must be <= num_records ({n}), got {m}")
+  owner = jnp.arange(n) % m
+  owner = jax.random.permutation(key, owner)
+  return owner[None, :] == jnp.arange(m)[:, None]
+
+
+def _partition_indices(keep_MxN: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Padded per-teacher index lists [M, P] and validity weights [M, P]."""
+  sizes = keep_MxN.sum(axis=1)
+  p = int(sizes.max())
+  idx = np.zeros(keep_MxN.shape[0:1] + (p,), np.int32)
+  w = np.zeros(idx.shape, np.float32)
+  for i, row in enumerate(keep_MxN):
+    members = np.flatnonzero(row)
+    idx[i, : members.size] = members
+    w[i, : members.size] = 1.0
+  return idx, w
+
+
+@functools.partial(jax.jit, static_argnames=("model", "num_steps", "learning_rate"))
+def _fit_many(keys_M, x_MxPxF, y_MxP, w_MxP, *, model, num_steps, learning_rate):
+  opt = optax.adam(learning_rate)
+
+  def fit(key, x, y, w):
+    params = model.init(key)
+
+    def loss(p):
+      return jnp.sum(w * models_lib.per_example_loss(model, p, x, y)) / jnp.maximum(w.sum(), 1.0)
+
+    def step(carry, _):
+      p, s = carry
+      g = jax.grad(loss)(p)
+      upd, s = opt.update(g, s, p)
+      return (optax.apply_updates(p, upd), s), None
+
+    (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), None, length=num_steps)
+    return params
+
+  return jax.vmap(fit)(keys_M, x_MxPxF, y_MxP, w_MxP)
+
+
+def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
+                    keep_MxN: jax.typing.ArrayLike, model: models_lib.Model, *,
+                    num_steps: int = 300, learning_rate: float = 0.05) -> PyTree:
+  """Full-batch Adam on M subsets at once (vmap over models, scan over steps).
+
+  NOT private: use it for PATE teachers (whose privacy comes from the aggregator)
+  and for the student (trained on public inputs with privately released labels).
+
+  Args:
+    key: model i is initialised with jax.random.split(key, M)[i].
+    x_NxF, y_N: the record pool.
+    keep_MxN: bool[M, N]; model i sees exactly the records with keep_MxN[i] True.
+    model: a models.Model.
+    num_steps: Adam steps (>= 1) on the mean loss over the model's records.
+    learning_rate: > 0.
+  Returns:
+    params pytree with a leading model axis [M, ...].
+  """
+  x = jnp.asarray(x_NxF, jnp.float32)
+  y = jnp.asarray(y_N)
+  keep = np.asarray(keep_MxN)
+  if keep.ndim != 2 or keep.dtype != np.bool_ or keep.shape[1] != x.shape[0]:
+    raise ValueError(f"keep_MxN must be bool[M, {x.shape[0]}], got {keep.dtype}{keep.shape}")
+  if y.shape != (x.shape[0],):
+    raise ValueError(f"y_N must have shape ({x.shape[0]},), got {y.shape}")
+  if not np.all(keep.sum(axis=1) > 0):
+    raise ValueError("every row of keep_MxN must select at least one record")
+  steps = _check_int(num_steps, "num_steps")
+  lr = _check_positive(learning_rate, "learning_rate")
+  idx, w = _partition_indices(keep)
+  keys = jax.random.split(key, keep.shape[0])
+  return _fit_many(keys, x[idx], y[idx], jnp.asarray(w), model=model, num_steps=steps,
+                   learning_rate=lr)
+
+
+def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_lib.Model,
+                   *, num_steps: int = 300, learning_rate: float = 0.05
+                   ) -> tuple[PyTree, jax.Array]:
+  """Partitions the private records and trains one teacher per partition.
+
+  Returns:
+    (params with leading axis [M, ...], keep_MxN bool[M, N] the partition used).
+  """
+  k_part, k_fit = jax.random.split(key)
+  n = int(jnp.asarray(y_N).shape[0])
+  keep = partition(k_part, n, num_teachers)
+  params = fit_non_private(k_fit, x_NxF, y_N, keep, model, num_steps=num_steps,
+                           learning_rate=learning_rate)
+  return params, keep
+
+
+def teacher_votes(model: models_lib.Model, params_M: PyTree, x_QxF: jax.typing.ArrayLike,
+                  num_classes: int) -> jax.Array:
+  """Vote histogram of M teachers on Q inputs: int32[Q, C]."""
+  x = jnp.asarray(x_QxF, jnp.float32)
+  preds = jax.vmap(lambda p: jnp.argmax(model.apply(p, x), axis=-1))(params_M)  # [M, Q]
+  return vote_histogram(preds, num_classes)
+
+
+def accuracy(model: models_lib.Model, params: PyTree, x_NxF, y_N) -> float:
+  """Top-1 accuracy of one model (unbatched params)."""
+  pred = jnp.argmax(model.apply(params, jnp.asarray(x_NxF, jnp.float32)), axis=-1)
+  return float(jnp.mean(pred == jnp.asarray(y_N)))

@@ -457,6 +457,21 @@ class PrivacyLossDistribution:
       return self._pmfs
     return _subsampled_gaussian_pmfs(self._mu, 1.0, h, DEFAULT_TAIL_MASS)
 
+  def discretise(self, value_discretization: Optional[float] = None
+                 ) -> "PrivacyLossDistribution":
+    """This PLD on a grid (a no-op unless exact); mainly to check the grid against the exact answer.
+
+    Args:
+      value_discretization: grid spacing h > 0 (default: this PLD's own).
+    """
+    h = self._h if value_discretization is None else _check_positive(
+        value_discretization, "value_discretization")
+    if not self.is_exact:
+      if h != self._h:
+        raise ValueError(f"value_discretization of a discretised PLD is fixed ({self._h}), got {h}")
+      return self
+    return PrivacyLossDistribution(pmfs=self._discretised(h), value_discretization=h)
+
   def compose(self, other: "PrivacyLossDistribution") -> "PrivacyLossDistribution":
     """PLD of running this mechanism and then `other` (adaptively) on the same data."""
     if not isinstance(other, PrivacyLossDistribution):

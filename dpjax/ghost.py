@@ -1,0 +1,340 @@
+"""Ghost clipping: clipped per-example gradient sums without per-example gradients.
+
+DP-SGD needs, for every example b of a batch, the norm ||grad_b|| of its own
+gradient, and then the sum of the clipped gradients sum_b w_b min(1, C/||grad_b||)
+grad_b (w_b the Poisson inclusion weight). `jax.vmap(jax.grad(loss))` materialises
+B copies of the parameters; for a dense layer z = a @ W + b the per-example
+gradient is the outer product a_b g_b^T (g_b = dloss_b/dz_b), so its squared norm
+is ||a_b||^2 ||g_b||^2 for W plus ||g_b||^2 for the bias: the "ghost norm"
+(Goodfellow 2015; Li, Tramer, Liang & Hashimoto 2022). Given the factors
+s_b = w_b min(1, C/||grad_b||), the clipped sum of W's gradients is a^T (s * g),
+one matmul, reusing the g_b of the first backward pass (the "book-keeping" variant
+of Bu et al. 2023): so a ghost DP-SGD step costs one forward pass, one backward
+pass that only propagates to the activations, the norms, and one weight-gradient
+matmul per layer -- about the cost of a non-private step.
+
+Convolutions: with the unfolded input patches A_b [P, K] (P output positions,
+K = 3*3*C_in) and output gradients G_b [P, O], the per-example kernel gradient is
+A_b^T G_b. Its squared norm is either computed from the materialised [K, O] matrix
+(cost P*K*O per example, "materialise") or from the Gram matrices,
+sum((A_b A_b^T) * (G_b G_b^T)) (cost P^2*(K+O), "gram", Li et al.'s ghost norm
+for sequences). `conv_mode="auto"` picks the cheaper one per layer, as in Bu et
+al.'s mixed ghost clipping; for the small CNNs here that is "materialise".
+
+L2 penalty: models carry an optional per-example penalty 0.5*l2*||theta||^2, whose
+gradient l2*theta is added to every example's gradient before clipping. Since
+<grad_b^layer, theta^layer> = <g_b, z_b> (z the layer's pre-activation output, bias
+included), ||grad_b + l2 theta||^2 = ||grad_b||^2 + 2 l2 sum_layers <g_b, z_b> +
+l2^2 ||theta||^2 is exact and still cheap.
+
+The functions here match the engine's `clipped_sum_fn` contract
+(`dpsgd.train_many(..., clipped_sum_fn=...)`):
+
+  clipped_sum(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (sum_tree, norms_B)
+
+with `norms_B` the per-example gradient norms BEFORE clipping and `sum_tree` shaped
+like params. They give the same result as the generic vmap(grad) clipping to float
+tolerance (tested); privacy is unchanged, as each example's contribution is still
+scaled to norm <= C.
+
+Shape letters: B examples, F flat input features, I / O a dense layer's inputs /
+outputs, H, W, C image height, width, channels, P output positions, K patch size.
+
+Examples:
+  >>> import jax, jax.numpy as jnp
+  >>> from dpjax import models
+  >>> model = models.mlp(4, hidden=(8,), num_classes=3)
+  >>> params = model.init(jax.random.key(0))
+  >>> fn = clipped_sum_fn(model)
+  >>> grads, norms = fn(params, jnp.ones((5, 4)), jnp.arange(5) % 3, jnp.ones((5,)), 1.0)
+  >>> norms.shape, grads["layers"][0]["w"].shape
+  ((5,), (4, 8))
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from dpjax import models as models_lib
+
+PyTree = Any
+ClippedSumFn = Callable[..., tuple[PyTree, jax.Array]]
+
+_CONV_MODES = ("auto", "materialise", "gram")
+
+
+class _Layer(NamedTuple):
+  """What the ghost pass records about one linear layer (dense or conv)."""
+  a: jax.Array             # its input: dense [B, I]; conv patches [B, P, K]
+  z: jax.Array             # its pre-activation output (bias included): [B, O] / [B, P, O]
+
+  @property
+  def kind(self) -> str:
+    return "dense" if self.a.ndim == 2 else "conv"
+
+
+def _loss_from_logits(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
+  """Per-example data loss, as `models.per_example_loss` (without the L2 term)."""
+  if logits_BxK.shape[-1] == 1:
+    z = logits_BxK[:, 0]
+    return jax.nn.softplus(z) - y_B.astype(z.dtype) * z
+  logp = jax.nn.log_softmax(logits_BxK, axis=-1)
+  return -jnp.take_along_axis(logp, y_B.astype(jnp.int32)[:, None], axis=-1)[:, 0]
+
+
+def _mlp_forward(params, x_BxF, probes):
+  """The MLP of `models.mlp`, with a zero `probe` added to each layer's output."""
+  a = x_BxF.reshape(x_BxF.shape[0], -1)
+  layers = params["layers"]
+  recs = []
+  for i, layer in enumerate(layers):
+    z = a @ layer["w"] + layer["b"][None, :]
+    if probes is not None:
+      z = z + probes[i]
+    recs.append(_Layer(a, z))
+    a = jax.nn.relu(z) if i + 1 < len(layers) else z
+  return a, recs
+
+
+def _patches(a_BxHxWxC: jax.Array) -> jax.Array:
+  """3x3 SAME stride-1 patches [B, H*W, 9*C], ordered (kh, kw, c) like an HWIO kernel."""
+  b, h, w, c = a_BxHxWxC.shape
+  p = jax.lax.conv_general_dilated_patches(
+      a_BxHxWxC, (3, 3), (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  # conv_general_dilated_patches orders the feature axis (c, kh, kw); make it (kh, kw, c).
+  p = p.reshape(b, h * w, c, 9).transpose(0, 1, 3, 2)
+  return p.reshape(b, h * w, 9 * c)
+
+
+def _cnn_forward(params, x, probes, input_shape):
+  """The CNN of `models.cnn`, recording conv patches, with zero probes added."""
+  h, w, c_in = input_shape
+  a = x.reshape(x.shape[0], h, w, c_in)
+  recs = []
+  for i, layer in enumerate(params["conv"]):
+    z = jax.lax.conv_general_dilated(
+        a, layer["w"], window_strides=(1, 1), padding="SAME",
+        dimension_numbers=("NHWC", "HWIO", "NHWC")) + layer["b"][None, None, None, :]
+    bsz, hh, ww, o = z.shape
+    z_flat = z.reshape(bsz, hh * ww, o)
+    if probes is not None:
+      z_flat = z_flat + probes[i]
+      z = z_flat.reshape(bsz, hh, ww, o)
+    # Patches are only an input record (the backward pass never differentiates them).
+    recs.append(_Layer(jax.lax.stop_gradient(_patches(a)), z_flat))
+    a = models_lib._avg_pool2(jax.nn.relu(z))  # pylint: disable=protected-access
+  a = a.reshape(a.shape[0], -1)
+  d = params["dense"][0]
+  z = a @ d["w"] + d["b"][None, :]
+  if probes is not None:
+    z = z + probes[len(params["conv"])]
+  recs.append(_Layer(a, z))
+  return z, recs
+
+
+def _conv_mode(mode: str, p: int, k: int, o: int) -> str:
+  if mode != "auto":
+    return mode
+  return "materialise" if p * k * o <= p * p * (k + o) else "gram"
+
+
+def _check_args(x_BxF, y_B, weights_B, l2_clip_norm):
+  if x_BxF.ndim < 2:
+    raise ValueError(f"x_BxF must have a leading batch axis and features, got shape {x_BxF.shape}")
+  b = x_BxF.shape[0]
+  if y_B.shape != (b,) or weights_B.shape != (b,):
+    raise ValueError(f"y_B and weights_B must have shape ({b},), got {y_B.shape} and "
+                     f"{weights_B.shape}")
+  if isinstance(l2_clip_norm, (int, float)) and not l2_clip_norm > 0:
+    raise ValueError(f"l2_clip_norm must be > 0 (inf = no clipping), got {l2_clip_norm}")
+
+
+def _ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, l2_clip_norm,
+                       l2: float, conv_mode: str, flat_layer_params: Callable):
+  """The shared ghost pass: norms from (activations, output grads), then one matmul per layer."""
+  x_BxF = jnp.asarray(x_BxF)
+  y_B = jnp.asarray(y_B)
+  weights_B = jnp.asarray(weights_B, jnp.float32)
+  _check_args(x_BxF, y_B, weights_B, l2_clip_norm)
+  _, recs_shape = jax.eval_shape(lambda p, x: forward(p, x, None), params, x_BxF)
+  probes0 = [jnp.zeros(r.z.shape, r.z.dtype) for r in recs_shape]
+
+  def total_loss(probes):
+    logits, recs = forward(params, x_BxF, probes)
+    return jnp.sum(_loss_from_logits(logits, y_B)), recs
+
+  # g_l[b] = d loss_b / d z_l[b]: the loss is a sum of per-example terms, so the
+  # gradient w.r.t. a per-example probe is that example's output gradient.
+  grads_probe, recs = jax.grad(total_loss, has_aux=True)(probes0)
+  outs = []
+  sq_B = jnp.zeros(x_BxF.shape[0], jnp.float32)
+  cross_B = jnp.zeros(x_BxF.shape[0], jnp.float32)
+  for rec, g in zip(recs, grads_probe):
+    if rec.kind == "dense":
+      g = g.reshape(rec.z.shape)
+      gsq = jnp.sum(g * g, axis=1)
+      sq_B = sq_B + jnp.sum(rec.a * rec.a, axis=1) * gsq + gsq
+      outs.append(("dense", rec.a, g, None))
+    else:
+      g = g.reshape(rec.z.shape)                       # [B, P, O]
+      p, k, o = rec.a.shape[1], rec.a.shape[2], g.shape[2]
+      gb = jnp.sum(g, axis=1)                          # bias gradients [B, O]
+      mode = _conv_mode(conv_mode, p, k, o)
+      if mode == "materialise":
+        gw = jnp.einsum("bpk,bpo->bko", rec.a, g)      # per-example kernel grads [B, K, O]
+        sq_B = sq_B + jnp.sum(gw * gw, axis=(1, 2)) + jnp.sum(gb * gb, axis=1)
+        outs.append(("conv_mat", gw, gb, None))
+      else:
+        gram_a = jnp.einsum("bpk,bqk->bpq", rec.a, rec.a)
+        gram_g = jnp.einsum("bpo,bqo->bpq", g, g)
+        sq_B = sq_B + jnp.sum(gram_a * gram_g, axis=(1, 2)) + jnp.sum(gb * gb, axis=1)
+        outs.append(("conv_gram", rec.a, g, gb))
+    if l2:
+      cross_B = cross_B + jnp.sum((g * rec.z).reshape(g.shape[0], -1), axis=1)
+  if l2:
+    theta_sq = sum(jnp.sum(jnp.square(t)) for t in jax.tree.leaves(params))
+    sq_B = sq_B + 2.0 * l2 * cross_B + (l2 * l2) * theta_sq
+  norms_B = jnp.sqrt(jnp.maximum(sq_B, 0.0))
+  # min(1, C / norm); C = inf or norm = 0 give factor 1.
+  factor_B = jnp.minimum(1.0, l2_clip_norm / jnp.maximum(norms_B, 1e-30))
+  s_B = weights_B * factor_B
+  sums = []
+  for kind, u, v, gb in outs:
+    if kind == "dense":
+      sums.append((u.T @ (v * s_B[:, None]), s_B @ v))
+    elif kind == "conv_mat":
+      sums.append((jnp.einsum("b,bko->ko", s_B, u), s_B @ v))
+    else:
+      sums.append((jnp.einsum("bpk,bpo->ko", u, v * s_B[:, None, None]), s_B @ gb))
+  grad_sum = flat_layer_params(params, sums)
+  if l2:
+    grad_sum = jax.tree.map(lambda gsum, t: gsum + l2 * jnp.sum(s_B) * t, grad_sum, params)
+  return grad_sum, norms_B
+
+
+def _mlp_unflatten(params, sums):
+  return {"layers": [{"w": gw.reshape(l["w"].shape), "b": gb}
+                     for l, (gw, gb) in zip(params["layers"], sums)]}
+
+
+def _cnn_unflatten(params, sums):
+  conv = []
+  for l, (gw, gb) in zip(params["conv"], sums[:-1]):
+    conv.append({"w": gw.reshape(l["w"].shape), "b": gb})
+  gw, gb = sums[-1]
+  return {"conv": conv, "dense": [{"w": gw, "b": gb}]}
+
+
+def mlp_clipped_sum(params: PyTree, x_BxF: jax.typing.ArrayLike, y_B: jax.typing.ArrayLike,
+                    weights_B: jax.typing.ArrayLike, l2_clip_norm: float, *,
+                    l2: float = 0.0) -> tuple[PyTree, jax.Array]:
+  """Ghost-clipped gradient sum for `models.mlp` parameters.
+
+  Args:
+    params: {"layers": [{"w": [I, O], "b": [O]}, ...]}, relu between layers.
+    x_BxF: inputs [B, F] (or [B, ...], flattened).
+    y_B: labels [B]: class indices, or {0, 1} when the last layer has one output.
+    weights_B: float[B] per-example weights (the Poisson 0/1 inclusion mask).
+    l2_clip_norm: C > 0; inf = no clipping.
+    l2: the model's L2 coefficient (0.5 * l2 * ||params||^2 in each example's loss).
+  Returns:
+    (sum_b weights_b min(1, C/||grad_b||) grad_b shaped like params,
+     norms_B = ||grad_b|| float32[B] before clipping).
+  Raises:
+    ValueError: on mismatched shapes or l2_clip_norm <= 0.
+  """
+  return _ghost_clipped_sum(_mlp_forward, params, x_BxF, y_B, weights_B, l2_clip_norm,
+                            _check_l2(l2), "auto", _mlp_unflatten)
+
+
+def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.0,
+                       conv_mode: str = "auto") -> ClippedSumFn:
+  """A ghost-clipped-sum function for `models.cnn(input_shape, ...)` parameters.
+
+  Args:
+    input_shape: (H, W, C_in) of the images; inputs may come flat [B, H*W*C_in] or NHWC.
+    l2: the model's L2 coefficient.
+    conv_mode: "materialise" (per-example kernel gradients [B, 9*C_in, C_out]),
+      "gram" (ghost norm from Gram matrices [B, P, P]) or "auto" (cheaper per layer).
+  Returns:
+    fn(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (clipped grad sum, norms_B),
+    the engine's `clipped_sum_fn` contract.
+  Raises:
+    ValueError: for a bad input_shape, l2 or conv_mode.
+  """
+  if len(input_shape) != 3 or any(int(v) != v or v < 1 for v in input_shape):
+    raise ValueError(f"input_shape must be three positive ints (H, W, C), got {input_shape!r}")
+  if conv_mode not in _CONV_MODES:
+    raise ValueError(f"conv_mode must be one of {_CONV_MODES}, got {conv_mode!r}")
+  l2 = _check_l2(l2)
+  shape = tuple(int(v) for v in input_shape)
+
+  def forward(params, x, probes):
+    return _cnn_forward(params, x, probes, shape)
+
+  def fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
+    x = jnp.asarray(x_BxF)
+    if math.prod(x.shape[1:]) != math.prod(shape):
+      raise ValueError(f"x_BxF must hold {math.prod(shape)} values per example "
+                       f"(input_shape {shape}), got shape {x.shape}")
+    return _ghost_clipped_sum(forward, params, x, y_B, weights_B, l2_clip_norm, l2, conv_mode,
+                              _cnn_unflatten)
+
+  return fn
+
+
+def clipped_sum_fn(model: models_lib.Model, input_shape: Sequence[int] | None = None, *,
+                   conv_mode: str = "auto") -> ClippedSumFn:
+  """The ghost-clipped-sum function for a `models.mlp` or `models.cnn` model.
+
+  Args:
+    model: a Model with `kind` "mlp" or "cnn" (its `l2` is honoured).
+    input_shape: (H, W, C_in) for a CNN; if None, square images are assumed when
+      the input is flat (H = W = sqrt(F / C_in)), NHWC inputs are read as they are.
+    conv_mode: see `cnn_clipped_sum_fn`.
+  Returns:
+    fn(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (clipped grad sum, norms_B).
+  Raises:
+    ValueError: for a model of another kind.
+  """
+  if model.kind == "mlp":
+    l2 = model.l2
+
+    def mlp_fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
+      return mlp_clipped_sum(params, x_BxF, y_B, weights_B, l2_clip_norm, l2=l2)
+
+    return mlp_fn
+  if model.kind == "cnn":
+    if input_shape is not None:
+      return cnn_clipped_sum_fn(input_shape, l2=model.l2, conv_mode=conv_mode)
+    if conv_mode not in _CONV_MODES:
+      raise ValueError(f"conv_mode must be one of {_CONV_MODES}, got {conv_mode!r}")
+
+    def cnn_fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
+      x = jnp.asarray(x_BxF)
+      c_in = params["conv"][0]["w"].shape[2] if params["conv"] else None
+      if x.ndim == 4:
+        shape = x.shape[1:]
+      else:
+        f = math.prod(x.shape[1:])
+        side = math.isqrt(f // c_in) if c_in else 0
+        if not c_in or side * side * c_in != f:
+          raise ValueError(f"cannot infer a square input_shape from x_BxF shape {x.shape}; "
+                           "pass input_shape=(H, W, C)")
+        shape = (side, side, c_in)
+      return cnn_clipped_sum_fn(shape, l2=model.l2, conv_mode=conv_mode)(
+          params, x, y_B, weights_B, l2_clip_norm)
+
+    return cnn_fn
+  raise ValueError(f"model.kind must be 'mlp' or 'cnn' for ghost clipping, got {model.kind!r}")
+
+
+def _check_l2(l2: float) -> float:
+  l2 = float(l2)
+  if not (l2 >= 0.0 and math.isfinite(l2)):
+    raise ValueError(f"l2 must be a finite number >= 0, got {l2}")
+  return l2

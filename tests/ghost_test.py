@@ -1,0 +1,152 @@
+"""Tests for dpjax.ghost: ghost clipping equals the generic vmap(grad) clipped sum."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from dpjax import dpsgd
+from dpjax import ghost
+from dpjax import models
+
+_B = 9
+_WEIGHTS = np.array([1, 0, 1, 1, 1, 0, 1, 1, 1], np.float32)
+
+# (name, model, input shape per example, ghost kwargs)
+_CASES = (
+    ("mlp", models.mlp(12, (16, 8), 10), (12,), {}),
+    ("mlp_binary_l2", models.mlp(5, (7,), 1, l2=0.3), (5,), {}),
+    ("mlp_no_hidden", models.mlp(6, (), 4), (6,), {}),
+    ("cnn_digits", models.cnn((8, 8, 1)), (64,), {}),
+    ("cnn_gram", models.cnn((8, 8, 1), (4, 6)), (64,), {"conv_mode": "gram"}),
+    ("cnn_materialise", models.cnn((8, 8, 1), (4, 6)), (64,), {"conv_mode": "materialise"}),
+    ("cnn_nhwc_l2_rect", models.cnn((6, 4, 2), (3, 5), 3, l2=0.2), (6, 4, 2),
+     {"input_shape": (6, 4, 2)}),
+    ("cnn_binary_nhwc", models.cnn((4, 4, 3), (2,), 1), (4, 4, 3), {}),
+)
+
+
+def _data(model, shape, seed=0):
+  kx, ky, kp = jax.random.split(jax.random.key(seed), 3)
+  x = jax.random.uniform(kx, (_B,) + shape, jnp.float32, -1.0, 2.0)
+  y = jax.random.randint(ky, (_B,), 0, max(2, model.num_outputs))
+  params = model.init(kp)
+  # Non-zero biases, so that the bias terms of the norms are exercised.
+  params = jax.tree.map(lambda p: p + 0.05 * jnp.arange(p.size, dtype=p.dtype).reshape(p.shape)
+                        / p.size, params)
+  return params, x, y
+
+
+def _assert_trees_close(test, a, b, rtol, atol):
+  test.assertEqual(jax.tree.structure(a), jax.tree.structure(b))
+  for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    test.assertEqual(u.shape, v.shape)
+    np.testing.assert_allclose(u, v, rtol=rtol, atol=atol)
+
+
+class GhostTest(parameterized.TestCase):
+
+  @parameterized.named_parameters((name, model, shape, kw) for name, model, shape, kw in _CASES)
+  def test_equals_vmap_grad(self, model, shape, kw):
+    params, x, y = _data(model, shape)
+    # Oracle: the engine's generic per-example gradients, vmap(grad), clipped by hand.
+    g_B = jax.jit(dpsgd.per_example_grads, static_argnums=0)(model, params, x, y)
+    want_norms = np.sqrt(sum(np.sum(np.square(np.asarray(v, np.float64)).reshape(_B, -1), axis=1)
+                             for v in jax.tree.leaves(g_B)))
+    fn = jax.jit(ghost.clipped_sum_fn(model, **kw))
+    for clip in (0.05, 1.0, math.inf):
+      got, norms = fn(params, x, y, _WEIGHTS, jnp.float32(clip))  # C traced: one compile
+      np.testing.assert_allclose(norms, want_norms, rtol=2e-5)
+      factor = _WEIGHTS * np.minimum(1.0, clip / want_norms)
+      want = jax.tree.map(lambda v: np.tensordot(factor, np.asarray(v, np.float64), axes=1), g_B)
+      scale = max(float(np.max(np.abs(v))) for v in jax.tree.leaves(want))
+      _assert_trees_close(self, got, want, rtol=1e-4, atol=1e-5 * scale)
+
+  def test_matches_engine_generic_clipped_sum(self):
+    model = models.cnn((8, 8, 1), (4, 6))
+    params, x, y = _data(model, (64,), seed=4)
+    want, want_norms = jax.jit(dpsgd.clipped_grad_sum, static_argnums=(0, 5))(
+        model, params, x, y, _WEIGHTS, 0.3)
+    got, norms = jax.jit(ghost.clipped_sum_fn(model), static_argnums=4)(
+        params, x, y, _WEIGHTS, 0.3)
+    np.testing.assert_allclose(norms, want_norms, rtol=2e-5)
+    _assert_trees_close(self, got, want, rtol=1e-4, atol=1e-6)
+
+  def test_clipping_bounds_each_contribution(self):
+    # Property: with a one-hot weight vector the sum is one clipped gradient, norm <= C.
+    model = models.cnn((8, 8, 1), (4, 6))
+    params, x, y = _data(model, (64,), seed=1)
+    fn = jax.jit(ghost.clipped_sum_fn(model))
+    _, norms = fn(params, x, y, np.ones(_B, np.float32), jnp.float32(math.inf))
+    clip = float(np.median(norms))  # about half the examples get clipped
+    for b in range(_B):
+      g, _ = fn(params, x, y, np.eye(_B, dtype=np.float32)[b], jnp.float32(clip))
+      n = math.sqrt(sum(float(jnp.sum(v * v)) for v in jax.tree.leaves(g)))
+      self.assertLessEqual(n, clip * (1 + 1e-5))
+      np.testing.assert_allclose(n, min(clip, float(norms[b])), rtol=1e-4)
+
+  def test_vmap_over_models_equals_loop(self):
+    model = models.mlp(12, (16, 8), 10)
+    _, x, y = _data(model, (12,))
+    params_M = jax.vmap(model.init)(jax.random.split(jax.random.key(5), 3))
+    fn = ghost.clipped_sum_fn(model)
+    got, norms = jax.jit(jax.vmap(fn, in_axes=(0, None, None, None, None)))(
+        params_M, x, y, _WEIGHTS, 0.5)
+    jfn = jax.jit(fn)
+    for i in range(3):
+      p_i = jax.tree.map(lambda a: a[i], params_M)
+      want, want_n = jfn(p_i, x, y, _WEIGHTS, 0.5)
+      np.testing.assert_allclose(norms[i], want_n, rtol=1e-5)
+      _assert_trees_close(self, jax.tree.map(lambda a: a[i], got), want, rtol=1e-5, atol=1e-7)
+
+  @parameterized.named_parameters(("mlp", models.mlp(16, (8,), 10)),
+                                  ("cnn", models.cnn((4, 4, 1), (3,))))
+  def test_train_one_with_ghost_equals_default(self, model):
+    kx, ky = jax.random.split(jax.random.key(2))
+    x = jax.random.uniform(kx, (20, 16))
+    y = jax.random.randint(ky, (20,), 0, 10)
+    cfg = dpsgd.DpSgdConfig(dataset_size=20, sampling_prob=0.25, num_steps=4,
+                            noise_multiplier=1.0, l2_clip_norm=0.5, learning_rate=0.3)
+    keep = jnp.ones((20,), bool)
+    want = dpsgd.train_one(jax.random.key(3), x, y, keep, cfg, model, per_example_stats=True)
+    got = dpsgd.train_one(jax.random.key(3), x, y, keep, cfg, model, per_example_stats=True,
+                          clipped_sum_fn=ghost.clipped_sum_fn(model))
+    _assert_trees_close(self, got.params, want.params, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got.stats["norm_sum"], want.stats["norm_sum"], rtol=1e-4)
+    np.testing.assert_array_equal(got.stats["times_sampled"], want.stats["times_sampled"])
+
+  def test_auto_mode_picks_the_cheaper_formula(self):
+    # 8x8 digits, 3x3 conv 1 -> 16: P*K*O = 64*9*16 < P^2*(K+O) = 64^2*25.
+    self.assertEqual(ghost._conv_mode("auto", 64, 9, 16), "materialise")
+    # A long "sequence" of tiny patches with wide channels: the Gram form is cheaper.
+    self.assertEqual(ghost._conv_mode("auto", 4, 512, 512), "gram")
+
+  def test_bad_inputs(self):
+    model = models.mlp(4, (3,), 2)
+    params = model.init(jax.random.key(0))
+    x, y, w = jnp.ones((3, 4)), jnp.zeros((3,), jnp.int32), jnp.ones((3,))
+    with self.assertRaisesRegex(ValueError, "model.kind"):
+      ghost.clipped_sum_fn(models.logistic_regression(3))
+    with self.assertRaisesRegex(ValueError, "l2_clip_norm"):
+      ghost.mlp_clipped_sum(params, x, y, w, 0.0)
+    with self.assertRaisesRegex(ValueError, "weights_B"):
+      ghost.mlp_clipped_sum(params, x, y, jnp.ones((2,)), 1.0)
+    with self.assertRaisesRegex(ValueError, "l2"):
+      ghost.mlp_clipped_sum(params, x, y, w, 1.0, l2=-1.0)
+    with self.assertRaisesRegex(ValueError, "conv_mode"):
+      ghost.cnn_clipped_sum_fn((8, 8, 1), conv_mode="fast")
+    with self.assertRaisesRegex(ValueError, "input_shape"):
+      ghost.cnn_clipped_sum_fn((8, 8))
+    cnn = models.cnn((6, 4, 1), (2,))
+    cparams = cnn.init(jax.random.key(0))
+    with self.assertRaisesRegex(ValueError, "input_shape"):
+      ghost.clipped_sum_fn(cnn)(cparams, jnp.ones((3, 24)), y, w, 1.0)  # 24 is not square
+    with self.assertRaisesRegex(ValueError, "x_BxF"):
+      ghost.cnn_clipped_sum_fn((6, 4, 1))(cparams, jnp.ones((3, 23)), y, w, 1.0)
+
+
+if __name__ == "__main__":
+  absltest.main()

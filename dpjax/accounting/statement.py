@@ -1,0 +1,269 @@
+"""A privacy statement for a DP-SGD run: everything a paper or a review needs.
+
+`privacy_statement(noise_multiplier, sampling_prob, num_steps, dataset_size)`
+collects in one object (printable with `.text()`, serialisable with
+`.to_dict()`):
+
+* the neighbouring relation and privacy unit (add/remove one example),
+* the sampler the numbers assume (Poisson sampling at rate q) and what they do
+  not cover,
+* eps at several delta by every accountant side by side: RDP (exact orders,
+  Balle et al. 2020 conversion, with the optimal order), PLD (an upper bound with
+  its estimated discretisation error), and the GDP central-limit figure of Bu et
+  al. 2020, labelled APPROXIMATE (it is not a bound),
+* delta against 1/n,
+* the membership-inference trade-off the guarantee implies: the largest TPR any
+  test can reach at FPR 0.1 %, 1 %, 10 %, from the PLD's whole delta(eps) curve
+  (a bound) and from the CLT's mu-GDP curve (approximate),
+* every place where two accountants disagree by more than their stated error.
+
+Examples:
+  >>> s = privacy_statement(1.1, 256 / 60000, 1000, 60000, deltas=(1e-5,))
+  >>> s.rows[0].pld_epsilon <= s.rows[0].rdp_epsilon
+  True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import Optional, Sequence
+
+import numpy as np
+
+from dpjax.accounting import gdp, pld, rdp
+
+DEFAULT_DELTAS = (1e-5, 1e-6, 1e-8)
+DEFAULT_FPRS = (0.001, 0.01, 0.1)
+# eps grid on which the PLD's delta(eps) is read to build the trade-off curve.
+_TRADEOFF_EPS_POINTS = 400
+
+
+@dataclasses.dataclass(frozen=True)
+class EpsilonRow:
+  """eps at one delta by each accountant.
+
+  Attributes:
+    delta: the delta.
+    rdp_epsilon: RDP upper bound (Balle et al. 2020 conversion).
+    rdp_order: the order alpha at which it is attained.
+    pld_epsilon: PLD upper bound.
+    pld_error: estimated discretisation error; the true eps lies in
+      [pld_epsilon - pld_error, pld_epsilon].
+    pld_value_discretization: the grid spacing the PLD used.
+    clt_epsilon: APPROXIMATE eps from the GDP CLT (not a bound).
+  """
+  delta: float
+  rdp_epsilon: float
+  rdp_order: float
+  pld_epsilon: float
+  pld_error: float
+  pld_value_discretization: float
+  clt_epsilon: float
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyStatement:
+  """The statement; see the module docstring. `text()` renders it."""
+  noise_multiplier: float
+  sampling_prob: float
+  num_steps: int
+  dataset_size: int
+  clt_mu: float
+  rows: tuple[EpsilonRow, ...]
+  fprs: tuple[float, ...]
+  tpr_pld: tuple[float, ...]
+  tpr_clt: tuple[float, ...]
+  delta_notes: tuple[str, ...]
+  disagreements: tuple[str, ...]
+
+  @property
+  def expected_batch_size(self) -> float:
+    return self.sampling_prob * self.dataset_size
+
+  @property
+  def epochs(self) -> float:
+    return self.num_steps * self.sampling_prob
+
+  def to_dict(self) -> dict:
+    d = dataclasses.asdict(self)
+    d["expected_batch_size"] = self.expected_batch_size
+    d["epochs"] = self.epochs
+    return d
+
+  def text(self) -> str:
+    """The statement as plain text (what `experiments.privacy_statement` prints)."""
+    q, n = self.sampling_prob, self.dataset_size
+    out = [
+        "PRIVACY STATEMENT (DP-SGD)",
+        "==========================",
+        "Guarantee: (eps, delta)-differential privacy of the whole training run",
+        "  (every one of the T noisy gradients may be released; the final model is",
+        "  post-processing).",
+        "Neighbouring relation: add/remove one example (unbounded DP).",
+        "Privacy unit: one training example (one row). A person with several",
+        "  rows is protected only by group privacy (eps grows ~k-fold for k rows).",
+        f"Mechanism: T = {self.num_steps} steps; per step each of the n = {n} examples",
+        f"  is included independently with probability q = {q:.6g} (Poisson",
+        f"  sampling; expected batch q*n = {self.expected_batch_size:.1f}; "
+        f"{self.epochs:.2f} epochs);",
+        "  per-example gradients clipped to L2 norm C, summed, plus N(0, sigma^2 C^2 I)",
+        f"  noise with noise multiplier sigma = {self.noise_multiplier:.6g}; divided by the",
+        "  fixed expected batch size q*n, never by the realised batch size.",
+        "NOT covered: shuffled or fixed-size batches (a different sampler; these",
+        "  numbers do not apply), hyper-parameter tuning on the private data, any",
+        "  other use of the data (preprocessing statistics, early stopping on it).",
+        "",
+        "eps by accountant (all but the CLT are upper bounds):",
+    ]
+    hdr = (f"  {'delta':>8}  {'RDP eps':>9} {'(order)':>8}  {'PLD eps':>9} "
+           f"{'± disc.':>9}  {'CLT eps (approx.)':>18}")
+    out.append(hdr)
+    for r in self.rows:
+      out.append(f"  {r.delta:8.0e}  {r.rdp_epsilon:9.4f} {r.rdp_order:8.3g}  "
+                 f"{r.pld_epsilon:9.4f} {r.pld_error:9.1e}  {r.clt_epsilon:18.4f}")
+    out += [
+        "  RDP: exact Renyi DP of the subsampled Gaussian at integer and fractional",
+        "    orders, Balle et al. 2020 conversion, optimal order shown.",
+        "  PLD: discretised privacy-loss distribution composed by FFT (pessimistic,",
+        "    connect-the-dots); the true eps lies in [PLD - disc., PLD].",
+        f"  CLT: Bu et al. 2020 mu-GDP limit, mu = {self.clt_mu:.4f}; APPROXIMATE, not a bound.",
+        "",
+        f"delta against 1/n = {1.0 / n:.3g}:",
+    ]
+    out += ["  " + s for s in self.delta_notes]
+    out += ["", "Membership inference: the largest TPR any test reaches at a given FPR",
+            f"  {'FPR':>7}  {'TPR bound (PLD)':>16}  {'TPR (CLT, approx.)':>19}"]
+    for f, a, b in zip(self.fprs, self.tpr_pld, self.tpr_clt):
+      out.append(f"  {f:7.3%}  {a:16.4f}  {b:19.4f}")
+    out.append("  (PLD: from the whole delta(eps) curve, a bound; CLT: Phi(Phi^-1(FPR) + mu).)")
+    out += ["", "Accountant agreement:"]
+    out += ["  " + s for s in self.disagreements] or ["  all accountants agree within their stated errors"]
+    return "\n".join(out)
+
+
+def _check_n(dataset_size) -> int:
+  if isinstance(dataset_size, bool) or not isinstance(dataset_size, (int, np.integer)) \
+      or dataset_size < 1:
+    raise ValueError(f"dataset_size must be an integer >= 1, got {dataset_size!r}")
+  return int(dataset_size)
+
+
+def tradeoff_from_pld(privacy_loss: pld.PrivacyLossDistribution, fprs,
+                      max_epsilon: float) -> np.ndarray:
+  """Largest TPR at each FPR allowed by a PLD's whole privacy profile.
+
+  A mechanism that is (eps, delta(eps))-DP for every eps (in both directions, as
+  add/remove PLDs here are) admits no test with TPR above
+  min over eps of min(delta + e^eps FPR, 1 - e^{-eps} (1 - delta - FPR)).
+  We take the minimum over a grid of eps in [0, max_epsilon]; any grid gives a
+  valid bound, a finer one a tighter bound.
+
+  Args:
+    privacy_loss: the composed PLD.
+    fprs: false-positive rates in [0, 1], shape [F].
+    max_epsilon: upper end of the eps grid, > 0.
+  Returns:
+    float64[F] TPR upper bounds.
+  """
+  f = np.atleast_1d(np.asarray(fprs, np.float64))
+  if np.any(~np.isfinite(f)) or np.any(f < 0) or np.any(f > 1):
+    raise ValueError("fprs must be in [0, 1]")
+  if not (max_epsilon > 0) or not math.isfinite(max_epsilon):
+    raise ValueError(f"max_epsilon must be finite and > 0, got {max_epsilon}")
+  eps = np.linspace(0.0, max_epsilon, _TRADEOFF_EPS_POINTS)
+  dlt = np.array([privacy_loss.delta(e) for e in eps])
+  a = dlt[None, :] + np.exp(eps)[None, :] * f[:, None]
+  b = 1.0 - np.exp(-eps)[None, :] * (1.0 - dlt[None, :] - f[:, None])
+  return np.clip(np.minimum(a, b).min(axis=1), f, 1.0)
+
+
+def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: int,
+                      dataset_size: int, deltas: Sequence[float] = DEFAULT_DELTAS,
+                      fprs: Sequence[float] = DEFAULT_FPRS,
+                      pld_rtol: float = 1e-5) -> PrivacyStatement:
+  """Builds the privacy statement of a DP-SGD run (Poisson sampling, add/remove).
+
+  Args:
+    noise_multiplier: sigma > 0.
+    sampling_prob: q in (0, 1].
+    num_steps: T, an integer >= 1.
+    dataset_size: n, an integer >= 1 (for delta vs 1/n and the batch size).
+    deltas: the deltas to report, each in (0, 1), shape [D].
+    fprs: false-positive rates for the trade-off, each in (0, 1), shape [F].
+    pld_rtol: target relative discretisation error of the PLD eps.
+  Returns:
+    PrivacyStatement.
+  """
+  sigma, q, t = pld._check_dpsgd(noise_multiplier, sampling_prob, num_steps)
+  n = _check_n(dataset_size)
+  deltas = tuple(float(d) for d in deltas)
+  if not deltas:
+    raise ValueError("deltas must be non-empty")
+  for d in deltas:
+    pld._check_delta(d)
+  fprs = tuple(float(f) for f in fprs)
+  if not fprs or any(not (0.0 < f < 1.0) for f in fprs):
+    raise ValueError(f"fprs must be non-empty, each in (0, 1), got {fprs}")
+
+  orders, rho = rdp.dpsgd_rdp(sigma, q, t)
+  mu_clt = gdp.dpsgd_clt_mu(sigma, q, t)
+  rows = []
+  finest = None
+  for d in deltas:
+    e_rdp, order = rdp.rdp_to_epsilon(orders, rho, d)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", RuntimeWarning)
+      res = pld.dpsgd_epsilon_bound(sigma, q, t, d, rtol=pld_rtol)
+    rows.append(EpsilonRow(d, e_rdp, order, res.value, res.error,
+                           res.value_discretization, gdp.gaussian_epsilon(d, mu_clt)))
+    if not res.exact and (finest is None or res.value_discretization < finest):
+      finest = res.value_discretization
+
+  # Trade-off curve: the PLD's whole delta(eps) profile, on the finest grid used
+  # (no coarser than 1e-3 so that the profile is smooth).
+  h = min(finest, 1e-3) if finest is not None else None
+  composed = pld.gaussian_pld(sigma, q, value_discretization=h).self_compose(t)
+  e_max = max(r.pld_epsilon for r in rows)
+  e_max = 2.0 * e_max + 1.0 if math.isfinite(e_max) else 50.0
+  tpr_pld = tradeoff_from_pld(composed, fprs, e_max)
+  tpr_clt = gdp.tradeoff_tpr(np.asarray(fprs), mu_clt)
+
+  notes = []
+  for d in deltas:
+    if d >= 1.0 / n:
+      notes.append(f"delta = {d:.0e} >= 1/n: VOID as a privacy guarantee (releasing "
+                   f"one random record in full satisfies it).")
+    elif d > 0.1 / n:
+      notes.append(f"delta = {d:.0e} < 1/n but delta*n = {d * n:.2g} is not << 1; "
+                   f"prefer delta <= 0.1/n = {0.1 / n:.1e}.")
+    else:
+      notes.append(f"delta = {d:.0e}: delta*n = {d * n:.2g} << 1, fine.")
+
+  issues = []
+  for r in rows:
+    lo = r.pld_epsilon - r.pld_error
+    slack = 1e-9 + 1e-9 * abs(r.pld_epsilon)
+    if r.rdp_epsilon < lo - slack:
+      issues.append(f"delta = {r.delta:.0e}: RDP eps {r.rdp_epsilon:.4f} is BELOW the PLD's "
+                    f"lower end {lo:.4f}; both claim to be upper bounds, so one is wrong.")
+    elif r.rdp_epsilon > r.pld_epsilon + slack:
+      issues.append(f"delta = {r.delta:.0e}: RDP is looser than PLD by "
+                    f"{r.rdp_epsilon - r.pld_epsilon:.4f} "
+                    f"({(r.rdp_epsilon / r.pld_epsilon - 1) * 100:.1f} %), more than the PLD's "
+                    f"error {r.pld_error:.1e} (expected: the RDP-to-DP conversion is lossy).")
+    if r.clt_epsilon < lo - slack:
+      issues.append(f"delta = {r.delta:.0e}: CLT eps {r.clt_epsilon:.4f} is below the true "
+                    f"eps (>= {lo:.4f} by the PLD): the approximation UNDER-reports "
+                    f"privacy loss by {(1 - r.clt_epsilon / r.pld_epsilon) * 100:.1f} %.")
+    elif r.clt_epsilon > r.pld_epsilon + slack:
+      issues.append(f"delta = {r.delta:.0e}: CLT eps {r.clt_epsilon:.4f} is above the PLD "
+                    f"upper bound {r.pld_epsilon:.4f} (over-reports).")
+  for f, a, b in zip(fprs, tpr_pld, tpr_clt):
+    if b > a + 1e-6 and a < 1 - 1e-9:
+      issues.append(f"FPR = {f:.1%}: the CLT trade-off curve (TPR {b:.4f}) exceeds the "
+                    f"PLD bound ({a:.4f}): the CLT is pessimistic there.")
+  return PrivacyStatement(sigma, q, t, n, mu_clt, tuple(rows), fprs,
+                          tuple(float(x) for x in tpr_pld),
+                          tuple(float(x) for x in tpr_clt), tuple(notes), tuple(issues))

@@ -140,7 +140,8 @@ def optimal_composition_delta(epsilon0: float, delta0: float, k: int, epsilon) :
     d_rr = np.exp(_log_delta_rr(e0, k, eps))
   # 1 - (1 - d0)^k (1 - d_rr), computed without cancellation for tiny d0.
   log_keep = k * math.log1p(-d0)
-  out = -np.expm1(log_keep + np.log1p(-np.minimum(d_rr, 1.0)))
+  with np.errstate(divide="ignore"):
+    out = -np.expm1(log_keep + np.log1p(-np.minimum(d_rr, 1.0)))
   out = np.clip(out, 0.0, 1.0)
   return float(out[0]) if np.ndim(epsilon) == 0 else out
 

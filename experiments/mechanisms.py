@@ -158,8 +158,10 @@ def demo_rr(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict
       rows=rows, digits=4,
       note=(f"sd of π̂ for a fixed population: sqrt(p(1−p)/n)/(2p−1); central DP: one "
             f"Laplace(1/ε) on the exact count, sd √2/(εn). √(n/2) = {math.sqrt(n / 2):.1f} "
-            f"(lecture 71). The MC π̂ is unbiased: mean error at ε=1 "
-            f"{[r['local_bias_mc'] for r in recs if r['epsilon'] == 1.0] or ['–']}."))
+            f"(lecture 71). MC mean error of π̂ (its SE in brackets; π̂ is unbiased): "
+            + ", ".join(f"ε={r['epsilon']:g}: {r['local_bias_mc']:+.4f} (SE "
+                        f"{r['local_sd_exact'] / math.sqrt(cfg.rr_reps):.4f})" for r in recs)
+            + "."))
   return {"people": n, "true_rate": rate, "per_epsilon": recs}, [table]
 
 

@@ -115,6 +115,13 @@ class SubsampledGaussianExactnessTest(parameterized.TestCase):
     quad = np.array([rdp._log_a_minus_1_frac(q, sigma, a) for a in orders])
     np.testing.assert_allclose(quad, closed, rtol=1e-10, atol=1e-10)
 
+  def test_vectorised_grid_equals_per_order(self):
+    alphas = np.array([1.01, 1.5, 2.5, 10.9, 64.5])
+    for q, sigma in ((0.01, 1.0), (0.3, 0.4), (1e-5, 50.0)):
+      many = rdp._log_a_minus_1_frac_many(q, sigma, alphas)
+      one = [rdp._log_a_minus_1_frac(q, sigma, a) for a in alphas]
+      np.testing.assert_allclose(many, one, rtol=1e-13, atol=1e-13)
+
   def test_scipy_quad_direct_form(self):
     # A second, plain float64 reference on the undecomposed integrand.
     q, sigma, a = 0.05, 1.2, 2.7

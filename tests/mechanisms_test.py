@@ -239,6 +239,30 @@ class ClippedStatisticsTest(parameterized.TestCase):
     np.testing.assert_allclose(
         outs.mean, outs.noisy_sum / np.maximum(np.asarray(outs.noisy_count), 1.0), rtol=1e-6)
 
+  def test_clipped_sum_neighbours_differ_by_at_most_the_bound(self):
+    # Adding one record (however extreme) moves the clipped sum by at most
+    # max(|lower|, |upper|); the Laplace density ratio of the two releases is then
+    # bounded by e^eps. eps = 1e7 makes the noise negligible, exposing the exact sums.
+    d = jnp.array([3.0, 40.0, 7.5])
+    for extra, lo, hi in ((1e6, 0.0, 10.0), (-1e6, -50.0, 10.0), (4.0, 0.0, 10.0)):
+      s = float(mech.clipped_sum(jax.random.key(0), d, 1e7, hi, lo))
+      s2 = float(mech.clipped_sum(jax.random.key(0), jnp.append(d, extra), 1e7, hi, lo))
+      shift = abs(s2 - s)
+      self.assertLessEqual(shift, max(abs(lo), abs(hi)) + 1e-3)
+      eps, sens = 0.8, max(abs(lo), abs(hi))
+      b = sens / eps
+      z = np.linspace(-30 * b, 30 * b, 20001)
+      log_ratio = stats.laplace.logpdf(z, 0, b) - stats.laplace.logpdf(z, shift, b)
+      self.assertLessEqual(np.max(np.abs(log_ratio)), eps + 1e-6)
+
+  def test_no_key_reuse(self):
+    with jax.debug_key_reuse(True):
+      k = jax.random.key(0)
+      mech.private_mean(k, jnp.ones(5), 1.0, 2.0)
+      mech.randomized_response(jax.random.key(1), jnp.ones(3, jnp.int32), 1.0)
+      mech.report_noisy_max(jax.random.key(2), jnp.ones(3), 1.0)
+      mech.exponential_mechanism(jax.random.key(3), jnp.ones(3), 1.0, shape=(4,))
+
   def test_clipped_sum_sensitivity_uses_both_bounds(self):
     # Values in [-50, 10]: add/remove sensitivity is 50; sd sqrt(2)*50/eps.
     outs = jax.vmap(lambda kk: mech.clipped_sum(kk, jnp.zeros(3), 2.0, 10.0, -50.0))(

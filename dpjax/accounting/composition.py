@@ -119,7 +119,7 @@ def _log_delta_rr(epsilon0: float, k: int, epsilon: np.ndarray) -> np.ndarray:
   return special.logsumexp(log_term, axis=1)
 
 
-def optimal_composition_delta(epsilon0: float, delta0: float, k: int, epsilon) :
+def optimal_composition_delta(epsilon0: float, delta0: float, k: int, epsilon):
   """Exact delta(eps) of k adaptive (eps0, delta0)-DP mechanisms (KOV 2015).
 
   Args:

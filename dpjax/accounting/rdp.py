@@ -48,14 +48,12 @@ from scipy import special
 # The default grid of orders: fine near 1 (where small-eps / large-q settings
 # put the optimum), every integer from 11 to 128 (no hole between 64 and 128,
 # which e.g. q = 0.01, sigma = 8, T = 1000 needs), then a geometric tail to 1024.
-DEFAULT_ORDERS = np.array(
+DEFAULT_ORDERS = np.unique(np.array(
     [1.01, 1.02, 1.03, 1.04, 1.05, 1.075]
-    + [1.0 + x / 10.0 for x in range(1, 100)]
-    + [1.0 + x / 10.0 for x in range(100, 110, 5)]  # 11.0 and 11.5 (11 dedup below)
-    + list(range(12, 129))
+    + [1.0 + x / 10.0 for x in range(1, 100)]        # 1.1, 1.2, ..., 10.9
+    + [11.5] + list(range(11, 129))                  # every integer 11..128
     + [144, 160, 176, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024],
-    dtype=np.float64)
-DEFAULT_ORDERS = np.unique(DEFAULT_ORDERS)
+    dtype=np.float64))
 
 # Trapezoid settings for fractional orders (see `_log_a_minus_1_frac`).
 _TAIL_SIGMAS = 12.0      # integrate over [-12 sigma, alpha + 12 sigma]

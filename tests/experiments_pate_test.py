@@ -1,0 +1,42 @@
+"""Shrunken run of experiments/pate.py."""
+
+import math
+import os
+import tempfile
+
+from absl.testing import absltest
+
+from experiments import pate as pate_exp
+
+
+class PateExperimentTest(absltest.TestCase):
+
+  def test_run_small(self):
+    out = tempfile.mkdtemp()
+    kw = dict(seed=0, teachers=[5, 20], queries=[30], public=40, sigma_per_teacher=0.2,
+              delta=1e-5, dpsgd_seeds=2, fit_steps=30, dpsgd_epochs=1, out_dir=out,
+              progress=False)
+    res = pate_exp.run(**kw)
+    cells = res["record"]["cells"]
+    self.assertLen(cells, 2)
+    for c in cells:
+      self.assertLessEqual(c["epsilon_data_dependent"], c["epsilon_data_independent"] + 1e-9)
+      # DP-SGD was calibrated to the PATE epsilon (calibrate_noise lands at or below it).
+      self.assertLessEqual(c["dpsgd_epsilon"], c["epsilon_data_independent"] * 1.001)
+      self.assertGreater(c["dpsgd_epsilon"], 0.9 * c["epsilon_data_independent"])
+      for k in ("student_accuracy", "ensemble_accuracy", "dpsgd_accuracy", "label_accuracy"):
+        self.assertBetween(c[k], 0.0, 1.0)
+    # More teachers with sigma proportional to k: less epsilon for the same queries.
+    self.assertLess(cells[1]["epsilon_data_independent"], cells[0]["epsilon_data_independent"])
+    self.assertTrue(math.isfinite(res["record"]["non_private_accuracy"]))
+    self.assertTrue(os.path.exists(os.path.join(out, "pate_vs_dpsgd.png")))
+
+  def test_rejects_too_few_public(self):
+    with self.assertRaisesRegex(ValueError, "public"):
+      pate_exp.run(seed=0, teachers=[5], queries=[50], public=40, sigma_per_teacher=0.2,
+                   delta=1e-5, dpsgd_seeds=2, fit_steps=5, dpsgd_epochs=1,
+                   out_dir=tempfile.mkdtemp(), progress=False)
+
+
+if __name__ == "__main__":
+  absltest.main()

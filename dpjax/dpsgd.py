@@ -24,10 +24,10 @@ a per-row scale and a step over M models is two matmuls); any other model uses
 Random numbers: every step draws its Bernoulli(q) mask as raw 32-bit words compared
 with the threshold floor(q * 2^32) (so the realised inclusion probability is q up
 to -2.3e-10, never above q: the accountant's q is conservative), and Gaussian noise
-with `jax.random.normal`. The bit generator is selected by `prng_impl` (default
-"threefry2x32", JAX's default; "rbg" uses XLA's RngBitGenerator (Philox) for the
-bulk bits and is faster on CPU). Either way each model's stream depends only on its
-own key and the step index (`fold_in(key, step)`), never on M or the chunking.
+with `jax.random.normal`, both from JAX's default threefry generator keyed per
+model and per step (`fold_in(key, step)`), so a model's stream depends only on its
+own key, never on M or the chunking. (The "rbg" generator was measured slower here
+and its vmap is not equal to a loop over keys, so it is not offered.)
 
 Shape letters: M models, N records, D features, B batch, T steps.
 
@@ -63,7 +63,6 @@ PyTree = Any
 
 _SAMPLERS = ("poisson", "shuffle")
 _ACCOUNTANTS = ("rdp", "pld")
-_PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 
 
 class UnaccountedSamplingWarning(UserWarning):
@@ -294,18 +293,6 @@ def _shuffle_mask(key, step, keep_N, batch_size, steps_per_epoch):
   return (rank >= j * batch_size) & (rank < (j + 1) * batch_size) & keep_N
 
 
-def _make_key(key: jax.Array, prng_impl: str) -> jax.Array:
-  """Re-keys `key` (any impl) into a key of `prng_impl`, deterministically."""
-  if prng_impl == "threefry2x32":
-    return key
-  impl = jax.random.key_impl(key)
-  if str(impl) == prng_impl:
-    return key
-  nwords = {"rbg": 4, "unsafe_rbg": 4}[prng_impl]
-  data = jax.random.bits(key, (nwords,), jnp.uint32)
-  return jax.random.wrap_key_data(data, impl=prng_impl)
-
-
 # ----------------------------------------------------------------------------------
 # Clipping.
 
@@ -478,16 +465,13 @@ class TrainResult(NamedTuple):
 
 def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConfig,
                   model, observe_fn, per_example_stats, gradient_canary, clipped_sum_fn,
-                  optimizer, prng_impl):
+                  optimizer):
   """Trains one model (vmapped by train_many). Pure; traced under jit."""
   n_rec = x.shape[0]
   q = float(cfg.sampling_prob)
   c = float(cfg.l2_clip_norm)
   sigma = cfg.sigma
   k_init, k_sample, k_noise, k_canary = jax.random.split(key, 4)
-  k_sample = _make_key(k_sample, prng_impl)
-  k_noise = _make_key(k_noise, prng_impl)
-  k_canary = _make_key(k_canary, prng_impl)
   params = model.init(k_init) if init_params is None else init_params
   noise_std = sigma if cfg.faults.noise_without_clip_norm else sigma * (0.0 if math.isinf(c) else c)
   agg = dp_aggregate(noise_std, cfg.expected_batch_size, k_noise, faults=cfg.faults)
@@ -551,13 +535,13 @@ def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConf
 
 @functools.lru_cache(maxsize=64)
 def _compiled(cfg, model, observe_fn, per_example_stats, has_canary, clipped_sum_fn,
-              optimizer, prng_impl, has_init):
+              optimizer, has_init):
   def one(key, keep, canary_keep, init_params, canary, x, y):
     return _train_single(
         key, keep, canary_keep, init_params, x, y, cfg=cfg, model=model,
         observe_fn=observe_fn, per_example_stats=per_example_stats,
         gradient_canary=canary if has_canary else None,
-        clipped_sum_fn=clipped_sum_fn, optimizer=optimizer, prng_impl=prng_impl)
+        clipped_sum_fn=clipped_sum_fn, optimizer=optimizer)
   batched = jax.vmap(one, in_axes=(0, 0, 0, None, None, None, None))
   return jax.jit(batched)
 
@@ -585,7 +569,6 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
                optimizer: optax.GradientTransformation | None = None,
                memory_budget_bytes: int = 2 * 2 ** 30,
                max_chunk: int | None = None,
-               prng_impl: str = "threefry2x32",
                progress: bool = True) -> TrainResult:
   """Trains M models with DP-SGD in one jitted program per memory-sized chunk.
 
@@ -616,8 +599,6 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
     memory_budget_bytes: rough cap on the working set; the model axis is chunked
       to stay under it (a tqdm bar over chunks).
     max_chunk: optional cap on models per chunk.
-    prng_impl: "threefry2x32" (default), "rbg" or "unsafe_rbg": the bit generator
-      for masks and noise (a performance knob; the distributions are the same).
     progress: show a progress bar when there is more than one chunk.
   Returns:
     TrainResult(params [M, ...], observations [M, T, ...] or None, stats or None).
@@ -644,8 +625,6 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
     raise ValueError(f"cfg must be a DpSgdConfig, got {type(cfg)}")
   if not isinstance(model, models_lib.Model):
     raise ValueError(f"model must be a models.Model, got {type(model)}")
-  if prng_impl not in _PRNG_IMPLS:
-    raise ValueError(f"prng_impl must be one of {_PRNG_IMPLS}, got {prng_impl!r}")
   if not (memory_budget_bytes > 0):
     raise ValueError(f"memory_budget_bytes must be > 0, got {memory_budget_bytes}")
   if max_chunk is not None and (int(max_chunk) != max_chunk or max_chunk < 1):
@@ -676,7 +655,7 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
   csf = clipped_sum_fn if clipped_sum_fn is not None else default_clipped_sum_fn(model)
   _ = cfg.sigma  # resolve (and validate) target_epsilon on the host, before tracing
   fn = _compiled(cfg, model, observe_fn, bool(per_example_stats), has_canary, csf,
-                 optimizer, prng_impl, init_params is not None)
+                 optimizer, init_params is not None)
 
   per = _bytes_per_model(x, model, init_params, cfg, per_example_stats, observe_fn,
                          clipped_sum_fn, params_shape)

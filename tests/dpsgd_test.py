@@ -1,0 +1,401 @@
+"""Tests for dpjax.dpsgd: the DP-SGD contract checked piece by piece.
+
+Clipping bounds (property test), noise std sigma*C (KS test that also rejects
+2/3 and 3/2 of it), the fixed denominator q*n, Poisson rates, vmap = single model,
+jit = eager, GLM fast path = vmap(grad), each Fault, and the epsilon reported.
+"""
+
+import functools
+import math
+from unittest import mock
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl.testing import absltest
+from absl.testing import parameterized
+from scipy import stats
+
+from dpjax import dpsgd
+from dpjax import models
+
+
+def _data(n=24, d=4, seed=0, scale=3.0):
+  kx, ky = jax.random.split(jax.random.key(seed))
+  x = scale * jax.random.normal(kx, (n, d))
+  y = jax.random.bernoulli(ky, 0.5, (n,)).astype(jnp.int32)
+  return x, y
+
+
+def _cfg(**kw):
+  base = dict(dataset_size=24, sampling_prob=0.3, num_steps=6, noise_multiplier=1.0,
+              learning_rate=0.5)
+  base.update(kw)
+  return dpsgd.DpSgdConfig(**base)
+
+
+def _assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
+  for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=rtol, atol=atol)
+
+
+def _identity(u):
+  return u["w"]
+
+
+class ClippingTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      (f"seed{s}_{kind}_C{c}", s, kind, c)
+      for s in range(2) for kind in ("glm", "generic", "mlp") for c in (0.1, 5.0))
+  def test_each_contribution_bounded_by_c(self, seed, kind, c):
+    x, y = _data(n=16, d=5, seed=seed, scale=1.0 + 4.0 * seed)
+    if kind == "mlp":
+      model = models.mlp(5, hidden=(7,), num_classes=1, l2=0.1)
+      fn = functools.partial(dpsgd.clipped_grad_sum, model)
+    else:
+      model = models.logistic_regression(5, l2=0.2)
+      fn = (functools.partial(dpsgd.glm_clipped_grad_sum, 0.2) if kind == "glm"
+            else functools.partial(dpsgd.clipped_grad_sum, model))
+    params = model.init(jax.random.key(seed))
+    params = jax.tree.map(
+        lambda p: p + jax.random.normal(jax.random.key(seed + 7), p.shape), params)
+    # One-hot weights: the sum is exactly example i's clipped contribution.
+    sums, norms = jax.jit(jax.vmap(lambda w: fn(params, x, y, w, c)))(jnp.eye(16))
+    contribution = np.sqrt(sum(np.sum(np.asarray(v).reshape(16, -1) ** 2, axis=1)
+                               for v in jax.tree.leaves(sums)))
+    self.assertTrue(np.all(contribution <= c * (1 + 1e-5)), contribution)
+    # Examples under the bound keep their full gradient; the others are scaled to C.
+    np.testing.assert_allclose(contribution, np.minimum(c, np.diag(np.asarray(norms))),
+                               rtol=1e-4, atol=1e-6)
+    if c < 1:
+      self.assertGreater(np.sum(np.diag(np.asarray(norms)) > c), 0)
+
+  def test_glm_equals_generic(self):
+    for l2 in (0.0, 0.3):
+      model = models.logistic_regression(4, l2=l2)
+      x, y = _data()
+      w = {"w": jax.random.normal(jax.random.key(5), (4,))}
+      wts = jax.random.bernoulli(jax.random.key(6), 0.5, (24,)).astype(jnp.float32)
+      s1, n1 = dpsgd.glm_clipped_grad_sum(l2, w, x, y, wts, 1.0)
+      s2, n2 = dpsgd.clipped_grad_sum(model, w, x, y, wts, 1.0)
+      _assert_trees_close(s1, s2, rtol=1e-5, atol=1e-5)
+      np.testing.assert_allclose(n1, n2, rtol=1e-5, atol=1e-5)
+
+  def test_glm_train_equals_generic_train(self):
+    model = models.logistic_regression(4, l2=0.1)
+    x, y = _data()
+    keep = jnp.ones((3, 24), bool)
+    cfg = _cfg(num_steps=10)
+    fast = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False)
+    gen = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False,
+                           clipped_sum_fn=functools.partial(dpsgd.clipped_grad_sum, model))
+    _assert_trees_close(fast.params, gen.params, rtol=1e-4, atol=1e-5)
+
+  def test_no_clipping_when_c_infinite(self):
+    model = models.logistic_regression(4)
+    x, y = _data()
+    w = {"w": jnp.ones((4,))}
+    s, _ = dpsgd.clipped_grad_sum(model, w, x, y, jnp.ones((24,)), math.inf)
+    g = dpsgd.per_example_grads(model, w, x, y)
+    np.testing.assert_allclose(s["w"], jnp.sum(g["w"], axis=0), rtol=1e-5)
+
+
+class NoiseAndDenominatorTest(parameterized.TestCase):
+
+  def _noise_samples(self, cfg, num_models=200, n=24):
+    # Zero features => zero gradients, so the privatized update is pure noise / B.
+    x = jnp.zeros((n, 3))
+    y = jnp.zeros((n,), jnp.int32)
+    out = dpsgd.train_many(jax.random.key(11), x, y, jnp.ones((num_models, n), bool), cfg,
+                           models.logistic_regression(3), observe_fn=_identity,
+                           progress=False)
+    return np.asarray(out.observations).ravel()
+
+  def test_noise_std_is_sigma_c_over_b(self):
+    cfg = _cfg(noise_multiplier=1.7, l2_clip_norm=2.5, num_steps=5)
+    z = self._noise_samples(cfg)       # 200 models x 5 steps x 3 coordinates
+    std = 1.7 * 2.5 / cfg.expected_batch_size
+    self.assertGreater(stats.kstest(z / std, "norm").pvalue, 1e-3)
+    for wrong in (2 / 3, 3 / 2):
+      self.assertLess(stats.kstest(z / (wrong * std), "norm").pvalue, 1e-6)
+
+  def test_dp_aggregate_ks(self):
+    tx = dpsgd.dp_aggregate(2.0, 4.0, jax.random.key(0))
+    state = tx.init({"w": jnp.zeros(500)})
+    upd, state = tx.update({"w": jnp.zeros(500)}, state)
+    upd2, _ = tx.update({"w": jnp.zeros(500)}, state)
+    z = np.concatenate([upd["w"], upd2["w"]]) / 0.5
+    self.assertGreater(stats.kstest(z, "norm").pvalue, 1e-3)
+    self.assertLess(stats.kstest(z * 1.5, "norm").pvalue, 1e-6)
+    self.assertLess(stats.kstest(z / 1.5, "norm").pvalue, 1e-6)
+    # Fresh noise each step.
+    self.assertFalse(np.allclose(upd["w"], upd2["w"]))
+
+  def test_denominator_is_q_times_n(self):
+    # q = 1, sigma = 0: every kept record is in; half the pool is kept, so the
+    # realised batch (12) differs from the fixed B = q * n = 24.
+    x, y = _data()
+    model = models.logistic_regression(4)
+    keep = jnp.arange(24)[None, :] < 12
+    cfg = _cfg(sampling_prob=1.0, noise_multiplier=0.0, num_steps=1)
+    out = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, observe_fn=_identity,
+                           progress=False)
+    s, _ = dpsgd.clipped_grad_sum(model, {"w": jnp.zeros(4)}, x, y,
+                                  keep[0].astype(jnp.float32), 1.0)
+    np.testing.assert_allclose(out.observations[0, 0], s["w"] / 24.0, rtol=1e-5)
+    np.testing.assert_allclose(out.params["w"][0], -0.5 * s["w"] / 24.0, rtol=1e-5)
+
+  def test_poisson_rate(self):
+    masks = jax.vmap(lambda k: dpsgd.poisson_mask(k, 0.3, 1000))(
+        jax.random.split(jax.random.key(0), 200))
+    rate = float(jnp.mean(masks))
+    self.assertAlmostEqual(rate, 0.3, delta=4 * math.sqrt(0.3 * 0.7 / 200_000))
+    # Independence across records: pairwise inclusion of neighbours ~ q^2.
+    both = float(jnp.mean(masks[:, 1:] & masks[:, :-1]))
+    self.assertAlmostEqual(both, 0.09, delta=4 * math.sqrt(0.09 * 0.91 / 199_800))
+
+  def test_training_inclusion_rate_and_keep(self):
+    x, y = _data()
+    keep = jax.random.bernoulli(jax.random.key(2), 0.5, (50, 24))
+    cfg = _cfg(sampling_prob=0.25, num_steps=40)
+    out = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, models.logistic_regression(4),
+                           per_example_stats=True, progress=False)
+    sampled = np.asarray(out.stats["times_sampled"])
+    kept = np.asarray(keep)
+    self.assertEqual(sampled[~kept].sum(), 0.0)
+    rate = sampled[kept].sum() / (kept.sum() * 40)
+    self.assertAlmostEqual(rate, 0.25, delta=4 * math.sqrt(0.25 * 0.75 / (kept.sum() * 40)))
+
+  def test_bernoulli_threshold_never_above_q(self):
+    for q in (1e-6, 0.2, 0.5, 0.999999):
+      thr = dpsgd.bernoulli_threshold(q)
+      self.assertLessEqual(thr / 2 ** 32, q)
+      self.assertLess(q - thr / 2 ** 32, 2 ** -31)
+
+
+class VectorisationTest(parameterized.TestCase):
+
+  def test_vmap_equals_single_model(self):
+    x, y = _data()
+    model = models.logistic_regression(4, l2=0.01)
+    keep = jax.random.bernoulli(jax.random.key(3), 0.6, (4, 24))
+    cfg = _cfg(num_steps=8, momentum=0.5)
+    many = dpsgd.train_many(jax.random.key(9), x, y, keep, cfg, model,
+                            observe_fn=_identity, per_example_stats=True, progress=False)
+    keys = jax.random.split(jax.random.key(9), 4)
+    for i in range(4):
+      one = dpsgd.train_one(keys[i], x, y, keep[i], cfg, model,
+                            observe_fn=_identity, per_example_stats=True)
+      _assert_trees_close(jax.tree.map(lambda a, i=i: a[i], many.params), one.params)
+      np.testing.assert_allclose(many.observations[i], one.observations, rtol=1e-5, atol=1e-7)
+      np.testing.assert_array_equal(many.stats["times_sampled"][i], one.stats["times_sampled"])
+
+  def test_chunking_does_not_change_results(self):
+    x, y = _data()
+    model = models.logistic_regression(4)
+    keep = jnp.ones((5, 24), bool)
+    cfg = _cfg()
+    a = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False)
+    b = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, max_chunk=2,
+                         progress=False)
+    _assert_trees_close(a.params, b.params)
+
+  def test_memory_budget_chunks(self):
+    x, y = _data()
+    model = models.logistic_regression(4)
+    keep = jnp.ones((5, 24), bool)
+    a = dpsgd.train_many(jax.random.key(0), x, y, keep, _cfg(), model, progress=False)
+    b = dpsgd.train_many(jax.random.key(0), x, y, keep, _cfg(), model, progress=False,
+                         memory_budget_bytes=1)   # forces one model per chunk
+    _assert_trees_close(a.params, b.params)
+
+  def test_jit_equals_eager(self):
+    x, y = _data()
+    model = models.mlp(4, hidden=(3,), num_classes=1)
+    cfg = _cfg(num_steps=2)
+    keep = jnp.ones((24,), bool)
+    jitted = dpsgd.train_one(jax.random.key(4), x, y, keep, cfg, model)
+    with jax.disable_jit():
+      eager = dpsgd.train_one(jax.random.key(4), x, y, keep, cfg, model)
+    _assert_trees_close(jitted.params, eager.params, rtol=1e-4, atol=1e-5)
+
+  def test_optax_optimiser_composes(self):
+    x, y = _data()
+    model = models.logistic_regression(4)
+    cfg = _cfg(noise_multiplier=0.0, sampling_prob=1.0, num_steps=1)
+    adam = optax.adam(0.1)
+    out = dpsgd.train_one(jax.random.key(0), x, y, jnp.ones((24,), bool), cfg, model,
+                          optimizer=adam)
+    s, _ = dpsgd.glm_clipped_grad_sum(0.0, {"w": jnp.zeros(4)}, x, y, jnp.ones(24), 1.0)
+    # Adam's first step is -lr * sign(g) (up to eps).
+    np.testing.assert_allclose(out.params["w"], -0.1 * np.sign(s["w"]), rtol=1e-4)
+
+
+class CanaryAndFaultsTest(parameterized.TestCase):
+
+  def test_gradient_canary_added_clipped(self):
+    x, y = _data()
+    model = models.logistic_regression(4)
+    cfg = _cfg(sampling_prob=1.0, noise_multiplier=0.0, num_steps=1, l2_clip_norm=1.0)
+    canary = {"w": jnp.array([3.0, 0.0, 4.0, 0.0])}     # norm 5 -> clipped to 1
+    keep = jnp.ones((2, 24), bool)
+    out = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model,
+                           gradient_canary=canary, canary_keep_M=jnp.array([True, False]),
+                           observe_fn=_identity, progress=False)
+    diff = (out.observations[0, 0] - out.observations[1, 0]) * cfg.expected_batch_size
+    np.testing.assert_allclose(diff, [0.6, 0.0, 0.8, 0.0], atol=1e-5)
+
+  def test_canary_sampled_at_rate_q(self):
+    x = jnp.zeros((10, 2))
+    y = jnp.zeros((10,), jnp.int32)
+    cfg = dpsgd.DpSgdConfig(dataset_size=10, sampling_prob=0.3, num_steps=200,
+                            noise_multiplier=0.0)
+    out = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((20, 10), bool), cfg,
+                           models.logistic_regression(2),
+                           gradient_canary={"w": jnp.array([1.0, 0.0])},
+                           canary_keep_M=jnp.ones((20,), bool), observe_fn=_identity,
+                           progress=False)
+    rate = float(jnp.mean(out.observations[:, :, 0] > 0))
+    self.assertAlmostEqual(rate, 0.3, delta=4 * math.sqrt(0.21 / 4000))
+
+  def _one_step(self, faults, sigma=0.0, c=1.0, keep_n=12):
+    x, y = _data()
+    model = models.logistic_regression(4)
+    keep = jnp.arange(24)[None, :] < keep_n
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", dpsgd.FaultyDpSgdWarning)
+      cfg = _cfg(sampling_prob=1.0, noise_multiplier=sigma, num_steps=1, l2_clip_norm=c,
+                 faults=faults)
+    out = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, observe_fn=_identity,
+                           progress=False)
+    wts = keep[0].astype(jnp.float32)
+    return np.asarray(out.observations[0, 0]), x, y, wts, model
+
+  def test_fault_realised_denominator(self):
+    got, x, y, wts, model = self._one_step(dpsgd.Faults(realised_batch_denominator=True))
+    s, _ = dpsgd.clipped_grad_sum(model, {"w": jnp.zeros(4)}, x, y, wts, 1.0)
+    np.testing.assert_allclose(got, s["w"] / 12.0, rtol=1e-5)
+
+  def test_fault_clip_batch_mean(self):
+    got, x, y, wts, model = self._one_step(dpsgd.Faults(clip_batch_mean=True), c=0.05)
+    s, _ = dpsgd.clipped_grad_sum(model, {"w": jnp.zeros(4)}, x, y, wts, math.inf)
+    mean = np.asarray(s["w"]) / 12.0
+    want = 12.0 * mean * min(1.0, 0.05 / np.linalg.norm(mean)) / 24.0
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    correct, *_ = self._one_step(dpsgd.Faults(), c=0.05)
+    self.assertGreater(np.abs(got - correct).max(), 1e-4)
+
+  @parameterized.named_parameters(
+      ("correct", dpsgd.Faults(), 2.0 * 4.0 / 7.2),
+      ("noise_without_clip_norm", dpsgd.Faults(noise_without_clip_norm=True), 2.0 / 7.2),
+      ("noise_on_mean", dpsgd.Faults(noise_on_mean=True), 2.0 * 4.0),
+  )
+  def test_noise_faults(self, faults, want_std):
+    x = jnp.zeros((24, 3))
+    y = jnp.zeros((24,), jnp.int32)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", dpsgd.FaultyDpSgdWarning)
+      cfg = _cfg(noise_multiplier=2.0, l2_clip_norm=4.0, num_steps=4, faults=faults)
+    out = dpsgd.train_many(jax.random.key(1), x, y, jnp.ones((100, 24), bool), cfg,
+                           models.logistic_regression(3), observe_fn=_identity,
+                           progress=False)
+    self.assertAlmostEqual(cfg.expected_batch_size, 7.2)
+    z = np.asarray(out.observations).ravel() / want_std
+    self.assertGreater(stats.kstest(z, "norm").pvalue, 1e-3)
+
+  def test_faults_warn(self):
+    with self.assertWarns(dpsgd.FaultyDpSgdWarning):
+      _cfg(faults=dpsgd.Faults(noise_on_mean=True))
+
+
+class ConfigTest(parameterized.TestCase):
+
+  def test_epsilon_is_accountant_of_what_was_used(self):
+    from dpjax import accounting  # pylint: disable=g-import-not-at-top
+    cfg = _cfg(dataset_size=500, sampling_prob=0.1, num_steps=200, noise_multiplier=1.3,
+               delta=1e-5)
+    self.assertEqual(cfg.epsilon(), accounting.dpsgd_epsilon(1.3, 0.1, 200, 1e-5,
+                                                             accountant="rdp"))
+
+  def test_epsilon_passes_fields_to_accountant(self):
+    cfg = _cfg(dataset_size=500, sampling_prob=0.07, num_steps=123, noise_multiplier=0.9,
+               delta=3e-6, accountant="pld")
+    dpsgd._epsilon.cache_clear()
+    with mock.patch("dpjax.accounting.dpsgd_epsilon", return_value=4.2) as m:
+      self.assertEqual(cfg.epsilon(), 4.2)
+    m.assert_called_once_with(0.9, 0.07, 123, 3e-6, accountant="pld")
+    dpsgd._epsilon.cache_clear()
+
+  def test_target_epsilon_calibrates(self):
+    from dpjax import accounting  # pylint: disable=g-import-not-at-top
+    cfg = _cfg(dataset_size=500, sampling_prob=0.1, num_steps=200, noise_multiplier=None,
+               target_epsilon=1.0)
+    self.assertEqual(cfg.sigma, accounting.calibrate_noise(1.0, 0.1, 200, 1e-5,
+                                                           accountant="rdp"))
+    self.assertLessEqual(cfg.epsilon(), 1.0 + 1e-9)
+    self.assertGreater(cfg.epsilon(), 0.99)
+
+  def test_sigma_zero_is_infinite_epsilon(self):
+    self.assertEqual(_cfg(noise_multiplier=0.0).epsilon(), math.inf)
+
+  def test_expected_batch_size(self):
+    self.assertAlmostEqual(_cfg(dataset_size=150, sampling_prob=0.2).expected_batch_size, 30.0)
+
+  def test_shuffle_warns(self):
+    with self.assertWarns(dpsgd.UnaccountedSamplingWarning):
+      cfg = _cfg(sampler="shuffle")
+    with self.assertWarns(dpsgd.UnaccountedSamplingWarning):
+      cfg.epsilon()
+
+  def test_shuffle_fixed_batches(self):
+    x, y = _data()
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", dpsgd.UnaccountedSamplingWarning)
+      cfg = _cfg(sampler="shuffle", sampling_prob=0.25, num_steps=8)
+    out = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((3, 24), bool), cfg,
+                           models.logistic_regression(4), per_example_stats=True,
+                           progress=False)
+    # 4 batches of 6 per epoch, 2 epochs: every record exactly twice.
+    np.testing.assert_array_equal(out.stats["times_sampled"], 2.0 * np.ones((3, 24)))
+
+  @parameterized.named_parameters(
+      ("n", dict(dataset_size=0)),
+      ("q_zero", dict(sampling_prob=0.0)),
+      ("q_big", dict(sampling_prob=1.5)),
+      ("steps", dict(num_steps=0)),
+      ("clip", dict(l2_clip_norm=0.0)),
+      ("sigma_neg", dict(noise_multiplier=-1.0)),
+      ("both", dict(noise_multiplier=1.0, target_epsilon=1.0)),
+      ("neither", dict(noise_multiplier=None)),
+      ("eps", dict(noise_multiplier=None, target_epsilon=-1.0)),
+      ("inf_clip_noise", dict(l2_clip_norm=math.inf, noise_multiplier=1.0)),
+      ("delta", dict(delta=1.0)),
+      ("lr", dict(learning_rate=0.0)),
+      ("momentum", dict(momentum=1.0)),
+      ("sampler", dict(sampler="fixed")),
+      ("accountant", dict(accountant="moments")),
+  )
+  def test_bad_config_raises(self, kw):
+    with self.assertRaises(ValueError):
+      _cfg(**kw)
+
+  def test_bad_train_inputs_raise(self):
+    x, y = _data()
+    model = models.logistic_regression(4)
+    with self.assertRaisesRegex(ValueError, "keep_MxN"):
+      dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 23), bool), _cfg(), model)
+    with self.assertRaisesRegex(ValueError, "y_N"):
+      dpsgd.train_many(jax.random.key(0), x, y[:3], jnp.ones((2, 24), bool), _cfg(), model)
+    with self.assertRaisesRegex(ValueError, "NaN"):
+      dpsgd.train_many(jax.random.key(0), x.at[0, 0].set(jnp.nan), y,
+                       jnp.ones((2, 24), bool), _cfg(), model)
+    with self.assertRaisesRegex(ValueError, "canary_keep_M"):
+      dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 24), bool), _cfg(), model,
+                       gradient_canary={"w": jnp.ones(4)})
+
+
+if __name__ == "__main__":
+  absltest.main()

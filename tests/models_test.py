@@ -1,0 +1,89 @@
+"""Tests for dpjax.models: shapes, losses against closed forms, validation."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from dpjax import models
+
+
+class ModelsTest(parameterized.TestCase):
+
+  def test_logistic_regression_loss_closed_form(self):
+    model = models.logistic_regression(4, l2=0.3)
+    w = jnp.array([0.5, -1.0, 2.0, 0.1])
+    x = jax.random.normal(jax.random.key(0), (6, 4))
+    y = jnp.array([0, 1, 1, 0, 1, 0])
+    got = models.per_example_loss(model, {"w": w}, x, y)
+    z = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+    p = 1.0 / (1.0 + np.exp(-z))
+    want = -(np.asarray(y) * np.log(p) + (1 - np.asarray(y)) * np.log(1 - p))
+    want = want + 0.5 * 0.3 * np.sum(np.asarray(w, np.float64) ** 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+  def test_logistic_regression_zero_init(self):
+    params = models.logistic_regression(7).init(jax.random.key(3))
+    np.testing.assert_array_equal(params["w"], np.zeros(7))
+
+  def test_softmax_cross_entropy(self):
+    model = models.mlp(5, hidden=(8,), num_classes=3)
+    params = model.init(jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (4, 5))
+    y = jnp.array([0, 2, 1, 2])
+    logits = np.asarray(model.apply(params, x), np.float64)
+    lse = np.log(np.sum(np.exp(logits), axis=1))
+    want = lse - logits[np.arange(4), np.asarray(y)]
+    np.testing.assert_allclose(models.per_example_loss(model, params, x, y), want, rtol=1e-5)
+
+  def test_mlp_shapes(self):
+    model = models.mlp(64, hidden=(32, 16), num_classes=10)
+    params = model.init(jax.random.key(0))
+    self.assertEqual([l["w"].shape for l in params["layers"]], [(64, 32), (32, 16), (16, 10)])
+    self.assertEqual(model.apply(params, jnp.ones((3, 64))).shape, (3, 10))
+
+  def test_cnn_flat_equals_nhwc(self):
+    model = models.cnn((8, 8, 1), channels=(4, 8), num_classes=10)
+    params = model.init(jax.random.key(0))
+    self.assertEqual(params["conv"][1]["w"].shape, (3, 3, 4, 8))
+    self.assertEqual(params["dense"][0]["w"].shape, (2 * 2 * 8, 10))
+    x = jax.random.normal(jax.random.key(1), (2, 8, 8, 1))
+    np.testing.assert_allclose(model.apply(params, x), model.apply(params, x.reshape(2, 64)),
+                               rtol=1e-6)
+    self.assertEqual(model.apply(params, x).shape, (2, 10))
+
+  def test_factories_are_memoised(self):
+    self.assertIs(models.logistic_regression(5), models.logistic_regression(5))
+    self.assertIsNot(models.logistic_regression(5), models.logistic_regression(6))
+
+  def test_l2_penalty(self):
+    model = models.mlp(3, hidden=(2,), num_classes=2, l2=0.5)
+    params = model.init(jax.random.key(0))
+    sq = sum(float(jnp.sum(p ** 2)) for p in jax.tree.leaves(params))
+    self.assertAlmostEqual(float(models.l2_penalty(model, params)), 0.25 * sq, places=5)
+
+  @parameterized.named_parameters(
+      ("lr_features", lambda: models.logistic_regression(0)),
+      ("lr_l2", lambda: models.logistic_regression(3, l2=-1.0)),
+      ("lr_l2_nan", lambda: models.logistic_regression(3, l2=math.nan)),
+      ("mlp_hidden", lambda: models.mlp(3, hidden=(0,))),
+      ("mlp_classes", lambda: models.mlp(3, num_classes=0)),
+      ("cnn_shape", lambda: models.cnn((8, 8))),
+      ("cnn_too_small", lambda: models.cnn((2, 2, 1), channels=(4, 4))),
+  )
+  def test_bad_arguments_raise(self, make):
+    with self.assertRaises(ValueError):
+      make()
+
+  def test_loss_shape_mismatch_raises(self):
+    model = models.logistic_regression(2)
+    with self.assertRaisesRegex(ValueError, "y_B"):
+      models.per_example_loss(model, model.init(jax.random.key(0)), jnp.ones((3, 2)),
+                              jnp.ones((2,)))
+
+
+if __name__ == "__main__":
+  absltest.main()

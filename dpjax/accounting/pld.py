@@ -158,6 +158,10 @@ class _Pmf:
   def epsilon(self, delta: float) -> float:
     if self.infinity_mass > delta:
       return math.inf
+    # Losses below 0 never contribute to delta(eps) at eps >= 0: drop them.
+    j0 = max(0, min(self.probs.size - 1, -self.offset))
+    if j0 > 0:
+      return _Pmf(self.h, self.offset + j0, self.probs[j0:], self.infinity_mass).epsilon(delta)
     l = self.losses
     sp, lq = self._tails()
     with np.errstate(over="ignore", invalid="ignore"):
@@ -264,23 +268,14 @@ def _compose_pair(a: _Pmf, b: _Pmf) -> _Pmf:
 
 
 def _log_mgf(pmf: _Pmf, lambdas: np.ndarray) -> np.ndarray:
-  """Upper bound on log sum_j p_j e^{lambda l_j} for each lambda, [K].
+  """log sum_j p_j e^{lambda l_j} for each lambda, [K] (exact, in log space).
 
-  The pmf is first pooled into at most ~2048 blocks, each block's mass placed at
-  its largest loss for lambda > 0 and its smallest for lambda < 0, so the bound
-  stays valid (Chernoff windows only need an upper bound) and costs O(K * 2048).
+  It has to be exact: k-fold composition multiplies any per-step slack by k.
   """
-  p = pmf.probs
-  n = p.size
-  block = max(1, -(-n // 2048))
-  starts = np.arange(0, n, block)
-  mass = np.add.reduceat(p, starts)
-  keep = mass > 0
-  l_first = (pmf.offset + starts) * pmf.h
-  l_last = (pmf.offset + np.minimum(starts + block - 1, n - 1)) * pmf.h
-  lm = np.log(mass[keep])
-  l = np.where(lambdas[:, None] > 0, l_last[keep][None, :], l_first[keep][None, :])
-  x = lm[None, :] + lambdas[:, None] * l
+  keep = pmf.probs > 0
+  lp = np.log(pmf.probs[keep])
+  l = pmf.losses[keep]
+  x = lp[None, :] + lambdas[:, None] * l[None, :]
   m = x.max(axis=1)
   return m + np.log(np.exp(x - m[:, None]).sum(axis=1))
 
@@ -298,14 +293,20 @@ def _int_power(f: np.ndarray, k: int) -> np.ndarray:
     base = base * base
 
 
-def _self_compose(pmf: _Pmf, k: int) -> _Pmf:
-  """k-fold convolution by one FFT power on a Chernoff-sized window."""
+def _self_compose(pmf: _Pmf, k: int, tail_mass: float = _WINDOW_TAIL_MASS) -> _Pmf:
+  """k-fold convolution by one FFT power on a Chernoff-sized window.
+
+  The window holds all but `tail_mass` (Chernoff bound) of each tail. Mass above
+  it is added to +inf; mass below it wraps around to the top of the window
+  (higher losses). Both are pessimistic, so the result stays an upper bound and
+  delta(eps) grows by at most 2 * tail_mass.
+  """
   if k == 1:
     return pmf
   h = pmf.h
   l = pmf.losses
   lo_triv, hi_triv = k * l[0], k * l[-1]
-  log_tail = math.log(_WINDOW_TAIL_MASS)
+  log_tail = math.log(tail_mass)
   # Chernoff: P(S >= u) <= exp(k K(lam) - lam u); P(S <= u) <= exp(k K(-lam) + lam u).
   with np.errstate(over="ignore", invalid="ignore"):
     kp = k * _log_mgf(pmf, _LAMBDAS)
@@ -331,7 +332,7 @@ def _self_compose(pmf: _Pmf, k: int) -> _Pmf:
   out = np.roll(r, -shift)[:width]
   out = np.maximum(out, 0.0)
   inf = -math.expm1(k * math.log1p(-pmf.infinity_mass)) if pmf.infinity_mass < 1 else 1.0
-  return _trim(_Pmf(h, i_lo, out, min(1.0, inf + tail_hi)), _WINDOW_TAIL_MASS)
+  return _trim(_Pmf(h, i_lo, out, min(1.0, inf + tail_hi)), min(tail_mass, _WINDOW_TAIL_MASS))
 
 
 # ----------------------------------------------------------------------------
@@ -616,14 +617,17 @@ def _check_dpsgd(noise_multiplier, sampling_prob, num_steps):
 
 def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
               h_start: float = 1e-2, h_min: float = 1e-9) -> tuple[float, float, float]:
-  """Halves the grid spacing until the estimated discretisation error is small.
+  """Refines the grid spacing until the estimated discretisation error is small.
 
   The error of a pessimistic connect-the-dots answer shrinks like h^p with p
-  between 1 (h much larger than the answer) and 2 (fine grids). After each
-  halving, p is estimated from the last three answers (clipped to [1, 2]; p = 1
-  until three exist), and the error of the latest answer is estimated as
-  (v(2h) - v(h)) / (2^p - 1). Stops when that is <= max(rtol * v, atol), when h
-  reaches h_min, or when a finer grid would not fit in memory.
+  between 1 (h much larger than the answer) and 2 (fine grids). Grids are nested
+  (h_start / 2^m). After each pair (2h, h) the order p is estimated from the last
+  three answers on consecutive grids (clipped to [1, 2]; p = 1 before that), and
+  the error of v(h) is estimated as (v(2h) - v(h)) / (2^p - 1). It stops when
+  that is <= max(rtol * v, atol), at h_min, or when a finer grid would not fit
+  in memory. When the error is far above the target, it jumps several halvings
+  at once (to where an h^2 rate would meet the target; an optimistic rate, so
+  it does not overshoot) and evaluates the pair (2h, h) there.
 
   Returns:
     (value at the finest h, error estimate, h).
@@ -631,35 +635,43 @@ def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
   h = h_start
   while True:   # coarsen until the first grid fits
     try:
-      vals = [value_at_h(h)]
+      vals = {h: value_at_h(h)}
       break
     except _GridTooLarge:
       h *= 4
-  hs = [h]
+  p = 1.0
+  err = math.inf
   while True:
-    h_next = hs[-1] / 2
+    h_next = h / 2
     try:
-      v = value_at_h(h_next)
+      if h_next not in vals:
+        vals[h_next] = value_at_h(h_next)
     except _GridTooLarge:
-      break
-    vals.append(v)
-    hs.append(h_next)
+      warnings.warn(f"PLD grid limited by memory at h={h:g}; estimated error {err:.3g}",
+                    RuntimeWarning, stacklevel=3)
+      return vals[h], err, h
+    v, diff = vals[h_next], abs(vals[h] - vals[h_next])
     if not math.isfinite(v):
       return v, 0.0, h_next
-    diff = abs(vals[-2] - vals[-1])
-    p = 1.0
-    if len(vals) >= 3:
-      prev = abs(vals[-3] - vals[-2])
+    if 2 * h in vals:
+      prev = abs(vals[2 * h] - vals[h])
       if diff > 0 and prev > diff:
         p = float(np.clip(math.log2(prev / diff), 1.0, 2.0))
     err = diff / (2.0 ** p - 1.0)
-    if err <= max(rtol * abs(v), atol) or h_next <= h_min:
+    target = max(rtol * abs(v), atol)
+    if err <= target or h_next <= h_min:
       return v, err, h_next
-  v = vals[-1]
-  err = abs(vals[-2] - vals[-1]) if len(vals) >= 2 else math.inf
-  warnings.warn(f"PLD grid limited by memory at h={hs[-1]:g}; estimated error {err:.3g}",
-                RuntimeWarning, stacklevel=3)
-  return v, err, hs[-1]
+    # Halvings needed if the error falls like h^2 (the fine-grid rate; an
+    # optimistic guess, so a jump never overshoots); jump when more than one.
+    m = min(8, math.ceil(math.log2(err / target) / 2.0)) if err > 0 else 1
+    if m >= 2 and 2 * h in vals:
+      h = h_next / 2 ** (m - 1)   # next pair: (h, h / 2) with h = h_next / 2^(m-1)
+      try:
+        vals[h] = value_at_h(h)
+      except _GridTooLarge:
+        h = h_next
+    else:
+      h = h_next
 
 
 def _dpsgd_pmfs(sigma: float, q: float, h: float, tail: float) -> tuple[_Pmf, ...]:
@@ -680,7 +692,9 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
   The grid spacing h is chosen adaptively (`_adaptive`): starting at 1e-2 it is
   halved until the estimated error of the answer is at most max(rtol * eps,
   1e-9). The per-step tails are cut at P-mass 1e-6 * delta / T, which moves at
-  most ~1e-6 * delta to +inf over the whole run.
+  most ~1e-6 * delta to +inf over the whole run, and the FFT window leaves out
+  Chernoff tails of 1e-6 * delta each (also moved pessimistically), so the
+  answer is the eps of a delta at most ~3e-6 * delta smaller than asked.
 
   Args:
     noise_multiplier: sigma > 0 (noise std / clip norm).
@@ -704,8 +718,12 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
     return PldResult(gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma), 0.0, 0.0, True)
   tail = min(DEFAULT_TAIL_MASS * 1e5, 1e-6 * delta / t)
 
+  # FFT window: tails of 1e-6 * delta each (pessimistic, see `_self_compose`).
+  window_tail = min(_WINDOW_TAIL_MASS * 1e6, 1e-6 * delta)
+
   def eps_at(h):
-    return max(_self_compose(p, t).epsilon(delta) for p in _dpsgd_pmfs(sigma, q, h, tail))
+    return max(_self_compose(p, t, window_tail).epsilon(delta)
+               for p in _dpsgd_pmfs(sigma, q, h, tail))
 
   eps, err, h = _adaptive(eps_at, rtol, 1e-9)
   return PldResult(eps, err, h, False)

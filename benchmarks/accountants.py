@@ -1,0 +1,136 @@
+"""Benchmark: our RDP and PLD accountants against dp_accounting's, in one process.
+
+    .venv/bin/python -m benchmarks.accountants --json results/bench_accountants.json
+    .venv/bin/python -m benchmarks.accountants --quick      # skips the T = 1e5 rows
+
+For DP-SGD settings up to T = 1e5 steps (Poisson sampling, add/remove-one) it
+times eps(delta) by
+
+  * ours, RDP: `dpjax.accounting.dpsgd_epsilon(..., accountant="rdp")` (exact RDP at
+    integer and fractional orders, Balle et al. 2020 conversion);
+  * ours, PLD: `dpjax.accounting.pld.dpsgd_epsilon_bound` (adaptive grid, default
+    rtol = 1e-5), with its error estimate;
+  * dp_accounting 0.6.0 `RdpAccountant` (its default orders) and `PLDAccountant`
+    (its default grid, value_discretization_interval = 1e-4);
+
+and compares every PLD answer with a fine-grid reference: dp_accounting's PLD at
+h_ref = min(1e-5, eps / 5000) (itself an upper bound, within ~1e-6 relative of the
+truth at that grid). Every time is the best of --repeats runs; every speed figure
+is a ratio (dp_accounting time / our time) measured under the same machine load.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from absl import app, flags
+
+_JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+_REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (best is kept).")
+_QUICK = flags.DEFINE_bool("quick", False, "Skip the T = 1e5 settings.")
+
+# (sigma, q, T, delta)
+SETTINGS = (
+    (1.0, 0.01, 1_000, 1e-5),
+    (1.0, 0.01, 10_000, 1e-5),          # the issue's headline setting
+    (1.0, 0.01, 100_000, 1e-5),
+    (1.1, 256 / 60_000, 14_063, 1e-5),  # MNIST-sized, batch 256, 60 epochs
+    (1.0, 1e-4, 1_000, 1e-5),           # tiny eps: a fixed 1e-4 grid is ~4 % high
+    (0.8, 0.05, 5_000, 1e-6),
+    (2.0, 0.001, 100_000, 1e-8),
+)
+
+
+def _best_time(fn, repeats):
+  best, out = float("inf"), None
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    out = fn()
+    best = min(best, time.perf_counter() - t0)
+  return best, out
+
+
+def measure(settings=SETTINGS, repeats: int = 2) -> list[dict]:
+  """Times and eps for every setting; returns one dict per setting."""
+  import dp_accounting  # pylint: disable=import-outside-toplevel
+  from dp_accounting.pld import privacy_loss_distribution as dp_pld  # pylint: disable=import-outside-toplevel
+
+  from dpjax import accounting  # pylint: disable=import-outside-toplevel
+  from dpjax.accounting import pld  # pylint: disable=import-outside-toplevel
+
+  def event(sigma, q):
+    return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
+
+  def dp_rdp(sigma, q, steps, delta):
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(event(sigma, q), steps)
+    return acc.get_epsilon(delta)
+
+  def dp_pld_acc(sigma, q, steps, delta):
+    acc = dp_accounting.pld.PLDAccountant()
+    acc.compose(event(sigma, q), steps)
+    return acc.get_epsilon(delta)
+
+  rows = []
+  for sigma, q, steps, delta in settings:
+    t_our_rdp, e_our_rdp = _best_time(
+        lambda: accounting.dpsgd_epsilon(sigma, q, steps, delta, accountant="rdp"), repeats)
+    t_dp_rdp, e_dp_rdp = _best_time(lambda: dp_rdp(sigma, q, steps, delta), repeats)
+    t_our_pld, r = _best_time(lambda: pld.dpsgd_epsilon_bound(sigma, q, steps, delta), repeats)
+    t_dp_pld, e_dp_pld = _best_time(lambda: dp_pld_acc(sigma, q, steps, delta), repeats)
+    h_ref = min(1e-5, max(r.value, 1e-3) / 5000)
+    t_ref, e_ref = _best_time(
+        lambda: dp_pld.from_gaussian_mechanism(
+            sigma, sampling_prob=q, value_discretization_interval=h_ref
+        ).self_compose(steps).get_epsilon_for_delta(delta), 1)
+    row = {
+        "sigma": sigma, "q": q, "steps": steps, "delta": delta,
+        "ours_rdp_eps": e_our_rdp, "ours_rdp_s": t_our_rdp,
+        "dp_rdp_eps": e_dp_rdp, "dp_rdp_s": t_dp_rdp,
+        "rdp_speedup": t_dp_rdp / t_our_rdp,
+        "ours_pld_eps": r.value, "ours_pld_error_estimate": r.error,
+        "ours_pld_h": r.value_discretization, "ours_pld_s": t_our_pld,
+        "dp_pld_eps": e_dp_pld, "dp_pld_s": t_dp_pld,
+        "pld_speedup": t_dp_pld / t_our_pld,
+        "ref_eps": e_ref, "ref_h": h_ref, "ref_s": t_ref,
+        "ours_pld_minus_ref": r.value - e_ref, "dp_pld_minus_ref": e_dp_pld - e_ref,
+    }
+    rows.append(row)
+    print(f"sigma={sigma:g} q={q:.3g} T={steps} delta={delta:g}\n"
+          f"  RDP  ours {e_our_rdp:10.5f} in {t_our_rdp:7.3f}s | dp_accounting "
+          f"{e_dp_rdp:10.5f} in {t_dp_rdp:7.3f}s | speed-up x{row['rdp_speedup']:.2f}\n"
+          f"  PLD  ours {r.value:10.6f} (h={r.value_discretization:.2g}, est. err "
+          f"{r.error:.1e}) in {t_our_pld:7.3f}s | dp_accounting {e_dp_pld:10.6f} in "
+          f"{t_dp_pld:7.3f}s | speed-up x{row['pld_speedup']:.2f}\n"
+          f"  reference (dp_accounting PLD, h={h_ref:.2g}) {e_ref:.6f}: ours - ref "
+          f"{row['ours_pld_minus_ref']:+.2e}, dp_accounting - ref {row['dp_pld_minus_ref']:+.2e}",
+          flush=True)
+  return rows
+
+
+def main(argv):
+  del argv
+  settings = [s for s in SETTINGS if not (_QUICK.value and s[2] >= 100_000)]
+  rows = measure(settings, _REPEATS.value)
+  print("\nsummary: speed-up = dp_accounting time / our time (same process)")
+  print(f"{'sigma':>6} {'q':>8} {'T':>7} {'delta':>7} {'RDP x':>7} {'PLD x':>7} "
+        f"{'ours-ref':>10} {'dp-ref':>10}")
+  for r in rows:
+    print(f"{r['sigma']:6g} {r['q']:8.3g} {r['steps']:7d} {r['delta']:7.0e} "
+          f"{r['rdp_speedup']:7.2f} {r['pld_speedup']:7.2f} "
+          f"{r['ours_pld_minus_ref']:+10.2e} {r['dp_pld_minus_ref']:+10.2e}")
+  if _JSON.value:
+    import dp_accounting  # pylint: disable=import-outside-toplevel
+    import importlib.metadata  # pylint: disable=import-outside-toplevel
+    with open(_JSON.value, "w") as f:
+      json.dump({"benchmark": "accountants", "repeats": _REPEATS.value,
+                 "dp_accounting": importlib.metadata.version("dp-accounting"),
+                 "rows": rows}, f, indent=1)
+      f.write("\n")
+    del dp_accounting
+    print(f"wrote {_JSON.value}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -95,9 +95,10 @@ def _explain(r: dict) -> str:
     conv = "classic" if _RDP_METHODS[m] == "classic" else "Balle et al."
     diff = (rep - pub) / pub
     txt = (f"{'moments accountant = ' if m == 'moments' else ''}{conv} conversion on the "
-           f"'{grid}' grid: ours {rep:.4f} ({diff:+.2%}).")
+           f"'{grid}' grid: ours {rep:.5f} ({diff:+.3%}).")
     if rep < pub * (1 - 1e-5) and grid == "dp_accounting":
-      txt += " dp_accounting bounds fractional orders by |series| (or drops them); ours is exact."
+      txt += (" dp_accounting bounds fractional orders by the absolute values of the series "
+                "(or drops them); ours is exact.")
     elif abs(diff) > 5e-4:
       txt += " Residual: the source rounds eps, sigma or the step count."
     if ours < rep - 1e-6:

@@ -270,6 +270,47 @@ class ExactCasesTest(parameterized.TestCase):
     self.assertLessEqual(got, exact * 1.005)
 
 
+def _rr_delta_exact(eps, eps0, k, n):
+  """Exact delta(eps) of n k-ary randomized responses (trinomial sum over outputs)."""
+  z = math.exp(eps0) + k - 1
+  pa, pb, pc = math.exp(eps0) / z, 1.0 / z, (k - 2) / z
+  total = 0.0
+  for a in range(n + 1):
+    for b in range(n + 1 - a):
+      c = n - a - b
+      w = (math.factorial(n) / (math.factorial(a) * math.factorial(b) * math.factorial(c))
+           * pa ** a * pb ** b * pc ** c)
+      total += w * max(0.0, -math.expm1(eps - (a - b) * eps0))
+  return total
+
+
+class RandomizedResponseTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("binary_eps1_n10", 1.0, 2, 10),
+      ("k4_eps0.5_n20", 0.5, 4, 20),
+      ("binary_eps0.3_n60", 0.3, 2, 60),   # eps0 not on the grid: upper bound
+  )
+  def test_matches_exact_composition(self, eps0, k, n):
+    p = pld.randomized_response_pld(eps0, k).self_compose(n)
+    for e in (0.5, 1.0, 2.0):
+      want = _rr_delta_exact(e, eps0, k, n)
+      self.assertGreaterEqual(p.delta(e), want - 1e-12)
+      self.assertLessEqual(p.delta(e), want * 1.01 + 1e-12)
+    noise = k / (math.exp(eps0) + k - 1)   # dp_accounting's parametrisation
+    ref = dp_pld.from_randomized_response(noise, k, value_discretization_interval=1e-4)
+    ref = ref.self_compose(n)
+    for d in (1e-3, 1e-6):
+      self.assertAlmostEqual(p.epsilon(d), ref.get_epsilon_for_delta(d),
+                             delta=5e-3 * ref.get_epsilon_for_delta(d))
+
+  def test_rejects(self):
+    with self.assertRaisesRegex(ValueError, "num_buckets"):
+      pld.randomized_response_pld(1.0, num_buckets=1)
+    with self.assertRaisesRegex(ValueError, "epsilon"):
+      pld.randomized_response_pld(0.0)
+
+
 class CompositionTest(parameterized.TestCase):
 
   def test_self_compose_equals_repeated_compose(self):

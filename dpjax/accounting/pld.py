@@ -412,6 +412,22 @@ def _laplace_pmf(eps0: float, h: float) -> _Pmf:
   return _discretise(tails, -eps0, eps0, h)
 
 
+def _atoms_pmf(losses: np.ndarray, p_masses: np.ndarray, h: float) -> _Pmf:
+  """PLD of a finite-output mechanism: P-mass p_masses[i] at loss losses[i] (finite)."""
+  q_masses = p_masses * np.exp(-losses)
+
+  def tails(l):
+    above = losses[None, :] > l[:, None]
+    with np.errstate(divide="ignore"):
+      gp = np.log(np.where(above, p_masses[None, :], 0.0).sum(axis=1))
+      hp = np.log(np.where(~above, p_masses[None, :], 0.0).sum(axis=1))
+      gq = np.log(np.where(above, q_masses[None, :], 0.0).sum(axis=1))
+      hq = np.log(np.where(~above, q_masses[None, :], 0.0).sum(axis=1))
+    return gp, hp, gq, hq
+
+  return _discretise(tails, float(losses.min()), float(losses.max()), h)
+
+
 # ----------------------------------------------------------------------------
 # the public object
 
@@ -585,6 +601,41 @@ def laplace_pld(scale: float, sensitivity: float = 1.0,
   h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _check_positive(
       value_discretization, "value_discretization")
   return PrivacyLossDistribution(pmfs=(_laplace_pmf(s / b, h),), value_discretization=h)
+
+
+def randomized_response_pld(epsilon: float, num_buckets: int = 2,
+                            value_discretization: Optional[float] = None
+                            ) -> PrivacyLossDistribution:
+  """PLD of k-ary randomized response that is exactly epsilon-DP (replace-one).
+
+  The true value is reported with probability e^eps / (e^eps + k - 1), each other
+  value with probability 1 / (e^eps + k - 1). Between inputs x and x' the loss is
+  +eps (output x), -eps (output x') or 0 (any other output), so the PLD has three
+  atoms; it is the same in both directions.
+
+  Args:
+    epsilon: eps > 0.
+    num_buckets: k >= 2 outputs.
+    value_discretization: grid spacing h > 0 (default 1e-4).
+  Returns:
+    A discretised PrivacyLossDistribution (exact when eps is a multiple of h).
+
+  Examples:
+    >>> round(randomized_response_pld(1.0).epsilon(1e-6), 4)
+    1.0
+  """
+  e = _check_positive(epsilon, "epsilon")
+  k = _check_int(num_buckets, "num_buckets")
+  if k < 2:
+    raise ValueError(f"num_buckets must be an integer >= 2, got {num_buckets}")
+  h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _check_positive(
+      value_discretization, "value_discretization")
+  z = math.exp(e) + k - 1
+  losses = np.array([e, -e, 0.0])
+  masses = np.array([math.exp(e) / z, 1.0 / z, (k - 2) / z])
+  keep = masses > 0
+  return PrivacyLossDistribution(pmfs=(_atoms_pmf(losses[keep], masses[keep], h),),
+                                 value_discretization=h)
 
 
 # ----------------------------------------------------------------------------

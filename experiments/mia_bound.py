@@ -241,6 +241,9 @@ def run(*, seed: int, out_dir: str, epsilons=(0.1, 0.5, 1.0, 2.0, 4.0, 8.0),
       tpr_row += [tpr, r["tpr"]]
     adv_row.append(LECTURE.get(("advantage", "gaussian", e)))
     tpr_row.append(LECTURE.get(("tpr", "gaussian", e)))
+    grid = np.concatenate([np.logspace(-5, -1, 25), np.linspace(0.1, 1.0, 19)[1:]])
+    rec["curves"] = {"fpr": grid, "region_tpr": region_tpr(grid, e, delta),
+                     **{f"{m}_tpr": best_test(m, e, delta, grid)[0] for m in MECHANISMS}}
     rec["rr_gap_to_advantage_bound"] = adv_b - rec["mechanisms"]["rr"]["advantage"]
     rec["laplace_tpr_equals_pure_bound"] = bool(
         abs(rec["mechanisms"]["laplace"]["tpr"] - math.exp(e) * fpr) < 1e-12)

@@ -83,11 +83,14 @@ class MechanismsExperimentTest(absltest.TestCase):
   def test_exponential_demo_sane(self):
     em = self.doc["results"]["exponential"]
     per = {r["epsilon"]: r for r in em["per_epsilon"]}
-    # eps = 0.01 is close to a uniform pick: P[private best] near 1/25 (200 draws:
-    # SE 0.014 -> tolerance 0.06); eps = 5 concentrates on near-best thresholds.
-    self.assertLess(per[0.01]["p_private_best"], 1 / 25 + 0.06)
-    self.assertGreater(per[5.0]["private_accuracy"], per[0.01]["private_accuracy"])
+    # eps = 0.01 is close to a uniform pick: P[a private-best threshold] near the share
+    # of tied best thresholds (200 draws: SE <= 0.035 -> tolerance 0.11); eps = 5
+    # concentrates on the best ones.
     acc = np.array(em["curves"]["private_accuracy"])
+    share = np.mean(acc == acc.max())
+    self.assertAlmostEqual(per[0.01]["p_private_best"], share, delta=0.11)
+    self.assertGreater(per[5.0]["p_private_best"], per[0.01]["p_private_best"])
+    self.assertGreater(per[5.0]["private_accuracy"], per[0.01]["private_accuracy"])
     self.assertAlmostEqual(em["best_private_threshold"],
                            _SMALL.thresholds[int(np.argmax(acc))], places=12)
     self.assertLessEqual(em["best_test_accuracy"], em["bayes_accuracy_test"] + 0.02)

@@ -1,0 +1,80 @@
+"""Tests for experiments/audit.py at a shrunken scale: results, resume after interruption."""
+
+import json
+import os
+import tempfile
+
+from absl.testing import absltest
+
+from dpjax.audit import stats
+from experiments import audit
+
+_SMALL = dict(seed=0, trials=8, epsilons=(8.0,), chunk_models=4, base_size=20, num_steps=40,
+              progress=False, quiet=True)
+
+
+class AuditExperimentTest(absltest.TestCase):
+
+  def _tmp(self):
+    d = tempfile.TemporaryDirectory()
+    self.addCleanup(d.cleanup)
+    return d.name
+
+  def test_resume_after_interruption_loses_and_repeats_nothing(self):
+    d1 = self._tmp()
+    d2 = self._tmp()
+    # 2 settings (eps = 8, no noise) x 16 models / 4 per chunk = 8 chunks.
+    part = audit.run(out_dir=d1, max_new_chunks=3, **_SMALL)
+    self.assertFalse(part["complete"])
+    self.assertEqual(part["chunks_trained"], 3)
+    self.assertLen([f for f in os.listdir(os.path.join(d1, "chunks")) if f.endswith(".npz")], 3)
+    rest = audit.run(out_dir=d1, resume=True, **_SMALL)
+    self.assertTrue(rest["complete"])
+    self.assertEqual(rest["chunks_trained"], 5)          # only the missing ones
+    fresh = audit.run(out_dir=d2, **_SMALL)
+    self.assertEqual(fresh["chunks_trained"], 8)
+    with open(rest["path"]) as f:
+      a = json.load(f)["results"]
+    with open(fresh["path"]) as f:
+      b = json.load(f)["results"]
+    self.assertEqual(a, b)                                # same seed => same numbers
+    # a resumed run with other settings must refuse to mix chunks
+    with self.assertRaisesRegex(ValueError, "resume"):
+      audit.run(out_dir=d1, resume=True, **{**_SMALL, "trials": 12})
+
+    self._check_rows(fresh, d2)
+
+  def _check_rows(self, out, d):
+    rows = {r["setting"]: r for r in out["rows"]}
+    for r in rows.values():
+      for k in ("epsilon", "epsilon_lower_black_box", "epsilon_lower_white_box", "ceiling",
+                "trials", "variant"):
+        self.assertIn(k, r)
+      self.assertEqual(r["trials"], 8)
+      self.assertEqual(r["variant"], "correct")
+      self.assertAlmostEqual(r["ceiling"], stats.perfect_attack_ceiling(8, 1e-5))
+    # without noise the white-box adversary never errs (P(canary never sampled in
+    # 40 steps) = 0.8^40 ~ 1e-4), so it reaches its procedure's ceiling
+    nn = rows["no_noise"]
+    self.assertAlmostEqual(nn["epsilon_lower_white_box"], nn["ceiling_white_box"], places=9)
+    e8 = rows["eps8"]
+    self.assertLessEqual(e8["epsilon_lower_white_box"], e8["epsilon_pld"])
+    self.assertTrue(os.path.exists(os.path.join(d, "audit_bounds.png")))
+    self.assertTrue(os.path.exists(os.path.join(d, "audit_roc.png")))
+
+  def test_threat_model_black_box_only(self):
+    d = self._tmp()
+    out = audit.run(out_dir=d, threat_model="black_box", include_no_noise=False, **_SMALL)
+    self.assertIsNone(out["rows"][0]["epsilon_lower_white_box"])
+    self.assertIsNotNone(out["rows"][0]["epsilon_lower_black_box"])
+
+  def test_validation(self):
+    d = self._tmp()
+    with self.assertRaisesRegex(ValueError, "trials"):
+      audit.run(out_dir=d, **{**_SMALL, "trials": 7})
+    with self.assertRaisesRegex(ValueError, "variant"):
+      audit.run(out_dir=d, variant="bogus", **_SMALL)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -98,7 +98,7 @@ def run(*, noise_multiplier: float, sampling_prob: float, num_steps: int,
              f"{st.sampling_prob:.4g}, T = {st.num_steps}, n = {st.dataset_size}. "
              + " ".join(st.disagreements))
   path = _common.write_results(
-      out_dir, NAME, flag_dict=flag_dict or {}, results={"statement": st.to_dict()},
+      out_dir, NAME, flag_dict=flag_dict or {}, results={"statement": st.to_dict(), "text": st.text()},
       tables=[eps_table, tr_table], figures=[fig], summary=summary, quiet=quiet)
   return {"statement": st, "path": path}
 

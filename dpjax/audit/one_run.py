@@ -1,0 +1,141 @@
+"""Auditing with one training run and many canaries (Steinke, Nasr & Jagielski 2023).
+
+Instead of training thousands of models, insert m canaries, each independently
+included with probability 1/2, train ONCE, and let the auditor guess the
+inclusion bit of r of them (abstaining on the rest, e.g. guessing IN for the k+
+highest scores and OUT for the k- lowest). If training is (eps, delta)-DP, the
+number V of correct guesses satisfies (their Theorem 5.2, with p = e^eps/(1+e^eps))
+
+    P[V >= v] <= P[Binomial(r, p) >= v]
+                 + 2 m delta * max_{1<=i<=v} P[v - i <= Binomial(r, p) < v] / i,
+
+so observing v correct guesses rejects "(eps, delta)-DP" at level alpha when the
+right side is <= alpha; the eps lower bound is the largest eps rejected. With
+delta = 0 this is exactly the binomial tail of eps-randomized response: one run
+with many canaries behaves like many runs with one, up to the delta term.
+
+The number of guesses must be fixed in advance (choosing k after looking at the
+scores would inflate the bound, as choosing a threshold does).
+
+Shape letters: K canaries.
+
+Examples:
+  >>> round(epsilon_lower_bound(num_canaries=1000, num_guesses=100, num_correct=100, delta=0.0), 2)
+  3.49
+  >>> epsilon_lower_bound(num_canaries=1000, num_guesses=100, num_correct=50, delta=1e-5)
+  0.0
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from scipy import optimize, stats
+
+
+def _check(m, r, v):
+  for name, val in (("num_canaries", m), ("num_guesses", r), ("num_correct", v)):
+    if isinstance(val, bool) or int(val) != val or val < 0:
+      raise ValueError(f"{name} must be a non-negative integer, got {val!r}")
+  if not (0 <= v <= r <= m) or m < 1:
+    raise ValueError(f"need 0 <= num_correct ({v}) <= num_guesses ({r}) <= num_canaries ({m}), "
+                     "num_canaries >= 1")
+  return int(m), int(r), int(v)
+
+
+def p_value(num_canaries: int, num_guesses: int, num_correct: int, epsilon: float,
+            delta: float) -> float:
+  """Upper bound on P[V >= num_correct] for an (epsilon, delta)-DP training run.
+
+  Args:
+    num_canaries: m >= 1 canaries, each included with probability 1/2.
+    num_guesses: r in [0, m] guesses made (abstentions excluded).
+    num_correct: v in [0, r] correct guesses observed.
+    epsilon: >= 0, the null hypothesis' eps.
+    delta: in [0, 1].
+  Returns:
+    A p-value in [0, 1].
+  """
+  m, r, v = _check(num_canaries, num_guesses, num_correct)
+  if not (epsilon >= 0) or math.isnan(epsilon):
+    raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+  if not (0 <= delta <= 1):
+    raise ValueError(f"delta must be in [0, 1], got {delta}")
+  if v == 0:
+    return 1.0
+  p = 1.0 / (1.0 + math.exp(-epsilon)) if epsilon < 700 else 1.0
+  tail = float(stats.binom.sf(v - 1, r, p))
+  extra = 0.0
+  if delta > 0:
+    i = np.arange(1, v + 1)
+    cdf_v1 = stats.binom.cdf(v - 1, r, p)
+    window = cdf_v1 - stats.binom.cdf(v - i - 1, r, p)   # P[v - i <= Bin < v]
+    extra = 2.0 * m * delta * float(np.max(window / i))
+  return min(1.0, tail + extra)
+
+
+def epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct: int,
+                        delta: float = 0.0, confidence: float = 0.95) -> float:
+  """Largest eps that `num_correct` of `num_guesses` correct guesses rejects.
+
+  Returns:
+    eps_lower >= 0: with probability >= `confidence`, the run is not (eps,
+    delta)-DP for any eps < eps_lower (0 when nothing is rejected).
+  """
+  m, r, v = _check(num_canaries, num_guesses, num_correct)
+  if not (0 < confidence < 1):
+    raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+  alpha = 1.0 - confidence
+
+  def f(eps):
+    return p_value(m, r, v, eps, delta) - alpha
+
+  if f(0.0) > 0:
+    return 0.0
+  hi = 1.0
+  while f(hi) <= 0:
+    hi *= 2.0
+    if hi > 1e4:
+      return math.inf
+  # p_value is non-decreasing in eps: find the crossing.
+  return float(optimize.brentq(f, 0.0, hi, xtol=1e-10, rtol=1e-10, maxiter=200))
+
+
+class OneRunResult(NamedTuple):
+  """Outcome of a one-run audit: the bound and the counts behind it."""
+  epsilon_lower: float
+  num_canaries: int
+  num_guesses: int
+  num_correct: int
+
+
+def audit(scores_K, included_K, *, num_positive_guesses: int, num_negative_guesses: int = 0,
+          delta: float = 0.0, confidence: float = 0.95) -> OneRunResult:
+  """Guesses IN for the top scores and OUT for the bottom ones, then bounds eps.
+
+  Args:
+    scores_K: float[K] canary scores (higher = more likely included).
+    included_K: bool[K] true inclusion bits (each drawn with probability 1/2).
+    num_positive_guesses: k+ >= 0, fixed in advance.
+    num_negative_guesses: k- >= 0, fixed in advance; k+ + k- <= K.
+    delta, confidence: as in `epsilon_lower_bound`.
+  """
+  s = np.asarray(scores_K, np.float64)
+  inc = np.asarray(included_K)
+  if s.ndim != 1 or inc.shape != s.shape or s.size < 1:
+    raise ValueError("scores_K and included_K must be 1-D of the same length >= 1")
+  if np.any(np.isnan(s)):
+    raise ValueError("scores_K contains NaN")
+  if not np.all((inc == 0) | (inc == 1)):
+    raise ValueError("included_K must be boolean")
+  kp, kn = int(num_positive_guesses), int(num_negative_guesses)
+  if kp < 0 or kn < 0 or kp + kn > s.size:
+    raise ValueError(f"need num_positive_guesses, num_negative_guesses >= 0 with sum <= {s.size}")
+  order = np.argsort(-s, kind="stable")
+  inc = inc.astype(bool)
+  correct = int(inc[order[:kp]].sum()) + int((~inc[order[s.size - kn:]]).sum() if kn else 0)
+  eps = epsilon_lower_bound(num_canaries=s.size, num_guesses=kp + kn, num_correct=correct,
+                            delta=delta, confidence=confidence)
+  return OneRunResult(eps, int(s.size), kp + kn, correct)

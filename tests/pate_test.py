@@ -250,13 +250,13 @@ class TeachersTest(absltest.TestCase):
     model = models.mlp(4, hidden=(), num_classes=2)
     keep = np.asarray(pate.partition(jax.random.key(4), 31, 3))
     key = jax.random.key(5)
-    many = pate.fit_non_private(key, x, y, keep, model, num_steps=20, learning_rate=0.05)
+    many = pate.fit_non_private(key, x, y, keep, model, num_steps=8, learning_rate=0.05)
     for i, k in enumerate(jax.random.split(key, 3)):
       xi, yi = x[keep[i]], y[keep[i]]
       params = model.init(k)
       opt = optax.adam(0.05)
       state = opt.init(params)
-      for _ in range(20):
+      for _ in range(8):
         g = jax.grad(lambda p: jnp.mean(models.per_example_loss(model, p, xi, yi)))(params)
         upd, state = opt.update(g, state, params)
         params = optax.apply_updates(params, upd)
@@ -267,7 +267,7 @@ class TeachersTest(absltest.TestCase):
     x = jax.random.normal(jax.random.key(6), (40, 4))
     y = (x[:, 0] > 0).astype(jnp.int32)
     model = models.mlp(4, hidden=(), num_classes=2)
-    params, _ = pate.train_teachers(jax.random.key(7), x, y, 4, model, num_steps=50)
+    params, _ = pate.train_teachers(jax.random.key(7), x, y, 4, model, num_steps=30)
     votes = np.asarray(pate.teacher_votes(model, params, x[:7], 2))
     np.testing.assert_array_equal(votes.sum(axis=1), np.full(7, 4))
 

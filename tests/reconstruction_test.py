@@ -55,14 +55,15 @@ class AttackTest(parameterized.TestCase):
     np.testing.assert_allclose(np.asarray(a), want)
     self.assertTrue(np.all((np.asarray(q) == 0) | (np.asarray(q) == 1)))
 
-  @parameterized.named_parameters(("q400", 400), ("q1600", 1600))
+  @parameterized.named_parameters(("q300", 300), ("q1200", 1200))
   def test_recovery_matches_gaussian_approximation(self, m):
-    # 64 trials of 60 bits; per-trial std is ~0.05, so the mean has SE ~0.007.
+    # 32 trials of 60 bits; per-trial std is <= 0.065, so the mean has SE <= 0.012;
+    # 0.04 allows 3 SE plus ~0.005 of approximation error.
     s = _secret()
     frac = np.asarray(rc.reconstruction_trials(jax.random.key(4), s, num_queries=m,
-                                               num_trials=64, noise="gaussian", scale=6.0))
+                                               num_trials=32, noise="gaussian", scale=6.0))
     pred = rc.predicted_recovery(m, 60, 6.0)
-    self.assertAlmostEqual(frac.mean(), pred, delta=0.03)
+    self.assertAlmostEqual(frac.mean(), pred, delta=0.04)
     self.assertLess(pred, 0.99)  # the check is not vacuous: some bits are lost
 
   def test_small_noise_recovers_nearly_all(self):
@@ -72,11 +73,11 @@ class AttackTest(parameterized.TestCase):
     self.assertGreater(float(frac.min()), 0.98)
 
   def test_fixed_dp_budget_stays_at_guessing(self):
-    # Laplace(m / eps) with eps = 1: predicted recovery 0.50-0.51; 32 trials of 100
-    # bits have SE ~0.009 on the mean, so 0.56 is > 5 SE above 0.51.
+    # Laplace(m / eps) with eps = 1: predicted recovery 0.50-0.51; 16 trials of 100
+    # bits have SE ~0.0125 on the mean, so 0.56 is 4 SE above 0.51.
     s = _secret(100)
-    for m in (200, 1600):
-      frac = rc.reconstruction_trials(jax.random.key(6), s, num_queries=m, num_trials=32,
+    for m in (200, 800):
+      frac = rc.reconstruction_trials(jax.random.key(6), s, num_queries=m, num_trials=16,
                                       noise="laplace", scale=rc.dp_laplace_scale(1.0, m))
       self.assertLess(float(frac.mean()), 0.56)
       self.assertLess(rc.predicted_recovery(m, 100, rc.noise_std("laplace", m / 1.0)), 0.52)
@@ -113,9 +114,14 @@ class HelpersTest(parameterized.TestCase):
       ("eps", lambda: rc.dp_laplace_scale(0.0, 10), "total_epsilon"),
       ("queries", lambda: rc.random_subset_queries(jax.random.key(0), 0, 5), "num_queries"),
       ("secret", lambda: rc.majority_baseline(jnp.array([0.0, 2.0])), "secret_N"),
-      ("trials", lambda: rc.reconstruction_trials(jax.random.key(0), _secret(), num_queries=5,
+      ("trials", lambda: rc.reconstruction_trials(jax.random.key(0), _secret(), num_queries=100,
                                                    num_trials=0, noise="uniform", scale=1.0),
        "num_trials"),
+      ("too_few_queries", lambda: rc.reconstruction_trials(
+          jax.random.key(0), _secret(), num_queries=59, num_trials=1, noise="uniform",
+          scale=1.0), "num_queries"),
+      ("decode_shape", lambda: rc.least_squares_decode(jnp.ones((3, 4)), jnp.ones((3,))),
+       "queries_QxN"),
       ("shape", lambda: rc.noisy_counts(jax.random.key(0), jnp.ones((3, 4)), jnp.ones((5,)),
                                         "uniform", 1.0), "queries_QxN"),
       ("pred", lambda: rc.predicted_recovery(50, 60, 1.0), "num_queries"),

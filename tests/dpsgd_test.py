@@ -73,6 +73,17 @@ class ClippingTest(parameterized.TestCase):
     if c < 1:
       self.assertGreater(np.sum(np.diag(np.asarray(norms)) > c), 0)
 
+  def test_two_pass_equals_one_pass(self):
+    model = models.mlp(4, hidden=(6,), num_classes=3, l2=0.05)
+    params = model.init(jax.random.key(0))
+    x, _ = _data()
+    y = jax.random.randint(jax.random.key(2), (24,), 0, 3)
+    wts = jax.random.bernoulli(jax.random.key(6), 0.5, (24,)).astype(jnp.float32)
+    s1, n1 = dpsgd.clipped_grad_sum(model, params, x, y, wts, 0.5)
+    s2, n2 = dpsgd.two_pass_clipped_grad_sum(model, params, x, y, wts, 0.5)
+    _assert_trees_close(s1, s2, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(n1, n2, rtol=1e-6)
+
   def test_glm_equals_generic(self):
     for l2 in (0.0, 0.3):
       model = models.logistic_regression(4, l2=l2)

@@ -632,6 +632,7 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
                optimizer: optax.GradientTransformation | None = None,
                memory_budget_bytes: int = 2 * 2 ** 30,
                max_chunk: int | None = None,
+               model_sharding: jax.sharding.Sharding | None = None,
                progress: bool = True) -> TrainResult:
   """Trains M models with DP-SGD in one jitted program per memory-sized chunk.
 
@@ -662,6 +663,8 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
     memory_budget_bytes: rough cap on the working set; the model axis is chunked
       to stay under it (a tqdm bar over chunks).
     max_chunk: optional cap on models per chunk.
+    model_sharding: optional sharding of the leading model axis (see
+      `dpjax.parallel`); each chunk is then a multiple of the device count.
     progress: show a progress bar when there is more than one chunk.
   Returns:
     TrainResult(params [M, ...], observations [M, T, ...] or None, stats or None).
@@ -728,6 +731,9 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
   if max_chunk is not None:
     chunk = min(chunk, int(max_chunk))
   chunk = min(chunk, m)
+  if model_sharding is not None:
+    ndev = len(model_sharding.device_set)
+    chunk = -(-chunk // ndev) * ndev   # whole models per device (padding repeats models)
   num_chunks = -(-m // chunk)
   if isinstance(key, _PresplitKeys):
     keys = key.keys
@@ -744,7 +750,10 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
   for ci in it:
     lo, hi = ci * chunk, min(m, (ci + 1) * chunk)
     idx = np.arange(lo, lo + chunk) % m if hi - lo < chunk else np.arange(lo, hi)
-    out = fn(keys[idx], keep[idx], ck[idx], init_params, canary, x, y)
+    args = (keys[idx], keep[idx], ck[idx])
+    if model_sharding is not None:
+      args = tuple(jax.device_put(a, model_sharding) for a in args)
+    out = fn(*args, init_params, canary, x, y)
     if hi - lo < chunk:
       out = jax.tree.map(lambda a: a[: hi - lo], out)
     outs.append(out)

@@ -1,0 +1,72 @@
+"""dpjax.parallel: a run sharded over 4 forced CPU devices equals one device."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from absl.testing import absltest
+
+_SCRIPT = textwrap.dedent("""
+    import json
+    import jax, jax.numpy as jnp, numpy as np
+    from dpjax import dpsgd, models, parallel
+    assert len(jax.devices()) == 4, jax.devices()
+    x = jax.random.normal(jax.random.key(0), (30, 4))
+    y = (x[:, 0] > 0).astype(jnp.int32)
+    keep = jax.random.bernoulli(jax.random.key(1), 0.7, (6, 30))
+    cfg = dpsgd.DpSgdConfig(dataset_size=20, sampling_prob=0.3, num_steps=12,
+                            noise_multiplier=1.1)
+    out = {}
+    for name, model in [("lr", models.logistic_regression(4, l2=0.01)),
+                        ("mlp", models.mlp(4, hidden=(5,), num_classes=2))]:
+      ref = dpsgd.train_many(jax.random.key(2), x, y, keep, cfg, model,
+                             per_example_stats=True, progress=False)
+      sh = parallel.train_many_sharded(jax.random.key(2), x, y, keep, cfg, model,
+                                       per_example_stats=True, progress=False)
+      leaf = jax.tree.leaves(sh.params)[0]
+      out[name] = {
+          "max_param_diff": max(float(jnp.max(jnp.abs(a - b))) for a, b in
+                                zip(jax.tree.leaves(ref.params), jax.tree.leaves(sh.params))),
+          "stats_equal": bool(jnp.all(ref.stats["times_sampled"] == sh.stats["times_sampled"])),
+          "shape": list(leaf.shape),
+          "num_devices_used": len(leaf.sharding.device_set),
+          "param_scale": float(jnp.max(jnp.abs(jax.tree.leaves(ref.params)[0]))),
+      }
+    # A chunked sharded run (2 models per device per chunk) is still the same.
+    ref = dpsgd.train_many(jax.random.key(2), x, y, keep, cfg, models.logistic_regression(4),
+                           progress=False)
+    ch = parallel.train_many_sharded(jax.random.key(2), x, y, keep, cfg,
+                                     models.logistic_regression(4), max_chunk=4,
+                                     progress=False)
+    out["chunked_diff"] = float(jnp.max(jnp.abs(ref.params["w"] - ch.params["w"])))
+    print(json.dumps(out))
+""")
+
+
+class ParallelTest(absltest.TestCase):
+
+  def test_sharded_equals_single_device(self):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                        " --xla_force_host_platform_device_count=4").strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True,
+                          env=env, cwd=root, timeout=600)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in ("lr", "mlp"):
+      r = res[name]
+      self.assertEqual(r["shape"][0], 6)
+      self.assertEqual(r["num_devices_used"], 4)
+      self.assertGreater(r["param_scale"], 1e-3)   # the models did move
+      self.assertLess(r["max_param_diff"], 1e-5, name)
+      self.assertTrue(r["stats_equal"], name)
+    self.assertLess(res["chunked_diff"], 1e-5)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -62,6 +62,11 @@ _DPSGD_SEEDS = flags.DEFINE_integer("dpsgd_seeds", 4, "DP-SGD seeds trained toge
 _STEPS = flags.DEFINE_integer("fit_steps", 300, "Adam steps for teachers and students.")
 _DPSGD_EPOCHS = flags.DEFINE_integer("dpsgd_epochs", 20, "DP-SGD epochs.")
 
+_CONF_T = flags.DEFINE_float("confident_threshold", 0.6,
+                             "Confident-GNMax threshold / k (0 = GNMax only).")
+_CONF_ST = flags.DEFINE_float("confident_sigma_threshold", 0.3, "Threshold-check sigma / k.")
+_CONF_S = flags.DEFINE_float("confident_sigma", 0.1, "Confident-GNMax answer sigma / k.")
+
 NUM_CLASSES = digits.NUM_CLASSES
 
 
@@ -77,8 +82,16 @@ def _dpsgd_config(n: int, eps: float, delta: float, epochs: int) -> dpsgd.DpSgdC
 
 def run(*, seed: int, teachers: list[int], queries: list[int], public: int,
         sigma_per_teacher: float, delta: float, dpsgd_seeds: int, fit_steps: int,
-        dpsgd_epochs: int, out_dir: str, progress: bool = True) -> dict:
-  """Runs every (k, Q) cell; returns the record, tables and figures."""
+        dpsgd_epochs: int, out_dir: str, progress: bool = True,
+        confident_threshold: float = 0.0, confident_sigma_threshold: float = 0.3,
+        confident_sigma: float = 0.1) -> dict:
+  """Runs every (k, Q) cell; returns the record, tables and figures.
+
+  With confident_threshold > 0, each cell is also answered by Confident-GNMax with
+  threshold T = confident_threshold * k, check noise confident_sigma_threshold * k and
+  answer noise confident_sigma * k; the student then learns from the answered queries.
+  """
+  aggregators = ["GNMax"] + (["Confident-GNMax"] if confident_threshold > 0 else [])
   if public < max(queries):
     raise ValueError(f"public must be >= max(queries) = {max(queries)}, got {public}")
   if sigma_per_teacher <= 0:
@@ -121,22 +134,42 @@ def run(*, seed: int, teachers: list[int], queries: list[int], public: int,
     bar.update(1)
     sigma = sigma_per_teacher * k
     for qn in queries:
-      kk = jax.random.fold_in(jax.random.fold_in(k_agg, k), qn)
       v = votes_pub[:qn]
-      labels = np.asarray(pate.gnmax(kk, v, sigma))
-      label_acc = float(np.mean(labels == np.asarray(y_pub[:qn])))
-      acct = pate.pate_rdp(v, sigma=sigma, orders=orders)
-      eps_ind = pate.epsilon(orders, acct.data_independent, delta)
-      eps_dep = pate.epsilon(orders, acct.data_dependent, delta)
-      sk = jax.random.fold_in(k_student, k * 10_000 + qn)
-      student = pate.fit_non_private(sk, x_pub[:qn], jnp.asarray(labels),
-                                     jnp.ones((1, qn), bool), model, num_steps=fit_steps)
-      stu_acc = pate.accuracy(model, jax.tree.map(lambda a: a[0], student), x_test, y_test)
-      cells.append({"teachers": k, "queries": qn, "sigma": sigma, "teacher_accuracy": single,
-                    "ensemble_accuracy": ens_acc, "label_accuracy": label_acc,
-                    "student_accuracy": stu_acc, "epsilon_data_independent": eps_ind,
-                    "epsilon_data_dependent": eps_dep,
-                    "mean_plurality_share": float(np.mean(v.max(1) / k))})
+      for agg in aggregators:
+        kk = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(k_agg, k), qn),
+                                aggregators.index(agg))
+        if agg == "GNMax":
+          labels = np.asarray(pate.gnmax(kk, v, sigma))
+          answered = np.ones(qn, bool)
+          acct = pate.pate_rdp(v, sigma=sigma, orders=orders)
+          agg_sigma = sigma
+        else:
+          agg_sigma = confident_sigma * k
+          labels, answered = pate.confident_gnmax(
+              kk, v, threshold=confident_threshold * k,
+              sigma_threshold=confident_sigma_threshold * k, sigma=agg_sigma)
+          labels, answered = np.asarray(labels), np.asarray(answered)
+          acct = pate.pate_rdp(v, answered, sigma=agg_sigma, orders=orders,
+                               threshold=confident_threshold * k,
+                               sigma_threshold=confident_sigma_threshold * k)
+        n_ans = int(answered.sum())
+        label_acc = (float(np.mean(labels[answered] == np.asarray(y_pub[:qn])[answered]))
+                     if n_ans else None)
+        eps_ind = pate.epsilon(orders, acct.data_independent, delta)
+        eps_dep = pate.epsilon(orders, acct.data_dependent, delta)
+        stu_acc = None
+        if n_ans:
+          sk = jax.random.fold_in(k_student, k * 10_000 + qn)
+          student = pate.fit_non_private(sk, x_pub[:qn], jnp.asarray(labels),
+                                         jnp.asarray(answered)[None, :], model,
+                                         num_steps=fit_steps)
+          stu_acc = pate.accuracy(model, jax.tree.map(lambda a: a[0], student), x_test, y_test)
+        cells.append({"teachers": k, "queries": qn, "aggregator": agg, "sigma": agg_sigma,
+                      "answered": n_ans, "teacher_accuracy": single,
+                      "ensemble_accuracy": ens_acc, "label_accuracy": label_acc,
+                      "student_accuracy": stu_acc, "epsilon_data_independent": eps_ind,
+                      "epsilon_data_dependent": eps_dep,
+                      "mean_plurality_share": float(np.mean(v.max(1) / k))})
       bar.update(1)
 
   # DP-SGD at the same (data-independent) epsilon, same private images, same model.
@@ -154,14 +187,16 @@ def run(*, seed: int, teachers: list[int], queries: list[int], public: int,
   record["cells"] = cells
   bar.close()
 
-  rows = [[c["teachers"], c["queries"], c["sigma"], c["teacher_accuracy"], c["ensemble_accuracy"],
-           c["label_accuracy"], c["student_accuracy"], c["epsilon_data_independent"],
-           c["epsilon_data_dependent"], c["dpsgd_accuracy"], c["dpsgd_sigma"]] for c in cells]
+  rows = [[c["teachers"], c["queries"], c["aggregator"], c["sigma"], c["answered"],
+           c["teacher_accuracy"], c["ensemble_accuracy"], c["label_accuracy"],
+           c["student_accuracy"], c["epsilon_data_independent"], c["epsilon_data_dependent"],
+           c["dpsgd_accuracy"], c["dpsgd_sigma"]] for c in cells]
   tables = [_common.Table(
-      title=(f"PATE (GNMax) vs DP-SGD at equal ε, δ = {delta:g}: digits, {n_priv} private / "
+      title=(f"PATE vs DP-SGD at equal ε, δ = {delta:g}: digits, {n_priv} private / "
              f"{public} public / {record['n_test']} test images; non-private model "
              f"{ref_acc:.3f}"),
-      columns=["teachers k", "queries Q", "GNMax σ", "one teacher", "ensemble (test)",
+      columns=["teachers k", "queries Q", "aggregator", "σ", "answered", "one teacher",
+               "ensemble (test)",
                "noisy labels correct", "student (test)", "ε (data-indep.)",
                "ε (data-dep.)*", "DP-SGD at same ε", "DP-SGD σ"],
       rows=rows,
@@ -172,7 +207,7 @@ def run(*, seed: int, teachers: list[int], queries: list[int], public: int,
 
   fig, ax = plt.subplots(figsize=(5.5, 3.6))
   for qn, mk in zip(queries, ("o", "s", "^", "v")):
-    sel = [c for c in cells if c["queries"] == qn]
+    sel = [c for c in cells if c["queries"] == qn and c["aggregator"] == "GNMax"]
     ax.plot([c["epsilon_data_independent"] for c in sel], [c["student_accuracy"] for c in sel],
             marker=mk, label=f"PATE student, Q={qn}")
     ax.plot([c["epsilon_data_independent"] for c in sel], [c["dpsgd_accuracy"] for c in sel],
@@ -198,11 +233,15 @@ def main(argv):
   res = run(seed=_common.SEED.value, teachers=[int(t) for t in _TEACHERS.value],
             queries=[int(q) for q in _QUERIES.value], public=_PUBLIC.value,
             sigma_per_teacher=_SIGMA.value, delta=_DELTA.value, dpsgd_seeds=_DPSGD_SEEDS.value,
-            fit_steps=_STEPS.value, dpsgd_epochs=_DPSGD_EPOCHS.value, out_dir=out_dir)
+            fit_steps=_STEPS.value, dpsgd_epochs=_DPSGD_EPOCHS.value, out_dir=out_dir,
+            confident_threshold=_CONF_T.value, confident_sigma_threshold=_CONF_ST.value,
+            confident_sigma=_CONF_S.value)
   cells = res["record"]["cells"]
-  best = max(cells, key=lambda c: c["student_accuracy"])
+  best = max((c for c in cells if c["student_accuracy"] is not None),
+             key=lambda c: c["student_accuracy"])
   summary = (
-      f"Best PATE student: k = {best['teachers']}, Q = {best['queries']}: test accuracy "
+      f"Best PATE student: k = {best['teachers']}, Q = {best['queries']}, {best['aggregator']}: "
+      f"test accuracy "
       f"{best['student_accuracy']:.3f} at ε = {best['epsilon_data_independent']:.2f} "
       f"(data-dependent {best['epsilon_data_dependent']:.2f}, not releasable as is); DP-SGD at the "
       f"same ε: {best['dpsgd_accuracy']:.3f}. Non-private: "

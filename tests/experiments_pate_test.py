@@ -15,19 +15,25 @@ class PateExperimentTest(absltest.TestCase):
     out = tempfile.mkdtemp()
     kw = dict(seed=0, teachers=[5, 20], queries=[30], public=40, sigma_per_teacher=0.2,
               delta=1e-5, dpsgd_seeds=2, fit_steps=30, dpsgd_epochs=1, out_dir=out,
-              progress=False)
+              progress=False, confident_threshold=0.5, confident_sigma_threshold=0.3,
+              confident_sigma=0.1)
     res = pate_exp.run(**kw)
     cells = res["record"]["cells"]
-    self.assertLen(cells, 2)
+    self.assertLen(cells, 4)
+    self.assertEqual([c["aggregator"] for c in cells], ["GNMax", "Confident-GNMax"] * 2)
     for c in cells:
+      self.assertBetween(c["answered"], 0, 30)
       self.assertLessEqual(c["epsilon_data_dependent"], c["epsilon_data_independent"] + 1e-9)
       # DP-SGD was calibrated to the PATE epsilon (calibrate_noise lands at or below it).
       self.assertLessEqual(c["dpsgd_epsilon"], c["epsilon_data_independent"] * 1.001)
       self.assertGreater(c["dpsgd_epsilon"], 0.9 * c["epsilon_data_independent"])
       for k in ("student_accuracy", "ensemble_accuracy", "dpsgd_accuracy", "label_accuracy"):
-        self.assertBetween(c[k], 0.0, 1.0)
+        if c[k] is not None:
+          self.assertBetween(c[k], 0.0, 1.0)
+    gn = [c for c in cells if c["aggregator"] == "GNMax"]
+    self.assertTrue(all(c["answered"] == 30 for c in gn))
     # More teachers with sigma proportional to k: less epsilon for the same queries.
-    self.assertLess(cells[1]["epsilon_data_independent"], cells[0]["epsilon_data_independent"])
+    self.assertLess(gn[1]["epsilon_data_independent"], gn[0]["epsilon_data_independent"])
     self.assertTrue(math.isfinite(res["record"]["non_private_accuracy"]))
     self.assertTrue(os.path.exists(os.path.join(out, "pate_vs_dpsgd.png")))
 

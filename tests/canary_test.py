@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
+from scipy import optimize
 
 from dpjax import dpsgd, models
 from dpjax.accounting import gdp, pld
@@ -49,9 +50,8 @@ class LlrDistributionTest(parameterized.TestCase):
     dist = canary.llr_distribution(q, sigma, t)
     eps_pld = pld.dpsgd_epsilon(sigma, q, t, 1e-5)
     self.assertAlmostEqual(eps_pld, approx_eps, delta=0.05)  # RDP-calibrated sigma for 2, 8
-    grid = np.linspace(0, 2 * eps_pld, 4001)
-    ours = grid[np.argmax(dist.delta(grid) <= 1e-5)]
-    self.assertAlmostEqual(ours, eps_pld, delta=0.01 * eps_pld + 2 * grid[1])
+    ours = optimize.brentq(lambda e: dist.delta(e) - 1e-5, 0.0, 2 * eps_pld, xtol=1e-6)
+    self.assertAlmostEqual(ours, eps_pld, delta=0.01 * eps_pld)
 
   def test_best_threshold_is_below_trials_ceiling_and_gdp_scale(self):
     dist = canary.llr_distribution(0.2, 9.7042, 500)
@@ -87,11 +87,11 @@ class EngineCanaryTest(absltest.TestCase):
 
   def test_white_box_observations_follow_the_claimed_model(self):
     # Through the real engine: o_t = b_t + sigma z_t, with b_t ~ Bernoulli(q) iff the
-    # gradient canary is in. 400 models x 100 steps: the mean of o under IN is q,
-    # OUT 0, the variance sigma^2 (+ q(1-q) IN); tolerances are 5 SE.
+    # gradient canary is in. 200 models x 60 steps: the mean of o under IN is q,
+    # OUT 0, the variance sigma^2; tolerances are 5 SE.
     data = canary.audit_data(jax.random.key(0), base_size=40)
     model = models.logistic_regression(data.num_features)
-    sigma, q, t, m = 2.0, 0.2, 100, 400
+    sigma, q, t, m = 2.0, 0.2, 60, 200
     cfg = dpsgd.DpSgdConfig(dataset_size=41, sampling_prob=q, num_steps=t, noise_multiplier=sigma)
     r, s = canary.balanced_design(m)
     keep = np.ones((m, 41), bool)

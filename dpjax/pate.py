@@ -428,10 +428,11 @@ def partition(key: jax.Array, num_records: int, num_teachers: int) -> jax.Array:
   return owner[None, :] == jnp.arange(m)[:, None]
 
 
-def _partition_indices(keep_MxN: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _partition_indices(keep_MxN: np.ndarray, pad_to: int | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
   """Padded per-teacher index lists [M, P] and validity weights [M, P]."""
   sizes = keep_MxN.sum(axis=1)
-  p = int(sizes.max())
+  p = int(sizes.max()) if pad_to is None else int(pad_to)
   idx = np.zeros(keep_MxN.shape[0:1] + (p,), np.int32)
   w = np.zeros(idx.shape, np.float32)
   for i, row in enumerate(keep_MxN):
@@ -465,7 +466,8 @@ def _fit_many(keys_M, x_MxPxF, y_MxP, w_MxP, *, model, num_steps, learning_rate)
 
 def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
                     keep_MxN: jax.typing.ArrayLike, model: models_lib.Model, *,
-                    num_steps: int = 300, learning_rate: float = 0.05) -> PyTree:
+                    num_steps: int = 300, learning_rate: float = 0.05,
+                    pad_to: int | None = None) -> PyTree:
   """Full-batch Adam on M subsets at once (vmap over models, scan over steps).
 
   NOT private: use it for PATE teachers (whose privacy comes from the aggregator)
@@ -478,6 +480,9 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
     model: a models.Model.
     num_steps: Adam steps (>= 1) on the mean loss over the model's records.
     learning_rate: > 0.
+    pad_to: optional padded subset size P >= the largest subset (a performance knob:
+      calls with the same P, M and model reuse one compiled program; padding rows
+      carry zero weight and do not change the result).
   Returns:
     params pytree with a leading model axis [M, ...].
   """
@@ -492,7 +497,10 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
     raise ValueError("every row of keep_MxN must select at least one record")
   steps = _check_int(num_steps, "num_steps")
   lr = _check_positive(learning_rate, "learning_rate")
-  idx, w = _partition_indices(keep)
+  if pad_to is not None and (_check_int(pad_to, "pad_to") < int(keep.sum(axis=1).max())):
+    raise ValueError(f"pad_to must be >= the largest subset ({int(keep.sum(axis=1).max())}), "
+                     f"got {pad_to}")
+  idx, w = _partition_indices(keep, pad_to)
   keys = jax.random.split(key, keep.shape[0])
   return _fit_many(keys, x[idx], y[idx], jnp.asarray(w), model=model, num_steps=steps,
                    learning_rate=lr)

@@ -263,6 +263,19 @@ class TeachersTest(absltest.TestCase):
       np.testing.assert_allclose(np.asarray(many["layers"][0]["w"][i]),
                                  np.asarray(params["layers"][0]["w"]), rtol=1e-4, atol=1e-5)
 
+  def test_padding_does_not_change_the_fit(self):
+    x = jax.random.normal(jax.random.key(8), (20, 4))
+    y = (x[:, 0] > 0).astype(jnp.int32)
+    model = models.mlp(4, hidden=(), num_classes=2)
+    keep = np.zeros((1, 20), bool)
+    keep[0, :13] = True
+    a = pate.fit_non_private(jax.random.key(9), x, y, keep, model, num_steps=5)
+    b = pate.fit_non_private(jax.random.key(9), x, y, keep, model, num_steps=5, pad_to=20)
+    np.testing.assert_allclose(np.asarray(a["layers"][0]["w"]), np.asarray(b["layers"][0]["w"]),
+                               rtol=1e-5, atol=1e-6)
+    with self.assertRaisesRegex(ValueError, "pad_to"):
+      pate.fit_non_private(jax.random.key(9), x, y, keep, model, num_steps=5, pad_to=12)
+
   def test_teacher_votes_sum_to_num_teachers(self):
     x = jax.random.normal(jax.random.key(6), (40, 4))
     y = (x[:, 0] > 0).astype(jnp.int32)

@@ -2,8 +2,13 @@
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 
+import pytest
 from absl.testing import absltest
 
 from dpjax.audit import stats
@@ -38,11 +43,49 @@ class AuditExperimentTest(absltest.TestCase):
     with open(fresh["path"]) as f:
       b = json.load(f)["results"]
     self.assertEqual(a, b)                                # same seed => same numbers
-    # a resumed run with other settings must refuse to mix chunks
-    with self.assertRaisesRegex(ValueError, "resume"):
+    with self.assertRaisesRegex(ValueError, "resume"):    # never mix runs
       audit.run(out_dir=d1, resume=True, **{**_SMALL, "trials": 12})
-
     self._check_rows(fresh, d2)
+
+  @pytest.mark.slow
+  def test_resume_after_kill_loses_and_repeats_nothing(self):
+    d1 = self._tmp()
+    d2 = self._tmp()
+    # 2 settings (eps = 8, no noise) x 16 models / 4 per chunk = 8 chunks. Start the
+    # run in a subprocess and SIGKILL it as soon as its first chunk is on disk (the
+    # second setting still has to compile, so the kill always lands half-way).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("from experiments import audit; audit.run(out_dir=%r, **%r)" % (d1, _SMALL))
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=root,
+                            env={**os.environ, "PYTHONPATH": root},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    chunks = os.path.join(d1, "chunks")
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+      if os.path.isdir(chunks) and any(f.endswith("_c0000.npz") for f in os.listdir(chunks)):
+        break
+      time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    self.assertEqual(proc.returncode, -signal.SIGKILL)   # killed, not finished
+    done = [f for f in os.listdir(chunks) if f.endswith(".npz")]
+    self.assertBetween(len(done), 1, 7)
+    self.assertFalse(any(".tmp" in f for f in done))      # atomic writes: no half chunks
+    self.assertFalse(os.path.exists(os.path.join(d1, "results.json")))
+    # a time-boxed resume trains one more chunk and stops, incomplete
+    part = audit.run(out_dir=d1, resume=True, max_new_chunks=1, **_SMALL)
+    self.assertFalse(part["complete"])
+    self.assertEqual(part["chunks_trained"], 1)
+    rest = audit.run(out_dir=d1, resume=True, **_SMALL)
+    self.assertTrue(rest["complete"])
+    self.assertEqual(rest["chunks_trained"], 8 - len(done) - 1)   # only the missing ones
+    fresh = audit.run(out_dir=d2, **_SMALL)
+    self.assertEqual(fresh["chunks_trained"], 8)
+    with open(rest["path"]) as f:
+      a = json.load(f)["results"]
+    with open(fresh["path"]) as f:
+      b = json.load(f)["results"]
+    self.assertEqual(a, b)                                # nothing lost or double-counted
 
   def _check_rows(self, out, d):
     rows = {r["setting"]: r for r in out["rows"]}

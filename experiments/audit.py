@@ -400,8 +400,11 @@ def _define_flags() -> dict:
 
 def main(argv, f: dict):
   del argv
-  out = _common.output_dir(NAME if f["variant"].value == "correct" else f"{NAME}_{f['variant'].value}",
-                           _common.OUT.value)
+  # A faulty variant's results go under results/audit_variants/<variant>/ (not into
+  # REPORT.md, which shows the audit of the correct algorithm), unless --out is given.
+  default = (None if f["variant"].value == "correct"
+             else os.path.join(_common.RESULTS_ROOT, "audit_variants", f["variant"].value))
+  out = _common.output_dir(NAME, _common.OUT.value or default)
   run(seed=_common.SEED.value, out_dir=out, trials=f["trials"].value,
       epsilons=[float(e) for e in f["epsilons"].value], threat_model=f["threat_model"].value,
       variant=f["variant"].value, resume=f["resume"].value, include_no_noise=f["no_noise"].value,

@@ -1,0 +1,221 @@
+"""DP-SGD on real images: MLP and CNN test accuracy on scikit-learn's 8x8 digits vs epsilon.
+
+The 1,797 digits bundled with scikit-learn (`dpjax.data.digits`: a keyed 75/25 split,
+pixels / 16, a public constant) are the private data set (n = 1,348 training images).
+For each architecture and each epsilon in --eps, `--seeds` models (different init,
+Poisson masks and noise) are trained as ONE vmapped program by the engine
+(`dpsgd.train_many`), with per-example clipping done by ghost clipping
+(`dpjax.ghost`: per-example norms without per-example gradients). sigma is calibrated
+by the engine for the target epsilon at delta = 1e-5 (RDP accountant, Poisson sampling
+q, T steps); the table shows the epsilon actually spent, `cfg.epsilon()`.
+
+  mlp: 64 -> 128 -> 10 relu network;  cnn: `models.cnn((8, 8, 1), (8, 16))`
+  (3x3 conv 8, avg-pool, 3x3 conv 16, avg-pool, dense 10).
+  q = 0.2 (expected batch 269.6), T = 60 steps (~9 epochs), C = 1, SGD with lr 2 (mlp)
+  / 4 (cnn), no momentum. "inf" = the same clipped SGD with sigma = 0 (the engine's
+  clipped-noiseless baseline; no privacy).
+
+Command:   python -m experiments.dpsgd_digits           (~45 s on the idle 2-core machine,
+           ~90 s under load; mostly XLA compiles, one program per (architecture, epsilon))
+Expected (seed 0, 3 seeds each, mean test accuracy on 449 images, sd 0.01-0.1):
+  mlp: eps 1 0.83, eps 2 0.89, eps 4 0.91, eps 8 0.92, inf 0.92;
+  cnn: eps 1 0.62, eps 2 0.68, eps 4 0.74, eps 8 0.79, inf 0.80 (the small avg-pool
+  CNN trains slowly in 60 steps and is less stable under noise than the MLP).
+The lecture reports no digits numbers (its §5 is about the credit world), so there is
+no "lecture" column. The hyper-parameters were chosen by hand on this split, a small
+use of the private data that the accountant does not model (see the table note).
+
+Shape letters: M models (seeds), N images, F = 64 pixels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from dpjax import dpsgd, ghost, models  # noqa: E402
+from dpjax.data import digits  # noqa: E402
+from experiments import _common  # noqa: E402
+
+NAME = "dpsgd_digits"
+_EPS = flags.DEFINE_list("eps", ["1", "2", "4", "8", "inf"],
+                         "Target epsilons ('inf' = clipped SGD without noise).")
+_ARCHS = flags.DEFINE_list("archs", ["mlp", "cnn"], "Architectures: mlp, cnn.")
+_SEEDS = flags.DEFINE_integer("seeds", 3, "Models per (architecture, epsilon), vmapped.")
+_STEPS = flags.DEFINE_integer("steps", 60, "DP-SGD steps T.")
+_Q = flags.DEFINE_float("sampling_prob", 0.2, "Poisson sampling probability q.")
+_CLIP = flags.DEFINE_float("clip", 1.0, "Per-example L2 clip norm C.")
+_DELTA = flags.DEFINE_float("delta", 1e-5, "delta of the (epsilon, delta) guarantee.")
+_MLP_LR = flags.DEFINE_float("mlp_lr", 2.0, "SGD learning rate of the MLP.")
+_CNN_LR = flags.DEFINE_float("cnn_lr", 4.0, "SGD learning rate of the CNN.")
+_MLP_HIDDEN = flags.DEFINE_list("mlp_hidden", ["128"], "MLP hidden widths.")
+_CNN_CHANNELS = flags.DEFINE_list("cnn_channels", ["8", "16"], "CNN conv channels.")
+_TEST_FRACTION = flags.DEFINE_float("test_fraction", 0.25, "Share of images held out.")
+
+_ARCH_NAMES = ("mlp", "cnn")
+
+
+def _parse_eps(values) -> list[float]:
+  out = []
+  for v in values:
+    e = math.inf if str(v).strip().lower() in ("inf", "infinity", "∞") else float(v)
+    if not e > 0:
+      raise ValueError(f"eps must be > 0 or 'inf', got {v!r}")
+    out.append(e)
+  return out
+
+
+def _model(arch: str, mlp_hidden, cnn_channels) -> models.Model:
+  if arch == "mlp":
+    return models.mlp(digits.NUM_FEATURES, tuple(mlp_hidden), digits.NUM_CLASSES)
+  return models.cnn(digits.IMAGE_SHAPE, tuple(cnn_channels), digits.NUM_CLASSES)
+
+
+def run(*, seed: int, eps: list[float], archs: list[str], seeds: int, steps: int,
+        sampling_prob: float, clip: float, delta: float, learning_rates: dict,
+        mlp_hidden=(128,), cnn_channels=(8, 16), test_fraction: float = 0.25,
+        out_dir: str | None = None, progress: bool = True) -> dict:
+  """Trains `seeds` models per (architecture, epsilon) and scores them on the test split.
+
+  Args:
+    seed: the integer seed (the data split and every model key derive from it).
+    eps: target epsilons (> 0; math.inf = clipped, noiseless).
+    archs: subset of ("mlp", "cnn").
+    seeds: M >= 1 models per cell, trained as one vmapped program.
+    steps, sampling_prob, clip, delta: T, q, C, delta of DP-SGD.
+    learning_rates: {"mlp": lr, "cnn": lr}.
+    mlp_hidden, cnn_channels: architecture sizes.
+    test_fraction: held-out share of the 1,797 images.
+    out_dir: where to draw the figure (None: no figure).
+    progress: show a tqdm bar over the cells.
+  Returns:
+    {"record": {...plain numbers...}, "tables": [Table], "figures": [file names]}.
+  Raises:
+    ValueError: for an unknown architecture, seeds < 1 or an empty eps list.
+  """
+  if not archs or any(a not in _ARCH_NAMES for a in archs):
+    raise ValueError(f"archs must be a non-empty subset of {_ARCH_NAMES}, got {archs!r}")
+  if not eps or any(not e > 0 for e in eps):
+    raise ValueError(f"eps must be a non-empty list of values > 0, got {eps!r}")
+  if seeds < 1:
+    raise ValueError(f"seeds must be >= 1, got {seeds}")
+  key = jax.random.key(seed)
+  key_data, key_train = jax.random.split(key)
+  data = digits.load(key_data, test_fraction=test_fraction)
+  n = int(data.y_train_N.shape[0])
+  keep = jnp.ones((seeds, n), bool)
+  cells = [(a, e) for a in archs for e in eps]
+  it = tqdm(cells, desc="DP-SGD digits", unit="cell") if progress else cells
+  record = {"num_train": n, "num_test": int(data.y_test_N.shape[0]),
+            "expected_batch_size": sampling_prob * n, "epochs": steps * sampling_prob,
+            "cells": []}
+  clipped_sum_fns = {}
+  for arch, e in it:
+    model = _model(arch, mlp_hidden, cnn_channels)
+    if arch not in clipped_sum_fns:  # one function object per model: the engine's cache key
+      clipped_sum_fns[arch] = ghost.clipped_sum_fn(
+          model, input_shape=digits.IMAGE_SHAPE if arch == "cnn" else None)
+    common = dict(dataset_size=n, sampling_prob=sampling_prob, num_steps=steps, delta=delta,
+                  l2_clip_norm=clip, learning_rate=float(learning_rates[arch]))
+    if math.isinf(e):
+      cfg = dpsgd.DpSgdConfig(noise_multiplier=0.0, **common)
+    else:
+      cfg = dpsgd.DpSgdConfig(target_epsilon=e, **common)
+    out = dpsgd.train_many(key_train, data.x_train_NxF, data.y_train_N, keep, cfg, model,
+                           clipped_sum_fn=clipped_sum_fns[arch], per_example_stats=True,
+                           progress=False)
+    logits = jax.vmap(model.apply, in_axes=(0, None))(out.params, data.x_test_NxF)
+    acc_M = np.asarray(jnp.mean(jnp.argmax(logits, axis=-1) == data.y_test_N[None, :], axis=1))
+    sampled = np.asarray(out.stats["times_sampled"]).sum()
+    clipped = np.asarray(out.stats["times_clipped"]).sum()
+    record["cells"].append({
+        "arch": arch, "target_epsilon": e, "epsilon_spent": cfg.epsilon(), "sigma": cfg.sigma,
+        "accuracy_mean": float(acc_M.mean()),
+        "accuracy_sd": float(acc_M.std(ddof=1)) if seeds > 1 else 0.0,
+        "accuracy_per_seed": acc_M.tolist(),
+        "fraction_clipped": float(clipped / max(sampled, 1.0)),
+    })
+  rows = [[c["arch"], c["target_epsilon"], c["epsilon_spent"], c["sigma"], c["accuracy_mean"],
+           c["accuracy_sd"], c["fraction_clipped"]] for c in record["cells"]]
+  table = _common.Table(
+      title=f"DP-SGD on scikit-learn digits: test accuracy ({seeds} seeds, mean ± sd)",
+      columns=["model", "target ε", "ε spent", "σ", "accuracy", "sd", "frac. clipped"],
+      rows=rows,
+      note=(f"n = {n} training / {record['num_test']} test images; q = {sampling_prob:g} "
+            f"(B = {sampling_prob * n:.1f}), T = {steps}, C = {clip:g}, δ = {delta:g}, RDP "
+            "accountant, Poisson sampling; ε = ∞: the same clipped SGD with σ = 0. "
+            "The learning rates were picked by hand on this split, which the accountant "
+            "does not model. The lecture gives no digits numbers."))
+  figures = []
+  if out_dir is not None:
+    figures.append(_plot(record, out_dir))
+  return {"record": record, "tables": [table], "figures": figures}
+
+
+def _plot(record: dict, out_dir: str) -> str:
+  import os  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(5.5, 3.6))
+  for arch, color in (("mlp", "C0"), ("cnn", "C1")):
+    cs = [c for c in record["cells"] if c["arch"] == arch]
+    fin = [c for c in cs if math.isfinite(c["target_epsilon"])]
+    if fin:
+      ax.errorbar([c["epsilon_spent"] for c in fin], [c["accuracy_mean"] for c in fin],
+                  yerr=[c["accuracy_sd"] for c in fin], marker="o", color=color, capsize=3,
+                  label=f"{arch}, DP-SGD")
+    for c in cs:
+      if not math.isfinite(c["target_epsilon"]):
+        ax.axhline(c["accuracy_mean"], color=color, ls="--", lw=1, label=f"{arch}, ε = ∞")
+  ax.set_xscale("log", base=2)
+  ax.set_xlabel("ε spent (δ = 1e-5)")
+  ax.set_ylabel("test accuracy")
+  ax.set_title("DP-SGD on 8×8 digits")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  path = os.path.join(out_dir, "accuracy_vs_epsilon.png")
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return "accuracy_vs_epsilon.png"
+
+
+def main(argv):
+  del argv
+  out_dir = _common.output_dir(NAME, _common.OUT.value)
+  res = run(seed=_common.SEED.value, eps=_parse_eps(_EPS.value), archs=list(_ARCHS.value),
+            seeds=_SEEDS.value, steps=_STEPS.value, sampling_prob=_Q.value, clip=_CLIP.value,
+            delta=_DELTA.value, learning_rates={"mlp": _MLP_LR.value, "cnn": _CNN_LR.value},
+            mlp_hidden=[int(h) for h in _MLP_HIDDEN.value],
+            cnn_channels=[int(c) for c in _CNN_CHANNELS.value],
+            test_fraction=_TEST_FRACTION.value, out_dir=out_dir)
+  parts = []
+  for arch in _ARCHS.value:
+    cs = [c for c in res["record"]["cells"] if c["arch"] == arch]
+    fin = sorted((c for c in cs if math.isfinite(c["target_epsilon"])),
+                 key=lambda c: c["target_epsilon"])
+    inf = [c for c in cs if not math.isfinite(c["target_epsilon"])]
+    txt = f"{arch.upper()}:"
+    if fin:
+      txt += (f" test accuracy {fin[0]['accuracy_mean']:.3f} at ε = {fin[0]['epsilon_spent']:.2g}, "
+              f"{fin[-1]['accuracy_mean']:.3f} at ε = {fin[-1]['epsilon_spent']:.2g}")
+    if inf:
+      txt += f"{',' if fin else ''} {inf[0]['accuracy_mean']:.3f} without noise"
+    parts.append(txt + ".")
+  summary = " ".join(parts) + (
+      " Clipping is ghost clipping inside the many-model engine; every ε is what the RDP "
+      "accountant reports for the (q, σ, T, δ) used.")
+  _common.write_results(out_dir, NAME, flag_dict=_common.flag_values(__name__),
+                        results=res["record"], tables=res["tables"], figures=res["figures"],
+                        summary=summary)
+  print(summary)
+
+
+if __name__ == "__main__":
+  app.run(main)

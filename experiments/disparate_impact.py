@@ -46,16 +46,6 @@ from dpjax.data import credit  # noqa: E402
 from experiments import _common  # noqa: E402
 
 NAME = "disparate_impact"
-_N_TRAIN = flags.DEFINE_integer("n_train", 1000, "Training records.")
-_N_TEST = flags.DEFINE_integer("n_test", 40_000, "Test records.")
-_SEEDS = flags.DEFINE_integer("seeds", 20, "DP-SGD seeds trained together (vmapped).")
-_SHARE = flags.DEFINE_float("minority_share", 0.1, "Share of group 1 (demo 1, 2).")
-_EPS = flags.DEFINE_list("epsilons", ["8", "4", "2", "1", "0.5"], "Finite epsilons.")
-_BATCH = flags.DEFINE_integer("batch_size", 50, "Expected batch size q*n.")
-_EPOCHS = flags.DEFINE_integer("epochs", 20, "Epochs (T = epochs * n / batch).")
-_LR = flags.DEFINE_float("learning_rate", 0.5, "SGD learning rate.")
-_CLIP = flags.DEFINE_float("l2_clip_norm", 1.0, "Clipping norm C.")
-_DELTA = flags.DEFINE_float("delta", 1e-5, "Target delta.")
 
 LECTURE = {"drop_ratio": 8.5, "tpr_gap": "+0.141 to +0.166",
            "loss": (0.456, 0.527), "grad_norm": (0.688, 1.004), "clipped": (0.248, 0.408),
@@ -305,19 +295,34 @@ def run(*, seed: int, n_train: int, n_test: int, seeds: int, minority_share: flo
   return {"record": record, "tables": tables, "figures": ["accuracy_per_group.png"]}
 
 
+def _define_flags() -> None:
+  """Defines this experiment's flags; called only when run as a script, so that tests
+  and other modules can import it without absl flag-name clashes between experiments."""
+  flags.DEFINE_integer("n_train", 1000, "Training records.")
+  flags.DEFINE_integer("n_test", 40_000, "Test records.")
+  flags.DEFINE_integer("seeds", 20, "DP-SGD seeds trained together (vmapped).")
+  flags.DEFINE_float("minority_share", 0.1, "Share of group 1 (demo 1, 2).")
+  flags.DEFINE_list("epsilons", ["8", "4", "2", "1", "0.5"], "Finite epsilons.")
+  flags.DEFINE_integer("batch_size", 50, "Expected batch size q*n.")
+  flags.DEFINE_integer("epochs", 20, "Epochs (T = epochs * n / batch).")
+  flags.DEFINE_float("learning_rate", 0.5, "SGD learning rate.")
+  flags.DEFINE_float("l2_clip_norm", 1.0, "Clipping norm C.")
+  flags.DEFINE_float("delta", 1e-5, "Target delta.")
+
+
 def main(argv):
   del argv
   out_dir = _common.output_dir(NAME, _common.OUT.value)
-  res = run(seed=_common.SEED.value, n_train=_N_TRAIN.value, n_test=_N_TEST.value,
-            seeds=_SEEDS.value, minority_share=_SHARE.value, epsilons=list(_EPS.value),
-            batch_size=_BATCH.value, epochs=_EPOCHS.value, learning_rate=_LR.value,
-            l2_clip_norm=_CLIP.value, delta=_DELTA.value, out_dir=out_dir)
+  res = run(seed=_common.SEED.value, n_train=flags.FLAGS.n_train, n_test=flags.FLAGS.n_test,
+            seeds=flags.FLAGS.seeds, minority_share=flags.FLAGS.minority_share, epsilons=list(flags.FLAGS.epsilons),
+            batch_size=flags.FLAGS.batch_size, epochs=flags.FLAGS.epochs, learning_rate=flags.FLAGS.learning_rate,
+            l2_clip_norm=flags.FLAGS.l2_clip_norm, delta=flags.FLAGS.delta, out_dir=out_dir)
   rec = res["record"]
   last = rec["settings"][-1]
   d3 = {d["world"]: d["ratio"] for d in rec["demo3"]}
   f = lambda v: "n/a" if v is None else f"{v:.1f}"  # noqa: E731
   summary = (
-      f"At ε = {float(_EPS.value[-1]):g} group 0 loses {last['drop0']:.3f} accuracy and group 1 "
+      f"At ε = {float(flags.FLAGS.epsilons[-1]):g} group 0 loses {last['drop0']:.3f} accuracy and group 1 "
       f"{last['drop1']:.3f} (ratio {f(last['drop_ratio'])}; lecture 8.5). Group 1 is fit worse "
       f"(loss {last['loss1']:.3f} vs {last['loss0']:.3f}), has larger gradients "
       f"({last['norm1']:.3f} vs {last['norm0']:.3f}) and is clipped more often "
@@ -331,4 +336,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

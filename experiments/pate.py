@@ -56,19 +56,7 @@ from dpjax.data import digits  # noqa: E402
 from experiments import _common  # noqa: E402
 
 NAME = "pate"
-_TEACHERS = flags.DEFINE_list("teachers", ["10", "50", "100"], "Numbers of teachers k.")
-_QUERIES = flags.DEFINE_list("queries", ["100", "500"], "Numbers of student queries Q.")
-_PUBLIC = flags.DEFINE_integer("public", 500, "Size of the public unlabeled pool (>= max Q).")
-_SIGMA = flags.DEFINE_float("sigma_per_teacher", 0.2, "GNMax sigma = this * k.")
-_DELTA = flags.DEFINE_float("delta", 1e-5, "Target delta.")
-_DPSGD_SEEDS = flags.DEFINE_integer("dpsgd_seeds", 4, "DP-SGD seeds trained together.")
-_STEPS = flags.DEFINE_integer("fit_steps", 300, "Adam steps for teachers and students.")
-_DPSGD_EPOCHS = flags.DEFINE_integer("dpsgd_epochs", 20, "DP-SGD epochs.")
 
-_CONF_T = flags.DEFINE_float("confident_threshold", 0.6,
-                             "Confident-GNMax threshold / k (0 = GNMax only).")
-_CONF_ST = flags.DEFINE_float("confident_sigma_threshold", 0.3, "Threshold-check sigma / k.")
-_CONF_S = flags.DEFINE_float("confident_sigma", 0.1, "Confident-GNMax answer sigma / k.")
 
 NUM_CLASSES = digits.NUM_CLASSES
 
@@ -230,15 +218,32 @@ def run(*, seed: int, teachers: list[int], queries: list[int], public: int,
   return {"record": record, "tables": tables, "figures": ["pate_vs_dpsgd.png"]}
 
 
+def _define_flags() -> None:
+  """Defines this experiment's flags; called only when run as a script, so that tests
+  and other modules can import it without absl flag-name clashes between experiments."""
+  flags.DEFINE_list("teachers", ["10", "50", "100"], "Numbers of teachers k.")
+  flags.DEFINE_list("queries", ["100", "500"], "Numbers of student queries Q.")
+  flags.DEFINE_integer("public", 500, "Size of the public unlabeled pool (>= max Q).")
+  flags.DEFINE_float("sigma_per_teacher", 0.2, "GNMax sigma = this * k.")
+  flags.DEFINE_float("delta", 1e-5, "Target delta.")
+  flags.DEFINE_integer("dpsgd_seeds", 4, "DP-SGD seeds trained together.")
+  flags.DEFINE_integer("fit_steps", 300, "Adam steps for teachers and students.")
+  flags.DEFINE_integer("dpsgd_epochs", 20, "DP-SGD epochs.")
+  flags.DEFINE_float("confident_threshold", 0.6,
+                     "Confident-GNMax threshold / k (0 = GNMax only).")
+  flags.DEFINE_float("confident_sigma_threshold", 0.3, "Threshold-check sigma / k.")
+  flags.DEFINE_float("confident_sigma", 0.1, "Confident-GNMax answer sigma / k.")
+
+
 def main(argv):
   del argv
   out_dir = _common.output_dir(NAME, _common.OUT.value)
-  res = run(seed=_common.SEED.value, teachers=[int(t) for t in _TEACHERS.value],
-            queries=[int(q) for q in _QUERIES.value], public=_PUBLIC.value,
-            sigma_per_teacher=_SIGMA.value, delta=_DELTA.value, dpsgd_seeds=_DPSGD_SEEDS.value,
-            fit_steps=_STEPS.value, dpsgd_epochs=_DPSGD_EPOCHS.value, out_dir=out_dir,
-            confident_threshold=_CONF_T.value, confident_sigma_threshold=_CONF_ST.value,
-            confident_sigma=_CONF_S.value)
+  res = run(seed=_common.SEED.value, teachers=[int(t) for t in flags.FLAGS.teachers],
+            queries=[int(q) for q in flags.FLAGS.queries], public=flags.FLAGS.public,
+            sigma_per_teacher=flags.FLAGS.sigma_per_teacher, delta=flags.FLAGS.delta, dpsgd_seeds=flags.FLAGS.dpsgd_seeds,
+            fit_steps=flags.FLAGS.fit_steps, dpsgd_epochs=flags.FLAGS.dpsgd_epochs, out_dir=out_dir,
+            confident_threshold=flags.FLAGS.confident_threshold, confident_sigma_threshold=flags.FLAGS.confident_sigma_threshold,
+            confident_sigma=flags.FLAGS.confident_sigma)
   cells = res["record"]["cells"]
   best = max((c for c in cells if c["student_accuracy"] is not None),
              key=lambda c: c["student_accuracy"])
@@ -256,4 +261,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

@@ -139,3 +139,70 @@ def audit(scores_K, included_K, *, num_positive_guesses: int, num_negative_guess
   eps = epsilon_lower_bound(num_canaries=s.size, num_guesses=kp + kn, num_correct=correct,
                             delta=delta, confidence=confidence)
   return OneRunResult(eps, int(s.size), kp + kn, correct)
+
+
+def dpsgd_white_box(key, cfg, x_NxD, y_N, *, num_canaries: int, num_positive_guesses: int,
+                    num_negative_guesses: int = 0, confidence: float = 0.95) -> dict:
+  """One DP-SGD training run with `num_canaries` gradient canaries, audited in one go.
+
+  Canary j is a record whose clipped gradient is always C * e_j, in its own extra
+  coordinate that no other record uses (Nasr-style gradient canaries, many per run);
+  each is included independently with probability 1/2 and then Poisson-sampled like
+  every record (and counted in the realised batch). A white-box auditor scores each
+  canary by the exact likelihood ratio of its coordinate's privatized updates under
+  the claimed (q, sigma) (`canary.white_box_scores`) and guesses IN for the top k+
+  and OUT for the bottom k-.
+
+  Args:
+    key: jax.random key (inclusion bits, then training).
+    cfg: the claimed dpsgd.DpSgdConfig (Poisson, sigma > 0); its dataset_size is
+      replaced by the base size + num_canaries / 2 (the expected dataset size).
+    x_NxD, y_N: the base records (logistic regression on these features).
+    num_canaries: m >= 1.
+    num_positive_guesses, num_negative_guesses: k+, k- fixed in advance.
+    confidence: as in `epsilon_lower_bound`.
+  Returns:
+    {"epsilon_lower", "num_correct", "num_guesses", "num_canaries", "scores", "included"}.
+  """
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary as canary_lib  # pylint: disable=g-import-not-at-top
+
+  m = int(num_canaries)
+  if m < 1 or m != num_canaries:
+    raise ValueError(f"num_canaries must be an integer >= 1, got {num_canaries}")
+  if cfg.sigma <= 0:
+    raise ValueError("cfg must have noise_multiplier > 0 (the claim being audited)")
+  x0 = jnp.asarray(x_NxD, jnp.float32)
+  n0, d0 = x0.shape
+  c = float(cfg.l2_clip_norm)
+  k_bits, k_train = jax.random.split(key)
+  included = np.asarray(jax.random.bernoulli(k_bits, 0.5, (m,)))
+  x = jnp.concatenate([jnp.concatenate([x0, jnp.zeros((n0, m), jnp.float32)], 1),
+                       jnp.concatenate([jnp.zeros((m, d0), jnp.float32),
+                                        jnp.eye(m, dtype=jnp.float32)], 1)], 0)
+  y = jnp.concatenate([jnp.asarray(y_N, jnp.int32), jnp.zeros((m,), jnp.int32)])
+  keep = jnp.concatenate([jnp.ones((n0,), bool), jnp.asarray(included)])[None, :]
+  is_canary = jnp.concatenate([jnp.zeros((n0,)), jnp.ones((m,))]).astype(jnp.float32)
+  model = models.logistic_regression(d0 + m)
+  run_cfg = dataclasses.replace(cfg, dataset_size=n0 + m // 2)
+
+  def clipped_sum(params, xb, yb, wb, clip):
+    base, norms = dpsgd.glm_clipped_grad_sum(0.0, params, xb, yb, wb * (1 - is_canary), clip)
+    can = clip * ((wb * is_canary) @ xb)               # gradient C * e_j, norm exactly C
+    return {"w": base["w"] + can}, jnp.where(is_canary > 0, clip, norms)
+
+  out = dpsgd.train_one(k_train, x, y, keep[0], run_cfg, model, clipped_sum_fn=clipped_sum,
+                        observe_fn=lambda u: u["w"][d0:])
+  o = canary_lib.normalized_observations(np.asarray(out.observations).T,
+                                         expected_batch_size=run_cfg.expected_batch_size,
+                                         l2_clip_norm=c)              # [m, T]
+  scores = canary_lib.white_box_scores(o, float(cfg.sampling_prob), cfg.sigma)
+  res = audit(scores, included, num_positive_guesses=num_positive_guesses,
+              num_negative_guesses=num_negative_guesses, delta=float(cfg.delta),
+              confidence=confidence)
+  return {"epsilon_lower": res.epsilon_lower, "num_correct": res.num_correct,
+          "num_guesses": res.num_guesses, "num_canaries": m, "scores": scores,
+          "included": included}

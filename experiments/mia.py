@@ -11,13 +11,18 @@ global loss-threshold attack (Yeom) -- advantage and TPR at 1% FPR -- Shokri's
 per-class shadow attack, LiRA (online, Carlini et al. 2022) at 1% and 0.1% FPR,
 the (eps, delta)-DP bound on TPR at 1% FPR, and the noise floor (TPR = FPR).
 
-Command:   python -m experiments.mia          (~30-60 s on 2 CPU cores)
+Command:   python -m experiments.mia          (~40 s of CPU time on this machine)
 Expected: the lecture's four lessons in our numbers -- (1) the loss attack's
 advantage looks large but its TPR@1% sits near the floor, while LiRA is several
 times the floor; (2) lambda = 1e-2 and clipping improve test accuracy but LiRA
 barely moves; (3) DP pushes LiRA to the floor by eps ~ 2, at a cost in accuracy;
 (4) at every eps LiRA stays far below the DP bound (vacuous at eps = 8). Our
 credit world is synthetic, so accuracies differ from the lecture's somewhat.
+Measured (seed 0): test accuracy 0.719 (overfit), 0.750 (lambda = 1e-2), 0.752
+(clipped), 0.738 / 0.722 / 0.698 / 0.670 at eps = 8 / 4 / 2 / 1; loss-attack
+advantage 0.156 with TPR@1% 0.009 on the overfit model; LiRA TPR@1% 0.049, 0.052,
+0.042, then 0.016 / 0.013 / 0.009 / 0.009; DP bound on TPR@1% 1.000 / 0.546 /
+0.074 / 0.027.
 """
 
 from __future__ import annotations

@@ -268,9 +268,8 @@ class LlrDistribution:
     """(thresholds_J, fpr_J, fnr_J) of the tests "IN iff L > threshold"."""
     h = self.grid_J[1] - self.grid_J[0]
     thr = self.grid_J + 0.5 * h
-    fnr = np.cumsum(self.pmf_in_J)
-    fpr = np.maximum(1.0 - np.cumsum(self.pmf_out_J), 0.0)
-    # accumulate the far tail from the top for accuracy at tiny rates
+    fnr = np.cumsum(self.pmf_in_J)                         # P_IN(L <= grid_j)
+    # P_OUT(L > grid_j), summed from the top for accuracy at tiny rates
     fpr = np.r_[np.cumsum(self.pmf_out_J[::-1])[::-1][1:], 0.0]
     return thr, np.clip(fpr, 0, 1), np.clip(fnr, 0, 1)
 

@@ -238,12 +238,15 @@ def _define_flags() -> None:
 def main(argv):
   del argv
   out_dir = _common.output_dir(NAME, _common.OUT.value)
-  res = run(seed=_common.SEED.value, teachers=[int(t) for t in flags.FLAGS.teachers],
-            queries=[int(q) for q in flags.FLAGS.queries], public=flags.FLAGS.public,
-            sigma_per_teacher=flags.FLAGS.sigma_per_teacher, delta=flags.FLAGS.delta, dpsgd_seeds=flags.FLAGS.dpsgd_seeds,
-            fit_steps=flags.FLAGS.fit_steps, dpsgd_epochs=flags.FLAGS.dpsgd_epochs, out_dir=out_dir,
-            confident_threshold=flags.FLAGS.confident_threshold, confident_sigma_threshold=flags.FLAGS.confident_sigma_threshold,
-            confident_sigma=flags.FLAGS.confident_sigma)
+  fv = flags.FLAGS
+  res = run(seed=_common.SEED.value, teachers=[int(t) for t in fv.teachers],
+            queries=[int(q) for q in fv.queries], public=fv.public,
+            sigma_per_teacher=fv.sigma_per_teacher, delta=fv.delta,
+            dpsgd_seeds=fv.dpsgd_seeds, fit_steps=fv.fit_steps,
+            dpsgd_epochs=fv.dpsgd_epochs, out_dir=out_dir,
+            confident_threshold=fv.confident_threshold,
+            confident_sigma_threshold=fv.confident_sigma_threshold,
+            confident_sigma=fv.confident_sigma)
   cells = res["record"]["cells"]
   best = max((c for c in cells if c["student_accuracy"] is not None),
              key=lambda c: c["student_accuracy"])

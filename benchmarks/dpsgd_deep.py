@@ -18,8 +18,16 @@ the same machine load), examples/second of one training step on a fixed batch:
       layers) + the same noise / denominator / SGD;
   (d) opacus_hooks / opacus_ghost: Opacus `PrivacyEngine.make_private` with
       grad_sample_mode "hooks" and "ghost" (torch CPU, optional: skipped with a
-      message when torch or opacus cannot be imported).
+      message when torch or opacus cannot be imported), each timed with 1 torch
+      thread and with torch's default and reported at the better one
+      (`<w>.opacus_<mode>_threads`): torch's OpenMP threads collapse when other
+      processes share the cores.
+The JAX DP steps draw the noise N(0, sigma^2 C^2 I) as one vector per step (JAX's
+default threefry generator), then divide by the fixed B and take an SGD step.
 Each rate is the best of `repeats` timed loops after a warm-up (compilation excluded).
+Profile (where the ghost step's time goes), as rates of: `profile_forward` (logits
+only), `profile_ghost_sum` (the clipped sum without noise or update) and
+`profile_noise_update` (drawing the noise, dividing by B and the SGD update alone).
 
 Keys (flat, dotted): `<w>.<method>_ex_per_s` for every rate, and
   `mlp.speedup_vs_opacus`     ghost rate / best Opacus rate (target >= 2);
@@ -46,6 +54,10 @@ NUM_CLASSES = 10
 LEARNING_RATE = 0.1
 CLIP = 1.0
 SIGMA = 1.0
+# Bit generator of the JAX DP steps' Gaussian noise: JAX's default (and the engine's).
+# Measured here for 85k normals: threefry 0.3-0.7 ms, "rbg" 2.5-2.8 ms (its normal
+# transform is slower on CPU even though its raw bits are cheaper).
+NOISE_PRNG = "threefry2x32"
 
 # name -> (factory kwargs, flat input size, (H, W, C) or None)
 _WORKLOADS = {
@@ -77,12 +89,14 @@ def _best_rates(runs: dict, steps: dict, repeats: int) -> dict:
 def _jax_runners(kind, kwargs, num_features, steps):
   """The three JAX steps (nonprivate, naive, ghost) as zero-argument timed loops."""
   import jax  # pylint: disable=g-import-not-at-top
+  import jax.flatten_util  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
   from dpjax import dpsgd, ghost, models  # pylint: disable=g-import-not-at-top
 
   model = getattr(models, kind)(**kwargs)
-  kx, ky, kp, kn = jax.random.split(jax.random.key(0), 4)
+  kx, ky, kp = jax.random.split(jax.random.key(0), 3)
+  kn = jax.random.key(1, impl=NOISE_PRNG)
   x = jax.random.uniform(kx, (BATCH, num_features), jnp.float32)
   y = jax.random.randint(ky, (BATCH,), 0, NUM_CLASSES)
   ones = jnp.ones((BATCH,), jnp.float32)
@@ -95,19 +109,34 @@ def _jax_runners(kind, kwargs, num_features, steps):
 
   def private(clipped_sum, params, t):
     gsum, _ = clipped_sum(params, x, y, ones, CLIP)
-    leaves, treedef = jax.tree.flatten(gsum)
-    keys = jax.random.split(jax.random.fold_in(kn, t), len(leaves))
-    noisy = [g + (SIGMA * CLIP) * jax.random.normal(k, g.shape, g.dtype)
-             for g, k in zip(leaves, keys)]
-    upd = jax.tree.unflatten(treedef, noisy)
+    # One N(0, 1) draw for all coordinates (fewer kernels than one per leaf).
+    flat, unravel = jax.flatten_util.ravel_pytree(gsum)
+    noise = jax.random.normal(jax.random.fold_in(kn, t), flat.shape, flat.dtype)
+    upd = unravel(flat + (SIGMA * CLIP) * noise)
     return jax.tree.map(lambda p, u: p - (LEARNING_RATE / BATCH) * u, params, upd)
 
   naive_sum = functools.partial(dpsgd.clipped_grad_sum, model)
   ghost_sum = ghost.clipped_sum_fn(model)
+  def forward_only(params, t):  # profile: the forward pass alone (logits)
+    del t
+    return model.apply(params, x), params
+
+  def ghost_sum_only(params, t):  # profile: the clipped sum without noise / update
+    del t
+    return ghost_sum(params, x, y, ones, CLIP), params
+
+  zero_sum = jax.tree.map(jnp.zeros_like, params0)
+
+  def noise_only(params, t):  # profile: noise draw + denominator + SGD update, no gradient
+    return private(lambda *a: (zero_sum, None), params, t)
+
   steps_fns = {
       "nonprivate": nonprivate,
       "naive": functools.partial(private, naive_sum),
       "ghost": functools.partial(private, ghost_sum),
+      "profile_forward": forward_only,
+      "profile_ghost_sum": ghost_sum_only,
+      "profile_noise_update": noise_only,
   }
 
   def loop(step_fn):
@@ -115,9 +144,14 @@ def _jax_runners(kind, kwargs, num_features, steps):
 
     def run():
       p = params0
+      out = None
       for t in range(steps):
-        p = jitted(p, t)
-      jax.block_until_ready(p)
+        out = jitted(p, t)
+        if isinstance(out, tuple):  # profile runners return (output, params)
+          out = out[0]
+        else:
+          p = out
+      jax.block_until_ready(out)
     return run
 
   return {name: loop(fn) for name, fn in steps_fns.items()}
@@ -155,6 +189,12 @@ def _opacus_runners(kind, kwargs, num_features, image_shape, steps, log):
     return {}
   import warnings  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
+  # Torch's OpenMP threads collapse when the cores are shared with other processes
+  # (measured here: Opacus ghost MLP 24k ex/s with 1 thread vs 2.4k with 2 under
+  # load), so each mode is timed with 1 thread and with torch's default, and the
+  # better one is Opacus's figure.
+  default_threads = torch.get_num_threads()
+  thread_counts = sorted({1, default_threads})
   gen = np.random.default_rng(0)
   shape = (BATCH, num_features) if image_shape is None else (
       BATCH, image_shape[2], image_shape[0], image_shape[1])
@@ -184,19 +224,22 @@ def _opacus_runners(kind, kwargs, num_features, image_shape, steps, log):
       pmodel, popt, _ = out
       pcrit = crit
 
-    def run(pmodel=pmodel, popt=popt, pcrit=pcrit):
-      with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "full backward hook ... no inputs require grad"
-        for _ in range(steps):
-          popt.zero_grad()
-          loss = pcrit(pmodel(x), y)
-          loss.backward()
-          popt.step()
-    runners[f"opacus_{mode}"] = run
+    for threads in thread_counts:
+      def run(pmodel=pmodel, popt=popt, pcrit=pcrit, threads=threads):
+        torch.set_num_threads(threads)
+        with warnings.catch_warnings():
+          warnings.simplefilter("ignore")  # "full backward hook ... no inputs require grad"
+          for _ in range(steps):
+            popt.zero_grad()
+            loss = pcrit(pmodel(x), y)
+            loss.backward()
+            popt.step()
+        torch.set_num_threads(default_threads)
+      runners[f"opacus_{mode}_{threads}thr"] = run
   return runners
 
 
-def measure_workload(name: str, steps: int, repeats: int, naive_steps: int,
+def measure_workload(name: str, steps: int, repeats: int, naive_steps: int, torch_steps: int,
                      log: Callable[[str], None] = print) -> dict:
   """Rates (examples/s) and ratios for one workload; keys without the workload prefix."""
   kind, kwargs, num_features, image_shape = _WORKLOADS[name]
@@ -204,19 +247,26 @@ def measure_workload(name: str, steps: int, repeats: int, naive_steps: int,
   num_steps = {k: steps for k in runs}
   runs["naive"] = _jax_runners(kind, kwargs, num_features, naive_steps)["naive"]
   num_steps["naive"] = naive_steps
-  torch_steps = max(2, steps // 2)
   for k, run in _opacus_runners(kind, kwargs, num_features, image_shape, torch_steps,
                                 log).items():
     runs[k] = run
     num_steps[k] = torch_steps
   rates = _best_rates(runs, num_steps, repeats)
-  out = {f"{k}_ex_per_s": v for k, v in rates.items()}
   for k, v in rates.items():
     log(f"[dpsgd_deep] {name} {k}: {v:,.0f} examples/s")
+  out = {}
+  for k, v in rates.items():
+    if k.startswith("opacus_"):  # opacus_<mode>_<n>thr -> best over thread counts
+      mode, threads = k.rsplit("_", 1)
+      if v > out.get(f"{mode}_ex_per_s", 0.0):
+        out[f"{mode}_ex_per_s"] = v
+        out[f"{mode}_threads"] = int(threads[:-3])
+    else:
+      out[f"{k}_ex_per_s"] = v
   ghost_rate = out["ghost_ex_per_s"]
   out["overhead_vs_nonprivate"] = out["nonprivate_ex_per_s"] / ghost_rate
   out["speedup_vs_naive"] = ghost_rate / out["naive_ex_per_s"]
-  opacus = [v for k, v in out.items() if k.startswith("opacus_")]
+  opacus = [v for k, v in out.items() if k.startswith("opacus_") and k.endswith("_ex_per_s")]
   if opacus:
     out["opacus_best_ex_per_s"] = max(opacus)
     out["speedup_vs_opacus"] = ghost_rate / max(opacus)
@@ -233,20 +283,20 @@ def measure(quick: bool = False, log: Callable[[str], None] = print) -> dict:
     {"mlp.ghost_ex_per_s": ..., "mlp.speedup_vs_opacus": ..., ...}.
   """
   import jax  # pylint: disable=g-import-not-at-top
-  plan = {  # name -> (steps, naive steps)
-      "mlp": (8, 2) if quick else (40, 8),
-      "cnn": (6, 2) if quick else (30, 8),
-      "cnn28": (2, 1) if quick else (8, 3),
+  plan = {  # name -> (JAX steps, naive vmap(grad) steps, Opacus steps) per timed loop
+      "mlp": (30, 2, 3) if quick else (100, 8, 12),
+      "cnn": (20, 2, 3) if quick else (60, 8, 12),
+      "cnn28": (3, 1, 1) if quick else (10, 3, 3),
   }
-  repeats = 2 if quick else 5
+  repeats = 2 if quick else 3
   figures = {"device": str(jax.devices()[0].platform), "batch_size": BATCH}
   try:
     import torch  # pylint: disable=g-import-not-at-top
     figures["torch_threads"] = torch.get_num_threads()
   except ImportError:
     pass
-  for name, (steps, naive_steps) in plan.items():
-    res = measure_workload(name, steps, repeats, naive_steps, log)
+  for name, (steps, naive_steps, torch_steps) in plan.items():
+    res = measure_workload(name, steps, repeats, naive_steps, torch_steps, log)
     for k, v in res.items():
       figures[f"{name}.{k}"] = v
   if "cnn.speedup_vs_opacus" in figures:

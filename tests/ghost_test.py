@@ -5,6 +5,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from absl.testing import absltest
 from absl.testing import parameterized
 
@@ -102,9 +103,14 @@ class GhostTest(parameterized.TestCase):
       np.testing.assert_allclose(norms[i], want_n, rtol=1e-5)
       _assert_trees_close(self, jax.tree.map(lambda a: a[i], got), want, rtol=1e-5, atol=1e-7)
 
-  @parameterized.named_parameters(("mlp", models.mlp(16, (8,), 10)),
-                                  ("cnn", models.cnn((4, 4, 1), (3,))))
-  def test_train_one_with_ghost_equals_default(self, model):
+  def test_train_one_with_ghost_equals_default_mlp(self):
+    self._check_train_one(models.mlp(16, (8,), 10))
+
+  @pytest.mark.slow  # one more engine compile (~10 s); CNN equality is covered above
+  def test_train_one_with_ghost_equals_default_cnn(self):
+    self._check_train_one(models.cnn((4, 4, 1), (3,)))
+
+  def _check_train_one(self, model):
     kx, ky = jax.random.split(jax.random.key(2))
     x = jax.random.uniform(kx, (20, 16))
     y = jax.random.randint(ky, (20,), 0, 10)

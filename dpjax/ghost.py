@@ -53,6 +53,7 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -296,6 +297,10 @@ def clipped_sum_fn(model: models_lib.Model, input_shape: Sequence[int] | None = 
                    conv_mode: str = "auto") -> ClippedSumFn:
   """The ghost-clipped-sum function for a `models.mlp` or `models.cnn` model.
 
+  Memoised: the same arguments return the same function object, so
+  `dpsgd.train_many(..., clipped_sum_fn=clipped_sum_fn(model))` reuses its compiled
+  program across calls.
+
   Args:
     model: a Model with `kind` "mlp" or "cnn" (its `l2` is honoured).
     input_shape: (H, W, C_in) for a CNN; if None, square images are assumed when
@@ -306,6 +311,12 @@ def clipped_sum_fn(model: models_lib.Model, input_shape: Sequence[int] | None = 
   Raises:
     ValueError: for a model of another kind.
   """
+  shape = None if input_shape is None else tuple(input_shape)
+  return _clipped_sum_fn(model, shape, conv_mode)
+
+
+@functools.lru_cache(maxsize=64)
+def _clipped_sum_fn(model, input_shape, conv_mode):
   if model.kind == "mlp":
     l2 = model.l2
 

@@ -124,6 +124,12 @@ class GhostTest(parameterized.TestCase):
     np.testing.assert_allclose(got.stats["norm_sum"], want.stats["norm_sum"], rtol=1e-4)
     np.testing.assert_array_equal(got.stats["times_sampled"], want.stats["times_sampled"])
 
+  def test_memoised(self):
+    m = models.cnn((8, 8, 1))
+    self.assertIs(ghost.clipped_sum_fn(m), ghost.clipped_sum_fn(m))
+    self.assertIs(ghost.clipped_sum_fn(m, [8, 8, 1]), ghost.clipped_sum_fn(m, (8, 8, 1)))
+    self.assertIsNot(ghost.clipped_sum_fn(m), ghost.clipped_sum_fn(m, conv_mode="gram"))
+
   def test_auto_mode_picks_the_cheaper_formula(self):
     # 8x8 digits, 3x3 conv 1 -> 16: P*K*O = 64*9*16 < P^2*(K+O) = 64^2*25.
     self.assertEqual(ghost._conv_mode("auto", 64, 9, 16), "materialise")

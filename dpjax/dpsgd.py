@@ -65,6 +65,7 @@ from dpjax import models as models_lib
 PyTree = Any
 
 _SAMPLERS = ("poisson", "shuffle")
+_SCAN_UNROLL = 1  # steps per loop iteration (a performance knob only)
 _ACCOUNTANTS = ("rdp", "pld")
 
 
@@ -589,7 +590,8 @@ def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConf
   else:
     st0 = ()
   (params, _, _, st), obs = jax.lax.scan(
-      step, (params, agg_state, opt_state, st0), jnp.arange(cfg.num_steps, dtype=jnp.int32))
+      step, (params, agg_state, opt_state, st0), jnp.arange(cfg.num_steps, dtype=jnp.int32),
+      unroll=_SCAN_UNROLL)
   stats = None
   if per_example_stats:
     stats = {"times_sampled": st[0], "times_clipped": st[1], "norm_sum": st[2]}

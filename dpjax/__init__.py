@@ -11,7 +11,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = (
-    "accounting", "attacks", "audit", "data", "dpsgd", "mechanisms", "metrics",
+    "accounting", "attacks", "audit", "data", "dpsgd", "ghost", "mechanisms", "metrics",
     "models", "parallel", "pate",
 )
 

@@ -1,6 +1,6 @@
 """DP-SGD on the credit world (lecture §5, code 03): anatomy, cost of privacy, C, batch size.
 
-    .venv/bin/python -m experiments.dpsgd                # ~1-2 min on 2 loaded CPU cores
+    .venv/bin/python -m experiments.dpsgd                # ~30 s on 2 idle CPU cores (90 s loaded)
     .venv/bin/python -m experiments.dpsgd --seeds 5 --clip_seeds 10 --test_size 40000
 
 Four demos, all logistic regression trained with `dpsgd.train_many` (every seed of

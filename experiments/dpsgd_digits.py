@@ -47,19 +47,27 @@ from dpjax.data import digits  # noqa: E402
 from experiments import _common  # noqa: E402
 
 NAME = "dpsgd_digits"
-_EPS = flags.DEFINE_list("eps", ["1", "2", "4", "8", "inf"],
-                         "Target epsilons ('inf' = clipped SGD without noise).")
-_ARCHS = flags.DEFINE_list("archs", ["mlp", "cnn"], "Architectures: mlp, cnn.")
-_SEEDS = flags.DEFINE_integer("seeds", 3, "Models per (architecture, epsilon), vmapped.")
-_STEPS = flags.DEFINE_integer("steps", 60, "DP-SGD steps T.")
-_Q = flags.DEFINE_float("sampling_prob", 0.2, "Poisson sampling probability q.")
-_CLIP = flags.DEFINE_float("clip", 1.0, "Per-example L2 clip norm C.")
-_DELTA = flags.DEFINE_float("delta", 1e-5, "delta of the (epsilon, delta) guarantee.")
-_MLP_LR = flags.DEFINE_float("mlp_lr", 2.0, "SGD learning rate of the MLP.")
-_CNN_LR = flags.DEFINE_float("cnn_lr", 4.0, "SGD learning rate of the CNN.")
-_MLP_HIDDEN = flags.DEFINE_list("mlp_hidden", ["128"], "MLP hidden widths.")
-_CNN_CHANNELS = flags.DEFINE_list("cnn_channels", ["8", "16"], "CNN conv channels.")
-_TEST_FRACTION = flags.DEFINE_float("test_fraction", 0.25, "Share of images held out.")
+
+
+def _define_flags() -> None:
+  """Defines the flags; called only when run as a script, so that tests can import
+  several experiments into one process without absl flag-name clashes."""
+  global _EPS, _ARCHS, _SEEDS, _STEPS, _Q, _CLIP, _DELTA, _MLP_LR, _CNN_LR, _MLP_HIDDEN
+  global _CNN_CHANNELS, _TEST_FRACTION
+  _EPS = flags.DEFINE_list("eps", ["1", "2", "4", "8", "inf"],
+                           "Target epsilons ('inf' = clipped SGD without noise).")
+  _ARCHS = flags.DEFINE_list("archs", ["mlp", "cnn"], "Architectures: mlp, cnn.")
+  _SEEDS = flags.DEFINE_integer("seeds", 3, "Models per (architecture, epsilon), vmapped.")
+  _STEPS = flags.DEFINE_integer("steps", 60, "DP-SGD steps T.")
+  _Q = flags.DEFINE_float("sampling_prob", 0.2, "Poisson sampling probability q.")
+  _CLIP = flags.DEFINE_float("clip", 1.0, "Per-example L2 clip norm C.")
+  _DELTA = flags.DEFINE_float("delta", 1e-5, "delta of the (epsilon, delta) guarantee.")
+  _MLP_LR = flags.DEFINE_float("mlp_lr", 2.0, "SGD learning rate of the MLP.")
+  _CNN_LR = flags.DEFINE_float("cnn_lr", 4.0, "SGD learning rate of the CNN.")
+  _MLP_HIDDEN = flags.DEFINE_list("mlp_hidden", ["128"], "MLP hidden widths.")
+  _CNN_CHANNELS = flags.DEFINE_list("cnn_channels", ["8", "16"], "CNN conv channels.")
+  _TEST_FRACTION = flags.DEFINE_float("test_fraction", 0.25, "Share of images held out.")
+
 
 _ARCH_NAMES = ("mlp", "cnn")
 
@@ -218,4 +226,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

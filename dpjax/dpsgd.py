@@ -66,6 +66,11 @@ PyTree = Any
 
 _SAMPLERS = ("poisson", "shuffle")
 _SCAN_UNROLL = 1  # steps per loop iteration (a performance knob only)
+# Models per chunk unless max_chunk says otherwise: on the audit workload (d = 56,
+# n = 150) chunks of 2000-4000 models ran ~30 % faster than one chunk of 20,000
+# (cache locality), 1000 or fewer slower again. Performance only; results do not
+# depend on chunking.
+_DEFAULT_MAX_CHUNK = 4096
 _ACCOUNTANTS = ("rdp", "pld")
 
 
@@ -664,7 +669,8 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
       object across calls to reuse the compiled program.
     memory_budget_bytes: rough cap on the working set; the model axis is chunked
       to stay under it (a tqdm bar over chunks).
-    max_chunk: optional cap on models per chunk.
+    max_chunk: optional cap on models per chunk (default 4096, a measured
+      cache-friendly size; chunks are balanced to minimise padding).
     model_sharding: optional sharding of the leading model axis (see
       `dpjax.parallel`); each chunk is then a multiple of the device count.
     progress: show a progress bar when there is more than one chunk.
@@ -730,9 +736,9 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
   if observe_fn is not None:
     per += 4 * cfg.num_steps * 8
   chunk = max(1, int(memory_budget_bytes // per))
-  if max_chunk is not None:
-    chunk = min(chunk, int(max_chunk))
+  chunk = min(chunk, int(max_chunk) if max_chunk is not None else _DEFAULT_MAX_CHUNK)
   chunk = min(chunk, m)
+  chunk = -(-m // -(-m // chunk))      # balance: the same number of chunks, less padding
   if model_sharding is not None:
     ndev = len(model_sharding.device_set)
     chunk = -(-chunk // ndev) * ndev   # whole models per device (padding repeats models)

@@ -21,9 +21,10 @@ a closed-form GLM path (per-example gradient = residual * features, so clipping 
 a per-row scale and a step over M models is two matmuls); any other model uses
 `vmap(grad)`, or a `clipped_sum_fn` such as the ghost-norm ones in `dpjax.ghost`.
 
-Random numbers: every step draws its Bernoulli(q) mask as raw 32-bit words compared
-with the threshold floor(q * 2^32) (so the realised inclusion probability is q up
-to -2.3e-10, never above q: the accountant's q is conservative), and Gaussian noise
+Random numbers: every step draws its Bernoulli(q) mask as raw uniform integers of
+w bits compared with the threshold floor(q * 2^w), w = 16 for q >= 1/16 and 32
+otherwise (so the realised inclusion probability is below q by less than 2^-w,
+never above it: the accountant's q is conservative), and Gaussian noise
 by inverting the normal CDF of a uniform (`standard_normal`, as jax.random.normal),
 both from threefry2x32 in counter mode using both output words of every hash
 (`random_bits`; half the hashing of the default jax.random.bits), keyed per model
@@ -295,14 +296,17 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   return np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
 
 
-def bernoulli_threshold(sampling_prob: float) -> int:
-  """floor(q * 2^32): a uint32 word u is "in" iff u < threshold (q = 1: always).
+def bernoulli_threshold(sampling_prob: float, bit_width: int = 32) -> int:
+  """floor(q * 2^w): a w-bit uniform integer u is "in" iff u < threshold.
 
-  P(in) = floor(q 2^32) / 2^32 is in (q - 2^-32, q], never above q.
+  P(in) = floor(q 2^w) / 2^w is in (q - 2^-w, q], never above q (poisson_mask
+  handles q = 1 separately).
   """
   if not 0.0 < sampling_prob <= 1.0:
     raise ValueError(f"sampling_prob must be in (0, 1], got {sampling_prob}")
-  return min(int(math.floor(float(sampling_prob) * 2.0 ** 32)), 2 ** 32 - 1)
+  if bit_width not in (16, 32):
+    raise ValueError(f"bit_width must be 16 or 32, got {bit_width}")
+  return min(int(math.floor(float(sampling_prob) * 2.0 ** bit_width)), 2 ** bit_width - 1)
 
 
 def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.Array:
@@ -313,7 +317,10 @@ def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.
     sampling_prob: q in (0, 1].
     num_records: N >= 1.
   Returns:
-    bool[N]; each True with probability floor(q 2^32)/2^32 (q exactly when q = 1).
+    bool[N]; record i is in iff a uniform integer of `mask_bit_width(q)` = w bits
+    is < floor(q 2^w), so each is True independently with probability
+    floor(q 2^w) / 2^w, in (q - 2^-w, q] (exactly q when q = 1 or q 2^w is an
+    integer). Never above q, so the accountant's q is conservative.
   Examples:
     >>> import jax
     >>> poisson_mask(jax.random.key(0), 1.0, 3)
@@ -325,9 +332,21 @@ def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.
     if sampling_prob > 1.0:
       raise ValueError(f"sampling_prob must be in (0, 1], got {sampling_prob}")
     return jnp.ones((num_records,), bool)
+  n = int(num_records)
+  if mask_bit_width(sampling_prob) == 16:
+    # Two 16-bit uniforms per word: half the hashing of 32-bit comparisons.
+    words = random_bits(key, (n + 1) // 2)
+    u16 = jnp.concatenate([words >> 16, words & jnp.uint32(0xFFFF)])[:n]
+    return u16 < jnp.uint32(bernoulli_threshold(sampling_prob, 16))
   thr = bernoulli_threshold(sampling_prob)
-  bits = random_bits(key, int(num_records))
+  bits = random_bits(key, n)
   return bits < jnp.uint32(thr)
+
+
+def mask_bit_width(sampling_prob: float) -> int:
+  """Bits per Bernoulli draw in `poisson_mask`: 16 when q >= 1/16 (the rate is then
+  below q by less than 2^-16, a relative 2^-12 at most), else 32."""
+  return 16 if sampling_prob >= 1.0 / 16.0 else 32
 
 
 def _shuffle_mask(key, step, keep_N, batch_size, steps_per_epoch):

@@ -181,10 +181,25 @@ class NoiseAndDenominatorTest(parameterized.TestCase):
     self.assertAlmostEqual(rate, 0.25, delta=4 * math.sqrt(0.25 * 0.75 / (kept.sum() * 40)))
 
   def test_bernoulli_threshold_never_above_q(self):
-    for q in (1e-6, 0.2, 0.5, 0.999999):
-      thr = dpsgd.bernoulli_threshold(q)
-      self.assertLessEqual(thr / 2 ** 32, q)
-      self.assertLess(q - thr / 2 ** 32, 2 ** -31)
+    for q in (1e-6, 0.05, 0.2, 0.5, 0.999999):
+      for w in (16, 32):
+        thr = dpsgd.bernoulli_threshold(q, w)
+        self.assertLessEqual(thr / 2 ** w, q)
+        self.assertLess(q - thr / 2 ** w, 2.0 ** -w)
+      w = dpsgd.mask_bit_width(q)
+      # The rate's relative shortfall is at most 2^-12 whichever width is used.
+      self.assertLess((q - dpsgd.bernoulli_threshold(q, w) / 2 ** w) / q, 2 ** -12)
+
+  @parameterized.named_parameters(("w32", 0.03), ("w16", 0.3))
+  def test_poisson_rate_both_widths(self, q):
+    masks = jax.vmap(lambda k: dpsgd.poisson_mask(k, q, 999))(
+        jax.random.split(jax.random.key(5), 200))
+    self.assertEqual(masks.shape, (200, 999))
+    rate = float(jnp.mean(masks))
+    self.assertAlmostEqual(rate, q, delta=4 * math.sqrt(q * (1 - q) / masks.size))
+    # No correlation between the two halves of a word (records i and i + 500).
+    both = float(jnp.mean(masks[:, :499] & masks[:, 500:]))
+    self.assertAlmostEqual(both, q * q, delta=4 * math.sqrt(q * q * (1 - q * q) / 99_800))
 
 
 class VectorisationTest(parameterized.TestCase):

@@ -131,7 +131,6 @@ def main(argv):
           f"{r['rdp_speedup']:7.2f} {r['pld_speedup']:7.2f} {r['pld_fixed_grid_speedup']:10.2f} "
           f"{r['ours_pld_minus_ref']:+10.2e} {r['dp_pld_minus_ref']:+10.2e}")
   if _JSON.value:
-    import dp_accounting  # pylint: disable=import-outside-toplevel
     import importlib.metadata  # pylint: disable=import-outside-toplevel
     with open(_JSON.value, "w") as f:
       json.dump({"benchmark": "accountants", "repeats": _REPEATS.value,

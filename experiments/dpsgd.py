@@ -41,7 +41,6 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from dpjax import accounting
 from dpjax import dpsgd
 from dpjax import models
 from dpjax.data import credit

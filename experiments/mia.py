@@ -27,7 +27,6 @@ advantage 0.156 with TPR@1% 0.009 on the overfit model; LiRA TPR@1% 0.049, 0.052
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import jax

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import math
 import os
 
 import numpy as np

@@ -88,7 +88,7 @@ def run(*, seed: int, people: int, queries: list[int], trials: int, epsilon: flo
     rows.append(row)
   table = _common.Table(
       title=f"Fraction of the {people} secret bits recovered (least squares, mean of {trials} attacks)",
-      columns=["m", "±1 noise", "lecture", f"±√n noise", "lecture",
+      columns=["m", "±1 noise", "lecture", "±√n noise", "lecture",
                f"DP ε={epsilon:g} total", "lecture", "majority guess", "lecture"],
       rows=rows,
       note=("±1 / ±√n: every count off by exactly that much (Rademacher). DP: Laplace(m/ε) "

@@ -1,6 +1,5 @@
 """Tests for the accounting front door: dpsgd_epsilon, calibrate_noise, Accountant."""
 
-import math
 import warnings
 
 import dp_accounting

@@ -1,7 +1,6 @@
 """Tests for dpjax.audit.canary: the exact white-box LLR distribution and the canaries."""
 
 import math
-import warnings
 
 import jax
 import jax.numpy as jnp

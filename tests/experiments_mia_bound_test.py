@@ -49,7 +49,7 @@ class MiaBoundRunTest(absltest.TestCase):
 
   def test_run_small_writes_results_and_matches_lecture(self):
     out = tempfile.mkdtemp()
-    res = mia_bound.run(seed=3, out_dir=out, epsilons=[1.0, 8.0], mc_samples=20_000,
+    mia_bound.run(seed=3, out_dir=out, epsilons=[1.0, 8.0], mc_samples=20_000,
                         progress=False, quiet=True)
     with open(os.path.join(out, "results.json")) as f:
       doc = json.load(f)

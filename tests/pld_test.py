@@ -1,7 +1,6 @@
 """Tests for dpjax.accounting.pld: exact cases, dp_accounting cross-checks, RDP."""
 
 import math
-import warnings
 
 import numpy as np
 import pytest

@@ -33,9 +33,12 @@ from typing import Optional
 
 import numpy as np
 
+from dpjax.accounting import _validate
 from dpjax.accounting import composition  # noqa: F401  (re-exported submodule)
 from dpjax.accounting import gdp
 from dpjax.accounting import rdp
+from dpjax.accounting._validate import check_int as _check_int
+from dpjax.accounting._validate import check_sampling_prob as _check_q
 from dpjax.accounting.gdp import (  # noqa: F401  (re-exported helpers)
     compose_mu, dpsgd_clt_epsilon, dpsgd_clt_mu, gaussian_delta, gaussian_epsilon,
     mu_for_epsilon, tradeoff_tpr)
@@ -50,44 +53,11 @@ NOISE_MULTIPLIER_RANGE = (0.1, 1e6)
 
 
 def _check_sigma(noise_multiplier) -> float:
-  try:
-    s = float(noise_multiplier)
-  except (TypeError, ValueError):
-    raise ValueError(f"noise_multiplier must be a finite number > 0, got {noise_multiplier!r}") from None
-  if not math.isfinite(s) or s <= 0:
-    raise ValueError(f"noise_multiplier must be finite and > 0, got {noise_multiplier!r}")
-  return s
-
-
-def _check_q(sampling_prob) -> float:
-  try:
-    q = float(sampling_prob)
-  except (TypeError, ValueError):
-    raise ValueError(f"sampling_prob must be in (0, 1], got {sampling_prob!r}") from None
-  if not (0.0 < q <= 1.0):
-    raise ValueError(f"sampling_prob must be in (0, 1], got {sampling_prob!r}")
-  return q
-
-
-def _check_int(value, name: str, minimum: int = 1) -> int:
-  if isinstance(value, (bool, np.bool_)):
-    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-  try:
-    f = float(value)
-  except (TypeError, ValueError):
-    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}") from None
-  if not math.isfinite(f) or f != int(f) or f < minimum:
-    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-  return int(f)
+  return _validate.check_positive(noise_multiplier, "noise_multiplier")
 
 
 def _check_delta(delta, dataset_size: Optional[int] = None) -> float:
-  try:
-    d = float(delta)
-  except (TypeError, ValueError):
-    raise ValueError(f"delta must be in (0, 1), got {delta!r}") from None
-  if not (0.0 < d < 1.0):
-    raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+  d = _validate.check_delta(delta)
   if dataset_size is not None:
     n = _check_int(dataset_size, "dataset_size")
     if d >= 1.0 / n:

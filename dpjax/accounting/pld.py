@@ -72,6 +72,10 @@ from scipy import fft as sp_fft
 from scipy import signal, special
 
 from dpjax.accounting import gdp
+from dpjax.accounting._validate import check_delta as _check_delta
+from dpjax.accounting._validate import check_int as _check_int
+from dpjax.accounting._validate import check_positive as _check_positive
+from dpjax.accounting._validate import check_sampling_prob as _check_q
 
 # Default grid spacing of `gaussian_pld` / `laplace_pld` when none is given.
 DEFAULT_VALUE_DISCRETIZATION = 1e-4
@@ -83,44 +87,6 @@ _WINDOW_TAIL_MASS = 1e-22
 _MAX_POINTS = 1 << 23
 
 _LAMBDAS = np.geomspace(1e-3, 1e4, 36)
-
-
-def _check_positive(x, name: str) -> float:
-  try:
-    v = float(x)
-  except (TypeError, ValueError):
-    raise ValueError(f"{name} must be a finite number > 0, got {x!r}") from None
-  if not math.isfinite(v) or v <= 0:
-    raise ValueError(f"{name} must be finite and > 0, got {x}")
-  return v
-
-
-def _check_q(q) -> float:
-  try:
-    v = float(q)
-  except (TypeError, ValueError):
-    raise ValueError(f"sampling_prob must be in (0, 1], got {q!r}") from None
-  if not (0.0 < v <= 1.0):
-    raise ValueError(f"sampling_prob must be in (0, 1], got {q}")
-  return v
-
-
-def _check_delta(delta) -> float:
-  try:
-    v = float(delta)
-  except (TypeError, ValueError):
-    raise ValueError(f"delta must be in (0, 1), got {delta!r}") from None
-  if not (0.0 < v < 1.0):
-    raise ValueError(f"delta must be in (0, 1), got {delta}")
-  return v
-
-
-def _check_int(k, name: str) -> int:
-  if isinstance(k, bool) or not isinstance(k, (int, np.integer, float, np.floating)):
-    raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
-  if not math.isfinite(float(k)) or int(k) != k or k < 1:
-    raise ValueError(f"{name} must be an integer >= 1, got {k}")
-  return int(k)
 
 
 class _GridTooLarge(ValueError):

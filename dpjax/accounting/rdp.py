@@ -40,10 +40,12 @@ Examples:
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 import numpy as np
 from scipy import special
+
+from dpjax.accounting._validate import check_positive as _check_positive
+from dpjax.accounting._validate import check_sampling_prob as _check_q
 
 # The default grid of orders: fine near 1 (where small-eps / large-q settings
 # put the optimum), every integer from 11 to 128 (no hole between 64 and 128,
@@ -74,26 +76,6 @@ def _check_orders(orders) -> np.ndarray:
   if not np.all(np.isfinite(a)) or np.any(a <= 1.0):
     raise ValueError("orders must be finite and > 1")
   return a
-
-
-def _check_positive(x, name: str) -> float:
-  try:
-    v = float(x)
-  except (TypeError, ValueError):
-    raise ValueError(f"{name} must be a finite number > 0, got {x!r}") from None
-  if not math.isfinite(v) or v <= 0:
-    raise ValueError(f"{name} must be finite and > 0, got {x!r}")
-  return v
-
-
-def _check_q(q) -> float:
-  try:
-    v = float(q)
-  except (TypeError, ValueError):
-    raise ValueError(f"sampling_prob must be in (0, 1], got {q!r}") from None
-  if not (0.0 < v <= 1.0):
-    raise ValueError(f"sampling_prob must be in (0, 1], got {q!r}")
-  return v
 
 
 # ----------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 

@@ -10,6 +10,7 @@ import importlib
 from dpjax.audit.stats import clopper_pearson, epsilon_lower_bound
 
 _SUBMODULES = ("canary", "one_run", "stats", "variants")
+__all__ = ["clopper_pearson", "epsilon_lower_bound", *_SUBMODULES]
 
 
 def __getattr__(name):

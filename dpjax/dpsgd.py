@@ -286,6 +286,14 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
   u = 2 * (mantissa / 2^23) - 1 clamped to (-1, 1), z = sqrt(2) erfinv(u); the
   bits come from `random_bits`.
+
+  Warning: like `jax.random.normal` (and the float samplers of other DP-SGD
+  libraries), this is a discretised Gaussian on a 2^-23 grid of u whose support
+  ends at z = -5.42 and +5.17. The accountants model an exact Gaussian; outputs
+  beyond the support of one neighbour's noise (probability ~1e-7 per coordinate
+  per step) carry unbounded privacy loss that no accountant here counts
+  (Mironov 2012 on floating-point noise). Treat epsilon as the guarantee of the
+  idealised mechanism.
   """
   shape = tuple(int(d) for d in shape)
   size = max(1, math.prod(shape))

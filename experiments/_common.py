@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import json
+import logging
 import math
 import os
 import sys
@@ -26,6 +27,10 @@ import numpy as np
 from absl import flags
 
 import dpjax
+
+# JAX logs an INFO line per process about the TPU backend it did not find; keep the
+# experiments' output to what they measured.
+logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
 SEED = flags.DEFINE_integer("seed", 0, "Integer seed; the only source of randomness.")
 OUT = flags.DEFINE_string("out", None, "Output directory (default: results/<experiment>).")

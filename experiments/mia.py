@@ -19,9 +19,9 @@ barely moves; (3) DP pushes LiRA to the floor by eps ~ 2, at a cost in accuracy;
 (4) at every eps LiRA stays far below the DP bound (vacuous at eps = 8). Our
 credit world is synthetic, so accuracies differ from the lecture's somewhat.
 Measured (seed 0): test accuracy 0.719 (overfit), 0.750 (lambda = 1e-2), 0.752
-(clipped), 0.738 / 0.722 / 0.698 / 0.670 at eps = 8 / 4 / 2 / 1; loss-attack
+(clipped), 0.738 / 0.723 / 0.700 / 0.669 at eps = 8 / 4 / 2 / 1; loss-attack
 advantage 0.156 with TPR@1% 0.009 on the overfit model; LiRA TPR@1% 0.049, 0.052,
-0.042, then 0.016 / 0.013 / 0.009 / 0.009; DP bound on TPR@1% 1.000 / 0.546 /
+0.040, then 0.015 / 0.013 / 0.009 / 0.010; DP bound on TPR@1% 1.000 / 0.546 /
 0.074 / 0.027.
 """
 

@@ -115,17 +115,19 @@ class Faults:
 
 
 @functools.lru_cache(maxsize=256)
-def _calibrated_sigma(target_epsilon, sampling_prob, num_steps, delta, accountant):
+def _calibrated_sigma(target_epsilon, sampling_prob, num_steps, delta, accountant,
+                      dataset_size):
   from dpjax import accounting  # pylint: disable=g-import-not-at-top
   return float(accounting.calibrate_noise(target_epsilon, sampling_prob, num_steps, delta,
-                                          accountant=accountant))
+                                          accountant=accountant, dataset_size=dataset_size))
 
 
 @functools.lru_cache(maxsize=256)
-def _epsilon(sigma, sampling_prob, num_steps, delta, accountant):
+def _epsilon(sigma, sampling_prob, num_steps, delta, accountant, dataset_size):
+  # dataset_size lets the accountant warn when delta >= 1/n.
   from dpjax import accounting  # pylint: disable=g-import-not-at-top
   return float(accounting.dpsgd_epsilon(sigma, sampling_prob, num_steps, delta,
-                                        accountant=accountant))
+                                        accountant=accountant, dataset_size=dataset_size))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -227,7 +229,8 @@ class DpSgdConfig:
     if self.noise_multiplier is not None:
       return float(self.noise_multiplier)
     return _calibrated_sigma(float(self.target_epsilon), float(self.sampling_prob),
-                             int(self.num_steps), float(self.delta), self.accountant)
+                             int(self.num_steps), float(self.delta), self.accountant,
+                             int(self.dataset_size))
 
   @property
   def epochs(self) -> float:
@@ -250,7 +253,7 @@ class DpSgdConfig:
     if s == 0.0:
       return math.inf
     return _epsilon(s, float(self.sampling_prob), int(self.num_steps), float(self.delta),
-                    self.accountant)
+                    self.accountant, int(self.dataset_size))
 
 
 # ----------------------------------------------------------------------------------
@@ -682,7 +685,10 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
       with each model's own init key).
     observe_fn: optional f(privatized update pytree) -> array, evaluated each step
       inside the scan; outputs stacked to [M, T, ...].
-    per_example_stats: also return per-record clip statistics [M, N].
+    per_example_stats: also return per-record clip statistics [M, N]. Warning:
+      these are exact functions of the private data, NOT covered by the epsilon
+      of the trained parameters; they are for analysis (disparate impact, audits)
+      and must not be released as if private.
     gradient_canary: optional pytree like params: a Nasr-style gradient canary, an
       extra record whose per-example gradient is this fixed vector (clipped to C,
       Poisson-sampled with its own bit, counted in the realised batch size).

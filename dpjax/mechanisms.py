@@ -162,9 +162,25 @@ def randomized_response(key: jax.Array, bits: jax.typing.ArrayLike,
     [1, 1, 1, 1]
   """
   b = _check_bits(bits, "bits")
-  p = rr_truth_prob(epsilon)
-  truthful = jax.random.bernoulli(key, p, b.shape)
-  return jnp.where(truthful, b, 1 - b).astype(jnp.int32)
+  lie = jax.random.uniform(key, b.shape, jnp.float32) < rr_lie_threshold(epsilon)
+  return jnp.where(lie, 1 - b, b).astype(jnp.int32)
+
+
+def rr_lie_threshold(epsilon: float) -> np.float32:
+  """float32 threshold t with P[u < t] >= 1 / (1 + e^eps) for u ~ jax.random.uniform.
+
+  u is uniform on the 2^-23 grid of [0, 1), so P[u < t] = ceil(t 2^23) / 2^23. The
+  lie probability f = 1 / (1 + e^eps) is computed without cancellation and rounded
+  UP to float32: lying at least as often as asked keeps the realised likelihood ratio
+  <= e^eps even where float32 cannot represent 1 - f (eps >~ 16), where a float32
+  Bernoulli(1 - f) would never lie (ratio infinite).
+  """
+  eps = _check_epsilon(epsilon)
+  f = math.exp(-eps) / (1.0 + math.exp(-eps))
+  t = np.float32(f)
+  if float(t) < f:
+    t = np.nextafter(t, np.float32(1.0))
+  return t
 
 
 def rr_estimate_rate(reports: jax.typing.ArrayLike, epsilon: float,

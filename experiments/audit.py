@@ -249,7 +249,10 @@ def run(*, seed: int, out_dir: str, trials: int = 1000, epsilons=(1.0, 2.0, 4.0,
                   f"{_common.fmt(row['epsilon_lower_black_box'])} (best certifiable "
                   f"{_common.fmt(row['best_certifiable'])}, ceiling {_common.fmt(row['ceiling'])})"
                   for row in rows)
-      + (f". Caught (ε_lower > claimed ε) at ε = {[row['epsilon'] for row in caught]}."
+      + (f". Caught (ε_lower > claimed ε) at ε = {[row['epsilon'] for row in caught]}: each "
+         "bound holds at 95%, and a claim counts as caught when either adversary's bound "
+         "exceeds it, so a correct implementation is wrongly flagged with probability at "
+         "most 10% per claimed ε (union bound)."
          if caught else ". No claimed ε was exceeded (an audit cannot prove privacy).")
       + " Lower bounds sit below the claim for the correct algorithm because a perfect "
         "adversary with this many trials cannot certify more (the 'best certifiable' column).")

@@ -352,7 +352,7 @@ class ConfigTest(parameterized.TestCase):
     dpsgd._epsilon.cache_clear()
     with mock.patch("dpjax.accounting.dpsgd_epsilon", return_value=4.2) as m:
       self.assertEqual(cfg.epsilon(), 4.2)
-    m.assert_called_once_with(0.9, 0.07, 123, 3e-6, accountant="pld")
+    m.assert_called_once_with(0.9, 0.07, 123, 3e-6, accountant="pld", dataset_size=500)
     dpsgd._epsilon.cache_clear()
 
   def test_target_epsilon_calibrates(self):
@@ -421,6 +421,16 @@ class ConfigTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "canary_keep_M"):
       dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 24), bool), _cfg(), model,
                        gradient_canary={"w": jnp.ones(4)})
+
+
+
+class SmallDeltaWarningTest(absltest.TestCase):
+
+  def test_epsilon_warns_when_delta_not_below_one_over_n(self):
+    cfg = dpsgd.DpSgdConfig(dataset_size=50, sampling_prob=0.2, num_steps=10,
+                            noise_multiplier=1.0, delta=0.1)
+    with self.assertWarnsRegex(UserWarning, "1/dataset_size"):
+      cfg.epsilon()
 
 
 if __name__ == "__main__":

@@ -74,5 +74,17 @@ class CltTest(parameterized.TestCase):
       fn()
 
 
+class MuForEpsilonSafeSideTest(absltest.TestCase):
+
+  def test_analytic_mu_never_overshoots_delta(self):
+    # The calibrated mu must give delta(eps) <= delta exactly, not just to the root
+    # finder's tolerance (gaussian_sigma(20, 1e-10) once gave delta = 1.0000000000000034e-10).
+    for eps in np.geomspace(0.01, 50.0, 60):
+      for delta in (1e-3, 1e-5, 1e-10, 1e-14):
+        mu = gdp.mu_for_epsilon(float(eps), delta)
+        self.assertLessEqual(gdp.gaussian_delta(float(eps), mu), delta)
+        self.assertGreater(gdp.gaussian_delta(float(eps), mu * (1 + 1e-6)), delta)
+
+
 if __name__ == "__main__":
   absltest.main()

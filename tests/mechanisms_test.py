@@ -319,5 +319,16 @@ class BadInputTest(parameterized.TestCase):
       jax.jit(lambda e: mech.laplace_mechanism(self._K, 1.0, e))(1.0)
 
 
+class RrFloatTest(parameterized.TestCase):
+
+  @parameterized.parameters(0.01, 1.0, 5.0, 12.0, 15.0, 17.0, 30.0, 50.0)
+  def test_realised_ratio_never_above_e_eps(self, eps):
+    # The realised lie probability on jax.random.uniform's 2^-23 grid.
+    t = float(mech.rr_lie_threshold(eps))
+    p_lie = math.ceil(t * 2.0 ** 23) / 2.0 ** 23
+    self.assertGreaterEqual(p_lie, 1.0 / (1.0 + math.exp(eps)))
+    self.assertLessEqual(math.log((1.0 - p_lie) / p_lie), eps + 1e-12)
+
+
 if __name__ == "__main__":
   absltest.main()

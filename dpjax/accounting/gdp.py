@@ -94,8 +94,13 @@ def mu_for_epsilon(epsilon: float, delta: float) -> float:
     hi *= 2
     if hi > 1e6:
       raise ValueError("epsilon/delta out of range: no finite mu found")
-  return float(optimize.brentq(lambda m: gaussian_delta(epsilon, m) - delta, lo, hi,
-                               xtol=1e-15, rtol=1e-15, maxiter=500))
+  mu = float(optimize.brentq(lambda m: gaussian_delta(epsilon, m) - delta, lo, hi,
+                             xtol=1e-15, rtol=1e-15, maxiter=500))
+  # The root finder may stop a hair on the unsafe side; step down to a mu whose
+  # delta(eps) is <= delta (delta(eps) increases with mu).
+  while gaussian_delta(epsilon, mu) > delta:
+    mu *= 1.0 - 1e-13
+  return mu
 
 
 def compose_mu(mu0: float, k: int) -> float:

@@ -21,7 +21,7 @@ Demo 3 (§3.4): the exponential mechanism picks an approval threshold among 25
 Command:   python -m experiments.mechanisms          (about 12 s CPU time on 2 cores)
 Expected (seed 0; "exact" columns are pure math and match the lecture's):
   demo 1: our sample's delinquency rate 0.548; posterior of a "yes" 0.767 / 0.573 at
-    eps = 1 / 0.1 (lecture 0.767 / 0.572); sd of the rate estimate 0.0096 exact, 0.0098
+    eps = 1 / 0.1 (lecture 0.767 / 0.572); sd of the rate estimate 0.0096 exact, 0.0093
     MC at eps = 1 (lecture 0.0101); local / central ratio 68 exact, 69 MC (lecture ~72;
     sqrt(n/2) = 71 is the small-eps limit);
   demo 2(a): count MAE at eps = 1: Gaussian 2.98 vs Laplace 1.00 (lecture 2.98 vs 1.00);

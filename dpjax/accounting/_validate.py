@@ -33,11 +33,20 @@ def check_sampling_prob(q, name: str = "sampling_prob") -> float:
   return v
 
 
-def check_delta(delta, name: str = "delta") -> float:
-  """delta as a float in (0, 1)."""
-  v = _as_float(delta, f"{name} must be in (0, 1), got {delta!r}")
-  if not (0.0 < v < 1.0):
-    raise ValueError(f"{name} must be in (0, 1), got {delta!r}")
+def check_nonnegative(x, name: str) -> float:
+  """x as a float, finite and >= 0."""
+  v = _as_float(x, f"{name} must be finite and >= 0, got {x!r}")
+  if not math.isfinite(v) or v < 0:
+    raise ValueError(f"{name} must be finite and >= 0, got {x!r}")
+  return v
+
+
+def check_delta(delta, name: str = "delta", allow_zero: bool = False) -> float:
+  """delta as a float in (0, 1), or [0, 1) with allow_zero."""
+  interval = "[0, 1)" if allow_zero else "(0, 1)"
+  v = _as_float(delta, f"{name} must be in {interval}, got {delta!r}")
+  if not ((0.0 <= v if allow_zero else 0.0 < v) and v < 1.0):
+    raise ValueError(f"{name} must be in {interval}, got {delta!r}")
   return v
 
 

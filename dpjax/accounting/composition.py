@@ -35,31 +35,19 @@ import math
 import numpy as np
 from scipy import optimize, special
 
+from dpjax.accounting import _validate
+
 
 def _check_eps0(epsilon0) -> float:
-  try:
-    e = float(epsilon0)
-  except (TypeError, ValueError):
-    raise ValueError(f"epsilon0 must be finite and >= 0, got {epsilon0!r}") from None
-  if not math.isfinite(e) or e < 0:
-    raise ValueError(f"epsilon0 must be finite and >= 0, got {epsilon0!r}")
-  return e
+  return _validate.check_nonnegative(epsilon0, "epsilon0")
 
 
 def _check_delta0(delta0, name: str = "delta0") -> float:
-  try:
-    d = float(delta0)
-  except (TypeError, ValueError):
-    raise ValueError(f"{name} must be in [0, 1), got {delta0!r}") from None
-  if not (0.0 <= d < 1.0):
-    raise ValueError(f"{name} must be in [0, 1), got {delta0!r}")
-  return d
+  return _validate.check_delta(delta0, name, allow_zero=True)
 
 
 def _check_k(k) -> int:
-  if isinstance(k, bool) or int(k) != k or k < 1:
-    raise ValueError(f"k must be an integer >= 1, got {k!r}")
-  return int(k)
+  return _validate.check_int(k, "k")
 
 
 def basic_composition(epsilon0: float, delta0: float, k: int) -> tuple[float, float]:

@@ -74,6 +74,7 @@ from scipy import signal, special
 from dpjax.accounting import gdp
 from dpjax.accounting._validate import check_delta as _check_delta
 from dpjax.accounting._validate import check_int as _check_int
+from dpjax.accounting._validate import check_nonnegative as _check_nonnegative
 from dpjax.accounting._validate import check_positive as _check_positive
 from dpjax.accounting._validate import check_sampling_prob as _check_q
 
@@ -904,12 +905,7 @@ def dpsgd_delta_bound(noise_multiplier: float, sampling_prob: float, num_steps: 
     PldResult with value = delta(eps) (an upper bound).
   """
   sigma, q, t = _check_dpsgd(noise_multiplier, sampling_prob, num_steps)
-  try:
-    e = float(epsilon)
-  except (TypeError, ValueError):
-    raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon!r}") from None
-  if not math.isfinite(e) or e < 0:
-    raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
+  e = _check_nonnegative(epsilon, "epsilon")
   rtol = _check_rtol(rtol)
   if q == 1.0:
     return PldResult(gdp.gaussian_delta(e, math.sqrt(t) / sigma), 0.0, 0.0, True)

@@ -66,7 +66,10 @@ from dpjax import models as models_lib
 PyTree = Any
 
 _SAMPLERS = ("poisson", "shuffle")
-_SCAN_UNROLL = 1  # steps per loop iteration (a performance knob only)
+# Steps per scan iteration for models with at most _UNROLL_MAX_PARAMS parameters
+# (performance only: audit workload M = 2000, 0.43 -> 0.39 s; costs ~0.2 s compile).
+_SCAN_UNROLL = 4
+_UNROLL_MAX_PARAMS = 4096
 # Models per chunk unless max_chunk says otherwise: on the audit workload (d = 56,
 # n = 150) chunks of 2000-4000 models ran ~30 % faster than one chunk of 20,000
 # (cache locality), 1000 or fewer slower again. Performance only; results do not
@@ -258,6 +261,120 @@ class DpSgdConfig:
 
 # ----------------------------------------------------------------------------------
 # Random numbers.
+#
+# Everything here is threefry2x32 (20 rounds, Salmon et al. 2011), the hash behind
+# jax.random's default keys, and reproduces jax's outputs bit for bit (tested), so
+# switching between the two changes no result. Inside the many-model scan it is
+# cheaper than calling jax.random because:
+#   * the 20 rounds are written out as plain integer ops (`threefry2x32`), where
+#     jax's CPU lowering runs them as a rolled XLA while-loop of 5 trips that
+#     writes the state to memory after every 4 rounds;
+#   * XLA:CPU fuses each output of an elementwise graph separately and treats
+#     integer ops as free to duplicate, so a consumer of several words of one hash
+#     (4 mask bits, or both output words) would recompute the hash per word, and a
+#     hash fused into erfinv ran 2x slower than the two apart. `_once` therefore
+#     computes the sampler's words in a one-trip while loop (XLA cannot see that it
+#     runs once, and does not fuse across it), the masks packed 4 bits per hash,
+#     and the cheap unpacking (shifts, reshapes; no concatenation) and the normal
+#     transform fuse into the consumer.
+
+_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_THREEFRY_PARITY = 0x1BD11BDA
+
+
+def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array
+                 ) -> tuple[jax.Array, jax.Array]:
+  """The Threefry-2x32 block function (20 rounds), unrolled; uint32 in and out.
+
+  Args:
+    k0, k1: the two key words (uint32, broadcastable with x0 / x1).
+    x0, x1: the two counter words of each block (uint32, same shape).
+  Returns:
+    (y0, y1): the two output words of each block; equal, bit for bit, to jax's
+    `threefry2x32_p` on the same inputs.
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> u = jnp.uint32
+    >>> [hex(int(v)) for v in threefry2x32(u(0), u(0), u(0), u(0))]  # Random123 KAT
+    ['0x6b200159', '0x99ba4efe']
+  """
+  k0, k1, x0, x1 = (jnp.asarray(v, jnp.uint32) for v in (k0, k1, x0, x1))
+  ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(_THREEFRY_PARITY))
+  x0 = x0 + ks[0]
+  x1 = x1 + ks[1]
+  for i in range(5):
+    for r in _THREEFRY_ROTATIONS[i % 2]:
+      x0 = x0 + x1
+      x1 = (x1 << jnp.uint32(r)) | (x1 >> jnp.uint32(32 - r))
+      x1 = x1 ^ x0
+    x0 = x0 + ks[(i + 1) % 3]
+    x1 = x1 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
+  return x0, x1
+
+
+def _threefry_words(key: jax.Array):
+  """(k0, k1) of a threefry key, or None for other generators."""
+  data = jax.random.key_data(key)
+  if data.shape != (2,) or data.dtype != jnp.uint32:
+    return None
+  return data[0], data[1]
+
+
+def _once(k0: jax.Array, fn: Callable[[], jax.Array], like: jax.Array) -> jax.Array:
+  """fn() computed in a while loop that runs exactly once, so its output is stored
+  (not fused into, and recomputed by, each consumer). The trip count (k0 | 1) & 1
+  is 1 for every uint32 k0 but is not a compile-time constant. Performance only:
+  the value is fn() either way."""
+  trips = (k0 | jnp.uint32(1)) & jnp.uint32(1)
+  _, out = jax.lax.while_loop(lambda s: s[0] < trips, lambda s: (s[0] + jnp.uint32(1), fn()),
+                              (jnp.uint32(0), jnp.zeros_like(like)))
+  return out
+
+
+def _wrap_like(key, words_x2):
+  return jax.random.wrap_key_data(words_x2, impl=jax.random.key_impl(key))
+
+
+def fold_in(key: jax.Array, data) -> jax.Array:
+  """`jax.random.fold_in(key, data)`, bit-identical, cheaper inside scans.
+
+  For a threefry key the new key is threefry2x32(key, (0, data)); other key types
+  fall back to jax.random.fold_in.
+
+  Examples:
+    >>> import jax
+    >>> k = jax.random.key(3)
+    >>> bool((jax.random.key_data(fold_in(k, 7))
+    ...       == jax.random.key_data(jax.random.fold_in(k, 7))).all())
+    True
+  """
+  words = _threefry_words(key)
+  if words is None:
+    return jax.random.fold_in(key, data)
+  a, b = threefry2x32(*words, jnp.uint32(0), jnp.asarray(data).astype(jnp.uint32))
+  return _wrap_like(key, jnp.stack([a, b]))  # 2 hashes, fused into one kernel
+
+
+def split(key: jax.Array, num: int) -> jax.Array:
+  """`jax.random.split(key, num)`, bit-identical (key i = fold_in(key, i))."""
+  num = int(num)
+  words = _threefry_words(key)
+  if words is None:
+    return jax.random.split(key, num)
+  a, b = threefry2x32(*words, jnp.zeros((num,), jnp.uint32),
+                      jnp.arange(num, dtype=jnp.uint32))
+  return _wrap_like(key, jnp.stack([a, b], axis=1))
+
+
+def _counter_blocks(num_words: int):
+  """Counter words of the blocks behind `random_bits(key, num_words)`: word i < H is
+  y0 of block i, word H + i is y1 of block i (H = ceil(num_words / 2); an odd count
+  pads the last block's second counter with 0, as jax.extend.random.threefry_2x32)."""
+  h = (num_words + 1) // 2
+  c = jnp.arange(2 * h, dtype=jnp.uint32)
+  if num_words % 2:
+    c = c.at[-1].set(0)
+  return h, c[:h], c[h:]
 
 
 def random_bits(key: jax.Array, num_words: int) -> jax.Array:
@@ -265,10 +382,11 @@ def random_bits(key: jax.Array, num_words: int) -> jax.Array:
 
   JAX's default ("partitionable") `jax.random.bits` spends one threefry2x32
   evaluation per 32-bit word and XORs its two outputs; here both outputs are used
-  (the scheme of JAX's original, non-partitionable generator, via the public
-  `jax.extend.random.threefry_2x32`), which halves the hashing that dominates the
-  many-model workload. Same hash, same statistical quality; the stream is fixed by
-  the key alone. Non-threefry keys fall back to `jax.random.bits`.
+  (the layout of `jax.extend.random.threefry_2x32` over arange(num_words): word i
+  and word H + i come from one block), which halves the hashing. Same hash, same
+  statistical quality; the stream is fixed by the key alone. Non-threefry keys fall
+  back to `jax.random.bits`. `poisson_mask` and `standard_normal` consume exactly
+  this stream (tested) without materialising it.
 
   Examples:
     >>> import jax
@@ -278,17 +396,25 @@ def random_bits(key: jax.Array, num_words: int) -> jax.Array:
   n = int(num_words)
   if n != num_words or n < 1:
     raise ValueError(f"num_words must be a positive integer, got {num_words}")
-  data = jax.random.key_data(key)
-  if data.shape != (2,) or data.dtype != jnp.uint32:
+  words = _threefry_words(key)
+  if words is None:
     return jax.random.bits(key, (n,), jnp.uint32)
-  return jax_random_ext.threefry_2x32((data[0], data[1]), jnp.arange(n, dtype=jnp.uint32))
+  return jax_random_ext.threefry_2x32(words, jnp.arange(n, dtype=jnp.uint32))
+
+
+def _bits_to_normal(bits):
+  f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
+  lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
+  u = jnp.maximum(lo, 2.0 * f - 1.0)
+  return np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
 
 
 def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   """N(0, 1) float32 samples: inverse-CDF of a 23-bit uniform, as jax.random.normal.
 
-  u = 2 * (mantissa / 2^23) - 1 clamped to (-1, 1), z = sqrt(2) erfinv(u); the
-  bits come from `random_bits`.
+  Sample i is sqrt(2) erfinv(u_i), u_i = 2 (mantissa_i / 2^23) - 1 clamped to
+  (-1, 1), mantissa_i = the top 23 bits of `random_bits(key, size)[i]` (row-major
+  over `shape`).
 
   Warning: like `jax.random.normal` (and the float samplers of other DP-SGD
   libraries), this is a discretised Gaussian on a 2^-23 grid of u whose support
@@ -299,12 +425,17 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   idealised mechanism.
   """
   shape = tuple(int(d) for d in shape)
-  size = max(1, math.prod(shape))
-  bits = random_bits(key, size)[: math.prod(shape)].reshape(shape)
-  f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
-  lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
-  u = jnp.maximum(lo, 2.0 * f - 1.0)
-  return np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
+  size = math.prod(shape)
+  words = _threefry_words(key)
+  if words is None:
+    return _bits_to_normal(jax.random.bits(key, (max(1, size),), jnp.uint32))[:size].reshape(shape)
+  num = max(1, size)
+  h, c0, c1 = _counter_blocks(num)
+
+  def words_fn():  # word i < h is y0[i], word h + i is y1[i]: a reshape, no concat
+    return jnp.stack(threefry2x32(*words, c0, c1)).reshape(2 * h)[:num]
+  bits = _once(words[0], words_fn, jnp.zeros((num,), jnp.uint32))
+  return _bits_to_normal(bits)[:size].reshape(shape)
 
 
 def bernoulli_threshold(sampling_prob: float, bit_width: int = 32) -> int:
@@ -331,7 +462,9 @@ def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.
     bool[N]; record i is in iff a uniform integer of `mask_bit_width(q)` = w bits
     is < floor(q 2^w), so each is True independently with probability
     floor(q 2^w) / 2^w, in (q - 2^-w, q] (exactly q when q = 1 or q 2^w is an
-    integer). Never above q, so the accountant's q is conservative.
+    integer). Never above q, so the accountant's q is conservative. The integers
+    are, for w = 32, `random_bits(key, N)`; for w = 16, the high halves of
+    `random_bits(key, ceil(N / 2))` followed by their low halves (tested).
   Examples:
     >>> import jax
     >>> poisson_mask(jax.random.key(0), 1.0, 3)
@@ -344,14 +477,35 @@ def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.
       raise ValueError(f"sampling_prob must be in (0, 1], got {sampling_prob}")
     return jnp.ones((num_records,), bool)
   n = int(num_records)
-  if mask_bit_width(sampling_prob) == 16:
-    # Two 16-bit uniforms per word: half the hashing of 32-bit comparisons.
-    words = random_bits(key, (n + 1) // 2)
-    u16 = jnp.concatenate([words >> 16, words & jnp.uint32(0xFFFF)])[:n]
-    return u16 < jnp.uint32(bernoulli_threshold(sampling_prob, 16))
-  thr = bernoulli_threshold(sampling_prob)
-  bits = random_bits(key, n)
-  return bits < jnp.uint32(thr)
+  w = mask_bit_width(sampling_prob)
+  thr = jnp.uint32(bernoulli_threshold(sampling_prob, w))
+  num_words = (n + 1) // 2 if w == 16 else n
+  words = _threefry_words(key)
+  if words is None:
+    bits = jax.random.bits(key, (num_words,), jnp.uint32)
+    if w == 16:
+      bits = jnp.concatenate([bits >> 16, bits & jnp.uint32(0xFFFF)])
+    return bits[:n] < thr
+  h, c0, c1 = _counter_blocks(num_words)
+  lo16 = jnp.uint32(0xFFFF)
+
+  def packed_fn():  # the comparisons of one block packed in one uint32: bit k = part k
+    y0, y1 = threefry2x32(*words, c0, c1)
+    if w == 16:
+      parts = (y0 >> 16, y1 >> 16, y0 & lo16, y1 & lo16)
+    else:
+      parts = (y0, y1)
+    return sum((p < thr).astype(jnp.uint32) << k for k, p in enumerate(parts))
+  packed = _once(words[0], packed_fn, jnp.zeros((h,), jnp.uint32))
+  # Stream order: for w = 32, [y0 < thr, y1 < thr]; for w = 16, the high halves of
+  # [y0, y1], then their low halves. An odd word count drops the padded block's y1.
+  r = num_words - h
+  bit = [(packed >> k) & jnp.uint32(1) for k in range(4 if w == 16 else 2)]
+  if w == 16:
+    pieces = [bit[0], bit[1][:r], bit[2], bit[3][:r]]
+  else:
+    pieces = [bit[0], bit[1][:r]]
+  return jnp.concatenate(pieces)[:n] == 1
 
 
 def mask_bit_width(sampling_prob: float) -> int:
@@ -481,6 +635,35 @@ class DpAggregateState(NamedTuple):
   count: jax.Array    # int32 scalar, number of updates so far
 
 
+def _aggregate_noise(key, count, leaves, noise_stddev):
+  """The noise `dp_aggregate(noise_stddev, ., key)` adds at update number `count`:
+  a list like `leaves` (arrays or shape structs), None everywhere when std is 0."""
+  if noise_stddev == 0:
+    return [None] * len(leaves)
+  ks = split(fold_in(key, count), len(leaves))
+  return [noise_stddev * standard_normal(kk, l.shape).astype(l.dtype)
+          for kk, l in zip(ks, leaves)]
+
+
+def _privatize(leaves, noise, inv_b, faults, batch_size):
+  """(clipped sum + noise) / B for each leaf, or the faulty variants' arithmetic."""
+  if faults.realised_batch_denominator:
+    if batch_size is None:
+      raise ValueError("faults.realised_batch_denominator needs update(..., batch_size=)")
+    denom = 1.0 / jnp.maximum(batch_size.astype(jnp.float32), 1.0)
+  else:
+    denom = inv_b
+  out = []
+  for l, nz in zip(leaves, noise):
+    if nz is None:
+      out.append(l * denom)
+    elif faults.noise_on_mean:
+      out.append(l * denom + nz)
+    else:
+      out.append((l + nz) * denom)
+  return out
+
+
 def dp_aggregate(noise_stddev: float, expected_batch_size: float, key: jax.Array, *,
                  faults: Faults = Faults()) -> optax.GradientTransformationExtraArgs:
   """Noise + fixed denominator: clipped_sum -> (clipped_sum + N(0, std^2 I)) / B.
@@ -516,28 +699,9 @@ def dp_aggregate(noise_stddev: float, expected_batch_size: float, key: jax.Array
 
   def update_fn(updates, state, params=None, *, batch_size=None, **extra):
     del params, extra
-    k = jax.random.fold_in(state.key, state.count)
     leaves, treedef = jax.tree.flatten(updates)
-    if noise_stddev > 0:
-      ks = jax.random.split(k, len(leaves))
-      noise = [noise_stddev * standard_normal(kk, l.shape).astype(l.dtype)
-               for kk, l in zip(ks, leaves)]
-    else:
-      noise = [None] * len(leaves)
-    if faults.realised_batch_denominator:
-      if batch_size is None:
-        raise ValueError("faults.realised_batch_denominator needs update(..., batch_size=)")
-      denom = 1.0 / jnp.maximum(batch_size.astype(jnp.float32), 1.0)
-    else:
-      denom = inv_b
-    out = []
-    for l, nz in zip(leaves, noise):
-      if nz is None:
-        out.append(l * denom)
-      elif faults.noise_on_mean:
-        out.append(l * denom + nz)
-      else:
-        out.append((l + nz) * denom)
+    noise = _aggregate_noise(state.key, state.count, leaves, noise_stddev)
+    out = _privatize(leaves, noise, inv_b, faults, batch_size)
     return jax.tree.unflatten(treedef, out), DpAggregateState(state.key, state.count + 1)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
@@ -565,7 +729,13 @@ class TrainResult(NamedTuple):
 def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConfig,
                   model, observe_fn, per_example_stats, gradient_canary, clipped_sum_fn,
                   optimizer):
-  """Trains one model (vmapped by train_many). Pure; traced under jit."""
+  """Trains one model (vmapped by train_many). Pure; traced under jit.
+
+  Step t's random draws (mask, noise, canary bit) depend only on the model's keys
+  and t, never on the parameters (`draws`), so XLA can compute them alongside the
+  gradient arithmetic. The noise is exactly what `dp_aggregate(noise_std, B,
+  k_noise)` adds at update t (the same helpers).
+  """
   n_rec = x.shape[0]
   q = float(cfg.sampling_prob)
   c = float(cfg.l2_clip_norm)
@@ -573,8 +743,8 @@ def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConf
   k_init, k_sample, k_noise, k_canary = jax.random.split(key, 4)
   params = model.init(k_init) if init_params is None else init_params
   noise_std = sigma if cfg.faults.noise_without_clip_norm else sigma * (0.0 if math.isinf(c) else c)
-  agg = dp_aggregate(noise_std, cfg.expected_batch_size, k_noise, faults=cfg.faults)
-  agg_state = agg.init(params)
+  dp_aggregate(noise_std, cfg.expected_batch_size, k_noise)  # validates std and B
+  inv_b = 1.0 / float(cfg.expected_batch_size)
   opt_state = optimizer.init(params)
   keep_f = keep_N.astype(jnp.float32)
   if gradient_canary is not None:
@@ -583,16 +753,28 @@ def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConf
     g_c_clipped = jax.tree.map(lambda v: v * clip_factor(norm_c, c), g_c)
   b_fixed = max(1, int(round(cfg.expected_batch_size)))
   steps_per_epoch = max(1, int(cfg.dataset_size) // b_fixed)
+  leaves_like, treedef = jax.tree.flatten(params)
 
-  def step(carry, t):
-    params, agg_state, opt_state, st = carry
-    if cfg.sampler == "poisson":
-      mask = poisson_mask(jax.random.fold_in(k_sample, t), q, n_rec) & keep_N
-    else:
-      mask = _shuffle_mask(k_sample, t, keep_N, b_fixed, steps_per_epoch)
-    wts = mask.astype(jnp.float32)
+  def draws(t):
     if q >= 1.0:
       wts = keep_f
+    elif cfg.sampler == "poisson":
+      wts = (poisson_mask(fold_in(k_sample, t), q, n_rec) & keep_N).astype(jnp.float32)
+    else:
+      wts = _shuffle_mask(k_sample, t, keep_N, b_fixed, steps_per_epoch).astype(jnp.float32)
+    noise = _aggregate_noise(k_noise, t, leaves_like, noise_std)
+    bit = None
+    if gradient_canary is not None:
+      if q >= 1.0:
+        bit = jnp.ones((), jnp.float32)
+      else:
+        bit = poisson_mask(fold_in(k_canary, t), q, 1)[0].astype(jnp.float32)
+      bit = bit * canary_keep.astype(jnp.float32)
+    return wts, noise, bit
+
+  def step(carry, t):
+    params, opt_state, st = carry
+    wts, noise, bit = draws(t)
     if cfg.faults.clip_batch_mean:
       gsum, norms = clipped_sum_fn(params, x, y, wts, math.inf)
       cnt = jnp.maximum(jnp.sum(wts), 1.0)
@@ -603,30 +785,26 @@ def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConf
       gsum, norms = clipped_sum_fn(params, x, y, wts, c)
     bsize = jnp.sum(wts)
     if gradient_canary is not None:
-      if q >= 1.0:
-        bit = jnp.ones((), jnp.float32)
-      else:
-        bit = poisson_mask(jax.random.fold_in(k_canary, t), q, 1)[0].astype(jnp.float32)
-      bit = bit * canary_keep.astype(jnp.float32)
       gsum = jax.tree.map(lambda s, v: s + bit * v, gsum, g_c_clipped)
       bsize = bsize + bit
-    priv, agg_state = agg.update(gsum, agg_state, batch_size=bsize)
+    priv = jax.tree.unflatten(
+        treedef, _privatize(treedef.flatten_up_to(gsum), noise, inv_b, cfg.faults, bsize))
     obs = observe_fn(priv) if observe_fn is not None else None
     upd, opt_state = optimizer.update(priv, opt_state, params)
     params = optax.apply_updates(params, upd)
     if per_example_stats:
       clipped = (norms > c).astype(jnp.float32) * wts
       st = (st[0] + wts, st[1] + clipped, st[2] + wts * norms)
-    return (params, agg_state, opt_state, st), obs
+    return (params, opt_state, st), obs
 
   if per_example_stats:
     z = jnp.zeros((n_rec,), jnp.float32)
     st0 = (z, z, z)
   else:
     st0 = ()
-  (params, _, _, st), obs = jax.lax.scan(
-      step, (params, agg_state, opt_state, st0), jnp.arange(cfg.num_steps, dtype=jnp.int32),
-      unroll=_SCAN_UNROLL)
+  (params, _, st), obs = jax.lax.scan(
+      step, (params, opt_state, st0), jnp.arange(cfg.num_steps, dtype=jnp.int32),
+      unroll=_SCAN_UNROLL if sum(l.size for l in leaves_like) <= _UNROLL_MAX_PARAMS else 1)
   stats = None
   if per_example_stats:
     stats = {"times_sampled": st[0], "times_clipped": st[1], "norm_sum": st[2]}

@@ -202,6 +202,76 @@ class NoiseAndDenominatorTest(parameterized.TestCase):
     self.assertAlmostEqual(both, q * q, delta=4 * math.sqrt(q * q * (1 - q * q) / 99_800))
 
 
+class RandomStreamTest(parameterized.TestCase):
+  """The unrolled threefry samplers reproduce jax's streams bit for bit."""
+
+  def test_threefry_known_answers(self):
+    # Random123's known-answer vectors for Threefry-2x32-20.
+    u = np.uint32
+    cases = [((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+             ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+             ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0))]
+    for key, ctr, want in cases:
+      got = dpsgd.threefry2x32(u(key[0]), u(key[1]), u(ctr[0]), u(ctr[1]))
+      self.assertEqual([int(v) for v in got], list(want))
+
+  def test_threefry_equals_jax_primitive(self):
+    k0, k1 = jax.random.key_data(jax.random.key(11))
+    x = jax.random.bits(jax.random.key(12), (2, 1000), jnp.uint32)
+    ours = dpsgd.threefry2x32(k0, k1, x[0], x[1])
+    ref = jax.extend.random.threefry_2x32((k0, k1), x.reshape(-1)).reshape(2, 1000)
+    np.testing.assert_array_equal(np.stack(ours), ref)
+
+  def test_fold_in_and_split_equal_jax(self):
+    for seed in (0, 7):
+      k = jax.random.key(seed)
+      for t in (0, 1, 499, 2 ** 31 - 1):
+        np.testing.assert_array_equal(jax.random.key_data(dpsgd.fold_in(k, t)),
+                                      jax.random.key_data(jax.random.fold_in(k, t)))
+        f = jax.jit(lambda kk, tt: jax.random.key_data(dpsgd.fold_in(kk, tt)))
+        np.testing.assert_array_equal(f(k, jnp.int32(t)),
+                                      jax.random.key_data(jax.random.fold_in(k, t)))
+      for num in (1, 2, 5):
+        np.testing.assert_array_equal(jax.random.key_data(dpsgd.split(k, num)),
+                                      jax.random.key_data(jax.random.split(k, num)))
+
+  @parameterized.parameters(1, 2, 3, 56, 75, 150, 151)
+  def test_samplers_consume_random_bits(self, n):
+    keys = jax.random.split(jax.random.key(n), 3)
+    for k in keys:
+      bits = dpsgd.random_bits(k, n)
+      np.testing.assert_array_equal(
+          bits, jax.extend.random.threefry_2x32(tuple(jax.random.key_data(k)),
+                                                jnp.arange(n, dtype=jnp.uint32)))
+      f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
+      u = jnp.maximum(np.nextafter(np.float32(-1), np.float32(0)), 2.0 * f - 1.0)
+      want = np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
+      np.testing.assert_array_equal(dpsgd.standard_normal(k, (n,)), want)
+      for q in (0.01, 0.2):
+        w = dpsgd.mask_bit_width(q)
+        words = dpsgd.random_bits(k, (n + 1) // 2 if w == 16 else n)
+        if w == 16:
+          words = jnp.concatenate([words >> 16, words & 0xFFFF])
+        want_mask = words[:n] < dpsgd.bernoulli_threshold(q, w)
+        np.testing.assert_array_equal(dpsgd.poisson_mask(k, q, n), want_mask)
+    # Under jit + vmap (the engine's setting) too.
+    vm = jax.jit(jax.vmap(lambda kk: (dpsgd.poisson_mask(kk, 0.2, n),
+                                      dpsgd.standard_normal(kk, (n,)))))(keys)
+    for i, k in enumerate(keys):
+      np.testing.assert_array_equal(vm[0][i], dpsgd.poisson_mask(k, 0.2, n))
+      np.testing.assert_array_equal(vm[1][i], dpsgd.standard_normal(k, (n,)))
+
+  def test_normal_shape_and_non_threefry_keys(self):
+    z = dpsgd.standard_normal(jax.random.key(0), (3, 4))
+    self.assertEqual(z.shape, (3, 4))
+    np.testing.assert_array_equal(z.reshape(-1), dpsgd.standard_normal(jax.random.key(0), (12,)))
+    kr = jax.random.key(0, impl="rbg")
+    self.assertEqual(dpsgd.standard_normal(kr, (5,)).shape, (5,))
+    self.assertEqual(dpsgd.poisson_mask(kr, 0.3, 7).shape, (7,))
+    self.assertEqual(dpsgd.split(kr, 3).shape, (3,))
+    self.assertEqual(dpsgd.fold_in(kr, 2).shape, ())
+
+
 class VectorisationTest(parameterized.TestCase):
 
   def test_vmap_equals_single_model(self):

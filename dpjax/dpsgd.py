@@ -273,10 +273,12 @@ class DpSgdConfig:
 #     integer ops as free to duplicate, so a consumer of several words of one hash
 #     (4 mask bits, or both output words) would recompute the hash per word, and a
 #     hash fused into erfinv ran 2x slower than the two apart. `_once` therefore
-#     computes the sampler's words in a one-trip while loop (XLA cannot see that it
-#     runs once, and does not fuse across it), the masks packed 4 bits per hash,
-#     and the cheap unpacking (shifts, reshapes; no concatenation) and the normal
-#     transform fuse into the consumer.
+#     computes what a sampler needs from each hash in a one-trip while loop (XLA
+#     cannot see that it runs once, and does not fuse across it), packed into one
+#     element per hash: 4 (or 2) mask bits in a uint32, or both words in a
+#     complex64 (bit patterns carried as floats; tested bit-exact, NaN patterns
+#     included). The unpacking and the normal transform fuse into the consumer.
+#     Measured on the audit workload (M = 2000): 0.46 s -> 0.36 s, same outputs.
 
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _THREEFRY_PARITY = 0x1BD11BDA
@@ -432,10 +434,14 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   num = max(1, size)
   h, c0, c1 = _counter_blocks(num)
 
-  def words_fn():  # word i < h is y0[i], word h + i is y1[i]: a reshape, no concat
-    return jnp.stack(threefry2x32(*words, c0, c1)).reshape(2 * h)[:num]
-  bits = _once(words[0], words_fn, jnp.zeros((num,), jnp.uint32))
-  return _bits_to_normal(bits)[:size].reshape(shape)
+  def pair_fn():  # both words of block i in one complex64 element (bit patterns as floats)
+    y0, y1 = threefry2x32(*words, c0, c1)
+    f32 = lambda v: jax.lax.bitcast_convert_type(v, jnp.float32)
+    return jax.lax.complex(f32(y0), f32(y1))
+  z = _once(words[0], pair_fn, jnp.zeros((h,), jnp.complex64))
+  u32 = lambda v: jax.lax.bitcast_convert_type(v, jnp.uint32)
+  bits = jnp.stack([u32(jnp.real(z)), u32(jnp.imag(z))]).reshape(2 * h)[:size]
+  return _bits_to_normal(bits).reshape(shape)
 
 
 def bernoulli_threshold(sampling_prob: float, bit_width: int = 32) -> int:

@@ -261,6 +261,19 @@ class RandomStreamTest(parameterized.TestCase):
       np.testing.assert_array_equal(vm[0][i], dpsgd.poisson_mask(k, 0.2, n))
       np.testing.assert_array_equal(vm[1][i], dpsgd.standard_normal(k, (n,)))
 
+  def test_normal_bits_survive_float_packing(self):
+    # standard_normal carries raw words as float32 bit patterns (NaNs included:
+    # ~1/256 of words); any canonicalisation would change the samples.
+    k = jax.random.key(21)
+    n = 100_001
+    bits = dpsgd.random_bits(k, n)
+    self.assertGreater(int(jnp.sum(((bits >> 23) & 0xFF) == 0xFF)), 100)
+    f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
+    u = jnp.maximum(np.nextafter(np.float32(-1), np.float32(0)), 2.0 * f - 1.0)
+    want = np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
+    got = jax.jit(jax.vmap(lambda kk: dpsgd.standard_normal(kk, (n,))))(k[None])[0]
+    np.testing.assert_array_equal(got, want)
+
   def test_normal_shape_and_non_threefry_keys(self):
     z = dpsgd.standard_normal(jax.random.key(0), (3, 4))
     self.assertEqual(z.shape, (3, 4))

@@ -22,8 +22,9 @@ the same machine load), examples/second of one training step on a fixed batch:
       thread and with torch's default and reported at the better one
       (`<w>.opacus_<mode>_threads`): torch's OpenMP threads collapse when other
       processes share the cores.
-The JAX DP steps draw the noise N(0, sigma^2 C^2 I) as one vector per step (JAX's
-default threefry generator), then divide by the fixed B and take an SGD step.
+The JAX DP steps add the noise with `dpsgd.dp_aggregate` (what `train_many` uses:
+one N(0, sigma^2 C^2) draw per parameter leaf from the engine's threefry sampler),
+then divide by the fixed B and take an SGD step.
 Each rate is the best of `repeats` timed loops after a warm-up (compilation excluded).
 Profile (where the ghost step's time goes), as rates of: `profile_forward` (logits
 only), `profile_ghost_sum` (the clipped sum without noise or update) and
@@ -54,10 +55,6 @@ NUM_CLASSES = 10
 LEARNING_RATE = 0.1
 CLIP = 1.0
 SIGMA = 1.0
-# Bit generator of the JAX DP steps' Gaussian noise: JAX's default (and the engine's).
-# Measured here for 85k normals: threefry 0.3-0.7 ms, "rbg" 2.5-2.8 ms (its normal
-# transform is slower on CPU even though its raw bits are cheaper).
-NOISE_PRNG = "threefry2x32"
 
 # name -> (factory kwargs, flat input size, (H, W, C) or None)
 _WORKLOADS = {
@@ -89,14 +86,13 @@ def _best_rates(runs: dict, steps: dict, repeats: int) -> dict:
 def _jax_runners(kind, kwargs, num_features, steps):
   """The three JAX steps (nonprivate, naive, ghost) as zero-argument timed loops."""
   import jax  # pylint: disable=g-import-not-at-top
-  import jax.flatten_util  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
   from dpjax import dpsgd, ghost, models  # pylint: disable=g-import-not-at-top
 
   model = getattr(models, kind)(**kwargs)
   kx, ky, kp = jax.random.split(jax.random.key(0), 3)
-  kn = jax.random.key(1, impl=NOISE_PRNG)
+  kn = jax.random.key(1)
   x = jax.random.uniform(kx, (BATCH, num_features), jnp.float32)
   y = jax.random.randint(ky, (BATCH,), 0, NUM_CLASSES)
   ones = jnp.ones((BATCH,), jnp.float32)
@@ -107,13 +103,14 @@ def _jax_runners(kind, kwargs, num_features, steps):
     g = jax.grad(lambda p: jnp.mean(models.per_example_loss(model, p, x, y)))(params)
     return jax.tree.map(lambda p, gl: p - LEARNING_RATE * gl, params, g)
 
+  agg = dpsgd.dp_aggregate(SIGMA * CLIP, BATCH, kn)
+
   def private(clipped_sum, params, t):
     gsum, _ = clipped_sum(params, x, y, ones, CLIP)
-    # One N(0, 1) draw for all coordinates (fewer kernels than one per leaf).
-    flat, unravel = jax.flatten_util.ravel_pytree(gsum)
-    noise = jax.random.normal(jax.random.fold_in(kn, t), flat.shape, flat.dtype)
-    upd = unravel(flat + (SIGMA * CLIP) * noise)
-    return jax.tree.map(lambda p, u: p - (LEARNING_RATE / BATCH) * u, params, upd)
+    # The library's aggregate (noise per leaf from the engine's sampler, then / B);
+    # its state at update t is (kn, t).
+    priv, _ = agg.update(gsum, dpsgd.DpAggregateState(kn, jnp.asarray(t, jnp.int32)))
+    return jax.tree.map(lambda p, u: p - LEARNING_RATE * u, params, priv)
 
   naive_sum = functools.partial(dpsgd.clipped_grad_sum, model)
   ghost_sum = ghost.clipped_sum_fn(model)

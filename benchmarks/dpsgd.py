@@ -19,7 +19,9 @@ figure is a ratio against a baseline timed under the same machine load:
 
 Then, when `benchmarks.dpsgd_deep` is importable, its `measure()` dict (MLP / CNN
 DP-SGD vs the non-private step and Opacus) is merged in. Every figure is printed and
-written with --json. Timings take the best of --repeats runs after one warm-up.
+written with --json. Timings take the best of --repeats runs after one warm-up, the
+competitors timed in turn (numpy, fast, generic, ...) so that a burst of load hits
+all of them; NumPy runs at its best BLAS thread count (1 or all cores).
 
 FLOP count: one step costs 2 N D (logits) + 2 N D (gradient sum) multiply-adds*2,
 i.e. 4 N D = 33.6 kFLOP; 500 steps = 16.8 MFLOP per model (elementwise work and
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import resource
 import subprocess
@@ -82,20 +85,40 @@ def numpy_train(x_NxD, y_N, num_models, rng):
   return w
 
 
-def numpy_best_time(x, y, num_models, rng, repeats):
-  """Best NumPy time over BLAS thread counts 1 and os.cpu_count() (a careful baseline:
-  on a loaded 2-core machine multi-threaded OpenBLAS can be 50x slower on these
-  small matmuls). Returns (seconds, threads)."""
+def _blas_threads(threads):
+  """A context that limits NumPy's BLAS to `threads` (a no-op without threadpoolctl)."""
   try:
     from threadpoolctl import threadpool_limits  # pylint: disable=g-import-not-at-top
   except ImportError:
-    return _best(lambda: numpy_train(x, y, num_models, rng), repeats), None
+    import contextlib  # pylint: disable=g-import-not-at-top
+    return contextlib.nullcontext()
+  return threadpool_limits(limits=threads, user_api="blas")
+
+
+def numpy_best_threads(x, y, num_models, rng):
+  """BLAS thread count (1 or os.cpu_count()) at which the NumPy baseline runs
+  fastest here (a careful baseline: on a loaded 2-core machine multi-threaded
+  OpenBLAS can be 50x slower on these small matmuls)."""
   best = None
   for threads in sorted({1, os.cpu_count() or 1}):
-    with threadpool_limits(limits=threads, user_api="blas"):
-      t = _best(lambda: numpy_train(x, y, num_models, rng), repeats)
+    with _blas_threads(threads):
+      t = _best(lambda: numpy_train(x, y, num_models, rng), 1)
     if best is None or t < best[0]:
       best = (t, threads)
+  return best[1]
+
+
+def interleaved_best(fns, repeats):
+  """Best time of each zero-argument function, timed in turn `repeats` times after
+  one warm-up each, so that every competitor sees the same machine load."""
+  for f in fns.values():
+    f()
+  best = {k: math.inf for k in fns}
+  for _ in range(repeats):
+    for k, f in fns.items():
+      t0 = time.perf_counter()
+      f()
+      best[k] = min(best[k], time.perf_counter() - t0)
   return best
 
 
@@ -182,22 +205,29 @@ def measure_audit_workload(sizes, repeats, skip_generic_largest=False, log=print
     row = {}
     rng = np.random.default_rng(0)
     reps = repeats if m <= 2000 else 1
-    t_np, np_threads = numpy_best_time(x, y, m, rng, reps)
+    np_threads = numpy_best_threads(x, y, m, rng)
     row["numpy_blas_threads"] = np_threads
-    t_fast = _best(_dpjax_runner(x, y, m, generic=False), reps)
+
+    def numpy_run():
+      with _blas_threads(np_threads):
+        numpy_train(x, y, m, rng)
+    fns = {"numpy": numpy_run, "fast": _dpjax_runner(x, y, m, generic=False)}
+    if not (skip_generic_largest and m == max(sizes)):
+      fns["generic"] = _dpjax_runner(x, y, m, generic=True)
+      fns["two_pass"] = _dpjax_runner(x, y, m, generic="two_pass")
+    best = interleaved_best(fns, reps)
+    t_np, t_fast = best["numpy"], best["fast"]
     row["numpy_models_per_s"] = m / t_np
     row["dpjax_models_per_s"] = m / t_fast
     row["speedup_vs_numpy"] = t_np / t_fast
     row["gflops"] = m * FLOP_PER_MODEL / t_fast / 1e9
     row["fraction_of_peak"] = row["gflops"] / peak["peak_gflops"]
     row["numpy_fraction_of_peak"] = m * FLOP_PER_MODEL / t_np / 1e9 / peak["peak_gflops"]
-    if not (skip_generic_largest and m == max(sizes)):
-      t_gen = _best(_dpjax_runner(x, y, m, generic=True), reps)
-      row["generic_models_per_s"] = m / t_gen
-      row["generic_slowdown_vs_fast"] = t_gen / t_fast
-      t_two = _best(_dpjax_runner(x, y, m, generic="two_pass"), reps)
-      row["generic_two_pass_models_per_s"] = m / t_two
-      row["generic_two_pass_slowdown_vs_fast"] = t_two / t_fast
+    if "generic" in best:
+      row["generic_models_per_s"] = m / best["generic"]
+      row["generic_slowdown_vs_fast"] = best["generic"] / t_fast
+      row["generic_two_pass_models_per_s"] = m / best["two_pass"]
+      row["generic_two_pass_slowdown_vs_fast"] = best["two_pass"] / t_fast
     res[f"M{m}"] = row
     log(f"M={m:6d}: numpy {row['numpy_models_per_s']:7.0f} models/s | dpjax fast "
         f"{row['dpjax_models_per_s']:7.0f} models/s ({row['speedup_vs_numpy']:.2f}x, "

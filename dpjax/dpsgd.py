@@ -69,10 +69,12 @@ from dpjax import models as models_lib
 PyTree = Any
 
 _SAMPLERS = ("poisson", "shuffle")
-# Steps per scan iteration for models with at most _UNROLL_MAX_PARAMS parameters
-# (performance only: audit workload M = 2000, 0.43 -> 0.39 s; costs ~0.2 s compile).
+# Steps per scan iteration when a chunk has at least _UNROLL_MIN_MODELS models of at
+# most _UNROLL_MAX_PARAMS parameters (performance only: audit workload M = 2000,
+# 0.43 -> 0.39 s; costs ~0.2 s of compile time, not worth it for small runs).
 _SCAN_UNROLL = 4
 _UNROLL_MAX_PARAMS = 4096
+_UNROLL_MIN_MODELS = 256
 # Models per chunk unless max_chunk says otherwise: on the audit workload (d = 56,
 # n = 150) chunks of 2000-4000 models ran ~30 % faster than one chunk of 20,000
 # (cache locality), 1000 or fewer slower again. Performance only; results do not
@@ -739,7 +741,7 @@ class TrainResult(NamedTuple):
 
 def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConfig,
                   model, observe_fn, per_example_stats, gradient_canary, clipped_sum_fn,
-                  optimizer):
+                  optimizer, unroll=1):
   """Trains one model (vmapped by train_many). Pure; traced under jit.
 
   Step t's random draws (mask, noise, canary bit) depend only on the model's keys
@@ -815,7 +817,7 @@ def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConf
     st0 = ()
   (params, _, st), obs = jax.lax.scan(
       step, (params, opt_state, st0), jnp.arange(cfg.num_steps, dtype=jnp.int32),
-      unroll=_SCAN_UNROLL if sum(l.size for l in leaves_like) <= _UNROLL_MAX_PARAMS else 1)
+      unroll=unroll if sum(l.size for l in leaves_like) <= _UNROLL_MAX_PARAMS else 1)
   stats = None
   if per_example_stats:
     stats = {"times_sampled": st[0], "times_clipped": st[1], "norm_sum": st[2]}
@@ -825,13 +827,16 @@ def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConf
 @functools.lru_cache(maxsize=64)
 def _compiled(cfg, model, observe_fn, per_example_stats, has_canary, clipped_sum_fn,
               optimizer, has_init):
-  def one(key, keep, canary_keep, init_params, canary, x, y):
-    return _train_single(
-        key, keep, canary_keep, init_params, x, y, cfg=cfg, model=model,
-        observe_fn=observe_fn, per_example_stats=per_example_stats,
-        gradient_canary=canary if has_canary else None,
-        clipped_sum_fn=clipped_sum_fn, optimizer=optimizer)
-  batched = jax.vmap(one, in_axes=(0, 0, 0, None, None, None, None))
+  def batched(key, keep, canary_keep, init_params, canary, x, y):
+    unroll = _SCAN_UNROLL if key.shape[0] >= _UNROLL_MIN_MODELS else 1
+
+    def one(key, keep, canary_keep):
+      return _train_single(
+          key, keep, canary_keep, init_params, x, y, cfg=cfg, model=model,
+          observe_fn=observe_fn, per_example_stats=per_example_stats,
+          gradient_canary=canary if has_canary else None,
+          clipped_sum_fn=clipped_sum_fn, optimizer=optimizer, unroll=unroll)
+    return jax.vmap(one)(key, keep, canary_keep)
   return jax.jit(batched)
 
 

@@ -302,6 +302,25 @@ class VectorisationTest(parameterized.TestCase):
       np.testing.assert_allclose(many.observations[i], one.observations, rtol=1e-5, atol=1e-7)
       np.testing.assert_array_equal(many.stats["times_sampled"][i], one.stats["times_sampled"])
 
+  def test_large_chunk_unrolled_scan_equals_single_model(self):
+    # Chunks of >= 256 small models run the scan unrolled (a performance knob);
+    # model i must still equal model i trained alone (no unrolling), canary included.
+    x, y = _data()
+    model = models.logistic_regression(4)
+    m = dpsgd._UNROLL_MIN_MODELS + 1
+    keep = jax.random.bernoulli(jax.random.key(4), 0.6, (m, 24))
+    ck = jax.random.bernoulli(jax.random.key(5), 0.5, (m,))
+    cfg = _cfg(num_steps=10)  # not a multiple of the unroll factor
+    canary = {"w": jnp.array([0.0, 0.0, 0.0, 3.0])}
+    many = dpsgd.train_many(jax.random.key(8), x, y, keep, cfg, model, observe_fn=_identity,
+                            gradient_canary=canary, canary_keep_M=ck, progress=False)
+    keys = jax.random.split(jax.random.key(8), m)
+    for i in (0, 7, m - 1):
+      one = dpsgd.train_one(keys[i], x, y, keep[i], cfg, model, observe_fn=_identity,
+                            gradient_canary=canary, canary_keep=bool(ck[i]))
+      _assert_trees_close(jax.tree.map(lambda a, i=i: a[i], many.params), one.params)
+      np.testing.assert_allclose(many.observations[i], one.observations, rtol=1e-5, atol=1e-7)
+
   def test_chunking_does_not_change_results(self):
     x, y = _data()
     model = models.logistic_regression(4)

@@ -17,7 +17,7 @@ figure is a ratio against a baseline timed under the same machine load:
   * a float32 matmul peak (max of NumPy and XLA on 1024^3) for GFLOP/s fractions;
   * peak resident memory of a fresh subprocess training the largest M.
 
-Then, when `benchmarks.dpsgd_deep` is importable, its `measure()` dict (MLP / CNN
+Then (unless --skip_deep) `benchmarks.dpsgd_deep.measure()` (MLP / CNN
 DP-SGD vs the non-private step and Opacus) is merged in. Every figure is printed and
 written with --json. Timings take the best of --repeats runs after one warm-up, the
 competitors timed in turn (numpy, fast, generic, ...) so that a burst of load hits
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import resource
 import subprocess
@@ -42,6 +41,8 @@ import time
 import numpy as np
 from absl import app
 from absl import flags
+
+from benchmarks.dpsgd_deep import interleaved_best
 
 _SIZES = flags.DEFINE_string("sizes", "128,2000,20000", "Comma-separated model counts M.")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (best is kept).")
@@ -106,20 +107,6 @@ def numpy_best_threads(x, y, num_models, rng):
     if best is None or t < best[0]:
       best = (t, threads)
   return best[1]
-
-
-def interleaved_best(fns, repeats):
-  """Best time of each zero-argument function, timed in turn `repeats` times after
-  one warm-up each, so that every competitor sees the same machine load."""
-  for f in fns.values():
-    f()
-  best = {k: math.inf for k in fns}
-  for _ in range(repeats):
-    for k, f in fns.items():
-      t0 = time.perf_counter()
-      f()
-      best[k] = min(best[k], time.perf_counter() - t0)
-  return best
 
 
 def _best(f, repeats):
@@ -269,15 +256,11 @@ def main(argv):
   figures["audit_workload.speedup_vs_numpy"] = audit[head]["speedup_vs_numpy"]
   figures["audit_workload.fraction_of_peak"] = audit[head]["fraction_of_peak"]
   if not _SKIP_DEEP.value:
-    try:
-      from benchmarks import dpsgd_deep  # pylint: disable=g-import-not-at-top
-    except ImportError as e:
-      print(f"benchmarks.dpsgd_deep not available ({e}); skipping MLP/CNN figures")
-    else:
-      deep = dpsgd_deep.measure()
-      figures.update(deep)
-      for k, v in deep.items():
-        print(f"{k}: {v}")
+    from benchmarks import dpsgd_deep  # pylint: disable=g-import-not-at-top
+    deep = dpsgd_deep.measure()
+    figures.update(deep)
+    for k, v in deep.items():
+      print(f"{k}: {v}")
   if _JSON.value:
     os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
     with open(_JSON.value, "w") as f:

@@ -66,20 +66,26 @@ _WORKLOADS = {
 }
 
 
-def _best_rates(runs: dict, steps: dict, repeats: int) -> dict:
-  """Examples/second of each zero-argument loop: best of `repeats` timings.
+def interleaved_best(fns: dict, repeats: int) -> dict:
+  """Best time (s) of each zero-argument function over `repeats` timings.
 
-  Each loop runs once untimed (compilation, allocator warm-up); then the loops are
-  timed round-robin, so a burst of load from other processes hits all methods alike.
+  Each runs once untimed (compilation, allocator warm-up); then they are timed
+  round-robin, so a burst of load from other processes hits all of them alike.
   """
-  for run in runs.values():
-    run()
-  best = {name: math.inf for name in runs}
+  for f in fns.values():
+    f()
+  best = {name: math.inf for name in fns}
   for _ in range(repeats):
-    for name, run in runs.items():
+    for name, f in fns.items():
       t0 = time.perf_counter()
-      run()
+      f()
       best[name] = min(best[name], time.perf_counter() - t0)
+  return best
+
+
+def _best_rates(runs: dict, steps: dict, repeats: int) -> dict:
+  """Examples/second of each zero-argument loop (`interleaved_best`)."""
+  best = interleaved_best(runs, repeats)
   return {name: steps[name] * BATCH / best[name] for name in runs}
 
 

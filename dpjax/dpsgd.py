@@ -358,7 +358,7 @@ def fold_in(key: jax.Array, data) -> jax.Array:
   words = _threefry_words(key)
   if words is None:
     return jax.random.fold_in(key, data)
-  a, b = threefry2x32(*words, jnp.uint32(0), jnp.asarray(data).astype(jnp.uint32))
+  a, b = threefry2x32(*words, jnp.uint32(0), jnp.asarray(data, dtype=jnp.uint32))
   return _wrap_like(key, jnp.stack([a, b]))  # 2 hashes, fused into one kernel
 
 

@@ -225,12 +225,15 @@ class RandomStreamTest(parameterized.TestCase):
   def test_fold_in_and_split_equal_jax(self):
     for seed in (0, 7):
       k = jax.random.key(seed)
-      for t in (0, 1, 499, 2 ** 31 - 1):
+      for t in (0, 1, 499, 2 ** 31 - 1, 2 ** 31, 2 ** 32 - 1):
         np.testing.assert_array_equal(jax.random.key_data(dpsgd.fold_in(k, t)),
                                       jax.random.key_data(jax.random.fold_in(k, t)))
-        f = jax.jit(lambda kk, tt: jax.random.key_data(dpsgd.fold_in(kk, tt)))
-        np.testing.assert_array_equal(f(k, jnp.int32(t)),
-                                      jax.random.key_data(jax.random.fold_in(k, t)))
+        if t < 2 ** 31:
+          f = jax.jit(lambda kk, tt: jax.random.key_data(dpsgd.fold_in(kk, tt)))
+          np.testing.assert_array_equal(f(k, jnp.int32(t)),
+                                        jax.random.key_data(jax.random.fold_in(k, t)))
+      with self.assertRaises(OverflowError):  # as jax.random.fold_in
+        dpsgd.fold_in(k, -1)
       for num in (1, 2, 5):
         np.testing.assert_array_equal(jax.random.key_data(dpsgd.split(k, num)),
                                       jax.random.key_data(jax.random.split(k, num)))

@@ -320,8 +320,14 @@ def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array
 
 
 def _threefry_words(key: jax.Array):
-  """(k0, k1) of a threefry key, or None for other generators."""
-  data = jax.random.key_data(key)
+  """(k0, k1) of a threefry key (typed, or a legacy raw uint32[2]), or None for
+  other generators (which the samplers hand to jax.random)."""
+  if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    if str(jax.random.key_impl(key)) != "threefry2x32":
+      return None
+    data = jax.random.key_data(key)
+  else:
+    data = key
   if data.shape != (2,) or data.dtype != jnp.uint32:
     return None
   return data[0], data[1]

@@ -42,7 +42,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from benchmarks.dpsgd_deep import interleaved_best
+from benchmarks.dpsgd_deep import interleaved_best, write_json
 
 _SIZES = flags.DEFINE_string("sizes", "128,2000,20000", "Comma-separated model counts M.")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (best is kept).")
@@ -262,11 +262,7 @@ def main(argv):
     for k, v in deep.items():
       print(f"{k}: {v}")
   if _JSON.value:
-    os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
-    with open(_JSON.value, "w") as f:
-      json.dump(figures, f, indent=1, sort_keys=True)
-      f.write("\n")
-    print(f"wrote {_JSON.value}")
+    write_json(figures, _JSON.value)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,15 @@ def interleaved_best(fns: dict, repeats: int) -> dict:
   return best
 
 
+def write_json(figures: dict, path: str) -> None:
+  """Writes the flat figures dict to `path` (sorted keys) and says so."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(figures, f, indent=1, sort_keys=True)
+    f.write("\n")
+  print(f"wrote {path}")
+
+
 def _best_rates(runs: dict, steps: dict, repeats: int) -> dict:
   """Examples/second of each zero-argument loop (`interleaved_best`)."""
   best = interleaved_best(runs, repeats)
@@ -316,11 +325,7 @@ def main(argv):
   for k, v in figures.items():
     print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
   if fv.json:
-    os.makedirs(os.path.dirname(os.path.abspath(fv.json)), exist_ok=True)
-    with open(fv.json, "w") as f:
-      json.dump(figures, f, indent=1, sort_keys=True)
-      f.write("\n")
-    print(f"wrote {fv.json}")
+    write_json(figures, fv.json)
 
 
 if __name__ == "__main__":

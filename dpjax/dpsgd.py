@@ -333,14 +333,15 @@ def _threefry_words(key: jax.Array):
   return data[0], data[1]
 
 
-def _once(k0: jax.Array, fn: Callable[[], jax.Array], like: jax.Array) -> jax.Array:
+def _once(k0: jax.Array, fn: Callable[[], jax.Array]) -> jax.Array:
   """fn() computed in a while loop that runs exactly once, so its output is stored
   (not fused into, and recomputed by, each consumer). The trip count (k0 | 1) & 1
   is 1 for every uint32 k0 but is not a compile-time constant. Performance only:
   the value is fn() either way."""
   trips = (k0 | jnp.uint32(1)) & jnp.uint32(1)
+  out = jax.eval_shape(fn)
   _, out = jax.lax.while_loop(lambda s: s[0] < trips, lambda s: (s[0] + jnp.uint32(1), fn()),
-                              (jnp.uint32(0), jnp.zeros_like(like)))
+                              (jnp.uint32(0), jnp.zeros(out.shape, out.dtype)))
   return out
 
 
@@ -449,7 +450,7 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     y0, y1 = threefry2x32(*words, c0, c1)
     f32 = lambda v: jax.lax.bitcast_convert_type(v, jnp.float32)
     return jax.lax.complex(f32(y0), f32(y1))
-  z = _once(words[0], pair_fn, jnp.zeros((h,), jnp.complex64))
+  z = _once(words[0], pair_fn)
   u32 = lambda v: jax.lax.bitcast_convert_type(v, jnp.uint32)
   bits = jnp.stack([u32(jnp.real(z)), u32(jnp.imag(z))]).reshape(2 * h)[:size]
   return _bits_to_normal(bits).reshape(shape)
@@ -513,7 +514,7 @@ def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.
     else:
       parts = (y0, y1)
     return sum((p < thr).astype(jnp.uint32) << k for k, p in enumerate(parts))
-  packed = _once(words[0], packed_fn, jnp.zeros((h,), jnp.uint32))
+  packed = _once(words[0], packed_fn)
   # Stream order: for w = 32, [y0 < thr, y1 < thr]; for w = 16, the high halves of
   # [y0, y1], then their low halves. An odd word count drops the padded block's y1.
   r = num_words - h

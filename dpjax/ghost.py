@@ -78,15 +78,6 @@ class _Layer(NamedTuple):
     return "dense" if self.a.ndim == 2 else "conv"
 
 
-def _loss_from_logits(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
-  """Per-example data loss, as `models.per_example_loss` (without the L2 term)."""
-  if logits_BxK.shape[-1] == 1:
-    z = logits_BxK[:, 0]
-    return jax.nn.softplus(z) - y_B.astype(z.dtype) * z
-  logp = jax.nn.log_softmax(logits_BxK, axis=-1)
-  return -jnp.take_along_axis(logp, y_B.astype(jnp.int32)[:, None], axis=-1)[:, 0]
-
-
 def _mlp_forward(params, x_BxF, probes):
   """The MLP of `models.mlp`, with a zero `probe` added to each layer's output."""
   a = x_BxF.reshape(x_BxF.shape[0], -1)
@@ -171,7 +162,7 @@ def _ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B,
 
   def total_loss(probes):
     logits, recs = forward(params, x_BxF, probes)
-    return jnp.sum(_loss_from_logits(logits, y_B)), recs
+    return jnp.sum(models_lib.loss_from_logits(logits, y_B)), recs
 
   # g_l[b] = d loss_b / d z_l[b]: the loss is a sum of per-example terms, so the
   # gradient w.r.t. a per-example probe is that example's output gradient.
@@ -303,14 +294,17 @@ def clipped_sum_fn(model: models_lib.Model, input_shape: Sequence[int] | None = 
 
   Args:
     model: a Model with `kind` "mlp" or "cnn" (its `l2` is honoured).
-    input_shape: (H, W, C_in) for a CNN; if None, square images are assumed when
-      the input is flat (H = W = sqrt(F / C_in)), NHWC inputs are read as they are.
+    input_shape: (H, W, C_in) for a CNN; if None, the model's own `input_shape`
+      (set by `models.cnn`); failing that, square images are assumed when the input
+      is flat (H = W = sqrt(F / C_in)) and NHWC inputs are read as they are.
     conv_mode: see `cnn_clipped_sum_fn`.
   Returns:
     fn(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (clipped grad sum, norms_B).
   Raises:
     ValueError: for a model of another kind.
   """
+  if input_shape is None and model.kind == "cnn":
+    input_shape = model.input_shape
   shape = None if input_shape is None else tuple(input_shape)
   return _clipped_sum_fn(model, shape, conv_mode)
 

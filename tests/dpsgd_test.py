@@ -84,6 +84,26 @@ class ClippingTest(parameterized.TestCase):
     _assert_trees_close(s1, s2, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(n1, n2, rtol=1e-6)
 
+  def test_default_clipping_per_model_kind(self):
+    # GLM closed form for logistic regression, ghost for MLP / CNN (tests/ghost_test.py
+    # checks ghost = vmap(grad)), two-pass vmap(grad) for any other model.
+    lr = models.logistic_regression(4, l2=0.3)
+    f = dpsgd.default_clipped_sum_fn(lr)
+    self.assertIs(f.func, dpsgd.glm_clipped_grad_sum)
+    self.assertEqual(f.args, (0.3,))
+    base = models.mlp(4, hidden=(6,), num_classes=3)
+    custom = models.Model(base.init, base.apply, 0.05, "custom", 3)
+    f = dpsgd.default_clipped_sum_fn(custom)
+    self.assertIs(f.func, dpsgd.two_pass_clipped_grad_sum)
+    params = custom.init(jax.random.key(0))
+    x, _ = _data()
+    y = jax.random.randint(jax.random.key(2), (24,), 0, 3)
+    wts = jnp.ones((24,), jnp.float32)
+    s1, n1 = f(params, x, y, wts, 0.5)
+    s2, n2 = dpsgd.clipped_grad_sum(custom, params, x, y, wts, 0.5)
+    _assert_trees_close(s1, s2, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(n1, n2, rtol=1e-6)
+
   def test_glm_equals_generic(self):
     for l2 in (0.0, 0.3):
       model = models.logistic_regression(4, l2=l2)

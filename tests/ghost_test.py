@@ -1,5 +1,6 @@
 """Tests for dpjax.ghost: ghost clipping equals the generic vmap(grad) clipped sum."""
 
+import functools
 import math
 
 import jax
@@ -103,12 +104,26 @@ class GhostTest(parameterized.TestCase):
       np.testing.assert_allclose(norms[i], want_n, rtol=1e-5)
       _assert_trees_close(self, jax.tree.map(lambda a: a[i], got), want, rtol=1e-5, atol=1e-7)
 
-  def test_train_one_with_ghost_equals_default_mlp(self):
+  def test_train_one_with_ghost_equals_vmap_grad_mlp(self):
     self._check_train_one(models.mlp(16, (8,), 10))
 
   @pytest.mark.slow  # one more engine compile (~10 s); CNN equality is covered above
-  def test_train_one_with_ghost_equals_default_cnn(self):
+  def test_train_one_with_ghost_equals_vmap_grad_cnn(self):
     self._check_train_one(models.cnn((4, 4, 1), (3,)))
+
+  def test_engine_default_for_mlp_and_cnn_is_ghost(self):
+    for model in (models.mlp(16, (8,), 10), models.cnn((4, 4, 1), (3,))):
+      self.assertIs(dpsgd.default_clipped_sum_fn(model), ghost.clipped_sum_fn(model))
+
+  def test_cnn_input_shape_comes_from_the_model(self):
+    # A non-square CNN with flat inputs: the shape is the model's, not a square guess.
+    model = models.cnn((6, 4, 2), (3,), 3)
+    self.assertEqual(model.input_shape, (6, 4, 2))
+    params, x, y = _data(model, (48,))
+    got, got_n = ghost.clipped_sum_fn(model)(params, x, y, _WEIGHTS, 0.5)
+    want, want_n = dpsgd.clipped_grad_sum(model, params, x, y, _WEIGHTS, 0.5)
+    np.testing.assert_allclose(got_n, want_n, rtol=1e-5)
+    _assert_trees_close(self, got, want, rtol=1e-5, atol=1e-7)
 
   def _check_train_one(self, model):
     kx, ky = jax.random.split(jax.random.key(2))
@@ -117,7 +132,8 @@ class GhostTest(parameterized.TestCase):
     cfg = dpsgd.DpSgdConfig(dataset_size=20, sampling_prob=0.25, num_steps=4,
                             noise_multiplier=1.0, l2_clip_norm=0.5, learning_rate=0.3)
     keep = jnp.ones((20,), bool)
-    want = dpsgd.train_one(jax.random.key(3), x, y, keep, cfg, model, per_example_stats=True)
+    want = dpsgd.train_one(jax.random.key(3), x, y, keep, cfg, model, per_example_stats=True,
+                           clipped_sum_fn=functools.partial(dpsgd.clipped_grad_sum, model))
     got = dpsgd.train_one(jax.random.key(3), x, y, keep, cfg, model, per_example_stats=True,
                           clipped_sum_fn=ghost.clipped_sum_fn(model))
     _assert_trees_close(self, got.params, want.params, rtol=1e-4, atol=1e-5)
@@ -154,8 +170,10 @@ class GhostTest(parameterized.TestCase):
       ghost.cnn_clipped_sum_fn((8, 8))
     cnn = models.cnn((6, 4, 1), (2,))
     cparams = cnn.init(jax.random.key(0))
+    # A "cnn" Model that does not record its input shape: the square guess fails.
+    bare = models.Model(cnn.init, cnn.apply, 0.0, "cnn", 2)
     with self.assertRaisesRegex(ValueError, "input_shape"):
-      ghost.clipped_sum_fn(cnn)(cparams, jnp.ones((3, 24)), y, w, 1.0)  # 24 is not square
+      ghost.clipped_sum_fn(bare)(cparams, jnp.ones((3, 24)), y, w, 1.0)  # 24 is not square
     with self.assertRaisesRegex(ValueError, "x_BxF"):
       ghost.cnn_clipped_sum_fn((6, 4, 1))(cparams, jnp.ones((3, 23)), y, w, 1.0)
 

@@ -57,7 +57,7 @@ import dataclasses
 import functools
 import math
 import warnings
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -683,8 +683,8 @@ class DpAggregateState(NamedTuple):
 def _aggregate_noise(key, count, leaves, noise_stddev):
   """The noise `dp_aggregate(noise_stddev, ., key)` adds at update number `count`:
   a list like `leaves` (arrays or shape structs), None everywhere when std is 0."""
-  if noise_stddev == 0:
-    return [None] * len(leaves)
+  if isinstance(noise_stddev, (int, float)) and noise_stddev == 0:
+    return [None] * len(leaves)   # a static 0 (a traced std always draws)
   ks = split(fold_in(key, count), len(leaves))
   return [noise_stddev * standard_normal(kk, l.shape).astype(l.dtype)
           for kk, l in zip(ks, leaves)]
@@ -771,24 +771,41 @@ class TrainResult(NamedTuple):
   stats: dict | None
 
 
-def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConfig,
-                  model, observe_fn, per_example_stats, gradient_canary, clipped_sum_fn,
-                  optimizer, unroll=1):
+def _noise_std(cfg: DpSgdConfig) -> float:
+  """The Gaussian noise std the engine adds to the clipped sum: sigma * C (sigma
+  alone under faults.noise_without_clip_norm; 0 without clipping, where sigma = 0)."""
+  sigma, c = cfg.sigma, float(cfg.l2_clip_norm)
+  if cfg.faults.noise_without_clip_norm:
+    return sigma
+  return sigma * (0.0 if math.isinf(c) else c)
+
+
+def _noise_free(cfg: DpSgdConfig) -> DpSgdConfig:
+  """cfg with its noise fields blanked: what the compiled program depends on (the
+  noise std is an input, so a sweep over sigma or epsilon compiles once)."""
+  with warnings.catch_warnings():  # cfg already warned at construction
+    warnings.simplefilter("ignore", UnaccountedSamplingWarning)
+    warnings.simplefilter("ignore", FaultyDpSgdWarning)
+    return dataclasses.replace(cfg, noise_multiplier=0.0, target_epsilon=None)
+
+
+def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
+                  cfg: DpSgdConfig, model, observe_fn, per_example_stats, gradient_canary,
+                  clipped_sum_fn, optimizer, unroll=1):
   """Trains one model (vmapped by train_many). Pure; traced under jit.
 
-  Step t's random draws (mask, noise, canary bit) depend only on the model's keys
-  and t, never on the parameters (`draws`), so XLA can compute them alongside the
-  gradient arithmetic. The noise is exactly what `dp_aggregate(noise_std, B,
-  k_noise)` adds at update t (the same helpers).
+  `noise_std` is this model's float32 scalar `_noise_std(its config)`, an input of
+  the program (cfg here has its noise fields blanked). Step t's random draws (mask,
+  noise, canary bit) depend only on the model's keys and t, never on the parameters
+  (`draws`), so XLA can compute them alongside the gradient arithmetic. The noise is
+  exactly what `dp_aggregate(noise_std, B, k_noise)` adds at update t (the same
+  helpers; a zero std adds exact zeros).
   """
   n_rec = x.shape[0]
   q = float(cfg.sampling_prob)
   c = float(cfg.l2_clip_norm)
-  sigma = cfg.sigma
   k_init, k_sample, k_noise, k_canary = jax.random.split(key, 4)
   params = model.init(k_init) if init_params is None else init_params
-  noise_std = sigma if cfg.faults.noise_without_clip_norm else sigma * (0.0 if math.isinf(c) else c)
-  dp_aggregate(noise_std, cfg.expected_batch_size, k_noise)  # validates std and B
   inv_b = 1.0 / float(cfg.expected_batch_size)
   opt_state = optimizer.init(params)
   keep_f = keep_N.astype(jnp.float32)
@@ -858,19 +875,20 @@ def _train_single(key, keep_N, canary_keep, init_params, x, y, *, cfg: DpSgdConf
 
 @functools.lru_cache(maxsize=64)
 def _compiled(cfg, model, observe_fn, per_example_stats, has_canary, clipped_sum_fn,
-              optimizer, has_init):
-  def batched(key, keep, canary_keep, init_params, canary, x, y):
+              optimizer, has_init, has_noise):
+  def batched(key, keep, canary_keep, noise_std, init_params, canary, x, y):
     glm = (isinstance(clipped_sum_fn, functools.partial)
            and clipped_sum_fn.func is glm_clipped_grad_sum)
     unroll = _SCAN_UNROLL if glm and key.shape[0] >= _UNROLL_MIN_MODELS else 1
 
-    def one(key, keep, canary_keep):
+    def one(key, keep, canary_keep, noise_std):
       return _train_single(
-          key, keep, canary_keep, init_params, x, y, cfg=cfg, model=model,
+          key, keep, canary_keep, noise_std if has_noise else 0.0, init_params, x, y,
+          cfg=cfg, model=model,
           observe_fn=observe_fn, per_example_stats=per_example_stats,
           gradient_canary=canary if has_canary else None,
           clipped_sum_fn=clipped_sum_fn, optimizer=optimizer, unroll=unroll)
-    return jax.vmap(one)(key, keep, canary_keep)
+    return jax.vmap(one)(key, keep, canary_keep, noise_std)
   return jax.jit(batched)
 
 
@@ -898,7 +916,8 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
                memory_budget_bytes: int = 2 * 2 ** 30,
                max_chunk: int | None = None,
                model_sharding: jax.sharding.Sharding | None = None,
-               progress: bool = True) -> TrainResult:
+               progress: bool = True,
+               _noise_std_M: np.ndarray | None = None) -> TrainResult:
   """Trains M models with DP-SGD in one jitted program per memory-sized chunk.
 
   Args:
@@ -936,6 +955,7 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
     model_sharding: optional sharding of the leading model axis (see
       `dpjax.parallel`); each chunk is then a multiple of the device count.
     progress: show a progress bar when there is more than one chunk.
+    _noise_std_M: internal (`train_sweep`): per-model noise std instead of cfg's.
   Returns:
     TrainResult(params [M, ...], observations [M, T, ...] or None, stats or None).
   Raises:
@@ -989,9 +1009,16 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
   if optimizer is None:
     optimizer = _default_optimizer(float(cfg.learning_rate), float(cfg.momentum))
   csf = clipped_sum_fn if clipped_sum_fn is not None else default_clipped_sum_fn(model)
-  _ = cfg.sigma  # resolve (and validate) target_epsilon on the host, before tracing
-  fn = _compiled(cfg, model, observe_fn, bool(per_example_stats), has_canary, csf,
-                 optimizer, init_params is not None)
+  if _noise_std_M is None:
+    # cfg.sigma resolves (and validates) target_epsilon on the host, before tracing.
+    std = np.full((m,), _noise_std(cfg), np.float32)
+  else:
+    std = np.asarray(_noise_std_M, np.float32)
+    if std.shape != (m,) or not np.all(np.isfinite(std) & (std >= 0)):
+      raise ValueError(f"_noise_std_M must be {m} finite numbers >= 0")
+  has_noise = bool(np.any(std > 0))
+  fn = _compiled(_noise_free(cfg), model, observe_fn, bool(per_example_stats), has_canary,
+                 csf, optimizer, init_params is not None, has_noise)
 
   per = _bytes_per_model(x, model, init_params, cfg, per_example_stats, observe_fn,
                          clipped_sum_fn, params_shape)
@@ -1020,7 +1047,7 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
   for ci in it:
     lo, hi = ci * chunk, min(m, (ci + 1) * chunk)
     idx = np.arange(lo, lo + chunk) % m if hi - lo < chunk else np.arange(lo, hi)
-    args = (keys[idx], keep[idx], ck[idx])
+    args = (keys[idx], keep[idx], ck[idx], jnp.asarray(std[idx]))
     if model_sharding is not None:
       args = tuple(jax.device_put(a, model_sharding) for a in args)
     out = fn(*args, init_params, canary, x, y)
@@ -1061,6 +1088,63 @@ def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Array
   # train_many splits its key into M model keys; wrap so that model 0 gets `key`.
   out = _train_with_model_keys(key[None], keep[None], cfg, model, x_NxF, y_N, **kwargs)
   return jax.tree.map(lambda a: a[0], out)
+
+
+def train_sweep(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
+                keep_MxN: jax.typing.ArrayLike, cfgs: Sequence[DpSgdConfig],
+                config_index_M: jax.typing.ArrayLike, model: models_lib.Model,
+                **kwargs) -> TrainResult:
+  """Trains M models whose configs differ only in their noise, as ONE program.
+
+  For an epsilon (or sigma) sweep: the noise std is an input of the compiled
+  program, not part of it, so every config of the sweep shares one compile and one
+  vmapped run. Model i is trained exactly as `train_many` trains model i with
+  config cfgs[config_index_M[i]] and the same key (tested), so its guarantee is that
+  config's `epsilon()`.
+
+  Args:
+    key: a jax.random key; model i uses jax.random.split(key, M)[i].
+    x_NxF, y_N, keep_MxN, model: as in `train_many`.
+    cfgs: one or more DpSgdConfig equal in every field except noise_multiplier /
+      target_epsilon (e.g. one per epsilon, plus sigma = 0 for the noiseless baseline).
+    config_index_M: int[M], model i's config is cfgs[config_index_M[i]].
+    **kwargs: any other `train_many` keyword.
+  Returns:
+    TrainResult with leaves [M, ...], as `train_many`.
+  Raises:
+    ValueError: if the configs differ in anything but their noise, or an index is
+      out of range.
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from dpjax import models
+    >>> cfgs = [DpSgdConfig(dataset_size=8, sampling_prob=0.5, num_steps=3,
+    ...                     noise_multiplier=s) for s in (0.0, 1.0, 4.0)]
+    >>> out = train_sweep(jax.random.key(0), jnp.ones((8, 2)), jnp.ones((8,), int),
+    ...                   jnp.ones((6, 8), bool), cfgs, [0, 0, 1, 1, 2, 2],
+    ...                   models.logistic_regression(2), progress=False)
+    >>> out.params["w"].shape
+    (6, 2)
+  """
+  cfgs = tuple(cfgs)
+  if not cfgs or not all(isinstance(c, DpSgdConfig) for c in cfgs):
+    raise ValueError("cfgs must be a non-empty sequence of DpSgdConfig")
+  base = _noise_free(cfgs[0])
+  for j, c in enumerate(cfgs[1:], 1):
+    if _noise_free(c) != base:
+      diff = [f.name for f in dataclasses.fields(DpSgdConfig)
+              if getattr(_noise_free(c), f.name) != getattr(base, f.name)]
+      raise ValueError(f"cfgs[{j}] differs from cfgs[0] in {diff}; train_sweep configs may "
+                       "differ only in noise_multiplier / target_epsilon")
+  idx = np.asarray(config_index_M)
+  m = np.shape(keep_MxN)[0] if np.ndim(keep_MxN) >= 1 else -1
+  if idx.shape != (m,) or not np.issubdtype(idx.dtype, np.integer):
+    raise ValueError(f"config_index_M must be int[{m}] (one config per model), got "
+                     f"{idx.dtype}{list(idx.shape)}")
+  if np.any((idx < 0) | (idx >= len(cfgs))):
+    raise ValueError(f"config_index_M values must be in [0, {len(cfgs)})")
+  stds = np.array([_noise_std(c) for c in cfgs], np.float64)
+  return train_many(key, x_NxF, y_N, keep_MxN, cfgs[0], model,
+                    _noise_std_M=stds[idx].astype(np.float32), **kwargs)
 
 
 def _train_with_model_keys(keys_M, keep_MxN, cfg, model, x_NxF, y_N, **kwargs):

@@ -4,7 +4,9 @@
     .venv/bin/python -m experiments.dpsgd --seeds 5 --clip_seeds 10 --test_size 40000
 
 Four demos, all logistic regression trained with `dpsgd.train_many` (every seed of
-a setting is one vmapped run), expected batch 50 and 20 epochs unless stated, C = 1,
+a setting is one vmapped run; demo 2 trains all its epsilons and seeds of a feature
+set as one run with `dpsgd.train_sweep`), expected batch 50 and 20 epochs unless
+stated, C = 1,
 delta = 1e-5, eta * C = 0.5, accuracy on a separate test sample, scaler fit on a
 separate public sample:
 
@@ -116,6 +118,18 @@ def _train(key, d, cfg, seeds, stats=False):
   return res
 
 
+def _train_sweep(key, d, cfgs, seeds):
+  """All seeds of all cfgs (differing only in noise) as one vmapped run:
+  accuracies float64[len(cfgs), seeds]."""
+  n = d["x"].shape[0]
+  model = models.logistic_regression(d["x"].shape[1])
+  idx = np.repeat(np.arange(len(cfgs)), seeds)
+  out = dpsgd.train_sweep(key, d["x"], d["y"], jnp.ones((idx.size, n), bool), cfgs, idx,
+                          model, progress=False)
+  acc, _ = _evaluate(out.params["w"], d["x_test"], d["y_test"])
+  return acc.reshape(len(cfgs), seeds)
+
+
 def newton(x_NxD, y_N, ridge=1e-4, iters=50):
   """Near-unregularised logistic regression by Newton's method (float64, non-private)."""
   x = np.asarray(x_NxD, np.float64)
@@ -180,16 +194,17 @@ def demo_anatomy(key, data, draws):
 
 def demo_cost(key, data, seeds, epsilons=EPSILONS):
   res, rows = {}, []
-  runs = [(name, eps) for name in ("linear", "cubic") for eps in tuple(epsilons) + ("noiseless",)]
-  for i, (name, eps) in enumerate(_common_progress(runs, "demo 2")):
+  settings = tuple(epsilons) + ("noiseless",)
+  for i, name in enumerate(_common_progress(("linear", "cubic"), "demo 2")):
     d = data[name]
     n = d["x"].shape[0]
     q = 50.0 / n
     steps = int(round(20 / q))
-    cfg = _cfg(n, q, steps, eps=None if eps == "noiseless" else eps)
-    r = _train(jax.random.fold_in(key, i), d, cfg, seeds)
-    res[f"{name}/{eps}"] = {"acc_mean": float(r["acc"].mean()), "acc_sd": float(r["acc"].std(ddof=1)),
-                            "sigma": cfg.sigma, "acc": r["acc"].tolist()}
+    cfgs = [_cfg(n, q, steps, eps=None if eps == "noiseless" else eps) for eps in settings]
+    acc = _train_sweep(jax.random.fold_in(key, i), d, cfgs, seeds)
+    for eps, cfg, a in zip(settings, cfgs, acc):
+      res[f"{name}/{eps}"] = {"acc_mean": float(a.mean()), "acc_sd": float(a.std(ddof=1)),
+                              "sigma": cfg.sigma, "acc": a.tolist()}
   for name in ("linear", "cubic"):
     d = data[name]
     w = newton(d["x"], d["y"])

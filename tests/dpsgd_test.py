@@ -222,6 +222,74 @@ class NoiseAndDenominatorTest(parameterized.TestCase):
     self.assertAlmostEqual(both, q * q, delta=4 * math.sqrt(q * q * (1 - q * q) / 99_800))
 
 
+class SweepTest(absltest.TestCase):
+  """train_sweep: configs that differ only in noise share one program."""
+
+  def _cfgs(self, **kw):
+    return [_cfg(noise_multiplier=0.0, **kw), _cfg(noise_multiplier=0.8, **kw),
+            _cfg(noise_multiplier=None, target_epsilon=3.0, **kw)]
+
+  def test_each_model_equals_train_one_with_its_config(self):
+    x, y = _data()
+    keep = jax.random.bernoulli(jax.random.key(1), 0.7, (6, 24))
+    idx = np.array([0, 1, 2, 2, 1, 0])
+    for model in (models.logistic_regression(4, l2=0.01),
+                  models.mlp(4, hidden=(5,), num_classes=2)):
+      cfgs = self._cfgs(l2_clip_norm=0.7)
+      out = dpsgd.train_sweep(jax.random.key(2), x, y, keep, cfgs, idx, model,
+                              observe_fn=None, per_example_stats=True, progress=False)
+      keys = jax.random.split(jax.random.key(2), 6)
+      for i in range(6):
+        one = dpsgd.train_one(keys[i], x, y, keep[i], cfgs[idx[i]], model,
+                              per_example_stats=True)
+        _assert_trees_close(jax.tree.map(lambda a, i=i: a[i], out.params), one.params)
+        np.testing.assert_array_equal(out.stats["times_sampled"][i],
+                                      one.stats["times_sampled"])
+
+  def test_a_sigma_sweep_compiles_once(self):
+    x, y = _data()
+    keep = jnp.ones((3, 24), bool)
+    model = models.logistic_regression(4)
+    before = dpsgd._compiled.cache_info().misses
+    for sigma in (0.3, 0.9, 2.7):   # all > 0: the same program
+      dpsgd.train_many(jax.random.key(0), x, y, keep, _cfg(noise_multiplier=sigma,
+                                                          num_steps=7), model, progress=False)
+    self.assertEqual(dpsgd._compiled.cache_info().misses - before, 1)
+
+  def test_noise_std_scales_with_sigma(self):
+    # One step from w = 0 on records x = 0 (every gradient is 0): the update is
+    # lr * noise / B, so sigma = 0 models stay at exactly 0 and sigma = 2 models
+    # spread with std lr * sigma * C / B per coordinate.
+    x = jnp.zeros((24, 4))
+    y = jnp.zeros((24,), jnp.int32)
+    m = 4000
+    cfgs = [_cfg(noise_multiplier=s, num_steps=1, sampling_prob=1.0, l2_clip_norm=0.5)
+            for s in (0.0, 2.0)]
+    idx = np.repeat([0, 1], m // 2)
+    out = dpsgd.train_sweep(jax.random.key(5), x, y, jnp.ones((m, 24), bool), cfgs, idx,
+                            models.logistic_regression(4), progress=False)
+    w = np.asarray(out.params["w"])
+    np.testing.assert_array_equal(w[: m // 2], 0.0)
+    want = 0.5 * 2.0 * 0.5 / 24.0           # lr * sigma * C / B
+    sd = w[m // 2:].std()
+    # 8000 draws: the sample sd is within 4 % of the truth with prob > 0.999.
+    self.assertAlmostEqual(sd / want, 1.0, delta=0.04)
+
+  def test_bad_inputs(self):
+    x, y = _data()
+    keep = jnp.ones((2, 24), bool)
+    model = models.logistic_regression(4)
+    with self.assertRaisesRegex(ValueError, "sampling_prob"):
+      dpsgd.train_sweep(jax.random.key(0), x, y, keep,
+                        [_cfg(), _cfg(sampling_prob=0.5)], [0, 1], model)
+    with self.assertRaisesRegex(ValueError, "config_index_M"):
+      dpsgd.train_sweep(jax.random.key(0), x, y, keep, [_cfg()], [0], model)
+    with self.assertRaisesRegex(ValueError, "config_index_M"):
+      dpsgd.train_sweep(jax.random.key(0), x, y, keep, [_cfg()], [0, 1], model)
+    with self.assertRaisesRegex(ValueError, "DpSgdConfig"):
+      dpsgd.train_sweep(jax.random.key(0), x, y, keep, [], [0, 0], model)
+
+
 class RandomStreamTest(parameterized.TestCase):
   """The unrolled threefry samplers reproduce jax's streams bit for bit."""
 

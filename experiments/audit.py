@@ -18,8 +18,8 @@ with 95% confidence, the trials' ceiling (a perfect attack: ~ln(N/3.7)), and the
 best bound ANY adversary could certify with the same trials and procedure, from
 the accounted mechanism's own trade-off curve on expected counts.
 
-Command:   python -m experiments.audit --trials 10000     (40 s wall / 62 s CPU on the idle
-                                                           2-core machine, 0.89 GB RSS;
+Command:   python -m experiments.audit --trials 10000     (33 s wall / 53 s CPU on the
+                                                           2-core machine, 0.83 GB RSS;
                                                            4 min 10 s wall at load ~10
                                                            with an older, slower engine)
            python -m experiments.audit                     (--trials 1000, ~18 s wall)

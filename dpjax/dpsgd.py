@@ -67,6 +67,7 @@ from jax.extend import random as jax_random_ext
 
 from dpjax import ghost
 from dpjax import models as models_lib
+from dpjax import sqnorm
 
 PyTree = Any
 
@@ -552,11 +553,6 @@ def _shuffle_mask(key, step, keep_N, batch_size, steps_per_epoch):
 # Clipping.
 
 
-def _tree_sq_norm_per_example(grads):
-  return sum(jnp.sum(jnp.square(g).reshape(g.shape[0], -1), axis=1)
-             for g in jax.tree.leaves(grads))
-
-
 def clip_factor(norms_B: jax.Array, l2_clip_norm: float) -> jax.Array:
   """min(1, C / norm) per example (1 for norm 0; 1 everywhere when C = inf)."""
   if math.isinf(l2_clip_norm):
@@ -572,8 +568,7 @@ def _loss_one(model, params, x_F, y):
 def per_example_grads(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
                       y_B: jax.Array) -> PyTree:
   """Per-example gradients by vmap(grad): a pytree like params with leaves [B, ...]."""
-  loss_one = functools.partial(_loss_one, model)
-  return jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0))(params, x_BxF, y_B)
+  return sqnorm.per_example_grads(functools.partial(_loss_one, model), params, x_BxF, y_B)
 
 
 def clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
@@ -592,26 +587,29 @@ def clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
     vector of L2 norm <= C.
   """
   g = per_example_grads(model, params, x_BxF, y_B)
-  norms = jnp.sqrt(_tree_sq_norm_per_example(g))
+  norms = jnp.sqrt(sqnorm.tree_sq_norm_per_example(g))
   a = weights_B * clip_factor(norms, l2_clip_norm)
   s = jax.tree.map(lambda gl: jnp.tensordot(a, gl, axes=1), g)
   return s, norms
 
 
 def two_pass_clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
-                              y_B: jax.Array, weights_B: jax.Array, l2_clip_norm: float
+                              y_B: jax.Array, weights_B: jax.Array, l2_clip_norm: float,
+                              *, rewrite_norms: bool = True
                               ) -> tuple[PyTree, jax.Array]:
   """Same result as `clipped_grad_sum`, computed in two passes.
 
-  Pass 1: per-example norms from vmap(grad) (XLA can often fuse the squared-norm
-  reduction so the [B, P] gradients are never written out); pass 2: one ordinary
-  backward pass of sum_i a_i loss_i with the clip weights a_i = weights_i *
-  min(1, C / norm_i) held constant, which equals sum_i a_i g_i. Faster than the
-  one-pass version when per-example gradients are large relative to the model's
-  forward cost (measured on logistic regression in benchmarks/dpsgd.py).
+  Pass 1: per-example norms of the vmap(grad) gradients, `sqnorm.per_example_sq_norms`
+  (with rewrite_norms, the squared norm of every per-example matmul gradient is
+  taken as ||input||^2 ||output grad||^2 found in the jaxpr, an exact identity, so
+  those [B, P] gradients are never formed; False: the plain reduction); pass 2: one
+  ordinary backward pass of sum_i a_i loss_i with the clip weights a_i = weights_i *
+  min(1, C / norm_i) held constant, which equals sum_i a_i g_i. The engine's default
+  for models it has no special path for (benchmarks/dpsgd.py measures it).
   """
-  g = per_example_grads(model, params, x_BxF, y_B)
-  norms = jnp.sqrt(_tree_sq_norm_per_example(g))
+  sq = sqnorm.per_example_sq_norms(functools.partial(_loss_one, model), params, x_BxF, y_B,
+                                   rewrite=rewrite_norms)
+  norms = jnp.sqrt(sq)
   a = jax.lax.stop_gradient(weights_B * clip_factor(norms, l2_clip_norm))
 
   def weighted_loss(p):

@@ -13,16 +13,18 @@ figure is a ratio against a baseline timed under the same machine load:
     Gaussian noise from `Generator.standard_normal`);
   * dpjax fast path: `dpsgd.train_many` (GLM closed form, chosen automatically);
   * dpjax generic path: the same with vmap(grad) clipping: `two_pass_clipped_grad_sum`
-    (what the engine uses for a model it has no special path for; keys `generic_*`)
-    and the one-pass `clipped_grad_sum` (keys `generic_one_pass_*`; not timed at the
-    largest M, where it takes ~12x the fast path's time);
+    (what the engine uses for a model it has no special path for; keys `generic_*`;
+    its norms come from `dpjax.sqnorm`, which finds the per-example outer products in
+    the jaxpr of vmap(grad)), the same without that rewrite (`generic_plain_*`), and
+    the one-pass `clipped_grad_sum` (`generic_one_pass_*`); the last two are not timed
+    at the largest M, where they take ~3x and ~12x the fast path's time;
   * a float32 matmul peak (max of NumPy and XLA on 1024^3) for GFLOP/s fractions;
   * peak resident memory of a fresh subprocess training the largest M.
 
 Then (unless --skip_deep) `benchmarks.dpsgd_deep.measure()` (MLP / CNN
 DP-SGD vs the non-private step and Opacus) is merged in. Every figure is printed and
-written with --json. Timings take the best of --repeats runs after one warm-up, the
-competitors timed in turn (numpy, fast, generic, ...) so that a burst of load hits
+written with --json. Timings take the best of --repeats runs (at most 2 above
+M = 2000) after one warm-up, the competitors timed in turn (numpy, fast, generic, ...) so that a burst of load hits
 all of them; NumPy runs at its best BLAS thread count (1 or all cores).
 
 FLOP count: one step costs 2 N D (logits) + 2 N D (gradient sum) multiply-adds*2,
@@ -155,7 +157,9 @@ def _dpjax_runner(x, y, num_models, generic):
   cfg = dpsgd.DpSgdConfig(dataset_size=N, sampling_prob=Q, num_steps=T, l2_clip_norm=C,
                           noise_multiplier=SIGMA, learning_rate=LR)
   csf = {False: None, True: functools.partial(dpsgd.clipped_grad_sum, model),
-         "two_pass": functools.partial(dpsgd.two_pass_clipped_grad_sum, model)}[generic]
+         "two_pass": functools.partial(dpsgd.two_pass_clipped_grad_sum, model),
+         "two_pass_plain": functools.partial(dpsgd.two_pass_clipped_grad_sum, model,
+                                             rewrite_norms=False)}[generic]
   keep = jnp.ones((num_models, N), bool)
   xj, yj = jnp.asarray(x), jnp.asarray(y, jnp.int32)
   key = jax.random.key(1)
@@ -193,7 +197,7 @@ def measure_audit_workload(sizes, repeats, skip_generic_largest=False, log=print
   for m in sizes:
     row = {}
     rng = np.random.default_rng(0)
-    reps = repeats if m <= 2000 else 1
+    reps = repeats if m <= 2000 else min(repeats, 2)   # large M: ~15 s per numpy run
     np_threads = numpy_best_threads(x, y, m, rng)
     row["numpy_blas_threads"] = np_threads
 
@@ -204,6 +208,7 @@ def measure_audit_workload(sizes, repeats, skip_generic_largest=False, log=print
     if not (skip_generic_largest and m == max(sizes)):
       fns["generic"] = _dpjax_runner(x, y, m, generic="two_pass")
       if m != max(sizes) or len(sizes) == 1:
+        fns["plain"] = _dpjax_runner(x, y, m, generic="two_pass_plain")
         fns["one_pass"] = _dpjax_runner(x, y, m, generic=True)
     best = interleaved_best(fns, reps)
     t_np, t_fast = best["numpy"], best["fast"]
@@ -216,13 +221,14 @@ def measure_audit_workload(sizes, repeats, skip_generic_largest=False, log=print
     line = (f"M={m:6d}: numpy {m / t_np:7.0f} models/s | dpjax fast {m / t_fast:7.0f} "
             f"models/s ({t_np / t_fast:.2f}x, {row['gflops']:.1f} GFLOP/s = "
             f"{100 * row['fraction_of_peak']:.0f}% of peak)")
-    for name, label in (("generic", "generic vmap(grad) two-pass"), ("one_pass", "one-pass")):
+    for name, label in (("generic", "generic vmap(grad) two-pass"),
+                        ("plain", "without the norm rewrite"), ("one_pass", "one-pass")):
       if name in best:
-        key = "generic" if name == "generic" else "generic_one_pass"
+        key = "generic" if name == "generic" else f"generic_{name}"
         row[f"{key}_models_per_s"] = m / best[name]
         row[f"{key}_slowdown_vs_fast"] = best[name] / t_fast
         line += (f" | {label} {m / best[name]:7.0f} models/s "
-                 f"({best[name] / t_fast:.2f}x slower than fast)")
+                 f"({best[name] / t_fast:.2f}x the fast path's time)")
     res[f"M{m}"] = row
     log(line)
   big = max(sizes)

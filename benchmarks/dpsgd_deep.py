@@ -16,6 +16,10 @@ the same machine load), examples/second of one training step on a fixed batch:
       materialised) + Gaussian noise sigma*C + division by B + SGD;
   (c) ghost: `ghost.clipped_sum_fn` (ghost norms, no per-example gradients for dense
       layers) + the same noise / denominator / SGD;
+  (c') generic: `dpsgd.two_pass_clipped_grad_sum` (what the engine uses for a model
+      it has no special path for: vmap(grad) norms with the outer-product identity
+      applied in the jaxpr by `dpjax.sqnorm`, then one weighted backward pass) + the
+      same noise / denominator / SGD;
   (d) opacus_hooks / opacus_ghost: Opacus `PrivacyEngine.make_private` with
       grad_sample_mode "hooks" and "ghost" (torch CPU, optional: skipped with a
       message when torch or opacus cannot be imported), each timed with 1 torch
@@ -35,7 +39,8 @@ Keys (flat, dotted): `<w>.<method>_ex_per_s` for every rate, and
   `mlp.overhead_vs_nonprivate` nonprivate rate / ghost rate (target <= 1.5);
   `cnn.overhead_vs_nonprivate`, `cnn28.overhead_vs_nonprivate` (target <= 2);
   `cnn.ratio_vs_opacus`, `cnn28.ratio_vs_opacus` ghost rate / best Opacus rate;
-  `<w>.speedup_vs_naive`       ghost rate / naive rate.
+  `<w>.speedup_vs_naive`       ghost rate / naive rate;
+  `<w>.generic_overhead_vs_nonprivate` nonprivate rate / generic rate.
 Runtime: about 2-4 minutes on the 2-core development machine (`--quick`: ~1 min).
 """
 
@@ -99,7 +104,7 @@ def _best_rates(runs: dict, steps: dict, repeats: int) -> dict:
 
 
 def _jax_runners(kind, kwargs, num_features, steps):
-  """The three JAX steps (nonprivate, naive, ghost) as zero-argument timed loops."""
+  """The JAX steps (nonprivate, naive, ghost, generic, profiles) as zero-argument timed loops."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
@@ -128,6 +133,7 @@ def _jax_runners(kind, kwargs, num_features, steps):
     return jax.tree.map(lambda p, u: p - LEARNING_RATE * u, params, priv)
 
   naive_sum = functools.partial(dpsgd.clipped_grad_sum, model)
+  generic_sum = functools.partial(dpsgd.two_pass_clipped_grad_sum, model)
   ghost_sum = ghost.clipped_sum_fn(model)
   def forward_only(params, t):  # profile: the forward pass alone (logits)
     del t
@@ -146,6 +152,7 @@ def _jax_runners(kind, kwargs, num_features, steps):
       "nonprivate": nonprivate,
       "naive": functools.partial(private, naive_sum),
       "ghost": functools.partial(private, ghost_sum),
+      "generic": functools.partial(private, generic_sum),
       "profile_forward": forward_only,
       "profile_ghost_sum": ghost_sum_only,
       "profile_noise_update": noise_only,
@@ -278,6 +285,7 @@ def measure_workload(name: str, steps: int, repeats: int, naive_steps: int, torc
   ghost_rate = out["ghost_ex_per_s"]
   out["overhead_vs_nonprivate"] = out["nonprivate_ex_per_s"] / ghost_rate
   out["speedup_vs_naive"] = ghost_rate / out["naive_ex_per_s"]
+  out["generic_overhead_vs_nonprivate"] = out["nonprivate_ex_per_s"] / out["generic_ex_per_s"]
   opacus = [v for k, v in out.items() if k.startswith("opacus_") and k.endswith("_ex_per_s")]
   if opacus:
     out["opacus_best_ex_per_s"] = max(opacus)

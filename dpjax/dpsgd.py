@@ -20,7 +20,8 @@ mask `keep_MxN[i]`, and equals `train_one` with that key. Logistic regression us
 a closed-form GLM path (per-example gradient = residual * features, so clipping is
 a per-row scale and a step over M models is two matmuls); `models.mlp` and
 `models.cnn` use ghost clipping (`dpjax.ghost`); any other model uses `vmap(grad)`
-(`two_pass_clipped_grad_sum`); `clipped_sum_fn=` overrides the choice.
+(`two_pass_clipped_grad_sum`, norms by `dpjax.sqnorm`); `clipped_sum_fn=` overrides
+the choice.
 
 Random numbers: every step draws its Bernoulli(q) mask as raw uniform integers of
 w bits compared with the threshold floor(q * 2^w), w = 16 for q >= 1/16 and 32

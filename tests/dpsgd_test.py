@@ -49,12 +49,18 @@ class ClippingTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       (f"seed{s}_{kind}_C{c}", s, kind, c)
-      for s in range(2) for kind in ("glm", "generic", "mlp") for c in (0.1, 5.0))
+      for s in range(2) for kind in ("glm", "generic", "mlp", "two_pass_lr", "two_pass_mlp")
+      for c in (0.1, 5.0))
   def test_each_contribution_bounded_by_c(self, seed, kind, c):
     x, y = _data(n=16, d=5, seed=seed, scale=1.0 + 4.0 * seed)
     if kind == "mlp":
       model = models.mlp(5, hidden=(7,), num_classes=1, l2=0.1)
       fn = functools.partial(dpsgd.clipped_grad_sum, model)
+    elif kind.startswith("two_pass"):
+      # No L2 penalty, so the norms come from sqnorm's outer-product identity.
+      model = (models.logistic_regression(5) if kind == "two_pass_lr"
+               else models.mlp(5, hidden=(7,), num_classes=1))
+      fn = functools.partial(dpsgd.two_pass_clipped_grad_sum, model)
     else:
       model = models.logistic_regression(5, l2=0.2)
       fn = (functools.partial(dpsgd.glm_clipped_grad_sum, 0.2) if kind == "glm"

@@ -66,7 +66,12 @@ def per_example_sq_norms(loss_one: Callable, params: PyTree, x_BxF: jax.Array,
       the plain vmap(grad) reduction (the reference it is tested against).
   Returns:
     float32[B], the squared L2 norm of each record's gradient over all leaves.
+  Raises:
+    ValueError: if x_BxF and y_B do not have the same leading size.
   """
+  if jnp.ndim(x_BxF) < 1 or jnp.ndim(y_B) < 1 or jnp.shape(x_BxF)[0] != jnp.shape(y_B)[0]:
+    raise ValueError(f"x_BxF and y_B need the same leading size B, got shapes "
+                     f"{jnp.shape(x_BxF)} and {jnp.shape(y_B)}")
   def sq(p):
     return tree_sq_norm_per_example(per_example_grads(loss_one, p, x_BxF, y_B))
   if not rewrite:
@@ -172,8 +177,9 @@ def _gram_reduce(eqn, producer, read):
   # where they are cheaper than the materialised gradient.
   if k > 1 and k * (fa + fb) >= fa * fb:
     return None
-  a = a.astype(jnp.float32)
-  b = b.astype(jnp.float32)
+  dtype = eqn.outvars[0].aval.dtype   # what the replaced reduce_sum returns
+  a = a.astype(dtype)
+  b = b.astype(dtype)
   if k == 1:
     # ||A_i||^2 ||B_i||^2 per batch index (batch axes first, in dimension-number order).
     sa = jnp.sum(jnp.square(a), axis=tuple(lfree) + tuple(lc))
@@ -186,10 +192,8 @@ def _gram_reduce(eqn, producer, read):
   # Gram matrices over the contracting axes: [batch..., K..., K...] for A and for B;
   # dot_general leaves each K block in increasing axis order, put it in lc's / rc's
   # listed order so that A's k-th contracting axis meets B's k-th.
-  ga = jax.lax.dot_general(a, a, ((lfree, lfree), (lb, lb)),
-                           preferred_element_type=jnp.float32)
-  gb = jax.lax.dot_general(b, b, ((rfree, rfree), (rb, rb)),
-                           preferred_element_type=jnp.float32)
+  ga = jax.lax.dot_general(a, a, ((lfree, lfree), (lb, lb)), preferred_element_type=dtype)
+  gb = jax.lax.dot_general(b, b, ((rfree, rfree), (rb, rb)), preferred_element_type=dtype)
   ga = jnp.transpose(ga, _gram_order(nb, lc))
   gb = jnp.transpose(gb, _gram_order(nb, rc))
   return jnp.sum(ga * gb, axis=tuple(range(nb, ga.ndim)))

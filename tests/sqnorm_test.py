@@ -131,6 +131,13 @@ class SqNormTest(parameterized.TestCase):
     np.testing.assert_allclose(got, f(a, b), rtol=1e-5)
     self.assertEqual(hits, [True])
 
+  def test_mismatched_records_raise(self):
+    model = models.logistic_regression(3)
+    loss_one = functools.partial(dpsgd._loss_one, model)
+    with self.assertRaisesRegex(ValueError, "leading size"):
+      sqnorm.per_example_sq_norms(loss_one, model.init(jax.random.key(0)), jnp.ones((4, 3)),
+                                  jnp.ones((5,), jnp.int32))
+
   def test_engine_generic_path_uses_it(self):
     # two_pass_clipped_grad_sum with and without the identity: same clipped sum.
     model = models.mlp(5, (7,), 3)

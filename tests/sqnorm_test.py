@@ -65,6 +65,19 @@ def _data(model, shape, classes, b=11, seed=0):
   return params, x, y
 
 
+def _with_hits(fn):
+  """(fn(), [whether the identity applied, per reduce_sum sqnorm looked at])."""
+  hits = []
+  real = sqnorm._gram_reduce
+
+  def spy(*args):
+    out = real(*args)
+    hits.append(out is not None)
+    return out
+  with mock.patch.object(sqnorm, "_gram_reduce", spy):
+    return fn(), hits
+
+
 class SqNormTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*_CASES)
@@ -72,15 +85,7 @@ class SqNormTest(parameterized.TestCase):
     params, x, y = _data(model, shape, classes)
     loss_one = functools.partial(dpsgd._loss_one, model)
     want = sqnorm.per_example_sq_norms(loss_one, params, x, y, rewrite=False)
-    hits = []
-    real = sqnorm._gram_reduce
-
-    def spy(*args):
-      out = real(*args)
-      hits.append(out is not None)
-      return out
-    with mock.patch.object(sqnorm, "_gram_reduce", spy):
-      got = sqnorm.per_example_sq_norms(loss_one, params, x, y)
+    got, hits = _with_hits(lambda: sqnorm.per_example_sq_norms(loss_one, params, x, y))
     np.testing.assert_allclose(got, want, rtol=2e-6)
     self.assertEqual(sum(hits), fired)   # where the identity applied (0: plain)
     # And the plain reduction equals the definition, one record at a time.
@@ -119,15 +124,7 @@ class SqNormTest(parameterized.TestCase):
       d = jax.lax.dot_general(a, b, dims)
       return jnp.sum(jnp.square(d), axis=tuple(range(nb, d.ndim)))
     closed = jax.make_jaxpr(f)(a, b)
-    hits = []
-    real = sqnorm._gram_reduce
-
-    def spy(*args):
-      out = real(*args)
-      hits.append(out is not None)
-      return out
-    with mock.patch.object(sqnorm, "_gram_reduce", spy):
-      got, = sqnorm._eval(closed.jaxpr, closed.consts, [a, b])
+    (got,), hits = _with_hits(lambda: sqnorm._eval(closed.jaxpr, closed.consts, [a, b]))
     np.testing.assert_allclose(got, f(a, b), rtol=1e-5)
     self.assertEqual(hits, [True])
 

@@ -16,8 +16,9 @@ of a dense weight is the product of the layer's input and output gradient over t
 
 which for K = 1 is ||A||^2 ||B||^2. This is the "ghost norm" identity (Goodfellow
 2015; Li et al. 2022), found in the jaxpr instead of written per layer, so it costs
-O(K^2 (|A| + |B|)) instead of materialising the O(K |A| |B|) gradient. It is used only
-where it is cheaper; everything else in the jaxpr (other primitives, losses whose
+O(K^2 (|A| + |B|)) instead of materialising the O(K |A| |B|) gradient. It is used
+for K = 1 always (never more work) and for K > 1 only where the Gram form is cheaper;
+everything else in the jaxpr (other primitives, losses whose
 per-example gradient is not a bare dot_general, e.g. with an L2 penalty added, convs)
 is evaluated as traced, so the result always equals the plain computation up to
 float rounding (tested against it for logistic regression, MLPs, CNNs and custom
@@ -38,9 +39,6 @@ import jax.numpy as jnp
 from jax.extend import core as jcore
 
 PyTree = Any
-
-_SQUARE_PRIMITIVES = ("square", "integer_pow", "mul")
-
 
 def per_example_grads(loss_one: Callable, params: PyTree, x_BxF: jax.Array,
                       y_B: jax.Array) -> PyTree:

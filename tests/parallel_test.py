@@ -19,8 +19,11 @@ _SCRIPT = textwrap.dedent("""
     cfg = dpsgd.DpSgdConfig(dataset_size=20, sampling_prob=0.3, num_steps=12,
                             noise_multiplier=1.1)
     out = {}
-    for name, model in [("lr", models.logistic_regression(4, l2=0.01)),
-                        ("mlp", models.mlp(4, hidden=(5,), num_classes=2))]:
+    mlp = models.mlp(4, hidden=(5,), num_classes=2)
+    # A model the engine has no special path for: two-pass vmap(grad) with sqnorm.
+    custom = models.Model(mlp.init, mlp.apply, 0.0, "custom", 2)
+    for name, model in [("lr", models.logistic_regression(4, l2=0.01)), ("mlp", mlp),
+                        ("custom", custom)]:
       ref = dpsgd.train_many(jax.random.key(2), x, y, keep, cfg, model,
                              per_example_stats=True, progress=False)
       sh = parallel.train_many_sharded(jax.random.key(2), x, y, keep, cfg, model,
@@ -58,7 +61,7 @@ class ParallelTest(absltest.TestCase):
                           env=env, cwd=root, timeout=600)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    for name in ("lr", "mlp"):
+    for name in ("lr", "mlp", "custom"):
       r = res[name]
       self.assertEqual(r["shape"][0], 6)
       self.assertEqual(r["num_devices_used"], 4)

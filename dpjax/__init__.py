@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "accounting", "attacks", "audit", "data", "dpsgd", "ghost", "mechanisms", "metrics",
-    "models", "parallel", "pate",
+    "models", "parallel", "pate", "sqnorm",
 )
 
 

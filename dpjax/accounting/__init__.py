@@ -33,12 +33,12 @@ from typing import Optional
 
 import numpy as np
 
-from dpjax.accounting import _validate
+from dpjax import _validate
 from dpjax.accounting import composition  # noqa: F401  (re-exported submodule)
 from dpjax.accounting import gdp
 from dpjax.accounting import rdp
-from dpjax.accounting._validate import check_int as _check_int
-from dpjax.accounting._validate import check_sampling_prob as _check_q
+from dpjax._validate import check_int as _check_int
+from dpjax._validate import check_sampling_prob as _check_q
 from dpjax.accounting.gdp import (  # noqa: F401  (re-exported helpers)
     compose_mu, dpsgd_clt_epsilon, dpsgd_clt_mu, gaussian_delta, gaussian_epsilon,
     mu_for_epsilon, tradeoff_tpr)

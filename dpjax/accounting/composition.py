@@ -35,7 +35,7 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from dpjax.accounting import _validate
+from dpjax import _validate
 
 
 def _check_eps0(epsilon0) -> float:

@@ -72,11 +72,11 @@ from scipy import fft as sp_fft
 from scipy import signal, special
 
 from dpjax.accounting import gdp
-from dpjax.accounting._validate import check_delta as _check_delta
-from dpjax.accounting._validate import check_int as _check_int
-from dpjax.accounting._validate import check_nonnegative as _check_nonnegative
-from dpjax.accounting._validate import check_positive as _check_positive
-from dpjax.accounting._validate import check_sampling_prob as _check_q
+from dpjax._validate import check_delta as _check_delta
+from dpjax._validate import check_int as _check_int
+from dpjax._validate import check_nonnegative as _check_nonnegative
+from dpjax._validate import check_positive as _check_positive
+from dpjax._validate import check_sampling_prob as _check_q
 
 # Default grid spacing of `gaussian_pld` / `laplace_pld` when none is given.
 DEFAULT_VALUE_DISCRETIZATION = 1e-4

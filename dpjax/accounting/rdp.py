@@ -44,8 +44,8 @@ import math
 import numpy as np
 from scipy import special
 
-from dpjax.accounting._validate import check_positive as _check_positive
-from dpjax.accounting._validate import check_sampling_prob as _check_q
+from dpjax._validate import check_positive as _check_positive
+from dpjax._validate import check_sampling_prob as _check_q
 
 # The default grid of orders: fine near 1 (where small-eps / large-q settings
 # put the optimum), every integer from 11 to 128 (no hole between 64 and 128,

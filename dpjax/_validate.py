@@ -1,0 +1,335 @@
+"""Input checks shared by the whole package.
+
+Every check takes the value and the name of the parameter it came from, returns the
+value in a canonical form (a Python float or int, or a NumPy array), and raises a
+ValueError whose message names the parameter and the allowed range. A bool, a string
+or None where a number belongs is rejected the same way, as are NaN and infinities
+unless a check says otherwise.
+
+Scalar checks run on the host: a privacy parameter must be a concrete number, so a
+traced JAX value is rejected with a message saying so. Array checks that inspect
+values skip the value test when given a tracer (the shape is still checked) so that
+jitted callers can share them.
+
+Typical use, at the top of a public function:
+
+    eps = _validate.check_epsilon(epsilon)
+    q = _validate.check_sampling_prob(sampling_prob)
+    x = _validate.check_finite_array(x_NxF, "x_NxF", ndim=2)
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+
+def is_tracer(x: Any) -> bool:
+  """True if x is a JAX tracer (its values are unknown until the program runs)."""
+  jax = sys.modules.get("jax")
+  return jax is not None and isinstance(x, jax.core.Tracer)
+
+
+def _real(x: Any, name: str, requirement: str) -> float:
+  """x as a Python float, or ValueError("{name} must be {requirement}, got x")."""
+  if is_tracer(x):
+    raise ValueError(f"{name} must be a concrete host scalar (it is a privacy "
+                     "parameter), not a traced value")
+  message = f"{name} must be {requirement}, got {x!r}"
+  if isinstance(x, (bool, np.bool_, str, bytes)) or x is None:
+    raise ValueError(message)
+  try:
+    arr = np.asarray(x)
+  except (TypeError, ValueError):
+    raise ValueError(message) from None
+  if arr.ndim != 0:
+    raise ValueError(f"{name} must be a scalar ({requirement}), got shape {arr.shape}")
+  if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+    raise ValueError(message)
+  return float(arr)
+
+
+# ----------------------------------------------------------------------------------
+# scalars
+
+
+def check_real(x: Any, name: str) -> float:
+  """x as a float; any real number, NaN and infinities included.
+
+  Examples:
+    >>> check_real(-2, "offset")
+    -2.0
+  """
+  return _real(x, name, "a real number")
+
+
+def check_finite(x: Any, name: str) -> float:
+  """x as a float, finite (no NaN or inf).
+
+  Examples:
+    >>> check_finite(-2, "lower")
+    -2.0
+  """
+  v = _real(x, name, "a finite number")
+  if not math.isfinite(v):
+    raise ValueError(f"{name} must be a finite number, got {x!r}")
+  return v
+
+
+def check_positive(x: Any, name: str) -> float:
+  """x as a float, finite and > 0.
+
+  Examples:
+    >>> check_positive(0.5, "noise_multiplier")
+    0.5
+    >>> check_positive(0, "noise_multiplier")
+    Traceback (most recent call last):
+    ...
+    ValueError: noise_multiplier must be a finite number > 0, got 0
+  """
+  requirement = "a finite number > 0"
+  v = _real(x, name, requirement)
+  if not (math.isfinite(v) and v > 0):
+    raise ValueError(f"{name} must be {requirement}, got {x!r}")
+  return v
+
+
+def check_nonnegative(x: Any, name: str) -> float:
+  """x as a float, finite and >= 0.
+
+  Examples:
+    >>> check_nonnegative(0, "l2")
+    0.0
+  """
+  requirement = "a finite number >= 0"
+  v = _real(x, name, requirement)
+  if not (math.isfinite(v) and v >= 0):
+    raise ValueError(f"{name} must be {requirement}, got {x!r}")
+  return v
+
+
+def check_epsilon(epsilon: Any, name: str = "epsilon", allow_zero: bool = False) -> float:
+  """epsilon as a float, finite and > 0 (>= 0 with allow_zero).
+
+  Examples:
+    >>> check_epsilon(1)
+    1.0
+    >>> check_epsilon(0.0, allow_zero=True)
+    0.0
+  """
+  return (check_nonnegative if allow_zero else check_positive)(epsilon, name)
+
+
+def check_probability(p: Any, name: str, *, open_low: bool = False,
+                      open_high: bool = False) -> float:
+  """p as a float in [0, 1]; open_low / open_high exclude 0 / 1.
+
+  Examples:
+    >>> check_probability(1, "minority_share")
+    1.0
+    >>> check_probability(1, "p", open_high=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: p must be in [0, 1), got 1
+  """
+  interval = ("(" if open_low else "[") + "0, 1" + (")" if open_high else "]")
+  v = _real(p, name, f"in {interval}")
+  low_ok = v > 0 if open_low else v >= 0
+  high_ok = v < 1 if open_high else v <= 1
+  if not (low_ok and high_ok):
+    raise ValueError(f"{name} must be in {interval}, got {p!r}")
+  return v
+
+
+def check_sampling_prob(q: Any, name: str = "sampling_prob") -> float:
+  """q as a float in (0, 1].
+
+  Examples:
+    >>> check_sampling_prob(1)
+    1.0
+  """
+  return check_probability(q, name, open_low=True)
+
+
+def check_delta(delta: Any, name: str = "delta", allow_zero: bool = False) -> float:
+  """delta as a float in (0, 1), or [0, 1) with allow_zero.
+
+  Examples:
+    >>> check_delta(1e-5)
+    1e-05
+    >>> check_delta(0, allow_zero=True)
+    0.0
+  """
+  return check_probability(delta, name, open_low=not allow_zero, open_high=True)
+
+
+def check_confidence(confidence: Any, name: str = "confidence") -> float:
+  """A confidence level as a float in (0, 1).
+
+  Examples:
+    >>> check_confidence(0.95)
+    0.95
+  """
+  return check_probability(confidence, name, open_low=True, open_high=True)
+
+
+def check_int(value: Any, name: str, minimum: int = 1) -> int:
+  """value as an int >= minimum; floats with an integer value are accepted.
+
+  Examples:
+    >>> check_int(3.0, "num_steps")
+    3
+    >>> check_int(0, "num_steps")
+    Traceback (most recent call last):
+    ...
+    ValueError: num_steps must be an integer >= 1, got 0
+  """
+  requirement = f"an integer >= {minimum}"
+  v = _real(value, name, requirement)
+  if not (math.isfinite(v) and v == int(v) and v >= minimum):
+    raise ValueError(f"{name} must be {requirement}, got {value!r}")
+  if isinstance(value, (int, np.integer)):
+    return int(value)          # exact, even beyond 2**53
+  return int(v)
+
+
+def check_choice(value: Any, allowed: Sequence[Any], name: str) -> Any:
+  """value itself, if it is one of `allowed`.
+
+  Examples:
+    >>> check_choice("pld", ("rdp", "pld"), "accountant")
+    'pld'
+    >>> check_choice("gdp", ("rdp", "pld"), "accountant")
+    Traceback (most recent call last):
+    ...
+    ValueError: accountant must be one of ('rdp', 'pld'), got 'gdp'
+  """
+  if isinstance(value, (list, dict, set, np.ndarray)) or value not in allowed:
+    raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
+  return value
+
+
+# ----------------------------------------------------------------------------------
+# arrays
+
+
+def _shape_text(shape: Sequence[Optional[int]]) -> str:
+  return "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+
+
+def check_shape(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None,
+                shape: Optional[Sequence[Optional[int]]] = None) -> tuple[int, ...]:
+  """The shape of x, if it has rank `ndim` (or one of them) and matches `shape`.
+
+  Args:
+    x: anything with a `.shape`, or array-like.
+    name: the parameter name for messages.
+    ndim: the allowed rank, or a sequence of allowed ranks.
+    shape: the required shape; None entries match any size.
+  Returns:
+    the shape as a tuple.
+
+  Examples:
+    >>> check_shape([[1, 2, 3]], "x_NxF", shape=(None, 3))
+    (1, 3)
+  """
+  s = tuple(np.shape(x))
+  if ndim is not None:
+    ranks = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+    if len(s) not in ranks:
+      want = " or ".join(str(r) for r in ranks)
+      raise ValueError(f"{name} must have rank {want}, got shape {s}")
+  if shape is not None:
+    if len(s) != len(shape) or any(w is not None and w != g for w, g in zip(shape, s)):
+      raise ValueError(f"{name} must have shape {_shape_text(shape)}, got {s}")
+  return s
+
+
+def check_numeric_array(x: Any, name: str, dtype: Any = None) -> np.ndarray:
+  """x as a NumPy array of numbers or bools (converted to `dtype` if given).
+
+  Examples:
+    >>> check_numeric_array([1, 2], "counts", np.float64)
+    array([1., 2.])
+  """
+  arr = np.asarray(x)
+  if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+    raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
+  return arr if dtype is None else arr.astype(dtype)
+
+
+def check_finite_array(x: Any, name: str, dtype: Any = np.float64, *,
+                       ndim: Optional[int | Sequence[int]] = None,
+                       shape: Optional[Sequence[Optional[int]]] = None,
+                       allow_nan: bool = False) -> Any:
+  """x as a NumPy array with no NaN or inf (or only no NaN, with allow_nan).
+
+  Given a JAX tracer, only the shape is checked and x is returned unchanged.
+
+  Args:
+    x: array-like of numbers or bools.
+    name: the parameter name for messages.
+    dtype: the dtype of the returned array (the check runs in float64).
+    ndim, shape: as in `check_shape`.
+    allow_nan: if True, infinities are accepted but NaN is not.
+  Returns:
+    np.ndarray of `dtype` (or x itself if it is a tracer).
+
+  Examples:
+    >>> check_finite_array([0.5, 1.0], "scores_K", ndim=1)
+    array([0.5, 1. ])
+    >>> check_finite_array([0.5, float("nan")], "scores_K")
+    Traceback (most recent call last):
+    ...
+    ValueError: scores_K must be finite (no NaN or inf)
+  """
+  check_shape(x, name, ndim=ndim, shape=shape)
+  if is_tracer(x):
+    return x
+  arr = check_numeric_array(x, name)
+  values = arr.astype(np.float64)
+  if allow_nan:
+    if np.any(np.isnan(values)):
+      raise ValueError(f"{name} must not contain NaN")
+  elif not np.all(np.isfinite(values)):
+    raise ValueError(f"{name} must be finite (no NaN or inf)")
+  return arr.astype(dtype)
+
+
+def check_binary(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None,
+                 shape: Optional[Sequence[Optional[int]]] = None) -> Any:
+  """x as a NumPy bool array; its values must be booleans or 0 / 1.
+
+  Given a JAX tracer, only the shape is checked and x is returned unchanged.
+
+  Examples:
+    >>> check_binary([1, 0, 1], "keep_N")
+    array([ True, False,  True])
+  """
+  check_shape(x, name, ndim=ndim, shape=shape)
+  if is_tracer(x):
+    return x
+  arr = np.asarray(x)
+  if arr.dtype != np.bool_ and not np.all((arr == 0) | (arr == 1)):
+    raise ValueError(f"{name} must contain only 0 and 1 (or booleans)")
+  return arr.astype(bool)
+
+
+def check_probability_array(p: Any, name: str) -> Any:
+  """p as a float64 NumPy array with every entry in [0, 1].
+
+  Given a JAX tracer, p is returned unchanged.
+
+  Examples:
+    >>> check_probability_array([0.0, 0.25, 1.0], "truth_prob")
+    array([0.  , 0.25, 1.  ])
+  """
+  if is_tracer(p):
+    return p
+  arr = check_numeric_array(p, name, np.float64)
+  if np.any(np.isnan(arr)) or np.any(arr < 0) or np.any(arr > 1):
+    raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
+  return arr

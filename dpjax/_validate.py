@@ -15,7 +15,7 @@ Typical use, at the top of a public function:
 
     eps = _validate.check_epsilon(epsilon)
     q = _validate.check_sampling_prob(sampling_prob)
-    x = _validate.check_finite_array(x_NxF, "x_NxF", ndim=2)
+    x = _validate.check_array(x_NxF, "x_NxF", ndim=2)
 """
 
 from __future__ import annotations
@@ -261,41 +261,65 @@ def check_numeric_array(x: Any, name: str, dtype: Any = None) -> np.ndarray:
   return arr if dtype is None else arr.astype(dtype)
 
 
-def check_finite_array(x: Any, name: str, dtype: Any = np.float64, *,
-                       ndim: Optional[int | Sequence[int]] = None,
-                       shape: Optional[Sequence[Optional[int]]] = None,
-                       allow_nan: bool = False) -> Any:
-  """x as a NumPy array with no NaN or inf (or only no NaN, with allow_nan).
+def _range_text(low, high, open_low, open_high) -> str:
+  if low is not None and high is not None:
+    return f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+  if low is not None:
+    return f"{'>' if open_low else '>='} {low:g}"
+  if high is not None:
+    return f"{'<' if open_high else '<='} {high:g}"
+  return ""
+
+
+def check_array(x: Any, name: str, dtype: Any = np.float64, *,
+                ndim: Optional[int | Sequence[int]] = None,
+                shape: Optional[Sequence[Optional[int]]] = None,
+                low: Optional[float] = None, high: Optional[float] = None,
+                open_low: bool = False, open_high: bool = False,
+                allow_inf: bool = False) -> Any:
+  """x as a NumPy array of numbers with no NaN, no inf, and every entry in range.
 
   Given a JAX tracer, only the shape is checked and x is returned unchanged.
 
   Args:
     x: array-like of numbers or bools.
     name: the parameter name for messages.
-    dtype: the dtype of the returned array (the check runs in float64).
+    dtype: the dtype of the returned array (the checks run in float64).
     ndim, shape: as in `check_shape`.
-    allow_nan: if True, infinities are accepted but NaN is not.
+    low, high: optional bounds on every entry (inclusive unless open_low /
+      open_high).
+    open_low, open_high: make the bounds strict.
+    allow_inf: accept +-inf entries (within the bounds); NaN is always rejected.
   Returns:
     np.ndarray of `dtype` (or x itself if it is a tracer).
 
   Examples:
-    >>> check_finite_array([0.5, 1.0], "scores_K", ndim=1)
+    >>> check_array([0.5, 1.0], "scores_K", ndim=1)
     array([0.5, 1. ])
-    >>> check_finite_array([0.5, float("nan")], "scores_K")
+    >>> check_array([0.5, float("nan")], "scores_K")
     Traceback (most recent call last):
     ...
     ValueError: scores_K must be finite (no NaN or inf)
+    >>> check_array([0.0, 1.5], "mu", low=0, open_low=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: mu must be > 0, got values from 0 to 1.5
   """
   check_shape(x, name, ndim=ndim, shape=shape)
   if is_tracer(x):
     return x
   arr = check_numeric_array(x, name)
   values = arr.astype(np.float64)
-  if allow_nan:
+  if allow_inf:
     if np.any(np.isnan(values)):
       raise ValueError(f"{name} must not contain NaN")
   elif not np.all(np.isfinite(values)):
     raise ValueError(f"{name} must be finite (no NaN or inf)")
+  low_bad = low is not None and np.any(values <= low if open_low else values < low)
+  high_bad = high is not None and np.any(values >= high if open_high else values > high)
+  if low_bad or high_bad:
+    raise ValueError(f"{name} must be {_range_text(low, high, open_low, open_high)}, got values "
+                     f"from {values.min():g} to {values.max():g}")
   return arr.astype(dtype)
 
 
@@ -316,20 +340,3 @@ def check_binary(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = Non
   if arr.dtype != np.bool_ and not np.all((arr == 0) | (arr == 1)):
     raise ValueError(f"{name} must contain only 0 and 1 (or booleans)")
   return arr.astype(bool)
-
-
-def check_probability_array(p: Any, name: str) -> Any:
-  """p as a float64 NumPy array with every entry in [0, 1].
-
-  Given a JAX tracer, p is returned unchanged.
-
-  Examples:
-    >>> check_probability_array([0.0, 0.25, 1.0], "truth_prob")
-    array([0.  , 0.25, 1.  ])
-  """
-  if is_tracer(p):
-    return p
-  arr = check_numeric_array(p, name, np.float64)
-  if np.any(np.isnan(arr)) or np.any(arr < 0) or np.any(arr > 1):
-    raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
-  return arr

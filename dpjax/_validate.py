@@ -66,6 +66,56 @@ def check_real(x: Any, name: str) -> float:
   return _real(x, name, "a real number")
 
 
+def _range_text(low, high, open_low, open_high) -> str:
+  if low is not None and high is not None:
+    return f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+  if low is not None:
+    return f"{'>' if open_low else '>='} {low:g}"
+  if high is not None:
+    return f"{'<' if open_high else '<='} {high:g}"
+  return ""
+
+
+def check_range(x: Any, name: str, low: Optional[float] = None,
+                high: Optional[float] = None, *, open_low: bool = False,
+                open_high: bool = False, allow_inf: bool = False) -> float:
+  """x as a float in [low, high] (a bound that is None is not checked).
+
+  Args:
+    x: a real number (bools and strings are rejected).
+    name: the parameter name for messages.
+    low, high: the bounds, inclusive unless open_low / open_high.
+    open_low, open_high: make the bounds strict.
+    allow_inf: accept an infinite x (within the bounds); NaN is always rejected.
+  Returns:
+    float(x).
+
+  Examples:
+    >>> check_range(0.05, "rtol", 0.0, 0.1, open_low=True)
+    0.05
+    >>> check_range(0.5, "rtol", 0.0, 0.1, open_low=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: rtol must be in (0, 0.1], got 0.5
+  """
+  text = _range_text(low, high, open_low, open_high)
+  if low is not None and high is not None:
+    requirement = text
+  elif allow_inf:
+    requirement = f"a number {text} (inf allowed)".replace("  ", " ")
+  else:
+    requirement = f"a finite number {text}".rstrip()
+  v = _real(x, name, requirement)
+  ok = not math.isnan(v) and (allow_inf or math.isfinite(v))
+  if low is not None:
+    ok = ok and (v > low if open_low else v >= low)
+  if high is not None:
+    ok = ok and (v < high if open_high else v <= high)
+  if not ok:
+    raise ValueError(f"{name} must be {requirement}, got {x!r}")
+  return v
+
+
 def check_finite(x: Any, name: str) -> float:
   """x as a float, finite (no NaN or inf).
 
@@ -73,10 +123,7 @@ def check_finite(x: Any, name: str) -> float:
     >>> check_finite(-2, "lower")
     -2.0
   """
-  v = _real(x, name, "a finite number")
-  if not math.isfinite(v):
-    raise ValueError(f"{name} must be a finite number, got {x!r}")
-  return v
+  return check_range(x, name)
 
 
 def check_positive(x: Any, name: str) -> float:
@@ -90,11 +137,7 @@ def check_positive(x: Any, name: str) -> float:
     ...
     ValueError: noise_multiplier must be a finite number > 0, got 0
   """
-  requirement = "a finite number > 0"
-  v = _real(x, name, requirement)
-  if not (math.isfinite(v) and v > 0):
-    raise ValueError(f"{name} must be {requirement}, got {x!r}")
-  return v
+  return check_range(x, name, 0.0, open_low=True)
 
 
 def check_nonnegative(x: Any, name: str) -> float:
@@ -104,23 +147,22 @@ def check_nonnegative(x: Any, name: str) -> float:
     >>> check_nonnegative(0, "l2")
     0.0
   """
-  requirement = "a finite number >= 0"
-  v = _real(x, name, requirement)
-  if not (math.isfinite(v) and v >= 0):
-    raise ValueError(f"{name} must be {requirement}, got {x!r}")
-  return v
+  return check_range(x, name, 0.0)
 
 
-def check_epsilon(epsilon: Any, name: str = "epsilon", allow_zero: bool = False) -> float:
-  """epsilon as a float, finite and > 0 (>= 0 with allow_zero).
+def check_epsilon(epsilon: Any, name: str = "epsilon", allow_zero: bool = False,
+                  allow_inf: bool = False) -> float:
+  """epsilon as a float, finite and > 0 (>= 0 with allow_zero, inf with allow_inf).
 
   Examples:
     >>> check_epsilon(1)
     1.0
     >>> check_epsilon(0.0, allow_zero=True)
     0.0
+    >>> check_epsilon(float("inf"), allow_zero=True, allow_inf=True)
+    inf
   """
-  return (check_nonnegative if allow_zero else check_positive)(epsilon, name)
+  return check_range(epsilon, name, 0.0, open_low=not allow_zero, allow_inf=allow_inf)
 
 
 def check_probability(p: Any, name: str, *, open_low: bool = False,
@@ -135,13 +177,7 @@ def check_probability(p: Any, name: str, *, open_low: bool = False,
     ...
     ValueError: p must be in [0, 1), got 1
   """
-  interval = ("(" if open_low else "[") + "0, 1" + (")" if open_high else "]")
-  v = _real(p, name, f"in {interval}")
-  low_ok = v > 0 if open_low else v >= 0
-  high_ok = v < 1 if open_high else v <= 1
-  if not (low_ok and high_ok):
-    raise ValueError(f"{name} must be in {interval}, got {p!r}")
-  return v
+  return check_range(p, name, 0.0, 1.0, open_low=open_low, open_high=open_high)
 
 
 def check_sampling_prob(q: Any, name: str = "sampling_prob") -> float:
@@ -261,16 +297,6 @@ def check_numeric_array(x: Any, name: str, dtype: Any = None) -> np.ndarray:
   return arr if dtype is None else arr.astype(dtype)
 
 
-def _range_text(low, high, open_low, open_high) -> str:
-  if low is not None and high is not None:
-    return f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
-  if low is not None:
-    return f"{'>' if open_low else '>='} {low:g}"
-  if high is not None:
-    return f"{'<' if open_high else '<='} {high:g}"
-  return ""
-
-
 def check_array(x: Any, name: str, dtype: Any = np.float64, *,
                 ndim: Optional[int | Sequence[int]] = None,
                 shape: Optional[Sequence[Optional[int]]] = None,
@@ -321,6 +347,19 @@ def check_array(x: Any, name: str, dtype: Any = np.float64, *,
     raise ValueError(f"{name} must be {_range_text(low, high, open_low, open_high)}, got values "
                      f"from {values.min():g} to {values.max():g}")
   return arr.astype(dtype)
+
+
+def check_orders(orders: Any, name: str = "orders") -> np.ndarray:
+  """Renyi orders as a non-empty float64[A], each finite and > 1 (a scalar becomes [1]).
+
+  Examples:
+    >>> check_orders([2, 8.5])
+    array([2. , 8.5])
+  """
+  a = check_array(np.atleast_1d(orders), name, ndim=1, low=1.0, open_low=True)
+  if a.size == 0:
+    raise ValueError(f"{name} must be a non-empty 1-D sequence of values > 1, got shape {a.shape}")
+  return a
 
 
 def check_binary(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None,

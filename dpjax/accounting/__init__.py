@@ -37,8 +37,6 @@ from dpjax import _validate
 from dpjax.accounting import composition  # noqa: F401  (re-exported submodule)
 from dpjax.accounting import gdp
 from dpjax.accounting import rdp
-from dpjax._validate import check_int as _check_int
-from dpjax._validate import check_sampling_prob as _check_q
 from dpjax.accounting.gdp import (  # noqa: F401  (re-exported helpers)
     compose_mu, dpsgd_clt_epsilon, dpsgd_clt_mu, gaussian_delta, gaussian_epsilon,
     mu_for_epsilon, tradeoff_tpr)
@@ -52,37 +50,17 @@ NOISE_MULTIPLIER_RANGE = (0.1, 1e6)
 # validation
 
 
-def _check_sigma(noise_multiplier) -> float:
-  return _validate.check_positive(noise_multiplier, "noise_multiplier")
-
-
 def _check_delta(delta, dataset_size: Optional[int] = None) -> float:
+  """delta in (0, 1); warns when it is not small next to 1 / dataset_size."""
   d = _validate.check_delta(delta)
   if dataset_size is not None:
-    n = _check_int(dataset_size, "dataset_size")
+    n = _validate.check_int(dataset_size, "dataset_size")
     if d >= 1.0 / n:
       warnings.warn(
           f"delta = {d:g} >= 1/dataset_size = {1.0 / n:g}: a mechanism that publishes one "
           "random record in full satisfies this (eps, delta); use delta << 1/n.",
           UserWarning, stacklevel=3)
   return d
-
-
-def _check_epsilon(epsilon, name: str = "epsilon", allow_zero: bool = True) -> float:
-  try:
-    e = float(epsilon)
-  except (TypeError, ValueError):
-    raise ValueError(f"{name} must be a finite number >= 0, got {epsilon!r}") from None
-  if not math.isfinite(e) or e < 0 or (e == 0 and not allow_zero):
-    bound = ">= 0" if allow_zero else "> 0"
-    raise ValueError(f"{name} must be finite and {bound}, got {epsilon!r}")
-  return e
-
-
-def _check_accountant(accountant: str) -> str:
-  if accountant not in _ACCOUNTANTS:
-    raise ValueError(f"accountant must be one of {_ACCOUNTANTS}, got {accountant!r}")
-  return accountant
 
 
 def _pld_module():
@@ -122,11 +100,11 @@ def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
     >>> round(dpsgd_epsilon(1.5, 0.04, 2250, 1e-5), 6)   # Opacus's test setting
     7.329111
   """
-  sigma = _check_sigma(noise_multiplier)
-  q = _check_q(sampling_prob)
-  steps = _check_int(num_steps, "num_steps")
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  q = _validate.check_sampling_prob(sampling_prob)
+  steps = _validate.check_int(num_steps, "num_steps")
   d = _check_delta(delta, dataset_size)
-  _check_accountant(accountant)
+  _validate.check_choice(accountant, _ACCOUNTANTS, "accountant")
   if accountant == "pld":
     return float(_pld_module().dpsgd_epsilon(sigma, q, steps, d))
   o, r = rdp.dpsgd_rdp(sigma, q, steps, orders)
@@ -161,13 +139,12 @@ def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
     >>> round(calibrate_noise(1.0, 50 / 4000, 1600, 1e-5), 2)   # lecture: 2.19
     2.19
   """
-  target = _check_epsilon(target_epsilon, "target_epsilon", allow_zero=False)
-  q = _check_q(sampling_prob)
-  steps = _check_int(num_steps, "num_steps")
+  target = _validate.check_epsilon(target_epsilon, "target_epsilon")
+  q = _validate.check_sampling_prob(sampling_prob)
+  steps = _validate.check_int(num_steps, "num_steps")
   d = _check_delta(delta, dataset_size)
-  _check_accountant(accountant)
-  if not (0 < rtol < 1):
-    raise ValueError(f"rtol must be in (0, 1), got {rtol}")
+  _validate.check_choice(accountant, _ACCOUNTANTS, "accountant")
+  rtol = _validate.check_probability(rtol, "rtol", open_low=True, open_high=True)
 
   def eps(s):
     return dpsgd_epsilon(s, q, steps, d, accountant, rdp_method=rdp_method)
@@ -235,17 +212,15 @@ class Accountant:
   """
 
   def __init__(self, accountant: str = "rdp", orders=None, rdp_method: str = "balle2020"):
-    self.accountant = _check_accountant(accountant)
-    if rdp_method not in ("balle2020", "classic"):
-      raise ValueError(f"rdp_method must be 'balle2020' or 'classic', got {rdp_method!r}")
-    self.rdp_method = rdp_method
-    self.orders = rdp.DEFAULT_ORDERS.copy() if orders is None else rdp._check_orders(orders)  # pylint: disable=protected-access
+    self.accountant = _validate.check_choice(accountant, _ACCOUNTANTS, "accountant")
+    self.rdp_method = _validate.check_choice(rdp_method, ("balle2020", "classic"), "rdp_method")
+    self.orders = rdp.DEFAULT_ORDERS.copy() if orders is None else _validate.check_orders(orders)
     self._rdp = np.zeros_like(self.orders)
     self._pld = None
     self.events: list[tuple[str, dict, int]] = []
 
   def _add(self, name: str, params: dict, count, rdp_fn, pld_fn) -> "Accountant":
-    k = _check_int(count, "count")
+    k = _validate.check_int(count, "count")
     if self.accountant == "rdp":
       self._rdp = self._rdp + k * rdp_fn(self.orders)
     else:
@@ -258,7 +233,7 @@ class Accountant:
 
   def compose_gaussian(self, noise_multiplier: float, count: int = 1) -> "Accountant":
     """Adds `count` Gaussian mechanisms with noise std = noise_multiplier * L2 sensitivity."""
-    s = _check_sigma(noise_multiplier)
+    s = _validate.check_positive(noise_multiplier, "noise_multiplier")
     return self._add("gaussian", {"noise_multiplier": s}, count,
                      lambda o: rdp.gaussian_rdp(s, o),
                      lambda: _pld_module().gaussian_pld(s, sampling_prob=1.0))
@@ -266,8 +241,8 @@ class Accountant:
   def compose_subsampled_gaussian(self, noise_multiplier: float, sampling_prob: float,
                                   count: int = 1) -> "Accountant":
     """Adds `count` Poisson-subsampled Gaussian steps (DP-SGD steps)."""
-    s = _check_sigma(noise_multiplier)
-    q = _check_q(sampling_prob)
+    s = _validate.check_positive(noise_multiplier, "noise_multiplier")
+    q = _validate.check_sampling_prob(sampling_prob)
     if any(e[0] == "randomized_response" for e in self.events):
       self._warn_mixed()
     return self._add("subsampled_gaussian", {"noise_multiplier": s, "sampling_prob": q}, count,
@@ -277,8 +252,8 @@ class Accountant:
   def compose_laplace(self, scale: float, sensitivity: float = 1.0,
                       count: int = 1) -> "Accountant":
     """Adds `count` Laplace mechanisms with noise scale b and L1 sensitivity Delta."""
-    b = rdp._check_positive(scale, "scale")  # pylint: disable=protected-access
-    dl = rdp._check_positive(sensitivity, "sensitivity")  # pylint: disable=protected-access
+    b = _validate.check_positive(scale, "scale")
+    dl = _validate.check_positive(sensitivity, "sensitivity")
     return self._add("laplace", {"scale": b, "sensitivity": dl}, count,
                      lambda o: rdp.laplace_rdp(b, o, sensitivity=dl),
                      lambda: _pld_module().laplace_pld(b, sensitivity=dl))
@@ -286,7 +261,7 @@ class Accountant:
   def compose_randomized_response(self, epsilon: float, count: int = 1,
                                   num_buckets: int = 2) -> "Accountant":
     """Adds `count` k-ary randomized responses, each eps-DP (replace-one)."""
-    e = _check_epsilon(epsilon, "epsilon", allow_zero=False)
+    e = _validate.check_epsilon(epsilon)
     if any(ev[0] == "subsampled_gaussian" for ev in self.events):
       self._warn_mixed()
 
@@ -319,7 +294,7 @@ class Accountant:
 
   def delta(self, epsilon: float) -> float:
     """delta of everything composed so far, at `epsilon` >= 0."""
-    e = _check_epsilon(epsilon)
+    e = _validate.check_epsilon(epsilon, allow_zero=True)
     if not self.events:
       return 0.0
     if self.accountant == "rdp":

@@ -38,16 +38,11 @@ from scipy import optimize, special
 from dpjax import _validate
 
 
-def _check_eps0(epsilon0) -> float:
-  return _validate.check_nonnegative(epsilon0, "epsilon0")
-
-
-def _check_delta0(delta0, name: str = "delta0") -> float:
-  return _validate.check_delta(delta0, name, allow_zero=True)
-
-
-def _check_k(k) -> int:
-  return _validate.check_int(k, "k")
+def _check_mechanisms(epsilon0, delta0, k) -> tuple[float, float, int]:
+  """(eps0 >= 0, delta0 in [0, 1), k >= 1): k mechanisms, each (eps0, delta0)-DP."""
+  return (_validate.check_epsilon(epsilon0, "epsilon0", allow_zero=True),
+          _validate.check_delta(delta0, "delta0", allow_zero=True),
+          _validate.check_int(k, "k"))
 
 
 def basic_composition(epsilon0: float, delta0: float, k: int) -> tuple[float, float]:
@@ -60,7 +55,7 @@ def basic_composition(epsilon0: float, delta0: float, k: int) -> tuple[float, fl
   Returns:
     (epsilon, delta); delta is capped at 1.
   """
-  e, d, k = _check_eps0(epsilon0), _check_delta0(delta0), _check_k(k)
+  e, d, k = _check_mechanisms(epsilon0, delta0, k)
   return k * e, min(1.0, k * d)
 
 
@@ -76,10 +71,8 @@ def advanced_composition(epsilon0: float, delta0: float, k: int,
   Returns:
     (epsilon, delta) = (sqrt(2k ln(1/delta')) eps0 + k eps0 expm1(eps0), k delta0 + delta').
   """
-  e, d, k = _check_eps0(epsilon0), _check_delta0(delta0), _check_k(k)
-  ds = float(delta_slack)
-  if not (0.0 < ds < 1.0):
-    raise ValueError(f"delta_slack must be in (0, 1), got {delta_slack!r}")
+  e, d, k = _check_mechanisms(epsilon0, delta0, k)
+  ds = _validate.check_delta(delta_slack, "delta_slack")
   eps = math.sqrt(2.0 * k * math.log(1.0 / ds)) * e + k * e * math.expm1(e)
   return eps, min(1.0, k * d + ds)
 
@@ -118,10 +111,8 @@ def optimal_composition_delta(epsilon0: float, delta0: float, k: int, epsilon):
   Returns:
     delta, a float or float64[E].
   """
-  e0, d0, k = _check_eps0(epsilon0), _check_delta0(delta0), _check_k(k)
-  eps = np.atleast_1d(np.asarray(epsilon, np.float64))
-  if np.any(np.isnan(eps)) or np.any(eps < 0):
-    raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+  e0, d0, k = _check_mechanisms(epsilon0, delta0, k)
+  eps = _validate.check_array(np.atleast_1d(epsilon), "epsilon", low=0.0, allow_inf=True)
   if e0 == 0.0:
     d_rr = np.zeros_like(eps)
   else:
@@ -148,10 +139,8 @@ def optimal_composition_epsilon(epsilon0: float, delta0: float, k: int,
   Raises:
     ValueError: if delta <= 1 - (1 - delta0)^k (no eps reaches it).
   """
-  e0, d0, k = _check_eps0(epsilon0), _check_delta0(delta0), _check_k(k)
-  d = float(delta)
-  if not (0.0 < d < 1.0):
-    raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+  e0, d0, k = _check_mechanisms(epsilon0, delta0, k)
+  d = _validate.check_delta(delta)
   floor = -math.expm1(k * math.log1p(-d0))
   if d <= floor:
     raise ValueError(f"delta must exceed 1 - (1 - delta0)^k = {floor:g} (the delta at "

@@ -25,16 +25,7 @@ import math
 import numpy as np
 from scipy import optimize, special, stats
 
-
-def _check_mu(mu) -> None:
-  mu_arr = np.asarray(mu, np.float64)
-  if not np.all(np.isfinite(mu_arr)) or np.any(mu_arr <= 0):
-    raise ValueError(f"mu must be finite and > 0, got {mu}")
-
-
-def _check_delta(delta: float, name: str = "delta") -> None:
-  if not (0.0 < delta < 1.0):
-    raise ValueError(f"{name} must be in (0, 1), got {delta}")
+from dpjax import _validate
 
 
 def gaussian_delta(epsilon, mu):
@@ -47,11 +38,8 @@ def gaussian_delta(epsilon, mu):
     float64 array (or float) of delta, computed in log space so that large eps
     does not overflow.
   """
-  eps = np.asarray(epsilon, np.float64)
-  if np.any(np.isnan(eps)) or np.any(eps < 0):
-    raise ValueError(f"epsilon must be >= 0, got {epsilon}")
-  _check_mu(mu)
-  mu = np.asarray(mu, np.float64)
+  eps = _validate.check_array(epsilon, "epsilon", low=0.0, allow_inf=True)
+  mu = _validate.check_array(mu, "mu", low=0.0, open_low=True)
   a = special.log_ndtr(-eps / mu + mu / 2)
   b = eps + special.log_ndtr(-eps / mu - mu / 2)
   # exp(a) - exp(b) = exp(a) * (1 - exp(b - a)), b <= a always.
@@ -69,9 +57,8 @@ def gaussian_epsilon(delta: float, mu: float) -> float:
   Returns:
     eps as a float (0.0 when the mechanism is already (0, delta)-DP).
   """
-  _check_delta(delta)
-  _check_mu(mu)
-  mu = float(mu)
+  delta = _validate.check_delta(delta)
+  mu = _validate.check_positive(mu, "mu")
   if gaussian_delta(0.0, mu) <= delta:
     return 0.0
   hi = max(1.0, mu * mu / 2 + mu * math.sqrt(2 * math.log(1 / delta)) + 1.0)
@@ -86,9 +73,8 @@ def mu_for_epsilon(epsilon: float, delta: float) -> float:
 
   The analytic Gaussian calibration is sigma = sensitivity / mu_for_epsilon(eps, delta).
   """
-  if not (epsilon > 0) or not math.isfinite(epsilon):
-    raise ValueError(f"epsilon must be finite and > 0, got {epsilon}")
-  _check_delta(delta)
+  epsilon = _validate.check_epsilon(epsilon)
+  delta = _validate.check_delta(delta)
   lo, hi = 1e-12, 1.0
   while gaussian_delta(epsilon, hi) < delta:
     hi *= 2
@@ -105,10 +91,9 @@ def mu_for_epsilon(epsilon: float, delta: float) -> float:
 
 def compose_mu(mu0: float, k: int) -> float:
   """mu of k adaptive compositions of a mu0-GDP mechanism: mu0 * sqrt(k) (exact)."""
-  _check_mu(mu0)
-  if int(k) != k or k < 1:
-    raise ValueError(f"k must be an integer >= 1, got {k}")
-  return float(mu0) * math.sqrt(k)
+  mu0 = _validate.check_positive(mu0, "mu0")
+  k = _validate.check_int(k, "k")
+  return mu0 * math.sqrt(k)
 
 
 def tradeoff_tpr(fpr, mu):
@@ -120,10 +105,8 @@ def tradeoff_tpr(fpr, mu):
     fpr: in [0, 1], scalar or array.
     mu: > 0.
   """
-  f = np.asarray(fpr, np.float64)
-  if np.any(np.isnan(f)) or np.any(f < 0) or np.any(f > 1):
-    raise ValueError("fpr must be in [0, 1]")
-  _check_mu(mu)
+  f = _validate.check_array(fpr, "fpr", low=0.0, high=1.0)
+  _validate.check_array(mu, "mu", low=0.0, open_low=True)
   out = stats.norm.cdf(stats.norm.ppf(f) + np.asarray(mu, np.float64))
   return float(out) if np.ndim(out) == 0 else out
 
@@ -156,22 +139,15 @@ def dpsgd_clt_mu(noise_multiplier: float, sampling_prob: float, num_steps: int,
     >>> round(dpsgd_clt_mu(1.3, 256 / 60000, 3516), 3)   # Bu et al.: MNIST, 15 epochs
     0.227
   """
-  sigma = float(noise_multiplier)
-  if not math.isfinite(sigma) or sigma <= 0:
-    raise ValueError(f"noise_multiplier must be finite and > 0, got {noise_multiplier}")
-  q = float(sampling_prob)
-  if not (0.0 < q <= 1.0):
-    raise ValueError(f"sampling_prob must be in (0, 1], got {sampling_prob}")
-  if isinstance(num_steps, bool) or int(num_steps) != num_steps or num_steps < 1:
-    raise ValueError(f"num_steps must be an integer >= 1, got {num_steps}")
-  t = int(num_steps)
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  q = _validate.check_sampling_prob(sampling_prob)
+  t = _validate.check_int(num_steps, "num_steps")
+  _validate.check_choice(sampler, ("poisson", "uniform"), "sampler")
   if sampler == "poisson":
     return q * math.sqrt(t * math.expm1(sigma ** -2))
-  if sampler == "uniform":
-    inner = (math.exp(sigma ** -2) * special.ndtr(1.5 / sigma)
-             + 3.0 * special.ndtr(-0.5 / sigma) - 2.0)
-    return q * math.sqrt(2.0 * t * inner)
-  raise ValueError(f"sampler must be 'poisson' or 'uniform', got {sampler!r}")
+  inner = (math.exp(sigma ** -2) * special.ndtr(1.5 / sigma)
+           + 3.0 * special.ndtr(-0.5 / sigma) - 2.0)
+  return q * math.sqrt(2.0 * t * inner)
 
 
 def dpsgd_clt_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
@@ -184,6 +160,6 @@ def dpsgd_clt_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: 
     >>> round(dpsgd_clt_epsilon(1.3, 256 / 60000, 3516, 1e-5), 2)
     0.83
   """
-  _check_delta(delta)
+  _validate.check_delta(delta)
   return gaussian_epsilon(delta, dpsgd_clt_mu(noise_multiplier, sampling_prob, num_steps,
                                               sampler))

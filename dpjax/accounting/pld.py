@@ -71,12 +71,8 @@ import numpy as np
 from scipy import fft as sp_fft
 from scipy import signal, special
 
+from dpjax import _validate
 from dpjax.accounting import gdp
-from dpjax._validate import check_delta as _check_delta
-from dpjax._validate import check_int as _check_int
-from dpjax._validate import check_nonnegative as _check_nonnegative
-from dpjax._validate import check_positive as _check_positive
-from dpjax._validate import check_sampling_prob as _check_q
 
 # Default grid spacing of `gaussian_pld` / `laplace_pld` when none is given.
 DEFAULT_VALUE_DISCRETIZATION = 1e-4
@@ -556,7 +552,7 @@ class PrivacyLossDistribution:
     Args:
       value_discretization: grid spacing h > 0 (default: this PLD's own).
     """
-    h = self._h if value_discretization is None else _check_positive(
+    h = self._h if value_discretization is None else _validate.check_positive(
         value_discretization, "value_discretization")
     if not self.is_exact:
       if h != self._h:
@@ -583,7 +579,7 @@ class PrivacyLossDistribution:
 
   def self_compose(self, k: int) -> "PrivacyLossDistribution":
     """PLD of k adaptive runs of this mechanism; k an integer >= 1."""
-    k = _check_int(k, "k")
+    k = _validate.check_int(k, "k")
     if self.is_exact:
       return PrivacyLossDistribution(mu=self._mu * math.sqrt(k), value_discretization=self._h)
     return PrivacyLossDistribution(pmfs=tuple(_self_compose(p, k) for p in self._pmfs),
@@ -591,7 +587,7 @@ class PrivacyLossDistribution:
 
   def epsilon(self, delta: float) -> float:
     """Smallest eps >= 0 with delta(eps) <= delta (an upper bound when discretised)."""
-    delta = _check_delta(delta)
+    delta = _validate.check_delta(delta)
     if self.is_exact:
       return gdp.gaussian_epsilon(delta, self._mu)
     eps = max(p.epsilon(delta) for p in self._pmfs)
@@ -600,12 +596,7 @@ class PrivacyLossDistribution:
 
   def delta(self, epsilon: float) -> float:
     """delta(eps) = sup over events of P(S) - e^eps Q(S), the worse direction."""
-    try:
-      e = float(epsilon)
-    except (TypeError, ValueError):
-      raise ValueError(f"epsilon must be a number >= 0, got {epsilon!r}") from None
-    if math.isnan(e) or e < 0:
-      raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+    e = _validate.check_epsilon(epsilon, allow_zero=True, allow_inf=True)
     if self.is_exact:
       return 0.0 if math.isinf(e) else gdp.gaussian_delta(e, self._mu)
     d = max(p.delta(e) for p in self._pmfs)
@@ -657,14 +648,12 @@ def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0,
     >>> round(gaussian_pld(1.0).epsilon(1e-5), 4)
     4.3772
   """
-  sigma = _check_positive(noise_multiplier, "noise_multiplier")
-  q = _check_q(sampling_prob)
-  s = _check_positive(sensitivity, "sensitivity")
-  h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _check_positive(
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  q = _validate.check_sampling_prob(sampling_prob)
+  s = _validate.check_positive(sensitivity, "sensitivity")
+  h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _validate.check_positive(
       value_discretization, "value_discretization")
-  tail = _check_positive(tail_mass, "tail_mass")
-  if tail > 1e-3:
-    raise ValueError(f"tail_mass must be in (0, 1e-3], got {tail_mass}")
+  tail = _validate.check_range(tail_mass, "tail_mass", 0.0, 1e-3, open_low=True)
   mu = s / sigma
   if q == 1.0:
     return PrivacyLossDistribution(mu=mu, value_discretization=h)
@@ -690,9 +679,9 @@ def laplace_pld(scale: float, sensitivity: float = 1.0,
     >>> round(laplace_pld(1.0).epsilon(1e-9), 4)   # pure 1-DP
     1.0
   """
-  b = _check_positive(scale, "scale")
-  s = _check_positive(sensitivity, "sensitivity")
-  h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _check_positive(
+  b = _validate.check_positive(scale, "scale")
+  s = _validate.check_positive(sensitivity, "sensitivity")
+  h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _validate.check_positive(
       value_discretization, "value_discretization")
   return PrivacyLossDistribution(pmfs=(_laplace_pmf(s / b, h),), value_discretization=h)
 
@@ -718,11 +707,9 @@ def randomized_response_pld(epsilon: float, num_buckets: int = 2,
     >>> round(randomized_response_pld(1.0).epsilon(1e-6), 4)
     1.0
   """
-  e = _check_positive(epsilon, "epsilon")
-  k = _check_int(num_buckets, "num_buckets")
-  if k < 2:
-    raise ValueError(f"num_buckets must be an integer >= 2, got {num_buckets}")
-  h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _check_positive(
+  e = _validate.check_epsilon(epsilon)
+  k = _validate.check_int(num_buckets, "num_buckets", minimum=2)
+  h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _validate.check_positive(
       value_discretization, "value_discretization")
   z = math.exp(e) + k - 1
   losses = np.array([e, -e, 0.0])
@@ -751,13 +738,6 @@ class PldResult:
   error: float
   value_discretization: float
   exact: bool
-
-
-def _check_dpsgd(noise_multiplier, sampling_prob, num_steps):
-  sigma = _check_positive(noise_multiplier, "noise_multiplier")
-  q = _check_q(sampling_prob)
-  t = _check_int(num_steps, "num_steps")
-  return sigma, q, t
 
 
 def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
@@ -823,13 +803,6 @@ def _dpsgd_pmfs(sigma: float, q: float, h: float, tail: float) -> tuple[_Pmf, ..
   return _subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail)
 
 
-def _check_rtol(rtol) -> float:
-  r = _check_positive(rtol, "rtol")
-  if r > 0.1:
-    raise ValueError(f"rtol must be in (0, 0.1], got {rtol}")
-  return r
-
-
 def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps: int,
                         delta: float, rtol: float = 1e-5) -> PldResult:
   """eps of DP-SGD (Poisson sampling, add/remove-one) with its discretisation error.
@@ -856,9 +829,11 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
     >>> round(r.value, 4), r.error < 1e-4
     (1.8283, True)
   """
-  sigma, q, t = _check_dpsgd(noise_multiplier, sampling_prob, num_steps)
-  delta = _check_delta(delta)
-  rtol = _check_rtol(rtol)
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  q = _validate.check_sampling_prob(sampling_prob)
+  t = _validate.check_int(num_steps, "num_steps")
+  delta = _validate.check_delta(delta)
+  rtol = _validate.check_range(rtol, "rtol", 0.0, 0.1, open_low=True)
   if q == 1.0:
     return PldResult(gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma), 0.0, 0.0, True)
   tail = min(DEFAULT_TAIL_MASS * 1e5, 1e-6 * delta / t)
@@ -904,9 +879,11 @@ def dpsgd_delta_bound(noise_multiplier: float, sampling_prob: float, num_steps: 
   Returns:
     PldResult with value = delta(eps) (an upper bound).
   """
-  sigma, q, t = _check_dpsgd(noise_multiplier, sampling_prob, num_steps)
-  e = _check_nonnegative(epsilon, "epsilon")
-  rtol = _check_rtol(rtol)
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  q = _validate.check_sampling_prob(sampling_prob)
+  t = _validate.check_int(num_steps, "num_steps")
+  e = _validate.check_epsilon(epsilon, allow_zero=True)
+  rtol = _validate.check_range(rtol, "rtol", 0.0, 0.1, open_low=True)
   if q == 1.0:
     return PldResult(gdp.gaussian_delta(e, math.sqrt(t) / sigma), 0.0, 0.0, True)
 

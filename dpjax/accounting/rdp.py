@@ -44,8 +44,7 @@ import math
 import numpy as np
 from scipy import special
 
-from dpjax._validate import check_positive as _check_positive
-from dpjax._validate import check_sampling_prob as _check_q
+from dpjax import _validate
 
 # The default grid of orders: fine near 1 (where small-eps / large-q settings
 # put the optimum), every integer from 11 to 128 (no hole between 64 and 128,
@@ -62,20 +61,8 @@ _TAIL_SIGMAS = 12.0      # integrate over [-12 sigma, alpha + 12 sigma]
 _POINTS_PER_STRIP = 48   # h = 2 pi d / 48 -> error ~ exp(-48 + 4.5) relative
 _END_DROP = 45.0         # the integrand at the range ends must be e^-45 below its peak
 
+# The RDP -> (eps, delta) conversions.
 _METHODS = ("balle2020", "classic")
-
-
-# ----------------------------------------------------------------------------
-# validation helpers
-
-
-def _check_orders(orders) -> np.ndarray:
-  a = np.atleast_1d(np.asarray(orders, np.float64))
-  if a.ndim != 1 or a.size == 0:
-    raise ValueError(f"orders must be a non-empty 1-D sequence, got shape {a.shape}")
-  if not np.all(np.isfinite(a)) or np.any(a <= 1.0):
-    raise ValueError("orders must be finite and > 1")
-  return a
 
 
 # ----------------------------------------------------------------------------
@@ -95,8 +82,8 @@ def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
     >>> gaussian_rdp(2.0, [2, 8]).tolist()
     [0.25, 1.0]
   """
-  sigma = _check_positive(noise_multiplier, "noise_multiplier")
-  a = _check_orders(orders)
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  a = _validate.check_orders(orders)
   return a / (2.0 * sigma * sigma)
 
 
@@ -117,9 +104,9 @@ def laplace_rdp(scale: float, orders, sensitivity: float = 1.0) -> np.ndarray:
     >>> round(float(laplace_rdp(1.0, [1e6])[0]), 4)   # -> eps0 as alpha -> inf
     1.0
   """
-  b = _check_positive(scale, "scale")
-  d = _check_positive(sensitivity, "sensitivity")
-  a = _check_orders(orders)
+  b = _validate.check_positive(scale, "scale")
+  d = _validate.check_positive(sensitivity, "sensitivity")
+  a = _validate.check_orders(orders)
   e = d / b
   c = (a - 1.0) / (2.0 * a - 1.0) * np.expm1(-(2.0 * a - 1.0) * e)
   return e + np.log1p(c) / (a - 1.0)
@@ -143,11 +130,9 @@ def randomized_response_rdp(epsilon: float, orders, num_buckets: int = 2) -> np.
     >>> round(float(randomized_response_rdp(1.0, [2])[0]), 6)
     0.735326
   """
-  e = _check_positive(epsilon, "epsilon")
-  if int(num_buckets) != num_buckets or num_buckets < 2:
-    raise ValueError(f"num_buckets must be an integer >= 2, got {num_buckets}")
-  k = int(num_buckets)
-  a = _check_orders(orders)
+  e = _validate.check_epsilon(epsilon)
+  k = _validate.check_int(num_buckets, "num_buckets", minimum=2)
+  a = _validate.check_orders(orders)
   log_norm = np.logaddexp(e, math.log(k - 1))          # log(e^eps + k - 1)
   lp1, lp2 = e - log_norm, -log_norm                   # log p_true, log p_other
   terms = [a * lp1 + (1 - a) * lp2, a * lp2 + (1 - a) * lp1]
@@ -346,9 +331,9 @@ def subsampled_gaussian_rdp(sampling_prob: float, noise_multiplier: float,
     >>> round(float(subsampled_gaussian_rdp(1.0, 2.0, [2])[0]), 6)   # q = 1: Gaussian
     0.25
   """
-  q = _check_q(sampling_prob)
-  sigma = _check_positive(noise_multiplier, "noise_multiplier")
-  a = _check_orders(orders)
+  q = _validate.check_sampling_prob(sampling_prob)
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  a = _validate.check_orders(orders)
   if q == 1.0:
     return a / (2.0 * sigma * sigma)
   is_int = a == np.round(a)
@@ -367,19 +352,12 @@ def subsampled_gaussian_rdp(sampling_prob: float, noise_multiplier: float,
 # conversion
 
 
-def _check_rdp_pair(orders, rdp_values) -> tuple[np.ndarray, np.ndarray]:
-  a = _check_orders(orders)
-  r = np.atleast_1d(np.asarray(rdp_values, np.float64))
-  if r.shape != a.shape:
-    raise ValueError(f"rdp_values must have the shape of orders {a.shape}, got {r.shape}")
-  if np.any(np.isnan(r)) or np.any(r < 0):
-    raise ValueError("rdp_values must be >= 0 (inf allowed), got NaN or negative")
+def _check_rdp_curve(orders, rdp_values) -> tuple[np.ndarray, np.ndarray]:
+  """(orders [A], rdp_values [A]): orders > 1; rdp_values >= 0, inf allowed."""
+  a = _validate.check_orders(orders)
+  r = _validate.check_array(np.atleast_1d(rdp_values), "rdp_values", shape=a.shape, low=0.0,
+                            allow_inf=True)
   return a, r
-
-
-def _check_method(method: str) -> None:
-  if method not in _METHODS:
-    raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
 
 
 def rdp_to_epsilon(orders, rdp_values, delta: float,
@@ -406,10 +384,9 @@ def rdp_to_epsilon(orders, rdp_values, delta: float,
     >>> round(eps, 3), int(a)   # min_a a/2 + ln(1e5)/(a-1), lecture exercise 3(b)
     (5.303, 6)
   """
-  a, r = _check_rdp_pair(orders, rdp_values)
-  if not (0.0 < float(delta) < 1.0):
-    raise ValueError(f"delta must be in (0, 1), got {delta}")
-  _check_method(method)
+  a, r = _check_rdp_curve(orders, rdp_values)
+  delta = _validate.check_delta(delta)
+  _validate.check_choice(method, _METHODS, "method")
   log_delta = math.log(delta)
   with np.errstate(invalid="ignore", over="ignore"):
     if method == "classic":
@@ -445,11 +422,9 @@ def rdp_to_delta(orders, rdp_values, epsilon: float,
     >>> d < 1e-5
     True
   """
-  a, r = _check_rdp_pair(orders, rdp_values)
-  e = float(epsilon)
-  if not (e >= 0.0) or math.isinf(e):
-    raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
-  _check_method(method)
+  a, r = _check_rdp_curve(orders, rdp_values)
+  e = _validate.check_epsilon(epsilon, allow_zero=True)
+  _validate.check_choice(method, _METHODS, "method")
   with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
     if method == "classic":
       log_d = (a - 1.0) * (r - e)
@@ -468,5 +443,6 @@ def dpsgd_rdp(noise_multiplier: float, sampling_prob: float, num_steps: int,
   Returns:
     (orders [A], rdp [A]).
   """
-  orders = DEFAULT_ORDERS if orders is None else _check_orders(orders)
-  return orders, num_steps * subsampled_gaussian_rdp(sampling_prob, noise_multiplier, orders)
+  steps = _validate.check_int(num_steps, "num_steps")
+  orders = DEFAULT_ORDERS if orders is None else _validate.check_orders(orders)
+  return orders, steps * subsampled_gaussian_rdp(sampling_prob, noise_multiplier, orders)

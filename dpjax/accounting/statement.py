@@ -32,6 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
+from dpjax import _validate
 from dpjax.accounting import gdp, pld, rdp
 
 DEFAULT_DELTAS = (1e-5, 1e-6, 1e-8)
@@ -143,13 +144,6 @@ class PrivacyStatement:
     return "\n".join(out)
 
 
-def _check_n(dataset_size) -> int:
-  if isinstance(dataset_size, bool) or not isinstance(dataset_size, (int, np.integer)) \
-      or dataset_size < 1:
-    raise ValueError(f"dataset_size must be an integer >= 1, got {dataset_size!r}")
-  return int(dataset_size)
-
-
 def tradeoff_from_pld(privacy_loss: pld.PrivacyLossDistribution, fprs,
                       max_epsilon: float) -> np.ndarray:
   """Largest TPR at each FPR allowed by a PLD's whole privacy profile.
@@ -167,11 +161,8 @@ def tradeoff_from_pld(privacy_loss: pld.PrivacyLossDistribution, fprs,
   Returns:
     float64[F] TPR upper bounds.
   """
-  f = np.atleast_1d(np.asarray(fprs, np.float64))
-  if np.any(~np.isfinite(f)) or np.any(f < 0) or np.any(f > 1):
-    raise ValueError("fprs must be in [0, 1]")
-  if not (max_epsilon > 0) or not math.isfinite(max_epsilon):
-    raise ValueError(f"max_epsilon must be finite and > 0, got {max_epsilon}")
+  f = _validate.check_array(np.atleast_1d(fprs), "fprs", low=0.0, high=1.0)
+  max_epsilon = _validate.check_epsilon(max_epsilon, "max_epsilon")
   eps = np.linspace(0.0, max_epsilon, _TRADEOFF_EPS_POINTS)
   # Tiny deltas at large eps are within FFT rounding noise; add the noise
   # estimate instead of trusting them (keeps the bound conservative).
@@ -201,16 +192,17 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   Returns:
     PrivacyStatement.
   """
-  sigma, q, t = pld._check_dpsgd(noise_multiplier, sampling_prob, num_steps)
-  n = _check_n(dataset_size)
-  deltas = tuple(float(d) for d in deltas)
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  q = _validate.check_sampling_prob(sampling_prob)
+  t = _validate.check_int(num_steps, "num_steps")
+  n = _validate.check_int(dataset_size, "dataset_size")
+  deltas = tuple(_validate.check_delta(d, "deltas") for d in deltas)
   if not deltas:
     raise ValueError("deltas must be non-empty")
-  for d in deltas:
-    pld._check_delta(d)
-  fprs = tuple(float(f) for f in fprs)
-  if not fprs or any(not (0.0 < f < 1.0) for f in fprs):
-    raise ValueError(f"fprs must be non-empty, each in (0, 1), got {fprs}")
+  fprs = tuple(_validate.check_probability(f, "fprs", open_low=True, open_high=True)
+               for f in fprs)
+  if not fprs:
+    raise ValueError("fprs must be non-empty, each in (0, 1)")
 
   orders, rho = rdp.dpsgd_rdp(sigma, q, t)
   mu_clt = gdp.dpsgd_clt_mu(sigma, q, t)

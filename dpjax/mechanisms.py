@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpjax import _validate
 from dpjax.accounting import gdp
 
 __all__ = [
@@ -54,74 +55,6 @@ __all__ = [
 ]
 
 _CALIBRATIONS = ("analytic", "classic")
-
-
-# ----------------------------------------------------------------------------------
-# Validation helpers (host side).
-
-def _scalar(x, name: str) -> float:
-  if isinstance(x, jax.core.Tracer):
-    raise ValueError(f"{name} must be a concrete host scalar (it is a privacy "
-                     "parameter), not a traced value")
-  arr = np.asarray(x)
-  if arr.ndim != 0:
-    raise ValueError(f"{name} must be a scalar, got shape {arr.shape}")
-  try:
-    return float(arr)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"{name} must be a real number, got {x!r}") from e
-
-
-def _check_epsilon(epsilon, name: str = "epsilon") -> float:
-  e = _scalar(epsilon, name)
-  if not (math.isfinite(e) and e > 0):
-    raise ValueError(f"{name} must be finite and > 0, got {epsilon}")
-  return e
-
-
-def _check_delta(delta) -> float:
-  d = _scalar(delta, "delta")
-  if not (0.0 < d < 1.0):
-    raise ValueError(f"delta must be in the open interval (0, 1), got {delta}")
-  return d
-
-
-def _check_sensitivity(sensitivity, name: str = "sensitivity") -> float:
-  s = _scalar(sensitivity, name)
-  if not (math.isfinite(s) and s > 0):
-    raise ValueError(f"{name} must be finite and > 0, got {sensitivity}")
-  return s
-
-
-def _is_concrete(x) -> bool:
-  return not isinstance(x, jax.core.Tracer)
-
-
-def _check_data(x, name: str, dtype=jnp.float32) -> jax.Array:
-  """Converts to a JAX array and rejects NaN/inf when the values are concrete."""
-  if _is_concrete(x):
-    arr = np.asarray(x)
-    if not np.issubdtype(arr.dtype, np.number) and arr.dtype != np.bool_:
-      raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
-    if arr.size and not np.all(np.isfinite(arr.astype(np.float64))):
-      raise ValueError(f"{name} must be finite (no NaN or inf)")
-  return jnp.asarray(x, dtype)
-
-
-def _check_probability(p, name: str):
-  if _is_concrete(p):
-    arr = np.asarray(p, np.float64)
-    if np.any(np.isnan(arr)) or np.any(arr < 0) or np.any(arr > 1):
-      raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
-  return p
-
-
-def _check_bits(bits, name: str) -> jax.Array:
-  if _is_concrete(bits):
-    arr = np.asarray(bits)
-    if arr.dtype != np.bool_ and not np.all((arr == 0) | (arr == 1)):
-      raise ValueError(f"{name} must contain only 0 and 1 (or booleans)")
-  return jnp.asarray(bits).astype(jnp.int32)
 
 
 # ----------------------------------------------------------------------------------
@@ -139,7 +72,7 @@ def rr_truth_prob(epsilon: float) -> float:
     >>> round(rr_truth_prob(1.0), 4)
     0.7311
   """
-  eps = _check_epsilon(epsilon)
+  eps = _validate.check_epsilon(epsilon)
   return 1.0 / (1.0 + math.exp(-eps))
 
 
@@ -161,7 +94,8 @@ def randomized_response(key: jax.Array, bits: jax.typing.ArrayLike,
     >>> r.tolist()
     [1, 1, 1, 1]
   """
-  b = _check_bits(bits, "bits")
+  _validate.check_binary(bits, "bits")
+  b = jnp.asarray(bits).astype(jnp.int32)
   lie = jax.random.uniform(key, b.shape, jnp.float32) < rr_lie_threshold(epsilon)
   return jnp.where(lie, 1 - b, b).astype(jnp.int32)
 
@@ -175,7 +109,7 @@ def rr_lie_threshold(epsilon: float) -> np.float32:
   <= e^eps even where float32 cannot represent 1 - f (eps >~ 16), where a float32
   Bernoulli(1 - f) would never lie (ratio infinite).
   """
-  eps = _check_epsilon(epsilon)
+  eps = _validate.check_epsilon(epsilon)
   f = math.exp(-eps) / (1.0 + math.exp(-eps))
   t = np.float32(f)
   if float(t) < f:
@@ -198,7 +132,8 @@ def rr_estimate_rate(reports: jax.typing.ArrayLike, epsilon: float,
     >>> round(float(rr_estimate_rate(jnp.array([1, 0]), 1.0)), 4)   # lambda_hat = 1/2
     0.5
   """
-  r = _check_bits(reports, "reports").astype(jnp.float32)
+  _validate.check_binary(reports, "reports")
+  r = jnp.asarray(reports).astype(jnp.int32).astype(jnp.float32)
   if r.ndim == 0 or r.shape[axis] == 0:
     raise ValueError("reports must have at least one report along `axis`")
   p = rr_truth_prob(epsilon)
@@ -226,14 +161,12 @@ def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
     >>> round(rr_estimate_std(10_000, 1.0), 5)
     0.0096
   """
-  if isinstance(n, bool) or int(n) != n or n < 1:
-    raise ValueError(f"n must be an integer >= 1, got {n}")
+  n = _validate.check_int(n, "n")
   p = rr_truth_prob(epsilon)
   if rate is None:
     lam = p
   else:
-    _check_probability(rate, "rate")
-    r = _scalar(rate, "rate")
+    r = _validate.check_probability(rate, "rate")
     lam = p * r + (1 - p) * (1 - r)
   return math.sqrt(lam * (1 - lam) / n) / (2 * p - 1)
 
@@ -254,11 +187,9 @@ def rr_posterior(prior: jax.typing.ArrayLike, epsilon: float,
     >>> round(rr_posterior(0.548, 1.0), 3)
     0.767
   """
-  _check_probability(prior, "prior")
-  if report not in (0, 1):
-    raise ValueError(f"report must be 0 or 1, got {report}")
+  pi = _validate.check_array(prior, "prior", low=0.0, high=1.0)
+  _validate.check_choice(report, (0, 1), "report")
   p = rr_truth_prob(epsilon)
-  pi = np.asarray(prior, np.float64)
   like1, like0 = (p, 1 - p) if report == 1 else (1 - p, p)
   out = like1 * pi / (like1 * pi + like0 * (1 - pi))
   return float(out) if out.ndim == 0 else out
@@ -274,7 +205,7 @@ def laplace_scale(epsilon: float, sensitivity: float = 1.0) -> float:
     epsilon: eps > 0.
     sensitivity: L1 sensitivity Delta_1 > 0.
   """
-  return _check_sensitivity(sensitivity) / _check_epsilon(epsilon)
+  return _validate.check_positive(sensitivity, "sensitivity") / _validate.check_epsilon(epsilon)
 
 
 def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: float,
@@ -292,7 +223,8 @@ def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: floa
   Privacy: eps-DP (Dwork, McSherry, Nissim & Smith 2006): the density ratio of
     two outputs whose centres differ by at most Delta_1 in L1 is at most e^eps.
   """
-  v = _check_data(value, "value")
+  _validate.check_array(value, "value")
+  v = jnp.asarray(value, jnp.float32)
   b = laplace_scale(epsilon, sensitivity)
   return v + b * jax.random.laplace(key, v.shape, jnp.float32)
 
@@ -321,9 +253,10 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0,
     >>> round(gaussian_sigma(0.5, 1e-5, calibration="classic"), 3)
     9.69
   """
-  eps = _check_epsilon(epsilon)
-  d = _check_delta(delta)
-  s = _check_sensitivity(sensitivity)
+  eps = _validate.check_epsilon(epsilon)
+  d = _validate.check_delta(delta)
+  s = _validate.check_positive(sensitivity, "sensitivity")
+  _validate.check_choice(calibration, _CALIBRATIONS, "calibration")
   if calibration == "classic":
     if eps >= 1.0:
       raise ValueError(
@@ -331,9 +264,7 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0,
           f"only proven for epsilon < 1, got epsilon={epsilon}; use "
           f"calibration='analytic' (exact for every epsilon > 0)")
     return s * math.sqrt(2.0 * math.log(1.25 / d)) / eps
-  if calibration == "analytic":
-    return s / gdp.mu_for_epsilon(eps, d)
-  raise ValueError(f"calibration must be one of {_CALIBRATIONS}, got {calibration!r}")
+  return s / gdp.mu_for_epsilon(eps, d)
 
 
 def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: float,
@@ -351,7 +282,8 @@ def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: flo
   Privacy: (eps, delta)-DP; with the analytic calibration it is exactly
     mu-GDP with mu = Delta_2 / sigma.
   """
-  v = _check_data(value, "value")
+  _validate.check_array(value, "value")
+  v = jnp.asarray(value, jnp.float32)
   sigma = gaussian_sigma(epsilon, delta, sensitivity, calibration)
   return v + sigma * jax.random.normal(key, v.shape, jnp.float32)
 
@@ -360,7 +292,8 @@ def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: flo
 # Private selection.
 
 def _check_utilities(utilities) -> jax.Array:
-  u = _check_data(utilities, "utilities")
+  _validate.check_array(utilities, "utilities")
+  u = jnp.asarray(utilities, jnp.float32)
   if u.ndim == 0 or u.shape[-1] == 0:
     raise ValueError("utilities must have at least one candidate on the last axis "
                      f"(shape [..., C], C >= 1), got shape {u.shape}")
@@ -370,8 +303,8 @@ def _check_utilities(utilities) -> jax.Array:
 def _selection_scale(epsilon, sensitivity, monotonic) -> float:
   # Utility differences between neighbours can move in opposite directions for two
   # candidates (2 Delta_u), unless every utility moves the same way (monotonic).
-  eps = _check_epsilon(epsilon)
-  du = _check_sensitivity(sensitivity)
+  eps = _validate.check_epsilon(epsilon)
+  du = _validate.check_positive(sensitivity, "sensitivity")
   return (1.0 if monotonic else 2.0) * du / eps
 
 
@@ -444,9 +377,9 @@ def report_noisy_max(key: jax.Array, utilities: jax.typing.ArrayLike, epsilon: f
 # Clipped sums, counts and means.
 
 def _check_bounds(lower, upper) -> tuple[float, float]:
-  lo = _scalar(lower, "lower")
-  hi = _scalar(upper, "upper")
-  if not (math.isfinite(lo) and math.isfinite(hi)) or not hi > lo:
+  lo = _validate.check_finite(lower, "lower")
+  hi = _validate.check_finite(upper, "upper")
+  if not hi > lo:
     raise ValueError(f"clip bounds must be finite with lower < upper, got "
                      f"lower={lower}, upper={upper}")
   return lo, hi
@@ -468,7 +401,8 @@ def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
   Privacy: eps-DP for add/remove neighbours; sensitivity max(|lower|, |upper|).
   """
   lo, hi = _check_bounds(lower, upper)
-  v = _check_data(values, "values")
+  _validate.check_array(values, "values")
+  v = jnp.asarray(values, jnp.float32)
   if v.ndim == 0:
     raise ValueError("values must have shape [..., N]")
   total = jnp.sum(jnp.clip(v, lo, hi), axis=-1)
@@ -485,7 +419,8 @@ def noisy_count(key: jax.Array, present: jax.typing.ArrayLike, epsilon: float) -
   Returns:
     float32[...] noisy counts. Privacy: eps-DP for add/remove neighbours.
   """
-  m = _check_bits(present, "present")
+  _validate.check_binary(present, "present")
+  m = jnp.asarray(present).astype(jnp.int32)
   if m.ndim == 0:
     raise ValueError("present must have shape [..., N]")
   return laplace_mechanism(key, jnp.sum(m, axis=-1).astype(jnp.float32), epsilon, 1.0)
@@ -522,11 +457,11 @@ def private_mean(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
     >>> abs(float(out.mean) - 50.0) < 5.0
     True
   """
-  eps = _check_epsilon(epsilon)
-  f = _scalar(count_fraction, "count_fraction")
-  if not (0.0 < f < 1.0):
-    raise ValueError(f"count_fraction must be in (0, 1), got {count_fraction}")
-  v = _check_data(values, "values")
+  eps = _validate.check_epsilon(epsilon)
+  f = _validate.check_probability(count_fraction, "count_fraction", open_low=True,
+                                  open_high=True)
+  _validate.check_array(values, "values")
+  v = jnp.asarray(values, jnp.float32)
   if v.ndim == 0 or v.shape[-1] == 0:
     raise ValueError("values must have shape [..., N] with N >= 1")
   k_sum, k_count = jax.random.split(key)

@@ -76,6 +76,7 @@ import numpy as np
 import optax
 from scipy import special, stats
 
+from dpjax import _validate
 from dpjax import models as models_lib
 
 PyTree = Any
@@ -85,40 +86,12 @@ PyTree = Any
 # validation
 
 
-def _check_positive(x, name: str) -> float:
-  if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) or not (
-      0.0 < float(x) < math.inf):
-    raise ValueError(f"{name} must be a finite number > 0, got {x!r}")
-  return float(x)
-
-
-def _check_int(x, name: str, low: int = 1) -> int:
-  if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < low:
-    raise ValueError(f"{name} must be an integer >= {low}, got {x!r}")
-  return int(x)
-
-
-def _check_orders(orders) -> np.ndarray:
-  a = np.atleast_1d(np.asarray(orders, np.float64))
-  if a.ndim != 1 or a.size == 0 or not np.all(np.isfinite(a)) or np.any(a <= 1.0):
-    raise ValueError(f"orders must be a non-empty 1-D array of finite values > 1, got {orders!r}")
-  return a
-
-
-def _check_votes(votes) -> np.ndarray:
-  v = np.asarray(votes)
-  if v.ndim not in (1, 2) or v.shape[-1] < 2:
-    raise ValueError(f"votes must have shape [C] or [Q, C] with C >= 2, got {v.shape}")
-  if not np.all(np.isfinite(v)) or np.any(v < 0):
-    raise ValueError("votes must be finite and >= 0")
-  return v.astype(np.float64)
-
-
-def _check_log_q(log_q) -> float:
-  lq = float(log_q)
-  if math.isnan(lq) or lq > 0:
-    raise ValueError(f"log_q must be a log-probability <= 0, got {log_q!r}")
-  return lq
+def _check_votes(votes, name: str, ndim=(1, 2)) -> np.ndarray:
+  """Vote counts as float64[C] or [Q, C]: finite, >= 0, with C >= 2 classes."""
+  v = _validate.check_array(votes, name, ndim=ndim, low=0.0)
+  if v.ndim == 0 or v.shape[-1] < 2:
+    raise ValueError(f"{name} must have shape [C] or [Q, C] with C >= 2, got {v.shape}")
+  return v
 
 
 # ----------------------------------------------------------------------------------
@@ -127,10 +100,9 @@ def _check_log_q(log_q) -> float:
 
 def vote_histogram(teacher_preds_MxQ: jax.typing.ArrayLike, num_classes: int) -> jax.Array:
   """Counts the teachers' votes: int32[Q, C] from predicted labels int[M, Q]."""
-  c = _check_int(num_classes, "num_classes", 2)
+  c = _validate.check_int(num_classes, "num_classes", 2)
+  _validate.check_shape(teacher_preds_MxQ, "teacher_preds_MxQ", ndim=2)
   p = jnp.asarray(teacher_preds_MxQ)
-  if p.ndim != 2:
-    raise ValueError(f"teacher_preds_MxQ must have shape [M, Q], got {p.shape}")
   onehot = jax.nn.one_hot(p, c, dtype=jnp.int32)  # [M, Q, C]
   return onehot.sum(axis=0)
 
@@ -147,7 +119,7 @@ def lnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, laplace_scale: float)
 
   Privacy: (2 / laplace_scale)-DP per query (`lnmax_epsilon`).
   """
-  b = _check_positive(laplace_scale, "laplace_scale")
+  b = _validate.check_positive(laplace_scale, "laplace_scale")
   v = _votes_jax(votes_QxC)
   return jnp.argmax(v + b * jax.random.laplace(key, v.shape), axis=1).astype(jnp.int32)
 
@@ -157,7 +129,7 @@ def gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, sigma: float) -> jax.
 
   Privacy: (alpha, alpha / sigma^2)-RDP per query (`gnmax_rdp_data_independent`).
   """
-  s = _check_positive(sigma, "sigma")
+  s = _validate.check_positive(sigma, "sigma")
   v = _votes_jax(votes_QxC)
   return jnp.argmax(v + s * jax.random.normal(key, v.shape), axis=1).astype(jnp.int32)
 
@@ -177,10 +149,8 @@ def confident_gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, *, threshol
   Privacy: every query pays the threshold check (alpha / (2 sigma_threshold^2));
     answered ones also pay GNMax (alpha / sigma^2). See `pate_rdp`.
   """
-  t = float(threshold)
-  if not math.isfinite(t):
-    raise ValueError(f"threshold must be finite, got {threshold!r}")
-  st = _check_positive(sigma_threshold, "sigma_threshold")
+  t = _validate.check_finite(threshold, "threshold")
+  st = _validate.check_positive(sigma_threshold, "sigma_threshold")
   v = _votes_jax(votes_QxC)
   k_t, k_a = jax.random.split(key)
   answered = v.max(axis=1) + st * jax.random.normal(k_t, (v.shape[0],)) >= t
@@ -193,25 +163,25 @@ def confident_gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, *, threshol
 
 def gnmax_rdp_data_independent(sigma: float, orders) -> np.ndarray:
   """alpha / sigma^2 per GNMax query (L2 sensitivity sqrt(2)): float64[A]."""
-  s = _check_positive(sigma, "sigma")
-  return _check_orders(orders) / (s * s)
+  s = _validate.check_positive(sigma, "sigma")
+  return _validate.check_orders(orders) / (s * s)
 
 
 def threshold_rdp_data_independent(sigma_threshold: float, orders) -> np.ndarray:
   """alpha / (2 sigma_t^2) per threshold check (max count has sensitivity 1): float64[A]."""
-  s = _check_positive(sigma_threshold, "sigma_threshold")
-  return _check_orders(orders) / (2.0 * s * s)
+  s = _validate.check_positive(sigma_threshold, "sigma_threshold")
+  return _validate.check_orders(orders) / (2.0 * s * s)
 
 
 def lnmax_epsilon(laplace_scale: float) -> float:
   """Pure epsilon of one LNMax answer: 2 / b (the histogram's L1 sensitivity is 2)."""
-  return 2.0 / _check_positive(laplace_scale, "laplace_scale")
+  return 2.0 / _validate.check_positive(laplace_scale, "laplace_scale")
 
 
 def lnmax_rdp_data_independent(laplace_scale: float, orders) -> np.ndarray:
   """RDP of one eps-DP answer, eps = 2 / b: min(eps, alpha eps^2 / 2) (Bun & Steinke 2016)."""
   e = lnmax_epsilon(laplace_scale)
-  a = _check_orders(orders)
+  a = _validate.check_orders(orders)
   return np.minimum(e, 0.5 * a * e * e)
 
 
@@ -231,10 +201,8 @@ def gnmax_log_q(votes_C, sigma: float) -> float:
   capped at 1 - 1/C (the plurality is the most likely output, so it wins with
   probability >= 1/C). Exact when C == 2.
   """
-  v = _check_votes(votes_C)
-  if v.ndim != 1:
-    raise ValueError(f"votes_C must be one histogram [C], got shape {v.shape}")
-  s = _check_positive(sigma, "sigma")
+  v = _check_votes(votes_C, "votes_C", ndim=1)
+  s = _validate.check_positive(sigma, "sigma")
   top = int(np.argmax(v))
   gaps = (v[top] - np.delete(v, top)) / (math.sqrt(2.0) * s)
   log_q = float(special.logsumexp(stats.norm.logsf(gaps)))
@@ -247,10 +215,8 @@ def lnmax_log_q(votes_C, laplace_scale: float) -> float:
   For a gap d = n_max - n_i >= 0 and Laplace(b) noise, Pr[i beats the plurality]
   = (2 + d/b) exp(-d/b) / 4; summed over i (union bound), capped at 1 - 1/C.
   """
-  v = _check_votes(votes_C)
-  if v.ndim != 1:
-    raise ValueError(f"votes_C must be one histogram [C], got shape {v.shape}")
-  b = _check_positive(laplace_scale, "laplace_scale")
+  v = _check_votes(votes_C, "votes_C", ndim=1)
+  b = _validate.check_positive(laplace_scale, "laplace_scale")
   top = int(np.argmax(v))
   g = (v[top] - np.delete(v, top)) / b
   log_q = float(special.logsumexp(np.log(2.0 + g) - g + math.log(0.25)))
@@ -267,9 +233,9 @@ def gaussian_rdp_data_dependent(log_q: float, sigma: float, orders) -> np.ndarra
   increasing in q and an upper bound on q may be plugged in). Elsewhere, and
   wherever it would be larger, the data-independent alpha / sigma^2 is returned.
   """
-  lq = _check_log_q(log_q)
-  s = _check_positive(sigma, "sigma")
-  lam = _check_orders(orders)
+  lq = _validate.check_range(log_q, "log_q", high=0.0, allow_inf=True)
+  s = _validate.check_positive(sigma, "sigma")
+  lam = _validate.check_orders(orders)
   var = s * s
   indep = lam / var
   if lq == -math.inf:
@@ -303,8 +269,8 @@ def gnmax_rdp_data_dependent(votes_C, sigma: float, orders) -> np.ndarray:
 
 def threshold_log_pr_answered(votes_C, threshold: float, sigma_threshold: float) -> float:
   """log Pr[max_c n_c + N(0, sigma_t^2) >= T]."""
-  v = _check_votes(votes_C)
-  st = _check_positive(sigma_threshold, "sigma_threshold")
+  v = _check_votes(votes_C, "votes_C")
+  st = _validate.check_positive(sigma_threshold, "sigma_threshold")
   return float(stats.norm.logsf((float(threshold) - v.max()) / st))
 
 
@@ -329,7 +295,7 @@ def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarra
   + q e^(eps (lambda-1))); the minimum with `lnmax_rdp_data_independent` is returned.
   """
   e = lnmax_epsilon(laplace_scale)
-  lam = _check_orders(orders)
+  lam = _validate.check_orders(orders)
   indep = lnmax_rdp_data_independent(laplace_scale, lam)
   lq = lnmax_log_q(votes_C, laplace_scale)
   if lq >= -math.log1p(math.exp(e)):
@@ -372,15 +338,11 @@ def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
   Returns:
     PateRdp with both curves summed over queries.
   """
-  v = _check_votes(votes_QxC)
-  if v.ndim != 2:
-    raise ValueError(f"votes_QxC must have shape [Q, C], got {v.shape}")
-  lam = _check_orders(orders)
-  if aggregator not in ("gnmax", "lnmax"):
-    raise ValueError(f"aggregator must be 'gnmax' or 'lnmax', got {aggregator!r}")
-  ans = np.ones(v.shape[0], bool) if answered_Q is None else np.asarray(answered_Q, bool)
-  if ans.shape != (v.shape[0],):
-    raise ValueError(f"answered_Q must have shape ({v.shape[0]},), got {ans.shape}")
+  v = _check_votes(votes_QxC, "votes_QxC", ndim=2)
+  lam = _validate.check_orders(orders)
+  _validate.check_choice(aggregator, ("gnmax", "lnmax"), "aggregator")
+  ans = (np.ones(v.shape[0], bool) if answered_Q is None
+         else _validate.check_binary(answered_Q, "answered_Q", shape=(v.shape[0],)))
   if (threshold is None) != (sigma_threshold is None):
     raise ValueError("give both threshold and sigma_threshold, or neither")
   if threshold is not None and aggregator != "gnmax":
@@ -419,8 +381,8 @@ def partition(key: jax.Array, num_records: int, num_teachers: int) -> jax.Array:
 
   Every record belongs to exactly one teacher; partition sizes differ by <= 1.
   """
-  n = _check_int(num_records, "num_records")
-  m = _check_int(num_teachers, "num_teachers")
+  n = _validate.check_int(num_records, "num_records")
+  m = _validate.check_int(num_teachers, "num_teachers")
   if m > n:
     raise ValueError(f"num_teachers must be <= num_records ({n}), got {m}")
   owner = jnp.arange(n) % m
@@ -495,9 +457,9 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
     raise ValueError(f"y_N must have shape ({x.shape[0]},), got {y.shape}")
   if not np.all(keep.sum(axis=1) > 0):
     raise ValueError("every row of keep_MxN must select at least one record")
-  steps = _check_int(num_steps, "num_steps")
-  lr = _check_positive(learning_rate, "learning_rate")
-  if pad_to is not None and (_check_int(pad_to, "pad_to") < int(keep.sum(axis=1).max())):
+  steps = _validate.check_int(num_steps, "num_steps")
+  lr = _validate.check_positive(learning_rate, "learning_rate")
+  if pad_to is not None and (_validate.check_int(pad_to, "pad_to") < int(keep.sum(axis=1).max())):
     raise ValueError(f"pad_to must be >= the largest subset ({int(keep.sum(axis=1).max())}), "
                      f"got {pad_to}")
   idx, w = _partition_indices(keep, pad_to)

@@ -36,6 +36,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 
+from dpjax import _validate
+
 PyTree = Any
 
 
@@ -60,19 +62,6 @@ class Model(NamedTuple):
   input_shape: tuple[int, ...] | None = None
 
 
-def _check_pos_int(name: str, v: Any) -> int:
-  if isinstance(v, bool) or int(v) != v or v < 1:
-    raise ValueError(f"{name} must be a positive integer, got {v!r}")
-  return int(v)
-
-
-def _check_l2(l2: float) -> float:
-  l2 = float(l2)
-  if not (l2 >= 0.0 and math.isfinite(l2)):
-    raise ValueError(f"l2 must be a finite number >= 0, got {l2}")
-  return l2
-
-
 @functools.lru_cache(maxsize=None)
 def logistic_regression(num_features: int, l2: float = 0.0) -> Model:
   """Binary logistic regression on given features (include an intercept column).
@@ -84,8 +73,8 @@ def logistic_regression(num_features: int, l2: float = 0.0) -> Model:
     A Model with params {"w": float32[D]}, zero-initialised; apply gives x @ w
     as logits float32[B, 1].
   """
-  d = _check_pos_int("num_features", num_features)
-  l2 = _check_l2(l2)
+  d = _validate.check_int(num_features, "num_features")
+  l2 = _validate.check_nonnegative(l2, "l2")
 
   def init(key):
     del key
@@ -117,10 +106,10 @@ def mlp(num_inputs: int, hidden: Sequence[int] = (256, 256), num_classes: int = 
     A Model with params {"layers": [{"w": [in, out], "b": [out]}, ...]}; each layer
     computes a @ w + b, relu on all but the last.
   """
-  f = _check_pos_int("num_inputs", num_inputs)
-  hidden = tuple(_check_pos_int("hidden", h) for h in hidden)
-  k = _check_pos_int("num_classes", num_classes)
-  l2 = _check_l2(l2)
+  f = _validate.check_int(num_inputs, "num_inputs")
+  hidden = tuple(_validate.check_int(h, "hidden") for h in hidden)
+  k = _validate.check_int(num_classes, "num_classes")
+  l2 = _validate.check_nonnegative(l2, "l2")
   sizes = (f,) + hidden + (k,)
 
   def init(key):
@@ -167,10 +156,10 @@ def cnn(input_shape: Sequence[int] = (8, 8, 1), channels: Sequence[int] = (16, 3
   """
   if len(input_shape) != 3:
     raise ValueError(f"input_shape must be (H, W, C), got {input_shape!r}")
-  h, w, c_in = (_check_pos_int("input_shape", v) for v in input_shape)
-  channels = tuple(_check_pos_int("channels", c) for c in channels)
-  k = _check_pos_int("num_classes", num_classes)
-  l2 = _check_l2(l2)
+  h, w, c_in = (_validate.check_int(v, "input_shape") for v in input_shape)
+  channels = tuple(_validate.check_int(c, "channels") for c in channels)
+  k = _validate.check_int(num_classes, "num_classes")
+  l2 = _validate.check_nonnegative(l2, "l2")
   hh, ww = h, w
   for _ in channels:
     hh, ww = hh // 2, ww // 2

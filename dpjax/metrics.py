@@ -24,17 +24,17 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from dpjax import _validate
 
-def _check(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray]:
-  s = np.asarray(scores_K, np.float64).reshape(-1)
+
+def _check_scores_labels(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray]:
+  """Flattened scores (float64[K], no NaN) and labels (bool[K], both classes present)."""
+  s = np.asarray(scores_K).reshape(-1)
   y = np.asarray(labels_K).reshape(-1)
   if s.shape != y.shape:
     raise ValueError(f"scores_K and labels_K must have the same size, got {s.shape} and {y.shape}")
-  if np.any(np.isnan(s)):
-    raise ValueError("scores_K contains NaN")
-  if not np.all((y == 0) | (y == 1)):
-    raise ValueError("labels_K must be 0/1 (or bool)")
-  y = y.astype(bool)
+  s = _validate.check_array(s, "scores_K", allow_inf=True)
+  y = _validate.check_binary(y, "labels_K")
   if y.all() or not y.any():
     raise ValueError("labels_K must contain both members (1) and non-members (0)")
   return s, y
@@ -50,7 +50,7 @@ def roc_curve(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     (fpr, tpr, thresholds): float64 arrays of length (#distinct scores + 1), starting
     at (0, 0) with threshold +inf and ending at (1, 1); ties share a point.
   """
-  s, y = _check(scores_K, labels_K)
+  s, y = _check_scores_labels(scores_K, labels_K)
   order = np.argsort(-s, kind="stable")
   s, y = s[order], y[order]
   last = np.r_[np.nonzero(np.diff(s))[0], s.size - 1]   # last index of each tie block
@@ -103,9 +103,7 @@ def tpr_at_fpr(scores_K, labels_K, fpr: float | Sequence[float]):
     >>> tpr_at_fpr(np.arange(10.0), np.array([0] * 5 + [1] * 5), 0.0)
     1.0
   """
-  target = np.asarray(fpr, np.float64)
-  if np.any(np.isnan(target)) or np.any(target < 0) or np.any(target > 1):
-    raise ValueError(f"fpr must be in [0, 1], got {fpr}")
+  target = _validate.check_array(fpr, "fpr", low=0.0, high=1.0)
   f, t, _ = roc_curve(scores_K, labels_K)
   # f is non-decreasing, t non-decreasing: the best point with f <= target is the last one.
   idx = np.searchsorted(f, target, side="right") - 1
@@ -122,13 +120,9 @@ def dp_tpr_bound(fpr, epsilon: float, delta: float = 0.0):
     >>> round(dp_tpr_bound(0.01, 2.0, 1e-5), 3)           # lecture §6.1: 0.074
     0.074
   """
-  f = np.asarray(fpr, np.float64)
-  if np.any(np.isnan(f)) or np.any(f < 0) or np.any(f > 1):
-    raise ValueError(f"fpr must be in [0, 1], got {fpr}")
-  if not (epsilon >= 0):
-    raise ValueError(f"epsilon must be >= 0, got {epsilon}")
-  if not (0 <= delta < 1):
-    raise ValueError(f"delta must be in [0, 1), got {delta}")
+  f = _validate.check_array(fpr, "fpr", low=0.0, high=1.0)
+  _validate.check_epsilon(epsilon, allow_zero=True, allow_inf=True)
+  _validate.check_delta(delta, allow_zero=True)
   out = np.minimum(np.minimum(1.0, np.exp(epsilon) * f + delta),
                    1.0 - np.exp(-epsilon) * np.maximum(1.0 - delta - f, 0.0))
   return float(out) if out.ndim == 0 else out
@@ -185,8 +179,7 @@ def plot_roc_loglog(ax, curves: Mapping[str, tuple], *, floor: bool = True,
   Returns:
     ax.
   """
-  if not (0 < min_rate < 1):
-    raise ValueError(f"min_rate must be in (0, 1), got {min_rate}")
+  _validate.check_probability(min_rate, "min_rate", open_low=True, open_high=True)
   for label, (f, t) in curves.items():
     f = np.maximum(np.asarray(f, np.float64), min_rate)
     t = np.maximum(np.asarray(t, np.float64), min_rate)

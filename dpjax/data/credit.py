@@ -50,6 +50,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpjax import _validate
+
 FEATURE_NAMES = ("income", "debt_ratio", "history", "delinquent", "group")
 NUM_FEATURES = len(FEATURE_NAMES)
 # Central values used by the generative model (also the canary's reference point).
@@ -77,11 +79,6 @@ class CreditData(NamedTuple):
     return int(self.y_N.shape[0])
 
 
-def _check_share(minority_share: float) -> None:
-  if not (0.0 <= minority_share <= 1.0) or np.isnan(minority_share):
-    raise ValueError(f"minority_share must be in [0, 1], got {minority_share}")
-
-
 def true_logit(x_NxF: jax.Array) -> jax.Array:
   """The world's true log-odds of repayment for raw features x_NxF: float32[N]."""
   x = jnp.asarray(x_NxF, jnp.float32)
@@ -102,10 +99,8 @@ def sample(key: jax.Array, n: int, minority_share: float = 0.1) -> CreditData:
   Returns:
     CreditData with x_NxF float32[n, 5], y_N int32[n], p_N float32[n].
   """
-  if int(n) != n or n < 1:
-    raise ValueError(f"n must be a positive integer, got {n}")
-  _check_share(minority_share)
-  n = int(n)
+  n = _validate.check_int(n, "n")
+  _validate.check_probability(minority_share, "minority_share")
   ks = jax.random.split(key, 7)
   group = jax.random.bernoulli(ks[0], minority_share, (n,)).astype(jnp.float32)
   log_inc = jnp.log(_INCOME_MEDIAN) - 0.12 * group + 0.45 * jax.random.normal(ks[1], (n,))
@@ -152,11 +147,9 @@ class PublicScaler:
 
   @classmethod
   def fit(cls, public_x_NxF: jax.typing.ArrayLike) -> "PublicScaler":
-    x = np.asarray(public_x_NxF, np.float64)
-    if x.ndim != 2 or x.shape[1] != NUM_FEATURES:
-      raise ValueError(f"public_x_NxF must have shape [N, {NUM_FEATURES}], got {x.shape}")
-    if x.shape[0] < 2 or not np.all(np.isfinite(x)):
-      raise ValueError("public_x_NxF needs >= 2 rows of finite values")
+    x = _validate.check_array(public_x_NxF, "public_x_NxF", shape=(None, NUM_FEATURES))
+    if x.shape[0] < 2:
+      raise ValueError(f"public_x_NxF needs >= 2 rows, got shape {x.shape}")
     mean = x.mean(0)
     std = x.std(0)
     std = np.where(std > 0, std, 1.0)
@@ -168,7 +161,8 @@ class PublicScaler:
 
   def transform(self, x_NxF: jax.typing.ArrayLike) -> jax.Array:
     """Standardised raw features: float32[N, 5]."""
-    x = _check_x(x_NxF)
+    x = jnp.asarray(x_NxF, jnp.float32)
+    _validate.check_array(x, "x_NxF", shape=(None, NUM_FEATURES))
     return ((x - jnp.asarray(self.mean_F, jnp.float32)[None, :])
             / jnp.asarray(self.std_F, jnp.float32)[None, :])
 
@@ -181,15 +175,6 @@ LINEAR_DIM = NUM_FEATURES + 1  # 6
 def _monomials_np(z: np.ndarray) -> np.ndarray:
   cols = [np.prod(z[:, list(c)], axis=1) if c else np.ones(z.shape[0]) for c in _CUBIC_INDEX]
   return np.stack(cols, axis=1)
-
-
-def _check_x(x_NxF: jax.typing.ArrayLike) -> jax.Array:
-  x = jnp.asarray(x_NxF, jnp.float32)
-  if x.ndim != 2 or x.shape[1] != NUM_FEATURES:
-    raise ValueError(f"x_NxF must have shape [N, {NUM_FEATURES}], got {x.shape}")
-  if not bool(jnp.all(jnp.isfinite(x))):
-    raise ValueError("x_NxF contains NaN or inf")
-  return x
 
 
 def linear_features(x_NxF: jax.typing.ArrayLike, scaler: PublicScaler) -> jax.Array:

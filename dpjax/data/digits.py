@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpjax import _validate
+
 NUM_EXAMPLES = 1797
 NUM_CLASSES = 10
 IMAGE_SHAPE = (8, 8, 1)  # H, W, C
@@ -77,9 +79,7 @@ def scale(pixels_NxF: jax.typing.ArrayLike) -> jax.Array:
   Raises:
     ValueError: if any value is NaN or outside [0, 16].
   """
-  p = np.asarray(pixels_NxF, dtype=np.float64)
-  if np.isnan(p).any() or (p.size and (p.min() < 0 or p.max() > PIXEL_MAX)):
-    raise ValueError(f"pixels_NxF must lie in [0, {PIXEL_MAX:g}] without NaN")
+  p = _validate.check_array(pixels_NxF, "pixels_NxF", low=0.0, high=PIXEL_MAX)
   return jnp.asarray(p / PIXEL_MAX, dtype=jnp.float32)
 
 
@@ -103,9 +103,8 @@ def load(key: jax.Array, test_fraction: float = 0.25) -> Digits:
     >>> int(d.y_train_N.shape[0] + d.y_test_N.shape[0])
     1797
   """
-  test_fraction = float(test_fraction)
-  if not 0.0 < test_fraction < 1.0:
-    raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+  test_fraction = _validate.check_probability(test_fraction, "test_fraction", open_low=True,
+                                              open_high=True)
   num_test = int(round(test_fraction * NUM_EXAMPLES))
   if not 0 < num_test < NUM_EXAMPLES:
     raise ValueError(f"test_fraction={test_fraction} leaves an empty train or test set")
@@ -127,7 +126,6 @@ def as_images(x_NxF: jax.typing.ArrayLike) -> jax.Array:
   Raises:
     ValueError: if `x_NxF` is not two-dimensional with 64 columns.
   """
+  _validate.check_shape(x_NxF, "x_NxF", shape=(None, NUM_FEATURES))
   x = jnp.asarray(x_NxF)
-  if x.ndim != 2 or x.shape[1] != NUM_FEATURES:
-    raise ValueError(f"x_NxF must have shape [N, {NUM_FEATURES}], got {x.shape}")
   return x.reshape((x.shape[0],) + IMAGE_SHAPE)

@@ -38,25 +38,17 @@ from __future__ import annotations
 import numpy as np
 from scipy import special, stats
 
+from dpjax import _validate
+
 _MIN_STD = 1e-6
 
 
-def _check_keep(keep_MxN, shape, name="keep_MxN") -> np.ndarray:
-  keep = np.asarray(keep_MxN)
-  if keep.shape != tuple(shape):
-    raise ValueError(f"{name} must have shape {tuple(shape)}, got {keep.shape}")
-  if not np.all((keep == 0) | (keep == 1)):
-    raise ValueError(f"{name} must be boolean")
-  return keep.astype(bool)
-
-
-def _check_2d(x, name) -> np.ndarray:
-  x = np.asarray(x, np.float64)
-  if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 1:
-    raise ValueError(f"{name} must have shape [M >= 2, N >= 1], got {x.shape}")
-  if not np.all(np.isfinite(x)):
-    raise ValueError(f"{name} contains NaN or inf")
-  return x
+def _check_phi(phi_MxN) -> np.ndarray:
+  """Confidences of M >= 2 models (every other model is a shadow) on N >= 1 records."""
+  phi = _validate.check_array(phi_MxN, "phi_MxN", ndim=2)
+  if phi.shape[0] < 2 or phi.shape[1] < 1:
+    raise ValueError(f"phi_MxN must have shape [M >= 2, N >= 1], got {phi.shape}")
+  return phi
 
 
 def logit_confidence(logits, labels_N) -> np.ndarray:
@@ -98,9 +90,7 @@ def loss_attack_scores(losses_MxN) -> np.ndarray:
   Every threshold on this score is one attack; Yeom's own threshold is the mean
   training loss, and `metrics.advantage` gives the best one in hindsight.
   """
-  x = np.asarray(losses_MxN, np.float64)
-  if x.ndim != 2 or not np.all(np.isfinite(x)):
-    raise ValueError(f"losses_MxN must be a finite [M, N] array, got shape {x.shape}")
+  x = _validate.check_array(losses_MxN, "losses_MxN", ndim=2)
   return -x
 
 
@@ -133,8 +123,8 @@ def lira_scores(phi_MxN, keep_MxN, *, online: bool = True,
   Returns:
     float64[M, N] scores, higher = member.
   """
-  phi = _check_2d(phi_MxN, "phi_MxN")
-  keep = _check_keep(keep_MxN, phi.shape)
+  phi = _check_phi(phi_MxN)
+  keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=phi.shape)
   c_out, m_out, v_out = _leave_one_out_moments(phi, ~keep)
   pooled_out = np.sqrt(np.nanmean(np.where(c_out >= 2, v_out, np.nan)))
   pooled_out = pooled_out if np.isfinite(pooled_out) else 1.0
@@ -190,11 +180,10 @@ def shokri_attack_scores(phi_MxN, labels_N, keep_MxN) -> np.ndarray:
   Returns:
     float64[M, N] scores (membership log-odds), higher = member.
   """
-  phi = _check_2d(phi_MxN, "phi_MxN")
-  keep = _check_keep(keep_MxN, phi.shape)
+  phi = _check_phi(phi_MxN)
+  keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=phi.shape)
+  _validate.check_shape(labels_N, "labels_N", shape=(phi.shape[1],))
   y = np.asarray(labels_N)
-  if y.shape != (phi.shape[1],):
-    raise ValueError(f"labels_N must have shape ({phi.shape[1]},), got {y.shape}")
   m_models = phi.shape[0]
   out = np.zeros_like(phi)
   scale = np.std(phi) + 1e-12

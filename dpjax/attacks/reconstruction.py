@@ -48,28 +48,23 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import optimize, stats
 
+from dpjax import _validate
+
 NOISE_KINDS = ("rademacher", "uniform", "rounded_uniform", "gaussian", "laplace")
 
 
-def _check_positive_int(name: str, value, low: int = 1) -> int:
-  if isinstance(value, bool) or int(value) != value or value < low:
-    raise ValueError(f"{name} must be an integer >= {low}, got {value}")
-  return int(value)
-
-
 def _check_noise(noise: str, scale: float) -> None:
-  if noise not in NOISE_KINDS:
-    raise ValueError(f"noise must be one of {NOISE_KINDS}, got {noise!r}")
-  if not (math.isfinite(scale) and scale >= 0):
-    raise ValueError(f"scale must be a finite number >= 0, got {scale}")
+  """A noise kind of NOISE_KINDS and its magnitude >= 0."""
+  _validate.check_choice(noise, NOISE_KINDS, "noise")
+  _validate.check_nonnegative(scale, "scale")
 
 
 def _check_secret(secret_N) -> jax.Array:
+  """The secret bits as float32[N], N >= 1."""
+  _validate.check_binary(secret_N, "secret_N", ndim=1)
   s = jnp.asarray(secret_N, jnp.float32)
-  if s.ndim != 1 or s.shape[0] < 1:
+  if s.shape[0] < 1:
     raise ValueError(f"secret_N must be a non-empty vector [N], got shape {s.shape}")
-  if not bool(jnp.all((s == 0) | (s == 1))):
-    raise ValueError("secret_N must contain only 0 and 1")
   return s
 
 
@@ -95,16 +90,15 @@ def dp_laplace_scale(total_epsilon: float, num_queries: int) -> float:
   Laplace(Q / epsilon) per answer is (epsilon / Q)-DP and Q answers compose to
   epsilon-DP (basic composition). The noise grows linearly with Q.
   """
-  if not (math.isfinite(total_epsilon) and total_epsilon > 0):
-    raise ValueError(f"total_epsilon must be a finite number > 0, got {total_epsilon}")
-  q = _check_positive_int("num_queries", num_queries)
+  _validate.check_epsilon(total_epsilon, "total_epsilon")
+  q = _validate.check_int(num_queries, "num_queries")
   return q / float(total_epsilon)
 
 
 def random_subset_queries(key: jax.Array, num_queries: int, num_people: int) -> jax.Array:
   """Random subsets, each person in each with probability 1/2: float32[Q, N] of 0/1."""
-  q = _check_positive_int("num_queries", num_queries)
-  n = _check_positive_int("num_people", num_people)
+  q = _validate.check_int(num_queries, "num_queries")
+  n = _validate.check_int(num_people, "num_people")
   return jax.random.bernoulli(key, 0.5, (q, n)).astype(jnp.float32)
 
 
@@ -222,8 +216,8 @@ def reconstruction_trials(key: jax.Array, secret_N: jax.Array, *, num_queries: i
     float32[K]: per-trial fraction of the N bits recovered exactly.
   """
   s = _check_secret(secret_N)
-  q = _check_positive_int("num_queries", num_queries, low=s.shape[0])
-  k = _check_positive_int("num_trials", num_trials)
+  q = _validate.check_int(num_queries, "num_queries", s.shape[0])
+  k = _validate.check_int(num_trials, "num_trials")
   _check_noise(noise, scale)
   return _trials(key, s, jnp.float32(scale), num_queries=q, num_trials=k, noise=noise)
 
@@ -246,12 +240,11 @@ def predicted_recovery(num_queries: int, num_people: int, std: float) -> float:
   Treating every coordinate as having the mean variance slightly overstates the
   recovery when Q is close to N.
   """
-  q = _check_positive_int("num_queries", num_queries)
-  n = _check_positive_int("num_people", num_people)
+  q = _validate.check_int(num_queries, "num_queries")
+  n = _validate.check_int(num_people, "num_people")
   if q <= n + 1:
     raise ValueError(f"num_queries must exceed num_people + 1, got {q} <= {n + 1}")
-  if not (math.isfinite(std) and std >= 0):
-    raise ValueError(f"std must be a finite number >= 0, got {std}")
+  _validate.check_nonnegative(std, "std")
   if std == 0:
     return 1.0
   sd = math.sqrt(4.0 * std ** 2 / (q - n - 1))

@@ -56,16 +56,6 @@ def _real(x: Any, name: str, requirement: str) -> float:
 # scalars
 
 
-def check_real(x: Any, name: str) -> float:
-  """x as a float; any real number, NaN and infinities included.
-
-  Examples:
-    >>> check_real(-2, "offset")
-    -2.0
-  """
-  return _real(x, name, "a real number")
-
-
 def _range_text(low, high, open_low, open_high) -> str:
   if low is not None and high is not None:
     return f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
@@ -284,17 +274,13 @@ def check_shape(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None
   return s
 
 
-def check_numeric_array(x: Any, name: str, dtype: Any = None) -> np.ndarray:
-  """x as a NumPy array of numbers or bools (converted to `dtype` if given).
-
-  Examples:
-    >>> check_numeric_array([1, 2], "counts", np.float64)
-    array([1., 2.])
-  """
+def _numeric_array(x: Any, name: str) -> np.ndarray:
+  """x as a NumPy array of real numbers or bools."""
   arr = np.asarray(x)
-  if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-    raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
-  return arr if dtype is None else arr.astype(dtype)
+  if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+          or arr.dtype == np.bool_):
+    raise ValueError(f"{name} must be real numbers, got dtype {arr.dtype}")
+  return arr
 
 
 def check_array(x: Any, name: str, dtype: Any = np.float64, *,
@@ -334,7 +320,7 @@ def check_array(x: Any, name: str, dtype: Any = np.float64, *,
   check_shape(x, name, ndim=ndim, shape=shape)
   if is_tracer(x):
     return x
-  arr = check_numeric_array(x, name)
+  arr = _numeric_array(x, name)
   values = arr.astype(np.float64)
   if allow_inf:
     if np.any(np.isnan(values)):

@@ -1,0 +1,223 @@
+"""Tests for dpjax._validate: boundaries accepted and rejected, names in messages."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from dpjax import _validate as v
+
+# (check, kwargs, good): every scalar check, called as check(x, "param", **kwargs),
+# and a value it accepts.
+_SCALAR_CHECKS = (
+    ("range", v.check_range, {"low": 0.0, "high": 2.0}, 1),
+    ("finite", v.check_finite, {}, 1),
+    ("positive", v.check_positive, {}, 1),
+    ("nonnegative", v.check_nonnegative, {}, 1),
+    ("epsilon", v.check_epsilon, {}, 1),
+    ("probability", v.check_probability, {}, 1),
+    ("sampling_prob", v.check_sampling_prob, {}, 1),
+    ("delta", v.check_delta, {}, 0.5),
+    ("confidence", v.check_confidence, {}, 0.5),
+    ("int", v.check_int, {}, 1),
+)
+
+
+class ScalarTest(parameterized.TestCase):
+
+  def assert_rejects(self, fn, *args, name="param", **kwargs):
+    with self.assertRaisesRegex(ValueError, name):
+      fn(*args, **kwargs)
+
+  @parameterized.named_parameters(*_SCALAR_CHECKS)
+  def test_rejects_non_numbers_and_names_the_parameter(self, check, kwargs, good):
+    del good
+    for bad in (True, False, np.bool_(True), "0.5", b"1", None, [0.5], np.array([0.5]),
+                np.array([[1]]), 1 + 0j, object()):
+      with self.subTest(bad=repr(bad)):
+        self.assert_rejects(check, bad, "param", **kwargs)
+
+  @parameterized.named_parameters(*_SCALAR_CHECKS)
+  def test_rejects_traced_values(self, check, kwargs, good):
+    with self.assertRaisesRegex(ValueError, "param.*traced"):
+      jax.jit(lambda x: check(x, "param", **kwargs))(good)
+
+  @parameterized.named_parameters(*_SCALAR_CHECKS)
+  def test_rejects_nan(self, check, kwargs, good):
+    del good
+    self.assert_rejects(check, math.nan, "param", **kwargs)
+
+  @parameterized.named_parameters(*_SCALAR_CHECKS)
+  def test_accepts_python_numpy_and_jax_scalars(self, check, kwargs, good):
+    want_type = int if check is v.check_int else float
+    for x in (good, float(good), np.float32(good), np.float64(good), np.array(good),
+              jnp.array(good)):
+      out = check(x, "param", **kwargs)
+      self.assertEqual(out, good)
+      self.assertIs(type(out), want_type)
+    self.assertIs(type(v.check_int(np.int64(3), "x")), int)
+
+  def test_range(self):
+    self.assertEqual(v.check_range(0.0, "p", 0.0, 1.0), 0.0)
+    self.assertEqual(v.check_range(1.0, "p", 0.0, 1.0), 1.0)
+    self.assert_rejects(v.check_range, 0.0, "p", 0.0, 1.0, open_low=True,
+                        name=r"p must be in \(0, 1\]")
+    self.assert_rejects(v.check_range, 1.0, "p", 0.0, 1.0, open_high=True,
+                        name=r"p must be in \[0, 1\)")
+    self.assert_rejects(v.check_range, -1e-300, "p", 0.0, name="p must be a finite number >= 0")
+    self.assert_rejects(v.check_range, 2.0, "p", high=1.0, name="p must be a finite number <= 1")
+    self.assertEqual(v.check_range(-5, "p"), -5.0)
+    self.assert_rejects(v.check_range, math.inf, "p", name="p")
+    self.assert_rejects(v.check_range, -math.inf, "p", 0.0, allow_inf=True, name="inf allowed")
+    self.assertEqual(v.check_range(math.inf, "p", 0.0, allow_inf=True), math.inf)
+    self.assertEqual(v.check_range(-math.inf, "p", high=0.0, allow_inf=True), -math.inf)
+    self.assert_rejects(v.check_range, math.nan, "p", allow_inf=True, name="p")
+
+  def test_positive_and_nonnegative(self):
+    self.assertEqual(v.check_positive(5e-324, "sigma"), 5e-324)
+    for bad in (0, 0.0, -1.0, math.inf):
+      self.assert_rejects(v.check_positive, bad, "sigma", name="sigma must be a finite number > 0")
+    self.assertEqual(v.check_nonnegative(0, "l2"), 0.0)
+    for bad in (-1e-12, math.inf):
+      self.assert_rejects(v.check_nonnegative, bad, "l2", name="l2 must be a finite number >= 0")
+    self.assertEqual(v.check_finite(-1e300, "lower"), -1e300)
+    self.assert_rejects(v.check_finite, -math.inf, "lower", name="lower")
+
+  def test_epsilon(self):
+    self.assertEqual(v.check_epsilon(1), 1.0)
+    self.assert_rejects(v.check_epsilon, 0.0, name="epsilon")
+    self.assert_rejects(v.check_epsilon, math.inf, name="epsilon")
+    self.assertEqual(v.check_epsilon(0.0, allow_zero=True), 0.0)
+    self.assert_rejects(v.check_epsilon, -0.1, allow_zero=True, name="epsilon")
+    self.assert_rejects(v.check_epsilon, math.inf, allow_zero=True, name="epsilon")
+    self.assertEqual(v.check_epsilon(math.inf, allow_zero=True, allow_inf=True), math.inf)
+    self.assert_rejects(v.check_epsilon, 0.0, "target_epsilon", name="target_epsilon")
+
+  @parameterized.named_parameters(
+      ("closed", {}, (0.0, 1.0), ()),
+      ("open_low", {"open_low": True}, (1.0,), (0.0,)),
+      ("open_high", {"open_high": True}, (0.0,), (1.0,)),
+      ("open", {"open_low": True, "open_high": True}, (), (0.0, 1.0)),
+  )
+  def test_probability(self, kwargs, accepted, rejected):
+    for p in accepted + (0.5,):
+      self.assertEqual(v.check_probability(p, "share", **kwargs), p)
+    for p in rejected + (-1e-9, 1.0 + 1e-9, math.inf):
+      self.assert_rejects(v.check_probability, p, "share", name="share must be in", **kwargs)
+
+  def test_sampling_prob_delta_confidence(self):
+    self.assertEqual(v.check_sampling_prob(1), 1.0)
+    self.assert_rejects(v.check_sampling_prob, 0.0, name=r"sampling_prob must be in \(0, 1\]")
+    self.assert_rejects(v.check_sampling_prob, 0.0, "q", name="q")
+    self.assertEqual(v.check_delta(1e-300), 1e-300)
+    self.assert_rejects(v.check_delta, 0.0, name=r"delta must be in \(0, 1\)")
+    self.assert_rejects(v.check_delta, 1.0, name="delta")
+    self.assertEqual(v.check_delta(0, allow_zero=True), 0.0)
+    self.assert_rejects(v.check_delta, 1.0, "delta0", allow_zero=True,
+                        name=r"delta0 must be in \[0, 1\)")
+    self.assertEqual(v.check_confidence(0.95), 0.95)
+    for bad in (0.0, 1.0):
+      self.assert_rejects(v.check_confidence, bad, name="confidence")
+
+  def test_int(self):
+    self.assertEqual(v.check_int(1, "k"), 1)
+    self.assertEqual(v.check_int(3.0, "k"), 3)
+    self.assertEqual(v.check_int(2, "num_buckets", 2), 2)
+    self.assertEqual(v.check_int(0, "pad", minimum=0), 0)
+    self.assertEqual(v.check_int(2**60 + 1, "k"), 2**60 + 1)          # exact
+    for bad in (0, 2.5, -1, math.inf):
+      self.assert_rejects(v.check_int, bad, "k", name="k must be an integer >= 1")
+    self.assert_rejects(v.check_int, 1, "num_buckets", 2,
+                        name="num_buckets must be an integer >= 2")
+
+  def test_choice(self):
+    self.assertEqual(v.check_choice("pld", ("rdp", "pld"), "accountant"), "pld")
+    self.assertEqual(v.check_choice(1, (0, 1), "report"), 1)
+    for bad in ("PLD", None, ["rdp"], 2):
+      self.assert_rejects(v.check_choice, bad, ("rdp", "pld"), "accountant",
+                          name=r"accountant must be one of \('rdp', 'pld'\)")
+
+
+class ArrayTest(parameterized.TestCase):
+
+  def test_shape(self):
+    self.assertEqual(v.check_shape(np.zeros((2, 5)), "x_NxF", shape=(None, 5)), (2, 5))
+    self.assertEqual(v.check_shape([1, 2], "votes", ndim=(1, 2)), (2,))
+    with self.assertRaisesRegex(ValueError, r"x_NxF must have shape \[\*, 5\], got \(2, 4\)"):
+      v.check_shape(np.zeros((2, 4)), "x_NxF", shape=(None, 5))
+    with self.assertRaisesRegex(ValueError, r"x_NxF must have shape \[\*, 5\]"):
+      v.check_shape(np.zeros(5), "x_NxF", shape=(None, 5))
+    with self.assertRaisesRegex(ValueError, "votes must have rank 1 or 2"):
+      v.check_shape(np.zeros((1, 1, 1)), "votes", ndim=(1, 2))
+
+  def test_array_values(self):
+    out = v.check_array([1, 2], "counts")
+    self.assertEqual(out.dtype, np.float64)
+    np.testing.assert_array_equal(out, [1.0, 2.0])
+    self.assertEqual(v.check_array([True], "m", np.int32).dtype, np.int32)
+    self.assertEqual(v.check_array(np.zeros((0, 3)), "x", ndim=2).shape, (0, 3))
+    for bad in ([1.0, math.nan], [math.inf], [-math.inf]):
+      with self.assertRaisesRegex(ValueError, r"scores must be finite \(no NaN or inf\)"):
+        v.check_array(bad, "scores")
+    np.testing.assert_array_equal(v.check_array([math.inf, 1.0], "s", allow_inf=True),
+                                  [math.inf, 1.0])
+    with self.assertRaisesRegex(ValueError, "s must not contain NaN"):
+      v.check_array([math.inf, math.nan], "s", allow_inf=True)
+    for bad in (["a"], [None], [1 + 1j]):
+      with self.assertRaisesRegex(ValueError, "x must be real numbers"):
+        v.check_array(bad, "x")
+
+  def test_array_bounds(self):
+    np.testing.assert_array_equal(v.check_array([0.0, 1.0], "fpr", low=0.0, high=1.0),
+                                  [0.0, 1.0])
+    with self.assertRaisesRegex(ValueError, r"fpr must be in \[0, 1\], got values from 0 to 1.5"):
+      v.check_array([0.0, 1.5], "fpr", low=0.0, high=1.0)
+    with self.assertRaisesRegex(ValueError, "mu must be > 0"):
+      v.check_array([0.0, 1.0], "mu", low=0.0, open_low=True)
+    with self.assertRaisesRegex(ValueError, "log_q must be < 0"):
+      v.check_array([0.0], "log_q", high=0.0, open_high=True)
+    np.testing.assert_array_equal(
+        v.check_array([0.0, math.inf], "eps", low=0.0, allow_inf=True), [0.0, math.inf])
+    with self.assertRaisesRegex(ValueError, "eps must be >= 0"):
+      v.check_array([-math.inf], "eps", low=0.0, allow_inf=True)
+
+  def test_tracers_get_shape_checks_only(self):
+    def f(x):
+      self.assertIs(v.check_array(x, "x", ndim=1, low=0.0), x)
+      self.assertIs(v.check_binary(x, "x", shape=(2,)), x)
+      return x
+    jax.jit(f)(jnp.array([-1.0, jnp.nan]))               # values unknown: not checked
+    with self.assertRaisesRegex(ValueError, "x must have rank 2"):
+      jax.jit(lambda x: v.check_array(x, "x", ndim=2))(jnp.zeros(3))
+    seen = []
+    jax.jit(lambda x: seen.append(v.is_tracer(x)) or x)(1.0)
+    self.assertEqual(seen, [True])
+    self.assertFalse(v.is_tracer(jnp.zeros(2)))
+
+  def test_orders(self):
+    np.testing.assert_array_equal(v.check_orders(2), [2.0])
+    np.testing.assert_array_equal(v.check_orders([1.5, 64]), [1.5, 64.0])
+    for bad in ([1.0], [0.5, 2.0], [math.inf], [math.nan]):
+      with self.assertRaisesRegex(ValueError, "orders"):
+        v.check_orders(bad)
+    with self.assertRaisesRegex(ValueError, "orders must be a non-empty"):
+      v.check_orders([])
+    with self.assertRaisesRegex(ValueError, "orders must have rank 1"):
+      v.check_orders([[2.0]])
+
+  def test_binary(self):
+    out = v.check_binary([1, 0, 1.0], "keep_N")
+    self.assertEqual(out.dtype, np.bool_)
+    np.testing.assert_array_equal(out, [True, False, True])
+    np.testing.assert_array_equal(v.check_binary(np.array([True]), "m"), [True])
+    for bad in ([0, 2], [0.5], [math.nan]):
+      with self.assertRaisesRegex(ValueError, r"keep_N must contain only 0 and 1"):
+        v.check_binary(bad, "keep_N")
+    with self.assertRaisesRegex(ValueError, r"keep_MxN must have shape \[3, 2\]"):
+      v.check_binary(np.zeros((2, 3), bool), "keep_MxN", shape=(3, 2))
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -44,6 +44,7 @@ from absl import app
 from absl import flags
 
 from dpjax import dpsgd
+from dpjax import fitting
 from dpjax import models
 from dpjax.data import credit
 from experiments import _common
@@ -130,23 +131,6 @@ def _train_sweep(key, d, cfgs, seeds):
   return acc.reshape(len(cfgs), seeds)
 
 
-def newton(x_NxD, y_N, ridge=1e-4, iters=50):
-  """Near-unregularised logistic regression by Newton's method (float64, non-private)."""
-  x = np.asarray(x_NxD, np.float64)
-  y = np.asarray(y_N, np.float64)
-  w = np.zeros(x.shape[1])
-  n = x.shape[0]
-  for _ in range(iters):
-    p = 1.0 / (1.0 + np.exp(-(x @ w)))
-    grad = x.T @ (p - y) / n + ridge * w
-    hess = (x.T * (p * (1 - p))) @ x / n + ridge * np.eye(x.shape[1])
-    step = np.linalg.solve(hess, grad)
-    w -= step
-    if np.max(np.abs(step)) < 1e-10:
-      break
-  return w
-
-
 def demo_anatomy(key, data, draws):
   rows, res = [], {}
   for name in ("linear", "cubic"):
@@ -159,7 +143,7 @@ def demo_anatomy(key, data, draws):
     w0 = {"w": jnp.zeros((dim,), jnp.float32)}
     full, _ = dpsgd.glm_clipped_grad_sum(0.0, w0, x, y, jnp.ones((n,)), math.inf)
     full = full["w"] / n
-    w_star = newton(x, y)
+    w_star = fitting.fit_logistic(x, y, l2=1e-4, num_iters=50, tol=1e-10)
 
     def one(k):
       k_m, k_n = jax.random.split(k)
@@ -207,7 +191,7 @@ def demo_cost(key, data, seeds, epsilons=EPSILONS):
                               "sigma": cfg.sigma, "acc": a.tolist()}
   for name in ("linear", "cubic"):
     d = data[name]
-    w = newton(d["x"], d["y"])
+    w = fitting.fit_logistic(d["x"], d["y"], l2=1e-4, num_iters=50, tol=1e-10)
     acc, _ = _evaluate(w[None, :], d["x_test"], d["y_test"])
     res[f"{name}/newton"] = {"acc_mean": float(acc[0])}
     ref = res[f"{name}/noiseless"]["acc_mean"]

@@ -51,6 +51,7 @@ from absl import app, flags  # noqa: E402
 from scipy import stats  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from dpjax import fitting  # noqa: E402
 from dpjax import mechanisms as mech  # noqa: E402
 from dpjax.data import credit  # noqa: E402
 from experiments import _common  # noqa: E402
@@ -296,27 +297,14 @@ def demo_postprocess(key, cfg: MechanismsConfig) -> tuple[dict, list]:
 # ----------------------------------------------------------------------------------
 # Demo 3: the exponential mechanism picks a threshold.
 
-def _fit_logistic(x_NxD: np.ndarray, y_N: np.ndarray, l2: float = 1e-4,
-                  iters: int = 30) -> np.ndarray:
-  """Newton's method for (lightly ridge-regularised) logistic regression, float64."""
-  n, d = x_NxD.shape
-  w = np.zeros(d)
-  for _ in range(iters):
-    p = 1.0 / (1.0 + np.exp(-(x_NxD @ w)))
-    g = x_NxD.T @ (p - y_N) / n + l2 * w
-    h = (x_NxD * (p * (1 - p))[:, None]).T @ x_NxD / n + l2 * np.eye(d)
-    w = w - np.linalg.solve(h, g)
-  return w
-
-
 def demo_exponential(key, public: credit.CreditData, privates: list[credit.CreditData],
                      test: credit.CreditData, cfg: MechanismsConfig,
                      progress: bool = True) -> tuple[dict, list, dict]:
   """`privates[0]` is the lecture-like single sample; the rest are fresh samples."""
   k_em = key
   scaler = credit.PublicScaler.fit(public.x_NxF)
-  w = _fit_logistic(np.asarray(credit.linear_features(public.x_NxF, scaler), np.float64),
-                    np.asarray(public.y_N, np.float64))
+  w = fitting.fit_logistic(np.asarray(credit.linear_features(public.x_NxF, scaler), np.float64),
+                           np.asarray(public.y_N, np.float64), l2=1e-4, num_iters=30)
 
   def correct_TxN(data):
     s = 1.0 / (1.0 + np.exp(-(np.asarray(credit.linear_features(data.x_NxF, scaler),

@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from dpjax import dpsgd, metrics, models  # noqa: E402
+from dpjax import dpsgd, fitting, metrics, models  # noqa: E402
 from dpjax.attacks import mia  # noqa: E402
 from dpjax.data import credit  # noqa: E402
 from experiments import _common  # noqa: E402
@@ -57,33 +57,6 @@ LECTURE = {
     ("eps=1", "test_accuracy"): 0.614,
 }
 _OVERFIT_L2 = 1e-4
-
-
-def _newton_fit(x, y, keep_MxN, l2, iters=40):
-  """Regularised logistic regression per model by (step-capped) Newton's method.
-
-  Minimises mean_{i kept} logloss_i + (l2 / 2) ||w||^2 for every row of keep_MxN.
-  """
-  d = x.shape[1]
-  yf = y.astype(jnp.float32)
-
-  def fit(kp):
-    kf = kp.astype(jnp.float32)
-    n = jnp.sum(kf)
-
-    def body(w, _):
-      p = jax.nn.sigmoid(x @ w)
-      g = x.T @ (kf * (p - yf)) / n + l2 * w
-      h = (x * (kf * p * (1 - p))[:, None]).T @ x / n + l2 * jnp.eye(d)
-      step = jnp.linalg.solve(h, g)
-      nrm = jnp.linalg.norm(step)
-      step = step * jnp.minimum(1.0, 10.0 / jnp.maximum(nrm, 1e-12))
-      return w - step, None
-
-    w, _ = jax.lax.scan(body, jnp.zeros((d,), jnp.float32), None, length=iters)
-    return w
-
-  return jax.jit(jax.vmap(fit))(keep_MxN)
 
 
 def _lira_keep(key, m, n):
@@ -148,7 +121,8 @@ def run(*, seed: int, out_dir: str, num_models: int = 128, pool_size: int = 300,
   rows, curves = [], {}
   for i, (name, eps, kind, arg) in enumerate(tqdm(plan, desc="MIA rows", disable=not progress)):
     if kind == "newton":
-      w = _newton_fit(x, y, jnp.asarray(keep), arg)
+      w = fitting.fit_logistic_many(x, y, jnp.asarray(keep), l2=arg, num_iters=40,
+                                    max_step_norm=10.0)
     else:
       kw = ({"noise_multiplier": 0.0} if eps is None else {"target_epsilon": eps})
       cfg = dpsgd.DpSgdConfig(dataset_size=n_private, sampling_prob=sampling_prob,

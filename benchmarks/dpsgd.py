@@ -14,7 +14,7 @@ figure is a ratio against a baseline timed under the same machine load:
   * dpjax fast path: `dpsgd.train_many` (GLM closed form, chosen automatically);
   * dpjax generic path: the same with vmap(grad) clipping: `two_pass_clipped_grad_sum`
     (what the engine uses for a model it has no special path for; keys `generic_*`;
-    its norms come from `dpjax.sqnorm`, which finds the per-example outer products in
+    its norms come from `dpjax.clipping.sqnorm`, which finds the per-example outer products in
     the jaxpr of vmap(grad)), the same without that rewrite (`generic_plain_*`), and
     the one-pass `clipped_grad_sum` (`generic_one_pass_*`); the last two are not timed
     at the largest M, where they take ~3x and ~12x the fast path's time;
@@ -153,19 +153,20 @@ def _dpjax_runner(x, y, num_models, generic):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
+  from dpjax.clipping import vmap  # pylint: disable=g-import-not-at-top
   model = models.logistic_regression(D)
   cfg = dpsgd.DpSgdConfig(dataset_size=N, sampling_prob=Q, num_steps=T, l2_clip_norm=C,
                           noise_multiplier=SIGMA, learning_rate=LR)
-  csf = {False: None, True: functools.partial(dpsgd.clipped_grad_sum, model),
-         "two_pass": functools.partial(dpsgd.two_pass_clipped_grad_sum, model),
-         "two_pass_plain": functools.partial(dpsgd.two_pass_clipped_grad_sum, model,
+  csf = {False: None, True: functools.partial(vmap.clipped_grad_sum, model),
+         "two_pass": functools.partial(vmap.two_pass_clipped_grad_sum, model),
+         "two_pass_plain": functools.partial(vmap.two_pass_clipped_grad_sum, model,
                                              rewrite_norms=False)}[generic]
   keep = jnp.ones((num_models, N), bool)
   xj, yj = jnp.asarray(x), jnp.asarray(y, jnp.int32)
   key = jax.random.key(1)
 
   def run():
-    out = dpsgd.train_many(key, xj, yj, keep, cfg, model, clipped_sum_fn=csf,
+    out = dpsgd.train_many(key, xj, yj, keep, cfg, model, clipping=csf,
                            progress=False)
     jax.block_until_ready(out.params)
   return run

@@ -12,13 +12,13 @@ Workloads (batch B = 256, softmax cross-entropy over 10 classes, SGD):
 For each, in ONE process (so every figure is a ratio against baselines timed under
 the same machine load), examples/second of one training step on a fixed batch:
   (a) nonprivate: jit(grad of the mean loss) + SGD update;
-  (b) naive: `dpsgd.clipped_grad_sum` (vmap(grad), per-example gradients
+  (b) naive: `clipping.vmap.clipped_grad_sum` (vmap(grad), per-example gradients
       materialised) + Gaussian noise sigma*C + division by B + SGD;
-  (c) ghost: `ghost.clipped_sum_fn` (ghost norms, no per-example gradients for dense
+  (c) ghost: `clipping.ghost.clipped_sum_fn` (ghost norms, no per-example gradients for dense
       layers) + the same noise / denominator / SGD;
-  (c') generic: `dpsgd.two_pass_clipped_grad_sum` (what the engine uses for a model
+  (c') generic: `clipping.vmap.two_pass_clipped_grad_sum` (what the engine uses for a model
       it has no special path for: vmap(grad) norms with the outer-product identity
-      applied in the jaxpr by `dpjax.sqnorm`, then one weighted backward pass) + the
+      applied in the jaxpr by `dpjax.clipping.sqnorm`, then one weighted backward pass) + the
       same noise / denominator / SGD;
   (d) opacus_hooks / opacus_ghost: Opacus `PrivacyEngine.make_private` with
       grad_sample_mode "hooks" and "ghost" (torch CPU, optional: skipped with a
@@ -26,7 +26,7 @@ the same machine load), examples/second of one training step on a fixed batch:
       thread and with torch's default and reported at the better one
       (`<w>.opacus_<mode>_threads`): torch's OpenMP threads collapse when other
       processes share the cores.
-The JAX DP steps add the noise with `dpsgd.dp_aggregate` (what `train_many` uses:
+The JAX DP steps add the noise with `privatizer.dp_aggregate` (what `train_many` uses:
 one N(0, sigma^2 C^2) draw per parameter leaf from the engine's threefry sampler),
 then divide by the fixed B and take an SGD step.
 Each rate is the best of `repeats` timed loops after a warm-up (compilation excluded).
@@ -108,7 +108,10 @@ def _jax_runners(kind, kwargs, num_features, steps):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
-  from dpjax import dpsgd, ghost, models  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+
+  from dpjax import models, privatizer  # pylint: disable=g-import-not-at-top
+  from dpjax.clipping import ghost, vmap  # pylint: disable=g-import-not-at-top
 
   model = getattr(models, kind)(**kwargs)
   kx, ky, kp = jax.random.split(jax.random.key(0), 3)
@@ -123,17 +126,18 @@ def _jax_runners(kind, kwargs, num_features, steps):
     g = jax.grad(lambda p: jnp.mean(models.per_example_loss(model, p, x, y)))(params)
     return jax.tree.map(lambda p, gl: p - LEARNING_RATE * gl, params, g)
 
-  agg = dpsgd.dp_aggregate(SIGMA * CLIP, BATCH, kn)
+  agg = privatizer.dp_aggregate(SIGMA * CLIP, BATCH, kn)
 
   def private(clipped_sum, params, t):
     gsum, _ = clipped_sum(params, x, y, ones, CLIP)
     # The library's aggregate (noise per leaf from the engine's sampler, then / B);
     # its state at update t is (kn, t).
-    priv, _ = agg.update(gsum, dpsgd.DpAggregateState(kn, jnp.asarray(t, jnp.int32)))
+    state = (privatizer.GaussianPrivatizerState(kn, jnp.asarray(t, jnp.int32)), optax.EmptyState())
+    priv, _ = agg.update(gsum, state)
     return jax.tree.map(lambda p, u: p - LEARNING_RATE * u, params, priv)
 
-  naive_sum = functools.partial(dpsgd.clipped_grad_sum, model)
-  generic_sum = functools.partial(dpsgd.two_pass_clipped_grad_sum, model)
+  naive_sum = functools.partial(vmap.clipped_grad_sum, model)
+  generic_sum = functools.partial(vmap.two_pass_clipped_grad_sum, model)
   ghost_sum = ghost.clipped_sum_fn(model)
   def forward_only(params, t):  # profile: the forward pass alone (logits)
     del t

@@ -11,8 +11,8 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = (
-    "accounting", "attacks", "audit", "data", "dpsgd", "ghost", "mechanisms", "metrics",
-    "models", "parallel", "pate", "sqnorm",
+    "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "mechanisms", "metrics",
+    "models", "parallel", "pate", "privatizer", "prng", "sampling",
 )
 
 

@@ -75,7 +75,7 @@ def _chunk_path(out_dir, setting, c):
   return os.path.join(out_dir, "chunks", f"{setting}_c{c:04d}.npz")
 
 
-def _train_chunk(key, data, cfg_train, lo, hi, m_total, model):
+def _train_chunk(key, data, var, lo, hi, m_total, model):
   r_all, s_all = canary.balanced_design(m_total)
   r, s = r_all[lo:hi], s_all[lo:hi]
   keep = np.ones((hi - lo, data.x_NxD.shape[0]), bool)
@@ -83,13 +83,14 @@ def _train_chunk(key, data, cfg_train, lo, hi, m_total, model):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     out = dpsgd.train_many(
-        key, data.x_NxD, data.y_N, jnp.asarray(keep), cfg_train, model,
+        key, data.x_NxD, data.y_N, jnp.asarray(keep), var.config, model,
         observe_fn=canary.observe_last_coordinate(),
-        gradient_canary=canary.gradient_canary(data.num_features, cfg_train.l2_clip_norm),
-        canary_keep_M=jnp.asarray(s), max_chunk=hi - lo, progress=False)
+        gradient_canary=canary.gradient_canary(data.num_features, var.config.l2_clip_norm),
+        canary_keep_M=jnp.asarray(s), max_chunk=hi - lo, progress=False, **var.components)
   bb = canary.black_box_scores(np.asarray(out.params["w"]), np.asarray(data.x_NxD[data.canary_index]))
-  o = canary.normalized_observations(out.observations, expected_batch_size=cfg_train.expected_batch_size,
-                                     l2_clip_norm=cfg_train.l2_clip_norm)
+  o = canary.normalized_observations(out.observations,
+                                     expected_batch_size=var.config.expected_batch_size,
+                                     l2_clip_norm=var.config.l2_clip_norm)
   return {"record_in": r, "gradient_in": s, "black_box": bb, "o": o}
 
 
@@ -179,10 +180,10 @@ def run(*, seed: int, out_dir: str, trials: int = 1000, epsilons=(1.0, 2.0, 4.0,
                                 num_steps=num_steps, noise_multiplier=st.sigma, delta=delta)
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")
-      cfg_train = variants.variant_config(variant, claimed)
+      var = variants.variant(variant, claimed, model)
     lo, hi = bounds[c]
     k_chunk = jax.random.fold_in(jax.random.fold_in(k_train, si), c)
-    res = _train_chunk(k_chunk, data, cfg_train, lo, hi, m_total, model)
+    res = _train_chunk(k_chunk, data, var, lo, hi, m_total, model)
     wb = canary.white_box_scores(res["o"], sampling_prob, st.sigma)
     path = _chunk_path(out_dir, st.name, c)
     tmp = path + ".tmp.npz"

@@ -46,6 +46,8 @@ from absl import flags
 from dpjax import dpsgd
 from dpjax import fitting
 from dpjax import models
+from dpjax import prng
+from dpjax.clipping import glm
 from dpjax.data import credit
 from experiments import _common
 
@@ -141,15 +143,15 @@ def demo_anatomy(key, data, draws):
     cfg = _cfg(n, q, int(round(20 / q)), eps=1.0)
     sigma, b = cfg.sigma, cfg.expected_batch_size
     w0 = {"w": jnp.zeros((dim,), jnp.float32)}
-    full, _ = dpsgd.glm_clipped_grad_sum(0.0, w0, x, y, jnp.ones((n,)), math.inf)
+    full, _ = glm.clipped_grad_sum(0.0, w0, x, y, jnp.ones((n,)), math.inf)
     full = full["w"] / n
     w_star = fitting.fit_logistic(x, y, l2=1e-4, num_iters=50, tol=1e-10)
 
     def one(k):
       k_m, k_n = jax.random.split(k)
-      mask = dpsgd.poisson_mask(k_m, q, n).astype(jnp.float32)
-      s, _ = dpsgd.glm_clipped_grad_sum(0.0, w0, x, y, mask, 1.0)
-      noise = sigma * dpsgd.standard_normal(k_n, (dim,))
+      mask = prng.poisson_mask(k_m, q, n).astype(jnp.float32)
+      s, _ = glm.clipped_grad_sum(0.0, w0, x, y, mask, 1.0)
+      noise = sigma * prng.standard_normal(k_n, (dim,))
       return s["w"] / b, noise / b
     sig, noi = jax.jit(jax.vmap(one))(jax.random.split(jax.random.fold_in(key, n), draws))
     upd = sig + noi

@@ -5,7 +5,7 @@ pixels / 16, a public constant) are the private data set (n = 1,348 training ima
 For each architecture and each epsilon in --eps, `--seeds` models (different init,
 Poisson masks and noise) are trained as ONE vmapped program by the engine
 (`dpsgd.train_many`), with per-example clipping done by ghost clipping
-(`dpjax.ghost`: per-example norms without per-example gradients). sigma is calibrated
+(`dpjax.clipping.ghost`: per-example norms without per-example gradients). sigma is calibrated
 by the engine for the target epsilon at delta = 1e-5 (RDP accountant, Poisson sampling
 q, T steps); the table shows the epsilon actually spent, `cfg.epsilon()`.
 
@@ -42,7 +42,8 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from dpjax import dpsgd, ghost, models  # noqa: E402
+from dpjax import dpsgd, models  # noqa: E402
+from dpjax.clipping import ghost  # noqa: E402
 from dpjax.data import digits  # noqa: E402
 from experiments import _common  # noqa: E402
 
@@ -141,7 +142,7 @@ def run(*, seed: int, eps: list[float], archs: list[str], seeds: int, steps: int
     # Each cell gets its own stream (masks and noise independent across cells).
     key_cell = jax.random.fold_in(key_train, cells.index((arch, e)))
     out = dpsgd.train_many(key_cell, data.x_train_NxF, data.y_train_N, keep, cfg, model,
-                           clipped_sum_fn=clipped_sum_fns[arch], per_example_stats=True,
+                           clipping=clipped_sum_fns[arch], per_example_stats=True,
                            progress=False)
     logits = jax.vmap(model.apply, in_axes=(0, None))(out.params, data.x_test_NxF)
     acc_M = np.asarray(jnp.mean(jnp.argmax(logits, axis=-1) == data.y_test_N[None, :], axis=1))

@@ -1,12 +1,13 @@
-"""Tests for dpjax.dpsgd: the DP-SGD contract checked piece by piece.
+"""Tests for dpjax.dpsgd: the engine and the configuration the accountant is told.
 
-Clipping bounds (property test), noise std sigma*C (KS test that also rejects
-2/3 and 3/2 of it), the fixed denominator q*n, Poisson rates, vmap = single model,
-jit = eager, GLM fast path = vmap(grad), each Fault, and the epsilon reported.
+vmap over models = one model at a time (with and without the unrolled scan), jit =
+eager, chunking changes nothing, sweeps equal their configs one by one, per-model
+keys, the gradient canary, components plugged in through train_many, and the
+epsilon reported. Clipping, noise and sampling have their own test files.
 """
 
-import functools
 import math
+import re
 from unittest import mock
 import warnings
 
@@ -16,10 +17,10 @@ import numpy as np
 import optax
 from absl.testing import absltest
 from absl.testing import parameterized
-from scipy import stats
-
 from dpjax import dpsgd
 from dpjax import models
+from dpjax import privatizer
+from dpjax.clipping import glm
 
 
 def _data(n=24, d=4, seed=0, scale=3.0):
@@ -43,189 +44,6 @@ def _assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
 
 def _identity(u):
   return u["w"]
-
-
-class ClippingTest(parameterized.TestCase):
-
-  @parameterized.named_parameters(
-      (f"seed{s}_{kind}_C{c}", s, kind, c)
-      for s in range(2) for kind in ("glm", "generic", "mlp", "two_pass_lr", "two_pass_mlp")
-      for c in (0.1, 5.0))
-  def test_each_contribution_bounded_by_c(self, seed, kind, c):
-    x, y = _data(n=16, d=5, seed=seed, scale=1.0 + 4.0 * seed)
-    if kind == "mlp":
-      model = models.mlp(5, hidden=(7,), num_classes=1, l2=0.1)
-      fn = functools.partial(dpsgd.clipped_grad_sum, model)
-    elif kind.startswith("two_pass"):
-      # No L2 penalty, so the norms come from sqnorm's outer-product identity.
-      model = (models.logistic_regression(5) if kind == "two_pass_lr"
-               else models.mlp(5, hidden=(7,), num_classes=1))
-      fn = functools.partial(dpsgd.two_pass_clipped_grad_sum, model)
-    else:
-      model = models.logistic_regression(5, l2=0.2)
-      fn = (functools.partial(dpsgd.glm_clipped_grad_sum, 0.2) if kind == "glm"
-            else functools.partial(dpsgd.clipped_grad_sum, model))
-    params = model.init(jax.random.key(seed))
-    params = jax.tree.map(
-        lambda p: p + jax.random.normal(jax.random.key(seed + 7), p.shape), params)
-    # One-hot weights: the sum is exactly example i's clipped contribution.
-    sums, norms = jax.jit(jax.vmap(lambda w: fn(params, x, y, w, c)))(jnp.eye(16))
-    contribution = np.sqrt(sum(np.sum(np.asarray(v).reshape(16, -1) ** 2, axis=1)
-                               for v in jax.tree.leaves(sums)))
-    self.assertTrue(np.all(contribution <= c * (1 + 1e-5)), contribution)
-    # Examples under the bound keep their full gradient; the others are scaled to C.
-    np.testing.assert_allclose(contribution, np.minimum(c, np.diag(np.asarray(norms))),
-                               rtol=1e-4, atol=1e-6)
-    if c < 1:
-      self.assertGreater(np.sum(np.diag(np.asarray(norms)) > c), 0)
-
-  def test_two_pass_equals_one_pass(self):
-    model = models.mlp(4, hidden=(6,), num_classes=3, l2=0.05)
-    params = model.init(jax.random.key(0))
-    x, _ = _data()
-    y = jax.random.randint(jax.random.key(2), (24,), 0, 3)
-    wts = jax.random.bernoulli(jax.random.key(6), 0.5, (24,)).astype(jnp.float32)
-    s1, n1 = dpsgd.clipped_grad_sum(model, params, x, y, wts, 0.5)
-    s2, n2 = dpsgd.two_pass_clipped_grad_sum(model, params, x, y, wts, 0.5)
-    _assert_trees_close(s1, s2, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(n1, n2, rtol=1e-6)
-
-  def test_default_clipping_per_model_kind(self):
-    # GLM closed form for logistic regression, ghost for MLP / CNN (tests/ghost_test.py
-    # checks ghost = vmap(grad)), two-pass vmap(grad) for any other model.
-    lr = models.logistic_regression(4, l2=0.3)
-    f = dpsgd.default_clipped_sum_fn(lr)
-    self.assertIs(f.func, dpsgd.glm_clipped_grad_sum)
-    self.assertEqual(f.args, (0.3,))
-    base = models.mlp(4, hidden=(6,), num_classes=3)
-    custom = models.Model(base.init, base.apply, 0.05, "custom", 3)
-    f = dpsgd.default_clipped_sum_fn(custom)
-    self.assertIs(f.func, dpsgd.two_pass_clipped_grad_sum)
-    params = custom.init(jax.random.key(0))
-    x, _ = _data()
-    y = jax.random.randint(jax.random.key(2), (24,), 0, 3)
-    wts = jnp.ones((24,), jnp.float32)
-    s1, n1 = f(params, x, y, wts, 0.5)
-    s2, n2 = dpsgd.clipped_grad_sum(custom, params, x, y, wts, 0.5)
-    _assert_trees_close(s1, s2, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(n1, n2, rtol=1e-6)
-
-  def test_glm_equals_generic(self):
-    for l2 in (0.0, 0.3):
-      model = models.logistic_regression(4, l2=l2)
-      x, y = _data()
-      w = {"w": jax.random.normal(jax.random.key(5), (4,))}
-      wts = jax.random.bernoulli(jax.random.key(6), 0.5, (24,)).astype(jnp.float32)
-      s1, n1 = dpsgd.glm_clipped_grad_sum(l2, w, x, y, wts, 1.0)
-      s2, n2 = dpsgd.clipped_grad_sum(model, w, x, y, wts, 1.0)
-      _assert_trees_close(s1, s2, rtol=1e-5, atol=1e-5)
-      np.testing.assert_allclose(n1, n2, rtol=1e-5, atol=1e-5)
-
-  def test_glm_train_equals_generic_train(self):
-    model = models.logistic_regression(4, l2=0.1)
-    x, y = _data()
-    keep = jnp.ones((3, 24), bool)
-    cfg = _cfg(num_steps=10)
-    fast = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False)
-    gen = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False,
-                           clipped_sum_fn=functools.partial(dpsgd.clipped_grad_sum, model))
-    _assert_trees_close(fast.params, gen.params, rtol=1e-4, atol=1e-5)
-
-  def test_no_clipping_when_c_infinite(self):
-    model = models.logistic_regression(4)
-    x, y = _data()
-    w = {"w": jnp.ones((4,))}
-    s, _ = dpsgd.clipped_grad_sum(model, w, x, y, jnp.ones((24,)), math.inf)
-    g = dpsgd.per_example_grads(model, w, x, y)
-    np.testing.assert_allclose(s["w"], jnp.sum(g["w"], axis=0), rtol=1e-5)
-
-
-class NoiseAndDenominatorTest(parameterized.TestCase):
-
-  def _noise_samples(self, cfg, num_models=200, n=24):
-    # Zero features => zero gradients, so the privatized update is pure noise / B.
-    x = jnp.zeros((n, 3))
-    y = jnp.zeros((n,), jnp.int32)
-    out = dpsgd.train_many(jax.random.key(11), x, y, jnp.ones((num_models, n), bool), cfg,
-                           models.logistic_regression(3), observe_fn=_identity,
-                           progress=False)
-    return np.asarray(out.observations).ravel()
-
-  def test_noise_std_is_sigma_c_over_b(self):
-    cfg = _cfg(noise_multiplier=1.7, l2_clip_norm=2.5, num_steps=5)
-    z = self._noise_samples(cfg)       # 200 models x 5 steps x 3 coordinates
-    std = 1.7 * 2.5 / cfg.expected_batch_size
-    self.assertGreater(stats.kstest(z / std, "norm").pvalue, 1e-3)
-    for wrong in (2 / 3, 3 / 2):
-      self.assertLess(stats.kstest(z / (wrong * std), "norm").pvalue, 1e-6)
-
-  def test_dp_aggregate_ks(self):
-    tx = dpsgd.dp_aggregate(2.0, 4.0, jax.random.key(0))
-    state = tx.init({"w": jnp.zeros(500)})
-    upd, state = tx.update({"w": jnp.zeros(500)}, state)
-    upd2, _ = tx.update({"w": jnp.zeros(500)}, state)
-    z = np.concatenate([upd["w"], upd2["w"]]) / 0.5
-    self.assertGreater(stats.kstest(z, "norm").pvalue, 1e-3)
-    self.assertLess(stats.kstest(z * 1.5, "norm").pvalue, 1e-6)
-    self.assertLess(stats.kstest(z / 1.5, "norm").pvalue, 1e-6)
-    # Fresh noise each step.
-    self.assertFalse(np.allclose(upd["w"], upd2["w"]))
-
-  def test_denominator_is_q_times_n(self):
-    # q = 1, sigma = 0: every kept record is in; half the pool is kept, so the
-    # realised batch (12) differs from the fixed B = q * n = 24.
-    x, y = _data()
-    model = models.logistic_regression(4)
-    keep = jnp.arange(24)[None, :] < 12
-    cfg = _cfg(sampling_prob=1.0, noise_multiplier=0.0, num_steps=1)
-    out = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, observe_fn=_identity,
-                           progress=False)
-    s, _ = dpsgd.clipped_grad_sum(model, {"w": jnp.zeros(4)}, x, y,
-                                  keep[0].astype(jnp.float32), 1.0)
-    np.testing.assert_allclose(out.observations[0, 0], s["w"] / 24.0, rtol=1e-5)
-    np.testing.assert_allclose(out.params["w"][0], -0.5 * s["w"] / 24.0, rtol=1e-5)
-
-  def test_poisson_rate(self):
-    masks = jax.vmap(lambda k: dpsgd.poisson_mask(k, 0.3, 1000))(
-        jax.random.split(jax.random.key(0), 200))
-    rate = float(jnp.mean(masks))
-    self.assertAlmostEqual(rate, 0.3, delta=4 * math.sqrt(0.3 * 0.7 / 200_000))
-    # Independence across records: pairwise inclusion of neighbours ~ q^2.
-    both = float(jnp.mean(masks[:, 1:] & masks[:, :-1]))
-    self.assertAlmostEqual(both, 0.09, delta=4 * math.sqrt(0.09 * 0.91 / 199_800))
-
-  def test_training_inclusion_rate_and_keep(self):
-    x, y = _data()
-    keep = jax.random.bernoulli(jax.random.key(2), 0.5, (50, 24))
-    cfg = _cfg(sampling_prob=0.25, num_steps=40)
-    out = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, models.logistic_regression(4),
-                           per_example_stats=True, progress=False)
-    sampled = np.asarray(out.stats["times_sampled"])
-    kept = np.asarray(keep)
-    self.assertEqual(sampled[~kept].sum(), 0.0)
-    rate = sampled[kept].sum() / (kept.sum() * 40)
-    self.assertAlmostEqual(rate, 0.25, delta=4 * math.sqrt(0.25 * 0.75 / (kept.sum() * 40)))
-
-  def test_bernoulli_threshold_never_above_q(self):
-    for q in (1e-6, 0.05, 0.2, 0.5, 0.999999):
-      for w in (16, 32):
-        thr = dpsgd.bernoulli_threshold(q, w)
-        self.assertLessEqual(thr / 2 ** w, q)
-        self.assertLess(q - thr / 2 ** w, 2.0 ** -w)
-      w = dpsgd.mask_bit_width(q)
-      # The rate's relative shortfall is at most 2^-12 whichever width is used.
-      self.assertLess((q - dpsgd.bernoulli_threshold(q, w) / 2 ** w) / q, 2 ** -12)
-
-  @parameterized.named_parameters(("w32", 0.03), ("w16", 0.3))
-  def test_poisson_rate_both_widths(self, q):
-    masks = jax.vmap(lambda k: dpsgd.poisson_mask(k, q, 999))(
-        jax.random.split(jax.random.key(5), 200))
-    self.assertEqual(masks.shape, (200, 999))
-    rate = float(jnp.mean(masks))
-    self.assertAlmostEqual(rate, q, delta=4 * math.sqrt(q * (1 - q) / masks.size))
-    # No correlation between the two halves of a word (records i and i + 500).
-    both = float(jnp.mean(masks[:, :499] & masks[:, 500:]))
-    self.assertAlmostEqual(both, q * q, delta=4 * math.sqrt(q * q * (1 - q * q) / 99_800))
 
 
 class SweepTest(absltest.TestCase):
@@ -294,92 +112,6 @@ class SweepTest(absltest.TestCase):
       dpsgd.train_sweep(jax.random.key(0), x, y, keep, [_cfg()], [0, 1], model)
     with self.assertRaisesRegex(ValueError, "DpSgdConfig"):
       dpsgd.train_sweep(jax.random.key(0), x, y, keep, [], [0, 0], model)
-
-
-class RandomStreamTest(parameterized.TestCase):
-  """The unrolled threefry samplers reproduce jax's streams bit for bit."""
-
-  def test_threefry_known_answers(self):
-    # Random123's known-answer vectors for Threefry-2x32-20.
-    u = np.uint32
-    cases = [((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
-             ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
-             ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0))]
-    for key, ctr, want in cases:
-      got = dpsgd.threefry2x32(u(key[0]), u(key[1]), u(ctr[0]), u(ctr[1]))
-      self.assertEqual([int(v) for v in got], list(want))
-
-  def test_threefry_equals_jax_primitive(self):
-    k0, k1 = jax.random.key_data(jax.random.key(11))
-    x = jax.random.bits(jax.random.key(12), (2, 1000), jnp.uint32)
-    ours = dpsgd.threefry2x32(k0, k1, x[0], x[1])
-    ref = jax.extend.random.threefry_2x32((k0, k1), x.reshape(-1)).reshape(2, 1000)
-    np.testing.assert_array_equal(np.stack(ours), ref)
-
-  def test_fold_in_and_split_equal_jax(self):
-    for seed in (0, 7):
-      k = jax.random.key(seed)
-      for t in (0, 1, 499, 2 ** 31 - 1, 2 ** 31, 2 ** 32 - 1):
-        np.testing.assert_array_equal(jax.random.key_data(dpsgd.fold_in(k, t)),
-                                      jax.random.key_data(jax.random.fold_in(k, t)))
-        if t < 2 ** 31:
-          f = jax.jit(lambda kk, tt: jax.random.key_data(dpsgd.fold_in(kk, tt)))
-          np.testing.assert_array_equal(f(k, jnp.int32(t)),
-                                        jax.random.key_data(jax.random.fold_in(k, t)))
-      with self.assertRaises(OverflowError):  # as jax.random.fold_in
-        dpsgd.fold_in(k, -1)
-      for num in (1, 2, 5):
-        np.testing.assert_array_equal(jax.random.key_data(dpsgd.split(k, num)),
-                                      jax.random.key_data(jax.random.split(k, num)))
-
-  @parameterized.parameters(1, 2, 3, 56, 75, 150, 151)
-  def test_samplers_consume_random_bits(self, n):
-    keys = jax.random.split(jax.random.key(n), 3)
-    for k in keys:
-      bits = dpsgd.random_bits(k, n)
-      np.testing.assert_array_equal(
-          bits, jax.extend.random.threefry_2x32(tuple(jax.random.key_data(k)),
-                                                jnp.arange(n, dtype=jnp.uint32)))
-      f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
-      u = jnp.maximum(np.nextafter(np.float32(-1), np.float32(0)), 2.0 * f - 1.0)
-      want = np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
-      np.testing.assert_array_equal(dpsgd.standard_normal(k, (n,)), want)
-      for q in (0.01, 0.2):
-        w = dpsgd.mask_bit_width(q)
-        words = dpsgd.random_bits(k, (n + 1) // 2 if w == 16 else n)
-        if w == 16:
-          words = jnp.concatenate([words >> 16, words & 0xFFFF])
-        want_mask = words[:n] < dpsgd.bernoulli_threshold(q, w)
-        np.testing.assert_array_equal(dpsgd.poisson_mask(k, q, n), want_mask)
-    # Under jit + vmap (the engine's setting) too.
-    vm = jax.jit(jax.vmap(lambda kk: (dpsgd.poisson_mask(kk, 0.2, n),
-                                      dpsgd.standard_normal(kk, (n,)))))(keys)
-    for i, k in enumerate(keys):
-      np.testing.assert_array_equal(vm[0][i], dpsgd.poisson_mask(k, 0.2, n))
-      np.testing.assert_array_equal(vm[1][i], dpsgd.standard_normal(k, (n,)))
-
-  def test_normal_bits_survive_float_packing(self):
-    # standard_normal carries raw words as float32 bit patterns (NaNs included:
-    # ~1/256 of words); any canonicalisation would change the samples.
-    k = jax.random.key(21)
-    n = 100_001
-    bits = dpsgd.random_bits(k, n)
-    self.assertGreater(int(jnp.sum(((bits >> 23) & 0xFF) == 0xFF)), 100)
-    f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
-    u = jnp.maximum(np.nextafter(np.float32(-1), np.float32(0)), 2.0 * f - 1.0)
-    want = np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
-    got = jax.jit(jax.vmap(lambda kk: dpsgd.standard_normal(kk, (n,))))(k[None])[0]
-    np.testing.assert_array_equal(got, want)
-
-  def test_normal_shape_and_non_threefry_keys(self):
-    z = dpsgd.standard_normal(jax.random.key(0), (3, 4))
-    self.assertEqual(z.shape, (3, 4))
-    np.testing.assert_array_equal(z.reshape(-1), dpsgd.standard_normal(jax.random.key(0), (12,)))
-    kr = jax.random.key(0, impl="rbg")
-    self.assertEqual(dpsgd.standard_normal(kr, (5,)).shape, (5,))
-    self.assertEqual(dpsgd.poisson_mask(kr, 0.3, 7).shape, (7,))
-    self.assertEqual(dpsgd.split(kr, 3).shape, (3,))
-    self.assertEqual(dpsgd.fold_in(kr, 2).shape, ())
 
 
 class VectorisationTest(parameterized.TestCase):
@@ -454,12 +186,12 @@ class VectorisationTest(parameterized.TestCase):
     adam = optax.adam(0.1)
     out = dpsgd.train_one(jax.random.key(0), x, y, jnp.ones((24,), bool), cfg, model,
                           optimizer=adam)
-    s, _ = dpsgd.glm_clipped_grad_sum(0.0, {"w": jnp.zeros(4)}, x, y, jnp.ones(24), 1.0)
+    s, _ = glm.clipped_grad_sum(0.0, {"w": jnp.zeros(4)}, x, y, jnp.ones(24), 1.0)
     # Adam's first step is -lr * sign(g) (up to eps).
     np.testing.assert_allclose(out.params["w"], -0.1 * np.sign(s["w"]), rtol=1e-4)
 
 
-class CanaryAndFaultsTest(parameterized.TestCase):
+class CanaryTest(parameterized.TestCase):
 
   def test_gradient_canary_added_clipped(self):
     x, y = _data()
@@ -486,54 +218,65 @@ class CanaryAndFaultsTest(parameterized.TestCase):
     rate = float(jnp.mean(out.observations[:, :, 0] > 0))
     self.assertAlmostEqual(rate, 0.3, delta=4 * math.sqrt(0.21 / 4000))
 
-  def _one_step(self, faults, sigma=0.0, c=1.0, keep_n=12):
+class ModelKeysTest(absltest.TestCase):
+
+  def test_a_batch_of_keys_is_used_as_given(self):
     x, y = _data()
     model = models.logistic_regression(4)
-    keep = jnp.arange(24)[None, :] < keep_n
+    keep = jnp.ones((3, 24), bool)
+    keys = jax.random.split(jax.random.key(4), 3)
+    a = dpsgd.train_many(jax.random.key(4), x, y, keep, _cfg(), model, progress=False)
+    b = dpsgd.train_many(keys, x, y, keep, _cfg(), model, progress=False)
+    np.testing.assert_array_equal(a.params["w"], b.params["w"])
+    raw = jax.random.key_data(keys)               # legacy uint32[M, 2] keys
+    c = dpsgd.train_many(raw, x, y, keep, _cfg(), model, progress=False)
+    np.testing.assert_array_equal(a.params["w"], c.params["w"])
+    with self.assertRaisesRegex(ValueError, "model keys"):
+      dpsgd.train_many(keys[:2], x, y, keep, _cfg(), model, progress=False)
+    with self.assertRaises(TypeError):
+      dpsgd.train_many(jnp.zeros((3, 2), jnp.float32), x, y, keep, _cfg(), model,
+                       progress=False)
+
+
+class ComponentsTest(absltest.TestCase):
+  """Samplers, clipping and privatizers enter through train_many's keywords."""
+
+  def test_default_components_spelled_out_give_the_same_models(self):
+    x, y = _data()
+    model = models.logistic_regression(4)
+    keep = jnp.ones((2, 24), bool)
+    cfg = _cfg()
+    a = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model, progress=False)
     with warnings.catch_warnings():
-      warnings.simplefilter("ignore", dpsgd.FaultyDpSgdWarning)
-      cfg = _cfg(sampling_prob=1.0, noise_multiplier=sigma, num_steps=1, l2_clip_norm=c,
-                 faults=faults)
-    out = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, observe_fn=_identity,
-                           progress=False)
-    wts = keep[0].astype(jnp.float32)
-    return np.asarray(out.observations[0, 0]), x, y, wts, model
+      warnings.simplefilter("error")        # the accounted components do not warn
+      b = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model, progress=False,
+                           sampler=cfg.sampler(), privatizer=privatizer.GaussianPrivatizer())
+    np.testing.assert_array_equal(a.params["w"], b.params["w"])
 
-  def test_fault_realised_denominator(self):
-    got, x, y, wts, model = self._one_step(dpsgd.Faults(realised_batch_denominator=True))
-    s, _ = dpsgd.clipped_grad_sum(model, {"w": jnp.zeros(4)}, x, y, wts, 1.0)
-    np.testing.assert_allclose(got, s["w"] / 12.0, rtol=1e-5)
+  def test_a_user_privatizer_plugs_in(self):
+    # Twice the noise: still accounted (more noise than claimed is still private).
+    class DoubleNoise(privatizer.GaussianPrivatizer):
+      def noise_stddev(self, noise_multiplier, l2_clip_norm):
+        return 2.0 * super().noise_stddev(noise_multiplier, l2_clip_norm)
 
-  def test_fault_clip_batch_mean(self):
-    got, x, y, wts, model = self._one_step(dpsgd.Faults(clip_batch_mean=True), c=0.05)
-    s, _ = dpsgd.clipped_grad_sum(model, {"w": jnp.zeros(4)}, x, y, wts, math.inf)
-    mean = np.asarray(s["w"]) / 12.0
-    want = 12.0 * mean * min(1.0, 0.05 / np.linalg.norm(mean)) / 24.0
-    np.testing.assert_allclose(got, want, rtol=1e-5)
-    correct, *_ = self._one_step(dpsgd.Faults(), c=0.05)
-    self.assertGreater(np.abs(got - correct).max(), 1e-4)
+    x, y = jnp.zeros((24, 4)), jnp.zeros((24,), jnp.int32)
+    cfg = _cfg(noise_multiplier=1.0, num_steps=2)
+    keep = jnp.ones((200, 24), bool)
+    model = models.logistic_regression(4)
+    obs = {}
+    for name, p in (("plain", None), ("double", DoubleNoise())):
+      obs[name] = np.asarray(dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model,
+                                              privatizer=p, observe_fn=_identity,
+                                              progress=False).observations)
+    np.testing.assert_allclose(obs["double"], 2.0 * obs["plain"], rtol=1e-6)
 
-  @parameterized.named_parameters(
-      ("correct", dpsgd.Faults(), 2.0 * 4.0 / 7.2),
-      ("noise_without_clip_norm", dpsgd.Faults(noise_without_clip_norm=True), 2.0 / 7.2),
-      ("noise_on_mean", dpsgd.Faults(noise_on_mean=True), 2.0 * 4.0),
-  )
-  def test_noise_faults(self, faults, want_std):
-    x = jnp.zeros((24, 3))
-    y = jnp.zeros((24,), jnp.int32)
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", dpsgd.FaultyDpSgdWarning)
-      cfg = _cfg(noise_multiplier=2.0, l2_clip_norm=4.0, num_steps=4, faults=faults)
-    out = dpsgd.train_many(jax.random.key(1), x, y, jnp.ones((100, 24), bool), cfg,
-                           models.logistic_regression(3), observe_fn=_identity,
-                           progress=False)
-    self.assertAlmostEqual(cfg.expected_batch_size, 7.2)
-    z = np.asarray(out.observations).ravel() / want_std
-    self.assertGreater(stats.kstest(z, "norm").pvalue, 1e-3)
-
-  def test_faults_warn(self):
-    with self.assertWarns(dpsgd.FaultyDpSgdWarning):
-      _cfg(faults=dpsgd.Faults(noise_on_mean=True))
+  def test_the_engine_holds_no_fault_or_model_kind_logic(self):
+    # Broken variants and model kinds live in dpjax.audit.variants / dpjax.clipping.
+    import inspect  # pylint: disable=g-import-not-at-top
+    source = inspect.getsource(dpsgd)
+    for pattern in (r"\bfaults?\b", r"\.kind\b", r'"logistic_regression"', r'"mlp"',
+                    r"from dpjax\.audit", r"import audit"):
+      self.assertIsNone(re.search(pattern, source, re.IGNORECASE), pattern)
 
 
 class ConfigTest(parameterized.TestCase):
@@ -569,23 +312,6 @@ class ConfigTest(parameterized.TestCase):
   def test_expected_batch_size(self):
     self.assertAlmostEqual(_cfg(dataset_size=150, sampling_prob=0.2).expected_batch_size, 30.0)
 
-  def test_shuffle_warns(self):
-    with self.assertWarns(dpsgd.UnaccountedSamplingWarning):
-      cfg = _cfg(sampler="shuffle")
-    with self.assertWarns(dpsgd.UnaccountedSamplingWarning):
-      cfg.epsilon()
-
-  def test_shuffle_fixed_batches(self):
-    x, y = _data()
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", dpsgd.UnaccountedSamplingWarning)
-      cfg = _cfg(sampler="shuffle", sampling_prob=0.25, num_steps=8)
-    out = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((3, 24), bool), cfg,
-                           models.logistic_regression(4), per_example_stats=True,
-                           progress=False)
-    # 4 batches of 6 per epoch, 2 epochs: every record exactly twice.
-    np.testing.assert_array_equal(out.stats["times_sampled"], 2.0 * np.ones((3, 24)))
-
   @parameterized.named_parameters(
       ("n", dict(dataset_size=0)),
       ("q_zero", dict(sampling_prob=0.0)),
@@ -600,7 +326,9 @@ class ConfigTest(parameterized.TestCase):
       ("delta", dict(delta=1.0)),
       ("lr", dict(learning_rate=0.0)),
       ("momentum", dict(momentum=1.0)),
-      ("sampler", dict(sampler="fixed")),
+      ("n_float", dict(dataset_size=24.0)),
+      ("q_bool", dict(sampling_prob=True)),
+      ("clip_str", dict(l2_clip_norm="1")),
       ("accountant", dict(accountant="moments")),
   )
   def test_bad_config_raises(self, kw):

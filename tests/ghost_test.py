@@ -1,4 +1,4 @@
-"""Tests for dpjax.ghost: ghost clipping equals the generic vmap(grad) clipped sum."""
+"""Tests for dpjax.clipping.ghost: ghost clipping equals the generic vmap(grad) clipped sum."""
 
 import functools
 import math
@@ -11,8 +11,9 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from dpjax import dpsgd
-from dpjax import ghost
 from dpjax import models
+from dpjax.clipping import ghost
+from dpjax.clipping import vmap
 
 _B = 9
 _WEIGHTS = np.array([1, 0, 1, 1, 1, 0, 1, 1, 1], np.float32)
@@ -55,7 +56,7 @@ class GhostTest(parameterized.TestCase):
   def test_equals_vmap_grad(self, model, shape, kw):
     params, x, y = _data(model, shape)
     # Oracle: the engine's generic per-example gradients, vmap(grad), clipped by hand.
-    g_B = jax.jit(dpsgd.per_example_grads, static_argnums=0)(model, params, x, y)
+    g_B = jax.jit(vmap.per_example_grads, static_argnums=0)(model, params, x, y)
     want_norms = np.sqrt(sum(np.sum(np.square(np.asarray(v, np.float64)).reshape(_B, -1), axis=1)
                              for v in jax.tree.leaves(g_B)))
     fn = jax.jit(ghost.clipped_sum_fn(model, **kw))
@@ -70,7 +71,7 @@ class GhostTest(parameterized.TestCase):
   def test_matches_engine_generic_clipped_sum(self):
     model = models.cnn((8, 8, 1), (4, 6))
     params, x, y = _data(model, (64,), seed=4)
-    want, want_norms = jax.jit(dpsgd.clipped_grad_sum, static_argnums=(0, 5))(
+    want, want_norms = jax.jit(vmap.clipped_grad_sum, static_argnums=(0, 5))(
         model, params, x, y, _WEIGHTS, 0.3)
     got, norms = jax.jit(ghost.clipped_sum_fn(model), static_argnums=4)(
         params, x, y, _WEIGHTS, 0.3)
@@ -111,17 +112,13 @@ class GhostTest(parameterized.TestCase):
   def test_train_one_with_ghost_equals_vmap_grad_cnn(self):
     self._check_train_one(models.cnn((4, 4, 1), (3,)))
 
-  def test_engine_default_for_mlp_and_cnn_is_ghost(self):
-    for model in (models.mlp(16, (8,), 10), models.cnn((4, 4, 1), (3,))):
-      self.assertIs(dpsgd.default_clipped_sum_fn(model), ghost.clipped_sum_fn(model))
-
   def test_cnn_input_shape_comes_from_the_model(self):
     # A non-square CNN with flat inputs: the shape is the model's, not a square guess.
     model = models.cnn((6, 4, 2), (3,), 3)
     self.assertEqual(model.input_shape, (6, 4, 2))
     params, x, y = _data(model, (48,))
     got, got_n = ghost.clipped_sum_fn(model)(params, x, y, _WEIGHTS, 0.5)
-    want, want_n = dpsgd.clipped_grad_sum(model, params, x, y, _WEIGHTS, 0.5)
+    want, want_n = vmap.clipped_grad_sum(model, params, x, y, _WEIGHTS, 0.5)
     np.testing.assert_allclose(got_n, want_n, rtol=1e-5)
     _assert_trees_close(self, got, want, rtol=1e-5, atol=1e-7)
 
@@ -133,9 +130,9 @@ class GhostTest(parameterized.TestCase):
                             noise_multiplier=1.0, l2_clip_norm=0.5, learning_rate=0.3)
     keep = jnp.ones((20,), bool)
     want = dpsgd.train_one(jax.random.key(3), x, y, keep, cfg, model, per_example_stats=True,
-                           clipped_sum_fn=functools.partial(dpsgd.clipped_grad_sum, model))
+                           clipping=functools.partial(vmap.clipped_grad_sum, model))
     got = dpsgd.train_one(jax.random.key(3), x, y, keep, cfg, model, per_example_stats=True,
-                          clipped_sum_fn=ghost.clipped_sum_fn(model))
+                          clipping=ghost.clipped_sum_fn(model))
     _assert_trees_close(self, got.params, want.params, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got.stats["norm_sum"], want.stats["norm_sum"], rtol=1e-4)
     np.testing.assert_array_equal(got.stats["times_sampled"], want.stats["times_sampled"])

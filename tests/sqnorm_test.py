@@ -1,4 +1,4 @@
-"""Tests for dpjax.sqnorm: per-example squared norms with the outer-product identity
+"""Tests for dpjax.clipping.sqnorm: per-example squared norms with the outer-product identity
 equal the plain vmap(grad) reduction, and the identity fires where it should."""
 
 import functools
@@ -11,9 +11,9 @@ import numpy as np
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from dpjax import dpsgd
 from dpjax import models
-from dpjax import sqnorm
+from dpjax.clipping import sqnorm
+from dpjax.clipping import vmap
 
 
 def _seq_model(tokens=3, features=8, hidden=8):
@@ -83,7 +83,7 @@ class SqNormTest(parameterized.TestCase):
   @parameterized.named_parameters(*_CASES)
   def test_equals_plain_reduction(self, model, shape, classes, fired):
     params, x, y = _data(model, shape, classes)
-    loss_one = functools.partial(dpsgd._loss_one, model)
+    loss_one = functools.partial(vmap.example_loss, model)
     want = sqnorm.per_example_sq_norms(loss_one, params, x, y, rewrite=False)
     got, hits = _with_hits(lambda: sqnorm.per_example_sq_norms(loss_one, params, x, y))
     np.testing.assert_allclose(got, want, rtol=2e-6)
@@ -98,7 +98,7 @@ class SqNormTest(parameterized.TestCase):
     model = models.mlp(5, (7,), 3)
     _, x, y = _data(model, (5,), 3)
     params_M = jax.vmap(model.init)(jax.random.split(jax.random.key(3), 4))
-    loss_one = functools.partial(dpsgd._loss_one, model)
+    loss_one = functools.partial(vmap.example_loss, model)
     f = jax.jit(jax.vmap(lambda p: sqnorm.per_example_sq_norms(loss_one, p, x, y)))
     got = f(params_M)
     for i in range(4):
@@ -130,7 +130,7 @@ class SqNormTest(parameterized.TestCase):
 
   def test_mismatched_records_raise(self):
     model = models.logistic_regression(3)
-    loss_one = functools.partial(dpsgd._loss_one, model)
+    loss_one = functools.partial(vmap.example_loss, model)
     with self.assertRaisesRegex(ValueError, "leading size"):
       sqnorm.per_example_sq_norms(loss_one, model.init(jax.random.key(0)), jnp.ones((4, 3)),
                                   jnp.ones((5,), jnp.int32))
@@ -140,9 +140,9 @@ class SqNormTest(parameterized.TestCase):
     model = models.mlp(5, (7,), 3)
     params, x, y = _data(model, (5,), 3)
     w = jnp.asarray([1.0, 0.0] * 5 + [1.0])
-    a = dpsgd.two_pass_clipped_grad_sum(model, params, x, y, w, 0.5)
-    b = dpsgd.two_pass_clipped_grad_sum(model, params, x, y, w, 0.5, rewrite_norms=False)
-    c = dpsgd.clipped_grad_sum(model, params, x, y, w, 0.5)
+    a = vmap.two_pass_clipped_grad_sum(model, params, x, y, w, 0.5)
+    b = vmap.two_pass_clipped_grad_sum(model, params, x, y, w, 0.5, rewrite_norms=False)
+    c = vmap.clipped_grad_sum(model, params, x, y, w, 0.5)
     for u, v in ((a, b), (a, c)):
       np.testing.assert_allclose(u[1], v[1], rtol=2e-6)
       for l1, l2 in zip(jax.tree.leaves(u[0]), jax.tree.leaves(v[0])):

@@ -1,67 +1,155 @@
-"""Tests for dpjax.audit.variants: names map to the engine's faults, claims unchanged."""
+"""Tests for dpjax.audit.variants: each broken component does what it says; claims unchanged."""
 
+import math
 import warnings
 
-from absl.testing import absltest, parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+from absl.testing import parameterized
+from scipy import stats
 
 from dpjax import dpsgd
+from dpjax import models
+from dpjax import privatizer
+from dpjax import sampling
 from dpjax.audit import variants
+from dpjax.clipping import vmap
+
+_LR = models.logistic_regression(4)
 
 
-def _cfg(**kw):
-  return dpsgd.DpSgdConfig(dataset_size=151, sampling_prob=0.2, num_steps=500, **kw)
+def _claimed(**kw):
+  base = dict(dataset_size=24, sampling_prob=0.3, num_steps=6, noise_multiplier=1.0)
+  base.update(kw)
+  return dpsgd.DpSgdConfig(**base)
 
 
-class VariantsTest(parameterized.TestCase):
+def _identity(u):
+  return u["w"]
 
-  @parameterized.named_parameters(
-      ("clip_batch_mean", "clip_batch_mean"), ("realised", "realised_batch_denominator"),
-      ("noise_on_mean", "noise_on_mean"))
-  def test_fault_flags(self, name):
-    with warnings.catch_warnings(record=True) as w:
-      warnings.simplefilter("always")
-      v = variants.variant_config(name, _cfg(noise_multiplier=2.0))
-    self.assertTrue(getattr(v.faults, name))
-    self.assertEqual(sum(getattr(v.faults, f) for f in ("clip_batch_mean", "noise_on_mean",
-                                                         "realised_batch_denominator",
-                                                         "noise_without_clip_norm")), 1)
-    self.assertTrue(any(issubclass(x.category, dpsgd.FaultyDpSgdWarning) for x in w))
-    self.assertEqual((v.sampling_prob, v.noise_multiplier, v.num_steps, v.delta, v.sampler),
-                     (0.2, 2.0, 500, 1e-5, "poisson"))
+
+def _variant(name, cfg, model=_LR):
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", variants.FaultyDpSgdWarning)
+    return variants.variant(name, cfg, model)
+
+
+def _train(v, x, y, keep, model=_LR, key=0, **kw):
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", dpsgd.UnaccountedComponentWarning)
+    return dpsgd.train_many(jax.random.key(key), x, y, keep, v.config, model,
+                            observe_fn=_identity, progress=False, **v.components, **kw)
+
+
+class VariantConstructionTest(parameterized.TestCase):
+
+  @parameterized.parameters(*[n for n in variants.VARIANTS if n != "correct"])
+  def test_faulty_variants_warn_and_keep_the_claim(self, name):
+    cfg = _claimed(noise_multiplier=2.0)
+    with self.assertWarns(variants.FaultyDpSgdWarning):
+      v = variants.variant(name, cfg, _LR)
+    self.assertEqual(len(v.components), 1)
+    replaced = next(iter(v.components.values()))
+    self.assertFalse(replaced.accounted)
+    self.assertEqual((v.config.sampling_prob, v.config.noise_multiplier, v.config.num_steps,
+                      v.config.delta), (0.3, 2.0, 6, 1e-5))
+
+  def test_correct_is_the_claim(self):
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      v = variants.variant("correct", _claimed(noise_multiplier=2.0), _LR)
+    self.assertEqual(v.config, _claimed(noise_multiplier=2.0))
+    self.assertEqual(v.components, {})
 
   def test_noise_without_clip_norm_runs_with_c10(self):
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore")
-      v = variants.variant_config("noise_without_clip_norm", _cfg(noise_multiplier=2.0))
-    self.assertEqual(v.l2_clip_norm, 10.0)
-    self.assertTrue(v.faults.noise_without_clip_norm)
+    v = _variant("noise_without_clip_norm", _claimed(noise_multiplier=2.0))
+    self.assertEqual(v.config.l2_clip_norm, variants.NOISE_WITHOUT_CLIP_NORM_C)
+    self.assertEqual(v.privatizer.noise_stddev(2.0, 10.0), 2.0)
 
-  def test_shuffle_and_correct(self):
-    with warnings.catch_warnings(record=True) as w:
-      warnings.simplefilter("always")
-      v = variants.variant_config("shuffle_as_poisson", _cfg(noise_multiplier=2.0))
-    self.assertEqual(v.sampler, "shuffle")
-    self.assertTrue(any(issubclass(x.category, dpsgd.UnaccountedSamplingWarning) for x in w))
-    c = variants.variant_config("correct", _cfg(noise_multiplier=2.0))
-    self.assertEqual(c, _cfg(noise_multiplier=2.0))
+  def test_shuffle_sampler(self):
+    v = _variant("shuffle_as_poisson", _claimed(noise_multiplier=2.0))
+    self.assertIsInstance(v.sampler, sampling.ShuffleSampler)
+    self.assertEqual(v.sampler.batch_size, round(0.3 * 24))
 
   def test_target_epsilon_resolved_to_claimed_sigma(self):
-    cfg = _cfg(target_epsilon=2.0)
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore")
-      v = variants.variant_config("noise_on_mean", cfg)
-    self.assertIsNone(v.target_epsilon)
-    self.assertAlmostEqual(v.noise_multiplier, cfg.sigma)
-    self.assertAlmostEqual(variants.claimed_epsilon(cfg), 2.0, delta=0.02)
+    cfg = _claimed(dataset_size=151, sampling_prob=0.2, num_steps=500, noise_multiplier=None,
+                   target_epsilon=2.0)
+    v = _variant("noise_on_mean", cfg)
+    self.assertIsNone(v.config.target_epsilon)
+    self.assertAlmostEqual(v.config.noise_multiplier, cfg.sigma)
+    self.assertAlmostEqual(v.config.epsilon(), 2.0, delta=0.02)
 
   def test_validation(self):
     with self.assertRaisesRegex(ValueError, "variant"):
-      variants.variant_config("nope", _cfg(noise_multiplier=1.0))
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore")
-      bad = _cfg(noise_multiplier=1.0, sampler="shuffle")
-    with self.assertRaisesRegex(ValueError, "claimed"):
-      variants.variant_config("correct", bad)
+      variants.variant("nope", _claimed(), _LR)
+    with self.assertRaisesRegex(ValueError, "cfg"):
+      variants.variant("correct", {"sampling_prob": 0.3}, _LR)
+
+  def test_training_warns(self):
+    v = _variant("noise_on_mean", _claimed())
+    x, y = jnp.zeros((24, 4)), jnp.zeros((24,), jnp.int32)
+    with self.assertWarnsRegex(dpsgd.UnaccountedComponentWarning, "privatizer"):
+      dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((1, 24), bool), v.config, _LR,
+                       progress=False, **v.components)
+
+
+class VariantBehaviourTest(parameterized.TestCase):
+  """One step at q = 1 from w = 0: each variant's update, against its arithmetic by hand."""
+
+  def _one_step(self, name, sigma=0.0, c=1.0, keep_n=12):
+    kx, ky = jax.random.split(jax.random.key(0))
+    x = 3.0 * jax.random.normal(kx, (24, 4))
+    y = jax.random.bernoulli(ky, 0.5, (24,)).astype(jnp.int32)
+    keep = jnp.arange(24)[None, :] < keep_n
+    v = _variant(name, _claimed(sampling_prob=1.0, noise_multiplier=sigma, num_steps=1,
+                                l2_clip_norm=c))
+    out = _train(v, x, y, keep)
+    wts = keep[0].astype(jnp.float32)
+    return np.asarray(out.observations[0, 0]), x, y, wts
+
+  def test_realised_denominator(self):
+    got, x, y, wts = self._one_step("realised_batch_denominator")
+    s, _ = vmap.clipped_grad_sum(_LR, {"w": jnp.zeros(4)}, x, y, wts, 1.0)
+    np.testing.assert_allclose(got, s["w"] / 12.0, rtol=1e-5)
+
+  def test_clip_batch_mean(self):
+    got, x, y, wts = self._one_step("clip_batch_mean", c=0.05)
+    s, _ = vmap.clipped_grad_sum(_LR, {"w": jnp.zeros(4)}, x, y, wts, math.inf)
+    mean = np.asarray(s["w"]) / 12.0
+    want = 12.0 * mean * min(1.0, 0.05 / np.linalg.norm(mean)) / 24.0
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    correct, *_ = self._one_step("correct", c=0.05)
+    self.assertGreater(np.abs(got - correct).max(), 1e-4)
+
+  @parameterized.named_parameters(
+      ("correct", "correct", 2.0 * 4.0 / 7.2),
+      ("noise_without_clip_norm", "noise_without_clip_norm", 2.0 / 7.2),
+      ("noise_on_mean", "noise_on_mean", 2.0 * 4.0),
+  )
+  def test_noise_std(self, name, want_std):
+    x = jnp.zeros((24, 3))
+    y = jnp.zeros((24,), jnp.int32)
+    model = models.logistic_regression(3)
+    cfg = _claimed(noise_multiplier=2.0, l2_clip_norm=4.0, num_steps=4)
+    v = _variant(name, cfg, model)
+    out = _train(v, x, y, jnp.ones((100, 24), bool), model=model, key=1)
+    self.assertAlmostEqual(cfg.expected_batch_size, 7.2)
+    z = np.asarray(out.observations).ravel() / want_std
+    self.assertGreater(stats.kstest(z, "norm").pvalue, 1e-3)
+    for wrong in (2 / 3, 3 / 2):
+      self.assertLess(stats.kstest(z / wrong, "norm").pvalue, 1e-6)
+
+  def test_realised_denominator_privatizer_needs_the_batch_size(self):
+    tx = variants.RealisedBatchDenominator().transform(0.0, 4.0, jax.random.key(0))
+    g = {"w": jnp.ones(2)}
+    with self.assertRaisesRegex(ValueError, "batch_size"):
+      tx.update(g, tx.init(g))
+    out, _ = tx.update(g, tx.init(g), batch_size=jnp.float32(0.0))   # floor at 1
+    np.testing.assert_array_equal(out["w"], [1.0, 1.0])
+    self.assertFalse(variants.RealisedBatchDenominator.accounted)
+    self.assertTrue(privatizer.GaussianPrivatizer.accounted)
 
 
 if __name__ == "__main__":

@@ -168,6 +168,7 @@ def dpsgd_white_box(key, cfg, x_NxD, y_N, *, num_canaries: int, num_positive_gue
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
+  from dpjax.clipping import glm  # pylint: disable=g-import-not-at-top
   from dpjax.audit import canary as canary_lib  # pylint: disable=g-import-not-at-top
 
   m = int(num_canaries)
@@ -190,11 +191,11 @@ def dpsgd_white_box(key, cfg, x_NxD, y_N, *, num_canaries: int, num_positive_gue
   run_cfg = dataclasses.replace(cfg, dataset_size=n0 + m // 2)
 
   def clipped_sum(params, xb, yb, wb, clip):
-    base, norms = dpsgd.glm_clipped_grad_sum(0.0, params, xb, yb, wb * (1 - is_canary), clip)
+    base, norms = glm.clipped_grad_sum(0.0, params, xb, yb, wb * (1 - is_canary), clip)
     can = clip * ((wb * is_canary) @ xb)               # gradient C * e_j, norm exactly C
     return {"w": base["w"] + can}, jnp.where(is_canary > 0, clip, norms)
 
-  out = dpsgd.train_one(k_train, x, y, keep[0], run_cfg, model, clipped_sum_fn=clipped_sum,
+  out = dpsgd.train_one(k_train, x, y, keep[0], run_cfg, model, clipping=clipped_sum,
                         observe_fn=lambda u: u["w"][d0:])
   o = canary_lib.normalized_observations(np.asarray(out.observations).T,
                                          expected_batch_size=run_cfg.expected_batch_size,

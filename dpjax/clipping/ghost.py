@@ -28,7 +28,7 @@ included), ||grad_b + l2 theta||^2 = ||grad_b||^2 + 2 l2 sum_layers <g_b, z_b> +
 l2^2 ||theta||^2 is exact and still cheap.
 
 The functions here match the engine's `clipped_sum_fn` contract
-(`dpsgd.train_many(..., clipped_sum_fn=...)`):
+(`dpjax.clipping`; `dpsgd.train_many(..., clipping=...)`):
 
   clipped_sum(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (sum_tree, norms_B)
 
@@ -289,7 +289,7 @@ def clipped_sum_fn(model: models_lib.Model, input_shape: Sequence[int] | None = 
   """The ghost-clipped-sum function for a `models.mlp` or `models.cnn` model.
 
   Memoised: the same arguments return the same function object, so
-  `dpsgd.train_many(..., clipped_sum_fn=clipped_sum_fn(model))` reuses its compiled
+  `dpsgd.train_many(..., clipping=clipped_sum_fn(model))` reuses its compiled
   program across calls.
 
   Args:

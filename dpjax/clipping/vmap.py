@@ -1,0 +1,115 @@
+"""Per-example clipping by vmap(grad): the definition every other clipping path matches.
+
+For a batch of B records with 0/1 inclusion weights w_i (the Poisson mask), DP-SGD
+needs the clipped sum
+
+    S = sum_i w_i min(1, C / ||g_i||) g_i,     g_i = grad loss(params; x_i, y_i),
+
+and the norms ||g_i|| before clipping. Adding or removing one record changes S by a
+vector of L2 norm at most C: that is the sensitivity the noise is calibrated to.
+
+`clipped_grad_sum` forms the per-example gradients with `jax.vmap(jax.grad)` and
+reduces them (one pass). `two_pass_clipped_grad_sum` computes the same S without
+storing them: pass 1 takes the norms (`sqnorm.per_example_sq_norms`, which finds the
+outer-product structure of matmul gradients in the jaxpr); pass 2 is one ordinary
+backward pass of sum_i a_i loss_i with the clip weights a_i = w_i min(1, C/||g_i||)
+held constant, which equals sum_i a_i g_i. It is the engine's path for models that
+have no special one (`dpjax.clipping.path_for`).
+
+Every function here has the clipped-sum contract of `dpjax.clipping`:
+
+  fn(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (sum pytree like params, norms float32[B])
+
+Shape letters: B records, F features.
+
+Examples:
+  >>> import jax, jax.numpy as jnp
+  >>> from dpjax import models
+  >>> model = models.logistic_regression(2)
+  >>> s, norms = clipped_grad_sum(model, {"w": jnp.zeros(2)}, jnp.array([[3.0, 4.0]]),
+  ...                             jnp.array([0]), jnp.ones(1), 1.0)
+  >>> float(norms[0]), [round(float(v), 3) for v in s["w"]]
+  (2.5, [0.6, 0.8])
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from dpjax import models as models_lib
+from dpjax.clipping import sqnorm
+
+PyTree = Any
+
+
+def clip_factor(norms_B: jax.Array, l2_clip_norm: float) -> jax.Array:
+  """min(1, C / norm) per example (1 for norm 0; 1 everywhere when C = inf)."""
+  if math.isinf(l2_clip_norm):
+    return jnp.ones_like(norms_B)
+  return l2_clip_norm / jnp.maximum(norms_B, l2_clip_norm)
+
+
+def example_loss(model: models_lib.Model, params: PyTree, x_F: jax.Array, y: jax.Array
+                 ) -> jax.Array:
+  """The loss of one record, a scalar (its vmap over records is the per-example loss)."""
+  return models_lib.per_example_loss(model, params, x_F[None], y[None])[0]
+
+
+def per_example_grads(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
+                      y_B: jax.Array) -> PyTree:
+  """Per-example gradients by vmap(grad): a pytree like params with leaves [B, ...]."""
+  return sqnorm.per_example_grads(functools.partial(example_loss, model), params, x_BxF, y_B)
+
+
+def clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
+                     y_B: jax.Array, weights_B: jax.Array, l2_clip_norm: float
+                     ) -> tuple[PyTree, jax.Array]:
+  """sum_i weights_i * clip(g_i, C) by vmap(grad), and the norms before clipping.
+
+  Args:
+    model, params: the model and its (unbatched) parameters.
+    x_BxF, y_B: the records.
+    weights_B: float32[B] (the 0/1 Poisson mask).
+    l2_clip_norm: C > 0 (inf: no clipping).
+  Returns:
+    (sum pytree like params, norms float32[B]).
+  Privacy: with 0/1 weights, adding or removing one record changes the sum by a
+    vector of L2 norm <= C.
+  """
+  g = per_example_grads(model, params, x_BxF, y_B)
+  norms = jnp.sqrt(sqnorm.tree_sq_norm_per_example(g))
+  a = weights_B * clip_factor(norms, l2_clip_norm)
+  s = jax.tree.map(lambda gl: jnp.tensordot(a, gl, axes=1), g)
+  return s, norms
+
+
+def two_pass_clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
+                              y_B: jax.Array, weights_B: jax.Array, l2_clip_norm: float,
+                              *, rewrite_norms: bool = True
+                              ) -> tuple[PyTree, jax.Array]:
+  """Same result as `clipped_grad_sum`, computed in two passes (module docstring).
+
+  Args:
+    model, params, x_BxF, y_B, weights_B, l2_clip_norm: as in `clipped_grad_sum`.
+    rewrite_norms: pass 1 uses the norm identity of `sqnorm` (no [B, P] per-example
+      matmul gradients are formed); False evaluates the plain vmap(grad) reduction.
+  Returns:
+    (sum pytree like params, norms float32[B]).
+  """
+  sq = sqnorm.per_example_sq_norms(functools.partial(example_loss, model), params, x_BxF,
+                                   y_B, rewrite=rewrite_norms)
+  norms = jnp.sqrt(sq)
+  a = jax.lax.stop_gradient(weights_B * clip_factor(norms, l2_clip_norm))
+
+  def weighted_loss(p):
+    # vmap of the one-record loss (not the batched loss): its forward pass is then the
+    # same computation as pass 1's, and XLA computes it once.
+    losses = jax.vmap(functools.partial(example_loss, model), in_axes=(None, 0, 0))(
+        p, x_BxF, y_B)
+    return jnp.sum(a * losses)
+  return jax.grad(weighted_loss)(params), norms

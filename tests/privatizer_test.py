@@ -1,0 +1,143 @@
+"""Tests for dpjax.privatizer: noise sigma * C (KS both ways), fixed denominator, the engine's path."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl.testing import absltest
+from absl.testing import parameterized
+from scipy import stats
+
+from dpjax import dpsgd
+from dpjax import models
+from dpjax import prng
+from dpjax import privatizer
+from dpjax.clipping import vmap
+
+
+def _identity(u):
+  return u["w"]
+
+
+def _cfg(**kw):
+  base = dict(dataset_size=24, sampling_prob=0.3, num_steps=6, noise_multiplier=1.0)
+  base.update(kw)
+  return dpsgd.DpSgdConfig(**base)
+
+
+class DpAggregateTest(parameterized.TestCase):
+
+  def test_noise_ks_accepts_std_and_rejects_two_thirds_and_three_halves(self):
+    tx = privatizer.dp_aggregate(2.0, 4.0, jax.random.key(0))
+    state = tx.init({"w": jnp.zeros(500)})
+    upd, state = tx.update({"w": jnp.zeros(500)}, state)
+    upd2, _ = tx.update({"w": jnp.zeros(500)}, state)
+    z = np.concatenate([upd["w"], upd2["w"]]) / 0.5      # std / B = 2 / 4
+    self.assertGreater(stats.kstest(z, "norm").pvalue, 1e-3)
+    self.assertLess(stats.kstest(z * 1.5, "norm").pvalue, 1e-6)
+    self.assertLess(stats.kstest(z / 1.5, "norm").pvalue, 1e-6)
+    self.assertFalse(np.allclose(upd["w"], upd2["w"]))   # fresh noise each step
+
+  def test_update_t_uses_fold_in_of_the_key(self):
+    key = jax.random.key(3)
+    g = {"a": jnp.ones(3), "b": jnp.zeros((2, 2))}
+    tx = privatizer.gaussian_privatizer(1.5, key)
+    state = tx.init(g)
+    for t in range(3):
+      out, state = tx.update(g, state)
+      ka, kb = prng.split(prng.fold_in(key, t), 2)
+      np.testing.assert_array_equal(out["a"], 1.0 + 1.5 * prng.standard_normal(ka, (3,)))
+      np.testing.assert_array_equal(out["b"], 1.5 * prng.standard_normal(kb, (2, 2)))
+
+  def test_static_zero_adds_nothing_and_divides_by_b(self):
+    tx = optax.chain(privatizer.dp_aggregate(0.0, 4.0, jax.random.key(0)), optax.sgd(1.0))
+    state = tx.init({"w": jnp.zeros(2)})
+    out, _ = tx.update({"w": jnp.array([4.0, 8.0])}, state)
+    np.testing.assert_array_equal(out["w"], [-1.0, -2.0])
+
+  def test_traced_std_under_jit_equals_concrete(self):
+    key = jax.random.key(1)
+    g = {"w": jnp.ones(5)}
+
+    def step(std):
+      tx = privatizer.dp_aggregate(std, 3.0, key)
+      return tx.update(g, tx.init(g), batch_size=jnp.float32(7.0))[0]["w"]
+    np.testing.assert_array_equal(jax.jit(step)(jnp.float32(0.7)), step(0.7))
+
+  @parameterized.named_parameters(
+      ("neg_std", dict(noise_stddev=-1.0, expected_batch_size=2.0), "noise_stddev"),
+      ("nan_std", dict(noise_stddev=math.nan, expected_batch_size=2.0), "noise_stddev"),
+      ("bool_std", dict(noise_stddev=True, expected_batch_size=2.0), "noise_stddev"),
+      ("zero_b", dict(noise_stddev=1.0, expected_batch_size=0.0), "expected_batch_size"),
+      ("inf_b", dict(noise_stddev=1.0, expected_batch_size=math.inf), "expected_batch_size"),
+  )
+  def test_bad_inputs(self, kw, name):
+    with self.assertRaisesRegex(ValueError, name):
+      privatizer.dp_aggregate(key=jax.random.key(0), **kw)
+
+
+class EnginePrivatizerTest(absltest.TestCase):
+
+  def _noise_samples(self, cfg, num_models=200, n=24):
+    # Zero features => zero gradients, so the privatized update is pure noise / B.
+    x = jnp.zeros((n, 3))
+    y = jnp.zeros((n,), jnp.int32)
+    out = dpsgd.train_many(jax.random.key(11), x, y, jnp.ones((num_models, n), bool), cfg,
+                           models.logistic_regression(3), observe_fn=_identity,
+                           progress=False)
+    return np.asarray(out.observations).ravel()
+
+  def test_noise_std_is_sigma_c_over_b(self):
+    cfg = _cfg(noise_multiplier=1.7, l2_clip_norm=2.5, num_steps=5)
+    z = self._noise_samples(cfg)       # 200 models x 5 steps x 3 coordinates
+    std = 1.7 * 2.5 / cfg.expected_batch_size
+    self.assertGreater(stats.kstest(z / std, "norm").pvalue, 1e-3)
+    for wrong in (2 / 3, 3 / 2):
+      self.assertLess(stats.kstest(z / (wrong * std), "norm").pvalue, 1e-6)
+
+  def test_engine_noise_is_dp_aggregate(self):
+    # Model 0's update at step t equals dp_aggregate(sigma C, B, k_noise) applied to the
+    # clipped sum, with k_noise the third of split(model key, 4).
+    x = jax.random.normal(jax.random.key(0), (24, 3))
+    y = (x[:, 0] > 0).astype(jnp.int32)
+    cfg = _cfg(sampling_prob=1.0, noise_multiplier=1.3, num_steps=1, l2_clip_norm=0.8)
+    model = models.logistic_regression(3)
+    key = jax.random.key(5)
+    out = dpsgd.train_one(key, x, y, jnp.ones(24, bool), cfg, model, observe_fn=_identity)
+    k_noise = jax.random.split(key, 4)[2]
+    s, _ = vmap.clipped_grad_sum(model, {"w": jnp.zeros(3)}, x, y, jnp.ones(24), 0.8)
+    tx = privatizer.dp_aggregate(np.float32(1.3 * 0.8), cfg.expected_batch_size, k_noise)
+    want, _ = tx.update(s, tx.init(s))
+    np.testing.assert_allclose(out.observations[0], want["w"], rtol=1e-5, atol=1e-7)
+
+  def test_denominator_is_q_times_n(self):
+    # q = 1, sigma = 0: every kept record is in; half the pool is kept, so the
+    # realised batch (12) differs from the fixed B = q * n = 24.
+    kx, ky = jax.random.split(jax.random.key(0))
+    x = 3.0 * jax.random.normal(kx, (24, 4))
+    y = jax.random.bernoulli(ky, 0.5, (24,)).astype(jnp.int32)
+    model = models.logistic_regression(4)
+    keep = jnp.arange(24)[None, :] < 12
+    cfg = _cfg(sampling_prob=1.0, noise_multiplier=0.0, num_steps=1, learning_rate=0.5)
+    out = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, observe_fn=_identity,
+                           progress=False)
+    s, _ = vmap.clipped_grad_sum(model, {"w": jnp.zeros(4)}, x, y,
+                                 keep[0].astype(jnp.float32), 1.0)
+    np.testing.assert_allclose(out.observations[0, 0], s["w"] / 24.0, rtol=1e-5)
+    np.testing.assert_allclose(out.params["w"][0], -0.5 * s["w"] / 24.0, rtol=1e-5)
+
+  def test_gaussian_privatizer_declares_sigma_c(self):
+    p = privatizer.GaussianPrivatizer()
+    self.assertTrue(p.accounted)
+    self.assertEqual(p.noise_stddev(1.5, 2.0), 3.0)
+    self.assertEqual(p.noise_stddev(0.0, math.inf), 0.0)
+
+  def test_interface_is_checked(self):
+    with self.assertRaisesRegex(TypeError, "noise_stddev"):
+      privatizer.check_privatizer(object())
+
+
+if __name__ == "__main__":
+  absltest.main()

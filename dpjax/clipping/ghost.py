@@ -60,6 +60,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 
+from dpjax import _validate
 from dpjax import models as models_lib
 
 PyTree = Any
@@ -146,8 +147,8 @@ def _check_args(x_BxF, y_B, weights_B, l2_clip_norm):
   if y_B.shape != (b,) or weights_B.shape != (b,):
     raise ValueError(f"y_B and weights_B must have shape ({b},), got {y_B.shape} and "
                      f"{weights_B.shape}")
-  if isinstance(l2_clip_norm, (int, float)) and not l2_clip_norm > 0:
-    raise ValueError(f"l2_clip_norm must be > 0 (inf = no clipping), got {l2_clip_norm}")
+  if isinstance(l2_clip_norm, (int, float)) and l2_clip_norm != math.inf:
+    _validate.check_positive(l2_clip_norm, "l2_clip_norm")
 
 
 def _ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, l2_clip_norm,
@@ -245,7 +246,7 @@ def mlp_clipped_sum(params: PyTree, x_BxF: jax.typing.ArrayLike, y_B: jax.typing
     ValueError: on mismatched shapes or l2_clip_norm <= 0.
   """
   return _ghost_clipped_sum(_mlp_forward, params, x_BxF, y_B, weights_B, l2_clip_norm,
-                            _check_l2(l2), "auto", _mlp_unflatten)
+                            _validate.check_nonnegative(l2, "l2"), "auto", _mlp_unflatten)
 
 
 def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.0,
@@ -267,7 +268,7 @@ def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.
     raise ValueError(f"input_shape must be three positive ints (H, W, C), got {input_shape!r}")
   if conv_mode not in _CONV_MODES:
     raise ValueError(f"conv_mode must be one of {_CONV_MODES}, got {conv_mode!r}")
-  l2 = _check_l2(l2)
+  l2 = _validate.check_nonnegative(l2, "l2")
   shape = tuple(int(v) for v in input_shape)
 
   def forward(params, x, probes):
@@ -341,10 +342,3 @@ def _clipped_sum_fn(model, input_shape, conv_mode):
 
     return cnn_fn
   raise ValueError(f"model.kind must be 'mlp' or 'cnn' for ghost clipping, got {model.kind!r}")
-
-
-def _check_l2(l2: float) -> float:
-  l2 = float(l2)
-  if not (l2 >= 0.0 and math.isfinite(l2)):
-    raise ValueError(f"l2 must be a finite number >= 0, got {l2}")
-  return l2

@@ -1,6 +1,6 @@
 """Benchmark: our RDP and PLD accountants against dp_accounting's, in one process.
 
-    .venv/bin/python -m benchmarks.accountants --json results/bench_accountants.json
+    .venv/bin/python -m benchmarks.accountants    # writes benchmarks/results/accountants.json
     .venv/bin/python -m benchmarks.accountants --quick      # skips the T = 1e5 rows
 
 For DP-SGD settings up to T = 1e5 steps (Poisson sampling, add/remove-one) it
@@ -23,12 +23,12 @@ is a ratio (dp_accounting time / our time) measured under the same machine load.
 
 from __future__ import annotations
 
-import json
 import time
 
 from absl import app, flags
 
-_JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+_JSON = flags.DEFINE_string("json", None, "Where to write the figures (default: "
+                             "benchmarks/results/accountants.json).")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (best is kept).")
 _QUICK = flags.DEFINE_bool("quick", False, "Skip the T = 1e5 settings.")
 
@@ -130,15 +130,8 @@ def main(argv):
     print(f"{r['sigma']:6g} {r['q']:8.3g} {r['steps']:7d} {r['delta']:7.0e} "
           f"{r['rdp_speedup']:7.2f} {r['pld_speedup']:7.2f} {r['pld_fixed_grid_speedup']:10.2f} "
           f"{r['ours_pld_minus_ref']:+10.2e} {r['dp_pld_minus_ref']:+10.2e}")
-  if _JSON.value:
-    import importlib.metadata  # pylint: disable=import-outside-toplevel
-    with open(_JSON.value, "w") as f:
-      json.dump({"benchmark": "accountants", "repeats": _REPEATS.value,
-                 "dp_accounting": importlib.metadata.version("dp-accounting"),
-                 "rows": rows}, f, indent=1)
-      f.write("\n")
-    del dp_accounting
-    print(f"wrote {_JSON.value}")
+  from benchmarks import report  # pylint: disable=import-outside-toplevel
+  report.write("accountants", rows, _JSON.value)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Benchmark: the many-model DP-SGD engine against a careful NumPy baseline.
 
-    .venv/bin/python -m benchmarks.dpsgd --json results/bench_dpsgd.json
-    .venv/bin/python -m benchmarks.dpsgd --sizes 128,2000 --skip_deep   # quicker
+    .venv/bin/python -m benchmarks.dpsgd               # writes benchmarks/results/dpsgd.json
+    .venv/bin/python -m benchmarks.dpsgd --sizes 128,2000 --skip_deep --json /tmp/d.json
+    .venv/bin/python -m benchmarks.report              # RESULTS.md from the JSON files
 
-The audit workload (lecture §6; issue 4): logistic regression on the 56 cubic
+The audit workload (lecture §6): logistic regression on the 56 cubic
 credit features, n = 150 records, q = 0.2, T = 500, C = 1, sigma = 1, lr = 0.5, M
 models each on its own Poisson masks and noise. Measured in ONE process, so every
 figure is a ratio against a baseline timed under the same machine load:
@@ -46,11 +47,13 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from benchmarks.dpsgd_deep import interleaved_best, write_json
+from benchmarks import report
+from benchmarks.dpsgd_deep import interleaved_best
 
 _SIZES = flags.DEFINE_string("sizes", "128,2000,20000", "Comma-separated model counts M.")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (best is kept).")
-_JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+_JSON = flags.DEFINE_string("json", None, "Where to write the figures (default: "
+                             "benchmarks/results/dpsgd.json, what RESULTS.md is built from).")
 _SKIP_DEEP = flags.DEFINE_bool("skip_deep", False, "Skip benchmarks.dpsgd_deep.")
 _SKIP_GENERIC_LARGEST = flags.DEFINE_bool(
     "skip_generic_largest", False, "Skip the generic path at the largest M.")
@@ -269,8 +272,7 @@ def main(argv):
     figures.update(deep)
     for k, v in deep.items():
       print(f"{k}: {v}")
-  if _JSON.value:
-    write_json(figures, _JSON.value)
+  report.write("dpsgd", figures, _JSON.value)
 
 
 if __name__ == "__main__":

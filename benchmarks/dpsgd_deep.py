@@ -1,6 +1,6 @@
 """Benchmark: DP-SGD steps on an MLP and small CNNs, against the non-private step and Opacus.
 
-    .venv/bin/python -m benchmarks.dpsgd_deep --json results/bench_dpsgd_deep.json
+    .venv/bin/python -m benchmarks.dpsgd_deep --json /tmp/deep.json   (also part of benchmarks.dpsgd)
     .venv/bin/python -m benchmarks.dpsgd_deep --quick          # ~1 minute, fewer steps
 
 Workloads (batch B = 256, softmax cross-entropy over 10 classes, SGD):
@@ -47,7 +47,6 @@ Runtime: about 2-4 minutes on the 2-core development machine (`--quick`: ~1 min)
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import time
@@ -86,15 +85,6 @@ def interleaved_best(fns: dict, repeats: int) -> dict:
       f()
       best[name] = min(best[name], time.perf_counter() - t0)
   return best
-
-
-def write_json(figures: dict, path: str) -> None:
-  """Writes the flat figures dict to `path` (sorted keys) and says so."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "w") as f:
-    json.dump(figures, f, indent=1, sort_keys=True)
-    f.write("\n")
-  print(f"wrote {path}")
 
 
 def _best_rates(runs: dict, steps: dict, repeats: int) -> dict:
@@ -337,7 +327,8 @@ def main(argv):
   for k, v in figures.items():
     print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
   if fv.json:
-    write_json(figures, fv.json)
+    from benchmarks import report  # pylint: disable=g-import-not-at-top
+    report.write("dpsgd_deep", figures, fv.json)
 
 
 if __name__ == "__main__":

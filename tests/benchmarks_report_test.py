@@ -1,0 +1,54 @@
+"""benchmarks/report.py: RESULTS.md is rendered from the benchmarks' JSON files only."""
+
+import json
+import os
+import sys
+import tempfile
+from unittest import mock
+
+from absl.testing import absltest
+
+from benchmarks import report
+
+
+class ReportTest(absltest.TestCase):
+
+  def test_write_then_render(self):
+    tmp = tempfile.mkdtemp()
+    with mock.patch.object(sys, "argv", ["dpsgd.py", "--sizes", "128"]):
+      path = report.write("dpsgd", {
+          "audit_workload.M128.numpy_models_per_s": 1000.0,
+          "audit_workload.M128.dpjax_models_per_s": 3000.0,
+          "audit_workload.M128.speedup_vs_numpy": 3.0,
+          "audit_workload.M128.fraction_of_peak": 0.25,
+          "audit_workload.M128.generic_slowdown_vs_fast": 1.1,
+          "audit_workload.matmul_peak.peak_gflops": 300.0,
+          "audit_workload.peak_rss_bytes_largest": 2 ** 30,
+          "mlp.nonprivate_ex_per_s": 400e3, "mlp.naive_ex_per_s": 6e3,
+          "mlp.generic_ex_per_s": 250e3, "mlp.ghost_ex_per_s": 380e3,
+          "mlp.overhead_vs_nonprivate": 1.05}, os.path.join(tmp, "dpsgd.json"))
+    with open(path) as f:
+      doc = json.load(f)
+    self.assertEqual(doc["command"], "python -m benchmarks.dpsgd --sizes 128")
+    self.assertIn("cpu_count", doc["environment"])
+    text = report.render(tmp)
+    self.assertIn("| 128 | 1,000 | 3,000 | 3.00× | 25 % | 1.10 | – | – |", text)
+    self.assertIn("| MLP 64→256→256→10 | 400,000 | 6,000 | 250,000 | 380,000 | – | – | 1.05× |",
+                  text)
+    self.assertIn("1.00 GiB", text)
+    self.assertNotIn("Accountants", text)          # no accountants.json in tmp
+
+  def test_accountants_section(self):
+    tmp = tempfile.mkdtemp()
+    row = {"sigma": 1.0, "q": 0.01, "steps": 10000, "delta": 1e-5, "ours_rdp_eps": 6.7,
+           "rdp_speedup": 20.0, "ours_pld_eps": 6.1877, "dp_pld_eps": 6.1878,
+           "pld_speedup": 4.5, "ours_pld_minus_ref": 2e-5, "dp_pld_minus_ref": 3e-5,
+           "pld_fixed_grid_speedup": 6.6}
+    report.write("accountants", [row], os.path.join(tmp, "accountants.json"))
+    text = report.render(tmp)
+    self.assertIn("| 1, 0.01, 10,000, 1e-05 | 6.7000 | 20.0× | 6.187700 | 6.187800 | 4.50× |",
+                  text)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -99,9 +99,12 @@ def _eval(jaxpr, consts, args):
     if eqn.primitive.name == "reduce_sum":
       out = _gram_reduce(eqn, producer, read)
     if out is None:
+      bind_params = eqn.primitive.get_bind_params(eqn.params)
+      subfuns = ()
+      if isinstance(bind_params, tuple):   # jax < 0.7 returns (subfuns, params)
+        subfuns, bind_params = bind_params
       with eqn.ctx.manager:
-        out = eqn.primitive.bind(*map(read, eqn.invars),
-                                 **eqn.primitive.get_bind_params(eqn.params))
+        out = eqn.primitive.bind(*subfuns, *map(read, eqn.invars), **bind_params)
       out = out if eqn.primitive.multiple_results else [out]
     else:
       out = [out]

@@ -105,8 +105,8 @@ def _blas_threads(threads):
 
 def numpy_best_threads(x, y, num_models, rng):
   """BLAS thread count (1 or os.cpu_count()) at which the NumPy baseline runs
-  fastest here (a careful baseline: on a loaded 2-core machine multi-threaded
-  OpenBLAS can be 50x slower on these small matmuls)."""
+  fastest here (a careful baseline: when the cores are shared, multi-threaded
+  OpenBLAS can be far slower than one thread on these small matmuls)."""
   best = None
   for threads in sorted({1, os.cpu_count() or 1}):
     with _blas_threads(threads):

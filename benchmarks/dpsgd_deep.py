@@ -202,10 +202,9 @@ def _opacus_runners(kind, kwargs, num_features, image_shape, steps, log):
     return {}
   import warnings  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
-  # Torch's OpenMP threads collapse when the cores are shared with other processes
-  # (measured here: Opacus ghost MLP 24k ex/s with 1 thread vs 2.4k with 2 under
-  # load), so each mode is timed with 1 thread and with torch's default, and the
-  # better one is Opacus's figure.
+  # Torch's OpenMP threads can slow down by an order of magnitude when the cores are
+  # shared with other processes, so each mode is timed with 1 thread and with torch's
+  # default, and the better one is Opacus's figure.
   default_threads = torch.get_num_threads()
   thread_counts = sorted({1, default_threads})
   gen = np.random.default_rng(0)

@@ -128,7 +128,14 @@ def mlp(num_inputs: int, hidden: Sequence[int] = (256, 256), num_classes: int = 
   return Model(init, apply, l2, "mlp", k)
 
 
-def _avg_pool2(a_BxHxWxC):
+def avg_pool2(a_BxHxWxC: jax.Array) -> jax.Array:
+  """2x2 average pooling with stride 2 (odd trailing rows / columns dropped), as in `cnn`.
+
+  Args:
+    a_BxHxWxC: activations [B, H, W, C].
+  Returns:
+    [B, H // 2, W // 2, C].
+  """
   b, h, w, c = a_BxHxWxC.shape
   a = a_BxHxWxC[:, : h // 2 * 2, : w // 2 * 2, :]
   return a.reshape(b, h // 2, 2, w // 2, 2, c).mean(axis=(2, 4))
@@ -183,7 +190,7 @@ def cnn(input_shape: Sequence[int] = (8, 8, 1), channels: Sequence[int] = (16, 3
           a, layer["w"], window_strides=(1, 1), padding="SAME",
           dimension_numbers=("NHWC", "HWIO", "NHWC"))
       a = jax.nn.relu(a + layer["b"][None, None, None, :])
-      a = _avg_pool2(a)
+      a = avg_pool2(a)
     a = a.reshape(a.shape[0], -1)
     d = params["dense"][0]
     return a @ d["w"] + d["b"][None, :]

@@ -124,7 +124,7 @@ def _cnn_forward(params, x, probes, input_shape):
     z = z_flat.reshape(bsz, hh, ww, o)
     # Recorded input: the backward pass never differentiates the record itself.
     recs.append(_Layer(jax.lax.stop_gradient(patches), z_flat))
-    a = models_lib._avg_pool2(jax.nn.relu(z))  # pylint: disable=protected-access
+    a = models_lib.avg_pool2(jax.nn.relu(z))
   a = a.reshape(a.shape[0], -1)
   d = params["dense"][0]
   z = a @ d["w"] + d["b"][None, :]

@@ -111,23 +111,6 @@ def tpr_at_fpr(scores_K, labels_K, fpr: float | Sequence[float]):
   return float(out) if out.ndim == 0 else out
 
 
-def dp_tpr_bound(fpr, epsilon: float, delta: float = 0.0):
-  """Highest TPR any attack can reach at `fpr` against an (eps, delta)-DP mechanism.
-
-  min(1, e^eps FPR + delta, 1 - e^-eps (1 - delta - FPR)) (Kairouz et al. 2015).
-
-  Examples:
-    >>> round(dp_tpr_bound(0.01, 2.0, 1e-5), 3)           # lecture §6.1: 0.074
-    0.074
-  """
-  f = _validate.check_array(fpr, "fpr", low=0.0, high=1.0)
-  _validate.check_epsilon(epsilon, allow_zero=True, allow_inf=True)
-  _validate.check_delta(delta, allow_zero=True)
-  out = np.minimum(np.minimum(1.0, np.exp(epsilon) * f + delta),
-                   1.0 - np.exp(-epsilon) * np.maximum(1.0 - delta - f, 0.0))
-  return float(out) if out.ndim == 0 else out
-
-
 def accuracy(predictions_K, labels_K) -> float:
   """Fraction of equal entries."""
   p = np.asarray(predictions_K).reshape(-1)

@@ -35,13 +35,6 @@ class ExactGaussianTest(parameterized.TestCase):
     self.assertAlmostEqual(mu, 1.0, places=12)
     self.assertAlmostEqual(gdp.gaussian_epsilon(1e-5, mu), 4.38, places=2)   # lecture sec. 4.5
 
-  def test_tradeoff_is_the_neyman_pearson_test(self):
-    # Threshold test on x ~ N(0,1) vs N(mu,1): reject when x > t; FPR = 1 - Phi(t).
-    mu = 1.3
-    t = np.linspace(-3, 5, 17)
-    fpr, tpr = stats.norm.sf(t), stats.norm.sf(t - mu)
-    np.testing.assert_allclose(gdp.tradeoff_tpr(fpr, mu), tpr, rtol=1e-9, atol=1e-15)
-
 
 class CltTest(parameterized.TestCase):
 

@@ -50,11 +50,6 @@ class RocTest(parameterized.TestCase):
     # TPR at FPR f is ~f (se ~ sqrt(f/50000) ~ 0.0005 at f = 1%).
     self.assertAlmostEqual(metrics.tpr_at_fpr(s, y, 0.01), 0.01, delta=0.003)
 
-  def test_dp_tpr_bound(self):
-    self.assertAlmostEqual(metrics.dp_tpr_bound(0.01, 2.0, 1e-5), np.exp(2) * 0.01 + 1e-5)
-    self.assertAlmostEqual(metrics.dp_tpr_bound(0.01, 8.0, 1e-5), 1.0, places=3)  # lecture 1.000
-    self.assertAlmostEqual(metrics.dp_tpr_bound(0.5, 1.0), 1 - np.exp(-1) * 0.5)
-
   def test_per_group_rates(self):
     out = metrics.per_group_rates([1, 0, 1, 1], [1, 0, 0, 1], [0, 0, 1, 1])
     self.assertEqual(out[0]["accuracy"], 1.0)

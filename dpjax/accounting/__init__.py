@@ -39,7 +39,7 @@ from dpjax.accounting import gdp
 from dpjax.accounting import rdp
 from dpjax.accounting.gdp import (  # noqa: F401  (re-exported helpers)
     compose_mu, dpsgd_clt_epsilon, dpsgd_clt_mu, gaussian_delta, gaussian_epsilon,
-    mu_for_epsilon, tradeoff_tpr)
+    mu_for_epsilon)
 
 _ACCOUNTANTS = ("rdp", "pld")
 # calibrate_noise searches noise multipliers in this range.
@@ -311,5 +311,5 @@ class Accountant:
 __all__ = [
     "Accountant", "NOISE_MULTIPLIER_RANGE", "calibrate_noise", "composition",
     "compose_mu", "dpsgd_clt_epsilon", "dpsgd_clt_mu", "dpsgd_epsilon", "gaussian_delta", "gaussian_epsilon", "gdp",
-    "mu_for_epsilon", "rdp", "tradeoff_tpr",
+    "mu_for_epsilon", "rdp",
 ]

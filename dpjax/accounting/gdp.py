@@ -7,15 +7,16 @@ mu * sqrt(k) exactly. Its whole privacy profile is (Balle & Wang 2018, Thm 8)
 
     delta(eps) = Phi(-eps/mu + mu/2) - e^eps * Phi(-eps/mu - mu/2),
 
-and the optimal membership test has TPR = Phi(Phi^{-1}(FPR) + mu) at every FPR.
+and the optimal membership test has TPR = Phi(Phi^{-1}(FPR) + mu) at every FPR
+(`dpjax.tradeoff.gaussian_tpr`).
 
 All functions run on the host (NumPy/SciPy), in float64.
 
 Examples:
   >>> round(gaussian_epsilon(1e-5, 1.0), 4)   # one mu = 1 Gaussian at delta = 1e-5
   4.3772
-  >>> round(float(tradeoff_tpr(0.01, 1.0)), 4)
-  0.0924
+  >>> round(gaussian_delta(0.0, 1.0), 4)       # its delta at eps = 0: 2 Phi(1/2) - 1
+  0.3829
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, special
 
 from dpjax import _validate
 
@@ -94,21 +95,6 @@ def compose_mu(mu0: float, k: int) -> float:
   mu0 = _validate.check_positive(mu0, "mu0")
   k = _validate.check_int(k, "k")
   return mu0 * math.sqrt(k)
-
-
-def tradeoff_tpr(fpr, mu):
-  """Highest TPR any test achieves at false-positive rate `fpr` against mu-GDP.
-
-  TPR = Phi(Phi^{-1}(FPR) + mu), i.e. 1 - G_mu(FPR) in f-DP notation.
-
-  Args:
-    fpr: in [0, 1], scalar or array.
-    mu: > 0.
-  """
-  f = _validate.check_array(fpr, "fpr", low=0.0, high=1.0)
-  _validate.check_array(mu, "mu", low=0.0, open_low=True)
-  out = stats.norm.cdf(stats.norm.ppf(f) + np.asarray(mu, np.float64))
-  return float(out) if np.ndim(out) == 0 else out
 
 
 def dpsgd_clt_mu(noise_multiplier: float, sampling_prob: float, num_steps: int,

@@ -14,7 +14,8 @@ collects in one object (printable with `.text()`, serialisable with
 * delta against 1/n,
 * the membership-inference trade-off the guarantee implies: the largest TPR any
   test can reach at FPR 0.1 %, 1 %, 10 %, from the PLD's whole delta(eps) curve
-  (a bound) and from the CLT's mu-GDP curve (approximate),
+  (a bound, `dpjax.tradeoff.pld_tpr_bound`) and from the CLT's mu-GDP curve
+  (approximate, `dpjax.tradeoff.gaussian_tpr`),
 * every place where two accountants disagree by more than their stated error.
 
 Examples:
@@ -32,13 +33,11 @@ from typing import Sequence
 
 import numpy as np
 
-from dpjax import _validate
+from dpjax import _validate, tradeoff
 from dpjax.accounting import gdp, pld, rdp
 
 DEFAULT_DELTAS = (1e-5, 1e-6, 1e-8)
 DEFAULT_FPRS = (0.001, 0.01, 0.1)
-# eps grid on which the PLD's delta(eps) is read to build the trade-off curve.
-_TRADEOFF_EPS_POINTS = 400
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,37 +143,6 @@ class PrivacyStatement:
     return "\n".join(out)
 
 
-def tradeoff_from_pld(privacy_loss: pld.PrivacyLossDistribution, fprs,
-                      max_epsilon: float) -> np.ndarray:
-  """Largest TPR at each FPR allowed by a PLD's whole privacy profile.
-
-  A mechanism that is (eps, delta(eps))-DP for every eps (in both directions, as
-  add/remove PLDs here are) admits no test with TPR above
-  min over eps of min(delta + e^eps FPR, 1 - e^{-eps} (1 - delta - FPR)).
-  We take the minimum over a grid of eps in [0, max_epsilon]; any grid gives a
-  valid bound, a finer one a tighter bound.
-
-  Args:
-    privacy_loss: the composed PLD.
-    fprs: false-positive rates in [0, 1], shape [F].
-    max_epsilon: upper end of the eps grid, > 0.
-  Returns:
-    float64[F] TPR upper bounds.
-  """
-  f = _validate.check_array(np.atleast_1d(fprs), "fprs", low=0.0, high=1.0)
-  max_epsilon = _validate.check_epsilon(max_epsilon, "max_epsilon")
-  eps = np.linspace(0.0, max_epsilon, _TRADEOFF_EPS_POINTS)
-  # Tiny deltas at large eps are within FFT rounding noise; add the noise
-  # estimate instead of trusting them (keeps the bound conservative).
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", RuntimeWarning)
-    dlt = np.array([min(1.0, privacy_loss.delta(e) + privacy_loss.rounding_noise(e))
-                    for e in eps])
-  a = dlt[None, :] + np.exp(eps)[None, :] * f[:, None]
-  b = 1.0 - np.exp(-eps)[None, :] * (1.0 - dlt[None, :] - f[:, None])
-  return np.clip(np.minimum(a, b).min(axis=1), f, 1.0)
-
-
 def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: int,
                       dataset_size: int, deltas: Sequence[float] = DEFAULT_DELTAS,
                       fprs: Sequence[float] = DEFAULT_FPRS,
@@ -224,8 +192,8 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   composed = pld.gaussian_pld(sigma, q, value_discretization=h).self_compose(t)
   e_max = max(r.pld_epsilon for r in rows)
   e_max = 2.0 * e_max + 1.0 if math.isfinite(e_max) else 50.0
-  tpr_pld = tradeoff_from_pld(composed, fprs, e_max)
-  tpr_clt = gdp.tradeoff_tpr(np.asarray(fprs), mu_clt)
+  tpr_pld = tradeoff.pld_tpr_bound(composed, fprs, e_max)
+  tpr_clt = tradeoff.gaussian_tpr(np.asarray(fprs), mu_clt)
 
   notes = []
   for d in deltas:

@@ -1,0 +1,359 @@
+"""Trade-off curves and ROC bounds: what a privacy guarantee leaves a membership test.
+
+A membership test tells a neighbour pair apart: OUT (the record is absent) against
+IN (present). A test has a false-positive rate FPR (alpha: OUT called IN) and a
+false-negative rate FNR (beta: IN called OUT); its true-positive rate is
+TPR = 1 - FNR. The trade-off function of a mechanism is the smallest FNR any test
+reaches at each FPR (Dong, Roth & Su 2019, f-DP); its mirror image is the largest
+TPR, the upper envelope of every attack's ROC curve. This module is the one place
+for those curves:
+
+* (eps, delta)-DP: TPR <= min(e^eps FPR + delta, 1 - e^-eps (1 - FPR - delta))
+  (Kairouz, Oh & Viswanath 2015), the advantage bound and the posterior bound;
+* mu-GDP, i.e. the Gaussian mechanism: TPR = Phi(Phi^-1(FPR) + mu);
+* the optimal (Neyman-Pearson) tests against randomized response and Laplace;
+* a whole privacy profile delta(eps) (e.g. a composed privacy-loss distribution
+  from `dpjax.accounting.pld`): the intersection of its (eps, delta(eps)) regions;
+* a likelihood-ratio (privacy-loss) distribution given as a pmf pair: its ROC.
+
+Everything runs on the host in NumPy/SciPy float64.
+
+Shape letters: F false-positive rates, J grid points.
+
+Examples:
+  >>> round(dp_tpr_bound(0.01, 1.0, 1e-5), 4)          # (1, 1e-5)-DP at FPR 1%
+  0.0272
+  >>> round(gaussian_tpr(0.01, 1.0), 4)                 # 1-GDP at FPR 1%
+  0.0924
+  >>> round(advantage_bound(1.0), 4)                    # = tanh(1/2)
+  0.4621
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from scipy import stats
+
+from dpjax import _validate
+
+# eps grid on which a privacy profile delta(eps) is read to bound the ROC.
+_PROFILE_EPS_POINTS = 400
+
+
+def _scalar_or_array(out):
+  out = np.asarray(out)
+  return float(out) if out.ndim == 0 else out
+
+
+# ----------------------------------------------------------------------------------
+# (eps, delta)-DP
+
+
+def dp_tpr_bound(fpr_F, epsilon: float, delta: float = 0.0):
+  """Highest TPR any test reaches at `fpr_F` against an (eps, delta)-DP mechanism.
+
+  TPR <= min(1, e^eps FPR + delta, 1 - e^-eps (1 - FPR - delta)): the two forms of
+  the hypothesis-testing characterisation of (eps, delta)-DP.
+
+  Args:
+    fpr_F: false-positive rates in [0, 1], scalar or float[F].
+    epsilon: eps >= 0 (inf allowed: no constraint).
+    delta: in [0, 1).
+  Returns:
+    float or float64[F] in [0, 1].
+  References: Kairouz, Oh & Viswanath 2015, https://arxiv.org/abs/1311.0776, Thm 2.1.
+
+  Examples:
+    >>> round(dp_tpr_bound(0.01, 2.0, 1e-5), 3)           # lecture §6.1: 0.074
+    0.074
+    >>> dp_tpr_bound(0.01, 8.0, 1e-5) > 0.999             # vacuous at eps = 8
+    True
+  """
+  f = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
+  eps = _validate.check_epsilon(epsilon, allow_zero=True, allow_inf=True)
+  delta = _validate.check_delta(delta, allow_zero=True)
+  if math.isinf(eps):
+    return _scalar_or_array(np.ones_like(f))
+  e = math.exp(eps)
+  return _scalar_or_array(np.clip(np.minimum(e * f + delta, 1 - (1 - f - delta) / e), 0.0, 1.0))
+
+
+def advantage_bound(epsilon: float, delta: float = 0.0) -> float:
+  """Largest membership advantage TPR - FPR under (eps, delta)-DP.
+
+  The maximum of `dp_tpr_bound(f) - f` over f: (e^eps - 1 + 2 delta) / (e^eps + 1),
+  tanh(eps / 2) for pure DP. Randomized response attains it (up to 2 delta /
+  (e^eps + 1)).
+
+  Args:
+    epsilon: eps >= 0, finite.
+    delta: in [0, 1).
+  References: Kairouz et al. 2015; Yeom et al. 2018 (advantage), https://arxiv.org/abs/1709.01604.
+
+  Examples:
+    >>> round(advantage_bound(2.0, 1e-5), 4)
+    0.7616
+  """
+  eps = _validate.check_epsilon(epsilon, allow_zero=True)
+  delta = _validate.check_delta(delta, allow_zero=True)
+  e = math.exp(eps)
+  return (e - 1 + 2 * delta) / (e + 1)
+
+
+def posterior_bound(prior, epsilon: float):
+  """Largest posterior P[member | output] from a prior P[member] = pi under eps-DP.
+
+  The odds grow by at most e^eps: pi e^eps / (pi e^eps + 1 - pi). Randomized
+  response attains it on its "member" report.
+
+  Args:
+    prior: pi in [0, 1], scalar or float[F].
+    epsilon: eps >= 0, finite.
+  Returns:
+    float or float64[F].
+
+  Examples:
+    >>> round(posterior_bound(0.5, 1.0), 4)
+    0.7311
+  """
+  pi = _validate.check_array(prior, "prior", low=0.0, high=1.0)
+  eps = _validate.check_epsilon(epsilon, allow_zero=True)
+  return _scalar_or_array(pi * math.exp(eps) / (pi * math.exp(eps) + 1 - pi))
+
+
+# ----------------------------------------------------------------------------------
+# Gaussian differential privacy
+
+
+def gaussian_tpr(fpr_F, mu):
+  """Highest TPR any test reaches at `fpr_F` against a mu-GDP mechanism.
+
+  TPR = Phi(Phi^-1(FPR) + mu): the Neyman-Pearson test of N(0, 1) against
+  N(mu, 1), e.g. the Gaussian mechanism with mu = sensitivity / sigma.
+
+  Args:
+    fpr_F: in [0, 1], scalar or float[F].
+    mu: > 0 (scalar or broadcastable).
+  Returns:
+    float or float64[F].
+  References: Dong, Roth & Su 2019, https://arxiv.org/abs/1905.02383.
+
+  Examples:
+    >>> round(gaussian_tpr(0.01, 1.0), 4)
+    0.0924
+  """
+  f = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
+  _validate.check_array(mu, "mu", low=0.0, open_low=True)
+  return _scalar_or_array(stats.norm.cdf(stats.norm.ppf(f) + np.asarray(mu, np.float64)))
+
+
+def gaussian_fnr(fpr_F, mu):
+  """The trade-off function G_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu) of mu-GDP.
+
+  The smallest FNR at FPR alpha; equal to 1 - `gaussian_tpr`, but computed so that
+  tiny FNRs keep their relative accuracy.
+
+  Args:
+    fpr_F: alpha in [0, 1], scalar or float[F].
+    mu: > 0.
+  Returns:
+    float or float64[F].
+  References: Dong, Roth & Su 2019.
+
+  Examples:
+    >>> round(gaussian_fnr(0.01, 1.0) + gaussian_tpr(0.01, 1.0), 12)
+    1.0
+  """
+  a = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
+  _validate.check_array(mu, "mu", low=0.0, open_low=True)
+  return _scalar_or_array(stats.norm.cdf(stats.norm.ppf(1.0 - a) - np.asarray(mu, np.float64)))
+
+
+def gaussian_mu(fpr_F, fnr_F):
+  """mu of the Gaussian trade-off curve through (FPR, FNR): Phi^-1(1 - FPR) - Phi^-1(FNR).
+
+  Args:
+    fpr_F, fnr_F: rates in [0, 1], broadcastable.
+  Returns:
+    float or float64[F] (negative below the diagonal FPR + FNR = 1; +inf when a
+    rate is 0 and the other is below 1).
+  References: Dong, Roth & Su 2019; Nasr et al. 2023, https://arxiv.org/abs/2302.07956.
+
+  Examples:
+    >>> round(gaussian_mu(0.01, gaussian_fnr(0.01, 1.5)), 9)
+    1.5
+  """
+  a = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
+  b = _validate.check_array(fnr_F, "fnr_F", low=0.0, high=1.0)
+  return _scalar_or_array(stats.norm.ppf(1.0 - a) - stats.norm.ppf(b))
+
+
+def gaussian_advantage(mu: float) -> float:
+  """Largest advantage TPR - FPR against mu-GDP: 2 Phi(mu / 2) - 1.
+
+  Examples:
+    >>> round(gaussian_advantage(1.0), 4)
+    0.3829
+  """
+  mu = _validate.check_positive(mu, "mu")
+  return float(2 * stats.norm.cdf(mu / 2) - 1)
+
+
+# ----------------------------------------------------------------------------------
+# Optimal tests against pure-DP mechanisms
+
+
+def randomized_response_tpr(fpr_F, epsilon: float):
+  """Highest TPR at `fpr_F` against eps-randomized response on one bit (0 vs 1).
+
+  The report is the true bit with probability p = e^eps / (1 + e^eps). The
+  Neyman-Pearson test rejects on report 1 first (likelihood ratio p / (1 - p)),
+  then randomises on report 0; the curve is the (eps, 0) region boundary.
+
+  Args:
+    fpr_F: in [0, 1], scalar or float[F].
+    epsilon: eps > 0.
+  Returns:
+    float or float64[F].
+
+  Examples:
+    >>> round(randomized_response_tpr(0.01, 1.0), 4)      # e * 1%
+    0.0272
+  """
+  f = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
+  eps = _validate.check_epsilon(epsilon)
+  p = 1.0 / (1.0 + math.exp(-eps))
+  tpr = np.where(f <= 1 - p, f * p / (1 - p), p + (f - (1 - p)) * (1 - p) / p)
+  return _scalar_or_array(np.clip(tpr, 0, 1))
+
+
+def randomized_response_advantage(epsilon: float) -> float:
+  """Largest advantage against eps-randomized response: 2p - 1 = tanh(eps / 2).
+
+  Examples:
+    >>> round(randomized_response_advantage(1.0), 4)
+    0.4621
+  """
+  eps = _validate.check_epsilon(epsilon)
+  return 2 * (1.0 / (1.0 + math.exp(-eps))) - 1
+
+
+def _laplace_sf(t, b):
+  t = np.asarray(t, np.float64)
+  return np.where(t >= 0, 0.5 * np.exp(-np.abs(t) / b), 1 - 0.5 * np.exp(-np.abs(t) / b))
+
+
+def _laplace_isf(f, b):
+  f = np.asarray(f, np.float64)
+  return np.where(f <= 0.5, -b * np.log(2 * np.maximum(f, 1e-300)),
+                  b * np.log(2 * np.maximum(1 - f, 1e-300)))
+
+
+def laplace_tpr(fpr_F, epsilon: float):
+  """Highest TPR at `fpr_F` against the Laplace mechanism, 0 vs 1, scale 1 / eps.
+
+  A count of sensitivity 1 released with Laplace(1 / eps) noise; the likelihood
+  ratio is non-decreasing in the output, so the best test thresholds it.
+
+  Args:
+    fpr_F: in [0, 1], scalar or float[F].
+    epsilon: eps > 0 (sensitivity / scale).
+  Returns:
+    float or float64[F].
+
+  Examples:
+    >>> round(laplace_tpr(0.01, 1.0), 6)                  # e * 1%, for eps <= ln 50
+    0.027183
+  """
+  f = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
+  b = 1.0 / _validate.check_epsilon(epsilon)
+  return _scalar_or_array(_laplace_sf(_laplace_isf(f, b) - 1.0, b))
+
+
+def laplace_advantage(epsilon: float) -> float:
+  """Largest advantage against the Laplace mechanism of `laplace_tpr`: 1 - e^(-eps/2).
+
+  Examples:
+    >>> round(laplace_advantage(2.0), 4)
+    0.6321
+  """
+  eps = _validate.check_epsilon(epsilon)
+  return 1 - math.exp(-eps / 2)
+
+
+# ----------------------------------------------------------------------------------
+# Privacy profiles and likelihood-ratio distributions
+
+
+def pld_tpr_bound(privacy_loss, fpr_F, max_epsilon: float) -> np.ndarray:
+  """Largest TPR at each FPR allowed by a privacy-loss distribution's whole profile.
+
+  A mechanism that is (eps, delta(eps))-DP for every eps (both neighbour
+  directions, as the add/remove PLDs of `dpjax.accounting.pld` are) admits no
+  test with TPR above min over eps of `dp_tpr_bound(FPR, eps, delta(eps))`. The
+  minimum is taken over 400 eps in [0, max_epsilon]; any grid gives a valid
+  bound, a finer one a tighter bound. Where delta(eps) is within the FFT rounding
+  noise of the PLD, the noise estimate is added (the bound stays conservative).
+
+  Args:
+    privacy_loss: an object with `delta(eps)` and `rounding_noise(eps)`, e.g. a
+      `dpjax.accounting.pld.PrivacyLossDistribution`.
+    fpr_F: false-positive rates in [0, 1], float[F].
+    max_epsilon: upper end of the eps grid, > 0.
+  Returns:
+    float64[F] TPR upper bounds.
+  References: Dong, Roth & Su 2019 (Prop. 2.12: f-DP from a privacy profile).
+
+  Examples:
+    >>> from dpjax.accounting import pld
+    >>> tpr = pld_tpr_bound(pld.gaussian_pld(1.0), [0.01], 10.0)    # 1-GDP
+    >>> bool(gaussian_tpr(0.01, 1.0) <= tpr[0] <= gaussian_tpr(0.01, 1.0) + 0.01)
+    True
+  """
+  f = _validate.check_array(np.atleast_1d(fpr_F), "fpr_F", low=0.0, high=1.0)
+  max_epsilon = _validate.check_epsilon(max_epsilon, "max_epsilon")
+  eps = np.linspace(0.0, max_epsilon, _PROFILE_EPS_POINTS)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    dlt = np.array([min(1.0, privacy_loss.delta(e) + privacy_loss.rounding_noise(e))
+                    for e in eps])
+  a = dlt[None, :] + np.exp(eps)[None, :] * f[:, None]
+  b = 1.0 - np.exp(-eps)[None, :] * (1.0 - dlt[None, :] - f[:, None])
+  return np.clip(np.minimum(a, b).min(axis=1), f, 1.0)
+
+
+def likelihood_ratio_roc(values_J, pmf_in_J, pmf_out_J) -> tuple[np.ndarray, np.ndarray,
+                                                                  np.ndarray]:
+  """ROC of the tests "IN iff V > threshold" for a statistic V with a known pmf pair.
+
+  V takes the evenly spaced values `values_J` with probabilities `pmf_in_J` under
+  IN and `pmf_out_J` under OUT. When V is the log-likelihood ratio (a privacy
+  loss), these tests are the Neyman-Pearson tests and the ROC is the pair's
+  trade-off curve.
+
+  Args:
+    values_J: float[J], evenly spaced and increasing (J >= 2).
+    pmf_in_J, pmf_out_J: float[J] probabilities (each summing to ~1).
+  Returns:
+    (thresholds_J, fpr_J, fnr_J): thresholds halfway between grid values,
+    FPR = P_OUT(V > threshold), FNR = P_IN(V <= threshold), clipped to [0, 1].
+    FPR is summed from the top, so tiny rates keep their accuracy.
+
+  Examples:
+    >>> thr, fpr, fnr = likelihood_ratio_roc([0.0, 1.0], [0.25, 0.75], [0.75, 0.25])
+    >>> thr.tolist(), fpr.tolist(), fnr.tolist()
+    ([0.5, 1.5], [0.25, 0.0], [0.25, 1.0])
+  """
+  grid = _validate.check_array(values_J, "values_J", ndim=1)
+  if grid.size < 2 or not np.all(np.diff(grid) > 0):
+    raise ValueError("values_J must be increasing with at least 2 entries")
+  pmf_in = _validate.check_array(pmf_in_J, "pmf_in_J", shape=grid.shape, low=0.0)
+  pmf_out = _validate.check_array(pmf_out_J, "pmf_out_J", shape=grid.shape, low=0.0)
+  h = grid[1] - grid[0]
+  thr = grid + 0.5 * h
+  fnr = np.cumsum(pmf_in)                         # P_IN(V <= grid_j)
+  fpr = np.r_[np.cumsum(pmf_out[::-1])[::-1][1:], 0.0]
+  return thr, np.clip(fpr, 0, 1), np.clip(fnr, 0, 1)

@@ -247,7 +247,8 @@ def _shape_text(shape: Sequence[Optional[int]]) -> str:
 
 
 def check_shape(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None,
-                shape: Optional[Sequence[Optional[int]]] = None) -> tuple[int, ...]:
+                shape: Optional[Sequence[Optional[int]]] = None,
+                min_size: int = 0) -> tuple[int, ...]:
   """The shape of x, if it has rank `ndim` (or one of them) and matches `shape`.
 
   Args:
@@ -255,12 +256,17 @@ def check_shape(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None
     name: the parameter name for messages.
     ndim: the allowed rank, or a sequence of allowed ranks.
     shape: the required shape; None entries match any size.
+    min_size: the fewest entries x may have (1: non-empty).
   Returns:
     the shape as a tuple.
 
   Examples:
     >>> check_shape([[1, 2, 3]], "x_NxF", shape=(None, 3))
     (1, 3)
+    >>> check_shape([], "scores_K", min_size=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: scores_K must have at least 1 entries, got shape (0,)
   """
   s = tuple(np.shape(x))
   if ndim is not None:
@@ -271,6 +277,8 @@ def check_shape(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None
   if shape is not None:
     if len(s) != len(shape) or any(w is not None and w != g for w, g in zip(shape, s)):
       raise ValueError(f"{name} must have shape {_shape_text(shape)}, got {s}")
+  if math.prod(s) < min_size:
+    raise ValueError(f"{name} must have at least {min_size} entries, got shape {s}")
   return s
 
 
@@ -288,7 +296,7 @@ def check_array(x: Any, name: str, dtype: Any = np.float64, *,
                 shape: Optional[Sequence[Optional[int]]] = None,
                 low: Optional[float] = None, high: Optional[float] = None,
                 open_low: bool = False, open_high: bool = False,
-                allow_inf: bool = False) -> Any:
+                allow_inf: bool = False, min_size: int = 0) -> Any:
   """x as a NumPy array of numbers with no NaN, no inf, and every entry in range.
 
   Given a JAX tracer, only the shape is checked and x is returned unchanged.
@@ -302,6 +310,7 @@ def check_array(x: Any, name: str, dtype: Any = np.float64, *,
       open_high).
     open_low, open_high: make the bounds strict.
     allow_inf: accept +-inf entries (within the bounds); NaN is always rejected.
+    min_size: as in `check_shape`.
   Returns:
     np.ndarray of `dtype` (or x itself if it is a tracer).
 
@@ -317,7 +326,7 @@ def check_array(x: Any, name: str, dtype: Any = np.float64, *,
     ...
     ValueError: mu must be > 0, got values from 0 to 1.5
   """
-  check_shape(x, name, ndim=ndim, shape=shape)
+  check_shape(x, name, ndim=ndim, shape=shape, min_size=min_size)
   if is_tracer(x):
     return x
   arr = _numeric_array(x, name)

@@ -151,6 +151,14 @@ class ArrayTest(parameterized.TestCase):
       v.check_shape(np.zeros(5), "x_NxF", shape=(None, 5))
     with self.assertRaisesRegex(ValueError, "votes must have rank 1 or 2"):
       v.check_shape(np.zeros((1, 1, 1)), "votes", ndim=(1, 2))
+    self.assertEqual(v.check_shape(np.zeros((2, 3)), "x", min_size=6), (2, 3))
+    for bad in ([], np.zeros((0, 3)), np.zeros((2, 2))):
+      with self.assertRaisesRegex(ValueError, r"x must have at least 6 entries, got shape"):
+        v.check_shape(bad, "x", min_size=6)
+    with self.assertRaisesRegex(ValueError, "scores_K must have at least 1 entries"):
+      v.check_array([], "scores_K", ndim=1, min_size=1)
+    with self.assertRaisesRegex(ValueError, "x must have at least 1 entries"):
+      jax.jit(lambda x: v.check_array(x, "x", min_size=1))(jnp.zeros((0,)))
 
   def test_array_values(self):
     out = v.check_array([1, 2], "counts")

@@ -82,9 +82,9 @@ class DpSgdOneRunTest(parameterized.TestCase):
     import jax
 
     from dpjax import accounting, dpsgd
-    from dpjax.audit import canary
+    from dpjax.data import canaries
 
-    d = canary.audit_data(jax.random.key(0), base_size=20)
+    d = canaries.audit_data(jax.random.key(0), base_size=20)
     x, y = d.x_NxD[:20, :-1], d.y_N[:20]
     results = {}
     for sigma in (0.6, 60.0):

@@ -1,15 +1,19 @@
-"""Empirical privacy auditing: statistics, canary audits, one-run audits, faulty variants.
+"""Empirical privacy auditing: statistics, estimators, canary audits, one-run audits, a run store.
 
 `audit.epsilon_lower_bound(...)` and `audit.clopper_pearson(...)` are re-exported
-from `stats` (host NumPy/SciPy only); the JAX-based submodules `canary`, `one_run`
-and `variants` are imported on first use.
+from `stats` (host NumPy/SciPy only). The other submodules are imported on first
+use: `estimators` (attack scores -> bounds: threshold strategies, bootstrap
+spread, best certifiable bound, GDP estimate), `canary` (the canaries and the
+black-/white-box adversaries of DP-SGD), `one_run` (one training run, many
+canaries), `store` (a resumable on-disk store of chunked results) and `variants`
+(deliberately broken DP-SGDs).
 """
 
 import importlib
 
 from dpjax.audit.stats import clopper_pearson, epsilon_lower_bound
 
-_SUBMODULES = ("canary", "one_run", "stats", "variants")
+_SUBMODULES = ("canary", "estimators", "one_run", "stats", "store", "variants")
 __all__ = ["clopper_pearson", "epsilon_lower_bound", *_SUBMODULES]
 
 

@@ -34,15 +34,17 @@ from typing import NamedTuple
 import numpy as np
 from scipy import optimize, stats
 
+from dpjax import _validate
 
-def _check(m, r, v):
-  for name, val in (("num_canaries", m), ("num_guesses", r), ("num_correct", v)):
-    if isinstance(val, bool) or int(val) != val or val < 0:
-      raise ValueError(f"{name} must be a non-negative integer, got {val!r}")
-  if not (0 <= v <= r <= m) or m < 1:
-    raise ValueError(f"need 0 <= num_correct ({v}) <= num_guesses ({r}) <= num_canaries ({m}), "
-                     "num_canaries >= 1")
-  return int(m), int(r), int(v)
+
+def _check_guesses(m, r, v) -> tuple[int, int, int]:
+  """(m, r, v) as ints with 0 <= v <= r <= m and m >= 1."""
+  m = _validate.check_int(m, "num_canaries")
+  r = _validate.check_int(r, "num_guesses", minimum=0)
+  v = _validate.check_int(v, "num_correct", minimum=0)
+  if not v <= r <= m:
+    raise ValueError(f"need num_correct ({v}) <= num_guesses ({r}) <= num_canaries ({m})")
+  return m, r, v
 
 
 def p_value(num_canaries: int, num_guesses: int, num_correct: int, epsilon: float,
@@ -57,12 +59,14 @@ def p_value(num_canaries: int, num_guesses: int, num_correct: int, epsilon: floa
     delta: in [0, 1].
   Returns:
     A p-value in [0, 1].
+
+  Examples:
+    >>> round(p_value(100, 10, 10, 0.0, 0.0), 6)            # ten coin flips all right
+    0.000977
   """
-  m, r, v = _check(num_canaries, num_guesses, num_correct)
-  if not (epsilon >= 0) or math.isnan(epsilon):
-    raise ValueError(f"epsilon must be >= 0, got {epsilon}")
-  if not (0 <= delta <= 1):
-    raise ValueError(f"delta must be in [0, 1], got {delta}")
+  m, r, v = _check_guesses(num_canaries, num_guesses, num_correct)
+  epsilon = _validate.check_epsilon(epsilon, allow_zero=True, allow_inf=True)
+  delta = _validate.check_probability(delta, "delta")
   if v == 0:
     return 1.0
   p = 1.0 / (1.0 + math.exp(-epsilon)) if epsilon < 700 else 1.0
@@ -80,13 +84,17 @@ def epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct: int
                         delta: float = 0.0, confidence: float = 0.95) -> float:
   """Largest eps that `num_correct` of `num_guesses` correct guesses rejects.
 
+  Args:
+    num_canaries, num_guesses, num_correct: m >= 1, r in [0, m], v in [0, r].
+    delta: in [0, 1].
+    confidence: in (0, 1).
   Returns:
     eps_lower >= 0: with probability >= `confidence`, the run is not (eps,
     delta)-DP for any eps < eps_lower (0 when nothing is rejected).
   """
-  m, r, v = _check(num_canaries, num_guesses, num_correct)
-  if not (0 < confidence < 1):
-    raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+  m, r, v = _check_guesses(num_canaries, num_guesses, num_correct)
+  delta = _validate.check_probability(delta, "delta")
+  confidence = _validate.check_confidence(confidence)
   alpha = 1.0 - confidence
 
   def f(eps):
@@ -121,20 +129,24 @@ def audit(scores_K, included_K, *, num_positive_guesses: int, num_negative_guess
     num_positive_guesses: k+ >= 0, fixed in advance.
     num_negative_guesses: k- >= 0, fixed in advance; k+ + k- <= K.
     delta, confidence: as in `epsilon_lower_bound`.
+  Returns:
+    OneRunResult.
+
+  Examples:
+    >>> import numpy as np
+    >>> inc = np.arange(100) % 2 == 0
+    >>> r = audit(inc.astype(float), inc, num_positive_guesses=50, num_negative_guesses=50)
+    >>> r.num_correct, round(r.epsilon_lower, 2)
+    (100, 3.49)
   """
-  s = np.asarray(scores_K, np.float64)
-  inc = np.asarray(included_K)
-  if s.ndim != 1 or inc.shape != s.shape or s.size < 1:
-    raise ValueError("scores_K and included_K must be 1-D of the same length >= 1")
-  if np.any(np.isnan(s)):
-    raise ValueError("scores_K contains NaN")
-  if not np.all((inc == 0) | (inc == 1)):
-    raise ValueError("included_K must be boolean")
-  kp, kn = int(num_positive_guesses), int(num_negative_guesses)
-  if kp < 0 or kn < 0 or kp + kn > s.size:
-    raise ValueError(f"need num_positive_guesses, num_negative_guesses >= 0 with sum <= {s.size}")
+  s = _validate.check_array(scores_K, "scores_K", ndim=1, allow_inf=True, min_size=1)
+  inc = _validate.check_binary(included_K, "included_K", shape=s.shape)
+  kp = _validate.check_int(num_positive_guesses, "num_positive_guesses", minimum=0)
+  kn = _validate.check_int(num_negative_guesses, "num_negative_guesses", minimum=0)
+  if kp + kn > s.size:
+    raise ValueError(f"num_positive_guesses + num_negative_guesses must be <= {s.size} "
+                     f"(the number of canaries), got {kp} + {kn}")
   order = np.argsort(-s, kind="stable")
-  inc = inc.astype(bool)
   correct = int(inc[order[:kp]].sum()) + int((~inc[order[s.size - kn:]]).sum() if kn else 0)
   eps = epsilon_lower_bound(num_canaries=s.size, num_guesses=kp + kn, num_correct=correct,
                             delta=delta, confidence=confidence)
@@ -171,9 +183,7 @@ def dpsgd_white_box(key, cfg, x_NxD, y_N, *, num_canaries: int, num_positive_gue
   from dpjax.clipping import glm  # pylint: disable=g-import-not-at-top
   from dpjax.audit import canary as canary_lib  # pylint: disable=g-import-not-at-top
 
-  m = int(num_canaries)
-  if m < 1 or m != num_canaries:
-    raise ValueError(f"num_canaries must be an integer >= 1, got {num_canaries}")
+  m = _validate.check_int(num_canaries, "num_canaries")
   if cfg.sigma <= 0:
     raise ValueError("cfg must have noise_multiplier > 0 (the claim being audited)")
   x0 = jnp.asarray(x_NxD, jnp.float32)

@@ -17,10 +17,8 @@ of the inequality are valid, so taking their maximum needs no further correction
 This is the lecture's convention: 0 errors in N trials gives FPR_u = 1 - 0.025^(1/N)
 ~ 3.7/N, hence the trials' ceiling ln(N/3.7).
 
-The threshold of a test must not be picked on the same trials it is evaluated on
-(maximising over thresholds inflates the bound): `audit_scores` chooses it on one
-half and evaluates on the other, or evaluates a threshold fixed in advance on all
-trials.
+This module works on error counts; `dpjax.audit.estimators` turns attack scores
+into counts and bounds (threshold strategies, spread, best certifiable bound).
 
 Shape letters: K trials (models), J candidate thresholds.
 
@@ -33,32 +31,16 @@ Examples:
 
 from __future__ import annotations
 
-import math
-from typing import NamedTuple
-
 import numpy as np
 from scipy import stats
 
-
-def _check_confidence(confidence: float) -> float:
-  if not (0.0 < confidence < 1.0) or math.isnan(confidence):
-    raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-  return float(confidence)
-
-
-def _check_delta(delta: float) -> float:
-  if not (0.0 <= delta < 1.0) or math.isnan(delta):
-    raise ValueError(f"delta must be in [0, 1), got {delta}")
-  return float(delta)
+from dpjax import _validate
 
 
 def _check_counts(k, n, k_name: str, n_name: str) -> tuple[np.ndarray, np.ndarray]:
-  k = np.asarray(k, np.float64)
-  n = np.asarray(n, np.float64)
-  if np.any(np.isnan(k)) or np.any(k < 0):
-    raise ValueError(f"{k_name} must be >= 0, got {k}")
-  if np.any(np.isnan(n)) or np.any(n < 1):
-    raise ValueError(f"{n_name} must be >= 1, got {n}")
+  """Counts k in [0, n] and totals n >= 1 as float64 arrays (non-integer k allowed)."""
+  k = _validate.check_array(k, k_name, low=0.0)
+  n = _validate.check_array(n, n_name, low=1.0)
   if np.any(k > n):
     raise ValueError(f"{k_name} must be <= {n_name} ({k} > {n})")
   return k, n
@@ -82,7 +64,7 @@ def clopper_pearson(successes, trials, confidence: float = 0.95):
     >>> round(hi * 500, 2)                                # the "3.7 / N" rule
     3.68
   """
-  alpha = 1.0 - _check_confidence(confidence)
+  alpha = 1.0 - _validate.check_confidence(confidence)
   k, n = _check_counts(successes, trials, "successes", "trials")
   k, n = np.broadcast_arrays(k, n)
   with np.errstate(invalid="ignore", divide="ignore"):
@@ -103,12 +85,11 @@ def epsilon_from_rates(fpr, fnr, delta: float = 0.0):
     fpr, fnr: rates in [0, 1], broadcastable arrays.
     delta: in [0, 1).
   """
-  delta = _check_delta(delta)
+  delta = _validate.check_delta(delta, allow_zero=True)
   fpr = np.asarray(fpr, np.float64)
   fnr = np.asarray(fnr, np.float64)
-  for name, r in (("fpr", fpr), ("fnr", fnr)):
-    if np.any(np.isnan(r)) or np.any(r < 0) or np.any(r > 1):
-      raise ValueError(f"{name} must be in [0, 1]")
+  fpr = _validate.check_array(fpr, "fpr", low=0.0, high=1.0)
+  fnr = _validate.check_array(fnr, "fnr", low=0.0, high=1.0)
   with np.errstate(divide="ignore", invalid="ignore"):
     a = np.log(np.maximum(1.0 - delta - fpr, 0.0)) - np.log(fnr)
     b = np.log(np.maximum(1.0 - delta - fnr, 0.0)) - np.log(fpr)
@@ -145,9 +126,16 @@ def epsilon_lower_bound(false_positives, negatives, false_negatives, positives,
 
 
 def perfect_attack_ceiling(trials: int, delta: float = 0.0, confidence: float = 0.95) -> float:
-  """Largest eps any audit with `trials` evaluation trials per side can certify (~ ln(N/3.7))."""
-  if int(trials) != trials or trials < 1:
-    raise ValueError(f"trials must be an integer >= 1, got {trials}")
+  """Largest eps any audit with `trials` evaluation trials per side can certify (~ ln(N/3.7)).
+
+  The bound of a perfect attack (no errors); no test, however good, certifies more
+  with this many trials at this confidence.
+
+  Examples:
+    >>> round(perfect_attack_ceiling(500), 2)                # the lecture's 4.91
+    4.91
+  """
+  trials = _validate.check_int(trials, "trials")
   return epsilon_lower_bound(0, trials, 0, trials, delta, confidence)
 
 
@@ -161,141 +149,25 @@ def error_counts(scores_in_K, scores_out_K, thresholds_J):
   Returns:
     (false_positives_J, false_negatives_J): int64 arrays; FP = #{out > t},
     FN = #{in <= t}.
+
+  Examples:
+    >>> fp, fn = error_counts([1, 2, 3], [0, 1, 2, 5], [0.5, 2.0])
+    >>> fp.tolist(), fn.tolist()
+    ([3, 1], [0, 2])
   """
-  s_in = np.sort(_check_scores(scores_in_K, "scores_in_K"))
-  s_out = np.sort(_check_scores(scores_out_K, "scores_out_K"))
-  t = np.asarray(thresholds_J, np.float64)
-  if t.ndim != 1 or np.any(np.isnan(t)):
-    raise ValueError("thresholds_J must be a 1-D array without NaN")
+  s_in = np.sort(check_scores(scores_in_K, "scores_in_K"))
+  s_out = np.sort(check_scores(scores_out_K, "scores_out_K"))
+  t = _validate.check_array(thresholds_J, "thresholds_J", ndim=1, allow_inf=True)
   fp = s_out.size - np.searchsorted(s_out, t, side="right")
   fn = np.searchsorted(s_in, t, side="right")
   return fp.astype(np.int64), fn.astype(np.int64)
 
 
-def _check_scores(s, name: str) -> np.ndarray:
-  s = np.asarray(s, np.float64)
-  if s.ndim != 1 or s.size < 1:
-    raise ValueError(f"{name} must be a non-empty 1-D array, got shape {s.shape}")
-  if np.any(np.isnan(s)):
-    raise ValueError(f"{name} contains NaN")
-  return s
-
-
-class AuditResult(NamedTuple):
-  """Outcome of one threshold audit.
-
-  Attributes:
-    epsilon_lower: the certified eps lower bound (>= 0).
-    threshold: the test was "IN iff sign * score > threshold".
-    sign: +1 or -1 (direction chosen with the threshold).
-    false_positives, negatives, false_negatives, positives: evaluation counts.
-    selection_trials: (in, out) trials used to choose the threshold (0 if fixed).
-  """
-  epsilon_lower: float
-  threshold: float
-  sign: int
-  false_positives: int
-  negatives: int
-  false_negatives: int
-  positives: int
-  selection_trials: tuple
-
-
-def best_threshold(scores_in_K, scores_out_K, delta: float = 0.0,
-                   confidence: float = 0.95, both_signs: bool = False) -> tuple[float, int]:
-  """The threshold (and sign) that maximises the certified bound on these trials.
-
-  Using it on the same trials overstates the bound; pass the result to
-  `audit_scores(..., threshold=...)` on fresh trials.
-  """
-  s_in = _check_scores(scores_in_K, "scores_in_K")
-  s_out = _check_scores(scores_out_K, "scores_out_K")
-  best = (-1.0, math.inf, 1)
-  for sign in ((1, -1) if both_signs else (1,)):
-    a, b = sign * s_in, sign * s_out
-    cand = np.unique(np.concatenate([a, b, [-np.inf]]))
-    fp, fn = error_counts(a, b, cand)
-    eps = epsilon_lower_bound(fp, b.size, fn, a.size, delta, confidence)
-    j = int(np.argmax(eps))
-    if eps[j] > best[0]:
-      best = (float(eps[j]), float(cand[j]), sign)
-  return best[1], best[2]
-
-
-def audit_scores(scores_in_K, scores_out_K, *, delta: float = 0.0,
-                 confidence: float = 0.95, threshold: float | None = None,
-                 sign: int = 1, both_signs: bool = False) -> AuditResult:
-  """eps lower bound from attack scores on IN and OUT trials.
-
-  Args:
-    scores_in_K: float[K_in] scores of models trained with the canary (higher = IN).
-    scores_out_K: float[K_out] scores of models trained without it.
-    delta: delta of the claim, in [0, 1).
-    confidence: in (0, 1).
-    threshold: a threshold fixed IN ADVANCE (independent of these scores, e.g. from
-      the known likelihood ratio); then every trial is used for evaluation. If None,
-      the first half of each side (in the given order, which must not depend on the
-      scores) chooses the threshold and the second half evaluates it.
-    sign: direction of a fixed threshold (+1: IN iff score > threshold).
-    both_signs: when choosing the threshold, also consider "IN iff score < t".
-  Returns:
-    AuditResult.
+def check_scores(scores_K, name: str) -> np.ndarray:
+  """Attack scores as a non-empty float64[K] without NaN (+-inf allowed).
 
   Examples:
-    >>> import numpy as np
-    >>> r = audit_scores(np.full(1000, 1.0), np.zeros(1000))   # perfectly separable
-    >>> round(r.epsilon_lower, 2), r.positives                  # 500 evaluation trials
-    (4.91, 500)
+    >>> check_scores([0.5, float("inf")], "scores_in_K")
+    array([0.5, inf])
   """
-  s_in = _check_scores(scores_in_K, "scores_in_K")
-  s_out = _check_scores(scores_out_K, "scores_out_K")
-  if sign not in (1, -1):
-    raise ValueError(f"sign must be +1 or -1, got {sign}")
-  if threshold is None:
-    if s_in.size < 2 or s_out.size < 2:
-      raise ValueError("need >= 2 trials per side to split into selection/evaluation halves")
-    h_in, h_out = s_in.size // 2, s_out.size // 2
-    threshold, sign = best_threshold(s_in[:h_in], s_out[:h_out], delta, confidence, both_signs)
-    s_in, s_out = s_in[h_in:], s_out[h_out:]
-    sel = (h_in, h_out)
-  else:
-    if math.isnan(threshold):
-      raise ValueError("threshold must not be NaN")
-    sel = (0, 0)
-  fp, fn = error_counts(sign * s_in, sign * s_out, np.asarray([threshold]))
-  eps = epsilon_lower_bound(fp[0], s_out.size, fn[0], s_in.size, delta, confidence)
-  return AuditResult(float(eps), float(threshold), int(sign), int(fp[0]), int(s_out.size),
-                     int(fn[0]), int(s_in.size), sel)
-
-
-def best_certifiable_epsilon(fpr_J, fnr_J, trials: int, delta: float = 0.0,
-                             confidence: float = 0.95) -> float:
-  """Best bound certifiable from expected counts on a known ROC (the audit's ceiling).
-
-  For each operating point (FPR_j, FNR_j) of a test -- e.g. the trade-off curve of
-  the accounted mechanism, which no adversary can beat -- the expected counts
-  trials*FPR_j and trials*FNR_j are plugged into `epsilon_lower_bound`; the maximum
-  over j is what the best adversary would certify with `trials` evaluation trials
-  per side and this confidence procedure (on typical, i.e. expected, counts).
-
-  Args:
-    fpr_J, fnr_J: float[J] operating points in [0, 1].
-    trials: evaluation trials per side, >= 1.
-    delta, confidence: as in `epsilon_lower_bound`.
-
-  Examples:
-    >>> from scipy import stats
-    >>> a = np.linspace(0, 1, 2001)                    # trade-off curve of 1-GDP
-    >>> b = stats.norm.cdf(stats.norm.ppf(1 - a) - 1.0)
-    >>> round(best_certifiable_epsilon(a, b, 10_000), 2)
-    2.17
-  """
-  if int(trials) != trials or trials < 1:
-    raise ValueError(f"trials must be an integer >= 1, got {trials}")
-  fpr = np.asarray(fpr_J, np.float64)
-  fnr = np.asarray(fnr_J, np.float64)
-  if fpr.shape != fnr.shape or fpr.ndim != 1:
-    raise ValueError("fpr_J and fnr_J must be 1-D arrays of the same shape")
-  eps = epsilon_lower_bound(np.clip(fpr, 0, 1) * trials, trials, np.clip(fnr, 0, 1) * trials,
-                            trials, delta, confidence)
-  return float(np.max(eps))
+  return _validate.check_array(scores_K, name, ndim=1, allow_inf=True, min_size=1)

@@ -1,0 +1,75 @@
+"""Canary data sets: the lecture's audit set (a small credit base set plus a record canary).
+
+The canary audit of DP-SGD (lecture §6.2, code 04 demo 3) trains many models on a
+fixed base set of credit records plus a canary, the lecture's outlier applicant:
+income 250k, debt ratio 0.05, 25 years of history, no delinquency -- and yet
+defaulted (`credit.lecture_canary`). Features are the cubic expansion of the
+credit features under a public scaler fitted on a separate public sample, plus one
+extra column that is 0 for every record: an unused coordinate in which the audit
+places a gradient canary (`dpjax.audit.canary.gradient_canary`) that no record
+touches.
+
+Shape letters: N records (base set, then the canary), D features.
+
+Examples:
+  >>> import jax
+  >>> data = audit_data(jax.random.key(0), base_size=20)
+  >>> data.x_NxD.shape, data.canary_index, int(data.y_N[data.canary_index])
+  ((21, 57), 20, 0)
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from dpjax import _validate
+from dpjax.data import credit
+
+# Public sample size the feature scaler is fitted on.
+_PUBLIC_SAMPLE = 2000
+
+
+class AuditData(NamedTuple):
+  """Base set + record canary, with an unused last feature column for the gradient canary.
+
+  Attributes:
+    x_NxD: float32[N, D]: cubic features of the base records, then the record
+      canary as the last row; the last column is 0 everywhere.
+    y_N: int32[N] labels (the canary's is 0, defaulted).
+    canary_index: index of the record canary (N - 1).
+    num_features: D (= 56 cubic + 1 unused).
+  """
+  x_NxD: jax.Array
+  y_N: jax.Array
+  canary_index: int
+  num_features: int
+
+
+def audit_data(key: jax.Array, base_size: int = 150) -> AuditData:
+  """The lecture's audit set: `base_size` credit records plus the lecture canary.
+
+  Args:
+    key: jax.random key (one half fits the public scaler on a separate sample,
+      the other draws the base set).
+    base_size: number of base records, >= 1.
+  Returns:
+    AuditData with N = base_size + 1.
+
+  Examples:
+    >>> import jax
+    >>> audit_data(jax.random.key(0), base_size=5).num_features
+    57
+  """
+  base_size = _validate.check_int(base_size, "base_size")
+  k_pub, k_base = jax.random.split(key)
+  scaler = credit.PublicScaler.fit(credit.sample(k_pub, _PUBLIC_SAMPLE).x_NxF)
+  base = credit.sample(k_base, base_size)
+  can = credit.lecture_canary()
+  x = jnp.concatenate([credit.cubic_features(base.x_NxF, scaler),
+                       credit.cubic_features(can.x_NxF, scaler)], axis=0)
+  x = jnp.concatenate([x, jnp.zeros((x.shape[0], 1), x.dtype)], axis=1)
+  y = jnp.concatenate([base.y_N, can.y_N]).astype(jnp.int32)
+  return AuditData(x, y, int(x.shape[0] - 1), int(x.shape[1]))

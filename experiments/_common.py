@@ -1,8 +1,29 @@
-"""Shared plumbing for experiments: the --seed/--out flags, tables, results.json.
+"""Shared plumbing for experiments: config-derived flags, tables, results.json.
 
-Every experiment module defines its own flags, a pure-ish `run(...)` function that
-tests call with a shrunken configuration, and a `main` that turns flags into that
-call and hands the outcome to `write_results`. The layout it writes:
+Every experiment has one shape:
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class FooConfig(_common.ExperimentConfig):      # seed comes from the base class
+      trials: int = _common.option(1000, "Models per side.")
+      epsilons: tuple[float, ...] = _common.option((1.0, 2.0), "Claimed eps values.")
+
+      def __post_init__(self):
+        super().__post_init__()
+        ...                                          # ValueError naming the field
+
+    def run(cfg: FooConfig, out_dir: str, *, progress=True, quiet=False) -> dict:
+      ...                                            # compute, write_results, figures
+
+    def main():                                      # `python -m experiments.foo --trials 7`
+      _common.app_run(NAME, FooConfig, run)
+
+    if __name__ == "__main__":
+      main()
+
+`app_run` derives one absl flag per config field (type, default and help from the
+dataclass), plus --out; a bad value, whether absl rejects it or the config does,
+ends the program with a one-line error naming the flag and exit status 2. Tests call
+`run(FooConfig(...small...), tmpdir)` directly. The layout `write_results` writes:
 
     <out>/results.json   {"experiment", "dpjax_version", "versions", "flags",
                           "results", "tables", "figures", "summary"}
@@ -20,10 +41,14 @@ import json
 import logging
 import math
 import os
+import re
 import sys
-from typing import Any, Sequence
+import types
+import typing
+from typing import Any, Callable, Sequence
 
 import numpy as np
+from absl import app
 from absl import flags
 
 import dpjax
@@ -32,7 +57,6 @@ import dpjax
 # experiments' output to what they measured.
 logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
-SEED = flags.DEFINE_integer("seed", 0, "Integer seed; the only source of randomness.")
 OUT = flags.DEFINE_string("out", None, "Output directory (default: results/<experiment>).")
 
 RESULTS_ROOT = "results"
@@ -130,15 +154,6 @@ def output_dir(name: str, out: str | None = None) -> str:
   return path
 
 
-def flag_values(module_name: str) -> dict:
-  """The values of the flags defined by `module_name`, plus --seed and --out."""
-  fv = flags.FLAGS
-  out = {"seed": SEED.value, "out": OUT.value}
-  for f in fv.get_flags_for_module(sys.modules[module_name]):
-    out[f.name] = f.value
-  return _jsonable(out)
-
-
 def versions() -> dict:
   v = {"dpjax": dpjax.__version__}
   for pkg in _VERSIONED:
@@ -184,3 +199,234 @@ def write_results(out_dir: str, name: str, *, flag_dict: dict, results: dict,
       print(t.text())
     print(f"\n[{name}] wrote {path}" + (f" and {len(figures)} figure(s)" if figures else ""))
   return path
+
+
+# ----------------------------------------------------------------------------------
+# Configs and their flags.
+
+
+def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,  # pylint: disable=redefined-builtin
+           flag: bool = True) -> Any:
+  """A config field with its flag's help text (and allowed values, for strings).
+
+  Args:
+    default: the default value (immutable: a tuple for sequences).
+    help: the flag's help text.
+    choices: allowed values of a string field (an enum flag), or of every item of a
+      tuple of strings; checked by `ExperimentConfig.__post_init__`.
+    flag: False keeps the field out of the command line (tests can still set it).
+  """
+  return dataclasses.field(default=default,
+                           metadata={"help": help, "choices": choices, "flag": flag})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExperimentConfig:
+  """Base of every experiment's config: the seed, the only source of randomness.
+
+  Its `__post_init__` also checks every field declared with `option(choices=...)`
+  (a string, or each string of a tuple), so subclasses only check the rest.
+  """
+  seed: int = option(0, "Integer seed; the only source of randomness.")
+
+  def __post_init__(self):
+    check_int(self, "seed", minimum=0)
+    for f in dataclasses.fields(self):
+      if f.metadata.get("choices") and getattr(self, f.name) is not None:
+        check_choices(self, f.name, f.metadata["choices"])
+
+
+def _values(cfg, name: str) -> tuple[Any, tuple, str]:
+  """(value, its items, how to describe it): a tuple is checked item by item."""
+  v = getattr(cfg, name)
+  if isinstance(v, (tuple, list)):
+    if not v:
+      raise ValueError(f"{name} must be a non-empty list, got {v!r}")
+    return v, tuple(v), "a list of "
+  return v, (v,), ""
+
+
+def _is_real(x) -> bool:
+  return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
+      x, (bool, np.bool_))
+
+
+def check_int(cfg, name: str, minimum: int = 1) -> None:
+  """Raises ValueError unless cfg.<name> is an int >= minimum (or a non-empty tuple of them)."""
+  v, items, what = _values(cfg, name)
+  if not all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+             and x >= minimum for x in items):
+    raise ValueError(f"{name} must be {what or 'an '}integer{'s' if what else ''} >= "
+                     f"{minimum}, got {v!r}")
+
+
+def check_positive(cfg, *names: str, finite: bool = True) -> None:
+  """Raises ValueError unless each cfg.<name> (a number or a tuple of numbers) is > 0."""
+  for name in names:
+    v = getattr(cfg, name)
+    vals = v if isinstance(v, tuple) else (v,)
+    if not vals or not all(
+        _is_real(x) and x > 0 and (math.isfinite(x) or not finite) for x in vals):
+      what = "a non-empty list of numbers" if isinstance(v, tuple) else "a number"
+      raise ValueError(f"{name} must be {what} > 0{' (finite)' if finite else ''}, got {v!r}")
+
+
+def check_range(cfg, *names: str, low: float | None = None, high: float | None = None,
+                open_low: bool = False, open_high: bool = False) -> None:
+  """Raises ValueError unless each cfg.<name> (a number or a non-empty tuple of numbers)
+  is finite and in [low, high]; open_low / open_high make a bound strict, None drops it.
+
+  Example: `check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)`.
+  """
+  if low is not None and high is not None:
+    interval = f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+  elif low is not None:
+    interval = f"{'>' if open_low else '>='} {low:g}"
+  else:
+    interval = f"{'<' if open_high else '<='} {high:g}"
+  for name in names:
+    v, items, what = _values(cfg, name)
+    ok = all(_is_real(x) and math.isfinite(x)
+             and (low is None or (x > low if open_low else x >= low))
+             and (high is None or (x < high if open_high else x <= high)) for x in items)
+    if not ok:
+      raise ValueError(f"{name} must be {what or 'a '}finite number{'s' if what else ''} "
+                       f"{interval}, got {v!r}")
+
+
+def check_choices(cfg, name: str, allowed: Sequence[Any]) -> None:
+  """Raises ValueError unless cfg.<name> (or each item of a non-empty tuple) is allowed."""
+  v, items, what = _values(cfg, name)
+  if not all(isinstance(x, str) and x in allowed for x in items):
+    raise ValueError(f"{name} must be {'a list of values from' if what else 'one of'} "
+                     f"{tuple(allowed)}, got {v!r}")
+
+
+def _field_types(config_cls) -> dict:
+  return typing.get_type_hints(config_cls)
+
+
+def _unwrap_optional(t):
+  args = typing.get_args(t)
+  if typing.get_origin(t) in (typing.Union, types.UnionType) and type(None) in args:
+    rest = [a for a in args if a is not type(None)]
+    if len(rest) == 1:
+      return rest[0], True
+  return t, False
+
+
+def define_flags(config_cls) -> dict:
+  """One absl flag per field of `config_cls` (skipping fields with flag=False).
+
+  int -> DEFINE_integer, float -> DEFINE_float, bool -> DEFINE_bool, str ->
+  DEFINE_string (DEFINE_enum with `choices`), tuple[T, ...] -> DEFINE_list of T.
+  Returns {field name: FlagHolder}.
+  """
+  hints = _field_types(config_cls)
+  holders = {}
+  for f in dataclasses.fields(config_cls):
+    if not f.metadata.get("flag", True):
+      continue
+    t, _ = _unwrap_optional(hints[f.name])
+    help_text = f.metadata.get("help") or f.name
+    default = f.default
+    if typing.get_origin(t) is tuple:
+      items = None if default is None else [_flag_text(v) for v in default]
+      holders[f.name] = flags.DEFINE_list(f.name, items, help_text)
+    elif t is bool:
+      holders[f.name] = flags.DEFINE_bool(f.name, default, help_text)
+    elif t is int:
+      holders[f.name] = flags.DEFINE_integer(f.name, default, help_text)
+    elif t is float:
+      holders[f.name] = flags.DEFINE_float(f.name, default, help_text)
+    elif t is str and f.metadata.get("choices"):
+      holders[f.name] = flags.DEFINE_enum(f.name, default, list(f.metadata["choices"]),
+                                          help_text)
+    elif t is str:
+      holders[f.name] = flags.DEFINE_string(f.name, default, help_text)
+    else:
+      raise TypeError(f"{config_cls.__name__}.{f.name}: no flag type for {t!r}")
+  return holders
+
+
+def _flag_text(v) -> str:
+  """A list item's text: short, and parsed back to exactly the same value."""
+  if isinstance(v, float):
+    short = f"{v:g}"
+    return short if float(short) == v else repr(v)
+  return str(v)
+
+
+def _parse_item(text: str, t, name: str):
+  if t is float and text.strip().lower() in ("inf", "+inf", "infinity", "∞"):
+    return math.inf
+  try:
+    return t(text)
+  except ValueError:
+    raise ValueError(f"{name} must be a comma-separated list of {t.__name__} values, got "
+                     f"{text!r}") from None
+
+
+def config_from_flags(config_cls, holders: dict):
+  """Builds (and so validates) the config from parsed flag values."""
+  hints = _field_types(config_cls)
+  values = {}
+  for name, holder in holders.items():
+    v = holder.value
+    t, _ = _unwrap_optional(hints[name])
+    if typing.get_origin(t) is tuple and v is not None:
+      (item_t, *_) = typing.get_args(t)
+      v = tuple(_parse_item(x, item_t, name) for x in v)
+    values[name] = v
+  return config_cls(**values)
+
+
+def _flag_error(message: str, holders: dict) -> str:
+  """One line; "flag --name=value: message" when the message starts with a field name."""
+  line = " ".join(str(message).split())
+  m = re.match(r"(\w+)", line)
+  if m and m.group(1) in holders:
+    name = m.group(1)
+    raw = flags.FLAGS[name].serialize().split("=", 1)[-1] if name in flags.FLAGS else ""
+    return f"flag --{name}={raw}: {line}"
+  return line
+
+
+def app_run(name: str, config_cls, run_fn: Callable) -> None:
+  """The whole `__main__` of an experiment: flags from the config, then run_fn.
+
+  A flag value that absl cannot parse, or that the config rejects, prints
+  "FATAL Flags parsing error: flag --x=v: ..." (one line) and exits with status 2.
+  """
+  holders = define_flags(config_cls)
+  parsed = {}
+
+  def parser(argv):
+    try:
+      rest = flags.FLAGS(argv)
+      parsed["cfg"] = config_from_flags(config_cls, holders)
+    except (flags.Error, ValueError, TypeError) as e:
+      sys.stderr.write(f"FATAL Flags parsing error: {_flag_error(e, holders)} "
+                       "(--helpshort lists the flags)\n")
+      sys.exit(2)
+    return rest
+
+  def main(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
+    run_fn(parsed["cfg"], output_dir(name, OUT.value))
+
+  app.run(main, flags_parser=parser)
+
+
+def config_record(cfg) -> dict:
+  """The config as plain JSON values (recorded as the run's flags); an infinite float
+  is written as the text its flag takes ("inf"), since JSON has no infinity."""
+  def text_inf(x):
+    if isinstance(x, (tuple, list)):
+      return [text_inf(v) for v in x]
+    if isinstance(x, float) and math.isinf(x):
+      return "inf" if x > 0 else "-inf"
+    return x
+  return _jsonable({k: text_inf(v) for k, v in dataclasses.asdict(cfg).items()})
+

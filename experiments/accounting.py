@@ -13,7 +13,7 @@
     subsampling. RDP on our default grid, RDP on integer orders 2..256 (what the
     lecture's code used), PLD, and the exact answer where one exists (q = 1).
 
-Command:   python -m experiments.accounting        (about 10 s on 2 CPU cores)
+Command:   python -m experiments.accounting        (about 10 s of CPU)
 Expected:  (a) k = 1e4: basic 488.7, advanced 50.1, optimal 34.0, RDP 4.73 (integer
            orders 4.75; lecture 4.75), exact 4.38 (lecture 4.38), PLD = exact; RDP on
            integer orders is 8.6-11 % above exact for k >= 10 and 19 % at k = 1 (lecture:
@@ -26,6 +26,7 @@ Expected:  (a) k = 1e4: basic 488.7, advanced 50.1, optimal 34.0, RDP 4.73 (inte
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import matplotlib
@@ -33,7 +34,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
 from scipy import optimize  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
@@ -42,15 +42,6 @@ from dpjax.accounting import composition, gdp, rdp  # noqa: E402
 from experiments import _common  # noqa: E402
 
 NAME = "accounting"
-_MU0 = flags.DEFINE_float("mu0", 0.01, "Per-query mu of demo (a) (1 / sigma).")
-_KS = flags.DEFINE_list("ks", ["1", "10", "100", "1000", "10000"], "Numbers of queries k.")
-_DELTA = flags.DEFINE_float("total_delta", 1e-5, "Total delta of every demo.")
-_TARGET = flags.DEFINE_float("total_epsilon", 1.0, "Total eps of demo (b).")
-_SIGMA = flags.DEFINE_float("demo3_sigma", 1.0, "Noise multiplier of demo (c).")
-_QS = flags.DEFINE_list("demo3_qs", ["1", "0.1", "0.01"], "Sampling rates of demo (c).")
-_STEPS = flags.DEFINE_list("demo3_steps", ["1", "10", "100", "1000", "10000"], "Steps T of demo (c).")
-_PLD = flags.DEFINE_bool("with_pld", True, "Also run the PLD accountant.")
-
 INTEGER_ORDERS = np.arange(2, 257, dtype=np.float64)
 # The lecture's numbers (tables were lost; these are quoted in its prose).
 LECTURE_A = {10_000: {"rdp": 4.75, "exact": 4.38}}
@@ -58,6 +49,31 @@ LECTURE_B = {10_000: {"basic": 36190.5, "rdp": 404.5}}
 LECTURE_C = {(0.01, 1): 0.96, (0.01, 10_000): 6.72, (1.0, 1): 4.75}
 # Fractions of the per-query budget of delta tried by advanced / optimal composition.
 _SPLITS = np.geomspace(1e-4, 0.999, 24)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AccountingConfig(_common.ExperimentConfig):
+  """The three demos' settings (defaults = the lecture's; tests shrink them).
+
+  Nothing here is random: `seed` is recorded but unused.
+  """
+  mu0: float = _common.option(0.01, "Per-query mu of demo (a) (1 / sigma).")
+  ks: tuple[int, ...] = _common.option((1, 10, 100, 1000, 10000), "Numbers of queries k.")
+  total_delta: float = _common.option(1e-5, "Total delta of every demo.")
+  total_epsilon: float = _common.option(1.0, "Total eps of demo (b).")
+  demo3_sigma: float = _common.option(1.0, "Noise multiplier of demo (c).")
+  demo3_qs: tuple[float, ...] = _common.option((1.0, 0.1, 0.01), "Sampling rates of demo (c).")
+  demo3_steps: tuple[int, ...] = _common.option((1, 10, 100, 1000, 10000),
+                                                "Steps T of demo (c).")
+  with_pld: bool = _common.option(True, "Also run the PLD accountant.")
+
+  def __post_init__(self):
+    super().__post_init__()
+    _common.check_positive(self, "mu0", "total_epsilon", "demo3_sigma")
+    _common.check_int(self, "ks")
+    _common.check_int(self, "demo3_steps")
+    _common.check_range(self, "total_delta", low=0, high=1, open_low=True, open_high=True)
+    _common.check_range(self, "demo3_qs", low=0, high=1, open_low=True)
 
 
 # ----------------------------------------------------------------------------
@@ -247,11 +263,13 @@ def demo_c(sigma, qs, steps, delta, use_pld, progress=True):
   return rec, table
 
 
-def _figure(rec_c, qs, out_dir):
+def _plot(out_dir: str, record: dict) -> str:
+  """eps against T per sampling rate, drawn from the record of demo (c)."""
   fig, ax = plt.subplots(figsize=(5.8, 4.0))
   colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  qs = list(dict.fromkeys(r["q"] for r in record["c"]))
   for i, q in enumerate(qs):
-    rs = [r for r in rec_c if r["q"] == q]
+    rs = [r for r in record["c"] if r["q"] == q]
     t = [r["T"] for r in rs]
     label = "q = 1 (no amplification)" if q == 1.0 else f"q = {q:g}"
     ax.plot(t, [r["rdp"] for r in rs], "o-", color=colors[i], label=f"{label}, RDP")
@@ -272,35 +290,9 @@ def _figure(rec_c, qs, out_dir):
   return "eps_vs_steps.png"
 
 
-def run(*, mu0: float, ks: list[int], delta: float, target_epsilon: float, sigma: float,
-        qs: list[float], steps: list[int], use_pld: bool, out_dir: str,
-        progress: bool = True) -> dict:
-  """Runs demos (a)-(c); writes the figure; returns the record, tables and figures."""
-  if not ks or min(ks) < 1 or not steps or min(steps) < 1:
-    raise ValueError("ks and steps must be non-empty lists of integers >= 1")
-  if not (0 < mu0) or not (0 < delta < 1) or not (target_epsilon > 0) or not (sigma > 0):
-    raise ValueError("mu0, target_epsilon, sigma must be > 0 and delta in (0, 1)")
-  if not qs or any(not (0 < q <= 1) for q in qs):
-    raise ValueError(f"qs must be sampling rates in (0, 1], got {qs}")
-  rec_a, tab_a = demo_a(mu0, ks, delta, use_pld, progress)
-  rec_b, tab_b = demo_b(ks, target_epsilon, delta, use_pld, progress)
-  rec_c, tab_c = demo_c(sigma, qs, steps, delta, use_pld, progress)
-  fig = _figure(rec_c, qs, out_dir)
-  return {"record": {"a": rec_a, "b": rec_b, "c": rec_c},
-          "tables": [tab_a, tab_b, tab_c], "figures": [fig]}
-
-
-def main(argv):
-  del argv
-  out_dir = _common.output_dir(NAME, _common.OUT.value)
-  ks = [int(k) for k in _KS.value]
-  qs = [float(q) for q in _QS.value]
-  steps = [int(t) for t in _STEPS.value]
-  res = run(mu0=_MU0.value, ks=ks, delta=_DELTA.value, target_epsilon=_TARGET.value,
-            sigma=_SIGMA.value, qs=qs, steps=steps, use_pld=_PLD.value, out_dir=out_dir)
-  rec = res["record"]
-  a, b = rec["a"][-1], rec["b"][-1]
-  c = {(r["q"], r["T"]): r for r in rec["c"]}
+def _summary(record: dict) -> str:
+  a, b = record["a"][-1], record["b"][-1]
+  c = {(r["q"], r["T"]): r for r in record["c"]}
   parts = [
       f"(a) For k = {a['k']} queries RDP gives eps = {a['rdp']:.2f} ({a['rdp_int']:.2f} on "
       f"integer orders; lecture 4.75) against the exact {a['exact']:.2f} (lecture 4.38); "
@@ -318,11 +310,37 @@ def main(argv):
         f"{c[(0.01, 10_000)]['rdp']:.2f} with fractional orders"
         + (f", {c[(0.01, 10_000)]['pld']:.2f} by PLD." if c[(0.01, 10_000)]["pld"] is not None
            else "."))
-  summary = " ".join(parts)
-  _common.write_results(out_dir, NAME, flag_dict=_common.flag_values(__name__), results=rec,
-                        tables=res["tables"], figures=res["figures"], summary=summary)
-  print(summary)
+  return " ".join(parts)
+
+
+def run(cfg: AccountingConfig, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
+  """Runs demos (a)-(c); writes results.json and the figure.
+
+  Returns:
+    {"record": {"a", "b", "c"}, "tables": [Table] * 3, "figures": [name], "path": path}.
+  """
+  ks, qs, steps = list(cfg.ks), list(cfg.demo3_qs), list(cfg.demo3_steps)
+  delta, use_pld = cfg.total_delta, cfg.with_pld
+  rec_a, tab_a = demo_a(cfg.mu0, ks, delta, use_pld, progress)
+  rec_b, tab_b = demo_b(ks, cfg.total_epsilon, delta, use_pld, progress)
+  rec_c, tab_c = demo_c(cfg.demo3_sigma, qs, steps, delta, use_pld, progress)
+  record = {"a": rec_a, "b": rec_b, "c": rec_c}
+  tables = [tab_a, tab_b, tab_c]
+  figures = [_plot(out_dir, record)]
+  summary = _summary(record)
+  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
+                               results=record, tables=tables, figures=figures,
+                               summary=summary, quiet=quiet)
+  if not quiet:
+    print(summary)
+  return {"record": record, "tables": tables, "figures": figures, "path": path}
+
+
+def main():
+  """`python -m experiments.accounting [--flags]`: flags from AccountingConfig."""
+  _common.app_run(NAME, AccountingConfig, run)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()

@@ -17,7 +17,7 @@ program (same data, fresh sampling and noise per seed), a 40,000-person test set
   demo 3  the drop ratio at eps = 0.5 for: 10 % with group features (fresh noise),
           30 % with group features, 10 % group-blind (no group columns).
 
-Command:  python -m experiments.disparate_impact        (about 30 s of CPU)
+Command:  python -m experiments.disparate_impact        (about 30-60 s of CPU)
 Expected (seed 0; 100 of the 1,000 training records are in group 1; 100 seeds, because
 with the lecture's 20 the drop ratio moved between 0.8 and 5 across noise draws):
 at eps = 0.5 group 0 loses 0.008 accuracy and group 1 0.023, ratio 3.1 +- 0.6
@@ -30,6 +30,7 @@ history (lecture 0.33 vs 1.07 / 0.89); TPR gap 0.014-0.040 (lecture +0.141 to +0
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -39,7 +40,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from dpjax import dpsgd, models  # noqa: E402
@@ -55,6 +55,41 @@ LECTURE = {"drop_ratio": 8.5, "tpr_gap": "+0.141 to +0.166",
 
 FEATURE_NAMES = ("intercept", "income", "debt_ratio", "history", "delinquent", "group",
                  "group*history")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DisparateImpactConfig(_common.ExperimentConfig):
+  """The world, DP-SGD and demo settings (defaults = the module docstring; tests shrink)."""
+  n_train: int = _common.option(1000, "Training records.")
+  n_test: int = _common.option(40_000, "Test records.")
+  seeds: int = _common.option(100, "DP-SGD seeds trained together (vmapped); the lecture used 20.")
+  minority_share: float = _common.option(0.1, "Share of group 1 (demo 1, 2).")
+  epsilons: tuple[float, ...] = _common.option((8.0, 4.0, 2.0, 1.0, 0.5), "Finite epsilons.")
+  batch_size: int = _common.option(50, "Expected batch size q*n.")
+  epochs: int = _common.option(20, "Epochs (T = epochs * n / batch).")
+  learning_rate: float = _common.option(0.5, "SGD learning rate.")
+  l2_clip_norm: float = _common.option(1.0, "Clipping norm C.")
+  delta: float = _common.option(1e-5, "Target delta.")
+  demo3: bool = _common.option(True, "Also run demo 3 (three worlds at the last epsilon).")
+
+  def __post_init__(self):
+    super().__post_init__()
+    _common.check_int(self, "n_train")
+    _common.check_int(self, "n_test")
+    _common.check_int(self, "seeds", minimum=2)   # a seed-to-seed spread needs two
+    _common.check_range(self, "minority_share", "delta", low=0, high=1, open_low=True,
+                        open_high=True)
+    _common.check_positive(self, "epsilons", "learning_rate", "l2_clip_norm")
+    _common.check_int(self, "batch_size")
+    if self.batch_size > self.n_train:
+      raise ValueError(f"batch_size must be in [1, n_train], got {self.batch_size} "
+                       f"(n_train={self.n_train})")
+    _common.check_int(self, "epochs")
+
+
+def _eps_text(e: float) -> str:
+  """A setting's name in the record: short, and float(text) == e exactly."""
+  return f"{e:g}" if float(f"{e:g}") == e else repr(e)
 
 
 def features(x_NxF: jax.Array, scaler: credit.PublicScaler, group_aware: bool) -> jax.Array:
@@ -123,15 +158,16 @@ def _train(key, x, y, cfg, m, stats=False):
                           per_example_stats=stats, progress=False)
 
 
-def run(*, seed: int, n_train: int, n_test: int, seeds: int, minority_share: float,
-        epsilons: list[float], batch_size: int, epochs: int, learning_rate: float,
-        l2_clip_norm: float, delta: float, out_dir: str, progress: bool = True,
-        demo3: bool = True) -> dict:
-  """Runs demos 1-3 (demo 3 only if `demo3`); writes a figure; returns the record and tables."""
-  if n_train < batch_size or batch_size < 1:
-    raise ValueError(f"batch_size must be in [1, n_train], got {batch_size} (n_train={n_train})")
-  if seeds < 2:
-    raise ValueError(f"seeds must be >= 2 (seed-to-seed spread), got {seeds}")
+def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
+  """Runs demos 1-3 (demo 3 only if `cfg.demo3`); writes results.json and the figure.
+
+  Returns:
+    {"record": {"settings", "demo3", ...}, "tables": [Table], "figures": [name], "path": path}.
+  """
+  seed, n_train, n_test, seeds = cfg.seed, cfg.n_train, cfg.n_test, cfg.seeds
+  minority_share, demo3 = cfg.minority_share, cfg.demo3
+  epsilons = [_eps_text(e) for e in cfg.epsilons]   # setting names, as on the command line
   key = jax.random.key(seed)
   k_pub, k_train, k_test, k_dp, k_demo3, k_train30 = jax.random.split(key, 6)
   scaler = credit.PublicScaler.fit(credit.sample(k_pub, 5000, minority_share).x_NxF)
@@ -139,8 +175,8 @@ def run(*, seed: int, n_train: int, n_test: int, seeds: int, minority_share: flo
   test30 = credit.sample(k_test, n_test, 0.3)
   train = credit.sample(k_train, n_train, minority_share)
   train30 = credit.sample(k_train30, n_train, 0.3)
-  hp = dict(n=n_train, batch=batch_size, epochs=epochs, lr=learning_rate, clip=l2_clip_norm,
-            delta=delta)
+  hp = dict(n=n_train, batch=cfg.batch_size, epochs=cfg.epochs, lr=cfg.learning_rate,
+            clip=cfg.l2_clip_norm, delta=cfg.delta)
 
   settings = ["inf", "clip"] + list(epsilons)
   x_tr = features(train.x_NxF, scaler, True)
@@ -153,8 +189,8 @@ def run(*, seed: int, n_train: int, n_test: int, seeds: int, minority_share: flo
   bar = tqdm(total=len(settings) + (6 if demo3 else 0), desc="disparate impact",
              disable=not progress)
   for s, k in zip(settings, keys):
-    cfg = _config(s, **hp)
-    res = _train(k, x_tr, train.y_N, cfg, seeds, stats=True)
+    train_cfg = _config(s, **hp)
+    res = _train(k, x_tr, train.y_N, train_cfg, seeds, stats=True)
     w = np.asarray(res.params["w"])  # [M, D]
     met = _group_metrics(w, x_te, test.y_N, test.group_N)
     per_setting[s] = met
@@ -169,8 +205,8 @@ def run(*, seed: int, n_train: int, n_test: int, seeds: int, minority_share: flo
       row_stats[f"loss{gk}"] = float(loss[:, sel].mean())
       row_stats[f"norm{gk}"] = float(st["norm_sum"][:, sel].sum() / sampled[:, sel].sum())
       row_stats[f"clipped{gk}"] = float(st["times_clipped"][:, sel].sum() / sampled[:, sel].sum())
-    eps_spent = cfg.epsilon() if s not in ("inf", "clip") else math.inf
-    entry = {"setting": s, "sigma": cfg.sigma, "epsilon": eps_spent,
+    eps_spent = train_cfg.epsilon() if s not in ("inf", "clip") else math.inf
+    entry = {"setting": s, "sigma": train_cfg.sigma, "epsilon": eps_spent,
              **{k_: _mean_se(v) for k_, v in met.items()},
              "coef_mean": w.mean(0).tolist(), "coef_std": w.std(0, ddof=1).tolist(),
              **row_stats}
@@ -279,7 +315,19 @@ def run(*, seed: int, n_train: int, n_test: int, seeds: int, minority_share: flo
         note=("A ratio is unstable when group 0's drop is near zero; read it with the drops "
               "(± s.e.: delta method over seeds).")))
 
-  # Figure: accuracy per group vs setting.
+  figures = [_plot(out_dir, record)]
+  summary = _summary(record, epsilons)
+  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
+                               results=record, tables=tables, figures=figures,
+                               summary=summary, quiet=quiet)
+  if not quiet:
+    print(summary)
+  return {"record": record, "tables": tables, "figures": figures, "path": path}
+
+
+def _plot(out_dir: str, record: dict) -> str:
+  """Accuracy per group against the setting, drawn from the record."""
+  settings = [e["setting"] for e in record["settings"]]
   fig, ax = plt.subplots(figsize=(6, 3.6))
   labels = [_setting_label(s) if s in ("inf", "clip") else f"ε={float(s):g}" for s in settings]
   for gk, name in ((0, "group 0 (majority)"), (1, "group 1 (minority)")):
@@ -294,40 +342,16 @@ def run(*, seed: int, n_train: int, n_test: int, seeds: int, minority_share: flo
   fig.tight_layout()
   fig.savefig(f"{out_dir}/accuracy_per_group.png", dpi=120)
   plt.close(fig)
-  return {"record": record, "tables": tables, "figures": ["accuracy_per_group.png"]}
+  return "accuracy_per_group.png"
 
 
-def _define_flags() -> None:
-  """Defines this experiment's flags; called only when run as a script, so that tests
-  and other modules can import it without absl flag-name clashes between experiments."""
-  flags.DEFINE_integer("n_train", 1000, "Training records.")
-  flags.DEFINE_integer("n_test", 40_000, "Test records.")
-  flags.DEFINE_integer("seeds", 100,
-                       "DP-SGD seeds trained together (vmapped); the lecture used 20.")
-  flags.DEFINE_float("minority_share", 0.1, "Share of group 1 (demo 1, 2).")
-  flags.DEFINE_list("epsilons", ["8", "4", "2", "1", "0.5"], "Finite epsilons.")
-  flags.DEFINE_integer("batch_size", 50, "Expected batch size q*n.")
-  flags.DEFINE_integer("epochs", 20, "Epochs (T = epochs * n / batch).")
-  flags.DEFINE_float("learning_rate", 0.5, "SGD learning rate.")
-  flags.DEFINE_float("l2_clip_norm", 1.0, "Clipping norm C.")
-  flags.DEFINE_float("delta", 1e-5, "Target delta.")
-
-
-def main(argv):
-  del argv
-  out_dir = _common.output_dir(NAME, _common.OUT.value)
-  fv = flags.FLAGS
-  res = run(seed=_common.SEED.value, n_train=fv.n_train, n_test=fv.n_test, seeds=fv.seeds,
-            minority_share=fv.minority_share, epsilons=list(fv.epsilons),
-            batch_size=fv.batch_size, epochs=fv.epochs, learning_rate=fv.learning_rate,
-            l2_clip_norm=fv.l2_clip_norm, delta=fv.delta, out_dir=out_dir)
-  rec = res["record"]
+def _summary(rec: dict, epsilons: list[str]) -> str:
   last = rec["settings"][-1]
   d3 = {d["world"]: d["ratio"] for d in rec["demo3"]}
   std = dict(zip(FEATURE_NAMES, last["coef_std"]))
   f = lambda v: "n/a" if v is None else f"{v:.1f}"  # noqa: E731
   summary = (
-      f"At ε = {float(fv.epsilons[-1]):g} group 0 loses {last['drop0']:.3f} accuracy and "
+      f"At ε = {float(epsilons[-1]):g} group 0 loses {last['drop0']:.3f} accuracy and "
       f"group 1 "
       f"{last['drop1']:.3f} (ratio {f(last['drop_ratio'])}; lecture 8.5). Group 1 vs group 0: "
       f"mean loss {last['loss1']:.3f} vs {last['loss0']:.3f} (lecture 0.527 vs 0.456), gradient "
@@ -338,11 +362,13 @@ def main(argv):
       f"10 % sees group {f(d3.get('10% sees group'))}, "
       f"30 % {f(d3.get('30% sees group'))}, 10 % group-blind {f(d3.get('10% group-blind'))} "
       f"(lecture 7.9, 2.1, 2.6).")
-  _common.write_results(out_dir, NAME, flag_dict=_common.flag_values(__name__), results=rec,
-                        tables=res["tables"], figures=res["figures"], summary=summary)
-  print(summary)
+  return summary
+
+
+def main():
+  """`python -m experiments.disparate_impact [--flags]`: flags from DisparateImpactConfig."""
+  _common.app_run(NAME, DisparateImpactConfig, run)
 
 
 if __name__ == "__main__":
-  _define_flags()
-  app.run(main)
+  main()

@@ -1,6 +1,6 @@
 """DP-SGD on the credit world (lecture §5, code 03): anatomy, cost of privacy, C, batch size.
 
-    .venv/bin/python -m experiments.dpsgd                # ~30 s on 2 idle CPU cores (90 s loaded)
+    .venv/bin/python -m experiments.dpsgd                # about 60-90 s of CPU
     .venv/bin/python -m experiments.dpsgd --seeds 5 --clip_seeds 10 --test_size 40000
 
 Four demos, all logistic regression trained with `dpsgd.train_many` (every seed of
@@ -33,6 +33,7 @@ tables are what should match.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import warnings
@@ -40,8 +41,6 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app
-from absl import flags
 
 from dpjax import dpsgd
 from dpjax import fitting
@@ -50,11 +49,6 @@ from dpjax import prng
 from dpjax.clipping import glm
 from dpjax.data import credit
 from experiments import _common
-
-_SEEDS = flags.DEFINE_integer("seeds", 5, "Training seeds per setting (demos 2 and 4).")
-_CLIP_SEEDS = flags.DEFINE_integer("clip_seeds", 10, "Training seeds per C (demo 3).")
-_TEST_SIZE = flags.DEFINE_integer("test_size", 20_000, "People in the test sample.")
-_ANATOMY_DRAWS = flags.DEFINE_integer("anatomy_draws", 500, "Noisy steps drawn in demo 1.")
 
 NAME = "dpsgd"
 DELTA = 1e-5
@@ -73,13 +67,42 @@ LECTURE = {
     "batch_epochs": {10: 0.671, 250: 0.745},
     "sigma_over_b": "0.162-0.168 (q >= 0.05)",
 }
+_CUBIC_N = 500   # the cubic data set of demos 3 and 4
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DpsgdExperimentConfig(_common.ExperimentConfig):
+  """The four demos' settings (defaults = the lecture's lists; tests pass shorter ones,
+  each setting being one compiled program)."""
+  seeds: int = _common.option(5, "Training seeds per setting (demos 2 and 4).")
+  clip_seeds: int = _common.option(10, "Training seeds per C (demo 3).")
+  test_size: int = _common.option(20_000, "People in the test sample.")
+  anatomy_draws: int = _common.option(500, "Noisy steps drawn in demo 1.")
+  epsilons: tuple[float, ...] = _common.option(EPSILONS, "Demo 2: target epsilons.")
+  clip_norms: tuple[float, ...] = _common.option(CLIP_NORMS, "Demo 3: clipping norms C.")
+  batches: tuple[int, ...] = _common.option(BATCHES, "Demo 4a: expected batch sizes B.")
+  fixed_step_qs: tuple[float, ...] = _common.option(
+      FIXED_STEP_QS, f"Demo 4b: sampling rates q at T = {FIXED_STEPS} steps.")
+
+  def __post_init__(self):
+    super().__post_init__()
+    # At least two seeds: every table shows a standard deviation over seeds.
+    _common.check_int(self, "seeds", minimum=2)
+    _common.check_int(self, "clip_seeds", minimum=2)
+    _common.check_int(self, "test_size")
+    _common.check_int(self, "anatomy_draws")
+    _common.check_positive(self, "epsilons")
+    _common.check_positive(self, "clip_norms", finite=False)
+    _common.check_int(self, "batches")
+    _common.check_range(self, "batches", high=_CUBIC_N)
+    _common.check_range(self, "fixed_step_qs", low=0, high=1, open_low=True)
 
 
 def _datasets(key, test_size):
   k_pub, k_lin, k_cub, k_test = jax.random.split(key, 4)
   scaler = credit.PublicScaler.fit(credit.sample(k_pub, 20_000).x_NxF)
   lin = credit.sample(k_lin, 4000)
-  cub = credit.sample(k_cub, 500)
+  cub = credit.sample(k_cub, _CUBIC_N)
   test = credit.sample(k_test, test_size)
   out = {}
   for name, data, feat in (("linear", lin, credit.linear_features),
@@ -178,10 +201,10 @@ def demo_anatomy(key, data, draws):
   return res, table
 
 
-def demo_cost(key, data, seeds, epsilons=EPSILONS):
+def demo_cost(key, data, seeds, epsilons=EPSILONS, progress=True):
   res, rows = {}, []
   settings = tuple(epsilons) + ("noiseless",)
-  for i, name in enumerate(_common_progress(("linear", "cubic"), "demo 2")):
+  for i, name in enumerate(_progress(("linear", "cubic"), "demo 2", progress)):
     d = data[name]
     n = d["x"].shape[0]
     q = 50.0 / n
@@ -212,12 +235,12 @@ def demo_cost(key, data, seeds, epsilons=EPSILONS):
   return res, table
 
 
-def demo_clip(key, data, seeds, eps=2.0, clip_norms=CLIP_NORMS):
+def demo_clip(key, data, seeds, eps=2.0, clip_norms=CLIP_NORMS, progress=True):
   d = data["cubic"]
   n = d["x"].shape[0]
   q = 50.0 / n
   res, rows = {}, []
-  for i, c in enumerate(_common_progress(clip_norms, "demo 3")):
+  for i, c in enumerate(_progress(clip_norms, "demo 3", progress)):
     cfg = _cfg(n, q, int(round(20 / q)), c=c, eps=eps)
     r = _train(jax.random.fold_in(key, i), d, cfg, seeds, stats=True)
     res[str(c)] = {"acc_mean": float(r["acc"].mean()), "acc_sd": float(r["acc"].std(ddof=1)),
@@ -238,14 +261,15 @@ def demo_clip(key, data, seeds, eps=2.0, clip_norms=CLIP_NORMS):
   return res, table
 
 
-def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS):
+def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS,
+               progress=True):
   d = data["cubic"]
   n = d["x"].shape[0]
   res = {"epochs": {}, "steps": {}}
   rows_e, rows_s = [], []
   runs = [("epochs", b / n, int(round(20 * n / b))) for b in batches]
   runs += [("steps", q, FIXED_STEPS) for q in fixed_step_qs]
-  for i, (kind, q, steps) in enumerate(_common_progress(runs, "demo 4")):
+  for i, (kind, q, steps) in enumerate(_progress(runs, "demo 4", progress)):
     cfg = _cfg(n, q, steps, eps=1.0)
     r = _train(jax.random.fold_in(key, i), d, cfg, seeds)
     b = cfg.expected_batch_size
@@ -266,12 +290,14 @@ def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS):
   return res, (t1, t2)
 
 
-def _common_progress(items, desc):
+def _progress(items, desc, enabled=True):
   import tqdm  # pylint: disable=g-import-not-at-top
-  return tqdm.tqdm(list(items), desc=desc, leave=False)
+  return tqdm.tqdm(list(items), desc=desc, leave=False, disable=not enabled)
 
 
-def _figures(out_dir, cost, clip, epsilons, clip_norms):
+def _plot(out_dir, record, epsilons, clip_norms):
+  """Demo 2's accuracy against eps and demo 3's against C, drawn from the record."""
+  cost, clip = record["cost"], record["clip"]
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -305,57 +331,52 @@ def _figures(out_dir, cost, clip, epsilons, clip_norms):
   return [os.path.basename(path)]
 
 
-def run(seed=0, seeds=5, clip_seeds=10, test_size=20_000, anatomy_draws=500, out_dir=None,
-        flag_dict=None, quiet=False, epsilons=EPSILONS, clip_norms=CLIP_NORMS,
-        batches=BATCHES, fixed_step_qs=FIXED_STEP_QS):
-  """Runs the four demos; writes results.json (+ figure) when out_dir is given.
+def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
+  """Runs the four demos; writes results.json and the figure.
 
-  The setting lists default to the lecture's; tests pass shorter ones (each setting
-  is one compiled program).
+  Returns:
+    {"record": {"anatomy", "cost", "clip", "batch", ...}, "tables": [Table] * 5,
+     "figures": [name], "path": path}.
   """
-  for name, v in (("seeds", seeds), ("clip_seeds", clip_seeds)):
-    if v < 2:
-      raise ValueError(f"{name} must be >= 2 (for a standard deviation), got {v}")
-  if test_size < 1 or anatomy_draws < 1:
-    raise ValueError("test_size and anatomy_draws must be >= 1")
-  key = jax.random.key(seed)
+  epsilons, clip_norms = cfg.epsilons, cfg.clip_norms
+  key = jax.random.key(cfg.seed)
   k_data, k_anat, k_cost, k_clip, k_batch = jax.random.split(key, 5)
-  data = _datasets(k_data, test_size)
-  anat, t_anat = demo_anatomy(k_anat, data, anatomy_draws)
-  cost, t_cost = demo_cost(k_cost, data, seeds, epsilons)
-  clip, t_clip = demo_clip(k_clip, data, clip_seeds, clip_norms=clip_norms)
-  batch, (t_b1, t_b2) = demo_batch(k_batch, data, seeds, batches, fixed_step_qs)
+  data = _datasets(k_data, cfg.test_size)
+  anat, t_anat = demo_anatomy(k_anat, data, cfg.anatomy_draws)
+  cost, t_cost = demo_cost(k_cost, data, cfg.seeds, epsilons, progress)
+  clip, t_clip = demo_clip(k_clip, data, cfg.clip_seeds, clip_norms=clip_norms,
+                           progress=progress)
+  batch, (t_b1, t_b2) = demo_batch(k_batch, data, cfg.seeds, cfg.batches, cfg.fixed_step_qs,
+                                   progress)
   results = {"anatomy": anat, "cost": cost, "clip": clip, "batch": batch,
              "bayes_note": "accuracy ceiling of the credit world ~0.79"}
   tables = [t_anat, t_cost, t_clip, t_b1, t_b2]
-  if out_dir is not None:
-    figs = _figures(out_dir, cost, clip, epsilons, clip_norms)
-    e0 = min(epsilons)
-    lin_drop = cost["linear/noiseless"]["acc_mean"] - cost[f"linear/{e0}"]["acc_mean"]
-    summary = (
-        f"One DP-SGD step at eps = 1: linear/4000 has signal/noise "
-        f"{anat['linear']['signal_norm'] / anat['linear']['noise_norm_expected']:.2f} "
-        f"(sigma {anat['linear']['sigma']:.2f}), cubic/500 "
-        f"{anat['cubic']['signal_norm'] / anat['cubic']['noise_norm_expected']:.2f} "
-        f"(sigma {anat['cubic']['sigma']:.2f}; lecture 2.19 / 5.89). At eps = {e0:g} the linear "
-        f"model loses {lin_drop:.3f} accuracy against clipped-noiseless training while the "
-        f"cubic one falls to {cost[f'cubic/{e0}']['acc_mean']:.3f} (noiseless "
-        f"{cost['cubic/noiseless']['acc_mean']:.3f}, Newton {cost['cubic/newton']['acc_mean']:.3f})."
-        " Small C gives the best accuracy but the worst log loss; larger batches are "
-        "better at fixed epochs; at fixed steps sigma/B is nearly constant for q >= 0.05.")
-    _common.write_results(out_dir, NAME, flag_dict=flag_dict or {}, results=results,
-                          tables=tables, figures=figs, summary=summary, quiet=quiet)
-  return results, tables
+  figs = _plot(out_dir, results, epsilons, clip_norms)
+  e0 = min(epsilons)
+  lin_drop = cost["linear/noiseless"]["acc_mean"] - cost[f"linear/{e0}"]["acc_mean"]
+  summary = (
+      f"One DP-SGD step at eps = 1: linear/4000 has signal/noise "
+      f"{anat['linear']['signal_norm'] / anat['linear']['noise_norm_expected']:.2f} "
+      f"(sigma {anat['linear']['sigma']:.2f}), cubic/500 "
+      f"{anat['cubic']['signal_norm'] / anat['cubic']['noise_norm_expected']:.2f} "
+      f"(sigma {anat['cubic']['sigma']:.2f}; lecture 2.19 / 5.89). At eps = {e0:g} the linear "
+      f"model loses {lin_drop:.3f} accuracy against clipped-noiseless training while the "
+      f"cubic one falls to {cost[f'cubic/{e0}']['acc_mean']:.3f} (noiseless "
+      f"{cost['cubic/noiseless']['acc_mean']:.3f}, Newton {cost['cubic/newton']['acc_mean']:.3f})."
+      " Small C gives the best accuracy but the worst log loss; larger batches are "
+      "better at fixed epochs; at fixed steps sigma/B is nearly constant for q >= 0.05.")
+  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
+                               results=results, tables=tables, figures=figs, summary=summary,
+                               quiet=quiet)
+  return {"record": results, "tables": tables, "figures": figs, "path": path}
 
 
-def main(argv):
-  del argv
+def main():
+  """`python -m experiments.dpsgd [--flags]`: flags from DpsgdExperimentConfig."""
   warnings.simplefilter("ignore", category=FutureWarning)
-  out_dir = _common.output_dir(NAME, _common.OUT.value)
-  run(seed=_common.SEED.value, seeds=_SEEDS.value, clip_seeds=_CLIP_SEEDS.value,
-      test_size=_TEST_SIZE.value, anatomy_draws=_ANATOMY_DRAWS.value, out_dir=out_dir,
-      flag_dict=_common.flag_values(__name__))
+  _common.app_run(NAME, DpsgdExperimentConfig, run)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()

@@ -15,8 +15,8 @@ q, T steps); the table shows the epsilon actually spent, `cfg.epsilon()`.
   / 4 (cnn), no momentum. "inf" = the same clipped SGD with sigma = 0 (the engine's
   clipped-noiseless baseline; no privacy).
 
-Command:   python -m experiments.dpsgd_digits           (~45 s on the idle 2-core machine,
-           ~90 s under load; mostly XLA compiles, one program per (architecture, epsilon))
+Command:   python -m experiments.dpsgd_digits           (about 60-90 s of CPU, mostly XLA
+           compiles, one program per (architecture, epsilon))
 Expected (seed 0, 3 seeds each, mean test accuracy on 449 images, sd 0.01-0.1):
   mlp: eps 1 0.81, eps 2 0.88, eps 4 0.90, eps 8 0.91, inf 0.91;
   cnn: eps 1 0.50 (sd 0.17: one seed in three fails), eps 2 0.79, eps 4 0.77,
@@ -30,7 +30,9 @@ Shape letters: M models (seeds), N images, F = 64 pixels.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +41,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from dpjax import dpsgd, models  # noqa: E402
@@ -48,39 +49,38 @@ from dpjax.data import digits  # noqa: E402
 from experiments import _common  # noqa: E402
 
 NAME = "dpsgd_digits"
-
-
-def _define_flags() -> None:
-  """Defines the flags; called only when run as a script, so that tests can import
-  several experiments into one process without absl flag-name clashes."""
-  global _EPS, _ARCHS, _SEEDS, _STEPS, _Q, _CLIP, _DELTA, _MLP_LR, _CNN_LR, _MLP_HIDDEN
-  global _CNN_CHANNELS, _TEST_FRACTION
-  _EPS = flags.DEFINE_list("eps", ["1", "2", "4", "8", "inf"],
-                           "Target epsilons ('inf' = clipped SGD without noise).")
-  _ARCHS = flags.DEFINE_list("archs", ["mlp", "cnn"], "Architectures: mlp, cnn.")
-  _SEEDS = flags.DEFINE_integer("seeds", 3, "Models per (architecture, epsilon), vmapped.")
-  _STEPS = flags.DEFINE_integer("steps", 60, "DP-SGD steps T.")
-  _Q = flags.DEFINE_float("sampling_prob", 0.2, "Poisson sampling probability q.")
-  _CLIP = flags.DEFINE_float("clip", 1.0, "Per-example L2 clip norm C.")
-  _DELTA = flags.DEFINE_float("delta", 1e-5, "delta of the (epsilon, delta) guarantee.")
-  _MLP_LR = flags.DEFINE_float("mlp_lr", 2.0, "SGD learning rate of the MLP.")
-  _CNN_LR = flags.DEFINE_float("cnn_lr", 4.0, "SGD learning rate of the CNN.")
-  _MLP_HIDDEN = flags.DEFINE_list("mlp_hidden", ["128"], "MLP hidden widths.")
-  _CNN_CHANNELS = flags.DEFINE_list("cnn_channels", ["8", "16"], "CNN conv channels.")
-  _TEST_FRACTION = flags.DEFINE_float("test_fraction", 0.25, "Share of images held out.")
-
-
 _ARCH_NAMES = ("mlp", "cnn")
 
 
-def _parse_eps(values) -> list[float]:
-  out = []
-  for v in values:
-    e = math.inf if str(v).strip().lower() in ("inf", "infinity", "∞") else float(v)
-    if not e > 0:
-      raise ValueError(f"eps must be > 0 or 'inf', got {v!r}")
-    out.append(e)
-  return out
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DpsgdDigitsConfig(_common.ExperimentConfig):
+  """What `run` trains (defaults: the table in the module docstring; tests shrink them)."""
+  eps: tuple[float, ...] = _common.option(
+      (1.0, 2.0, 4.0, 8.0, math.inf), "Target epsilons ('inf' = clipped SGD without noise).")
+  archs: tuple[str, ...] = _common.option(_ARCH_NAMES, "Architectures: mlp, cnn.",
+                                          choices=_ARCH_NAMES)
+  seeds: int = _common.option(3, "Models per (architecture, epsilon), vmapped.")
+  steps: int = _common.option(60, "DP-SGD steps T.")
+  sampling_prob: float = _common.option(0.2, "Poisson sampling probability q.")
+  clip: float = _common.option(1.0, "Per-example L2 clip norm C.")
+  delta: float = _common.option(1e-5, "delta of the (epsilon, delta) guarantee.")
+  mlp_lr: float = _common.option(2.0, "SGD learning rate of the MLP.")
+  cnn_lr: float = _common.option(4.0, "SGD learning rate of the CNN.")
+  mlp_hidden: tuple[int, ...] = _common.option((128,), "MLP hidden widths.")
+  cnn_channels: tuple[int, ...] = _common.option((8, 16), "CNN conv channels.")
+  test_fraction: float = _common.option(0.25, "Share of images held out.")
+
+  def __post_init__(self):
+    super().__post_init__()
+    _common.check_positive(self, "eps", finite=False)
+    _common.check_int(self, "seeds")
+    _common.check_int(self, "steps")
+    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
+    _common.check_positive(self, "clip", "mlp_lr", "cnn_lr")
+    _common.check_range(self, "delta", "test_fraction", low=0, high=1, open_low=True,
+                        open_high=True)
+    _common.check_int(self, "mlp_hidden")
+    _common.check_int(self, "cnn_channels")
 
 
 def _model(arch: str, mlp_hidden, cnn_channels) -> models.Model:
@@ -89,37 +89,24 @@ def _model(arch: str, mlp_hidden, cnn_channels) -> models.Model:
   return models.cnn(digits.IMAGE_SHAPE, tuple(cnn_channels), digits.NUM_CLASSES)
 
 
-def run(*, seed: int, eps: list[float], archs: list[str], seeds: int, steps: int,
-        sampling_prob: float, clip: float, delta: float, learning_rates: dict,
-        mlp_hidden=(128,), cnn_channels=(8, 16), test_fraction: float = 0.25,
-        out_dir: str | None = None, progress: bool = True) -> dict:
-  """Trains `seeds` models per (architecture, epsilon) and scores them on the test split.
+def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
+  """Trains `cfg.seeds` models per (architecture, epsilon), scores them on the test split,
+  writes results.json and the figure.
 
-  Args:
-    seed: the integer seed (the data split and every model key derive from it).
-    eps: target epsilons (> 0; math.inf = clipped, noiseless).
-    archs: subset of ("mlp", "cnn").
-    seeds: M >= 1 models per cell, trained as one vmapped program.
-    steps, sampling_prob, clip, delta: T, q, C, delta of DP-SGD.
-    learning_rates: {"mlp": lr, "cnn": lr}.
-    mlp_hidden, cnn_channels: architecture sizes.
-    test_fraction: held-out share of the 1,797 images.
-    out_dir: where to draw the figure (None: no figure).
-    progress: show a tqdm bar over the cells.
+  The data split and every model key derive from `cfg.seed`; eps = inf trains the same
+  clipped SGD without noise.
+
   Returns:
-    {"record": {...plain numbers...}, "tables": [Table], "figures": [file names]}.
-  Raises:
-    ValueError: for an unknown architecture, seeds < 1 or an empty eps list.
+    {"record": {...plain numbers...}, "tables": [Table], "figures": [name], "path": path}.
   """
-  if not archs or any(a not in _ARCH_NAMES for a in archs):
-    raise ValueError(f"archs must be a non-empty subset of {_ARCH_NAMES}, got {archs!r}")
-  if not eps or any(not e > 0 for e in eps):
-    raise ValueError(f"eps must be a non-empty list of values > 0, got {eps!r}")
-  if seeds < 1:
-    raise ValueError(f"seeds must be >= 1, got {seeds}")
+  seed, eps, archs, seeds, steps = cfg.seed, list(cfg.eps), list(cfg.archs), cfg.seeds, cfg.steps
+  sampling_prob, clip, delta = cfg.sampling_prob, cfg.clip, cfg.delta
+  learning_rates = {"mlp": cfg.mlp_lr, "cnn": cfg.cnn_lr}
+  mlp_hidden, cnn_channels = cfg.mlp_hidden, cfg.cnn_channels
   key = jax.random.key(seed)
   key_data, key_train = jax.random.split(key)
-  data = digits.load(key_data, test_fraction=test_fraction)
+  data = digits.load(key_data, test_fraction=cfg.test_fraction)
   n = int(data.y_train_N.shape[0])
   keep = jnp.ones((seeds, n), bool)
   cells = [(a, e) for a in archs for e in eps]
@@ -136,20 +123,21 @@ def run(*, seed: int, eps: list[float], archs: list[str], seeds: int, steps: int
     common = dict(dataset_size=n, sampling_prob=sampling_prob, num_steps=steps, delta=delta,
                   l2_clip_norm=clip, learning_rate=float(learning_rates[arch]))
     if math.isinf(e):
-      cfg = dpsgd.DpSgdConfig(noise_multiplier=0.0, **common)
+      train_cfg = dpsgd.DpSgdConfig(noise_multiplier=0.0, **common)
     else:
-      cfg = dpsgd.DpSgdConfig(target_epsilon=e, **common)
+      train_cfg = dpsgd.DpSgdConfig(target_epsilon=e, **common)
     # Each cell gets its own stream (masks and noise independent across cells).
     key_cell = jax.random.fold_in(key_train, cells.index((arch, e)))
-    out = dpsgd.train_many(key_cell, data.x_train_NxF, data.y_train_N, keep, cfg, model,
-                           clipping=clipped_sum_fns[arch], per_example_stats=True,
+    out = dpsgd.train_many(key_cell, data.x_train_NxF, data.y_train_N, keep, train_cfg,
+                           model, clipping=clipped_sum_fns[arch], per_example_stats=True,
                            progress=False)
     logits = jax.vmap(model.apply, in_axes=(0, None))(out.params, data.x_test_NxF)
     acc_M = np.asarray(jnp.mean(jnp.argmax(logits, axis=-1) == data.y_test_N[None, :], axis=1))
     sampled = np.asarray(out.stats["times_sampled"]).sum()
     clipped = np.asarray(out.stats["times_clipped"]).sum()
     record["cells"].append({
-        "arch": arch, "target_epsilon": e, "epsilon_spent": cfg.epsilon(), "sigma": cfg.sigma,
+        "arch": arch, "target_epsilon": e, "epsilon_spent": train_cfg.epsilon(),
+        "sigma": train_cfg.sigma,
         "accuracy_mean": float(acc_M.mean()),
         "accuracy_sd": float(acc_M.std(ddof=1)) if seeds > 1 else 0.0,
         "accuracy_per_seed": acc_M.tolist(),
@@ -167,14 +155,19 @@ def run(*, seed: int, eps: list[float], archs: list[str], seeds: int, steps: int
             "The learning rates were picked by hand on this split, which the accountant "
             "does not model. 'frac. clipped' is an exact statistic of the training data, "
             "reported for analysis and not covered by ε. The lecture gives no digits numbers."))
-  figures = []
-  if out_dir is not None:
-    figures.append(_plot(record, out_dir))
-  return {"record": record, "tables": [table], "figures": figures}
+  tables = [table]
+  figures = [_plot(out_dir, record)]
+  summary = _summary(record, archs)
+  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
+                               results=record, tables=tables, figures=figures,
+                               summary=summary, quiet=quiet)
+  if not quiet:
+    print(summary)
+  return {"record": record, "tables": tables, "figures": figures, "path": path}
 
 
-def _plot(record: dict, out_dir: str) -> str:
-  import os  # pylint: disable=g-import-not-at-top
+def _plot(out_dir: str, record: dict) -> str:
+  """Accuracy against the epsilon spent per architecture, drawn from the record."""
   fig, ax = plt.subplots(figsize=(5.5, 3.6))
   for arch, color in (("mlp", "C0"), ("cnn", "C1")):
     cs = [c for c in record["cells"] if c["arch"] == arch]
@@ -198,18 +191,10 @@ def _plot(record: dict, out_dir: str) -> str:
   return "accuracy_vs_epsilon.png"
 
 
-def main(argv):
-  del argv
-  out_dir = _common.output_dir(NAME, _common.OUT.value)
-  res = run(seed=_common.SEED.value, eps=_parse_eps(_EPS.value), archs=list(_ARCHS.value),
-            seeds=_SEEDS.value, steps=_STEPS.value, sampling_prob=_Q.value, clip=_CLIP.value,
-            delta=_DELTA.value, learning_rates={"mlp": _MLP_LR.value, "cnn": _CNN_LR.value},
-            mlp_hidden=[int(h) for h in _MLP_HIDDEN.value],
-            cnn_channels=[int(c) for c in _CNN_CHANNELS.value],
-            test_fraction=_TEST_FRACTION.value, out_dir=out_dir)
+def _summary(record: dict, archs) -> str:
   parts = []
-  for arch in _ARCHS.value:
-    cs = [c for c in res["record"]["cells"] if c["arch"] == arch]
+  for arch in archs:
+    cs = [c for c in record["cells"] if c["arch"] == arch]
     fin = sorted((c for c in cs if math.isfinite(c["target_epsilon"])),
                  key=lambda c: c["target_epsilon"])
     inf = [c for c in cs if not math.isfinite(c["target_epsilon"])]
@@ -220,15 +205,15 @@ def main(argv):
     if inf:
       txt += f"{',' if fin else ''} {inf[0]['accuracy_mean']:.3f} without noise"
     parts.append(txt + ".")
-  summary = " ".join(parts) + (
+  return " ".join(parts) + (
       " Clipping is ghost clipping inside the many-model engine; every ε is what the RDP "
       "accountant reports for the (q, σ, T, δ) used.")
-  _common.write_results(out_dir, NAME, flag_dict=_common.flag_values(__name__),
-                        results=res["record"], tables=res["tables"], figures=res["figures"],
-                        summary=summary)
-  print(summary)
+
+
+def main():
+  """`python -m experiments.dpsgd_digits [--flags]`: flags from DpsgdDigitsConfig."""
+  _common.app_run(NAME, DpsgdDigitsConfig, run)
 
 
 if __name__ == "__main__":
-  _define_flags()
-  app.run(main)
+  main()

@@ -18,7 +18,7 @@ Demo 3 (§3.4): the exponential mechanism picks an approval threshold among 25
   private vs test accuracy for eps in {0.01, 0.1, 1, 5}, many selections vectorised,
   on the lecture-like single private sample and averaged over fresh samples.
 
-Command:   python -m experiments.mechanisms          (about 12 s CPU time on 2 cores)
+Command:   python -m experiments.mechanisms          (about 12-25 s of CPU)
 Expected (seed 0; "exact" columns are pure math and match the lecture's):
   demo 1: our sample's delinquency rate 0.548; posterior of a "yes" 0.767 / 0.573 at
     eps = 1 / 0.1 (lecture 0.767 / 0.572); sd of the rate estimate 0.0096 exact, 0.0093
@@ -47,7 +47,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
 from scipy import stats  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
@@ -72,45 +71,43 @@ LECTURE = {
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MechanismsConfig:
+class MechanismsConfig(_common.ExperimentConfig):
   """Sizes of the four demos (defaults = the lecture's; tests shrink them)."""
-  rr_people: int = 10_000
-  rr_epsilons: tuple = (0.1, 0.5, 1.0, 2.0, 5.0)
-  rr_reps: int = 300
-  count_epsilons: tuple = (0.1, 0.5, 1.0, 2.0, 5.0)
-  delta: float = 1e-5
-  noise_draws: int = 200_000
-  income_people: int = 1_000
-  income_epsilon: float = 1.0
-  clip_bounds: tuple = (25.0, 50.0, 100.0, 150.0, 200.0, 250.0, 300.0, 500.0, 1000.0, 2000.0)
-  mean_reps: int = 20_000
-  small_count: float = 6.0
-  small_count_epsilon: float = 0.5
-  em_private: int = 500
-  em_public: int = 2_000
-  em_test: int = 40_000
-  em_candidates: int = 25
-  em_epsilons: tuple = (0.01, 0.1, 1.0, 5.0)
-  em_reps: int = 2_000
-  em_datasets: int = 50
+  rr_people: int = _common.option(10_000, "Demo 1: applicants.")
+  rr_epsilons: tuple[float, ...] = _common.option((0.1, 0.5, 1.0, 2.0, 5.0),
+                                                  "Demo 1: epsilons of randomized response.")
+  rr_reps: int = _common.option(300, "Demo 1: MC repetitions.")
+  count_epsilons: tuple[float, ...] = _common.option((0.1, 0.5, 1.0, 2.0, 5.0),
+                                                     "Demo 2(a): epsilons of the count.")
+  delta: float = _common.option(1e-5, "Demo 2(a): delta of the Gaussian mechanism.")
+  noise_draws: int = _common.option(200_000, "Demo 2(a, c): MC noise draws.")
+  income_people: int = _common.option(1_000, "Demo 2(b): applicants in the private mean.")
+  income_epsilon: float = _common.option(1.0, "Demo 2(b): epsilon of the private mean.")
+  clip_bounds: tuple[float, ...] = _common.option(
+      (25.0, 50.0, 100.0, 150.0, 200.0, 250.0, 300.0, 500.0, 1000.0, 2000.0),
+      "Demo 2(b): clip bounds B in k$.")
+  mean_reps: int = _common.option(20_000, "Demo 2(b): private means per clip bound.")
+  small_count: float = _common.option(6.0, "Demo 2(c): the true small count.")
+  small_count_epsilon: float = _common.option(0.5, "Demo 2(c): epsilon of the small count.")
+  em_private: int = _common.option(500, "Demo 3: private applicants (the utility's data).")
+  em_public: int = _common.option(2_000, "Demo 3: public applicants (fit the score).")
+  em_test: int = _common.option(40_000, "Demo 3: test applicants.")
+  em_candidates: int = _common.option(25, "Demo 3: candidate thresholds in [0.2, 0.8].")
+  em_epsilons: tuple[float, ...] = _common.option((0.01, 0.1, 1.0, 5.0),
+                                                  "Demo 3: epsilons of the exponential mechanism.")
+  em_reps: int = _common.option(2_000, "Demo 3: selections per eps.")
+  em_datasets: int = _common.option(50, "Demo 3: fresh private samples to average over.")
 
   def __post_init__(self):
+    super().__post_init__()
     for name in ("rr_people", "rr_reps", "noise_draws", "income_people", "mean_reps",
-                 "em_private", "em_public", "em_test", "em_reps", "em_datasets"):
-      v = getattr(self, name)
-      if isinstance(v, bool) or int(v) != v or v < 2:
-        raise ValueError(f"{name} must be an integer >= 2, got {v}")
-    if self.em_candidates < 2:
-      raise ValueError(f"em_candidates must be >= 2, got {self.em_candidates}")
-    for name in ("rr_epsilons", "count_epsilons", "em_epsilons", "clip_bounds"):
-      vals = getattr(self, name)
-      if not vals or min(vals) <= 0 or not all(math.isfinite(v) for v in vals):
-        raise ValueError(f"{name} must be a non-empty tuple of finite values > 0, got {vals}")
-    for name in ("income_epsilon", "small_count_epsilon"):
-      if not getattr(self, name) > 0:
-        raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-    if not 0 < self.delta < 1:
-      raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+                 "em_private", "em_public", "em_test", "em_candidates", "em_reps",
+                 "em_datasets"):
+      _common.check_int(self, name, minimum=2)
+    _common.check_positive(self, "rr_epsilons", "count_epsilons", "em_epsilons",
+                           "clip_bounds", "income_epsilon", "small_count_epsilon")
+    _common.check_range(self, "small_count", low=0)
+    _common.check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)
 
   @property
   def thresholds(self) -> np.ndarray:
@@ -388,7 +385,10 @@ def _compare_note(recs: list[dict]) -> str:
   return ""
 
 
-def _plot(out_dir: str, clip: dict, em_curves: dict, em: dict) -> list[str]:
+def _plot(out_dir: str, results: dict) -> list[str]:
+  """Demo 2(b) against B and demo 3 against the threshold, drawn from the results."""
+  clip, em = results["clip_bound"], results["exponential"]
+  em_curves = em["curves"]
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
   ax = axes[0]
   per = clip["per_clip_bound"]
@@ -422,10 +422,14 @@ def _plot(out_dir: str, clip: dict, em_curves: dict, em: dict) -> list[str]:
   return [name]
 
 
-def run(*, seed: int, out_dir: str, cfg: MechanismsConfig = MechanismsConfig(),
-        flag_dict: dict | None = None, progress: bool = True, quiet: bool = False) -> dict:
-  """Runs the four demos; writes results.json and the figure; returns the record."""
-  k_world, k_rr, k_count, k_clip, k_pp, k_em = jax.random.split(jax.random.key(seed), 6)
+def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
+  """Runs the four demos; writes results.json and the figure.
+
+  Returns:
+    {"record": the results written, "tables": [Table] * 5, "figures": [name], "path": path}.
+  """
+  k_world, k_rr, k_count, k_clip, k_pp, k_em = jax.random.split(jax.random.key(cfg.seed), 6)
   # One draw of the credit world, cut into disjoint groups of i.i.d. applicants (one
   # call compiles the sampler once instead of once per group size).
   sizes = ([cfg.rr_people, cfg.income_people, cfg.em_public, cfg.em_test]
@@ -442,11 +446,9 @@ def run(*, seed: int, out_dir: str, cfg: MechanismsConfig = MechanismsConfig(),
   steps.update()
   pp, t4 = demo_postprocess(k_pp, cfg)
   steps.update()
-  em, t5, curves = demo_exponential(k_em, groups[2], groups[4:], groups[3], cfg,
-                                     progress=False)
+  em, t5, _ = demo_exponential(k_em, groups[2], groups[4:], groups[3], cfg, progress=False)
   steps.update()
   steps.close()
-  figures = _plot(out_dir, clip, curves, em)
   r1 = {r["epsilon"]: r for r in rr["per_epsilon"]}.get(1.0)
   c1 = {r["epsilon"]: r for r in cn["per_epsilon"]}.get(1.0)
   summary = "Lecture §3 (code 01)."
@@ -462,43 +464,18 @@ def run(*, seed: int, out_dir: str, cfg: MechanismsConfig = MechanismsConfig(),
   results = {"config": dataclasses.asdict(cfg), "randomized_response": rr,
              "count_noise": cn, "clip_bound": clip, "postprocessing": pp,
              "exponential": em, "lecture": LECTURE}
-  path = _common.write_results(
-      out_dir, NAME, flag_dict=flag_dict or {"seed": seed, **dataclasses.asdict(cfg)},
-      results=results, tables=t1 + t2 + t3 + t4 + t5, figures=figures, summary=summary,
-      quiet=quiet)
-  return {"results": results, "path": path}
+  figures = _plot(out_dir, results)
+  tables = t1 + t2 + t3 + t4 + t5
+  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
+                               results=results, tables=tables, figures=figures,
+                               summary=summary, quiet=quiet)
+  return {"record": results, "tables": tables, "figures": figures, "path": path}
 
 
-def _define_flags() -> dict:
-  # Defined only when run as a program: absl flags are process-global, and tests
-  # import several experiments into one process (where equal names would clash).
-  d = MechanismsConfig()
-  return {
-      "rr_people": flags.DEFINE_integer("rr_people", d.rr_people, "Demo 1: applicants."),
-      "rr_reps": flags.DEFINE_integer("rr_reps", d.rr_reps, "Demo 1: MC repetitions."),
-      "noise_draws": flags.DEFINE_integer("noise_draws", d.noise_draws,
-                                          "Demo 2(a, c): MC noise draws."),
-      "mean_reps": flags.DEFINE_integer("mean_reps", d.mean_reps,
-                                        "Demo 2(b): private means per clip bound."),
-      "clip_bounds": flags.DEFINE_list("clip_bounds", [f"{b:g}" for b in d.clip_bounds],
-                                       "Demo 2(b): clip bounds B in k$."),
-      "em_reps": flags.DEFINE_integer("em_reps", d.em_reps, "Demo 3: selections per eps."),
-      "em_datasets": flags.DEFINE_integer("em_datasets", d.em_datasets,
-                                          "Demo 3: fresh private samples to average over."),
-  }
-
-
-def main(argv, f: dict):
-  del argv
-  cfg = MechanismsConfig(
-      rr_people=f["rr_people"].value, rr_reps=f["rr_reps"].value,
-      noise_draws=f["noise_draws"].value, mean_reps=f["mean_reps"].value,
-      clip_bounds=tuple(float(b) for b in f["clip_bounds"].value),
-      em_reps=f["em_reps"].value, em_datasets=f["em_datasets"].value)
-  out = _common.output_dir(NAME, _common.OUT.value)
-  run(seed=_common.SEED.value, out_dir=out, cfg=cfg, flag_dict=_common.flag_values(__name__))
+def main():
+  """`python -m experiments.mechanisms [--flags]`: flags from MechanismsConfig."""
+  _common.app_run(NAME, MechanismsConfig, run)
 
 
 if __name__ == "__main__":
-  _flags = _define_flags()
-  app.run(lambda argv: main(argv, _flags))
+  main()

@@ -11,7 +11,7 @@ global loss-threshold attack (Yeom) -- advantage and TPR at 1% FPR -- Shokri's
 per-class shadow attack, LiRA (online, Carlini et al. 2022) at 1% and 0.1% FPR,
 the (eps, delta)-DP bound on TPR at 1% FPR, and the noise floor (TPR = FPR).
 
-Command:   python -m experiments.mia          (~40 s of CPU time on this machine)
+Command:   python -m experiments.mia          (about 40-70 s of CPU)
 Expected: the lecture's four lessons in our numbers -- (1) the loss attack's
 advantage looks large but its TPR@1% sits near the floor, while LiRA is several
 times the floor; (2) lambda = 1e-2 and clipping improve test accuracy but LiRA
@@ -27,6 +27,7 @@ advantage 0.156 with TPR@1% 0.009 on the overfit model; LiRA TPR@1% 0.049, 0.052
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import jax
@@ -36,10 +37,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from dpjax import dpsgd, fitting, metrics, models  # noqa: E402
+from dpjax import dpsgd, fitting, metrics, models, tradeoff  # noqa: E402
 from dpjax.attacks import mia  # noqa: E402
 from dpjax.data import credit  # noqa: E402
 from experiments import _common  # noqa: E402
@@ -57,6 +57,32 @@ LECTURE = {
     ("eps=1", "test_accuracy"): 0.614,
 }
 _OVERFIT_L2 = 1e-4
+# The ROC curves are recorded at these false-positive rates (the figure's log axis).
+_ROC_FPR = np.geomspace(1e-4, 1.0, 201)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MiaConfig(_common.ExperimentConfig):
+  """The pool, the models and the DP-SGD rows (defaults = the lecture's; tests shrink)."""
+  num_models: int = _common.option(128, "Models (targets and shadows).")
+  pool_size: int = _common.option(300, "Records in the pool.")
+  epsilons: tuple[float, ...] = _common.option((8.0, 4.0, 2.0, 1.0), "DP-SGD eps rows.")
+  num_steps: int = _common.option(500, "DP-SGD steps T.")
+  sampling_prob: float = _common.option(0.2, "DP-SGD Poisson sampling rate q.")
+  delta: float = _common.option(1e-5, "delta of DP-SGD and of the DP bound.")
+  test_size: int = _common.option(20_000, "People in the test sample.")
+
+  def __post_init__(self):
+    super().__post_init__()
+    _common.check_int(self, "num_models", minimum=4)
+    if self.num_models % 2:   # LiRA's design: every record in exactly half of the models
+      raise ValueError(f"num_models must be an even integer >= 4, got {self.num_models}")
+    _common.check_int(self, "pool_size", minimum=4)
+    _common.check_positive(self, "epsilons")
+    _common.check_int(self, "num_steps")
+    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
+    _common.check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)
+    _common.check_int(self, "test_size")
 
 
 def _lira_keep(key, m, n):
@@ -86,23 +112,29 @@ def _row_metrics(name, w_MxD, x, y, keep, x_test, y_test, eps, delta):
       "lira_tpr": float(metrics.tpr_at_fpr(lira_s.ravel(), lab, 0.01)),
       "lira_tpr_0.1%": float(metrics.tpr_at_fpr(lira_s.ravel(), lab, 0.001)),
       "lira_auc": metrics.roc_auc(lira_s.ravel(), lab),
-      "bound": (metrics.dp_tpr_bound(0.01, eps, delta) if eps is not None else 1.0),
+      "bound": (tradeoff.dp_tpr_bound(0.01, eps, delta) if eps is not None else 1.0),
       "floor": 0.01,
   }
-  curves = {"lira": metrics.roc_curve(lira_s.ravel(), lab)[:2],
-            "loss": metrics.roc_curve(loss_s.ravel(), lab)[:2]}
+  curves = {"lira": _roc_on_grid(*metrics.roc_curve(lira_s.ravel(), lab)[:2]),
+            "loss": _roc_on_grid(*metrics.roc_curve(loss_s.ravel(), lab)[:2])}
   return out, curves
 
 
-def run(*, seed: int, out_dir: str, num_models: int = 128, pool_size: int = 300,
-        epsilons=(8.0, 4.0, 2.0, 1.0), num_steps: int = 500, sampling_prob: float = 0.2,
-        delta: float = 1e-5, test_size: int = 20_000, progress: bool = True,
-        flag_dict: dict | None = None, quiet: bool = False) -> dict:
-  """Runs the attack-then-defend experiment; returns {"rows", "path"}."""
-  if int(num_models) != num_models or num_models < 4 or num_models % 2:
-    raise ValueError(f"num_models must be an even integer >= 4, got {num_models}")
-  if int(pool_size) != pool_size or pool_size < 4:
-    raise ValueError(f"pool_size must be an integer >= 4, got {pool_size}")
+def _roc_on_grid(fpr, tpr) -> list[float]:
+  """The ROC's TPR at each FPR of _ROC_FPR (the best point with fpr <= it)."""
+  idx = np.searchsorted(fpr, _ROC_FPR, side="right") - 1
+  return np.asarray(tpr)[idx].tolist()
+
+
+def run(cfg: MiaConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
+  """Runs the attack-then-defend experiment; writes results.json and the ROC figure.
+
+  Returns:
+    {"record": {"rows", "roc", "lecture"}, "tables": [Table], "figures": [name], "path": path}.
+  """
+  seed, num_models, pool_size, epsilons = cfg.seed, cfg.num_models, cfg.pool_size, cfg.epsilons
+  num_steps, sampling_prob, delta, test_size = (cfg.num_steps, cfg.sampling_prob, cfg.delta,
+                                                cfg.test_size)
   key = jax.random.key(seed)
   k_pub, k_pool, k_test, k_keep, k_train = jax.random.split(key, 5)
   scaler = credit.PublicScaler.fit(credit.sample(k_pub, 2000).x_NxF)
@@ -125,27 +157,22 @@ def run(*, seed: int, out_dir: str, num_models: int = 128, pool_size: int = 300,
                                     max_step_norm=10.0)
     else:
       kw = ({"noise_multiplier": 0.0} if eps is None else {"target_epsilon": eps})
-      cfg = dpsgd.DpSgdConfig(dataset_size=n_private, sampling_prob=sampling_prob,
-                              num_steps=num_steps, delta=delta, **kw)
+      train_cfg = dpsgd.DpSgdConfig(dataset_size=n_private, sampling_prob=sampling_prob,
+                                    num_steps=num_steps, delta=delta, **kw)
       with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        w = dpsgd.train_many(jax.random.fold_in(k_train, i), x, y, jnp.asarray(keep), cfg,
-                             model, progress=False).params["w"]
+        w = dpsgd.train_many(jax.random.fold_in(k_train, i), x, y, jnp.asarray(keep),
+                             train_cfg, model, progress=False).params["w"]
     r, c = _row_metrics(name, w, x, y, keep, x_test, test.y_N, eps, delta)
     if eps is not None:
-      r["sigma"] = cfg.sigma
+      r["sigma"] = train_cfg.sigma
     rows.append(r)
     curves[name] = c
 
-  fig, ax = plt.subplots(figsize=(5.2, 4.4))
-  sel = {f"LiRA, {k}": v["lira"] for k, v in curves.items()}
-  sel["loss attack, overfit"] = curves["overfit"]["loss"]
-  metrics.plot_roc_loglog(ax, sel, min_rate=1e-4,
-                          title=f"Membership inference, {num_models} models x {pool_size} records")
-  fig.tight_layout()
-  fig_name = "mia_roc.png"
-  fig.savefig(f"{out_dir}/{fig_name}", dpi=130)
-  plt.close(fig)
+  record = {"rows": rows, "roc": {"fpr": _ROC_FPR.tolist(), "tpr": curves},
+            "lecture": {f"{a}/{b}": v for (a, b), v in LECTURE.items()}}
+  fig_name = _plot(out_dir, record,
+                   f"Membership inference, {num_models} models x {pool_size} records")
 
   def lec(row, col):
     return LECTURE.get((row, col))
@@ -176,30 +203,31 @@ def run(*, seed: int, out_dir: str, num_models: int = 128, pool_size: int = 300,
       + " (lecture 0.711, 0.682, 0.656, 0.614). (4) The DP bound on TPR@1% is "
       + ", ".join(f"{r['bound']:.3f}" for r in rows if r["epsilon"])
       + ": LiRA stays far below it.")
-  path = _common.write_results(
-      out_dir, NAME, flag_dict=flag_dict or {"seed": seed, "num_models": num_models,
-                                             "pool_size": pool_size, "epsilons": list(epsilons)},
-      results={"rows": rows, "lecture": {f"{a}/{b}": v for (a, b), v in LECTURE.items()}},
-      tables=[table], figures=[fig_name], summary=summary, quiet=quiet)
-  return {"rows": rows, "path": path}
+  tables = [table]
+  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
+                               results=record, tables=tables, figures=[fig_name],
+                               summary=summary, quiet=quiet)
+  return {"record": record, "tables": tables, "figures": [fig_name], "path": path}
 
 
-def _define_flags() -> dict:
-  return {
-      "num_models": flags.DEFINE_integer("num_models", 128, "Models (targets and shadows)."),
-      "pool_size": flags.DEFINE_integer("pool_size", 300, "Records in the pool."),
-      "epsilons": flags.DEFINE_list("epsilons", ["8", "4", "2", "1"], "DP-SGD eps rows."),
-  }
+def _plot(out_dir: str, record: dict, title: str) -> str:
+  """LiRA's ROC per row and the loss attack's on the overfit model, from the record."""
+  fpr, tpr = record["roc"]["fpr"], record["roc"]["tpr"]
+  fig, ax = plt.subplots(figsize=(5.2, 4.4))
+  sel = {f"LiRA, {k}": (fpr, v["lira"]) for k, v in tpr.items()}
+  sel["loss attack, overfit"] = (fpr, tpr["overfit"]["loss"])
+  metrics.plot_roc_loglog(ax, sel, min_rate=1e-4, title=title)
+  fig.tight_layout()
+  fig_name = "mia_roc.png"
+  fig.savefig(f"{out_dir}/{fig_name}", dpi=130)
+  plt.close(fig)
+  return fig_name
 
 
-def main(argv, f: dict):
-  del argv
-  out = _common.output_dir(NAME, _common.OUT.value)
-  run(seed=_common.SEED.value, out_dir=out, num_models=f["num_models"].value,
-      pool_size=f["pool_size"].value, epsilons=[float(e) for e in f["epsilons"].value],
-      flag_dict=_common.flag_values(__name__))
+def main():
+  """`python -m experiments.mia [--flags]`: flags from MiaConfig."""
+  _common.app_run(NAME, MiaConfig, run)
 
 
 if __name__ == "__main__":
-  _flags = _define_flags()
-  app.run(lambda argv: main(argv, _flags))
+  main()

@@ -38,6 +38,7 @@ that no accountant here records.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -47,7 +48,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from dpjax import dpsgd, models, pate  # noqa: E402
@@ -56,9 +56,47 @@ from dpjax.data import digits  # noqa: E402
 from experiments import _common  # noqa: E402
 
 NAME = "pate"
-
-
 NUM_CLASSES = digits.NUM_CLASSES
+_TEST_FRACTION = 0.25
+# Training images left by the test split (digits.load's arithmetic): public + private.
+_NUM_TRAIN = digits.NUM_EXAMPLES - int(round(_TEST_FRACTION * digits.NUM_EXAMPLES))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PateConfig(_common.ExperimentConfig):
+  """The (k, Q) grid, the aggregators and DP-SGD (defaults = the module docstring)."""
+  teachers: tuple[int, ...] = _common.option((10, 50, 100), "Numbers of teachers k.")
+  queries: tuple[int, ...] = _common.option((100, 500), "Numbers of student queries Q.")
+  public: int = _common.option(500, "Size of the public unlabeled pool (>= max Q).")
+  sigma_per_teacher: float = _common.option(0.2, "GNMax sigma = this * k.")
+  delta: float = _common.option(1e-5, "Target delta.")
+  dpsgd_seeds: int = _common.option(4, "DP-SGD seeds trained together.")
+  fit_steps: int = _common.option(300, "Adam steps for teachers and students.")
+  dpsgd_epochs: int = _common.option(20, "DP-SGD epochs.")
+  confident_threshold: float = _common.option(
+      0.6, "Confident-GNMax threshold / k (0 = GNMax only).")
+  confident_sigma_threshold: float = _common.option(0.3, "Threshold-check sigma / k.")
+  confident_sigma: float = _common.option(0.1, "Confident-GNMax answer sigma / k.")
+
+  def __post_init__(self):
+    super().__post_init__()
+    _common.check_int(self, "teachers")
+    _common.check_int(self, "queries")
+    _common.check_int(self, "public")
+    if self.public < max(self.queries):
+      raise ValueError(f"public must be >= max(queries) = {max(self.queries)}, got {self.public}")
+    if self.public >= _NUM_TRAIN:
+      raise ValueError(f"public must leave private images (< {_NUM_TRAIN}), got {self.public}")
+    if max(self.teachers) > _NUM_TRAIN - self.public:
+      raise ValueError(f"teachers must be <= the private set size {_NUM_TRAIN - self.public}, "
+                       f"got {max(self.teachers)}")
+    _common.check_positive(self, "sigma_per_teacher", "confident_sigma_threshold",
+                           "confident_sigma")
+    _common.check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)
+    _common.check_int(self, "dpsgd_seeds")
+    _common.check_int(self, "fit_steps")
+    _common.check_int(self, "dpsgd_epochs")
+    _common.check_range(self, "confident_threshold", low=0)
 
 
 def _dpsgd_config(n: int, eps: float, delta: float, epochs: int) -> dpsgd.DpSgdConfig:
@@ -71,33 +109,31 @@ def _dpsgd_config(n: int, eps: float, delta: float, epochs: int) -> dpsgd.DpSgdC
   return dpsgd.DpSgdConfig(target_epsilon=eps, **common)
 
 
-def run(*, seed: int, teachers: list[int], queries: list[int], public: int,
-        sigma_per_teacher: float, delta: float, dpsgd_seeds: int, fit_steps: int,
-        dpsgd_epochs: int, out_dir: str, progress: bool = True,
-        confident_threshold: float = 0.0, confident_sigma_threshold: float = 0.3,
-        confident_sigma: float = 0.1) -> dict:
-  """Runs every (k, Q) cell; returns the record, tables and figures.
+def run(cfg: PateConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
+  """Runs every (k, Q) cell; writes results.json and the figure.
 
   With confident_threshold > 0, each cell is also answered by Confident-GNMax with
   threshold T = confident_threshold * k, check noise confident_sigma_threshold * k and
   answer noise confident_sigma * k; the student then learns from the answered queries.
+
+  Returns:
+    {"record": {"cells", ...}, "tables": [Table], "figures": [name], "path": path}.
   """
+  seed, teachers, queries, public = cfg.seed, list(cfg.teachers), list(cfg.queries), cfg.public
+  sigma_per_teacher, delta, dpsgd_seeds = cfg.sigma_per_teacher, cfg.delta, cfg.dpsgd_seeds
+  fit_steps, dpsgd_epochs = cfg.fit_steps, cfg.dpsgd_epochs
+  confident_threshold = cfg.confident_threshold
+  confident_sigma_threshold, confident_sigma = cfg.confident_sigma_threshold, cfg.confident_sigma
   aggregators = ["GNMax"] + (["Confident-GNMax"] if confident_threshold > 0 else [])
-  if public < max(queries):
-    raise ValueError(f"public must be >= max(queries) = {max(queries)}, got {public}")
-  if sigma_per_teacher <= 0:
-    raise ValueError(f"sigma_per_teacher must be > 0, got {sigma_per_teacher}")
   key = jax.random.key(seed)
   k_split, k_pub, k_teach, k_agg, k_student, k_dp = jax.random.split(key, 6)
-  data = digits.load(k_split, test_fraction=0.25)
+  data = digits.load(k_split, test_fraction=_TEST_FRACTION)
   perm = np.asarray(jax.random.permutation(k_pub, data.y_train_N.shape[0]))
   pub_idx, priv_idx = perm[:public], perm[public:]
   x_pub, y_pub = data.x_train_NxF[pub_idx], data.y_train_N[pub_idx]
   x_priv, y_priv = data.x_train_NxF[priv_idx], data.y_train_N[priv_idx]
   x_test, y_test = data.x_test_NxF, data.y_test_N
   n_priv = int(y_priv.shape[0])
-  if max(teachers) > n_priv:
-    raise ValueError(f"teachers must be <= the private set size {n_priv}, got {max(teachers)}")
   model = models.mlp(digits.NUM_FEATURES, hidden=(), num_classes=NUM_CLASSES)
   orders = rdp.DEFAULT_ORDERS
   bar = tqdm(total=len(teachers) * len(queries) + 1 + len(teachers), desc="pate",
@@ -166,15 +202,15 @@ def run(*, seed: int, teachers: list[int], queries: list[int], public: int,
   # DP-SGD at the same (data-independent) epsilon, same private images, same model.
   dkeys = jax.random.split(k_dp, len(cells))
   for c, dk in zip(cells, dkeys):
-    cfg = _dpsgd_config(n_priv, c["epsilon_data_independent"], delta, dpsgd_epochs)
-    res = dpsgd.train_many(dk, x_priv, y_priv, jnp.ones((dpsgd_seeds, n_priv), bool), cfg,
-                           model, progress=False)
+    train_cfg = _dpsgd_config(n_priv, c["epsilon_data_independent"], delta, dpsgd_epochs)
+    res = dpsgd.train_many(dk, x_priv, y_priv, jnp.ones((dpsgd_seeds, n_priv), bool),
+                           train_cfg, model, progress=False)
     accs = jax.vmap(lambda p: jnp.mean(jnp.argmax(model.apply(p, x_test), -1) == y_test))(
         res.params)
     c["dpsgd_accuracy"] = float(jnp.mean(accs))
     c["dpsgd_accuracy_std"] = float(jnp.std(accs))
-    c["dpsgd_sigma"] = cfg.sigma
-    c["dpsgd_epsilon"] = cfg.epsilon()
+    c["dpsgd_sigma"] = train_cfg.sigma
+    c["dpsgd_epsilon"] = train_cfg.epsilon()
   record["cells"] = cells
   bar.close()
 
@@ -196,6 +232,28 @@ def run(*, seed: int, teachers: list[int], queries: list[int], public: int,
             "matched to the releasable data-independent ε. Accuracies are on the test set; "
             "DP-SGD is the mean over seeds. The lecture gives no PATE numbers."))]
 
+  figures = [_plot(out_dir, record)]
+  best = max((c for c in cells if c["student_accuracy"] is not None),
+             key=lambda c: c["student_accuracy"])
+  summary = (
+      f"Best PATE student: k = {best['teachers']}, Q = {best['queries']}, {best['aggregator']}: "
+      f"test accuracy "
+      f"{best['student_accuracy']:.3f} at ε = {best['epsilon_data_independent']:.2f} "
+      f"(data-dependent {best['epsilon_data_dependent']:.2f}, not releasable as is); DP-SGD at the "
+      f"same ε: {best['dpsgd_accuracy']:.3f}. Non-private: "
+      f"{record['non_private_accuracy']:.3f}. See the table for every (k, Q).")
+  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
+                               results=record, tables=tables, figures=figures,
+                               summary=summary, quiet=quiet)
+  if not quiet:
+    print(summary)
+  return {"record": record, "tables": tables, "figures": figures, "path": path}
+
+
+def _plot(out_dir: str, record: dict) -> str:
+  """GNMax students and DP-SGD against the data-independent eps, drawn from the record."""
+  cells = record["cells"]
+  queries = list(dict.fromkeys(c["queries"] for c in cells))
   fig, ax = plt.subplots(figsize=(5.5, 3.6))
   for qn, mk in zip(queries, ("o", "s", "^", "v")):
     sel = [c for c in cells if c["queries"] == qn and c["aggregator"] == "GNMax"]
@@ -206,7 +264,7 @@ def run(*, seed: int, teachers: list[int], queries: list[int], public: int,
     for c in sel:
       ax.annotate(f"k={c['teachers']}", (c["epsilon_data_independent"], c["student_accuracy"]),
                   fontsize=7)
-  ax.axhline(ref_acc, color="gray", ls=":", label="non-private")
+  ax.axhline(record["non_private_accuracy"], color="gray", ls=":", label="non-private")
   ax.set_xscale("log")
   ax.set_xlabel("ε (data-independent, δ = 1e-5)")
   ax.set_ylabel("test accuracy")
@@ -215,54 +273,13 @@ def run(*, seed: int, teachers: list[int], queries: list[int], public: int,
   fig.tight_layout()
   fig.savefig(f"{out_dir}/pate_vs_dpsgd.png", dpi=120)
   plt.close(fig)
-  return {"record": record, "tables": tables, "figures": ["pate_vs_dpsgd.png"]}
+  return "pate_vs_dpsgd.png"
 
 
-def _define_flags() -> None:
-  """Defines this experiment's flags; called only when run as a script, so that tests
-  and other modules can import it without absl flag-name clashes between experiments."""
-  flags.DEFINE_list("teachers", ["10", "50", "100"], "Numbers of teachers k.")
-  flags.DEFINE_list("queries", ["100", "500"], "Numbers of student queries Q.")
-  flags.DEFINE_integer("public", 500, "Size of the public unlabeled pool (>= max Q).")
-  flags.DEFINE_float("sigma_per_teacher", 0.2, "GNMax sigma = this * k.")
-  flags.DEFINE_float("delta", 1e-5, "Target delta.")
-  flags.DEFINE_integer("dpsgd_seeds", 4, "DP-SGD seeds trained together.")
-  flags.DEFINE_integer("fit_steps", 300, "Adam steps for teachers and students.")
-  flags.DEFINE_integer("dpsgd_epochs", 20, "DP-SGD epochs.")
-  flags.DEFINE_float("confident_threshold", 0.6,
-                     "Confident-GNMax threshold / k (0 = GNMax only).")
-  flags.DEFINE_float("confident_sigma_threshold", 0.3, "Threshold-check sigma / k.")
-  flags.DEFINE_float("confident_sigma", 0.1, "Confident-GNMax answer sigma / k.")
-
-
-def main(argv):
-  del argv
-  out_dir = _common.output_dir(NAME, _common.OUT.value)
-  fv = flags.FLAGS
-  res = run(seed=_common.SEED.value, teachers=[int(t) for t in fv.teachers],
-            queries=[int(q) for q in fv.queries], public=fv.public,
-            sigma_per_teacher=fv.sigma_per_teacher, delta=fv.delta,
-            dpsgd_seeds=fv.dpsgd_seeds, fit_steps=fv.fit_steps,
-            dpsgd_epochs=fv.dpsgd_epochs, out_dir=out_dir,
-            confident_threshold=fv.confident_threshold,
-            confident_sigma_threshold=fv.confident_sigma_threshold,
-            confident_sigma=fv.confident_sigma)
-  cells = res["record"]["cells"]
-  best = max((c for c in cells if c["student_accuracy"] is not None),
-             key=lambda c: c["student_accuracy"])
-  summary = (
-      f"Best PATE student: k = {best['teachers']}, Q = {best['queries']}, {best['aggregator']}: "
-      f"test accuracy "
-      f"{best['student_accuracy']:.3f} at ε = {best['epsilon_data_independent']:.2f} "
-      f"(data-dependent {best['epsilon_data_dependent']:.2f}, not releasable as is); DP-SGD at the "
-      f"same ε: {best['dpsgd_accuracy']:.3f}. Non-private: "
-      f"{res['record']['non_private_accuracy']:.3f}. See the table for every (k, Q).")
-  _common.write_results(out_dir, NAME, flag_dict=_common.flag_values(__name__),
-                        results=res["record"], tables=res["tables"], figures=res["figures"],
-                        summary=summary)
-  print(summary)
+def main():
+  """`python -m experiments.pate [--flags]`: flags from PateConfig."""
+  _common.app_run(NAME, PateConfig, run)
 
 
 if __name__ == "__main__":
-  _define_flags()
-  app.run(main)
+  main()

@@ -1,4 +1,4 @@
-"""The privacy statement of a DP-SGD run (lecture §4; issue 3, item 4).
+"""The privacy statement of a DP-SGD run (lecture §4).
 
 Prints in one place what a paper or a compliance review needs: the neighbouring
 relation and privacy unit, the sampler assumed (Poisson), eps at several delta by
@@ -11,7 +11,7 @@ The library function is `dpjax.accounting.statement.privacy_statement`.
 Command:   python -m experiments.privacy_statement \
                --noise_multiplier 1.1 --sampling_prob 0.0042666667 \
                --num_steps 14063 --dataset_size 60000
-           (the defaults: MNIST-sized, batch 256, 60 epochs; about 5 s on 2 CPU cores)
+           (the defaults: MNIST-sized, batch 256, 60 epochs; about 5-10 s of CPU)
 Expected:  eps at delta = 1e-5: RDP 2.597 (order ~8), PLD 2.382 (± 2e-5), CLT 2.32
            (approximate; it under-reports by ~2.4 %); delta = 1e-5 is < 1/n = 1.7e-5
            but not << 1/n (flagged); TPR at FPR 1 % at most ~0.040.
@@ -20,43 +20,67 @@ The lecture prints no privacy statement, so there is no lecture column.
 
 from __future__ import annotations
 
+import dataclasses
+
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
 
-from dpjax.accounting import gdp, pld, statement  # noqa: E402
+from dpjax import tradeoff  # noqa: E402
+from dpjax.accounting import pld, statement  # noqa: E402
 from experiments import _common  # noqa: E402
 
 NAME = "privacy_statement"
 
 
-def _define_flags() -> dict:
-  return {
-      "noise_multiplier": flags.DEFINE_float("noise_multiplier", 1.1, "sigma (noise std / clip norm)."),
-      "sampling_prob": flags.DEFINE_float("sampling_prob", 256 / 60000, "Poisson sampling rate q."),
-      "num_steps": flags.DEFINE_integer("num_steps", 14063, "T (60 epochs at q = 256/60000)."),
-      "dataset_size": flags.DEFINE_integer("dataset_size", 60000, "n, the private dataset size."),
-      "deltas": flags.DEFINE_list("deltas", ["1e-5", "1e-6", "1e-8"], "deltas to report."),
-  }
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PrivacyStatementConfig(_common.ExperimentConfig):
+  """The DP-SGD run to state (defaults: MNIST-sized). Nothing is random: `seed` is
+  recorded but unused."""
+  noise_multiplier: float = _common.option(1.1, "sigma (noise std / clip norm).")
+  sampling_prob: float = _common.option(256 / 60000, "Poisson sampling rate q.")
+  num_steps: int = _common.option(14063, "T (60 epochs at q = 256/60000).")
+  dataset_size: int = _common.option(60000, "n, the private dataset size.")
+  deltas: tuple[float, ...] = _common.option((1e-5, 1e-6, 1e-8), "deltas to report.")
+
+  def __post_init__(self):
+    super().__post_init__()
+    _common.check_positive(self, "noise_multiplier")
+    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
+    _common.check_int(self, "num_steps")
+    _common.check_int(self, "dataset_size")
+    _common.check_range(self, "deltas", low=0, high=1, open_low=True, open_high=True)
 
 
-def _figure(out_dir: str, st: statement.PrivacyStatement, composed) -> str:
+def _tradeoff_curve(st: statement.PrivacyStatement) -> dict:
+  """The largest TPR at 60 FPRs: from the PLD's delta(eps) curve, and the CLT's."""
   fpr = np.logspace(-4, 0, 60)
+  h = min([r.pld_value_discretization for r in st.rows if r.pld_value_discretization > 0]
+          + [1e-3])
+  composed = pld.gaussian_pld(st.noise_multiplier, st.sampling_prob,
+                              value_discretization=h).self_compose(st.num_steps)
   e_max = 2.0 * max(r.pld_epsilon for r in st.rows) + 1.0
-  tpr_pld = statement.tradeoff_from_pld(composed, fpr, e_max)
-  tpr_clt = gdp.tradeoff_tpr(fpr, st.clt_mu)
+  return {"fpr": fpr.tolist(),
+          "tpr_pld": np.asarray(tradeoff.pld_tpr_bound(composed, fpr, e_max)).tolist(),
+          "tpr_clt": np.asarray(tradeoff.gaussian_tpr(fpr, st.clt_mu)).tolist()}
+
+
+def _plot(out_dir: str, record: dict) -> str:
+  """The trade-off curves, drawn from the record."""
+  st, curve = record["statement"], record["tradeoff_curve"]
+  fpr = curve["fpr"]
   fig, ax = plt.subplots(figsize=(5, 4))
-  ax.plot(fpr, tpr_pld, label="bound from the PLD delta(eps) curve")
-  ax.plot(fpr, tpr_clt, "--", label=f"GDP CLT, mu = {st.clt_mu:.3f} (approximate)")
+  ax.plot(fpr, curve["tpr_pld"], label="bound from the PLD delta(eps) curve")
+  ax.plot(fpr, curve["tpr_clt"], "--", label=f"GDP CLT, mu = {st['clt_mu']:.3f} (approximate)")
   ax.plot(fpr, fpr, ":", color="gray", label="random guessing")
   ax.set_xscale("log")
   ax.set_yscale("log")
   ax.set_xlabel("false-positive rate")
   ax.set_ylabel("largest true-positive rate")
-  ax.set_title(f"sigma={st.noise_multiplier:g}, q={st.sampling_prob:.3g}, T={st.num_steps}")
+  ax.set_title(f"sigma={st['noise_multiplier']:g}, q={st['sampling_prob']:.3g}, "
+               f"T={st['num_steps']}")
   ax.legend(fontsize=7)
   fig.tight_layout()
   name = "tradeoff.png"
@@ -65,23 +89,21 @@ def _figure(out_dir: str, st: statement.PrivacyStatement, composed) -> str:
   return name
 
 
-def run(*, noise_multiplier: float, sampling_prob: float, num_steps: int,
-        dataset_size: int, deltas=statement.DEFAULT_DELTAS, out_dir: str,
-        flag_dict: dict | None = None, quiet: bool = False) -> dict:
+def run(cfg: PrivacyStatementConfig, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
   """Builds the statement, prints it, writes results.json and the trade-off figure.
 
   Returns:
-    {"statement": PrivacyStatement, "path": path of results.json}.
+    {"statement": PrivacyStatement, "record": the results written, "tables": [Table] * 2,
+     "figures": [name], "path": path of results.json}.
   """
-  st = statement.privacy_statement(noise_multiplier, sampling_prob, num_steps,
-                                   dataset_size, deltas=[float(d) for d in deltas])
+  del progress   # a few seconds, no loop worth a bar
+  st = statement.privacy_statement(cfg.noise_multiplier, cfg.sampling_prob, cfg.num_steps,
+                                   cfg.dataset_size, deltas=list(cfg.deltas))
   if not quiet:
     print(st.text())
-  h = min([r.pld_value_discretization for r in st.rows if r.pld_value_discretization > 0]
-          + [1e-3])
-  composed = pld.gaussian_pld(st.noise_multiplier, st.sampling_prob,
-                              value_discretization=h).self_compose(st.num_steps)
-  fig = _figure(out_dir, st, composed)
+  record = {"statement": st.to_dict(), "text": st.text(), "tradeoff_curve": _tradeoff_curve(st)}
+  figures = [_plot(out_dir, record)]
   eps_table = _common.Table(
       title="eps by accountant (RDP and PLD are upper bounds; CLT is approximate)",
       columns=["delta", "RDP eps", "RDP order", "PLD eps", "PLD disc. error",
@@ -94,24 +116,20 @@ def run(*, noise_multiplier: float, sampling_prob: float, num_steps: int,
       title="Membership inference: largest TPR at a given FPR",
       columns=["FPR", "TPR bound (PLD)", "TPR (CLT, approx.)"],
       rows=[[f, a, b] for f, a, b in zip(st.fprs, st.tpr_pld, st.tpr_clt)], digits=4)
+  tables = [eps_table, tr_table]
   summary = (f"Privacy statement for sigma = {st.noise_multiplier:g}, q = "
              f"{st.sampling_prob:.4g}, T = {st.num_steps}, n = {st.dataset_size}. "
              + " ".join(st.disagreements))
-  path = _common.write_results(
-      out_dir, NAME, flag_dict=flag_dict or {}, results={"statement": st.to_dict(), "text": st.text()},
-      tables=[eps_table, tr_table], figures=[fig], summary=summary, quiet=quiet)
-  return {"statement": st, "path": path}
+  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
+                               results=record, tables=tables, figures=figures, summary=summary,
+                               quiet=quiet)
+  return {"statement": st, "record": record, "tables": tables, "figures": figures, "path": path}
 
 
-def main(argv, f: dict):
-  del argv
-  out = _common.output_dir(NAME, _common.OUT.value)
-  run(noise_multiplier=f["noise_multiplier"].value, sampling_prob=f["sampling_prob"].value,
-      num_steps=f["num_steps"].value, dataset_size=f["dataset_size"].value,
-      deltas=[float(d) for d in f["deltas"].value], out_dir=out,
-      flag_dict=_common.flag_values(__name__))
+def main():
+  """`python -m experiments.privacy_statement [--flags]`: flags from PrivacyStatementConfig."""
+  _common.app_run(NAME, PrivacyStatementConfig, run)
 
 
 if __name__ == "__main__":
-  _flags = _define_flags()
-  app.run(lambda argv: main(argv, _flags))
+  main()

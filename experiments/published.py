@@ -15,7 +15,7 @@ conversion, Abadi's moments accountant, a PLD / PRV accountant, or the GDP CLT;
 * dp_accounting 0.6.0's RdpAccountant (default orders) and PLDAccountant (default
   discretisation 1e-4).
 
-Command:   python -m experiments.published     (about 30-50 s on 2 CPU cores;
+Command:   python -m experiments.published     (about 30-50 s of CPU;
            --nodp_pld skips dp_accounting's PLD and takes ~10 s)
 Expected:  every "publisher's method" value within 0.2 % of the published one except
            where the publisher used dp_accounting's loose fractional-order bound (ours is
@@ -27,11 +27,11 @@ Expected:  every "publisher's method" value within 0.2 % of the published one ex
 from __future__ import annotations
 
 import csv
+import dataclasses
 import logging
 import os
 
 import numpy as np
-from absl import app, flags
 from tqdm import tqdm
 
 from dpjax import accounting
@@ -40,8 +40,6 @@ from experiments import _common
 
 NAME = "published"
 CSV_PATH = os.path.join(os.path.dirname(__file__), "published_eps.csv")
-_PLD = flags.DEFINE_bool("ours_pld", True, "Run our PLD accountant.")
-_DP_PLD = flags.DEFINE_bool("dp_pld", True, "Run dp_accounting's PLDAccountant (the slow part).")
 
 # Order grids used by the publishers (see the CSV's `orders` column).
 ORDER_GRIDS = {
@@ -70,6 +68,21 @@ def load_rows(path: str = CSV_PATH) -> list[dict]:
           "delta": float(r["delta"]), "published": float(r["published_epsilon"]),
           "method": r["method"], "orders": r["orders"], "source": r["source"]})
   return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PublishedConfig(_common.ExperimentConfig):
+  """Which accountants run on which rows of the CSV. Nothing is random: `seed` is
+  recorded but unused."""
+  ours_pld: bool = _common.option(True, "Run our PLD accountant.")
+  dp_pld: bool = _common.option(True, "Run dp_accounting's PLDAccountant (the slow part).")
+  ids: tuple[str, ...] = _common.option(
+      (), "Settings (the CSV's id column) to evaluate; empty = every row.")
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.ids:
+      _common.check_choices(self, "ids", [r["id"] for r in load_rows()])
 
 
 def _dp_accounting_orders():
@@ -115,11 +128,15 @@ def _explain(r: dict) -> str:
   return ""
 
 
-def run(*, rows: list[dict], use_pld: bool, use_dp_pld: bool, out_dir: str,
-        progress: bool = True) -> dict:
-  """Evaluates every accountant on every published row; returns record and table."""
-  if not rows:
-    raise ValueError("rows must be non-empty")
+def run(cfg: PublishedConfig, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
+  """Evaluates every accountant on every selected published row; writes results.json.
+
+  Returns:
+    {"record": {"rows", "pld_note"}, "tables": [Table], "figures": [], "path": path}.
+  """
+  rows = [r for r in load_rows() if not cfg.ids or r["id"] in cfg.ids]
+  use_pld, use_dp_pld = cfg.ours_pld, cfg.dp_pld
   logging.getLogger("absl").setLevel(logging.ERROR)   # dp_accounting's dropped-order spam
   grids = dict(ORDER_GRIDS, dp_accounting=_dp_accounting_orders())
   pld_note = None
@@ -161,16 +178,19 @@ def run(*, rows: list[dict], use_pld: bool, use_dp_pld: bool, out_dir: str,
                "ours, publisher's method", "ours RDP", "ours PLD", "dp_acc. RDP", "dp_acc. PLD",
                "difference explained"],
       rows=table_rows, digits=4, note=note)
-  return {"record": {"rows": out, "pld_note": pld_note}, "tables": [table], "figures": []}
+  record = {"rows": out, "pld_note": pld_note}
+  summary = _summary(out)
+  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
+                               results=record, tables=[table], summary=summary, quiet=quiet)
+  if not quiet:
+    print(summary)
+  return {"record": record, "tables": [table], "figures": [], "path": path}
 
 
-def main(argv):
-  del argv
-  out_dir = _common.output_dir(NAME, _common.OUT.value)
-  res = run(rows=load_rows(), use_pld=_PLD.value, use_dp_pld=_DP_PLD.value, out_dir=out_dir)
-  rows = res["record"]["rows"]
+def _summary(rows: list[dict]) -> str:
   rdp_rows = [r for r in rows if r["ours_publisher_method"] is not None]
-  worst = max(abs(r["ours_publisher_method"] - r["published"]) / r["published"] for r in rdp_rows)
+  worst = max((abs(r["ours_publisher_method"] - r["published"]) / r["published"]
+               for r in rdp_rows), default=0.0)
   n_le = sum(r["ours_rdp"] <= r["dp_accounting_rdp"] + 1e-9 for r in rows)
   pld_rows = [r for r in rows if r["ours_pld"] is not None]
   summary = (
@@ -183,10 +203,13 @@ def main(argv):
     summary += f"; our PLD is a median {gain:.1%} below our RDP."
   else:
     summary += "."
-  _common.write_results(out_dir, NAME, flag_dict=_common.flag_values(__name__),
-                        results=res["record"], tables=res["tables"], summary=summary)
-  print(summary)
+  return summary
+
+
+def main():
+  """`python -m experiments.published [--flags]`: flags from PublishedConfig."""
+  _common.app_run(NAME, PublishedConfig, run)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()

@@ -23,6 +23,7 @@ is 0.500; the lecture's was 0.52):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -31,7 +32,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from dpjax.attacks import reconstruction  # noqa: E402
@@ -46,14 +46,32 @@ LECTURE_DP = "0.51–0.53"
 LECTURE_MAJORITY = 0.52
 
 
-def run(*, seed: int, people: int, queries: list[int], trials: int, epsilon: float,
-        lp_max_queries: int, out_dir: str, progress: bool = True) -> dict:
-  """Runs the three answer regimes for every m; writes a figure; returns the record."""
-  if people < 2:
-    raise ValueError(f"people must be >= 2, got {people}")
-  if not queries or min(queries) < 1:
-    raise ValueError(f"queries must be a non-empty list of integers >= 1, got {queries}")
-  key = jax.random.key(seed)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReconstructionConfig(_common.ExperimentConfig):
+  """What `run` computes (defaults = the lecture's demo; tests shrink them)."""
+  people: int = _common.option(100, "Number of applicants n.")
+  queries: tuple[int, ...] = _common.option((200, 400, 800, 1600, 3200, 6400),
+                                            "Numbers of queries m.")
+  trials: int = _common.option(20, "Independent attacks per (noise, m) cell.")
+  epsilon: float = _common.option(1.0, "Total DP budget split over the m queries.")
+  lp_max_queries: int = _common.option(
+      800, "Also run LP decoding (one trial) for m up to this; 0 = off.")
+
+  def __post_init__(self):
+    super().__post_init__()
+    _common.check_int(self, "people", minimum=2)
+    _common.check_int(self, "queries")
+    _common.check_positive(self, "epsilon")
+    _common.check_int(self, "trials")
+    _common.check_int(self, "lp_max_queries", minimum=0)
+
+
+def run(cfg: ReconstructionConfig, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
+  """Runs the three answer regimes for every m; writes results.json and the figure."""
+  people, queries, trials = cfg.people, list(cfg.queries), cfg.trials
+  epsilon, lp_max_queries = cfg.epsilon, cfg.lp_max_queries
+  key = jax.random.key(cfg.seed)
   k_data, k_attack, k_lp = jax.random.split(key, 3)
   secret = credit.sample(k_data, people).x_NxF[:, 3]  # delinquent in the last two years
   majority = reconstruction.majority_baseline(secret)
@@ -126,13 +144,25 @@ def run(*, seed: int, people: int, queries: list[int], trials: int, epsilon: flo
         note=("LP decoding is a median-type (L1) fit: with noise that is exactly ±√n its "
               "objective is flat over a wide region and it loses to least squares.")))
 
+  figures = [_plot(out_dir, record, people, epsilon)]
+  summary = _summary(record, epsilon)
+  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
+                               results=record, tables=tables, figures=figures,
+                               summary=summary, quiet=quiet)
+  if not quiet:
+    print(summary)
+  return {"record": record, "tables": tables, "figures": figures, "path": path}
+
+
+def _plot(out_dir: str, record: dict, people: int, epsilon: float) -> str:
+  """Recovery against m per regime, drawn from the record's cells."""
   fig, ax = plt.subplots(figsize=(5.5, 3.6))
   labels = {"pm1": "±1 noise", "sqrtn": "±√n noise", "dp": f"DP, ε={epsilon:g} in total"}
-  for name in regimes:
-    mean = [float(results[(name, m)].mean()) for m in queries]
-    std = [float(results[(name, m)].std()) for m in queries]
-    ax.errorbar(queries, mean, yerr=std, marker="o", capsize=3, label=labels[name])
-  ax.axhline(majority, color="gray", ls="--", label="majority guess")
+  for name, label in labels.items():
+    cells = [c for c in record["cells"] if c["regime"] == name]
+    ax.errorbar([c["num_queries"] for c in cells], [c["mean"] for c in cells],
+                yerr=[c["std"] for c in cells], marker="o", capsize=3, label=label)
+  ax.axhline(record["majority_baseline"], color="gray", ls="--", label="majority guess")
   ax.set_xscale("log")
   ax.set_xlabel("number of queries m")
   ax.set_ylabel("fraction of bits recovered")
@@ -141,29 +171,11 @@ def run(*, seed: int, people: int, queries: list[int], trials: int, epsilon: flo
   fig.tight_layout()
   fig.savefig(f"{out_dir}/recovery.png", dpi=120)
   plt.close(fig)
-  return {"record": record, "tables": tables, "figures": ["recovery.png"]}
+  return "recovery.png"
 
 
-def _define_flags() -> None:
-  """Defines this experiment's flags; called only when run as a script, so that tests
-  and other modules can import it without absl flag-name clashes between experiments."""
-  flags.DEFINE_integer("people", 100, "Number of applicants n.")
-  flags.DEFINE_list("queries", ["200", "400", "800", "1600", "3200", "6400"],
-                    "Numbers of queries m.")
-  flags.DEFINE_integer("trials", 20, "Independent attacks per (noise, m) cell.")
-  flags.DEFINE_float("epsilon", 1.0, "Total DP budget split over the m queries.")
-  flags.DEFINE_integer("lp_max_queries", 800,
-                       "Also run LP decoding (one trial) for m up to this; 0 = off.")
-
-
-def main(argv):
-  del argv
-  out_dir = _common.output_dir(NAME, _common.OUT.value)
-  res = run(seed=_common.SEED.value, people=flags.FLAGS.people,
-            queries=[int(q) for q in flags.FLAGS.queries], trials=flags.FLAGS.trials,
-            epsilon=flags.FLAGS.epsilon, lp_max_queries=flags.FLAGS.lp_max_queries, out_dir=out_dir)
-  rec = res["record"]
-  cells = {(c["regime"], c["num_queries"]): c["mean"] for c in rec["cells"]}
+def _summary(record: dict, epsilon: float) -> str:
+  cells = {(c["regime"], c["num_queries"]): c["mean"] for c in record["cells"]}
   parts = []
   if ("pm1", 200) in cells:
     parts.append(f"With every count off by one person, {cells[('pm1', 200)]:.3f} of the bits "
@@ -172,16 +184,16 @@ def main(argv):
     parts.append(f"With ±√n noise, {cells[('sqrtn', 6400)]:.3f} from 6,400 (lecture 0.981).")
   dp = [v for (r, _), v in cells.items() if r == "dp"]
   parts.append(
-      f"Under a fixed total budget ε = {flags.FLAGS.epsilon:g} the same attack recovers "
+      f"Under a fixed total budget ε = {epsilon:g} the same attack recovers "
       f"{min(dp):.2f}–{max(dp):.2f}, no better than guessing the majority value for everyone "
-      f"({rec['majority_baseline']:.2f}; lecture 0.52).")
-  summary = " ".join(parts)
-  _common.write_results(out_dir, NAME, flag_dict=_common.flag_values(__name__),
-                        results=rec, tables=res["tables"], figures=res["figures"],
-                        summary=summary)
-  print(summary)
+      f"({record['majority_baseline']:.2f}; lecture 0.52).")
+  return " ".join(parts)
+
+
+def main():
+  """`python -m experiments.reconstruction [--flags]`: flags from ReconstructionConfig."""
+  _common.app_run(NAME, ReconstructionConfig, run)
 
 
 if __name__ == "__main__":
-  _define_flags()
-  app.run(main)
+  main()

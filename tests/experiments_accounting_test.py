@@ -1,6 +1,5 @@
-"""Shrunken runs of experiments/accounting.py and experiments/published.py."""
+"""Shrunken run of experiments/accounting.py."""
 
-import csv
 import json
 import os
 import tempfile
@@ -8,18 +7,18 @@ import tempfile
 from absl.testing import absltest
 
 from dpjax.accounting import gdp
-from experiments import _common
 from experiments import accounting as exp_accounting
-from experiments import published
+
+_SMALL = exp_accounting.AccountingConfig(
+    mu0=0.01, ks=(1, 100), total_delta=1e-5, total_epsilon=1.0, demo3_sigma=1.0,
+    demo3_qs=(1.0, 0.01), demo3_steps=(1, 100), with_pld=False)
 
 
 class AccountingExperimentTest(absltest.TestCase):
 
   def test_run_small(self):
     out = tempfile.mkdtemp()
-    kw = dict(mu0=0.01, ks=[1, 100], delta=1e-5, target_epsilon=1.0, sigma=1.0,
-              qs=[1.0, 0.01], steps=[1, 100], use_pld=False, out_dir=out, progress=False)
-    res = exp_accounting.run(**kw)
+    res = exp_accounting.run(_SMALL, out, progress=False, quiet=True)
     rec = res["record"]
     for r in rec["a"]:
       # Every accountant is an upper bound on the exact eps; RDP beats basic for k > 1.
@@ -34,33 +33,22 @@ class AccountingExperimentTest(absltest.TestCase):
     self.assertAlmostEqual(c[(0.01, 1)]["rdp_int"], 0.96, places=2)   # lecture
     self.assertLess(c[(0.01, 100)]["rdp"], c[(1.0, 100)]["rdp"])      # amplification
     self.assertTrue(os.path.exists(os.path.join(out, res["figures"][0])))
-    _common.write_results(out, "accounting", flag_dict=kw, results=rec, tables=res["tables"],
-                          quiet=True)
     with open(os.path.join(out, "results.json")) as f:
       doc = json.load(f)
     self.assertLen(doc["tables"], 3)
-    self.assertEqual(exp_accounting.run(**kw)["record"], rec)   # deterministic
+    self.assertEqual(doc["flags"]["ks"], [1, 100])
+    out2 = tempfile.mkdtemp()
+    self.assertEqual(exp_accounting.run(_SMALL, out2, progress=False, quiet=True)["record"],
+                     rec)   # deterministic
 
-
-class PublishedExperimentTest(absltest.TestCase):
-
-  def test_csv_has_sources(self):
-    with open(published.CSV_PATH) as f:
-      rows = list(csv.DictReader(f))
-    self.assertGreaterEqual(len(rows), 15)
-    for r in rows:
-      self.assertTrue(r["source"].strip(), r)
-      self.assertTrue(0 < float(r["sampling_prob"]) <= 1)
-
-  def test_run_small(self):
-    out = tempfile.mkdtemp()
-    res = published.run(rows=published.load_rows()[:4], use_pld=False, use_dp_pld=False,
-                        out_dir=out, progress=False)
-    for r in res["record"]["rows"]:
-      # Exact fractional orders on a superset grid: never above dp_accounting's RDP.
-      self.assertLessEqual(r["ours_rdp"], r["dp_accounting_rdp"] + 1e-9)
-      self.assertIsNotNone(r["published"])
-    self.assertLen(res["tables"], 1)
+  def test_bad_config(self):
+    for kw in (dict(mu0=0.0), dict(ks=()), dict(ks=(0,)), dict(total_delta=1.0),
+               dict(total_epsilon=-1.0), dict(demo3_sigma=float("nan")),
+               dict(demo3_qs=(0.0,)), dict(demo3_qs=(1.5,)), dict(demo3_steps=(1, -2)),
+               dict(seed=-1)):
+      with self.subTest(kw):
+        with self.assertRaisesRegex(ValueError, "^" + next(iter(kw))):
+          exp_accounting.AccountingConfig(**kw)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Shrunken run of experiments/disparate_impact.py, plus its feature map."""
 
+import json
 import os
 import tempfile
 
@@ -27,9 +28,11 @@ class DisparateImpactTest(absltest.TestCase):
 
   def test_run_small(self):
     out = tempfile.mkdtemp()
-    res = di.run(seed=0, n_train=200, n_test=2000, seeds=3, minority_share=0.2,
-                 epsilons=["1"], batch_size=50, epochs=2, learning_rate=0.5,
-                 l2_clip_norm=1.0, delta=1e-5, out_dir=out, progress=False, demo3=False)
+    cfg = di.DisparateImpactConfig(seed=0, n_train=200, n_test=2000, seeds=3,
+                                   minority_share=0.2, epsilons=(1.0,), batch_size=50,
+                                   epochs=2, learning_rate=0.5, l2_clip_norm=1.0, delta=1e-5,
+                                   demo3=False)
+    res = di.run(cfg, out, progress=False, quiet=True)
     rec = res["record"]
     self.assertEqual([e["setting"] for e in rec["settings"]], ["inf", "clip", "1"])
     for e in rec["settings"]:
@@ -40,10 +43,22 @@ class DisparateImpactTest(absltest.TestCase):
     self.assertGreater(rec["settings"][2]["sigma"], 0.0)
     self.assertEmpty(rec["demo3"])
     self.assertTrue(os.path.exists(os.path.join(out, "accuracy_per_group.png")))
-    res2 = di.run(seed=0, n_train=200, n_test=2000, seeds=3, minority_share=0.2,
-                  epsilons=["1"], batch_size=50, epochs=2, learning_rate=0.5,
-                  l2_clip_norm=1.0, delta=1e-5, out_dir=out, progress=False, demo3=False)
+    with open(res["path"]) as f:
+      doc = json.load(f)
+    self.assertEqual(doc["flags"]["epsilons"], [1.0])
+    self.assertFalse(doc["flags"]["demo3"])
+    res2 = di.run(cfg, tempfile.mkdtemp(), progress=False, quiet=True)
     self.assertEqual(res2["record"], rec)
+
+  def test_bad_config(self):
+    for kw in (dict(seed=-1), dict(n_train=0), dict(n_test=0), dict(seeds=1),
+               dict(minority_share=0.0), dict(minority_share=1.0), dict(epsilons=()),
+               dict(epsilons=(1.0, -0.5)), dict(batch_size=0), dict(batch_size=2000),
+               dict(epochs=0), dict(learning_rate=0.0), dict(l2_clip_norm=-1.0),
+               dict(delta=0.0)):
+      with self.subTest(kw):
+        with self.assertRaisesRegex(ValueError, "^" + next(iter(kw))):
+          di.DisparateImpactConfig(**kw)
 
 
 if __name__ == "__main__":

@@ -9,17 +9,16 @@ import pytest
 from absl.testing import absltest
 
 from dpjax import accounting
-from experiments import _common
 from experiments import dpsgd_digits
 
 
 class DpsgdDigitsExperimentTest(absltest.TestCase):
 
   def _run(self, out, archs=("mlp",)):
-    return dpsgd_digits.run(seed=0, eps=[2.0, math.inf], archs=list(archs), seeds=2, steps=4,
-                            sampling_prob=0.1, clip=1.0, delta=1e-5,
-                            learning_rates={"mlp": 2.0, "cnn": 4.0}, mlp_hidden=(16,),
-                            cnn_channels=(2, 4), out_dir=out, progress=False)
+    cfg = dpsgd_digits.DpsgdDigitsConfig(
+        seed=0, eps=(2.0, math.inf), archs=tuple(archs), seeds=2, steps=4, sampling_prob=0.1,
+        clip=1.0, delta=1e-5, mlp_lr=2.0, cnn_lr=4.0, mlp_hidden=(16,), cnn_channels=(2, 4))
+    return dpsgd_digits.run(cfg, out, progress=False, quiet=True)
 
   def test_run_small(self):
     self._check(("mlp",))
@@ -51,23 +50,28 @@ class DpsgdDigitsExperimentTest(absltest.TestCase):
         self.assertLessEqual(c["epsilon_spent"], 2.0 + 1e-6)
         self.assertGreater(c["epsilon_spent"], 1.9)
     self.assertTrue(os.path.exists(os.path.join(out, "accuracy_vs_epsilon.png")))
-    path = _common.write_results(out, "dpsgd_digits", flag_dict={"seed": 0},
-                                 results=rec, tables=res["tables"], quiet=True)
-    with open(path) as f:
+    with open(res["path"]) as f:
       doc = json.load(f)
     self.assertEqual(doc["tables"][0]["columns"][0], "model")
+    self.assertEqual(doc["flags"]["eps"], [2.0, "inf"])
     # Same seed, same numbers (the compiled programs are cached, so this is cheap).
-    self.assertEqual(self._run(None, archs)["record"], rec)
+    self.assertEqual(self._run(tempfile.mkdtemp(), archs)["record"], rec)
 
-  def test_bad_arguments(self):
+  def test_bad_config(self):
+    config = dpsgd_digits.DpsgdDigitsConfig
     with self.assertRaisesRegex(ValueError, "archs"):
-      dpsgd_digits.run(seed=0, eps=[1.0], archs=["resnet"], seeds=1, steps=1,
-                       sampling_prob=0.1, clip=1.0, delta=1e-5, learning_rates={})
+      config(eps=(1.0,), archs=("resnet",), seeds=1, steps=1)
     with self.assertRaisesRegex(ValueError, "seeds"):
-      dpsgd_digits.run(seed=0, eps=[1.0], archs=["mlp"], seeds=0, steps=1,
-                       sampling_prob=0.1, clip=1.0, delta=1e-5, learning_rates={"mlp": 1.0})
+      config(eps=(1.0,), archs=("mlp",), seeds=0, steps=1)
     with self.assertRaisesRegex(ValueError, "eps"):
-      dpsgd_digits._parse_eps(["0"])
+      config(eps=(0.0,))
+    for kw in (dict(seed=-1), dict(eps=()), dict(archs=()), dict(steps=0),
+               dict(sampling_prob=0.0), dict(clip=-1.0), dict(delta=1.0), dict(mlp_lr=0.0),
+               dict(cnn_lr=float("inf")), dict(mlp_hidden=(0,)), dict(cnn_channels=()),
+               dict(test_fraction=1.0)):
+      with self.subTest(kw):
+        with self.assertRaisesRegex(ValueError, "^" + next(iter(kw))):
+          config(**kw)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,17 @@ class ExperimentDpsgdTest(absltest.TestCase):
 
   def test_run_small(self):
     with tempfile.TemporaryDirectory() as out:
-      res, tables = exp.run(seed=0, seeds=2, clip_seeds=2, test_size=500, anatomy_draws=20,
-                            out_dir=out, quiet=True, epsilons=(1.0,), clip_norms=(0.1, 100.0),
-                            batches=(50,), fixed_step_qs=(0.05, 0.1))
+      cfg = exp.DpsgdExperimentConfig(seed=0, seeds=2, clip_seeds=2, test_size=500,
+                                      anatomy_draws=20, epsilons=(1.0,),
+                                      clip_norms=(0.1, 100.0), batches=(50,),
+                                      fixed_step_qs=(0.05, 0.1))
+      out_run = exp.run(cfg, out, progress=False, quiet=True)
+      res, tables = out_run["record"], out_run["tables"]
       with open(os.path.join(out, "results.json")) as f:
         doc = json.load(f)
       self.assertTrue(os.path.exists(os.path.join(out, "dpsgd_cost_and_clip.png")))
     self.assertEqual(doc["experiment"], "dpsgd")
+    self.assertEqual(doc["flags"]["clip_norms"], [0.1, 100.0])
     self.assertLen(tables, 5)
     # Sigma for eps = 1, B = 50, 20 epochs: the lecture's 2.19 and 5.89.
     self.assertAlmostEqual(res["anatomy"]["linear"]["sigma"], 2.19, delta=0.01)
@@ -38,9 +42,16 @@ class ExperimentDpsgdTest(absltest.TestCase):
     fr = [res["clip"][str(c)]["clip_fraction"] for c in (0.1, 100.0)]
     self.assertTrue(all(a >= b for a, b in zip(fr, fr[1:])), fr)
 
-  def test_bad_args(self):
+  def test_bad_config(self):
     with self.assertRaises(ValueError):
-      exp.run(seeds=1)
+      exp.DpsgdExperimentConfig(seeds=1)
+    for kw in (dict(seed=-1), dict(seeds=1), dict(clip_seeds=1), dict(test_size=0),
+               dict(anatomy_draws=0), dict(epsilons=()), dict(epsilons=(0.0,)),
+               dict(clip_norms=(-1.0,)), dict(batches=(0,)), dict(batches=(501,)),
+               dict(fixed_step_qs=(1.5,))):
+      with self.subTest(kw):
+        with self.assertRaisesRegex(ValueError, "^" + next(iter(kw))):
+          exp.DpsgdExperimentConfig(**kw)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from dpjax import mechanisms as mech
 from experiments import mechanisms as exp
 
 _SMALL = exp.MechanismsConfig(
-    rr_people=2_000, rr_epsilons=(0.1, 1.0), rr_reps=50, count_epsilons=(0.5, 1.0),
+    seed=1, rr_people=2_000, rr_epsilons=(0.1, 1.0), rr_reps=50, count_epsilons=(0.5, 1.0),
     noise_draws=20_000, income_people=1_000, clip_bounds=(50.0, 200.0, 2000.0),
     mean_reps=2_000, em_private=200, em_public=500, em_test=5_000,
     em_epsilons=(0.01, 1.0, 5.0), em_reps=200, em_datasets=3)
@@ -26,12 +26,14 @@ class MechanismsExperimentTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.out = tempfile.mkdtemp()
-    cls.res = exp.run(seed=1, out_dir=cls.out, cfg=_SMALL, progress=False, quiet=True)
+    cls.res = exp.run(_SMALL, cls.out, progress=False, quiet=True)
     with open(os.path.join(cls.out, "results.json")) as f:
       cls.doc = json.load(f)
 
   def test_writes_results_and_figure(self):
     self.assertEqual(self.doc["experiment"], "mechanisms")
+    self.assertEqual(self.res["path"], os.path.join(self.out, "results.json"))
+    self.assertEqual(self.doc["flags"]["seed"], 1)
     self.assertLen(self.doc["tables"], 5)
     for fig in self.doc["figures"]:
       self.assertTrue(os.path.exists(os.path.join(self.out, fig)))
@@ -97,7 +99,7 @@ class MechanismsExperimentTest(absltest.TestCase):
 
   def test_deterministic(self):
     out2 = tempfile.mkdtemp()
-    exp.run(seed=1, out_dir=out2, cfg=_SMALL, progress=False, quiet=True)
+    exp.run(_SMALL, out2, progress=False, quiet=True)
     with open(os.path.join(out2, "results.json")) as f:
       doc2 = json.load(f)
     self.assertEqual(self.doc["results"], doc2["results"])
@@ -109,6 +111,12 @@ class MechanismsExperimentTest(absltest.TestCase):
       exp.MechanismsConfig(em_epsilons=(0.0,))
     with self.assertRaisesRegex(ValueError, "delta"):
       exp.MechanismsConfig(delta=2.0)
+    for kw in (dict(seed=-1), dict(rr_reps=True), dict(em_candidates=1), dict(clip_bounds=()),
+               dict(count_epsilons=(1.0, float("inf"))), dict(income_epsilon=0.0),
+               dict(small_count=-1.0), dict(noise_draws=2.5)):
+      with self.subTest(kw):
+        with self.assertRaisesRegex(ValueError, "^" + next(iter(kw))):
+          exp.MechanismsConfig(**kw)
 
 
 if __name__ == "__main__":

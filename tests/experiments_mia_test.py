@@ -13,9 +13,10 @@ class MiaExperimentTest(absltest.TestCase):
 
   def test_small_run(self):
     with tempfile.TemporaryDirectory() as d:
-      out = mia_exp.run(seed=0, out_dir=d, num_models=16, pool_size=40, epsilons=(8.0,),
-                        num_steps=50, test_size=2000, progress=False, quiet=True)
-      rows = {r["row"]: r for r in out["rows"]}
+      cfg = mia_exp.MiaConfig(seed=0, num_models=16, pool_size=40, epsilons=(8.0,),
+                              num_steps=50, test_size=2000)
+      out = mia_exp.run(cfg, d, progress=False, quiet=True)
+      rows = {r["row"]: r for r in out["record"]["rows"]}
       self.assertEqual(set(rows), {"overfit", "l2=1e-2", "clipped", "eps=8"})
       for r in rows.values():
         for k in ("test_accuracy", "loss_advantage", "loss_tpr", "lira_tpr", "lira_tpr_0.1%",
@@ -28,10 +29,23 @@ class MiaExperimentTest(absltest.TestCase):
         doc = json.load(f)
       self.assertEqual(doc["experiment"], "mia")
       self.assertTrue(os.path.exists(os.path.join(d, "mia_roc.png")))
+      self.assertEqual(doc["flags"]["num_models"], 16)
+      # The figure's ROC curves are in the record: non-decreasing, ending at TPR = 1.
+      roc = doc["results"]["roc"]
+      self.assertEqual(set(roc["tpr"]), set(rows))
+      for name, c in roc["tpr"].items():
+        self.assertTrue(all(a <= b for a, b in zip(c["lira"], c["lira"][1:])), name)
+        self.assertEqual(c["lira"][-1], 1.0)
 
   def test_validation(self):
     with self.assertRaisesRegex(ValueError, "num_models"):
-      mia_exp.run(seed=0, out_dir="/tmp/unused", num_models=3)
+      mia_exp.MiaConfig(num_models=3)
+    for kw in (dict(seed=-1), dict(num_models=2), dict(num_models=7), dict(pool_size=3),
+               dict(epsilons=()), dict(epsilons=(0.0,)), dict(num_steps=0),
+               dict(sampling_prob=1.5), dict(delta=0.0), dict(test_size=0)):
+      with self.subTest(kw):
+        with self.assertRaisesRegex(ValueError, "^" + next(iter(kw))):
+          mia_exp.MiaConfig(**kw)
 
 
 if __name__ == "__main__":

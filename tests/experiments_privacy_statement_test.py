@@ -9,6 +9,7 @@ import dp_accounting
 from absl.testing import absltest, parameterized
 from scipy import stats
 
+from dpjax import tradeoff
 from dpjax.accounting import gdp, pld, statement
 from experiments import privacy_statement as ps
 
@@ -40,7 +41,7 @@ class PrivacyStatementTest(parameterized.TestCase):
     mu = 1.0
     p = pld.gaussian_pld(1.0 / mu)
     fprs = [0.001, 0.01, 0.1]
-    got = statement.tradeoff_from_pld(p, fprs, 10.0)
+    got = tradeoff.pld_tpr_bound(p, fprs, 10.0)
     want = stats.norm.cdf(stats.norm.ppf(fprs) + mu)
     for g, w in zip(got, want):
       self.assertGreaterEqual(g, w - 1e-12)
@@ -70,8 +71,9 @@ class PrivacyStatementTest(parameterized.TestCase):
 
   def test_experiment_writes_results(self):
     out = tempfile.mkdtemp()
-    res = ps.run(noise_multiplier=1.0, sampling_prob=0.02, num_steps=200, dataset_size=5000,
-                 deltas=[1e-5], out_dir=out, quiet=True)
+    cfg = ps.PrivacyStatementConfig(noise_multiplier=1.0, sampling_prob=0.02, num_steps=200,
+                                    dataset_size=5000, deltas=(1e-5,))
+    res = ps.run(cfg, out, quiet=True)
     with open(res["path"]) as f:
       doc = json.load(f)
     self.assertEqual(doc["experiment"], "privacy_statement")
@@ -81,10 +83,23 @@ class PrivacyStatementTest(parameterized.TestCase):
     # Same flags -> identical file.
     with open(res["path"]) as f:
       first = f.read()
-    ps.run(noise_multiplier=1.0, sampling_prob=0.02, num_steps=200, dataset_size=5000,
-           deltas=[1e-5], out_dir=out, quiet=True)
+    ps.run(cfg, out, quiet=True)
     with open(res["path"]) as f:
       self.assertEqual(first, f.read())
+    # The figure's curves are in the record; the PLD bound lies above the diagonal.
+    curve = doc["results"]["tradeoff_curve"]
+    self.assertLen(curve["fpr"], 60)
+    for f, t in zip(curve["fpr"], curve["tpr_pld"]):
+      self.assertGreaterEqual(t, f - 1e-12)
+    self.assertEqual(doc["flags"]["deltas"], [1e-5])
+
+  def test_bad_config(self):
+    for kw in (dict(seed=-1), dict(noise_multiplier=0.0), dict(sampling_prob=0.0),
+               dict(sampling_prob=1.01), dict(num_steps=0), dict(dataset_size=0),
+               dict(deltas=()), dict(deltas=(1e-5, 1.0))):
+      with self.subTest(kw):
+        with self.assertRaisesRegex(ValueError, "^" + next(iter(kw))):
+          ps.PrivacyStatementConfig(**kw)
 
 
 if __name__ == "__main__":

@@ -2,35 +2,57 @@
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 
 from absl.testing import absltest
 
-from experiments import _common
 from experiments import reconstruction
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class ReconstructionExperimentTest(absltest.TestCase):
 
   def test_run_small(self):
     out = tempfile.mkdtemp()
-    res = reconstruction.run(seed=0, people=30, queries=[60, 240], trials=4, epsilon=1.0,
-                             lp_max_queries=60, out_dir=out, progress=False)
+    cfg = reconstruction.ReconstructionConfig(people=30, queries=(60, 240), trials=4,
+                                              lp_max_queries=60)
+    res = reconstruction.run(cfg, out, progress=False, quiet=True)
     rec = res["record"]
     cells = {(c["regime"], c["num_queries"]): c["mean"] for c in rec["cells"]}
     self.assertEqual(len(cells), 6)
     self.assertGreater(cells[("pm1", 240)], 0.95)        # small noise: near-total recovery
     self.assertLess(cells[("dp", 240)], rec["majority_baseline"] + 0.2)
     self.assertTrue(os.path.exists(os.path.join(out, "recovery.png")))
-    path = _common.write_results(out, "reconstruction", flag_dict={"seed": 0}, results=rec,
-                                 tables=res["tables"], quiet=True)
-    with open(path) as f:
+    with open(res["path"]) as f:
       doc = json.load(f)
     self.assertEqual(doc["tables"][0]["columns"][0], "m")
+    self.assertEqual(doc["flags"]["people"], 30)
     # Same seed, same numbers.
-    res2 = reconstruction.run(seed=0, people=30, queries=[60, 240], trials=4, epsilon=1.0,
-                              lp_max_queries=0, out_dir=out, progress=False)
+    out2 = tempfile.mkdtemp()
+    res2 = reconstruction.run(cfg, out2, progress=False, quiet=True)
     self.assertEqual(res2["record"]["cells"], rec["cells"])
+
+  def test_bad_config(self):
+    for kw in (dict(people=1), dict(queries=()), dict(queries=(0,)), dict(trials=0),
+               dict(epsilon=-1.0), dict(seed=-1), dict(people=True)):
+      with self.subTest(kw):
+        with self.assertRaisesRegex(ValueError, next(iter(kw))):
+          reconstruction.ReconstructionConfig(**kw)
+
+  def test_bad_flag_is_one_line_and_exit_2(self):
+    for args, flag in ((["--trials", "0"], "--trials=0"), (["--queries", "a,b"], "--queries"),
+                       (["--epsilon", "x"], "--epsilon")):
+      with self.subTest(args):
+        p = subprocess.run([sys.executable, "-m", "experiments.reconstruction", *args,
+                            "--out", tempfile.mkdtemp()], cwd=_ROOT, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        self.assertLen(lines, 1, p.stderr)
+        self.assertIn(flag, lines[0])
 
 
 if __name__ == "__main__":

@@ -21,6 +21,15 @@ _ORDER = ("reconstruction", "mia_bound", "mechanisms", "accounting", "published"
           "privacy_statement", "dpsgd", "mia", "audit", "disparate_impact", "pate")
 
 
+def _flag_text(name: str, value) -> str:
+  """One recorded flag as it is typed: --x=1,2 for a list, --x / --nox for a bool."""
+  if isinstance(value, bool):
+    return f"--{name}" if value else f"--no{name}"
+  if isinstance(value, list):
+    return f"--{name}=" + ",".join(str(v) for v in value)
+  return f"--{name}={value}"
+
+
 def build_report(root: str) -> str:
   names = sorted(d for d in os.listdir(root)
                  if os.path.isfile(os.path.join(root, d, "results.json")))
@@ -32,7 +41,7 @@ def build_report(root: str) -> str:
   for n in names:
     with open(os.path.join(root, n, "results.json")) as f:
       doc = json.load(f)
-    flags_used = ", ".join(f"`--{k}={v}`" for k, v in doc.get("flags", {}).items()
+    flags_used = ", ".join(f"`{_flag_text(k, v)}`" for k, v in doc.get("flags", {}).items()
                            if k != "out" and v is not None)
     parts += [f"## {n}", "", f"`python -m experiments.{n}` ({flags_used})", ""]
     if doc.get("summary"):

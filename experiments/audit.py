@@ -1,31 +1,37 @@
 """Canary audit of DP-SGD: empirical eps lower bounds against the accountant's eps (lecture §6.2).
 
 Setting (code 04 demo 3): 150 credit records (cubic features, logistic regression)
-plus canaries, DP-SGD with q = 0.2, T = 500, C = 1, delta = 1e-5, sigma calibrated
-(RDP) to each claimed eps. For every eps, 2N models are trained in one vmapped
-program per chunk. Every run carries two canaries with independent, balanced
-inclusion bits (see `dpjax.audit.canary`): the lecture's record canary, attacked by
-the BLACK-BOX adversary (final logit; threshold chosen on N/2 trials per side and
-evaluated on the other N/2), and a gradient canary in an unused coordinate,
-attacked by the WHITE-BOX adversary of Nasr et al. 2021 (exact per-step likelihood
-ratio of the privatized updates; threshold fixed in advance from the claimed
-mechanism, so all N trials per side evaluate it). So N models with and N without
-each canary = 2N models per eps serve both adversaries: `--trials 10000` trains
-80,000 models for the 4 eps (+ 20,000 for the no-noise check), not 160,000.
+plus canaries (`dpjax.data.canaries`), DP-SGD with q = 0.2, T = 500, C = 1,
+delta = 1e-5, sigma calibrated (RDP) to each claimed eps. For every eps, 2N models
+are trained in one vmapped program per chunk. Every run carries two canaries with
+independent, balanced inclusion bits (see `dpjax.audit.canary`): the lecture's
+record canary, attacked by the BLACK-BOX adversary (final logit; threshold chosen
+on N/2 trials per side and evaluated on the other N/2), and a gradient canary in
+an unused coordinate, attacked by the WHITE-BOX adversary of Nasr et al. 2021
+(exact per-step likelihood ratio of the privatized updates). So N models with and
+N without each canary = 2N models per eps serve both adversaries: `--trials 10000`
+trains 80,000 models for the 4 eps (+ 20,000 for the no-noise check), not 160,000.
+
+The audit policy is the library's (`dpjax.audit.estimators`): black-box,
+`SplitThreshold(both_signs=True)` at 95%; white-box, `Bonferroni` over a
+`FixedThreshold` (fixed in advance from the claimed mechanism's likelihood-ratio
+distribution, evaluated on all N trials per side) and a `SplitThreshold`, each at
+97.5%, the larger bound reported; `bootstrap_spread` for the "± sd" columns,
+`best_certifiable` for the best bound any adversary could certify with the same
+trials and procedure, `gdp_estimate` for the GDP column. Finished chunks are kept
+in a `dpjax.audit.store.ChunkStore` under <out>/chunks/, and `--resume` continues
+an interrupted run without redoing them.
 
 Printed per eps: the claimed eps (the accountant's), eps_lower of each adversary
 with 95% confidence, the trials' ceiling (a perfect attack: ~ln(N/3.7)), and the
-best bound ANY adversary could certify with the same trials and procedure, from
-the accounted mechanism's own trade-off curve on expected counts.
+best certifiable bound.
 
-Command:   python -m experiments.audit --trials 10000     (33 s wall / 53 s CPU on the
-                                                           2-core machine, 0.83 GB RSS;
-                                                           4 min 10 s wall at load ~10
-                                                           with an older, slower engine)
-           python -m experiments.audit                     (--trials 1000, ~18 s wall)
+Command:   python -m experiments.audit --trials 10000     (about a minute of CPU time)
+           python -m experiments.audit                     (--trials 1000: also about a
+                                                           minute of CPU, mostly compiling)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1
-Long runs write finished chunks to <out>/chunks/ and `--resume` continues an
-interrupted run without redoing them.
+A faulty variant's results go to results/audit_variants/<variant>/ unless --out is
+given.
 Expected (--trials 10000, seed 0): white-box eps_lower 0.29 / 0.94 / 1.79 / 3.58 for
 claimed eps 1 / 2 / 4 / 8 against a best certifiable bound of 0.31 / 0.79 / 1.75 / 3.35
 (on expected counts; ours exceeds it by sampling luck of about one sd, and stays below
@@ -38,7 +44,6 @@ each adversary at its procedure's ceiling (white-box 7.73 =
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import warnings
@@ -50,18 +55,56 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from dpjax import accounting, dpsgd, models  # noqa: E402
-from dpjax.audit import canary, stats, variants  # noqa: E402
+from dpjax import accounting, dpsgd, models, tradeoff  # noqa: E402
+from dpjax.audit import canary, estimators, stats, store, variants  # noqa: E402
+from dpjax.data import canaries  # noqa: E402
 from experiments import _common  # noqa: E402
 
 NAME = "audit"
 THREAT_MODELS = ("black_box", "white_box", "both")
 # The lecture's trials' ceilings (exercise 5): 0 errors in 500 / 10,000 per side.
 LECTURE_CEILING = {500: 4.91, 10_000: 7.90}
-_Q, _T, _N_BASE = 0.2, 500, 150
+# Points of each ROC curve recorded for the figure.
+_ROC_POINTS = 100
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AuditConfig(_common.ExperimentConfig):
+  """What `run` computes (defaults = the lecture's setting at 1000 trials; tests shrink them)."""
+  trials: int = _common.option(1000, "Models per side (with / without each canary).")
+  epsilons: tuple[float, ...] = _common.option((1.0, 2.0, 4.0, 8.0), "Claimed eps values.")
+  threat_model: str = _common.option("both", "Which adversaries' bounds to report.",
+                                     choices=THREAT_MODELS)
+  variant: str = _common.option("correct",
+                                "DP-SGD variant to audit (faulty ones for testing the audit).",
+                                choices=variants.VARIANTS)
+  resume: bool = _common.option(False, "Continue an interrupted run from <out>/chunks.")
+  no_noise: bool = _common.option(True, "Also audit sigma = 0 (the ceiling check).")
+  chunk_models: int = _common.option(2000, "Models per chunk written to disk.")
+  # The DP-SGD and audit constants (not flags; tests shrink them).
+  delta: float = _common.option(1e-5, "delta of the claims.", flag=False)
+  confidence: float = _common.option(0.95, "Confidence of every reported bound.", flag=False)
+  num_steps: int = _common.option(500, "DP-SGD steps T.", flag=False)
+  sampling_prob: float = _common.option(0.2, "Poisson sampling rate q.", flag=False)
+  base_size: int = _common.option(150, "Base records besides the canary.", flag=False)
+
+  def __post_init__(self):
+    super().__post_init__()                  # seed, and threat_model / variant in their choices
+    _common.check_int(self, "trials", minimum=2)
+    if self.trials % 2:
+      raise ValueError(f"trials must be an even integer >= 2 (a balanced design of 2 * trials "
+                       f"models in groups of 4), got {self.trials!r}")
+    _common.check_positive(self, "epsilons")
+    _common.check_int(self, "chunk_models", minimum=4)
+    if self.chunk_models % 4:
+      raise ValueError(f"chunk_models must be a positive multiple of 4, got {self.chunk_models!r}")
+    _common.check_int(self, "num_steps")
+    _common.check_int(self, "base_size")
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
+                        open_high=True)
+    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,11 +114,18 @@ class _Setting:
   sigma: float
 
 
-def _chunk_path(out_dir, setting, c):
-  return os.path.join(out_dir, "chunks", f"{setting}_c{c:04d}.npz")
+def _settings(cfg: AuditConfig) -> list[_Setting]:
+  out = []
+  for e in cfg.epsilons:
+    s = accounting.calibrate_noise(float(e), cfg.sampling_prob, cfg.num_steps, cfg.delta)
+    out.append(_Setting(f"eps{float(e):g}", float(e), float(s)))
+  if cfg.no_noise:
+    out.append(_Setting("no_noise", math.inf, 0.0))
+  return out
 
 
 def _train_chunk(key, data, var, lo, hi, m_total, model):
+  """Trains models lo..hi-1 of the balanced design; returns their inclusion bits and scores."""
   r_all, s_all = canary.balanced_design(m_total)
   r, s = r_all[lo:hi], s_all[lo:hi]
   keep = np.ones((hi - lo, data.x_NxD.shape[0]), bool)
@@ -87,133 +137,182 @@ def _train_chunk(key, data, var, lo, hi, m_total, model):
         observe_fn=canary.observe_last_coordinate(),
         gradient_canary=canary.gradient_canary(data.num_features, var.config.l2_clip_norm),
         canary_keep_M=jnp.asarray(s), max_chunk=hi - lo, progress=False, **var.components)
-  bb = canary.black_box_scores(np.asarray(out.params["w"]), np.asarray(data.x_NxD[data.canary_index]))
+  bb = canary.black_box_scores(np.asarray(out.params["w"]),
+                               np.asarray(data.x_NxD[data.canary_index]))
   o = canary.normalized_observations(out.observations,
                                      expected_batch_size=var.config.expected_batch_size,
                                      l2_clip_norm=var.config.l2_clip_norm)
-  return {"record_in": r, "gradient_in": s, "black_box": bb, "o": o}
+  return r, s, bb, o
 
 
-def run(*, seed: int, out_dir: str, trials: int = 1000, epsilons=(1.0, 2.0, 4.0, 8.0),
-        threat_model: str = "both", variant: str = "correct", resume: bool = False,
-        include_no_noise: bool = True, chunk_models: int = 2000, delta: float = 1e-5,
-        confidence: float = 0.95, num_steps: int = _T, sampling_prob: float = _Q,
-        base_size: int = _N_BASE, max_new_chunks: int | None = None,
-        progress: bool = True, flag_dict: dict | None = None, quiet: bool = False) -> dict:
-  """Runs the audit; returns {"rows", "complete", "chunks_trained", "path"}.
+def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = False,
+        max_new_chunks: int | None = None) -> dict:
+  """Trains (or resumes) every chunk, audits each setting, writes results.json and figures.
 
   Args:
-    seed: the only source of randomness.
+    cfg: the configuration.
     out_dir: output directory (results.json, figures, chunks/).
-    trials: N, models per side for each canary (even); 2N models per setting.
-    epsilons: claimed eps values (sigma calibrated with the RDP accountant).
-    threat_model: "black_box", "white_box" or "both" (which bounds are reported;
-      the runs are shared, see the module docstring).
-    variant: a name in `variants.VARIANTS`; the accountant is told the claimed
-      (q, sigma, T, delta) whatever the variant does.
-    resume: keep finished chunks of an earlier run with the same settings.
-    include_no_noise: also audit sigma = 0 (claimed eps = inf), which must hit the
-      trials' ceiling.
-    chunk_models: models per chunk (a multiple of 4); each chunk is written to disk.
+    progress: show a progress bar.
+    quiet: print nothing.
     max_new_chunks: stop (incomplete) after training this many chunks (time-boxed
-      runs; the next `resume=True` call continues).
-    Others: the DP-SGD and audit constants.
+      runs; the next run with `resume=True` continues).
+  Returns:
+    {"rows", "complete", "chunks_trained", "path"}.
   """
-  if int(trials) != trials or trials < 2 or trials % 2:
-    raise ValueError(f"trials must be an even integer >= 2, got {trials}")
-  if threat_model not in THREAT_MODELS:
-    raise ValueError(f"threat_model must be one of {THREAT_MODELS}, got {threat_model!r}")
-  if variant not in variants.VARIANTS:
-    raise ValueError(f"variant must be one of {variants.VARIANTS}, got {variant!r}")
-  if int(chunk_models) != chunk_models or chunk_models < 4 or chunk_models % 4:
-    raise ValueError(f"chunk_models must be a positive multiple of 4, got {chunk_models}")
-  epsilons = [float(e) for e in epsilons]
-  if any(not (e > 0) for e in epsilons):
-    raise ValueError(f"epsilons must be > 0, got {epsilons}")
-  m_total = 2 * int(trials)
-  if m_total % 4:
-    raise ValueError(f"2 * trials must be a multiple of 4 (balanced design), got trials={trials}")
-  key = jax.random.key(seed)
-  k_data, k_train = jax.random.split(key)
-  data = canary.audit_data(k_data, base_size)
+  m_total = 2 * cfg.trials
+  k_data, k_train = jax.random.split(jax.random.key(cfg.seed))
+  data = canaries.audit_data(k_data, cfg.base_size)
   model = models.logistic_regression(data.num_features)
   n_records = int(data.x_NxD.shape[0])
-
-  settings = []
-  for e in epsilons:
-    s = accounting.calibrate_noise(e, sampling_prob, num_steps, delta)
-    settings.append(_Setting(f"eps{e:g}", e, float(s)))
-  if include_no_noise:
-    settings.append(_Setting("no_noise", math.inf, 0.0))
-
-  chunk_dir = os.path.join(out_dir, "chunks")
-  manifest = {"seed": seed, "trials": int(trials), "variant": variant, "chunk_models": int(chunk_models),
-              "delta": delta, "num_steps": num_steps, "sampling_prob": sampling_prob,
-              "base_size": base_size, "settings": [dataclasses.asdict(s) for s in settings]}
-  man_path = os.path.join(chunk_dir, "manifest.json")
-  os.makedirs(chunk_dir, exist_ok=True)
-  if resume and os.path.exists(man_path):
-    with open(man_path) as f:
-      old = json.load(f)
-    if _common._jsonable(old) != _common._jsonable(manifest):
-      raise ValueError(f"--resume: {man_path} was written with different settings; "
-                       "rerun without --resume (or with a fresh --out)")
-  else:
-    for fn in os.listdir(chunk_dir):
-      if fn.endswith(".npz"):
-        os.remove(os.path.join(chunk_dir, fn))
-  with open(man_path, "w") as f:
-    json.dump(_common._jsonable(manifest), f, indent=1)
-
-  bounds = [(lo, min(m_total, lo + chunk_models)) for lo in range(0, m_total, chunk_models)]
-  todo = [(si, c) for si in range(len(settings)) for c in range(len(bounds))
-          if not os.path.exists(_chunk_path(out_dir, settings[si].name, c))]
+  settings = _settings(cfg)
+  manifest = {"seed": cfg.seed, "trials": cfg.trials, "variant": cfg.variant,
+              "chunk_models": cfg.chunk_models, "delta": cfg.delta, "num_steps": cfg.num_steps,
+              "sampling_prob": cfg.sampling_prob, "base_size": cfg.base_size,
+              "settings": [dataclasses.asdict(s) for s in settings]}
+  chunks = store.ChunkStore(os.path.join(out_dir, "chunks"), manifest, resume=cfg.resume)
+  bounds = [(lo, min(m_total, lo + cfg.chunk_models))
+            for lo in range(0, m_total, cfg.chunk_models)]
+  names = {(si, c): f"{st.name}_c{c:04d}" for si, st in enumerate(settings)
+           for c in range(len(bounds))}
+  todo = [k for k, n in names.items() if n not in chunks]
   trained = 0
-  bar = tqdm(total=len(settings) * len(bounds), initial=len(settings) * len(bounds) - len(todo),
-             desc=f"audit ({variant}, {m_total} models per setting)", unit="chunk",
+  bar = tqdm(total=len(names), initial=len(names) - len(todo),
+             desc=f"audit ({cfg.variant}, {m_total} models per setting)", unit="chunk",
              disable=not progress)
   for si, c in todo:
     if max_new_chunks is not None and trained >= max_new_chunks:
       break
     st = settings[si]
-    claimed = dpsgd.DpSgdConfig(dataset_size=n_records, sampling_prob=sampling_prob,
-                                num_steps=num_steps, noise_multiplier=st.sigma, delta=delta)
+    claimed = dpsgd.DpSgdConfig(dataset_size=n_records, sampling_prob=cfg.sampling_prob,
+                                num_steps=cfg.num_steps, noise_multiplier=st.sigma,
+                                delta=cfg.delta)
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")
-      var = variants.variant(variant, claimed, model)
+      var = variants.variant(cfg.variant, claimed, model)
     lo, hi = bounds[c]
     k_chunk = jax.random.fold_in(jax.random.fold_in(k_train, si), c)
-    res = _train_chunk(k_chunk, data, var, lo, hi, m_total, model)
-    wb = canary.white_box_scores(res["o"], sampling_prob, st.sigma)
-    path = _chunk_path(out_dir, st.name, c)
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, record_in=res["record_in"], gradient_in=res["gradient_in"],
-             black_box=res["black_box"], white_box=wb)
-    os.replace(tmp, path)            # atomic: a killed run never leaves half a chunk
+    r, s, bb, o = _train_chunk(k_chunk, data, var, lo, hi, m_total, model)
+    chunks.save(names[(si, c)], record_in=r, gradient_in=s, black_box=bb,
+                white_box=canary.white_box_scores(o, cfg.sampling_prob, st.sigma))
     trained += 1
     bar.update(1)
   bar.close()
-  complete = all(os.path.exists(_chunk_path(out_dir, st.name, c))
-                 for st in settings for c in range(len(bounds)))
-  if not complete:
+  if chunks.missing(list(names.values())):
     return {"rows": [], "complete": False, "chunks_trained": trained, "path": None}
 
-  rows, rocs = [], {}
-  for st in settings:
-    parts = [np.load(_chunk_path(out_dir, st.name, c)) for c in range(len(bounds))]
-    r = np.concatenate([p["record_in"] for p in parts])
-    s = np.concatenate([p["gradient_in"] for p in parts])
-    bb = np.concatenate([p["black_box"] for p in parts])
-    wb = np.concatenate([p["white_box"] for p in parts])
-    rows.append(_evaluate(st, variant, trials, r, s, bb, wb, threat_model, delta, confidence,
-                          sampling_prob, num_steps))
-    rocs[st.name] = (st, wb[s], wb[~s])
+  rows, roc = [], {}
+  for si, st in enumerate(settings):
+    parts = [chunks.load(names[(si, c)]) for c in range(len(bounds))]
+    r, s, bb, wb = (np.concatenate([p[k] for p in parts])
+                    for k in ("record_in", "gradient_in", "black_box", "white_box"))
+    rows.append(_evaluate(cfg, st, r, s, bb, wb))
+    if st.sigma > 0:
+      roc[st.name] = _roc_record(cfg, st, wb[s], wb[~s])
+  results = {"rows": rows, "variant": cfg.variant, "trials": cfg.trials,
+             "threat_model": cfg.threat_model, "models_per_setting": m_total,
+             "shared_runs": True, "white_box_roc": roc,
+             "lecture_ceiling": {str(k): v for k, v in LECTURE_CEILING.items()}}
+  figures = [_figure_bounds(out_dir, results), _figure_roc(out_dir, results)]
+  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
+                               results=results, tables=_tables(cfg, rows), figures=figures,
+                               summary=_summary(cfg, rows), quiet=quiet)
+  return {"rows": rows, "complete": True, "chunks_trained": trained, "path": path}
 
-  figures = [_figure_bounds(out_dir, rows, trials, variant), _figure_roc(out_dir, rocs, trials,
-                                                                         sampling_prob, num_steps)]
+
+def _claimed_roc(cfg: AuditConfig, st: _Setting):
+  """(thresholds, FPR, FNR) of the claimed mechanism's likelihood-ratio tests."""
+  dist = canary.llr_distribution(cfg.sampling_prob, st.sigma, cfg.num_steps)
+  return tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
+
+
+def _evaluate(cfg: AuditConfig, st: _Setting, r, s, bb, wb) -> dict:
+  """One row: both adversaries' bounds, their spread, ceilings and GDP estimates."""
+  trials, half, delta, conf = cfg.trials, cfg.trials // 2, cfg.delta, cfg.confidence
+  no_noise = st.sigma == 0
+  per_test = estimators.bonferroni_confidence(conf, 2)       # the white-box policy's two tests
+  row = {"setting": st.name, "epsilon": st.claimed_epsilon, "sigma": st.sigma,
+         "epsilon_pld": (accounting.dpsgd_epsilon(st.sigma, cfg.sampling_prob, cfg.num_steps,
+                                                  delta, accountant="pld")
+                         if not no_noise else math.inf),
+         "trials": trials, "variant": cfg.variant,
+         "ceiling": stats.perfect_attack_ceiling(trials, delta, conf),
+         "ceiling_black_box": stats.perfect_attack_ceiling(half, delta, conf),
+         "ceiling_white_box": stats.perfect_attack_ceiling(trials, delta, per_test)}
+  if no_noise:
+    # Without noise the canary's steps show as o_t = 1 exactly: "any step > 1/2".
+    threshold_wb = 0.5
+    row["best_certifiable"] = row["ceiling_white_box"]
+    row["best_certifiable_black_box"] = row["ceiling_black_box"]
+  else:
+    thr, fpr, fnr = _claimed_roc(cfg, st)
+    best = estimators.best_certifiable(fpr, fnr, trials, delta=delta, confidence=per_test,
+                                       thresholds_J=thr)
+    threshold_wb, row["best_certifiable"] = best.threshold, best.epsilon
+    row["best_certifiable_black_box"] = estimators.best_certifiable(
+        fpr, fnr, half, delta=delta, confidence=conf).epsilon
+  row["epsilon_lower_black_box"] = row["epsilon_lower_white_box"] = None
+  row["gdp_estimate_black_box"] = row["gdp_estimate_white_box"] = None
+  row["white_box_fraction_of_best"] = None
+  if cfg.threat_model in ("black_box", "both"):
+    a = estimators.SplitThreshold(both_signs=True).bound(bb[r], bb[~r], delta=delta,
+                                                         confidence=conf)
+    row["epsilon_lower_black_box"] = a.epsilon_lower
+    row["black_box_counts"] = a.counts()
+    row["epsilon_lower_black_box_sd"] = estimators.bootstrap_spread(
+        a, np.random.default_rng(0)).sd
+    if not no_noise:
+      row["gdp_estimate_black_box"] = estimators.gdp_estimate(
+          a.sign * bb[r], a.sign * bb[~r], delta, conf).epsilon
+  if cfg.threat_model in ("white_box", "both"):
+    # (a) the threshold fixed in advance from the claimed mechanism's likelihood
+    # ratio, on all trials -- optimal if the claim is right; (b) a threshold chosen
+    # on half the trials -- robust when the implementation behaves differently
+    # (e.g. far less noise than claimed, where the claimed-optimal threshold lies
+    # above both IN and OUT scores). Each at 1 - alpha/2, the larger reported.
+    policy = estimators.Bonferroni((estimators.FixedThreshold(threshold_wb),
+                                    estimators.SplitThreshold(both_signs=True)))
+    res = policy.bound(wb[s], wb[~s], delta=delta, confidence=conf)
+    fixed, held_out = res.parts
+    row["epsilon_lower_white_box"] = res.epsilon_lower
+    row["white_box_fixed_threshold"] = fixed.epsilon_lower
+    row["white_box_held_out_threshold"] = held_out.epsilon_lower
+    row["white_box_threshold"] = threshold_wb
+    row["white_box_counts"] = fixed.counts()
+    row["epsilon_lower_white_box_sd"] = estimators.bootstrap_spread(
+        fixed, np.random.default_rng(0)).sd
+    if row["best_certifiable"] > 0:
+      row["white_box_fraction_of_best"] = row["epsilon_lower_white_box"] / row["best_certifiable"]
+    if not no_noise:
+      row["gdp_estimate_white_box"] = estimators.gdp_estimate(
+          wb[s], wb[~s], delta, conf, threshold=threshold_wb).epsilon
+  return row
+
+
+def _roc_record(cfg: AuditConfig, st: _Setting, s_in, s_out) -> dict:
+  """The white-box ROC for the figure: empirical and the claimed mechanism's, on FPR grids.
+
+  Empirical: at each false-positive count k of a geometric grid, the most true
+  positives of any threshold with at most k false positives (the step curve's
+  corners there). Claimed: TPR interpolated at a geometric FPR grid.
+  """
+  thr = np.unique(np.r_[s_in, s_out])[::-1]
+  fp, fn = stats.error_counts(s_in, s_out, thr)            # fp non-decreasing along thr
+  tp = np.maximum.accumulate(s_in.size - fn)
+  k = np.unique(np.r_[0, np.rint(np.geomspace(1, s_out.size, _ROC_POINTS))]).astype(np.int64)
+  at = np.searchsorted(fp, k, side="right") - 1             # last threshold with fp <= k
+  _, fpr, fnr = _claimed_roc(cfg, st)
+  grid = np.geomspace(1e-6, 1.0, _ROC_POINTS)
+  return {"claimed_epsilon": st.claimed_epsilon, "positives": int(s_in.size),
+          "negatives": int(s_out.size), "false_positives": k[at >= 0],
+          "true_positives": tp[at[at >= 0]],
+          "exact_fpr": grid, "exact_tpr": np.interp(grid, fpr[::-1], 1 - fnr[::-1])}
+
+
+def _tables(cfg: AuditConfig, rows: list[dict]) -> list[_common.Table]:
+  trials = cfg.trials
   table = _common.Table(
-      title=f"Canary audit, variant = {variant}, {trials} trials per side ({2 * trials} models "
-            "per row, shared by both adversaries), 95% confidence, delta = 1e-5",
+      title=f"Canary audit, variant = {cfg.variant}, {trials} trials per side ({2 * trials} "
+            "models per row, shared by both adversaries), 95% confidence, delta = 1e-5",
       columns=["claimed eps", "sigma", "eps (PLD)", "eps_lower black-box", "± sd",
                "best certifiable (black-box procedure)", "eps_lower white-box", "± sd",
                "best certifiable (white-box procedure)", "white-box / best",
@@ -241,11 +340,15 @@ def run(*, seed: int, out_dir: str, trials: int = 1000, epsilons=(1.0, 2.0, 4.0,
   ceil_table = _common.Table(title="The trials' ceiling (delta = 0): ours vs the lecture",
                              columns=["evaluation trials per side", "ours", "lecture"],
                              rows=ceil_rows)
+  return [table, ceil_table]
+
+
+def _summary(cfg: AuditConfig, rows: list[dict]) -> str:
   caught = [row for row in rows if math.isfinite(row["epsilon"] or math.inf)
             and max(row["epsilon_lower_black_box"] or 0, row["epsilon_lower_white_box"] or 0)
             > row["epsilon"]]
-  summary = (
-      f"Variant {variant}, {trials} trials per side. "
+  return (
+      f"Variant {cfg.variant}, {cfg.trials} trials per side. "
       + "; ".join(f"claimed ε = {_common.fmt(row['epsilon'])}: white-box "
                   f"{_common.fmt(row['epsilon_lower_white_box'])}, black-box "
                   f"{_common.fmt(row['epsilon_lower_black_box'])} (best certifiable "
@@ -258,86 +361,11 @@ def run(*, seed: int, out_dir: str, trials: int = 1000, epsilons=(1.0, 2.0, 4.0,
          if caught else ". No claimed ε was exceeded (an audit cannot prove privacy).")
       + " Lower bounds sit below the claim for the correct algorithm because a perfect "
         "adversary with this many trials cannot certify more (the 'best certifiable' column).")
-  results = {"rows": rows, "variant": variant, "trials": trials, "threat_model": threat_model,
-             "models_per_setting": m_total, "shared_runs": True,
-             "lecture_ceiling": {str(k): v for k, v in LECTURE_CEILING.items()}}
-  path = _common.write_results(
-      out_dir, NAME, flag_dict=flag_dict or {"seed": seed, "trials": trials, "epsilons": epsilons,
-                                             "threat_model": threat_model, "variant": variant},
-      results=results, tables=[table, ceil_table], figures=figures, summary=summary, quiet=quiet)
-  return {"rows": rows, "complete": True, "chunks_trained": trained, "path": path}
 
 
-def _bound_sd(fp, neg, fn, pos, delta, confidence, reps=400):
-  """Parametric-bootstrap standard deviation of a bound at fixed threshold: how much
-  it moves when the error counts are redrawn at their observed rates (the "noise"
-  against which two adversaries' bounds are compared)."""
-  rng = np.random.default_rng(0)
-  fp_b = rng.binomial(neg, fp / neg, reps)
-  fn_b = rng.binomial(pos, fn / pos, reps)
-  return float(np.std(stats.epsilon_lower_bound(fp_b, neg, fn_b, pos, delta, confidence)))
-
-
-def _evaluate(st, variant, trials, r, s, bb, wb, threat_model, delta, confidence, q, t):
-  half = trials // 2
-  no_noise = st.sigma == 0
-  row = {"setting": st.name, "epsilon": st.claimed_epsilon, "sigma": st.sigma,
-         "epsilon_pld": (accounting.dpsgd_epsilon(st.sigma, q, t, delta, accountant="pld")
-                         if not no_noise else math.inf),
-         "trials": int(trials), "variant": variant,
-         "ceiling": stats.perfect_attack_ceiling(trials, delta, confidence),
-         "ceiling_black_box": stats.perfect_attack_ceiling(half, delta, confidence)}
-  conf2 = 1.0 - (1.0 - confidence) / 2.0
-  # the white-box procedure's own ceiling (all trials at 1 - alpha/2, see below)
-  row["ceiling_white_box"] = stats.perfect_attack_ceiling(trials, delta, conf2)
-  if no_noise:
-    thr_wb = 0.5
-    row["best_certifiable"] = row["ceiling_white_box"]
-    row["best_certifiable_black_box"] = row["ceiling_black_box"]
-  else:
-    dist = canary.llr_distribution(q, st.sigma, t)
-    thr_wb, row["best_certifiable"] = dist.best_threshold(trials, delta, conf2)
-    _, row["best_certifiable_black_box"] = dist.best_threshold(half, delta, confidence)
-  row["epsilon_lower_black_box"] = row["epsilon_lower_white_box"] = None
-  row["gdp_estimate_black_box"] = row["gdp_estimate_white_box"] = None
-  row["white_box_fraction_of_best"] = None
-  if threat_model in ("black_box", "both"):
-    a = stats.audit_scores(bb[r], bb[~r], delta=delta, confidence=confidence, both_signs=True)
-    row["epsilon_lower_black_box"] = a.epsilon_lower
-    row["black_box_counts"] = {"false_positives": a.false_positives, "negatives": a.negatives,
-                               "false_negatives": a.false_negatives, "positives": a.positives}
-    row["epsilon_lower_black_box_sd"] = _bound_sd(a.false_positives, a.negatives,
-                                                  a.false_negatives, a.positives, delta, confidence)
-    if not no_noise:
-      row["gdp_estimate_black_box"] = canary.gdp_epsilon_estimate(
-          a.sign * bb[r], a.sign * bb[~r], delta, confidence)["epsilon"]
-  if threat_model in ("white_box", "both"):
-    # Two white-box tests, each at confidence 1 - alpha/2 (Bonferroni), the larger
-    # bound reported (valid at 1 - alpha): (a) the threshold fixed in advance from the
-    # claimed mechanism's likelihood ratio, on all trials -- optimal if the claim is
-    # right; (b) a threshold chosen on half the trials -- robust when the
-    # implementation behaves differently (e.g. far less noise than claimed, where
-    # the claimed-optimal threshold lies above both IN and OUT scores).
-    conf2 = 1.0 - (1.0 - confidence) / 2.0
-    a = stats.audit_scores(wb[s], wb[~s], delta=delta, confidence=conf2, threshold=thr_wb)
-    b = stats.audit_scores(wb[s], wb[~s], delta=delta, confidence=conf2, both_signs=True)
-    row["epsilon_lower_white_box"] = max(a.epsilon_lower, b.epsilon_lower)
-    row["white_box_fixed_threshold"] = a.epsilon_lower
-    row["white_box_held_out_threshold"] = b.epsilon_lower
-    row["white_box_threshold"] = thr_wb
-    row["white_box_counts"] = {"false_positives": a.false_positives, "negatives": a.negatives,
-                               "false_negatives": a.false_negatives, "positives": a.positives}
-    row["epsilon_lower_white_box_sd"] = _bound_sd(a.false_positives, a.negatives,
-                                                  a.false_negatives, a.positives, delta, conf2)
-    if row["best_certifiable"] > 0:
-      row["white_box_fraction_of_best"] = row["epsilon_lower_white_box"] / row["best_certifiable"]
-    if not no_noise:
-      row["gdp_estimate_white_box"] = canary.gdp_epsilon_estimate(
-          wb[s], wb[~s], delta, confidence, threshold=thr_wb)["epsilon"]
-  return row
-
-
-def _figure_bounds(out_dir, rows, trials, variant):
+def _figure_bounds(out_dir: str, results: dict) -> str:
+  """Bounds against the claimed eps, drawn from the recorded rows."""
+  rows, trials, variant = results["rows"], results["trials"], results["variant"]
   fin = [r for r in rows if math.isfinite(r["epsilon"])]
   fig, ax = plt.subplots(figsize=(5.2, 4.2))
   e = np.array([r["epsilon"] for r in fin])
@@ -361,30 +389,26 @@ def _figure_bounds(out_dir, rows, trials, variant):
   return fn
 
 
-def _figure_roc(out_dir, rocs, trials, q, t):
-  items = [v for v in rocs.values() if v[0].sigma > 0]
+def _figure_roc(out_dir: str, results: dict) -> str:
+  """The white-box ROC per claimed eps, drawn from the recorded counts and curve."""
+  items = list(results["white_box_roc"].values())
   fig, axes = plt.subplots(1, max(1, len(items)), figsize=(3.3 * max(1, len(items)), 3.4),
                            squeeze=False)
-  for ax, (st, s_in, s_out) in zip(axes[0], items):
-    thr = np.unique(np.r_[s_in, s_out])[::-1]
-    fp, fn = stats.error_counts(s_in, s_out, thr)
-    tp = s_in.size - fn
-    lo, hi = stats.clopper_pearson(tp, s_in.size)
-    fpr = np.maximum(fp / s_out.size, 1e-5)
+  for ax, rec in zip(axes[0], items):
+    tp, n_in = np.asarray(rec["true_positives"]), rec["positives"]
+    lo, hi = stats.clopper_pearson(tp, n_in)
+    fpr = np.maximum(np.asarray(rec["false_positives"]) / rec["negatives"], 1e-5)
     ax.fill_between(fpr, np.maximum(lo, 1e-5), np.maximum(hi, 1e-5), color="tab:blue",
                     alpha=0.25, step="post", label="95% CP band (TPR)")
-    ax.step(fpr, np.maximum(tp / s_in.size, 1e-5), where="post", color="tab:blue",
+    ax.step(fpr, np.maximum(tp / n_in, 1e-5), where="post", color="tab:blue",
             lw=1, label="white-box (empirical)")
-    dist = canary.llr_distribution(q, st.sigma, t)
-    _, f, n = dist.roc()
-    m = f > 1e-6
-    ax.plot(f[m], 1 - n[m], "k--", lw=1, label="accounted mechanism (exact)")
+    ax.plot(rec["exact_fpr"], rec["exact_tpr"], "k--", lw=1, label="accounted mechanism (exact)")
     ax.plot([1e-5, 1], [1e-5, 1], ":", color="grey", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(1e-4, 1)
     ax.set_ylim(1e-4, 1)
-    ax.set_title(f"claimed ε = {st.claimed_epsilon:g}", fontsize=9)
+    ax.set_title(f"claimed ε = {rec['claimed_epsilon']:g}", fontsize=9)
     ax.set_xlabel("FPR")
   axes[0][0].set_ylabel("TPR")
   axes[0][0].legend(fontsize=6, loc="lower right")
@@ -395,33 +419,19 @@ def _figure_roc(out_dir, rocs, trials, q, t):
   return fn
 
 
-def _define_flags() -> dict:
-  return {
-      "trials": flags.DEFINE_integer("trials", 1000, "Models per side (with / without each canary)."),
-      "epsilons": flags.DEFINE_list("epsilons", ["1", "2", "4", "8"], "Claimed eps values."),
-      "threat_model": flags.DEFINE_enum("threat_model", "both", list(THREAT_MODELS),
-                                        "Which adversaries' bounds to report."),
-      "variant": flags.DEFINE_enum("variant", "correct", list(variants.VARIANTS),
-                                   "DP-SGD variant to audit (faulty ones for testing the audit)."),
-      "resume": flags.DEFINE_bool("resume", False, "Continue an interrupted run from <out>/chunks."),
-      "no_noise": flags.DEFINE_bool("no_noise", True, "Also audit sigma = 0 (the ceiling check)."),
-      "chunk_models": flags.DEFINE_integer("chunk_models", 2000, "Models per chunk written to disk."),
-  }
-
-
-def main(argv, f: dict):
-  del argv
+def _run_from_flags(cfg: AuditConfig, out_dir: str) -> dict:
   # A faulty variant's results go under results/audit_variants/<variant>/ (not into
   # REPORT.md, which shows the audit of the correct algorithm), unless --out is given.
-  default = (None if f["variant"].value == "correct"
-             else os.path.join(_common.RESULTS_ROOT, "audit_variants", f["variant"].value))
-  out = _common.output_dir(NAME, _common.OUT.value or default)
-  run(seed=_common.SEED.value, out_dir=out, trials=f["trials"].value,
-      epsilons=[float(e) for e in f["epsilons"].value], threat_model=f["threat_model"].value,
-      variant=f["variant"].value, resume=f["resume"].value, include_no_noise=f["no_noise"].value,
-      chunk_models=f["chunk_models"].value, flag_dict=_common.flag_values(__name__))
+  if _common.OUT.value is None and cfg.variant != "correct":
+    out_dir = _common.output_dir(
+        NAME, os.path.join(_common.RESULTS_ROOT, "audit_variants", cfg.variant))
+  return run(cfg, out_dir)
+
+
+def main():
+  """`python -m experiments.audit [--flags]`: flags from AuditConfig."""
+  _common.app_run(NAME, AuditConfig, _run_from_flags)
 
 
 if __name__ == "__main__":
-  _flags = _define_flags()
-  app.run(lambda argv: main(argv, _flags))
+  main()

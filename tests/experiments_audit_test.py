@@ -1,5 +1,6 @@
-"""Tests for experiments/audit.py at a shrunken scale: results, resume after interruption."""
+"""Tests for experiments/audit.py at a shrunken scale: results, resume after interruption, flags."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -14,8 +15,13 @@ from absl.testing import absltest
 from dpjax.audit import stats
 from experiments import audit
 
-_SMALL = dict(seed=0, trials=8, epsilons=(8.0,), chunk_models=4, base_size=20, num_steps=40,
-              progress=False, quiet=True)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SMALL = audit.AuditConfig(trials=8, epsilons=(8.0,), chunk_models=4, base_size=20,
+                           num_steps=40)
+
+
+def _run(cfg, out_dir, **kw):
+  return audit.run(cfg, out_dir, progress=False, quiet=True, **kw)
 
 
 class AuditExperimentTest(absltest.TestCase):
@@ -29,14 +35,14 @@ class AuditExperimentTest(absltest.TestCase):
     d1 = self._tmp()
     d2 = self._tmp()
     # 2 settings (eps = 8, no noise) x 16 models / 4 per chunk = 8 chunks.
-    part = audit.run(out_dir=d1, max_new_chunks=3, **_SMALL)
+    part = _run(_SMALL, d1, max_new_chunks=3)
     self.assertFalse(part["complete"])
     self.assertEqual(part["chunks_trained"], 3)
     self.assertLen([f for f in os.listdir(os.path.join(d1, "chunks")) if f.endswith(".npz")], 3)
-    rest = audit.run(out_dir=d1, resume=True, **_SMALL)
+    rest = _run(dataclasses.replace(_SMALL, resume=True), d1)
     self.assertTrue(rest["complete"])
     self.assertEqual(rest["chunks_trained"], 5)          # only the missing ones
-    fresh = audit.run(out_dir=d2, **_SMALL)
+    fresh = _run(_SMALL, d2)
     self.assertEqual(fresh["chunks_trained"], 8)
     with open(rest["path"]) as f:
       a = json.load(f)["results"]
@@ -44,7 +50,7 @@ class AuditExperimentTest(absltest.TestCase):
       b = json.load(f)["results"]
     self.assertEqual(a, b)                                # same seed => same numbers
     with self.assertRaisesRegex(ValueError, "resume"):    # never mix runs
-      audit.run(out_dir=d1, resume=True, **{**_SMALL, "trials": 12})
+      _run(dataclasses.replace(_SMALL, resume=True, trials=12), d1)
     self._check_rows(fresh, d2)
 
   @pytest.mark.slow
@@ -54,10 +60,11 @@ class AuditExperimentTest(absltest.TestCase):
     # 2 settings (eps = 8, no noise) x 16 models / 4 per chunk = 8 chunks. Start the
     # run in a subprocess and SIGKILL it as soon as its first chunk is on disk (the
     # second setting still has to compile, so the kill always lands half-way).
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = ("from experiments import audit; audit.run(out_dir=%r, **%r)" % (d1, _SMALL))
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=root,
-                            env={**os.environ, "PYTHONPATH": root},
+    code = ("import dataclasses\nfrom experiments import audit\n"
+            f"cfg = audit.AuditConfig(**{dataclasses.asdict(_SMALL)!r})\n"
+            f"audit.run(cfg, {d1!r}, progress=False, quiet=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=_ROOT,
+                            env={**os.environ, "PYTHONPATH": _ROOT},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     chunks = os.path.join(d1, "chunks")
     deadline = time.time() + 600
@@ -70,16 +77,16 @@ class AuditExperimentTest(absltest.TestCase):
     self.assertEqual(proc.returncode, -signal.SIGKILL)   # killed, not finished
     done = [f for f in os.listdir(chunks) if f.endswith(".npz")]
     self.assertBetween(len(done), 1, 7)
-    self.assertFalse(any(".tmp" in f for f in done))      # atomic writes: no half chunks
     self.assertFalse(os.path.exists(os.path.join(d1, "results.json")))
     # a time-boxed resume trains one more chunk and stops, incomplete
-    part = audit.run(out_dir=d1, resume=True, max_new_chunks=1, **_SMALL)
+    resume = dataclasses.replace(_SMALL, resume=True)
+    part = _run(resume, d1, max_new_chunks=1)
     self.assertFalse(part["complete"])
     self.assertEqual(part["chunks_trained"], 1)
-    rest = audit.run(out_dir=d1, resume=True, **_SMALL)
+    rest = _run(resume, d1)
     self.assertTrue(rest["complete"])
     self.assertEqual(rest["chunks_trained"], 8 - len(done) - 1)   # only the missing ones
-    fresh = audit.run(out_dir=d2, **_SMALL)
+    fresh = _run(_SMALL, d2)
     self.assertEqual(fresh["chunks_trained"], 8)
     with open(rest["path"]) as f:
       a = json.load(f)["results"]
@@ -96,6 +103,9 @@ class AuditExperimentTest(absltest.TestCase):
       self.assertEqual(r["trials"], 8)
       self.assertEqual(r["variant"], "correct")
       self.assertAlmostEqual(r["ceiling"], stats.perfect_attack_ceiling(8, 1e-5))
+      # the white-box bound is the larger of its two Bonferroni parts
+      self.assertEqual(r["epsilon_lower_white_box"],
+                       max(r["white_box_fixed_threshold"], r["white_box_held_out_threshold"]))
     # without noise the white-box adversary never errs (P(canary never sampled in
     # 40 steps) = 0.8^40 ~ 1e-4), so it reaches its procedure's ceiling
     nn = rows["no_noise"]
@@ -104,19 +114,38 @@ class AuditExperimentTest(absltest.TestCase):
     self.assertLessEqual(e8["epsilon_lower_white_box"], e8["epsilon_pld"])
     self.assertTrue(os.path.exists(os.path.join(d, "audit_bounds.png")))
     self.assertTrue(os.path.exists(os.path.join(d, "audit_roc.png")))
+    with open(out["path"]) as f:
+      doc = json.load(f)
+    self.assertEqual(doc["flags"]["trials"], 8)
+    self.assertEqual(list(doc["results"]["white_box_roc"]), ["eps8"])   # drawn from the record
 
   def test_threat_model_black_box_only(self):
     d = self._tmp()
-    out = audit.run(out_dir=d, threat_model="black_box", include_no_noise=False, **_SMALL)
+    cfg = dataclasses.replace(_SMALL, threat_model="black_box", no_noise=False)
+    out = _run(cfg, d)
     self.assertIsNone(out["rows"][0]["epsilon_lower_white_box"])
     self.assertIsNotNone(out["rows"][0]["epsilon_lower_black_box"])
 
-  def test_validation(self):
-    d = self._tmp()
-    with self.assertRaisesRegex(ValueError, "trials"):
-      audit.run(out_dir=d, **{**_SMALL, "trials": 7})
-    with self.assertRaisesRegex(ValueError, "variant"):
-      audit.run(out_dir=d, variant="bogus", **_SMALL)
+  def test_bad_config(self):
+    for kw in (dict(trials=7), dict(trials=0), dict(epsilons=(-1.0,)), dict(epsilons=()),
+               dict(threat_model="grey_box"), dict(variant="bogus"), dict(chunk_models=6),
+               dict(delta=1.0), dict(confidence=0.0), dict(sampling_prob=1.5), dict(seed=-1),
+               dict(trials=True)):
+      with self.subTest(kw):
+        with self.assertRaisesRegex(ValueError, f"^{next(iter(kw))}"):
+          audit.AuditConfig(**kw)
+
+  def test_bad_flag_is_one_line_and_exit_2(self):
+    for args, flag in ((["--trials", "7"], "--trials=7"), (["--epsilons", "-1"], "--epsilons"),
+                       (["--variant", "bogus"], "--variant")):
+      with self.subTest(args):
+        p = subprocess.run([sys.executable, "-m", "experiments.audit", *args,
+                            "--out", self._tmp()], cwd=_ROOT, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        self.assertLen(lines, 1, p.stderr)
+        self.assertIn(flag, lines[0])
 
 
 if __name__ == "__main__":

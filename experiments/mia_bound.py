@@ -21,9 +21,11 @@ low FPR the TPR is at most e^eps FPR + delta. This experiment
      the check is |MC - exact| <= 5 SE, where the SE of TPR@FPR includes the error of
      the empirically chosen threshold (through the slope of the ROC curve);
   5. draws the Gaussian's whole trade-off curve TPR = Phi(Phi^-1(FPR) + mu)
-     (`gdp.tradeoff_tpr`) against the (eps, delta) region.
+     against the (eps, delta) region.
+The formulas (region, advantage and posterior bounds, the best tests) are
+`dpjax.tradeoff`'s; this experiment tabulates them and checks them by simulation.
 
-Command:   python -m experiments.mia_bound          (about 5 s on 2 CPU cores)
+Command:   python -m experiments.mia_bound          (about 10 s of CPU time)
 Expected (all pure math; the lecture's numbers are reproduced exactly):
   randomized response attains the advantage bound (to within 2 delta / (e^eps + 1));
   Laplace's TPR@1% equals e^eps * 1% (the bound, less delta) for eps <= 2;
@@ -33,6 +35,7 @@ Expected (all pure math; the lecture's numbers are reproduced exactly):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -42,12 +45,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
-from scipy import stats  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from dpjax import mechanisms as mech  # noqa: E402
-from dpjax.accounting import gdp  # noqa: E402
+from dpjax import tradeoff  # noqa: E402
 from experiments import _common  # noqa: E402
 
 NAME = "mia_bound"
@@ -58,63 +59,42 @@ LECTURE = {("advantage", "gaussian", 8.0): 0.595, ("tpr", "gaussian", 8.0): 0.25
 _MC_TOLERANCE_SE = 5.0
 
 
-# ----------------------------------------------------------------------------------
-# Closed forms.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MiaBoundConfig(_common.ExperimentConfig):
+  """What `run` computes (defaults = the lecture's table; tests shrink mc_samples)."""
+  epsilons: tuple[float, ...] = _common.option((0.1, 0.5, 1.0, 2.0, 4.0, 8.0),
+                                               "Privacy levels eps to compare.")
+  delta: float = _common.option(1e-5, "delta of the region and of the Gaussian.")
+  fpr: float = _common.option(0.01, "The low false-positive rate of TPR@FPR.")
+  mc_samples: int = _common.option(1_000_000,
+                                   "Monte Carlo draws per hypothesis per (mechanism, eps).")
 
-def region_tpr(fpr, epsilon: float, delta: float):
-  """Largest TPR an (eps, delta)-DP mechanism allows at `fpr` (array in [0, 1])."""
-  f = np.asarray(fpr, np.float64)
-  e = math.exp(epsilon)
-  return np.clip(np.minimum(e * f + delta, 1 - (1 - f - delta) / e), 0.0, 1.0)
-
-
-def advantage_bound(epsilon: float, delta: float) -> float:
-  """max (TPR - FPR) over the (eps, delta) region: (e^eps - 1 + 2 delta) / (e^eps + 1)."""
-  e = math.exp(epsilon)
-  return (e - 1 + 2 * delta) / (e + 1)
-
-
-def posterior_bound(prior, epsilon: float):
-  """Largest posterior P[member | output] for prior `prior` under eps-DP."""
-  pi = np.asarray(prior, np.float64)
-  return pi * math.exp(epsilon) / (pi * math.exp(epsilon) + 1 - pi)
+  def __post_init__(self):
+    super().__post_init__()
+    _common.check_positive(self, "epsilons")
+    _common.check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)
+    _common.check_range(self, "fpr", low=0, high=0.5, open_low=True, open_high=True)
+    _common.check_int(self, "mc_samples", minimum=1000)
 
 
-def _laplace_sf(t, b):
-  t = np.asarray(t, np.float64)
-  return np.where(t >= 0, 0.5 * np.exp(-np.abs(t) / b), 1 - 0.5 * np.exp(-np.abs(t) / b))
-
-
-def _laplace_isf(f, b):
-  f = np.asarray(f, np.float64)
-  return np.where(f <= 0.5, -b * np.log(2 * np.maximum(f, 1e-300)),
-                  b * np.log(2 * np.maximum(1 - f, 1e-300)))
-
-
-def best_test(mechanism: str, epsilon: float, delta: float, fpr):
-  """Closed-form optimal (Neyman–Pearson) TPR at `fpr`, and the best advantage.
+def _best_test(mechanism: str, epsilon: float, delta: float, fpr):
+  """The optimal (Neyman-Pearson) TPR at `fpr` and the best advantage, per mechanism.
 
   Neighbours: randomized response reports a bit that is 0 (out) or 1 (in); Laplace
   and Gaussian release a count that is 0 or 1 (sensitivity 1), calibrated to eps
-  (the Gaussian analytically at `delta`). Randomized tests are allowed (they are the
-  corners of the region for a discrete output).
+  (the Gaussian analytically at `delta`). The curves are `dpjax.tradeoff`'s.
 
   Returns:
     (tpr array like `fpr`, advantage float, mu or None)
   """
-  f = np.asarray(fpr, np.float64)
   if mechanism == "rr":
-    p = mech.rr_truth_prob(epsilon)
-    # Reject on report 1 first (likelihood ratio p/(1-p)), then randomise on report 0.
-    tpr = np.where(f <= 1 - p, f * p / (1 - p), p + (f - (1 - p)) * (1 - p) / p)
-    return np.clip(tpr, 0, 1), 2 * p - 1, None
+    return (tradeoff.randomized_response_tpr(fpr, epsilon),
+            tradeoff.randomized_response_advantage(epsilon), None)
   if mechanism == "laplace":
-    b = mech.laplace_scale(epsilon)
-    # The likelihood ratio is non-decreasing in the output x: threshold on x.
-    return _laplace_sf(_laplace_isf(f, b) - 1.0, b), 1 - math.exp(-epsilon / 2), None
+    return tradeoff.laplace_tpr(fpr, epsilon), tradeoff.laplace_advantage(epsilon), None
   if mechanism == "gaussian":
     mu = 1.0 / mech.gaussian_sigma(epsilon, delta)
-    return gdp.tradeoff_tpr(f, mu), 2 * stats.norm.cdf(mu / 2) - 1, mu
+    return tradeoff.gaussian_tpr(fpr, mu), tradeoff.gaussian_advantage(mu), mu
   raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
 
 
@@ -148,8 +128,8 @@ def monte_carlo(key, mechanism: str, epsilon: float, delta: float, fpr: float, n
   tpr = float(np.mean(s1 > thr))
   # SE of the TPR at an estimated threshold: binomial part + slope * binomial FPR part.
   h = min(fpr / 4, 1e-4)
-  tpr_hi, _, _ = best_test(mechanism, epsilon, delta, fpr + h)
-  tpr_lo, _, _ = best_test(mechanism, epsilon, delta, fpr - h)
+  tpr_hi, _, _ = _best_test(mechanism, epsilon, delta, fpr + h)
+  tpr_lo, _, _ = _best_test(mechanism, epsilon, delta, fpr - h)
   slope = float(tpr_hi - tpr_lo) / (2 * h)
   tpr_se = math.sqrt(tpr * (1 - tpr) / n + slope ** 2 * fpr * (1 - fpr) / n + 1.0 / n ** 2)
   return {"advantage": float(adv), "advantage_se": adv_se, "tpr": tpr, "tpr_se": tpr_se,
@@ -158,17 +138,26 @@ def monte_carlo(key, mechanism: str, epsilon: float, delta: float, fpr: float, n
 
 # ----------------------------------------------------------------------------------
 
-def _plot(out_dir: str, epsilons, delta: float, mus: dict) -> str:
-  fpr = np.concatenate([np.logspace(-5, -1, 200), np.linspace(0.1, 1, 200)[1:]])
+def _figure_curves(epsilons, delta: float, mus: dict) -> dict:
+  """The curves the figure shows (eps >= 0.5), recorded in results.json."""
+  fpr = np.concatenate([np.logspace(-5, -1, 100), np.linspace(0.1, 1, 61)[1:]])
   show = [e for e in epsilons if e >= 0.5] or list(epsilons)
-  colors = plt.cm.viridis(np.linspace(0, 0.9, len(show)))
+  return {"fpr": fpr, "delta": delta,
+          "curves": [{"epsilon": e, "mu": mus[e],
+                      "region_tpr": tradeoff.dp_tpr_bound(fpr, e, delta),
+                      "gaussian_tpr": tradeoff.gaussian_tpr(fpr, mus[e])} for e in show]}
+
+
+def _plot(out_dir: str, record: dict) -> str:
+  """Region boundaries and Gaussian trade-off curves, drawn from the recorded curves."""
+  fpr, delta, curves = np.asarray(record["fpr"]), record["delta"], record["curves"]
+  colors = plt.cm.viridis(np.linspace(0, 0.9, len(curves)))
   fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
   for ax, log in zip(axes, (False, True)):
-    for e, c in zip(show, colors):
-      ax.plot(fpr, region_tpr(fpr, e, delta), ls="--", color=c, lw=1.2,
-              label=f"(ε={e:g}, δ) region boundary")
-      ax.plot(fpr, gdp.tradeoff_tpr(fpr, mus[e]), color=c, lw=2,
-              label=f"Gaussian, μ={mus[e]:.3f}")
+    for cur, c in zip(curves, colors):
+      ax.plot(fpr, cur["region_tpr"], ls="--", color=c, lw=1.2,
+              label=f"(ε={cur['epsilon']:g}, δ) region boundary")
+      ax.plot(fpr, cur["gaussian_tpr"], color=c, lw=2, label=f"Gaussian, μ={cur['mu']:.3f}")
     ax.plot(fpr, fpr, color="gray", lw=0.8)
     ax.set_xlabel("FPR")
     ax.set_ylabel("TPR")
@@ -193,24 +182,16 @@ def _plot(out_dir: str, epsilons, delta: float, mus: dict) -> str:
   return name
 
 
-def run(*, seed: int, out_dir: str, epsilons=(0.1, 0.5, 1.0, 2.0, 4.0, 8.0),
-        delta: float = 1e-5, fpr: float = 0.01, mc_samples: int = 1_000_000,
-        flag_dict: dict | None = None, progress: bool = True, quiet: bool = False) -> dict:
+def run(cfg: MiaBoundConfig, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
   """Computes the bound tables, closed forms and MC checks; writes results.json + figure.
 
   Returns:
     {"results": ..., "tables": [...], "path": path of results.json}.
   """
-  epsilons = [float(e) for e in epsilons]
-  if not epsilons or min(epsilons) <= 0:
-    raise ValueError(f"epsilons must be a non-empty list of values > 0, got {epsilons}")
-  if not 0 < delta < 1:
-    raise ValueError(f"delta must be in (0, 1), got {delta}")
-  if not 0 < fpr < 0.5:
-    raise ValueError(f"fpr must be in (0, 0.5), got {fpr}")
-  if mc_samples < 1000:
-    raise ValueError(f"mc_samples must be >= 1000, got {mc_samples}")
-  keys = jax.random.split(jax.random.key(seed), len(epsilons) * len(MECHANISMS))
+  epsilons = [float(e) for e in cfg.epsilons]
+  delta, fpr, mc_samples = cfg.delta, cfg.fpr, cfg.mc_samples
+  keys = jax.random.split(jax.random.key(cfg.seed), len(epsilons) * len(MECHANISMS))
 
   region_rows, odds_rows, adv_rows, tpr_rows = [], [], [], []
   per_eps, mus, all_within = [], {}, True
@@ -219,15 +200,16 @@ def run(*, seed: int, out_dir: str, epsilons=(0.1, 0.5, 1.0, 2.0, 4.0, 8.0),
   for (e, m), k in tqdm(list(zip(cells, keys)), desc=NAME, disable=not progress):
     mc[(e, m)] = monte_carlo(k, m, e, delta, fpr, mc_samples)
   for e in epsilons:
-    adv_b = advantage_bound(e, delta)
-    tpr_b = float(region_tpr(fpr, e, delta))
+    adv_b = tradeoff.advantage_bound(e, delta)
+    tpr_b = float(tradeoff.dp_tpr_bound(fpr, e, delta))
     region_rows.append([e, math.exp(e), adv_b, math.tanh(e / 2), math.exp(e) - 1, tpr_b,
                         LECTURE.get(("tpr", "bound", e))])
-    odds_rows.append([e, math.exp(e)] + [float(posterior_bound(p, e)) for p in (0.01, 0.1, 0.5)])
+    odds_rows.append([e, math.exp(e)]
+                     + [float(tradeoff.posterior_bound(p, e)) for p in (0.01, 0.1, 0.5)])
     rec = {"epsilon": e, "advantage_bound": adv_b, "tpr_bound": tpr_b, "mechanisms": {}}
     adv_row, tpr_row = [e, adv_b], [e, tpr_b]
     for m in MECHANISMS:
-      tpr, adv, mu = best_test(m, e, delta, fpr)
+      tpr, adv, mu = _best_test(m, e, delta, fpr)
       tpr = float(tpr)
       if mu is not None:
         mus[e] = mu
@@ -242,8 +224,8 @@ def run(*, seed: int, out_dir: str, epsilons=(0.1, 0.5, 1.0, 2.0, 4.0, 8.0),
     adv_row.append(LECTURE.get(("advantage", "gaussian", e)))
     tpr_row.append(LECTURE.get(("tpr", "gaussian", e)))
     grid = np.concatenate([np.logspace(-5, -1, 25), np.linspace(0.1, 1.0, 19)[1:]])
-    rec["curves"] = {"fpr": grid, "region_tpr": region_tpr(grid, e, delta),
-                     **{f"{m}_tpr": best_test(m, e, delta, grid)[0] for m in MECHANISMS}}
+    rec["curves"] = {"fpr": grid, "region_tpr": tradeoff.dp_tpr_bound(grid, e, delta),
+                     **{f"{m}_tpr": _best_test(m, e, delta, grid)[0] for m in MECHANISMS}}
     rec["rr_gap_to_advantage_bound"] = adv_b - rec["mechanisms"]["rr"]["advantage"]
     rec["laplace_tpr_equals_pure_bound"] = bool(
         abs(rec["mechanisms"]["laplace"]["tpr"] - math.exp(e) * fpr) < 1e-12)
@@ -251,7 +233,6 @@ def run(*, seed: int, out_dir: str, epsilons=(0.1, 0.5, 1.0, 2.0, 4.0, 8.0),
     tpr_rows.append(tpr_row)
     per_eps.append(rec)
 
-  fig = _plot(out_dir, epsilons, delta, mus)
   mech_cols = []
   for m in ("RR", "Laplace", "Gaussian"):
     mech_cols += [f"{m} exact", f"{m} MC"]
@@ -292,35 +273,19 @@ def run(*, seed: int, out_dir: str, epsilons=(0.1, 0.5, 1.0, 2.0, 4.0, 8.0),
       + f" for ε = {epsilons}). Monte Carlo agrees with every closed form: {all_within}.")
   results = {"delta": delta, "fpr": fpr, "mc_samples": mc_samples, "per_epsilon": per_eps,
              "mc_all_within_tolerance": all_within, "mc_tolerance_se": _MC_TOLERANCE_SE,
-             "lecture": {f"{q}/{m}/{e:g}": v for (q, m, e), v in LECTURE.items()}}
+             "lecture": {f"{q}/{m}/{e:g}": v for (q, m, e), v in LECTURE.items()},
+             "figure": _figure_curves(epsilons, delta, mus)}
+  fig = _plot(out_dir, results["figure"])
   path = _common.write_results(
-      out_dir, NAME, flag_dict=flag_dict or {"seed": seed, "epsilons": epsilons, "delta": delta,
-                                             "fpr": fpr, "mc_samples": mc_samples},
-      results=results, tables=tables, figures=[fig], summary=summary, quiet=quiet)
+      out_dir, NAME, flag_dict=_common.config_record(cfg), results=results, tables=tables,
+      figures=[fig], summary=summary, quiet=quiet)
   return {"results": results, "tables": tables, "path": path}
 
 
-def _define_flags() -> dict:
-  # Defined only when run as a program: absl flags are process-global, and tests
-  # import several experiments into one process (where equal names would clash).
-  return {
-      "epsilons": flags.DEFINE_list("epsilons", ["0.1", "0.5", "1", "2", "4", "8"],
-                                    "Privacy levels eps to compare."),
-      "delta": flags.DEFINE_float("delta", 1e-5, "delta of the region and of the Gaussian."),
-      "fpr": flags.DEFINE_float("fpr", 0.01, "The low false-positive rate of TPR@FPR."),
-      "mc_samples": flags.DEFINE_integer(
-          "mc_samples", 1_000_000, "Monte Carlo draws per hypothesis per (mechanism, eps)."),
-  }
-
-
-def main(argv, f: dict):
-  del argv
-  out = _common.output_dir(NAME, _common.OUT.value)
-  run(seed=_common.SEED.value, out_dir=out, epsilons=[float(e) for e in f["epsilons"].value],
-      delta=f["delta"].value, fpr=f["fpr"].value, mc_samples=f["mc_samples"].value,
-      flag_dict=_common.flag_values(__name__))
+def main():
+  """`python -m experiments.mia_bound [--flags]`: flags from MiaBoundConfig."""
+  _common.app_run(NAME, MiaBoundConfig, run)
 
 
 if __name__ == "__main__":
-  _flags = _define_flags()
-  app.run(lambda argv: main(argv, _flags))
+  main()

@@ -1,59 +1,31 @@
-"""experiments/mia_bound.py on a shrunken configuration: closed forms vs the lecture."""
+"""experiments/mia_bound.py on a shrunken configuration: the lecture's numbers, MC, flags.
+
+The closed forms themselves are tested in tests/tradeoff_test.py.
+"""
 
 import json
-import math
 import os
+import subprocess
+import sys
 import tempfile
 
-import numpy as np
-from absl.testing import absltest, parameterized
+from absl.testing import absltest
 
 from experiments import mia_bound
 
-
-class MiaBoundClosedFormTest(parameterized.TestCase):
-
-  @parameterized.parameters(0.1, 1.0, 3.0, 8.0)
-  def test_advantage_bound_is_max_of_region(self, eps):
-    delta = 1e-5
-    f = np.linspace(0, 1, 2_000_001)
-    best = np.max(mia_bound.region_tpr(f, eps, delta) - f)
-    self.assertAlmostEqual(best, mia_bound.advantage_bound(eps, delta), delta=2e-6)
-
-  @parameterized.parameters(0.1, 0.5, 2.0, 4.0)
-  def test_best_tests_inside_region(self, eps):
-    f = np.linspace(0, 1, 10_001)
-    bound = mia_bound.region_tpr(f, eps, 1e-5)
-    for m in mia_bound.MECHANISMS:
-      tpr, adv, _ = mia_bound.best_test(m, eps, 1e-5, f)
-      np.testing.assert_array_less(tpr, bound + 1e-12)
-      self.assertAlmostEqual(np.max(tpr - f), adv, delta=1e-3)
-
-  def test_lecture_pure_math(self):
-    tpr, adv, mu = mia_bound.best_test("gaussian", 8.0, 1e-5, 0.01)
-    self.assertAlmostEqual(adv, 0.595, delta=5e-4)
-    self.assertAlmostEqual(float(tpr), 0.2545, delta=5e-5)
-    self.assertAlmostEqual(float(mia_bound.region_tpr(0.01, 1.0, 1e-5)), 0.027, delta=5e-4)
-    # RR attains the advantage bound (up to 2 delta / (e^eps + 1)).
-    for eps in (0.1, 1.0, 8.0):
-      _, adv_rr, _ = mia_bound.best_test("rr", eps, 1e-5, 0.01)
-      gap = mia_bound.advantage_bound(eps, 1e-5) - adv_rr
-      self.assertAlmostEqual(gap, 2e-5 / (math.exp(eps) + 1), delta=1e-12)
-    # Laplace's TPR@1% equals e^eps * 1% for eps <= ln(50) (so for 0.1..2), not at 4.
-    for eps, equal in ((0.1, True), (1.0, True), (2.0, True), (4.0, False)):
-      tpr_l, _, _ = mia_bound.best_test("laplace", eps, 1e-5, 0.01)
-      self.assertEqual(abs(float(tpr_l) - 0.01 * math.exp(eps)) < 1e-12, equal)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class MiaBoundRunTest(absltest.TestCase):
 
   def test_run_small_writes_results_and_matches_lecture(self):
     out = tempfile.mkdtemp()
-    mia_bound.run(seed=3, out_dir=out, epsilons=[1.0, 8.0], mc_samples=20_000,
-                        progress=False, quiet=True)
+    cfg = mia_bound.MiaBoundConfig(seed=3, epsilons=(1.0, 8.0), mc_samples=20_000)
+    mia_bound.run(cfg, out, progress=False, quiet=True)
     with open(os.path.join(out, "results.json")) as f:
       doc = json.load(f)
     self.assertEqual(doc["experiment"], "mia_bound")
+    self.assertEqual(doc["flags"]["mc_samples"], 20_000)
     self.assertTrue(os.path.exists(os.path.join(out, "tradeoff_curves.png")))
     per = {r["epsilon"]: r for r in doc["results"]["per_epsilon"]}
     g8 = per[8.0]["mechanisms"]["gaussian"]
@@ -63,19 +35,32 @@ class MiaBoundRunTest(absltest.TestCase):
     self.assertTrue(doc["results"]["mc_all_within_tolerance"])
     # The Monte Carlo numbers are real estimates, not copies of the closed forms.
     self.assertNotEqual(g8["mc"]["tpr"], g8["tpr"])
+    # The figure's curves are in the record.
+    self.assertEqual([c["epsilon"] for c in doc["results"]["figure"]["curves"]], [1.0, 8.0])
     # Same seed, same file.
     out2 = tempfile.mkdtemp()
-    mia_bound.run(seed=3, out_dir=out2, epsilons=[1.0, 8.0], mc_samples=20_000,
-                  progress=False, quiet=True)
+    mia_bound.run(cfg, out2, progress=False, quiet=True)
     with open(os.path.join(out2, "results.json")) as f:
       doc2 = json.load(f)
     self.assertEqual(doc["results"], doc2["results"])
 
-  def test_bad_config_raises(self):
-    with self.assertRaisesRegex(ValueError, "epsilons"):
-      mia_bound.run(seed=0, out_dir=tempfile.mkdtemp(), epsilons=[0.0], quiet=True)
-    with self.assertRaisesRegex(ValueError, "delta"):
-      mia_bound.run(seed=0, out_dir=tempfile.mkdtemp(), delta=1.0, quiet=True)
+  def test_bad_config(self):
+    for kw in (dict(epsilons=(0.0,)), dict(epsilons=()), dict(delta=1.0), dict(fpr=0.5),
+               dict(mc_samples=999), dict(seed=-1)):
+      with self.subTest(kw):
+        with self.assertRaisesRegex(ValueError, f"^{next(iter(kw))}"):
+          mia_bound.MiaBoundConfig(**kw)
+
+  def test_bad_flag_is_one_line_and_exit_2(self):
+    for args, flag in ((["--epsilons", "-1"], "--epsilons"), (["--fpr", "0.7"], "--fpr=0.7")):
+      with self.subTest(args):
+        p = subprocess.run([sys.executable, "-m", "experiments.mia_bound", *args,
+                            "--out", tempfile.mkdtemp()], cwd=_ROOT, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        self.assertLen(lines, 1, p.stderr)
+        self.assertIn(flag, lines[0])
 
 
 if __name__ == "__main__":

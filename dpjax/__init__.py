@@ -1,26 +1,58 @@
 """dpjax: differential privacy for machine learning in JAX.
 
-Submodules are imported lazily, so `import dpjax` is cheap and call sites read
-`dpjax.accounting.dpsgd_epsilon(...)`, `dpjax.mechanisms.laplace(...)`.
-Accounting and audit statistics run on the host (NumPy/SciPy); mechanisms,
-training and scoring run in JAX.
+The public API is the submodules below; each module's docstring shows its canonical
+use. They are imported on first access, so `import dpjax` is cheap and call sites
+read `dpjax.accounting.dpsgd_epsilon(...)` or, after `from dpjax import dpsgd`,
+`dpsgd.train_many(...)`. Accounting and audit statistics run on the host
+(NumPy/SciPy); mechanisms, training and scoring run in JAX.
+
+  DP-SGD, one concept per module (data flows top to bottom):
+    prng          counter-based random bits, Bernoulli masks and normals
+    sampling      batch selection: PoissonSampler (accounted), ShuffleSampler
+    clipping      clipped per-example gradient sums: glm, ghost, vmap, sqnorm;
+                  path_for(model) / register(kind, factory)
+    privatizer    the noise step as optax transformations: dp_aggregate,
+                  GaussianPrivatizer
+    dpsgd         DpSgdConfig (what the accountant is told); train_many,
+                  train_sweep, train_one
+    parallel      the model axis sharded over devices
+    models        logistic regression, MLP, CNN as (init, apply) pairs
+  Privacy accounting and mechanisms:
+    accounting    dpsgd_epsilon, calibrate_noise, Accountant; rdp, pld, gdp,
+                  composition, statement
+    mechanisms    randomized response, Laplace, Gaussian, exponential mechanism
+  Attacks and audits:
+    attacks       membership inference (loss, shadow models, LiRA), reconstruction
+    audit         epsilon lower bounds from attack scores, canary audits, one-run
+                  audits, deliberately broken DP-SGD variants
+    tradeoff      f-DP trade-off curves and the membership-inference region
+    metrics       ROC, AUC, TPR at fixed FPR
+  Other:
+    data          synthetic credit world, scikit-learn digits, canary data sets
+    fitting       non-private reference fitters (Newton logistic regression)
+    pate          PATE teachers, noisy argmax, data-dependent RDP
+
+Examples:
+  >>> import dpjax
+  >>> round(dpjax.accounting.dpsgd_epsilon(1.0, 0.01, 10_000, 1e-5), 2)
+  6.71
 """
 
 import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = (
-    "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "mechanisms", "metrics",
-    "models", "parallel", "pate", "privatizer", "prng", "sampling",
+__all__ = (
+    "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "mechanisms",
+    "metrics", "models", "parallel", "pate", "privatizer", "prng", "sampling", "tradeoff",
 )
 
 
 def __getattr__(name):
-  if name in _SUBMODULES:
+  if name in __all__:
     return importlib.import_module(f"{__name__}.{name}")
   raise AttributeError(f"module 'dpjax' has no attribute {name!r}")
 
 
 def __dir__():
-  return sorted(list(globals()) + list(_SUBMODULES))
+  return sorted(list(globals()) + list(__all__))

@@ -164,6 +164,20 @@ def versions() -> dict:
   return v
 
 
+def finish(cfg, out_dir: str, name: str, record: dict, *, tables: Sequence[Table] = (),
+           figures: Sequence[str] = (), summary: str = "", quiet: bool = False) -> dict:
+  """The end of every `run`: results.json with the config as its flags, tables, summary.
+
+  Returns:
+    {"record", "tables", "figures", "path"}: what `run` returns to its caller.
+  """
+  path = write_results(out_dir, name, flag_dict=config_record(cfg), results=record,
+                       tables=tables, figures=figures, summary=summary, quiet=quiet)
+  if summary and not quiet:
+    print(summary)
+  return {"record": record, "tables": list(tables), "figures": list(figures), "path": path}
+
+
 def write_results(out_dir: str, name: str, *, flag_dict: dict, results: dict,
                   tables: Sequence[Table] = (), figures: Sequence[str] = (),
                   summary: str = "", quiet: bool = False) -> str:

@@ -329,12 +329,8 @@ def run(cfg: AccountingConfig, out_dir: str, *, progress: bool = True,
   tables = [tab_a, tab_b, tab_c]
   figures = [_plot(out_dir, record)]
   summary = _summary(record)
-  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
-                               results=record, tables=tables, figures=figures,
-                               summary=summary, quiet=quiet)
-  if not quiet:
-    print(summary)
-  return {"record": record, "tables": tables, "figures": figures, "path": path}
+  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
+                        summary=summary, quiet=quiet)
 
 
 def main():

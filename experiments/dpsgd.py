@@ -366,10 +366,8 @@ def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
       f"{cost['cubic/noiseless']['acc_mean']:.3f}, Newton {cost['cubic/newton']['acc_mean']:.3f})."
       " Small C gives the best accuracy but the worst log loss; larger batches are "
       "better at fixed epochs; at fixed steps sigma/B is nearly constant for q >= 0.05.")
-  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
-                               results=results, tables=tables, figures=figs, summary=summary,
-                               quiet=quiet)
-  return {"record": results, "tables": tables, "figures": figs, "path": path}
+  return _common.finish(cfg, out_dir, NAME, results, tables=tables, figures=figs,
+                        summary=summary, quiet=quiet)
 
 
 def main():

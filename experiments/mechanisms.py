@@ -466,10 +466,8 @@ def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True,
              "exponential": em, "lecture": LECTURE}
   figures = _plot(out_dir, results)
   tables = t1 + t2 + t3 + t4 + t5
-  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
-                               results=results, tables=tables, figures=figures,
-                               summary=summary, quiet=quiet)
-  return {"record": results, "tables": tables, "figures": figures, "path": path}
+  return _common.finish(cfg, out_dir, NAME, results, tables=tables, figures=figures,
+                        summary=summary, quiet=quiet)
 
 
 def main():

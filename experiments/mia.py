@@ -204,10 +204,8 @@ def run(cfg: MiaConfig, out_dir: str, *, progress: bool = True, quiet: bool = Fa
       + ", ".join(f"{r['bound']:.3f}" for r in rows if r["epsilon"])
       + ": LiRA stays far below it.")
   tables = [table]
-  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
-                               results=record, tables=tables, figures=[fig_name],
-                               summary=summary, quiet=quiet)
-  return {"record": record, "tables": tables, "figures": [fig_name], "path": path}
+  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=[fig_name],
+                        summary=summary, quiet=quiet)
 
 
 def _plot(out_dir: str, record: dict, title: str) -> str:

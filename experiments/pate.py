@@ -242,12 +242,8 @@ def run(cfg: PateConfig, out_dir: str, *, progress: bool = True, quiet: bool = F
       f"(data-dependent {best['epsilon_data_dependent']:.2f}, not releasable as is); DP-SGD at the "
       f"same ε: {best['dpsgd_accuracy']:.3f}. Non-private: "
       f"{record['non_private_accuracy']:.3f}. See the table for every (k, Q).")
-  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
-                               results=record, tables=tables, figures=figures,
-                               summary=summary, quiet=quiet)
-  if not quiet:
-    print(summary)
-  return {"record": record, "tables": tables, "figures": figures, "path": path}
+  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
+                        summary=summary, quiet=quiet)
 
 
 def _plot(out_dir: str, record: dict) -> str:

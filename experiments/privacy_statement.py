@@ -120,10 +120,9 @@ def run(cfg: PrivacyStatementConfig, out_dir: str, *, progress: bool = True,
   summary = (f"Privacy statement for sigma = {st.noise_multiplier:g}, q = "
              f"{st.sampling_prob:.4g}, T = {st.num_steps}, n = {st.dataset_size}. "
              + " ".join(st.disagreements))
-  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
-                               results=record, tables=tables, figures=figures, summary=summary,
-                               quiet=quiet)
-  return {"statement": st, "record": record, "tables": tables, "figures": figures, "path": path}
+  out = _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
+                       summary=summary, quiet=quiet)
+  return {"statement": st, **out}
 
 
 def main():

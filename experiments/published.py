@@ -180,11 +180,8 @@ def run(cfg: PublishedConfig, out_dir: str, *, progress: bool = True,
       rows=table_rows, digits=4, note=note)
   record = {"rows": out, "pld_note": pld_note}
   summary = _summary(out)
-  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
-                               results=record, tables=[table], summary=summary, quiet=quiet)
-  if not quiet:
-    print(summary)
-  return {"record": record, "tables": [table], "figures": [], "path": path}
+  return _common.finish(cfg, out_dir, NAME, record, tables=[table],
+                        summary=summary, quiet=quiet)
 
 
 def _summary(rows: list[dict]) -> str:

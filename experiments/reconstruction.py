@@ -146,12 +146,8 @@ def run(cfg: ReconstructionConfig, out_dir: str, *, progress: bool = True,
 
   figures = [_plot(out_dir, record, people, epsilon)]
   summary = _summary(record, epsilon)
-  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
-                               results=record, tables=tables, figures=figures,
-                               summary=summary, quiet=quiet)
-  if not quiet:
-    print(summary)
-  return {"record": record, "tables": tables, "figures": figures, "path": path}
+  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
+                        summary=summary, quiet=quiet)
 
 
 def _plot(out_dir: str, record: dict, people: int, epsilon: float) -> str:

@@ -14,13 +14,7 @@ from dpjax import models
 from dpjax.clipping import ghost
 from dpjax.clipping import glm
 from dpjax.clipping import vmap
-
-
-def _data(n=24, d=4, seed=0, scale=3.0):
-  kx, ky = jax.random.split(jax.random.key(seed))
-  x = scale * jax.random.normal(kx, (n, d))
-  y = jax.random.bernoulli(ky, 0.5, (n,)).astype(jnp.int32)
-  return x, y
+from tests import helpers
 
 
 class ContractTest(parameterized.TestCase):
@@ -31,7 +25,7 @@ class ContractTest(parameterized.TestCase):
       for s in range(2) for kind in ("glm", "generic", "mlp", "ghost_mlp", "two_pass_lr", "two_pass_mlp")
       for c in (0.1, 5.0))
   def test_each_contribution_bounded_by_c(self, seed, kind, c):
-    x, y = _data(n=16, d=5, seed=seed, scale=1.0 + 4.0 * seed)
+    x, y = helpers.binary_data(n=16, d=5, seed=seed, scale=1.0 + 4.0 * seed)
     if kind in ("mlp", "ghost_mlp"):
       model = models.mlp(5, hidden=(7,), num_classes=1, l2=0.1)
       fn = (functools.partial(vmap.clipped_grad_sum, model) if kind == "mlp"
@@ -79,7 +73,7 @@ class RegistryTest(absltest.TestCase):
     self.assertTrue(p.per_example_grad_memory)
     self.assertIs(clipping.path_for(custom), p)          # memoised: one compiled program
     params = custom.init(jax.random.key(0))
-    x, _ = _data()
+    x, _ = helpers.binary_data()
     y = jax.random.randint(jax.random.key(2), (24,), 0, 3)
     wts = jnp.ones((24,), jnp.float32)
     s1, n1 = p(params, x, y, wts, 0.5)
@@ -119,7 +113,7 @@ class RegistryTest(absltest.TestCase):
     # A user's clipping enters through train_many(clipping=...): the one-pass vmap path
     # gives the same models as the default GLM path.
     model = models.logistic_regression(4, l2=0.1)
-    x, y = _data()
+    x, y = helpers.binary_data()
     keep = jnp.ones((3, 24), bool)
     cfg = dpsgd.DpSgdConfig(dataset_size=24, sampling_prob=0.3, num_steps=10,
                             noise_multiplier=1.0)

@@ -21,13 +21,7 @@ from dpjax import dpsgd
 from dpjax import models
 from dpjax import privatizer
 from dpjax.clipping import glm
-
-
-def _data(n=24, d=4, seed=0, scale=3.0):
-  kx, ky = jax.random.split(jax.random.key(seed))
-  x = scale * jax.random.normal(kx, (n, d))
-  y = jax.random.bernoulli(ky, 0.5, (n,)).astype(jnp.int32)
-  return x, y
+from tests import helpers
 
 
 def _cfg(**kw):
@@ -35,11 +29,6 @@ def _cfg(**kw):
               learning_rate=0.5)
   base.update(kw)
   return dpsgd.DpSgdConfig(**base)
-
-
-def _assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
-  for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=rtol, atol=atol)
 
 
 def _identity(u):
@@ -54,7 +43,7 @@ class SweepTest(absltest.TestCase):
             _cfg(noise_multiplier=None, target_epsilon=3.0, **kw)]
 
   def test_each_model_equals_train_one_with_its_config(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     keep = jax.random.bernoulli(jax.random.key(1), 0.7, (6, 24))
     idx = np.array([0, 1, 2, 2, 1, 0])
     for model in (models.logistic_regression(4, l2=0.01),
@@ -66,12 +55,12 @@ class SweepTest(absltest.TestCase):
       for i in range(6):
         one = dpsgd.train_one(keys[i], x, y, keep[i], cfgs[idx[i]], model,
                               per_example_stats=True)
-        _assert_trees_close(jax.tree.map(lambda a, i=i: a[i], out.params), one.params)
+        helpers.assert_trees_close(jax.tree.map(lambda a, i=i: a[i], out.params), one.params)
         np.testing.assert_array_equal(out.stats["times_sampled"][i],
                                       one.stats["times_sampled"])
 
   def test_a_sigma_sweep_compiles_once(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     keep = jnp.ones((3, 24), bool)
     model = models.logistic_regression(4)
     before = dpsgd._compiled.cache_info().misses
@@ -100,7 +89,7 @@ class SweepTest(absltest.TestCase):
     self.assertAlmostEqual(sd / want, 1.0, delta=0.04)
 
   def test_bad_inputs(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     keep = jnp.ones((2, 24), bool)
     model = models.logistic_regression(4)
     with self.assertRaisesRegex(ValueError, "sampling_prob"):
@@ -117,7 +106,7 @@ class SweepTest(absltest.TestCase):
 class VectorisationTest(parameterized.TestCase):
 
   def test_vmap_equals_single_model(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     model = models.logistic_regression(4, l2=0.01)
     keep = jax.random.bernoulli(jax.random.key(3), 0.6, (4, 24))
     cfg = _cfg(num_steps=8, momentum=0.5)
@@ -127,14 +116,14 @@ class VectorisationTest(parameterized.TestCase):
     for i in range(4):
       one = dpsgd.train_one(keys[i], x, y, keep[i], cfg, model,
                             observe_fn=_identity, per_example_stats=True)
-      _assert_trees_close(jax.tree.map(lambda a, i=i: a[i], many.params), one.params)
+      helpers.assert_trees_close(jax.tree.map(lambda a, i=i: a[i], many.params), one.params)
       np.testing.assert_allclose(many.observations[i], one.observations, rtol=1e-5, atol=1e-7)
       np.testing.assert_array_equal(many.stats["times_sampled"][i], one.stats["times_sampled"])
 
   def test_large_chunk_unrolled_scan_equals_single_model(self):
     # Chunks of >= 256 small models run the scan unrolled (a performance knob);
     # model i must still equal model i trained alone (no unrolling), canary included.
-    x, y = _data()
+    x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     m = dpsgd._UNROLL_MIN_MODELS + 1
     keep = jax.random.bernoulli(jax.random.key(4), 0.6, (m, 24))
@@ -147,40 +136,40 @@ class VectorisationTest(parameterized.TestCase):
     for i in (0, 7, m - 1):
       one = dpsgd.train_one(keys[i], x, y, keep[i], cfg, model, observe_fn=_identity,
                             gradient_canary=canary, canary_keep=bool(ck[i]))
-      _assert_trees_close(jax.tree.map(lambda a, i=i: a[i], many.params), one.params)
+      helpers.assert_trees_close(jax.tree.map(lambda a, i=i: a[i], many.params), one.params)
       np.testing.assert_allclose(many.observations[i], one.observations, rtol=1e-5, atol=1e-7)
 
   def test_chunking_does_not_change_results(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     keep = jnp.ones((5, 24), bool)
     cfg = _cfg()
     a = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False)
     b = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, max_chunk=2,
                          progress=False)
-    _assert_trees_close(a.params, b.params)
+    helpers.assert_trees_close(a.params, b.params)
 
   def test_memory_budget_chunks(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     keep = jnp.ones((5, 24), bool)
     a = dpsgd.train_many(jax.random.key(0), x, y, keep, _cfg(), model, progress=False)
     b = dpsgd.train_many(jax.random.key(0), x, y, keep, _cfg(), model, progress=False,
                          memory_budget_bytes=1)   # forces one model per chunk
-    _assert_trees_close(a.params, b.params)
+    helpers.assert_trees_close(a.params, b.params)
 
   def test_jit_equals_eager(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     model = models.mlp(4, hidden=(3,), num_classes=1)
     cfg = _cfg(num_steps=2)
     keep = jnp.ones((24,), bool)
     jitted = dpsgd.train_one(jax.random.key(4), x, y, keep, cfg, model)
     with jax.disable_jit():
       eager = dpsgd.train_one(jax.random.key(4), x, y, keep, cfg, model)
-    _assert_trees_close(jitted.params, eager.params, rtol=1e-4, atol=1e-5)
+    helpers.assert_trees_close(jitted.params, eager.params, rtol=1e-4, atol=1e-5)
 
   def test_optax_optimiser_composes(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     cfg = _cfg(noise_multiplier=0.0, sampling_prob=1.0, num_steps=1)
     adam = optax.adam(0.1)
@@ -194,7 +183,7 @@ class VectorisationTest(parameterized.TestCase):
 class CanaryTest(parameterized.TestCase):
 
   def test_gradient_canary_added_clipped(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     cfg = _cfg(sampling_prob=1.0, noise_multiplier=0.0, num_steps=1, l2_clip_norm=1.0)
     canary = {"w": jnp.array([3.0, 0.0, 4.0, 0.0])}     # norm 5 -> clipped to 1
@@ -221,7 +210,7 @@ class CanaryTest(parameterized.TestCase):
 class ModelKeysTest(absltest.TestCase):
 
   def test_a_batch_of_keys_is_used_as_given(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     keep = jnp.ones((3, 24), bool)
     keys = jax.random.split(jax.random.key(4), 3)
@@ -242,7 +231,7 @@ class ComponentsTest(absltest.TestCase):
   """Samplers, clipping and privatizers enter through train_many's keywords."""
 
   def test_default_components_spelled_out_give_the_same_models(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     keep = jnp.ones((2, 24), bool)
     cfg = _cfg()
@@ -336,7 +325,7 @@ class ConfigTest(parameterized.TestCase):
       _cfg(**kw)
 
   def test_bad_train_inputs_raise(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     with self.assertRaisesRegex(ValueError, "keep_MxN"):
       dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 23), bool), _cfg(), model)

@@ -2,15 +2,12 @@
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
 from absl.testing import absltest
 
 from experiments import reconstruction
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import helpers
 
 
 class ReconstructionExperimentTest(absltest.TestCase):
@@ -46,14 +43,7 @@ class ReconstructionExperimentTest(absltest.TestCase):
     for args, flag in ((["--trials", "0"], "--trials=0"), (["--queries", "a,b"], "--queries"),
                        (["--epsilon", "x"], "--epsilon")):
       with self.subTest(args):
-        p = subprocess.run([sys.executable, "-m", "experiments.reconstruction", *args,
-                            "--out", tempfile.mkdtemp()], cwd=_ROOT, capture_output=True,
-                           text=True, timeout=120)
-        self.assertEqual(p.returncode, 2, p.stderr)
-        lines = [l for l in p.stderr.splitlines() if l.strip()]
-        self.assertLen(lines, 1, p.stderr)
-        self.assertIn(flag, lines[0])
-
+        helpers.assert_one_line_flag_error(self, "reconstruction", args, flag)
 
 if __name__ == "__main__":
   absltest.main()

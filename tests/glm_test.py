@@ -8,18 +8,7 @@ from absl.testing import absltest
 from dpjax import models
 from dpjax.clipping import glm
 from dpjax.clipping import vmap
-
-
-def _data(n=24, d=4, seed=0, scale=3.0):
-  kx, ky = jax.random.split(jax.random.key(seed))
-  x = scale * jax.random.normal(kx, (n, d))
-  y = jax.random.bernoulli(ky, 0.5, (n,)).astype(jnp.int32)
-  return x, y
-
-
-def _assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
-  for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=rtol, atol=atol)
+from tests import helpers
 
 
 class GlmTest(absltest.TestCase):
@@ -27,17 +16,17 @@ class GlmTest(absltest.TestCase):
   def test_glm_equals_generic(self):
     for l2 in (0.0, 0.3):
       model = models.logistic_regression(4, l2=l2)
-      x, y = _data()
+      x, y = helpers.binary_data()
       w = {"w": jax.random.normal(jax.random.key(5), (4,))}
       wts = jax.random.bernoulli(jax.random.key(6), 0.5, (24,)).astype(jnp.float32)
       s1, n1 = glm.clipped_grad_sum(l2, w, x, y, wts, 1.0)
       s2, n2 = vmap.clipped_grad_sum(model, w, x, y, wts, 1.0)
-      _assert_trees_close(s1, s2, rtol=1e-5, atol=1e-5)
+      helpers.assert_trees_close(s1, s2, rtol=1e-5, atol=1e-5)
       np.testing.assert_allclose(n1, n2, rtol=1e-5, atol=1e-5)
 
   def test_norm_formula_in_float64(self):
     # ||r x + l2 w|| computed directly in float64.
-    x, y = _data(n=8)
+    x, y = helpers.binary_data(n=8)
     w = np.asarray(jax.random.normal(jax.random.key(5), (4,)), np.float64)
     _, norms = glm.clipped_grad_sum(0.3, {"w": jnp.asarray(w, jnp.float32)}, x, y,
                                     jnp.ones(8), 1.0)

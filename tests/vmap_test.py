@@ -9,18 +9,7 @@ from absl.testing import absltest
 
 from dpjax import models
 from dpjax.clipping import vmap
-
-
-def _data(n=24, d=4, seed=0, scale=3.0):
-  kx, ky = jax.random.split(jax.random.key(seed))
-  x = scale * jax.random.normal(kx, (n, d))
-  y = jax.random.bernoulli(ky, 0.5, (n,)).astype(jnp.int32)
-  return x, y
-
-
-def _assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
-  for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=rtol, atol=atol)
+from tests import helpers
 
 
 class VmapClippingTest(absltest.TestCase):
@@ -28,17 +17,17 @@ class VmapClippingTest(absltest.TestCase):
   def test_two_pass_equals_one_pass(self):
     model = models.mlp(4, hidden=(6,), num_classes=3, l2=0.05)
     params = model.init(jax.random.key(0))
-    x, _ = _data()
+    x, _ = helpers.binary_data()
     y = jax.random.randint(jax.random.key(2), (24,), 0, 3)
     wts = jax.random.bernoulli(jax.random.key(6), 0.5, (24,)).astype(jnp.float32)
     s1, n1 = vmap.clipped_grad_sum(model, params, x, y, wts, 0.5)
     s2, n2 = vmap.two_pass_clipped_grad_sum(model, params, x, y, wts, 0.5)
-    _assert_trees_close(s1, s2, rtol=1e-5, atol=1e-6)
+    helpers.assert_trees_close(s1, s2, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(n1, n2, rtol=1e-6)
 
   def test_no_clipping_when_c_infinite(self):
     model = models.logistic_regression(4)
-    x, y = _data()
+    x, y = helpers.binary_data()
     w = {"w": jnp.ones((4,))}
     s, _ = vmap.clipped_grad_sum(model, w, x, y, jnp.ones((24,)), math.inf)
     g = vmap.per_example_grads(model, w, x, y)
@@ -53,7 +42,7 @@ class VmapClippingTest(absltest.TestCase):
   def test_example_loss_is_one_row_of_per_example_loss(self):
     model = models.mlp(4, hidden=(3,), num_classes=3)
     params = model.init(jax.random.key(0))
-    x, _ = _data(n=5)
+    x, _ = helpers.binary_data(n=5)
     y = jnp.array([0, 1, 2, 0, 1])
     want = models.per_example_loss(model, params, x, y)
     got = jnp.stack([vmap.example_loss(model, params, x[i], y[i]) for i in range(5)])

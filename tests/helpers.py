@@ -1,0 +1,44 @@
+"""Helpers shared by the test files (not a test file itself)."""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def binary_data(n=24, d=4, seed=0, scale=3.0):
+  """(x float32[n, d] ~ scale * N(0, 1), y int32[n] ~ Bernoulli(1/2)) from one key."""
+  kx, ky = jax.random.split(jax.random.key(seed))
+  x = scale * jax.random.normal(kx, (n, d))
+  y = jax.random.bernoulli(ky, 0.5, (n,)).astype(jnp.int32)
+  return x, y
+
+
+def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
+  """Leaf-by-leaf np.testing.assert_allclose of two pytrees of the same structure."""
+  la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+  assert len(la) == len(lb), (len(la), len(lb))
+  for u, v in zip(la, lb):
+    np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=rtol, atol=atol)
+
+
+def run_experiment(name, *args, timeout=300):
+  """`python -m experiments.<name> *args --out <tmp>` from the repository root."""
+  return subprocess.run([sys.executable, "-m", f"experiments.{name}", *args,
+                         "--out", tempfile.mkdtemp()], cwd=ROOT, capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def assert_one_line_flag_error(test, name, args, flag):
+  """A bad flag value ends experiments.<name> with exit status 2 and one stderr line."""
+  p = run_experiment(name, *args)
+  test.assertEqual(p.returncode, 2, p.stderr)
+  lines = [l for l in p.stderr.splitlines() if l.strip()]
+  test.assertLen(lines, 1, p.stderr)
+  test.assertIn(flag, lines[0])

@@ -1,4 +1,4 @@
-"""Test-wide JAX settings: CPU, float32, and rank promotion as an error."""
+"""Test-wide settings: the repository root importable, and JAX rank promotion as an error."""
 import os
 import sys
 

@@ -35,7 +35,7 @@ _QUICK = flags.DEFINE_bool("quick", False, "Skip the T = 1e5 settings.")
 # (sigma, q, T, delta)
 SETTINGS = (
     (1.0, 0.01, 1_000, 1e-5),
-    (1.0, 0.01, 10_000, 1e-5),          # the headline setting
+    (1.0, 0.01, 10_000, 1e-5),          # the headline setting
     (1.0, 0.01, 100_000, 1e-5),
     (1.1, 256 / 60_000, 14_063, 1e-5),  # MNIST-sized, batch 256, 60 epochs
     (1.0, 1e-4, 1_000, 1e-5),           # tiny eps: a fixed 1e-4 grid is ~4 % high

@@ -262,7 +262,7 @@ def main(argv):
     raise ValueError(f"--sizes must list positive integers, got {_SIZES.value!r}")
   audit = measure_audit_workload(sizes, _REPEATS.value, _SKIP_GENERIC_LARGEST.value)
   figures = _flatten("audit_workload", audit, {})
-  # Headline keys: the M = 2000 row (the target size) when present.
+  # Headline keys: the M = 2000 row when present.
   head = f"M{2000 if 2000 in sizes else max(sizes)}"
   figures["audit_workload.speedup_vs_numpy"] = audit[head]["speedup_vs_numpy"]
   figures["audit_workload.fraction_of_peak"] = audit[head]["fraction_of_peak"]

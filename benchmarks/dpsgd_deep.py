@@ -6,8 +6,8 @@
 Workloads (batch B = 256, softmax cross-entropy over 10 classes, SGD):
   * mlp:   `models.mlp(64, (256, 256), 10)` on 8x8-digit-sized inputs;
   * cnn:   `models.cnn((8, 8, 1), (16, 32))` (the digits CNN);
-  * cnn28: `models.cnn((28, 28, 1), (16, 32))` on 28x28 inputs (the issue's
-           reference figures are for a small CNN on 28x28 images).
+  * cnn28: `models.cnn((28, 28, 1), (16, 32))` on 28x28 inputs (MNIST-sized, the
+           size most published DP-SGD CNN figures use).
 
 For each, in ONE process (so every figure is a ratio against baselines timed under
 the same machine load), examples/second of one training step on a fixed batch:
@@ -41,7 +41,7 @@ Keys (flat, dotted): `<w>.<method>_ex_per_s` for every rate, and
   `cnn.ratio_vs_opacus`, `cnn28.ratio_vs_opacus` ghost rate / best Opacus rate;
   `<w>.speedup_vs_naive`       ghost rate / naive rate;
   `<w>.generic_overhead_vs_nonprivate` nonprivate rate / generic rate.
-Runtime: about 2-4 minutes on the 2-core development machine (`--quick`: ~1 min).
+Runtime: a few minutes of CPU (`--quick`: about one).
 """
 
 from __future__ import annotations

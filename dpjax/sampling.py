@@ -7,9 +7,9 @@ the boolean [N] membership of step `step`'s batch among the records a model hold
 * `sampling_prob`: the q the accountant is given;
 * `accounted`: True only when dpjax's RDP / PLD accountants model this sampler
   (Poisson sampling: every record in independently with probability q). The engine
-  warns (`UnaccountedSamplingWarning`) whenever it trains with a sampler whose
-  `accounted` is False, and refuses an accounted sampler whose q differs from the
-  configuration's.
+  warns (`dpsgd.UnaccountedComponentWarning`) whenever it trains with a sampler
+  whose `accounted` is False, and refuses an accounted sampler whose q differs from
+  the configuration's.
 
 `PoissonSampler` is what DP-SGD's analysis assumes (Abadi et al. 2016; the
 accountants of `dpjax.accounting`). `ShuffleSampler` is the common shortcut of
@@ -42,10 +42,6 @@ import jax.numpy as jnp
 
 from dpjax import _validate
 from dpjax import prng
-
-
-class UnaccountedSamplingWarning(UserWarning):
-  """Training uses a sampler the privacy accountant does not model."""
 
 
 class Sampler(Protocol):

@@ -22,7 +22,7 @@ Command:   python -m experiments.mechanisms          (about 12-25 s of CPU)
 Expected (seed 0; "exact" columns are pure math and match the lecture's):
   demo 1: our sample's delinquency rate 0.548; posterior of a "yes" 0.767 / 0.573 at
     eps = 1 / 0.1 (lecture 0.767 / 0.572); sd of the rate estimate 0.0096 exact, 0.0093
-    MC at eps = 1 (lecture 0.0101); local / central ratio 68 exact, 69 MC (lecture ~72;
+    MC at eps = 1 (lecture 0.0101); local / central ratio 68 exact, 66 MC (lecture ~72;
     sqrt(n/2) = 71 is the small-eps limit);
   demo 2(a): count MAE at eps = 1: Gaussian 2.98 vs Laplace 1.00 (lecture 2.98 vs 1.00);
   demo 2(b): mean income 59.3k, max 215.5k (lecture 61.33k / 208.1k); best B = 150k,

@@ -14,7 +14,8 @@ of `pld.py`, usually tighter). `Accountant` composes heterogeneous events
 or delta(eps).
 
 Submodules: `composition` (basic / advanced / optimal homogeneous), `rdp`, `pld`,
-`gdp` (mu-GDP, exact Gaussian, trade-off curves, the DP-SGD CLT approximation).
+`gdp` (mu-GDP, exact Gaussian, the DP-SGD CLT approximation). Trade-off curves
+are in `dpjax.tradeoff`.
 Everything runs on the host (NumPy/SciPy, float64).
 
 Examples:
@@ -266,12 +267,7 @@ class Accountant:
       self._warn_mixed()
 
     def pld_fn():
-      pld = _pld_module()
-      fn = getattr(pld, "randomized_response_pld", None)
-      if fn is None:
-        raise ValueError("randomized response is not available with accountant='pld' "
-                         "(pld.randomized_response_pld is missing); use accountant='rdp'")
-      return fn(e, num_buckets=num_buckets)
+      return _pld_module().randomized_response_pld(e, num_buckets=num_buckets)
 
     return self._add("randomized_response", {"epsilon": e, "num_buckets": num_buckets}, count,
                      lambda o: rdp.randomized_response_rdp(e, o, num_buckets=num_buckets),

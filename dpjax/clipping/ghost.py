@@ -27,7 +27,7 @@ gradient l2*theta is added to every example's gradient before clipping. Since
 included), ||grad_b + l2 theta||^2 = ||grad_b||^2 + 2 l2 sum_layers <g_b, z_b> +
 l2^2 ||theta||^2 is exact and still cheap.
 
-The functions here match the engine's `clipped_sum_fn` contract
+The functions here have the clipped-sum contract of `dpjax.clipping`
 (`dpjax.clipping`; `dpsgd.train_many(..., clipping=...)`):
 
   clipped_sum(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (sum_tree, norms_B)
@@ -260,7 +260,7 @@ def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.
       "gram" (ghost norm from Gram matrices [B, P, P]) or "auto" (cheaper per layer).
   Returns:
     fn(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (clipped grad sum, norms_B),
-    the engine's `clipped_sum_fn` contract.
+    the clipped-sum contract of `dpjax.clipping`.
   Raises:
     ValueError: for a bad input_shape, l2 or conv_mode.
   """

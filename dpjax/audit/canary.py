@@ -58,9 +58,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy import special

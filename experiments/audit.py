@@ -157,7 +157,8 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
     max_new_chunks: stop (incomplete) after training this many chunks (time-boxed
       runs; the next run with `resume=True` continues).
   Returns:
-    {"rows", "complete", "chunks_trained", "path"}.
+    {"rows", "complete", "chunks_trained", "path"} (path None while incomplete), and
+    when complete also `_common.finish`'s "record", "tables" and "figures".
   """
   m_total = 2 * cfg.trials
   k_data, k_train = jax.random.split(jax.random.key(cfg.seed))
@@ -213,10 +214,9 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
              "shared_runs": True, "white_box_roc": roc,
              "lecture_ceiling": {str(k): v for k, v in LECTURE_CEILING.items()}}
   figures = [_figure_bounds(out_dir, results), _figure_roc(out_dir, results)]
-  path = _common.write_results(out_dir, NAME, flag_dict=_common.config_record(cfg),
-                               results=results, tables=_tables(cfg, rows), figures=figures,
-                               summary=_summary(cfg, rows), quiet=quiet)
-  return {"rows": rows, "complete": True, "chunks_trained": trained, "path": path}
+  out = _common.finish(cfg, out_dir, NAME, results, tables=_tables(cfg, rows), figures=figures,
+                       summary=_summary(cfg, rows), quiet=quiet)
+  return {**out, "rows": rows, "complete": True, "chunks_trained": trained}
 
 
 def _claimed_roc(cfg: AuditConfig, st: _Setting):

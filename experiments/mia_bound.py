@@ -187,7 +187,7 @@ def run(cfg: MiaBoundConfig, out_dir: str, *, progress: bool = True,
   """Computes the bound tables, closed forms and MC checks; writes results.json + figure.
 
   Returns:
-    {"results": ..., "tables": [...], "path": path of results.json}.
+    `_common.finish`'s {"record", "tables", "figures", "path"}.
   """
   epsilons = [float(e) for e in cfg.epsilons]
   delta, fpr, mc_samples = cfg.delta, cfg.fpr, cfg.mc_samples
@@ -276,10 +276,8 @@ def run(cfg: MiaBoundConfig, out_dir: str, *, progress: bool = True,
              "lecture": {f"{q}/{m}/{e:g}": v for (q, m, e), v in LECTURE.items()},
              "figure": _figure_curves(epsilons, delta, mus)}
   fig = _plot(out_dir, results["figure"])
-  path = _common.write_results(
-      out_dir, NAME, flag_dict=_common.config_record(cfg), results=results, tables=tables,
-      figures=[fig], summary=summary, quiet=quiet)
-  return {"results": results, "tables": tables, "path": path}
+  return _common.finish(cfg, out_dir, NAME, results, tables=tables, figures=[fig],
+                        summary=summary, quiet=quiet)
 
 
 def main():

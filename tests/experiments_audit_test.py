@@ -14,8 +14,8 @@ from absl.testing import absltest
 
 from dpjax.audit import stats
 from experiments import audit
+from tests import helpers
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SMALL = audit.AuditConfig(trials=8, epsilons=(8.0,), chunk_models=4, base_size=20,
                            num_steps=40)
 
@@ -63,8 +63,8 @@ class AuditExperimentTest(absltest.TestCase):
     code = ("import dataclasses\nfrom experiments import audit\n"
             f"cfg = audit.AuditConfig(**{dataclasses.asdict(_SMALL)!r})\n"
             f"audit.run(cfg, {d1!r}, progress=False, quiet=True)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=_ROOT,
-                            env={**os.environ, "PYTHONPATH": _ROOT},
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=helpers.ROOT,
+                            env={**os.environ, "PYTHONPATH": helpers.ROOT},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     chunks = os.path.join(d1, "chunks")
     deadline = time.time() + 600
@@ -139,13 +139,7 @@ class AuditExperimentTest(absltest.TestCase):
     for args, flag in ((["--trials", "7"], "--trials=7"), (["--epsilons", "-1"], "--epsilons"),
                        (["--variant", "bogus"], "--variant")):
       with self.subTest(args):
-        p = subprocess.run([sys.executable, "-m", "experiments.audit", *args,
-                            "--out", self._tmp()], cwd=_ROOT, capture_output=True,
-                           text=True, timeout=120)
-        self.assertEqual(p.returncode, 2, p.stderr)
-        lines = [l for l in p.stderr.splitlines() if l.strip()]
-        self.assertLen(lines, 1, p.stderr)
-        self.assertIn(flag, lines[0])
+        helpers.assert_one_line_flag_error(self, "audit", args, flag)
 
 
 if __name__ == "__main__":

@@ -5,15 +5,12 @@ The closed forms themselves are tested in tests/tradeoff_test.py.
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
 from absl.testing import absltest
 
 from experiments import mia_bound
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import helpers
 
 
 class MiaBoundRunTest(absltest.TestCase):
@@ -54,13 +51,7 @@ class MiaBoundRunTest(absltest.TestCase):
   def test_bad_flag_is_one_line_and_exit_2(self):
     for args, flag in ((["--epsilons", "-1"], "--epsilons"), (["--fpr", "0.7"], "--fpr=0.7")):
       with self.subTest(args):
-        p = subprocess.run([sys.executable, "-m", "experiments.mia_bound", *args,
-                            "--out", tempfile.mkdtemp()], cwd=_ROOT, capture_output=True,
-                           text=True, timeout=120)
-        self.assertEqual(p.returncode, 2, p.stderr)
-        lines = [l for l in p.stderr.splitlines() if l.strip()]
-        self.assertLen(lines, 1, p.stderr)
-        self.assertIn(flag, lines[0])
+        helpers.assert_one_line_flag_error(self, "mia_bound", args, flag)
 
 
 if __name__ == "__main__":

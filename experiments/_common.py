@@ -406,11 +406,19 @@ def _flag_error(message: str, holders: dict) -> str:
   return line
 
 
-def app_run(name: str, config_cls, run_fn: Callable) -> None:
+def app_run(name: str, config_cls, run_fn: Callable,
+            default_out: Callable[[Any], str] | None = None) -> None:
   """The whole `__main__` of an experiment: flags from the config, then run_fn.
 
   A flag value that absl cannot parse, or that the config rejects, prints
   "FATAL Flags parsing error: flag --x=v: ..." (one line) and exits with status 2.
+
+  Args:
+    name: the experiment's name.
+    config_cls: its config dataclass (one flag per field).
+    run_fn: run(cfg, out_dir).
+    default_out: the output directory when --out is not given, from the config
+      (default: results/<name>).
   """
   holders = define_flags(config_cls)
   parsed = {}
@@ -428,7 +436,9 @@ def app_run(name: str, config_cls, run_fn: Callable) -> None:
   def main(argv):
     if len(argv) > 1:
       raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
-    run_fn(parsed["cfg"], output_dir(name, OUT.value))
+    cfg = parsed["cfg"]
+    out = OUT.value or (default_out(cfg) if default_out else None)
+    run_fn(cfg, output_dir(name, out))
 
   app.run(main, flags_parser=parser)
 

@@ -419,18 +419,17 @@ def _figure_roc(out_dir: str, results: dict) -> str:
   return fn
 
 
-def _run_from_flags(cfg: AuditConfig, out_dir: str) -> dict:
-  # A faulty variant's results go under results/audit_variants/<variant>/ (not into
-  # REPORT.md, which shows the audit of the correct algorithm), unless --out is given.
-  if _common.OUT.value is None and cfg.variant != "correct":
-    out_dir = _common.output_dir(
-        NAME, os.path.join(_common.RESULTS_ROOT, "audit_variants", cfg.variant))
-  return run(cfg, out_dir)
+def _default_out(cfg: AuditConfig) -> str:
+  """A faulty variant's results go under results/audit_variants/<variant>/ (not into
+  REPORT.md, which shows the audit of the correct algorithm)."""
+  if cfg.variant == "correct":
+    return os.path.join(_common.RESULTS_ROOT, NAME)
+  return os.path.join(_common.RESULTS_ROOT, "audit_variants", cfg.variant)
 
 
 def main():
   """`python -m experiments.audit [--flags]`: flags from AuditConfig."""
-  _common.app_run(NAME, AuditConfig, _run_from_flags)
+  _common.app_run(NAME, AuditConfig, run, default_out=_default_out)
 
 
 if __name__ == "__main__":

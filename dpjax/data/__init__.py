@@ -1,1 +1,2 @@
-"""Datasets: the synthetic credit world (`credit`) and scikit-learn's digits (`digits`)."""
+"""Datasets: the synthetic credit world (`credit`), scikit-learn's digits (`digits`), and the
+audit's base set with the lecture canary (`canaries`)."""

@@ -24,13 +24,6 @@ from dpjax.clipping import glm
 from tests import helpers
 
 
-def _cfg(**kw):
-  base = dict(dataset_size=24, sampling_prob=0.3, num_steps=6, noise_multiplier=1.0,
-              learning_rate=0.5)
-  base.update(kw)
-  return dpsgd.DpSgdConfig(**base)
-
-
 def _identity(u):
   return u["w"]
 
@@ -39,8 +32,8 @@ class SweepTest(absltest.TestCase):
   """train_sweep: configs that differ only in noise share one program."""
 
   def _cfgs(self, **kw):
-    return [_cfg(noise_multiplier=0.0, **kw), _cfg(noise_multiplier=0.8, **kw),
-            _cfg(noise_multiplier=None, target_epsilon=3.0, **kw)]
+    return [helpers.small_config(noise_multiplier=0.0, **kw), helpers.small_config(noise_multiplier=0.8, **kw),
+            helpers.small_config(noise_multiplier=None, target_epsilon=3.0, **kw)]
 
   def test_each_model_equals_train_one_with_its_config(self):
     x, y = helpers.binary_data()
@@ -65,7 +58,7 @@ class SweepTest(absltest.TestCase):
     model = models.logistic_regression(4)
     before = dpsgd._compiled.cache_info().misses
     for sigma in (0.3, 0.9, 2.7):   # all > 0: the same program
-      dpsgd.train_many(jax.random.key(0), x, y, keep, _cfg(noise_multiplier=sigma,
+      dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(noise_multiplier=sigma,
                                                           num_steps=7), model, progress=False)
     self.assertEqual(dpsgd._compiled.cache_info().misses - before, 1)
 
@@ -76,7 +69,7 @@ class SweepTest(absltest.TestCase):
     x = jnp.zeros((24, 4))
     y = jnp.zeros((24,), jnp.int32)
     m = 4000
-    cfgs = [_cfg(noise_multiplier=s, num_steps=1, sampling_prob=1.0, l2_clip_norm=0.5)
+    cfgs = [helpers.small_config(noise_multiplier=s, num_steps=1, sampling_prob=1.0, l2_clip_norm=0.5)
             for s in (0.0, 2.0)]
     idx = np.repeat([0, 1], m // 2)
     out = dpsgd.train_sweep(jax.random.key(5), x, y, jnp.ones((m, 24), bool), cfgs, idx,
@@ -94,11 +87,11 @@ class SweepTest(absltest.TestCase):
     model = models.logistic_regression(4)
     with self.assertRaisesRegex(ValueError, "sampling_prob"):
       dpsgd.train_sweep(jax.random.key(0), x, y, keep,
-                        [_cfg(), _cfg(sampling_prob=0.5)], [0, 1], model)
+                        [helpers.small_config(), helpers.small_config(sampling_prob=0.5)], [0, 1], model)
     with self.assertRaisesRegex(ValueError, "config_index_M"):
-      dpsgd.train_sweep(jax.random.key(0), x, y, keep, [_cfg()], [0], model)
+      dpsgd.train_sweep(jax.random.key(0), x, y, keep, [helpers.small_config()], [0], model)
     with self.assertRaisesRegex(ValueError, "config_index_M"):
-      dpsgd.train_sweep(jax.random.key(0), x, y, keep, [_cfg()], [0, 1], model)
+      dpsgd.train_sweep(jax.random.key(0), x, y, keep, [helpers.small_config()], [0, 1], model)
     with self.assertRaisesRegex(ValueError, "DpSgdConfig"):
       dpsgd.train_sweep(jax.random.key(0), x, y, keep, [], [0, 0], model)
 
@@ -109,7 +102,7 @@ class VectorisationTest(parameterized.TestCase):
     x, y = helpers.binary_data()
     model = models.logistic_regression(4, l2=0.01)
     keep = jax.random.bernoulli(jax.random.key(3), 0.6, (4, 24))
-    cfg = _cfg(num_steps=8, momentum=0.5)
+    cfg = helpers.small_config(num_steps=8, momentum=0.5)
     many = dpsgd.train_many(jax.random.key(9), x, y, keep, cfg, model,
                             observe_fn=_identity, per_example_stats=True, progress=False)
     keys = jax.random.split(jax.random.key(9), 4)
@@ -128,7 +121,7 @@ class VectorisationTest(parameterized.TestCase):
     m = dpsgd._UNROLL_MIN_MODELS + 1
     keep = jax.random.bernoulli(jax.random.key(4), 0.6, (m, 24))
     ck = jax.random.bernoulli(jax.random.key(5), 0.5, (m,))
-    cfg = _cfg(num_steps=10)  # not a multiple of the unroll factor
+    cfg = helpers.small_config(num_steps=10)  # not a multiple of the unroll factor
     canary = {"w": jnp.array([0.0, 0.0, 0.0, 3.0])}
     many = dpsgd.train_many(jax.random.key(8), x, y, keep, cfg, model, observe_fn=_identity,
                             gradient_canary=canary, canary_keep_M=ck, progress=False)
@@ -143,7 +136,7 @@ class VectorisationTest(parameterized.TestCase):
     x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     keep = jnp.ones((5, 24), bool)
-    cfg = _cfg()
+    cfg = helpers.small_config()
     a = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False)
     b = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, max_chunk=2,
                          progress=False)
@@ -153,15 +146,15 @@ class VectorisationTest(parameterized.TestCase):
     x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     keep = jnp.ones((5, 24), bool)
-    a = dpsgd.train_many(jax.random.key(0), x, y, keep, _cfg(), model, progress=False)
-    b = dpsgd.train_many(jax.random.key(0), x, y, keep, _cfg(), model, progress=False,
+    a = dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(), model, progress=False)
+    b = dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(), model, progress=False,
                          memory_budget_bytes=1)   # forces one model per chunk
     helpers.assert_trees_close(a.params, b.params)
 
   def test_jit_equals_eager(self):
     x, y = helpers.binary_data()
     model = models.mlp(4, hidden=(3,), num_classes=1)
-    cfg = _cfg(num_steps=2)
+    cfg = helpers.small_config(num_steps=2)
     keep = jnp.ones((24,), bool)
     jitted = dpsgd.train_one(jax.random.key(4), x, y, keep, cfg, model)
     with jax.disable_jit():
@@ -171,7 +164,7 @@ class VectorisationTest(parameterized.TestCase):
   def test_optax_optimiser_composes(self):
     x, y = helpers.binary_data()
     model = models.logistic_regression(4)
-    cfg = _cfg(noise_multiplier=0.0, sampling_prob=1.0, num_steps=1)
+    cfg = helpers.small_config(noise_multiplier=0.0, sampling_prob=1.0, num_steps=1)
     adam = optax.adam(0.1)
     out = dpsgd.train_one(jax.random.key(0), x, y, jnp.ones((24,), bool), cfg, model,
                           optimizer=adam)
@@ -185,7 +178,7 @@ class CanaryTest(parameterized.TestCase):
   def test_gradient_canary_added_clipped(self):
     x, y = helpers.binary_data()
     model = models.logistic_regression(4)
-    cfg = _cfg(sampling_prob=1.0, noise_multiplier=0.0, num_steps=1, l2_clip_norm=1.0)
+    cfg = helpers.small_config(sampling_prob=1.0, noise_multiplier=0.0, num_steps=1, l2_clip_norm=1.0)
     canary = {"w": jnp.array([3.0, 0.0, 4.0, 0.0])}     # norm 5 -> clipped to 1
     keep = jnp.ones((2, 24), bool)
     out = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model,
@@ -214,16 +207,16 @@ class ModelKeysTest(absltest.TestCase):
     model = models.logistic_regression(4)
     keep = jnp.ones((3, 24), bool)
     keys = jax.random.split(jax.random.key(4), 3)
-    a = dpsgd.train_many(jax.random.key(4), x, y, keep, _cfg(), model, progress=False)
-    b = dpsgd.train_many(keys, x, y, keep, _cfg(), model, progress=False)
+    a = dpsgd.train_many(jax.random.key(4), x, y, keep, helpers.small_config(), model, progress=False)
+    b = dpsgd.train_many(keys, x, y, keep, helpers.small_config(), model, progress=False)
     np.testing.assert_array_equal(a.params["w"], b.params["w"])
     raw = jax.random.key_data(keys)               # legacy uint32[M, 2] keys
-    c = dpsgd.train_many(raw, x, y, keep, _cfg(), model, progress=False)
+    c = dpsgd.train_many(raw, x, y, keep, helpers.small_config(), model, progress=False)
     np.testing.assert_array_equal(a.params["w"], c.params["w"])
     with self.assertRaisesRegex(ValueError, "model keys"):
-      dpsgd.train_many(keys[:2], x, y, keep, _cfg(), model, progress=False)
+      dpsgd.train_many(keys[:2], x, y, keep, helpers.small_config(), model, progress=False)
     with self.assertRaises(TypeError):
-      dpsgd.train_many(jnp.zeros((3, 2), jnp.float32), x, y, keep, _cfg(), model,
+      dpsgd.train_many(jnp.zeros((3, 2), jnp.float32), x, y, keep, helpers.small_config(), model,
                        progress=False)
 
 
@@ -234,7 +227,7 @@ class ComponentsTest(absltest.TestCase):
     x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     keep = jnp.ones((2, 24), bool)
-    cfg = _cfg()
+    cfg = helpers.small_config()
     a = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model, progress=False)
     with warnings.catch_warnings():
       warnings.simplefilter("error")        # the accounted components do not warn
@@ -249,7 +242,7 @@ class ComponentsTest(absltest.TestCase):
         return 2.0 * super().noise_stddev(noise_multiplier, l2_clip_norm)
 
     x, y = jnp.zeros((24, 4)), jnp.zeros((24,), jnp.int32)
-    cfg = _cfg(noise_multiplier=1.0, num_steps=2)
+    cfg = helpers.small_config(noise_multiplier=1.0, num_steps=2)
     keep = jnp.ones((200, 24), bool)
     model = models.logistic_regression(4)
     obs = {}
@@ -272,13 +265,13 @@ class ConfigTest(parameterized.TestCase):
 
   def test_epsilon_is_accountant_of_what_was_used(self):
     from dpjax import accounting  # pylint: disable=g-import-not-at-top
-    cfg = _cfg(dataset_size=500, sampling_prob=0.1, num_steps=200, noise_multiplier=1.3,
+    cfg = helpers.small_config(dataset_size=500, sampling_prob=0.1, num_steps=200, noise_multiplier=1.3,
                delta=1e-5)
     self.assertEqual(cfg.epsilon(), accounting.dpsgd_epsilon(1.3, 0.1, 200, 1e-5,
                                                              accountant="rdp"))
 
   def test_epsilon_passes_fields_to_accountant(self):
-    cfg = _cfg(dataset_size=500, sampling_prob=0.07, num_steps=123, noise_multiplier=0.9,
+    cfg = helpers.small_config(dataset_size=500, sampling_prob=0.07, num_steps=123, noise_multiplier=0.9,
                delta=3e-6, accountant="pld")
     dpsgd._epsilon.cache_clear()
     with mock.patch("dpjax.accounting.dpsgd_epsilon", return_value=4.2) as m:
@@ -288,7 +281,7 @@ class ConfigTest(parameterized.TestCase):
 
   def test_target_epsilon_calibrates(self):
     from dpjax import accounting  # pylint: disable=g-import-not-at-top
-    cfg = _cfg(dataset_size=500, sampling_prob=0.1, num_steps=200, noise_multiplier=None,
+    cfg = helpers.small_config(dataset_size=500, sampling_prob=0.1, num_steps=200, noise_multiplier=None,
                target_epsilon=1.0)
     self.assertEqual(cfg.sigma, accounting.calibrate_noise(1.0, 0.1, 200, 1e-5,
                                                            accountant="rdp"))
@@ -296,10 +289,10 @@ class ConfigTest(parameterized.TestCase):
     self.assertGreater(cfg.epsilon(), 0.99)
 
   def test_sigma_zero_is_infinite_epsilon(self):
-    self.assertEqual(_cfg(noise_multiplier=0.0).epsilon(), math.inf)
+    self.assertEqual(helpers.small_config(noise_multiplier=0.0).epsilon(), math.inf)
 
   def test_expected_batch_size(self):
-    self.assertAlmostEqual(_cfg(dataset_size=150, sampling_prob=0.2).expected_batch_size, 30.0)
+    self.assertAlmostEqual(helpers.small_config(dataset_size=150, sampling_prob=0.2).expected_batch_size, 30.0)
 
   @parameterized.named_parameters(
       ("n", dict(dataset_size=0)),
@@ -322,20 +315,20 @@ class ConfigTest(parameterized.TestCase):
   )
   def test_bad_config_raises(self, kw):
     with self.assertRaises(ValueError):
-      _cfg(**kw)
+      helpers.small_config(**kw)
 
   def test_bad_train_inputs_raise(self):
     x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     with self.assertRaisesRegex(ValueError, "keep_MxN"):
-      dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 23), bool), _cfg(), model)
+      dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 23), bool), helpers.small_config(), model)
     with self.assertRaisesRegex(ValueError, "y_N"):
-      dpsgd.train_many(jax.random.key(0), x, y[:3], jnp.ones((2, 24), bool), _cfg(), model)
+      dpsgd.train_many(jax.random.key(0), x, y[:3], jnp.ones((2, 24), bool), helpers.small_config(), model)
     with self.assertRaisesRegex(ValueError, "NaN"):
       dpsgd.train_many(jax.random.key(0), x.at[0, 0].set(jnp.nan), y,
-                       jnp.ones((2, 24), bool), _cfg(), model)
+                       jnp.ones((2, 24), bool), helpers.small_config(), model)
     with self.assertRaisesRegex(ValueError, "canary_keep_M"):
-      dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 24), bool), _cfg(), model,
+      dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 24), bool), helpers.small_config(), model,
                        gradient_canary={"w": jnp.ones(4)})
 
 

@@ -20,6 +20,14 @@ def binary_data(n=24, d=4, seed=0, scale=3.0):
   return x, y
 
 
+def small_config(**overrides):
+  """A DpSgdConfig for 24 records (q = 0.3, T = 6, sigma = 1), with `overrides` applied."""
+  from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
+  base = dict(dataset_size=24, sampling_prob=0.3, num_steps=6, noise_multiplier=1.0)
+  base.update(overrides)
+  return dpsgd.DpSgdConfig(**base)
+
+
 def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
   """Leaf-by-leaf np.testing.assert_allclose of two pytrees of the same structure."""
   la, lb = jax.tree.leaves(a), jax.tree.leaves(b)

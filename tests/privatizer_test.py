@@ -15,16 +15,11 @@ from dpjax import models
 from dpjax import prng
 from dpjax import privatizer
 from dpjax.clipping import vmap
+from tests import helpers
 
 
 def _identity(u):
   return u["w"]
-
-
-def _cfg(**kw):
-  base = dict(dataset_size=24, sampling_prob=0.3, num_steps=6, noise_multiplier=1.0)
-  base.update(kw)
-  return dpsgd.DpSgdConfig(**base)
 
 
 class DpAggregateTest(parameterized.TestCase):
@@ -90,7 +85,7 @@ class EnginePrivatizerTest(absltest.TestCase):
     return np.asarray(out.observations).ravel()
 
   def test_noise_std_is_sigma_c_over_b(self):
-    cfg = _cfg(noise_multiplier=1.7, l2_clip_norm=2.5, num_steps=5)
+    cfg = helpers.small_config(noise_multiplier=1.7, l2_clip_norm=2.5, num_steps=5)
     z = self._noise_samples(cfg)       # 200 models x 5 steps x 3 coordinates
     std = 1.7 * 2.5 / cfg.expected_batch_size
     self.assertGreater(stats.kstest(z / std, "norm").pvalue, 1e-3)
@@ -102,7 +97,7 @@ class EnginePrivatizerTest(absltest.TestCase):
     # clipped sum, with k_noise the third of split(model key, 4).
     x = jax.random.normal(jax.random.key(0), (24, 3))
     y = (x[:, 0] > 0).astype(jnp.int32)
-    cfg = _cfg(sampling_prob=1.0, noise_multiplier=1.3, num_steps=1, l2_clip_norm=0.8)
+    cfg = helpers.small_config(sampling_prob=1.0, noise_multiplier=1.3, num_steps=1, l2_clip_norm=0.8)
     model = models.logistic_regression(3)
     key = jax.random.key(5)
     out = dpsgd.train_one(key, x, y, jnp.ones(24, bool), cfg, model, observe_fn=_identity)
@@ -120,7 +115,7 @@ class EnginePrivatizerTest(absltest.TestCase):
     y = jax.random.bernoulli(ky, 0.5, (24,)).astype(jnp.int32)
     model = models.logistic_regression(4)
     keep = jnp.arange(24)[None, :] < 12
-    cfg = _cfg(sampling_prob=1.0, noise_multiplier=0.0, num_steps=1, learning_rate=0.5)
+    cfg = helpers.small_config(sampling_prob=1.0, noise_multiplier=0.0, num_steps=1, learning_rate=0.5)
     out = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, observe_fn=_identity,
                            progress=False)
     s, _ = vmap.clipped_grad_sum(model, {"w": jnp.zeros(4)}, x, y,

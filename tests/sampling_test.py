@@ -13,19 +13,7 @@ from dpjax import dpsgd
 from dpjax import models
 from dpjax import prng
 from dpjax import sampling
-
-
-def _data(n=24, d=4, seed=0):
-  kx, ky = jax.random.split(jax.random.key(seed))
-  x = 3.0 * jax.random.normal(kx, (n, d))
-  y = jax.random.bernoulli(ky, 0.5, (n,)).astype(jnp.int32)
-  return x, y
-
-
-def _cfg(**kw):
-  base = dict(dataset_size=24, sampling_prob=0.3, num_steps=6, noise_multiplier=1.0)
-  base.update(kw)
-  return dpsgd.DpSgdConfig(**base)
+from tests import helpers
 
 
 class PoissonSamplerTest(parameterized.TestCase):
@@ -43,9 +31,9 @@ class PoissonSamplerTest(parameterized.TestCase):
         sampling.PoissonSampler(1.0).batch_mask(jax.random.key(0), 0, keep), keep)
 
   def test_training_inclusion_rate_and_keep(self):
-    x, y = _data()
+    x, y = helpers.binary_data()
     keep = jax.random.bernoulli(jax.random.key(2), 0.5, (50, 24))
-    cfg = _cfg(sampling_prob=0.25, num_steps=40)
+    cfg = helpers.small_config(sampling_prob=0.25, num_steps=40)
     out = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, models.logistic_regression(4),
                            per_example_stats=True, progress=False)
     sampled = np.asarray(out.stats["times_sampled"])
@@ -58,7 +46,7 @@ class PoissonSamplerTest(parameterized.TestCase):
     s = sampling.PoissonSampler(0.07)
     self.assertTrue(s.accounted)
     self.assertEqual(s.sampling_prob, 0.07)
-    self.assertEqual(_cfg(sampling_prob=0.07).sampler(), s)
+    self.assertEqual(helpers.small_config(sampling_prob=0.07).sampler(), s)
 
   @parameterized.parameters(0.0, 1.5, -0.1, math.nan, True, "0.3")
   def test_bad_rate(self, q):
@@ -74,8 +62,8 @@ class ShuffleSamplerTest(absltest.TestCase):
     self.assertFalse(s.accounted)
 
   def test_fixed_batches_cover_each_record_once_per_epoch(self):
-    x, y = _data()
-    cfg = _cfg(sampling_prob=0.25, num_steps=8)
+    x, y = helpers.binary_data()
+    cfg = helpers.small_config(sampling_prob=0.25, num_steps=8)
     with self.assertWarns(dpsgd.UnaccountedComponentWarning):
       out = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((3, 24), bool), cfg,
                              models.logistic_regression(4), per_example_stats=True,
@@ -96,9 +84,9 @@ class CheckSamplerTest(absltest.TestCase):
   def test_accounted_sampler_must_use_the_configs_rate(self):
     with self.assertRaisesRegex(ValueError, "another q"):
       sampling.check_sampler(sampling.PoissonSampler(0.2), 0.3)
-    x, y = _data()
+    x, y = helpers.binary_data()
     with self.assertRaisesRegex(ValueError, "another q"):
-      dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((1, 24), bool), _cfg(),
+      dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((1, 24), bool), helpers.small_config(),
                        models.logistic_regression(4), sampler=sampling.PoissonSampler(0.5))
 
   def test_interface_is_checked(self):
@@ -115,11 +103,11 @@ class CheckSamplerTest(absltest.TestCase):
         del key
         return keep_N & ((jnp.arange(keep_N.shape[0]) % 2) == (step % 2))
 
-    x, y = _data()
+    x, y = helpers.binary_data()
     with warnings.catch_warnings(record=True) as w:
       warnings.simplefilter("always")
       out = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 24), bool),
-                             _cfg(sampling_prob=0.5, num_steps=4),
+                             helpers.small_config(sampling_prob=0.5, num_steps=4),
                              models.logistic_regression(4), per_example_stats=True,
                              progress=False, sampler=Halves())
     self.assertTrue(any(issubclass(r.category, dpsgd.UnaccountedComponentWarning) for r in w))

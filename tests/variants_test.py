@@ -16,14 +16,9 @@ from dpjax import privatizer
 from dpjax import sampling
 from dpjax.audit import variants
 from dpjax.clipping import vmap
+from tests import helpers
 
 _LR = models.logistic_regression(4)
-
-
-def _claimed(**kw):
-  base = dict(dataset_size=24, sampling_prob=0.3, num_steps=6, noise_multiplier=1.0)
-  base.update(kw)
-  return dpsgd.DpSgdConfig(**base)
 
 
 def _identity(u):
@@ -47,7 +42,7 @@ class VariantConstructionTest(parameterized.TestCase):
 
   @parameterized.parameters(*[n for n in variants.VARIANTS if n != "correct"])
   def test_faulty_variants_warn_and_keep_the_claim(self, name):
-    cfg = _claimed(noise_multiplier=2.0)
+    cfg = helpers.small_config(noise_multiplier=2.0)
     with self.assertWarns(variants.FaultyDpSgdWarning):
       v = variants.variant(name, cfg, _LR)
     self.assertEqual(len(v.components), 1)
@@ -59,22 +54,22 @@ class VariantConstructionTest(parameterized.TestCase):
   def test_correct_is_the_claim(self):
     with warnings.catch_warnings():
       warnings.simplefilter("error")
-      v = variants.variant("correct", _claimed(noise_multiplier=2.0), _LR)
-    self.assertEqual(v.config, _claimed(noise_multiplier=2.0))
+      v = variants.variant("correct", helpers.small_config(noise_multiplier=2.0), _LR)
+    self.assertEqual(v.config, helpers.small_config(noise_multiplier=2.0))
     self.assertEqual(v.components, {})
 
   def test_noise_without_clip_norm_runs_with_c10(self):
-    v = _variant("noise_without_clip_norm", _claimed(noise_multiplier=2.0))
+    v = _variant("noise_without_clip_norm", helpers.small_config(noise_multiplier=2.0))
     self.assertEqual(v.config.l2_clip_norm, variants.NOISE_WITHOUT_CLIP_NORM_C)
     self.assertEqual(v.privatizer.noise_stddev(2.0, 10.0), 2.0)
 
   def test_shuffle_sampler(self):
-    v = _variant("shuffle_as_poisson", _claimed(noise_multiplier=2.0))
+    v = _variant("shuffle_as_poisson", helpers.small_config(noise_multiplier=2.0))
     self.assertIsInstance(v.sampler, sampling.ShuffleSampler)
     self.assertEqual(v.sampler.batch_size, round(0.3 * 24))
 
   def test_target_epsilon_resolved_to_claimed_sigma(self):
-    cfg = _claimed(dataset_size=151, sampling_prob=0.2, num_steps=500, noise_multiplier=None,
+    cfg = helpers.small_config(dataset_size=151, sampling_prob=0.2, num_steps=500, noise_multiplier=None,
                    target_epsilon=2.0)
     v = _variant("noise_on_mean", cfg)
     self.assertIsNone(v.config.target_epsilon)
@@ -83,12 +78,12 @@ class VariantConstructionTest(parameterized.TestCase):
 
   def test_validation(self):
     with self.assertRaisesRegex(ValueError, "variant"):
-      variants.variant("nope", _claimed(), _LR)
+      variants.variant("nope", helpers.small_config(), _LR)
     with self.assertRaisesRegex(ValueError, "cfg"):
       variants.variant("correct", {"sampling_prob": 0.3}, _LR)
 
   def test_training_warns(self):
-    v = _variant("noise_on_mean", _claimed())
+    v = _variant("noise_on_mean", helpers.small_config())
     x, y = jnp.zeros((24, 4)), jnp.zeros((24,), jnp.int32)
     with self.assertWarnsRegex(dpsgd.UnaccountedComponentWarning, "privatizer"):
       dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((1, 24), bool), v.config, _LR,
@@ -103,7 +98,7 @@ class VariantBehaviourTest(parameterized.TestCase):
     x = 3.0 * jax.random.normal(kx, (24, 4))
     y = jax.random.bernoulli(ky, 0.5, (24,)).astype(jnp.int32)
     keep = jnp.arange(24)[None, :] < keep_n
-    v = _variant(name, _claimed(sampling_prob=1.0, noise_multiplier=sigma, num_steps=1,
+    v = _variant(name, helpers.small_config(sampling_prob=1.0, noise_multiplier=sigma, num_steps=1,
                                 l2_clip_norm=c))
     out = _train(v, x, y, keep)
     wts = keep[0].astype(jnp.float32)
@@ -132,7 +127,7 @@ class VariantBehaviourTest(parameterized.TestCase):
     x = jnp.zeros((24, 3))
     y = jnp.zeros((24,), jnp.int32)
     model = models.logistic_regression(3)
-    cfg = _claimed(noise_multiplier=2.0, l2_clip_norm=4.0, num_steps=4)
+    cfg = helpers.small_config(noise_multiplier=2.0, l2_clip_norm=4.0, num_steps=4)
     v = _variant(name, cfg, model)
     out = _train(v, x, y, jnp.ones((100, 24), bool), model=model, key=1)
     self.assertAlmostEqual(cfg.expected_batch_size, 7.2)

@@ -66,7 +66,7 @@ def _static_zero(stddev) -> bool:
 
 def _check_stddev(stddev, name: str = "noise_stddev"):
   """A concrete std is validated; a traced one (inside the engine) was validated on the host."""
-  if isinstance(stddev, jax.core.Tracer):
+  if _validate.is_tracer(stddev):
     return stddev
   if isinstance(stddev, (int, float)):
     return _validate.check_nonnegative(stddev, name)

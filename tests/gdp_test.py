@@ -78,6 +78,17 @@ class MuForEpsilonSafeSideTest(absltest.TestCase):
         self.assertLessEqual(gdp.gaussian_delta(float(eps), mu), delta)
         self.assertGreater(gdp.gaussian_delta(float(eps), mu * (1 + 1e-6)), delta)
 
+  def test_epsilon_never_undershoots_delta(self):
+    # gaussian_epsilon is the smallest eps with delta(eps) <= delta as evaluated, and
+    # minimal to ~1e-12 relative. The root finder alone stops below the root for 52
+    # of these 120 pairs (mu = 0.01, delta = 1e-5: delta(eps) = delta (1 + 3.2e-13)).
+    for mu in np.geomspace(1e-3, 300.0, 40):
+      for delta in (1e-2, 1e-5, 1e-10):
+        eps = gdp.gaussian_epsilon(delta, float(mu))
+        self.assertLessEqual(gdp.gaussian_delta(eps, float(mu)), delta)
+        if eps > 0:
+          self.assertGreater(gdp.gaussian_delta(eps * (1 - 1e-11), float(mu)), delta)
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -36,6 +36,21 @@ def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
     np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=rtol, atol=atol)
 
 
+# Example-count multiplier of each hypothesis profile (registered in conftest.py).
+HYPOTHESIS_SCALE = {"ci": 1, "thorough": 20}
+
+
+def property_settings(max_examples):
+  """hypothesis settings with `max_examples` scaled by the active profile (conftest.py).
+
+  Under the default "ci" profile a property runs exactly `max_examples` examples;
+  DPJAX_HYPOTHESIS_PROFILE=thorough runs 20 times as many, drawn at random.
+  """
+  import hypothesis  # pylint: disable=g-import-not-at-top
+  profile = os.environ.get("DPJAX_HYPOTHESIS_PROFILE", "ci")
+  return hypothesis.settings(max_examples=max_examples * HYPOTHESIS_SCALE.get(profile, 1))
+
+
 def run_experiment(name, *args, timeout=300):
   """`python -m experiments.<name> *args --out <tmp>` from the repository root."""
   return subprocess.run([sys.executable, "-m", f"experiments.{name}", *args,

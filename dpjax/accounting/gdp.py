@@ -65,8 +65,13 @@ def gaussian_epsilon(delta: float, mu: float) -> float:
   hi = max(1.0, mu * mu / 2 + mu * math.sqrt(2 * math.log(1 / delta)) + 1.0)
   while gaussian_delta(hi, mu) > delta:
     hi *= 2
-  return float(optimize.brentq(lambda e: gaussian_delta(e, mu) - delta, 0.0, hi,
-                               xtol=1e-14, rtol=1e-14, maxiter=500))
+  eps = float(optimize.brentq(lambda e: gaussian_delta(e, mu) - delta, 0.0, hi,
+                              xtol=1e-14, rtol=1e-14, maxiter=500))
+  # The root finder may stop a hair below the root; step up to an eps whose
+  # delta(eps) is <= delta as evaluated (delta(eps) decreases in eps).
+  while gaussian_delta(eps, mu) > delta:
+    eps = max(eps * (1.0 + 1e-13), eps + 1e-300)
+  return eps
 
 
 def mu_for_epsilon(epsilon: float, delta: float) -> float:

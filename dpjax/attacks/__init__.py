@@ -1,1 +1,2 @@
-"""Privacy attacks: membership inference (`mia`) and reconstruction (`reconstruction`)."""
+"""Privacy attacks: membership inference (`mia`), reconstruction (`reconstruction`) and
+exact floating-point attacks on float32 noise (`floating_point`)."""

@@ -11,7 +11,9 @@ Tolerances, and why:
 * The adaptive PLD answer v (`pld.dpsgd_epsilon_bound`) is documented as an upper
   bound with truth in [v - error, v]. Monotonicity of the truth then only implies
   v(worse) >= v(better) - error(better); that is what is asserted (plus _RTOL).
-  The same reasoning gives RDP >= PLD - error.
+  The same reasoning gives RDP >= PLD - error. Strict monotonicity does not hold:
+  each call picks its own grid, and parameters 1e-6 apart can give answers in the
+  wrong order by up to ~2e-6 relative, always within `error`.
 * A fixed-grid PLD object reads delta(eps) as a sum of non-negative terms that
   shrink with eps: monotone up to float rounding (_RTOL), as is every closed form
   evaluated in floating point (gdp.gaussian_delta at eps and eps + 2.2e-16 can

@@ -26,6 +26,12 @@ those (`dpjax.prng`), so a model's stream never depends on M or the chunking.
 `train_sweep` trains models whose configs differ only in their noise as one program
 (the noise std is an input of the compiled program).
 
+Records: NaN / inf features or labels, and labels outside the model's range, are
+refused before training (ValueError naming `x_NxF` / `y_N` and the first index);
+finite features of any size are accepted, the clipping paths making them harmless.
+Each result says per model whether its parameters ended finite (`TrainResult.finite`,
+`first_nonfinite_step`); a run with diverged models warns (`DivergenceWarning`).
+
 Shape letters: M models, N records, F features, B batch, T steps.
 
 Examples:
@@ -57,6 +63,7 @@ import optax
 
 from dpjax import _validate
 from dpjax import clipping as clipping_lib
+from dpjax.clipping import grid as clipping_grid
 from dpjax import models as models_lib
 from dpjax import privatizer as privatizer_lib
 from dpjax import sampling as sampling_lib
@@ -77,6 +84,10 @@ _ACCOUNTANTS = ("rdp", "pld")
 
 class UnaccountedComponentWarning(UserWarning):
   """Training uses a component (sampler, clipping, privatizer) the accountant does not model."""
+
+
+class DivergenceWarning(UserWarning):
+  """Some trained models ended with non-finite parameters (see `TrainResult.finite`)."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -204,11 +215,22 @@ class TrainResult(NamedTuple):
     observations: [M, T, ...] outputs of observe_fn, or None.
     stats: None, or {"times_sampled", "times_clipped", "norm_sum"}: float32[M, N]
       (over steps where the record was sampled: how often, how often its norm
-      exceeded C, and the sum of its pre-clipping norms).
+      exceeded C, and the sum of its pre-clipping norms; inf for a record whose
+      gradient was dropped as non-finite, see `dpjax.clipping.vmap.safe_norm`).
+    finite: bool[M], whether every parameter of model i is finite at the end.
+    first_nonfinite_step: int32[M], the first step t (0-based) after whose update
+      some parameter of model i was NaN or inf; -1 if none. Clipping bounds every
+      record's contribution and drops non-finite per-example gradients, so no record
+      of finite values can cause this; a learning rate or optimiser that makes the
+      parameters themselves blow up can, and `train_many` then warns
+      (`DivergenceWarning`). Anything computed from such a model (an audit score,
+      an epsilon lower bound) must exclude it explicitly.
   """
   params: PyTree
   observations: jax.Array | None
   stats: dict | None
+  finite: jax.Array | None = None
+  first_nonfinite_step: jax.Array | None = None
 
 
 def _noise_free(cfg: DpSgdConfig) -> DpSgdConfig:
@@ -236,30 +258,40 @@ def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
   opt_state = optimizer.init(params)
   if gradient_canary is not None:
     g_c = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), gradient_canary)
-    norm_c = jnp.sqrt(sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(g_c)))
+    # Overflow-safe ||g_c|| (sqrt of the sum of squares wherever that is in range).
+    norm_c = clipping_lib.vmap.tree_norms(
+        [jnp.reshape(v, (1, -1)) for v in jax.tree.leaves(g_c)])[0]
     g_c_clipped = jax.tree.map(lambda v: v * clipping_lib.clip_factor(norm_c, c), g_c)
+    if getattr(clipping, "grid", None) is not None:
+      # A grid path sums int32 grid units: the canary is rounded like any record.
+      g_c_clipped = jax.tree.map(lambda v: v[0], clipping_grid.round_clipped(
+          jax.tree.map(lambda v: v[None], g_c_clipped), clipping.grid, c))
     # The canary is one more record, Poisson-sampled at the accounted rate q.
     canary_sampler = sampling_lib.PoissonSampler(float(cfg.sampling_prob))
     one = jnp.ones((1,), bool)
 
   def step(carry, t):
-    params, agg_state, opt_state, st = carry
+    params, agg_state, opt_state, st, first_bad = carry
     wts = sampler.batch_mask(k_sample, t, keep_N).astype(jnp.float32)
     gsum, norms = clipping(params, x, y, wts, c)
     bsize = jnp.sum(wts)
     if gradient_canary is not None:
       bit = canary_sampler.batch_mask(k_canary, t, one)[0].astype(jnp.float32)
       bit = bit * canary_keep.astype(jnp.float32)
-      gsum = jax.tree.map(lambda s, v: s + bit * v, gsum, g_c_clipped)
+      gsum = jax.tree.map(lambda s, v: s + bit.astype(v.dtype) * v, gsum, g_c_clipped)
       bsize = bsize + bit
     priv, agg_state = aggregate.update(gsum, agg_state, params, batch_size=bsize)
     obs = observe_fn(priv) if observe_fn is not None else None
     upd, opt_state = optimizer.update(priv, opt_state, params)
     params = optax.apply_updates(params, upd)
+    ok = functools.reduce(jnp.logical_and,
+                          [jnp.all(jnp.isfinite(l)) for l in jax.tree.leaves(params)])
+    first_bad = jnp.where((first_bad < 0) & ~ok, t, first_bad)
     if per_example_stats:
       clipped = (norms > c).astype(jnp.float32) * wts
-      st = (st[0] + wts, st[1] + clipped, st[2] + wts * norms)
-    return (params, agg_state, opt_state, st), obs
+      # where, not wts * norms: an unsampled record with norm inf adds 0, not NaN.
+      st = (st[0] + wts, st[1] + clipped, st[2] + jnp.where(wts > 0, wts * norms, 0.0))
+    return (params, agg_state, opt_state, st, first_bad), obs
 
   if per_example_stats:
     z = jnp.zeros((x.shape[0],), jnp.float32)
@@ -267,13 +299,16 @@ def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
   else:
     st0 = ()
   num_params = sum(l.size for l in jax.tree.leaves(params))
-  (params, _, _, st), obs = jax.lax.scan(
-      step, (params, agg_state, opt_state, st0), jnp.arange(cfg.num_steps, dtype=jnp.int32),
+  (params, _, _, st, first_bad), obs = jax.lax.scan(
+      step, (params, agg_state, opt_state, st0, jnp.int32(-1)),
+      jnp.arange(cfg.num_steps, dtype=jnp.int32),
       unroll=unroll if num_params <= _UNROLL_MAX_PARAMS else 1)
   stats = None
   if per_example_stats:
     stats = {"times_sampled": st[0], "times_clipped": st[1], "norm_sum": st[2]}
-  return params, obs, stats
+  finite = functools.reduce(jnp.logical_and,
+                            [jnp.all(jnp.isfinite(l)) for l in jax.tree.leaves(params)])
+  return params, obs, stats, finite, first_bad
 
 
 @functools.lru_cache(maxsize=64)
@@ -330,6 +365,7 @@ def _components(cfg, model, sampler, clipping, privatizer):
   path = clipping_lib.path_for(model) if clipping is None else clipping_lib.as_path(clipping)
   privatizer = privatizer_lib.GaussianPrivatizer() if privatizer is None else privatizer
   privatizer_lib.check_privatizer(privatizer)
+  privatizer_lib.check_matching_grid(path, privatizer)
   off = [f"{kind} {c!r}" for kind, c in (("sampler", sampler), ("clipping", path.name),
                                         ("privatizer", privatizer))
          if not getattr(c if kind != "clipping" else path, "accounted")]
@@ -338,6 +374,35 @@ def _components(cfg, model, sampler, clipping, privatizer):
                   "DpSgdConfig.epsilon() is not a guarantee for this run.",
                   UnaccountedComponentWarning, stacklevel=3)
   return sampler, path, privatizer
+
+
+def _check_sampler_delta(cfg, params_shape) -> None:
+  """Warns when the delta prng.standard_normal's finite support adds is > 1e-3 cfg.delta.
+
+  The extra delta is `accounting.sampler_delta(cfg.epsilon(), T d)`, d = the number
+  of parameters (noise draws per step). cfg.epsilon() is computed only when a cheap
+  bound does not settle it: eps <= rho + 2 sqrt(rho log(1/delta)), rho = T / (2
+  sigma^2), the zCDP of T unsubsampled Gaussian steps (Bun & Steinke 2016; Poisson
+  subsampling never raises Renyi divergence, by its joint quasi-convexity). A warning,
+  not an error: the run is still (eps, delta + extra)-DP, as
+  `accounting.privacy_statement(..., noise_draws_per_step=d)` reports.
+  """
+  from dpjax import accounting  # pylint: disable=g-import-not-at-top
+  d = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params_shape))
+  k = int(cfg.num_steps) * max(1, d)
+  delta, sigma = float(cfg.delta), cfg.sigma
+  eps_ok = accounting.max_epsilon_for_sampler_delta(delta, k)
+  rho = int(cfg.num_steps) / (2.0 * sigma * sigma)
+  if rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)) <= eps_ok:
+    return
+  eps = cfg.epsilon()
+  if eps > eps_ok:
+    extra = accounting.sampler_delta(eps, k)
+    warnings.warn(f"the noise sampler's finite support adds {extra:.3g} to delta (eps = "
+                  f"{eps:.4g}, T*d = {k} draws), more than 1e-3 * delta = {1e-3 * delta:.3g}: "
+                  f"the guarantee is (eps, delta + {extra:.3g}), not (eps, delta) "
+                  "(dpjax.accounting.sampler_delta).", UnaccountedComponentWarning,
+                  stacklevel=4)
 
 
 def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
@@ -395,12 +460,16 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
       `dpjax.parallel`); each chunk is then a multiple of the device count.
     progress: show a progress bar when there is more than one chunk.
   Returns:
-    TrainResult(params [M, ...], observations [M, T, ...] or None, stats or None).
+    TrainResult(params [M, ...], observations [M, T, ...] or None, stats or None,
+    finite bool[M], first_nonfinite_step int32[M]).
   Raises:
-    ValueError on shape mismatches, non-finite data, bad budgets, a sampler whose q
-    is not the config's; TypeError on components without the required members.
+    ValueError on shape mismatches, non-finite data (features, labels, init_params,
+    gradient_canary), labels outside the model's range, bad budgets, a sampler
+    whose q is not the config's; TypeError on components without the required
+    members.
   Warns:
-    UnaccountedComponentWarning when a component declares `accounted = False`.
+    UnaccountedComponentWarning when a component declares `accounted = False`;
+    DivergenceWarning when some model ends with non-finite parameters.
   """
   return _train(noise_std_M=None, **locals())
 
@@ -423,12 +492,11 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
     raise ValueError(f"keep_MxN must be boolean, got {keep.dtype}")
   if keep.shape[0] < 1:
     raise ValueError("keep_MxN must have at least one row (M >= 1)")
-  if not bool(jnp.all(jnp.isfinite(x))):
-    raise ValueError("x_NxF contains NaN or inf")
   if not isinstance(cfg, DpSgdConfig):
     raise ValueError(f"cfg must be a DpSgdConfig, got {type(cfg)}")
   if not isinstance(model, models_lib.Model):
     raise ValueError(f"model must be a models.Model, got {type(model)}")
+  _check_records(x, y, model)
   if not (memory_budget_bytes > 0):
     raise ValueError(f"memory_budget_bytes must be > 0, got {memory_budget_bytes}")
   if max_chunk is not None:
@@ -454,6 +522,12 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
   if has_canary:
     if jax.tree.structure(gradient_canary) != jax.tree.structure(params_shape):
       raise ValueError("gradient_canary must have the structure of the model's params")
+    if not all(bool(jnp.all(jnp.isfinite(jnp.asarray(v, jnp.float32))))
+               for v in jax.tree.leaves(gradient_canary)):
+      raise ValueError("gradient_canary must be finite (no NaN or inf)")
+  if init_params is not None and not all(bool(jnp.all(jnp.isfinite(v)))
+                                         for v in jax.tree.leaves(init_params)):
+    raise ValueError("init_params must be finite (no NaN or inf)")
   sampler, path, privatizer = _components(cfg, model, sampler, clipping, privatizer)
   if optimizer is None:
     optimizer = _default_optimizer(float(cfg.learning_rate), float(cfg.momentum))
@@ -463,6 +537,9 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
   else:
     std = np.asarray(noise_std_M, np.float32)
   has_noise = bool(np.any(std > 0))
+  if noise_std_M is None and has_noise and isinstance(privatizer,
+                                                     privatizer_lib.GaussianPrivatizer):
+    _check_sampler_delta(cfg, params_shape)
   fn = _compiled(_noise_free(cfg), model, observe_fn, bool(per_example_stats), has_canary,
                  path, sampler, privatizer, optimizer, init_params is not None, has_noise)
 
@@ -493,10 +570,55 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
       out = jax.tree.map(lambda a: a[: hi - lo], out)
     outs.append(out)
   if len(outs) == 1:
-    params, obs, stats = outs[0]
+    params, obs, stats, finite, first_bad = outs[0]
   else:
-    params, obs, stats = jax.tree.map(lambda *a: jnp.concatenate(a, axis=0), *outs)
-  return TrainResult(params, obs, stats)
+    params, obs, stats, finite, first_bad = jax.tree.map(
+        lambda *a: jnp.concatenate(a, axis=0), *outs)
+  bad = int(np.sum(~np.asarray(finite)))
+  if bad:
+    warnings.warn(f"{bad} of {m} models ended with non-finite parameters (NaN or inf): "
+                  "their updates diverged (e.g. a learning rate too large for the model). "
+                  "TrainResult.finite marks them and TrainResult.first_nonfinite_step "
+                  "gives the step; exclude them from any score or audit.",
+                  DivergenceWarning, stacklevel=3)
+  return TrainResult(params, obs, stats, finite, first_bad)
+
+
+def _first_bad_index(bad: np.ndarray) -> tuple[int, ...]:
+  return tuple(int(i) for i in np.argwhere(bad)[0])
+
+
+def _check_records(x: jax.Array, y: jax.Array, model: models_lib.Model) -> None:
+  """Refuses records the clipping bound cannot cover: NaN / inf features or labels,
+  and labels outside the model's range ({0, 1} for one output, class indices in
+  [0, K) for K outputs). Finite features of any size (up to float32's ~3.4e38) are
+  accepted: clipping makes them harmless (`dpjax.clipping.vmap.safe_norm`).
+
+  Raises:
+    ValueError: naming `x_NxF` or `y_N` and the first offending index.
+  """
+  bad_x = ~np.asarray(jnp.isfinite(x))
+  if bad_x.any():
+    idx = _first_bad_index(bad_x)
+    raise ValueError(f"x_NxF must be finite (no NaN or inf): x_NxF{list(idx)} = "
+                     f"{float(x[idx])}")
+  y_np = np.asarray(y)
+  if not (np.issubdtype(y_np.dtype, np.number) or y_np.dtype == np.bool_):
+    raise ValueError(f"y_N must be numeric labels, got dtype {y_np.dtype}")
+  yf = y_np.astype(np.float64)
+  bad_y = ~np.isfinite(yf)
+  if bad_y.any():
+    i = _first_bad_index(bad_y)[0]
+    raise ValueError(f"y_N must be finite (no NaN or inf): y_N[{i}] = {yf[i]}")
+  k = int(model.num_outputs)
+  if k == 1:
+    bad_y, allowed = (yf != 0) & (yf != 1), "in {0, 1} (one output: logistic loss)"
+  else:
+    bad_y = (yf != np.floor(yf)) | (yf < 0) | (yf >= k)
+    allowed = f"class indices in [0, {k}) (integers)"
+  if bad_y.any():
+    i = _first_bad_index(bad_y)[0]
+    raise ValueError(f"y_N must be {allowed}, got y_N[{i}] = {y_np[i]!r}")
 
 
 @functools.lru_cache(maxsize=64)

@@ -137,6 +137,10 @@ def _train_chunk(key, data, var, lo, hi, m_total, model):
         observe_fn=canary.observe_last_coordinate(),
         gradient_canary=canary.gradient_canary(data.num_features, var.config.l2_clip_norm),
         canary_keep_M=jnp.asarray(s), max_chunk=hi - lo, progress=False, **var.components)
+  if not np.all(np.asarray(out.finite)):
+    # An audit score of a diverged model is not evidence about the mechanism.
+    raise ValueError(f"{int(np.sum(~np.asarray(out.finite)))} of {hi - lo} audit models "
+                     "ended with non-finite parameters: no audit is computed from them")
   bb = canary.black_box_scores(np.asarray(out.params["w"]),
                                np.asarray(data.x_NxD[data.canary_index]))
   o = canary.normalized_observations(out.observations,

@@ -175,5 +175,29 @@ class GhostTest(parameterized.TestCase):
       ghost.cnn_clipped_sum_fn((6, 4, 1))(cparams, jnp.ones((3, 23)), y, w, 1.0)
 
 
+class GhostFloatLimitsTest(absltest.TestCase):
+
+  def test_overflowing_activations_are_dropped_not_nan(self):
+    # 3.4e38 inputs overflow the hidden activations to inf: that record's gradient is
+    # not finite, its norm is inf, and it adds exactly zero, sampled or not; a record
+    # whose norm is finite but beyond 1.8e19 (1e30 input) is clipped to C.
+    model = models.mlp(3, hidden=(5,), num_classes=3)
+    params = model.init(jax.random.key(4))
+    f32_max = float(np.finfo(np.float32).max)
+    x = jnp.array([[f32_max, f32_max, f32_max], [0.3, 1e30, -0.1], [1.0, -2.0, 0.5],
+                   [0.2, 0.1, 0.0]])
+    y = jnp.array([0, 2, 1, 2])
+    fn = ghost.clipped_sum_fn(model)
+    for wts in (jnp.ones(4), jnp.array([0.0, 1.0, 1.0, 1.0])):
+      s, norms = fn(params, x, y, wts, 1.0)
+      s_ref, norms_ref = vmap.clipped_grad_sum(model, params, x, y, wts, 1.0)
+      self.assertTrue(all(np.all(np.isfinite(v)) for v in jax.tree.leaves(s)))
+      np.testing.assert_allclose(norms, norms_ref, rtol=1e-5)
+      for u, v in zip(jax.tree.leaves(s), jax.tree.leaves(s_ref)):
+        np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-6)
+    self.assertEqual(float(norms[0]), np.inf)
+    self.assertTrue(1e29 < float(norms[1]) < np.inf)
+
+
 if __name__ == "__main__":
   absltest.main()

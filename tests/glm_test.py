@@ -36,5 +36,25 @@ class GlmTest(absltest.TestCase):
     np.testing.assert_allclose(norms, want, rtol=1e-5)
 
 
+class GlmFloatLimitsTest(absltest.TestCase):
+
+  def test_huge_record_with_zero_residual_gives_no_nan(self):
+    # A record with a feature of 3e19 that the model classifies with certainty has
+    # r = sigmoid(z) - y = 0 exactly: its gradient is 0, but ||x||^2 overflows, and
+    # |r| * sqrt(inf) = 0 * inf would be NaN. Its norm is 0 and the sum stays finite.
+    x = jnp.array([[3e19, 0.0, 1.0], [0.5, -1.0, 2.0], [-1e30, 1.0, 0.0]])
+    y = jnp.array([1, 0, 0])
+    w = {"w": jnp.array([1.0, 0.5, -0.2])}
+    for l2 in (0.0, 0.25):
+      model = models.logistic_regression(3, l2=l2)
+      for wts in (jnp.ones(3), jnp.array([0.0, 1.0, 0.0])):
+        s, norms = glm.clipped_grad_sum(l2, w, x, y, wts, 1.0)
+        s_ref, norms_ref = vmap.clipped_grad_sum(model, w, x, y, wts, 1.0)
+        self.assertTrue(np.all(np.isfinite(s["w"])))
+        np.testing.assert_allclose(norms, norms_ref, rtol=1e-6)
+        np.testing.assert_allclose(s["w"], s_ref["w"], rtol=1e-5, atol=1e-7)
+      self.assertEqual(float(norms[0]), l2 * float(jnp.linalg.norm(w["w"])))
+
+
 if __name__ == "__main__":
   absltest.main()

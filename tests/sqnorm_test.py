@@ -149,5 +149,26 @@ class SqNormTest(parameterized.TestCase):
         np.testing.assert_allclose(l1, l2, rtol=1e-5, atol=1e-7)
 
 
+class SqNormFloatLimitsTest(absltest.TestCase):
+
+  def test_identity_equals_plain_reduction_at_float32_limits(self):
+    # ||x_i||^2 r_i^2 with ||x_i||^2 overflowing: 0 (not 0 * inf = NaN) where r_i = 0,
+    # inf where the square overflows, and finite where only the factor ||x_i||^2
+    # overflows (||x|| = 3e20 times |r| ~ 1e-10).
+    f32_max = float(np.finfo(np.float32).max)
+    x = jnp.array([[3e19, 0.0, 0.0], [0.0, 0.0, -f32_max], [1e30, 1.0, 0.0],
+                   [-0.46, 0.0, 3e20], [1.0, 2.0, 3.0]])   # z_3 = -23: r_3 ~ 1e-10
+    y = jnp.array([1, 0, 0, 0, 1])
+    loss_one = functools.partial(vmap.example_loss, models.logistic_regression(3))
+    w = {"w": jnp.array([50.0, 0.0, 0.0])}
+    got = sqnorm.per_example_sq_norms(loss_one, w, x, y)
+    want = sqnorm.per_example_sq_norms(loss_one, w, x, y, rewrite=False)
+    self.assertFalse(np.any(np.isnan(got)))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    self.assertEqual(float(got[0]), 0.0)
+    self.assertEqual(float(got[1]), np.inf)
+    self.assertTrue(0 < float(got[3]) < np.inf)
+
+
 if __name__ == "__main__":
   absltest.main()

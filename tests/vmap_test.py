@@ -49,5 +49,36 @@ class VmapClippingTest(absltest.TestCase):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+class VmapFloatLimitsTest(absltest.TestCase):
+
+  def test_non_finite_gradient_contributes_exactly_zero(self):
+    # exp(x_0) overflows for x_0 = 3e6: that record's gradient is inf / NaN. Sampled or
+    # not, it adds exactly zero (norm inf), on the one-pass path and on the two-pass
+    # path (which, for a feature above 2^20, runs the one-pass definition).
+    def apply(params, x):
+      return (jnp.exp(x[:, 0]) * params["a"] + x[:, 1:] @ params["w"])[:, None]
+    model = models.Model(lambda k: {"a": jnp.ones(()), "w": jnp.ones(2)}, apply, 0.0, "custom")
+    params = {"a": jnp.asarray(0.5), "w": jnp.array([0.3, -0.2])}
+    x = jnp.array([[0.1, 1.0, 2.0], [3e6, 1.0, 1.0], [-0.5, 0.0, 1.0]])
+    y = jnp.array([1, 0, 0])
+    for wts in (jnp.ones(3), jnp.array([1.0, 0.0, 1.0])):
+      keep = jnp.array([1.0, 0.0, 1.0])
+      want, _ = vmap.clipped_grad_sum(model, params, x.at[1].set(0.0), y, keep, 0.5)
+      for fn in (vmap.clipped_grad_sum, vmap.two_pass_clipped_grad_sum):
+        s, norms = fn(model, params, x, y, wts, 0.5)
+        self.assertEqual(float(norms[1]), np.inf)
+        helpers.assert_trees_close(s, want, rtol=1e-6, atol=1e-7)
+
+  def test_two_pass_switches_to_the_definition_for_huge_features(self):
+    model = models.mlp(3, hidden=(4,), num_classes=2)
+    params = model.init(jax.random.key(0))
+    x = jnp.array([[0.1, 2e6, -1.0], [1.0, 2.0, 3.0]])      # above 2^20: one-pass branch
+    y = jnp.array([0, 1])
+    s1, n1 = vmap.clipped_grad_sum(model, params, x, y, jnp.ones(2), 1.0)
+    s2, n2 = vmap.two_pass_clipped_grad_sum(model, params, x, y, jnp.ones(2), 1.0)
+    helpers.assert_trees_close(s1, s2, rtol=0, atol=0)       # the same computation
+    np.testing.assert_array_equal(n1, n2)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -66,7 +66,7 @@ def p_value(num_canaries: int, num_guesses: int, num_correct: int, epsilon: floa
   """
   m, r, v = _check_guesses(num_canaries, num_guesses, num_correct)
   epsilon = _validate.check_epsilon(epsilon, allow_zero=True, allow_inf=True)
-  delta = _validate.check_probability(delta, "delta")
+  delta = _validate.check_delta(delta, allow_zero=True)
   if v == 0:
     return 1.0
   p = 1.0 / (1.0 + math.exp(-epsilon)) if epsilon < 700 else 1.0
@@ -93,7 +93,7 @@ def epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct: int
     delta)-DP for any eps < eps_lower (0 when nothing is rejected).
   """
   m, r, v = _check_guesses(num_canaries, num_guesses, num_correct)
-  delta = _validate.check_probability(delta, "delta")
+  delta = _validate.check_delta(delta, allow_zero=True)
   confidence = _validate.check_confidence(confidence)
   alpha = 1.0 - confidence
 
@@ -183,18 +183,30 @@ def dpsgd_white_box(key, cfg, x_NxD, y_N, *, num_canaries: int, num_positive_gue
   from dpjax.clipping import glm  # pylint: disable=g-import-not-at-top
   from dpjax.audit import canary as canary_lib  # pylint: disable=g-import-not-at-top
 
-  m = _validate.check_int(num_canaries, "num_canaries")
+  _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
+  x_np = _validate.check_array(x_NxD, "x_NxD", np.float32, ndim=2, min_size=1)
+  n0, d0 = x_np.shape
+  y_np = _validate.check_binary(y_N, "y_N", shape=(n0,))
+  # The audited data set is (n0 + m) x (d0 + m) float32.
+  m = _validate.check_size(num_canaries, "num_canaries", units=n0 + d0 + 1)
+  _validate.check_size(n0 + m, "num_canaries", units=d0 + m)
   if cfg.sigma <= 0:
     raise ValueError("cfg must have noise_multiplier > 0 (the claim being audited)")
-  x0 = jnp.asarray(x_NxD, jnp.float32)
-  n0, d0 = x0.shape
+  # Checked before training (audit() checks them again against the canary count).
+  kp = _validate.check_int(num_positive_guesses, "num_positive_guesses", minimum=0)
+  kn = _validate.check_int(num_negative_guesses, "num_negative_guesses", minimum=0)
+  if kp + kn > m:
+    raise ValueError(f"num_positive_guesses + num_negative_guesses must be <= num_canaries "
+                     f"({m}), got {kp} + {kn}")
+  _validate.check_confidence(confidence)
+  x0 = jnp.asarray(x_np)
   c = float(cfg.l2_clip_norm)
   k_bits, k_train = jax.random.split(key)
   included = np.asarray(jax.random.bernoulli(k_bits, 0.5, (m,)))
   x = jnp.concatenate([jnp.concatenate([x0, jnp.zeros((n0, m), jnp.float32)], 1),
                        jnp.concatenate([jnp.zeros((m, d0), jnp.float32),
                                         jnp.eye(m, dtype=jnp.float32)], 1)], 0)
-  y = jnp.concatenate([jnp.asarray(y_N, jnp.int32), jnp.zeros((m,), jnp.int32)])
+  y = jnp.concatenate([jnp.asarray(y_np, jnp.int32), jnp.zeros((m,), jnp.int32)])
   keep = jnp.concatenate([jnp.ones((n0,), bool), jnp.asarray(included)])[None, :]
   is_canary = jnp.concatenate([jnp.zeros((n0,)), jnp.ones((m,))]).astype(jnp.float32)
   model = models.logistic_regression(d0 + m)
@@ -207,6 +219,11 @@ def dpsgd_white_box(key, cfg, x_NxD, y_N, *, num_canaries: int, num_positive_gue
 
   out = dpsgd.train_one(k_train, x, y, keep[0], run_cfg, model, clipping=clipped_sum,
                         observe_fn=lambda u: u["w"][d0:])
+  if not bool(out.finite):
+    # Scores from a diverged run are not evidence about the mechanism: refuse.
+    raise ValueError("the audited training run diverged (non-finite parameters from step "
+                     f"{int(out.first_nonfinite_step)}): no epsilon lower bound is computed "
+                     "from it; lower cfg.learning_rate")
   o = canary_lib.normalized_observations(np.asarray(out.observations).T,
                                          expected_batch_size=run_cfg.expected_batch_size,
                                          l2_clip_norm=c)              # [m, T]

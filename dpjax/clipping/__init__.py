@@ -20,6 +20,14 @@ that. The back-ends differ only in speed (all are tested equal to `vmap`):
   sqnorm   per-example squared norms of vmap(grad) for any loss, with matmul
            gradients' norms taken as products of norms found in the jaxpr
 
+Records at the float32 limits (every back-end, tested with features up to +-3.4e38):
+norms are formed without overflow (`vmap.safe_norm`: the plain sum of squares where
+it is finite, bit for bit as before; otherwise scaled by the largest |coordinate|),
+and a record whose gradient has a NaN or inf coordinate, or whose norm exceeds the
+float32 range, gets norm inf and contributes exactly zero (`jnp.where`, never
+0 * inf), as does every unsampled record whatever its values. Zero is within C, so
+the sensitivity bound holds for every record of finite values.
+
 `path_for(model)` is the one place where a model's kind selects its back-end: it
 returns a `ClippingPath` (the function plus what the engine needs to schedule it).
 A new model kind plugs in with `register(kind, factory)`; a user's own clipping is

@@ -27,6 +27,12 @@ gradient l2*theta is added to every example's gradient before clipping. Since
 included), ||grad_b + l2 theta||^2 = ||grad_b||^2 + 2 l2 sum_layers <g_b, z_b> +
 l2^2 ||theta||^2 is exact and still cheap.
 
+Float32 limits: every norm above is formed in range (from the factors' overflow-safe
+norms, `vmap.safe_norm`, wherever the plain sum of squares overflows; for the Gram
+form and the L2 term from an upper bound there, so the clip factor is at most the
+exact one), and a record with a non-finite gradient or norm is dropped: its rows of
+activations and output gradients are zeroed with `jnp.where` before the sums.
+
 The functions here have the clipped-sum contract of `dpjax.clipping`
 (`dpjax.clipping`; `dpsgd.train_many(..., clipping=...)`):
 
@@ -62,6 +68,7 @@ import jax.numpy as jnp
 
 from dpjax import _validate
 from dpjax import models as models_lib
+from dpjax.clipping import vmap as _vmap
 
 PyTree = Any
 ClippedSumFn = Callable[..., tuple[PyTree, jax.Array]]
@@ -151,6 +158,26 @@ def _check_args(x_BxF, y_B, weights_B, l2_clip_norm):
     _validate.check_positive(l2_clip_norm, "l2_clip_norm")
 
 
+def _outer_norm(a_BxI, asq_B, g_BxO, gsq_B, bias=True):
+  """||a_b g_b^T||_F (with bias: sqrt(||a_b||^2 + 1) ||g_b||), overflow-safe: float32[B].
+
+  The factors' norms are formed by `vmap.safe_norm` (from their plain sums of
+  squares where those are in range) and multiplied; a zero output gradient gives 0
+  when the input is finite (its outer product is then exactly zero), NaN otherwise.
+  """
+  ma = jnp.max(jnp.abs(a_BxI), axis=1)
+  if bias:
+    one = jnp.ones_like(asq_B)
+    na = _vmap.safe_norm(asq_B + 1.0, jnp.maximum(ma, 1.0),
+                         lambda unit: jnp.sum(jnp.square(unit(a_BxI)), axis=1)
+                         + jnp.square(unit(one)))
+  else:
+    na = _vmap.safe_norm(asq_B, ma, lambda unit: jnp.sum(jnp.square(unit(a_BxI)), axis=1))
+  ng = _vmap.safe_norm(gsq_B, jnp.max(jnp.abs(g_BxO), axis=1),
+                       lambda unit: jnp.sum(jnp.square(unit(g_BxO)), axis=1))
+  return jnp.where((ng == 0) & (ma < jnp.inf), 0.0, na * ng)
+
+
 def _ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, l2_clip_norm,
                        l2: float, conv_mode: str, flat_layer_params: Callable):
   """The shared ghost pass: norms from (activations, output grads), then one matmul per layer."""
@@ -169,13 +196,16 @@ def _ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B,
   # gradient w.r.t. a per-example probe is that example's output gradient.
   grads_probe, recs = jax.grad(total_loss, has_aux=True)(probes0)
   outs = []
+  layer_norms = []     # overflow-safe norm of each layer's per-example gradient, [B]
   sq_B = jnp.zeros(x_BxF.shape[0], jnp.float32)
   cross_B = jnp.zeros(x_BxF.shape[0], jnp.float32)
   for rec, g in zip(recs, grads_probe):
     if rec.kind == "dense":
       g = g.reshape(rec.z.shape)
       gsq = jnp.sum(g * g, axis=1)
-      sq_B = sq_B + jnp.sum(rec.a * rec.a, axis=1) * gsq + gsq
+      asq = jnp.sum(rec.a * rec.a, axis=1)
+      sq_B = sq_B + asq * gsq + gsq
+      layer_norms.append(_outer_norm(rec.a, asq, g, gsq))
       outs.append(("dense", rec.a, g, None))
     else:
       g = g.reshape(rec.z.shape)                       # [B, P, O]
@@ -184,29 +214,57 @@ def _ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B,
       mode = _conv_mode(conv_mode, p, k, o)
       if mode == "materialise":
         gw = jnp.einsum("bpk,bpo->bko", rec.a, g)      # per-example kernel grads [B, K, O]
-        sq_B = sq_B + jnp.sum(gw * gw, axis=(1, 2)) + jnp.sum(gb * gb, axis=1)
+        layer_sq = jnp.sum(gw * gw, axis=(1, 2)) + jnp.sum(gb * gb, axis=1)
+        sq_B = sq_B + layer_sq
+        layer_norms.append(_vmap.tree_norms((gw, gb)))
         outs.append(("conv_mat", gw, gb, None))
       else:
         gram_a = jnp.einsum("bpk,bqk->bpq", rec.a, rec.a)
         gram_g = jnp.einsum("bpo,bqo->bpq", g, g)
         sq_B = sq_B + jnp.sum(gram_a * gram_g, axis=(1, 2)) + jnp.sum(gb * gb, axis=1)
+        # Out of range, the kernel part is bounded by ||A_b||_F ||G_b||_F >= ||A_b^T G_b||_F
+        # (an upper bound: the clip factor is then at most the exact one).
+        flat_a = rec.a.reshape(rec.a.shape[0], -1)
+        flat_g = g.reshape(g.shape[0], -1)
+        kernel = _outer_norm(flat_a, jnp.sum(flat_a * flat_a, axis=1), flat_g,
+                             jnp.sum(flat_g * flat_g, axis=1), bias=False)
+        layer_norms.append(_vmap.combine_norms([kernel, _vmap.tree_norms(gb)]))
         outs.append(("conv_gram", rec.a, g, gb))
     if l2:
       cross_B = cross_B + jnp.sum((g * rec.z).reshape(g.shape[0], -1), axis=1)
+  # Out of float32 range, the norm comes from the layer norms (`vmap.safe_norm`).
+  fallback_B = _vmap.combine_norms(layer_norms)
   if l2:
     theta_sq = sum(jnp.sum(jnp.square(t)) for t in jax.tree.leaves(params))
     sq_B = sq_B + 2.0 * l2 * cross_B + (l2 * l2) * theta_sq
-  norms_B = jnp.sqrt(jnp.maximum(sq_B, 0.0))
+    # ||grad_b + l2 theta|| <= ||grad_b|| + l2 ||theta||: an upper bound, used only
+    # where the exact form overflows (||grad_b|| > ~1e19, so it is tight to ~1e-19).
+    fallback_B = fallback_B + l2 * _vmap.tree_norms(
+        [jnp.reshape(t, (1, -1)) for t in jax.tree.leaves(params)])[0]
+  in_range = sq_B < jnp.inf                                  # False for NaN
+  norms_B = jnp.where(in_range, jnp.sqrt(jnp.maximum(sq_B, 0.0)), fallback_B)
+  norms_B = jnp.where(jnp.isnan(norms_B), jnp.inf, norms_B)
+  # A record with an inf norm (a non-finite gradient, or one beyond float32) is
+  # dropped: its rows are zeroed with jnp.where before any product, so neither it
+  # nor an unsampled record can turn the sum into NaN through 0 * inf.
+  keep_B = norms_B < jnp.inf
   # min(1, C / norm); C = inf or norm = 0 give factor 1.
   factor_B = jnp.minimum(1.0, l2_clip_norm / jnp.maximum(norms_B, 1e-30))
-  s_B = weights_B * factor_B
+  s_B = jnp.where(keep_B, weights_B * factor_B, 0.0)
+
+  def rows(v):
+    return jnp.where(keep_B.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0.0)
+
   sums = []
   for kind, u, v, gb in outs:
     if kind == "dense":
+      u, v = rows(u), rows(v)
       sums.append((u.T @ (v * s_B[:, None]), s_B @ v))
     elif kind == "conv_mat":
+      u, v = rows(u), rows(v)
       sums.append((jnp.einsum("b,bko->ko", s_B, u), s_B @ v))
     else:
+      u, v, gb = rows(u), rows(v), rows(gb)
       sums.append((jnp.einsum("bpk,bpo->ko", u, v * s_B[:, None, None]), s_B @ gb))
   grad_sum = flat_layer_params(params, sums)
   if l2:

@@ -8,7 +8,9 @@ the per-example gradient is g_i = r_i x_i + l2 w with r_i = sigmoid(x_i . w) - y
 
 with a_i = w_i min(1, C / ||g_i||): two matrix-vector products per step, or two
 matmuls over M models under vmap. Same outputs as `vmap.clipped_grad_sum` to float
-tolerance (tested); it is the engine's path for `models.logistic_regression`.
+tolerance (tested, also for features up to +-3.4e38); it is the engine's path for
+`models.logistic_regression`. ||x_i|| is overflow-safe (`vmap.safe_norm`), and a
+record whose norm is NaN (its logit overflowed to NaN) or beyond float32 adds 0.
 
 Shape letters: B records, D features.
 
@@ -22,12 +24,13 @@ Examples:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from dpjax.clipping.vmap import clip_factor
+from dpjax.clipping.vmap import safe_norm
 
 PyTree = Any
 
@@ -50,14 +53,32 @@ def clipped_grad_sum(l2: float, params: PyTree, x_BxD: jax.Array, y_B: jax.Array
   # elementwise step reads (x @ w gives [B, M] and a transposed read).
   z = jnp.einsum("d,bd->b", w, x_BxD)
   r = jax.nn.sigmoid(z) - y_B.astype(z.dtype)
+  # ||x_i||, overflow-safe (`vmap.safe_norm`); it does not depend on the parameters,
+  # so under a vmap over models it is computed once.
   sq = jnp.sum(jnp.square(x_BxD), axis=1)
+  nx = safe_norm(sq, jnp.max(jnp.abs(x_BxD), axis=1),
+                 lambda unit: jnp.sum(jnp.square(unit(x_BxD)), axis=1))
   if l2 == 0.0:
-    norms = jnp.abs(r) * jnp.sqrt(sq)
+    norms = jnp.abs(r) * nx
   else:
     n2 = jnp.square(r) * sq + 2.0 * l2 * r * z + l2 * l2 * jnp.sum(jnp.square(w))
-    norms = jnp.sqrt(jnp.maximum(n2, 0.0))
-  a = weights_B * clip_factor(norms, l2_clip_norm)
-  s = (a * r) @ x_BxD
+    # Out of float32 range (||r_i x_i|| above ~1.8e19): the triangle bound
+    # |r_i| ||x_i|| + l2 ||w||, within a relative l2 ||w|| / ||r_i x_i|| < 1e-19 * l2 ||w||
+    # of the norm and never below it, so the contribution stays <= C.
+    big = jnp.where(r == 0, 0.0, jnp.abs(r) * nx) + l2 * jnp.sqrt(jnp.sum(jnp.square(w)))
+    norms = jnp.where(n2 < jnp.inf, jnp.sqrt(jnp.maximum(n2, 0.0)), big)
+  # A NaN or inf norm (the logit overflowed to NaN, or ||g_i|| > float32 max) drops
+  # the record: its coefficient is exactly 0 (`vmap.safe_norm`'s rule).
+  keep = norms < jnp.inf
+  # min(1, C / norm) inline (`clip_factor` without its NaN select: `keep` covers it).
+  a = weights_B if math.isinf(l2_clip_norm) else (
+      weights_B * (l2_clip_norm / jnp.maximum(norms, l2_clip_norm)))
+  s = jnp.where(keep, a * r, 0.0) @ x_BxD
   if l2 != 0.0:
-    s = s + l2 * jnp.sum(a) * w
+    s = s + l2 * jnp.sum(jnp.where(keep, a, 0.0)) * w
+  # Reported norms: inf (not NaN) when dropped; 0 when r_i = 0 (the gradient is then
+  # l2 w, or 0), as vmap(grad) reports it.
+  norms = jnp.where(keep, norms, jnp.inf)
+  if l2 == 0.0:
+    norms = jnp.where(r == 0, 0.0, norms)
   return {"w": s}, norms

@@ -24,6 +24,12 @@ is evaluated as traced, so the result always equals the plain computation up to
 float rounding (tested against it for logistic regression, MLPs, CNNs and custom
 models).
 
+Float32 limits: where ||A||^2 ||B||^2 is not a finite float32 (a factor's squares
+overflow, or 0 * inf for a zero factor), the product is formed from the factors'
+overflow-safe norms (`safe_norm`), so the identity gives what the plain reduction
+gives: 0 for a zero factor with the other finite, inf only where the squared norm
+itself overflows (tested against it at +-3.4e38).
+
 On the audit workload (logistic regression, 2,000 models x 150 records x 56 features)
 the plain reduction is an [N, M, D] tensor per step; with the identity it is
 r_i^2 ||x_i||^2 (benchmarks/dpsgd.py).
@@ -39,6 +45,49 @@ import jax.numpy as jnp
 from jax.extend import core as jcore
 
 PyTree = Any
+
+def safe_norm(sq_B: jax.Array, max_abs_B: jax.Array,
+              scaled_sq_fn: Callable[[Callable[[jax.Array], jax.Array]], jax.Array]
+              ) -> jax.Array:
+  """An L2 norm per example without overflow in its squares: float32[B] (or [...]).
+
+  Where the plain sum of squares `sq_B` is finite, the result is sqrt(sq_B), bit for
+  bit what the unguarded computation gives. Where it overflowed (a norm above
+  ~1.8e19) it is m * sqrt(sum (v/m)^2) with m = `max_abs_B` the largest |coordinate|
+  of the example, so every square is at most 1: finite whenever the norm itself is
+  below the float32 maximum (~3.4e38). The division by m is done in two steps with
+  reciprocals kept normal (XLA turns v / m into v * (1/m), and 1/m is subnormal,
+  hence flushed to zero, for m above 2^126). Norms below ~1e-19, whose squares
+  underflow, may come out smaller than they are (contributions that small are far
+  below any clip norm in use).
+
+  The one rule every clipping path shares: the result is +inf when the example's
+  vector has a NaN or inf coordinate or its norm exceeds the float32 range; such an
+  example's clip factor is 0 and it contributes exactly zero to the clipped sum
+  (selected with `jnp.where`, never formed as 0 * inf). Zero is within the
+  sensitivity C, so privacy never depends on how far the vector is out of range.
+
+  Args:
+    sq_B: float32[B], the plain sum of squares of each example's coordinates.
+    max_abs_B: float32[B], max |coordinate| of each example (NaN or inf allowed).
+    scaled_sq_fn: f(unit) -> float32[B]: the sum of squares of unit(v) over each
+      example's coordinate arrays v (v has the leading axes of `max_abs_B`; unit
+      divides each example's coordinates by its m).
+  Returns:
+    float32[B] in [0, inf], never NaN.
+  """
+  s1 = jnp.clip(max_abs_B, 1.0, 2.0 ** 100)       # 1 / s1 >= 2^-100: normal
+  m2 = jnp.maximum(max_abs_B / s1, 1.0)          # <= 2^28 for finite inputs
+
+  def unit(v):
+    ex = (...,) + (None,) * (v.ndim - max_abs_B.ndim)
+    # The barrier keeps XLA from folding the two divisions into one by s1 * m2.
+    return jax.lax.optimization_barrier(v / s1[ex]) / m2[ex]
+
+  scaled = s1 * (m2 * jnp.sqrt(scaled_sq_fn(unit)))
+  out = jnp.where(sq_B < jnp.inf, jnp.sqrt(sq_B), scaled)    # False for NaN
+  return jnp.where(jnp.isnan(out), jnp.inf, out)
+
 
 def per_example_grads(loss_one: Callable, params: PyTree, x_BxF: jax.Array,
                       y_B: jax.Array) -> PyTree:
@@ -189,7 +238,16 @@ def _gram_reduce(eqn, producer, read):
     # lb's order (and B's in rb's): reorder both to that.
     sa = jnp.transpose(sa, _listed_order(lb))
     sb = jnp.transpose(sb, _listed_order(rb))
-    return sa * sb
+    prod = sa * sb
+    # Out of range (a factor's squares overflow although the product would not,
+    # or 0 * inf where one factor is zero): (||A_i|| ||B_i||)^2 from overflow-safe
+    # norms, exactly 0 when a factor is zero and the other finite, as the plain
+    # reduction gives.
+    na, ma = _safe_factor_norm(a, tuple(lfree) + tuple(lc), sa, lb)
+    nb, mb = _safe_factor_norm(b, tuple(rfree) + tuple(rc), sb, rb)
+    zero = ((na == 0) & (mb < jnp.inf)) | ((nb == 0) & (ma < jnp.inf))
+    safe = jnp.where(zero, 0.0, jnp.square(na * nb))
+    return jnp.where(prod < jnp.inf, prod, safe).astype(dtype)     # False for NaN
   # Gram matrices over the contracting axes: [batch..., K..., K...] for A and for B;
   # dot_general leaves each K block in increasing axis order, put it in lc's / rc's
   # listed order so that A's k-th contracting axis meets B's k-th.
@@ -198,6 +256,16 @@ def _gram_reduce(eqn, producer, read):
   ga = jnp.transpose(ga, _gram_order(nb, lc))
   gb = jnp.transpose(gb, _gram_order(nb, rc))
   return jnp.sum(ga * gb, axis=tuple(range(nb, ga.ndim)))
+
+
+def _safe_factor_norm(v, axes, sq, batch_dims):
+  """(||v_i||, max |v_i|) per batch index over `axes`, in `batch_dims`' listed order
+  (`sq` is the plain sum of squares already in that order)."""
+  mx = jnp.transpose(jnp.max(jnp.abs(v), axis=axes), _listed_order(batch_dims))
+  # v with its batch axes first (in listed order) and the reduced axes flattened.
+  vb = jnp.transpose(v, tuple(batch_dims) + tuple(axes)).reshape(
+      tuple(v.shape[d] for d in batch_dims) + (-1,))
+  return safe_norm(sq, mx, lambda unit: jnp.sum(jnp.square(unit(vb)), axis=-1)), mx
 
 
 def _listed_order(dims):

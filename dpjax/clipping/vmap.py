@@ -36,22 +36,48 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 
 from dpjax import models as models_lib
 from dpjax.clipping import sqnorm
+from dpjax.clipping.sqnorm import safe_norm  # noqa: F401  (re-exported)
 
 PyTree = Any
 
+# Above this |feature| the two-pass path runs the one-pass definition (see
+# `two_pass_clipped_grad_sum`); performance only, both give the same sums.
+_GUARD_FEATURE_ABS = 2.0 ** 20
+
 
 def clip_factor(norms_B: jax.Array, l2_clip_norm: float) -> jax.Array:
-  """min(1, C / norm) per example (1 for norm 0; 1 everywhere when C = inf)."""
+  """min(1, C / norm) per example: 1 for norm 0, 0 for norm inf or NaN; 1 everywhere
+  when C = inf (the engine still drops records whose norm is inf, see `safe_norm`)."""
   if math.isinf(l2_clip_norm):
     return jnp.ones_like(norms_B)
-  return l2_clip_norm / jnp.maximum(norms_B, l2_clip_norm)
+  f = l2_clip_norm / jnp.maximum(norms_B, l2_clip_norm)
+  return jnp.where(jnp.isnan(f), 0.0, f)
+
+
+def combine_norms(norms: Sequence[jax.Array]) -> jax.Array:
+  """sqrt(sum_k n_k^2) per example for part norms n_k float32[B] (`safe_norm` rules)."""
+  norms = list(norms)
+  if len(norms) == 1:
+    return jnp.where(jnp.isnan(norms[0]), jnp.inf, norms[0])
+  sq = sum(jnp.square(n) for n in norms)
+  mx = functools.reduce(jnp.maximum, norms)
+  return safe_norm(sq, mx, lambda unit: sum(jnp.square(unit(n)) for n in norms))
+
+
+def tree_norms(grads: PyTree) -> jax.Array:
+  """||g_i|| over all leaves [B, ...] of a per-example gradient pytree (`safe_norm`)."""
+  leaves = [g.reshape(g.shape[0], -1) for g in jax.tree.leaves(grads)]
+  sq = sqnorm.tree_sq_norm_per_example(grads)
+  mx = functools.reduce(jnp.maximum, [jnp.max(jnp.abs(g), axis=1) for g in leaves])
+  return safe_norm(sq, mx, lambda unit: sum(jnp.sum(jnp.square(unit(g)), axis=1)
+                                            for g in leaves))
 
 
 def example_loss(model: models_lib.Model, params: PyTree, x_F: jax.Array, y: jax.Array
@@ -79,13 +105,20 @@ def clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
   Returns:
     (sum pytree like params, norms float32[B]).
   Privacy: with 0/1 weights, adding or removing one record changes the sum by a
-    vector of L2 norm <= C.
+    vector of L2 norm <= C. Norms are overflow-safe (`tree_norms`); a record with a
+    non-finite gradient or a norm beyond float32 has norm inf and adds exactly 0.
   """
   g = per_example_grads(model, params, x_BxF, y_B)
-  norms = jnp.sqrt(sqnorm.tree_sq_norm_per_example(g))
-  a = weights_B * clip_factor(norms, l2_clip_norm)
-  s = jax.tree.map(lambda gl: jnp.tensordot(a, gl, axes=1), g)
-  return s, norms
+  norms = tree_norms(g)
+  keep = norms < jnp.inf
+  a = jnp.where(keep, weights_B * clip_factor(norms, l2_clip_norm), 0.0)
+
+  def weighted_sum(gl):
+    # Dropped or unsampled examples contribute exactly zero, even with inf / NaN
+    # coordinates (a plain 0 * inf would be NaN).
+    gl = jnp.where((keep & (a != 0)).reshape((-1,) + (1,) * (gl.ndim - 1)), gl, 0.0)
+    return jnp.tensordot(a, gl, axes=1)
+  return jax.tree.map(weighted_sum, g), norms
 
 
 def two_pass_clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
@@ -100,11 +133,37 @@ def two_pass_clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: ja
       matmul gradients are formed); False evaluates the plain vmap(grad) reduction.
   Returns:
     (sum pytree like params, norms float32[B]).
+  Overflow: when some |feature| exceeds 2^20, the sum is computed by
+    `clipped_grad_sum` (the one-pass definition, overflow-safe norms); otherwise
+    pass 1's squared norms are formed in float32, so a record whose norm exceeds
+    ~1.8e19 (its square overflows) gets norm inf and contributes zero.
+  Warning: pass 2 is one fused backward pass, so a record whose forward pass
+    overflows to inf / NaN spreads NaN into the sum even with weight 0. For the
+    models of `dpjax.models` with finite parameters that needs features beyond
+    2^20, which take the one-pass branch; a custom loss that overflows on smaller
+    inputs (an exp of a feature, say) should use `clipped_grad_sum`.
   """
+  x_BxF = jnp.asarray(x_BxF)
+  # Records this large may overflow inside the loss, and a fused backward pass would
+  # then spread a dropped record's inf / NaN into the sum (0 * inf): switch to the
+  # one-pass definition, which drops such records exactly. The switch reads the
+  # records only (not the parameters or the batch mask), so under the engine's vmap
+  # over models it stays a real branch, and ordinary data runs the two-pass code
+  # unchanged. Both branches compute the same sum (to float rounding).
+  huge = jnp.max(jnp.abs(x_BxF)) > _GUARD_FEATURE_ABS
+  return jax.lax.cond(
+      huge,
+      lambda: clipped_grad_sum(model, params, x_BxF, y_B, weights_B, l2_clip_norm),
+      lambda: _two_pass(model, params, x_BxF, y_B, weights_B, l2_clip_norm, rewrite_norms))
+
+
+def _two_pass(model, params, x_BxF, y_B, weights_B, l2_clip_norm, rewrite_norms):
   sq = sqnorm.per_example_sq_norms(functools.partial(example_loss, model), params, x_BxF,
                                    y_B, rewrite=rewrite_norms)
   norms = jnp.sqrt(sq)
-  a = jax.lax.stop_gradient(weights_B * clip_factor(norms, l2_clip_norm))
+  norms = jnp.where(jnp.isnan(norms), jnp.inf, norms)
+  a = jax.lax.stop_gradient(jnp.where(norms < jnp.inf,
+                                      weights_B * clip_factor(norms, l2_clip_norm), 0.0))
 
   def weighted_loss(p):
     # vmap of the one-record loss (not the batched loss): its forward pass is then the

@@ -9,10 +9,11 @@ read `dpjax.accounting.dpsgd_epsilon(...)` or, after `from dpjax import dpsgd`,
   DP-SGD, one concept per module (data flows top to bottom):
     prng          counter-based random bits, Bernoulli masks and normals
     sampling      batch selection: PoissonSampler (accounted), ShuffleSampler
-    clipping      clipped per-example gradient sums: glm, ghost, vmap, sqnorm;
-                  path_for(model) / register(kind, factory)
+    clipping      clipped per-example gradient sums: glm, ghost, vmap, sqnorm,
+                  grid (int32 sums for secure DP-SGD); path_for(model) /
+                  register(kind, factory)
     privatizer    the noise step as optax transformations: dp_aggregate,
-                  GaussianPrivatizer
+                  GaussianPrivatizer, SecureGaussianPrivatizer (integer noise)
     dpsgd         DpSgdConfig (what the accountant is told); train_many,
                   train_sweep, train_one
     parallel      the model axis sharded over devices
@@ -20,7 +21,9 @@ read `dpjax.accounting.dpsgd_epsilon(...)` or, after `from dpjax import dpsgd`,
   Privacy accounting and mechanisms:
     accounting    dpsgd_epsilon, calibrate_noise, Accountant; rdp, pld, gdp,
                   composition, statement
-    mechanisms    randomized response, Laplace, Gaussian, exponential mechanism
+    mechanisms    randomized response, Laplace, Gaussian (on an integer grid by
+                  default), exponential mechanism
+    integer_noise rounded Gaussian / Laplace noise drawn exactly from a table
   Attacks and audits:
     attacks       membership inference (loss, shadow models, LiRA), reconstruction
     audit         epsilon lower bounds from attack scores, canary audits, one-run
@@ -43,7 +46,8 @@ import importlib
 __version__ = "0.1.0"
 
 __all__ = (
-    "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "mechanisms",
+    "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "integer_noise",
+    "mechanisms",
     "metrics", "models", "parallel", "pate", "privatizer", "prng", "sampling", "tradeoff",
 )
 

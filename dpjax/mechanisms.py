@@ -16,6 +16,20 @@ proportional to epsilon (lecture §3).
 Neighbouring datasets differ by adding or removing one record (add/remove), except
 for randomized response, where each person's bit is replaced.
 
+Floating point. A float32 sampler's output lives on a lattice, so the exact bits of
+value + noise reveal which inputs were possible (Mironov 2012). The additive
+mechanisms (`laplace_mechanism`, `gaussian_mechanism`, and through them
+`clipped_sum`, `noisy_count`, `private_mean`) are therefore defended by default:
+the value is snapped to a power-of-two grid gamma, integer noise round(b L) or
+round(s Z) is drawn exactly from a table (`dpjax.integer_noise`) with its scale
+calibrated to the sensitivity inflated by the snapping, and gamma (k + X) is
+released as an exact float32. That is a post-processing of the continuous
+mechanism on the integer k, so its epsilon is the continuous one's, up to the
+table's delta (`accounting.sampler_delta` with the table's `tv`, below 1e-20).
+`secure=False` keeps the float mechanism, with an `InsecureNoiseWarning`. The
+selection mechanisms release an index, not a float, and keep float randomness
+(see their docstrings).
+
 Randomness is always an explicit key, taken first; privacy parameters (epsilon,
 delta, sensitivity, clip bounds) are host scalars, validated eagerly, and data
 arrays of any shape are processed elementwise (or along the last axis, for
@@ -38,6 +52,7 @@ Examples:
 from __future__ import annotations
 
 import math
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -45,16 +60,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+from dpjax import integer_noise
 from dpjax.accounting import gdp
 
 __all__ = [
     "rr_truth_prob", "randomized_response", "rr_estimate_rate", "rr_estimate_std",
-    "rr_posterior", "laplace_scale", "laplace_mechanism", "gaussian_sigma",
-    "gaussian_mechanism", "exponential_probs", "exponential_mechanism",
+    "rr_posterior", "laplace_scale", "laplace_mechanism", "laplace_grid", "gaussian_sigma",
+    "gaussian_mechanism", "gaussian_grid", "InsecureNoiseWarning", "exponential_probs",
+    "exponential_mechanism",
     "report_noisy_max", "clipped_sum", "noisy_count", "private_mean", "PrivateMean",
 ]
 
 _CALIBRATIONS = ("analytic", "classic")
+
+
+class InsecureNoiseWarning(UserWarning):
+  """A mechanism was asked for float noise (secure=False), which leaks through its bits."""
 
 
 # ----------------------------------------------------------------------------------
@@ -209,8 +230,24 @@ def laplace_scale(epsilon: float, sensitivity: float = 1.0) -> float:
 
 
 def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: float,
-                      sensitivity: float = 1.0) -> jax.Array:
-  """Releases value + Laplace(Delta_1 / eps) noise, independently per entry.
+                      sensitivity: float = 1.0, *, grid: float | None = None,
+                      secure: bool = True) -> jax.Array:
+  """Releases value + Laplace(Delta_1 / eps) noise, independently per entry, on a grid.
+
+  Defended (secure=True, the default): with gamma = `grid` (a power of two), the
+  value is snapped to k = round(value / gamma) (int32) and the release is
+  gamma (k + X), X = round(b L) drawn exactly by `integer_noise.rounded_laplace(b)`,
+
+      b = Delta_grid / eps,   Delta_grid = Delta_1 / gamma + d,   d = value.size,
+
+  computed in integers and converted to float32 exactly (|k + X| < 2^24). Rounding
+  two neighbouring values moves each of the d entries by less than 1/2 each, so
+  the integer vectors k differ by at most Delta_grid in L1; k + X is then a
+  post-processing of the continuous Laplace mechanism on k (module docstring), and
+  every output is an exact multiple of gamma whatever the input, so no output is
+  impossible under a neighbour (the attack of Mironov 2012 finds nothing).
+  Repetitions of a scalar release should vmap over keys (d = 1 each), not pass a
+  vector of copies (d copies inflate Delta_grid by d).
 
   Args:
     key: a jax.random key.
@@ -218,15 +255,72 @@ def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: floa
     epsilon: eps > 0.
     sensitivity: L1 sensitivity Delta_1 > 0 of the WHOLE array `value` (the sum
       of |change| over all entries when one record changes).
+    grid: gamma, a power of two; default `laplace_grid(epsilon, sensitivity)`.
+    secure: False releases value + b * jax.random.laplace in float32: NOT DP
+      against an observer of the exact float output (its noise lives on a lattice);
+      a warning says so.
   Returns:
     float32[...] noisy answers.
-  Privacy: eps-DP (Dwork, McSherry, Nissim & Smith 2006): the density ratio of
-    two outputs whose centres differ by at most Delta_1 in L1 is at most e^eps.
+  Raises:
+    ValueError: naming `grid` if it is not a power of two, or `value` if a
+      concrete |value| / gamma plus the table's largest noise reaches 2^24.
+  Privacy: eps-DP up to delta = `accounting.sampler_delta(eps, d, tail_mass=noise.tv)`
+    (< 1e-20 for tables of at most 2^22 entries); the float mode (secure=False) is
+    eps-DP only as an idealised real-valued mechanism (Dwork et al. 2006).
   """
   _validate.check_array(value, "value")
   v = jnp.asarray(value, jnp.float32)
   b = laplace_scale(epsilon, sensitivity)
-  return v + b * jax.random.laplace(key, v.shape, jnp.float32)
+  if not secure:
+    _warn_insecure("laplace_mechanism")
+    return v + b * jax.random.laplace(key, v.shape, jnp.float32)
+  gamma = (laplace_grid(epsilon, sensitivity) if grid is None
+           else integer_noise.check_grid(grid))
+  delta_grid = _validate.check_positive(sensitivity, "sensitivity") / gamma + max(1, v.size)
+  noise = integer_noise.rounded_laplace(delta_grid / _validate.check_epsilon(epsilon))
+  return _release_on_grid(key, v, gamma, noise)
+
+
+def laplace_grid(epsilon: float, sensitivity: float = 1.0) -> float:
+  """Default grid of `laplace_mechanism`: the largest power of two
+  <= max(Delta_1 / 2^10, b / 2^12), b = Delta_1 / eps.
+
+  Delta_1 / gamma >= 2^10 for eps >= 1/4 (the rounding adds d to ~2^10 grid units
+  of sensitivity: +0.1% noise for a scalar) and >= 2^12 eps below (+0.25% at
+  eps = 0.1, +2.5% at eps = 0.01); b / gamma < 2^13 keeps the table (about
+  69 (b / gamma + d / eps) entries) small enough to build in seconds.
+  """
+  b = laplace_scale(epsilon, sensitivity)
+  return integer_noise.pow2_floor(max(float(sensitivity) / 2.0 ** 10, b / 2.0 ** 12))
+
+
+def _warn_insecure(name: str) -> None:
+  warnings.warn(f"{name}(secure=False) adds float32 noise: the exact float output "
+                "reveals which inputs are possible (Mironov 2012), so it is NOT "
+                "differentially private against an observer of the bits",
+                InsecureNoiseWarning, stacklevel=3)
+
+
+def _release_on_grid(key, v, gamma: float, noise: integer_noise.IntegerNoise) -> jax.Array:
+  """gamma * (round(v / gamma) + X), X ~ noise, with int32 arithmetic.
+
+  v / gamma is clamped to [-2^30, 2^30] before the conversion (1-Lipschitz, so
+  the sensitivity bound survives) and a non-finite entry (possible only under
+  tracing; concrete input was checked) counts as 0.
+  """
+  scaled = v / jnp.float32(gamma)
+  if not _validate.is_tracer(scaled):
+    top = float(jnp.max(jnp.abs(scaled))) if v.size else 0.0
+    if top + noise.max_abs >= integer_noise.EXACT_RANGE:
+      raise ValueError(
+          f"value reaches |value| / grid = {top:.4g}; with noise up to {noise.max_abs} grid "
+          f"units the release would leave the exact float32 range 2^24 of the grid; use "
+          "a coarser grid")
+  lim = jnp.float32(2.0 ** 30)
+  scaled = jnp.where(jnp.isfinite(scaled), jnp.clip(scaled, -lim, lim), 0.0)
+  k = jnp.round(scaled).astype(jnp.int32)
+  x = integer_noise.sample(key, noise, v.shape)
+  return jnp.float32(gamma) * (k + x).astype(jnp.float32)
 
 
 def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0,
@@ -269,23 +363,63 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0,
 
 def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: float,
                        delta: float, sensitivity: float = 1.0,
-                       calibration: str = "analytic") -> jax.Array:
-  """Releases value + N(0, sigma^2 I) with sigma = `gaussian_sigma(...)`.
+                       calibration: str = "analytic", *, grid: float | None = None,
+                       secure: bool = True) -> jax.Array:
+  """Releases value + N(0, sigma^2 I) on a grid, sigma = `gaussian_sigma(...)`.
+
+  Defended (secure=True, the default): as `laplace_mechanism`, the value is snapped
+  to k = round(value / gamma) and the release is gamma (k + X), X = round(s Z)
+  drawn exactly by `integer_noise.rounded_gaussian(s)` with
+
+      s = sigma * Delta_grid / Delta_2,   Delta_grid = Delta_2 / gamma + sqrt(d),
+
+  d = value.size (rounding moves each entry by < 1/2, so two neighbours' integer
+  vectors differ by at most Delta_grid in L2). The noise multiplier s / Delta_grid
+  equals sigma / Delta_2, so the (eps, delta) (and mu-GDP) guarantee of the
+  continuous mechanism holds exactly for the integer one (post-processing).
 
   Args:
     key: a jax.random key.
     value: exact answer(s), float array [...].
     epsilon, delta, sensitivity, calibration: as in `gaussian_sigma`; `sensitivity`
       is the L2 sensitivity of the whole array `value`.
+    grid: gamma, a power of two; default `gaussian_grid(sigma, sensitivity)`.
+    secure: False releases value + sigma * jax.random.normal in float32: NOT DP
+      against an observer of the exact float output; a warning says so.
   Returns:
-    float32[...] noisy answers.
-  Privacy: (eps, delta)-DP; with the analytic calibration it is exactly
-    mu-GDP with mu = Delta_2 / sigma.
+    float32[...] noisy answers (exact multiples of gamma when secure).
+  Raises:
+    ValueError: as `laplace_mechanism` for `grid` and `value`.
+  Privacy: (eps, delta + `accounting.sampler_delta(eps, d, tail_mass=noise.tv)`)-DP; with
+    the analytic calibration the continuous mechanism is exactly mu-GDP with
+    mu = Delta_2 / sigma.
   """
   _validate.check_array(value, "value")
   v = jnp.asarray(value, jnp.float32)
   sigma = gaussian_sigma(epsilon, delta, sensitivity, calibration)
-  return v + sigma * jax.random.normal(key, v.shape, jnp.float32)
+  if not secure:
+    _warn_insecure("gaussian_mechanism")
+    return v + sigma * jax.random.normal(key, v.shape, jnp.float32)
+  sens = float(sensitivity)
+  gamma = gaussian_grid(sigma, sens) if grid is None else integer_noise.check_grid(grid)
+  delta_grid = sens / gamma + math.sqrt(max(1, v.size))
+  noise = integer_noise.rounded_gaussian(sigma * delta_grid / sens)
+  return _release_on_grid(key, v, gamma, noise)
+
+
+def gaussian_grid(sigma: float, sensitivity: float = 1.0) -> float:
+  """Default grid of `gaussian_mechanism`: the largest power of two
+  <= max(Delta_2 / 2^10, sigma / 2^10).
+
+  Delta_2 / gamma >= 2^10 when sigma <= Delta_2 (rounding adds sqrt(d) to ~2^10 grid
+  units: +0.1% noise for a scalar), >= 2^10 Delta_2 / sigma beyond (+1% to +2% at
+  sigma = 10 Delta_2); sigma / gamma < 2^11 bounds the table at about 24,000
+  entries (~0.1 ms of mpmath each, built once per scale). Pass a finer `grid` for
+  less inflation at large sigma.
+  """
+  s = _validate.check_positive(sigma, "sigma")
+  d = _validate.check_positive(sensitivity, "sensitivity")
+  return integer_noise.pow2_floor(max(d / 2.0 ** 10, s / 2.0 ** 10))
 
 
 # ----------------------------------------------------------------------------------
@@ -346,6 +480,11 @@ def exponential_mechanism(key: jax.Array, utilities: jax.typing.ArrayLike,
   Returns:
     int32[...] (or int32[shape]) chosen indices.
   Privacy: eps-DP for each selection; K selections on the same data compose.
+    Floating point: only an index is released, so the float noise's lattice is
+    not observable (no Mironov-style test on the output); the sampler
+    (`jax.random.categorical`, Gumbel-max on float32 uniforms) differs from the
+    ideal probabilities by roughly the 2^-23 resolution of its uniforms per
+    candidate, a delta this function does not account for.
   """
   u = _check_utilities(utilities)
   scale = _selection_scale(epsilon, sensitivity, monotonic)
@@ -365,7 +504,12 @@ def report_noisy_max(key: jax.Array, utilities: jax.typing.ArrayLike, epsilon: f
   Returns:
     int32[...] index of the noisy maximum. Only the index is private; releasing the
     noisy maximum value as well costs more.
-  Privacy: eps-DP.
+  Privacy: eps-DP. Floating point: the noise is float32 Laplace, kept on purpose:
+    only the argmax index is released, which depends on the noise through
+    comparisons alone, so the lattice of the float values is not observed. The
+    float sampler's bounded support (|L| < 17, from 2^-24-resolution uniforms)
+    and resolution make the index probabilities differ from the ideal ones by
+    about 2^-23 per candidate, a delta this function does not account for.
   """
   u = _check_utilities(utilities)
   scale = _selection_scale(epsilon, sensitivity, monotonic)
@@ -386,7 +530,8 @@ def _check_bounds(lower, upper) -> tuple[float, float]:
 
 
 def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
-                upper: float, lower: float = 0.0) -> jax.Array:
+                upper: float, lower: float = 0.0, *, grid: float | None = None,
+                secure: bool = True) -> jax.Array:
   """Sum over the last axis of values clipped to [lower, upper], plus Laplace noise.
 
   Args:
@@ -396,6 +541,7 @@ def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
     upper: clip bound, fixed in advance from public knowledge, NEVER from the data
       (the private maximum would itself leak the largest record).
     lower: lower clip bound (< upper), default 0.
+    grid, secure: as in `laplace_mechanism` (defended by default).
   Returns:
     float32[...] noisy sums.
   Privacy: eps-DP for add/remove neighbours; sensitivity max(|lower|, |upper|).
@@ -406,16 +552,19 @@ def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
   if v.ndim == 0:
     raise ValueError("values must have shape [..., N]")
   total = jnp.sum(jnp.clip(v, lo, hi), axis=-1)
-  return laplace_mechanism(key, total, epsilon, sensitivity=max(abs(lo), abs(hi)))
+  return laplace_mechanism(key, total, epsilon, sensitivity=max(abs(lo), abs(hi)), grid=grid,
+                           secure=secure)
 
 
-def noisy_count(key: jax.Array, present: jax.typing.ArrayLike, epsilon: float) -> jax.Array:
+def noisy_count(key: jax.Array, present: jax.typing.ArrayLike, epsilon: float, *,
+                grid: float | None = None, secure: bool = True) -> jax.Array:
   """Number of records (ones of `present`, over the last axis) plus Laplace(1/eps).
 
   Args:
     key: a jax.random key.
     present: 0/1 or bool [..., N] (e.g. all ones for "how many records").
     epsilon: eps > 0.
+    grid, secure: as in `laplace_mechanism` (defended by default).
   Returns:
     float32[...] noisy counts. Privacy: eps-DP for add/remove neighbours.
   """
@@ -423,7 +572,8 @@ def noisy_count(key: jax.Array, present: jax.typing.ArrayLike, epsilon: float) -
   m = jnp.asarray(present).astype(jnp.int32)
   if m.ndim == 0:
     raise ValueError("present must have shape [..., N]")
-  return laplace_mechanism(key, jnp.sum(m, axis=-1).astype(jnp.float32), epsilon, 1.0)
+  return laplace_mechanism(key, jnp.sum(m, axis=-1).astype(jnp.float32), epsilon, 1.0,
+                           grid=grid, secure=secure)
 
 
 class PrivateMean(NamedTuple):
@@ -435,7 +585,7 @@ class PrivateMean(NamedTuple):
 
 def private_mean(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                  upper: float, lower: float = 0.0,
-                 count_fraction: float = 0.5) -> PrivateMean:
+                 count_fraction: float = 0.5, *, secure: bool = True) -> PrivateMean:
   """The lecture's private mean: clipped noisy sum / noisy count, budget split in two.
 
   The sum gets eps (1 - count_fraction), the count gets eps count_fraction; by
@@ -448,6 +598,7 @@ def private_mean(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
     epsilon: total eps > 0.
     upper, lower: public clip bounds, as in `clipped_sum`.
     count_fraction: share of the budget for the count, in (0, 1).
+    secure: as in `laplace_mechanism` (both releases on their default grids).
   Returns:
     PrivateMean with float32[...] `mean`, `noisy_sum`, `noisy_count`.
 
@@ -465,6 +616,6 @@ def private_mean(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
   if v.ndim == 0 or v.shape[-1] == 0:
     raise ValueError("values must have shape [..., N] with N >= 1")
   k_sum, k_count = jax.random.split(key)
-  s = clipped_sum(k_sum, v, eps * (1.0 - f), upper, lower)
-  c = noisy_count(k_count, jnp.ones(v.shape, jnp.int32), eps * f)
+  s = clipped_sum(k_sum, v, eps * (1.0 - f), upper, lower, secure=secure)
+  c = noisy_count(k_count, jnp.ones(v.shape, jnp.int32), eps * f, secure=secure)
   return PrivateMean(s / jnp.maximum(c, 1.0), s, c)

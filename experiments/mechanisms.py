@@ -130,8 +130,10 @@ def demo_rr(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict
     reports = mech.randomized_response(k_local, jnp.broadcast_to(bits, (cfg.rr_reps, n)), eps)
     est = np.asarray(mech.rr_estimate_rate(reports, eps), np.float64)
     # Central DP is cheap to simulate: noise_draws releases of the exact count.
-    central = np.asarray(mech.laplace_mechanism(
-        k_central, jnp.full((cfg.noise_draws,), float(jnp.sum(bits))), eps), np.float64) / n
+    # (vmap over keys: noise_draws releases of one scalar, each on its own grid.)
+    count = float(jnp.sum(bits))
+    central = np.asarray(jax.vmap(lambda kk: mech.laplace_mechanism(kk, count, eps))(
+        jax.random.split(k_central, cfg.noise_draws)), np.float64) / n
     sd_local = mech.rr_estimate_std(n, eps)
     sd_central = math.sqrt(2) * mech.laplace_scale(eps) / n
     rec = {
@@ -173,15 +175,17 @@ def demo_rr(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict
 def demo_count_noise(key, cfg: MechanismsConfig) -> tuple[dict, list]:
   rows, recs = [], []
   keys = jax.random.split(key, len(cfg.count_epsilons))
-  zeros = jnp.zeros((cfg.noise_draws,))
+  # noise_draws independent releases of one scalar count (vmap over keys).
+  draws = lambda fn, kk: np.abs(np.asarray(jax.vmap(fn)(jax.random.split(kk, cfg.noise_draws)),
+                                           np.float64))
   for eps, k in zip(cfg.count_epsilons, keys):
     kl, kg, kc = jax.random.split(k, 3)
-    lap = np.abs(np.asarray(mech.laplace_mechanism(kl, zeros, eps), np.float64))
+    lap = draws(lambda kk: mech.laplace_mechanism(kk, 0.0, eps), kl)
     sig = mech.gaussian_sigma(eps, cfg.delta)
-    gau = np.abs(np.asarray(mech.gaussian_mechanism(kg, zeros, eps, cfg.delta), np.float64))
+    gau = draws(lambda kk: mech.gaussian_mechanism(kk, 0.0, eps, cfg.delta), kg)
     classic = mech.gaussian_sigma(eps, cfg.delta, calibration="classic") if eps < 1 else None
-    cla_mc = (float(np.abs(np.asarray(mech.gaussian_mechanism(
-        kc, zeros, eps, cfg.delta, calibration="classic"))).mean()) if classic else None)
+    cla_mc = (float(draws(lambda kk: mech.gaussian_mechanism(
+        kk, 0.0, eps, cfg.delta, calibration="classic"), kc).mean()) if classic else None)
     rec = {"epsilon": eps, "laplace_mae_exact": mech.laplace_scale(eps),
            "laplace_mae_mc": float(lap.mean()), "gaussian_sigma": sig,
            "gaussian_mae_exact": sig * math.sqrt(2 / math.pi),
@@ -270,7 +274,8 @@ def postprocess_exact(true_count: float, epsilon: float, max_k: int = 2_000) -> 
 
 def demo_postprocess(key, cfg: MechanismsConfig) -> tuple[dict, list]:
   c, eps = cfg.small_count, cfg.small_count_epsilon
-  rel = np.asarray(mech.laplace_mechanism(key, jnp.full((cfg.noise_draws,), c), eps), np.float64)
+  rel = np.asarray(jax.vmap(lambda kk: mech.laplace_mechanism(kk, float(c), eps))(
+      jax.random.split(key, cfg.noise_draws)), np.float64)
   post = np.maximum(np.round(rel), 0.0)
   exact = postprocess_exact(c, eps)
   mc = {"p_negative": float(np.mean(rel < 0)),

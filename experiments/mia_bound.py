@@ -110,11 +110,13 @@ def _sample_scores(key, mechanism: str, epsilon: float, delta: float, n: int):
     # An independent uniform in [0, 1e-3) breaks ties, i.e. randomises the test.
     u0, u1 = 1e-3 * jax.random.uniform(ku, (2, n))
     return r0 + u0, r1 + u1
+  # n independent releases of a scalar (vmap over keys: each on its own grid).
   if mechanism == "laplace":
-    return (mech.laplace_mechanism(k0, jnp.zeros(n), epsilon),
-            mech.laplace_mechanism(k1, jnp.ones(n), epsilon))
-  return (mech.gaussian_mechanism(k0, jnp.zeros(n), epsilon, delta),
-          mech.gaussian_mechanism(k1, jnp.ones(n), epsilon, delta))
+    rel = lambda kk, v: mech.laplace_mechanism(kk, v, epsilon)
+  else:
+    rel = lambda kk, v: mech.gaussian_mechanism(kk, v, epsilon, delta)
+  return (jax.vmap(lambda kk: rel(kk, 0.0))(jax.random.split(k0, n)),
+          jax.vmap(lambda kk: rel(kk, 1.0))(jax.random.split(k1, n)))
 
 
 def monte_carlo(key, mechanism: str, epsilon: float, delta: float, fpr: float, n: int) -> dict:

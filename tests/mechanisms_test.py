@@ -105,9 +105,12 @@ class LaplaceTest(parameterized.TestCase):
   def test_ks_accepts_right_scale_and_rejects_wrong(self):
     # 20k draws: the KS test at alpha = 1e-3 accepts the true scale and rejects
     # 2/3 and 3/2 of it (power is essentially 1 at this n).
+    # The release is on a grid gamma <= b / 1400 (discretisation moves the CDF by
+    # < 2e-4, far below the KS critical value 0.014) with 0.1% more noise.
     eps, sens = 0.7, 2.0
     b = sens / eps
-    x = np.asarray(mech.laplace_mechanism(jax.random.key(4), jnp.zeros(20_000), eps, sens),
+    keys = jax.random.split(jax.random.key(4), 20_000)
+    x = np.asarray(jax.vmap(lambda k: mech.laplace_mechanism(k, 0.0, eps, sens))(keys),
                    np.float64)
     self.assertGreater(stats.kstest(x, "laplace", args=(0, b)).pvalue, 1e-3)
     self.assertLess(stats.kstest(x, "laplace", args=(0, 2 * b / 3)).pvalue, 1e-3)
@@ -157,11 +160,93 @@ class GaussianTest(parameterized.TestCase):
   def test_ks_accepts_right_sigma_and_rejects_wrong(self, calibration):
     eps, delta = 0.5, 1e-5
     sigma = mech.gaussian_sigma(eps, delta, calibration=calibration)
-    x = np.asarray(mech.gaussian_mechanism(jax.random.key(6), jnp.zeros(20_000), eps, delta,
-                                           calibration=calibration), np.float64)
+    keys = jax.random.split(jax.random.key(6), 20_000)
+    x = np.asarray(jax.vmap(lambda k: mech.gaussian_mechanism(
+        k, 0.0, eps, delta, calibration=calibration))(keys), np.float64)
     self.assertGreater(stats.kstest(x, "norm", args=(0, sigma)).pvalue, 1e-3)
     self.assertLess(stats.kstest(x, "norm", args=(0, 2 * sigma / 3)).pvalue, 1e-3)
     self.assertLess(stats.kstest(x, "norm", args=(0, 1.5 * sigma)).pvalue, 1e-3)
+
+
+class DefendedMechanismTest(parameterized.TestCase):
+  """The grid mechanisms: exact multiples of gamma, the same support for neighbours."""
+
+  def test_laplace_outputs_are_multiples_of_gamma_and_possible_under_neighbour(self):
+    # Mironov's test asks, for each observed output, "is it possible under the
+    # neighbouring input?". Defended: every output is gamma (k + X), |X| <= K, and
+    # the neighbour's k' is within Delta / gamma + 1 of k, so every output within
+    # K - (Delta / gamma + 1) grid units of k (all but mass < 2^-100) is possible
+    # under the neighbour too. 50k draws: all of them pass.
+    eps, sens = 1.0, 1.0
+    v, v_nb = 100.3, 101.3                       # a count-like query and its neighbour
+    gamma = mech.laplace_grid(eps, sens)
+    out = np.asarray(jax.vmap(lambda k: mech.laplace_mechanism(k, v, eps, sens))(
+        jax.random.split(jax.random.key(20), 50_000)), np.float64)
+    units = out / gamma
+    np.testing.assert_array_equal(units, np.round(units))
+    noise = mech.integer_noise.rounded_laplace((sens / gamma + 1) / eps)
+    k, k_nb = round(v / gamma), round(v_nb / gamma)
+    self.assertLessEqual(abs(k_nb - k), sens / gamma + 1)
+    self.assertTrue(np.all(np.abs(units - k) <= noise.max_abs))
+    self.assertTrue(np.all(np.abs(units - k_nb) <= noise.max_abs))
+    # The float mechanism's outputs are not on any such grid.
+    with self.assertWarns(mech.InsecureNoiseWarning):
+      raw = np.asarray(mech.laplace_mechanism(jax.random.key(21), jnp.full(1000, v), eps,
+                                              secure=False), np.float64)
+    self.assertGreater(np.mean(raw / gamma != np.round(raw / gamma)), 0.9)
+
+  @parameterized.parameters(("laplace", 1), ("laplace", 5), ("gaussian", 1), ("gaussian", 9))
+  def test_snapped_neighbours_within_inflated_sensitivity(self, kind, d):
+    # With negligible noise (eps = 1e7: the table is {0}), the release is gamma k
+    # exactly; for random neighbours with ||v - v'|| <= Delta (L1 / L2), the integer
+    # vectors differ by at most Delta / gamma + d (L1) or + sqrt(d) (L2).
+    rng = np.random.default_rng(d)
+    sens, grid = 3.0, 2.0 ** -4
+    for _ in range(20):
+      v = rng.uniform(-50, 50, d)
+      step = rng.normal(size=d)
+      step *= sens / (np.abs(step).sum() if kind == "laplace" else np.linalg.norm(step))
+      if kind == "laplace":
+        rel = lambda x: mech.laplace_mechanism(jax.random.key(0), x, 1e7, sens, grid=grid)
+        bound, norm = sens / grid + d, lambda u: np.abs(u).sum()
+      else:
+        rel = lambda x: mech.gaussian_mechanism(jax.random.key(0), x, 1e7, 0.5, sens, grid=grid)
+        bound, norm = sens / grid + math.sqrt(d), np.linalg.norm
+      a = np.asarray(rel(jnp.asarray(v, jnp.float32)), np.float64) / grid
+      b = np.asarray(rel(jnp.asarray(v + step, jnp.float32)), np.float64) / grid
+      np.testing.assert_array_equal(a, np.round(a))
+      self.assertLessEqual(norm(a - b), bound)
+      self.assertLessEqual(np.abs(a - np.asarray(v, np.float32) / grid).max(), 0.5)
+
+  def test_gaussian_noise_multiplier_is_kept(self):
+    # s / Delta_grid = sigma / Delta_2: the grid noise sd, in value units, is
+    # sigma (1 + gamma sqrt(d) / Delta_2). 40k draws of a 4-vector: sd within 1.5%
+    # (SE of the sd 0.35%).
+    eps, delta, sens, grid = 1.0, 1e-5, 1.0, 2.0 ** -6
+    sigma = mech.gaussian_sigma(eps, delta, sens)
+    out = np.asarray(jax.vmap(lambda k: mech.gaussian_mechanism(
+        k, jnp.zeros(4), eps, delta, sens, grid=grid))(jax.random.split(jax.random.key(22),
+                                                                        10_000)))
+    want = math.sqrt((sigma * (1 + grid * 2 / sens)) ** 2 + grid ** 2 / 12)
+    self.assertAlmostEqual(out.std() / want, 1.0, delta=0.015)
+    np.testing.assert_array_equal(out / grid, np.round(out / grid))
+
+  def test_insecure_gaussian_warns(self):
+    with self.assertWarns(mech.InsecureNoiseWarning):
+      mech.gaussian_mechanism(jax.random.key(0), 1.0, 1.0, 1e-5, secure=False)
+
+  @parameterized.named_parameters(
+      ("grid_not_pow2", lambda: mech.laplace_mechanism(jax.random.key(0), 1.0, 1.0, grid=0.1),
+       "grid"),
+      ("grid_negative", lambda: mech.gaussian_mechanism(jax.random.key(0), 1.0, 1.0, 1e-5,
+                                                        grid=-0.5), "grid"),
+      ("value_off_range", lambda: mech.laplace_mechanism(jax.random.key(0), 2.0 ** 20, 1.0,
+                                                         grid=2.0 ** -6), "value"),
+      ("table_too_big", lambda: mech.laplace_mechanism(jax.random.key(0), 1.0, 1e-3,
+                                                       grid=2.0 ** -12), "coarser grid"))
+  def test_bad_grid_input(self, fn, name):
+    with self.assertRaisesRegex(ValueError, name):
+      fn()
 
 
 class SelectionTest(parameterized.TestCase):

@@ -11,9 +11,11 @@ from absl.testing import parameterized
 from scipy import stats
 
 from dpjax import dpsgd
+from dpjax import integer_noise
 from dpjax import models
 from dpjax import prng
 from dpjax import privatizer
+from dpjax.clipping import grid as grid_lib
 from dpjax.clipping import vmap
 from tests import helpers
 
@@ -132,6 +134,123 @@ class EnginePrivatizerTest(absltest.TestCase):
   def test_interface_is_checked(self):
     with self.assertRaisesRegex(TypeError, "noise_stddev"):
       privatizer.check_privatizer(object())
+
+
+class SecurePrivatizerTest(parameterized.TestCase):
+  """Secure DP-SGD: grid clipping + integer Gaussian noise, through the engine."""
+
+  def test_noise_is_integer_rounded_gaussian_with_inflated_sensitivity(self):
+    # sigma_grid = sigma (C / gamma + sqrt(P) / 2); 2 updates of P = 3000 draws: the
+    # sd of (out / gamma) is sqrt(s^2 + 1/12) within 4% (SE of an sd from 6000
+    # draws: 0.9%); every output is an exact multiple of gamma.
+    sigma, c, gamma, p = 1.0, 1.0, 2.0 ** -4, 3000
+    tx = privatizer.secure_gaussian_privatizer(sigma, c, gamma, jax.random.key(0))
+    state = tx.init({"w": jnp.zeros(p)})
+    s_int = {"w": jnp.arange(p, dtype=jnp.int32) - 1500}
+    u1, state = tx.update(s_int, state)
+    u2, _ = tx.update(s_int, state)
+    z = np.concatenate([np.asarray(u["w"], np.float64) / gamma - np.asarray(s_int["w"])
+                        for u in (u1, u2)])
+    np.testing.assert_array_equal(z, np.round(z))
+    s = sigma * (c / gamma + math.sqrt(p) / 2)
+    self.assertAlmostEqual(z.std() / math.sqrt(s * s + 1 / 12), 1.0, delta=0.04)
+    self.assertFalse(np.array_equal(u1["w"], u2["w"]))
+    with self.assertRaisesRegex(TypeError, "integer grid sum"):
+      tx.update({"w": jnp.zeros(p)}, state)
+
+  def _data(self):
+    x, y = helpers.binary_data(n=32, d=4)
+    cfg = helpers.small_config(dataset_size=32, sampling_prob=0.25)   # B = 8
+    return x, y, cfg, models.logistic_regression(4)
+
+  def test_updates_are_exact_multiples_of_gamma_over_b_with_a_canary(self):
+    x, y, cfg, model = self._data()
+    path, priv = privatizer.secure_components(cfg.sigma, cfg.l2_clip_norm, model)
+    keep = jnp.ones((4, 32), bool)
+    canary = {"w": jnp.array([3.0, -1.0, 0.5, 2.0])}
+    out = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model, clipping=path,
+                           privatizer=priv, observe_fn=_identity, progress=False,
+                           gradient_canary=canary,
+                           canary_keep_M=jnp.array([True, False, True, False]))
+    units = np.asarray(out.observations, np.float64) * cfg.expected_batch_size / priv.grid
+    np.testing.assert_array_equal(units, np.round(units))
+    self.assertEqual(priv.grid, 2.0 ** -10)
+
+  def test_same_expected_update_as_float_mode(self):
+    # lr = 0 keeps params at 0, so each of the T steps of each model is an
+    # independent draw of the privatised update; E[update] = q sum_i clip(g_i) / B in
+    # both modes (the grid's rounding moves it by <= n gamma / (2 B) = 2e-3 per
+    # coordinate, below the tolerance). Per-coordinate sd: sqrt(sigma^2 C'^2 +
+    # q (1-q) sum_i c_ij^2) / B, C' = C + gamma sqrt(P)/2 for the secure mode;
+    # means over M T = 1200 draws must be within 5 SE of the exact expectation.
+    x, y, cfg, model = self._data()
+    m = 200
+    keep = jnp.ones((m, 32), bool)
+    init = {"w": jnp.zeros(4)}
+    path, priv = privatizer.secure_components(cfg.sigma, cfg.l2_clip_norm, model)
+    common = dict(init_params=init, observe_fn=_identity, progress=False,
+                  optimizer=optax.sgd(0.0))
+    sec = dpsgd.train_many(jax.random.key(2), x, y, keep, cfg, model, clipping=path,
+                           privatizer=priv, **common).observations
+    flt = dpsgd.train_many(jax.random.key(3), x, y, keep, cfg, model, **common).observations
+    g = vmap.per_example_grads(model, init, x, y)["w"]
+    c = np.asarray(g, np.float64) * np.minimum(1.0, 1.0 / np.linalg.norm(g, axis=1))[:, None]
+    b, q = cfg.expected_batch_size, cfg.sampling_prob
+    want = q * c.sum(axis=0) / b
+    for obs, cc in ((sec, 1.0 + priv.grid), (flt, 1.0)):
+      sd = np.sqrt(cfg.sigma ** 2 * cc ** 2 + q * (1 - q) * np.sum(c ** 2, axis=0)) / b
+      mean = np.asarray(obs, np.float64).reshape(-1, 4).mean(axis=0)
+      se = sd / math.sqrt(m * cfg.num_steps)
+      np.testing.assert_array_less(np.abs(mean - want), 5 * se)
+    self.assertGreater(np.abs(want).max(), 10 * se.max())   # the check has power
+
+  def test_models_vmapped_equal_models_alone(self):
+    x, y, cfg, model = self._data()
+    path, priv = privatizer.secure_components(cfg.sigma, cfg.l2_clip_norm, model)
+    keys = jax.random.split(jax.random.key(4), 3)
+    keep = jax.random.bernoulli(jax.random.key(5), 0.7, (3, 32))
+    run = lambda k, kp: dpsgd.train_many(k, x, y, kp, cfg, model, clipping=path,
+                                         privatizer=priv, progress=False).params["w"]
+    together = run(keys, keep)
+    for i in range(3):
+      np.testing.assert_array_equal(together[i], run(keys[i:i + 1], keep[i:i + 1])[0])
+
+  def test_engine_refuses_mismatched_pairs(self):
+    x, y, cfg, model = self._data()
+    path, priv = privatizer.secure_components(cfg.sigma, cfg.l2_clip_norm, model)
+    keep = jnp.ones((1, 32), bool)
+    other = grid_lib.path(model, priv.grid * 2)
+    for kwargs in (dict(privatizer=priv), dict(clipping=path), dict(clipping=other,
+                                                                    privatizer=priv)):
+      with self.assertRaisesRegex(ValueError, "do not match"):
+        dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False, **kwargs)
+    with self.assertRaisesRegex(ValueError, "noise_multiplier"):
+      dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(
+          dataset_size=32, sampling_prob=0.25, noise_multiplier=2.0), model, clipping=path,
+                       privatizer=priv, progress=False)
+    cfgs = [cfg, helpers.small_config(dataset_size=32, sampling_prob=0.25, noise_multiplier=3.0)]
+    with self.assertRaisesRegex(ValueError, "noise_multiplier"):
+      dpsgd.train_sweep(jax.random.key(0), x, y, jnp.ones((2, 32), bool), cfgs, [0, 1], model,
+                        clipping=path, privatizer=priv, progress=False)
+
+  def test_sampler_delta(self):
+    priv = privatizer.SecureGaussianPrivatizer(1.0, 1.0)
+    s = 1.0 * (1.0 / priv.grid + math.sqrt(4) / 2)
+    tv = integer_noise.rounded_gaussian(s).tv
+    self.assertAlmostEqual(priv.sampler_delta(2.0, 100, 4) / ((1 + math.exp(2.0)) * 400 * tv),
+                           1.0, places=12)
+    self.assertLess(priv.sampler_delta(2.0, 100, 4), 1e-15)
+
+  @parameterized.named_parameters(
+      ("sigma", lambda: privatizer.SecureGaussianPrivatizer(-1.0, 1.0), "noise_multiplier"),
+      ("clip", lambda: privatizer.SecureGaussianPrivatizer(1.0, 0.0), "l2_clip_norm"),
+      ("grid", lambda: privatizer.SecureGaussianPrivatizer(1.0, 1.0, grid=0.3), "grid"),
+      ("clip_mismatch", lambda: privatizer.SecureGaussianPrivatizer(1.0, 1.0).noise_stddev(
+          1.0, 2.0), "l2_clip_norm"),
+      ("default_grid", lambda: privatizer.default_grid(math.inf), "l2_clip_norm"))
+  def test_bad_input_names_parameter(self, fn, name):
+    with self.assertRaisesRegex(ValueError, name):
+      fn()
 
 
 if __name__ == "__main__":

@@ -56,6 +56,19 @@ class GridSumTest(parameterized.TestCase):
         # Honest records are kept: ||r_i|| >= ||c_i|| / gamma - sqrt(P)/2 (clipped, ~C).
         self.assertGreater(np.linalg.norm(r), 0.999 / gamma - math.sqrt(6) / 2)
 
+  def test_finite_gradients_beyond_float32_squares_are_clipped_not_dropped(self):
+    # Features of 1e20: ||g_i||^2 overflows float32, but the norm is taken
+    # overflow-safely, so each record is clipped to C and kept.
+    model = models.logistic_regression(3)
+    x, y = helpers.binary_data(n=6, d=3, scale=1e20)
+    p = grid_lib.path(model, 2.0 ** -6)
+    for i in range(6):
+      s, norms = p({"w": jnp.zeros(3)}, x, y, jnp.zeros(6).at[i].set(1.0), 1.0)
+      self.assertTrue(np.isfinite(float(norms[i])))
+      r = np.linalg.norm(np.asarray(s["w"], np.float64))
+      self.assertLessEqual(r, grid_lib.grid_sensitivity(1.0, 2.0 ** -6, 3))
+      self.assertGreater(r, 64 - math.sqrt(3) / 2)
+
   def test_norm_threshold_rejects_what_may_exceed(self):
     # A vector whose exact squared norm exceeds Delta^2 is zeroed; one well inside
     # is kept; non-finite entries zero the example.

@@ -81,6 +81,10 @@ class GridClippingPath(ClippingPath):
   """
   grid: float = 1.0
 
+  def __post_init__(self):
+    super().__post_init__()
+    integer_noise.check_grid(self.grid, "grid")
+
 
 def grid_sensitivity(l2_clip_norm: float, grid: float, num_params: int) -> float:
   """Delta = C / gamma + sqrt(P) / 2: the L2 sensitivity of the grid sum, in grid units.
@@ -166,12 +170,13 @@ def grid_clipped_sum(model: models_lib.Model, grid: float, params: PyTree, x_BxF
     (int32 sum pytree like params, in grid units; norms float32[B] before clipping).
   Privacy: one record moves S by at most `grid_sensitivity(C, gamma, P)` in L2.
   """
-  c = float(l2_clip_norm)
+  models_lib.check_model(model)
+  _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=model.num_outputs)
+  c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   if not math.isfinite(c) or c <= 0:
     raise ValueError(f"l2_clip_norm must be finite and > 0 for the grid path, got {c}")
   g = _per_example_grads(model, params, x_BxF, y_B)
-  norms = jnp.sqrt(jax.tree.reduce(
-      jnp.add, jax.tree.map(lambda v: jnp.sum(jnp.square(v).reshape(v.shape[0], -1), axis=1), g)))
+  norms = vmap_lib.tree_norms(g)     # overflow-safe: finite for every finite gradient
   a = vmap_lib.clip_factor(norms, c)
   clipped = jax.tree.map(lambda v: v * a.reshape((-1,) + (1,) * (v.ndim - 1)), g)
   r = round_clipped(clipped, grid, c)

@@ -38,8 +38,11 @@ engine refuses it with any other clipping path, and the grid path with any other
 privatizer (`check_matching_grid`).
 
 Warning: the noise of `GaussianPrivatizer` is float32, drawn by
-`prng.standard_normal`, whose support ends near z = -5.42 and +5.17 (see its
-docstring); the accountants assume an exact Gaussian, and the exact float update
+`prng.standard_normal`, whose support ends at z = +-12.63 (`prng.normal_support()`;
+an exact Gaussian leaves it with probability tau ~ 1.5e-36 per coordinate, which adds
+(1 + e^eps) T d tau to delta: `dpjax.accounting.sampler_delta`, reported by
+`privacy_statement(..., noise_draws_per_step=d)` and checked by the engine); the
+accountants assume an exact Gaussian, and the exact float update
 lives on a lattice that an observer of its bits can test (the secure one above
 has neither problem).
 
@@ -79,7 +82,7 @@ def _check_stddev(stddev, name: str = "noise_stddev"):
   """A concrete std is validated; a traced one (inside the engine) was validated on the host."""
   if _validate.is_tracer(stddev):
     return stddev
-  if isinstance(stddev, (int, float)):
+  if isinstance(stddev, (int, float, str, bytes)) or stddev is None:
     return _validate.check_nonnegative(stddev, name)
   v = jnp.asarray(stddev)
   if v.shape != () or not bool(jnp.isfinite(v)) or not bool(v >= 0):
@@ -100,6 +103,7 @@ def gaussian_noise(key: jax.Array, count: jax.Array, leaves: list, stddev) -> li
     `prng.split(prng.fold_in(key, t), len(leaves))`; None everywhere when stddev is
     a static 0 (nothing is drawn).
   """
+  stddev = _check_stddev(stddev, "stddev")
   if _static_zero(stddev):
     return [None] * len(leaves)
   ks = prng.split(prng.fold_in(key, count), len(leaves))

@@ -5,6 +5,9 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+import scipy.special
+import scipy.stats
 from absl.testing import absltest
 from absl.testing import parameterized
 
@@ -96,6 +99,181 @@ class RandomStreamTest(parameterized.TestCase):
     self.assertEqual(prng.split(kr, 3).shape, (3,))
     self.assertEqual(prng.fold_in(kr, 2).shape, ())
 
+
+
+def _old_normal(bits):
+  """The 23-bit inverse-CDF map without tails, re-implemented independently."""
+  f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
+  u = jnp.maximum(np.nextafter(np.float32(-1), np.float32(0)), 2.0 * f - 1.0)
+  return np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
+
+
+def _tail_reference(key, i):
+  """float64 |z| of the tail draw of coordinate i, from the documented construction:
+  (w1, w2) = threefry(key, (2^32 - 1, i)), w3 = threefry(key, (2^32 - 2, i))[0] for a
+  threefry key (jax's own threefry primitive), else jax.random.bits of
+  fold_in(fold_in(key, 2^32 - 1), i)."""
+  if jax.random.key_impl(key) == jax.random.key_impl(jax.random.key(0)):
+    kd = tuple(jax.random.key_data(key))
+    ctr = jnp.array([0xFFFFFFFF, 0xFFFFFFFE, i, i], jnp.uint32)  # blocks (c0[j], c1[j])
+    y = [int(v) for v in jax.extend.random.threefry_2x32(kd, ctr)]
+    w = [y[0], y[2], y[1]]
+  else:
+    k = jax.random.fold_in(jax.random.fold_in(key, 0xFFFFFFFF), int(i))
+    w = [int(v) for v in jax.random.bits(k, (3,), jnp.uint32)]
+  level = next((j for j in range(2) if w[j] != 0), 2)
+  v = (w[level] + 0.5) * 2.0 ** -(55 + 32 * level)
+  return -scipy.special.ndtri(v)
+
+
+class NormalTailTest(parameterized.TestCase):
+  """standard_normal: the body is the old map bit for bit; the two extreme atoms are
+  redrawn from the exact tails; the support and tail mass are what is claimed."""
+
+  # Seeds whose 4096 words include a lower (498) and an upper (815) extreme atom
+  # (checked below, not assumed).
+  @parameterized.parameters(498, 815)
+  def test_body_bit_identical_and_tails_exact(self, seed):
+    n = 4096
+    k = jax.random.key(seed)
+    bits = prng.random_bits(k, n)
+    m = np.asarray(bits >> 9)
+    ext = np.flatnonzero((m == 0) | (m == 2 ** 23 - 1))
+    self.assertNotEmpty(ext)
+    z = np.asarray(prng.standard_normal(k, (n,)))
+    old = np.asarray(_old_normal(bits))
+    body = np.ones(n, bool)
+    body[ext] = False
+    np.testing.assert_array_equal(z[body], old[body])
+    for i in ext:
+      t = _tail_reference(k, i)
+      sign = -1.0 if m[i] == 0 else 1.0
+      np.testing.assert_allclose(z[i], sign * t, rtol=1e-6)
+      self.assertGreater(abs(z[i]), -scipy.special.ndtri(2.0 ** -23))   # in the tail
+    # The same under jit + vmap over keys, and equal to a loop over keys.
+    keys = jnp.stack([k, jax.random.key(seed + 100)])
+    vm = jax.jit(jax.vmap(lambda kk: prng.standard_normal(kk, (n,))))(keys)
+    np.testing.assert_array_equal(vm[0], z)
+    np.testing.assert_array_equal(vm[1], prng.standard_normal(keys[1], (n,)))
+
+  def test_vmap_equals_loop_with_forced_tails(self):
+    # Crafted words with extreme atoms at different places per key: the batched
+    # while loop must give each key its own tail draws.
+    n = 64
+    keys = jax.random.split(jax.random.key(3), 4)
+    bits = jax.random.bits(jax.random.key(4), (4, n), jnp.uint32)
+    bits = bits.at[0, 5].set(0).at[0, 9].set(0xFFFFFFFF).at[2, 63].set(7).at[3, 0].set(
+        (2 ** 23 - 1) << 9)
+    fill = lambda kk, b: prng._assemble_normal(b, prng._tail_fill(kk, b))
+    vm = jax.jit(jax.vmap(fill))(keys, bits)
+    for j in range(4):
+      np.testing.assert_array_equal(vm[j], fill(keys[j], bits[j]))
+      b = np.asarray(bits[j])
+      for i in range(n):
+        if (b[i] >> 9) in (0, 2 ** 23 - 1):
+          t = _tail_reference(keys[j], i) * (-1.0 if b[i] >> 9 == 0 else 1.0)
+          np.testing.assert_allclose(vm[j, i], t, rtol=1e-6)
+        else:
+          self.assertEqual(vm[j, i], _old_normal(bits[j, i]))
+    # Non-threefry keys take the same tail path.
+    kr = jax.random.key(0, impl="rbg")
+    zr = fill(kr, bits[0])
+    for i, sign in ((5, -1.0), (9, 1.0)):
+      np.testing.assert_allclose(zr[i], sign * _tail_reference(kr, i), rtol=1e-6)
+
+  def test_forced_tail_distribution(self):
+    # The tail draw given an extreme atom must be |Z| conditioned on |Z| > z0,
+    # Phi(-z0) = 2^-23: P(t > z | tail) = Phi(-z) 2^23. 2^18 forced draws; each
+    # frequency within 5 binomial standard deviations.
+    n = 2 ** 18
+    w = jax.random.bits(jax.random.key(7), (3, n), jnp.uint32)
+    t = np.asarray(jax.jit(prng._tail_magnitude)(w[0], w[1], w[2]), np.float64)
+    z0 = -scipy.special.ndtri(2.0 ** -23)
+    self.assertGreater(t.min(), z0 * (1 - 1e-6))
+    for z in (5.3, 5.5, 6.0, 6.5):
+      p = scipy.special.ndtr(-z) * 2.0 ** 23
+      got = np.mean(t > z)
+      self.assertAlmostEqual(got, p, delta=5 * math.sqrt(p * (1 - p) / n) + 1e-12, msg=z)
+    # Whole conditional law: Phi(-t) 2^23 is uniform on (0, 1) (KS), and not at
+    # a neighbouring scale.
+    u = scipy.special.ndtr(-t) * 2.0 ** 23
+    self.assertGreater(scipy.stats.kstest(u, "uniform").pvalue, 1e-3)
+    u_wrong = scipy.special.ndtr(-t * 1.001) * 2.0 ** 23
+    self.assertLess(scipy.stats.kstest(u_wrong, "uniform").pvalue, 1e-6)
+
+  def test_deep_levels_against_float64(self):
+    # Levels 2 and 3 (w1 = 0, then w2 = 0) reach v down to 2^-120; float32 ndtri
+    # must agree with float64 there.
+    w = jax.random.bits(jax.random.key(8), (1000,), jnp.uint32)
+    zero = jnp.zeros_like(w)
+    f = jax.jit(prng._tail_magnitude)
+    for level, args in ((2, (zero, w, w)), (3, (zero, zero, w))):
+      v = (np.asarray(w, np.float64) + 0.5) * 2.0 ** -(55 + 32 * (level - 1))
+      np.testing.assert_allclose(f(*args), -scipy.special.ndtri(v), rtol=3e-7)
+
+  def test_support_and_tail_mass(self):
+    z_min, z_max = prng.normal_support()
+    top = (2 ** 23 - 1) << 9
+    bits = jnp.array([0, top, 1 << 9, (2 ** 23 - 2) << 9, 0x1FF, top | 0x1FF], jnp.uint32)
+    zero = jnp.zeros((), jnp.uint32)
+    mag = prng._tail_magnitude(zero, zero, zero)
+    z = np.asarray(prng._assemble_normal(bits, jnp.broadcast_to(mag, bits.shape)))
+    self.assertEqual(z[0], z_min)
+    self.assertEqual(z[1], z_max)
+    self.assertEqual(z[4], z_min)
+    self.assertEqual(z[5], z_max)
+    self.assertEqual(z_min, -z_max)
+    # The old map's extremes are inside; the new support is at Phi^-1(2^-120),
+    # capped just below it.
+    self.assertLess(z_min, float(_old_normal(jnp.uint32(0))))
+    self.assertGreater(z_max, float(_old_normal(jnp.uint32(top))))
+    q = -scipy.special.ndtri(2.0 ** -120)
+    self.assertLessEqual(z_max, q)
+    self.assertGreater(z_max, q * (1 - 2e-6))
+    # No tail draw exceeds the support, whatever its words (cap), NaN-free.
+    w = jax.random.bits(jax.random.key(9), (3, 100_000), jnp.uint32)
+    for args in ((w[0], w[1], w[2]), (w[0] * 0, w[1], w[2]), (w[0] * 0, w[1] * 0, w[2])):
+      t = np.asarray(prng._tail_magnitude(*args))
+      self.assertTrue(np.all(np.isfinite(t)))
+      self.assertLessEqual(t.max(), z_max)
+    # tau = Phi(z_min) + Phi(-z_max), in float64, at least the ideal 2 * 2^-120.
+    tau = prng.normal_tail_mass()
+    np.testing.assert_allclose(tau, scipy.stats.norm.cdf(z_min) + scipy.stats.norm.sf(z_max),
+                               rtol=1e-8)
+    self.assertGreaterEqual(tau, 2 * 2.0 ** -120)
+    self.assertLess(tau, 2 * 2.0 ** -120 * 1.001)
+
+  def test_real_sampler_extreme_frequency(self):
+    # 2^22 real draws: the fraction beyond the body (|z| > Phi^-1(1 - 2^-23)) is
+    # 2 * 2^-23 (expected 1); all draws inside the support.
+    keys = jax.random.split(jax.random.key(11), 4)
+    f = jax.jit(jax.vmap(lambda kk: prng.standard_normal(kk, (2 ** 20,))))
+    z = np.asarray(f(keys))
+    z_min, z_max = prng.normal_support()
+    self.assertGreaterEqual(z.min(), z_min)
+    self.assertLessEqual(z.max(), z_max)
+    z0 = -scipy.special.ndtri(2.0 ** -23)
+    count = int(np.sum(np.abs(z) > z0 * (1 + 1e-6)))
+    lam = z.size * 2 * 2.0 ** -23
+    self.assertLessEqual(count, scipy.stats.poisson.ppf(1 - 1e-6, lam))
+
+  @pytest.mark.slow
+  def test_real_sampler_tail_mass_monte_carlo(self):
+    # 2^27 (1.3e8) real draws in chunks: P(|z| > a) against 2 Phi(-a) for a = 5, 5.3,
+    # 5.5 (the last beyond the old support), within the two-sided Poisson 1e-6
+    # quantiles.
+    f = jax.jit(jax.vmap(lambda kk: prng.standard_normal(kk, (2 ** 20,))))
+    counts = {5.0: 0, 5.3: 0, 5.5: 0}
+    total = 0
+    for c in range(8):
+      z = np.abs(np.asarray(f(jax.random.split(jax.random.key(100 + c), 16))))
+      total += z.size
+      for a in counts:
+        counts[a] += int(np.sum(z > a))
+    for a, cnt in counts.items():
+      lam = total * 2 * scipy.special.ndtr(-a)
+      self.assertGreaterEqual(cnt, scipy.stats.poisson.ppf(1e-6, lam), msg=a)
+      self.assertLessEqual(cnt, scipy.stats.poisson.ppf(1 - 1e-6, lam), msg=a)
 
 
 class BernoulliMaskTest(parameterized.TestCase):

@@ -14,7 +14,8 @@ of `pld.py`, usually tighter). `Accountant` composes heterogeneous events
 or delta(eps).
 
 Submodules: `composition` (basic / advanced / optimal homogeneous), `rdp`, `pld`,
-`gdp` (mu-GDP, exact Gaussian, the DP-SGD CLT approximation). Trade-off curves
+`gdp` (mu-GDP, exact Gaussian, the DP-SGD CLT approximation), `noise_support`
+(`sampler_delta`: the delta the noise sampler's finite support adds). Trade-off curves
 are in `dpjax.tradeoff`.
 Everything runs on the host (NumPy/SciPy, float64).
 
@@ -37,12 +38,16 @@ import numpy as np
 from dpjax import _validate
 from dpjax.accounting import composition  # noqa: F401  (re-exported submodule)
 from dpjax.accounting import gdp
+from dpjax.accounting import noise_support  # noqa: F401  (re-exported submodule)
 from dpjax.accounting import rdp
+from dpjax.accounting.noise_support import (  # noqa: F401  (re-exported helpers)
+    max_epsilon_for_sampler_delta, sampler_delta)
 from dpjax.accounting.gdp import (  # noqa: F401  (re-exported helpers)
     compose_mu, dpsgd_clt_epsilon, dpsgd_clt_mu, gaussian_delta, gaussian_epsilon,
     mu_for_epsilon)
 
 _ACCOUNTANTS = ("rdp", "pld")
+_RDP_METHODS = ("balle2020", "classic")
 # calibrate_noise searches noise multipliers in this range.
 NOISE_MULTIPLIER_RANGE = (0.1, 1e6)
 
@@ -106,6 +111,7 @@ def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
   steps = _validate.check_int(num_steps, "num_steps")
   d = _check_delta(delta, dataset_size)
   _validate.check_choice(accountant, _ACCOUNTANTS, "accountant")
+  _validate.check_choice(rdp_method, _RDP_METHODS, "rdp_method")
   if accountant == "pld":
     return float(_pld_module().dpsgd_epsilon(sigma, q, steps, d))
   o, r = rdp.dpsgd_rdp(sigma, q, steps, orders)
@@ -145,6 +151,7 @@ def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
   steps = _validate.check_int(num_steps, "num_steps")
   d = _check_delta(delta, dataset_size)
   _validate.check_choice(accountant, _ACCOUNTANTS, "accountant")
+  _validate.check_choice(rdp_method, _RDP_METHODS, "rdp_method")
   rtol = _validate.check_probability(rtol, "rtol", open_low=True, open_high=True)
 
   def eps(s):

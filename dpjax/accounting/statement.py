@@ -16,7 +16,11 @@ collects in one object (printable with `.text()`, serialisable with
   test can reach at FPR 0.1 %, 1 %, 10 %, from the PLD's whole delta(eps) curve
   (a bound, `dpjax.tradeoff.pld_tpr_bound`) and from the CLT's mu-GDP curve
   (approximate, `dpjax.tradeoff.gaussian_tpr`),
-* every place where two accountants disagree by more than their stated error.
+* every place where two accountants disagree by more than their stated error,
+* with `noise_draws_per_step` = d (the number of noise coordinates per step, i.e.
+  of model parameters), the delta the noise sampler's finite support adds,
+  (1 + e^eps) T d tau (`dpjax.accounting.sampler_delta`), included in every
+  reported delta.
 
 Examples:
   >>> s = privacy_statement(1.1, 256 / 60000, 1000, 60000, deltas=(1e-5,))
@@ -34,7 +38,7 @@ from typing import Sequence
 import numpy as np
 
 from dpjax import _validate, tradeoff
-from dpjax.accounting import gdp, pld, rdp
+from dpjax.accounting import gdp, noise_support, pld, rdp
 
 DEFAULT_DELTAS = (1e-5, 1e-6, 1e-8)
 DEFAULT_FPRS = (0.001, 0.01, 0.1)
@@ -53,6 +57,9 @@ class EpsilonRow:
       [pld_epsilon - pld_error, pld_epsilon].
     pld_value_discretization: the grid spacing the PLD used.
     clt_epsilon: APPROXIMATE eps from the GDP CLT (not a bound).
+    sampler_delta: the delta the noise sampler's support adds at the larger of the
+      RDP and PLD eps (0 when the number of noise draws was not given); the
+      guarantee of the run as sampled is (eps, delta + sampler_delta).
   """
   delta: float
   rdp_epsilon: float
@@ -61,6 +68,12 @@ class EpsilonRow:
   pld_error: float
   pld_value_discretization: float
   clt_epsilon: float
+  sampler_delta: float = 0.0
+
+  @property
+  def total_delta(self) -> float:
+    """delta + sampler_delta: the delta that holds for the noise actually drawn."""
+    return self.delta + self.sampler_delta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +90,9 @@ class PrivacyStatement:
   tpr_clt: tuple[float, ...]
   delta_notes: tuple[str, ...]
   disagreements: tuple[str, ...]
+  noise_draws_per_step: int | None = None
+  sampler_support: tuple[float, float] | None = None
+  sampler_tail_mass: float | None = None
 
   @property
   def expected_batch_size(self) -> float:
@@ -90,6 +106,8 @@ class PrivacyStatement:
     d = dataclasses.asdict(self)
     d["expected_batch_size"] = self.expected_batch_size
     d["epochs"] = self.epochs
+    for row, r in zip(d["rows"], self.rows):
+      row["total_delta"] = r.total_delta
     return d
 
   def text(self) -> str:
@@ -119,10 +137,15 @@ class PrivacyStatement:
     ]
     hdr = (f"  {'delta':>8}  {'RDP eps':>9} {'(order)':>8}  {'PLD eps':>9} "
            f"{'± disc.':>9}  {'CLT eps (approx.)':>18}")
+    if self.noise_draws_per_step is not None:
+      hdr += f"  {'delta + sampler delta':>21}"
     out.append(hdr)
     for r in self.rows:
-      out.append(f"  {r.delta:8.0e}  {r.rdp_epsilon:9.4f} {r.rdp_order:8.3g}  "
-                 f"{r.pld_epsilon:9.4f} {r.pld_error:9.1e}  {r.clt_epsilon:18.4f}")
+      line = (f"  {r.delta:8.0e}  {r.rdp_epsilon:9.4f} {r.rdp_order:8.3g}  "
+              f"{r.pld_epsilon:9.4f} {r.pld_error:9.1e}  {r.clt_epsilon:18.4f}")
+      if self.noise_draws_per_step is not None:
+        line += f"  {r.delta:8.0e} + {r.sampler_delta:8.1e}"
+      out.append(line)
     out += [
         "  RDP: exact Renyi DP of the subsampled Gaussian at integer and fractional",
         "    orders, Balle et al. 2020 conversion, optimal order shown.",
@@ -130,6 +153,22 @@ class PrivacyStatement:
         "    connect-the-dots); the true eps lies in [PLD - disc., PLD].",
         f"  CLT: Bu et al. 2020 mu-GDP limit, mu = {self.clt_mu:.4f}; APPROXIMATE, not a bound.",
         "",
+    ]
+    if self.noise_draws_per_step is None:
+      out += ["Noise sampler: the extra delta of its finite support is NOT included",
+              "  (the number of noise coordinates per step was not given).", ""]
+    else:
+      lo, hi = self.sampler_support
+      out += [
+          f"Noise sampler: float32 N(0, 1) with support [{lo:.4f}, {hi:.4f}]; an exact",
+          f"  Gaussian falls outside it with probability tau = {self.sampler_tail_mass:.3e}"
+          " per draw.",
+          f"  Over T*d = {self.num_steps} * {self.noise_draws_per_step} draws this adds "
+          "(1 + e^eps) T d tau to delta:",
+          "  the last column is the delta that holds for the noise actually drawn",
+          "  (eps at the larger of RDP and PLD). Not covered: the float32 lattice of",
+          "  the values inside the support.", ""]
+    out += [
         f"delta against 1/n = {1.0 / n:.3g}:",
     ]
     out += ["  " + s for s in self.delta_notes]
@@ -146,7 +185,8 @@ class PrivacyStatement:
 def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: int,
                       dataset_size: int, deltas: Sequence[float] = DEFAULT_DELTAS,
                       fprs: Sequence[float] = DEFAULT_FPRS,
-                      pld_rtol: float = 1e-5) -> PrivacyStatement:
+                      pld_rtol: float = 1e-5,
+                      noise_draws_per_step: int | None = None) -> PrivacyStatement:
   """Builds the privacy statement of a DP-SGD run (Poisson sampling, add/remove).
 
   Args:
@@ -157,6 +197,10 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
     deltas: the deltas to report, each in (0, 1), shape [D].
     fprs: false-positive rates for the trade-off, each in (0, 1), shape [F].
     pld_rtol: target relative discretisation error of the PLD eps.
+    noise_draws_per_step: d >= 1, the number of N(0, 1) draws per step (the number
+      of model parameters), or None. When given, each row's `sampler_delta` is
+      `accounting.sampler_delta(eps, T d)` at the row's largest upper-bound eps
+      (RDP or PLD), and the text reports delta + sampler_delta.
   Returns:
     PrivacyStatement.
   """
@@ -164,11 +208,15 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   q = _validate.check_sampling_prob(sampling_prob)
   t = _validate.check_int(num_steps, "num_steps")
   n = _validate.check_int(dataset_size, "dataset_size")
-  deltas = tuple(_validate.check_delta(d, "deltas") for d in deltas)
+  deltas = tuple(float(d) for d in _validate.check_array(
+      deltas, "deltas", ndim=1, low=0.0, high=1.0, open_low=True, open_high=True))
   if not deltas:
     raise ValueError("deltas must be non-empty")
-  fprs = tuple(_validate.check_probability(f, "fprs", open_low=True, open_high=True)
-               for f in fprs)
+  fprs = tuple(float(f) for f in _validate.check_array(
+      fprs, "fprs", ndim=1, low=0.0, high=1.0, open_low=True, open_high=True))
+  _validate.check_range(pld_rtol, "pld_rtol", 0.0, 0.1, open_low=True)
+  draws = (None if noise_draws_per_step is None
+           else _validate.check_int(noise_draws_per_step, "noise_draws_per_step"))
   if not fprs:
     raise ValueError("fprs must be non-empty, each in (0, 1)")
 
@@ -181,8 +229,10 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", RuntimeWarning)
       res = pld.dpsgd_epsilon_bound(sigma, q, t, d, rtol=pld_rtol)
+    extra = (0.0 if draws is None else
+             noise_support.sampler_delta(max(e_rdp, res.value), t * draws))
     rows.append(EpsilonRow(d, e_rdp, order, res.value, res.error,
-                           res.value_discretization, gdp.gaussian_epsilon(d, mu_clt)))
+                           res.value_discretization, gdp.gaussian_epsilon(d, mu_clt), extra))
     if not res.exact and (finest is None or res.value_discretization < finest):
       finest = res.value_discretization
 
@@ -229,6 +279,11 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
     if b > a + 1e-6 and a < 1 - 1e-9:
       issues.append(f"FPR = {f:.1%}: the CLT trade-off curve (TPR {b:.4f}) exceeds the "
                     f"PLD bound ({a:.4f}): the CLT is pessimistic there.")
+  support = tail = None
+  if draws is not None:
+    from dpjax import prng  # pylint: disable=g-import-not-at-top  (jax only when needed)
+    support, tail = prng.normal_support(), prng.normal_tail_mass()
   return PrivacyStatement(sigma, q, t, n, mu_clt, tuple(rows), fprs,
                           tuple(float(x) for x in tpr_pld),
-                          tuple(float(x) for x in tpr_clt), tuple(notes), tuple(issues))
+                          tuple(float(x) for x in tpr_clt), tuple(notes), tuple(issues),
+                          draws, support, tail)

@@ -21,6 +21,7 @@ Typical use, at the top of a public function:
 from __future__ import annotations
 
 import math
+import os
 import sys
 from typing import Any, Optional, Sequence
 
@@ -202,8 +203,9 @@ def check_confidence(confidence: Any, name: str = "confidence") -> float:
   return check_probability(confidence, name, open_low=True, open_high=True)
 
 
-def check_int(value: Any, name: str, minimum: int = 1) -> int:
-  """value as an int >= minimum; floats with an integer value are accepted.
+def check_int(value: Any, name: str, minimum: int = 1,
+              maximum: Optional[int] = None) -> int:
+  """value as an int in [minimum, maximum]; floats with an integer value are accepted.
 
   Examples:
     >>> check_int(3.0, "num_steps")
@@ -212,14 +214,105 @@ def check_int(value: Any, name: str, minimum: int = 1) -> int:
     Traceback (most recent call last):
     ...
     ValueError: num_steps must be an integer >= 1, got 0
+    >>> check_int(9, "bit_width", 1, 8)
+    Traceback (most recent call last):
+    ...
+    ValueError: bit_width must be an integer in [1, 8], got 9
   """
-  requirement = f"an integer >= {minimum}"
+  if maximum is None:
+    requirement = f"an integer >= {minimum}"
+  else:
+    requirement = f"an integer in [{minimum}, {maximum}]"
   v = _real(value, name, requirement)
-  if not (math.isfinite(v) and v == int(v) and v >= minimum):
+  if not (math.isfinite(v) and v == int(v) and v >= minimum
+          and (maximum is None or v <= maximum)):
     raise ValueError(f"{name} must be {requirement}, got {value!r}")
   if isinstance(value, (int, np.integer)):
     return int(value)          # exact, even beyond 2**53
   return int(v)
+
+
+def memory_bytes() -> int:
+  """The physical memory of this machine in bytes (2**40 where it cannot be read)."""
+  try:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (AttributeError, ValueError, OSError):
+    return 2**40
+
+
+def check_size(value: Any, name: str, minimum: int = 1, *, bytes_per_unit: int = 4,
+               units: int = 1) -> int:
+  """A count that sizes an allocation: an int >= minimum whose arrays fit in memory.
+
+  The array the count sizes holds `value * units` entries of `bytes_per_unit`
+  bytes each; a request larger than the machine's physical memory is refused
+  here, before JAX or NumPy tries to allocate it (an allocation that large
+  aborts the process inside XLA instead of raising).
+
+  Args:
+    value: the count.
+    name: the parameter name for messages.
+    minimum: the smallest allowed count.
+    bytes_per_unit: bytes per entry of the array the count sizes.
+    units: entries per unit of the count (the other dimensions of the array).
+  Returns:
+    int(value).
+
+  Examples:
+    >>> check_size(3, "num_records")
+    3
+    >>> check_size(10**15, "num_records")
+    Traceback (most recent call last):
+    ...
+    ValueError: num_records = 1000000000000000 needs at least 4e+15 bytes, more than the memory of this machine (...)
+  """
+  v = check_int(value, name, minimum)
+  need = v * max(int(units), 1) * bytes_per_unit
+  have = memory_bytes()
+  if need > have:
+    raise ValueError(f"{name} = {v} needs at least {need:.3g} bytes, more than the "
+                     f"memory of this machine ({have:.3g} bytes)")
+  return v
+
+
+def check_sizes(value: Any, name: str, minimum: int = 1) -> tuple[int, ...]:
+  """A sequence of counts (layer widths, an input shape) as a tuple of ints >= minimum.
+
+  Examples:
+    >>> check_sizes([8, 8, 1], "input_shape")
+    (8, 8, 1)
+    >>> check_sizes((4, 0), "hidden")
+    Traceback (most recent call last):
+    ...
+    ValueError: hidden[1] must be an integer >= 1, got 0
+  """
+  if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+    raise TypeError(f"{name} must be a sequence of integers, got {value!r}")
+  if np.ndim(value) != 1 and len(value) > 0:
+    raise ValueError(f"{name} must be a flat sequence of integers, got shape {np.shape(value)}")
+  return tuple(check_size(v, f"{name}[{i}]", minimum) for i, v in enumerate(value))
+
+
+def check_callable(value: Any, name: str) -> Any:
+  """value itself, if it is callable; TypeError naming the parameter otherwise."""
+  if not callable(value):
+    raise TypeError(f"{name} must be callable, got {value!r}")
+  return value
+
+
+def check_instance(value: Any, types: Any, name: str) -> Any:
+  """value itself, if isinstance(value, types); TypeError naming the parameter otherwise.
+
+  Examples:
+    >>> check_instance(3, str, "directory")
+    Traceback (most recent call last):
+    ...
+    TypeError: directory must be a str, got int 3
+  """
+  if not isinstance(value, types):
+    want = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+    raise TypeError(f"{name} must be a {want}, got {type(value).__name__} {value!r:.80}")
+  return value
 
 
 def check_choice(value: Any, allowed: Sequence[Any], name: str) -> Any:
@@ -296,7 +389,7 @@ def check_array(x: Any, name: str, dtype: Any = np.float64, *,
                 shape: Optional[Sequence[Optional[int]]] = None,
                 low: Optional[float] = None, high: Optional[float] = None,
                 open_low: bool = False, open_high: bool = False,
-                allow_inf: bool = False, min_size: int = 0) -> Any:
+                allow_inf: bool = False, min_size: int = 0, integer: bool = False) -> Any:
   """x as a NumPy array of numbers with no NaN, no inf, and every entry in range.
 
   Given a JAX tracer, only the shape is checked and x is returned unchanged.
@@ -311,6 +404,7 @@ def check_array(x: Any, name: str, dtype: Any = np.float64, *,
     open_low, open_high: make the bounds strict.
     allow_inf: accept +-inf entries (within the bounds); NaN is always rejected.
     min_size: as in `check_shape`.
+    integer: require integer values (counts, class labels).
   Returns:
     np.ndarray of `dtype` (or x itself if it is a tracer).
 
@@ -330,7 +424,11 @@ def check_array(x: Any, name: str, dtype: Any = np.float64, *,
   if is_tracer(x):
     return x
   arr = _numeric_array(x, name)
+  if arr.dtype == np.bool_ and arr.ndim == 0:
+    raise ValueError(f"{name} must be a number, got {x!r}")
   values = arr.astype(np.float64)
+  if integer and not np.all(values[np.isfinite(values)] == np.floor(values[np.isfinite(values)])):
+    raise ValueError(f"{name} must be integers, got a non-integer value")
   if allow_inf:
     if np.any(np.isnan(values)):
       raise ValueError(f"{name} must not contain NaN")
@@ -342,6 +440,50 @@ def check_array(x: Any, name: str, dtype: Any = np.float64, *,
     raise ValueError(f"{name} must be {_range_text(low, high, open_low, open_high)}, got values "
                      f"from {values.min():g} to {values.max():g}")
   return arr.astype(dtype)
+
+
+def check_batch(x: Any, y: Any, weights: Any = ..., *, num_outputs: int = 1,
+                x_name: str = "x_BxF", y_name: str = "y_B",
+                weights_name: str = "weights_B") -> None:
+  """Checks one batch of examples for a loss or clipped-sum call.
+
+  Shapes are always checked (tracers included): x is [B, ...] with rank >= 2 and
+  B >= 1, y is [B], weights (unless omitted) is [B]. Concrete values are checked too: x
+  finite; y in {0, 1} when num_outputs == 1, else integers in [0, num_outputs);
+  weights (the inclusion weight of each example) in [0, 1]. A traced value keeps
+  only its shape check.
+
+  Examples:
+    >>> check_batch(np.ones((2, 3)), [0, 1], [1.0, 0.0])
+    >>> check_batch(np.ones((2, 3)), [0, 2], num_outputs=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: y_B must be in [0, 1], got values from 0 to 2
+  """
+  shape = check_shape(x, x_name, min_size=1)
+  if len(shape) < 2:
+    raise ValueError(f"{x_name} must have a leading batch axis and features, got shape "
+                     f"{shape}")
+  b = shape[0]
+  check_array(x, x_name)
+  if num_outputs == 1:
+    check_binary(y, y_name, shape=(b,))
+  else:
+    check_array(y, y_name, shape=(b,), low=0, high=num_outputs - 1, integer=True)
+  if weights is not ...:
+    check_array(weights, weights_name, shape=(b,), low=0.0, high=1.0)
+
+
+def check_clip_norm(l2_clip_norm: Any, name: str = "l2_clip_norm") -> Any:
+  """A clip norm C > 0 (inf: no clipping); a traced C is returned unchecked.
+
+  Examples:
+    >>> check_clip_norm(float("inf"))
+    inf
+  """
+  if is_tracer(l2_clip_norm):
+    return l2_clip_norm
+  return check_range(l2_clip_norm, name, 0.0, open_low=True, allow_inf=True)
 
 
 def check_orders(orders: Any, name: str = "orders") -> np.ndarray:

@@ -478,6 +478,17 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
            per_example_stats, gradient_canary, canary_keep_M, sampler, clipping, privatizer,
            optimizer, memory_budget_bytes, max_chunk, model_sharding, progress):
   """train_many's body, with an optional per-model noise std float32[M] (train_sweep)."""
+  for name, value in (("key", key), ("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN)):
+    if any(_validate.is_tracer(leaf) for leaf in jax.tree.leaves(value)):
+      raise TypeError(f"{name} is a traced value: train_many compiles its own program "
+                      "(vmap over models, scan over steps) and must be called from Python, "
+                      "not under jax.jit, jax.vmap or jax.grad")
+  for name, value in (("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN)):
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+      dtype = np.asarray(value).dtype
+    if not (np.issubdtype(dtype, np.number) or dtype == np.bool_):
+      raise ValueError(f"{name} must be an array of numbers, got dtype {dtype}")
   x = jnp.asarray(x_NxF, jnp.float32)
   y = jnp.asarray(y_N)
   keep = jnp.asarray(keep_MxN)
@@ -639,6 +650,11 @@ def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Array
   Returns:
     TrainResult without the leading model axis.
   """
+  if not _validate.is_tracer(keep_N):
+    keep_N = _validate.check_binary(keep_N, "keep_N", ndim=1)
+    if np.ndim(x_NxF) >= 1 and keep_N.shape != np.shape(x_NxF)[:1]:
+      raise ValueError(f"keep_N must have shape [{np.shape(x_NxF)[0]}] (one entry per "
+                       f"record), got {keep_N.shape}")
   keep = jnp.asarray(keep_N)
   if keep.ndim != 1:
     raise ValueError(f"keep_N must have rank 1, got shape {keep.shape}")
@@ -684,7 +700,11 @@ def train_sweep(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arr
     >>> out.params["w"].shape
     (6, 2)
   """
+  if isinstance(cfgs, DpSgdConfig) or not hasattr(cfgs, "__iter__"):
+    raise TypeError(f"cfgs must be a non-empty sequence of DpSgdConfig, got {cfgs!r:.80}")
   cfgs = tuple(cfgs)
+  if not _validate.is_tracer(keep_MxN):
+    _validate.check_shape(keep_MxN, "keep_MxN", ndim=2)
   if not cfgs or not all(isinstance(c, DpSgdConfig) for c in cfgs):
     raise ValueError("cfgs must be a non-empty sequence of DpSgdConfig")
   base = _noise_free(cfgs[0])

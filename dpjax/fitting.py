@@ -47,7 +47,7 @@ from dpjax import _validate
 
 def _check_data(x_NxD, y_N) -> tuple[np.ndarray, np.ndarray]:
   """Features float64[N, D] (finite) and labels bool[N]."""
-  x = _validate.check_array(x_NxD, "x_NxD", ndim=2)
+  x = _validate.check_array(x_NxD, "x_NxD", ndim=2, min_size=1)
   y = _validate.check_binary(y_N, "y_N", shape=(x.shape[0],))
   return x, y
 
@@ -125,7 +125,8 @@ def fit_logistic_many(x_NxD: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
   """
   _check_data(x_NxD, y_N)
   keep = _validate.check_binary(keep_MxN, "keep_MxN", ndim=2)
-  if keep.shape[1] != np.shape(x_NxD)[0] or not np.all(keep.any(axis=1)):
+  if (keep.shape[0] < 1 or keep.shape[1] != np.shape(x_NxD)[0]
+      or not np.all(keep.any(axis=1))):
     raise ValueError(f"keep_MxN must have shape [M, {np.shape(x_NxD)[0]}] with at least one "
                      f"True per row, got shape {keep.shape}")
   l2 = _validate.check_nonnegative(l2, "l2")

@@ -217,6 +217,7 @@ def rounded_laplace(b_grid: float) -> IntegerNoise:
 
 def table_pmf(noise: IntegerNoise) -> np.ndarray:
   """The realised Q(|X| = k), k = 0..K, as float64 (exact up to float64 rounding)."""
+  _validate.check_instance(noise, IntegerNoise, "noise")
   hi, mid, lo = (a.astype(object) for a in noise.table)
   t = [int(h) << 64 | int(m) << 32 | int(l) for h, m, l in zip(hi, mid, lo)]
   prev = [0] + t[:-1]
@@ -246,7 +247,9 @@ def sample(key: jax.Array, noise: IntegerNoise, shape: tuple[int, ...]) -> jax.A
   """
   if not isinstance(noise, IntegerNoise):
     raise TypeError(f"noise must be an IntegerNoise, got {type(noise).__name__}")
-  shape = tuple(int(d) for d in shape)
+  _validate.check_instance(noise, IntegerNoise, "noise")
+  shape = _validate.check_sizes(shape, "shape", minimum=0)
+  _validate.check_size(math.prod(shape), "shape", minimum=0, bytes_per_unit=16)
   if math.prod(shape) == 0:
     return jnp.zeros(shape, jnp.int32)
   return _sample(key, noise, shape)

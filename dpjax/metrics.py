@@ -69,8 +69,8 @@ def roc_auc(scores_K, labels_K) -> float:
 
 def auc(fpr, tpr) -> float:
   """Trapezoidal area under a curve given by increasing `fpr` points."""
-  fpr = np.asarray(fpr, np.float64)
-  tpr = np.asarray(tpr, np.float64)
+  fpr = _validate.check_array(fpr, "fpr", low=0.0, high=1.0)
+  tpr = _validate.check_array(tpr, "tpr", low=0.0, high=1.0)
   if fpr.shape != tpr.shape or fpr.ndim != 1 or fpr.size < 2:
     raise ValueError("fpr and tpr must be 1-D arrays of the same length >= 2")
   if np.any(np.diff(fpr) < 0):
@@ -113,8 +113,8 @@ def tpr_at_fpr(scores_K, labels_K, fpr: float | Sequence[float]):
 
 def accuracy(predictions_K, labels_K) -> float:
   """Fraction of equal entries."""
-  p = np.asarray(predictions_K).reshape(-1)
-  y = np.asarray(labels_K).reshape(-1)
+  p = _validate.check_array(predictions_K, "predictions_K", ndim=1, low=0.0, integer=True)
+  y = _validate.check_array(labels_K, "labels_K", ndim=1, low=0.0, integer=True)
   if p.shape != y.shape or p.size == 0:
     raise ValueError("predictions_K and labels_K must be non-empty and of the same size")
   return float(np.mean(p == y))
@@ -130,9 +130,9 @@ def per_group_rates(predictions_K, labels_K, groups_K) -> dict:
     {group id: {"n", "accuracy", "positive_rate", "tpr", "fpr"}}; a rate is NaN when
     its denominator is empty.
   """
-  p = np.asarray(predictions_K).reshape(-1).astype(int)
-  y = np.asarray(labels_K).reshape(-1).astype(int)
-  g = np.asarray(groups_K).reshape(-1)
+  p = _validate.check_binary(predictions_K, "predictions_K", ndim=1).astype(int)
+  y = _validate.check_binary(labels_K, "labels_K", ndim=1).astype(int)
+  g = _validate.check_array(groups_K, "groups_K", np.int64, ndim=1, low=0.0, integer=True)
   if not (p.shape == y.shape == g.shape) or p.size == 0:
     raise ValueError("predictions_K, labels_K and groups_K must be non-empty and of one size")
   out = {}
@@ -163,6 +163,8 @@ def plot_roc_loglog(ax, curves: Mapping[str, tuple], *, floor: bool = True,
     ax.
   """
   _validate.check_probability(min_rate, "min_rate", open_low=True, open_high=True)
+  if not isinstance(curves, Mapping):
+    raise TypeError(f"curves must be a mapping {{label: (fpr, tpr)}}, got {curves!r:.80}")
   for label, (f, t) in curves.items():
     f = np.maximum(np.asarray(f, np.float64), min_rate)
     t = np.maximum(np.asarray(t, np.float64), min_rate)

@@ -35,6 +35,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dpjax import _validate
 
@@ -62,7 +63,33 @@ class Model(NamedTuple):
   input_shape: tuple[int, ...] | None = None
 
 
-@functools.lru_cache(maxsize=None)
+def check_model(model: Any, name: str = "model") -> Model:
+  """model itself, if it is a Model with callable init / apply and valid fields.
+
+  Raises TypeError (not a Model, init or apply not callable) or ValueError (l2 < 0,
+  num_outputs not an integer >= 1, an input_shape that is not three positive ints),
+  naming `name` and the field.
+
+  Examples:
+    >>> check_model(logistic_regression(3)).kind
+    'logistic_regression'
+  """
+  _validate.check_instance(model, Model, name)
+  _validate.check_callable(model.init, f"{name}.init")
+  _validate.check_callable(model.apply, f"{name}.apply")
+  _validate.check_nonnegative(model.l2, f"{name}.l2")
+  _validate.check_int(model.num_outputs, f"{name}.num_outputs")
+  _validate.check_instance(model.kind, str, f"{name}.kind")
+  if model.input_shape is not None:
+    _validate.check_sizes(model.input_shape, f"{name}.input_shape")
+  return model
+
+
+# The model factories validate, then call a cache keyed by the canonical arguments,
+# so equal requests (3 and 3.0) return the same Model, and a bool or an unhashable
+# argument is rejected by name before it reaches the cache.
+
+
 def logistic_regression(num_features: int, l2: float = 0.0) -> Model:
   """Binary logistic regression on given features (include an intercept column).
 
@@ -73,8 +100,12 @@ def logistic_regression(num_features: int, l2: float = 0.0) -> Model:
     A Model with params {"w": float32[D]}, zero-initialised; apply gives x @ w
     as logits float32[B, 1].
   """
-  d = _validate.check_int(num_features, "num_features")
-  l2 = _validate.check_nonnegative(l2, "l2")
+  return _logistic_regression(_validate.check_size(num_features, "num_features"),
+                              _validate.check_nonnegative(l2, "l2"))
+
+
+@functools.lru_cache(maxsize=None)
+def _logistic_regression(d: int, l2: float) -> Model:
 
   def init(key):
     del key
@@ -92,7 +123,6 @@ def _dense_init(key, fan_in, fan_out):
   return {"w": w, "b": jnp.zeros((fan_out,), jnp.float32)}
 
 
-@functools.lru_cache(maxsize=None)
 def mlp(num_inputs: int, hidden: Sequence[int] = (256, 256), num_classes: int = 10,
         l2: float = 0.0) -> Model:
   """A dense relu network: num_inputs -> hidden... -> num_classes.
@@ -106,10 +136,16 @@ def mlp(num_inputs: int, hidden: Sequence[int] = (256, 256), num_classes: int = 
     A Model with params {"layers": [{"w": [in, out], "b": [out]}, ...]}; each layer
     computes a @ w + b, relu on all but the last.
   """
-  f = _validate.check_int(num_inputs, "num_inputs")
-  hidden = tuple(_validate.check_int(h, "hidden") for h in hidden)
-  k = _validate.check_int(num_classes, "num_classes")
-  l2 = _validate.check_nonnegative(l2, "l2")
+  hidden = _validate.check_sizes(hidden, "hidden")
+  f = _validate.check_size(num_inputs, "num_inputs", units=(hidden or (1,))[0])
+  k = _validate.check_size(num_classes, "num_classes", units=(hidden or (f,))[-1])
+  for i, (a, b) in enumerate(zip(hidden[:-1], hidden[1:])):
+    _validate.check_size(a, f"hidden[{i}]", units=b)
+  return _mlp(f, hidden, k, _validate.check_nonnegative(l2, "l2"))
+
+
+@functools.lru_cache(maxsize=None)
+def _mlp(f: int, hidden: tuple[int, ...], k: int, l2: float) -> Model:
   sizes = (f,) + hidden + (k,)
 
   def init(key):
@@ -136,12 +172,13 @@ def avg_pool2(a_BxHxWxC: jax.Array) -> jax.Array:
   Returns:
     [B, H // 2, W // 2, C].
   """
+  a_BxHxWxC = _as_jax(_validate.check_array(a_BxHxWxC, "a_BxHxWxC", np.float32, ndim=4,
+                                            min_size=1))
   b, h, w, c = a_BxHxWxC.shape
   a = a_BxHxWxC[:, : h // 2 * 2, : w // 2 * 2, :]
   return a.reshape(b, h // 2, 2, w // 2, 2, c).mean(axis=(2, 4))
 
 
-@functools.lru_cache(maxsize=None)
 def cnn(input_shape: Sequence[int] = (8, 8, 1), channels: Sequence[int] = (16, 32),
         num_classes: int = 10, l2: float = 0.0) -> Model:
   """A small convolutional network.
@@ -161,12 +198,23 @@ def cnn(input_shape: Sequence[int] = (8, 8, 1), channels: Sequence[int] = (16, 3
     "dense": [{"w": [flat, K], "b": [K]}]}; apply accepts x flattened [B, H*W*C_in]
     or NHWC [B, H, W, C_in].
   """
+  input_shape = _validate.check_sizes(input_shape, "input_shape")
   if len(input_shape) != 3:
     raise ValueError(f"input_shape must be (H, W, C), got {input_shape!r}")
-  h, w, c_in = (_validate.check_int(v, "input_shape") for v in input_shape)
-  channels = tuple(_validate.check_int(c, "channels") for c in channels)
-  k = _validate.check_int(num_classes, "num_classes")
-  l2 = _validate.check_nonnegative(l2, "l2")
+  _validate.check_size(input_shape[0] * input_shape[1], "input_shape",
+                       units=input_shape[2] * 4)
+  channels = _validate.check_sizes(channels, "channels")
+  for c_prev, c in zip((input_shape[2],) + channels[:-1], channels):
+    _validate.check_size(c, "channels", units=9 * c_prev)
+  k = _validate.check_size(num_classes, "num_classes",
+                           units=input_shape[0] * input_shape[1] * max(channels, default=1))
+  return _cnn(input_shape, channels, k, _validate.check_nonnegative(l2, "l2"))
+
+
+@functools.lru_cache(maxsize=None)
+def _cnn(input_shape: tuple[int, int, int], channels: tuple[int, ...], k: int,
+         l2: float) -> Model:
+  h, w, c_in = input_shape
   hh, ww = h, w
   for _ in channels:
     hh, ww = hh // 2, ww // 2
@@ -200,6 +248,7 @@ def cnn(input_shape: Sequence[int] = (8, 8, 1), channels: Sequence[int] = (16, 3
 
 def l2_penalty(model: Model, params: PyTree) -> jax.Array:
   """0.5 * model.l2 * ||params||^2 (a scalar)."""
+  check_model(model)
   if model.l2 == 0.0:
     return jnp.zeros((), jnp.float32)
   sq = sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
@@ -219,13 +268,29 @@ def per_example_loss(model: Model, params: PyTree, x_BxF: jax.Array,
     float32[B]: logistic loss (K == 1) or softmax cross-entropy, plus
     0.5 * l2 * ||params||^2.
   """
+  check_model(model)
+  x_BxF = _as_jax(_validate.check_array(x_BxF, "x_BxF", np.float32, ndim=(2, 3, 4),
+                                        min_size=1))
+  y_B = _as_jax(_check_labels(y_B, "y_B", model.num_outputs, ndim=1))
   if x_BxF.shape[0] != y_B.shape[0]:
     raise ValueError(f"x_BxF and y_B must have the same leading size, got {x_BxF.shape[0]} "
                      f"and {y_B.shape[0]}")
   return loss_from_logits(model.apply(params, x_BxF), y_B) + l2_penalty(model, params)
 
 
-@jax.custom_jvp
+def _as_jax(x):
+  return x if _validate.is_tracer(x) else jnp.asarray(x)
+
+
+def _check_labels(y, name: str, num_outputs: int, **shape) -> Any:
+  """Labels: {0, 1} when num_outputs == 1, else integers in [0, num_outputs)."""
+  if num_outputs == 1:
+    return _validate.check_binary(y, name, **shape).astype(np.float32) if not (
+        _validate.is_tracer(y)) else _validate.check_binary(y, name, **shape)
+  return _validate.check_array(y, name, np.int32, low=0, high=num_outputs - 1, integer=True,
+                               **shape)
+
+
 def logistic_loss(z: jax.Array, y: jax.Array) -> jax.Array:
   """softplus(z) - y * z elementwise: the logistic loss of logit z for label y.
 
@@ -234,15 +299,27 @@ def logistic_loss(z: jax.Array, y: jax.Array) -> jax.Array:
   per example, which dominates vmap(grad) clipping of many small logistic
   regressions. Same values to float rounding (closer to the float64 derivative,
   tested).
+
+  Args:
+    z: logits, any shape, finite.
+    y: labels in {0, 1}, the shape of z.
   """
+  _validate.check_array(z, "z", min_size=1)
+  _validate.check_binary(y, "y", shape=np.shape(z))
+  return _logistic_loss(jnp.asarray(z, jnp.float32) if not _validate.is_tracer(z) else z,
+                        jnp.asarray(y, jnp.float32) if not _validate.is_tracer(y) else y)
+
+
+@jax.custom_jvp
+def _logistic_loss(z: jax.Array, y: jax.Array) -> jax.Array:
   return jax.nn.softplus(z) - y * z
 
 
-@logistic_loss.defjvp
+@_logistic_loss.defjvp
 def _logistic_loss_jvp(primals, tangents):
   z, y = primals
   z_dot, y_dot = tangents
-  return logistic_loss(z, y), (jax.nn.sigmoid(z) - y) * z_dot - z * y_dot
+  return _logistic_loss(z, y), (jax.nn.sigmoid(z) - y) * z_dot - z * y_dot
 
 
 def loss_from_logits(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
@@ -251,8 +328,12 @@ def loss_from_logits(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
   K == 1: logistic loss of logit z for y in {0, 1}; K > 1: softmax cross-entropy
   for class indices y.
   """
-  if logits_BxK.shape[-1] == 1:
+  logits_BxK = _as_jax(_validate.check_array(logits_BxK, "logits_BxK", np.float32, ndim=2,
+                                             min_size=1))
+  b, k = logits_BxK.shape
+  y_B = _as_jax(_check_labels(y_B, "y_B", k, shape=(b,)))
+  if k == 1:
     z = logits_BxK[:, 0]
-    return logistic_loss(z, y_B.astype(z.dtype))
+    return _logistic_loss(z, y_B.astype(z.dtype))
   logp = jax.nn.log_softmax(logits_BxK, axis=-1)
   return -jnp.take_along_axis(logp, y_B.astype(jnp.int32)[:, None], axis=-1)[:, 0]

@@ -35,6 +35,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from dpjax import _validate
 from dpjax import dpsgd
 from dpjax import models as models_lib
 
@@ -43,7 +44,12 @@ MODEL_AXIS = "models"
 
 def model_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
   """A 1-D mesh named "models" over `devices` (default: all of jax.devices())."""
+  if devices is not None and (isinstance(devices, (str, bytes))
+                              or not hasattr(devices, "__iter__")):
+    raise TypeError(f"devices must be a sequence of jax devices, got {devices!r:.80}")
   devs = list(jax.devices() if devices is None else devices)
+  for d in devs:
+    _validate.check_instance(d, jax.Device, "devices")
   if not devs:
     raise ValueError("devices must be a non-empty sequence of jax devices")
   return Mesh(np.asarray(devs), (MODEL_AXIS,))
@@ -51,7 +57,7 @@ def model_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
 
 def model_sharding(mesh: Mesh | None = None) -> NamedSharding:
   """Sharding of an array's leading (model) axis over the mesh's "models" axis."""
-  mesh = model_mesh() if mesh is None else mesh
+  mesh = model_mesh() if mesh is None else _validate.check_instance(mesh, Mesh, "mesh")
   if MODEL_AXIS not in mesh.axis_names:
     raise ValueError(f"mesh must have an axis named {MODEL_AXIS!r}, got {mesh.axis_names}")
   return NamedSharding(mesh, PartitionSpec(MODEL_AXIS))

@@ -89,7 +89,7 @@ PyTree = Any
 def _check_votes(votes, name: str, ndim=(1, 2)) -> np.ndarray:
   """Vote counts as float64[C] or [Q, C]: finite, >= 0, with C >= 2 classes."""
   v = _validate.check_array(votes, name, ndim=ndim, low=0.0)
-  if v.ndim == 0 or v.shape[-1] < 2:
+  if v.ndim == 0 or v.shape[-1] < 2 or v.size == 0:
     raise ValueError(f"{name} must have shape [C] or [Q, C] with C >= 2, got {v.shape}")
   return v
 
@@ -101,13 +101,17 @@ def _check_votes(votes, name: str, ndim=(1, 2)) -> np.ndarray:
 def vote_histogram(teacher_preds_MxQ: jax.typing.ArrayLike, num_classes: int) -> jax.Array:
   """Counts the teachers' votes: int32[Q, C] from predicted labels int[M, Q]."""
   c = _validate.check_int(num_classes, "num_classes", 2)
-  _validate.check_shape(teacher_preds_MxQ, "teacher_preds_MxQ", ndim=2)
-  p = jnp.asarray(teacher_preds_MxQ)
+  preds = _validate.check_array(teacher_preds_MxQ, "teacher_preds_MxQ", np.int32, ndim=2,
+                                min_size=1, low=0, high=c - 1, integer=True)
+  _validate.check_size(c, "num_classes", units=int(np.prod(np.shape(preds))))
+  p = jnp.asarray(preds)
   onehot = jax.nn.one_hot(p, c, dtype=jnp.int32)  # [M, Q, C]
   return onehot.sum(axis=0)
 
 
 def _votes_jax(votes_QxC) -> jax.Array:
+  if not _validate.is_tracer(votes_QxC):
+    votes_QxC = _check_votes(votes_QxC, "votes_QxC", ndim=2)
   v = jnp.asarray(votes_QxC, jnp.float32)
   if v.ndim != 2 or v.shape[1] < 2:
     raise ValueError(f"votes_QxC must have shape [Q, C] with C >= 2, got {v.shape}")
@@ -269,9 +273,10 @@ def gnmax_rdp_data_dependent(votes_C, sigma: float, orders) -> np.ndarray:
 
 def threshold_log_pr_answered(votes_C, threshold: float, sigma_threshold: float) -> float:
   """log Pr[max_c n_c + N(0, sigma_t^2) >= T]."""
-  v = _check_votes(votes_C, "votes_C")
+  v = _check_votes(votes_C, "votes_C", ndim=1)
+  t = _validate.check_finite(threshold, "threshold")
   st = _validate.check_positive(sigma_threshold, "sigma_threshold")
-  return float(stats.norm.logsf((float(threshold) - v.max()) / st))
+  return float(stats.norm.logsf((t - v.max()) / st))
 
 
 def threshold_rdp_data_dependent(votes_C, threshold: float, sigma_threshold: float,
@@ -347,6 +352,9 @@ def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
     raise ValueError("give both threshold and sigma_threshold, or neither")
   if threshold is not None and aggregator != "gnmax":
     raise ValueError("the threshold check is defined for aggregator='gnmax' only")
+  if threshold is not None:
+    _validate.check_finite(threshold, "threshold")
+    _validate.check_positive(sigma_threshold, "sigma_threshold")
   indep = np.zeros_like(lam)
   dep = np.zeros_like(lam)
   if aggregator == "gnmax":
@@ -381,8 +389,8 @@ def partition(key: jax.Array, num_records: int, num_teachers: int) -> jax.Array:
 
   Every record belongs to exactly one teacher; partition sizes differ by <= 1.
   """
-  n = _validate.check_int(num_records, "num_records")
-  m = _validate.check_int(num_teachers, "num_teachers")
+  m = _validate.check_size(num_teachers, "num_teachers", bytes_per_unit=1)
+  n = _validate.check_size(num_records, "num_records", units=m, bytes_per_unit=1)
   if m > n:
     raise ValueError(f"num_teachers must be <= num_records ({n}), got {m}")
   owner = jnp.arange(n) % m
@@ -448,13 +456,10 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
   Returns:
     params pytree with a leading model axis [M, ...].
   """
-  x = jnp.asarray(x_NxF, jnp.float32)
-  y = jnp.asarray(y_N)
-  keep = np.asarray(keep_MxN)
-  if keep.ndim != 2 or keep.dtype != np.bool_ or keep.shape[1] != x.shape[0]:
-    raise ValueError(f"keep_MxN must be bool[M, {x.shape[0]}], got {keep.dtype}{keep.shape}")
-  if y.shape != (x.shape[0],):
-    raise ValueError(f"y_N must have shape ({x.shape[0]},), got {y.shape}")
+  x, y = _check_data(model, x_NxF, y_N)
+  keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, x.shape[0]))
+  if keep.shape[0] < 1:
+    raise ValueError(f"keep_MxN must have at least one row, got shape {keep.shape}")
   if not np.all(keep.sum(axis=1) > 0):
     raise ValueError("every row of keep_MxN must select at least one record")
   steps = _validate.check_int(num_steps, "num_steps")
@@ -476,8 +481,9 @@ def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_
   Returns:
     (params with leading axis [M, ...], keep_MxN bool[M, N] the partition used).
   """
+  x, _ = _check_data(model, x_NxF, y_N)
   k_part, k_fit = jax.random.split(key)
-  n = int(jnp.asarray(y_N).shape[0])
+  n = x.shape[0]
   keep = partition(k_part, n, num_teachers)
   params = fit_non_private(k_fit, x_NxF, y_N, keep, model, num_steps=num_steps,
                            learning_rate=learning_rate)
@@ -487,12 +493,26 @@ def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_
 def teacher_votes(model: models_lib.Model, params_M: PyTree, x_QxF: jax.typing.ArrayLike,
                   num_classes: int) -> jax.Array:
   """Vote histogram of M teachers on Q inputs: int32[Q, C]."""
-  x = jnp.asarray(x_QxF, jnp.float32)
+  models_lib.check_model(model)
+  x = jnp.asarray(_validate.check_array(x_QxF, "x_QxF", np.float32, ndim=(2, 4), min_size=1))
+  c = _validate.check_int(num_classes, "num_classes", 2)
+  m = len(jax.tree.leaves(params_M)[0]) if jax.tree.leaves(params_M) else 1
+  _validate.check_size(c, "num_classes", units=m * x.shape[0])
   preds = jax.vmap(lambda p: jnp.argmax(model.apply(p, x), axis=-1))(params_M)  # [M, Q]
   return vote_histogram(preds, num_classes)
 
 
 def accuracy(model: models_lib.Model, params: PyTree, x_NxF, y_N) -> float:
   """Top-1 accuracy of one model (unbatched params)."""
-  pred = jnp.argmax(model.apply(params, jnp.asarray(x_NxF, jnp.float32)), axis=-1)
-  return float(jnp.mean(pred == jnp.asarray(y_N)))
+  x, y = _check_data(model, x_NxF, y_N)
+  pred = jnp.argmax(model.apply(params, x), axis=-1)
+  return float(jnp.mean(pred == y))
+
+
+def _check_data(model, x_NxF, y_N) -> tuple[jax.Array, jax.Array]:
+  """(x float32[N, ...], y int32[N]) after checking the model, finiteness and labels."""
+  models_lib.check_model(model)
+  x = _validate.check_array(x_NxF, "x_NxF", np.float32, ndim=(2, 4), min_size=1)
+  y = _validate.check_array(y_N, "y_N", np.int32, shape=(x.shape[0],), low=0,
+                            high=max(model.num_outputs, 2) - 1, integer=True)
+  return jnp.asarray(x), jnp.asarray(y)

@@ -188,6 +188,11 @@ def gaussian_mu(fpr_F, fnr_F):
   """
   a = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
   b = _validate.check_array(fnr_F, "fnr_F", low=0.0, high=1.0)
+  try:
+    np.broadcast_shapes(a.shape, b.shape)
+  except ValueError:
+    raise ValueError(f"fpr_F and fnr_F must have broadcastable shapes, got {a.shape} and "
+                     f"{b.shape}") from None
   return _scalar_or_array(stats.norm.ppf(1.0 - a) - stats.norm.ppf(b))
 
 
@@ -313,7 +318,12 @@ def pld_tpr_bound(privacy_loss, fpr_F, max_epsilon: float) -> np.ndarray:
     >>> bool(gaussian_tpr(0.01, 1.0) <= tpr[0] <= gaussian_tpr(0.01, 1.0) + 0.01)
     True
   """
-  f = _validate.check_array(np.atleast_1d(fpr_F), "fpr_F", low=0.0, high=1.0)
+  if not (callable(getattr(privacy_loss, "delta", None))
+          and callable(getattr(privacy_loss, "rounding_noise", None))):
+    raise TypeError("privacy_loss must have delta(eps) and rounding_noise(eps) methods "
+                    f"(e.g. a PrivacyLossDistribution), got {privacy_loss!r:.80}")
+  f = _validate.check_array(np.atleast_1d(fpr_F), "fpr_F", ndim=1, low=0.0, high=1.0,
+                            min_size=1)
   max_epsilon = _validate.check_epsilon(max_epsilon, "max_epsilon")
   eps = np.linspace(0.0, max_epsilon, _PROFILE_EPS_POINTS)
   with warnings.catch_warnings():
@@ -350,8 +360,12 @@ def likelihood_ratio_roc(values_J, pmf_in_J, pmf_out_J) -> tuple[np.ndarray, np.
   grid = _validate.check_array(values_J, "values_J", ndim=1)
   if grid.size < 2 or not np.all(np.diff(grid) > 0):
     raise ValueError("values_J must be increasing with at least 2 entries")
-  pmf_in = _validate.check_array(pmf_in_J, "pmf_in_J", shape=grid.shape, low=0.0)
-  pmf_out = _validate.check_array(pmf_out_J, "pmf_out_J", shape=grid.shape, low=0.0)
+  pmf_in = _validate.check_array(pmf_in_J, "pmf_in_J", shape=grid.shape, low=0.0, high=1.0)
+  pmf_out = _validate.check_array(pmf_out_J, "pmf_out_J", shape=grid.shape, low=0.0, high=1.0)
+  for pmf, name in ((pmf_in, "pmf_in_J"), (pmf_out, "pmf_out_J")):
+    if pmf.sum() > 1.0 + 1e-9:
+      raise ValueError(f"{name} must be a probability mass function (sum <= 1), got sum "
+                       f"{pmf.sum():.6g}")
   h = grid[1] - grid[0]
   thr = grid + 0.5 * h
   fnr = np.cumsum(pmf_in)                         # P_IN(V <= grid_j)

@@ -226,6 +226,84 @@ class ArrayTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, r"keep_MxN must have shape \[3, 2\]"):
       v.check_binary(np.zeros((2, 3), bool), "keep_MxN", shape=(3, 2))
 
+  def test_array_rejects_a_scalar_bool_and_non_integers_when_asked(self):
+    with self.assertRaisesRegex(ValueError, "mu must be a number"):
+      v.check_array(True, "mu")
+    np.testing.assert_array_equal(v.check_array([True, False], "w"), [1.0, 0.0])
+    np.testing.assert_array_equal(v.check_array([3.0, 0], "n", integer=True), [3.0, 0.0])
+    with self.assertRaisesRegex(ValueError, "n must be integers"):
+      v.check_array([3.0, 2.5], "n", integer=True)
+
+
+class CountAndTypeTest(absltest.TestCase):
+
+  def test_int_maximum(self):
+    self.assertEqual(v.check_int(8, "bits", 1, 8), 8)
+    with self.assertRaisesRegex(ValueError, r"bits must be an integer in \[1, 8\], got 9"):
+      v.check_int(9, "bits", 1, 8)
+
+  def test_size_refuses_requests_beyond_physical_memory(self):
+    mem = v.memory_bytes()
+    self.assertGreater(mem, 2**20)
+    n = mem // 8                      # 8-byte entries fill memory exactly
+    self.assertEqual(v.check_size(n, "num_records", bytes_per_unit=8), n)
+    with self.assertRaisesRegex(ValueError, "num_records = .* more than the memory"):
+      v.check_size(n + 1, "num_records", bytes_per_unit=8)
+    with self.assertRaisesRegex(ValueError, "num_records = .* more than the memory"):
+      v.check_size(n // 2 + 1, "num_records", bytes_per_unit=4, units=4)
+    for bad in (0, -1, 2.5, True, "3", math.nan, math.inf):
+      with self.assertRaisesRegex(ValueError, "num_records"):
+        v.check_size(bad, "num_records")
+
+  def test_sizes(self):
+    self.assertEqual(v.check_sizes([4, 2.0], "hidden"), (4, 2))
+    self.assertEqual(v.check_sizes((), "hidden"), ())
+    for bad, pattern in (((4, 0), r"hidden\[1\]"), ((True,), r"hidden\[0\]"),
+                         ([[1, 2]], "hidden must be a flat"), ((2.5,), r"hidden\[0\]")):
+      with self.assertRaisesRegex(ValueError, pattern):
+        v.check_sizes(bad, "hidden")
+    for bad in ("44", 4, None):
+      with self.assertRaisesRegex(TypeError, "hidden must be a sequence"):
+        v.check_sizes(bad, "hidden")
+
+  def test_batch(self):
+    x = np.ones((3, 2))
+    v.check_batch(x, [0, 1, 1], [1.0, 0.0, 0.5])
+    v.check_batch(x, [0, 4, 1], num_outputs=5)
+    for args, kwargs, pattern in (
+        ((np.ones(3), [0, 1, 1]), {}, "x_BxF must have a leading batch axis"),
+        ((np.zeros((0, 2)), []), {}, "x_BxF must have at least 1 entries"),
+        ((np.array([[1.0, math.nan]] * 3), [0, 1, 1]), {}, "x_BxF must be finite"),
+        ((x, [0, 1]), {}, r"y_B must have shape \[3\]"),
+        ((x, [0, 2, 1]), {}, "y_B must contain only 0 and 1"),
+        ((x, [0, 1.5, 1]), {"num_outputs": 3}, "y_B must be integers"),
+        ((x, [0, 3, 1]), {"num_outputs": 3}, r"y_B must be in \[0, 2\]"),
+        ((x, [0, 1, 1], [1.0, -1.0, 1.0]), {}, r"weights_B must be in \[0, 1\]"),
+        ((x, [0, 1, 1], [1.0, 2.0, 1.0]), {}, r"weights_B must be in \[0, 1\]"),
+        ((x, [0, 1, 1], [1.0, math.inf, 1.0]), {}, "weights_B must be finite")):
+      with self.subTest(pattern=pattern):
+        with self.assertRaisesRegex(ValueError, pattern):
+          v.check_batch(*args, **kwargs)
+    # Under jit only shapes are checked.
+    jax.jit(lambda a, b: v.check_batch(a, b) or a)(jnp.full((3, 2), jnp.nan), jnp.array([0, 5, 1]))
+    with self.assertRaisesRegex(ValueError, r"y_B must have shape \[3\]"):
+      jax.jit(lambda a, b: v.check_batch(a, b) or a)(jnp.ones((3, 2)), jnp.ones(2))
+
+  def test_clip_norm(self):
+    self.assertEqual(v.check_clip_norm(2), 2.0)
+    self.assertEqual(v.check_clip_norm(math.inf), math.inf)
+    for bad in (0, -1.0, math.nan, True, "1"):
+      with self.assertRaisesRegex(ValueError, "l2_clip_norm"):
+        v.check_clip_norm(bad)
+
+  def test_callable_and_instance(self):
+    self.assertIs(v.check_callable(len, "fn"), len)
+    with self.assertRaisesRegex(TypeError, "fn must be callable"):
+      v.check_callable(3, "fn")
+    self.assertEqual(v.check_instance("d", str, "directory"), "d")
+    with self.assertRaisesRegex(TypeError, "directory must be a str or bytes, got int"):
+      v.check_instance(3, (str, bytes), "directory")
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -112,7 +112,8 @@ def optimal_composition_delta(epsilon0: float, delta0: float, k: int, epsilon):
     delta, a float or float64[E].
   """
   e0, d0, k = _check_mechanisms(epsilon0, delta0, k)
-  eps = _validate.check_array(np.atleast_1d(epsilon), "epsilon", low=0.0, allow_inf=True)
+  eps = np.atleast_1d(_validate.check_array(epsilon, "epsilon", low=0.0, allow_inf=True,
+                                            ndim=(0, 1)))
   if e0 == 0.0:
     d_rr = np.zeros_like(eps)
   else:

@@ -517,6 +517,10 @@ class PrivacyLossDistribution:
                value_discretization: float = DEFAULT_VALUE_DISCRETIZATION):
     if (mu is None) == (pmfs is None):
       raise ValueError("exactly one of mu (exact Gaussian) and pmfs must be given")
+    if mu is not None:
+      mu = _validate.check_positive(mu, "mu")
+    value_discretization = _validate.check_positive(value_discretization,
+                                                    "value_discretization")
     self._mu = mu
     self._pmfs = pmfs
     self._h = float(value_discretization)

@@ -295,7 +295,8 @@ def lattice_canary_flags(observed_MxT: jax.typing.ArrayLike,
     the canary, and model m is flagged IN when any of its steps is. A model
     trained without the canary is never flagged (the test is exact).
   """
-  _validate.check_shape(observed_MxT, "observed_MxT", ndim=2, min_size=1)
+  obs = _validate.check_array(observed_MxT, "observed_MxT", ndim=2, min_size=1)
+  _validate.check_array(sum_without_MxT, "sum_without_MxT", shape=obs.shape)
   impossible = ~gaussian_update_reachable(observed_MxT, sum_without_MxT, noise_stddev,
                                           expected_batch_size)
   return impossible, np.any(impossible, axis=1)

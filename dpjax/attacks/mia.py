@@ -66,8 +66,8 @@ def logit_confidence(logits, labels_N) -> np.ndarray:
     >>> logit_confidence(np.array([[2.0, 2.0]]), np.array([1, 0]))
     array([[ 2., -2.]])
   """
-  z = np.asarray(logits, np.float64)
-  y = np.asarray(labels_N)
+  z = _validate.check_array(logits, "logits", ndim=(2, 3), min_size=1)
+  y = _validate.check_array(labels_N, "labels_N", np.int64, ndim=1, low=0, integer=True)
   if z.ndim == 3 and z.shape[2] == 1:
     z = z[:, :, 0]
   if z.ndim == 2:
@@ -90,7 +90,7 @@ def loss_attack_scores(losses_MxN) -> np.ndarray:
   Every threshold on this score is one attack; Yeom's own threshold is the mean
   training loss, and `metrics.advantage` gives the best one in hindsight.
   """
-  x = _validate.check_array(losses_MxN, "losses_MxN", ndim=2)
+  x = _validate.check_array(losses_MxN, "losses_MxN", ndim=2, min_size=1)
   return -x
 
 
@@ -182,8 +182,8 @@ def shokri_attack_scores(phi_MxN, labels_N, keep_MxN) -> np.ndarray:
   """
   phi = _check_phi(phi_MxN)
   keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=phi.shape)
-  _validate.check_shape(labels_N, "labels_N", shape=(phi.shape[1],))
-  y = np.asarray(labels_N)
+  y = _validate.check_array(labels_N, "labels_N", np.int64, shape=(phi.shape[1],), low=0,
+                            integer=True)
   m_models = phi.shape[0]
   out = np.zeros_like(phi)
   scale = np.std(phi) + 1e-12

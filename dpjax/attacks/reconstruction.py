@@ -68,6 +68,14 @@ def _check_secret(secret_N) -> jax.Array:
   return s
 
 
+def _check_queries(queries_QxN) -> jax.Array:
+  """0/1 subset queries as float32[Q, N] (shape-only check for a traced value)."""
+  q = _validate.check_binary(queries_QxN, "queries_QxN", ndim=2)
+  if not _validate.is_tracer(q) and q.size == 0:
+    raise ValueError(f"queries_QxN must be non-empty, got shape {q.shape}")
+  return jnp.asarray(q, jnp.float32)
+
+
 def noise_std(noise: str, scale: float) -> float:
   """Standard deviation of one answer's noise for `noise` kind and magnitude `scale`."""
   _check_noise(noise, scale)
@@ -97,8 +105,8 @@ def dp_laplace_scale(total_epsilon: float, num_queries: int) -> float:
 
 def random_subset_queries(key: jax.Array, num_queries: int, num_people: int) -> jax.Array:
   """Random subsets, each person in each with probability 1/2: float32[Q, N] of 0/1."""
-  q = _validate.check_int(num_queries, "num_queries")
-  n = _validate.check_int(num_people, "num_people")
+  n = _validate.check_size(num_people, "num_people")
+  q = _validate.check_size(num_queries, "num_queries", units=n)
   return jax.random.bernoulli(key, 0.5, (q, n)).astype(jnp.float32)
 
 
@@ -129,8 +137,8 @@ def noisy_counts(key: jax.Array, queries_QxN: jax.Array, secret_N: jax.Array,
     float32[Q]: queries_QxN @ secret_N + noise.
   """
   _check_noise(noise, scale)
-  s = jnp.asarray(secret_N, jnp.float32)
-  qm = jnp.asarray(queries_QxN, jnp.float32)
+  s = _check_secret(secret_N)
+  qm = _check_queries(queries_QxN)
   if qm.ndim != 2 or s.ndim != 1 or qm.shape[1] != s.shape[0]:
     raise ValueError(f"queries_QxN [Q, N] and secret_N [N] disagree: {qm.shape}, {s.shape}")
   return qm @ s + _noise(key, (qm.shape[0],), noise, float(scale))
@@ -149,8 +157,9 @@ def least_squares_decode(queries_QxN: jax.Array, answers_Q: jax.Array) -> jax.Ar
   near Q = N the system becomes ill-conditioned and the estimate unreliable. (An
   SVD-based `jnp.linalg.lstsq` gives the same answer but runs ~300x slower on CPU.)
   """
-  q = jnp.asarray(queries_QxN, jnp.float32)
-  a = jnp.asarray(answers_Q, jnp.float32)
+  q = _check_queries(queries_QxN)
+  a = _validate.check_array(answers_Q, "answers_Q", np.float32, shape=(q.shape[0],))
+  a = a if _validate.is_tracer(a) else jnp.asarray(a)
   if q.ndim != 2 or a.shape != (q.shape[0],):
     raise ValueError(f"queries_QxN [Q, N] and answers_Q [Q] disagree: {q.shape}, {a.shape}")
   if q.shape[0] < q.shape[1]:
@@ -168,8 +177,8 @@ def lp_decode(queries_QxN, answers_Q) -> np.ndarray:
   fit of the answers), then rounds x at 1/2. Host-side, one problem at a time;
   cost grows quickly with Q (a few seconds at Q = 800, N = 100).
   """
-  a = np.asarray(queries_QxN, np.float64)
-  b = np.asarray(answers_Q, np.float64)
+  a = np.asarray(_check_queries(queries_QxN), np.float64)
+  b = _validate.check_array(answers_Q, "answers_Q", shape=(a.shape[0],))
   if a.ndim != 2 or b.shape != (a.shape[0],):
     raise ValueError(f"queries_QxN [Q, N] and answers_Q [Q] disagree: {a.shape}, {b.shape}")
   q, n = a.shape
@@ -216,8 +225,8 @@ def reconstruction_trials(key: jax.Array, secret_N: jax.Array, *, num_queries: i
     float32[K]: per-trial fraction of the N bits recovered exactly.
   """
   s = _check_secret(secret_N)
-  q = _validate.check_int(num_queries, "num_queries", s.shape[0])
-  k = _validate.check_int(num_trials, "num_trials")
+  q = _validate.check_size(num_queries, "num_queries", s.shape[0], units=s.shape[0])
+  k = _validate.check_size(num_trials, "num_trials", units=q * s.shape[0])
   _check_noise(noise, scale)
   return _trials(key, s, jnp.float32(scale), num_queries=q, num_trials=k, noise=noise)
 

@@ -84,7 +84,7 @@ def gradient_canary(num_features: int, l2_clip_norm: float) -> dict:
     >>> gradient_canary(3, 2.0)["w"].tolist()
     [0.0, 0.0, 2.0]
   """
-  d = _validate.check_int(num_features, "num_features")
+  d = _validate.check_size(num_features, "num_features")
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   return {"w": jnp.zeros((d,), jnp.float32).at[-1].set(c)}
 
@@ -115,7 +115,7 @@ def balanced_design(num_models: int) -> tuple[np.ndarray, np.ndarray]:
     >>> r.tolist(), s.tolist()
     ([True, False, True, False], [True, True, False, False])
   """
-  m = _validate.check_int(num_models, "num_models", minimum=4)
+  m = _validate.check_size(num_models, "num_models", minimum=4, bytes_per_unit=8)
   if m % 4:
     raise ValueError(f"num_models must be a positive multiple of 4, got {num_models!r}")
   i = np.arange(m)
@@ -139,10 +139,8 @@ def black_box_scores(params_w_MxD, x_canary_D) -> np.ndarray:
     >>> black_box_scores([[1.0, 2.0], [0.0, -1.0]], [1.0, 1.0]).tolist()
     [-3.0, 1.0]
   """
-  _, d = _validate.check_shape(params_w_MxD, "params_w_MxD", ndim=2)
-  _validate.check_shape(x_canary_D, "x_canary_D", shape=(d,))
-  w = np.asarray(params_w_MxD, np.float64)
-  x = np.asarray(x_canary_D, np.float64)
+  w = _validate.check_array(params_w_MxD, "params_w_MxD", ndim=2, min_size=1)
+  x = _validate.check_array(x_canary_D, "x_canary_D", shape=(w.shape[1],))
   return -(w @ x)
 
 
@@ -164,7 +162,8 @@ def normalized_observations(obs_MxT, *, expected_batch_size: float, l2_clip_norm
   """
   b = _validate.check_positive(expected_batch_size, "expected_batch_size")
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
-  return np.asarray(obs_MxT, np.float64) * (b / c)
+  obs = _validate.check_array(obs_MxT, "obs_MxT", ndim=2, min_size=1)
+  return obs * (b / c)
 
 
 def step_llr(o, sampling_prob: float, noise_multiplier: float):
@@ -183,7 +182,7 @@ def step_llr(o, sampling_prob: float, noise_multiplier: float):
   """
   q = _validate.check_sampling_prob(sampling_prob)
   s = _validate.check_positive(noise_multiplier, "noise_multiplier")
-  x = (2.0 * np.asarray(o, np.float64) - 1.0) / (2.0 * s * s)
+  x = (2.0 * _validate.check_array(o, "o", min_size=1) - 1.0) / (2.0 * s * s)
   if q >= 1.0:
     return x
   return np.logaddexp(math.log1p(-q), math.log(q) + x)
@@ -206,8 +205,7 @@ def white_box_scores(o_MxT, sampling_prob: float, noise_multiplier: float) -> np
     >>> white_box_scores([[1.0, 0.0]], 1.0, 0.0).tolist()  # no noise: steps with o > 1/2
     [1.0]
   """
-  _validate.check_shape(o_MxT, "o_MxT", ndim=2)
-  o = np.asarray(o_MxT, np.float64)
+  o = _validate.check_array(o_MxT, "o_MxT", ndim=2, min_size=1)
   if _validate.check_nonnegative(noise_multiplier, "noise_multiplier") == 0:
     return np.sum(o > 0.5, axis=1).astype(np.float64)
   return np.sum(step_llr(o, sampling_prob, noise_multiplier), axis=1)
@@ -322,7 +320,6 @@ class LlrDistribution:
     return float(out[0]) if np.ndim(epsilon) == 0 else out
 
 
-@functools.lru_cache(maxsize=64)
 def llr_distribution(sampling_prob: float, noise_multiplier: float,
                      num_steps: int) -> LlrDistribution:
   """Cached `LlrDistribution.compute` (the audit asks for each setting several times).
@@ -331,4 +328,15 @@ def llr_distribution(sampling_prob: float, noise_multiplier: float,
     >>> llr_distribution(0.2, 2.0, 10) is llr_distribution(0.2, 2.0, 10)
     True
   """
+  # Validated before the cache: True and 1.0 hash alike, so a cache hit would
+  # otherwise accept a bool.
+  return _llr_distribution_cached(
+      _validate.check_sampling_prob(sampling_prob),
+      _validate.check_positive(noise_multiplier, "noise_multiplier"),
+      _validate.check_int(num_steps, "num_steps"))
+
+
+@functools.lru_cache(maxsize=64)
+def _llr_distribution_cached(sampling_prob: float, noise_multiplier: float,
+                             num_steps: int) -> LlrDistribution:
   return LlrDistribution.compute(sampling_prob, noise_multiplier, num_steps)

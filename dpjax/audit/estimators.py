@@ -341,7 +341,8 @@ def bootstrap_spread(result: ThresholdBound, rng: np.random.Generator,
   """
   if not isinstance(result, ThresholdBound):
     raise ValueError(f"result must be a ThresholdBound, got {type(result).__name__}")
-  reps = _validate.check_int(num_replicates, "num_replicates", minimum=2)
+  _validate.check_instance(rng, np.random.Generator, "rng")
+  reps = _validate.check_size(num_replicates, "num_replicates", minimum=2, bytes_per_unit=64)
   fp, neg = result.false_positives, result.negatives
   fn, pos = result.false_negatives, result.positives
   fp_b = rng.binomial(neg, fp / neg, reps)

@@ -38,9 +38,11 @@ from dpjax import _validate
 
 
 def _check_counts(k, n, k_name: str, n_name: str) -> tuple[np.ndarray, np.ndarray]:
-  """Counts k in [0, n] and totals n >= 1 as float64 arrays (non-integer k allowed)."""
+  """Counts k in [0, n] and integer totals n >= 1 as float64 arrays (non-integer k allowed)."""
+  if np.asarray(k).dtype == np.bool_:
+    raise ValueError(f"{k_name} must be a count (a number >= 0), got a boolean")
   k = _validate.check_array(k, k_name, low=0.0)
-  n = _validate.check_array(n, n_name, low=1.0)
+  n = _validate.check_array(n, n_name, low=1.0, integer=True)
   if np.any(k > n):
     raise ValueError(f"{k_name} must be <= {n_name} ({k} > {n})")
   return k, n
@@ -86,8 +88,9 @@ def epsilon_from_rates(fpr, fnr, delta: float = 0.0):
     delta: in [0, 1).
   """
   delta = _validate.check_delta(delta, allow_zero=True)
-  fpr = np.asarray(fpr, np.float64)
-  fnr = np.asarray(fnr, np.float64)
+  for rate, name in ((fpr, "fpr"), (fnr, "fnr")):
+    if np.asarray(rate).dtype == np.bool_:
+      raise ValueError(f"{name} must be rates in [0, 1], got booleans")
   fpr = _validate.check_array(fpr, "fpr", low=0.0, high=1.0)
   fnr = _validate.check_array(fnr, "fnr", low=0.0, high=1.0)
   with np.errstate(divide="ignore", invalid="ignore"):
@@ -157,7 +160,7 @@ def error_counts(scores_in_K, scores_out_K, thresholds_J):
   """
   s_in = np.sort(check_scores(scores_in_K, "scores_in_K"))
   s_out = np.sort(check_scores(scores_out_K, "scores_out_K"))
-  t = _validate.check_array(thresholds_J, "thresholds_J", ndim=1, allow_inf=True)
+  t = _validate.check_array(thresholds_J, "thresholds_J", ndim=1, allow_inf=True, min_size=1)
   fp = s_out.size - np.searchsorted(s_out, t, side="right")
   fn = np.searchsorted(s_in, t, side="right")
   return fp.astype(np.int64), fn.astype(np.int64)

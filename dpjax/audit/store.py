@@ -96,6 +96,8 @@ class ChunkStore:
   def __init__(self, directory: str, manifest: Mapping, *, resume: bool = False):
     if not isinstance(manifest, Mapping):
       raise ValueError(f"manifest must be a mapping, got {type(manifest).__name__}")
+    if not isinstance(directory, (str, os.PathLike)):
+      raise TypeError(f"directory must be a str or os.PathLike, got {directory!r:.80}")
     self._dir = os.fspath(directory)
     self._manifest = canonical(manifest)
     os.makedirs(self._dir, exist_ok=True)

@@ -75,6 +75,8 @@ def clip_batch_mean(base: clipping_lib.ClippingPath) -> clipping_lib.ClippingPat
   size, whose sensitivity is not C. `base` computes the unclipped sum. Memoised, so
   one base gives one path object (and one compiled program).
   """
+  if not (isinstance(base, clipping_lib.ClippingPath) or callable(base)):
+    raise TypeError(f"base must be a ClippingPath or a callable, got {base!r:.80}")
   base = clipping_lib.as_path(base)
 
   def fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
@@ -174,10 +176,11 @@ def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Varia
   Warns:
     FaultyDpSgdWarning for every variant but "correct".
   """
-  if name not in VARIANTS:
-    raise ValueError(f"variant must be one of {VARIANTS}, got {name!r}")
+  if not isinstance(name, str) or name not in VARIANTS:
+    raise ValueError(f"name (the variant) must be one of {VARIANTS}, got {name!r}")
   if not isinstance(cfg, dpsgd.DpSgdConfig):
     raise ValueError(f"cfg must be a dpsgd.DpSgdConfig, got {type(cfg)}")
+  models_lib.check_model(model)
   base = dataclasses.replace(cfg, noise_multiplier=cfg.sigma, target_epsilon=None)
   if name == "correct":
     return Variant(name, base)

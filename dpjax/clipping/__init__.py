@@ -52,6 +52,7 @@ from typing import Any, Callable
 
 import jax
 
+from dpjax import _validate
 from dpjax import models as models_lib
 from dpjax.clipping import ghost, glm, sqnorm, vmap  # noqa: F401  (submodules)
 from dpjax.clipping.vmap import clip_factor  # noqa: F401  (re-exported)
@@ -80,6 +81,10 @@ class ClippingPath:
   per_example_grad_memory: bool = False
   scan_unroll: int = 1
   accounted: bool = True
+
+  def __post_init__(self):
+    _validate.check_callable(self.fn, "fn")
+    _validate.check_int(self.scan_unroll, "scan_unroll")
 
   def __call__(self, params, x_BxF, y_B, weights_B, l2_clip_norm):
     return self.fn(params, x_BxF, y_B, weights_B, l2_clip_norm)

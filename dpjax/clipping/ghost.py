@@ -148,6 +148,12 @@ def _conv_mode(mode: str, p: int, k: int, o: int) -> str:
 
 
 def _check_args(x_BxF, y_B, weights_B, l2_clip_norm):
+  x = _validate.check_array(x_BxF, "x_BxF", min_size=1)
+  if jnp.ndim(x) >= 1:
+    _validate.check_array(y_B, "y_B", shape=(jnp.shape(x)[0],), low=0, integer=True)
+    _validate.check_array(weights_B, "weights_B", shape=(jnp.shape(x)[0],), low=0.0,
+                          high=1.0)
+  _validate.check_clip_norm(l2_clip_norm)
   if x_BxF.ndim < 2:
     raise ValueError(f"x_BxF must have a leading batch axis and features, got shape {x_BxF.shape}")
   b = x_BxF.shape[0]
@@ -303,6 +309,9 @@ def mlp_clipped_sum(params: PyTree, x_BxF: jax.typing.ArrayLike, y_B: jax.typing
   Raises:
     ValueError: on mismatched shapes or l2_clip_norm <= 0.
   """
+  num_outputs = jnp.shape(params["layers"][-1]["b"])[-1]
+  _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=max(num_outputs, 2))
+  _validate.check_clip_norm(l2_clip_norm)
   return _ghost_clipped_sum(_mlp_forward, params, x_BxF, y_B, weights_B, l2_clip_norm,
                             _validate.check_nonnegative(l2, "l2"), "auto", _mlp_unflatten)
 
@@ -362,6 +371,8 @@ def clipped_sum_fn(model: models_lib.Model, input_shape: Sequence[int] | None = 
   Raises:
     ValueError: for a model of another kind.
   """
+  models_lib.check_model(model)
+  _validate.check_choice(conv_mode, _CONV_MODES, "conv_mode")
   if input_shape is None and model.kind == "cnn":
     input_shape = model.input_shape
   shape = None if input_shape is None else tuple(input_shape)

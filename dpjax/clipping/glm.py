@@ -30,6 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from dpjax import _validate
 from dpjax.clipping.vmap import safe_norm
 
 PyTree = Any
@@ -48,6 +49,10 @@ def clipped_grad_sum(l2: float, params: PyTree, x_BxD: jax.Array, y_B: jax.Array
   Returns:
     ({"w": sum_i a_i g_i}, norms float32[B] before clipping).
   """
+  if not _validate.is_tracer(l2):
+    _validate.check_nonnegative(l2, "l2")
+  _validate.check_batch(x_BxD, y_B, weights_B, x_name="x_BxD")
+  l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
   w = params["w"]
   # Written w . x_i so that under vmap the logits come out [M, B], the layout the
   # elementwise step reads (x @ w gives [B, M] and a transposed read).

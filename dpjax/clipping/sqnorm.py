@@ -42,7 +42,10 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend import core as jcore
+
+from dpjax import _validate
 
 PyTree = Any
 
@@ -76,6 +79,7 @@ def safe_norm(sq_B: jax.Array, max_abs_B: jax.Array,
   Returns:
     float32[B] in [0, inf], never NaN.
   """
+  _validate.check_callable(scaled_sq_fn, "scaled_sq_fn")
   s1 = jnp.clip(max_abs_B, 1.0, 2.0 ** 100)       # 1 / s1 >= 2^-100: normal
   m2 = jnp.maximum(max_abs_B / s1, 1.0)          # <= 2^28 for finite inputs
 
@@ -92,7 +96,20 @@ def safe_norm(sq_B: jax.Array, max_abs_B: jax.Array,
 def per_example_grads(loss_one: Callable, params: PyTree, x_BxF: jax.Array,
                       y_B: jax.Array) -> PyTree:
   """vmap(grad(loss_one)) over records: a pytree like params with leaves [B, ...]."""
+  _check_records(loss_one, x_BxF, y_B)
   return jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0))(params, x_BxF, y_B)
+
+
+def _check_records(loss_one, x_BxF, y_B) -> None:
+  """loss_one callable; x_BxF [B, ...] and y_B [B] finite (values only when concrete)."""
+  _validate.check_callable(loss_one, "loss_one")
+  x = _validate.check_array(x_BxF, "x_BxF", min_size=1)
+  if np.ndim(x) < 1:
+    raise ValueError(f"x_BxF must have a leading batch axis, got shape {np.shape(x)}")
+  y = _validate.check_array(y_B, "y_B")
+  if np.ndim(y) < 1 or np.shape(y)[0] != np.shape(x)[0]:
+    raise ValueError(f"x_BxF and y_B need the same leading size B, got shapes "
+                     f"{np.shape(x)} and {np.shape(y)}")
 
 
 def tree_sq_norm_per_example(grads: PyTree) -> jax.Array:
@@ -116,6 +133,7 @@ def per_example_sq_norms(loss_one: Callable, params: PyTree, x_BxF: jax.Array,
   Raises:
     ValueError: if x_BxF and y_B do not have the same leading size.
   """
+  _check_records(loss_one, x_BxF, y_B)
   if jnp.ndim(x_BxF) < 1 or jnp.ndim(y_B) < 1 or jnp.shape(x_BxF)[0] != jnp.shape(y_B)[0]:
     raise ValueError(f"x_BxF and y_B need the same leading size B, got shapes "
                      f"{jnp.shape(x_BxF)} and {jnp.shape(y_B)}")

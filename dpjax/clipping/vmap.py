@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 
+from dpjax import _validate
 from dpjax import models as models_lib
 from dpjax.clipping import sqnorm
 from dpjax.clipping.sqnorm import safe_norm  # noqa: F401  (re-exported)
@@ -55,6 +56,8 @@ _GUARD_FEATURE_ABS = 2.0 ** 20
 def clip_factor(norms_B: jax.Array, l2_clip_norm: float) -> jax.Array:
   """min(1, C / norm) per example: 1 for norm 0, 0 for norm inf or NaN; 1 everywhere
   when C = inf (the engine still drops records whose norm is inf, see `safe_norm`)."""
+  _validate.check_array(norms_B, "norms_B", low=0.0, allow_inf=True)
+  l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
   if math.isinf(l2_clip_norm):
     return jnp.ones_like(norms_B)
   f = l2_clip_norm / jnp.maximum(norms_B, l2_clip_norm)
@@ -83,12 +86,16 @@ def tree_norms(grads: PyTree) -> jax.Array:
 def example_loss(model: models_lib.Model, params: PyTree, x_F: jax.Array, y: jax.Array
                  ) -> jax.Array:
   """The loss of one record, a scalar (its vmap over records is the per-example loss)."""
+  models_lib.check_model(model)
+  _validate.check_array(x_F, "x_F", ndim=(1, 3), min_size=1)  # [F], or [H, W, C]
   return models_lib.per_example_loss(model, params, x_F[None], y[None])[0]
 
 
 def per_example_grads(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
                       y_B: jax.Array) -> PyTree:
   """Per-example gradients by vmap(grad): a pytree like params with leaves [B, ...]."""
+  models_lib.check_model(model)
+  _validate.check_batch(x_BxF, y_B, num_outputs=model.num_outputs)
   return sqnorm.per_example_grads(functools.partial(example_loss, model), params, x_BxF, y_B)
 
 
@@ -108,6 +115,9 @@ def clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
     vector of L2 norm <= C. Norms are overflow-safe (`tree_norms`); a record with a
     non-finite gradient or a norm beyond float32 has norm inf and adds exactly 0.
   """
+  models_lib.check_model(model)
+  _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=model.num_outputs)
+  l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
   g = per_example_grads(model, params, x_BxF, y_B)
   norms = tree_norms(g)
   keep = norms < jnp.inf
@@ -143,6 +153,9 @@ def two_pass_clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: ja
     2^20, which take the one-pass branch; a custom loss that overflows on smaller
     inputs (an exp of a feature, say) should use `clipped_grad_sum`.
   """
+  models_lib.check_model(model)
+  _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=model.num_outputs)
+  l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
   x_BxF = jnp.asarray(x_BxF)
   # Records this large may overflow inside the loss, and a fused backward pass would
   # then spread a dropped record's inf / NaN into the sum (0 * inf): switch to the

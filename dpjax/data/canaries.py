@@ -63,7 +63,7 @@ def audit_data(key: jax.Array, base_size: int = 150) -> AuditData:
     >>> audit_data(jax.random.key(0), base_size=5).num_features
     57
   """
-  base_size = _validate.check_int(base_size, "base_size")
+  base_size = _validate.check_size(base_size, "base_size", units=credit.NUM_FEATURES + 2)
   k_pub, k_base = jax.random.split(key)
   scaler = credit.PublicScaler.fit(credit.sample(k_pub, _PUBLIC_SAMPLE).x_NxF)
   base = credit.sample(k_base, base_size)

@@ -81,7 +81,8 @@ class CreditData(NamedTuple):
 
 def true_logit(x_NxF: jax.Array) -> jax.Array:
   """The world's true log-odds of repayment for raw features x_NxF: float32[N]."""
-  x = jnp.asarray(x_NxF, jnp.float32)
+  x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32,
+                                        shape=(None, NUM_FEATURES), min_size=1))
   income, debt, hist, delinq, group = (x[:, i] for i in range(5))
   h0 = 0.16 * (hist - 11.0)
   h1 = -0.5 - 0.2 * (hist - 3.5)
@@ -99,7 +100,7 @@ def sample(key: jax.Array, n: int, minority_share: float = 0.1) -> CreditData:
   Returns:
     CreditData with x_NxF float32[n, 5], y_N int32[n], p_N float32[n].
   """
-  n = _validate.check_int(n, "n")
+  n = _validate.check_size(n, "n", units=NUM_FEATURES + 2)
   _validate.check_probability(minority_share, "minority_share")
   ks = jax.random.split(key, 7)
   group = jax.random.bernoulli(ks[0], minority_share, (n,)).astype(jnp.float32)
@@ -119,6 +120,7 @@ def sample(key: jax.Array, n: int, minority_share: float = 0.1) -> CreditData:
 
 def bayes_accuracy(data: CreditData) -> float:
   """Expected accuracy of the Bayes-optimal classifier on these people."""
+  _validate.check_instance(data, CreditData, "data")
   p = np.asarray(data.p_N, np.float64)
   return float(np.mean(np.maximum(p, 1.0 - p)))
 
@@ -145,6 +147,15 @@ class PublicScaler:
   std_F: tuple
   cubic_rms_D: tuple
 
+  def __post_init__(self):
+    mean = _validate.check_array(self.mean_F, "mean_F", shape=(NUM_FEATURES,))
+    std = _validate.check_array(self.std_F, "std_F", shape=(NUM_FEATURES,), low=0.0,
+                                open_low=True)
+    rms = _validate.check_array(self.cubic_rms_D, "cubic_rms_D", shape=(CUBIC_DIM,),
+                                low=0.0, open_low=True)
+    for name, values in (("mean_F", mean), ("std_F", std), ("cubic_rms_D", rms)):
+      object.__setattr__(self, name, tuple(float(v) for v in values))
+
   @classmethod
   def fit(cls, public_x_NxF: jax.typing.ArrayLike) -> "PublicScaler":
     x = _validate.check_array(public_x_NxF, "public_x_NxF", shape=(None, NUM_FEATURES))
@@ -161,8 +172,8 @@ class PublicScaler:
 
   def transform(self, x_NxF: jax.typing.ArrayLike) -> jax.Array:
     """Standardised raw features: float32[N, 5]."""
-    x = jnp.asarray(x_NxF, jnp.float32)
-    _validate.check_array(x, "x_NxF", shape=(None, NUM_FEATURES))
+    x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32,
+                                          shape=(None, NUM_FEATURES), min_size=1))
     return ((x - jnp.asarray(self.mean_F, jnp.float32)[None, :])
             / jnp.asarray(self.std_F, jnp.float32)[None, :])
 
@@ -179,6 +190,7 @@ def _monomials_np(z: np.ndarray) -> np.ndarray:
 
 def linear_features(x_NxF: jax.typing.ArrayLike, scaler: PublicScaler) -> jax.Array:
   """[1, standardised features]: float32[N, 6]."""
+  _validate.check_instance(scaler, PublicScaler, "scaler")
   z = scaler.transform(x_NxF)
   return jnp.concatenate([jnp.ones((z.shape[0], 1), z.dtype), z], axis=1)
 
@@ -189,6 +201,7 @@ def cubic_features(x_NxF: jax.typing.ArrayLike, scaler: PublicScaler) -> jax.Arr
   Column order: the intercept, then degree 1, 2, 3 monomials in
   itertools.combinations_with_replacement order; each scaled to unit public RMS.
   """
+  _validate.check_instance(scaler, PublicScaler, "scaler")
   z = scaler.transform(x_NxF)
   cols = [jnp.prod(z[:, list(c)], axis=1) if c else jnp.ones(z.shape[0], z.dtype)
           for c in _CUBIC_INDEX]

@@ -126,6 +126,6 @@ def as_images(x_NxF: jax.typing.ArrayLike) -> jax.Array:
   Raises:
     ValueError: if `x_NxF` is not two-dimensional with 64 columns.
   """
-  _validate.check_shape(x_NxF, "x_NxF", shape=(None, NUM_FEATURES))
-  x = jnp.asarray(x_NxF)
+  x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32,
+                                        shape=(None, NUM_FEATURES), min_size=1))
   return x.reshape((x.shape[0],) + IMAGE_SHAPE)

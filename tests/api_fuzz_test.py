@@ -781,7 +781,7 @@ def entries():
   add(E("dpjax.attacks.floating_point.laplace_reachable", floating_point.laplace_reachable,
         dict(outputs=np.float32(0.3) + atoms, value=0.3, scale=1.0),
         {"outputs": "elemwise", "value": "real"}))
-  obs_t = np.zeros((2, 3), np.float32)
+  obs_t = np.zeros((3, 4), np.float32)   # no length-1 axis: a truncated one cannot broadcast
   add(E("dpjax.attacks.floating_point.gaussian_update_reachable",
         floating_point.gaussian_update_reachable,
         dict(observed=obs_t, sum_without=obs_t, noise_stddev=1.0, expected_batch_size=10.0),

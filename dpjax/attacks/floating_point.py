@@ -296,7 +296,12 @@ def lattice_canary_flags(observed_MxT: jax.typing.ArrayLike,
     trained without the canary is never flagged (the test is exact).
   """
   obs = _validate.check_array(observed_MxT, "observed_MxT", ndim=2, min_size=1)
-  _validate.check_array(sum_without_MxT, "sum_without_MxT", shape=obs.shape)
+  s = _validate.check_array(sum_without_MxT, "sum_without_MxT")
+  try:
+    np.broadcast_to(s, obs.shape)
+  except ValueError:
+    raise ValueError(f"sum_without_MxT must broadcast to observed_MxT's shape {obs.shape}, "
+                     f"got {s.shape}") from None
   impossible = ~gaussian_update_reachable(observed_MxT, sum_without_MxT, noise_stddev,
                                           expected_batch_size)
   return impossible, np.any(impossible, axis=1)

@@ -252,6 +252,30 @@ def _flatten(prefix, d, out):
   return out
 
 
+def audit_runner(x, y, num_models: int, **train_kwargs):
+  """A zero-argument function that trains `num_models` models of the audit workload
+  (all records kept, key 1) with `dpsgd.train_many(..., **train_kwargs)` and blocks
+  until done; for timing components (clipping=, privatizer=) against each other."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
+  model = models.logistic_regression(D)
+  cfg = dpsgd.DpSgdConfig(dataset_size=N, sampling_prob=Q, num_steps=T,
+                          l2_clip_norm=C, noise_multiplier=SIGMA, learning_rate=LR)
+  keep = jnp.ones((num_models, N), bool)
+  xj, yj = jnp.asarray(x), jnp.asarray(y, jnp.int32)
+  key = jax.random.key(1)
+
+  def run():
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", dpsgd.UnaccountedComponentWarning)
+      out = dpsgd.train_many(key, xj, yj, keep, cfg, model, progress=False,
+                             **train_kwargs)
+    jax.block_until_ready(out.params)
+  return run
+
+
 def main(argv):
   del argv
   if _MEM_CHILD.value:

@@ -25,8 +25,8 @@ and one ndtri) per extreme coordinate of the worst model.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import warnings
 from typing import ClassVar
 
 from absl import app
@@ -94,36 +94,16 @@ class _BodyOnlyPrivatizer:
                        optax.scale(1.0 / expected_batch_size))
 
 
-def _runner(x, y, num_models, privatizer):
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
-  b = bench_dpsgd
-  model = models.logistic_regression(b.D)
-  cfg = dpsgd.DpSgdConfig(dataset_size=b.N, sampling_prob=b.Q, num_steps=b.T,
-                          l2_clip_norm=b.C, noise_multiplier=b.SIGMA, learning_rate=b.LR)
-  keep = jnp.ones((num_models, b.N), bool)
-  xj, yj = jnp.asarray(x), jnp.asarray(y, jnp.int32)
-  key = jax.random.key(1)
-
-  def run():
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", dpsgd.UnaccountedComponentWarning)
-      out = dpsgd.train_many(key, xj, yj, keep, cfg, model, privatizer=privatizer,
-                             progress=False)
-    jax.block_until_ready(out.params)
-  return run
-
-
 def measure(sizes, repeats, log=print) -> dict:
   """{"M<m>.tails_over_body": ratio of best times, ...} for each M in sizes."""
   from dpjax import privatizer as privatizer_lib  # pylint: disable=g-import-not-at-top
   x, y = bench_dpsgd._data()  # pylint: disable=protected-access
   res = {}
   for m in sizes:
-    best = interleaved_best({"body": _runner(x, y, m, _BodyOnlyPrivatizer()),
-                             "tails": _runner(x, y, m, privatizer_lib.GaussianPrivatizer()),
-                             "body_again": _runner(x, y, m, _BodyOnlyPrivatizer(tag=1))},
+    run = functools.partial(bench_dpsgd.audit_runner, x, y, m)
+    best = interleaved_best({"body": run(privatizer=_BodyOnlyPrivatizer()),
+                             "tails": run(privatizer=privatizer_lib.GaussianPrivatizer()),
+                             "body_again": run(privatizer=_BodyOnlyPrivatizer(tag=1))},
                             repeats)
     ratio = best["tails"] / best["body"]
     res[f"M{m}.body_s"] = best["body"]
@@ -138,15 +118,9 @@ def measure(sizes, repeats, log=print) -> dict:
 
 def main(argv):
   del argv
-  sizes = [int(s) for s in _SIZES.value.split(",") if s]
-  if not sizes or min(sizes) < 1:
-    raise ValueError(f"--models must list positive integers, got {_SIZES.value!r}")
+  sizes = report.model_counts(_SIZES.value, "models")
   figures = {f"normal_tails.{k}": v for k, v in measure(sizes, _REPEATS.value).items()}
-  if _JSON.value:
-    report.write("normal_tails", figures, _JSON.value)
-  else:
-    for k, v in figures.items():
-      print(f"{k}: {v}")
+  report.emit("normal_tails", figures, _JSON.value)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,23 @@ def write(name: str, figures: Any, path: str | None = None) -> str:
   return path
 
 
+def model_counts(text: str, flag: str) -> list[int]:
+  """The comma-separated positive integers of a --models / --sizes flag value."""
+  sizes = [int(v) for v in text.split(",") if v]
+  if not sizes or min(sizes) < 1:
+    raise ValueError(f"--{flag} must list positive integers, got {text!r}")
+  return sizes
+
+
+def emit(name: str, figures: dict, path: str | None) -> None:
+  """`write(name, figures, path)` when a path is given, else print the figures."""
+  if path:
+    write(name, figures, path)
+  else:
+    for k, v in figures.items():
+      print(f"{k}: {v}")
+
+
 def _fmt(v, spec: str) -> str:
   if v is None:
     return "–"

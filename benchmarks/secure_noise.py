@@ -31,35 +31,17 @@ _JSON = flags.DEFINE_string("json_out", None, "Where to write the figures (defau
                              "print them).")
 
 
-def _runner(x, y, num_models, secure: bool):
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from dpjax import dpsgd, models, privatizer  # pylint: disable=g-import-not-at-top
-  b = bench_dpsgd
-  model = models.logistic_regression(b.D)
-  cfg = dpsgd.DpSgdConfig(dataset_size=b.N, sampling_prob=b.Q, num_steps=b.T,
-                          l2_clip_norm=b.C, noise_multiplier=b.SIGMA, learning_rate=b.LR)
-  kwargs = {}
-  if secure:
-    path, priv = privatizer.secure_components(b.SIGMA, b.C, model)
-    kwargs = {"clipping": path, "privatizer": priv}
-  keep = jnp.ones((num_models, b.N), bool)
-  xj, yj = jnp.asarray(x), jnp.asarray(y, jnp.int32)
-  key = jax.random.key(1)
-
-  def run():
-    out = dpsgd.train_many(key, xj, yj, keep, cfg, model, progress=False, **kwargs)
-    jax.block_until_ready(out.params)
-  return run
-
-
 def measure(sizes, repeats, log=print) -> dict:
   """{"M<m>.secure_over_float": ratio of best times, ...} for each M in sizes."""
-  x, y = bench_dpsgd._data()  # pylint: disable=protected-access
+  from dpjax import models, privatizer  # pylint: disable=g-import-not-at-top
+  b = bench_dpsgd
+  x, y = b._data()  # pylint: disable=protected-access
+  path, priv = privatizer.secure_components(b.SIGMA, b.C, models.logistic_regression(b.D))
   res = {}
   for m in sizes:
-    best = interleaved_best({"float": _runner(x, y, m, False),
-                             "secure": _runner(x, y, m, True)}, repeats)
+    best = interleaved_best({"float": b.audit_runner(x, y, m),
+                             "secure": b.audit_runner(x, y, m, clipping=path,
+                                                      privatizer=priv)}, repeats)
     ratio = best["secure"] / best["float"]
     res[f"M{m}.float_s"] = best["float"]
     res[f"M{m}.secure_s"] = best["secure"]
@@ -71,15 +53,9 @@ def measure(sizes, repeats, log=print) -> dict:
 
 def main(argv):
   del argv
-  sizes = [int(s) for s in _SIZES.value.split(",") if s]
-  if not sizes or min(sizes) < 1:
-    raise ValueError(f"--models must list positive integers, got {_SIZES.value!r}")
+  sizes = report.model_counts(_SIZES.value, "models")
   figures = {f"secure_noise.{k}": v for k, v in measure(sizes, _REPEATS.value).items()}
-  if _JSON.value:
-    report.write("secure_noise", figures, _JSON.value)
-  else:
-    for k, v in figures.items():
-      print(f"{k}: {v}")
+  report.emit("secure_noise", figures, _JSON.value)
 
 
 if __name__ == "__main__":

@@ -234,3 +234,180 @@ def dpsgd_white_box(key, cfg, x_NxD, y_N, *, num_canaries: int, num_positive_gue
   return {"epsilon_lower": res.epsilon_lower, "num_correct": res.num_correct,
           "num_guesses": res.num_guesses, "num_canaries": m, "scores": scores,
           "included": included}
+
+
+# ----------------------------------------------------------------------------------
+# f-DP one-run bound (Mahloujifar, Melis & Chaudhuri 2025).
+
+FDP_FAMILIES = ("gdp", "dp")
+
+
+def _gaussian_inverse_blowup(mu_P):
+  """x -> Phi(Phi^-1(x) - mu) for each mu: the least OUT-probability of an event of IN-probability x."""
+  mu_P = np.asarray(mu_P, np.float64)
+
+  def inv(x_P):
+    return stats.norm.cdf(stats.norm.ppf(np.clip(x_P, 0.0, 1.0)) - mu_P)
+  return inv
+
+
+def _dp_inverse_blowup(eps_P, delta):
+  """x -> max(0, 1 - delta - e^eps (1 - x), e^-eps (x - delta)) for each eps."""
+  eps_P = np.asarray(eps_P, np.float64)
+
+  def inv(x_P):
+    x_P = np.clip(x_P, 0.0, 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+      a = 1.0 - delta - np.exp(eps_P) * (1.0 - x_P)
+      a = np.where(x_P >= 1.0, 1.0 - delta, a)
+    return np.maximum(0.0, np.maximum(a, np.exp(-eps_P) * (x_P - delta)))
+  return inv
+
+
+def _fdp_excess(m: int, r: int, v: int, inverse_blowup, alpha: float, size: int) -> np.ndarray:
+  """r_0 + h_0 - r/m of the recursion (> 0: "f-DP with >= v correct" rejected at alpha).
+
+  Vectorised over `size` candidate trade-off functions (the P axis of
+  `inverse_blowup`).
+  """
+  tail = np.full(size, alpha * v / m)               # mass of runs with >= v correct guesses
+  wrong = np.full(size, alpha * (r - v) / m)        # ... their wrong guesses
+  for i in range(v - 1, -1, -1):
+    wrong_new = np.maximum(wrong, inverse_blowup(tail))
+    if np.array_equal(wrong_new, wrong):
+      break                                         # a fixed point: nothing changes below
+    tail = np.minimum(tail + i / (r - i) * (wrong_new - wrong), 1.0)
+    wrong = wrong_new
+  return tail + wrong - r / m
+
+
+def fdp_rejects(*, num_canaries: int, num_guesses: int, num_correct: int, family: str,
+                parameter: float, delta: float = 0.0, confidence: float = 0.95) -> bool:
+  """Whether `num_correct` correct guesses reject "the run is f-DP" at 1 - confidence.
+
+  The test of Mahloujifar, Melis & Chaudhuri 2025 (their one-run analysis for a
+  trade-off function f; https://arxiv.org/abs/2410.22235). With m canaries, each
+  included independently with probability 1/2, and r guesses made after seeing
+  the run (abstaining on the rest), suppose P[V >= v] >= tau for the number V of
+  correct guesses. Write h_inv(x) = f(1 - x) for the least probability, under one
+  input, of an event of probability x under its neighbour. Start from
+  t_v = tau v / m and w_v = tau (r - v) / m and, for i = v - 1, ..., 0,
+
+      w_i = max(w_{i+1}, h_inv(t_{i+1})),
+      t_i = min(1, t_{i+1} + i / (r - i) * (w_i - w_{i+1})).
+
+  An f-DP mechanism has t_0 + w_0 <= r / m; so t_0 + w_0 > r / m rejects "f-DP
+  and P[V >= v] >= tau", i.e. it rejects f-DP at level tau = 1 - confidence.
+  Guesses may be IN or OUT: both families below are symmetric trade-off functions,
+  so a guess of OUT is a guess of IN for the flipped bit.
+
+  Args:
+    num_canaries, num_guesses, num_correct: m >= 1, r in [0, m], v in [0, r].
+    family: "gdp" (f = G_mu, `parameter` = mu > 0) or "dp" (f = the (eps, delta)-DP
+      trade-off max(0, 1 - delta - e^eps a, e^-eps (1 - delta - a)), `parameter` =
+      eps >= 0).
+    parameter: mu or eps, as above.
+    delta: the delta of the "dp" family, in [0, 1) (ignored for "gdp").
+    confidence: in (0, 1).
+  Returns:
+    True when the claim is rejected.
+
+  Examples:
+    >>> fdp_rejects(num_canaries=1000, num_guesses=100, num_correct=100, family="gdp",
+    ...             parameter=1.0)
+    True
+    >>> fdp_rejects(num_canaries=1000, num_guesses=100, num_correct=60, family="gdp",
+    ...             parameter=1.0)
+    False
+  """
+  m, r, v = _check_guesses(num_canaries, num_guesses, num_correct)
+  family = _validate.check_choice(family, FDP_FAMILIES, "family")
+  if family == "gdp":
+    parameter = _validate.check_positive(parameter, "parameter")
+  else:
+    parameter = _validate.check_epsilon(parameter, "parameter", allow_zero=True)
+  delta = _validate.check_delta(delta, allow_zero=True)
+  alpha = 1.0 - _validate.check_confidence(confidence)
+  if v == 0:
+    return False
+  inv = (_gaussian_inverse_blowup([parameter]) if family == "gdp"
+         else _dp_inverse_blowup([parameter], delta))
+  return bool(_fdp_excess(m, r, v, inv, alpha, 1)[0] > 0)
+
+
+def _largest_rejected(m, r, v, make_inverse, alpha, hi0: float) -> float:
+  """Largest parameter (mu or eps) rejected, by vectorised grid refinement (0 if none)."""
+  if v == 0 or not _fdp_excess(m, r, v, make_inverse(np.array([0.0])), alpha, 1)[0] > 0:
+    return 0.0
+  hi = hi0
+  while _fdp_excess(m, r, v, make_inverse(np.array([hi])), alpha, 1)[0] > 0:
+    hi *= 2.0
+    if hi > 1e4:
+      return math.inf
+  lo = 0.0                                # rejected at lo, not at hi
+  for _ in range(5):
+    grid = np.linspace(lo, hi, 34)[1:-1]
+    rej = _fdp_excess(m, r, v, make_inverse(grid), alpha, grid.size) > 0
+    # Rejection is monotone in the parameter: the rejected points form a prefix.
+    k = int(np.sum(np.cumprod(rej)))
+    lo, hi = (grid[k - 1] if k else lo), (grid[k] if k < grid.size else hi)
+  return float(lo)
+
+
+class FdpOneRunResult(NamedTuple):
+  """Outcome of the f-DP one-run bound: the eps bound and what it came from."""
+  epsilon_lower: float
+  mu_lower: float                # the largest mu rejected (family "gdp"), else nan
+  family: str
+  num_canaries: int
+  num_guesses: int
+  num_correct: int
+
+
+def fdp_epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct: int,
+                            delta: float, family: str = "dp",
+                            confidence: float = 0.95) -> FdpOneRunResult:
+  """eps lower bound from the f-DP one-run test (Mahloujifar, Melis & Chaudhuri 2025).
+
+  family "dp": the largest eps for which `fdp_rejects(family="dp", parameter=eps,
+  delta=delta)`: the run is not (eps, delta)-DP, whatever the mechanism, with
+  probability >= confidence. family "gdp": the largest mu rejected, converted to
+  the eps at `delta` of a mu-GDP mechanism (`dpjax.accounting.gdp`); this rejects
+  "the run is (eps, delta)-DP" only for mechanisms whose trade-off curve is
+  Gaussian (the paper's setting for the Gaussian mechanism and DP-SGD); a
+  mechanism that is (eps, delta)-DP without being mu-GDP can exceed it.
+
+  Rejection is monotone in mu (eps): the search refines a grid to a resolution of
+  (upper end) / 32^5 below the crossing, never above it.
+
+  Args:
+    num_canaries, num_guesses, num_correct: m >= 1, r in [0, m], v in [0, r], with
+      the number of guesses fixed before the run is seen.
+    delta: in (0, 1) for "gdp" (the delta of the eps reported); in [0, 1) for "dp".
+    family: "dp" or "gdp".
+    confidence: in (0, 1).
+  Returns:
+    FdpOneRunResult.
+
+  Examples:
+    >>> r = fdp_epsilon_lower_bound(num_canaries=1000, num_guesses=100, num_correct=100,
+    ...                             delta=0.0)
+    >>> round(r.epsilon_lower, 2)                      # Steinke et al.: 3.49
+    3.49
+  """
+  m, r, v = _check_guesses(num_canaries, num_guesses, num_correct)
+  family = _validate.check_choice(family, FDP_FAMILIES, "family")
+  delta = _validate.check_delta(delta, allow_zero=family == "dp")
+  alpha = 1.0 - _validate.check_confidence(confidence)
+  if family == "dp":
+    eps = _largest_rejected(m, r, v, lambda p: _dp_inverse_blowup(p, delta), alpha, 1.0)
+    return FdpOneRunResult(eps, math.nan, family, m, r, v)
+  mu = _largest_rejected(m, r, v, _gaussian_inverse_blowup, alpha, 1.0)
+  if mu == 0.0:
+    eps = 0.0
+  elif math.isinf(mu):
+    eps = math.inf
+  else:
+    from dpjax.accounting import gdp  # pylint: disable=g-import-not-at-top
+    eps = gdp.gaussian_epsilon(delta, mu)
+  return FdpOneRunResult(float(eps), float(mu), family, m, r, v)

@@ -592,20 +592,29 @@ def _one_run_bound(name, s_in, s_out, delta, confidence, seed) -> ScoreBound:
   counts = _guess_counts(n)
   per = bonferroni_confidence(confidence, len(counts))
   order = np.argsort(-scores, kind="stable")
-  best = (0.0, counts[0], 0, math.nan)
+  correct = {}
   for r in counts:
     k = r // 2
-    v = int(bits[order[:k]].sum()) + int((~bits[order[n - k:]]).sum())
-    if name == "one_run":
-      eps, mu = one_run.epsilon_lower_bound(num_canaries=n, num_guesses=r, num_correct=v,
-                                            delta=delta, confidence=per), math.nan
+    correct[r] = int(bits[order[:k]].sum()) + int((~bits[order[n - k:]]).sum())
+  # Most promising guess count first (highest lower confidence limit on the accuracy),
+  # so that later counts are mostly dismissed by one test at the best value so far.
+  acc_lo = {r: stats.clopper_pearson(correct[r], r, per)[0] for r in counts}
+  alpha = 1.0 - per
+  fam = {"fdp_one_run": "dp", "fdp_one_run_gdp": "gdp"}.get(name)
+  best_p, best_r = 0.0, counts[0]
+  for r in sorted(counts, key=lambda c: -acc_lo[c]):
+    v = correct[r]
+    if fam is None:
+      if best_p > 0 and one_run.p_value(n, r, v, best_p, delta) > alpha:
+        continue
+      p = one_run.epsilon_lower_bound(num_canaries=n, num_guesses=r, num_correct=v,
+                                      delta=delta, confidence=per)
     else:
-      fam = "dp" if name == "fdp_one_run" else "gdp"
-      res = one_run.fdp_epsilon_lower_bound(num_canaries=n, num_guesses=r, num_correct=v,
-                                            delta=delta, family=fam, confidence=per)
-      eps, mu = res.epsilon_lower, res.mu_lower
-    if eps > best[0]:
-      best = (float(eps), r, v, float(mu))
+      p = one_run._fdp_parameter(n, r, v, fam, delta, alpha, best_p)  # pylint: disable=protected-access
+    if p > best_p:
+      best_p, best_r = p, r
+  best = (one_run._fdp_epsilon(best_p, fam, delta) if fam else best_p,  # pylint: disable=protected-access
+          best_r, correct[best_r], best_p if fam == "gdp" else math.nan)
   base = ("trials as one-run canaries: canary i is IN score i or OUT score i by a fair "
           f"coin (seed {seed}) drawn independently of the scores; guesses IN for the top r/2 "
           "and OUT for the bottom r/2, r over the declared set "

@@ -32,7 +32,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 from dpjax import _validate
 
@@ -247,7 +247,7 @@ def _gaussian_inverse_blowup(mu_P):
   mu_P = np.asarray(mu_P, np.float64)
 
   def inv(x_P):
-    return stats.norm.cdf(stats.norm.ppf(np.clip(x_P, 0.0, 1.0)) - mu_P)
+    return special.ndtr(special.ndtri(np.clip(x_P, 0.0, 1.0)) - mu_P)
   return inv
 
 
@@ -335,21 +335,30 @@ def fdp_rejects(*, num_canaries: int, num_guesses: int, num_correct: int, family
   return bool(_fdp_excess(m, r, v, inv, alpha, 1)[0] > 0)
 
 
-def _largest_rejected(m, r, v, make_inverse, alpha, hi0: float) -> float:
-  """Largest parameter (mu or eps) rejected, by vectorised grid refinement (0 if none)."""
-  if v == 0 or not _fdp_excess(m, r, v, make_inverse(np.array([0.0])), alpha, 1)[0] > 0:
-    return 0.0
-  hi = hi0
-  while _fdp_excess(m, r, v, make_inverse(np.array([hi])), alpha, 1)[0] > 0:
-    hi *= 2.0
+def _rejected(m, r, v, make_inverse, alpha, parameter: float) -> bool:
+  return bool(_fdp_excess(m, r, v, make_inverse(np.array([parameter])), alpha, 1)[0] > 0)
+
+
+def _largest_rejected(m, r, v, make_inverse, alpha, start: float = 0.0) -> float:
+  """Largest parameter (mu or eps) rejected, >= start; `start` itself when it is not rejected.
+
+  Rejection is monotone in the parameter (a larger mu or eps makes the inverse
+  blow-up, hence the recursion's growth, smaller). A bracket [lo, hi] with lo
+  rejected and hi not is refined on 63-point grids three times (resolution
+  (hi - lo) / 64^3); the answer is the largest grid point rejected, never above
+  the crossing.
+  """
+  if v == 0 or not _rejected(m, r, v, make_inverse, alpha, start):
+    return start
+  lo, hi = start, max(1.0, 2.0 * start)
+  while _rejected(m, r, v, make_inverse, alpha, hi):
+    lo, hi = hi, 2.0 * hi
     if hi > 1e4:
       return math.inf
-  lo = 0.0                                # rejected at lo, not at hi
-  for _ in range(5):
-    grid = np.linspace(lo, hi, 34)[1:-1]
+  for _ in range(3):
+    grid = np.linspace(lo, hi, 65)[1:-1]
     rej = _fdp_excess(m, r, v, make_inverse(grid), alpha, grid.size) > 0
-    # Rejection is monotone in the parameter: the rejected points form a prefix.
-    k = int(np.sum(np.cumprod(rej)))
+    k = int(np.sum(np.cumprod(rej)))          # the rejected points form a prefix
     lo, hi = (grid[k - 1] if k else lo), (grid[k] if k < grid.size else hi)
   return float(lo)
 
@@ -378,7 +387,7 @@ def fdp_epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct:
   mechanism that is (eps, delta)-DP without being mu-GDP can exceed it.
 
   Rejection is monotone in mu (eps): the search refines a grid to a resolution of
-  (upper end) / 32^5 below the crossing, never above it.
+  (upper end) / 64^3 below the crossing, never above it.
 
   Args:
     num_canaries, num_guesses, num_correct: m >= 1, r in [0, m], v in [0, r], with
@@ -399,15 +408,21 @@ def fdp_epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct:
   family = _validate.check_choice(family, FDP_FAMILIES, "family")
   delta = _validate.check_delta(delta, allow_zero=family == "dp")
   alpha = 1.0 - _validate.check_confidence(confidence)
+  p = _fdp_parameter(m, r, v, family, delta, alpha)
+  return FdpOneRunResult(_fdp_epsilon(p, family, delta), p if family == "gdp" else math.nan,
+                         family, m, r, v)
+
+
+def _fdp_parameter(m, r, v, family, delta, alpha, start: float = 0.0) -> float:
+  """The largest eps ("dp") or mu ("gdp") rejected, >= start (start when none is)."""
   if family == "dp":
-    eps = _largest_rejected(m, r, v, lambda p: _dp_inverse_blowup(p, delta), alpha, 1.0)
-    return FdpOneRunResult(eps, math.nan, family, m, r, v)
-  mu = _largest_rejected(m, r, v, _gaussian_inverse_blowup, alpha, 1.0)
-  if mu == 0.0:
-    eps = 0.0
-  elif math.isinf(mu):
-    eps = math.inf
-  else:
-    from dpjax.accounting import gdp  # pylint: disable=g-import-not-at-top
-    eps = gdp.gaussian_epsilon(delta, mu)
-  return FdpOneRunResult(float(eps), float(mu), family, m, r, v)
+    return _largest_rejected(m, r, v, lambda p: _dp_inverse_blowup(p, delta), alpha, start)
+  return _largest_rejected(m, r, v, _gaussian_inverse_blowup, alpha, start)
+
+
+def _fdp_epsilon(parameter: float, family: str, delta: float) -> float:
+  """eps of a rejected parameter: itself for "dp", the eps at delta of mu-GDP for "gdp"."""
+  if family == "dp" or parameter == 0.0 or math.isinf(parameter):
+    return float(parameter)
+  from dpjax.accounting import gdp  # pylint: disable=g-import-not-at-top
+  return float(gdp.gaussian_epsilon(delta, parameter))

@@ -52,6 +52,8 @@ EXCLUDED = {
     "dpjax.audit.estimators.CertifiableBound": "result record of best_certifiable",
     "dpjax.audit.estimators.GdpEstimate": "result record of gdp_estimate",
     "dpjax.audit.one_run.OneRunResult": "result record of one_run.audit",
+    "dpjax.audit.estimators.ScoreBound": "result record of score_bounds",
+    "dpjax.audit.one_run.FdpOneRunResult": "result record of one_run.fdp_epsilon_lower_bound",
     "dpjax.audit.canary.LlrDistribution": "result record of llr_distribution",
     "dpjax.data.canaries.AuditData": "result record of audit_data",
     "dpjax.data.credit.CreditData": "result record of credit.sample",
@@ -400,6 +402,19 @@ def entries():
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9,
              threshold=0.5), dict(sk, threshold="realinf"), mismatch=False))
 
+  add(E("dpjax.audit.estimators.score_bounds", estimators.score_bounds,
+        dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9,
+             claimed_epsilon=1.0, threshold=0.5, thresholds=np.array([0.2, 0.5]), seed=0),
+        dict(sk, threshold="realinf", thresholds="arrayinf", seed="count"), mismatch=False))
+
+  add(E("dpjax.audit.one_run.fdp_rejects", one_run.fdp_rejects,
+        dict(num_canaries=100, num_guesses=20, num_correct=15, family="gdp", parameter=1.0,
+             delta=1e-5, confidence=0.9),
+        {"num_guesses": "count", "num_correct": "count", "family": "choice",
+         "parameter": "pos"}))
+  add(E("dpjax.audit.one_run.fdp_epsilon_lower_bound", one_run.fdp_epsilon_lower_bound,
+        dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5, family="gdp",
+             confidence=0.9), {"family": "choice"}))
   add(E("dpjax.audit.one_run.p_value", one_run.p_value,
         dict(num_canaries=100, num_guesses=20, num_correct=15, epsilon=1.0, delta=1e-5),
         {"num_guesses": "count", "num_correct": "count"}))

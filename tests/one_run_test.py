@@ -6,6 +6,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 from scipy import stats
 
+from dpjax.accounting import gdp
 from dpjax.audit import one_run
 
 
@@ -102,6 +103,113 @@ class DpSgdOneRunTest(parameterized.TestCase):
     self.assertGreaterEqual(results[0.6]["num_correct"], 38)
     self.assertGreater(results[0.6]["epsilon_lower"], 1.5)
     self.assertLess(results[60.0]["epsilon_lower"], 0.3)
+
+
+def _gaussian_one_run(rng, m, mu, k):
+  """One exactly mu-GDP one-run game: m canaries, bits ~ Bernoulli(1/2), score N(mu b, 1).
+
+  Guesses IN for the top k scores and OUT for the bottom k; returns the correct count.
+  """
+  bits = rng.random(m) < 0.5
+  order = np.argsort(-(mu * bits + rng.normal(size=m)))
+  return int(bits[order[:k]].sum()) + int((~bits[order[m - k:]]).sum())
+
+
+class FdpOneRunTest(parameterized.TestCase):
+  """The f-DP one-run test of Mahloujifar, Melis & Chaudhuri 2025."""
+
+  def test_all_correct_pure_dp_is_randomized_response_closed_form(self):
+    # delta = 0, v = r: the rejection boundary is p^r = alpha with p = e^eps / (1 + e^eps),
+    # the same closed form as Steinke et al.'s (all guesses right).
+    for r in (10, 100):
+      p = 0.05 ** (1 / r)
+      want = math.log(p / (1 - p))
+      got = one_run.fdp_epsilon_lower_bound(num_canaries=2 * r, num_guesses=r, num_correct=r,
+                                            delta=0.0).epsilon_lower
+      self.assertAlmostEqual(got, want, delta=1e-4)
+      self.assertLessEqual(got, want + 1e-9)          # the search never overshoots
+
+  @parameterized.parameters((1000, 100, 90), (1000, 500, 400), (10_000, 1000, 900),
+                            (1000, 1000, 700), (100, 50, 45))
+  def test_against_steinke(self, m, r, v):
+    # Pure DP: Steinke et al.'s test is the exact binomial tail of randomized
+    # response, which the f-DP recursion (a bound for every f) cannot beat; it must
+    # stay within 3% of it. With f = G_mu (the paper's Gaussian setting) the f-DP
+    # bound is the tighter one, as the paper reports.
+    steinke = one_run.epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v)
+    fdp_dp = one_run.fdp_epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v,
+                                             delta=0.0).epsilon_lower
+    fdp_gdp = one_run.fdp_epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v,
+                                              delta=1e-5, family="gdp").epsilon_lower
+    steinke_d = one_run.epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v,
+                                            delta=1e-5)
+    self.assertLessEqual(fdp_dp, steinke + 1e-6)
+    self.assertGreater(fdp_dp, 0.97 * steinke)
+    self.assertGreater(fdp_gdp, steinke_d)
+
+  def test_delta_does_not_scale_with_canaries(self):
+    # Steinke et al. pay 2 m delta in the p-value; the f-DP test with the
+    # (eps, delta) trade-off function does not, so with many canaries it wins.
+    m, r, v, delta = 10_000, 200, 199, 1e-5
+    steinke = one_run.epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v,
+                                          delta=delta)
+    fdp = one_run.fdp_epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v,
+                                          delta=delta).epsilon_lower
+    self.assertGreater(fdp, steinke + 0.1)
+
+  def test_monotone(self):
+    # More correct guesses -> a larger bound; rejection monotone in mu (a prefix).
+    eps = [one_run.fdp_epsilon_lower_bound(num_canaries=500, num_guesses=100, num_correct=v,
+                                           delta=1e-5, family="gdp").epsilon_lower
+           for v in range(50, 101, 5)]
+    d = np.diff(eps)
+    self.assertTrue(np.all(d >= 0) and np.all(d[np.array(eps[:-1]) > 0] > 0), eps)
+    self.assertEqual(eps[0], 0.0)
+    rej = [one_run.fdp_rejects(num_canaries=500, num_guesses=100, num_correct=90,
+                               family="gdp", parameter=mu) for mu in np.linspace(0.05, 3, 60)]
+    k = int(np.sum(rej))
+    self.assertTrue(0 < k < 60 and all(rej[:k]) and not any(rej[k:]), rej)
+    # the mu reported is rejected, and a little more is not
+    res = one_run.fdp_epsilon_lower_bound(num_canaries=500, num_guesses=100, num_correct=90,
+                                          delta=1e-5, family="gdp")
+    kw = dict(num_canaries=500, num_guesses=100, num_correct=90, family="gdp")
+    self.assertTrue(one_run.fdp_rejects(parameter=res.mu_lower, **kw))
+    self.assertFalse(one_run.fdp_rejects(parameter=res.mu_lower * 1.001, **kw))
+    self.assertAlmostEqual(res.epsilon_lower, gdp.gaussian_epsilon(1e-5, res.mu_lower),
+                           places=9)
+
+  def test_validity_by_monte_carlo(self):
+    # 200 one-run games of an exactly mu-GDP mechanism (m = 400 canaries, 40 + 40
+    # guesses fixed in advance): the mu bound may exceed the true mu in at most
+    # 5% of them plus three binomial standard errors (0.05 + 3 * 0.0154 = 0.096);
+    # and the bound must carry signal (median > 0.5 mu).
+    mu, m, k, n_sim = 2.0, 400, 40, 200
+    rng = np.random.default_rng(7)
+    lows = np.array([one_run.fdp_epsilon_lower_bound(
+        num_canaries=m, num_guesses=2 * k, num_correct=_gaussian_one_run(rng, m, mu, k),
+        delta=1e-5, family="gdp").mu_lower for _ in range(n_sim)])
+    self.assertLessEqual(np.mean(lows > mu), 0.096)
+    self.assertGreater(np.median(lows), 0.5 * mu)
+
+  def test_null_game_rejects_rarely(self):
+    # mu = 0 (no signal): any positive bound is a false rejection; <= 5% + 3 s.e.
+    rng = np.random.default_rng(8)
+    lows = np.array([one_run.fdp_epsilon_lower_bound(
+        num_canaries=300, num_guesses=60, num_correct=_gaussian_one_run(rng, 300, 0.0, 30),
+        delta=1e-5).epsilon_lower for _ in range(200)])
+    self.assertLessEqual(np.mean(lows > 0), 0.096)
+
+  def test_validation(self):
+    kw = dict(num_canaries=10, num_guesses=5, num_correct=4)
+    with self.assertRaisesRegex(ValueError, "family"):
+      one_run.fdp_rejects(family="rdp", parameter=1.0, **kw)
+    with self.assertRaisesRegex(ValueError, "parameter"):
+      one_run.fdp_rejects(family="gdp", parameter=0.0, **kw)
+    with self.assertRaisesRegex(ValueError, "delta"):
+      one_run.fdp_epsilon_lower_bound(delta=0.0, family="gdp", **kw)
+    with self.assertRaisesRegex(ValueError, "num_correct"):
+      one_run.fdp_epsilon_lower_bound(num_canaries=10, num_guesses=5, num_correct=6,
+                                      delta=1e-5)
 
 
 if __name__ == "__main__":

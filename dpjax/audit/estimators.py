@@ -18,7 +18,12 @@ someone else's training code. This module is the policy in between:
 * `bootstrap_spread`: how much a bound moves when its error counts are redrawn;
 * `best_certifiable`: the best bound any adversary is expected to certify with a
   given number of trials, from a known ROC (the audit's ceiling for a mechanism);
-* `gdp_estimate`: the mu-GDP fit of Nasr et al. 2023, an estimate, not a bound.
+* `gdp_estimate`: the mu-GDP bound of Nasr et al. 2023, valid only if the
+  mechanism is mu-GDP;
+* `score_bounds`: every estimator above and the one-run ones (`dpjax.audit.one_run`:
+  Steinke, Nasr & Jagielski 2023; Mahloujifar, Melis & Chaudhuri 2025) on one
+  pair of score samples, each a `ScoreBound` with its assumptions, plus their
+  Bonferroni-valid maximum.
 
 The threshold of a test must not be picked on the trials it is evaluated on
 (maximising over thresholds inflates the bound); the order of the trials must not
@@ -429,14 +434,19 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
 
 @dataclasses.dataclass(frozen=True)
 class GdpEstimate:
-  """A mu-GDP fit to one test's error rates (Nasr et al. 2023); an estimate, not a bound.
+  """A mu-GDP lower bound from one test's error rates (Nasr et al. 2023).
+
+  Valid only if the mechanism is mu-GDP for some mu: then, with probability >=
+  `confidence`, its mu is >= `mu` and its eps at `delta` is >= `epsilon`.
 
   Attributes:
-    mu: mu of the Gaussian trade-off curve through the rates' confidence limits.
-    epsilon: eps at `delta` of a mu-GDP mechanism (0 if mu <= 0).
+    mu: mu of the Gaussian trade-off curve through the rates' confidence limits
+      (negative when FPR_u + FNR_u > 1).
+    epsilon: eps at `delta` of a mu-GDP mechanism; 0 when mu <= 0 (a negative mu
+      is clamped, never mirrored to |mu|).
     threshold: the threshold whose errors were used.
     delta, confidence: as passed.
-    assumptions: what the estimate assumes.
+    assumptions: what the bound assumes.
   """
   mu: float
   epsilon: float
@@ -448,13 +458,21 @@ class GdpEstimate:
 
 def gdp_estimate(scores_in_K, scores_out_K, delta: float, confidence: float = 0.95,
                  threshold: Optional[float] = None) -> GdpEstimate:
-  """eps from a mu-GDP fit through one test's error rates (Nasr et al. 2023).
+  """eps lower bound of Nasr et al. 2023, valid only if the mechanism is mu-GDP.
 
-  If the trade-off curve were Gaussian, one operating point (FPR, FNR) would pin
-  it down: mu = Phi^-1(1 - FPR) - Phi^-1(FNR), with each rate replaced by its
-  Clopper-Pearson upper limit at `confidence`. Using the whole curve's shape this
-  way gives far tighter numbers than a threshold bound, but only under that
-  assumption, so it is reported beside the bounds, never as one.
+  A mu-GDP mechanism has FNR >= Phi(Phi^-1(1 - FPR) - mu) for every test. With
+  FPR <= FPR_u and FNR <= FNR_u (Clopper-Pearson upper limits; the two-sided
+  interval at `confidence` puts each at 1 - alpha/2, so both hold together with
+  probability >= 1 - alpha, as in `stats.epsilon_lower_bound`), and the right
+  side decreasing in FPR,
+
+      mu >= Phi^-1(1 - FPR_u) - Phi^-1(FNR_u) =: mu_lower,
+
+  and eps(delta) of mu-GDP increases in mu, so eps >= eps_mu(mu_lower). Using
+  the Gaussian shape of the curve gives far tighter numbers than a threshold
+  bound, but only under that assumption. mu_lower < 0 (FPR_u + FNR_u > 1, e.g.
+  on scores without signal) certifies nothing: eps = 0. Mirroring it to |mu|
+  would certify a positive eps from pure noise.
 
   Args:
     scores_in_K, scores_out_K: float[K_in], float[K_out] (higher = IN).
@@ -491,8 +509,9 @@ def gdp_estimate(scores_in_K, scores_out_K, delta: float, confidence: float = 0.
   eps = gdp.gaussian_epsilon(delta, mu) if mu > 0 else 0.0
   return GdpEstimate(
       mu, float(eps), float(threshold), delta, confidence,
-      "assumes the trade-off curve is Gaussian (mu-GDP) and fits it through one operating "
-      "point's Clopper-Pearson upper limits; an estimate, not a bound")
+      "valid only if the mechanism is mu-GDP (Gaussian trade-off curve): mu >= "
+      "Phi^-1(1 - FPR_u) - Phi^-1(FNR_u) with Clopper-Pearson upper limits holding jointly "
+      "at the confidence; a negative mu gives eps 0")
 
 
 def _mu_lower(fp, neg, fn, pos, confidence):
@@ -598,7 +617,8 @@ def _one_run_bound(name, s_in, s_out, delta, confidence, seed) -> ScoreBound:
     correct[r] = int(bits[order[:k]].sum()) + int((~bits[order[n - k:]]).sum())
   # Most promising guess count first (highest lower confidence limit on the accuracy),
   # so that later counts are mostly dismissed by one test at the best value so far.
-  acc_lo = {r: stats.clopper_pearson(correct[r], r, per)[0] for r in counts}
+  lo_C, _ = stats.clopper_pearson(np.array([correct[r] for r in counts]), np.array(counts), per)
+  acc_lo = dict(zip(counts, np.atleast_1d(lo_C)))
   alpha = 1.0 - per
   fam = {"fdp_one_run": "dp", "fdp_one_run_gdp": "gdp"}.get(name)
   best_p, best_r = 0.0, counts[0]
@@ -657,11 +677,14 @@ def _cp_declared(s_in, s_out, delta, confidence, thresholds) -> ScoreBound:
   if not tests:
     tests = [(float(np.median(np.r_[s_in[:1], s_out[:1]])), 1)]
   per = bonferroni_confidence(confidence, len(tests))
-  best, best_t = -1.0, tests[0]
-  for t, sign in tests:
-    b = _evaluate(e_in, e_out, t, sign, delta, per, sel, "declared", how)
-    if b.epsilon_lower > best:
-      best, best_b, best_t = b.epsilon_lower, b, (t, sign)
+  eps_T = np.full(len(tests), -1.0)
+  for sign in (1, -1):
+    idx = [i for i, (_, sg) in enumerate(tests) if sg == sign]
+    if idx:
+      fp, fn = stats.error_counts(sign * e_in, sign * e_out, np.array([tests[i][0] for i in idx]))
+      eps_T[idx] = stats.epsilon_lower_bound(fp, e_out.size, fn, e_in.size, delta, per)
+  t, sign = tests[int(np.argmax(eps_T))]
+  best_b = _evaluate(e_in, e_out, t, sign, delta, per, sel, "declared", how)
   details = {**_threshold_details(best_b), "num_tests": len(tests),
              "confidence_per_test": per, "strategy": "bonferroni"}
   return ScoreBound("clopper_pearson_bonferroni", best_b.epsilon_lower,

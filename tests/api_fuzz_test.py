@@ -53,6 +53,7 @@ EXCLUDED = {
     "dpjax.audit.estimators.GdpEstimate": "result record of gdp_estimate",
     "dpjax.audit.one_run.OneRunResult": "result record of one_run.audit",
     "dpjax.audit.estimators.ScoreBound": "result record of score_bounds",
+    "dpjax.audit.roc.RocBand": "result record of roc_band",
     "dpjax.audit.one_run.FdpOneRunResult": "result record of one_run.fdp_epsilon_lower_bound",
     "dpjax.audit.canary.LlrDistribution": "result record of llr_distribution",
     "dpjax.data.canaries.AuditData": "result record of audit_data",
@@ -407,6 +408,18 @@ def entries():
              claimed_epsilon=1.0, threshold=0.5, thresholds=np.array([0.2, 0.5]), seed=0),
         dict(sk, threshold="realinf", thresholds="arrayinf", seed="count"), mismatch=False))
 
+  from dpjax.audit import roc  # pylint: disable=g-import-not-at-top
+  add(E("dpjax.audit.roc.empirical_roc", roc.empirical_roc,
+        dict(scores_in_K=scores_in, scores_out_K=scores_out), sk, mismatch=False))
+  add(E("dpjax.audit.roc.roc_band", roc.roc_band,
+        dict(scores_in_K=scores_in, scores_out_K=scores_out, confidence=0.9,
+             fpr_G=np.array([0.01, 0.5])), dict(sk, fpr_G="probarr"), mismatch=False))
+  add(E("dpjax.audit.roc.plot_roc_band", roc.plot_roc_band,
+        dict(ax=fb.Fresh(lambda: __import__("matplotlib.pyplot").pyplot.subplots()[1]),
+             band=roc.roc_band(scores_in, scores_out), epsilon=1.0, delta=1e-5, mu=1.0,
+             max_epsilon=10.0, log_scale=True, label="a"),
+        {"ax": None, "band": "object", "log_scale": None, "label": None, "mu": "pos",
+         "max_epsilon": "pos"}))
   add(E("dpjax.audit.one_run.fdp_rejects", one_run.fdp_rejects,
         dict(num_canaries=100, num_guesses=20, num_correct=15, family="gdp", parameter=1.0,
              delta=1e-5, confidence=0.9),

@@ -13,7 +13,7 @@ import importlib
 
 from dpjax.audit.stats import clopper_pearson, epsilon_lower_bound
 
-_SUBMODULES = ("canary", "estimators", "one_run", "stats", "store", "variants")
+_SUBMODULES = ("canary", "estimators", "one_run", "roc", "stats", "store", "variants")
 __all__ = ["clopper_pearson", "epsilon_lower_bound", *_SUBMODULES]
 
 

@@ -17,6 +17,14 @@ with many canaries behaves like many runs with one, up to the delta term.
 The number of guesses must be fixed in advance (choosing k after looking at the
 scores would inflate the bound, as choosing a threshold does).
 
+`fdp_rejects` / `fdp_epsilon_lower_bound` are the f-DP analysis of the same game
+(Mahloujifar, Melis & Chaudhuri 2025, https://arxiv.org/abs/2410.22235): the
+hypothesis is a whole trade-off curve f instead of (eps, delta), tested by a
+recursion over the number of correct guesses (see `fdp_rejects`). With the
+(eps, delta)-DP curve it holds for every (eps, delta)-DP run and does not pay the
+2 m delta of the bound above; with the Gaussian curve G_mu it is much tighter,
+but rejects (eps, delta) claims only for mechanisms that are mu-GDP.
+
 Shape letters: K canaries.
 
 Examples:

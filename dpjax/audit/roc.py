@@ -1,0 +1,236 @@
+"""The empirical ROC of an attack, a simultaneous confidence band, and the accounted curve beside it.
+
+An audit's scores (higher = IN) define the threshold tests "IN iff score > t";
+their false- and true-positive rates trace the attack's ROC. The true ROC is
+(FPR(t), TPR(t)) with FPR(t) = P[out score > t] and TPR(t) = P[in score > t];
+the empirical ROC replaces both by the fractions of trials.
+
+Simultaneous band (Dvoretzky-Kiefer-Wolfowitz with Massart's constant): for n
+i.i.d. scores with survival function S and empirical survival function S_n,
+
+    P[ sup_t |S_n(t) - S(t)| > e ] <= 2 exp(-2 n e^2),
+
+and the same e bounds |P_n[s >= t] - P[s >= t]| (left limits). Spending alpha/2
+on each side, e_out = sqrt(ln(4/alpha) / (2 K_out)) and e_in = sqrt(ln(4/alpha) /
+(2 K_in)). A randomized threshold test ("IN if s > t; if s = t, IN with
+probability lambda") has FPR = (1 - lambda) P[s > t] + lambda P[s >= t], a convex
+combination, so with probability >= 1 - alpha EVERY such test has its empirical
+FPR within e_out and its empirical TPR within e_in of the true ones. These tests
+trace the whole ROC R (the threshold points joined by segments, i.e. the curve
+with randomized tests at atoms), and on the empirical side the empirical ROC R_n
+(its points joined by segments). A true point (x, y) = (FPR, TPR) of a test thus
+has an empirical point (x_n, y_n) of the same test on R_n with |x_n - x| <= e_out,
+|y_n - y| <= e_in; R_n being non-decreasing,
+
+    max(0, R_n^lo(x - e_out) - e_in) <= y <= min(1, R_n^hi(x + e_out) + e_in),
+
+with R_n^lo / R_n^hi the lowest / highest point of R_n at an abscissa (they differ
+on vertical segments). The band therefore holds at every FPR at once (not point
+by point) at `confidence`, for any score distributions, atoms included.
+
+The accounted mechanism's trade-off curve (`dpjax.tradeoff`: `dp_tpr_bound`,
+`gaussian_tpr`, `pld_tpr_bound`) bounds every test's ROC; an audit whose lower
+band crosses above it falsifies the claim. `plot_roc_band` draws both.
+
+References: Dvoretzky, Kiefer & Wolfowitz 1956; Massart 1990 (the tight
+constant), https://doi.org/10.1214/aop/1176990746.
+
+Shape letters: K trials, J ROC points, G grid of false-positive rates.
+
+Examples:
+  >>> fpr, tpr, thr = empirical_roc([2.0, 3.0], [0.0, 2.0])
+  >>> fpr.tolist(), tpr.tolist()
+  ([0.0, 0.0, 0.0, 0.5, 1.0], [0.0, 0.0, 0.5, 1.0, 1.0])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from dpjax import _validate, tradeoff
+from dpjax.audit import stats
+
+
+def empirical_roc(scores_in_K, scores_out_K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The empirical ROC of the tests "IN iff score > t".
+
+  Args:
+    scores_in_K: float[K_in] scores of runs with the canary (higher = IN).
+    scores_out_K: float[K_out] scores of runs without it.
+  Returns:
+    (fpr_J, tpr_J, thresholds_J): thresholds_J = +inf, then the distinct scores
+    in decreasing order, then -inf; fpr_J and tpr_J are the fractions of OUT and
+    IN scores above each (non-decreasing from (0, 0) to (1, 1)).
+
+  Examples:
+    >>> _, _, thr = empirical_roc([1.0], [0.0])
+    >>> thr.tolist()
+    [inf, 1.0, 0.0, -inf]
+  """
+  s_in = stats.check_scores(scores_in_K, "scores_in_K")
+  s_out = stats.check_scores(scores_out_K, "scores_out_K")
+  u = np.unique(np.concatenate([s_in, s_out]))[::-1]
+  thr = np.concatenate([[np.inf], u[np.isfinite(u)], [-np.inf]])
+  fp, fn = stats.error_counts(s_in, s_out, thr)
+  fpr = fp / s_out.size
+  tpr = 1.0 - fn / s_in.size
+  # "score > -inf" misses scores equal to -inf; the last point is the test "always IN".
+  fpr[-1], tpr[-1] = 1.0, 1.0
+  return fpr, tpr, thr
+
+
+@dataclasses.dataclass(frozen=True)
+class RocBand:
+  """A simultaneous confidence band for an attack's true ROC on a grid of FPRs.
+
+  With probability >= `confidence` over the trials, every point of the true ROC
+  (randomized threshold tests included) at FPR x lies in [tpr_lower_G,
+  tpr_upper_G], at every grid FPR x at once.
+
+  Attributes:
+    fpr_G: float64[G] false-positive rates, increasing, in [0, 1].
+    tpr_lower_G, tpr_upper_G: float64[G] the band.
+    tpr_empirical_G: float64[G] the empirical ROC R_n (its highest point at x).
+    confidence: the joint confidence.
+    epsilon_out, epsilon_in: the DKW half-widths e_out, e_in.
+    assumptions: what the band assumes.
+  """
+  fpr_G: np.ndarray
+  tpr_lower_G: np.ndarray
+  tpr_upper_G: np.ndarray
+  tpr_empirical_G: np.ndarray
+  confidence: float
+  epsilon_out: float
+  epsilon_in: float
+  assumptions: str
+
+
+def _default_grid(k_out: int) -> np.ndarray:
+  lo = min(1e-3, 0.1 / k_out)
+  return np.unique(np.concatenate([[0.0], np.geomspace(lo, 1.0, 200), np.linspace(0, 1, 101)]))
+
+
+def _curve_high(fpr_J, tpr_J, u_G):
+  """Highest point of the polyline through (fpr_J, tpr_J) at abscissa u (1 beyond 1)."""
+  j = np.clip(np.searchsorted(fpr_J, u_G, side="right") - 1, 0, fpr_J.size - 1)
+  k = np.minimum(j + 1, fpr_J.size - 1)
+  width = fpr_J[k] - fpr_J[j]
+  with np.errstate(invalid="ignore", divide="ignore"):
+    lam = np.where(width > 0, (u_G - fpr_J[j]) / width, 0.0)
+  y = tpr_J[j] + np.clip(lam, 0.0, 1.0) * (tpr_J[k] - tpr_J[j])
+  return np.where(u_G >= 1.0, 1.0, y)
+
+
+def _curve_low(fpr_J, tpr_J, u_G):
+  """Lowest point of the polyline through (fpr_J, tpr_J) at abscissa u (0 below 0)."""
+  j = np.clip(np.searchsorted(fpr_J, u_G, side="left"), 0, fpr_J.size - 1)
+  i = np.maximum(j - 1, 0)
+  width = fpr_J[j] - fpr_J[i]
+  with np.errstate(invalid="ignore", divide="ignore"):
+    lam = np.where(width > 0, (u_G - fpr_J[i]) / width, 1.0)
+  y = tpr_J[i] + np.clip(lam, 0.0, 1.0) * (tpr_J[j] - tpr_J[i])
+  return np.where(u_G <= 0.0, 0.0, y)
+
+
+def roc_band(scores_in_K, scores_out_K, *, confidence: float = 0.95,
+             fpr_G: Optional[Any] = None) -> RocBand:
+  """Simultaneous (DKW-Massart) confidence band for the true ROC (see module docstring).
+
+  Args:
+    scores_in_K: float[K_in] scores of runs with the canary, i.i.d.
+    scores_out_K: float[K_out] scores of runs without it, i.i.d.
+    confidence: the joint confidence 1 - alpha, in (0, 1); alpha/2 per side.
+    fpr_G: optional float[G] grid of FPRs in [0, 1]; default: 0, 200 log-spaced
+      points from min(1e-3, 0.1 / K_out) to 1, and 101 linear ones.
+  Returns:
+    RocBand.
+
+  Examples:
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> b = roc_band(rng.normal(size=5000) + 1, rng.normal(size=5000), fpr_G=[0.5])
+    >>> round(b.epsilon_in, 4), bool(b.tpr_lower_G[0] < 0.84 < b.tpr_upper_G[0])
+    (0.0209, True)
+  """
+  s_in = stats.check_scores(scores_in_K, "scores_in_K")
+  s_out = stats.check_scores(scores_out_K, "scores_out_K")
+  confidence = _validate.check_confidence(confidence)
+  if fpr_G is None:
+    grid = _default_grid(s_out.size)
+  else:
+    grid = np.sort(_validate.check_array(fpr_G, "fpr_G", ndim=1, low=0.0, high=1.0, min_size=1))
+  alpha = 1.0 - confidence
+  e_out = math.sqrt(math.log(4.0 / alpha) / (2.0 * s_out.size))
+  e_in = math.sqrt(math.log(4.0 / alpha) / (2.0 * s_in.size))
+  fpr, tpr, _ = empirical_roc(s_in, s_out)           # both non-decreasing along J
+  upper = np.minimum(1.0, _curve_high(fpr, tpr, grid + e_out) + e_in)
+  lower = np.maximum(0.0, _curve_low(fpr, tpr, grid - e_out) - e_in)
+  empirical = _curve_high(fpr, tpr, grid)
+  return RocBand(
+      grid, lower, upper, empirical, confidence, e_out, e_in,
+      f"Dvoretzky-Kiefer-Wolfowitz-Massart band on each side's survival function at "
+      f"{1 - alpha / 2:g} (jointly {confidence:g}); valid over the whole curve at once when "
+      "each side's scores are i.i.d.; covers the ROC of randomized threshold tests")
+
+
+def plot_roc_band(ax, band: RocBand, *, epsilon: Optional[float] = None, delta: float = 0.0,
+                  mu: Optional[float] = None, privacy_loss: Any = None,
+                  max_epsilon: float = 50.0, log_scale: bool = True,
+                  label: str = "attack") -> Any:
+  """Draws the empirical ROC, its band and the accounted trade-off curve(s) on `ax`.
+
+  Curves drawn beside the band, each the largest TPR any test can reach:
+  (eps, delta)-DP (`tradeoff.dp_tpr_bound`) when `epsilon` is given, mu-GDP
+  (`tradeoff.gaussian_tpr`) when `mu` is given, and a whole privacy profile
+  (`tradeoff.pld_tpr_bound`) when `privacy_loss` is given; plus the diagonal.
+
+  Args:
+    ax: a matplotlib Axes.
+    band: a RocBand.
+    epsilon, delta: the claimed (eps, delta), optional (delta in [0, 1)).
+    mu: a claimed mu > 0, optional.
+    privacy_loss: an object with delta(eps) and rounding_noise(eps) (a PLD), optional.
+    max_epsilon: the eps range of the profile's bound, > 0.
+    log_scale: log-log axes (the low-FPR region, where audits certify).
+    label: legend label of the attack.
+  Returns:
+    ax.
+  """
+  if not callable(getattr(ax, "fill_between", None)):
+    raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+  if not isinstance(band, RocBand):
+    raise TypeError(f"band must be a RocBand, got {type(band).__name__}")
+  delta = _validate.check_delta(delta, allow_zero=True)
+  max_epsilon = _validate.check_epsilon(max_epsilon, "max_epsilon")
+  if not isinstance(log_scale, (bool, np.bool_)):
+    raise TypeError(f"log_scale must be a bool, got {log_scale!r}")
+  if not isinstance(label, str):
+    raise TypeError(f"label must be a string, got {label!r}")
+  x = band.fpr_G
+  xs = np.maximum(x, x[x > 0].min() if np.any(x > 0) else 1e-6) if log_scale else x
+  ax.fill_between(xs, band.tpr_lower_G, band.tpr_upper_G, alpha=0.25,
+                  label=f"{label}: {100 * band.confidence:g}% simultaneous band")
+  ax.plot(xs, band.tpr_empirical_G, lw=1.2, label=f"{label}: empirical ROC")
+  if epsilon is not None:
+    eps = _validate.check_epsilon(epsilon, allow_zero=True)
+    ax.plot(xs, tradeoff.dp_tpr_bound(xs, eps, delta), "k--", lw=1,
+            label=f"({eps:g}, {delta:g})-DP bound")
+  if mu is not None:
+    m = _validate.check_positive(mu, "mu")
+    ax.plot(xs, tradeoff.gaussian_tpr(xs, m), "k:", lw=1, label=f"{m:g}-GDP curve")
+  if privacy_loss is not None:
+    ax.plot(xs, tradeoff.pld_tpr_bound(privacy_loss, xs, max_epsilon), "r-.", lw=1,
+            label="accounted (PLD) bound")
+  ax.plot(xs, xs, color="0.6", lw=0.8)
+  if log_scale:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(max(1e-4, float(np.min(xs)) / 2), 1.05)
+  ax.set_xlabel("false-positive rate")
+  ax.set_ylabel("true-positive rate")
+  ax.legend(fontsize=7)
+  return ax

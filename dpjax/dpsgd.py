@@ -257,18 +257,23 @@ def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
   agg_state = aggregate.init(params)
   opt_state = optimizer.init(params)
   if gradient_canary is not None:
+    # K canaries: every leaf [K, ...]; canary_keep is bool[K].
     g_c = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), gradient_canary)
-    # Overflow-safe ||g_c|| (sqrt of the sum of squares wherever that is in range).
+    num_canaries = jax.tree.leaves(g_c)[0].shape[0]
+    # Overflow-safe ||g_c^j|| (sqrt of the sum of squares wherever that is in range).
     norm_c = clipping_lib.vmap.tree_norms(
-        [jnp.reshape(v, (1, -1)) for v in jax.tree.leaves(g_c)])[0]
-    g_c_clipped = jax.tree.map(lambda v: v * clipping_lib.clip_factor(norm_c, c), g_c)
+        [jnp.reshape(v, (num_canaries, -1)) for v in jax.tree.leaves(g_c)])
+    factor_c = clipping_lib.clip_factor(norm_c, c)
+    g_c_clipped = jax.tree.map(
+        lambda v: v * jnp.reshape(factor_c, (-1,) + (1,) * (v.ndim - 1)), g_c)
     if getattr(clipping, "grid", None) is not None:
-      # A grid path sums int32 grid units: the canary is rounded like any record.
-      g_c_clipped = jax.tree.map(lambda v: v[0], clipping_grid.round_clipped(
-          jax.tree.map(lambda v: v[None], g_c_clipped), clipping.grid, c))
-    # The canary is one more record, Poisson-sampled at the accounted rate q.
+      # A grid path sums int32 grid units: each canary is rounded like any record.
+      g_c_clipped = clipping_grid.round_clipped(g_c_clipped, clipping.grid, c)
+    # Each canary is one more record, Poisson-sampled at the accounted rate q with
+    # its own bit: bit j of step t is entry j of poisson_mask(fold_in(k_canary, t),
+    # q, K), so K = 1 draws exactly the single canary's bit.
     canary_sampler = sampling_lib.PoissonSampler(float(cfg.sampling_prob))
-    one = jnp.ones((1,), bool)
+    all_canaries = jnp.ones((num_canaries,), bool)
 
   def step(carry, t):
     params, agg_state, opt_state, st, first_bad = carry
@@ -276,10 +281,15 @@ def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
     gsum, norms = clipping(params, x, y, wts, c)
     bsize = jnp.sum(wts)
     if gradient_canary is not None:
-      bit = canary_sampler.batch_mask(k_canary, t, one)[0].astype(jnp.float32)
-      bit = bit * canary_keep.astype(jnp.float32)
-      gsum = jax.tree.map(lambda s, v: s + bit.astype(v.dtype) * v, gsum, g_c_clipped)
-      bsize = bsize + bit
+      bits = canary_sampler.batch_mask(k_canary, t, all_canaries).astype(jnp.float32)
+      bits = bits * canary_keep.astype(jnp.float32)
+      # sum_j bit_j g_j: exact for K = 1 (a product by 0 or 1) and for canaries in
+      # disjoint coordinates; counted in the realised batch size like records.
+      gsum = jax.tree.map(
+          lambda s, v: s + jnp.sum(
+              jnp.reshape(bits.astype(v.dtype), (-1,) + (1,) * (v.ndim - 1)) * v, axis=0),
+          gsum, g_c_clipped)
+      bsize = bsize + jnp.sum(bits)
     priv, agg_state = aggregate.update(gsum, agg_state, params, batch_size=bsize)
     obs = observe_fn(priv) if observe_fn is not None else None
     upd, opt_state = optimizer.update(priv, opt_state, params)
@@ -327,7 +337,8 @@ def _compiled(cfg, model, observe_fn, per_example_stats, has_canary, path, sampl
   return jax.jit(batched)
 
 
-def _bytes_per_model(x, cfg, per_example_stats, observe_fn, path, params_shape):
+def _bytes_per_model(x, cfg, per_example_stats, observe_fn, path, params_shape,
+                     num_canaries=0):
   """A rough working-set estimate per model, for sizing chunks."""
   n, f = x.shape[0], int(np.prod(x.shape[1:]))
   p = sum(int(np.prod(l.shape)) for l in jax.tree.leaves(params_shape))
@@ -337,7 +348,13 @@ def _bytes_per_model(x, cfg, per_example_stats, observe_fn, path, params_shape):
   if per_example_stats:
     per += 4 * 3 * n
   if observe_fn is not None:
-    per += 4 * cfg.num_steps * 8
+    try:
+      obs_size = sum(int(np.prod(l.shape)) for l in jax.tree.leaves(
+          jax.eval_shape(observe_fn, params_shape)))
+    except Exception:  # pylint: disable=broad-except
+      obs_size = 1     # an observer that cannot be traced here fails in training instead
+    per += 4 * cfg.num_steps * max(8, obs_size)
+  per += 4 * 2 * num_canaries            # the canaries' bits
   return per
 
 
@@ -412,6 +429,8 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
                per_example_stats: bool = False,
                gradient_canary: PyTree | None = None,
                canary_keep_M: jax.typing.ArrayLike | None = None,
+               gradient_canaries: PyTree | None = None,
+               canary_keep_MxK: jax.typing.ArrayLike | None = None,
                sampler: sampling_lib.Sampler | None = None,
                clipping: clipping_lib.ClippingPath | Callable | None = None,
                privatizer: privatizer_lib.Privatizer | None = None,
@@ -444,6 +463,17 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
       Poisson-sampled at rate q with its own bit, counted in the realised batch size).
     canary_keep_M: bool[M], whether the canary is in model i's dataset (required
       with gradient_canary).
+    gradient_canaries: optional pytree like params whose every leaf has an extra
+      leading axis K >= 1: K gradient canaries g^1..g^K (canary j is the slice
+      [j] of every leaf). Each is an extra record with that fixed gradient:
+      clipped to C, Poisson-sampled at rate q every step with its own bit
+      (independent of the other canaries' and the records' bits; for K = 1 the
+      bit of `gradient_canary`, so `gradient_canary=g, canary_keep_M=k` and
+      `gradient_canaries=g[None], canary_keep_MxK=k[:, None]` train identical
+      models), added to the clipped sum and counted in the realised batch size.
+      Not combinable with gradient_canary.
+    canary_keep_MxK: bool[M, K]: canary j is in model i's dataset iff
+      canary_keep_MxK[i, j] (required with gradient_canaries).
     sampler: batch selection (`dpjax.sampling`); default `cfg.sampler()`, Poisson at q.
     clipping: a `clipping.ClippingPath` or a function with the clipped-sum contract;
       default `clipping.path_for(model)`.
@@ -476,9 +506,13 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
 
 def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, observe_fn,
            per_example_stats, gradient_canary, canary_keep_M, sampler, clipping, privatizer,
-           optimizer, memory_budget_bytes, max_chunk, model_sharding, progress):
+           optimizer, memory_budget_bytes, max_chunk, model_sharding, progress,
+           gradient_canaries=None, canary_keep_MxK=None):
   """train_many's body, with an optional per-model noise std float32[M] (train_sweep)."""
-  for name, value in (("key", key), ("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN)):
+  for name, value in (("key", key), ("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN),
+                      ("gradient_canary", gradient_canary), ("canary_keep_M", canary_keep_M),
+                      ("gradient_canaries", gradient_canaries),
+                      ("canary_keep_MxK", canary_keep_MxK)):
     if any(_validate.is_tracer(leaf) for leaf in jax.tree.leaves(value)):
       raise TypeError(f"{name} is a traced value: train_many compiles its own program "
                       "(vmap over models, scan over steps) and must be called from Python, "
@@ -513,29 +547,15 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
   if max_chunk is not None:
     _validate.check_int(max_chunk, "max_chunk")
   m = keep.shape[0]
-  has_canary = gradient_canary is not None
-  if has_canary:
-    if canary_keep_M is None:
-      raise ValueError("canary_keep_M (bool[M]) is required with gradient_canary")
-    ck = jnp.asarray(canary_keep_M)
-    if ck.shape != (m,) or ck.dtype != jnp.bool_:
-      raise ValueError(f"canary_keep_M must be bool[{m}], got {ck.dtype}{list(ck.shape)}")
-  else:
-    if canary_keep_M is not None:
-      raise ValueError("canary_keep_M given without gradient_canary")
-    ck = jnp.zeros((m,), bool)
   params_shape = jax.eval_shape(model.init, jax.random.key(0))
+  canaries, ck = _canaries(m, params_shape, gradient_canary, canary_keep_M, gradient_canaries,
+                           canary_keep_MxK)
+  has_canary = canaries is not None
   if init_params is not None:
     if jax.tree.structure(init_params) != jax.tree.structure(params_shape) or any(
         tuple(a.shape) != tuple(b.shape) for a, b in
         zip(jax.tree.leaves(init_params), jax.tree.leaves(params_shape))):
       raise ValueError("init_params must match the structure and shapes of model.init")
-  if has_canary:
-    if jax.tree.structure(gradient_canary) != jax.tree.structure(params_shape):
-      raise ValueError("gradient_canary must have the structure of the model's params")
-    if not all(bool(jnp.all(jnp.isfinite(jnp.asarray(v, jnp.float32))))
-               for v in jax.tree.leaves(gradient_canary)):
-      raise ValueError("gradient_canary must be finite (no NaN or inf)")
   if init_params is not None and not all(bool(jnp.all(jnp.isfinite(v)))
                                          for v in jax.tree.leaves(init_params)):
     raise ValueError("init_params must be finite (no NaN or inf)")
@@ -554,7 +574,8 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
   fn = _compiled(_noise_free(cfg), model, observe_fn, bool(per_example_stats), has_canary,
                  path, sampler, privatizer, optimizer, init_params is not None, has_noise)
 
-  per = _bytes_per_model(x, cfg, per_example_stats, observe_fn, path, params_shape)
+  per = _bytes_per_model(x, cfg, per_example_stats, observe_fn, path, params_shape,
+                         ck.shape[1])
   chunk = max(1, int(memory_budget_bytes // per))
   chunk = min(chunk, int(max_chunk) if max_chunk is not None else _DEFAULT_MAX_CHUNK)
   chunk = min(chunk, m)
@@ -564,7 +585,7 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
     chunk = -(-chunk // ndev) * ndev   # whole models per device (padding repeats models)
   num_chunks = -(-m // chunk)
   keys = _model_keys(key, m)
-  canary = gradient_canary if has_canary else None
+  canary = canaries
   outs = []
   it = range(num_chunks)
   if progress and num_chunks > 1:
@@ -593,6 +614,76 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
                   "gives the step; exclude them from any score or audit.",
                   DivergenceWarning, stacklevel=3)
   return TrainResult(params, obs, stats, finite, first_bad)
+
+
+def _canaries(m, params_shape, gradient_canary, canary_keep_M, gradient_canaries,
+              canary_keep_MxK):
+  """(canaries with leaves [K, ...] or None, canary_keep bool[M, K]) from either form.
+
+  The single `gradient_canary` / `canary_keep_M` is the case K = 1. Refuses a
+  missing or mismatched partner, both forms at once, a structure or leaf shape
+  unlike params (plus the leading K), K = 0, canaries larger than memory, and
+  non-finite canaries, each by name.
+  """
+  if gradient_canary is not None and gradient_canaries is not None:
+    raise ValueError("gradient_canary and gradient_canaries are exclusive (the single "
+                     "canary is gradient_canaries with K = 1)")
+  if gradient_canary is not None or canary_keep_M is not None:
+    if gradient_canary is None:
+      raise ValueError("canary_keep_M given without gradient_canary")
+    if canary_keep_MxK is not None:
+      raise ValueError("canary_keep_MxK given with gradient_canary (use canary_keep_M)")
+    if canary_keep_M is None:
+      raise ValueError("canary_keep_M (bool[M]) is required with gradient_canary")
+    ck = np.asarray(canary_keep_M)
+    if ck.shape != (m,) or ck.dtype != np.bool_:
+      raise ValueError(f"canary_keep_M must be bool[{m}], got {ck.dtype}{list(ck.shape)}")
+    _check_canary_leaves(gradient_canary, params_shape, "gradient_canary", batched=False)
+    return (jax.tree.map(lambda v: jnp.asarray(v, jnp.float32)[None], gradient_canary),
+            jnp.asarray(ck[:, None]))
+  if gradient_canaries is None:
+    if canary_keep_MxK is not None:
+      raise ValueError("canary_keep_MxK given without gradient_canaries")
+    return None, jnp.zeros((m, 0), bool)
+  if canary_keep_MxK is None:
+    raise ValueError("canary_keep_MxK (bool[M, K]) is required with gradient_canaries")
+  k = _check_canary_leaves(gradient_canaries, params_shape, "gradient_canaries", batched=True)
+  ck = np.asarray(canary_keep_MxK)
+  if ck.shape != (m, k) or ck.dtype != np.bool_:
+    raise ValueError(f"canary_keep_MxK must be bool[{m}, {k}] (models x canaries), got "
+                     f"{ck.dtype}{list(ck.shape)}")
+  return jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), gradient_canaries), jnp.asarray(ck)
+
+
+def _check_canary_leaves(canaries, params_shape, name, *, batched) -> int:
+  """Checks a canary pytree against params (leaves [K, ...] if batched); returns K."""
+  if jax.tree.structure(canaries) != jax.tree.structure(params_shape):
+    raise ValueError(f"{name} must have the structure of the model's params")
+  leaves = jax.tree.leaves(canaries)
+  for v in leaves:
+    dtype = getattr(v, "dtype", None)
+    dtype = np.asarray(v).dtype if dtype is None else dtype
+    if not (np.issubdtype(dtype, np.number) or dtype == np.bool_) or np.iscomplexobj(
+        np.zeros((), dtype)):
+      raise ValueError(f"{name} must hold real numbers, got dtype {dtype}")
+  shapes = [tuple(np.shape(v)) for v in leaves]
+  want = [tuple(l.shape) for l in jax.tree.leaves(params_shape)]
+  if batched:
+    if any(len(s) != len(w) + 1 for s, w in zip(shapes, want)) or any(
+        s[1:] != w for s, w in zip(shapes, want)) or len({s[0] for s in shapes}) != 1:
+      raise ValueError(f"{name} leaves must have the params' shapes with one common leading "
+                       f"axis K, got {shapes} for params {want}")
+    k = shapes[0][0]
+    if k < 1:
+      raise ValueError(f"{name} must hold K >= 1 canaries, got K = {k}")
+    _validate.check_size(k, f"{name} (K)", units=sum(math.prod(w) for w in want))
+  else:
+    if shapes != want:
+      raise ValueError(f"{name} leaves must have the params' shapes {want}, got {shapes}")
+    k = 1
+  if not all(bool(np.all(np.isfinite(np.asarray(v, np.float32)))) for v in leaves):
+    raise ValueError(f"{name} must be finite (no NaN or inf)")
+  return k
 
 
 def _first_bad_index(bad: np.ndarray) -> tuple[int, ...]:
@@ -645,7 +736,8 @@ def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Array
   Args:
     key: the model's key (train_many's split(key, M)[i]).
     keep_N: bool[N] membership.
-    canary_keep: with gradient_canary, whether the canary is in the dataset.
+    canary_keep: with gradient_canary, whether the canary is in the dataset; with
+      gradient_canaries, bool[K], which of the K canaries are.
     **kwargs: any other `train_many` keyword.
   Returns:
     TrainResult without the leading model axis.
@@ -659,7 +751,11 @@ def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Array
   if keep.ndim != 1:
     raise ValueError(f"keep_N must have rank 1, got shape {keep.shape}")
   if canary_keep is not None:
-    kwargs["canary_keep_M"] = jnp.asarray([bool(canary_keep)])
+    if kwargs.get("gradient_canaries") is not None:
+      kwargs["canary_keep_MxK"] = _validate.check_binary(canary_keep, "canary_keep",
+                                                         ndim=1)[None]
+    else:
+      kwargs["canary_keep_M"] = jnp.asarray([bool(canary_keep)])
   kwargs.setdefault("progress", False)
   out = train_many(key[None], x_NxF, y_N, keep[None], cfg, model, **kwargs)
   return jax.tree.map(lambda a: a[0], out)

@@ -532,6 +532,11 @@ def entries():
   add(E("dpjax.dpsgd.train_many", dpsgd.train_many,
         dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn, cfg=cfg, model=lr,
              max_chunk=2, progress=False), tk))
+  add(E("dpjax.dpsgd.train_many[gradient_canaries]", dpsgd.train_many,
+        dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn, cfg=cfg, model=lr,
+             gradient_canaries={"w": 2.0 * np.eye(3, dtype=np.float32)[1:]},
+             canary_keep_MxK=np.array([[True, False], [False, True]]), progress=False),
+        dict(tk, canary_keep_MxK="binary")))
   add(E("dpjax.dpsgd.train_one", dpsgd.train_one,
         dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_N=keep_mn[0], cfg=cfg, model=lr,
              progress=False), tk))

@@ -1,0 +1,196 @@
+"""Tests for K gradient canaries per model in dpjax.dpsgd.train_many.
+
+With no noise, the canaries' unused coordinates of each privatized update show each
+canary's inclusion bit exactly (C / B per included canary), so the bits are checked
+against their documented draw `prng.poisson_mask(fold_in(k_canary, t), q, K) & keep`,
+for rate q, for independence across canaries, and for the single-canary case being
+the same computation as `gradient_canary` (bit-identical results).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+from dpjax import dpsgd
+from dpjax import models
+from dpjax import prng
+from dpjax.audit import variants
+from tests import helpers
+
+
+def _data(n=12, f=3, k=4, seed=0):
+  """n records with f random features and k trailing zero columns (the canaries' own)."""
+  x = jax.random.normal(jax.random.key(seed), (n, f + k))
+  x = x.at[:, f:].set(0.0)
+  y = (x[:, 0] > 0).astype(jnp.int32)
+  return x, y
+
+
+def _dirac(d, k, c=1.0, scale=1.0):
+  """{"w": [K, D]}: canary j = scale * c * e_{D-K+j}."""
+  return {"w": jnp.zeros((k, d)).at[jnp.arange(k), d - k + jnp.arange(k)].set(scale * c)}
+
+
+def _last(k):
+  def observe(u):
+    return u["w"][-k:]
+  return observe
+
+
+_OBS4 = _last(4)
+
+
+class MultiCanaryTest(absltest.TestCase):
+
+  def test_single_canary_is_the_k1_case_bit_for_bit(self):
+    x, y = _data(k=1)
+    cfg = helpers.small_config(dataset_size=12, sampling_prob=0.3, num_steps=15,
+                               noise_multiplier=1.0)
+    model = models.logistic_regression(4)
+    keep = jnp.ones((6, 12), bool)
+    ck = jnp.asarray(np.arange(6) % 2 == 0)
+    g = {"w": jnp.array([0.0, 0.0, 0.0, 2.5])}
+    a = dpsgd.train_many(jax.random.key(3), x, y, keep, cfg, model, gradient_canary=g,
+                         canary_keep_M=ck, observe_fn=_last(1), progress=False)
+    b = dpsgd.train_many(jax.random.key(3), x, y, keep, cfg, model,
+                         gradient_canaries={"w": g["w"][None]}, canary_keep_MxK=ck[:, None],
+                         observe_fn=_last(1), progress=False)
+    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+      np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+    # the canary shows (o != the no-canary run) only in models that keep it
+    c = dpsgd.train_many(jax.random.key(3), x, y, keep, cfg, model, observe_fn=_last(1),
+                         progress=False)
+    differs = np.any(np.asarray(a.observations) != np.asarray(c.observations), axis=(1, 2))
+    np.testing.assert_array_equal(differs, np.asarray(ck))
+
+  def test_bits_are_the_documented_draws(self):
+    """o[i, t, j] * B / C = poisson_mask(fold_in(k_canary_i, t), q, K)[j] & keep[i, j]."""
+    k, m, t, q = 4, 5, 30, 0.3
+    x, y = _data(k=k)
+    cfg = dpsgd.DpSgdConfig(dataset_size=12, sampling_prob=q, num_steps=t,
+                            noise_multiplier=0.0, l2_clip_norm=2.0)
+    keep_c = np.random.default_rng(0).random((m, k)) < 0.7
+    out = dpsgd.train_many(jax.random.key(7), x, y, jnp.ones((m, 12), bool), cfg,
+                           models.logistic_regression(3 + k),
+                           gradient_canaries=_dirac(3 + k, k, c=2.0, scale=3.0),  # clipped to C
+                           canary_keep_MxK=jnp.asarray(keep_c), observe_fn=_OBS4,
+                           progress=False)
+    bits = np.asarray(out.observations) * cfg.expected_batch_size / cfg.l2_clip_norm
+    np.testing.assert_allclose(bits, np.rint(bits), atol=1e-5)
+    model_keys = jax.random.split(jax.random.key(7), m)
+
+    def draws(model_key):   # [T, K]: model key -> (init, sample, noise, canary) keys
+      k_canary = jax.random.split(model_key, 4)[3]
+      return jax.vmap(lambda s: prng.poisson_mask(prng.fold_in(k_canary, s), q, k))(
+          jnp.arange(t))
+    want = np.asarray(jax.jit(jax.vmap(draws))(model_keys)) & keep_c[:, None, :]
+    np.testing.assert_array_equal(np.rint(bits).astype(bool), want)
+    self.assertGreater(want.sum(), 0)
+
+  def test_bits_at_rate_q_and_uncorrelated_across_canaries(self):
+    k, m, t, q = 6, 40, 200, 0.3
+    x, y = _data(k=k)
+    cfg = dpsgd.DpSgdConfig(dataset_size=12, sampling_prob=q, num_steps=t, noise_multiplier=0.0)
+    out = dpsgd.train_many(jax.random.key(1), x, y, jnp.ones((m, 12), bool), cfg,
+                           models.logistic_regression(3 + k), gradient_canaries=_dirac(3 + k, k),
+                           canary_keep_MxK=jnp.ones((m, k), bool), observe_fn=_last(k),
+                           progress=False)
+    b = np.asarray(out.observations).reshape(m * t, k) * cfg.expected_batch_size > 0.5
+    n = m * t
+    # rate of each canary within 4 sd of q (n Bernoulli(q) draws per canary)
+    np.testing.assert_allclose(b.mean(0), q, atol=4 * math.sqrt(q * (1 - q) / n))
+    corr = np.corrcoef(b.T.astype(float))
+    off = corr[~np.eye(k, dtype=bool)]
+    # independent bits: each sample correlation ~ N(0, 1/n); 15 pairs, 4.5 sd
+    self.assertLess(np.max(np.abs(off)), 4.5 / math.sqrt(n))
+
+  def test_counted_in_the_realised_batch_only_by_the_faulty_variant(self):
+    """q = 1, no noise, all n records and K canaries in every step: the correct
+    privatizer divides by B = n, RealisedBatchDenominator by n + (canaries in)."""
+    k, n = 3, 12
+    x, y = _data(n=n, k=k)
+    cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=1.0, num_steps=1,
+                            noise_multiplier=0.0)
+    model = models.logistic_regression(3 + k)
+    keep_c = jnp.array([[True, True, True], [True, False, False]])
+    kw = dict(gradient_canaries=_dirac(3 + k, k), canary_keep_MxK=keep_c, observe_fn=_last(k),
+              progress=False)
+    good = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, n), bool), cfg, model, **kw)
+    np.testing.assert_allclose(np.asarray(good.observations)[:, 0],
+                               np.asarray(keep_c, float) / n, atol=1e-7)
+    var = variants.variant("realised_batch_denominator", cfg, model)
+    with self.assertWarns(UserWarning):
+      bad = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, n), bool), var.config, model,
+                             **var.components, **kw)
+    in_count = np.asarray(keep_c).sum(1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(bad.observations)[:, 0],
+                               np.asarray(keep_c, float) / (n + in_count), atol=1e-7)
+
+  def test_train_one_with_a_canary_vector_equals_model_i(self):
+    k = 4
+    x, y = _data(k=k)
+    cfg = helpers.small_config(dataset_size=12, noise_multiplier=1.0, num_steps=5)
+    model = models.logistic_regression(3 + k)
+    ck = jnp.array([[True, False, True, False], [False, True, True, True]])
+    kw = dict(gradient_canaries=_dirac(3 + k, k), observe_fn=_OBS4)
+    many = dpsgd.train_many(jax.random.key(2), x, y, jnp.ones((2, 12), bool), cfg, model,
+                            canary_keep_MxK=ck, progress=False, **kw)
+    keys = jax.random.split(jax.random.key(2), 2)
+    one = dpsgd.train_one(keys[1], x, y, jnp.ones((12,), bool), cfg, model,
+                          canary_keep=np.asarray(ck[1]), **kw)
+    helpers.assert_trees_close(one.params, jax.tree.map(lambda a: a[1], many.params))
+
+  def test_bad_canary_arguments_are_refused_by_name(self):
+    x, y = _data(k=2)
+    cfg = helpers.small_config(dataset_size=12)
+    model = models.logistic_regression(5)
+    keep = jnp.ones((2, 12), bool)
+    g = _dirac(5, 2)
+    ck = jnp.ones((2, 2), bool)
+    cases = [
+        ("canary_keep_MxK", dict(gradient_canaries=g)),
+        ("canary_keep_MxK", dict(canary_keep_MxK=ck)),
+        ("canary_keep_MxK", dict(gradient_canaries=g, canary_keep_MxK=jnp.ones((2, 3), bool))),
+        ("canary_keep_MxK", dict(gradient_canaries=g, canary_keep_MxK=jnp.ones((2, 2)))),
+        ("gradient_canaries", dict(gradient_canaries={"w": jnp.zeros((0, 5))},
+                                   canary_keep_MxK=jnp.ones((2, 0), bool))),
+        ("gradient_canaries", dict(gradient_canaries={"w": jnp.zeros((2, 4))},
+                                   canary_keep_MxK=ck)),
+        ("gradient_canaries", dict(gradient_canaries={"v": jnp.zeros((2, 5))},
+                                   canary_keep_MxK=ck)),
+        ("gradient_canaries", dict(gradient_canaries={"w": g["w"].at[1, 0].set(jnp.nan)},
+                                   canary_keep_MxK=ck)),
+        ("gradient_canaries", dict(gradient_canaries={"w": np.full((2, 5), "x")},
+                                   canary_keep_MxK=ck)),
+        ("exclusive", dict(gradient_canaries=g, canary_keep_MxK=ck,
+                           gradient_canary={"w": jnp.zeros(5)},
+                           canary_keep_M=jnp.ones(2, bool))),
+        ("gradient_canary", dict(gradient_canary={"w": jnp.zeros(4)},
+                                 canary_keep_M=jnp.ones(2, bool))),
+    ]
+    for name, kw in cases:
+      with self.subTest(name=name, kw=sorted(kw)):
+        with self.assertRaisesRegex(ValueError, name):
+          dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False, **kw)
+
+  def test_more_canaries_than_memory_refused(self):
+    x, y = _data(k=2)
+    model = models.logistic_regression(5)
+    huge = jax.ShapeDtypeStruct((10**12, 5), jnp.float32)
+
+    class Lazy:  # a leaf that reports a huge shape without allocating it
+      shape, dtype = huge.shape, np.dtype(np.float32)
+
+      def __array__(self, dtype=None, copy=None):
+        raise AssertionError("the size check must come before any conversion")
+    with self.assertRaisesRegex(ValueError, "gradient_canaries"):
+      dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 12), bool),
+                       helpers.small_config(dataset_size=12), model,
+                       gradient_canaries={"w": Lazy()},
+                       canary_keep_MxK=np.ones((2, 1), bool), progress=False)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -52,9 +52,12 @@ EXCLUDED = {
     "dpjax.audit.estimators.CertifiableBound": "result record of best_certifiable",
     "dpjax.audit.estimators.GdpEstimate": "result record of gdp_estimate",
     "dpjax.audit.one_run.OneRunResult": "result record of one_run.audit",
+    "dpjax.audit.coverage.Coverage": "result record of coverage.measure",
+    "dpjax.audit.coverage.overfit_estimator": "takes no arguments",
     "dpjax.audit.estimators.ScoreBound": "result record of score_bounds",
     "dpjax.audit.roc.RocBand": "result record of roc_band",
     "dpjax.audit.one_run.FdpOneRunResult": "result record of one_run.fdp_epsilon_lower_bound",
+    "dpjax.audit.one_run.DeclaredGuessResult": "result record of one_run.audit_declared_guesses",
     "dpjax.audit.canary.LlrDistribution": "result record of llr_distribution",
     "dpjax.data.canaries.AuditData": "result record of audit_data",
     "dpjax.data.credit.CreditData": "result record of credit.sample",
@@ -420,6 +423,13 @@ def entries():
              max_epsilon=10.0, log_scale=True, label="a"),
         {"ax": None, "band": "object", "log_scale": None, "label": None, "mu": "pos",
          "max_epsilon": "pos"}))
+  add(E("dpjax.audit.one_run.declared_guess_counts", one_run.declared_guess_counts,
+        dict(num_canaries=100, num_levels=3)))
+  add(E("dpjax.audit.one_run.audit_declared_guesses", one_run.audit_declared_guesses,
+        dict(scores_K=scores_in, included_K=np.arange(20) % 2 == 0, delta=1e-5,
+             confidence=0.9, method="fdp", guess_counts=np.array([4, 10])),
+        {"scores_K": "arrayinf", "included_K": "binary", "method": "choice",
+         "guess_counts": "array"}))
   add(E("dpjax.audit.one_run.fdp_rejects", one_run.fdp_rejects,
         dict(num_canaries=100, num_guesses=20, num_correct=15, family="gdp", parameter=1.0,
              delta=1e-5, confidence=0.9),
@@ -442,6 +452,40 @@ def entries():
              y_N=y_n[:8], num_canaries=8, num_positive_guesses=2, num_negative_guesses=2,
              confidence=0.9),
         {"x_NxD": "array", "y_N": "binary", "num_canaries": "size"}))
+
+  from dpjax.audit import coverage  # pylint: disable=g-import-not-at-top
+  gmech = coverage.Mechanism("gaussian", 1.0)
+  mk = {"mechanism": "object"}
+  add(E("dpjax.audit.coverage.Mechanism", coverage.Mechanism,
+        dict(kind="gaussian", strength=1.0), {"kind": "choice", "strength": "nonneg"}))
+  add(E("dpjax.audit.coverage.Mechanism.true_epsilon",
+        lambda delta: gmech.true_epsilon(delta), dict(delta=1e-5)))
+  add(E("dpjax.audit.coverage.Mechanism.sample",
+        lambda rng, included: gmech.sample(rng, included),
+        dict(rng=_rng, included=np.array([True, False, True])),
+        {"rng": "object", "included": "binaryany"}))
+  add(E("dpjax.audit.coverage.Mechanism.roc", lambda thresholds_J: gmech.roc(thresholds_J),
+        dict(thresholds_J=np.array([0.0, 1.0])), {"thresholds_J": "arrayinf"}))
+  add(E("dpjax.audit.coverage.gaussian_at", coverage.gaussian_at, dict(epsilon=1.0, delta=1e-5)))
+  for fn, n in ((coverage.optimal_threshold, "trials"), (coverage.optimal_guesses, "num_canaries"),
+                (coverage.threshold_estimators, "trials"), (coverage.one_run_estimators, "trials")):
+    add(E(f"dpjax.audit.coverage.{fn.__name__}", fn,
+          {"mechanism": gmech, n: 50, "delta": 1e-5, "confidence": 0.9}, mk))
+  add(E("dpjax.audit.coverage.score_bounds_estimator", coverage.score_bounds_estimator,
+        dict(threshold=0.5), {"threshold": "realinf"}))
+  add(E("dpjax.audit.coverage.Estimator", coverage.Estimator,
+        dict(name="x", bound=lambda *a: 0.0, inputs="one_run", outputs=(), gdp_only=(),
+             description=""),
+        {"name": "pathlike", "bound": "callable", "inputs": "choice", "outputs": "object",
+         "gdp_only": "object", "description": None}))
+  add(E("dpjax.audit.coverage.violation_p_value", coverage.violation_p_value,
+        dict(violations=3, audits=100, alpha=0.05),
+        {"violations": "count", "audits": "count", "alpha": "prob"}))
+  add(E("dpjax.audit.coverage.measure", coverage.measure,
+        dict(estimator=coverage.overfit_estimator(), mechanism=gmech, audits=2, trials=10,
+             delta=1e-5, confidence=0.9, rng=_rng),
+        {"estimator": "object", "mechanism": "object", "audits": "size", "trials": "size",
+         "rng": "object"}))
 
   add(E("dpjax.audit.store.canonical", store.canonical, dict(x={"a": 1.0}), {"x": None}))
   add(E("dpjax.audit.store.ChunkStore",

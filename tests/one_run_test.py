@@ -212,5 +212,48 @@ class FdpOneRunTest(parameterized.TestCase):
                                       delta=1e-5)
 
 
+class DeclaredGuessesTest(parameterized.TestCase):
+
+  def test_counts_by_hand(self):
+    self.assertEqual(one_run.declared_guess_counts(1000), (1000, 500, 250, 124, 62, 30, 14, 6, 2))
+    self.assertEqual(one_run.declared_guess_counts(3), (2,))
+    self.assertEqual(one_run.declared_guess_counts(10**6, 2), (10**6, 500_000))
+
+  @parameterized.parameters("steinke", "fdp", "fdp_gdp")
+  def test_is_the_maximum_over_counts_at_bonferroni_confidence(self, method):
+    rng = np.random.default_rng(9)
+    inc = rng.random(600) < 0.5
+    scores = inc + 0.7 * rng.normal(size=600)
+    counts = (600, 200, 60, 20)
+    res = one_run.audit_declared_guesses(scores, inc, delta=1e-5, method=method,
+                                         guess_counts=counts)
+    per = 1 - 0.05 / 4
+    self.assertAlmostEqual(res.confidence_per_test, per, places=12)
+    each = []
+    for r in counts:
+      a = one_run.audit(scores, inc, num_positive_guesses=r // 2, num_negative_guesses=r // 2,
+                        delta=1e-5, confidence=per)
+      if method == "steinke":
+        each.append(a.epsilon_lower)
+      else:
+        each.append(one_run.fdp_epsilon_lower_bound(
+            num_canaries=600, num_guesses=r, num_correct=a.num_correct, delta=1e-5,
+            family="dp" if method == "fdp" else "gdp", confidence=per).epsilon_lower)
+    self.assertAlmostEqual(res.epsilon_lower, max(each), delta=1e-4 * max(1.0, max(each)))
+    self.assertEqual(res.num_guesses, counts[int(np.argmax(each))])
+    self.assertGreater(res.epsilon_lower, 0.5)
+
+  def test_validation(self):
+    s, inc = np.arange(10.0), np.arange(10) % 2 == 0
+    with self.assertRaisesRegex(ValueError, "guess_counts"):
+      one_run.audit_declared_guesses(s, inc, delta=1e-5, guess_counts=[3])
+    with self.assertRaisesRegex(ValueError, "guess_counts"):
+      one_run.audit_declared_guesses(s, inc, delta=1e-5, guess_counts=[12])
+    with self.assertRaisesRegex(ValueError, "method"):
+      one_run.audit_declared_guesses(s, inc, delta=1e-5, method="rdp")
+    with self.assertRaisesRegex(ValueError, "delta"):
+      one_run.audit_declared_guesses(s, inc, delta=0.0, method="fdp_gdp")
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -527,7 +527,6 @@ SCORE_BOUND_NAMES = ("clopper_pearson", "clopper_pearson_bonferroni", "clopper_p
                      "gdp", "one_run", "fdp_one_run", "fdp_one_run_gdp", "best")
 _GDP_ONLY = "valid only if the mechanism is mu-GDP (Gaussian trade-off curve); "
 _MAX_LEVELS = 8        # quantile levels 2^-1 .. 2^-8 per side and sign (declared set)
-_MAX_GUESS_LEVELS = 12  # guess counts n, n/2, ..., n/2^11 (one-run estimators)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -592,49 +591,15 @@ def _one_run_canaries(s_in, s_out, seed: int):
   return np.where(bits, s_in[:n], s_out[:n]), bits
 
 
-def _guess_counts(n: int) -> list[int]:
-  """The declared guess counts 2 floor(n / 2^(j+1)), j = 0..11, >= 2 (half IN, half OUT)."""
-  out = []
-  for j in range(_MAX_GUESS_LEVELS):
-    r = 2 * (n >> (j + 1))
-    if r < 2:
-      break
-    if r not in out:
-      out.append(r)
-  return out
-
-
 def _one_run_bound(name, s_in, s_out, delta, confidence, seed) -> ScoreBound:
   from dpjax.audit import one_run  # pylint: disable=g-import-not-at-top
   scores, bits = _one_run_canaries(s_in, s_out, seed)
   n = scores.size
-  counts = _guess_counts(n)
-  per = bonferroni_confidence(confidence, len(counts))
-  order = np.argsort(-scores, kind="stable")
-  correct = {}
-  for r in counts:
-    k = r // 2
-    correct[r] = int(bits[order[:k]].sum()) + int((~bits[order[n - k:]]).sum())
-  # Most promising guess count first (highest lower confidence limit on the accuracy),
-  # so that later counts are mostly dismissed by one test at the best value so far.
-  lo_C, _ = stats.clopper_pearson(np.array([correct[r] for r in counts]), np.array(counts), per)
-  acc_lo = dict(zip(counts, np.atleast_1d(lo_C)))
-  alpha = 1.0 - per
-  fam = {"fdp_one_run": "dp", "fdp_one_run_gdp": "gdp"}.get(name)
-  best_p, best_r = 0.0, counts[0]
-  for r in sorted(counts, key=lambda c: -acc_lo[c]):
-    v = correct[r]
-    if fam is None:
-      if best_p > 0 and one_run.p_value(n, r, v, best_p, delta) > alpha:
-        continue
-      p = one_run.epsilon_lower_bound(num_canaries=n, num_guesses=r, num_correct=v,
-                                      delta=delta, confidence=per)
-    else:
-      p = one_run._fdp_parameter(n, r, v, fam, delta, alpha, best_p)  # pylint: disable=protected-access
-    if p > best_p:
-      best_p, best_r = p, r
-  best = (one_run._fdp_epsilon(best_p, fam, delta) if fam else best_p,  # pylint: disable=protected-access
-          best_r, correct[best_r], best_p if fam == "gdp" else math.nan)
+  method = {"one_run": "steinke", "fdp_one_run": "fdp", "fdp_one_run_gdp": "fdp_gdp"}[name]
+  res = one_run.audit_declared_guesses(scores, bits, delta=delta, confidence=confidence,
+                                       method=method)
+  counts, per = list(res.guess_counts), res.confidence_per_test
+  best = (res.epsilon_lower, res.num_guesses, res.num_correct, res.mu_lower)
   base = ("trials as one-run canaries: canary i is IN score i or OUT score i by a fair "
           f"coin (seed {seed}) drawn independently of the scores; guesses IN for the top r/2 "
           "and OUT for the bottom r/2, r over the declared set "

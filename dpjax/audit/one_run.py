@@ -434,3 +434,111 @@ def _fdp_epsilon(parameter: float, family: str, delta: float) -> float:
     return float(parameter)
   from dpjax.accounting import gdp  # pylint: disable=g-import-not-at-top
   return float(gdp.gaussian_epsilon(delta, parameter))
+
+
+# ----------------------------------------------------------------------------------
+# Several guess counts, declared in advance, with a union bound.
+
+ONE_RUN_METHODS = ("steinke", "fdp", "fdp_gdp")
+
+
+def declared_guess_counts(num_canaries: int, num_levels: int = 12) -> tuple[int, ...]:
+  """The guess counts r_j = 2 floor(m / 2^(j+1)), j = 0..num_levels-1, those >= 2.
+
+  Half of each r_j are IN guesses on the top scores, half OUT guesses on the
+  bottom ones. The set depends only on m, so it is declared before any score.
+
+  Examples:
+    >>> declared_guess_counts(1000, 4)
+    (1000, 500, 250, 124)
+  """
+  m = _validate.check_int(num_canaries, "num_canaries")
+  levels = _validate.check_int(num_levels, "num_levels")
+  out = []
+  for j in range(levels):
+    r = 2 * (m >> (j + 1)) if j < 64 else 0
+    if r < 2:
+      break
+    if r not in out:
+      out.append(r)
+  return tuple(out)
+
+
+class DeclaredGuessResult(NamedTuple):
+  """The best one-run bound over a declared set of guess counts (union bound)."""
+  epsilon_lower: float
+  mu_lower: float                      # the largest mu rejected ("fdp_gdp"), else nan
+  num_guesses: int                     # the guess count attaining the bound
+  num_correct: int
+  guess_counts: tuple[int, ...]
+  confidence_per_test: float
+  method: str
+
+
+def audit_declared_guesses(scores_K, included_K, *, delta: float, confidence: float = 0.95,
+                           method: str = "steinke",
+                           guess_counts=None) -> DeclaredGuessResult:
+  """One-run bound maximised over guess counts declared in advance, valid at `confidence`.
+
+  For each declared r (default `declared_guess_counts(K)`), guess IN for the r/2
+  highest scores and OUT for the r/2 lowest, and compute the bound at confidence
+  1 - (1 - confidence) / J (J = number of counts); by the union bound the largest
+  of the J bounds holds at `confidence`. Methods: "steinke" (`epsilon_lower_bound`),
+  "fdp" and "fdp_gdp" (`fdp_epsilon_lower_bound` with family "dp" / "gdp"; the
+  latter is valid only if the run is mu-GDP).
+
+  Args:
+    scores_K: float[K] canary scores (higher = more likely included).
+    included_K: bool[K] inclusion bits, each drawn independently with probability 1/2.
+    delta: in [0, 1) ((0, 1) for "fdp_gdp").
+    confidence: in (0, 1).
+    method: "steinke", "fdp" or "fdp_gdp".
+    guess_counts: optional even guess counts in [2, K], fixed before seeing the scores.
+  Returns:
+    DeclaredGuessResult.
+
+  Examples:
+    >>> import numpy as np
+    >>> inc = np.arange(1000) % 2 == 0
+    >>> r = audit_declared_guesses(inc + 0.0, inc, delta=0.0)
+    >>> r.num_guesses, r.num_correct, round(r.epsilon_lower, 2)
+    (1000, 1000, 5.26)
+  """
+  s = _validate.check_array(scores_K, "scores_K", ndim=1, allow_inf=True, min_size=2)
+  inc = _validate.check_binary(included_K, "included_K", shape=s.shape).astype(bool)
+  method = _validate.check_choice(method, ONE_RUN_METHODS, "method")
+  delta = _validate.check_delta(delta, allow_zero=method != "fdp_gdp")
+  confidence = _validate.check_confidence(confidence)
+  m = s.size
+  if guess_counts is None:
+    counts = declared_guess_counts(m)
+  else:
+    counts = tuple(int(c) for c in _validate.check_array(
+        guess_counts, "guess_counts", ndim=1, low=2, high=m, integer=True, min_size=1))
+    if any(c % 2 for c in counts):
+      raise ValueError(f"guess_counts must be even (half IN, half OUT), got {counts}")
+  per = 1.0 - (1.0 - confidence) / len(counts)
+  alpha = 1.0 - per
+  order = np.argsort(-s, kind="stable")
+  correct = {r: int(inc[order[:r // 2]].sum()) + int((~inc[order[m - r // 2:]]).sum())
+             for r in counts}
+  # Most promising count first (highest lower confidence limit on the accuracy), so
+  # that later counts are mostly dismissed by one test at the best value so far.
+  acc_lo = {r: float(stats.beta.ppf(alpha / 2, correct[r], r - correct[r] + 1))
+            if correct[r] > 0 else 0.0 for r in counts}
+  fam = {"fdp": "dp", "fdp_gdp": "gdp"}.get(method)
+  best_p, best_r = 0.0, counts[0]
+  for r in sorted(counts, key=lambda c: -acc_lo[c]):
+    v = correct[r]
+    if fam is None:
+      if best_p > 0 and p_value(m, r, v, best_p, delta) > alpha:
+        continue                       # not rejected at the best eps so far: no gain
+      p = epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v, delta=delta,
+                              confidence=per)
+    else:
+      p = _fdp_parameter(m, r, v, fam, delta, alpha, best_p)
+    if p > best_p:
+      best_p, best_r = p, r
+  eps = _fdp_epsilon(best_p, fam, delta) if fam else best_p
+  return DeclaredGuessResult(float(eps), float(best_p) if fam == "gdp" else math.nan,
+                             int(best_r), int(correct[best_r]), counts, float(per), method)

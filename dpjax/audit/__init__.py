@@ -5,15 +5,17 @@ from `stats` (host NumPy/SciPy only). The other submodules are imported on first
 use: `estimators` (attack scores -> bounds: threshold strategies, bootstrap
 spread, best certifiable bound, GDP estimate), `canary` (the canaries and the
 black-/white-box adversaries of DP-SGD), `one_run` (one training run, many
-canaries), `store` (a resumable on-disk store of chunked results) and `variants`
-(deliberately broken DP-SGDs).
+canaries), `coverage` (the estimators' confidence measured on simulated audits of
+mechanisms of known eps), `store` (a resumable on-disk store of chunked results)
+and `variants` (deliberately broken DP-SGDs).
 """
 
 import importlib
 
 from dpjax.audit.stats import clopper_pearson, epsilon_lower_bound
 
-_SUBMODULES = ("canary", "estimators", "one_run", "roc", "stats", "store", "variants")
+_SUBMODULES = ("canary", "coverage", "estimators", "one_run", "roc", "stats", "store",
+               "variants")
 __all__ = ["clopper_pearson", "epsilon_lower_bound", *_SUBMODULES]
 
 

@@ -1,0 +1,661 @@
+"""Coverage of the audit estimators, measured on mechanisms whose exact privacy is known.
+
+An eps lower bound at confidence 1 - alpha promises: over the randomness of the
+trials, P[eps_lower > eps_true(delta)] <= alpha, whatever the mechanism (or, for
+the GDP-based bounds, whatever the mu-GDP mechanism). This module checks that
+promise by simulation. It draws many independent audits of mechanisms whose
+exact eps(delta) is known in closed form,
+
+  * the Gaussian mechanism of known mu (`Mechanism("gaussian", mu)`): OUT scores
+    N(0, 1), IN scores N(mu, 1); exactly mu-GDP, eps(delta) from
+    `dpjax.accounting.gdp.gaussian_epsilon` (Balle & Wang 2018);
+  * randomized response on one bit at eps (`Mechanism("randomized_response", eps)`):
+    the reported bit, 1 with probability p = e^eps / (1 + e^eps) under IN and 1 - p
+    under OUT; its privacy profile is delta(e) = p - e^e (1 - p) for e <= eps, so
+    eps(delta) = ln((p - delta) / (1 - p));
+  * the Laplace mechanism at eps (`Mechanism("laplace", eps)`): a count of
+    sensitivity 1 released with Laplace(1 / eps) noise, OUT = 0 + noise, IN = 1 +
+    noise; its privacy profile is delta(e) = 1 - e^((e - eps) / 2) for e <= eps
+    (the privacy loss is eps (2x - 1) clipped to [-eps, eps]), so
+    eps(delta) = eps + 2 ln(1 - delta);
+  * null mechanisms (strength 0: IN and OUT scores from the same distribution,
+    N(0, 1), a fair bit, or Laplace(1)), whose eps is 0 for every delta;
+
+runs each estimator on each audit, and counts the audits whose lower bound
+exceeds the true eps ("violations"; on a null mechanism every positive bound is
+one). A valid estimator has a violation rate <= alpha up to binomial error: the
+one-sided binomial test P[Binomial(audits, alpha) >= violations] is the
+`Coverage.p_value` (small = the estimator is over-confident).
+
+Estimators are `Estimator`s wrapping the library's own code: the threshold
+strategies of `dpjax.audit.estimators` (a threshold fixed in advance from the
+mechanism's known optimal test, a split, Bonferroni over both), `gdp_estimate`
+(Nasr et al. 2023, valid only for mu-GDP mechanisms: on randomized response and
+Laplace its numbers are reported with `assumption_met=False` and are not a
+failure), the one-run bounds of `dpjax.audit.one_run` (Steinke, Nasr & Jagielski
+2023; the f-DP bound of Mahloujifar, Melis & Chaudhuri 2025) played as the real
+one-run game with i.i.d. fair inclusion bits, and every entry of
+`estimators.score_bounds`. `overfit_estimator` is a deliberately invalid one
+(threshold maximised on the trials it is evaluated on) that the measurement must
+catch.
+
+Speed: `measure` calls each estimator once per audit on that audit's scores. So
+that 10^3 audits of 10^4 trials stay affordable, while it runs it memoizes two
+pure functions of integer counts that the estimators call many times, without
+changing their values: `stats.clopper_pearson` for integer successes out of a
+common number of trials (one table per (trials, confidence), computed by the
+function itself) and the one-run bounds (`one_run.epsilon_lower_bound`,
+`one_run.fdp_epsilon_lower_bound`) per argument tuple. Tests check the memoized
+values equal the direct calls.
+
+Shape letters: A audits, K trials per side, M one-run canaries, J thresholds.
+
+References: Jagielski, Ullman & Oprea 2020 (https://arxiv.org/abs/2006.07709);
+Nasr et al. 2023 (https://arxiv.org/abs/2302.07956); Steinke, Nasr & Jagielski
+2023 (https://arxiv.org/abs/2305.08846); Mahloujifar, Melis & Chaudhuri 2025
+(https://arxiv.org/abs/2410.22235); Balle & Wang 2018 (the Gaussian profile).
+
+Examples:
+  >>> import numpy as np
+  >>> mech = Mechanism("gaussian", 1.0)
+  >>> round(mech.true_epsilon(1e-5), 4)
+  4.3772
+  >>> est = threshold_estimators(mech, trials=200, delta=1e-5)[1]       # the split
+  >>> cov, = measure(est, mech, audits=50, trials=200, delta=1e-5,
+  ...                rng=np.random.default_rng(0))
+  >>> cov.estimator, cov.audits, cov.violations
+  ('split', 50, 0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+from scipy import special
+from scipy import stats as sps
+
+from dpjax import _validate
+from dpjax.accounting import gdp
+from dpjax.audit import estimators, one_run, stats
+
+__all__ = ["MECHANISM_KINDS", "INPUTS", "Mechanism", "gaussian_at", "optimal_threshold",
+           "optimal_guesses", "Estimator", "threshold_estimators", "one_run_estimators",
+           "score_bounds_estimator", "overfit_estimator", "Coverage", "violation_p_value",
+           "measure"]
+
+MECHANISM_KINDS = ("gaussian", "randomized_response", "laplace")
+INPUTS = ("two_sample", "one_run")
+# A bound counts as exceeding the true eps only beyond this relative slack (the
+# root finders behind the bounds and gaussian_epsilon stop within ~1e-10).
+_SLACK = 1e-9
+# Audits drawn at once: about this many scores per side in memory.
+_CHUNK_SCORES = 2_000_000
+
+
+# ----------------------------------------------------------------------------------
+# Mechanisms of known privacy.
+
+
+@dataclasses.dataclass(frozen=True)
+class Mechanism:
+  """A neighbour pair (OUT, IN) of score distributions with exactly known privacy.
+
+  Attributes:
+    kind: "gaussian" (strength = mu: OUT N(0, 1), IN N(mu, 1)), "randomized_response"
+      (strength = eps: a bit, 1 w.p. 1 - p under OUT and p under IN, p = e^eps /
+      (1 + e^eps)) or "laplace" (strength = eps: OUT Laplace(0, 1/eps), IN
+      Laplace(1, 1/eps)).
+    strength: mu or eps >= 0, finite; 0 is the null mechanism of that kind (IN and
+      OUT alike: N(0, 1), a fair bit, Laplace(0, 1)).
+
+  Examples:
+    >>> m = Mechanism("laplace", 2.0)
+    >>> round(m.true_epsilon(1e-5), 6)                 # 2 + 2 ln(1 - 1e-5)
+    1.99998
+  """
+  kind: str
+  strength: float
+
+  def __post_init__(self):
+    _validate.check_choice(self.kind, MECHANISM_KINDS, "kind")
+    _validate.check_range(self.strength, "strength", low=0.0, high=700.0)
+
+  @property
+  def null(self) -> bool:
+    """True when IN and OUT scores have the same distribution (eps = 0)."""
+    return self.strength == 0.0
+
+  @property
+  def is_gdp(self) -> bool:
+    """True when the pair is mu-GDP for its known mu (Gaussian; any null is 0-GDP)."""
+    return self.kind == "gaussian" or self.null
+
+  @property
+  def label(self) -> str:
+    """A short human-readable name, e.g. 'Gaussian mu=1' or 'null (Laplace)'."""
+    name = {"gaussian": "Gaussian", "randomized_response": "RR", "laplace": "Laplace"}[self.kind]
+    if self.null:
+      return f"null ({name})"
+    return f"{name} {'mu' if self.kind == 'gaussian' else 'eps'}={self.strength:.4g}"
+
+  @property
+  def _p(self) -> float:
+    return float(special.expit(self.strength))       # RR truth probability
+
+  @property
+  def _scale(self) -> float:
+    return 1.0 if self.null else 1.0 / self.strength  # Laplace scale
+
+  @property
+  def _shift(self) -> float:
+    return 0.0 if self.null else 1.0                  # Laplace / RR location under IN
+
+  def true_epsilon(self, delta: float) -> float:
+    """The exact eps(delta) of the pair (smallest eps with delta(eps) <= delta).
+
+    Args:
+      delta: in (0, 1).
+    Returns:
+      eps >= 0 (0 for a null mechanism).
+    """
+    delta = _validate.check_delta(delta)
+    if self.null:
+      return 0.0
+    if self.kind == "gaussian":
+      return gdp.gaussian_epsilon(delta, self.strength)
+    if self.kind == "randomized_response":
+      p = self._p
+      return max(0.0, math.log(p - delta) - math.log1p(-p)) if p > delta else 0.0
+    return max(0.0, self.strength + 2.0 * math.log1p(-delta))
+
+  def sample(self, rng: np.random.Generator, included) -> np.ndarray:
+    """Scores of independent runs, run i with the canary IN iff included[i].
+
+    Args:
+      rng: host randomness.
+      included: bool array of any shape (e.g. [A, K]).
+    Returns:
+      float64 scores of the same shape (higher = more likely IN).
+    """
+    _validate.check_instance(rng, np.random.Generator, "rng")
+    inc = np.asarray(_validate.check_binary(included, "included"))
+    if inc.size == 0:
+      raise ValueError("included must not be empty")
+    if self.kind == "gaussian":
+      return rng.standard_normal(inc.shape) + self.strength * inc
+    if self.kind == "randomized_response":
+      p = self._p if not self.null else 0.5
+      return (rng.random(inc.shape) < np.where(inc, p, 1.0 - p)).astype(np.float64)
+    return rng.laplace(0.0, self._scale, inc.shape) + self._shift * inc
+
+  def roc(self, thresholds_J) -> tuple[np.ndarray, np.ndarray]:
+    """Exact error rates of the tests "IN iff score > t".
+
+    Args:
+      thresholds_J: float[J] thresholds (+-inf allowed).
+    Returns:
+      (fpr_J, fnr_J): P_OUT(score > t) and P_IN(score <= t), float64[J].
+
+    Examples:
+      >>> fpr, fnr = Mechanism("randomized_response", math.log(3)).roc([0.5])
+      >>> float(fpr[0]), float(fnr[0])                  # p = 3/4
+      (0.25, 0.25)
+    """
+    t = _validate.check_array(thresholds_J, "thresholds_J", ndim=1, allow_inf=True, min_size=1)
+    if self.kind == "gaussian":
+      return sps.norm.sf(t), sps.norm.cdf(t - self.strength)
+    if self.kind == "randomized_response":
+      q = 1.0 - (self._p if not self.null else 0.5)   # P_OUT(1) = P_IN(0)
+      fpr = np.where(t < 0, 1.0, np.where(t < 1, q, 0.0))
+      fnr = np.where(t < 0, 0.0, np.where(t < 1, q, 1.0))
+      return fpr, fnr
+    lap = sps.laplace(scale=self._scale)
+    return lap.sf(t), lap.cdf(t - self._shift)
+
+  def _center(self) -> float:
+    """The point the IN and OUT densities are mirror images about."""
+    return (self.strength if self.kind == "gaussian" else self._shift) / 2.0
+
+  def _spread(self) -> float:
+    return {"gaussian": 1.0, "randomized_response": 0.5, "laplace": self._scale}[self.kind]
+
+
+def gaussian_at(epsilon: float, delta: float) -> Mechanism:
+  """The Gaussian mechanism whose exact eps at `delta` is `epsilon` (mu from Balle-Wang).
+
+  Examples:
+    >>> m = gaussian_at(2.0, 1e-5)
+    >>> round(m.true_epsilon(1e-5), 6)
+    2.0
+  """
+  return Mechanism("gaussian", gdp.mu_for_epsilon(epsilon, delta))
+
+
+def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
+                      confidence: float = 0.95) -> float:
+  """The threshold of the mechanism's best certifiable test, fixed before any audit.
+
+  The pair's exact ROC (`Mechanism.roc` on a grid) fed to
+  `estimators.best_certifiable` with `trials` evaluation trials per side: the
+  threshold an auditor who knows the claimed mechanism would fix in advance.
+
+  Examples:
+    >>> optimal_threshold(Mechanism("randomized_response", 1.0), 100, delta=1e-5)
+    0.5
+  """
+  _validate.check_instance(mechanism, Mechanism, "mechanism")
+  trials = _validate.check_int(trials, "trials")
+  delta = _validate.check_delta(delta)
+  confidence = _validate.check_confidence(confidence)
+  if mechanism.kind == "randomized_response":
+    grid = np.array([-0.5, 0.5, 1.5])
+  else:
+    grid = mechanism._center() + mechanism._spread() * np.linspace(-12.0, 12.0, 2401)
+  fpr, fnr = mechanism.roc(grid)
+  return float(estimators.best_certifiable(fpr, fnr, trials, delta=delta, confidence=confidence,
+                                           thresholds_J=grid).threshold)
+
+
+def optimal_guesses(mechanism: Mechanism, num_canaries: int, *, delta: float,
+                    confidence: float = 0.95) -> int:
+  """Guesses per side (k IN on the top scores, k OUT on the bottom) fixed in advance.
+
+  Among thresholds t >= the pair's centre of symmetry, the one whose expected
+  counts (k = M (TPR + FPR) / 2 guesses per side, M TPR / 2 of each side's correct)
+  maximise `one_run.epsilon_lower_bound`; the pairs here are mirror-symmetric, so
+  the bottom k mirror the top k.
+
+  Returns:
+    k >= 1 with 2 k <= num_canaries.
+
+  Examples:
+    >>> optimal_guesses(Mechanism("randomized_response", 1.0), 100, delta=1e-5)
+    50
+  """
+  _validate.check_instance(mechanism, Mechanism, "mechanism")
+  m = _validate.check_int(num_canaries, "num_canaries", minimum=2)
+  delta = _validate.check_delta(delta)
+  confidence = _validate.check_confidence(confidence)
+  grid = mechanism._center() + mechanism._spread() * np.linspace(0.0, 8.0, 41)
+  if mechanism.kind == "randomized_response":
+    grid = np.array([0.5])
+  fpr, fnr = mechanism.roc(grid)
+  best = (-1.0, 1)
+  for f, n in zip(fpr, fnr):
+    k = int(min(m // 2, round(m * (1.0 - n + f) / 2.0)))
+    if k < 1:
+      continue
+    v = int(min(2 * k, round(m * (1.0 - n))))
+    eps = one_run.epsilon_lower_bound(num_canaries=m, num_guesses=2 * k, num_correct=v,
+                                      delta=delta, confidence=confidence)
+    if eps > best[0]:
+      best = (eps, k)
+  return best[1]
+
+
+# ----------------------------------------------------------------------------------
+# Estimators.
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimator:
+  """An eps lower bound procedure, as `measure` calls it.
+
+  Attributes:
+    name: a short name (rows of the coverage table).
+    bound: for inputs "two_sample", bound(scores_in_K, scores_out_K, delta,
+      confidence); for "one_run", bound(scores_M, included_M, delta, confidence)
+      with i.i.d. fair inclusion bits. Returns eps_lower (a float), or a mapping
+      {output name: eps_lower} when `outputs` is set.
+    inputs: "two_sample" or "one_run".
+    outputs: names of the mapping's entries (empty: `bound` returns one float).
+    gdp_only: the outputs (or `name`) that are valid only for mu-GDP mechanisms.
+    description: what it is, for the report.
+  """
+  name: str
+  bound: Callable
+  inputs: str = "two_sample"
+  outputs: tuple = ()
+  gdp_only: tuple = ()
+  description: str = ""
+
+  def __post_init__(self):
+    _validate.check_instance(self.name, str, "name")
+    _validate.check_callable(self.bound, "bound")
+    _validate.check_choice(self.inputs, INPUTS, "inputs")
+    _validate.check_instance(self.outputs, tuple, "outputs")
+    _validate.check_instance(self.gdp_only, tuple, "gdp_only")
+
+  def names(self) -> tuple:
+    """The names of the results this estimator produces (one per output)."""
+    return tuple(f"{self.name}.{o}" for o in self.outputs) if self.outputs else (self.name,)
+
+  def _needs_gdp(self, full_name: str) -> bool:
+    short = full_name[len(self.name) + 1:] if self.outputs else full_name
+    return short in self.gdp_only or full_name in self.gdp_only
+
+
+def threshold_estimators(mechanism: Mechanism, *, trials: int, delta: float,
+                         confidence: float = 0.95) -> tuple[Estimator, ...]:
+  """The threshold strategies and the GDP bound of `dpjax.audit.estimators`.
+
+  "fixed": `FixedThreshold` at `optimal_threshold` (fixed before the audits);
+  "split" and "split_both_signs": `SplitThreshold`; "bonferroni": `Bonferroni`
+  over the fixed and the two-sign split tests (the white-box policy of
+  experiments/audit.py); "gdp": `gdp_estimate` (threshold chosen on the first
+  half), valid only for mu-GDP mechanisms.
+  """
+  delta = _validate.check_delta(delta)
+  confidence = _validate.check_confidence(confidence)
+  t = optimal_threshold(mechanism, trials, delta=delta, confidence=confidence)
+  fixed = estimators.FixedThreshold(t)
+  split1, split2 = estimators.SplitThreshold(), estimators.SplitThreshold(both_signs=True)
+  policy = estimators.Bonferroni((fixed, split2))
+
+  def via(strategy):
+    return lambda s_in, s_out, d, c: strategy.bound(s_in, s_out, delta=d,
+                                                    confidence=c).epsilon_lower
+
+  return (
+      Estimator("fixed", via(fixed), description=f"FixedThreshold({t:.4g}) from the exact ROC"),
+      Estimator("split", via(split1), description="SplitThreshold(), one sign"),
+      Estimator("split_both_signs", via(split2), description="SplitThreshold(both_signs=True)"),
+      Estimator("bonferroni", via(policy),
+                description="Bonferroni(fixed, split both signs), alpha/2 each"),
+      Estimator("gdp", lambda s_in, s_out, d, c: estimators.gdp_estimate(s_in, s_out, d, c).epsilon,
+                gdp_only=("gdp",), description="gdp_estimate (Nasr et al. 2023), split threshold"),
+  )
+
+
+def one_run_estimators(mechanism: Mechanism, *, trials: int, delta: float,
+                       confidence: float = 0.95) -> tuple[Estimator, ...]:
+  """The one-run bounds of `dpjax.audit.one_run`, played as the one-run game.
+
+  M = 2 * trials canaries, each included by a fair coin; k = `optimal_guesses`
+  per side, fixed in advance. "one_run": `one_run.audit` (Steinke et al. 2023);
+  "fdp_one_run": `one_run.fdp_epsilon_lower_bound` family "dp" on the same
+  guesses; "fdp_one_run_gdp": family "gdp" (valid only for mu-GDP mechanisms).
+  """
+  m = 2 * _validate.check_int(trials, "trials")
+  delta = _validate.check_delta(delta)
+  confidence = _validate.check_confidence(confidence)
+  k = optimal_guesses(mechanism, m, delta=delta, confidence=confidence)
+
+  def steinke(scores, included, d, c):
+    return one_run.audit(scores, included, num_positive_guesses=k, num_negative_guesses=k,
+                         delta=d, confidence=c).epsilon_lower
+
+  def fdp(family):
+    def bound(scores, included, d, c):
+      r = one_run.audit(scores, included, num_positive_guesses=k, num_negative_guesses=k,
+                        delta=d, confidence=c)
+      return one_run.fdp_epsilon_lower_bound(
+          num_canaries=r.num_canaries, num_guesses=r.num_guesses, num_correct=r.num_correct,
+          delta=d, family=family, confidence=c).epsilon_lower
+    return bound
+
+  return (
+      Estimator("one_run", steinke, inputs="one_run",
+                description=f"one_run.audit, {m} canaries, {k} + {k} guesses"),
+      Estimator("fdp_one_run", fdp("dp"), inputs="one_run",
+                description=f"fdp_epsilon_lower_bound(family='dp'), {k} + {k} guesses"),
+      Estimator("fdp_one_run_gdp", fdp("gdp"), inputs="one_run", gdp_only=("fdp_one_run_gdp",),
+                description=f"fdp_epsilon_lower_bound(family='gdp'), {k} + {k} guesses"),
+  )
+
+
+def score_bounds_estimator(threshold: Optional[float] = None) -> Estimator:
+  """Every entry of `estimators.score_bounds` (the scores front door), as one estimator.
+
+  Args:
+    threshold: passed through (adds the "clopper_pearson_fixed" entry).
+  """
+  if threshold is not None:
+    threshold = _validate.check_range(threshold, "threshold", allow_inf=True)
+  outputs = tuple(n for n in estimators.SCORE_BOUND_NAMES
+                  if n != "clopper_pearson_fixed" or threshold is not None)
+
+  def bound(s_in, s_out, d, c):
+    res = estimators.score_bounds(s_in, s_out, delta=d, confidence=c, threshold=threshold)
+    return {k: v.epsilon_lower for k, v in res.items()}
+
+  return Estimator("score_bounds", bound, outputs=outputs, gdp_only=("gdp", "fdp_one_run_gdp"),
+                   description="estimators.score_bounds, every entry")
+
+
+def overfit_estimator() -> Estimator:
+  """A deliberately INVALID estimator: the threshold maximised on the evaluation trials.
+
+  `estimators.choose_threshold` on all trials, then `FixedThreshold` at that
+  threshold on the same trials. Its violation rate is far above alpha; a coverage
+  harness that does not catch it cannot catch anything.
+  """
+  def bound(s_in, s_out, d, c):
+    t, sign = estimators.choose_threshold(s_in, s_out, d, c, both_signs=True)
+    return estimators.FixedThreshold(t, sign).bound(s_in, s_out, delta=d,
+                                                    confidence=c).epsilon_lower
+
+  return Estimator("overfit (invalid)", bound,
+                   description="threshold chosen on the trials it is evaluated on")
+
+
+# ----------------------------------------------------------------------------------
+# Memoized pure functions of counts (same values, far fewer evaluations).
+
+
+class _CpTable:
+  """clopper_pearson(k, n, confidence) for integer k and one n, from a per-(n, c) table."""
+
+  def __init__(self, original):
+    self.original = original
+    self.tables = {}
+
+  def __call__(self, successes, trials, confidence=0.95):
+    k, n = np.asarray(successes), np.asarray(trials)
+    if self._tabulable(k, n, confidence):
+      key = (int(n), float(confidence))
+      if key not in self.tables:
+        lo, hi = self.original(np.arange(int(n) + 1), int(n), confidence)
+        self.tables[key] = (np.asarray(lo), np.asarray(hi))
+      lo, hi = self.tables[key]
+      idx = k.astype(np.int64)
+      if idx.ndim == 0:
+        return float(lo[idx]), float(hi[idx])
+      return lo[idx], hi[idx]
+    return self.original(successes, trials, confidence)
+
+  @staticmethod
+  def _tabulable(k, n, confidence) -> bool:
+    """Integer counts 0 <= k <= n for one integer n, a float confidence in (0, 1)."""
+    if n.ndim != 0 or n.dtype.kind not in "iuf" or k.dtype.kind not in "iuf" or k.size == 0:
+      return False
+    if not (np.isfinite(n) and n == np.floor(n) and 1 <= n <= 10**7):
+      return False
+    if not (isinstance(confidence, float) and 0.0 < confidence < 1.0):
+      return False
+    return bool(np.all(k == np.floor(k)) and k.min() >= 0 and k.max() <= n)
+
+
+@contextlib.contextmanager
+def _memoized_counts():
+  """Memoizes stats.clopper_pearson and the one-run bounds for the duration."""
+  saved = (stats.clopper_pearson, one_run.epsilon_lower_bound, one_run.fdp_epsilon_lower_bound)
+  steinke = functools.lru_cache(maxsize=None)(
+      lambda m, r, v, d, c: saved[1](num_canaries=m, num_guesses=r, num_correct=v, delta=d,
+                                     confidence=c))
+  fdp = functools.lru_cache(maxsize=None)(
+      lambda m, r, v, d, f, c: saved[2](num_canaries=m, num_guesses=r, num_correct=v, delta=d,
+                                        family=f, confidence=c))
+  stats.clopper_pearson = _CpTable(saved[0])
+  one_run.epsilon_lower_bound = lambda *, num_canaries, num_guesses, num_correct, delta=0.0, \
+      confidence=0.95: steinke(num_canaries, num_guesses, num_correct, delta, confidence)
+  one_run.fdp_epsilon_lower_bound = lambda *, num_canaries, num_guesses, num_correct, delta, \
+      family="dp", confidence=0.95: fdp(num_canaries, num_guesses, num_correct, delta, family,
+                                        confidence)
+  try:
+    yield
+  finally:
+    stats.clopper_pearson, one_run.epsilon_lower_bound, one_run.fdp_epsilon_lower_bound = saved
+
+
+# ----------------------------------------------------------------------------------
+# Measuring.
+
+
+@dataclasses.dataclass(frozen=True)
+class Coverage:
+  """How often one estimator's bound exceeded the true eps over simulated audits.
+
+  Attributes:
+    estimator: the result's name (`Estimator.names()`).
+    mechanism: `Mechanism.label`.
+    kind, strength: the mechanism's fields.
+    audits: A, the number of independent audits.
+    trials: K, trials per side (one-run estimators: M = 2K canaries).
+    delta, confidence: the claim's delta and the bounds' confidence 1 - alpha.
+    true_epsilon: the mechanism's exact eps(delta).
+    assumption_met: False for a GDP-only estimator on a non-GDP mechanism (its
+      violations are then reported, not a failure).
+    violations: audits with epsilon_lower > true_epsilon (beyond 1e-9 relative).
+    positives: audits with epsilon_lower > 0.
+    violation_interval: two-sided 95% Clopper-Pearson interval of the violation rate.
+    p_value: P[Binomial(audits, alpha) >= violations]: the one-sided test of
+      "violation rate <= alpha" (small = the estimator is over-confident).
+    median_epsilon_lower: the median bound over the audits.
+    epsilon_lower_A: float64[A] every audit's bound.
+  """
+  estimator: str
+  mechanism: str
+  kind: str
+  strength: float
+  audits: int
+  trials: int
+  delta: float
+  confidence: float
+  true_epsilon: float
+  assumption_met: bool
+  violations: int
+  positives: int
+  violation_interval: tuple[float, float]
+  p_value: float
+  median_epsilon_lower: float
+  epsilon_lower_A: np.ndarray = dataclasses.field(repr=False, compare=False)
+
+  @property
+  def violation_rate(self) -> float:
+    return self.violations / self.audits
+
+  @property
+  def positive_rate(self) -> float:
+    return self.positives / self.audits
+
+  @property
+  def tightness(self) -> Optional[float]:
+    """median bound / true eps (None on a null mechanism)."""
+    return None if self.true_epsilon == 0 else self.median_epsilon_lower / self.true_epsilon
+
+  def within_nominal(self, level: float = 1e-3) -> bool:
+    """True unless the violation rate is significantly above alpha (p_value < level)."""
+    level = _validate.check_probability(level, "level", open_low=True, open_high=True)
+    return self.p_value >= level
+
+  def record(self) -> dict:
+    """A JSON-ready dict of the scalar fields and derived rates."""
+    d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+         if f.name != "epsilon_lower_A"}
+    d["violation_interval"] = list(self.violation_interval)
+    d.update(violation_rate=self.violation_rate, positive_rate=self.positive_rate,
+             tightness=self.tightness)
+    return d
+
+
+def violation_p_value(violations: int, audits: int, alpha: float) -> float:
+  """P[Binomial(audits, alpha) >= violations], the one-sided test of rate <= alpha.
+
+  Examples:
+    >>> round(violation_p_value(1, 10, 0.05), 4)            # 1 - 0.95^10
+    0.4013
+  """
+  a = _validate.check_int(audits, "audits")
+  v = _validate.check_int(violations, "violations", minimum=0, maximum=a)
+  alpha = _validate.check_probability(alpha, "alpha", open_low=True, open_high=True)
+  return float(sps.binom.sf(v - 1, a, alpha)) if v > 0 else 1.0
+
+
+def measure(estimator, mechanism: Mechanism, *, audits: int, trials: int, delta: float,
+            confidence: float = 0.95, rng: np.random.Generator) -> list[Coverage]:
+  """Runs `audits` independent simulated audits and counts bounds above the true eps.
+
+  Each audit draws fresh scores: K IN and K OUT runs for two-sample estimators;
+  for one-run estimators M = 2K canaries with i.i.d. fair inclusion bits and one
+  run per canary. Every estimator sees the same audits. Draws are made in chunks
+  of audits whose size depends only on K, so a seed gives the same numbers.
+
+  Args:
+    estimator: an `Estimator` or a sequence of them.
+    mechanism: the `Mechanism` audited.
+    audits: A >= 1.
+    trials: K >= 2 per side.
+    delta: the claim's delta, in (0, 1).
+    confidence: each bound's 1 - alpha, in (0, 1).
+    rng: host randomness (np.random.default_rng(seed)).
+  Returns:
+    list of `Coverage`, one per result name of each estimator, in order.
+  """
+  try:
+    ests = (estimator,) if isinstance(estimator, Estimator) else tuple(estimator)
+  except TypeError:
+    ests = ()
+  if not ests or not all(isinstance(e, Estimator) for e in ests):
+    raise TypeError(f"estimator must be an Estimator or a non-empty sequence of them, got "
+                    f"{estimator!r:.80}")
+  _validate.check_instance(mechanism, Mechanism, "mechanism")
+  a = _validate.check_size(audits, "audits", bytes_per_unit=8, units=16)
+  k = _validate.check_size(trials, "trials", minimum=2, bytes_per_unit=8, units=64)
+  delta = _validate.check_delta(delta)
+  confidence = _validate.check_confidence(confidence)
+  _validate.check_instance(rng, np.random.Generator, "rng")
+  eps_true = mechanism.true_epsilon(delta)
+  names = [n for e in ests for n in e.names()]
+  out = {n: np.empty(a) for n in names}
+  any_one_run = any(e.inputs == "one_run" for e in ests)
+  any_two = any(e.inputs == "two_sample" for e in ests)
+  chunk = max(1, _CHUNK_SCORES // k)
+  with _memoized_counts():
+    for start in range(0, a, chunk):
+      n = min(chunk, a - start)
+      s_in = mechanism.sample(rng, np.ones((n, k), bool)) if any_two else None
+      s_out = mechanism.sample(rng, np.zeros((n, k), bool)) if any_two else None
+      if any_one_run:
+        bits = rng.random((n, 2 * k)) < 0.5
+        s_can = mechanism.sample(rng, bits)
+      for i in range(n):
+        for e in ests:
+          if e.inputs == "two_sample":
+            r = e.bound(s_in[i], s_out[i], delta, confidence)
+          else:
+            r = e.bound(s_can[i], bits[i], delta, confidence)
+          vals = [r[o] for o in e.outputs] if e.outputs else [r]
+          for name, v in zip(e.names(), vals):
+            out[name][start + i] = float(v)
+  alpha = 1.0 - confidence
+  results = []
+  for e in ests:
+    for name in e.names():
+      eps_a = out[name]
+      viol = int(np.sum(eps_a > eps_true + _SLACK * max(1.0, eps_true)))
+      lo, hi = stats.clopper_pearson(viol, a, 0.95)
+      results.append(Coverage(
+          estimator=name, mechanism=mechanism.label, kind=mechanism.kind,
+          strength=float(mechanism.strength), audits=a, trials=k, delta=delta,
+          confidence=confidence, true_epsilon=float(eps_true),
+          assumption_met=bool(mechanism.is_gdp or not e._needs_gdp(name)),
+          violations=viol, positives=int(np.sum(eps_a > 0)), violation_interval=(lo, hi),
+          p_value=violation_p_value(viol, a, alpha),
+          median_epsilon_lower=float(np.median(eps_a)), epsilon_lower_A=eps_a))
+  return results

@@ -1,0 +1,55 @@
+"""experiments/one_run_fdp.py on a tiny scale: shape of the record, validity, determinism."""
+
+import json
+import os
+import tempfile
+
+from absl.testing import absltest
+
+from dpjax.accounting import gdp
+from experiments import one_run_fdp
+from tests import helpers
+
+
+class OneRunFdpRunTest(absltest.TestCase):
+
+  def test_run_small(self):
+    out = tempfile.mkdtemp()
+    cfg = one_run_fdp.OneRunFdpConfig(seed=1, noise_multipliers=(0.5, 2.0), num_canaries=400,
+                                      repeats=2)
+    one_run_fdp.run(cfg, out, progress=False, quiet=True)
+    with open(os.path.join(out, "results.json")) as f:
+      doc = json.load(f)
+    self.assertEqual(doc["experiment"], "one_run_fdp")
+    self.assertEqual(doc["flags"]["num_canaries"], 400)
+    self.assertTrue(os.path.exists(os.path.join(out, "one_run_fdp.png")))
+    rows = doc["results"]["per_sigma"]
+    self.assertEqual([r["sigma"] for r in rows], [0.5, 2.0])
+    for r in rows:
+      self.assertAlmostEqual(r["exact_epsilon"], gdp.gaussian_epsilon(1e-5, 1 / r["sigma"]),
+                             places=9)
+      self.assertTrue(r["all_below_exact"])
+      for m in one_run_fdp.METHODS:
+        self.assertLen(r[m]["runs"], 2)
+        self.assertLessEqual(r[m]["min"], r[m]["median"])
+      # the Gaussian-curve analysis of the same guesses is the tighter one
+      self.assertGreater(r["fdp_gdp"]["median"], r["steinke"]["median"])
+    self.assertGreater(rows[0]["steinke"]["median"], 1.0)     # sigma = 0.5 carries signal
+    # the paper column is empty (values not available), never filled in
+    self.assertEqual(doc["tables"][0]["rows"][0][-2:], [None, None])
+    # same seed, same numbers
+    out2 = tempfile.mkdtemp()
+    one_run_fdp.run(cfg, out2, progress=False, quiet=True)
+    with open(os.path.join(out2, "results.json")) as f:
+      self.assertEqual(json.load(f)["results"], doc["results"])
+
+  def test_command_line(self):
+    p = helpers.run_experiment("one_run_fdp", "--num_canaries", "100", "--repeats", "1",
+                               "--noise_multipliers", "1.0")
+    self.assertEqual(p.returncode, 0, p.stderr)
+    helpers.assert_one_line_flag_error(self, "one_run_fdp", ["--num_canaries", "2"],
+                                       "num_canaries")
+
+
+if __name__ == "__main__":
+  absltest.main()

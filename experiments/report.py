@@ -18,7 +18,8 @@ _ROOT = flags.DEFINE_string("root", _common.RESULTS_ROOT, "Directory holding <na
 # Lecture order: §1 reconstruction, §2-3 mechanisms, §4 accounting, §5 DP-SGD,
 # §6 MIA and audits, §7 disparate impact, §8 PATE.
 _ORDER = ("reconstruction", "mia_bound", "mechanisms", "accounting", "published",
-          "privacy_statement", "dpsgd", "mia", "audit", "fp_attacks", "disparate_impact",
+          "privacy_statement", "dpsgd", "mia", "audit", "audit_coverage", "audit_scores",
+          "audit_digits", "one_run_dpsgd", "one_run_fdp", "fp_attacks", "disparate_impact",
           "pate")
 
 

@@ -168,7 +168,7 @@ class FixedThresholdTest(absltest.TestCase):
          delta=st.floats(-10.0, -2.0).map(lambda e: 10.0 ** e), confidence=CONFIDENCES,
          data=st.data())
   def test_gdp_estimate_at_a_fixed_threshold(self, s_in, s_out, t, delta, confidence, data):
-    # An estimate, not a bound, but its mu is still monotone in the error counts.
+    # A bound only for mu-GDP mechanisms, but its mu is monotone in the error counts.
     base = estimators.gdp_estimate(s_in, s_out, delta, confidence, threshold=t)
     spoilt = estimators.gdp_estimate(*_degrade(data, s_in, s_out, t, 1), delta, confidence,
                                      threshold=t)

@@ -4,6 +4,7 @@ import json
 import os
 import tempfile
 
+import pytest
 from absl.testing import absltest
 
 from dpjax.accounting import gdp
@@ -43,7 +44,9 @@ class OneRunFdpRunTest(absltest.TestCase):
     with open(os.path.join(out2, "results.json")) as f:
       self.assertEqual(json.load(f)["results"], doc["results"])
 
+  @pytest.mark.slow
   def test_command_line(self):
+    # Two subprocesses (about 8 s): the flags reach the config, a bad one is one line.
     p = helpers.run_experiment("one_run_fdp", "--num_canaries", "100", "--repeats", "1",
                                "--noise_multipliers", "1.0")
     self.assertEqual(p.returncode, 0, p.stderr)

@@ -435,6 +435,11 @@ def entries():
              delta=1e-5, confidence=0.9),
         {"num_guesses": "count", "num_correct": "count", "family": "choice",
          "parameter": "pos"}))
+  add(E("dpjax.audit.one_run.fdp_p_value", one_run.fdp_p_value,
+        dict(num_canaries=100, num_guesses=20, num_correct=15, family="dp", parameter=1.0,
+             delta=1e-5),
+        {"num_guesses": "count", "num_correct": "count", "family": "choice",
+         "parameter": "nonneg"}))
   add(E("dpjax.audit.one_run.fdp_epsilon_lower_bound", one_run.fdp_epsilon_lower_bound,
         dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5, family="gdp",
              confidence=0.9), {"family": "choice"}))

@@ -199,6 +199,37 @@ class FdpOneRunTest(parameterized.TestCase):
         delta=1e-5).epsilon_lower for _ in range(200)])
     self.assertLessEqual(np.mean(lows > 0), 0.096)
 
+  def test_p_value_never_below_the_randomized_response_tail(self):
+    # eps-randomized response attains the (eps, 0)-DP curve, and for it P[V >= v] is
+    # exactly the binomial tail of Steinke et al.: a valid bound can never be below it.
+    for r, v, eps in ((10, 10, 0.0), (100, 90, 1.0), (100, 70, 0.5), (500, 300, 0.2),
+                      (200, 150, 1.5)):
+      exact = stats.binom.sf(v - 1, r, 1 / (1 + math.exp(-eps)))
+      got = one_run.fdp_p_value(num_canaries=1000, num_guesses=r, num_correct=v, family="dp",
+                                parameter=eps)
+      self.assertGreaterEqual(got, exact * (1 - 1e-9), (r, v, eps))
+      self.assertLess(got, 1.3 * exact + 1e-12, (r, v, eps))      # and close to it
+
+  def test_p_value_bounds_the_gaussian_tail_by_monte_carlo(self):
+    # 4,000 exactly 1-GDP games (m = 200, 20 + 20 guesses): the empirical P[V >= v]
+    # stays below the f-DP bound (+ 3 binomial standard errors) at every v.
+    rng = np.random.default_rng(10)
+    v_games = np.array([_gaussian_one_run(rng, 200, 1.0, 20) for _ in range(4000)])
+    for v in (26, 30, 34, 38):
+      emp = np.mean(v_games >= v)
+      bound = one_run.fdp_p_value(num_canaries=200, num_guesses=40, num_correct=v,
+                                  family="gdp", parameter=1.0)
+      self.assertLessEqual(emp, bound + 3 * math.sqrt(max(bound, 1e-4) * (1 - bound) / 4000),
+                           (v, emp, bound))
+    # and the test rejects at alpha exactly when the bound is below alpha (up to the grid)
+    for v in (30, 34, 38):
+      p = one_run.fdp_p_value(num_canaries=200, num_guesses=40, num_correct=v, family="gdp",
+                              parameter=1.0)
+      kw = dict(num_canaries=200, num_guesses=40, num_correct=v, family="gdp", parameter=1.0)
+      if p < 0.9:
+        self.assertTrue(one_run.fdp_rejects(confidence=1 - p * 1.001, **kw))
+        self.assertFalse(one_run.fdp_rejects(confidence=1 - p * 0.99, **kw))
+
   def test_validation(self):
     kw = dict(num_canaries=10, num_guesses=5, num_correct=4)
     with self.assertRaisesRegex(ValueError, "family"):

@@ -217,13 +217,19 @@ class ScoreBoundsTest(parameterized.TestCase):
       self.assertIsInstance(r, estimators.ScoreBound)
       self.assertEqual((r.name, r.confidence, r.delta), (name, 0.95, 1e-5))
       self.assertGreaterEqual(r.epsilon_lower, 0.0)
-      json.dumps(r.details)                         # serialisable
+      json.dumps(r.details, allow_nan=False)        # strict JSON
       self.assertEqual(r.details["falsifies_claim"], r.epsilon_lower > 0.5)
     self.assertIn("valid only if the mechanism is mu-GDP", b["gdp"].assumptions)
     self.assertIn("valid only if the mechanism is mu-GDP", b["fdp_one_run_gdp"].assumptions)
     self.assertNotIn("mu-GDP", b["clopper_pearson"].assumptions)
     with_t = estimators.score_bounds(s_in, s_out, delta=1e-5, threshold=0.75)
     self.assertIn("clopper_pearson_fixed", with_t)
+    # strict JSON even with infinite scores, thresholds and a mu of -inf
+    odd = estimators.score_bounds([0.0, 0.0, -np.inf], [1.0, 1.0, np.inf], delta=1e-5,
+                                  threshold=np.inf)
+    for r in odd.values():
+      json.dumps(r.details, allow_nan=False)
+    self.assertEqual(odd["clopper_pearson_fixed"].details["threshold"], "inf")
 
   def test_entries_match_their_strategies(self):
     s_in, s_out = _quantile_scores(1.5, 2000, seed=2)

@@ -540,7 +540,9 @@ class ScoreBound:
     name: the estimator (a key of `score_bounds`).
     epsilon_lower: the bound, >= 0.
     assumptions: what its validity rests on, in words.
-    details: JSON-serialisable counts, thresholds and settings behind it.
+    details: the counts, thresholds and settings behind it, as strict JSON (plain
+      ints, floats, strings, lists, dicts; an infinite number is the string "inf"
+      or "-inf").
     confidence: the confidence of this bound alone.
     delta: the delta of the claim tested.
   """
@@ -552,8 +554,16 @@ class ScoreBound:
   delta: float
 
 
+def _json_number(x) -> float | str | None:
+  """A float for strict JSON: finite as is, +-inf as "inf" / "-inf", NaN as None."""
+  x = float(x)
+  if math.isnan(x):
+    return None
+  return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
 def _threshold_details(b: ThresholdBound) -> dict:
-  return {"threshold": float(b.threshold), "sign": int(b.sign), **b.counts(),
+  return {"threshold": _json_number(b.threshold), "sign": int(b.sign), **b.counts(),
           "selection_trials": list(b.selection_trials), "strategy": b.strategy}
 
 
@@ -617,7 +627,7 @@ def _one_run_bound(name, s_in, s_out, delta, confidence, seed) -> ScoreBound:
              "guess_counts": [int(c) for c in counts], "seed": int(seed),
              "confidence_per_test": per}
   if name == "fdp_one_run_gdp":
-    details["mu_lower"] = None if math.isnan(best[3]) else best[3]
+    details["mu_lower"] = _json_number(best[3])
   return ScoreBound(name, best[0], text, details, confidence, delta)
 
 
@@ -672,7 +682,8 @@ def _gdp(s_in, s_out, delta, confidence) -> ScoreBound:
                     "(jointly at the confidence) give mu >= Phi^-1(1 - FPR) - Phi^-1(FNR), "
                     "eps of that mu at delta; threshold chosen on the first half of each side, "
                     "evaluated on the second; a negative mu gives 0",
-                    {"mu_lower": float(g.mu), "threshold": float(g.threshold)}, confidence,
+                    {"mu_lower": _json_number(g.mu), "threshold": _json_number(g.threshold)},
+                    confidence,
                     delta)
 
 
@@ -776,7 +787,8 @@ def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float =
       f"union bound over {len(parts)} estimators ({', '.join(parts)}) at confidence "
       f"{per:g} each; the largest reported; each part's assumptions hold",
       {"estimator": top, "confidence_per_test": per,
-       "parts": {k: float(v.epsilon_lower) for k, v in parts.items()}}, confidence, delta)
+       "parts": {k: _json_number(v.epsilon_lower) for k, v in parts.items()}}, confidence,
+      delta)
   if claimed_epsilon is not None:
     for k, v in out.items():
       v.details["claimed_epsilon"] = claimed_epsilon

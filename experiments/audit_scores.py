@@ -1,8 +1,10 @@
 """Audit any attack scores: every estimator's eps lower bound, its assumptions, and the ROC.
 
 Input: the scores of an audit run anywhere (our DP-SGD, Opacus, TensorFlow
-Privacy, a hand-written mechanism): one score per training run (or per canary)
-with the canary IN and one per run with it OUT, higher = IN. Two formats:
+Privacy, a hand-written mechanism): one score per independent training run,
+for runs with the canary IN and runs with it OUT, higher = IN. (Many canaries
+of one run are not independent trials: `dpjax.audit.one_run.audit` takes those
+with their inclusion bits.) Two formats:
 
   .npz   arrays `in_scores` and `out_scores`, each 1-D, numeric;
   .csv   a header row naming columns `score` (a number) and `member` (1/0 or

@@ -7,8 +7,6 @@ the falsification verdict, and that a bad input leaves no output behind.
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
@@ -172,15 +170,13 @@ class AuditScoresTest(absltest.TestCase):
     path = os.path.join(tempfile.mkdtemp(), "bad.csv")
     with open(path, "w") as fh:
       fh.write("score,member\n1,1\n2,1\n3,0\n")
-    out = os.path.join(tempfile.mkdtemp(), "out")
-    p = subprocess.run([sys.executable, "-m", "experiments.audit_scores", "--scores", path,
-                        "--delta", "1e-6", "--out", out], cwd=helpers.ROOT,
-                       capture_output=True, text=True, timeout=120)
+    p = helpers.run_experiment("audit_scores", "--scores", path, "--delta", "1e-6")
     self.assertEqual(p.returncode, 2, p.stderr)
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     self.assertLen(lines, 1, p.stderr)
     self.assertIn("member = 0 scores needs at least two scores, got 1", lines[0])
-    self.assertFalse(os.path.exists(out))
+    out = p.args[p.args.index("--out") + 1]
+    self.assertEqual(os.listdir(out), [])
 
   def test_builtin_example_is_reproducible_and_its_file_audits_the_same(self):
     out, doc = self._run(seed=5, demo_trials=400, demo_mu=1.5)

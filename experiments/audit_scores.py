@@ -309,9 +309,10 @@ def run(cfg: AuditScoresConfig, out_dir: str, *, progress: bool = True,
   mu = cfg.demo_mu if demo else None
   figures = [_figure(out_dir, band, claimed, cfg.delta, mu,
                      f"{s_in.size} IN / {s_out.size} OUT")]
+  verdict = "FALSIFIED" if record["falsified"] else "not falsified"
   claim_text = ("no eps claimed" if claimed is None else
-                f"claimed eps {claimed:.3g} {'FALSIFIED' if record['falsified'] else 'not falsified'}"
-                f" (best valid bound {best.epsilon_lower:.3f} from {best.details['estimator']})")
+                f"claimed eps {claimed:.3g} {verdict} (best valid bound "
+                f"{best.epsilon_lower:.3f} from {best.details['estimator']})")
   summary = (f"Audit of {what}: {claim_text} at delta = {cfg.delta:g} and "
              f"{100 * cfg.confidence:g}% confidence. Clopper-Pearson (split) "
              f"{bounds['clopper_pearson'].epsilon_lower:.3f}, one-run "

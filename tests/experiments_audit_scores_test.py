@@ -135,10 +135,13 @@ class AuditScoresTest(absltest.TestCase):
     ok = np.array([0.0, 1.0, 2.0])
     cases = [
         (f("a.npz", in_scores=ok), r"missing array\(s\) out_scores"),
-        (f("b.npz", in_scores=ok, out_scores=np.array([0.0, np.nan])), r"out_scores has 1 non-finite.*index 1"),
-        (f("c.npz", in_scores=np.array([1.0, np.inf]), out_scores=ok), r"in_scores has 1 non-finite"),
+        (f("b.npz", in_scores=ok, out_scores=np.array([0.0, np.nan])),
+         r"out_scores has 1 non-finite.*index 1"),
+        (f("c.npz", in_scores=np.array([1.0, np.inf]), out_scores=ok),
+         r"in_scores has 1 non-finite"),
         (f("d.npz", in_scores=np.array([1.0]), out_scores=ok), r"in_scores needs at least two"),
-        (f("e.npz", in_scores=np.array(["a", "b"]), out_scores=ok), r"in_scores must be numeric"),
+        (f("e.npz", in_scores=np.array(["a", "b"]), out_scores=ok),
+         r"in_scores must be numeric"),
         (f("f.npz", in_scores=np.array([True, False]), out_scores=ok), r"in_scores must be numeric"),
         (f("g.npz", in_scores=np.ones((2, 2)), out_scores=ok), r"1-dimensional"),
         (f("h.npz", "not a zip"), r"unreadable \.npz"),

@@ -44,6 +44,7 @@ each adversary at its procedure's ceiling (white-box 7.73 =
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import warnings
@@ -68,6 +69,9 @@ THREAT_MODELS = ("black_box", "white_box", "both")
 LECTURE_CEILING = {500: 4.91, 10_000: 7.90}
 # Points of each ROC curve recorded for the figure.
 _ROC_POINTS = 100
+# With K > 1 canaries per run: the share of alpha given to the fixed-threshold test
+# (the held-out-threshold test gets the rest).
+_FIXED_ALPHA_SHARE = 0.8
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -83,12 +87,20 @@ class AuditConfig(_common.ExperimentConfig):
   resume: bool = _common.option(False, "Continue an interrupted run from <out>/chunks.")
   no_noise: bool = _common.option(True, "Also audit sigma = 0 (the ceiling check).")
   chunk_models: int = _common.option(2000, "Models per chunk written to disk.")
+  canaries_per_run: int = _common.option(
+      1, "Gradient canaries per run, K: each in its own unused coordinate with its own "
+      "inclusion and sampling bits, so each run gives K white-box trials.")
   # The DP-SGD and audit constants (not flags; tests shrink them).
   delta: float = _common.option(1e-5, "delta of the claims.", flag=False)
   confidence: float = _common.option(0.95, "Confidence of every reported bound.", flag=False)
   num_steps: int = _common.option(500, "DP-SGD steps T.", flag=False)
   sampling_prob: float = _common.option(0.2, "Poisson sampling rate q.", flag=False)
   base_size: int = _common.option(150, "Base records besides the canary.", flag=False)
+  canary_in_fraction: float = _common.option(
+      0.25, "With K > 1: fraction of runs in which each gradient canary is IN.", flag=False)
+  observation_budget: int = _common.option(
+      2 ** 25, "With K > 1: most white-box observations (models x T x K) held at once.",
+      flag=False)
 
   def __post_init__(self):
     super().__post_init__()                  # seed, and threat_model / variant in their choices
@@ -102,6 +114,10 @@ class AuditConfig(_common.ExperimentConfig):
       raise ValueError(f"chunk_models must be a positive multiple of 4, got {self.chunk_models!r}")
     _common.check_int(self, "num_steps")
     _common.check_int(self, "base_size")
+    _common.check_int(self, "canaries_per_run")
+    _common.check_int(self, "observation_budget")
+    _common.check_range(self, "canary_in_fraction", low=0, high=1, open_low=True,
+                        open_high=True)
     _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
                         open_high=True)
     _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
@@ -122,6 +138,62 @@ def _settings(cfg: AuditConfig) -> list[_Setting]:
   if cfg.no_noise:
     out.append(_Setting("no_noise", math.inf, 0.0))
   return out
+
+
+def _chunk_models(cfg: AuditConfig) -> int:
+  """Models per stored chunk: cfg.chunk_models, fewer when K > 1 so that one chunk's
+  observations (models x T x K float32) stay within cfg.observation_budget."""
+  k = cfg.canaries_per_run
+  if k == 1:
+    return cfg.chunk_models
+  fit = max(4, (cfg.observation_budget // (cfg.num_steps * k)) // 4 * 4)
+  return min(cfg.chunk_models, fit)
+
+
+@functools.partial(jax.jit, static_argnames=("sampling_prob", "noise_multiplier"))
+def _llr_scores(obs_MxTxK, scale, *, sampling_prob, noise_multiplier):
+  """float32[M, K]: `canary.white_box_scores` of each canary's coordinate, in XLA.
+
+  o = obs * B / C, score = sum_t step_llr(o_t) (sigma > 0) or the number of steps
+  with o_t > 1/2 (no noise). Computed in float32 (the observations' precision) on
+  the whole chunk at once; any fixed function of the observations gives a valid
+  test, and tests/experiments_audit_test.py checks these against the float64
+  `canary.white_box_scores` to 1e-4 relative.
+  """
+  o = obs_MxTxK * scale
+  if noise_multiplier == 0:
+    return jnp.sum((o > 0.5).astype(jnp.float32), axis=1)
+  x = (2.0 * o - 1.0) / (2.0 * noise_multiplier * noise_multiplier)
+  if sampling_prob < 1.0:
+    x = jnp.logaddexp(math.log1p(-sampling_prob), math.log(sampling_prob) + x)
+  return jnp.sum(x, axis=1)
+
+
+def _train_chunk_canaries(cfg, key, data, var, lo, hi, m_total, model, sigma):
+  """K > 1: trains models lo..hi-1 of `canary.canaries_design`; returns their record
+  and gradient-canary bits, black-box scores [m] and white-box scores [m, K]."""
+  k = cfg.canaries_per_run
+  r_all, s_all = canary.canaries_design(m_total, k, cfg.canary_in_fraction, cfg.seed)
+  r, s = r_all[lo:hi], s_all[lo:hi]
+  keep = np.ones((hi - lo, data.x_NxD.shape[0]), bool)
+  keep[:, data.canary_index] = r
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    out = dpsgd.train_many(
+        key, data.x_NxD, data.y_N, jnp.asarray(keep), var.config, model,
+        observe_fn=canary.observe_last_coordinates(k),
+        gradient_canaries=canary.gradient_canaries(data.num_features, k,
+                                                   var.config.l2_clip_norm),
+        canary_keep_MxK=jnp.asarray(s), max_chunk=hi - lo, progress=False, **var.components)
+  if not np.all(np.asarray(out.finite)):
+    raise ValueError(f"{int(np.sum(~np.asarray(out.finite)))} of {hi - lo} audit models "
+                     "ended with non-finite parameters: no audit is computed from them")
+  bb = canary.black_box_scores(np.asarray(out.params["w"]),
+                               np.asarray(data.x_NxD[data.canary_index]))
+  wb = _llr_scores(out.observations,
+                   var.config.expected_batch_size / var.config.l2_clip_norm,
+                   sampling_prob=float(cfg.sampling_prob), noise_multiplier=float(sigma))
+  return r, s, bb, np.asarray(wb, np.float64)
 
 
 def _train_chunk(key, data, var, lo, hi, m_total, model):
@@ -165,8 +237,9 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
     when complete also `_common.finish`'s "record", "tables" and "figures".
   """
   m_total = 2 * cfg.trials
+  k_can = cfg.canaries_per_run
   k_data, k_train = jax.random.split(jax.random.key(cfg.seed))
-  data = canaries.audit_data(k_data, cfg.base_size)
+  data = canaries.audit_data(k_data, cfg.base_size, unused_features=k_can)
   model = models.logistic_regression(data.num_features)
   n_records = int(data.x_NxD.shape[0])
   settings = _settings(cfg)
@@ -174,9 +247,13 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
               "chunk_models": cfg.chunk_models, "delta": cfg.delta, "num_steps": cfg.num_steps,
               "sampling_prob": cfg.sampling_prob, "base_size": cfg.base_size,
               "settings": [dataclasses.asdict(s) for s in settings]}
+  chunk_models = _chunk_models(cfg)
+  if k_can > 1:
+    manifest.update(canaries_per_run=k_can, canary_in_fraction=cfg.canary_in_fraction,
+                    chunk_models=chunk_models)
   chunks = store.ChunkStore(os.path.join(out_dir, "chunks"), manifest, resume=cfg.resume)
-  bounds = [(lo, min(m_total, lo + cfg.chunk_models))
-            for lo in range(0, m_total, cfg.chunk_models)]
+  bounds = [(lo, min(m_total, lo + chunk_models))
+            for lo in range(0, m_total, chunk_models)]
   names = {(si, c): f"{st.name}_c{c:04d}" for si, st in enumerate(settings)
            for c in range(len(bounds))}
   todo = [k for k, n in names.items() if n not in chunks]
@@ -196,9 +273,13 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
       var = variants.variant(cfg.variant, claimed, model)
     lo, hi = bounds[c]
     k_chunk = jax.random.fold_in(jax.random.fold_in(k_train, si), c)
-    r, s, bb, o = _train_chunk(k_chunk, data, var, lo, hi, m_total, model)
-    chunks.save(names[(si, c)], record_in=r, gradient_in=s, black_box=bb,
-                white_box=canary.white_box_scores(o, cfg.sampling_prob, st.sigma))
+    if k_can == 1:
+      r, s, bb, o = _train_chunk(k_chunk, data, var, lo, hi, m_total, model)
+      wb = canary.white_box_scores(o, cfg.sampling_prob, st.sigma)
+    else:
+      r, s, bb, wb = _train_chunk_canaries(cfg, k_chunk, data, var, lo, hi, m_total, model,
+                                           st.sigma)
+    chunks.save(names[(si, c)], record_in=r, gradient_in=s, black_box=bb, white_box=wb)
     trained += 1
     bar.update(1)
   bar.close()
@@ -214,6 +295,7 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
     if st.sigma > 0:
       roc[st.name] = _roc_record(cfg, st, wb[s], wb[~s])
   results = {"rows": rows, "variant": cfg.variant, "trials": cfg.trials,
+             "canaries_per_run": k_can,
              "threat_model": cfg.threat_model, "models_per_setting": m_total,
              "shared_runs": True, "white_box_roc": roc,
              "lecture_ceiling": {str(k): v for k, v in LECTURE_CEILING.items()}}
@@ -233,7 +315,19 @@ def _evaluate(cfg: AuditConfig, st: _Setting, r, s, bb, wb) -> dict:
   """One row: both adversaries' bounds, their spread, ceilings and GDP estimates."""
   trials, half, delta, conf = cfg.trials, cfg.trials // 2, cfg.delta, cfg.confidence
   no_noise = st.sigma == 0
-  per_test = estimators.bonferroni_confidence(conf, 2)       # the white-box policy's two tests
+  multi = cfg.canaries_per_run > 1
+  if multi:
+    # K canaries per run: the white-box trials are all (run, canary) pairs, IN and OUT
+    # in the proportions of the design; alpha is split 4:1 between the fixed-threshold
+    # test (the primary one) and the held-out one (a fallback for implementations far
+    # from their claim): a union bound, fixed before any score is seen.
+    n_in, n_out = int(np.sum(s)), int(np.sum(~s))
+    conf_fixed = 1.0 - _FIXED_ALPHA_SHARE * (1.0 - conf)
+    conf_split = 1.0 - (1.0 - _FIXED_ALPHA_SHARE) * (1.0 - conf)
+  else:
+    n_in = n_out = trials
+    conf_fixed = conf_split = estimators.bonferroni_confidence(conf, 2)
+  per_test = conf_fixed
   row = {"setting": st.name, "epsilon": st.claimed_epsilon, "sigma": st.sigma,
          "epsilon_pld": (accounting.dpsgd_epsilon(st.sigma, cfg.sampling_prob, cfg.num_steps,
                                                   delta, accountant="pld")
@@ -241,7 +335,12 @@ def _evaluate(cfg: AuditConfig, st: _Setting, r, s, bb, wb) -> dict:
          "trials": trials, "variant": cfg.variant,
          "ceiling": stats.perfect_attack_ceiling(trials, delta, conf),
          "ceiling_black_box": stats.perfect_attack_ceiling(half, delta, conf),
-         "ceiling_white_box": stats.perfect_attack_ceiling(trials, delta, per_test)}
+         "ceiling_white_box": (stats.perfect_attack_ceiling(trials, delta, per_test)
+                               if not multi else
+                               float(stats.epsilon_lower_bound(0, n_out, 0, n_in, delta,
+                                                               per_test))),
+         "canaries_per_run": cfg.canaries_per_run,
+         "white_box_trials_in": n_in, "white_box_trials_out": n_out}
   if no_noise:
     # Without noise the canary's steps show as o_t = 1 exactly: "any step > 1/2".
     threshold_wb = 0.5
@@ -249,14 +348,18 @@ def _evaluate(cfg: AuditConfig, st: _Setting, r, s, bb, wb) -> dict:
     row["best_certifiable_black_box"] = row["ceiling_black_box"]
   else:
     thr, fpr, fnr = _claimed_roc(cfg, st)
-    best = estimators.best_certifiable(fpr, fnr, trials, delta=delta, confidence=per_test,
-                                       thresholds_J=thr)
-    threshold_wb, row["best_certifiable"] = best.threshold, best.epsilon
+    if multi:
+      threshold_wb, row["best_certifiable"] = _best_certifiable(thr, fpr, fnr, n_in, n_out,
+                                                                delta, per_test)
+    else:
+      best = estimators.best_certifiable(fpr, fnr, trials, delta=delta, confidence=per_test,
+                                         thresholds_J=thr)
+      threshold_wb, row["best_certifiable"] = best.threshold, best.epsilon
     row["best_certifiable_black_box"] = estimators.best_certifiable(
         fpr, fnr, half, delta=delta, confidence=conf).epsilon
   row["epsilon_lower_black_box"] = row["epsilon_lower_white_box"] = None
   row["gdp_estimate_black_box"] = row["gdp_estimate_white_box"] = None
-  row["white_box_fraction_of_best"] = None
+  row["white_box_fraction_of_best"] = row["white_box_fraction_of_exact"] = None
   if cfg.threat_model in ("black_box", "both"):
     a = estimators.SplitThreshold(both_signs=True).bound(bb[r], bb[~r], delta=delta,
                                                          confidence=conf)
@@ -273,11 +376,18 @@ def _evaluate(cfg: AuditConfig, st: _Setting, r, s, bb, wb) -> dict:
     # on half the trials -- robust when the implementation behaves differently
     # (e.g. far less noise than claimed, where the claimed-optimal threshold lies
     # above both IN and OUT scores). Each at 1 - alpha/2, the larger reported.
-    policy = estimators.Bonferroni((estimators.FixedThreshold(threshold_wb),
-                                    estimators.SplitThreshold(both_signs=True)))
-    res = policy.bound(wb[s], wb[~s], delta=delta, confidence=conf)
-    fixed, held_out = res.parts
-    row["epsilon_lower_white_box"] = res.epsilon_lower
+    if multi:
+      fixed = estimators.FixedThreshold(threshold_wb).bound(wb[s], wb[~s], delta=delta,
+                                                            confidence=conf_fixed)
+      held_out = estimators.SplitThreshold(both_signs=True).bound(
+          wb[s], wb[~s], delta=delta, confidence=conf_split)
+      row["epsilon_lower_white_box"] = max(fixed.epsilon_lower, held_out.epsilon_lower)
+    else:
+      policy = estimators.Bonferroni((estimators.FixedThreshold(threshold_wb),
+                                      estimators.SplitThreshold(both_signs=True)))
+      res = policy.bound(wb[s], wb[~s], delta=delta, confidence=conf)
+      fixed, held_out = res.parts
+      row["epsilon_lower_white_box"] = res.epsilon_lower
     row["white_box_fixed_threshold"] = fixed.epsilon_lower
     row["white_box_held_out_threshold"] = held_out.epsilon_lower
     row["white_box_threshold"] = threshold_wb
@@ -287,9 +397,21 @@ def _evaluate(cfg: AuditConfig, st: _Setting, r, s, bb, wb) -> dict:
     if row["best_certifiable"] > 0:
       row["white_box_fraction_of_best"] = row["epsilon_lower_white_box"] / row["best_certifiable"]
     if not no_noise:
+      row["white_box_fraction_of_exact"] = row["epsilon_lower_white_box"] / row["epsilon_pld"]
+    if not no_noise:
       row["gdp_estimate_white_box"] = estimators.gdp_estimate(
           wb[s], wb[~s], delta, conf, threshold=threshold_wb).epsilon
   return row
+
+
+def _best_certifiable(thr, fpr, fnr, n_in: int, n_out: int, delta: float, confidence: float):
+  """(threshold, eps) of the best point of the claimed ROC on expected counts with n_in
+  IN and n_out OUT trials (`estimators.best_certifiable` for unequal sides)."""
+  ok = np.flatnonzero((fpr > 0) | (fnr > 0))
+  eps = stats.epsilon_lower_bound(fpr[ok] * n_out, n_out, fnr[ok] * n_in, n_in, delta,
+                                  confidence)
+  j = int(np.argmax(eps))
+  return float(thr[ok[j]]), float(eps[j])
 
 
 def _roc_record(cfg: AuditConfig, st: _Setting, s_in, s_out) -> dict:
@@ -314,18 +436,23 @@ def _roc_record(cfg: AuditConfig, st: _Setting, s_in, s_out) -> dict:
 
 def _tables(cfg: AuditConfig, rows: list[dict]) -> list[_common.Table]:
   trials = cfg.trials
+  k = cfg.canaries_per_run
+  title = (f"Canary audit, variant = {cfg.variant}, {trials} trials per side ({2 * trials} "
+           "models per row, shared by both adversaries), 95% confidence, delta = 1e-5")
+  if k > 1:
+    title += (f"; {k} gradient canaries per run: white-box trials "
+              f"{rows[0]['white_box_trials_in']} IN / {rows[0]['white_box_trials_out']} OUT")
   table = _common.Table(
-      title=f"Canary audit, variant = {cfg.variant}, {trials} trials per side ({2 * trials} "
-            "models per row, shared by both adversaries), 95% confidence, delta = 1e-5",
+      title=title,
       columns=["claimed eps", "sigma", "eps (PLD)", "eps_lower black-box", "± sd",
                "best certifiable (black-box procedure)", "eps_lower white-box", "± sd",
                "best certifiable (white-box procedure)", "white-box / best",
-               "trials' ceiling", "GDP estimate (white-box)"],
+               "trials' ceiling", "GDP estimate (white-box)", "white-box / eps (PLD)"],
       rows=[[row["epsilon"], row["sigma"], row["epsilon_pld"], row["epsilon_lower_black_box"],
              row.get("epsilon_lower_black_box_sd"), row["best_certifiable_black_box"],
              row["epsilon_lower_white_box"], row.get("epsilon_lower_white_box_sd"),
              row["best_certifiable"], row["white_box_fraction_of_best"],
-             row["ceiling"], row["gdp_estimate_white_box"]]
+             row["ceiling"], row["gdp_estimate_white_box"], row["white_box_fraction_of_exact"]]
             for row in rows],
       note=("White-box: the larger of two bounds at 97.5% each (Bonferroni, so 95% jointly): "
             "the threshold fixed in advance from the claimed mechanism's exact likelihood ratio, "

@@ -347,6 +347,14 @@ def entries():
 
   add(E("dpjax.audit.canary.gradient_canary", canary.gradient_canary,
         dict(num_features=3, l2_clip_norm=1.0), {"num_features": "size", "l2_clip_norm": "pos"}))
+  add(E("dpjax.audit.canary.gradient_canaries", canary.gradient_canaries,
+        dict(num_features=3, num_canaries=2, l2_clip_norm=1.0),
+        {"num_features": "size", "num_canaries": "size", "l2_clip_norm": "pos"}))
+  add(E("dpjax.audit.canary.observe_last_coordinates", canary.observe_last_coordinates,
+        dict(num_canaries=2)))
+  add(E("dpjax.audit.canary.canaries_design", canary.canaries_design,
+        dict(num_models=8, num_canaries=3, in_fraction=0.5, seed=0),
+        {"num_models": "size", "num_canaries": "size", "in_fraction": "prob", "seed": "count"}))
   add(E("dpjax.audit.canary.balanced_design", canary.balanced_design,
         dict(num_models=4), {"num_models": "size"}))
   add(E("dpjax.audit.canary.black_box_scores", canary.black_box_scores,
@@ -548,7 +556,8 @@ def entries():
 
   # ---- data
   add(E("dpjax.data.canaries.audit_data", canaries.audit_data,
-        dict(key=_key, base_size=20), {"base_size": "size"}))
+        dict(key=_key, base_size=20, unused_features=2),
+        {"base_size": "size", "unused_features": "size"}))
   add(E("dpjax.data.credit.true_logit", credit.true_logit, dict(x_NxF=xc),
         {"x_NxF": "array"}))
   add(E("dpjax.data.credit.sample", credit.sample, dict(key=_key, n=10, minority_share=0.2),

@@ -12,7 +12,9 @@ import time
 import pytest
 from absl.testing import absltest
 
-from dpjax.audit import stats
+import numpy as np
+
+from dpjax.audit import canary, stats
 from experiments import audit
 from tests import helpers
 
@@ -119,6 +121,39 @@ class AuditExperimentTest(absltest.TestCase):
     self.assertEqual(doc["flags"]["trials"], 8)
     self.assertEqual(list(doc["results"]["white_box_roc"]), ["eps8"])   # drawn from the record
 
+  @pytest.mark.slow
+  def test_many_canaries_per_run(self):
+    d = self._tmp()
+    cfg = dataclasses.replace(_SMALL, canaries_per_run=3)
+    out = _run(cfg, d)
+    rows = {r["setting"]: r for r in out["rows"]}
+    # 16 models, 8 pairs, each canary IN in 2 * round(0.25 * 8) = 4 models: 12 IN, 36 OUT
+    for r in rows.values():
+      self.assertEqual((r["white_box_trials_in"], r["white_box_trials_out"]), (12, 36))
+      self.assertEqual(r["canaries_per_run"], 3)
+      self.assertEqual(r["epsilon_lower_white_box"],
+                       max(r["white_box_fixed_threshold"], r["white_box_held_out_threshold"]))
+      self.assertIsNotNone(r["epsilon_lower_black_box"])
+    e8 = rows["eps8"]
+    self.assertLessEqual(e8["epsilon_lower_white_box"], e8["epsilon_pld"])
+    self.assertAlmostEqual(e8["white_box_fraction_of_exact"],
+                           e8["epsilon_lower_white_box"] / e8["epsilon_pld"])
+    # no noise: every IN trial shows its canary (P(never sampled in 40 steps) ~ 1e-4
+    # each), no OUT trial does: the procedure's ceiling for 12 IN / 36 OUT at 96%
+    nn = rows["no_noise"]
+    self.assertAlmostEqual(nn["ceiling_white_box"],
+                           stats.epsilon_lower_bound(0, 36, 0, 12, 1e-5, 0.96), places=9)
+    self.assertAlmostEqual(nn["epsilon_lower_white_box"], nn["ceiling_white_box"], places=9)
+
+  def test_xla_scores_equal_the_float64_white_box_scores(self):
+    obs = np.random.default_rng(0).normal(0.02, 0.1, (5, 40, 3)).astype(np.float32)
+    for sigma in (0.0, 0.7, 3.0):
+      got = np.asarray(audit._llr_scores(obs, 10.0, sampling_prob=0.2, noise_multiplier=sigma))
+      o = canary.normalized_observations(np.transpose(obs, (0, 2, 1)).reshape(15, 40),
+                                         expected_batch_size=10.0, l2_clip_norm=1.0)
+      want = canary.white_box_scores(o, 0.2, sigma).reshape(5, 3)
+      np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
   def test_threat_model_black_box_only(self):
     d = self._tmp()
     cfg = dataclasses.replace(_SMALL, threat_model="black_box", no_noise=False)
@@ -130,7 +165,7 @@ class AuditExperimentTest(absltest.TestCase):
     for kw in (dict(trials=7), dict(trials=0), dict(epsilons=(-1.0,)), dict(epsilons=()),
                dict(threat_model="grey_box"), dict(variant="bogus"), dict(chunk_models=6),
                dict(delta=1.0), dict(confidence=0.0), dict(sampling_prob=1.5), dict(seed=-1),
-               dict(trials=True)):
+               dict(trials=True), dict(canaries_per_run=0), dict(canary_in_fraction=1.0)):
       with self.subTest(kw):
         with self.assertRaisesRegex(ValueError, f"^{next(iter(kw))}"):
           audit.AuditConfig(**kw)

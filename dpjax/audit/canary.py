@@ -29,6 +29,21 @@ Two canaries ride in every training run, each with its own inclusion bit
   and gives the best bound ANY adversary could certify with the same trials
   (`dpjax.audit.estimators.best_certifiable`).
 
+Many canaries per run (`gradient_canaries`, `canaries_design`): K gradient canaries,
+canary j = C e_j in its own unused coordinate j, each with its own inclusion bit
+and its own Poisson bits (`dpsgd.train_many(gradient_canaries=...)`). In DP-SGD as
+claimed (fixed denominator B, noise independent across coordinates), coordinate j
+of the update is (b_tj C + sigma C z_tj) / B, a function of canary j's bits and
+noise only, so the K white-box scores of a run are K independent trials with the
+single canary's distribution (tests/audit_canaries_test.py: uncorrelated across
+canaries on null runs and with canaries, each canary's scores on the exact
+likelihood-ratio law, and equal in law to single-canary runs). This independence
+is a property of the claimed algorithm: the Clopper-Pearson bound on pooled
+(run, canary) trials tests "this is DP-SGD as claimed, at eps", the hypothesis
+of the audit. For an arbitrary mechanism claimed (eps, delta)-DP, K canaries of
+one run need not be independent trials; `dpjax.audit.one_run` (Steinke, Nasr &
+Jagielski 2023) is the bound for that case.
+
 Sharing runs between the two adversaries is sound: for the black-box test the
 gradient canary is part of the "rest of the data", present in half of the IN and
 half of the OUT runs alike, so each side is the same mixture of neighbouring
@@ -89,6 +104,39 @@ def gradient_canary(num_features: int, l2_clip_norm: float) -> dict:
   return {"w": jnp.zeros((d,), jnp.float32).at[-1].set(c)}
 
 
+def gradient_canaries(num_features: int, num_canaries: int, l2_clip_norm: float) -> dict:
+  """{"w": [K, D]}: K gradient canaries, canary j = C * e_{D-K+j}, in the last K coordinates.
+
+  Each canary has its own coordinate that no record uses (`dpjax.data.canaries
+  .audit_data(..., unused_features=K)`), so in DP-SGD as claimed (fixed denominator
+  B, independent Gaussian noise per coordinate) coordinate D-K+j of every
+  privatized update is (b_tj C + sigma C z_tj) / B: it depends only on canary j's
+  own sampling bits b_tj and its own noise z_tj, and the K canaries give K
+  independent white-box trials per run (tests/canary_test.py measures this).
+
+  Args:
+    num_features: D >= K.
+    num_canaries: K >= 1.
+    l2_clip_norm: C, finite and > 0.
+  Returns:
+    {"w": float32[K, D]}, handed to `dpsgd.train_many(gradient_canaries=...)`; for
+    K = 1 it is `gradient_canary(D, C)` with a leading axis.
+
+  Examples:
+    >>> gradient_canaries(3, 2, 1.0)["w"].tolist()
+    [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+  """
+  d = _validate.check_size(num_features, "num_features")
+  k = _validate.check_size(num_canaries, "num_canaries", units=d)
+  c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
+  if k > d:
+    raise ValueError(f"num_canaries = {k} needs as many unused coordinates, but "
+                     f"num_features = {d}")
+  w = np.zeros((k, d), np.float32)
+  w[np.arange(k), d - k + np.arange(k)] = c
+  return {"w": jnp.asarray(w)}
+
+
 def _project_last(update):
   """observe_fn for the white-box adversary: the update's unused last coordinate."""
   return update["w"][-1]
@@ -98,6 +146,70 @@ def observe_last_coordinate():
   """The observe_fn handed to `dpsgd.train_many` (one function object, so the
   compiled program is reused across calls)."""
   return _project_last
+
+
+@functools.lru_cache(maxsize=64)
+def _last_coordinates(k: int):
+  def project(update):
+    return update["w"][-k:]
+  return project
+
+
+def observe_last_coordinates(num_canaries: int):
+  """The observe_fn for K gradient canaries: the update's last K coordinates, float[K].
+
+  One function object per K (cached), so the compiled program is reused.
+
+  Examples:
+    >>> observe_last_coordinates(2) is observe_last_coordinates(2)
+    True
+  """
+  return _last_coordinates(_validate.check_int(num_canaries, "num_canaries"))
+
+
+def canaries_design(num_models: int, num_canaries: int, in_fraction: float, seed: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+  """Inclusion bits of the record canary and of K gradient canaries (M divisible by 4).
+
+  The record canary alternates (record_in_M[i] = i even, as `balanced_design`).
+  The gradient canaries' rows come in identical pairs (models 2i and 2i+1 share
+  row i), so the record canary's IN runs and OUT runs carry exactly the same
+  multiset of gradient-canary sets: each side of the black-box test is the same
+  mixture of neighbouring datasets. Column j is an independent uniformly random
+  arrangement (numpy Generator(seed)) of exactly round(in_fraction * M / 2) IN
+  pairs, so every canary is IN in exactly 2 round(in_fraction M / 2) models. The
+  design is fixed before any training, so the trials' order (by model, then
+  canary) is independent of the scores, as the split-threshold strategy needs.
+
+  Args:
+    num_models: M, a positive multiple of 4.
+    num_canaries: K >= 1.
+    in_fraction: the fraction of models in which each gradient canary is IN, in
+      (0, 1), with at least one IN and one OUT pair.
+    seed: an int seeding the arrangement.
+  Returns:
+    (record_in_M bool[M], gradient_in_MxK bool[M, K]).
+
+  Examples:
+    >>> r, g = canaries_design(8, 3, 0.5, seed=0)
+    >>> g.sum(axis=0).tolist(), bool((g[0::2] == g[1::2]).all())
+    ([4, 4, 4], True)
+  """
+  m = _validate.check_size(num_models, "num_models", minimum=4, bytes_per_unit=8)
+  if m % 4:
+    raise ValueError(f"num_models must be a positive multiple of 4, got {num_models!r}")
+  k = _validate.check_size(num_canaries, "num_canaries", units=m, bytes_per_unit=2)
+  p = _validate.check_probability(in_fraction, "in_fraction", open_low=True, open_high=True)
+  seed = _validate.check_int(seed, "seed", minimum=0)
+  pairs = m // 2
+  n_in = int(round(p * pairs))
+  if not 0 < n_in < pairs:
+    raise ValueError(f"in_fraction = {p} leaves {n_in} of {pairs} model pairs IN: each "
+                     "canary needs at least one IN and one OUT pair")
+  rng = np.random.default_rng(seed)
+  col = np.arange(pairs) < n_in
+  rows = np.stack([rng.permutation(col) for _ in range(k)], axis=1)      # [M/2, K]
+  return np.arange(m) % 2 == 0, np.repeat(rows, 2, axis=0)
 
 
 def balanced_design(num_models: int) -> tuple[np.ndarray, np.ndarray]:

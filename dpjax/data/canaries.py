@@ -4,10 +4,10 @@ The canary audit of DP-SGD (lecture §6.2, code 04 demo 3) trains many models on
 fixed base set of credit records plus a canary, the lecture's outlier applicant:
 income 250k, debt ratio 0.05, 25 years of history, no delinquency -- and yet
 defaulted (`credit.lecture_canary`). Features are the cubic expansion of the
-credit features under a public scaler fitted on a separate public sample, plus one
-extra column that is 0 for every record: an unused coordinate in which the audit
-places a gradient canary (`dpjax.audit.canary.gradient_canary`) that no record
-touches.
+credit features under a public scaler fitted on a separate public sample, plus
+`unused_features` >= 1 extra columns that are 0 for every record: unused coordinates
+in which the audit places gradient canaries (`dpjax.audit.canary.gradient_canary`,
+or one per coordinate with `gradient_canaries`) that no record touches.
 
 Shape letters: N records (base set, then the canary), D features.
 
@@ -33,14 +33,14 @@ _PUBLIC_SAMPLE = 2000
 
 
 class AuditData(NamedTuple):
-  """Base set + record canary, with an unused last feature column for the gradient canary.
+  """Base set + record canary, with unused last feature columns for the gradient canaries.
 
   Attributes:
     x_NxD: float32[N, D]: cubic features of the base records, then the record
-      canary as the last row; the last column is 0 everywhere.
+      canary as the last row; the last `unused_features` columns are 0 everywhere.
     y_N: int32[N] labels (the canary's is 0, defaulted).
     canary_index: index of the record canary (N - 1).
-    num_features: D (= 56 cubic + 1 unused).
+    num_features: D (= 56 cubic + the unused columns).
   """
   x_NxD: jax.Array
   y_N: jax.Array
@@ -48,15 +48,17 @@ class AuditData(NamedTuple):
   num_features: int
 
 
-def audit_data(key: jax.Array, base_size: int = 150) -> AuditData:
+def audit_data(key: jax.Array, base_size: int = 150, unused_features: int = 1) -> AuditData:
   """The lecture's audit set: `base_size` credit records plus the lecture canary.
 
   Args:
     key: jax.random key (one half fits the public scaler on a separate sample,
       the other draws the base set).
     base_size: number of base records, >= 1.
+    unused_features: K >= 1 trailing all-zero columns, one per gradient canary (the
+      records do not depend on K: only the zero columns are added).
   Returns:
-    AuditData with N = base_size + 1.
+    AuditData with N = base_size + 1 and D = 56 + K.
 
   Examples:
     >>> import jax
@@ -64,12 +66,14 @@ def audit_data(key: jax.Array, base_size: int = 150) -> AuditData:
     57
   """
   base_size = _validate.check_size(base_size, "base_size", units=credit.NUM_FEATURES + 2)
+  unused_features = _validate.check_size(unused_features, "unused_features",
+                                         units=base_size + 1)
   k_pub, k_base = jax.random.split(key)
   scaler = credit.PublicScaler.fit(credit.sample(k_pub, _PUBLIC_SAMPLE).x_NxF)
   base = credit.sample(k_base, base_size)
   can = credit.lecture_canary()
   x = jnp.concatenate([credit.cubic_features(base.x_NxF, scaler),
                        credit.cubic_features(can.x_NxF, scaler)], axis=0)
-  x = jnp.concatenate([x, jnp.zeros((x.shape[0], 1), x.dtype)], axis=1)
+  x = jnp.concatenate([x, jnp.zeros((x.shape[0], unused_features), x.dtype)], axis=1)
   y = jnp.concatenate([base.y_N, can.y_N]).astype(jnp.int32)
   return AuditData(x, y, int(x.shape[0] - 1), int(x.shape[1]))

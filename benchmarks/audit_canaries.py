@@ -1,0 +1,106 @@
+"""Benchmark: the cost of K gradient canaries per run in the white-box audit.
+
+    .venv/bin/python -m benchmarks.audit_canaries                       # M = 500, K = 100
+    .venv/bin/python -m benchmarks.audit_canaries --models 668 --canaries 100 --timings 2
+
+One chunk of `experiments.audit` (the lecture's audit set, logistic regression,
+q = 0.2, T = 500, C = 1, sigma calibrated to eps = 4, delta = 1e-5), trained and
+scored in ONE process and timed round-robin (`benchmarks.dpsgd_deep.interleaved_best`):
+
+  * "single": M models with one gradient canary (`experiments.audit._train_chunk`
+    plus the float64 `canary.white_box_scores`): M white-box trials;
+  * "multi": M models with K canaries (`experiments.audit._train_chunk_canaries`:
+    K unused coordinates, observations [M, T, K], float32 likelihood-ratio scores
+    in XLA): K M white-box trials.
+
+The figures are the ratio of best times multi / single (the cost of a run with K
+canaries relative to a single-canary run of as many models) and the white-box trials
+per second of each.
+"""
+
+from __future__ import annotations
+
+from absl import app
+from absl import flags
+
+from benchmarks import report
+from benchmarks.dpsgd_deep import interleaved_best
+
+_MODELS = flags.DEFINE_string("models", "500", "Comma-separated model counts M (multiples of 4).")
+_CANARIES = flags.DEFINE_integer("canaries", 100, "Gradient canaries per run K (> 1).")
+_REPEATS = flags.DEFINE_integer("timings", 2, "Timed repetitions (best is kept).")
+_JSON = flags.DEFINE_string("json_out", None, "Where to write the figures (default: "
+                             "print them).")
+_EPSILON = 4.0
+
+
+def runners(num_models: int, num_canaries: int) -> dict:
+  """{"single": f, "multi": f}: zero-argument functions, each training and scoring
+  one chunk of `num_models` audit models (the single- / K-canary paths)."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from dpjax import accounting, dpsgd, models  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary, variants  # pylint: disable=g-import-not-at-top
+  from dpjax.data import canaries  # pylint: disable=g-import-not-at-top
+  from experiments import audit  # pylint: disable=g-import-not-at-top
+  cfg = audit.AuditConfig(trials=num_models // 2, canaries_per_run=num_canaries)
+  sigma = accounting.calibrate_noise(_EPSILON, cfg.sampling_prob, cfg.num_steps, cfg.delta)
+  key = jax.random.key(1)
+
+  def setup(k):
+    data = canaries.audit_data(jax.random.key(0), cfg.base_size, unused_features=k)
+    model = models.logistic_regression(data.num_features)
+    claimed = dpsgd.DpSgdConfig(dataset_size=int(data.x_NxD.shape[0]),
+                                sampling_prob=cfg.sampling_prob, num_steps=cfg.num_steps,
+                                noise_multiplier=sigma, delta=cfg.delta)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      var = variants.variant("correct", claimed, model)
+    return data, model, var
+
+  one, many = setup(1), setup(num_canaries)
+
+  def single():
+    data, model, var = one
+    _, _, _, o = audit._train_chunk(key, data, var, 0, num_models, num_models, model)  # pylint: disable=protected-access
+    return canary.white_box_scores(o, cfg.sampling_prob, sigma)
+
+  def multi():
+    data, model, var = many
+    return audit._train_chunk_canaries(cfg, key, data, var, 0, num_models, num_models,  # pylint: disable=protected-access
+                                       model, sigma)[3]
+  return {"single": single, "multi": multi}
+
+
+def measure(sizes, num_canaries, repeats, log=print) -> dict:
+  """{"M<m>.multi_over_single": ratio of best times, ...} for each M in sizes."""
+  res = {}
+  for m in sizes:
+    if m % 4:
+      raise ValueError(f"--models must be multiples of 4, got {m}")
+    best = interleaved_best(runners(m, num_canaries), repeats)
+    ratio = best["multi"] / best["single"]
+    res[f"M{m}.single_s"] = best["single"]
+    res[f"M{m}.multi_s"] = best["multi"]
+    res[f"M{m}.multi_over_single"] = ratio
+    res[f"M{m}.trials_per_s_single"] = m / best["single"]
+    res[f"M{m}.trials_per_s_multi"] = m * num_canaries / best["multi"]
+    log(f"M={m:6d}: 1 canary {best['single']:.2f} s, {num_canaries} canaries "
+        f"{best['multi']:.2f} s, ratio {ratio:.2f} ({num_canaries / ratio:.0f}x the white-box "
+        "trials per second)")
+  return res
+
+
+def main(argv):
+  del argv
+  if _CANARIES.value < 2:
+    raise app.UsageError("--canaries must be >= 2")
+  sizes = report.model_counts(_MODELS.value, "models")
+  figures = {f"audit_canaries.{k}": v
+             for k, v in measure(sizes, _CANARIES.value, _REPEATS.value).items()}
+  figures["audit_canaries.canaries"] = _CANARIES.value
+  report.emit("audit_canaries", figures, _JSON.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

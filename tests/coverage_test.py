@@ -327,7 +327,7 @@ class FullScaleCoverageTest(absltest.TestCase):
   def test_every_estimator_within_nominal_at_scale(self):
     # 1000 audits per row, trials 100 and 1000, eps 1 and 4, every mechanism and
     # null; the front door (score_bounds, ~50 ms an audit) with 300 audits at trials
-    # 100. About 15 CPU minutes.
+    # 100. About 6 CPU minutes.
     rows = []
     rng = np.random.default_rng(13)
     for trials in (100, 1000):

@@ -285,10 +285,7 @@ def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
       bits = bits * canary_keep.astype(jnp.float32)
       # sum_j bit_j g_j: exact for K = 1 (a product by 0 or 1) and for canaries in
       # disjoint coordinates; counted in the realised batch size like records.
-      gsum = jax.tree.map(
-          lambda s, v: s + jnp.sum(
-              jnp.reshape(bits.astype(v.dtype), (-1,) + (1,) * (v.ndim - 1)) * v, axis=0),
-          gsum, g_c_clipped)
+      gsum = jax.tree.map(lambda s, v: s + _canary_sum(bits, v), gsum, g_c_clipped)
       bsize = bsize + jnp.sum(bits)
     priv, agg_state = aggregate.update(gsum, agg_state, params, batch_size=bsize)
     obs = observe_fn(priv) if observe_fn is not None else None
@@ -319,6 +316,15 @@ def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
   finite = functools.reduce(jnp.logical_and,
                             [jnp.all(jnp.isfinite(l)) for l in jax.tree.leaves(params)])
   return params, obs, stats, finite, first_bad
+
+
+def _canary_sum(bits_K, canaries_KxP):
+  """sum_j bits_K[j] * canaries_KxP[j]: a dot product for float leaves (under vmap over
+  models, one matrix product [M, K] x [K, P]), elementwise for int32 grid units."""
+  if jnp.issubdtype(canaries_KxP.dtype, jnp.floating):
+    return jnp.tensordot(bits_K.astype(canaries_KxP.dtype), canaries_KxP, axes=1)
+  b = jnp.reshape(bits_K.astype(canaries_KxP.dtype), (-1,) + (1,) * (canaries_KxP.ndim - 1))
+  return jnp.sum(b * canaries_KxP, axis=0)
 
 
 @functools.lru_cache(maxsize=64)

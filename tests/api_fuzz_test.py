@@ -105,6 +105,15 @@ EXCLUDED = {
 KNOWN_GAPS = {}
 
 
+def _gaussian_train_fn(key, included_K):
+  """A train_fn for the runner's baseline: K Gaussian mechanisms (mu = 1)."""
+  return included_K + jax.random.normal(key, included_K.shape)
+
+
+def _identity_score(observation):
+  return observation
+
+
 def public_modules():
   mods = []
   for name in dpjax.__all__:
@@ -465,6 +474,32 @@ def entries():
              y_N=y_n[:8], num_canaries=8, num_positive_guesses=2, num_negative_guesses=2,
              confidence=0.9),
         {"x_NxD": "array", "y_N": "binary", "num_canaries": "size"}))
+
+  from dpjax.audit import runner  # pylint: disable=g-import-not-at-top
+  EXCLUDED.update({"dpjax.audit.runner.TrainingAudit": "result record of audit_training",
+                   "dpjax.audit.runner.DpSgdAudit": "result record of audit_dpsgd"})
+  add(E("dpjax.audit.runner.inclusion_bits", runner.inclusion_bits,
+        dict(key=_key, num_runs=6, num_canaries=3, mode="independent"),
+        {"mode": "choice"}))
+  inc_rk = np.arange(12).reshape(6, 2) % 3 == 0
+  add(E("dpjax.audit.runner.bounds_from_trials", runner.bounds_from_trials,
+        dict(scores_RxK=inc_rk + np.linspace(0, 1, 12).reshape(6, 2), included_RxK=inc_rk,
+             delta=1e-5, confidence=0.9, mode="independent", claimed_epsilon=1.0, seed=0),
+        {"scores_RxK": "arrayinf", "included_RxK": "binary", "mode": "choice",
+         "seed": "count"}))
+  add(E("dpjax.audit.runner.audit_training", runner.audit_training,
+        dict(key=_key, train_fn=_gaussian_train_fn, num_runs=6, num_canaries=2,
+             score_fn=_identity_score, delta=1e-5, confidence=0.9, claimed_epsilon=1.0,
+             mode="independent", chunk_size=4, memory_budget_bytes=2**20, progress=False),
+        {"train_fn": "callable", "score_fn": "callable", "mode": "choice",
+         "chunk_size": "count", "memory_budget_bytes": "count", "progress": None}))
+  add(E("dpjax.audit.runner.audit_dpsgd", runner.audit_dpsgd,
+        dict(key=_key, cfg=helpers.small_config(dataset_size=12, num_steps=2), model=lr,
+             x_NxF=x_nf, y_N=y_n, num_runs=4, num_gradient_canaries=2,
+             record_canary=(x_nf[0], 1.0), confidence=0.9, mode="independent",
+             progress=False),
+        {"x_NxF": "array", "y_N": "binary", "record_canary": "object", "mode": "choice",
+         "progress": None}))
 
   from dpjax.audit import coverage  # pylint: disable=g-import-not-at-top
   gmech = coverage.Mechanism("gaussian", 1.0)

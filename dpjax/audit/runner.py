@@ -1,0 +1,604 @@
+"""Auditing any training: a user's training function, or our DP-SGD with any model.
+
+The auditor's experiment is always the same: run the training R times, in run i
+insert canary j (j = 0..K-1) iff included_RxK[i, j], let an adversary score every
+canary (higher = IN), and turn the scores into eps lower bounds
+(`dpjax.audit.estimators.score_bounds`, `dpjax.audit.one_run`). This module runs
+that experiment for
+
+* any training written in JAX (`audit_training`): the user's
+  `train_fn(key, included_K) -> observation` is vmapped over runs in jitted
+  chunks, and `score_fn(observation) -> float[K]` scores the canaries;
+* our DP-SGD (`audit_dpsgd`) with any `dpjax.models.Model` (logistic regression,
+  MLP, CNN, an (init, apply) pair or a Flax adapter): a BLACK-BOX record canary
+  scored by its log-likelihood under the final model, and K WHITE-BOX Dirac
+  gradient canaries, each in its own extra parameter coordinate that the model
+  never reads, scored by the exact likelihood ratio of its privatized updates
+  (`dpjax.audit.canary.white_box_scores`).
+
+Two modes say how the R x K trials are analysed (`mode=`):
+
+* "independent": every (run, canary) pair is one trial of the usual IN/OUT
+  experiment and the pooled IN and OUT scores go to `score_bounds`
+  (Clopper-Pearson with split / declared thresholds, GDP, one-run). Inclusion
+  bits are balanced per canary: for each j, exactly floor(R/2) runs include it,
+  a uniformly random subset drawn independently for each canary. Pooling is
+  valid when the K trials of one run are independent (given the bits): K = 1;
+  or canaries whose observations depend only on their own randomness, as the
+  Dirac canaries of DP-SGD as claimed (disjoint coordinates, their own Poisson
+  bits, independent Gaussian noise per coordinate, a public fixed denominator).
+  A broken training can correlate them (a realised-batch denominator shared by
+  all canaries, a batch-level clip): then the pooled bounds lose their stated
+  confidence, and only the one-run mode is rigorous.
+* "one_run": the R x K canaries are the canaries of one big run (the R runs
+  are independent, so each bit is protected as its own run protects it), bits
+  i.i.d. Bernoulli(1/2), and only the one-run tests are reported: Steinke,
+  Nasr & Jagielski 2023 and the f-DP test of Mahloujifar, Melis & Chaudhuri 2025
+  (and its Gaussian-curve form, valid only for mu-GDP training). These hold for
+  ANY (eps, delta)-DP training, however its canaries interact; R = 1 is the
+  one-run audit of Steinke et al.
+
+References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535; Nasr et al. 2023,
+https://arxiv.org/abs/2302.07956; Steinke, Nasr & Jagielski 2023,
+https://arxiv.org/abs/2305.08846; Mahloujifar, Melis & Chaudhuri 2025,
+https://arxiv.org/abs/2410.22235.
+
+Shape letters: R runs (trained models), K canaries per run, T steps, N records.
+
+Examples:
+  >>> import jax, jax.numpy as jnp
+  >>> def gaussian(key, included_K):          # one Gaussian mechanism per canary, mu = 2
+  ...   return included_K * 2.0 + jax.random.normal(key, included_K.shape)
+  >>> a = audit_training(jax.random.key(0), gaussian, num_runs=400, num_canaries=2,
+  ...                    delta=1e-5, progress=False)
+  >>> a.scores_in.shape, 0 < a.bounds["clopper_pearson"].epsilon_lower < 7.5
+  ((400,), True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate
+
+MODES = ("independent", "one_run")
+_ONE_RUN_NAMES = {"one_run": "steinke", "fdp_one_run": "fdp", "fdp_one_run_gdp": "fdp_gdp"}
+_MAX_CHUNK = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingAudit:
+  """What an audit of R runs with K canaries each observed, and its bounds.
+
+  Attributes:
+    scores_RxK: float64[R, K] canary scores (higher = IN).
+    included_RxK: bool[R, K] inclusion bits.
+    bounds: {name: `estimators.ScoreBound`}: `score_bounds`' entries in mode
+      "independent", the one-run entries ("one_run", "fdp_one_run",
+      "fdp_one_run_gdp") in mode "one_run".
+    mode: "independent" or "one_run".
+    delta, confidence: of every bound.
+    claimed_epsilon: the eps being tested, or None.
+  """
+  scores_RxK: np.ndarray
+  included_RxK: np.ndarray
+  bounds: dict
+  mode: str
+  delta: float
+  confidence: float
+  claimed_epsilon: Optional[float] = None
+
+  @property
+  def scores_in(self) -> np.ndarray:
+    """float64[#IN]: the IN scores, run-major (an order fixed before scoring)."""
+    return self.scores_RxK[self.included_RxK]
+
+  @property
+  def scores_out(self) -> np.ndarray:
+    """float64[#OUT]: the OUT scores, run-major."""
+    return self.scores_RxK[~self.included_RxK]
+
+  def epsilon_lower(self) -> dict:
+    """{estimator: eps lower bound} (plain floats)."""
+    return {k: float(v.epsilon_lower) for k, v in self.bounds.items()}
+
+  def to_json(self) -> dict:
+    """A JSON-ready record: counts, bounds with assumptions and details (no scores)."""
+    return {"mode": self.mode, "num_runs": int(self.scores_RxK.shape[0]),
+            "num_canaries": int(self.scores_RxK.shape[1]),
+            "num_in": int(self.included_RxK.sum()), "num_out": int((~self.included_RxK).sum()),
+            "delta": self.delta, "confidence": self.confidence,
+            "claimed_epsilon": self.claimed_epsilon,
+            "bounds": {k: {"epsilon_lower": float(v.epsilon_lower),
+                           "assumptions": v.assumptions, "details": v.details}
+                       for k, v in self.bounds.items()}}
+
+
+def inclusion_bits(key, num_runs: int, num_canaries: int, mode: str = "independent"
+                   ) -> np.ndarray:
+  """bool[R, K] inclusion bits for an audit.
+
+  Mode "independent": for each canary j, a uniformly random set of exactly
+  floor(R/2) runs includes it, drawn independently across canaries (balanced, so
+  that no side runs short of trials). Mode "one_run": i.i.d. Bernoulli(1/2), as
+  the one-run theorems require.
+
+  Args:
+    key: jax.random key.
+    num_runs: R >= 1.
+    num_canaries: K >= 1.
+    mode: one of MODES.
+  Returns:
+    bool[R, K] (NumPy).
+
+  Examples:
+    >>> import jax
+    >>> inclusion_bits(jax.random.key(0), 6, 3).sum(axis=0).tolist()
+    [3, 3, 3]
+  """
+  r = _validate.check_int(num_runs, "num_runs")
+  k = _validate.check_int(num_canaries, "num_canaries")
+  _validate.check_size(r * k, "num_runs * num_canaries")
+  mode = _validate.check_choice(mode, MODES, "mode")
+  if mode == "one_run":
+    return np.asarray(jax.random.bernoulli(key, 0.5, (r, k)))
+  u = np.asarray(jax.random.uniform(key, (r, k)))
+  ranks = np.argsort(np.argsort(u, axis=0, kind="stable"), axis=0, kind="stable")
+  return ranks < r // 2
+
+
+def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: float = 0.95,
+                       mode: str = "independent", claimed_epsilon: Optional[float] = None,
+                       seed: int = 0) -> dict:
+  """Every estimator valid in `mode` on R x K canary scores and their bits.
+
+  Args:
+    scores_RxK: float[R, K] scores (higher = IN); NaN refused, +-inf allowed.
+    included_RxK: bool[R, K] inclusion bits, drawn independently of the training's
+      randomness (`inclusion_bits`).
+    delta: in (0, 1).
+    confidence: in (0, 1).
+    mode: "independent" (pooled trials, `estimators.score_bounds`; needs >= 2 IN
+      and >= 2 OUT scores) or "one_run" (the one-run tests on all R K canaries,
+      guesses over `one_run.declared_guess_counts(R K)` with a union bound; needs
+      R K >= 2 and i.i.d. Bernoulli(1/2) bits).
+    claimed_epsilon: optional eps >= 0; details then record "falsifies_claim".
+    seed: int >= 0, the seed of `score_bounds`' one-run coins (mode "independent").
+  Returns:
+    {name: estimators.ScoreBound}.
+
+  Examples:
+    >>> import numpy as np
+    >>> inc = np.arange(200).reshape(100, 2) % 2 == 0
+    >>> b = bounds_from_trials(inc * 1.0, inc, delta=1e-5, mode="one_run")
+    >>> sorted(b), b["one_run"].details["num_correct"]
+    (['fdp_one_run', 'fdp_one_run_gdp', 'one_run'], 200)
+  """
+  from dpjax.audit import estimators, one_run  # pylint: disable=g-import-not-at-top
+  s = _validate.check_array(scores_RxK, "scores_RxK", ndim=2, allow_inf=True, min_size=1)
+  inc = _validate.check_binary(included_RxK, "included_RxK", shape=s.shape).astype(bool)
+  delta = _validate.check_delta(delta)
+  confidence = _validate.check_confidence(confidence)
+  mode = _validate.check_choice(mode, MODES, "mode")
+  if claimed_epsilon is not None:
+    claimed_epsilon = _validate.check_epsilon(claimed_epsilon, "claimed_epsilon",
+                                              allow_zero=True)
+  seed = _validate.check_int(seed, "seed", minimum=0)
+  if mode == "independent":
+    s_in, s_out = s[inc], s[~inc]
+    if s_in.size < 2 or s_out.size < 2:
+      raise ValueError("mode 'independent' needs >= 2 IN and >= 2 OUT trials, got "
+                       f"{s_in.size} and {s_out.size} (use more runs)")
+    return estimators.score_bounds(s_in, s_out, delta=delta, confidence=confidence,
+                                   claimed_epsilon=claimed_epsilon, seed=seed)
+  flat, bits = s.reshape(-1), inc.reshape(-1)
+  if flat.size < 2:
+    raise ValueError(f"mode 'one_run' needs >= 2 canaries in all, got {flat.size}")
+  out = {}
+  for name, method in _ONE_RUN_NAMES.items():
+    res = one_run.audit_declared_guesses(flat, bits, delta=delta, confidence=confidence,
+                                         method=method)
+    how = {"steinke": "Steinke, Nasr & Jagielski 2023 test of (eps, delta)-DP",
+           "fdp": "Mahloujifar, Melis & Chaudhuri 2025 test with the (eps, delta)-DP "
+                  "trade-off function",
+           "fdp_gdp": "valid only if the training is mu-GDP; Mahloujifar, Melis & "
+                      "Chaudhuri 2025 test with f = G_mu, converted to eps at delta"}[method]
+    details = {"num_canaries": int(flat.size), "num_guesses": int(res.num_guesses),
+               "num_correct": int(res.num_correct),
+               "guess_counts": [int(c) for c in res.guess_counts],
+               "confidence_per_test": float(res.confidence_per_test)}
+    if method == "fdp_gdp":
+      details["mu_lower"] = float(res.mu_lower)
+    if claimed_epsilon is not None:
+      details["claimed_epsilon"] = claimed_epsilon
+      details["falsifies_claim"] = bool(res.epsilon_lower > claimed_epsilon)
+    out[name] = estimators.ScoreBound(
+        name, float(res.epsilon_lower),
+        how + "; all canaries of all runs as the canaries of one run, inclusion bits i.i.d. "
+        "Bernoulli(1/2) drawn before training; guesses IN for the top r/2 scores and OUT "
+        f"for the bottom r/2, r over the declared set {list(res.guess_counts)} with a union "
+        "bound; valid for any (eps, delta)-DP training whatever the dependence between "
+        "canaries", details, confidence, delta)
+  return out
+
+
+def _check_trial_counts(mode: str, r: int, k: int, what: str) -> None:
+  """Refuses, before any training, a design too small for the mode's estimators."""
+  if mode == "independent" and min(k * (r // 2), k * (r - r // 2)) < 2:
+    raise ValueError(f"mode 'independent' needs >= 2 IN and >= 2 OUT trials: {what} = "
+                     f"{r} x {k} gives {k * (r // 2)} IN; use more runs or canaries")
+  if mode == "one_run" and r * k < 2:
+    raise ValueError(f"mode 'one_run' needs >= 2 canaries in all: {what} = {r} x {k}")
+
+
+def _check_key(key) -> jax.Array:
+  if not (isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+          and key.ndim == 0) and not (
+              isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,)):
+    raise TypeError(f"key must be one jax.random key, got {key!r:.80}")
+  return key
+
+
+def _seed_from(key) -> int:
+  return int(jax.random.randint(key, (), 0, 2**31 - 1))
+
+
+@functools.lru_cache(maxsize=32)
+def _batched(train_fn, score_fn):
+  def one(key, included_K):
+    obs = train_fn(key, included_K)
+    return obs if score_fn is None else score_fn(obs)
+  return one, jax.jit(jax.vmap(one))
+
+
+def _chunk_size(fn, keys, bits, budget: int) -> int:
+  """Runs per chunk: the budget over the compiled working set of one run (XLA's
+  memory analysis of a one-run program, 2x for safety), at most 4096."""
+  per = None
+  try:
+    mem = fn.lower(keys[:1], bits[:1]).compile().memory_analysis()
+    if mem is not None:
+      per = (mem.temp_size_in_bytes + mem.output_size_in_bytes
+             + mem.argument_size_in_bytes)
+  except Exception:  # pylint: disable=broad-except
+    per = None         # no analysis on this backend: fall back to the cap
+  if not per:
+    return min(keys.shape[0], 256)
+  return int(max(1, min(keys.shape[0], _MAX_CHUNK, budget // (2 * per))))
+
+
+def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int = 1,
+                   score_fn: Optional[Callable] = None, delta: float,
+                   confidence: float = 0.95, claimed_epsilon: Optional[float] = None,
+                   mode: str = "independent", chunk_size: Optional[int] = None,
+                   memory_budget_bytes: int = 2 * 2**30,
+                   progress: bool = True) -> TrainingAudit:
+  """Audits a user's training function: R runs with K canaries, scored, bounded.
+
+  The key is split into (bits, runs, seed) keys: the inclusion bits are
+  `inclusion_bits(k_bits, R, K, mode)`, run i gets `jax.random.split(k_runs, R)[i]`,
+  so the result depends only on the key (not on the chunking).
+
+  Args:
+    key: jax.random key.
+    train_fn: pure, vmappable `train_fn(key, included_K: bool[K]) -> observation`:
+      the training with canary j inserted iff included_K[j], returning what the
+      adversary sees (final params, per-step updates, canary losses...). It must
+      use only `key` for randomness.
+    num_runs: R; >= 2 in mode "independent", >= 1 in mode "one_run".
+    num_canaries: K >= 1 canaries per run.
+    score_fn: optional vmappable `score_fn(observation) -> float[K]` (higher = IN);
+      default: the observation itself is the float[K] score vector.
+    delta: the claim's delta, in (0, 1).
+    confidence: in (0, 1).
+    claimed_epsilon: optional eps >= 0 being tested.
+    mode: "independent" (K trials per run, pooled: needs canaries whose
+      observations are independent given the bits, see the module docstring) or
+      "one_run" (one-run tests only, valid for any DP training).
+    chunk_size: optional runs per jitted chunk; default from XLA's memory analysis
+      of one run and `memory_budget_bytes`.
+    memory_budget_bytes: int >= 1, the working-set cap used for the default chunk size.
+    progress: a tqdm bar over chunks when there is more than one.
+  Returns:
+    TrainingAudit.
+  Raises:
+    TypeError: key, train_fn or score_fn of the wrong kind.
+    ValueError: bad counts, delta, confidence, mode; an output that is not float[K];
+      NaN scores (naming the first run and canary).
+
+  Examples:
+    >>> import jax, numpy as np
+    >>> from dpjax.audit import estimators
+    >>> leak = lambda key, inc: inc * 1.0            # reveals the bits: not private
+    >>> a = audit_training(jax.random.key(1), leak, num_runs=100, delta=1e-5,
+    ...                    progress=False)
+    >>> perfect = estimators.score_bounds(np.ones(50), np.zeros(50), delta=1e-5)
+    >>> a.bounds["clopper_pearson"].epsilon_lower == perfect["clopper_pearson"].epsilon_lower
+    True
+  """
+  key = _check_key(key)
+  _validate.check_callable(train_fn, "train_fn")
+  if score_fn is not None:
+    _validate.check_callable(score_fn, "score_fn")
+  mode = _validate.check_choice(mode, MODES, "mode")
+  r = _validate.check_int(num_runs, "num_runs", minimum=2 if mode == "independent" else 1)
+  k = _validate.check_int(num_canaries, "num_canaries")
+  delta = _validate.check_delta(delta)
+  confidence = _validate.check_confidence(confidence)
+  if claimed_epsilon is not None:
+    claimed_epsilon = _validate.check_epsilon(claimed_epsilon, "claimed_epsilon",
+                                              allow_zero=True)
+  if chunk_size is not None:
+    chunk_size = _validate.check_int(chunk_size, "chunk_size")
+  memory_budget_bytes = _validate.check_int(memory_budget_bytes, "memory_budget_bytes")
+  _check_trial_counts(mode, r, k, "num_runs * num_canaries")
+  k_bits, k_runs, k_seed = jax.random.split(key, 3)
+  bits = inclusion_bits(k_bits, r, k, mode)
+  one, fn = _batched(train_fn, score_fn)
+  what = "score_fn" if score_fn is not None else "train_fn"
+  try:
+    shape = jax.eval_shape(one, k_runs, jax.ShapeDtypeStruct((k,), jnp.bool_))
+  except Exception as e:  # the user's function fails on one run's inputs
+    raise ValueError(f"{what} failed on (key, included_K: bool[{k}]): "
+                     f"{type(e).__name__}: {e}") from e
+  if (not isinstance(shape, jax.ShapeDtypeStruct) or shape.shape != (k,)
+      or not (jnp.issubdtype(shape.dtype, jnp.floating)
+              or jnp.issubdtype(shape.dtype, jnp.integer)
+              or shape.dtype == jnp.bool_)):
+    got = shape.shape if isinstance(shape, jax.ShapeDtypeStruct) else type(shape).__name__
+    dt = getattr(shape, "dtype", "")
+    raise ValueError(f"{what} must return one real score per canary, float[{k}] "
+                     f"(num_canaries = {k}), got {dt}{got}")
+  keys = jax.random.split(k_runs, r)
+  bits_j = jnp.asarray(bits)
+  chunk = chunk_size if chunk_size is not None else _chunk_size(fn, keys, bits_j,
+                                                                int(memory_budget_bytes))
+  chunk = min(chunk, r)
+  chunk = -(-r // -(-r // chunk))      # the same number of chunks, least padding
+  num_chunks = -(-r // chunk)
+  it = range(num_chunks)
+  if progress and num_chunks > 1:
+    import tqdm  # pylint: disable=g-import-not-at-top
+    it = tqdm.tqdm(it, desc=f"audit {r} runs x {k} canaries", unit="chunk")
+  outs = []
+  for ci in it:
+    lo, hi = ci * chunk, min(r, (ci + 1) * chunk)
+    idx = np.arange(lo, lo + chunk) % r     # the last chunk padded: one compiled shape
+    outs.append(np.asarray(fn(keys[idx], bits_j[idx]), np.float64)[: hi - lo])
+  scores = np.concatenate(outs, axis=0)
+  nan = np.isnan(scores)
+  if nan.any():
+    i, j = (int(v) for v in np.argwhere(nan)[0])
+    raise ValueError(f"{what} returned NaN scores ({int(nan.sum())} of {scores.size}; first: "
+                     f"run {i}, canary {j}): no bound is computed from a failed run")
+  bounds = bounds_from_trials(scores, bits, delta=delta, confidence=confidence, mode=mode,
+                              claimed_epsilon=claimed_epsilon, seed=_seed_from(k_seed))
+  return TrainingAudit(scores, bits, bounds, mode, delta, confidence, claimed_epsilon)
+
+
+# ----------------------------------------------------------------------------------
+# DP-SGD with any model of ours.
+
+
+@dataclasses.dataclass(frozen=True)
+class DpSgdAudit:
+  """An audit of `dpsgd.train_many` with a record canary and K gradient canaries.
+
+  Attributes:
+    white_box: TrainingAudit of the gradient canaries (None if K = 0).
+    black_box: TrainingAudit of the record canary (None if there is none).
+    claimed_epsilon: cfg.epsilon(), the accountant's eps (inf without noise).
+    exact_epsilon: eps of the accounted mechanism by the PLD accountant (None
+      without noise): the most any audit of the claimed algorithm can find.
+    config: the audited DpSgdConfig (sigma resolved).
+  """
+  white_box: Optional[TrainingAudit]
+  black_box: Optional[TrainingAudit]
+  claimed_epsilon: float
+  exact_epsilon: Optional[float]
+  config: Any
+
+  def to_json(self) -> dict:
+    return {"claimed_epsilon": self.claimed_epsilon, "exact_epsilon": self.exact_epsilon,
+            "noise_multiplier": float(self.config.sigma),
+            "sampling_prob": float(self.config.sampling_prob),
+            "num_steps": int(self.config.num_steps), "delta": float(self.config.delta),
+            "white_box": None if self.white_box is None else self.white_box.to_json(),
+            "black_box": None if self.black_box is None else self.black_box.to_json()}
+
+
+@functools.lru_cache(maxsize=32)
+def _with_canary_leaf(model, k: int):
+  """`model` with an extra leaf {"canary": float32[K]} that apply never reads."""
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+
+  def init(key):
+    return {"model": model.init(key), "canary": jnp.zeros((k,), jnp.float32)}
+
+  def apply(params, x):
+    return model.apply(params["model"], x)
+  return models_lib.Model(init, apply, l2=model.l2, kind="custom",
+                          num_outputs=model.num_outputs, input_shape=model.input_shape)
+
+
+@functools.lru_cache(maxsize=32)
+def _path_with_canary_leaf(path):
+  """The clipped sum of `path` on params["model"], zero on the canary leaf (which
+  no record's loss depends on): the model's own clipping, unchanged."""
+  from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
+
+  def fn(params, x, y, w, c):
+    g, norms = path(params["model"], x, y, w, c)
+    return {"model": g, "canary": jnp.zeros_like(params["canary"])}, norms
+  return clipping_lib.ClippingPath(fn, f"{path.name}+canary_leaf",
+                                   per_example_grad_memory=path.per_example_grad_memory,
+                                   scan_unroll=path.scan_unroll, accounted=path.accounted)
+
+
+def _observe_canary_leaf(update):
+  return update["canary"]
+
+
+@functools.lru_cache(maxsize=8)
+def _black_box_fn(model):
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+
+  def score(params, x1, y1):
+    return -models_lib.per_example_loss(model, params["model"], x1, y1)[0]
+  return jax.jit(jax.vmap(score, in_axes=(0, None, None)))
+
+
+def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
+                num_gradient_canaries: int = 1, record_canary: Optional[tuple] = None,
+                confidence: float = 0.95, mode: str = "independent",
+                progress: bool = True, **train_kwargs) -> DpSgdAudit:
+  """Audits DP-SGD as run by `dpsgd.train_many` for `model` on (x, y).
+
+  Each of the R runs trains on all N records plus two kinds of canaries with
+  independent inclusion bits (`inclusion_bits`):
+
+  * WHITE-BOX: K Dirac gradient canaries. The model gets an extra parameter leaf
+    float32[K] that its apply never reads (so no record has a gradient there);
+    canary j is an extra record whose gradient is C e_j in that leaf, included
+    per `included[:, j]` and then Poisson-sampled at q with its own bits
+    (`train_many(gradient_canaries=, canary_keep_MxK=)`). The adversary sees the
+    privatized updates' leaf (o_t = B u_t / C = b_t + sigma z_t as claimed) and
+    scores canary j by the exact log-likelihood ratio under the claimed (q,
+    sigma) (`canary.white_box_scores`).
+  * BLACK-BOX (optional): one record canary (x_c, y_c), e.g. a mislabeled or
+    out-of-distribution record, appended to the data; the adversary sees the
+    final model only and scores -loss(x_c, y_c) (training on it lowers its loss).
+
+  Sharing the runs is sound: for one adversary the other canaries are part of
+  the "rest of the data", the same mixture on both sides. In mode
+  "independent", the K white-box trials of one run are pooled: valid for DP-SGD
+  as claimed (see the module docstring); to audit a training suspected of
+  coupling its canaries, use mode "one_run".
+
+  Args:
+    key: jax.random key, split into (bits, train, seed) keys.
+    cfg: the claimed dpsgd.DpSgdConfig (its (q, sigma, T, delta) is the claim).
+    model: a dpjax.models.Model (logistic, MLP, CNN, an (init, apply) pair, Flax).
+    x_NxF, y_N: the training records (shared by all runs).
+    num_runs: R (>= 2 in mode "independent").
+    num_gradient_canaries: K >= 0.
+    record_canary: optional (x_c [F...], y_c) for the black-box adversary.
+    confidence: in (0, 1).
+    mode: "independent" or "one_run".
+    progress: progress bars.
+    **train_kwargs: any other `dpsgd.train_many` keyword (sampler, clipping,
+      privatizer, optimizer, memory_budget_bytes, max_chunk): a replaced
+      component is what gets audited against the claim.
+  Returns:
+    DpSgdAudit.
+  Raises:
+    ValueError: bad inputs; no canary at all; a run that diverged (its scores are
+      not evidence about the mechanism).
+
+  References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535; Steinke, Nasr &
+  Jagielski 2023, https://arxiv.org/abs/2305.08846.
+  """
+  from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
+  from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary as canary_lib  # pylint: disable=g-import-not-at-top
+
+  key = _check_key(key)
+  _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
+  models_lib.check_model(model)
+  mode = _validate.check_choice(mode, MODES, "mode")
+  r = _validate.check_int(num_runs, "num_runs", minimum=2 if mode == "independent" else 1)
+  k = _validate.check_int(num_gradient_canaries, "num_gradient_canaries", minimum=0)
+  confidence = _validate.check_confidence(confidence)
+  for bad in ("gradient_canary", "canary_keep_M", "gradient_canaries", "canary_keep_MxK",
+              "observe_fn", "init_params", "keep_MxN"):
+    if bad in train_kwargs:
+      raise ValueError(f"{bad} is set by audit_dpsgd (the canaries and what is observed)")
+  x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, min_size=1))
+  if x.ndim < 2:
+    raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
+  y_np = np.asarray(y_N)
+  if not (np.issubdtype(y_np.dtype, np.number) or y_np.dtype == np.bool_):
+    raise ValueError(f"y_N must be numeric labels, got dtype {y_np.dtype}")
+  y = jnp.asarray(y_np)
+  if y.shape != (x.shape[0],):
+    raise ValueError(f"y_N must have shape ({x.shape[0]},), got {y.shape}")
+  if record_canary is not None:
+    if not (isinstance(record_canary, tuple) and len(record_canary) == 2):
+      raise TypeError("record_canary must be a pair (x_c, y_c)")
+    x_c = jnp.asarray(_validate.check_array(record_canary[0], "record_canary[0]",
+                                            np.float32, shape=x.shape[1:]))
+    y_c = jnp.asarray(np.asarray(record_canary[1], dtype=y.dtype).reshape(()))
+    x = jnp.concatenate([x, x_c[None]], 0)
+    y = jnp.concatenate([y, y_c[None]], 0)
+  if k == 0 and record_canary is None:
+    raise ValueError("nothing to audit: num_gradient_canaries = 0 and no record_canary")
+  if k:
+    _check_trial_counts(mode, r, k, "num_runs * num_gradient_canaries")
+  if record_canary is not None:
+    _check_trial_counts(mode, r, 1, "num_runs (one record-canary trial per run)")
+  sigma = cfg.sigma
+  claimed = float(cfg.epsilon())
+  claim = claimed if math.isfinite(claimed) else None
+  exact = (accounting.dpsgd_epsilon(sigma, float(cfg.sampling_prob), int(cfg.num_steps),
+                                    float(cfg.delta), accountant="pld")
+           if sigma > 0 else None)
+  k_bits, k_train, k_seed = jax.random.split(key, 3)
+  kb_grad, kb_rec = jax.random.split(k_bits)
+  keep = np.ones((r, x.shape[0]), bool)
+  rec_in = None
+  if record_canary is not None:
+    rec_in = inclusion_bits(kb_rec, r, 1, mode)
+    keep[:, -1] = rec_in[:, 0]
+  kk = max(k, 1)
+  wrapped = _with_canary_leaf(model, kk)
+  path = train_kwargs.pop("clipping", None)
+  path = clipping_lib.path_for(model) if path is None else clipping_lib.as_path(path)
+  c = float(cfg.l2_clip_norm)
+  grad_in = inclusion_bits(kb_grad, r, kk, mode)
+  if k == 0:
+    grad_in = np.zeros((r, 1), bool)
+  params_shape = jax.eval_shape(wrapped.init, jax.random.key(0))
+  canaries = jax.tree.map(lambda l: jnp.zeros((kk,) + tuple(l.shape), jnp.float32),
+                          params_shape)
+  canaries["canary"] = c * jnp.eye(kk, dtype=jnp.float32)
+  train_kwargs.setdefault("progress", progress)
+  out = dpsgd.train_many(k_train, x, y, jnp.asarray(keep), cfg, wrapped,
+                         observe_fn=_observe_canary_leaf if k else None,
+                         gradient_canaries=canaries, canary_keep_MxK=jnp.asarray(grad_in),
+                         clipping=_path_with_canary_leaf(path), **train_kwargs)
+  finite = np.asarray(out.finite)
+  if not finite.all():
+    raise ValueError(f"{int((~finite).sum())} of {r} audited runs diverged (non-finite "
+                     "parameters): no epsilon lower bound is computed from them; lower "
+                     "cfg.learning_rate")
+  seed_w, seed_b = (_seed_from(kk_) for kk_ in jax.random.split(k_seed))
+  delta = float(cfg.delta)
+  white = black = None
+  if k:
+    obs = np.asarray(out.observations, np.float64)                  # [R, T, K]
+    o = canary_lib.normalized_observations(
+        np.transpose(obs, (0, 2, 1)).reshape(r * k, -1),
+        expected_batch_size=cfg.expected_batch_size, l2_clip_norm=c)
+    s = canary_lib.white_box_scores(o, float(cfg.sampling_prob), sigma).reshape(r, k)
+    white = TrainingAudit(s, grad_in, bounds_from_trials(
+        s, grad_in, delta=delta, confidence=confidence, mode=mode,
+        claimed_epsilon=claim, seed=seed_w),
+                          mode, delta, confidence, claim)
+  if record_canary is not None:
+    s = np.asarray(_black_box_fn(model)(out.params, x[-1:], y[-1:]), np.float64)[:, None]
+    if np.isnan(s).any():
+      raise ValueError("the record canary's loss is NaN on some run: no bound computed")
+    black = TrainingAudit(s, rec_in, bounds_from_trials(
+        s, rec_in, delta=delta, confidence=confidence, mode=mode,
+        claimed_epsilon=claim, seed=seed_b),
+                          mode, delta, confidence, claim)
+  final_cfg = dataclasses.replace(cfg, noise_multiplier=sigma, target_epsilon=None)
+  return DpSgdAudit(white, black, claimed, exact, final_cfg)

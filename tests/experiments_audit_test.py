@@ -19,7 +19,7 @@ from experiments import audit
 from tests import helpers
 
 _SMALL = audit.AuditConfig(trials=8, epsilons=(8.0,), chunk_models=4, base_size=20,
-                           num_steps=40)
+                           num_steps=40, companion_canaries=0)
 
 
 def _run(cfg, out_dir, **kw):
@@ -144,6 +144,13 @@ class AuditExperimentTest(absltest.TestCase):
     self.assertAlmostEqual(nn["ceiling_white_box"],
                            stats.epsilon_lower_bound(0, 36, 0, 12, 1e-5, 0.96), places=9)
     self.assertAlmostEqual(nn["epsilon_lower_white_box"], nn["ceiling_white_box"], places=9)
+    # the K = 1 run's companion: the same claims with 3 canaries per run, its own table
+    comp = _run(dataclasses.replace(_SMALL, companion_canaries=3, no_noise=False), self._tmp())
+    self.assertEqual(comp["chunks_trained"], 4 + 4)
+    (row,) = comp["record"]["companion"]["rows"]
+    self.assertEqual((row["white_box_trials_in"], row["white_box_trials_out"]), (12, 36))
+    self.assertEqual(comp["rows"][0]["white_box_trials_in"], 8)        # main table: K = 1
+    self.assertIn("3 gradient canaries per run", comp["tables"][1].title)
 
   def test_xla_scores_equal_the_float64_white_box_scores(self):
     obs = np.random.default_rng(0).normal(0.02, 0.1, (5, 40, 3)).astype(np.float32)

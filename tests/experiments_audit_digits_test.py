@@ -47,6 +47,9 @@ class AuditDigitsTest(absltest.TestCase):
       # a perfect adversary's bound with the same trials is the most any can certify
       self.assertLessEqual(row[side]["epsilon_lower"]["clopper_pearson"], row[side]["ceiling"])
     self.assertTrue(row["all_below_exact"])
+    # the optimal adversary's expected bound is below the exact eps and the ceiling
+    self.assertLessEqual(row["white_box"]["optimal_expected"], row["exact_epsilon"])
+    self.assertLessEqual(row["white_box"]["optimal_expected"], row["white_box"]["ceiling"])
     out2 = tempfile.mkdtemp()
     audit_digits.run(cfg, out2, progress=False, quiet=True)
     with open(os.path.join(out2, "results.json")) as f:

@@ -469,11 +469,6 @@ def entries():
         dict(scores_K=scores_in, included_K=np.arange(20) % 2 == 0,
              num_positive_guesses=5, num_negative_guesses=5, delta=1e-5, confidence=0.9),
         {"scores_K": "arrayinf", "included_K": "binary"}))
-  add(E("dpjax.audit.one_run.dpsgd_white_box", one_run.dpsgd_white_box,
-        dict(key=_key, cfg=helpers.small_config(dataset_size=16, num_steps=2), x_NxD=x_nf[:8],
-             y_N=y_n[:8], num_canaries=8, num_positive_guesses=2, num_negative_guesses=2,
-             confidence=0.9),
-        {"x_NxD": "array", "y_N": "binary", "num_canaries": "size"}))
 
   from dpjax.audit import runner  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({"dpjax.audit.runner.TrainingAudit": "result record of audit_training",

@@ -76,33 +76,38 @@ class OneRunTest(parameterized.TestCase):
 
 
 class DpSgdOneRunTest(parameterized.TestCase):
+  """One DP-SGD run with many gradient canaries, through `dpjax.audit.runner`."""
 
   def test_one_training_run_with_many_gradient_canaries(self):
     import warnings
 
     import jax
 
-    from dpjax import accounting, dpsgd
+    from dpjax import accounting, dpsgd, models
+    from dpjax.audit import runner
     from dpjax.data import canaries
 
     d = canaries.audit_data(jax.random.key(0), base_size=20)
     x, y = d.x_NxD[:20, :-1], d.y_N[:20]
+    model = models.logistic_regression(int(x.shape[1]))
     results = {}
     for sigma in (0.6, 60.0):
       cfg = dpsgd.DpSgdConfig(dataset_size=20, sampling_prob=0.2, num_steps=50,
                               noise_multiplier=sigma)
       with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        results[sigma] = one_run.dpsgd_white_box(jax.random.key(1), cfg, x, y, num_canaries=200,
-                                                 num_positive_guesses=20, num_negative_guesses=20)
-      # never above the accountant's eps for the claimed mechanism (here: the true one)
-      self.assertLessEqual(results[sigma]["epsilon_lower"],
-                           accounting.dpsgd_epsilon(sigma, 0.2, 50, 1e-5, accountant="pld"))
-    # little noise: (almost) every guess right, a clearly positive bound from ONE run;
-    # sigma = 60 (eps ~ 0.03): guesses are coin flips, no bound.
-    self.assertGreaterEqual(results[0.6]["num_correct"], 38)
-    self.assertGreater(results[0.6]["epsilon_lower"], 1.5)
-    self.assertLess(results[60.0]["epsilon_lower"], 0.3)
+        res = runner.audit_dpsgd(jax.random.key(1), cfg, model, x, y, num_runs=1,
+                                 num_gradient_canaries=200, mode="one_run", progress=False)
+      results[sigma] = {k: b.epsilon_lower for k, b in res.white_box.bounds.items()}
+      # never above the exact eps of the claimed mechanism (here: the true one)
+      exact = accounting.dpsgd_epsilon(sigma, 0.2, 50, 1e-5, accountant="pld")
+      for name in ("one_run", "fdp_one_run"):
+        self.assertLessEqual(results[sigma][name], exact, (sigma, name))
+    # little noise: a clearly positive bound from ONE run; sigma = 60 (eps ~ 0.03):
+    # guesses are coin flips, no bound.
+    self.assertGreater(results[0.6]["one_run"], 1.0)
+    self.assertLess(results[60.0]["one_run"], 0.3)
+    self.assertLess(results[60.0]["fdp_one_run"], 0.3)
 
 
 def _gaussian_one_run(rng, m, mu, k):

@@ -51,7 +51,7 @@ METHODS = ("steinke", "fdp", "fdp_gdp")
 METHOD_TITLES = {"steinke": "Steinke et al. 2023", "fdp": "f-DP, (ε, δ) curve",
                  "fdp_gdp": "f-DP, Gaussian curve"}
 # Mahloujifar et al. 2025, Table 1, keyed by (method, sigma). Their printed values
-# could not be obtained as printed numbers: the cells stay empty (never guessed).
+# could not be obtained: the cells stay empty (never guessed).
 PAPER: dict = {}
 
 

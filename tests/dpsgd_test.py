@@ -17,6 +17,7 @@ import numpy as np
 import optax
 from absl.testing import absltest
 from absl.testing import parameterized
+import pytest
 from dpjax import dpsgd
 from dpjax import models
 from dpjax import privatizer
@@ -151,6 +152,7 @@ class VectorisationTest(parameterized.TestCase):
                          memory_budget_bytes=1)   # forces one model per chunk
     helpers.assert_trees_close(a.params, b.params)
 
+  @pytest.mark.slow   # eager execution of every op: about a minute
   def test_jit_equals_eager(self):
     x, y = helpers.binary_data()
     model = models.mlp(4, hidden=(3,), num_classes=1)

@@ -53,7 +53,7 @@ OUT trials): white-box eps_lower 0.68 / 1.41 / 2.84 / 5.73 for claimed eps
 5.24 (0.75 / 0.78 / 0.78 / 0.71 of exact; at eps 8 this run's 5 false positives,
 against 9 expected, put it one and a half sd above). Cost: `benchmarks.audit_canaries`
 times a chunk of 500 models with 100 canaries at 3.42x one with a single canary
-(100 times the trials) on an idle machine.
+(100 times the trials).
 Expected (--trials 10000, seed 0): white-box eps_lower 0.29 / 0.94 / 1.79 / 3.58 for
 claimed eps 1 / 2 / 4 / 8 against a best certifiable bound of 0.31 / 0.79 / 1.75 / 3.35
 (on expected counts; ours exceeds it by sampling luck of about one sd, and stays below

@@ -195,6 +195,15 @@ def _llr_scores(obs_MxTxK, scale, *, sampling_prob, noise_multiplier):
   return jnp.sum(x, axis=1)
 
 
+def _refuse_diverged(out) -> None:
+  """Raises if any model of the chunk diverged: its audit score is not evidence about
+  the mechanism."""
+  finite = np.asarray(out.finite)
+  if not np.all(finite):
+    raise ValueError(f"{int(np.sum(~finite))} of {finite.size} audit models ended with "
+                     "non-finite parameters: no audit is computed from them")
+
+
 def _train_chunk_canaries(cfg, key, data, var, lo, hi, m_total, model, sigma):
   """K > 1: trains models lo..hi-1 of `canary.canaries_design`; returns their record
   and gradient-canary bits, black-box scores [m] and white-box scores [m, K]."""
@@ -211,9 +220,7 @@ def _train_chunk_canaries(cfg, key, data, var, lo, hi, m_total, model, sigma):
         gradient_canaries=canary.gradient_canaries(data.num_features, k,
                                                    var.config.l2_clip_norm),
         canary_keep_MxK=jnp.asarray(s), max_chunk=hi - lo, progress=False, **var.components)
-  if not np.all(np.asarray(out.finite)):
-    raise ValueError(f"{int(np.sum(~np.asarray(out.finite)))} of {hi - lo} audit models "
-                     "ended with non-finite parameters: no audit is computed from them")
+  _refuse_diverged(out)
   bb = canary.black_box_scores(np.asarray(out.params["w"]),
                                np.asarray(data.x_NxD[data.canary_index]))
   wb = _llr_scores(out.observations,
@@ -235,10 +242,7 @@ def _train_chunk(key, data, var, lo, hi, m_total, model):
         observe_fn=canary.observe_last_coordinate(),
         gradient_canary=canary.gradient_canary(data.num_features, var.config.l2_clip_norm),
         canary_keep_M=jnp.asarray(s), max_chunk=hi - lo, progress=False, **var.components)
-  if not np.all(np.asarray(out.finite)):
-    # An audit score of a diverged model is not evidence about the mechanism.
-    raise ValueError(f"{int(np.sum(~np.asarray(out.finite)))} of {hi - lo} audit models "
-                     "ended with non-finite parameters: no audit is computed from them")
+  _refuse_diverged(out)
   bb = canary.black_box_scores(np.asarray(out.params["w"]),
                                np.asarray(data.x_NxD[data.canary_index]))
   o = canary.normalized_observations(out.observations,

@@ -23,6 +23,11 @@ computable (`bayes_accuracy`); it is about 0.79 (0.79 in each group). A model th
 (or has no group x history term) cannot represent h_1, which is what the
 disparate-impact experiment exploits.
 
+Customers with several loans: `sample_customers` draws customers holding 1-10
+loans each (one row per loan, the customer's traits shared by their loans, a loan's
+own debt ratio and outcome) with a customer id and a Zipf-sized zip code per row,
+for user-level privacy (the customer is the unit) and per-zip releases.
+
 Feature maps: `PublicScaler` is fit on a separate PUBLIC sample (never on private
 training data) and standardises the five raw features; `linear_features` gives
 [1, z] (6 columns) and `cubic_features` gives every monomial of degree <= 3 of the
@@ -130,6 +135,150 @@ def lecture_canary() -> CreditData:
   history, no delinquency, group 0 -- and yet it defaulted (y = 0)."""
   x = jnp.asarray([[250.0, 0.05, 25.0, 0.0, 0.0]], jnp.float32)
   return CreditData(x, jnp.zeros((1,), jnp.int32), jax.nn.sigmoid(true_logit(x)))
+
+
+# ---------------------------------------------------------------------------
+# Customers with several loans (the privacy unit is the customer, not the loan).
+
+_LOAN_COUNT_DECAY = 0.75      # P(k loans) proportional to 0.75^(k - min_loans)
+_ZIP_ZIPF_EXPONENT = 1.0      # zip size weights proportional to 1 / rank^1
+_ZIP_INCOME_SPREAD = 0.25     # sd of the per-zip shift of log income
+_LOAN_DEBT_SPREAD = 0.08      # sd of a loan's debt ratio around its customer's level
+
+
+class CustomerData(NamedTuple):
+  """Loans of customers who may hold several loans each (one row per loan).
+
+  Attributes:
+    x_NxF: float32[N, 5] raw features of each loan, columns as FEATURE_NAMES;
+      income, history, delinquency and group are the customer's, the debt ratio is
+      the loan's.
+    y_N: int32[N], 1 = the loan was repaid, 0 = it defaulted.
+    p_N: float32[N], the true repayment probability of the loan,
+      sigmoid(true_logit(x_NxF)).
+    user_N: int32[N], the customer holding the loan, in [0, num_users); rows of
+      one customer are contiguous and customers appear in increasing id order.
+    zip_N: int32[N], the customer's zip code, in [0, num_zip_codes).
+    num_users: number of customers U (every id in [0, U) holds >= min_loans loans).
+  """
+  x_NxF: jax.Array
+  y_N: jax.Array
+  p_N: jax.Array
+  user_N: jax.Array
+  zip_N: jax.Array
+  num_users: int
+
+  @property
+  def group_N(self) -> jax.Array:
+    return self.x_NxF[:, 4].astype(jnp.int32)
+
+  @property
+  def loans_U(self) -> np.ndarray:
+    """int64[U]: the number of loans of each customer."""
+    return np.bincount(np.asarray(self.user_N), minlength=self.num_users)
+
+  def records(self) -> CreditData:
+    """The loans as a plain CreditData (dropping customer and zip)."""
+    return CreditData(self.x_NxF, self.y_N, self.p_N)
+
+  def __len__(self) -> int:
+    return int(self.y_N.shape[0])
+
+
+def zip_code_shares(num_zip_codes: int) -> np.ndarray:
+  """float64[Z]: the share of customers living in each zip code (sums to 1).
+
+  Zip z (0-based) has weight 1 / (z + 1) (Zipf's law with exponent 1), so zip 0 is
+  the largest and the last zips are small: with 50 zips the smallest holds 0.44% of
+  the customers, 1/50 of the largest.
+
+  Examples:
+    >>> shares = zip_code_shares(4)
+    >>> [round(float(s), 3) for s in shares]
+    [0.48, 0.24, 0.16, 0.12]
+  """
+  z = _validate.check_int(num_zip_codes, "num_zip_codes", 1)
+  w = 1.0 / np.arange(1, z + 1, dtype=np.float64) ** _ZIP_ZIPF_EXPONENT
+  return w / w.sum()
+
+
+def sample_customers(key: jax.Array, num_customers: int, *, min_loans: int = 1,
+                     max_loans: int = 10, num_zip_codes: int = 50,
+                     minority_share: float = 0.1) -> CustomerData:
+  """Draws `num_customers` customers and all of their loans.
+
+  Generative model (customer u, loan j of u; group g_u; zip code z_u):
+
+    loans k_u        in {min_loans, ..., max_loans}, P(k) proportional to
+                     0.75^(k - min_loans) (truncated geometric; with the defaults 1-10
+                     the mean is about 3.4 loans per customer)
+    zip code z_u     Categorical(zip_code_shares(num_zip_codes)): Zipf-sized zips,
+                     so that some zips hold few customers
+    zip shift a_z    N(0, 1) per zip, shared by everyone living there
+    group g_u        Bernoulli(minority_share)
+    income_u         exp(ln 55 - 0.12 g_u + 0.25 a_{z_u} + 0.45 N(0, 1)), clipped
+                     to [8, 400] (k$): the applicant income of `sample`, shifted by zip
+    history_u        as in `sample`, per group (the customer's credit-file years)
+    debt level b_u   Beta(2, 5), the customer's typical debt ratio
+    delinquent_u     Bernoulli(sigmoid(0.2 + 3 (b_u - 0.29) - 0.6 log(income_u/55)))
+    debt_{uj}        clip(b_u + 0.08 N(0, 1), 0.01, 0.99), the loan's own debt ratio
+    repaid_{uj}      Bernoulli(p_{uj}), p_{uj} = sigmoid(true_logit(x_{uj})),
+                     independently across loans given the features
+
+  A customer's loans share income, history, delinquency and group, so they are
+  strongly correlated records of one person: example-level DP-SGD protects each
+  loan, and only a user-level unit (or group privacy over k_u loans) protects the
+  customer. Rows are ordered by customer; N = sum_u k_u is random.
+
+  Args:
+    key: a jax.random key.
+    num_customers: U >= 1.
+    min_loans, max_loans: 1 <= min_loans <= max_loans, the range of k_u.
+    num_zip_codes: Z >= 1.
+    minority_share: probability that a customer belongs to group 1, in [0, 1].
+  Returns:
+    CustomerData with N = sum of the loan counts rows.
+
+  Examples:
+    >>> import jax
+    >>> data = sample_customers(jax.random.key(0), 100)
+    >>> data.num_users, int(data.user_N.max()) + 1, data.x_NxF.shape[0] == len(data.user_N)
+    (100, 100, True)
+    >>> bool((data.loans_U >= 1).all() and (data.loans_U <= 10).all())
+    True
+  """
+  u = _validate.check_size(num_customers, "num_customers", units=8)
+  lo = _validate.check_int(min_loans, "min_loans", 1)
+  hi = _validate.check_int(max_loans, "max_loans", 1)
+  if hi < lo:
+    raise ValueError(f"max_loans must be >= min_loans = {lo}, got {max_loans!r}")
+  _validate.check_size(u * hi, "num_customers * max_loans", units=NUM_FEATURES + 4)
+  shares = zip_code_shares(num_zip_codes)
+  _validate.check_probability(minority_share, "minority_share")
+  ks = jax.random.split(key, 11)
+  count_logits = (np.arange(hi - lo + 1) * np.log(_LOAN_COUNT_DECAY)).astype(np.float32)
+  loans_U = lo + np.asarray(jax.random.categorical(ks[0], jnp.asarray(count_logits), shape=(u,)))
+  zip_U = jax.random.categorical(ks[1], jnp.log(jnp.asarray(shares, jnp.float32)), shape=(u,))
+  zip_shift_Z = jax.random.normal(ks[2], (shares.shape[0],))
+  group = jax.random.bernoulli(ks[3], minority_share, (u,)).astype(jnp.float32)
+  log_inc = (jnp.log(_INCOME_MEDIAN) - 0.12 * group + _ZIP_INCOME_SPREAD * zip_shift_Z[zip_U]
+             + 0.45 * jax.random.normal(ks[4], (u,)))
+  income = jnp.clip(jnp.exp(log_inc), 8.0, 400.0)
+  hist0 = 1.0 + 4.5 * jax.random.gamma(ks[5], 2.2, (u,))
+  hist1 = 0.5 + 2.0 * jax.random.gamma(ks[6], 1.5, (u,))
+  hist = jnp.clip(jnp.where(group > 0.5, hist1, hist0), 0.0, 40.0)
+  debt_level = jax.random.beta(ks[7], 2.0, 5.0, (u,))
+  p_del = jax.nn.sigmoid(0.2 + 3.0 * (debt_level - _DEBT_MEAN)
+                         - 0.6 * jnp.log(income / _INCOME_MEDIAN))
+  delinq = jax.random.bernoulli(ks[8], p_del).astype(jnp.float32)
+  user_N = np.repeat(np.arange(u, dtype=np.int32), loans_U)
+  n = int(user_N.shape[0])
+  idx = jnp.asarray(user_N)
+  debt = jnp.clip(debt_level[idx] + _LOAN_DEBT_SPREAD * jax.random.normal(ks[9], (n,)), 0.01, 0.99)
+  x = jnp.stack([income[idx], debt, hist[idx], delinq[idx], group[idx]], axis=1).astype(jnp.float32)
+  p = jax.nn.sigmoid(true_logit(x)).astype(jnp.float32)
+  y = jax.random.bernoulli(ks[10], p).astype(jnp.int32)
+  return CustomerData(x, y, p, idx, zip_U.astype(jnp.int32)[idx], u)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -446,3 +446,156 @@ def dpsgd_rdp(noise_multiplier: float, sampling_prob: float, num_steps: int,
   steps = _validate.check_int(num_steps, "num_steps")
   orders = DEFAULT_ORDERS if orders is None else _validate.check_orders(orders)
   return orders, steps * subsampled_gaussian_rdp(sampling_prob, noise_multiplier, orders)
+
+
+# ----------------------------------------------------------------------------
+# repeat and select (private hyperparameter tuning)
+
+
+def _repeat_shape(shape) -> float:
+  """The shape parameter as eta in [0, inf]; inf (or "poisson") is the Poisson law."""
+  if isinstance(shape, str) and shape == "poisson":
+    return math.inf
+  return _validate.check_range(shape, "shape", 0.0, allow_inf=True)
+
+
+def _tnb_mean_from_log_gamma(log_gamma: float, eta: float) -> float:
+  """E[K] of the truncated negative binomial with log(gamma) = L < 0 and shape eta.
+
+  E[K] = eta (1/gamma - 1) / (1 - gamma^eta) for eta > 0 and
+  (1/gamma - 1) / log(1/gamma) at eta = 0, written with expm1 so that gamma near 1
+  loses no digits.
+  """
+  el = -log_gamma
+  if eta == 0.0:
+    return math.expm1(el) / el
+  return eta * math.expm1(el) / -math.expm1(-eta * el)
+
+
+def truncated_negative_binomial_log_gamma(mean_runs: float, shape: float) -> float:
+  """log(gamma) of the truncated negative binomial with shape eta and mean E[K] = mean_runs.
+
+  The law (Papernot & Steinke 2022, Definition 1) on k = 1, 2, ... is
+  P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) * prod_{l<k} (l + eta) / (l + 1) for
+  eta > 0 and P[K = k] = (1 - gamma)^k / (k log(1/gamma)) for eta = 0 (logarithmic);
+  eta = 1 is the geometric law with gamma = 1 / mean. E[K] decreases in gamma, so
+  gamma is found by bisection in log(gamma) to the last bit, and the end of the
+  bracket with E[K] >= mean_runs (the smaller gamma, hence the larger privacy
+  bound in `repeat_and_select_rdp`) is returned.
+
+  Args:
+    mean_runs: E[K] >= 1 (K >= 1 always); 1 gives gamma = 1 (K = 1 surely).
+    shape: eta >= 0, finite.
+  Returns:
+    log(gamma) <= 0.
+
+  Examples:
+    >>> round(math.exp(truncated_negative_binomial_log_gamma(10.0, 1.0)), 12)
+    0.1
+  """
+  mu = _validate.check_range(mean_runs, "mean_runs", 1.0)
+  eta = _validate.check_range(shape, "shape", 0.0)
+  if mu == 1.0:
+    return 0.0
+  if eta == 1.0:
+    return -math.log(mu)
+  # gamma <= 2 (eta + 1) / mu since E[K] <= 2 (eta + 1) / gamma; the lower end
+  # is pushed down until E[K] >= mu there. `lo` only ever holds points with
+  # E[K] >= mu, so the answer errs on the conservative side.
+  lo = -math.log1p(mu)
+  while _tnb_mean_from_log_gamma(lo, eta) < mu:
+    lo *= 2.0
+  hi = min(0.0, math.log(2.0 * (eta + 1.0) / mu))
+  for _ in range(200):
+    mid = 0.5 * (lo + hi)
+    if mid <= lo or mid >= hi:
+      break
+    if _tnb_mean_from_log_gamma(mid, eta) >= mu:
+      lo = mid
+    else:
+      hi = mid
+  return lo
+
+
+def repeat_and_select_rdp(orders, rdp_values, *, mean_runs: float, shape) -> np.ndarray:
+  """RDP of running a mechanism Q a random number K of times and releasing only the best run.
+
+  Papernot & Steinke, "Hyperparameter Tuning with Renyi Differential Privacy",
+  ICLR 2022, https://arxiv.org/abs/2110.03620. The algorithm A draws K, runs Q
+  (each run draws its own hyperparameters and its own randomness) K times on the
+  same data, and outputs the run with the best score (nothing if K = 0). Q's whole
+  output, the candidate AND its score, must satisfy the RDP curve `rdp_values`;
+  a score computed without privacy on private data is not covered.
+
+  * Truncated negative binomial K with shape eta >= 0 and parameter gamma
+    (eta = 0 logarithmic, eta = 1 geometric; gamma set from E[K] = mean_runs by
+    `truncated_negative_binomial_log_gamma`). Theorem 2: if Q is (lambda, eps)-RDP
+    and (lambdahat, epshat)-RDP, then A is (lambda, eps')-RDP with
+
+        eps' = eps + (1 + eta) (1 - 1/lambdahat) epshat
+                   + (1 + eta) log(1/gamma) / lambdahat + log(E[K]) / (lambda - 1).
+
+    lambdahat ranges over the given orders (the minimum is taken).
+  * Poisson K with mean mu (shape = "poisson" or math.inf). Theorem 6: if Q is
+    (lambda, eps)-RDP and (epshat, deltahat)-DP with epshat = log(1 + 1/(lambda - 1)),
+    then A is (lambda, eps + mu deltahat + log(mu) / (lambda - 1))-RDP. deltahat
+    comes from Q's curve by `rdp_to_delta` (Balle et al. 2020 conversion and the
+    KL bound, both valid at every order > 1).
+
+  Finally the curve is replaced by its envelope
+  out(a) = min_{b >= a} out(b), valid because Renyi divergence is nondecreasing in
+  the order (dp_accounting 0.6.0 applies this envelope to the truncated laws
+  only, so for the Poisson law our curve is its envelope and can be smaller at
+  low orders; eps at delta is the same). The pure-DP limit (lambda, lambdahat -> inf) of Theorem 2 is the
+  paper's (2 + eta) eps (3 eps for the geometric law, Liu & Talwar 2019); for a
+  Gaussian base mechanism with eps(lambda) = rho lambda it is the paper's closed
+  form rho lambda + (1 + eta)(2 sqrt(rho log(1/gamma)) - rho) + log(E[K])/(lambda - 1)
+  when sqrt(log(1/gamma)/rho) >= 1.
+
+  Edge cases: mean_runs must be >= 1 for every shape (dp_accounting's
+  `RepeatAndSelectDpEvent` makes the same requirement; for the truncated laws
+  K >= 1 so E[K] >= 1, and for the Poisson law the log(mu) term of Theorem 6 is
+  only used with mu >= 1 here). mean_runs == 1 with a truncated law means K = 1
+  surely, so A = Q and the input curve (its envelope) is returned exactly;
+  dp_accounting instead evaluates Theorem 2 there, which is slightly larger.
+  Orders must be > 1; an order whose input value is inf gives inf.
+
+  Args:
+    orders: Renyi orders > 1, shape [A]. The same orders serve as lambda and lambdahat.
+    rdp_values: Q's RDP curve at those orders, shape [A], >= 0 (inf allowed).
+    mean_runs: E[K] >= 1.
+    shape: eta >= 0 (a float; 0 logarithmic, 1 geometric), or "poisson" / math.inf.
+  Returns:
+    float64[A]: an RDP curve of A.
+
+  Examples:
+    >>> orders = np.array([2.0, 4.0, 8.0, 16.0, 32.0])
+    >>> out = repeat_and_select_rdp(orders, gaussian_rdp(4.0, orders), mean_runs=10, shape=1)
+    >>> bool(np.all(out >= gaussian_rdp(4.0, orders)))
+    True
+  """
+  a, r = _check_rdp_curve(orders, rdp_values)
+  eta = _repeat_shape(shape)
+  mu = _validate.check_range(mean_runs, "mean_runs", 1.0)
+  with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+    if math.isinf(eta):
+      eps_hat = np.log1p(1.0 / (a - 1.0))                        # [A] one per lambda
+      log_d = ((a[None, :] - 1.0) * (r[None, :] - eps_hat[:, None]
+                                     + np.log1p(-1.0 / a[None, :])) - np.log(a[None, :]))
+      log_d = np.where(np.isnan(log_d), np.inf, log_d)
+      log_kl = 0.5 * np.log1p(-np.exp(-r))                        # [A]
+      log_d = np.minimum(log_d, log_kl[None, :])
+      delta_hat = np.minimum(1.0, np.exp(np.minimum(log_d.min(axis=1), 0.0)))
+      out = r + mu * delta_hat + math.log(mu) / (a - 1.0)
+    elif mu == 1.0:
+      out = r.copy()
+    else:
+      log_inv_gamma = -truncated_negative_binomial_log_gamma(mu, eta)
+      c = (1.0 + eta) * np.min((1.0 - 1.0 / a) * r + log_inv_gamma / a)
+      out = r + math.log(mu) / (a - 1.0) + c
+  out = np.where(np.isnan(out), np.inf, out)
+  order = np.argsort(a, kind="stable")
+  env = np.minimum.accumulate(out[order][::-1])[::-1]
+  result = np.empty_like(out)
+  result[order] = env
+  return result

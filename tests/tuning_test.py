@@ -1,0 +1,228 @@
+"""Tests for private hyperparameter tuning: the repeat-and-select RDP bound and dpjax.tuning.
+
+The bound is checked against dp_accounting's RepeatAndSelectDpEvent, against the
+paper's pure-DP and Gaussian corollaries, and against the exact Renyi divergence of
+a small discrete repeat-and-select mechanism (computed from the law of K's
+probability generating function), which it must never undercut.
+"""
+
+import logging
+import math
+
+import numpy as np
+import pytest
+from dp_accounting import dp_event
+from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
+from scipy import special
+
+from dpjax import accounting
+from dpjax.accounting import rdp
+
+logging.getLogger("absl").setLevel(logging.ERROR)
+
+# Integer orders: there both our subsampled-Gaussian curve and dp_accounting's are
+# exact, so the comparison isolates the repeat-and-select transform.
+_INT_ORDERS = np.arange(2.0, 129.0)
+_SHAPES = (0.0, 0.5, 1.0, 3.0, math.inf)
+
+
+def _envelope(x):
+  return np.minimum.accumulate(np.asarray(x)[::-1])[::-1]
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(1.0, 0.01, 1000), (2.5, 0.1, 50)])
+@pytest.mark.parametrize("mean", [3.0, 40.0])
+@pytest.mark.parametrize("shape", _SHAPES)
+def test_matches_dp_accounting(sigma, q, steps, mean, shape):
+  acct = dp_rdp.RdpAccountant(orders=list(_INT_ORDERS))
+  acct.compose(dp_event.RepeatAndSelectDpEvent(
+      dp_event.SelfComposedDpEvent(
+          dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps),
+      mean, shape))
+  base = steps * rdp.subsampled_gaussian_rdp(q, sigma, _INT_ORDERS)
+  ours = rdp.repeat_and_select_rdp(_INT_ORDERS, base, mean_runs=mean, shape=shape)
+  # dp_accounting applies the monotone envelope for the truncated laws only; ours
+  # always does (valid: Renyi divergence is nondecreasing in the order).
+  np.testing.assert_allclose(ours, _envelope(acct._rdp), rtol=1e-6)  # pylint: disable=protected-access
+  eps_ref = acct.get_epsilon(1e-5)
+  eps = accounting.tuned_dpsgd_epsilon(sigma, q, steps, 1e-5, mean_runs=mean, shape=shape,
+                                       orders=_INT_ORDERS)
+  assert eps == pytest.approx(eps_ref, rel=1e-6)
+
+
+def _log_gamma(mean, eta):
+  return rdp.truncated_negative_binomial_log_gamma(mean, eta)
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.3, 1.0, 2.0, 7.5])
+@pytest.mark.parametrize("mean", [1.5, 10.0, 300.0])
+def test_gamma_gives_the_mean(eta, mean):
+  """E[K] = sum_k k P[K = k] from the pmf of Definition 1 equals mean_runs."""
+  gamma = math.exp(_log_gamma(mean, eta))
+  k = np.arange(1, 100_000, dtype=np.float64)   # tail mass below e^-40 here
+  if eta == 0.0:
+    logp = k * math.log1p(-gamma) - np.log(k) - math.log(-math.log(gamma))
+  else:
+    logp = (k * math.log1p(-gamma) + special.gammaln(k + eta) - special.gammaln(eta)
+            - special.gammaln(k + 1) - math.log(math.expm1(-eta * math.log(gamma))))
+  p = np.exp(logp)
+  assert p.sum() == pytest.approx(1.0, rel=1e-9)
+  assert (k * p).sum() == pytest.approx(mean, rel=1e-9)
+  # Conservative side: the returned gamma's mean is >= mean_runs.
+  assert rdp._tnb_mean_from_log_gamma(math.log(gamma), eta) >= mean * (1 - 1e-12)  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.5, 1.0, 2.0])
+@pytest.mark.parametrize("mean", [2.0, 20.0, 1000.0])
+@pytest.mark.parametrize("eps", [0.1, 1.0])
+def test_pure_dp_corollary(eta, mean, eps):
+  """Q eps-DP (RDP eps at every order) -> A (2 + eta) eps-DP (Papernot & Steinke, Cor. of Thm 2).
+
+  With orders up to 1e12 the bound at the largest order equals the closed form
+  eps + (1 + eta) min_l[(1 - 1/l) eps + log(1/gamma)/l] + log(mean)/(l_max - 1),
+  whose limit is (2 + eta) eps; it may be below it (the min over l picks a small l
+  when log(1/gamma) < eps) but never above it by more than the vanishing terms.
+  """
+  orders = np.geomspace(1.001, 1e12, 400)
+  out = rdp.repeat_and_select_rdp(orders, np.full_like(orders, eps), mean_runs=mean, shape=eta)
+  log_inv_gamma = -_log_gamma(mean, eta)
+  slack = (1 + eta) * log_inv_gamma / orders[-1] + math.log(mean) / (orders[-1] - 1)
+  assert out[-1] <= (2 + eta) * eps + slack + 1e-12
+  assert out[-1] >= eps
+  if log_inv_gamma >= eps:     # then the min is at the largest order: the limit is attained
+    assert out[-1] == pytest.approx((2 + eta) * eps, rel=1e-9, abs=slack + 1e-12)
+  # Liu & Talwar (2019): geometric K, pure eps-DP base -> 3 eps-DP.
+  if eta == 1.0:
+    assert out[-1] <= 3 * eps + slack + 1e-12
+
+
+@pytest.mark.parametrize("eta", [0.0, 1.0, 2.5])
+@pytest.mark.parametrize("mean", [5.0, 100.0])
+@pytest.mark.parametrize("sigma", [2.0, 6.0])
+def test_gaussian_corollary(eta, mean, sigma):
+  """Q with RDP rho l (Gaussian, rho = 1/(2 sigma^2)): paper's closed form.
+
+  eps'(l) = rho l + (1 + eta)(2 sqrt(rho log(1/gamma)) - rho) + log(mean)/(l - 1),
+  valid when lhat* = sqrt(log(1/gamma)/rho) >= 1. On a dense grid of orders our
+  value (the envelope over l of the grid min over lhat) is above the envelope of
+  the closed form by a constant, between 0 and the grid's discretisation error.
+  """
+  rho = 1.0 / (2.0 * sigma ** 2)
+  log_inv_gamma = -_log_gamma(mean, eta)
+  assert math.sqrt(log_inv_gamma / rho) >= 1.0
+  orders = np.geomspace(1.0001, 2000.0, 20_000)
+  out = rdp.repeat_and_select_rdp(orders, rho * orders, mean_runs=mean, shape=eta)
+  closed = (rho * orders + (1 + eta) * (2 * math.sqrt(rho * log_inv_gamma) - rho)
+            + math.log(mean) / (orders - 1))
+  gap = out - _envelope(closed)
+  assert np.all(gap >= -1e-12)
+  assert np.ptp(gap) < 1e-9              # one constant (the envelope commutes with + c)
+  assert gap.max() < 1e-6 * (1 + eta) * 2 * math.sqrt(rho * log_inv_gamma) + 1e-9
+
+
+def _pgf(x, mean, shape):
+  """E[x^K] for the law of K (K = 0 only for Poisson)."""
+  if math.isinf(shape):
+    return math.exp(mean * (x - 1.0))
+  lg = _log_gamma(mean, shape)
+  if shape == 0.0:
+    return math.log1p(-(1 - math.exp(lg)) * x) / lg
+  return (math.expm1(-shape * math.log1p(-(1 - math.exp(lg)) * x))
+          / math.expm1(-shape * lg))
+
+
+def _best_of_k_dist(probs, mean, shape):
+  """Law of the best of K iid draws from `probs` over outcomes 0 < 1 < ... (higher is better).
+
+  P[best <= j] = E[F(j)^K] = pgf(F(j)); with the Poisson law the extra outcome
+  'nothing' (K = 0) has probability pgf(0).
+  """
+  cdf = np.cumsum(probs)
+  cdf[-1] = 1.0
+  at_most = np.array([_pgf(c, mean, shape) for c in cdf])
+  nothing = _pgf(0.0, mean, shape)
+  dist = np.diff(np.concatenate([[nothing], at_most]))
+  return np.concatenate([[nothing], dist]) if nothing > 0 else dist
+
+
+def _renyi(p, r, alpha):
+  """D_alpha(p || r) of two laws with full support, in log space."""
+  return special.logsumexp(alpha * np.log(p) + (1 - alpha) * np.log(r)) / (alpha - 1)
+
+
+@pytest.mark.parametrize("shape", _SHAPES)
+@pytest.mark.parametrize("mean", [1.5, 8.0])
+def test_never_below_exact_divergence(shape, mean):
+  """Brute force: Q = 4-ary randomized response (eps = 1); A releases the best of K outputs.
+
+  The exact Renyi divergence of A's output laws, in both directions, over every
+  pair of neighbouring inputs (true value 0 vs 3, 1 vs 2, ...), must not exceed
+  the bound built from Q's exact RDP curve.
+  """
+  eps, k = 1.0, 4
+  orders = np.concatenate([np.linspace(1.05, 10, 60), np.geomspace(10.5, 500, 40)])
+  base = rdp.randomized_response_rdp(eps, orders, num_buckets=k)
+  bound = rdp.repeat_and_select_rdp(orders, base, mean_runs=mean, shape=shape)
+  hi, lo = math.exp(eps) / (math.exp(eps) + k - 1), 1.0 / (math.exp(eps) + k - 1)
+  laws = [_best_of_k_dist(np.where(np.arange(k) == t, hi, lo), mean, shape) for t in range(k)]
+  worst = np.zeros_like(orders)
+  for s in range(k):
+    for t in range(k):
+      if s != t:
+        worst = np.maximum(worst, [_renyi(laws[s], laws[t], a) for a in orders])
+  assert np.all(worst <= bound * (1 + 1e-9))
+  assert worst.max() > 0.1   # the check is not vacuous
+
+
+def test_mean_one_truncated_is_the_base_mechanism():
+  orders = np.array([2.0, 3.0, 8.0, 32.0])
+  base = rdp.gaussian_rdp(3.0, orders)
+  for eta in (0.0, 0.5, 1.0, 4.0):
+    np.testing.assert_array_equal(
+        rdp.repeat_and_select_rdp(orders, base, mean_runs=1.0, shape=eta), base)
+  pois = rdp.repeat_and_select_rdp(orders, base, mean_runs=1.0, shape="poisson")
+  assert np.all(pois > base)  # K ~ Poisson(1) is random: a real cost
+
+
+def test_more_runs_cost_more():
+  orders = _INT_ORDERS
+  base = 500 * rdp.subsampled_gaussian_rdp(0.02, 1.2, orders)
+  for shape in _SHAPES:
+    eps = [rdp.rdp_to_epsilon(orders, rdp.repeat_and_select_rdp(
+        orders, base, mean_runs=m, shape=shape), 1e-5)[0] for m in (1.0, 3.0, 10.0, 100.0)]
+    assert np.all(np.diff(eps) > 0), (shape, eps)
+    assert eps[0] >= rdp.rdp_to_epsilon(orders, base, 1e-5)[0]
+
+
+def test_score_noise_adds_its_rdp():
+  orders = _INT_ORDERS
+  base = 300 * rdp.subsampled_gaussian_rdp(0.05, 1.0, orders) + rdp.gaussian_rdp(4.0, orders)
+  want = rdp.rdp_to_epsilon(orders, rdp.repeat_and_select_rdp(
+      orders, base, mean_runs=5, shape=0.0), 1e-6)[0]
+  got = accounting.tuned_dpsgd_epsilon(1.0, 0.05, 300, 1e-6, mean_runs=5, shape=0.0,
+                                       score_noise_multiplier=4.0, orders=orders)
+  assert got == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(mean_runs=-3.0, shape=1.0), "mean_runs"),
+    (dict(mean_runs=0.5, shape="poisson"), "mean_runs"),
+    (dict(mean_runs=float("nan"), shape=1.0), "mean_runs"),
+    (dict(mean_runs=5.0, shape=-0.5), "shape"),
+    (dict(mean_runs=5.0, shape="geometric"), "shape"),
+    (dict(mean_runs=5.0, shape=None), "shape"),
+])
+def test_bad_inputs_name_the_parameter(kwargs, name):
+  orders = np.array([2.0, 4.0])
+  with pytest.raises((ValueError, TypeError), match=name):
+    rdp.repeat_and_select_rdp(orders, [0.1, 0.2], **kwargs)
+  with pytest.raises((ValueError, TypeError), match=name):
+    accounting.tuned_dpsgd_epsilon(1.0, 0.01, 100, 1e-5, **kwargs)
+
+
+def test_pld_is_refused_with_a_reason():
+  with pytest.raises(ValueError, match="accountant.*Renyi"):
+    accounting.tuned_dpsgd_epsilon(1.0, 0.01, 100, 1e-5, mean_runs=5, shape=1,
+                                   accountant="pld")
+  with pytest.raises(ValueError, match="rdp_values"):
+    rdp.repeat_and_select_rdp([2.0, 4.0], [0.1], mean_runs=5, shape=1)

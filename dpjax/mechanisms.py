@@ -12,6 +12,9 @@ proportional to epsilon (lecture §3).
                         sigma = Delta_2 sqrt(2 ln(1.25/delta)) / eps (eps < 1 only)
   selection             `exponential_mechanism`, `exponential_probs`, `report_noisy_max`
   clipped statistics    `clipped_sum`, `noisy_count`, `private_mean` (split budget)
+  per-group rates       `grouped_rates`: noisy counts and noisy sums over disjoint
+                        groups (parallel composition), their ratio, its noise sd
+                        and a reliability flag
 
 Neighbouring datasets differ by adding or removing one record (add/remove), except
 for randomized response, where each person's bit is replaced.
@@ -37,7 +40,8 @@ selection and clipped statistics), so repetitions vectorise by broadcasting or
 `jax.vmap` over keys. Data arrays are checked for NaN/inf whenever they are
 concrete (not when traced under `jit`/`vmap`).
 
-Shape letters: N records, C candidates, K repetitions; `...` any leading shape.
+Shape letters: N records, C candidates, K repetitions, U privacy units (people),
+Z groups; `...` any leading shape.
 
 Examples:
   >>> import jax
@@ -69,6 +73,7 @@ __all__ = [
     "gaussian_mechanism", "gaussian_grid", "InsecureNoiseWarning", "exponential_probs",
     "exponential_mechanism",
     "report_noisy_max", "clipped_sum", "noisy_count", "private_mean", "PrivateMean",
+    "grouped_rates", "GroupedRates",
 ]
 
 _CALIBRATIONS = ("analytic", "classic")
@@ -619,3 +624,110 @@ def private_mean(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
   s = clipped_sum(k_sum, v, eps * (1.0 - f), upper, lower, secure=secure)
   c = noisy_count(k_count, jnp.ones(v.shape, jnp.int32), eps * f, secure=secure)
   return PrivateMean(s / jnp.maximum(c, 1.0), s, c)
+
+
+# ----------------------------------------------------------------------------------
+# Rates over disjoint groups (parallel composition).
+
+class GroupedRates(NamedTuple):
+  """Output of `grouped_rates` for Z groups (every field float32[Z], `reliable` bool[Z])."""
+  noisy_counts: jax.Array
+  noisy_totals: jax.Array
+  rate: jax.Array
+  rate_sd: jax.Array
+  reliable: jax.Array
+
+
+def _released_laplace_scale(epsilon: float, size: int, secure: bool) -> float:
+  """Laplace scale, in value units, of `laplace_mechanism(..., sensitivity=1)` on `size` entries.
+
+  The defended release adds round(b L) grid units with b = (1 / gamma + size) / eps,
+  i.e. (1 + size gamma) / eps in value units (its rounding adds variance gamma^2 / 12,
+  negligible next to 2 b^2); the float release adds exactly Laplace(1 / eps).
+  """
+  if not secure:
+    return 1.0 / epsilon
+  return (1.0 + size * laplace_grid(epsilon, 1.0)) / epsilon
+
+
+def grouped_rates(key: jax.Array, group_U: jax.typing.ArrayLike,
+                  values_U: jax.typing.ArrayLike, num_groups: int, epsilon: float, *,
+                  count_fraction: float = 0.5, max_rate_sd: float = 0.05,
+                  secure: bool = True) -> GroupedRates:
+  """Per-group rates (e.g. delinquency by zip code) with Laplace noise, eps-DP in total.
+
+  Each privacy unit u (one row: a person, a customer) belongs to exactly one group
+  g_u in {0, ..., Z-1} and carries a value v_u clipped to [0, 1] (1 = the event
+  happened; a fraction is allowed). Two histograms are released,
+
+      n_z = #{u : g_u = z} + Laplace(1 / eps_c),      eps_c = eps * count_fraction,
+      s_z = sum_{u : g_u = z} v_u + Laplace(1 / eps_s),  eps_s = eps * (1 - count_fraction).
+
+  Adding or removing one unit changes one entry of each histogram by at most 1, so
+  each vector has L1 sensitivity 1 however many groups there are (parallel
+  composition: disjoint groups do not add up), each release is eps_c- resp.
+  eps_s-DP, and the pair is eps-DP (basic composition). Everything after is
+  post-processing of the two noisy vectors:
+
+      rate_z    = clip(s_z / max(n_z, 1), 0, 1),
+      rate_sd_z = sqrt(2 b_s^2 + 2 b_c^2 rate_z^2) / max(n_z, 1),
+      reliable_z = rate_sd_z <= max_rate_sd,
+
+  where rate_sd is the delta-method standard deviation of the ratio (first order in
+  the noise, var(Laplace(b)) = 2 b^2) evaluated at the released values, and b_c, b_s
+  are the Laplace scales actually used (with `secure=True`, the grid's inflation
+  (1 + Z gamma) / eps of `laplace_mechanism`). A group whose rate_sd exceeds
+  `max_rate_sd` should be merged with others or flagged (lecture 10, exercise 6b).
+  The noise sd falls like 1 / n, so small groups are the unreliable ones.
+
+  The privacy unit is whatever one row stands for: pass one row per PERSON. If a
+  person can hold several records (loans), aggregate them to one row first (e.g.
+  v_u = 1 if any of the person's loans defaulted); counting records instead moves
+  a count by up to the number of records one person holds.
+
+  Args:
+    key: a jax.random key.
+    group_U: int[U], the group of each unit, in [0, num_groups).
+    values_U: float[U] (or 0/1), each unit's value; clipped to [0, 1].
+    num_groups: Z >= 1, public (the list of groups must not depend on the data).
+    epsilon: total eps > 0 of the two releases.
+    count_fraction: share of eps for the counts, in (0, 1); the lecture uses 1/2.
+    max_rate_sd: reliability threshold on rate_sd, > 0.
+    secure: as in `laplace_mechanism` (defended integer-grid noise by default).
+  Returns:
+    GroupedRates(noisy_counts, noisy_totals, rate, rate_sd, reliable), each [Z].
+  Privacy: eps-DP with add/remove-one-unit neighbours (Dwork et al. 2006; parallel
+    composition: McSherry 2009, "Privacy integrated queries",
+    https://doi.org/10.1145/1559845.1559850), up to `laplace_mechanism`'s
+    sampler delta.
+
+  Examples:
+    >>> out = grouped_rates(jax.random.key(0), jnp.array([0, 0, 1, 1, 1]),
+    ...                     jnp.array([1, 0, 1, 1, 0]), 2, epsilon=1.0)
+    >>> out.rate.shape, out.reliable.tolist()    # 2 or 3 people: far too noisy
+    ((2,), [False, False])
+  """
+  eps = _validate.check_epsilon(epsilon)
+  f = _validate.check_probability(count_fraction, "count_fraction", open_low=True,
+                                  open_high=True)
+  z = _validate.check_int(num_groups, "num_groups")
+  max_sd = _validate.check_positive(max_rate_sd, "max_rate_sd")
+  g = _validate.check_array(group_U, "group_U", np.int32, ndim=1, min_size=1, low=0,
+                            high=z - 1, integer=True)
+  v = _validate.check_array(values_U, "values_U", np.float32, ndim=1)
+  if np.shape(v) != np.shape(g):
+    raise ValueError(f"values_U and group_U must have one entry per unit each, got "
+                     f"values_U of shape {np.shape(v)} and group_U of shape {np.shape(g)}")
+  g, v = jnp.asarray(g, jnp.int32), jnp.clip(jnp.asarray(v, jnp.float32), 0.0, 1.0)
+  counts = jnp.zeros((z,), jnp.float32).at[g].add(1.0)
+  totals = jnp.zeros((z,), jnp.float32).at[g].add(v)
+  eps_c, eps_s = eps * f, eps * (1.0 - f)
+  k_count, k_total = jax.random.split(key)
+  noisy_counts = laplace_mechanism(k_count, counts, eps_c, 1.0, secure=secure)
+  noisy_totals = laplace_mechanism(k_total, totals, eps_s, 1.0, secure=secure)
+  b_c = _released_laplace_scale(eps_c, z, secure)
+  b_s = _released_laplace_scale(eps_s, z, secure)
+  n_hat = jnp.maximum(noisy_counts, 1.0)
+  rate = jnp.clip(noisy_totals / n_hat, 0.0, 1.0)
+  rate_sd = jnp.sqrt(2.0 * b_s ** 2 + 2.0 * b_c ** 2 * rate ** 2) / n_hat
+  return GroupedRates(noisy_counts, noisy_totals, rate, rate_sd, rate_sd <= max_sd)

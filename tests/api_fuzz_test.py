@@ -64,6 +64,7 @@ EXCLUDED = {
     "dpjax.data.digits.Digits": "result record of digits.load",
     "dpjax.dpsgd.TrainResult": "result record of train_many",
     "dpjax.mechanisms.PrivateMean": "result record of private_mean",
+    "dpjax.mechanisms.GroupedRates": "result record of grouped_rates",
     "dpjax.pate.PateRdp": "result record of pate_rdp",
     "dpjax.models.Model": ("a NamedTuple (no constructor checks); its fields are checked "
                            "by models.check_model, which every function taking a model "
@@ -245,6 +246,10 @@ def entries():
   add(E("dpjax.accounting.composition.optimal_composition_epsilon",
         composition.optimal_composition_epsilon,
         dict(epsilon0=0.5, delta0=1e-6, k=3, delta=1e-5)))
+  add(E("dpjax.accounting.composition.pure_dp_rdp", composition.pure_dp_rdp,
+        dict(epsilon=0.3, orders=orders, bounded_range=True), {"orders": "array"}))
+  add(E("dpjax.accounting.composition.group_privacy", composition.group_privacy,
+        dict(epsilon=1.0, delta=1e-5, k=5)))
 
   # ---- accounting.pld
   add(E("dpjax.accounting.pld.PrivacyLossDistribution", pld.PrivacyLossDistribution,
@@ -678,6 +683,10 @@ def entries():
   add(E("dpjax.mechanisms.private_mean", mechanisms.private_mean,
         dict(key=_key, values=util, epsilon=1.0, upper=2.0, lower=0.0, count_fraction=0.5),
         {"values": "anyrank"}))
+  add(E("dpjax.mechanisms.grouped_rates", mechanisms.grouped_rates,
+        dict(key=_key, group_U=np.array([0, 1, 1, 2]), values_U=np.array([1.0, 0.0, 1.0, 0.5]),
+             num_groups=3, epsilon=1.0, count_fraction=0.5, max_rate_sd=0.05),
+        {"group_U": "labels", "values_U": "array", "max_rate_sd": "pos"}))
 
   # ---- metrics
   labels_k = np.arange(20) % 2

@@ -15,6 +15,11 @@
 
   which at eps = (k - 2i) eps0 reproduces KOV's breakpoints. Evaluated in log
   space, so k = 1e5 is fine.
+* `pure_dp_rdp`: the RDP curve of any eps-DP mechanism (and the smaller one of an
+  eps-bounded-range mechanism such as the exponential mechanism), so that pure-DP
+  releases compose with DP-SGD in one RDP account.
+* `group_privacy`: (eps, delta)-DP for one record becomes
+  (k eps, k e^{(k-1) eps} delta)-DP for a group of k records.
 
 All functions are host NumPy/SciPy in float64.
 
@@ -36,6 +41,7 @@ import numpy as np
 from scipy import optimize, special
 
 from dpjax import _validate
+from dpjax.accounting import rdp
 
 
 def _check_mechanisms(epsilon0, delta0, k) -> tuple[float, float, int]:
@@ -150,3 +156,83 @@ def optimal_composition_epsilon(epsilon0: float, delta0: float, k: int,
   if f(0.0) <= 0:
     return 0.0
   return float(optimize.brentq(f, 0.0, k * e0, xtol=1e-12, rtol=1e-12))
+
+
+def pure_dp_rdp(epsilon: float, orders, *, bounded_range: bool = False) -> np.ndarray:
+  """RDP curve implied by eps-DP (or by eps-bounded range), for composing in RDP.
+
+  Every eps-DP pair of output distributions is a post-processing of binary
+  randomized response with parameter eps (Kairouz, Oh & Viswanath 2015, Thm 2.4,
+  https://arxiv.org/abs/1311.0776), so by the data-processing inequality of the
+  Renyi divergence
+
+      rho(alpha) <= log((e^{alpha eps} + e^{(1 - alpha) eps}) / (1 + e^eps)) / (alpha - 1),
+
+  the RDP of binary randomized response, attained by it (tight).
+
+  With `bounded_range=True` the mechanism is assumed eps-bounded-range (its privacy
+  loss log(P(y)/Q(y)) varies by at most eps over outputs y; Durfee & Rogers 2019,
+  https://arxiv.org/abs/1905.04273). The exponential mechanism
+  exp(eps u / (2 Delta_u)) is eps-BR (and so is the monotonic exp(eps u / Delta_u)),
+  and eps-BR implies (eps^2 / 8)-zCDP (Cesar & Rogers 2021, Lemma 3.2,
+  https://arxiv.org/abs/2004.07223), so rho(alpha) <= alpha eps^2 / 8 as well; the
+  minimum of the two curves is returned. The constant 1/8 is tight as eps -> 0
+  (two outputs whose loss is +-eps/2 with probability 1/2 each).
+
+  Args:
+    epsilon: eps > 0.
+    orders: orders alpha > 1, shape [A].
+    bounded_range: also use the eps-BR bound alpha eps^2 / 8.
+  Returns:
+    float64[A] rho(alpha), at most eps.
+
+  Examples:
+    >>> a = np.array([2.0, 32.0])
+    >>> np.round(pure_dp_rdp(0.3, a), 4).tolist()
+    [0.0868, 0.2821]
+    >>> np.round(pure_dp_rdp(0.3, a, bounded_range=True), 4).tolist()
+    [0.0225, 0.2821]
+  """
+  e = _validate.check_epsilon(epsilon)
+  a = _validate.check_orders(orders)
+  if not isinstance(bounded_range, (bool, np.bool_)):
+    raise TypeError(f"bounded_range must be a bool, got {bounded_range!r}")
+  rho = rdp.randomized_response_rdp(e, a, num_buckets=2)
+  if bounded_range:
+    rho = np.minimum(rho, a * e * e / 8.0)
+  return rho
+
+
+def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
+  """(k eps, k e^{(k-1) eps} delta): an (eps, delta)-DP guarantee for a group of k records.
+
+  Neighbours that differ in k records are joined by a chain of k single-record
+  steps; applying (eps, delta)-DP along the chain gives
+  P[M(D) in S] <= e^{k eps} P[M(D') in S] + delta sum_{j<k} e^{j eps}, and
+  sum_{j<k} e^{j eps} <= k e^{(k-1) eps} (Dwork & Roth 2014, Thm 2.2 and the remark
+  after it; https://www.cis.upenn.edu/~aaroth/Papers/privacybook.pdf). For a person
+  holding k records under record-level DP this is their guarantee; for pure DP
+  (delta = 0) the k eps is tight (Laplace on a count).
+
+  Args:
+    epsilon: eps >= 0 of the record-level guarantee.
+    delta: delta in [0, 1) of the record-level guarantee.
+    k: group size >= 1.
+  Returns:
+    (epsilon, delta) for the group; delta is capped at 1 (then the guarantee is
+    vacuous).
+
+  Examples:
+    >>> group_privacy(1.0, 0.0, 5)
+    (5.0, 0.0)
+    >>> eps, d = group_privacy(3.0, 1e-5, 5)
+    >>> eps, round(d, 3)                         # delta > 1: nothing is promised
+    (15.0, 1.0)
+  """
+  e = _validate.check_epsilon(epsilon, allow_zero=True)
+  d = _validate.check_delta(delta, allow_zero=True)
+  k = _validate.check_int(k, "k")
+  if d == 0.0:
+    return k * e, 0.0
+  log_d = math.log(k) + (k - 1) * e + math.log(d)
+  return k * e, min(1.0, math.exp(min(log_d, 0.0)))

@@ -34,6 +34,7 @@ read `dpjax.accounting.dpsgd_epsilon(...)` or, after `from dpjax import dpsgd`,
     data          synthetic credit world, scikit-learn digits, canary data sets
     fitting       non-private reference fitters (Newton logistic regression)
     pate          PATE teachers, noisy argmax, data-dependent RDP
+    recommender   McSherry-Mironov private recommender (global effects, covariance)
 
 Examples:
   >>> import dpjax
@@ -48,7 +49,8 @@ __version__ = "0.1.0"
 __all__ = (
     "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "integer_noise",
     "mechanisms",
-    "metrics", "models", "parallel", "pate", "privatizer", "prng", "sampling", "tradeoff",
+    "metrics", "models", "parallel", "pate", "privatizer", "prng", "recommender", "sampling",
+    "tradeoff",
 )
 
 

@@ -4,13 +4,20 @@ All import into one process (as pytest workers do) without absl flag clashes; ea
 has a config class deriving from `_common.ExperimentConfig`, `run(cfg, out_dir)` and
 `main()`; its docstring gives the command and no history; and a bad flag value
 (`--seed -1`, which every config rejects) ends the program with one stderr line and
-exit status 2. One subprocess per experiment, run two at a time.
+exit status 2.
+
+The bad-flag check runs `python -m experiments.<name> --seed -1` for every experiment
+from one subprocess: it imports every experiment module (and so jax, dpjax and
+matplotlib) once, then forks one child per experiment that runs the module as
+`__main__` through runpy (what `python -m` does) with its stderr in a file. Forking
+is safe only while JAX's runtime (and its threads) has not started: if importing an
+experiment starts it, the check runs one subprocess per experiment instead.
 """
 
-import concurrent.futures
 import dataclasses
 import importlib
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -35,9 +42,67 @@ def _config_classes(module) -> list:
           and v is not _common.ExperimentConfig and v.__module__ == module.__name__]
 
 
-def _bad_seed(name: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", f"experiments.{name}", "--seed", "-1"],
-                        cwd=_ROOT, capture_output=True, text=True, timeout=120)
+# Run in a fresh interpreter: argv[1] is a JSON list of experiment names; prints one
+# JSON line {name: [exit status, stderr]}.
+_FORK_RUNNER = r"""
+import importlib, json, os, runpy, sys, tempfile, traceback
+names = json.loads(sys.argv[1])
+for n in names:
+  importlib.import_module(f"experiments.{n}")
+if "jax" in sys.modules and sys.modules["jax._src.xla_bridge"].backends_are_initialized():
+  print(json.dumps(None))     # JAX runs threads now: forking is unsafe (the caller falls back)
+  sys.exit(0)
+out = {}
+for n in names:
+  with tempfile.TemporaryFile() as err:
+    pid = os.fork()
+    if pid == 0:
+      code = 1
+      try:
+        os.dup2(err.fileno(), 2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        sys.argv = [os.path.join("experiments", n + ".py"), "--seed", "-1"]
+        del sys.modules[f"experiments.{n}"]      # as under `python -m`: only __main__
+        runpy.run_module(f"experiments.{n}", run_name="__main__", alter_sys=True)
+        code = 0
+      except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+          code = e.code or 0
+        else:
+          sys.stderr.write(f"{e.code}\n")
+      except BaseException:
+        traceback.print_exc()
+      finally:
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    err.seek(0)
+    out[n] = [os.waitstatus_to_exitcode(status), err.read().decode(errors="replace")]
+print(json.dumps(out))
+"""
+
+
+def _bad_seed(name: str) -> tuple[int, str]:
+  p = subprocess.run([sys.executable, "-m", f"experiments.{name}", "--seed", "-1"],
+                     cwd=_ROOT, capture_output=True, text=True, timeout=120)
+  return p.returncode, p.stderr
+
+
+def _bad_seed_all(names) -> dict:
+  """{name: (exit status, stderr)} of `python -m experiments.<name> --seed -1`.
+
+  Forked from one interpreter (_FORK_RUNNER); when importing the experiments
+  started JAX's runtime (so a fork could deadlock), one subprocess per experiment.
+  """
+  p = subprocess.run([sys.executable, "-c", _FORK_RUNNER, json.dumps(list(names))],
+                     cwd=_ROOT, capture_output=True, text=True, timeout=300)
+  if p.returncode != 0:
+    raise RuntimeError(f"bad-flag runner failed (exit {p.returncode}): {p.stderr[-3000:]}")
+  out = json.loads(p.stdout.strip().splitlines()[-1])
+  if out is None:
+    return {n: _bad_seed(n) for n in names}
+  return {n: tuple(v) for n, v in out.items()}
 
 
 class ExperimentsImportTest(absltest.TestCase):
@@ -61,13 +126,13 @@ class ExperimentsImportTest(absltest.TestCase):
         self.assertIsNone(_HISTORY.search(doc), f"{n}: history in the docstring")
 
   def test_bad_flag_is_one_line_and_exit_2(self):
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-      done = dict(zip(_NAMES, pool.map(_bad_seed, _NAMES)))
-    for n, p in done.items():
+    done = _bad_seed_all(_NAMES)
+    self.assertEqual(sorted(done), _NAMES)
+    for n, (returncode, stderr) in done.items():
       with self.subTest(n):
-        self.assertEqual(p.returncode, 2, p.stderr)
-        lines = [l for l in p.stderr.splitlines() if l.strip()]
-        self.assertLen(lines, 1, p.stderr)
+        self.assertEqual(returncode, 2, stderr)
+        lines = [l for l in stderr.splitlines() if l.strip()]
+        self.assertLen(lines, 1, stderr)
         self.assertIn("--seed=-1", lines[0])
 
 

@@ -57,8 +57,8 @@ Accounting: the six releases are pure eps_k-DP mechanisms applied in sequence
 (adaptively: x uses the released MAvg), so by basic composition the whole release
 is (sum_k eps_k)-DP (Dwork & Roth 2014, Thm 3.16). `epsilon_of_release` gives the
 epsilon of the same noise under another sensitivity table (for instance the
-user-level one), and `group_epsilon` the group-privacy bound k eps for a user with k
-ratings under the rating-level guarantee.
+user-level one); `accounting.composition.group_privacy(eps, 0, k)` gives the
+group-privacy bound k eps for a user with k ratings under the rating-level guarantee.
 
 The per-user step (`predict`; not private, not accounted): user effect
 b_u = sum_i (r_ui - MAvg_i) / (m_u + beta_u); item factors q_i = rows of the top
@@ -119,7 +119,7 @@ from dpjax.data import ratings as ratings_lib
 __all__ = [
     "STATISTICS", "PRIVACY_UNITS", "DEFAULT_SPLIT", "sensitivities", "global_statistics",
     "item_statistics", "covariance_statistics", "truncate_users", "PrivateStatistics",
-    "private_statistics", "epsilon_of_release", "group_epsilon", "predict", "rmse",
+    "private_statistics", "epsilon_of_release", "predict", "rmse",
 ]
 
 STATISTICS = ("global_sum", "global_count", "item_sums", "item_counts", "covariance",
@@ -491,19 +491,6 @@ def epsilon_of_release(noise_scales: dict, sensitivities_by_statistic: dict) -> 
                                     "sensitivities_by_statistic")
     total.append(math.inf if scale == 0.0 else sens / scale)
   return math.fsum(total)
-
-
-def group_epsilon(epsilon: float, group_size: int) -> float:
-  """k eps: the pure-DP group-privacy bound for k records (Dwork & Roth 2014, Thm 2.2).
-
-  A rating-level eps-DP release protects a user with k ratings at k eps.
-
-  Examples:
-    >>> group_epsilon(0.5, 4)
-    2.0
-  """
-  e = _validate.check_epsilon(epsilon)
-  return _validate.check_int(group_size, "group_size") * e
 
 
 def predict(stats: PrivateStatistics, user_R, item_R, rating_R, query_user_Q,

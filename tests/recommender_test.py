@@ -218,9 +218,6 @@ class ReleaseTest(absltest.TestCase):
     full2 = rec.predict(st, d.user_R, d.item_R, r2, d.user_R, d.item_R, rank=6)
     np.testing.assert_allclose(full2[d.user_R != 0], full[d.user_R != 0])
 
-  def test_group_privacy(self):
-    self.assertEqual(rec.group_epsilon(0.25, 8), 2.0)
-
 
 class ErrorsTest(absltest.TestCase):
 

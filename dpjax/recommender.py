@@ -127,10 +127,12 @@ STATISTICS = ("global_sum", "global_count", "item_sums", "item_counts", "covaria
 PRIVACY_UNITS = ("rating", "user")
 # Fractions of epsilon per statistic, in the order of STATISTICS.
 DEFAULT_SPLIT = (0.02, 0.02, 0.13, 0.13, 0.4, 0.3)
-# Default stabilisers: beta = AUTO_BETA_* + AUTO_BETA_NOISE * (noise scale of the count
-# or weight it stabilises), so sparse items and item pairs lean on the average more
-# when the noise is larger.
-AUTO_BETA_M = 10.0
+# Default stabilisers. Item means (beta_m=None): the shrinkage a normal prior would
+# give, with a public guess of the rating spread (h / 2) and of the item-mean spread
+# (h / 4): beta_i = 4 + 32 b_S^2 / (h^2 max(N~_i, b_N)), b_S and b_N the sum and count
+# noise scales (Laplace variance 2 b^2), so an item whose noisy count is small next
+# to the noise leans on G. Covariance (beta_p=None): AUTO_BETA_P + AUTO_BETA_NOISE
+# times the weight noise scale.
 AUTO_BETA_P = 10.0
 AUTO_BETA_NOISE = 4.0
 
@@ -309,7 +311,8 @@ class PrivateStatistics(NamedTuple):
   epsilon: the total, sum of epsilons. privacy_unit: "rating" or "user".
   max_ratings_per_user: the user-level cap m (None at rating level). kept_R: bool[R],
   the ratings that entered the release (all of them at rating level). lower, upper:
-  the rating scale. num_users: U. beta_m, beta_p: the stabilisers used.
+  the rating scale. num_users: U. beta_m_I: float64[I] the item-mean stabilisers
+  used; beta_p: the covariance stabiliser used.
   """
   global_mean: float
   item_means_I: np.ndarray
@@ -325,7 +328,7 @@ class PrivateStatistics(NamedTuple):
   lower: float
   upper: float
   num_users: int
-  beta_m: float
+  beta_m_I: np.ndarray
   beta_p: float
 
 
@@ -391,8 +394,9 @@ def private_statistics(key: jax.Array, user_R, item_R, rating_R, num_users: int,
     lower, upper: the rating scale ratings are clamped to.
     clamp: B > 0, the bound on |r_ui - MAvg_i| in the covariance.
     beta_m: >= 0 fictitious ratings at G per item mean (0 only where no count is
-      noisy, i.e. epsilon = inf); None: AUTO_BETA_M + AUTO_BETA_NOISE times the
-      item-count noise scale (a public number, so the choice costs no privacy).
+      noisy, i.e. epsilon = inf); None: per item, 4 + 32 b_S^2 / (h^2 max(N~_i, b_N))
+      (a function of public noise scales and released counts, so it costs no
+      privacy; see AUTO_BETA_P above for the reasoning).
     beta_p: >= 0 fictitious entries at the average covariance; None:
       AUTO_BETA_P + AUTO_BETA_NOISE times the weight noise scale.
     max_ratings_per_user: m, required for "user" (the cap); must be None at rating
@@ -428,8 +432,6 @@ def private_statistics(key: jax.Array, user_R, item_R, rating_R, num_users: int,
     raise AssertionError("truncation removed every rating")
   epsilons = {s: f * eps for s, f in zip(STATISTICS, fractions)}
   scales = {s: (0.0 if math.isinf(eps) else sens[s] / epsilons[s]) for s in STATISTICS}
-  if bm is None:
-    bm = AUTO_BETA_M + AUTO_BETA_NOISE * scales["item_counts"]
   if bp is None:
     bp = AUTO_BETA_P + AUTO_BETA_NOISE * scales["weights"]
   if math.isfinite(eps):
@@ -445,6 +447,11 @@ def private_statistics(key: jax.Array, user_R, item_R, rating_R, num_users: int,
   s_i, n_i = item_statistics(items, r, i_count, lower=lo, upper=hi)
   s_i = _laplace(keys["item_sums"], s_i, scales["item_sums"])
   n_i = _laplace(keys["item_counts"], n_i, scales["item_counts"])
+  if bm is None:
+    h = (hi - lo) / 2.0
+    bm = 4.0 + 32.0 * scales["item_sums"] ** 2 / (
+        h * h * np.maximum(n_i, max(scales["item_counts"], 1.0)))
+  bm = np.broadcast_to(np.asarray(bm, np.float64), n_i.shape)
   denom = np.maximum(n_i, 0.0) + bm
   safe = np.where(denom > 0, denom, 1.0)
   mavg = np.clip(np.where(denom > 0, c + (s_i + bm * (g - c)) / safe, g), lo, hi)
@@ -460,7 +467,7 @@ def private_statistics(key: jax.Array, user_R, item_R, rating_R, num_users: int,
       epsilon=eps if math.isinf(eps) else math.fsum(epsilons.values()),
       privacy_unit=privacy_unit,
       max_ratings_per_user=None if privacy_unit == "rating" else int(max_ratings_per_user),
-      kept_R=keep, lower=lo, upper=hi, num_users=u, beta_m=bm, beta_p=bp)
+      kept_R=keep, lower=lo, upper=hi, num_users=u, beta_m_I=bm, beta_p=bp)
 
 
 def epsilon_of_release(noise_scales: dict, sensitivities_by_statistic: dict) -> float:

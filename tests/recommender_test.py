@@ -16,6 +16,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 from scipy import stats as sps
 
+from dpjax import accounting
 from dpjax import mechanisms
 from dpjax import recommender as rec
 from dpjax.data import ratings
@@ -155,6 +156,12 @@ class ReleaseTest(absltest.TestCase):
     for s in rec.STATISTICS:
       self.assertAlmostEqual(st.noise_scales[s], sens[s] / st.epsilons[s], places=12)
     self.assertAlmostEqual(st.epsilon, 2.0, places=12)
+    # The library's PLD accountant, composing the six Laplace releases, lands just
+    # below the basic-composition total (pure DP composes almost tightly here).
+    acct = accounting.Accountant(accountant="pld")
+    for s in rec.STATISTICS:
+      acct = acct.compose_laplace(st.noise_scales[s], sens[s])
+    self.assertBetween(acct.epsilon(1e-9), 0.99 * st.epsilon, st.epsilon * (1 + 1e-9))
     # The covariance noise: Laplace(scale) on the upper triangle, mirrored. The
     # exact covariance is recomputed from the released item means.
     res = np.clip(d.rating_R, 1, 5) - st.item_means_I[d.item_R]

@@ -11,7 +11,19 @@ One step of DP-SGD (Abadi et al. 2016) for a model with dataset size n:
   4. any optax optimiser (post-processing).
 
 The accountant is told (q, sigma, T, delta) by `DpSgdConfig.epsilon()`, built from
-the same fields that drive steps 1-3. Each of steps 1-3 is a component passed
+the same fields that drive steps 1-3.
+
+Privacy unit (`DpSgdConfig.privacy_unit`): "example" (the default; neighbouring
+datasets differ in one record) or "user" (they differ in ALL the records of one
+user; McMahan et al. 2018, https://arxiv.org/abs/1710.06963). For "user",
+dataset_size is the number of users U, q is the rate at which each user is
+sampled, B = q U, and `train_many(..., user_ids_N=...)` swaps in user-level
+Poisson sampling (`sampling.UserPoissonSampler`) and user-level clipping (each
+user's summed gradient clipped to C, `clipping.user.user_level_path`): one user
+then moves the clipped sum by at most C, so the same accountant call gives the
+guarantee per user. The engine refuses components whose unit differs from the
+config's (a per-example clipping under user accounting is not user-level DP; user
+components under example accounting would tell the accountant the wrong unit). Each of steps 1-3 is a component passed
 through one door, `train_many(..., sampler=, clipping=, privatizer=)`, with the
 accounted one as the default; a component that declares `accounted = False` (a
 shuffle sampler, the broken variants of `dpjax.audit.variants`) makes training warn
@@ -80,6 +92,7 @@ _UNROLL_MIN_MODELS = 256
 # Performance only; results do not depend on chunking.
 _DEFAULT_MAX_CHUNK = 4096
 _ACCOUNTANTS = ("rdp", "pld")
+_PRIVACY_UNITS = ("example", "user")
 
 
 class UnaccountedComponentWarning(UserWarning):
@@ -129,6 +142,11 @@ class DpSgdConfig:
     learning_rate: > 0 (used by the default optimiser, SGD).
     momentum: in [0, 1) (default optimiser only).
     accountant: "rdp" or "pld".
+    privacy_unit: "example" (add/remove one record) or "user" (add/remove one
+      user with all of their records); for "user", dataset_size is the number of
+      users U and q is the per-user sampling rate, and training needs the record
+      owners (`train_many(..., user_ids_N=...)`). The accountant's numbers are the
+      same function of (q, sigma, T, delta); the unit says what they protect.
   """
   dataset_size: int
   sampling_prob: float
@@ -140,6 +158,7 @@ class DpSgdConfig:
   learning_rate: float = 0.5
   momentum: float = 0.0
   accountant: str = "rdp"
+  privacy_unit: str = "example"
 
   def __post_init__(self):
     for name in ("dataset_size", "num_steps"):
@@ -170,6 +189,7 @@ class DpSgdConfig:
     _validate.check_positive(self.learning_rate, "learning_rate")
     _validate.check_probability(self.momentum, "momentum", open_high=True)
     _validate.check_choice(self.accountant, _ACCOUNTANTS, "accountant")
+    _validate.check_choice(self.privacy_unit, _PRIVACY_UNITS, "privacy_unit")
 
   @property
   def expected_batch_size(self) -> float:
@@ -202,9 +222,40 @@ class DpSgdConfig:
     return _epsilon(s, float(self.sampling_prob), int(self.num_steps), float(self.delta),
                     self.accountant, int(self.dataset_size))
 
-  def sampler(self) -> sampling_lib.PoissonSampler:
-    """The sampler the accountant models: Poisson at rate q."""
-    return sampling_lib.PoissonSampler(float(self.sampling_prob))
+  def sampler(self, user_ids_N: jax.typing.ArrayLike | None = None):
+    """The sampler the accountant models: Poisson at rate q over the privacy unit.
+
+    Args:
+      user_ids_N: int[N] record owners, required for privacy_unit "user" (ids in
+        [0, dataset_size)), refused for "example".
+    Returns:
+      `sampling.PoissonSampler(q)` ("example") or
+      `sampling.UserPoissonSampler(q, user_ids_N, dataset_size)` ("user").
+    """
+    if self.privacy_unit == "example":
+      if user_ids_N is not None:
+        raise ValueError("user_ids_N is only for privacy_unit = 'user' (this config's "
+                         "unit is 'example')")
+      return sampling_lib.PoissonSampler(float(self.sampling_prob))
+    if user_ids_N is None:
+      raise ValueError("privacy_unit = 'user' needs user_ids_N (the user of each record)")
+    return sampling_lib.UserPoissonSampler(float(self.sampling_prob), user_ids_N,
+                                           int(self.dataset_size))
+
+  def statement(self, **kwargs):
+    """`accounting.privacy_statement` of this configuration, naming its privacy unit.
+
+    Args:
+      **kwargs: other `privacy_statement` keywords (deltas, fprs, pld_rtol,
+        noise_draws_per_step).
+    Returns:
+      a `dpjax.accounting.statement.PrivacyStatement` for (sigma, q, T, n) and
+      `privacy_unit`.
+    """
+    from dpjax.accounting import statement  # pylint: disable=g-import-not-at-top
+    return statement.privacy_statement(self.sigma, float(self.sampling_prob),
+                                       int(self.num_steps), int(self.dataset_size),
+                                       privacy_unit=self.privacy_unit, **kwargs)
 
 
 class TrainResult(NamedTuple):
@@ -381,11 +432,77 @@ def _model_keys(key, m: int) -> jax.Array:
   raise ValueError(f"key must be one key or a batch of M keys, got shape {key.shape}")
 
 
-def _components(cfg, model, sampler, clipping, privatizer):
-  """The three components with their defaults; warns for any the accountant does not model."""
+@functools.lru_cache(maxsize=16)
+def _user_components(sampling_prob, ids_bytes, num_records, num_users, model):
+  """The default user-level sampler and clipping path, memoised by their contents so
+  that repeated calls with the same owners reuse one compiled program."""
+  from dpjax.clipping import user as user_clipping  # pylint: disable=g-import-not-at-top
+  ids = np.frombuffer(ids_bytes, np.int32, count=num_records)
+  return (sampling_lib.UserPoissonSampler(sampling_prob, ids, num_users),
+          user_clipping.user_level_path(model, ids, num_users))
+
+
+def _check_units(cfg, sampler, path, ids, n) -> None:
+  """Refuses a sampler or clipping path whose privacy unit is not cfg.privacy_unit, and
+  user-level components whose grouping disagrees with the data or the config."""
+  unit = cfg.privacy_unit
+  for kind, comp in (("sampler", sampler), ("clipping", path)):
+    got = getattr(comp, "privacy_unit", "example")
+    if got == unit:
+      continue
+    if unit == "user":
+      raise ValueError(
+          f"cfg.privacy_unit = 'user' but the {kind} is {got}-level: that is not "
+          "user-level DP (a user's records would be sampled or clipped one by one, so "
+          "one user could move the noisy sum by k C for k records). Pass user_ids_N "
+          "for the user-level defaults, or user-level components.")
+    raise ValueError(
+        f"cfg.privacy_unit = {unit!r} but the {kind} is {got}-level: the accountant "
+        "would be told the wrong unit (q per record, n records). Use "
+        "DpSgdConfig(privacy_unit='user', dataset_size=<number of users>).")
+  if unit != "user":
+    return
+  for kind, comp in (("sampler", sampler), ("clipping", path)):
+    comp_ids = getattr(comp, "user_ids_N", None)
+    if comp_ids is None:
+      continue
+    comp_ids = np.asarray(comp_ids)
+    if comp_ids.shape != (n,):
+      raise ValueError(f"the {kind}'s user_ids_N has shape {comp_ids.shape}, but the data "
+                       f"has {n} records (one id per record)")
+    if int(getattr(comp, "num_users")) != int(cfg.dataset_size):
+      raise ValueError(f"the {kind}'s num_users = {getattr(comp, 'num_users')} but "
+                       f"cfg.dataset_size = {cfg.dataset_size}: under privacy_unit 'user' "
+                       "dataset_size is the number of users")
+    if ids is not None and not np.array_equal(comp_ids, ids):
+      raise ValueError(f"the {kind}'s user_ids_N differ from the user_ids_N given")
+    ids = comp_ids
+
+
+def _components(cfg, model, sampler, clipping, privatizer, user_ids_N=None, n=None):
+  """The three components with their defaults; warns for any the accountant does not model,
+  refuses any whose privacy unit is not the config's."""
+  ids = None
+  if user_ids_N is not None:
+    if cfg.privacy_unit != "user":
+      raise ValueError("user_ids_N is given but cfg.privacy_unit = 'example': set "
+                       "DpSgdConfig(privacy_unit='user', dataset_size=<number of users>) "
+                       "for user-level DP")
+    ids = sampling_lib.check_user_ids(user_ids_N, cfg.dataset_size, "user_ids_N",
+                                      num_records=n)
+  if cfg.privacy_unit == "user" and ids is None and (sampler is None or clipping is None):
+    raise ValueError("cfg.privacy_unit = 'user' needs user_ids_N (the user of each record, "
+                     "int[N]) or both a user-level sampler and clipping")
+  if ids is not None and (sampler is None or clipping is None):
+    default_sampler, default_path = _user_components(
+        float(cfg.sampling_prob), np.ascontiguousarray(ids, np.int32).tobytes(), int(n),
+        int(cfg.dataset_size), model)
+    sampler = default_sampler if sampler is None else sampler
+    clipping = default_path if clipping is None else clipping
   sampler = cfg.sampler() if sampler is None else sampler
   sampling_lib.check_sampler(sampler, cfg.sampling_prob)
   path = clipping_lib.path_for(model) if clipping is None else clipping_lib.as_path(clipping)
+  _check_units(cfg, sampler, path, ids, n)
   privatizer = privatizer_lib.GaussianPrivatizer() if privatizer is None else privatizer
   privatizer_lib.check_privatizer(privatizer)
   privatizer_lib.check_matching_grid(path, privatizer)
@@ -444,7 +561,8 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
                memory_budget_bytes: int = 2 * 2 ** 30,
                max_chunk: int | None = None,
                model_sharding: jax.sharding.Sharding | None = None,
-               progress: bool = True) -> TrainResult:
+               progress: bool = True,
+               user_ids_N: jax.typing.ArrayLike | None = None) -> TrainResult:
   """Trains M models with DP-SGD in one jitted program per memory-sized chunk.
 
   Args:
@@ -495,14 +613,21 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
     model_sharding: optional sharding of the leading model axis (see
       `dpjax.parallel`); each chunk is then a multiple of the device count.
     progress: show a progress bar when there is more than one chunk.
+    user_ids_N: int[N], the user owning each record, ids in [0, cfg.dataset_size);
+      only with cfg.privacy_unit "user", where the default sampler becomes
+      `sampling.UserPoissonSampler` and the default clipping
+      `clipping.user.user_level_path(model, ...)` (the stats' norms are then the
+      users' norms). Gradient canaries stay one record each, sampled at rate q: a
+      user with one record.
   Returns:
     TrainResult(params [M, ...], observations [M, T, ...] or None, stats or None,
     finite bool[M], first_nonfinite_step int32[M]).
   Raises:
     ValueError on shape mismatches, non-finite data (features, labels, init_params,
     gradient_canary), labels outside the model's range, bad budgets, a sampler
-    whose q is not the config's; TypeError on components without the required
-    members.
+    whose q is not the config's, a sampler or clipping whose privacy unit is not
+    cfg.privacy_unit, bad user_ids_N (wrong length, non-integer, outside
+    [0, dataset_size)); TypeError on components without the required members.
   Warns:
     UnaccountedComponentWarning when a component declares `accounted = False`;
     DivergenceWarning when some model ends with non-finite parameters.
@@ -513,12 +638,12 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
 def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, observe_fn,
            per_example_stats, gradient_canary, canary_keep_M, sampler, clipping, privatizer,
            optimizer, memory_budget_bytes, max_chunk, model_sharding, progress,
-           gradient_canaries=None, canary_keep_MxK=None):
+           gradient_canaries=None, canary_keep_MxK=None, user_ids_N=None):
   """train_many's body, with an optional per-model noise std float32[M] (train_sweep)."""
   for name, value in (("key", key), ("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN),
                       ("gradient_canary", gradient_canary), ("canary_keep_M", canary_keep_M),
                       ("gradient_canaries", gradient_canaries),
-                      ("canary_keep_MxK", canary_keep_MxK)):
+                      ("canary_keep_MxK", canary_keep_MxK), ("user_ids_N", user_ids_N)):
     if any(_validate.is_tracer(leaf) for leaf in jax.tree.leaves(value)):
       raise TypeError(f"{name} is a traced value: train_many compiles its own program "
                       "(vmap over models, scan over steps) and must be called from Python, "
@@ -565,7 +690,8 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
   if init_params is not None and not all(bool(jnp.all(jnp.isfinite(v)))
                                          for v in jax.tree.leaves(init_params)):
     raise ValueError("init_params must be finite (no NaN or inf)")
-  sampler, path, privatizer = _components(cfg, model, sampler, clipping, privatizer)
+  sampler, path, privatizer = _components(cfg, model, sampler, clipping, privatizer,
+                                          user_ids_N, n)
   if optimizer is None:
     optimizer = _default_optimizer(float(cfg.learning_rate), float(cfg.momentum))
   if noise_std_M is None:

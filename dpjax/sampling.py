@@ -9,19 +9,25 @@ the boolean [N] membership of step `step`'s batch among the records a model hold
   (Poisson sampling: every record in independently with probability q). The engine
   warns (`dpsgd.UnaccountedComponentWarning`) whenever it trains with a sampler
   whose `accounted` is False, and refuses an accounted sampler whose q differs from
-  the configuration's.
+  the configuration's;
+* `privacy_unit`: what q is the rate of, "example" (one record) or "user" (all the
+  records of one user together). The engine refuses a sampler whose unit is not
+  the configuration's `DpSgdConfig.privacy_unit` (a sampler without the member
+  counts as "example").
 
 `PoissonSampler` is what DP-SGD's analysis assumes (Abadi et al. 2016; the
 accountants of `dpjax.accounting`). `ShuffleSampler` is the common shortcut of
 fixed-size batches from a per-epoch shuffle, which those accountants do NOT cover
 (Chua et al. 2024, "How private are DP-SGD implementations?"): it exists so that
-audits can show the difference. A user's own sampler is any object with the same
+audits can show the difference. `UserPoissonSampler` is Poisson sampling of users
+for user-level DP-SGD (McMahan et al. 2018, https://arxiv.org/abs/1710.06963):
+each user is in the batch independently with rate q, with all of their records. A user's own sampler is any object with the same
 three members, passed to `dpsgd.train_many(..., sampler=...)`.
 
 Randomness: step t of a Poisson sampler draws its mask from `prng.fold_in(key, t)`,
 so the stream of a model depends only on its key and the step.
 
-Shape letters: N records.
+Shape letters: N records, U users.
 
 Examples:
   >>> import jax, jax.numpy as jnp
@@ -35,10 +41,11 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dpjax import _validate
 from dpjax import prng
@@ -67,6 +74,7 @@ class PoissonSampler:
   """
   sampling_prob: float
   accounted: ClassVar[bool] = True
+  privacy_unit: ClassVar[str] = "example"
 
   def __post_init__(self):
     _validate.check_sampling_prob(self.sampling_prob)
@@ -95,6 +103,7 @@ class ShuffleSampler:
   steps_per_epoch: int
   sampling_prob: float
   accounted: ClassVar[bool] = False
+  privacy_unit: ClassVar[str] = "example"
 
   def __post_init__(self):
     _validate.check_int(self.batch_size, "batch_size")
@@ -118,6 +127,103 @@ class ShuffleSampler:
     rank = jnp.argsort(jnp.argsort(u))
     b = self.batch_size
     return (rank >= j * b) & (rank < (j + 1) * b) & keep_N
+
+
+def check_user_ids(user_ids_N, num_users: int, name: str = "user_ids_N",
+                   num_records: int | None = None) -> np.ndarray:
+  """Validates a per-record user id array; returns it as int32[N] (host NumPy).
+
+  Args:
+    user_ids_N: integers [N], record i belongs to user user_ids_N[i].
+    num_users: U >= 1; every id must lie in [0, U).
+    name: the parameter name for messages.
+    num_records: if given, the required length N.
+  Raises:
+    ValueError: naming `name`, for a wrong rank or length, non-integer values, or
+      an id outside [0, U); TypeError for a traced value.
+  """
+  u = _validate.check_int(num_users, "num_users")
+  if num_records is not None:
+    num_records = _validate.check_int(num_records, "num_records", 0)
+  if _validate.is_tracer(user_ids_N):
+    raise TypeError(f"{name} must be a concrete array (user ids fix the sampling and "
+                    "clipping units), not a traced value")
+  ids = np.asarray(user_ids_N)
+  if ids.ndim != 1:
+    raise ValueError(f"{name} must be a 1-D array of user ids, got shape {ids.shape}")
+  if num_records is not None and ids.shape[0] != num_records:
+    raise ValueError(f"{name} must have one id per record, length {num_records}, got "
+                     f"length {ids.shape[0]}")
+  if ids.shape[0] < 1:
+    raise ValueError(f"{name} must hold at least one id, got an empty array")
+  if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
+    raise ValueError(f"{name} must hold integer user ids, got dtype {ids.dtype}")
+  lo, hi = ids.min(), ids.max()
+  if lo < 0 or hi >= u:
+    bad = int(np.argmax((ids < 0) | (ids >= u)))
+    raise ValueError(f"{name} must hold ids in [0, num_users = {u}), got "
+                     f"{name}[{bad}] = {int(ids[bad])}")
+  return ids.astype(np.int32)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class UserPoissonSampler:
+  """User-level Poisson sampling: each user in the batch independently with rate q.
+
+  Step t draws one Bernoulli(q) bit per user, `prng.poisson_mask(prng.fold_in(key,
+  t), q, U)`, and a record is in the batch iff its user's bit is set and the model
+  keeps the record: a user's kept records are always in or out together.
+
+  Attributes:
+    sampling_prob: q in (0, 1], the rate per USER (realised rate floor(q 2^w) / 2^w,
+      never above q, as for `PoissonSampler`).
+    user_ids_N: int[N], the user of each record, ids in [0, num_users).
+    num_users: U >= 1 (the configuration's dataset_size under privacy_unit "user").
+  Privacy: with `dpjax.clipping.user.user_level_path` (each user's summed gradient
+    clipped to C) the accountant's (q, sigma, T) analysis holds with users as the
+    unit: add/remove-one-user neighbours (McMahan et al. 2018,
+    https://arxiv.org/abs/1710.06963).
+  Instances compare by identity (they hold an array), so one object reuses one
+  compiled program.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> s = UserPoissonSampler(0.5, [0, 0, 1, 2, 2, 2], 3)
+    >>> m = s.batch_mask(jax.random.key(0), 0, jnp.ones((6,), bool))
+    >>> bool(m[0] == m[1]) and bool(m[3] == m[4] == m[5])
+    True
+  """
+  sampling_prob: float
+  user_ids_N: Any
+  num_users: int
+  accounted: ClassVar[bool] = True
+  privacy_unit: ClassVar[str] = "user"
+
+  def __post_init__(self):
+    _validate.check_sampling_prob(self.sampling_prob)
+    u = _validate.check_int(self.num_users, "num_users")
+    ids = check_user_ids(self.user_ids_N, u)
+    ids.setflags(write=False)
+    object.__setattr__(self, "num_users", u)
+    object.__setattr__(self, "user_ids_N", ids)
+
+  def batch_mask(self, key: jax.Array, step: jax.Array, keep_N: jax.Array) -> jax.Array:
+    """bool[N]: `poisson_mask(fold_in(key, step), q, U)[user_ids_N] & keep_N` (keep_N when q = 1)."""
+    if keep_N.shape != self.user_ids_N.shape:
+      raise ValueError(f"keep_N must have shape {self.user_ids_N.shape} (one entry per "
+                       f"record of user_ids_N), got {keep_N.shape}")
+    q = float(self.sampling_prob)
+    if q >= 1.0:
+      return keep_N
+    users = prng.poisson_mask(prng.fold_in(key, step), q, self.num_users)
+    return users[jnp.asarray(self.user_ids_N)] & keep_N
+
+  def user_mask(self, key: jax.Array, step: jax.Array) -> jax.Array:
+    """bool[U]: which users are in step `step`'s batch (before the records' keep mask)."""
+    q = float(self.sampling_prob)
+    if q >= 1.0:
+      return jnp.ones((self.num_users,), bool)
+    return prng.poisson_mask(prng.fold_in(key, step), q, self.num_users)
 
 
 def check_sampler(sampler, sampling_prob: float) -> None:

@@ -4,7 +4,11 @@
 collects in one object (printable with `.text()`, serialisable with
 `.to_dict()`):
 
-* the neighbouring relation and privacy unit (add/remove one example),
+* the neighbouring relation and privacy unit: add/remove one example
+  (`privacy_unit="example"`), or one user with all of their records
+  (`privacy_unit="user"`, user-level DP-SGD: users Poisson-sampled at rate q,
+  each user's summed gradient clipped to C, n = the number of users; McMahan et
+  al. 2018, https://arxiv.org/abs/1710.06963),
 * the sampler the numbers assume (Poisson sampling at rate q) and what they do
   not cover,
 * eps at several delta by every accountant side by side: RDP (exact orders,
@@ -93,6 +97,12 @@ class PrivacyStatement:
   noise_draws_per_step: int | None = None
   sampler_support: tuple[float, float] | None = None
   sampler_tail_mass: float | None = None
+  privacy_unit: str = "example"
+
+  @property
+  def unit_phrase(self) -> str:
+    """"per example" or "per user": what each (eps, delta) row protects."""
+    return f"per {self.privacy_unit}"
 
   @property
   def expected_batch_size(self) -> float:
@@ -106,6 +116,7 @@ class PrivacyStatement:
     d = dataclasses.asdict(self)
     d["expected_batch_size"] = self.expected_batch_size
     d["epochs"] = self.epochs
+    d["guarantee_unit"] = self.unit_phrase
     for row, r in zip(d["rows"], self.rows):
       row["total_delta"] = r.total_delta
     return d
@@ -113,27 +124,44 @@ class PrivacyStatement:
   def text(self) -> str:
     """The statement as plain text (what `experiments.privacy_statement` prints)."""
     q, n = self.sampling_prob, self.dataset_size
+    if self.privacy_unit == "user":
+      unit_lines = [
+          "Neighbouring relation: add/remove one user with ALL of their records",
+          "  (unbounded DP, user level).",
+          "Privacy unit: one user (every row of one person), whatever their number",
+          "  of rows: the guarantee below holds per user.",
+          f"Mechanism: T = {self.num_steps} steps; per step each of the n = {n} users",
+          f"  is included independently with probability q = {q:.6g}, with all of their",
+          f"  rows (user-level Poisson sampling; expected batch q*n = "
+          f"{self.expected_batch_size:.1f} users; {self.epochs:.2f} epochs);",
+          "  each sampled user's summed gradient clipped to L2 norm C, summed over users,",
+          f"  plus N(0, sigma^2 C^2 I) noise with noise multiplier sigma = "
+          f"{self.noise_multiplier:.6g};",
+          "  divided by the fixed expected batch size q*n, never by the realised size."]
+    else:
+      unit_lines = [
+          "Neighbouring relation: add/remove one example (unbounded DP).",
+          "Privacy unit: one training example (one row). A person with several",
+          "  rows is protected only by group privacy (eps grows ~k-fold for k rows).",
+          f"Mechanism: T = {self.num_steps} steps; per step each of the n = {n} examples",
+          f"  is included independently with probability q = {q:.6g} (Poisson",
+          f"  sampling; expected batch q*n = {self.expected_batch_size:.1f}; "
+          f"{self.epochs:.2f} epochs);",
+          "  per-example gradients clipped to L2 norm C, summed, plus N(0, sigma^2 C^2 I)",
+          f"  noise with noise multiplier sigma = {self.noise_multiplier:.6g}; divided by the",
+          "  fixed expected batch size q*n, never by the realised batch size."]
     out = [
         "PRIVACY STATEMENT (DP-SGD)",
         "==========================",
-        "Guarantee: (eps, delta)-differential privacy of the whole training run",
-        "  (every one of the T noisy gradients may be released; the final model is",
-        "  post-processing).",
-        "Neighbouring relation: add/remove one example (unbounded DP).",
-        "Privacy unit: one training example (one row). A person with several",
-        "  rows is protected only by group privacy (eps grows ~k-fold for k rows).",
-        f"Mechanism: T = {self.num_steps} steps; per step each of the n = {n} examples",
-        f"  is included independently with probability q = {q:.6g} (Poisson",
-        f"  sampling; expected batch q*n = {self.expected_batch_size:.1f}; "
-        f"{self.epochs:.2f} epochs);",
-        "  per-example gradients clipped to L2 norm C, summed, plus N(0, sigma^2 C^2 I)",
-        f"  noise with noise multiplier sigma = {self.noise_multiplier:.6g}; divided by the",
-        "  fixed expected batch size q*n, never by the realised batch size.",
+        f"Guarantee: (eps, delta)-differential privacy {self.unit_phrase} of the whole",
+        "  training run (every one of the T noisy gradients may be released; the final",
+        "  model is post-processing).",
+        *unit_lines,
         "NOT covered: shuffled or fixed-size batches (a different sampler; these",
         "  numbers do not apply), hyper-parameter tuning on the private data, any",
         "  other use of the data (preprocessing statistics, early stopping on it).",
         "",
-        "eps by accountant (all but the CLT are upper bounds):",
+        f"eps {self.unit_phrase} by accountant (all but the CLT are upper bounds):",
     ]
     hdr = (f"  {'delta':>8}  {'RDP eps':>9} {'(order)':>8}  {'PLD eps':>9} "
            f"{'± disc.':>9}  {'CLT eps (approx.)':>18}")
@@ -186,14 +214,16 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
                       dataset_size: int, deltas: Sequence[float] = DEFAULT_DELTAS,
                       fprs: Sequence[float] = DEFAULT_FPRS,
                       pld_rtol: float = 1e-5,
-                      noise_draws_per_step: int | None = None) -> PrivacyStatement:
+                      noise_draws_per_step: int | None = None,
+                      privacy_unit: str = "example") -> PrivacyStatement:
   """Builds the privacy statement of a DP-SGD run (Poisson sampling, add/remove).
 
   Args:
     noise_multiplier: sigma > 0.
     sampling_prob: q in (0, 1].
     num_steps: T, an integer >= 1.
-    dataset_size: n, an integer >= 1 (for delta vs 1/n and the batch size).
+    dataset_size: n, an integer >= 1 (for delta vs 1/n and the batch size): the
+      number of examples, or of users when privacy_unit is "user".
     deltas: the deltas to report, each in (0, 1), shape [D].
     fprs: false-positive rates for the trade-off, each in (0, 1), shape [F].
     pld_rtol: target relative discretisation error of the PLD eps.
@@ -201,6 +231,11 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
       of model parameters), or None. When given, each row's `sampler_delta` is
       `accounting.sampler_delta(eps, T d)` at the row's largest upper-bound eps
       (RDP or PLD), and the text reports delta + sampler_delta.
+    privacy_unit: "example" or "user": what one neighbouring step adds or removes,
+      named in the text and in `to_dict()` ("guarantee_unit": "per example" /
+      "per user"). The eps values are the same function of (sigma, q, T, delta);
+      "user" is correct only for user-level sampling and clipping
+      (`dpsgd.DpSgdConfig(privacy_unit="user")`).
   Returns:
     PrivacyStatement.
   """
@@ -217,6 +252,7 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   _validate.check_range(pld_rtol, "pld_rtol", 0.0, 0.1, open_low=True)
   draws = (None if noise_draws_per_step is None
            else _validate.check_int(noise_draws_per_step, "noise_draws_per_step"))
+  unit = _validate.check_choice(privacy_unit, ("example", "user"), "privacy_unit")
   if not fprs:
     raise ValueError("fprs must be non-empty, each in (0, 1)")
 
@@ -249,7 +285,8 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   for d in deltas:
     if d >= 1.0 / n:
       notes.append(f"delta = {d:.0e} >= 1/n: VOID as a privacy guarantee (releasing "
-                   f"one random record in full satisfies it).")
+                   f"one random {'user' if unit == 'user' else 'record'} in full "
+                   "satisfies it).")
     elif d > 0.1 / n:
       notes.append(f"delta = {d:.0e} < 1/n but delta*n = {d * n:.2g} is not << 1; "
                    f"prefer delta <= 0.1/n = {0.1 / n:.1e}.")
@@ -286,4 +323,4 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   return PrivacyStatement(sigma, q, t, n, mu_clt, tuple(rows), fprs,
                           tuple(float(x) for x in tpr_pld),
                           tuple(float(x) for x in tpr_clt), tuple(notes), tuple(issues),
-                          draws, support, tail)
+                          draws, support, tail, unit)

@@ -17,6 +17,8 @@ that. The back-ends differ only in speed (all are tested equal to `vmap`):
            (no per-example gradients), one matmul per layer
   vmap     vmap(grad), one pass (`clipped_grad_sum`) or     any other model
            two passes with `sqnorm` norms (`two_pass_...`)
+  user     each USER's summed gradient clipped to C         privacy_unit "user"
+           (`user.user_level_path`; user-level DP-SGD)      (`dpsgd.train_many`)
   sqnorm   per-example squared norms of vmap(grad) for any loss, with matmul
            gradients' norms taken as products of norms found in the jaxpr
 
@@ -74,6 +76,10 @@ class ClippingPath:
       small models (performance only; results are the same).
     accounted: False for a deliberately broken clipping (`dpjax.audit.variants`):
       the engine then warns that the accountant's epsilon does not hold.
+    privacy_unit: what one clipped contribution is: "example" (each record's
+      gradient clipped to C) or "user" (each user's summed gradient clipped to C,
+      `dpjax.clipping.user`). The engine refuses a path whose unit is not the
+      configuration's `DpSgdConfig.privacy_unit`.
   Instances compare by identity, so one object reuses one compiled program.
   """
   fn: ClippedSumFn
@@ -81,10 +87,12 @@ class ClippingPath:
   per_example_grad_memory: bool = False
   scan_unroll: int = 1
   accounted: bool = True
+  privacy_unit: str = "example"
 
   def __post_init__(self):
     _validate.check_callable(self.fn, "fn")
     _validate.check_int(self.scan_unroll, "scan_unroll")
+    _validate.check_choice(self.privacy_unit, ("example", "user"), "privacy_unit")
 
   def __call__(self, params, x_BxF, y_B, weights_B, l2_clip_norm):
     return self.fn(params, x_BxF, y_B, weights_B, l2_clip_norm)
@@ -143,3 +151,5 @@ register("logistic_regression",
                                 scan_unroll=4))
 register("mlp", lambda m: ClippingPath(ghost.clipped_sum_fn(m), "ghost"))
 register("cnn", lambda m: ClippingPath(ghost.clipped_sum_fn(m), "ghost"))
+
+from dpjax.clipping import user  # noqa: E402,F401  (needs ClippingPath defined above)

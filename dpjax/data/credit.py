@@ -48,6 +48,7 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from typing import NamedTuple
 
@@ -255,11 +256,32 @@ def sample_customers(key: jax.Array, num_customers: int, *, min_loans: int = 1,
   _validate.check_size(u * hi, "num_customers * max_loans", units=NUM_FEATURES + 4)
   shares = zip_code_shares(num_zip_codes)
   _validate.check_probability(minority_share, "minority_share")
+  loans_U, zip_U, x_UxLxF, y_UxL, p_UxL = _draw_customers(
+      key, jnp.float32(minority_share), jnp.asarray(np.log(shares), jnp.float32), u, lo, hi)
+  loans_U = np.asarray(loans_U)
+  # Loan slot j of customer u exists iff j < k_u; rows in customer order.
+  valid = np.arange(hi)[None, :] < loans_U[:, None]
+  user_N = np.repeat(np.arange(u, dtype=np.int32), loans_U)
+  rows = jnp.asarray(np.flatnonzero(valid.ravel()))
+  x = jnp.reshape(x_UxLxF, (u * hi, NUM_FEATURES))[rows]
+  y = jnp.reshape(y_UxL, (-1,))[rows]
+  p = jnp.reshape(p_UxL, (-1,))[rows]
+  idx = jnp.asarray(user_N)
+  return CustomerData(x, y, p, idx, zip_U[idx], u)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))
+def _draw_customers(key, minority_share, log_shares_Z, u, lo, hi):
+  """One compiled draw of U customers with max_loans = L slots each (see sample_customers).
+
+  Returns (loans_U int32, zip_U int32, x float32[U, L, 5], y int32[U, L], p float32[U, L]);
+  slots j >= k_u are drawn but dropped by the caller, so shapes are static in (U, L).
+  """
   ks = jax.random.split(key, 11)
-  count_logits = (np.arange(hi - lo + 1) * np.log(_LOAN_COUNT_DECAY)).astype(np.float32)
-  loans_U = lo + np.asarray(jax.random.categorical(ks[0], jnp.asarray(count_logits), shape=(u,)))
-  zip_U = jax.random.categorical(ks[1], jnp.log(jnp.asarray(shares, jnp.float32)), shape=(u,))
-  zip_shift_Z = jax.random.normal(ks[2], (shares.shape[0],))
+  count_logits = jnp.arange(hi - lo + 1, dtype=jnp.float32) * np.log(_LOAN_COUNT_DECAY)
+  loans_U = lo + jax.random.categorical(ks[0], count_logits, shape=(u,))
+  zip_U = jax.random.categorical(ks[1], log_shares_Z, shape=(u,))
+  zip_shift_Z = jax.random.normal(ks[2], log_shares_Z.shape)
   group = jax.random.bernoulli(ks[3], minority_share, (u,)).astype(jnp.float32)
   log_inc = (jnp.log(_INCOME_MEDIAN) - 0.12 * group + _ZIP_INCOME_SPREAD * zip_shift_Z[zip_U]
              + 0.45 * jax.random.normal(ks[4], (u,)))
@@ -271,14 +293,15 @@ def sample_customers(key: jax.Array, num_customers: int, *, min_loans: int = 1,
   p_del = jax.nn.sigmoid(0.2 + 3.0 * (debt_level - _DEBT_MEAN)
                          - 0.6 * jnp.log(income / _INCOME_MEDIAN))
   delinq = jax.random.bernoulli(ks[8], p_del).astype(jnp.float32)
-  user_N = np.repeat(np.arange(u, dtype=np.int32), loans_U)
-  n = int(user_N.shape[0])
-  idx = jnp.asarray(user_N)
-  debt = jnp.clip(debt_level[idx] + _LOAN_DEBT_SPREAD * jax.random.normal(ks[9], (n,)), 0.01, 0.99)
-  x = jnp.stack([income[idx], debt, hist[idx], delinq[idx], group[idx]], axis=1).astype(jnp.float32)
-  p = jax.nn.sigmoid(true_logit(x)).astype(jnp.float32)
+  debt = jnp.clip(debt_level[:, None] + _LOAN_DEBT_SPREAD * jax.random.normal(ks[9], (u, hi)),
+                  0.01, 0.99)
+  per_user = lambda v: jnp.broadcast_to(v[:, None], (u, hi))
+  x = jnp.stack([per_user(income), debt, per_user(hist), per_user(delinq), per_user(group)],
+                axis=2).astype(jnp.float32)
+  p = jax.nn.sigmoid(true_logit(jnp.reshape(x, (u * hi, NUM_FEATURES)))).reshape(u, hi)
   y = jax.random.bernoulli(ks[10], p).astype(jnp.int32)
-  return CustomerData(x, y, p, idx, zip_U.astype(jnp.int32)[idx], u)
+  return (loans_U.astype(jnp.int32), zip_U.astype(jnp.int32), x, y,
+          p.astype(jnp.float32))
 
 
 @dataclasses.dataclass(frozen=True)

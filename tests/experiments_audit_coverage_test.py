@@ -11,7 +11,6 @@ from absl.testing import absltest
 
 from dpjax.audit import coverage
 from experiments import audit_coverage
-from tests import helpers
 
 _TINY = dict(seed=4, audits=40, trials=(20,), epsilons=(2.0,), mechanisms=("randomized_response",),
              nulls=("gaussian",), front_door_audits=3, control_audits=30, control_trials=2000)
@@ -71,9 +70,6 @@ class AuditCoverageRunTest(absltest.TestCase):
       with self.subTest(kw):
         with self.assertRaisesRegex(ValueError, f"^{next(iter(kw))}"):
           audit_coverage.AuditCoverageConfig(**kw)
-
-  def test_bad_flag_is_one_line_and_exit_2(self):
-    helpers.assert_one_line_flag_error(self, "audit_coverage", ["--trials", "1"], "--trials")
 
 
 if __name__ == "__main__":

@@ -57,10 +57,6 @@ class FpAttacksRunTest(absltest.TestCase):
         with self.assertRaisesRegex(ValueError, f"^{next(iter(kw))}"):
           fp_attacks.FpAttacksConfig(**kw)
 
-  def test_bad_flag_is_one_line_and_exit_2(self):
-    helpers.assert_one_line_flag_error(self, "fp_attacks", ["--sampling_prob", "0"],
-                                       "--sampling_prob=0")
-
 
 if __name__ == "__main__":
   absltest.main()

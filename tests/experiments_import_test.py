@@ -3,15 +3,15 @@
 All import into one process (as pytest workers do) without absl flag clashes; each
 has a config class deriving from `_common.ExperimentConfig`, `run(cfg, out_dir)` and
 `main()`; its docstring gives the command and no history; and a bad flag value
-(`--seed -1`, which every config rejects) ends the program with one stderr line and
-exit status 2.
+(`--seed -1`, which every config rejects, and the experiment-specific values in
+`_BAD_FLAGS`) ends the program with one stderr line and exit status 2.
 
-The bad-flag check runs `python -m experiments.<name> --seed -1` for every experiment
-from one subprocess: it imports every experiment module (and so jax, dpjax and
-matplotlib) once, then forks one child per experiment that runs the module as
+The bad-flag check runs `python -m experiments.<name> <bad flag> --out <tmp>` for
+every case from one subprocess: it imports every experiment module (and so jax,
+dpjax and matplotlib) once, then forks one child per case that runs the module as
 `__main__` through runpy (what `python -m` does) with its stderr in a file. Forking
 is safe only while JAX's runtime (and its threads) has not started: if importing an
-experiment starts it, the check runs one subprocess per experiment instead.
+experiment starts it, the check runs one subprocess per case instead.
 """
 
 import dataclasses
@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 from absl.testing import absltest
 
@@ -42,19 +43,34 @@ def _config_classes(module) -> list:
           and v is not _common.ExperimentConfig and v.__module__ == module.__name__]
 
 
-# Run in a fresh interpreter: argv[1] is a JSON list of experiment names; prints one
-# JSON line {name: [exit status, stderr]}.
+# Flag values an experiment must reject besides --seed -1: (arguments, text that the
+# one stderr line must contain).
+_BAD_FLAGS = {
+    "audit": [(["--trials", "7"], "--trials=7"), (["--epsilons", "-1"], "--epsilons"),
+              (["--variant", "bogus"], "--variant")],
+    "audit_coverage": [(["--trials", "1"], "--trials")],
+    "audit_digits": [(["--runs", "1"], "runs")],
+    "fp_attacks": [(["--sampling_prob", "0"], "--sampling_prob=0")],
+    "mia_bound": [(["--epsilons", "-1"], "--epsilons"), (["--fpr", "0.7"], "--fpr=0.7")],
+    "one_run_dpsgd": [(["--num_canaries", "2"], "num_canaries")],
+    "one_run_fdp": [(["--num_canaries", "2"], "num_canaries")],
+    "reconstruction": [(["--trials", "0"], "--trials=0"), (["--queries", "a,b"], "--queries"),
+                       (["--epsilon", "x"], "--epsilon")],
+}
+
+# Run in a fresh interpreter: argv[1] is a JSON list of [experiment name, arguments];
+# prints one JSON line, a list of [exit status, stderr] in the same order.
 _FORK_RUNNER = r"""
 import importlib, json, os, runpy, sys, tempfile, traceback
-names = json.loads(sys.argv[1])
-for n in names:
+cases = json.loads(sys.argv[1])
+for n in sorted({n for n, _ in cases}):
   importlib.import_module(f"experiments.{n}")
 if "jax" in sys.modules and sys.modules["jax._src.xla_bridge"].backends_are_initialized():
   print(json.dumps(None))     # JAX runs threads now: forking is unsafe (the caller falls back)
   sys.exit(0)
-out = {}
-for n in names:
-  with tempfile.TemporaryFile() as err:
+out = []
+for n, args in cases:
+  with tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory() as out_dir:
     pid = os.fork()
     if pid == 0:
       code = 1
@@ -62,7 +78,7 @@ for n in names:
         os.dup2(err.fileno(), 2)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
-        sys.argv = [os.path.join("experiments", n + ".py"), "--seed", "-1"]
+        sys.argv = [os.path.join("experiments", n + ".py"), *args, "--out", out_dir]
         del sys.modules[f"experiments.{n}"]      # as under `python -m`: only __main__
         runpy.run_module(f"experiments.{n}", run_name="__main__", alter_sys=True)
         code = 0
@@ -78,31 +94,33 @@ for n in names:
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     err.seek(0)
-    out[n] = [os.waitstatus_to_exitcode(status), err.read().decode(errors="replace")]
+    out.append([os.waitstatus_to_exitcode(status), err.read().decode(errors="replace")])
 print(json.dumps(out))
 """
 
 
-def _bad_seed(name: str) -> tuple[int, str]:
-  p = subprocess.run([sys.executable, "-m", f"experiments.{name}", "--seed", "-1"],
-                     cwd=_ROOT, capture_output=True, text=True, timeout=120)
+def _run_one(name: str, args) -> tuple[int, str]:
+  with tempfile.TemporaryDirectory() as out_dir:
+    p = subprocess.run([sys.executable, "-m", f"experiments.{name}", *args, "--out", out_dir],
+                       cwd=_ROOT, capture_output=True, text=True, timeout=120)
   return p.returncode, p.stderr
 
 
-def _bad_seed_all(names) -> dict:
-  """{name: (exit status, stderr)} of `python -m experiments.<name> --seed -1`.
+def _run_all(cases) -> list:
+  """[(exit status, stderr)] of `python -m experiments.<name> *args --out <tmp>`.
 
   Forked from one interpreter (_FORK_RUNNER); when importing the experiments
-  started JAX's runtime (so a fork could deadlock), one subprocess per experiment.
+  started JAX's runtime (so a fork could deadlock), one subprocess per case.
   """
-  p = subprocess.run([sys.executable, "-c", _FORK_RUNNER, json.dumps(list(names))],
+  cases = [(n, list(a)) for n, a in cases]
+  p = subprocess.run([sys.executable, "-c", _FORK_RUNNER, json.dumps(cases)],
                      cwd=_ROOT, capture_output=True, text=True, timeout=300)
   if p.returncode != 0:
     raise RuntimeError(f"bad-flag runner failed (exit {p.returncode}): {p.stderr[-3000:]}")
   out = json.loads(p.stdout.strip().splitlines()[-1])
   if out is None:
-    return {n: _bad_seed(n) for n in names}
-  return {n: tuple(v) for n, v in out.items()}
+    return [_run_one(n, a) for n, a in cases]
+  return [tuple(v) for v in out]
 
 
 class ExperimentsImportTest(absltest.TestCase):
@@ -126,14 +144,17 @@ class ExperimentsImportTest(absltest.TestCase):
         self.assertIsNone(_HISTORY.search(doc), f"{n}: history in the docstring")
 
   def test_bad_flag_is_one_line_and_exit_2(self):
-    done = _bad_seed_all(_NAMES)
-    self.assertEqual(sorted(done), _NAMES)
-    for n, (returncode, stderr) in done.items():
-      with self.subTest(n):
+    self.assertEqual(sorted(set(_BAD_FLAGS) - set(_NAMES)), [])
+    cases = [(n, ["--seed", "-1"], "--seed=-1") for n in _NAMES]
+    cases += [(n, args, flag) for n in sorted(_BAD_FLAGS) for args, flag in _BAD_FLAGS[n]]
+    done = _run_all([(n, args) for n, args, _ in cases])
+    self.assertLen(done, len(cases))
+    for (n, args, flag), (returncode, stderr) in zip(cases, done):
+      with self.subTest(f"{n} {' '.join(args)}"):
         self.assertEqual(returncode, 2, stderr)
         lines = [l for l in stderr.splitlines() if l.strip()]
         self.assertLen(lines, 1, stderr)
-        self.assertIn("--seed=-1", lines[0])
+        self.assertIn(flag, lines[0])
 
 
 if __name__ == "__main__":

@@ -46,12 +46,11 @@ class OneRunFdpRunTest(absltest.TestCase):
 
   @pytest.mark.slow
   def test_command_line(self):
-    # Two subprocesses (about 8 s): the flags reach the config, a bad one is one line.
+    # One subprocess (about 4 s): the flags reach the config.
     p = helpers.run_experiment("one_run_fdp", "--num_canaries", "100", "--repeats", "1",
                                "--noise_multipliers", "1.0")
     self.assertEqual(p.returncode, 0, p.stderr)
-    helpers.assert_one_line_flag_error(self, "one_run_fdp", ["--num_canaries", "2"],
-                                       "num_canaries")
+    # Bad flag values: tests/experiments_import_test.py (_BAD_FLAGS).
 
 
 if __name__ == "__main__":

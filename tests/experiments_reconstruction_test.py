@@ -7,7 +7,6 @@ import tempfile
 from absl.testing import absltest
 
 from experiments import reconstruction
-from tests import helpers
 
 
 class ReconstructionExperimentTest(absltest.TestCase):
@@ -38,12 +37,6 @@ class ReconstructionExperimentTest(absltest.TestCase):
       with self.subTest(kw):
         with self.assertRaisesRegex(ValueError, next(iter(kw))):
           reconstruction.ReconstructionConfig(**kw)
-
-  def test_bad_flag_is_one_line_and_exit_2(self):
-    for args, flag in ((["--trials", "0"], "--trials=0"), (["--queries", "a,b"], "--queries"),
-                       (["--epsilon", "x"], "--epsilon")):
-      with self.subTest(args):
-        helpers.assert_one_line_flag_error(self, "reconstruction", args, flag)
 
 if __name__ == "__main__":
   absltest.main()

@@ -1,0 +1,682 @@
+"""Lecture 10, exercise 6 end to end: a bank's whole privacy budget, eps = 3 at delta = 1e-5.
+
+The bank releases (i) the delinquency rate of each of 50 zip codes, (ii) a credit
+model trained by DP-SGD and (iii) the best of 20 hyperparameter settings. The
+lecture's reasonable answer: split eps by basic composition, model 2.0 / zip
+statistics 0.7 / selection 0.3 (or account jointly in RDP, tighter); one person
+lives in one zip, so the 50 counts have L1 sensitivity 1 (parallel composition);
+count delinquents and people with Laplace(1/0.35) each and divide
+(post-processing); zips with few people (say < 30) are unreliable; select by the
+exponential mechanism on validation accuracy (sensitivity 1/n_val) or by
+Papernot & Steinke's repeat-and-select in RDP, never by tuning freely; a customer
+with 5 loans gets about 5 eps = 15 under example-level DP, so the unit must be
+the customer. This experiment does all of it on `credit.sample_customers`
+(customers with 1-10 loans, Zipf-sized zips):
+
+  1. Budget. The lecture's split under basic composition (the model's sigma
+     calibrated to eps = 2.0 alone), the same three mechanisms accounted jointly in
+     RDP (the Laplace counts by `rdp.laplace_rdp`, the exponential mechanism as
+     eps-bounded-range by `composition.pure_dp_rdp`, DP-SGD's subsampled Gaussian),
+     and the smaller sigma the model can use when the total is held at 3.
+  2. Zip codes. `mechanisms.grouped_rates`: customers per zip and delinquent
+     customers per zip (a customer is delinquent if any of their loans defaulted),
+     Laplace(1 / 0.35) each; the unit is the CUSTOMER (counting loans would move a
+     count by up to 10). Unreliable zips by our rule (delta-method noise sd of the
+     rate > `--max_rate_sd`, computed from the released values) and by the
+     lecture's (fewer than `--min_count` customers, applied to the released count).
+  3. Model. Logistic regression on the public-scaled linear features, user-level
+     DP-SGD (the customer is the unit: user-level Poisson sampling, each customer's
+     summed gradient clipped to C) against example-level DP-SGD at the same eps,
+     and the non-private model; test accuracy on held-out customers.
+  4. Selection among 20 settings: 5 clip norms C x 4 values of lr * C^2 (so the
+     learning rate is lr_c2 / C^2; one compiled program per lr_c2, see `_user_cfg`).
+     Customers are split by a public rule on their id into training (DP-SGD) and
+     validation (scores) customers; a customer is in one split only, so each
+     procedure's guarantee is the worse of the two splits' (not their sum),
+     composed with the zip release:
+       * naive: train all 20 at the jointly accounted sigma, pick the best by exact
+         validation accuracy and account for the final model only (claimed 3);
+         its real cost charges all 20 trainings and leaves validation customers
+         unprotected;
+       * exponential mechanism (lecture §3.4): utility = sum over validation
+         customers of their share of correctly classified loans (sensitivity 1,
+         monotone), eps_sel = 0.3, with all 20 candidate trainings charged to the
+         training customers (20-fold RDP composition), sigma calibrated to total 3;
+       * repeat-and-select (Papernot & Steinke 2022, `rdp.repeat_and_select_rdp`):
+         K ~ truncated negative binomial (mean `--rs_mean_runs`, shape
+         `--rs_shape`), each run a uniformly drawn setting trained once and scored
+         with N(0, `--score_noise`^2) noise on the same utility; sigma calibrated
+         so that the whole procedure and the zip release total 3.
+  5. A customer with five loans: example-level (each loan a unit, every release at
+     the record level) gives (5 eps, 5 e^{4 eps} delta) by group privacy
+     (`composition.group_privacy`); user-level gives (3, 1e-5).
+
+Command:  python -m experiments.exercise6      (about 50 s of CPU, half of it compiling
+          the customer sampler; one DP-SGD program per value of lr * C^2, each clip
+          norm a rescaled copy of the features, plus the example-level model)
+Expected (seed 0; 2,000 customers with 6,700 loans, 1,500 training / 500 validation
+customers, 1,000 held-out customers): the lecture's split accounted in one RDP
+account spends 2.65 of 3, so at total 3 the model's sigma drops from 2.42 to 2.11;
+42 of the 50 zips are unreliable by noise sd > 0.1 and 32 by the lecture's < 30
+customers (the smallest zips hold 4-10 customers, only the largest few are
+reliable); user-level, example-level and non-private models all score about 0.80
+(this linear model barely feels sigma = 2.4); charging the 20 candidates to the
+exponential mechanism forces sigma up to 8.0, repeat-and-select (13 runs drawn)
+needs 3.8, and the naive procedure really costs 12.8 for training customers and is
+unbounded for validation customers; a five-loan customer under example-level DP gets
+eps = 15 with delta > 1 (no guarantee at all).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from scipy import special  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from dpjax import accounting, dpsgd, mechanisms, models  # noqa: E402
+from dpjax.accounting import composition, rdp  # noqa: E402
+from dpjax.data import credit  # noqa: E402
+from experiments import _common  # noqa: E402
+
+NAME = "exercise6"
+# The lecture's reasonable answer (exercise 6).
+LECTURE = {"model": 2.0, "zip": 0.7, "selection": 0.3, "zip_each": 0.35, "min_count": 30,
+           "five_loans": 15.0}
+_ORDERS = rdp.DEFAULT_ORDERS
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Exercise6Config(_common.ExperimentConfig):
+  """The bank, its budget and the three releases (defaults = the module docstring)."""
+  customers: int = _common.option(2000, "Customers of the bank (the private data).")
+  test_customers: int = _common.option(1000, "Held-out customers for test accuracy.")
+  zip_codes: int = _common.option(50, "Number of zip codes.")
+  max_loans: int = _common.option(10, "Most loans one customer holds.")
+  epsilon: float = _common.option(3.0, "Total eps of the three releases.")
+  delta: float = _common.option(1e-5, "Total delta.")
+  model_epsilon: float = _common.option(2.0, "Basic-composition share of the model.")
+  zip_epsilon: float = _common.option(0.7, "Share of the zip release (half per histogram).")
+  selection_epsilon: float = _common.option(0.3, "Share of the exponential-mechanism selection.")
+  validation_every: int = _common.option(
+      4, "Customer u is a validation customer iff u % this == 0 (a public rule).")
+  min_count: float = _common.option(30.0, "The lecture's reliability rule: fewer customers.")
+  max_rate_sd: float = _common.option(0.1, "Our rule: noise sd of the rate above this.")
+  clip_norms: tuple[float, ...] = _common.option((0.1, 0.3, 1.0, 3.0, 10.0),
+                                                 "Candidate clip norms C.")
+  lr_c2: tuple[float, ...] = _common.option(
+      (0.1, 0.3, 1.0, 3.0), "Candidate values of lr * C^2 (setting (C, lr = value / C^2)).")
+  model_clip: float = _common.option(1.0, "C of the user- vs example-level comparison.")
+  model_lr_c2: float = _common.option(1.0, "lr * C^2 of that comparison.")
+  sampling_prob: float = _common.option(0.1, "q: per customer (user-level) or per loan.")
+  num_steps: int = _common.option(100, "DP-SGD steps T of every training run.")
+  rs_mean_runs: float = _common.option(10.0, "Repeat-and-select: E[K].")
+  rs_shape: float = _common.option(1.0, "Repeat-and-select: eta (0 logarithmic, 1 geometric).")
+  score_noise: float = _common.option(10.0, "Repeat-and-select: sd of the score noise.")
+
+  def __post_init__(self):
+    super().__post_init__()
+    _common.check_int(self, "customers", minimum=8)
+    _common.check_int(self, "test_customers")
+    _common.check_int(self, "zip_codes")
+    _common.check_int(self, "max_loans")
+    _common.check_positive(self, "epsilon", "model_epsilon", "zip_epsilon",
+                           "selection_epsilon", "max_rate_sd", "clip_norms",
+                           "lr_c2", "model_clip", "model_lr_c2", "score_noise")
+    _common.check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)
+    parts = self.model_epsilon + self.zip_epsilon + self.selection_epsilon
+    if abs(parts - self.epsilon) > 1e-9 * self.epsilon:
+      raise ValueError(f"epsilon must equal model_epsilon + zip_epsilon + selection_epsilon "
+                       f"= {parts:g} (basic composition), got {self.epsilon}")
+    _common.check_int(self, "validation_every", minimum=2)
+    if self.customers // self.validation_every < 2:
+      raise ValueError(f"validation_every must leave >= 2 validation customers among "
+                       f"{self.customers}, got {self.validation_every}")
+    _common.check_range(self, "min_count", low=0)
+    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
+    _common.check_int(self, "num_steps")
+    _common.check_range(self, "rs_mean_runs", low=1)
+    _common.check_range(self, "rs_shape", low=0)
+
+
+# ----------------------------------------------------------------------------------
+# Accounting (host, float64 RDP curves on rdp.DEFAULT_ORDERS).
+
+def _eps(curve: np.ndarray, delta: float) -> float:
+  return rdp.rdp_to_epsilon(_ORDERS, curve, delta)[0]
+
+
+def _dpsgd_rdp(sigma: float, q: float, steps: int) -> np.ndarray:
+  return steps * rdp.subsampled_gaussian_rdp(q, sigma, _ORDERS)
+
+
+def _calibrate(eps_of_sigma, target: float, lo: float = 0.2, hi: float = 200.0) -> float:
+  """Smallest sigma (to 1e-4 relative, the upper end of the bracket) with eps <= target."""
+  if eps_of_sigma(hi) > target:
+    raise ValueError(f"no sigma <= {hi} reaches eps = {target}")
+  while eps_of_sigma(lo) <= target:
+    lo /= 2.0
+  while hi / lo > 1.0 + 1e-4:
+    mid = math.sqrt(lo * hi)
+    if eps_of_sigma(mid) > target:
+      lo = mid
+    else:
+      hi = mid
+  return hi
+
+
+def _budget(cfg: Exercise6Config) -> dict:
+  """Every sigma and eps of the experiment, from the config alone (no data)."""
+  q, steps, delta = cfg.sampling_prob, cfg.num_steps, cfg.delta
+  b_zip = 2.0 / cfg.zip_epsilon                     # Laplace(1 / (zip_eps / 2)) each
+  zip_rdp = 2.0 * rdp.laplace_rdp(b_zip, _ORDERS)
+  sel_rdp = composition.pure_dp_rdp(cfg.selection_epsilon, _ORDERS, bounded_range=True)
+  sigma_basic = accounting.calibrate_noise(cfg.model_epsilon, q, steps, delta)
+  joint_at_basic = _eps(zip_rdp + sel_rdp + _dpsgd_rdp(sigma_basic, q, steps), delta)
+  sigma_joint = _calibrate(
+      lambda s: _eps(zip_rdp + sel_rdp + _dpsgd_rdp(s, q, steps), delta), cfg.epsilon)
+  num_settings = len(cfg.clip_norms) * len(cfg.lr_c2)
+  # Exponential mechanism with every candidate's training charged (the two splits'
+  # curves: training customers see all trainings, validation customers the selection).
+  sigma_em = _calibrate(lambda s: _eps(zip_rdp + np.maximum(
+      num_settings * _dpsgd_rdp(s, q, steps), sel_rdp), delta), cfg.epsilon)
+  score_rdp = _ORDERS / (2.0 * cfg.score_noise ** 2)
+
+  def rs_curve(s):
+    base = np.maximum(_dpsgd_rdp(s, q, steps), score_rdp)
+    return rdp.repeat_and_select_rdp(_ORDERS, base, mean_runs=cfg.rs_mean_runs,
+                                     shape=cfg.rs_shape)
+
+  sigma_rs = _calibrate(lambda s: _eps(zip_rdp + rs_curve(s), delta), cfg.epsilon)
+  return {
+      "zip_laplace_scale": b_zip,
+      "sigma_basic": sigma_basic,
+      "eps_model_basic": _eps(_dpsgd_rdp(sigma_basic, q, steps), delta),
+      "eps_joint_at_basic_sigma": joint_at_basic,
+      "sigma_joint": sigma_joint,
+      "eps_joint": _eps(zip_rdp + sel_rdp + _dpsgd_rdp(sigma_joint, q, steps), delta),
+      "eps_zip_rdp": _eps(zip_rdp, delta),
+      "eps_selection_rdp": _eps(sel_rdp, delta),
+      "num_settings": num_settings,
+      "sigma_em": sigma_em,
+      "eps_em_train": _eps(zip_rdp + num_settings * _dpsgd_rdp(sigma_em, q, steps), delta),
+      "eps_em_validation": _eps(zip_rdp + sel_rdp, delta),
+      "sigma_rs": sigma_rs,
+      "eps_rs": _eps(zip_rdp + rs_curve(sigma_rs), delta),
+      "eps_rs_one_run": _eps(zip_rdp + np.maximum(_dpsgd_rdp(sigma_rs, q, steps), score_rdp),
+                             delta),
+      "eps_naive_claimed": _eps(zip_rdp + sel_rdp + _dpsgd_rdp(sigma_joint, q, steps), delta),
+      "eps_naive_train": _eps(zip_rdp + num_settings * _dpsgd_rdp(sigma_joint, q, steps),
+                              delta),
+  }
+
+
+def _num_runs_pmf(mean_runs: float, shape: float, k_max: int) -> np.ndarray:
+  """float64[k_max]: P[K = k], k = 1..k_max, of the truncated negative binomial.
+
+  Papernot & Steinke 2022, Definition 1 (gamma from `rdp.truncated_negative_binomial_log_gamma`):
+  P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) * Gamma(k + eta) / (Gamma(eta) k!) for
+  eta > 0, and (1 - gamma)^k / (k log(1/gamma)) for eta = 0 (logarithmic).
+  """
+  k = np.arange(1, k_max + 1, dtype=np.float64)
+  log_gamma = rdp.truncated_negative_binomial_log_gamma(mean_runs, shape)
+  if log_gamma == 0.0:
+    return (k == 1).astype(np.float64)
+  log_q = math.log1p(-math.exp(log_gamma))
+  if shape == 0.0:
+    return np.exp(k * log_q - np.log(k) - math.log(-log_gamma))
+  log_norm = math.log(math.expm1(-shape * log_gamma))
+  return np.exp(k * log_q + special.gammaln(k + shape) - special.gammaln(shape)
+                - special.gammaln(k + 1) - log_norm)
+
+
+def _sample_num_runs(key: jax.Array, mean_runs: float, shape: float) -> int:
+  """K ~ the truncated negative binomial by inversion of its CDF (public randomness).
+
+  A float64 uniform (53 bits, from a host Generator seeded by `key`) is inverted
+  through the CDF summed up to a k_max whose pmf is below 1e-16 E[K].
+  """
+  k_max = 64
+  while _num_runs_pmf(mean_runs, shape, k_max)[-1] > 1e-16 * mean_runs:
+    k_max *= 2
+  cdf = np.cumsum(_num_runs_pmf(mean_runs, shape, k_max))
+  rng = np.random.default_rng(int(jax.random.bits(key, (), jnp.uint32)))
+  u = rng.random() * cdf[-1]
+  return int(min(np.searchsorted(cdf, u, side="right"), k_max - 1)) + 1
+
+
+# ----------------------------------------------------------------------------------
+# Data.
+
+def _world(cfg: Exercise6Config, key: jax.Array) -> dict:
+  """The bank's customers (private), held-out customers (test) and the public scaler."""
+  k_pub, k_cust = jax.random.split(key)
+  total = cfg.customers + cfg.test_customers
+  # The scaler is fit on a separate PUBLIC draw of the same size (one compiled sampler).
+  public = credit.sample_customers(k_pub, total, max_loans=cfg.max_loans,
+                                   num_zip_codes=cfg.zip_codes)
+  scaler = credit.PublicScaler.fit(public.x_NxF)
+  world = credit.sample_customers(k_cust, total, max_loans=cfg.max_loans,
+                                  num_zip_codes=cfg.zip_codes)
+  user = np.asarray(world.user_N)
+  x = np.asarray(credit.linear_features(world.x_NxF, scaler), np.float32)
+  y = np.asarray(world.y_N, np.int32)
+  private = user < cfg.customers
+  val_cust = (user % cfg.validation_every == 0) & private
+  train = private & ~val_cust
+  # Training customers renumbered 0..U_train-1 (the user ids DP-SGD samples).
+  train_ids = np.unique(user[train])
+  remap = np.full(total, -1, np.int64)
+  remap[train_ids] = np.arange(train_ids.size)
+  val_ids = np.unique(user[val_cust])
+  vmap_ids = np.full(total, -1, np.int64)
+  vmap_ids[val_ids] = np.arange(val_ids.size)
+  # One row per private customer for the zip release.
+  zip_n = np.asarray(world.zip_N)
+  cust = np.arange(cfg.customers)
+  first = np.searchsorted(user, cust)            # rows are ordered by customer
+  defaulted = np.zeros(total, np.float64)
+  np.maximum.at(defaulted, user, (y == 0).astype(np.float64))
+  return {
+      "x_train": x[train], "y_train": y[train], "uid_train": remap[user[train]].astype(np.int32),
+      "num_train_users": int(train_ids.size),
+      "x_val": x[val_cust], "y_val": y[val_cust], "uid_val": vmap_ids[user[val_cust]],
+      "num_val_users": int(val_ids.size),
+      "x_test": x[~private], "y_test": y[~private],
+      "zip_U": zip_n[first].astype(np.int32), "delinquent_U": defaulted[:cfg.customers],
+      "loans_U": np.bincount(user[private], minlength=cfg.customers),
+  }
+
+
+# ----------------------------------------------------------------------------------
+# Models.
+
+def _predict(params_MxD, x_NxD) -> np.ndarray:
+  """bool[M, N]: predicted "repaid" (logit > 0) of M logistic regressions."""
+  return np.asarray(x_NxD, np.float64) @ np.asarray(params_MxD, np.float64).T > 0
+
+
+def _accuracy(params_MxD, x, y) -> np.ndarray:
+  return (_predict(params_MxD, x).T == (np.asarray(y)[None, :] == 1)).mean(axis=1)
+
+
+def _validation_utility(params_MxD, w: dict) -> np.ndarray:
+  """float64[M]: sum over validation customers of their share of correct loans.
+
+  One customer adds a term in [0, 1] to every model's utility (sensitivity 1, all
+  moving the same way), n_val times the customer-averaged accuracy.
+  """
+  correct = (_predict(params_MxD, w["x_val"]).T == (w["y_val"][None, :] == 1)).astype(float)
+  loans = np.bincount(w["uid_val"], minlength=w["num_val_users"]).astype(float)
+  per_cust = np.zeros((correct.shape[0], w["num_val_users"]))
+  for m in range(correct.shape[0]):   # host loop over a handful of models
+    per_cust[m] = np.bincount(w["uid_val"], correct[m], minlength=w["num_val_users"])
+  return (per_cust / loans[None, :]).sum(axis=1)
+
+
+def _user_cfg(cfg: Exercise6Config, w: dict, lr_c2: float, sigma: float) -> dpsgd.DpSgdConfig:
+  """User-level DP-SGD with C = 1 and learning rate lr_c2 on features scaled by 1 / C.
+
+  On features x / C the parameters are v = C w (same logits), a customer's summed
+  gradient is G / C, and clip-to-1 plus N(0, sigma^2) noise is exactly clip-to-C
+  plus N(0, (sigma C)^2) noise divided by C; an SGD step of size lr_c2 on v is a
+  step of size lr_c2 / C^2 on w. So this trains setting (C, lr = lr_c2 / C^2) with
+  the same sigma, q, T (the same privacy), and all C share one compiled program.
+  """
+  return dpsgd.DpSgdConfig(dataset_size=w["num_train_users"], sampling_prob=cfg.sampling_prob,
+                           num_steps=cfg.num_steps, l2_clip_norm=1.0, noise_multiplier=sigma,
+                           learning_rate=lr_c2, delta=cfg.delta, privacy_unit="user")
+
+
+def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key: jax.Array,
+                    run_setting: np.ndarray, model, bar) -> dict:
+  """Trains every model of parts 3-4 with user-level DP-SGD; params as w (not v).
+
+  One `train_sweep` program per value of lr * C^2: the records are stacked once per
+  clip norm (copy j holds x / C_j) and each model keeps only its copy (keep_MxN), so
+  a model's private dataset is exactly the training customers' loans, user ids
+  shared across copies (each model samples customers with its own key).
+  """
+  clips = list(cfg.clip_norms)
+  n = w["x_train"].shape[0]
+  x_all = np.concatenate([w["x_train"] / c for c in clips]).astype(np.float32)
+  y_all = np.tile(w["y_train"], len(clips))
+  uid_all = np.tile(w["uid_train"], len(clips))
+  out = {"em": {}, "naive": {}, "rs": {}, "compare": {}}
+  for k, lr_c2 in enumerate(cfg.lr_c2):
+    sigmas = [bud["sigma_em"], bud["sigma_joint"], bud["sigma_rs"], bud["sigma_basic"], 0.0]
+    cfgs = [_user_cfg(cfg, w, lr_c2, sg) for sg in sigmas]
+    owners, index, copy = [], [], []        # (kind, setting or run), config, clip copy
+    for j in range(len(clips)):
+      s = j * len(cfg.lr_c2) + k
+      owners += [("em", s), ("naive", s)]
+      index += [0, 1]
+      copy += [j, j]
+      for r in np.flatnonzero(run_setting == s):
+        owners.append(("rs", int(r)))
+        index.append(2)
+        copy.append(j)
+      if clips[j] == cfg.model_clip and lr_c2 == cfg.model_lr_c2:
+        owners += [("compare", "user"), ("compare", "non_private")]
+        index += [3, 4]
+        copy += [j, j]
+    keep = np.zeros((len(owners), n * len(clips)), bool)
+    for m, j in enumerate(copy):
+      keep[m, j * n:(j + 1) * n] = True
+    res = dpsgd.train_sweep(jax.random.fold_in(key, k), x_all, y_all, keep, cfgs,
+                            np.asarray(index), model, user_ids_N=uid_all, progress=False)
+    v = np.asarray(res.params["w"], np.float64)
+    for m, (kind, tag) in enumerate(owners):
+      out[kind][tag] = v[m] / clips[copy[m]]
+    bar.update(1)
+  return out
+
+
+def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
+  """Runs the five parts; writes results.json and the zip figure.
+
+  Returns:
+    {"record": {...}, "tables": [Table], "figures": [name], "path": path}.
+  """
+  key = jax.random.key(cfg.seed)
+  k_world, k_zip, k_train, k_ex, k_em, k_runs, k_pick, k_score = jax.random.split(key, 8)
+  bud = _budget(cfg)
+  w = _world(cfg, k_world)
+  # Setting s = (C_j, lr_c2_k) with s = j * len(lr_c2) + k; its learning rate is lr_c2 / C^2.
+  settings = [(c, l / (c * c)) for c, l in itertools.product(cfg.clip_norms, cfg.lr_c2)]
+  num_settings = len(settings)
+  model = models.logistic_regression(w["x_train"].shape[1])
+
+  # ---- 2. the zip release (customers as the unit).
+  z = mechanisms.grouped_rates(k_zip, w["zip_U"], w["delinquent_U"], cfg.zip_codes,
+                               cfg.zip_epsilon, count_fraction=0.5,
+                               max_rate_sd=cfg.max_rate_sd)
+  true_n = np.bincount(w["zip_U"], minlength=cfg.zip_codes)
+  true_d = np.bincount(w["zip_U"], w["delinquent_U"], minlength=cfg.zip_codes)
+  true_rate = np.where(true_n > 0, true_d / np.maximum(true_n, 1), np.nan)
+  noisy_n, noisy_rate = np.asarray(z.noisy_counts, float), np.asarray(z.rate, float)
+  rate_sd, ours = np.asarray(z.rate_sd, float), ~np.asarray(z.reliable)
+  lecture_rule = noisy_n < cfg.min_count
+  err = np.abs(noisy_rate - true_rate)
+  zips = [{"zip": i, "customers": int(true_n[i]), "noisy_customers": float(noisy_n[i]),
+           "true_rate": None if true_n[i] == 0 else float(true_rate[i]),
+           "noisy_rate": float(noisy_rate[i]), "rate_sd": float(rate_sd[i]),
+           "abs_error": None if true_n[i] == 0 else float(err[i]),
+           "unreliable_ours": bool(ours[i]), "unreliable_lecture": bool(lecture_rule[i])}
+          for i in range(cfg.zip_codes)]
+
+  # ---- 3 and 4. Repeat-and-select: K runs, each a uniformly drawn setting (public
+  # randomness, independent of the data).
+  num_runs = _sample_num_runs(k_runs, cfg.rs_mean_runs, cfg.rs_shape)
+  run_setting = np.asarray(jax.random.randint(k_pick, (num_runs,), 0, num_settings))
+  n_train = w["x_train"].shape[0]
+  bar = tqdm(total=len(cfg.lr_c2) + 1, desc=NAME, disable=not progress)
+  trained = _train_settings(cfg, w, bud, k_train, run_setting, model, bar)
+  compare = trained["compare"]
+  if "user" not in compare:            # the comparison setting is outside the grid
+    sub = dataclasses.replace(cfg, clip_norms=(cfg.model_clip,), lr_c2=(cfg.model_lr_c2,))
+    compare = _train_settings(sub, w, bud, jax.random.fold_in(k_train, len(cfg.lr_c2)),
+                              np.zeros(0, int), model, tqdm(disable=True))["compare"]
+  em_params = [trained["em"][s] for s in range(num_settings)]
+  naive_params = [trained["naive"][s] for s in range(num_settings)]
+  rs_params = [trained["rs"][r] for r in range(num_runs)]
+  # Example-level contrast: every loan a unit, q per loan, same eps for the model.
+  ex_cfg = dpsgd.DpSgdConfig(dataset_size=n_train, sampling_prob=cfg.sampling_prob,
+                             num_steps=cfg.num_steps, l2_clip_norm=cfg.model_clip,
+                             target_epsilon=cfg.model_epsilon, delta=cfg.delta,
+                             learning_rate=cfg.model_lr_c2 / cfg.model_clip ** 2)
+  res = dpsgd.train_many(k_ex, w["x_train"], w["y_train"], np.ones((1, n_train), bool),
+                         ex_cfg, model, progress=False)
+  compare["example"] = np.asarray(res.params["w"], np.float64)[0]
+  bar.update(1)
+  bar.close()
+
+  x_test, y_test = w["x_test"], w["y_test"]
+  em_params, naive_params = np.stack(em_params), np.stack(naive_params)
+  # Naive: exact argmax of validation utility.
+  u_naive = _validation_utility(naive_params, w)
+  pick_naive = int(np.argmax(u_naive))
+  # Exponential mechanism: monotone utility of sensitivity 1.
+  u_em = _validation_utility(em_params, w)
+  pick_em = int(mechanisms.exponential_mechanism(
+      k_em, jnp.asarray(u_em, jnp.float32), cfg.selection_epsilon, sensitivity=1.0,
+      monotonic=True))
+  # Repeat-and-select: noisy scores, best run released (K and the scores are not).
+  rs_params = np.stack(rs_params) if num_runs else np.zeros((0, x_test.shape[1]))
+  u_rs = _validation_utility(rs_params, w) if num_runs else np.zeros(0)
+  # Only the argmax of the noisy scores is used (and the chosen model released), so
+  # float noise is not observable in the output (as in report_noisy_max).
+  noisy_scores = u_rs + cfg.score_noise * np.asarray(
+      jax.random.normal(k_score, (num_runs,)), np.float64)
+  best_run = int(np.argmax(noisy_scores)) if num_runs else None
+
+  def acc(p):
+    return float(_accuracy(p[None, :], x_test, y_test)[0])
+
+  test_acc_all = _accuracy(em_params, x_test, y_test)
+  selection = [
+      {"procedure": "naive (tune freely, account the final model)", "sigma": bud["sigma_joint"],
+       "trainings": num_settings, "chosen": settings[pick_naive],
+       "eps_claimed": bud["eps_naive_claimed"], "eps_train_customers": bud["eps_naive_train"],
+       "eps_validation_customers": math.inf,
+       "test_accuracy": acc(naive_params[pick_naive])},
+      {"procedure": f"exponential mechanism, {num_settings} trainings charged",
+       "sigma": bud["sigma_em"],
+       "trainings": num_settings, "chosen": settings[pick_em], "eps_claimed": cfg.epsilon,
+       "eps_train_customers": bud["eps_em_train"],
+       "eps_validation_customers": bud["eps_em_validation"],
+       "test_accuracy": acc(em_params[pick_em])},
+      {"procedure": f"repeat-and-select (E[K] = {cfg.rs_mean_runs:g}, eta = {cfg.rs_shape:g})",
+       "sigma": bud["sigma_rs"], "trainings": int(num_runs),
+       "chosen": None if best_run is None else settings[int(run_setting[best_run])],
+       "eps_claimed": cfg.epsilon, "eps_train_customers": bud["eps_rs"],
+       "eps_validation_customers": bud["eps_rs"],
+       "test_accuracy": None if best_run is None else acc(rs_params[best_run])},
+  ]
+  model_rows = {
+      "user": {"unit": "customer (user-level)", "sigma": bud["sigma_basic"],
+               "dataset_size": w["num_train_users"], "epsilon": bud["eps_model_basic"],
+               "test_accuracy": acc(compare["user"])},
+      "example": {"unit": "loan (example-level)", "sigma": ex_cfg.sigma,
+                  "dataset_size": n_train, "epsilon": ex_cfg.epsilon(),
+                  "test_accuracy": acc(compare["example"])},
+      "non_private": {"unit": "none (sigma = 0)", "sigma": 0.0,
+                      "dataset_size": w["num_train_users"], "epsilon": math.inf,
+                      "test_accuracy": acc(compare["non_private"])},
+  }
+  # ---- 5. a customer with k loans.
+  group = []
+  for k in (1, 5, cfg.max_loans):
+    e_k, d_k = composition.group_privacy(cfg.epsilon, cfg.delta, k)
+    group.append({"loans": k, "example_eps": e_k, "example_delta": d_k,
+                  "user_eps": cfg.epsilon, "user_delta": cfg.delta})
+
+  record = {
+      "budget": bud, "zips": zips,
+      "num_customers": cfg.customers, "num_loans": int(w["loans_U"].sum()),
+      "num_train_customers": w["num_train_users"], "num_train_loans": int(n_train),
+      "num_validation_customers": w["num_val_users"], "num_test_loans": int(len(y_test)),
+      "unreliable_ours": [i for i in range(cfg.zip_codes) if ours[i]],
+      "unreliable_lecture": [i for i in range(cfg.zip_codes) if lecture_rule[i]],
+      "model": model_rows, "selection": selection, "num_runs": int(num_runs),
+      "candidate_test_accuracy": [float(a) for a in test_acc_all],
+      "five_loans": group,
+  }
+  tables = _tables(cfg, record)
+  figures = [_plot(out_dir, record, cfg)]
+  summary = _summary(cfg, record)
+  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
+                        summary=summary, quiet=quiet)
+
+
+def _tables(cfg: Exercise6Config, r: dict) -> list:
+  b = r["budget"]
+  half = cfg.zip_epsilon / 2
+  t_split = _common.Table(
+      title=(f"Exercise 6(a): the budget, eps = {cfg.epsilon:g} at delta = {cfg.delta:g} "
+             f"(unit: the customer; DP-SGD q = {cfg.sampling_prob:g} per customer, "
+             f"T = {cfg.num_steps})"),
+      columns=["release", "mechanism", "sensitivity per customer", "eps (basic)",
+               "eps alone (RDP)", "lecture"],
+      rows=[
+          ["zip: customers per zip", f"Laplace(1/{half:g}) x {cfg.zip_codes}",
+           "L1 = 1 (one zip per customer)", half, None, LECTURE["zip_each"]],
+          ["zip: delinquent customers", f"Laplace(1/{half:g}) x {cfg.zip_codes}",
+           "L1 = 1", half, None, LECTURE["zip_each"]],
+          ["zip release (both)", "", "", cfg.zip_epsilon, b["eps_zip_rdp"], LECTURE["zip"]],
+          ["model", f"DP-SGD, sigma = {b['sigma_basic']:.3f}", "L2 = C (customer's sum)",
+           cfg.model_epsilon, b["eps_model_basic"], LECTURE["model"]],
+          ["selection", "exponential mechanism", "1 (= 1/n_val in accuracy)",
+           cfg.selection_epsilon, b["eps_selection_rdp"], LECTURE["selection"]],
+          ["total", "", "", cfg.epsilon, b["eps_joint_at_basic_sigma"], 3.0],
+      ],
+      note=("'eps (basic)' adds the shares; 'eps alone (RDP)' converts each curve at delta "
+            "alone, and the total row composes the three curves in RDP (Laplace exact, the "
+            "exponential mechanism as eps-bounded-range: alpha eps^2 / 8, DP-SGD's "
+            "subsampled Gaussian) at the same noise. Counting loans instead of customers "
+            f"would give sensitivity {cfg.max_loans} (one customer's loans)."))
+  t_joint = _common.Table(
+      title="Exercise 6(a): basic composition vs one RDP account, same three mechanisms",
+      columns=["accounting", "model sigma", "total eps", "eps left", "lecture"],
+      rows=[["basic composition (lecture split)", b["sigma_basic"], cfg.epsilon, 0.0,
+             "2.0 / 0.7 / 0.3"],
+            ["RDP, same sigma", b["sigma_basic"], b["eps_joint_at_basic_sigma"],
+             cfg.epsilon - b["eps_joint_at_basic_sigma"], "tighter"],
+            ["RDP, total held at eps", b["sigma_joint"], b["eps_joint"], 0.0, "tighter"]],
+      note=(f"At the same total, RDP lets the model use {b['sigma_joint'] / b['sigma_basic']:.3f}"
+            " times the basic sigma (less noise)."))
+  zips = r["zips"]
+  by_size = sorted(zips, key=lambda zz: zz["customers"])
+  differ = [zz for zz in by_size if zz["unreliable_ours"] != zz["unreliable_lecture"]]
+  shown = by_size[:5] + [zz for zz in differ if zz not in by_size[:5]] + by_size[::-1][:3]
+  t_zip = _common.Table(
+      title=(f"Exercise 6(b): zip codes flagged unreliable (of {cfg.zip_codes}; "
+             f"{len(r['unreliable_ours'])} by ours: noise sd > {cfg.max_rate_sd:g}, "
+             f"{len(r['unreliable_lecture'])} by the lecture's < {cfg.min_count:g} "
+             "customers): the five smallest, those where the rules differ, the three largest"),
+      columns=["zip", "customers", "noisy customers", "true rate", "noisy rate", "noise sd",
+               "|error|", "ours", "lecture"],
+      rows=[[zz["zip"], zz["customers"], zz["noisy_customers"], zz["true_rate"],
+             zz["noisy_rate"], zz["rate_sd"], zz["abs_error"],
+             "unreliable" if zz["unreliable_ours"] else "ok",
+             "unreliable" if zz["unreliable_lecture"] else "ok"] for zz in shown],
+      note=("Rate = delinquent customers / customers (a customer is delinquent if any loan "
+            "defaulted). Both rules read only released values (post-processing); 'customers' "
+            "and 'true rate' are the private truth, shown for checking."))
+  m = r["model"]
+  t_model = _common.Table(
+      title=(f"Exercise 6(d): the model at eps = {cfg.model_epsilon:g} (C = {cfg.model_clip:g}, "
+             f"lr = {cfg.model_lr_c2 / cfg.model_clip ** 2:g}, T = {cfg.num_steps}), test accuracy on "
+             f"{r['num_test_loans']} held-out loans"),
+      columns=["privacy unit", "sigma", "dataset size", "eps per unit", "test accuracy"],
+      rows=[[v["unit"], v["sigma"], v["dataset_size"], v["epsilon"], v["test_accuracy"]]
+            for v in m.values()])
+  t_sel = _common.Table(
+      title=(f"Exercise 6(c): choosing among {b['num_settings']} (C, learning rate) settings, "
+             f"every procedure with the zip release, total held at eps = {cfg.epsilon:g}"),
+      columns=["procedure", "sigma per run", "trainings", "chosen (C, lr)", "eps claimed",
+               "eps (training customers)", "eps (validation customers)", "test accuracy",
+               "lecture"],
+      rows=[[s["procedure"], s["sigma"], s["trainings"],
+             None if s["chosen"] is None else f"({s['chosen'][0]:g}, {s['chosen'][1]:.3g})",
+             s["eps_claimed"], s["eps_train_customers"], s["eps_validation_customers"],
+             s["test_accuracy"], lec]
+            for s, lec in zip(r["selection"], ("worst", "EM, sensitivity 1/n_val",
+                                               "Papernot-Steinke in RDP"))],
+      note=("A customer is a training or a validation customer (public rule on the id), so "
+            "each procedure costs the worse of the two columns. The exponential mechanism "
+            f"protects validation customers with eps_sel = {cfg.selection_epsilon:g}, but each of "
+            f"the {b['num_settings']} candidates trained "
+            "on the training customers is a release they pay for; the naive row reports the "
+            "real cost of what it claims as eps = 3."))
+  t_five = _common.Table(
+      title="Exercise 6(d): the guarantee of a customer with k loans",
+      columns=["loans k", "example-level eps", "example-level delta", "user-level eps",
+               "user-level delta", "lecture"],
+      rows=[[g["loans"], g["example_eps"], g["example_delta"], g["user_eps"],
+             g["user_delta"], "about 5 eps = 15" if g["loans"] == 5 else None]
+            for g in r["five_loans"]],
+      note=("Example-level: every release made with the loan as the unit at the same eps; "
+            "group privacy gives (k eps, k e^{(k-1) eps} delta), and delta = 1 means nothing "
+            "is promised. User-level: the customer is the unit, whatever k."))
+  return [t_split, t_joint, t_zip, t_model, t_sel, t_five]
+
+
+def _summary(cfg: Exercise6Config, r: dict) -> str:
+  b, m, s = r["budget"], r["model"], r["selection"]
+  return (
+      f"Budget: the lecture's 2.0 / 0.7 / 0.3 split accounted in one RDP account spends "
+      f"{b['eps_joint_at_basic_sigma']:.2f} of {cfg.epsilon:g}; at total {cfg.epsilon:g} the model's "
+      f"sigma drops from {b['sigma_basic']:.2f} to {b['sigma_joint']:.2f}. Zip codes: "
+      f"{len(r['unreliable_ours'])} of {cfg.zip_codes} unreliable by noise sd > "
+      f"{cfg.max_rate_sd:g}, {len(r['unreliable_lecture'])} by the lecture's < "
+      f"{cfg.min_count:g} customers. Model at eps = {cfg.model_epsilon:g}: user-level "
+      f"{m['user']['test_accuracy']:.3f}, example-level {m['example']['test_accuracy']:.3f}, "
+      f"non-private {m['non_private']['test_accuracy']:.3f}. Selection at total "
+      f"{cfg.epsilon:g}: exponential mechanism with all {b['num_settings']} trainings charged "
+      f"needs sigma "
+      f"{b['sigma_em']:.2f} (test {s[1]['test_accuracy']:.3f}), repeat-and-select sigma "
+      f"{b['sigma_rs']:.2f} over {r['num_runs']} runs (test "
+      f"{_common.fmt(s[2]['test_accuracy'])}); tuning freely at sigma {b['sigma_joint']:.2f} "
+      f"really costs {b['eps_naive_train']:.1f} for training customers and is unbounded for "
+      f"validation customers. A five-loan customer under example-level DP: "
+      f"eps = {r['five_loans'][1]['example_eps']:g} with delta "
+      f"{r['five_loans'][1]['example_delta']:.3g}; user-level: ({cfg.epsilon:g}, "
+      f"{cfg.delta:g}).")
+
+
+def _plot(out_dir: str, r: dict, cfg: Exercise6Config) -> str:
+  """Noisy vs true zip rates (flagged in red) and the error against zip size."""
+  zips = [zz for zz in r["zips"] if zz["customers"] > 0]
+  n = np.array([zz["customers"] for zz in zips], float)
+  tr = np.array([zz["true_rate"] for zz in zips])
+  nr = np.array([zz["noisy_rate"] for zz in zips])
+  sd = np.array([zz["rate_sd"] for zz in zips])
+  bad = np.array([zz["unreliable_ours"] for zz in zips])
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+  ax = axes[0]
+  ax.errorbar(tr[~bad], nr[~bad], yerr=sd[~bad], fmt="o", ms=3, label="reliable")
+  ax.errorbar(tr[bad], nr[bad], yerr=np.minimum(sd[bad], 1.0), fmt="s", ms=3, color="C3",
+              label="unreliable (ours)")
+  ax.plot([0, 1], [0, 1], color="gray", ls=":")
+  ax.set_xlabel("true delinquency rate")
+  ax.set_ylabel("released rate (± noise sd)")
+  ax.set_ylim(-0.05, 1.05)
+  ax.legend(fontsize=7)
+  ax = axes[1]
+  ax.loglog(n, np.maximum(np.abs(nr - tr), 1e-4), "o", ms=3, label="|released - true|")
+  grid = np.geomspace(max(1.0, n.min()), n.max(), 50)
+  b = (1.0 + cfg.zip_codes * mechanisms.laplace_grid(cfg.zip_epsilon / 2)) / (
+      cfg.zip_epsilon / 2)
+  ax.loglog(grid, math.sqrt(2) * b * math.sqrt(1 + 0.5 ** 2) / grid, color="C1",
+            label="noise sd at rate 0.5")
+  ax.axhline(cfg.max_rate_sd, color="C3", ls="--", label=f"our threshold {cfg.max_rate_sd:g}")
+  ax.axvline(cfg.min_count, color="gray", ls=":", label=f"lecture: {cfg.min_count:g} customers")
+  ax.set_xlabel("customers in the zip")
+  ax.set_ylabel("error of the released rate")
+  ax.legend(fontsize=7)
+  fig.suptitle(f"Exercise 6(b): {cfg.zip_codes} zip-code delinquency rates at "
+               f"eps = {cfg.zip_epsilon:g}")
+  fig.tight_layout()
+  fig.savefig(f"{out_dir}/exercise6_zips.png", dpi=120)
+  plt.close(fig)
+  return "exercise6_zips.png"
+
+
+def main():
+  """`python -m experiments.exercise6 [--flags]`: flags from Exercise6Config."""
+  _common.app_run(NAME, Exercise6Config, run)
+
+
+if __name__ == "__main__":
+  main()

@@ -54,17 +54,17 @@ the customer. This experiment does all of it on `credit.sample_customers`
 Command:  python -m experiments.exercise6      (about 50 s of CPU, half of it compiling
           the customer sampler; one DP-SGD program per value of lr * C^2, each clip
           norm a rescaled copy of the features, plus the example-level model)
-Expected (seed 0; 2,000 customers with 6,700 loans, 1,500 training / 500 validation
-customers, 1,000 held-out customers): the lecture's split accounted in one RDP
-account spends 2.65 of 3, so at total 3 the model's sigma drops from 2.42 to 2.11;
-42 of the 50 zips are unreliable by noise sd > 0.1 and 32 by the lecture's < 30
-customers (the smallest zips hold 4-10 customers, only the largest few are
-reliable); user-level, example-level and non-private models all score about 0.80
-(this linear model barely feels sigma = 2.4); charging the 20 candidates to the
-exponential mechanism forces sigma up to 8.0, repeat-and-select (13 runs drawn)
-needs 3.8, and the naive procedure really costs 12.8 for training customers and is
-unbounded for validation customers; a five-loan customer under example-level DP gets
-eps = 15 with delta > 1 (no guarantee at all).
+Expected (seed 0; 2,000 customers with about 6,900 loans, 1,500 training / 500
+validation customers, 1,000 held-out customers): the lecture's split accounted in
+one RDP account spends 2.65 of 3, so at total 3 the model's sigma drops from 2.42 to
+2.11; about 40 of the 50 zips are unreliable by noise sd > 0.1 and about 35 by the
+lecture's < 30 customers (the smallest zips hold 5-10 customers, only the largest
+few are reliable); user-level, example-level and non-private models all score about
+0.78 (this linear model barely feels sigma = 2.4); charging the 20 candidates to the
+exponential mechanism forces sigma up to 8.0, repeat-and-select (about 10 runs
+drawn) needs 3.8, and the naive procedure really costs 12.8 for training customers
+and is unbounded for validation customers; a five-loan customer under example-level
+DP gets eps = 15 with delta > 1 (no guarantee at all).
 """
 
 from __future__ import annotations

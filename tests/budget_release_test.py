@@ -10,7 +10,6 @@ Gaussian mechanisms on a group of k records.
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
 

@@ -162,9 +162,9 @@ def pure_dp_rdp(epsilon: float, orders, *, bounded_range: bool = False) -> np.nd
   """RDP curve implied by eps-DP (or by eps-bounded range), for composing in RDP.
 
   Every eps-DP pair of output distributions is a post-processing of binary
-  randomized response with parameter eps (Kairouz, Oh & Viswanath 2015, Thm 2.4,
-  https://arxiv.org/abs/1311.0776), so by the data-processing inequality of the
-  Renyi divergence
+  randomized response with parameter eps (Kairouz, Oh & Viswanath 2015, the
+  dominating pair of (eps, 0)-DP, https://arxiv.org/abs/1311.0776), so by the
+  data-processing inequality of the Renyi divergence
 
       rho(alpha) <= log((e^{alpha eps} + e^{(1 - alpha) eps}) / (1 + e^eps)) / (alpha - 1),
 
@@ -174,9 +174,10 @@ def pure_dp_rdp(epsilon: float, orders, *, bounded_range: bool = False) -> np.nd
   loss log(P(y)/Q(y)) varies by at most eps over outputs y; Durfee & Rogers 2019,
   https://arxiv.org/abs/1905.04273). The exponential mechanism
   exp(eps u / (2 Delta_u)) is eps-BR (and so is the monotonic exp(eps u / Delta_u)),
-  and eps-BR implies (eps^2 / 8)-zCDP (Cesar & Rogers 2021, Lemma 3.2,
-  https://arxiv.org/abs/2004.07223), so rho(alpha) <= alpha eps^2 / 8 as well; the
-  minimum of the two curves is returned. The constant 1/8 is tight as eps -> 0
+  and eps-BR implies (eps^2 / 8)-zCDP (Cesar & Rogers 2021,
+  https://arxiv.org/abs/2004.07223; Hoeffding's lemma on the bounded privacy
+  loss), so rho(alpha) <= alpha eps^2 / 8 as well; the minimum of the two curves
+  is returned. The constant 1/8 is tight as eps -> 0
   (two outputs whose loss is +-eps/2 with probability 1/2 each).
 
   Args:

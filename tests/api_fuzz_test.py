@@ -47,6 +47,7 @@ EXCLUDED = {
     "dpjax.accounting.pld.PldResult": "result record returned by the PLD accountant",
     "dpjax.accounting.statement.EpsilonRow": "result record of privacy_statement",
     "dpjax.accounting.statement.PrivacyStatement": "result record of privacy_statement",
+    "dpjax.data.credit.CustomerData": "result record of sample_customers",
     "dpjax.audit.estimators.ThresholdBound": "result record of the threshold strategies",
     "dpjax.audit.estimators.BonferroniBound": "result record of Bonferroni",
     "dpjax.audit.estimators.BootstrapSpread": "result record of bootstrap_spread",
@@ -308,8 +309,8 @@ def entries():
   # ---- accounting.statement
   add(E("dpjax.accounting.statement.privacy_statement", statement.privacy_statement,
         dict(noise_multiplier=2.0, sampling_prob=0.1, num_steps=10, dataset_size=1000,
-             deltas=(1e-5,), fprs=(0.1,), pld_rtol=1e-2),
-        {"deltas": "probarr", "fprs": "probarr", "pld_rtol": "pos"}))
+             deltas=(1e-5,), fprs=(0.1,), pld_rtol=1e-2, privacy_unit="user"),
+        {"deltas": "probarr", "fprs": "probarr", "pld_rtol": "pos", "privacy_unit": "choice"}))
 
   # ---- attacks
   phi = np.linspace(-1, 1, 24).reshape(2, 12)
@@ -606,6 +607,15 @@ def entries():
     add(E(f"dpjax.clipping.vmap.{n}", getattr(cvmap, n),
           dict(model=lr, params=lr_params, x_BxF=bx, y_B=by, weights_B=bw,
                l2_clip_norm=1.0), data_kinds))
+  from dpjax.clipping import user as cuser  # pylint: disable=g-import-not-at-top
+  user_kinds = {"x_NxF": "array", "y_N": "labels", "weights_N": "binary", "params": None,
+                "user_ids_N": "labels"}
+  add(E("dpjax.clipping.user.user_clipped_grad_sum", cuser.user_clipped_grad_sum,
+        dict(model=lr, user_ids_N=np.array([0, 0, 1, 2]), num_users=3, params=lr_params,
+             x_NxF=bx, y_N=by.astype(np.int32), weights_N=bw, l2_clip_norm=1.0), user_kinds))
+  add(E("dpjax.clipping.user.user_level_path", cuser.user_level_path,
+        dict(model=lr, user_ids_N=np.array([0, 0, 1, 2]), num_users=3),
+        {"user_ids_N": "labels"}))
 
   # ---- data
   add(E("dpjax.data.canaries.audit_data", canaries.audit_data,
@@ -615,6 +625,11 @@ def entries():
         {"x_NxF": "array"}))
   add(E("dpjax.data.credit.sample", credit.sample, dict(key=_key, n=10, minority_share=0.2),
         {"n": "size"}))
+  add(E("dpjax.data.credit.sample_customers", credit.sample_customers,
+        dict(key=_key, num_customers=6, min_loans=1, max_loans=3, num_zip_codes=4,
+             minority_share=0.2),
+        {"num_customers": "size", "min_loans": "count", "max_loans": "count"}))
+  add(E("dpjax.data.credit.zip_code_shares", credit.zip_code_shares, dict(num_zip_codes=5)))
   add(E("dpjax.data.credit.bayes_accuracy", credit.bayes_accuracy,
         dict(data=fb.Fresh(_credit10)), {"data": "object"}))
   if scaler is not None:
@@ -636,8 +651,9 @@ def entries():
   add(E("dpjax.dpsgd.DpSgdConfig", dpsgd.DpSgdConfig,
         dict(dataset_size=100, sampling_prob=0.1, num_steps=10, l2_clip_norm=1.0,
              noise_multiplier=1.0, delta=1e-5, learning_rate=0.5, momentum=0.0,
-             accountant="rdp"),
-        {"momentum": "prob", "dataset_size": "count", "noise_multiplier": "nonneg"}))
+             accountant="rdp", privacy_unit="example"),
+        {"momentum": "prob", "dataset_size": "count", "noise_multiplier": "nonneg",
+         "privacy_unit": "choice"}))
   add(E("dpjax.dpsgd.DpSgdConfig[target_epsilon]", dpsgd.DpSgdConfig,
         dict(dataset_size=100, sampling_prob=0.1, num_steps=10, target_epsilon=3.0)))
   tk = {"x_NxF": "array", "y_N": "labels", "keep_MxN": "binary", "keep_N": "binary",
@@ -645,6 +661,11 @@ def entries():
   add(E("dpjax.dpsgd.train_many", dpsgd.train_many,
         dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn, cfg=cfg, model=lr,
              max_chunk=2, progress=False), tk))
+  add(E("dpjax.dpsgd.train_many[user]", dpsgd.train_many,
+        dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn,
+             cfg=helpers.small_config(dataset_size=4, num_steps=2, privacy_unit="user"),
+             model=lr, user_ids_N=np.repeat(np.arange(4), 3), progress=False),
+        dict(tk, user_ids_N="labels")))
   add(E("dpjax.dpsgd.train_many[gradient_canaries]", dpsgd.train_many,
         dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn, cfg=cfg, model=lr,
              gradient_canaries={"w": 2.0 * np.eye(3, dtype=np.float32)[1:]},
@@ -927,6 +948,12 @@ def entries():
   add(E("dpjax.sampling.PoissonSampler", sampling.PoissonSampler, dict(sampling_prob=0.3)))
   add(E("dpjax.sampling.ShuffleSampler", sampling.ShuffleSampler,
         dict(batch_size=3, steps_per_epoch=4, sampling_prob=0.25)))
+  add(E("dpjax.sampling.UserPoissonSampler", sampling.UserPoissonSampler,
+        dict(sampling_prob=0.3, user_ids_N=np.array([0, 0, 1, 2]), num_users=3),
+        {"user_ids_N": "labels"}))
+  add(E("dpjax.sampling.check_user_ids", sampling.check_user_ids,
+        dict(user_ids_N=np.array([0, 0, 1, 2]), num_users=3, num_records=4),
+        {"user_ids_N": "labels", "name": None, "num_records": "count"}))
   add(E("dpjax.sampling.check_sampler", sampling.check_sampler,
         dict(sampler=sampling.PoissonSampler(0.3), sampling_prob=0.3), {"sampler": "object"}))
 

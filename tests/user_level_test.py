@@ -263,7 +263,7 @@ class CustomersTest(absltest.TestCase):
 
   def test_structure_and_generative_model(self):
     u = 4000
-    data = credit.sample_customers(jax.random.key(4), u, num_zip_codes=20)
+    data = credit.sample_customers(jax.random.key(4), u)
     uid, z = np.asarray(data.user_N), np.asarray(data.zip_N)
     x = np.asarray(data.x_NxF)
     self.assertEqual(data.num_users, u)
@@ -283,10 +283,10 @@ class CustomersTest(absltest.TestCase):
       per_user = x[:, col]
       np.testing.assert_array_equal(per_user, per_user[first][uid])
     np.testing.assert_array_equal(z, z[first][uid])
-    shares = credit.zip_code_shares(20)
-    zf = np.bincount(z[first], minlength=20)
+    shares = credit.zip_code_shares(50)
+    zf = np.bincount(z[first], minlength=50)
     np.testing.assert_array_less(np.abs(zf - u * shares), 5 * np.sqrt(u * shares * (1 - shares)))
-    self.assertAlmostEqual(shares[0] / shares[-1], 20.0)
+    self.assertAlmostEqual(shares[0] / shares[-1], 50.0)
     np.testing.assert_allclose(np.asarray(data.p_N),
                                np.asarray(jax.nn.sigmoid(credit.true_logit(data.x_NxF))),
                                rtol=1e-6)
@@ -294,7 +294,7 @@ class CustomersTest(absltest.TestCase):
     # A customer's loans differ in their debt ratio (per-loan draw).
     multi = np.flatnonzero(loans >= 2)[0]
     self.assertGreater(np.ptp(x[uid == multi, 1]), 0.0)
-    again = credit.sample_customers(jax.random.key(4), u, num_zip_codes=20)
+    again = credit.sample_customers(jax.random.key(4), u)
     np.testing.assert_array_equal(np.asarray(again.y_N), np.asarray(data.y_N))
 
   def test_bad_arguments_name_the_parameter(self):

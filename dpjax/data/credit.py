@@ -256,8 +256,16 @@ def sample_customers(key: jax.Array, num_customers: int, *, min_loans: int = 1,
   _validate.check_size(u * hi, "num_customers * max_loans", units=NUM_FEATURES + 4)
   shares = zip_code_shares(num_zip_codes)
   _validate.check_probability(minority_share, "minority_share")
-  loans_U, zip_U, x_UxLxF, y_UxL, p_UxL = _draw_customers(
-      key, jnp.float32(minority_share), jnp.asarray(np.log(shares), jnp.float32), u, lo, hi)
+  k_zip, k_blocks = jax.random.split(key)
+  log_shares_Z = jnp.asarray(np.log(shares), jnp.float32)
+  zip_shift_Z = jax.random.normal(k_zip, log_shares_Z.shape)
+  # Customers are drawn in fixed blocks of _BLOCK (block b from fold_in(k_blocks, b)),
+  # so one compiled program serves every num_customers.
+  blocks = [_draw_block(jax.random.fold_in(k_blocks, b), jnp.float32(minority_share),
+                        log_shares_Z, zip_shift_Z, lo, hi)
+            for b in range(-(-u // _BLOCK))]
+  loans_U, zip_U, x_UxLxF, y_UxL, p_UxL = (
+      jnp.concatenate(parts, axis=0)[:u] for parts in zip(*blocks))
   loans_U = np.asarray(loans_U)
   # Loan slot j of customer u exists iff j < k_u; rows in customer order.
   valid = np.arange(hi)[None, :] < loans_U[:, None]
@@ -270,36 +278,49 @@ def sample_customers(key: jax.Array, num_customers: int, *, min_loans: int = 1,
   return CustomerData(x, y, p, idx, zip_U[idx], u)
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4, 5))
-def _draw_customers(key, minority_share, log_shares_Z, u, lo, hi):
-  """One compiled draw of U customers with max_loans = L slots each (see sample_customers).
+_BLOCK = 512
 
-  Returns (loans_U int32, zip_U int32, x float32[U, L, 5], y int32[U, L], p float32[U, L]);
-  slots j >= k_u are drawn but dropped by the caller, so shapes are static in (U, L).
+
+@functools.partial(jax.jit, static_argnums=(4, 5))
+def _draw_block(key, minority_share, log_shares_Z, zip_shift_Z, lo, hi):
+  """One compiled draw of _BLOCK customers with max_loans = L slots each (see
+  sample_customers).
+
+  Returns (loans int32[_BLOCK], zip int32[_BLOCK], x float32[_BLOCK, L, 5],
+  y int32[_BLOCK, L], p float32[_BLOCK, L]); slots j >= k_u are drawn but dropped by
+  the caller, so shapes are static. History is one Gamma draw with the customer's
+  group's shape (2.2 or 1.5), Beta(2, 5) the second smallest of six uniforms (its
+  order-statistic form), categorical and Bernoulli variables inverse-CDF transforms
+  of uniforms: the same laws as `sample`, with less to compile.
   """
-  ks = jax.random.split(key, 11)
-  count_logits = jnp.arange(hi - lo + 1, dtype=jnp.float32) * np.log(_LOAN_COUNT_DECAY)
-  loans_U = lo + jax.random.categorical(ks[0], count_logits, shape=(u,))
-  zip_U = jax.random.categorical(ks[1], log_shares_Z, shape=(u,))
-  zip_shift_Z = jax.random.normal(ks[2], log_shares_Z.shape)
-  group = jax.random.bernoulli(ks[3], minority_share, (u,)).astype(jnp.float32)
+  u = _BLOCK
+  k_unif, k_norm, k_gamma = jax.random.split(key, 3)
+  # Three draws in all (each random call is a separately compiled hash): uniforms
+  # for the categorical, Bernoulli and order-statistic variables, normals, gammas.
+  unif = jax.random.uniform(k_unif, (u, 10 + hi))
+  norm = jax.random.normal(k_norm, (u, 1 + hi))
+  count_p = _LOAN_COUNT_DECAY ** jnp.arange(hi - lo + 1, dtype=jnp.float32)
+  # Inverse-CDF draws: the number of cumulative probabilities below the uniform.
+  inv_cdf = lambda cum, v: jnp.sum(v[:, None] > cum[None, :-1] / cum[-1], axis=1)
+  loans_U = lo + inv_cdf(jnp.cumsum(count_p), unif[:, 0])
+  zip_U = inv_cdf(jnp.cumsum(jnp.exp(log_shares_Z)), unif[:, 1])
+  group = (unif[:, 2] < minority_share).astype(jnp.float32)
   log_inc = (jnp.log(_INCOME_MEDIAN) - 0.12 * group + _ZIP_INCOME_SPREAD * zip_shift_Z[zip_U]
-             + 0.45 * jax.random.normal(ks[4], (u,)))
+             + 0.45 * norm[:, 0])
   income = jnp.clip(jnp.exp(log_inc), 8.0, 400.0)
-  hist0 = 1.0 + 4.5 * jax.random.gamma(ks[5], 2.2, (u,))
-  hist1 = 0.5 + 2.0 * jax.random.gamma(ks[6], 1.5, (u,))
-  hist = jnp.clip(jnp.where(group > 0.5, hist1, hist0), 0.0, 40.0)
-  debt_level = jax.random.beta(ks[7], 2.0, 5.0, (u,))
+  minority = group > 0.5
+  g = jax.random.gamma(k_gamma, jnp.where(minority, 1.5, 2.2))
+  hist = jnp.clip(jnp.where(minority, 0.5 + 2.0 * g, 1.0 + 4.5 * g), 0.0, 40.0)
+  debt_level = jnp.sort(unif[:, 3:9], axis=1)[:, 1]
   p_del = jax.nn.sigmoid(0.2 + 3.0 * (debt_level - _DEBT_MEAN)
                          - 0.6 * jnp.log(income / _INCOME_MEDIAN))
-  delinq = jax.random.bernoulli(ks[8], p_del).astype(jnp.float32)
-  debt = jnp.clip(debt_level[:, None] + _LOAN_DEBT_SPREAD * jax.random.normal(ks[9], (u, hi)),
-                  0.01, 0.99)
+  delinq = (unif[:, 9] < p_del).astype(jnp.float32)
+  debt = jnp.clip(debt_level[:, None] + _LOAN_DEBT_SPREAD * norm[:, 1:], 0.01, 0.99)
   per_user = lambda v: jnp.broadcast_to(v[:, None], (u, hi))
   x = jnp.stack([per_user(income), debt, per_user(hist), per_user(delinq), per_user(group)],
                 axis=2).astype(jnp.float32)
   p = jax.nn.sigmoid(true_logit(jnp.reshape(x, (u * hi, NUM_FEATURES)))).reshape(u, hi)
-  y = jax.random.bernoulli(ks[10], p).astype(jnp.int32)
+  y = (unif[:, 10:] < p).astype(jnp.int32)
   return (loans_U.astype(jnp.int32), zip_U.astype(jnp.int32), x, y,
           p.astype(jnp.float32))
 

@@ -35,6 +35,8 @@ read `dpjax.accounting.dpsgd_epsilon(...)` or, after `from dpjax import dpsgd`,
     fitting       non-private reference fitters (Newton logistic regression)
     pate          PATE teachers, noisy argmax, data-dependent RDP
     recommender   McSherry-Mironov private recommender (global effects, covariance)
+    tuning        private hyperparameter tuning: repeat-and-select with a random
+                  number of runs, exponential-mechanism selection
 
 Examples:
   >>> import dpjax
@@ -50,7 +52,7 @@ __all__ = (
     "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "integer_noise",
     "mechanisms",
     "metrics", "models", "parallel", "pate", "privatizer", "prng", "recommender", "sampling",
-    "tradeoff",
+    "tradeoff", "tuning",
 )
 
 

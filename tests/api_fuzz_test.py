@@ -163,6 +163,12 @@ def public_entry_points():
 
 
 _key = fb.Fresh(lambda: jax.random.key(0))
+
+
+def _tuning_base_fn(keys_R, candidates_R):
+  """A base algorithm for tuning.repeat_and_select: outputs and scores = the candidates."""
+  del keys_R
+  return {"c": np.asarray(candidates_R)}, np.asarray(candidates_R, np.float64)
 _rng = fb.Fresh(lambda: np.random.default_rng(0))
 
 
@@ -305,6 +311,41 @@ def entries():
   add(E("dpjax.accounting.rdp.dpsgd_rdp", rdp.dpsgd_rdp,
         dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10, orders=orders),
         {"orders": "array"}))
+
+  # ---- repeat-and-select (private hyperparameter tuning) and dpjax.tuning
+  from dpjax import tuning  # pylint: disable=g-import-not-at-top
+  rs_kinds = {"mean_runs": "pos", "shape": "realinf"}
+  add(E("dpjax.accounting.rdp.repeat_and_select_rdp", rdp.repeat_and_select_rdp,
+        dict(orders=orders, rdp_values=rdp_vals, mean_runs=5.0, shape=1.0),
+        {"orders": "array", "rdp_values": "arrayinf", **rs_kinds}))
+  add(E("dpjax.accounting.rdp.truncated_negative_binomial_log_gamma",
+        rdp.truncated_negative_binomial_log_gamma, dict(mean_runs=5.0, shape=0.5),
+        {"mean_runs": "pos", "shape": "nonneg"}))
+  add(E("dpjax.accounting.tuned_dpsgd_epsilon", accounting.tuned_dpsgd_epsilon,
+        dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10, delta=1e-5, mean_runs=5.0,
+             shape=1.0, accountant="rdp", score_noise_multiplier=5.0, rdp_method="classic",
+             orders=orders),
+        {"orders": "array", "score_noise_multiplier": "pos", **rs_kinds}))
+  add(E("dpjax.tuning.num_runs_log_pmf", tuning.num_runs_log_pmf,
+        dict(k=np.array([1, 2]), mean_runs=3.0, shape=0.0), {"k": None, **rs_kinds}))
+  add(E("dpjax.tuning.sample_num_runs", tuning.sample_num_runs,
+        dict(key=_key, mean_runs=3.0, shape=1.0, size=4), rs_kinds))
+  add(E("dpjax.tuning.repeat_and_select", tuning.repeat_and_select,
+        dict(key=_key, base_fn=_tuning_base_fn, num_candidates=3, mean_runs=2.0, shape=1.0),
+        {"base_fn": "callable", **rs_kinds}))
+  add(E("dpjax.tuning.noisy_count_scores", tuning.noisy_count_scores,
+        dict(key=_key, counts_R=np.array([3.0, 4.0]), noise_multiplier=2.0),
+        {"counts_R": "array"}))
+  add(E("dpjax.tuning.select_by_exponential_mechanism", tuning.select_by_exponential_mechanism,
+        dict(key=_key, correct_counts_C=np.array([3.0, 4.0]), epsilon=1.0),
+        {"correct_counts_C": "array"}))
+  add(E("dpjax.tuning.exponential_selection_epsilon", tuning.exponential_selection_epsilon,
+        dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10, num_candidates=3,
+             delta=1e-5, selection_epsilon=1.0)))
+  EXCLUDED.update({
+      "dpjax.tuning.TuningResult": "result record of repeat_and_select",
+      "dpjax.tuning.dpsgd_runs": ("trains models with dpsgd.train_many (fuzzed), whose checks "
+                                  "it reuses; its own checks are in tests/tuning_test.py")})
 
   # ---- accounting.statement
   add(E("dpjax.accounting.statement.privacy_statement", statement.privacy_statement,

@@ -226,3 +226,122 @@ def test_pld_is_refused_with_a_reason():
                                    accountant="pld")
   with pytest.raises(ValueError, match="rdp_values"):
     rdp.repeat_and_select_rdp([2.0, 4.0], [0.1], mean_runs=5, shape=1)
+
+
+# ----------------------------------------------------------------------------
+# dpjax.tuning
+
+from dpjax import tuning  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+@pytest.mark.parametrize("mean,shape", [(5.0, 0.0), (5.0, 1.0), (3.0, 0.5), (2.0, "poisson"),
+                                        (1.0, 2.0)])
+def test_sample_num_runs_law(mean, shape):
+  """Monte Carlo (40,000 draws): mean and P[K = k], k <= 8, within 5 standard errors."""
+  n = 40_000
+  draws = tuning.sample_num_runs(jax.random.key(7), mean, shape, size=n)
+  k = np.arange(0, 4000)
+  p = np.exp(tuning.num_runs_log_pmf(k, mean, shape))
+  assert p.sum() == pytest.approx(1.0, abs=1e-9)
+  assert (k * p).sum() == pytest.approx(mean, rel=1e-9)
+  sd = math.sqrt(max((k * k * p).sum() - mean ** 2, 0.0))
+  assert abs(draws.mean() - mean) <= 5 * sd / math.sqrt(n) + 1e-12
+  for j in range(9):
+    freq = np.mean(draws == j)
+    assert abs(freq - p[j]) <= 5 * math.sqrt(p[j] * (1 - p[j]) / n) + 1e-12, (j, freq, p[j])
+  if not isinstance(shape, str):
+    assert draws.min() >= 1
+
+
+def test_repeat_and_select_law_of_the_release():
+  """Public scores = candidate index; the released candidate is the max of K uniform draws.
+
+  P[released <= j] = E[((j + 1)/C)^K] = pgf((j + 1)/C); with Poisson K = 0 gives -1.
+  Monte Carlo over 150 tunings per law, 5 standard errors.
+  """
+  c, n = 4, 150
+
+  def q_fn(keys, cand):
+    assert keys.shape[0] == cand.shape[0]
+    return {"cand": np.asarray(cand)}, cand * 1.0
+
+  for mean, shape in ((2.0, 1.0), (1.5, "poisson")):
+    sh = math.inf if shape == "poisson" else shape
+    res = [tuning.repeat_and_select(jax.random.fold_in(jax.random.key(3), i), q_fn, c,
+                                    mean_runs=mean, shape=shape) for i in range(n)]
+    got = np.array([r.candidate for r in res])
+    for r in res:
+      if r.candidate >= 0:
+        assert int(r.output["cand"]) == r.candidate and r.score == r.candidate
+      else:
+        assert r.output is None and math.isnan(r.score)
+    for j in range(-1, c):
+      want = _pgf((j + 1) / c, mean, sh) if j >= 0 else _pgf(0.0, mean, sh)
+      freq = np.mean(got <= j)
+      assert abs(freq - want) <= 5 * math.sqrt(want * (1 - want) / n) + 1e-9, (shape, j)
+
+
+def test_repeat_and_select_rejects_bad_scores_and_inputs():
+  q_fn = lambda keys, cand: (jnp.zeros((cand.size,)), jnp.full((cand.size,), jnp.nan))
+  with pytest.raises(ValueError, match="scores"):
+    tuning.repeat_and_select(jax.random.key(0), q_fn, 3, mean_runs=2, shape=1)
+  with pytest.raises(ValueError, match="mean_runs"):
+    tuning.repeat_and_select(jax.random.key(0), q_fn, 3, mean_runs=-1, shape=1)
+  with pytest.raises(ValueError, match="shape"):
+    tuning.sample_num_runs(jax.random.key(0), 3.0, -1.0)
+  with pytest.raises(ValueError, match="candidate_probs"):
+    tuning.repeat_and_select(jax.random.key(0), q_fn, 3, mean_runs=2, shape=1,
+                             candidate_probs=[0.5, 0.6, 0.1])
+
+
+def test_noisy_count_scores():
+  """Integer outputs, mean the count, std s (Monte Carlo, 20,000 draws, 5 standard errors)."""
+  s, n = 3.0, 20_000
+  out = tuning.noisy_count_scores(jax.random.key(2), np.full(n, 50), s)
+  assert np.all(out == np.round(out))
+  assert abs(out.mean() - 50) <= 5 * s / math.sqrt(n)
+  assert out.var() == pytest.approx(s * s + 1 / 12, rel=5 * math.sqrt(2 / n))
+  with pytest.raises(ValueError, match="counts_R"):
+    tuning.noisy_count_scores(jax.random.key(2), [1.5], s)
+
+
+def test_exponential_selection():
+  """Frequencies of 250 selections match softmax(eps u) within 5 standard errors."""
+  u, eps, n = np.array([10, 11, 13, 12]), 0.7, 250
+  p = np.exp(eps * u - special.logsumexp(eps * u))
+  got = np.array([tuning.select_by_exponential_mechanism(k, u, eps)
+                  for k in jax.random.split(jax.random.key(5), n)])
+  for j in range(u.size):
+    assert abs(np.mean(got == j) - p[j]) <= 5 * math.sqrt(p[j] * (1 - p[j]) / n)
+  e = tuning.exponential_selection_epsilon(3.0, 0.02, 100, 20, 1e-5, 0.5)
+  composed = 20 * 100 * rdp.subsampled_gaussian_rdp(0.02, 3.0, rdp.DEFAULT_ORDERS)
+  assert e == pytest.approx(max(0.5, rdp.rdp_to_epsilon(rdp.DEFAULT_ORDERS, composed, 1e-5)[0]),
+                            rel=1e-12)
+  assert tuning.exponential_selection_epsilon(3.0, 0.02, 100, 20, 1e-5, 50.0) == 50.0
+
+
+@pytest.mark.slow
+def test_dpsgd_runs_equals_train_many_per_setting():
+  from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
+  x = jax.random.normal(jax.random.key(0), (16, 3))
+  y = (x[:, 0] > 0).astype(jnp.int32)
+  cfgs = [dpsgd.DpSgdConfig(dataset_size=16, sampling_prob=0.5, num_steps=3, noise_multiplier=1.0,
+                            l2_clip_norm=c, learning_rate=lr) for c, lr in ((0.5, 1.0), (2.0, 0.1))]
+  model = models.logistic_regression(3)
+  keys = jax.random.split(jax.random.key(1), 3)
+  out = tuning.dpsgd_runs(keys, [1, 0, 1], x, y, cfgs, model)
+  ref1 = dpsgd.train_many(keys[np.array([0, 2])], x, y, jnp.ones((2, 16), bool), cfgs[1], model,
+                          progress=False)
+  ref0 = dpsgd.train_many(keys[np.array([1])], x, y, jnp.ones((1, 16), bool), cfgs[0], model,
+                          progress=False)
+  np.testing.assert_array_equal(out.params["w"][np.array([0, 2])], ref1.params["w"])
+  np.testing.assert_array_equal(out.params["w"][1], ref0.params["w"][0])
+  assert not np.allclose(out.params["w"][0], out.params["w"][2])   # independent runs
+  bad = cfgs + [dpsgd.DpSgdConfig(dataset_size=16, sampling_prob=0.5, num_steps=3,
+                                  noise_multiplier=2.0)]
+  with pytest.raises(ValueError, match="privacy curve"):
+    tuning.dpsgd_runs(keys, [0, 1, 2], x, y, bad, model)
+  with pytest.raises(ValueError, match="candidates_R"):
+    tuning.dpsgd_runs(keys, [0, 1, 5], x, y, cfgs, model)

@@ -1,0 +1,416 @@
+"""Private hyperparameter tuning: repeat-and-select with a random number of runs.
+
+Tuning on private data spends privacy: every trained candidate and every score read
+from private data is a release the accountant must see. Accounting for the final
+model alone is not DP at all (lecture §5.5). Two accounted procedures are here.
+
+1. Repeat and select (Papernot & Steinke, "Hyperparameter Tuning with Renyi
+   Differential Privacy", ICLR 2022, https://arxiv.org/abs/2110.03620; Liu &
+   Talwar, STOC 2019, https://arxiv.org/abs/1811.07971). Draw K from a public law
+   (`sample_num_runs`), run a base algorithm Q K times, release only the run with
+   the best score. Each run of Q draws a candidate setting at random (uniformly by
+   default, from a data-independent law in any case), trains it, and scores it.
+   If Q's WHOLE output (model AND score) has RDP curve eps(alpha), the released run
+   has the curve `accounting.rdp.repeat_and_select_rdp` (about (2 + eta) times
+   Q's pure-DP eps in the limit). The score must therefore be private too: either
+   computed on public data, or a count on a private validation split released with
+   Gaussian noise (`noisy_count_scores`), whose RDP alpha / (2 s^2) is part of Q's
+   curve (`accounting.tuned_dpsgd_epsilon(..., score_noise_multiplier=s)`). K, the
+   other runs and their scores are NOT released (releasing K voids the theorem).
+
+2. Selection by the exponential mechanism on a disjoint validation split (lecture
+   §3.4, code 01 demo 3): train all C candidates on the training split, count each
+   one's correct predictions on the validation split, pick one with
+   `select_by_exponential_mechanism` and release it. A person is in one split only
+   (the split is a fixed public rule on record identity), so by parallel
+   composition the guarantee is the worse of the two parts, not their sum:
+   a training record is seen by all C trainings (C-fold composition; the selection
+   is post-processing of the C models given the validation data), a validation
+   record only by the selection (eps_sel-DP: counts have sensitivity 1 and move in
+   the same direction between add/remove neighbours, so exp(eps u) is eps-DP).
+   `exponential_selection_epsilon` is that max.
+
+Shape letters: R runs, C candidates, N records.
+
+Examples:
+  >>> import jax
+  >>> k = sample_num_runs(jax.random.key(0), 10.0, 1.0)
+  >>> isinstance(k, int) and k >= 1
+  True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import special
+
+from dpjax import _validate
+from dpjax import accounting
+from dpjax import dpsgd
+from dpjax import integer_noise
+from dpjax import mechanisms
+from dpjax.accounting import rdp
+
+PyTree = Any
+
+
+# ----------------------------------------------------------------------------
+# the number of runs
+
+
+def _law(mean_runs, shape) -> tuple[float, float]:
+  mu = _validate.check_range(mean_runs, "mean_runs", 1.0)
+  eta = rdp._repeat_shape(shape)  # pylint: disable=protected-access
+  return mu, eta
+
+
+def num_runs_log_pmf(k, mean_runs: float, shape) -> np.ndarray:
+  """log P[K = k] of the law of the number of runs.
+
+  Truncated negative binomial with shape eta and E[K] = mean_runs (Papernot &
+  Steinke 2022, Definition 1; gamma from `rdp.truncated_negative_binomial_log_gamma`):
+  P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) * Gamma(k + eta) / (Gamma(eta) k!)
+  for k >= 1 (eta > 0), and (1 - gamma)^k / (k log(1/gamma)) at eta = 0
+  (logarithmic). Poisson (shape "poisson" or inf): e^-mu mu^k / k!, k >= 0.
+
+  Args:
+    k: integer counts, any shape.
+    mean_runs: E[K] >= 1.
+    shape: eta >= 0 or "poisson" / math.inf.
+  Returns:
+    float64 array like k (-inf outside the support).
+
+  Examples:
+    >>> np.exp(num_runs_log_pmf([1, 2, 3], 2.0, 1.0)).round(4).tolist()   # geometric(1/2)
+    [0.5, 0.25, 0.125]
+  """
+  mu, eta = _law(mean_runs, shape)
+  kk = np.asarray(k, np.float64)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    if math.isinf(eta):
+      out = np.where(kk >= 0, kk * math.log(mu) - mu - special.gammaln(kk + 1.0), -np.inf)
+      return np.where(np.isnan(out), -np.inf, out)
+    lg = rdp.truncated_negative_binomial_log_gamma(mu, eta)
+    if lg == 0.0:
+      return np.where(kk == 1, 0.0, -np.inf)
+    log1m_gamma = math.log(-math.expm1(lg))          # log(1 - gamma)
+    if eta == 0.0:
+      out = kk * log1m_gamma - np.log(kk) - math.log(-lg)
+    else:
+      out = (kk * log1m_gamma + special.gammaln(kk + eta) - special.gammaln(eta)
+             - special.gammaln(kk + 1.0) - math.log(math.expm1(-eta * lg)))
+  out = np.where((kk >= 1) & (kk == np.floor(kk)), out, -np.inf)
+  return np.where(np.isnan(out), -np.inf, out)
+
+
+def _pow2(n: int) -> int:
+  return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _uniform53(key, size: int) -> np.ndarray:
+  """size uniforms in [0, 1) with 53 random bits each, from one key.
+
+  The bits are drawn for the next power of two >= size and the first `size` kept,
+  so a varying size compiles O(log size) programs, not one per size.
+  """
+  bits = np.asarray(jax.random.bits(key, (_pow2(size), 2), jnp.uint32))[:size]
+  bits = bits.astype(np.uint64)
+  hi = (bits[:, 0] >> np.uint64(6)).astype(np.float64)     # 26 bits
+  lo = (bits[:, 1] >> np.uint64(5)).astype(np.float64)     # 27 bits
+  return (hi * 2.0 ** 27 + lo) / 2.0 ** 53
+
+
+def sample_num_runs(key: jax.Array, mean_runs: float, shape, size: Optional[int] = None):
+  """Draws the number of runs K (the law of `num_runs_log_pmf`) by inversion.
+
+  A 53-bit uniform u is drawn from `key` (on the host, float64) and K is the
+  smallest k with P[K <= k] > u, the CDF summed in float64 over blocks of k until
+  it exceeds u (or the pmf underflows). K is public randomness, independent of the
+  data; it must not be released with the tuning's result.
+
+  Args:
+    key: a jax.random key.
+    mean_runs: E[K] >= 1.
+    shape: eta >= 0 (0 logarithmic, 1 geometric) or "poisson" / math.inf.
+    size: None for one draw (a Python int), or a number of iid draws (int64[size]).
+  Returns:
+    int, or int64[size].
+
+  Examples:
+    >>> import jax
+    >>> sample_num_runs(jax.random.key(1), 1.0, 0.5)   # E[K] = 1: K = 1 surely
+    1
+  """
+  mu, eta = _law(mean_runs, shape)
+  n = 1 if size is None else _validate.check_int(size, "size")
+  u = _uniform53(key, n)
+  start = 0 if math.isinf(eta) else 1
+  block = max(1024, int(64 * mu))
+  cdf_end, ks, cdfs = 0.0, [], []
+  umax = float(u.max())
+  while True:
+    k = np.arange(start, start + block, dtype=np.float64)
+    p = np.exp(num_runs_log_pmf(k, mu, eta))
+    c = cdf_end + np.cumsum(p)
+    ks.append(k)
+    cdfs.append(c)
+    cdf_end = float(c[-1])
+    if cdf_end > umax or p[-1] == 0.0:
+      break
+    start += block
+    block *= 2
+  k_all, c_all = np.concatenate(ks), np.concatenate(cdfs)
+  idx = np.minimum(np.searchsorted(c_all, u, side="right"), k_all.size - 1)
+  out = k_all[idx].astype(np.int64)
+  return int(out[0]) if size is None else out
+
+
+# ----------------------------------------------------------------------------
+# repeat and select
+
+
+class TuningResult(NamedTuple):
+  """What repeat-and-select releases (and nothing else: not K, not the other runs).
+
+  Attributes:
+    candidate: index of the released run's setting, -1 when K = 0 (Poisson law).
+    score: the released run's score (its private score, e.g. a noisy count); nan if K = 0.
+    output: the released run's output pytree (e.g. model parameters); None if K = 0.
+  """
+  candidate: int
+  score: float
+  output: PyTree
+
+
+def repeat_and_select(key: jax.Array,
+                      base_fn: Callable[[jax.Array, np.ndarray], tuple[PyTree, Any]],
+                      num_candidates: int, *, mean_runs: float, shape,
+                      candidate_probs=None) -> TuningResult:
+  """Runs the base algorithm Q a random K times and releases the best run.
+
+  Privacy (Papernot & Steinke 2022, Theorems 2 and 6): if each run of Q, the pair
+  (output, score) as a function of the private data, has RDP curve eps(alpha),
+  the released `TuningResult` has curve
+  `rdp.repeat_and_select_rdp(orders, eps, mean_runs=mean_runs, shape=shape)`
+  (for DP-SGD runs: `accounting.tuned_dpsgd_epsilon`). The candidates are drawn
+  from `candidate_probs` (public, data-independent) and each run gets its own key,
+  so the runs are independent given the data, as the theorem requires. Ties in the
+  score go to the earliest run; the run order is random, so this is a random
+  tie-break (an independent label in Q's output).
+
+  Args:
+    key: a jax.random key (split into: K, the candidates, the runs' keys).
+    base_fn: Q, batched over runs: base_fn(keys_R, candidates_R) ->
+      (outputs pytree with leading axis R, scores float[R]); run r trains / evaluates
+      candidate candidates_R[r] with key keys_R[r]. It must make the scores private
+      (public data, or `noisy_count_scores`).
+    num_candidates: C >= 1.
+    mean_runs: E[K] >= 1.
+    shape: eta >= 0 or "poisson" / math.inf.
+    candidate_probs: optional float[C] (default uniform).
+  Returns:
+    TuningResult(candidate, score, output); candidate -1 when K = 0.
+  Raises:
+    ValueError naming the parameter for bad inputs, or if base_fn returns scores
+    that are not float[R] and finite.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> def q_fn(keys, cand):   # scores: the candidate index, public
+    ...   return {"c": jnp.asarray(cand)}, jnp.asarray(cand, jnp.float32)
+    >>> res = repeat_and_select(jax.random.key(0), q_fn, 5, mean_runs=50, shape=1)
+    >>> res.candidate, int(res.output["c"])
+    (4, 4)
+  """
+  c = _validate.check_int(num_candidates, "num_candidates")
+  mu, eta = _law(mean_runs, shape)
+  _validate.check_callable(base_fn, "base_fn")
+  if candidate_probs is None:
+    probs = np.full(c, 1.0 / c)
+  else:
+    probs = _validate.check_array(candidate_probs, "candidate_probs", shape=(c,), low=0.0)
+    if not math.isclose(float(probs.sum()), 1.0, rel_tol=1e-6):
+      raise ValueError(f"candidate_probs must sum to 1, got {probs.sum()!r}")
+  k_num, k_cand, k_runs = jax.random.split(key, 3)
+  k = sample_num_runs(k_num, mu, eta)
+  if k == 0:
+    return TuningResult(-1, math.nan, None)
+  # Candidates by inversion of the float64 CDF with 53-bit uniforms, on the host.
+  cdf = np.cumsum(probs)
+  cands = np.minimum(np.searchsorted(cdf / cdf[-1], _uniform53(k_cand, k), side="right"), c - 1)
+  keys = jax.random.split(k_runs, _pow2(k))[:k]   # padded: few distinct compiles
+  outputs, scores = base_fn(keys, cands)
+  s = np.asarray(scores, np.float64)
+  if s.shape != (k,) or not np.all(np.isfinite(s)):
+    raise ValueError(f"base_fn must return finite scores float[R] (R = {k} runs), got "
+                     f"shape {s.shape}")
+  best = int(np.argmax(s))
+  return TuningResult(int(cands[best]), float(s[best]),
+                      jax.tree.map(lambda a: a[best], outputs))
+
+
+def noisy_count_scores(key: jax.Array, counts_R, noise_multiplier: float) -> np.ndarray:
+  """Releases integer counts (e.g. correct predictions on a private validation split).
+
+  Each count gets independent integer noise round(s Z), Z ~ N(0, 1)
+  (`integer_noise.rounded_gaussian(s)`, drawn exactly from a table; count + noise
+  is a post-processing of count + s Z). One record changes each count by at most
+  1, so each released count has RDP alpha / (2 s^2), up to the table's total
+  variation distance (below 2^-100, a delta not accounted). Pass s as
+  `score_noise_multiplier` to `accounting.tuned_dpsgd_epsilon`.
+
+  Args:
+    key: a jax.random key.
+    counts_R: integer counts [R] (each of sensitivity 1).
+    noise_multiplier: s > 0.
+  Returns:
+    float64[R] noisy counts (integers).
+
+  Examples:
+    >>> import jax
+    >>> noisy_count_scores(jax.random.key(0), [10, 20], 1e-3).tolist()
+    [10.0, 20.0]
+  """
+  s = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  cnt = _validate.check_array(counts_R, "counts_R", ndim=1)
+  if cnt.size == 0 or not np.all(cnt == np.round(cnt)):
+    raise ValueError(f"counts_R must be a non-empty array of integer counts, got {cnt!r:.80}")
+  noise = integer_noise.sample(key, integer_noise.rounded_gaussian(s), cnt.shape)
+  return cnt + np.asarray(noise, np.float64)
+
+
+def dpsgd_runs(keys_R: jax.Array, candidates_R, x_NxF, y_N, cfgs: Sequence[dpsgd.DpSgdConfig],
+               model, *, pad_to: Optional[int] = None, **train_kwargs) -> dpsgd.TrainResult:
+  """Trains run r with config cfgs[candidates_R[r]] and key keys_R[r] (all records kept).
+
+  The runs of one setting are one vmapped `dpsgd.train_many` call; the Python loop is
+  over the distinct settings used (each is its own compiled program, since C and
+  the learning rate are static in it). The settings must share the privacy curve
+  that is accounted: same sigma, q, T, dataset_size and privacy unit.
+
+  Args:
+    keys_R: [R] keys.
+    candidates_R: int[R] in [0, len(cfgs)).
+    x_NxF, y_N, model: as in `dpsgd.train_many`.
+    cfgs: the candidate settings (DpSgdConfig), differing e.g. in C and learning rate.
+    pad_to: optional P >= 1: each setting trains a multiple of P models (the extra
+      ones, with keys folded from the setting's first run key, are discarded), so
+      that calls with varying run counts reuse one compiled program per setting.
+    **train_kwargs: other `train_many` keywords.
+  Returns:
+    TrainResult with leaves [R, ...] in run order.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from dpjax import models
+    >>> cfgs = [dpsgd.DpSgdConfig(dataset_size=8, sampling_prob=0.5, num_steps=2,
+    ...                           noise_multiplier=1.0, l2_clip_norm=c) for c in (0.5, 2.0)]
+    >>> out = dpsgd_runs(jax.random.split(jax.random.key(0), 3), [1, 0, 1], jnp.ones((8, 2)),
+    ...                  jnp.ones((8,), int), cfgs, models.logistic_regression(2))
+    >>> out.params["w"].shape
+    (3, 2)
+  """
+  cfgs = tuple(cfgs)
+  if not cfgs or not all(isinstance(c, dpsgd.DpSgdConfig) for c in cfgs):
+    raise ValueError("cfgs must be a non-empty sequence of DpSgdConfig")
+  ref = cfgs[0]
+  for j, cf in enumerate(cfgs):
+    same = (cf.sigma == ref.sigma and cf.sampling_prob == ref.sampling_prob
+            and cf.num_steps == ref.num_steps and cf.dataset_size == ref.dataset_size
+            and cf.privacy_unit == ref.privacy_unit)
+    if not same:
+      raise ValueError(f"cfgs[{j}] has a different privacy curve from cfgs[0] (sigma, q, T, "
+                       "dataset_size and privacy_unit must agree)")
+  cand = _validate.check_array(candidates_R, "candidates_R", np.int64, ndim=1,
+                               low=0, high=len(cfgs) - 1)
+  r = cand.shape[0]
+  if r == 0:
+    raise ValueError("candidates_R must hold at least one run")
+  keys = dpsgd._model_keys(keys_R, r)  # pylint: disable=protected-access
+  n = np.shape(x_NxF)[0]
+  train_kwargs.setdefault("progress", False)
+  parts, order = [], []
+  pad = 1 if pad_to is None else _validate.check_int(pad_to, "pad_to")
+  for j in np.unique(cand):
+    runs = np.nonzero(cand == j)[0]
+    m = -(-runs.size // pad) * pad
+    k_j = keys[runs]
+    if m > runs.size:   # discarded padding models, keys distinct from the real ones
+      extra = jax.random.split(jax.random.fold_in(k_j[0], 0x7AD), m - runs.size)
+      k_j = jnp.concatenate([k_j, extra])
+    out = dpsgd.train_many(k_j, x_NxF, y_N, jnp.ones((m, n), bool), cfgs[int(j)], model,
+                           **train_kwargs)
+    parts.append(jax.tree.map(lambda a, r=runs.size: None if a is None else a[:r], out))
+    order.append(runs)
+  inv = np.argsort(np.concatenate(order), kind="stable")
+  return jax.tree.map(lambda *leaves: jnp.concatenate(leaves, axis=0)[inv], *parts)
+
+
+# ----------------------------------------------------------------------------
+# exponential-mechanism selection on a disjoint validation split
+
+
+def select_by_exponential_mechanism(key: jax.Array, correct_counts_C, epsilon: float) -> int:
+  """Picks a candidate with probability proportional to exp(eps * correct count).
+
+  The utilities are counts of correct predictions on a private validation split,
+  with the C models fixed (trained on a disjoint split): adding or removing one
+  validation record changes every count by 0 or +-1 in the same direction
+  (sensitivity 1, monotone), so exp(eps u) is eps-DP (McSherry & Talwar 2007;
+  Dwork & Roth 2014, monotone utilities). Calls
+  `mechanisms.exponential_mechanism(..., monotonic=True)`.
+
+  Args:
+    key: a jax.random key.
+    correct_counts_C: integer counts [C].
+    epsilon: eps > 0 of the selection.
+  Returns:
+    the chosen index (int).
+
+  Examples:
+    >>> import jax
+    >>> select_by_exponential_mechanism(jax.random.key(0), [0, 100], 1.0)
+    1
+  """
+  e = _validate.check_epsilon(epsilon)
+  u = _validate.check_array(correct_counts_C, "correct_counts_C", ndim=1)
+  if u.size == 0 or not np.all(u == np.round(u)):
+    raise ValueError("correct_counts_C must be a non-empty array of integer counts")
+  return int(mechanisms.exponential_mechanism(key, jnp.asarray(u, jnp.float32), e,
+                                              sensitivity=1.0, monotonic=True))
+
+
+def exponential_selection_epsilon(noise_multiplier: float, sampling_prob: float,
+                                  num_steps: int, num_candidates: int, delta: float,
+                                  selection_epsilon: float) -> float:
+  """eps at delta of: train C candidates by DP-SGD, select one by the exponential mechanism.
+
+  Parallel composition over the disjoint training and validation splits: a
+  training record's cost is the C-fold composition of T-step DP-SGD with the same
+  (sigma, q) (RDP adds, = one run of C * T steps), a validation record's is the
+  selection's pure eps. The released pair (index, model) is
+  max(dpsgd_epsilon(sigma, q, C T, delta), selection_epsilon)-DP at delta.
+
+  Args:
+    noise_multiplier, sampling_prob, num_steps: each candidate's DP-SGD (sigma, q, T).
+    num_candidates: C >= 1.
+    delta: in (0, 1).
+    selection_epsilon: eps > 0 of `select_by_exponential_mechanism`.
+  Returns:
+    eps (float).
+
+  Examples:
+    >>> e1 = accounting.dpsgd_epsilon(4.0, 0.01, 2_000, 1e-5)
+    >>> exponential_selection_epsilon(4.0, 0.01, 100, 20, 1e-5, 0.5) == max(e1, 0.5)
+    True
+  """
+  c = _validate.check_int(num_candidates, "num_candidates")
+  steps = _validate.check_int(num_steps, "num_steps")
+  e_sel = _validate.check_epsilon(selection_epsilon, "selection_epsilon")
+  e_train = accounting.dpsgd_epsilon(noise_multiplier, sampling_prob, c * steps, delta)
+  return max(e_train, e_sel)

@@ -337,3 +337,238 @@ def loss_from_logits(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
     return _logistic_loss(z, y_B.astype(z.dtype))
   logp = jax.nn.log_softmax(logits_BxK, axis=-1)
   return -jnp.take_along_axis(logp, y_B.astype(jnp.int32)[:, None], axis=-1)[:, 0]
+
+
+# ----------------------------------------------------------------------------------
+# Fine-tuning part of a model: a frozen (public) body and a trainable last layer.
+#
+# An mlp or cnn is body + head: the body maps x to features phi(x) float32[B, H] (an
+# mlp's last hidden activations, a cnn's flattened pooled conv output; the input
+# itself for an mlp without hidden layers), the head is the last dense layer
+# logits = phi(x) @ w + b. Two equivalent ways to train only the head privately:
+#
+#   features route: phi_NxH = body_features(model, params, x_NxF) once, then
+#     train_many(key, phi_NxH, y_N, keep, cfg, head) with (head, head0) =
+#     split_head(model, params) and init_params=head0 (default ghost clipping);
+#   plug-in route: train_many(key, x_NxF, y_N, keep, cfg, frozen_body(model, params)),
+#     which evaluates phi inside every step (generic vmap clipping).
+#
+# Both run the same DP-SGD on the head parameters with the same per-example
+# gradients (the head's loss depends on x only through phi(x)), so with the same key
+# they train the same models to float rounding (tested). Privacy: when `params` (the
+# body) was fitted on public data only, phi is a fixed public function applied to
+# each record separately, so the features of a neighbouring private data set are a
+# neighbouring feature data set and DP-SGD's (eps, delta) for the head carries over
+# to the private records unchanged; only d = the head's H * K + K parameters receive
+# noise, which is why fewer privately learned parameters cost less (Tramer & Boneh
+# 2021, "Differentially Private Learning Needs Better Features (or Much More Data)",
+# arXiv:2011.11660). The body must not have been fitted or selected on the private
+# records; nothing here can check that.
+
+_HEAD_KINDS = ("mlp", "cnn")
+
+
+def _check_split_model(model: Any, name: str = "model") -> Model:
+  check_model(model, name)
+  if model.kind not in _HEAD_KINDS:
+    raise ValueError(f"{name}.kind must be one of {_HEAD_KINDS} (a model with a dense last "
+                     f"layer this module built), got {model.kind!r}")
+  return model
+
+
+def _check_params_like(params: Any, reference: Any, name: str) -> None:
+  """params has reference's tree structure, leaf shapes, real dtypes and finite values."""
+  try:
+    same = jax.tree.structure(params) == jax.tree.structure(reference)
+  except Exception:  # pylint: disable=broad-except
+    same = False
+  if not same:
+    raise ValueError(f"{name} must have the structure of the model's parameters "
+                     f"{jax.tree.structure(reference)}, got {type(params).__name__}")
+  for i, (leaf, ref) in enumerate(zip(jax.tree.leaves(params), jax.tree.leaves(reference))):
+    _validate.check_array(leaf, f"{name} (leaf {i})", np.float32, shape=tuple(ref.shape))
+
+
+def _last_layer(model: Model, params: PyTree) -> dict:
+  return params["layers"][-1] if model.kind == "mlp" else params["dense"][0]
+
+
+def _body(model: Model, params: PyTree, x: jax.Array) -> jax.Array:
+  """phi(x) [B, H]: model.apply's computation up to (not including) the last layer."""
+  if model.kind == "mlp":
+    a = x.reshape(x.shape[0], -1)
+    for layer in params["layers"][:-1]:
+      a = jax.nn.relu(a @ layer["w"] + layer["b"][None, :])
+    return a
+  h, w, c_in = model.input_shape
+  a = x.reshape(x.shape[0], h, w, c_in)
+  for layer in params["conv"]:
+    a = jax.lax.conv_general_dilated(
+        a, layer["w"], window_strides=(1, 1), padding="SAME",
+        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    a = jax.nn.relu(a + layer["b"][None, None, None, :])
+    a = avg_pool2(a)
+  return a.reshape(a.shape[0], -1)
+
+
+def _checked_split(model: Any, params: Any, name: str = "params") -> tuple[Model, PyTree]:
+  model = _check_split_model(model)
+  _check_params_like(params, jax.eval_shape(model.init, jax.random.key(0)), name)
+  return model, jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)
+
+
+def _num_inputs(model: Model, params: PyTree) -> int:
+  if model.kind == "mlp":
+    return int(params["layers"][0]["w"].shape[0])
+  return int(math.prod(model.input_shape))
+
+
+def body_features(model: Model, params: PyTree, x_BxF: jax.typing.ArrayLike) -> jax.Array:
+  """phi(x): the features an mlp or cnn feeds to its last dense layer.
+
+  model.apply(params, x) == phi(x) @ w + b with {"w", "b"} = the last layer
+  (`split_head`), computed by the same operations in the same order.
+
+  Args:
+    model: a `mlp` (phi = relu activations of the last hidden layer; the flattened
+      input when there are no hidden layers) or a `cnn` (phi = the flattened output
+      of the last conv / relu / pool block).
+    params: the model's parameters (finite, the structure of model.init).
+    x_BxF: inputs float32[B, F] (a cnn also takes [B, H, W, C_in]), B >= 1, finite.
+  Returns:
+    float32[B, H]: H = the last hidden width (mlp) or the flattened conv output
+    size (cnn).
+  Raises:
+    ValueError naming model, params or x_BxF.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> model = mlp(4, hidden=(8,), num_classes=3)
+    >>> body_features(model, model.init(jax.random.key(0)), jnp.ones((2, 4))).shape
+    (2, 8)
+  """
+  model, params = _checked_split(model, params)
+  x_BxF = _as_jax(_validate.check_array(x_BxF, "x_BxF", np.float32, ndim=(2, 4), min_size=1))
+  f = math.prod(x_BxF.shape[1:])
+  if f != _num_inputs(model, params):
+    raise ValueError(f"x_BxF must have {_num_inputs(model, params)} features per row (the "
+                     f"model's input size), got shape {tuple(x_BxF.shape)}")
+  return _body(model, params, x_BxF)
+
+
+def split_head(model: Model, params: PyTree) -> tuple[Model, PyTree]:
+  """The last dense layer of an mlp or cnn as a model of its own, with its parameters.
+
+  Args:
+    model: a `mlp` or `cnn` with K outputs and L2 coefficient l2.
+    params: its parameters.
+  Returns:
+    (head, head_params): head = mlp(H, hidden=(), num_classes=K, l2=l2), the linear
+    map phi -> phi @ w + b (kind "mlp", so DP-SGD clips it with ghost clipping), and
+    head_params = {"layers": [{"w": float32[H, K], "b": float32[K]}]}, the model's
+    last layer. head.apply(head_params, body_features(model, params, x)) equals
+    model.apply(params, x). With the same l2 the head's loss gradient equals the
+    full model's gradient in the last layer (the body's share of the penalty is a
+    constant once the body is frozen).
+
+  Examples:
+    >>> import jax
+    >>> model = mlp(4, hidden=(8,), num_classes=3)
+    >>> head, head_params = split_head(model, model.init(jax.random.key(0)))
+    >>> head_params["layers"][0]["w"].shape
+    (8, 3)
+  """
+  model, params = _checked_split(model, params)
+  last = _last_layer(model, params)
+  head = mlp(int(last["w"].shape[0]), (), model.num_outputs, model.l2)
+  return head, {"layers": [dict(last)]}
+
+
+def join_head(model: Model, params: PyTree, head_params: PyTree) -> PyTree:
+  """params with its last dense layer replaced by head_params (a trained head).
+
+  Args:
+    model: a `mlp` or `cnn`.
+    params: its parameters (the body is kept unchanged, leaf for leaf).
+    head_params: {"layers": [{"w": [H, K], "b": [K]}]} as from `split_head`.
+  Returns:
+    A new parameter pytree of the model (the inputs are not modified).
+  """
+  model, params = _checked_split(model, params)
+  _, head0 = split_head(model, params)
+  _check_params_like(head_params, head0, "head_params")
+  last = {k: jnp.asarray(v, jnp.float32) for k, v in head_params["layers"][0].items()}
+  if model.kind == "mlp":
+    return {"layers": list(params["layers"][:-1]) + [last]}
+  return {"conv": list(params["conv"]), "dense": [last]}
+
+
+def reset_head(model: Model, params: PyTree, key: jax.Array | None = None) -> PyTree:
+  """params with a fresh last dense layer: zeros (key None) or He-normal weights and
+  zero biases as at model.init (from `key`). For fine-tuning on new classes (relabel
+  them 0..K-1) on top of a pre-trained body.
+
+  Args:
+    model: a `mlp` or `cnn`.
+    params: its parameters.
+    key: optional jax.random key.
+  Returns:
+    A new parameter pytree of the model.
+  """
+  model, params = _checked_split(model, params)
+  last = _last_layer(model, params)
+  h, k = last["w"].shape
+  if key is None:
+    fresh = {"w": jnp.zeros((h, k), jnp.float32), "b": jnp.zeros((k,), jnp.float32)}
+  else:
+    fresh = _dense_init(key, h, k)
+  return join_head(model, params, {"layers": [fresh]})
+
+
+def frozen_body(model: Model, params: PyTree) -> Model:
+  """A model whose parameters are only the last layer of `model`, the body frozen at params.
+
+  The returned Model has params {"layers": [{"w": [H, K], "b": [K]}]} (init returns
+  params' own last layer, whatever the key) and
+    apply(head_params, x) = body_features(model, params, x) @ w + b
+                          = model.apply(join_head(model, params, head_params), x),
+  with l2 = model.l2 on the head only and kind "custom" (generic vmap clipping). It
+  plugs into `dpsgd.train_many`: DP-SGD then clips, noises and updates the head
+  alone, and the body's parameters are constants of the program (never updated).
+  Equivalent to training `split_head`'s head on precomputed `body_features`, which
+  is cheaper (phi evaluated once, not every step); see the section comment above for
+  why it is private when the body is public. Each call builds a new Model (a new
+  compiled program in train_many): build it once and reuse it.
+
+  Args:
+    model: a `mlp` or `cnn`.
+    params: its parameters; the body part is frozen (copied to float32).
+  Returns:
+    A Model with kind "custom" and num_outputs = model.num_outputs.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> model = mlp(4, hidden=(8,), num_classes=3)
+    >>> params = model.init(jax.random.key(0))
+    >>> frozen = frozen_body(model, params)
+    >>> head_params = frozen.init(jax.random.key(1))
+    >>> bool(jnp.allclose(frozen.apply(head_params, jnp.ones((2, 4))),
+    ...                   model.apply(params, jnp.ones((2, 4)))))
+    True
+  """
+  model, params = _checked_split(model, params)
+  head, head0 = split_head(model, params)
+  body_params = jax.tree.map(jax.lax.stop_gradient, params)
+  f = _num_inputs(model, params)
+
+  def init(key):
+    del key
+    return jax.tree.map(jnp.array, head0)
+
+  def apply(head_params, x):
+    if math.prod(x.shape[1:]) != f:
+      raise ValueError(f"x must have {f} features per row (the model's input size), got "
+                       f"shape {tuple(x.shape)}")
+    return head.apply(head_params, _body(model, body_params, x))
+
+  return Model(init, apply, model.l2, "custom", model.num_outputs, None)

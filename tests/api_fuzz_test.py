@@ -825,6 +825,19 @@ def entries():
   add(E("dpjax.models.loss_from_logits", models.loss_from_logits,
         dict(logits_BxK=np.zeros((4, 3)), y_B=np.array([0, 1, 2, 1])),
         {"logits_BxK": "array", "y_B": "labels"}))
+  add(E("dpjax.models.body_features", models.body_features,
+        dict(model=mlp_m, params=mlp_params, x_BxF=np.ones((2, 3))),
+        {"params": "object", "x_BxF": "array"}))
+  add(E("dpjax.models.split_head", models.split_head, dict(model=mlp_m, params=mlp_params),
+        {"params": "object"}))
+  add(E("dpjax.models.join_head", models.join_head,
+        dict(model=mlp_m, params=mlp_params,
+             head_params={"layers": [mlp_params["layers"][-1]]}),
+        {"params": "object", "head_params": "object"}))
+  add(E("dpjax.models.reset_head", models.reset_head,
+        dict(model=mlp_m, params=mlp_params, key=jax.random.key(3)), {"params": "object"}))
+  add(E("dpjax.models.frozen_body", models.frozen_body,
+        dict(model=mlp_m, params=mlp_params), {"params": "object"}))
 
   # ---- parallel
   add(E("dpjax.parallel.model_mesh", parallel.model_mesh, dict(devices=jax.devices()),

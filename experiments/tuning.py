@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +63,7 @@ DEFAULT_CLIP_NORMS = (0.03, 0.3, 1.0, 3.0)
 DEFAULT_STEP_SIZES = (0.1, 0.5)
 FIGURE_MEANS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 FIGURE_SHAPES = (0.0, 1.0, "poisson")
+_PUBLIC = 5000   # people in the public sample that fits the feature scaler
 _PAD = 4   # models per compiled program: every call for a setting reuses one program
 
 LECTURE = {
@@ -134,6 +136,7 @@ def _accounting_curves(sigma, q, steps, score_noise):
 
 
 def _figure(out_dir, one, curves, name="tuning_epsilon.png"):
+  os.makedirs(out_dir, exist_ok=True)
   fig, ax = plt.subplots(figsize=(6, 4))
   labels = {"0.0": "eta = 0 (logarithmic)", "1.0": "eta = 1 (geometric)", "poisson": "Poisson"}
   for key, eps in curves.items():
@@ -158,11 +161,15 @@ def run(cfg: TuningConfig, out_dir: str, *, progress: bool = True, quiet: bool =
   """
   del progress   # a few seconds per method; no bar
   key = jax.random.key(cfg.seed)
-  k_pub, k_train, k_val, k_test, k_naive, k_em, k_rs = jax.random.split(key, 7)
-  scaler = credit.PublicScaler.fit(credit.sample(k_pub, 5000).x_NxF)
-  tr, va, te = (credit.sample(k, n) for k, n in ((k_train, cfg.train_size),
-                                                  (k_val, cfg.val_size),
-                                                  (k_test, cfg.test_size)))
+  k_data, k_naive, k_em, k_rs = jax.random.split(key, 4)
+  # One draw of the world cut into public / train / validation / test parts (one
+  # compiled sampler instead of one per size).
+  sizes = (_PUBLIC, cfg.train_size, cfg.val_size, cfg.test_size)
+  world = credit.sample(k_data, sum(sizes))
+  cuts = np.cumsum((0,) + sizes)
+  pub, tr, va, te = (jax.tree.map(lambda a, i=i: a[cuts[i]:cuts[i + 1]], world)
+                     for i in range(4))
+  scaler = credit.PublicScaler.fit(pub.x_NxF)
   x, y = credit.linear_features(tr.x_NxF, scaler), tr.y_N
   x_val, y_val = np.asarray(credit.linear_features(va.x_NxF, scaler)), np.asarray(va.y_N)
   x_test, y_test = np.asarray(credit.linear_features(te.x_NxF, scaler)), np.asarray(te.y_N)

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m experiments.tuning                 # 8 settings, about a minute of CPU
     .venv/bin/python -m experiments.tuning --clip_norms 0.03,0.1,0.3,1,3 \
-        --step_sizes 0.02,0.1,0.5,2.5                      # 20 settings, about 2.5 CPU minutes
+        --step_sizes 0.02,0.1,0.5,2.5                      # 20 settings, about 95 s of CPU
 
 Candidate settings of DP-SGD, (clipping norm C, learning rate), for logistic
 regression on linear credit features, all at one total budget eps (delta = 1e-5).

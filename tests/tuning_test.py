@@ -339,6 +339,9 @@ def test_dpsgd_runs_equals_train_many_per_setting():
   np.testing.assert_array_equal(out.params["w"][np.array([0, 2])], ref1.params["w"])
   np.testing.assert_array_equal(out.params["w"][1], ref0.params["w"][0])
   assert not np.allclose(out.params["w"][0], out.params["w"][2])   # independent runs
+  padded = tuning.dpsgd_runs(keys, [1, 0, 1], x, y, cfgs, model, pad_to=4)
+  # Another batch size is another compiled program: equal up to float reassociation.
+  np.testing.assert_allclose(padded.params["w"], out.params["w"], rtol=1e-6, atol=1e-7)
   bad = cfgs + [dpsgd.DpSgdConfig(dataset_size=16, sampling_prob=0.5, num_steps=3,
                                   noise_multiplier=2.0)]
   with pytest.raises(ValueError, match="privacy curve"):

@@ -8,6 +8,7 @@ import os
 import tempfile
 
 from absl.testing import absltest
+import pytest
 
 from dpjax import accounting
 from experiments import tuning as tuning_exp
@@ -15,6 +16,7 @@ from experiments import tuning as tuning_exp
 
 class TuningExperimentTest(absltest.TestCase):
 
+  @pytest.mark.slow  # about 27 s of CPU (credit sampler and DP-SGD compiles); the CI budget is tight
   def test_run_small(self):
     cfg = tuning_exp.TuningConfig(seed=1, epsilon=3.0, seeds=2, train_size=400, val_size=200,
                                   test_size=500, batch_size=40, epochs=1.0, mean_runs=2.0,

@@ -18,6 +18,8 @@ read `dpjax.accounting.dpsgd_epsilon(...)` or, after `from dpjax import dpsgd`,
                   train_sweep, train_one
     parallel      the model axis sharded over devices
     models        logistic regression, MLP, CNN as (init, apply) pairs
+    flax_model    a flax.linen module as a model (from_flax), ghost clipping
+                  where its layers allow
   Privacy accounting and mechanisms:
     accounting    dpsgd_epsilon, calibrate_noise, Accountant; rdp, pld, gdp,
                   composition, statement
@@ -49,7 +51,8 @@ import importlib
 __version__ = "0.1.0"
 
 __all__ = (
-    "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "integer_noise",
+    "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "flax_model",
+    "integer_noise",
     "mechanisms",
     "metrics", "models", "parallel", "pate", "privatizer", "prng", "recommender", "sampling",
     "tradeoff", "tuning",

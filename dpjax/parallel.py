@@ -1,20 +1,53 @@
-"""The model axis of `dpsgd.train_many` sharded over devices (and hosts).
+"""DP-SGD's model axis, and one model's batch axis, sharded over devices and processes.
 
-Training M independent models is embarrassingly parallel: `train_many_sharded`
-lays the per-model inputs (keys, membership masks, canary bits) out along a
-one-dimensional `jax.sharding.Mesh` named "models" over `jax.devices()`, and the
-same jitted vmap-over-models / scan-over-steps program is partitioned by XLA with
-no communication (the records x, y are replicated). Model i still uses
-`jax.random.split(key, M)[i]`, so the parameters equal those of an unsharded
-`dpsgd.train_many` call (tested with 4 forced CPU devices).
+Training M independent models is embarrassingly parallel. `train_many_sharded`
+splits the model axis of `dpsgd.train_many`:
 
-Across hosts: call `jax.distributed.initialize()` first in every process and call
-this function with identical arguments everywhere; `jax.devices()` then lists every
-host's devices. The returned arrays are global (sharded); use
-`jax.experimental.multihost_utils.process_allgather` to bring them to each host.
-(Only single-host multi-device runs are tested here.)
+* One process: the per-model inputs (keys, membership masks, canary bits) are laid
+  out along a one-dimensional `jax.sharding.Mesh` named "models" over
+  `jax.devices()`, and XLA partitions the one jitted vmap-over-models /
+  scan-over-steps program with no communication (the records x, y are replicated).
+* Several processes (`jax.distributed.initialize()` called in each, then this
+  function with identical arguments everywhere): process p of P trains the block
+  of S = ceil(M / P) models `process_models(M)` on its own devices with the same
+  program (the model axis of its block sharded over `jax.local_devices()`), and
+  `gather_models` concatenates the blocks in model order on every process
+  (`multihost_utils.process_allgather`, one all-gather of the results). Training
+  needs no cross-process communication; a fingerprint of the inputs is compared
+  across processes first, so processes given different data fail loudly.
 
-Shape letters: M models, N records.
+Why per-process programs rather than one SPMD program over a global mesh: the
+models need no communication, so a global program would only add a lockstep
+between hosts; and `dpsgd.train_many` reads its inputs and results on the host
+(record checks, the batch-capacity choice from the membership masks, the
+divergence check on `finite`), which arrays spanning other processes' devices do
+not allow ("Fetching value for `jax.Array` that spans non-addressable (non
+process local) devices is not possible"), and `jax.device_put` of a PRNG key array
+to a sharding with other processes' devices fails in jax 0.10 ("device_put's second
+argument must be a Device or a Sharding which represents addressable devices").
+On CPU the gather uses jax's default cross-process collectives (gloo over TCP,
+option `jax_cpu_collectives_implementation`); GPUs and TPUs use their own.
+
+In both cases model i uses `jax.random.split(key, M)[i]` (or `key[i]` for a batch
+of keys), so its parameters are those of an unsharded `dpsgd.train_many` call (the
+same arithmetic, up to the float rounding of a different vmap batch size; tested
+with 4 forced CPU devices in one process, and with two processes of two CPU devices
+each connected through a coordinator on localhost, tests/multiprocess_test.py).
+
+`train_batch_sharded` is the data-parallel layout for one large model (or a few):
+the records x, y and the membership masks are laid out along a mesh axis "batch"
+over the records, so every device computes the clipped gradients of its N / D
+records and XLA inserts the all-reduce of the clipped sum (a sum over records).
+Single process only (see its docstring for why).
+
+Shape letters: M models, N records, S models per process, D devices.
+
+Multi-host recipe (GPU or TPU cluster, or several CPU processes):
+
+    jax.distributed.initialize()   # or (coordinator_address, num_processes, process_id)
+    out = parallel.train_many_sharded(key, x, y, keep, cfg, model)   # same args everywhere
+    # out.params has leading axis M on every process (gather=False: this process's
+    # block, rows process_models(M)).
 
 Examples:
   >>> import jax, jax.numpy as jnp
@@ -29,10 +62,13 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Sequence
+import zlib
+from typing import Any, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from dpjax import _validate
@@ -40,19 +76,35 @@ from dpjax import dpsgd
 from dpjax import models as models_lib
 
 MODEL_AXIS = "models"
+BATCH_AXIS = "batch"
+
+# train_many keywords with a leading model axis: sliced to each process's block.
+_PER_MODEL_KWARGS = ("canary_keep_M", "canary_keep_MxK")
 
 
-def model_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
-  """A 1-D mesh named "models" over `devices` (default: all of jax.devices())."""
+def _device_list(devices, default) -> list:
+  """devices (a non-empty sequence of jax devices) as a list; `default` when None."""
   if devices is not None and (isinstance(devices, (str, bytes))
                               or not hasattr(devices, "__iter__")):
     raise TypeError(f"devices must be a sequence of jax devices, got {devices!r:.80}")
-  devs = list(jax.devices() if devices is None else devices)
+  devs = list(default if devices is None else devices)
   for d in devs:
     _validate.check_instance(d, jax.Device, "devices")
   if not devs:
     raise ValueError("devices must be a non-empty sequence of jax devices")
-  return Mesh(np.asarray(devs), (MODEL_AXIS,))
+  if len(set(devs)) != len(devs):
+    raise ValueError("devices must not repeat a device")
+  return devs
+
+
+def model_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A 1-D mesh named "models" over `devices` (default: all of jax.devices())."""
+  return Mesh(np.asarray(_device_list(devices, jax.devices())), (MODEL_AXIS,))
+
+
+def batch_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A 1-D mesh named "batch" over `devices` (default: all of jax.devices())."""
+  return Mesh(np.asarray(_device_list(devices, jax.devices())), (BATCH_AXIS,))
 
 
 def model_sharding(mesh: Mesh | None = None) -> NamedSharding:
@@ -63,24 +115,213 @@ def model_sharding(mesh: Mesh | None = None) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec(MODEL_AXIS))
 
 
+def process_models(num_models: int) -> np.ndarray:
+  """The model indices this process trains in a sharded multi-process run.
+
+  With P = jax.process_count() processes and S = ceil(M / P), process p trains the
+  block (p S, p S + 1, ..., p S + S - 1) mod M: contiguous blocks in process order,
+  the last one wrapping round to repeat models 0, 1, ... so that every process runs
+  a program of the same shape (the repeats are dropped by `gather_models`). With one
+  process, arange(M).
+
+  Args:
+    num_models: M >= 1.
+  Returns:
+    int64[S] model indices.
+  Examples:
+    >>> process_models(5)   # one process
+    array([0, 1, 2, 3, 4])
+  """
+  m = _validate.check_int(num_models, "num_models")
+  per = -(-m // jax.process_count())
+  p = jax.process_index()
+  return np.arange(p * per, (p + 1) * per) % m
+
+
+def gather_models(tree: Any, num_models: int) -> Any:
+  """Every process's block of models, concatenated in model order on every process.
+
+  `tree` holds this process's results with leading axis S = ceil(M / P), rows
+  `process_models(M)` (e.g. the TrainResult of `train_many_sharded(...,
+  gather=False)`). Leaves are all-gathered across processes
+  (`multihost_utils.process_allgather(tiled=True)`, exact data movement), giving
+  P S rows whose first M are models 0, ..., M - 1. A collective: every process must
+  call it with the same structure and shapes. With one process it only slices.
+
+  Args:
+    tree: pytree of arrays [S, ...] (None leaves stay None).
+    num_models: M >= 1.
+  Returns:
+    the pytree with leaves [M, ...] (jax arrays on the default device).
+  Raises:
+    ValueError: a leaf whose leading axis is not S.
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> gather_models({"w": jnp.arange(6.0).reshape(3, 2)}, 3)["w"].shape
+    (3, 2)
+  """
+  m = _validate.check_int(num_models, "num_models")
+  per = -(-m // jax.process_count())
+  for leaf in jax.tree.leaves(tree):
+    shape = np.shape(leaf)
+    if not shape or shape[0] != per:
+      raise ValueError(f"tree must hold arrays with leading axis S = ceil(M / P) = {per} "
+                       f"(M = {m}, P = {jax.process_count()}), got a leaf of shape {shape}")
+  if jax.process_count() > 1:
+    tree = multihost_utils.process_allgather(tree, tiled=True)
+  return jax.tree.map(lambda a: jnp.asarray(a[:m]), tree)
+
+
+def _fingerprint(*arrays) -> np.ndarray:
+  """uint32 CRC-32 of each array's dtype, shape and bytes (host copies)."""
+  out = []
+  for a in arrays:
+    a = np.ascontiguousarray(a)
+    h = zlib.crc32(f"{a.dtype}{a.shape}".encode())
+    out.append(zlib.crc32(a.tobytes(), h))
+  return np.asarray(out, np.uint32)
+
+
+def _check_same_inputs(keys_M, x_NxF, y_N, keep_MxN, cfg, kwargs) -> None:
+  """Raises ValueError on every process if the processes' inputs differ."""
+  per_model = [np.asarray(kwargs[k]) for k in _PER_MODEL_KWARGS if kwargs.get(k) is not None]
+  local = _fingerprint(np.asarray(jax.random.key_data(keys_M)), np.asarray(x_NxF),
+                       np.asarray(y_N), np.asarray(keep_MxN),
+                       np.frombuffer(repr(cfg).encode(), np.uint8), *per_model)
+  every = np.asarray(multihost_utils.process_allgather(local))
+  if not np.all(every == every[0]):
+    raise ValueError("train_many_sharded must be called with identical key, x_NxF, y_N, "
+                     "keep_MxN, cfg and per-model keywords in every process; the inputs' "
+                     f"fingerprints differ across processes:\n{every}")
+
+
 def train_many_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdConfig,
                        model: models_lib.Model, *,
                        devices: Sequence[jax.Device] | None = None,
+                       gather: bool = True,
                        **kwargs) -> dpsgd.TrainResult:
-  """`dpsgd.train_many` with the model axis sharded over `devices`.
+  """`dpsgd.train_many` with the model axis sharded over devices and processes.
+
+  One process: the model axis is sharded over `devices` (default jax.devices()).
+  Several processes (after `jax.distributed.initialize()` in each; call with
+  identical arguments everywhere): process p trains models `process_models(M)` with
+  keys `split(key, M)[process_models(M)]`, its block's model axis sharded over
+  `devices` (default jax.local_devices(); devices of other processes are refused),
+  and with gather=True the blocks are all-gathered (`gather_models`). Before
+  training, a CRC-32 fingerprint of the key, records, masks, cfg and per-model
+  keywords is all-gathered and compared, so processes given different inputs raise
+  instead of training different models under one name.
 
   Args:
     key, x_NxF, y_N, keep_MxN, cfg, model: as in dpsgd.train_many.
-    devices: devices to use (default: jax.devices(), all hosts).
+    devices: this process's devices to use (see above).
+    gather: with several processes, return all M models on every process (True),
+      or only this process's block of S = ceil(M / P) models, rows
+      `process_models(M)` (False: no gather; `gather_models` does it later). With one
+      process both return all M models.
     **kwargs: any other train_many keyword (observe_fn, per_example_stats,
-      gradient_canary, canary_keep_M, memory_budget_bytes, ...).
+      gradient_canaries, canary_keep_MxK, memory_budget_bytes, ...); the per-model
+      ones (canary_keep_M, canary_keep_MxK) are sliced to each process's block.
   Returns:
-    dpsgd.TrainResult whose arrays have a leading model axis of size M, equal to the
-    unsharded train_many result.
+    dpsgd.TrainResult whose arrays have a leading model axis of size M (S for
+    gather=False with several processes), equal to the unsharded train_many
+    result up to float rounding.
   """
   if "model_sharding" in kwargs:
     raise ValueError("pass devices=, not model_sharding=, to train_many_sharded")
-  sharding = model_sharding(model_mesh(devices))
+  _validate.check_instance(gather, bool, "gather")
   kwargs.setdefault("progress", True)
-  return dpsgd.train_many(key, x_NxF, y_N, keep_MxN, cfg, model, model_sharding=sharding,
-                          **kwargs)
+  if jax.process_count() == 1:
+    sharding = model_sharding(model_mesh(devices))
+    return dpsgd.train_many(key, x_NxF, y_N, keep_MxN, cfg, model, model_sharding=sharding,
+                            **kwargs)
+  local = _device_list(devices, jax.local_devices())
+  for d in local:
+    if d.process_index != jax.process_index():
+      raise ValueError(f"devices must be this process's devices (jax.local_devices()); "
+                       f"{d} belongs to process {d.process_index}")
+  m = _validate.check_shape(keep_MxN, "keep_MxN", ndim=2)[0]
+  if m < 1:
+    raise ValueError("keep_MxN must have at least one row (M >= 1)")
+  for name in _PER_MODEL_KWARGS:
+    if kwargs.get(name) is not None and np.shape(kwargs[name])[:1] != (m,):
+      raise ValueError(f"{name} must have leading axis M = {m}, got shape "
+                       f"{np.shape(kwargs[name])}")
+  keys = dpsgd._model_keys(key, m)  # pylint: disable=protected-access
+  _check_same_inputs(keys, x_NxF, y_N, keep_MxN, cfg, kwargs)
+  idx = process_models(m)
+  for name in _PER_MODEL_KWARGS:
+    if kwargs.get(name) is not None:
+      kwargs[name] = np.asarray(kwargs[name])[idx]
+  out = dpsgd.train_many(keys[idx], x_NxF, y_N, np.asarray(keep_MxN)[idx], cfg, model,
+                         model_sharding=model_sharding(model_mesh(local)), **kwargs)
+  return gather_models(out, m) if gather else out
+
+
+def train_batch_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdConfig,
+                        model: models_lib.Model, *,
+                        devices: Sequence[jax.Device] | None = None,
+                        **kwargs) -> dpsgd.TrainResult:
+  """`dpsgd.train_many` with the record (batch) axis sharded over devices.
+
+  Data parallelism for one large model (or a few): x_NxF and y_N are laid out
+  along their record axis, keep_MxN along its second axis, over a mesh "batch" of
+  D devices (N must be a multiple of D). The jitted program is the unsharded one;
+  XLA partitions each step's per-record work (the batch mask, each record's
+  clipped gradient) over the devices and reduces the clipped sum
+  sum_i w_i clip_C(g_i) with an all-reduce, after which the noise, the division by
+  the expected batch size and the optimizer step run replicated. Model i uses
+  `split(key, M)[i]` as in train_many, and the parameters equal the unsharded
+  run's up to the float rounding of a different summation order.
+
+  The split of the work holds for the full-mask step (`batch_capacity=None`, and
+  "auto" at small N). The padded step gathers the K sampled rows from the
+  sharded records; XLA then runs the K-row step replicated on every device (the
+  results are still equal, bit-identical on CPU, but there is no speedup from the
+  devices). Splitting the padded step needs each device to gather its own
+  sampled rows (capacity about K / D) and `psum` the clipped sums under
+  `shard_map`, inside `dpsgd`'s step.
+
+  Single process only: `dpsgd.train_many` reads its records on the host
+  (finiteness and label checks, the batch-capacity choice) and its per-model
+  results (the divergence check), which arrays spread over several processes do
+  not allow.
+
+  Args:
+    key, x_NxF, y_N, keep_MxN, cfg, model: as in dpsgd.train_many.
+    devices: the devices (default jax.devices()).
+    **kwargs: any other train_many keyword except model_sharding.
+  Returns:
+    dpsgd.TrainResult as from train_many.
+  Raises:
+    ValueError: N not a multiple of D, mismatched shapes, several processes.
+  """
+  if "model_sharding" in kwargs:
+    raise ValueError("train_batch_sharded shards the record axis; model_sharding= is "
+                     "train_many_sharded's")
+  if jax.process_count() > 1:
+    raise ValueError("train_batch_sharded runs in one process (train_many reads its "
+                     "records and results on the host); with several processes use "
+                     "train_many_sharded")
+  mesh = batch_mesh(devices)
+  d = mesh.size
+  sx = _validate.check_shape(x_NxF, "x_NxF")
+  if len(sx) < 2:
+    raise ValueError(f"x_NxF must have rank >= 2, got shape {sx}")
+  n = sx[0]
+  _validate.check_shape(y_N, "y_N", shape=(n,))
+  _validate.check_shape(keep_MxN, "keep_MxN", shape=(None, n))
+  for name, v in (("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN)):
+    dtype = np.asarray(v).dtype if getattr(v, "dtype", None) is None else v.dtype
+    if not (np.issubdtype(dtype, np.number) or dtype == np.bool_):
+      raise ValueError(f"{name} must be an array of numbers, got dtype {dtype}")
+  if n % d:
+    raise ValueError(f"x_NxF's N = {n} records must be a multiple of the {d} devices "
+                     "(padding would change the Poisson draws, which depend on N)")
+  rows = NamedSharding(mesh, PartitionSpec(BATCH_AXIS))
+  x = jax.device_put(jnp.asarray(x_NxF, jnp.float32), rows)
+  y = jax.device_put(jnp.asarray(y_N), rows)
+  keep = jax.device_put(jnp.asarray(keep_MxN), NamedSharding(mesh, PartitionSpec(None,
+                                                                                 BATCH_AXIS)))
+  kwargs.setdefault("progress", True)
+  return dpsgd.train_many(key, x, y, keep, cfg, model, **kwargs)

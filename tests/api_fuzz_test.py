@@ -846,7 +846,15 @@ def entries():
         dict(mesh=parallel.model_mesh()), {"mesh": "object"}))
   add(E("dpjax.parallel.train_many_sharded", parallel.train_many_sharded,
         dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn, cfg=cfg, model=lr,
-             progress=False), tk))
+             gather=True, progress=False), dict(tk, gather="object")))
+  add(E("dpjax.parallel.batch_mesh", parallel.batch_mesh, dict(devices=jax.devices()[:1]),
+        {"devices": "object"}))
+  add(E("dpjax.parallel.train_batch_sharded", parallel.train_batch_sharded,
+        dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn, cfg=cfg, model=lr,
+             devices=jax.devices()[:1], progress=False), dict(tk, devices="object")))
+  add(E("dpjax.parallel.process_models", parallel.process_models, dict(num_models=3)))
+  add(E("dpjax.parallel.gather_models", parallel.gather_models,
+        dict(tree={"w": np.zeros((3, 2), np.float32)}, num_models=3), {"tree": "object"}))
 
   # ---- pate
   preds = np.array([[0, 1], [0, 2], [1, 2]])

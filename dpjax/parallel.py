@@ -172,27 +172,37 @@ def gather_models(tree: Any, num_models: int) -> Any:
   return jax.tree.map(lambda a: jnp.asarray(a[:m]), tree)
 
 
-def _fingerprint(*arrays) -> np.ndarray:
-  """uint32 CRC-32 of each array's dtype, shape and bytes (host copies)."""
+# train_many keywords holding data (not functions), included in the fingerprint.
+_DATA_KWARGS = _PER_MODEL_KWARGS + ("init_params", "gradient_canary", "gradient_canaries",
+                                    "user_ids_N")
+
+
+def _fingerprint(*trees) -> np.ndarray:
+  """uint32[len(trees)]: CRC-32 of each pytree's structure, leaf dtypes, shapes and
+  bytes (host copies); a fixed length, so processes can compare them elementwise."""
   out = []
-  for a in arrays:
-    a = np.ascontiguousarray(a)
-    h = zlib.crc32(f"{a.dtype}{a.shape}".encode())
-    out.append(zlib.crc32(a.tobytes(), h))
+  for tree in trees:
+    leaves, treedef = jax.tree.flatten(tree)
+    h = zlib.crc32(str(treedef).encode())
+    for a in leaves:
+      a = np.ascontiguousarray(a)
+      h = zlib.crc32(a.tobytes(), zlib.crc32(f"{a.dtype}{a.shape}".encode(), h))
+    out.append(h)
   return np.asarray(out, np.uint32)
 
 
 def _check_same_inputs(keys_M, x_NxF, y_N, keep_MxN, cfg, kwargs) -> None:
   """Raises ValueError on every process if the processes' inputs differ."""
-  per_model = [np.asarray(kwargs[k]) for k in _PER_MODEL_KWARGS if kwargs.get(k) is not None]
   local = _fingerprint(np.asarray(jax.random.key_data(keys_M)), np.asarray(x_NxF),
                        np.asarray(y_N), np.asarray(keep_MxN),
-                       np.frombuffer(repr(cfg).encode(), np.uint8), *per_model)
+                       np.frombuffer(repr(cfg).encode(), np.uint8),
+                       *[kwargs.get(k) for k in _DATA_KWARGS])
   every = np.asarray(multihost_utils.process_allgather(local))
   if not np.all(every == every[0]):
     raise ValueError("train_many_sharded must be called with identical key, x_NxF, y_N, "
-                     "keep_MxN, cfg and per-model keywords in every process; the inputs' "
-                     f"fingerprints differ across processes:\n{every}")
+                     "keep_MxN, cfg and data keywords (" + ", ".join(_DATA_KWARGS) +
+                     ") in every process; the inputs' fingerprints differ across "
+                     f"processes:\n{every}")
 
 
 def train_many_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdConfig,
@@ -208,9 +218,11 @@ def train_many_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCon
   keys `split(key, M)[process_models(M)]`, its block's model axis sharded over
   `devices` (default jax.local_devices(); devices of other processes are refused),
   and with gather=True the blocks are all-gathered (`gather_models`). Before
-  training, a CRC-32 fingerprint of the key, records, masks, cfg and per-model
-  keywords is all-gathered and compared, so processes given different inputs raise
-  instead of training different models under one name.
+  training, a CRC-32 fingerprint of the key, records, masks, cfg and data keywords
+  (canary bits, init_params, canaries, user ids) is all-gathered and compared, so
+  processes given different inputs raise instead of training different models
+  under one name. (Function arguments such as observe_fn or optimizer are not
+  compared.)
 
   Args:
     key, x_NxF, y_N, keep_MxN, cfg, model: as in dpsgd.train_many.

@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+import pytest
 from absl.testing import absltest
 
 from dpjax.data import credit
@@ -54,6 +55,40 @@ class CreditTest(absltest.TestCase):
     self.assertLen(credit.cubic_feature_names(), 56)
     # The linear columns are the degree-1 cubic columns up to their public RMS (1).
     np.testing.assert_allclose(cub[:, 1:6], lin[:, 1:], rtol=1e-4, atol=1e-4)
+
+  def test_draw_size_classes(self):
+    self.assertEqual([credit._draw_size(n) for n in (1, 10, 2048, 2049, 4096, 100_000)],
+                     [2048, 2048, 2048, 4096, 4096, 131_072])
+    self.assertEqual(credit._draw_size(2 ** 22 + 1), 2 ** 22 + 1)   # large: drawn as is
+    with jax.threefry_partitionable(False):
+      self.assertEqual(credit._draw_size(10), 10)   # no index-wise streams: drawn as is
+
+  def test_padded_draw_is_bit_identical(self):
+    # Drawing m people and keeping the first n equals drawing n: here n = 2048 (the
+    # unpadded program of every n <= 2048) against m = 4096 (the program of every
+    # n in (2048, 4096]), so the check compiles nothing the suite does not already.
+    # test_padded_draw_grid (slow) checks odd n against drawing exactly n.
+    for share, seed in ((0.1, 0), (1.0, 7)):
+      key = jax.random.key(seed)
+      want = credit.sample(key, 2048, share)
+      got = credit._sample(key, 2048, share, 4096)
+      for a, b in zip(want, got):
+        a, b = np.asarray(a), np.asarray(b)
+        self.assertEqual((a.shape, a.dtype), (b.shape, b.dtype))
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+  @pytest.mark.slow
+  def test_padded_draw_grid(self):
+    # `sample` (padded to its size class) against drawing exactly n, bit for bit.
+    for n in (1, 37, 2000, 2049, 5000):
+      for share, seed in ((0.1, 0), (0.5, 3), (1.0, 7)):
+        key = jax.random.key(seed)
+        want = credit._sample(key, n, share, n)
+        got = credit.sample(key, n, share)
+        for a, b in zip(want, got):
+          a, b = np.asarray(a), np.asarray(b)
+          self.assertEqual((a.shape, a.dtype), (b.shape, b.dtype), n)
+          np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8), err_msg=str(n))
 
   def test_bad_input(self):
     with self.assertRaisesRegex(ValueError, "minority_share"):

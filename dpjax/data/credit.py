@@ -105,23 +105,49 @@ def sample(key: jax.Array, n: int, minority_share: float = 0.1) -> CreditData:
     minority_share: probability that a person belongs to group 1, in [0, 1].
   Returns:
     CreditData with x_NxF float32[n, 5], y_N int32[n], p_N float32[n].
+
+  With jax_threefry_partitionable (JAX's default) every value of a 1-D random draw
+  is a function of its key and index alone, so person i's record depends only on
+  (key, i) and sample(key, n) is the first n rows of sample(key, n') for n' >= n.
+  `sample` uses this to draw m people, n rounded up to a power of two of at least
+  2,048 (while n <= 2**22), and keep the first n: bit-identical to drawing n, and
+  the op-by-op compiles of the Gamma and Beta draws (seconds each) serve every n of
+  one size class. Without partitionable keys it draws exactly n.
   """
   n = _validate.check_size(n, "n", units=NUM_FEATURES + 2)
   _validate.check_probability(minority_share, "minority_share")
+  return _sample(key, n, minority_share, _draw_size(n))
+
+
+_MIN_DRAW = 2048
+_MAX_PADDED_DRAW = 2 ** 22
+
+
+def _draw_size(n: int) -> int:
+  """The number of people `sample` draws for n: the size class of n (see sample)."""
+  if not jax.config.jax_threefry_partitionable or n > _MAX_PADDED_DRAW:
+    return n
+  return max(_MIN_DRAW, 1 << (n - 1).bit_length())
+
+
+def _sample(key: jax.Array, n: int, minority_share: float, m: int) -> CreditData:
+  """`sample` drawing m >= n people and keeping the first n (m = n: no padding)."""
   ks = jax.random.split(key, 7)
-  group = jax.random.bernoulli(ks[0], minority_share, (n,)).astype(jnp.float32)
-  log_inc = jnp.log(_INCOME_MEDIAN) - 0.12 * group + 0.45 * jax.random.normal(ks[1], (n,))
+  group = jax.random.bernoulli(ks[0], minority_share, (m,)).astype(jnp.float32)
+  log_inc = jnp.log(_INCOME_MEDIAN) - 0.12 * group + 0.45 * jax.random.normal(ks[1], (m,))
   income = jnp.clip(jnp.exp(log_inc), 8.0, 400.0)
-  debt = jax.random.beta(ks[2], 2.0, 5.0, (n,))
-  hist0 = 1.0 + 4.5 * jax.random.gamma(ks[3], 2.2, (n,))
-  hist1 = 0.5 + 2.0 * jax.random.gamma(ks[4], 1.5, (n,))
+  debt = jax.random.beta(ks[2], 2.0, 5.0, (m,))
+  hist0 = 1.0 + 4.5 * jax.random.gamma(ks[3], 2.2, (m,))
+  hist1 = 0.5 + 2.0 * jax.random.gamma(ks[4], 1.5, (m,))
   hist = jnp.clip(jnp.where(group > 0.5, hist1, hist0), 0.0, 40.0)
   p_del = jax.nn.sigmoid(0.2 + 3.0 * (debt - _DEBT_MEAN) - 0.6 * jnp.log(income / _INCOME_MEDIAN))
   delinq = jax.random.bernoulli(ks[5], p_del).astype(jnp.float32)
   x = jnp.stack([income, debt, hist, delinq, group], axis=1).astype(jnp.float32)
   p = jax.nn.sigmoid(true_logit(x)).astype(jnp.float32)
   y = jax.random.bernoulli(ks[6], p).astype(jnp.int32)
-  return CreditData(x, y, p)
+  if m == n:
+    return CreditData(x, y, p)
+  return CreditData(x[:n], y[:n], p[:n])
 
 
 def bayes_accuracy(data: CreditData) -> float:

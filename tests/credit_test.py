@@ -10,9 +10,10 @@ from dpjax.data import credit
 
 class CreditTest(absltest.TestCase):
 
-  def setUp(self):
-    super().setUp()
-    self.big = credit.sample(jax.random.key(0), 100_000)
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.big = credit.sample(jax.random.key(0), 100_000)   # immutable: drawn once
 
   def test_documented_marginals(self):
     x = np.asarray(self.big.x_NxF)

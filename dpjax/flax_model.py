@@ -67,8 +67,10 @@ Examples:
   >>> import flax.linen as nn
   >>> from dpjax import clipping
   >>> model = from_flax(nn.Dense(3), (4,))
-  >>> variables = model.init(jax.random.key(0))
-  >>> model.apply(variables, jnp.ones((2, 4))).shape
+  >>> variables = jax.eval_shape(model.init, jax.random.key(0))    # shapes only
+  >>> jax.tree.map(lambda v: v.shape, variables)
+  {'params': {'bias': (3,), 'kernel': (4, 3)}}
+  >>> jax.eval_shape(model.apply, variables, jnp.ones((2, 4))).shape
   (2, 3)
   >>> clipping.path_for(model).name
   'ghost'

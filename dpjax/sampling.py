@@ -129,6 +129,89 @@ class ShuffleSampler:
     return (rank >= j * b) & (rank < (j + 1) * b) & keep_N
 
 
+# The default capacity leaves the sampled count above it with probability at most
+# _OVERFLOW_PROB per step for the largest of the models trained together.
+_OVERFLOW_PROB = 0.025
+
+
+def default_batch_capacity(num_records: int, sampling_prob: float,
+                           num_models: int = 1) -> int:
+  """K, the rows of one padded batch buffer (`dpsgd.train_many(batch_capacity=...)`).
+
+  The smallest multiple of 8 that is at least the (1 - 0.025 / M) quantile of
+  Binomial(n, q), the count of a Poisson batch over n records, and at most n:
+  for M models trained at once, the largest of their M counts exceeds K with
+  probability at most about 0.025 per step. An overflowing step is not
+  truncated: the engine processes the sampled records in further buffers of K
+  rows (`dpsgd` module docstring), so K is a cost parameter only, never a
+  privacy one. At n = 60,000 and q = 256 / 60,000, K = 288 for one model.
+
+  Args:
+    num_records: n >= 1, the records a model may sample from.
+    sampling_prob: q in (0, 1].
+    num_models: M >= 1 models trained in one program.
+  Returns:
+    K, an int in [1, n].
+  Examples:
+    >>> default_batch_capacity(60_000, 256 / 60_000)
+    288
+    >>> default_batch_capacity(100, 1.0)
+    100
+  """
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  n = _validate.check_int(num_records, "num_records")
+  q = _validate.check_sampling_prob(sampling_prob)
+  m = _validate.check_int(num_models, "num_models")
+  if q >= 1.0:
+    return n
+  quantile = int(stats.binom.ppf(1.0 - _OVERFLOW_PROB / m, n, q))
+  return int(min(n, max(8, -(-quantile // 8) * 8)))
+
+
+def padded_batch(mask_N: jax.Array, capacity: int, chunk: jax.Array
+                 ) -> tuple[jax.Array, jax.Array]:
+  """Chunk `chunk` of a batch mask, gathered into a static buffer of K rows.
+
+  The sampled records, in increasing index order, are cut into consecutive
+  chunks of K = `capacity`; chunk j holds those of rank jK, ..., jK + K - 1 among
+  them. The engine processes chunks 0, 1, ... until every sampled record has
+  been processed (chunk 0 always), so a batch larger than K is split, never cut.
+
+  Args:
+    mask_N: bool[N], the batch (e.g. `PoissonSampler.batch_mask`).
+    capacity: K >= 1 rows per chunk.
+    chunk: int32 scalar j >= 0 (may be traced).
+  Returns:
+    (index_K int32[K], valid_K bool[K]): row r of the chunk is record index_K[r]
+    when valid_K[r]; padding rows have valid_K False and index N - 1 (any valid
+    index, so a gather stays in bounds), and must get weight 0.
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> idx, ok = padded_batch(jnp.array([0, 1, 1, 0, 1], bool), 2, 1)
+    >>> idx.tolist(), ok.tolist()
+    ([4, 4], [True, False])
+  """
+  k = _validate.check_int(capacity, "capacity")
+  if not _validate.is_tracer(mask_N):
+    mask_N = jnp.asarray(_validate.check_binary(mask_N, "mask_N", ndim=1), bool)
+  elif mask_N.ndim != 1 or mask_N.dtype != jnp.bool_:
+    raise ValueError(f"mask_N must be bool[N], got {mask_N.dtype}{list(mask_N.shape)}")
+  if not _validate.is_tracer(chunk):
+    chunk = _validate.check_int(chunk, "chunk", 0)
+  n = mask_N.shape[0]
+  if n < 1:
+    raise ValueError("mask_N must hold at least one record")
+  rank = jnp.cumsum(mask_N.astype(jnp.int32)) - 1
+  lo = chunk * k
+  # Records outside this chunk (unsampled, or of another chunk) go to slot K,
+  # which mode="drop" discards; slots are never negative.
+  slot = jnp.where(mask_N & (rank >= lo), rank - lo, k)
+  index = jnp.full((k,), n, jnp.int32).at[slot].set(
+      jnp.arange(n, dtype=jnp.int32), mode="drop")
+  valid = index < n
+  return jnp.minimum(index, n - 1), valid
+
+
 def check_user_ids(user_ids_N, num_users: int, name: str = "user_ids_N",
                    num_records: int | None = None) -> np.ndarray:
   """Validates a per-record user id array; returns it as int32[N] (host NumPy).

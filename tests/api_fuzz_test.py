@@ -714,7 +714,12 @@ def entries():
         dict(tk, canary_keep_MxK="binary")))
   add(E("dpjax.dpsgd.train_one", dpsgd.train_one,
         dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_N=keep_mn[0], cfg=cfg, model=lr,
-             progress=False), tk))
+             progress=False, batch_capacity=4), dict(tk, batch_capacity="count")))
+  add(E("dpjax.dpsgd.batch_layout", dpsgd.batch_layout,
+        dict(num_records=4096, sampling_prob=0.01, kept_max=4000, num_models=2,
+             privacy_unit="example", num_params=2000),
+        {"num_records": "count", "kept_max": "count", "num_models": "count",
+         "privacy_unit": "choice", "num_params": "count"}))
   add(E("dpjax.dpsgd.train_sweep", dpsgd.train_sweep,
         dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn, cfgs=[cfg, cfg],
              config_index_M=np.array([0, 1]), model=lr, progress=False),
@@ -1027,6 +1032,12 @@ def entries():
   add(E("dpjax.sampling.check_user_ids", sampling.check_user_ids,
         dict(user_ids_N=np.array([0, 0, 1, 2]), num_users=3, num_records=4),
         {"user_ids_N": "labels", "name": None, "num_records": "count"}))
+  add(E("dpjax.sampling.default_batch_capacity", sampling.default_batch_capacity,
+        dict(num_records=100, sampling_prob=0.3, num_models=2),
+        {"num_records": "count", "num_models": "count"}))
+  add(E("dpjax.sampling.padded_batch", sampling.padded_batch,
+        dict(mask_N=np.array([0, 1, 1, 0], bool), capacity=2, chunk=1),
+        {"mask_N": "binary", "capacity": "count", "chunk": "count"}))
   add(E("dpjax.sampling.check_sampler", sampling.check_sampler,
         dict(sampler=sampling.PoissonSampler(0.3), sampling_prob=0.3), {"sampler": "object"}))
 

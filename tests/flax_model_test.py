@@ -258,6 +258,23 @@ class SlowTest(absltest.TestCase):
                                              - init["params"]["Dense_0"]["kernel"]))), 1e-3)
 
 
+class EngineDoorTest(absltest.TestCase):
+
+  def test_train_many_accepts_a_linen_module(self):
+    """A linen module passed to train_many is trained as its from_flax model (one
+    compiled program: from_flax is memoised, so both calls share it)."""
+    x, y = helpers.binary_data(n=16, d=4)
+    cfg = helpers.small_config(num_steps=2)
+    keep = np.ones((2, 16), bool)
+    got = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, _Mlp((6,), 1),
+                           progress=False)
+    want = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg,
+                            flax_model.from_flax(_Mlp((6,), 1), (4,)), progress=False)
+    for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    self.assertEqual(got.params["params"]["Dense_0"]["kernel"].shape, (2, 4, 6))
+
+
 class PathChoiceTest(parameterized.TestCase):
 
   def test_known_layers_in_a_graph_get_ghost_clipping_equal_to_vmap(self):

@@ -52,7 +52,8 @@ case "${1:-}" in
     setup
     shift
     # -n 2: two workers on the two cores; slow experiment runs are marked and skipped.
-    .venv/bin/python -m pytest -n 2 -q -m "not slow" tests --doctest-modules dpjax "$@"
+    # --dist worksteal: an idle worker takes queued tests from the busy one.
+    .venv/bin/python -m pytest -n 2 --dist worksteal -q -m "not slow" tests --doctest-modules dpjax "$@"
     ;;
   *)
     usage

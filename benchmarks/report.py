@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.dpsgd          # writes benchmarks/results/dpsgd.json
     .venv/bin/python -m benchmarks.accountants    # writes benchmarks/results/accountants.json
+    .venv/bin/python -m benchmarks.large_n        # writes benchmarks/results/large_n.json
     .venv/bin/python -m benchmarks.report         # rewrites benchmarks/RESULTS.md from them
 
 Every benchmark records, next to its figures, the command line that produced them
@@ -157,7 +158,125 @@ def _accountants_section(doc: dict) -> list[str]:
                     "same-grid speed-up"], rows) + [""])
 
 
-_SECTIONS = {"dpsgd": _dpsgd_section, "accountants": _accountants_section}
+def _ratio_vs_target(v, target, at_most: bool) -> str:
+  """'1.21× (target ≤ 1.3×: met)'; '–' when v is missing."""
+  if v is None:
+    return "–"
+  met = v <= target if at_most else v >= target
+  return (f"{v:.2f}× (target {'≤' if at_most else '≥'} {target:g}×: "
+          f"{'met' if met else 'missed'})")
+
+
+def _large_n_section(doc: dict) -> list[str]:
+  f = doc["figures"]
+  names = [w for w in ("mlp", "cnn") if f.get(f"{w}.dp_padded_epoch_s") is not None]
+  labels = {"mlp": "MLP 784→256→256→10", "cnn": "CNN 28×28 (16, 32)"}
+  n, b, t = f.get("n"), f.get("batch"), f.get("steps_per_epoch")
+  cmds = {w: f.get(f"{w}.command", doc["command"]) for w in names}
+  if len(set(cmds.values())) > 1:
+    command = "Commands: " + "; ".join(f"{labels[w]} `{c}`" for w, c in cmds.items())
+  else:
+    command = f"Command: `{doc['command']}`"
+  out = [f"## DP-SGD at n = {n:,} (`benchmarks/large_n.py`)", "",
+         f"{command}. {_env_line(doc)}", "",
+         f"One epoch on {n:,} synthetic 28×28×1 images in 10 classes (class templates plus "
+         f"pixel noise), expected batch {b} (q = {b}/{n:,}), T = {t} steps, C = "
+         f"{f.get('l2_clip_norm'):g}, σ = {f.get('noise_multiplier'):g}, in one process, "
+         "interleaved, best of the repeats, compilation excluded (reported apart). "
+         "`non-private`: plain SGD on fixed batches of a shuffled permutation in one jitted "
+         "`lax.scan` (the CNN's convolutions as im2col matmuls, on XLA:CPU much faster "
+         "than the gradient of `lax.conv`). `DP`: `dpsgd.train_one` with its default "
+         "`batch_capacity=\"auto\"` (Poisson batches gathered into buffers of K rows, ghost "
+         "clipping), timed end to end. `full mask`: `batch_capacity=None`, every record's "
+         "gradient at every step; its epoch is estimated from timed steps (per step = "
+         "(t(k2 steps) − t(k1 steps)) / (k2 − k1), epoch = t(k1) + (T − k1) × per step). "
+         "`Opacus`: ghost clipping and Poisson sampling, one epoch of its data loader, "
+         "torch CPU at its better thread count.", ""]
+  rows = []
+  for w in names:
+    g = lambda k, w=w: f.get(f"{w}.{k}")
+    # Scaled up from a smaller n, the full mask's time is a lower bound (the note below).
+    bound = "≥ " if g("full_mask_timed_n") not in (None, n) else ""
+    rows.append([labels[w], str(g("capacity")), _fmt(g("nonprivate_epoch_s"), ".2f"),
+                 _fmt(g("dp_padded_epoch_s"), ".2f"),
+                 bound + _fmt(g("full_mask_epoch_s"), ",.0f"),
+                 _fmt(g("opacus_epoch_s"), ".1f"),
+                 _ratio_vs_target(g("dp_over_nonprivate"), g("target_dp_over_nonprivate"),
+                                  True),
+                 _ratio_vs_target(g("full_mask_over_padded"),
+                                  g("target_full_mask_over_padded"), False),
+                 _fmt(g("opacus_over_ours"), ".2f") + ("×" if g("opacus_over_ours") else "")])
+  out += _table(["workload", "K", "non-private epoch (s)", "DP epoch (s)",
+                 "full-mask epoch (s, est.)", "Opacus epoch (s)", "DP / non-private",
+                 "full mask / DP", "Opacus / DP"], rows)
+  out.append("")
+  for w in names:
+    g = lambda k, w=w: f.get(f"{w}.{k}")
+    tn = g("full_mask_timed_n")
+    line = (f"{labels[w]}, full mask: steps {g('full_mask_steps_timed')} timed at n = "
+            f"{tn:,}")
+    if tn != n:
+      line += (f" (at n = {n:,} its clipped sum alone needs "
+               f"{g('full_mask_temp_bytes') / 2**30:.1f} GiB of XLA temporaries, more than "
+               f"half this machine's memory) and scaled by {n / tn:g}, a lower bound: the "
+               "step's cost grows at least in proportion to n")
+    line += f"; {_fmt(g('full_mask_per_step_s'), '.2f')} s per step at n = {n:,}"
+    if g("full_mask_linearity") is not None:
+      line += (f"; the same step at n = {g('full_mask_small_n'):,} costs "
+               f"{g('full_mask_linearity'):.2f} × (its share n / {n:,}) of the step at "
+               f"n = {n:,} (1 = exactly proportional to n)")
+    out += [line + ".", ""]
+  why = [f.get(f"{w}.opacus_skipped") for w in names if f.get(f"{w}.opacus_skipped")]
+  if why:
+    out += [f"Opacus not timed: {why[0]}. Install torch and opacus (torch's CPU build) "
+            "beside the venv's packages to fill that column.", ""]
+  rows = []
+  for w in names:
+    g = lambda k, w=w: f.get(f"{w}.{k}")
+    mem = lambda c, g=g: _fmt(g(f"peak_rss_bytes.{c}") / 2**30
+                              if g(f"peak_rss_bytes.{c}") else None, ".2f")
+    acc = lambda c, g=g: _fmt(100 * g(f"accuracy.{c}") if g(f"accuracy.{c}") is not None
+                              else None, ".1f")
+    rows.append([labels[w], _fmt(g("compile_s.nonprivate"), ".1f"),
+                 _fmt(g("compile_s.dp_padded"), ".1f"), _fmt(g("compile_s.full_mask"), ".1f"),
+                 mem("data_only"), mem("nonprivate"), mem("dp_padded"), mem("full_mask"),
+                 mem("opacus"), acc("nonprivate"), acc("dp_padded"), acc("opacus")])
+  remeasured = (f" (for the workloads it names, by `{doc['memory_command']}`)"
+                if doc.get("memory_command") else "")
+  out += ["Compile time (first call − best call, s), peak resident memory of a fresh "
+          f"process running the configuration once{remeasured} (GiB, the process's VmHWM; "
+          "`data only` builds the data and exits; the full mask's at the n it was timed "
+          "at; Opacus's over 20 steps), and test accuracy (%) after the epoch (a sanity "
+          "check that every configuration trains):", ""]
+  out += _table(["workload", "compile non-private", "compile DP", "compile full mask",
+                 "RSS data only", "RSS non-private", "RSS DP", "RSS full mask", "RSS Opacus",
+                 "acc. non-private", "acc. DP", "acc. Opacus"], rows)
+  out.append("")
+  rows = []
+  for w in names:
+    g = lambda k, w=w: f.get(f"{w}.profile.{k}")
+    if g("mask") is None:
+      continue
+    rows.append([labels[w]] + [_fmt(g(k), ".3f") for k in (
+        "mask", "pad", "gather", "clipped_sum", "noise_update", "fixed_batch_dp",
+        "host_check")] + [_fmt(f.get(f"{w}.dp_padded_epoch_s"), ".3f"),
+                          _fmt(f.get(f"{w}.nonprivate_epoch_s"), ".3f")])
+  if rows:
+    out += ["Where the DP epoch's time goes (s per epoch, each part a jitted scan over the "
+            "T steps): `mask` the Poisson mask over n records, `pad` mask + the K indices "
+            "(`sampling.padded_batch`), `gather` those + gathering the K rows, `clipped "
+            "sum` the ghost clipped sum on fixed batches of K rows, `noise + update` the "
+            "Gaussian noise, the division by B and the SGD update alone, `fixed-batch DP` "
+            "the last two together, `host check` the engine's validation of the records "
+            "on each call.", ""]
+    out += _table(["workload", "mask", "pad", "gather", "clipped sum", "noise + update",
+                   "fixed-batch DP", "host check", "DP epoch", "non-private epoch"], rows)
+    out.append("")
+  return out
+
+
+_SECTIONS = {"dpsgd": _dpsgd_section, "accountants": _accountants_section,
+             "large_n": _large_n_section}
 
 
 def render(results_dir: str = RESULTS_DIR) -> str:

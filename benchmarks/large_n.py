@@ -1,0 +1,729 @@
+"""Benchmark: one DP-SGD epoch at a real data size, against the non-private epoch and Opacus.
+
+    .venv/bin/python -m benchmarks.large_n             # writes benchmarks/results/large_n.json
+    .venv/bin/python -m benchmarks.large_n --workloads mlp --n 6000 --json /tmp/l.json
+    .venv/bin/python -m benchmarks.report              # RESULTS.md from the JSON files
+
+Data: n = 60,000 synthetic 28x28x1 images in 10 classes (`synthetic_images`: one
+smooth random template per class plus Gaussian pixel noise, float32, fixed seed),
+the size of MNIST, and a held-out set of 10,000 for a sanity accuracy. Models:
+`models.mlp(784, (256, 256), 10)` and `models.cnn((28, 28, 1), (16, 32), 10)`
+(both ghost-clipped by default). Expected batch B = 256, q = B / n, one epoch =
+round(1 / q) steps, C = 1, sigma = 1.
+
+Measured per workload, in ONE process (every figure a ratio against baselines
+timed under the same machine load; interleaved, best of --repeats after a warm-up
+whose time is reported as the compile time):
+
+  (a) nonprivate: plain SGD (optax), fixed batches of B from a fresh shuffled
+      permutation, `lax.scan` over the epoch's steps in one jitted call, mean
+      per-example loss, no clipping, no noise: the honest fast baseline (the CNN's
+      convolutions as im2col matmuls, `fast_apply`, the faster form on XLA:CPU);
+  (b) dp_padded: `dpsgd.train_one` with its default `batch_capacity="auto"`
+      (Poisson batches gathered into buffers of K rows, ghost clipping, noise
+      sigma C, the fixed denominator B), the whole call timed end to end;
+  (c) full_mask: the same with `batch_capacity=None` (every record's gradient at
+      every step, weighted by its 0/1 batch bit). An epoch of it is far too slow,
+      so its per-step time is the difference of a k2-step and a k1-step call
+      divided by k2 - k1 (the fixed per-call cost cancels), and its epoch is
+      estimated as t(k1) + (T - k1) * per-step. Where the full-mask clipped sum
+      over n rows needs more than half the machine's memory in XLA temporaries
+      (`full_mask_temp_bytes`, from the compiled program's memory analysis; the
+      CNN at n = 60,000: about 20 GiB), the step is timed at n / --full_mask_shrink
+      records and scaled by the record ratio. The step's cost grows at least in
+      proportion to n (the MLP's is timed at both sizes, `mlp.full_mask_linearity`
+      = the ratio of per-step times over the ratio of sizes), so the scaling
+      understates the full mask's time, never overstates it;
+  (d) opacus: Opacus `make_private(..., poisson_sampling=True,
+      grad_sample_mode="ghost")`, one epoch of its Poisson data loader (torch CPU,
+      at the better of 1 thread and torch's default, chosen on a few steps; its
+      loader's q is 1 / ceil(n / B), its epoch ceil(n / B) steps; nothing to compile,
+      so its first epoch is one of the timed repeats); skipped with the reason
+      recorded when torch / opacus cannot be imported.
+
+Peak resident memory: each configuration once more in a fresh subprocess
+(`--mem_child`), its peak resident set (VmHWM) after the run, next to
+a process that only builds the data (`data_only`); Opacus's subprocess trains
+_OPACUS_MEMORY_STEPS steps (its footprint does not grow with more). The JAX
+subprocesses load the programs this process compiled from a fresh persistent
+compilation cache, so their peak is that of running, not of XLA's compiler.
+
+Profile of (b) when it misses its target (`<w>.profile.*`, seconds per epoch, each
+a jitted scan over the T steps): `mask` the Poisson mask alone (O(n) random bits
+per step), `pad` mask + `sampling.padded_batch` (ranks and the K indices), `gather`
+those + gathering the K rows, `clipped_sum` the default clipping path (ghost) on
+fixed batches of K rows, `noise_update` the Gaussian noise, the division by B and
+the SGD update alone, `fixed_batch_dp` the two together (DP-SGD on fixed batches of
+K rows, no sampling); `host_check` the engine's per-call record validation on the
+host.
+
+The figures are written after each workload, so an interrupted run keeps the
+finished workloads. Keys (flat, dotted): `<w>.<config>_epoch_s`,
+`<w>.compile_s.<config>`,
+`<w>.peak_rss_bytes.<config>`, `<w>.accuracy.<config>`, `<w>.dp_over_nonprivate`
+(targets: 1.3 MLP, 2 CNN), `<w>.full_mask_over_padded` (target >= 10),
+`<w>.opacus_over_ours`.
+Runtime: about half an hour on two shared cores (most of it compiling, Opacus and
+the CNN).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+from absl import app
+from absl import flags
+
+from benchmarks import report
+
+BATCH = 256
+IMAGE = (28, 28, 1)
+NUM_CLASSES = 10
+NUM_TEST = 10_000
+CLIP = 1.0
+SIGMA = 1.0
+LR_NONPRIVATE = 0.1
+LR_DP = 1.0
+SEED = 0
+TARGETS = {"mlp": 1.3, "cnn": 2.0, "full_mask": 10.0}
+# A fraction of physical memory the full-mask step's temporaries may use before it is
+# timed at a smaller n instead (other processes share the machine).
+_MEMORY_FRACTION = 0.5
+
+_MODELS = {
+    "mlp": ("mlp", dict(num_inputs=784, hidden=(256, 256), num_classes=NUM_CLASSES)),
+    "cnn": ("cnn", dict(input_shape=IMAGE, channels=(16, 32), num_classes=NUM_CLASSES)),
+}
+# Opacus's memory subprocess trains this many steps (its footprint does not grow with them).
+_OPACUS_MEMORY_STEPS = 20
+
+
+def synthetic_images(seed: int, n: int, num_test: int = 0):
+  """n + num_test images 28x28x1 (flat float32[., 784]) with labels in [0, 10).
+
+  Class c's template is a 7x7 uniform random pattern upsampled to 28x28 (blocks of
+  4x4 pixels); an image is its class's template plus N(0, 0.5^2) pixel noise,
+  clipped to [0, 1]. The templates come from the same seed for train and test.
+
+  Returns:
+    (x_train [n, 784], y_train int32[n], x_test [num_test, 784], y_test int32[num_test]).
+  """
+  rng = np.random.default_rng(seed)
+  coarse = rng.random((NUM_CLASSES, 7, 7), dtype=np.float32)
+  templates = np.kron(coarse, np.ones((4, 4), np.float32)).reshape(NUM_CLASSES, -1)
+  total = n + num_test
+  y = rng.integers(0, NUM_CLASSES, total).astype(np.int32)
+  x = templates[y] + np.float32(0.5) * rng.standard_normal((total, 784), dtype=np.float32)
+  np.clip(x, 0.0, 1.0, out=x)
+  return x[:n], y[:n], x[n:], y[n:]
+
+
+def steps_per_epoch(n: int) -> int:
+  """T = round(1 / q) = round(n / B) steps: one epoch in expectation."""
+  return max(1, round(n / BATCH))
+
+
+def _model(name: str):
+  from dpjax import models  # pylint: disable=g-import-not-at-top
+  kind, kwargs = _MODELS[name]
+  return getattr(models, kind)(**kwargs)
+
+
+def _dp_config(n: int, num_steps: int):
+  from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
+  return dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=BATCH / n, num_steps=num_steps,
+                           l2_clip_norm=CLIP, noise_multiplier=SIGMA, learning_rate=LR_DP,
+                           delta=1.0 / (10 * n))
+
+
+def _accuracy(model, params, x, y) -> float:
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  logits = model.apply(params, jnp.asarray(x))
+  return float(jnp.mean(jnp.argmax(logits, axis=1) == jnp.asarray(y)))
+
+
+class _Runner:
+  """A zero-argument timed function; `last` holds what its latest call returned."""
+
+  def __init__(self, fn: Callable[[], object]):
+    self.fn = fn
+    self.last = None
+
+  def __call__(self):
+    self.last = self.fn()
+
+
+def fast_apply(model):
+  """model.apply, or for a CNN the same function with its convolutions as im2col
+  matmuls (`clipping.ghost`'s forward without probes). The non-private baseline
+  uses it: XLA:CPU's convolution gradient inside the epoch's scan is many times
+  slower here (over 400 s for one epoch of the 28x28 CNN), which would flatter DP-SGD."""
+  if model.kind != "cnn":
+    return model.apply
+  from dpjax.clipping import ghost  # pylint: disable=g-import-not-at-top
+  shape = model.input_shape
+  forward = ghost._cnn_forward  # pylint: disable=protected-access
+  return lambda params, x: forward(params, x, None, shape)[0]
+
+
+def nonprivate_runner(model, x, y, num_steps: int, seed: int = SEED) -> _Runner:
+  """(a): one non-private epoch per call; call i shuffles with fold_in(key, i)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  from dpjax import models  # pylint: disable=g-import-not-at-top
+
+  opt = optax.sgd(LR_NONPRIVATE)
+  apply = fast_apply(model)
+
+  @jax.jit
+  def epoch(params, key, x, y):
+    perm = jax.random.permutation(key, x.shape[0])
+
+    def step(carry, t):
+      p, s = carry
+      idx = jax.lax.dynamic_slice_in_dim(perm, t * BATCH, BATCH)
+      xb, yb = x[idx], y[idx]
+      g = jax.grad(lambda q: jnp.mean(models.loss_from_logits(apply(q, xb), yb)))(p)
+      u, s = opt.update(g, s, p)
+      return (optax.apply_updates(p, u), s), None
+
+    (p, _), _ = jax.lax.scan(step, (params, opt.init(params)),
+                             jnp.arange(num_steps, dtype=jnp.int32))
+    return p
+
+  k_init, k_shuffle = jax.random.split(jax.random.key(seed))
+  params0 = model.init(k_init)
+  calls = [0]
+
+  def run():
+    calls[0] += 1
+    return jax.block_until_ready(epoch(params0, jax.random.fold_in(k_shuffle, calls[0]), x, y))
+  return _Runner(run)
+
+
+def dp_runner(model, x, y, num_steps: int, batch_capacity="auto", seed: int = SEED) -> _Runner:
+  """(b) / (c): `dpsgd.train_one` for num_steps steps at q = B / n, end to end."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
+
+  n = x.shape[0]
+  cfg = _dp_config(n, num_steps)
+  keep = jnp.ones((n,), bool)
+  key = jax.random.key(seed + 1)
+
+  def run():
+    out = dpsgd.train_one(key, x, y, keep, cfg, model, batch_capacity=batch_capacity)
+    return jax.block_until_ready(out.params)
+  return _Runner(run)
+
+
+def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED) -> dict:
+  """Where the padded DP epoch's time goes: jitted scans of its parts (module docstring)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  from dpjax import clipping, privatizer, sampling  # pylint: disable=g-import-not-at-top
+
+  n = x.shape[0]
+  q = BATCH / n
+  sampler = sampling.PoissonSampler(q)
+  keep = jnp.ones((n,), bool)
+  k_sample = jax.random.key(seed + 2)
+  steps = jnp.arange(num_steps, dtype=jnp.int32)
+
+  def scan_sum(part):
+    @jax.jit
+    def fn(x, y):
+      def step(acc, t):
+        return acc + part(t, x, y), None
+      return jax.lax.scan(step, jnp.float32(0), steps)[0]
+    return fn
+
+  def mask(t, x, y):
+    del x, y
+    return jnp.sum(sampler.batch_mask(k_sample, t, keep), dtype=jnp.int32).astype(jnp.float32)
+
+  def pad(t, x, y):
+    del x, y
+    idx, ok = sampling.padded_batch(sampler.batch_mask(k_sample, t, keep), capacity, 0)
+    return jnp.sum(idx).astype(jnp.float32) + jnp.sum(ok)
+
+  def gather(t, x, y):
+    idx, ok = sampling.padded_batch(sampler.batch_mask(k_sample, t, keep), capacity, 0)
+    return jnp.sum(x[idx] * ok[:, None]) + jnp.sum(y[idx])
+
+  path = clipping.path_for(model)
+  opt = optax.chain(privatizer.dp_aggregate(SIGMA * CLIP, BATCH, jax.random.key(seed + 3)),
+                    optax.sgd(LR_DP))
+  params0 = model.init(jax.random.key(seed))
+
+  def fixed_batches(use_sum: bool, use_noise: bool):
+    """A scan over T steps on fixed batches of K rows: the clipped sum and/or the noise."""
+    @jax.jit
+    def fn(x, y):
+      perm = jax.random.permutation(jax.random.key(seed + 4), n)
+      w = jnp.ones((capacity,), jnp.float32)
+      zero = jax.tree.map(jnp.zeros_like, params0)
+
+      def step(carry, t):
+        p, s = carry
+        if use_sum:
+          start = (t * capacity) % (n - capacity + 1)
+          idx = jax.lax.dynamic_slice_in_dim(perm, start, capacity)
+          gsum, _ = path(p, x[idx], y[idx], w, CLIP)
+        else:
+          gsum = zero
+        if use_noise:
+          u, s = opt.update(gsum, s, p)
+        else:
+          u = jax.tree.map(lambda g: -1e-3 * g, gsum)
+        return (optax.apply_updates(p, u), s), None
+      return jax.lax.scan(step, (params0, opt.init(params0)), steps)[0][0]
+    return fn
+
+  from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
+
+  def host_check():
+    dpsgd._check_records(x, y, model)  # pylint: disable=protected-access
+
+  fns = {"mask": scan_sum(mask), "pad": scan_sum(pad), "gather": scan_sum(gather),
+         "clipped_sum": fixed_batches(True, False), "noise_update": fixed_batches(False, True),
+         "fixed_batch_dp": fixed_batches(True, True)}
+  out = {k: _Runner(lambda f=f: jax.block_until_ready(f(x, y))) for k, f in fns.items()}
+  out["host_check"] = _Runner(host_check)
+  return out
+
+
+def full_mask_temp_bytes(model, n: int) -> int:
+  """XLA temporaries of the default clipping path's clipped sum over n rows (compiled, not run)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from dpjax import clipping  # pylint: disable=g-import-not-at-top
+  path = clipping.path_for(model)
+  params = jax.eval_shape(model.init, jax.random.key(0))
+  args = (params, jax.ShapeDtypeStruct((n, 784), jnp.float32),
+          jax.ShapeDtypeStruct((n,), jnp.int32), jax.ShapeDtypeStruct((n,), jnp.float32))
+  compiled = jax.jit(lambda p, a, b, w: path(p, a, b, w, CLIP)).lower(*args).compile()
+  return int(compiled.memory_analysis().temp_size_in_bytes)
+
+
+def _physical_memory_bytes() -> int:
+  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def opacus_runner(name: str, x_np, y_np, threads: int | None):
+  """(d): an Opacus (ghost clipping, Poisson sampling) epoch per call, or (None, reason).
+
+  Returns (runner, model) where runner() trains one epoch of the Poisson loader
+  (about 1 / q steps) with torch limited to `threads` (None: torch's default).
+  """
+  try:
+    import opacus  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    return None, f"torch / opacus not importable ({e})"
+  import warnings  # pylint: disable=g-import-not-at-top
+  from benchmarks.dpsgd_deep import _torch_model  # pylint: disable=g-import-not-at-top
+
+  kind, kwargs = _MODELS[name]
+  torch.manual_seed(SEED)
+  model = _torch_model(kind, dict(kwargs, num_inputs=784) if kind == "mlp" else kwargs)
+  shape = (-1, 784) if kind == "mlp" else (-1, IMAGE[2], IMAGE[0], IMAGE[1])
+  xt = torch.from_numpy(np.ascontiguousarray(x_np.reshape(shape)))
+  yt = torch.from_numpy(y_np.astype(np.int64))
+  loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xt, yt),
+                                       batch_size=BATCH)
+  opt = torch.optim.SGD(model.parameters(), lr=LR_DP)
+  engine = opacus.PrivacyEngine()
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    pmodel, popt, pcrit, ploader = engine.make_private(
+        module=model, optimizer=opt, data_loader=loader,
+        criterion=torch.nn.CrossEntropyLoss(), noise_multiplier=SIGMA, max_grad_norm=CLIP,
+        poisson_sampling=True, grad_sample_mode="ghost")
+  default_threads = torch.get_num_threads()
+
+  def run(max_steps: int | None = None):
+    if threads is not None:
+      torch.set_num_threads(threads)
+    steps = 0
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      for xb, yb in ploader:
+        popt.zero_grad()
+        loss = pcrit(pmodel(xb), yb)
+        loss.backward()
+        popt.step()
+        steps += 1
+        if max_steps is not None and steps >= max_steps:
+          break
+    torch.set_num_threads(default_threads)
+    return steps
+  return run, pmodel
+
+
+def _opacus_accuracy(pmodel, name, x_np, y_np) -> float:
+  import torch  # pylint: disable=g-import-not-at-top
+  shape = (-1, 784) if _MODELS[name][0] == "mlp" else (-1, IMAGE[2], IMAGE[0], IMAGE[1])
+  with torch.no_grad():
+    logits = pmodel(torch.from_numpy(np.ascontiguousarray(x_np.reshape(shape))))
+  return float((logits.argmax(1).numpy() == y_np).mean())
+
+
+def _opacus_threads(name, x_np, y_np, log) -> tuple[int | None, str | None]:
+  """torch's faster thread count here (1 or its default), timed on a few steps; or a reason."""
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    return None, f"torch / opacus not importable ({e})"
+  best = None
+  for threads in sorted({1, torch.get_num_threads()}):
+    run, why = opacus_runner(name, x_np, y_np, threads)
+    if run is None:
+      return None, why
+    run(3)
+    t0 = time.perf_counter()
+    steps = run(8)
+    rate = steps / (time.perf_counter() - t0)
+    log(f"[large_n] {name} opacus {threads} thread(s): {rate:.1f} steps/s")
+    if best is None or rate > best[0]:
+      best = (rate, threads)
+  return best[1], None
+
+
+def _timed(runners: dict, repeats: int, log, uncompiled=()) -> tuple[dict, dict]:
+  """(first-call seconds, best-of-repeats seconds) per runner, timed round-robin.
+
+  Runners named in `uncompiled` (Opacus: nothing to compile) count their first call
+  as one of their `repeats` timings, and skip the last round.
+  """
+  first, best = {}, {}
+  for k, r in runners.items():
+    t0 = time.perf_counter()
+    r()
+    first[k] = time.perf_counter() - t0
+    log(f"[large_n]   warm-up {k}: {first[k]:.2f} s")
+    best[k] = first[k] if k in uncompiled else math.inf
+  for i in range(repeats):
+    for k, r in runners.items():
+      if k in uncompiled and i == repeats - 1:
+        continue
+      t0 = time.perf_counter()
+      r()
+      best[k] = min(best[k], time.perf_counter() - t0)
+    log(f"[large_n]   repeat {i + 1}/{repeats}: "
+        + ", ".join(f"{k} {v:.3f} s" for k, v in best.items()))
+  return first, best
+
+
+def _full_mask_plan(name: str, n: int) -> tuple[int, int, int]:
+  """(n at which the full-mask step is timed, k1, k2): fewer steps where a step is slow."""
+  if name == "mlp":
+    return n, 1, 3
+  return n, 1, 2
+
+
+def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink: int,
+                     data, log=print) -> dict:
+  """The figures of one workload (keys without the workload prefix)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from dpjax import dpsgd, sampling  # pylint: disable=g-import-not-at-top
+
+  x_np, y_np, xt_np, yt_np = data
+  x, y = jnp.asarray(x_np), jnp.asarray(y_np)
+  model = _model(name)
+  t_steps = steps_per_epoch(n)
+  out: dict = {}
+  capacity = dpsgd.batch_layout(n, BATCH / n)
+  out["capacity"] = capacity
+
+  # Full mask: where its clipped sum over n rows would not fit, time it at n / shrink.
+  temp = full_mask_temp_bytes(model, n)
+  out["full_mask_temp_bytes"] = temp
+  fm_n = n
+  if temp > _MEMORY_FRACTION * _physical_memory_bytes():
+    fm_n = n // shrink
+    log(f"[large_n] {name}: the full-mask step needs {temp / 2**30:.1f} GiB of temporaries "
+        f"at n = {n}; timing it at n = {fm_n} and scaling by {n / fm_n:g}")
+  _, k1, k2 = _full_mask_plan(name, n)
+  fm_x, fm_y = x[:fm_n], y[:fm_n]
+  runners = {
+      "nonprivate": nonprivate_runner(model, x, y, t_steps),
+      "dp_padded": dp_runner(model, x, y, t_steps, "auto"),
+      "full_mask_k1": dp_runner(model, fm_x, fm_y, k1, None),
+      "full_mask_k2": dp_runner(model, fm_x, fm_y, k2, None),
+  }
+  if name == "mlp":   # the full-mask step's cost is linear in n: time it at n / shrink too
+    small = n // shrink
+    runners["full_mask_small_k1"] = dp_runner(model, x[:small], y[:small], 2, None)
+    runners["full_mask_small_k2"] = dp_runner(model, x[:small], y[:small], 12, None)
+  opacus_threads, why = (None, "skipped (--skip_opacus)") if skip_opacus else \
+      _opacus_threads(name, x_np, y_np, log)
+  opacus_model = None
+  if why is None:
+    run, opacus_model = opacus_runner(name, x_np, y_np, opacus_threads)
+    runners["opacus"] = _Runner(run)
+    out["opacus_threads"] = opacus_threads
+  else:
+    out["opacus_skipped"] = why
+    log(f"[large_n] {name}: Opacus baseline {why}")
+  first, best = _timed(runners, repeats, log, uncompiled=("opacus",))
+
+  out["nonprivate_epoch_s"] = best["nonprivate"]
+  out["dp_padded_epoch_s"] = best["dp_padded"]
+  per_step = (best["full_mask_k2"] - best["full_mask_k1"]) / (k2 - k1)
+  scale = n / fm_n
+  out["full_mask_timed_n"] = fm_n
+  out["full_mask_steps_timed"] = [k1, k2]
+  out["full_mask_per_step_s"] = per_step * scale
+  out["full_mask_epoch_s"] = (best["full_mask_k1"] + (t_steps - k1) * per_step) * scale
+  if name == "mlp":
+    small_step = (best["full_mask_small_k2"] - best["full_mask_small_k1"]) / 10
+    out["full_mask_small_n"] = n // shrink
+    out["full_mask_small_per_step_s"] = small_step
+    out["full_mask_linearity"] = per_step / small_step / (n / (n // shrink))
+  out["compile_s"] = {
+      "nonprivate": first["nonprivate"] - best["nonprivate"],
+      "dp_padded": first["dp_padded"] - best["dp_padded"],
+      "full_mask": first["full_mask_k1"] - best["full_mask_k1"],
+  }
+  out["dp_over_nonprivate"] = best["dp_padded"] / best["nonprivate"]
+  out["full_mask_over_padded"] = out["full_mask_epoch_s"] / best["dp_padded"]
+  out["target_dp_over_nonprivate"] = TARGETS[name]
+  out["target_full_mask_over_padded"] = TARGETS["full_mask"]
+  if "opacus" in runners:
+    out["opacus_epoch_s"] = best["opacus"]
+    out["opacus_over_ours"] = best["opacus"] / best["dp_padded"]
+  out["accuracy"] = {
+      "nonprivate": _accuracy(model, runners["nonprivate"].last, xt_np, yt_np),
+      "dp_padded": _accuracy(model, runners["dp_padded"].last, xt_np, yt_np),
+  }
+  if opacus_model is not None:
+    out["accuracy"]["opacus"] = _opacus_accuracy(opacus_model, name, xt_np, yt_np)
+
+  # Where the padded epoch's time goes (seconds per epoch), when it misses its target.
+  if capacity is not None and out["dp_over_nonprivate"] > TARGETS[name]:
+    prof = profile_runners(model, x, y, t_steps, capacity)
+    _, pbest = _timed(prof, repeats, log)
+    out["profile"] = pbest
+  out["default_capacity"] = sampling.default_batch_capacity(n, BATCH / n)
+  return out
+
+
+def _mem_child(spec: str, n: int) -> None:
+  """Runs one configuration once (after building the data) and prints its peak RSS."""
+  name, config = spec.split(":")
+  data = synthetic_images(SEED, n)
+  if config != "data_only":
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    x, y = jnp.asarray(data[0]), jnp.asarray(data[1])
+    model = _model(name)
+    t_steps = steps_per_epoch(n)
+    if config == "nonprivate":
+      nonprivate_runner(model, x, y, t_steps)()
+    elif config == "dp_padded":
+      dp_runner(model, x, y, t_steps, "auto")()
+    elif config == "full_mask":
+      fm_n = int(os.environ.get("LARGE_N_FULL_MASK_N", n))
+      dp_runner(model, x[:fm_n], y[:fm_n], 1, None)()
+    elif config == "opacus":
+      threads = int(os.environ.get("LARGE_N_OPACUS_THREADS", "1"))
+      run, _ = opacus_runner(name, data[0], data[1], threads)
+      run(_OPACUS_MEMORY_STEPS)
+    else:
+      raise ValueError(f"unknown configuration {config!r}")
+  print(json.dumps({"peak_rss_bytes": _own_peak_rss_bytes()}))
+
+
+def _own_peak_rss_bytes() -> int:
+  """This process's peak resident set: VmHWM of /proc/self/status, which belongs to its
+  own address space. (`getrusage(RUSAGE_SELF).ru_maxrss` would do on its own only
+  without a parent: Linux carries the larger of the parent's peak at fork and the
+  child's own across fork and exec, so every subprocess of a 2 GiB parent reports at
+  least 2 GiB.)"""
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def peak_rss(name: str, config: str, n: int, env: dict | None = None) -> int | None:
+  """Peak resident bytes of a fresh process running `config` once (None if it failed)."""
+  cmd = [sys.executable, "-m", "benchmarks.large_n", f"--mem_child={name}:{config}",
+         f"--n={n}"]
+  proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        env=dict(os.environ, **(env or {})))
+  if proc.returncode != 0:
+    print(f"[large_n] memory child {name}:{config} failed: {proc.stderr[-2000:]}")
+    return None
+  return int(json.loads(proc.stdout.strip().splitlines()[-1])["peak_rss_bytes"])
+
+
+def measure_memory(name: str, n: int, full_mask_n: int, opacus_threads: int | None,
+                   cache_dir: str | None) -> dict:
+  """Peak resident bytes of each configuration, each in a fresh subprocess.
+
+  Args:
+    name: the workload.
+    n: training records.
+    full_mask_n: the records the full-mask step runs on (as timed).
+    opacus_threads: torch threads for Opacus, None to skip it.
+    cache_dir: a persistent compilation cache holding this workload's programs
+      (None: the subprocesses compile, and their peak includes the compiler's).
+  """
+  cache = {} if cache_dir is None else {
+      "JAX_COMPILATION_CACHE_DIR": cache_dir, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+  mem = {"data_only": peak_rss(name, "data_only", n)}
+  for config in ("nonprivate", "dp_padded", "full_mask"):
+    mem[config] = peak_rss(name, config, n, dict(cache, LARGE_N_FULL_MASK_N=str(full_mask_n)))
+  if opacus_threads is not None:
+    mem["opacus"] = peak_rss(name, "opacus", n, {"LARGE_N_OPACUS_THREADS": str(opacus_threads)})
+  return mem
+
+
+def remeasure_memory(path: str, workloads) -> None:
+  """Re-measures only the peak memory of `workloads` in an existing results file.
+
+  The subprocesses use the persistent compilation cache named by the environment's
+  JAX_COMPILATION_CACHE_DIR, if any. The file keeps its command and timings; the
+  command of this run is recorded as `memory_command`.
+  """
+  with open(path) as f:
+    doc = json.load(f)
+  fig = doc["figures"]
+  n = fig["n"]
+  for name in workloads:
+    mem = measure_memory(name, n, fig[f"{name}.full_mask_timed_n"],
+                         fig.get(f"{name}.opacus_threads"),
+                         os.environ.get("JAX_COMPILATION_CACHE_DIR"))
+    for k, v in mem.items():
+      fig[f"{name}.peak_rss_bytes.{k}"] = v
+  doc["memory_command"] = "python -m benchmarks." + " ".join(["large_n"] + sys.argv[1:])
+  with open(path, "w") as f:
+    json.dump(doc, f, indent=1, sort_keys=True)
+    f.write("\n")
+  print(f"wrote {path}")
+
+
+def measure(workloads, n: int, repeats: int, skip_opacus: bool = False,
+            skip_memory: bool = False, shrink: int = 10, log=print,
+            checkpoint: Callable[[dict], object] | None = None) -> dict:
+  """All figures as a flat dict with dotted keys (module docstring); `checkpoint`, if
+  given, is called with the figures so far after each workload."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  # A fresh persistent compilation cache: this process compiles every program (its
+  # compile times are real), the memory subprocesses load them instead of compiling
+  # again (their peak RSS is then that of running, not of the compiler).
+  cache_dir = tempfile.mkdtemp(prefix="large_n_xla_cache_")
+  jax.config.update("jax_compilation_cache_dir", cache_dir)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  data = synthetic_images(SEED, n, NUM_TEST)
+  figures = {"n": n, "batch": BATCH, "sampling_prob": BATCH / n,
+             "steps_per_epoch": steps_per_epoch(n), "noise_multiplier": SIGMA,
+             "l2_clip_norm": CLIP, "device": jax.devices()[0].platform,
+             "physical_memory_bytes": _physical_memory_bytes()}
+  for name in workloads:
+    log(f"[large_n] workload {name}")
+    res = measure_workload(name, n, repeats, skip_opacus, shrink, data, log)
+    if not skip_memory:
+      res["peak_rss_bytes"] = measure_memory(name, n, res["full_mask_timed_n"],
+                                             res.get("opacus_threads"), cache_dir)
+    res["command"] = "python -m benchmarks." + " ".join(["large_n"] + sys.argv[1:])
+    for k, v in _flatten(res).items():
+      figures[f"{name}.{k}"] = v
+    if checkpoint is not None:
+      checkpoint(figures)
+  return figures
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def _define_flags() -> None:
+  """The command-line flags (defined only when run as a program, so that importing this
+  module next to another benchmark defines no duplicate flag)."""
+  flags.DEFINE_string("workloads", "mlp,cnn", "Comma-separated: mlp, cnn.")
+  flags.DEFINE_integer("n", 60_000, "Training records.")
+  flags.DEFINE_integer("repeats", 2, "Timed repetitions (best is kept).")
+  flags.DEFINE_integer(
+      "full_mask_shrink", 10, "The CNN's full-mask step is timed at n / this many records "
+      "when its temporaries at n would not fit in memory.")
+  flags.DEFINE_bool("skip_opacus", False, "Skip the Opacus baseline.")
+  flags.DEFINE_bool("skip_memory", False, "Skip the peak-memory subprocesses.")
+  flags.DEFINE_string("json", None, "Where to write the figures (default: "
+                      "benchmarks/results/large_n.json, what RESULTS.md is built from).")
+  flags.DEFINE_bool("merge", False, "Keep the other workloads' figures of the existing "
+                    "results file (each records its own command).")
+  flags.DEFINE_bool("memory_only", False, "Only re-measure the peak memory of --workloads "
+                    "in the existing results file (--json or the default).")
+  flags.DEFINE_string("mem_child", None, "(internal) run <workload>:<config> once and print "
+                      "its peak RSS.")
+
+
+def main(argv):
+  del argv
+  fv = flags.FLAGS
+  if fv.mem_child:
+    _mem_child(fv.mem_child, fv.n)
+    return
+  workloads = [w for w in fv.workloads.split(",") if w]
+  for w in workloads:
+    if w not in _MODELS:
+      raise ValueError(f"--workloads: unknown workload {w!r} (known: {sorted(_MODELS)})")
+  if fv.memory_only:
+    remeasure_memory(fv.json or os.path.join(report.RESULTS_DIR, "large_n.json"), workloads)
+    return
+  path = fv.json or os.path.join(report.RESULTS_DIR, "large_n.json")
+  kept = _kept_figures(path, workloads, fv.n) if fv.merge else {}
+
+  def save(f):
+    report.write("large_n", dict(kept, **f), fv.json)
+  figures = measure(workloads, fv.n, fv.repeats, fv.skip_opacus, fv.skip_memory,
+                    fv.full_mask_shrink, checkpoint=save)
+  for k, v in figures.items():
+    print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
+  save(figures)
+
+
+def _kept_figures(path: str, workloads, n: int) -> dict:
+  """The figures of the OTHER workloads in an existing results file (--merge), each
+  with the command that measured it (`<w>.command`)."""
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    doc = json.load(f)
+  fig = doc["figures"]
+  if fig.get("n") != n:
+    raise ValueError(f"--merge: {path} was measured at n = {fig.get('n')}, not {n}")
+  kept = {k: v for k, v in fig.items() if k.split(".")[0] not in workloads}
+  for name in {k.split(".")[0] for k in kept if "." in k}:
+    kept.setdefault(f"{name}.command", doc["command"])
+  return kept
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)

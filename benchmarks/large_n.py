@@ -627,28 +627,37 @@ def measure(workloads, n: int, repeats: int, skip_opacus: bool = False,
   given, is called with the figures so far after each workload."""
   import tempfile  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  # A fresh persistent compilation cache: this process compiles every program (its
-  # compile times are real), the memory subprocesses load them instead of compiling
-  # again (their peak RSS is then that of running, not of the compiler).
-  cache_dir = tempfile.mkdtemp(prefix="large_n_xla_cache_")
-  jax.config.update("jax_compilation_cache_dir", cache_dir)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  data = synthetic_images(SEED, n, NUM_TEST)
-  figures = {"n": n, "batch": BATCH, "sampling_prob": BATCH / n,
-             "steps_per_epoch": steps_per_epoch(n), "noise_multiplier": SIGMA,
-             "l2_clip_norm": CLIP, "device": jax.devices()[0].platform,
-             "physical_memory_bytes": _physical_memory_bytes()}
-  for name in workloads:
-    log(f"[large_n] workload {name}")
-    res = measure_workload(name, n, repeats, skip_opacus, shrink, data, log)
-    if not skip_memory:
-      res["peak_rss_bytes"] = measure_memory(name, n, res["full_mask_timed_n"],
-                                             res.get("opacus_threads"), cache_dir)
-    res["command"] = "python -m benchmarks." + " ".join(["large_n"] + sys.argv[1:])
-    for k, v in _flatten(res).items():
-      figures[f"{name}.{k}"] = v
-    if checkpoint is not None:
-      checkpoint(figures)
+  # With memory measured, a fresh persistent compilation cache for this call: this
+  # process compiles every program (its compile times are real), the memory
+  # subprocesses load them instead of compiling again (their peak RSS is then that of
+  # running, not of the compiler). The previous settings are restored on return.
+  cache_dir, saved = None, {}
+  if not skip_memory:
+    cache_dir = tempfile.mkdtemp(prefix="large_n_xla_cache_")
+    for option, value in (("jax_compilation_cache_dir", cache_dir),
+                          ("jax_persistent_cache_min_compile_time_secs", 0.0)):
+      saved[option] = getattr(jax.config, option)
+      jax.config.update(option, value)
+  try:
+    data = synthetic_images(SEED, n, NUM_TEST)
+    figures = {"n": n, "batch": BATCH, "sampling_prob": BATCH / n,
+               "steps_per_epoch": steps_per_epoch(n), "noise_multiplier": SIGMA,
+               "l2_clip_norm": CLIP, "device": jax.devices()[0].platform,
+               "physical_memory_bytes": _physical_memory_bytes()}
+    for name in workloads:
+      log(f"[large_n] workload {name}")
+      res = measure_workload(name, n, repeats, skip_opacus, shrink, data, log)
+      if not skip_memory:
+        res["peak_rss_bytes"] = measure_memory(name, n, res["full_mask_timed_n"],
+                                               res.get("opacus_threads"), cache_dir)
+      res["command"] = "python -m benchmarks." + " ".join(["large_n"] + sys.argv[1:])
+      for k, v in _flatten(res).items():
+        figures[f"{name}.{k}"] = v
+      if checkpoint is not None:
+        checkpoint(figures)
+  finally:
+    for option, value in saved.items():
+      jax.config.update(option, value)
   return figures
 
 

@@ -201,14 +201,13 @@ def padded_batch(mask_N: jax.Array, capacity: int, chunk: jax.Array
   n = mask_N.shape[0]
   if n < 1:
     raise ValueError("mask_N must hold at least one record")
-  rank = jnp.cumsum(mask_N.astype(jnp.int32)) - 1
-  lo = chunk * k
-  # Records outside this chunk (unsampled, or of another chunk) go to slot K,
-  # which mode="drop" discards; slots are never negative.
-  slot = jnp.where(mask_N & (rank >= lo), rank - lo, k)
-  index = jnp.full((k,), n, jnp.int32).at[slot].set(
-      jnp.arange(n, dtype=jnp.int32), mode="drop")
-  valid = index < n
+  # count_N[i] = number of sampled records among 0..i (nondecreasing), so the
+  # sampled record of rank r (0-based) is the first i with count_N[i] = r + 1:
+  # a binary search per row, O(K log N), instead of a scatter over all N records.
+  count_N = jnp.cumsum(mask_N.astype(jnp.int32))
+  ranks = chunk * k + jnp.arange(1, k + 1, dtype=jnp.int32)
+  index = jnp.searchsorted(count_N, ranks, side="left").astype(jnp.int32)
+  valid = index < n     # rank beyond the batch: searchsorted returns N
   return jnp.minimum(index, n - 1), valid
 
 

@@ -4,6 +4,7 @@ import json
 import os
 import tempfile
 
+import pytest
 from absl.testing import absltest
 
 from experiments import dpsgd as exp
@@ -11,6 +12,9 @@ from experiments import dpsgd as exp
 
 class ExperimentDpsgdTest(absltest.TestCase):
 
+  # End-to-end run (tens of CPU seconds): behind slow for the CI budget; ./run.sh runs
+  # the experiment at its default scale.
+  @pytest.mark.slow
   def test_run_small(self):
     with tempfile.TemporaryDirectory() as out:
       cfg = exp.DpsgdExperimentConfig(seed=0, seeds=2, clip_seeds=2, test_size=500,

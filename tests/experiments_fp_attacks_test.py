@@ -3,6 +3,7 @@
 import json
 import re
 
+import pytest
 from absl.testing import absltest
 
 from experiments import fp_attacks
@@ -11,6 +12,9 @@ from tests import helpers
 
 class FpAttacksRunTest(absltest.TestCase):
 
+  # End-to-end run (tens of CPU seconds): behind slow for the CI budget; ./run.sh runs
+  # the experiment at its default scale.
+  @pytest.mark.slow
   def test_tiny_run(self):
     p = helpers.run_experiment(
         "fp_attacks", "--trials", "2000", "--models", "40", "--epsilons", "1,2",

@@ -5,6 +5,7 @@ import math
 import os
 import tempfile
 
+import pytest
 from absl.testing import absltest
 
 from experiments import pate as pate_exp
@@ -12,6 +13,9 @@ from experiments import pate as pate_exp
 
 class PateExperimentTest(absltest.TestCase):
 
+  # End-to-end run (tens of CPU seconds): behind slow for the CI budget; ./run.sh runs
+  # the experiment at its default scale.
+  @pytest.mark.slow
   def test_run_small(self):
     out = tempfile.mkdtemp()
     cfg = pate_exp.PateConfig(seed=0, teachers=(5, 20), queries=(30,), public=40,

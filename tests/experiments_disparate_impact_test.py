@@ -6,6 +6,7 @@ import tempfile
 
 import jax
 import numpy as np
+import pytest
 from absl.testing import absltest
 
 from dpjax.data import credit
@@ -26,6 +27,9 @@ class DisparateImpactTest(absltest.TestCase):
     np.testing.assert_allclose(x[:, 6], g * lin[:, 3], rtol=1e-6)
     self.assertEqual(di.features(data.x_NxF, scaler, False).shape, (50, 5))
 
+  # End-to-end run: behind slow for the CI budget; ./run.sh runs the experiment at its
+  # default scale.
+  @pytest.mark.slow
   def test_run_small(self):
     out = tempfile.mkdtemp()
     cfg = di.DisparateImpactConfig(seed=0, n_train=200, n_test=2000, seeds=3,

@@ -8,6 +8,7 @@ import tempfile
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from absl.testing import absltest
 
 from dpjax import mechanisms as mech
@@ -20,6 +21,9 @@ _SMALL = exp.MechanismsConfig(
     em_epsilons=(0.01, 1.0, 5.0), em_reps=200, em_datasets=3)
 
 
+# One shrunken run shared by the class (about 40 CPU s): behind slow for the CI
+# budget; ./run.sh runs the experiment, tests/mechanisms_test.py the library.
+@pytest.mark.slow
 class MechanismsExperimentTest(absltest.TestCase):
 
   @classmethod

@@ -4,6 +4,7 @@ import json
 import os
 import tempfile
 
+import pytest
 from absl.testing import absltest
 
 from experiments import mia as mia_exp
@@ -11,6 +12,9 @@ from experiments import mia as mia_exp
 
 class MiaExperimentTest(absltest.TestCase):
 
+  # End-to-end run: behind slow for the CI budget; ./run.sh runs the experiment at its
+  # default scale.
+  @pytest.mark.slow
   def test_small_run(self):
     with tempfile.TemporaryDirectory() as d:
       cfg = mia_exp.MiaConfig(seed=0, num_models=16, pool_size=40, epsilons=(8.0,),

@@ -4,6 +4,7 @@ import json
 import os
 import tempfile
 
+import pytest
 from absl.testing import absltest
 
 from experiments import reconstruction
@@ -11,6 +12,9 @@ from experiments import reconstruction
 
 class ReconstructionExperimentTest(absltest.TestCase):
 
+  # End-to-end run: behind slow for the CI budget; ./run.sh runs the experiment at its
+  # default scale.
+  @pytest.mark.slow
   def test_run_small(self):
     out = tempfile.mkdtemp()
     cfg = reconstruction.ReconstructionConfig(people=30, queries=(60, 240), trials=4,

@@ -511,7 +511,7 @@ def batch_layout(num_records: int, sampling_prob: float, kept_max: int | None = 
   for privacy_unit "user" (its clipping groups all of a user's records). A
   logistic regression's closed-form clipping costs about as much per row as the
   ranking, so the many-model audits of small models stay on the full mask (their
-  padded step measured 5-10 times slower at N = 4096, M = 64).
+  padded step measured 4.5-20 times slower at N = 4096, M = 64).
 
   Args:
     num_records: N >= 1, the records in the pool (x_NxF's rows).

@@ -561,6 +561,19 @@ def entries():
         {"x_NxF": "array", "y_N": "binary", "record_canary": "object", "mode": "choice",
          "progress": None}))
 
+  from dpjax.audit import guard  # pylint: disable=g-import-not-at-top
+  EXCLUDED.update({"dpjax.audit.guard.ClaimCheck": "result record of check_claim",
+                   "dpjax.audit.guard.default_claim": "takes no arguments"})
+  add(E("dpjax.audit.guard.declared_thresholds", guard.declared_thresholds,
+        dict(sampling_prob=0.5, noise_multiplier=2.0, num_steps=3, num_out=64),
+        {"noise_multiplier": "pos", "num_out": "count"}))
+  add(E("dpjax.audit.guard.check_claim", guard.check_claim,
+        dict(key=_key, claim=helpers.small_config(dataset_size=12, num_steps=2),
+             num_runs=4, num_canaries=4, num_filler=2, canary_scale=10.0, confidence=0.9,
+             progress=False),
+        {"claim": "object", "num_runs": "count", "num_canaries": "size",
+         "num_filler": "count", "canary_scale": "pos", "progress": None}))
+
   from dpjax.audit import coverage  # pylint: disable=g-import-not-at-top
   gmech = coverage.Mechanism("gaussian", 1.0)
   mk = {"mechanism": "object"}

@@ -7,16 +7,17 @@ spread, best certifiable bound, GDP estimate), `canary` (the canaries and the
 black-/white-box adversaries of DP-SGD), `one_run` (one training run, many
 canaries), `coverage` (the estimators' confidence measured on simulated audits of
 mechanisms of known eps), `runner` (auditing any training function, and our
-DP-SGD with any model), `store` (a resumable on-disk store of chunked results)
-and `variants` (deliberately broken DP-SGDs).
+DP-SGD with any model), `store` (a resumable on-disk store of chunked results),
+`variants` (deliberately broken DP-SGDs) and `guard` (a short white-box audit of
+the engine for test suites, failing when its guarantee regresses).
 """
 
 import importlib
 
 from dpjax.audit.stats import clopper_pearson, epsilon_lower_bound
 
-_SUBMODULES = ("canary", "coverage", "estimators", "one_run", "roc", "runner", "stats",
-               "store", "variants")
+_SUBMODULES = ("canary", "coverage", "estimators", "guard", "one_run", "roc", "runner",
+               "stats", "store", "variants")
 __all__ = ["clopper_pearson", "epsilon_lower_bound", *_SUBMODULES]
 
 

@@ -1,0 +1,295 @@
+"""A short white-box audit of the DP-SGD engine that fails when its guarantee regresses.
+
+`check_claim` trains R logistic-regression models with `dpsgd.train_many`, through
+the engine's own sampler, clipping path and noise (or the components passed in,
+through the same `sampler=` / `clipping=` / `privatizer=` doors), and asks whether
+the privatized updates are consistent with the claimed (q, sigma, T, C, delta).
+It is meant for a test suite: the engine passes while it is correct, and a bug
+that weakens the guarantee (noise too small, a sampling rate above the accounted
+q, clipping to more than C) makes `epsilon_lower` exceed the exact eps of the
+claim, so `ClaimCheck.falsified` is True and `ClaimCheck.check()` raises.
+
+Construction. The data are `num_filler` ordinary records in the first F = 4
+features and K = `num_canaries` canary RECORDS (not gradient canaries injected
+behind the engine's back): canary j is x = s e_{F+j} (s = `canary_scale`) with
+label 0, in a feature no other record uses. The model starts at w = 0 and the
+learning rate is 1e-6, so every logit stays ~0 and the canary's gradient is
+r x with r = sigmoid(0) - 0 = 1/2: norm s/2 > C, so a correct clipping path scales
+it to exactly C e_{F+j}. Each canary is Poisson-sampled by the sampler like any
+record, its coordinate gets independent Gaussian noise, and the sum is divided by
+the public B = q n; the adversary reads coordinate F+j of every privatized update
+u_t (white-box, Nasr et al. 2021) and, for the claimed algorithm,
+
+    o_t = B u_t / C = b_t + sigma z_t,   b_t ~ Bernoulli(q) if the canary is IN, else 0,
+
+independently over t, over canaries (disjoint coordinates, own Poisson bits,
+independent noise) and over runs. The score is the exact log-likelihood ratio
+sum_t log((1-q) + q exp((2 o_t - 1) / (2 sigma^2))) (`canary.white_box_scores`),
+so the R K (run, canary) pairs are independent trials of the optimal test.
+Inclusion bits are balanced per canary (`runner.inclusion_bits`).
+
+Bound. The tests "IN iff score > t_i" use thresholds DECLARED from the claimed
+mechanism's likelihood-ratio distribution (`canary.llr_distribution`) before
+training: t_i has false-positive rate 2^-i under the claim, for every i with an
+expected number of false positives >= 4. Each is evaluated by Clopper-Pearson on
+all trials at confidence 1 - alpha/k (union bound over the k thresholds,
+`estimators.Bonferroni`). With probability >= `confidence`, an engine that
+implements the claimed mechanism gives epsilon_lower <= its exact eps (the PLD
+accountant's; the claimed eps is at least that), so `falsified` is a false alarm
+with probability <= 1 - confidence.
+
+What it catches (measured by tests/guard_test.py, which plants each bug in the
+engine, at the defaults: q = 1/2, T = 10, sigma calibrated to eps = 2, delta =
+1e-5, R = 512 runs of K = 1,024 canaries, so 262,144 IN and 262,144 OUT trials,
+exact eps 1.82): the correct engine certifies 1.16 (1.11 expected from the
+likelihood-ratio distribution, `expected_epsilon_lower`); noise at half the
+claimed scale 2.53, a sampler at twice the claimed rate (q = 1) 2.36, clipping at
+4C 5.54, each above the exact eps, so falsified. About 15 s of CPU per check,
+mostly compiling. What it cannot see: a bug that only affects other models' clipping paths
+(ghost, vmap) unless that path is passed as `clipping=`; a wrong denominator (a
+public rescaling changes no eps); bugs that make training MORE private.
+
+Shape letters: R runs (models), K canaries, T steps, N = num_filler + K records.
+
+Examples:
+  >>> import jax
+  >>> c = check_claim(jax.random.key(0), num_runs=8, num_canaries=8, progress=False)
+  >>> c.num_in, c.num_out, c.falsified
+  (32, 32, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate
+
+# Filler features (the canaries live in the K features after them).
+_FILLER_FEATURES = 4
+# The learning rate of the guard's training: params stay at w = 0 to ~1e-6, so every
+# canary's gradient is (1/2) s e_j throughout and is clipped to exactly C e_j.
+_LEARNING_RATE = 1e-6
+# Declared thresholds: false-positive rates 2^-i with >= this many expected false positives.
+_MIN_EXPECTED_FALSE_POSITIVES = 4.0
+
+
+def default_claim():
+  """The guard's default claim: q = 1/2, T = 10, eps = 2 (RDP-calibrated sigma), delta = 1e-5, C = 1.
+
+  Examples:
+    >>> c = default_claim()
+    >>> c.sampling_prob, c.num_steps, round(c.sigma, 2)
+    (0.5, 10, 3.72)
+  """
+  from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
+  return dpsgd.DpSgdConfig(dataset_size=1024, sampling_prob=0.5, num_steps=10,
+                           l2_clip_norm=1.0, target_epsilon=2.0, delta=1e-5)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimCheck:
+  """The result of `check_claim`.
+
+  Attributes:
+    epsilon_lower: the certified eps lower bound (union bound over the declared
+      thresholds), at `confidence`.
+    exact_epsilon: eps of the claimed (q, sigma, T, delta) by the PLD accountant.
+    claimed_epsilon: the accountant's eps of the claim (`DpSgdConfig.epsilon()`).
+    expected_epsilon_lower: the bound the same procedure gives at the expected
+      error counts of the claimed mechanism (what a correct engine should get,
+      up to Monte Carlo spread).
+    falsified: epsilon_lower > exact_epsilon.
+    num_in, num_out: IN and OUT (run, canary) trials.
+    confidence: of epsilon_lower.
+    bound: the `estimators.BonferroniBound` (per-threshold counts in `parts`).
+    config: the DpSgdConfig actually trained (the claim with the guard's dataset
+      size and learning rate).
+  """
+  epsilon_lower: float
+  exact_epsilon: float
+  claimed_epsilon: float
+  expected_epsilon_lower: float
+  falsified: bool
+  num_in: int
+  num_out: int
+  confidence: float
+  bound: Any
+  config: Any
+
+  def check(self) -> "ClaimCheck":
+    """Raises AssertionError if the claim is falsified; returns self otherwise."""
+    if self.falsified:
+      raise AssertionError(
+          f"DP-SGD guard: the audit certifies eps >= {self.epsilon_lower:.3f} at "
+          f"{self.confidence:g} confidence, above the exact eps {self.exact_epsilon:.3f} of "
+          f"the claim (q={self.config.sampling_prob:g}, sigma={self.config.sigma:.4g}, "
+          f"T={self.config.num_steps}, delta={self.config.delta:g}); a correct engine "
+          f"gives about {self.expected_epsilon_lower:.3f}")
+    return self
+
+  def to_json(self) -> dict:
+    return {"epsilon_lower": self.epsilon_lower, "exact_epsilon": self.exact_epsilon,
+            "claimed_epsilon": self.claimed_epsilon,
+            "expected_epsilon_lower": self.expected_epsilon_lower,
+            "falsified": self.falsified, "num_in": self.num_in, "num_out": self.num_out,
+            "confidence": self.confidence,
+            "tests": [{"threshold": p.threshold, **p.counts(),
+                       "epsilon_lower": p.epsilon_lower} for p in self.bound.parts]}
+
+
+def declared_thresholds(sampling_prob: float, noise_multiplier: float, num_steps: int,
+                        num_out: int) -> tuple[np.ndarray, np.ndarray]:
+  """Thresholds on the white-box score fixed from the claimed mechanism alone.
+
+  Args:
+    sampling_prob, noise_multiplier, num_steps: the claimed q, sigma, T.
+    num_out: OUT trials the thresholds will be evaluated on (>= 8).
+  Returns:
+    (thresholds float64[k], their false-positive rates 2^-i under the claim):
+    i = 1, 2, ... while num_out 2^-i >= 4.
+
+  Examples:
+    >>> t, fpr = declared_thresholds(0.5, 3.0, 4, 64)
+    >>> fpr.tolist(), bool(np.all(np.diff(t) > 0))
+    ([0.5, 0.25, 0.125, 0.0625], True)
+  """
+  from dpjax.audit import canary  # pylint: disable=g-import-not-at-top
+  n = _validate.check_int(num_out, "num_out", minimum=8)
+  dist = canary.llr_distribution(sampling_prob, noise_multiplier, num_steps)
+  levels = []
+  i = 1
+  while n * 2.0 ** -i >= _MIN_EXPECTED_FALSE_POSITIVES:
+    levels.append(2.0 ** -i)
+    i += 1
+  survival = np.cumsum(dist.pmf_out_J[::-1])[::-1]          # P_out(L >= grid_j)
+  # Smallest grid value whose upper tail is within the level: "score > t" then
+  # has false-positive rate <= level (to the grid's resolution).
+  thresholds = [float(dist.grid_J[min(int(np.argmax(survival <= lv)), survival.size - 1)])
+                for lv in levels]
+  return np.asarray(thresholds), np.asarray(levels)
+
+
+def _expected_bound(sampling_prob, noise_multiplier, num_steps, thresholds, num_in, num_out,
+                    delta, confidence) -> float:
+  from dpjax.audit import canary, estimators, stats  # pylint: disable=g-import-not-at-top
+  dist = canary.llr_distribution(sampling_prob, noise_multiplier, num_steps)
+  per_test = estimators.bonferroni_confidence(confidence, len(thresholds))
+  best = 0.0
+  for t in thresholds:
+    above = dist.grid_J > t
+    fp = int(round(num_out * float(dist.pmf_out_J[above].sum())))
+    fn = int(round(num_in * float(dist.pmf_in_J[~above].sum())))
+    best = max(best, float(stats.epsilon_lower_bound(min(fp, num_out), num_out,
+                                                     min(fn, num_in), num_in, delta, per_test)))
+  return best
+
+
+def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries: int = 1024,
+                num_filler: int = 16, canary_scale: float = 100.0, confidence: float = 0.99,
+                progress: bool = False, **train_kwargs) -> ClaimCheck:
+  """Audits the engine (or the components passed) against `claim`; see the module docstring.
+
+  Args:
+    key: jax.random key (data, inclusion bits and training keys are split from it).
+    claim: a dpsgd.DpSgdConfig whose (q, sigma or target eps, T, C, delta,
+      accountant) is the claim (default `default_claim()`); its dataset_size and
+      learning_rate are replaced by the guard's (N records, 1e-6). Example-level
+      privacy only.
+    num_runs: R >= 2 models.
+    num_canaries: K >= 1 canary records per model (R K / 2 trials per side;
+      R K / 2 >= 8).
+    num_filler: ordinary records besides the canaries (>= 2).
+    canary_scale: s, the canary's feature value; its gradient norm s/2 must exceed
+      C (so that clipping is exercised): s > 2 C.
+    confidence: of the bound, in (0, 1); 1 - confidence bounds the false-alarm rate.
+    progress: progress bar of the training.
+    **train_kwargs: `dpsgd.train_many` keywords passed through: sampler, clipping,
+      privatizer, batch_capacity, max_chunk, memory_budget_bytes (the components
+      under test).
+  Returns:
+    ClaimCheck.
+  Raises:
+    ValueError: bad inputs, a claim without noise, a training that diverged.
+
+  References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535 (white-box
+  canaries, the likelihood-ratio adversary).
+  """
+  from dpjax import accounting, dpsgd, models  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary, estimators, runner  # pylint: disable=g-import-not-at-top
+
+  key = runner._check_key(key)  # pylint: disable=protected-access
+  claim = default_claim() if claim is None else claim
+  _validate.check_instance(claim, dpsgd.DpSgdConfig, "claim")
+  if claim.privacy_unit != "example":
+    raise ValueError("check_claim audits example-level DP-SGD; got privacy_unit="
+                     f"{claim.privacy_unit!r}")
+  r = _validate.check_int(num_runs, "num_runs", minimum=2)
+  k = _validate.check_int(num_canaries, "num_canaries")
+  f = _validate.check_int(num_filler, "num_filler", minimum=2)
+  _validate.check_size(r * k, "num_runs * num_canaries")
+  if (r // 2) * k < 8:
+    raise ValueError(f"num_runs // 2 * num_canaries must be >= 8 (trials per side), got "
+                     f"{(r // 2) * k}")
+  c = float(claim.l2_clip_norm)
+  if not math.isfinite(c):
+    raise ValueError("the claim must clip (finite l2_clip_norm)")
+  s = _validate.check_positive(canary_scale, "canary_scale")
+  if not s > 2.0 * c:
+    raise ValueError(f"canary_scale must exceed 2 * l2_clip_norm = {2.0 * c:g} (the canary's "
+                     f"gradient norm is canary_scale / 2), got {s:g}")
+  confidence = _validate.check_confidence(confidence)
+  for bad in ("observe_fn", "init_params", "keep_MxN", "gradient_canary", "gradient_canaries",
+              "canary_keep_M", "canary_keep_MxK", "optimizer", "user_ids_N",
+              "per_example_stats"):
+    if bad in train_kwargs:
+      raise ValueError(f"{bad} is set by check_claim")
+  sigma = float(claim.sigma)
+  if not sigma > 0:
+    raise ValueError("the claim has no noise (sigma = 0): nothing to check")
+  n = f + k
+  cfg = dataclasses.replace(claim, dataset_size=n, noise_multiplier=sigma,
+                            target_epsilon=None, learning_rate=_LEARNING_RATE)
+  q, t_steps, delta = float(cfg.sampling_prob), int(cfg.num_steps), float(cfg.delta)
+
+  k_data, k_bits, k_train = jax.random.split(key, 3)
+  d = _FILLER_FEATURES + k
+  x = np.zeros((n, d), np.float32)
+  x[:f, :_FILLER_FEATURES] = np.asarray(jax.random.normal(k_data, (f, _FILLER_FEATURES)))
+  x[f + np.arange(k), _FILLER_FEATURES + np.arange(k)] = s
+  y = np.zeros((n,), np.int32)
+  y[: f // 2] = 1                     # filler labels; canaries have label 0
+  included = runner.inclusion_bits(k_bits, r, k)               # bool[R, K]
+  keep = np.ones((r, n), bool)
+  keep[:, f:] = included
+  out = dpsgd.train_many(k_train, jnp.asarray(x), jnp.asarray(y), jnp.asarray(keep), cfg,
+                         models.logistic_regression(d), observe_fn=_observe_canaries,
+                         progress=progress, **train_kwargs)
+  if not np.asarray(out.finite).all():
+    raise ValueError("some guard runs diverged (non-finite parameters)")
+  obs = np.asarray(out.observations, np.float64)                # [R, T, K]
+  o = canary.normalized_observations(np.transpose(obs, (0, 2, 1)).reshape(r * k, t_steps),
+                                     expected_batch_size=cfg.expected_batch_size,
+                                     l2_clip_norm=c)
+  scores = canary.white_box_scores(o, q, sigma).reshape(r, k)
+  s_in, s_out = scores[included], scores[~included]
+  thresholds, _ = declared_thresholds(q, sigma, t_steps, s_out.size)
+  policy = estimators.Bonferroni(tuple(estimators.FixedThreshold(float(t))
+                                       for t in thresholds))
+  bound = policy.bound(s_in, s_out, delta=delta, confidence=confidence)
+  exact = float(accounting.dpsgd_epsilon(sigma, q, t_steps, delta, accountant="pld"))
+  expected = _expected_bound(q, sigma, t_steps, thresholds, s_in.size, s_out.size, delta,
+                             confidence)
+  return ClaimCheck(float(bound.epsilon_lower), exact, float(cfg.epsilon()), expected,
+                    bool(bound.epsilon_lower > exact), int(s_in.size), int(s_out.size),
+                    confidence, bound, cfg)
+
+
+def _observe_canaries(update):
+  """The canary features' coordinates of a privatized update: float32[K]."""
+  return update["w"][_FILLER_FEATURES:]

@@ -50,6 +50,7 @@ _BAD_FLAGS = {
               (["--variant", "bogus"], "--variant")],
     "audit_coverage": [(["--trials", "1"], "--trials")],
     "audit_digits": [(["--runs", "1"], "runs")],
+    "audit_guard": [(["--runs", "1"], "runs"), (["--bugs", "bogus"], "--bugs")],
     "fp_attacks": [(["--sampling_prob", "0"], "--sampling_prob=0")],
     "mia_bound": [(["--epsilons", "-1"], "--epsilons"), (["--fpr", "0.7"], "--fpr=0.7")],
     "one_run_dpsgd": [(["--num_canaries", "2"], "num_canaries")],

@@ -49,6 +49,13 @@ mostly compiling. What it cannot see: a bug that only affects other models' clip
 (ghost, vmap) unless that path is passed as `clipping=`; a wrong denominator (a
 public rescaling changes no eps); bugs that make training MORE private.
 
+Planted bugs (`planted`, for tests and demonstrations): "noise_half" (the
+engine's normal draws halved: noise sigma C / 2), "sampler_twice_q" (the Poisson
+masks drawn at rate min(1, 2q)) and "clip_four_c" (the logistic-regression path
+clipping to 4C). Each replaces an internal function of the engine, not a
+component passed through a door, so it stands for a regression in the engine
+itself; `planted_epsilon` gives the true eps of the bugged training.
+
 Shape letters: R runs (models), K canaries, T steps, N = num_filler + K records.
 
 Examples:
@@ -60,9 +67,11 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from typing import Any, Optional
+import warnings
+from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -288,6 +297,80 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   return ClaimCheck(float(bound.epsilon_lower), exact, float(cfg.epsilon()), expected,
                     bool(bound.epsilon_lower > exact), int(s_in.size), int(s_out.size),
                     confidence, bound, cfg)
+
+
+PLANTED_BUGS = ("noise_half", "sampler_twice_q", "clip_four_c")
+
+
+def _flush() -> None:
+  """Drops the engine's compiled programs and memoised clipping paths (a patched
+  internal function is only seen by programs traced after it)."""
+  from dpjax import clipping, dpsgd  # pylint: disable=g-import-not-at-top
+  dpsgd._compiled.cache_clear()  # pylint: disable=protected-access
+  clipping.path_for.cache_clear()
+  jax.clear_caches()
+
+
+@contextlib.contextmanager
+def planted(bug: str) -> Iterator[None]:
+  """Plants `bug` (one of PLANTED_BUGS) in the engine's internals inside the `with` block.
+
+  For tests and demonstrations of `check_claim` only: it rebinds a module-level
+  function of `dpjax.prng` or `dpjax.clipping.glm` (not thread-safe), flushes the
+  compiled programs on entry and on exit, and restores the function on exit.
+
+  Warns:
+    dpjax.audit.variants.FaultyDpSgdWarning.
+  """
+  from dpjax import prng  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import variants  # pylint: disable=g-import-not-at-top
+  from dpjax.clipping import glm  # pylint: disable=g-import-not-at-top
+  bug = _validate.check_choice(bug, PLANTED_BUGS, "bug")
+  module, name = {"noise_half": (prng, "standard_normal"),
+                  "sampler_twice_q": (prng, "poisson_mask"),
+                  "clip_four_c": (glm, "clipped_grad_sum")}[bug]
+  orig = getattr(module, name)
+
+  def noise_half(key, shape, *args, **kwargs):
+    return 0.5 * orig(key, shape, *args, **kwargs)
+
+  def sampler_twice_q(key, q, n):
+    return orig(key, min(1.0, 2.0 * q), n)
+
+  def clip_four_c(l2, params, x, y, w, c):
+    return orig(l2, params, x, y, w, 4.0 * c)
+
+  warnings.warn(f"planted bug {bug!r} in the DP-SGD engine: its claimed epsilon does not "
+                "hold inside this block", variants.FaultyDpSgdWarning, stacklevel=3)
+  setattr(module, name, {"noise_half": noise_half, "sampler_twice_q": sampler_twice_q,
+                         "clip_four_c": clip_four_c}[bug])
+  _flush()
+  try:
+    yield
+  finally:
+    setattr(module, name, orig)
+    _flush()
+
+
+def planted_epsilon(bug: str, claim) -> float:
+  """The true eps (PLD accountant) of the claim's training with `bug` planted.
+
+  noise_half: sigma / 2; sampler_twice_q: rate min(1, 2q); clip_four_c: one
+  record moves the sum by up to 4C against noise sigma C, i.e. sigma / 4.
+
+  Examples:
+    >>> c = default_claim()
+    >>> planted_epsilon("noise_half", c) > 2 * c.epsilon()
+    True
+  """
+  from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
+  bug = _validate.check_choice(bug, PLANTED_BUGS, "bug")
+  _validate.check_instance(claim, dpsgd.DpSgdConfig, "claim")
+  sigma, q = float(claim.sigma), float(claim.sampling_prob)
+  sigma, q = {"noise_half": (sigma / 2, q), "sampler_twice_q": (sigma, min(1.0, 2 * q)),
+              "clip_four_c": (sigma / 4, q)}[bug]
+  return float(accounting.dpsgd_epsilon(sigma, q, int(claim.num_steps), float(claim.delta),
+                                        accountant="pld"))
 
 
 def _observe_canaries(update):

@@ -563,7 +563,12 @@ def entries():
 
   from dpjax.audit import guard  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({"dpjax.audit.guard.ClaimCheck": "result record of check_claim",
-                   "dpjax.audit.guard.default_claim": "takes no arguments"})
+                   "dpjax.audit.guard.default_claim": "takes no arguments",
+                   "dpjax.audit.guard.planted": "context manager (its one argument is "
+                                                "checked by tests/guard_test.py)"})
+  add(E("dpjax.audit.guard.planted_epsilon", guard.planted_epsilon,
+        dict(bug="noise_half", claim=helpers.small_config(dataset_size=12, num_steps=2)),
+        {"bug": "choice", "claim": "object"}))
   add(E("dpjax.audit.guard.declared_thresholds", guard.declared_thresholds,
         dict(sampling_prob=0.5, noise_multiplier=2.0, num_steps=3, num_out=64),
         {"noise_multiplier": "pos", "num_out": "count"}))
@@ -617,6 +622,14 @@ def entries():
         dict(base=clipping.path_for(lr)), {"base": "object"}))
   add(E("dpjax.audit.variants.variant", variants.variant,
         dict(name="realised_batch_denominator", cfg=cfg, model=lr), {"name": "choice"}))
+  add(E("dpjax.audit.variants.floored_denominator", variants.floored_denominator,
+        dict(sampling_prob=0.5, dataset_size=4)))
+  add(E("dpjax.audit.variants.FlooredExpectedBatch", variants.FlooredExpectedBatch,
+        dict(sampling_prob=0.5, dataset_size=4)))
+  add(E("dpjax.audit.variants.OverRateSampler", variants.OverRateSampler,
+        dict(sampling_prob=0.01, factor=10.0), {"factor": "pos"}))
+  add(E("dpjax.audit.variants.backprop_clipping", variants.backprop_clipping,
+        dict(grad_clip=0.1), {"grad_clip": "prob"}))
 
   # ---- clipping
   add(E("dpjax.clipping.ClippingPath", clipping.ClippingPath,

@@ -21,6 +21,14 @@ it warns (`dpsgd.UnaccountedComponentWarning`); building a variant warns too
                               by B                                            claimed: private, useless
   shuffle_as_poisson          fixed-size batches from a shuffle per epoch,   not what the accountant
                               accounted as Poisson                            models (Chua et al. 2024)
+  floored_expected_batch      divides by max(1, floor(q n)), n the size of   a denominator that tells
+                              the data set it runs on (opacus/issues/571     the data set's size:
+                              and 819)                                        unbounded in high dimension
+  over_rate_sampler           Poisson sampling at min(1, 45,000 q) while the sampling far above the
+                              accountant is told q (opacus/issues/813)       accounted rate
+  backprop_clipping           input clipped to C / 0.1, the gradient of the  a record moves the sum by
+                              batch-MEAN loss at the logit to 0.1 (Tramer    up to min(10, b) C, not C
+                              et al. 2022's backpropagation-clipping bug)
 
 Examples:
   >>> import warnings
@@ -46,6 +54,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from dpjax import _validate
 from dpjax import clipping as clipping_lib
 from dpjax import dpsgd
 from dpjax import models as models_lib
@@ -53,10 +62,18 @@ from dpjax import privatizer as privatizer_lib
 from dpjax import sampling
 
 VARIANTS = ("correct", "clip_batch_mean", "realised_batch_denominator",
-            "noise_without_clip_norm", "noise_on_mean", "shuffle_as_poisson")
+            "noise_without_clip_norm", "noise_on_mean", "shuffle_as_poisson",
+            "floored_expected_batch", "over_rate_sampler", "backprop_clipping")
 
 # The clipping norm the noise-without-C variant runs with (the lecture's exercise 4c).
 NOISE_WITHOUT_CLIP_NORM_C = 10.0
+# How far above the accounted q the over-rate sampler samples (opacus/issues/813's
+# weighted sampler: a rate about 45,000 times the true one), capped at rate 1.
+OVER_RATE_FACTOR = 45_000.0
+# The backprop-clipping variant's bound on the per-example gradient of the batch-mean
+# loss at the logit; the input is clipped to C / BACKPROP_GRAD_CLIP, so the claimed
+# per-example bound is still C.
+BACKPROP_GRAD_CLIP = 0.1
 
 
 class FaultyDpSgdWarning(dpsgd.UnaccountedComponentWarning):
@@ -105,7 +122,14 @@ def _scale_by_realised_batch() -> optax.GradientTransformationExtraArgs:
 
 @dataclasses.dataclass(frozen=True)
 class RealisedBatchDenominator(privatizer_lib.GaussianPrivatizer):
-  """Noise sigma * C, then divide by the REALISED batch size (exercise 4b)."""
+  """Noise sigma * C, then divide by the REALISED batch size (exercise 4b).
+
+  The cardinality leak of `FlooredExpectedBatch` one level down: the divisor is the
+  batch's size, which the canary changes when it is sampled. Negligible in a large
+  data set (a change of 1 / b); with one other record a batch of 2 exists only with
+  the canary, and the update's scale on coordinates no record touches shows it
+  (`experiments/audit_bugs.py`: caught at the trials' ceiling at claimed eps 1).
+  """
   accounted: ClassVar[bool] = False
 
   def transform(self, noise_stddev, expected_batch_size, key):
@@ -133,6 +157,148 @@ class NoiseOnMean(privatizer_lib.GaussianPrivatizer):
     b = float(expected_batch_size)
     return optax.chain(optax.scale(1.0 / b),
                        privatizer_lib.gaussian_privatizer(noise_stddev, key))
+
+
+def floored_denominator(sampling_prob: float, dataset_size: int) -> int:
+  """max(1, floor(q n)): the denominator of `FlooredExpectedBatch` for n records.
+
+  Examples:
+    >>> floored_denominator(0.5, 3), floored_denominator(0.5, 4), floored_denominator(0.1, 5)
+    (1, 2, 1)
+  """
+  q = _validate.check_sampling_prob(sampling_prob)
+  n = _validate.check_int(dataset_size, "dataset_size")
+  return max(1, int(math.floor(q * n)))
+
+
+@dataclasses.dataclass(frozen=True)
+class FlooredExpectedBatch(privatizer_lib.GaussianPrivatizer):
+  """Noise sigma * C on the sum, then divide by max(1, floor(q n)), n = the data set's size.
+
+  Imitates Opacus 1.0-1.6 (`PrivacyEngine.make_private`: expected_batch_size =
+  int(len(data_loader.dataset) * sample_rate), the optimizer's denominator; bug
+  reports github.com/meta-pytorch/opacus/issues/571 and .../819). The flooring
+  itself is harmless: divided by a PUBLIC constant the update is post-processing of
+  the Gaussian mechanism, and with `dataset_size` the claimed n (what `variant`
+  builds) the exact eps is the claimed one. The fault is that Opacus takes n from the data set it is given, which differs
+  by one record between neighbours: when floor(q n) and floor(q (n + 1)) differ,
+  every update's scale -- noise included -- tells the two data sets apart, and with
+  d noise coordinates the scale is known to relative precision ~ (2 d T)^-1/2, so
+  the two output distributions separate completely as d grows (report 571 measured
+  eps about 2.5 against the 1.2 reported with two or three records; report 819
+  derives the f-DP collapse with the output dimension). Train each data set with
+  `on_dataset(its size)`, as the shipped code did implicitly.
+
+  Attributes:
+    sampling_prob: q, the rate the denominator is computed with.
+    dataset_size: n, the number of records the denominator is computed from.
+  Privacy: NOT accounted (`accounted = False`).
+  """
+  sampling_prob: float = 1.0
+  dataset_size: int = 1
+  accounted: ClassVar[bool] = False
+
+  def __post_init__(self):
+    _validate.check_sampling_prob(self.sampling_prob)
+    _validate.check_int(self.dataset_size, "dataset_size")
+
+  @property
+  def denominator(self) -> int:
+    """max(1, floor(q n))."""
+    return floored_denominator(self.sampling_prob, self.dataset_size)
+
+  def on_dataset(self, dataset_size: int) -> "FlooredExpectedBatch":
+    """The same privatizer run on a data set of `dataset_size` records."""
+    return dataclasses.replace(self, dataset_size=dataset_size)
+
+  def transform(self, noise_stddev, expected_batch_size, key):
+    del expected_batch_size
+    return optax.chain(privatizer_lib.gaussian_privatizer(noise_stddev, key),
+                       optax.scale(1.0 / self.denominator))
+
+
+@dataclasses.dataclass(frozen=True)
+class OverRateSampler:
+  """Poisson sampling at rate min(1, factor q) while the accountant is told q.
+
+  After github.com/meta-pytorch/opacus/issues/813: with a `WeightedRandomSampler`
+  of 128 draws per epoch over 100,000 records, `make_private_with_epsilon` derived
+  the sample rate from len(sampler) instead of the data set's size, a rate about
+  45,000 times off, with no warning. In that report the accountant was told the
+  HIGH rate, which over-states eps (the budget burns in one epoch: a utility bug);
+  the same mismatch in the other direction -- batches drawn at the high rate while
+  the accountant is told the intended low one -- is the privacy bug, and it is what
+  this sampler does. Its true eps is the accountant's eps at rate `true_rate`
+  (exactly computable, `accounting.dpsgd_epsilon(sigma, true_rate, T, delta, "pld")`).
+
+  Attributes:
+    sampling_prob: q, the rate reported to the config and the accountant.
+    factor: > 0; the realised rate is `true_rate` = min(1, factor q).
+  Privacy: NOT accounted (`accounted = False`).
+  """
+  sampling_prob: float
+  factor: float = OVER_RATE_FACTOR
+  accounted: ClassVar[bool] = False
+  privacy_unit: ClassVar[str] = "example"
+
+  def __post_init__(self):
+    _validate.check_sampling_prob(self.sampling_prob)
+    _validate.check_positive(self.factor, "factor")
+
+  @property
+  def true_rate(self) -> float:
+    """min(1, factor q): the rate the batches are drawn at."""
+    return min(1.0, float(self.factor) * float(self.sampling_prob))
+
+  def batch_mask(self, key: jax.Array, step: jax.Array, keep_N: jax.Array) -> jax.Array:
+    """bool[N]: `sampling.PoissonSampler(true_rate).batch_mask(key, step, keep_N)`."""
+    return sampling.PoissonSampler(self.true_rate).batch_mask(key, step, keep_N)
+
+
+@functools.lru_cache(maxsize=16)
+def backprop_clipping(grad_clip: float = BACKPROP_GRAD_CLIP) -> clipping_lib.ClippingPath:
+  """Backpropagation clipping with the batch-size error, for `models.logistic_regression`.
+
+  Backpropagation clipping (Stevens et al. 2022) clips, per example, each layer's
+  input to C_in and the gradient of the loss at the layer's output to C_out, and
+  claims that each example's gradient then has norm <= C_in C_out. Tramer et al.
+  2022 ("Debugging differential privacy: a case study for privacy auditing",
+  arXiv:2202.12219) audited its implementation, claimed (0.21, 1e-5)-DP, at eps >
+  2.79 and traced the leak to a per-layer sensitivity off by a factor of the batch
+  size. This path reproduces that error on the one dense layer of a logistic
+  regression: the output gradient is taken of the batch-MEAN loss (r_i / b, r_i =
+  sigmoid(x_i . w) - y_i, b the realised batch size), clipped to C_out =
+  `grad_clip`, and the sum is rescaled by b, so record i contributes
+
+      b * clip(r_i / b, C_out) * clip(x_i, C_in) = sign(r_i) min(|r_i|, b C_out) clip(x_i, C_in)
+
+  with C_in = C / C_out: norm up to min(|r_i|, b C_out) C_in <= min(1 / C_out, b) C,
+  not C (|r_i| <= 1). A crafted canary with ||x|| >= C_in and |r| = 1/2 (w = 0)
+  moves the sum by 5 C (C_out = 0.1) whenever its batch holds >= 5 records.
+
+  Args:
+    grad_clip: C_out in (0, 1) (at >= 1 the logistic residual is never clipped).
+  Returns:
+    A ClippingPath (accounted = False), memoised per grad_clip. Its norms are the
+    true per-example gradient norms |r_i| ||x_i||. Refused by `variant` for any model
+    but an unregularised logistic regression.
+  """
+  grad_clip = _validate.check_probability(grad_clip, "grad_clip", open_low=True,
+                                          open_high=True)
+
+  def fn(params, x_BxD, y_B, weights_B, l2_clip_norm):
+    w = params["w"]
+    z = jnp.einsum("d,bd->b", w, x_BxD)
+    r = jax.nn.sigmoid(z) - y_B.astype(z.dtype)
+    nx = jnp.sqrt(jnp.sum(jnp.square(x_BxD), axis=1))
+    c_in = l2_clip_norm / grad_clip
+    x_factor = c_in / jnp.maximum(nx, c_in)                  # clip(x_i, C_in)
+    b = jnp.maximum(jnp.sum(weights_B), 1.0)
+    r_mean = jnp.clip(r / b, -grad_clip, grad_clip)          # clip(r_i / b, C_out)
+    coef = weights_B * (b * r_mean) * x_factor
+    return {"w": jnp.einsum("b,bd->d", coef, x_BxD)}, jnp.abs(r) * nx
+
+  return clipping_lib.ClippingPath(fn=fn, name="backprop_clipping", accounted=False)
 
 
 # ----------------------------------------------------------------------------------
@@ -170,7 +336,8 @@ def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Varia
     cfg: the claimed (correct) configuration; its (q, sigma, T, delta) is what the
       accountant is told for every variant. A `target_epsilon` is resolved to the
       claimed sigma first, so a variant never re-calibrates its own noise.
-    model: the model (clip_batch_mean wraps its default clipping path).
+    model: the model (clip_batch_mean wraps its default clipping path;
+      backprop_clipping needs an unregularised `models.logistic_regression`).
   Returns:
     A Variant; train with `dpsgd.train_many(..., v.config, model, **v.components)`.
   Warns:
@@ -195,5 +362,18 @@ def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Varia
     return Variant(name, base, privatizer=RealisedBatchDenominator())
   if name == "noise_on_mean":
     return Variant(name, base, privatizer=NoiseOnMean())
+  if name == "floored_expected_batch":
+    # Built on the claimed n; an audit of the shipped fault trains each data set with
+    # `privatizer.on_dataset(its size)`.
+    return Variant(name, base, privatizer=FlooredExpectedBatch(
+        sampling_prob=base.sampling_prob, dataset_size=base.dataset_size))
+  if name == "over_rate_sampler":
+    return Variant(name, base, sampler=OverRateSampler(base.sampling_prob))
+  if name == "backprop_clipping":
+    if model.kind != "logistic_regression" or model.l2 != 0.0:
+      raise ValueError("the backprop_clipping variant is built for an unregularised "
+                       f"models.logistic_regression, got model kind {model.kind!r}, "
+                       f"l2 = {model.l2!r}")
+    return Variant(name, base, clipping=backprop_clipping())
   return Variant(name, dataclasses.replace(base, l2_clip_norm=NOISE_WITHOUT_CLIP_NORM_C),
                  privatizer=NoiseWithoutClipNorm())

@@ -1,0 +1,398 @@
+"""Final-model adversaries on real networks: how much does hiding the intermediate models protect?
+
+DP-SGD is trained on n = 1,000 of the digits (`dpjax.data.digits`; the other
+348 training images are the adversary's public data) by an MLP (64 -> 32 -> 10)
+or the small CNN, FULL-BATCH (q = 1, the setting of Annamalai & De Cristofaro),
+with sigma calibrated by the RDP accountant to each claimed eps in --eps. Every
+run starts from a fixed public theta_0 (DP-SGD's guarantee holds for any theta_0,
+and a final-model adversary must know it to read theta_T). Two theta_0 are
+audited with the same three canaries, each with its own inclusion bits, and the
+adversaries see only the final parameters theta_T (`dpjax.audit.final_model`):
+
+  * input canary (loss): an out-of-distribution image (every pixel lit except
+    those no private image uses) with the label of largest loss under theta_0,
+    scored by -loss(theta_T).
+  * gradient canary (final model, the hidden-state threat model of Cebere,
+    Bellet & Papernot): Dirac gradients C e_j inserted in every step, e_j a
+    first-layer weight of a pixel no private image uses (MLP: the unused pixels
+    other than the target's x 31 units, pooled: exactly independent trials) or,
+    for the CNN, the one coordinate the records move least; scored by the final
+    displacement along e_j. The SAME canaries are scored WHITE-BOX from the
+    per-step updates (exact likelihood ratio), on the same runs and bits.
+  * target: one lit unused pixel (MLP; for the CNN the input canary), label of
+    largest loss, scored by its loss and by the displacement along its initial
+    gradient.
+
+The average-case theta_0 is a fixed He initialisation. The worst-case theta_0
+(after Annamalai & De Cristofaro) is pre-trained on the public images (their
+recipe) and then, for the MLP, given a first-layer unit that only the target
+activates, with the target's label pushed down (`final_model.worst_case_init`):
+the target's clipped gradient is then large, constant and touched by no one
+else, as linear as a gradient canary.
+
+Beside them: the claimed eps (RDP), the exact eps (PLD), the last-iterate
+heuristic of Steinke et al. (exact for the gradient canaries, which are
+linear), what a perfect adversary could certify with the same trials (the
+ceiling), what the optimal final-model test of a linear canary is expected to
+certify with them, and the published figures (their settings differ; see the
+table note). Each bound is its own 95% Clopper-Pearson-based test ("best" of
+`estimators.score_bounds`, Bonferroni over its estimators); the column "best
+final-model (union)" is the largest final-model bound with a union bound over
+the final-model scores (valid at 95% as a maximum). At q = 1 the last-iterate
+pair IS the full composition (mu = sqrt(T)/sigma for both), so a final-model
+adversary can be as strong as a white-box one; --sampling_prob below 1 shows
+the gap (the heuristic then drops below the exact eps).
+
+Command:   python -m experiments.audit_final_model    (quick: 128 runs per θ0, 67 s CPU)
+Expected (quick, seed 0): every bound at or below the exact eps 0.91, 1.84,
+3.70, 9.32 (claimed 1, 2, 4, 10); gradient canary (final model) 0.25, 0.61,
+1.60, 3.66 with 5,952 + 5,952 trials.
+Full:      python -m experiments.audit_final_model --runs 4096 --out /tmp/afm
+           (620 s CPU; 2,048 IN + 2,048 OUT runs per record adversary, 190,464 +
+           190,464 gradient-canary trials). At claimed eps = 1, 2, 4, 10: worst-case
+           theta_0 (loss) 0.16, 0.48, 1.12, 2.85; target from the average theta_0
+           (loss) 0.07, 0.80, 1.09, 2.94; input canary 0.00, 0.30, 0.63, 1.59;
+           gradient canary (final model) 0.46, 1.06, 2.21, 5.15. Ceilings 5.30
+           (record) and 9.84 (gradient); the optimal linear test is expected to
+           reach 2.99 and 5.21 at eps = 10: the best record adversary (2.94) and the
+           gradient canary (5.15) certify 55% and 52% of their ceilings, as much as
+           those trial counts allow.
+           python -m experiments.audit_final_model --model cnn --runs 64 --eps 10
+
+Shape letters: R runs, K canaries per run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from dpjax import dpsgd, models  # noqa: E402
+from dpjax.audit import estimators, runner  # noqa: E402
+from dpjax.audit import final_model as fm  # noqa: E402
+from dpjax.data import digits  # noqa: E402
+from experiments import _common  # noqa: E402
+
+NAME = "audit_final_model"
+MODELS = ("mlp", "cnn")
+_FINAL = ("input canary (loss)", "gradient canary (final model)", "target, average θ0 (loss)",
+          "worst-case θ0 (loss)", "worst-case θ0 (projection)")
+# Published figures (eps_emp at theoretical eps = 10, delta = 1e-5). Their settings
+# differ from ours (see the table note).
+PUBLISHED = {
+    "Annamalai & De Cristofaro 2024, MNIST, 1,000 records, worst-case θ0": 7.21,
+    "Annamalai & De Cristofaro 2024, CIFAR-10, 1,000 records, worst-case θ0": 6.95,
+    "Annamalai & De Cristofaro 2024, MNIST, full half-set, worst-case θ0": 6.48,
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AuditFinalModelConfig(_common.ExperimentConfig):
+  """What `run` audits (defaults: the quick scale of ./run.sh)."""
+  eps: tuple[float, ...] = _common.option((1.0, 2.0, 4.0, 10.0), "Claimed (target) epsilons.")
+  model: str = _common.option("mlp", "Model audited: mlp or cnn.", choices=MODELS)
+  runs: int = _common.option(128, "Training runs R per initialisation (models), vmapped.")
+  num_train: int = _common.option(1000, "Private training images n (the rest are public).")
+  steps: int = _common.option(10, "DP-SGD steps T.")
+  sampling_prob: float = _common.option(1.0, "Poisson sampling probability q (1: full batch).")
+  clip: float = _common.option(1.0, "Per-example L2 clip norm C.")
+  learning_rate: float = _common.option(2.0, "SGD learning rate.")
+  mlp_hidden: int = _common.option(32, "MLP hidden width (one hidden layer).")
+  cnn_channels: tuple[int, ...] = _common.option((8, 16), "CNN conv channels.")
+  pretrain_steps: int = _common.option(300, "Full-batch steps of public pre-training for "
+                                            "the worst-case θ0.")
+  delta: float = _common.option(1e-5, "delta of the claim.")
+  confidence: float = _common.option(0.95, "Confidence of every bound.")
+
+  def __post_init__(self):
+    super().__post_init__()
+    _common.check_positive(self, "eps", "clip", "learning_rate")
+    _common.check_int(self, "runs", minimum=8)
+    _common.check_int(self, "num_train", minimum=10)
+    _common.check_int(self, "steps")
+    _common.check_int(self, "mlp_hidden", minimum=2)
+    _common.check_int(self, "cnn_channels")
+    _common.check_int(self, "pretrain_steps", minimum=0)
+    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
+                        open_high=True)
+    if self.num_train >= digits.NUM_EXAMPLES * 3 // 4:
+      raise ValueError(f"num_train must leave public training images, got {self.num_train}")
+
+
+def _model(cfg: AuditFinalModelConfig) -> models.Model:
+  if cfg.model == "mlp":
+    return models.mlp(digits.NUM_FEATURES, (cfg.mlp_hidden,), digits.NUM_CLASSES)
+  return models.cnn(digits.IMAGE_SHAPE, tuple(cfg.cnn_channels), digits.NUM_CLASSES)
+
+
+def _ceiling(n_in: int, n_out: int, delta: float, confidence: float) -> float:
+  """The best bound of `score_bounds` ("best") for a perfect adversary with these trials."""
+  return estimators.score_bounds(np.ones(n_in), np.zeros(n_out), delta=delta,
+                                 confidence=confidence)["best"].epsilon_lower
+
+
+def _linear_expected(train_cfg, trials_per_side: int, confidence: float) -> float:
+  """What the optimal final-model test of a linear canary is expected to certify.
+
+  Clopper-Pearson at the expected error counts of the split's evaluation half
+  on `final_model.last_iterate_roc` (`estimators.best_certifiable`).
+  """
+  thr, fpr, fnr = fm.last_iterate_roc(float(train_cfg.sampling_prob), float(train_cfg.sigma),
+                                      int(train_cfg.num_steps))
+  return float(estimators.best_certifiable(fpr, fnr, max(1, trials_per_side // 2),
+                                           delta=float(train_cfg.delta),
+                                           confidence=confidence).epsilon)
+
+
+def _union_best(audits: dict, names, delta: float, confidence: float) -> tuple[float, str]:
+  """max over `names` of the "best" bound, each rerun at 1 - (1 - confidence)/k."""
+  per = estimators.bonferroni_confidence(confidence, len(names))
+  vals = {}
+  for n in names:
+    a = audits[n]
+    vals[n] = runner.bounds_from_trials(a.scores_RxK, a.included_RxK, delta=delta,
+                                        confidence=per)["best"].epsilon_lower
+  top = max(vals, key=vals.get)
+  return float(vals[top]), top
+
+
+def _pct(value: float, ceiling: float) -> str:
+  return f"{100 * value / ceiling:.0f}%" if ceiling > 0 else "n/a"
+
+
+def _accuracy(model, params_R, x, y) -> float:
+  logits = jax.vmap(model.apply, in_axes=(0, None))(params_R, x)
+  return float(np.mean(np.asarray(logits).argmax(-1) == np.asarray(y)[None]))
+
+
+def _plot(out_dir: str, rows: list) -> str:
+  eps = [r["target_epsilon"] for r in rows]
+  fig, ax = plt.subplots(figsize=(6.5, 4.2))
+  ax.plot(eps, [r["exact_epsilon"] for r in rows], "k-s", label="exact ε (PLD)")
+  ax.plot(eps, [r["last_iterate_epsilon"] for r in rows], "k:", label="last-iterate heuristic")
+  ax.plot(eps, [r["ceiling_record"] for r in rows], "--", color="gray",
+          label="ceiling, record canaries")
+  for i, name in enumerate(_FINAL):
+    ax.plot(eps, [r["epsilon_lower"][name] for r in rows], "-o", color=f"C{i}", label=name)
+  ax.plot(eps, [r["epsilon_lower"]["white-box (same gradient canaries)"] for r in rows], "-^",
+          color="C5", label="white-box, same runs")
+  ax.set_xscale("log", base=2)
+  ax.set_xlabel("claimed ε")
+  ax.set_ylabel("ε at δ (95% lower bounds)")
+  ax.set_title("Final-model adversaries on the digits", fontsize=10)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  name = "audit_final_model.png"
+  fig.savefig(os.path.join(out_dir, name), dpi=120)
+  plt.close(fig)
+  return name
+
+
+def _adversaries(cfg, model, theta0, x_priv, y_priv, unused, target_feature):
+  """The three adversaries of one theta_0: input canary, gradient canaries, target."""
+  c = float(cfg.clip)
+  xi, yi = fm.input_canary(model, theta0, exclude_features=unused)
+  if cfg.model == "mlp":
+    g = fm.input_weight_canaries(model, theta0, unused[unused != target_feature], c,
+                                 skip_units=(0,))
+  else:
+    g = fm.quiet_coordinate_canary(model, theta0, x_priv, y_priv, c)
+  if target_feature is not None:           # the MLP's one-pixel target
+    xt = np.zeros((digits.NUM_FEATURES,), np.float32)
+    xt[target_feature] = 1.0
+    yt = int(np.argmin(np.asarray(model.apply(theta0, xt[None]))[0]))
+  else:                                    # the CNN's target: the input canary itself
+    xt, yt = xi, yi
+  d = fm.gradient_direction(model, theta0, xt, yt)
+  return [
+      fm.FinalModelAdversary("input canary", {"loss": fm.loss_score(model, xi, yi)},
+                             record=(xi, yi)),
+      fm.FinalModelAdversary("gradient canary", {"final model": fm.projection_score(g)},
+                             gradient_canaries=g),
+      fm.FinalModelAdversary("target", {"loss": fm.loss_score(model, xt, yt),
+                                        "projection": fm.projection_score(d)},
+                             record=(xt, yt))]
+
+
+def _inits(cfg, model, x_priv, x_pub, y_pub, key_init):
+  """(average-case theta_0, worst-case theta_0, unused pixels, the target's pixel)."""
+  unused = fm.unused_features(x_priv)
+  avg0 = model.init(key_init)
+  worst0 = avg0
+  if cfg.pretrain_steps:
+    worst0 = fm.pretrain(model, avg0, x_pub, y_pub, num_steps=cfg.pretrain_steps,
+                         learning_rate=0.5)
+  target = None
+  if cfg.model == "mlp":
+    if unused.size < 2:
+      raise ValueError("the MLP's canaries need >= 2 pixels unused by the private images")
+    target = int(unused[0])
+    xt = np.zeros((1, digits.NUM_FEATURES), np.float32)
+    xt[0, target] = 1.0
+    label = int(np.argmin(np.asarray(model.apply(worst0, xt))[0]))
+    worst0, _ = fm.worst_case_init(model, worst0, target, label)
+  return avg0, worst0, unused, target
+
+
+def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
+  """Audits DP-SGD's final model at each eps; writes the record, tables and figure.
+
+  Returns:
+    `_common.finish`'s {"record", "tables", "figures", "path"}.
+  """
+  key_data, key_init, key_audit = jax.random.split(jax.random.key(cfg.seed), 3)
+  data = digits.load(key_data)
+  x_priv, y_priv = data.x_train_NxF[: cfg.num_train], data.y_train_N[: cfg.num_train]
+  x_pub, y_pub = data.x_train_NxF[cfg.num_train:], data.y_train_N[cfg.num_train:]
+  n = int(cfg.num_train)
+  model = _model(cfg)
+  avg0, worst0, unused, target = _inits(cfg, model, x_priv, x_pub, y_pub, key_init)
+  adv = {"average": _adversaries(cfg, model, avg0, x_priv, y_priv, unused, target),
+         "worst": _adversaries(cfg, model, worst0, x_priv, y_priv, unused, target)}
+  k_grad = int(jax.tree.leaves(adv["average"][1].gradient_canaries)[0].shape[0])
+  rows = []
+  for i, e in enumerate(tqdm(list(cfg.eps), desc=NAME, disable=not progress)):
+    train_cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=cfg.sampling_prob,
+                                  num_steps=cfg.steps, l2_clip_norm=cfg.clip,
+                                  target_epsilon=float(e), delta=cfg.delta,
+                                  learning_rate=cfg.learning_rate)
+    k_a, k_w = jax.random.split(jax.random.fold_in(key_audit, i))
+    a_avg = fm.audit(k_a, train_cfg, model, x_priv, y_priv, init_params=avg0,
+                     adversaries=adv["average"], num_runs=cfg.runs,
+                     confidence=cfg.confidence, progress=False)
+    a_wst = fm.audit(k_w, train_cfg, model, x_priv, y_priv, init_params=worst0,
+                     adversaries=adv["worst"], num_runs=cfg.runs,
+                     confidence=cfg.confidence, progress=False)
+    audits = {"input canary (loss)": a_avg.audits["input canary/loss"],
+              "gradient canary (final model)": a_avg.audits["gradient canary/final model"],
+              "target, average θ0 (loss)": a_avg.audits["target/loss"],
+              "worst-case θ0 (loss)": a_wst.audits["target/loss"],
+              "worst-case θ0 (projection)": a_wst.audits["target/projection"],
+              "white-box (same gradient canaries)": a_avg.white_box["gradient canary"]}
+    extra = {"worst-case θ0: input canary (loss)": a_wst.audits["input canary/loss"],
+             "worst-case θ0: gradient canary (final model)":
+                 a_wst.audits["gradient canary/final model"],
+             "worst-case θ0: white-box": a_wst.white_box["gradient canary"],
+             "average θ0: target (projection)": a_avg.audits["target/projection"]}
+    lower = {k: v.epsilon_lower()["best"] for k, v in audits.items()}
+    union, union_by = _union_best(audits, _FINAL, cfg.delta, cfg.confidence)
+    rec = audits["worst-case θ0 (loss)"]
+    grd = audits["gradient canary (final model)"]
+    n_rec = (int(rec.included_RxK.sum()), int((~rec.included_RxK).sum()))
+    n_grd = (int(grd.included_RxK.sum()), int((~grd.included_RxK).sum()))
+    row = {"target_epsilon": float(e), "noise_multiplier": float(a_avg.config.sigma),
+           "claimed_epsilon": a_avg.claimed_epsilon, "exact_epsilon": a_avg.exact_epsilon,
+           "last_iterate_epsilon": a_avg.last_iterate_epsilon,
+           "trials_record": list(n_rec), "trials_gradient": list(n_grd),
+           "ceiling_record": _ceiling(*n_rec, cfg.delta, cfg.confidence),
+           "ceiling_gradient": _ceiling(*n_grd, cfg.delta, cfg.confidence),
+           "linear_expected_record": _linear_expected(a_avg.config, min(n_rec),
+                                                      cfg.confidence),
+           "linear_expected_gradient": _linear_expected(a_avg.config, min(n_grd),
+                                                        cfg.confidence),
+           "epsilon_lower": lower, "best_final_model_union": union,
+           "best_final_model_union_by": union_by,
+           "other_bounds": {k: v.epsilon_lower()["best"] for k, v in extra.items()},
+           "audits": {k: v.to_json() for k, v in {**audits, **extra}.items()}}
+    row["all_below_exact"] = bool(all(
+        b <= a_avg.exact_epsilon + 1e-9 for a in {**audits, **extra}.values()
+        for b in a.epsilon_lower().values()) and union <= a_avg.exact_epsilon + 1e-9)
+    rows.append(row)
+    last_params = a_avg.params
+  # test accuracy of the audited average-θ0 models at the last eps, for context
+  accuracy = _accuracy(model, last_params, data.x_test_NxF, data.y_test_N)
+  cols = ["claimed ε", "σ", "claimed ε (RDP)", "exact ε (PLD)", "last-iterate heuristic",
+          "ceiling (record)", "linear optimum (record, expected)"] + list(_FINAL) + [
+              "best final-model (union)", "white-box (same runs)",
+              "ceiling (gradient)", "linear optimum (gradient, expected)"]
+  table_rows = [[r["target_epsilon"], r["noise_multiplier"], r["claimed_epsilon"],
+                 r["exact_epsilon"], r["last_iterate_epsilon"], r["ceiling_record"],
+                 r["linear_expected_record"]]
+                + [r["epsilon_lower"][k] for k in _FINAL]
+                + [r["best_final_model_union"],
+                   r["epsilon_lower"]["white-box (same gradient canaries)"],
+                   r["ceiling_gradient"], r["linear_expected_gradient"]] for r in rows]
+  r0 = rows[0]
+  arch = (f"MLP 64-{cfg.mlp_hidden}-10" if cfg.model == "mlp"
+          else f"CNN channels {tuple(cfg.cnn_channels)}")
+  tables = [_common.Table(
+      title=f"Final-model audit of DP-SGD ({arch}) on {n} digits: ε lower bounds at δ = "
+            f"{cfg.delta:g}, {100 * cfg.confidence:g}% confidence",
+      columns=cols, rows=table_rows, digits=2,
+      note=(f"q = {cfg.sampling_prob:g}, T = {cfg.steps}, C = {cfg.clip:g}, lr = "
+            f"{cfg.learning_rate:g}; {cfg.runs} runs per initialisation; record canaries: "
+            f"{r0['trials_record'][0]} IN / {r0['trials_record'][1]} OUT runs; gradient "
+            f"canaries: {k_grad} per run, {r0['trials_gradient'][0]} IN / "
+            f"{r0['trials_gradient'][1]} OUT trials. Each adversary's bound is the "
+            "Bonferroni-valid 'best' of estimators.score_bounds (Clopper-Pearson split and "
+            "declared thresholds, one-run tests); the union column is the largest final-"
+            "model bound with a union bound over the five. Ceiling: a perfect adversary "
+            "with the same trials. Linear optimum: what the optimal final-model test of "
+            "a linear canary (last-iterate law) is expected to certify with them. "
+            f"Test accuracy of the models at ε = {cfg.eps[-1]:g}: {accuracy:.2f}.")),
+      _common.Table(
+          title="Published final-model audits at theoretical ε = 10 (beside ours)",
+          columns=["source", "ε_emp (paper)", "ours, same adversary, ε = 10"],
+          rows=[[k, v, next((r["epsilon_lower"]["worst-case θ0 (loss)"] for r in rows
+                             if r["target_epsilon"] == 10.0), None)]
+                for k, v in PUBLISHED.items()],
+          digits=2,
+          note=("Annamalai & De Cristofaro (NeurIPS 2024, arXiv 2405.14106) audit full-batch "
+                "DP-SGD of a CNN on MNIST / CIFAR-10 from a θ0 pre-trained on the other half "
+                "of the data, scoring the target's loss, with eps_emp from the μ-GDP "
+                "estimator of Nasr et al. 2023 (which assumes the training is μ-GDP); ours "
+                "use the digits (8x8, 1,000 private images), a dedicated-unit θ0 on top of "
+                "pre-training, and assumption-free Clopper-Pearson-based bounds, whose "
+                "ceiling with our trial counts is the 'ceiling' column. Cebere, Bellet & "
+                "Papernot (ICLR 2025) find that a gradient canary inserted at every step "
+                "audits the hidden-state model as tightly as the white-box one; ours at "
+                "q = 1 agree (the gradient canary's final-model and white-box bounds come "
+                "from the same statistic up to a monotone map). Steinke et al. (ICLR 2025) "
+                "report audits at or below their last-iterate heuristic; ours are too."))]
+  rl = rows[-1]
+  best_rec = max(rl["epsilon_lower"][k] for k in _FINAL if "gradient" not in k)
+  summary = (
+      f"Final-model adversaries against DP-SGD ({arch}, q = {cfg.sampling_prob:g}, "
+      f"T = {cfg.steps}) on {n} digits. Best final-model bounds (union over five "
+      "adversaries) " + ", ".join(f"{r['best_final_model_union']:.2f}" for r in rows)
+      + " against exact ε " + ", ".join(f"{r['exact_epsilon']:.2f}" for r in rows)
+      + " and perfect-adversary ceilings " + ", ".join(f"{r['ceiling_record']:.2f}"
+                                                      for r in rows)
+      + f" (record canaries, {r0['trials_record'][0]} + {r0['trials_record'][1]} runs); "
+      "every bound at or below the exact ε: "
+      f"{all(r['all_below_exact'] for r in rows)}. The last-iterate heuristic "
+      + ", ".join(f"{r['last_iterate_epsilon']:.2f}" for r in rows)
+      + (" equals the exact ε at q = 1: hiding the intermediate models protects nothing "
+         "against a canary present in every step." if cfg.sampling_prob == 1.0 else ".")
+      + f" At claimed ε = {rl['target_epsilon']:g}: best record-canary adversary "
+      f"{best_rec:.2f} = {_pct(best_rec, rl['ceiling_record'])} of the ceiling "
+      f"{rl['ceiling_record']:.2f} (the optimal linear test is expected to reach "
+      f"{rl['linear_expected_record']:.2f}); gradient canary (final model) "
+      f"{rl['epsilon_lower']['gradient canary (final model)']:.2f} = "
+      f"{_pct(rl['epsilon_lower']['gradient canary (final model)'], rl['ceiling_gradient'])}"
+      f" of its ceiling {rl['ceiling_gradient']:.2f}.")
+  results = {"num_train": n, "model": cfg.model, "gradient_canaries_per_run": k_grad,
+             "test_accuracy": accuracy, "published": PUBLISHED, "per_epsilon": rows}
+  os.makedirs(out_dir, exist_ok=True)
+  fig = _plot(out_dir, rows)
+  return _common.finish(cfg, out_dir, NAME, results, tables=tables, figures=[fig],
+                        summary=summary, quiet=quiet)
+
+
+def main():
+  """`python -m experiments.audit_final_model [--flags]`: flags from AuditFinalModelConfig."""
+  _common.app_run(NAME, AuditFinalModelConfig, run)
+
+
+if __name__ == "__main__":
+  main()

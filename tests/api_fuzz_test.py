@@ -561,6 +561,54 @@ def entries():
         {"x_NxF": "array", "y_N": "binary", "record_canary": "object", "mode": "choice",
          "progress": None}))
 
+  from dpjax.audit import final_model as fm  # pylint: disable=g-import-not-at-top
+  EXCLUDED.update({
+      "dpjax.audit.final_model.FinalModelAudit": "result record of final_model.audit",
+      "dpjax.audit.final_model.FinalModelAdversary": (
+          "a NamedTuple (no constructor checks); its fields are checked by "
+          "final_model.audit (fuzzed with adversaries='object')")})
+  mk_p = {"params": "object"}
+  add(E("dpjax.audit.final_model.last_iterate_delta", fm.last_iterate_delta,
+        dict(epsilon=1.0, sampling_prob=0.5, noise_multiplier=1.0, num_steps=3,
+             direction="both"), {"epsilon": "epsarr", "direction": "choice"}))
+  add(E("dpjax.audit.final_model.last_iterate_epsilon", fm.last_iterate_epsilon,
+        dict(sampling_prob=0.5, noise_multiplier=1.0, num_steps=3, delta=1e-5, tol=1e-6)))
+  add(E("dpjax.audit.final_model.last_iterate_roc", fm.last_iterate_roc,
+        dict(sampling_prob=0.5, noise_multiplier=1.0, num_steps=3, num_points=11)))
+  add(E("dpjax.audit.final_model.unused_features", fm.unused_features,
+        dict(x_NxF=x_nf), {"x_NxF": "anyrank"}))
+  add(E("dpjax.audit.final_model.input_weight_canaries", fm.input_weight_canaries,
+        dict(model=mlp_m, params=mlp_params, features=np.array([0]), l2_clip_norm=1.0,
+             skip_units=(1,)), {**mk_p, "features": "array", "skip_units": None}))
+  add(E("dpjax.audit.final_model.quiet_coordinate_canary", fm.quiet_coordinate_canary,
+        dict(model=mlp_m, params=mlp_params, x_NxF=x_nf, y_N=y_int, l2_clip_norm=1.0),
+        {**mk_p, "x_NxF": "array", "y_N": "labels"}))
+  add(E("dpjax.audit.final_model.input_canary", fm.input_canary,
+        dict(model=mlp_m, params=mlp_params, exclude_features=(0,), value=1.0),
+        {**mk_p, "exclude_features": None, "value": "real"}))
+  add(E("dpjax.audit.final_model.pretrain", fm.pretrain,
+        dict(model=mlp_m, params=mlp_params, x_NxF=x_nf, y_N=y_int, num_steps=2,
+             learning_rate=0.1), {**mk_p, "x_NxF": "array", "y_N": "labels"}))
+  add(E("dpjax.audit.final_model.worst_case_init", fm.worst_case_init,
+        dict(model=mlp_m, params=mlp_params, feature=0, label=1, bias=2.0, gain=10.0,
+             unit=0), {**mk_p, "feature": "count", "label": "count", "unit": "count",
+                       "bias": "pos", "gain": "pos"}))
+  add(E("dpjax.audit.final_model.gradient_direction", fm.gradient_direction,
+        dict(model=mlp_m, params=mlp_params, x_c=x_nf[0], y_c=1),
+        {**mk_p, "x_c": "array", "y_c": None}))
+  add(E("dpjax.audit.final_model.projection_score", fm.projection_score,
+        dict(directions={"w": np.eye(2)}), {"directions": "object"}))
+  add(E("dpjax.audit.final_model.loss_score", fm.loss_score,
+        dict(model=mlp_m, x_c=x_nf[0], y_c=1), {"x_c": "array", "y_c": None}))
+  add(E("dpjax.audit.final_model.audit", fm.audit,
+        dict(key=_key, cfg=helpers.small_config(dataset_size=12, num_steps=2), model=lr,
+             x_NxF=x_nf, y_N=y_n, init_params=lr_params,
+             adversaries=[fm.FinalModelAdversary(
+                 "r", {"loss": fm.loss_score(lr, x_nf[0], 1.0)}, record=(x_nf[0], 1.0))],
+             num_runs=4, confidence=0.9, white_box=True, progress=False),
+        {"x_NxF": "array", "y_N": "binary", "init_params": "object",
+         "adversaries": "object", "white_box": None, "progress": None}))
+
   from dpjax.audit import guard  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({"dpjax.audit.guard.ClaimCheck": "result record of check_claim",
                    "dpjax.audit.guard.default_claim": "takes no arguments",

@@ -48,6 +48,7 @@ def _config_classes(module) -> list:
 _BAD_FLAGS = {
     "audit": [(["--trials", "7"], "--trials=7"), (["--epsilons", "-1"], "--epsilons"),
               (["--variant", "bogus"], "--variant")],
+    "audit_bugs": [(["--trials", "1"], "trials"), (["--cases", "bogus"], "--cases")],
     "audit_coverage": [(["--trials", "1"], "--trials")],
     "audit_digits": [(["--runs", "1"], "runs")],
     "audit_guard": [(["--runs", "1"], "runs"), (["--bugs", "bogus"], "--bugs")],

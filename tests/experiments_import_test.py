@@ -51,6 +51,7 @@ _BAD_FLAGS = {
     "audit_bugs": [(["--trials", "1"], "trials"), (["--cases", "bogus"], "--cases")],
     "audit_coverage": [(["--trials", "1"], "--trials")],
     "audit_digits": [(["--runs", "1"], "runs")],
+    "audit_final_model": [(["--runs", "4"], "runs"), (["--model", "resnet"], "--model")],
     "audit_guard": [(["--runs", "1"], "runs"), (["--bugs", "bogus"], "--bugs")],
     "fp_attacks": [(["--sampling_prob", "0"], "--sampling_prob=0")],
     "mia_bound": [(["--epsilons", "-1"], "--epsilons"), (["--fpr", "0.7"], "--fpr=0.7")],

@@ -8,16 +8,18 @@ black-/white-box adversaries of DP-SGD), `one_run` (one training run, many
 canaries), `coverage` (the estimators' confidence measured on simulated audits of
 mechanisms of known eps), `runner` (auditing any training function, and our
 DP-SGD with any model), `store` (a resumable on-disk store of chunked results),
-`variants` (deliberately broken DP-SGDs) and `guard` (a short white-box audit of
-the engine for test suites, failing when its guarantee regresses).
+`variants` (deliberately broken DP-SGDs), `guard` (a short white-box audit of
+the engine for test suites, failing when its guarantee regresses) and
+`final_model` (adversaries that see only the last iterate, and the last-iterate
+heuristic).
 """
 
 import importlib
 
 from dpjax.audit.stats import clopper_pearson, epsilon_lower_bound
 
-_SUBMODULES = ("canary", "coverage", "estimators", "guard", "one_run", "roc", "runner",
-               "stats", "store", "variants")
+_SUBMODULES = ("canary", "coverage", "estimators", "final_model", "guard", "one_run", "roc",
+               "runner", "stats", "store", "variants")
 __all__ = ["clopper_pearson", "epsilon_lower_bound", *_SUBMODULES]
 
 

@@ -44,7 +44,7 @@ pair IS the full composition (mu = sqrt(T)/sigma for both), so a final-model
 adversary can be as strong as a white-box one; --sampling_prob below 1 shows
 the gap (the heuristic then drops below the exact eps).
 
-Command:   python -m experiments.audit_final_model    (quick: 128 runs per θ0, 67 s CPU)
+Command:   python -m experiments.audit_final_model    (quick: 128 runs per θ0, about 55 s CPU)
 Expected (quick, seed 0): every bound at or below the exact eps 0.91, 1.84,
 3.70, 9.32 (claimed 1, 2, 4, 10); gradient canary (final model) 0.25, 0.61,
 1.60, 3.66 with 5,952 + 5,952 trials.

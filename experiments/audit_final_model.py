@@ -364,7 +364,7 @@ def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
           rows=[[k, v] + _at_ten(rows) for k, v in PUBLISHED.items()],
           digits=2,
           note=("Annamalai & De Cristofaro (NeurIPS 2024, arXiv 2405.14106) audit full-batch "
-                "DP-SGD of a CNN on MNIST / CIFAR-10 from a θ0 pre-trained on the other half "
+                "DP-SGD of image classifiers on MNIST / CIFAR-10 from a θ0 pre-trained on the other half "
                 "of the data, scoring the target's loss, with eps_emp from the μ-GDP "
                 "estimator of Nasr et al. 2023 (valid if the training is μ-GDP, which full-batch "
                 "DP-SGD exactly is: μ = √T/σ); ours "

@@ -363,9 +363,9 @@ def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
                    "ours: the same, assumption-free best"],
           rows=[[k, v] + _at_ten(rows) for k, v in PUBLISHED.items()],
           digits=2,
-          note=("Annamalai & De Cristofaro (NeurIPS 2024, arXiv 2405.14106) audit full-batch "
-                "DP-SGD of image classifiers on MNIST / CIFAR-10 from a θ0 pre-trained on the other half "
-                "of the data, scoring the target's loss, with eps_emp from the μ-GDP "
+          note=("Annamalai & De Cristofaro (NeurIPS 2024, arXiv 2405.14106) audit "
+                "full-batch DP-SGD of image classifiers on MNIST / CIFAR-10 from a θ0 "
+                "pre-trained on the other half of the data, scoring the target's loss, with eps_emp from the μ-GDP "
                 "estimator of Nasr et al. 2023 (valid if the training is μ-GDP, which full-batch "
                 "DP-SGD exactly is: μ = √T/σ); ours "
                 "use the digits (8x8, 1,000 private images), a dedicated-unit θ0 on top of "

@@ -31,8 +31,8 @@ the target's clipped gradient is then large, constant and touched by no one
 else, as linear as a gradient canary.
 
 Every configuration audited here is correct, so the run stops with an error if
-any bound exceeds the exact eps. Beside them: the claimed eps (RDP), the exact eps (PLD), the last-iterate
-heuristic of Steinke et al. (exact for the gradient canaries, which are
+any bound exceeds the exact eps. Beside them: the claimed eps (RDP), the exact
+eps (PLD), the last-iterate heuristic of Steinke et al. (exact for the gradient canaries, which are
 linear), what a perfect adversary could certify with the same trials (the
 ceiling), what the optimal final-model test of a linear canary is expected to
 certify with them, and the published figures (their settings differ; see the
@@ -365,14 +365,14 @@ def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
           digits=2,
           note=("Annamalai & De Cristofaro (NeurIPS 2024, arXiv 2405.14106) audit "
                 "full-batch DP-SGD of image classifiers on MNIST / CIFAR-10 from a θ0 "
-                "pre-trained on the other half of the data, scoring the target's loss, with eps_emp from the μ-GDP "
-                "estimator of Nasr et al. 2023 (valid if the training is μ-GDP, which full-batch "
-                "DP-SGD exactly is: μ = √T/σ); ours "
+                "pre-trained on the other half of the data, scoring the target's loss, "
+                "with eps_emp from the μ-GDP estimator of Nasr et al. 2023 (valid if the "
+                "training is μ-GDP, which full-batch DP-SGD exactly is: μ = √T/σ); ours "
                 "use the digits (8x8, 1,000 private images), a dedicated-unit θ0 on top of "
                 "pre-training, and report the same μ-GDP estimator beside the assumption-free "
-                "bounds, whose ceiling with our trial counts is the 'ceiling' column. Cebere, Bellet & "
-                "Papernot (ICLR 2025) find that a gradient canary inserted at every step "
-                "audits the hidden-state model as tightly as the white-box one; ours at "
+                "bounds, whose ceiling with our trial counts is the 'ceiling' column. "
+                "Cebere, Bellet & Papernot (ICLR 2025) find that a gradient canary "
+                "inserted at every step audits the hidden-state model as tightly as the white-box one; ours at "
                 "q = 1 agree (the gradient canary's final-model and white-box bounds come "
                 "from the same statistic up to a monotone map). Steinke et al. (ICLR 2025) "
                 "report audits at or below their last-iterate heuristic; ours are too."))]

@@ -1,4 +1,4 @@
-"""experiments/audit_final_model.py on a tiny scale: record shape, bounds below the exact eps, seed."""
+"""experiments/audit_final_model.py, tiny: record shape, bounds below the exact eps, seed."""
 
 import json
 import os

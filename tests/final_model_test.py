@@ -111,7 +111,8 @@ class CanariesTest(absltest.TestCase):
   def test_worst_case_init(self):
     unused = fm.unused_features(self.x)
     p, (xt, yt) = fm.worst_case_init(self.model, self.params, int(unused[0]), 3, unit=2)
-    pre = np.asarray(self.x) @ np.asarray(p["layers"][0]["w"]) + np.asarray(p["layers"][0]["b"])[None]
+    w1, b1 = np.asarray(p["layers"][0]["w"]), np.asarray(p["layers"][0]["b"])
+    pre = np.asarray(self.x) @ w1 + b1[None]
     self.assertTrue(np.all(pre[:, 2] <= -2.0 + 1e-6))          # no record activates it
     grads = _per_example_grads(self.model, p, self.x, self.y)
     for leaf in (grads["layers"][0]["w"][:, :, 2], grads["layers"][0]["b"][:, 2],

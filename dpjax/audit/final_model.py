@@ -1,4 +1,4 @@
-"""Final-model (hidden-state) adversaries for DP-SGD on real networks, and the last-iterate heuristic.
+"""Final-model (hidden-state) adversaries for DP-SGD on real networks; the last-iterate heuristic.
 
 DP-SGD's accountant assumes the adversary sees every privatized update. A
 released model is usually only the LAST iterate theta_T. This module builds
@@ -297,7 +297,8 @@ def _check_params(model, params, name="params"):
 
 def _check_labels(model, y, name, **shape):
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  return models_lib._check_labels(y, name, model.num_outputs, **shape)  # pylint: disable=protected-access
+  check = models_lib._check_labels  # pylint: disable=protected-access
+  return check(y, name, model.num_outputs, **shape)
 
 
 def _check_record(model, params, x_c, y_c):

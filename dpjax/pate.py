@@ -492,21 +492,37 @@ def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_
 
 def teacher_votes(model: models_lib.Model, params_M: PyTree, x_QxF: jax.typing.ArrayLike,
                   num_classes: int) -> jax.Array:
-  """Vote histogram of M teachers on Q inputs: int32[Q, C]."""
+  """Vote histogram of M teachers on Q inputs: int32[Q, C].
+
+  A teacher with K >= 2 outputs votes for its argmax class; a one-output (binary
+  logistic regression) teacher votes 1 where its logit is > 0, else 0 (C = 2).
+  """
   models_lib.check_model(model)
   x = jnp.asarray(_validate.check_array(x_QxF, "x_QxF", np.float32, ndim=(2, 4), min_size=1))
   c = _validate.check_int(num_classes, "num_classes", 2)
   m = len(jax.tree.leaves(params_M)[0]) if jax.tree.leaves(params_M) else 1
   _validate.check_size(c, "num_classes", units=m * x.shape[0])
-  preds = jax.vmap(lambda p: jnp.argmax(model.apply(p, x), axis=-1))(params_M)  # [M, Q]
+  preds = jax.vmap(lambda p: _predict(model, p, x))(params_M)  # [M, Q]
   return vote_histogram(preds, num_classes)
 
 
 def accuracy(model: models_lib.Model, params: PyTree, x_NxF, y_N) -> float:
-  """Top-1 accuracy of one model (unbatched params)."""
+  """Top-1 accuracy of one model (unbatched params); one-output models as in teacher_votes."""
   x, y = _check_data(model, x_NxF, y_N)
-  pred = jnp.argmax(model.apply(params, x), axis=-1)
-  return float(jnp.mean(pred == y))
+  return float(jnp.mean(_predict(model, params, x) == y))
+
+
+def _predict(model: models_lib.Model, params: PyTree, x_NxF: jax.Array) -> jax.Array:
+  """Predicted labels int32[N] of one model (unbatched params) on checked inputs.
+
+  A model with one output (binary logistic regression: one logit per row) predicts
+  1 where the logit is > 0 and 0 elsewhere; a model with K >= 2 outputs predicts the
+  argmax over its K logits. Traceable (no input checks: callers check x_NxF).
+  """
+  logits = model.apply(params, x_NxF)
+  if model.num_outputs == 1:
+    return (logits[..., 0] > 0).astype(jnp.int32)
+  return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
 def _check_data(model, x_NxF, y_N) -> tuple[jax.Array, jax.Array]:

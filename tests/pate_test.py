@@ -284,6 +284,20 @@ class TeachersTest(absltest.TestCase):
     votes = np.asarray(pate.teacher_votes(model, params, x[:7], 2))
     np.testing.assert_array_equal(votes.sum(axis=1), np.full(7, 4))
 
+  def test_binary_logistic_teachers_vote_by_the_sign_of_their_logit(self):
+    # One logit per row: the vote is 1 where x @ w > 0 (an argmax over one column
+    # would vote 0 everywhere); accuracy uses the same rule.
+    x = jax.random.normal(jax.random.key(10), (9, 3))
+    y = jnp.asarray([1, 0, 1, 1, 0, 0, 1, 0, 1], jnp.int32)
+    model = models.logistic_regression(3)
+    w_MxD = np.array([[1.0, 0.0, 0.0], [0.0, -1.0, 0.5], [-1.0, 0.3, 0.0]], np.float32)
+    votes = np.asarray(pate.teacher_votes(model, {"w": jnp.asarray(w_MxD)}, x, 2))
+    ones = (np.asarray(x) @ w_MxD.T > 0).sum(axis=1)
+    np.testing.assert_array_equal(votes, np.stack([3 - ones, ones], axis=1))
+    pred = np.asarray(x) @ w_MxD[1] > 0
+    self.assertAlmostEqual(pate.accuracy(model, {"w": jnp.asarray(w_MxD[1])}, x, y),
+                           float(np.mean(pred == np.asarray(y))), places=6)
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -40,11 +40,11 @@ returns the data-independent value). Each query contributes the minimum of the
 two bounds, so the data-dependent curve is never above the data-independent one.
 
 Warning: the data-dependent epsilon is a function of the private votes. Publishing
-it is itself a privacy leak unless it is released privately, e.g. with the smooth
-sensitivity of the RDP bound plus noise (Papernot et al. 2018, §4 and App. C).
-This module computes it but does NOT implement the smooth-sensitivity release:
-treat `data_dependent` numbers as an analysis aid, and the data-independent
-epsilon as the releasable guarantee.
+it is itself a privacy leak unless it is released privately. This module computes
+it as an analysis aid; `dpjax.pate_release` publishes a noisy upper bound on it with
+its smooth sensitivity (Papernot et al. 2018, §4 and App. C), and adds the cost of
+that publication. Otherwise the data-independent epsilon is the releasable
+guarantee.
 
 Shape letters: M teachers, N private records, Q queries, C classes, F features,
 P records per partition, A Renyi orders.
@@ -318,7 +318,7 @@ class PateRdp(NamedTuple):
     orders: float64[A].
     data_independent: float64[A], the releasable worst-case curve.
     data_dependent: float64[A], <= data_independent at every order; NOT releasable
-      as is (see the module Warning on smooth sensitivity).
+      as is: publish it through `dpjax.pate_release.release` (module Warning).
     num_answered: number of queries that paid for an answer.
   """
   orders: np.ndarray

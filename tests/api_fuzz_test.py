@@ -1003,6 +1003,34 @@ def entries():
         dict(model=lr, params=lr_params, x_NxF=x_nf, y_N=y_int),
         {"params": None, "x_NxF": "array", "y_N": "labels"}))
 
+  # ---- pate_release
+  from dpjax import pate_release  # pylint: disable=g-import-not-at-top
+  EXCLUDED.update({"dpjax.pate_release.PateRelease": "result record of pate_release.release"})
+  rel_votes = np.array([[5.0, 1.0, 0.0], [2.0, 3.0, 1.0]])   # 6 teachers
+  rel_k = {"votes_QxC": "array", "order": "pos", "beta": "nonneg", "answered_Q": "binary",
+           "orders": "array", "failure_prob": "prob", "num_stds": "nonneg",
+           "params": "object", "ls_D": "array"}
+  add(E("dpjax.pate_release.local_sensitivity_gnmax", pate_release.local_sensitivity_gnmax,
+        dict(votes_QxC=rel_votes, sigma=1.0, order=3.0), rel_k))
+  add(E("dpjax.pate_release.local_sensitivity_threshold",
+        pate_release.local_sensitivity_threshold,
+        dict(votes_QxC=rel_votes, threshold=4.0, sigma_threshold=1.0, order=3.0), rel_k))
+  add(E("dpjax.pate_release.smooth_sensitivity", pate_release.smooth_sensitivity,
+        dict(ls_D=np.array([0.1, 0.2, 0.2]), beta=0.1), rel_k))
+  add(E("dpjax.pate_release.gnss_rdp", pate_release.gnss_rdp,
+        dict(beta=0.01, sigma_ss=2.0, order=5.0), rel_k))
+  add(E("dpjax.pate_release.ReleaseParams", pate_release.ReleaseParams,
+        dict(order=5.0, beta=0.01, sigma_ss=2.0, num_stds=2.0), rel_k))
+  add(E("dpjax.pate_release.plan_release", pate_release.plan_release,
+        dict(votes_QxC=rel_votes, answered_Q=np.array([True, False]), sigma=1.0, delta=1e-5,
+             threshold=4.0, sigma_threshold=1.0, orders=np.array([2.0, 4.0]),
+             failure_prob=0.01), rel_k))
+  add(E("dpjax.pate_release.release", pate_release.release,
+        dict(key=_key, votes_QxC=rel_votes, answered_Q=np.array([True, False]), sigma=1.0,
+             params=pate_release.ReleaseParams(order=5.0, beta=0.01, sigma_ss=2.0,
+                                               num_stds=2.0),
+             delta=1e-5, threshold=4.0, sigma_threshold=1.0), rel_k))
+
   # ---- recommender and its ratings world
   from dpjax import recommender  # pylint: disable=g-import-not-at-top
   from dpjax.data import ratings  # pylint: disable=g-import-not-at-top

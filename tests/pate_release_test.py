@@ -99,9 +99,10 @@ class LocalSensitivityTest(parameterized.TestCase):
       ("spread", 14, (9, 3, 2), 1.0, 5.0),
       ("low_order", 14, (14, 0, 0), 2.0, 2.0),
       ("two_way", 12, (6, 6, 0), 0.8, 4.0),
+      ("four_classes", 9, (7, 1, 1, 0), 0.7, 3.0),
   )
   def test_three_classes_upper_bound_brute_force(self, m, start, sigma, order):
-    want = _brute_force_ls(m, 3, start, lambda h: pate.gnmax_rdp_data_dependent(
+    want = _brute_force_ls(m, len(start), start, lambda h: pate.gnmax_rdp_data_dependent(
         h, sigma, [order])[0])
     got = pr.local_sensitivity_gnmax(np.array([start]), sigma=sigma, order=order)[0]
     self.assertGreater(want.max(), 0.1)

@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.dpsgd          # writes benchmarks/results/dpsgd.json
     .venv/bin/python -m benchmarks.accountants    # writes benchmarks/results/accountants.json
     .venv/bin/python -m benchmarks.large_n        # writes benchmarks/results/large_n.json
+    .venv/bin/python -m benchmarks.pate_teachers  # writes benchmarks/results/pate_teachers.json
     .venv/bin/python -m benchmarks.report         # rewrites benchmarks/RESULTS.md from them
 
 Every benchmark records, next to its figures, the command line that produced them
@@ -275,8 +276,37 @@ def _large_n_section(doc: dict) -> list[str]:
   return out
 
 
+def _pate_teachers_section(doc: dict) -> list[str]:
+  f = doc["figures"]
+  rows = []
+  for m in f.get("teachers", []):
+    g = lambda k, m=m: f.get(f"M{m}.{k}")
+    temp, rss = g("xla_temp_bytes"), g("peak_rss_bytes")
+    rows.append([f"{m:,}", f"{g('records'):,}", _fmt(g("vmapped_s"), ".3f"),
+                 _fmt(g("vmapped_first_call_s"), ".2f"),
+                 f"{_fmt(g('loop_s'), '.2f')} ({g('loop_timed_teachers')} timed)",
+                 _fmt(g("loop_over_vmapped"), ".1f") + "×",
+                 _fmt(g("teachers_per_s_vmapped"), ",.0f"), _fmt(g("max_param_diff"), ".1e"),
+                 _fmt(temp / 2**20 if temp is not None else None, ".1f"),
+                 _fmt(rss / 2**30 if rss is not None else None, ".2f")])
+  return (["## PATE teachers (`benchmarks/pate_teachers.py`)", "",
+           f"Command: `{doc['command']}`. {_env_line(doc)}", "",
+           f"M logistic-regression teachers ({f.get('features')} linear credit features), "
+           f"{f.get('per_teacher')} records each on disjoint partitions, full-batch Adam, "
+           f"{f.get('steps')} steps. `vmapped`: `pate.fit_non_private` on the M × N "
+           "partition mask, one jitted program (best of the repeats; its first call, "
+           "compile included, apart). `loop`: a Python loop calling `pate.fit_non_private` "
+           "on one teacher's records at a time (compiled once beforehand), timed over the "
+           "first teachers and scaled to M. `max Δ params`: the largest absolute difference "
+           "between the loop's and the vmapped parameters of the timed teachers (the same "
+           "fits).", ""]
+          + _table(["M", "records", "vmapped (s)", "first call (s)", "loop (s, scaled)",
+                    "loop / vmapped", "teachers/s", "max Δ params", "XLA temp (MiB)",
+                    "peak RSS (GiB)"], rows) + [""])
+
+
 _SECTIONS = {"dpsgd": _dpsgd_section, "accountants": _accountants_section,
-             "large_n": _large_n_section}
+             "large_n": _large_n_section, "pate_teachers": _pate_teachers_section}
 
 
 def render(results_dir: str = RESULTS_DIR) -> str:

@@ -1,0 +1,147 @@
+"""Benchmark: PATE teachers trained in one vmapped program against a per-teacher loop.
+
+    .venv/bin/python -m benchmarks.pate_teachers     # writes benchmarks/results/pate_teachers.json
+    .venv/bin/python -m benchmarks.pate_teachers --teachers 250 --json /tmp/p.json
+    .venv/bin/python -m benchmarks.report            # RESULTS.md from the JSON files
+
+Workload (the teachers of `experiments/pate_credit.py`): M teachers, each a logistic
+regression on the 6 linear credit features (`credit.linear_features`, scaler fit on
+a separate public draw), fit by full-batch Adam (300 steps, learning rate 0.05) on
+its own disjoint partition of --per_teacher records of one draw of the credit world.
+
+For each M in --teachers, in ONE process:
+  * vmapped: `pate.fit_non_private` with the M x N partition mask, i.e. one jitted
+    program that vmaps the M fits and scans the steps (what `pate.train_teachers`
+    runs). Its first call (compile + run) is timed apart; then the best of
+    --repeats calls;
+  * loop: a Python loop over teachers, each `pate.fit_non_private` on that teacher's
+    own records only (the same jitted program with M = 1, compiled once before the
+    timing, so the loop times running, not compiling). The loop runs over the first
+    --loop_teachers teachers and its time is scaled by M / --loop_teachers (the
+    per-teacher cost does not depend on which teacher it is: every partition has
+    the same size);
+  * the ratio loop / vmapped, and the largest difference between the loop's and the
+    vmapped program's parameters for the looped teachers (the same fits: a logistic
+    regression starts at zero whatever its key, and each teacher sees the same
+    records in the same order);
+  * XLA's temporary memory for the vmapped program (`memory_analysis` of the
+    compiled program) and the process's peak resident memory after each M (VmHWM;
+    the M are run in increasing order, so it is the peak up to that M).
+
+Runtime: about two minutes of CPU for M = 250, 500, 1000.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from benchmarks import report
+from dpjax import models, pate
+from dpjax.data import credit
+
+_JSON = flags.DEFINE_string("json", None, "Where to write the figures (default: "
+                             "benchmarks/results/pate_teachers.json).")
+_TEACHERS = flags.DEFINE_string("teachers", "250,500,1000", "Numbers of teachers M.")
+_PER_TEACHER = flags.DEFINE_integer("per_teacher", 300, "Records per teacher.")
+_LOOP = flags.DEFINE_integer("loop_teachers", 25, "Teachers timed in the Python loop.")
+_REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (best is kept).")
+_STEPS = 300
+_LR = 0.05
+
+
+def _peak_rss_bytes() -> int | None:
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    return None
+  return None
+
+
+def _best(fn, repeats: int) -> float:
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    jax.block_until_ready(fn())
+    best = min(best, time.perf_counter() - t)
+  return best
+
+
+def measure(teachers: list[int], per_teacher: int, loop_teachers: int, repeats: int) -> dict:
+  """Times the vmapped fit and the per-teacher loop for each M; returns flat figures."""
+  m_max = max(teachers)
+  k_data, k_pub, k_part, k_fit = jax.random.split(jax.random.key(0), 4)
+  world = credit.sample(k_data, m_max * per_teacher)
+  scaler = credit.PublicScaler.fit(credit.sample(k_pub, 2000).x_NxF)
+  x_all = credit.linear_features(world.x_NxF, scaler)
+  y_all = world.y_N
+  model = models.logistic_regression(credit.LINEAR_DIM)
+  fit = lambda key, x, y, keep: pate.fit_non_private(key, x, y, keep, model, num_steps=_STEPS,
+                                                     learning_rate=_LR)
+  figures = {"per_teacher": per_teacher, "steps": _STEPS, "features": credit.LINEAR_DIM,
+             "loop_teachers": loop_teachers, "teachers": list(teachers)}
+  one = jnp.ones((1, per_teacher), bool)
+  for m in sorted(teachers):
+    n = m * per_teacher
+    x, y = x_all[:n], y_all[:n]
+    keep = np.asarray(pate.partition(k_part, n, m))
+    t = time.perf_counter()
+    params = jax.block_until_ready(fit(k_fit, x, y, keep))
+    first = time.perf_counter() - t
+    vmapped = _best(lambda: fit(k_fit, x, y, keep), repeats)
+    idx, w = pate._partition_indices(keep)  # pylint: disable=protected-access
+    lowered = pate._fit_many.lower(  # pylint: disable=protected-access
+        jax.random.split(k_fit, m), x[idx], y[idx], jnp.asarray(w), model=model,
+        num_steps=_STEPS, learning_rate=_LR)
+    mem = lowered.compile().memory_analysis()
+    temp = int(mem.temp_size_in_bytes) if mem is not None else None
+    looped = min(loop_teachers, m)
+    members = [np.flatnonzero(keep[i]) for i in range(looped)]
+    jax.block_until_ready(fit(k_fit, x[members[0]], y[members[0]], one))   # compile M = 1
+
+    def loop():
+      return [fit(k_fit, x[mem_i], y[mem_i], one) for mem_i in members]
+
+    loop_time = _best(loop, repeats)
+    loop_params = loop()
+    diff = max(float(jnp.max(jnp.abs(lp["w"][0] - params["w"][i])))
+               for i, lp in enumerate(loop_params))
+    loop_full = loop_time * m / looped
+    figures.update({
+        f"M{m}.records": n,
+        f"M{m}.vmapped_s": vmapped,
+        f"M{m}.vmapped_first_call_s": first,
+        f"M{m}.loop_timed_teachers": looped,
+        f"M{m}.loop_timed_s": loop_time,
+        f"M{m}.loop_s": loop_full,
+        f"M{m}.loop_over_vmapped": loop_full / vmapped,
+        f"M{m}.teachers_per_s_vmapped": m / vmapped,
+        f"M{m}.max_param_diff": diff,
+        f"M{m}.xla_temp_bytes": temp,
+        f"M{m}.peak_rss_bytes": _peak_rss_bytes(),
+    })
+    print(f"M = {m}: vmapped {vmapped:.3f} s (first call {first:.2f} s), loop {loop_full:.2f} s "
+          f"(timed {looped} teachers, scaled by {m / looped:g}), ratio "
+          f"{loop_full / vmapped:.1f}x, max |param diff| {diff:.2e}")
+  return figures
+
+
+def main(argv):
+  del argv
+  teachers = report.model_counts(_TEACHERS.value, "teachers")
+  if _LOOP.value < 1 or _REPEATS.value < 1 or _PER_TEACHER.value < 1:
+    raise app.UsageError("--loop_teachers, --repeats and --per_teacher must be >= 1",
+                         exitcode=2)
+  report.write("pate_teachers", measure(teachers, _PER_TEACHER.value, _LOOP.value,
+                                        _REPEATS.value), _JSON.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

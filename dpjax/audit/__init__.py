@@ -9,17 +9,18 @@ canaries), `coverage` (the estimators' confidence measured on simulated audits o
 mechanisms of known eps), `runner` (auditing any training function, and our
 DP-SGD with any model), `store` (a resumable on-disk store of chunked results),
 `variants` (deliberately broken DP-SGDs), `guard` (a short white-box audit of
-the engine for test suites, failing when its guarantee regresses) and
+the engine for test suites, failing when its guarantee regresses),
 `final_model` (adversaries that see only the last iterate, and the last-iterate
-heuristic).
+heuristic) and `pate_audit` (a canary audit of PATE's released labels, the
+teachers held fixed).
 """
 
 import importlib
 
 from dpjax.audit.stats import clopper_pearson, epsilon_lower_bound
 
-_SUBMODULES = ("canary", "coverage", "estimators", "final_model", "guard", "one_run", "roc",
-               "runner", "stats", "store", "variants")
+_SUBMODULES = ("canary", "coverage", "estimators", "final_model", "guard", "one_run",
+               "pate_audit", "roc", "runner", "stats", "store", "variants")
 __all__ = ["clopper_pearson", "epsilon_lower_bound", *_SUBMODULES]
 
 

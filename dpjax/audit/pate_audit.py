@@ -1,0 +1,636 @@
+"""A canary audit of PATE's released labels: fixed teachers, repeated aggregation.
+
+Why fixing the teachers is a valid audit. PATE's accountant (`dpjax.pate`) counts
+only the aggregator's noise. Its guarantee is a statement about the aggregator
+on vote histograms: for ANY two histograms that differ in one teacher's vote
+(one count down by 1, another up by 1; the neighbouring relation, since a record
+lives in one partition and can change only its teacher's vote), Q answers of
+GNMax with N(0, sigma^2) noise are (alpha, Q alpha / sigma^2)-RDP. The teachers
+are a deterministic function of their partitions (given their training seeds),
+not a source of privacy. So an audit may build the two worlds once -- train the
+ensemble without a canary, retrain the canary's teacher alone with the canary in
+its partition -- read the two histograms on the adversary's Q queries, and then
+repeat only the aggregation, which samples the accounted mechanism exactly. A
+bound certified this way is evidence against the claim for that fixed pair of
+histograms, hence against the claim itself (which must hold for every pair).
+
+Outputs and their exact likelihood. Given a histogram v (float[Q, C]) the Q
+answers are independent. GNMax returns o_q = argmax_c v_qc + sigma z_qc, with
+
+    P_v(o_q = c) = int phi(z) prod_{j != c} Phi((v_qc - v_qj) / sigma + z) dz,
+
+which for C = 2 is Phi((v_qc - v_q,other) / (sqrt(2) sigma)) exactly (the
+difference of two noises is N(0, 2 sigma^2)); for C > 2 it is integrated on a
+grid in log space (`output_log_probs`). Confident-GNMax also releases whether the
+query was answered: "not answered" (outcome C) has probability
+Phi((T - max_c v_qc) / sigma_t), and "answered with label c" probability
+(1 - that) P_v(o_q = c), the threshold noise and the argmax noise being
+independent (`dpjax.pate.confident_gnmax`).
+
+The adversary's score. The adversary knows both histograms (white-box on the
+votes) and scores a release o = (o_1..o_Q) by the exact log-likelihood ratio
+
+    L(o) = sum_q log P_in(o_q) - log P_out(o_q)                   (`llr_scores`).
+
+By the Neyman-Pearson lemma the tests "IN iff L > t" are the most powerful tests
+of IN against OUT at every false-positive rate (up to randomisation at ties), so
+no other statistic of the release certifies a larger bound from the same trials;
+and since L is computed from the two hypotheses, never from the trials, any
+threshold on it gives a valid bound.
+
+The bound. The tests are declared before any release is drawn. The pair's PLD
+(below) is the law of L under IN, and under OUT the same losses carry mass
+p e^(-L), so the ROC of the tests "L > t" is known exactly. Declared: the
+threshold maximising the Clopper-Pearson bound at the EXPECTED error counts for
+`num_trials` trials per side (`estimators.best_certifiable`; that expected bound
+is `expected_epsilon_lower`), and, as in `dpjax.audit.guard`, the thresholds of
+false-positive rate 2^-i under the claim (every i with num_trials 2^-i >= 4),
+which meet a leakier aggregator whose best test lies further in the tail.
+`audit_labels` then releases the labels `num_trials` times per world through the
+implementation under audit (`dpjax.pate.gnmax` or `dpjax.pate.confident_gnmax`,
+or any `aggregator=` with the same signature, vmapped over trial keys) and
+evaluates every declared test on every release, each at confidence
+1 - alpha / k (`estimators.Bonferroni` over `estimators.FixedThreshold`s,
+Clopper-Pearson via `stats.epsilon_lower_bound`), so the largest bound holds
+with probability >= `confidence` whatever the aggregator does. (Choosing the
+threshold on trials instead overfits the tails of a discrete statistic and
+spends half the trials.)
+
+Beside the bound it reports:
+  * the CLAIMED eps: the data-independent RDP of Q answers (and, with a
+    threshold, Q threshold checks; every query counted as answered, the
+    worst case) converted at delta (`pate.pate_rdp` -> `pate.epsilon`);
+  * the DATA-DEPENDENT eps of the pair: Papernot et al. 2018, Thm 6, at each
+    histogram (each bounds the divergence from that world to any neighbour),
+    the larger of the two (`pate.pate_rdp(...).data_dependent`);
+  * the EXACT eps of the pair: the hockey-stick divergence of the two product
+    distributions of releases, both directions, from their privacy-loss
+    distributions (`exact_epsilon`; discretised pessimistically, so an upper
+    bound on the true value within ~ the grid spacing per distinct query);
+  * the CEILING: what a perfect adversary certifies with these trials
+    (`stats.perfect_attack_ceiling`).
+A correct aggregator gives epsilon_lower <= exact <= claimed with probability
+>= confidence, and exact <= data-dependent if the data-dependent analysis is
+right. `falsified` is epsilon_lower > claimed; `exceeds_exact` is epsilon_lower >
+exact, the sharper check (as in `dpjax.audit.guard`): the adversary knows the
+exact law of the claimed aggregator on this pair, so a bound above its eps shows
+the releases do not follow that law.
+
+Shape letters: Q queries, C classes, O outcomes per query (C, or C + 1 with a
+threshold: outcome C = not answered), K trials.
+
+Examples:
+  >>> import jax
+  >>> v_in, v_out = crafted_pair(num_teachers=11, num_queries=4)
+  >>> v_in[0].tolist(), v_out[0].tolist()
+  ([6, 5], [5, 6])
+  >>> r = audit_labels(jax.random.key(0), v_in, v_out, sigma=2.0, num_trials=2000,
+  ...                  delta=1e-5)
+  >>> bool(r.epsilon_lower <= r.exact_epsilon <= r.claimed_epsilon)
+  True
+
+References: Papernot et al., "Scalable private learning with PATE", ICLR 2018;
+Jagielski, Ullman & Oprea 2020 and Nasr et al. 2021 (auditing by hypothesis
+tests on canaries).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import special, stats as sp_stats
+
+from dpjax import _validate, pate
+from dpjax.audit import estimators, stats
+
+__all__ = ["LabelAudit", "audit_labels", "calibrate_sigma", "claimed_epsilon", "crafted_pair",
+           "exact_epsilon", "llr_scores", "output_log_probs"]
+
+# Trials per device call: about this many noise draws (trials x Q x C) at once.
+_DRAWS_PER_CHUNK = 1 << 22
+# Declared thresholds: false-positive rates 2^-i with >= this many expected false positives.
+_MIN_EXPECTED_FALSE_POSITIVES = 4.0
+# Grid of the C > 2 argmax integral: step and margin (in units of the noise).
+_QUAD_STEP = 0.02
+_QUAD_MARGIN = 12.0
+
+
+# ----------------------------------------------------------------------------------
+# inputs
+
+
+def _check_votes(votes, name: str) -> np.ndarray:
+  """Integer vote counts float64[Q, C], C >= 2, Q >= 1."""
+  v = _validate.check_array(votes, name, ndim=2, low=0.0, integer=True, min_size=1)
+  if v.shape[1] < 2:
+    raise ValueError(f"{name} must have shape [Q, C] with C >= 2, got {v.shape}")
+  return v
+
+
+def _check_pair(votes_in_QxC, votes_out_QxC) -> tuple[np.ndarray, np.ndarray]:
+  """Two histograms that differ in at most one teacher's vote on every query."""
+  v_in = _check_votes(votes_in_QxC, "votes_in_QxC")
+  v_out = _check_votes(votes_out_QxC, "votes_out_QxC")
+  if v_in.shape != v_out.shape:
+    raise ValueError(f"votes_in_QxC and votes_out_QxC must have the same shape, got "
+                     f"{v_in.shape} and {v_out.shape}")
+  if np.any(v_in.sum(axis=1) != v_out.sum(axis=1)):
+    raise ValueError("votes_in_QxC and votes_out_QxC must count the same number of teachers "
+                     "on every query (the canary changes one teacher's vote, not their number)")
+  if np.any(np.abs(v_in - v_out).sum(axis=1) > 2):
+    raise ValueError("votes_in_QxC and votes_out_QxC must differ by at most one teacher's vote "
+                     "per query (one count -1, another +1): PATE's guarantee covers only such "
+                     "neighbouring histograms")
+  return v_in, v_out
+
+
+def _check_threshold(threshold, sigma_threshold) -> tuple[Optional[float], Optional[float]]:
+  if (threshold is None) != (sigma_threshold is None):
+    raise ValueError("give both threshold and sigma_threshold (Confident-GNMax), or neither "
+                     "(GNMax)")
+  if threshold is None:
+    return None, None
+  return (_validate.check_finite(threshold, "threshold"),
+          _validate.check_positive(sigma_threshold, "sigma_threshold"))
+
+
+# ----------------------------------------------------------------------------------
+# exact output distributions and the likelihood-ratio score
+
+
+def _argmax_log_probs(v_C: np.ndarray, sigma: float) -> np.ndarray:
+  """log P(argmax_c v_c + sigma z_c = c) for each c: float64[C] (exact for C = 2)."""
+  c = v_C.size
+  if c == 2:
+    d = (v_C[0] - v_C[1]) / (math.sqrt(2.0) * sigma)
+    return np.array([sp_stats.norm.logcdf(d), sp_stats.norm.logcdf(-d)])
+  a = (v_C[:, None] - v_C[None, :]) / sigma           # a[c, j] = (v_c - v_j) / sigma
+  spread = float(np.max(np.abs(a)))
+  z = np.arange(-_QUAD_MARGIN - spread, _QUAD_MARGIN + spread + _QUAD_STEP, _QUAD_STEP)
+  out = np.empty(c)
+  for k in range(c):
+    others = np.delete(a[k], k)
+    log_f = sp_stats.norm.logpdf(z) + sp_stats.norm.logcdf(others[:, None] + z[None, :]).sum(0)
+    out[k] = special.logsumexp(log_f) + math.log(_QUAD_STEP)
+  return out - special.logsumexp(out)                 # the grid's mass error, normalised away
+
+
+def output_log_probs(votes_QxC, *, sigma: float, threshold: Optional[float] = None,
+                     sigma_threshold: Optional[float] = None) -> np.ndarray:
+  """Exact log-probabilities of every per-query outcome of (Confident-)GNMax.
+
+  Args:
+    votes_QxC: vote counts (numbers >= 0), C >= 2.
+    sigma: GNMax noise std (> 0).
+    threshold, sigma_threshold: the Confident-GNMax check (both or neither).
+  Returns:
+    float64[Q, O]: O = C for GNMax (column c: label c); O = C + 1 with a threshold
+    (column c < C: answered with label c; column C: not answered). Each row sums
+    to 1 in probability. C = 2: closed form Phi(+-(v_0 - v_1) / (sqrt(2) sigma));
+    C > 2: trapezoid rule in log space on a grid of step 0.02 (the rows
+    renormalised).
+
+  Examples:
+    >>> import numpy as np
+    >>> p = np.exp(output_log_probs([[3, 1]], sigma=np.sqrt(2)))
+    >>> np.round(p, 4).tolist()                      # Phi(1), Phi(-1)
+    [[0.8413, 0.1587]]
+  """
+  v = _validate.check_array(votes_QxC, "votes_QxC", ndim=2, low=0.0, min_size=1)
+  if v.shape[1] < 2:
+    raise ValueError(f"votes_QxC must have shape [Q, C] with C >= 2, got {v.shape}")
+  s = _validate.check_positive(sigma, "sigma")
+  t, st = _check_threshold(threshold, sigma_threshold)
+  rows, inverse = np.unique(v, axis=0, return_inverse=True)
+  table = np.stack([_argmax_log_probs(r, s) for r in rows])
+  if t is not None:
+    log_skip = sp_stats.norm.logcdf((t - rows.max(axis=1)) / st)     # not answered
+    log_answer = sp_stats.norm.logsf((t - rows.max(axis=1)) / st)
+    table = np.concatenate([table + log_answer[:, None], log_skip[:, None]], axis=1)
+  return table[np.reshape(inverse, -1)]
+
+
+def llr_scores(outcomes_KxQ, log_probs_in_QxO, log_probs_out_QxO) -> np.ndarray:
+  """Log-likelihood ratio of each release: sum_q log P_in(o_kq) - log P_out(o_kq).
+
+  Args:
+    outcomes_KxQ: int[K, Q] outcome indices in [0, O) (labels; O - 1 = not answered
+      with a threshold, as in `output_log_probs`).
+    log_probs_in_QxO, log_probs_out_QxO: float[Q, O] from `output_log_probs`.
+  Returns:
+    float64[K], higher = more likely IN.
+
+  Examples:
+    >>> lp_in, lp_out = np.log([[0.75, 0.25]]), np.log([[0.25, 0.75]])
+    >>> np.round(llr_scores([[0], [1]], lp_in, lp_out), 4).tolist()
+    [1.0986, -1.0986]
+  """
+  lp_in = _validate.check_array(log_probs_in_QxO, "log_probs_in_QxO", ndim=2, high=0.0,
+                                allow_inf=True, min_size=1)
+  lp_out = _validate.check_array(log_probs_out_QxO, "log_probs_out_QxO", shape=lp_in.shape,
+                                 high=0.0, allow_inf=True)
+  q, o = lp_in.shape
+  out = _validate.check_array(outcomes_KxQ, "outcomes_KxQ", np.int64, shape=(None, q),
+                              low=0, high=o - 1, integer=True, min_size=1)
+  with np.errstate(invalid="ignore"):
+    diff = lp_in - lp_out
+  diff = np.where(np.isneginf(lp_in) & np.isneginf(lp_out), 0.0, diff)  # impossible in both
+  return diff[np.arange(q)[None, :], out].sum(axis=1)
+
+
+def exact_epsilon(votes_in_QxC, votes_out_QxC, *, sigma: float, delta: float,
+                  threshold: Optional[float] = None,
+                  sigma_threshold: Optional[float] = None) -> float:
+  """Exact eps at delta of (Confident-)GNMax on a neighbouring pair of histograms.
+
+  The release's PLD is the composition over queries of each query's finite
+  outcome distribution (P_in vs P_out of `output_log_probs`), in both directions
+  (`dpjax.accounting.pld`; queries with equal votes contribute nothing, identical
+  query pairs are self-composed). Discretised pessimistically on a grid of 1e-4
+  (1e-3 with more than 8 distinct differing queries): an upper bound on the true
+  eps, within about the grid spacing times the number of distinct queries.
+
+  Args:
+    votes_in_QxC, votes_out_QxC: integer histograms differing by at most one
+      teacher's vote per query.
+    sigma, threshold, sigma_threshold: as in `output_log_probs`.
+    delta: in (0, 1).
+  Returns:
+    eps >= 0 (0 when the histograms are equal).
+
+  Examples:
+    >>> from scipy import stats as st
+    >>> p = st.norm.cdf(1 / np.sqrt(2))                # one tied query, sigma = 1
+    >>> round(exact_epsilon([[3, 2]], [[2, 3]], sigma=1.0, delta=1e-5), 3)
+    1.154
+    >>> round(float(np.log((p - 1e-5) / (1 - p))), 3)   # the closed form
+    1.154
+  """
+  v_in, v_out = _check_pair(votes_in_QxC, votes_out_QxC)
+  s = _validate.check_positive(sigma, "sigma")
+  d = _validate.check_delta(delta)
+  t, st = _check_threshold(threshold, sigma_threshold)
+  total = _pair_pld(v_in, v_out, s, t, st)
+  return 0.0 if total is None else float(total.epsilon(d))
+
+
+def _pair_pld(v_in: np.ndarray, v_out: np.ndarray, s: float, t, st):
+  """The pair's PLD (`dpjax.accounting.pld`, both directions), or None if v_in == v_out."""
+  from dpjax.accounting import pld  # pylint: disable=g-import-not-at-top
+  differ = np.any(v_in != v_out, axis=1)
+  if not np.any(differ):
+    return None
+  pairs, counts = np.unique(np.concatenate([v_in[differ], v_out[differ]], axis=1), axis=0,
+                            return_counts=True)
+  c = v_in.shape[1]
+  lp_in = output_log_probs(pairs[:, :c], sigma=s, threshold=t, sigma_threshold=st)
+  lp_out = output_log_probs(pairs[:, c:], sigma=s, threshold=t, sigma_threshold=st)
+  h = 1e-4 if pairs.shape[0] <= 8 else 1e-3
+  total = None
+  for a, b, k in zip(lp_in, lp_out, counts):
+    # P-side PLDs: in -> out (loss log P_in / P_out under P_in) and out -> in.
+    one = pld.PrivacyLossDistribution(
+        pmfs=(pld._atoms_pmf(a - b, np.exp(a), h),         # pylint: disable=protected-access
+              pld._atoms_pmf(b - a, np.exp(b), h)),        # pylint: disable=protected-access
+        value_discretization=h)
+    one = one.self_compose(int(k)) if k > 1 else one
+    total = one if total is None else total.compose(one)
+  return total
+
+
+def _declared_thresholds(total, n: int, delta: float, confidence: float
+                         ) -> tuple[np.ndarray, float]:
+  """Thresholds on L fixed from the claimed law alone, and the expected bound.
+
+  The in -> out PLD of the pair is the law of the LLR L under IN (mass p_j at
+  loss l_j); under OUT the same losses have mass p_j e^(-l_j), so the ROC of the
+  tests "L > t" is known (`tradeoff.likelihood_ratio_roc`). Declared: the
+  threshold maximising the expected Clopper-Pearson bound for n trials per side
+  at the per-test confidence (`estimators.best_certifiable`), and the thresholds
+  of false-positive rate 2^-i under the claim for every i with n 2^-i >= 4 (so a
+  leakier aggregator, whose best test sits further in the tail, is met by one).
+
+  Returns:
+    (thresholds float64[k], expected bound of the best test), k >= 1.
+  """
+  from dpjax import tradeoff  # pylint: disable=g-import-not-at-top
+  pmf = total._pmfs[0]                                  # pylint: disable=protected-access
+  losses, p_in = pmf.losses, pmf.probs
+  if losses.size < 2:
+    return np.array([0.0]), 0.0
+  p_out = p_in * np.exp(-losses)
+  p_out = p_out / max(1.0, float(p_out.sum()))
+  p_in = p_in / max(1.0, float(p_in.sum()))
+  thr, fpr, fnr = tradeoff.likelihood_ratio_roc(losses, p_in, p_out)
+  levels = 2.0 ** -np.arange(1, max(2, int(math.log2(n / _MIN_EXPECTED_FALSE_POSITIVES)) + 1))
+  ladder = [float(thr[int(np.argmax(fpr <= lv))]) for lv in levels if np.any(fpr <= lv)]
+  per_test = estimators.bonferroni_confidence(confidence, len(ladder) + 1)
+  best = estimators.best_certifiable(fpr, fnr, n, delta=delta, confidence=per_test,
+                                     thresholds_J=thr)
+  return np.unique([float(best.threshold)] + ladder), float(best.epsilon)
+
+
+# ----------------------------------------------------------------------------------
+# histograms, calibration
+
+
+def crafted_pair(num_teachers: int, num_queries: int, num_classes: int = 2
+                 ) -> tuple[np.ndarray, np.ndarray]:
+  """The adversary's worst case: the other teachers tied, the canary flips its teacher.
+
+  The M - 1 other teachers split between classes 0 and 1, a = floor((M-1)/2) for
+  class 0 and the rest for class 1 (a tie when M is odd); the canary's teacher
+  votes 0 with the canary (IN) and 1 without it (OUT), on each of Q identical
+  queries (e.g. Q copies of the canary point among the public queries).
+
+  Args:
+    num_teachers: M >= 2.
+    num_queries: Q >= 1.
+    num_classes: C >= 2 (classes >= 2 get no votes).
+  Returns:
+    (votes_in int64[Q, C], votes_out int64[Q, C]).
+
+  Examples:
+    >>> v_in, v_out = crafted_pair(251, 1)
+    >>> v_in.tolist(), v_out.tolist()
+    ([[126, 125]], [[125, 126]])
+    >>> [v.tolist() for v in crafted_pair(250, 1)]      # M even: no exact tie
+    [[[125, 125]], [[124, 126]]]
+  """
+  m = _validate.check_int(num_teachers, "num_teachers", minimum=2)
+  c = _validate.check_size(num_classes, "num_classes", minimum=2, bytes_per_unit=8)
+  q = _validate.check_size(num_queries, "num_queries", bytes_per_unit=16, units=c)
+  a = (m - 1) // 2
+  base = np.zeros((q, c), np.int64)
+  base[:, 0], base[:, 1] = a, m - 1 - a
+  v_in, v_out = base.copy(), base.copy()
+  v_in[:, 0] += 1
+  v_out[:, 1] += 1
+  return v_in, v_out
+
+
+def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
+                    sigma_threshold: Optional[float] = None, orders=None) -> float:
+  """Data-independent eps of Q answers (and Q threshold checks if sigma_threshold is given).
+
+  RDP Q (alpha / sigma^2 + alpha / (2 sigma_t^2)) at every order (`pate`'s
+  per-query curves, every query answered), converted at delta by `pate.epsilon`.
+
+  Args:
+    num_queries: Q >= 1.
+    sigma: GNMax noise std (> 0).
+    delta: in (0, 1).
+    sigma_threshold: optional threshold-noise std (> 0).
+    orders: Renyi orders (default `dpjax.accounting.rdp.DEFAULT_ORDERS`).
+
+  Examples:
+    >>> from dpjax.accounting import rdp
+    >>> e = claimed_epsilon(3, sigma=4.0, delta=1e-5)
+    >>> e == pate.epsilon(rdp.DEFAULT_ORDERS, 3 * rdp.DEFAULT_ORDERS / 16.0, 1e-5)
+    True
+  """
+  from dpjax.accounting import rdp  # pylint: disable=g-import-not-at-top
+  q = _validate.check_int(num_queries, "num_queries")
+  lam = rdp.DEFAULT_ORDERS if orders is None else _validate.check_orders(orders)
+  curve = q * pate.gnmax_rdp_data_independent(sigma, lam)
+  if sigma_threshold is not None:
+    curve = curve + q * pate.threshold_rdp_data_independent(sigma_threshold, lam)
+  return float(pate.epsilon(lam, curve, _validate.check_delta(delta)))
+
+
+def calibrate_sigma(target_epsilon: float, num_queries: int, *, delta: float,
+                    threshold_ratio: Optional[float] = None, orders=None) -> float:
+  """The sigma whose data-independent eps (`claimed_epsilon`) equals target_epsilon.
+
+  Args:
+    target_epsilon: eps > 0.
+    num_queries: Q >= 1.
+    delta: in (0, 1).
+    threshold_ratio: with Confident-GNMax, sigma_threshold = threshold_ratio * sigma
+      (> 0); None for GNMax.
+    orders: Renyi orders (default `rdp.DEFAULT_ORDERS`).
+  Returns:
+    sigma, to a relative accuracy of 1e-9 (bisection in log sigma; the claimed
+    eps of the returned sigma is <= target_epsilon).
+
+  Examples:
+    >>> s = calibrate_sigma(2.0, 10, delta=1e-5)
+    >>> round(claimed_epsilon(10, sigma=s, delta=1e-5), 6)
+    2.0
+  """
+  e = _validate.check_epsilon(target_epsilon, "target_epsilon")
+  q = _validate.check_int(num_queries, "num_queries")
+  d = _validate.check_delta(delta)
+  ratio = None if threshold_ratio is None else _validate.check_positive(threshold_ratio,
+                                                                         "threshold_ratio")
+
+  def eps_of(s):
+    return claimed_epsilon(q, sigma=s, delta=d, orders=orders,
+                           sigma_threshold=None if ratio is None else ratio * s)
+
+  lo, hi = 1e-3, 1e3
+  for _ in range(400):                               # eps_of decreases in sigma
+    if eps_of(hi) <= e:
+      break
+    lo, hi = hi, hi * 10.0
+  for _ in range(400):
+    if eps_of(lo) >= e:
+      break
+    lo, hi = lo / 10.0, lo
+  for _ in range(200):
+    mid = math.sqrt(lo * hi)
+    if eps_of(mid) > e:
+      lo = mid
+    else:
+      hi = mid
+    if hi / lo < 1.0 + 1e-9:
+      break
+  return hi
+
+
+# ----------------------------------------------------------------------------------
+# the audit
+
+
+class LabelAudit(NamedTuple):
+  """The result of `audit_labels`.
+
+  Attributes:
+    epsilon_lower: certified eps lower bound at `confidence`.
+    claimed_epsilon: data-independent eps of the Q queries (all answered).
+    data_dependent_epsilon: Thm 6 eps at each histogram, the larger.
+    exact_epsilon: eps of the pair from its exact PLD (pessimistic grid).
+    expected_epsilon_lower: the bound the best declared test certifies at the
+      expected error counts of the claimed aggregator (what a correct one should
+      give, up to Monte Carlo spread).
+    ceiling: `stats.perfect_attack_ceiling(num_trials, delta, confidence)`.
+    falsified: epsilon_lower > claimed_epsilon.
+    exceeds_exact: epsilon_lower > exact_epsilon: the releases are not those of the
+      claimed aggregator on this pair (a correct one does this with probability
+      <= 1 - confidence); a sharper check than `falsified`, as the exact eps of
+      the pair is at most the claim.
+    bound: the `estimators.BonferroniBound` (every declared test's threshold and
+      counts in `parts`, the assumptions).
+    num_queries: Q.
+    num_differing: queries on which the two histograms differ.
+    answered_in, answered_out: mean fraction of queries answered per trial in each
+      world (1.0 for GNMax).
+    sigma, threshold, sigma_threshold, delta, confidence: as audited.
+  """
+  epsilon_lower: float
+  claimed_epsilon: float
+  data_dependent_epsilon: float
+  exact_epsilon: float
+  expected_epsilon_lower: float
+  ceiling: float
+  falsified: bool
+  exceeds_exact: bool
+  bound: Any
+  num_queries: int
+  num_differing: int
+  answered_in: float
+  answered_out: float
+  sigma: float
+  threshold: Optional[float]
+  sigma_threshold: Optional[float]
+  delta: float
+  confidence: float
+
+  def to_json(self) -> dict:
+    d = self._asdict()
+    b = d.pop("bound")
+    d["tests"] = [{"threshold": p.threshold, **p.counts(), "epsilon_lower": p.epsilon_lower}
+                  for p in b.parts]
+    return d
+
+
+def _release_fn(aggregator: Callable, q: int, c: int, *, sigma: float, threshold,
+                sigma_threshold) -> Callable:
+  """jit(vmap) of one release over trial keys: (keys [K], votes [Q, C]) -> outcomes int32[K, Q]."""
+  confident = threshold is not None
+
+  def one(k, v):
+    if confident:
+      labels, answered = aggregator(k, v, threshold=threshold, sigma_threshold=sigma_threshold,
+                                    sigma=sigma)
+      labels, answered = jnp.asarray(labels), jnp.asarray(answered)
+      if labels.shape != (q,) or answered.shape != (q,):
+        raise ValueError(f"aggregator must return (labels [Q], answered [Q]) with Q = {q}, "
+                         f"got shapes {labels.shape} and {answered.shape}")
+      return jnp.where(answered.astype(bool), labels.astype(jnp.int32), c)
+    labels = jnp.asarray(aggregator(k, v, sigma=sigma))
+    if labels.shape != (q,):
+      raise ValueError(f"aggregator must return labels of shape [Q] = ({q},), got "
+                       f"{labels.shape}")
+    return labels.astype(jnp.int32)
+
+  return jax.jit(jax.vmap(one, in_axes=(0, None)))
+
+
+def _release_scores(fn: Callable, key: jax.Array, votes: np.ndarray, n: int,
+                    diff_QxO: np.ndarray, top: int) -> tuple[np.ndarray, int]:
+  """n releases by `fn` (`_release_fn`) on `votes`, scored: (LLR float64[n], answers).
+
+  The releases are drawn in chunks on the device (one compiled shape) and scored
+  on the host in float64 as they come, so no [n, Q] array is held. `top` is the
+  largest valid outcome (C - 1, or C = "not answered" with a threshold).
+  """
+  q, c = votes.shape
+  v = jnp.asarray(votes, jnp.float32)
+  chunk = max(1, min(n, _DRAWS_PER_CHUNK // (q * c)))
+  keys = jax.random.split(key, n)
+  scores = np.empty(n)
+  answers = 0
+  rows = np.arange(q)[None, :]
+  for start in range(0, n, chunk):
+    k = keys[start:start + chunk]
+    m = k.shape[0]
+    if m < chunk:                                      # pad: one compiled shape
+      k = jnp.concatenate([k, jnp.broadcast_to(k[:1], (chunk - m,) + k.shape[1:])])
+    out = np.asarray(fn(k, v))[:m]
+    if out.min() < 0 or out.max() > top:
+      raise ValueError(f"aggregator returned labels outside [0, {c - 1}]")
+    scores[start:start + m] = diff_QxO[rows, out].sum(axis=1)
+    answers += int(np.count_nonzero(out != c))
+  return scores, answers
+
+
+def audit_labels(key: jax.Array, votes_in_QxC, votes_out_QxC, *, sigma: float,
+                 threshold: Optional[float] = None, sigma_threshold: Optional[float] = None,
+                 num_trials: int, delta: float, confidence: float = 0.95,
+                 aggregator: Optional[Callable] = None, orders=None) -> LabelAudit:
+  """Audits (Confident-)GNMax on a neighbouring pair of vote histograms.
+
+  Declares the tests from the claimed law (thresholds on the log-likelihood
+  ratio: the one maximising the expected bound for `num_trials` trials per side,
+  and one per false-positive rate 2^-i), then releases the Q labels `num_trials`
+  times in each world through `aggregator`, scores each release and certifies
+  the largest Bonferroni-corrected Clopper-Pearson bound (see the module
+  docstring for the math and why the teachers may be held fixed).
+
+  Args:
+    key: a jax.random key (split into the IN and OUT trials).
+    votes_in_QxC: integer vote counts with the canary in its teacher's partition.
+    votes_out_QxC: the same without it; must differ from votes_in_QxC by at most
+      one teacher's vote per query and count the same teachers.
+    sigma: GNMax noise std of the claim (> 0).
+    threshold, sigma_threshold: Confident-GNMax's check (both or neither).
+    num_trials: releases per world (>= 1).
+    delta: the delta of the claim, in (0, 1).
+    confidence: of the bound, in (0, 1).
+    aggregator: the implementation under audit; default `pate.gnmax` (or
+      `pate.confident_gnmax` with a threshold). Called as aggregator(key, votes,
+      sigma=sigma) -> labels int[Q], or with a threshold as aggregator(key, votes,
+      threshold=, sigma_threshold=, sigma=) -> (labels int[Q], answered bool[Q]);
+      it must be traceable under jax.jit and jax.vmap (over the key).
+    orders: Renyi orders of the accounting (default `rdp.DEFAULT_ORDERS`).
+  Returns:
+    LabelAudit.
+  """
+  from dpjax.accounting import rdp  # pylint: disable=g-import-not-at-top
+  v_in, v_out = _check_pair(votes_in_QxC, votes_out_QxC)
+  s = _validate.check_positive(sigma, "sigma")
+  t, st = _check_threshold(threshold, sigma_threshold)
+  q = v_in.shape[0]
+  n = _validate.check_size(num_trials, "num_trials", bytes_per_unit=8, units=2 * q)
+  d = _validate.check_delta(delta)
+  conf = _validate.check_confidence(confidence)
+  if aggregator is None:
+    aggregator = pate.gnmax if t is None else pate.confident_gnmax
+  _validate.check_callable(aggregator, "aggregator")
+  lam = rdp.DEFAULT_ORDERS if orders is None else _validate.check_orders(orders)
+
+  total = _pair_pld(v_in, v_out, s, t, st)
+  exact = 0.0 if total is None else float(total.epsilon(d))
+  tests, expected = ((np.array([0.0]), 0.0) if total is None
+                     else _declared_thresholds(total, n, d, conf))
+  lp_in = output_log_probs(v_in, sigma=s, threshold=t, sigma_threshold=st)
+  lp_out = output_log_probs(v_out, sigma=s, threshold=t, sigma_threshold=st)
+  with np.errstate(invalid="ignore"):
+    diff = np.where(np.isneginf(lp_in) & np.isneginf(lp_out), 0.0, lp_in - lp_out)
+  k_in, k_out = jax.random.split(key)
+  c = v_in.shape[1]
+  fn = _release_fn(aggregator, q, c, sigma=s, threshold=t, sigma_threshold=st)
+  top = c - 1 if t is None else c
+  s_in, a_in = _release_scores(fn, k_in, v_in, n, diff, top)
+  s_out, a_out = _release_scores(fn, k_out, v_out, n, diff, top)
+  policy = estimators.Bonferroni(tuple(estimators.FixedThreshold(float(x)) for x in tests))
+  bound = policy.bound(s_in, s_out, delta=d, confidence=conf)
+
+  claimed = claimed_epsilon(q, sigma=s, delta=d, sigma_threshold=st, orders=lam)
+  dd = max(pate.epsilon(lam, pate.pate_rdp(v, sigma=s, orders=lam, threshold=t,
+                                           sigma_threshold=st).data_dependent, d)
+           for v in (v_in, v_out))
+  return LabelAudit(
+      epsilon_lower=float(bound.epsilon_lower), claimed_epsilon=float(claimed),
+      data_dependent_epsilon=float(dd), exact_epsilon=exact, expected_epsilon_lower=expected,
+      ceiling=float(stats.perfect_attack_ceiling(n, d, conf)),
+      falsified=bool(bound.epsilon_lower > claimed),
+      exceeds_exact=bool(bound.epsilon_lower > exact), bound=bound,
+      num_queries=q, num_differing=int(np.any(v_in != v_out, axis=1).sum()),
+      answered_in=a_in / (n * q), answered_out=a_out / (n * q), sigma=s, threshold=t,
+      sigma_threshold=st, delta=d, confidence=conf)

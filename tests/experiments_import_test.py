@@ -57,6 +57,8 @@ _BAD_FLAGS = {
     "mia_bound": [(["--epsilons", "-1"], "--epsilons"), (["--fpr", "0.7"], "--fpr=0.7")],
     "one_run_dpsgd": [(["--num_canaries", "2"], "num_canaries")],
     "one_run_fdp": [(["--num_canaries", "2"], "num_canaries")],
+    "pate_credit": [(["--queries", "5000"], "queries"),
+                    (["--release_margin", "2"], "release_margin")],
     "reconstruction": [(["--trials", "0"], "--trials=0"), (["--queries", "a,b"], "--queries"),
                        (["--epsilon", "x"], "--epsilon")],
 }

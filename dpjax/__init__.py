@@ -17,7 +17,11 @@ read `dpjax.accounting.dpsgd_epsilon(...)` or, after `from dpjax import dpsgd`,
     dpsgd         DpSgdConfig (what the accountant is told); train_many,
                   train_sweep, train_one
     parallel      the model axis sharded over devices
-    models        logistic regression, MLP, CNN as (init, apply) pairs
+    models        logistic regression, MLP, CNN (optionally group-normalised) as
+                  (init, apply) pairs
+    recipe        training well with DP: augmentation multiplicity, batch size
+                  at fixed epsilon, the non-private baseline (optimisers and the
+                  parameter EMA go through train_many's optimizer / ema_decay)
     flax_model    a flax.linen module as a model (from_flax), ghost clipping
                   where its layers allow
   Privacy accounting and mechanisms:
@@ -54,7 +58,8 @@ __all__ = (
     "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "flax_model",
     "integer_noise",
     "mechanisms",
-    "metrics", "models", "parallel", "pate", "privatizer", "prng", "recommender", "sampling",
+    "metrics", "models", "parallel", "pate", "privatizer", "prng", "recipe", "recommender",
+    "sampling",
     "tradeoff", "tuning",
 )
 

@@ -295,12 +295,18 @@ class TrainResult(NamedTuple):
       parameters themselves blow up can, and `train_many` then warns
       (`DivergenceWarning`). Anything computed from such a model (an audit score,
       an epsilon lower bound) must exclude it explicitly.
+    ema_params: None, or (with `train_many(..., ema_decay=d)`) the exponential
+      moving average of the iterates, leaves [M, ...] like params: with p_t the
+      parameters after step t, sum_{t=1}^T d^(T-t) (1 - d) p_t / (1 - d^T), a
+      weighted average whose weights sum to 1. A function of the released
+      iterates only, so post-processing: the same (eps, delta) as `params`.
   """
   params: PyTree
   observations: jax.Array | None
   stats: dict | None
   finite: jax.Array | None = None
   first_nonfinite_step: jax.Array | None = None
+  ema_params: PyTree | None = None
 
 
 def _noise_free(cfg: DpSgdConfig) -> DpSgdConfig:
@@ -311,7 +317,8 @@ def _noise_free(cfg: DpSgdConfig) -> DpSgdConfig:
 
 def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
                   cfg: DpSgdConfig, model, observe_fn, per_example_stats, gradient_canary,
-                  clipping, sampler, privatizer, optimizer, unroll=1, capacity=None):
+                  clipping, sampler, privatizer, optimizer, unroll=1, capacity=None,
+                  ema_decay=None):
   """Trains one model (vmapped by train_many). Pure; traced under jit.
 
   `capacity` None: the full-mask step (every record's clipped gradient, weighted
@@ -323,6 +330,11 @@ def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
   no model of the call has noise. Step t's batch mask and canary bit are drawn from
   the model's sample / canary keys and t, its noise by the privatizer from the noise
   key and its update count t.
+
+  `ema_decay` None: no average (the carry holds an empty tuple). A float d: the
+  carry also holds e_t = d e_(t-1) + (1 - d) p_t from e_0 = 0, updated from the
+  new parameters p_t only (never from a gradient), and the result returns
+  e_T / (1 - d^T).
   """
   c = float(cfg.l2_clip_norm)
   k_init, k_sample, k_noise, k_canary = jax.random.split(key, 4)
@@ -350,7 +362,7 @@ def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
     all_canaries = jnp.ones((num_canaries,), bool)
 
   def step(carry, t):
-    params, agg_state, opt_state, st, first_bad = carry
+    params, agg_state, opt_state, st, first_bad, ema = carry
     mask = sampler.batch_mask(k_sample, t, keep_N)
     if capacity is None:
       wts = mask.astype(jnp.float32)
@@ -378,7 +390,9 @@ def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
     ok = functools.reduce(jnp.logical_and,
                           [jnp.all(jnp.isfinite(l)) for l in jax.tree.leaves(params)])
     first_bad = jnp.where((first_bad < 0) & ~ok, t, first_bad)
-    return (params, agg_state, opt_state, st, first_bad), obs
+    if ema_decay is not None:
+      ema = jax.tree.map(lambda e, p: ema_decay * e + (1.0 - ema_decay) * p, ema, params)
+    return (params, agg_state, opt_state, st, first_bad, ema), obs
 
   if per_example_stats:
     z = jnp.zeros((x.shape[0],), jnp.float32)
@@ -386,8 +400,9 @@ def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
   else:
     st0 = ()
   num_params = sum(l.size for l in jax.tree.leaves(params))
-  (params, _, _, st, first_bad), obs = jax.lax.scan(
-      step, (params, agg_state, opt_state, st0, jnp.int32(-1)),
+  ema0 = () if ema_decay is None else jax.tree.map(jnp.zeros_like, params)
+  (params, _, _, st, first_bad, ema), obs = jax.lax.scan(
+      step, (params, agg_state, opt_state, st0, jnp.int32(-1), ema0),
       jnp.arange(cfg.num_steps, dtype=jnp.int32),
       unroll=unroll if num_params <= _UNROLL_MAX_PARAMS else 1)
   stats = None
@@ -395,7 +410,12 @@ def _train_single(key, keep_N, canary_keep, noise_std, init_params, x, y, *,
     stats = {"times_sampled": st[0], "times_clipped": st[1], "norm_sum": st[2]}
   finite = functools.reduce(jnp.logical_and,
                             [jnp.all(jnp.isfinite(l)) for l in jax.tree.leaves(params)])
-  return params, obs, stats, finite, first_bad
+  if ema_decay is not None:
+    debias = 1.0 - float(ema_decay) ** int(cfg.num_steps)
+    ema = jax.tree.map(lambda e: e / debias, ema)
+  else:
+    ema = None
+  return params, obs, stats, finite, first_bad, ema
 
 
 def _padded_clipped_sum(clipping, params, x, y, mask_N, c, capacity, stats):
@@ -457,7 +477,7 @@ def _canary_sum(bits_K, canaries_KxP):
 
 @functools.lru_cache(maxsize=64)
 def _compiled(cfg, model, observe_fn, per_example_stats, has_canary, path, sampler,
-              privatizer, optimizer, has_init, has_noise, capacity=None):
+              privatizer, optimizer, has_init, has_noise, capacity=None, ema_decay=None):
   def batched(key, keep, canary_keep, noise_std, init_params, canary, x, y):
     unroll = path.scan_unroll if key.shape[0] >= _UNROLL_MIN_MODELS else 1
 
@@ -466,7 +486,8 @@ def _compiled(cfg, model, observe_fn, per_example_stats, has_canary, path, sampl
           key, keep, canary_keep, noise_std if has_noise else 0.0, init_params, x, y,
           cfg=cfg, model=model, observe_fn=observe_fn, per_example_stats=per_example_stats,
           gradient_canary=canary if has_canary else None, clipping=path, sampler=sampler,
-          privatizer=privatizer, optimizer=optimizer, unroll=unroll, capacity=capacity)
+          privatizer=privatizer, optimizer=optimizer, unroll=unroll, capacity=capacity,
+          ema_decay=ema_decay)
     return jax.vmap(one)(key, keep, canary_keep, noise_std)
   return jax.jit(batched)
 
@@ -715,7 +736,8 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
                model_sharding: jax.sharding.Sharding | None = None,
                progress: bool = True,
                user_ids_N: jax.typing.ArrayLike | None = None,
-               batch_capacity: int | str | None = "auto") -> TrainResult:
+               batch_capacity: int | str | None = "auto",
+               ema_decay: float | None = None) -> TrainResult:
   """Trains M models with DP-SGD in one jitted program per memory-sized chunk.
 
   Args:
@@ -784,9 +806,14 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
       Both steps use the same batch bits, so they train the same models up to
       float summation order (tested). Example-level components only: user-level
       DP-SGD always uses the full mask.
+    ema_decay: None (default), or d in [0, 1): also return the exponential moving
+      average of the iterates (`TrainResult.ema_params`; De et al. 2022,
+      https://arxiv.org/abs/2204.13650). It reads the parameters after each
+      update and nothing else, so it is post-processing: the accountant's epsilon
+      covers it, and `params` are the same with or without it.
   Returns:
     TrainResult(params [M, ...], observations [M, T, ...] or None, stats or None,
-    finite bool[M], first_nonfinite_step int32[M]).
+    finite bool[M], first_nonfinite_step int32[M], ema_params [M, ...] or None).
   Raises:
     ValueError on shape mismatches, non-finite data (features, labels, init_params,
     gradient_canary), labels outside the model's range, bad budgets, a sampler
@@ -804,7 +831,7 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
            per_example_stats, gradient_canary, canary_keep_M, sampler, clipping, privatizer,
            optimizer, memory_budget_bytes, max_chunk, model_sharding, progress,
            gradient_canaries=None, canary_keep_MxK=None, user_ids_N=None,
-           batch_capacity="auto"):
+           batch_capacity="auto", ema_decay=None):
   """train_many's body, with an optional per-model noise std float32[M] (train_sweep)."""
   for name, value in (("key", key), ("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN),
                       ("gradient_canary", gradient_canary), ("canary_keep_M", canary_keep_M),
@@ -847,6 +874,8 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
     raise ValueError(f"memory_budget_bytes must be > 0, got {memory_budget_bytes}")
   if max_chunk is not None:
     _validate.check_int(max_chunk, "max_chunk")
+  if ema_decay is not None:
+    ema_decay = _validate.check_probability(ema_decay, "ema_decay", open_high=True)
   m = keep.shape[0]
   params_shape = jax.eval_shape(model.init, jax.random.key(0))
   canaries, ck = _canaries(m, params_shape, gradient_canary, canary_keep_M, gradient_canaries,
@@ -877,7 +906,7 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
                        sum(math.prod(l.shape) for l in jax.tree.leaves(params_shape)))
   fn = _compiled(_noise_free(cfg), model, observe_fn, bool(per_example_stats), has_canary,
                  path, sampler, privatizer, optimizer, init_params is not None, has_noise,
-                 capacity)
+                 capacity, ema_decay)
 
   per = _bytes_per_model(x, cfg, per_example_stats, observe_fn, path, params_shape,
                          ck.shape[1], rows=capacity)
@@ -907,9 +936,9 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
       out = jax.tree.map(lambda a: a[: hi - lo], out)
     outs.append(out)
   if len(outs) == 1:
-    params, obs, stats, finite, first_bad = outs[0]
+    params, obs, stats, finite, first_bad, ema = outs[0]
   else:
-    params, obs, stats, finite, first_bad = jax.tree.map(
+    params, obs, stats, finite, first_bad, ema = jax.tree.map(
         lambda *a: jnp.concatenate(a, axis=0), *outs)
   bad = int(np.sum(~np.asarray(finite)))
   if bad:
@@ -918,7 +947,7 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
                   "TrainResult.finite marks them and TrainResult.first_nonfinite_step "
                   "gives the step; exclude them from any score or audit.",
                   DivergenceWarning, stacklevel=3)
-  return TrainResult(params, obs, stats, finite, first_bad)
+  return TrainResult(params, obs, stats, finite, first_bad, ema)
 
 
 def _canaries(m, params_shape, gradient_canary, canary_keep_M, gradient_canaries,

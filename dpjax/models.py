@@ -180,23 +180,44 @@ def avg_pool2(a_BxHxWxC: jax.Array) -> jax.Array:
 
 
 def cnn(input_shape: Sequence[int] = (8, 8, 1), channels: Sequence[int] = (16, 32),
-        num_classes: int = 10, l2: float = 0.0) -> Model:
-  """A small convolutional network.
+        num_classes: int = 10, l2: float = 0.0, *, groups: int | None = None) -> Model:
+  """A small convolutional network, optionally with group normalisation.
 
   Architecture (NHWC): for each entry c of `channels`: 3x3 convolution with stride 1
-  and SAME padding -> + bias -> relu -> 2x2 average pooling (floor); then flatten and
-  one dense layer to `num_classes` logits. On 8x8x1 with channels (16, 32):
-  8x8x16 -> 4x4x16 -> 4x4x32 -> 2x2x32 -> 128 -> 10.
+  and SAME padding -> + bias -> [group norm] -> relu -> 2x2 average pooling (floor);
+  then flatten and one dense layer to `num_classes` logits. On 8x8x1 with channels
+  (16, 32): 8x8x16 -> 4x4x16 -> 4x4x32 -> 2x2x32 -> 128 -> 10.
+
+  Group norm (Wu & He 2018, https://arxiv.org/abs/1803.08494; `groups` = G): the c
+  channels of a layer are split into G groups of c / G; each group of each example is
+  standardised over its H x W x c / G activations, z = (a - mean) / sqrt(var + 1e-5),
+  then scaled and shifted per channel, gamma z + beta (gamma = 1, beta = 0 at init).
+  The statistics are those of ONE example, so every example's output and gradient
+  depend on that example alone and per-example clipping stays valid, unlike batch
+  norm, whose statistics mix the examples of a batch (De et al. 2022 use group norm
+  in DP-SGD for this reason).
 
   Args:
     input_shape: (H, W, C_in).
     channels: output channels per conv layer (positive ints).
     num_classes: K >= 1.
     l2: L2 coefficient >= 0 on all parameters.
+    groups: None (default: no normalisation, kind "cnn", ghost clipping), or G >= 1
+      dividing every entry of `channels`. A group-norm network has kind "custom":
+      `clipping.path_for` then gives it the generic vmap(grad) path (ghost clipping
+      knows only dense and conv layers), and `body_features` / `split_head` do not
+      apply to it.
   Returns:
     A Model with params {"conv": [{"w": [3, 3, c_in, c_out], "b": [c_out]}, ...],
-    "dense": [{"w": [flat, K], "b": [K]}]}; apply accepts x flattened [B, H*W*C_in]
+    "dense": [{"w": [flat, K], "b": [K]}]}, each conv layer with "gamma" and "beta"
+    [c_out] as well when groups is given; apply accepts x flattened [B, H*W*C_in]
     or NHWC [B, H, W, C_in].
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> net = cnn((8, 8, 1), (4,), 3, groups=2)
+    >>> net.kind, net.apply(net.init(jax.random.key(0)), jnp.ones((2, 64))).shape
+    ('custom', (2, 3))
   """
   input_shape = _validate.check_sizes(input_shape, "input_shape")
   if len(input_shape) != 3:
@@ -208,7 +229,13 @@ def cnn(input_shape: Sequence[int] = (8, 8, 1), channels: Sequence[int] = (16, 3
     _validate.check_size(c, "channels", units=9 * c_prev)
   k = _validate.check_size(num_classes, "num_classes",
                            units=input_shape[0] * input_shape[1] * max(channels, default=1))
-  return _cnn(input_shape, channels, k, _validate.check_nonnegative(l2, "l2"))
+  l2 = _validate.check_nonnegative(l2, "l2")
+  if groups is None:
+    return _cnn(input_shape, channels, k, l2)
+  g = _validate.check_int(groups, "groups")
+  if not channels or any(c % g for c in channels):
+    raise ValueError(f"groups must divide every entry of channels {channels}, got {g}")
+  return _cnn_group_norm(input_shape, channels, k, l2, g)
 
 
 @functools.lru_cache(maxsize=None)
@@ -244,6 +271,77 @@ def _cnn(input_shape: tuple[int, int, int], channels: tuple[int, ...], k: int,
     return a @ d["w"] + d["b"][None, :]
 
   return Model(init, apply, l2, "cnn", k, (h, w, c_in))
+
+
+_GROUP_NORM_EPS = 1e-5
+
+
+def group_norm(a_BxHxWxC: jax.Array, gamma_C: jax.Array, beta_C: jax.Array,
+               groups: int) -> jax.Array:
+  """Group normalisation of NHWC activations, per example (as in `cnn(groups=...)`).
+
+  Args:
+    a_BxHxWxC: activations [B, H, W, C], C divisible by `groups`.
+    gamma_C, beta_C: per-channel scale and shift [C].
+    groups: G >= 1.
+  Returns:
+    [B, H, W, C]: within each example and group of C / G channels, the activations
+    minus their mean, over sqrt(variance + 1e-5), times gamma, plus beta. Example b's
+    output depends on a_BxHxWxC[b] only.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> a = jnp.arange(8.0).reshape(1, 2, 2, 2)
+    >>> z = group_norm(a, jnp.ones(2), jnp.zeros(2), 1)
+    >>> round(float(z.mean()), 6), round(float(z.var()), 3)
+    (0.0, 1.0)
+  """
+  a = _as_jax(_validate.check_array(a_BxHxWxC, "a_BxHxWxC", np.float32, ndim=4,
+                                    min_size=1))
+  c = a.shape[-1]
+  g = _validate.check_int(groups, "groups")
+  if c % g:
+    raise ValueError(f"groups = {g} must divide the {c} channels of a_BxHxWxC")
+  gamma = _as_jax(_validate.check_array(gamma_C, "gamma_C", np.float32, shape=(c,)))
+  beta = _as_jax(_validate.check_array(beta_C, "beta_C", np.float32, shape=(c,)))
+  return _group_norm(a, gamma, beta, g)
+
+
+def _group_norm(a, gamma, beta, g):
+  b, h, w, c = a.shape
+  a_g = a.reshape(b, h, w, g, c // g)
+  mean = jnp.mean(a_g, axis=(1, 2, 4), keepdims=True)
+  var = jnp.mean(jnp.square(a_g - mean), axis=(1, 2, 4), keepdims=True)
+  z = ((a_g - mean) * jax.lax.rsqrt(var + _GROUP_NORM_EPS)).reshape(b, h, w, c)
+  return z * gamma[None, None, None, :] + beta[None, None, None, :]
+
+
+@functools.lru_cache(maxsize=None)
+def _cnn_group_norm(input_shape: tuple[int, int, int], channels: tuple[int, ...], k: int,
+                    l2: float, groups: int) -> Model:
+  plain = _cnn(input_shape, channels, k, l2)   # same init draws, same conv / dense layers
+  h, w, c_in = input_shape
+
+  def init(key):
+    params = plain.init(key)
+    conv = [dict(layer, gamma=jnp.ones_like(layer["b"]), beta=jnp.zeros_like(layer["b"]))
+            for layer in params["conv"]]
+    return {"conv": conv, "dense": params["dense"]}
+
+  def apply(params, x):
+    a = x.reshape(x.shape[0], h, w, c_in)
+    for layer in params["conv"]:
+      a = jax.lax.conv_general_dilated(
+          a, layer["w"], window_strides=(1, 1), padding="SAME",
+          dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      a = a + layer["b"][None, None, None, :]
+      a = jax.nn.relu(_group_norm(a, layer["gamma"], layer["beta"], groups))
+      a = avg_pool2(a)
+    a = a.reshape(a.shape[0], -1)
+    d = params["dense"][0]
+    return a @ d["w"] + d["b"][None, :]
+
+  return Model(init, apply, l2, "custom", k, None)
 
 
 def l2_penalty(model: Model, params: PyTree) -> jax.Array:

@@ -165,6 +165,13 @@ def public_entry_points():
 _key = fb.Fresh(lambda: jax.random.key(0))
 
 
+@functools.lru_cache(maxsize=1)
+def _sgd():
+  """One optax optimiser for the recipe's entries (the same object reuses a program)."""
+  import optax  # pylint: disable=g-import-not-at-top
+  return optax.sgd(0.1)
+
+
 def _tuning_base_fn(keys_R, candidates_R):
   """A base algorithm for tuning.repeat_and_select: outputs and scores = the candidates."""
   del keys_R
@@ -917,6 +924,45 @@ def entries():
         dict(model=mlp_m, params=mlp_params, key=jax.random.key(3)), {"params": "object"}))
   add(E("dpjax.models.frozen_body", models.frozen_body,
         dict(model=mlp_m, params=mlp_params), {"params": "object"}))
+  add(E("dpjax.models.cnn[groups]", models.cnn,
+        dict(input_shape=(8, 8, 1), channels=(2, 4), num_classes=2, groups=2),
+        {"input_shape": "sizes", "channels": "sizes", "num_classes": "size",
+         "groups": "count"}))
+  add(E("dpjax.models.group_norm", models.group_norm,
+        dict(a_BxHxWxC=np.ones((1, 2, 2, 4)), gamma_C=np.ones(4), beta_C=np.zeros(4),
+             groups=2), {"a_BxHxWxC": "array", "gamma_C": "array", "beta_C": "array",
+                         "groups": "count"}))
+
+  # ---- recipe (and train_many's parameter average)
+  from dpjax import recipe  # pylint: disable=g-import-not-at-top
+  EXCLUDED.update({"dpjax.recipe.NoiseAtBatchSize": "result record of noise_for_batch_sizes",
+                   "dpjax.recipe.NonPrivateResult": "result record of train_nonprivate",
+                   "dpjax.data.digits.DigitsSplit": "result record of load_with_validation"})
+  add(E("dpjax.dpsgd.train_many[ema_decay]", dpsgd.train_many,
+        dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn, cfg=cfg, model=lr,
+             ema_decay=0.5, progress=False), dict(tk, ema_decay="prob")))
+  add(E("dpjax.recipe.shift_images", recipe.shift_images,
+        dict(x_BxF=np.ones((2, 4)), shift=(1, -1), image_shape=(2, 2, 1)),
+        {"x_BxF": "array", "shift": "object", "image_shape": "sizes"}))
+  add(E("dpjax.recipe.augmented_clipping", recipe.augmented_clipping,
+        dict(model=mlp_m, shifts=((0, 0), (1, 0)), image_shape=(3, 1, 1)),
+        {"shifts": "object", "image_shape": "sizes"}))
+  add(E("dpjax.recipe.noise_for_batch_sizes", recipe.noise_for_batch_sizes,
+        dict(target_epsilon=2.0, delta=1e-5, epochs=2.0, dataset_size=100,
+             batch_sizes=np.array([10.0, 50.0]), accountant="rdp"),
+        {"epochs": "pos", "batch_sizes": "array"}))
+  add(E("dpjax.recipe.accuracy", recipe.accuracy,
+        dict(model=mlp_m, params_M=jax.tree.map(lambda v: v[None], mlp_params),
+             x_NxF=x_nf, y_N=y_int), {"params_M": None, "x_NxF": "array", "y_N": "labels"}))
+  add(E("dpjax.recipe.train_nonprivate", recipe.train_nonprivate,
+        dict(key=_key, x_NxF=x_nf, y_N=y_int, x_val_NxF=x_nf[:4], y_val_N=y_int[:4],
+             model=mlp_m, optimizer=fb.Fresh(_sgd), batch_size=4, num_epochs=2,
+             num_models=2),
+        {"x_NxF": "array", "y_N": "labels", "x_val_NxF": "array", "y_val_N": "labels",
+         "optimizer": "object"}, mismatch=False))
+  add(E("dpjax.data.digits.load_with_validation", digits.load_with_validation,
+        dict(key=_key, test_fraction=0.25, validation_size=100),
+        {"validation_size": "count"}))
 
   # ---- flax_model
   from dpjax import flax_model  # pylint: disable=g-import-not-at-top

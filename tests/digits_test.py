@@ -73,6 +73,20 @@ class DigitsTest(parameterized.TestCase):
       digits.scale(np.array([[17.0]]))
     with self.assertRaisesRegex(ValueError, "pixels_NxF"):
       digits.scale(np.array([[np.nan]]))
+    with self.assertRaisesRegex(ValueError, "validation_size"):
+      digits.load_with_validation(jax.random.key(0), 0.25, 1348)
+
+  def test_validation_is_carved_from_the_training_part(self):
+    # Same test set as load(); validation + train = load's training part, disjoint.
+    d = digits.load(jax.random.key(5), 0.25)
+    s = digits.load_with_validation(jax.random.key(5), 0.25, 150)
+    np.testing.assert_array_equal(s.x_test_NxF, d.x_test_NxF)
+    np.testing.assert_array_equal(s.y_test_N, d.y_test_N)
+    self.assertEqual(s.x_val_NxF.shape, (150, 64))
+    self.assertEqual(s.x_train_NxF.shape, (1348 - 150, 64))
+    np.testing.assert_array_equal(
+        _rows(np.concatenate([s.x_train_NxF, s.x_val_NxF]),
+              np.concatenate([s.y_train_N, s.y_val_N])), _rows(d.x_train_NxF, d.y_train_N))
 
 
 if __name__ == "__main__":

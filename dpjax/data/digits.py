@@ -116,6 +116,58 @@ def load(key: jax.Array, test_fraction: float = 0.25) -> Digits:
       x_test_NxF=scale(pixels[test]), y_test_N=jnp.asarray(labels[test]))
 
 
+class DigitsSplit(NamedTuple):
+  """A train / validation / test split of the digits (`load_with_validation`).
+
+  Attributes:
+    x_train_NxF, y_train_N: the private training images and labels.
+    x_val_NxF, y_val_N: the validation images, treated as PUBLIC (hyper-parameters
+      and checkpoints are chosen on them; they are never trained on privately).
+    x_test_NxF, y_test_N: the test images, touched once per final configuration.
+  """
+  x_train_NxF: jax.Array
+  y_train_N: jax.Array
+  x_val_NxF: jax.Array
+  y_val_N: jax.Array
+  x_test_NxF: jax.Array
+  y_test_N: jax.Array
+
+
+def load_with_validation(key: jax.Array, test_fraction: float = 0.25,
+                         validation_size: int = 200) -> DigitsSplit:
+  """`load(key, test_fraction)` with a validation set carved out of its training part.
+
+  The test set is exactly `load(key, test_fraction)`'s. Its training images are
+  permuted with `jax.random.fold_in(key, 1)`; the first `validation_size` form the
+  validation set and the rest the training set, so the three parts are disjoint and
+  together hold all 1,797 images.
+
+  Args:
+    key: a `jax.random` key.
+    test_fraction: share of images in the test set, in (0, 1).
+    validation_size: images in the validation set, >= 1, leaving >= 1 for training.
+  Returns:
+    `DigitsSplit`, features scaled by 1/16, int32 labels.
+
+  Examples:
+    >>> import jax
+    >>> s = load_with_validation(jax.random.key(0), 0.25, 200)
+    >>> s.x_train_NxF.shape, s.x_val_NxF.shape, s.x_test_NxF.shape
+    ((1148, 64), (200, 64), (449, 64))
+  """
+  data = load(key, test_fraction)
+  n = int(data.y_train_N.shape[0])
+  v = _validate.check_int(validation_size, "validation_size")
+  if v >= n:
+    raise ValueError(f"validation_size must leave training images (< {n}), got {v}")
+  perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, 1), n))
+  val, train = perm[:v], perm[v:]
+  return DigitsSplit(
+      x_train_NxF=data.x_train_NxF[train], y_train_N=data.y_train_N[train],
+      x_val_NxF=data.x_train_NxF[val], y_val_N=data.y_train_N[val],
+      x_test_NxF=data.x_test_NxF, y_test_N=data.y_test_N)
+
+
 def as_images(x_NxF: jax.typing.ArrayLike) -> jax.Array:
   """Reshapes flat digits [N, 64] to NHWC images [N, 8, 8, 1] (row-major pixels).
 

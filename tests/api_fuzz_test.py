@@ -634,6 +634,34 @@ def entries():
         {"claim": "object", "num_runs": "count", "num_canaries": "size",
          "num_filler": "count", "canary_scale": "pos", "progress": None}))
 
+  from dpjax.audit import pate_audit  # pylint: disable=g-import-not-at-top
+  EXCLUDED["dpjax.audit.pate_audit.LabelAudit"] = "result record of audit_labels"
+  pv_in, pv_out = np.array([[3, 2], [3, 2]]), np.array([[2, 3], [2, 3]])
+  pk = {"votes_in_QxC": "array", "votes_out_QxC": "array", "votes_QxC": "array",
+        "orders": "array", "threshold_ratio": "pos"}
+  add(E("dpjax.audit.pate_audit.output_log_probs", pate_audit.output_log_probs,
+        dict(votes_QxC=votes_qc, sigma=1.0, threshold=3.0, sigma_threshold=1.0), pk))
+  add(E("dpjax.audit.pate_audit.llr_scores", pate_audit.llr_scores,
+        dict(outcomes_KxQ=np.array([[0, 1], [1, 0]]), log_probs_in_QxO=np.log(np.full((2, 2), .5)),
+             log_probs_out_QxO=np.log(np.array([[.3, .7], [.6, .4]]))),
+        {"outcomes_KxQ": "labels", "log_probs_in_QxO": "array", "log_probs_out_QxO": "array"}))
+  add(E("dpjax.audit.pate_audit.exact_epsilon", pate_audit.exact_epsilon,
+        dict(votes_in_QxC=pv_in, votes_out_QxC=pv_out, sigma=1.0, delta=1e-5, threshold=3.0,
+             sigma_threshold=1.0), pk))
+  add(E("dpjax.audit.pate_audit.crafted_pair", pate_audit.crafted_pair,
+        dict(num_teachers=5, num_queries=2, num_classes=3),
+        {"num_queries": "size", "num_classes": "size"}))
+  add(E("dpjax.audit.pate_audit.claimed_epsilon", pate_audit.claimed_epsilon,
+        dict(num_queries=3, sigma=2.0, delta=1e-5, sigma_threshold=1.0, orders=orders), pk))
+  add(E("dpjax.audit.pate_audit.calibrate_sigma", pate_audit.calibrate_sigma,
+        dict(target_epsilon=2.0, num_queries=3, delta=1e-5, threshold_ratio=1.5,
+             orders=orders), pk))
+  add(E("dpjax.audit.pate_audit.audit_labels", pate_audit.audit_labels,
+        dict(key=_key, votes_in_QxC=pv_in, votes_out_QxC=pv_out, sigma=1.0, threshold=3.0,
+             sigma_threshold=1.0, num_trials=8, delta=1e-5, confidence=0.9,
+             aggregator=pate.confident_gnmax, orders=orders),
+        dict(pk, num_trials="size", aggregator="callable")))
+
   from dpjax.audit import coverage  # pylint: disable=g-import-not-at-top
   gmech = coverage.Mechanism("gaussian", 1.0)
   mk = {"mechanism": "object"}

@@ -40,6 +40,7 @@ read `dpjax.accounting.dpsgd_epsilon(...)` or, after `from dpjax import dpsgd`,
     data          synthetic credit world, scikit-learn digits, canary data sets
     fitting       non-private reference fitters (Newton logistic regression)
     pate          PATE teachers, noisy argmax, data-dependent RDP
+    pate_release  the data-dependent RDP published with its smooth sensitivity
     recommender   McSherry-Mironov private recommender (global effects, covariance)
     tuning        private hyperparameter tuning: repeat-and-select with a random
                   number of runs, exponential-mechanism selection
@@ -58,8 +59,8 @@ __all__ = (
     "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "flax_model",
     "integer_noise",
     "mechanisms",
-    "metrics", "models", "parallel", "pate", "privatizer", "prng", "recipe", "recommender",
-    "sampling",
+    "metrics", "models", "parallel", "pate", "pate_release", "privatizer", "prng", "recipe",
+    "recommender", "sampling",
     "tradeoff", "tuning",
 )
 

@@ -53,6 +53,7 @@ _BAD_FLAGS = {
     "audit_digits": [(["--runs", "1"], "runs")],
     "audit_final_model": [(["--runs", "4"], "runs"), (["--model", "resnet"], "--model")],
     "audit_guard": [(["--runs", "1"], "runs"), (["--bugs", "bogus"], "--bugs")],
+    "audit_pate": [(["--trials", "5"], "trials"), (["--broken_noise", "1.5"], "broken_noise")],
     "fp_attacks": [(["--sampling_prob", "0"], "--sampling_prob=0")],
     "mia_bound": [(["--epsilons", "-1"], "--epsilons"), (["--fpr", "0.7"], "--fpr=0.7")],
     "one_run_dpsgd": [(["--num_canaries", "2"], "num_canaries")],

@@ -75,6 +75,16 @@ lambda; the released total R + gnss_rdp is an upper bound on it except with
 probability Phi(-k/c), and is converted to (eps, delta) at the single order lambda
 (`dpjax.accounting.rdp.rdp_to_epsilon`).
 
+Which queries pay GNMax. With `answered_Q` the GNMax part is charged on the answered
+queries only, the accounting of the paper and of `pate.pate_rdp`. That charge depends
+on the realised mask, and it is below the exact Renyi divergence of a query's output
+distribution (answer or not, then the label) when a contested query is left
+unanswered: for votes (16, 14), T = 16, sigma_t = 4, sigma = 1, the exact divergence to
+the worst neighbour is 0.73 at order 2, the check alone is charged 0.06. With
+`answered_Q=None` and a threshold, every query is charged both steps, which bounds
+that exact divergence (exp((lambda - 1) D) <= exp((lambda - 1) (D_check + D_gnmax)));
+use it for an RDP guarantee that does not rest on the answered-only convention.
+
 Choosing (lambda, beta, sigma_ss, k). They must not depend on the private votes
 (that choice is not accounted). `plan_release` picks them from PUBLIC proxy votes.
 
@@ -516,7 +526,8 @@ def plan_release(votes_QxC, answered_Q=None, *, sigma: float, delta: float,
 
   Args:
     votes_QxC: PUBLIC proxy vote counts, rows summing to the number of teachers.
-    answered_Q: bool[Q], which proxy queries pay for GNMax (default all).
+    answered_Q: bool[Q], which proxy queries pay for GNMax (default None: all, as in
+      `release`; pass a mask only if the private release will pass one).
     sigma, threshold, sigma_threshold: the aggregator of the private run.
     delta: in (0, 1).
     orders: candidate orders > 1 (default 26 orders from 1.5 to 256).
@@ -582,7 +593,9 @@ def release(key: jax.Array, votes_QxC, answered_Q=None, *, sigma: float,
     key: a jax.random key, used once (for Z).
     votes_QxC: the PRIVATE vote counts of every query asked, rows summing to the
       number of teachers M.
-    answered_Q: bool[Q], the published answered mask (default all answered).
+    answered_Q: bool[Q], the published answered mask; only these queries are charged
+      the GNMax part (the paper's convention, see the module docstring). Default
+      None: every query is charged it, a bound on the exact divergence.
     sigma: GNMax noise std > 0.
     params: ReleaseParams fixed without looking at these votes (`plan_release` on
       public proxy votes).

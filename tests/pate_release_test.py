@@ -324,6 +324,38 @@ class ReleaseTest(absltest.TestCase):
       if order <= 4.0:   # and the data-dependent bound is active at low orders
         self.assertLess(f, 0.9 * tops.size * order / sigma ** 2)
 
+  def test_confident_gnmax_charged_on_every_query_bounds_exact_divergence(self):
+    # Confident-GNMax, two classes: per query the output is "no answer" with
+    # probability 1 - p(v) or a label drawn with Phi(gap / (sqrt 2 sigma)); the exact
+    # divergence of the whole output to the worst neighbour, summed over queries, is
+    # <= f(D) with answered_Q=None (every query charged both steps). With the
+    # answered-only convention, an unanswered contested query is charged less than
+    # its exact divergence (module docstring).
+    def log_probs(h, t, st, sigma):
+      lp, lnp = stats.norm.logsf((t - max(h)) / st), stats.norm.logcdf((t - max(h)) / st)
+      g = (h[0] - h[1]) / (math.sqrt(2.0) * sigma)
+      return np.array([lnp, lp + stats.norm.logcdf(g), lp + stats.norm.logsf(g)])
+
+    def exact(order, h, t, st, sigma):
+      lp = log_probs(h, t, st, sigma)
+      worst = 0.0
+      for w in ((h[0] - 1, h[1] + 1), (h[0] + 1, h[1] - 1)):
+        if min(w) >= 0:
+          lq = log_probs(w, t, st, sigma)
+          worst = max(worst, special.logsumexp(order * lp + (1 - order) * lq) / (order - 1))
+      return worst
+
+    m, sigma, t, st = 30, 2.0, 24.0, 2.0
+    votes = np.array([[v, m - v] for v in (30, 28, 25, 24, 20, 16)])
+    for order in (2.0, 4.0, 8.0, 16.0, 32.0):
+      total = sum(exact(order, h, t, st, sigma) for h in votes)
+      f, _ = pr._cost_and_ls(votes.astype(np.float64), m, np.ones(len(votes), bool), sigma,  # pylint: disable=protected-access
+                             t, st, order)
+      self.assertLessEqual(total, f)
+    contested = np.array([[16.0, 14.0]])
+    f_unanswered, _ = pr._cost_and_ls(contested, 30, np.zeros(1, bool), 1.0, 16.0, 4.0, 2.0)  # pylint: disable=protected-access
+    self.assertGreater(exact(2.0, (16, 14), 16.0, 4.0, 1.0), 5 * f_unanswered)
+
   def test_unanimous_votes_release_far_below_data_independent(self):
     # 250 teachers, 2 classes, 1,000 queries with >= 240 votes for the top class,
     # GNMax sigma = 40; parameters planned on an independent proxy draw. Measured:

@@ -342,6 +342,17 @@ def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
     aggregator: "gnmax" or "lnmax".
   Returns:
     PateRdp with both curves summed over queries.
+
+  Warning (Confident-GNMax): charging the argmax only on the queries that were
+  answered is the accounting of Papernot et al. 2018, and it conditions on the
+  answered mask, itself a random output of the private votes. That is an ex-post
+  figure, not a worst-case guarantee: a query answered with probability 1/2 costs
+  up to its full argmax divergence at high orders, not half of it (adaptive
+  composition charges the supremum over what came before). The unconditional
+  Renyi divergence of the whole answer-or-refuse step is `confident_gnmax_rdp`; the
+  data-independent guarantee without conditioning is `answered_Q=None` (every
+  query pays both steps), or a fixed budget of answers enforced by the aggregator
+  (a Renyi filter, Feldman & Zrnic 2021).
   """
   v = _check_votes(votes_QxC, "votes_QxC", ndim=2)
   lam = _validate.check_orders(orders)
@@ -372,6 +383,76 @@ def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
       else:
         dep += lnmax_rdp_data_dependent(v[q], sigma, lam)
   return PateRdp(lam, indep, dep, int(ans.sum()))
+
+
+def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
+                        sigma: float, orders) -> PateRdp:
+  """RDP of Q Confident-GNMax queries without conditioning on what was answered.
+
+  Each query's output is "refused" or ("answered", label): one mechanism, whose
+  Renyi divergence this bounds directly. With v the top count of the query's
+  histogram and p(v) = Pr[answered] = Phi((v - T) / sigma_t) (the check's and the
+  argmax's noises are independent), a neighbour moves one vote, so its top count v'
+  is v - 1, v or v + 1 (and <= M), and
+
+    exp((lambda - 1) D_lambda) = (1 - p(v))^lambda (1 - p(v'))^(1 - lambda)
+                                 + p(v)^lambda p(v')^(1 - lambda)
+                                   exp((lambda - 1) D_lambda(GNMax(D) || GNMax(D'))),
+
+  exact in the check's part; the argmax's divergence is bounded by the data-dependent
+  `gnmax_rdp_data_dependent` of this histogram (Thm 6 bounds it against every
+  neighbour) and by lambda / sigma^2. The data-dependent curve is the sum over the
+  queries of the maximum over v'; it depends on the private votes (release it as
+  `dpjax.pate_release` explains for `pate_rdp`). The data-independent curve charges
+  every query both steps, Q (lambda / (2 sigma_t^2) + lambda / sigma^2), which bounds
+  the same expression (it is at most the check's divergence times the argmax's).
+
+  Unlike `pate_rdp(votes, answered, ...)`, nothing here depends on which queries
+  happened to be answered: a query answered with probability 1/2 and a contested
+  vote costs close to its full argmax divergence at high orders, where the
+  answered-only accounting charges it half on average.
+
+  Args:
+    votes_QxC: vote counts, every row summing to the number of teachers M.
+    threshold, sigma_threshold: the check (T, sigma_t > 0).
+    sigma: the argmax noise std (> 0).
+    orders: Renyi orders > 1, float[A].
+  Returns:
+    PateRdp(orders, data_independent, data_dependent, num_answered=-1): -1 because
+    no answered mask enters.
+
+  Example (two classes, 250 teachers, the check at 200, sigma_t = 150, sigma = 40):
+    >>> r = confident_gnmax_rdp([[240.0, 10.0], [130.0, 120.0]], threshold=200.0,
+    ...                         sigma_threshold=150.0, sigma=40.0, orders=[8.0])
+    >>> bool(r.data_dependent[0] < r.data_independent[0])
+    True
+  """
+  v = _check_votes(votes_QxC, "votes_QxC", ndim=2)
+  lam = _validate.check_orders(orders)
+  t = _validate.check_finite(threshold, "threshold")
+  st = _validate.check_positive(sigma_threshold, "sigma_threshold")
+  s = _validate.check_positive(sigma, "sigma")
+  totals = v.sum(axis=1)
+  if not np.allclose(totals, totals[0]):
+    raise ValueError("every row of votes_QxC must sum to the same number of teachers")
+  m = float(totals[0])
+  per_ind = threshold_rdp_data_independent(st, lam) + gnmax_rdp_data_independent(s, lam)
+  dep = np.zeros_like(lam)
+  a1 = lam - 1.0
+  for row in v:
+    top = float(row.max())
+    g = gnmax_rdp_data_dependent(row, s, lam)
+    lp, lp0 = stats.norm.logcdf((top - t) / st), stats.norm.logsf((top - t) / st)
+    worst = np.full_like(lam, -np.inf)
+    for vp in (top - 1.0, top, top + 1.0):
+      if vp > m or vp < 0:
+        continue
+      lq, lq0 = stats.norm.logcdf((vp - t) / st), stats.norm.logsf((vp - t) / st)
+      with np.errstate(over="ignore", invalid="ignore"):
+        log_s = np.logaddexp(lam * lp0 - a1 * lq0, lam * lp - a1 * lq + a1 * g) / a1
+      worst = np.maximum(worst, log_s)
+    dep += np.minimum(np.maximum(worst, 0.0), per_ind)
+  return PateRdp(lam, v.shape[0] * per_ind, dep, -1)
 
 
 def epsilon(orders, rdp_values, delta: float) -> float:

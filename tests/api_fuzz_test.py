@@ -1056,6 +1056,9 @@ def entries():
         dict(votes_QxC=votes_qc, answered_Q=np.array([True, False]), sigma=1.0,
              orders=orders, threshold=2.0, sigma_threshold=1.0, aggregator="gnmax"),
         dict(vk, answered_Q="binary")))
+  add(E("dpjax.pate.confident_gnmax_rdp", pate.confident_gnmax_rdp,
+        dict(votes_QxC=votes_qc, threshold=2.0, sigma_threshold=1.0, sigma=1.0,
+             orders=orders), vk))
   add(E("dpjax.pate.epsilon", pate.epsilon,
         dict(orders=orders, rdp_values=rdp_vals, delta=1e-5),
         {"orders": "array", "rdp_values": "arrayinf"}))

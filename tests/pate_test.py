@@ -299,5 +299,84 @@ class TeachersTest(absltest.TestCase):
                            float(np.mean(pred == np.asarray(y))), places=6)
 
 
+def _confident_two_class_log_probs(v, m, threshold, sigma_t, sigma):
+  """Exact log-probabilities of (refused, answered class 0, answered class 1) for the
+  two-class histogram (v, m - v): the check (on max(v, m - v)) and the argmax use
+  independent noise, and
+  the argmax of two noisy counts is class 0 iff N(0, 2 sigma^2) > -(2 v - m)."""
+  top = max(v, m - v)  # the check looks at the largest count
+  lp_ans = stats.norm.logcdf((top - threshold) / sigma_t)
+  lp_ref = stats.norm.logsf((top - threshold) / sigma_t)
+  z = (2.0 * v - m) / (math.sqrt(2.0) * sigma)
+  return np.array([lp_ref, lp_ans + stats.norm.logcdf(z), lp_ans + stats.norm.logsf(z)])
+
+
+def _renyi_finite(logp, logq, orders):
+  """Exact D_alpha(P || Q) of two finite distributions given in log space: float64[A]."""
+  a = np.asarray(orders)[:, None]
+  return special.logsumexp(a * logp[None, :] + (1.0 - a) * logq[None, :], axis=1) / (
+      np.asarray(orders) - 1.0)
+
+
+class ConfidentGnmaxRdpTest(parameterized.TestCase):
+
+  @parameterized.parameters((30, 20.0, 6.0, 3.0), (30, 12.0, 40.0, 2.0), (250, 200.0, 150.0, 40.0))
+  def test_bounds_the_exact_divergence_to_every_neighbour(self, m, threshold, sigma_t, sigma):
+    # Two-class histograms (v, m - v) and both neighbours (v - 1 and v + 1 where
+    # they exist): the exact Renyi divergence of the answer-or-refuse output never
+    # exceeds the per-query bound, at every order.
+    worst = 0.0
+    for v in range(0, m + 1, max(1, m // 40)):  # every histogram, or every 6th of 250
+      votes = np.array([[v, m - v]], np.float64)
+      bound = pate.confident_gnmax_rdp(votes, threshold=threshold, sigma_threshold=sigma_t,
+                                       sigma=sigma, orders=ORDERS).data_dependent
+      lp = _confident_two_class_log_probs(v, m, threshold, sigma_t, sigma)
+      for w in (v - 1, v + 1):
+        if 0 <= w <= m:
+          exact = _renyi_finite(lp, _confident_two_class_log_probs(w, m, threshold, sigma_t, sigma),
+                         ORDERS)
+          np.testing.assert_array_less(exact, bound * (1 + 1e-9) + 1e-12)
+          worst = max(worst, float(np.max(exact / np.maximum(bound, 1e-300))))
+    self.assertGreater(worst, 0.05)  # the bound is not vacuous somewhere on the grid
+
+  def test_data_independent_curve_charges_every_query_both_steps(self):
+    votes = np.array([[20.0, 5.0, 5.0], [10.0, 10.0, 10.0], [30.0, 0.0, 0.0]])
+    r = pate.confident_gnmax_rdp(votes, threshold=18.0, sigma_threshold=4.0, sigma=2.0,
+                                 orders=ORDERS)
+    np.testing.assert_allclose(r.data_independent, 3 * (ORDERS / 32.0 + ORDERS / 4.0), rtol=1e-12)
+    self.assertTrue(np.all(r.data_dependent <= r.data_independent))
+    self.assertTrue(np.all(r.data_dependent >= 0.0))
+    self.assertEqual(r.num_answered, -1)
+
+  def test_answered_only_charge_is_below_the_exact_divergence_for_a_coin_flip_answer(self):
+    # A contested two-class query answered with probability 1/2 (T = v, a check so
+    # noisy it carries nothing): the paper's answered-only accounting charges the
+    # argmax half the time, i.e. check + argmax / 2 in expectation; the exact Renyi
+    # divergence of the whole step is larger at high orders, and the unconditional
+    # bound covers it.
+    m, v, sigma = 20, 10, 1.0
+    order = np.array([32.0])
+    lp = _confident_two_class_log_probs(v, m, float(v), 1e4, sigma)
+    lq = _confident_two_class_log_probs(v + 1, m, float(v), 1e4, sigma)
+    exact = _renyi_finite(lp, lq, order)[0]
+    z0, z1 = 0.0, 2.0 / (math.sqrt(2.0) * sigma)
+    argmax_exact = _renyi_finite(np.array([stats.norm.logcdf(z0), stats.norm.logsf(z0)]),
+                          np.array([stats.norm.logcdf(z1), stats.norm.logsf(z1)]), order)[0]
+    check_exact = _renyi_finite(np.array([lp[0], np.logaddexp(lp[1], lp[2])]),
+                         np.array([lq[0], np.logaddexp(lq[1], lq[2])]), order)[0]
+    self.assertGreater(exact, 1.5 * (check_exact + 0.5 * argmax_exact))
+    bound = pate.confident_gnmax_rdp([[v, m - v]], threshold=float(v), sigma_threshold=1e4,
+                                     sigma=sigma, orders=order).data_dependent[0]
+    self.assertGreaterEqual(bound, exact)
+
+  def test_rejects_bad_inputs(self):
+    ok = dict(threshold=5.0, sigma_threshold=1.0, sigma=1.0, orders=[2.0])
+    with self.assertRaisesRegex(ValueError, "sigma_threshold"):
+      pate.confident_gnmax_rdp([[5.0, 1.0]], **{**ok, "sigma_threshold": 0.0})
+    with self.assertRaisesRegex(ValueError, "same number of teachers"):
+      pate.confident_gnmax_rdp([[5.0, 1.0], [3.0, 1.0]], **ok)
+    with self.assertRaisesRegex(ValueError, "votes_QxC"):
+      pate.confident_gnmax_rdp([5.0, 1.0], **ok)
+
 if __name__ == "__main__":
   absltest.main()

@@ -16,7 +16,8 @@ disjoint partitions) and each number of queries Q in `--queries`:
     already private) on those Q labelled images;
   * epsilon at delta = 1e-5: data-independent (Q * alpha / sigma^2 -> (eps, delta), the
     releasable guarantee) and data-dependent (Papernot et al. 2018, Thm 6; NOT
-    releasable without a smooth-sensitivity step, shown for comparison only);
+    releasable without the smooth-sensitivity step of `dpjax.pate_release`, shown
+    for comparison only);
   * the same model trained with DP-SGD on the same private images at the
     data-independent epsilon (mean of `--dpsgd_seeds` seeds trained together).
 
@@ -227,10 +228,14 @@ def run(cfg: PateConfig, out_dir: str, *, progress: bool = True, quiet: bool = F
                "noisy labels correct", "student (test)", "ε (data-indep.)",
                "ε (data-dep.)*", "DP-SGD at same ε", "DP-SGD σ"],
       rows=rows,
-      note=("*The data-dependent ε depends on the private votes; releasing it needs a "
-            "smooth-sensitivity step (Papernot et al. 2018), not implemented here. DP-SGD is "
-            "matched to the releasable data-independent ε. Accuracies are on the test set; "
-            "DP-SGD is the mean over seeds. The lecture gives no PATE numbers."))]
+      note=("*The data-dependent ε depends on the private votes; it is releasable only "
+            "through a smooth-sensitivity step (Papernot et al. 2018; `dpjax.pate_release`, "
+            "used in experiments.pate_credit). DP-SGD is matched to the data-independent ε. "
+            "Confident-GNMax rows charge the answer on the answered queries only, the "
+            "paper's accounting, which conditions on the answered mask and is not an upper "
+            "bound on the privacy loss (`pate.pate_rdp`'s Warning; "
+            "`pate.confident_gnmax_rdp` charges the whole step). Accuracies are on the "
+            "test set; DP-SGD is the mean over seeds. The lecture gives no PATE numbers."))]
 
   figures = [_plot(out_dir, record)]
   best = max((c for c in cells if c["student_accuracy"] is not None),

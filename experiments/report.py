@@ -21,7 +21,8 @@ _ORDER = ("reconstruction", "mia_bound", "mechanisms", "accounting", "published"
           "privacy_statement", "dpsgd", "mia", "audit", "audit_coverage", "audit_scores",
           "audit_digits", "audit_final_model", "audit_bugs", "audit_guard", "one_run_dpsgd",
           "one_run_fdp", "fp_attacks", "tuning", "user_level", "public_pretraining",
-          "disparate_impact", "recommender", "pate", "exercise6")
+          "disparate_impact", "recommender", "pate", "pate_credit", "audit_pate",
+          "exercise6")
 
 
 def _flag_text(name: str, value) -> str:

@@ -78,7 +78,9 @@ unanimous. GNMax students 0.789-0.790 at data-independent eps = target (Q = 100 
 0.791 at every target: on 75,000 records a 6-parameter model loses nothing to DP-SGD
 even at eps = 1, so PATE cannot win here; it comes within 1.2 points. The paper's
 Adult setting: 1,136 answered, data-dependent eps 1.70 by the paper's answered-only
-accounting (3.03 charging every query), releasable 4.10, student 0.790.
+accounting (3.03 charging every query), releasable 4.10, student 0.790. With 1,000
+teachers (--delta 1e-6): Confident-GNMax students 0.792-0.797 at releasable eps 0.66 /
+1.46 / 1.30 / 1.45 (541-1,966 answered), DP-SGD 0.792-0.794, non-private 0.792.
 
 Shape letters: k teachers, N private records, Q queries, C = 2 classes, D = 6
 features, G grid settings.

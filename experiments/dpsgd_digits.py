@@ -40,7 +40,7 @@ epoch, and the full-mask step costs the same per step at any q.
   dense 10).
 
 Command:   python -m experiments.dpsgd_digits      (quick: T in {20, 60}, lr 0.5, 5
-           seeds; 6 programs, 2.7 min of CPU as measured)
+           seeds; 6 programs, about 2.5 min of CPU as measured)
 Full:      python -m experiments.dpsgd_digits --steps 20,40,80 --mlp_lrs 0.25,0.5,1 \
              --cnn_lrs 0.5,1 --nonprivate_lrs 0.003,0.01 --nonprivate_epochs 100
            (19 programs; 8.7 min of CPU as measured)

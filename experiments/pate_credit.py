@@ -103,6 +103,7 @@ from tqdm import tqdm  # noqa: E402
 
 from dpjax import dpsgd, models, pate, pate_release  # noqa: E402
 from dpjax.accounting import rdp  # noqa: E402
+from dpjax.audit import pate_audit  # noqa: E402
 from dpjax.data import credit  # noqa: E402
 from experiments import _common  # noqa: E402
 
@@ -207,30 +208,6 @@ def pate_rdp_grouped(votes_QxC, answered_Q, *, sigma: float, orders,
         cache[kt] = pate.threshold_rdp_data_dependent(row, threshold, sigma_threshold, lam)
       dep = dep + n_all[r] * cache[kt]
   return pate.PateRdp(lam, indep, dep, int(ans.sum()))
-
-
-def gnmax_sigma_for_epsilon(target_epsilon: float, num_queries: int, delta: float,
-                            orders) -> float:
-  """The smallest sigma (to 1e-6 relative) whose Q GNMax answers cost <= target eps.
-
-  Data-independent: the RDP of Q answers is Q alpha / sigma^2 (L2 sensitivity
-  sqrt(2)), converted with `pate.epsilon`; eps decreases in sigma, so bisection on
-  log sigma, returning the upper end (eps <= target).
-  """
-  lam = np.asarray(orders, np.float64)
-  eps = lambda s: pate.epsilon(lam, num_queries * lam / (s * s), delta)
-  lo, hi = 1e-3, 1e7
-  if eps(hi) > target_epsilon:
-    raise ValueError(f"target_epsilon {target_epsilon} unreachable for {num_queries} queries")
-  for _ in range(200):
-    mid = math.sqrt(lo * hi)
-    if eps(mid) > target_epsilon:
-      lo = mid
-    else:
-      hi = mid
-    if hi / lo < 1 + 1e-6:
-      break
-  return hi
 
 
 # ----------------------------------------------------------------------------------
@@ -357,7 +334,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
   bar.update(1)
 
   # GNMax on the proxy: sigma calibrated per (eps, Q); Q chosen by the proxy student.
-  gn_cells = [(eps, qn, gnmax_sigma_for_epsilon(eps, qn, delta, orders))
+  gn_cells = [(eps, qn, pate_audit.calibrate_sigma(eps, qn, delta=delta, orders=orders))
               for eps in epsilons for qn in queries]
   gn_labels = np.zeros((len(gn_cells), n_pub), np.int32)
   gn_mask = np.zeros((len(gn_cells), n_pub), bool)

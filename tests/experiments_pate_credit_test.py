@@ -13,6 +13,7 @@ from absl.testing import absltest
 
 from dpjax import models, pate
 from dpjax.accounting import rdp
+from dpjax.audit import pate_audit
 from experiments import pate_credit
 
 
@@ -40,11 +41,11 @@ class HelpersTest(absltest.TestCase):
         np.testing.assert_allclose(got.data_dependent, ref.data_dependent, rtol=1e-10)
     self.assertNotEmpty(cache)
 
-  def test_gnmax_sigma_hits_the_target(self):
+  def test_calibrated_gnmax_sigma_hits_the_target(self):
     orders = rdp.DEFAULT_ORDERS
     for eps, q in ((1.0, 100), (8.0, 3000)):
       with self.subTest(eps=eps, q=q):
-        s = pate_credit.gnmax_sigma_for_epsilon(eps, q, 1e-5, orders)
+        s = pate_audit.calibrate_sigma(eps, q, delta=1e-5, orders=orders)
         at = pate.epsilon(orders, q * orders / s ** 2, 1e-5)
         below = pate.epsilon(orders, q * orders / (0.999 * s) ** 2, 1e-5)
         self.assertLessEqual(at, eps)

@@ -72,7 +72,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -542,23 +541,7 @@ def _mem_child(spec: str, n: int) -> None:
       run(_OPACUS_MEMORY_STEPS)
     else:
       raise ValueError(f"unknown configuration {config!r}")
-  print(json.dumps({"peak_rss_bytes": _own_peak_rss_bytes()}))
-
-
-def _own_peak_rss_bytes() -> int:
-  """This process's peak resident set: VmHWM of /proc/self/status, which belongs to its
-  own address space. (`getrusage(RUSAGE_SELF).ru_maxrss` would do on its own only
-  without a parent: Linux carries the larger of the parent's peak at fork and the
-  child's own across fork and exec, so every subprocess of a 2 GiB parent reports at
-  least 2 GiB.)"""
-  try:
-    with open("/proc/self/status") as f:
-      for line in f:
-        if line.startswith("VmHWM:"):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    pass
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+  print(json.dumps({"peak_rss_bytes": report.peak_rss_bytes()}))
 
 
 def peak_rss(name: str, config: str, n: int, env: dict | None = None) -> int | None:

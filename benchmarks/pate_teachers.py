@@ -54,17 +54,6 @@ _STEPS = 300
 _LR = 0.05
 
 
-def _peak_rss_bytes() -> int | None:
-  try:
-    with open("/proc/self/status") as f:
-      for line in f:
-        if line.startswith("VmHWM:"):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    return None
-  return None
-
-
 def _best(fn, repeats: int) -> float:
   best = float("inf")
   for _ in range(repeats):
@@ -125,7 +114,7 @@ def measure(teachers: list[int], per_teacher: int, loop_teachers: int, repeats: 
         f"M{m}.teachers_per_s_vmapped": m / vmapped,
         f"M{m}.max_param_diff": diff,
         f"M{m}.xla_temp_bytes": temp,
-        f"M{m}.peak_rss_bytes": _peak_rss_bytes(),
+        f"M{m}.peak_rss_bytes": report.peak_rss_bytes(),
     })
     print(f"M = {m}: vmapped {vmapped:.3f} s (first call {first:.2f} s), loop {loop_full:.2f} s "
           f"(timed {looped} teachers, scaled by {m / looped:g}), ratio "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import resource
 import sys
 from typing import Any
 
@@ -34,6 +35,21 @@ def environment() -> dict:
     except importlib.metadata.PackageNotFoundError:
       env[pkg] = None
   return env
+
+
+def peak_rss_bytes() -> int:
+  """This process's peak resident set in bytes: VmHWM of /proc/self/status, which
+  belongs to its own address space. (`getrusage(RUSAGE_SELF).ru_maxrss`, the fallback
+  where /proc is absent, is right only without a parent: Linux carries the larger of
+  the parent's peak at fork and the child's own across fork and exec.)"""
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def write(name: str, figures: Any, path: str | None = None) -> str:

@@ -50,8 +50,18 @@ class RandomStreamTest(parameterized.TestCase):
         np.testing.assert_array_equal(jax.random.key_data(prng.split(k, num)),
                                       jax.random.key_data(jax.random.split(k, num)))
 
-  @parameterized.parameters(1, 2, 3, 56, 75, 150, 151)
+  # n = 1, 2 (even) and 151 (odd, the 16-bit mask's packing of (n + 1) // 2 words)
+  # by default; the other lengths under -m slow.
+  @parameterized.parameters(1, 2, 151)
   def test_samplers_consume_random_bits(self, n):
+    self._check_samplers_consume_random_bits(n)
+
+  @pytest.mark.slow
+  @parameterized.parameters(3, 56, 75, 150)
+  def test_samplers_consume_random_bits_more_lengths(self, n):
+    self._check_samplers_consume_random_bits(n)
+
+  def _check_samplers_consume_random_bits(self, n):
     keys = jax.random.split(jax.random.key(n), 3)
     for k in keys:
       bits = prng.random_bits(k, n)

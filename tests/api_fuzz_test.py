@@ -979,6 +979,8 @@ def entries():
         dict(target_epsilon=2.0, delta=1e-5, epochs=2.0, dataset_size=100,
              batch_sizes=np.array([10.0, 50.0]), accountant="rdp"),
         {"epochs": "pos", "batch_sizes": "array"}))
+  add(E("dpjax.recipe.center_on_public", recipe.center_on_public,
+        dict(x_public_PxF=x_nf[:4], x_NxF=x_nf), {"x_public_PxF": "array", "x_NxF": "array"}))
   add(E("dpjax.recipe.accuracy", recipe.accuracy,
         dict(model=mlp_m, params_M=jax.tree.map(lambda v: v[None], mlp_params),
              x_NxF=x_nf, y_N=y_int), {"params_M": None, "x_NxF": "array", "y_N": "labels"}))

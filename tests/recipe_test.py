@@ -309,6 +309,34 @@ class NoiseForBatchSizesTest(absltest.TestCase):
         recipe.noise_for_batch_sizes(**args)
 
 
+class CenterOnPublicTest(absltest.TestCase):
+
+  def test_public_mean_removed_and_each_row_depends_on_itself_only(self):
+    rng = np.random.default_rng(0)
+    pub = rng.uniform(size=(7, 5)).astype(np.float32)
+    x = rng.uniform(size=(9, 5)).astype(np.float32)
+    out = np.asarray(recipe.center_on_public(pub, x))
+    np.testing.assert_allclose(out, x - pub.astype(np.float64).mean(0), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(recipe.center_on_public(pub, pub)).mean(0), 0.0,
+                               atol=1e-6)
+    # Privacy contract: replacing one private record changes only its own row.
+    x2 = x.copy()
+    x2[3] = 100.0
+    out2 = np.asarray(recipe.center_on_public(pub, x2))
+    np.testing.assert_array_equal(np.delete(out2, 3, 0), np.delete(out, 3, 0))
+    # Images keep their shape.
+    img = rng.uniform(size=(4, 2, 2, 1)).astype(np.float32)
+    self.assertEqual(recipe.center_on_public(img, img[:2]).shape, (2, 2, 2, 1))
+
+  def test_bad_arguments(self):
+    with self.assertRaisesRegex(ValueError, "x_NxF has rows of shape"):
+      recipe.center_on_public(np.ones((3, 4)), np.ones((2, 5)))
+    with self.assertRaisesRegex(ValueError, "x_public_PxF"):
+      recipe.center_on_public(np.zeros((0, 4)), np.ones((2, 4)))
+    with self.assertRaisesRegex(ValueError, "x_NxF"):
+      recipe.center_on_public(np.ones((3, 4)), np.full((2, 4), np.nan))
+
+
 class NonPrivateBaselineTest(absltest.TestCase):
 
   @pytest.mark.slow  # an eager reference loop

@@ -53,11 +53,6 @@ case "${1:-}" in
     shift
     # -n 2: two workers on the two cores; slow experiment runs are marked and skipped.
     # --dist worksteal: an idle worker takes queued tests from the busy one.
-    # The suite compiles thousands of tiny XLA programs and runs each briefly, so
-    # LLVM's optimisation passes cost more than they save: level 0 cuts the suite's
-    # time by about a quarter. XLA's own passes (fusion, layout, the order of float
-    # operations) are unchanged; set XLA_FLAGS yourself to test at another level.
-    export XLA_FLAGS="${XLA_FLAGS:---xla_backend_optimization_level=0}"
     .venv/bin/python -m pytest -n 2 --dist worksteal -q -m "not slow" tests --doctest-modules dpjax "$@"
     ;;
   *)

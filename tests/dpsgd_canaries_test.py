@@ -12,6 +12,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from absl.testing import absltest
 from dpjax import dpsgd
 from dpjax import models
@@ -44,6 +45,7 @@ _OBS4 = _last(4)
 
 class MultiCanaryTest(absltest.TestCase):
 
+  @pytest.mark.slow  # about 25 s; test_train_one_with_a_canary_vector_equals_model_i stays in the default set
   def test_single_canary_is_the_k1_case_bit_for_bit(self):
     x, y = _data(k=1)
     cfg = helpers.small_config(dataset_size=12, sampling_prob=0.3, num_steps=15,

@@ -34,6 +34,7 @@ class AuditExperimentTest(absltest.TestCase):
     self.addCleanup(d.cleanup)
     return d.name
 
+  @pytest.mark.slow  # three experiment runs (about 25 s)
   def test_resume_after_interruption_loses_and_repeats_nothing(self):
     d1 = self._tmp()
     d2 = self._tmp()

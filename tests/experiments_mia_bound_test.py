@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 
+import pytest
 from absl.testing import absltest
 
 from experiments import mia_bound
@@ -14,6 +15,7 @@ from experiments import mia_bound
 
 class MiaBoundRunTest(absltest.TestCase):
 
+  @pytest.mark.slow  # an experiment run (about 15 s)
   def test_run_small_writes_results_and_matches_lecture(self):
     out = tempfile.mkdtemp()
     cfg = mia_bound.MiaBoundConfig(seed=3, epsilons=(1.0, 8.0), mc_samples=20_000)

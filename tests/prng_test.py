@@ -56,8 +56,8 @@ class RandomStreamTest(parameterized.TestCase):
   def test_samplers_consume_random_bits(self, n):
     self._check_samplers_consume_random_bits(n)
 
-  @pytest.mark.slow
   @parameterized.parameters(3, 56, 75, 150)
+  @pytest.mark.slow
   def test_samplers_consume_random_bits_more_lengths(self, n):
     self._check_samplers_consume_random_bits(n)
 

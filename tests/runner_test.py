@@ -164,6 +164,7 @@ def _tiny_mlp_problem():
 
 class AuditDpSgdTest(absltest.TestCase):
 
+  @pytest.mark.slow  # an MLP audit, about 40 s; test_gaussian_mechanism and test_leaky_training_caught cover the runner by default
   def test_mlp_white_and_black_box(self):
     x, y, cfg, mlp = _tiny_mlp_problem()
     canary = (np.ones(8, np.float32), 0)          # far from the data, mislabeled

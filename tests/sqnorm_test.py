@@ -8,6 +8,7 @@ from unittest import mock
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from absl.testing import absltest
 from absl.testing import parameterized
 
@@ -56,6 +57,8 @@ _CASES = (
     ("shared_weight", _shared_weight_model(), (5,), 2, 1),
 )
 
+_SLOW_CASES = ("mlp", "mlp_l2")
+
 
 def _data(model, shape, classes, b=11, seed=0):
   kx, ky, kp = jax.random.split(jax.random.key(seed), 3)
@@ -80,8 +83,16 @@ def _with_hits(fn):
 
 class SqNormTest(parameterized.TestCase):
 
-  @parameterized.named_parameters(*_CASES)
+  @parameterized.named_parameters(*(c for c in _CASES if c[0] not in _SLOW_CASES))
   def test_equals_plain_reduction(self, model, shape, classes, fired):
+    self._check_equals_plain_reduction(model, shape, classes, fired)
+
+  @parameterized.named_parameters(*(c for c in _CASES if c[0] in _SLOW_CASES))
+  @pytest.mark.slow   # structures the default cases already cover (l2; dense layers)
+  def test_equals_plain_reduction_more(self, model, shape, classes, fired):
+    self._check_equals_plain_reduction(model, shape, classes, fired)
+
+  def _check_equals_plain_reduction(self, model, shape, classes, fired):
     params, x, y = _data(model, shape, classes)
     loss_one = functools.partial(vmap.example_loss, model)
     want = sqnorm.per_example_sq_norms(loss_one, params, x, y, rewrite=False)

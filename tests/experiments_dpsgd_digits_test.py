@@ -88,7 +88,8 @@ class DpsgdDigitsExperimentTest(absltest.TestCase):
                dict(mlp_lrs=(0.0,)), dict(cnn_lrs=(float("inf"),)), dict(ema_decay=1.0),
                dict(nonprivate_epochs=0), dict(nonprivate_batch=0), dict(nonprivate_lrs=(-1.0,)),
                dict(mlp_hidden=(0,)),
-               dict(cnn_channels=()), dict(validation_size=0), dict(test_fraction=1.0)):
+               dict(cnn_channels=()), dict(validation_size=0), dict(test_fraction=1.0),
+               dict(cnn_groups=-1), dict(cnn_groups=3)):
       with self.subTest(kw):
         with self.assertRaisesRegex(ValueError, "^" + next(iter(kw))):
           config(**kw)

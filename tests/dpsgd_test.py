@@ -37,21 +37,26 @@ class SweepTest(absltest.TestCase):
             helpers.small_config(noise_multiplier=None, target_epsilon=3.0, **kw)]
 
   def test_each_model_equals_train_one_with_its_config(self):
+    self._check_each_model_equals_train_one(models.logistic_regression(4, l2=0.01))
+
+  @pytest.mark.slow  # the same for an MLP, about 20 s
+  def test_each_model_equals_train_one_with_its_config_mlp(self):
+    self._check_each_model_equals_train_one(models.mlp(4, hidden=(5,), num_classes=2))
+
+  def _check_each_model_equals_train_one(self, model):
     x, y = helpers.binary_data()
     keep = jax.random.bernoulli(jax.random.key(1), 0.7, (6, 24))
     idx = np.array([0, 1, 2, 2, 1, 0])
-    for model in (models.logistic_regression(4, l2=0.01),
-                  models.mlp(4, hidden=(5,), num_classes=2)):
-      cfgs = self._cfgs(l2_clip_norm=0.7)
-      out = dpsgd.train_sweep(jax.random.key(2), x, y, keep, cfgs, idx, model,
-                              observe_fn=None, per_example_stats=True, progress=False)
-      keys = jax.random.split(jax.random.key(2), 6)
-      for i in range(6):
-        one = dpsgd.train_one(keys[i], x, y, keep[i], cfgs[idx[i]], model,
-                              per_example_stats=True)
-        helpers.assert_trees_close(jax.tree.map(lambda a, i=i: a[i], out.params), one.params)
-        np.testing.assert_array_equal(out.stats["times_sampled"][i],
-                                      one.stats["times_sampled"])
+    cfgs = self._cfgs(l2_clip_norm=0.7)
+    out = dpsgd.train_sweep(jax.random.key(2), x, y, keep, cfgs, idx, model,
+                            observe_fn=None, per_example_stats=True, progress=False)
+    keys = jax.random.split(jax.random.key(2), 6)
+    for i in range(6):
+      one = dpsgd.train_one(keys[i], x, y, keep[i], cfgs[idx[i]], model,
+                            per_example_stats=True)
+      helpers.assert_trees_close(jax.tree.map(lambda a, i=i: a[i], out.params), one.params)
+      np.testing.assert_array_equal(out.stats["times_sampled"][i],
+                                    one.stats["times_sampled"])
 
   def test_a_sigma_sweep_compiles_once(self):
     x, y = helpers.binary_data()
@@ -114,6 +119,7 @@ class VectorisationTest(parameterized.TestCase):
       np.testing.assert_allclose(many.observations[i], one.observations, rtol=1e-5, atol=1e-7)
       np.testing.assert_array_equal(many.stats["times_sampled"][i], one.stats["times_sampled"])
 
+  @pytest.mark.slow  # about 20 s; test_chunking_does_not_change_results and test_vmap_equals_single_model stay
   def test_large_chunk_unrolled_scan_equals_single_model(self):
     # Chunks of >= 256 small models run the scan unrolled (a performance knob);
     # model i must still equal model i trained alone (no unrolling), canary included.

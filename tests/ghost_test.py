@@ -112,6 +112,7 @@ class GhostTest(parameterized.TestCase):
   def test_train_one_with_ghost_equals_vmap_grad_cnn(self):
     self._check_train_one(models.cnn((4, 4, 1), (3,)))
 
+  @pytest.mark.slow  # about 20 s; the CNN equalities above stay
   def test_cnn_input_shape_comes_from_the_model(self):
     # A non-square CNN with flat inputs: the shape is the model's, not a square guess.
     model = models.cnn((6, 4, 2), (3,), 3)

@@ -101,6 +101,7 @@ def _run_on_4_devices(script):
 
 class ParallelTest(absltest.TestCase):
 
+  @pytest.mark.slow  # four host devices in a subprocess, about 70 s; tests/multiprocess_test.py checks model-axis sharding against one process by default
   def test_sharded_equals_single_device(self):
     res = _run_on_4_devices(_SCRIPT)
     for name in ("lr", "mlp", "custom"):

@@ -44,20 +44,12 @@ _JSON = flags.DEFINE_string("json_out", None, "Where to write the figures (defau
 
 def _body_only_normal(key, shape):
   """The 23-bit inverse-CDF normal without the tail redraw (support -5.42 .. +5.17)."""
-  import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from dpjax import prng  # pylint: disable=g-import-not-at-top
   size = math.prod(shape)
   words = prng._threefry_words(key)  # pylint: disable=protected-access
-  h, c0, c1 = prng._counter_blocks(size)  # pylint: disable=protected-access
-
-  def pair_fn():
-    y0, y1 = prng.threefry2x32(*words, c0, c1)
-    f32 = lambda v: jax.lax.bitcast_convert_type(v, jnp.float32)
-    return jax.lax.complex(f32(y0), f32(y1))
-  z = prng._once(words[0], pair_fn)  # pylint: disable=protected-access
-  u32 = lambda v: jax.lax.bitcast_convert_type(v, jnp.uint32)
-  bits = jnp.stack([u32(jnp.real(z)), u32(jnp.imag(z))]).reshape(2 * h)[:size]
+  j = jnp.arange(size, dtype=jnp.uint32)
+  bits = prng._stream_words(words, size, j)  # pylint: disable=protected-access
   return prng._bits_to_normal(bits).reshape(shape)  # pylint: disable=protected-access
 
 

@@ -15,8 +15,9 @@ switching between the two changes no result. The samplers draw
   and an exact Gaussian leaves it with probability ~1.5e-36 per draw
   (`normal_tail_mass`, the input of `dpjax.accounting.sampler_delta`);
 
-both from threefry2x32 in counter mode using both output words of every hash
-(`random_bits`; half the hashing of the default `jax.random.bits`). Keys are
+both from one stream per key, `random_bits`: threefry2x32 in counter mode with both
+output words of every block in the stream (the layout of
+`jax.extend.random.threefry_2x32`). Keys are
 derived per model and per step with `fold_in` / `split`, bit-identical to
 `jax.random.fold_in` / `jax.random.split`, so a model's stream depends only on its
 own key, never on how many models are trained together or how they are chunked.
@@ -28,16 +29,13 @@ Why not call jax.random inside the many-model scan:
   * the 20 rounds are written out as plain integer ops (`threefry2x32`), where
     jax's CPU lowering runs them as a rolled XLA while-loop of 5 trips that
     writes the state to memory after every 4 rounds;
-  * XLA:CPU fuses each output of an elementwise graph separately and treats
-    integer ops as free to duplicate, so a consumer of several words of one hash
-    (4 mask bits, or both output words) would recompute the hash per word, and a
-    hash fused into erfinv ran 2x slower than the two apart. `_once` therefore
-    computes what a sampler needs from each hash in a one-trip while loop (XLA
-    cannot see that it runs once, and does not fuse across it), packed into one
-    element per hash: 4 (or 2) mask bits in a uint32, or both words in a
-    complex64 (bit patterns carried as floats; tested bit-exact, NaN patterns
-    included). The unpacking and the normal transform fuse into the consumer.
-    The effect on the audit workload is measured by benchmarks/dpsgd.py.
+  * every output element of a sampler computes its own block's hash and keeps the
+    word it needs (`_stream_words`), so a sampler is one elementwise expression of
+    the output index: it fuses into its consumer and XLA:CPU splits it across
+    threads. Storing both words of each hash once and unpacking them halves the
+    hashing, but the unpacking is a concatenation, which XLA:CPU ran several times
+    slower split across two threads than on one; the one-hash-per-element form is
+    faster on the audit workload (BUILD_NOTES, "Random numbers").
   * the tail redraw runs in a while loop with one trip per extreme coordinate
     (probability 2^-22 each), whose count is reduced outside the loop; the body's
     transform still fuses into the consumer (benchmarks/normal_tails.py).
@@ -58,7 +56,6 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -116,18 +113,6 @@ def _threefry_words(key: jax.Array):
   return data[0], data[1]
 
 
-def _once(k0: jax.Array, fn: Callable[[], jax.Array]) -> jax.Array:
-  """fn() computed in a while loop that runs exactly once, so its output is stored
-  (not fused into, and recomputed by, each consumer). The trip count (k0 | 1) & 1
-  is 1 for every uint32 k0 but is not a compile-time constant. Performance only:
-  the value is fn() either way."""
-  trips = (k0 | jnp.uint32(1)) & jnp.uint32(1)
-  out = jax.eval_shape(fn)
-  _, out = jax.lax.while_loop(lambda s: s[0] < trips, lambda s: (s[0] + jnp.uint32(1), fn()),
-                              (jnp.uint32(0), jnp.zeros(out.shape, out.dtype)))
-  return out
-
-
 def _wrap_like(key, words_x2):
   return jax.random.wrap_key_data(words_x2, impl=jax.random.key_impl(key))
 
@@ -163,15 +148,23 @@ def split(key: jax.Array, num: int) -> jax.Array:
   return _wrap_like(key, jnp.stack([a, b], axis=1))
 
 
-def _counter_blocks(num_words: int):
-  """Counter words of the blocks behind `random_bits(key, num_words)`: word i < H is
-  y0 of block i, word H + i is y1 of block i (H = ceil(num_words / 2); an odd count
-  pads the last block's second counter with 0, as jax.extend.random.threefry_2x32)."""
+def _stream_words(words, num_words: int, j: jax.Array) -> jax.Array:
+  """Word j of `random_bits(key, num_words)` for each entry of j (uint32, < num_words).
+
+  The stream's block i has counters (i, H + i), H = ceil(num_words / 2) (an odd count
+  pads the last block's second counter with 0, as jax.extend.random.threefry_2x32);
+  word i < H is its first output, word H + i its second. Each entry hashes its own
+  block and keeps the word it needs: elementwise, so it fuses into the consumer and
+  XLA:CPU splits it across threads (module docstring).
+  """
   h = (num_words + 1) // 2
-  c = jnp.arange(2 * h, dtype=jnp.uint32)
+  first = j < jnp.uint32(h)
+  block = jnp.where(first, j, j - jnp.uint32(h))
+  c1 = block + jnp.uint32(h)
   if num_words % 2:
-    c = c.at[-1].set(0)
-  return h, c[:h], c[h:]
+    c1 = jnp.where(block == jnp.uint32(h - 1), jnp.uint32(0), c1)
+  y0, y1 = threefry2x32(*words, block, c1)
+  return jnp.where(first, y0, y1)
 
 
 def random_bits(key: jax.Array, num_words: int) -> jax.Array:
@@ -385,15 +378,7 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   if words is None:
     bits = jax.random.bits(key, (num,), jnp.uint32)
     return _assemble_normal(bits, _tail_fill(key, bits))[:size].reshape(shape)
-  h, c0, c1 = _counter_blocks(num)
-
-  def pair_fn():  # both words of block i in one complex64 element (bit patterns as floats)
-    y0, y1 = threefry2x32(*words, c0, c1)
-    f32 = lambda v: jax.lax.bitcast_convert_type(v, jnp.float32)
-    return jax.lax.complex(f32(y0), f32(y1))
-  z = _once(words[0], pair_fn)
-  u32 = lambda v: jax.lax.bitcast_convert_type(v, jnp.uint32)
-  bits = jnp.stack([u32(jnp.real(z)), u32(jnp.imag(z))]).reshape(2 * h)[:size]
+  bits = _stream_words(words, num, jnp.arange(num, dtype=jnp.uint32))[:size]
   return _assemble_normal(bits, _tail_fill(key, bits)).reshape(shape)
 
 
@@ -444,26 +429,16 @@ def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.
     if w == 16:
       bits = jnp.concatenate([bits >> 16, bits & jnp.uint32(0xFFFF)])
     return bits[:n] < thr
-  h, c0, c1 = _counter_blocks(num_words)
-  lo16 = jnp.uint32(0xFFFF)
-
-  def packed_fn():  # the comparisons of one block packed in one uint32: bit k = part k
-    y0, y1 = threefry2x32(*words, c0, c1)
-    if w == 16:
-      parts = (y0 >> 16, y1 >> 16, y0 & lo16, y1 & lo16)
-    else:
-      parts = (y0, y1)
-    return sum((p < thr).astype(jnp.uint32) << k for k, p in enumerate(parts))
-  packed = _once(words[0], packed_fn)
-  # Stream order: for w = 32, [y0 < thr, y1 < thr]; for w = 16, the high halves of
-  # [y0, y1], then their low halves. An odd word count drops the padded block's y1.
-  r = num_words - h
-  bit = [(packed >> k) & jnp.uint32(1) for k in range(4 if w == 16 else 2)]
+  # Integer j of the stream: for w = 32, word j; for w = 16, the high half of word j
+  # (j < W) or the low half of word j - W, W = num_words.
+  j = jnp.arange(n, dtype=jnp.uint32)
   if w == 16:
-    pieces = [bit[0], bit[1][:r], bit[2], bit[3][:r]]
+    high = j < jnp.uint32(num_words)
+    word = _stream_words(words, num_words, jnp.where(high, j, j - jnp.uint32(num_words)))
+    ints = jnp.where(high, word >> 16, word & jnp.uint32(0xFFFF))
   else:
-    pieces = [bit[0], bit[1][:r]]
-  return jnp.concatenate(pieces)[:n] == 1
+    ints = _stream_words(words, num_words, j)
+  return ints < thr
 
 
 def mask_bit_width(sampling_prob: float) -> int:

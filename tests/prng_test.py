@@ -86,18 +86,27 @@ class RandomStreamTest(parameterized.TestCase):
       np.testing.assert_array_equal(vm[0][i], prng.poisson_mask(k, 0.2, n))
       np.testing.assert_array_equal(vm[1][i], prng.standard_normal(k, (n,)))
 
-  def test_normal_bits_survive_float_packing(self):
-    # standard_normal carries raw words as float32 bit patterns (NaNs included:
-    # ~1/256 of words); any canonicalisation would change the samples.
+  def test_samplers_consume_random_bits_at_a_large_odd_length(self):
+    # 100,001 draws under jit + vmap (the engine's setting): every output element
+    # selects its word of its own block (`_stream_words`), so the word layout, the
+    # odd count's padded block and the 16-bit mask's two halves are all exercised
+    # far from the start of the stream.
     k = jax.random.key(21)
     n = 100_001
     bits = prng.random_bits(k, n)
-    self.assertGreater(int(jnp.sum(((bits >> 23) & 0xFF) == 0xFF)), 100)
     f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
     u = jnp.maximum(np.nextafter(np.float32(-1), np.float32(0)), 2.0 * f - 1.0)
     want = np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
     got = jax.jit(jax.vmap(lambda kk: prng.standard_normal(kk, (n,))))(k[None])[0]
     np.testing.assert_array_equal(got, want)
+    for q in (0.004, 0.2):
+      w = prng.mask_bit_width(q)
+      words = prng.random_bits(k, (n + 1) // 2 if w == 16 else n)
+      if w == 16:
+        words = jnp.concatenate([words >> 16, words & 0xFFFF])
+      want_mask = words[:n] < prng.bernoulli_threshold(q, w)
+      got_mask = jax.jit(jax.vmap(lambda kk, q=q: prng.poisson_mask(kk, q, n)))(k[None])[0]
+      np.testing.assert_array_equal(got_mask, want_mask)
 
   def test_normal_shape_and_non_threefry_keys(self):
     z = prng.standard_normal(jax.random.key(0), (3, 4))

@@ -172,9 +172,10 @@ def gather_models(tree: Any, num_models: int) -> Any:
   return jax.tree.map(lambda a: jnp.asarray(a[:m]), tree)
 
 
-# train_many keywords holding data (not functions), included in the fingerprint.
+# train_many keywords holding data or settings that change the result (not
+# functions), included in the fingerprint.
 _DATA_KWARGS = _PER_MODEL_KWARGS + ("init_params", "gradient_canary", "gradient_canaries",
-                                    "user_ids_N")
+                                    "user_ids_N", "ema_decay", "batch_capacity")
 
 
 def _fingerprint(*trees) -> np.ndarray:
@@ -218,8 +219,9 @@ def train_many_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCon
   keys `split(key, M)[process_models(M)]`, its block's model axis sharded over
   `devices` (default jax.local_devices(); devices of other processes are refused),
   and with gather=True the blocks are all-gathered (`gather_models`). Before
-  training, a CRC-32 fingerprint of the key, records, masks, cfg and data keywords
-  (canary bits, init_params, canaries, user ids) is all-gathered and compared, so
+  training, a CRC-32 fingerprint of the key, records, masks, cfg, data keywords
+  (canary bits, init_params, canaries, user ids) and the settings ema_decay and
+  batch_capacity is all-gathered and compared, so
   processes given different inputs raise instead of training different models
   under one name. (Function arguments such as observe_fn or optimizer are not
   compared.)

@@ -20,7 +20,8 @@ import numpy as np
 def problem():
   """(key, x_NxF, y_N, keep_MxN, cfg, model, kwargs): M = 5 logistic regressions,
   N = 24, T = 8, one gradient canary per model (a per-model keyword), per-record
-  stats. Built with NumPy so every process holds identical bytes."""
+  stats, the parameters' moving average. Built with NumPy so every process holds
+  identical bytes."""
   from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(7)
   n, f, m = 24, 3, 5
@@ -32,7 +33,8 @@ def problem():
   model = models.logistic_regression(f, l2=0.01)
   canary = {"w": np.asarray([[0.3, -0.2, 0.1]], np.float32)}
   kwargs = dict(per_example_stats=True, gradient_canaries=canary,
-                canary_keep_MxK=(np.arange(m) % 2 == 0)[:, None], progress=False)
+                canary_keep_MxK=(np.arange(m) % 2 == 0)[:, None], ema_decay=0.9,
+                progress=False)
   return jax.random.key(11), x, y, keep, cfg, model, kwargs
 
 

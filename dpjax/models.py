@@ -258,19 +258,27 @@ def _cnn(input_shape: tuple[int, int, int], channels: tuple[int, ...], k: int,
       conv.append({"w": wconv, "b": jnp.zeros((b,), jnp.float32)})
     return {"conv": conv, "dense": [_dense_init(keys[-1], flat, k)]}
 
+  return Model(init, _conv_net_apply(input_shape, lambda a, layer: a), l2, "cnn", k,
+               (h, w, c_in))
+
+
+def _conv_net_apply(input_shape: tuple[int, int, int], normalise):
+  """The forward pass of `cnn`: per layer 3x3 conv (SAME) -> + bias ->
+  normalise(a, layer) -> relu -> 2x2 average pooling; then the dense layer."""
+  h, w, c_in = input_shape
+
   def apply(params, x):
     a = x.reshape(x.shape[0], h, w, c_in)
     for layer in params["conv"]:
       a = jax.lax.conv_general_dilated(
           a, layer["w"], window_strides=(1, 1), padding="SAME",
           dimension_numbers=("NHWC", "HWIO", "NHWC"))
-      a = jax.nn.relu(a + layer["b"][None, None, None, :])
+      a = jax.nn.relu(normalise(a + layer["b"][None, None, None, :], layer))
       a = avg_pool2(a)
     a = a.reshape(a.shape[0], -1)
     d = params["dense"][0]
     return a @ d["w"] + d["b"][None, :]
-
-  return Model(init, apply, l2, "cnn", k, (h, w, c_in))
+  return apply
 
 
 _GROUP_NORM_EPS = 1e-5
@@ -320,7 +328,6 @@ def _group_norm(a, gamma, beta, g):
 def _cnn_group_norm(input_shape: tuple[int, int, int], channels: tuple[int, ...], k: int,
                     l2: float, groups: int) -> Model:
   plain = _cnn(input_shape, channels, k, l2)   # same init draws, same conv / dense layers
-  h, w, c_in = input_shape
 
   def init(key):
     params = plain.init(key)
@@ -328,19 +335,8 @@ def _cnn_group_norm(input_shape: tuple[int, int, int], channels: tuple[int, ...]
             for layer in params["conv"]]
     return {"conv": conv, "dense": params["dense"]}
 
-  def apply(params, x):
-    a = x.reshape(x.shape[0], h, w, c_in)
-    for layer in params["conv"]:
-      a = jax.lax.conv_general_dilated(
-          a, layer["w"], window_strides=(1, 1), padding="SAME",
-          dimension_numbers=("NHWC", "HWIO", "NHWC"))
-      a = a + layer["b"][None, None, None, :]
-      a = jax.nn.relu(_group_norm(a, layer["gamma"], layer["beta"], groups))
-      a = avg_pool2(a)
-    a = a.reshape(a.shape[0], -1)
-    d = params["dense"][0]
-    return a @ d["w"] + d["b"][None, :]
-
+  apply = _conv_net_apply(
+      input_shape, lambda a, layer: _group_norm(a, layer["gamma"], layer["beta"], groups))
   return Model(init, apply, l2, "custom", k, None)
 
 

@@ -30,15 +30,18 @@ Why not call jax.random inside the many-model scan:
     jax's CPU lowering runs them as a rolled XLA while-loop of 5 trips that
     writes the state to memory after every 4 rounds;
   * every output element of a sampler computes its own block's hash and keeps the
-    word it needs (`_stream_words`), so a sampler is one elementwise expression of
-    the output index: it fuses into its consumer and XLA:CPU splits it across
-    threads. Storing both words of each hash once and unpacking them halves the
+    word it needs (`_stream_words`), one elementwise expression of the output index
+    that XLA:CPU splits across threads (and, for the mask, fuses into the
+    comparison). Storing both words of each hash once and unpacking them halves the
     hashing, but the unpacking is a concatenation, which XLA:CPU ran several times
     slower split across two threads than on one; the one-hash-per-element form is
     faster on the audit workload (BUILD_NOTES, "Random numbers").
-  * the tail redraw runs in a while loop with one trip per extreme coordinate
-    (probability 2^-22 each), whose count is reduced outside the loop; the body's
-    transform still fuses into the consumer (benchmarks/normal_tails.py).
+  * XLA:CPU treats integer ops as free to duplicate, so the normal's words, read by
+    both the tail count and the transform, would be hashed twice; `_once` stores
+    them (a while loop that runs once, which XLA neither fuses across nor
+    recomputes). The tail redraw runs in a while loop with one trip per extreme
+    coordinate (probability 2^-22 each), whose count is reduced outside the loop;
+    the transform fuses into the consumer (benchmarks/normal_tails.py).
 
 Shape letters: N records.
 
@@ -56,6 +59,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -111,6 +115,18 @@ def _threefry_words(key: jax.Array):
   if data.shape != (2,) or data.dtype != jnp.uint32:
     return None
   return data[0], data[1]
+
+
+def _once(k0: jax.Array, fn: Callable[[], jax.Array]) -> jax.Array:
+  """fn() computed in a while loop that runs exactly once, so its output is stored
+  (not fused into, and recomputed by, each consumer). The trip count (k0 | 1) & 1
+  is 1 for every uint32 k0 but is not a compile-time constant. Performance only:
+  the value is fn() either way."""
+  trips = (k0 | jnp.uint32(1)) & jnp.uint32(1)
+  out = jax.eval_shape(fn)
+  _, out = jax.lax.while_loop(lambda s: s[0] < trips, lambda s: (s[0] + jnp.uint32(1), fn()),
+                              (jnp.uint32(0), jnp.zeros(out.shape, out.dtype)))
+  return out
 
 
 def _wrap_like(key, words_x2):
@@ -378,7 +394,9 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   if words is None:
     bits = jax.random.bits(key, (num,), jnp.uint32)
     return _assemble_normal(bits, _tail_fill(key, bits))[:size].reshape(shape)
-  bits = _stream_words(words, num, jnp.arange(num, dtype=jnp.uint32))[:size]
+  # Stored once: the tail count and the transform both read every word.
+  bits = _once(words[0], lambda: _stream_words(words, num, jnp.arange(num, dtype=jnp.uint32)))
+  bits = bits[:size]
   return _assemble_normal(bits, _tail_fill(key, bits)).reshape(shape)
 
 

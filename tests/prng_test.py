@@ -14,6 +14,23 @@ from absl.testing import parameterized
 from dpjax import prng
 
 
+def _normal_of_words(bits):
+  """The documented body map sqrt(2) erfinv(2 m 2^-23 - 1) of each word's top 23 bits."""
+  f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
+  u = jnp.maximum(np.nextafter(np.float32(-1), np.float32(0)), 2.0 * f - 1.0)
+  return np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
+
+
+def _mask_of_stream(key, q, n):
+  """The documented mask: w-bit integers of `random_bits` (for w = 16 the high halves,
+  then the low halves) compared with floor(q 2^w)."""
+  w = prng.mask_bit_width(q)
+  words = prng.random_bits(key, (n + 1) // 2 if w == 16 else n)
+  if w == 16:
+    words = jnp.concatenate([words >> 16, words & 0xFFFF])
+  return words[:n] < prng.bernoulli_threshold(q, w)
+
+
 class RandomStreamTest(parameterized.TestCase):
   """The unrolled threefry samplers reproduce jax's streams bit for bit."""
 
@@ -68,17 +85,9 @@ class RandomStreamTest(parameterized.TestCase):
       np.testing.assert_array_equal(
           bits, jax.extend.random.threefry_2x32(tuple(jax.random.key_data(k)),
                                                 jnp.arange(n, dtype=jnp.uint32)))
-      f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
-      u = jnp.maximum(np.nextafter(np.float32(-1), np.float32(0)), 2.0 * f - 1.0)
-      want = np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
-      np.testing.assert_array_equal(prng.standard_normal(k, (n,)), want)
+      np.testing.assert_array_equal(prng.standard_normal(k, (n,)), _normal_of_words(bits))
       for q in (0.01, 0.2):
-        w = prng.mask_bit_width(q)
-        words = prng.random_bits(k, (n + 1) // 2 if w == 16 else n)
-        if w == 16:
-          words = jnp.concatenate([words >> 16, words & 0xFFFF])
-        want_mask = words[:n] < prng.bernoulli_threshold(q, w)
-        np.testing.assert_array_equal(prng.poisson_mask(k, q, n), want_mask)
+        np.testing.assert_array_equal(prng.poisson_mask(k, q, n), _mask_of_stream(k, q, n))
     # Under jit + vmap (the engine's setting) too.
     vm = jax.jit(jax.vmap(lambda kk: (prng.poisson_mask(kk, 0.2, n),
                                       prng.standard_normal(kk, (n,)))))(keys)
@@ -93,20 +102,11 @@ class RandomStreamTest(parameterized.TestCase):
     # far from the start of the stream.
     k = jax.random.key(21)
     n = 100_001
-    bits = prng.random_bits(k, n)
-    f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
-    u = jnp.maximum(np.nextafter(np.float32(-1), np.float32(0)), 2.0 * f - 1.0)
-    want = np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
     got = jax.jit(jax.vmap(lambda kk: prng.standard_normal(kk, (n,))))(k[None])[0]
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, _normal_of_words(prng.random_bits(k, n)))
     for q in (0.004, 0.2):
-      w = prng.mask_bit_width(q)
-      words = prng.random_bits(k, (n + 1) // 2 if w == 16 else n)
-      if w == 16:
-        words = jnp.concatenate([words >> 16, words & 0xFFFF])
-      want_mask = words[:n] < prng.bernoulli_threshold(q, w)
       got_mask = jax.jit(jax.vmap(lambda kk, q=q: prng.poisson_mask(kk, q, n)))(k[None])[0]
-      np.testing.assert_array_equal(got_mask, want_mask)
+      np.testing.assert_array_equal(got_mask, _mask_of_stream(k, q, n))
 
   def test_normal_shape_and_non_threefry_keys(self):
     z = prng.standard_normal(jax.random.key(0), (3, 4))

@@ -170,8 +170,9 @@ def _stream_words(words, num_words: int, j: jax.Array) -> jax.Array:
   The stream's block i has counters (i, H + i), H = ceil(num_words / 2) (an odd count
   pads the last block's second counter with 0, as jax.extend.random.threefry_2x32);
   word i < H is its first output, word H + i its second. Each entry hashes its own
-  block and keeps the word it needs: elementwise, so it fuses into the consumer and
-  XLA:CPU splits it across threads (module docstring).
+  block and keeps the word it needs: one elementwise kernel, which XLA:CPU splits
+  across threads and fuses into a single consumer (the normal stores it, because two
+  read it; module docstring).
   """
   h = (num_words + 1) // 2
   first = j < jnp.uint32(h)

@@ -293,6 +293,31 @@ def check_sizes(value: Any, name: str, minimum: int = 1) -> tuple[int, ...]:
   return tuple(check_size(v, f"{name}[{i}]", minimum) for i, v in enumerate(value))
 
 
+def check_bool(value: Any, name: str) -> bool:
+  """value as a Python bool, if it is one (or a NumPy bool scalar); TypeError otherwise.
+
+  A flag that changes a guarantee (e.g. `monotonic`, which halves a mechanism's
+  noise) must not be taken from truthiness: the strings "False" and "no", 1.0 and
+  NaN are all truthy, so each is refused rather than read as True.
+
+  Examples:
+    >>> check_bool(np.bool_(False), "monotonic")
+    False
+    >>> check_bool("False", "monotonic")
+    Traceback (most recent call last):
+    ...
+    TypeError: monotonic must be a bool (True or False), got str 'False'
+  """
+  if is_tracer(value):
+    raise TypeError(f"{name} must be a concrete bool, not a traced value")
+  if isinstance(value, np.ndarray) and value.shape == () and value.dtype == np.bool_:
+    value = value[()]
+  if not isinstance(value, (bool, np.bool_)):
+    raise TypeError(f"{name} must be a bool (True or False), got "
+                    f"{type(value).__name__} {value!r:.80}")
+  return bool(value)
+
+
 def check_callable(value: Any, name: str) -> Any:
   """value itself, if it is callable; TypeError naming the parameter otherwise."""
   if not callable(value):

@@ -847,6 +847,8 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
       dtype = np.asarray(value).dtype
     if not (np.issubdtype(dtype, np.number) or dtype == np.bool_):
       raise ValueError(f"{name} must be an array of numbers, got dtype {dtype}")
+    if np.issubdtype(dtype, np.complexfloating):
+      raise ValueError(f"{name} must hold real numbers, got dtype {dtype}")
   x = jnp.asarray(x_NxF, jnp.float32)
   y = jnp.asarray(y_N)
   keep = jnp.asarray(keep_MxN)
@@ -869,7 +871,9 @@ def _train(*, key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, init_params, o
   if not isinstance(model, models_lib.Model):
     raise ValueError(f"model must be a models.Model or a flax.linen.Module, got "
                      f"{type(model)}")
-  _check_records(x, y, model)
+  # Labels are checked as given, not as jnp.asarray narrowed them to int32 (which
+  # wraps 2**32 to 0 and would let an invalid label train as a valid one).
+  _check_records(x, y_N, model)
   if not (memory_budget_bytes > 0):
     raise ValueError(f"memory_budget_bytes must be > 0, got {memory_budget_bytes}")
   if max_chunk is not None:
@@ -1038,9 +1042,10 @@ def _check_records(x: jax.Array, y: jax.Array, model: models_lib.Model) -> None:
     idx = _first_bad_index(bad_x)
     raise ValueError(f"x_NxF must be finite (no NaN or inf): x_NxF{list(idx)} = "
                      f"{float(x[idx])}")
-  y_np = np.asarray(y)
-  if not (np.issubdtype(y_np.dtype, np.number) or y_np.dtype == np.bool_):
-    raise ValueError(f"y_N must be numeric labels, got dtype {y_np.dtype}")
+  y_np = np.asarray(y)   # as given (int64 stays int64: compared exactly in float64)
+  if not (np.issubdtype(y_np.dtype, np.number) or y_np.dtype == np.bool_) or np.issubdtype(
+      y_np.dtype, np.complexfloating):
+    raise ValueError(f"y_N must be real numeric labels, got dtype {y_np.dtype}")
   yf = y_np.astype(np.float64)
   bad_y = ~np.isfinite(yf)
   if bad_y.any():
@@ -1089,7 +1094,8 @@ def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Array
       kwargs["canary_keep_MxK"] = _validate.check_binary(canary_keep, "canary_keep",
                                                          ndim=1)[None]
     else:
-      kwargs["canary_keep_M"] = jnp.asarray([bool(canary_keep)])
+      kwargs["canary_keep_M"] = jnp.asarray([_validate.check_bool(canary_keep,
+                                                                  "canary_keep")])
   kwargs.setdefault("progress", False)
   out = train_many(key[None], x_NxF, y_N, keep[None], cfg, model, **kwargs)
   return jax.tree.map(lambda a: a[0], out)

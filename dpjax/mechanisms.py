@@ -276,6 +276,7 @@ def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: floa
   _validate.check_array(value, "value")
   v = jnp.asarray(value, jnp.float32)
   b = laplace_scale(epsilon, sensitivity)
+  secure = _validate.check_bool(secure, "secure")
   if not secure:
     _warn_insecure("laplace_mechanism")
     return v + b * jax.random.laplace(key, v.shape, jnp.float32)
@@ -402,6 +403,7 @@ def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: flo
   _validate.check_array(value, "value")
   v = jnp.asarray(value, jnp.float32)
   sigma = gaussian_sigma(epsilon, delta, sensitivity, calibration)
+  secure = _validate.check_bool(secure, "secure")
   if not secure:
     _warn_insecure("gaussian_mechanism")
     return v + sigma * jax.random.normal(key, v.shape, jnp.float32)
@@ -444,6 +446,7 @@ def _selection_scale(epsilon, sensitivity, monotonic) -> float:
   # candidates (2 Delta_u), unless every utility moves the same way (monotonic).
   eps = _validate.check_epsilon(epsilon)
   du = _validate.check_positive(sensitivity, "sensitivity")
+  monotonic = _validate.check_bool(monotonic, "monotonic")
   return (1.0 if monotonic else 2.0) * du / eps
 
 
@@ -645,6 +648,7 @@ def _released_laplace_scale(epsilon: float, size: int, secure: bool) -> float:
   i.e. (1 + size gamma) / eps in value units (its rounding adds variance gamma^2 / 12,
   negligible next to 2 b^2); the float release adds exactly Laplace(1 / eps).
   """
+  secure = _validate.check_bool(secure, "secure")
   if not secure:
     return 1.0 / epsilon
   return (1.0 + size * laplace_grid(epsilon, 1.0)) / epsilon

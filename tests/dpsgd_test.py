@@ -325,6 +325,35 @@ class ConfigTest(parameterized.TestCase):
     with self.assertRaises(ValueError):
       helpers.small_config(**kw)
 
+  def test_canary_keep_must_be_a_bool(self):
+    # A truthy non-bool ("False", "no", NaN, 2) used to put the canary IN, so an
+    # audit's IN / OUT labels were wrong.
+    x, y = helpers.binary_data()
+    model = models.logistic_regression(4)
+    for flag in ("False", "no", float("nan"), 2, 1.0, 0):
+      with self.assertRaisesRegex(TypeError, "canary_keep must be a bool"):
+        dpsgd.train_one(jax.random.key(0), x, y, jnp.ones(24, bool), helpers.small_config(),
+                        model, gradient_canary={"w": jnp.ones(4)},
+                        canary_keep=flag)
+
+  def test_int64_labels_are_checked_before_narrowing(self):
+    # 2**32 and 2**32 + 1 wrap to 0 and 1 in an int32 cast; they must be refused.
+    x, _ = helpers.binary_data()
+    bad = np.zeros(24, np.int64)
+    bad[3] = 2**32 + 1
+    for model in (models.logistic_regression(4), models.mlp(4, hidden=(3,), num_classes=3)):
+      with self.assertRaisesRegex(ValueError, r"y_N\[3\]"):
+        dpsgd.train_many(jax.random.key(0), x, bad, jnp.ones((1, 24), bool),
+                         helpers.small_config(), model)
+
+  def test_complex_records_are_refused(self):
+    x, y = helpers.binary_data()
+    model = models.logistic_regression(4)
+    for xx, yy, name in ((np.asarray(x) + 0j, y, "x_NxF"), (x, np.asarray(y) + 0j, "y_N")):
+      with self.assertRaisesRegex(ValueError, name + " must hold real numbers"):
+        dpsgd.train_many(jax.random.key(0), xx, yy, jnp.ones((1, 24), bool),
+                         helpers.small_config(), model)
+
   def test_bad_train_inputs_raise(self):
     x, y = helpers.binary_data()
     model = models.logistic_regression(4)

@@ -275,6 +275,36 @@ class SelectionTest(parameterized.TestCase):
                                            monotonic), np.float64)
     self.assertAlmostEqual(math.log(q2[0, 0] / q[0, 0]), eps, delta=1e-3)
 
+  @parameterized.parameters("False", "no", "", 1.0, 0, 1, np.float64(1.0), float("nan"), None,
+                            (np.array([True]),))
+  def test_monotonic_must_be_a_bool(self, flag):
+    # A truthy non-bool used to be read as True: half the scale, a privacy loss of
+    # 2 eps at a claimed eps (1.998 measured at eps = 1 with this worst case).
+    u = jnp.array([0.0, 1.0, 2.0])
+    for call in (lambda: mech.exponential_probs(u, 1.0, 1.0, flag),
+                 lambda: mech.exponential_mechanism(jax.random.key(0), u, 1.0, 1.0, flag),
+                 lambda: mech.report_noisy_max(jax.random.key(0), u, 1.0, 1.0, flag)):
+      with self.assertRaisesRegex(TypeError, "monotonic must be a bool"):
+        call()
+
+  def test_monotonic_false_keeps_the_claimed_epsilon(self):
+    # The worst case of test_exponential_probability_ratio: exactly eps for
+    # monotonic=False and np.bool_(False), never 2 eps.
+    eps, du = 1.0, 1.0
+    w = np.array([[-30.0, 0.0, 0.0]], np.float32)
+    shift = np.array([[du, -du, -du]], np.float32)
+    for flag in (False, np.bool_(False)):
+      q = np.asarray(mech.exponential_probs(w, eps, du, flag), np.float64)
+      q2 = np.asarray(mech.exponential_probs(w + shift, eps, du, flag), np.float64)
+      self.assertAlmostEqual(math.log(q2[0, 0] / q[0, 0]), eps, delta=1e-3)
+
+  @parameterized.parameters("no", "False", 1, None)
+  def test_secure_must_be_a_bool(self, flag):
+    with self.assertRaisesRegex(TypeError, "secure must be a bool"):
+      mech.laplace_mechanism(jax.random.key(0), jnp.zeros(2), 1.0, secure=flag)
+    with self.assertRaisesRegex(TypeError, "secure must be a bool"):
+      mech.gaussian_mechanism(jax.random.key(0), jnp.zeros(2), 1.0, 1e-5, secure=flag)
+
   def test_exponential_sampler_matches_probs(self):
     # 200k draws: each frequency within 5 SE of its probability.
     u = jnp.array([[0.0, 1.0, 2.0, 4.0], [3.0, 3.0, 0.0, -1.0]])

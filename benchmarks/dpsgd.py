@@ -170,7 +170,7 @@ def _dpjax_runner(x, y, num_models, generic):
 
   def run():
     out = dpsgd.train_many(key, xj, yj, keep, cfg, model, clipping=csf,
-                           progress=False)
+                           perf=dpsgd.PerformanceFlags(progress=False))
     jax.block_until_ready(out.params)
   return run
 
@@ -270,8 +270,8 @@ def audit_runner(x, y, num_models: int, **train_kwargs):
   def run():
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", dpsgd.UnaccountedComponentWarning)
-      out = dpsgd.train_many(key, xj, yj, keep, cfg, model, progress=False,
-                             **train_kwargs)
+      out = dpsgd.train_many(key, xj, yj, keep, cfg, model,
+                             perf=dpsgd.PerformanceFlags(progress=False), **train_kwargs)
     jax.block_until_ready(out.params)
   return run
 

@@ -19,7 +19,7 @@ whose time is reported as the compile time):
       permutation, `lax.scan` over the epoch's steps in one jitted call, mean
       per-example loss, no clipping, no noise: the honest fast baseline (the CNN's
       convolutions as im2col matmuls, `fast_apply`, the faster form on XLA:CPU);
-  (b) dp_padded: `dpsgd.train_one` with its default `batch_capacity="auto"`
+  (b) dp_padded: `dpsgd.train_one` with its default `PerformanceFlags(batch_capacity="auto")`
       (Poisson batches gathered into buffers of K rows, ghost clipping, noise
       sigma C, the fixed denominator B), the whole call timed end to end;
   (c) full_mask: the same with `batch_capacity=None` (every record's gradient at
@@ -221,7 +221,9 @@ def dp_runner(model, x, y, num_steps: int, batch_capacity="auto", seed: int = SE
   key = jax.random.key(seed + 1)
 
   def run():
-    out = dpsgd.train_one(key, x, y, keep, cfg, model, batch_capacity=batch_capacity)
+    out = dpsgd.train_one(key, x, y, keep, cfg, model,
+                          perf=dpsgd.PerformanceFlags(batch_capacity=batch_capacity,
+                                                      progress=False))
     return jax.block_until_ready(out.params)
   return _Runner(run)
 
@@ -293,7 +295,7 @@ def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED
   from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
 
   def host_check():
-    dpsgd._check_records(x, y, model)  # pylint: disable=protected-access
+    dpsgd.engine._check_records(x, y, model)  # pylint: disable=protected-access
 
   fns = {"mask": scan_sum(mask), "pad": scan_sum(pad), "gather": scan_sum(gather),
          "clipped_sum": fixed_batches(True, False), "noise_update": fixed_batches(False, True),

@@ -21,7 +21,7 @@ read `dpjax.accounting.dpsgd_epsilon(...)` or, after `from dpjax import dpsgd`,
                   (init, apply) pairs
     recipe        training well with DP: augmentation multiplicity, batch size
                   at fixed epsilon, the non-private baseline (optimisers and the
-                  parameter EMA go through train_many's optimizer / ema_decay)
+                  parameter EMA go through train_many's optimizer / cfg.ema_decay)
     flax_model    a flax.linen module as a model (from_flax), ghost clipping
                   where its layers allow
   Privacy accounting and mechanisms:

@@ -3,7 +3,7 @@
 Training M independent models is embarrassingly parallel. `train_many_sharded`
 splits the model axis of `dpsgd.train_many`:
 
-* One process: the per-model inputs (keys, membership masks, canary bits) are laid
+* One process: the per-model inputs (keys, membership masks, fixed-record bits) are laid
   out along a one-dimensional `jax.sharding.Mesh` named "models" over
   `jax.devices()`, and XLA partitions the one jitted vmap-over-models /
   scan-over-steps program with no communication (the records x, y are replicated).
@@ -62,6 +62,7 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from typing import Any, Sequence
 
@@ -77,10 +78,6 @@ from dpjax import models as models_lib
 
 MODEL_AXIS = "models"
 BATCH_AXIS = "batch"
-
-# train_many keywords with a leading model axis: sliced to each process's block.
-_PER_MODEL_KWARGS = ("canary_keep_M", "canary_keep_MxK")
-
 
 def _device_list(devices, default) -> list:
   """devices (a non-empty sequence of jax devices) as a list; `default` when None."""
@@ -172,10 +169,15 @@ def gather_models(tree: Any, num_models: int) -> Any:
   return jax.tree.map(lambda a: jnp.asarray(a[:m]), tree)
 
 
-# train_many keywords holding data or settings that change the result (not
-# functions), included in the fingerprint.
-_DATA_KWARGS = _PER_MODEL_KWARGS + ("init_params", "gradient_canary", "gradient_canaries",
-                                    "user_ids_N", "ema_decay", "batch_capacity")
+# train_many keywords holding data that changes the result (not functions), included
+# in the fingerprint (cfg, with ema_decay, is fingerprinted through its repr).
+_DATA_KWARGS = ("init_params", "fixed_gradients", "user_ids_N")
+
+
+def _perf(kwargs) -> dpsgd.PerformanceFlags:
+  """The `perf` keyword of train_many (its default when absent), checked."""
+  return _validate.check_instance(kwargs.get("perf", dpsgd.PerformanceFlags()),
+                                  dpsgd.PerformanceFlags, "perf")
 
 
 def _fingerprint(*trees) -> np.ndarray:
@@ -197,7 +199,8 @@ def _check_same_inputs(keys_M, x_NxF, y_N, keep_MxN, cfg, kwargs) -> None:
   local = _fingerprint(np.asarray(jax.random.key_data(keys_M)), np.asarray(x_NxF),
                        np.asarray(y_N), np.asarray(keep_MxN),
                        np.frombuffer(repr(cfg).encode(), np.uint8),
-                       *[kwargs.get(k) for k in _DATA_KWARGS])
+                       *[kwargs.get(k) for k in _DATA_KWARGS],
+                       np.frombuffer(repr(_perf(kwargs).batch_capacity).encode(), np.uint8))
   every = np.asarray(multihost_utils.process_allgather(local))
   if not np.all(every == every[0]):
     raise ValueError("train_many_sharded must be called with identical key, x_NxF, y_N, "
@@ -220,8 +223,8 @@ def train_many_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCon
   `devices` (default jax.local_devices(); devices of other processes are refused),
   and with gather=True the blocks are all-gathered (`gather_models`). Before
   training, a CRC-32 fingerprint of the key, records, masks, cfg, data keywords
-  (canary bits, init_params, canaries, user ids) and the settings ema_decay and
-  batch_capacity is all-gathered and compared, so
+  (init_params, fixed-gradient records and their bits, user ids) and the
+  setting perf.batch_capacity is all-gathered and compared, so
   processes given different inputs raise instead of training different models
   under one name. (Function arguments such as observe_fn or optimizer are not
   compared.)
@@ -234,21 +237,20 @@ def train_many_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCon
       `process_models(M)` (False: no gather; `gather_models` does it later). With one
       process both return all M models.
     **kwargs: any other train_many keyword (observe_fn, per_example_stats,
-      gradient_canaries, canary_keep_MxK, memory_budget_bytes, ...); the per-model
-      ones (canary_keep_M, canary_keep_MxK) are sliced to each process's block.
+      fixed_gradients, perf, ...); fixed_gradients.keep_MxK is sliced to each
+      process's block.
   Returns:
     dpsgd.TrainResult whose arrays have a leading model axis of size M (S for
     gather=False with several processes), equal to the unsharded train_many
     result up to float rounding.
   """
-  if "model_sharding" in kwargs:
-    raise ValueError("pass devices=, not model_sharding=, to train_many_sharded")
+  perf = _perf(kwargs)
+  if perf.model_sharding is not None:
+    raise ValueError("pass devices=, not perf.model_sharding, to train_many_sharded")
   _validate.check_instance(gather, bool, "gather")
-  kwargs.setdefault("progress", True)
   if jax.process_count() == 1:
-    sharding = model_sharding(model_mesh(devices))
-    return dpsgd.train_many(key, x_NxF, y_N, keep_MxN, cfg, model, model_sharding=sharding,
-                            **kwargs)
+    kwargs["perf"] = dataclasses.replace(perf, model_sharding=model_sharding(model_mesh(devices)))
+    return dpsgd.train_many(key, x_NxF, y_N, keep_MxN, cfg, model, **kwargs)
   local = _device_list(devices, jax.local_devices())
   for d in local:
     if d.process_index != jax.process_index():
@@ -257,18 +259,20 @@ def train_many_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCon
   m = _validate.check_shape(keep_MxN, "keep_MxN", ndim=2)[0]
   if m < 1:
     raise ValueError("keep_MxN must have at least one row (M >= 1)")
-  for name in _PER_MODEL_KWARGS:
-    if kwargs.get(name) is not None and np.shape(kwargs[name])[:1] != (m,):
-      raise ValueError(f"{name} must have leading axis M = {m}, got shape "
-                       f"{np.shape(kwargs[name])}")
-  keys = dpsgd._model_keys(key, m)  # pylint: disable=protected-access
+  fixed = kwargs.get("fixed_gradients")
+  if fixed is not None:
+    _validate.check_instance(fixed, dpsgd.FixedGradients, "fixed_gradients")
+    if np.shape(fixed.keep_MxK)[:1] != (m,):
+      raise ValueError(f"fixed_gradients.keep_MxK must have leading axis M = {m}, got shape "
+                       f"{np.shape(fixed.keep_MxK)}")
+  keys = dpsgd.model_keys(key, m)
   _check_same_inputs(keys, x_NxF, y_N, keep_MxN, cfg, kwargs)
   idx = process_models(m)
-  for name in _PER_MODEL_KWARGS:
-    if kwargs.get(name) is not None:
-      kwargs[name] = np.asarray(kwargs[name])[idx]
+  if fixed is not None:   # the records' bits have a model axis: this process's block
+    kwargs["fixed_gradients"] = fixed._replace(keep_MxK=np.asarray(fixed.keep_MxK)[idx])
+  kwargs["perf"] = dataclasses.replace(perf, model_sharding=model_sharding(model_mesh(local)))
   out = dpsgd.train_many(keys[idx], x_NxF, y_N, np.asarray(keep_MxN)[idx], cfg, model,
-                         model_sharding=model_sharding(model_mesh(local)), **kwargs)
+                         **kwargs)
   return gather_models(out, m) if gather else out
 
 
@@ -288,7 +292,7 @@ def train_batch_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCo
   `split(key, M)[i]` as in train_many, and the parameters equal the unsharded
   run's up to the float rounding of a different summation order.
 
-  The split of the work holds for the full-mask step (`batch_capacity=None`, and
+  The split of the work holds for the full-mask step (`perf.batch_capacity=None`, and
   "auto" at small N). The padded step gathers the K sampled rows from the
   sharded records; XLA then runs the K-row step replicated on every device (the
   results are still equal, bit-identical on CPU, but there is no speedup from the
@@ -310,8 +314,8 @@ def train_batch_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCo
   Raises:
     ValueError: N not a multiple of D, mismatched shapes, several processes.
   """
-  if "model_sharding" in kwargs:
-    raise ValueError("train_batch_sharded shards the record axis; model_sharding= is "
+  if _perf(kwargs).model_sharding is not None:
+    raise ValueError("train_batch_sharded shards the record axis; perf.model_sharding is "
                      "train_many_sharded's")
   if jax.process_count() > 1:
     raise ValueError("train_batch_sharded runs in one process (train_many reads its "
@@ -337,5 +341,4 @@ def train_batch_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCo
   y = jax.device_put(jnp.asarray(y_N), rows)
   keep = jax.device_put(jnp.asarray(keep_MxN), NamedSharding(mesh, PartitionSpec(None,
                                                                                  BATCH_AXIS)))
-  kwargs.setdefault("progress", True)
   return dpsgd.train_many(key, x, y, keep, cfg, model, **kwargs)

@@ -330,7 +330,7 @@ def secure_components(noise_multiplier: float, l2_clip_norm: float, model,
   """(clipping path, privatizer) of secure DP-SGD, matched: pass them to `train_many`.
 
   Args:
-    noise_multiplier, l2_clip_norm: the config's sigma and C (`cfg.sigma`,
+    noise_multiplier, l2_clip_norm: the config's sigma and C (`cfg.noise_multiplier`,
       `cfg.l2_clip_norm`).
     model: a models.Model.
     grid: gamma (default `default_grid(C)`).

@@ -7,7 +7,7 @@ so the sampler, the privatizer and the accountant are the engine's own:
                    `optax.adam(lr)`: the optimiser receives the privatized gradient
                    (clipped sum + N(0, sigma^2 C^2 I), divided by B), so its state
                    (momentum, Adam's moments) is post-processing.
-  parameter EMA    `train_many(..., ema_decay=0.9)` returns `TrainResult.ema_params`,
+  parameter EMA    `DpSgdConfig(..., ema_decay=0.9)`: `TrainResult.ema_params` is
                    the debiased exponential moving average of the iterates
                    (post-processing of the released parameters).
   augmentation     `augmented_clipping(model, shifts, image_shape)`: the clipping door
@@ -39,10 +39,9 @@ Examples:
   >>> x = jax.random.uniform(jax.random.key(0), (30, 16))
   >>> y = jnp.arange(30) % 3
   >>> cfg = dpsgd.DpSgdConfig(dataset_size=30, sampling_prob=0.5, num_steps=4,
-  ...                         noise_multiplier=1.0)
+  ...                         noise_multiplier=1.0, ema_decay=0.5)
   >>> out = dpsgd.train_many(jax.random.key(1), x, y, jnp.ones((2, 30), bool), cfg, model,
-  ...                        optimizer=optax.sgd(0.5, momentum=0.9), ema_decay=0.5,
-  ...                        progress=False)
+  ...                        optimizer=optax.sgd(0.5, momentum=0.9))
   >>> out.ema_params["layers"][0]["w"].shape
   (2, 16, 8)
 """

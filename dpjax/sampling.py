@@ -136,7 +136,7 @@ _OVERFLOW_PROB = 0.025
 
 def default_batch_capacity(num_records: int, sampling_prob: float,
                            num_models: int = 1) -> int:
-  """K, the rows of one padded batch buffer (`dpsgd.train_many(batch_capacity=...)`).
+  """K, the rows of one padded batch buffer (`dpsgd.PerformanceFlags(batch_capacity=...)`).
 
   The smallest multiple of 8 that is at least the (1 - 0.025 / M) quantile of
   Binomial(n, q), the count of a Poisson batch over n records, and at most n:

@@ -320,7 +320,7 @@ def dpsgd_runs(keys_R: jax.Array, candidates_R, x_NxF, y_N, cfgs: Sequence[dpsgd
     raise ValueError("cfgs must be a non-empty sequence of DpSgdConfig")
   ref = cfgs[0]
   for j, cf in enumerate(cfgs):
-    same = (cf.sigma == ref.sigma and cf.sampling_prob == ref.sampling_prob
+    same = (cf.noise_multiplier == ref.noise_multiplier and cf.sampling_prob == ref.sampling_prob
             and cf.num_steps == ref.num_steps and cf.dataset_size == ref.dataset_size
             and cf.privacy_unit == ref.privacy_unit)
     if not same:
@@ -331,9 +331,9 @@ def dpsgd_runs(keys_R: jax.Array, candidates_R, x_NxF, y_N, cfgs: Sequence[dpsgd
   r = cand.shape[0]
   if r == 0:
     raise ValueError("candidates_R must hold at least one run")
-  keys = dpsgd._model_keys(keys_R, r)  # pylint: disable=protected-access
+  keys = dpsgd.model_keys(keys_R, r)
   n = np.shape(x_NxF)[0]
-  train_kwargs.setdefault("progress", False)
+  train_kwargs.setdefault("perf", dpsgd.PerformanceFlags(progress=False))
   parts, order = [], []
   pad = 1 if pad_to is None else _validate.check_int(pad_to, "pad_to")
   for j in np.unique(cand):

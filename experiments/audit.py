@@ -217,9 +217,10 @@ def _train_chunk_canaries(cfg, key, data, var, lo, hi, m_total, model, sigma):
     out = dpsgd.train_many(
         key, data.x_NxD, data.y_N, jnp.asarray(keep), var.config, model,
         observe_fn=canary.observe_last_coordinates(k),
-        gradient_canaries=canary.gradient_canaries(data.num_features, k,
-                                                   var.config.l2_clip_norm),
-        canary_keep_MxK=jnp.asarray(s), max_chunk=hi - lo, progress=False, **var.components)
+        fixed_gradients=dpsgd.FixedGradients(
+            canary.gradient_canaries(data.num_features, k, var.config.l2_clip_norm),
+            jnp.asarray(s)),
+        perf=dpsgd.PerformanceFlags(max_chunk=hi - lo, progress=False), **var.components)
   _refuse_diverged(out)
   bb = canary.black_box_scores(np.asarray(out.params["w"]),
                                np.asarray(data.x_NxD[data.canary_index]))
@@ -240,8 +241,10 @@ def _train_chunk(key, data, var, lo, hi, m_total, model):
     out = dpsgd.train_many(
         key, data.x_NxD, data.y_N, jnp.asarray(keep), var.config, model,
         observe_fn=canary.observe_last_coordinate(),
-        gradient_canary=canary.gradient_canary(data.num_features, var.config.l2_clip_norm),
-        canary_keep_M=jnp.asarray(s), max_chunk=hi - lo, progress=False, **var.components)
+        fixed_gradients=dpsgd.FixedGradients(
+            canary.gradient_canaries(data.num_features, 1, var.config.l2_clip_norm),
+            jnp.asarray(s)[:, None]),
+        perf=dpsgd.PerformanceFlags(max_chunk=hi - lo, progress=False), **var.components)
   _refuse_diverged(out)
   bb = canary.black_box_scores(np.asarray(out.params["w"]),
                                np.asarray(data.x_NxD[data.canary_index]))

@@ -371,8 +371,9 @@ def _train(case: Case, sigma: float, cfg: AuditBugsConfig, key, r: np.ndarray):
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", dpsgd.UnaccountedComponentWarning)
       out = dpsgd.train_many(jax.random.fold_in(key, g), x, y, jnp.asarray(keep[sel]),
-                             v.config, model, observe_fn=_observe, progress=False,
-                             max_chunk=int(np.sum(sel)), **comps)
+                             v.config, model, observe_fn=_observe,
+                             perf=dpsgd.PerformanceFlags(progress=False,
+                                                         max_chunk=int(np.sum(sel))), **comps)
     if not np.all(np.asarray(out.finite)):
       raise ValueError(f"case {case.label!r}: a model diverged; no audit is computed")
     obs[sel] = np.asarray(out.observations, np.float64)

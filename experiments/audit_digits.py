@@ -120,7 +120,7 @@ def _optimal_expected(audit: runner.TrainingAudit, train_cfg, confidence: float)
   Clopper-Pearson bound. An audit near this value is as tight as the trials allow.
   """
   dist = canary.LlrDistribution.compute(sampling_prob=float(train_cfg.sampling_prob),
-                                        noise_multiplier=float(train_cfg.sigma),
+                                        noise_multiplier=float(train_cfg.noise_multiplier),
                                         num_steps=int(train_cfg.num_steps))
   thr, fpr, fnr = tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
   trials = min(audit.scores_in.size, audit.scores_out.size) // 2
@@ -167,8 +167,8 @@ def run(cfg: AuditDigitsConfig, out_dir: str, *, progress: bool = True,
   for i, e in enumerate(tqdm(list(cfg.eps), desc=NAME, disable=not progress)):
     train_cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=cfg.sampling_prob,
                                   num_steps=cfg.steps, l2_clip_norm=cfg.clip,
-                                  target_epsilon=float(e), delta=cfg.delta,
-                                  learning_rate=cfg.learning_rate)
+                                  delta=cfg.delta, learning_rate=cfg.learning_rate
+                                  ).calibrate(float(e))
     a = runner.audit_dpsgd(jax.random.fold_in(key_audit, i), train_cfg, model,
                            data.x_train_NxF, data.y_train_N, num_runs=cfg.runs,
                            num_gradient_canaries=cfg.canaries, record_canary=record_canary(),

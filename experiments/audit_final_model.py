@@ -151,7 +151,7 @@ def _linear_expected(train_cfg, trials_per_side: int, confidence: float) -> floa
   Clopper-Pearson at the expected error counts of the split's evaluation half
   on `final_model.last_iterate_roc` (`estimators.best_certifiable`).
   """
-  thr, fpr, fnr = fm.last_iterate_roc(float(train_cfg.sampling_prob), float(train_cfg.sigma),
+  thr, fpr, fnr = fm.last_iterate_roc(float(train_cfg.sampling_prob), float(train_cfg.noise_multiplier),
                                       int(train_cfg.num_steps))
   return float(estimators.best_certifiable(fpr, fnr, max(1, trials_per_side // 2),
                                            delta=float(train_cfg.delta),
@@ -278,8 +278,8 @@ def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
   for i, e in enumerate(tqdm(list(cfg.eps), desc=NAME, disable=not progress)):
     train_cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=cfg.sampling_prob,
                                   num_steps=cfg.steps, l2_clip_norm=cfg.clip,
-                                  target_epsilon=float(e), delta=cfg.delta,
-                                  learning_rate=cfg.learning_rate)
+                                  delta=cfg.delta, learning_rate=cfg.learning_rate
+                                  ).calibrate(float(e))
     k_a, k_w = jax.random.split(jax.random.fold_in(key_audit, i))
     a_avg = fm.audit(k_a, train_cfg, model, x_priv, y_priv, init_params=avg0,
                      adversaries=adv["average"], num_runs=cfg.runs,
@@ -304,7 +304,7 @@ def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
     grd = audits["gradient canary (final model)"]
     n_rec = (int(rec.included_RxK.sum()), int((~rec.included_RxK).sum()))
     n_grd = (int(grd.included_RxK.sum()), int((~grd.included_RxK).sum()))
-    row = {"target_epsilon": float(e), "noise_multiplier": float(a_avg.config.sigma),
+    row = {"target_epsilon": float(e), "noise_multiplier": float(a_avg.config.noise_multiplier),
            "claimed_epsilon": a_avg.claimed_epsilon, "exact_epsilon": a_avg.exact_epsilon,
            "last_iterate_epsilon": a_avg.last_iterate_epsilon,
            "trials_record": list(n_rec), "trials_gradient": list(n_grd),

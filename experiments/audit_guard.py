@@ -101,7 +101,7 @@ def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True,
   """
   claim = dpsgd.DpSgdConfig(dataset_size=1024, sampling_prob=cfg.sampling_prob,
                             num_steps=cfg.steps, l2_clip_norm=1.0,
-                            target_epsilon=cfg.eps, delta=cfg.delta)
+                            delta=cfg.delta).calibrate(cfg.eps)
   key = jax.random.key(cfg.seed)
   rows = []
   for name in tqdm(("engine",) + tuple(cfg.bugs), desc=NAME, disable=not progress):
@@ -117,7 +117,7 @@ def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True,
       true_eps = guard.planted_epsilon(name, claim)
     rows.append({"engine": name, "true_epsilon": true_eps, "delta": cfg.delta,
                  **c.to_json()})
-  sigma = float(claim.sigma)
+  sigma = float(claim.noise_multiplier)
   table = _common.Table(
       title=f"The engine's guard (claimed ε = {rows[0]['claimed_epsilon']:.3g}, exact "
             f"{rows[0]['exact_epsilon']:.3g}, δ = {cfg.delta:g}) with bugs planted in the engine",

@@ -122,7 +122,7 @@ def _config(eps, n, batch, epochs, lr, clip, delta) -> dpsgd.DpSgdConfig:
     return dpsgd.DpSgdConfig(l2_clip_norm=math.inf, noise_multiplier=0.0, **common)
   if eps == "clip":
     return dpsgd.DpSgdConfig(l2_clip_norm=clip, noise_multiplier=0.0, **common)
-  return dpsgd.DpSgdConfig(l2_clip_norm=clip, target_epsilon=float(eps), **common)
+  return dpsgd.DpSgdConfig(l2_clip_norm=clip, **common).calibrate(float(eps))
 
 
 def _group_metrics(w_MxD, x_test, y_test, g_test):
@@ -155,7 +155,7 @@ def _ratio_se(ratio, d0, se0, d1, se1):
 def _train(key, x, y, cfg, m, stats=False):
   keep = jnp.ones((m, x.shape[0]), bool)
   return dpsgd.train_many(key, x, y, keep, cfg, models.logistic_regression(x.shape[1]),
-                          per_example_stats=stats, progress=False)
+                          per_example_stats=stats, perf=dpsgd.PerformanceFlags(progress=False))
 
 
 def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
@@ -206,7 +206,7 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
       row_stats[f"norm{gk}"] = float(st["norm_sum"][:, sel].sum() / sampled[:, sel].sum())
       row_stats[f"clipped{gk}"] = float(st["times_clipped"][:, sel].sum() / sampled[:, sel].sum())
     eps_spent = train_cfg.epsilon() if s not in ("inf", "clip") else math.inf
-    entry = {"setting": s, "sigma": train_cfg.sigma, "epsilon": eps_spent,
+    entry = {"setting": s, "sigma": train_cfg.noise_multiplier, "epsilon": eps_spent,
              **{k_: _mean_se(v) for k_, v in met.items()},
              "coef_mean": w.mean(0).tolist(), "coef_std": w.std(0, ddof=1).tolist(),
              **row_stats}

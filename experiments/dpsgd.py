@@ -125,17 +125,15 @@ def _cfg(n, q, steps, c=1.0, eps=None, sigma=None):
   kw = dict(dataset_size=n, sampling_prob=q, num_steps=steps, l2_clip_norm=c,
             delta=DELTA, learning_rate=ETA_C / c if math.isfinite(c) else ETA_C)
   if eps is None:
-    kw["noise_multiplier"] = 0.0 if sigma is None else sigma
-  else:
-    kw["target_epsilon"] = eps
-  return dpsgd.DpSgdConfig(**kw)
+    return dpsgd.DpSgdConfig(noise_multiplier=0.0 if sigma is None else sigma, **kw)
+  return dpsgd.DpSgdConfig(**kw).calibrate(eps)
 
 
 def _train(key, d, cfg, seeds, stats=False):
   n = d["x"].shape[0]
   model = models.logistic_regression(d["x"].shape[1])
   out = dpsgd.train_many(key, d["x"], d["y"], jnp.ones((seeds, n), bool), cfg, model,
-                         per_example_stats=stats, progress=False)
+                         per_example_stats=stats, perf=dpsgd.PerformanceFlags(progress=False))
   acc, ll = _evaluate(out.params["w"], d["x_test"], d["y_test"])
   res = {"acc": acc, "logloss": ll}
   if stats:
@@ -151,7 +149,7 @@ def _train_sweep(key, d, cfgs, seeds):
   model = models.logistic_regression(d["x"].shape[1])
   idx = np.repeat(np.arange(len(cfgs)), seeds)
   out = dpsgd.train_sweep(key, d["x"], d["y"], jnp.ones((idx.size, n), bool), cfgs, idx,
-                          model, progress=False)
+                          model, perf=dpsgd.PerformanceFlags(progress=False))
   acc, _ = _evaluate(out.params["w"], d["x_test"], d["y_test"])
   return acc.reshape(len(cfgs), seeds)
 
@@ -164,7 +162,7 @@ def demo_anatomy(key, data, draws):
     n, dim = x.shape
     q = 50.0 / n
     cfg = _cfg(n, q, int(round(20 / q)), eps=1.0)
-    sigma, b = cfg.sigma, cfg.expected_batch_size
+    sigma, b = cfg.noise_multiplier, cfg.expected_batch_size
     w0 = {"w": jnp.zeros((dim,), jnp.float32)}
     full, _ = glm.clipped_grad_sum(0.0, w0, x, y, jnp.ones((n,)), math.inf)
     full = full["w"] / n
@@ -213,7 +211,7 @@ def demo_cost(key, data, seeds, epsilons=EPSILONS, progress=True):
     acc = _train_sweep(jax.random.fold_in(key, i), d, cfgs, seeds)
     for eps, cfg, a in zip(settings, cfgs, acc):
       res[f"{name}/{eps}"] = {"acc_mean": float(a.mean()), "acc_sd": float(a.std(ddof=1)),
-                              "sigma": cfg.sigma, "acc": a.tolist()}
+                              "sigma": cfg.noise_multiplier, "acc": a.tolist()}
   for name in ("linear", "cubic"):
     d = data[name]
     w = fitting.fit_logistic(d["x"], d["y"], l2=1e-4, num_iters=50, tol=1e-10)
@@ -273,14 +271,14 @@ def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS,
     cfg = _cfg(n, q, steps, eps=1.0)
     r = _train(jax.random.fold_in(key, i), d, cfg, seeds)
     b = cfg.expected_batch_size
-    entry = {"q": q, "B": b, "steps": steps, "sigma": cfg.sigma, "sigma_over_b": cfg.sigma / b,
+    entry = {"q": q, "B": b, "steps": steps, "sigma": cfg.noise_multiplier, "sigma_over_b": cfg.noise_multiplier / b,
              "acc_mean": float(r["acc"].mean()), "acc_sd": float(r["acc"].std(ddof=1))}
     res[kind][f"{b:g}"] = entry
     if kind == "epochs":
-      rows_e.append([b, q, steps, cfg.sigma, cfg.sigma / b, entry["acc_mean"], entry["acc_sd"],
+      rows_e.append([b, q, steps, cfg.noise_multiplier, cfg.noise_multiplier / b, entry["acc_mean"], entry["acc_sd"],
                      LECTURE["batch_epochs"].get(int(round(b)))])
     else:
-      rows_s.append([b, q, steps, cfg.sigma, cfg.sigma / b, entry["acc_mean"], entry["acc_sd"],
+      rows_s.append([b, q, steps, cfg.noise_multiplier, cfg.noise_multiplier / b, entry["acc_mean"], entry["acc_sd"],
                      LECTURE["sigma_over_b"] if q == 0.05 else None])
   cols = ["B", "q", "T", "sigma", "sigma/B", "accuracy", "sd", "lecture"]
   t1 = _common.Table(f"Demo 4a: batch size at 20 epochs (cubic, n = 500, eps = 1, {seeds} seeds)",

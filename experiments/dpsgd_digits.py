@@ -20,7 +20,7 @@ For each architecture:
   DP-SGD         the recipe (`dpjax.recipe`): Poisson sampling at q, per-example
                  clipping to C (ghost clipping), Gaussian noise, SGD with momentum
                  0.9 (the optimiser sees only the privatized gradient), and the EMA
-                 of the iterates (`train_many(ema_decay=...)`). For every candidate
+                 of the iterates (`DpSgdConfig(ema_decay=...)`). For every candidate
                  (T, lr) of the grid, ONE program trains `--seeds` models for every
                  epsilon plus the clipped-noiseless run (sigma = 0), the noise std
                  being an input (`dpsgd.train_sweep`); then, for each epsilon
@@ -213,8 +213,8 @@ def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
       continue
     steps, lr = cand
     common = dict(dataset_size=n, sampling_prob=q, num_steps=int(steps), delta=cfg.delta,
-                  l2_clip_norm=cfg.clip, learning_rate=float(lr))
-    cfgs = [dpsgd.DpSgdConfig(target_epsilon=e, **common) for e in eps]
+                  l2_clip_norm=cfg.clip, learning_rate=float(lr), ema_decay=cfg.ema_decay)
+    cfgs = [dpsgd.DpSgdConfig(**common).calibrate(e) for e in eps]
     cfgs.append(dpsgd.DpSgdConfig(noise_multiplier=0.0, **common))
     index = np.repeat(np.arange(len(cfgs)), m)
     # Ghost clipping where the layers allow it; a group-norm CNN takes the engine's
@@ -227,11 +227,11 @@ def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
     k = jax.random.fold_in(key_dp, jobs.index((arch, cand)))
     out = dpsgd.train_sweep(k, x, y, jnp.ones((len(index), n), bool), cfgs, index, model,
                             clipping=clipping, optimizer=_sgd(float(lr)),
-                            ema_decay=cfg.ema_decay, progress=False)
+                            perf=dpsgd.PerformanceFlags(progress=False))
     for kind, params in (("last", out.params), ("ema", out.ema_params)):
       acc_val = np.asarray(recipe.accuracy(model, params, x_val, data.y_val_N))
       for j, c in enumerate(cfgs):
-        setting = "clipped, σ = 0" if c.noise_multiplier == 0.0 else f"ε = {c.target_epsilon:g}"
+        setting = "clipped, σ = 0" if j == len(eps) else f"ε = {eps[j]:g}"
         sel = index == j
         v = float(acc_val[sel].mean())
         record["candidates"].append({"arch": arch, "setting": setting, "steps": int(steps),
@@ -254,16 +254,16 @@ def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
         "validation_accuracy": v, **_stats(acc)})
   for arch in cfg.archs:
     model = _model(arch, cfg)
-    for setting in [f"ε = {e:g}" for e in eps] + ["clipped, σ = 0"]:
+    for target, setting in [(e, f"ε = {e:g}") for e in eps] + [(math.inf, "clipped, σ = 0")]:
       v, steps, lr, kind, c = val[(arch, setting)]
       acc = np.asarray(recipe.accuracy(model, trained[(arch, setting)], x_test,
                                        data.y_test_N))
       record["cells"].append({
           "arch": arch, "setting": setting,
-          "target_epsilon": c.target_epsilon if c.target_epsilon else math.inf,
-          "epsilon_spent": c.epsilon(), "sigma": c.sigma, "steps": int(steps),
+          "target_epsilon": target,
+          "epsilon_spent": c.epsilon(), "sigma": c.noise_multiplier, "steps": int(steps),
           "learning_rate": float(lr), "params": kind, "validation_accuracy": v,
-          "noise_per_example": c.sigma / (q * n), **_stats(acc)})
+          "noise_per_example": c.noise_multiplier / (q * n), **_stats(acc)})
   noise_rows = _noise_table_rows(cfg, n, eps)
   record["noise_for_batch_sizes"] = noise_rows
   tables = [_results_table(cfg, record), _noise_table(cfg, n, noise_rows)]

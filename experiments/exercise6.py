@@ -373,7 +373,7 @@ def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key: jax.Array,
     for m, j in enumerate(copy):
       keep[m, j * n:(j + 1) * n] = True
     res = dpsgd.train_sweep(jax.random.fold_in(key, k), x_all, y_all, keep, cfgs,
-                            np.asarray(index), model, user_ids_N=uid_all, progress=False)
+                            np.asarray(index), model, user_ids_N=uid_all, perf=dpsgd.PerformanceFlags(progress=False))
     v = np.asarray(res.params["w"], np.float64)
     for m, (kind, tag) in enumerate(owners):
       out[kind][tag] = v[m] / clips[copy[m]]
@@ -433,10 +433,10 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
   # Example-level contrast: every loan a unit, q per loan, same eps for the model.
   ex_cfg = dpsgd.DpSgdConfig(dataset_size=n_train, sampling_prob=cfg.sampling_prob,
                              num_steps=cfg.num_steps, l2_clip_norm=cfg.model_clip,
-                             target_epsilon=cfg.model_epsilon, delta=cfg.delta,
-                             learning_rate=cfg.model_lr_c2 / cfg.model_clip ** 2)
+                             delta=cfg.delta, learning_rate=cfg.model_lr_c2 / cfg.model_clip ** 2
+                             ).calibrate(cfg.model_epsilon)
   res = dpsgd.train_many(k_ex, w["x_train"], w["y_train"], np.ones((1, n_train), bool),
-                         ex_cfg, model, progress=False)
+                         ex_cfg, model, perf=dpsgd.PerformanceFlags(progress=False))
   compare["example"] = np.asarray(res.params["w"], np.float64)[0]
   bar.update(1)
   bar.close()
@@ -487,7 +487,7 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
       "user": {"unit": "customer (user-level)", "sigma": bud["sigma_basic"],
                "dataset_size": w["num_train_users"], "epsilon": bud["eps_model_basic"],
                "test_accuracy": acc(compare["user"])},
-      "example": {"unit": "loan (example-level)", "sigma": ex_cfg.sigma,
+      "example": {"unit": "loan (example-level)", "sigma": ex_cfg.noise_multiplier,
                   "dataset_size": n_train, "epsilon": ex_cfg.epsilon(),
                   "test_accuracy": acc(compare["example"])},
       "non_private": {"unit": "none (sigma = 0)", "sigma": 0.0,

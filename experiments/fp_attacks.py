@@ -215,10 +215,10 @@ def _train(key, data, cfgs, index_M, canary_in_M, **components):
         key, data.x_NxD, data.y_N, keep, cfgs, index_M,
         models.logistic_regression(data.num_features),
         observe_fn=canary.observe_last_coordinate(),
-        gradient_canary=canary.gradient_canary(data.num_features, _CLIP),
-        canary_keep_M=jnp.asarray(np.resize(canary_in_M, index_M.size)), progress=False,
-        max_chunk=_MAX_CHUNK,
-        **components)
+        fixed_gradients=dpsgd.FixedGradients(
+            canary.gradient_canaries(data.num_features, 1, _CLIP),
+            jnp.asarray(np.resize(canary_in_M, index_M.size))[:, None]),
+        perf=dpsgd.PerformanceFlags(progress=False, max_chunk=_MAX_CHUNK), **components)
   obs = np.asarray(out.observations, np.float32)
   bits = np.asarray(_canary_bits(jax.random.split(key, index_M.size),
                                  jnp.asarray(np.resize(canary_in_M, index_M.size)),
@@ -231,7 +231,7 @@ def _dpsgd_row(flagged, canary_in, impossible, bits, cfg_dp, cfg):
   m_in, m_out = int(canary_in.sum()), int((~canary_in).sum())
   f_in, f_out = int(flagged[canary_in].sum()), int(flagged[~canary_in].sum())
   sampled = int(bits.sum())
-  return {"noise_multiplier": cfg_dp.sigma, "sampling_prob": cfg_dp.sampling_prob,
+  return {"noise_multiplier": cfg_dp.noise_multiplier, "sampling_prob": cfg_dp.sampling_prob,
           "num_steps": cfg_dp.num_steps, "claimed_epsilon": cfg_dp.epsilon(),
           "flagged_with": f_in / m_in, "flagged_without": f_out / m_out,
           "sampled_steps": sampled,
@@ -249,7 +249,7 @@ def _naive_dpsgd(key, data, cfg, settings):
   rows = []
   for g, cfg_dp in enumerate(settings):
     o, b = obs[index == g], bits[index == g]
-    std = privatizer.GaussianPrivatizer().noise_stddev(cfg_dp.sigma, _CLIP)
+    std = privatizer.GaussianPrivatizer().noise_stddev(cfg_dp.noise_multiplier, _CLIP)
     impossible, flagged = floating_point.lattice_canary_flags(
         o, 0.0, std, cfg_dp.expected_batch_size)
     # Every update is reachable under its true hypothesis (canary sum C where sampled).
@@ -267,10 +267,10 @@ def _defended_dpsgd(key, data, cfg, settings):
   model = models.logistic_regression(data.num_features)
   rows = []
   for i, cfg_dp in enumerate(settings):
-    path, priv = privatizer.secure_components(cfg_dp.sigma, _CLIP, model)
+    path, priv = privatizer.secure_components(cfg_dp.noise_multiplier, _CLIP, model)
     gamma = priv.grid
     noise = integer_noise.rounded_gaussian(
-        cfg_dp.sigma * grid_lib.grid_sensitivity(_CLIP, gamma, data.num_features))
+        cfg_dp.noise_multiplier * grid_lib.grid_sensitivity(_CLIP, gamma, data.num_features))
     obs, bits = _train(jax.random.fold_in(key, i), data, [cfg_dp], np.zeros(m, np.int32),
                        canary_in, clipping=path, privatizer=priv)
     reach = lambda c: floating_point.grid_reachable(  # pylint: disable=cell-var-from-loop

@@ -123,8 +123,8 @@ def run(cfg: OneRunDpsgdConfig, out_dir: str, *, progress: bool = True,
   for i, e in enumerate(tqdm(list(cfg.eps), desc=NAME, disable=not progress)):
     train_cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=cfg.sampling_prob,
                                   num_steps=cfg.steps, l2_clip_norm=cfg.clip,
-                                  target_epsilon=float(e), delta=cfg.delta,
-                                  learning_rate=cfg.learning_rate)
+                                  delta=cfg.delta, learning_rate=cfg.learning_rate
+                                  ).calibrate(float(e))
     a = runner.audit_dpsgd(jax.random.fold_in(key_audit, i), train_cfg, model,
                            data.x_train_NxF, data.y_train_N, num_runs=1,
                            num_gradient_canaries=m, mode="one_run",
@@ -134,7 +134,7 @@ def run(cfg: OneRunDpsgdConfig, out_dir: str, *, progress: bool = True,
     # perfect ranking (scores equal to the bits).
     top = runner.bounds_from_trials(wb.included_RxK * 1.0, wb.included_RxK, delta=cfg.delta,
                                     confidence=cfg.confidence, mode="one_run")
-    row = {"target_epsilon": float(e), "noise_multiplier": a.config.sigma,
+    row = {"target_epsilon": float(e), "noise_multiplier": a.config.noise_multiplier,
            "claimed_epsilon": a.claimed_epsilon, "exact_epsilon": a.exact_epsilon,
            "num_in": int(wb.included_RxK.sum()),
            "epsilon_lower": wb.epsilon_lower(),

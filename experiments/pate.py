@@ -107,7 +107,7 @@ def _dpsgd_config(n: int, eps: float, delta: float, epochs: int) -> dpsgd.DpSgdC
                 learning_rate=2.0, delta=delta)
   if math.isinf(eps):
     return dpsgd.DpSgdConfig(noise_multiplier=0.0, **common)
-  return dpsgd.DpSgdConfig(target_epsilon=eps, **common)
+  return dpsgd.DpSgdConfig(**common).calibrate(eps)
 
 
 def run(cfg: PateConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
@@ -205,12 +205,12 @@ def run(cfg: PateConfig, out_dir: str, *, progress: bool = True, quiet: bool = F
   for c, dk in zip(cells, dkeys):
     train_cfg = _dpsgd_config(n_priv, c["epsilon_data_independent"], delta, dpsgd_epochs)
     res = dpsgd.train_many(dk, x_priv, y_priv, jnp.ones((dpsgd_seeds, n_priv), bool),
-                           train_cfg, model, progress=False)
+                           train_cfg, model, perf=dpsgd.PerformanceFlags(progress=False))
     accs = jax.vmap(lambda p: jnp.mean(jnp.argmax(model.apply(p, x_test), -1) == y_test))(
         res.params)
     c["dpsgd_accuracy"] = float(jnp.mean(accs))
     c["dpsgd_accuracy_std"] = float(jnp.std(accs))
-    c["dpsgd_sigma"] = train_cfg.sigma
+    c["dpsgd_sigma"] = train_cfg.noise_multiplier
     c["dpsgd_epsilon"] = train_cfg.epsilon()
   record["cells"] = cells
   bar.close()

@@ -41,7 +41,7 @@ For each target eps in --epsilons (delta = --delta):
     in practice, and the table shows it. Nothing is chosen on the private votes or
     the test set.
   * DP-SGD: the same model on the same private records, calibrated to the target
-    (`DpSgdConfig(target_epsilon=...)`, RDP, Poisson rate --dpsgd_batch / n,
+    (`DpSgdConfig(...).calibrate(eps)`, RDP, Poisson rate --dpsgd_batch / n,
     --dpsgd_epochs epochs, C = 1, learning rate 1), --dpsgd_seeds models in one
     vmapped program; hyperparameters fixed before any run.
 
@@ -245,8 +245,8 @@ def _dpsgd_config(n: int, eps: float, cfg: PateCreditConfig) -> dpsgd.DpSgdConfi
   q = cfg.dpsgd_batch / n
   steps = max(1, int(round(cfg.dpsgd_epochs / q)))
   return dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=q, num_steps=steps,
-                           l2_clip_norm=1.0, learning_rate=1.0, delta=cfg.delta,
-                           target_epsilon=eps)
+                           l2_clip_norm=1.0, learning_rate=1.0, delta=cfg.delta
+                           ).calibrate(eps)
 
 
 # ----------------------------------------------------------------------------------
@@ -460,11 +460,10 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
   for i, eps in enumerate(epsilons):
     train_cfg = _dpsgd_config(n, eps, cfg)
     res = dpsgd.train_many(jax.random.fold_in(k_dp, i), x_priv, y_priv,
-                           jnp.ones((cfg.dpsgd_seeds, n), bool), train_cfg, model,
-                           progress=False)
+                           jnp.ones((cfg.dpsgd_seeds, n), bool), train_cfg, model, perf=dpsgd.PerformanceFlags(progress=False))
     accs = _accuracies(model, res.params, x_test, y_test)
     dp[eps] = {"accuracy": float(accs.mean()), "accuracy_std": float(accs.std()),
-               "sigma": train_cfg.sigma, "epsilon": train_cfg.epsilon(),
+               "sigma": train_cfg.noise_multiplier, "epsilon": train_cfg.epsilon(),
                "steps": train_cfg.num_steps, "sampling_prob": train_cfg.sampling_prob}
     bar.update(1)
   bar.close()

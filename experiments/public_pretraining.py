@@ -227,27 +227,27 @@ def run(cfg: PublicPretrainingConfig, out_dir: str, *, progress: bool = True,
     common = dict(dataset_size=n, sampling_prob=cfg.sampling_prob, num_steps=cfg.steps,
                   delta=cfg.delta, l2_clip_norm=cfg.clip, learning_rate=float(lrs[strategy]))
     cfgs = [dpsgd.DpSgdConfig(noise_multiplier=0.0, **common) if math.isinf(e) else
-            dpsgd.DpSgdConfig(target_epsilon=e, **common) for e in eps]
+            dpsgd.DpSgdConfig(**common).calibrate(e) for e in eps]
     key_s = jax.random.fold_in(key_train, _STRATEGIES.index(strategy))
     if strategy == "head":
       # The body is public: phi(x) is a fixed function of each private record alone.
       phi_priv = models.body_features(model, pre, data.x_priv)
       phi_test = models.body_features(model, pre, data.x_test)
       out = dpsgd.train_sweep(key_s, phi_priv, data.y_priv, keep, cfgs, idx, head,
-                              init_params=head0, progress=False)
+                              init_params=head0, perf=dpsgd.PerformanceFlags(progress=False))
       acc = _accuracy_M(head, out.params, phi_test, data.y_test)
     else:
       init = start if strategy == "full" else None
       out = dpsgd.train_sweep(key_s, data.x_priv, data.y_priv, keep, cfgs, idx, model,
-                              init_params=init, progress=False)
+                              init_params=init, perf=dpsgd.PerformanceFlags(progress=False))
       acc = _accuracy_M(model, out.params, data.x_test, data.y_test)
     finite = np.asarray(out.finite)
     for ei, (e, c) in enumerate(zip(eps, cfgs)):
       a = acc[idx == ei]
       record["cells"].append({
           "strategy": strategy, "num_params": d[strategy], "target_epsilon": e,
-          "epsilon_spent": c.epsilon(), "sigma": c.sigma,
-          "noise_norm": c.sigma * cfg.clip * math.sqrt(d[strategy]) / c.expected_batch_size,
+          "epsilon_spent": c.epsilon(), "sigma": c.noise_multiplier,
+          "noise_norm": c.noise_multiplier * cfg.clip * math.sqrt(d[strategy]) / c.expected_batch_size,
           "accuracy_mean": float(a.mean()),
           "accuracy_sd": float(a.std(ddof=1)) if seeds > 1 else 0.0,
           "accuracy_per_seed": a.tolist(), "all_finite": bool(finite[idx == ei].all())})

@@ -123,11 +123,11 @@ def _configs(cfg: UserLevelConfig, n_records: int, n_users: int, eps: float | No
   q = cfg.audit_sampling_prob if audit else cfg.sampling_prob
   t = cfg.audit_steps if audit else cfg.num_steps
   lr = cfg.audit_learning_rate if audit else cfg.learning_rate
-  noise = dict(noise_multiplier=0.0) if eps is None else dict(target_epsilon=eps)
   common = dict(sampling_prob=q, num_steps=t, l2_clip_norm=cfg.l2_clip_norm, delta=cfg.delta,
-                learning_rate=lr, **noise)
-  return {"example": dpsgd.DpSgdConfig(dataset_size=n_records, **common),
+                learning_rate=lr, noise_multiplier=0.0)
+  cfgs = {"example": dpsgd.DpSgdConfig(dataset_size=n_records, **common),
           "user": dpsgd.DpSgdConfig(dataset_size=n_users, privacy_unit="user", **common)}
+  return cfgs if eps is None else {u: c.calibrate(eps) for u, c in cfgs.items()}
 
 
 def _accuracy_part(cfg: UserLevelConfig, key) -> dict:
@@ -148,10 +148,9 @@ def _accuracy_part(cfg: UserLevelConfig, key) -> dict:
   acc, sigmas = {}, {}
   for unit in UNITS:
     cfgs = [_configs(cfg, n, train.num_users, e, audit=False)[unit] for e in levels]
-    sigmas[unit] = [c.sigma for c in cfgs]
+    sigmas[unit] = [c.noise_multiplier for c in cfgs]
     extra = dict(user_ids_N=train.user_N) if unit == "user" else {}
-    out = dpsgd.train_sweep(k_models, x, train.y_N, keep, cfgs, index, model, progress=False,
-                            **extra)
+    out = dpsgd.train_sweep(k_models, x, train.y_N, keep, cfgs, index, model, **extra, perf=dpsgd.PerformanceFlags(progress=False))
     w = np.asarray(out.params["w"], np.float64)
     pred = (w @ np.asarray(xt, np.float64).T) > 0
     a = np.mean(pred == yt[None, :], axis=1)
@@ -196,14 +195,14 @@ def _audit_part(cfg: UserLevelConfig, key) -> dict:
   for unit, k_unit in zip(UNITS, jax.random.split(k_models, len(UNITS))):
     c = _configs(cfg, n, num_users, cfg.audit_epsilon, audit=True)[unit]
     extra = dict(user_ids_N=users) if unit == "user" else {}
-    res = dpsgd.train_many(k_unit, x, y, jnp.asarray(keep), c, model, progress=False, **extra)
+    res = dpsgd.train_many(k_unit, x, y, jnp.asarray(keep), c, model, **extra, perf=dpsgd.PerformanceFlags(progress=False))
     finite = np.asarray(res.finite)
     score = np.asarray(res.params["w"], np.float64)[:, -1]
     s_in, s_out = score[:m][finite[:m]], score[m:][finite[m:]]
     bounds = estimators.score_bounds(s_in, s_out, delta=cfg.delta, confidence=cfg.confidence,
                                      claimed_epsilon=cfg.audit_epsilon)
     out[unit] = {
-        "epsilon": c.epsilon(), "sigma": c.sigma, "dataset_size": c.dataset_size,
+        "epsilon": c.epsilon(), "sigma": c.noise_multiplier, "dataset_size": c.dataset_size,
         "expected_batch_size": c.expected_batch_size,
         "bounds": {name: b.epsilon_lower for name, b in bounds.items()},
         "score_in_mean": float(s_in.mean()), "score_out_mean": float(s_out.mean()),

@@ -31,7 +31,7 @@ Two canaries ride in every training run, each with its own inclusion bit
 
 Many canaries per run (`gradient_canaries`, `canaries_design`): K gradient canaries,
 canary j = C e_j in its own unused coordinate j, each with its own inclusion bit
-and its own Poisson bits (`dpsgd.train_many(gradient_canaries=...)`). In DP-SGD as
+and its own Poisson bits (`dpsgd.train_many(fixed_gradients=...)`). In DP-SGD as
 claimed (fixed denominator B, noise independent across coordinates), coordinate j
 of the update is (b_tj C + sigma C z_tj) / B, a function of canary j's bits and
 noise only, so the K white-box scores of a run are K independent trials with the
@@ -93,7 +93,7 @@ def gradient_canary(num_features: int, l2_clip_norm: float) -> dict:
       `dpjax.data.canaries.audit_data`).
     l2_clip_norm: C, finite and > 0.
   Returns:
-    {"w": float32[D]}, handed to `dpsgd.train_many(gradient_canary=...)`.
+    {"w": float32[D]}; `gradient_canaries(D, 1, C)` is it with a leading axis K = 1.
 
   Examples:
     >>> gradient_canary(3, 2.0)["w"].tolist()
@@ -119,7 +119,7 @@ def gradient_canaries(num_features: int, num_canaries: int, l2_clip_norm: float)
     num_canaries: K >= 1.
     l2_clip_norm: C, finite and > 0.
   Returns:
-    {"w": float32[K, D]}, handed to `dpsgd.train_many(gradient_canaries=...)`; for
+    {"w": float32[K, D]}, the gradients of `dpsgd.FixedGradients(g, keep_MxK)`; for
     K = 1 it is `gradient_canary(D, C)` with a leading axis.
 
   Examples:

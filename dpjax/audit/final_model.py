@@ -822,7 +822,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
     white_box: also score gradient canaries from the per-step updates.
     progress: progress bars.
     **train_kwargs: other `dpsgd.train_many` keywords (sampler, clipping,
-      privatizer, optimizer, max_chunk...): a replaced component is audited
+      privatizer, optimizer, perf...): a replaced component is audited
       against the claim.
   Returns:
     FinalModelAudit.
@@ -847,8 +847,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   models_lib.check_model(model)
   r = _validate.check_int(num_runs, "num_runs", minimum=4)
   confidence = _validate.check_confidence(confidence)
-  for bad in ("gradient_canary", "canary_keep_M", "gradient_canaries", "canary_keep_MxK",
-              "observe_fn", "init_params", "keep_MxN"):
+  for bad in ("fixed_gradients", "observe_fn", "init_params", "keep_MxN"):
     if bad in train_kwargs:
       raise ValueError(f"{bad} is set by audit (the canaries and what is observed)")
   x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, min_size=1))
@@ -857,7 +856,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   y = jnp.asarray(_check_labels(model, y_N, "y_N", shape=(x.shape[0],)))
   _check_params(model, init_params, "init_params")
   _check_adversaries(adversaries, x.shape, init_params)
-  sigma = float(cfg.sigma)
+  sigma = float(cfg.noise_multiplier)
   if not sigma > 0:
     raise ValueError("audit needs a noisy configuration (noise_multiplier > 0)")
   q, t, delta, c = (float(cfg.sampling_prob), int(cfg.num_steps), float(cfg.delta),
@@ -889,14 +888,14 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   x_all, y_all = jnp.concatenate(xs, 0), jnp.concatenate(ys, 0)
   keep_all = np.concatenate(keep, axis=1)
   kwargs = dict(train_kwargs)
-  kwargs.setdefault("progress", progress)
+  kwargs.setdefault("perf", dpsgd.PerformanceFlags(progress=progress))
   observe = None
   unit_dirs = None
   if grads:
     g_all = jax.tree.map(lambda *ls: jnp.concatenate([jnp.asarray(l, jnp.float32)
                                                       for l in ls], 0), *grads)
-    kwargs["gradient_canaries"] = g_all
-    kwargs["canary_keep_MxK"] = jnp.asarray(np.concatenate(gkeep, axis=1))
+    kwargs["fixed_gradients"] = dpsgd.FixedGradients(
+        g_all, jnp.asarray(np.concatenate(gkeep, axis=1)))
     if white_box:
       unit_dirs = jax.tree.map(lambda l: l / c, g_all)
       observe = _observer(unit_dirs)
@@ -935,8 +934,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
           s, bits[a.name], runner.bounds_from_trials(
               s, bits[a.name], delta=delta, confidence=confidence, claimed_epsilon=claimed,
               seed=seeds[2 * i]), "independent", delta, confidence, claimed)
-  final_cfg = dataclasses.replace(cfg, noise_multiplier=sigma, target_epsilon=None)
-  return FinalModelAudit(audits, wb, claimed, exact, heuristic, final_cfg, out.params)
+  return FinalModelAudit(audits, wb, claimed, exact, heuristic, cfg, out.params)
 
 
 _OBSERVERS: dict = {}

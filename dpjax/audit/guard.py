@@ -93,12 +93,12 @@ def default_claim():
 
   Examples:
     >>> c = default_claim()
-    >>> c.sampling_prob, c.num_steps, round(c.sigma, 2)
+    >>> c.sampling_prob, c.num_steps, round(c.noise_multiplier, 2)
     (0.5, 10, 3.72)
   """
   from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
   return dpsgd.DpSgdConfig(dataset_size=1024, sampling_prob=0.5, num_steps=10,
-                           l2_clip_norm=1.0, target_epsilon=2.0, delta=1e-5)
+                           l2_clip_norm=1.0, delta=1e-5).calibrate(2.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +137,7 @@ class ClaimCheck:
       raise AssertionError(
           f"DP-SGD guard: the audit certifies eps >= {self.epsilon_lower:.3f} at "
           f"{self.confidence:g} confidence, above the exact eps {self.exact_epsilon:.3f} of "
-          f"the claim (q={self.config.sampling_prob:g}, sigma={self.config.sigma:.4g}, "
+          f"the claim (q={self.config.sampling_prob:g}, sigma={self.config.noise_multiplier:.4g}, "
           f"T={self.config.num_steps}, delta={self.config.delta:g}); a correct engine "
           f"gives about {self.expected_epsilon_lower:.3f}")
     return self
@@ -206,7 +206,7 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
 
   Args:
     key: jax.random key (data, inclusion bits and training keys are split from it).
-    claim: a dpsgd.DpSgdConfig whose (q, sigma or target eps, T, C, delta,
+    claim: a dpsgd.DpSgdConfig whose (q, sigma, T, C, delta,
       accountant) is the claim (default `default_claim()`); its dataset_size and
       learning_rate are replaced by the guard's (N records, 1e-6). Example-level
       privacy only.
@@ -219,8 +219,7 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
     confidence: of the bound, in (0, 1); 1 - confidence bounds the false-alarm rate.
     progress: progress bar of the training.
     **train_kwargs: `dpsgd.train_many` keywords passed through: sampler, clipping,
-      privatizer, batch_capacity, max_chunk, memory_budget_bytes (the components
-      under test).
+      privatizer (the components under test) and perf (overrides `progress`).
   Returns:
     ClaimCheck.
   Raises:
@@ -253,17 +252,16 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
     raise ValueError(f"canary_scale must exceed 2 * l2_clip_norm = {2.0 * c:g} (the canary's "
                      f"gradient norm is canary_scale / 2), got {s:g}")
   confidence = _validate.check_confidence(confidence)
-  for bad in ("observe_fn", "init_params", "keep_MxN", "gradient_canary", "gradient_canaries",
-              "canary_keep_M", "canary_keep_MxK", "optimizer", "user_ids_N",
-              "per_example_stats"):
+  for bad in ("observe_fn", "init_params", "keep_MxN", "fixed_gradients", "optimizer",
+              "user_ids_N", "per_example_stats"):
     if bad in train_kwargs:
       raise ValueError(f"{bad} is set by check_claim")
-  sigma = float(claim.sigma)
+  train_kwargs.setdefault("perf", dpsgd.PerformanceFlags(progress=progress))
+  sigma = float(claim.noise_multiplier)
   if not sigma > 0:
     raise ValueError("the claim has no noise (sigma = 0): nothing to check")
   n = f + k
-  cfg = dataclasses.replace(claim, dataset_size=n, noise_multiplier=sigma,
-                            target_epsilon=None, learning_rate=_LEARNING_RATE)
+  cfg = dataclasses.replace(claim, dataset_size=n, learning_rate=_LEARNING_RATE)
   q, t_steps, delta = float(cfg.sampling_prob), int(cfg.num_steps), float(cfg.delta)
 
   k_data, k_bits, k_train = jax.random.split(key, 3)
@@ -278,7 +276,7 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   keep[:, f:] = included
   out = dpsgd.train_many(k_train, jnp.asarray(x), jnp.asarray(y), jnp.asarray(keep), cfg,
                          models.logistic_regression(d), observe_fn=_observe_canaries,
-                         progress=progress, **train_kwargs)
+                         **train_kwargs)
   if not np.asarray(out.finite).all():
     raise ValueError("some guard runs diverged (non-finite parameters)")
   obs = np.asarray(out.observations, np.float64)                # [R, T, K]
@@ -306,7 +304,7 @@ def _flush() -> None:
   """Drops the engine's compiled programs and memoised clipping paths (a patched
   internal function is only seen by programs traced after it)."""
   from dpjax import clipping, dpsgd  # pylint: disable=g-import-not-at-top
-  dpsgd._compiled.cache_clear()  # pylint: disable=protected-access
+  dpsgd.engine._compiled.cache_clear()  # pylint: disable=protected-access
   clipping.path_for.cache_clear()
   jax.clear_caches()
 
@@ -366,7 +364,7 @@ def planted_epsilon(bug: str, claim) -> float:
   from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
   bug = _validate.check_choice(bug, PLANTED_BUGS, "bug")
   _validate.check_instance(claim, dpsgd.DpSgdConfig, "claim")
-  sigma, q = float(claim.sigma), float(claim.sampling_prob)
+  sigma, q = float(claim.noise_multiplier), float(claim.sampling_prob)
   sigma, q = {"noise_half": (sigma / 2, q), "sampler_twice_q": (sigma, min(1.0, 2 * q)),
               "clip_four_c": (sigma / 4, q)}[bug]
   return float(accounting.dpsgd_epsilon(sigma, q, int(claim.num_steps), float(claim.delta),

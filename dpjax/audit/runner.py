@@ -407,7 +407,7 @@ class DpSgdAudit:
 
   def to_json(self) -> dict:
     return {"claimed_epsilon": self.claimed_epsilon, "exact_epsilon": self.exact_epsilon,
-            "noise_multiplier": float(self.config.sigma),
+            "noise_multiplier": float(self.config.noise_multiplier),
             "sampling_prob": float(self.config.sampling_prob),
             "num_steps": int(self.config.num_steps), "delta": float(self.config.delta),
             "white_box": None if self.white_box is None else self.white_box.to_json(),
@@ -468,7 +468,7 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
     float32[K] that its apply never reads (so no record has a gradient there);
     canary j is an extra record whose gradient is C e_j in that leaf, included
     per `included[:, j]` and then Poisson-sampled at q with its own bits
-    (`train_many(gradient_canaries=, canary_keep_MxK=)`). The adversary sees the
+    (`train_many(fixed_gradients=...)`). The adversary sees the
     privatized updates' leaf (o_t = B u_t / C = b_t + sigma z_t as claimed) and
     scores canary j by the exact log-likelihood ratio under the claimed (q,
     sigma) (`canary.white_box_scores`).
@@ -494,8 +494,8 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
     mode: "independent" or "one_run".
     progress: progress bars.
     **train_kwargs: any other `dpsgd.train_many` keyword (sampler, clipping,
-      privatizer, optimizer, memory_budget_bytes, max_chunk): a replaced
-      component is what gets audited against the claim.
+      privatizer, optimizer, perf): a replaced component is what gets audited
+      against the claim.
   Returns:
     DpSgdAudit.
   Raises:
@@ -517,8 +517,7 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
   r = _validate.check_int(num_runs, "num_runs", minimum=2 if mode == "independent" else 1)
   k = _validate.check_int(num_gradient_canaries, "num_gradient_canaries", minimum=0)
   confidence = _validate.check_confidence(confidence)
-  for bad in ("gradient_canary", "canary_keep_M", "gradient_canaries", "canary_keep_MxK",
-              "observe_fn", "init_params", "keep_MxN"):
+  for bad in ("fixed_gradients", "observe_fn", "init_params", "keep_MxN"):
     if bad in train_kwargs:
       raise ValueError(f"{bad} is set by audit_dpsgd (the canaries and what is observed)")
   x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, min_size=1))
@@ -544,7 +543,7 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
     _check_trial_counts(mode, r, k, "num_runs * num_gradient_canaries")
   if record_canary is not None:
     _check_trial_counts(mode, r, 1, "num_runs (one record-canary trial per run)")
-  sigma = cfg.sigma
+  sigma = cfg.noise_multiplier
   claimed = float(cfg.epsilon())
   claim = claimed if math.isfinite(claimed) else None
   exact = (accounting.dpsgd_epsilon(sigma, float(cfg.sampling_prob), int(cfg.num_steps),
@@ -569,10 +568,10 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
   canaries = jax.tree.map(lambda l: jnp.zeros((kk,) + tuple(l.shape), jnp.float32),
                           params_shape)
   canaries["canary"] = c * jnp.eye(kk, dtype=jnp.float32)
-  train_kwargs.setdefault("progress", progress)
+  train_kwargs.setdefault("perf", dpsgd.PerformanceFlags(progress=progress))
   out = dpsgd.train_many(k_train, x, y, jnp.asarray(keep), cfg, wrapped,
                          observe_fn=_observe_canary_leaf if k else None,
-                         gradient_canaries=canaries, canary_keep_MxK=jnp.asarray(grad_in),
+                         fixed_gradients=dpsgd.FixedGradients(canaries, jnp.asarray(grad_in)),
                          clipping=_path_with_canary_leaf(path), **train_kwargs)
   finite = np.asarray(out.finite)
   if not finite.all():
@@ -600,5 +599,4 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
         s, rec_in, delta=delta, confidence=confidence, mode=mode,
         claimed_epsilon=claim, seed=seed_b),
                           mode, delta, confidence, claim)
-  final_cfg = dataclasses.replace(cfg, noise_multiplier=sigma, target_epsilon=None)
-  return DpSgdAudit(white, black, claimed, exact, final_cfg)
+  return DpSgdAudit(white, black, claimed, exact, cfg)

@@ -334,8 +334,8 @@ def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Varia
   Args:
     name: one of VARIANTS.
     cfg: the claimed (correct) configuration; its (q, sigma, T, delta) is what the
-      accountant is told for every variant. A `target_epsilon` is resolved to the
-      claimed sigma first, so a variant never re-calibrates its own noise.
+      accountant is told for every variant (a variant never re-calibrates its
+      own noise).
     model: the model (clip_batch_mean wraps its default clipping path;
       backprop_clipping needs an unregularised `models.logistic_regression`).
   Returns:
@@ -348,7 +348,7 @@ def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Varia
   if not isinstance(cfg, dpsgd.DpSgdConfig):
     raise ValueError(f"cfg must be a dpsgd.DpSgdConfig, got {type(cfg)}")
   models_lib.check_model(model)
-  base = dataclasses.replace(cfg, noise_multiplier=cfg.sigma, target_epsilon=None)
+  base = cfg
   if name == "correct":
     return Variant(name, base)
   warnings.warn(f"DP-SGD variant {name!r}: a deliberately broken DP-SGD; the claimed "

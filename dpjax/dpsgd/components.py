@@ -1,0 +1,156 @@
+"""The three components of a DP-SGD step and their accounted defaults.
+
+`resolve(cfg, model, sampler, clipping, privatizer, user_ids_N, n)` returns the
+sampler, clipping path and privatizer a run uses: the caller's own where given
+(the same door our components use), the accounted ones otherwise
+(`cfg.sampler()`, `clipping.path_for(model)`, `privatizer.GaussianPrivatizer()`).
+It refuses components whose privacy unit is not the config's and warns
+(`UnaccountedComponentWarning`) for any that declares `accounted = False` (a shuffle
+sampler, the broken variants of `dpjax.audit.variants`).
+
+Privacy unit (`DpSgdConfig.privacy_unit`): "example" (neighbouring datasets differ
+in one record) or "user" (they differ in ALL the records of one user; McMahan et
+al. 2018, https://arxiv.org/abs/1710.06963). For "user", `user_ids_N` swaps in
+user-level Poisson sampling (`sampling.UserPoissonSampler`) and user-level clipping
+(each user's summed gradient clipped to C, `clipping.user.user_level_path`): one
+user then moves the clipped sum by at most C, so the same accountant call gives the
+guarantee per user.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import jax
+import numpy as np
+
+from dpjax import clipping as clipping_lib
+from dpjax import privatizer as privatizer_lib
+from dpjax import sampling as sampling_lib
+
+
+class UnaccountedComponentWarning(UserWarning):
+  """Training uses a component (sampler, clipping, privatizer) the accountant does not model."""
+
+
+@functools.lru_cache(maxsize=16)
+def _user_components(sampling_prob, ids_bytes, num_records, num_users, model):
+  """The default user-level sampler and clipping path, memoised by their contents so
+  that repeated calls with the same owners reuse one compiled program."""
+  from dpjax.clipping import user as user_clipping  # pylint: disable=g-import-not-at-top
+  ids = np.frombuffer(ids_bytes, np.int32, count=num_records)
+  return (sampling_lib.UserPoissonSampler(sampling_prob, ids, num_users),
+          user_clipping.user_level_path(model, ids, num_users))
+
+
+def _check_units(cfg, sampler, path, ids, n) -> None:
+  """Refuses a sampler or clipping path whose privacy unit is not cfg.privacy_unit, and
+  user-level components whose grouping disagrees with the data or the config."""
+  unit = cfg.privacy_unit
+  for kind, comp in (("sampler", sampler), ("clipping", path)):
+    got = getattr(comp, "privacy_unit", "example")
+    if got == unit:
+      continue
+    if unit == "user":
+      raise ValueError(
+          f"cfg.privacy_unit = 'user' but the {kind} is {got}-level: that is not "
+          "user-level DP (a user's records would be sampled or clipped one by one, so "
+          "one user could move the noisy sum by k C for k records). Pass user_ids_N "
+          "for the user-level defaults, or user-level components.")
+    raise ValueError(
+        f"cfg.privacy_unit = {unit!r} but the {kind} is {got}-level: the accountant "
+        "would be told the wrong unit (q per record, n records). Use "
+        "DpSgdConfig(privacy_unit='user', dataset_size=<number of users>).")
+  if unit != "user":
+    return
+  for kind, comp in (("sampler", sampler), ("clipping", path)):
+    comp_ids = getattr(comp, "user_ids_N", None)
+    if comp_ids is None:
+      continue
+    comp_ids = np.asarray(comp_ids)
+    if comp_ids.shape != (n,):
+      raise ValueError(f"the {kind}'s user_ids_N has shape {comp_ids.shape}, but the data "
+                       f"has {n} records (one id per record)")
+    if int(getattr(comp, "num_users")) != int(cfg.dataset_size):
+      raise ValueError(f"the {kind}'s num_users = {getattr(comp, 'num_users')} but "
+                       f"cfg.dataset_size = {cfg.dataset_size}: under privacy_unit 'user' "
+                       "dataset_size is the number of users")
+    if ids is not None and not np.array_equal(comp_ids, ids):
+      raise ValueError(f"the {kind}'s user_ids_N differ from the user_ids_N given")
+    ids = comp_ids
+
+
+def resolve(cfg, model, sampler, clipping, privatizer, user_ids_N=None, n=None):
+  """(sampler, clipping path, privatizer) with their defaults; see the module docstring.
+
+  Raises:
+    ValueError: user_ids_N under example-level accounting or missing under
+      user-level accounting, a sampler whose q is not cfg.sampling_prob, a
+      component whose privacy unit is not cfg.privacy_unit.
+    TypeError: a component without the required members.
+  Warns:
+    UnaccountedComponentWarning: for every component with `accounted = False`.
+  """
+  ids = None
+  if user_ids_N is not None:
+    if cfg.privacy_unit != "user":
+      raise ValueError("user_ids_N is given but cfg.privacy_unit = 'example': set "
+                       "DpSgdConfig(privacy_unit='user', dataset_size=<number of users>) "
+                       "for user-level DP")
+    ids = sampling_lib.check_user_ids(user_ids_N, cfg.dataset_size, "user_ids_N",
+                                      num_records=n)
+  if cfg.privacy_unit == "user" and ids is None and (sampler is None or clipping is None):
+    raise ValueError("cfg.privacy_unit = 'user' needs user_ids_N (the user of each record, "
+                     "int[N]) or both a user-level sampler and clipping")
+  if ids is not None and (sampler is None or clipping is None):
+    default_sampler, default_path = _user_components(
+        float(cfg.sampling_prob), np.ascontiguousarray(ids, np.int32).tobytes(), int(n),
+        int(cfg.dataset_size), model)
+    sampler = default_sampler if sampler is None else sampler
+    clipping = default_path if clipping is None else clipping
+  sampler = cfg.sampler() if sampler is None else sampler
+  sampling_lib.check_sampler(sampler, cfg.sampling_prob)
+  path = clipping_lib.path_for(model) if clipping is None else clipping_lib.as_path(clipping)
+  _check_units(cfg, sampler, path, ids, n)
+  privatizer = privatizer_lib.GaussianPrivatizer() if privatizer is None else privatizer
+  privatizer_lib.check_privatizer(privatizer)
+  privatizer_lib.check_matching_grid(path, privatizer)
+  off = [f"{kind} {c!r}" for kind, c in (("sampler", sampler), ("clipping", path.name),
+                                        ("privatizer", privatizer))
+         if not getattr(c if kind != "clipping" else path, "accounted")]
+  if off:
+    warnings.warn("training with " + ", ".join(off) + ", which the accountant does NOT model: "
+                  "DpSgdConfig.epsilon() is not a guarantee for this run.",
+                  UnaccountedComponentWarning, stacklevel=4)
+  return sampler, path, privatizer
+
+
+def check_sampler_delta(cfg, params_shape) -> None:
+  """Warns when the delta prng.standard_normal's finite support adds is > 1e-3 cfg.delta.
+
+  The extra delta is `accounting.sampler_delta(cfg.epsilon(), T d)`, d = the number
+  of parameters (noise draws per step). cfg.epsilon() is computed only when a cheap
+  bound does not settle it: eps <= rho + 2 sqrt(rho log(1/delta)), rho = T / (2
+  sigma^2), the zCDP of T unsubsampled Gaussian steps (Bun & Steinke 2016; Poisson
+  subsampling never raises Renyi divergence, by its joint quasi-convexity). A warning,
+  not an error: the run is still (eps, delta + extra)-DP, as
+  `accounting.privacy_statement(..., noise_draws_per_step=d)` reports.
+  """
+  from dpjax import accounting  # pylint: disable=g-import-not-at-top
+  d = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params_shape))
+  k = int(cfg.num_steps) * max(1, d)
+  delta, sigma = float(cfg.delta), float(cfg.noise_multiplier)
+  eps_ok = accounting.max_epsilon_for_sampler_delta(delta, k)
+  rho = int(cfg.num_steps) / (2.0 * sigma * sigma)
+  if rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)) <= eps_ok:
+    return
+  eps = cfg.epsilon()
+  if eps > eps_ok:
+    extra = accounting.sampler_delta(eps, k)
+    warnings.warn(f"the noise sampler's finite support adds {extra:.3g} to delta (eps = "
+                  f"{eps:.4g}, T*d = {k} draws), more than 1e-3 * delta = {1e-3 * delta:.3g}: "
+                  f"the guarantee is (eps, delta + {extra:.3g}), not (eps, delta) "
+                  "(dpjax.accounting.sampler_delta).", UnaccountedComponentWarning,
+                  stacklevel=4)

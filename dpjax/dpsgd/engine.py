@@ -1,0 +1,506 @@
+"""Many DP-SGD models at once: `train_many`, `train_sweep`, `train_one`.
+
+`train_many` trains M models in one jitted program per memory-sized chunk: vmap
+over models, `lax.scan` over the T steps (`step.train_single`). Model i uses its own
+key (by default `jax.random.split(key, M)[i]`) and its own membership mask
+`keep_MxN[i]`, and equals `train_one` with that key. A model's key is split into
+(init, sample, noise, fixed-record) keys; step t's batch mask and noise are drawn
+from `fold_in(key, t)` of those (`dpjax.prng`), so a model's stream never depends
+on M or the chunking. `train_sweep` trains models whose configs differ only in
+their noise as one program (the noise std is an input of the compiled program).
+
+Records: NaN / inf features or labels, and labels outside the model's range, are
+refused before training (ValueError naming `x_NxF` / `y_N` and the first index);
+finite features of any size are accepted, the clipping paths making them harmless.
+Each result says per model whether its parameters ended finite (`TrainResult.finite`,
+`first_nonfinite_step`); a run with diverged models warns (`DivergenceWarning`).
+
+Shape letters: M models, N records, F features, K fixed-gradient records, T steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import warnings
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dpjax import _validate
+from dpjax import flax_model
+from dpjax import models as models_lib
+from dpjax import privatizer as privatizer_lib
+from dpjax import sampling as sampling_lib
+from dpjax.dpsgd import components
+from dpjax.dpsgd import config as config_lib
+from dpjax.dpsgd import layout
+from dpjax.dpsgd import step as step_lib
+
+PyTree = Any
+DpSgdConfig = config_lib.DpSgdConfig
+PerformanceFlags = config_lib.PerformanceFlags
+
+# Unrolled steps (the clipping path's `scan_unroll`) apply only to chunks of at least
+# this many models: unrolling pays off for many small models.
+_UNROLL_MIN_MODELS = 256
+
+
+class DivergenceWarning(UserWarning):
+  """Some trained models ended with non-finite parameters (see `TrainResult.finite`)."""
+
+
+class FixedGradients(NamedTuple):
+  """K extra records whose per-example gradient is fixed (see `dpjax.dpsgd.step`).
+
+  Attributes:
+    gradients_K: pytree like params whose every leaf has an extra leading axis K >= 1
+      (record j is the slice [j] of every leaf); finite.
+    keep_MxK: bool[M, K]: record j is in model i's dataset iff keep_MxK[i, j]
+      (`train_one` also takes bool[K]).
+  """
+  gradients_K: PyTree
+  keep_MxK: Any
+
+
+class TrainResult(NamedTuple):
+  """Output of train_many / train_one / train_sweep.
+
+  Attributes:
+    params: pytree with leaves [M, ...] (train_one: unbatched).
+    observations: [M, T, ...] outputs of observe_fn, or None.
+    stats: None, or {"times_sampled", "times_clipped", "norm_sum"}: float32[M, N]
+      (over steps where the record was sampled: how often, how often its norm
+      exceeded C, and the sum of its pre-clipping norms; inf for a record whose
+      gradient was dropped as non-finite, see `dpjax.clipping.vmap.safe_norm`).
+    finite: bool[M], whether every parameter of model i is finite at the end.
+    first_nonfinite_step: int32[M], the first step t (0-based) after whose update
+      some parameter of model i was NaN or inf; -1 if none. Clipping bounds every
+      record's contribution and drops non-finite per-example gradients, so no record
+      of finite values can cause this; a learning rate or optimiser that makes the
+      parameters themselves blow up can, and `train_many` then warns
+      (`DivergenceWarning`). Anything computed from such a model (an audit score,
+      an epsilon lower bound) must exclude it explicitly.
+    ema_params: None, or (with cfg.ema_decay = d) the exponential moving average of
+      the iterates, leaves [M, ...] like params: with p_t the parameters after step
+      t, sum_{t=1}^T d^(T-t) (1 - d) p_t / (1 - d^T). A function of the released
+      iterates only, so post-processing: the same (eps, delta) as `params`.
+  """
+  params: PyTree
+  observations: jax.Array | None
+  stats: dict | None
+  finite: jax.Array | None = None
+  first_nonfinite_step: jax.Array | None = None
+  ema_params: PyTree | None = None
+
+
+def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
+               keep_MxN: jax.typing.ArrayLike, cfg: DpSgdConfig, model: models_lib.Model, *,
+               init_params: PyTree | None = None,
+               observe_fn: Callable[[PyTree], jax.Array] | None = None,
+               per_example_stats: bool = False,
+               fixed_gradients: FixedGradients | None = None,
+               sampler: sampling_lib.Sampler | None = None,
+               clipping: Any = None,
+               privatizer: privatizer_lib.Privatizer | None = None,
+               optimizer: optax.GradientTransformation | None = None,
+               user_ids_N: jax.typing.ArrayLike | None = None,
+               perf: PerformanceFlags = PerformanceFlags()) -> TrainResult:
+  """Trains M models with DP-SGD in one jitted program per memory-sized chunk.
+
+  Args:
+    key: a jax.random key (model i uses jax.random.split(key, M)[i]), or a batch
+      of M keys [M] (model i uses key[i]).
+    x_NxF: float32[N, ...] records (all models share the pool).
+    y_N: labels [N] ({0, 1} for binary models, ints for multi-class).
+    keep_MxN: bool[M, N]; model i's private dataset is {j : keep_MxN[i, j]}.
+    cfg: the DP-SGD configuration (dataset_size = the nominal size of each model's
+      dataset, which fixes B = q * n).
+    model: a models.Model, or a flax.linen.Module (converted with
+      `flax_model.from_flax(model, x_NxF.shape[1:])`, which also picks its clipping).
+    init_params: optional unbatched params shared by all models (default: model.init
+      with each model's own init key).
+    observe_fn: optional f(privatized update pytree) -> array, evaluated each step
+      inside the scan (the white-box adversary's view); outputs stacked to [M, T, ...].
+    per_example_stats: also return per-record clip statistics [M, N]. Warning:
+      these are exact functions of the private data, NOT covered by the epsilon
+      of the trained parameters; they are for analysis (disparate impact, audits)
+      and must not be released as if private.
+    fixed_gradients: optional `FixedGradients`: K extra records with fixed
+      per-example gradients, each clipped to C, Poisson-sampled at rate q with its
+      own bit, added to the clipped sum and counted in the realised batch size.
+    sampler: batch selection (`dpjax.sampling`); default `cfg.sampler()`, Poisson at q.
+    clipping: a `clipping.ClippingPath` or a function with the clipped-sum contract;
+      default `clipping.path_for(model)`.
+    privatizer: the noise step (`dpjax.privatizer`); default GaussianPrivatizer(),
+      noise sigma * C on the clipped sum, then divide by B.
+    optimizer: optax transformation applied after the privatizer (default
+      optax.sgd(cfg.learning_rate, momentum=cfg.momentum or None)). Pass the same
+      object across calls to reuse the compiled program.
+    user_ids_N: int[N], the user owning each record, ids in [0, cfg.dataset_size);
+      only with cfg.privacy_unit "user" (`dpjax.dpsgd.components`). Fixed-gradient
+      records stay one record each, sampled at rate q: a user with one record.
+    perf: `PerformanceFlags` (memory budget, chunking, sharding, step layout,
+      progress bar); they change how the work is laid out, never a result.
+  Returns:
+    TrainResult(params [M, ...], observations [M, T, ...] or None, stats or None,
+    finite bool[M], first_nonfinite_step int32[M], ema_params [M, ...] or None).
+  Raises:
+    ValueError on shape mismatches, non-finite data (features, labels, init_params,
+    fixed gradients), labels outside the model's range, a sampler whose q is not
+    the config's, a sampler or clipping whose privacy unit is not
+    cfg.privacy_unit, bad user_ids_N (wrong length, non-integer, outside
+    [0, dataset_size)); TypeError on components without the required members.
+  Warns:
+    UnaccountedComponentWarning when a component declares `accounted = False`;
+    DivergenceWarning when some model ends with non-finite parameters.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from dpjax import models
+    >>> x = jax.random.normal(jax.random.key(0), (40, 3))
+    >>> y = (x[:, 0] > 0).astype(jnp.int32)
+    >>> cfg = DpSgdConfig(dataset_size=40, sampling_prob=0.25, num_steps=20)
+    >>> out = train_many(jax.random.key(1), x, y, jnp.ones((4, 40), bool), cfg,
+    ...                  models.logistic_regression(3))
+    >>> out.params["w"].shape
+    (4, 3)
+  """
+  return _train(key, x_NxF, y_N, keep_MxN, cfg, model, None, init_params=init_params,
+                observe_fn=observe_fn, per_example_stats=per_example_stats,
+                fixed_gradients=fixed_gradients, sampler=sampler, clipping=clipping,
+                privatizer=privatizer, optimizer=optimizer, user_ids_N=user_ids_N,
+                perf=perf)
+
+
+def _check_numeric(name, value) -> None:
+  dtype = getattr(value, "dtype", None)
+  if dtype is None:
+    dtype = np.asarray(value).dtype
+  if not (np.issubdtype(dtype, np.number) or dtype == np.bool_):
+    raise ValueError(f"{name} must be an array of numbers, got dtype {dtype}")
+  if np.issubdtype(dtype, np.complexfloating):
+    raise ValueError(f"{name} must hold real numbers, got dtype {dtype}")
+
+
+def _train(key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, *, init_params=None,
+           observe_fn=None, per_example_stats=False, fixed_gradients=None, sampler=None,
+           clipping=None, privatizer=None, optimizer=None, user_ids_N=None,
+           perf=PerformanceFlags()):
+  """train_many's body (its keywords and defaults), with an optional per-model noise
+  std float32[M] (train_sweep)."""
+  for name, value in (("key", key), ("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN),
+                      ("fixed_gradients", fixed_gradients), ("user_ids_N", user_ids_N)):
+    if any(_validate.is_tracer(leaf) for leaf in jax.tree.leaves(value)):
+      raise TypeError(f"{name} is a traced value: train_many compiles its own program "
+                      "(vmap over models, scan over steps) and must be called from Python, "
+                      "not under jax.jit, jax.vmap or jax.grad")
+  for name, value in (("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN)):
+    _check_numeric(name, value)
+  x = jnp.asarray(x_NxF, jnp.float32)
+  y = jnp.asarray(y_N)
+  keep = jnp.asarray(keep_MxN)
+  if x.ndim < 2:
+    raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
+  n = x.shape[0]
+  if y.shape != (n,):
+    raise ValueError(f"y_N must have shape ({n},), got {y.shape}")
+  if keep.ndim != 2 or keep.shape[1] != n:
+    raise ValueError(f"keep_MxN must have shape [M, {n}], got {keep.shape}")
+  if keep.dtype != jnp.bool_:
+    raise ValueError(f"keep_MxN must be boolean, got {keep.dtype}")
+  if keep.shape[0] < 1:
+    raise ValueError("keep_MxN must have at least one row (M >= 1)")
+  if not isinstance(cfg, DpSgdConfig):
+    raise ValueError(f"cfg must be a DpSgdConfig, got {type(cfg)}")
+  _validate.check_instance(perf, PerformanceFlags, "perf")
+  if flax_model.is_flax_module(model):
+    model = flax_model.from_flax(model, tuple(x.shape[1:]))
+    x = x.reshape(x.shape[0], -1)   # the converted model's apply restores the shape
+  if not isinstance(model, models_lib.Model):
+    raise ValueError(f"model must be a models.Model or a flax.linen.Module, got "
+                     f"{type(model)}")
+  # Labels are checked as given, not as jnp.asarray narrowed them to int32 (which
+  # wraps 2**32 to 0 and would let an invalid label train as a valid one).
+  _check_records(x, y_N, model)
+  per_example_stats = _validate.check_bool(per_example_stats, "per_example_stats")
+  m = keep.shape[0]
+  params_shape = jax.eval_shape(model.init, jax.random.key(0))
+  fixed, fixed_keep = _fixed(m, params_shape, fixed_gradients)
+  if init_params is not None:
+    if jax.tree.structure(init_params) != jax.tree.structure(params_shape) or any(
+        tuple(a.shape) != tuple(b.shape) for a, b in
+        zip(jax.tree.leaves(init_params), jax.tree.leaves(params_shape))):
+      raise ValueError("init_params must match the structure and shapes of model.init")
+    for v in jax.tree.leaves(init_params):
+      _check_numeric("init_params", v)
+    if not all(bool(jnp.all(jnp.isfinite(v))) for v in jax.tree.leaves(init_params)):
+      raise ValueError("init_params must be finite (no NaN or inf)")
+  sampler, path, privatizer = components.resolve(cfg, model, sampler, clipping, privatizer,
+                                                 user_ids_N, n)
+  if optimizer is None:
+    optimizer = _default_optimizer(float(cfg.learning_rate), float(cfg.momentum))
+  if noise_std_M is None:
+    std = np.full((m,), privatizer.noise_stddev(cfg.noise_multiplier, cfg.l2_clip_norm),
+                  np.float32)
+  else:
+    std = np.asarray(noise_std_M, np.float32)
+  has_noise = bool(np.any(std > 0))
+  if noise_std_M is None and has_noise and isinstance(privatizer,
+                                                     privatizer_lib.GaussianPrivatizer):
+    components.check_sampler_delta(cfg, params_shape)
+  capacity = layout.capacity(perf, cfg, sampler, path, keep,
+                             sum(math.prod(l.shape) for l in jax.tree.leaves(params_shape)))
+  fn = _compiled(config_lib.noise_free(cfg), model, observe_fn, per_example_stats,
+                 fixed is not None, path, sampler, privatizer, optimizer,
+                 init_params is not None, has_noise, capacity)
+
+  per = layout.bytes_per_model(x, cfg, per_example_stats, observe_fn, path, params_shape,
+                               fixed_keep.shape[1], rows=capacity)
+  chunk = layout.chunk_size(perf, m, per)
+  num_chunks = -(-m // chunk)
+  keys = model_keys(key, m)
+  outs = []
+  it = range(num_chunks)
+  if perf.progress and num_chunks > 1:
+    import tqdm  # pylint: disable=g-import-not-at-top
+    it = tqdm.tqdm(it, desc=f"DP-SGD {m} models", unit="chunk")
+  for ci in it:
+    lo, hi = ci * chunk, min(m, (ci + 1) * chunk)
+    idx = np.arange(lo, lo + chunk) % m if hi - lo < chunk else np.arange(lo, hi)
+    args = (keys[idx], keep[idx], fixed_keep[idx], jnp.asarray(std[idx]))
+    if perf.model_sharding is not None:
+      args = tuple(jax.device_put(a, perf.model_sharding) for a in args)
+    out = fn(*args, init_params, fixed, x, y)
+    if hi - lo < chunk:
+      out = jax.tree.map(lambda a: a[: hi - lo], out)
+    outs.append(out)
+  if len(outs) == 1:
+    params, obs, stats, finite, first_bad, ema = outs[0]
+  else:
+    params, obs, stats, finite, first_bad, ema = jax.tree.map(
+        lambda *a: jnp.concatenate(a, axis=0), *outs)
+  bad = int(np.sum(~np.asarray(finite)))
+  if bad:
+    warnings.warn(f"{bad} of {m} models ended with non-finite parameters (NaN or inf): "
+                  "their updates diverged (e.g. a learning rate too large for the model). "
+                  "TrainResult.finite marks them and TrainResult.first_nonfinite_step "
+                  "gives the step; exclude them from any score or audit.",
+                  DivergenceWarning, stacklevel=3)
+  return TrainResult(params, obs, stats, finite, first_bad, ema)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(cfg, model, observe_fn, per_example_stats, has_fixed, path, sampler,
+              privatizer, optimizer, has_init, has_noise, capacity=None):
+  def batched(key, keep, fixed_keep, noise_std, init_params, fixed, x, y):
+    unroll = path.scan_unroll if key.shape[0] >= _UNROLL_MIN_MODELS else 1
+
+    def one(key, keep, fixed_keep, noise_std):
+      return step_lib.train_single(
+          key, keep, fixed_keep, noise_std if has_noise else 0.0, init_params,
+          fixed if has_fixed else None, x, y, cfg=cfg, model=model, observe_fn=observe_fn,
+          per_example_stats=per_example_stats, clipping=path, sampler=sampler,
+          privatizer=privatizer, optimizer=optimizer, unroll=unroll, capacity=capacity)
+    return jax.vmap(one)(key, keep, fixed_keep, noise_std)
+  return jax.jit(batched)
+
+
+@functools.lru_cache(maxsize=64)
+def _default_optimizer(learning_rate, momentum):
+  return optax.sgd(learning_rate, momentum=momentum if momentum > 0 else None)
+
+
+def model_keys(key, m: int) -> jax.Array:
+  """[M] per-model keys: `key` itself if it is already a batch of M keys, else split(key, M)."""
+  key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+  typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+  single_ndim = 0 if typed else 1
+  if not typed and (key.dtype != jnp.uint32 or key.shape[-1:] != (2,)):
+    raise TypeError(f"key must be a jax.random key (or a batch of them), got {key.dtype}"
+                    f"{list(key.shape)}")
+  if key.ndim == single_ndim:
+    return jax.random.split(key, m)
+  if key.ndim == single_ndim + 1:
+    if key.shape[0] != m:
+      raise ValueError(f"got {key.shape[0]} model keys for M = {m} models")
+    return key
+  raise ValueError(f"key must be one key or a batch of M keys, got shape {key.shape}")
+
+
+def _fixed(m, params_shape, fixed_gradients):
+  """(gradients with leaves [K, ...] or None, keep bool[M, K]) from `fixed_gradients`.
+
+  Refuses a non-FixedGradients value, a structure or leaf shape unlike params (plus
+  the leading K), K = 0, gradients larger than memory, non-finite or non-real
+  gradients and a keep mask that is not bool[M, K], each by name.
+  """
+  if fixed_gradients is None:
+    return None, jnp.zeros((m, 0), bool)
+  _validate.check_instance(fixed_gradients, FixedGradients, "fixed_gradients")
+  g, keep = fixed_gradients
+  k = _check_fixed_leaves(g, params_shape)
+  ck = np.asarray(keep)
+  if ck.shape != (m, k) or ck.dtype != np.bool_:
+    raise ValueError(f"fixed_gradients.keep_MxK must be bool[{m}, {k}] (models x fixed "
+                     f"records), got {ck.dtype}{list(ck.shape)}")
+  return jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), g), jnp.asarray(ck)
+
+
+def _check_fixed_leaves(gradients, params_shape) -> int:
+  """Checks fixed gradients (leaves [K, ...]) against params; returns K."""
+  name = "fixed_gradients.gradients_K"
+  if jax.tree.structure(gradients) != jax.tree.structure(params_shape):
+    raise ValueError(f"{name} must have the structure of the model's params")
+  leaves = jax.tree.leaves(gradients)
+  for v in leaves:
+    _check_numeric(name, v)
+  shapes = [tuple(np.shape(v)) for v in leaves]
+  want = [tuple(l.shape) for l in jax.tree.leaves(params_shape)]
+  if any(len(s) != len(w) + 1 for s, w in zip(shapes, want)) or any(
+      s[1:] != w for s, w in zip(shapes, want)) or len({s[0] for s in shapes}) != 1:
+    raise ValueError(f"{name} leaves must have the params' shapes with one common leading "
+                     f"axis K, got {shapes} for params {want}")
+  k = shapes[0][0]
+  if k < 1:
+    raise ValueError(f"{name} must hold K >= 1 records, got K = {k}")
+  _validate.check_size(k, f"{name} (K)", units=sum(math.prod(w) for w in want))
+  if not all(bool(np.all(np.isfinite(np.asarray(v, np.float32)))) for v in leaves):
+    raise ValueError(f"{name} must be finite (no NaN or inf)")
+  return k
+
+
+def _first_bad_index(bad: np.ndarray) -> tuple[int, ...]:
+  return tuple(int(i) for i in np.argwhere(bad)[0])
+
+
+def _check_records(x: jax.Array, y: jax.Array, model: models_lib.Model) -> None:
+  """Refuses records the clipping bound cannot cover: NaN / inf features or labels,
+  and labels outside the model's range ({0, 1} for one output, class indices in
+  [0, K) for K outputs). Finite features of any size (up to float32's ~3.4e38) are
+  accepted: clipping makes them harmless (`dpjax.clipping.vmap.safe_norm`).
+
+  Raises:
+    ValueError: naming `x_NxF` or `y_N` and the first offending index.
+  """
+  bad_x = ~np.asarray(jnp.isfinite(x))
+  if bad_x.any():
+    idx = _first_bad_index(bad_x)
+    raise ValueError(f"x_NxF must be finite (no NaN or inf): x_NxF{list(idx)} = "
+                     f"{float(x[idx])}")
+  y_np = np.asarray(y)   # as given (int64 stays int64: compared exactly in float64)
+  if not (np.issubdtype(y_np.dtype, np.number) or y_np.dtype == np.bool_) or np.issubdtype(
+      y_np.dtype, np.complexfloating):
+    raise ValueError(f"y_N must be real numeric labels, got dtype {y_np.dtype}")
+  yf = y_np.astype(np.float64)
+  bad_y = ~np.isfinite(yf)
+  if bad_y.any():
+    i = _first_bad_index(bad_y)[0]
+    raise ValueError(f"y_N must be finite (no NaN or inf): y_N[{i}] = {yf[i]}")
+  k = int(model.num_outputs)
+  if k == 1:
+    bad_y, allowed = (yf != 0) & (yf != 1), "in {0, 1} (one output: logistic loss)"
+  else:
+    bad_y = (yf != np.floor(yf)) | (yf < 0) | (yf >= k)
+    allowed = f"class indices in [0, {k}) (integers)"
+  if bad_y.any():
+    i = _first_bad_index(bad_y)[0]
+    raise ValueError(f"y_N must be {allowed}, got y_N[{i}] = {y_np[i]!r}")
+
+
+def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
+              keep_N: jax.typing.ArrayLike, cfg: DpSgdConfig, model: models_lib.Model,
+              **kwargs) -> TrainResult:
+  """Trains one model; equals model i of train_many when given that model's key.
+
+  Args:
+    key: the model's key (train_many's split(key, M)[i]).
+    keep_N: bool[N] membership.
+    **kwargs: any other `train_many` keyword; `fixed_gradients.keep_MxK` may be
+      bool[K] (this model's) or bool[1, K]. The progress bar is off by default.
+  Returns:
+    TrainResult without the leading model axis.
+  """
+  if not _validate.is_tracer(keep_N):
+    keep_N = _validate.check_binary(keep_N, "keep_N", ndim=1)
+    if np.ndim(x_NxF) >= 1 and keep_N.shape != np.shape(x_NxF)[:1]:
+      raise ValueError(f"keep_N must have shape [{np.shape(x_NxF)[0]}] (one entry per "
+                       f"record), got {keep_N.shape}")
+  keep = jnp.asarray(keep_N)
+  if keep.ndim != 1:
+    raise ValueError(f"keep_N must have rank 1, got shape {keep.shape}")
+  fixed = kwargs.get("fixed_gradients")
+  if isinstance(fixed, FixedGradients) and np.ndim(fixed.keep_MxK) == 1:
+    kwargs["fixed_gradients"] = fixed._replace(keep_MxK=np.asarray(fixed.keep_MxK)[None])
+  kwargs.setdefault("perf", PerformanceFlags(progress=False))
+  out = train_many(key[None], x_NxF, y_N, keep[None], cfg, model, **kwargs)
+  return jax.tree.map(lambda a: a[0], out)
+
+
+def train_sweep(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
+                keep_MxN: jax.typing.ArrayLike, cfgs: Sequence[DpSgdConfig],
+                config_index_M: jax.typing.ArrayLike, model: models_lib.Model,
+                **kwargs) -> TrainResult:
+  """Trains M models whose configs differ only in their noise, as ONE program.
+
+  For an epsilon (or sigma) sweep: the noise std is an input of the compiled
+  program, not part of it, so every config of the sweep shares one compile and one
+  vmapped run. Model i is trained exactly as `train_many` trains model i with
+  config cfgs[config_index_M[i]] and the same key (tested), so its guarantee is that
+  config's `epsilon()`.
+
+  Args:
+    key: as in `train_many` (one key, or M keys).
+    x_NxF, y_N, keep_MxN, model: as in `train_many`.
+    cfgs: one or more DpSgdConfig equal in every field except noise_multiplier
+      (e.g. one per epsilon, `cfg.calibrate(eps)`, plus sigma = 0 for the noiseless
+      baseline).
+    config_index_M: int[M], model i's config is cfgs[config_index_M[i]].
+    **kwargs: any other `train_many` keyword.
+  Returns:
+    TrainResult with leaves [M, ...], as `train_many`.
+  Raises:
+    ValueError: if the configs differ in anything but their noise, or an index is
+      out of range.
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from dpjax import models
+    >>> cfgs = [DpSgdConfig(dataset_size=8, sampling_prob=0.5, num_steps=3,
+    ...                     noise_multiplier=s) for s in (0.0, 1.0, 4.0)]
+    >>> out = train_sweep(jax.random.key(0), jnp.ones((8, 2)), jnp.ones((8,), int),
+    ...                   jnp.ones((6, 8), bool), cfgs, [0, 0, 1, 1, 2, 2],
+    ...                   models.logistic_regression(2))
+    >>> out.params["w"].shape
+    (6, 2)
+  """
+  if isinstance(cfgs, DpSgdConfig) or not hasattr(cfgs, "__iter__"):
+    raise TypeError(f"cfgs must be a non-empty sequence of DpSgdConfig, got {cfgs!r:.80}")
+  cfgs = tuple(cfgs)
+  if not _validate.is_tracer(keep_MxN):
+    _validate.check_shape(keep_MxN, "keep_MxN", ndim=2)
+  if not cfgs or not all(isinstance(c, DpSgdConfig) for c in cfgs):
+    raise ValueError("cfgs must be a non-empty sequence of DpSgdConfig")
+  base = config_lib.noise_free(cfgs[0])
+  for j, c in enumerate(cfgs[1:], 1):
+    if config_lib.noise_free(c) != base:
+      diff = [f.name for f in dataclasses.fields(DpSgdConfig)
+              if getattr(config_lib.noise_free(c), f.name) != getattr(base, f.name)]
+      raise ValueError(f"cfgs[{j}] differs from cfgs[0] in {diff}; train_sweep configs may "
+                       "differ only in noise_multiplier")
+  idx = np.asarray(config_index_M)
+  m = np.shape(keep_MxN)[0] if np.ndim(keep_MxN) >= 1 else -1
+  if idx.shape != (m,) or not np.issubdtype(idx.dtype, np.integer):
+    raise ValueError(f"config_index_M must be int[{m}] (one config per model), got "
+                     f"{idx.dtype}{list(idx.shape)}")
+  if np.any((idx < 0) | (idx >= len(cfgs))):
+    raise ValueError(f"config_index_M values must be in [0, {len(cfgs)})")
+  priv = kwargs.get("privatizer") or privatizer_lib.GaussianPrivatizer()
+  stds = np.array([priv.noise_stddev(c.noise_multiplier, c.l2_clip_norm) for c in cfgs],
+                  np.float64)
+  return _train(key, x_NxF, y_N, keep_MxN, cfgs[0], model, stds[idx].astype(np.float32),
+                **kwargs)
+

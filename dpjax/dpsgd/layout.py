@@ -1,0 +1,143 @@
+"""How `train_many` lays out its work: the step layout and the chunks of models.
+
+None of this can change a trained model (tested: the full-mask and padded steps
+train the same models up to float summation order, and a model's result does not
+depend on the chunking).
+
+Step layout: the full-mask step computes the clipping path for all N records and
+weights them by their 0/1 batch bits (cost ~ N); the padded step gathers the sampled
+records into buffers of K rows and runs ceil(count / K) >= 1 buffers (cost ~ K when
+the batch fits, which the default K of `sampling.default_batch_capacity` makes true
+on 97.5 % of steps). `batch_layout` is the rule "auto" applies.
+
+Chunks: the model axis is cut into chunks that fit `PerformanceFlags.memory_budget_bytes`
+(by `bytes_per_model`, a rough working-set estimate), at most max_chunk models each,
+balanced to minimise padding and, when sharded, a multiple of the device count.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from dpjax import _validate
+from dpjax import sampling as sampling_lib
+from dpjax.dpsgd import config as config_lib
+
+# Models per chunk unless max_chunk says otherwise: chunks of a few thousand small
+# models run faster than one huge chunk (cache locality; benchmarks/dpsgd.py).
+DEFAULT_MAX_CHUNK = 4096
+# batch_capacity="auto" uses the padded step when the pool has at least
+# _PADDED_MIN_RECORDS records, the capacity is at most 1 / _PADDED_MAX_FRACTION_INV
+# of them and the model has at least _PADDED_MIN_PARAMS parameters (`batch_layout`).
+_PADDED_MIN_RECORDS = 2048
+_PADDED_MAX_FRACTION_INV = 8
+_PADDED_MIN_PARAMS = 1024
+
+
+def batch_layout(num_records: int, sampling_prob: float, kept_max: int | None = None,
+                 num_models: int = 1, privacy_unit: str = "example",
+                 num_params: int | None = None) -> int | None:
+  """The step layout `PerformanceFlags(batch_capacity="auto")` picks: None (full mask) or K.
+
+  The padded step costs about K rows of the clipping path plus O(N) integer work
+  per step (the ranks of the sampled records: a cumsum and a binary search, about 40 us
+  per model at N = 4096 on one CPU core), the full mask N rows; padding pays once
+  K is a small fraction of N and a row costs more than that integer work. Rule:
+  K = `sampling.default_batch_capacity(kept_max, q, num_models)`; padded when
+  N >= _PADDED_MIN_RECORDS, K <= N / _PADDED_MAX_FRACTION_INV and the model has
+  at least _PADDED_MIN_PARAMS parameters, else the full mask. Always the full mask
+  for privacy_unit "user" (its clipping groups all of a user's records). A
+  logistic regression's closed-form clipping costs about as much per row as the
+  ranking, so the many-model audits of small models stay on the full mask (their
+  padded step measured 4.5-20 times slower at N = 4096, M = 64).
+
+  Args:
+    num_records: N >= 1, the records in the pool (x_NxF's rows).
+    sampling_prob: q in (0, 1].
+    kept_max: the largest number of records a model keeps (default N).
+    num_models: M >= 1 models trained together.
+    privacy_unit: "example" or "user".
+    num_params: the model's parameter count (None: not limiting).
+  Returns:
+    None or K (an int in [8, N]).
+  Examples:
+    >>> batch_layout(60_000, 256 / 60_000)
+    288
+    >>> batch_layout(151, 0.2) is None
+    True
+  """
+  n = _validate.check_int(num_records, "num_records")
+  q = _validate.check_sampling_prob(sampling_prob)
+  kept = n if kept_max is None else _validate.check_int(kept_max, "kept_max", 0)
+  if kept > n:
+    raise ValueError(f"kept_max = {kept} exceeds num_records = {n}")
+  m = _validate.check_int(num_models, "num_models")
+  _validate.check_choice(privacy_unit, config_lib.PRIVACY_UNITS, "privacy_unit")
+  if num_params is not None:
+    num_params = _validate.check_int(num_params, "num_params", 0)
+  if (privacy_unit != "example" or n < _PADDED_MIN_RECORDS
+      or (num_params is not None and num_params < _PADDED_MIN_PARAMS)):
+    return None
+  k = sampling_lib.default_batch_capacity(max(kept, 1), q, m)
+  return k if k * _PADDED_MAX_FRACTION_INV <= n else None
+
+
+def capacity(perf, cfg, sampler, path, keep, num_params) -> int | None:
+  """Resolves perf.batch_capacity to None (full mask) or an int K in [1, N]."""
+  n = int(keep.shape[1])
+  example_level = all(getattr(c, "privacy_unit", "example") == "example"
+                      for c in (sampler, path))
+  batch_capacity = perf.batch_capacity
+  if batch_capacity is None:
+    return None
+  if isinstance(batch_capacity, str):
+    if not example_level:
+      return None
+    kept_max = int(np.max(np.sum(np.asarray(keep), axis=1)))
+    m = min(int(keep.shape[0]), int(perf.max_chunk) if perf.max_chunk else DEFAULT_MAX_CHUNK)
+    return batch_layout(n, float(cfg.sampling_prob), kept_max, m, num_params=num_params)
+  if not example_level:
+    raise ValueError("batch_capacity (the padded step) needs example-level sampling and "
+                     "clipping; user-level DP-SGD clips each user's records together and "
+                     "uses the full mask (batch_capacity=None or 'auto')")
+  return min(int(batch_capacity), n)
+
+
+def bytes_per_model(x, cfg, per_example_stats, observe_fn, path, params_shape,
+                     num_fixed=0, rows=None):
+  """A rough working-set estimate per model, for sizing chunks (rows: the padded
+  step's K, else every record is a row)."""
+  n, f = x.shape[0], int(np.prod(x.shape[1:]))
+  r = n if rows is None else rows        # rows the clipping path sees per step
+  p = sum(int(np.prod(l.shape)) for l in jax.tree.leaves(params_shape))
+  per = 4 * (8 * p + 6 * n + f)          # params, optimiser state, noise, masks, logits
+  if rows is not None:
+    per += 4 * (rows * (f + 6))          # the gathered rows and their logits
+  if path.per_example_grad_memory:
+    per += 4 * 3 * r * p                 # per-example gradients
+  if per_example_stats:
+    per += 4 * 3 * n
+  if observe_fn is not None:
+    try:
+      obs_size = sum(int(np.prod(l.shape)) for l in jax.tree.leaves(
+          jax.eval_shape(observe_fn, params_shape)))
+    except Exception:  # pylint: disable=broad-except
+      obs_size = 1     # an observer that cannot be traced here fails in training instead
+    per += 4 * cfg.num_steps * max(8, obs_size)
+  per += 4 * 2 * num_fixed               # the fixed records' bits
+  return per
+
+
+def chunk_size(perf: config_lib.PerformanceFlags, num_models: int, bytes_per: int) -> int:
+  """Models per chunk: within the memory budget and max_chunk, balanced (the same
+  number of chunks with the least padding), a multiple of the sharding's devices."""
+  m = num_models
+  chunk = max(1, int(perf.memory_budget_bytes // bytes_per))
+  chunk = min(chunk, int(perf.max_chunk) if perf.max_chunk is not None else DEFAULT_MAX_CHUNK)
+  chunk = min(chunk, m)
+  chunk = -(-m // -(-m // chunk))
+  if perf.model_sharding is not None:
+    ndev = len(perf.model_sharding.device_set)
+    chunk = -(-chunk // ndev) * ndev   # whole models per device (padding repeats models)
+  return chunk

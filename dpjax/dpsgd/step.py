@@ -1,0 +1,205 @@
+"""One model's DP-SGD run: T steps of sample -> clip -> privatize -> update, in a scan.
+
+Step t of model i (Abadi et al. 2016, https://arxiv.org/abs/1607.00133):
+
+  1. batch bits from the sampler: `sampler.batch_mask(key_sample, t, keep_N)`;
+  2. the clipped sum over the batch from the clipping path (per-example L2 clip to C);
+  3. the privatizer's transform: noise of std `noise_std` on the sum, then the fixed
+     denominator B = q n (never the realised batch size);
+  4. the optimiser (post-processing).
+
+Two layouts of step 2 (a cost choice, never a privacy one): the full mask computes
+every record's clipped gradient and weights it by its 0/1 bit (cost ~ N); the
+padded step gathers the sampled records into buffers of K rows
+(`sampling.padded_batch`) and runs ceil(count / K) >= 1 buffers in a
+`lax.while_loop`, so a batch larger than K is split, never truncated.
+
+Fixed-gradient records: K extra records whose per-example gradient is a given
+vector g^j (the white-box auditor's input, Nasr et al. 2021,
+https://arxiv.org/abs/2101.04535). Each is clipped to C like any record,
+Poisson-sampled at the accounted rate q with its own bit (bit j of step t is entry
+j of `poisson_mask(fold_in(key_fixed, t), q, K)`), masked by whether the record is
+in this model's dataset, added to the clipped sum and counted in the realised batch
+size.
+
+Everything here is pure and traced under jit; `engine` vmaps it over models.
+Shape letters: N records, F features, K fixed-gradient records, T steps.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from dpjax import clipping as clipping_lib
+from dpjax import sampling as sampling_lib
+from dpjax.clipping import grid as clipping_grid
+
+PyTree = Any
+
+# Steps per scan iteration (the clipping path's `scan_unroll`) apply only to models
+# with at most this many parameters: unrolling costs compile time on large ones.
+UNROLL_MAX_PARAMS = 4096
+
+
+def _all_finite(tree) -> jax.Array:
+  return functools.reduce(jnp.logical_and,
+                          [jnp.all(jnp.isfinite(l)) for l in jax.tree.leaves(tree)])
+
+
+def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, y, *,
+                 cfg, model, observe_fn, per_example_stats, clipping, sampler, privatizer,
+                 optimizer, unroll=1, capacity=None):
+  """Trains one model; pure, traced under jit (vmapped over models by `engine`).
+
+  Args:
+    key: the model's key, split into (init, sample, noise, fixed-record) keys.
+    keep_N: bool[N], the model's records.
+    fixed_keep_K: bool[K], which fixed-gradient records are in its dataset.
+    noise_std: float32 scalar `privatizer.noise_stddev(sigma, C)`, an input of the
+      program (cfg has its noise blanked), or a static 0.0 when no model has noise.
+    init_params: shared initial params, or None for `model.init(key_init)`.
+    fixed_K: None, or a pytree like params with leaves [K, ...]: the fixed gradients.
+    x, y: the records [N, ...] and labels [N].
+    cfg: the noise-free `DpSgdConfig` (C, q, B, T, ema_decay).
+    capacity: None (the full-mask step) or K rows (the padded step).
+  Returns:
+    (params, observations [T, ...] or None, stats or None, finite bool,
+    first_nonfinite_step int32, ema_params or None). With cfg.ema_decay = d the
+    carry also holds e_t = d e_(t-1) + (1 - d) p_t from e_0 = 0, updated from the
+    new parameters p_t only, and e_T / (1 - d^T) is returned.
+  """
+  c = float(cfg.l2_clip_norm)
+  ema_decay = cfg.ema_decay
+  k_init, k_sample, k_noise, k_fixed = jax.random.split(key, 4)
+  params = model.init(k_init) if init_params is None else init_params
+  aggregate = privatizer.transform(noise_std, cfg.expected_batch_size, k_noise)
+  agg_state = aggregate.init(params)
+  opt_state = optimizer.init(params)
+  if fixed_K is not None:
+    g = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), fixed_K)
+    num_fixed = jax.tree.leaves(g)[0].shape[0]
+    # Overflow-safe ||g^j|| (sqrt of the sum of squares wherever that is in range).
+    norm = clipping_lib.vmap.tree_norms(
+        [jnp.reshape(v, (num_fixed, -1)) for v in jax.tree.leaves(g)])
+    factor = clipping_lib.clip_factor(norm, c)
+    g_clipped = jax.tree.map(
+        lambda v: v * jnp.reshape(factor, (-1,) + (1,) * (v.ndim - 1)), g)
+    if getattr(clipping, "grid", None) is not None:
+      # A grid path sums int32 grid units: each fixed record is rounded like any record.
+      g_clipped = clipping_grid.round_clipped(g_clipped, clipping.grid, c)
+    fixed_sampler = sampling_lib.PoissonSampler(float(cfg.sampling_prob))
+    all_fixed = jnp.ones((num_fixed,), bool)
+
+  def step(carry, t):
+    params, agg_state, opt_state, st, first_bad, ema = carry
+    mask = sampler.batch_mask(k_sample, t, keep_N)
+    if capacity is None:
+      wts = mask.astype(jnp.float32)
+      gsum, norms = clipping(params, x, y, wts, c)
+      bsize = jnp.sum(wts)
+      if per_example_stats:
+        clipped = (norms > c).astype(jnp.float32) * wts
+        # where, not wts * norms: an unsampled record with norm inf adds 0, not NaN.
+        st = (st[0] + wts, st[1] + clipped, st[2] + jnp.where(wts > 0, wts * norms, 0.0))
+    else:
+      gsum, st = padded_clipped_sum(clipping, params, x, y, mask, c, capacity,
+                                    st if per_example_stats else None)
+      bsize = jnp.sum(mask, dtype=jnp.int32).astype(jnp.float32)
+    if fixed_K is not None:
+      bits = fixed_sampler.batch_mask(k_fixed, t, all_fixed).astype(jnp.float32)
+      bits = bits * fixed_keep_K.astype(jnp.float32)
+      # sum_j bit_j g_j: exact for K = 1 (a product by 0 or 1) and for fixed gradients
+      # in disjoint coordinates; counted in the realised batch size like records.
+      gsum = jax.tree.map(lambda s, v: s + _bit_sum(bits, v), gsum, g_clipped)
+      bsize = bsize + jnp.sum(bits)
+    priv, agg_state = aggregate.update(gsum, agg_state, params, batch_size=bsize)
+    obs = observe_fn(priv) if observe_fn is not None else None
+    upd, opt_state = optimizer.update(priv, opt_state, params)
+    params = optax.apply_updates(params, upd)
+    first_bad = jnp.where((first_bad < 0) & ~_all_finite(params), t, first_bad)
+    if ema_decay is not None:
+      ema = jax.tree.map(lambda e, p: ema_decay * e + (1.0 - ema_decay) * p, ema, params)
+    return (params, agg_state, opt_state, st, first_bad, ema), obs
+
+  if per_example_stats:
+    z = jnp.zeros((x.shape[0],), jnp.float32)
+    st0 = (z, z, z)
+  else:
+    st0 = ()
+  num_params = sum(l.size for l in jax.tree.leaves(params))
+  ema0 = () if ema_decay is None else jax.tree.map(jnp.zeros_like, params)
+  (params, _, _, st, first_bad, ema), obs = jax.lax.scan(
+      step, (params, agg_state, opt_state, st0, jnp.int32(-1), ema0),
+      jnp.arange(cfg.num_steps, dtype=jnp.int32),
+      unroll=unroll if num_params <= UNROLL_MAX_PARAMS else 1)
+  stats = None
+  if per_example_stats:
+    stats = {"times_sampled": st[0], "times_clipped": st[1], "norm_sum": st[2]}
+  if ema_decay is not None:
+    debias = 1.0 - float(ema_decay) ** int(cfg.num_steps)
+    ema = jax.tree.map(lambda e: e / debias, ema)
+  else:
+    ema = None
+  return params, obs, stats, _all_finite(params), first_bad, ema
+
+
+def padded_clipped_sum(clipping, params, x, y, mask_N, c, capacity, stats):
+  """The clipped sum of the records in mask_N, in chunks of K = capacity gathered rows.
+
+  Chunk j (`sampling.padded_batch`) holds the sampled records of rank jK .. jK + K - 1;
+  chunks are processed in a `lax.while_loop` until all sampled records are
+  (chunk 0 always, ceil(count / K) in all), so every sampled record is clipped and
+  summed exactly once and padding rows have weight 0: the result is the full-mask
+  sum of the same batch, up to float summation order. Under vmap over models the
+  loop runs to the largest count of the models, the finished models' carries
+  unchanged. The cost per chunk is K rows of the clipping path plus O(N) integer
+  work (a cumsum, then a binary search per row) for the ranks.
+
+  Args:
+    stats: None, or the per-record statistics (times_sampled, times_clipped,
+      norm_sum), each float32[N], to which the chunks' rows are scattered.
+  Returns:
+    (sum pytree like params, the updated stats or ()).
+  """
+  k = int(capacity)
+  count = jnp.sum(mask_N, dtype=jnp.int32)
+  x_k = jax.ShapeDtypeStruct((k,) + x.shape[1:], x.dtype)
+  y_k = jax.ShapeDtypeStruct((k,) + y.shape[1:], y.dtype)
+  w_k = jax.ShapeDtypeStruct((k,), jnp.float32)
+  out_shape = jax.eval_shape(lambda p, a, b, w: clipping(p, a, b, w, c)[0], params, x_k,
+                             y_k, w_k)
+  zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), out_shape)
+
+  def body(carry):
+    j, gsum, st = carry
+    index, valid = sampling_lib.padded_batch(mask_N, k, j)
+    w = valid.astype(jnp.float32)
+    g, norms = clipping(params, x[index], y[index], w, c)
+    gsum = jax.tree.map(jnp.add, gsum, g)
+    if stats is not None:
+      clipped = (norms > c).astype(jnp.float32) * w
+      st = (st[0].at[index].add(w), st[1].at[index].add(clipped),
+            st[2].at[index].add(jnp.where(valid, w * norms, 0.0)))
+    return j + 1, gsum, st
+
+  def cond(carry):
+    j = carry[0]
+    return (j == 0) | (j * k < count)
+
+  st0 = stats if stats is not None else ()
+  _, gsum, st = jax.lax.while_loop(cond, body, (jnp.int32(0), zero, st0))
+  return gsum, st
+
+
+def _bit_sum(bits_K, leaf_KxP):
+  """sum_j bits_K[j] * leaf_KxP[j]: a dot product for float leaves (under vmap over
+  models, one matrix product [M, K] x [K, P]), elementwise for int32 grid units."""
+  if jnp.issubdtype(leaf_KxP.dtype, jnp.floating):
+    return jnp.tensordot(bits_K.astype(leaf_KxP.dtype), leaf_KxP, axes=1)
+  b = jnp.reshape(bits_K.astype(leaf_KxP.dtype), (-1,) + (1,) * (leaf_KxP.ndim - 1))
+  return jnp.sum(b * leaf_KxP, axis=0)

@@ -295,7 +295,7 @@ def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED
   from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
 
   def host_check():
-    dpsgd.engine._check_records(x, y, model)  # pylint: disable=protected-access
+    dpsgd.inputs.check_records(x, y, model)
 
   fns = {"mask": scan_sum(mask), "pad": scan_sum(pad), "gather": scan_sum(gather),
          "clipped_sum": fixed_batches(True, False), "noise_update": fixed_batches(False, True),

@@ -171,7 +171,7 @@ def gather_models(tree: Any, num_models: int) -> Any:
 
 # train_many keywords holding data that changes the result (not functions), included
 # in the fingerprint (cfg, with ema_decay, is fingerprinted through its repr).
-_DATA_KWARGS = ("init_params", "fixed_gradients", "user_ids_N")
+_DATA_KWARGS = ("init_params", "fixed_gradients")
 
 
 def _perf(kwargs) -> dpsgd.PerformanceFlags:
@@ -200,6 +200,7 @@ def _check_same_inputs(keys_M, x_NxF, y_N, keep_MxN, cfg, kwargs) -> None:
                        np.asarray(y_N), np.asarray(keep_MxN),
                        np.frombuffer(repr(cfg).encode(), np.uint8),
                        *[kwargs.get(k) for k in _DATA_KWARGS],
+                       getattr(kwargs.get("sampler"), "user_ids_N", None),
                        np.frombuffer(repr(_perf(kwargs).batch_capacity).encode(), np.uint8))
   every = np.asarray(multihost_utils.process_allgather(local))
   if not np.all(every == every[0]):

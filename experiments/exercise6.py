@@ -373,7 +373,8 @@ def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key: jax.Array,
     for m, j in enumerate(copy):
       keep[m, j * n:(j + 1) * n] = True
     res = dpsgd.train_sweep(jax.random.fold_in(key, k), x_all, y_all, keep, cfgs,
-                            np.asarray(index), model, user_ids_N=uid_all, perf=dpsgd.PerformanceFlags(progress=False))
+                            np.asarray(index), model, sampler=cfgs[0].sampler(uid_all),
+                            perf=dpsgd.PerformanceFlags(progress=False))
     v = np.asarray(res.params["w"], np.float64)
     for m, (kind, tag) in enumerate(owners):
       out[kind][tag] = v[m] / clips[copy[m]]

@@ -253,7 +253,7 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
                      f"gradient norm is canary_scale / 2), got {s:g}")
   confidence = _validate.check_confidence(confidence)
   for bad in ("observe_fn", "init_params", "keep_MxN", "fixed_gradients", "optimizer",
-              "user_ids_N", "per_example_stats"):
+              "per_example_stats"):
     if bad in train_kwargs:
       raise ValueError(f"{bad} is set by check_claim")
   train_kwargs.setdefault("perf", dpsgd.PerformanceFlags(progress=progress))

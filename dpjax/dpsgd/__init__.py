@@ -21,6 +21,7 @@ Modules:
   step        one model's T steps in a lax.scan: sample -> clip -> privatize -> update
   components  the accounted default sampler / clipping / privatizer, privacy-unit checks
   layout      the step layout (full mask or padded batches) and the chunks of models
+  inputs      checks of the records, labels and fixed-gradient records (FixedGradients)
   engine      train_many / train_sweep / train_one: vmap over models, chunking
 
 Examples:
@@ -37,8 +38,9 @@ Examples:
 
 from dpjax.dpsgd.components import UnaccountedComponentWarning
 from dpjax.dpsgd.config import DpSgdConfig, PerformanceFlags
-from dpjax.dpsgd.engine import (DivergenceWarning, FixedGradients, TrainResult, model_keys,
+from dpjax.dpsgd.engine import (DivergenceWarning, TrainResult, model_keys,
                                 train_many, train_one, train_sweep)
+from dpjax.dpsgd.inputs import FixedGradients
 from dpjax.dpsgd.layout import batch_layout
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The three components of a DP-SGD step and their accounted defaults.
 
-`resolve(cfg, model, sampler, clipping, privatizer, user_ids_N, n)` returns the
+`resolve(cfg, model, sampler, clipping, privatizer, n)` returns the
 sampler, clipping path and privatizer a run uses: the caller's own where given
 (the same door our components use), the accounted ones otherwise
 (`cfg.sampler()`, `clipping.path_for(model)`, `privatizer.GaussianPrivatizer()`).
@@ -10,11 +10,12 @@ sampler, the broken variants of `dpjax.audit.variants`).
 
 Privacy unit (`DpSgdConfig.privacy_unit`): "example" (neighbouring datasets differ
 in one record) or "user" (they differ in ALL the records of one user; McMahan et
-al. 2018, https://arxiv.org/abs/1710.06963). For "user", `user_ids_N` swaps in
+al. 2018, https://arxiv.org/abs/1710.06963). For "user", the record owners swap in
 user-level Poisson sampling (`sampling.UserPoissonSampler`) and user-level clipping
 (each user's summed gradient clipped to C, `clipping.user.user_level_path`): one
 user then moves the clipped sum by at most C, so the same accountant call gives the
-guarantee per user.
+guarantee per user. `DpSgdConfig.sampler(user_ids_N)` builds that sampler; passed
+as `train_many(..., sampler=...)`, it brings the user-level clipping with it.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _user_components(sampling_prob, ids_bytes, num_records, num_users, model):
           user_clipping.user_level_path(model, ids, num_users))
 
 
-def _check_units(cfg, sampler, path, ids, n) -> None:
+def _check_units(cfg, sampler, path, n) -> None:
   """Refuses a sampler or clipping path whose privacy unit is not cfg.privacy_unit, and
   user-level components whose grouping disagrees with the data or the config."""
   unit = cfg.privacy_unit
@@ -57,14 +58,16 @@ def _check_units(cfg, sampler, path, ids, n) -> None:
       raise ValueError(
           f"cfg.privacy_unit = 'user' but the {kind} is {got}-level: that is not "
           "user-level DP (a user's records would be sampled or clipped one by one, so "
-          "one user could move the noisy sum by k C for k records). Pass user_ids_N "
-          "for the user-level defaults, or user-level components.")
+          "one user could move the noisy sum by k C for k records). Pass "
+          "sampler=cfg.sampler(user_ids_N) for the user-level defaults, or user-level "
+          "components.")
     raise ValueError(
         f"cfg.privacy_unit = {unit!r} but the {kind} is {got}-level: the accountant "
         "would be told the wrong unit (q per record, n records). Use "
         "DpSgdConfig(privacy_unit='user', dataset_size=<number of users>).")
   if unit != "user":
     return
+  ids = None
   for kind, comp in (("sampler", sampler), ("clipping", path)):
     comp_ids = getattr(comp, "user_ids_N", None)
     if comp_ids is None:
@@ -78,42 +81,40 @@ def _check_units(cfg, sampler, path, ids, n) -> None:
                        f"cfg.dataset_size = {cfg.dataset_size}: under privacy_unit 'user' "
                        "dataset_size is the number of users")
     if ids is not None and not np.array_equal(comp_ids, ids):
-      raise ValueError(f"the {kind}'s user_ids_N differ from the user_ids_N given")
+      raise ValueError(f"the {kind}'s user_ids_N differ from the sampler's")
     ids = comp_ids
 
 
-def resolve(cfg, model, sampler, clipping, privatizer, user_ids_N=None, n=None):
+def resolve(cfg, model, sampler, clipping, privatizer, n):
   """(sampler, clipping path, privatizer) with their defaults; see the module docstring.
 
+  Under privacy_unit "user" the sampler is required and carries the record owners
+  (`cfg.sampler(user_ids_N)`); with no clipping given, the default is user-level
+  clipping over the sampler's users. The accounted user-level pair is memoised by
+  its contents, so repeated calls with the same owners reuse one compiled program.
+
   Raises:
-    ValueError: user_ids_N under example-level accounting or missing under
-      user-level accounting, a sampler whose q is not cfg.sampling_prob, a
-      component whose privacy unit is not cfg.privacy_unit.
+    ValueError: a user-level config without a user-level sampler, a sampler whose
+      q is not cfg.sampling_prob, a component whose privacy unit is not
+      cfg.privacy_unit, owners that disagree with the data or the config.
     TypeError: a component without the required members.
   Warns:
     UnaccountedComponentWarning: for every component with `accounted = False`.
   """
-  ids = None
-  if user_ids_N is not None:
-    if cfg.privacy_unit != "user":
-      raise ValueError("user_ids_N is given but cfg.privacy_unit = 'example': set "
-                       "DpSgdConfig(privacy_unit='user', dataset_size=<number of users>) "
-                       "for user-level DP")
-    ids = sampling_lib.check_user_ids(user_ids_N, cfg.dataset_size, "user_ids_N",
+  if cfg.privacy_unit == "user" and sampler is None:
+    raise ValueError("cfg.privacy_unit = 'user' needs the record owners: pass "
+                     "sampler=cfg.sampler(user_ids_N) (int[N], the user of each record) "
+                     "or a user-level sampler of your own")
+  if type(sampler) is sampling_lib.UserPoissonSampler and clipping is None:
+    ids = sampling_lib.check_user_ids(sampler.user_ids_N, sampler.num_users, "user_ids_N",
                                       num_records=n)
-  if cfg.privacy_unit == "user" and ids is None and (sampler is None or clipping is None):
-    raise ValueError("cfg.privacy_unit = 'user' needs user_ids_N (the user of each record, "
-                     "int[N]) or both a user-level sampler and clipping")
-  if ids is not None and (sampler is None or clipping is None):
-    default_sampler, default_path = _user_components(
-        float(cfg.sampling_prob), np.ascontiguousarray(ids, np.int32).tobytes(), int(n),
-        int(cfg.dataset_size), model)
-    sampler = default_sampler if sampler is None else sampler
-    clipping = default_path if clipping is None else clipping
+    sampler, clipping = _user_components(
+        float(sampler.sampling_prob), np.ascontiguousarray(ids, np.int32).tobytes(), int(n),
+        int(sampler.num_users), model)
   sampler = cfg.sampler() if sampler is None else sampler
   sampling_lib.check_sampler(sampler, cfg.sampling_prob)
   path = clipping_lib.path_for(model) if clipping is None else clipping_lib.as_path(clipping)
-  _check_units(cfg, sampler, path, ids, n)
+  _check_units(cfg, sampler, path, n)
   privatizer = privatizer_lib.GaussianPrivatizer() if privatizer is None else privatizer
   privatizer_lib.check_privatizer(privatizer)
   privatizer_lib.check_matching_grid(path, privatizer)

@@ -60,7 +60,7 @@ class DpSgdConfig:
     privacy_unit: "example" (add/remove one record) or "user" (add/remove one
       user with all of their records); for "user", dataset_size is the number of
       users U and q is the per-user sampling rate, and training needs the record
-      owners (`train_many(..., user_ids_N=...)`). The accountant's numbers are the
+      owners (`train_many(..., sampler=cfg.sampler(user_ids_N))`). The accountant's numbers are the
       same function of (q, sigma, T, delta); the unit says what they protect.
   """
   dataset_size: int

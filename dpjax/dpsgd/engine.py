@@ -9,10 +9,7 @@ from `fold_in(key, t)` of those (`dpjax.prng`), so a model's stream never depend
 on M or the chunking. `train_sweep` trains models whose configs differ only in
 their noise as one program (the noise std is an input of the compiled program).
 
-Records: NaN / inf features or labels, and labels outside the model's range, are
-refused before training (ValueError naming `x_NxF` / `y_N` and the first index);
-finite features of any size are accepted, the clipping paths making them harmless.
-Each result says per model whether its parameters ended finite (`TrainResult.finite`,
+Records are checked before training (`inputs`). Each result says per model whether its parameters ended finite (`TrainResult.finite`,
 `first_nonfinite_step`); a run with diverged models warns (`DivergenceWarning`).
 
 Shape letters: M models, N records, F features, K fixed-gradient records, T steps.
@@ -38,12 +35,14 @@ from dpjax import privatizer as privatizer_lib
 from dpjax import sampling as sampling_lib
 from dpjax.dpsgd import components
 from dpjax.dpsgd import config as config_lib
+from dpjax.dpsgd import inputs
 from dpjax.dpsgd import layout
 from dpjax.dpsgd import step as step_lib
 
 PyTree = Any
 DpSgdConfig = config_lib.DpSgdConfig
 PerformanceFlags = config_lib.PerformanceFlags
+FixedGradients = inputs.FixedGradients
 
 # Unrolled steps (the clipping path's `scan_unroll`) apply only to chunks of at least
 # this many models: unrolling pays off for many small models.
@@ -52,19 +51,6 @@ _UNROLL_MIN_MODELS = 256
 
 class DivergenceWarning(UserWarning):
   """Some trained models ended with non-finite parameters (see `TrainResult.finite`)."""
-
-
-class FixedGradients(NamedTuple):
-  """K extra records whose per-example gradient is fixed (see `dpjax.dpsgd.step`).
-
-  Attributes:
-    gradients_K: pytree like params whose every leaf has an extra leading axis K >= 1
-      (record j is the slice [j] of every leaf); finite.
-    keep_MxK: bool[M, K]: record j is in model i's dataset iff keep_MxK[i, j]
-      (`train_one` also takes bool[K]).
-  """
-  gradients_K: PyTree
-  keep_MxK: Any
 
 
 class TrainResult(NamedTuple):
@@ -108,7 +94,6 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
                clipping: Any = None,
                privatizer: privatizer_lib.Privatizer | None = None,
                optimizer: optax.GradientTransformation | None = None,
-               user_ids_N: jax.typing.ArrayLike | None = None,
                perf: PerformanceFlags = PerformanceFlags()) -> TrainResult:
   """Trains M models with DP-SGD in one jitted program per memory-sized chunk.
 
@@ -133,7 +118,12 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
     fixed_gradients: optional `FixedGradients`: K extra records with fixed
       per-example gradients, each clipped to C, Poisson-sampled at rate q with its
       own bit, added to the clipped sum and counted in the realised batch size.
-    sampler: batch selection (`dpjax.sampling`); default `cfg.sampler()`, Poisson at q.
+    sampler: batch selection (`dpjax.sampling`); default `cfg.sampler()`, Poisson at
+      q. Under cfg.privacy_unit "user" it is required: `cfg.sampler(user_ids_N)`
+      (user_ids_N int[N], the owner of each record, ids in [0, cfg.dataset_size))
+      samples users and, with no clipping given, brings user-level clipping
+      (`dpjax.dpsgd.components`). Fixed-gradient records stay one record each,
+      sampled at rate q: a user with one record.
     clipping: a `clipping.ClippingPath` or a function with the clipped-sum contract;
       default `clipping.path_for(model)`.
     privatizer: the noise step (`dpjax.privatizer`); default GaussianPrivatizer(),
@@ -141,9 +131,6 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
     optimizer: optax transformation applied after the privatizer (default
       optax.sgd(cfg.learning_rate, momentum=cfg.momentum or None)). Pass the same
       object across calls to reuse the compiled program.
-    user_ids_N: int[N], the user owning each record, ids in [0, cfg.dataset_size);
-      only with cfg.privacy_unit "user" (`dpjax.dpsgd.components`). Fixed-gradient
-      records stay one record each, sampled at rate q: a user with one record.
     perf: `PerformanceFlags` (memory budget, chunking, sharding, step layout,
       progress bar); they change how the work is laid out, never a result.
   Returns:
@@ -153,8 +140,8 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
     ValueError on shape mismatches, non-finite data (features, labels, init_params,
     fixed gradients), labels outside the model's range, a sampler whose q is not
     the config's, a sampler or clipping whose privacy unit is not
-    cfg.privacy_unit, bad user_ids_N (wrong length, non-integer, outside
-    [0, dataset_size)); TypeError on components without the required members.
+    cfg.privacy_unit, owners that do not match the records or the config;
+    TypeError on components without the required members.
   Warns:
     UnaccountedComponentWarning when a component declares `accounted = False`;
     DivergenceWarning when some model ends with non-finite parameters.
@@ -173,34 +160,22 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
   return _train(key, x_NxF, y_N, keep_MxN, cfg, model, None, init_params=init_params,
                 observe_fn=observe_fn, per_example_stats=per_example_stats,
                 fixed_gradients=fixed_gradients, sampler=sampler, clipping=clipping,
-                privatizer=privatizer, optimizer=optimizer, user_ids_N=user_ids_N,
-                perf=perf)
-
-
-def _check_numeric(name, value) -> None:
-  dtype = getattr(value, "dtype", None)
-  if dtype is None:
-    dtype = np.asarray(value).dtype
-  if not (np.issubdtype(dtype, np.number) or dtype == np.bool_):
-    raise ValueError(f"{name} must be an array of numbers, got dtype {dtype}")
-  if np.issubdtype(dtype, np.complexfloating):
-    raise ValueError(f"{name} must hold real numbers, got dtype {dtype}")
+                privatizer=privatizer, optimizer=optimizer, perf=perf)
 
 
 def _train(key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, *, init_params=None,
            observe_fn=None, per_example_stats=False, fixed_gradients=None, sampler=None,
-           clipping=None, privatizer=None, optimizer=None, user_ids_N=None,
-           perf=PerformanceFlags()):
+           clipping=None, privatizer=None, optimizer=None, perf=PerformanceFlags()):
   """train_many's body (its keywords and defaults), with an optional per-model noise
   std float32[M] (train_sweep)."""
   for name, value in (("key", key), ("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN),
-                      ("fixed_gradients", fixed_gradients), ("user_ids_N", user_ids_N)):
+                      ("fixed_gradients", fixed_gradients)):
     if any(_validate.is_tracer(leaf) for leaf in jax.tree.leaves(value)):
       raise TypeError(f"{name} is a traced value: train_many compiles its own program "
                       "(vmap over models, scan over steps) and must be called from Python, "
                       "not under jax.jit, jax.vmap or jax.grad")
   for name, value in (("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN)):
-    _check_numeric(name, value)
+    inputs.check_numeric(name, value)
   x = jnp.asarray(x_NxF, jnp.float32)
   y = jnp.asarray(y_N)
   keep = jnp.asarray(keep_MxN)
@@ -226,22 +201,21 @@ def _train(key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, *, init_params=No
                      f"{type(model)}")
   # Labels are checked as given, not as jnp.asarray narrowed them to int32 (which
   # wraps 2**32 to 0 and would let an invalid label train as a valid one).
-  _check_records(x, y_N, model)
+  inputs.check_records(x, y_N, model)
   per_example_stats = _validate.check_bool(per_example_stats, "per_example_stats")
   m = keep.shape[0]
   params_shape = jax.eval_shape(model.init, jax.random.key(0))
-  fixed, fixed_keep = _fixed(m, params_shape, fixed_gradients)
+  fixed, fixed_keep = inputs.fixed_records(m, params_shape, fixed_gradients)
   if init_params is not None:
     if jax.tree.structure(init_params) != jax.tree.structure(params_shape) or any(
         tuple(a.shape) != tuple(b.shape) for a, b in
         zip(jax.tree.leaves(init_params), jax.tree.leaves(params_shape))):
       raise ValueError("init_params must match the structure and shapes of model.init")
     for v in jax.tree.leaves(init_params):
-      _check_numeric("init_params", v)
+      inputs.check_numeric("init_params", v)
     if not all(bool(jnp.all(jnp.isfinite(v))) for v in jax.tree.leaves(init_params)):
       raise ValueError("init_params must be finite (no NaN or inf)")
-  sampler, path, privatizer = components.resolve(cfg, model, sampler, clipping, privatizer,
-                                                 user_ids_N, n)
+  sampler, path, privatizer = components.resolve(cfg, model, sampler, clipping, privatizer, n)
   if optimizer is None:
     optimizer = _default_optimizer(float(cfg.learning_rate), float(cfg.momentum))
   if noise_std_M is None:
@@ -330,86 +304,6 @@ def model_keys(key, m: int) -> jax.Array:
       raise ValueError(f"got {key.shape[0]} model keys for M = {m} models")
     return key
   raise ValueError(f"key must be one key or a batch of M keys, got shape {key.shape}")
-
-
-def _fixed(m, params_shape, fixed_gradients):
-  """(gradients with leaves [K, ...] or None, keep bool[M, K]) from `fixed_gradients`.
-
-  Refuses a non-FixedGradients value, a structure or leaf shape unlike params (plus
-  the leading K), K = 0, gradients larger than memory, non-finite or non-real
-  gradients and a keep mask that is not bool[M, K], each by name.
-  """
-  if fixed_gradients is None:
-    return None, jnp.zeros((m, 0), bool)
-  _validate.check_instance(fixed_gradients, FixedGradients, "fixed_gradients")
-  g, keep = fixed_gradients
-  k = _check_fixed_leaves(g, params_shape)
-  ck = np.asarray(keep)
-  if ck.shape != (m, k) or ck.dtype != np.bool_:
-    raise ValueError(f"fixed_gradients.keep_MxK must be bool[{m}, {k}] (models x fixed "
-                     f"records), got {ck.dtype}{list(ck.shape)}")
-  return jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), g), jnp.asarray(ck)
-
-
-def _check_fixed_leaves(gradients, params_shape) -> int:
-  """Checks fixed gradients (leaves [K, ...]) against params; returns K."""
-  name = "fixed_gradients.gradients_K"
-  if jax.tree.structure(gradients) != jax.tree.structure(params_shape):
-    raise ValueError(f"{name} must have the structure of the model's params")
-  leaves = jax.tree.leaves(gradients)
-  for v in leaves:
-    _check_numeric(name, v)
-  shapes = [tuple(np.shape(v)) for v in leaves]
-  want = [tuple(l.shape) for l in jax.tree.leaves(params_shape)]
-  if any(len(s) != len(w) + 1 for s, w in zip(shapes, want)) or any(
-      s[1:] != w for s, w in zip(shapes, want)) or len({s[0] for s in shapes}) != 1:
-    raise ValueError(f"{name} leaves must have the params' shapes with one common leading "
-                     f"axis K, got {shapes} for params {want}")
-  k = shapes[0][0]
-  if k < 1:
-    raise ValueError(f"{name} must hold K >= 1 records, got K = {k}")
-  _validate.check_size(k, f"{name} (K)", units=sum(math.prod(w) for w in want))
-  if not all(bool(np.all(np.isfinite(np.asarray(v, np.float32)))) for v in leaves):
-    raise ValueError(f"{name} must be finite (no NaN or inf)")
-  return k
-
-
-def _first_bad_index(bad: np.ndarray) -> tuple[int, ...]:
-  return tuple(int(i) for i in np.argwhere(bad)[0])
-
-
-def _check_records(x: jax.Array, y: jax.Array, model: models_lib.Model) -> None:
-  """Refuses records the clipping bound cannot cover: NaN / inf features or labels,
-  and labels outside the model's range ({0, 1} for one output, class indices in
-  [0, K) for K outputs). Finite features of any size (up to float32's ~3.4e38) are
-  accepted: clipping makes them harmless (`dpjax.clipping.vmap.safe_norm`).
-
-  Raises:
-    ValueError: naming `x_NxF` or `y_N` and the first offending index.
-  """
-  bad_x = ~np.asarray(jnp.isfinite(x))
-  if bad_x.any():
-    idx = _first_bad_index(bad_x)
-    raise ValueError(f"x_NxF must be finite (no NaN or inf): x_NxF{list(idx)} = "
-                     f"{float(x[idx])}")
-  y_np = np.asarray(y)   # as given (int64 stays int64: compared exactly in float64)
-  if not (np.issubdtype(y_np.dtype, np.number) or y_np.dtype == np.bool_) or np.issubdtype(
-      y_np.dtype, np.complexfloating):
-    raise ValueError(f"y_N must be real numeric labels, got dtype {y_np.dtype}")
-  yf = y_np.astype(np.float64)
-  bad_y = ~np.isfinite(yf)
-  if bad_y.any():
-    i = _first_bad_index(bad_y)[0]
-    raise ValueError(f"y_N must be finite (no NaN or inf): y_N[{i}] = {yf[i]}")
-  k = int(model.num_outputs)
-  if k == 1:
-    bad_y, allowed = (yf != 0) & (yf != 1), "in {0, 1} (one output: logistic loss)"
-  else:
-    bad_y = (yf != np.floor(yf)) | (yf < 0) | (yf >= k)
-    allowed = f"class indices in [0, {k}) (integers)"
-  if bad_y.any():
-    i = _first_bad_index(bad_y)[0]
-    raise ValueError(f"y_N must be {allowed}, got y_N[{i}] = {y_np[i]!r}")
 
 
 def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,

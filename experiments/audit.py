@@ -66,34 +66,26 @@ each adversary at its procedure's ceiling (white-box 7.73 =
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import os
-import warnings
 
 import jax
-import jax.numpy as jnp
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
-from dpjax import accounting, dpsgd, models, tradeoff  # noqa: E402
-from dpjax.audit import canary, estimators, stats, store, variants  # noqa: E402
+from dpjax import models  # noqa: E402
+from dpjax.audit import run as audit_run  # noqa: E402
+from dpjax.audit import stats, store, variants  # noqa: E402
 from dpjax.data import canaries  # noqa: E402
 from experiments import _common  # noqa: E402
 
 NAME = "audit"
-THREAT_MODELS = ("black_box", "white_box", "both")
+THREAT_MODELS = audit_run.THREAT_MODELS
 # The lecture's trials' ceilings (exercise 5): 0 errors in 500 / 10,000 per side.
 LECTURE_CEILING = {500: 4.91, 10_000: 7.90}
-# Points of each ROC curve recorded for the figure.
-_ROC_POINTS = 100
-# With K > 1 canaries per run: the share of alpha given to the fixed-threshold test
-# (the held-out-threshold test gets the rest).
-_FIXED_ALPHA_SHARE = 0.8
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -149,109 +141,13 @@ class AuditConfig(_common.ExperimentConfig):
     _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Setting:
-  name: str
-  claimed_epsilon: float      # inf for the no-noise check
-  sigma: float
-
-
-def _settings(cfg: AuditConfig) -> list[_Setting]:
-  out = []
-  for e in cfg.epsilons:
-    s = accounting.calibrate_noise(float(e), cfg.sampling_prob, cfg.num_steps, cfg.delta)
-    out.append(_Setting(f"eps{float(e):g}", float(e), float(s)))
-  if cfg.no_noise:
-    out.append(_Setting("no_noise", math.inf, 0.0))
-  return out
-
-
-def _chunk_models(cfg: AuditConfig) -> int:
-  """Models per stored chunk: cfg.chunk_models, fewer when K > 1 so that one chunk's
-  observations (models x T x K float32) stay within cfg.observation_budget."""
-  k = cfg.canaries_per_run
-  if k == 1:
-    return cfg.chunk_models
-  fit = max(4, (cfg.observation_budget // (cfg.num_steps * k)) // 4 * 4)
-  return min(cfg.chunk_models, fit)
-
-
-@functools.partial(jax.jit, static_argnames=("sampling_prob", "noise_multiplier"))
-def _llr_scores(obs_MxTxK, scale, *, sampling_prob, noise_multiplier):
-  """float32[M, K]: `canary.white_box_scores` of each canary's coordinate, in XLA.
-
-  o = obs * B / C, score = sum_t step_llr(o_t) (sigma > 0) or the number of steps
-  with o_t > 1/2 (no noise). Computed in float32 (the observations' precision) on
-  the whole chunk at once; any fixed function of the observations gives a valid
-  test, and tests/experiments_audit_test.py checks these against the float64
-  `canary.white_box_scores` to 1e-4 relative.
-  """
-  o = obs_MxTxK * scale
-  if noise_multiplier == 0:
-    return jnp.sum((o > 0.5).astype(jnp.float32), axis=1)
-  x = (2.0 * o - 1.0) / (2.0 * noise_multiplier * noise_multiplier)
-  if sampling_prob < 1.0:
-    x = jnp.logaddexp(math.log1p(-sampling_prob), math.log(sampling_prob) + x)
-  return jnp.sum(x, axis=1)
-
-
-def _refuse_diverged(out) -> None:
-  """Raises if any model of the chunk diverged: its audit score is not evidence about
-  the mechanism."""
-  finite = np.asarray(out.finite)
-  if not np.all(finite):
-    raise ValueError(f"{int(np.sum(~finite))} of {finite.size} audit models ended with "
-                     "non-finite parameters: no audit is computed from them")
-
-
-def _train_chunk_canaries(cfg, key, data, var, lo, hi, m_total, model, sigma):
-  """K > 1: trains models lo..hi-1 of `canary.canaries_design`; returns their record
-  and gradient-canary bits, black-box scores [m] and white-box scores [m, K]."""
-  k = cfg.canaries_per_run
-  r_all, s_all = canary.canaries_design(m_total, k, cfg.canary_in_fraction, cfg.seed)
-  r, s = r_all[lo:hi], s_all[lo:hi]
-  keep = np.ones((hi - lo, data.x_NxD.shape[0]), bool)
-  keep[:, data.canary_index] = r
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    out = dpsgd.train_many(
-        key, data.x_NxD, data.y_N, jnp.asarray(keep), var.config, model,
-        observe_fn=canary.observe_last_coordinates(k),
-        fixed_gradients=dpsgd.FixedGradients(
-            canary.gradient_canaries(data.num_features, k, var.config.l2_clip_norm),
-            jnp.asarray(s)),
-        perf=dpsgd.PerformanceFlags(max_chunk=hi - lo, progress=False), **var.components)
-  _refuse_diverged(out)
-  bb = canary.black_box_scores(np.asarray(out.params["w"]),
-                               np.asarray(data.x_NxD[data.canary_index]))
-  wb = _llr_scores(out.observations,
-                   var.config.expected_batch_size / var.config.l2_clip_norm,
-                   sampling_prob=float(cfg.sampling_prob), noise_multiplier=float(sigma))
-  return r, s, bb, np.asarray(wb, np.float64)
-
-
-def _train_chunk(key, data, var, lo, hi, m_total, model):
-  """Trains models lo..hi-1 of the balanced design; returns their inclusion bits and scores."""
-  r_all, s_all = canary.balanced_design(m_total)
-  r, s = r_all[lo:hi], s_all[lo:hi]
-  keep = np.ones((hi - lo, data.x_NxD.shape[0]), bool)
-  keep[:, data.canary_index] = r
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    out = dpsgd.train_many(
-        key, data.x_NxD, data.y_N, jnp.asarray(keep), var.config, model,
-        observe_fn=canary.observe_last_coordinate(),
-        fixed_gradients=dpsgd.FixedGradients(
-            canary.gradient_canaries(data.num_features, 1, var.config.l2_clip_norm),
-            jnp.asarray(s)[:, None]),
-        perf=dpsgd.PerformanceFlags(max_chunk=hi - lo, progress=False), **var.components)
-  _refuse_diverged(out)
-  bb = canary.black_box_scores(np.asarray(out.params["w"]),
-                               np.asarray(data.x_NxD[data.canary_index]))
-  o = canary.normalized_observations(out.observations,
-                                     expected_batch_size=var.config.expected_batch_size,
-                                     l2_clip_norm=var.config.l2_clip_norm)
-  return r, s, bb, o
+def _spec(cfg: AuditConfig) -> audit_run.CanaryAuditSpec:
+  return audit_run.CanaryAuditSpec(
+      trials=cfg.trials, sampling_prob=cfg.sampling_prob, num_steps=cfg.num_steps,
+      delta=cfg.delta, confidence=cfg.confidence, variant=cfg.variant,
+      threat_model=cfg.threat_model, canaries_per_run=cfg.canaries_per_run,
+      canary_in_fraction=cfg.canary_in_fraction, chunk_models=cfg.chunk_models,
+      observation_budget=cfg.observation_budget, design_seed=cfg.seed)
 
 
 def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = False,
@@ -269,54 +165,24 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
     {"rows", "complete", "chunks_trained", "path"} (path None while incomplete), and
     when complete also `_common.finish`'s "record", "tables" and "figures".
   """
-  m_total = 2 * cfg.trials
   k_can = cfg.canaries_per_run
   k_data, k_train = jax.random.split(jax.random.key(cfg.seed))
   data = canaries.audit_data(k_data, cfg.base_size, unused_features=k_can)
   model = models.logistic_regression(data.num_features)
-  n_records = int(data.x_NxD.shape[0])
-  settings = _settings(cfg)
+  spec = _spec(cfg)
+  settings = audit_run.settings(cfg.epsilons, cfg.sampling_prob, cfg.num_steps, cfg.delta,
+                                cfg.no_noise)
   manifest = {"seed": cfg.seed, "trials": cfg.trials, "variant": cfg.variant,
               "chunk_models": cfg.chunk_models, "delta": cfg.delta, "num_steps": cfg.num_steps,
               "sampling_prob": cfg.sampling_prob, "base_size": cfg.base_size,
               "settings": [dataclasses.asdict(s) for s in settings]}
-  chunk_models = _chunk_models(cfg)
   if k_can > 1:
     manifest.update(canaries_per_run=k_can, canary_in_fraction=cfg.canary_in_fraction,
-                    chunk_models=chunk_models)
+                    chunk_models=spec.models_per_chunk)
   chunks = store.ChunkStore(os.path.join(out_dir, "chunks"), manifest, resume=cfg.resume)
-  bounds = [(lo, min(m_total, lo + chunk_models))
-            for lo in range(0, m_total, chunk_models)]
-  names = {(si, c): f"{st.name}_c{c:04d}" for si, st in enumerate(settings)
-           for c in range(len(bounds))}
-  todo = [k for k, n in names.items() if n not in chunks]
-  trained = 0
-  bar = tqdm(total=len(names), initial=len(names) - len(todo),
-             desc=f"audit ({cfg.variant}, {m_total} models per setting)", unit="chunk",
-             disable=not progress)
-  for si, c in todo:
-    if max_new_chunks is not None and trained >= max_new_chunks:
-      break
-    st = settings[si]
-    claimed = dpsgd.DpSgdConfig(dataset_size=n_records, sampling_prob=cfg.sampling_prob,
-                                num_steps=cfg.num_steps, noise_multiplier=st.sigma,
-                                delta=cfg.delta)
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore")
-      var = variants.variant(cfg.variant, claimed, model)
-    lo, hi = bounds[c]
-    k_chunk = jax.random.fold_in(jax.random.fold_in(k_train, si), c)
-    if k_can == 1:
-      r, s, bb, o = _train_chunk(k_chunk, data, var, lo, hi, m_total, model)
-      wb = canary.white_box_scores(o, cfg.sampling_prob, st.sigma)
-    else:
-      r, s, bb, wb = _train_chunk_canaries(cfg, k_chunk, data, var, lo, hi, m_total, model,
-                                           st.sigma)
-    chunks.save(names[(si, c)], record_in=r, gradient_in=s, black_box=bb, white_box=wb)
-    trained += 1
-    bar.update(1)
-  bar.close()
-  if chunks.missing(list(names.values())):
+  trained, complete = audit_run.run_chunks(k_train, spec, settings, data, model, chunks,
+                                           progress=progress, max_new_chunks=max_new_chunks)
+  if not complete:
     return {"rows": [], "complete": False, "chunks_trained": trained, "path": None}
 
   companion = None
@@ -332,15 +198,13 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
 
   rows, roc = [], {}
   for si, st in enumerate(settings):
-    parts = [chunks.load(names[(si, c)]) for c in range(len(bounds))]
-    r, s, bb, wb = (np.concatenate([p[k] for p in parts])
-                    for k in ("record_in", "gradient_in", "black_box", "white_box"))
-    rows.append(_evaluate(cfg, st, r, s, bb, wb))
+    r, s, bb, wb = audit_run.load_setting(spec, settings, chunks, si)
+    rows.append(audit_run.evaluate(spec, st, r, s, bb, wb))
     if st.sigma > 0:
-      roc[st.name] = _roc_record(cfg, st, wb[s], wb[~s])
+      roc[st.name] = audit_run.roc_record(spec, st, wb[s], wb[~s])
   results = {"rows": rows, "variant": cfg.variant, "trials": cfg.trials,
              "canaries_per_run": k_can,
-             "threat_model": cfg.threat_model, "models_per_setting": m_total,
+             "threat_model": cfg.threat_model, "models_per_setting": spec.models_per_setting,
              "shared_runs": True, "white_box_roc": roc,
              "lecture_ceiling": {str(k): v for k, v in LECTURE_CEILING.items()}}
   tables = _tables(cfg, rows)
@@ -354,136 +218,8 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
   return {**out, "rows": rows, "complete": True, "chunks_trained": trained}
 
 
-def _claimed_roc(cfg: AuditConfig, st: _Setting):
-  """(thresholds, FPR, FNR) of the claimed mechanism's likelihood-ratio tests."""
-  dist = canary.llr_distribution(cfg.sampling_prob, st.sigma, cfg.num_steps)
-  return tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
-
-
-def _evaluate(cfg: AuditConfig, st: _Setting, r, s, bb, wb) -> dict:
-  """One row: both adversaries' bounds, their spread, ceilings and GDP estimates."""
-  trials, half, delta, conf = cfg.trials, cfg.trials // 2, cfg.delta, cfg.confidence
-  no_noise = st.sigma == 0
-  multi = cfg.canaries_per_run > 1
-  if multi:
-    # K canaries per run: the white-box trials are all (run, canary) pairs, IN and OUT
-    # in the proportions of the design; alpha is split 4:1 between the fixed-threshold
-    # test (the primary one) and the held-out one (a fallback for implementations far
-    # from their claim): a union bound, fixed before any score is seen.
-    n_in, n_out = int(np.sum(s)), int(np.sum(~s))
-    conf_fixed = 1.0 - _FIXED_ALPHA_SHARE * (1.0 - conf)
-    conf_split = 1.0 - (1.0 - _FIXED_ALPHA_SHARE) * (1.0 - conf)
-  else:
-    n_in = n_out = trials
-    conf_fixed = conf_split = estimators.bonferroni_confidence(conf, 2)
-  per_test = conf_fixed
-  row = {"setting": st.name, "epsilon": st.claimed_epsilon, "sigma": st.sigma,
-         "epsilon_pld": (accounting.dpsgd_epsilon(st.sigma, cfg.sampling_prob, cfg.num_steps,
-                                                  delta, accountant="pld")
-                         if not no_noise else math.inf),
-         "trials": trials, "variant": cfg.variant,
-         "ceiling": stats.perfect_attack_ceiling(trials, delta, conf),
-         "ceiling_black_box": stats.perfect_attack_ceiling(half, delta, conf),
-         "ceiling_white_box": (stats.perfect_attack_ceiling(trials, delta, per_test)
-                               if not multi else
-                               float(stats.epsilon_lower_bound(0, n_out, 0, n_in, delta,
-                                                               per_test))),
-         "canaries_per_run": cfg.canaries_per_run,
-         "white_box_trials_in": n_in, "white_box_trials_out": n_out}
-  if no_noise:
-    # Without noise the canary's steps show as o_t = 1 exactly: "any step > 1/2".
-    threshold_wb = 0.5
-    row["best_certifiable"] = row["ceiling_white_box"]
-    row["best_certifiable_black_box"] = row["ceiling_black_box"]
-  else:
-    thr, fpr, fnr = _claimed_roc(cfg, st)
-    if multi:
-      threshold_wb, row["best_certifiable"] = _best_certifiable(thr, fpr, fnr, n_in, n_out,
-                                                                delta, per_test)
-    else:
-      best = estimators.best_certifiable(fpr, fnr, trials, delta=delta, confidence=per_test,
-                                         thresholds_J=thr)
-      threshold_wb, row["best_certifiable"] = best.threshold, best.epsilon
-    row["best_certifiable_black_box"] = estimators.best_certifiable(
-        fpr, fnr, half, delta=delta, confidence=conf).epsilon
-  row["epsilon_lower_black_box"] = row["epsilon_lower_white_box"] = None
-  row["gdp_estimate_black_box"] = row["gdp_estimate_white_box"] = None
-  row["white_box_fraction_of_best"] = row["white_box_fraction_of_exact"] = None
-  if cfg.threat_model in ("black_box", "both"):
-    a = estimators.SplitThreshold(both_signs=True).bound(bb[r], bb[~r], delta=delta,
-                                                         confidence=conf)
-    row["epsilon_lower_black_box"] = a.epsilon_lower
-    row["black_box_counts"] = a.counts()
-    row["epsilon_lower_black_box_sd"] = estimators.bootstrap_spread(
-        a, np.random.default_rng(0)).sd
-    if not no_noise:
-      row["gdp_estimate_black_box"] = estimators.gdp_estimate(
-          a.sign * bb[r], a.sign * bb[~r], delta, conf).epsilon
-  if cfg.threat_model in ("white_box", "both"):
-    # (a) the threshold fixed in advance from the claimed mechanism's likelihood
-    # ratio, on all trials -- optimal if the claim is right; (b) a threshold chosen
-    # on half the trials -- robust when the implementation behaves differently
-    # (e.g. far less noise than claimed, where the claimed-optimal threshold lies
-    # above both IN and OUT scores). Each at 1 - alpha/2, the larger reported.
-    if multi:
-      fixed = estimators.FixedThreshold(threshold_wb).bound(wb[s], wb[~s], delta=delta,
-                                                            confidence=conf_fixed)
-      held_out = estimators.SplitThreshold(both_signs=True).bound(
-          wb[s], wb[~s], delta=delta, confidence=conf_split)
-      row["epsilon_lower_white_box"] = max(fixed.epsilon_lower, held_out.epsilon_lower)
-    else:
-      policy = estimators.Bonferroni((estimators.FixedThreshold(threshold_wb),
-                                      estimators.SplitThreshold(both_signs=True)))
-      res = policy.bound(wb[s], wb[~s], delta=delta, confidence=conf)
-      fixed, held_out = res.parts
-      row["epsilon_lower_white_box"] = res.epsilon_lower
-    row["white_box_fixed_threshold"] = fixed.epsilon_lower
-    row["white_box_held_out_threshold"] = held_out.epsilon_lower
-    row["white_box_threshold"] = threshold_wb
-    row["white_box_counts"] = fixed.counts()
-    row["epsilon_lower_white_box_sd"] = estimators.bootstrap_spread(
-        fixed, np.random.default_rng(0)).sd
-    if row["best_certifiable"] > 0:
-      row["white_box_fraction_of_best"] = row["epsilon_lower_white_box"] / row["best_certifiable"]
-    if not no_noise:
-      row["white_box_fraction_of_exact"] = row["epsilon_lower_white_box"] / row["epsilon_pld"]
-    if not no_noise:
-      row["gdp_estimate_white_box"] = estimators.gdp_estimate(
-          wb[s], wb[~s], delta, conf, threshold=threshold_wb).epsilon
-  return row
-
-
-def _best_certifiable(thr, fpr, fnr, n_in: int, n_out: int, delta: float, confidence: float):
-  """(threshold, eps) of the best point of the claimed ROC on expected counts with n_in
-  IN and n_out OUT trials (`estimators.best_certifiable` for unequal sides)."""
-  ok = np.flatnonzero((fpr > 0) | (fnr > 0))
-  eps = stats.epsilon_lower_bound(fpr[ok] * n_out, n_out, fnr[ok] * n_in, n_in, delta,
-                                  confidence)
-  j = int(np.argmax(eps))
-  return float(thr[ok[j]]), float(eps[j])
-
-
-def _roc_record(cfg: AuditConfig, st: _Setting, s_in, s_out) -> dict:
-  """The white-box ROC for the figure: empirical and the claimed mechanism's, on FPR grids.
-
-  Empirical: at each false-positive count k of a geometric grid, the most true
-  positives of any threshold with at most k false positives (the step curve's
-  corners there). Claimed: TPR interpolated at a geometric FPR grid.
-  """
-  thr = np.unique(np.r_[s_in, s_out])[::-1]
-  fp, fn = stats.error_counts(s_in, s_out, thr)            # fp non-decreasing along thr
-  tp = np.maximum.accumulate(s_in.size - fn)
-  k = np.unique(np.r_[0, np.rint(np.geomspace(1, s_out.size, _ROC_POINTS))]).astype(np.int64)
-  at = np.searchsorted(fp, k, side="right") - 1             # last threshold with fp <= k
-  _, fpr, fnr = _claimed_roc(cfg, st)
-  grid = np.geomspace(1e-6, 1.0, _ROC_POINTS)
-  return {"claimed_epsilon": st.claimed_epsilon, "positives": int(s_in.size),
-          "negatives": int(s_out.size), "false_positives": k[at >= 0],
-          "true_positives": tp[at[at >= 0]],
-          "exact_fpr": grid, "exact_tpr": np.interp(grid, fpr[::-1], 1 - fnr[::-1])}
-
-
 def _tables(cfg: AuditConfig, rows: list[dict]) -> list[_common.Table]:
+  share = audit_run.FIXED_ALPHA_SHARE
   trials = cfg.trials
   k = cfg.canaries_per_run
   title = (f"Canary audit, variant = {cfg.variant}, {trials} trials per side ({2 * trials} "
@@ -511,8 +247,8 @@ def _tables(cfg: AuditConfig, rows: list[dict]) -> list[_common.Table]:
              f"White-box, on the {rows[0]['white_box_trials_in']} IN and "
              f"{rows[0]['white_box_trials_out']} OUT (run, canary) trials: the larger of the "
              "threshold fixed in advance from the claimed mechanism's exact likelihood ratio "
-             f"(at {1 - _FIXED_ALPHA_SHARE * (1 - cfg.confidence):g}) and a threshold chosen "
-             f"on half the trials (at {1 - (1 - _FIXED_ALPHA_SHARE) * (1 - cfg.confidence):g}), "
+             f"(at {1 - share * (1 - cfg.confidence):g}) and a threshold chosen "
+             f"on half the trials (at {1 - (1 - share) * (1 - cfg.confidence):g}), "
              "a union bound at 95%; the trials are independent for DP-SGD as claimed "
              "(dpjax.audit.canary), and its ceiling (0 errors) is "
              f"{rows[0]['ceiling_white_box']:.3f}, not the trials' ceiling column, which is "
@@ -536,6 +272,7 @@ def _tables(cfg: AuditConfig, rows: list[dict]) -> list[_common.Table]:
 
 def _companion_table(cfg: AuditConfig, rows: list[dict]) -> _common.Table:
   """The white-box audit with `companion_canaries` canaries per run, beside the exact eps."""
+  share = audit_run.FIXED_ALPHA_SHARE
   k = cfg.companion_canaries
   return _common.Table(
       title=(f"White-box audit with {k} gradient canaries per run ({2 * cfg.trials} models per "
@@ -551,8 +288,8 @@ def _companion_table(cfg: AuditConfig, rows: list[dict]) -> _common.Table:
             "Poisson-sampled with its own bits: for DP-SGD as claimed the (run, canary) "
             "trials are independent (dpjax.audit.canary). Bound: the larger of the "
             f"threshold fixed in advance from the claimed likelihood ratio (at "
-            f"{1 - _FIXED_ALPHA_SHARE * (1 - cfg.confidence):g}) and a held-out threshold "
-            f"(at {1 - (1 - _FIXED_ALPHA_SHARE) * (1 - cfg.confidence):g}), a union bound at "
+            f"{1 - share * (1 - cfg.confidence):g}) and a held-out threshold "
+            f"(at {1 - (1 - share) * (1 - cfg.confidence):g}), a union bound at "
             "95%. 'Best certifiable': a perfect adversary on expected counts with these "
             "trials."))
 

@@ -16,6 +16,7 @@ from absl.testing import absltest
 import numpy as np
 
 from dpjax.audit import canary, stats
+from dpjax.audit import run as audit_run
 from experiments import audit
 from tests import helpers
 
@@ -157,7 +158,7 @@ class AuditExperimentTest(absltest.TestCase):
   def test_xla_scores_equal_the_float64_white_box_scores(self):
     obs = np.random.default_rng(0).normal(0.02, 0.1, (5, 40, 3)).astype(np.float32)
     for sigma in (0.0, 0.7, 3.0):
-      got = np.asarray(audit._llr_scores(obs, 10.0, sampling_prob=0.2, noise_multiplier=sigma))
+      got = np.asarray(audit_run.white_box_llr_scores(obs, 10.0, sampling_prob=0.2, noise_multiplier=sigma))
       o = canary.normalized_observations(np.transpose(obs, (0, 2, 1)).reshape(15, 40),
                                          expected_batch_size=10.0, l2_clip_norm=1.0)
       want = canary.white_box_scores(o, 0.2, sigma).reshape(5, 3)

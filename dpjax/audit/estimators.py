@@ -385,7 +385,8 @@ class CertifiableBound:
 
 def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
                      confidence: float = 0.95,
-                     thresholds_J: Optional[Sequence[float]] = None) -> CertifiableBound:
+                     thresholds_J: Optional[Sequence[float]] = None,
+                     trials_in: Optional[int] = None) -> CertifiableBound:
   """Best bound certifiable from expected counts on a known ROC (the audit's ceiling).
 
   For each operating point (FPR_j, FNR_j) of a test -- e.g. the trade-off curve of
@@ -393,17 +394,20 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
   trials * FPR_j and trials * FNR_j are plugged into `stats.epsilon_lower_bound`;
   the maximum over j is what the best adversary would certify with `trials`
   evaluation trials per side and this confidence procedure, on typical (expected)
-  counts. Points with FPR = FNR = 0 (a degenerate perfect test) are skipped. The
+  counts (with `trials_in` IN trials and `trials` OUT trials when the sides differ:
+  trials * FPR_j false positives, trials_in * FNR_j false negatives). Points with
+  FPR = FNR = 0 (a degenerate perfect test) are skipped. The
   point's threshold is the natural threshold to fix in advance (`FixedThreshold`).
 
   Args:
     fpr_J, fnr_J: float[J] operating points in [0, 1] (J >= 1), e.g. from
       `dpjax.tradeoff.likelihood_ratio_roc` or `dpjax.tradeoff.gaussian_fnr`.
-    trials: evaluation trials per side, >= 1.
+    trials: evaluation trials per side (the OUT side when trials_in is given), >= 1.
     delta, confidence: as in `stats.epsilon_lower_bound`.
     thresholds_J: optional float[J] thresholds of the points.
+    trials_in: IN trials, >= 1, when they differ from `trials` (default: trials).
   Returns:
-    CertifiableBound.
+    CertifiableBound (its `trials` is the OUT side's).
 
   Examples:
     >>> import numpy as np
@@ -413,6 +417,7 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
     2.17
   """
   trials = _validate.check_int(trials, "trials")
+  n_in = trials if trials_in is None else _validate.check_int(trials_in, "trials_in")
   fpr = _validate.check_array(fpr_J, "fpr_J", ndim=1, low=0.0, high=1.0)
   fnr = _validate.check_array(fnr_J, "fnr_J", shape=fpr.shape, low=0.0, high=1.0)
   thr = None if thresholds_J is None else _validate.check_array(
@@ -421,7 +426,7 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
   ok = np.flatnonzero((fpr > 0) | (fnr > 0))
   if ok.size == 0:
     raise ValueError("fpr_J and fnr_J have no point with FPR > 0 or FNR > 0")
-  eps = stats.epsilon_lower_bound(fpr[ok] * trials, trials, fnr[ok] * trials, trials,
+  eps = stats.epsilon_lower_bound(fpr[ok] * trials, trials, fnr[ok] * n_in, n_in,
                                   delta, confidence)
   j = int(np.argmax(eps))
   i = int(ok[j])

@@ -1,0 +1,370 @@
+"""The canary audit of DP-SGD as one pipeline: design -> train_many -> scores -> bounds.
+
+For each claimed setting (an eps, or sigma = 0 for the ceiling check), 2N models are
+trained on a fixed base data set plus canaries (`dpjax.data.canaries.audit_data`), in
+chunks of models, each chunk one `dpsgd.train_many` call:
+
+  design   inclusion bits of the record canary r and of K gradient canaries s
+           (`canary.balanced_design` for K = 1, `canary.canaries_design` for K > 1);
+  train    the audited training (`variants.variant(spec.variant, claimed, model)`:
+           the accounted DP-SGD or a deliberately broken one) with the gradient
+           canaries as fixed-gradient records, observing each canary's coordinate
+           of every privatized update;
+  scores   black-box: -logit of the final model on the record canary; white-box:
+           the exact per-step likelihood ratio of the observed coordinate under the
+           claimed (q, sigma) (Nasr et al. 2021, https://arxiv.org/abs/2101.04535);
+  bounds   `evaluate`: the library's estimators, black-box
+           `SplitThreshold(both_signs=True)`, white-box the larger of a threshold
+           fixed in advance from the claimed likelihood ratio and a held-out one
+           (Bonferroni), with the best certifiable bound and the GDP estimate.
+
+Finished chunks go to a `store.ChunkStore`, so `run_chunks` resumes an interrupted
+run without redoing or double-counting work. Chunk c of setting si is trained from
+`fold_in(fold_in(key_train, si), c)`.
+
+Shape letters: M models, T steps, K gradient canaries per run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import warnings
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm import tqdm
+
+from dpjax import accounting, dpsgd, tradeoff
+from dpjax.audit import canary, estimators, stats, store, variants
+
+THREAT_MODELS = ("black_box", "white_box", "both")
+# With K > 1 canaries per run: the share of alpha given to the fixed-threshold test
+# (the held-out-threshold test gets the rest).
+FIXED_ALPHA_SHARE = 0.8
+# Points of each recorded ROC curve.
+_ROC_POINTS = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """One claimed configuration: a name, the claimed eps (inf: no noise) and its sigma."""
+  name: str
+  claimed_epsilon: float
+  sigma: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CanaryAuditSpec:
+  """What the audit trains and how it bounds (everything but the data and the key).
+
+  Attributes:
+    trials: N, models per side (2N models per setting); even.
+    sampling_prob, num_steps, delta: the claimed DP-SGD's q, T and delta.
+    confidence: of every reported bound.
+    variant: the audited training (`variants.VARIANTS`).
+    threat_model: which adversaries' bounds to compute (THREAT_MODELS).
+    canaries_per_run: K gradient canaries per run.
+    canary_in_fraction: with K > 1, the fraction of runs in which each is IN.
+    chunk_models: models per stored chunk (a multiple of 4).
+    observation_budget: with K > 1, most white-box observations (M x T x K) at once.
+    design_seed: seed of `canary.canaries_design` (K > 1).
+  """
+  trials: int
+  sampling_prob: float
+  num_steps: int
+  delta: float
+  confidence: float = 0.95
+  variant: str = "correct"
+  threat_model: str = "both"
+  canaries_per_run: int = 1
+  canary_in_fraction: float = 0.25
+  chunk_models: int = 2000
+  observation_budget: int = 2 ** 25
+  design_seed: int = 0
+
+  @property
+  def models_per_setting(self) -> int:
+    return 2 * self.trials
+
+  @property
+  def models_per_chunk(self) -> int:
+    """chunk_models, fewer when K > 1 so that one chunk's observations (M x T x K
+    float32) stay within observation_budget."""
+    k = self.canaries_per_run
+    if k == 1:
+      return self.chunk_models
+    fit = max(4, (self.observation_budget // (self.num_steps * k)) // 4 * 4)
+    return min(self.chunk_models, fit)
+
+
+def settings(epsilons: Sequence[float], sampling_prob: float, num_steps: int, delta: float,
+             no_noise: bool) -> list[Setting]:
+  """A Setting per claimed eps (sigma from `accounting.calibrate_noise`, RDP), plus the
+  sigma = 0 check when no_noise."""
+  out = []
+  for e in epsilons:
+    s = accounting.calibrate_noise(float(e), sampling_prob, num_steps, delta)
+    out.append(Setting(f"eps{float(e):g}", float(e), float(s)))
+  if no_noise:
+    out.append(Setting("no_noise", math.inf, 0.0))
+  return out
+
+
+def chunk_names(spec: CanaryAuditSpec, setting_list: Sequence[Setting]) -> dict:
+  """{(setting index, chunk index): chunk name} and the chunks' model ranges."""
+  m_total = spec.models_per_setting
+  per = spec.models_per_chunk
+  bounds = [(lo, min(m_total, lo + per)) for lo in range(0, m_total, per)]
+  names = {(si, c): f"{st.name}_c{c:04d}" for si, st in enumerate(setting_list)
+           for c in range(len(bounds))}
+  return names, bounds
+
+
+def run_chunks(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting], data,
+               model, chunks: store.ChunkStore, *, progress: bool = True,
+               max_new_chunks: int | None = None) -> tuple[int, bool]:
+  """Trains every chunk the store lacks; returns (chunks trained, all complete).
+
+  Args:
+    key_train: the training key (chunk c of setting si uses fold_in(fold_in(key, si), c)).
+    spec: the audit.
+    setting_list: its settings.
+    data: `canaries.audit_data(...)` with spec.canaries_per_run unused features.
+    model: the audited model (a logistic regression on data's features).
+    chunks: where finished chunks are kept.
+    progress: a tqdm bar over chunks.
+    max_new_chunks: stop (incomplete) after training this many.
+  """
+  names, bounds = chunk_names(spec, setting_list)
+  todo = [k for k, n in names.items() if n not in chunks]
+  n_records = int(data.x_NxD.shape[0])
+  trained = 0
+  bar = tqdm(total=len(names), initial=len(names) - len(todo),
+             desc=f"audit ({spec.variant}, {spec.models_per_setting} models per setting)",
+             unit="chunk", disable=not progress)
+  for si, c in todo:
+    if max_new_chunks is not None and trained >= max_new_chunks:
+      break
+    st = setting_list[si]
+    claimed = dpsgd.DpSgdConfig(dataset_size=n_records, sampling_prob=spec.sampling_prob,
+                                num_steps=spec.num_steps, noise_multiplier=st.sigma,
+                                delta=spec.delta)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      var = variants.variant(spec.variant, claimed, model)
+    lo, hi = bounds[c]
+    k_chunk = jax.random.fold_in(jax.random.fold_in(key_train, si), c)
+    r, s, bb, wb = train_chunk(k_chunk, spec, st, data, var, model, lo, hi)
+    chunks.save(names[(si, c)], record_in=r, gradient_in=s, black_box=bb, white_box=wb)
+    trained += 1
+    bar.update(1)
+  bar.close()
+  return trained, not chunks.missing(list(names.values()))
+
+
+def load_setting(spec: CanaryAuditSpec, setting_list: Sequence[Setting],
+                 chunks: store.ChunkStore, si: int):
+  """(record_in bool[2N], gradient_in bool[2N(, K)], black_box float[2N], white_box
+  float[2N(, K)]) of setting si, concatenated over its chunks."""
+  names, bounds = chunk_names(spec, setting_list)
+  parts = [chunks.load(names[(si, c)]) for c in range(len(bounds))]
+  return tuple(np.concatenate([p[k] for p in parts])
+               for k in ("record_in", "gradient_in", "black_box", "white_box"))
+
+
+def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, lo: int,
+                hi: int):
+  """Trains models lo..hi-1 of the design; returns (r, s, black-box, white-box scores).
+
+  K = 1: r, s bool[m] of `canary.balanced_design`, white-box float64[m] from
+  `canary.white_box_scores`. K > 1: r bool[m], s bool[m, K] of
+  `canary.canaries_design`, white-box float64[m, K] from `white_box_llr_scores`.
+  """
+  k = spec.canaries_per_run
+  m_total = spec.models_per_setting
+  if k == 1:
+    r_all, s_all = canary.balanced_design(m_total)
+    s_mk = None
+  else:
+    r_all, s_all = canary.canaries_design(m_total, k, spec.canary_in_fraction,
+                                          spec.design_seed)
+  r, s = r_all[lo:hi], s_all[lo:hi]
+  keep = np.ones((hi - lo, data.x_NxD.shape[0]), bool)
+  keep[:, data.canary_index] = r
+  s_mk = jnp.asarray(s)[:, None] if k == 1 else jnp.asarray(s)
+  c = var.config.l2_clip_norm
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    out = dpsgd.train_many(
+        key, data.x_NxD, data.y_N, jnp.asarray(keep), var.config, model,
+        observe_fn=(canary.observe_last_coordinate() if k == 1 else
+                    canary.observe_last_coordinates(k)),
+        fixed_gradients=dpsgd.FixedGradients(
+            canary.gradient_canaries(data.num_features, k, c), s_mk),
+        perf=dpsgd.PerformanceFlags(max_chunk=hi - lo, progress=False), **var.components)
+  finite = np.asarray(out.finite)
+  if not np.all(finite):
+    raise ValueError(f"{int(np.sum(~finite))} of {finite.size} audit models ended with "
+                     "non-finite parameters: no audit is computed from them")
+  bb = canary.black_box_scores(np.asarray(out.params["w"]),
+                               np.asarray(data.x_NxD[data.canary_index]))
+  b = var.config.expected_batch_size
+  if k == 1:
+    o = canary.normalized_observations(out.observations, expected_batch_size=b,
+                                       l2_clip_norm=c)
+    return r, s, bb, canary.white_box_scores(o, spec.sampling_prob, setting.sigma)
+  wb = white_box_llr_scores(out.observations, b / c, sampling_prob=float(spec.sampling_prob),
+                            noise_multiplier=float(setting.sigma))
+  return r, s, bb, np.asarray(wb, np.float64)
+
+
+@functools.partial(jax.jit, static_argnames=("sampling_prob", "noise_multiplier"))
+def white_box_llr_scores(obs_MxTxK, scale, *, sampling_prob, noise_multiplier):
+  """float32[M, K]: `canary.white_box_scores` of each canary's coordinate, in XLA.
+
+  o = obs * B / C, score = sum_t step_llr(o_t) (sigma > 0) or the number of steps
+  with o_t > 1/2 (no noise). Computed in float32 (the observations' precision) on
+  the whole chunk at once; any fixed function of the observations gives a valid
+  test (checked against the float64 `canary.white_box_scores` to 1e-4 relative).
+  """
+  o = obs_MxTxK * scale
+  if noise_multiplier == 0:
+    return jnp.sum((o > 0.5).astype(jnp.float32), axis=1)
+  x = (2.0 * o - 1.0) / (2.0 * noise_multiplier * noise_multiplier)
+  if sampling_prob < 1.0:
+    x = jnp.logaddexp(math.log1p(-sampling_prob), math.log(sampling_prob) + x)
+  return jnp.sum(x, axis=1)
+
+
+def claimed_roc(spec: CanaryAuditSpec, setting: Setting):
+  """(thresholds, FPR, FNR) of the claimed mechanism's likelihood-ratio tests."""
+  dist = canary.llr_distribution(spec.sampling_prob, setting.sigma, spec.num_steps)
+  return tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
+
+
+def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
+  """One row: both adversaries' bounds, their spread, ceilings and GDP estimates.
+
+  Args:
+    spec, st: the audit and the setting.
+    r, s, bb, wb: `load_setting`'s arrays.
+  Returns:
+    a dict of plain floats: the claimed and exact (PLD) eps, each adversary's
+    eps_lower with its bootstrap sd and error counts, the trials' ceilings, the best
+    certifiable bounds on expected counts, the GDP estimates and the white-box
+    fractions of the best and of the exact eps.
+  """
+  trials, half, delta, conf = spec.trials, spec.trials // 2, spec.delta, spec.confidence
+  no_noise = st.sigma == 0
+  multi = spec.canaries_per_run > 1
+  if multi:
+    # K canaries per run: the white-box trials are all (run, canary) pairs, IN and OUT
+    # in the proportions of the design; alpha is split 4:1 between the fixed-threshold
+    # test (the primary one) and the held-out one (a fallback for implementations far
+    # from their claim): a union bound, fixed before any score is seen.
+    n_in, n_out = int(np.sum(s)), int(np.sum(~s))
+    conf_fixed = 1.0 - FIXED_ALPHA_SHARE * (1.0 - conf)
+    conf_split = 1.0 - (1.0 - FIXED_ALPHA_SHARE) * (1.0 - conf)
+  else:
+    n_in = n_out = trials
+    conf_fixed = conf_split = estimators.bonferroni_confidence(conf, 2)
+  per_test = conf_fixed
+  row = {"setting": st.name, "epsilon": st.claimed_epsilon, "sigma": st.sigma,
+         "epsilon_pld": (accounting.dpsgd_epsilon(st.sigma, spec.sampling_prob, spec.num_steps,
+                                                  delta, accountant="pld")
+                         if not no_noise else math.inf),
+         "trials": trials, "variant": spec.variant,
+         "ceiling": stats.perfect_attack_ceiling(trials, delta, conf),
+         "ceiling_black_box": stats.perfect_attack_ceiling(half, delta, conf),
+         "ceiling_white_box": (stats.perfect_attack_ceiling(trials, delta, per_test)
+                               if not multi else
+                               float(stats.epsilon_lower_bound(0, n_out, 0, n_in, delta,
+                                                               per_test))),
+         "canaries_per_run": spec.canaries_per_run,
+         "white_box_trials_in": n_in, "white_box_trials_out": n_out}
+  if no_noise:
+    # Without noise the canary's steps show as o_t = 1 exactly: "any step > 1/2".
+    threshold_wb = 0.5
+    row["best_certifiable"] = row["ceiling_white_box"]
+    row["best_certifiable_black_box"] = row["ceiling_black_box"]
+  else:
+    thr, fpr, fnr = claimed_roc(spec, st)
+    if multi:
+      best = estimators.best_certifiable(fpr, fnr, n_out, trials_in=n_in, delta=delta,
+                                         confidence=per_test, thresholds_J=thr)
+      threshold_wb, row["best_certifiable"] = best.threshold, best.epsilon
+    else:
+      best = estimators.best_certifiable(fpr, fnr, trials, delta=delta, confidence=per_test,
+                                         thresholds_J=thr)
+      threshold_wb, row["best_certifiable"] = best.threshold, best.epsilon
+    row["best_certifiable_black_box"] = estimators.best_certifiable(
+        fpr, fnr, half, delta=delta, confidence=conf).epsilon
+  row["epsilon_lower_black_box"] = row["epsilon_lower_white_box"] = None
+  row["gdp_estimate_black_box"] = row["gdp_estimate_white_box"] = None
+  row["white_box_fraction_of_best"] = row["white_box_fraction_of_exact"] = None
+  if spec.threat_model in ("black_box", "both"):
+    a = estimators.SplitThreshold(both_signs=True).bound(bb[r], bb[~r], delta=delta,
+                                                         confidence=conf)
+    row["epsilon_lower_black_box"] = a.epsilon_lower
+    row["black_box_counts"] = a.counts()
+    row["epsilon_lower_black_box_sd"] = estimators.bootstrap_spread(
+        a, np.random.default_rng(0)).sd
+    if not no_noise:
+      row["gdp_estimate_black_box"] = estimators.gdp_estimate(
+          a.sign * bb[r], a.sign * bb[~r], delta, conf).epsilon
+  if spec.threat_model in ("white_box", "both"):
+    # (a) the threshold fixed in advance from the claimed mechanism's likelihood
+    # ratio, on all trials -- optimal if the claim is right; (b) a threshold chosen
+    # on half the trials -- robust when the implementation behaves differently
+    # (e.g. far less noise than claimed, where the claimed-optimal threshold lies
+    # above both IN and OUT scores). Each at 1 - alpha/2, the larger reported.
+    if multi:
+      fixed = estimators.FixedThreshold(threshold_wb).bound(wb[s], wb[~s], delta=delta,
+                                                            confidence=conf_fixed)
+      held_out = estimators.SplitThreshold(both_signs=True).bound(
+          wb[s], wb[~s], delta=delta, confidence=conf_split)
+      row["epsilon_lower_white_box"] = max(fixed.epsilon_lower, held_out.epsilon_lower)
+    else:
+      policy = estimators.Bonferroni((estimators.FixedThreshold(threshold_wb),
+                                      estimators.SplitThreshold(both_signs=True)))
+      res = policy.bound(wb[s], wb[~s], delta=delta, confidence=conf)
+      fixed, held_out = res.parts
+      row["epsilon_lower_white_box"] = res.epsilon_lower
+    row["white_box_fixed_threshold"] = fixed.epsilon_lower
+    row["white_box_held_out_threshold"] = held_out.epsilon_lower
+    row["white_box_threshold"] = threshold_wb
+    row["white_box_counts"] = fixed.counts()
+    row["epsilon_lower_white_box_sd"] = estimators.bootstrap_spread(
+        fixed, np.random.default_rng(0)).sd
+    if row["best_certifiable"] > 0:
+      row["white_box_fraction_of_best"] = row["epsilon_lower_white_box"] / row["best_certifiable"]
+    if not no_noise:
+      row["white_box_fraction_of_exact"] = row["epsilon_lower_white_box"] / row["epsilon_pld"]
+    if not no_noise:
+      row["gdp_estimate_white_box"] = estimators.gdp_estimate(
+          wb[s], wb[~s], delta, conf, threshold=threshold_wb).epsilon
+  return row
+
+
+def roc_record(spec: CanaryAuditSpec, st: Setting, s_in, s_out) -> dict:
+  """The white-box ROC for the figure: empirical and the claimed mechanism's, on FPR grids.
+
+  Empirical: at each false-positive count k of a geometric grid, the most true
+  positives of any threshold with at most k false positives (the step curve's
+  corners there). Claimed: TPR interpolated at a geometric FPR grid.
+  """
+  thr = np.unique(np.r_[s_in, s_out])[::-1]
+  fp, fn = stats.error_counts(s_in, s_out, thr)            # fp non-decreasing along thr
+  tp = np.maximum.accumulate(s_in.size - fn)
+  k = np.unique(np.r_[0, np.rint(np.geomspace(1, s_out.size, _ROC_POINTS))]).astype(np.int64)
+  at = np.searchsorted(fp, k, side="right") - 1             # last threshold with fp <= k
+  _, fpr, fnr = claimed_roc(spec, st)
+  grid = np.geomspace(1e-6, 1.0, _ROC_POINTS)
+  return {"claimed_epsilon": st.claimed_epsilon, "positives": int(s_in.size),
+          "negatives": int(s_out.size), "false_positives": k[at >= 0],
+          "true_positives": tp[at[at >= 0]],
+          "exact_fpr": grid, "exact_tpr": np.interp(grid, fpr[::-1], 1 - fnr[::-1])}

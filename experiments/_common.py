@@ -52,6 +52,7 @@ from absl import app
 from absl import flags
 
 import dpjax
+from dpjax.audit import store
 
 # JAX logs an INFO line per process about the TPU backend it did not find; keep the
 # experiments' output to what they measured.
@@ -411,7 +412,9 @@ def app_run(name: str, config_cls, run_fn: Callable,
   """The whole `__main__` of an experiment: flags from the config, then run_fn.
 
   A flag value that absl cannot parse, or that the config rejects, prints
-  "FATAL Flags parsing error: flag --x=v: ..." (one line) and exits with status 2.
+  "FATAL Flags parsing error: flag --x=v: ..." (one line) and exits with status 2; a
+  stored run that cannot be used (`dpjax.audit.store.StoreError`) or a file that
+  cannot be written prints "ERROR <name>: ..." (one line) and exits with status 1.
 
   Args:
     name: the experiment's name.
@@ -438,7 +441,13 @@ def app_run(name: str, config_cls, run_fn: Callable,
       raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
     cfg = parsed["cfg"]
     out = OUT.value or (default_out(cfg) if default_out else None)
-    run_fn(cfg, output_dir(name, out))
+    try:
+      run_fn(cfg, output_dir(name, out))
+    except (store.StoreError, OSError) as e:
+      # A corrupt or foreign stored run, an unwritable directory, a full disk: one
+      # line naming the file, status 1 (nothing half-written is left as valid).
+      sys.stderr.write(f"ERROR {name}: {e}\n")
+      sys.exit(1)
 
   app.run(main, flags_parser=parser)
 

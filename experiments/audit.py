@@ -99,6 +99,10 @@ class AuditConfig(_common.ExperimentConfig):
                                 "DP-SGD variant to audit (faulty ones for testing the audit).",
                                 choices=variants.VARIANTS)
   resume: bool = _common.option(False, "Continue an interrupted run from <out>/chunks.")
+  invalid_chunks: str = _common.option(
+      "recompute", "On resume, a stored chunk that fails verification (corrupt, of another "
+      "run or setting): recompute it (with a warning) or refuse (exit with one line).",
+      choices=("recompute", "refuse"))
   no_noise: bool = _common.option(True, "Also audit sigma = 0 (the ceiling check).")
   chunk_models: int = _common.option(2000, "Models per chunk written to disk.")
   canaries_per_run: int = _common.option(
@@ -179,7 +183,8 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
   if k_can > 1:
     manifest.update(canaries_per_run=k_can, canary_in_fraction=cfg.canary_in_fraction,
                     chunk_models=spec.models_per_chunk)
-  chunks = store.ChunkStore(os.path.join(out_dir, "chunks"), manifest, resume=cfg.resume)
+  chunks = store.ChunkStore(os.path.join(out_dir, "chunks"), manifest, resume=cfg.resume,
+                            on_invalid=cfg.invalid_chunks)
   trained, complete = audit_run.run_chunks(k_train, spec, settings, data, model, chunks,
                                            progress=progress, max_new_chunks=max_new_chunks)
   if not complete:
@@ -198,7 +203,7 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
 
   rows, roc = [], {}
   for si, st in enumerate(settings):
-    r, s, bb, wb = audit_run.load_setting(spec, settings, chunks, si)
+    r, s, bb, wb = audit_run.load_setting(k_train, spec, settings, chunks, si)
     rows.append(audit_run.evaluate(spec, st, r, s, bb, wb))
     if st.sigma > 0:
       roc[st.name] = audit_run.roc_record(spec, st, wb[s], wb[~s])

@@ -61,13 +61,13 @@ class PipelineTest(absltest.TestCase):
     trained, done = audit_run.run_chunks(jax.random.key(1), spec, sts, data, model, s2,
                                          progress=False)
     self.assertEqual((trained, done), (1, True))
-    r, s, bb, wb = audit_run.load_setting(spec, sts, s2, 0)
+    r, s, bb, wb = audit_run.load_setting(jax.random.key(1), spec, sts, s2, 0)
     self.assertEqual((r.shape, s.shape, bb.shape, wb.shape), ((16,), (16,), (16,), (16,)))
     # the balanced design: 8 IN and 8 OUT for each canary
     self.assertEqual((int(r.sum()), int(s.sum())), (8, 8))
     fresh = store.ChunkStore(tempfile.mkdtemp(), {"t": 1})
     audit_run.run_chunks(jax.random.key(1), spec, sts, data, model, fresh, progress=False)
-    for a, b in zip((r, s, bb, wb), audit_run.load_setting(spec, sts, fresh, 0)):
+    for a, b in zip((r, s, bb, wb), audit_run.load_setting(jax.random.key(1), spec, sts, fresh, 0)):
       np.testing.assert_array_equal(a, b)
     row = audit_run.evaluate(spec, sts[0], r, s, bb, wb)
     self.assertLessEqual(row["epsilon_lower_white_box"], row["ceiling_white_box"])

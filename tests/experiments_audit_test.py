@@ -124,6 +124,27 @@ class AuditExperimentTest(absltest.TestCase):
     self.assertEqual(list(doc["results"]["white_box_roc"]), ["eps8"])   # drawn from the record
 
   @pytest.mark.slow
+  def test_a_swapped_chunk_never_changes_a_result(self):
+    # Copy one stored chunk over another of the same run, then resume: the copy is
+    # detected by its identity and recomputed (or refused), never used.
+    import shutil  # pylint: disable=g-import-not-at-top
+    from dpjax.audit import store  # pylint: disable=g-import-not-at-top
+    d = self._tmp()
+    cfg = dataclasses.replace(_SMALL, no_noise=False)        # 16 models / 4 = 4 chunks
+    fresh = _run(cfg, d)
+    with open(fresh["path"]) as f:
+      want = json.load(f)["results"]
+    chunks = os.path.join(d, "chunks")
+    shutil.copyfile(os.path.join(chunks, "eps8_c0000.npz"), os.path.join(chunks, "eps8_c0002.npz"))
+    with self.assertWarnsRegex(store.InvalidChunkWarning, "eps8_c0002.npz: it is chunk"):
+      again = _run(dataclasses.replace(cfg, resume=True), d)
+    self.assertEqual(again["chunks_trained"], 1)
+    with open(again["path"]) as f:
+      self.assertEqual(json.load(f)["results"], want)
+    shutil.copyfile(os.path.join(chunks, "eps8_c0000.npz"), os.path.join(chunks, "eps8_c0003.npz"))
+    with self.assertRaisesRegex(store.StoreError, "eps8_c0003.npz: it is chunk"):
+      _run(dataclasses.replace(cfg, resume=True, invalid_chunks="refuse"), d)
+
   def test_many_canaries_per_run(self):
     d = self._tmp()
     cfg = dataclasses.replace(_SMALL, canaries_per_run=3)

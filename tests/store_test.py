@@ -120,3 +120,127 @@ class ChunkStoreTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class ChunkIntegrityTest(absltest.TestCase):
+  """Every fault class of a stored run: never used, recomputed or refused by name."""
+
+  def _store(self, d=None, manifest=None, **kw):
+    if d is None:
+      t = tempfile.TemporaryDirectory()
+      self.addCleanup(t.cleanup)
+      d = t.name
+    return store.ChunkStore(d, manifest or {"seed": 0}, **kw)
+
+  def _two_chunks(self):
+    s = self._store()
+    ids = {"a": {"setting": "eps1", "chunk": 0}, "b": {"setting": "eps1", "chunk": 1}}
+    s.save("a", identity=ids["a"], x=np.arange(1000.0))
+    s.save("b", identity=ids["b"], x=np.arange(1000.0) + 1)
+    return s, ids
+
+  def _resumed(self, s, **kw):
+    return store.ChunkStore(s.directory, s.manifest, resume=True, **kw)
+
+  def test_valid_chunks_pass(self):
+    s, ids = self._two_chunks()
+    r = self._resumed(s)
+    self.assertEqual(r.missing(["a", "b", "c"], ids), ["c"])
+    np.testing.assert_array_equal(r.load("b", ids["b"])["x"], np.arange(1000.0) + 1)
+
+  def _fault(self, damage, reason):
+    s, ids = self._two_chunks()
+    damage(s)
+    r = self._resumed(s)
+    with self.assertWarnsRegex(store.InvalidChunkWarning, "b.npz: .*" + reason):
+      self.assertEqual(r.missing(["a", "b"], ids), ["b"])
+    self.assertNotIn("b", r)                            # deleted: it will be recomputed
+    s, ids = self._two_chunks()
+    damage(s)
+    r = self._resumed(s, on_invalid="refuse")
+    with self.assertRaisesRegex(store.StoreError, "b.npz: .*" + reason):
+      r.missing(["a", "b"], ids)
+    with self.assertRaisesRegex(store.StoreError, "b.npz: .*" + reason):
+      r.load("b", ids["b"])
+
+  def test_truncated_chunk(self):
+    def cut(s):
+      p = s.path("b")
+      data = open(p, "rb").read()
+      open(p, "wb").write(data[:len(data) // 2])
+    self._fault(cut, "unreadable")
+
+  def test_bit_flipped_chunk(self):
+    def flip(s):
+      p = s.path("b")
+      data = bytearray(open(p, "rb").read())
+      # a byte inside the stored array x (uncompressed .npz): the checksum catches it
+      data[len(data) // 3] ^= 0x10
+      open(p, "wb").write(bytes(data))
+    self._fault(flip, "checksum|unreadable")
+
+  def test_swapped_chunk(self):
+    def swap(s):
+      os.replace(s.path("a"), s.path("b"))
+      s.save("a", identity={"setting": "eps1", "chunk": 0}, x=np.arange(1000.0))
+    self._fault(swap, "chunk 'a' of this run")
+
+  def test_chunk_of_another_run(self):
+    other = self._store(manifest={"seed": 1})
+    other.save("b", identity={"setting": "eps1", "chunk": 1}, x=np.arange(1000.0) + 1)
+
+    def copy(s):
+      open(s.path("b"), "wb").write(open(other.path("b"), "rb").read())
+    self._fault(copy, "another run")
+
+  def test_chunk_of_another_place_in_this_run(self):
+    def relabel(s):
+      s.save("b", identity={"setting": "eps2", "chunk": 1}, x=np.arange(1000.0) + 1)
+    self._fault(relabel, "identity")
+
+  def test_chunk_without_identity(self):
+    def legacy(s):
+      os.remove(s.path("b"))
+      np.savez(s.path("b"), x=np.arange(1000.0) + 1)
+    self._fault(legacy, "no identity")
+
+  def test_corrupt_manifest_is_one_error(self):
+    s, _ = self._two_chunks()
+    with open(os.path.join(s.directory, store.MANIFEST), "w") as f:
+      f.write('{"seed": 0')
+    with self.assertRaisesRegex(store.StoreError, "manifest.json cannot be read"):
+      self._resumed(s)
+
+  def test_unwritable_directory_is_one_error(self):
+    t = tempfile.TemporaryDirectory()
+    self.addCleanup(t.cleanup)
+    blocker = os.path.join(t.name, "file")
+    open(blocker, "w").close()
+    with self.assertRaisesRegex(store.StoreError, "cannot create"):
+      store.ChunkStore(os.path.join(blocker, "chunks"), {"seed": 0})
+
+  def test_full_disk_is_one_error_and_leaves_nothing(self):
+    s = self._store()
+    real = np.savez
+
+    def full(f, **arrays):
+      real(f, **arrays)
+      raise OSError(28, "No space left on device")
+    np.savez = full
+    try:
+      with self.assertRaisesRegex(store.StoreError, "cannot write .*a.npz: No space"):
+        s.save("a", x=np.ones(3))
+    finally:
+      np.savez = real
+    self.assertEqual([f for f in os.listdir(s.directory) if f != store.MANIFEST], [])
+    s.save("a", x=np.ones(3))                             # after space is freed: resumes
+    self.assertEqual(s.missing(["a"]), [])
+
+  def test_reserved_names_and_bad_policy(self):
+    s = self._store()
+    with self.assertRaisesRegex(ValueError, "reserved"):
+      s.save("a", __checksum__=np.ones(1))
+    with self.assertRaisesRegex(ValueError, "on_invalid"):
+      self._store(on_invalid="ignore")
+    with self.assertRaisesRegex(TypeError, "resume"):
+      self._store(resume="no")

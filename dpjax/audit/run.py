@@ -20,7 +20,9 @@ chunks of models, each chunk one `dpsgd.train_many` call:
 
 Finished chunks go to a `store.ChunkStore`, so `run_chunks` resumes an interrupted
 run without redoing or double-counting work. Chunk c of setting si is trained from
-`fold_in(fold_in(key_train, si), c)`.
+`fold_in(fold_in(key_train, si), c)`; each stored chunk carries that identity (its
+setting, index, models and key) and a checksum, verified before it is used, so a
+truncated, corrupted or swapped chunk is recomputed or refused, never read.
 
 Shape letters: M models, T steps, K gradient canaries per run.
 """
@@ -124,6 +126,22 @@ def chunk_names(spec: CanaryAuditSpec, setting_list: Sequence[Setting]) -> dict:
   return names, bounds
 
 
+def chunk_key(key_train, si: int, c: int):
+  """The key chunk c of setting si is trained from."""
+  return jax.random.fold_in(jax.random.fold_in(key_train, si), c)
+
+
+def chunk_identities(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]
+                     ) -> dict:
+  """{chunk name: its identity}: the setting, the chunk index, its models and its key,
+  recorded with every stored chunk and verified when it is read (`store`)."""
+  names, bounds = chunk_names(spec, setting_list)
+  return {n: {"setting": dataclasses.asdict(setting_list[si]), "chunk": c,
+              "models": list(bounds[c]),
+              "key": np.asarray(jax.random.key_data(chunk_key(key_train, si, c))).tolist()}
+          for (si, c), n in names.items()}
+
+
 def run_chunks(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting], data,
                model, chunks: store.ChunkStore, *, progress: bool = True,
                max_new_chunks: int | None = None) -> tuple[int, bool]:
@@ -140,7 +158,9 @@ def run_chunks(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]
     max_new_chunks: stop (incomplete) after training this many.
   """
   names, bounds = chunk_names(spec, setting_list)
-  todo = [k for k, n in names.items() if n not in chunks]
+  ids = chunk_identities(key_train, spec, setting_list)
+  missing = set(chunks.missing(list(names.values()), ids))
+  todo = [k for k, n in names.items() if n in missing]
   n_records = int(data.x_NxD.shape[0])
   trained = 0
   bar = tqdm(total=len(names), initial=len(names) - len(todo),
@@ -157,21 +177,24 @@ def run_chunks(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]
       warnings.simplefilter("ignore")
       var = variants.variant(spec.variant, claimed, model)
     lo, hi = bounds[c]
-    k_chunk = jax.random.fold_in(jax.random.fold_in(key_train, si), c)
-    r, s, bb, wb = train_chunk(k_chunk, spec, st, data, var, model, lo, hi)
-    chunks.save(names[(si, c)], record_in=r, gradient_in=s, black_box=bb, white_box=wb)
+    r, s, bb, wb = train_chunk(chunk_key(key_train, si, c), spec, st, data, var, model, lo,
+                               hi)
+    chunks.save(names[(si, c)], identity=ids[names[(si, c)]], record_in=r, gradient_in=s,
+                black_box=bb, white_box=wb)
     trained += 1
     bar.update(1)
   bar.close()
-  return trained, not chunks.missing(list(names.values()))
+  return trained, all(n in chunks for n in names.values())
 
 
-def load_setting(spec: CanaryAuditSpec, setting_list: Sequence[Setting],
+def load_setting(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting],
                  chunks: store.ChunkStore, si: int):
   """(record_in bool[2N], gradient_in bool[2N(, K)], black_box float[2N], white_box
-  float[2N(, K)]) of setting si, concatenated over its chunks."""
+  float[2N(, K)]) of setting si, concatenated over its chunks, each verified against
+  its identity (`chunk_identities`; a chunk that fails raises `store.StoreError`)."""
   names, bounds = chunk_names(spec, setting_list)
-  parts = [chunks.load(names[(si, c)]) for c in range(len(bounds))]
+  ids = chunk_identities(key_train, spec, setting_list)
+  parts = [chunks.load(names[(si, c)], ids[names[(si, c)]]) for c in range(len(bounds))]
   return tuple(np.concatenate([p[k] for p in parts])
                for k in ("record_in", "gradient_in", "black_box", "white_box"))
 

@@ -10,7 +10,18 @@ without redoing (or double-counting) finished work. Three rules make that safe:
 * atomic writes: a chunk is written to a temporary file, flushed to disk and then
   renamed into place, so a killed run leaves either the whole chunk or none;
 * a fresh (non-resuming) store deletes the chunks it finds, so stale chunks of an
-  earlier run are never read.
+  earlier run are never read;
+* identity: every chunk records the fingerprint of the manifest (SHA-256 of its
+  canonical JSON), its own name, the caller's identity of it (e.g. its setting,
+  its chunk index and the key it was trained from) and a SHA-256 checksum of its
+  arrays (names, dtypes, shapes, bytes). Reading verifies all of them, so a chunk
+  that is truncated, bit-flipped, copied from another run or from another place
+  in this one is never used: `missing` reports it as missing (after a warning
+  naming the file and the reason, so the caller recomputes it) or, with
+  `on_invalid="refuse"`, raises `StoreError` naming the file and the reason.
+
+A corrupt manifest, an unwritable directory or a full disk raise `StoreError`
+(one line naming the file); nothing is half-written (atomic renames).
 
 The store knows nothing about audits; the caller decides what a chunk holds and
 how chunks are named (letters, digits, "_", "-", ".").
@@ -18,25 +29,29 @@ how chunks are named (letters, digits, "_", "-", ".").
 Typical use:
 
     store = ChunkStore(os.path.join(out_dir, "chunks"), manifest, resume=resume)
-    for name in store.missing(names):
-      store.save(name, **train_chunk(name))
-    parts = [store.load(name) for name in names]
+    for name in store.missing(names, identities):
+      store.save(name, identity=identities[name], **train_chunk(name))
+    parts = [store.load(name, identities[name]) for name in names]
 
 Examples:
   >>> import tempfile
   >>> s = ChunkStore(tempfile.mkdtemp(), {"seed": 0})
-  >>> s.save("a_c0000", x=np.arange(3))
-  >>> s.missing(["a_c0000", "a_c0001"]), s.load("a_c0000")["x"].tolist()
+  >>> s.save("a_c0000", identity={"chunk": 0}, x=np.arange(3))
+  >>> s.missing(["a_c0000", "a_c0001"]), s.load("a_c0000", {"chunk": 0})["x"].tolist()
   (['a_c0001'], [0, 1, 2])
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import re
-from typing import Any, Mapping, Sequence
+import warnings
+import zipfile
+import zlib
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -44,6 +59,36 @@ MANIFEST = "manifest.json"
 _SUFFIX = ".npz"
 _TMP = ".tmp"
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
+# Reserved array names of a chunk: its identity (JSON bytes) and its checksum.
+_IDENTITY = "__identity__"
+_CHECKSUM = "__checksum__"
+_ON_INVALID = ("recompute", "refuse")
+
+
+class StoreError(ValueError):
+  """A store that cannot be used as asked: a corrupt manifest or chunk, a chunk of
+  another run or place, an unwritable directory, a full disk (the message names the
+  file and the reason)."""
+
+
+class InvalidChunkWarning(UserWarning):
+  """A stored chunk failed verification and will be recomputed (never used)."""
+
+
+def _fingerprint(value: Any) -> str:
+  """SHA-256 (hex) of the canonical JSON of value."""
+  text = json.dumps(canonical(value), sort_keys=True, allow_nan=False)
+  return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _checksum(arrays: Mapping[str, np.ndarray]) -> str:
+  """SHA-256 (hex) of the arrays' names, dtypes, shapes and bytes, in name order."""
+  h = hashlib.sha256()
+  for k in sorted(arrays):
+    a = np.ascontiguousarray(arrays[k])
+    h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
 
 
 def canonical(x: Any) -> Any:
@@ -70,13 +115,25 @@ def canonical(x: Any) -> Any:
 
 
 def _replace_atomically(path: str, write) -> None:
-  """Writes via `write(file)` to path + ".tmp", flushes it to disk, renames it to path."""
+  """Writes via `write(file)` to path + ".tmp", flushes it to disk, renames it to path.
+
+  Raises:
+    StoreError: the file cannot be written (permissions, a full disk); the partial
+      temporary file is removed.
+  """
   tmp = path + _TMP
-  with open(tmp, "wb") as f:
-    write(f)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  try:
+    with open(tmp, "wb") as f:
+      write(f)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except OSError as e:
+    try:
+      os.remove(tmp)
+    except OSError:
+      pass
+    raise StoreError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 class ChunkStore:
@@ -89,32 +146,55 @@ class ChunkStore:
     resume: keep the chunks of an earlier run with an equal manifest. Without it,
       or when no manifest is stored yet, the store starts empty (deleting chunks
       it finds).
+    on_invalid: what `missing` does with a stored chunk that fails verification:
+      "recompute" (default: warn naming the file and the reason, delete it, report
+      it missing) or "refuse" (raise StoreError).
   Raises:
-    ValueError: resuming with a stored manifest that differs from `manifest`.
+    StoreError: resuming with a stored manifest that differs from `manifest` or
+      cannot be read; a directory that cannot be created or written.
   """
 
-  def __init__(self, directory: str, manifest: Mapping, *, resume: bool = False):
+  def __init__(self, directory: str, manifest: Mapping, *, resume: bool = False,
+               on_invalid: str = "recompute"):
     if not isinstance(manifest, Mapping):
       raise ValueError(f"manifest must be a mapping, got {type(manifest).__name__}")
     if not isinstance(directory, (str, os.PathLike)):
       raise TypeError(f"directory must be a str or os.PathLike, got {directory!r:.80}")
+    if not isinstance(resume, bool):
+      raise TypeError(f"resume must be a bool, got {resume!r:.80}")
+    if on_invalid not in _ON_INVALID:
+      raise ValueError(f"on_invalid must be one of {_ON_INVALID}, got {on_invalid!r}")
     self._dir = os.fspath(directory)
     self._manifest = canonical(manifest)
-    os.makedirs(self._dir, exist_ok=True)
+    self._fingerprint = _fingerprint(self._manifest)
+    self._on_invalid = on_invalid
+    try:
+      os.makedirs(self._dir, exist_ok=True)
+    except OSError as e:
+      raise StoreError(f"cannot create {self._dir}: {e.strerror or e}") from None
     path = os.path.join(self._dir, MANIFEST)
     if resume and os.path.exists(path):
-      with open(path) as f:
-        stored = json.load(f)
+      try:
+        with open(path) as f:
+          stored = json.load(f)
+      except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise StoreError(f"resume: {path} cannot be read ({type(e).__name__}: {e}); start "
+                         "afresh (without resume) or use another directory") from None
+      if not isinstance(stored, dict):
+        raise StoreError(f"resume: {path} is not a manifest (a JSON object); start afresh")
       if stored != self._manifest:
         keys = sorted(k for k in set(stored) | set(self._manifest)
                       if stored.get(k) != self._manifest.get(k))
-        raise ValueError(f"resume: {path} was written by a run with different settings "
+        raise StoreError(f"resume: {path} was written by a run with different settings "
                          f"(differing: {', '.join(keys)}); start afresh (without resume) or "
                          "use another directory")
     else:
-      for fn in os.listdir(self._dir):
-        if fn.endswith(_SUFFIX) or fn.endswith(_SUFFIX + _TMP):
-          os.remove(os.path.join(self._dir, fn))
+      try:
+        for fn in os.listdir(self._dir):
+          if fn.endswith(_SUFFIX) or fn.endswith(_SUFFIX + _TMP):
+            os.remove(os.path.join(self._dir, fn))
+      except OSError as e:
+        raise StoreError(f"cannot clear {self._dir}: {e.strerror or e}") from None
     text = json.dumps(self._manifest, indent=1, allow_nan=False).encode() + b"\n"
     _replace_atomically(path, lambda f: f.write(text))
 
@@ -136,38 +216,109 @@ class ChunkStore:
   def __contains__(self, name: str) -> bool:
     return os.path.exists(self.path(name))
 
-  def missing(self, names: Sequence[str]) -> list[str]:
-    """The names in `names` that have no chunk yet, in order."""
-    return [n for n in names if n not in self]
+  def missing(self, names: Sequence[str],
+              identities: Optional[Mapping[str, Mapping]] = None) -> list[str]:
+    """The names in `names` without a valid chunk, in order.
+
+    A stored chunk that fails `verify` (with `identities[name]` when given) is
+    handled per `on_invalid`: warned about (InvalidChunkWarning, naming the file
+    and the reason), deleted and listed as missing; or refused (StoreError).
+    """
+    out = []
+    for n in names:
+      if n not in self:
+        out.append(n)
+        continue
+      reason = self.verify(n, None if identities is None else identities.get(n))
+      if reason is None:
+        continue
+      if self._on_invalid == "refuse":
+        raise StoreError(f"{self.path(n)}: {reason}")
+      warnings.warn(f"{self.path(n)}: {reason}; recomputing it", InvalidChunkWarning,
+                    stacklevel=2)
+      try:
+        os.remove(self.path(n))
+      except OSError as e:
+        raise StoreError(f"cannot remove {self.path(n)}: {e.strerror or e}") from None
+      out.append(n)
+    return out
 
   def names(self) -> list[str]:
     """The names of the stored chunks, sorted."""
     return sorted(fn[:-len(_SUFFIX)] for fn in os.listdir(self._dir) if fn.endswith(_SUFFIX))
 
-  def save(self, name: str, **arrays) -> None:
-    """Writes chunk `name` atomically (replacing an existing one).
+  def save(self, name: str, *, identity: Optional[Mapping] = None, **arrays) -> None:
+    """Writes chunk `name` atomically (replacing an existing one), with its identity.
 
     Args:
       name: the chunk's name.
-      **arrays: the arrays to store (anything `np.asarray` accepts, no objects).
+      identity: what the chunk is, beyond its name and the manifest (JSON-able),
+        e.g. {"setting": ..., "chunk": c, "key": key_data}; checked by `load`.
+      **arrays: the arrays to store (anything `np.asarray` accepts, no objects;
+        not named "identity" or "__identity__" / "__checksum__").
     """
     if not arrays:
       raise ValueError("save needs at least one array")
     path = self.path(name)
     data = {k: np.asarray(v) for k, v in arrays.items()}
     for k, v in data.items():
+      if k in (_IDENTITY, _CHECKSUM):
+        raise ValueError(f"array name {k!r} is reserved")
       if v.dtype == object:
         raise ValueError(f"array {k!r} has dtype object; store numbers or strings")
+    ident = {"manifest": self._fingerprint, "name": name,
+             "identity": canonical({} if identity is None else identity)}
+    data[_IDENTITY] = np.frombuffer(json.dumps(ident, sort_keys=True).encode(), np.uint8)
+    data[_CHECKSUM] = np.frombuffer(_checksum(data).encode(), np.uint8)
     _replace_atomically(path, lambda f: np.savez(f, **data))
 
-  def load(self, name: str) -> dict[str, np.ndarray]:
-    """The arrays of chunk `name`, as saved.
+  def _read(self, name: str) -> dict[str, np.ndarray]:
+    """All arrays of the chunk file, reserved ones included (StoreError if unreadable)."""
+    path = self.path(name)
+    try:
+      with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+    except FileNotFoundError:
+      raise KeyError(f"no chunk {name!r} in {self._dir}") from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+      raise StoreError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+
+  def verify(self, name: str, identity: Optional[Mapping] = None) -> Optional[str]:
+    """None if chunk `name` is whole and is this run's chunk `name` (with `identity`
+    when given); otherwise the reason it is not."""
+    try:
+      data = self._read(name)
+    except StoreError as e:
+      return str(e).split(": ", 1)[1]
+    if _IDENTITY not in data or _CHECKSUM not in data:
+      return "no identity or checksum (written by another tool or version)"
+    want = bytes(data.pop(_CHECKSUM)).decode(errors="replace")
+    if _checksum(data) != want:
+      return "checksum mismatch (truncated or corrupted)"
+    try:
+      ident = json.loads(bytes(data[_IDENTITY]).decode())
+    except ValueError:
+      return "unreadable identity"
+    if ident.get("manifest") != self._fingerprint:
+      return "written by another run (its manifest fingerprint differs)"
+    if ident.get("name") != name:
+      return f"it is chunk {ident.get('name')!r} of this run, not {name!r}"
+    if identity is not None and ident.get("identity") != canonical(identity):
+      return (f"its identity {ident.get('identity')} differs from the expected "
+              f"{canonical(identity)}")
+    return None
+
+  def load(self, name: str, identity: Optional[Mapping] = None) -> dict[str, np.ndarray]:
+    """The arrays of chunk `name`, as saved, after `verify`.
 
     Raises:
       KeyError: no such chunk.
+      StoreError: the chunk fails verification (it is never returned).
     """
-    path = self.path(name)
-    if not os.path.exists(path):
+    if name not in self:
       raise KeyError(f"no chunk {name!r} in {self._dir}")
-    with np.load(path, allow_pickle=False) as f:
-      return {k: f[k] for k in f.files}
+    reason = self.verify(name, identity)
+    if reason is not None:
+      raise StoreError(f"{self.path(name)}: {reason}")
+    data = self._read(name)
+    return {k: v for k, v in data.items() if k not in (_IDENTITY, _CHECKSUM)}

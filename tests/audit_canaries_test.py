@@ -24,6 +24,8 @@ from dpjax import dpsgd, models
 from dpjax.audit import canary
 from dpjax.data import canaries
 
+_QUIET = dpsgd.PerformanceFlags(progress=False)
+
 _Q, _T, _SIGMA, _M, _K = 0.2, 20, 1.0, 400, 6
 
 
@@ -36,8 +38,10 @@ def _train(k, keep_MxK, seed=1):
   out = dpsgd.train_many(jax.random.key(seed), data.x_NxD, data.y_N, jnp.ones((m, 21), bool),
                          cfg, models.logistic_regression(data.num_features),
                          observe_fn=canary.observe_last_coordinates(k),
-                         gradient_canaries=canary.gradient_canaries(data.num_features, k, 1.0),
-                         canary_keep_MxK=jnp.asarray(keep_MxK), progress=False)
+                         fixed_gradients=dpsgd.FixedGradients(
+                             canary.gradient_canaries(data.num_features, k, 1.0),
+                             jnp.asarray(keep_MxK)),
+                         perf=_QUIET)
   o = np.asarray(out.observations, np.float64) * cfg.expected_batch_size   # [M, T, K]
   o_kt = np.transpose(o, (0, 2, 1)).reshape(m * k, _T)
   return canary.white_box_scores(o_kt, _Q, _SIGMA).reshape(m, k)

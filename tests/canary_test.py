@@ -14,6 +14,8 @@ from dpjax.accounting import gdp, pld
 from dpjax.audit import canary, estimators, stats
 from dpjax.data import canaries
 
+_QUIET = dpsgd.PerformanceFlags(progress=False)
+
 # The audit's noise multipliers (RDP-calibrated to eps 1, 2, 4, 8 at q = 0.2, T = 500).
 _AUDIT_SIGMAS = (18.175692507729106, 9.704236335876162, 5.2851436171643185, 2.9836419458722774)
 
@@ -173,8 +175,10 @@ class EngineCanaryTest(absltest.TestCase):
     keep[:, data.canary_index] = r
     out = dpsgd.train_many(jax.random.key(1), data.x_NxD, data.y_N, jnp.asarray(keep), cfg, model,
                            observe_fn=canary.observe_last_coordinate(),
-                           gradient_canary=canary.gradient_canary(data.num_features, 1.0),
-                           canary_keep_M=jnp.asarray(s), progress=False)
+                           fixed_gradients=dpsgd.FixedGradients(
+                               canary.gradient_canaries(data.num_features, 1, 1.0),
+                               jnp.asarray(s)[:, None]),
+                           perf=_QUIET)
     o = canary.normalized_observations(out.observations, expected_batch_size=cfg.expected_batch_size,
                                        l2_clip_norm=1.0)
     k = o[s].size

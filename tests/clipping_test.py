@@ -17,6 +17,8 @@ from dpjax.clipping import glm
 from dpjax.clipping import vmap
 from tests import helpers
 
+_QUIET = dpsgd.PerformanceFlags(progress=False)
+
 
 class ContractTest(parameterized.TestCase):
   """Each example's contribution to the clipped sum has norm min(C, ||g_i||) <= C."""
@@ -240,8 +242,8 @@ class RegistryTest(absltest.TestCase):
     keep = jnp.ones((3, 24), bool)
     cfg = dpsgd.DpSgdConfig(dataset_size=24, sampling_prob=0.3, num_steps=10,
                             noise_multiplier=1.0)
-    fast = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False)
-    gen = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False,
+    fast = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, perf=_QUIET)
+    gen = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, perf=_QUIET,
                            clipping=functools.partial(vmap.clipped_grad_sum, model))
     for u, v in zip(jax.tree.leaves(fast.params), jax.tree.leaves(gen.params)):
       np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-5)

@@ -1,10 +1,11 @@
-"""Tests for K gradient canaries per model in dpjax.dpsgd.train_many.
+"""Tests for K fixed-gradient records (gradient canaries) per model in
+dpjax.dpsgd.train_many(fixed_gradients=dpsgd.FixedGradients(G, keep_MxK)).
 
 With no noise, the canaries' unused coordinates of each privatized update show each
 canary's inclusion bit exactly (C / B per included canary), so the bits are checked
-against their documented draw `prng.poisson_mask(fold_in(k_canary, t), q, K) & keep`,
-for rate q, for independence across canaries, and for the single-canary case being
-the same computation as `gradient_canary` (bit-identical results).
+against their documented draw `prng.poisson_mask(fold_in(k_fixed, t), q, K) & keep`,
+for rate q, for independence across canaries, and for the single-canary case K = 1
+(model i of train_many equals train_one with model i's key and keep bit).
 """
 
 import math
@@ -41,29 +42,36 @@ def _last(k):
 
 
 _OBS4 = _last(4)
+_QUIET = dpsgd.PerformanceFlags(progress=False)
 
 
 class MultiCanaryTest(absltest.TestCase):
 
   @pytest.mark.slow  # about 25 s; test_train_one_with_a_canary_vector_equals_model_i stays in the default set
-  def test_single_canary_is_the_k1_case_bit_for_bit(self):
+  def test_single_canary_is_the_k1_case(self):
+    # The one-canary spelling (the record g with a leading axis K = 1, keep bool[M, 1]):
+    # model i equals train_one with model i's key and its keep bit as bool[K].
     x, y = _data(k=1)
     cfg = helpers.small_config(dataset_size=12, sampling_prob=0.3, num_steps=15,
                                noise_multiplier=1.0)
     model = models.logistic_regression(4)
     keep = jnp.ones((6, 12), bool)
-    ck = jnp.asarray(np.arange(6) % 2 == 0)
+    ck = np.arange(6) % 2 == 0
     g = {"w": jnp.array([0.0, 0.0, 0.0, 2.5])}
-    a = dpsgd.train_many(jax.random.key(3), x, y, keep, cfg, model, gradient_canary=g,
-                         canary_keep_M=ck, observe_fn=_last(1), progress=False)
-    b = dpsgd.train_many(jax.random.key(3), x, y, keep, cfg, model,
-                         gradient_canaries={"w": g["w"][None]}, canary_keep_MxK=ck[:, None],
-                         observe_fn=_last(1), progress=False)
-    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-      np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+    g_k = jax.tree.map(lambda v: v[None], g)
+    a = dpsgd.train_many(jax.random.key(3), x, y, keep, cfg, model,
+                         fixed_gradients=dpsgd.FixedGradients(g_k, ck[:, None]),
+                         observe_fn=_last(1), perf=_QUIET)
+    keys = jax.random.split(jax.random.key(3), 6)
+    for i in (0, 1, 4):
+      one = dpsgd.train_one(keys[i], x, y, keep[i], cfg, model,
+                            fixed_gradients=dpsgd.FixedGradients(g_k, np.array([ck[i]])),
+                            observe_fn=_last(1))
+      helpers.assert_trees_close(one.params, jax.tree.map(lambda v, i=i: v[i], a.params))
+      np.testing.assert_allclose(one.observations, a.observations[i], rtol=1e-5, atol=1e-7)
     # the canary shows (o != the no-canary run) only in models that keep it
     c = dpsgd.train_many(jax.random.key(3), x, y, keep, cfg, model, observe_fn=_last(1),
-                         progress=False)
+                         perf=_QUIET)
     differs = np.any(np.asarray(a.observations) != np.asarray(c.observations), axis=(1, 2))
     np.testing.assert_array_equal(differs, np.asarray(ck))
 
@@ -76,14 +84,15 @@ class MultiCanaryTest(absltest.TestCase):
     keep_c = np.random.default_rng(0).random((m, k)) < 0.7
     out = dpsgd.train_many(jax.random.key(7), x, y, jnp.ones((m, 12), bool), cfg,
                            models.logistic_regression(3 + k),
-                           gradient_canaries=_dirac(3 + k, k, c=2.0, scale=3.0),  # clipped to C
-                           canary_keep_MxK=jnp.asarray(keep_c), observe_fn=_OBS4,
-                           progress=False)
+                           fixed_gradients=dpsgd.FixedGradients(   # clipped to C
+                               _dirac(3 + k, k, c=2.0, scale=3.0), jnp.asarray(keep_c)),
+                           observe_fn=_OBS4,
+                           perf=_QUIET)
     bits = np.asarray(out.observations) * cfg.expected_batch_size / cfg.l2_clip_norm
     np.testing.assert_allclose(bits, np.rint(bits), atol=1e-5)
     model_keys = jax.random.split(jax.random.key(7), m)
 
-    def draws(model_key):   # [T, K]: model key -> (init, sample, noise, canary) keys
+    def draws(model_key):   # [T, K]: model key -> (init, sample, noise, fixed-record) keys
       k_canary = jax.random.split(model_key, 4)[3]
       return jax.vmap(lambda s: prng.poisson_mask(prng.fold_in(k_canary, s), q, k))(
           jnp.arange(t))
@@ -96,9 +105,11 @@ class MultiCanaryTest(absltest.TestCase):
     x, y = _data(k=k)
     cfg = dpsgd.DpSgdConfig(dataset_size=12, sampling_prob=q, num_steps=t, noise_multiplier=0.0)
     out = dpsgd.train_many(jax.random.key(1), x, y, jnp.ones((m, 12), bool), cfg,
-                           models.logistic_regression(3 + k), gradient_canaries=_dirac(3 + k, k),
-                           canary_keep_MxK=jnp.ones((m, k), bool), observe_fn=_last(k),
-                           progress=False)
+                           models.logistic_regression(3 + k),
+                           fixed_gradients=dpsgd.FixedGradients(_dirac(3 + k, k),
+                                                                jnp.ones((m, k), bool)),
+                           observe_fn=_last(k),
+                           perf=_QUIET)
     b = np.asarray(out.observations).reshape(m * t, k) * cfg.expected_batch_size > 0.5
     n = m * t
     # rate of each canary within 4 sd of q (n Bernoulli(q) draws per canary)
@@ -117,8 +128,8 @@ class MultiCanaryTest(absltest.TestCase):
                             noise_multiplier=0.0)
     model = models.logistic_regression(3 + k)
     keep_c = jnp.array([[True, True, True], [True, False, False]])
-    kw = dict(gradient_canaries=_dirac(3 + k, k), canary_keep_MxK=keep_c, observe_fn=_last(k),
-              progress=False)
+    kw = dict(fixed_gradients=dpsgd.FixedGradients(_dirac(3 + k, k), keep_c),
+              observe_fn=_last(k), perf=_QUIET)
     good = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, n), bool), cfg, model, **kw)
     np.testing.assert_allclose(np.asarray(good.observations)[:, 0],
                                np.asarray(keep_c, float) / n, atol=1e-7)
@@ -136,13 +147,16 @@ class MultiCanaryTest(absltest.TestCase):
     cfg = helpers.small_config(dataset_size=12, noise_multiplier=1.0, num_steps=5)
     model = models.logistic_regression(3 + k)
     ck = jnp.array([[True, False, True, False], [False, True, True, True]])
-    kw = dict(gradient_canaries=_dirac(3 + k, k), observe_fn=_OBS4)
+    g = _dirac(3 + k, k)
     many = dpsgd.train_many(jax.random.key(2), x, y, jnp.ones((2, 12), bool), cfg, model,
-                            canary_keep_MxK=ck, progress=False, **kw)
+                            fixed_gradients=dpsgd.FixedGradients(g, ck), observe_fn=_OBS4,
+                            perf=_QUIET)
     keys = jax.random.split(jax.random.key(2), 2)
-    one = dpsgd.train_one(keys[1], x, y, jnp.ones((12,), bool), cfg, model,
-                          canary_keep=np.asarray(ck[1]), **kw)
-    helpers.assert_trees_close(one.params, jax.tree.map(lambda a: a[1], many.params))
+    # train_one takes the model's keep as bool[K] or bool[1, K].
+    for keep_k in (np.asarray(ck[1]), np.asarray(ck[1:2])):
+      one = dpsgd.train_one(keys[1], x, y, jnp.ones((12,), bool), cfg, model,
+                            fixed_gradients=dpsgd.FixedGradients(g, keep_k), observe_fn=_OBS4)
+      helpers.assert_trees_close(one.params, jax.tree.map(lambda a: a[1], many.params))
 
   def test_bad_canary_arguments_are_refused_by_name(self):
     x, y = _data(k=2)
@@ -151,31 +165,31 @@ class MultiCanaryTest(absltest.TestCase):
     keep = jnp.ones((2, 12), bool)
     g = _dirac(5, 2)
     ck = jnp.ones((2, 2), bool)
+    keep_name, grad_name = r"fixed_gradients\.keep_MxK", r"fixed_gradients\.gradients_K"
+    fg = dpsgd.FixedGradients
     cases = [
-        ("canary_keep_MxK", dict(gradient_canaries=g)),
-        ("canary_keep_MxK", dict(canary_keep_MxK=ck)),
-        ("canary_keep_MxK", dict(gradient_canaries=g, canary_keep_MxK=jnp.ones((2, 3), bool))),
-        ("canary_keep_MxK", dict(gradient_canaries=g, canary_keep_MxK=jnp.ones((2, 2)))),
-        ("gradient_canaries", dict(gradient_canaries={"w": jnp.zeros((0, 5))},
-                                   canary_keep_MxK=jnp.ones((2, 0), bool))),
-        ("gradient_canaries", dict(gradient_canaries={"w": jnp.zeros((2, 4))},
-                                   canary_keep_MxK=ck)),
-        ("gradient_canaries", dict(gradient_canaries={"v": jnp.zeros((2, 5))},
-                                   canary_keep_MxK=ck)),
-        ("gradient_canaries", dict(gradient_canaries={"w": g["w"].at[1, 0].set(jnp.nan)},
-                                   canary_keep_MxK=ck)),
-        ("gradient_canaries", dict(gradient_canaries={"w": np.full((2, 5), "x")},
-                                   canary_keep_MxK=ck)),
-        ("exclusive", dict(gradient_canaries=g, canary_keep_MxK=ck,
-                           gradient_canary={"w": jnp.zeros(5)},
-                           canary_keep_M=jnp.ones(2, bool))),
-        ("gradient_canary", dict(gradient_canary={"w": jnp.zeros(4)},
-                                 canary_keep_M=jnp.ones(2, bool))),
+        (keep_name, fg(g, None)),
+        (grad_name, fg(None, ck)),
+        (keep_name, fg(g, jnp.ones((2, 3), bool))),
+        (keep_name, fg(g, jnp.ones((2, 2)))),           # not bool
+        (keep_name, fg(g, jnp.ones((2,), bool))),        # train_many needs bool[M, K]
+        (grad_name, fg({"w": jnp.zeros((0, 5))}, jnp.ones((2, 0), bool))),
+        (grad_name, fg({"w": jnp.zeros((2, 4))}, ck)),
+        (grad_name, fg({"v": jnp.zeros((2, 5))}, ck)),
+        (grad_name, fg({"w": g["w"].at[1, 0].set(jnp.nan)}, ck)),
+        (grad_name, fg({"w": np.full((2, 5), "x")}, ck)),
+        (grad_name, fg({"w": jnp.zeros(5)}, jnp.ones((2, 1), bool))),   # no leading K axis
     ]
-    for name, kw in cases:
-      with self.subTest(name=name, kw=sorted(kw)):
+    for name, fixed in cases:
+      with self.subTest(name=name, fixed=repr(fixed)[:80]):
         with self.assertRaisesRegex(ValueError, name):
-          dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False, **kw)
+          dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, perf=_QUIET,
+                           fixed_gradients=fixed)
+    # Anything but a FixedGradients (a plain tuple, the gradients alone) is a TypeError.
+    for bad in ((g, ck), g, [g, ck]):
+      with self.assertRaisesRegex(TypeError, "fixed_gradients must be a FixedGradients"):
+        dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, perf=_QUIET,
+                         fixed_gradients=bad)
 
   def test_more_canaries_than_memory_refused(self):
     x, y = _data(k=2)
@@ -187,11 +201,12 @@ class MultiCanaryTest(absltest.TestCase):
 
       def __array__(self, dtype=None, copy=None):
         raise AssertionError("the size check must come before any conversion")
-    with self.assertRaisesRegex(ValueError, "gradient_canaries"):
+    with self.assertRaisesRegex(ValueError, r"fixed_gradients\.gradients_K"):
       dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 12), bool),
                        helpers.small_config(dataset_size=12), model,
-                       gradient_canaries={"w": Lazy()},
-                       canary_keep_MxK=np.ones((2, 1), bool), progress=False)
+                       fixed_gradients=dpsgd.FixedGradients({"w": Lazy()},
+                                                            np.ones((2, 1), bool)),
+                       perf=_QUIET)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 
 vmap over models = one model at a time (with and without the unrolled scan), jit =
 eager, chunking changes nothing, sweeps equal their configs one by one, per-model
-keys, the gradient canary, components plugged in through train_many, and the
-epsilon reported. Clipping, noise and sampling have their own test files.
+keys, fixed-gradient records, components plugged in through train_many, the
+epsilon reported, DpSgdConfig.calibrate and the PerformanceFlags checks. Clipping,
+noise and sampling have their own test files.
 """
 
+import dataclasses
 import math
 import re
 from unittest import mock
@@ -25,8 +27,19 @@ from dpjax.clipping import glm
 from tests import helpers
 
 
+_QUIET = dpsgd.PerformanceFlags(progress=False)
+
+
 def _identity(u):
   return u["w"]
+
+
+def _one_fixed(g, keep):
+  """One fixed-gradient record g (a params-like pytree) with membership keep (bool[M]
+  for train_many, a bool for train_one): the old single gradient canary."""
+  keep = np.asarray(keep)
+  return dpsgd.FixedGradients(jax.tree.map(lambda v: jnp.asarray(v)[None], g),
+                              keep[:, None] if keep.ndim == 1 else keep[None])
 
 
 class SweepTest(absltest.TestCase):
@@ -34,7 +47,7 @@ class SweepTest(absltest.TestCase):
 
   def _cfgs(self, **kw):
     return [helpers.small_config(noise_multiplier=0.0, **kw), helpers.small_config(noise_multiplier=0.8, **kw),
-            helpers.small_config(noise_multiplier=None, target_epsilon=3.0, **kw)]
+            helpers.small_config(**kw).calibrate(3.0)]
 
   def test_each_model_equals_train_one_with_its_config(self):
     self._check_each_model_equals_train_one(models.logistic_regression(4, l2=0.01))
@@ -49,7 +62,7 @@ class SweepTest(absltest.TestCase):
     idx = np.array([0, 1, 2, 2, 1, 0])
     cfgs = self._cfgs(l2_clip_norm=0.7)
     out = dpsgd.train_sweep(jax.random.key(2), x, y, keep, cfgs, idx, model,
-                            observe_fn=None, per_example_stats=True, progress=False)
+                            observe_fn=None, per_example_stats=True, perf=_QUIET)
     keys = jax.random.split(jax.random.key(2), 6)
     for i in range(6):
       one = dpsgd.train_one(keys[i], x, y, keep[i], cfgs[idx[i]], model,
@@ -62,11 +75,11 @@ class SweepTest(absltest.TestCase):
     x, y = helpers.binary_data()
     keep = jnp.ones((3, 24), bool)
     model = models.logistic_regression(4)
-    before = dpsgd._compiled.cache_info().misses
+    before = dpsgd.engine._compiled.cache_info().misses
     for sigma in (0.3, 0.9, 2.7):   # all > 0: the same program
       dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(noise_multiplier=sigma,
-                                                          num_steps=7), model, progress=False)
-    self.assertEqual(dpsgd._compiled.cache_info().misses - before, 1)
+                                                          num_steps=7), model, perf=_QUIET)
+    self.assertEqual(dpsgd.engine._compiled.cache_info().misses - before, 1)
 
   def test_noise_std_scales_with_sigma(self):
     # One step from w = 0 on records x = 0 (every gradient is 0): the update is
@@ -79,7 +92,7 @@ class SweepTest(absltest.TestCase):
             for s in (0.0, 2.0)]
     idx = np.repeat([0, 1], m // 2)
     out = dpsgd.train_sweep(jax.random.key(5), x, y, jnp.ones((m, 24), bool), cfgs, idx,
-                            models.logistic_regression(4), progress=False)
+                            models.logistic_regression(4), perf=_QUIET)
     w = np.asarray(out.params["w"])
     np.testing.assert_array_equal(w[: m // 2], 0.0)
     want = 0.5 * 2.0 * 0.5 / 24.0           # lr * sigma * C / B
@@ -110,7 +123,7 @@ class VectorisationTest(parameterized.TestCase):
     keep = jax.random.bernoulli(jax.random.key(3), 0.6, (4, 24))
     cfg = helpers.small_config(num_steps=8, momentum=0.5)
     many = dpsgd.train_many(jax.random.key(9), x, y, keep, cfg, model,
-                            observe_fn=_identity, per_example_stats=True, progress=False)
+                            observe_fn=_identity, per_example_stats=True, perf=_QUIET)
     keys = jax.random.split(jax.random.key(9), 4)
     for i in range(4):
       one = dpsgd.train_one(keys[i], x, y, keep[i], cfg, model,
@@ -125,17 +138,17 @@ class VectorisationTest(parameterized.TestCase):
     # model i must still equal model i trained alone (no unrolling), canary included.
     x, y = helpers.binary_data()
     model = models.logistic_regression(4)
-    m = dpsgd._UNROLL_MIN_MODELS + 1
+    m = dpsgd.engine._UNROLL_MIN_MODELS + 1
     keep = jax.random.bernoulli(jax.random.key(4), 0.6, (m, 24))
     ck = jax.random.bernoulli(jax.random.key(5), 0.5, (m,))
     cfg = helpers.small_config(num_steps=10)  # not a multiple of the unroll factor
     canary = {"w": jnp.array([0.0, 0.0, 0.0, 3.0])}
     many = dpsgd.train_many(jax.random.key(8), x, y, keep, cfg, model, observe_fn=_identity,
-                            gradient_canary=canary, canary_keep_M=ck, progress=False)
+                            fixed_gradients=_one_fixed(canary, ck), perf=_QUIET)
     keys = jax.random.split(jax.random.key(8), m)
     for i in (0, 7, m - 1):
       one = dpsgd.train_one(keys[i], x, y, keep[i], cfg, model, observe_fn=_identity,
-                            gradient_canary=canary, canary_keep=bool(ck[i]))
+                            fixed_gradients=_one_fixed(canary, bool(ck[i])))
       helpers.assert_trees_close(jax.tree.map(lambda a, i=i: a[i], many.params), one.params)
       np.testing.assert_allclose(many.observations[i], one.observations, rtol=1e-5, atol=1e-7)
 
@@ -144,18 +157,19 @@ class VectorisationTest(parameterized.TestCase):
     model = models.logistic_regression(4)
     keep = jnp.ones((5, 24), bool)
     cfg = helpers.small_config()
-    a = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False)
-    b = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, max_chunk=2,
-                         progress=False)
+    a = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, perf=_QUIET)
+    b = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model,
+                         perf=dpsgd.PerformanceFlags(max_chunk=2, progress=False))
     helpers.assert_trees_close(a.params, b.params)
 
   def test_memory_budget_chunks(self):
     x, y = helpers.binary_data()
     model = models.logistic_regression(4)
     keep = jnp.ones((5, 24), bool)
-    a = dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(), model, progress=False)
-    b = dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(), model, progress=False,
-                         memory_budget_bytes=1)   # forces one model per chunk
+    a = dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(), model, perf=_QUIET)
+    b = dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(), model,
+                         perf=dpsgd.PerformanceFlags(memory_budget_bytes=1,  # one model per chunk
+                                                     progress=False))
     helpers.assert_trees_close(a.params, b.params)
 
   @pytest.mark.slow   # eager execution of every op: about a minute
@@ -190,8 +204,8 @@ class CanaryTest(parameterized.TestCase):
     canary = {"w": jnp.array([3.0, 0.0, 4.0, 0.0])}     # norm 5 -> clipped to 1
     keep = jnp.ones((2, 24), bool)
     out = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model,
-                           gradient_canary=canary, canary_keep_M=jnp.array([True, False]),
-                           observe_fn=_identity, progress=False)
+                           fixed_gradients=_one_fixed(canary, [True, False]),
+                           observe_fn=_identity, perf=_QUIET)
     diff = (out.observations[0, 0] - out.observations[1, 0]) * cfg.expected_batch_size
     np.testing.assert_allclose(diff, [0.6, 0.0, 0.8, 0.0], atol=1e-5)
 
@@ -202,9 +216,10 @@ class CanaryTest(parameterized.TestCase):
                             noise_multiplier=0.0)
     out = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((20, 10), bool), cfg,
                            models.logistic_regression(2),
-                           gradient_canary={"w": jnp.array([1.0, 0.0])},
-                           canary_keep_M=jnp.ones((20,), bool), observe_fn=_identity,
-                           progress=False)
+                           fixed_gradients=_one_fixed({"w": jnp.array([1.0, 0.0])},
+                                                      np.ones((20,), bool)),
+                           observe_fn=_identity,
+                           perf=_QUIET)
     rate = float(jnp.mean(out.observations[:, :, 0] > 0))
     self.assertAlmostEqual(rate, 0.3, delta=4 * math.sqrt(0.21 / 4000))
 
@@ -215,17 +230,17 @@ class ModelKeysTest(absltest.TestCase):
     model = models.logistic_regression(4)
     keep = jnp.ones((3, 24), bool)
     keys = jax.random.split(jax.random.key(4), 3)
-    a = dpsgd.train_many(jax.random.key(4), x, y, keep, helpers.small_config(), model, progress=False)
-    b = dpsgd.train_many(keys, x, y, keep, helpers.small_config(), model, progress=False)
+    a = dpsgd.train_many(jax.random.key(4), x, y, keep, helpers.small_config(), model, perf=_QUIET)
+    b = dpsgd.train_many(keys, x, y, keep, helpers.small_config(), model, perf=_QUIET)
     np.testing.assert_array_equal(a.params["w"], b.params["w"])
     raw = jax.random.key_data(keys)               # legacy uint32[M, 2] keys
-    c = dpsgd.train_many(raw, x, y, keep, helpers.small_config(), model, progress=False)
+    c = dpsgd.train_many(raw, x, y, keep, helpers.small_config(), model, perf=_QUIET)
     np.testing.assert_array_equal(a.params["w"], c.params["w"])
     with self.assertRaisesRegex(ValueError, "model keys"):
-      dpsgd.train_many(keys[:2], x, y, keep, helpers.small_config(), model, progress=False)
+      dpsgd.train_many(keys[:2], x, y, keep, helpers.small_config(), model, perf=_QUIET)
     with self.assertRaises(TypeError):
       dpsgd.train_many(jnp.zeros((3, 2), jnp.float32), x, y, keep, helpers.small_config(), model,
-                       progress=False)
+                       perf=_QUIET)
 
 
 class ComponentsTest(absltest.TestCase):
@@ -236,10 +251,10 @@ class ComponentsTest(absltest.TestCase):
     model = models.logistic_regression(4)
     keep = jnp.ones((2, 24), bool)
     cfg = helpers.small_config()
-    a = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model, progress=False)
+    a = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model, perf=_QUIET)
     with warnings.catch_warnings():
       warnings.simplefilter("error")        # the accounted components do not warn
-      b = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model, progress=False,
+      b = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model, perf=_QUIET,
                            sampler=cfg.sampler(), privatizer=privatizer.GaussianPrivatizer())
     np.testing.assert_array_equal(a.params["w"], b.params["w"])
 
@@ -257,16 +272,22 @@ class ComponentsTest(absltest.TestCase):
     for name, p in (("plain", None), ("double", DoubleNoise())):
       obs[name] = np.asarray(dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model,
                                               privatizer=p, observe_fn=_identity,
-                                              progress=False).observations)
+                                              perf=_QUIET).observations)
     np.testing.assert_allclose(obs["double"], 2.0 * obs["plain"], rtol=1e-6)
 
   def test_the_engine_holds_no_fault_or_model_kind_logic(self):
     # Broken variants and model kinds live in dpjax.audit.variants / dpjax.clipping.
     import inspect  # pylint: disable=g-import-not-at-top
-    source = inspect.getsource(dpsgd)
-    for pattern in (r"\bfaults?\b", r"\.kind\b", r'"logistic_regression"', r'"mlp"',
-                    r"from dpjax\.audit", r"import audit"):
-      self.assertIsNone(re.search(pattern, source, re.IGNORECASE), pattern)
+    import pkgutil  # pylint: disable=g-import-not-at-top
+    import importlib  # pylint: disable=g-import-not-at-top
+    names = [m.name for m in pkgutil.iter_modules(dpsgd.__path__)]
+    self.assertContainsSubset({"config", "engine", "step", "layout", "components"}, names)
+    for name in [None] + names:   # the package and every module of it
+      mod = dpsgd if name is None else importlib.import_module(f"dpjax.dpsgd.{name}")
+      source = inspect.getsource(mod)
+      for pattern in (r"\bfaults?\b", r"\.kind\b", r'"logistic_regression"', r'"mlp"',
+                      r"from dpjax\.audit", r"import audit"):
+        self.assertIsNone(re.search(pattern, source, re.IGNORECASE), (name, pattern))
 
 
 class ConfigTest(parameterized.TestCase):
@@ -281,20 +302,67 @@ class ConfigTest(parameterized.TestCase):
   def test_epsilon_passes_fields_to_accountant(self):
     cfg = helpers.small_config(dataset_size=500, sampling_prob=0.07, num_steps=123, noise_multiplier=0.9,
                delta=3e-6, accountant="pld")
-    dpsgd._epsilon.cache_clear()
+    dpsgd.config._epsilon.cache_clear()
     with mock.patch("dpjax.accounting.dpsgd_epsilon", return_value=4.2) as m:
       self.assertEqual(cfg.epsilon(), 4.2)
     m.assert_called_once_with(0.9, 0.07, 123, 3e-6, accountant="pld", dataset_size=500)
-    dpsgd._epsilon.cache_clear()
+    dpsgd.config._epsilon.cache_clear()
 
-  def test_target_epsilon_calibrates(self):
+  def test_calibrate_sets_the_accountants_sigma(self):
     from dpjax import accounting  # pylint: disable=g-import-not-at-top
-    cfg = helpers.small_config(dataset_size=500, sampling_prob=0.1, num_steps=200, noise_multiplier=None,
-               target_epsilon=1.0)
-    self.assertEqual(cfg.sigma, accounting.calibrate_noise(1.0, 0.1, 200, 1e-5,
-                                                           accountant="rdp"))
-    self.assertLessEqual(cfg.epsilon(), 1.0 + 1e-9)
-    self.assertGreater(cfg.epsilon(), 0.99)
+    for accountant in ("rdp", "pld"):
+      base = helpers.small_config(dataset_size=500, sampling_prob=0.1, num_steps=200,
+                                  noise_multiplier=0.25, momentum=0.5, ema_decay=0.9,
+                                  accountant=accountant)
+      cfg = base.calibrate(1.0)
+      self.assertIsInstance(cfg, dpsgd.DpSgdConfig)
+      self.assertIsInstance(cfg.noise_multiplier, float)
+      # Exactly the accountant's float, told the config's n.
+      self.assertEqual(cfg.noise_multiplier,
+                       accounting.calibrate_noise(1.0, 0.1, 200, 1e-5, accountant=accountant,
+                                                  dataset_size=500))
+      # Every other field is the original's; the original is unchanged.
+      self.assertEqual(dataclasses.replace(cfg, noise_multiplier=0.25), base)
+      self.assertEqual(base.noise_multiplier, 0.25)
+      self.assertLessEqual(cfg.epsilon(), 1.0 + 1e-9)
+      self.assertGreater(cfg.epsilon(), 0.99)
+
+  @parameterized.named_parameters(
+      ("negative", -1.0), ("zero", 0.0), ("nan", float("nan")), ("inf", math.inf),
+      ("string", "1.0"), ("none", None))
+  def test_calibrate_refuses_a_bad_target(self, eps):
+    with self.assertRaisesRegex(ValueError, "target_epsilon"):
+      helpers.small_config().calibrate(eps)
+
+  def test_numpy_scalars_are_stored_as_python_numbers(self):
+    cfg = dpsgd.DpSgdConfig(dataset_size=np.int64(24), sampling_prob=np.array(0.5),
+                            num_steps=np.int32(4), l2_clip_norm=np.float32(1.0),
+                            noise_multiplier=np.array(1.0), delta=np.array(1e-5),
+                            ema_decay=np.array(0.5))
+    for name, want in (("dataset_size", int), ("num_steps", int), ("sampling_prob", float),
+                       ("l2_clip_norm", float), ("noise_multiplier", float),
+                       ("delta", float), ("ema_decay", float)):
+      self.assertIs(type(getattr(cfg, name)), want, name)
+    self.assertEqual(cfg.sampling_prob, 0.5)
+    hash(cfg)   # a static argument of the compiled program
+    self.assertEqual(cfg, dpsgd.DpSgdConfig(dataset_size=24, sampling_prob=0.5, num_steps=4,
+                                            noise_multiplier=1.0, ema_decay=0.5))
+    # ... and it trains, to the models of the plain-float config.
+    x, y = helpers.binary_data()
+    keep = jnp.ones((2, 24), bool)
+    model = models.logistic_regression(4)
+    a = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, perf=_QUIET)
+    b = dpsgd.train_many(jax.random.key(0), x, y, keep,
+                         dpsgd.DpSgdConfig(dataset_size=24, sampling_prob=0.5, num_steps=4,
+                                           noise_multiplier=1.0, ema_decay=0.5), model,
+                         perf=_QUIET)
+    np.testing.assert_array_equal(a.params["w"], b.params["w"])
+    np.testing.assert_array_equal(a.ema_params["w"], b.ema_params["w"])
+    self.assertTrue(np.all(np.isfinite(np.asarray(a.params["w"]))))
+
+  def test_default_noise_multiplier_is_one(self):
+    cfg = dpsgd.DpSgdConfig(dataset_size=24, sampling_prob=0.3, num_steps=6)
+    self.assertEqual(cfg.noise_multiplier, 1.0)
 
   def test_sigma_zero_is_infinite_epsilon(self):
     self.assertEqual(helpers.small_config(noise_multiplier=0.0).epsilon(), math.inf)
@@ -309,9 +377,9 @@ class ConfigTest(parameterized.TestCase):
       ("steps", dict(num_steps=0)),
       ("clip", dict(l2_clip_norm=0.0)),
       ("sigma_neg", dict(noise_multiplier=-1.0)),
-      ("both", dict(noise_multiplier=1.0, target_epsilon=1.0)),
-      ("neither", dict(noise_multiplier=None)),
-      ("eps", dict(noise_multiplier=None, target_epsilon=-1.0)),
+      ("sigma_none", dict(noise_multiplier=None)),
+      ("sigma_inf", dict(noise_multiplier=math.inf)),
+      ("sigma_nan", dict(noise_multiplier=float("nan"))),
       ("inf_clip_noise", dict(l2_clip_norm=math.inf, noise_multiplier=1.0)),
       ("delta", dict(delta=1.0)),
       ("lr", dict(learning_rate=0.0)),
@@ -320,21 +388,116 @@ class ConfigTest(parameterized.TestCase):
       ("q_bool", dict(sampling_prob=True)),
       ("clip_str", dict(l2_clip_norm="1")),
       ("accountant", dict(accountant="moments")),
+      ("ema_one", dict(ema_decay=1.0)),
+      ("ema_negative", dict(ema_decay=-0.1)),
+      ("ema_nan", dict(ema_decay=float("nan"))),
+      ("ema_str", dict(ema_decay="0.9")),
+      ("ema_bool", dict(ema_decay=True)),
   )
   def test_bad_config_raises(self, kw):
     with self.assertRaises(ValueError):
       helpers.small_config(**kw)
 
-  def test_canary_keep_must_be_a_bool(self):
+  def test_target_epsilon_is_not_a_field(self):
+    # sigma is a plain field: a target is met by calibrate(), never stored.
+    with self.assertRaises(TypeError):
+      helpers.small_config(target_epsilon=1.0)
+    self.assertNotIn("target_epsilon", [f.name for f in dataclasses.fields(dpsgd.DpSgdConfig)])
+
+  def test_ema_decay_is_a_config_field(self):
+    x, y = helpers.binary_data()
+    keep = jnp.ones((2, 24), bool)
+    model = models.logistic_regression(4)
+    plain = dpsgd.train_many(jax.random.key(3), x, y, keep, helpers.small_config(), model,
+                             perf=_QUIET)
+    self.assertIsNone(plain.ema_params)
+    ema = dpsgd.train_many(jax.random.key(3), x, y, keep, helpers.small_config(ema_decay=0.0),
+                           model, perf=_QUIET)
+    # The EMA is post-processing: params unchanged; with d = 0 it is the last iterate.
+    np.testing.assert_array_equal(plain.params["w"], ema.params["w"])
+    np.testing.assert_allclose(ema.ema_params["w"], ema.params["w"], rtol=1e-6, atol=1e-7)
+    with self.assertRaises(TypeError):   # no longer a train_many keyword
+      dpsgd.train_many(jax.random.key(3), x, y, keep, helpers.small_config(), model,
+                       ema_decay=0.9, perf=_QUIET)
+
+  def test_fixed_gradients_keep_must_be_bool(self):
     # A truthy non-bool ("False", "no", NaN, 2) used to put the canary IN, so an
-    # audit's IN / OUT labels were wrong.
+    # audit's IN / OUT labels were wrong: the keep mask must have dtype bool.
     x, y = helpers.binary_data()
     model = models.logistic_regression(4)
+    g = {"w": jnp.ones((1, 4))}
     for flag in ("False", "no", float("nan"), 2, 1.0, 0):
-      with self.assertRaisesRegex(TypeError, "canary_keep must be a bool"):
+      with self.assertRaisesRegex(ValueError, r"fixed_gradients\.keep_MxK must be bool"):
         dpsgd.train_one(jax.random.key(0), x, y, jnp.ones(24, bool), helpers.small_config(),
-                        model, gradient_canary={"w": jnp.ones(4)},
-                        canary_keep=flag)
+                        model, fixed_gradients=dpsgd.FixedGradients(g, np.array([flag])))
+      with self.assertRaisesRegex(ValueError, r"fixed_gradients\.keep_MxK must be bool"):
+        dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 24), bool),
+                         helpers.small_config(), model,
+                         fixed_gradients=dpsgd.FixedGradients(g, np.array([[flag], [flag]])))
+
+  @parameterized.named_parameters(
+      ("keep_flat", lambda g: dpsgd.FixedGradients(g, np.ones(2, bool)),
+       ValueError, r"keep_MxK must be bool\[2, 1\]"),
+      ("keep_wrong_k", lambda g: dpsgd.FixedGradients(g, np.ones((2, 3), bool)),
+       ValueError, r"keep_MxK must be bool\[2, 1\]"),
+      ("keep_wrong_m", lambda g: dpsgd.FixedGradients(g, np.ones((3, 1), bool)),
+       ValueError, r"keep_MxK must be bool\[2, 1\]"),
+      ("no_leading_axis", lambda g: dpsgd.FixedGradients({"w": g["w"][0]}, np.ones((2, 1), bool)),
+       ValueError, r"gradients_K leaves must have the params' shapes"),
+      ("wrong_leaf_shape", lambda g: dpsgd.FixedGradients({"w": jnp.ones((1, 5))},
+                                                          np.ones((2, 1), bool)),
+       ValueError, r"gradients_K leaves must have the params' shapes"),
+      ("wrong_structure", lambda g: dpsgd.FixedGradients({"v": g["w"]}, np.ones((2, 1), bool)),
+       ValueError, r"gradients_K must have the structure"),
+      ("zero_records", lambda g: dpsgd.FixedGradients({"w": jnp.ones((0, 4))},
+                                                      np.ones((2, 0), bool)),
+       ValueError, r"gradients_K must hold K >= 1"),
+      ("nan", lambda g: dpsgd.FixedGradients({"w": g["w"].at[0, 1].set(jnp.nan)},
+                                             np.ones((2, 1), bool)),
+       ValueError, r"gradients_K must be finite"),
+      ("inf", lambda g: dpsgd.FixedGradients({"w": g["w"].at[0, 2].set(-jnp.inf)},
+                                             np.ones((2, 1), bool)),
+       ValueError, r"gradients_K must be finite"),
+      ("complex", lambda g: dpsgd.FixedGradients({"w": np.ones((1, 4)) + 0j},
+                                                 np.ones((2, 1), bool)),
+       ValueError, r"gradients_K must hold real numbers"),
+      ("tuple", lambda g: (g, np.ones((2, 1), bool)), TypeError,
+       r"fixed_gradients must be a FixedGradients"),
+      ("dict", lambda g: {"gradients_K": g, "keep_MxK": np.ones((2, 1), bool)}, TypeError,
+       r"fixed_gradients must be a FixedGradients"),
+      ("bare_gradients", lambda g: g, TypeError, r"fixed_gradients must be a FixedGradients"),
+  )
+  def test_bad_fixed_gradients_refused(self, make, error, pattern):
+    x, y = helpers.binary_data()
+    with self.assertRaisesRegex(error, pattern):
+      dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 24), bool), helpers.small_config(),
+                       models.logistic_regression(4), fixed_gradients=make({"w": jnp.ones((1, 4))}),
+                       perf=_QUIET)
+
+  def test_removed_keywords_are_refused(self):
+    # The old spellings must fail loudly, not be silently ignored.
+    x, y = helpers.binary_data()
+    model = models.logistic_regression(4)
+    keep = jnp.ones((2, 24), bool)
+    for kw in (dict(gradient_canary={"w": jnp.ones(4)}, canary_keep_M=np.ones(2, bool)),
+               dict(gradient_canaries={"w": jnp.ones((1, 4))},
+                    canary_keep_MxK=np.ones((2, 1), bool)),
+               dict(progress=False), dict(max_chunk=2), dict(memory_budget_bytes=2 ** 20),
+               dict(batch_capacity=None), dict(model_sharding=None), dict(ema_decay=0.5),
+               dict(user_ids_N=np.arange(24))):
+      with self.assertRaises(TypeError, msg=str(kw)):
+        dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(), model, **kw)
+    with self.assertRaises(TypeError):
+      dpsgd.train_one(jax.random.key(0), x, y, keep[0], helpers.small_config(), model,
+                      canary_keep=True)
+
+  def test_per_example_stats_must_be_a_bool(self):
+    x, y = helpers.binary_data()
+    for flag in ("yes", 1, None):
+      with self.assertRaises(TypeError):
+        dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((1, 24), bool),
+                         helpers.small_config(), models.logistic_regression(4),
+                         per_example_stats=flag, perf=_QUIET)
 
   def test_int64_labels_are_checked_before_narrowing(self):
     # 2**32 and 2**32 + 1 wrap to 0 and 1 in an int32 cast; they must be refused.
@@ -364,9 +527,10 @@ class ConfigTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "NaN"):
       dpsgd.train_many(jax.random.key(0), x.at[0, 0].set(jnp.nan), y,
                        jnp.ones((2, 24), bool), helpers.small_config(), model)
-    with self.assertRaisesRegex(ValueError, "canary_keep_M"):
+    with self.assertRaisesRegex(ValueError, "fixed_gradients.keep_MxK"):
       dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 24), bool), helpers.small_config(), model,
-                       gradient_canary={"w": jnp.ones(4)})
+                       fixed_gradients=dpsgd.FixedGradients({"w": jnp.ones((1, 4))},
+                                                            np.ones(2, bool)))
 
 
 
@@ -407,10 +571,10 @@ class RecordChecksTest(parameterized.TestCase):
   def test_non_finite_canary_or_init_refused(self):
     x, y = helpers.binary_data()
     model = models.logistic_regression(4)
-    with self.assertRaisesRegex(ValueError, "gradient_canary"):
+    with self.assertRaisesRegex(ValueError, r"fixed_gradients\.gradients_K must be finite"):
       dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 24), bool), helpers.small_config(),
-                       model, gradient_canary={"w": jnp.ones(4).at[1].set(jnp.inf)},
-                       canary_keep_M=jnp.ones(2, bool))
+                       model, fixed_gradients=_one_fixed({"w": jnp.ones(4).at[1].set(jnp.inf)},
+                                                         np.ones(2, bool)))
     with self.assertRaisesRegex(ValueError, "init_params"):
       dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 24), bool), helpers.small_config(),
                        model, init_params={"w": jnp.full(4, jnp.nan)})
@@ -450,7 +614,7 @@ class FloatLimitsTest(parameterized.TestCase):
     cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=0.2, num_steps=25,
                             noise_multiplier=1.0, learning_rate=0.5)
     out = dpsgd.train_many(jax.random.key(1), x, y, jnp.asarray(keep), cfg, model,
-                           per_example_stats=True, progress=False)
+                           per_example_stats=True, perf=_QUIET)
     finite = np.all([np.all(np.isfinite(np.asarray(l).reshape(m, -1)), axis=1)
                      for l in jax.tree.leaves(out.params)], axis=0)
     self.assertEqual(1.0 - finite[: m // 2].mean(), 0.0)       # with the records
@@ -478,7 +642,7 @@ class DivergenceTest(absltest.TestCase):
             for s in (0.0, 10.0)]
     with self.assertWarnsRegex(dpsgd.DivergenceWarning, "3 of 6 models"):
       out = dpsgd.train_sweep(jax.random.key(2), x, y, jnp.asarray(keep), cfgs,
-                              [1, 0, 1, 0, 1, 0], model, progress=False)
+                              [1, 0, 1, 0, 1, 0], model, perf=_QUIET)
     np.testing.assert_array_equal(out.finite, [False, True] * 3)
     finite = np.all([np.all(np.isfinite(np.asarray(l).reshape(6, -1)), axis=1)
                      for l in jax.tree.leaves(out.params)], axis=0)
@@ -507,8 +671,84 @@ class DivergenceTest(absltest.TestCase):
       warnings.simplefilter("error", dpsgd.DivergenceWarning)
       out = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((3, 24), bool),
                              helpers.small_config(), models.logistic_regression(4),
-                             progress=False)
+                             perf=_QUIET)
     np.testing.assert_array_equal(out.finite, True)
+
+
+class PerformanceFlagsTest(parameterized.TestCase):
+  """The layout knobs: one checked argument, none of which changes a model."""
+
+  def test_defaults(self):
+    p = dpsgd.PerformanceFlags()
+    self.assertEqual((p.memory_budget_bytes, p.max_chunk, p.model_sharding, p.batch_capacity,
+                      p.progress), (2 * 2 ** 30, None, None, "auto", True))
+    hash(p)
+
+  @parameterized.named_parameters(
+      ("budget_bool", dict(memory_budget_bytes=True), ValueError, "memory_budget_bytes"),
+      ("budget_float", dict(memory_budget_bytes=1e9), ValueError, "memory_budget_bytes"),
+      ("budget_integral_float", dict(memory_budget_bytes=2.0 ** 30), ValueError,
+       "memory_budget_bytes"),
+      ("budget_zero", dict(memory_budget_bytes=0), ValueError, "memory_budget_bytes"),
+      ("budget_negative", dict(memory_budget_bytes=-5), ValueError, "memory_budget_bytes"),
+      ("budget_str", dict(memory_budget_bytes="1GB"), ValueError, "memory_budget_bytes"),
+      ("progress_str", dict(progress="no"), TypeError, "progress"),
+      ("progress_int", dict(progress=1), TypeError, "progress"),
+      ("progress_none", dict(progress=None), TypeError, "progress"),
+      ("capacity_str", dict(batch_capacity="big"), ValueError, "batch_capacity"),
+      ("capacity_zero", dict(batch_capacity=0), ValueError, "batch_capacity"),
+      ("capacity_fraction", dict(batch_capacity=2.5), ValueError, "batch_capacity"),
+      ("max_chunk_zero", dict(max_chunk=0), ValueError, "max_chunk"),
+      ("max_chunk_fraction", dict(max_chunk=2.5), ValueError, "max_chunk"),
+  )
+  def test_bad_flags_refused(self, kw, error, name):
+    with self.assertRaisesRegex(error, name):
+      dpsgd.PerformanceFlags(**kw)
+
+  def test_good_flags_accepted(self):
+    for kw in (dict(memory_budget_bytes=1), dict(progress=np.bool_(False)),
+               dict(batch_capacity=None), dict(batch_capacity=8), dict(batch_capacity="auto"),
+               dict(max_chunk=3)):
+      dpsgd.PerformanceFlags(**kw)
+
+  def test_perf_must_be_performance_flags(self):
+    x, y = helpers.binary_data()
+    for bad in (dict(progress=False), False, None):
+      with self.assertRaisesRegex(TypeError, "perf"):
+        dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((1, 24), bool),
+                         helpers.small_config(), models.logistic_regression(4), perf=bad)
+
+  def test_layout_flags_do_not_change_models(self):
+    x, y = helpers.binary_data()
+    keep = jax.random.bernoulli(jax.random.key(6), 0.7, (5, 24))
+    model = models.logistic_regression(4)
+    cfg = helpers.small_config()
+    ref = dpsgd.train_many(jax.random.key(2), x, y, keep, cfg, model, perf=_QUIET)
+    for perf in (dpsgd.PerformanceFlags(max_chunk=2, progress=False),
+                 dpsgd.PerformanceFlags(memory_budget_bytes=1, progress=True),
+                 dpsgd.PerformanceFlags(batch_capacity=None, progress=False),
+                 dpsgd.PerformanceFlags(batch_capacity=6, progress=False)):
+      got = dpsgd.train_many(jax.random.key(2), x, y, keep, cfg, model, perf=perf)
+      helpers.assert_trees_close(ref.params, got.params)
+
+  def test_progress_bar_only_when_asked(self):
+    x, y = helpers.binary_data()
+    model = models.logistic_regression(4)
+    keep = jnp.ones((3, 24), bool)
+    with mock.patch("tqdm.tqdm", side_effect=lambda it, **kw: it) as bar:
+      dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(), model,
+                       perf=dpsgd.PerformanceFlags(max_chunk=1, progress=False))
+      bar.assert_not_called()
+      dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(), model,
+                       perf=dpsgd.PerformanceFlags(max_chunk=1))     # 3 chunks, default on
+      bar.assert_called_once()
+
+  def test_train_one_defaults_to_no_progress_bar(self):
+    x, y = helpers.binary_data()
+    with mock.patch("dpjax.dpsgd.engine.train_many", wraps=dpsgd.engine.train_many) as tm:
+      dpsgd.train_one(jax.random.key(0), x, y, jnp.ones(24, bool), helpers.small_config(),
+                      models.logistic_regression(4))
+    self.assertEqual(tm.call_args.kwargs["perf"], dpsgd.PerformanceFlags(progress=False))
 
 
 class SmallDeltaWarningTest(absltest.TestCase):

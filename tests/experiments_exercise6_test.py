@@ -65,14 +65,16 @@ class Exercise6ExperimentTest(absltest.TestCase):
                 privacy_unit="user")
     direct = dpsgd.DpSgdConfig(l2_clip_norm=clip, learning_rate=lr_c2 / clip ** 2, **base)
     key = jax.random.key(3)
+    quiet = dpsgd.PerformanceFlags(progress=False)
     want = dpsgd.train_many(key, x, y, np.ones((1, n), bool), direct, model,
-                            user_ids_N=uid, progress=False).params["w"]
+                            sampler=direct.sampler(uid), perf=quiet).params["w"]
     keep = np.zeros((1, 2 * n), bool)
     keep[0, n:] = True
+    copy_cfg = dpsgd.DpSgdConfig(l2_clip_norm=1.0, learning_rate=lr_c2, **base)
     got = dpsgd.train_sweep(
-        key, np.concatenate([x / 2.0, x / clip]), np.tile(y, 2), keep,
-        [dpsgd.DpSgdConfig(l2_clip_norm=1.0, learning_rate=lr_c2, **base)], np.array([0]),
-        model, user_ids_N=np.tile(uid, 2), progress=False).params["w"]
+        key, np.concatenate([x / 2.0, x / clip]), np.tile(y, 2), keep, [copy_cfg],
+        np.array([0]), model, sampler=copy_cfg.sampler(np.tile(uid, 2)),
+        perf=quiet).params["w"]
     self.assertGreater(float(np.abs(np.asarray(want)).max()), 0.1)   # it moved
     np.testing.assert_allclose(np.asarray(got) / clip, np.asarray(want), rtol=1e-5,
                                atol=1e-6)

@@ -202,6 +202,11 @@ class AuditTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "observe_fn"):
       fm.audit(jax.random.key(0), cfg, model, x, y, init_params=p0, adversaries=[good],
                num_runs=8, observe_fn=lambda u: u)
+    with self.assertRaisesRegex(ValueError, "fixed_gradients is set by audit"):
+      fm.audit(jax.random.key(0), cfg, model, x, y, init_params=p0, adversaries=[good],
+               num_runs=8, fixed_gradients=dpsgd.FixedGradients(
+                   jax.tree.map(lambda v: jnp.zeros((1,) + v.shape), p0),
+                   np.ones((8, 1), bool)))
     with self.assertRaisesRegex(ValueError, "gradient_canaries"):
       bad = fm.FinalModelAdversary("g", {"s": lambda f, i: jnp.zeros(1)},
                                    gradient_canaries={"w": jnp.zeros((1, 3))})

@@ -18,6 +18,8 @@ from absl.testing import absltest
 
 from dpjax import clipping, dpsgd, models
 
+_QUIET = dpsgd.PerformanceFlags(progress=False)
+
 
 def _params(model, seed):
   """Random parameters of model's structure, drawn with numpy (no per-shape jax compiles)."""
@@ -134,11 +136,11 @@ class SplitTest(absltest.TestCase):
     cfg = dpsgd.DpSgdConfig(dataset_size=24, sampling_prob=0.5, num_steps=6,
                             noise_multiplier=0.8, l2_clip_norm=0.5, learning_rate=0.3)
     frozen = models.frozen_body(model, start)
-    a = dpsgd.train_many(jax.random.key(11), x, y, keep, cfg, frozen, progress=False)
+    a = dpsgd.train_many(jax.random.key(11), x, y, keep, cfg, frozen, perf=_QUIET)
     head, head0 = models.split_head(model, start)
     phi = models.body_features(model, start, x)
     b = dpsgd.train_many(jax.random.key(11), phi, y, keep, cfg, head, init_params=head0,
-                         progress=False)
+                         perf=_QUIET)
     moved = np.abs(np.asarray(a.params["layers"][0]["w"]) - np.asarray(head0["layers"][0]["w"]))
     self.assertGreater(moved.max(), 1e-2)  # training did something
     for la, lb in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):

@@ -20,6 +20,8 @@ from dpjax import models
 from dpjax.clipping import vmap
 from tests import helpers
 
+_QUIET = dpsgd.PerformanceFlags(progress=False)
+
 _B = 7
 _W = np.array([1, 0, 1, 1, 1, 0, 1], np.float32)
 
@@ -249,9 +251,9 @@ class SlowTest(absltest.TestCase):
     ref = models.mlp(4, (6,), 1)
     init = fm.init(jax.random.key(5))
     got = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, fm, init_params=init,
-                           progress=False)
+                           perf=_QUIET)
     want = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, ref,
-                            init_params=_mlp_params(init), progress=False)
+                            init_params=_mlp_params(init), perf=_QUIET)
     _close(jax.vmap(_mlp_params)(got.params), want.params, rtol=1e-4, atol=1e-5)
     # Training moved the weights (the comparison is not between two initialisations).
     self.assertGreater(float(jnp.max(jnp.abs(got.params["params"]["Dense_0"]["kernel"][0]
@@ -267,9 +269,9 @@ class EngineDoorTest(absltest.TestCase):
     cfg = helpers.small_config(num_steps=2)
     keep = np.ones((2, 16), bool)
     got = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, _Mlp((6,), 1),
-                           progress=False)
+                           perf=_QUIET)
     want = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg,
-                            flax_model.from_flax(_Mlp((6,), 1), (4,)), progress=False)
+                            flax_model.from_flax(_Mlp((6,), 1), (4,)), perf=_QUIET)
     for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params)):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     self.assertEqual(got.params["params"]["Dense_0"]["kernel"].shape, (2, 4, 6))
@@ -399,7 +401,7 @@ class DigitsTest(absltest.TestCase):
     model = flax_model.from_flax(_Cnn((8,), 10), (8, 8, 1))
     self.assertEqual(clipping.path_for(model).name, "ghost")
     res = dpsgd.train_many(jax.random.key(1), d.x_train_NxF, d.y_train_N,
-                           np.ones((2, n), bool), cfg, model, progress=False)
+                           np.ones((2, n), bool), cfg, model, perf=_QUIET)
     self.assertTrue(bool(np.all(res.finite)))
     for i in range(2):
       variables = jax.tree.map(lambda a, i=i: a[i], res.params)

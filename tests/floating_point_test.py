@@ -20,6 +20,8 @@ from dpjax import privatizer as privatizer_lib
 from dpjax.attacks import floating_point as fp
 from dpjax.audit import canary
 
+_QUIET = dpsgd.PerformanceFlags(progress=False)
+
 
 def _naive_laplace(key, value, epsilon, k):
   keys = jax.random.split(key, k)
@@ -163,8 +165,10 @@ class GaussianLatticeTest(parameterized.TestCase):
     out = dpsgd.train_many(jax.random.key(4), x, y, jnp.ones((m, n), bool), cfg,
                            models.logistic_regression(d),
                            observe_fn=canary.observe_last_coordinate(),
-                           gradient_canary=canary.gradient_canary(d, 1.0),
-                           canary_keep_M=jnp.asarray(canary_in), progress=False)
+                           fixed_gradients=dpsgd.FixedGradients(
+                               canary.gradient_canaries(d, 1, 1.0),
+                               jnp.asarray(canary_in)[:, None]),
+                           perf=_QUIET)
     obs = np.asarray(out.observations)
     impossible, flagged = fp.lattice_canary_flags(obs, 0.0, 1.1, cfg.expected_batch_size)
     self.assertEqual(impossible.shape, (m, t))

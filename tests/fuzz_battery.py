@@ -49,6 +49,8 @@ the documented domain of a parameter of that kind):
   elemwise, binaryelem, elemwiseinf  array's, binary's and arrayinf's values except
             the extra axis and the empty array (elementwise functions of any shape)
   sizes     (0,), (-1,), (2.5,), (True,), "4", None (a sequence of counts)
+  flag      "False", "no", 1, 1.0, NaN, None  (must be a bool: a truthy non-bool is
+            not read as True; only by explicit kind, never by a name rule)
 
 A length mismatch (and an empty array or an extra axis, which change a length) may
 be reported under the name of either array that shares the shape letter.
@@ -93,6 +95,8 @@ _SCALAR_BATTERY = {
               ("huge", (HUGE,))],
     "sizes": [("0", (0,)), ("-1", (-1,)), ("2.5", (2.5,)), ("bool", (True,)), ("str", "4"),
               ("None", None)],
+    "flag": [("str_False", "False"), ("str_no", "no"), ("int", 1), ("float", 1.0),
+             ("nan", math.nan), ("None", None)],
 }
 _SCALAR_BATTERY["size"] = _SCALAR_BATTERY["count"] + [("huge", HUGE)]
 

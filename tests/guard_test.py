@@ -36,7 +36,7 @@ class GuardTest(absltest.TestCase):
     # likelihood-ratio distribution within 5 binomial standard deviations: the
     # engine's noise scale and sampling rate are what the accountant was told.
     cfg = c.config
-    dist = canary.llr_distribution(cfg.sampling_prob, cfg.sigma, cfg.num_steps)
+    dist = canary.llr_distribution(cfg.sampling_prob, cfg.noise_multiplier, cfg.num_steps)
     for part in c.bound.parts:
       above = dist.grid_J > part.threshold
       for count, n, p in ((part.false_positives, c.num_out, dist.pmf_out_J[above].sum()),
@@ -107,7 +107,7 @@ def test_planted_restores_the_engine():
 def test_padded_step_keeps_its_claim():
   # The padded step (buffers of 64 rows, about 264 sampled records per step, so
   # four to five buffers a step) under the same guard.
-  c = guard.check_claim(jax.random.key(2), batch_capacity=64)
+  c = guard.check_claim(jax.random.key(2), perf=dpsgd.PerformanceFlags(batch_capacity=64))
   assert not c.falsified, c.to_json()
   assert c.epsilon_lower > c.expected_epsilon_lower - 0.25
 

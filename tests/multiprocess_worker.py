@@ -19,9 +19,9 @@ import numpy as np
 
 def problem():
   """(key, x_NxF, y_N, keep_MxN, cfg, model, kwargs): M = 5 logistic regressions,
-  N = 24, T = 8, one gradient canary per model (a per-model keyword), per-record
-  stats, the parameters' moving average. Built with NumPy so every process holds
-  identical bytes."""
+  N = 24, T = 8, one fixed-gradient record (gradient canary) whose keep bits have a
+  model axis, per-record stats, the parameters' moving average (cfg.ema_decay).
+  Built with NumPy so every process holds identical bytes."""
   from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(7)
   n, f, m = 24, 3, 5
@@ -29,12 +29,13 @@ def problem():
   y = (x[:, 0] + 0.5 * rng.normal(size=n) > 0).astype(np.int32)
   keep = rng.random((m, n)) < 0.7
   cfg = dpsgd.DpSgdConfig(dataset_size=16, sampling_prob=0.4, num_steps=8,
-                          noise_multiplier=1.0, learning_rate=0.5)
+                          noise_multiplier=1.0, learning_rate=0.5, ema_decay=0.9)
   model = models.logistic_regression(f, l2=0.01)
   canary = {"w": np.asarray([[0.3, -0.2, 0.1]], np.float32)}
-  kwargs = dict(per_example_stats=True, gradient_canaries=canary,
-                canary_keep_MxK=(np.arange(m) % 2 == 0)[:, None], ema_decay=0.9,
-                progress=False)
+  kwargs = dict(per_example_stats=True,
+                fixed_gradients=dpsgd.FixedGradients(canary,
+                                                     (np.arange(m) % 2 == 0)[:, None]),
+                perf=dpsgd.PerformanceFlags(progress=False))
   return jax.random.key(11), x, y, keep, cfg, model, kwargs
 
 

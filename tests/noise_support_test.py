@@ -19,6 +19,8 @@ from dpjax.accounting import noise_support
 from dpjax.accounting import statement
 from tests import helpers
 
+_QUIET = dpsgd.PerformanceFlags(progress=False)
+
 
 class SamplerDeltaTest(parameterized.TestCase):
 
@@ -106,7 +108,7 @@ class EngineCheckTest(absltest.TestCase):
     cfg = helpers.small_config(**cfg_overrides)
     keep = np.ones((2, x.shape[0]), bool)
     return dpsgd.train_many(jax.random.key(0), x, y, keep, cfg,
-                            models.logistic_regression(x.shape[1]), progress=False)
+                            models.logistic_regression(x.shape[1]), perf=_QUIET)
 
   def test_warns_only_when_the_extra_delta_matters(self):
     with warnings.catch_warnings():

@@ -1,4 +1,4 @@
-"""The padded step of DP-SGD (`dpsgd.train_many(batch_capacity=...)`,
+"""The padded step of DP-SGD (`dpsgd.PerformanceFlags(batch_capacity=...)`,
 `sampling.padded_batch`, `sampling.default_batch_capacity`, `dpsgd.batch_layout`).
 
 What is checked:
@@ -105,13 +105,16 @@ class PaddedTrainingTest(unittest.TestCase):
     for model in model_list:
       params = jax.eval_shape(model.init, jax.random.key(0))
       canary = jax.tree.map(lambda s: jnp.full(s.shape, 0.1, jnp.float32), params)
-      kw = dict(per_example_stats=True, gradient_canary=canary,
-                canary_keep_M=np.array([True, False, True]), progress=False)
+      fixed = dpsgd.FixedGradients(jax.tree.map(lambda v: v[None], canary),
+                                   np.array([[True], [False], [True]]))
+      kw = dict(per_example_stats=True, fixed_gradients=fixed)
       full = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model,
-                              batch_capacity=None, **kw)
+                              perf=dpsgd.PerformanceFlags(batch_capacity=None, progress=False),
+                              **kw)
       # ~19 sampled per step: capacity 8 needs 2-4 chunks on most steps.
       pad = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model,
-                             batch_capacity=8, **kw)
+                             perf=dpsgd.PerformanceFlags(batch_capacity=8, progress=False),
+                             **kw)
       for a, b in zip(jax.tree.leaves(full.params), jax.tree.leaves(pad.params)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-5)
       np.testing.assert_array_equal(pad.stats["times_sampled"], full.stats["times_sampled"])
@@ -147,7 +150,8 @@ class PaddedTrainingTest(unittest.TestCase):
                             noise_multiplier=s, l2_clip_norm=c)
     model = models.logistic_regression(f)
     out = dpsgd.train_many(jax.random.key(7), x, y, jnp.ones((m, n), bool), cfg, model,
-                           observe_fn=lambda u: u["w"], batch_capacity=cap, progress=False)
+                           observe_fn=lambda u: u["w"],
+                           perf=dpsgd.PerformanceFlags(batch_capacity=cap, progress=False))
     u = np.asarray(out.observations[:, 0], np.float64)   # [M, F]
     np.testing.assert_array_less(np.abs(u.mean(0) - mean), 5 * np.sqrt(var / m))
     # Sample variance: standard error ~ var sqrt(2 / M) for near-Gaussian updates.
@@ -161,13 +165,15 @@ class PaddedTrainingTest(unittest.TestCase):
     ids = np.repeat(np.arange(4), 3)
     with self.assertRaisesRegex(ValueError, "batch_capacity"):
       dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((1, 12), bool), cfg, model,
-                       user_ids_N=ids, batch_capacity=4, progress=False)
-    cfg = dpsgd.DpSgdConfig(dataset_size=12, sampling_prob=0.5, num_steps=1,
-                            noise_multiplier=1.0)
-    for bad in (0, -3, "padded", 2.5):
+                       sampler=cfg.sampler(ids),
+                       perf=dpsgd.PerformanceFlags(batch_capacity=4, progress=False))
+    # "auto" picks the full mask for user-level DP-SGD (no refusal).
+    dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((1, 12), bool), cfg, model,
+                     sampler=cfg.sampler(ids),
+                     perf=dpsgd.PerformanceFlags(batch_capacity="auto", progress=False))
+    for bad in (0, -3, "padded", 2.5):   # refused when the flags are built
       with self.assertRaisesRegex(ValueError, "batch_capacity"):
-        dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((1, 12), bool), cfg, model,
-                         batch_capacity=bad, progress=False)
+        dpsgd.PerformanceFlags(batch_capacity=bad)
 
 
 if __name__ == "__main__":

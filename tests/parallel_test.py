@@ -28,16 +28,17 @@ _SCRIPT = textwrap.dedent("""
     mlp = models.mlp(4, hidden=(5,), num_classes=2)
     # A model the engine has no special path for: two-pass vmap(grad) with sqnorm.
     custom = models.Model(mlp.init, mlp.apply, 0.0, "custom", 2)
-    # The custom model's sharded run is also chunked (max_chunk=4: two chunks of one
+    # The custom model's sharded run is also chunked (perf.max_chunk=4: two chunks of one
     # model per device, the second padded by repeating models), so a chunked sharded
     # run is checked without compiling a fourth pair of programs.
     for name, model, max_chunk in [("lr", models.logistic_regression(4, l2=0.01), None),
                                    ("mlp", mlp, None), ("custom", custom, 4)]:
       ref = dpsgd.train_many(jax.random.key(2), x, y, keep, cfg, model,
-                             per_example_stats=True, progress=False)
-      sh = parallel.train_many_sharded(jax.random.key(2), x, y, keep, cfg, model,
-                                       per_example_stats=True, max_chunk=max_chunk,
-                                       progress=False)
+                             per_example_stats=True,
+                             perf=dpsgd.PerformanceFlags(progress=False))
+      sh = parallel.train_many_sharded(
+          jax.random.key(2), x, y, keep, cfg, model, per_example_stats=True,
+          perf=dpsgd.PerformanceFlags(max_chunk=max_chunk, progress=False))
       leaf = jax.tree.leaves(sh.params)[0]
       out[name] = {
           "max_param_diff": max(float(jnp.max(jnp.abs(a - b))) for a, b in
@@ -65,11 +66,13 @@ _BATCH_SCRIPT = textwrap.dedent("""
     for name, model in [("lr", models.logistic_regression(4, l2=0.01)),
                         ("mlp", models.mlp(4, hidden=(5,), num_classes=2))]:
       ref = dpsgd.train_many(jax.random.key(2), x, y, keep, cfg, model,
-                             per_example_stats=True, progress=False)
+                             per_example_stats=True,
+                             perf=dpsgd.PerformanceFlags(progress=False))
       # 32 records, 8 per device: the clipped sum is an all-reduce, so the parameters
       # come out replicated and the per-record stats stay split along the records.
       dp = parallel.train_batch_sharded(jax.random.key(2), x, y, keep, cfg, model,
-                                        per_example_stats=True, progress=False)
+                                        per_example_stats=True,
+                                        perf=dpsgd.PerformanceFlags(progress=False))
       ts = dp.stats["times_sampled"]
       out[name] = {
           "max_param_diff": max(float(jnp.max(jnp.abs(a - b))) for a, b in

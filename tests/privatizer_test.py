@@ -20,6 +20,9 @@ from dpjax.clipping import vmap
 from tests import helpers
 
 
+_QUIET = dpsgd.PerformanceFlags(progress=False)
+
+
 def _identity(u):
   return u["w"]
 
@@ -83,7 +86,7 @@ class EnginePrivatizerTest(absltest.TestCase):
     y = jnp.zeros((n,), jnp.int32)
     out = dpsgd.train_many(jax.random.key(11), x, y, jnp.ones((num_models, n), bool), cfg,
                            models.logistic_regression(3), observe_fn=_identity,
-                           progress=False)
+                           perf=_QUIET)
     return np.asarray(out.observations).ravel()
 
   def test_noise_std_is_sigma_c_over_b(self):
@@ -119,7 +122,7 @@ class EnginePrivatizerTest(absltest.TestCase):
     keep = jnp.arange(24)[None, :] < 12
     cfg = helpers.small_config(sampling_prob=1.0, noise_multiplier=0.0, num_steps=1, learning_rate=0.5)
     out = dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, observe_fn=_identity,
-                           progress=False)
+                           perf=_QUIET)
     s, _ = vmap.clipped_grad_sum(model, {"w": jnp.zeros(4)}, x, y,
                                  keep[0].astype(jnp.float32), 1.0)
     np.testing.assert_allclose(out.observations[0, 0], s["w"] / 24.0, rtol=1e-5)
@@ -165,13 +168,14 @@ class SecurePrivatizerTest(parameterized.TestCase):
 
   def test_updates_are_exact_multiples_of_gamma_over_b_with_a_canary(self):
     x, y, cfg, model = self._data()
-    path, priv = privatizer.secure_components(cfg.sigma, cfg.l2_clip_norm, model)
+    path, priv = privatizer.secure_components(cfg.noise_multiplier, cfg.l2_clip_norm, model)
     keep = jnp.ones((4, 32), bool)
     canary = {"w": jnp.array([3.0, -1.0, 0.5, 2.0])}
     out = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model, clipping=path,
-                           privatizer=priv, observe_fn=_identity, progress=False,
-                           gradient_canary=canary,
-                           canary_keep_M=jnp.array([True, False, True, False]))
+                           privatizer=priv, observe_fn=_identity, perf=_QUIET,
+                           fixed_gradients=dpsgd.FixedGradients(
+                               jax.tree.map(lambda v: v[None], canary),
+                               np.array([[True], [False], [True], [False]])))
     units = np.asarray(out.observations, np.float64) * cfg.expected_batch_size / priv.grid
     np.testing.assert_array_equal(units, np.round(units))
     self.assertEqual(priv.grid, 2.0 ** -10)
@@ -187,8 +191,8 @@ class SecurePrivatizerTest(parameterized.TestCase):
     m = 200
     keep = jnp.ones((m, 32), bool)
     init = {"w": jnp.zeros(4)}
-    path, priv = privatizer.secure_components(cfg.sigma, cfg.l2_clip_norm, model)
-    common = dict(init_params=init, observe_fn=_identity, progress=False,
+    path, priv = privatizer.secure_components(cfg.noise_multiplier, cfg.l2_clip_norm, model)
+    common = dict(init_params=init, observe_fn=_identity, perf=_QUIET,
                   optimizer=optax.sgd(0.0))
     sec = dpsgd.train_many(jax.random.key(2), x, y, keep, cfg, model, clipping=path,
                            privatizer=priv, **common).observations
@@ -198,7 +202,7 @@ class SecurePrivatizerTest(parameterized.TestCase):
     b, q = cfg.expected_batch_size, cfg.sampling_prob
     want = q * c.sum(axis=0) / b
     for obs, cc in ((sec, 1.0 + priv.grid), (flt, 1.0)):
-      sd = np.sqrt(cfg.sigma ** 2 * cc ** 2 + q * (1 - q) * np.sum(c ** 2, axis=0)) / b
+      sd = np.sqrt(cfg.noise_multiplier ** 2 * cc ** 2 + q * (1 - q) * np.sum(c ** 2, axis=0)) / b
       mean = np.asarray(obs, np.float64).reshape(-1, 4).mean(axis=0)
       se = sd / math.sqrt(m * cfg.num_steps)
       np.testing.assert_array_less(np.abs(mean - want), 5 * se)
@@ -206,32 +210,32 @@ class SecurePrivatizerTest(parameterized.TestCase):
 
   def test_models_vmapped_equal_models_alone(self):
     x, y, cfg, model = self._data()
-    path, priv = privatizer.secure_components(cfg.sigma, cfg.l2_clip_norm, model)
+    path, priv = privatizer.secure_components(cfg.noise_multiplier, cfg.l2_clip_norm, model)
     keys = jax.random.split(jax.random.key(4), 3)
     keep = jax.random.bernoulli(jax.random.key(5), 0.7, (3, 32))
     run = lambda k, kp: dpsgd.train_many(k, x, y, kp, cfg, model, clipping=path,
-                                         privatizer=priv, progress=False).params["w"]
+                                         privatizer=priv, perf=_QUIET).params["w"]
     together = run(keys, keep)
     for i in range(3):
       np.testing.assert_array_equal(together[i], run(keys[i:i + 1], keep[i:i + 1])[0])
 
   def test_engine_refuses_mismatched_pairs(self):
     x, y, cfg, model = self._data()
-    path, priv = privatizer.secure_components(cfg.sigma, cfg.l2_clip_norm, model)
+    path, priv = privatizer.secure_components(cfg.noise_multiplier, cfg.l2_clip_norm, model)
     keep = jnp.ones((1, 32), bool)
     other = grid_lib.path(model, priv.grid * 2)
     for kwargs in (dict(privatizer=priv), dict(clipping=path), dict(clipping=other,
                                                                     privatizer=priv)):
       with self.assertRaisesRegex(ValueError, "do not match"):
-        dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, progress=False, **kwargs)
+        dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, perf=_QUIET, **kwargs)
     with self.assertRaisesRegex(ValueError, "noise_multiplier"):
       dpsgd.train_many(jax.random.key(0), x, y, keep, helpers.small_config(
           dataset_size=32, sampling_prob=0.25, noise_multiplier=2.0), model, clipping=path,
-                       privatizer=priv, progress=False)
+                       privatizer=priv, perf=_QUIET)
     cfgs = [cfg, helpers.small_config(dataset_size=32, sampling_prob=0.25, noise_multiplier=3.0)]
     with self.assertRaisesRegex(ValueError, "noise_multiplier"):
       dpsgd.train_sweep(jax.random.key(0), x, y, jnp.ones((2, 32), bool), cfgs, [0, 1], model,
-                        clipping=path, privatizer=priv, progress=False)
+                        clipping=path, privatizer=priv, perf=_QUIET)
 
   def test_sampler_delta(self):
     priv = privatizer.SecureGaussianPrivatizer(1.0, 1.0)

@@ -1,8 +1,9 @@
 """Tests for the DP-SGD recipe: optimisers and EMA as post-processing, augmentation
 multiplicity, group norm under per-example clipping, sigma at fixed epsilon across
-batch sizes, and the non-private baseline (dpjax.recipe, dpsgd.train_many(ema_decay=),
+batch sizes, and the non-private baseline (dpjax.recipe, dpsgd.DpSgdConfig(ema_decay=),
 models.cnn(groups=))."""
 
+import dataclasses
 import functools
 import math
 
@@ -21,6 +22,7 @@ from dpjax import recipe
 from dpjax.clipping import vmap as vmap_clipping
 
 _IMG = (3, 3, 1)
+_QUIET = dpsgd.PerformanceFlags(progress=False)
 
 
 def _data(n=12, f=9, k=3, seed=0):
@@ -55,10 +57,9 @@ class OptimiserAndEmaPostProcessingTest(absltest.TestCase):
     opt = optax.adam(0.05) if name == "adam" else optax.sgd(0.3, momentum=0.9)
     d, steps = 0.7, 5
     cfg = dpsgd.DpSgdConfig(dataset_size=12, sampling_prob=0.5, num_steps=steps,
-                            noise_multiplier=1.0, l2_clip_norm=0.5)
+                            noise_multiplier=1.0, l2_clip_norm=0.5, ema_decay=d)
     out = dpsgd.train_many(jax.random.key(1), x, y, jnp.ones((2, 12), bool), cfg, model,
-                           init_params=p0, optimizer=opt, observe_fn=_flat, ema_decay=d,
-                           progress=False)
+                           init_params=p0, optimizer=opt, observe_fn=_flat, perf=_QUIET)
     _, unravel = ravel_pytree(p0)
 
     @jax.jit
@@ -88,7 +89,7 @@ class OptimiserAndEmaPostProcessingTest(absltest.TestCase):
     cfg = dpsgd.DpSgdConfig(dataset_size=12, sampling_prob=1.0, num_steps=4,
                             noise_multiplier=0.0, l2_clip_norm=math.inf)
     out = dpsgd.train_many(jax.random.key(1), x, y, jnp.ones((1, 12), bool), cfg, model,
-                           init_params=p0, optimizer=opt, progress=False)
+                           init_params=p0, optimizer=opt, perf=_QUIET)
     p, s = p0, opt.init(p0)
     loss = lambda q: jnp.mean(models.per_example_loss(model, q, x, y))  # noqa: E731
     for _ in range(4):
@@ -112,9 +113,10 @@ class EmaTest(absltest.TestCase):
     cfg = dpsgd.DpSgdConfig(dataset_size=12, sampling_prob=0.5, num_steps=steps,
                             noise_multiplier=1.0, learning_rate=lr)
     keep = jnp.ones((2, 12), bool)
-    kw = dict(init_params=p0, optimizer=opt, observe_fn=_flat, progress=False)
+    kw = dict(init_params=p0, optimizer=opt, observe_fn=_flat, perf=_QUIET)
     plain = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model, **kw)
-    out = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, model, ema_decay=d, **kw)
+    out = dpsgd.train_many(jax.random.key(1), x, y, keep, dataclasses.replace(cfg, ema_decay=d),
+                           model, **kw)
     self.assertIsNone(plain.ema_params)
     # The average is post-processing: the trained parameters are bit for bit the same.
     for a, b in zip(jax.tree.leaves(plain.params), jax.tree.leaves(out.params)):
@@ -132,13 +134,23 @@ class EmaTest(absltest.TestCase):
                                  rtol=2e-5, atol=2e-6)
 
   def test_bad_decay(self):
-    x, y = _data()
     cfg = dpsgd.DpSgdConfig(dataset_size=12, sampling_prob=0.5, num_steps=1,
                             noise_multiplier=1.0)
-    for bad in (1.0, -0.1, float("nan")):
+    for bad in (1.0, -0.1, float("nan"), math.inf, True, "0.5"):
       with self.assertRaisesRegex(ValueError, "ema_decay"):
-        dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((1, 12), bool), cfg,
-                         models.mlp(9, (), 3), ema_decay=bad, progress=False)
+        dpsgd.DpSgdConfig(dataset_size=12, sampling_prob=0.5, num_steps=1,
+                          noise_multiplier=1.0, ema_decay=bad)
+      with self.assertRaisesRegex(ValueError, "ema_decay"):   # nor through replace
+        dataclasses.replace(cfg, ema_decay=bad)
+
+  def test_ema_decay_zero_is_the_last_iterate(self):
+    # d = 0: the average is p_T itself (one compiled program, the closed-form path).
+    x, y = _data(k=2)
+    cfg = dpsgd.DpSgdConfig(dataset_size=12, sampling_prob=0.5, num_steps=3,
+                            noise_multiplier=1.0, ema_decay=0.0)
+    out = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 12), bool), cfg,
+                           models.logistic_regression(9), perf=_QUIET)
+    np.testing.assert_allclose(out.ema_params["w"], out.params["w"], rtol=1e-6, atol=1e-7)
 
 
 class AugmentationMultiplicityTest(absltest.TestCase):
@@ -196,10 +208,10 @@ class AugmentationMultiplicityTest(absltest.TestCase):
     keep = jnp.ones((2, 12), bool)
     a = dpsgd.train_many(jax.random.key(4), x, y, keep, cfg, model,
                          clipping=functools.partial(vmap_clipping.clipped_grad_sum, model),
-                         progress=False)
+                         perf=_QUIET)
     b = dpsgd.train_many(jax.random.key(4), x, y, keep, cfg, model,
                          clipping=recipe.augmented_clipping(model, ((0, 0),), _IMG),
-                         progress=False)
+                         perf=_QUIET)
     for u, v in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
       np.testing.assert_array_equal(u, v)
 

@@ -195,6 +195,12 @@ class AuditDpSgdTest(absltest.TestCase):
       runner.audit_dpsgd(key, cfg, mlp, x, y, num_runs=4, record_canary=(np.ones(3), 0))
     with self.assertRaisesRegex(ValueError, "observe_fn"):
       runner.audit_dpsgd(key, cfg, mlp, x, y, num_runs=4, observe_fn=lambda u: u)
+    # The audit's canaries are the engine's fixed-gradient records: set by the runner.
+    params = mlp.init(jax.random.key(0))
+    mine = dpsgd.FixedGradients(jax.tree.map(lambda v: jnp.zeros((1,) + v.shape), params),
+                                np.ones((4, 1), bool))
+    with self.assertRaisesRegex(ValueError, "fixed_gradients is set by audit_dpsgd"):
+      runner.audit_dpsgd(key, cfg, mlp, x, y, num_runs=4, fixed_gradients=mine)
     with self.assertRaisesRegex(TypeError, "cfg"):
       runner.audit_dpsgd(key, "cfg", mlp, x, y, num_runs=4)
 

@@ -15,6 +15,8 @@ from dpjax import prng
 from dpjax import sampling
 from tests import helpers
 
+_QUIET = dpsgd.PerformanceFlags(progress=False)
+
 
 class PoissonSamplerTest(parameterized.TestCase):
 
@@ -35,7 +37,7 @@ class PoissonSamplerTest(parameterized.TestCase):
     keep = jax.random.bernoulli(jax.random.key(2), 0.5, (50, 24))
     cfg = helpers.small_config(sampling_prob=0.25, num_steps=40)
     out = dpsgd.train_many(jax.random.key(1), x, y, keep, cfg, models.logistic_regression(4),
-                           per_example_stats=True, progress=False)
+                           per_example_stats=True, perf=_QUIET)
     sampled = np.asarray(out.stats["times_sampled"])
     kept = np.asarray(keep)
     self.assertEqual(sampled[~kept].sum(), 0.0)
@@ -67,7 +69,7 @@ class ShuffleSamplerTest(absltest.TestCase):
     with self.assertWarns(dpsgd.UnaccountedComponentWarning):
       out = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((3, 24), bool), cfg,
                              models.logistic_regression(4), per_example_stats=True,
-                             progress=False,
+                             perf=_QUIET,
                              sampler=sampling.ShuffleSampler.like_poisson(0.25, 24))
     # 4 batches of 6 per epoch, 2 epochs: every record exactly twice.
     np.testing.assert_array_equal(out.stats["times_sampled"], 2.0 * np.ones((3, 24)))
@@ -109,7 +111,7 @@ class CheckSamplerTest(absltest.TestCase):
       out = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, 24), bool),
                              helpers.small_config(sampling_prob=0.5, num_steps=4),
                              models.logistic_regression(4), per_example_stats=True,
-                             progress=False, sampler=Halves())
+                             perf=_QUIET, sampler=Halves())
     self.assertTrue(any(issubclass(r.category, dpsgd.UnaccountedComponentWarning) for r in w))
     np.testing.assert_array_equal(out.stats["times_sampled"], 2.0 * np.ones((2, 24)))
 

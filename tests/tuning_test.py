@@ -333,9 +333,9 @@ def test_dpsgd_runs_equals_train_many_per_setting():
   keys = jax.random.split(jax.random.key(1), 3)
   out = tuning.dpsgd_runs(keys, [1, 0, 1], x, y, cfgs, model)
   ref1 = dpsgd.train_many(keys[np.array([0, 2])], x, y, jnp.ones((2, 16), bool), cfgs[1], model,
-                          progress=False)
+                          perf=dpsgd.PerformanceFlags(progress=False))
   ref0 = dpsgd.train_many(keys[np.array([1])], x, y, jnp.ones((1, 16), bool), cfgs[0], model,
-                          progress=False)
+                          perf=dpsgd.PerformanceFlags(progress=False))
   np.testing.assert_array_equal(out.params["w"][np.array([0, 2])], ref1.params["w"])
   np.testing.assert_array_equal(out.params["w"][1], ref0.params["w"][0])
   assert not np.allclose(out.params["w"][0], out.params["w"][2])   # independent runs

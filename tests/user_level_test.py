@@ -13,6 +13,7 @@ from dpjax import dpsgd
 from dpjax import models
 from dpjax import prng
 from dpjax import sampling
+from dpjax import clipping as clipping_lib
 from dpjax.accounting import statement
 from dpjax.clipping import vmap as cvmap
 from dpjax.clipping import user as user_clipping
@@ -159,8 +160,9 @@ class UserSamplerTest(absltest.TestCase):
     keep = np.ones((2, n), bool)
     keep[1, np.asarray(data.user_N) == 3] = False     # model 1 lacks customer 3
     out = dpsgd.train_many(jax.random.key(2), x, data.y_N, jnp.asarray(keep), cfg,
-                           models.logistic_regression(6), user_ids_N=data.user_N,
-                           per_example_stats=True, progress=False)
+                           models.logistic_regression(6), sampler=cfg.sampler(data.user_N),
+                           per_example_stats=True,
+                           perf=dpsgd.PerformanceFlags(progress=False))
     times = np.asarray(out.stats["times_sampled"])
     uid = np.asarray(data.user_N)
     for u in range(12):
@@ -184,7 +186,7 @@ class UnitChecksTest(parameterized.TestCase):
 
   def _train(self, cfg, **kw):
     return dpsgd.train_many(jax.random.key(0), self.x, self.y, jnp.ones((1, self.n), bool),
-                            cfg, self.model, progress=False, **kw)
+                            cfg, self.model, perf=dpsgd.PerformanceFlags(progress=False), **kw)
 
   def test_mismatched_units_are_refused(self):
     user_s = sampling.UserPoissonSampler(0.5, self.ids, 5)
@@ -192,18 +194,41 @@ class UnitChecksTest(parameterized.TestCase):
     cases = [
         (self.user_cfg, dict(sampler=sampling.PoissonSampler(0.5), clipping=user_p),
          "not user-level DP"),
-        (self.user_cfg, dict(sampler=user_s), "user_ids_N"),   # no user-level clipping
-        (self.user_cfg, dict(user_ids_N=self.ids, sampler=sampling.PoissonSampler(0.5)),
-         "not user-level DP"),
-        (self.user_cfg, dict(), "needs user_ids_N"),
+        (self.user_cfg, dict(sampler=sampling.PoissonSampler(0.5)), "not user-level DP"),
+        (self.user_cfg, dict(sampler=user_s, clipping=clipping_lib.path_for(self.model)),
+         "not user-level DP"),                        # example-level clipping
+        (self.user_cfg, dict(), "needs the record owners"),
+        (self.user_cfg, dict(clipping=user_p), "needs the record owners"),
         (self.ex_cfg, dict(clipping=user_p), "wrong unit"),
         (self.ex_cfg, dict(sampler=sampling.UserPoissonSampler(0.5, self.ids, self.n)),
          "wrong unit"),
-        (self.ex_cfg, dict(user_ids_N=self.ids), "privacy_unit"),
     ]
     for cfg, kw, msg in cases:
       with self.assertRaisesRegex(ValueError, msg):
         self._train(cfg, **kw)
+    # The owners come with the sampler: under example-level accounting the config
+    # refuses to build a user-level one, and train_many has no user_ids_N keyword.
+    with self.assertRaisesRegex(ValueError, "privacy_unit"):
+      self.ex_cfg.sampler(self.ids)
+    with self.assertRaises(TypeError):
+      self._train(self.user_cfg, user_ids_N=self.ids)
+
+  def test_user_sampler_brings_user_level_clipping(self):
+    # A UserPoissonSampler without a clipping path gets user-level clipping over its
+    # users: the same models as the pair spelled out, and as cfg.sampler(ids).
+    user_s = sampling.UserPoissonSampler(0.5, self.ids, 5)
+    user_p = user_clipping.user_level_path(self.model, self.ids, 5)
+    a = self._train(self.user_cfg, sampler=self.user_cfg.sampler(self.ids),
+                    per_example_stats=True)
+    b = self._train(self.user_cfg, sampler=user_s, per_example_stats=True)
+    c = self._train(self.user_cfg, sampler=user_s, clipping=user_p, per_example_stats=True)
+    for other in (b, c):
+      np.testing.assert_array_equal(a.params["w"], other.params["w"])
+      np.testing.assert_array_equal(a.stats["times_sampled"], other.stats["times_sampled"])
+    # Whole users are sampled: every record of a user has the same count.
+    times = np.asarray(a.stats["times_sampled"])[0]
+    for u in np.unique(self.ids):
+      self.assertLen(set(times[self.ids == u].tolist()), 1)
 
   def test_component_grouping_must_match_config_and_data(self):
     with self.assertRaisesRegex(ValueError, "dataset_size"):
@@ -212,7 +237,7 @@ class UnitChecksTest(parameterized.TestCase):
     other = self.ids.copy()
     other[0] = 4
     with self.assertRaisesRegex(ValueError, "differ"):
-      self._train(self.user_cfg, user_ids_N=self.ids,
+      self._train(self.user_cfg, sampler=self.user_cfg.sampler(self.ids),
                   clipping=user_clipping.user_level_path(self.model, other, 5))
 
   @parameterized.named_parameters(
@@ -226,7 +251,7 @@ class UnitChecksTest(parameterized.TestCase):
   def test_bad_user_ids_name_the_parameter(self, bad):
     ids = bad(self.ids)
     with self.assertRaisesRegex(ValueError, "user_ids_N"):
-      self._train(self.user_cfg, user_ids_N=ids)
+      self._train(self.user_cfg, sampler=self.user_cfg.sampler(ids))
     if ids.ndim == 1 and ids.size == self.n:
       with self.assertRaisesRegex(ValueError, "user_ids_N"):
         sampling.UserPoissonSampler(0.5, ids, 5)

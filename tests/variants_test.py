@@ -21,6 +21,8 @@ from dpjax.audit import variants
 from dpjax.clipping import vmap
 from tests import helpers
 
+_QUIET = dpsgd.PerformanceFlags(progress=False)
+
 _LR = models.logistic_regression(4)
 
 
@@ -38,7 +40,7 @@ def _train(v, x, y, keep, model=_LR, key=0, **kw):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", dpsgd.UnaccountedComponentWarning)
     return dpsgd.train_many(jax.random.key(key), x, y, keep, v.config, model,
-                            observe_fn=_identity, progress=False, **v.components, **kw)
+                            observe_fn=_identity, perf=_QUIET, **v.components, **kw)
 
 
 class VariantConstructionTest(parameterized.TestCase):
@@ -71,12 +73,13 @@ class VariantConstructionTest(parameterized.TestCase):
     self.assertIsInstance(v.sampler, sampling.ShuffleSampler)
     self.assertEqual(v.sampler.batch_size, round(0.3 * 24))
 
-  def test_target_epsilon_resolved_to_claimed_sigma(self):
-    cfg = helpers.small_config(dataset_size=151, sampling_prob=0.2, num_steps=500, noise_multiplier=None,
-                   target_epsilon=2.0)
+  def test_calibrated_claim_is_kept_by_the_variant(self):
+    # A claim calibrated to a target epsilon keeps its sigma: a variant never
+    # re-calibrates its own noise.
+    cfg = helpers.small_config(dataset_size=151, sampling_prob=0.2, num_steps=500).calibrate(2.0)
     v = _variant("noise_on_mean", cfg)
-    self.assertIsNone(v.config.target_epsilon)
-    self.assertAlmostEqual(v.config.noise_multiplier, cfg.sigma)
+    self.assertEqual(v.config.noise_multiplier, cfg.noise_multiplier)
+    self.assertEqual(v.config, cfg)
     self.assertAlmostEqual(v.config.epsilon(), 2.0, delta=0.02)
 
   def test_validation(self):
@@ -90,7 +93,7 @@ class VariantConstructionTest(parameterized.TestCase):
     x, y = jnp.zeros((24, 4)), jnp.zeros((24,), jnp.int32)
     with self.assertWarnsRegex(dpsgd.UnaccountedComponentWarning, "privatizer"):
       dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((1, 24), bool), v.config, _LR,
-                       progress=False, **v.components)
+                       perf=_QUIET, **v.components)
 
 
 class VariantBehaviourTest(parameterized.TestCase):

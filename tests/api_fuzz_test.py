@@ -80,6 +80,16 @@ EXCLUDED = {
     "dpjax.dpsgd.layout.chunk_size": "engine internal (chunk sizing)",
     "dpjax.dpsgd.step.train_single": "engine internal (traced under jit by train_many)",
     "dpjax.dpsgd.step.padded_clipped_sum": "engine internal (traced under jit by train_many)",
+    "dpjax.audit.store.StoreError": "an error category",
+    "dpjax.audit.store.InvalidChunkWarning": "a warning category",
+    # The canary audit pipeline's stages after the design: they take the trained
+    # data, a ChunkStore or the arrays of the stage before, and check their spec,
+    # settings, store and indices by type and range (audit_run_test runs them end
+    # to end; experiments_audit_test the resume, refusal and swap faults).
+    "dpjax.audit.run.run_chunks": "pipeline stage (needs audit data and a store)",
+    "dpjax.audit.run.load_setting": "pipeline stage (reads a store run_chunks filled)",
+    "dpjax.audit.run.train_chunk": "pipeline stage (needs audit data and a variant)",
+    "dpjax.audit.run.evaluate": "pipeline stage (takes load_setting's arrays)",
     "dpjax.mechanisms.PrivateMean": "result record of private_mean",
     "dpjax.mechanisms.GroupedRates": "result record of grouped_rates",
     "dpjax.pate.PateRdp": "result record of pate_rdp",
@@ -726,6 +736,39 @@ def entries():
         {"estimator": "object", "mechanism": "object", "audits": "size", "trials": "size",
          "rng": "object"}))
 
+  from dpjax.audit import run as arun  # pylint: disable=g-import-not-at-top
+  spec_kw = dict(trials=8, sampling_prob=0.5, num_steps=2, delta=1e-5, confidence=0.95,
+                 variant="correct", threat_model="both", canaries_per_run=1,
+                 canary_in_fraction=0.25, chunk_models=8, observation_budget=2 ** 10,
+                 design_seed=0)
+  add(E("dpjax.audit.run.CanaryAuditSpec", arun.CanaryAuditSpec, spec_kw,
+        {"variant": "choice", "threat_model": "choice", "canaries_per_run": "count",
+         "canary_in_fraction": "prob", "chunk_models": "count", "observation_budget": "count",
+         "design_seed": "count"}))
+  spec = arun.CanaryAuditSpec(**spec_kw)
+  add(E("dpjax.audit.run.Setting", arun.Setting,
+        dict(name="eps2", claimed_epsilon=2.0, sigma=1.0),
+        {"name": "pathlike", "claimed_epsilon": "eps", "sigma": "nonneg"}))
+  setting = arun.Setting("eps2", 2.0, 1.0)
+  add(E("dpjax.audit.run.settings", arun.settings,
+        dict(epsilons=[2.0], sampling_prob=0.5, num_steps=2, delta=1e-5, no_noise=True),
+        {"epsilons": "epsarr", "no_noise": "flag"}))
+  add(E("dpjax.audit.run.chunk_names", arun.chunk_names,
+        dict(spec=spec, setting_list=[setting]), {"spec": "object", "setting_list": "object"}))
+  add(E("dpjax.audit.run.chunk_identities", arun.chunk_identities,
+        dict(key_train=_key, spec=spec, setting_list=[setting]),
+        {"spec": "object", "setting_list": "object"}))
+  add(E("dpjax.audit.run.chunk_key", arun.chunk_key, dict(key_train=_key, si=0, c=1),
+        {"si": "count", "c": "count"}))
+  add(E("dpjax.audit.run.white_box_llr_scores", arun.white_box_llr_scores,
+        dict(obs_MxTxK=np.full((4, 2, 1), 0.1, np.float32), scale=2.0, sampling_prob=0.5,
+             noise_multiplier=1.0),
+        {"obs_MxTxK": "array", "noise_multiplier": "nonneg"}))
+  add(E("dpjax.audit.run.claimed_roc", arun.claimed_roc, dict(spec=spec, setting=setting),
+        {"spec": "object", "setting": "object"}))
+  add(E("dpjax.audit.run.roc_record", arun.roc_record,
+        dict(spec=spec, st=setting, s_in=np.linspace(0.0, 2.0, 6), s_out=np.linspace(-1.0, 1.0, 6)),
+        {"spec": "object", "st": "object", "s_in": "array", "s_out": "array"}, mismatch=False))
   add(E("dpjax.audit.store.canonical", store.canonical, dict(x={"a": 1.0}), {"x": None}))
   add(E("dpjax.audit.store.ChunkStore",
         lambda directory, manifest: store.ChunkStore(directory, manifest),

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from dpjax import accounting, dpsgd, tradeoff
+from dpjax import _validate, accounting, dpsgd, tradeoff
 from dpjax.audit import canary, estimators, stats, store, variants
 
 THREAT_MODELS = ("black_box", "white_box", "both")
@@ -57,6 +57,16 @@ class Setting:
   name: str
   claimed_epsilon: float
   sigma: float
+
+  def __post_init__(self):
+    _validate.check_instance(self.name, str, "name")
+    eps = _validate.check_epsilon(self.claimed_epsilon, "claimed_epsilon", allow_inf=True)
+    sigma = _validate.check_nonnegative(self.sigma, "sigma")
+    if (sigma == 0) != math.isinf(eps):
+      raise ValueError(f"sigma = 0 exactly when claimed_epsilon = inf, got sigma = {sigma} "
+                       f"and claimed_epsilon = {eps}")
+    object.__setattr__(self, "claimed_epsilon", eps)
+    object.__setattr__(self, "sigma", sigma)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -88,6 +98,29 @@ class CanaryAuditSpec:
   observation_budget: int = 2 ** 25
   design_seed: int = 0
 
+  def __post_init__(self):
+    v = _validate
+    trials = v.check_int(self.trials, "trials", 2)
+    if trials % 2:
+      raise ValueError(f"trials must be even (half of each side trains the held-out "
+                       f"threshold), got {trials}")
+    checked = dict(
+        trials=trials, sampling_prob=v.check_sampling_prob(self.sampling_prob),
+        num_steps=v.check_int(self.num_steps, "num_steps"), delta=v.check_delta(self.delta),
+        confidence=v.check_confidence(self.confidence),
+        variant=v.check_choice(self.variant, variants.VARIANTS, "variant"),
+        threat_model=v.check_choice(self.threat_model, THREAT_MODELS, "threat_model"),
+        canaries_per_run=v.check_int(self.canaries_per_run, "canaries_per_run"),
+        canary_in_fraction=v.check_probability(self.canary_in_fraction, "canary_in_fraction",
+                                               open_low=True, open_high=True),
+        chunk_models=v.check_int(self.chunk_models, "chunk_models", 4),
+        observation_budget=v.check_int(self.observation_budget, "observation_budget"),
+        design_seed=v.check_int(self.design_seed, "design_seed", 0))
+    if checked["chunk_models"] % 4:
+      raise ValueError(f"chunk_models must be a multiple of 4, got {checked['chunk_models']}")
+    for k, val in checked.items():
+      object.__setattr__(self, k, val)
+
   @property
   def models_per_setting(self) -> int:
     return 2 * self.trials
@@ -107,6 +140,9 @@ def settings(epsilons: Sequence[float], sampling_prob: float, num_steps: int, de
              no_noise: bool) -> list[Setting]:
   """A Setting per claimed eps (sigma from `accounting.calibrate_noise`, RDP), plus the
   sigma = 0 check when no_noise."""
+  epsilons = [_validate.check_epsilon(e, "epsilons")
+              for e in np.atleast_1d(np.asarray(epsilons, dtype=object)).ravel()]
+  no_noise = _validate.check_bool(no_noise, "no_noise")
   out = []
   for e in epsilons:
     s = accounting.calibrate_noise(float(e), sampling_prob, num_steps, delta)
@@ -116,8 +152,18 @@ def settings(epsilons: Sequence[float], sampling_prob: float, num_steps: int, de
   return out
 
 
+def _check_spec(spec, setting_list=None):
+  _validate.check_instance(spec, CanaryAuditSpec, "spec")
+  if setting_list is not None:
+    if isinstance(setting_list, (str, bytes)) or not isinstance(setting_list, Sequence):
+      raise TypeError(f"setting_list must be a sequence of Setting, got {setting_list!r}")
+    for st in setting_list:
+      _validate.check_instance(st, Setting, "setting_list")
+
+
 def chunk_names(spec: CanaryAuditSpec, setting_list: Sequence[Setting]) -> dict:
   """{(setting index, chunk index): chunk name} and the chunks' model ranges."""
+  _check_spec(spec, setting_list)
   m_total = spec.models_per_setting
   per = spec.models_per_chunk
   bounds = [(lo, min(m_total, lo + per)) for lo in range(0, m_total, per)]
@@ -128,6 +174,8 @@ def chunk_names(spec: CanaryAuditSpec, setting_list: Sequence[Setting]) -> dict:
 
 def chunk_key(key_train, si: int, c: int):
   """The key chunk c of setting si is trained from."""
+  si = _validate.check_int(si, "si", 0)
+  c = _validate.check_int(c, "c", 0)
   return jax.random.fold_in(jax.random.fold_in(key_train, si), c)
 
 
@@ -157,6 +205,7 @@ def run_chunks(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]
     progress: a tqdm bar over chunks.
     max_new_chunks: stop (incomplete) after training this many.
   """
+  _validate.check_instance(chunks, store.ChunkStore, "chunks")
   names, bounds = chunk_names(spec, setting_list)
   ids = chunk_identities(key_train, spec, setting_list)
   missing = set(chunks.missing(list(names.values()), ids))
@@ -192,7 +241,9 @@ def load_setting(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Settin
   """(record_in bool[2N], gradient_in bool[2N(, K)], black_box float[2N], white_box
   float[2N(, K)]) of setting si, concatenated over its chunks, each verified against
   its identity (`chunk_identities`; a chunk that fails raises `store.StoreError`)."""
+  _validate.check_instance(chunks, store.ChunkStore, "chunks")
   names, bounds = chunk_names(spec, setting_list)
+  si = _validate.check_int(si, "si", 0, len(setting_list) - 1)
   ids = chunk_identities(key_train, spec, setting_list)
   parts = [chunks.load(names[(si, c)], ids[names[(si, c)]]) for c in range(len(bounds))]
   return tuple(np.concatenate([p[k] for p in parts])
@@ -207,8 +258,12 @@ def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, 
   `canary.white_box_scores`. K > 1: r bool[m], s bool[m, K] of
   `canary.canaries_design`, white-box float64[m, K] from `white_box_llr_scores`.
   """
+  _check_spec(spec)
+  _validate.check_instance(setting, Setting, "setting")
   k = spec.canaries_per_run
   m_total = spec.models_per_setting
+  lo = _validate.check_int(lo, "lo", 0, m_total - 1)
+  hi = _validate.check_int(hi, "hi", lo + 1, m_total)
   if k == 1:
     r_all, s_all = canary.balanced_design(m_total)
     s_mk = None
@@ -240,12 +295,11 @@ def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, 
     o = canary.normalized_observations(out.observations, expected_batch_size=b,
                                        l2_clip_norm=c)
     return r, s, bb, canary.white_box_scores(o, spec.sampling_prob, setting.sigma)
-  wb = white_box_llr_scores(out.observations, b / c, sampling_prob=float(spec.sampling_prob),
+  wb = _llr_scores(out.observations, b / c, sampling_prob=float(spec.sampling_prob),
                             noise_multiplier=float(setting.sigma))
   return r, s, bb, np.asarray(wb, np.float64)
 
 
-@functools.partial(jax.jit, static_argnames=("sampling_prob", "noise_multiplier"))
 def white_box_llr_scores(obs_MxTxK, scale, *, sampling_prob, noise_multiplier):
   """float32[M, K]: `canary.white_box_scores` of each canary's coordinate, in XLA.
 
@@ -253,7 +307,23 @@ def white_box_llr_scores(obs_MxTxK, scale, *, sampling_prob, noise_multiplier):
   with o_t > 1/2 (no noise). Computed in float32 (the observations' precision) on
   the whole chunk at once; any fixed function of the observations gives a valid
   test (checked against the float64 `canary.white_box_scores` to 1e-4 relative).
+
+  Args:
+    obs_MxTxK: the observed coordinates (finite).
+    scale: B / C, the expected batch size over the clip norm (> 0).
+    sampling_prob, noise_multiplier: the claimed q and sigma (sigma = 0: no noise).
   """
+  if not _validate.is_tracer(obs_MxTxK):
+    obs_MxTxK = _validate.check_array(obs_MxTxK, "obs_MxTxK", np.float32, ndim=3,
+                                       min_size=1)
+  return _llr_scores(obs_MxTxK, _validate.check_positive(scale, "scale"),
+                     sampling_prob=_validate.check_sampling_prob(sampling_prob),
+                     noise_multiplier=_validate.check_nonnegative(noise_multiplier,
+                                                                  "noise_multiplier"))
+
+
+@functools.partial(jax.jit, static_argnames=("sampling_prob", "noise_multiplier"))
+def _llr_scores(obs_MxTxK, scale, *, sampling_prob, noise_multiplier):
   o = obs_MxTxK * scale
   if noise_multiplier == 0:
     return jnp.sum((o > 0.5).astype(jnp.float32), axis=1)
@@ -265,6 +335,8 @@ def white_box_llr_scores(obs_MxTxK, scale, *, sampling_prob, noise_multiplier):
 
 def claimed_roc(spec: CanaryAuditSpec, setting: Setting):
   """(thresholds, FPR, FNR) of the claimed mechanism's likelihood-ratio tests."""
+  _check_spec(spec)
+  _validate.check_instance(setting, Setting, "setting")
   dist = canary.llr_distribution(spec.sampling_prob, setting.sigma, spec.num_steps)
   return tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
 
@@ -281,6 +353,8 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
     certifiable bounds on expected counts, the GDP estimates and the white-box
     fractions of the best and of the exact eps.
   """
+  _check_spec(spec)
+  _validate.check_instance(st, Setting, "st")
   trials, half, delta, conf = spec.trials, spec.trials // 2, spec.delta, spec.confidence
   no_noise = st.sigma == 0
   multi = spec.canaries_per_run > 1
@@ -380,6 +454,10 @@ def roc_record(spec: CanaryAuditSpec, st: Setting, s_in, s_out) -> dict:
   positives of any threshold with at most k false positives (the step curve's
   corners there). Claimed: TPR interpolated at a geometric FPR grid.
   """
+  _check_spec(spec)
+  _validate.check_instance(st, Setting, "st")
+  s_in = _validate.check_array(s_in, "s_in", ndim=1)
+  s_out = _validate.check_array(s_out, "s_out", ndim=1)
   thr = np.unique(np.r_[s_in, s_out])[::-1]
   fp, fn = stats.error_counts(s_in, s_out, thr)            # fp non-decreasing along thr
   tp = np.maximum.accumulate(s_in.size - fn)

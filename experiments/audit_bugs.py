@@ -162,7 +162,7 @@ CASES = (
 )
 
 
-# The quick scale (`./run.sh`): every bug, and the floored denominator with the
+# The quick scale (`./run.sh all`): every bug, and the floored denominator with the
 # claimed n, which is the correct mechanism up to a public rescaling (each case costs
 # a compile of about 10 s); `--cases` with every key adds the five controls.
 QUICK_CASES = ("realised_batch_denominator", "floored_expected_batch",

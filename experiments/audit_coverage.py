@@ -57,7 +57,7 @@ _CONTROL_EPSILON = 2.0
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AuditCoverageConfig(_common.ExperimentConfig):
-  """What `run` measures (defaults: the quick scale of ./run.sh)."""
+  """What `run` measures (defaults: the quick scale of ./run.sh all)."""
   audits: int = _common.option(1000, "Simulated audits per row of the coverage table.")
   trials: tuple[int, ...] = _common.option(
       (100, 1000), "Trials per side of each audit (one-run estimators: twice as many canaries).")

@@ -65,7 +65,7 @@ SHOWN = ("clopper_pearson", "gdp", "best")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AuditDigitsConfig(_common.ExperimentConfig):
-  """What `run` audits (defaults: the quick scale of ./run.sh)."""
+  """What `run` audits (defaults: the quick scale of ./run.sh all)."""
   eps: tuple[float, ...] = _common.option((2.0, 4.0, 8.0), "Claimed (target) epsilons.")
   model: str = _common.option("mlp", "Model audited: mlp or cnn.", choices=MODELS)
   runs: int = _common.option(32, "Training runs R (models), vmapped.")

@@ -101,7 +101,7 @@ PUBLISHED = {
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AuditFinalModelConfig(_common.ExperimentConfig):
-  """What `run` audits (defaults: the quick scale of ./run.sh)."""
+  """What `run` audits (defaults: the quick scale of ./run.sh all)."""
   eps: tuple[float, ...] = _common.option((1.0, 2.0, 4.0, 10.0), "Claimed (target) epsilons.")
   model: str = _common.option("mlp", "Model audited: mlp or cnn.", choices=MODELS)
   runs: int = _common.option(128, "Training runs R per initialisation (models), vmapped.")

@@ -81,7 +81,7 @@ _MAX_CHUNK = 200
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FpAttacksConfig(_common.ExperimentConfig):
-  """What `run` computes (defaults: the quick scale of ./run.sh)."""
+  """What `run` computes (defaults: the quick scale of ./run.sh all)."""
   epsilons: tuple[float, ...] = _common.option((0.5, 1.0, 2.0),
                                                "Claimed eps of the Laplace releases.")
   trials: int = _common.option(10_000, "Laplace releases per input (x and its neighbour).")

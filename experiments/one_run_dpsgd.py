@@ -65,7 +65,7 @@ PAPER: dict = {}
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OneRunDpsgdConfig(_common.ExperimentConfig):
-  """What `run` audits (defaults: the quick scale of ./run.sh)."""
+  """What `run` audits (defaults: the quick scale of ./run.sh all)."""
   eps: tuple[float, ...] = _common.option((2.0, 4.0, 8.0), "Claimed (target) epsilons.")
   num_canaries: int = _common.option(1000, "Dirac gradient canaries m in the one run.")
   steps: int = _common.option(100, "DP-SGD steps T.")

@@ -57,7 +57,7 @@ PAPER: dict = {}
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OneRunFdpConfig(_common.ExperimentConfig):
-  """What `run` computes (defaults: the quick scale of ./run.sh)."""
+  """What `run` computes (defaults: the quick scale of ./run.sh all)."""
   noise_multipliers: tuple[float, ...] = _common.option(
       (0.5, 1.0, 2.0, 4.0), "sigma of the idealized Gaussian mechanism (mu = 1 / sigma).")
   num_canaries: int = _common.option(10_000, "Canaries m in the one run.")

@@ -27,7 +27,7 @@ class DisparateImpactTest(absltest.TestCase):
     np.testing.assert_allclose(x[:, 6], g * lin[:, 3], rtol=1e-6)
     self.assertEqual(di.features(data.x_NxF, scaler, False).shape, (50, 5))
 
-  # End-to-end run: behind slow for the CI budget; ./run.sh runs the experiment at its
+  # End-to-end run: behind slow for the CI budget; ./run.sh all runs the experiment at its
   # default scale.
   @pytest.mark.slow
   def test_run_small(self):

@@ -12,7 +12,7 @@ from tests import helpers
 
 class FpAttacksRunTest(absltest.TestCase):
 
-  # End-to-end run (tens of CPU seconds): behind slow for the CI budget; ./run.sh runs
+  # End-to-end run (tens of CPU seconds): behind slow for the CI budget; ./run.sh all runs
   # the experiment at its default scale.
   @pytest.mark.slow
   def test_tiny_run(self):

@@ -22,7 +22,7 @@ _SMALL = exp.MechanismsConfig(
 
 
 # One shrunken run shared by the class (about 40 CPU s): behind slow for the CI
-# budget; ./run.sh runs the experiment, tests/mechanisms_test.py the library.
+# budget; ./run.sh all runs the experiment, tests/mechanisms_test.py the library.
 @pytest.mark.slow
 class MechanismsExperimentTest(absltest.TestCase):
 

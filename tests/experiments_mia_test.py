@@ -12,7 +12,7 @@ from experiments import mia as mia_exp
 
 class MiaExperimentTest(absltest.TestCase):
 
-  # End-to-end run: behind slow for the CI budget; ./run.sh runs the experiment at its
+  # End-to-end run: behind slow for the CI budget; ./run.sh all runs the experiment at its
   # default scale.
   @pytest.mark.slow
   def test_small_run(self):

@@ -82,7 +82,7 @@ class HelpersTest(absltest.TestCase):
 
 class PateCreditRunTest(absltest.TestCase):
 
-  # End-to-end (tens of CPU seconds: compiles for every shape): behind slow; ./run.sh
+  # End-to-end (tens of CPU seconds: compiles for every shape): behind slow; ./run.sh all
   # runs the experiment at its default scale.
   @pytest.mark.slow
   def test_run_small(self):

@@ -13,7 +13,7 @@ from experiments import pate as pate_exp
 
 class PateExperimentTest(absltest.TestCase):
 
-  # End-to-end run (tens of CPU seconds): behind slow for the CI budget; ./run.sh runs
+  # End-to-end run (tens of CPU seconds): behind slow for the CI budget; ./run.sh all runs
   # the experiment at its default scale.
   @pytest.mark.slow
   def test_run_small(self):

@@ -25,7 +25,7 @@ def _config(**kw):
 
 class PublicPretrainingExperimentTest(absltest.TestCase):
 
-  @pytest.mark.slow  # an experiment run (about 20 s); ./run.sh runs it at full scale
+  @pytest.mark.slow  # an experiment run (about 20 s); ./run.sh all runs it at full scale
   def test_run_small(self):
     # The head strategy only (one small DP-SGD compile); the others: the slow test.
     out = tempfile.mkdtemp()

@@ -19,7 +19,7 @@ _TINY = dict(epsilons=(2.0,), num_customers=20, test_customers=20, num_steps=3, 
 
 class UserLevelExperimentTest(absltest.TestCase):
 
-  # End-to-end run (tens of CPU seconds): behind slow for the CI budget; ./run.sh runs
+  # End-to-end run (tens of CPU seconds): behind slow for the CI budget; ./run.sh all runs
   # the experiment at its default scale.
   @pytest.mark.slow
   def test_tiny_run_writes_results(self):

@@ -1,4 +1,4 @@
-"""The audit as a regression test: the engine's guard, with bugs planted in the engine.
+"""The audit as a regression test: the engine's guard, on the engine and on its regressions.
 
 `dpjax.audit.guard.check_claim` is the short white-box audit that
 tests/guard_test.py runs on every test run: canary records in features no other
@@ -8,11 +8,10 @@ privatized updates, with thresholds declared from the claimed mechanism alone. I
 falsifies the claim when its eps lower bound exceeds the claim's exact eps (PLD),
 which a correct engine does with probability <= 1 - confidence.
 
-This experiment runs the guard on the engine as it is and with each bug of
-`guard.PLANTED_BUGS` planted in the engine's internals (`guard.planted`): the
-normal draws halved (noise sigma C / 2), the Poisson masks drawn at 2q, the
-clipping path clipping to 4C. For each it prints the true eps of what was trained
-(`guard.planted_epsilon`), the guard's bound, and the verdict.
+This experiment runs the guard on the engine as it is and on each regression of
+`variants.REGRESSIONS` (`check_claim(..., variant=name)`): noise sigma C / 2,
+Poisson masks at 2q, clipping to 4C. For each it prints the true eps of what was
+trained (`variants.exact_epsilon`), the guard's bound, and the verdict.
 
 Command:   python -m experiments.audit_guard          (about a minute of CPU, mostly
                                                        compiling the four programs)
@@ -57,8 +56,8 @@ class AuditGuardConfig(_common.ExperimentConfig):
   runs: int = _common.option(512, "Training runs R (models).")
   canaries: int = _common.option(1024, "Canary records K per run.")
   confidence: float = _common.option(0.99, "Confidence of the bound (1 - false-alarm rate).")
-  bugs: tuple[str, ...] = _common.option(guard.PLANTED_BUGS, "Bugs to plant, one at a time.",
-                                         choices=guard.PLANTED_BUGS)
+  bugs: tuple[str, ...] = _common.option(variants.REGRESSIONS, "Regressions to train, one at a time.",
+                                         choices=variants.REGRESSIONS)
 
   def __post_init__(self):
     super().__post_init__()
@@ -94,7 +93,7 @@ def _plot(out_dir: str, rows: list) -> str:
 
 def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Runs the guard on the engine and with each planted bug; writes the record.
+  """Runs the guard on the engine and on each regression; writes the record.
 
   Returns:
     `_common.finish`'s {"record", "tables", "figures", "path"}.
@@ -112,15 +111,14 @@ def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True,
     else:
       with warnings.catch_warnings():
         warnings.simplefilter("ignore", variants.FaultyDpSgdWarning)
-        with guard.planted(name):
-          c = guard.check_claim(key, claim, **kw)
-      true_eps = guard.planted_epsilon(name, claim)
+        c = guard.check_claim(key, claim, variant=name, **kw)
+      true_eps = variants.exact_epsilon(name, claim)
     rows.append({"engine": name, "true_epsilon": true_eps, "delta": cfg.delta,
                  **c.to_json()})
   sigma = float(claim.noise_multiplier)
   table = _common.Table(
       title=f"The engine's guard (claimed ε = {rows[0]['claimed_epsilon']:.3g}, exact "
-            f"{rows[0]['exact_epsilon']:.3g}, δ = {cfg.delta:g}) with bugs planted in the engine",
+            f"{rows[0]['exact_epsilon']:.3g}, δ = {cfg.delta:g}) and on its regressions",
       columns=["engine", "true ε of the training", "guard ε lower", "expected if correct",
                "falsified"],
       rows=[[r["engine"], r["true_epsilon"], r["epsilon_lower"],
@@ -137,7 +135,7 @@ def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True,
   summary = (f"The guard (a {rows[0]['num_in']} + {rows[0]['num_out']}-trial white-box audit) "
              f"{'passes' if engine_ok else 'FALSIFIES'} the engine as it is (bound "
              f"{rows[0]['epsilon_lower']:.2f} against exact ε {rows[0]['exact_epsilon']:.2f}) "
-             f"and falsifies {len(caught)} of {len(rows) - 1} planted bugs"
+             f"and falsifies {len(caught)} of {len(rows) - 1} regressions"
              + (f" ({', '.join(caught)})" if caught else "") + ".")
   fig = _plot(out_dir, rows)
   return _common.finish(cfg, out_dir, NAME, {"rows": rows}, tables=[table], figures=[fig],

@@ -113,6 +113,7 @@ EXCLUDED = {
     "dpjax.audit.variants.RealisedBatchDenominator": "takes no arguments",
     "dpjax.audit.variants.NoiseWithoutClipNorm": "takes no arguments",
     "dpjax.audit.variants.NoiseOnMean": "takes no arguments",
+    "dpjax.audit.variants.HalfNoise": "takes no arguments",
     "dpjax.audit.canary.observe_last_coordinate": "takes no arguments",
     "dpjax.data.credit.lecture_canary": "takes no arguments",
     "dpjax.data.credit.cubic_feature_names": "takes no arguments",
@@ -658,21 +659,17 @@ def entries():
 
   from dpjax.audit import guard  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({"dpjax.audit.guard.ClaimCheck": "result record of check_claim",
-                   "dpjax.audit.guard.default_claim": "takes no arguments",
-                   "dpjax.audit.guard.planted": "context manager (its one argument is "
-                                                "checked by tests/guard_test.py)"})
-  add(E("dpjax.audit.guard.planted_epsilon", guard.planted_epsilon,
-        dict(bug="noise_half", claim=helpers.small_config(dataset_size=12, num_steps=2)),
-        {"bug": "choice", "claim": "object"}))
+                   "dpjax.audit.guard.default_claim": "takes no arguments"})
   add(E("dpjax.audit.guard.declared_thresholds", guard.declared_thresholds,
         dict(sampling_prob=0.5, noise_multiplier=2.0, num_steps=3, num_out=64),
         {"noise_multiplier": "pos", "num_out": "count"}))
   add(E("dpjax.audit.guard.check_claim", guard.check_claim,
         dict(key=_key, claim=helpers.small_config(dataset_size=12, num_steps=2),
              num_runs=4, num_canaries=4, num_filler=2, canary_scale=10.0, confidence=0.9,
-             progress=False),
+             progress=False, variant="correct"),
         {"claim": "object", "num_runs": "count", "num_canaries": "size",
-         "num_filler": "count", "canary_scale": "pos", "progress": None}))
+         "num_filler": "count", "canary_scale": "pos", "progress": None,
+         "variant": "choice"}))
 
   from dpjax.audit import pate_audit  # pylint: disable=g-import-not-at-top
   EXCLUDED["dpjax.audit.pate_audit.LabelAudit"] = "result record of audit_labels"
@@ -778,6 +775,11 @@ def entries():
         dict(base=clipping.path_for(lr)), {"base": "object"}))
   add(E("dpjax.audit.variants.variant", variants.variant,
         dict(name="realised_batch_denominator", cfg=cfg, model=lr), {"name": "choice"}))
+  add(E("dpjax.audit.variants.exact_epsilon", variants.exact_epsilon,
+        dict(name="noise_half", cfg=helpers.small_config(dataset_size=12, num_steps=2)),
+        {"name": "choice"}))
+  add(E("dpjax.audit.variants.clip_scaled", variants.clip_scaled,
+        dict(base=clipping.path_for(lr), factor=4.0), {"base": "object", "factor": "pos"}))
   add(E("dpjax.audit.variants.floored_denominator", variants.floored_denominator,
         dict(sampling_prob=0.5, dataset_size=4)))
   add(E("dpjax.audit.variants.FlooredExpectedBatch", variants.FlooredExpectedBatch,

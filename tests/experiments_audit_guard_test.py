@@ -1,4 +1,4 @@
-"""experiments/audit_guard.py end to end at a small scale (one planted bug)."""
+"""experiments/audit_guard.py end to end at a small scale (one regression)."""
 
 import json
 import os

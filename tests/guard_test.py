@@ -2,10 +2,13 @@
 
 `GuardTest.test_engine_keeps_its_claim` is the regression test itself: the engine's
 own sampler, clipping path (the GLM closed form) and noise must pass the guard at
-its default scale (262,144 trials per side, about 15 s). The planted-bug tests
-(one in the default suite, all three with -m slow) show the guard can fail: `guard.planted` replaces one internal function of the
-engine (not a component passed through the public doors) by a broken version,
-with the compiled programs flushed, and the same audit must falsify the claim.
+its default scale (262,144 trials per side, about 15 s). The regression tests
+(one in the default suite, all three with -m slow) show the guard can fail: each of
+`variants.REGRESSIONS` trained through the engine's doors must falsify the claim.
+`test_regression_equals_the_fault_inside_the_engine` shows that each stands for a
+regression of the engine itself: the same fault written into the engine's own noise
+draw, Poisson mask or GLM clipped sum (pytest's monkeypatch, with the compiled
+programs flushed) gives the same audit, bit for bit.
 """
 
 import warnings
@@ -15,7 +18,7 @@ import numpy as np
 import pytest
 from absl.testing import absltest
 
-from dpjax import dpsgd, prng
+from dpjax import clipping, dpsgd, prng
 from dpjax.audit import canary, guard, variants
 from dpjax.clipping import glm
 
@@ -72,35 +75,68 @@ class GuardTest(absltest.TestCase):
       guard.check_claim(key, claim="eps=2", num_runs=4, num_canaries=4)
 
 
-# One planted bug in the default suite (about 15 s each), the other two slow.
+# One regression in the default suite (about 15 s each), the other two slow.
 @pytest.mark.parametrize("bug", [
     "noise_half",
     pytest.param("sampler_twice_q", marks=pytest.mark.slow),
     pytest.param("clip_four_c", marks=pytest.mark.slow)])
-def test_planted_bug_is_caught(bug):
+def test_regression_is_caught(bug):
   claim = guard.default_claim()
-  with pytest.warns(variants.FaultyDpSgdWarning), guard.planted(bug):
-    c = guard.check_claim(jax.random.key(0), claim)
+  with pytest.warns(variants.FaultyDpSgdWarning):
+    c = guard.check_claim(jax.random.key(0), claim, variant=bug)
   assert c.falsified, c.to_json()
   with pytest.raises(AssertionError, match="DP-SGD guard"):
     c.check()
   # The bugged training really is less private than claimed: eps 4.36, 3.63 and
   # 11.7 against the claim's exact 1.82 (claimed 2).
-  assert guard.planted_epsilon(bug, claim) > 1.8 * c.claimed_epsilon
-  assert c.epsilon_lower <= guard.planted_epsilon(bug, claim)
+  assert variants.exact_epsilon(bug, claim) > 1.8 * c.claimed_epsilon
+  assert c.epsilon_lower <= variants.exact_epsilon(bug, claim)
 
 
-def test_planted_restores_the_engine():
-  originals = (prng.standard_normal, prng.poisson_mask, glm.clipped_grad_sum)
+def _flush():
+  dpsgd.engine._compiled.cache_clear()  # pylint: disable=protected-access
+  clipping.path_for.cache_clear()
+  jax.clear_caches()
+
+
+def _fault_inside_the_engine(bug, monkeypatch):
+  """Writes `bug` into the engine's internal function it stands for."""
+  module, name = {"noise_half": (prng, "standard_normal"),
+                  "sampler_twice_q": (prng, "poisson_mask"),
+                  "clip_four_c": (glm, "clipped_grad_sum")}[bug]
+  orig = getattr(module, name)
+  faults = {"noise_half": lambda key, shape, *a, **k: 0.5 * orig(key, shape, *a, **k),
+            "sampler_twice_q": lambda key, q, n: orig(key, min(1.0, 2.0 * q), n),
+            "clip_four_c": lambda l2, params, x, y, w, c: orig(l2, params, x, y, w, 4.0 * c)}
+  monkeypatch.setattr(module, name, faults[bug])
+
+
+@pytest.mark.parametrize("bug", [
+    "noise_half",
+    pytest.param("sampler_twice_q", marks=pytest.mark.slow),
+    pytest.param("clip_four_c", marks=pytest.mark.slow)])
+def test_regression_equals_the_fault_inside_the_engine(bug, monkeypatch):
+  claim, key, kw = guard.default_claim(), jax.random.key(3), dict(num_runs=64, num_canaries=64)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", variants.FaultyDpSgdWarning)
-    for bug in guard.PLANTED_BUGS:
-      with pytest.raises(RuntimeError), guard.planted(bug):
-        raise RuntimeError("leaves the block")
-  assert (prng.standard_normal, prng.poisson_mask, glm.clipped_grad_sum) == originals
-  with pytest.raises(ValueError, match="bug"):
-    with guard.planted("no_such_bug"):
-      pass
+    through_the_door = guard.check_claim(key, claim, variant=bug, **kw).to_json()
+  try:
+    with monkeypatch.context() as m:
+      _fault_inside_the_engine(bug, m)
+      _flush()
+      inside = guard.check_claim(key, claim, **kw).to_json()
+  finally:
+    _flush()
+  assert inside == through_the_door
+  assert inside["epsilon_lower"] > 0
+
+
+def test_variant_and_its_component_keyword_conflict():
+  with pytest.raises(ValueError, match="privatizer"):
+    guard.check_claim(jax.random.key(0), guard.default_claim(), num_runs=4, num_canaries=4,
+                      variant="noise_half", privatizer=variants.NoiseOnMean())
+  with pytest.raises(ValueError, match="variant"):
+    guard.check_claim(jax.random.key(0), num_runs=4, num_canaries=4, variant="no_such_bug")
 
 
 @pytest.mark.slow

@@ -128,6 +128,7 @@ class VariantBehaviourTest(parameterized.TestCase):
       ("correct", "correct", 2.0 * 4.0 / 7.2),
       ("noise_without_clip_norm", "noise_without_clip_norm", 2.0 / 7.2),
       ("noise_on_mean", "noise_on_mean", 2.0 * 4.0),
+      ("noise_half", "noise_half", 2.0 * 4.0 / 7.2 / 2.0),
   )
   def test_noise_std(self, name, want_std):
     x = jnp.zeros((24, 3))
@@ -142,6 +143,11 @@ class VariantBehaviourTest(parameterized.TestCase):
     for wrong in (2 / 3, 3 / 2):
       self.assertLess(stats.kstest(z / wrong, "norm").pvalue, 1e-6)
 
+  def test_clip_four_c(self):
+    got, x, y, wts = self._one_step("clip_four_c", c=0.05)
+    s, _ = vmap.clipped_grad_sum(_LR, {"w": jnp.zeros(4)}, x, y, wts, 0.2)
+    np.testing.assert_allclose(got, np.asarray(s["w"]) / 24.0, rtol=1e-5)
+
   def test_realised_denominator_privatizer_needs_the_batch_size(self):
     tx = variants.RealisedBatchDenominator().transform(0.0, 4.0, jax.random.key(0))
     g = {"w": jnp.ones(2)}
@@ -155,6 +161,30 @@ class VariantBehaviourTest(parameterized.TestCase):
 
 class ShippedBugComponentsTest(parameterized.TestCase):
   """The components imitating shipped bugs, each against its closed form."""
+
+  def test_exact_epsilon_is_the_transformed_mechanism(self):
+    cfg = helpers.small_config(noise_multiplier=2.0, sampling_prob=0.3, num_steps=6)
+
+    def pld(sigma, q):
+      return accounting.dpsgd_epsilon(sigma, q, 6, 1e-5, accountant="pld")
+
+    want = {"correct": pld(2.0, 0.3), "noise_half": pld(1.0, 0.3), "clip_four_c": pld(0.5, 0.3),
+            "sampler_twice_q": pld(2.0, 0.6), "over_rate_sampler": pld(2.0, 1.0),
+            "noise_without_clip_norm": pld(0.2, 0.3)}
+    for name in variants.VARIANTS:
+      got = variants.exact_epsilon(name, cfg)
+      if name in want:
+        self.assertEqual(got, want[name], name)
+      else:
+        self.assertIsNone(got, name)
+    with self.assertRaisesRegex(ValueError, "noise"):
+      variants.exact_epsilon("correct", helpers.small_config(noise_multiplier=0.0))
+
+  def test_sampler_twice_q_rate(self):
+    v = _variant("sampler_twice_q", helpers.small_config(sampling_prob=0.3))
+    self.assertAlmostEqual(v.sampler.true_rate, 0.6)
+    v = _variant("sampler_twice_q", helpers.small_config(sampling_prob=0.7))
+    self.assertEqual(v.sampler.true_rate, 1.0)
 
   def test_over_rate_sampler_rate(self):
     s = variants.OverRateSampler(0.001, factor=200.0)

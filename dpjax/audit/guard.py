@@ -38,8 +38,8 @@ implements the claimed mechanism gives epsilon_lower <= its exact eps (the PLD
 accountant's; the claimed eps is at least that), so `falsified` is a false alarm
 with probability <= 1 - confidence.
 
-What it catches (measured by tests/guard_test.py, which plants each bug in the
-engine, at the defaults: q = 1/2, T = 10, sigma calibrated to eps = 2, delta =
+What it catches (measured by tests/guard_test.py, which trains each regression of
+`variants.REGRESSIONS`, at the defaults: q = 1/2, T = 10, sigma calibrated to eps = 2, delta =
 1e-5, R = 512 runs of K = 1,024 canaries, so 262,144 IN and 262,144 OUT trials,
 exact eps 1.82): the correct engine certifies 1.16 (1.11 expected from the
 likelihood-ratio distribution, `expected_epsilon_lower`); noise at half the
@@ -49,12 +49,13 @@ mostly compiling. What it cannot see: a bug that only affects other models' clip
 (ghost, vmap) unless that path is passed as `clipping=`; a wrong denominator (a
 public rescaling changes no eps); bugs that make training MORE private.
 
-Planted bugs (`planted`, for tests and demonstrations): "noise_half" (the
-engine's normal draws halved: noise sigma C / 2), "sampler_twice_q" (the Poisson
-masks drawn at rate min(1, 2q)) and "clip_four_c" (the logistic-regression path
-clipping to 4C). Each replaces an internal function of the engine, not a
-component passed through a door, so it stands for a regression in the engine
-itself; `planted_epsilon` gives the true eps of the bugged training.
+Regressions (`check_claim(..., variant=name)`, `variants.REGRESSIONS`): "noise_half"
+(noise sigma C / 2), "sampler_twice_q" (Poisson masks at rate min(1, 2q)) and
+"clip_four_c" (each example clipped to 4C), each a component of the catalogue of
+broken DP-SGDs (`dpjax.audit.variants`) passed through the engine's doors; its true
+eps is `variants.exact_epsilon(name, claim)`. They give the same privatized updates,
+bit for bit, as the same faults written into the engine's own noise, sampler and
+clipping functions.
 
 Shape letters: R runs (models), K canaries, T steps, N = num_filler + K records.
 
@@ -67,11 +68,10 @@ Examples (in a test suite; about 15 s of CPU):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import warnings
-from typing import Any, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -201,7 +201,8 @@ def _expected_bound(sampling_prob, noise_multiplier, num_steps, thresholds, num_
 
 def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries: int = 1024,
                 num_filler: int = 16, canary_scale: float = 100.0, confidence: float = 0.99,
-                progress: bool = False, **train_kwargs) -> ClaimCheck:
+                progress: bool = False, variant: str = "correct", **train_kwargs
+                ) -> ClaimCheck:
   """Audits the engine (or the components passed) against `claim`; see the module docstring.
 
   Args:
@@ -218,6 +219,9 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
       C (so that clipping is exercised): s > 2 C.
     confidence: of the bound, in (0, 1); 1 - confidence bounds the false-alarm rate.
     progress: progress bar of the training.
+    variant: the training audited, one of `variants.VARIANTS` built on the claim
+      ("correct": the engine's own components; e.g. "noise_half" for a regression
+      the guard must catch; warns `variants.FaultyDpSgdWarning`).
     **train_kwargs: `dpsgd.train_many` keywords passed through: sampler, clipping,
       privatizer (the components under test) and perf (overrides `progress`).
   Returns:
@@ -229,7 +233,7 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   canaries, the likelihood-ratio adversary).
   """
   from dpjax import accounting, dpsgd, models  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import canary, estimators, runner  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary, estimators, runner, variants  # pylint: disable=g-import-not-at-top
 
   key = runner._check_key(key)  # pylint: disable=protected-access
   claim = default_claim() if claim is None else claim
@@ -264,8 +268,15 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   cfg = dataclasses.replace(claim, dataset_size=n, learning_rate=_LEARNING_RATE)
   q, t_steps, delta = float(cfg.sampling_prob), int(cfg.num_steps), float(cfg.delta)
 
-  k_data, k_bits, k_train = jax.random.split(key, 3)
   d = _FILLER_FEATURES + k
+  model = models.logistic_regression(d)
+  var = variants.variant(variant, cfg, model)
+  for name, component in var.components.items():
+    if name in train_kwargs:
+      raise ValueError(f"{name} is set both by variant={variant!r} and by the keyword {name}=")
+    train_kwargs[name] = component
+  cfg = var.config
+  k_data, k_bits, k_train = jax.random.split(key, 3)
   x = np.zeros((n, d), np.float32)
   x[:f, :_FILLER_FEATURES] = np.asarray(jax.random.normal(k_data, (f, _FILLER_FEATURES)))
   x[f + np.arange(k), _FILLER_FEATURES + np.arange(k)] = s
@@ -275,7 +286,7 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   keep = np.ones((r, n), bool)
   keep[:, f:] = included
   out = dpsgd.train_many(k_train, jnp.asarray(x), jnp.asarray(y), jnp.asarray(keep), cfg,
-                         models.logistic_regression(d), observe_fn=_observe_canaries,
+                         model, observe_fn=_observe_canaries,
                          **train_kwargs)
   if not np.asarray(out.finite).all():
     raise ValueError("some guard runs diverged (non-finite parameters)")
@@ -295,80 +306,6 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   return ClaimCheck(float(bound.epsilon_lower), exact, float(cfg.epsilon()), expected,
                     bool(bound.epsilon_lower > exact), int(s_in.size), int(s_out.size),
                     confidence, bound, cfg)
-
-
-PLANTED_BUGS = ("noise_half", "sampler_twice_q", "clip_four_c")
-
-
-def _flush() -> None:
-  """Drops the engine's compiled programs and memoised clipping paths (a patched
-  internal function is only seen by programs traced after it)."""
-  from dpjax import clipping, dpsgd  # pylint: disable=g-import-not-at-top
-  dpsgd.engine._compiled.cache_clear()  # pylint: disable=protected-access
-  clipping.path_for.cache_clear()
-  jax.clear_caches()
-
-
-@contextlib.contextmanager
-def planted(bug: str) -> Iterator[None]:
-  """Plants `bug` (one of PLANTED_BUGS) in the engine's internals inside the `with` block.
-
-  For tests and demonstrations of `check_claim` only: it rebinds a module-level
-  function of `dpjax.prng` or `dpjax.clipping.glm` (not thread-safe), flushes the
-  compiled programs on entry and on exit, and restores the function on exit.
-
-  Warns:
-    dpjax.audit.variants.FaultyDpSgdWarning.
-  """
-  from dpjax import prng  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import variants  # pylint: disable=g-import-not-at-top
-  from dpjax.clipping import glm  # pylint: disable=g-import-not-at-top
-  bug = _validate.check_choice(bug, PLANTED_BUGS, "bug")
-  module, name = {"noise_half": (prng, "standard_normal"),
-                  "sampler_twice_q": (prng, "poisson_mask"),
-                  "clip_four_c": (glm, "clipped_grad_sum")}[bug]
-  orig = getattr(module, name)
-
-  def noise_half(key, shape, *args, **kwargs):
-    return 0.5 * orig(key, shape, *args, **kwargs)
-
-  def sampler_twice_q(key, q, n):
-    return orig(key, min(1.0, 2.0 * q), n)
-
-  def clip_four_c(l2, params, x, y, w, c):
-    return orig(l2, params, x, y, w, 4.0 * c)
-
-  warnings.warn(f"planted bug {bug!r} in the DP-SGD engine: its claimed epsilon does not "
-                "hold inside this block", variants.FaultyDpSgdWarning, stacklevel=3)
-  setattr(module, name, {"noise_half": noise_half, "sampler_twice_q": sampler_twice_q,
-                         "clip_four_c": clip_four_c}[bug])
-  _flush()
-  try:
-    yield
-  finally:
-    setattr(module, name, orig)
-    _flush()
-
-
-def planted_epsilon(bug: str, claim) -> float:
-  """The true eps (PLD accountant) of the claim's training with `bug` planted.
-
-  noise_half: sigma / 2; sampler_twice_q: rate min(1, 2q); clip_four_c: one
-  record moves the sum by up to 4C against noise sigma C, i.e. sigma / 4.
-
-  Examples:
-    >>> c = default_claim()
-    >>> planted_epsilon("noise_half", c) > 2 * c.epsilon()
-    True
-  """
-  from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
-  bug = _validate.check_choice(bug, PLANTED_BUGS, "bug")
-  _validate.check_instance(claim, dpsgd.DpSgdConfig, "claim")
-  sigma, q = float(claim.noise_multiplier), float(claim.sampling_prob)
-  sigma, q = {"noise_half": (sigma / 2, q), "sampler_twice_q": (sigma, min(1.0, 2 * q)),
-              "clip_four_c": (sigma / 4, q)}[bug]
-  return float(accounting.dpsgd_epsilon(sigma, q, int(claim.num_steps), float(claim.delta),
-                                        accountant="pld"))
 
 
 def _observe_canaries(update):

@@ -29,6 +29,13 @@ it warns (`dpsgd.UnaccountedComponentWarning`); building a variant warns too
   backprop_clipping           input clipped to C / 0.1, the gradient of the  a record moves the sum by
                               batch-MEAN loss at the logit to 0.1 (Tramer    up to min(10, b) C, not C
                               et al. 2022's backpropagation-clipping bug)
+  noise_half                  noise std sigma C / 2                          exact: sigma / 2
+  sampler_twice_q             Poisson sampling at min(1, 2 q)                exact: rate min(1, 2 q)
+  clip_four_c                 clips each example to 4 C, noise sigma C       exact: sigma / 4
+
+`exact_epsilon(name, cfg)` is the true eps (PLD) of the variants whose mechanism is
+again a subsampled Gaussian (None for the others, whose theory depends on the data
+set: `experiments/audit_bugs.py` bounds them in its probe world).
 
 Examples:
   >>> import warnings
@@ -63,7 +70,11 @@ from dpjax import sampling
 
 VARIANTS = ("correct", "clip_batch_mean", "realised_batch_denominator",
             "noise_without_clip_norm", "noise_on_mean", "shuffle_as_poisson",
-            "floored_expected_batch", "over_rate_sampler", "backprop_clipping")
+            "floored_expected_batch", "over_rate_sampler", "backprop_clipping",
+            "noise_half", "sampler_twice_q", "clip_four_c")
+# The regressions `dpjax.audit.guard` must catch: noise, sampling rate or clipping
+# norm off by a constant factor, each with an exact eps (`exact_epsilon`).
+REGRESSIONS = ("noise_half", "sampler_twice_q", "clip_four_c")
 
 # The clipping norm the noise-without-C variant runs with (the lecture's exercise 4c).
 NOISE_WITHOUT_CLIP_NORM_C = 10.0
@@ -146,6 +157,15 @@ class NoiseWithoutClipNorm(privatizer_lib.GaussianPrivatizer):
   def noise_stddev(self, noise_multiplier, l2_clip_norm):
     del l2_clip_norm
     return float(noise_multiplier)
+
+
+@dataclasses.dataclass(frozen=True)
+class HalfNoise(privatizer_lib.GaussianPrivatizer):
+  """Noise std sigma C / 2: half the accounted noise."""
+  accounted: ClassVar[bool] = False
+
+  def noise_stddev(self, noise_multiplier, l2_clip_norm):
+    return 0.5 * super().noise_stddev(noise_multiplier, l2_clip_norm)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +273,23 @@ class OverRateSampler:
   def batch_mask(self, key: jax.Array, step: jax.Array, keep_N: jax.Array) -> jax.Array:
     """bool[N]: `sampling.PoissonSampler(true_rate).batch_mask(key, step, keep_N)`."""
     return sampling.PoissonSampler(self.true_rate).batch_mask(key, step, keep_N)
+
+
+@functools.lru_cache(maxsize=16)
+def clip_scaled(base: clipping_lib.ClippingPath, factor: float) -> clipping_lib.ClippingPath:
+  """`base` clipping each example to factor * C instead of C (accounted = False).
+
+  Memoised per (base, factor), so one pair gives one compiled program.
+  """
+  if not (isinstance(base, clipping_lib.ClippingPath) or callable(base)):
+    raise TypeError(f"base must be a ClippingPath or a callable, got {base!r:.80}")
+  base = clipping_lib.as_path(base)
+  factor = _validate.check_positive(factor, "factor")
+
+  def fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
+    return base.fn(params, x_BxF, y_B, weights_B, factor * l2_clip_norm)
+
+  return dataclasses.replace(base, fn=fn, name=f"{base.name}_clip_x{factor:g}", accounted=False)
 
 
 @functools.lru_cache(maxsize=16)
@@ -375,5 +412,53 @@ def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Varia
                        f"models.logistic_regression, got model kind {model.kind!r}, "
                        f"l2 = {model.l2!r}")
     return Variant(name, base, clipping=backprop_clipping())
+  if name == "noise_half":
+    return Variant(name, base, privatizer=HalfNoise())
+  if name == "sampler_twice_q":
+    return Variant(name, base, sampler=OverRateSampler(base.sampling_prob, factor=2.0))
+  if name == "clip_four_c":
+    return Variant(name, base, clipping=clip_scaled(clipping_lib.path_for(model), 4.0))
   return Variant(name, dataclasses.replace(base, l2_clip_norm=NOISE_WITHOUT_CLIP_NORM_C),
                  privatizer=NoiseWithoutClipNorm())
+
+
+def exact_epsilon(name: str, cfg: dpsgd.DpSgdConfig) -> float | None:
+  """The true eps (PLD accountant, at cfg.delta) of variant `name` of claim `cfg`, or None.
+
+  Exact where the variant is again a Poisson-subsampled Gaussian mechanism on each
+  example's clipped gradient:
+
+    correct                  (q, sigma)
+    noise_half               (q, sigma / 2)
+    clip_four_c              (q, sigma / 4): a record moves the sum by 4 C, noise sigma C
+    sampler_twice_q          (min(1, 2 q), sigma)
+    over_rate_sampler        (min(1, OVER_RATE_FACTOR q), sigma)
+    noise_without_clip_norm  (q, sigma / NOISE_WITHOUT_CLIP_NORM_C): noise std sigma at
+                             C = 10
+
+  None for the others: their leak depends on the data set (denominators, shuffles,
+  batch-dependent clipping) or they are more private than claimed (noise_on_mean).
+
+  Examples:
+    >>> cfg = dpsgd.DpSgdConfig(dataset_size=100, sampling_prob=0.5, num_steps=10,
+    ...                         noise_multiplier=4.0)
+    >>> exact_epsilon("noise_half", cfg) > 2 * exact_epsilon("correct", cfg)
+    True
+    >>> exact_epsilon("shuffle_as_poisson", cfg) is None
+    True
+  """
+  from dpjax import accounting  # pylint: disable=g-import-not-at-top
+  if not isinstance(name, str) or name not in VARIANTS:
+    raise ValueError(f"name (the variant) must be one of {VARIANTS}, got {name!r}")
+  _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
+  sigma, q = float(cfg.noise_multiplier), float(cfg.sampling_prob)
+  if not sigma > 0:
+    raise ValueError("exact_epsilon needs a claim with noise (noise_multiplier > 0)")
+  mech = {"correct": (sigma, q), "noise_half": (sigma / 2, q), "clip_four_c": (sigma / 4, q),
+          "sampler_twice_q": (sigma, min(1.0, 2.0 * q)),
+          "over_rate_sampler": (sigma, OverRateSampler(q).true_rate),
+          "noise_without_clip_norm": (sigma / NOISE_WITHOUT_CLIP_NORM_C, q)}.get(name)
+  if mech is None:
+    return None
+  return float(accounting.dpsgd_epsilon(mech[0], mech[1], int(cfg.num_steps),
+                                        float(cfg.delta), accountant="pld"))

@@ -778,6 +778,17 @@ def entries():
   add(E("dpjax.audit.variants.exact_epsilon", variants.exact_epsilon,
         dict(name="noise_half", cfg=helpers.small_config(dataset_size=12, num_steps=2)),
         {"name": "choice"}))
+  world = dict(noise_coords=3, base_records=2, sampling_prob=0.5, steps=4)
+  wk = {"noise_coords": "count", "base_records": "count", "steps": "count"}
+  add(E("dpjax.audit.variants.realised_denominator_lower_bound",
+        variants.realised_denominator_lower_bound, dict(**world, delta=1e-5), wk))
+  add(E("dpjax.audit.variants.floored_denominator_lower_bound",
+        variants.floored_denominator_lower_bound, dict(**world, delta=1e-5), wk))
+  add(E("dpjax.audit.variants.scale_min_log_rates", variants.scale_min_log_rates,
+        dict(tau=np.array([0.5, 2.0]), **world), {**wk, "tau": "array"}))
+  add(E("dpjax.audit.variants.shuffle_slot_mu", variants.shuffle_slot_mu,
+        dict(noise_multiplier=2.0, steps=100, steps_per_epoch=10),
+        {"steps": "count", "steps_per_epoch": "count"}))
   add(E("dpjax.audit.variants.clip_scaled", variants.clip_scaled,
         dict(base=clipping.path_for(lr), factor=4.0), {"base": "object", "factor": "pos"}))
   add(E("dpjax.audit.variants.floored_denominator", variants.floored_denominator,

@@ -1,4 +1,4 @@
-"""experiments/audit_bugs.py: the exact theory against Monte Carlo, and a small run."""
+"""experiments/audit_bugs.py: its probe world's theory (`variants`) against Monte Carlo, and a small run."""
 
 import json
 import math
@@ -15,6 +15,7 @@ from scipy import stats as sps
 
 from dpjax import accounting, sampling
 from dpjax.accounting import gdp
+from dpjax.audit import variants
 from experiments import audit_bugs
 
 
@@ -24,7 +25,7 @@ class TheoryTest(absltest.TestCase):
     # K = 3 free coordinates, one base record, q = 0.5, T = 4: chi2_3 / d^2 per step,
     # d = max(1, Binomial(n, q)) with n = 1 (OUT) or 2 (IN); "some step below tau".
     k, n0, q, t, tau = 3, 1, 0.5, 4, 0.4
-    lf, lt = audit_bugs.scale_min_log_rates(tau, k, n0, q, t)
+    lf, lt = variants.scale_min_log_rates(tau, k, n0, q, t)
     rng = np.random.default_rng(0)
     m = 400_000
     for n, got in ((n0, lf[0]), (n0 + 1, lt[0])):
@@ -36,7 +37,7 @@ class TheoryTest(absltest.TestCase):
   def test_floored_bound_is_the_chi2_test(self):
     # n0 = 3, q = 0.5: divisors 1 (OUT) and 2 (IN) at every step.
     k, t = 4, 3
-    eps = audit_bugs.floored_denominator_lower_bound(k, 3, 0.5, t, 1e-5)
+    eps = variants.floored_denominator_lower_bound(k, 3, 0.5, t, 1e-5)
     # direct: at tau = K T / 2, FPR = P(chi2_KT < tau), TPR = P(chi2_KT < 4 tau)
     tau = k * t / 2.0
     direct = math.log((sps.chi2.cdf(4 * tau, k * t) - 1e-5) / sps.chi2.cdf(tau, k * t))
@@ -48,7 +49,7 @@ class TheoryTest(absltest.TestCase):
                                      method="bounded").fun
     self.assertAlmostEqual(eps, best, delta=0.02 * best)
     # equal divisors (n0 = 4 -> 2, n0 + 1 = 5 -> 2): nothing to see
-    self.assertEqual(audit_bugs.floored_denominator_lower_bound(k, 4, 0.5, t, 1e-5), 0.0)
+    self.assertEqual(variants.floored_denominator_lower_bound(k, 4, 0.5, t, 1e-5), 0.0)
 
   def test_shuffle_leaves_the_last_batch_empty_without_the_canary(self):
     # The premise of the slot test: 9 records in 10 slots of 1, the canary fills the last.
@@ -61,7 +62,7 @@ class TheoryTest(absltest.TestCase):
     full = np.asarray(masks(jax.random.key(4), jnp.arange(30), jnp.ones(10, bool)))
     np.testing.assert_array_equal(full.sum(axis=1), np.ones(30))
     # the slot statistic is exactly Gaussian: mean gap T // E, sd sqrt(2 T // E) sigma
-    mu = audit_bugs.shuffle_slot_mu(2.0, 100, 10)
+    mu = variants.shuffle_slot_mu(2.0, 100, 10)
     self.assertAlmostEqual(mu, 10 / (math.sqrt(20) * 2.0))
     self.assertGreater(gdp.gaussian_epsilon(1e-5, mu), 0.0)
 

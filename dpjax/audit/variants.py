@@ -59,7 +59,9 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+from scipy import special, stats as sps
 
 from dpjax import _validate
 from dpjax import clipping as clipping_lib
@@ -336,6 +338,138 @@ def backprop_clipping(grad_clip: float = BACKPROP_GRAD_CLIP) -> clipping_lib.Cli
     return {"w": jnp.einsum("b,bd->d", coef, x_BxD)}, jnp.abs(r) * nx
 
   return clipping_lib.ClippingPath(fn=fn, name="backprop_clipping", accounted=False)
+
+
+# ----------------------------------------------------------------------------------
+# Theory of the data-dependent variants, in a probe world (`experiments/audit_bugs.py`):
+# n0 records besides the canary, K coordinates no record touches. Each bound is the
+# exact eps of one test, so a lower bound on the variant's true eps there.
+
+
+def _check_world(noise_coords, base_records, sampling_prob, steps, delta):
+  return (_validate.check_int(noise_coords, "noise_coords"),
+          _validate.check_int(base_records, "base_records"),
+          _validate.check_sampling_prob(sampling_prob), _validate.check_int(steps, "steps"),
+          _validate.check_delta(delta))
+
+
+def _log_rate_any(log_p: np.ndarray, steps: int) -> np.ndarray:
+  """log P(at least one of `steps` i.i.d. events of log-probability log_p)."""
+  with np.errstate(divide="ignore"):
+    log_none = steps * np.log1p(-np.exp(np.minimum(log_p, -1e-300)))
+    return np.log(-np.expm1(np.minimum(log_none, -1e-300)))
+
+
+def _log_p_scaled_below(tau: np.ndarray, k: int, n: int, q: float) -> np.ndarray:
+  """log P(chi2_k / d^2 < tau) with d = max(1, Binomial(n, q)), for each tau."""
+  d = np.arange(n + 1)
+  log_pmf = sps.binom.logpmf(d, n, q)
+  dd = np.maximum(d, 1).astype(np.float64)
+  terms = log_pmf[:, None] + sps.chi2.logcdf(tau[None, :] * dd[:, None] ** 2, k)
+  return special.logsumexp(terms, axis=0)
+
+
+def _best_epsilon(log_fpr: np.ndarray, log_tpr: np.ndarray, delta: float) -> float:
+  """max over thresholds of ln((TPR - delta) / FPR), >= 0."""
+  tpr = np.exp(log_tpr)
+  # A log FPR that underflowed to -inf is a tiny rate, not 0: only finite ones count.
+  with np.errstate(divide="ignore", invalid="ignore"):
+    eps = np.where((tpr > delta) & np.isfinite(log_fpr),
+                   np.log(np.maximum(tpr - delta, 1e-300)) - log_fpr, 0.0)
+  return float(max(0.0, np.max(eps)))
+
+
+def realised_denominator_lower_bound(noise_coords: int, base_records: int,
+                                     sampling_prob: float, steps: int,
+                                     delta: float) -> float:
+  """Exact eps of the scale_min test on the realised-denominator variant (a lower bound).
+
+  The update on K free coordinates is Z / d_t, Z ~ N(0, sigma^2 C^2 I_K), d_t =
+  max(1, b_t), b_t ~ Binomial(n0, q) without the canary and Binomial(n0 + 1, q) with
+  it, i.i.d. over the T steps. The test "some step has ||u_t||^2 / (sigma C)^2 <
+  tau" has FPR = 1 - (1 - P(chi2_K / d^2 < tau))^T with d the OUT divisor, and TPR
+  likewise with the IN one; eps >= ln((TPR - delta) / FPR) for every tau (maximised
+  on a grid). It does not depend on sigma.
+
+  Args:
+    noise_coords: K >= 1 coordinates no record touches.
+    base_records: n0 >= 1 records besides the canary.
+    sampling_prob: q in (0, 1].
+    steps: T >= 1.
+    delta: in (0, 1).
+  """
+  noise_coords, base_records, sampling_prob, steps, delta = _check_world(
+      noise_coords, base_records, sampling_prob, steps, delta)
+  tau = np.geomspace(1e-3, 10.0, 2000) * noise_coords
+  lf, lt = scale_min_log_rates(tau, noise_coords, base_records, sampling_prob, steps)
+  return _best_epsilon(lf, lt, delta)
+
+
+def scale_min_log_rates(tau, noise_coords: int, base_records: int, sampling_prob: float,
+                        steps: int) -> tuple[np.ndarray, np.ndarray]:
+  """(log FPR, log TPR) of "min_t ||u_t||^2 / (sigma C)^2 < tau" under a realised divisor.
+
+  Args:
+    tau: thresholds, float64[J] (> 0) or a scalar.
+    noise_coords, base_records, sampling_prob, steps: as in
+      `realised_denominator_lower_bound`.
+  Returns:
+    (float64[J], float64[J]).
+  """
+  tau = np.atleast_1d(_validate.check_array(tau, "tau", low=0.0, open_low=True, min_size=1,
+                                            ndim=(0, 1)))
+  noise_coords, base_records, sampling_prob, steps, _ = _check_world(
+      noise_coords, base_records, sampling_prob, steps, 0.5)
+  lf = _log_rate_any(_log_p_scaled_below(tau, noise_coords, base_records, sampling_prob),
+                     steps)
+  lt = _log_rate_any(_log_p_scaled_below(tau, noise_coords, base_records + 1, sampling_prob),
+                     steps)
+  return lf, lt
+
+
+def floored_denominator_lower_bound(noise_coords: int, base_records: int,
+                                    sampling_prob: float, steps: int, delta: float) -> float:
+  """Exact eps of the scale_sum test on the floored-denominator variant (a lower bound).
+
+  sum_t ||u_t||^2 / (sigma C)^2 on the free coordinates is chi2_{K T} / d^2 with d =
+  `variants.floored_denominator(q, n)`, n = n0 without the canary and n0 + 1 with it.
+  Calling IN below tau gives FPR = P(chi2_{KT} < tau d_out^2), TPR = P(chi2_{KT} <
+  tau d_in^2). 0 when the two divisors are equal (nothing to see). Arguments as in
+  `realised_denominator_lower_bound`.
+  """
+  noise_coords, base_records, sampling_prob, steps, delta = _check_world(
+      noise_coords, base_records, sampling_prob, steps, delta)
+  d_out = floored_denominator(sampling_prob, base_records)
+  d_in = floored_denominator(sampling_prob, base_records + 1)
+  if d_in == d_out:
+    return 0.0
+  kt = noise_coords * steps
+  tau = np.geomspace(1e-4, 2.0, 8000) * kt / min(d_in, d_out) ** 2
+  lo, hi = sorted((d_in, d_out))
+  lf = sps.chi2.logcdf(tau * lo ** 2, kt)      # the side with the smaller divisor is above
+  lt = sps.chi2.logcdf(tau * hi ** 2, kt)
+  return _best_epsilon(lf, lt, delta)
+
+
+def shuffle_slot_mu(noise_multiplier: float, steps: int, steps_per_epoch: int) -> float:
+  """mu of the slot test on a shuffle whose last batch is one record short without the canary.
+
+  Over the T // E steps t = E - 1 mod E, u_t[0] + u_t[1] sums C per record of the
+  batch (every record is C e_0 or C e_1 after clipping) plus N(0, 2 sigma^2 C^2):
+  the total is Gaussian with mean gap (T // E) C and variance 2 (T // E) sigma^2 C^2
+  on both sides, so the test is exactly mu-GDP-tight with mu = sqrt(T // E / 2) / sigma.
+
+  Args:
+    noise_multiplier: sigma > 0.
+    steps: T >= 1.
+    steps_per_epoch: E in [1, T].
+  """
+  noise_multiplier = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  steps = _validate.check_int(steps, "steps")
+  steps_per_epoch = _validate.check_int(steps_per_epoch, "steps_per_epoch", 1, steps)
+  slots = steps // steps_per_epoch
+  return math.sqrt(slots / 2.0) / noise_multiplier
+
 
 
 # ----------------------------------------------------------------------------------

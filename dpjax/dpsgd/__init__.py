@@ -24,16 +24,11 @@ Modules:
   inputs      checks of the records, labels and fixed-gradient records (FixedGradients)
   engine      train_many / train_sweep / train_one: vmap over models, chunking
 
-Examples:
-  >>> import jax, jax.numpy as jnp
-  >>> from dpjax import models
-  >>> x = jax.random.normal(jax.random.key(0), (40, 3))
-  >>> y = (x[:, 0] > 0).astype(jnp.int32)
-  >>> cfg = DpSgdConfig(dataset_size=40, sampling_prob=0.25, num_steps=20)
-  >>> out = train_many(jax.random.key(1), x, y, jnp.ones((4, 40), bool), cfg,
-  ...                  models.logistic_regression(3))
-  >>> out.params["w"].shape
-  (4, 3)
+Examples (training: `train_many`'s docstring):
+  >>> cfg = DpSgdConfig(dataset_size=60_000, sampling_prob=256 / 60_000,
+  ...                   num_steps=2_000).calibrate(2.0)       # sigma for eps = 2
+  >>> round(cfg.noise_multiplier, 2), cfg.expected_batch_size, round(cfg.epsilon(), 2)
+  (0.84, 256.0, 2.0)
 """
 
 from dpjax.dpsgd.components import UnaccountedComponentWarning

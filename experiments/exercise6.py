@@ -160,18 +160,8 @@ def _dpsgd_rdp(sigma: float, q: float, steps: int) -> np.ndarray:
 
 
 def _calibrate(eps_of_sigma, target: float, lo: float = 0.2, hi: float = 200.0) -> float:
-  """Smallest sigma (to 1e-4 relative, the upper end of the bracket) with eps <= target."""
-  if eps_of_sigma(hi) > target:
-    raise ValueError(f"no sigma <= {hi} reaches eps = {target}")
-  while eps_of_sigma(lo) <= target:
-    lo /= 2.0
-  while hi / lo > 1.0 + 1e-4:
-    mid = math.sqrt(lo * hi)
-    if eps_of_sigma(mid) > target:
-      lo = mid
-    else:
-      hi = mid
-  return hi
+  """Smallest sigma <= hi (to 1e-4 relative, the upper end of the bracket) with eps <= target."""
+  return accounting.smallest_noise(eps_of_sigma, target, lo, hi, factor=2.0, limits=(0.0, hi))
 
 
 def _budget(cfg: Exercise6Config) -> dict:

@@ -104,16 +104,7 @@ class TuningConfig(_common.ExperimentConfig):
 
 def _bisect_sigma(eps_fn, target: float) -> float:
   """Smallest sigma (to 1e-4 relative) with eps_fn(sigma) <= target; eps_fn decreasing."""
-  lo, hi = 0.1, 1.0
-  while eps_fn(hi) > target:
-    lo, hi = hi, hi * 2.0
-  while hi / lo > 1.0 + 1e-4:
-    mid = math.sqrt(lo * hi)
-    if eps_fn(mid) > target:
-      lo = mid
-    else:
-      hi = mid
-  return hi
+  return accounting.smallest_noise(eps_fn, target, 0.1, 1.0, factor=2.0)
 
 
 def _correct_counts(w_RxD, x, y) -> np.ndarray:

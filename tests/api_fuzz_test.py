@@ -289,6 +289,11 @@ def entries():
   add(E("dpjax.accounting.calibrate_noise", accounting.calibrate_noise,
         dict(target_epsilon=2.0, sampling_prob=0.1, num_steps=10, delta=1e-5,
              accountant="rdp", dataset_size=1000, rtol=1e-3, rdp_method="classic")))
+  add(E("dpjax.accounting.smallest_noise", accounting.smallest_noise,
+        dict(eps_of_sigma=lambda s: 1.0 / s, target_epsilon=0.5, lo=1.0, hi=4.0, rtol=1e-3,
+             factor=2.0, limits=(0.0, 100.0)),
+        {"eps_of_sigma": "callable", "lo": "pos", "hi": "pos", "rtol": "prob",
+         "factor": "pos", "limits": None}))
   for n in ("compose_mu",):
     add(E(f"dpjax.accounting.{n}", getattr(accounting, n), dict(mu0=0.5, k=4)))
   add(E("dpjax.accounting.dpsgd_clt_epsilon", accounting.dpsgd_clt_epsilon,

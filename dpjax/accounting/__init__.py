@@ -37,6 +37,7 @@ import numpy as np
 
 from dpjax import _validate
 from dpjax.accounting import composition  # noqa: F401  (re-exported submodule)
+from dpjax.accounting.bisection import smallest_noise  # noqa: F401  (re-exported)
 from dpjax.accounting import gdp
 from dpjax.accounting import noise_support  # noqa: F401  (re-exported submodule)
 from dpjax.accounting import rdp
@@ -377,5 +378,5 @@ class Accountant:
 __all__ = [
     "Accountant", "NOISE_MULTIPLIER_RANGE", "calibrate_noise", "composition",
     "compose_mu", "dpsgd_clt_epsilon", "dpsgd_clt_mu", "dpsgd_epsilon", "gaussian_delta", "gaussian_epsilon", "gdp",
-    "mu_for_epsilon", "rdp", "tuned_dpsgd_epsilon",
+    "mu_for_epsilon", "rdp", "smallest_noise", "tuned_dpsgd_epsilon",
 ]

@@ -104,7 +104,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special, stats as sp_stats
 
-from dpjax import _validate, pate
+from dpjax import _validate, accounting, pate
 from dpjax.audit import estimators, stats
 
 __all__ = ["LabelAudit", "audit_labels", "calibrate_sigma", "claimed_epsilon", "crafted_pair",
@@ -432,24 +432,8 @@ def calibrate_sigma(target_epsilon: float, num_queries: int, *, delta: float,
     return claimed_epsilon(q, sigma=s, delta=d, orders=orders,
                            sigma_threshold=None if ratio is None else ratio * s)
 
-  lo, hi = 1e-3, 1e3
-  for _ in range(400):                               # eps_of decreases in sigma
-    if eps_of(hi) <= e:
-      break
-    lo, hi = hi, hi * 10.0
-  for _ in range(400):
-    if eps_of(lo) >= e:
-      break
-    lo, hi = lo / 10.0, lo
-  for _ in range(200):
-    mid = math.sqrt(lo * hi)
-    if eps_of(mid) > e:
-      lo = mid
-    else:
-      hi = mid
-    if hi / lo < 1.0 + 1e-9:
-      break
-  return hi
+  # eps_of decreases in sigma: widen from [1e-3, 1e3] by factors of 10, then bisect.
+  return accounting.smallest_noise(eps_of, e, 1e-3, 1e3, rtol=1e-9, factor=10.0)
 
 
 # ----------------------------------------------------------------------------------

@@ -29,17 +29,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import matplotlib
+import numpy as np
+from scipy import optimize
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from scipy import optimize  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import accounting  # noqa: E402
-from dpjax.accounting import composition, gdp, rdp  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import accounting
+from dpjax.accounting import composition, gdp, rdp
+from experiments import _common, _plots
+from experiments._plots import plt
 
 NAME = "accounting"
 INTEGER_ORDERS = np.arange(2, 257, dtype=np.float64)
@@ -265,28 +262,25 @@ def demo_c(sigma, qs, steps, delta, use_pld, progress=True):
 
 def _plot(out_dir: str, record: dict) -> str:
   """eps against T per sampling rate, drawn from the record of demo (c)."""
-  fig, ax = plt.subplots(figsize=(5.8, 4.0))
-  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-  qs = list(dict.fromkeys(r["q"] for r in record["c"]))
-  for i, q in enumerate(qs):
-    rs = [r for r in record["c"] if r["q"] == q]
-    t = [r["T"] for r in rs]
-    label = "q = 1 (no amplification)" if q == 1.0 else f"q = {q:g}"
-    ax.plot(t, [r["rdp"] for r in rs], "o-", color=colors[i], label=f"{label}, RDP")
-    if all(r["pld"] is not None for r in rs):
-      ax.plot(t, [r["pld"] for r in rs], "s--", color=colors[i], label=f"{label}, PLD", ms=4)
-    if q == 1.0:
-      ax.plot(t, [r["exact"] for r in rs], "k:", label="q = 1, exact")
-  ax.set_xscale("log")
-  ax.set_yscale("log")
-  ax.set_xlabel("steps T")
-  ax.set_ylabel("eps at delta = 1e-5")
-  ax.set_title("Amplification by subsampling (sigma = 1)")
-  ax.grid(True, which="both", alpha=0.3)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(f"{out_dir}/eps_vs_steps.png", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, "eps_vs_steps.png", figsize=(5.8, 4.0)) as (fig, ax):
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    qs = list(dict.fromkeys(r["q"] for r in record["c"]))
+    for i, q in enumerate(qs):
+      rs = [r for r in record["c"] if r["q"] == q]
+      t = [r["T"] for r in rs]
+      label = "q = 1 (no amplification)" if q == 1.0 else f"q = {q:g}"
+      ax.plot(t, [r["rdp"] for r in rs], "o-", color=colors[i], label=f"{label}, RDP")
+      if all(r["pld"] is not None for r in rs):
+        ax.plot(t, [r["pld"] for r in rs], "s--", color=colors[i], label=f"{label}, PLD", ms=4)
+      if q == 1.0:
+        ax.plot(t, [r["exact"] for r in rs], "k:", label="q = 1, exact")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("steps T")
+    ax.set_ylabel("eps at delta = 1e-5")
+    ax.set_title("Amplification by subsampling (sigma = 1)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
   return "eps_vs_steps.png"
 
 

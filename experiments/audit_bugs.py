@@ -75,17 +75,13 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import accounting, dpsgd, models  # noqa: E402
-from dpjax.accounting import gdp  # noqa: E402
-from dpjax.audit import estimators, stats, variants  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import accounting, dpsgd, models
+from dpjax.accounting import gdp
+from dpjax.audit import estimators, stats, variants
+from experiments import _common, _plots
 
 NAME = "audit_bugs"
 ADVERSARIES = ("llr", "slot", "scale_min", "scale_sum", "final_canary", "final_scale")
@@ -395,25 +391,22 @@ def _tables(cfg: AuditBugsConfig, rows: list[dict]) -> list[_common.Table]:
 
 
 def _figure(out_dir: str, rows: list[dict], epsilons) -> str:
-  fig, axes = plt.subplots(1, len(epsilons), figsize=(5.5 * len(epsilons), 4.6),
-                           squeeze=False)
-  for ax, e in zip(axes[0], epsilons):
-    sel = [r for r in rows if r["claimed_epsilon"] == float(e)]
-    xs = np.arange(len(sel))
-    ax.bar(xs, [r["epsilon_lower"] for r in sel], color=[
-        "tab:red" if r["caught"] else "tab:blue" for r in sel], label="ε_lower (best)")
-    tv = [min(r["true_epsilon"], 50.0) for r in sel]
-    ax.plot(xs, tv, "k_", ms=14, mew=2, label="true ε (capped at 50; ≥ / ≈ see table)")
-    ax.axhline(float(e), color="grey", ls="--", label="claimed ε")
-    ax.set_yscale("symlog", linthresh=1.0)
-    ax.set_xticks(xs)
-    ax.set_xticklabels([r["case"] for r in sel], rotation=60, ha="right", fontsize=6)
-    ax.set_title(f"claimed ε = {e:g} (red: caught)")
-  axes[0][0].legend(fontsize=7)
-  fig.tight_layout()
   fn = "audit_bugs.png"
-  fig.savefig(f"{out_dir}/{fn}", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, fn, ncols=len(epsilons), figsize=(5.5 * len(epsilons), 4.6),
+                     squeeze=False) as (fig, axes):
+    for ax, e in zip(axes[0], epsilons):
+      sel = [r for r in rows if r["claimed_epsilon"] == float(e)]
+      xs = np.arange(len(sel))
+      ax.bar(xs, [r["epsilon_lower"] for r in sel], color=[
+          "tab:red" if r["caught"] else "tab:blue" for r in sel], label="ε_lower (best)")
+      tv = [min(r["true_epsilon"], 50.0) for r in sel]
+      ax.plot(xs, tv, "k_", ms=14, mew=2, label="true ε (capped at 50; ≥ / ≈ see table)")
+      ax.axhline(float(e), color="grey", ls="--", label="claimed ε")
+      ax.set_yscale("symlog", linthresh=1.0)
+      ax.set_xticks(xs)
+      ax.set_xticklabels([r["case"] for r in sel], rotation=60, ha="right", fontsize=6)
+      ax.set_title(f"claimed ε = {e:g} (red: caught)")
+    axes[0][0].legend(fontsize=7)
   return fn
 
 

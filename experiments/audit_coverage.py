@@ -40,15 +40,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax.audit import coverage  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax.audit import coverage
+from experiments import _common, _plots
 
 NAME = "audit_coverage"
 _KINDS = coverage.MECHANISM_KINDS
@@ -115,34 +111,31 @@ def _plot(out_dir: str, rows: list[dict], nominal: float) -> str:
   names = list(dict.fromkeys(r["estimator"] for r in rows))
   kinds = {"gaussian": "tab:blue", "randomized_response": "tab:orange", "laplace": "tab:green"}
   top = max(0.2, 2.5 * nominal)
-  fig, ax = plt.subplots(figsize=(max(8.0, 0.55 * len(names) + 3), 4.8))
-  for i, name in enumerate(names):
-    mine = [r for r in rows if r["estimator"] == name]
-    xs = i + np.linspace(-0.3, 0.3, len(mine)) if len(mine) > 1 else np.array([float(i)])
-    for x, r in zip(xs, mine):
-      rate, (lo, hi) = r["violation_rate"], r["violation_interval"]
-      color = kinds[r["kind"]]
-      if not r["assumption_met"]:
-        ax.plot(x, min(rate, top * 0.97), marker="x", color=color, ms=5)
-        continue
-      ax.errorbar(x, rate, yerr=[[rate - lo], [hi - rate]], fmt="o" if r["strength"] else "s",
-                  color=color, ms=3.5, lw=0.8, capsize=1.5)
-  ax.axhline(nominal, color="k", lw=1, ls="--", label=f"nominal {nominal:.0%}")
-  for kind, c in kinds.items():
-    ax.plot([], [], "o", color=c, label=kind.replace("_", " "))
-  ax.plot([], [], "s", color="gray", label="null mechanism")
-  ax.plot([], [], "x", color="gray", label="assumption not met (clipped)")
-  ax.set_xticks(range(len(names)))
-  ax.set_xticklabels(names, rotation=55, ha="right", fontsize=7)
-  ax.set_ylim(0, top)
-  ax.set_ylabel("fraction of audits with bound > true ε")
-  ax.set_title("Measured violation rate of each estimator (95% Clopper–Pearson bars)")
-  ax.legend(fontsize=7, loc="upper left")
-  fig.tight_layout()
-  name = "coverage.png"
-  fig.savefig(f"{out_dir}/{name}", dpi=120)
-  plt.close(fig)
-  return name
+  with _plots.figure(out_dir, "coverage.png",
+                     figsize=(max(8.0, 0.55 * len(names) + 3), 4.8)) as (fig, ax):
+    for i, name in enumerate(names):
+      mine = [r for r in rows if r["estimator"] == name]
+      xs = i + np.linspace(-0.3, 0.3, len(mine)) if len(mine) > 1 else np.array([float(i)])
+      for x, r in zip(xs, mine):
+        rate, (lo, hi) = r["violation_rate"], r["violation_interval"]
+        color = kinds[r["kind"]]
+        if not r["assumption_met"]:
+          ax.plot(x, min(rate, top * 0.97), marker="x", color=color, ms=5)
+          continue
+        ax.errorbar(x, rate, yerr=[[rate - lo], [hi - rate]], fmt="o" if r["strength"] else "s",
+                    color=color, ms=3.5, lw=0.8, capsize=1.5)
+    ax.axhline(nominal, color="k", lw=1, ls="--", label=f"nominal {nominal:.0%}")
+    for kind, c in kinds.items():
+      ax.plot([], [], "o", color=c, label=kind.replace("_", " "))
+    ax.plot([], [], "s", color="gray", label="null mechanism")
+    ax.plot([], [], "x", color="gray", label="assumption not met (clipped)")
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=55, ha="right", fontsize=7)
+    ax.set_ylim(0, top)
+    ax.set_ylabel("fraction of audits with bound > true ε")
+    ax.set_title("Measured violation rate of each estimator (95% Clopper–Pearson bars)")
+    ax.legend(fontsize=7, loc="upper left")
+  return "coverage.png"
 
 
 def run(cfg: AuditCoverageConfig, out_dir: str, *, progress: bool = True,

@@ -42,21 +42,16 @@ Shape letters: R runs (models), K gradient canaries per run.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import dpsgd, models  # noqa: E402
-from dpjax import tradeoff  # noqa: E402
-from dpjax.audit import canary, estimators, runner  # noqa: E402
-from dpjax.data import digits  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import dpsgd, models
+from dpjax import tradeoff
+from dpjax.audit import canary, estimators, runner
+from dpjax.data import digits
+from experiments import _common, _plots
 
 NAME = "audit_digits"
 MODELS = ("mlp", "cnn")
@@ -130,25 +125,18 @@ def _optimal_expected(audit: runner.TrainingAudit, train_cfg, confidence: float)
 
 def _plot(out_dir: str, rows: list) -> str:
   eps = [r["target_epsilon"] for r in rows]
-  fig, ax = plt.subplots(figsize=(6, 4))
-  ax.plot(eps, [r["claimed_epsilon"] for r in rows], "k--o", label="claimed ε (RDP)")
-  ax.plot(eps, [r["exact_epsilon"] for r in rows], "k-s", label="exact ε (PLD)")
-  ax.plot(eps, [r["white_box"]["ceiling"] for r in rows], ":", color="gray",
-          label="ceiling (perfect adversary)")
-  for side, color in (("white_box", "C0"), ("black_box", "C1")):
-    ax.plot(eps, [r[side]["epsilon_lower"]["best"] for r in rows], "-^", color=color,
-            label=f"{side.replace('_', '-')}: best valid bound")
-    ax.plot(eps, [r[side]["epsilon_lower"]["gdp"] for r in rows], ":v", color=color,
-            label=f"{side.replace('_', '-')}: GDP (if μ-GDP)")
-  ax.set_xscale("log", base=2)
-  ax.set_xlabel("target ε")
-  ax.set_ylabel("ε at δ")
-  ax.set_title("Auditing DP-SGD on the digits", fontsize=10)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
   name = "audit_digits.png"
-  fig.savefig(os.path.join(out_dir, name), dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, name, figsize=(6, 4)) as (fig, ax):
+    ax.plot(eps, [r["claimed_epsilon"] for r in rows], "k--o", label="claimed ε (RDP)")
+    ax.plot(eps, [r["exact_epsilon"] for r in rows], "k-s", label="exact ε (PLD)")
+    ax.plot(eps, [r["white_box"]["ceiling"] for r in rows], ":", color="gray",
+            label="ceiling (perfect adversary)")
+    for side, color in (("white_box", "C0"), ("black_box", "C1")):
+      ax.plot(eps, [r[side]["epsilon_lower"]["best"] for r in rows], "-^", color=color,
+              label=f"{side.replace('_', '-')}: best valid bound")
+      ax.plot(eps, [r[side]["epsilon_lower"]["gdp"] for r in rows], ":v", color=color,
+              label=f"{side.replace('_', '-')}: GDP (if μ-GDP)")
+    _plots.epsilon_axes(ax, xlabel="target ε", title="Auditing DP-SGD on the digits")
   return name
 
 

@@ -73,18 +73,14 @@ import dataclasses
 import os
 
 import jax
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import dpsgd, models  # noqa: E402
-from dpjax.audit import estimators, runner  # noqa: E402
-from dpjax.audit import final_model as fm  # noqa: E402
-from dpjax.data import digits  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import dpsgd, models
+from dpjax.audit import estimators, runner
+from dpjax.audit import final_model as fm
+from dpjax.data import digits
+from experiments import _common, _plots
 
 NAME = "audit_final_model"
 MODELS = ("mlp", "cnn")
@@ -190,25 +186,18 @@ def _accuracy(model, params_R, x, y) -> float:
 
 def _plot(out_dir: str, rows: list) -> str:
   eps = [r["target_epsilon"] for r in rows]
-  fig, ax = plt.subplots(figsize=(6.5, 4.2))
-  ax.plot(eps, [r["exact_epsilon"] for r in rows], "k-s", label="exact ε (PLD)")
-  ax.plot(eps, [r["last_iterate_epsilon"] for r in rows], "k:", label="last-iterate heuristic")
-  ax.plot(eps, [r["ceiling_record"] for r in rows], "--", color="gray",
-          label="ceiling, record canaries")
-  for i, name in enumerate(_FINAL):
-    ax.plot(eps, [r["epsilon_lower"][name] for r in rows], "-o", color=f"C{i}", label=name)
-  ax.plot(eps, [r["epsilon_lower"]["white-box (same gradient canaries)"] for r in rows], "-^",
-          color="C5", label="white-box, same runs")
-  ax.set_xscale("log", base=2)
-  ax.set_xlabel("claimed ε")
-  ax.set_ylabel("ε at δ (95% lower bounds)")
-  ax.set_title("Final-model adversaries on the digits", fontsize=10)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  name = "audit_final_model.png"
-  fig.savefig(os.path.join(out_dir, name), dpi=120)
-  plt.close(fig)
-  return name
+  with _plots.figure(out_dir, "audit_final_model.png", figsize=(6.5, 4.2)) as (fig, ax):
+    ax.plot(eps, [r["exact_epsilon"] for r in rows], "k-s", label="exact ε (PLD)")
+    ax.plot(eps, [r["last_iterate_epsilon"] for r in rows], "k:", label="last-iterate heuristic")
+    ax.plot(eps, [r["ceiling_record"] for r in rows], "--", color="gray",
+            label="ceiling, record canaries")
+    for i, name in enumerate(_FINAL):
+      ax.plot(eps, [r["epsilon_lower"][name] for r in rows], "-o", color=f"C{i}", label=name)
+    ax.plot(eps, [r["epsilon_lower"]["white-box (same gradient canaries)"] for r in rows], "-^",
+            color="C5", label="white-box, same runs")
+    _plots.epsilon_axes(ax, xlabel="claimed ε", ylabel="ε at δ (95% lower bounds)",
+                        title="Final-model adversaries on the digits")
+  return "audit_final_model.png"
 
 
 def _adversaries(cfg, model, theta0, x_priv, y_priv, unused, target_feature):

@@ -29,19 +29,14 @@ experiments/audit.py.
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 
 import jax
-import matplotlib
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import dpsgd  # noqa: E402
-from dpjax.audit import guard, variants  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import dpsgd
+from dpjax.audit import guard, variants
+from experiments import _common, _plots
 
 NAME = "audit_guard"
 
@@ -72,22 +67,19 @@ class AuditGuardConfig(_common.ExperimentConfig):
 
 def _plot(out_dir: str, rows: list) -> str:
   name = "audit_guard.png"
-  fig, ax = plt.subplots(figsize=(6.4, 3.2))
-  labels = [r["engine"] for r in rows]
-  ys = range(len(rows))
-  ax.barh([y + 0.2 for y in ys], [r["true_epsilon"] for r in rows], height=0.4,
-          color="0.75", label="true ε of what was trained")
-  ax.barh([y - 0.2 for y in ys], [r["epsilon_lower"] for r in rows], height=0.4,
-          color=["tab:red" if r["falsified"] else "tab:green" for r in rows],
-          label="guard's ε lower bound (red: falsified)")
-  ax.axvline(rows[0]["exact_epsilon"], color="k", ls="--", lw=1,
-             label="exact ε of the claim (falsified above)")
-  ax.set_yticks(list(ys), labels)
-  ax.set_xlabel("ε (δ = %g)" % rows[0]["delta"])
-  ax.legend(fontsize=7, loc="lower right")
-  fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, name), dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, name, figsize=(6.4, 3.2)) as (fig, ax):
+    labels = [r["engine"] for r in rows]
+    ys = range(len(rows))
+    ax.barh([y + 0.2 for y in ys], [r["true_epsilon"] for r in rows], height=0.4,
+            color="0.75", label="true ε of what was trained")
+    ax.barh([y - 0.2 for y in ys], [r["epsilon_lower"] for r in rows], height=0.4,
+            color=["tab:red" if r["falsified"] else "tab:green" for r in rows],
+            label="guard's ε lower bound (red: falsified)")
+    ax.axvline(rows[0]["exact_epsilon"], color="k", ls="--", lw=1,
+               label="exact ε of the claim (falsified above)")
+    ax.set_yticks(list(ys), labels)
+    ax.set_xlabel("ε (δ = %g)" % rows[0]["delta"])
+    ax.legend(fontsize=7, loc="lower right")
   return name
 
 

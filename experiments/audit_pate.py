@@ -70,21 +70,16 @@ Shape letters: M teachers, Q queries, C = 2 classes.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 
 import jax
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import models, pate  # noqa: E402
-from dpjax.audit import pate_audit  # noqa: E402
-from dpjax.data import credit  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import models, pate
+from dpjax.audit import pate_audit
+from dpjax.data import credit
+from experiments import _common, _plots
 
 NAME = "audit_pate"
 _PUBLIC_SCALER_SIZE = 4000
@@ -205,30 +200,24 @@ def _teachers(cfg: AuditPateConfig, key: jax.Array) -> dict:
 
 
 def _plot(out_dir: str, rows: list, eps: tuple, brokens: list) -> str:
-  fig, ax = plt.subplots(figsize=(6.5, 4.2))
-  ax.plot(eps, eps, "k--", label="claimed ε (data-independent)")
-  by = {s: [r for r in rows if r["setting"] == s] for s in {r["setting"] for r in rows}}
-  crafted = by[_SETTINGS[0]]
-  ax.plot(eps, [r["exact_epsilon"] for r in crafted], "k-s", label="exact ε, crafted tie")
-  ax.plot(eps, [r["ceiling"] for r in crafted], ":", color="gray", label="ceiling (perfect)")
-  styles = {_SETTINGS[0]: ("C0", "-^"), _SETTINGS[1]: ("C2", "-v"), _SETTINGS[2]: ("C1", "-o")}
-  styles.update({b: (f"C{3 + i}", "-x") for i, b in enumerate(brokens)})
-  for s, (color, marker) in styles.items():
-    if s in by:
-      ax.plot(eps, [r["epsilon_lower"] for r in by[s]], marker, color=color,
-              label=f"ε_lower: {s}")
-  if _SETTINGS[2] in by:
-    ax.plot(eps, [r["data_dependent_epsilon"] for r in by[_SETTINGS[2]]], ":o", color="C1",
-            mfc="none", label="data-dependent ε: natural canary")
-  ax.set_xscale("log", base=2)
-  ax.set_xlabel("claimed ε")
-  ax.set_ylabel("ε at δ")
-  ax.set_title("Auditing PATE's labels (GNMax, fixed teachers)", fontsize=10)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
   name = f"{NAME}.png"
-  fig.savefig(os.path.join(out_dir, name), dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, name, figsize=(6.5, 4.2)) as (fig, ax):
+    ax.plot(eps, eps, "k--", label="claimed ε (data-independent)")
+    by = {s: [r for r in rows if r["setting"] == s] for s in {r["setting"] for r in rows}}
+    crafted = by[_SETTINGS[0]]
+    ax.plot(eps, [r["exact_epsilon"] for r in crafted], "k-s", label="exact ε, crafted tie")
+    ax.plot(eps, [r["ceiling"] for r in crafted], ":", color="gray", label="ceiling (perfect)")
+    styles = {_SETTINGS[0]: ("C0", "-^"), _SETTINGS[1]: ("C2", "-v"), _SETTINGS[2]: ("C1", "-o")}
+    styles.update({b: (f"C{3 + i}", "-x") for i, b in enumerate(brokens)})
+    for s, (color, marker) in styles.items():
+      if s in by:
+        ax.plot(eps, [r["epsilon_lower"] for r in by[s]], marker, color=color,
+                label=f"ε_lower: {s}")
+    if _SETTINGS[2] in by:
+      ax.plot(eps, [r["data_dependent_epsilon"] for r in by[_SETTINGS[2]]], ":o", color="C1",
+              mfc="none", label="data-dependent ε: natural canary")
+    _plots.epsilon_axes(ax, xlabel="claimed ε",
+                        title="Auditing PATE's labels (GNMax, fixed teachers)")
   return name
 
 

@@ -60,15 +60,11 @@ import os
 import zipfile
 from typing import Optional
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from dpjax.accounting import gdp  # noqa: E402
-from dpjax.audit import estimators, roc  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax.accounting import gdp
+from dpjax.audit import estimators, roc
+from experiments import _common, _plots
 
 NAME = "audit_scores"
 FORMATS = (".npz", ".csv")
@@ -225,15 +221,12 @@ def _demo_scores(cfg: AuditScoresConfig) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _figure(out_dir, band, claimed, delta, mu, title) -> str:
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
-  for ax, log in zip(axes, (True, False)):
-    roc.plot_roc_band(ax, band, epsilon=claimed, delta=delta if claimed is not None else 0.0,
-                      mu=mu, log_scale=log, label="scores")
-    ax.set_title(("low-FPR region (log-log)" if log else "whole ROC") + f": {title}",
-                 fontsize=9)
-  fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, "roc.png"), dpi=110)
-  plt.close(fig)
+  with _plots.figure(out_dir, "roc.png", ncols=2, figsize=(11, 4.6), dpi=110) as (fig, axes):
+    for ax, log in zip(axes, (True, False)):
+      roc.plot_roc_band(ax, band, epsilon=claimed, delta=delta if claimed is not None else 0.0,
+                        mu=mu, log_scale=log, label="scores")
+      ax.set_title(("low-FPR region (log-log)" if log else "whole ROC") + f": {title}",
+                   fontsize=9)
   return "roc.png"
 
 

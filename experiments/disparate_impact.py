@@ -35,16 +35,12 @@ import math
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import dpsgd, models  # noqa: E402
-from dpjax.data import credit  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import dpsgd, models
+from dpjax.data import credit
+from experiments import _common, _plots
 
 NAME = "disparate_impact"
 
@@ -324,20 +320,17 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
 def _plot(out_dir: str, record: dict) -> str:
   """Accuracy per group against the setting, drawn from the record."""
   settings = [e["setting"] for e in record["settings"]]
-  fig, ax = plt.subplots(figsize=(6, 3.6))
-  labels = [_setting_label(s) if s in ("inf", "clip") else f"ε={float(s):g}" for s in settings]
-  for gk, name in ((0, "group 0 (majority)"), (1, "group 1 (minority)")):
-    mean = [e[f"acc{gk}"][0] for e in record["settings"]]
-    se = [e[f"acc{gk}"][1] for e in record["settings"]]
-    ax.errorbar(range(len(settings)), mean, yerr=se, marker="o", capsize=3, label=name)
-  ax.set_xticks(range(len(settings)))
-  ax.set_xticklabels([lb.split(" (")[0] for lb in labels], fontsize=8)
-  ax.set_ylabel("test accuracy")
-  ax.set_title("DP-SGD accuracy per group (mean ± s.e. over seeds)")
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(f"{out_dir}/accuracy_per_group.png", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, "accuracy_per_group.png", figsize=(6, 3.6)) as (fig, ax):
+    labels = [_setting_label(s) if s in ("inf", "clip") else f"ε={float(s):g}" for s in settings]
+    for gk, name in ((0, "group 0 (majority)"), (1, "group 1 (minority)")):
+      mean = [e[f"acc{gk}"][0] for e in record["settings"]]
+      se = [e[f"acc{gk}"][1] for e in record["settings"]]
+      ax.errorbar(range(len(settings)), mean, yerr=se, marker="o", capsize=3, label=name)
+    ax.set_xticks(range(len(settings)))
+    ax.set_xticklabels([lb.split(" (")[0] for lb in labels], fontsize=8)
+    ax.set_ylabel("test accuracy")
+    ax.set_title("DP-SGD accuracy per group (mean ± s.e. over seeds)")
+    ax.legend(fontsize=8)
   return "accuracy_per_group.png"
 
 

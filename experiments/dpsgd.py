@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import warnings
 
 import jax
@@ -296,37 +295,32 @@ def _progress(items, desc, enabled=True):
 def _plot(out_dir, record, epsilons, clip_norms):
   """Demo 2's accuracy against eps and demo 3's against C, drawn from the record."""
   cost, clip = record["cost"], record["clip"]
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-  for name, color in (("linear", "C0"), ("cubic", "C1")):
-    m = [cost[f"{name}/{e}"]["acc_mean"] for e in epsilons]
-    s = [cost[f"{name}/{e}"]["acc_sd"] for e in epsilons]
-    axes[0].errorbar(epsilons, m, yerr=s, marker="o", color=color, label=f"{name} DP-SGD")
-    axes[0].axhline(cost[f"{name}/noiseless"]["acc_mean"], color=color, ls="--", lw=1,
-                    label=f"{name} clipped, no noise")
-    axes[0].axhline(cost[f"{name}/newton"]["acc_mean"], color=color, ls=":", lw=1,
-                    label=f"{name} Newton")
-  axes[0].set_xscale("log")
-  axes[0].set_xlabel("epsilon (delta = 1e-5)")
-  axes[0].set_ylabel("test accuracy")
-  axes[0].set_title("Cost of privacy")
-  axes[0].legend(fontsize=7)
-  cs = list(clip_norms)
-  axes[1].plot(cs, [clip[str(c)]["acc_mean"] for c in cs], "o-", label="accuracy")
-  ax2 = axes[1].twinx()
-  ax2.plot(cs, [clip[str(c)]["logloss_mean"] for c in cs], "s--", color="C3", label="log loss")
-  axes[1].set_xscale("log")
-  axes[1].set_xlabel("clipping norm C (eta * C = 0.5)")
-  axes[1].set_ylabel("accuracy")
-  ax2.set_ylabel("log loss", color="C3")
-  axes[1].set_title("Clipping norm (cubic, n = 500, eps = 2)")
-  fig.tight_layout()
-  path = os.path.join(out_dir, "dpsgd_cost_and_clip.png")
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return [os.path.basename(path)]
+  from experiments import _plots  # pylint: disable=g-import-not-at-top
+  with _plots.figure(out_dir, "dpsgd_cost_and_clip.png", ncols=2, figsize=(10, 3.8),
+                     dpi=110) as (fig, axes):
+    for name, color in (("linear", "C0"), ("cubic", "C1")):
+      m = [cost[f"{name}/{e}"]["acc_mean"] for e in epsilons]
+      s = [cost[f"{name}/{e}"]["acc_sd"] for e in epsilons]
+      axes[0].errorbar(epsilons, m, yerr=s, marker="o", color=color, label=f"{name} DP-SGD")
+      axes[0].axhline(cost[f"{name}/noiseless"]["acc_mean"], color=color, ls="--", lw=1,
+                      label=f"{name} clipped, no noise")
+      axes[0].axhline(cost[f"{name}/newton"]["acc_mean"], color=color, ls=":", lw=1,
+                      label=f"{name} Newton")
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("epsilon (delta = 1e-5)")
+    axes[0].set_ylabel("test accuracy")
+    axes[0].set_title("Cost of privacy")
+    axes[0].legend(fontsize=7)
+    cs = list(clip_norms)
+    axes[1].plot(cs, [clip[str(c)]["acc_mean"] for c in cs], "o-", label="accuracy")
+    ax2 = axes[1].twinx()
+    ax2.plot(cs, [clip[str(c)]["logloss_mean"] for c in cs], "s--", color="C3", label="log loss")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("clipping norm C (eta * C = 0.5)")
+    axes[1].set_ylabel("accuracy")
+    ax2.set_ylabel("log loss", color="C3")
+    axes[1].set_title("Clipping norm (cubic, n = 500, eps = 2)")
+  return ["dpsgd_cost_and_clip.png"]
 
 
 def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,

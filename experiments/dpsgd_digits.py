@@ -75,22 +75,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import os
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
+import optax
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import dpsgd, models, recipe  # noqa: E402
-from dpjax.clipping import ghost  # noqa: E402
-from dpjax.data import digits  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import dpsgd, models, recipe
+from dpjax.clipping import ghost
+from dpjax.data import digits
+from experiments import _common, _plots
 
 NAME = "dpsgd_digits"
 _ARCH_NAMES = ("mlp", "cnn")
@@ -343,30 +338,26 @@ def _noise_table(cfg, n: int, rows) -> _common.Table:
 
 def _plot(out_dir: str, record: dict, archs) -> str:
   """Test accuracy against the epsilon spent per architecture, with both baselines."""
-  fig, ax = plt.subplots(figsize=(5.8, 3.8))
-  for arch, color in zip(archs, ("C0", "C1")):
-    cs = [c for c in record["cells"] if c["arch"] == arch]
-    fin = sorted((c for c in cs if c["setting"].startswith("ε")),
-                 key=lambda c: c["epsilon_spent"])
-    ax.errorbar([c["epsilon_spent"] for c in fin], [c["accuracy_mean"] for c in fin],
-                yerr=[c["accuracy_sd"] for c in fin], marker="o", color=color, capsize=3,
-                label=f"{arch}, DP-SGD")
-    for c in cs:
-      if c["setting"] == "non-private":
-        ax.axhline(c["accuracy_mean"], color=color, ls="-", lw=1, alpha=0.6,
-                   label=f"{arch}, non-private")
-      elif c["setting"].startswith("clipped"):
-        ax.axhline(c["accuracy_mean"], color=color, ls="--", lw=1,
-                   label=f"{arch}, clipped, σ = 0")
-  ax.set_xscale("log", base=2)
-  ax.set_xlabel("ε spent (δ = 1e-5)")
-  ax.set_ylabel("test accuracy")
-  ax.set_title("DP-SGD recipe on 8×8 digits")
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  path = os.path.join(out_dir, "accuracy_vs_epsilon.png")
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, "accuracy_vs_epsilon.png", figsize=(5.8, 3.8)) as (fig, ax):
+    for arch, color in zip(archs, ("C0", "C1")):
+      cs = [c for c in record["cells"] if c["arch"] == arch]
+      fin = sorted((c for c in cs if c["setting"].startswith("ε")),
+                   key=lambda c: c["epsilon_spent"])
+      ax.errorbar([c["epsilon_spent"] for c in fin], [c["accuracy_mean"] for c in fin],
+                  yerr=[c["accuracy_sd"] for c in fin], marker="o", color=color, capsize=3,
+                  label=f"{arch}, DP-SGD")
+      for c in cs:
+        if c["setting"] == "non-private":
+          ax.axhline(c["accuracy_mean"], color=color, ls="-", lw=1, alpha=0.6,
+                     label=f"{arch}, non-private")
+        elif c["setting"].startswith("clipped"):
+          ax.axhline(c["accuracy_mean"], color=color, ls="--", lw=1,
+                     label=f"{arch}, clipped, σ = 0")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ε spent (δ = 1e-5)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("DP-SGD recipe on 8×8 digits")
+    ax.legend(fontsize=7)
   return "accuracy_vs_epsilon.png"
 
 

@@ -75,18 +75,14 @@ import math
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
+from scipy import special
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from scipy import special  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import accounting, dpsgd, mechanisms, models  # noqa: E402
-from dpjax.accounting import composition, rdp  # noqa: E402
-from dpjax.data import credit  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import accounting, dpsgd, mechanisms, models
+from dpjax.accounting import composition, rdp
+from dpjax.data import credit
+from experiments import _common, _plots
 
 NAME = "exercise6"
 # The lecture's reasonable answer (exercise 6).
@@ -634,33 +630,30 @@ def _plot(out_dir: str, r: dict, cfg: Exercise6Config) -> str:
   nr = np.array([zz["noisy_rate"] for zz in zips])
   sd = np.array([zz["rate_sd"] for zz in zips])
   bad = np.array([zz["unreliable_ours"] for zz in zips])
-  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-  ax = axes[0]
-  ax.errorbar(tr[~bad], nr[~bad], yerr=sd[~bad], fmt="o", ms=3, label="reliable")
-  ax.errorbar(tr[bad], nr[bad], yerr=np.minimum(sd[bad], 1.0), fmt="s", ms=3, color="C3",
-              label="unreliable (ours)")
-  ax.plot([0, 1], [0, 1], color="gray", ls=":")
-  ax.set_xlabel("true delinquency rate")
-  ax.set_ylabel("released rate (± noise sd)")
-  ax.set_ylim(-0.05, 1.05)
-  ax.legend(fontsize=7)
-  ax = axes[1]
-  ax.loglog(n, np.maximum(np.abs(nr - tr), 1e-4), "o", ms=3, label="|released - true|")
-  grid = np.geomspace(max(1.0, n.min()), n.max(), 50)
-  b = (1.0 + cfg.zip_codes * mechanisms.laplace_grid(cfg.zip_epsilon / 2)) / (
-      cfg.zip_epsilon / 2)
-  ax.loglog(grid, math.sqrt(2) * b * math.sqrt(1 + 0.5 ** 2) / grid, color="C1",
-            label="noise sd at rate 0.5")
-  ax.axhline(cfg.max_rate_sd, color="C3", ls="--", label=f"our threshold {cfg.max_rate_sd:g}")
-  ax.axvline(cfg.min_count, color="gray", ls=":", label=f"lecture: {cfg.min_count:g} customers")
-  ax.set_xlabel("customers in the zip")
-  ax.set_ylabel("error of the released rate")
-  ax.legend(fontsize=7)
-  fig.suptitle(f"Exercise 6(b): {cfg.zip_codes} zip-code delinquency rates at "
-               f"eps = {cfg.zip_epsilon:g}")
-  fig.tight_layout()
-  fig.savefig(f"{out_dir}/exercise6_zips.png", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, "exercise6_zips.png", ncols=2, figsize=(10, 3.8)) as (fig, axes):
+    ax = axes[0]
+    ax.errorbar(tr[~bad], nr[~bad], yerr=sd[~bad], fmt="o", ms=3, label="reliable")
+    ax.errorbar(tr[bad], nr[bad], yerr=np.minimum(sd[bad], 1.0), fmt="s", ms=3, color="C3",
+                label="unreliable (ours)")
+    ax.plot([0, 1], [0, 1], color="gray", ls=":")
+    ax.set_xlabel("true delinquency rate")
+    ax.set_ylabel("released rate (± noise sd)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    ax.loglog(n, np.maximum(np.abs(nr - tr), 1e-4), "o", ms=3, label="|released - true|")
+    grid = np.geomspace(max(1.0, n.min()), n.max(), 50)
+    b = (1.0 + cfg.zip_codes * mechanisms.laplace_grid(cfg.zip_epsilon / 2)) / (
+        cfg.zip_epsilon / 2)
+    ax.loglog(grid, math.sqrt(2) * b * math.sqrt(1 + 0.5 ** 2) / grid, color="C1",
+              label="noise sd at rate 0.5")
+    ax.axhline(cfg.max_rate_sd, color="C3", ls="--", label=f"our threshold {cfg.max_rate_sd:g}")
+    ax.axvline(cfg.min_count, color="gray", ls=":", label=f"lecture: {cfg.min_count:g} customers")
+    ax.set_xlabel("customers in the zip")
+    ax.set_ylabel("error of the released rate")
+    ax.legend(fontsize=7)
+    fig.suptitle(f"Exercise 6(b): {cfg.zip_codes} zip-code delinquency rates at "
+                 f"eps = {cfg.zip_epsilon:g}")
   return "exercise6_zips.png"
 
 

@@ -42,18 +42,15 @@ import math
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
+from scipy import stats
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from scipy import stats  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import fitting  # noqa: E402
-from dpjax import mechanisms as mech  # noqa: E402
-from dpjax.data import credit  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import fitting
+from dpjax import mechanisms as mech
+from dpjax.data import credit
+from experiments import _common, _plots
+from experiments._plots import plt
 
 NAME = "mechanisms"
 
@@ -394,36 +391,34 @@ def _plot(out_dir: str, results: dict) -> list[str]:
   """Demo 2(b) against B and demo 3 against the threshold, drawn from the results."""
   clip, em = results["clip_bound"], results["exponential"]
   em_curves = em["curves"]
-  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-  ax = axes[0]
-  per = clip["per_clip_bound"]
-  b = [r["clip_bound"] for r in per]
-  ax.plot(b, [abs(r["bias"]) for r in per], marker="o", label="|bias| (clipping)")
-  ax.plot(b, [r["noise_sd_mc"] for r in per], marker="s", label="noise SD")
-  ax.plot(b, [r["rmse_mc"] for r in per], marker="^", color="k", label="RMSE")
-  ax.axvline(clip["true_max"], color="gray", ls=":", label="private max (must not be used)")
-  ax.set_xscale("log")
-  ax.set_yscale("log")
-  ax.set_xlabel("clip bound B (k$)")
-  ax.set_ylabel("k$")
-  ax.set_title("Demo 2(b): private mean income, ε = 1")
-  ax.legend(fontsize=7)
-  ax = axes[1]
-  ax.plot(em_curves["thresholds"], em_curves["private_accuracy"], marker=".",
-          label="accuracy on the 500 private applicants")
-  ax.plot(em_curves["thresholds"], em_curves["test_accuracy"], marker=".",
-          label="test accuracy")
-  for r in em["per_epsilon"]:
-    ax.axhline(r["test_accuracy"], ls="--", lw=0.8, color=plt.cm.plasma(
-        0.15 + 0.2 * em["per_epsilon"].index(r)), label=f"exp. mech. ε={r['epsilon']:g}: test acc")
-  ax.set_xlabel("approval threshold")
-  ax.set_ylabel("accuracy")
-  ax.set_title("Demo 3: choosing a threshold privately")
-  ax.legend(fontsize=7)
-  fig.tight_layout()
   name = "mechanisms.png"
-  fig.savefig(f"{out_dir}/{name}", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, name, ncols=2, figsize=(10, 3.8)) as (fig, axes):
+    ax = axes[0]
+    per = clip["per_clip_bound"]
+    b = [r["clip_bound"] for r in per]
+    ax.plot(b, [abs(r["bias"]) for r in per], marker="o", label="|bias| (clipping)")
+    ax.plot(b, [r["noise_sd_mc"] for r in per], marker="s", label="noise SD")
+    ax.plot(b, [r["rmse_mc"] for r in per], marker="^", color="k", label="RMSE")
+    ax.axvline(clip["true_max"], color="gray", ls=":", label="private max (must not be used)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("clip bound B (k$)")
+    ax.set_ylabel("k$")
+    ax.set_title("Demo 2(b): private mean income, ε = 1")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    ax.plot(em_curves["thresholds"], em_curves["private_accuracy"], marker=".",
+            label="accuracy on the 500 private applicants")
+    ax.plot(em_curves["thresholds"], em_curves["test_accuracy"], marker=".",
+            label="test accuracy")
+    for r in em["per_epsilon"]:
+      ax.axhline(r["test_accuracy"], ls="--", lw=0.8,
+                 color=plt.cm.plasma(0.15 + 0.2 * em["per_epsilon"].index(r)),
+                 label=f"exp. mech. ε={r['epsilon']:g}: test acc")
+    ax.set_xlabel("approval threshold")
+    ax.set_ylabel("accuracy")
+    ax.set_title("Demo 3: choosing a threshold privately")
+    ax.legend(fontsize=7)
   return [name]
 
 

@@ -32,17 +32,13 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import dpsgd, fitting, metrics, models, tradeoff  # noqa: E402
-from dpjax.attacks import mia  # noqa: E402
-from dpjax.data import credit  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import dpsgd, fitting, metrics, models, tradeoff
+from dpjax.attacks import mia
+from dpjax.data import credit
+from experiments import _common, _plots
 
 NAME = "mia"
 # The lecture's printed numbers (§6.1), by row and column.
@@ -211,14 +207,11 @@ def run(cfg: MiaConfig, out_dir: str, *, progress: bool = True, quiet: bool = Fa
 def _plot(out_dir: str, record: dict, title: str) -> str:
   """LiRA's ROC per row and the loss attack's on the overfit model, from the record."""
   fpr, tpr = record["roc"]["fpr"], record["roc"]["tpr"]
-  fig, ax = plt.subplots(figsize=(5.2, 4.4))
-  sel = {f"LiRA, {k}": (fpr, v["lira"]) for k, v in tpr.items()}
-  sel["loss attack, overfit"] = (fpr, tpr["overfit"]["loss"])
-  metrics.plot_roc_loglog(ax, sel, min_rate=1e-4, title=title)
-  fig.tight_layout()
   fig_name = "mia_roc.png"
-  fig.savefig(f"{out_dir}/{fig_name}", dpi=130)
-  plt.close(fig)
+  with _plots.figure(out_dir, fig_name, figsize=(5.2, 4.4), dpi=130) as (fig, ax):
+    sel = {f"LiRA, {k}": (fpr, v["lira"]) for k, v in tpr.items()}
+    sel["loss attack, overfit"] = (fpr, tpr["overfit"]["loss"])
+    metrics.plot_roc_loglog(ax, sel, min_rate=1e-4, title=title)
   return fig_name
 
 

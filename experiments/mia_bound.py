@@ -40,16 +40,13 @@ import math
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import mechanisms as mech  # noqa: E402
-from dpjax import tradeoff  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import mechanisms as mech
+from dpjax import tradeoff
+from experiments import _common, _plots
+from experiments._plots import plt
 
 NAME = "mia_bound"
 MECHANISMS = ("rr", "laplace", "gaussian")
@@ -154,33 +151,30 @@ def _plot(out_dir: str, record: dict) -> str:
   """Region boundaries and Gaussian trade-off curves, drawn from the recorded curves."""
   fpr, delta, curves = np.asarray(record["fpr"]), record["delta"], record["curves"]
   colors = plt.cm.viridis(np.linspace(0, 0.9, len(curves)))
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
-  for ax, log in zip(axes, (False, True)):
-    for cur, c in zip(curves, colors):
-      ax.plot(fpr, cur["region_tpr"], ls="--", color=c, lw=1.2,
-              label=f"(ε={cur['epsilon']:g}, δ) region boundary")
-      ax.plot(fpr, cur["gaussian_tpr"], color=c, lw=2, label=f"Gaussian, μ={cur['mu']:.3f}")
-    ax.plot(fpr, fpr, color="gray", lw=0.8)
-    ax.set_xlabel("FPR")
-    ax.set_ylabel("TPR")
-    if log:
-      ax.set_xscale("log")
-      ax.set_yscale("log")
-      ax.set_xlim(1e-5, 1)
-      ax.set_ylim(1e-5, 1.05)
-      ax.axvline(0.01, color="k", lw=0.6, ls=":")
-      ax.set_title("log–log: the low-FPR corner")
-    else:
-      ax.set_xlim(0, 1)
-      ax.set_ylim(0, 1.02)
-      ax.set_title("Best membership test vs the (ε, δ) bound")
-  axes[0].legend(fontsize=7, loc="lower right")
-  fig.suptitle(f"Gaussian trade-off curves TPR = Φ(Φ⁻¹(FPR) + μ), each calibrated to (ε, δ={delta:g})",
-               fontsize=10)
-  fig.tight_layout()
   name = "tradeoff_curves.png"
-  fig.savefig(f"{out_dir}/{name}", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, name, ncols=2, figsize=(10, 4.2)) as (fig, axes):
+    for ax, log in zip(axes, (False, True)):
+      for cur, c in zip(curves, colors):
+        ax.plot(fpr, cur["region_tpr"], ls="--", color=c, lw=1.2,
+                label=f"(ε={cur['epsilon']:g}, δ) region boundary")
+        ax.plot(fpr, cur["gaussian_tpr"], color=c, lw=2, label=f"Gaussian, μ={cur['mu']:.3f}")
+      ax.plot(fpr, fpr, color="gray", lw=0.8)
+      ax.set_xlabel("FPR")
+      ax.set_ylabel("TPR")
+      if log:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(1e-5, 1)
+        ax.set_ylim(1e-5, 1.05)
+        ax.axvline(0.01, color="k", lw=0.6, ls=":")
+        ax.set_title("log–log: the low-FPR corner")
+      else:
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.02)
+        ax.set_title("Best membership test vs the (ε, δ) bound")
+    axes[0].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Gaussian trade-off curves TPR = Φ(Φ⁻¹(FPR) + μ), "
+                 f"each calibrated to (ε, δ={delta:g})", fontsize=10)
   return name
 
 

@@ -39,20 +39,15 @@ paper column is empty.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import dpsgd, models  # noqa: E402
-from dpjax.audit import one_run, runner  # noqa: E402
-from dpjax.data import digits  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import dpsgd, models
+from dpjax.audit import one_run, runner
+from dpjax.data import digits
+from experiments import _common, _plots
 
 NAME = "one_run_dpsgd"
 METHODS = ("one_run", "fdp_one_run", "fdp_one_run_gdp")
@@ -89,21 +84,14 @@ class OneRunDpsgdConfig(_common.ExperimentConfig):
 
 def _plot(out_dir: str, rows: list) -> str:
   eps = [r["target_epsilon"] for r in rows]
-  fig, ax = plt.subplots(figsize=(6, 4))
-  ax.plot(eps, [r["exact_epsilon"] for r in rows], "k-s", label="exact ε (PLD)")
-  for m, color, style in zip(METHODS, ("C0", "C1", "C2"), ("-o", "-^", "-D")):
-    ax.plot(eps, [r["epsilon_lower"][m] for r in rows], style, color=color, label=TITLES[m])
-    ax.plot(eps, [r["maximum"][m] for r in rows], ":", color=color,
-            label=f"{TITLES[m]}: maximum")
-  ax.set_xscale("log", base=2)
-  ax.set_xlabel("target ε")
-  ax.set_ylabel("ε at δ")
-  ax.set_title("White-box audit of DP-SGD in one run", fontsize=10)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
   name = "one_run_dpsgd.png"
-  fig.savefig(os.path.join(out_dir, name), dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, name, figsize=(6, 4)) as (fig, ax):
+    ax.plot(eps, [r["exact_epsilon"] for r in rows], "k-s", label="exact ε (PLD)")
+    for m, color, style in zip(METHODS, ("C0", "C1", "C2"), ("-o", "-^", "-D")):
+      ax.plot(eps, [r["epsilon_lower"][m] for r in rows], style, color=color, label=TITLES[m])
+      ax.plot(eps, [r["maximum"][m] for r in rows], ":", color=color,
+              label=f"{TITLES[m]}: maximum")
+    _plots.epsilon_axes(ax, xlabel="target ε", title="White-box audit of DP-SGD in one run")
   return name
 
 

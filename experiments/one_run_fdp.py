@@ -35,16 +35,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax.accounting import gdp  # noqa: E402
-from dpjax.audit import one_run  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax.accounting import gdp
+from dpjax.audit import one_run
+from experiments import _common, _plots
 
 NAME = "one_run_fdp"
 METHODS = ("steinke", "fdp", "fdp_gdp")
@@ -81,24 +77,17 @@ def one_run_game(rng: np.random.Generator, num_canaries: int, sigma: float):
 
 
 def _plot(out_dir: str, rows: list, sigmas: list) -> str:
-  fig, ax = plt.subplots(figsize=(6, 4))
-  ax.plot(sigmas, [r["exact_epsilon"] for r in rows], "k-o", label="exact ε (μ-GDP)")
-  for m, style in zip(METHODS, ("C0-s", "C1-^", "C2-D")):
-    med = [r[m]["median"] for r in rows]
-    lo = [r[m]["min"] for r in rows]
-    hi = [r[m]["max"] for r in rows]
-    ax.errorbar(sigmas, med, yerr=[np.subtract(med, lo), np.subtract(hi, med)], fmt=style,
-                capsize=3, label=METHOD_TITLES[m])
-  ax.set_xscale("log", base=2)
-  ax.set_yscale("log")
-  ax.set_xlabel("σ (noise multiplier; μ = 1/σ)")
-  ax.set_ylabel("ε at δ")
-  ax.set_title("One-run audits of the idealized Gaussian mechanism", fontsize=10)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
   name = "one_run_fdp.png"
-  fig.savefig(f"{out_dir}/{name}", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, name, figsize=(6, 4)) as (fig, ax):
+    ax.plot(sigmas, [r["exact_epsilon"] for r in rows], "k-o", label="exact ε (μ-GDP)")
+    for m, style in zip(METHODS, ("C0-s", "C1-^", "C2-D")):
+      med = [r[m]["median"] for r in rows]
+      lo = [r[m]["min"] for r in rows]
+      hi = [r[m]["max"] for r in rows]
+      ax.errorbar(sigmas, med, yerr=[np.subtract(med, lo), np.subtract(hi, med)], fmt=style,
+                  capsize=3, label=METHOD_TITLES[m])
+    _plots.epsilon_axes(ax, xlabel="σ (noise multiplier; μ = 1/σ)", yscale="log",
+                        title="One-run audits of the idealized Gaussian mechanism")
   return name
 
 

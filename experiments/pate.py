@@ -44,17 +44,13 @@ import math
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import dpsgd, models, pate  # noqa: E402
-from dpjax.accounting import rdp  # noqa: E402
-from dpjax.data import digits  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import dpsgd, models, pate
+from dpjax.accounting import rdp
+from dpjax.data import digits
+from experiments import _common, _plots
 
 NAME = "pate"
 NUM_CLASSES = digits.NUM_CLASSES
@@ -255,25 +251,22 @@ def _plot(out_dir: str, record: dict) -> str:
   """GNMax students and DP-SGD against the data-independent eps, drawn from the record."""
   cells = record["cells"]
   queries = list(dict.fromkeys(c["queries"] for c in cells))
-  fig, ax = plt.subplots(figsize=(5.5, 3.6))
-  for qn, mk in zip(queries, ("o", "s", "^", "v")):
-    sel = [c for c in cells if c["queries"] == qn and c["aggregator"] == "GNMax"]
-    ax.plot([c["epsilon_data_independent"] for c in sel], [c["student_accuracy"] for c in sel],
-            marker=mk, label=f"PATE student, Q={qn}")
-    ax.plot([c["epsilon_data_independent"] for c in sel], [c["dpsgd_accuracy"] for c in sel],
-            marker=mk, ls="--", label=f"DP-SGD, same ε (Q={qn} cells)")
-    for c in sel:
-      ax.annotate(f"k={c['teachers']}", (c["epsilon_data_independent"], c["student_accuracy"]),
-                  fontsize=7)
-  ax.axhline(record["non_private_accuracy"], color="gray", ls=":", label="non-private")
-  ax.set_xscale("log")
-  ax.set_xlabel("ε (data-independent, δ = 1e-5)")
-  ax.set_ylabel("test accuracy")
-  ax.legend(fontsize=7)
-  ax.set_title("PATE vs DP-SGD on digits")
-  fig.tight_layout()
-  fig.savefig(f"{out_dir}/pate_vs_dpsgd.png", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, "pate_vs_dpsgd.png", figsize=(5.5, 3.6)) as (fig, ax):
+    for qn, mk in zip(queries, ("o", "s", "^", "v")):
+      sel = [c for c in cells if c["queries"] == qn and c["aggregator"] == "GNMax"]
+      ax.plot([c["epsilon_data_independent"] for c in sel], [c["student_accuracy"] for c in sel],
+              marker=mk, label=f"PATE student, Q={qn}")
+      ax.plot([c["epsilon_data_independent"] for c in sel], [c["dpsgd_accuracy"] for c in sel],
+              marker=mk, ls="--", label=f"DP-SGD, same ε (Q={qn} cells)")
+      for c in sel:
+        ax.annotate(f"k={c['teachers']}", (c["epsilon_data_independent"], c["student_accuracy"]),
+                    fontsize=7)
+    ax.axhline(record["non_private_accuracy"], color="gray", ls=":", label="non-private")
+    ax.set_xscale("log")
+    ax.set_xlabel("ε (data-independent, δ = 1e-5)")
+    ax.set_ylabel("test accuracy")
+    ax.legend(fontsize=7)
+    ax.set_title("PATE vs DP-SGD on digits")
   return "pate_vs_dpsgd.png"
 
 

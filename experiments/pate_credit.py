@@ -94,18 +94,14 @@ import os
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import dpsgd, models, pate, pate_release  # noqa: E402
-from dpjax.accounting import rdp  # noqa: E402
-from dpjax.audit import pate_audit  # noqa: E402
-from dpjax.data import credit  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import dpsgd, models, pate, pate_release
+from dpjax.accounting import rdp
+from dpjax.audit import pate_audit
+from dpjax.data import credit
+from experiments import _common, _plots
 
 NAME = "pate_credit"
 NUM_CLASSES = 2
@@ -593,32 +589,29 @@ def _summary(record: dict) -> str:
 
 def _plot(out_dir: str, record: dict) -> str:
   """Student test accuracy vs target eps: GNMax, Confident-GNMax, DP-SGD, non-private."""
-  fig, ax = plt.subplots(figsize=(5.5, 3.6))
-  for agg, mk in (("GNMax", "o"), ("Confident-GNMax", "s")):
-    sel = [c for c in record["cells"] if c["aggregator"] == agg
-           and c["student_accuracy"] is not None]
-    ax.plot([c["target_epsilon"] for c in sel], [c["student_accuracy"] for c in sel],
-            marker=mk, label=f"PATE student, {agg}")
-  eps = sorted(float(e) for e in record["dpsgd"])
-  ax.errorbar(eps, [record["dpsgd"][str(e)]["accuracy"] for e in eps],
-              yerr=[record["dpsgd"][str(e)]["accuracy_std"] for e in eps], marker="^", ls="--",
-              label="DP-SGD (mean ± sd over seeds)")
-  ax.axhline(record["non_private_accuracy"], color="gray", ls=":", label="non-private")
-  ax.axhline(record["ensemble_accuracy"], color="gray", ls="-.", lw=0.8,
-             label="teachers' plurality vote")
-  ax.axhline(record["bayes_accuracy_test"], color="black", lw=0.8, label="Bayes (test)")
-  lows = [c["student_accuracy"] for c in record["cells"] if c["student_accuracy"] is not None]
-  ax.set_ylim(min(lows + [record["teacher_accuracy_mean"]]) - 0.02,
-              record["bayes_accuracy_test"] + 0.01)
-  ax.set_xscale("log", base=2)
-  ax.set_xticks(eps, [f"{e:g}" for e in eps])
-  ax.set_xlabel("target ε (δ = 1e-5)")
-  ax.set_ylabel("test accuracy")
-  ax.legend(fontsize=7)
-  ax.set_title(f"PATE ({record['teachers']} teachers) vs DP-SGD, credit world")
-  fig.tight_layout()
-  fig.savefig(f"{out_dir}/pate_credit.png", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, "pate_credit.png", figsize=(5.5, 3.6)) as (fig, ax):
+    for agg, mk in (("GNMax", "o"), ("Confident-GNMax", "s")):
+      sel = [c for c in record["cells"] if c["aggregator"] == agg
+             and c["student_accuracy"] is not None]
+      ax.plot([c["target_epsilon"] for c in sel], [c["student_accuracy"] for c in sel],
+              marker=mk, label=f"PATE student, {agg}")
+    eps = sorted(float(e) for e in record["dpsgd"])
+    ax.errorbar(eps, [record["dpsgd"][str(e)]["accuracy"] for e in eps],
+                yerr=[record["dpsgd"][str(e)]["accuracy_std"] for e in eps], marker="^", ls="--",
+                label="DP-SGD (mean ± sd over seeds)")
+    ax.axhline(record["non_private_accuracy"], color="gray", ls=":", label="non-private")
+    ax.axhline(record["ensemble_accuracy"], color="gray", ls="-.", lw=0.8,
+               label="teachers' plurality vote")
+    ax.axhline(record["bayes_accuracy_test"], color="black", lw=0.8, label="Bayes (test)")
+    lows = [c["student_accuracy"] for c in record["cells"] if c["student_accuracy"] is not None]
+    ax.set_ylim(min(lows + [record["teacher_accuracy_mean"]]) - 0.02,
+                record["bayes_accuracy_test"] + 0.01)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(eps, [f"{e:g}" for e in eps])
+    ax.set_xlabel("target ε (δ = 1e-5)")
+    ax.set_ylabel("test accuracy")
+    ax.legend(fontsize=7)
+    ax.set_title(f"PATE ({record['teachers']} teachers) vs DP-SGD, credit world")
   return "pate_credit.png"
 
 

@@ -22,15 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from dpjax import tradeoff  # noqa: E402
-from dpjax.accounting import pld, statement  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import tradeoff
+from dpjax.accounting import pld, statement
+from experiments import _common, _plots
 
 NAME = "privacy_statement"
 
@@ -71,21 +67,18 @@ def _plot(out_dir: str, record: dict) -> str:
   """The trade-off curves, drawn from the record."""
   st, curve = record["statement"], record["tradeoff_curve"]
   fpr = curve["fpr"]
-  fig, ax = plt.subplots(figsize=(5, 4))
-  ax.plot(fpr, curve["tpr_pld"], label="bound from the PLD delta(eps) curve")
-  ax.plot(fpr, curve["tpr_clt"], "--", label=f"GDP CLT, mu = {st['clt_mu']:.3f} (approximate)")
-  ax.plot(fpr, fpr, ":", color="gray", label="random guessing")
-  ax.set_xscale("log")
-  ax.set_yscale("log")
-  ax.set_xlabel("false-positive rate")
-  ax.set_ylabel("largest true-positive rate")
-  ax.set_title(f"sigma={st['noise_multiplier']:g}, q={st['sampling_prob']:.3g}, "
-               f"T={st['num_steps']}")
-  ax.legend(fontsize=7)
-  fig.tight_layout()
   name = "tradeoff.png"
-  fig.savefig(f"{out_dir}/{name}", dpi=110)
-  plt.close(fig)
+  with _plots.figure(out_dir, name, figsize=(5, 4), dpi=110) as (fig, ax):
+    ax.plot(fpr, curve["tpr_pld"], label="bound from the PLD delta(eps) curve")
+    ax.plot(fpr, curve["tpr_clt"], "--", label=f"GDP CLT, mu = {st['clt_mu']:.3f} (approximate)")
+    ax.plot(fpr, fpr, ":", color="gray", label="random guessing")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("false-positive rate")
+    ax.set_ylabel("largest true-positive rate")
+    ax.set_title(f"sigma={st['noise_multiplier']:g}, q={st['sampling_prob']:.3g}, "
+                 f"T={st['num_steps']}")
+    ax.legend(fontsize=7)
   return name
 
 

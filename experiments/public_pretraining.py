@@ -61,20 +61,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
+import optax
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-
-from dpjax import dpsgd, models  # noqa: E402
-from dpjax.data import digits  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import dpsgd, models
+from dpjax.data import digits
+from experiments import _common, _plots
 
 NAME = "public_pretraining"
 _STRATEGIES = ("head", "full", "scratch")
@@ -323,33 +318,29 @@ def _tables(cfg, record) -> list:
 
 def _plot(out_dir: str, record: dict, cfg) -> str:
   """Accuracy against the epsilon spent, one line per strategy, drawn from the record."""
-  fig, ax = plt.subplots(figsize=(5.8, 3.8))
-  for strategy, color in zip(_STRATEGIES, ("C0", "C1", "C2")):
-    cs = [c for c in record["cells"] if c["strategy"] == strategy]
-    fin = sorted((c for c in cs if math.isfinite(c["target_epsilon"])),
-                 key=lambda c: c["target_epsilon"])
-    label = f"{_LABELS[strategy]} (d = {record['num_params'][strategy]})"
-    if fin:
-      ax.errorbar([c["epsilon_spent"] for c in fin], [c["accuracy_mean"] for c in fin],
-                  yerr=[c["accuracy_sd"] for c in fin], marker="o", color=color, capsize=3,
-                  label=label)
-    for c in cs:
-      if not math.isfinite(c["target_epsilon"]):
-        ax.axhline(c["accuracy_mean"], color=color, ls="--", lw=1,
-                   label=None if fin else label)
-  if "public_only_accuracy" in record:
-    ax.axhline(record["public_only_accuracy"], color="k", ls=":", lw=1,
-               label="public model alone")
-  ax.set_xscale("log", base=2)
-  ax.set_xlabel(f"ε spent (δ = {cfg.delta:g}); dashed: ε = ∞")
-  ax.set_ylabel("test accuracy")
-  ax.set_title("digits: " + ("public 0-4, private 5-9" if cfg.public == "classes" else
-                             "public / private split of all classes"))
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  path = os.path.join(out_dir, "accuracy_vs_epsilon.png")
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, "accuracy_vs_epsilon.png", figsize=(5.8, 3.8)) as (fig, ax):
+    for strategy, color in zip(_STRATEGIES, ("C0", "C1", "C2")):
+      cs = [c for c in record["cells"] if c["strategy"] == strategy]
+      fin = sorted((c for c in cs if math.isfinite(c["target_epsilon"])),
+                   key=lambda c: c["target_epsilon"])
+      label = f"{_LABELS[strategy]} (d = {record['num_params'][strategy]})"
+      if fin:
+        ax.errorbar([c["epsilon_spent"] for c in fin], [c["accuracy_mean"] for c in fin],
+                    yerr=[c["accuracy_sd"] for c in fin], marker="o", color=color, capsize=3,
+                    label=label)
+      for c in cs:
+        if not math.isfinite(c["target_epsilon"]):
+          ax.axhline(c["accuracy_mean"], color=color, ls="--", lw=1,
+                     label=None if fin else label)
+    if "public_only_accuracy" in record:
+      ax.axhline(record["public_only_accuracy"], color="k", ls=":", lw=1,
+                 label="public model alone")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"ε spent (δ = {cfg.delta:g}); dashed: ε = ∞")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("digits: " + ("public 0-4, private 5-9" if cfg.public == "classes" else
+                               "public / private split of all classes"))
+    ax.legend(fontsize=7)
   return "accuracy_vs_epsilon.png"
 
 

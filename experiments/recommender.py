@@ -39,17 +39,13 @@ import math
 import warnings
 
 import jax
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax import mechanisms, recommender  # noqa: E402
-from dpjax.accounting import composition  # noqa: E402
-from dpjax.data import ratings  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import mechanisms, recommender
+from dpjax.accounting import composition
+from dpjax.data import ratings
+from experiments import _common, _plots
 
 NAME = "recommender"
 _LECTURE = "drops little, beats Cinematch (Netflix)"
@@ -231,25 +227,22 @@ def run(cfg: RecommenderConfig, out_dir: str, *, progress: bool = True,
 
 def _plot(out_dir: str, record: dict, rank: int) -> str:
   """Test RMSE against eps, drawn from the record."""
-  fig, ax = plt.subplots(figsize=(5.5, 3.6))
-  for unit, style in (("rating", "-"), ("user", "--")):
-    sel = [r for r in record["rows"] if r["privacy_unit"] == unit]
-    eps = [r["epsilon"] for r in sel]
-    label = "per rating" if unit == "rating" else "per user"
-    ax.plot(eps, [r["factor_test"] for r in sel], "o" + style, color="C0",
-            label=f"private factor model, {label}")
-    ax.plot(eps, [r["global_effects_test"] for r in sel], "s" + style, color="C1",
-            label=f"private global effects, {label}")
-  for (name, v), color in zip(record["baselines"].items(), ("C3", "C4", "C1", "C0")):
-    ax.axhline(v["test"], color=color, ls=":", label=f"{name} (non-private)")
-  ax.set_xscale("log")
-  ax.set_xlabel("ε (total, pure DP)")
-  ax.set_ylabel("RMSE on held-out ratings")
-  ax.set_title(f"Private recommender, rank {rank}")
-  ax.legend(fontsize=6)
-  fig.tight_layout()
-  fig.savefig(f"{out_dir}/recommender_rmse.png", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, "recommender_rmse.png", figsize=(5.5, 3.6)) as (fig, ax):
+    for unit, style in (("rating", "-"), ("user", "--")):
+      sel = [r for r in record["rows"] if r["privacy_unit"] == unit]
+      eps = [r["epsilon"] for r in sel]
+      label = "per rating" if unit == "rating" else "per user"
+      ax.plot(eps, [r["factor_test"] for r in sel], "o" + style, color="C0",
+              label=f"private factor model, {label}")
+      ax.plot(eps, [r["global_effects_test"] for r in sel], "s" + style, color="C1",
+              label=f"private global effects, {label}")
+    for (name, v), color in zip(record["baselines"].items(), ("C3", "C4", "C1", "C0")):
+      ax.axhline(v["test"], color=color, ls=":", label=f"{name} (non-private)")
+    ax.set_xscale("log")
+    ax.set_xlabel("ε (total, pure DP)")
+    ax.set_ylabel("RMSE on held-out ratings")
+    ax.set_title(f"Private recommender, rank {rank}")
+    ax.legend(fontsize=6)
   return "recommender_rmse.png"
 
 

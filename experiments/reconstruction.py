@@ -27,16 +27,12 @@ import dataclasses
 import math
 
 import jax
-import matplotlib
+import numpy as np
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from dpjax.attacks import reconstruction  # noqa: E402
-from dpjax.data import credit  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax.attacks import reconstruction
+from dpjax.data import credit
+from experiments import _common, _plots
 
 NAME = "reconstruction"
 
@@ -152,21 +148,18 @@ def run(cfg: ReconstructionConfig, out_dir: str, *, progress: bool = True,
 
 def _plot(out_dir: str, record: dict, people: int, epsilon: float) -> str:
   """Recovery against m per regime, drawn from the record's cells."""
-  fig, ax = plt.subplots(figsize=(5.5, 3.6))
-  labels = {"pm1": "±1 noise", "sqrtn": "±√n noise", "dp": f"DP, ε={epsilon:g} in total"}
-  for name, label in labels.items():
-    cells = [c for c in record["cells"] if c["regime"] == name]
-    ax.errorbar([c["num_queries"] for c in cells], [c["mean"] for c in cells],
-                yerr=[c["std"] for c in cells], marker="o", capsize=3, label=label)
-  ax.axhline(record["majority_baseline"], color="gray", ls="--", label="majority guess")
-  ax.set_xscale("log")
-  ax.set_xlabel("number of queries m")
-  ax.set_ylabel("fraction of bits recovered")
-  ax.set_title(f"Dinur–Nissim reconstruction, n = {people}")
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(f"{out_dir}/recovery.png", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, "recovery.png", figsize=(5.5, 3.6)) as (fig, ax):
+    labels = {"pm1": "±1 noise", "sqrtn": "±√n noise", "dp": f"DP, ε={epsilon:g} in total"}
+    for name, label in labels.items():
+      cells = [c for c in record["cells"] if c["regime"] == name]
+      ax.errorbar([c["num_queries"] for c in cells], [c["mean"] for c in cells],
+                  yerr=[c["std"] for c in cells], marker="o", capsize=3, label=label)
+    ax.axhline(record["majority_baseline"], color="gray", ls="--", label="majority guess")
+    ax.set_xscale("log")
+    ax.set_xlabel("number of queries m")
+    ax.set_ylabel("fraction of bits recovered")
+    ax.set_title(f"Dinur–Nissim reconstruction, n = {people}")
+    ax.legend(fontsize=8)
   return "recovery.png"
 
 

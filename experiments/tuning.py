@@ -39,7 +39,6 @@ import os
 
 import jax
 import jax.numpy as jnp
-import matplotlib
 import numpy as np
 
 from dpjax import accounting
@@ -48,10 +47,7 @@ from dpjax import models
 from dpjax import tuning
 from dpjax.accounting import rdp
 from dpjax.data import credit
-from experiments import _common
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments import _common, _plots
 
 NAME = "tuning"
 DELTA = 1e-5
@@ -128,19 +124,16 @@ def _accounting_curves(sigma, q, steps, score_noise):
 
 def _figure(out_dir, one, curves, name="tuning_epsilon.png"):
   os.makedirs(out_dir, exist_ok=True)
-  fig, ax = plt.subplots(figsize=(6, 4))
-  labels = {"0.0": "eta = 0 (logarithmic)", "1.0": "eta = 1 (geometric)", "poisson": "Poisson"}
-  for key, eps in curves.items():
-    ax.plot(FIGURE_MEANS, eps, marker="o", label=labels[key])
-  ax.axhline(one, color="gray", ls="--", label="one run (K = 1)")
-  ax.set_xscale("log")
-  ax.set_xlabel("mean number of runs E[K]")
-  ax.set_ylabel(f"total eps at delta = {DELTA:g}")
-  ax.set_title("Repeat and select: the cost of tuning")
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(f"{out_dir}/{name}", dpi=120)
-  plt.close(fig)
+  with _plots.figure(out_dir, name, figsize=(6, 4)) as (fig, ax):
+    labels = {"0.0": "eta = 0 (logarithmic)", "1.0": "eta = 1 (geometric)", "poisson": "Poisson"}
+    for key, eps in curves.items():
+      ax.plot(FIGURE_MEANS, eps, marker="o", label=labels[key])
+    ax.axhline(one, color="gray", ls="--", label="one run (K = 1)")
+    ax.set_xscale("log")
+    ax.set_xlabel("mean number of runs E[K]")
+    ax.set_ylabel(f"total eps at delta = {DELTA:g}")
+    ax.set_title("Repeat and select: the cost of tuning")
+    ax.legend()
   return name
 
 

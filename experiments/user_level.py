@@ -46,18 +46,14 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from dpjax import dpsgd  # noqa: E402
-from dpjax import models  # noqa: E402
-from dpjax.accounting.composition import group_privacy  # noqa: E402
-from dpjax.audit import estimators  # noqa: E402
-from dpjax.data import credit  # noqa: E402
-from experiments import _common  # noqa: E402
+from dpjax import dpsgd
+from dpjax import models
+from dpjax.accounting.composition import group_privacy
+from dpjax.audit import estimators
+from dpjax.data import credit
+from experiments import _common, _plots
 
 NAME = "user_level"
 # Exercise 6(d), the lecture's reasonable answer: a customer with five loans under an
@@ -221,24 +217,21 @@ def _range(score):
 
 
 def _plot(out_dir: str, audit: dict, cfg: UserLevelConfig) -> str:
-  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-  for ax, unit in zip(axes, UNITS):
-    r = audit[unit]
-    edges = np.asarray(r["bin_edges"])
-    mid = 0.5 * (edges[1:] + edges[:-1])
-    width = edges[1] - edges[0]
-    ax.bar(mid, r["hist_out"], width=width, alpha=0.6, label="canary customer OUT")
-    ax.bar(mid, r["hist_in"], width=width, alpha=0.6, label="canary customer IN")
-    ax.set_title(f"{unit}-level DP-SGD, ε = {cfg.audit_epsilon:g}: lower bound "
-                 f"{r['bounds']['clopper_pearson']:.2f}", fontsize=9)
-    ax.set_xlabel("weight on the canary's feature (attack score)")
-    ax.set_ylabel("models")
-  axes[0].legend(fontsize=8)
-  fig.suptitle(f"Audit with a canary customer of {cfg.canary_loans} loans", fontsize=10)
-  fig.tight_layout()
   name = "canary_scores.png"
-  fig.savefig(f"{out_dir}/{name}", dpi=110)
-  plt.close(fig)
+  with _plots.figure(out_dir, name, ncols=2, figsize=(10, 3.8), dpi=110) as (fig, axes):
+    for ax, unit in zip(axes, UNITS):
+      r = audit[unit]
+      edges = np.asarray(r["bin_edges"])
+      mid = 0.5 * (edges[1:] + edges[:-1])
+      width = edges[1] - edges[0]
+      ax.bar(mid, r["hist_out"], width=width, alpha=0.6, label="canary customer OUT")
+      ax.bar(mid, r["hist_in"], width=width, alpha=0.6, label="canary customer IN")
+      ax.set_title(f"{unit}-level DP-SGD, ε = {cfg.audit_epsilon:g}: lower bound "
+                   f"{r['bounds']['clopper_pearson']:.2f}", fontsize=9)
+      ax.set_xlabel("weight on the canary's feature (attack score)")
+      ax.set_ylabel("models")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"Audit with a canary customer of {cfg.canary_loans} loans", fontsize=10)
   return name
 
 

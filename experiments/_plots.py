@@ -1,0 +1,53 @@
+"""Figures for experiments: the Agg backend, one figure's create / save / close.
+
+    with _plots.figure(out_dir, "audit_digits.png", figsize=(6, 4)) as (fig, ax):
+      ax.plot(...)                   # ncols=2 (or any plt.subplots keyword): an array
+
+This is the only module that chooses matplotlib's backend; an experiment that calls
+pyplot itself imports it from here (`from experiments._plots import plt`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+__all__ = ["plt", "figure", "epsilon_axes"]
+
+DPI = 120
+
+
+@contextlib.contextmanager
+def figure(out_dir: str, name: str, *, dpi: float = DPI, tight_layout: bool = True,
+           savefig_kwargs: dict | None = None, **subplots_kwargs):
+  """Yields `plt.subplots(**subplots_kwargs)`; saves it as <out_dir>/<name> on exit.
+
+  On normal exit: `fig.tight_layout()` (unless tight_layout=False), then
+  `fig.savefig(path, dpi=dpi, **savefig_kwargs)`. The figure is closed whether or not
+  the body raised; nothing is saved if it did.
+  """
+  fig, ax = plt.subplots(**subplots_kwargs)
+  try:
+    yield fig, ax
+    if tight_layout:
+      fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, name), dpi=dpi, **(savefig_kwargs or {}))
+  finally:
+    plt.close(fig)
+
+
+def epsilon_axes(ax, *, xlabel: str, title: str, ylabel: str = "ε at δ",
+                 yscale: str | None = None) -> None:
+  """The audits' eps frame: log2 x axis, labels, a 10-pt title, a 7-pt legend."""
+  ax.set_xscale("log", base=2)
+  if yscale is not None:
+    ax.set_yscale(yscale)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title, fontsize=10)
+  ax.legend(fontsize=7)

@@ -7,7 +7,9 @@ spread, best certifiable bound, GDP estimate), `canary` (the canaries and the
 black-/white-box adversaries of DP-SGD), `one_run` (one training run, many
 canaries), `coverage` (the estimators' confidence measured on simulated audits of
 mechanisms of known eps), `runner` (auditing any training function, and our
-DP-SGD with any model), `store` (a resumable on-disk store of chunked results),
+DP-SGD with any model), `run` (the canary audit of DP-SGD as one resumable
+pipeline: design, training, scores, bounds), `store` (a resumable on-disk store of
+chunked results, each chunk verified against its identity),
 `variants` (deliberately broken DP-SGDs), `guard` (a short white-box audit of
 the engine for test suites, failing when its guarantee regresses),
 `final_model` (adversaries that see only the last iterate, and the last-iterate
@@ -20,7 +22,7 @@ import importlib
 from dpjax.audit.stats import clopper_pearson, epsilon_lower_bound
 
 _SUBMODULES = ("canary", "coverage", "estimators", "final_model", "guard", "one_run",
-               "pate_audit", "roc", "runner", "stats", "store", "variants")
+               "pate_audit", "roc", "run", "runner", "stats", "store", "variants")
 __all__ = ["clopper_pearson", "epsilon_lower_bound", *_SUBMODULES]
 
 

@@ -347,7 +347,7 @@ def threshold_estimators(mechanism: Mechanism, *, trials: int, delta: float,
   "fixed": `FixedThreshold` at `optimal_threshold` (fixed before the audits);
   "split" and "split_both_signs": `SplitThreshold`; "bonferroni": `Bonferroni`
   over the fixed and the two-sign split tests (the white-box policy of
-  experiments/audit.py); "gdp": `gdp_estimate` (threshold chosen on the first
+  `dpjax.audit.run.evaluate`); "gdp": `gdp_estimate` (threshold chosen on the first
   half), valid only for mu-GDP mechanisms.
   """
   delta = _validate.check_delta(delta)

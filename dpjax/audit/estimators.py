@@ -29,7 +29,7 @@ The threshold of a test must not be picked on the trials it is evaluated on
 (maximising over thresholds inflates the bound); the order of the trials must not
 depend on the scores (a split takes the first half of each side as given).
 
-Typical use, the white-box policy of `experiments/audit.py`:
+Typical use, the white-box policy of `dpjax.audit.run.evaluate`:
 
     per_test = bonferroni_confidence(0.95, 2)
     ceiling = best_certifiable(fpr_J, fnr_J, trials, delta=1e-5, confidence=per_test,

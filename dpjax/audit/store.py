@@ -2,7 +2,7 @@
 
 A long audit trains models in chunks; each finished chunk's arrays are written to
 `<directory>/<name>.npz`, so an interrupted run can continue where it stopped
-without redoing (or double-counting) finished work. Three rules make that safe:
+without redoing (or double-counting) finished work. Four rules make that safe:
 
 * the manifest: a JSON description of everything that determines the chunks'
   contents (seed, sizes, settings). Resuming requires the stored manifest to equal

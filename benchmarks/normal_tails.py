@@ -50,7 +50,7 @@ def _body_only_normal(key, shape):
   words = prng._threefry_words(key)  # pylint: disable=protected-access
   j = jnp.arange(size, dtype=jnp.uint32)
   bits = prng._stream_words(words, size, j)  # pylint: disable=protected-access
-  return prng._bits_to_normal(bits).reshape(shape)  # pylint: disable=protected-access
+  return prng.bits_to_normal(bits).reshape(shape)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -541,3 +541,43 @@ def check_binary(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = Non
   if arr.dtype != np.bool_ and not np.all((arr == 0) | (arr == 1)):
     raise ValueError(f"{name} must contain only 0 and 1 (or booleans)")
   return arr.astype(bool)
+
+
+# ----------------------------------------------------------------------------------
+# keys, labels and parameter trees
+
+
+def check_key(key: Any, name: str = "key") -> Any:
+  """key itself if it is one JAX PRNG key (a typed key or a raw uint32[2]); TypeError otherwise."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  if not (isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+          and key.ndim == 0) and not (
+              isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,)):
+    raise TypeError(f"{name} must be one jax.random key, got {key!r:.80}")
+  return key
+
+
+def check_labels(y: Any, name: str, num_outputs: int, **shape) -> Any:
+  """Labels of a model with num_outputs outputs: {0, 1} as float32 when num_outputs == 1
+  (a tracer is returned as it is, its shape checked), else int32 in [0, num_outputs).
+  `shape` is passed to the array check (ndim=, shape=)."""
+  if num_outputs == 1:
+    if is_tracer(y):
+      return check_binary(y, name, **shape)
+    return check_binary(y, name, **shape).astype(np.float32)
+  return check_array(y, name, np.int32, low=0, high=num_outputs - 1, integer=True, **shape)
+
+
+def check_params_like(params: Any, reference: Any, name: str) -> None:
+  """params has reference's tree structure, leaf shapes, real dtypes and finite values."""
+  import jax  # pylint: disable=g-import-not-at-top
+  try:
+    same = jax.tree.structure(params) == jax.tree.structure(reference)
+  except Exception:  # pylint: disable=broad-except
+    same = False
+  if not same:
+    raise ValueError(f"{name} must have the structure of the model's parameters "
+                     f"{jax.tree.structure(reference)}, got {type(params).__name__}")
+  for i, (leaf, ref) in enumerate(zip(jax.tree.leaves(params), jax.tree.leaves(reference))):
+    check_array(leaf, f"{name} (leaf {i})", np.float32, shape=tuple(ref.shape))

@@ -505,13 +505,13 @@ def _ghost_forward(module, shape, layers, index, variables, x, probes, applied=N
     else:
       # The 3x3 SAME convolution as patches @ kernel, patches ordered like HWIO (the
       # gradient flows through the patches to earlier layers; the record is a constant).
-      patches = ghost._patches(a)  # pylint: disable=protected-access
+      patches = ghost.conv3x3_patches(a)
       z = patches @ kernel.reshape(-1, o) + bias[None, None, :]
       u = jax.lax.stop_gradient(patches)
       out_shape = a.shape[:-1] + (o,)
     if probes is not None:
       z = z + probes[i]
-    recs[i] = ghost._Layer(u, z)  # pylint: disable=protected-access
+    recs[i] = ghost.Layer(u, z)
     return z.reshape(out_shape)
 
   logits = _forward(module, shape, variables if applied is None else applied, x, interceptor)
@@ -541,7 +541,7 @@ def _ghost_fn(module, shape, layers, l2, num_outputs):
     if math.prod(x.shape[1:]) != math.prod(shape):
       raise ValueError(f"x_BxF must hold {math.prod(shape)} values per example "
                        f"(input_shape {shape}), got shape {x.shape}")
-    return ghost._ghost_clipped_sum(  # pylint: disable=protected-access
+    return ghost.ghost_clipped_sum(
         forward, variables, x, y_B, weights_B, l2_clip_norm, l2, "auto", unflatten)
 
   return fn
@@ -555,7 +555,7 @@ def _path_factory(model: models_lib.Model) -> clipping_lib.ClippingPath:
                   model.num_outputs), "ghost")
   # A "flax" model whose apply is not ours (e.g. wrapped by another component) or
   # that breaks the ghost rule: the generic path, exact for any loss.
-  return clipping_lib._generic_path(model)  # pylint: disable=protected-access
+  return clipping_lib.generic_path(model)
 
 
 clipping_lib.register(_KIND, _path_factory)

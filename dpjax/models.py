@@ -365,7 +365,7 @@ def per_example_loss(model: Model, params: PyTree, x_BxF: jax.Array,
   check_model(model)
   x_BxF = _as_jax(_validate.check_array(x_BxF, "x_BxF", np.float32, ndim=(2, 3, 4),
                                         min_size=1))
-  y_B = _as_jax(_check_labels(y_B, "y_B", model.num_outputs, ndim=1))
+  y_B = _as_jax(_validate.check_labels(y_B, "y_B", model.num_outputs, ndim=1))
   if x_BxF.shape[0] != y_B.shape[0]:
     raise ValueError(f"x_BxF and y_B must have the same leading size, got {x_BxF.shape[0]} "
                      f"and {y_B.shape[0]}")
@@ -374,15 +374,6 @@ def per_example_loss(model: Model, params: PyTree, x_BxF: jax.Array,
 
 def _as_jax(x):
   return x if _validate.is_tracer(x) else jnp.asarray(x)
-
-
-def _check_labels(y, name: str, num_outputs: int, **shape) -> Any:
-  """Labels: {0, 1} when num_outputs == 1, else integers in [0, num_outputs)."""
-  if num_outputs == 1:
-    return _validate.check_binary(y, name, **shape).astype(np.float32) if not (
-        _validate.is_tracer(y)) else _validate.check_binary(y, name, **shape)
-  return _validate.check_array(y, name, np.int32, low=0, high=num_outputs - 1, integer=True,
-                               **shape)
 
 
 def logistic_loss(z: jax.Array, y: jax.Array) -> jax.Array:
@@ -425,7 +416,7 @@ def loss_from_logits(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
   logits_BxK = _as_jax(_validate.check_array(logits_BxK, "logits_BxK", np.float32, ndim=2,
                                              min_size=1))
   b, k = logits_BxK.shape
-  y_B = _as_jax(_check_labels(y_B, "y_B", k, shape=(b,)))
+  y_B = _as_jax(_validate.check_labels(y_B, "y_B", k, shape=(b,)))
   if k == 1:
     z = logits_BxK[:, 0]
     return _logistic_loss(z, y_B.astype(z.dtype))
@@ -470,19 +461,6 @@ def _check_split_model(model: Any, name: str = "model") -> Model:
   return model
 
 
-def _check_params_like(params: Any, reference: Any, name: str) -> None:
-  """params has reference's tree structure, leaf shapes, real dtypes and finite values."""
-  try:
-    same = jax.tree.structure(params) == jax.tree.structure(reference)
-  except Exception:  # pylint: disable=broad-except
-    same = False
-  if not same:
-    raise ValueError(f"{name} must have the structure of the model's parameters "
-                     f"{jax.tree.structure(reference)}, got {type(params).__name__}")
-  for i, (leaf, ref) in enumerate(zip(jax.tree.leaves(params), jax.tree.leaves(reference))):
-    _validate.check_array(leaf, f"{name} (leaf {i})", np.float32, shape=tuple(ref.shape))
-
-
 def _last_layer(model: Model, params: PyTree) -> dict:
   return params["layers"][-1] if model.kind == "mlp" else params["dense"][0]
 
@@ -507,7 +485,7 @@ def _body(model: Model, params: PyTree, x: jax.Array) -> jax.Array:
 
 def _checked_split(model: Any, params: Any, name: str = "params") -> tuple[Model, PyTree]:
   model = _check_split_model(model)
-  _check_params_like(params, jax.eval_shape(model.init, jax.random.key(0)), name)
+  _validate.check_params_like(params, jax.eval_shape(model.init, jax.random.key(0)), name)
   return model, jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)
 
 
@@ -590,7 +568,7 @@ def join_head(model: Model, params: PyTree, head_params: PyTree) -> PyTree:
   """
   model, params = _checked_split(model, params)
   _, head0 = split_head(model, params)
-  _check_params_like(head_params, head0, "head_params")
+  _validate.check_params_like(head_params, head0, "head_params")
   last = {k: jnp.asarray(v, jnp.float32) for k, v in head_params["layers"][0].items()}
   if model.kind == "mlp":
     return {"layers": list(params["layers"][:-1]) + [last]}

@@ -207,7 +207,9 @@ def random_bits(key: jax.Array, num_words: int) -> jax.Array:
   return jax_random_ext.threefry_2x32(words, jnp.arange(n, dtype=jnp.uint32))
 
 
-def _bits_to_normal(bits):
+def bits_to_normal(bits):
+  """float32 normals of uint32 words: the top 23 bits as a uniform u in (-1, 1),
+  sqrt(2) erfinv(u) (the body of `standard_normal`; traceable, shape of bits)."""
   f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
   lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
   u = jnp.maximum(lo, 2.0 * f - 1.0)
@@ -297,7 +299,7 @@ def _assemble_normal(bits: jax.Array, tail: jax.Array) -> jax.Array:
   """The sample of each word: -tail at atom 0, +tail at atom 2^23 - 1, else the body
   sqrt(2) erfinv(2 m 2^-23 - 1) of the 23-bit mantissa m."""
   m = bits >> 9
-  return jnp.where(m == 0, -tail, jnp.where(m == _ATOM_TOP, tail, _bits_to_normal(bits)))
+  return jnp.where(m == 0, -tail, jnp.where(m == _ATOM_TOP, tail, bits_to_normal(bits)))
 
 
 @functools.lru_cache(maxsize=None)

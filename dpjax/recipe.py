@@ -65,7 +65,6 @@ from dpjax.clipping import vmap as vmap_clipping
 
 PyTree = Any
 # The models' label check (binary {0, 1} or class indices), shared with models.py.
-_check_labels = models_lib._check_labels  # pylint: disable=protected-access
 
 # One-pixel shifts: the identity and the four neighbours (8x8 digits).
 DIGIT_SHIFTS = ((0, 0), (1, 0), (-1, 0), (0, 1), (0, -1))
@@ -353,7 +352,7 @@ def accuracy(model: models_lib.Model, params_M: PyTree, x_NxF: jax.typing.ArrayL
   models_lib.check_model(model)
   x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, ndim=(2, 4), min_size=1))
   _check_rows(x, y_N, "x_NxF", "y_N")
-  y = jnp.asarray(_check_labels(y_N, "y_N", model.num_outputs, shape=(x.shape[0],)))
+  y = jnp.asarray(_validate.check_labels(y_N, "y_N", model.num_outputs, shape=(x.shape[0],)))
   return _accuracy(model, params_M, x, y)
 
 
@@ -421,14 +420,14 @@ def train_nonprivate(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typin
   x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, ndim=(2, 4), min_size=1))
   n = x.shape[0]
   _check_rows(x, y_N, "x_NxF", "y_N")
-  y = jnp.asarray(_check_labels(y_N, "y_N", model.num_outputs, shape=(n,)))
+  y = jnp.asarray(_validate.check_labels(y_N, "y_N", model.num_outputs, shape=(n,)))
   xv = jnp.asarray(_validate.check_array(x_val_NxF, "x_val_NxF", np.float32,
                                          ndim=x.ndim, min_size=1))
   if xv.shape[1:] != x.shape[1:]:
     raise ValueError(f"x_val_NxF rows must have the shape of x_NxF's {x.shape[1:]}, got "
                      f"{xv.shape[1:]}")
   _check_rows(xv, y_val_N, "x_val_NxF", "y_val_N")
-  yv = jnp.asarray(_check_labels(y_val_N, "y_val_N", model.num_outputs,
+  yv = jnp.asarray(_validate.check_labels(y_val_N, "y_val_N", model.num_outputs,
                                  shape=(xv.shape[0],)))
   if not isinstance(optimizer, optax.GradientTransformation):
     raise TypeError(f"optimizer must be an optax.GradientTransformation, got {optimizer!r:.80}")

@@ -81,6 +81,13 @@ EXCLUDED = {
     "dpjax.dpsgd.step.train_single": "engine internal (traced under jit by train_many)",
     "dpjax.dpsgd.step.padded_clipped_sum": "engine internal (traced under jit by train_many)",
     "dpjax.audit.store.StoreError": "an error category",
+    "dpjax.clipping.ghost.Layer": "a NamedTuple record of the ghost pass",
+    "dpjax.clipping.ghost.conv3x3_patches": "traceable helper of the ghost paths (traced "
+                                            "under jit by cnn_clipped_sum and the Flax path)",
+    "dpjax.clipping.ghost.ghost_clipped_sum": ("the shared pass of mlp_clipped_sum / "
+                                               "cnn_clipped_sum and the Flax ghost path, "
+                                               "fuzzed through those"),
+    "dpjax.prng.bits_to_normal": "traceable map of standard_normal (every uint32 word valid)",
     "dpjax.audit.store.InvalidChunkWarning": "a warning category",
     # The canary audit pipeline's stages after the design: they take the trained
     # data, a ChunkStore or the arrays of the stage before, and check their spec,
@@ -665,6 +672,7 @@ def entries():
   from dpjax.audit import guard  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({"dpjax.audit.guard.ClaimCheck": "result record of check_claim",
                    "dpjax.audit.guard.default_claim": "takes no arguments"})
+  add(E("dpjax.audit.runner.seed_from_key", runner.seed_from_key, dict(key=_key)))
   add(E("dpjax.audit.guard.declared_thresholds", guard.declared_thresholds,
         dict(sampling_prob=0.5, noise_multiplier=2.0, num_steps=3, num_out=64),
         {"noise_multiplier": "pos", "num_out": "count"}))
@@ -812,6 +820,7 @@ def entries():
   add(E("dpjax.clipping.register", clipping.register,
         dict(kind="fuzz-test-kind", factory=clipping.path_for), {"kind": "pathlike"}))
   add(E("dpjax.clipping.path_for", clipping.path_for, dict(model=lr)))
+  add(E("dpjax.clipping.generic_path", clipping.generic_path, dict(model=lr)))
   add(E("dpjax.clipping.as_path", clipping.as_path, dict(clipping=clipping.path_for(lr).fn),
         {"clipping": "callable"}))
   bx, by, bw = x_nf[:4], y_n[:4], np.ones(4, np.float32)

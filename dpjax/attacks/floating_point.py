@@ -187,7 +187,7 @@ def normal_body_atoms() -> np.ndarray:
   `gaussian_update_reachable` never rules out. Cached (32 MB).
   """
   m = jnp.arange(1, _MANTISSAS - 1, dtype=jnp.uint32)
-  z = np.asarray(jax.jit(prng._bits_to_normal)(m << jnp.uint32(9)))  # pylint: disable=protected-access
+  z = np.asarray(jax.jit(prng.bits_to_normal)(m << jnp.uint32(9)))
   if not np.all(np.diff(z) >= 0):   # erfinv is increasing; its float32 rounding too
     z = np.sort(z)
   z.setflags(write=False)

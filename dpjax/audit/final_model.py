@@ -291,13 +291,13 @@ def _check_params(model, params, name="params"):
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
   models_lib.check_model(model)
   ref = jax.eval_shape(model.init, jax.random.key(0))
-  models_lib._check_params_like(params, ref, name)  # pylint: disable=protected-access
+  _validate.check_params_like(params, ref, name)
   return params
 
 
 def _check_labels(model, y, name, **shape):
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  check = models_lib._check_labels  # pylint: disable=protected-access
+  check = _validate.check_labels
   return check(y, name, model.num_outputs, **shape)
 
 
@@ -842,7 +842,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   from dpjax.audit import canary as canary_lib  # pylint: disable=g-import-not-at-top
   from dpjax.audit import runner  # pylint: disable=g-import-not-at-top
 
-  key = runner._check_key(key)  # pylint: disable=protected-access
+  key = _validate.check_key(key)
   _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
   models_lib.check_model(model)
   r = _validate.check_int(num_runs, "num_runs", minimum=4)
@@ -906,7 +906,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   if not finite.all():
     raise ValueError(f"{int((~finite).sum())} of {r} audited runs diverged (non-finite "
                      "parameters): lower cfg.learning_rate")
-  seeds = [runner._seed_from(s) for s in  # pylint: disable=protected-access
+  seeds = [runner.seed_from_key(s) for s in
            jax.random.split(k_seed, 2 * len(adversaries))]
   audits, wb = {}, {}
   for i, a in enumerate(adversaries):

@@ -235,7 +235,7 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   from dpjax import accounting, dpsgd, models  # pylint: disable=g-import-not-at-top
   from dpjax.audit import canary, estimators, runner, variants  # pylint: disable=g-import-not-at-top
 
-  key = runner._check_key(key)  # pylint: disable=protected-access
+  key = _validate.check_key(key)
   claim = default_claim() if claim is None else claim
   _validate.check_instance(claim, dpsgd.DpSgdConfig, "claim")
   if claim.privacy_unit != "example":

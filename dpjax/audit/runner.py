@@ -238,15 +238,9 @@ def _check_trial_counts(mode: str, r: int, k: int, what: str) -> None:
     raise ValueError(f"mode 'one_run' needs >= 2 canaries in all: {what} = {r} x {k}")
 
 
-def _check_key(key) -> jax.Array:
-  if not (isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-          and key.ndim == 0) and not (
-              isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,)):
-    raise TypeError(f"key must be one jax.random key, got {key!r:.80}")
-  return key
-
-
-def _seed_from(key) -> int:
+def seed_from_key(key: jax.Array) -> int:
+  """A NumPy seed in [0, 2^31 - 1) drawn from a JAX key (for host-side estimators)."""
+  key = _validate.check_key(key)
   return int(jax.random.randint(key, (), 0, 2**31 - 1))
 
 
@@ -323,7 +317,7 @@ def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int 
     >>> a.bounds["clopper_pearson"].epsilon_lower == perfect["clopper_pearson"].epsilon_lower
     True
   """
-  key = _check_key(key)
+  key = _validate.check_key(key)
   _validate.check_callable(train_fn, "train_fn")
   if score_fn is not None:
     _validate.check_callable(score_fn, "score_fn")
@@ -379,7 +373,7 @@ def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int 
     raise ValueError(f"{what} returned NaN scores ({int(nan.sum())} of {scores.size}; first: "
                      f"run {i}, canary {j}): no bound is computed from a failed run")
   bounds = bounds_from_trials(scores, bits, delta=delta, confidence=confidence, mode=mode,
-                              claimed_epsilon=claimed_epsilon, seed=_seed_from(k_seed))
+                              claimed_epsilon=claimed_epsilon, seed=seed_from_key(k_seed))
   return TrainingAudit(scores, bits, bounds, mode, delta, confidence, claimed_epsilon)
 
 
@@ -510,7 +504,7 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
   from dpjax.audit import canary as canary_lib  # pylint: disable=g-import-not-at-top
 
-  key = _check_key(key)
+  key = _validate.check_key(key)
   _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
   models_lib.check_model(model)
   mode = _validate.check_choice(mode, MODES, "mode")
@@ -578,7 +572,7 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
     raise ValueError(f"{int((~finite).sum())} of {r} audited runs diverged (non-finite "
                      "parameters): no epsilon lower bound is computed from them; lower "
                      "cfg.learning_rate")
-  seed_w, seed_b = (_seed_from(kk_) for kk_ in jax.random.split(k_seed))
+  seed_w, seed_b = (seed_from_key(kk_) for kk_ in jax.random.split(k_seed))
   delta = float(cfg.delta)
   white = black = None
   if k:

@@ -115,7 +115,10 @@ def register(kind: str, factory: Callable[[models_lib.Model], ClippingPath]) -> 
   path_for.cache_clear()
 
 
-def _generic_path(model: models_lib.Model) -> ClippingPath:
+def generic_path(model: models_lib.Model) -> ClippingPath:
+  """The path for any model: per-example gradients by vmap, two passes (norms, then the
+  clipped sum), for a model kind with no registered factory."""
+  models_lib.check_model(model)
   return ClippingPath(functools.partial(vmap.two_pass_clipped_grad_sum, model),
                       "vmap_two_pass", per_example_grad_memory=True)
 
@@ -129,7 +132,7 @@ def path_for(model: models_lib.Model) -> ClippingPath:
   """
   if not isinstance(model, models_lib.Model):
     raise TypeError(f"model must be a models.Model, got {type(model).__name__}")
-  return _FACTORIES.get(model.kind, _generic_path)(model)
+  return _FACTORIES.get(model.kind, generic_path)(model)
 
 
 def as_path(clipping: ClippingPath | ClippedSumFn) -> ClippingPath:
@@ -153,3 +156,6 @@ register("mlp", lambda m: ClippingPath(ghost.clipped_sum_fn(m), "ghost"))
 register("cnn", lambda m: ClippingPath(ghost.clipped_sum_fn(m), "ghost"))
 
 from dpjax.clipping import user  # noqa: E402,F401  (needs ClippingPath defined above)
+
+__all__ = ("ClippingPath", "as_path", "generic_path", "path_for", "register", "ghost", "glm",
+           "grid", "sqnorm", "user", "vmap")

@@ -76,7 +76,7 @@ ClippedSumFn = Callable[..., tuple[PyTree, jax.Array]]
 _CONV_MODES = ("auto", "materialise", "gram")
 
 
-class _Layer(NamedTuple):
+class Layer(NamedTuple):
   """What the ghost pass records about one linear layer (dense or conv)."""
   a: jax.Array             # its input: dense [B, I]; conv patches [B, P, K]
   z: jax.Array             # its pre-activation output (bias included): [B, O] / [B, P, O]
@@ -95,12 +95,12 @@ def _mlp_forward(params, x_BxF, probes):
     z = a @ layer["w"] + layer["b"][None, :]
     if probes is not None:
       z = z + probes[i]
-    recs.append(_Layer(a, z))
+    recs.append(Layer(a, z))
     a = jax.nn.relu(z) if i + 1 < len(layers) else z
   return a, recs
 
 
-def _patches(a_BxHxWxC: jax.Array) -> jax.Array:
+def conv3x3_patches(a_BxHxWxC: jax.Array) -> jax.Array:
   """3x3 SAME stride-1 patches [B, H*W, 9*C], ordered (kh, kw, c) like an HWIO kernel.
 
   Built from nine shifted views of the zero-padded input (pure data movement;
@@ -124,20 +124,20 @@ def _cnn_forward(params, x, probes, input_shape):
     # The convolution as im2col + one matmul: the patches are needed for the
     # per-example kernel gradients anyway, and XLA:CPU runs this faster than its
     # direct convolution (and much faster than the convolution's filter gradient).
-    patches = _patches(a)                                        # [B, P, 9*C]
+    patches = conv3x3_patches(a)                                        # [B, P, 9*C]
     z_flat = patches @ kernel.reshape(-1, o) + layer["b"][None, None, :]
     if probes is not None:
       z_flat = z_flat + probes[i]
     z = z_flat.reshape(bsz, hh, ww, o)
     # Recorded input: the backward pass never differentiates the record itself.
-    recs.append(_Layer(jax.lax.stop_gradient(patches), z_flat))
+    recs.append(Layer(jax.lax.stop_gradient(patches), z_flat))
     a = models_lib.avg_pool2(jax.nn.relu(z))
   a = a.reshape(a.shape[0], -1)
   d = params["dense"][0]
   z = a @ d["w"] + d["b"][None, :]
   if probes is not None:
     z = z + probes[len(params["conv"])]
-  recs.append(_Layer(a, z))
+  recs.append(Layer(a, z))
   return z, recs
 
 
@@ -184,8 +184,8 @@ def _outer_norm(a_BxI, asq_B, g_BxO, gsq_B, bias=True):
   return jnp.where((ng == 0) & (ma < jnp.inf), 0.0, na * ng)
 
 
-def _ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, l2_clip_norm,
-                       l2: float, conv_mode: str, flat_layer_params: Callable):
+def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, l2_clip_norm,
+                      l2: float, conv_mode: str, flat_layer_params: Callable):
   """The shared ghost pass: norms from (activations, output grads), then one matmul per layer."""
   x_BxF = jnp.asarray(x_BxF)
   y_B = jnp.asarray(y_B)
@@ -312,7 +312,7 @@ def mlp_clipped_sum(params: PyTree, x_BxF: jax.typing.ArrayLike, y_B: jax.typing
   num_outputs = jnp.shape(params["layers"][-1]["b"])[-1]
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=max(num_outputs, 2))
   _validate.check_clip_norm(l2_clip_norm)
-  return _ghost_clipped_sum(_mlp_forward, params, x_BxF, y_B, weights_B, l2_clip_norm,
+  return ghost_clipped_sum(_mlp_forward, params, x_BxF, y_B, weights_B, l2_clip_norm,
                             _validate.check_nonnegative(l2, "l2"), "auto", _mlp_unflatten)
 
 
@@ -346,7 +346,7 @@ def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.
     if math.prod(x.shape[1:]) != math.prod(shape):
       raise ValueError(f"x_BxF must hold {math.prod(shape)} values per example "
                        f"(input_shape {shape}), got shape {x.shape}")
-    return _ghost_clipped_sum(forward, params, x, y_B, weights_B, l2_clip_norm, l2, conv_mode,
+    return ghost_clipped_sum(forward, params, x, y_B, weights_B, l2_clip_norm, l2, conv_mode,
                               _cnn_unflatten)
 
   return fn

@@ -39,6 +39,7 @@ class FixedGradients(NamedTuple):
 
 
 def check_numeric(name, value) -> None:
+  """ValueError naming `name` unless value's dtype is real (bool, integer or floating)."""
   dtype = getattr(value, "dtype", None)
   if dtype is None:
     dtype = np.asarray(value).dtype

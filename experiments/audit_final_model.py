@@ -147,8 +147,8 @@ def _linear_expected(train_cfg, trials_per_side: int, confidence: float) -> floa
   Clopper-Pearson at the expected error counts of the split's evaluation half
   on `final_model.last_iterate_roc` (`estimators.best_certifiable`).
   """
-  thr, fpr, fnr = fm.last_iterate_roc(float(train_cfg.sampling_prob), float(train_cfg.noise_multiplier),
-                                      int(train_cfg.num_steps))
+  thr, fpr, fnr = fm.last_iterate_roc(float(train_cfg.sampling_prob),
+                                      float(train_cfg.noise_multiplier), int(train_cfg.num_steps))
   return float(estimators.best_certifiable(fpr, fnr, max(1, trials_per_side // 2),
                                            delta=float(train_cfg.delta),
                                            confidence=confidence).epsilon)

@@ -270,14 +270,15 @@ def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS,
     cfg = _cfg(n, q, steps, eps=1.0)
     r = _train(jax.random.fold_in(key, i), d, cfg, seeds)
     b = cfg.expected_batch_size
-    entry = {"q": q, "B": b, "steps": steps, "sigma": cfg.noise_multiplier, "sigma_over_b": cfg.noise_multiplier / b,
+    sigma = cfg.noise_multiplier
+    entry = {"q": q, "B": b, "steps": steps, "sigma": sigma, "sigma_over_b": sigma / b,
              "acc_mean": float(r["acc"].mean()), "acc_sd": float(r["acc"].std(ddof=1))}
     res[kind][f"{b:g}"] = entry
     if kind == "epochs":
-      rows_e.append([b, q, steps, cfg.noise_multiplier, cfg.noise_multiplier / b, entry["acc_mean"], entry["acc_sd"],
+      rows_e.append([b, q, steps, sigma, sigma / b, entry["acc_mean"], entry["acc_sd"],
                      LECTURE["batch_epochs"].get(int(round(b)))])
     else:
-      rows_s.append([b, q, steps, cfg.noise_multiplier, cfg.noise_multiplier / b, entry["acc_mean"], entry["acc_sd"],
+      rows_s.append([b, q, steps, sigma, sigma / b, entry["acc_mean"], entry["acc_sd"],
                      LECTURE["sigma_over_b"] if q == 0.05 else None])
   cols = ["B", "q", "T", "sigma", "sigma/B", "accuracy", "sd", "lecture"]
   t1 = _common.Table(f"Demo 4a: batch size at 20 epochs (cubic, n = 500, eps = 1, {seeds} seeds)",

@@ -158,7 +158,8 @@ def run(cfg: MiaConfig, out_dir: str, *, progress: bool = True, quiet: bool = Fa
       with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         w = dpsgd.train_many(jax.random.fold_in(k_train, i), x, y, jnp.asarray(keep),
-                             train_cfg, model, perf=dpsgd.PerformanceFlags(progress=False)).params["w"]
+                             train_cfg, model,
+                             perf=dpsgd.PerformanceFlags(progress=False)).params["w"]
     r, c = _row_metrics(name, w, x, y, keep, x_test, test.y_N, eps, delta)
     if eps is not None:
       r["sigma"] = train_cfg.noise_multiplier

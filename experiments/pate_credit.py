@@ -456,7 +456,8 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
   for i, eps in enumerate(epsilons):
     train_cfg = _dpsgd_config(n, eps, cfg)
     res = dpsgd.train_many(jax.random.fold_in(k_dp, i), x_priv, y_priv,
-                           jnp.ones((cfg.dpsgd_seeds, n), bool), train_cfg, model, perf=dpsgd.PerformanceFlags(progress=False))
+                           jnp.ones((cfg.dpsgd_seeds, n), bool), train_cfg, model,
+                           perf=dpsgd.PerformanceFlags(progress=False))
     accs = _accuracies(model, res.params, x_test, y_test)
     dp[eps] = {"accuracy": float(accs.mean()), "accuracy_std": float(accs.std()),
                "sigma": train_cfg.noise_multiplier, "epsilon": train_cfg.epsilon(),

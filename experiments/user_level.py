@@ -146,7 +146,8 @@ def _accuracy_part(cfg: UserLevelConfig, key) -> dict:
     cfgs = [_configs(cfg, n, train.num_users, e, audit=False)[unit] for e in levels]
     sigmas[unit] = [c.noise_multiplier for c in cfgs]
     extra = dict(sampler=cfgs[0].sampler(train.user_N)) if unit == "user" else {}
-    out = dpsgd.train_sweep(k_models, x, train.y_N, keep, cfgs, index, model, **extra, perf=dpsgd.PerformanceFlags(progress=False))
+    out = dpsgd.train_sweep(k_models, x, train.y_N, keep, cfgs, index, model, **extra,
+                            perf=dpsgd.PerformanceFlags(progress=False))
     w = np.asarray(out.params["w"], np.float64)
     pred = (w @ np.asarray(xt, np.float64).T) > 0
     a = np.mean(pred == yt[None, :], axis=1)
@@ -191,7 +192,8 @@ def _audit_part(cfg: UserLevelConfig, key) -> dict:
   for unit, k_unit in zip(UNITS, jax.random.split(k_models, len(UNITS))):
     c = _configs(cfg, n, num_users, cfg.audit_epsilon, audit=True)[unit]
     extra = dict(sampler=c.sampler(users)) if unit == "user" else {}
-    res = dpsgd.train_many(k_unit, x, y, jnp.asarray(keep), c, model, **extra, perf=dpsgd.PerformanceFlags(progress=False))
+    res = dpsgd.train_many(k_unit, x, y, jnp.asarray(keep), c, model, **extra,
+                           perf=dpsgd.PerformanceFlags(progress=False))
     finite = np.asarray(res.finite)
     score = np.asarray(res.params["w"], np.float64)[:, -1]
     s_in, s_out = score[:m][finite[:m]], score[m:][finite[m:]]

@@ -346,7 +346,12 @@ def likelihood_ratio_roc(values_J, pmf_in_J, pmf_out_J) -> tuple[np.ndarray, np.
 
   Args:
     values_J: float[J], evenly spaced and increasing (J >= 2).
-    pmf_in_J, pmf_out_J: float[J] probabilities (each summing to ~1).
+    pmf_in_J, pmf_out_J: float[J] probabilities, each summing to at most 1 (+1e-9).
+      A sum below 1 is a sub-probability whose missing mass sits off the grid on
+      the side that makes every test stronger (the pessimistic reading for
+      privacy): pmf_in's at V = +inf (never a false negative), pmf_out's at
+      V = -inf (never a false positive), e.g. a privacy-loss distribution's mass
+      at infinite loss.
   Returns:
     (thresholds_J, fpr_J, fnr_J): thresholds halfway between grid values,
     FPR = P_OUT(V > threshold), FNR = P_IN(V <= threshold), clipped to [0, 1].

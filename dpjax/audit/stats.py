@@ -169,8 +169,19 @@ def error_counts(scores_in_K, scores_out_K, thresholds_J):
 def check_scores(scores_K, name: str) -> np.ndarray:
   """Attack scores as a non-empty float64[K] without NaN (+-inf allowed).
 
+  Bool arrays are refused: a score is a real number (bools are usually labels or
+  guesses passed by mistake; pass them as floats if they really are the scores).
+
   Examples:
     >>> check_scores([0.5, float("inf")], "scores_in_K")
     array([0.5, inf])
+    >>> check_scores(np.array([True, False]), "scores_in_K")
+    Traceback (most recent call last):
+    ...
+    ValueError: scores_in_K must hold real-valued scores, got a bool array (labels?)
   """
+  if getattr(scores_K, "dtype", None) == np.bool_ or (
+      isinstance(scores_K, (list, tuple)) and scores_K
+      and all(isinstance(v, (bool, np.bool_)) for v in scores_K)):
+    raise ValueError(f"{name} must hold real-valued scores, got a bool array (labels?)")
   return _validate.check_array(scores_K, name, ndim=1, allow_inf=True, min_size=1)

@@ -235,6 +235,10 @@ def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,  # 
                            metadata={"help": help, "choices": choices, "flag": flag})
 
 
+# Seeds are int32-safe: experiments derive per-part seeds and keys from them.
+SEED_MAX = 2 ** 31 - 1
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
   """Base of every experiment's config: the seed, the only source of randomness.
@@ -242,10 +246,10 @@ class ExperimentConfig:
   Its `__post_init__` also checks every field declared with `option(choices=...)`
   (a string, or each string of a tuple), so subclasses only check the rest.
   """
-  seed: int = option(0, "Integer seed; the only source of randomness.")
+  seed: int = option(0, "Integer seed in [0, 2^31 - 1]; the only source of randomness.")
 
   def __post_init__(self):
-    check_int(self, "seed", minimum=0)
+    check_int(self, "seed", minimum=0, maximum=SEED_MAX)
     for f in dataclasses.fields(self):
       if f.metadata.get("choices") and getattr(self, f.name) is not None:
         check_choices(self, f.name, f.metadata["choices"])
@@ -266,13 +270,15 @@ def _is_real(x) -> bool:
       x, (bool, np.bool_))
 
 
-def check_int(cfg, name: str, minimum: int = 1) -> None:
-  """Raises ValueError unless cfg.<name> is an int >= minimum (or a non-empty tuple of them)."""
+def check_int(cfg, name: str, minimum: int = 1, maximum: int | None = None) -> None:
+  """Raises ValueError unless cfg.<name> is an int in [minimum, maximum] (or a non-empty
+  tuple of them)."""
   v, items, what = _values(cfg, name)
   if not all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-             and x >= minimum for x in items):
-    raise ValueError(f"{name} must be {what or 'an '}integer{'s' if what else ''} >= "
-                     f"{minimum}, got {v!r}")
+             and x >= minimum and (maximum is None or x <= maximum) for x in items):
+    bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    raise ValueError(f"{name} must be {what or 'an '}integer{'s' if what else ''} {bound}, "
+                     f"got {v!r}")
 
 
 def check_positive(cfg, *names: str, finite: bool = True) -> None:

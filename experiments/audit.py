@@ -72,7 +72,7 @@ import os
 import jax
 import numpy as np
 
-from dpjax import models
+from dpjax import accounting, models
 from dpjax.audit import run as audit_run
 from dpjax.audit import stats, store, variants
 from dpjax.data import canaries
@@ -139,6 +139,11 @@ class AuditConfig(_common.ExperimentConfig):
     _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
                         open_high=True)
     _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
+    for e in self.epsilons:          # each claimed eps needs a sigma in the supported range
+      try:
+        accounting.calibrate_noise(float(e), self.sampling_prob, self.num_steps, self.delta)
+      except ValueError as err:
+        raise ValueError(f"epsilons: {err}") from None
 
 
 def _spec(cfg: AuditConfig) -> audit_run.CanaryAuditSpec:

@@ -47,7 +47,9 @@ def _config_classes(module) -> list:
 # one stderr line must contain).
 _BAD_FLAGS = {
     "audit": [(["--trials", "7"], "--trials=7"), (["--epsilons", "-1"], "--epsilons"),
-              (["--variant", "bogus"], "--variant")],
+              (["--variant", "bogus"], "--variant"),
+              (["--epsilons", "1e6"], "already met"),         # no sigma in the range
+              (["--seed", str(2 ** 64)], "--seed")],
     "audit_bugs": [(["--trials", "1"], "trials"), (["--cases", "bogus"], "--cases")],
     "audit_coverage": [(["--trials", "1"], "--trials")],
     "audit_digits": [(["--runs", "1"], "runs")],

@@ -78,6 +78,15 @@ __all__ = [
 
 _CALIBRATIONS = ("analytic", "classic")
 
+# Below this eps, 2p - 1 is taken as tanh(eps / 2) (exact) instead of from p (which
+# loses digits as p -> 1/2 and is exactly 1/2 below eps ~ 1e-16).
+_RR_SMALL_EPS = 1e-4
+# The coarsest grid a release may use: gamma * k, |k| < 2^24, stays finite in float32.
+_MAX_GRID = 2.0 ** 100
+# Exact Gaussian tables cost ~0.15 ms an entry (mpmath); a release refuses one of
+# more entries than this (about 20 s) instead of building it for minutes.
+MAX_GAUSSIAN_TABLE_ENTRIES = 2 ** 17
+
 
 class InsecureNoiseWarning(UserWarning):
   """A mechanism was asked for float noise (secure=False), which leaks through its bits."""
@@ -164,7 +173,21 @@ def rr_estimate_rate(reports: jax.typing.ArrayLike, epsilon: float,
     raise ValueError("reports must have at least one report along `axis`")
   p = rr_truth_prob(epsilon)
   lam = jnp.mean(r, axis=axis)
-  return (lam - (1.0 - p)) / (2.0 * p - 1.0)
+  eps = float(epsilon)
+  if eps >= _RR_SMALL_EPS:
+    return (lam - (1.0 - p)) / (2.0 * p - 1.0)
+  # pi_hat = (lam - 1/2) / (2p - 1) + 1/2 with 2p - 1 = tanh(eps / 2): no cancellation.
+  t = _rr_gap(eps)
+  if 0.5 / t > 2.0 ** 100:
+    raise ValueError(f"epsilon = {epsilon!r} is too small for a float32 estimate: "
+                     f"1 / (2p - 1) = {1.0 / t:.3g} exceeds 2^100 (the estimate is "
+                     "unbiased only unclipped, so it can be that large)")
+  return (lam - 0.5) * jnp.float32(1.0 / t) + 0.5
+
+
+def _rr_gap(eps: float) -> float:
+  """2p - 1 = tanh(eps / 2) for randomized response with parameter eps (exact)."""
+  return math.tanh(eps / 2.0)
 
 
 def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
@@ -194,7 +217,17 @@ def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
   else:
     r = _validate.check_probability(rate, "rate")
     lam = p * r + (1 - p) * (1 - r)
-  return math.sqrt(lam * (1 - lam) / n) / (2 * p - 1)
+  eps = float(epsilon)
+  if eps >= _RR_SMALL_EPS:
+    return math.sqrt(lam * (1 - lam) / n) / (2 * p - 1)
+  t = _rr_gap(eps)
+  # lam (1 - lam) = 1/4 - (lam - 1/2)^2, and lam - 1/2 = t (r - 1/2) (or t / 2).
+  c = t * (0.5 if rate is None else r - 0.5)
+  sd = math.sqrt((0.25 - c * c) / n) / t if t > 0 else math.inf
+  if not math.isfinite(sd):
+    raise ValueError(f"epsilon = {epsilon!r} is too small: the sd, about "
+                     "1 / (2 sqrt(n) tanh(eps / 2)), overflows float64")
+  return sd
 
 
 def rr_posterior(prior: jax.typing.ArrayLike, epsilon: float,
@@ -278,6 +311,7 @@ def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: floa
   b = laplace_scale(epsilon, sensitivity)
   secure = _validate.check_bool(secure, "secure")
   if not secure:
+    _check_float_scale(b, "Laplace", epsilon, sensitivity)
     _warn_insecure("laplace_mechanism")
     return v + b * jax.random.laplace(key, v.shape, jnp.float32)
   gamma = (laplace_grid(epsilon, sensitivity) if grid is None
@@ -297,7 +331,33 @@ def laplace_grid(epsilon: float, sensitivity: float = 1.0) -> float:
   69 (b / gamma + d / eps) entries) small enough to build in seconds.
   """
   b = laplace_scale(epsilon, sensitivity)
-  return integer_noise.pow2_floor(max(float(sensitivity) / 2.0 ** 10, b / 2.0 ** 12))
+  return _check_default_grid(
+      integer_noise.pow2_floor(max(float(sensitivity) / 2.0 ** 10, b / 2.0 ** 12)),
+      "Laplace", epsilon, sensitivity, b)
+
+
+def _check_default_grid(gamma: float, kind: str, epsilon, sensitivity, scale) -> float:
+  """gamma if it is at most _MAX_GRID; else a ValueError naming the parameter to blame.
+
+  A noise scale this large (sensitivity or sensitivity / epsilon above ~2^110) has
+  no finite float32 release: gamma * k overflows for the |k| the noise reaches.
+  """
+  if gamma <= _MAX_GRID:
+    return gamma
+  name, value = (("sensitivity", sensitivity) if float(sensitivity) / 2.0 ** 10 > _MAX_GRID
+                 else ("epsilon", epsilon))
+  raise ValueError(f"{name} = {value!r}: the {kind} noise scale {scale:.3g} is beyond what a "
+                   f"float32 release can hold (its grid would be {gamma:.3g} > 2^100); "
+                   "rescale the query")
+
+
+def _check_float_scale(scale: float, kind: str, epsilon, sensitivity) -> None:
+  """The float32 (secure=False) release overflows when the noise scale exceeds 2^112."""
+  if scale > 2.0 ** 112:
+    name, value = (("sensitivity", sensitivity) if float(sensitivity) > 2.0 ** 112
+                   else ("epsilon", epsilon))
+    raise ValueError(f"{name} = {value!r}: the {kind} noise scale {scale:.3g} overflows "
+                     "a float32 release; rescale the query")
 
 
 def _warn_insecure(name: str) -> None:
@@ -405,12 +465,26 @@ def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: flo
   sigma = gaussian_sigma(epsilon, delta, sensitivity, calibration)
   secure = _validate.check_bool(secure, "secure")
   if not secure:
+    _check_float_scale(sigma, "Gaussian", epsilon, sensitivity)
     _warn_insecure("gaussian_mechanism")
     return v + sigma * jax.random.normal(key, v.shape, jnp.float32)
   sens = float(sensitivity)
-  gamma = gaussian_grid(sigma, sens) if grid is None else integer_noise.check_grid(grid)
+  if grid is None:
+    gamma = _check_default_grid(gaussian_grid(sigma, sens), "Gaussian", epsilon, sens, sigma)
+  else:
+    gamma = integer_noise.check_grid(grid)
   delta_grid = sens / gamma + math.sqrt(max(1, v.size))
-  noise = integer_noise.rounded_gaussian(sigma * delta_grid / sens)
+  s = sigma * delta_grid / sens
+  entries = 11.7 * s + 1          # the table's K + 1 (`integer_noise.rounded_gaussian`)
+  if entries > MAX_GAUSSIAN_TABLE_ENTRIES:
+    raise ValueError(
+        f"epsilon = {epsilon!r}, delta = {delta!r}: sigma = {sigma / sens:.5g} x sensitivity "
+        f"is {s:.4g} grid units, so the exact noise table needs about {entries:,.0f} entries, "
+        f"more than MAX_GAUSSIAN_TABLE_ENTRIES = {MAX_GAUSSIAN_TABLE_ENTRIES:,} (~0.15 ms "
+        f"each to build); rounding the value to the grid alone adds sqrt(d) = "
+        f"{math.sqrt(max(1, v.size)):.3g} grid units of sensitivity, so no grid brings it "
+        "below 11.7 sigma sqrt(d) / sensitivity; use a larger epsilon or delta")
+  noise = integer_noise.rounded_gaussian(s)
   return _release_on_grid(key, v, gamma, noise)
 
 
@@ -433,6 +507,8 @@ def gaussian_grid(sigma: float, sensitivity: float = 1.0) -> float:
 # Private selection.
 
 def _check_utilities(utilities) -> jax.Array:
+  # Sizes first: the checks below copy the array to float64.
+  _validate.check_size(math.prod(np.shape(utilities)), "utilities.size", 0, bytes_per_unit=8)
   _validate.check_array(utilities, "utilities")
   u = jnp.asarray(utilities, jnp.float32)
   if u.ndim == 0 or u.shape[-1] == 0:
@@ -496,6 +572,11 @@ def exponential_mechanism(key: jax.Array, utilities: jax.typing.ArrayLike,
   """
   u = _check_utilities(utilities)
   scale = _selection_scale(epsilon, sensitivity, monotonic)
+  if shape is not None:
+    # categorical draws float32 Gumbel noise of shape + (C,): size it before XLA does
+    # (an allocation that large aborts the process).
+    out = _validate.check_sizes(shape, "shape", 0)
+    _validate.check_size(math.prod(out), "prod(shape)", 0, bytes_per_unit=4, units=u.shape[-1])
   return jax.random.categorical(key, u / scale, axis=-1, shape=shape).astype(jnp.int32)
 
 

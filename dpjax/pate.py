@@ -449,10 +449,37 @@ def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
         continue
       lq, lq0 = stats.norm.logcdf((vp - t) / st), stats.norm.logsf((vp - t) / st)
       with np.errstate(over="ignore", invalid="ignore"):
-        log_s = np.logaddexp(lam * lp0 - a1 * lq0, lam * lp - a1 * lq + a1 * g) / a1
+        refuse = lam * lp0 - a1 * lq0
+        answer = lam * lp - a1 * lq + a1 * g
+      if vp == top:   # p(v') = p(v): exactly (1 - p) + p exp((lambda - 1) D_argmax)
+        refuse = np.where(np.isnan(refuse), lp0, refuse)
+        answer = np.where(np.isnan(answer), lp + a1 * g, answer)
+      else:
+        refuse = _resolve_tail_terms(refuse, lam, a1, top - t, vp - t)
+        answer = _resolve_tail_terms(answer, lam, a1, top - t, vp - t)
+      log_s = np.logaddexp(refuse, answer) / a1
       worst = np.maximum(worst, log_s)
     dep += np.minimum(np.maximum(worst, 0.0), per_ind)
   return PateRdp(lam, v.shape[0] * per_ind, dep, -1)
+
+
+def _resolve_tail_terms(term, lam, a1, d, dp):
+  """lambda log P(z) - (lambda - 1) log P(z') where both logs underflowed to -inf (NaN).
+
+  P is a Gaussian tail at z = d / sigma_t and z' = dp / sigma_t, both beyond ~1e154
+  (where log P = -z^2 / 2 overflows). Then the term is -(lambda d^2 - (lambda - 1)
+  dp^2) / (2 sigma_t^2) to leading order, at least 1e308 in size times the bracket
+  scaled by max(|d|, |dp|)^2: -inf when that bracket is clearly positive, and +inf
+  (the caller then charges the data-independent bound) when it is negative or too
+  close to 0 to tell in float64.
+  """
+  bad = np.isnan(term)
+  if not np.any(bad):
+    return term
+  scale = max(abs(d), abs(dp))
+  c = lam * (d / scale) ** 2 - a1 * (dp / scale) ** 2
+  resolved = np.where(c > 1e-9 * lam, -np.inf, np.inf)
+  return np.where(bad, resolved, term)
 
 
 def epsilon(orders, rdp_values, delta: float) -> float:

@@ -41,6 +41,7 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar, Protocol
 
 import jax
@@ -159,12 +160,19 @@ def default_batch_capacity(num_records: int, sampling_prob: float,
     100
   """
   from scipy import stats  # pylint: disable=g-import-not-at-top
-  n = _validate.check_int(num_records, "num_records")
-  q = _validate.check_sampling_prob(sampling_prob)
   m = _validate.check_int(num_models, "num_models")
+  # The engine holds an M x n membership mask (one byte per entry): a count whose
+  # mask cannot exist is refused here (Boost's binomial quantile search never
+  # returns for n near 2^63, and is NaN from 2^53).
+  n = _validate.check_size(num_records, "num_records", bytes_per_unit=1, units=m)
+  q = _validate.check_sampling_prob(sampling_prob)
   if q >= 1.0:
     return n
-  quantile = int(stats.binom.ppf(1.0 - _OVERFLOW_PROB / m, n, q))
+  quantile = float(stats.binom.ppf(1.0 - _OVERFLOW_PROB / m, n, q))
+  if not math.isfinite(quantile):
+    raise ValueError(f"num_records = {n} with sampling_prob = {q!r}: the binomial quantile "
+                     "is not computable in float64")
+  quantile = int(quantile)
   return int(min(n, max(8, -(-quantile // 8) * 8)))
 
 

@@ -51,6 +51,11 @@ _ACCOUNTANTS = ("rdp", "pld")
 _RDP_METHODS = ("balle2020", "classic")
 # calibrate_noise searches noise multipliers in this range.
 NOISE_MULTIPLIER_RANGE = (0.1, 1e6)
+# calibrate_noise's rtol: below 1e-12 the bracket would sit within a few float64
+# ulps of sigma (the old loop never ended at rtol = 5e-324).
+_RTOL_RANGE = (1e-12, 1.0)
+# Bisection steps: from the whole range to rtol = 1e-12 takes 45; the cap is a guard.
+_MAX_BISECTIONS = 200
 
 
 # ----------------------------------------------------------------------------
@@ -198,7 +203,7 @@ def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
     delta: in (0, 1).
     accountant: "rdp" or "pld".
     dataset_size: optional n; warns when delta >= 1/n.
-    rtol: relative precision of sigma (default 1e-4).
+    rtol: relative precision of sigma (default 1e-4), in [1e-12, 1).
     rdp_method: conversion for the RDP accountant.
   Returns:
     sigma (float).
@@ -216,7 +221,7 @@ def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
   d = _check_delta(delta, dataset_size)
   _validate.check_choice(accountant, _ACCOUNTANTS, "accountant")
   _validate.check_choice(rdp_method, _RDP_METHODS, "rdp_method")
-  rtol = _validate.check_probability(rtol, "rtol", open_low=True, open_high=True)
+  rtol = _validate.check_range(rtol, "rtol", *_RTOL_RANGE, open_high=True)
 
   def eps(s):
     return dpsgd_epsilon(s, q, steps, d, accountant, rdp_method=rdp_method)
@@ -244,8 +249,12 @@ def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
       raise ValueError(f"target_epsilon={target} is already met at noise_multiplier "
                        f"{s_min:g}, the lower end of the supported range")
     lo, hi = s_min, s_max
-  while hi / lo - 1.0 > rtol:
+  for _ in range(_MAX_BISECTIONS):
+    if hi / lo - 1.0 <= rtol:
+      break
     mid = math.sqrt(lo * hi)
+    if not lo < mid < hi:        # the bracket is down to adjacent floats
+      break
     if eps(mid) <= target:
       hi = mid
     else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import numpy as np
 from scipy import optimize, special
 
@@ -37,16 +38,55 @@ def gaussian_delta(epsilon, mu):
     mu: mu > 0, scalar or array broadcastable with `epsilon`.
   Returns:
     float64 array (or float) of delta, computed in log space so that large eps
-    does not overflow.
+    does not overflow. delta(inf) = 0, and an eps so large next to mu that
+    Phi(-eps/mu + mu/2) underflows gives 0 (the true delta is below 5e-324).
+    Where the two terms agree to more than 8 digits (mu below ~1e-8, or eps/mu in
+    the thousands), the difference is taken in mpmath at a precision set from mu
+    and the size of the terms, so a tiny mu keeps its relative accuracy (delta(0)
+    = erf(mu / sqrt 8) ~ 0.4 mu) instead of collapsing to 0.
+
+  Examples:
+    >>> gaussian_delta(float("inf"), 1.0), gaussian_delta(1e300, 1.0)
+    (0.0, 0.0)
+    >>> round(gaussian_delta(0.0, 1e-300) / 1e-300, 6)   # 1 / sqrt(2 pi)
+    0.398942
   """
   eps = _validate.check_array(epsilon, "epsilon", low=0.0, allow_inf=True)
   mu = _validate.check_array(mu, "mu", low=0.0, open_low=True)
-  a = special.log_ndtr(-eps / mu + mu / 2)
-  b = eps + special.log_ndtr(-eps / mu - mu / 2)
-  # exp(a) - exp(b) = exp(a) * (1 - exp(b - a)), b <= a always.
-  out = np.exp(a) * -np.expm1(np.minimum(b - a, 0.0))
+  with np.errstate(invalid="ignore", over="ignore"):
+    a = special.log_ndtr(-eps / mu + mu / 2)
+    b = eps + special.log_ndtr(-eps / mu - mu / 2)
+    gap = b - a
+    # exp(a) - exp(b) = exp(a) * (1 - exp(b - a)), b <= a always.
+    out = np.exp(a) * -np.expm1(np.minimum(gap, 0.0))
+  # delta <= exp(a): where a underflows to -inf (eps = inf among them) delta is 0;
+  # b - a would be -inf - (-inf) there.
+  out = np.where(a == -np.inf, 0.0, out)
+  lost = np.isfinite(a) & ~(np.abs(gap) >= 1e-8 * np.maximum(np.abs(a), 1.0))
+  if np.any(lost):
+    out = np.array(out, np.float64)
+    e_b, m_b, a_b = np.broadcast_arrays(eps, mu, a)
+    for i in np.argwhere(np.broadcast_to(lost, out.shape)):
+      i = tuple(i)
+      out[i] = _gaussian_delta_mp(float(e_b[i]), float(m_b[i]), float(a_b[i]))
   out = np.maximum(out, 0.0)
   return float(out) if out.ndim == 0 else out
+
+
+def _gaussian_delta_mp(eps: float, mu: float, log_term: float) -> float:
+  """delta(eps) of mu-GDP in mpmath, with enough bits for the cancellation.
+
+  The two terms Phi(-eps/mu + mu/2) and e^eps Phi(-eps/mu - mu/2) agree to about
+  log2(|log_term| / gap) bits, and gap is at least of order mu^2 / max(eps, 1)
+  relative (the derivative in mu), so 128 + log2(1 + |log_term|) + 4 log2(1/mu)
+  bits leave more than 64 after the subtraction.
+  """
+  prec = 128 + math.ceil(math.log2(1.0 + abs(log_term))) + 4 * max(0, math.ceil(-math.log2(mu)))
+  prec += math.ceil(math.log2(1.0 + eps))
+  with mpmath.workprec(prec):
+    e, m = mpmath.mpf(eps), mpmath.mpf(mu)
+    d = mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
+    return max(0.0, float(d))
 
 
 def gaussian_epsilon(delta: float, mu: float) -> float:

@@ -111,7 +111,12 @@ class _Pmf:
     """Rough rounding error of delta(epsilon): noise per point times points above eps."""
     if self.noise == 0.0:
       return 0.0
-    above = self.probs.size - max(0, min(self.probs.size, math.floor(epsilon / self.h) - self.offset))
+    # Clamped in float before the int conversion: eps / h is inf for eps near 1.8e308.
+    index = min(float(self.probs.size), max(0.0, math.floor(min(epsilon / self.h, 2.0 ** 62))
+                                              - float(self.offset)))
+    above = self.probs.size - int(index)
+    if above == 0:       # no grid point above eps: delta is the exact infinity mass
+      return 0.0
     return self.noise * math.sqrt(max(above, 1))
 
   @property

@@ -40,6 +40,7 @@ Examples:
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 from scipy import special
@@ -60,6 +61,21 @@ DEFAULT_ORDERS = np.unique(np.array(
 _TAIL_SIGMAS = 12.0      # integrate over [-12 sigma, alpha + 12 sigma]
 _POINTS_PER_STRIP = 48   # h = 2 pi d / 48 -> error ~ exp(-48 + 4.5) relative
 _END_DROP = 45.0         # the integrand at the range ends must be e^-45 below its peak
+
+# Work budget of `subsampled_gaussian_rdp`. The fractional-order grid spacing
+# scales as sigma^2 (`_frac_grid`), so its points grow as 1 / sigma^2: about 4e6
+# for the default orders at sigma = 0.02, 1.5e9 (tens of GiB) at sigma = 1e-3.
+# The integrand is evaluated at most _GRID_CHUNK points at a time (about 100 MB of
+# temporaries), and one call spends at most _GRID_BUDGET points on the default
+# ranges (cheapest orders first) plus _GRID_BUDGET on widened ranges (about 2 s
+# each). An order left over gets a proven upper bound from the exact integer
+# orders around it (`_log_a_frac_bound`): a tiny sigma costs a looser eps, never a
+# smaller one.
+_GRID_CHUNK = 2 ** 17
+_GRID_BUDGET = 2 ** 22
+# Integer orders above this get the Gaussian bound alpha / (2 sigma^2) (the exact
+# sum has alpha - 1 terms).
+_MAX_EXACT_INT_ORDER = 2 ** 20
 
 # The RDP -> (eps, delta) conversions.
 _METHODS = ("balle2020", "classic")
@@ -197,9 +213,14 @@ def _log_a_minus_1_int(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray
   edges = [0, 32, 128, 512, np.inf]
   sa = alphas[order]
   for lo, hi in zip(edges[:-1], edges[1:]):
-    sel = (sa > lo) & (sa <= hi)
-    if np.any(sel):
-      out[order[sel]] = _log_a_minus_1_int_block(q, sigma, sa[sel])
+    sel = np.flatnonzero((sa > lo) & (sa <= hi))
+    if sel.size:
+      # Rows in pieces so that the [rows, alpha_max] term matrix stays within
+      # _GRID_CHUNK entries (one row can reach _MAX_EXACT_INT_ORDER).
+      rows = max(1, _GRID_CHUNK // int(sa[sel[-1]]))
+      for k in range(0, sel.size, rows):
+        part = sel[k:k + rows]
+        out[order[part]] = _log_a_minus_1_int_block(q, sigma, sa[part])
   return out
 
 
@@ -264,16 +285,41 @@ def _log_integrand(q: float, sigma: float, z: np.ndarray, alpha) -> np.ndarray:
   return -0.5 * z * z / s2 + _log_f(x, log1px, alpha)
 
 
-def _log_a_minus_1_frac(q: float, sigma: float, alpha: float) -> float:
-  """log(A_alpha - 1) at one (fractional) alpha by the trapezoid rule in log space."""
+def _grid_log_sum(q: float, sigma: float, lo: float, h: float, n: int,
+                  alpha: float) -> tuple[float, float, float, float]:
+  """(logsumexp g, g[0], g[-1], max g) of g on z_j = lo + j h, j < n, in chunks."""
+  if n <= _GRID_CHUNK:
+    g = _log_integrand(q, sigma, lo + h * np.arange(n), alpha)
+    return float(special.logsumexp(g)), float(g[0]), float(g[-1]), float(np.max(g))
+  sums, first, last, top = [], 0.0, 0.0, -np.inf
+  for j0 in range(0, n, _GRID_CHUNK):
+    g = _log_integrand(q, sigma, lo + h * np.arange(j0, min(n, j0 + _GRID_CHUNK)), alpha)
+    first = float(g[0]) if j0 == 0 else first
+    last = float(g[-1])
+    top = max(top, float(np.max(g)))
+    sums.append(special.logsumexp(g))
+  return float(special.logsumexp(sums)), first, last, top
+
+
+def _log_a_minus_1_frac(q: float, sigma: float, alpha: float,
+                        max_points: Optional[int] = None) -> Optional[float]:
+  """log(A_alpha - 1) at one (fractional) alpha by the trapezoid rule in log space.
+
+  Returns None when the grids tried (the range is widened until the integrand is
+  negligible at both ends) would add up to more than `max_points` points
+  (default _GRID_BUDGET); the caller then bounds the order instead.
+  """
+  budget = _GRID_BUDGET if max_points is None else max_points
   lo, hi, h = _frac_grid(sigma, alpha)
+  work = 0
   for _ in range(8):
     n = int(math.ceil((hi - lo) / h)) + 1
-    z = lo + h * np.arange(n)
-    g = _log_integrand(q, sigma, z, alpha)
-    g_max = np.max(g)
+    work += n
+    if work > budget:
+      return None
+    total, g_first, g_last, g_max = _grid_log_sum(q, sigma, lo, h, n, alpha)
     # The integrand must be negligible at both ends; widen the range if not.
-    ok_lo, ok_hi = g[0] < g_max - _END_DROP, g[-1] < g_max - _END_DROP
+    ok_lo, ok_hi = g_first < g_max - _END_DROP, g_last < g_max - _END_DROP
     if ok_lo and ok_hi:
       break
     if not ok_lo:
@@ -284,17 +330,15 @@ def _log_a_minus_1_frac(q: float, sigma: float, alpha: float) -> float:
     raise ValueError(f"subsampled_gaussian_rdp: integration range failed to converge "
                      f"(q={q}, sigma={sigma}, alpha={alpha})")
   log_norm = -0.5 * math.log(2.0 * math.pi * sigma * sigma)
-  return float(special.logsumexp(g) + math.log(h) + log_norm)
+  return total + math.log(h) + log_norm
 
 
-def _log_a_minus_1_frac_many(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
-  """`_log_a_minus_1_frac` for many orders at once (one concatenated grid).
+def _log_a_minus_1_frac_segments(q: float, sigma: float, alphas: np.ndarray, grids,
+                                 counts: np.ndarray) -> np.ndarray:
+  """The default-range quadrature of several orders on one concatenated grid.
 
-  Orders whose integrand is not negligible at the ends of the default range are
-  redone one by one with a widened range (never silently truncated).
+  Returns float64[A], NaN where the integrand is not negligible at the range ends.
   """
-  grids = [_frac_grid(sigma, float(a)) for a in alphas]
-  counts = np.array([int(math.ceil((hi - lo) / h)) + 1 for lo, hi, h in grids])
   starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
   seg = np.repeat(np.arange(alphas.size), counts)
   local = np.arange(counts.sum()) - starts[seg]
@@ -307,9 +351,79 @@ def _log_a_minus_1_frac_many(q: float, sigma: float, alphas: np.ndarray) -> np.n
   log_norm = -0.5 * math.log(2.0 * math.pi * sigma * sigma)
   out = total + np.log(h) + log_norm
   ends_ok = (g[starts] < g_max - _END_DROP) & (g[starts + counts - 1] < g_max - _END_DROP)
-  for j in np.flatnonzero(~ends_ok):
-    out[j] = _log_a_minus_1_frac(q, sigma, float(alphas[j]))
+  return np.where(ends_ok, out, np.nan)
+
+
+def _log_a_minus_1_frac_many(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
+  """`_log_a_minus_1_frac` for many orders at once (concatenated grids).
+
+  Orders whose integrand is not negligible at the ends of the default range are
+  redone one by one with a widened range (never silently truncated). The work is
+  capped (module constants `_GRID_CHUNK`, `_GRID_BUDGET`): the cheapest orders are
+  done first, and an order beyond the budget comes back as NaN, for the caller to
+  replace by an upper bound.
+  """
+  grids = [_frac_grid(sigma, float(a)) for a in alphas]
+  counts = np.array([int(math.ceil((hi - lo) / h)) + 1 for lo, hi, h in grids])
+  by_cost = np.argsort(counts, kind="stable")
+  affordable = by_cost[np.cumsum(counts[by_cost]) <= _GRID_BUDGET]
+  out = np.full(alphas.size, np.nan)
+  redo = [int(j) for j in affordable if counts[j] > _GRID_CHUNK]
+  small = np.sort(affordable[counts[affordable] <= _GRID_CHUNK])
+  # Consecutive pieces of at most _GRID_CHUNK points (one piece for ordinary sigma).
+  piece_of = np.cumsum(counts[small]) // (_GRID_CHUNK + 1) if small.size else small
+  for p in np.unique(piece_of):
+    idx = small[piece_of == p]
+    out[idx] = _log_a_minus_1_frac_segments(q, sigma, alphas[idx], [grids[j] for j in idx],
+                                            counts[idx])
+  redo += [int(j) for j in small if np.isnan(out[j])]
+  left = _GRID_BUDGET
+  for j in sorted(redo, key=lambda k: counts[k]):
+    v = _log_a_minus_1_frac(q, sigma, float(alphas[j]), max_points=left)
+    if v is None:
+      break
+    out[j] = v
+    left -= int(counts[j])
   return out
+
+
+def _log_a_from_log_a_minus_1(log_am1: np.ndarray) -> np.ndarray:
+  """log A from log(A - 1), stable in both regimes."""
+  return np.where(log_am1 > 0, log_am1 + np.log1p(np.exp(-np.abs(log_am1))),
+                  np.log1p(np.exp(np.minimum(log_am1, 0.0))))
+
+
+def _log_a_int(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
+  """log A_alpha at integer alphas >= 2: exact up to _MAX_EXACT_INT_ORDER, then the
+  Gaussian bound alpha (alpha - 1) / (2 sigma^2) (subsampling never increases
+  the Renyi divergence, which is jointly quasi-convex)."""
+  out = alphas * (alphas - 1.0) / (2.0 * sigma * sigma)
+  exact = alphas <= _MAX_EXACT_INT_ORDER
+  if np.any(exact):
+    out[exact] = _log_a_from_log_a_minus_1(_log_a_minus_1_int(q, sigma, alphas[exact]))
+  return out
+
+
+def _log_a_frac_bound(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
+  """Upper bounds on log A_alpha at fractional alphas, from the integer orders around.
+
+  log A_alpha = log E[(1 - q + q Y)^alpha] is convex in alpha (Hoelder), and
+  log A_1 = 0, so for k < alpha < k + 1
+
+      log A_alpha <= (k + 1 - alpha) log A_k + (alpha - k) log A_{k + 1},
+
+  which is also at most (alpha - 1) rho(k + 1) (rho is nondecreasing in the order).
+  The smaller of this and the Gaussian bound alpha (alpha - 1) / (2 sigma^2) is
+  returned (the latter is the tighter one when sigma is tiny and alpha near k + 1/2).
+  """
+  k = np.floor(alphas)
+  ints = np.unique(np.concatenate([k[k >= 2], k + 1.0]))
+  table = dict(zip(ints.tolist(), _log_a_int(q, sigma, ints).tolist()))
+  table[1.0] = 0.0
+  la_k = np.array([table[v] for v in k.tolist()])
+  la_k1 = np.array([table[v] for v in (k + 1.0).tolist()])
+  return np.minimum((k + 1.0 - alphas) * la_k + (alphas - k) * la_k1,
+                    alphas * (alphas - 1.0) / (2.0 * sigma * sigma))
 
 
 def subsampled_gaussian_rdp(sampling_prob: float, noise_multiplier: float,
@@ -319,6 +433,13 @@ def subsampled_gaussian_rdp(sampling_prob: float, noise_multiplier: float,
   Each record is included independently with probability q, the sum has L2
   sensitivity 1 (clip norm C) and gets N(0, sigma^2 C^2) noise. Neighbours add or
   remove one record. Exact at integer and fractional orders; never drops an order.
+
+  Bounded work: for very small sigma (below about 0.02 at the default orders) the
+  fractional-order quadrature would need more than `_GRID_BUDGET` points; the
+  orders it cannot afford (the largest first) get the upper bound of
+  `_log_a_frac_bound` (log-convex interpolation between the exact integer
+  orders), and integer orders above `_MAX_EXACT_INT_ORDER` get
+  alpha / (2 sigma^2). Every value returned is exact or an upper bound.
 
   Args:
     sampling_prob: q in (0, 1].
@@ -337,14 +458,16 @@ def subsampled_gaussian_rdp(sampling_prob: float, noise_multiplier: float,
   if q == 1.0:
     return a / (2.0 * sigma * sigma)
   is_int = a == np.round(a)
-  log_am1 = np.empty_like(a)
+  log_a = np.empty_like(a)
   if np.any(is_int):
-    log_am1[is_int] = _log_a_minus_1_int(q, sigma, a[is_int])
+    log_a[is_int] = _log_a_int(q, sigma, a[is_int])
   if np.any(~is_int):
-    log_am1[~is_int] = _log_a_minus_1_frac_many(q, sigma, a[~is_int])
-  # rho = log1p(A - 1) / (alpha - 1), from log(A - 1), stable in both regimes.
-  log_a = np.where(log_am1 > 0, log_am1 + np.log1p(np.exp(-np.abs(log_am1))),
-                   np.log1p(np.exp(np.minimum(log_am1, 0.0))))
+    frac = np.flatnonzero(~is_int)
+    la = _log_a_from_log_a_minus_1(_log_a_minus_1_frac_many(q, sigma, a[frac]))
+    missing = np.isnan(la)
+    if np.any(missing):
+      la[missing] = _log_a_frac_bound(q, sigma, a[frac[missing]])
+    log_a[frac] = la
   return log_a / (a - 1.0)
 
 

@@ -1,0 +1,237 @@
+"""Valid but extreme inputs: a correct finite number or a ValueError naming the parameter.
+
+Each case here once hung, allocated gigabytes, aborted the process or returned NaN /
+inf. The inputs are the extreme ones themselves, and each check is cheap by
+construction (bounded work in the code under test), so no timing asserts.
+"""
+
+import math
+import warnings
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+from absl.testing import absltest, parameterized
+from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
+from scipy import stats
+
+from dpjax import accounting, mechanisms, pate, sampling
+from dpjax.accounting import gdp, rdp
+
+
+class RdpTinySigmaTest(parameterized.TestCase):
+  """subsampled_gaussian_rdp caps its quadrature and bounds the orders it skips."""
+
+  @parameterized.parameters(1e-3, 1e-4)
+  def test_dpsgd_epsilon_finite_and_above_the_gaussian_closed_form(self, sigma):
+    # Before: sigma = 1e-3 tried to allocate 11.3 GiB, 1e-4 1.1 TiB.
+    eps = accounting.dpsgd_epsilon(sigma, 0.01, 1000, 1e-5)
+    self.assertTrue(math.isfinite(eps))
+    # At order 1.5 the quadrature is skipped and the bound is the Gaussian
+    # 1.5 / (2 sigma^2); dp_accounting's series is a hair below it (its optimum is
+    # also at 1.5): ours is never smaller, and within 1e-6 relative.
+    orders = [1.5, 2.0, 3.0, 8.0]
+    ours = accounting.dpsgd_epsilon(sigma, 0.01, 1000, 1e-5, orders=orders)
+    acct = dp_rdp.RdpAccountant(orders)
+    acct.compose(dp_accounting.PoissonSampledDpEvent(
+        0.01, dp_accounting.GaussianDpEvent(sigma)), 1000)
+    ref = acct.get_epsilon(1e-5)
+    self.assertGreaterEqual(ours, ref * (1 - 1e-12))
+    self.assertLess(ours, ref * (1 + 1e-6))
+
+  def test_fallback_never_below_the_exact_curve(self):
+    sigma, q = 0.05, 0.01
+    exact = rdp.subsampled_gaussian_rdp(q, sigma, rdp.DEFAULT_ORDERS)
+    budget = rdp._GRID_BUDGET
+    try:
+      rdp._GRID_BUDGET = 2 ** 15        # forces the bound on most fractional orders
+      bounded = rdp.subsampled_gaussian_rdp(q, sigma, rdp.DEFAULT_ORDERS)
+    finally:
+      rdp._GRID_BUDGET = budget
+    is_int = rdp.DEFAULT_ORDERS == np.round(rdp.DEFAULT_ORDERS)
+    np.testing.assert_array_equal(bounded[is_int], exact[is_int])
+    self.assertTrue(np.all(bounded >= exact * (1 - 1e-12)))
+    self.assertGreater(np.sum(bounded > exact * (1 + 1e-9)), 10)  # the bound was used
+    e_exact = rdp.rdp_to_epsilon(rdp.DEFAULT_ORDERS, 100 * exact, 1e-5)[0]
+    e_bound = rdp.rdp_to_epsilon(rdp.DEFAULT_ORDERS, 100 * bounded, 1e-5)[0]
+    self.assertGreaterEqual(e_bound, e_exact)
+
+  def test_rdp_and_pld_agree_in_order_at_tiny_sigma(self):
+    # PLD (tight) must stay below the RDP upper bound; both finite.
+    e_rdp = accounting.dpsgd_epsilon(1e-3, 0.01, 1000, 1e-5, accountant="rdp")
+    e_pld = accounting.dpsgd_epsilon(1e-3, 0.01, 1000, 1e-5, accountant="pld")
+    self.assertTrue(math.isfinite(e_pld))
+    self.assertLessEqual(e_pld, e_rdp)
+
+  def test_huge_integer_order_gets_the_gaussian_bound(self):
+    big = float(rdp._MAX_EXACT_INT_ORDER * 4)
+    out = rdp.subsampled_gaussian_rdp(0.01, 1.0, [2.0, big])
+    self.assertEqual(out[1], big / 2.0)
+    self.assertAlmostEqual(out[0], rdp.subsampled_gaussian_rdp(0.01, 1.0, [2.0])[0])
+
+
+
+class CalibrateNoiseTest(absltest.TestCase):
+
+  def test_rtol_below_the_floor_is_refused_by_name(self):
+    # Before: rtol = 5e-324 never ended (the bracket stalls at adjacent floats).
+    for rtol in (5e-324, 1e-13, 0.0, 1.0):
+      with self.assertRaisesRegex(ValueError, "rtol"):
+        accounting.calibrate_noise(1.0, 0.01, 100, 1e-5, rtol=rtol)
+
+  def test_smallest_rtol_meets_the_target_and_is_minimal(self):
+    sigma = accounting.calibrate_noise(1.0, 0.01, 100, 1e-5, rtol=1e-12)
+    self.assertLessEqual(accounting.dpsgd_epsilon(sigma, 0.01, 100, 1e-5), 1.0)
+    self.assertGreater(accounting.dpsgd_epsilon(sigma * (1 - 1e-9), 0.01, 100, 1e-5), 1.0)
+
+
+class GaussianMechanismTest(absltest.TestCase):
+
+  def test_sigma_at_vanishing_epsilon_is_the_zero_epsilon_limit(self):
+    # delta(0) = 2 Phi(mu / 2) - 1 = delta  =>  mu = 2 Phi^-1((1 + delta) / 2).
+    mu0 = 2.0 * float(mpmath.sqrt(2) * mpmath.erfinv(mpmath.mpf(1e-5)))
+    self.assertAlmostEqual(mechanisms.gaussian_sigma(1e-300, 1e-5) * mu0, 1.0, places=9)
+
+  def test_release_at_vanishing_epsilon_is_a_named_error(self):
+    # Before: > 20 s (a 481,000-entry mpmath table) before any answer.
+    with self.assertRaisesRegex(ValueError, "^epsilon = 1e-300.*MAX_GAUSSIAN_TABLE_ENTRIES"):
+      mechanisms.gaussian_mechanism(jax.random.key(0), 0.0, 1e-300, 1e-5)
+
+  def test_ordinary_release_unchanged(self):
+    x = mechanisms.gaussian_mechanism(jax.random.key(0), jnp.zeros(3), 1.0, 1e-5)
+    self.assertTrue(np.all(np.isfinite(np.asarray(x))))
+
+
+class LaplaceMechanismTest(absltest.TestCase):
+
+  def test_huge_sensitivity_is_a_named_error(self):
+    # Before: -inf (the default grid was 2^986, inf in float32), both modes.
+    key = jax.random.key(0)
+    with self.assertRaisesRegex(ValueError, "^sensitivity = 1e\\+300"):
+      mechanisms.laplace_mechanism(key, 0.0, 1.0, sensitivity=1e300)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", mechanisms.InsecureNoiseWarning)
+      with self.assertRaisesRegex(ValueError, "^sensitivity = 1e\\+300"):
+        mechanisms.laplace_mechanism(key, 0.0, 1.0, sensitivity=1e300, secure=False)
+    with self.assertRaisesRegex(ValueError, "^epsilon = 1e-300"):
+      mechanisms.laplace_mechanism(key, 0.0, 1e-300)
+    with self.assertRaisesRegex(ValueError, "^sensitivity = 1e\\+300"):
+      mechanisms.gaussian_mechanism(key, 0.0, 1.0, 1e-5, sensitivity=1e300)
+
+  def test_largest_allowed_scale_stays_finite(self):
+    x = mechanisms.laplace_mechanism(jax.random.key(0), 0.0, 1.0, sensitivity=2.0 ** 100)
+    self.assertTrue(np.isfinite(float(x)))
+
+
+class RandomizedResponseTest(absltest.TestCase):
+
+  def test_estimate_at_tiny_epsilon(self):
+    # 2p - 1 = tanh(eps / 2): pi_hat = (lam - 1/2) / tanh(eps / 2) + 1/2.
+    reports = jnp.array([1, 0, 1, 1])
+    est = float(mechanisms.rr_estimate_rate(reports, 1e-20))
+    self.assertAlmostEqual(est / (0.25 / math.tanh(5e-21) + 0.5), 1.0, places=6)
+    self.assertEqual(float(mechanisms.rr_estimate_rate(jnp.array([1, 0]), 1e-20)), 0.5)
+    # Before: inf at eps = 1e-300; the estimate is ~1e300, beyond float32.
+    with self.assertRaisesRegex(ValueError, "^epsilon = 1e-300"):
+      mechanisms.rr_estimate_rate(reports, 1e-300)
+
+  def test_estimate_std_at_tiny_epsilon(self):
+    # Before: ZeroDivisionError. Fixed bits: sd = sqrt(p (1 - p) / n) / (2p - 1).
+    sd = mechanisms.rr_estimate_std(100, 1e-300)
+    self.assertAlmostEqual(sd / (0.05 / math.tanh(5e-301)), 1.0, places=12)
+    with self.assertRaisesRegex(ValueError, "^epsilon"):
+      mechanisms.rr_estimate_std(100, 5e-324)
+
+  def test_ordinary_epsilon_keeps_the_old_formula(self):
+    reports = jnp.array([1, 0, 1, 1])
+    p = mechanisms.rr_truth_prob(1.0)
+    lam = jnp.mean(reports.astype(jnp.float32))
+    self.assertEqual(float(mechanisms.rr_estimate_rate(reports, 1.0)),
+                     float((lam - (1.0 - p)) / (2.0 * p - 1.0)))
+
+
+class SizesTest(absltest.TestCase):
+
+  def test_batch_capacity_of_an_impossible_dataset(self):
+    # Before: hung in Boost's binomial quantile search.
+    with self.assertRaisesRegex(ValueError, "^num_records"):
+      sampling.default_batch_capacity(2 ** 63 - 1, 0.5)
+    n = 10 ** 9
+    k = sampling.default_batch_capacity(n, 1e-6)
+    self.assertEqual(k, -(-int(stats.binom.ppf(0.975, n, 1e-6)) // 8) * 8)
+
+  def test_exponential_mechanism_with_too_many_candidates(self):
+    # Before: the process aborted inside XLA (shape) / a 7 TiB MemoryError (utilities).
+    key = jax.random.key(0)
+    with self.assertRaisesRegex(ValueError, "^shape"):
+      mechanisms.exponential_mechanism(key, jnp.zeros(3), 1.0, shape=(10 ** 12,))
+    huge = np.broadcast_to(np.float32(0.0), (10 ** 12,))   # no memory of its own
+    with self.assertRaisesRegex(ValueError, "^utilities"):
+      mechanisms.exponential_mechanism(key, huge, 1.0)
+    out = mechanisms.exponential_mechanism(key, jnp.array([0.0, 50.0]), 10.0, shape=(5,))
+    self.assertEqual(np.asarray(out).tolist(), [1] * 5)
+
+
+class DeltaAtExtremesTest(parameterized.TestCase):
+
+  @parameterized.parameters(math.inf, 1e300, 1.7e308)
+  def test_gaussian_delta_at_huge_epsilon_is_zero(self, eps):
+    # Before: NaN.
+    self.assertEqual(gdp.gaussian_delta(eps, 1.0), 0.0)
+    self.assertEqual(accounting.gaussian_delta(eps, 1e-300), 0.0)
+
+  def test_gaussian_delta_at_tiny_mu(self):
+    # delta(0) = erf(mu / sqrt 8) ~ mu / sqrt(2 pi); delta(eps = mu) by mpmath.
+    self.assertAlmostEqual(gdp.gaussian_delta(0.0, 1e-300) / (1e-300 / math.sqrt(2 * math.pi)),
+                           1.0, places=12)
+    with mpmath.workprec(4000):
+      e = m = mpmath.mpf(1e-300)
+      ref = float(mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2))
+    self.assertAlmostEqual(gdp.gaussian_delta(1e-300, 1e-300) / ref, 1.0, places=12)
+    self.assertEqual(gdp.gaussian_delta(1.0, 1e-300), 0.0)   # Phi(-1e300): below 5e-324
+
+  def test_gaussian_delta_ordinary_values_unchanged(self):
+    self.assertAlmostEqual(gdp.gaussian_delta(0.0, 1.0), 2 * stats.norm.cdf(0.5) - 1, places=15)
+    ours = gdp.gaussian_delta(np.array([0.5, 1.0, 3.0]), 1.0)
+    ref = stats.norm.cdf(-np.array([0.5, 1.0, 3.0]) + 0.5) - np.exp([0.5, 1.0, 3.0]) * (
+        stats.norm.cdf(-np.array([0.5, 1.0, 3.0]) - 0.5))
+    np.testing.assert_allclose(ours, ref, rtol=1e-12)
+
+  @parameterized.parameters("rdp", "pld")
+  def test_accountant_delta_at_huge_epsilon(self, kind):
+    # Before (pld): OverflowError at 1.7e308. Answer 0, or PLD's truncated mass.
+    acct = accounting.Accountant(kind).compose_laplace(1.0, count=3)
+    self.assertEqual(acct.delta(1.7e308), 0.0)
+    acct = accounting.Accountant(kind).compose_subsampled_gaussian(1.0, 0.01, count=100)
+    for eps in (1e300, 1.7e308):
+      d = acct.delta(eps)
+      self.assertTrue(0.0 <= d < 1e-15)
+
+
+class ConfidentGnmaxTest(absltest.TestCase):
+  """Thresholds so far out that the Gaussian tails underflow (before: NaN)."""
+
+  _V = [[240.0, 10.0], [130.0, 120.0]]
+  _ORDERS = [2.0, 8.0, 64.0]
+
+  def _dep(self, threshold, sigma_threshold=150.0):
+    return pate.confident_gnmax_rdp(self._V, threshold=threshold, sigma_threshold=sigma_threshold,
+                                    sigma=40.0, orders=self._ORDERS).data_dependent
+
+  def test_never_answered_costs_nothing(self):
+    np.testing.assert_array_equal(self._dep(1e300), 0.0)
+
+  def test_always_answered_costs_the_argmax(self):
+    g = sum(pate.gnmax_rdp_data_dependent(np.array(r), 40.0, np.array(self._ORDERS))
+            for r in self._V)
+    np.testing.assert_allclose(self._dep(-1e300), g, rtol=1e-12)
+
+  def test_noiseless_check_between_votes_is_infinite(self):
+    # p(240) = 0 but p(241) = 1: an unbounded divergence, reported as inf.
+    self.assertTrue(np.all(np.isinf(self._dep(240.5, 1e-300))))
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -65,7 +65,7 @@ PyTree = Any
 
 def _law(mean_runs, shape) -> tuple[float, float]:
   mu = _validate.check_range(mean_runs, "mean_runs", 1.0)
-  eta = rdp._repeat_shape(shape)  # pylint: disable=protected-access
+  eta = rdp.repeat_shape(shape)
   return mu, eta
 
 

@@ -342,6 +342,10 @@ def entries():
   add(E("dpjax.accounting.pld.gaussian_pld", pld.gaussian_pld,
         dict(noise_multiplier=1.0, sampling_prob=0.5, sensitivity=1.0,
              value_discretization=1e-3, tail_mass=1e-15)))
+  add(E("dpjax.accounting.pld.finite_output_pld", pld.finite_output_pld,
+        dict(log_probs_in_K=np.log([0.75, 0.25]), log_probs_out_K=np.log([0.25, 0.75]),
+             value_discretization=1e-3),
+        {"log_probs_in_K": "array", "log_probs_out_K": "array", "value_discretization": "pos"}))
   add(E("dpjax.accounting.pld.laplace_pld", pld.laplace_pld,
         dict(scale=1.0, sensitivity=1.0, value_discretization=1e-3)))
   add(E("dpjax.accounting.pld.randomized_response_pld", pld.randomized_response_pld,
@@ -375,6 +379,8 @@ def entries():
   # ---- repeat-and-select (private hyperparameter tuning) and dpjax.tuning
   from dpjax import tuning  # pylint: disable=g-import-not-at-top
   rs_kinds = {"mean_runs": "pos", "shape": "realinf"}
+  add(E("dpjax.accounting.rdp.repeat_shape", rdp.repeat_shape, dict(shape=2.0),
+        {"shape": "realinf"}))
   add(E("dpjax.accounting.rdp.repeat_and_select_rdp", rdp.repeat_and_select_rdp,
         dict(orders=orders, rdp_values=rdp_vals, mean_runs=5.0, shape=1.0),
         {"orders": "array", "rdp_values": "arrayinf", **rs_kinds}))

@@ -52,10 +52,8 @@ _RDP_METHODS = ("balle2020", "classic")
 # calibrate_noise searches noise multipliers in this range.
 NOISE_MULTIPLIER_RANGE = (0.1, 1e6)
 # calibrate_noise's rtol: below 1e-12 the bracket would sit within a few float64
-# ulps of sigma (the old loop never ended at rtol = 5e-324).
+# ulps of sigma (a smaller rtol cannot be met in float64).
 _RTOL_RANGE = (1e-12, 1.0)
-# Bisection steps: from the whole range to rtol = 1e-12 takes 45; the cap is a guard.
-_MAX_BISECTIONS = 200
 
 
 # ----------------------------------------------------------------------------
@@ -171,7 +169,7 @@ def tuned_dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps
   steps = _validate.check_int(num_steps, "num_steps")
   d = _check_delta(delta)
   mu = _validate.check_range(mean_runs, "mean_runs", 1.0)
-  eta = rdp._repeat_shape(shape)  # pylint: disable=protected-access
+  eta = rdp.repeat_shape(shape)
   _validate.check_choice(accountant, _ACCOUNTANTS, "accountant")
   _validate.check_choice(rdp_method, _RDP_METHODS, "rdp_method")
   if accountant != "rdp":
@@ -193,8 +191,8 @@ def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
                     rdp_method: str = "balle2020") -> float:
   """Smallest noise multiplier with dpsgd_epsilon(...) <= target_epsilon.
 
-  Bisection in log(sigma) until the bracket is within `rtol` relative; the
-  returned sigma is the upper end, so it always meets the target.
+  Bisection in log(sigma) (`smallest_noise`) until the bracket is within `rtol`
+  relative; the returned sigma is the upper end, so it always meets the target.
 
   Args:
     target_epsilon: eps > 0.
@@ -249,17 +247,7 @@ def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
       raise ValueError(f"target_epsilon={target} is already met at noise_multiplier "
                        f"{s_min:g}, the lower end of the supported range")
     lo, hi = s_min, s_max
-  for _ in range(_MAX_BISECTIONS):
-    if hi / lo - 1.0 <= rtol:
-      break
-    mid = math.sqrt(lo * hi)
-    if not lo < mid < hi:        # the bracket is down to adjacent floats
-      break
-    if eps(mid) <= target:
-      hi = mid
-    else:
-      lo = mid
-  return float(hi)
+  return smallest_noise(eps, target, lo, hi, rtol=rtol)
 
 
 # ----------------------------------------------------------------------------

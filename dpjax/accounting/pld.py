@@ -549,6 +549,18 @@ class PrivacyLossDistribution:
     """Grid points held (0 when exact)."""
     return 0 if self._pmfs is None else sum(p.probs.size for p in self._pmfs)
 
+  def loss_pmf(self, direction: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+    """(losses float64[J], probs float64[J], mass at +inf) of one direction of a
+    discretised PLD (0: the first neighbour's side, 1: the other's, where held).
+
+    Raises ValueError for an exact (Gaussian, closed-form) PLD: `discretise()` first.
+    """
+    if self._pmfs is None:
+      raise ValueError("loss_pmf needs a discretised PLD: call discretise() first")
+    direction = _validate.check_int(direction, "direction", 0, len(self._pmfs) - 1)
+    p = self._pmfs[direction]
+    return p.losses, p.probs.copy(), float(p.infinity_mass)
+
   def _discretised(self, h: float) -> tuple[_Pmf, ...]:
     if self._pmfs is not None:
       return self._pmfs
@@ -632,6 +644,36 @@ class PrivacyLossDistribution:
       return f"PrivacyLossDistribution(exact Gaussian, mu={self._mu:.6g})"
     return (f"PrivacyLossDistribution(discretised, h={self._h:g}, "
             f"directions={len(self._pmfs)}, points={self.num_points})")
+
+
+def finite_output_pld(log_probs_in_K, log_probs_out_K,
+                      value_discretization: float = DEFAULT_VALUE_DISCRETIZATION
+                      ) -> PrivacyLossDistribution:
+  """The PLD (both directions) of a mechanism with K outputs.
+
+  Output k has probability exp(log_probs_in_K[k]) on one neighbour and
+  exp(log_probs_out_K[k]) on the other; the losses log P_in / P_out (and their
+  negatives) are put on the grid pessimistically, like every discretised PLD.
+
+  Args:
+    log_probs_in_K, log_probs_out_K: float[K] finite log-probabilities (<= 0).
+    value_discretization: the grid's spacing h > 0.
+  Returns:
+    A discretised PrivacyLossDistribution.
+
+  Examples:
+    >>> import math
+    >>> lp = [math.log(0.75), math.log(0.25)]          # randomized response at ln 3
+    >>> d = finite_output_pld(lp, lp[::-1], 1e-4).delta(1.0)
+    >>> round(d, 4), round(0.75 - math.e * 0.25, 4)     # exact: 3/4 - e/4
+    (0.0704, 0.0704)
+  """
+  a = _validate.check_array(log_probs_in_K, "log_probs_in_K", ndim=1, min_size=1, high=0.0)
+  b = _validate.check_array(log_probs_out_K, "log_probs_out_K", shape=a.shape, high=0.0)
+  h = _validate.check_positive(value_discretization, "value_discretization")
+  return PrivacyLossDistribution(pmfs=(_atoms_pmf(a - b, np.exp(a), h),
+                                       _atoms_pmf(b - a, np.exp(b), h)),
+                                 value_discretization=h)
 
 
 def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0,

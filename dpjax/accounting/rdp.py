@@ -575,7 +575,7 @@ def dpsgd_rdp(noise_multiplier: float, sampling_prob: float, num_steps: int,
 # repeat and select (private hyperparameter tuning)
 
 
-def _repeat_shape(shape) -> float:
+def repeat_shape(shape) -> float:
   """The shape parameter as eta in [0, inf]; inf (or "poisson") is the Poisson law."""
   if isinstance(shape, str) and shape == "poisson":
     return math.inf
@@ -698,7 +698,7 @@ def repeat_and_select_rdp(orders, rdp_values, *, mean_runs: float, shape) -> np.
     True
   """
   a, r = _check_rdp_curve(orders, rdp_values)
-  eta = _repeat_shape(shape)
+  eta = repeat_shape(shape)
   mu = _validate.check_range(mean_runs, "mean_runs", 1.0)
   with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
     if math.isinf(eta):

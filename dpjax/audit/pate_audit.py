@@ -293,10 +293,7 @@ def _pair_pld(v_in: np.ndarray, v_out: np.ndarray, s: float, t, st):
   total = None
   for a, b, k in zip(lp_in, lp_out, counts):
     # P-side PLDs: in -> out (loss log P_in / P_out under P_in) and out -> in.
-    one = pld.PrivacyLossDistribution(
-        pmfs=(pld._atoms_pmf(a - b, np.exp(a), h),         # pylint: disable=protected-access
-              pld._atoms_pmf(b - a, np.exp(b), h)),        # pylint: disable=protected-access
-        value_discretization=h)
+    one = pld.finite_output_pld(a, b, h)
     one = one.self_compose(int(k)) if k > 1 else one
     total = one if total is None else total.compose(one)
   return total
@@ -318,8 +315,7 @@ def _declared_thresholds(total, n: int, delta: float, confidence: float
     (thresholds float64[k], expected bound of the best test), k >= 1.
   """
   from dpjax import tradeoff  # pylint: disable=g-import-not-at-top
-  pmf = total._pmfs[0]                                  # pylint: disable=protected-access
-  losses, p_in = pmf.losses, pmf.probs
+  losses, p_in, _ = total.loss_pmf(0)
   if losses.size < 2:
     return np.array([0.0]), 0.0
   p_out = p_in * np.exp(-losses)

@@ -152,9 +152,11 @@ def run(cfg: MiaConfig, out_dir: str, *, progress: bool = True, quiet: bool = Fa
       w = fitting.fit_logistic_many(x, y, jnp.asarray(keep), l2=arg, num_iters=40,
                                     max_step_norm=10.0)
     else:
-      kw = ({"noise_multiplier": 0.0} if eps is None else {"target_epsilon": eps})
       train_cfg = dpsgd.DpSgdConfig(dataset_size=n_private, sampling_prob=sampling_prob,
-                                    num_steps=num_steps, delta=delta, **kw)
+                                    num_steps=num_steps, delta=delta,
+                                    noise_multiplier=0.0)
+      if eps is not None:
+        train_cfg = train_cfg.calibrate(eps)
       with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         w = dpsgd.train_many(jax.random.fold_in(k_train, i), x, y, jnp.asarray(keep),

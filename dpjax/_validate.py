@@ -581,3 +581,14 @@ def check_params_like(params: Any, reference: Any, name: str) -> None:
                      f"{jax.tree.structure(reference)}, got {type(params).__name__}")
   for i, (leaf, ref) in enumerate(zip(jax.tree.leaves(params), jax.tree.leaves(reference))):
     check_array(leaf, f"{name} (leaf {i})", np.float32, shape=tuple(ref.shape))
+
+
+def check_model_params(model: Any, params: Any, name: str = "params") -> Any:
+  """params itself if `model` is a dpjax.models.Model and params has the structure,
+  shapes and finite values of model.init's output."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+  models_lib.check_model(model)
+  ref = jax.eval_shape(model.init, jax.random.key(0))
+  check_params_like(params, ref, name)
+  return params

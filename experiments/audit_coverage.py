@@ -18,7 +18,7 @@ before the audits), SplitThreshold (one and both signs), Bonferroni (fixed + spl
 the GDP bound of Nasr et al. 2023 (valid only for mu-GDP mechanisms: on randomized
 response and Laplace its rows are marked "assumption not met" and are not
 failures), the one-run bounds of Steinke et al. 2023 and Mahloujifar et al. 2025
-(both families), and every entry of `estimators.score_bounds` (the scores front
+(both families), and every entry of `score_audit.score_bounds` (the scores front
 door, `--front_door_audits` per row since it is slower). A control row runs a
 deliberately invalid estimator (threshold maximised on the trials it is evaluated
 on) on Laplace eps = 2 with `--control_trials` trials: the measurement must catch it.
@@ -69,7 +69,7 @@ class AuditCoverageConfig(_common.ExperimentConfig):
   confidence: float = _common.option(0.95, "Confidence of every bound (nominal violation "
                                            "rate 1 - confidence).")
   front_door_audits: int = _common.option(
-      100, "Audits per row for the entries of estimators.score_bounds (0 skips them).")
+      100, "Audits per row for the entries of score_audit.score_bounds (0 skips them).")
   control_audits: int = _common.option(200, "Audits of the invalid control estimator.")
   control_trials: int = _common.option(10_000, "Trials per side of the invalid control.")
   level: float = _common.option(1e-3, "Level of each row's one-sided binomial test.")

@@ -14,7 +14,7 @@ vmapped program, each with
     (independently); the adversary sees every privatized update of its coordinate
     and scores the exact likelihood ratio under the claimed (q, sigma).
 
-Every estimator of `dpjax.audit.estimators.score_bounds` is applied to each side;
+Every estimator of `dpjax.audit.score_audit.score_bounds` is applied to each side;
 the table shows the Clopper-Pearson split-threshold bound, the GDP bound (valid
 only if the training is mu-GDP) and the Bonferroni-valid best, beside the claimed
 eps (RDP), the exact eps of the accounted mechanism (PLD), and the best bound a
@@ -49,7 +49,7 @@ from tqdm import tqdm
 
 from dpjax import dpsgd, models
 from dpjax import tradeoff
-from dpjax.audit import canary, estimators, runner
+from dpjax.audit import canary, certifiable, runner, score_audit
 from dpjax.data import digits
 from experiments import _common, _plots
 
@@ -101,7 +101,7 @@ def record_canary() -> tuple[np.ndarray, int]:
 def _ceiling(audit: runner.TrainingAudit, delta: float, confidence: float) -> float:
   """The Clopper-Pearson split bound of a perfect adversary with the same trial counts."""
   n_in, n_out = audit.scores_in.size, audit.scores_out.size
-  return estimators.score_bounds(np.ones(n_in), np.zeros(n_out), delta=delta,
+  return score_audit.score_bounds(np.ones(n_in), np.zeros(n_out), delta=delta,
                                  confidence=confidence)["clopper_pearson"].epsilon_lower
 
 
@@ -110,7 +110,7 @@ def _optimal_expected(audit: runner.TrainingAudit, train_cfg, confidence: float)
 
   The exact distribution of the white-box statistic under the claimed (q, sigma, T)
   (`canary.LlrDistribution`, the accounted mechanism's privacy-loss distribution)
-  gives its ROC; `estimators.best_certifiable` plugs the expected error counts of
+  gives its ROC; `certifiable.best_certifiable` plugs the expected error counts of
   half of each side's trials (what the split threshold evaluates) into the same
   Clopper-Pearson bound. An audit near this value is as tight as the trials allow.
   """
@@ -119,7 +119,7 @@ def _optimal_expected(audit: runner.TrainingAudit, train_cfg, confidence: float)
                                         num_steps=int(train_cfg.num_steps))
   thr, fpr, fnr = tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
   trials = min(audit.scores_in.size, audit.scores_out.size) // 2
-  return float(estimators.best_certifiable(fpr, fnr, trials, delta=float(train_cfg.delta),
+  return float(certifiable.best_certifiable(fpr, fnr, trials, delta=float(train_cfg.delta),
                                            confidence=confidence, thresholds_J=thr).epsilon)
 
 

@@ -26,7 +26,7 @@ adversaries see only the final parameters theta_T (`dpjax.audit.final_model`):
 The average-case theta_0 is a fixed He initialisation. The worst-case theta_0
 (after Annamalai & De Cristofaro) is pre-trained on the public images (their
 recipe) and then, for the MLP, given a first-layer unit that only the target
-activates, with the target's label pushed down (`final_model.worst_case_init`):
+activates, with the target's label pushed down (`crafting.worst_case_init`):
 the target's clipped gradient is then large, constant and touched by no one
 else, as linear as a gradient canary.
 
@@ -37,7 +37,7 @@ linear), what a perfect adversary could certify with the same trials (the
 ceiling), what the optimal final-model test of a linear canary is expected to
 certify with them, and the published figures (their settings differ; see the
 table note). Each bound is its own 95% Clopper-Pearson-based test ("best" of
-`estimators.score_bounds`, Bonferroni over its estimators); the column "best
+`score_audit.score_bounds`, Bonferroni over its estimators); the column "best
 final-model (union)" is the largest final-model bound with a union bound over
 the final-model scores (valid at 95% as a maximum). At q = 1 the last-iterate
 pair IS the full composition (mu = sqrt(T)/sigma for both), so a final-model
@@ -77,7 +77,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dpjax import dpsgd, models
-from dpjax.audit import estimators, runner
+from dpjax.audit import certifiable, crafting, estimators, last_iterate, runner, score_audit
 from dpjax.audit import final_model as fm
 from dpjax.data import digits
 from experiments import _common, _plots
@@ -137,7 +137,7 @@ def _model(cfg: AuditFinalModelConfig) -> models.Model:
 
 def _ceiling(n_in: int, n_out: int, delta: float, confidence: float) -> float:
   """The best bound of `score_bounds` ("best") for a perfect adversary with these trials."""
-  return estimators.score_bounds(np.ones(n_in), np.zeros(n_out), delta=delta,
+  return score_audit.score_bounds(np.ones(n_in), np.zeros(n_out), delta=delta,
                                  confidence=confidence)["best"].epsilon_lower
 
 
@@ -145,11 +145,12 @@ def _linear_expected(train_cfg, trials_per_side: int, confidence: float) -> floa
   """What the optimal final-model test of a linear canary is expected to certify.
 
   Clopper-Pearson at the expected error counts of the split's evaluation half
-  on `final_model.last_iterate_roc` (`estimators.best_certifiable`).
+  on `last_iterate.last_iterate_roc` (`certifiable.best_certifiable`).
   """
-  thr, fpr, fnr = fm.last_iterate_roc(float(train_cfg.sampling_prob),
-                                      float(train_cfg.noise_multiplier), int(train_cfg.num_steps))
-  return float(estimators.best_certifiable(fpr, fnr, max(1, trials_per_side // 2),
+  thr, fpr, fnr = last_iterate.last_iterate_roc(float(train_cfg.sampling_prob),
+                                                float(train_cfg.noise_multiplier),
+                                                int(train_cfg.num_steps))
+  return float(certifiable.best_certifiable(fpr, fnr, max(1, trials_per_side // 2),
                                            delta=float(train_cfg.delta),
                                            confidence=confidence).epsilon)
 
@@ -203,36 +204,36 @@ def _plot(out_dir: str, rows: list) -> str:
 def _adversaries(cfg, model, theta0, x_priv, y_priv, unused, target_feature):
   """The three adversaries of one theta_0: input canary, gradient canaries, target."""
   c = float(cfg.clip)
-  xi, yi = fm.input_canary(model, theta0, exclude_features=unused)
+  xi, yi = crafting.input_canary(model, theta0, exclude_features=unused)
   if cfg.model == "mlp":
-    g = fm.input_weight_canaries(model, theta0, unused[unused != target_feature], c,
-                                 skip_units=(0,))
+    g = crafting.input_weight_canaries(model, theta0, unused[unused != target_feature], c,
+                                       skip_units=(0,))
   else:
-    g = fm.quiet_coordinate_canary(model, theta0, x_priv, y_priv, c)
+    g = crafting.quiet_coordinate_canary(model, theta0, x_priv, y_priv, c)
   if target_feature is not None:           # the MLP's one-pixel target
     xt = np.zeros((digits.NUM_FEATURES,), np.float32)
     xt[target_feature] = 1.0
     yt = int(np.argmin(np.asarray(model.apply(theta0, xt[None]))[0]))
   else:                                    # the CNN's target: the input canary itself
     xt, yt = xi, yi
-  d = fm.gradient_direction(model, theta0, xt, yt)
+  d = crafting.gradient_direction(model, theta0, xt, yt)
   return [
-      fm.FinalModelAdversary("input canary", {"loss": fm.loss_score(model, xi, yi)},
+      fm.FinalModelAdversary("input canary", {"loss": crafting.loss_score(model, xi, yi)},
                              record=(xi, yi)),
-      fm.FinalModelAdversary("gradient canary", {"final model": fm.projection_score(g)},
+      fm.FinalModelAdversary("gradient canary", {"final model": crafting.projection_score(g)},
                              gradient_canaries=g),
-      fm.FinalModelAdversary("target", {"loss": fm.loss_score(model, xt, yt),
-                                        "projection": fm.projection_score(d)},
+      fm.FinalModelAdversary("target", {"loss": crafting.loss_score(model, xt, yt),
+                                        "projection": crafting.projection_score(d)},
                              record=(xt, yt))]
 
 
 def _inits(cfg, model, x_priv, x_pub, y_pub, key_init):
   """(average-case theta_0, worst-case theta_0, unused pixels, the target's pixel)."""
-  unused = fm.unused_features(x_priv)
+  unused = crafting.unused_features(x_priv)
   avg0 = model.init(key_init)
   worst0 = avg0
   if cfg.pretrain_steps:
-    worst0 = fm.pretrain(model, avg0, x_pub, y_pub, num_steps=cfg.pretrain_steps,
+    worst0 = crafting.pretrain(model, avg0, x_pub, y_pub, num_steps=cfg.pretrain_steps,
                          learning_rate=0.5)
   target = None
   if cfg.model == "mlp":
@@ -242,7 +243,7 @@ def _inits(cfg, model, x_priv, x_pub, y_pub, key_init):
     xt = np.zeros((1, digits.NUM_FEATURES), np.float32)
     xt[0, target] = 1.0
     label = int(np.argmin(np.asarray(model.apply(worst0, xt))[0]))
-    worst0, _ = fm.worst_case_init(model, worst0, target, label)
+    worst0, _ = crafting.worst_case_init(model, worst0, target, label)
   return avg0, worst0, unused, target
 
 
@@ -340,7 +341,7 @@ def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
             f"{r0['trials_record'][0]} IN / {r0['trials_record'][1]} OUT runs; gradient "
             f"canaries: {k_grad} per run, {r0['trials_gradient'][0]} IN / "
             f"{r0['trials_gradient'][1]} OUT trials. Each adversary's bound is the "
-            "Bonferroni-valid 'best' of estimators.score_bounds (Clopper-Pearson split and "
+            "Bonferroni-valid 'best' of score_audit.score_bounds (Clopper-Pearson split and "
             "declared thresholds, one-run tests); the union column is the largest final-"
             "model bound with a union bound over the five. Ceiling: a perfect adversary "
             "with the same trials. Linear optimum: what the optimal final-model test of "

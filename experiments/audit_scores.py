@@ -16,7 +16,7 @@ an unreadable file stops the program with one line naming the problem, before
 anything is written.
 
 Output, <out>/results.json: `results.epsilon_lower_<estimator>` for every
-estimator of `dpjax.audit.estimators.score_bounds` (Clopper-Pearson with a split
+estimator of `dpjax.audit.score_audit.score_bounds` (Clopper-Pearson with a split
 threshold, with a declared threshold set and a union bound, with a fixed
 threshold when --threshold is given; the GDP bound of Nasr et al. 2023; the
 one-run bounds of Steinke, Nasr & Jagielski 2023 and Mahloujifar, Melis &
@@ -63,7 +63,7 @@ from typing import Optional
 import numpy as np
 
 from dpjax.accounting import gdp
-from dpjax.audit import estimators, roc
+from dpjax.audit import roc, score_audit
 from experiments import _common, _plots
 
 NAME = "audit_scores"
@@ -251,7 +251,7 @@ def run(cfg: AuditScoresConfig, out_dir: str, *, progress: bool = True,
     true_eps, claimed = None, cfg.claimed_epsilon
     source = {"path": cfg.scores, "format": os.path.splitext(cfg.scores)[1].lower()[1:]}
   source.update(num_in=int(s_in.size), num_out=int(s_out.size))
-  bounds = estimators.score_bounds(s_in, s_out, delta=cfg.delta, confidence=cfg.confidence,
+  bounds = score_audit.score_bounds(s_in, s_out, delta=cfg.delta, confidence=cfg.confidence,
                                    claimed_epsilon=claimed, threshold=cfg.threshold,
                                    seed=cfg.seed)
   band = roc.roc_band(s_in, s_out, confidence=cfg.confidence)

@@ -26,7 +26,7 @@ label 1), so the model's weight on that column is moved only by the canary's
 gradients and the noise, and that weight is the attack score (higher = canary
 IN). `audit_models` models are trained with the canary and as many without, for
 each training, at eps = `audit_epsilon`. The eps lower bound is
-`dpjax.audit.estimators.score_bounds`'s "clopper_pearson" entry (threshold and
+`dpjax.audit.score_audit.score_bounds`'s "clopper_pearson" entry (threshold and
 sign chosen on one half of each side, Clopper-Pearson intervals at `confidence` on
 the other half, converted to eps at delta); the table also shows the union-bounded
 "best" entry and the GDP-assumption estimate (valid only if the mechanism is GDP).
@@ -51,7 +51,7 @@ import numpy as np
 from dpjax import dpsgd
 from dpjax import models
 from dpjax.accounting.composition import group_privacy
-from dpjax.audit import estimators
+from dpjax.audit import score_audit
 from dpjax.data import credit
 from experiments import _common, _plots
 
@@ -197,7 +197,7 @@ def _audit_part(cfg: UserLevelConfig, key) -> dict:
     finite = np.asarray(res.finite)
     score = np.asarray(res.params["w"], np.float64)[:, -1]
     s_in, s_out = score[:m][finite[:m]], score[m:][finite[m:]]
-    bounds = estimators.score_bounds(s_in, s_out, delta=cfg.delta, confidence=cfg.confidence,
+    bounds = score_audit.score_bounds(s_in, s_out, delta=cfg.delta, confidence=cfg.confidence,
                                      claimed_epsilon=cfg.audit_epsilon)
     out[unit] = {
         "epsilon": c.epsilon(), "sigma": c.noise_multiplier, "dataset_size": c.dataset_size,

@@ -51,12 +51,12 @@ EXCLUDED = {
     "dpjax.audit.estimators.ThresholdBound": "result record of the threshold strategies",
     "dpjax.audit.estimators.BonferroniBound": "result record of Bonferroni",
     "dpjax.audit.estimators.BootstrapSpread": "result record of bootstrap_spread",
-    "dpjax.audit.estimators.CertifiableBound": "result record of best_certifiable",
-    "dpjax.audit.estimators.GdpEstimate": "result record of gdp_estimate",
+    "dpjax.audit.certifiable.CertifiableBound": "result record of best_certifiable",
+    "dpjax.audit.parametric.GdpEstimate": "result record of gdp_estimate",
     "dpjax.audit.one_run.OneRunResult": "result record of one_run.audit",
     "dpjax.audit.coverage.Coverage": "result record of coverage.measure",
     "dpjax.audit.coverage.overfit_estimator": "takes no arguments",
-    "dpjax.audit.estimators.ScoreBound": "result record of score_bounds",
+    "dpjax.audit.score_audit.ScoreBound": "result record of score_bounds",
     "dpjax.audit.roc.RocBand": "result record of roc_band",
     "dpjax.audit.one_run.FdpOneRunResult": "result record of one_run.fdp_epsilon_lower_bound",
     "dpjax.audit.one_run.DeclaredGuessResult": "result record of one_run.audit_declared_guesses",
@@ -234,6 +234,7 @@ def entries():
   from dpjax.accounting import composition, gdp, pld, rdp, statement  # pylint: disable=g-import-not-at-top
   from dpjax.attacks import mia, reconstruction  # pylint: disable=g-import-not-at-top
   from dpjax.audit import canary, estimators, one_run, stats, store, variants  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import certifiable, parametric, score_audit  # pylint: disable=g-import-not-at-top
   from dpjax import audit, clipping  # pylint: disable=g-import-not-at-top
   from dpjax.clipping import ghost, glm, sqnorm  # pylint: disable=g-import-not-at-top
   from dpjax.clipping import vmap as cvmap  # pylint: disable=g-import-not-at-top
@@ -545,16 +546,16 @@ def entries():
   add(E("dpjax.audit.estimators.bootstrap_spread", estimators.bootstrap_spread,
         dict(result=tb, rng=_rng, num_replicates=20),
         {"result": "object", "rng": "object", "num_replicates": "size"}))
-  add(E("dpjax.audit.estimators.best_certifiable", estimators.best_certifiable,
+  add(E("dpjax.audit.certifiable.best_certifiable", certifiable.best_certifiable,
         dict(fpr_J=np.array([0.01, 0.1]), fnr_J=np.array([0.5, 0.2]), trials=1000,
              delta=1e-5, confidence=0.9, thresholds_J=np.array([1.0, 0.5])),
         {"fpr_J": "probarr", "fnr_J": "probarr", "thresholds_J": "arrayinf",
          "trials": "count"}))
-  add(E("dpjax.audit.estimators.gdp_estimate", estimators.gdp_estimate,
+  add(E("dpjax.audit.parametric.gdp_estimate", parametric.gdp_estimate,
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9,
              threshold=0.5), dict(sk, threshold="realinf"), mismatch=False))
 
-  add(E("dpjax.audit.estimators.score_bounds", estimators.score_bounds,
+  add(E("dpjax.audit.score_audit.score_bounds", score_audit.score_bounds,
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9,
              claimed_epsilon=1.0, threshold=0.5, thresholds=np.array([0.2, 0.5]), seed=0),
         dict(sk, threshold="realinf", thresholds="arrayinf", seed="count"), mismatch=False))
@@ -627,50 +628,54 @@ def entries():
         {"x_NxF": "array", "y_N": "binary", "record_canary": "object", "mode": "choice",
          "progress": None}))
 
+  from dpjax.audit import crafting, last_iterate  # pylint: disable=g-import-not-at-top
   from dpjax.audit import final_model as fm  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({
+      "dpjax.audit.crafting.projections": (
+          "traceable helper of projection_score and of final_model.audit's white-box "
+          "observer (traced under jit; projection_score checks the directions)"),
       "dpjax.audit.final_model.FinalModelAudit": "result record of final_model.audit",
       "dpjax.audit.final_model.FinalModelAdversary": (
           "a NamedTuple (no constructor checks); its fields are checked by "
           "final_model.audit (fuzzed with adversaries='object')")})
   mk_p = {"params": "object"}
-  add(E("dpjax.audit.final_model.last_iterate_delta", fm.last_iterate_delta,
+  add(E("dpjax.audit.last_iterate.last_iterate_delta", last_iterate.last_iterate_delta,
         dict(epsilon=1.0, sampling_prob=0.5, noise_multiplier=1.0, num_steps=3,
              direction="both"), {"epsilon": "epsarr", "direction": "choice"}))
-  add(E("dpjax.audit.final_model.last_iterate_epsilon", fm.last_iterate_epsilon,
+  add(E("dpjax.audit.last_iterate.last_iterate_epsilon", last_iterate.last_iterate_epsilon,
         dict(sampling_prob=0.5, noise_multiplier=1.0, num_steps=3, delta=1e-5, tol=1e-6)))
-  add(E("dpjax.audit.final_model.last_iterate_roc", fm.last_iterate_roc,
+  add(E("dpjax.audit.last_iterate.last_iterate_roc", last_iterate.last_iterate_roc,
         dict(sampling_prob=0.5, noise_multiplier=1.0, num_steps=3, num_points=11)))
-  add(E("dpjax.audit.final_model.unused_features", fm.unused_features,
+  add(E("dpjax.audit.crafting.unused_features", crafting.unused_features,
         dict(x_NxF=x_nf), {"x_NxF": "anyrank"}))
-  add(E("dpjax.audit.final_model.input_weight_canaries", fm.input_weight_canaries,
+  add(E("dpjax.audit.crafting.input_weight_canaries", crafting.input_weight_canaries,
         dict(model=mlp_m, params=mlp_params, features=np.array([0]), l2_clip_norm=1.0,
              skip_units=(1,)), {**mk_p, "features": "array", "skip_units": None}))
-  add(E("dpjax.audit.final_model.quiet_coordinate_canary", fm.quiet_coordinate_canary,
+  add(E("dpjax.audit.crafting.quiet_coordinate_canary", crafting.quiet_coordinate_canary,
         dict(model=mlp_m, params=mlp_params, x_NxF=x_nf, y_N=y_int, l2_clip_norm=1.0),
         {**mk_p, "x_NxF": "array", "y_N": "labels"}))
-  add(E("dpjax.audit.final_model.input_canary", fm.input_canary,
+  add(E("dpjax.audit.crafting.input_canary", crafting.input_canary,
         dict(model=mlp_m, params=mlp_params, exclude_features=(0,), value=1.0),
         {**mk_p, "exclude_features": None, "value": "real"}))
-  add(E("dpjax.audit.final_model.pretrain", fm.pretrain,
+  add(E("dpjax.audit.crafting.pretrain", crafting.pretrain,
         dict(model=mlp_m, params=mlp_params, x_NxF=x_nf, y_N=y_int, num_steps=2,
              learning_rate=0.1), {**mk_p, "x_NxF": "array", "y_N": "labels"}))
-  add(E("dpjax.audit.final_model.worst_case_init", fm.worst_case_init,
+  add(E("dpjax.audit.crafting.worst_case_init", crafting.worst_case_init,
         dict(model=mlp_m, params=mlp_params, feature=0, label=1, bias=2.0, gain=10.0,
              unit=0), {**mk_p, "feature": "count", "label": "count", "unit": "count",
                        "bias": "pos", "gain": "pos"}))
-  add(E("dpjax.audit.final_model.gradient_direction", fm.gradient_direction,
+  add(E("dpjax.audit.crafting.gradient_direction", crafting.gradient_direction,
         dict(model=mlp_m, params=mlp_params, x_c=x_nf[0], y_c=1),
         {**mk_p, "x_c": "array", "y_c": None}))
-  add(E("dpjax.audit.final_model.projection_score", fm.projection_score,
+  add(E("dpjax.audit.crafting.projection_score", crafting.projection_score,
         dict(directions={"w": np.eye(2)}), {"directions": "object"}))
-  add(E("dpjax.audit.final_model.loss_score", fm.loss_score,
+  add(E("dpjax.audit.crafting.loss_score", crafting.loss_score,
         dict(model=mlp_m, x_c=x_nf[0], y_c=1), {"x_c": "array", "y_c": None}))
   add(E("dpjax.audit.final_model.audit", fm.audit,
         dict(key=_key, cfg=helpers.small_config(dataset_size=12, num_steps=2), model=lr,
              x_NxF=x_nf, y_N=y_n, init_params=lr_params,
              adversaries=[fm.FinalModelAdversary(
-                 "r", {"loss": fm.loss_score(lr, x_nf[0], 1.0)}, record=(x_nf[0], 1.0))],
+                 "r", {"loss": crafting.loss_score(lr, x_nf[0], 1.0)}, record=(x_nf[0], 1.0))],
              num_runs=4, confidence=0.9, white_box=True, progress=False),
         {"x_NxF": "array", "y_N": "binary", "init_params": "object",
          "adversaries": "object", "white_box": None, "progress": None}))

@@ -29,7 +29,7 @@ import numpy as np
 from absl.testing import absltest
 from hypothesis import strategies as st
 
-from dpjax.audit import estimators, one_run, stats
+from dpjax.audit import estimators, one_run, parametric, stats
 from tests import helpers
 
 given = hypothesis.given
@@ -169,8 +169,8 @@ class FixedThresholdTest(absltest.TestCase):
          data=st.data())
   def test_gdp_estimate_at_a_fixed_threshold(self, s_in, s_out, t, delta, confidence, data):
     # A bound only for mu-GDP mechanisms, but its mu is monotone in the error counts.
-    base = estimators.gdp_estimate(s_in, s_out, delta, confidence, threshold=t)
-    spoilt = estimators.gdp_estimate(*_degrade(data, s_in, s_out, t, 1), delta, confidence,
+    base = parametric.gdp_estimate(s_in, s_out, delta, confidence, threshold=t)
+    spoilt = parametric.gdp_estimate(*_degrade(data, s_in, s_out, t, 1), delta, confidence,
                                      threshold=t)
     _assert_le(self, spoilt.mu, base.mu)
     _assert_le(self, spoilt.epsilon, base.epsilon)

@@ -17,7 +17,7 @@ from scipy import integrate
 from scipy import stats as sps
 
 from dpjax.accounting import gdp, pld
-from dpjax.audit import coverage, estimators, one_run, stats
+from dpjax.audit import coverage, one_run, score_audit, stats
 
 _LEVEL = 1e-3
 _DELTA = 1e-5
@@ -292,7 +292,7 @@ class MeasureTest(parameterized.TestCase):
 
   def test_score_bounds_entries(self):
     est = coverage.score_bounds_estimator()
-    self.assertEqual(est.outputs, tuple(n for n in estimators.SCORE_BOUND_NAMES
+    self.assertEqual(est.outputs, tuple(n for n in score_audit.SCORE_BOUND_NAMES
                                         if n != "clopper_pearson_fixed"))
     mech = coverage.Mechanism("laplace", 1.0)
     res = coverage.measure(est, mech, audits=3, trials=50, delta=_DELTA,

@@ -10,7 +10,7 @@ from scipy import stats as sps
 
 from dpjax import tradeoff
 from dpjax.accounting import gdp
-from dpjax.audit import estimators, one_run, stats
+from dpjax.audit import certifiable, estimators, one_run, parametric, score_audit, stats
 
 
 def _quantile_scores(mu, n, seed=0):
@@ -45,7 +45,7 @@ class ThresholdStrategyTest(parameterized.TestCase):
     r = estimators.SplitThreshold().bound(s_in, s_out, delta=delta)
     exact = gdp.gaussian_epsilon(delta, mu)
     a = np.linspace(0, 1, 100_001)
-    ceiling = estimators.best_certifiable(a, tradeoff.gaussian_fnr(a, mu), n // 2,
+    ceiling = certifiable.best_certifiable(a, tradeoff.gaussian_fnr(a, mu), n // 2,
                                           delta=delta).epsilon
     self.assertLessEqual(r.epsilon_lower, exact)
     # The ceiling is on expected counts (e.g. 3.2 errors); quantile data has integer
@@ -126,7 +126,7 @@ class BonferroniTest(parameterized.TestCase):
     mu, delta = 1.0, 1e-5
     exact = gdp.gaussian_epsilon(delta, mu)
     a = np.linspace(0, 1, 20_001)
-    thr = estimators.best_certifiable(a, tradeoff.gaussian_fnr(a, mu), 500, delta=delta,
+    thr = certifiable.best_certifiable(a, tradeoff.gaussian_fnr(a, mu), 500, delta=delta,
                                       confidence=0.95, thresholds_J=sps.norm.isf(a))
     policy = estimators.Bonferroni((estimators.FixedThreshold(thr.threshold),
                                     estimators.SplitThreshold(both_signs=True)))
@@ -161,9 +161,9 @@ class SpreadCeilingEstimateTest(parameterized.TestCase):
     mu = gdp.mu_for_epsilon(2.0, 1e-5)
     a = np.linspace(0, 1, 200_001)
     b = tradeoff.gaussian_fnr(a, mu)
-    self.assertAlmostEqual(estimators.best_certifiable(a, b, 5000, delta=1e-5).epsilon, 0.8,
+    self.assertAlmostEqual(certifiable.best_certifiable(a, b, 5000, delta=1e-5).epsilon, 0.8,
                            delta=0.05)
-    c = estimators.best_certifiable(a, b, 10_000, delta=1e-5, thresholds_J=sps.norm.isf(a))
+    c = certifiable.best_certifiable(a, b, 10_000, delta=1e-5, thresholds_J=sps.norm.isf(a))
     self.assertAlmostEqual(c.epsilon, 0.9, delta=0.05)
     # the point it reports, and its bound by hand
     self.assertEqual((c.fpr, c.fnr), (a[c.index], b[c.index]))
@@ -175,46 +175,46 @@ class SpreadCeilingEstimateTest(parameterized.TestCase):
     self.assertLess(c.epsilon, 2.0)
 
   def test_best_certifiable_skips_degenerate_points(self):
-    c = estimators.best_certifiable([0.0, 0.1, 0.5], [0.0, 0.2, 0.5], 100)
+    c = certifiable.best_certifiable([0.0, 0.1, 0.5], [0.0, 0.2, 0.5], 100)
     self.assertEqual(c.index, 1)
     with self.assertRaisesRegex(ValueError, "no point"):
-      estimators.best_certifiable([0.0], [0.0], 100)
+      certifiable.best_certifiable([0.0], [0.0], 100)
     with self.assertRaisesRegex(ValueError, "fnr_J"):
-      estimators.best_certifiable([0.1, 0.2], [0.1], 100)
+      certifiable.best_certifiable([0.1, 0.2], [0.1], 100)
 
   def test_gdp_estimate_recovers_mu_and_is_labelled(self):
     mu, n = 1.5, 20_000
     s_in, s_out = _quantile_scores(mu, n)
-    g = estimators.gdp_estimate(s_in, s_out, 1e-5)
+    g = parametric.gdp_estimate(s_in, s_out, 1e-5)
     # the Clopper-Pearson limits pull mu down a little; quantile scores pin it
     self.assertLess(g.mu, mu)
     self.assertGreater(g.mu, mu - 0.15)
     self.assertAlmostEqual(g.epsilon, gdp.gaussian_epsilon(1e-5, g.mu), places=12)
     self.assertIn("valid only if the mechanism is mu-GDP", g.assumptions)
     # a fixed threshold uses every trial; mu by hand at that threshold
-    g = estimators.gdp_estimate(s_in, s_out, 1e-5, threshold=0.75)
+    g = parametric.gdp_estimate(s_in, s_out, 1e-5, threshold=0.75)
     fp, fn = stats.error_counts(s_in, s_out, [0.75])
     _, fpr_u = stats.clopper_pearson(fp[0], n)
     _, fnr_u = stats.clopper_pearson(fn[0], n)
     self.assertAlmostEqual(g.mu, sps.norm.ppf(1 - fpr_u) - sps.norm.ppf(fnr_u), places=12)
     # no signal: eps 0
     rng = np.random.default_rng(3)
-    self.assertEqual(estimators.gdp_estimate(rng.normal(size=2000), rng.normal(size=2000),
+    self.assertEqual(parametric.gdp_estimate(rng.normal(size=2000), rng.normal(size=2000),
                                              1e-5).epsilon, 0.0)
     with self.assertRaisesRegex(ValueError, "delta"):
-      estimators.gdp_estimate(s_in, s_out, 0.0)
+      parametric.gdp_estimate(s_in, s_out, 0.0)
 
 
 class ScoreBoundsTest(parameterized.TestCase):
-  """estimators.score_bounds: every estimator on one pair of score samples."""
+  """score_audit.score_bounds: every estimator on one pair of score samples."""
 
   def test_records_keys_and_json(self):
     s_in, s_out = _quantile_scores(1.5, 2000)
-    b = estimators.score_bounds(s_in, s_out, delta=1e-5, claimed_epsilon=0.5)
+    b = score_audit.score_bounds(s_in, s_out, delta=1e-5, claimed_epsilon=0.5)
     self.assertEqual(list(b), ["clopper_pearson", "clopper_pearson_bonferroni", "gdp", "one_run",
                                "fdp_one_run", "fdp_one_run_gdp", "best"])
     for name, r in b.items():
-      self.assertIsInstance(r, estimators.ScoreBound)
+      self.assertIsInstance(r, score_audit.ScoreBound)
       self.assertEqual((r.name, r.confidence, r.delta), (name, 0.95, 1e-5))
       self.assertGreaterEqual(r.epsilon_lower, 0.0)
       json.dumps(r.details, allow_nan=False)        # strict JSON
@@ -222,10 +222,10 @@ class ScoreBoundsTest(parameterized.TestCase):
     self.assertIn("valid only if the mechanism is mu-GDP", b["gdp"].assumptions)
     self.assertIn("valid only if the mechanism is mu-GDP", b["fdp_one_run_gdp"].assumptions)
     self.assertNotIn("mu-GDP", b["clopper_pearson"].assumptions)
-    with_t = estimators.score_bounds(s_in, s_out, delta=1e-5, threshold=0.75)
+    with_t = score_audit.score_bounds(s_in, s_out, delta=1e-5, threshold=0.75)
     self.assertIn("clopper_pearson_fixed", with_t)
     # strict JSON even with infinite scores, thresholds and a mu of -inf
-    odd = estimators.score_bounds([0.0, 0.0, -np.inf], [1.0, 1.0, np.inf], delta=1e-5,
+    odd = score_audit.score_bounds([0.0, 0.0, -np.inf], [1.0, 1.0, np.inf], delta=1e-5,
                                   threshold=np.inf)
     for r in odd.values():
       json.dumps(r.details, allow_nan=False)
@@ -233,7 +233,7 @@ class ScoreBoundsTest(parameterized.TestCase):
 
   def test_entries_match_their_strategies(self):
     s_in, s_out = _quantile_scores(1.5, 2000, seed=2)
-    b = estimators.score_bounds(s_in, s_out, delta=1e-5, threshold=0.75,
+    b = score_audit.score_bounds(s_in, s_out, delta=1e-5, threshold=0.75,
                                 thresholds=[0.5, 1.0, 1.5])
     split = estimators.SplitThreshold(both_signs=True).bound(s_in, s_out, delta=1e-5)
     self.assertEqual(b["clopper_pearson"].epsilon_lower, split.epsilon_lower)
@@ -245,7 +245,7 @@ class ScoreBoundsTest(parameterized.TestCase):
             for t in (0.5, 1.0, 1.5)]
     self.assertAlmostEqual(b["clopper_pearson_bonferroni"].epsilon_lower, max(each), places=12)
     self.assertEqual(b["clopper_pearson_bonferroni"].details["num_tests"], 3)
-    g = estimators.gdp_estimate(s_in, s_out, 1e-5)
+    g = parametric.gdp_estimate(s_in, s_out, 1e-5)
     self.assertEqual(b["gdp"].epsilon_lower, g.epsilon)
     # best: the assumption-free entries rerun at 1 - 0.05 / 5, the largest reported
     parts = b["best"].details["parts"]
@@ -260,7 +260,7 @@ class ScoreBoundsTest(parameterized.TestCase):
     # Canary i is IN score i or OUT score i by the seeded coin; n = min(K_in, K_out).
     rng = np.random.default_rng(4)
     s_in, s_out = rng.normal(size=700) + 1.0, rng.normal(size=500)
-    b = estimators.score_bounds(s_in, s_out, delta=1e-5, seed=3)
+    b = score_audit.score_bounds(s_in, s_out, delta=1e-5, seed=3)
     bits = np.random.default_rng(3).random(500) < 0.5
     canaries = np.where(bits, s_in[:500], s_out)
     for name in ("one_run", "fdp_one_run", "fdp_one_run_gdp"):
@@ -288,9 +288,9 @@ class ScoreBoundsTest(parameterized.TestCase):
     rng = np.random.default_rng(5)
     pos = collections.Counter()
     for _ in range(100):
-      b = estimators.score_bounds(rng.normal(size=100), rng.normal(size=100), delta=1e-5)
+      b = score_audit.score_bounds(rng.normal(size=100), rng.normal(size=100), delta=1e-5)
       pos.update(k for k, v in b.items() if v.epsilon_lower > 0)
-    for k in estimators.SCORE_BOUND_NAMES:
+    for k in score_audit.SCORE_BOUND_NAMES:
       self.assertLessEqual(pos[k] / 100, 0.115, (k, pos))
 
   def test_gaussian_scores_below_exact_epsilon(self):
@@ -302,10 +302,10 @@ class ScoreBoundsTest(parameterized.TestCase):
     rng = np.random.default_rng(6)
     over, best = collections.Counter(), []
     for _ in range(40):
-      b = estimators.score_bounds(rng.normal(size=300) + mu, rng.normal(size=300), delta=delta)
+      b = score_audit.score_bounds(rng.normal(size=300) + mu, rng.normal(size=300), delta=delta)
       over.update(k for k, v in b.items() if v.epsilon_lower > exact)
       best.append(b["best"].epsilon_lower)
-    for k in estimators.SCORE_BOUND_NAMES:
+    for k in score_audit.SCORE_BOUND_NAMES:
       self.assertLessEqual(over[k] / 40, 0.153, (k, over))
     self.assertGreater(np.median(best), 0.3)
 
@@ -318,7 +318,7 @@ class ScoreBoundsTest(parameterized.TestCase):
     p = 1 / (1 + math.exp(eps0))
     s_in = (rng.random(n) > p) + 1e-3 * rng.random(n)
     s_out = (rng.random(n) < p) + 1e-3 * rng.random(n)
-    b = estimators.score_bounds(s_in, s_out, delta=1e-5)
+    b = score_audit.score_bounds(s_in, s_out, delta=1e-5)
     self.assertGreater(b["gdp"].epsilon_lower, 3 * eps0)
     for k in ("clopper_pearson", "clopper_pearson_bonferroni", "one_run", "fdp_one_run", "best"):
       self.assertLessEqual(b[k].epsilon_lower, eps0, k)
@@ -331,11 +331,11 @@ class ScoreBoundsTest(parameterized.TestCase):
                      (dict(delta=1e-5, thresholds=[]), "thresholds"),
                      (dict(delta=1e-5, seed=-1), "seed")):
       with self.assertRaisesRegex(ValueError, name):
-        estimators.score_bounds(s, s, **kw)
+        score_audit.score_bounds(s, s, **kw)
     with self.assertRaisesRegex(ValueError, ">= 2 trials"):
-      estimators.score_bounds(s[:1], s, delta=1e-5)
+      score_audit.score_bounds(s[:1], s, delta=1e-5)
     with self.assertRaisesRegex(ValueError, "scores_out_K"):
-      estimators.score_bounds(s, [1.0, float("nan")], delta=1e-5)
+      score_audit.score_bounds(s, [1.0, float("nan")], delta=1e-5)
 
 
 class GdpBoundTest(parameterized.TestCase):
@@ -345,7 +345,7 @@ class GdpBoundTest(parameterized.TestCase):
     # 1,000 null audits (200 trials per side): positive in <= 5% + 3 s.e.
     # (0.05 + 3 * 0.0069 = 0.071). A mirrored |mu| would be positive in ~all of them.
     rng = np.random.default_rng(11)
-    res = [estimators.gdp_estimate(rng.normal(size=200), rng.normal(size=200), 1e-5)
+    res = [parametric.gdp_estimate(rng.normal(size=200), rng.normal(size=200), 1e-5)
            for _ in range(1000)]
     eps = np.array([g.epsilon for g in res])
     mu = np.array([g.mu for g in res])
@@ -358,7 +358,7 @@ class GdpBoundTest(parameterized.TestCase):
   def test_negative_mu_is_clamped_not_mirrored(self):
     # IN scores far BELOW OUT scores at a fixed threshold: FPR_u + FNR_u ~ 2, mu ~ -4.
     s_in, s_out = _quantile_scores(-4.0, 2000)
-    g = estimators.gdp_estimate(s_in, s_out, 1e-5, threshold=-2.0)
+    g = parametric.gdp_estimate(s_in, s_out, 1e-5, threshold=-2.0)
     self.assertLess(g.mu, -3.0)
     self.assertEqual(g.epsilon, 0.0)
 
@@ -366,7 +366,7 @@ class GdpBoundTest(parameterized.TestCase):
     # mu uses the upper limits of the two-sided interval at `confidence`: each a
     # one-sided 1 - alpha/2 bound, jointly 1 - alpha (the convention of stats).
     s_in, s_out = _quantile_scores(1.0, 4000)
-    g = estimators.gdp_estimate(s_in, s_out, 1e-5, confidence=0.9, threshold=0.5)
+    g = parametric.gdp_estimate(s_in, s_out, 1e-5, confidence=0.9, threshold=0.5)
     fp, fn = stats.error_counts(s_in, s_out, [0.5])
     fpr_u = sps.beta.ppf(0.95, fp[0] + 1, 4000 - fp[0])
     fnr_u = sps.beta.ppf(0.95, fn[0] + 1, 4000 - fn[0])
@@ -375,7 +375,7 @@ class GdpBoundTest(parameterized.TestCase):
   def test_coverage_on_exact_gdp(self):
     # 300 audits of exactly 1-GDP scores: mu_lower > 1 in <= 5% + 3 s.e. (0.088).
     rng = np.random.default_rng(12)
-    mus = np.array([estimators.gdp_estimate(rng.normal(size=300) + 1.0, rng.normal(size=300),
+    mus = np.array([parametric.gdp_estimate(rng.normal(size=300) + 1.0, rng.normal(size=300),
                                             1e-5).mu for _ in range(300)])
     self.assertLessEqual(np.mean(mus > 1.0), 0.088)
 

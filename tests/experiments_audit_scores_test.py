@@ -13,7 +13,7 @@ import numpy as np
 from absl.testing import absltest
 
 from dpjax.accounting import gdp
-from dpjax.audit import estimators, stats
+from dpjax.audit import score_audit, stats
 from experiments import audit_scores
 from tests import helpers
 
@@ -55,7 +55,7 @@ class AuditScoresTest(absltest.TestCase):
   def test_npz_bounds_equal_score_bounds_on_the_same_arrays(self):
     out, doc = self._run(scores=self.npz, claimed_epsilon=1.0, delta=1e-5, confidence=0.9,
                          threshold=1.0, seed=4)
-    want = estimators.score_bounds(self.s_in, self.s_out, delta=1e-5, confidence=0.9,
+    want = score_audit.score_bounds(self.s_in, self.s_out, delta=1e-5, confidence=0.9,
                                    claimed_epsilon=1.0, threshold=1.0, seed=4)
     res = doc["results"]
     self.assertIn("clopper_pearson_fixed", want)
@@ -187,7 +187,7 @@ class AuditScoresTest(absltest.TestCase):
     true_eps = gdp.gaussian_epsilon(1e-5, 1.5)
     self.assertEqual(res["source"]["true_epsilon"], true_eps)
     self.assertEqual(res["claimed_epsilon"], true_eps)        # claims its exact eps
-    for name in estimators.SCORE_BOUND_NAMES:
+    for name in score_audit.SCORE_BOUND_NAMES:
       if name != "clopper_pearson_fixed":
         self.assertIn(f"epsilon_lower_{name}", res)
     # Scores are N(mu, 1) vs N(0, 1) from the seed: their sample means say so.
@@ -201,7 +201,7 @@ class AuditScoresTest(absltest.TestCase):
     self.assertEqual(res, again["results"])
     _, from_file = self._run(scores=os.path.join(out, "demo_scores.npz"), seed=5,
                              claimed_epsilon=true_eps)
-    for name in estimators.SCORE_BOUND_NAMES:
+    for name in score_audit.SCORE_BOUND_NAMES:
       key = f"epsilon_lower_{name}"
       if key in res:
         self.assertEqual(from_file["results"][key], res[key], name)

@@ -1,4 +1,5 @@
-"""dpjax/audit/final_model.py: the last-iterate law, the canaries, the crafted init, the audit."""
+"""dpjax/audit: last_iterate (the last-iterate law), crafting (the canaries, the crafted
+init) and final_model (the audit)."""
 
 import math
 
@@ -11,6 +12,7 @@ from scipy import special, stats as sp_stats
 
 from dpjax import accounting, dpsgd, models
 from dpjax.accounting import gdp
+from dpjax.audit import crafting, last_iterate
 from dpjax.audit import final_model as fm
 from dpjax.data import digits
 
@@ -28,9 +30,9 @@ class LastIterateTest(parameterized.TestCase):
     # q = 1: the sum of T steps is N(T, T sigma^2) vs N(0, T sigma^2): mu = sqrt(T)/sigma.
     mu = math.sqrt(t) / sigma
     for e in (0.0, 0.5, 2.0, 5.0):
-      np.testing.assert_allclose(fm.last_iterate_delta(e, 1.0, sigma, t),
+      np.testing.assert_allclose(last_iterate.last_iterate_delta(e, 1.0, sigma, t),
                                  float(gdp.gaussian_delta(e, mu)), rtol=1e-9, atol=1e-15)
-    self.assertAlmostEqual(fm.last_iterate_epsilon(1.0, sigma, t, 1e-5),
+    self.assertAlmostEqual(last_iterate.last_iterate_epsilon(1.0, sigma, t, 1e-5),
                            gdp.gaussian_epsilon(1e-5, mu), delta=1e-8)
 
   @parameterized.named_parameters(("q03", 0.3, 5, 1.0), ("q01", 0.1, 20, 0.8))
@@ -50,7 +52,7 @@ class LastIterateTest(parameterized.TestCase):
     for e in (0.2, 1.0):
       for direction, z in (("remove", np.maximum(0, 1 - np.exp(e - l_in))),
                            ("add", np.maximum(0, 1 - np.exp(e + l_out)))):
-        exact = fm.last_iterate_delta(e, q, sigma, t, direction=direction)
+        exact = last_iterate.last_iterate_delta(e, q, sigma, t, direction=direction)
         tol = 5 * z.std() / math.sqrt(m) + 1e-6
         self.assertLess(abs(z.mean() - exact), tol, (direction, e, z.mean(), exact))
 
@@ -58,18 +60,18 @@ class LastIterateTest(parameterized.TestCase):
   def test_below_the_composition(self, q, sigma, t):
     # The final sum is a post-processing of the T updates: its eps is at most the
     # accountant's exact (PLD) eps of the composition.
-    heur = fm.last_iterate_epsilon(q, sigma, t, 1e-5)
+    heur = last_iterate.last_iterate_epsilon(q, sigma, t, 1e-5)
     exact = accounting.dpsgd_epsilon(sigma, q, t, 1e-5, accountant="pld")
     self.assertLess(heur, exact + 1e-3)
     self.assertGreater(heur, 0.0)
 
   def test_epsilon_inverts_delta(self):
-    e = fm.last_iterate_epsilon(0.1, 1.0, 50, 1e-5, tol=1e-10)
-    self.assertLessEqual(fm.last_iterate_delta(e, 0.1, 1.0, 50), 1e-5 * (1 + 1e-9))
-    self.assertGreater(fm.last_iterate_delta(e - 1e-6, 0.1, 1.0, 50), 1e-5)
+    e = last_iterate.last_iterate_epsilon(0.1, 1.0, 50, 1e-5, tol=1e-10)
+    self.assertLessEqual(last_iterate.last_iterate_delta(e, 0.1, 1.0, 50), 1e-5 * (1 + 1e-9))
+    self.assertGreater(last_iterate.last_iterate_delta(e - 1e-6, 0.1, 1.0, 50), 1e-5)
 
   def test_roc_is_the_laws(self):
-    thr, fpr, fnr = fm.last_iterate_roc(0.3, 1.0, 4, num_points=201)
+    thr, fpr, fnr = last_iterate.last_iterate_roc(0.3, 1.0, 4, num_points=201)
     self.assertTrue(np.all(np.diff(fpr) <= 0) and np.all(np.diff(fnr) >= 0))
     rng = np.random.default_rng(1)
     x_in = rng.binomial(4, 0.3, 200_000) + 2.0 * rng.standard_normal(200_000)
@@ -79,9 +81,9 @@ class LastIterateTest(parameterized.TestCase):
 
   def test_rejects(self):
     with self.assertRaisesRegex(ValueError, "direction"):
-      fm.last_iterate_delta(1.0, 0.5, 1.0, 2, direction="both_ways")
+      last_iterate.last_iterate_delta(1.0, 0.5, 1.0, 2, direction="both_ways")
     with self.assertRaisesRegex(ValueError, "noise_multiplier"):
-      fm.last_iterate_epsilon(0.5, math.inf, 2, 1e-5)
+      last_iterate.last_iterate_epsilon(0.5, math.inf, 2, 1e-5)
 
 
 class CanariesTest(absltest.TestCase):
@@ -94,10 +96,10 @@ class CanariesTest(absltest.TestCase):
     self.params = self.model.init(jax.random.key(3))
 
   def test_unused_weights_are_untouched_by_records(self):
-    unused = fm.unused_features(self.x)
+    unused = crafting.unused_features(self.x)
     self.assertGreaterEqual(unused.size, 3)
     self.assertTrue(np.all(np.asarray(self.x)[:, unused] == 0))
-    g = fm.input_weight_canaries(self.model, self.params, unused, 2.0, skip_units=(1,))
+    g = crafting.input_weight_canaries(self.model, self.params, unused, 2.0, skip_units=(1,))
     w = np.asarray(g["layers"][0]["w"])
     self.assertEqual(w.shape[0], unused.size * 5)
     np.testing.assert_allclose(np.sqrt((w ** 2).sum(axis=(1, 2))), 2.0)
@@ -109,8 +111,8 @@ class CanariesTest(absltest.TestCase):
     self.assertGreater(float(np.abs(gw).max()), 0.0)
 
   def test_worst_case_init(self):
-    unused = fm.unused_features(self.x)
-    p, (xt, yt) = fm.worst_case_init(self.model, self.params, int(unused[0]), 3, unit=2)
+    unused = crafting.unused_features(self.x)
+    p, (xt, yt) = crafting.worst_case_init(self.model, self.params, int(unused[0]), 3, unit=2)
     w1, b1 = np.asarray(p["layers"][0]["w"]), np.asarray(p["layers"][0]["b"])
     pre = np.asarray(self.x) @ w1 + b1[None]
     self.assertTrue(np.all(pre[:, 2] <= -2.0 + 1e-6))          # no record activates it
@@ -118,7 +120,7 @@ class CanariesTest(absltest.TestCase):
     for leaf in (grads["layers"][0]["w"][:, :, 2], grads["layers"][0]["b"][:, 2],
                  grads["layers"][1]["w"][:, 2, :]):
       self.assertEqual(float(jnp.abs(leaf).max()), 0.0)
-    d = fm.gradient_direction(self.model, p, xt, yt)
+    d = crafting.gradient_direction(self.model, p, xt, yt)
     private = (float(d["layers"][0]["w"][0, int(unused[0]), 2]) ** 2
                + float(d["layers"][0]["b"][0, 2]) ** 2)
     self.assertGreater(math.sqrt(private), 0.99)   # cos with the untouched block
@@ -128,15 +130,15 @@ class CanariesTest(absltest.TestCase):
     self.assertGreater(norm, 10.0)                 # far above C = 1: clipped to C
 
   def test_input_canary_label_maximises_loss(self):
-    unused = fm.unused_features(self.x)
-    xc, yc = fm.input_canary(self.model, self.params, unused)
+    unused = crafting.unused_features(self.x)
+    xc, yc = crafting.input_canary(self.model, self.params, unused)
     self.assertTrue(np.all(xc[unused] == 0) and np.sum(xc == 1.0) == 64 - unused.size)
     losses = models.per_example_loss(self.model, self.params, jnp.asarray(np.tile(xc, (10, 1))),
                                      jnp.arange(10))
     self.assertEqual(yc, int(np.argmax(np.asarray(losses))))
 
   def test_pretrain_lowers_the_loss(self):
-    p = fm.pretrain(self.model, self.params, self.x, self.y, num_steps=50, learning_rate=0.5)
+    p = crafting.pretrain(self.model, self.params, self.x, self.y, num_steps=50, learning_rate=0.5)
     before = float(jnp.mean(models.per_example_loss(self.model, self.params, self.x, self.y)))
     after = float(jnp.mean(models.per_example_loss(self.model, p, self.x, self.y)))
     self.assertLess(after, 0.7 * before)
@@ -155,10 +157,11 @@ class AuditTest(absltest.TestCase):
     model = models.mlp(64, (4,), 10)
     p0 = model.init(jax.random.key(5))
     c, lr, t, sigma = 1.0, 0.5, 3, 2.0
-    g = fm.input_weight_canaries(model, p0, fm.unused_features(x), c)
-    xi, yi = fm.input_canary(model, p0, fm.unused_features(x))
-    advs = [fm.FinalModelAdversary("g", {"final": fm.projection_score(g)}, gradient_canaries=g),
-            fm.FinalModelAdversary("in", {"loss": fm.loss_score(model, xi, yi)},
+    g = crafting.input_weight_canaries(model, p0, crafting.unused_features(x), c)
+    xi, yi = crafting.input_canary(model, p0, crafting.unused_features(x))
+    advs = [fm.FinalModelAdversary("g", {"final": crafting.projection_score(g)},
+                                   gradient_canaries=g),
+            fm.FinalModelAdversary("in", {"loss": crafting.loss_score(model, xi, yi)},
                                    record=(xi, yi))]
     cfg = dpsgd.DpSgdConfig(dataset_size=40, sampling_prob=1.0, num_steps=t,
                             l2_clip_norm=c, noise_multiplier=sigma, learning_rate=lr)
@@ -188,7 +191,7 @@ class AuditTest(absltest.TestCase):
     y = np.zeros(8, np.int32)
     cfg = dpsgd.DpSgdConfig(dataset_size=8, sampling_prob=1.0, num_steps=2,
                             noise_multiplier=1.0, learning_rate=0.1)
-    good = fm.FinalModelAdversary("a", {"s": fm.loss_score(model, x[0], 1)},
+    good = fm.FinalModelAdversary("a", {"s": crafting.loss_score(model, x[0], 1)},
                                   record=(x[0], 1))
     with self.assertRaisesRegex(ValueError, "named"):
       fm.audit(jax.random.key(0), cfg, model, x, y, init_params=p0,
@@ -213,7 +216,7 @@ class AuditTest(absltest.TestCase):
       fm.audit(jax.random.key(0), cfg, model, x, y, init_params=p0, adversaries=[bad],
                num_runs=8)
     with self.assertRaisesRegex(ValueError, "mlp"):
-      fm.worst_case_init(models.cnn((8, 8, 1), (2,), 2),
+      crafting.worst_case_init(models.cnn((8, 8, 1), (2,), 2),
                          models.cnn((8, 8, 1), (2,), 2).init(jax.random.key(0)), 0, 0)
 
 

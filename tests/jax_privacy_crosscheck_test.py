@@ -26,7 +26,7 @@ from absl.testing import absltest
 from scipy import stats as sps
 
 from dpjax.accounting import gdp
-from dpjax.audit import estimators, one_run, stats
+from dpjax.audit import estimators, one_run, score_audit, stats
 
 jpa = pytest.importorskip("jax_privacy.auditing")
 
@@ -132,7 +132,7 @@ class JaxPrivacyCrossCheckTest(absltest.TestCase):
       s_in, s_out = _scores(100 + seed, 0.0, 1000, 1000)
       auditor = jpa.CanaryScoreAuditor(s_in, s_out)
       theirs = auditor.epsilon_from_gdp(_ALPHA, _DELTA)
-      ours = estimators.score_bounds(s_in, s_out, delta=_DELTA, confidence=1 - _ALPHA)
+      ours = score_audit.score_bounds(s_in, s_out, delta=_DELTA, confidence=1 - _ALPHA)
       self.assertEqual(ours["gdp"].epsilon_lower, 0.0)
       self.assertEqual(ours["clopper_pearson"].epsilon_lower, 0.0)
       self.assertGreater(theirs, 0.5, seed)            # no signal, yet a positive eps
@@ -166,7 +166,7 @@ def agreement_table(k=1000, seed=0):
   lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
   for name, s_in, s_out in sets:
     a = jpa.CanaryScoreAuditor(s_in, s_out)
-    o = estimators.score_bounds(s_in, s_out, delta=_DELTA, confidence=1 - _ALPHA)
+    o = score_audit.score_bounds(s_in, s_out, delta=_DELTA, confidence=1 - _ALPHA)
     mu = {"null": 0.0, "Gaussian mu = 1": 1.0, "Gaussian mu = 2": 2.0}.get(name)
     exact = None if mu is None else (0.0 if mu == 0 else gdp.gaussian_epsilon(_DELTA, mu))
     vals = [o["clopper_pearson"].epsilon_lower, o["clopper_pearson_bonferroni"].epsilon_lower,

@@ -17,7 +17,7 @@ from absl.testing import absltest
 
 from dpjax import dpsgd, models
 from dpjax.accounting import gdp
-from dpjax.audit import estimators, one_run, runner, variants
+from dpjax.audit import one_run, runner, score_audit, variants
 
 DELTA = 1e-5
 MU = 1.5
@@ -68,13 +68,13 @@ class AuditTrainingTest(absltest.TestCase):
     self.assertLess(abs(a.scores_in.mean() - MU), 4 / np.sqrt(1000))
     self.assertLess(abs(a.scores_out.mean()), 4 / np.sqrt(1000))
     # the runner's bounds are score_bounds' on its own scores ...
-    direct = estimators.score_bounds(a.scores_in, a.scores_out, delta=DELTA,
+    direct = score_audit.score_bounds(a.scores_in, a.scores_out, delta=DELTA,
                                      seed=a.bounds["one_run"].details["seed"])
     for name in direct:
       self.assertEqual(direct[name].epsilon_lower, a.bounds[name].epsilon_lower, name)
     # ... and within the spread of score_bounds on directly simulated scores
     rng = np.random.default_rng(0)
-    sims = np.array([estimators.score_bounds(rng.normal(MU, 1, 1000), rng.normal(0, 1, 1000),
+    sims = np.array([score_audit.score_bounds(rng.normal(MU, 1, 1000), rng.normal(0, 1, 1000),
                                              delta=DELTA)["clopper_pearson"].epsilon_lower
                      for _ in range(5)])
     cp = a.bounds["clopper_pearson"].epsilon_lower
@@ -85,7 +85,7 @@ class AuditTrainingTest(absltest.TestCase):
     a = runner.audit_training(jax.random.key(1), leaky_train_fn, num_runs=200,
                               num_canaries=5, delta=DELTA, claimed_epsilon=1.0,
                               progress=False)
-    perfect = estimators.score_bounds(np.ones(500), np.zeros(500), delta=DELTA)
+    perfect = score_audit.score_bounds(np.ones(500), np.zeros(500), delta=DELTA)
     cp = a.bounds["clopper_pearson"]
     self.assertAlmostEqual(cp.epsilon_lower, perfect["clopper_pearson"].epsilon_lower, 12)
     self.assertGreater(cp.epsilon_lower, 4.0)

@@ -27,7 +27,7 @@ Two canaries ride in every training run, each with its own inclusion bit
   of the accounted mechanism, so its ROC (`dpjax.tradeoff.likelihood_ratio_roc`)
   is the accounted trade-off curve, which fixes the white-box threshold in advance
   and gives the best bound ANY adversary could certify with the same trials
-  (`dpjax.audit.estimators.best_certifiable`).
+  (`dpjax.audit.certifiable.best_certifiable`).
 
 Many canaries per run (`gradient_canaries`, `canaries_design`): K gradient canaries,
 canary j = C e_j in its own unused coordinate j, each with its own inclusion bit
@@ -60,10 +60,10 @@ Shape letters: M models (trials), T steps, D features, J grid points.
 
 Examples:
   >>> from dpjax import tradeoff
-  >>> from dpjax.audit import estimators, stats
+  >>> from dpjax.audit import certifiable, stats
   >>> dist = LlrDistribution.compute(sampling_prob=0.2, noise_multiplier=2.0, num_steps=50)
   >>> thr, fpr, fnr = tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
-  >>> best = estimators.best_certifiable(fpr, fnr, 1000, delta=1e-5, thresholds_J=thr)
+  >>> best = certifiable.best_certifiable(fpr, fnr, 1000, delta=1e-5, thresholds_J=thr)
   >>> bool(0 < best.epsilon < stats.perfect_attack_ceiling(1000, 1e-5))
   True
 """

@@ -35,7 +35,7 @@ Laplace its numbers are reported with `assumption_met=False` and are not a
 failure), the one-run bounds of `dpjax.audit.one_run` (Steinke, Nasr & Jagielski
 2023; the f-DP bound of Mahloujifar, Melis & Chaudhuri 2025) played as the real
 one-run game with i.i.d. fair inclusion bits, and every entry of
-`estimators.score_bounds`. `overfit_estimator` is a deliberately invalid one
+`score_audit.score_bounds`. `overfit_estimator` is a deliberately invalid one
 (threshold maximised on the trials it is evaluated on) that the measurement must
 catch.
 
@@ -81,7 +81,7 @@ from scipy import stats as sps
 
 from dpjax import _validate
 from dpjax.accounting import gdp
-from dpjax.audit import estimators, one_run, stats
+from dpjax.audit import certifiable, estimators, one_run, parametric, score_audit, stats
 
 __all__ = ["MECHANISM_KINDS", "INPUTS", "Mechanism", "gaussian_at", "optimal_threshold",
            "optimal_guesses", "Estimator", "threshold_estimators", "one_run_estimators",
@@ -241,7 +241,7 @@ def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
   """The threshold of the mechanism's best certifiable test, fixed before any audit.
 
   The pair's exact ROC (`Mechanism.roc` on a grid) fed to
-  `estimators.best_certifiable` with `trials` evaluation trials per side: the
+  `certifiable.best_certifiable` with `trials` evaluation trials per side: the
   threshold an auditor who knows the claimed mechanism would fix in advance.
 
   Examples:
@@ -257,7 +257,7 @@ def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
   else:
     grid = mechanism._center() + mechanism._spread() * np.linspace(-12.0, 12.0, 2401)
   fpr, fnr = mechanism.roc(grid)
-  return float(estimators.best_certifiable(fpr, fnr, trials, delta=delta, confidence=confidence,
+  return float(certifiable.best_certifiable(fpr, fnr, trials, delta=delta, confidence=confidence,
                                            thresholds_J=grid).threshold)
 
 
@@ -367,7 +367,7 @@ def threshold_estimators(mechanism: Mechanism, *, trials: int, delta: float,
       Estimator("split_both_signs", via(split2), description="SplitThreshold(both_signs=True)"),
       Estimator("bonferroni", via(policy),
                 description="Bonferroni(fixed, split both signs), alpha/2 each"),
-      Estimator("gdp", lambda s_in, s_out, d, c: estimators.gdp_estimate(s_in, s_out, d, c).epsilon,
+      Estimator("gdp", lambda s_in, s_out, d, c: parametric.gdp_estimate(s_in, s_out, d, c).epsilon,
                 gdp_only=("gdp",), description="gdp_estimate (Nasr et al. 2023), split threshold"),
   )
 
@@ -410,22 +410,22 @@ def one_run_estimators(mechanism: Mechanism, *, trials: int, delta: float,
 
 
 def score_bounds_estimator(threshold: Optional[float] = None) -> Estimator:
-  """Every entry of `estimators.score_bounds` (the scores front door), as one estimator.
+  """Every entry of `score_audit.score_bounds` (the scores front door), as one estimator.
 
   Args:
     threshold: passed through (adds the "clopper_pearson_fixed" entry).
   """
   if threshold is not None:
     threshold = _validate.check_range(threshold, "threshold", allow_inf=True)
-  outputs = tuple(n for n in estimators.SCORE_BOUND_NAMES
+  outputs = tuple(n for n in score_audit.SCORE_BOUND_NAMES
                   if n != "clopper_pearson_fixed" or threshold is not None)
 
   def bound(s_in, s_out, d, c):
-    res = estimators.score_bounds(s_in, s_out, delta=d, confidence=c, threshold=threshold)
+    res = score_audit.score_bounds(s_in, s_out, delta=d, confidence=c, threshold=threshold)
     return {k: v.epsilon_lower for k, v in res.items()}
 
   return Estimator("score_bounds", bound, outputs=outputs, gdp_only=("gdp", "fdp_one_run_gdp"),
-                   description="estimators.score_bounds, every entry")
+                   description="score_audit.score_bounds, every entry")
 
 
 def overfit_estimator() -> Estimator:

@@ -42,7 +42,7 @@ The bound. The tests are declared before any release is drawn. The pair's PLD
 (below) is the law of L under IN, and under OUT the same losses carry mass
 p e^(-L), so the ROC of the tests "L > t" is known exactly. Declared: the
 threshold maximising the Clopper-Pearson bound at the EXPECTED error counts for
-`num_trials` trials per side (`estimators.best_certifiable`; that expected bound
+`num_trials` trials per side (`certifiable.best_certifiable`; that expected bound
 is `expected_epsilon_lower`), and, as in `dpjax.audit.guard`, the thresholds of
 false-positive rate 2^-i under the claim (every i with num_trials 2^-i >= 4),
 which meet a leakier aggregator whose best test lies further in the tail.
@@ -105,7 +105,7 @@ import numpy as np
 from scipy import special, stats as sp_stats
 
 from dpjax import _validate, accounting, pate
-from dpjax.audit import estimators, stats
+from dpjax.audit import certifiable, estimators, stats
 
 __all__ = ["LabelAudit", "audit_labels", "calibrate_sigma", "claimed_epsilon", "crafted_pair",
            "exact_epsilon", "llr_scores", "output_log_probs"]
@@ -307,7 +307,7 @@ def _declared_thresholds(total, n: int, delta: float, confidence: float
   loss l_j); under OUT the same losses have mass p_j e^(-l_j), so the ROC of the
   tests "L > t" is known (`tradeoff.likelihood_ratio_roc`). Declared: the
   threshold maximising the expected Clopper-Pearson bound for n trials per side
-  at the per-test confidence (`estimators.best_certifiable`), and the thresholds
+  at the per-test confidence (`certifiable.best_certifiable`), and the thresholds
   of false-positive rate 2^-i under the claim for every i with n 2^-i >= 4 (so a
   leakier aggregator, whose best test sits further in the tail, is met by one).
 
@@ -325,7 +325,7 @@ def _declared_thresholds(total, n: int, delta: float, confidence: float
   levels = 2.0 ** -np.arange(1, max(2, int(math.log2(n / _MIN_EXPECTED_FALSE_POSITIVES)) + 1))
   ladder = [float(thr[int(np.argmax(fpr <= lv))]) for lv in levels if np.any(fpr <= lv)]
   per_test = estimators.bonferroni_confidence(confidence, len(ladder) + 1)
-  best = estimators.best_certifiable(fpr, fnr, n, delta=delta, confidence=per_test,
+  best = certifiable.best_certifiable(fpr, fnr, n, delta=delta, confidence=per_test,
                                      thresholds_J=thr)
   return np.unique([float(best.threshold)] + ladder), float(best.epsilon)
 

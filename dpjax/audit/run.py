@@ -41,7 +41,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dpjax import _validate, accounting, dpsgd, tradeoff
-from dpjax.audit import canary, estimators, stats, store, variants
+from dpjax.audit import canary, certifiable, estimators, parametric, stats, store, variants
 
 THREAT_MODELS = ("black_box", "white_box", "both")
 # With K > 1 canaries per run: the share of alpha given to the fixed-threshold test
@@ -391,14 +391,14 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
   else:
     thr, fpr, fnr = claimed_roc(spec, st)
     if multi:
-      best = estimators.best_certifiable(fpr, fnr, n_out, trials_in=n_in, delta=delta,
+      best = certifiable.best_certifiable(fpr, fnr, n_out, trials_in=n_in, delta=delta,
                                          confidence=per_test, thresholds_J=thr)
       threshold_wb, row["best_certifiable"] = best.threshold, best.epsilon
     else:
-      best = estimators.best_certifiable(fpr, fnr, trials, delta=delta, confidence=per_test,
+      best = certifiable.best_certifiable(fpr, fnr, trials, delta=delta, confidence=per_test,
                                          thresholds_J=thr)
       threshold_wb, row["best_certifiable"] = best.threshold, best.epsilon
-    row["best_certifiable_black_box"] = estimators.best_certifiable(
+    row["best_certifiable_black_box"] = certifiable.best_certifiable(
         fpr, fnr, half, delta=delta, confidence=conf).epsilon
   row["epsilon_lower_black_box"] = row["epsilon_lower_white_box"] = None
   row["gdp_estimate_black_box"] = row["gdp_estimate_white_box"] = None
@@ -411,7 +411,7 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
     row["epsilon_lower_black_box_sd"] = estimators.bootstrap_spread(
         a, np.random.default_rng(0)).sd
     if not no_noise:
-      row["gdp_estimate_black_box"] = estimators.gdp_estimate(
+      row["gdp_estimate_black_box"] = parametric.gdp_estimate(
           a.sign * bb[r], a.sign * bb[~r], delta, conf).epsilon
   if spec.threat_model in ("white_box", "both"):
     # (a) the threshold fixed in advance from the claimed mechanism's likelihood
@@ -442,7 +442,7 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
     if not no_noise:
       row["white_box_fraction_of_exact"] = row["epsilon_lower_white_box"] / row["epsilon_pld"]
     if not no_noise:
-      row["gdp_estimate_white_box"] = estimators.gdp_estimate(
+      row["gdp_estimate_white_box"] = parametric.gdp_estimate(
           wb[s], wb[~s], delta, conf, threshold=threshold_wb).epsilon
   return row
 

@@ -3,7 +3,7 @@
 The auditor's experiment is always the same: run the training R times, in run i
 insert canary j (j = 0..K-1) iff included_RxK[i, j], let an adversary score every
 canary (higher = IN), and turn the scores into eps lower bounds
-(`dpjax.audit.estimators.score_bounds`, `dpjax.audit.one_run`). This module runs
+(`dpjax.audit.score_audit.score_bounds`, `dpjax.audit.one_run`). This module runs
 that experiment for
 
 * any training written in JAX (`audit_training`): the user's
@@ -80,7 +80,7 @@ class TrainingAudit:
   Attributes:
     scores_RxK: float64[R, K] canary scores (higher = IN).
     included_RxK: bool[R, K] inclusion bits.
-    bounds: {name: `estimators.ScoreBound`}: `score_bounds`' entries in mode
+    bounds: {name: `score_audit.ScoreBound`}: `score_bounds`' entries in mode
       "independent", the one-run entries ("one_run", "fdp_one_run",
       "fdp_one_run_gdp") in mode "one_run".
     mode: "independent" or "one_run".
@@ -165,14 +165,14 @@ def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: fl
       randomness (`inclusion_bits`).
     delta: in (0, 1).
     confidence: in (0, 1).
-    mode: "independent" (pooled trials, `estimators.score_bounds`; needs >= 2 IN
+    mode: "independent" (pooled trials, `score_audit.score_bounds`; needs >= 2 IN
       and >= 2 OUT scores) or "one_run" (the one-run tests on all R K canaries,
       guesses over `one_run.declared_guess_counts(R K)` with a union bound; needs
       R K >= 2 and i.i.d. Bernoulli(1/2) bits).
     claimed_epsilon: optional eps >= 0; details then record "falsifies_claim".
     seed: int >= 0, the seed of `score_bounds`' one-run coins (mode "independent").
   Returns:
-    {name: estimators.ScoreBound}.
+    {name: score_audit.ScoreBound}.
 
   Examples:
     >>> import numpy as np
@@ -181,7 +181,7 @@ def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: fl
     >>> sorted(b), b["one_run"].details["num_correct"]
     (['fdp_one_run', 'fdp_one_run_gdp', 'one_run'], 200)
   """
-  from dpjax.audit import estimators, one_run  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import one_run, score_audit  # pylint: disable=g-import-not-at-top
   s = _validate.check_array(scores_RxK, "scores_RxK", ndim=2, allow_inf=True, min_size=1)
   inc = _validate.check_binary(included_RxK, "included_RxK", shape=s.shape).astype(bool)
   delta = _validate.check_delta(delta)
@@ -196,7 +196,7 @@ def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: fl
     if s_in.size < 2 or s_out.size < 2:
       raise ValueError("mode 'independent' needs >= 2 IN and >= 2 OUT trials, got "
                        f"{s_in.size} and {s_out.size} (use more runs)")
-    return estimators.score_bounds(s_in, s_out, delta=delta, confidence=confidence,
+    return score_audit.score_bounds(s_in, s_out, delta=delta, confidence=confidence,
                                    claimed_epsilon=claimed_epsilon, seed=seed)
   flat, bits = s.reshape(-1), inc.reshape(-1)
   if flat.size < 2:
@@ -219,7 +219,7 @@ def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: fl
     if claimed_epsilon is not None:
       details["claimed_epsilon"] = claimed_epsilon
       details["falsifies_claim"] = bool(res.epsilon_lower > claimed_epsilon)
-    out[name] = estimators.ScoreBound(
+    out[name] = score_audit.ScoreBound(
         name, float(res.epsilon_lower),
         how + "; all canaries of all runs as the canaries of one run, inclusion bits i.i.d. "
         "Bernoulli(1/2) drawn before training; guesses IN for the top r/2 scores and OUT "
@@ -309,11 +309,11 @@ def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int 
 
   Examples:
     >>> import jax, numpy as np
-    >>> from dpjax.audit import estimators
+    >>> from dpjax.audit import score_audit
     >>> leak = lambda key, inc: inc * 1.0            # reveals the bits: not private
     >>> a = audit_training(jax.random.key(1), leak, num_runs=100, delta=1e-5,
     ...                    progress=False)
-    >>> perfect = estimators.score_bounds(np.ones(50), np.zeros(50), delta=1e-5)
+    >>> perfect = score_audit.score_bounds(np.ones(50), np.zeros(50), delta=1e-5)
     >>> a.bounds["clopper_pearson"].epsilon_lower == perfect["clopper_pearson"].epsilon_lower
     True
   """

@@ -1,0 +1,497 @@
+"""Crafting final-model adversaries of DP-SGD: canaries, initialisations, scores of theta_T.
+
+A final-model adversary sees only the last iterate theta_T and the public
+initial parameters theta_0, which DP-SGD's analysis lets anyone choose. This
+module builds what such an adversary plants and computes:
+
+* a crafted INPUT canary (`input_canary`): an out-of-distribution image (every
+  pixel lit except the features no record uses) with the label of largest loss
+  under theta_0, scored by -loss(theta_T) (`loss_score`);
+* GRADIENT canaries observed only through theta_T (the hidden-state threat
+  model of Cebere, Bellet & Papernot, ICLR 2025): canary j is a fixed gradient
+  g_j = C e_j inserted in every step where it is sampled, e_j a parameter
+  coordinate that no record's gradient touches (`input_weight_canaries`: the
+  first-layer weights of pixels that are zero in every record, `unused_features`,
+  where the gradient of a record is x_f * delta = 0 for ANY parameters) or, for
+  models without such coordinates, the coordinate the records move least at
+  theta_0 (`quiet_coordinate_canary`). The score is the final displacement
+  along e_j, -<theta_T - theta_0, e_j> (`projection_score`), whose law for an
+  untouched coordinate is that of `dpjax.audit.last_iterate`;
+* a WORST-CASE INITIALISATION (after Annamalai & De Cristofaro, NeurIPS 2024):
+  the adversary picks theta_0 so that the target record's clipped gradient is
+  large, constant during training and orthogonal to everyone else's
+  (`worst_case_init`, for the MLP: a dedicated first-layer unit that only the
+  target activates), optionally after pre-training on public data (`pretrain`,
+  their recipe, which quiets the other records). The target is then scored by
+  its loss (their score) or by the displacement along its initial gradient
+  direction (`gradient_direction`, `projection_score`).
+
+Contracts: canaries and directions are pytrees like the parameters with a
+leading axis K; every score function is jax-traceable, fn(theta_T, theta_0) ->
+float[K], higher = IN. `dpjax.audit.final_model.audit` trains with them
+(`FinalModelAdversary`) and turns the scores into bounds.
+
+References: Annamalai & De Cristofaro 2024, https://arxiv.org/abs/2405.14106;
+Cebere, Bellet & Papernot 2025, https://arxiv.org/abs/2405.14457.
+
+Shape letters: K canaries, N records, F features, U unused features, P
+parameters (flattened).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+import jax
+import jax.flatten_util  # noqa: F401  (ravel_pytree)
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate
+
+# ----------------------------------------------------------------------------------
+# Canaries and initialisations.
+
+
+def unused_features(x_NxF) -> np.ndarray:
+  """Indices of the features equal to 0 in every record: int64[U], ascending.
+
+  In a dense first layer, a record's gradient with respect to the weights of
+  feature f is x_f * delta, so these weights are moved by no record, whatever
+  the parameters: only noise and canaries move them.
+
+  Args:
+    x_NxF: float[N, ...] records (flattened to [N, F]).
+  Returns:
+    int64[U].
+
+  Examples:
+    >>> unused_features([[0.0, 1.0, 0.0], [0.0, 0.5, 2.0]]).tolist()
+    [0]
+  """
+  x = _validate.check_array(x_NxF, "x_NxF", min_size=1)
+  if x.ndim < 2:
+    raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
+  x = x.reshape(x.shape[0], -1)
+  return np.flatnonzero(np.all(x == 0.0, axis=0)).astype(np.int64)
+
+
+def _check_labels(model, y, name, **shape):
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+  check = _validate.check_labels
+  return check(y, name, model.num_outputs, **shape)
+
+
+def _check_record(model, params, x_c, y_c):
+  f = _num_features(model, params)
+  x = _validate.check_array(x_c, "x_c", np.float32, shape=(f,))
+  y = _check_labels(model, np.asarray(y_c).reshape(1) if np.ndim(y_c) == 0 else y_c, "y_c",
+                    shape=(1,))
+  return jnp.asarray(x)[None], jnp.asarray(y)
+
+
+def _check_mlp(model, params, name="model"):
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+  models_lib.check_model(model, name)
+  if model.kind != "mlp":
+    raise ValueError(f"{name} must be a dpjax.models.mlp with >= 1 hidden layer "
+                     f"(kind {model.kind!r})")
+  _validate.check_model_params(model, params)
+  if len(params["layers"]) < 2:
+    raise ValueError(f"{name} must be a dpjax.models.mlp with >= 1 hidden layer")
+
+
+def input_weight_canaries(model, params, features, l2_clip_norm: float,
+                          skip_units=()) -> dict:
+  """Dirac gradient canaries C e_(f, h) on the MLP's first-layer weights of `features`.
+
+  For features no record uses (`unused_features`), no record's gradient ever
+  touches these weights, so (SGD, no weight decay) the final value of weight
+  (f, h) is theta_0 - lr/B sum_t (b_t C + sigma C z_t): the canaries are exactly
+  linear, mutually independent (disjoint coordinates, independent noise and
+  bits), and their final-model score has the law of `last_iterate.last_iterate_roc`.
+
+  Args:
+    model: a `dpjax.models.mlp` with >= 1 hidden layer.
+    params: its parameters (unbatched).
+    features: int[U] input features (>= 1).
+    l2_clip_norm: C > 0, finite.
+    skip_units: first-layer units to leave out (e.g. one used by `worst_case_init`).
+  Returns:
+    pytree like params, every leaf with a leading axis K = U * (H - |skip_units|):
+    canary j is C at one (feature, unit) weight, 0 elsewhere.
+
+  Examples:
+    >>> import jax
+    >>> from dpjax import models
+    >>> m = models.mlp(3, (2,), 2)
+    >>> g = input_weight_canaries(m, m.init(jax.random.key(0)), [0], 1.0)
+    >>> g["layers"][0]["w"].shape, float(g["layers"][0]["w"].sum())
+    ((2, 3, 2), 2.0)
+  """
+  _check_mlp(model, params)
+  c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
+  w0 = params["layers"][0]["w"]
+  f_in, h = int(w0.shape[0]), int(w0.shape[1])
+  feats = _validate.check_array(features, "features", np.int64, ndim=1, min_size=1,
+                                low=0, high=f_in - 1)
+  skip = set(int(u) for u in _validate.check_array(np.asarray(skip_units, np.int64).reshape(-1),
+                                                   "skip_units", np.int64, low=0,
+                                                   high=h - 1).tolist())
+  units = [u for u in range(h) if u not in skip]
+  if not units:
+    raise ValueError("skip_units leaves no first-layer unit for the canaries")
+  pairs = [(int(f), u) for f in feats.tolist() for u in units]
+  k = len(pairs)
+  out = jax.tree.map(lambda l: jnp.zeros((k,) + tuple(l.shape), jnp.float32), params)
+  w = np.zeros((k, f_in, h), np.float32)
+  for j, (f, u) in enumerate(pairs):
+    w[j, f, u] = c
+  out["layers"][0]["w"] = jnp.asarray(w)
+  return out
+
+
+def _flat_grads(model, params, x, y, l2_clip_norm):
+  """Sum over records of |clipped per-example gradient|, flattened: float64[P]."""
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+  flat, unravel = jax.flatten_util.ravel_pytree(params)
+
+  def one(xi, yi):
+    g = jax.grad(lambda p: models_lib.per_example_loss(model, unravel(p), xi[None],
+                                                       yi[None])[0])(flat)
+    return jnp.abs(g) * jnp.minimum(1.0, l2_clip_norm / (jnp.linalg.norm(g) + 1e-30))
+  total = jax.jit(lambda xs, ys: jax.vmap(one)(xs, ys).sum(axis=0))(x, y)
+  return np.asarray(total, np.float64), unravel
+
+
+def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> dict:
+  """One Dirac gradient canary C e_i at the coordinate the records move least at theta_0.
+
+  i minimises sum_n |clip(grad loss_n(theta_0))_i| (ties: the first). For
+  models with shared weights (convolutions) no coordinate is untouched, so the
+  records still move e_i a little during training: the canary is then only
+  approximately linear (its score no longer has exactly the law of
+  `last_iterate.last_iterate_roc`), and one canary per run keeps the trials independent.
+
+  Args:
+    model: a dpjax.models.Model.
+    params: theta_0 (unbatched).
+    x_NxF, y_N: the training records.
+    l2_clip_norm: C > 0, finite.
+  Returns:
+    pytree like params with a leading axis K = 1.
+
+  Examples:
+    >>> import jax, numpy as np
+    >>> from dpjax import models
+    >>> m = models.mlp(2, (2,), 2)
+    >>> g = quiet_coordinate_canary(m, m.init(jax.random.key(0)), np.array([[0., 1.]]),
+    ...                             np.array([1]), 1.0)
+    >>> float(sum(float(abs(l).sum()) for l in jax.tree.leaves(g)))
+    1.0
+  """
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+  models_lib.check_model(model)
+  _validate.check_model_params(model, params)
+  c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
+  x = jnp.asarray(_check_x(model, params, x_NxF))
+  y = jnp.asarray(_check_labels(model, y_N, "y_N", shape=(x.shape[0],)))
+  mass, unravel = _flat_grads(model, params, x, y, c)
+  e = np.zeros_like(mass, dtype=np.float32)
+  e[int(np.argmin(mass))] = c
+  return jax.tree.map(lambda l: l[None], unravel(jnp.asarray(e)))
+
+
+def input_canary(model, params, exclude_features=(), value: float = 1.0
+                 ) -> tuple[np.ndarray, int]:
+  """An out-of-distribution image and the label of largest loss under `params`.
+
+  The image is `value` on every feature except `exclude_features` (0 there):
+  for the digits, a white square, unlike any digit. Leaving out the unused
+  features keeps it off the coordinates of `input_weight_canaries`, so the two
+  kinds of canaries can share runs without coupling the gradient canaries.
+
+  Args:
+    model: a dpjax.models.Model with K >= 2 classes and a known input size.
+    params: the public theta_0 (unbatched).
+    exclude_features: int[U] features set to 0.
+    value: the lit features' value (finite).
+  Returns:
+    (x_c float32[F], y_c): y_c = argmax_y loss(theta_0; x_c, y).
+
+  Examples:
+    >>> import jax
+    >>> from dpjax import models
+    >>> m = models.mlp(4, (3,), 3)
+    >>> x, y = input_canary(m, m.init(jax.random.key(0)), [0])
+    >>> x.tolist(), 0 <= y < 3
+    ([0.0, 1.0, 1.0, 1.0], True)
+  """
+  _validate.check_model_params(model, params)
+  value = _validate.check_finite(value, "value")
+  if model.num_outputs < 2:
+    raise ValueError("input_canary needs a multi-class model (num_outputs >= 2)")
+  f = _num_features(model, params)
+  x = np.full((f,), value, np.float32)
+  excl = _validate.check_array(np.asarray(exclude_features, np.int64).reshape(-1),
+                               "exclude_features", np.int64, low=0, high=f - 1)
+  x[excl] = 0.0
+  logits = np.asarray(model.apply(params, jnp.asarray(x)[None]))[0]
+  return x, int(np.argmin(logits))          # largest cross-entropy = smallest logit
+
+
+def _check_x(model, params, x_NxF, name="x_NxF"):
+  f = _num_features(model, params)
+  x = _validate.check_array(x_NxF, name, np.float32, ndim=2, min_size=1)
+  if x.shape[1] != f:
+    raise ValueError(f"{name} must have shape [N, {f}], got {x.shape}")
+  return x
+
+
+def _num_features(model, params=None) -> int:
+  """F, the flattened input size of `model` (from input_shape or the first weights)."""
+  if model.input_shape is not None:
+    return int(np.prod(model.input_shape))
+  ref = jax.eval_shape(model.init, jax.random.key(0)) if params is None else params
+  if isinstance(ref, dict) and "layers" in ref:
+    return int(ref["layers"][0]["w"].shape[0])
+  if isinstance(ref, dict) and "w" in ref and len(ref["w"].shape) == 1:
+    return int(ref["w"].shape[0])
+  raise ValueError("cannot tell the model's input size (no input_shape, not an MLP or a "
+                   "logistic regression)")
+
+
+def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float):
+  """Non-private full-batch gradient descent on PUBLIC data (the adversary's own).
+
+  Annamalai & De Cristofaro's worst-case initialisation starts DP-SGD from a
+  model already fitted to data like the private set, so the private records'
+  gradients are small and the target's stands out.
+
+  Args:
+    model: a dpjax.models.Model.
+    params: starting parameters (unbatched).
+    x_NxF, y_N: public records (never the private ones).
+    num_steps: steps >= 1.
+    learning_rate: > 0.
+  Returns:
+    parameters like `params`.
+
+  Examples:
+    >>> import jax, numpy as np
+    >>> from dpjax import models
+    >>> m = models.mlp(2, (4,), 2)
+    >>> x = np.array([[1., 0.], [0., 1.]], np.float32); y = np.array([0, 1])
+    >>> p = pretrain(m, m.init(jax.random.key(0)), x, y, num_steps=200, learning_rate=0.5)
+    >>> np.asarray(m.apply(p, x)).argmax(1).tolist()
+    [0, 1]
+  """
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+  models_lib.check_model(model)
+  _validate.check_model_params(model, params)
+  x = jnp.asarray(_check_x(model, params, x_NxF))
+  y = jnp.asarray(_check_labels(model, y_N, "y_N", shape=(x.shape[0],)))
+  t = _validate.check_int(num_steps, "num_steps")
+  lr = _validate.check_positive(learning_rate, "learning_rate")
+  return _pretrain(model, t)(params, x, y, jnp.float32(lr))
+
+
+@functools.lru_cache(maxsize=16)
+def _pretrain(model, t):
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+
+  def loss(p, x, y):
+    return jnp.mean(models_lib.per_example_loss(model, p, x, y))
+
+  @jax.jit
+  def run(p, x, y, lr):
+    def step(p, _):
+      g = jax.grad(loss)(p, x, y)
+      return jax.tree.map(lambda a, b: a - lr * b, p, g), None
+    return jax.lax.scan(step, p, None, length=t)[0]
+  return run
+
+
+def worst_case_init(model, params, feature: int, label: int, *, bias: float = 2.0,
+                    gain: float = 10.0, unit: int = 0) -> tuple[dict, tuple[np.ndarray, int]]:
+  """Crafted theta_0 for an MLP: a first-layer unit that only the target activates.
+
+  DP-SGD's guarantee holds for every theta_0, so the auditor may pick the worst
+  one. With target x_c = e_feature (one lit pixel that no record uses) and unit
+  u = `unit`:
+
+    W1[:, u] = 0, W1[feature, u] = 1 + bias, b1[u] = -bias, W1[feature, v] = 0 (v != u),
+    W2[u, :] = 0 except W2[u, label] = -gain.
+
+  Every record has pre-activation -bias + (noise-sized drift) < 0 at unit u, so
+  no record's gradient reaches W1[:, u], b1[u] or W2[u, :]; the target has
+  activation 1 there, logit(label) pushed down by `gain`, hence a loss gradient
+  of norm about gain * sqrt(2) >> C, almost all of it on (W1[feature, u],
+  b1[u]): its clipped gradient is C times a nearly fixed unit vector that no
+  other record touches, which makes the target as linear as a gradient canary.
+  The rest of `params` (e.g. `pretrain`ed) is kept.
+
+  Args:
+    model: a `dpjax.models.mlp` with >= 1 hidden layer.
+    params: the starting parameters (unbatched).
+    feature: the target's lit feature (choose one of `unused_features`).
+    label: the target's label in [0, K).
+    bias: > 0, how far below 0 the unit sits for every record.
+    gain: > 0, the unit's push against the label.
+    unit: the first-layer unit used.
+  Returns:
+    (theta_0, (x_c float32[F], label)).
+
+  Examples:
+    >>> import jax, numpy as np
+    >>> from dpjax import models
+    >>> m = models.mlp(3, (2,), 2)
+    >>> p, (x, y) = worst_case_init(m, m.init(jax.random.key(0)), 0, 1)
+    >>> x.tolist(), y, bool(np.asarray(m.apply(p, x[None]))[0, 1] < -9)
+    ([1.0, 0.0, 0.0], 1, True)
+  """
+  _check_mlp(model, params)
+  w1 = np.array(params["layers"][0]["w"], np.float32)
+  b1 = np.array(params["layers"][0]["b"], np.float32)
+  w2 = np.array(params["layers"][1]["w"], np.float32)
+  f_in, h = w1.shape
+  feature = _validate.check_int(feature, "feature", minimum=0)
+  unit = _validate.check_int(unit, "unit", minimum=0)
+  label = _validate.check_int(label, "label", minimum=0)
+  if feature >= f_in:
+    raise ValueError(f"feature must be < {f_in}, got {feature}")
+  if unit >= h:
+    raise ValueError(f"unit must be < {h}, got {unit}")
+  if label >= w2.shape[1]:
+    raise ValueError(f"label must be < {w2.shape[1]}, got {label}")
+  bias = _validate.check_positive(bias, "bias")
+  gain = _validate.check_positive(gain, "gain")
+  w1[:, unit] = 0.0
+  w1[feature, :] = 0.0
+  w1[feature, unit] = 1.0 + bias
+  b1[unit] = -bias
+  w2[unit, :] = 0.0
+  w2[unit, label] = -gain
+  out = jax.tree.map(lambda a: a, params)
+  out["layers"] = [dict(l) for l in params["layers"]]
+  out["layers"][0] = {"w": jnp.asarray(w1), "b": jnp.asarray(b1)}
+  out["layers"][1] = dict(out["layers"][1], w=jnp.asarray(w2))
+  x = np.zeros((f_in,), np.float32)
+  x[feature] = 1.0
+  return out, (x, label)
+
+
+def gradient_direction(model, params, x_c, y_c) -> Any:
+  """The unit vector of the record's loss gradient at `params` (its clipped direction).
+
+  Args:
+    model: a dpjax.models.Model.
+    params: theta_0 (unbatched).
+    x_c: float[F...] the record; y_c: its label.
+  Returns:
+    pytree like params with a leading axis K = 1 and unit L2 norm.
+
+  Examples:
+    >>> import jax, numpy as np
+    >>> from dpjax import models
+    >>> m = models.logistic_regression(2)
+    >>> d = gradient_direction(m, m.init(jax.random.key(0)), np.array([3., 4.]), 1)
+    >>> round(float(sum(float((l ** 2).sum()) for l in jax.tree.leaves(d))), 6)
+    1.0
+  """
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+  models_lib.check_model(model)
+  _validate.check_model_params(model, params)
+  x, y = _check_record(model, params, x_c, y_c)
+  g = jax.grad(lambda p: models_lib.per_example_loss(model, p, x, y)[0])(params)
+  n = float(jnp.sqrt(sum(jnp.sum(l * l) for l in jax.tree.leaves(g))))
+  if not n > 0 or not math.isfinite(n):
+    raise ValueError(f"the record's gradient norm is {n}: no direction to project on")
+  return jax.tree.map(lambda l: (l / n)[None].astype(jnp.float32), g)
+
+
+# ----------------------------------------------------------------------------------
+# Scores of the final model.
+
+
+def projections(directions, tree) -> jax.Array:
+  """<tree, d_j> for each of K directions: float[K] (jax-traceable).
+
+  `directions` is a pytree like `tree` whose leaves carry a leading axis K; each
+  leaf pair is flattened and contracted, and the leaves' contributions summed.
+  No input check: `projection_score` checks its directions, and
+  `dpjax.audit.final_model.audit` projects the privatized updates on its
+  canaries' unit directions with it under jit.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> projections({"w": jnp.array([[1.0, 0.0], [0.0, 2.0]])}, {"w": jnp.array([3.0, 4.0])}
+    ...             ).tolist()
+    [3.0, 8.0]
+  """
+  return sum(jnp.tensordot(d.reshape(d.shape[0], -1), l.reshape(-1), axes=1)
+             for d, l in zip(jax.tree.leaves(directions), jax.tree.leaves(tree)))
+
+
+def projection_score(directions) -> Callable:
+  """Score fn(theta_T, theta_0) = -<theta_T - theta_0, d_j> for K directions: float[K].
+
+  Training on a canary whose clipped gradient is along d_j moves theta against
+  d_j, so the score grows with inclusion. For a Dirac gradient canary C e_j
+  trained by SGD at learning rate lr with divisor B, the score is (lr C / B) X
+  with X the last-iterate statistic of `dpjax.audit.last_iterate`.
+
+  Args:
+    directions: pytree like params with a leading axis K (e.g.
+      `input_weight_canaries`, `gradient_direction`); any positive scaling of a
+      direction gives the same tests.
+  Returns:
+    a jax-traceable function.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> fn = projection_score({"w": jnp.array([[1.0, 0.0], [0.0, 2.0]])})
+    >>> fn({"w": jnp.array([-1.0, 1.0])}, {"w": jnp.zeros(2)}).tolist()
+    [1.0, -2.0]
+  """
+  leaves = jax.tree.leaves(directions)
+  for l in leaves:
+    a = np.asarray(l) if not isinstance(l, jax.Array) else l
+    if not (jnp.issubdtype(a.dtype, jnp.floating) or jnp.issubdtype(a.dtype, jnp.integer)):
+      raise TypeError(f"directions must hold real arrays, got dtype {a.dtype}")
+    if not np.all(np.isfinite(np.asarray(a, np.float64))):
+      raise ValueError("directions must be finite")
+  if not leaves or any(jnp.ndim(l) < 1 for l in leaves):
+    raise ValueError("directions must be a pytree whose leaves have a leading axis K")
+  k = {int(jnp.shape(l)[0]) for l in leaves}
+  if len(k) != 1:
+    raise ValueError(f"directions' leaves disagree on K: {sorted(k)}")
+  directions = jax.tree.map(lambda l: jnp.asarray(l, jnp.float32), directions)
+
+  def score(final, init):
+    return -projections(directions, jax.tree.map(lambda a, b: a - b, final, init))
+  return score
+
+
+def loss_score(model, x_c, y_c) -> Callable:
+  """Score fn(theta_T, theta_0) = [-loss(theta_T; x_c, y_c)]: float[1] (training on it lowers it).
+
+  Examples:
+    >>> import jax, numpy as np
+    >>> from dpjax import models
+    >>> m = models.logistic_regression(1)
+    >>> fn = loss_score(m, np.array([1.0]), 1)
+    >>> p = m.init(jax.random.key(0))
+    >>> round(float(fn(p, p)[0]), 4)                 # -log 2 at zero weights
+    -0.6931
+  """
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+  models_lib.check_model(model)
+  x, y = _check_record(model, None, x_c, y_c)
+
+  def score(final, init):
+    del init
+    return -models_lib.per_example_loss(model, final, x, y)
+  return score

@@ -57,6 +57,7 @@ import csv
 import dataclasses
 import math
 import os
+import re
 import zipfile
 from typing import Optional
 
@@ -68,6 +69,8 @@ from experiments import _common, _plots
 
 NAME = "audit_scores"
 FORMATS = (".npz", ".csv")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|nan)",
+                     re.IGNORECASE)
 _TRUE = ("1", "true")
 _FALSE = ("0", "false")
 # Entries of `score_bounds` valid only if the mechanism is mu-GDP.
@@ -120,7 +123,7 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _load_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
   try:
-    with open(path, newline="", encoding="utf-8") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:      # Excel's byte-order mark
       rows = list(csv.reader(f))
   except (OSError, UnicodeDecodeError, csv.Error) as e:
     _fail(path, f"unreadable .csv file ({type(e).__name__}: {' '.join(str(e).split())})")
@@ -132,16 +135,20 @@ def _load_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
   if missing:
     _fail(path, f"missing column(s) {', '.join(missing)} in the header row "
                 f"{','.join(rows[0])!r}; expected columns score and member")
+  dup = [c for c in ("score", "member") if header.count(c) > 1]
+  if dup:
+    _fail(path, f"column(s) {', '.join(dup)} appear more than once in the header row "
+                f"{','.join(rows[0])!r}")
   i_s, i_m = header.index("score"), header.index("member")
   scores, members = [], []
   for line, r in enumerate(rows[1:], start=2):
     if len(r) <= max(i_s, i_m):
       _fail(path, f"row {line} has {len(r)} field(s), fewer than the header's {len(header)}")
     s, m = r[i_s].strip(), r[i_m].strip().lower()
-    try:
-      v = float(s)
-    except ValueError:
+    # A plain ASCII decimal (float() would also take "1_000" and non-ASCII digits).
+    if not _NUMBER.fullmatch(s):
       _fail(path, f"row {line}: score {s!r} is not a number")
+    v = float(s)
     if not math.isfinite(v):
       _fail(path, f"row {line}: score {s!r} is not finite (NaN or inf)")
     if m in _TRUE:

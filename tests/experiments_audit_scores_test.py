@@ -128,7 +128,7 @@ class AuditScoresTest(absltest.TestCase):
       if arrays:
         np.savez(p, **arrays)
       elif text is not None:
-        with open(p, "w") as fh:
+        with open(p, "w", encoding="utf-8") as fh:
           fh.write(text)
       return p
 
@@ -158,6 +158,10 @@ class AuditScoresTest(absltest.TestCase):
         (os.path.join(d, "absent.npz"), r"no such file"),
         (f("s.txt", "score,member\n"), r"unknown format '\.txt'"),
         (f("t", "score,member\n"), r"unknown format '\(no extension\)'"),
+        (f("v.csv", "score,score,member\n1,1,1\n2,2,1\n0,0,0\n0,0,0\n"),
+         r"column\(s\) score appear more than once"),
+        (f("w.csv", "score,member\n1_000,1\n2,1\n0,0\n1,0\n"), r"row 2: score '1_000' is not"),
+        (f("x.csv", "score,member\n\uff11,1\n2,1\n0,0\n1,0\n"), r"row 2: score '\uff11' is not"),
     ]
     with open(os.path.join(d, "u.csv"), "wb") as fh:
       fh.write(b"score,member\n\xff\xfe,1\n")
@@ -168,6 +172,14 @@ class AuditScoresTest(absltest.TestCase):
         with self.assertRaisesRegex(ValueError, "^scores: " + ".*" + pattern):
           audit_scores.run(audit_scores.AuditScoresConfig(scores=path), out, quiet=True)
         self.assertFalse(os.path.exists(out))
+
+  def test_excel_byte_order_mark_is_read(self):
+    path = os.path.join(tempfile.mkdtemp(), "excel.csv")
+    with open(path, "w", encoding="utf-8-sig") as fh:
+      fh.write("score,member\n2.5,1\n3,1\n-1e-2,0\n+.5,0\n")
+    s_in, s_out = audit_scores.load_scores(path)
+    np.testing.assert_array_equal(s_in, [2.5, 3.0])
+    np.testing.assert_array_equal(s_out, [-0.01, 0.5])
 
   def test_command_line_error_is_one_line_and_writes_nothing(self):
     path = os.path.join(tempfile.mkdtemp(), "bad.csv")

@@ -7,8 +7,9 @@ of one run are not independent trials: `dpjax.audit.one_run.audit` takes those
 with their inclusion bits.) Two formats:
 
   .npz   arrays `in_scores` and `out_scores`, each 1-D, numeric;
-  .csv   a header row naming columns `score` (a number) and `member` (1/0 or
-         true/false: whether the canary was IN); other columns are ignored.
+  .csv   UTF-8 (a byte-order mark is allowed), a header row naming columns `score`
+         (a plain ASCII decimal such as -1.5e-3) and `member` (1/0 or true/false:
+         whether the canary was IN), each once; other columns are ignored.
 
 Every value must be finite, and each side needs at least two scores. A missing
 array or column, a NaN or infinity, a non-numeric value, an unknown extension or

@@ -219,20 +219,25 @@ def padded_batch(mask_N: jax.Array, capacity: int, chunk: jax.Array
   return jnp.minimum(index, n - 1), valid
 
 
+# User ids are int32 inside the engine: more users would wrap to negative ids.
+_MAX_USERS = 2 ** 31 - 1
+
+
 def check_user_ids(user_ids_N, num_users: int, name: str = "user_ids_N",
                    num_records: int | None = None) -> np.ndarray:
   """Validates a per-record user id array; returns it as int32[N] (host NumPy).
 
   Args:
     user_ids_N: integers [N], record i belongs to user user_ids_N[i].
-    num_users: U >= 1; every id must lie in [0, U).
+    num_users: U in [1, 2^31 - 1] (ids are int32 in the engine); every id must lie
+      in [0, U).
     name: the parameter name for messages.
     num_records: if given, the required length N.
   Raises:
     ValueError: naming `name`, for a wrong rank or length, non-integer values, or
       an id outside [0, U); TypeError for a traced value.
   """
-  u = _validate.check_int(num_users, "num_users")
+  u = _validate.check_int(num_users, "num_users", 1, _MAX_USERS)
   if num_records is not None:
     num_records = _validate.check_int(num_records, "num_records", 0)
   if _validate.is_tracer(user_ids_N):
@@ -291,7 +296,7 @@ class UserPoissonSampler:
 
   def __post_init__(self):
     _validate.check_sampling_prob(self.sampling_prob)
-    u = _validate.check_int(self.num_users, "num_users")
+    u = _validate.check_int(self.num_users, "num_users", 1, _MAX_USERS)
     ids = check_user_ids(self.user_ids_N, u)
     ids.setflags(write=False)
     object.__setattr__(self, "num_users", u)

@@ -235,3 +235,16 @@ class ConfidentGnmaxTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class UserIdLimitTest(absltest.TestCase):
+
+  def test_user_ids_past_int32_are_refused_not_wrapped(self):
+    from dpjax import sampling  # pylint: disable=g-import-not-at-top
+    ids = np.array([0, 1, 2 ** 31], np.int64)
+    with self.assertRaisesRegex(ValueError, "num_users"):
+      sampling.UserPoissonSampler(0.5, ids, 2 ** 31 + 1)
+    with self.assertRaisesRegex(ValueError, "num_users"):
+      sampling.check_user_ids(ids, 2 ** 31 + 1)
+    got = sampling.check_user_ids(np.array([0, 2 ** 31 - 2], np.int64), 2 ** 31 - 1)
+    self.assertEqual(got.tolist(), [0, 2 ** 31 - 2])

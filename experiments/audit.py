@@ -26,7 +26,7 @@ Printed per eps: the claimed eps (the accountant's), eps_lower of each adversary
 with 95% confidence, the trials' ceiling (a perfect attack: ~ln(N/3.7)), and the
 best certifiable bound.
 
-Command:   python -m experiments.audit --trials 10000     (about a minute of CPU time)
+Command:   python -m experiments.audit --trials 10000     (about 380 CPU-seconds)
            python -m experiments.audit                     (--trials 1000: also about a
                                                            minute of CPU, mostly compiling)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1

@@ -8,6 +8,7 @@ import tempfile
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy import stats as sps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,3 +66,12 @@ def assert_one_line_flag_error(test, name, args, flag):
   lines = [l for l in p.stderr.splitlines() if l.strip()]
   test.assertLen(lines, 1, p.stderr)
   test.assertIn(flag, lines[0])
+
+
+def quantile_scores(mu, n, seed=0):
+  """N(mu, 1) vs N(0, 1) scores of n trials per side, each half exactly the quantiles."""
+  half = sps.norm.ppf((np.arange(n // 2) + 0.5) / (n // 2))
+  rng = np.random.default_rng(seed)
+  s_out = np.concatenate([rng.permutation(half), rng.permutation(half)])
+  s_in = np.concatenate([rng.permutation(half), rng.permutation(half)]) + mu
+  return s_in, s_out

@@ -16,14 +16,7 @@ FNR > 0; the returned `CertifiableBound` says what it assumes.
 References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535 (audits against
 the accountant's ceiling).
 
-Shape letters: J ROC points.
-
-Examples:
-  >>> import numpy as np
-  >>> from dpjax import tradeoff
-  >>> a = np.linspace(0, 1, 2001)                       # trade-off curve of 1-GDP
-  >>> round(best_certifiable(a, tradeoff.gaussian_fnr(a, 1.0), 10_000).epsilon, 2)
-  2.17
+Shape letters: J ROC points. Example: `best_certifiable`'s docstring.
 """
 
 from __future__ import annotations

@@ -3,22 +3,11 @@
     .venv/bin/python -m benchmarks.accountants    # writes benchmarks/results/accountants.json
     .venv/bin/python -m benchmarks.accountants --quick      # skips the T = 1e5 rows
 
-For DP-SGD settings up to T = 1e5 steps (Poisson sampling, add/remove-one) it
-times eps(delta) by
-
-  * ours, RDP: `dpjax.accounting.dpsgd_epsilon(..., accountant="rdp")` (exact RDP at
-    integer and fractional orders, Balle et al. 2020 conversion);
-  * ours, PLD: `dpjax.accounting.pld.dpsgd_epsilon_bound` (adaptive grid, default
-    rtol = 1e-5), with its error estimate;
-  * ours, PLD on dp_accounting's grid (h = 1e-4, no adaptivity): the same
-    algorithm and answer as dp_accounting, so a pure speed comparison;
-  * dp_accounting 0.6.0 `RdpAccountant` (its default orders) and `PLDAccountant`
-    (its default grid, value_discretization_interval = 1e-4);
-
-and compares every PLD answer with a fine-grid reference: dp_accounting's PLD at
-h_ref = min(1e-5, eps / 5000) (itself an upper bound, within ~1e-6 relative of the
-truth at that grid). Every time is the best of --repeats runs; every speed figure
-is a ratio (dp_accounting time / our time) measured under the same machine load.
+For DP-SGD settings up to T = 1e5 it times eps(delta) by our RDP, our adaptive PLD, our
+PLD on dp_accounting's fixed grid h = 1e-4 (the same answer: pure speed), and
+dp_accounting 0.6.0's `RdpAccountant` and `PLDAccountant`, and compares every PLD answer
+with dp_accounting's PLD at h_ref = min(1e-5, eps / 5000). Times are best of --repeats;
+speed figures are ratios dp_accounting time / our time.
 """
 
 from __future__ import annotations

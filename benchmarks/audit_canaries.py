@@ -3,18 +3,9 @@
     .venv/bin/python -m benchmarks.audit_canaries                       # M = 500, K = 100
     .venv/bin/python -m benchmarks.audit_canaries --models 668 --canaries 100 --timings 2
 
-One chunk of `experiments.audit` (the lecture's audit set, logistic regression,
-q = 0.2, T = 500, C = 1, sigma calibrated to eps = 4, delta = 1e-5), trained and
-scored in ONE process and timed round-robin (`benchmarks.dpsgd_deep.interleaved_best`):
-
-  * "single": M models with one gradient canary (`experiments.audit._train_chunk`
-    plus the float64 `canary.white_box_scores`): M white-box trials;
-  * "multi": M models with K canaries (`experiments.audit._train_chunk_canaries`:
-    K unused coordinates, observations [M, T, K], float32 likelihood-ratio scores
-    in XLA): K M white-box trials.
-
-The figures are the ratio of best times multi / single (the cost of a run with K
-canaries relative to a single-canary run of as many models) and the white-box trials
+One chunk of `experiments.audit` (sigma for eps = 4), timed round-robin in ONE process:
+"single" (M models, one gradient canary: M white-box trials) against "multi" (K canaries:
+K M trials). Figures: the ratio of best times multi / single and the white-box trials
 per second of each.
 """
 
@@ -35,8 +26,8 @@ _EPSILON = 4.0
 
 
 def runners(num_models: int, num_canaries: int) -> dict:
-  """{"single": f, "multi": f}: zero-argument functions, each training and scoring
-  one chunk of `num_models` audit models (the single- / K-canary paths)."""
+  """{"single": f, "multi": f}: zero-argument functions, each training and scoring one
+  chunk of `num_models` audit models (the single- / K-canary paths)."""
   import warnings  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   from dpjax import accounting, dpsgd, models  # pylint: disable=g-import-not-at-top

@@ -4,33 +4,15 @@
     .venv/bin/python -m benchmarks.dpsgd --sizes 128,2000 --skip_deep --json /tmp/d.json
     .venv/bin/python -m benchmarks.report              # RESULTS.md from the JSON files
 
-The audit workload (lecture §6): logistic regression on the 56 cubic
-credit features, n = 150 records, q = 0.2, T = 500, C = 1, sigma = 1, lr = 0.5, M
-models each on its own Poisson masks and noise. Measured in ONE process, so every
-figure is a ratio against a baseline timed under the same machine load:
-
-  * numpy: the lecture's matrix-parallel implementation (parameters as a D x M
-    matrix; per step two BLAS matmuls, Bernoulli masks from `Generator.random`,
-    Gaussian noise from `Generator.standard_normal`);
-  * dpjax fast path: `dpsgd.train_many` (GLM closed form, chosen automatically);
-  * dpjax generic path: the same with vmap(grad) clipping: `two_pass_clipped_grad_sum`
-    (what the engine uses for a model it has no special path for; keys `generic_*`;
-    its norms come from `dpjax.clipping.sqnorm`, which finds the per-example outer products in
-    the jaxpr of vmap(grad)), the same without that rewrite (`generic_plain_*`), and
-    the one-pass `clipped_grad_sum` (`generic_one_pass_*`); the last two are not timed
-    at the largest M, where they take ~3x and ~12x the fast path's time;
-  * a float32 matmul peak (max of NumPy and XLA on 1024^3) for GFLOP/s fractions;
-  * peak resident memory of a fresh subprocess training the largest M.
-
-Then (unless --skip_deep) `benchmarks.dpsgd_deep.measure()` (MLP / CNN
-DP-SGD vs the non-private step and Opacus) is merged in. Every figure is printed and
-written with --json. Timings take the best of --repeats runs (at most 2 above
-M = 2000) after one warm-up, the competitors timed in turn (numpy, fast, generic, ...) so that a burst of load hits
-all of them; NumPy runs at its best BLAS thread count (1 or all cores).
-
-FLOP count: one step costs 2 N D (logits) + 2 N D (gradient sum) multiply-adds*2,
-i.e. 4 N D = 33.6 kFLOP; 500 steps = 16.8 MFLOP per model (elementwise work and
-random numbers not counted).
+The audit workload (logistic regression on 56 cubic credit features, n = 150, q = 0.2,
+T = 500, C = 1, sigma = 1, lr = 0.5, M models), timed in turn in ONE process (best of
+--repeats after a warm-up): numpy (D x M parameters, two BLAS matmuls per step, at its
+best thread count); `dpsgd.train_many`'s GLM fast path; the generic paths
+(`generic_*`: `two_pass_clipped_grad_sum`; `generic_plain_*`: without the sqnorm
+rewrite; `generic_one_pass_*`: `clipped_grad_sum`; the last two skipped at the largest
+M); a float32 matmul peak for GFLOP/s fractions; and the peak memory of a fresh
+subprocess at the largest M. Unless --skip_deep, `benchmarks.dpsgd_deep.measure()` is
+merged in. One step is 4 N D = 33.6 kFLOP, 16.8 MFLOP per model for 500 steps.
 """
 
 from __future__ import annotations
@@ -104,9 +86,7 @@ def _blas_threads(threads):
 
 
 def numpy_best_threads(x, y, num_models, rng):
-  """BLAS thread count (1 or os.cpu_count()) at which the NumPy baseline runs
-  fastest here (a careful baseline: when the cores are shared, multi-threaded
-  OpenBLAS can be far slower than one thread on these small matmuls)."""
+  """BLAS thread count (1 or os.cpu_count()) at which the NumPy baseline runs fastest here."""
   best = None
   for threads in sorted({1, os.cpu_count() or 1}):
     with _blas_threads(threads):
@@ -127,11 +107,8 @@ def _best(f, repeats):
 
 
 def matmul_peak_gflops(size=1024, reps_per_timing=20, repeats=3):
-  """Best sustained float32 GFLOP/s of size^3 matmuls, max over NumPy and XLA.
-
-  Each timing covers `reps_per_timing` back-to-back matmuls (about a second), so
-  a CPU quota (cgroup) cannot inflate the figure with a short burst.
-  """
+  """Best sustained float32 GFLOP/s of size^3 matmuls, max over NumPy and XLA; each timing
+  covers `reps_per_timing` back-to-back matmuls (about a second)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
@@ -253,9 +230,8 @@ def _flatten(prefix, d, out):
 
 
 def audit_runner(x, y, num_models: int, **train_kwargs):
-  """A zero-argument function that trains `num_models` models of the audit workload
-  (all records kept, key 1) with `dpsgd.train_many(..., **train_kwargs)` and blocks
-  until done; for timing components (clipping=, privatizer=) against each other."""
+  """A zero-argument function that trains `num_models` models of the audit workload (all
+  records kept, key 1) with `dpsgd.train_many(..., **train_kwargs)` and blocks until done."""
   import warnings  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top

@@ -3,36 +3,15 @@
     .venv/bin/python -m benchmarks.dpsgd_deep --json /tmp/deep.json   (also part of benchmarks.dpsgd)
     .venv/bin/python -m benchmarks.dpsgd_deep --quick          # ~1 minute, fewer steps
 
-Workloads (batch B = 256, softmax cross-entropy over 10 classes, SGD):
-  * mlp:   `models.mlp(64, (256, 256), 10)` on 8x8-digit-sized inputs;
-  * cnn:   `models.cnn((8, 8, 1), (16, 32))` (the digits CNN);
-  * cnn28: `models.cnn((28, 28, 1), (16, 32))` on 28x28 inputs (MNIST-sized, the
-           size most published DP-SGD CNN figures use).
-
-For each, in ONE process (so every figure is a ratio against baselines timed under
-the same machine load), examples/second of one training step on a fixed batch:
-  (a) nonprivate: jit(grad of the mean loss) + SGD update;
-  (b) naive: `clipping.vmap.clipped_grad_sum` (vmap(grad), per-example gradients
-      materialised) + Gaussian noise sigma*C + division by B + SGD;
-  (c) ghost: `clipping.ghost.clipped_sum_fn` (ghost norms, no per-example gradients for dense
-      layers) + the same noise / denominator / SGD;
-  (c') generic: `clipping.vmap.two_pass_clipped_grad_sum` (what the engine uses for a model
-      it has no special path for: vmap(grad) norms with the outer-product identity
-      applied in the jaxpr by `dpjax.clipping.sqnorm`, then one weighted backward pass) + the
-      same noise / denominator / SGD;
-  (d) opacus_hooks / opacus_ghost: Opacus `PrivacyEngine.make_private` with
-      grad_sample_mode "hooks" and "ghost" (torch CPU, optional: skipped with a
-      message when torch or opacus cannot be imported), each timed with 1 torch
-      thread and with torch's default and reported at the better one
-      (`<w>.opacus_<mode>_threads`): torch's OpenMP threads collapse when other
-      processes share the cores.
-The JAX DP steps add the noise with `privatizer.dp_aggregate` (what `train_many` uses:
-one N(0, sigma^2 C^2) draw per parameter leaf from the engine's threefry sampler),
-then divide by the fixed B and take an SGD step.
-Each rate is the best of `repeats` timed loops after a warm-up (compilation excluded).
-Profile (where the ghost step's time goes), as rates of: `profile_forward` (logits
-only), `profile_ghost_sum` (the clipped sum without noise or update) and
-`profile_noise_update` (drawing the noise, dividing by B and the SGD update alone).
+Workloads (B = 256, 10-class cross-entropy, SGD): mlp `models.mlp(64, (256, 256), 10)`,
+cnn `models.cnn((8, 8, 1), (16, 32))`, cnn28 `models.cnn((28, 28, 1), (16, 32))`. In ONE
+process, examples/second of one step on a fixed batch (best of `repeats` after a warm-up)
+for: nonprivate (jit(grad) + SGD); naive (`clipping.vmap.clipped_grad_sum`); ghost
+(`clipping.ghost.clipped_sum_fn`); generic (`clipping.vmap.two_pass_clipped_grad_sum`);
+opacus_hooks / opacus_ghost (torch CPU, skipped when unavailable, at the better of 1
+thread and torch's default). The JAX DP steps add noise with `privatizer.dp_aggregate`
+and divide by the fixed B. Profile rates: `profile_forward`, `profile_ghost_sum`,
+`profile_noise_update`.
 
 Keys (flat, dotted): `<w>.<method>_ex_per_s` for every rate, and
   `mlp.speedup_vs_opacus`     ghost rate / best Opacus rate (target >= 2);
@@ -71,11 +50,8 @@ _WORKLOADS = {
 
 
 def interleaved_best(fns: dict, repeats: int) -> dict:
-  """Best time (s) of each zero-argument function over `repeats` timings.
-
-  Each runs once untimed (compilation, allocator warm-up); then they are timed
-  round-robin, so a burst of load from other processes hits all of them alike.
-  """
+  """Best time (s) of each zero-argument function over `repeats` timings, after one untimed
+  call each, timed round-robin so a burst of load hits all alike."""
   for f in fns.values():
     f()
   best = {name: math.inf for name in fns}
@@ -287,14 +263,7 @@ def measure_workload(name: str, steps: int, repeats: int, naive_steps: int, torc
 
 
 def measure(quick: bool = False, log: Callable[[str], None] = print) -> dict:
-  """All workloads; a flat dict of figures with dotted keys (see the module docstring).
-
-  Args:
-    quick: fewer steps and repeats (for smoke tests; noisier figures).
-    log: where progress lines go.
-  Returns:
-    {"mlp.ghost_ex_per_s": ..., "mlp.speedup_vs_opacus": ..., ...}.
-  """
+  """All workloads as a flat dict with dotted keys (module docstring); `quick`: fewer steps."""
   import jax  # pylint: disable=g-import-not-at-top
   plan = {  # name -> (JAX steps, naive vmap(grad) steps, Opacus steps) per timed loop
       "mlp": (30, 2, 3) if quick else (100, 8, 12),

@@ -4,62 +4,18 @@
     .venv/bin/python -m benchmarks.large_n --workloads mlp --n 6000 --json /tmp/l.json
     .venv/bin/python -m benchmarks.report              # RESULTS.md from the JSON files
 
-Data: n = 60,000 synthetic 28x28x1 images in 10 classes (`synthetic_images`: one
-smooth random template per class plus Gaussian pixel noise, float32, fixed seed),
-the size of MNIST, and a held-out set of 10,000 for a sanity accuracy. Models:
-`models.mlp(784, (256, 256), 10)` and `models.cnn((28, 28, 1), (16, 32), 10)`
-(both ghost-clipped by default). Expected batch B = 256, q = B / n, one epoch =
-round(1 / q) steps, C = 1, sigma = 1.
+n = 60,000 synthetic 28x28x1 images (`synthetic_images`), `models.mlp(784, (256, 256),
+10)` and `models.cnn((28, 28, 1), (16, 32), 10)`, B = 256, one epoch = round(n / B)
+steps, C = 1, sigma = 1. Per workload, in ONE process (interleaved, best of --repeats):
+(a) nonprivate optax SGD scanned over the epoch; (b) dp_padded, `dpsgd.train_one` with
+`batch_capacity="auto"`; (c) full_mask, `batch_capacity=None`, extrapolated from two step
+counts (and, where it would not fit in memory, from n / --full_mask_shrink records: an
+understatement, the cost growing at least linearly); (d) Opacus ghost clipping with
+Poisson sampling (skipped, with the reason, when unavailable). Peak memory (VmHWM) comes
+from a fresh subprocess per configuration (`--mem_child`); `<w>.profile.*` times (b)'s
+parts when it misses its target. Figures are written after each workload.
 
-Measured per workload, in ONE process (every figure a ratio against baselines
-timed under the same machine load; interleaved, best of --repeats after a warm-up
-whose time is reported as the compile time):
-
-  (a) nonprivate: plain SGD (optax), fixed batches of B from a fresh shuffled
-      permutation, `lax.scan` over the epoch's steps in one jitted call, mean
-      per-example loss, no clipping, no noise: the honest fast baseline (the CNN's
-      convolutions as im2col matmuls, `fast_apply`, the faster form on XLA:CPU);
-  (b) dp_padded: `dpsgd.train_one` with its default `PerformanceFlags(batch_capacity="auto")`
-      (Poisson batches gathered into buffers of K rows, ghost clipping, noise
-      sigma C, the fixed denominator B), the whole call timed end to end;
-  (c) full_mask: the same with `batch_capacity=None` (every record's gradient at
-      every step, weighted by its 0/1 batch bit). An epoch of it is far too slow,
-      so its per-step time is the difference of a k2-step and a k1-step call
-      divided by k2 - k1 (the fixed per-call cost cancels), and its epoch is
-      estimated as t(k1) + (T - k1) * per-step. Where the full-mask clipped sum
-      over n rows needs more than half the machine's memory in XLA temporaries
-      (`full_mask_temp_bytes`, from the compiled program's memory analysis; the
-      CNN at n = 60,000: about 20 GiB), the step is timed at n / --full_mask_shrink
-      records and scaled by the record ratio. The step's cost grows at least in
-      proportion to n (the MLP's is timed at both sizes, `mlp.full_mask_linearity`
-      = the ratio of per-step times over the ratio of sizes), so the scaling
-      understates the full mask's time, never overstates it;
-  (d) opacus: Opacus `make_private(..., poisson_sampling=True,
-      grad_sample_mode="ghost")`, one epoch of its Poisson data loader (torch CPU,
-      at the better of 1 thread and torch's default, chosen on a few steps; its
-      loader's q is 1 / ceil(n / B), its epoch ceil(n / B) steps; nothing to compile,
-      so its first epoch is one of the timed repeats); skipped with the reason
-      recorded when torch / opacus cannot be imported.
-
-Peak resident memory: each configuration once more in a fresh subprocess
-(`--mem_child`), its peak resident set (VmHWM) after the run, next to
-a process that only builds the data (`data_only`); Opacus's subprocess trains
-_OPACUS_MEMORY_STEPS steps (its footprint does not grow with more). The JAX
-subprocesses load the programs this process compiled from a fresh persistent
-compilation cache, so their peak is that of running, not of XLA's compiler.
-
-Profile of (b) when it misses its target (`<w>.profile.*`, seconds per epoch, each
-a jitted scan over the T steps): `mask` the Poisson mask alone (O(n) random bits
-per step), `pad` mask + `sampling.padded_batch` (ranks and the K indices), `gather`
-those + gathering the K rows, `clipped_sum` the default clipping path (ghost) on
-fixed batches of K rows, `noise_update` the Gaussian noise, the division by B and
-the SGD update alone, `fixed_batch_dp` the two together (DP-SGD on fixed batches of
-K rows, no sampling); `host_check` the engine's per-call record validation on the
-host.
-
-The figures are written after each workload, so an interrupted run keeps the
-finished workloads. Keys (flat, dotted): `<w>.<config>_epoch_s`,
-`<w>.compile_s.<config>`,
+Keys (flat, dotted): `<w>.<config>_epoch_s`, `<w>.compile_s.<config>`,
 `<w>.peak_rss_bytes.<config>`, `<w>.accuracy.<config>`, `<w>.dp_over_nonprivate`
 (targets: 1.3 MLP, 2 CNN), `<w>.full_mask_over_padded` (target >= 10),
 `<w>.opacus_over_ours`.
@@ -108,9 +64,8 @@ _OPACUS_MEMORY_STEPS = 20
 def synthetic_images(seed: int, n: int, num_test: int = 0):
   """n + num_test images 28x28x1 (flat float32[., 784]) with labels in [0, 10).
 
-  Class c's template is a 7x7 uniform random pattern upsampled to 28x28 (blocks of
-  4x4 pixels); an image is its class's template plus N(0, 0.5^2) pixel noise,
-  clipped to [0, 1]. The templates come from the same seed for train and test.
+  An image is its class's template (a 7x7 uniform random pattern upsampled to 28x28) plus
+  N(0, 0.5^2) pixel noise, clipped to [0, 1].
 
   Returns:
     (x_train [n, 784], y_train int32[n], x_test [num_test, 784], y_test int32[num_test]).
@@ -161,10 +116,9 @@ class _Runner:
 
 
 def fast_apply(model):
-  """model.apply, or for a CNN the same function with its convolutions as im2col
-  matmuls (`clipping.ghost`'s forward without probes). The non-private baseline
-  uses it: XLA:CPU's convolution gradient inside the epoch's scan is many times
-  slower here (over 400 s for one epoch of the 28x28 CNN), which would flatter DP-SGD."""
+  """model.apply, or for a CNN the same function with its convolutions as im2col matmuls
+  (`clipping.ghost`'s forward without probes), for the non-private baseline: XLA:CPU's
+  convolution gradient in the scan is many times slower and would flatter DP-SGD."""
   if model.kind != "cnn":
     return model.apply
   from dpjax.clipping import ghost  # pylint: disable=g-import-not-at-top
@@ -323,11 +277,8 @@ def _physical_memory_bytes() -> int:
 
 
 def opacus_runner(name: str, x_np, y_np, threads: int | None):
-  """(d): an Opacus (ghost clipping, Poisson sampling) epoch per call, or (None, reason).
-
-  Returns (runner, model) where runner() trains one epoch of the Poisson loader
-  (about 1 / q steps) with torch limited to `threads` (None: torch's default).
-  """
+  """(d): (runner, model), runner() training one Opacus epoch (ghost clipping, Poisson
+  loader) with torch limited to `threads` (None: default); or (None, reason)."""
   try:
     import opacus  # pylint: disable=g-import-not-at-top
     import torch  # pylint: disable=g-import-not-at-top
@@ -403,11 +354,8 @@ def _opacus_threads(name, x_np, y_np, log) -> tuple[int | None, str | None]:
 
 
 def _timed(runners: dict, repeats: int, log, uncompiled=()) -> tuple[dict, dict]:
-  """(first-call seconds, best-of-repeats seconds) per runner, timed round-robin.
-
-  Runners named in `uncompiled` (Opacus: nothing to compile) count their first call
-  as one of their `repeats` timings, and skip the last round.
-  """
+  """(first-call seconds, best-of-repeats seconds) per runner, timed round-robin; runners
+  in `uncompiled` count their first call as one of their `repeats` timings."""
   first, best = {}, {}
   for k, r in runners.items():
     t0 = time.perf_counter()
@@ -561,16 +509,8 @@ def peak_rss(name: str, config: str, n: int, env: dict | None = None) -> int | N
 
 def measure_memory(name: str, n: int, full_mask_n: int, opacus_threads: int | None,
                    cache_dir: str | None) -> dict:
-  """Peak resident bytes of each configuration, each in a fresh subprocess.
-
-  Args:
-    name: the workload.
-    n: training records.
-    full_mask_n: the records the full-mask step runs on (as timed).
-    opacus_threads: torch threads for Opacus, None to skip it.
-    cache_dir: a persistent compilation cache holding this workload's programs
-      (None: the subprocesses compile, and their peak includes the compiler's).
-  """
+  """Peak resident bytes of each configuration, each in a fresh subprocess; cache_dir is a
+  persistent compilation cache with this workload's programs (None: they compile)."""
   cache = {} if cache_dir is None else {
       "JAX_COMPILATION_CACHE_DIR": cache_dir, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
   mem = {"data_only": peak_rss(name, "data_only", n)}
@@ -582,12 +522,8 @@ def measure_memory(name: str, n: int, full_mask_n: int, opacus_threads: int | No
 
 
 def remeasure_memory(path: str, workloads) -> None:
-  """Re-measures only the peak memory of `workloads` in an existing results file.
-
-  The subprocesses use the persistent compilation cache named by the environment's
-  JAX_COMPILATION_CACHE_DIR, if any. The file keeps its command and timings; the
-  command of this run is recorded as `memory_command`.
-  """
+  """Re-measures only the peak memory of `workloads` in an existing results file (its
+  command and timings kept; this run's command recorded as `memory_command`)."""
   with open(path) as f:
     doc = json.load(f)
   fig = doc["figures"]

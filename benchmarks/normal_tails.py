@@ -3,23 +3,12 @@
     .venv/bin/python -m benchmarks.normal_tails                       # M = 2000, 20000
     .venv/bin/python -m benchmarks.normal_tails --models 2000 --timings 3 --json_out /tmp/t.json
 
-The audit workload of `benchmarks.dpsgd` (logistic regression on 56 features, n = 150,
-q = 0.2, T = 500, sigma = 1, M models, the GLM fast path) trained twice in ONE
-process, timed round-robin (`benchmarks.dpsgd_deep.interleaved_best`):
-
-  * "tails": the engine as shipped (`GaussianPrivatizer`, whose `standard_normal`
-    redraws the two extreme atoms from the exact tails in a while loop);
-  * "body": the same engine with a privatizer whose sampler is the 23-bit
-    inverse-CDF alone (`_body_only_normal`, support -5.42 .. +5.17), marked
-    unaccounted;
-  * "body_again": the body-only program compiled a second time, a control: its
-    ratio to "body" is the noise floor of the measurement under the machine's load.
-
-The figure is the ratio of best times tails / body (target <= 1.10). With M d = 56 M
-noise coordinates per step and an extreme atom at each with probability 2^-22, the
-tail loop runs at about 1 - exp(-56 M 2^-22) of the steps (1 - e^-0.27 = 23 % at
-M = 20000), one trip (a pass over the M x d vector, two scalar hashes per model
-and one ndtri) per extreme coordinate of the worst model.
+The audit workload of `benchmarks.dpsgd`, timed round-robin in ONE process: "tails" (the
+shipped `GaussianPrivatizer`, redrawing the two extreme atoms from the exact tails),
+"body" (the 23-bit inverse-CDF alone, `_body_only_normal`, unaccounted) and "body_again"
+(a control for the measurement's noise floor). The figure is the ratio of best times
+tails / body (target <= 1.10); the tail loop runs at about 1 - exp(-56 M 2^-22) of the
+steps.
 """
 
 from __future__ import annotations
@@ -55,8 +44,8 @@ def _body_only_normal(key, shape):
 
 @dataclasses.dataclass(frozen=True)
 class _BodyOnlyPrivatizer:
-  """GaussianPrivatizer's transform with `_body_only_normal` as the sampler; `tag`
-  only makes two instances unequal, so each compiles its own program."""
+  """GaussianPrivatizer's transform with `_body_only_normal` as the sampler; `tag` only
+  makes two instances unequal, so each compiles its own program."""
   accounted: ClassVar[bool] = False
   tag: int = 0
 

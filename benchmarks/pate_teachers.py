@@ -4,30 +4,12 @@
     .venv/bin/python -m benchmarks.pate_teachers --teachers 250 --json /tmp/p.json
     .venv/bin/python -m benchmarks.report            # RESULTS.md from the JSON files
 
-Workload (the teachers of `experiments/pate_credit.py`): M teachers, each a logistic
-regression on the 6 linear credit features (`credit.linear_features`, scaler fit on
-a separate public draw), fit by full-batch Adam (300 steps, learning rate 0.05) on
-its own disjoint partition of --per_teacher records of one draw of the credit world.
-
-For each M in --teachers, in ONE process:
-  * vmapped: `pate.fit_non_private` with the M x N partition mask, i.e. one jitted
-    program that vmaps the M fits and scans the steps (what `pate.train_teachers`
-    runs). Its first call (compile + run) is timed apart; then the best of
-    --repeats calls;
-  * loop: a Python loop over teachers, each `pate.fit_non_private` on that teacher's
-    own records only (the same jitted program with M = 1, compiled once before the
-    timing, so the loop times running, not compiling). The loop runs over the first
-    --loop_teachers teachers and its time is scaled by M / --loop_teachers (the
-    per-teacher cost does not depend on which teacher it is: every partition has
-    the same size);
-  * the ratio loop / vmapped, and the largest difference between the loop's and the
-    vmapped program's parameters for the looped teachers (the same fits: a logistic
-    regression starts at zero whatever its key, and each teacher sees the same
-    records in the same order);
-  * XLA's temporary memory for the vmapped program (`memory_analysis` of the
-    compiled program) and the process's peak resident memory after each M (VmHWM;
-    the M are run in increasing order, so it is the peak up to that M).
-
+The teachers of `experiments/pate_credit.py`: M logistic regressions on the 6 linear
+credit features, each fit by full-batch Adam (300 steps, lr 0.05) on its own partition of
+--per_teacher records. For each M, in ONE process: the vmapped `pate.fit_non_private`
+(first call timed apart, then best of --repeats) against a Python loop of M = 1 fits over
+--loop_teachers teachers scaled to M; their ratio, the largest parameter difference (the
+fits are the same), XLA's temporary memory and the peak resident memory (VmHWM).
 Runtime: about two minutes of CPU for M = 250, 500, 1000.
 """
 

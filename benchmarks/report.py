@@ -6,10 +6,8 @@
     .venv/bin/python -m benchmarks.pate_teachers  # writes benchmarks/results/pate_teachers.json
     .venv/bin/python -m benchmarks.report         # rewrites benchmarks/RESULTS.md from them
 
-Every benchmark records, next to its figures, the command line that produced them
-and the machine and package versions (`write`). The tables here are rendered from
-those files only, so RESULTS.md always shows one consistent set of measurements;
-re-running a benchmark and this module replaces them.
+Each file records its figures with the command line, machine and package versions
+(`write`); the tables are rendered from those files only.
 """
 
 from __future__ import annotations
@@ -38,10 +36,8 @@ def environment() -> dict:
 
 
 def peak_rss_bytes() -> int:
-  """This process's peak resident set in bytes: VmHWM of /proc/self/status, which
-  belongs to its own address space. (`getrusage(RUSAGE_SELF).ru_maxrss`, the fallback
-  where /proc is absent, is right only without a parent: Linux carries the larger of
-  the parent's peak at fork and the child's own across fork and exec.)"""
+  """This process's peak resident set in bytes: VmHWM of /proc/self/status
+  (`getrusage(RUSAGE_SELF).ru_maxrss` where /proc is absent, right only without a parent)."""
   try:
     with open("/proc/self/status") as f:
       for line in f:
@@ -53,13 +49,8 @@ def peak_rss_bytes() -> int:
 
 
 def write(name: str, figures: Any, path: str | None = None) -> str:
-  """Writes {"benchmark", "command", "environment", "figures"} as JSON; returns the path.
-
-  Args:
-    name: the benchmark's module name ("dpsgd", "accountants").
-    figures: what it measured (plain JSON values).
-    path: default `benchmarks/results/<name>.json`.
-  """
+  """Writes {"benchmark", "command", "environment", "figures"} as JSON to `path` (default
+  `benchmarks/results/<name>.json`); returns the path."""
   path = path or os.path.join(RESULTS_DIR, f"{name}.json")
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   doc = {"benchmark": name,

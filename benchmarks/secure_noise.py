@@ -3,17 +3,10 @@
     .venv/bin/python -m benchmarks.secure_noise                  # M = 128, 2000
     .venv/bin/python -m benchmarks.secure_noise --models 128 --timings 2
 
-The audit workload of `benchmarks.dpsgd` (logistic regression on 56 features,
-n = 150, q = 0.2, T = 500, sigma = 1, C = 1, M models) trained in ONE process,
-timed round-robin (`benchmarks.dpsgd_deep.interleaved_best`):
-
-  * "float": the default engine (GLM clipping path, `GaussianPrivatizer`, float32
-    noise);
-  * "secure": `privatizer.secure_components(sigma, C, model)`: every clipped
-    per-example gradient rounded to the grid C / 2^10 and summed in int32, plus
-    rounded-Gaussian integer noise drawn from a 95-bit table (`dpjax.integer_noise`).
-
-The figure is the ratio of best times secure / float.
+The audit workload of `benchmarks.dpsgd`, timed round-robin in ONE process: the default
+float32-noise engine against `privatizer.secure_components` (gradients rounded to the
+grid C / 2^10 and summed in int32, rounded-Gaussian noise from a 95-bit table). The
+figure is the ratio of best times secure / float.
 """
 
 from __future__ import annotations

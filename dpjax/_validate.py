@@ -1,21 +1,11 @@
 """Input checks shared by the whole package.
 
-Every check takes the value and the name of the parameter it came from, returns the
-value in a canonical form (a Python float or int, or a NumPy array), and raises a
-ValueError whose message names the parameter and the allowed range. A bool, a string
-or None where a number belongs is rejected the same way, as are NaN and infinities
-unless a check says otherwise.
-
-Scalar checks run on the host: a privacy parameter must be a concrete number, so a
-traced JAX value is rejected with a message saying so. Array checks that inspect
-values skip the value test when given a tracer (the shape is still checked) so that
-jitted callers can share them.
-
-Typical use, at the top of a public function:
-
-    eps = _validate.check_epsilon(epsilon)
-    q = _validate.check_sampling_prob(sampling_prob)
-    x = _validate.check_array(x_NxF, "x_NxF", ndim=2)
+Every check takes the value and its parameter name, returns the value in canonical form
+(a Python float or int, or a NumPy array), and raises a ValueError naming the parameter
+and the allowed range. Bools, strings and None where a number belongs are rejected, as
+are NaN and infinities unless a check says otherwise. Scalar checks reject traced JAX
+values (a privacy parameter must be concrete); array checks given a tracer check only
+its shape.
 """
 
 from __future__ import annotations
@@ -72,14 +62,8 @@ def check_range(x: Any, name: str, low: Optional[float] = None,
                 open_high: bool = False, allow_inf: bool = False) -> float:
   """x as a float in [low, high] (a bound that is None is not checked).
 
-  Args:
-    x: a real number (bools and strings are rejected).
-    name: the parameter name for messages.
-    low, high: the bounds, inclusive unless open_low / open_high.
-    open_low, open_high: make the bounds strict.
-    allow_inf: accept an infinite x (within the bounds); NaN is always rejected.
-  Returns:
-    float(x).
+  Bounds are inclusive unless open_low / open_high. allow_inf accepts an infinite x
+  within the bounds; NaN is always rejected.
 
   Examples:
     >>> check_range(0.05, "rtol", 0.0, 0.1, open_low=True)
@@ -244,19 +228,9 @@ def check_size(value: Any, name: str, minimum: int = 1, *, bytes_per_unit: int =
                units: int = 1) -> int:
   """A count that sizes an allocation: an int >= minimum whose arrays fit in memory.
 
-  The array the count sizes holds `value * units` entries of `bytes_per_unit`
-  bytes each; a request larger than the machine's physical memory is refused
-  here, before JAX or NumPy tries to allocate it (an allocation that large
-  aborts the process inside XLA instead of raising).
-
-  Args:
-    value: the count.
-    name: the parameter name for messages.
-    minimum: the smallest allowed count.
-    bytes_per_unit: bytes per entry of the array the count sizes.
-    units: entries per unit of the count (the other dimensions of the array).
-  Returns:
-    int(value).
+  The array holds `value * units` entries of `bytes_per_unit` bytes; a request larger
+  than physical memory is refused here (such an allocation aborts inside XLA instead of
+  raising).
 
   Examples:
     >>> check_size(3, "num_records")
@@ -296,9 +270,8 @@ def check_sizes(value: Any, name: str, minimum: int = 1) -> tuple[int, ...]:
 def check_bool(value: Any, name: str) -> bool:
   """value as a Python bool, if it is one (or a NumPy bool scalar); TypeError otherwise.
 
-  A flag that changes a guarantee (e.g. `monotonic`, which halves a mechanism's
-  noise) must not be taken from truthiness: the strings "False" and "no", 1.0 and
-  NaN are all truthy, so each is refused rather than read as True.
+  Flags that change a guarantee must not be read from truthiness ("False", 1.0 and NaN
+  are truthy), so anything but a bool is refused.
 
   Examples:
     >>> check_bool(np.bool_(False), "monotonic")
@@ -369,14 +342,7 @@ def check_shape(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None
                 min_size: int = 0) -> tuple[int, ...]:
   """The shape of x, if it has rank `ndim` (or one of them) and matches `shape`.
 
-  Args:
-    x: anything with a `.shape`, or array-like.
-    name: the parameter name for messages.
-    ndim: the allowed rank, or a sequence of allowed ranks.
-    shape: the required shape; None entries match any size.
-    min_size: the fewest entries x may have (1: non-empty).
-  Returns:
-    the shape as a tuple.
+  None entries of `shape` match any size; `min_size` is the fewest entries x may have.
 
   Examples:
     >>> check_shape([[1, 2, 3]], "x_NxF", shape=(None, 3))
@@ -415,23 +381,12 @@ def check_array(x: Any, name: str, dtype: Any = np.float64, *,
                 low: Optional[float] = None, high: Optional[float] = None,
                 open_low: bool = False, open_high: bool = False,
                 allow_inf: bool = False, min_size: int = 0, integer: bool = False) -> Any:
-  """x as a NumPy array of numbers with no NaN, no inf, and every entry in range.
+  """x as a NumPy array of `dtype` with no NaN, no inf, and every entry in range.
 
-  Given a JAX tracer, only the shape is checked and x is returned unchanged.
-
-  Args:
-    x: array-like of numbers or bools.
-    name: the parameter name for messages.
-    dtype: the dtype of the returned array (the checks run in float64).
-    ndim, shape: as in `check_shape`.
-    low, high: optional bounds on every entry (inclusive unless open_low /
-      open_high).
-    open_low, open_high: make the bounds strict.
-    allow_inf: accept +-inf entries (within the bounds); NaN is always rejected.
-    min_size: as in `check_shape`.
-    integer: require integer values (counts, class labels).
-  Returns:
-    np.ndarray of `dtype` (or x itself if it is a tracer).
+  Checks run in float64. ndim, shape and min_size are as in `check_shape`; low / high
+  bound every entry (inclusive unless open_low / open_high); allow_inf accepts +-inf
+  (NaN never); integer requires integer values. A JAX tracer gets only the shape check
+  and is returned unchanged.
 
   Examples:
     >>> check_array([0.5, 1.0], "scores_K", ndim=1)
@@ -472,11 +427,9 @@ def check_batch(x: Any, y: Any, weights: Any = ..., *, num_outputs: int = 1,
                 weights_name: str = "weights_B") -> None:
   """Checks one batch of examples for a loss or clipped-sum call.
 
-  Shapes are always checked (tracers included): x is [B, ...] with rank >= 2 and
-  B >= 1, y is [B], weights (unless omitted) is [B]. Concrete values are checked too: x
-  finite; y in {0, 1} when num_outputs == 1, else integers in [0, num_outputs);
-  weights (the inclusion weight of each example) in [0, 1]. A traced value keeps
-  only its shape check.
+  Shapes, always (tracers included): x is [B, ...] with rank >= 2 and B >= 1, y is [B],
+  weights (unless omitted) is [B]. Concrete values: x finite; y in {0, 1} when
+  num_outputs == 1, else integers in [0, num_outputs); weights in [0, 1].
 
   Examples:
     >>> check_batch(np.ones((2, 3)), [0, 1], [1.0, 0.0])
@@ -526,9 +479,7 @@ def check_orders(orders: Any, name: str = "orders") -> np.ndarray:
 
 def check_binary(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None,
                  shape: Optional[Sequence[Optional[int]]] = None) -> Any:
-  """x as a NumPy bool array; its values must be booleans or 0 / 1.
-
-  Given a JAX tracer, only the shape is checked and x is returned unchanged.
+  """x as a NumPy bool array of booleans or 0 / 1; a tracer gets only the shape check.
 
   Examples:
     >>> check_binary([1, 0, 1], "keep_N")
@@ -559,9 +510,8 @@ def check_key(key: Any, name: str = "key") -> Any:
 
 
 def check_labels(y: Any, name: str, num_outputs: int, **shape) -> Any:
-  """Labels of a model with num_outputs outputs: {0, 1} as float32 when num_outputs == 1
-  (a tracer is returned as it is, its shape checked), else int32 in [0, num_outputs).
-  `shape` is passed to the array check (ndim=, shape=)."""
+  """Labels for num_outputs outputs: {0, 1} as float32 when num_outputs == 1 (a tracer is
+  returned shape-checked), else int32 in [0, num_outputs); `shape` goes to the array check."""
   if num_outputs == 1:
     if is_tracer(y):
       return check_binary(y, name, **shape)
@@ -584,8 +534,7 @@ def check_params_like(params: Any, reference: Any, name: str) -> None:
 
 
 def check_model_params(model: Any, params: Any, name: str = "params") -> Any:
-  """params itself if `model` is a dpjax.models.Model and params has the structure,
-  shapes and finite values of model.init's output."""
+  """params itself if `model` is a dpjax.models.Model and params matches model.init's output."""
   import jax  # pylint: disable=g-import-not-at-top
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
   models_lib.check_model(model)

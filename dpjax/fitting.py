@@ -1,27 +1,13 @@
 """Non-private reference fitters: L2-regularised logistic regression by Newton's method.
 
-These are the baselines that private training is compared against (the best a
-model class can do on the data) and the target models of membership-inference
-experiments that need exact, fully converged fits. Nothing here is private.
+Baselines and exact target models; nothing here is private. Both minimise, for
+labels y_i in {0, 1} (an intercept column is penalised like any weight),
 
-Both fitters minimise, for features x_i (include an intercept column if wanted;
-it is penalised like every other weight) and labels y_i in {0, 1},
+    L(w) = (1/N) sum_i [log(1 + exp(x_i . w)) - y_i x_i . w] + (l2 / 2) ||w||^2
 
-    L(w) = (1/N) sum_i [log(1 + exp(x_i . w)) - y_i x_i . w] + (l2 / 2) ||w||^2,
+from w = 0 with p_i = sigmoid(x_i . w):
 
-by Newton's method from w = 0: with p_i = sigmoid(x_i . w),
-
-    gradient  g = X^T (p - y) / N + l2 w,
-    Hessian   H = X^T diag(p (1 - p)) X / N + l2 I,
-    update    w <- w - H^{-1} g.
-
-L is strictly convex for l2 > 0, and Newton converges quadratically near the
-optimum; on separable data an unregularised fit (l2 = 0) diverges.
-
-  `fit_logistic`       one model, host NumPy in float64, optional early stop.
-  `fit_logistic_many`  M models at once, model m on the records with keep_MxN[m],
-                       in JAX (vmap over models, scan over a fixed number of steps),
-                       float32, with an optional cap on the step length.
+    g = X^T (p - y) / N + l2 w,   H = X^T diag(p (1 - p)) X / N + l2 I,   w <- w - H^{-1} g.
 
 Shape letters: N records, D features, M models.
 
@@ -54,17 +40,10 @@ def _check_data(x_NxD, y_N) -> tuple[np.ndarray, np.ndarray]:
 
 def fit_logistic(x_NxD: np.typing.ArrayLike, y_N: np.typing.ArrayLike, *, l2: float = 1e-4,
                  num_iters: int = 50, tol: Optional[float] = None) -> np.ndarray:
-  """Regularised logistic regression by Newton's method, in float64 on the host.
+  """Regularised logistic regression w float64[D] by Newton's method, on the host.
 
-  Args:
-    x_NxD: features [N, D], finite.
-    y_N: labels [N], 0/1 or bool.
-    l2: the ridge coefficient l2 >= 0 of the objective in the module docstring.
-    num_iters: the most Newton steps to take, >= 1.
-    tol: if given (> 0), stop after the first step whose largest coordinate is
-      below `tol` in absolute value; if None, take all `num_iters` steps.
-  Returns:
-    w: float64[D].
+  At most num_iters steps; with tol (> 0), stop after the first step whose largest
+  |coordinate| < tol.
 
   Examples:
     >>> # Intercept only, no ridge: w = logit(mean of y) = log(3).
@@ -94,25 +73,10 @@ def fit_logistic(x_NxD: np.typing.ArrayLike, y_N: np.typing.ArrayLike, *, l2: fl
 def fit_logistic_many(x_NxD: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
                       keep_MxN: jax.typing.ArrayLike, *, l2: float, num_iters: int = 40,
                       max_step_norm: Optional[float] = None) -> jax.Array:
-  """M regularised logistic regressions at once, model m on its kept records.
+  """M regularised logistic regressions w float32[M, D], model m on keep_MxN[m]'s records.
 
-  Model m minimises the objective of the module docstring over the records n with
-  keep_MxN[m, n] True (N replaced by their number). All models take the same
-  `num_iters` Newton steps from w = 0, as one jitted program vmapped over models;
-  model m's weights agree, up to float32 rounding, with a fit of model m alone,
-  `fit_logistic_many(x, y, keep_MxN[m:m+1], ...)[0]`.
-
-  Args:
-    x_NxD: features [N, D], finite (computed in float32).
-    y_N: labels [N], 0/1 or bool.
-    keep_MxN: bool[M, N] membership masks; each row keeps at least one record.
-    l2: the ridge coefficient >= 0 (use l2 > 0 unless every subset is far from
-      separable).
-    num_iters: Newton steps, >= 1 (no early stop).
-    max_step_norm: if given (> 0), a step longer than this (in L2 norm) is scaled
-      down to it, which keeps the first steps of a nearly separable problem finite.
-  Returns:
-    w: float32[M, D].
+  Every model takes `num_iters` Newton steps (float32, vmapped); each row of keep_MxN
+  keeps a record; with max_step_norm (> 0), longer steps are scaled to that L2 norm.
 
   Examples:
     >>> x = jnp.array([[1.0, 0.0], [1.0, 1.0], [1.0, 2.0], [1.0, 3.0]])

@@ -6,58 +6,30 @@
   variables = model.init(key)            # {"params": ...}, module.init on a [1, 8, 8, 1] batch
   logits_BxK = model.apply(variables, x)  # module.apply(variables, x reshaped to [B, 8, 8, 1])
 
-so `dpsgd.train_many(key, x, y, keep, cfg, model)` trains M copies of the module with
-DP-SGD (vmap over models, scan over steps), and the trained `TrainResult.params` are
-linen variables with a leading model axis: `module.apply(jax.tree.map(lambda a: a[i],
-params), x)` evaluates model i. Linen modules fit the engine because `apply` is a pure
-function of a parameter pytree. The output is the model's logits: [B, K] (K classes,
-softmax cross-entropy) or [B, 1] / [B] (one logit, logistic loss with labels {0, 1}),
-the conventions of `dpjax.models`; `l2` adds 0.5 * l2 * ||params||^2 to every
-example's loss, as there.
+`dpsgd.train_many` converts a linen module itself; its `TrainResult.params` are linen
+variables with a leading model axis. Outputs and losses follow `dpjax.models`.
 
-Clipping (`dpjax.clipping.path_for(model)`, kind "flax"): GHOST clipping
-(`dpjax.clipping.ghost`: per-example norms from each linear layer's input and output
-gradient, no per-example gradients) when the module passes this rule, checked once
-on abstract shapes when the model is built:
+Clipping: ghost clipping (`dpjax.clipping.ghost`) when the module passes this rule,
+checked on abstract shapes when the model is built:
 
-  1. every parameter of the module is the kernel or bias of an `nn.Dense` (exactly that
-     class, not a subclass) or of an `nn.Conv` with a 3x3 kernel, stride 1, SAME
-     padding, no dilation, one feature group and no mask (the convolutions ghost.py
-     handles); both with a bias, float32 parameters and computation, and the default
-     precision, dot_general / conv_general_dilated and dtype promotion;
-  2. each of these layers is called exactly once per forward pass, with one positional
-     input whose leading axis is the batch (checked at two batch sizes); a Dense may
-     see more axes ([B, ..., I], the sum over positions is then handled like a
-     convolution's);
-  3. no parameter is read anywhere else in the forward pass (checked on its jaxpr:
-     the layers' computations are replaced by our own, reading a separate copy of the
-     parameters, and the module's own copy must then be unused).
+  1. every parameter is the kernel or bias of an `nn.Dense` (exactly that class) or
+     of an `nn.Conv` with a 3x3 kernel, stride 1, SAME padding, no dilation, one
+     feature group and no mask; both with a bias, float32 parameters and
+     computation, default precision, dot_general / conv_general_dilated and dtype
+     promotion;
+  2. each such layer is called exactly once per forward pass, with one positional
+     input whose leading axis is the batch (a Dense may see [B, ..., I]);
+  3. no parameter is read anywhere else in the forward pass (checked on its jaxpr).
 
-Anything parameter-free in between (activations, pooling, reshapes, residual
-additions, concatenations, deterministic dropout) is allowed: ghost clipping needs
-only each layer's input and the loss gradient at its output, which autodiff supplies
-through any computation. Under the rule, the per-example gradient of a layer is
-exactly a_b^T g_b (summed over positions), so the ghost norms and sums equal
-vmap(grad)'s to float rounding (tested). Every other module (LayerNorm / GroupNorm,
-embeddings, attention projections built with `DenseGeneral`, convolutions of other
-shapes, shared or tied weights, lifted transforms such as `nn.scan`, parameters
-created with `self.param`) gets the generic path, vmap(grad) with `sqnorm` norms,
-which is exact for any per-example loss; `ghost_fallback_reason(model)` says why.
+Parameter-free computation in between is allowed. Every other module gets the
+generic vmap(grad) path; `ghost_fallback_reason(model)` says why.
 
-Contract (as for any `Model`): the module must compute each example's output from that
-example alone. Refused when the model is built, with a ValueError: modules with
-collections other than "params" (BatchNorm's "batch_stats" mixes the examples of a
-batch, so one example's clipped gradient would depend on the others and clipping would
-not bound its influence: use GroupNorm or LayerNorm), and modules that need a random
-stream at apply time (Dropout with deterministic=False: the engine calls `apply`
-without rngs, so pass deterministic=True or remove the dropout).
-
-`dpsgd.train_many` / `train_one` accept a linen module in place of a Model and convert
-it with `from_flax(module, x_NxF.shape[1:])`. `from_flax` is memoised on (module,
-input_shape, num_outputs, l2): linen modules compare and hash by their fields, so
-equal modules give the same Model and repeated calls reuse one compiled program (a
-module with an unhashable field is converted anew each call). Flax is imported only
-when a module is converted; `is_flax_module` never imports it.
+Contract: the module must compute each example's output from that example alone.
+Refused when built: collections other than "params" (BatchNorm's "batch_stats" mixes
+the examples of a batch, so clipping would not bound one example's influence: use
+GroupNorm or LayerNorm), and modules that need a random stream at apply time
+(Dropout with deterministic=False). `from_flax` is memoised; flax is imported only
+when a module is converted.
 
 Shape letters: B examples, F flat input features, K outputs, I / O a layer's inputs /
 outputs, P positions.
@@ -105,9 +77,6 @@ _KIND = "flax"
 def is_flax_module(obj: Any) -> bool:
   """Whether obj is a Flax module instance (linen or NNX); never imports flax.
 
-  An object can only be a Flax module if flax is already imported, so the check
-  looks flax up in `sys.modules` (the engine calls it on every model it is given).
-
   Examples:
     >>> is_flax_module(3)
     False
@@ -127,27 +96,17 @@ def from_flax(module: Any, input_shape: Sequence[int], *, num_outputs: int | Non
   """A `models.Model` (kind "flax") that computes a linen module's logits.
 
   Args:
-    module: an unbound `flax.linen.Module` instance whose `__call__(x)` maps inputs
-      [B, *input_shape] to logits [B, K] or [B] (one logit). Its only variable
-      collection must be "params" (float32), and it must need no random stream.
-    input_shape: the shape of one example, e.g. (64,) or (8, 8, 1) (positive ints).
-      `apply` reshapes inputs [B, ...] with prod(input_shape) values per example to
-      [B, *input_shape].
-    num_outputs: K, if given it must equal the module's output width (a [B] output
-      has K = 1); None infers it.
+    module: an unbound linen Module instance mapping [B, *input_shape] to logits
+      [B, K] or [B]; float32 "params" only, no random stream.
+    input_shape: one example's shape, e.g. (8, 8, 1).
+    num_outputs: K, checked against the output width if given.
     l2: coefficient >= 0 of the per-example penalty 0.5 * l2 * ||params||^2.
   Returns:
-    Model(init, apply, l2, "flax", K, input_shape): init(key) = module.init(key, zeros
-    [1, *input_shape]) as a plain dict {"params": ...}; apply(variables, x_BxF) =
-    module.apply(variables, x) as float32 [B, K]. `dpjax.clipping.path_for` gives it
-    ghost clipping under the rule of the module docstring, vmap(grad) otherwise.
+    Model(init, apply, l2, "flax", K, input_shape); init(key) = module.init(key, zeros
+    [1, *input_shape]) as a dict, apply(variables, x_BxF) float32 [B, K].
   Raises:
-    TypeError: module is not a linen Module instance (an NNX module or a class is
-      refused with what to pass instead), or is bound to a parent.
-    ValueError: a bad input_shape, num_outputs or l2; a module that fails on inputs
-      of input_shape, has collections other than "params" (BatchNorm), no
-      parameters, non-float32 parameters, needs a random stream (Dropout), returns
-      an output that is not [B] or [B, K], or whose width is not num_outputs.
+    TypeError: not an unbound linen Module instance.
+    ValueError: bad arguments, or a module the module docstring's contract refuses.
 
   Examples:
     >>> import flax.linen as nn
@@ -170,15 +129,7 @@ def from_flax(module: Any, input_shape: Sequence[int], *, num_outputs: int | Non
 
 
 def ghost_fallback_reason(model: models_lib.Model) -> str | None:
-  """Why a "flax" model does not get ghost clipping; None when it does.
-
-  Args:
-    model: a Model from `from_flax`.
-  Returns:
-    None if `clipping.path_for(model)` is ghost clipping, else the first rule of the
-    module docstring the module breaks (a sentence naming the layer).
-  Raises:
-    TypeError / ValueError: model is not a Model built by `from_flax`.
+  """Why a `from_flax` model does not get ghost clipping (naming the layer); None when it does.
 
   Examples:
     >>> import flax.linen as nn
@@ -480,10 +431,8 @@ def _plan(module, shape, var_shapes) -> _Plan:
 
 
 def _ghost_forward(module, shape, layers, index, variables, x, probes, applied=None):
-  """Logits and one ghost record per layer, each layer computed by us from `variables`.
-
-  `applied` (only for the rule-3 check) is what the module itself is applied with, so
-  that the jaxpr shows whether the module reads its parameters elsewhere.
+  """Logits and one ghost record per layer, each computed by us from `variables`
+  (`applied`, for the rule-3 check, is what the module itself is applied with).
   """
   recs = [None] * len(layers)
   nn = _linen()

@@ -1,49 +1,19 @@
 """Integer noise drawn exactly from a table: rounded Gaussian and rounded Laplace.
 
-Floating-point noise leaks (Mironov 2012): a float32 sampler puts its mass on a
-lattice of atoms, so an observer of the exact float output can rule out inputs
-under which that output is impossible. The defence used across dpjax works on an
-integer grid instead. If mu is an integer vector and Z continuous noise, then
+A float32 sampler's output lies on a lattice whose exact bits can rule out inputs
+(Mironov 2012). For integer mu, round(mu + s Z) = mu + round(s Z), so releasing mu +
+X, X = round(s Z), is post-processing of mu + s Z, with sensitivity in grid units.
 
-    round(mu + s Z) = mu + round(s Z)      (coordinatewise),
+The sampler. With F(k) = P(|X| <= k), the host computes (mpmath, 112-bit) T_k =
+floor(2^95 F(k)), k < K, T_K = 2^95, K the smallest integer with P(|X| > K) < 2^-100.
+A draw takes 95 uniform bits U and a sign bit from `prng.random_bits`; |X| is the
+smallest k with U < T_k. The realised Q is exactly symmetric and
 
-so releasing mu + X with X = round(s Z) is a POST-PROCESSING of the continuous
-mechanism mu + s Z: it has exactly the privacy of the continuous mechanism with
-the sensitivity measured in grid units, and every accountant applies unchanged.
-What remains is to draw X with the exact integer distribution, which this module
-does with integer arithmetic only.
+    TV(Q, P) <= tv := (K + 2) 2^-95 + P(|X| > K)        (`IntegerNoise.tv`),
 
-The sampler. For a symmetric integer distribution P with CDF of |X|,
-F(k) = P(|X| <= k), the host computes (mpmath, 112-bit precision) the thresholds
-
-    T_k = floor(2^95 F(k)),  k = 0..K-1,     T_K = 2^95,
-
-with K the smallest integer with P(|X| > K) < 2^-100, and stores them as three
-uint32 words (bits 64..95, 32..63, 0..31). A draw takes three 32-bit words of
-`prng.random_bits`: the top bit of the first is the sign, the other 95 bits a
-uniform integer U in [0, 2^95); |X| is the smallest k with U < T_k (a binary
-search of ceil(log2(K + 1)) steps in a `lax.fori_loop`, comparing 96-bit integers
-word by word), and X = -|X| when the sign bit is set. So the realised distribution
-Q has Q(|X| = k) = (T_k - T_{k-1}) / 2^95 and Q(X = k) = Q(X = -k) EXACTLY. Each
-T_k is within one unit of 2^95 F(k) (up to the host's 2^-112 working precision)
-and the tail beyond K is folded into K, so
-
-    TV(Q, P) <= (K + 1) 2^-95 + P(|X| > K) <= tv := (K + 2) 2^-95 + P(|X| > K)
-
-(`IntegerNoise.tv`; the extra unit covers the working precision).
-
-A mechanism that is (eps, delta)-DP with noise P is (eps, delta + (1 + e^eps) n tv)-DP
-with n independent draws from Q (coupling: the n draws agree with draws from P
-except with probability <= n tv, so P_Q[S | D] <= P_P[S | D] + n tv <=
-e^eps (P_Q[S | D'] + n tv) + delta + n tv); that is
-`dpjax.accounting.sampler_delta(eps, n, tail_mass=tv)`.
-
-Tables are cached per scale (`functools.lru_cache`) and capped at 2^22 entries
-(about 70 microseconds of mpmath per Gaussian entry on the host, far less for the
-Laplace); a larger scale raises ValueError recommending a coarser grid.
-
-The grid: values are released as gamma * integer with gamma a power of two
-(`check_grid`), so gamma * k is an exact float32 for |k| < 2^24.
+so an (eps, delta)-DP mechanism with noise P is (eps, delta + (1 + e^eps) n tv)-DP
+with n draws from Q (`dpjax.accounting.sampler_delta(eps, n, tail_mass=tv)`). Tables
+are cached and capped at 2^22 entries; gamma * k is exact in float32 for |k| < 2^24.
 
 Shape letters: K the table's largest |X|.
 
@@ -84,18 +54,11 @@ _M32 = (1 << 32) - 1
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class IntegerNoise:
-  """A symmetric integer noise distribution and its sampling table.
+  """A symmetric integer noise distribution X = round(scale * Z) and its sampling table.
 
-  Attributes:
-    name: "rounded_gaussian" or "rounded_laplace".
-    scale: the continuous scale in grid units (sigma for the Gaussian, b for the
-      Laplace); X = round(scale * Z) with Z standard.
-    table: (hi, mid, lo) uint32[K + 1] words of T_k (module docstring).
-    tv: an upper bound on the total variation between the drawn and the ideal
-      distribution of one draw.
-    tail: P(|X| > K) under the ideal distribution (< 2^-100), folded into K.
-  Instances compare by identity (tables are cached per scale), so one can be a
-  static argument of a compiled function.
+  name: "rounded_gaussian" or "rounded_laplace"; scale in grid units; table: (hi, mid,
+  lo) uint32[K + 1] words of T_k; tv: bound on one draw's total variation from the
+  ideal; tail: ideal P(|X| > K). Instances compare by identity (static arguments).
   """
   name: str
   scale: float
@@ -174,15 +137,9 @@ def _laplace_thresholds(b, k_max):
 def rounded_gaussian(sigma_grid: float) -> IntegerNoise:
   """X = round(sigma_grid Z), Z ~ N(0, 1): P(X = k) = Phi((k + 1/2)/s) - Phi((k - 1/2)/s).
 
-  Args:
-    sigma_grid: s > 0, the Gaussian's std in grid units.
-  Returns:
-    The cached IntegerNoise (K = ceil(11.7 s) or so; P(|X| > K) < 2^-100).
-  Raises:
-    ValueError: naming `sigma_grid` if it is not a finite positive number, or if the
-      table would exceed MAX_TABLE_SIZE entries (a coarser grid is needed).
-  Privacy: for an integer-valued query with L2 sensitivity Delta (grid units),
-    mu + X is a post-processing of the Gaussian mechanism mu + s Z, so it is
+  Returns the cached IntegerNoise (K about 11.7 s); ValueError naming `sigma_grid` if
+  it is not finite positive or the table would exceed MAX_TABLE_SIZE.
+  Privacy: for an integer query with L2 sensitivity Delta (grid units), mu + X is
     (Delta / s)-GDP, up to the table's `tv`.
 
   Examples:
@@ -197,14 +154,9 @@ def rounded_gaussian(sigma_grid: float) -> IntegerNoise:
 def rounded_laplace(b_grid: float) -> IntegerNoise:
   """X = round(b_grid L), L standard Laplace: P(|X| > k) = exp(-(k + 1/2) / b).
 
-  Args:
-    b_grid: b > 0, the Laplace scale in grid units.
-  Returns:
-    The cached IntegerNoise (K = ceil(69.3 b - 1/2) or so).
-  Raises:
-    ValueError: naming `b_grid`, or if the table would be too large.
-  Privacy: for an integer-valued query with L1 sensitivity Delta (grid units),
-    mu + X is a post-processing of mu + b L: (Delta / b)-DP, up to `tv`.
+  Returns the cached IntegerNoise (K about 69.3 b); ValueError as `rounded_gaussian`.
+  Privacy: for an integer query with L1 sensitivity Delta (grid units), mu + X is
+    (Delta / b)-DP, up to `tv`.
 
   Examples:
     >>> rounded_laplace(1.0).max_abs
@@ -230,15 +182,8 @@ def _less96(u, t):
 
 
 def sample(key: jax.Array, noise: IntegerNoise, shape: tuple[int, ...]) -> jax.Array:
-  """Independent draws of `noise`: int32[shape].
-
-  Args:
-    key: a jax.random key; draw i (row-major) uses words i, n + i, 2n + i of
-      `prng.random_bits(key, 3 n)`, n = prod(shape).
-    noise: an IntegerNoise from `rounded_gaussian` / `rounded_laplace`.
-    shape: the output shape.
-  Returns:
-    int32[shape], each with the table's distribution Q (module docstring), |X| <= K.
+  """Independent draws int32[shape] of `noise`; draw i uses words i, n + i, 2n + i of
+  `prng.random_bits(key, 3 n)`, n = prod(shape).
 
   Examples:
     >>> import jax
@@ -279,8 +224,7 @@ def _sample(key, noise, shape):
 
 
 def check_grid(grid, name: str = "grid") -> float:
-  """grid as a float: a power of two in [2^-100, 2^100], so grid * k is an exact
-  float32 for every integer |k| < 2^24.
+  """grid as a float: a power of two in [2^-100, 2^100] (grid * k exact in float32, |k| < 2^24).
 
   Examples:
     >>> check_grid(0.25)

@@ -1,44 +1,16 @@
 """The classic differential-privacy mechanisms, as pure functions of a `jax.random` key.
 
-Every mechanism follows one recipe: bound how much one record can move the answer
-(the sensitivity), then add randomness proportional to it and inversely
-proportional to epsilon (lecture §3).
+Randomized response, Laplace, Gaussian, exponential mechanism, report noisy max,
+clipped sums, counts, means and per-group rates (lecture §3). Neighbours differ by
+adding or removing one record, except for randomized response (one bit replaced).
 
-  randomized response   `randomized_response`, `rr_estimate_rate`, `rr_posterior`
-                        (local DP; each report is eps-DP on its own)
-  Laplace               `laplace_mechanism`, scale = sensitivity_L1 / eps (eps-DP)
-  Gaussian              `gaussian_mechanism`, `gaussian_sigma` with the exact analytic
-                        calibration of Balle & Wang (2018) or the classic
-                        sigma = Delta_2 sqrt(2 ln(1.25/delta)) / eps (eps < 1 only)
-  selection             `exponential_mechanism`, `exponential_probs`, `report_noisy_max`
-  clipped statistics    `clipped_sum`, `noisy_count`, `private_mean` (split budget)
-  per-group rates       `grouped_rates`: noisy counts and noisy sums over disjoint
-                        groups (parallel composition), their ratio, its noise sd
-                        and a reliability flag
-
-Neighbouring datasets differ by adding or removing one record (add/remove), except
-for randomized response, where each person's bit is replaced.
-
-Floating point. A float32 sampler's output lives on a lattice, so the exact bits of
-value + noise reveal which inputs were possible (Mironov 2012). The additive
-mechanisms (`laplace_mechanism`, `gaussian_mechanism`, and through them
-`clipped_sum`, `noisy_count`, `private_mean`) are therefore defended by default:
-the value is snapped to a power-of-two grid gamma, integer noise round(b L) or
-round(s Z) is drawn exactly from a table (`dpjax.integer_noise`) with its scale
-calibrated to the sensitivity inflated by the snapping, and gamma (k + X) is
-released as an exact float32. That is a post-processing of the continuous
-mechanism on the integer k, so its epsilon is the continuous one's, up to the
-table's delta (`accounting.sampler_delta` with the table's `tv`, below 1e-20).
-`secure=False` keeps the float mechanism, with an `InsecureNoiseWarning`. The
-selection mechanisms release an index, not a float, and keep float randomness
-(see their docstrings).
-
-Randomness is always an explicit key, taken first; privacy parameters (epsilon,
-delta, sensitivity, clip bounds) are host scalars, validated eagerly, and data
-arrays of any shape are processed elementwise (or along the last axis, for
-selection and clipped statistics), so repetitions vectorise by broadcasting or
-`jax.vmap` over keys. Data arrays are checked for NaN/inf whenever they are
-concrete (not when traced under `jit`/`vmap`).
+Floating point: the exact bits of a float32 value + noise reveal which inputs were
+possible (Mironov 2012). The additive mechanisms therefore snap the value to a
+power-of-two grid gamma and add integer noise drawn exactly (`dpjax.integer_noise`),
+calibrated to the sensitivity inflated by the snapping: post-processing of the
+continuous mechanism, up to the table's delta (`accounting.sampler_delta`, < 1e-20).
+`secure=False` keeps float noise, with an `InsecureNoiseWarning`. The selection
+mechanisms release an index and keep float randomness (see their docstrings).
 
 Shape letters: N records, C candidates, K repetitions, U privacy units (people),
 Z groups; `...` any leading shape.
@@ -96,12 +68,7 @@ class InsecureNoiseWarning(UserWarning):
 # Randomized response (Warner 1965): local DP for one bit.
 
 def rr_truth_prob(epsilon: float) -> float:
-  """Probability p = e^eps / (1 + e^eps) that randomized response reports the truth.
-
-  Args:
-    epsilon: eps > 0.
-  Returns:
-    p in (1/2, 1), as a float.
+  """Probability p = e^eps / (1 + e^eps) in (1/2, 1) that randomized response tells the truth.
 
   Examples:
     >>> round(rr_truth_prob(1.0), 4)
@@ -113,16 +80,9 @@ def rr_truth_prob(epsilon: float) -> float:
 
 def randomized_response(key: jax.Array, bits: jax.typing.ArrayLike,
                         epsilon: float) -> jax.Array:
-  """Each person reports their bit with probability p = e^eps/(1+e^eps), else flips it.
+  """Each person reports their 0/1 bit with probability p = e^eps/(1+e^eps), else flips it.
 
-  Args:
-    key: a jax.random key.
-    bits: int or bool array of 0/1, any shape [...].
-    epsilon: eps > 0.
-  Returns:
-    int32[...] reports, independent across entries.
-  Privacy: each report is eps-DP with respect to its own bit (local DP):
-    P[report = r | bit = 1] / P[report = r | bit = 0] is e^eps or e^-eps.
+  int32[...] reports, each eps-DP with respect to its own bit (local DP).
 
   Examples:
     >>> r = randomized_response(jax.random.key(0), jnp.ones(4, jnp.int32), 50.0)
@@ -136,14 +96,7 @@ def randomized_response(key: jax.Array, bits: jax.typing.ArrayLike,
 
 
 def rr_lie_threshold(epsilon: float) -> np.float32:
-  """float32 threshold t with P[u < t] >= 1 / (1 + e^eps) for u ~ jax.random.uniform.
-
-  u is uniform on the 2^-23 grid of [0, 1), so P[u < t] = ceil(t 2^23) / 2^23. The
-  lie probability f = 1 / (1 + e^eps) is computed without cancellation and rounded
-  UP to float32: lying at least as often as asked keeps the realised likelihood ratio
-  <= e^eps even where float32 cannot represent 1 - f (eps >~ 16), where a float32
-  Bernoulli(1 - f) would never lie (ratio infinite).
-  """
+  """float32 t with P[u < t] >= 1 / (1 + e^eps), u ~ jax.random.uniform (rounded up)."""
   eps = _validate.check_epsilon(epsilon)
   f = math.exp(-eps) / (1.0 + math.exp(-eps))
   t = np.float32(f)
@@ -156,12 +109,8 @@ def rr_estimate_rate(reports: jax.typing.ArrayLike, epsilon: float,
                      axis: int = -1) -> jax.Array:
   """Unbiased estimate of the true rate: pi_hat = (lambda_hat - (1 - p)) / (2p - 1).
 
-  Args:
-    reports: 0/1 array [..., N] of randomized-response reports.
-    epsilon: the eps the reports were made with.
-    axis: the axis holding the N people.
-  Returns:
-    float32[...] estimates (not clipped to [0, 1], so that they stay unbiased).
+  reports: 0/1 [..., N], people along `axis`. Returns float32[...], not clipped to
+  [0, 1] (so that it stays unbiased).
 
   Examples:
     >>> round(float(rr_estimate_rate(jnp.array([1, 0]), 1.0)), 4)   # lambda_hat = 1/2
@@ -193,18 +142,8 @@ def _rr_gap(eps: float) -> float:
 def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
   """Exact standard deviation of `rr_estimate_rate` over n people.
 
-  Two sources of variation, two formulas:
-    rate=None: the n true bits are FIXED (the same people answer again, only the
-      coins are redrawn): sd = sqrt(p (1 - p) / n) / (2p - 1), whatever the rate.
-    rate=r: the n bits are themselves i.i.d. Bernoulli(r) (a fresh sample each
-      time): sd = sqrt(lam (1 - lam) / n) / (2p - 1), lam = p r + (1 - p)(1 - r).
-
-  Args:
-    n: number of people, >= 1.
-    epsilon: eps > 0.
-    rate: None, or the true rate in [0, 1] of the sampled population.
-  Returns:
-    the sd as a float.
+  rate=None (fixed bits, coins redrawn): sqrt(p (1 - p) / n) / (2p - 1); rate=r (bits
+  i.i.d. Bernoulli(r)): sqrt(lam (1 - lam) / n) / (2p - 1), lam = p r + (1 - p)(1 - r).
 
   Examples:
     >>> round(rr_estimate_std(10_000, 1.0), 5)
@@ -232,15 +171,7 @@ def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
 
 def rr_posterior(prior: jax.typing.ArrayLike, epsilon: float,
                  report: int = 1) -> np.ndarray | float:
-  """P[true bit = 1 | report] under randomized response, for a prior P[bit = 1].
-
-  Args:
-    prior: prior probability of a 1, in [0, 1]; scalar or array.
-    epsilon: eps > 0.
-    report: the observed report, 0 or 1.
-  Returns:
-    float64 posterior(s) (a float for a scalar prior). Its odds are the prior odds
-    times e^eps (report 1) or e^-eps (report 0).
+  """P[true bit = 1 | report]: the prior odds times e^eps (report 1) or e^-eps, float64.
 
   Examples:
     >>> round(rr_posterior(0.548, 1.0), 3)
@@ -258,12 +189,7 @@ def rr_posterior(prior: jax.typing.ArrayLike, epsilon: float,
 # Laplace and Gaussian additive noise.
 
 def laplace_scale(epsilon: float, sensitivity: float = 1.0) -> float:
-  """Laplace scale b = Delta_1 / eps (the noise sd is sqrt(2) b).
-
-  Args:
-    epsilon: eps > 0.
-    sensitivity: L1 sensitivity Delta_1 > 0.
-  """
+  """Laplace scale b = Delta_1 / eps (the noise sd is sqrt(2) b)."""
   return _validate.check_positive(sensitivity, "sensitivity") / _validate.check_epsilon(epsilon)
 
 
@@ -272,31 +198,15 @@ def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: floa
                       secure: bool = True) -> jax.Array:
   """Releases value + Laplace(Delta_1 / eps) noise, independently per entry, on a grid.
 
-  Defended (secure=True, the default): with gamma = `grid` (a power of two), the
-  value is snapped to k = round(value / gamma) (int32) and the release is
-  gamma (k + X), X = round(b L) drawn exactly by `integer_noise.rounded_laplace(b)`,
-
-      b = Delta_grid / eps,   Delta_grid = Delta_1 / gamma + d,   d = value.size,
-
-  computed in integers and converted to float32 exactly (|k + X| < 2^24). Rounding
-  two neighbouring values moves each of the d entries by less than 1/2 each, so
-  the integer vectors k differ by at most Delta_grid in L1; k + X is then a
-  post-processing of the continuous Laplace mechanism on k (module docstring), and
-  every output is an exact multiple of gamma whatever the input, so no output is
-  impossible under a neighbour (the attack of Mironov 2012 finds nothing).
-  Repetitions of a scalar release should vmap over keys (d = 1 each), not pass a
-  vector of copies (d copies inflate Delta_grid by d).
+  Defended (secure=True): with gamma = `grid` (default `laplace_grid`) and d =
+  value.size, the release is gamma (round(value / gamma) + X), X =
+  `integer_noise.rounded_laplace(b)`, b = (Delta_1 / gamma + d) / eps (rounding moves
+  each entry by < 1/2). `sensitivity` is the L1 sensitivity of the WHOLE array;
+  repeat a scalar release by vmapping over keys, not by passing d copies.
 
   Args:
-    key: a jax.random key.
-    value: the exact query answer(s), float array of any shape [...].
-    epsilon: eps > 0.
-    sensitivity: L1 sensitivity Delta_1 > 0 of the WHOLE array `value` (the sum
-      of |change| over all entries when one record changes).
-    grid: gamma, a power of two; default `laplace_grid(epsilon, sensitivity)`.
     secure: False releases value + b * jax.random.laplace in float32: NOT DP
-      against an observer of the exact float output (its noise lives on a lattice);
-      a warning says so.
+      against an observer of the exact float output; a warning says so.
   Returns:
     float32[...] noisy answers.
   Raises:
@@ -323,12 +233,7 @@ def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: floa
 
 def laplace_grid(epsilon: float, sensitivity: float = 1.0) -> float:
   """Default grid of `laplace_mechanism`: the largest power of two
-  <= max(Delta_1 / 2^10, b / 2^12), b = Delta_1 / eps.
-
-  Delta_1 / gamma >= 2^10 for eps >= 1/4 (the rounding adds d to ~2^10 grid units
-  of sensitivity: +0.1% noise for a scalar) and >= 2^12 eps below (+0.25% at
-  eps = 0.1, +2.5% at eps = 0.01); b / gamma < 2^13 keeps the table (about
-  69 (b / gamma + d / eps) entries) small enough to build in seconds.
+  <= max(Delta_1 / 2^10, b / 2^12), b = Delta_1 / eps (+0.1% noise for a scalar).
   """
   b = laplace_scale(epsilon, sensitivity)
   return _check_default_grid(
@@ -337,11 +242,7 @@ def laplace_grid(epsilon: float, sensitivity: float = 1.0) -> float:
 
 
 def _check_default_grid(gamma: float, kind: str, epsilon, sensitivity, scale) -> float:
-  """gamma if it is at most _MAX_GRID; else a ValueError naming the parameter to blame.
-
-  A noise scale this large (sensitivity or sensitivity / epsilon above ~2^110) has
-  no finite float32 release: gamma * k overflows for the |k| the noise reaches.
-  """
+  """gamma if it is at most _MAX_GRID; else a ValueError naming the parameter to blame."""
   if gamma <= _MAX_GRID:
     return gamma
   name, value = (("sensitivity", sensitivity) if float(sensitivity) / 2.0 ** 10 > _MAX_GRID
@@ -368,12 +269,7 @@ def _warn_insecure(name: str) -> None:
 
 
 def _release_on_grid(key, v, gamma: float, noise: integer_noise.IntegerNoise) -> jax.Array:
-  """gamma * (round(v / gamma) + X), X ~ noise, with int32 arithmetic.
-
-  v / gamma is clamped to [-2^30, 2^30] before the conversion (1-Lipschitz, so
-  the sensitivity bound survives) and a non-finite entry (possible only under
-  tracing; concrete input was checked) counts as 0.
-  """
+  """gamma * (round(v / gamma) + X), X ~ noise, in int32 (v / gamma clamped to +-2^30)."""
   scaled = v / jnp.float32(gamma)
   if not _validate.is_tracer(scaled):
     top = float(jnp.max(jnp.abs(scaled))) if v.size else 0.0
@@ -393,21 +289,10 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0,
                    calibration: str = "analytic") -> float:
   """Noise std of a Gaussian mechanism that is (eps, delta)-DP for L2 sensitivity Delta_2.
 
-  calibration="analytic" (default): the smallest sigma for which the mechanism is
-    (eps, delta)-DP, for any eps > 0 (Balle & Wang 2018, Thm 8): with
-    mu = Delta_2 / sigma, Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) = delta.
-    Solved by `dpjax.accounting.gdp.mu_for_epsilon`; sigma = Delta_2 / mu.
-  calibration="classic": sigma = Delta_2 sqrt(2 ln(1.25/delta)) / eps (Dwork & Roth
-    2014, Thm A.1), proven only for eps < 1; larger eps raises ValueError. Always
-    larger than the analytic sigma.
-
-  Args:
-    epsilon: eps > 0 (and < 1 for "classic").
-    delta: in (0, 1).
-    sensitivity: L2 sensitivity Delta_2 > 0.
-    calibration: "analytic" or "classic".
-  Returns:
-    sigma > 0 as a float.
+  "analytic" (default): the smallest such sigma, any eps > 0 (Balle & Wang 2018, Thm
+  8): mu = Delta_2 / sigma solves Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) =
+  delta. "classic": Delta_2 sqrt(2 ln(1.25/delta)) / eps (Dwork & Roth 2014, Thm
+  A.1), proven only for eps < 1; larger eps raises ValueError.
 
   Examples:
     >>> round(gaussian_sigma(0.5, 1e-5, calibration="classic"), 3)
@@ -433,29 +318,18 @@ def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: flo
                        secure: bool = True) -> jax.Array:
   """Releases value + N(0, sigma^2 I) on a grid, sigma = `gaussian_sigma(...)`.
 
-  Defended (secure=True, the default): as `laplace_mechanism`, the value is snapped
-  to k = round(value / gamma) and the release is gamma (k + X), X = round(s Z)
-  drawn exactly by `integer_noise.rounded_gaussian(s)` with
-
-      s = sigma * Delta_grid / Delta_2,   Delta_grid = Delta_2 / gamma + sqrt(d),
-
-  d = value.size (rounding moves each entry by < 1/2, so two neighbours' integer
-  vectors differ by at most Delta_grid in L2). The noise multiplier s / Delta_grid
-  equals sigma / Delta_2, so the (eps, delta) (and mu-GDP) guarantee of the
-  continuous mechanism holds exactly for the integer one (post-processing).
+  Defended (secure=True): as `laplace_mechanism`, with X =
+  `integer_noise.rounded_gaussian(s)`, s = sigma (Delta_2 / gamma + sqrt(d)) /
+  Delta_2: the noise multiplier is sigma / Delta_2, so the continuous guarantee holds
+  (post-processing). `sensitivity` is the L2 sensitivity of the whole array.
 
   Args:
-    key: a jax.random key.
-    value: exact answer(s), float array [...].
-    epsilon, delta, sensitivity, calibration: as in `gaussian_sigma`; `sensitivity`
-      is the L2 sensitivity of the whole array `value`.
-    grid: gamma, a power of two; default `gaussian_grid(sigma, sensitivity)`.
     secure: False releases value + sigma * jax.random.normal in float32: NOT DP
       against an observer of the exact float output; a warning says so.
   Returns:
     float32[...] noisy answers (exact multiples of gamma when secure).
   Raises:
-    ValueError: as `laplace_mechanism` for `grid` and `value`.
+    ValueError: as `laplace_mechanism`, or a table over MAX_GAUSSIAN_TABLE_ENTRIES.
   Privacy: (eps, delta + `accounting.sampler_delta(eps, d, tail_mass=noise.tv)`)-DP; with
     the analytic calibration the continuous mechanism is exactly mu-GDP with
     mu = Delta_2 / sigma.
@@ -490,13 +364,7 @@ def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: flo
 
 def gaussian_grid(sigma: float, sensitivity: float = 1.0) -> float:
   """Default grid of `gaussian_mechanism`: the largest power of two
-  <= max(Delta_2 / 2^10, sigma / 2^10).
-
-  Delta_2 / gamma >= 2^10 when sigma <= Delta_2 (rounding adds sqrt(d) to ~2^10 grid
-  units: +0.1% noise for a scalar), >= 2^10 Delta_2 / sigma beyond (+1% to +2% at
-  sigma = 10 Delta_2); sigma / gamma < 2^11 bounds the table at about 24,000
-  entries (~0.1 ms of mpmath each, built once per scale). Pass a finer `grid` for
-  less inflation at large sigma.
+  <= max(Delta_2 / 2^10, sigma / 2^10) (+0.1% noise for a scalar when sigma <= Delta_2).
   """
   s = _validate.check_positive(sigma, "sigma")
   d = _validate.check_positive(sensitivity, "sensitivity")
@@ -530,15 +398,10 @@ def exponential_probs(utilities: jax.typing.ArrayLike, epsilon: float,
                       sensitivity: float = 1.0, monotonic: bool = False) -> jax.Array:
   """Selection probabilities of the exponential mechanism, prop. to exp(eps u / (2 Delta_u)).
 
-  Args:
-    utilities: float[..., C] utility of each candidate on the private data.
-    epsilon: eps > 0.
-    sensitivity: Delta_u > 0, the most one record changes any candidate's utility.
-    monotonic: if True, all utilities move in the same direction between
-      neighbours (e.g. counts), and exp(eps u / Delta_u) is still eps-DP.
-  Returns:
-    float32[..., C] probabilities summing to 1 on the last axis.
-  Privacy: eps-DP (McSherry & Talwar 2007).
+  utilities: float[..., C]; sensitivity Delta_u: the most one record changes any
+  utility; monotonic: all utilities move the same way between neighbours (e.g.
+  counts), then exp(eps u / Delta_u). Returns float32[..., C]. eps-DP (McSherry &
+  Talwar 2007).
 
   Examples:
     >>> exponential_probs(jnp.array([0.0, 0.0]), 1.0).tolist()
@@ -553,22 +416,13 @@ def exponential_mechanism(key: jax.Array, utilities: jax.typing.ArrayLike,
                           epsilon: float, sensitivity: float = 1.0,
                           monotonic: bool = False,
                           shape: tuple[int, ...] | None = None) -> jax.Array:
-  """Samples a candidate index with probability `exponential_probs(...)`.
+  """Samples a candidate index int32[...] with probability `exponential_probs(...)`.
 
-  Args:
-    key: a jax.random key.
-    utilities: float[..., C].
-    epsilon, sensitivity, monotonic: as in `exponential_probs`.
-    shape: optional output shape (must end with the batch shape `...`), e.g.
-      (K,) + utilities.shape[:-1] for K independent selections.
-  Returns:
-    int32[...] (or int32[shape]) chosen indices.
-  Privacy: eps-DP for each selection; K selections on the same data compose.
-    Floating point: only an index is released, so the float noise's lattice is
-    not observable (no Mironov-style test on the output); the sampler
-    (`jax.random.categorical`, Gumbel-max on float32 uniforms) differs from the
-    ideal probabilities by roughly the 2^-23 resolution of its uniforms per
-    candidate, a delta this function does not account for.
+  shape: optional output shape ending with the batch shape, e.g. (K,) +
+  utilities.shape[:-1].
+  Privacy: eps-DP per selection. The sampler (Gumbel-max on float32 uniforms) differs
+    from the ideal probabilities by roughly 2^-23 per candidate, a delta this
+    function does not account for.
   """
   u = _check_utilities(utilities)
   scale = _selection_scale(epsilon, sensitivity, monotonic)
@@ -584,21 +438,12 @@ def report_noisy_max(key: jax.Array, utilities: jax.typing.ArrayLike, epsilon: f
                      sensitivity: float = 1.0, monotonic: bool = False) -> jax.Array:
   """argmax over candidates of u + Laplace(2 Delta_u / eps) (Delta_u / eps if monotonic).
 
-  Args:
-    key: a jax.random key.
-    utilities: float[..., C].
-    epsilon: eps > 0.
-    sensitivity: Delta_u > 0.
-    monotonic: as in `exponential_probs` (Dwork & Roth 2014, Claim 3.9 for counts).
-  Returns:
-    int32[...] index of the noisy maximum. Only the index is private; releasing the
-    noisy maximum value as well costs more.
-  Privacy: eps-DP. Floating point: the noise is float32 Laplace, kept on purpose:
-    only the argmax index is released, which depends on the noise through
-    comparisons alone, so the lattice of the float values is not observed. The
-    float sampler's bounded support (|L| < 17, from 2^-24-resolution uniforms)
-    and resolution make the index probabilities differ from the ideal ones by
-    about 2^-23 per candidate, a delta this function does not account for.
+  Returns int32[...] indices; only the index is private, not the noisy maximum
+  (Dwork & Roth 2014, Claim 3.9 for monotonic).
+  Privacy: eps-DP. The noise is float32 Laplace; only the index is released, but the
+    float sampler's bounded support (|L| < 17) and resolution make the index
+    probabilities differ from the ideal ones by about 2^-23 per candidate, a delta
+    this function does not account for.
   """
   u = _check_utilities(utilities)
   scale = _selection_scale(epsilon, sensitivity, monotonic)
@@ -621,19 +466,11 @@ def _check_bounds(lower, upper) -> tuple[float, float]:
 def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                 upper: float, lower: float = 0.0, *, grid: float | None = None,
                 secure: bool = True) -> jax.Array:
-  """Sum over the last axis of values clipped to [lower, upper], plus Laplace noise.
+  """Sum over the last axis of values [..., N] clipped to [lower, upper], plus Laplace noise.
 
-  Args:
-    key: a jax.random key.
-    values: float[..., N] private values.
-    epsilon: eps > 0.
-    upper: clip bound, fixed in advance from public knowledge, NEVER from the data
-      (the private maximum would itself leak the largest record).
-    lower: lower clip bound (< upper), default 0.
-    grid, secure: as in `laplace_mechanism` (defended by default).
-  Returns:
-    float32[...] noisy sums.
-  Privacy: eps-DP for add/remove neighbours; sensitivity max(|lower|, |upper|).
+  The clip bounds must be fixed in advance from public knowledge, NEVER from the data
+  (the private maximum would itself leak the largest record). eps-DP for add/remove
+  neighbours, sensitivity max(|lower|, |upper|); grid, secure as in `laplace_mechanism`.
   """
   lo, hi = _check_bounds(lower, upper)
   _validate.check_array(values, "values")
@@ -647,15 +484,10 @@ def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
 
 def noisy_count(key: jax.Array, present: jax.typing.ArrayLike, epsilon: float, *,
                 grid: float | None = None, secure: bool = True) -> jax.Array:
-  """Number of records (ones of `present`, over the last axis) plus Laplace(1/eps).
+  """Number of records (ones of `present` [..., N], over the last axis) plus Laplace(1/eps).
 
-  Args:
-    key: a jax.random key.
-    present: 0/1 or bool [..., N] (e.g. all ones for "how many records").
-    epsilon: eps > 0.
-    grid, secure: as in `laplace_mechanism` (defended by default).
-  Returns:
-    float32[...] noisy counts. Privacy: eps-DP for add/remove neighbours.
+  Returns float32[...]; eps-DP for add/remove neighbours. grid, secure: as in
+  `laplace_mechanism`.
   """
   _validate.check_binary(present, "present")
   m = jnp.asarray(present).astype(jnp.int32)
@@ -677,19 +509,8 @@ def private_mean(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                  count_fraction: float = 0.5, *, secure: bool = True) -> PrivateMean:
   """The lecture's private mean: clipped noisy sum / noisy count, budget split in two.
 
-  The sum gets eps (1 - count_fraction), the count gets eps count_fraction; by
-  basic composition the pair is eps-DP, and the division (with the count floored
-  at 1) is post-processing.
-
-  Args:
-    key: a jax.random key.
-    values: float[..., N] private values.
-    epsilon: total eps > 0.
-    upper, lower: public clip bounds, as in `clipped_sum`.
-    count_fraction: share of the budget for the count, in (0, 1).
-    secure: as in `laplace_mechanism` (both releases on their default grids).
-  Returns:
-    PrivateMean with float32[...] `mean`, `noisy_sum`, `noisy_count`.
+  Sum at eps (1 - count_fraction), count at eps count_fraction (basic composition); the
+  division (count floored at 1) is post-processing. Clip bounds as in `clipped_sum`.
 
   Examples:
     >>> x = jnp.full((1000,), 50.0)
@@ -723,12 +544,7 @@ class GroupedRates(NamedTuple):
 
 
 def _released_laplace_scale(epsilon: float, size: int, secure: bool) -> float:
-  """Laplace scale, in value units, of `laplace_mechanism(..., sensitivity=1)` on `size` entries.
-
-  The defended release adds round(b L) grid units with b = (1 / gamma + size) / eps,
-  i.e. (1 + size gamma) / eps in value units (its rounding adds variance gamma^2 / 12,
-  negligible next to 2 b^2); the float release adds exactly Laplace(1 / eps).
-  """
+  """Laplace scale in value units of `laplace_mechanism(..., sensitivity=1)` on `size` entries."""
   secure = _validate.check_bool(secure, "secure")
   if not secure:
     return 1.0 / epsilon
@@ -741,46 +557,23 @@ def grouped_rates(key: jax.Array, group_U: jax.typing.ArrayLike,
                   secure: bool = True) -> GroupedRates:
   """Per-group rates (e.g. delinquency by zip code) with Laplace noise, eps-DP in total.
 
-  Each privacy unit u (one row: a person, a customer) belongs to exactly one group
-  g_u in {0, ..., Z-1} and carries a value v_u clipped to [0, 1] (1 = the event
-  happened; a fraction is allowed). Two histograms are released,
+  Unit u is in group g_u in [0, Z) with value v_u clipped to [0, 1]:
 
-      n_z = #{u : g_u = z} + Laplace(1 / eps_c),      eps_c = eps * count_fraction,
-      s_z = sum_{u : g_u = z} v_u + Laplace(1 / eps_s),  eps_s = eps * (1 - count_fraction).
-
-  Adding or removing one unit changes one entry of each histogram by at most 1, so
-  each vector has L1 sensitivity 1 however many groups there are (parallel
-  composition: disjoint groups do not add up), each release is eps_c- resp.
-  eps_s-DP, and the pair is eps-DP (basic composition). Everything after is
-  post-processing of the two noisy vectors:
-
-      rate_z    = clip(s_z / max(n_z, 1), 0, 1),
+      n_z = #{u : g_u = z} + Laplace(1 / eps_c),         eps_c = eps * count_fraction,
+      s_z = sum_{u : g_u = z} v_u + Laplace(1 / eps_s),  eps_s = eps * (1 - count_fraction),
+      rate_z = clip(s_z / max(n_z, 1), 0, 1),
       rate_sd_z = sqrt(2 b_s^2 + 2 b_c^2 rate_z^2) / max(n_z, 1),
       reliable_z = rate_sd_z <= max_rate_sd,
 
-  where rate_sd is the delta-method standard deviation of the ratio (first order in
-  the noise, var(Laplace(b)) = 2 b^2) evaluated at the released values, and b_c, b_s
-  are the Laplace scales actually used (with `secure=True`, the grid's inflation
-  (1 + Z gamma) / eps of `laplace_mechanism`). A group whose rate_sd exceeds
-  `max_rate_sd` should be merged with others or flagged (lecture 10, exercise 6b).
-  The noise sd falls like 1 / n, so small groups are the unreliable ones.
+  each histogram of L1 sensitivity 1 (parallel composition); rate_sd is the
+  delta-method sd at the released values, b_c, b_s the Laplace scales used.
+  Unreliable groups should be merged or flagged (lecture 10, exercise 6b).
 
-  The privacy unit is whatever one row stands for: pass one row per PERSON. If a
-  person can hold several records (loans), aggregate them to one row first (e.g.
-  v_u = 1 if any of the person's loans defaulted); counting records instead moves
-  a count by up to the number of records one person holds.
+  The privacy unit is one row: pass one row per PERSON (aggregate a person's several
+  records first); counting records instead moves a count by up to the number of
+  records one person holds, which this guarantee does not cover. num_groups Z must
+  be public.
 
-  Args:
-    key: a jax.random key.
-    group_U: int[U], the group of each unit, in [0, num_groups).
-    values_U: float[U] (or 0/1), each unit's value; clipped to [0, 1].
-    num_groups: Z >= 1, public (the list of groups must not depend on the data).
-    epsilon: total eps > 0 of the two releases.
-    count_fraction: share of eps for the counts, in (0, 1); the lecture uses 1/2.
-    max_rate_sd: reliability threshold on rate_sd, > 0.
-    secure: as in `laplace_mechanism` (defended integer-grid noise by default).
-  Returns:
-    GroupedRates(noisy_counts, noisy_totals, rate, rate_sd, reliable), each [Z].
   Privacy: eps-DP with add/remove-one-unit neighbours (Dwork et al. 2006; parallel
     composition: McSherry 2009, "Privacy integrated queries",
     https://doi.org/10.1145/1559845.1559850), up to `laplace_mechanism`'s

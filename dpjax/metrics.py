@@ -1,13 +1,8 @@
 """Metrics for attacks and models: ROC, AUC, advantage, TPR at fixed FPR, per-group rates.
 
-Membership scores follow one convention throughout dpjax: a higher score means
-"more likely a member" (label 1). A random guess has TPR = FPR at every threshold
-(the noise floor); Carlini et al. (2022) argue for reporting TPR at a low FPR
-(1%, 0.1%) on a log-log ROC rather than AUC or accuracy.
-
-All functions run on the host (NumPy) in float64.
-
-Shape letters: K scored (model, record) pairs, G groups.
+A higher membership score means "more likely a member" (label 1); a random guess has
+TPR = FPR (the noise floor). Report TPR at a low FPR on a log-log ROC (Carlini et al.
+2022). Host NumPy, float64. Shape letters: K scored (model, record) pairs, G groups.
 
 Examples:
   >>> import numpy as np
@@ -41,14 +36,10 @@ def _check_scores_labels(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray]:
 
 
 def roc_curve(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """ROC of the tests "member iff score >= t" over every distinct score t.
+  """ROC (fpr, tpr, thresholds) of "member iff score >= t" over every distinct score t.
 
-  Args:
-    scores_K: float[K], higher = member.
-    labels_K: {0, 1}[K], 1 = member; both classes must occur.
-  Returns:
-    (fpr, tpr, thresholds): float64 arrays of length (#distinct scores + 1), starting
-    at (0, 0) with threshold +inf and ending at (1, 1); ties share a point.
+  float64 arrays from (0, 0) at +inf to (1, 1); ties share a point. labels_K {0, 1}
+  must contain both classes.
   """
   s, y = _check_scores_labels(scores_K, labels_K)
   order = np.argsort(-s, kind="stable")
@@ -92,11 +83,8 @@ def balanced_accuracy(scores_K, labels_K) -> float:
 def tpr_at_fpr(scores_K, labels_K, fpr: float | Sequence[float]):
   """Highest TPR among thresholds whose FPR is <= `fpr` (no interpolation).
 
-  Args:
-    scores_K, labels_K: as in `roc_curve`.
-    fpr: target false-positive rate(s) in [0, 1].
-  Returns:
-    float (or float64 array for a sequence of targets). The noise floor is TPR = fpr.
+  Returns a float (a float64 array for a sequence of targets in [0, 1]). The noise
+  floor is TPR = fpr.
 
   Examples:
     >>> import numpy as np
@@ -121,14 +109,9 @@ def accuracy(predictions_K, labels_K) -> float:
 
 
 def per_group_rates(predictions_K, labels_K, groups_K) -> dict:
-  """Accuracy, positive rate, TPR and FPR per group (for disparate-impact reports).
+  """{group: {"n", "accuracy", "positive_rate", "tpr", "fpr"}} of {0, 1} predictions.
 
-  Args:
-    predictions_K, labels_K: {0, 1}[K].
-    groups_K: int[K] group ids.
-  Returns:
-    {group id: {"n", "accuracy", "positive_rate", "tpr", "fpr"}}; a rate is NaN when
-    its denominator is empty.
+  NaN for an empty denominator (for disparate-impact reports).
   """
   p = _validate.check_binary(predictions_K, "predictions_K", ndim=1).astype(int)
   y = _validate.check_binary(labels_K, "labels_K", ndim=1).astype(int)
@@ -151,16 +134,9 @@ def per_group_rates(predictions_K, labels_K, groups_K) -> dict:
 
 def plot_roc_loglog(ax, curves: Mapping[str, tuple], *, floor: bool = True,
                     min_rate: float = 1e-4, title: str | None = None):
-  """Draws ROC curves on log-log axes (Carlini et al. 2022 style).
+  """Draws ROC curves {label: (fpr, tpr)} on log-log axes `ax` and returns ax.
 
-  Args:
-    ax: a matplotlib Axes.
-    curves: {label: (fpr, tpr)} arrays, e.g. from `roc_curve`.
-    floor: also draw the noise floor TPR = FPR.
-    min_rate: lower axis limit (> 0).
-    title: optional axes title.
-  Returns:
-    ax.
+  `floor` also draws TPR = FPR; `min_rate` (> 0) is the lower axis limit.
   """
   _validate.check_probability(min_rate, "min_rate", open_low=True, open_high=True)
   if not isinstance(curves, Mapping):

@@ -1,19 +1,12 @@
 """Models as pure (init, apply) pairs: logistic regression, an MLP, a small CNN.
 
-A `Model` is a NamedTuple of two pure functions and an L2 coefficient:
-
   params = model.init(key)                      # unbatched pytree
   logits_BxK = model.apply(params, x_BxF)       # K == 1: binary (one logit)
   loss_B = per_example_loss(model, params, x_BxF, y_B)
 
-Binary models (K == 1) use the logistic loss with labels y in {0, 1}; multi-class
-models use softmax cross-entropy with integer labels. The optional L2 penalty
-0.5 * l2 * ||params||^2 is part of EACH example's loss, so under DP-SGD it is
-clipped with the example's data gradient (the accountant needs nothing else).
-
-Factories are memoised (`logistic_regression(56) is logistic_regression(56)`), so a
-model can be a static argument of a jitted function without recompiling on every
-call.
+The L2 penalty 0.5 * l2 * ||params||^2 is part of EACH example's loss, so DP-SGD
+clips it with the example's gradient. Factories are memoised, so a model can be a
+static argument of a jitted function.
 
 Shape letters: B examples, F input features, D = F for linear models, K outputs.
 
@@ -43,17 +36,11 @@ PyTree = Any
 
 
 class Model(NamedTuple):
-  """A model as pure functions.
+  """A model as pure functions: init(key) -> params; apply(params, x_BxF) -> float32[B, K].
 
-  Attributes:
-    init: key -> params (an unbatched pytree).
-    apply: (params, x_BxF) -> logits float32[B, K]; K == 1 means binary.
-    l2: coefficient of the per-example penalty 0.5 * l2 * ||params||^2 (>= 0).
-    kind: "logistic_regression" (DP-SGD then uses its closed-form GLM clipping
-      path), "mlp", "cnn" or "custom".
-    num_outputs: K.
-    input_shape: (H, W, C_in) of a "cnn" (its apply reshapes flat inputs to it);
-      None for other kinds.
+  l2 >= 0 weighs the per-example penalty; kind is "logistic_regression"
+  (closed-form clipping), "mlp", "cnn" or "custom"; num_outputs is K (1: binary);
+  input_shape is (H, W, C_in) for a "cnn", else None.
   """
   init: Callable[[jax.Array], PyTree]
   apply: Callable[[PyTree, jax.Array], jax.Array]
@@ -64,11 +51,7 @@ class Model(NamedTuple):
 
 
 def check_model(model: Any, name: str = "model") -> Model:
-  """model itself, if it is a Model with callable init / apply and valid fields.
-
-  Raises TypeError (not a Model, init or apply not callable) or ValueError (l2 < 0,
-  num_outputs not an integer >= 1, an input_shape that is not three positive ints),
-  naming `name` and the field.
+  """model itself, if it is a valid Model; else TypeError or ValueError naming `name`.
 
   Examples:
     >>> check_model(logistic_regression(3)).kind
@@ -91,14 +74,10 @@ def check_model(model: Any, name: str = "model") -> Model:
 
 
 def logistic_regression(num_features: int, l2: float = 0.0) -> Model:
-  """Binary logistic regression on given features (include an intercept column).
+  """Binary logistic regression on D >= 1 features (include an intercept column).
 
-  Args:
-    num_features: D >= 1 (the intercept, if any, is one of the features).
-    l2: L2 coefficient >= 0 (penalises every weight, the intercept too).
-  Returns:
-    A Model with params {"w": float32[D]}, zero-initialised; apply gives x @ w
-    as logits float32[B, 1].
+  Returns a Model with params {"w": float32[D]}, zero-initialised, logits x @ w
+  float32[B, 1]; l2 >= 0 penalises every weight, the intercept too.
   """
   return _logistic_regression(_validate.check_size(num_features, "num_features"),
                               _validate.check_nonnegative(l2, "l2"))
@@ -125,16 +104,9 @@ def _dense_init(key, fan_in, fan_out):
 
 def mlp(num_inputs: int, hidden: Sequence[int] = (256, 256), num_classes: int = 10,
         l2: float = 0.0) -> Model:
-  """A dense relu network: num_inputs -> hidden... -> num_classes.
+  """A dense relu network F -> hidden... -> K: params {"layers": [{"w", "b"}, ...]}.
 
-  Args:
-    num_inputs: F >= 1.
-    hidden: widths of the hidden layers (a tuple of positive ints; may be empty).
-    num_classes: K >= 1 (K == 1: binary logistic output).
-    l2: L2 coefficient >= 0 on all parameters.
-  Returns:
-    A Model with params {"layers": [{"w": [in, out], "b": [out]}, ...]}; each layer
-    computes a @ w + b, relu on all but the last.
+  Each layer computes a @ w + b, relu on all but the last; K == 1 is binary.
   """
   hidden = _validate.check_sizes(hidden, "hidden")
   f = _validate.check_size(num_inputs, "num_inputs", units=(hidden or (1,))[0])
@@ -165,13 +137,7 @@ def _mlp(f: int, hidden: tuple[int, ...], k: int, l2: float) -> Model:
 
 
 def avg_pool2(a_BxHxWxC: jax.Array) -> jax.Array:
-  """2x2 average pooling with stride 2 (odd trailing rows / columns dropped), as in `cnn`.
-
-  Args:
-    a_BxHxWxC: activations [B, H, W, C].
-  Returns:
-    [B, H // 2, W // 2, C].
-  """
+  """2x2 average pooling, stride 2: [B, H, W, C] -> [B, H // 2, W // 2, C] (as in `cnn`)."""
   a_BxHxWxC = _as_jax(_validate.check_array(a_BxHxWxC, "a_BxHxWxC", np.float32, ndim=4,
                                             min_size=1))
   b, h, w, c = a_BxHxWxC.shape
@@ -183,35 +149,16 @@ def cnn(input_shape: Sequence[int] = (8, 8, 1), channels: Sequence[int] = (16, 3
         num_classes: int = 10, l2: float = 0.0, *, groups: int | None = None) -> Model:
   """A small convolutional network, optionally with group normalisation.
 
-  Architecture (NHWC): for each entry c of `channels`: 3x3 convolution with stride 1
-  and SAME padding -> + bias -> [group norm] -> relu -> 2x2 average pooling (floor);
-  then flatten and one dense layer to `num_classes` logits. On 8x8x1 with channels
-  (16, 32): 8x8x16 -> 4x4x16 -> 4x4x32 -> 2x2x32 -> 128 -> 10.
+  NHWC: per entry c of `channels`, 3x3 convolution (stride 1, SAME) -> + bias ->
+  [group norm] -> relu -> 2x2 average pooling; then one dense layer to K logits
+  (8x8x1, channels (16, 32): 8x8x16 -> 4x4x16 -> 4x4x32 -> 2x2x32 -> 128 -> 10). Params
+  {"conv": [{"w": [3, 3, c_in, c_out], "b": [c_out]}, ...], "dense": [{"w": [flat, K],
+  "b": [K]}]}; apply takes [B, H*W*C_in] or [B, H, W, C_in].
 
-  Group norm (Wu & He 2018, https://arxiv.org/abs/1803.08494; `groups` = G): the c
-  channels of a layer are split into G groups of c / G; each group of each example is
-  standardised over its H x W x c / G activations, z = (a - mean) / sqrt(var + 1e-5),
-  then scaled and shifted per channel, gamma z + beta (gamma = 1, beta = 0 at init).
-  The statistics are those of ONE example, so every example's output and gradient
-  depend on that example alone and per-example clipping stays valid, unlike batch
-  norm, whose statistics mix the examples of a batch (De et al. 2022 use group norm
-  in DP-SGD for this reason).
-
-  Args:
-    input_shape: (H, W, C_in).
-    channels: output channels per conv layer (positive ints).
-    num_classes: K >= 1.
-    l2: L2 coefficient >= 0 on all parameters.
-    groups: None (default: no normalisation, kind "cnn", ghost clipping), or G >= 1
-      dividing every entry of `channels`. A group-norm network has kind "custom":
-      `clipping.path_for` then gives it the generic vmap(grad) path (ghost clipping
-      knows only dense and conv layers), and `body_features` / `split_head` do not
-      apply to it.
-  Returns:
-    A Model with params {"conv": [{"w": [3, 3, c_in, c_out], "b": [c_out]}, ...],
-    "dense": [{"w": [flat, K], "b": [K]}]}, each conv layer with "gamma" and "beta"
-    [c_out] as well when groups is given; apply accepts x flattened [B, H*W*C_in]
-    or NHWC [B, H, W, C_in].
+  groups=G (dividing every channel count) adds group norm (Wu & He 2018,
+  https://arxiv.org/abs/1803.08494; "gamma", "beta" [c_out] per layer): statistics
+  of ONE example, so per-example clipping stays valid, unlike batch norm (De et al.
+  2022). Such a network has kind "custom" (vmap(grad) clipping; no `body_features`).
 
   Examples:
     >>> import jax, jax.numpy as jnp
@@ -263,8 +210,7 @@ def _cnn(input_shape: tuple[int, int, int], channels: tuple[int, ...], k: int,
 
 
 def _conv_net_apply(input_shape: tuple[int, int, int], normalise):
-  """The forward pass of `cnn`: per layer 3x3 conv (SAME) -> + bias ->
-  normalise(a, layer) -> relu -> 2x2 average pooling; then the dense layer."""
+  """The forward pass of `cnn` (see its docstring)."""
   h, w, c_in = input_shape
 
   def apply(params, x):
@@ -286,16 +232,10 @@ _GROUP_NORM_EPS = 1e-5
 
 def group_norm(a_BxHxWxC: jax.Array, gamma_C: jax.Array, beta_C: jax.Array,
                groups: int) -> jax.Array:
-  """Group normalisation of NHWC activations, per example (as in `cnn(groups=...)`).
+  """Group normalisation of NHWC activations [B, H, W, C], per example, G groups.
 
-  Args:
-    a_BxHxWxC: activations [B, H, W, C], C divisible by `groups`.
-    gamma_C, beta_C: per-channel scale and shift [C].
-    groups: G >= 1.
-  Returns:
-    [B, H, W, C]: within each example and group of C / G channels, the activations
-    minus their mean, over sqrt(variance + 1e-5), times gamma, plus beta. Example b's
-    output depends on a_BxHxWxC[b] only.
+  Per example and group of C / G channels, (a - mean) / sqrt(var + 1e-5) * gamma_C +
+  beta_C; example b's output depends on a_BxHxWxC[b] only.
 
   Examples:
     >>> import jax.numpy as jnp
@@ -351,16 +291,9 @@ def l2_penalty(model: Model, params: PyTree) -> jax.Array:
 
 def per_example_loss(model: Model, params: PyTree, x_BxF: jax.Array,
                      y_B: jax.Array) -> jax.Array:
-  """Per-example loss float32[B] (each including the L2 penalty).
+  """Per-example loss float32[B]: logistic (K == 1) or softmax cross-entropy, plus the L2 term.
 
-  Args:
-    model: a Model.
-    params: its parameters.
-    x_BxF: inputs [B, ...].
-    y_B: labels [B]: {0, 1} when the model has one output, class indices otherwise.
-  Returns:
-    float32[B]: logistic loss (K == 1) or softmax cross-entropy, plus
-    0.5 * l2 * ||params||^2.
+  y_B: {0, 1} for one output, class indices otherwise.
   """
   check_model(model)
   x_BxF = _as_jax(_validate.check_array(x_BxF, "x_BxF", np.float32, ndim=(2, 3, 4),
@@ -377,18 +310,7 @@ def _as_jax(x):
 
 
 def logistic_loss(z: jax.Array, y: jax.Array) -> jax.Array:
-  """softplus(z) - y * z elementwise: the logistic loss of logit z for label y.
-
-  Its derivative in z is sigmoid(z) - y (one exp), written as a custom JVP: the
-  derivative jax derives from softplus's logaddexp form costs two exps and a log1p
-  per example, which dominates vmap(grad) clipping of many small logistic
-  regressions. Same values to float rounding (closer to the float64 derivative,
-  tested).
-
-  Args:
-    z: logits, any shape, finite.
-    y: labels in {0, 1}, the shape of z.
-  """
+  """softplus(z) - y * z elementwise, y in {0, 1}; custom JVP sigmoid(z) - y (one exp)."""
   _validate.check_array(z, "z", min_size=1)
   _validate.check_binary(y, "y", shape=np.shape(z))
   return _logistic_loss(jnp.asarray(z, jnp.float32) if not _validate.is_tracer(z) else z,
@@ -408,11 +330,7 @@ def _logistic_loss_jvp(primals, tangents):
 
 
 def loss_from_logits(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
-  """Per-example data loss float32[B] from logits [B, K] (no L2 term).
-
-  K == 1: logistic loss of logit z for y in {0, 1}; K > 1: softmax cross-entropy
-  for class indices y.
-  """
+  """Per-example data loss float32[B] from logits [B, K]: logistic (K == 1) or softmax CE."""
   logits_BxK = _as_jax(_validate.check_array(logits_BxK, "logits_BxK", np.float32, ndim=2,
                                              min_size=1))
   b, k = logits_BxK.shape
@@ -427,28 +345,19 @@ def loss_from_logits(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
 # ----------------------------------------------------------------------------------
 # Fine-tuning part of a model: a frozen (public) body and a trainable last layer.
 #
-# An mlp or cnn is body + head: the body maps x to features phi(x) float32[B, H] (an
-# mlp's last hidden activations, a cnn's flattened pooled conv output; the input
-# itself for an mlp without hidden layers), the head is the last dense layer
-# logits = phi(x) @ w + b. Two equivalent ways to train only the head privately:
-#
+# An mlp or cnn is body + head: logits = phi(x) @ w + b. Two equivalent ways to train
+# only the head privately, with the same per-example gradients:
 #   features route: phi_NxH = body_features(model, params, x_NxF) once, then
 #     train_many(key, phi_NxH, y_N, keep, cfg, head) with (head, head0) =
 #     split_head(model, params) and init_params=head0 (default ghost clipping);
 #   plug-in route: train_many(key, x_NxF, y_N, keep, cfg, frozen_body(model, params)),
 #     which evaluates phi inside every step (generic vmap clipping).
-#
-# Both run the same DP-SGD on the head parameters with the same per-example
-# gradients (the head's loss depends on x only through phi(x)), so with the same key
-# they train the same models to float rounding (tested). Privacy: when `params` (the
-# body) was fitted on public data only, phi is a fixed public function applied to
-# each record separately, so the features of a neighbouring private data set are a
-# neighbouring feature data set and DP-SGD's (eps, delta) for the head carries over
-# to the private records unchanged; only d = the head's H * K + K parameters receive
-# noise, which is why fewer privately learned parameters cost less (Tramer & Boneh
-# 2021, "Differentially Private Learning Needs Better Features (or Much More Data)",
-# arXiv:2011.11660). The body must not have been fitted or selected on the private
-# records; nothing here can check that.
+# Privacy: when the body was fitted on public data only, phi is a fixed public
+# function applied to each record separately, so DP-SGD's (eps, delta) for the head
+# carries over to the private records; only the head's H * K + K parameters receive
+# noise (Tramer & Boneh 2021, "Differentially Private Learning Needs Better Features
+# (or Much More Data)", arXiv:2011.11660). The body must not have been fitted or
+# selected on the private records; nothing here can check that.
 
 _HEAD_KINDS = ("mlp", "cnn")
 
@@ -496,22 +405,12 @@ def _num_inputs(model: Model, params: PyTree) -> int:
 
 
 def body_features(model: Model, params: PyTree, x_BxF: jax.typing.ArrayLike) -> jax.Array:
-  """phi(x): the features an mlp or cnn feeds to its last dense layer.
+  """phi(x) float32[B, H]: the features an mlp or cnn feeds to its last dense layer.
 
-  model.apply(params, x) == phi(x) @ w + b with {"w", "b"} = the last layer
-  (`split_head`), computed by the same operations in the same order.
-
-  Args:
-    model: a `mlp` (phi = relu activations of the last hidden layer; the flattened
-      input when there are no hidden layers) or a `cnn` (phi = the flattened output
-      of the last conv / relu / pool block).
-    params: the model's parameters (finite, the structure of model.init).
-    x_BxF: inputs float32[B, F] (a cnn also takes [B, H, W, C_in]), B >= 1, finite.
-  Returns:
-    float32[B, H]: H = the last hidden width (mlp) or the flattened conv output
-    size (cnn).
-  Raises:
-    ValueError naming model, params or x_BxF.
+  model.apply(params, x) == phi(x) @ w + b with {"w", "b"} the last layer
+  (`split_head`): an mlp's last hidden relu activations (the input without hidden
+  layers), a cnn's flattened last conv block. Raises ValueError naming model, params
+  or x_BxF.
 
   Examples:
     >>> import jax, jax.numpy as jnp
@@ -531,17 +430,9 @@ def body_features(model: Model, params: PyTree, x_BxF: jax.typing.ArrayLike) -> 
 def split_head(model: Model, params: PyTree) -> tuple[Model, PyTree]:
   """The last dense layer of an mlp or cnn as a model of its own, with its parameters.
 
-  Args:
-    model: a `mlp` or `cnn` with K outputs and L2 coefficient l2.
-    params: its parameters.
-  Returns:
-    (head, head_params): head = mlp(H, hidden=(), num_classes=K, l2=l2), the linear
-    map phi -> phi @ w + b (kind "mlp", so DP-SGD clips it with ghost clipping), and
-    head_params = {"layers": [{"w": float32[H, K], "b": float32[K]}]}, the model's
-    last layer. head.apply(head_params, body_features(model, params, x)) equals
-    model.apply(params, x). With the same l2 the head's loss gradient equals the
-    full model's gradient in the last layer (the body's share of the penalty is a
-    constant once the body is frozen).
+  (head, head_params): head = mlp(H, hidden=(), num_classes=K, l2=model.l2),
+  head_params = {"layers": [{"w": float32[H, K], "b": float32[K]}]};
+  head.apply(head_params, body_features(model, params, x)) == model.apply(params, x).
 
   Examples:
     >>> import jax
@@ -557,14 +448,9 @@ def split_head(model: Model, params: PyTree) -> tuple[Model, PyTree]:
 
 
 def join_head(model: Model, params: PyTree, head_params: PyTree) -> PyTree:
-  """params with its last dense layer replaced by head_params (a trained head).
+  """params with its last dense layer replaced by head_params (as from `split_head`).
 
-  Args:
-    model: a `mlp` or `cnn`.
-    params: its parameters (the body is kept unchanged, leaf for leaf).
-    head_params: {"layers": [{"w": [H, K], "b": [K]}]} as from `split_head`.
-  Returns:
-    A new parameter pytree of the model (the inputs are not modified).
+  Returns a new pytree; the body is kept leaf for leaf and the inputs are not modified.
   """
   model, params = _checked_split(model, params)
   _, head0 = split_head(model, params)
@@ -576,16 +462,8 @@ def join_head(model: Model, params: PyTree, head_params: PyTree) -> PyTree:
 
 
 def reset_head(model: Model, params: PyTree, key: jax.Array | None = None) -> PyTree:
-  """params with a fresh last dense layer: zeros (key None) or He-normal weights and
-  zero biases as at model.init (from `key`). For fine-tuning on new classes (relabel
-  them 0..K-1) on top of a pre-trained body.
-
-  Args:
-    model: a `mlp` or `cnn`.
-    params: its parameters.
-    key: optional jax.random key.
-  Returns:
-    A new parameter pytree of the model.
+  """params with a fresh last dense layer: zeros (key None) or He-normal weights and zero
+  biases as at model.init; returns a new pytree. For fine-tuning on new classes.
   """
   model, params = _checked_split(model, params)
   last = _last_layer(model, params)
@@ -600,23 +478,10 @@ def reset_head(model: Model, params: PyTree, key: jax.Array | None = None) -> Py
 def frozen_body(model: Model, params: PyTree) -> Model:
   """A model whose parameters are only the last layer of `model`, the body frozen at params.
 
-  The returned Model has params {"layers": [{"w": [H, K], "b": [K]}]} (init returns
-  params' own last layer, whatever the key) and
-    apply(head_params, x) = body_features(model, params, x) @ w + b
-                          = model.apply(join_head(model, params, head_params), x),
-  with l2 = model.l2 on the head only and kind "custom" (generic vmap clipping). It
-  plugs into `dpsgd.train_many`: DP-SGD then clips, noises and updates the head
-  alone, and the body's parameters are constants of the program (never updated).
-  Equivalent to training `split_head`'s head on precomputed `body_features`, which
-  is cheaper (phi evaluated once, not every step); see the section comment above for
-  why it is private when the body is public. Each call builds a new Model (a new
-  compiled program in train_many): build it once and reuse it.
-
-  Args:
-    model: a `mlp` or `cnn`.
-    params: its parameters; the body part is frozen (copied to float32).
-  Returns:
-    A Model with kind "custom" and num_outputs = model.num_outputs.
+  apply(head_params, x) = model.apply(join_head(model, params, head_params), x), l2 on
+  the head only, kind "custom"; init returns params' own last layer. DP-SGD then
+  trains the head alone. Private only when the body is public (section comment
+  above). Each call builds a new Model (a new compiled program): build it once.
 
   Examples:
     >>> import jax, jax.numpy as jnp

@@ -1,44 +1,12 @@
 """DP-SGD's model axis, and one model's batch axis, sharded over devices and processes.
 
-Training M independent models is embarrassingly parallel. `train_many_sharded`
-splits the model axis of `dpsgd.train_many`:
-
-* One process: the per-model inputs (keys, membership masks, fixed-record bits) are laid
-  out along a one-dimensional `jax.sharding.Mesh` named "models" over
-  `jax.devices()`, and XLA partitions the one jitted vmap-over-models /
-  scan-over-steps program with no communication (the records x, y are replicated).
-* Several processes (`jax.distributed.initialize()` called in each, then this
-  function with identical arguments everywhere): process p of P trains the block
-  of S = ceil(M / P) models `process_models(M)` on its own devices with the same
-  program (the model axis of its block sharded over `jax.local_devices()`), and
-  `gather_models` concatenates the blocks in model order on every process
-  (`multihost_utils.process_allgather`, one all-gather of the results). Training
-  needs no cross-process communication; a fingerprint of the inputs is compared
-  across processes first, so processes given different data fail loudly.
-
-Why per-process programs rather than one SPMD program over a global mesh: the
-models need no communication, so a global program would only add a lockstep
-between hosts; and `dpsgd.train_many` reads its inputs and results on the host
-(record checks, the batch-capacity choice from the membership masks, the
-divergence check on `finite`), which arrays spanning other processes' devices do
-not allow ("Fetching value for `jax.Array` that spans non-addressable (non
-process local) devices is not possible"), and `jax.device_put` of a PRNG key array
-to a sharding with other processes' devices fails in jax 0.10 ("device_put's second
-argument must be a Device or a Sharding which represents addressable devices").
-On CPU the gather uses jax's default cross-process collectives (gloo over TCP,
-option `jax_cpu_collectives_implementation`); GPUs and TPUs use their own.
-
-In both cases model i uses `jax.random.split(key, M)[i]` (or `key[i]` for a batch
-of keys), so its parameters are those of an unsharded `dpsgd.train_many` call (the
-same arithmetic, up to the float rounding of a different vmap batch size; tested
-with 4 forced CPU devices in one process, and with two processes of two CPU devices
-each connected through a coordinator on localhost, tests/multiprocess_test.py).
-
-`train_batch_sharded` is the data-parallel layout for one large model (or a few):
-the records x, y and the membership masks are laid out along a mesh axis "batch"
-over the records, so every device computes the clipped gradients of its N / D
-records and XLA inserts the all-reduce of the clipped sum (a sum over records).
-Single process only (see its docstring for why).
+`train_many_sharded` shards the model axis of `dpsgd.train_many` over a 1-D mesh
+"models" (no communication; x, y replicated). With several processes, process p of
+P trains the block `process_models(M)` of S = ceil(M / P) models on its local
+devices and `gather_models` all-gathers the blocks in model order; the inputs are
+fingerprinted and compared first, so processes given different data fail loudly.
+Model i uses `jax.random.split(key, M)[i]`, so it equals an unsharded run up to
+float rounding. `train_batch_sharded` shards one model's records (a mesh "batch").
 
 Shape letters: M models, N records, S models per process, D devices.
 
@@ -113,18 +81,11 @@ def model_sharding(mesh: Mesh | None = None) -> NamedSharding:
 
 
 def process_models(num_models: int) -> np.ndarray:
-  """The model indices this process trains in a sharded multi-process run.
+  """The model indices int64[S] this process trains: (p S, ..., p S + S - 1) mod M.
 
-  With P = jax.process_count() processes and S = ceil(M / P), process p trains the
-  block (p S, p S + 1, ..., p S + S - 1) mod M: contiguous blocks in process order,
-  the last one wrapping round to repeat models 0, 1, ... so that every process runs
-  a program of the same shape (the repeats are dropped by `gather_models`). With one
-  process, arange(M).
+  S = ceil(M / P); the last block wraps round so all programs have one shape
+  (`gather_models` drops the repeats). One process: arange(M).
 
-  Args:
-    num_models: M >= 1.
-  Returns:
-    int64[S] model indices.
   Examples:
     >>> process_models(5)   # one process
     array([0, 1, 2, 3, 4])
@@ -136,22 +97,10 @@ def process_models(num_models: int) -> np.ndarray:
 
 
 def gather_models(tree: Any, num_models: int) -> Any:
-  """Every process's block of models, concatenated in model order on every process.
+  """Every process's block [S, ...] (rows `process_models(M)`), as leaves [M, ...] everywhere.
 
-  `tree` holds this process's results with leading axis S = ceil(M / P), rows
-  `process_models(M)` (e.g. the TrainResult of `train_many_sharded(...,
-  gather=False)`). Leaves are all-gathered across processes
-  (`multihost_utils.process_allgather(tiled=True)`, exact data movement), giving
-  P S rows whose first M are models 0, ..., M - 1. A collective: every process must
-  call it with the same structure and shapes. With one process it only slices.
-
-  Args:
-    tree: pytree of arrays [S, ...] (None leaves stay None).
-    num_models: M >= 1.
-  Returns:
-    the pytree with leaves [M, ...] (jax arrays on the default device).
-  Raises:
-    ValueError: a leaf whose leading axis is not S.
+  A collective: every process calls it with the same structure; ValueError for a
+  leaf whose leading axis is not S.
   Examples:
     >>> import jax.numpy as jnp
     >>> gather_models({"w": jnp.arange(6.0).reshape(3, 2)}, 3)["w"].shape
@@ -181,8 +130,7 @@ def _perf(kwargs) -> dpsgd.PerformanceFlags:
 
 
 def _fingerprint(*trees) -> np.ndarray:
-  """uint32[len(trees)]: CRC-32 of each pytree's structure, leaf dtypes, shapes and
-  bytes (host copies); a fixed length, so processes can compare them elementwise."""
+  """uint32[len(trees)]: CRC-32 of each pytree's structure, dtypes, shapes and bytes."""
   out = []
   for tree in trees:
     leaves, treedef = jax.tree.flatten(tree)
@@ -217,33 +165,10 @@ def train_many_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCon
                        **kwargs) -> dpsgd.TrainResult:
   """`dpsgd.train_many` with the model axis sharded over devices and processes.
 
-  One process: the model axis is sharded over `devices` (default jax.devices()).
-  Several processes (after `jax.distributed.initialize()` in each; call with
-  identical arguments everywhere): process p trains models `process_models(M)` with
-  keys `split(key, M)[process_models(M)]`, its block's model axis sharded over
-  `devices` (default jax.local_devices(); devices of other processes are refused),
-  and with gather=True the blocks are all-gathered (`gather_models`). Before
-  training, a CRC-32 fingerprint of the key, records, masks, cfg, data keywords
-  (init_params, fixed-gradient records and their bits, user ids) and the
-  setting perf.batch_capacity is all-gathered and compared, so
-  processes given different inputs raise instead of training different models
-  under one name. (Function arguments such as observe_fn or optimizer are not
-  compared.)
-
-  Args:
-    key, x_NxF, y_N, keep_MxN, cfg, model: as in dpsgd.train_many.
-    devices: this process's devices to use (see above).
-    gather: with several processes, return all M models on every process (True),
-      or only this process's block of S = ceil(M / P) models, rows
-      `process_models(M)` (False: no gather; `gather_models` does it later). With one
-      process both return all M models.
-    **kwargs: any other train_many keyword (observe_fn, per_example_stats,
-      fixed_gradients, perf, ...); fixed_gradients.keep_MxK is sliced to each
-      process's block.
-  Returns:
-    dpsgd.TrainResult whose arrays have a leading model axis of size M (S for
-    gather=False with several processes), equal to the unsharded train_many
-    result up to float rounding.
+  devices: this process's devices (default jax.local_devices()). gather=False returns
+  only this process's S rows `process_models(M)`. Keys, records, masks, cfg, data
+  keywords and perf.batch_capacity are compared across processes (functions such as
+  observe_fn are not). Other arguments as in train_many.
   """
   perf = _perf(kwargs)
   if perf.model_sharding is not None:
@@ -281,39 +206,12 @@ def train_batch_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCo
                         model: models_lib.Model, *,
                         devices: Sequence[jax.Device] | None = None,
                         **kwargs) -> dpsgd.TrainResult:
-  """`dpsgd.train_many` with the record (batch) axis sharded over devices.
+  """`dpsgd.train_many` with the record (batch) axis sharded over D devices.
 
-  Data parallelism for one large model (or a few): x_NxF and y_N are laid out
-  along their record axis, keep_MxN along its second axis, over a mesh "batch" of
-  D devices (N must be a multiple of D). The jitted program is the unsharded one;
-  XLA partitions each step's per-record work (the batch mask, each record's
-  clipped gradient) over the devices and reduces the clipped sum
-  sum_i w_i clip_C(g_i) with an all-reduce, after which the noise, the division by
-  the expected batch size and the optimizer step run replicated. Model i uses
-  `split(key, M)[i]` as in train_many, and the parameters equal the unsharded
-  run's up to the float rounding of a different summation order.
-
-  The split of the work holds for the full-mask step (`perf.batch_capacity=None`, and
-  "auto" at small N). The padded step gathers the K sampled rows from the
-  sharded records; XLA then runs the K-row step replicated on every device (the
-  results are still equal, bit-identical on CPU, but there is no speedup from the
-  devices). Splitting the padded step needs each device to gather its own
-  sampled rows (capacity about K / D) and `psum` the clipped sums under
-  `shard_map`, inside `dpsgd`'s step.
-
-  Single process only: `dpsgd.train_many` reads its records on the host
-  (finiteness and label checks, the batch-capacity choice) and its per-model
-  results (the divergence check), which arrays spread over several processes do
-  not allow.
-
-  Args:
-    key, x_NxF, y_N, keep_MxN, cfg, model: as in dpsgd.train_many.
-    devices: the devices (default jax.devices()).
-    **kwargs: any other train_many keyword except model_sharding.
-  Returns:
-    dpsgd.TrainResult as from train_many.
-  Raises:
-    ValueError: N not a multiple of D, mismatched shapes, several processes.
+  N must be a multiple of D; XLA all-reduces the clipped sum, the rest runs
+  replicated, and the result equals the unsharded one up to summation order. Only the
+  full-mask step (`perf.batch_capacity=None`) is split. Single process only; raises
+  ValueError otherwise or on bad shapes.
   """
   if _perf(kwargs).model_sharding is not None:
     raise ValueError("train_batch_sharded shards the record axis; perf.model_sharding is "

@@ -1,43 +1,14 @@
 """PATE: teachers on disjoint data, noisy-argmax aggregation, RDP accounting, a student.
 
-Private Aggregation of Teacher Ensembles (Papernot et al. 2017, 2018):
-
-  1. split the private records into M disjoint partitions (`partition`) and train
-     one teacher per partition, all M in one vmapped program (`train_teachers`);
-  2. for each of Q public, unlabeled queries, count the teachers' votes per class
-     (`vote_histogram`, int32[Q, C]) and release a noisy argmax:
-       LNMax  argmax_c n_c + Laplace(b)                      (`lnmax`)
-       GNMax  argmax_c n_c + N(0, sigma^2)                   (`gnmax`)
-       Confident-GNMax: answer only if max_c n_c + N(0, sigma_t^2) >= T, then GNMax
-                                                             (`confident_gnmax`);
-  3. train a student on the public queries labelled by the noisy answers; only the
-     student is released. Privacy is spent only on the answered queries.
-
-Neighbouring relation and sensitivity. One person's record is in exactly one
-partition, so it can change one teacher's vote: one count goes down by 1 and
-another goes up by 1. The vote histogram therefore has L1 sensitivity 2 and L2
-sensitivity sqrt(2), and its maximum has sensitivity 1. Hence, per answered query:
-  * LNMax with Laplace(b) is (2/b)-DP (pure; Papernot et al. 2017, §3);
-  * GNMax with N(0, sigma^2) is (alpha, alpha / sigma^2)-RDP at every order alpha
-    (Gaussian mechanism: alpha * Delta_2^2 / (2 sigma^2) with Delta_2^2 = 2;
-    Papernot et al. 2018, Prop. 8);
-  * the threshold check with N(0, sigma_t^2) is (alpha, alpha / (2 sigma_t^2))-RDP, and
-    is paid on EVERY query, answered or not.
-
-Data-dependent accounting (Papernot et al. 2018, Thm 6 with the orders of Prop. 10):
-when the teachers agree, the noisy argmax almost surely returns the plurality i*,
-and the Renyi divergence at THIS data set is much smaller than the worst case. With
-q >= Pr[noisy argmax != i*] (Prop. 7, a union bound over the other classes:
-q <= sum_{i != i*} Phi(-(n_i* - n_i) / (sqrt(2) sigma)) for GNMax), and the
-mechanism (mu1, eps1)- and (mu2, eps2)-RDP with mu2 = sigma sqrt(log(1/q)),
-mu1 = mu2 + 1, eps_i = mu_i / sigma^2, the order-lambda divergence to any neighbour
-is at most
-    (1 / (lambda - 1)) log((1 - q) A^(lambda - 1) + q B^(lambda - 1)),
-    A = (1 - q) / (1 - (q e^eps2)^((mu2 - 1) / mu2)),  B = e^eps1 / q^(1 / (mu1 - 1)),
-for lambda < mu1, provided q is small enough for the bound to be increasing in q
-(the theorem's condition; `gnmax_rdp_data_dependent` checks it and otherwise
-returns the data-independent value). Each query contributes the minimum of the
-two bounds, so the data-dependent curve is never above the data-independent one.
+Private Aggregation of Teacher Ensembles (Papernot et al. 2017, 2018): one teacher
+per disjoint partition of the private records; per public query, the vote histogram
+n (int32[Q, C]) is released as a noisy argmax, LNMax argmax_c n_c + Laplace(b), GNMax
+argmax_c n_c + N(0, sigma^2), or Confident-GNMax (GNMax only if max_c n_c + N(0,
+sigma_t^2) >= T); a student trained on the labelled queries is released. One record
+changes one teacher's vote: L1 sensitivity 2, L2 sqrt(2), the maximum's 1. So per
+answered query LNMax is (2/b)-DP and GNMax (alpha, alpha / sigma^2)-RDP; the
+threshold check, (alpha, alpha / (2 sigma_t^2))-RDP, is paid on EVERY query. The
+data-dependent RDP (Papernot et al. 2018, Thm 6) is much smaller when teachers agree.
 
 Warning: the data-dependent epsilon is a function of the private votes. Publishing
 it is itself a privacy leak unless it is released privately. This module computes
@@ -142,14 +113,8 @@ def confident_gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, *, threshol
                     sigma_threshold: float, sigma: float) -> tuple[jax.Array, jax.Array]:
   """Confident-GNMax (Papernot et al. 2018, Alg. 1): answer only confident queries.
 
-  Args:
-    key: a jax.random key (split into the threshold and the argmax noise).
-    votes_QxC: vote counts.
-    threshold: T; a query is answered when max_c n_c + N(0, sigma_threshold^2) >= T.
-    sigma_threshold: std of the threshold check's own noise (> 0).
-    sigma: std of GNMax's noise for the answered queries (> 0).
-  Returns:
-    (labels int32[Q] (GNMax on every query; use only where answered), answered bool[Q]).
+  Answered when max_c n_c + N(0, sigma_threshold^2) >= threshold. Returns (labels
+  int32[Q], GNMax on every query, use only where answered; answered bool[Q]).
   Privacy: every query pays the threshold check (alpha / (2 sigma_threshold^2));
     answered ones also pay GNMax (alpha / sigma^2). See `pate_rdp`.
   """
@@ -201,9 +166,7 @@ def _log1mexp(x: float) -> float:
 def gnmax_log_q(votes_C, sigma: float) -> float:
   """log of an upper bound on Pr[GNMax(votes) != plurality] (Prop. 7): a float.
 
-  Union bound over the non-plurality classes: sum_i Phi(-(n_max - n_i) / (sqrt(2) sigma)),
-  capped at 1 - 1/C (the plurality is the most likely output, so it wins with
-  probability >= 1/C). Exact when C == 2.
+  sum over non-plurality i of Phi(-(n_max - n_i) / (sqrt(2) sigma)), capped at 1 - 1/C.
   """
   v = _check_votes(votes_C, "votes_C", ndim=1)
   s = _validate.check_positive(sigma, "sigma")
@@ -216,8 +179,7 @@ def gnmax_log_q(votes_C, sigma: float) -> float:
 def lnmax_log_q(votes_C, laplace_scale: float) -> float:
   """log of an upper bound on Pr[LNMax(votes) != plurality] (Papernot et al. 2017, Lemma 4).
 
-  For a gap d = n_max - n_i >= 0 and Laplace(b) noise, Pr[i beats the plurality]
-  = (2 + d/b) exp(-d/b) / 4; summed over i (union bound), capped at 1 - 1/C.
+  sum_i (2 + d_i/b) exp(-d_i/b) / 4, d_i = n_max - n_i, capped at 1 - 1/C.
   """
   v = _check_votes(votes_C, "votes_C", ndim=1)
   b = _validate.check_positive(laplace_scale, "laplace_scale")
@@ -231,11 +193,14 @@ def gaussian_rdp_data_dependent(log_q: float, sigma: float, orders) -> np.ndarra
   """Thm 6 of Papernot et al. 2018 for a noisy argmax whose data-independent RDP is
   alpha / sigma^2, given log_q >= log Pr[output != most likely outcome]: float64[A].
 
-  Uses mu2 = sigma sqrt(log(1/q)), mu1 = mu2 + 1 (Prop. 10). The bound is used only
-  at orders lambda < mu1, and only when mu2 > 1, q e^eps2 < 1, and
-  q <= e^((mu2 - 1) eps2) / (mu1/(mu1-1) * mu2/(mu2-1))^mu2 (so that the bound is
-  increasing in q and an upper bound on q may be plugged in). Elsewhere, and
-  wherever it would be larger, the data-independent alpha / sigma^2 is returned.
+  With mu2 = sigma sqrt(log(1/q)), mu1 = mu2 + 1 (Prop. 10), eps_i = mu_i / sigma^2:
+
+      (1 / (lambda - 1)) log((1 - q) A^(lambda - 1) + q B^(lambda - 1)),
+      A = (1 - q) / (1 - (q e^eps2)^((mu2 - 1) / mu2)),  B = e^eps1 / q^(1 / (mu1 - 1)),
+
+  used at orders lambda < mu1 when mu2 > 1, q e^eps2 < 1 and q <= e^((mu2 - 1) eps2) /
+  (mu1/(mu1-1) * mu2/(mu2-1))^mu2 (then increasing in q); elsewhere, and wherever it
+  is larger, alpha / sigma^2.
   """
   lq = _validate.check_range(log_q, "log_q", high=0.0, allow_inf=True)
   s = _validate.check_positive(sigma, "sigma")
@@ -263,10 +228,10 @@ def gaussian_rdp_data_dependent(log_q: float, sigma: float, orders) -> np.ndarra
 
 
 def gnmax_rdp_data_dependent(votes_C, sigma: float, orders) -> np.ndarray:
-  """Data-dependent RDP of one GNMax answer on this histogram: float64[A].
+  """Data-dependent RDP of one GNMax answer: float64[A], <= the data-independent one.
 
-  gaussian_rdp_data_dependent(gnmax_log_q(votes_C, sigma), sigma, orders); never
-  above gnmax_rdp_data_independent(sigma, orders). See the module's Warning.
+  gaussian_rdp_data_dependent(gnmax_log_q(votes_C, sigma), sigma, orders); see the
+  module's Warning.
   """
   return gaussian_rdp_data_dependent(gnmax_log_q(votes_C, sigma), sigma, orders)
 
@@ -281,11 +246,8 @@ def threshold_log_pr_answered(votes_C, threshold: float, sigma_threshold: float)
 
 def threshold_rdp_data_dependent(votes_C, threshold: float, sigma_threshold: float,
                                  orders) -> np.ndarray:
-  """Data-dependent RDP of the threshold check on this histogram: float64[A].
-
-  The check is a binary-output Gaussian mechanism with sensitivity 1, i.e. the
-  alpha / s^2 form with s = sqrt(2) sigma_t; its unlikely outcome has probability
-  q = min(Pr[answered], Pr[not answered]), and Thm 6 applies with that q.
+  """Data-dependent RDP of the threshold check: float64[A], Thm 6 with s = sqrt(2) sigma_t
+  and q = min(Pr[answered], Pr[not answered]).
   """
   lp = threshold_log_pr_answered(votes_C, threshold, sigma_threshold)
   lq = min(lp, _log1mexp(lp))
@@ -295,9 +257,9 @@ def threshold_rdp_data_dependent(votes_C, threshold: float, sigma_threshold: flo
 def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarray:
   """Data-dependent RDP of one LNMax answer (Papernot et al. 2017, Thm 3): float64[A].
 
-  With eps = 2/b and q the bound of `lnmax_log_q`, if q < 1/(e^eps + 1) the order-
-  lambda divergence is at most (1/(lambda-1)) log((1-q) ((1-q)/(1-e^eps q))^(lambda-1)
-  + q e^(eps (lambda-1))); the minimum with `lnmax_rdp_data_independent` is returned.
+  With eps = 2/b, q of `lnmax_log_q` < 1/(e^eps + 1): (1/(lambda-1)) log((1-q)
+  ((1-q)/(1-e^eps q))^(lambda-1) + q e^(eps (lambda-1))), at most
+  `lnmax_rdp_data_independent`.
   """
   e = lnmax_epsilon(laplace_scale)
   lam = _validate.check_orders(orders)
@@ -312,14 +274,11 @@ def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarra
 
 
 class PateRdp(NamedTuple):
-  """RDP curves of a PATE run (summed over queries).
+  """RDP curves float64[A] of a PATE run, summed over queries.
 
-  Attributes:
-    orders: float64[A].
-    data_independent: float64[A], the releasable worst-case curve.
-    data_dependent: float64[A], <= data_independent at every order; NOT releasable
-      as is: publish it through `dpjax.pate_release.release` (module Warning).
-    num_answered: number of queries that paid for an answer.
+  `data_independent` is the releasable worst case; `data_dependent` (<= it) is NOT
+  releasable as is: publish it through `dpjax.pate_release.release` (module Warning).
+  `num_answered`: queries that paid for an answer.
   """
   orders: np.ndarray
   data_independent: np.ndarray
@@ -330,29 +289,20 @@ class PateRdp(NamedTuple):
 def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
              threshold: float | None = None, sigma_threshold: float | None = None,
              aggregator: str = "gnmax") -> PateRdp:
-  """Accounts for Q aggregated queries (GNMax, Confident-GNMax or LNMax).
+  """Accounts for Q aggregated queries (GNMax, Confident-GNMax or LNMax): a PateRdp.
 
-  Args:
-    votes_QxC: vote counts of every query asked.
-    answered_Q: bool[Q], which queries were answered (default: all). Only those pay
-      for the argmax; with a threshold, every query pays for the check.
-    sigma: GNMax noise std, or the Laplace scale b when aggregator == "lnmax".
-    orders: Renyi orders > 1, float[A].
-    threshold, sigma_threshold: the Confident-GNMax check (both or neither).
-    aggregator: "gnmax" or "lnmax".
-  Returns:
-    PateRdp with both curves summed over queries.
+  answered_Q (default all) pay for the argmax; with a threshold every query pays for
+  the check. sigma is the Laplace scale b for aggregator "lnmax".
 
   Warning (Confident-GNMax): charging the argmax only on the queries that were
   answered is the accounting of Papernot et al. 2018, and it conditions on the
   answered mask, itself a random output of the private votes. That is an ex-post
   figure, not a worst-case guarantee: a query answered with probability 1/2 costs
-  up to its full argmax divergence at high orders, not half of it (adaptive
-  composition charges the supremum over what came before). The unconditional
-  Renyi divergence of the whole answer-or-refuse step is `confident_gnmax_rdp`; the
-  data-independent guarantee without conditioning is `answered_Q=None` (every
-  query pays both steps), or a fixed budget of answers enforced by the aggregator
-  (a Renyi filter, Feldman & Zrnic 2021).
+  up to its full argmax divergence at high orders, not half of it. The
+  unconditional divergence is `confident_gnmax_rdp`; the data-independent guarantee
+  without conditioning is `answered_Q=None` (every query pays both steps), or a
+  fixed budget of answers enforced by the aggregator (a Renyi filter, Feldman &
+  Zrnic 2021).
   """
   v = _check_votes(votes_QxC, "votes_QxC", ndim=2)
   lam = _validate.check_orders(orders)
@@ -389,37 +339,18 @@ def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
                         sigma: float, orders) -> PateRdp:
   """RDP of Q Confident-GNMax queries without conditioning on what was answered.
 
-  Each query's output is "refused" or ("answered", label): one mechanism, whose
-  Renyi divergence this bounds directly. With v the top count of the query's
-  histogram and p(v) = Pr[answered] = Phi((v - T) / sigma_t) (the check's and the
-  argmax's noises are independent), a neighbour moves one vote, so its top count v'
-  is v - 1, v or v + 1 (and <= M), and
+  With v the top count, p(v) = Phi((v - T) / sigma_t) and a neighbour's v' in {v - 1,
+  v, v + 1} (<= M),
 
     exp((lambda - 1) D_lambda) = (1 - p(v))^lambda (1 - p(v'))^(1 - lambda)
                                  + p(v)^lambda p(v')^(1 - lambda)
                                    exp((lambda - 1) D_lambda(GNMax(D) || GNMax(D'))),
 
-  exact in the check's part; the argmax's divergence is bounded by the data-dependent
-  `gnmax_rdp_data_dependent` of this histogram (Thm 6 bounds it against every
-  neighbour) and by lambda / sigma^2. The data-dependent curve is the sum over the
-  queries of the maximum over v'; it depends on the private votes (release it as
-  `dpjax.pate_release` explains for `pate_rdp`). The data-independent curve charges
-  every query both steps, Q (lambda / (2 sigma_t^2) + lambda / sigma^2), which bounds
-  the same expression (it is at most the check's divergence times the argmax's).
-
-  Unlike `pate_rdp(votes, answered, ...)`, nothing here depends on which queries
-  happened to be answered: a query answered with probability 1/2 and a contested
-  vote costs close to its full argmax divergence at high orders, where the
-  answered-only accounting charges it half on average.
-
-  Args:
-    votes_QxC: vote counts, every row summing to the number of teachers M.
-    threshold, sigma_threshold: the check (T, sigma_t > 0).
-    sigma: the argmax noise std (> 0).
-    orders: Renyi orders > 1, float[A].
-  Returns:
-    PateRdp(orders, data_independent, data_dependent, num_answered=-1): -1 because
-    no answered mask enters.
+  the argmax's divergence bounded by `gnmax_rdp_data_dependent` and lambda / sigma^2.
+  The data-dependent curve (the sum over queries of the max over v') depends on the
+  private votes (release it as `dpjax.pate_release` explains); the data-independent
+  one is Q (lambda / (2 sigma_t^2) + lambda / sigma^2). Returns PateRdp with
+  num_answered=-1.
 
   Example (two classes, 250 teachers, the check at 200, sigma_t = 150, sigma = 40):
     >>> r = confident_gnmax_rdp([[240.0, 10.0], [130.0, 120.0]], threshold=200.0,
@@ -466,12 +397,8 @@ def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
 def _resolve_tail_terms(term, lam, a1, d, dp):
   """lambda log P(z) - (lambda - 1) log P(z') where both logs underflowed to -inf (NaN).
 
-  P is a Gaussian tail at z = d / sigma_t and z' = dp / sigma_t, both beyond ~1e154
-  (where log P = -z^2 / 2 overflows). Then the term is -(lambda d^2 - (lambda - 1)
-  dp^2) / (2 sigma_t^2) to leading order, at least 1e308 in size times the bracket
-  scaled by max(|d|, |dp|)^2: -inf when that bracket is clearly positive, and +inf
-  (the caller then charges the data-independent bound) when it is negative or too
-  close to 0 to tell in float64.
+  To leading order -(lambda d^2 - (lambda - 1) dp^2) / (2 sigma_t^2): -inf when that is
+  clearly negative, +inf (the data-independent bound is then charged) otherwise.
   """
   bad = np.isnan(term)
   if not np.any(bad):
@@ -493,10 +420,7 @@ def epsilon(orders, rdp_values, delta: float) -> float:
 
 
 def partition(key: jax.Array, num_records: int, num_teachers: int) -> jax.Array:
-  """Random disjoint, balanced partition of N records among M teachers: bool[M, N].
-
-  Every record belongs to exactly one teacher; partition sizes differ by <= 1.
-  """
+  """Random disjoint partition of N records among M teachers, sizes within 1: bool[M, N]."""
   m = _validate.check_size(num_teachers, "num_teachers", bytes_per_unit=1)
   n = _validate.check_size(num_records, "num_records", units=m, bytes_per_unit=1)
   if m > n:
@@ -551,18 +475,9 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
   NOT private: use it for PATE teachers (whose privacy comes from the aggregator)
   and for the student (trained on public inputs with privately released labels).
 
-  Args:
-    key: model i is initialised with jax.random.split(key, M)[i].
-    x_NxF, y_N: the record pool.
-    keep_MxN: bool[M, N]; model i sees exactly the records with keep_MxN[i] True.
-    model: a models.Model.
-    num_steps: Adam steps (>= 1) on the mean loss over the model's records.
-    learning_rate: > 0.
-    pad_to: optional padded subset size P >= the largest subset (a performance knob:
-      calls with the same P, M and model reuse one compiled program; padding rows
-      carry zero weight and do not change the result).
-  Returns:
-    params pytree with a leading model axis [M, ...].
+  Model i starts from jax.random.split(key, M)[i] and sees the records with
+  keep_MxN[i]; pad_to (optional P >= the largest subset) lets calls share one
+  program. Returns params with a leading axis [M, ...].
   """
   x, y = _check_data(model, x_NxF, y_N)
   keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, x.shape[0]))
@@ -586,8 +501,7 @@ def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_
                    ) -> tuple[PyTree, jax.Array]:
   """Partitions the private records and trains one teacher per partition.
 
-  Returns:
-    (params with leading axis [M, ...], keep_MxN bool[M, N] the partition used).
+  Returns (params with leading axis [M, ...], keep_MxN bool[M, N] the partition used).
   """
   x, _ = _check_data(model, x_NxF, y_N)
   k_part, k_fit = jax.random.split(key)
@@ -600,11 +514,7 @@ def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_
 
 def teacher_votes(model: models_lib.Model, params_M: PyTree, x_QxF: jax.typing.ArrayLike,
                   num_classes: int) -> jax.Array:
-  """Vote histogram of M teachers on Q inputs: int32[Q, C].
-
-  A teacher with K >= 2 outputs votes for its argmax class; a one-output (binary
-  logistic regression) teacher votes 1 where its logit is > 0, else 0 (C = 2).
-  """
+  """Vote histogram int32[Q, C] of M teachers: argmax votes, or logit > 0 for one output (C = 2)."""
   models_lib.check_model(model)
   x = jnp.asarray(_validate.check_array(x_QxF, "x_QxF", np.float32, ndim=(2, 4), min_size=1))
   c = _validate.check_int(num_classes, "num_classes", 2)
@@ -621,12 +531,7 @@ def accuracy(model: models_lib.Model, params: PyTree, x_NxF, y_N) -> float:
 
 
 def _predict(model: models_lib.Model, params: PyTree, x_NxF: jax.Array) -> jax.Array:
-  """Predicted labels int32[N] of one model (unbatched params) on checked inputs.
-
-  A model with one output (binary logistic regression: one logit per row) predicts
-  1 where the logit is > 0 and 0 elsewhere; a model with K >= 2 outputs predicts the
-  argmax over its K logits. Traceable (no input checks: callers check x_NxF).
-  """
+  """Predicted labels int32[N] of one model (unbatched params), as in `teacher_votes`; no checks."""
   logits = model.apply(params, x_NxF)
   if model.num_outputs == 1:
     return (logits[..., 0] > 0).astype(jnp.int32)

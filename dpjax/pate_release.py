@@ -1,92 +1,49 @@
 """Releasing PATE's data-dependent privacy cost with smooth sensitivity.
 
-`dpjax.pate` computes the data-dependent RDP of a PATE run (Papernot et al. 2018,
-Thm 6): a function f(D) of the private votes, far below the data-independent bound
-when the teachers agree. Publishing f(D) itself leaks; this module publishes a noisy
-UPPER BOUND on it, and adds the cost of that publication (Papernot et al. 2018, §4
-and App. B-C; Nissim, Raskhodnikova & Smith 2007).
-
-The quantity. At one Renyi order lambda (fixed in advance), with the answered mask
-(a published output, hence fixed),
+`dpjax.pate` computes the data-dependent RDP f(D) of a PATE run (Papernot et al. 2018,
+Thm 6), a function of the private votes; this module publishes a noisy UPPER BOUND on
+it and adds the cost of that publication (Papernot et al. 2018, §4, App. B-C; Nissim,
+Raskhodnikova & Smith 2007). At one order lambda, with the published answered mask,
 
     f(D) = sum over answered queries of beta_g(q_j)  +  sum over all queries of beta_t(v_j),
 
-beta_g(q) = `pate.gaussian_rdp_data_dependent(log q, sigma, lambda)` of GNMax with q the
-union bound `pate.gnmax_log_q`, and beta_t(v) = `pate.threshold_rdp_data_dependent` of
-the Confident-GNMax check, a function of the top count v only. f is exactly
-`pate.pate_rdp(...).data_dependent` at lambda.
+beta_g = `pate.gaussian_rdp_data_dependent` at q = `pate.gnmax_log_q`, beta_t =
+`pate.threshold_rdp_data_dependent` of the top count v. A neighbour changes one
+teacher, moving ONE vote in EVERY histogram.
 
-Neighbours. One record lives in one teacher's partition, so a neighbouring data set
-changes one teacher, i.e. moves ONE vote in EVERY query's histogram (one count -1,
-another +1). D' at distance d changes <= d teachers.
+Local sensitivity at distance d, A(d) <= sum_j A_j(d). Where beta is a function of v
+(the threshold part; GNMax with C = 2), A_j(d) is exact: v moves by <= 1 per teacher.
+For GNMax with C >= 3, write q = (C - 1) Phi(-z); a moved vote changes every gap by
+<= 2, so z' in [z - s, z + s], s = sqrt(2) / sigma (App. B). If beta_g is
+nondecreasing in q (condition C5 of App. B.4, checked on a grid 8x finer with a
+relative slack of 1e-12), a point of the cell [z_k, z_k + h], h = s / n, has local
+sensitivity at most
 
-Local sensitivity at distance d, A(d) = max over D' with dist(D, D') <= d of
-LS(D'), LS(D') = max over neighbours D'' of |f(D'') - f(D')|; A(d) <= sum over
-queries of the per-query A_j(d):
+    u_k = max(b(z_k - s) - b(z_k + h), b(z_k) - b(z_k + h + s)),    b = beta_g o q,
 
-* threshold part (exact): v moves by <= 1 per teacher and lies in [ceil(M/C), M], so
-  A_j(d) = max of ls_t(u) = max(|beta_t(u +- 1) - beta_t(u)|) over u in [v - d, v + d].
-* GNMax part, C = 2 classes (exact): q = min(Phi(-(2 v - M) / (sqrt 2 sigma)), 1/2)
-  is a function of the top count v, handled as the threshold part.
-* GNMax part, C >= 3 (an upper bound). Write q = (C - 1) Phi(-z): z is the
-  "effective gap". One moved vote changes every pairwise gap
-  by <= 2, so a neighbour's z' lies in [z - s, z + s], s = sqrt(2) / sigma
-  (Papernot et al. 2018, App. B: q' <= B_U(q) = (C - 1) Phi(-(z - s)) and q' >=
-  B_L(q) = (C - 1) Phi(-(z + s)), from the concavity of erfc(erfcinv(x) - c); the
-  cap q <= 1 - 1/C of `gnmax_log_q` keeps both bounds, as B_U(q) >= q >= B_L(q)).
-  So at distance d every reachable z lies in [z0 - d s, z0 + d s]. Over a cell
-  [z_k, z_k + h] of a grid of step h = s / n, if beta_g is nonincreasing in z
-  (nondecreasing in q: condition C5 of App. B.4, checked numerically on a grid 8x
-  finer, with a relative slack of 1e-12 for rounding), any point z' of the cell
-  has local sensitivity at most
-      u_k = max(b(z_k - s) - b(z_k + h), b(z_k) - b(z_k + h + s)),    b = beta_g o q,
-  and A_j(d) <= max of u_k over the cells that meet [z0 - d s, z0 + d s] (widened by
-  one cell for rounding). Cells beyond z_K >= M / (sqrt 2 sigma), the largest z of
-  any histogram, form one open cell bounded by b(z_K - s) (beta_g >= 0).
-  This needs only C5; the plateau argument of the paper (its C6) is not used, so
-  no "walk" towards the plateau must be shown optimal. The interval treats every
-  gap as shrinking by 2 per moved vote, while one vote shrinks one gap by 2 and the
-  others by 1: on 14 teachers and 3 classes the bound is up to 3x the exact value
-  (tests/pate_release_test.py enumerates every histogram).
+and A_j(d) <= max u_k over the cells meeting [z0 - d s, z0 + d s] (plus one cell;
+beyond z_K >= M / (sqrt 2 sigma), one cell bounded by b(z_K - s)). The bounds are
+nested (A_D(d) <= A_D'(d + 1)), so SS_beta(D) = max_{d <= M} e^(-beta d) A(d) is a
+beta-smooth upper bound (Nissim et al. 2007, Lemma 2.3).
 
-Smoothness. The bound is nested: a neighbour's interval at distance d + 1 contains
-ours at distance d (same for v), so A_D(d) <= A_D'(d + 1), and
-SS_beta(D) = max_d e^(-beta d) A(d) is a beta-smooth upper bound on the local
-sensitivity of f (Nissim et al. 2007, Lemma 2.3); d runs over 0..M (beyond M
-every histogram is reachable).
+Release (the "GNSS" mechanism, App. C): R = g(D) + c SS_beta(D) N(0, sigma_ss^2), g =
+f + k sigma_ss SS_beta, c = 1 + k sigma_ss (e^beta - 1); as e^-beta SS(D) <= SS(D')
+<= e^beta SS(D), c SS_beta bounds g's local sensitivity, so R costs
+`gnss_rdp(beta, sigma_ss, lambda)` and is below f(D) with probability Phi(-k / c).
+Everything published (labels, answered mask, R) then costs at most R + gnss_rdp at
+lambda, except with that probability (`dpjax.accounting.rdp.rdp_to_epsilon`).
 
-Release (the "GNSS" mechanism of Papernot et al. 2018, App. C): f(D) + SS_beta(D)
-N(0, sigma_ss^2) is (lambda, `gnss_rdp(beta, sigma_ss, lambda)`)-RDP for lambda (1 -
-e^(-2 beta)) < 1, a bound derived in `gnss_rdp` from the exact Renyi divergence of two
-Gaussians (the paper's Thm 23 is not an upper bound when 2 lambda beta is near 1, and
-is not used). To publish an upper
-bound we release g(D) + c SS_beta(D) N(0, sigma_ss^2) with g(D) = f(D) + k sigma_ss
-SS_beta(D) and c = 1 + k sigma_ss (e^beta - 1). Why c SS_beta is a beta-smooth upper
-bound on the local sensitivity of g: for neighbours, e^-beta SS(D) <= SS(D') <=
-e^beta SS(D), so |SS(D) - SS(D')| <= max(e^beta - 1, 1 - e^-beta) SS(D) = (e^beta -
-1) SS(D), and |g(D) - g(D')| <= |f(D) - f(D')| + k sigma_ss |SS(D) - SS(D')| <= (1 +
-k sigma_ss (e^beta - 1)) SS(D); c SS_beta is beta-smooth as a constant multiple of a
-beta-smooth function. The same `gnss_rdp` cost applies, and the released value R =
-f + k sigma_ss SS + c sigma_ss SS Z is below f(D) only when Z < -k / c:
-probability Phi(-k / c).
+Which queries pay GNMax. With `answered_Q`, only the answered queries are charged
+GNMax (the paper's accounting and `pate.pate_rdp`'s). That charge depends on the
+realised mask, and it is below the exact Renyi divergence of a query's output
+(answer or not, then the label) when a contested query is left unanswered: for votes
+(16, 14), T = 16, sigma_t = 4, sigma = 1, the exact divergence to the worst neighbour
+is 0.73 at order 2, the check alone is charged 0.06. With `answered_Q=None` and a
+threshold, every query is charged both steps, which bounds the exact divergence; use
+it for an RDP guarantee that does not rest on the answered-only convention.
 
-Everything published (labels, answered mask, R) costs f(D) + gnss_rdp at order
-lambda; the released total R + gnss_rdp is an upper bound on it except with
-probability Phi(-k/c), and is converted to (eps, delta) at the single order lambda
-(`dpjax.accounting.rdp.rdp_to_epsilon`).
-
-Which queries pay GNMax. With `answered_Q` the GNMax part is charged on the answered
-queries only, the accounting of the paper and of `pate.pate_rdp`. That charge depends
-on the realised mask, and it is below the exact Renyi divergence of a query's output
-distribution (answer or not, then the label) when a contested query is left
-unanswered: for votes (16, 14), T = 16, sigma_t = 4, sigma = 1, the exact divergence to
-the worst neighbour is 0.73 at order 2, the check alone is charged 0.06. With
-`answered_Q=None` and a threshold, every query is charged both steps, which bounds
-that exact divergence (exp((lambda - 1) D) <= exp((lambda - 1) (D_check + D_gnmax)));
-use it for an RDP guarantee that does not rest on the answered-only convention.
-
-Choosing (lambda, beta, sigma_ss, k). They must not depend on the private votes
-(that choice is not accounted). `plan_release` picks them from PUBLIC proxy votes.
+(lambda, beta, sigma_ss, k) must not depend on the private votes (that choice is not
+accounted); `plan_release` picks them from PUBLIC proxy votes.
 
 Warning: `release` draws its normal with `jax.random.normal` (float32) and rounds
 the released value UP to a multiple of 2^-16 (keeping the upper-bound property); it
@@ -139,11 +96,8 @@ _PLAN_ORDERS = np.array([1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 14.
 class ReleaseParams:
   """The public parameters of a smooth-sensitivity release (fix them before the run).
 
-  Attributes:
-    order: the Renyi order lambda > 1 at which everything is accounted.
-    beta: smoothness beta >= 0, with lambda (1 - e^(-2 beta)) < 1.
-    sigma_ss: multiplier sigma_ss > 0 of the Gaussian noise (std c sigma_ss SS_beta).
-    num_stds: k >= 0, the upward shift in units of sigma_ss SS_beta.
+  order lambda > 1; beta >= 0 with lambda (1 - e^(-2 beta)) < 1; sigma_ss > 0 (noise
+  std c sigma_ss SS_beta); num_stds k >= 0 (upward shift in units of sigma_ss SS_beta).
   """
   order: float
   beta: float
@@ -173,18 +127,13 @@ class ReleaseParams:
 class PateRelease(NamedTuple):
   """Result of `release`.
 
-  Public (may be published):
-    order: the Renyi order lambda.
-    released_rdp: R, the noisy upper bound on the data-dependent RDP f(D).
-    release_rdp_cost: gnss_rdp(beta, sigma_ss, lambda), the cost of publishing R.
-    epsilon: (eps, delta) of the released total R + release_rdp_cost at order lambda.
-    probability_below: Phi(-k / c), the probability that R < f(D).
-    data_independent_epsilon: the worst-case eps of the same queries (no release
-      needed), from the data-independent curves over rdp.DEFAULT_ORDERS.
+  Public: order lambda; released_rdp R (noisy upper bound on f(D)); release_rdp_cost
+  gnss_rdp(beta, sigma_ss, lambda); epsilon of R + release_rdp_cost at lambda;
+  probability_below Phi(-k / c); data_independent_epsilon (worst case, over
+  rdp.DEFAULT_ORDERS).
   PRIVATE, analysis only (functions of the private votes; never publish them):
-    data_dependent_rdp: f(D).
-    smooth_sensitivity: SS_beta(D).
-    true_total_epsilon: eps of f(D) + release_rdp_cost at order lambda.
+  data_dependent_rdp f(D), smooth_sensitivity SS_beta(D), true_total_epsilon (of
+  f(D) + release_rdp_cost).
   """
   order: float
   released_rdp: float
@@ -332,8 +281,7 @@ def _gnmax_cells(sigma: float, order: float, num_classes: int, num_teachers: int
 
 
 def _top_count_ls(b: np.ndarray, v_top: np.ndarray, v_min: int, m: int) -> np.ndarray:
-  """Exact A_j(d), float64[Q, M + 1], of a cost b[u - v_min] that depends on the top count
-  u in [v_min, M] only (u moves by <= 1 per changed teacher)."""
+  """Exact A_j(d), float64[Q, M + 1], of a cost b[u - v_min] of the top count u in [v_min, M]."""
   ls = np.zeros(b.size)
   if b.size > 1:
     step = np.abs(np.diff(b))
@@ -350,19 +298,8 @@ def local_sensitivity_gnmax(votes_QxC, *, sigma: float, order: float) -> np.ndar
   """Per-query bound A_j(d) on the local sensitivity at distance d of GNMax's
   data-dependent RDP at one order: float64[Q, M + 1] (d = 0..M).
 
-  A_j(d) >= max over histograms H' within d moved votes of H_j, and over the
-  neighbours H'' of H', of |beta_g(H'') - beta_g(H')|, with beta_g =
-  `pate.gnmax_rdp_data_dependent(., sigma, [order])`; equal to that maximum for
-  C = 2 classes (module docstring). Nondecreasing in d, and nested
-  (a neighbour's row at d + 1 is >= this row at d), so the smooth sensitivity of
-  their sum is beta-smooth. See the module docstring for the cell construction.
-
-  Args:
-    votes_QxC: integer vote counts; every row sums to the number of teachers M.
-    sigma: GNMax noise std > 0.
-    order: Renyi order lambda > 1.
-  Raises:
-    ValueError: bad input, or beta_g not nondecreasing in q at this order (C5).
+  Exact for C = 2; nondecreasing in d and nested (module docstring). Raises
+  ValueError on bad input or when C5 fails at this order.
   """
   v, m = _check_votes(votes_QxC)
   s = _validate.check_positive(sigma, "sigma")
@@ -387,17 +324,8 @@ def local_sensitivity_gnmax(votes_QxC, *, sigma: float, order: float) -> np.ndar
 def local_sensitivity_threshold(votes_QxC, *, threshold: float, sigma_threshold: float,
                                 order: float) -> np.ndarray:
   """Per-query local sensitivity at distance d of the threshold check's data-dependent
-  RDP at one order: float64[Q, M + 1] (d = 0..M), exact.
-
-  beta_t depends on the top count v only (`pate.threshold_rdp_data_dependent`); v moves
-  by <= 1 per changed teacher within [ceil(M / C), M], so A_j(d) = max over u in
-  [v_j - d, v_j + d] of max(|beta_t(u +- 1) - beta_t(u)|).
-
-  Args:
-    votes_QxC: integer vote counts; every row sums to the number of teachers M.
-    threshold: T of Confident-GNMax (finite).
-    sigma_threshold: std > 0 of the check's noise.
-    order: Renyi order lambda > 1.
+  RDP at one order: float64[Q, M + 1], max over u in [v_j - d, v_j + d] of
+  |beta_t(u +- 1) - beta_t(u)| (exact).
   """
   v, m = _check_votes(votes_QxC)
   t, st = _check_threshold(threshold, sigma_threshold)
@@ -412,14 +340,8 @@ def local_sensitivity_threshold(votes_QxC, *, threshold: float, sigma_threshold:
 def smooth_sensitivity(ls_D, beta: float) -> float:
   """SS_beta = max_d e^(-beta d) ls_D[d] (Nissim, Raskhodnikova & Smith 2007).
 
-  Args:
-    ls_D: float[D] >= 0, local sensitivity bounds at distance d = 0..D-1, with
-      ls_D[-1] bounding every larger distance (true for the arrays of this module,
-      which run to d = M).
-    beta: smoothness beta >= 0.
-  Returns:
-    SS_beta as a float (a beta-smooth upper bound on the local sensitivity when
-    ls_D is nondecreasing and nested, see `local_sensitivity_gnmax`).
+  ls_D: float[D] >= 0 at d = 0..D-1, ls_D[-1] bounding every larger distance. A
+  beta-smooth upper bound when ls_D is nondecreasing and nested.
 
   Examples:
     >>> smooth_sensitivity([0.5, 1.0], 0.0)
@@ -439,21 +361,15 @@ def gnss_rdp(beta: float, sigma_ss: float, order: float) -> float:
   """RDP at `order` of publishing F(D) + S(D) N(0, sigma_ss^2) for a beta-smooth upper
   bound S on the local sensitivity of F.
 
-  Neighbours have S(D') = r S(D) with r in [e^-beta, e^beta] and |F(D) - F(D')| <=
-  min(S(D), S(D')), so (units S(D) = 1) the divergence is the exact Gaussian one,
-      D(r) = (lambda log r - log(s(r)) / 2) / (lambda - 1) + lambda Delta^2 / (2 sigma_ss^2 s(r)),
-      s(r) = 1 - lambda (1 - r^2),  Delta <= min(1, r).
-  For r >= 1: log s >= 0, s >= 1, Delta <= 1. For r <= 1: log r <= 0, s >= kappa =
-  1 - lambda (1 - e^(-2 beta)), and r^2 / s(r) is decreasing in r^2. Hence
+  With S(D') = r S(D), r in [e^-beta, e^beta], and kappa = 1 - lambda (1 - e^(-2 beta)),
+  the exact Gaussian divergence (units S(D) = 1, Delta <= min(1, r)) is bounded by
       D <= max(-log(kappa) / (2 (lambda - 1)) + lambda e^(-2 beta) / (2 sigma_ss^2 kappa),
                lambda beta / (lambda - 1) + lambda / (2 sigma_ss^2)),
-  finite for lambda (1 - e^(-2 beta)) < 1. beta = 0 gives the Gaussian mechanism's
-  lambda / (2 sigma_ss^2).
+  finite for lambda (1 - e^(-2 beta)) < 1.
 
-  Warning: the bound of Papernot et al. 2018, Thm 23, lambda e^(2 beta) / sigma_ss^2 +
-  (beta lambda - log(1 - 2 lambda beta) / 2) / (lambda - 1), is below this exact
-  divergence when 2 lambda beta is near 1 (e.g. lambda = 8, beta = 0.05,
-  sigma_ss = 3: exact 1.73 at r = e^-beta, Delta = r; Thm 23 1.15); it is not used.
+  Warning: the bound of Papernot et al. 2018, Thm 23, is below this exact divergence
+  when 2 lambda beta is near 1 (e.g. lambda = 8, beta = 0.05, sigma_ss = 3: exact 1.73,
+  Thm 23 1.15); it is not used.
 
   Examples:
     >>> gnss_rdp(0.0, 2.0, 4.0)
@@ -516,27 +432,11 @@ def plan_release(votes_QxC, answered_Q=None, *, sigma: float, delta: float,
   parameters a function of the private data that no accountant records, and the
   released epsilon is then NOT a guarantee.
 
-  For each order lambda (skipping orders where condition C5 fails), beta over
-  (0.02 .. 0.98) times the largest beta `gnss_rdp` allows and sigma_ss on a log grid, k is set so that
-  Phi(-k / c) = failure_prob (k = t / (1 - t sigma_ss (e^beta - 1)), t =
-  Phi^-1(1 - failure_prob)), and the expected released total
-  f + k sigma_ss SS_beta + gnss_rdp is minimised; the order with the smallest
-  (eps, delta) of that total wins (eps is increasing in the total at a fixed order,
-  and the noise has mean zero, so this minimises the expected released eps).
-
-  Args:
-    votes_QxC: PUBLIC proxy vote counts, rows summing to the number of teachers.
-    answered_Q: bool[Q], which proxy queries pay for GNMax (default None: all, as in
-      `release`; pass a mask only if the private release will pass one).
-    sigma, threshold, sigma_threshold: the aggregator of the private run.
-    delta: in (0, 1).
-    orders: candidate orders > 1 (default 26 orders from 1.5 to 256).
-    failure_prob: in (0, 0.5], the probability that the released value is below the
-      true data-dependent RDP.
-  Returns:
-    ReleaseParams.
-  Raises:
-    ValueError: bad input, or C5 fails at every candidate order.
+  Per order (where C5 holds), over a grid of beta and sigma_ss, k gives Phi(-k / c) =
+  failure_prob (in (0, 0.5]) and the expected total f + k sigma_ss SS_beta + gnss_rdp
+  is minimised; the order with the smallest eps wins. answered_Q, sigma, threshold
+  and sigma_threshold as the private release will pass them. Raises ValueError on bad
+  input, or when C5 fails at every order.
   """
   v, m = _check_votes(votes_QxC)
   ans = _check_answered(answered_Q, v.shape[0])
@@ -583,24 +483,15 @@ def release(key: jax.Array, votes_QxC, answered_Q=None, *, sigma: float,
   """Publishes a noisy upper bound on PATE's data-dependent RDP, and its epsilon.
 
   R = f(D) + k sigma_ss SS_beta(D) + c sigma_ss SS_beta(D) Z, Z ~ N(0, 1) from `key`,
-  c = 1 + k sigma_ss (e^beta - 1), rounded up to a multiple of 2^-16 and at least 0
-  (post-processing that keeps R >= f(D) whenever the unrounded R is). The total
-  R + gnss_rdp(beta, sigma_ss, lambda) upper-bounds the RDP at order lambda of
-  everything published (labels, answered mask, R) except with probability
-  Phi(-k / c). See the module docstring for the proof.
+  rounded up to a multiple of 2^-16, at least 0 (module docstring).
 
   Args:
-    key: a jax.random key, used once (for Z).
-    votes_QxC: the PRIVATE vote counts of every query asked, rows summing to the
-      number of teachers M.
-    answered_Q: bool[Q], the published answered mask; only these queries are charged
-      the GNMax part (the paper's convention, see the module docstring). Default
-      None: every query is charged it, a bound on the exact divergence.
-    sigma: GNMax noise std > 0.
+    votes_QxC: the PRIVATE vote counts of every query asked, rows summing to M.
+    answered_Q: the published answered mask bool[Q]; only these queries are charged
+      GNMax (the paper's convention, see the module docstring). Default None: every
+      query is charged it, a bound on the exact divergence.
     params: ReleaseParams fixed without looking at these votes (`plan_release` on
       public proxy votes).
-    delta: in (0, 1).
-    threshold, sigma_threshold: the Confident-GNMax check (both or neither).
   Returns:
     PateRelease (public fields, and private fields marked as such).
   Raises:

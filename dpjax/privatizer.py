@@ -1,41 +1,15 @@
 """The noise step of DP-SGD as optax gradient transformations.
 
-DP-SGD privatises the clipped gradient sum S (sensitivity C, `dpjax.clipping`) as
+The clipped gradient sum S (sensitivity C, `dpjax.clipping`) is privatised as
 
     update = (S + N(0, sigma^2 C^2 I)) / B,       B = q * n, a FIXED public constant,
 
-never dividing by the realised batch size, which depends on who is in the data.
-Here that is two optax transformations chained:
-
-    dp_aggregate(std, B, key) = optax.chain(gaussian_privatizer(std, key), optax.scale(1 / B))
-
-`gaussian_privatizer` adds the noise (its key and step count live in its state; the
-noise of update t is drawn from `prng.fold_in(key, t)`, one `prng.split` key per
-parameter leaf). Any optax optimiser chained after it is post-processing.
-
-A `Privatizer` is what the engine (`dpsgd.train_many(..., privatizer=...)`) calls;
-it has two parts, so that the noise std can be a traced input of the compiled
-program (an epsilon sweep compiles once):
-
-  * `noise_stddev(noise_multiplier, l2_clip_norm)`: on the host, the std it adds;
-  * `transform(noise_stddev, expected_batch_size, key)`: the optax transformation;
-    its update is called as `update(clipped_sum, state, params, batch_size=b)` with
-    the realised batch size b as an extra argument (which a correct privatizer
-    ignores);
-  * `accounted`: False for a deliberately broken one (`dpjax.audit.variants`); the
-    engine then warns that the accountant's epsilon does not hold.
-
-`GaussianPrivatizer` is the one the accountants analyse. The engine runs exactly
-`dp_aggregate` for it.
-
-`SecureGaussianPrivatizer` is the same mechanism made robust to an observer of the
-exact float update: with `clipping.grid.path` (built together by
-`secure_components`) the clipped sum is an int32 vector in grid units, the noise
-is the rounded Gaussian drawn exactly from a table (`dpjax.integer_noise`), and
-the release gamma (S + X) / B is a post-processing of the Gaussian mechanism the
-accountants analyse (same sigma; delta grows by `sampler_delta`, < 1e-15). The
-engine refuses it with any other clipping path, and the grid path with any other
-privatizer (`check_matching_grid`).
+never dividing by the realised batch size, which depends on who is in the data
+(`dp_aggregate`; any optimiser after it is post-processing). A `Privatizer`'s
+`transform` also receives the realised `batch_size=b`, which a correct one ignores;
+`accounted = False` makes the engine warn that the epsilon does not hold.
+`SecureGaussianPrivatizer` (with `clipping.grid.path`, `secure_components`) adds
+exactly drawn integer noise to an int32 sum in grid units.
 
 Warning: the noise of `GaussianPrivatizer` is float32, drawn by
 `prng.standard_normal`, whose support ends at z = +-12.63 (`prng.normal_support()`;
@@ -91,17 +65,10 @@ def _check_stddev(stddev, name: str = "noise_stddev"):
 
 
 def gaussian_noise(key: jax.Array, count: jax.Array, leaves: list, stddev) -> list:
-  """The noise `gaussian_privatizer(stddev, key)` adds at update number `count`.
+  """The noise `gaussian_privatizer(stddev, key)` adds at update `count`, one array per leaf.
 
-  Args:
-    key: the privatizer's key.
-    count: int32 scalar, the update number t.
-    leaves: arrays (or shape structs) of the update's leaves, in tree order.
-    stddev: std >= 0 (a float, or a traced float32 scalar).
-  Returns:
-    One array per leaf, stddev * N(0, 1) of its shape and dtype, from
-    `prng.split(prng.fold_in(key, t), len(leaves))`; None everywhere when stddev is
-    a static 0 (nothing is drawn).
+  stddev * N(0, 1) per leaf from `prng.split(prng.fold_in(key, t), len(leaves))`; None
+  everywhere when stddev is a static 0.
   """
   stddev = _check_stddev(stddev, "stddev")
   if _static_zero(stddev):
@@ -112,15 +79,9 @@ def gaussian_noise(key: jax.Array, count: jax.Array, leaves: list, stddev) -> li
 
 
 def gaussian_privatizer(stddev, key: jax.Array) -> optax.GradientTransformation:
-  """Adds N(0, stddev^2 I) to every update (the Gaussian mechanism on the clipped sum).
+  """Adds N(0, stddev^2 I) to every update: the Gaussian mechanism, multiplier stddev / C.
 
-  Args:
-    stddev: sigma * C >= 0; a traced scalar is allowed (the engine's sweeps).
-    key: the noise key, carried in the state.
-  Returns:
-    An optax GradientTransformation; update t adds `gaussian_noise(key, t, ...)`.
-  Privacy: (S + noise) with S of sensitivity C is the Gaussian mechanism with noise
-    multiplier stddev / C.
+  stddev = sigma * C >= 0 (may be traced); update t adds `gaussian_noise(key, t, ...)`.
   """
   stddev = _check_stddev(stddev)
 
@@ -141,16 +102,10 @@ def gaussian_privatizer(stddev, key: jax.Array) -> optax.GradientTransformation:
 
 def dp_aggregate(noise_stddev, expected_batch_size: float, key: jax.Array
                  ) -> optax.GradientTransformationExtraArgs:
-  """Noise, then the fixed denominator: S -> (S + N(0, std^2 I)) / B.
+  """Noise, then the fixed denominator: S -> (S + N(0, std^2 I)) / B, B = q * n public.
 
-  Args:
-    noise_stddev: sigma * C >= 0 (a float, or a traced scalar inside the engine).
-    expected_batch_size: B = q * n > 0, public.
-    key: the noise key (update t uses prng.fold_in(key, t)).
-  Returns:
-    `optax.chain(gaussian_privatizer(noise_stddev, key), optax.scale(1 / B))`; extra
-    update arguments (the engine's `batch_size=`) are accepted and ignored. Chain
-    any optax optimiser after it: everything after the noise is post-processing.
+  `optax.chain(gaussian_privatizer(noise_stddev, key), optax.scale(1 / B))`; extra
+  update arguments (`batch_size=`) are ignored.
   """
   b = _validate.check_positive(expected_batch_size, "expected_batch_size")
   return optax.chain(gaussian_privatizer(noise_stddev, key), optax.scale(1.0 / b))
@@ -187,9 +142,8 @@ class GaussianPrivatizer:
 def default_grid(l2_clip_norm: float) -> float:
   """Default grid of secure DP-SGD: the largest power of two <= C / 2^10.
 
-  Then C / gamma is in (2^10, 2^11] grid units and the rounding adds sqrt(P)/2 to
-  the sensitivity (+0.2% noise for P = 16 parameters, +5% for P = 10^4); the
-  rounded-Gaussian table has about 12 sigma (C / gamma + sqrt(P)/2) entries.
+  Rounding adds sqrt(P)/2 to the sensitivity C / gamma > 2^10 (+0.2% noise for P = 16
+  parameters, +5% for P = 10^4).
 
   Examples:
     >>> default_grid(1.0) == 2.0 ** -10
@@ -210,12 +164,8 @@ def secure_gaussian_privatizer(noise_multiplier: float, l2_clip_norm: float, gri
                                key: jax.Array) -> optax.GradientTransformationExtraArgs:
   """Integer sum S (grid units) -> gamma (S + X), X = round(sigma Delta Z) drawn exactly.
 
-  The input must be the int32 sum of `clipping.grid` (a TypeError is raised at
-  trace time for float leaves). With P the number of parameters and
-  Delta = C / gamma + sqrt(P) / 2 (`clipping.grid.grid_sensitivity`), X has
-  coordinates drawn by `integer_noise.sample` from `rounded_gaussian(sigma Delta)`
-  (update t from `prng.split(prng.fold_in(key, t), num_leaves)`), and the output
-  gamma (S + X) is float32.
+  S must be `clipping.grid`'s int32 sum (float leaves raise TypeError); Delta = C /
+  gamma + sqrt(P) / 2 (`clipping.grid.grid_sensitivity`), P parameters.
 
   Privacy: S + X is a post-processing of S + N(0, (sigma Delta)^2 I) with S of L2
     sensitivity Delta, the Gaussian mechanism with noise multiplier sigma, so the
@@ -258,23 +208,12 @@ def secure_gaussian_privatizer(noise_multiplier: float, l2_clip_norm: float, gri
 class SecureGaussianPrivatizer:
   """DP-SGD noise that is private against an observer of the exact float update.
 
-  Used with `clipping.grid.path(model, grid)` (the engine refuses any other
-  pairing): the clipped sum is an int32 vector S in grid units, the noise is
-  X = round(sigma Delta Z) drawn exactly from a table, and the update is
-  gamma (S + X) / B: every value an exact multiple of gamma / B whatever the data.
-  The accountants' epsilon for (q, sigma, T, delta) holds (post-processing of the
-  continuous Gaussian mechanism with Delta = C / gamma + sqrt(P)/2), with delta
-  increased by `sampler_delta(epsilon, num_steps, num_params)` (< 1e-15 for
-  any realistic run).
-
-  The noise scale is part of the compiled program (the table is static), so sigma
-  and C are fields here and must equal the config's: `noise_stddev` raises
-  otherwise, and a `train_sweep` over sigma needs one privatizer per sigma.
-
-  Attributes:
-    noise_multiplier: sigma >= 0 (0: no noise, gamma S / B).
-    l2_clip_norm: C > 0.
-    grid: gamma, a power of two (`default_grid(C)` if None).
+  With `clipping.grid.path(model, grid)` only, the update gamma (S + X) / B is an exact
+  multiple of gamma / B; the accountants' epsilon holds with delta increased by
+  `sampler_delta(epsilon, num_steps, num_params)`. The table is static, so sigma
+  (noise_multiplier >= 0) and C (l2_clip_norm > 0) must equal the config's, and a
+  `train_sweep` over sigma needs one privatizer per sigma. grid: gamma, a power of
+  two (`default_grid(C)` if None).
   """
   noise_multiplier: float
   l2_clip_norm: float
@@ -302,8 +241,7 @@ class SecureGaussianPrivatizer:
 
   def transform(self, noise_stddev, expected_batch_size: float, key: jax.Array
                 ) -> optax.GradientTransformationExtraArgs:
-    """`secure_gaussian_privatizer` then optax.scale(1 / B); `noise_stddev` (the
-    engine's traced copy of sigma * C) is not used: the static fields are."""
+    """`secure_gaussian_privatizer` then optax.scale(1 / B), from the static fields."""
     del noise_stddev
     b = _validate.check_positive(expected_batch_size, "expected_batch_size")
     return optax.chain(secure_gaussian_privatizer(self.noise_multiplier, self.l2_clip_norm,
@@ -311,8 +249,7 @@ class SecureGaussianPrivatizer:
                        optax.scale(1.0 / b))
 
   def sampler_delta(self, epsilon: float, num_steps: int, num_params: int) -> float:
-    """Delta to add to the accountant's: (1 + e^eps) T P tv, tv the table's per-draw
-    total-variation bound (`accounting.sampler_delta(eps, T P, tail_mass=tv)`)."""
+    """Delta to add to the accountant's: `accounting.sampler_delta(eps, T P, tail_mass=tv)`."""
     from dpjax import accounting  # pylint: disable=g-import-not-at-top
     from dpjax import integer_noise  # pylint: disable=g-import-not-at-top
     from dpjax.clipping import grid as grid_lib  # pylint: disable=g-import-not-at-top
@@ -327,15 +264,9 @@ class SecureGaussianPrivatizer:
 
 def secure_components(noise_multiplier: float, l2_clip_norm: float, model,
                       grid: float | None = None):
-  """(clipping path, privatizer) of secure DP-SGD, matched: pass them to `train_many`.
+  """Matched (`clipping.grid.path(model, gamma)`, `SecureGaussianPrivatizer(sigma, C, gamma)`).
 
-  Args:
-    noise_multiplier, l2_clip_norm: the config's sigma and C (`cfg.noise_multiplier`,
-      `cfg.l2_clip_norm`).
-    model: a models.Model.
-    grid: gamma (default `default_grid(C)`).
-  Returns:
-    (`clipping.grid.path(model, gamma)`, `SecureGaussianPrivatizer(sigma, C, gamma)`).
+  Pass the config's sigma and C; grid defaults to `default_grid(C)`.
   """
   from dpjax.clipping import grid as grid_lib  # pylint: disable=g-import-not-at-top
   priv = SecureGaussianPrivatizer(noise_multiplier, l2_clip_norm, grid)
@@ -343,11 +274,8 @@ def secure_components(noise_multiplier: float, l2_clip_norm: float, model,
 
 
 def check_matching_grid(path, privatizer) -> None:
-  """Raises ValueError unless the clipping path and the privatizer agree on the grid.
-
-  A grid clipping path (int32 sums in grid units) needs a privatizer with the same
-  `grid`, and a privatizer with a `grid` needs that path: any other pairing adds
-  noise of the wrong scale, or rounds float noise after data-dependent float sums.
+  """Raises ValueError unless the clipping path and the privatizer agree on the grid
+  (otherwise the noise has the wrong scale, or float noise follows float sums).
   """
   pg, qg = getattr(path, "grid", None), getattr(privatizer, "grid", None)
   if pg is None and qg is None:

@@ -1,23 +1,16 @@
 """Privacy accounting: composition, RDP, PLD and GDP, behind one front door.
 
-The front door answers the two questions a DP-SGD user asks:
-
-* `dpsgd_epsilon(noise_multiplier, sampling_prob, num_steps, delta)`: the eps that
-  T steps of Poisson-sampled DP-SGD spend (add/remove-one neighbours).
+* `dpsgd_epsilon(noise_multiplier, sampling_prob, num_steps, delta)`: the eps that T
+  steps of Poisson-sampled DP-SGD spend (add/remove-one neighbours).
 * `calibrate_noise(target_epsilon, sampling_prob, num_steps, delta)`: the smallest
   noise multiplier that keeps eps <= target.
 
-Both take `accountant="rdp"` (exact RDP at integer and fractional orders, Balle et
-al. 2020 conversion; `rdp.py`) or `"pld"` (the privacy-loss-distribution accountant
-of `pld.py`, usually tighter). `Accountant` composes heterogeneous events
-(different sigma per phase, a Laplace release plus DP-SGD, ...) and reads eps(delta)
-or delta(eps).
-
-Submodules: `composition` (basic / advanced / optimal homogeneous), `rdp`, `pld`,
-`gdp` (mu-GDP, exact Gaussian, the DP-SGD CLT approximation), `noise_support`
-(`sampler_delta`: the delta the noise sampler's finite support adds). Trade-off curves
-are in `dpjax.tradeoff`.
-Everything runs on the host (NumPy/SciPy, float64).
+Both take `accountant="rdp"` (exact RDP, Balle et al. 2020 conversion; `rdp`) or `"pld"`
+(privacy loss distributions, usually tighter; `pld`). `Accountant` composes heterogeneous
+events and reads eps(delta) or delta(eps). Submodules: `composition`, `rdp`, `pld`, `gdp`
+(mu-GDP, exact Gaussian, the DP-SGD CLT approximation), `noise_support` (the delta a
+sampler's finite support adds); trade-off curves are in `dpjax.tradeoff`. Runs on the
+host in float64.
 
 Examples:
   >>> round(dpsgd_epsilon(1.0, 0.01, 10_000, 1e-5), 2)
@@ -89,22 +82,12 @@ def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
                   rdp_method: str = "balle2020", orders=None) -> float:
   """eps spent by T steps of DP-SGD with Poisson sampling, at the given delta.
 
-  The mechanism accounted for: each step includes every record independently with
-  probability q, sums per-example gradients clipped to L2 norm C, and adds
-  N(0, sigma^2 C^2 I). Neighbouring datasets differ by adding or removing one record.
-  Shuffling, fixed-size batches or tuning on private data are NOT modelled.
-
-  Args:
-    noise_multiplier: sigma > 0 (noise std / clip norm).
-    sampling_prob: q in (0, 1].
-    num_steps: T, an integer >= 1.
-    delta: in (0, 1).
-    accountant: "rdp" (default) or "pld".
-    dataset_size: optional n; warns when delta >= 1/n.
-    rdp_method: RDP conversion, "balle2020" (default) or "classic" (rdp only).
-    orders: RDP orders (rdp only); default `rdp.DEFAULT_ORDERS`.
-  Returns:
-    eps (float).
+  Each step includes every record independently with probability q in (0, 1], sums
+  per-example gradients clipped to L2 norm C, and adds N(0, sigma^2 C^2 I), sigma =
+  noise_multiplier > 0; neighbours add or remove one record. Shuffling, fixed-size batches
+  or tuning on private data are NOT modelled. T >= 1, delta in (0, 1); accountant "rdp"
+  (default) or "pld"; dataset_size n warns when delta >= 1/n; rdp_method ("balle2020" or
+  "classic") and orders (default `rdp.DEFAULT_ORDERS`) apply to rdp only.
 
   Examples:
     >>> round(dpsgd_epsilon(1.5, 0.04, 2250, 1e-5), 6)   # Opacus's test setting
@@ -128,35 +111,19 @@ def tuned_dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps
                         rdp_method: str = "balle2020", orders=None) -> float:
   """eps of private hyperparameter tuning by repeat-and-select over DP-SGD runs.
 
-  The mechanism accounted for (Papernot & Steinke, ICLR 2022,
-  https://arxiv.org/abs/2110.03620): draw K (truncated negative binomial with
-  shape eta and E[K] = mean_runs, or Poisson), run K times a base algorithm Q, and
-  release only the best run (`dpjax.tuning.repeat_and_select`). One run of Q draws
-  a hyperparameter setting at random, trains by T steps of DP-SGD (sigma, q), and,
-  when `score_noise_multiplier` is given, releases its score as a count of
-  sensitivity 1 plus N(0, score_noise_multiplier^2), whose RDP alpha / (2 s^2) is
-  added to Q's curve. With no score noise the score must be computed on public
-  data (or from the released model alone). The RDP of the repeated algorithm is
-  `rdp.repeat_and_select_rdp`, converted to eps at delta.
+  Papernot & Steinke, ICLR 2022 (https://arxiv.org/abs/2110.03620): draw K (truncated
+  negative binomial with shape eta >= 0 and E[K] = mean_runs >= 1, or Poisson for
+  shape="poisson" / math.inf), run a base algorithm Q K times, release only the best run
+  (`dpjax.tuning.repeat_and_select`). One run of Q draws a hyperparameter setting, trains
+  by T steps of DP-SGD (sigma, q) and, given `score_noise_multiplier` s, releases its score
+  as a sensitivity-1 count plus N(0, s^2), adding alpha / (2 s^2) to Q's curve. With no
+  score noise the score must be computed on public data (or from the released model
+  alone). The curve of the repeated algorithm is `rdp.repeat_and_select_rdp`, converted at
+  delta; the result covers the released best model and its score.
 
-  Only accountant="rdp" is available: the repeat-and-select theorems bound Renyi
-  divergences (dp_accounting supports this event under its RDP accountant only);
-  "pld" raises a ValueError saying so rather than returning a number that is not
-  proven to be an upper bound.
-
-  Args:
-    noise_multiplier: sigma > 0 of each DP-SGD run.
-    sampling_prob: q in (0, 1].
-    num_steps: T >= 1 per run.
-    delta: in (0, 1).
-    mean_runs: E[K] >= 1.
-    shape: eta >= 0 (0 logarithmic, 1 geometric, any real >= 0) or "poisson" / math.inf.
-    accountant: "rdp".
-    score_noise_multiplier: std of the Gaussian noise on a sensitivity-1 score, or None.
-    rdp_method: RDP conversion, "balle2020" (default) or "classic".
-    orders: RDP orders; default `rdp.DEFAULT_ORDERS`.
-  Returns:
-    eps (float) of the whole tuning procedure (the released best model and its score).
+  Only accountant="rdp" is available (the theorems bound Renyi divergences); "pld" raises
+  a ValueError rather than return a number not proven to be an upper bound. Other
+  arguments as in `dpsgd_epsilon`.
 
   Examples:
     >>> one = dpsgd_epsilon(1.0, 0.01, 1_000, 1e-5)
@@ -191,20 +158,10 @@ def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
                     rdp_method: str = "balle2020") -> float:
   """Smallest noise multiplier with dpsgd_epsilon(...) <= target_epsilon.
 
-  Bisection in log(sigma) (`smallest_noise`) until the bracket is within `rtol`
-  relative; the returned sigma is the upper end, so it always meets the target.
+  Bisection in log(sigma) (`smallest_noise`) to `rtol` relative (in [1e-12, 1), default
+  1e-4); the upper end is returned, so it always meets the target. Other arguments as in
+  `dpsgd_epsilon`.
 
-  Args:
-    target_epsilon: eps > 0.
-    sampling_prob: q in (0, 1].
-    num_steps: T >= 1.
-    delta: in (0, 1).
-    accountant: "rdp" or "pld".
-    dataset_size: optional n; warns when delta >= 1/n.
-    rtol: relative precision of sigma (default 1e-4), in [1e-12, 1).
-    rdp_method: conversion for the RDP accountant.
-  Returns:
-    sigma (float).
   Raises:
     ValueError: for bad input, or when no sigma in NOISE_MULTIPLIER_RANGE reaches
       the target (or even the smallest one does, so the answer lies below the range).
@@ -257,21 +214,14 @@ def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
 class Accountant:
   """Composes heterogeneous privacy events and reports eps(delta) or delta(eps).
 
-  Events: Gaussian, Laplace, randomized response, and the Poisson-subsampled
-  Gaussian (one DP-SGD step), each any number of times. With accountant="rdp" the
-  RDP curves are added order by order (exact); with "pld" the privacy-loss
-  distributions are convolved (`pld.py`).
+  Events: Gaussian, Laplace, randomized response and the Poisson-subsampled Gaussian (one
+  DP-SGD step), each any number of times. "rdp" adds RDP curves order by order; "pld"
+  convolves privacy loss distributions. orders and rdp_method as in `dpsgd_epsilon`.
 
   Neighbouring relation: the subsampled Gaussian is accounted for add/remove-one
-  neighbours; Gaussian and Laplace events are accounted through the sensitivity
-  you pass (which must be computed for the relation you claim); randomized
-  response is a replace-one (local) guarantee. A warning is raised when
-  randomized response is mixed with subsampled-Gaussian events.
-
-  Args:
-    accountant: "rdp" (default) or "pld".
-    orders: RDP orders (rdp only), default `rdp.DEFAULT_ORDERS`.
-    rdp_method: RDP -> (eps, delta) conversion, "balle2020" or "classic".
+  neighbours; Gaussian and Laplace events through the sensitivity you pass (which must be
+  computed for the relation you claim); randomized response is a replace-one (local)
+  guarantee. Mixing randomized response with subsampled-Gaussian events warns.
 
   Examples:
     >>> acct = Accountant()

@@ -1,9 +1,7 @@
 """The smallest noise that meets a privacy target: one geometric bisection for every caller.
 
-`smallest_noise(eps_of_sigma, target, lo, hi)` finds the smallest sigma with
-eps_of_sigma(sigma) <= target for any accountant whose eps does not increase with
-sigma (DP-SGD's `calibrate_noise`, PATE's `pate_audit.calibrate_sigma`, a whole
-budget of several mechanisms, a tuned training). The search runs in log(sigma):
+`smallest_noise(eps_of_sigma, target, lo, hi)` works in log(sigma) for any eps
+non-increasing in sigma:
 
   bracket  optional (factor > 1): while eps(hi) > target, lo, hi = hi, hi * factor;
            then while eps(lo) <= target, lo, hi = lo / factor, lo; each end stays in
@@ -11,10 +9,8 @@ budget of several mechanisms, a tuned training). The search runs in log(sigma):
   bisect   while hi / lo - 1 > rtol: mid = sqrt(lo hi), hi = mid if eps(mid) <= target
            else lo = mid.
 
-The answer is the upper end hi, so it always meets the target. Cost is bounded for
-every input: at most MAX_BRACKET_STEPS widenings and MAX_BISECTION_STEPS halvings
-(the bisection also stops when the midpoint no longer differs from an end, so an
-rtol below float resolution returns the closest float bracket instead of looping).
+The upper end is returned, so it always meets the target; at most MAX_BRACKET_STEPS
+widenings and MAX_BISECTION_STEPS halvings.
 
 Examples:
   >>> round(smallest_noise(lambda s: 1.0 / s, 0.5, 1.0, 4.0, rtol=1e-9), 6)
@@ -39,17 +35,10 @@ def smallest_noise(eps_of_sigma: Callable[[float], float], target_epsilon: float
                    limits: tuple[float, float] = (0.0, math.inf)) -> float:
   """Smallest sigma (to rtol relative, the upper end of the bracket) with eps <= target.
 
-  Args:
-    eps_of_sigma: sigma -> eps, non-increasing in sigma.
-    target_epsilon: the target eps (> 0).
-    lo, hi: the starting bracket, 0 < lo < hi. Without `factor` it must hold the
-      answer, eps(lo) > target >= eps(hi); the caller has checked it (it is not
-      evaluated again).
-    rtol: relative width of the final bracket, in (0, 1).
-    factor: > 1 to widen the bracket geometrically first (see the module docstring).
-    limits: (low, high): the widened bracket must stay within them.
-  Returns:
-    sigma (float) with eps_of_sigma(sigma) <= target_epsilon.
+  eps_of_sigma is non-increasing; 0 < lo < hi, and without `factor` the bracket must hold
+  the answer, eps(lo) > target >= eps(hi) (not evaluated again); rtol in (0, 1); limits
+  bound the widened bracket.
+
   Raises:
     ValueError: bad input, or no sigma within `limits` meets the target (or every one
       does), or the bracket needs more than MAX_BRACKET_STEPS widenings.

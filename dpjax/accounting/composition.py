@@ -1,27 +1,12 @@
-"""Composition theorems for (eps, delta)-DP mechanisms.
+"""Composition theorems for (eps, delta)-DP mechanisms (host NumPy/SciPy, float64).
 
-* `basic_composition`: k mechanisms, each (eps_i, delta_i)-DP, are
-  (sum eps_i, sum delta_i)-DP (Dwork et al. 2006).
-* `advanced_composition`: k adaptive (eps0, delta0)-DP mechanisms are
-  (sqrt(2k ln(1/delta')) eps0 + k eps0 (e^eps0 - 1), k delta0 + delta')-DP
-  (Dwork, Rothblum & Vadhan 2010).
-* `optimal_composition_delta` / `optimal_composition_epsilon`: the exact
-  (tightest possible) privacy profile of k adaptive (eps0, delta0)-DP mechanisms
-  (Kairouz, Oh & Viswanath 2015, Thm 3.3). The worst case is k-fold binary
-  randomized response augmented by a delta0 "leak", so for every eps
-
-      delta(eps) = 1 - (1 - delta0)^k (1 - delta_RR(eps)),
-      delta_RR(eps) = sum_l C(k, l) [e^{(k-l) eps0} - e^eps e^{l eps0}]_+ / (1 + e^eps0)^k,
-
-  which at eps = (k - 2i) eps0 reproduces KOV's breakpoints. Evaluated in log
-  space, so k = 1e5 is fine.
-* `pure_dp_rdp`: the RDP curve of any eps-DP mechanism (and the smaller one of an
-  eps-bounded-range mechanism such as the exponential mechanism), so that pure-DP
+* `basic_composition` (Dwork et al. 2006) and `advanced_composition` (Dwork, Rothblum &
+  Vadhan 2010) of k (eps0, delta0)-DP mechanisms.
+* `optimal_composition_delta` / `optimal_composition_epsilon`: the exact privacy profile
+  of k adaptive (eps0, delta0)-DP mechanisms (Kairouz, Oh & Viswanath 2015).
+* `pure_dp_rdp`: the RDP curve of an eps-DP (or eps-bounded-range) mechanism, so pure-DP
   releases compose with DP-SGD in one RDP account.
-* `group_privacy`: (eps, delta)-DP for one record becomes
-  (k eps, k e^{(k-1) eps} delta)-DP for a group of k records.
-
-All functions are host NumPy/SciPy in float64.
+* `group_privacy`: the guarantee for a group of k records.
 
 Examples:
   >>> basic_composition(0.25, 1e-6, 4)
@@ -54,12 +39,7 @@ def _check_mechanisms(epsilon0, delta0, k) -> tuple[float, float, int]:
 def basic_composition(epsilon0: float, delta0: float, k: int) -> tuple[float, float]:
   """(k eps0, k delta0): basic composition of k (eps0, delta0)-DP mechanisms.
 
-  Args:
-    epsilon0: eps0 >= 0 of each mechanism.
-    delta0: delta0 in [0, 1) of each mechanism.
-    k: number of mechanisms, >= 1.
-  Returns:
-    (epsilon, delta); delta is capped at 1.
+  eps0 >= 0, delta0 in [0, 1), k >= 1; the returned delta is capped at 1.
   """
   e, d, k = _check_mechanisms(epsilon0, delta0, k)
   return k * e, min(1.0, k * d)
@@ -69,13 +49,9 @@ def advanced_composition(epsilon0: float, delta0: float, k: int,
                          delta_slack: float) -> tuple[float, float]:
   """Advanced composition (Dwork, Rothblum & Vadhan 2010, Thm III.3).
 
-  Args:
-    epsilon0: eps0 >= 0 of each mechanism.
-    delta0: delta0 in [0, 1) of each mechanism.
-    k: number of (adaptively chosen) mechanisms, >= 1.
-    delta_slack: delta' in (0, 1), the extra failure probability.
-  Returns:
-    (epsilon, delta) = (sqrt(2k ln(1/delta')) eps0 + k eps0 expm1(eps0), k delta0 + delta').
+  k adaptively chosen (eps0, delta0)-DP mechanisms with slack delta' in (0, 1) are
+  (sqrt(2k ln(1/delta')) eps0 + k eps0 expm1(eps0), k delta0 + delta')-DP; returns that
+  (epsilon, delta).
   """
   e, d, k = _check_mechanisms(epsilon0, delta0, k)
   ds = _validate.check_delta(delta_slack, "delta_slack")
@@ -84,15 +60,8 @@ def advanced_composition(epsilon0: float, delta0: float, k: int,
 
 
 def _log_delta_rr(epsilon0: float, k: int, epsilon: np.ndarray) -> np.ndarray:
-  """log delta_RR(eps) of k-fold binary randomized response with parameter eps0.
-
-  Args:
-    epsilon0: > 0.
-    k: >= 1.
-    epsilon: float64[E], eps >= 0.
-  Returns:
-    float64[E] (-inf where delta_RR = 0).
-  """
+  """log delta_RR(eps) of k-fold binary randomized response with parameter eps0 > 0, for
+  eps float64[E] >= 0; float64[E], -inf where delta_RR = 0."""
   l = np.arange(k + 1, dtype=np.float64)                              # [L]
   log_comb = special.gammaln(k + 1.0) - special.gammaln(l + 1) - special.gammaln(k - l + 1)
   log_norm = k * np.logaddexp(0.0, epsilon0)
@@ -107,15 +76,15 @@ def _log_delta_rr(epsilon0: float, k: int, epsilon: np.ndarray) -> np.ndarray:
 
 
 def optimal_composition_delta(epsilon0: float, delta0: float, k: int, epsilon):
-  """Exact delta(eps) of k adaptive (eps0, delta0)-DP mechanisms (KOV 2015).
+  """Exact delta(eps) of k adaptive (eps0, delta0)-DP mechanisms (KOV 2015, Thm 3.3).
 
-  Args:
-    epsilon0: eps0 >= 0.
-    delta0: delta0 in [0, 1).
-    k: >= 1.
-    epsilon: eps >= 0, scalar or float64[E].
-  Returns:
-    delta, a float or float64[E].
+  The worst case is k-fold binary randomized response plus a delta0 "leak":
+
+      delta(eps) = 1 - (1 - delta0)^k (1 - delta_RR(eps)),
+      delta_RR(eps) = sum_l C(k, l) [e^{(k-l) eps0} - e^eps e^{l eps0}]_+ / (1 + e^eps0)^k,
+
+  evaluated in log space. epsilon is a scalar or float64[E] >= 0; returns a float or
+  float64[E].
   """
   e0, d0, k = _check_mechanisms(epsilon0, delta0, k)
   eps = np.atleast_1d(_validate.check_array(epsilon, "epsilon", low=0.0, allow_inf=True,
@@ -136,13 +105,8 @@ def optimal_composition_epsilon(epsilon0: float, delta0: float, k: int,
                                 delta: float) -> float:
   """Smallest eps with delta(eps) <= delta for k (eps0, delta0)-DP mechanisms (exact).
 
-  Args:
-    epsilon0: eps0 >= 0.
-    delta0: delta0 in [0, 1).
-    k: >= 1.
-    delta: target total delta in (0, 1); must exceed 1 - (1 - delta0)^k.
-  Returns:
-    eps (float), at most k * eps0.
+  Returns eps <= k * eps0.
+
   Raises:
     ValueError: if delta <= 1 - (1 - delta0)^k (no eps reaches it).
   """
@@ -161,31 +125,19 @@ def optimal_composition_epsilon(epsilon0: float, delta0: float, k: int,
 def pure_dp_rdp(epsilon: float, orders, *, bounded_range: bool = False) -> np.ndarray:
   """RDP curve implied by eps-DP (or by eps-bounded range), for composing in RDP.
 
-  Every eps-DP pair of output distributions is a post-processing of binary
-  randomized response with parameter eps (Kairouz, Oh & Viswanath 2015, the
-  dominating pair of (eps, 0)-DP, https://arxiv.org/abs/1311.0776), so by the
-  data-processing inequality of the Renyi divergence
+  Every eps-DP pair is a post-processing of binary randomized response at eps (Kairouz, Oh
+  & Viswanath 2015, https://arxiv.org/abs/1311.0776), so by data processing (tight)
 
-      rho(alpha) <= log((e^{alpha eps} + e^{(1 - alpha) eps}) / (1 + e^eps)) / (alpha - 1),
+      rho(alpha) <= log((e^{alpha eps} + e^{(1 - alpha) eps}) / (1 + e^eps)) / (alpha - 1).
 
-  the RDP of binary randomized response, attained by it (tight).
+  `bounded_range=True` assumes the mechanism is eps-bounded-range (its privacy loss varies
+  by at most eps over outputs; Durfee & Rogers 2019, https://arxiv.org/abs/1905.04273), as
+  the exponential mechanism exp(eps u / (2 Delta_u)) is; eps-BR implies (eps^2 / 8)-zCDP
+  (Cesar & Rogers 2021, https://arxiv.org/abs/2004.07223), so the minimum with
+  alpha eps^2 / 8 is returned.
 
-  With `bounded_range=True` the mechanism is assumed eps-bounded-range (its privacy
-  loss log(P(y)/Q(y)) varies by at most eps over outputs y; Durfee & Rogers 2019,
-  https://arxiv.org/abs/1905.04273). The exponential mechanism
-  exp(eps u / (2 Delta_u)) is eps-BR (and so is the monotonic exp(eps u / Delta_u)),
-  and eps-BR implies (eps^2 / 8)-zCDP (Cesar & Rogers 2021,
-  https://arxiv.org/abs/2004.07223; Hoeffding's lemma on the bounded privacy
-  loss), so rho(alpha) <= alpha eps^2 / 8 as well; the minimum of the two curves
-  is returned. The constant 1/8 is tight as eps -> 0
-  (two outputs whose loss is +-eps/2 with probability 1/2 each).
-
-  Args:
-    epsilon: eps > 0.
-    orders: orders alpha > 1, shape [A].
-    bounded_range: also use the eps-BR bound alpha eps^2 / 8.
   Returns:
-    float64[A] rho(alpha), at most eps.
+    float64[A] rho(alpha) at orders [A], at most eps.
 
   Examples:
     >>> a = np.array([2.0, 32.0])
@@ -207,21 +159,11 @@ def pure_dp_rdp(epsilon: float, orders, *, bounded_range: bool = False) -> np.nd
 def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
   """(k eps, k e^{(k-1) eps} delta): an (eps, delta)-DP guarantee for a group of k records.
 
-  Neighbours that differ in k records are joined by a chain of k single-record
-  steps; applying (eps, delta)-DP along the chain gives
-  P[M(D) in S] <= e^{k eps} P[M(D') in S] + delta sum_{j<k} e^{j eps}, and
-  sum_{j<k} e^{j eps} <= k e^{(k-1) eps} (Dwork & Roth 2014, Thm 2.2 and the remark
-  after it; https://www.cis.upenn.edu/~aaroth/Papers/privacybook.pdf). For a person
-  holding k records under record-level DP this is their guarantee; for pure DP
-  (delta = 0) the k eps is tight (Laplace on a count).
-
-  Args:
-    epsilon: eps >= 0 of the record-level guarantee.
-    delta: delta in [0, 1) of the record-level guarantee.
-    k: group size >= 1.
-  Returns:
-    (epsilon, delta) for the group; delta is capped at 1 (then the guarantee is
-    vacuous).
+  Along a chain of k single-record steps, P[M(D) in S] <= e^{k eps} P[M(D') in S] +
+  delta sum_{j<k} e^{j eps}, and sum_{j<k} e^{j eps} <= k e^{(k-1) eps} (Dwork & Roth
+  2014, Thm 2.2; https://www.cis.upenn.edu/~aaroth/Papers/privacybook.pdf). For a person
+  holding k records under record-level DP this is their guarantee. The returned delta is
+  capped at 1 (then the guarantee is vacuous).
 
   Examples:
     >>> group_privacy(1.0, 0.0, 5)

@@ -1,16 +1,14 @@
 """Gaussian differential privacy (Dong, Roth & Su 2022) and the exact Gaussian (eps, delta).
 
-A mechanism is mu-GDP when distinguishing neighbours is no easier than telling
-N(0, 1) from N(mu, 1). The Gaussian mechanism with L2 sensitivity Delta and noise
-std sigma is exactly mu-GDP with mu = Delta / sigma, and k of them compose to
-mu * sqrt(k) exactly. Its whole privacy profile is (Balle & Wang 2018, Thm 8)
+A mechanism is mu-GDP when distinguishing neighbours is no easier than telling N(0, 1)
+from N(mu, 1). The Gaussian mechanism with L2 sensitivity Delta and noise std sigma is
+exactly mu-GDP, mu = Delta / sigma; k of them compose to mu * sqrt(k). Its privacy
+profile is (Balle & Wang 2018, Thm 8)
 
     delta(eps) = Phi(-eps/mu + mu/2) - e^eps * Phi(-eps/mu - mu/2),
 
-and the optimal membership test has TPR = Phi(Phi^{-1}(FPR) + mu) at every FPR
-(`dpjax.tradeoff.gaussian_tpr`).
-
-All functions run on the host (NumPy/SciPy), in float64.
+and the optimal membership test has TPR = Phi(Phi^{-1}(FPR) + mu)
+(`dpjax.tradeoff.gaussian_tpr`). Host NumPy/SciPy, float64.
 
 Examples:
   >>> round(gaussian_epsilon(1e-5, 1.0), 4)   # one mu = 1 Gaussian at delta = 1e-5
@@ -33,17 +31,10 @@ from dpjax import _validate
 def gaussian_delta(epsilon, mu):
   """Exact delta(eps) of a mu-GDP mechanism (a Gaussian mechanism with mu = Delta/sigma).
 
-  Args:
-    epsilon: eps >= 0, scalar or array.
-    mu: mu > 0, scalar or array broadcastable with `epsilon`.
-  Returns:
-    float64 array (or float) of delta, computed in log space so that large eps
-    does not overflow. delta(inf) = 0, and an eps so large next to mu that
-    Phi(-eps/mu + mu/2) underflows gives 0 (the true delta is below 5e-324).
-    Where the two terms agree to more than 8 digits (mu below ~1e-8, or eps/mu in
-    the thousands), the difference is taken in mpmath at a precision set from mu
-    and the size of the terms, so a tiny mu keeps its relative accuracy (delta(0)
-    = erf(mu / sqrt 8) ~ 0.4 mu) instead of collapsing to 0.
+  eps >= 0 and mu > 0 broadcast; computed in log space. delta(inf) = 0, and 0 where
+  Phi(-eps/mu + mu/2) underflows (true delta below 5e-324). Where the two terms agree to
+  more than 8 digits (tiny mu, or eps/mu in the thousands) the difference is taken in
+  mpmath, so a tiny mu keeps its relative accuracy (delta(0) = erf(mu / sqrt 8)).
 
   Examples:
     >>> gaussian_delta(float("inf"), 1.0), gaussian_delta(1e300, 1.0)
@@ -76,10 +67,9 @@ def gaussian_delta(epsilon, mu):
 def _gaussian_delta_mp(eps: float, mu: float, log_term: float) -> float:
   """delta(eps) of mu-GDP in mpmath, with enough bits for the cancellation.
 
-  The two terms Phi(-eps/mu + mu/2) and e^eps Phi(-eps/mu - mu/2) agree to about
-  log2(|log_term| / gap) bits, and gap is at least of order mu^2 / max(eps, 1)
-  relative (the derivative in mu), so 128 + log2(1 + |log_term|) + 4 log2(1/mu)
-  bits leave more than 64 after the subtraction.
+  The terms agree to about log2(|log_term| / gap) bits, gap being at least of order
+  mu^2 / max(eps, 1) relative, so 128 + log2(1 + |log_term|) + 4 log2(1/mu) bits leave
+  more than 64 after the subtraction.
   """
   prec = 128 + math.ceil(math.log2(1.0 + abs(log_term))) + 4 * max(0, math.ceil(-math.log2(mu)))
   prec += math.ceil(math.log2(1.0 + eps))
@@ -90,14 +80,8 @@ def _gaussian_delta_mp(eps: float, mu: float, log_term: float) -> float:
 
 
 def gaussian_epsilon(delta: float, mu: float) -> float:
-  """Smallest eps >= 0 with delta(eps) <= delta for a mu-GDP mechanism (exact).
-
-  Args:
-    delta: in (0, 1).
-    mu: > 0.
-  Returns:
-    eps as a float (0.0 when the mechanism is already (0, delta)-DP).
-  """
+  """Smallest eps >= 0 with delta(eps) <= delta for a mu-GDP mechanism (exact); 0.0 when the
+  mechanism is already (0, delta)-DP."""
   delta = _validate.check_delta(delta)
   mu = _validate.check_positive(mu, "mu")
   if gaussian_delta(0.0, mu) <= delta:
@@ -146,25 +130,16 @@ def dpsgd_clt_mu(noise_multiplier: float, sampling_prob: float, num_steps: int,
                  sampler: str = "poisson") -> float:
   """APPROXIMATE mu of T steps of DP-SGD by the GDP central limit theorem.
 
-  Bu, Dong, Long & Su 2020 (Deep learning with Gaussian differential privacy,
-  https://arxiv.org/abs/1911.11607): as T -> inf with q sqrt(T) fixed, T
-  subsampled Gaussian steps approach mu-GDP with
+  Bu, Dong, Long & Su 2020 (https://arxiv.org/abs/1911.11607): as T -> inf with q sqrt(T)
+  fixed, T subsampled Gaussian steps approach mu-GDP with
 
       poisson: mu = q sqrt(T (e^{1/sigma^2} - 1)),
       uniform: mu = q sqrt(2T (e^{1/sigma^2} Phi(1.5/sigma) + 3 Phi(-0.5/sigma) - 2)).
 
-  Warning: this is a limit theorem, not a bound. For finite T it can be below the
-  true privacy loss (it under-reports eps when q sqrt(T) is not small relative to
-  T, or sigma is small). Use `rdp` or `pld` for a guarantee; report this figure
-  only labelled as an approximation.
-
-  Args:
-    noise_multiplier: sigma > 0.
-    sampling_prob: q in (0, 1].
-    num_steps: T >= 1.
-    sampler: "poisson" (default, what dpjax trains with) or "uniform".
-  Returns:
-    mu (float).
+  Warning: this is a limit theorem, not a bound. For finite T it can be below the true
+  privacy loss (it under-reports eps when q sqrt(T) is not small relative to T, or sigma
+  is small). Use `rdp` or `pld` for a guarantee; report this figure only labelled as an
+  approximation.
 
   Examples:
     >>> round(dpsgd_clt_mu(1.3, 256 / 60000, 3516), 3)   # Bu et al.: MNIST, 15 epochs

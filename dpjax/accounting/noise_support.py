@@ -1,19 +1,15 @@
 """The delta added by the noise sampler's finite support.
 
-`dpjax.prng.standard_normal` cannot return values beyond its support
-[z_min, z_max] = `prng.normal_support()` (about +-12.63); an exact N(0, 1) lands
-there with probability tau = `prng.normal_tail_mass()` (about 1.5e-36) per draw.
-Couple each real draw with an exact one that agrees unless the exact one falls
-beyond the support; then a mechanism making K = T d draws (T steps, d noise
-coordinates per step) differs from its ideal with probability at most K tau,
-whatever the data, and if the ideal mechanism is (eps, delta)-DP the real one is
-(eps, delta + (1 + e^eps) K tau)-DP (the argument is in
-`prng.standard_normal`'s docstring). `sampler_delta` is that extra term.
+`dpjax.prng.standard_normal` cannot return values beyond [z_min, z_max] =
+`prng.normal_support()` (about +-12.63); an exact N(0, 1) lands there with probability
+tau = `prng.normal_tail_mass()` (about 1.5e-36). Coupling each draw with an exact one,
+a mechanism making K = T d draws (T steps, d coordinates) differs from its ideal with
+probability at most K tau, so if the ideal is (eps, delta)-DP the real one is
+(eps, delta + (1 + e^eps) K tau)-DP (proof in `prng.standard_normal`). `sampler_delta`
+is that extra term.
 
-It covers the support only: the values inside it lie on a float32 grid (the
-lattice effect, Mironov 2012), which this bound does not cover.
-
-Everything runs on the host (float64).
+It covers the support only: the values inside it lie on a float32 grid (the lattice
+effect, Mironov 2012), which this bound does not cover.
 
 Examples:
   >>> d = sampler_delta(1.0, 500 * 57)
@@ -40,16 +36,11 @@ def sampler_delta(epsilon: float, num_draws: int, tail_mass: Optional[float] = N
   """(1 + e^eps) K tau: the delta a sampler with per-draw tail mass tau adds.
 
   Args:
-    epsilon: eps >= 0 of the ideal mechanism's (eps, delta) guarantee (inf allowed,
-      giving 1).
-    num_draws: K >= 1, the number of N(0, 1) draws of the whole run (T steps times
-      d noise coordinates per step).
-    tail_mass: tau in [0, 1], the N(0, 1) mass beyond the sampler's support
-      (default `dpjax.prng.normal_tail_mass()`, the sampler this library uses).
+    epsilon: eps >= 0 of the ideal mechanism's guarantee (inf gives 1).
+    num_draws: K >= 1, the N(0, 1) draws of the whole run (T steps times d coordinates).
+    tail_mass: tau in [0, 1] (default `dpjax.prng.normal_tail_mass()`).
   Returns:
-    min(1, (1 + e^eps) K tau), computed in log space (no overflow at large eps).
-    The real mechanism is (eps, delta + this)-DP when the ideal one is
-    (eps, delta)-DP. Covers the support, not the float32 lattice.
+    min(1, (1 + e^eps) K tau), in log space. Covers the support, not the float32 lattice.
   Examples:
     >>> sampler_delta(0.0, 10, tail_mass=1e-20)
     2e-19
@@ -71,16 +62,10 @@ def max_epsilon_for_sampler_delta(delta: float, num_draws: int, rtol: float = 1e
                                   tail_mass: Optional[float] = None) -> float:
   """The largest eps with sampler_delta(eps, K) <= rtol * delta.
 
-  Args:
-    delta: the reported delta, in (0, 1).
-    num_draws: K >= 1 (T d).
-    rtol: the allowed ratio of the extra delta to delta, in (0, 1].
-    tail_mass: tau as in `sampler_delta` (default: this library's sampler).
-  Returns:
-    log(rtol delta / (K tau) - 1) (rounded down by a relative 1e-12 inside the
-    log), inf when tau = 0, and -inf when even eps = 0
-    exceeds the budget (2 K tau > rtol delta). Any run whose eps is at most this
-    has an extra delta below rtol * delta.
+  delta in (0, 1), K >= 1, rtol in (0, 1], tau as in `sampler_delta`. Returns
+  log(rtol delta / (K tau) - 1) (rounded down), inf when tau = 0, -inf when even eps = 0
+  exceeds the budget (2 K tau > rtol delta).
+
   Examples:
     >>> e = max_epsilon_for_sampler_delta(1e-5, 1000, tail_mass=1e-30)
     >>> round(e, 3)

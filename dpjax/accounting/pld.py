@@ -1,56 +1,35 @@
 """Privacy loss distributions (PLD): numerical composition by FFT, pessimistic.
 
-For a pair of output distributions (P, Q) of a mechanism on neighbours D, D', the
-privacy loss is L(o) = log(P(o) / Q(o)) with o ~ P, and the whole privacy profile
-is a functional of its distribution (the PLD):
+For output distributions (P, Q) of a mechanism on neighbours, the privacy loss is
+L(o) = log(P(o) / Q(o)) with o ~ P, and the privacy profile is
 
     delta(eps) = P[L = inf] + E_P[(1 - exp(eps - L))_+].
 
-Composition adds independent losses, so the PLD of T steps is the T-fold
-convolution of one step's PLD (Koskela, Jalko & Honkela 2020; Meiser & Mohammadi
-2018; Doroshenko et al. 2022). This module stores a PLD on a grid of spacing h
-(`value_discretization`) and composes it with FFTs.
+T-fold composition is the T-fold convolution of one step's PLD (Koskela, Jalko & Honkela
+2020; Meiser & Mohammadi 2018; Doroshenko et al. 2022), done here by FFT on a grid of
+spacing h (`value_discretization`).
 
-Discretisation (an upper bound, always). Each loss interval (l_{i-1}, l_i] of the
-grid holds P-mass dP and Q-mass dQ whose likelihood ratio lies in
-[e^{l_{i-1}}, e^{l_i}]. We move that mass onto the two grid points, keeping both
-dP and dQ: the point l_i gets P-mass (dP - e^{l_{i-1}} dQ) / (1 - e^{-h}) and
-l_{i-1} the rest. The two-point pair dominates the interval's pair (the
-interval is a post-processing of it), so every hockey-stick divergence, and
-every composition, is an upper bound. Its delta(eps) equals the true one at grid
-points and interpolates linearly in e^eps in between ("connect the dots"), so the
-error is second order in h. Mass above the top grid point l_n is split into
-P-mass e^{l_n} Q(L > l_n) at l_n and the rest at +inf; mass below the bottom point
-moves up to it. Tails cut by the FFT window are bounded by Chernoff's inequality
-and added to the mass at +inf.
+Discretisation is pessimistic ("connect the dots"): the P- and Q-mass of each loss
+interval (l_{i-1}, l_i] moves to its end points, l_i getting P-mass
+(dP - e^{l_{i-1}} dQ) / (1 - e^{-h}). The two-point pair dominates the interval's, so
+every delta(eps), composed or not, is an upper bound, exact at grid points (error O(h^2)
+between). Mass outside the grid or the FFT window (bounded by Chernoff) moves to the
+bottom point, the top point or +inf, never lower.
 
-Discretisation error. `dpsgd_epsilon` picks h adaptively on nested grids
-1e-2 / 2^m: the error of eps(h) is estimated as (eps(2h) - eps(h)) / (2^p - 1),
-with the convergence order p in [1, 2] read off three consecutive grids (p = 1,
-the conservative choice, until then), and h shrinks until that estimate is at
-most rtol * eps (default rtol = 1e-5); `dpsgd_epsilon_bound` returns it as
-`error`. It is an estimate, not a bound, but each answer IS an upper bound, so
-the truth lies in [eps - error, eps] whenever the estimate holds (checked against
-fine-grid references in the tests). A fixed grid cannot adapt: at h = 1e-4,
-q = 1e-4, sigma = 1, T = 1000 gives 0.011683, 4.4 % above 0.011186.
+`dpsgd_epsilon` halves h from 1e-2 until the estimated error (eps(2h) - eps(h)) /
+(2^p - 1), order p in [1, 2] from three consecutive grids, is at most rtol * eps. It is
+an estimate, not a bound: the truth lies in [eps - error, eps] whenever it holds.
 
-Rounding. An FFT power leaves an absolute float64 noise floor of about
-k * 1e-16 * max(pmf) per grid point, which swamps delta below ~1e-12 (a plain
-composition can then be off in either direction; `epsilon` / `delta` warn when
-the requested delta is within that noise). `dpsgd_epsilon` also composes the
-exponentially tilted PLD centred at the answer of the previous grid and untilts
-it exactly, which keeps the noise near eps at ~1e-16 relative.
+Rounding caveat: an FFT power leaves an absolute float64 noise floor of about
+k * 1e-16 * max(pmf) per grid point, which swamps delta below ~1e-12, so a plain
+composition can then be off in either direction (`epsilon` / `delta` warn).
+`dpsgd_epsilon` also composes the PLD exponentially tilted to the previous grid's answer
+and untilts it exactly, keeping the noise near eps at ~1e-16 relative.
 
-Exact cases. A composition of plain Gaussians (q = 1) is kept in closed form (k
-Gaussians with mu_i compose to mu = sqrt(sum mu_i^2) exactly; `gdp`), so it never
-needs a grid; it is discretised only when composed with a non-Gaussian PLD.
-
-Neighbouring relation. Add/remove-one: a Poisson-subsampled Gaussian has two
-different PLDs (removing a record: P = (1-q) N(0, s^2) + q N(1, s^2) against
-Q = N(0, s^2); adding one: the pair swapped). Both are composed separately and
-every answer is the worse of the two, as in dp_accounting.
-
-Everything runs on the host in NumPy float64.
+Plain Gaussians (q = 1) compose in closed form (mu = sqrt(sum mu_i^2); `gdp`). Neighbours
+are add/remove-one: a Poisson-subsampled Gaussian has a remove PLD (P = (1-q) N(0, s^2)
++ q N(1, s^2) against Q = N(0, s^2)) and an add PLD (swapped); both are composed and
+every answer is the worse of the two. Runs on the host in NumPy float64.
 
 Examples:
   >>> round(dpsgd_epsilon(1.0, 0.01, 1000, 1e-5), 3)
@@ -98,8 +77,7 @@ class _GridTooLarge(ValueError):
 class _Pmf:
   """P-side PLD on the grid: mass probs[j] at loss (offset + j) * h, plus +inf.
 
-  `noise` estimates the absolute float64 rounding error per grid point left by
-  FFT composition near the losses that matter (0 for a freshly discretised PLD).
+  `noise` estimates the absolute float64 FFT rounding error per grid point (0 when fresh).
   """
   h: float
   offset: int
@@ -260,10 +238,8 @@ def _compose_pair(a: _Pmf, b: _Pmf) -> _Pmf:
 
 
 def _log_mgf(pmf: _Pmf, lambdas: np.ndarray) -> np.ndarray:
-  """log sum_j p_j e^{lambda l_j} for each lambda, [K] (exact, in log space).
-
-  It has to be exact: k-fold composition multiplies any per-step slack by k.
-  """
+  """log sum_j p_j e^{lambda l_j} for each lambda, [K], exact in log space (k-fold
+  composition multiplies any per-step slack by k)."""
   keep = pmf.probs > 0
   lp = np.log(pmf.probs[keep])
   l = pmf.losses[keep]
@@ -275,10 +251,8 @@ def _log_mgf(pmf: _Pmf, lambdas: np.ndarray) -> np.ndarray:
 def _coarsen(pmf: _Pmf, factor: int) -> _Pmf:
   """The same PLD on the nested grid of spacing factor * h, by connect-the-dots.
 
-  Each atom at l in [c, c + H) is split between c and c + H keeping its P- and
-  Q-mass, so the coarse pair dominates the fine one: its E_P[e^{lambda L}] (a
-  Renyi divergence of order 1 + lambda) is at least as large for every
-  lambda > 0, which is all the Chernoff window's rigour needs.
+  Each atom at l in [c, c + H) is split between c and c + H keeping its P- and Q-mass, so
+  the coarse pair dominates: E_P[e^{lambda L}] is at least as large for every lambda > 0.
   """
   if factor <= 1:
     return pmf
@@ -341,19 +315,13 @@ def _self_compose(pmf: _Pmf, k: int, tail_mass: float = _WINDOW_TAIL_MASS,
                   tilt_at: Optional[float] = None, noise_tolerance: float = 0.0) -> _Pmf:
   """k-fold convolution by one FFT power on a Chernoff-sized window.
 
-  The window holds all but `tail_mass` (Chernoff bound) of each tail. Mass above
-  it is added to +inf; mass below it wraps around to the top of the window
-  (higher losses). Both are pessimistic, so the result stays an upper bound and
-  delta(eps) grows by at most 2 * tail_mass.
-
-  FFT rounding leaves an absolute noise floor ~ k * 1e-16 * max(pmf), which
-  matters where delta is tiny. With `tilt_at` (a loss where accuracy matters,
-  e.g. the expected eps), the composition is also computed for the
-  exponentially tilted pmf p_j e^{theta l_j - K(theta)} centred there, and
-  untilted exactly (multiplying by e^{k K(theta) - theta l}); each grid point
-  takes whichever of the two has the lower noise floor. In exact arithmetic
-  both are the same convolution. The tilt is skipped when the plain floor,
-  summed over the window, is below `noise_tolerance`.
+  The window holds all but `tail_mass` (Chernoff bound) of each tail. Mass above it goes
+  to +inf; mass below wraps to the top of the window. Both are pessimistic, so delta(eps)
+  grows by at most 2 * tail_mass. With `tilt_at`, the pmf tilted to
+  p_j e^{theta l_j - K(theta)} (centred at tilt_at) is also composed and untilted exactly
+  (times e^{k K(theta) - theta l}); each grid point takes the one with the lower noise
+  floor. The tilt is skipped when the plain floor, summed over the window, is below
+  `noise_tolerance`.
   """
   if k == 1:
     return pmf
@@ -511,10 +479,9 @@ def _atoms_pmf(losses: np.ndarray, p_masses: np.ndarray, h: float) -> _Pmf:
 class PrivacyLossDistribution:
   """A PLD for add/remove-one neighbours: exact (Gaussian) or discretised.
 
-  Build one with `gaussian_pld` or `laplace_pld`; combine with `compose` /
-  `self_compose`; read `epsilon(delta)` or `delta(epsilon)`. Discretised PLDs are
-  pessimistic: every answer is an upper bound on the true one (up to float64
-  rounding in the FFT, ~1e-16 per grid point).
+  Build with `gaussian_pld` or `laplace_pld`, combine with `compose` / `self_compose`,
+  read `epsilon(delta)` or `delta(epsilon)`. Discretised answers are upper bounds (up to
+  float64 FFT rounding, ~1e-16 per grid point).
   """
 
   def __init__(self, *, mu: Optional[float] = None,
@@ -568,11 +535,7 @@ class PrivacyLossDistribution:
 
   def discretise(self, value_discretization: Optional[float] = None
                  ) -> "PrivacyLossDistribution":
-    """This PLD on a grid (a no-op unless exact); mainly to check the grid against the exact answer.
-
-    Args:
-      value_discretization: grid spacing h > 0 (default: this PLD's own).
-    """
+    """This PLD on a grid of spacing h (default its own); a no-op unless exact."""
     h = self._h if value_discretization is None else _validate.check_positive(
         value_discretization, "value_discretization")
     if not self.is_exact:
@@ -652,14 +615,8 @@ def finite_output_pld(log_probs_in_K, log_probs_out_K,
   """The PLD (both directions) of a mechanism with K outputs.
 
   Output k has probability exp(log_probs_in_K[k]) on one neighbour and
-  exp(log_probs_out_K[k]) on the other; the losses log P_in / P_out (and their
-  negatives) are put on the grid pessimistically, like every discretised PLD.
-
-  Args:
-    log_probs_in_K, log_probs_out_K: float[K] finite log-probabilities (<= 0).
-    value_discretization: the grid's spacing h > 0.
-  Returns:
-    A discretised PrivacyLossDistribution.
+  exp(log_probs_out_K[k]) on the other (float[K], finite, <= 0); the losses
+  log P_in / P_out and their negatives are gridded pessimistically at spacing h.
 
   Examples:
     >>> import math
@@ -682,18 +639,11 @@ def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0,
                  tail_mass: float = DEFAULT_TAIL_MASS) -> PrivacyLossDistribution:
   """PLD of one (Poisson-subsampled) Gaussian mechanism, add/remove-one neighbours.
 
-  Args:
-    noise_multiplier: sigma > 0; the noise is N(0, sigma^2) added to a query of
-      L2 sensitivity `sensitivity`.
-    sampling_prob: q in (0, 1]; q < 1 means each record enters independently
-      with probability q (Poisson sampling).
-    sensitivity: L2 sensitivity > 0 (mu = sensitivity / sigma).
-    value_discretization: grid spacing h > 0 of the loss (default 1e-4). Ignored
-      for q = 1, which stays exact until composed with a discretised PLD.
-    tail_mass: P-mass in (0, 1e-3] per direction left outside the gridded range
-      (handled pessimistically, so it only loosens the bound).
-  Returns:
-    A PrivacyLossDistribution.
+  Noise N(0, sigma^2), sigma = noise_multiplier > 0, on a query of L2 sensitivity
+  `sensitivity` (mu = sensitivity / sigma); sampling_prob q in (0, 1], q < 1 being Poisson
+  sampling. value_discretization h > 0 (default 1e-4) is ignored for q = 1, which stays
+  exact until composed with a discretised PLD. tail_mass in (0, 1e-3] is the P-mass per
+  direction left outside the grid (moved pessimistically).
 
   Examples:
     >>> round(gaussian_pld(1.0).epsilon(1e-5), 4)
@@ -716,15 +666,8 @@ def laplace_pld(scale: float, sensitivity: float = 1.0,
                 value_discretization: Optional[float] = None) -> PrivacyLossDistribution:
   """PLD of the Laplace mechanism Lap(scale) on a query of L1 sensitivity `sensitivity`.
 
-  The loss lies in [-eps0, eps0] with eps0 = sensitivity / scale (atoms at both
-  ends), so no tail is cut. Add and remove give the same PLD.
-
-  Args:
-    scale: Laplace scale b > 0.
-    sensitivity: L1 sensitivity > 0.
-    value_discretization: grid spacing h > 0 (default 1e-4).
-  Returns:
-    A discretised PrivacyLossDistribution.
+  The loss lies in [-eps0, eps0], eps0 = sensitivity / scale (atoms at both ends), so no
+  tail is cut; add and remove give the same PLD. Grid spacing h defaults to 1e-4.
 
   Examples:
     >>> round(laplace_pld(1.0).epsilon(1e-9), 4)   # pure 1-DP
@@ -742,17 +685,9 @@ def randomized_response_pld(epsilon: float, num_buckets: int = 2,
                             ) -> PrivacyLossDistribution:
   """PLD of k-ary randomized response that is exactly epsilon-DP (replace-one).
 
-  The true value is reported with probability e^eps / (e^eps + k - 1), each other
-  value with probability 1 / (e^eps + k - 1). Between inputs x and x' the loss is
-  +eps (output x), -eps (output x') or 0 (any other output), so the PLD has three
-  atoms; it is the same in both directions.
-
-  Args:
-    epsilon: eps > 0.
-    num_buckets: k >= 2 outputs.
-    value_discretization: grid spacing h > 0 (default 1e-4).
-  Returns:
-    A discretised PrivacyLossDistribution (exact when eps is a multiple of h).
+  The true value is reported with probability e^eps / (e^eps + k - 1), each other value
+  with 1 / (e^eps + k - 1). The loss is +eps, -eps or 0 (three atoms, both directions),
+  so the PLD is exact when eps is a multiple of h (default 1e-4).
 
   Examples:
     >>> round(randomized_response_pld(1.0).epsilon(1e-6), 4)
@@ -793,17 +728,12 @@ class PldResult:
 
 def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
               h_start: float = 1e-2, h_min: float = 1e-9) -> tuple[float, float, float]:
-  """Refines the grid spacing until the estimated discretisation error is small.
+  """Refines nested grids h_start / 2^m until the estimated discretisation error is small.
 
-  The error of a pessimistic connect-the-dots answer shrinks like h^p with p
-  between 1 (h much larger than the answer) and 2 (fine grids). Grids are nested
-  (h_start / 2^m). After each pair (2h, h) the order p is estimated from the last
-  three answers on consecutive grids (clipped to [1, 2]; p = 1 before that), and
-  the error of v(h) is estimated as (v(2h) - v(h)) / (2^p - 1). It stops when
-  that is <= max(rtol * v, atol), at h_min, or when a finer grid would not fit
-  in memory. When the error is far above the target, it jumps several halvings
-  at once (to where an h^2 rate would meet the target; an optimistic rate, so
-  it does not overshoot) and evaluates the pair (2h, h) there.
+  The error of v(h) is estimated as (v(2h) - v(h)) / (2^p - 1), with order p in [1, 2]
+  from the last three grids (p = 1 before that). Stops when it is <= max(rtol * v, atol),
+  at h_min, or when a finer grid would not fit in memory. Far from the target it jumps
+  several halvings at once, to where an (optimistic) h^2 rate would meet it.
 
   Returns:
     (value at the finest h, error estimate, h).
@@ -858,19 +788,13 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
                         delta: float, rtol: float = 1e-5) -> PldResult:
   """eps of DP-SGD (Poisson sampling, add/remove-one) with its discretisation error.
 
-  The grid spacing h is chosen adaptively (`_adaptive`): starting at 1e-2 it is
-  halved until the estimated error of the answer is at most max(rtol * eps,
-  1e-9). The per-step tails are cut at P-mass 1e-6 * delta / T, which moves at
-  most ~1e-6 * delta to +inf over the whole run, and the FFT window leaves out
-  Chernoff tails of 1e-6 * delta each (also moved pessimistically), so the
-  answer is the eps of a delta at most ~3e-6 * delta smaller than asked.
+  sigma = noise_multiplier > 0 (noise std / clip norm), q = sampling_prob in (0, 1],
+  T = num_steps >= 1, delta in (0, 1), rtol in (0, 0.1]. h is halved from 1e-2 until the
+  estimated error is at most max(rtol * eps, 1e-9). Per-step tails are cut at P-mass
+  1e-6 * delta / T and the FFT window drops Chernoff tails of 1e-6 * delta each (moved
+  pessimistically), so the answer is the eps of a delta at most ~3e-6 * delta smaller
+  than asked.
 
-  Args:
-    noise_multiplier: sigma > 0 (noise std / clip norm).
-    sampling_prob: q in (0, 1] (Poisson sampling rate).
-    num_steps: T, an integer >= 1.
-    delta: in (0, 1).
-    rtol: target relative discretisation error, in (0, 0.1].
   Returns:
     PldResult: value = eps (an upper bound), error = estimated eps - eps_true.
     q = 1 is a Gaussian with mu = sqrt(T) / sigma, answered exactly.
@@ -923,12 +847,8 @@ def dpsgd_delta_bound(noise_multiplier: float, sampling_prob: float, num_steps: 
                       epsilon: float, rtol: float = 1e-5) -> PldResult:
   """delta(eps) of DP-SGD by the PLD accountant, with its discretisation error.
 
-  Args:
-    noise_multiplier, sampling_prob, num_steps: as in `dpsgd_epsilon_bound`.
-    epsilon: eps >= 0, finite.
-    rtol: target relative error of delta, in (0, 0.1].
-  Returns:
-    PldResult with value = delta(eps) (an upper bound).
+  Arguments as in `dpsgd_epsilon_bound`; epsilon >= 0 finite, rtol the target relative
+  error of delta in (0, 0.1]. Returns a PldResult with value = delta(eps) (an upper bound).
   """
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)

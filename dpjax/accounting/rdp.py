@@ -1,33 +1,22 @@
 """Rényi differential privacy (Mironov 2017): curves, composition, conversion.
 
-A mechanism M is (alpha, rho)-RDP when D_alpha(M(D) || M(D')) <= rho for every
-pair of neighbours. RDP composes by adding the curves order by order, and a
-curve converts to (eps, delta)-DP at the end (`rdp_to_epsilon`).
+M is (alpha, rho)-RDP when D_alpha(M(D) || M(D')) <= rho for all neighbours. Curves
+(float64[A], one value per order) compose by adding order by order and convert to
+(eps, delta)-DP with `rdp_to_epsilon`. Gaussian, Laplace (Mironov 2017, Prop. 6) and
+randomized-response curves are exact. `subsampled_gaussian_rdp` is the Poisson-subsampled
+Gaussian of DP-SGD (Mironov, Talwar & Zhang 2019; add/remove-one): with
+Y = exp((2z - 1) / (2 sigma^2)), z ~ N(0, sigma^2), the RDP at order alpha is
+log(A_alpha) / (alpha - 1) where
 
-Curves here (one float64 value per order; shape letter A = number of orders):
+    A_alpha = E[(1 - q + q Y)^alpha].
 
-* `gaussian_rdp`: alpha / (2 sigma^2), exact.
-* `laplace_rdp`: Mironov 2017, Prop. 6, exact.
-* `randomized_response_rdp`: k-ary randomized response, exact.
-* `subsampled_gaussian_rdp`: the Poisson-subsampled Gaussian of DP-SGD
-  (Mironov, Talwar & Zhang 2019; add/remove-one neighbours). With
-  Y = exp((2z - 1) / (2 sigma^2)) and z ~ N(0, sigma^2), the RDP at order alpha
-  is log(A_alpha) / (alpha - 1) where
-
-      A_alpha = E[(1 - q + q Y)^alpha].
-
-  At integer alpha, A_alpha - 1 = sum_{i>=2} C(alpha, i) q^i (1-q)^(alpha-i)
-  (exp((i^2 - i) / (2 sigma^2)) - 1), a sum of positive terms evaluated in log
-  space. At fractional alpha we integrate A_alpha - 1 = E[f(q (Y - 1))] with
-  f(x) = (1 + x)^alpha - 1 - alpha x >= 0 (the subtracted term has mean zero)
-  by the trapezoid rule in log space, on a grid whose spacing is set from the
-  strip of analyticity of the integrand (branch points at distance pi sigma^2)
-  so that the quadrature error is below ~1e-12 relative. This is the EXACT
-  value, not the bound obtained by summing the absolute values of the binomial
-  series (dp_accounting 0.6.0), and no order is ever dropped.
-
-Everything runs on the host in NumPy float64. Nothing overflows for orders up
-to 1024, q down to 1e-6 and sigma in [0.3, 1000] (and well beyond).
+At integer alpha, A_alpha - 1 = sum_{i>=2} C(alpha, i) q^i (1-q)^(alpha-i)
+(exp((i^2 - i) / (2 sigma^2)) - 1), positive terms summed in log space. At fractional
+alpha, A_alpha - 1 = E[f(q (Y - 1))] with f(x) = (1 + x)^alpha - 1 - alpha x >= 0, by the
+trapezoid rule in log space on a grid set from the strip of analyticity (branch points
+at distance pi sigma^2), relative error below ~1e-12: the exact value, not a series
+bound, and no order is dropped. Host NumPy float64; no overflow for orders up to 1024,
+q down to 1e-6 and sigma in [0.3, 1000].
 
 Examples:
   >>> orders = DEFAULT_ORDERS
@@ -88,11 +77,7 @@ _METHODS = ("balle2020", "classic")
 def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
   """RDP of the Gaussian mechanism with noise std = noise_multiplier * sensitivity.
 
-  Args:
-    noise_multiplier: sigma > 0 (in units of the L2 sensitivity).
-    orders: orders alpha > 1, shape [A].
-  Returns:
-    float64[A]: alpha / (2 sigma^2) (exact).
+  float64[A]: alpha / (2 sigma^2) (exact).
 
   Examples:
     >>> gaussian_rdp(2.0, [2, 8]).tolist()
@@ -106,15 +91,8 @@ def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
 def laplace_rdp(scale: float, orders, sensitivity: float = 1.0) -> np.ndarray:
   """RDP of the Laplace mechanism with noise scale b and L1 sensitivity Delta (exact).
 
-  With eps0 = Delta / b (Mironov 2017, Prop. 6):
+  With eps0 = Delta / b (Mironov 2017, Prop. 6), float64[A]:
   rho(alpha) = eps0 + log1p((alpha-1)/(2 alpha-1) * expm1(-(2 alpha-1) eps0)) / (alpha-1).
-
-  Args:
-    scale: b > 0.
-    orders: orders alpha > 1, shape [A].
-    sensitivity: Delta > 0.
-  Returns:
-    float64[A].
 
   Examples:
     >>> round(float(laplace_rdp(1.0, [1e6])[0]), 4)   # -> eps0 as alpha -> inf
@@ -131,16 +109,8 @@ def laplace_rdp(scale: float, orders, sensitivity: float = 1.0) -> np.ndarray:
 def randomized_response_rdp(epsilon: float, orders, num_buckets: int = 2) -> np.ndarray:
   """RDP of k-ary randomized response with pure-DP parameter `epsilon` (exact).
 
-  The true value is reported with probability e^eps / (e^eps + k - 1), each other
-  value with 1 / (e^eps + k - 1). Neighbours replace one record, so the two
-  output distributions differ by swapping two of the k probabilities.
-
-  Args:
-    epsilon: eps > 0 of the randomized response.
-    orders: orders alpha > 1, shape [A].
-    num_buckets: k >= 2.
-  Returns:
-    float64[A], increasing to `epsilon` as alpha -> inf.
+  The true value is reported with probability e^eps / (e^eps + k - 1), each other with
+  1 / (e^eps + k - 1); neighbours replace one record. float64[A], increasing to `epsilon`.
 
   Examples:
     >>> round(float(randomized_response_rdp(1.0, [2])[0]), 6)
@@ -202,12 +172,8 @@ def _log_a_minus_1_int_block(q: float, sigma: float, alphas: np.ndarray) -> np.n
 
 
 def _log_a_minus_1_int(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
-  """log(A_alpha - 1) at integer alphas >= 2, shape [A] (positive-term sum).
-
-  A_alpha - 1 = sum_{i=2}^{alpha} C(alpha, i) q^i (1-q)^(alpha-i) expm1((i^2-i)/(2 sigma^2)).
-  Orders are processed in blocks of similar size so the [A, alpha_max] term matrix
-  stays small.
-  """
+  """log(A_alpha - 1) at integer alphas >= 2, shape [A]: the module docstring's positive-term
+  sum, in blocks of similar order so the [A, alpha_max] term matrix stays small."""
   out = np.empty_like(alphas)
   order = np.argsort(alphas)
   edges = [0, 32, 128, 512, np.inf]
@@ -225,13 +191,8 @@ def _log_a_minus_1_int(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray
 
 
 def _log_f(x: np.ndarray, log1px: np.ndarray, alpha) -> np.ndarray:
-  """log((1 + x)^alpha - 1 - alpha x) for x > -1, alpha > 1, stable everywhere.
-
-  Args:
-    x: float64[P], may be +inf where 1 + x overflows (then log1px is used).
-    log1px: float64[P], log(1 + x) (finite).
-    alpha: the order, a scalar or float64[P].
-  """
+  """log((1 + x)^alpha - 1 - alpha x) for x > -1, alpha > 1; x float64[P] may be +inf where
+  1 + x overflows (then log1px, finite, is used); alpha a scalar or float64[P]."""
   alpha = np.broadcast_to(np.asarray(alpha, np.float64), x.shape)
   out = np.empty_like(log1px)
   small = (np.abs(x) < 0.5) & (alpha * np.minimum(np.abs(x), 1.0) < 0.5)
@@ -303,12 +264,8 @@ def _grid_log_sum(q: float, sigma: float, lo: float, h: float, n: int,
 
 def _log_a_minus_1_frac(q: float, sigma: float, alpha: float,
                         max_points: Optional[int] = None) -> Optional[float]:
-  """log(A_alpha - 1) at one (fractional) alpha by the trapezoid rule in log space.
-
-  Returns None when the grids tried (the range is widened until the integrand is
-  negligible at both ends) would add up to more than `max_points` points
-  (default _GRID_BUDGET); the caller then bounds the order instead.
-  """
+  """log(A_alpha - 1) at one fractional alpha by the trapezoid rule, the range widened until
+  negligible at both ends; None when that needs more than `max_points` (_GRID_BUDGET)."""
   budget = _GRID_BUDGET if max_points is None else max_points
   lo, hi, h = _frac_grid(sigma, alpha)
   work = 0
@@ -335,10 +292,8 @@ def _log_a_minus_1_frac(q: float, sigma: float, alpha: float,
 
 def _log_a_minus_1_frac_segments(q: float, sigma: float, alphas: np.ndarray, grids,
                                  counts: np.ndarray) -> np.ndarray:
-  """The default-range quadrature of several orders on one concatenated grid.
-
-  Returns float64[A], NaN where the integrand is not negligible at the range ends.
-  """
+  """Default-range quadrature of several orders on one concatenated grid: float64[A], NaN
+  where the integrand is not negligible at the range ends."""
   starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
   seg = np.repeat(np.arange(alphas.size), counts)
   local = np.arange(counts.sum()) - starts[seg]
@@ -355,14 +310,8 @@ def _log_a_minus_1_frac_segments(q: float, sigma: float, alphas: np.ndarray, gri
 
 
 def _log_a_minus_1_frac_many(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
-  """`_log_a_minus_1_frac` for many orders at once (concatenated grids).
-
-  Orders whose integrand is not negligible at the ends of the default range are
-  redone one by one with a widened range (never silently truncated). The work is
-  capped (module constants `_GRID_CHUNK`, `_GRID_BUDGET`): the cheapest orders are
-  done first, and an order beyond the budget comes back as NaN, for the caller to
-  replace by an upper bound.
-  """
+  """`_log_a_minus_1_frac` for many orders at once (concatenated grids), cheapest first
+  within `_GRID_BUDGET`; an order beyond the budget is NaN, for the caller to bound."""
   grids = [_frac_grid(sigma, float(a)) for a in alphas]
   counts = np.array([int(math.ceil((hi - lo) / h)) + 1 for lo, hi, h in grids])
   by_cost = np.argsort(counts, kind="stable")
@@ -407,14 +356,11 @@ def _log_a_int(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
 def _log_a_frac_bound(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
   """Upper bounds on log A_alpha at fractional alphas, from the integer orders around.
 
-  log A_alpha = log E[(1 - q + q Y)^alpha] is convex in alpha (Hoelder), and
-  log A_1 = 0, so for k < alpha < k + 1
+  log A_alpha is convex in alpha (Hoelder) and log A_1 = 0, so for k < alpha < k + 1
 
-      log A_alpha <= (k + 1 - alpha) log A_k + (alpha - k) log A_{k + 1},
+      log A_alpha <= (k + 1 - alpha) log A_k + (alpha - k) log A_{k + 1}.
 
-  which is also at most (alpha - 1) rho(k + 1) (rho is nondecreasing in the order).
-  The smaller of this and the Gaussian bound alpha (alpha - 1) / (2 sigma^2) is
-  returned (the latter is the tighter one when sigma is tiny and alpha near k + 1/2).
+  Returns the smaller of this and the Gaussian bound alpha (alpha - 1) / (2 sigma^2).
   """
   k = np.floor(alphas)
   ints = np.unique(np.concatenate([k[k >= 2], k + 1.0]))
@@ -430,23 +376,14 @@ def subsampled_gaussian_rdp(sampling_prob: float, noise_multiplier: float,
                             orders) -> np.ndarray:
   """Exact RDP of one step of the Poisson-subsampled Gaussian mechanism.
 
-  Each record is included independently with probability q, the sum has L2
-  sensitivity 1 (clip norm C) and gets N(0, sigma^2 C^2) noise. Neighbours add or
-  remove one record. Exact at integer and fractional orders; never drops an order.
+  Each record is included with probability q in (0, 1]; the sum has L2 sensitivity 1
+  (clip norm C) and gets N(0, sigma^2 C^2) noise; neighbours add or remove one record.
+  Work is bounded: for sigma below about 0.02, fractional orders the quadrature cannot
+  afford get the upper bound of `_log_a_frac_bound`, and integer orders above
+  `_MAX_EXACT_INT_ORDER` get alpha / (2 sigma^2). Every value is exact or an upper bound.
 
-  Bounded work: for very small sigma (below about 0.02 at the default orders) the
-  fractional-order quadrature would need more than `_GRID_BUDGET` points; the
-  orders it cannot afford (the largest first) get the upper bound of
-  `_log_a_frac_bound` (log-convex interpolation between the exact integer
-  orders), and integer orders above `_MAX_EXACT_INT_ORDER` get
-  alpha / (2 sigma^2). Every value returned is exact or an upper bound.
-
-  Args:
-    sampling_prob: q in (0, 1].
-    noise_multiplier: sigma > 0.
-    orders: orders alpha > 1, shape [A].
   Returns:
-    float64[A] RDP of ONE step (multiply by T for T steps).
+    float64[A] RDP of ONE step at orders [A] (multiply by T for T steps).
 
   Examples:
     >>> round(float(subsampled_gaussian_rdp(1.0, 2.0, [2])[0]), 6)   # q = 1: Gaussian
@@ -490,16 +427,10 @@ def rdp_to_epsilon(orders, rdp_values, delta: float,
   classic (Mironov 2017, Prop. 3): eps = min_a rho(a) + log(1/delta) / (a - 1).
   balle2020 (Balle et al. 2020, Thm 21; default, never larger than classic):
       eps = min_a rho(a) + log1p(-1/a) - (log delta + log a) / (a - 1).
-  Both use eps = 0 when delta >= sqrt(1 - exp(-rho(a))) (a Pinsker/KL bound,
-  valid because rho is nondecreasing in a and bounds the KL divergence).
-
-  Args:
-    orders: orders > 1, shape [A].
-    rdp_values: rho at those orders (composed), shape [A]; inf allowed.
-    delta: in (0, 1).
-    method: "balle2020" or "classic".
-  Returns:
-    (epsilon, optimal_order). epsilon is inf when every order is inf.
+  Both use eps = 0 when delta >= sqrt(1 - exp(-rho(a))) (Pinsker/KL bound; rho is
+  nondecreasing in a and bounds the KL divergence). orders [A] > 1, composed rdp_values
+  [A] (inf allowed), delta in (0, 1). Returns (epsilon, optimal_order); epsilon is inf
+  when every order is inf.
 
   Examples:
     >>> orders = np.arange(2, 65)
@@ -529,15 +460,8 @@ def rdp_to_delta(orders, rdp_values, epsilon: float,
 
   classic: log delta = (a - 1)(rho(a) - eps).
   balle2020 (default): log delta = (a - 1)(rho(a) - eps + log1p(-1/a)) - log a.
-  Both also use delta <= sqrt(1 - exp(-rho(a))).
-
-  Args:
-    orders: orders > 1, shape [A].
-    rdp_values: composed rho at those orders, shape [A].
-    epsilon: eps >= 0.
-    method: "balle2020" or "classic".
-  Returns:
-    (delta, optimal_order), delta clipped to at most 1.
+  Both also use delta <= sqrt(1 - exp(-rho(a))). Orders [A], rho [A], eps >= 0.
+  Returns (delta, optimal_order), delta at most 1.
 
   Examples:
     >>> orders = np.arange(2, 65)
@@ -583,12 +507,8 @@ def repeat_shape(shape) -> float:
 
 
 def _tnb_mean_from_log_gamma(log_gamma: float, eta: float) -> float:
-  """E[K] of the truncated negative binomial with log(gamma) = L < 0 and shape eta.
-
-  E[K] = eta (1/gamma - 1) / (1 - gamma^eta) for eta > 0 and
-  (1/gamma - 1) / log(1/gamma) at eta = 0, written with expm1 so that gamma near 1
-  loses no digits.
-  """
+  """E[K] of the truncated negative binomial with log(gamma) = L < 0 and shape eta:
+  eta (1/gamma - 1) / (1 - gamma^eta), or (1/gamma - 1) / log(1/gamma) at eta = 0."""
   el = -log_gamma
   if eta == 0.0:
     return math.expm1(el) / el
@@ -596,21 +516,13 @@ def _tnb_mean_from_log_gamma(log_gamma: float, eta: float) -> float:
 
 
 def truncated_negative_binomial_log_gamma(mean_runs: float, shape: float) -> float:
-  """log(gamma) of the truncated negative binomial with shape eta and mean E[K] = mean_runs.
+  """log(gamma) <= 0 of the truncated negative binomial with shape eta and E[K] = mean_runs.
 
   The law (Papernot & Steinke 2022, Definition 1) on k = 1, 2, ... is
   P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) * prod_{l<k} (l + eta) / (l + 1) for
   eta > 0 and P[K = k] = (1 - gamma)^k / (k log(1/gamma)) for eta = 0 (logarithmic);
-  eta = 1 is the geometric law with gamma = 1 / mean. E[K] decreases in gamma, so
-  gamma is found by bisection in log(gamma) to the last bit, and the end of the
-  bracket with E[K] >= mean_runs (the smaller gamma, hence the larger privacy
-  bound in `repeat_and_select_rdp`) is returned.
-
-  Args:
-    mean_runs: E[K] >= 1 (K >= 1 always); 1 gives gamma = 1 (K = 1 surely).
-    shape: eta >= 0, finite.
-  Returns:
-    log(gamma) <= 0.
+  eta = 1 is geometric with gamma = 1 / mean. mean_runs >= 1 (1 gives gamma = 1), eta >= 0
+  finite. Bisection returns the bracket end with E[K] >= mean_runs (the larger bound).
 
   Examples:
     >>> round(math.exp(truncated_negative_binomial_log_gamma(10.0, 1.0)), 12)
@@ -643,53 +555,30 @@ def truncated_negative_binomial_log_gamma(mean_runs: float, shape: float) -> flo
 def repeat_and_select_rdp(orders, rdp_values, *, mean_runs: float, shape) -> np.ndarray:
   """RDP of running a mechanism Q a random number K of times and releasing only the best run.
 
-  Papernot & Steinke, "Hyperparameter Tuning with Renyi Differential Privacy",
-  ICLR 2022, https://arxiv.org/abs/2110.03620. The algorithm A draws K, runs Q
-  (each run draws its own hyperparameters and its own randomness) K times on the
-  same data, and outputs the run with the best score (nothing if K = 0). Q's whole
-  output, the candidate AND its score, must satisfy the RDP curve `rdp_values`;
-  a score computed without privacy on private data is not covered.
+  Papernot & Steinke, "Hyperparameter Tuning with Renyi Differential Privacy", ICLR 2022,
+  https://arxiv.org/abs/2110.03620. A draws K, runs Q K times on the same data (each run
+  with its own hyperparameters and randomness) and outputs the best-scoring run (nothing if
+  K = 0). Q's whole output, the candidate AND its score, must satisfy the RDP curve
+  `rdp_values`; a score computed without privacy on private data is not covered.
 
-  * Truncated negative binomial K with shape eta >= 0 and parameter gamma
-    (eta = 0 logarithmic, eta = 1 geometric; gamma set from E[K] = mean_runs by
-    `truncated_negative_binomial_log_gamma`). Theorem 2: if Q is (lambda, eps)-RDP
-    and (lambdahat, epshat)-RDP, then A is (lambda, eps')-RDP with
+  * Truncated negative binomial K, shape eta >= 0 (0 logarithmic, 1 geometric), gamma from
+    E[K] = mean_runs (`truncated_negative_binomial_log_gamma`). Theorem 2: if Q is
+    (lambda, eps)-RDP and (lambdahat, epshat)-RDP, A is (lambda, eps')-RDP with
 
         eps' = eps + (1 + eta) (1 - 1/lambdahat) epshat
-                   + (1 + eta) log(1/gamma) / lambdahat + log(E[K]) / (lambda - 1).
+                   + (1 + eta) log(1/gamma) / lambdahat + log(E[K]) / (lambda - 1),
 
-    lambdahat ranges over the given orders (the minimum is taken).
+    minimised over lambdahat in the given orders.
   * Poisson K with mean mu (shape = "poisson" or math.inf). Theorem 6: if Q is
     (lambda, eps)-RDP and (epshat, deltahat)-DP with epshat = log(1 + 1/(lambda - 1)),
-    then A is (lambda, eps + mu deltahat + log(mu) / (lambda - 1))-RDP. deltahat
-    comes from Q's curve by `rdp_to_delta` (Balle et al. 2020 conversion and the
-    KL bound, both valid at every order > 1).
+    A is (lambda, eps + mu deltahat + log(mu) / (lambda - 1))-RDP; deltahat comes from
+    Q's curve by `rdp_to_delta`.
 
-  Finally the curve is replaced by its envelope
-  out(a) = min_{b >= a} out(b), valid because Renyi divergence is nondecreasing in
-  the order (dp_accounting 0.6.0 applies this envelope to the truncated laws
-  only, so for the Poisson law our curve is its envelope and can be smaller at
-  low orders; eps at delta is the same). The pure-DP limit (lambda, lambdahat -> inf) of Theorem 2 is the
-  paper's (2 + eta) eps (3 eps for the geometric law, Liu & Talwar 2019); for a
-  Gaussian base mechanism with eps(lambda) = rho lambda it is the paper's closed
-  form rho lambda + (1 + eta)(2 sqrt(rho log(1/gamma)) - rho) + log(E[K])/(lambda - 1)
-  when sqrt(log(1/gamma)/rho) >= 1.
-
-  Edge cases: mean_runs must be >= 1 for every shape (dp_accounting's
-  `RepeatAndSelectDpEvent` makes the same requirement; for the truncated laws
-  K >= 1 so E[K] >= 1, and for the Poisson law the log(mu) term of Theorem 6 is
-  only used with mu >= 1 here). mean_runs == 1 with a truncated law means K = 1
-  surely, so A = Q and the input curve (its envelope) is returned exactly;
-  dp_accounting instead evaluates Theorem 2 there, which is slightly larger.
-  Orders must be > 1; an order whose input value is inf gives inf.
-
-  Args:
-    orders: Renyi orders > 1, shape [A]. The same orders serve as lambda and lambdahat.
-    rdp_values: Q's RDP curve at those orders, shape [A], >= 0 (inf allowed).
-    mean_runs: E[K] >= 1.
-    shape: eta >= 0 (a float; 0 logarithmic, 1 geometric), or "poisson" / math.inf.
-  Returns:
-    float64[A]: an RDP curve of A.
+  The result is replaced by its envelope out(a) = min_{b >= a} out(b) (Renyi divergence is
+  nondecreasing in the order). mean_runs must be >= 1; mean_runs == 1 with a truncated law
+  means K = 1 (the input curve's envelope is returned). Orders [A] > 1 serve as both lambda
+  and lambdahat; an order whose input is inf gives inf. Returns float64[A], an RDP curve
+  of A.
 
   Examples:
     >>> orders = np.array([2.0, 4.0, 8.0, 16.0, 32.0])

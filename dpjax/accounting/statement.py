@@ -1,30 +1,14 @@
 """A privacy statement for a DP-SGD run: everything a paper or a review needs.
 
-`privacy_statement(noise_multiplier, sampling_prob, num_steps, dataset_size)`
-collects in one object (printable with `.text()`, serialisable with
-`.to_dict()`):
-
-* the neighbouring relation and privacy unit: add/remove one example
-  (`privacy_unit="example"`), or one user with all of their records
-  (`privacy_unit="user"`, user-level DP-SGD: users Poisson-sampled at rate q,
-  each user's summed gradient clipped to C, n = the number of users; McMahan et
-  al. 2018, https://arxiv.org/abs/1710.06963),
-* the sampler the numbers assume (Poisson sampling at rate q) and what they do
-  not cover,
-* eps at several delta by every accountant side by side: RDP (exact orders,
-  Balle et al. 2020 conversion, with the optimal order), PLD (an upper bound with
-  its estimated discretisation error), and the GDP central-limit figure of Bu et
-  al. 2020, labelled APPROXIMATE (it is not a bound),
-* delta against 1/n,
-* the membership-inference trade-off the guarantee implies: the largest TPR any
-  test can reach at FPR 0.1 %, 1 %, 10 %, from the PLD's whole delta(eps) curve
-  (a bound, `dpjax.tradeoff.pld_tpr_bound`) and from the CLT's mu-GDP curve
-  (approximate, `dpjax.tradeoff.gaussian_tpr`),
-* every place where two accountants disagree by more than their stated error,
-* with `noise_draws_per_step` = d (the number of noise coordinates per step, i.e.
-  of model parameters), the delta the noise sampler's finite support adds,
-  (1 + e^eps) T d tau (`dpjax.accounting.sampler_delta`), included in every
-  reported delta.
+`privacy_statement(...)` (`.text()`, `.to_dict()`) collects the neighbouring relation
+and privacy unit (one example, or one user with all of their records: McMahan et al.
+2018, https://arxiv.org/abs/1710.06963); the sampler assumed (Poisson at rate q) and what
+the numbers do not cover; eps at several delta by RDP, PLD (with its discretisation
+error) and the GDP CLT of Bu et al. 2020, labelled APPROXIMATE (not a bound); delta
+against 1/n; the largest membership-inference TPR at fixed FPRs from the PLD (a bound)
+and the CLT (approximate); disagreements between accountants beyond their stated error;
+and, given `noise_draws_per_step` d, the sampler's finite-support delta
+(1 + e^eps) T d tau, included in every reported delta.
 
 Examples:
   >>> s = privacy_statement(1.1, 256 / 60000, 1000, 60000, deltas=(1e-5,))
@@ -53,17 +37,12 @@ class EpsilonRow:
   """eps at one delta by each accountant.
 
   Attributes:
-    delta: the delta.
-    rdp_epsilon: RDP upper bound (Balle et al. 2020 conversion).
-    rdp_order: the order alpha at which it is attained.
-    pld_epsilon: PLD upper bound.
-    pld_error: estimated discretisation error; the true eps lies in
-      [pld_epsilon - pld_error, pld_epsilon].
-    pld_value_discretization: the grid spacing the PLD used.
+    rdp_epsilon, rdp_order: RDP upper bound (Balle et al. 2020) and its order alpha.
+    pld_epsilon, pld_error, pld_value_discretization: PLD upper bound, its estimated
+      discretisation error (truth in [pld_epsilon - pld_error, pld_epsilon]) and grid.
     clt_epsilon: APPROXIMATE eps from the GDP CLT (not a bound).
-    sampler_delta: the delta the noise sampler's support adds at the larger of the
-      RDP and PLD eps (0 when the number of noise draws was not given); the
-      guarantee of the run as sampled is (eps, delta + sampler_delta).
+    sampler_delta: the delta the noise sampler's support adds at the larger upper-bound
+      eps (0 if not requested): the run as sampled is (eps, delta + sampler_delta)-DP.
   """
   delta: float
   rdp_epsilon: float
@@ -218,26 +197,13 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
                       privacy_unit: str = "example") -> PrivacyStatement:
   """Builds the privacy statement of a DP-SGD run (Poisson sampling, add/remove).
 
-  Args:
-    noise_multiplier: sigma > 0.
-    sampling_prob: q in (0, 1].
-    num_steps: T, an integer >= 1.
-    dataset_size: n, an integer >= 1 (for delta vs 1/n and the batch size): the
-      number of examples, or of users when privacy_unit is "user".
-    deltas: the deltas to report, each in (0, 1), shape [D].
-    fprs: false-positive rates for the trade-off, each in (0, 1), shape [F].
-    pld_rtol: target relative discretisation error of the PLD eps.
-    noise_draws_per_step: d >= 1, the number of N(0, 1) draws per step (the number
-      of model parameters), or None. When given, each row's `sampler_delta` is
-      `accounting.sampler_delta(eps, T d)` at the row's largest upper-bound eps
-      (RDP or PLD), and the text reports delta + sampler_delta.
-    privacy_unit: "example" or "user": what one neighbouring step adds or removes,
-      named in the text and in `to_dict()` ("guarantee_unit": "per example" /
-      "per user"). The eps values are the same function of (sigma, q, T, delta);
-      "user" is correct only for user-level sampling and clipping
-      (`dpsgd.DpSgdConfig(privacy_unit="user")`).
-  Returns:
-    PrivacyStatement.
+  sigma > 0, q in (0, 1], T >= 1; dataset_size n counts examples (users when privacy_unit
+  is "user"); deltas [D] and fprs [F] in (0, 1); pld_rtol is the PLD's target relative
+  error. noise_draws_per_step d (the model's parameter count) adds each row's
+  `sampler_delta(eps, T d)` at its largest upper-bound eps. privacy_unit "example" or
+  "user" only names the unit: the eps values are the same function of (sigma, q, T,
+  delta), and "user" is correct only for user-level sampling and clipping
+  (`dpsgd.DpSgdConfig(privacy_unit="user")`).
   """
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)

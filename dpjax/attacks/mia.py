@@ -1,22 +1,12 @@
 """Membership-inference attacks: global loss threshold, Shokri shadow models, LiRA.
 
-The setting of LiRA's reference code (Carlini et al. 2022): M models are trained,
-model m on the records n with keep_MxN[m, n] = True, from one pool of N records.
-Every model in turn is the target and all the others are its shadow models, so one
-vmapped training run (`dpsgd.train_many`) yields scores for all M x N
-(model, record) pairs; `metrics.roc_curve(scores.ravel(), keep.ravel())` is then the
-attack's ROC. Higher score = "member".
-
-Attacks, all on host arrays (NumPy, float64):
-  * `loss_attack_scores` -- Yeom et al. 2018: one global threshold on the loss.
-  * `shokri_attack_scores` -- Shokri et al. 2017: per-class attack models trained on
-    the shadow models' confidences. For a binary model the confidence vector is one
-    number, p(y|x), so each per-class attack model is a 1-D logistic regression on
-    its logit (i.e. a calibrated threshold).
-  * `lira_scores` -- LiRA, online (Gaussians for IN and OUT per record) or offline
-    (OUT only, one-sided), on the logit-scaled confidence
-    phi = log(p(y|x) / (1 - p(y|x))), optionally with one variance shared by all
-    records (`fixed_variance`, better with few shadow models).
+As in LiRA's reference code (Carlini et al. 2022), M models are trained from one pool
+of N records, model m on those with keep_MxN[m, n]; each model in turn is the target and
+the others its shadows, so one vmapped run scores all M x N pairs and
+`metrics.roc_curve(scores.ravel(), keep.ravel())` is the attack's ROC. Higher score =
+"member". Attacks: `loss_attack_scores` (Yeom et al. 2018), `shokri_attack_scores`
+(Shokri et al. 2017) and `lira_scores` (online or offline LiRA on
+phi = log(p(y|x) / (1 - p(y|x)))). Host NumPy, float64.
 
 Shape letters: M models, N records, K classes.
 
@@ -52,14 +42,10 @@ def _check_phi(phi_MxN) -> np.ndarray:
 
 
 def logit_confidence(logits, labels_N) -> np.ndarray:
-  """phi = log p(y|x) - log(1 - p(y|x)), computed stably from logits.
+  """phi = log p(y|x) - log(1 - p(y|x)), computed stably from logits: float64[M, N].
 
-  Args:
-    logits: float[M, N] (binary model: one logit, p(y=1|x) = sigmoid(logit)) or
-      float[M, N, K] (softmax over K classes).
-    labels_N: int[N] true labels (0/1 for binary, in [0, K) otherwise).
-  Returns:
-    float64[M, N].
+  logits are float[M, N] (binary: p(y=1|x) = sigmoid(logit)) or float[M, N, K] (softmax);
+  labels_N are int[N] in {0, 1} or [0, K).
 
   Examples:
     >>> import numpy as np
@@ -85,11 +71,7 @@ def logit_confidence(logits, labels_N) -> np.ndarray:
 
 
 def loss_attack_scores(losses_MxN) -> np.ndarray:
-  """Yeom et al.'s global loss-threshold attack: score = -loss (low loss = member).
-
-  Every threshold on this score is one attack; Yeom's own threshold is the mean
-  training loss, and `metrics.advantage` gives the best one in hindsight.
-  """
+  """Yeom et al.'s global loss-threshold attack: score = -loss (low loss = member)."""
   x = _validate.check_array(losses_MxN, "losses_MxN", ndim=2, min_size=1)
   return -x
 
@@ -108,20 +90,13 @@ def _leave_one_out_moments(phi, mask):
 
 def lira_scores(phi_MxN, keep_MxN, *, online: bool = True,
                 fixed_variance: bool = False) -> np.ndarray:
-  """LiRA scores for every (target model, record), the other models as shadows.
+  """LiRA scores float64[M, N] for every (target model, record), the others as shadows.
 
-  Args:
-    phi_MxN: logit-scaled confidences of every model on every record
-      (`logit_confidence`).
-    keep_MxN: bool, record n was in model m's training set.
-    online: True = likelihood ratio of two per-record Gaussians fitted to the
-      shadows that did (IN) / did not (OUT) train on the record; False = offline
-      LiRA, the one-sided log P(OUT <= phi) under the OUT Gaussian only.
-    fixed_variance: use one standard deviation per side pooled over all records
-      instead of per-record ones. Records with fewer than 2 shadows on a side
-      also fall back to the pooled value (and with 0 shadows the score is 0).
-  Returns:
-    float64[M, N] scores, higher = member.
+  online: the likelihood ratio of two per-record Gaussians of phi_MxN
+  (`logit_confidence`) fitted to the shadows that did (IN) / did not (OUT) train on the
+  record (keep_MxN); offline: the one-sided log P(OUT <= phi) under the OUT Gaussian.
+  fixed_variance pools one standard deviation per side over all records; records with
+  fewer than 2 shadows on a side use it too (0 shadows: score 0). Higher = member.
   """
   phi = _check_phi(phi_MxN)
   keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=phi.shape)
@@ -168,17 +143,9 @@ def _fit_logistic_1d(x_SxP, y_SxP, w_SxP, iters: int = 30):
 def shokri_attack_scores(phi_MxN, labels_N, keep_MxN) -> np.ndarray:
   """Shokri et al.'s shadow-model attack for a binary (or one-confidence) model.
 
-  For each target m and each class c, an attack model (logistic regression on the
-  logit-scaled confidence phi) is trained on the other models' (phi, member)
-  pairs of records with label c; its predicted membership log-odds on model m's
-  records of class c is the score.
-
-  Args:
-    phi_MxN: logit-scaled confidence p(y|x) (`logit_confidence`).
-    labels_N: int[N] class of each record.
-    keep_MxN: bool membership.
-  Returns:
-    float64[M, N] scores (membership log-odds), higher = member.
+  For each target m and class c, a logistic regression on phi is trained on the other
+  models' (phi, member) pairs of records with label c; the score is its predicted
+  membership log-odds on model m's records of class c: float64[M, N], higher = member.
   """
   phi = _check_phi(phi_MxN)
   keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=phi.shape)

@@ -1,29 +1,23 @@
 """Dinur–Nissim reconstruction: recover secret bits from noisy random-subset counts.
 
-A curator holds one secret bit per person, `secret_N` in {0, 1}. The analyst asks
-Q counting queries "how many people in subset S_j have the bit?", where each S_j
-contains each person independently with probability 1/2 (row j of `queries_QxN`),
-and receives noisy answers `answers_Q = queries_QxN @ secret_N + noise_Q`. Decoding
-solves for a real vector x_N that explains the answers (least squares, or the LP of
-Dinur & Nissim 2003: minimise sum_j |answers_j - (Q x)_j| over 0 <= x <= 1) and
-rounds it. With per-answer error o(sqrt(N)) and Q = poly(N) queries almost every
-bit is recovered ("overly accurate answers to too many questions destroy privacy",
-Dwork & Roth's Fundamental Law of Information Recovery). Under a FIXED total
-privacy budget split over Q queries the per-answer noise grows with Q and the
-attack stays at the level of guessing.
+A curator holds secret bits `secret_N`; the analyst asks Q counts over random subsets
+(each person in each with probability 1/2, rows of `queries_QxN`) and gets
+`answers_Q = queries_QxN @ secret_N + noise_Q`. Decoding fits a real x_N (least squares,
+or the LP of Dinur & Nissim 2003: minimise sum_j |answers_j - (Q x)_j| over
+0 <= x <= 1) and rounds it. Per-answer error o(sqrt(N)) with Q = poly(N) recovers almost
+every bit; under a FIXED total privacy budget the noise grows with Q and the attack
+stays at guessing.
 
 Shape letters: Q queries, N people, K trials.
 
 Noise kinds (`noise`, with magnitude `scale` = E):
-  "rademacher"       exactly +E or -E, each with probability 1/2 (the lecture's
-                     "every count is off by one person" for E = 1); variance E^2.
+  "rademacher"       exactly +E or -E, each with probability 1/2; variance E^2.
   "uniform"          continuous uniform on [-E, E]; variance E^2 / 3.
-  "rounded_uniform"  an integer drawn uniformly from {-E', ..., E'}, E' = floor(E);
-                     variance E'(E' + 1) / 3.
+  "rounded_uniform"  an integer uniform on {-E', ..., E'}, E' = floor(E); variance
+                     E'(E' + 1) / 3.
   "gaussian"         N(0, E^2).
-  "laplace"          Laplace with scale b = E (variance 2 E^2). With E = Q / epsilon
-                     this is the epsilon-DP release of Q counts under basic
-                     composition (`dp_laplace_scale`).
+  "laplace"          Laplace with scale b = E (variance 2 E^2); E = Q / epsilon is the
+                     epsilon-DP release of Q counts (`dp_laplace_scale`).
 
 Examples:
   >>> import jax, jax.numpy as jnp
@@ -94,9 +88,8 @@ def noise_std(noise: str, scale: float) -> float:
 def dp_laplace_scale(total_epsilon: float, num_queries: int) -> float:
   """Laplace scale b = Q / epsilon for Q counts sharing one epsilon budget.
 
-  Each count has L1 sensitivity 1 (one person's bit changes it by at most 1), so
-  Laplace(Q / epsilon) per answer is (epsilon / Q)-DP and Q answers compose to
-  epsilon-DP (basic composition). The noise grows linearly with Q.
+  Each count has L1 sensitivity 1, so Laplace(Q / epsilon) per answer is (epsilon / Q)-DP
+  and Q answers compose to epsilon-DP (basic composition).
   """
   _validate.check_epsilon(total_epsilon, "total_epsilon")
   q = _validate.check_int(num_queries, "num_queries")
@@ -125,17 +118,8 @@ def _noise(key: jax.Array, shape, noise: str, scale: float) -> jax.Array:
 
 def noisy_counts(key: jax.Array, queries_QxN: jax.Array, secret_N: jax.Array,
                  noise: str, scale: float) -> jax.Array:
-  """Answers each subset count with additive noise: float32[Q].
-
-  Args:
-    key: a jax.random key (used once, for the noise).
-    queries_QxN: 0/1 subset indicators.
-    secret_N: the secret bits, 0/1.
-    noise: one of NOISE_KINDS.
-    scale: the noise magnitude E >= 0 (see the module docstring).
-  Returns:
-    float32[Q]: queries_QxN @ secret_N + noise.
-  """
+  """Answers each subset count with additive noise: float32[Q] = queries_QxN @ secret_N + noise
+  (`key` used once; `noise` one of NOISE_KINDS, magnitude E >= 0)."""
   _check_noise(noise, scale)
   s = _check_secret(secret_N)
   qm = _check_queries(queries_QxN)
@@ -147,15 +131,9 @@ def noisy_counts(key: jax.Array, queries_QxN: jax.Array, secret_N: jax.Array,
 def least_squares_decode(queries_QxN: jax.Array, answers_Q: jax.Array) -> jax.Array:
   """Least-squares estimate of the bits, rounded: float32[N] of 0/1.
 
-  Solves min_x ||queries_QxN x - answers_Q||_2 through the normal equations
-  (Q^T Q) x = Q^T a with a Cholesky factorisation (no box constraint; rounding at
-  1/2 is the same as clipping to [0, 1] first). Traceable (jit/vmap).
-
-  Needs Q >= N queries. For Bernoulli(1/2) subsets the condition number of Q^T Q is
-  about N (1 + sqrt(N/Q))^2 / (1 - sqrt(N/Q))^2 (~1,200 at Q = 2N = 200), so float32
-  normal equations are accurate to ~1e-4 there, far below the 1/2 rounding margin;
-  near Q = N the system becomes ill-conditioned and the estimate unreliable. (An
-  SVD-based `jnp.linalg.lstsq` gives the same answer but runs ~300x slower on CPU.)
+  min_x ||queries_QxN x - answers_Q||_2 by Cholesky on the normal equations, no box
+  constraint (rounding at 1/2 equals clipping first); traceable. Needs Q >= N; near Q = N
+  (cond(Q^T Q) ~ N (1 + sqrt(N/Q))^2 / (1 - sqrt(N/Q))^2) it is unreliable in float32.
   """
   q = _check_queries(queries_QxN)
   a = _validate.check_array(answers_Q, "answers_Q", np.float32, shape=(q.shape[0],))
@@ -173,9 +151,8 @@ def least_squares_decode(queries_QxN: jax.Array, answers_Q: jax.Array) -> jax.Ar
 def lp_decode(queries_QxN, answers_Q) -> np.ndarray:
   """Dinur–Nissim LP decoding with scipy's HiGHS, rounded: float64[N] of 0/1.
 
-  Solves min_{x, t} sum_j t_j s.t. -t <= answers - Q x <= t, 0 <= x <= 1 (the L1
-  fit of the answers), then rounds x at 1/2. Host-side, one problem at a time;
-  cost grows quickly with Q (a few seconds at Q = 800, N = 100).
+  Solves min_{x, t} sum_j t_j s.t. -t <= answers - Q x <= t, 0 <= x <= 1 (the L1 fit),
+  then rounds x at 1/2. Host-side; cost grows quickly with Q.
   """
   a = np.asarray(_check_queries(queries_QxN), np.float64)
   b = _validate.check_array(answers_Q, "answers_Q", shape=(a.shape[0],))
@@ -211,18 +188,8 @@ def reconstruction_trials(key: jax.Array, secret_N: jax.Array, *, num_queries: i
                           num_trials: int, noise: str, scale: float) -> jax.Array:
   """Fraction of bits recovered by least squares, for K independent attacks: float32[K].
 
-  All K trials (fresh queries and noise each, same secret) run as one vmapped,
-  jitted program.
-
-  Args:
-    key: a jax.random key; trial k uses jax.random.split(key, K)[k].
-    secret_N: the secret bits (0/1), N >= 1.
-    num_queries: Q >= N subset counts per trial (least squares needs Q >= N).
-    num_trials: K >= 1.
-    noise: one of NOISE_KINDS.
-    scale: noise magnitude E >= 0.
-  Returns:
-    float32[K]: per-trial fraction of the N bits recovered exactly.
+  Each trial draws fresh queries (Q >= N) and noise for the same secret, in one vmapped
+  program; trial k uses jax.random.split(key, K)[k].
   """
   s = _check_secret(secret_N)
   q = _validate.check_size(num_queries, "num_queries", s.shape[0], units=s.shape[0])
@@ -241,13 +208,10 @@ def majority_baseline(secret_N) -> float:
 def predicted_recovery(num_queries: int, num_people: int, std: float) -> float:
   """Gaussian approximation to the expected fraction recovered by least squares.
 
-  With Bernoulli(1/2) subsets, Q^T Q ~ (Q/4)(I + 11^T) plus Wishart fluctuations;
-  the mean per-coordinate variance of the least-squares error is about
-  4 std^2 / (Q - N - 1) (the inverse-Wishart mean), and a bit is wrong when its
-  error crosses 1/2 towards the other value (one-sided):
-  P(wrong) ~ Phi(-(1/2) / sqrt(4 std^2 / (Q - N - 1))). Needs Q > N + 1.
-  Treating every coordinate as having the mean variance slightly overstates the
-  recovery when Q is close to N.
+  With Bernoulli(1/2) subsets the mean per-coordinate error variance is about
+  4 std^2 / (Q - N - 1) (inverse-Wishart mean), and a bit is wrong when its error crosses
+  1/2: P(wrong) ~ Phi(-(1/2) / sqrt(4 std^2 / (Q - N - 1))). Needs Q > N + 1; slightly
+  overstates recovery when Q is close to N.
   """
   q = _validate.check_int(num_queries, "num_queries")
   n = _validate.check_int(num_people, "num_people")

@@ -1,57 +1,32 @@
 """Canary audits of DP-SGD: the canaries, and a black-box and a white-box adversary.
 
-The experiment (lecture §6.2, code 04 demo 3): a fixed base set of credit records
-plus canaries (`dpjax.data.canaries.audit_data`); many models are trained with and
-without a canary and an adversary scores each run (higher = IN); the scores become
-an eps lower bound through `dpjax.audit.estimators`.
+Many models are trained on a fixed base set of credit records with and without canaries
+(`dpjax.data.canaries.audit_data`); each run is scored (higher = IN) and the scores
+become an eps lower bound (`dpjax.audit.estimators`). Every run carries two canaries with
+their own inclusion bits (`balanced_design`):
 
-Two canaries ride in every training run, each with its own inclusion bit
-(`balanced_design`):
-
-* the lecture's record canary, bit r_m. The BLACK-BOX adversary sees only the final
-  model and scores -logit(canary) (`black_box_scores`; training on a defaulted
-  record lowers its logit).
-* a Nasr-style gradient canary, bit s_m: an extra "record" whose gradient is C
-  times a unit vector e in a coordinate that no other record uses
-  (`gradient_canary`). The WHITE-BOX adversary sees every privatized update, as
-  DP-SGD's analysis assumes. Its projection on e, in units of C and multiplied by
-  the public batch size B (`normalized_observations`), is o_t = b_t + sigma z_t
-  (b_t ~ Bernoulli(q) if the canary is in, 0 if not; z_t ~ N(0, 1)) for the
-  claimed algorithm, so the exact log-likelihood ratio is
+* the record canary: the BLACK-BOX adversary sees only the final model and scores
+  -logit(canary) (`black_box_scores`).
+* a gradient canary (Nasr et al.): a "record" whose gradient is C e, e a unit vector in a
+  coordinate no record uses (`gradient_canary`). The WHITE-BOX adversary sees every
+  privatized update, as DP-SGD's analysis assumes; its projection on e times B / C
+  (`normalized_observations`) is o_t = b_t + sigma z_t (b_t ~ Bernoulli(q) if in, 0 if
+  not; z_t ~ N(0, 1)) for the claimed algorithm, so the exact log-likelihood ratio is
 
       L = sum_t log(1 - q + q exp((2 o_t - 1) / (2 sigma^2)))
 
-  (`white_box_scores`), the Neyman-Pearson optimal statistic for the worst-case
-  pair that the accountant analyses. Its distribution under the CLAIMED
-  (q, sigma, T) is known (`LlrDistribution`): it is the privacy-loss distribution
-  of the accounted mechanism, so its ROC (`dpjax.tradeoff.likelihood_ratio_roc`)
-  is the accounted trade-off curve, which fixes the white-box threshold in advance
-  and gives the best bound ANY adversary could certify with the same trials
-  (`dpjax.audit.certifiable.best_certifiable`).
+  (`white_box_scores`). Under the CLAIMED (q, sigma, T) its law (`LlrDistribution`) is
+  the accounted privacy loss distribution, whose ROC fixes the threshold in advance.
 
-Many canaries per run (`gradient_canaries`, `canaries_design`): K gradient canaries,
-canary j = C e_j in its own unused coordinate j, each with its own inclusion bit
-and its own Poisson bits (`dpsgd.train_many(fixed_gradients=...)`). In DP-SGD as
-claimed (fixed denominator B, noise independent across coordinates), coordinate j
-of the update is (b_tj C + sigma C z_tj) / B, a function of canary j's bits and
-noise only, so the K white-box scores of a run are K independent trials with the
-single canary's distribution (tests/audit_canaries_test.py: uncorrelated across
-canaries on null runs and with canaries, each canary's scores on the exact
-likelihood-ratio law, and equal in law to single-canary runs). This independence
-is a property of the claimed algorithm: the Clopper-Pearson bound on pooled
-(run, canary) trials tests "this is DP-SGD as claimed, at eps", the hypothesis
-of the audit. For an arbitrary mechanism claimed (eps, delta)-DP, K canaries of
-one run need not be independent trials; `dpjax.audit.one_run` (Steinke, Nasr &
-Jagielski 2023) is the bound for that case.
-
-Sharing runs between the two adversaries is sound: for the black-box test the
-gradient canary is part of the "rest of the data", present in half of the IN and
-half of the OUT runs alike, so each side is the same mixture of neighbouring
-datasets and FPR + e^eps FNR >= 1 - delta still holds (it is linear in the output
-distributions); symmetrically for the white-box test. With the balanced design the
-error counts are sums of two binomials, for which the Clopper-Pearson upper
-limit stays conservative (Hoeffding 1956). For the correct algorithm the two
-canaries touch disjoint coordinates, so the two experiments are exactly independent.
+With K gradient canaries per run (`gradient_canaries`), coordinate j of the update in
+DP-SGD as claimed (fixed denominator B, independent noise per coordinate) is
+(b_tj C + sigma C z_tj) / B, so a run gives K independent trials. This independence is a
+property of the claimed algorithm: the bound on pooled (run, canary) trials tests "this
+is DP-SGD as claimed, at eps". For an arbitrary mechanism claimed (eps, delta)-DP, K
+canaries of one run need not be independent trials; use `dpjax.audit.one_run` (Steinke,
+Nasr & Jagielski 2023). Sharing runs between the two adversaries is sound: each side of
+either test holds the other canary in half of its runs, the same mixture of neighbouring
+datasets.
 
 References: Nasr, Song, Thakurta, Papernot & Carlini 2021,
 https://arxiv.org/abs/2101.04535; Jagielski, Ullman & Oprea 2020.
@@ -86,14 +61,8 @@ from dpjax import _validate
 
 
 def gradient_canary(num_features: int, l2_clip_norm: float) -> dict:
-  """{"w": C * e_last}: a gradient canary of norm exactly C in the unused last coordinate.
-
-  Args:
-    num_features: D >= 1 (the last coordinate must be one no record uses, as in
-      `dpjax.data.canaries.audit_data`).
-    l2_clip_norm: C, finite and > 0.
-  Returns:
-    {"w": float32[D]}; `gradient_canaries(D, 1, C)` is it with a leading axis K = 1.
+  """{"w": float32[D]} = C * e_last: a gradient canary of norm exactly C in the last coordinate,
+  which no record may use (`dpjax.data.canaries.audit_data`).
 
   Examples:
     >>> gradient_canary(3, 2.0)["w"].tolist()
@@ -105,22 +74,10 @@ def gradient_canary(num_features: int, l2_clip_norm: float) -> dict:
 
 
 def gradient_canaries(num_features: int, num_canaries: int, l2_clip_norm: float) -> dict:
-  """{"w": [K, D]}: K gradient canaries, canary j = C * e_{D-K+j}, in the last K coordinates.
+  """{"w": float32[K, D]}: K gradient canaries, canary j = C * e_{D-K+j}, in the last K coordinates.
 
-  Each canary has its own coordinate that no record uses (`dpjax.data.canaries
-  .audit_data(..., unused_features=K)`), so in DP-SGD as claimed (fixed denominator
-  B, independent Gaussian noise per coordinate) coordinate D-K+j of every
-  privatized update is (b_tj C + sigma C z_tj) / B: it depends only on canary j's
-  own sampling bits b_tj and its own noise z_tj, and the K canaries give K
-  independent white-box trials per run (tests/canary_test.py measures this).
-
-  Args:
-    num_features: D >= K.
-    num_canaries: K >= 1.
-    l2_clip_norm: C, finite and > 0.
-  Returns:
-    {"w": float32[K, D]}, the gradients of `dpsgd.FixedGradients(g, keep_MxK)`; for
-    K = 1 it is `gradient_canary(D, C)` with a leading axis.
+  The coordinates must be unused by every record (`audit_data(..., unused_features=K)`);
+  D >= K >= 1. The gradients of `dpsgd.FixedGradients(g, keep_MxK)`.
 
   Examples:
     >>> gradient_canaries(3, 2, 1.0)["w"].tolist()
@@ -143,8 +100,8 @@ def _project_last(update):
 
 
 def observe_last_coordinate():
-  """The observe_fn handed to `dpsgd.train_many` (one function object, so the
-  compiled program is reused across calls)."""
+  """The observe_fn handed to `dpsgd.train_many` (one function object, so the compiled
+  program is reused across calls)."""
   return _project_last
 
 
@@ -156,9 +113,8 @@ def _last_coordinates(k: int):
 
 
 def observe_last_coordinates(num_canaries: int):
-  """The observe_fn for K gradient canaries: the update's last K coordinates, float[K].
-
-  One function object per K (cached), so the compiled program is reused.
+  """The observe_fn for K gradient canaries: the update's last K coordinates, float[K] (one
+  cached function object per K).
 
   Examples:
     >>> observe_last_coordinates(2) is observe_last_coordinates(2)
@@ -169,26 +125,13 @@ def observe_last_coordinates(num_canaries: int):
 
 def canaries_design(num_models: int, num_canaries: int, in_fraction: float, seed: int
                     ) -> tuple[np.ndarray, np.ndarray]:
-  """Inclusion bits of the record canary and of K gradient canaries (M divisible by 4).
+  """Inclusion bits (record_in_M bool[M], gradient_in_MxK bool[M, K]), M a multiple of 4.
 
-  The record canary alternates (record_in_M[i] = i even, as `balanced_design`).
-  The gradient canaries' rows come in identical pairs (models 2i and 2i+1 share
-  row i), so the record canary's IN runs and OUT runs carry exactly the same
-  multiset of gradient-canary sets: each side of the black-box test is the same
-  mixture of neighbouring datasets. Column j is an independent uniformly random
-  arrangement (numpy Generator(seed)) of exactly round(in_fraction * M / 2) IN
-  pairs, so every canary is IN in exactly 2 round(in_fraction M / 2) models. The
-  design is fixed before any training, so the trials' order (by model, then
-  canary) is independent of the scores, as the split-threshold strategy needs.
-
-  Args:
-    num_models: M, a positive multiple of 4.
-    num_canaries: K >= 1.
-    in_fraction: the fraction of models in which each gradient canary is IN, in
-      (0, 1), with at least one IN and one OUT pair.
-    seed: an int seeding the arrangement.
-  Returns:
-    (record_in_M bool[M], gradient_in_MxK bool[M, K]).
+  The record canary alternates (IN at even i). Gradient-canary rows come in identical pairs
+  (models 2i, 2i+1), so the record canary's IN and OUT runs carry the same gradient-canary
+  sets. Column j is an independent uniformly random arrangement (Generator(seed)) of
+  exactly round(in_fraction * M / 2) IN pairs, with at least one IN and one OUT pair. The
+  design is fixed before training, so the trials' order is independent of the scores.
 
   Examples:
     >>> r, g = canaries_design(8, 3, 0.5, seed=0)
@@ -213,14 +156,10 @@ def canaries_design(num_models: int, num_canaries: int, in_fraction: float, seed
 
 
 def balanced_design(num_models: int) -> tuple[np.ndarray, np.ndarray]:
-  """Inclusion bits of the two canaries for models 0..M-1 (M divisible by 4).
+  """Inclusion bits (record_in_M, gradient_in_M) of the two canaries, M a multiple of 4.
 
-  Args:
-    num_models: M, a positive multiple of 4.
-  Returns:
-    (record_in_M, gradient_in_M): bool arrays; every (r, s) combination occurs
-    M/4 times and, in index order, each quarter of every side is balanced in the
-    other bit (so a "first half / second half" split keeps the mixture equal).
+  Every (r, s) combination occurs M/4 times and, in index order, each quarter of every side
+  is balanced in the other bit (a "first half / second half" split keeps the mixture).
 
   Examples:
     >>> r, s = balanced_design(4)
@@ -239,13 +178,8 @@ def balanced_design(num_models: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def black_box_scores(params_w_MxD, x_canary_D) -> np.ndarray:
-  """-logit of each final model on the record canary: float64[M] (higher = IN).
-
-  Args:
-    params_w_MxD: float[M, D] final weights of M logistic-regression models.
-    x_canary_D: float[D] the record canary's features.
-  Returns:
-    float64[M]; training on the (defaulted, label 0) canary lowers its logit.
+  """-logit of each final model (weights params_w_MxD) on the record canary: float64[M],
+  higher = IN (training on the label-0 canary lowers its logit).
 
   Examples:
     >>> black_box_scores([[1.0, 2.0], [0.0, -1.0]], [1.0, 1.0]).tolist()
@@ -259,14 +193,8 @@ def black_box_scores(params_w_MxD, x_canary_D) -> np.ndarray:
 def normalized_observations(obs_MxT, *, expected_batch_size: float, l2_clip_norm: float):
   """o_t = B * projection / C: the observed canary coordinate in units of one clipped gradient.
 
-  Args:
-    obs_MxT: float[M, T] the privatized updates' canary coordinate (what
-      `observe_last_coordinate` records), after the division by B.
-    expected_batch_size: B > 0, the public divisor.
-    l2_clip_norm: C, finite and > 0.
-  Returns:
-    float64[M, T]: b_t + sigma z_t for the claimed algorithm (b_t the canary's
-    inclusion in step t).
+  obs_MxT as `observe_last_coordinate` records it (after the division by B); float64[M, T],
+  b_t + sigma z_t for the claimed algorithm.
 
   Examples:
     >>> normalized_observations([[0.05]], expected_batch_size=20.0, l2_clip_norm=1.0).tolist()
@@ -281,13 +209,6 @@ def normalized_observations(obs_MxT, *, expected_batch_size: float, l2_clip_norm
 def step_llr(o, sampling_prob: float, noise_multiplier: float):
   """Exact per-step log-likelihood ratio log((1-q) N(o; 0, s^2) + q N(o; 1, s^2)) - log N(o; 0, s^2).
 
-  Args:
-    o: normalized observations, any shape.
-    sampling_prob: q in (0, 1].
-    noise_multiplier: sigma, finite and > 0.
-  Returns:
-    float64 array like `o`.
-
   Examples:
     >>> round(float(step_llr(0.5, 1.0, 1.0)), 12)          # q = 1: (2o - 1) / (2 s^2)
     0.0
@@ -301,17 +222,9 @@ def step_llr(o, sampling_prob: float, noise_multiplier: float):
 
 
 def white_box_scores(o_MxT, sampling_prob: float, noise_multiplier: float) -> np.ndarray:
-  """sum_t step_llr(o_t): float64[M] (higher = IN).
+  """sum_t step_llr(o_t) over o_MxT: float64[M] (higher = IN).
 
-  With noise_multiplier = 0 (no noise) the likelihood ratio is infinite whenever
-  the canary shows up, and the score is the number of steps with o_t > 1/2.
-
-  Args:
-    o_MxT: float[M, T] normalized observations.
-    sampling_prob: q in (0, 1].
-    noise_multiplier: sigma >= 0, finite.
-  Returns:
-    float64[M].
+  With noise_multiplier = 0 the score is the number of steps with o_t > 1/2.
 
   Examples:
     >>> white_box_scores([[1.0, 0.0]], 1.0, 0.0).tolist()  # no noise: steps with o > 1/2
@@ -331,30 +244,17 @@ def white_box_scores(o_MxT, sampling_prob: float, noise_multiplier: float) -> np
 class LlrDistribution:
   """Distribution of L = sum_t step_llr(o_t) under IN and OUT, on a grid.
 
-  L is the privacy loss of T steps of the Poisson-subsampled Gaussian (the
-  "remove" pair IN || OUT; its negative is the "add" pair's), so this is the same
-  distribution that `dpjax.accounting.pld` composes for the accountant.
-  tests/canary_test.py checks the two against each other at the audit's four
-  settings: the privacy profile `delta(eps)` (the worse of the two neighbour
-  directions, as the accountant reports it) equals `pld.gaussian_pld(sigma, q)
-  .self_compose(T).delta(eps)` on an eps grid in [0, 8] to within 1e-3 relative
-  plus 1e-12 absolute, from above and from below; each direction separately
-  matches the closed form for T = 1. It is kept as its own computation because
-  the audit needs what the accountant's PLD does not expose: the statistic's
-  values (in the units of `white_box_scores`, to fix a threshold on them) with
-  both pmfs, each step's loss rounded to the nearest grid point. The accountant's
-  PLD moves mass pessimistically to grid points instead (an upper bound on delta,
-  as an accountant must), so thresholds chosen from it differ slightly (by up to
-  ~2e-4 in L at the audit's settings), enough to change an error count.
+  L is the privacy loss of T Poisson-subsampled Gaussian steps (the "remove" pair IN || OUT;
+  its negative is the "add" pair's), as `dpjax.accounting.pld` composes it, but each step's
+  loss is rounded to the nearest grid point (|error| <= h/2 per step) instead of moved
+  pessimistically: not an upper bound on delta, but the statistic's values with both pmfs,
+  for thresholds. Tails beyond +-30 standard deviations alias in the FFT (negligible).
+  `dpjax.tradeoff.likelihood_ratio_roc(grid_J, pmf_in_J, pmf_out_J)` is the ROC of the
+  tests "IN iff L > threshold".
 
   Attributes:
     grid_J: float64[J] values of L, evenly spaced (spacing h).
     pmf_in_J, pmf_out_J: probabilities of each grid value under IN / OUT.
-
-  Discretisation: L is rounded to the grid per step (|error| <= h/2 per step);
-  tails beyond +-30 standard deviations are aliased by the circular FFT
-  (negligible). `dpjax.tradeoff.likelihood_ratio_roc(grid_J, pmf_in_J,
-  pmf_out_J)` is the ROC of the tests "IN iff L > threshold".
   """
   grid_J: np.ndarray
   pmf_in_J: np.ndarray
@@ -365,14 +265,8 @@ class LlrDistribution:
               points_per_std: int = 2000, o_cells: int = 200_001) -> "LlrDistribution":
     """Computes the distribution numerically (FFT self-convolution of one step).
 
-    Args:
-      sampling_prob: q in (0, 1].
-      noise_multiplier: sigma > 0.
-      num_steps: T >= 1.
-      points_per_std: grid points per standard deviation of L (accuracy knob).
-      o_cells: cells of the one-step observation grid.
-    Returns:
-      LlrDistribution.
+    q in (0, 1], sigma > 0, T >= 1; points_per_std (grid points per standard deviation of L)
+    and o_cells (cells of the one-step observation grid) set the accuracy.
     """
     q = _validate.check_sampling_prob(sampling_prob)
     s = _validate.check_positive(noise_multiplier, "noise_multiplier")
@@ -410,14 +304,10 @@ class LlrDistribution:
     return cls(grid, c_in / c_in.sum(), c_out / c_out.sum())
 
   def delta(self, epsilon, direction: str = "both"):
-    """Privacy profile delta(eps) of this distribution.
+    """Privacy profile delta(eps) of this distribution, eps >= 0 scalar or float[E].
 
-    Args:
-      epsilon: eps >= 0, scalar or float[E].
-      direction: "remove" (delta_{IN||OUT}: sup_S P_IN(S) - e^eps P_OUT(S)),
-        "add" (delta_{OUT||IN}) or "both" (the larger, as an accountant reports).
-    Returns:
-      float, or float64[E] for an array `epsilon`.
+    direction: "remove" (sup_S P_IN(S) - e^eps P_OUT(S)), "add" (OUT || IN) or "both" (the
+    larger, as an accountant reports). Returns a float, or float64[E] for an array.
 
     Examples:
       >>> d = LlrDistribution.compute(1.0, 2.0, 4)           # q = 1: 1-GDP
@@ -434,7 +324,7 @@ class LlrDistribution:
 
 def llr_distribution(sampling_prob: float, noise_multiplier: float,
                      num_steps: int) -> LlrDistribution:
-  """Cached `LlrDistribution.compute` (the audit asks for each setting several times).
+  """Cached `LlrDistribution.compute`.
 
   Examples:
     >>> llr_distribution(0.2, 2.0, 10) is llr_distribution(0.2, 2.0, 10)

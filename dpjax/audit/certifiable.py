@@ -1,22 +1,15 @@
 """The audit's ceiling: the best eps lower bound certifiable from a known ROC.
 
-For a mechanism whose trade-off curve is known (the accounted mechanism, whose
-curve no adversary can beat, or a last-iterate law,
-`dpjax.audit.last_iterate.last_iterate_roc`), `best_certifiable` plugs the
-EXPECTED error counts trials * FPR_j and trials * FNR_j of every operating point
-into `dpjax.audit.stats.epsilon_lower_bound` and reports the best point: what
-the best adversary is expected to certify with that many trials and this
-confidence procedure. It is a benchmark for an audit's measured bound, not a
-bound on any one audit. The best point's threshold is the natural threshold to
-fix in advance (`dpjax.audit.estimators.FixedThreshold`).
-
-Contracts: host NumPy only; rates in [0, 1], at least one point with FPR > 0 or
-FNR > 0; the returned `CertifiableBound` says what it assumes.
+For a mechanism whose trade-off curve is known (the accounted one, which no adversary
+can beat, or a last-iterate law, `dpjax.audit.last_iterate.last_iterate_roc`),
+`best_certifiable` reports what the best adversary is expected to certify with a given
+number of trials. It is a benchmark for an audit's measured bound, not a bound on any one
+audit. Host NumPy only.
 
 References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535 (audits against
 the accountant's ceiling).
 
-Shape letters: J ROC points. Example: `best_certifiable`'s docstring.
+Shape letters: J ROC points.
 """
 
 from __future__ import annotations
@@ -35,12 +28,9 @@ class CertifiableBound:
   """The best bound certifiable from expected counts on a known ROC.
 
   Attributes:
-    epsilon: the best bound (max over the ROC's points).
-    index: the ROC point attaining it.
-    threshold: that point's threshold (None when no thresholds were given).
-    fpr, fnr: that point's rates.
-    trials: evaluation trials per side.
-    delta, confidence: as passed.
+    epsilon: the best bound (max over the ROC's points), at ROC point `index`.
+    threshold, fpr, fnr: that point's threshold (None when none were given) and rates.
+    trials: evaluation trials per side (the OUT side); delta, confidence: as passed.
     assumptions: what the number means.
   """
   epsilon: float
@@ -60,25 +50,12 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
                      trials_in: Optional[int] = None) -> CertifiableBound:
   """Best bound certifiable from expected counts on a known ROC (the audit's ceiling).
 
-  For each operating point (FPR_j, FNR_j) of a test -- e.g. the trade-off curve of
-  the accounted mechanism, which no adversary can beat -- the expected counts
-  trials * FPR_j and trials * FNR_j are plugged into `stats.epsilon_lower_bound`;
-  the maximum over j is what the best adversary would certify with `trials`
-  evaluation trials per side and this confidence procedure, on typical (expected)
-  counts (with `trials_in` IN trials and `trials` OUT trials when the sides differ:
-  trials * FPR_j false positives, trials_in * FNR_j false negatives). Points with
-  FPR = FNR = 0 (a degenerate perfect test) are skipped. The point's threshold is
-  the natural threshold to fix in advance (`estimators.FixedThreshold`).
-
-  Args:
-    fpr_J, fnr_J: float[J] operating points in [0, 1] (J >= 1), e.g. from
-      `dpjax.tradeoff.likelihood_ratio_roc` or `dpjax.tradeoff.gaussian_fnr`.
-    trials: evaluation trials per side (the OUT side when trials_in is given), >= 1.
-    delta, confidence: as in `stats.epsilon_lower_bound`.
-    thresholds_J: optional float[J] thresholds of the points.
-    trials_in: IN trials, >= 1, when they differ from `trials` (default: trials).
-  Returns:
-    CertifiableBound (its `trials` is the OUT side's).
+  For each operating point j of fpr_J, fnr_J (float[J] in [0, 1], e.g. from
+  `tradeoff.likelihood_ratio_roc`), the expected counts trials * FPR_j (OUT side) and
+  trials_in * FNR_j (trials_in defaults to trials) go into `stats.epsilon_lower_bound`
+  (delta, confidence as there); the maximum over j is returned, points with
+  FPR = FNR = 0 skipped (at least one other is required). The best point's threshold
+  (from the optional thresholds_J) is the natural one to fix in advance.
 
   Examples:
     >>> import numpy as np

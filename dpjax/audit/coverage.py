@@ -1,52 +1,19 @@
 """Coverage of the audit estimators, measured on mechanisms whose exact privacy is known.
 
-An eps lower bound at confidence 1 - alpha promises: over the randomness of the
-trials, P[eps_lower > eps_true(delta)] <= alpha, whatever the mechanism (or, for
-the GDP-based bounds, whatever the mu-GDP mechanism). This module checks that
-promise by simulation. It draws many independent audits of mechanisms whose
-exact eps(delta) is known in closed form,
+An eps lower bound at confidence 1 - alpha promises P[eps_lower > eps_true(delta)] <=
+alpha over the trials' randomness, for any mechanism (GDP-based bounds: any mu-GDP
+mechanism). `measure` checks it by simulating many independent audits of a `Mechanism`
+with closed-form eps(delta) and counting "violations", bounds above the true eps (on a
+null mechanism every positive bound is one). A valid estimator's violation rate is
+<= alpha up to binomial error; `Coverage.p_value` = P[Binomial(audits, alpha) >=
+violations] (small = over-confident).
 
-  * the Gaussian mechanism of known mu (`Mechanism("gaussian", mu)`): OUT scores
-    N(0, 1), IN scores N(mu, 1); exactly mu-GDP, eps(delta) from
-    `dpjax.accounting.gdp.gaussian_epsilon` (Balle & Wang 2018);
-  * randomized response on one bit at eps (`Mechanism("randomized_response", eps)`):
-    the reported bit, 1 with probability p = e^eps / (1 + e^eps) under IN and 1 - p
-    under OUT; its privacy profile is delta(e) = p - e^e (1 - p) for e <= eps, so
-    eps(delta) = ln((p - delta) / (1 - p));
-  * the Laplace mechanism at eps (`Mechanism("laplace", eps)`): a count of
-    sensitivity 1 released with Laplace(1 / eps) noise, OUT = 0 + noise, IN = 1 +
-    noise; its privacy profile is delta(e) = 1 - e^((e - eps) / 2) for e <= eps
-    (the privacy loss is eps (2x - 1) clipped to [-eps, eps]), so
-    eps(delta) = eps + 2 ln(1 - delta);
-  * null mechanisms (strength 0: IN and OUT scores from the same distribution,
-    N(0, 1), a fair bit, or Laplace(1)), whose eps is 0 for every delta;
-
-runs each estimator on each audit, and counts the audits whose lower bound
-exceeds the true eps ("violations"; on a null mechanism every positive bound is
-one). A valid estimator has a violation rate <= alpha up to binomial error: the
-one-sided binomial test P[Binomial(audits, alpha) >= violations] is the
-`Coverage.p_value` (small = the estimator is over-confident).
-
-Estimators are `Estimator`s wrapping the library's own code: the threshold
-strategies of `dpjax.audit.estimators` (a threshold fixed in advance from the
-mechanism's known optimal test, a split, Bonferroni over both), `gdp_estimate`
-(Nasr et al. 2023, valid only for mu-GDP mechanisms: on randomized response and
-Laplace its numbers are reported with `assumption_met=False` and are not a
-failure), the one-run bounds of `dpjax.audit.one_run` (Steinke, Nasr & Jagielski
-2023; the f-DP bound of Mahloujifar, Melis & Chaudhuri 2025) played as the real
-one-run game with i.i.d. fair inclusion bits, and every entry of
-`score_audit.score_bounds`. `overfit_estimator` is a deliberately invalid one
-(threshold maximised on the trials it is evaluated on) that the measurement must
-catch.
-
-Speed: `measure` calls each estimator once per audit on that audit's scores. So
-that 10^3 audits of 10^4 trials stay affordable, while it runs it memoizes two
-pure functions of integer counts that the estimators call many times, without
-changing their values: `stats.clopper_pearson` for integer successes out of a
-common number of trials (one table per (trials, confidence), computed by the
-function itself) and the one-run bounds (`one_run.epsilon_lower_bound`,
-`one_run.fdp_epsilon_lower_bound`) per argument tuple. Tests check the memoized
-values equal the direct calls.
+Estimators wrap the library's code: the threshold strategies of `dpjax.audit.estimators`,
+`gdp_estimate` (valid only for mu-GDP mechanisms: elsewhere reported with
+`assumption_met=False`, not as a failure), the one-run bounds of `dpjax.audit.one_run`
+played as the real one-run game, and every entry of `score_audit.score_bounds`;
+`overfit_estimator` is a deliberately invalid one the measurement must catch. During
+`measure`, `stats.clopper_pearson` and the one-run bounds are memoized (same values).
 
 Shape letters: A audits, K trials per side, M one-run canaries, J thresholds.
 
@@ -106,12 +73,14 @@ class Mechanism:
   """A neighbour pair (OUT, IN) of score distributions with exactly known privacy.
 
   Attributes:
-    kind: "gaussian" (strength = mu: OUT N(0, 1), IN N(mu, 1)), "randomized_response"
-      (strength = eps: a bit, 1 w.p. 1 - p under OUT and p under IN, p = e^eps /
-      (1 + e^eps)) or "laplace" (strength = eps: OUT Laplace(0, 1/eps), IN
-      Laplace(1, 1/eps)).
+    kind: "gaussian" (strength = mu: OUT N(0, 1), IN N(mu, 1); exactly mu-GDP,
+      eps(delta) by `gdp.gaussian_epsilon`), "randomized_response" (strength = eps: a bit,
+      1 w.p. p = e^eps / (1 + e^eps) under IN, 1 - p under OUT; delta(e) = p - e^e (1 - p),
+      eps(delta) = ln((p - delta) / (1 - p))) or "laplace" (strength = eps: OUT
+      Laplace(0, 1/eps), IN Laplace(1, 1/eps); delta(e) = 1 - e^((e - eps) / 2),
+      eps(delta) = eps + 2 ln(1 - delta)).
     strength: mu or eps >= 0, finite; 0 is the null mechanism of that kind (IN and
-      OUT alike: N(0, 1), a fair bit, Laplace(0, 1)).
+      OUT alike: N(0, 1), a fair bit, Laplace(0, 1)), eps = 0 for every delta.
 
   Examples:
     >>> m = Mechanism("laplace", 2.0)
@@ -156,13 +125,7 @@ class Mechanism:
     return 0.0 if self.null else 1.0                  # Laplace / RR location under IN
 
   def true_epsilon(self, delta: float) -> float:
-    """The exact eps(delta) of the pair (smallest eps with delta(eps) <= delta).
-
-    Args:
-      delta: in (0, 1).
-    Returns:
-      eps >= 0 (0 for a null mechanism).
-    """
+    """The exact eps(delta) >= 0 of the pair, delta in (0, 1) (0 for a null mechanism)."""
     delta = _validate.check_delta(delta)
     if self.null:
       return 0.0
@@ -174,14 +137,8 @@ class Mechanism:
     return max(0.0, self.strength + 2.0 * math.log1p(-delta))
 
   def sample(self, rng: np.random.Generator, included) -> np.ndarray:
-    """Scores of independent runs, run i with the canary IN iff included[i].
-
-    Args:
-      rng: host randomness.
-      included: bool array of any shape (e.g. [A, K]).
-    Returns:
-      float64 scores of the same shape (higher = more likely IN).
-    """
+    """Scores of independent runs, run i IN iff included[i] (bool, any shape); float64 of the
+    same shape, higher = more likely IN."""
     _validate.check_instance(rng, np.random.Generator, "rng")
     inc = np.asarray(_validate.check_binary(included, "included"))
     if inc.size == 0:
@@ -194,12 +151,7 @@ class Mechanism:
     return rng.laplace(0.0, self._scale, inc.shape) + self._shift * inc
 
   def roc(self, thresholds_J) -> tuple[np.ndarray, np.ndarray]:
-    """Exact error rates of the tests "IN iff score > t".
-
-    Args:
-      thresholds_J: float[J] thresholds (+-inf allowed).
-    Returns:
-      (fpr_J, fnr_J): P_OUT(score > t) and P_IN(score <= t), float64[J].
+    """Exact error rates (fpr_J, fnr_J) = (P_OUT(score > t), P_IN(score <= t)), float64[J].
 
     Examples:
       >>> fpr, fnr = Mechanism("randomized_response", math.log(3)).roc([0.5])
@@ -240,9 +192,7 @@ def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
                       confidence: float = 0.95) -> float:
   """The threshold of the mechanism's best certifiable test, fixed before any audit.
 
-  The pair's exact ROC (`Mechanism.roc` on a grid) fed to
-  `certifiable.best_certifiable` with `trials` evaluation trials per side: the
-  threshold an auditor who knows the claimed mechanism would fix in advance.
+  The pair's exact ROC fed to `certifiable.best_certifiable` with `trials` trials per side.
 
   Examples:
     >>> optimal_threshold(Mechanism("randomized_response", 1.0), 100, delta=1e-5)
@@ -265,13 +215,9 @@ def optimal_guesses(mechanism: Mechanism, num_canaries: int, *, delta: float,
                     confidence: float = 0.95) -> int:
   """Guesses per side (k IN on the top scores, k OUT on the bottom) fixed in advance.
 
-  Among thresholds t >= the pair's centre of symmetry, the one whose expected
-  counts (k = M (TPR + FPR) / 2 guesses per side, M TPR / 2 of each side's correct)
-  maximise `one_run.epsilon_lower_bound`; the pairs here are mirror-symmetric, so
-  the bottom k mirror the top k.
-
-  Returns:
-    k >= 1 with 2 k <= num_canaries.
+  Among thresholds t >= the pair's centre of symmetry, the one whose expected counts
+  (k = M (TPR + FPR) / 2 per side, M TPR / 2 of each side correct) maximise
+  `one_run.epsilon_lower_bound`. Returns k >= 1 with 2 k <= num_canaries.
 
   Examples:
     >>> optimal_guesses(Mechanism("randomized_response", 1.0), 100, delta=1e-5)
@@ -307,15 +253,12 @@ class Estimator:
   """An eps lower bound procedure, as `measure` calls it.
 
   Attributes:
-    name: a short name (rows of the coverage table).
     bound: for inputs "two_sample", bound(scores_in_K, scores_out_K, delta,
       confidence); for "one_run", bound(scores_M, included_M, delta, confidence)
       with i.i.d. fair inclusion bits. Returns eps_lower (a float), or a mapping
       {output name: eps_lower} when `outputs` is set.
-    inputs: "two_sample" or "one_run".
     outputs: names of the mapping's entries (empty: `bound` returns one float).
     gdp_only: the outputs (or `name`) that are valid only for mu-GDP mechanisms.
-    description: what it is, for the report.
   """
   name: str
   bound: Callable
@@ -344,11 +287,9 @@ def threshold_estimators(mechanism: Mechanism, *, trials: int, delta: float,
                          confidence: float = 0.95) -> tuple[Estimator, ...]:
   """The threshold strategies and the GDP bound of `dpjax.audit.estimators`.
 
-  "fixed": `FixedThreshold` at `optimal_threshold` (fixed before the audits);
-  "split" and "split_both_signs": `SplitThreshold`; "bonferroni": `Bonferroni`
-  over the fixed and the two-sign split tests (the white-box policy of
-  `dpjax.audit.run.evaluate`); "gdp": `gdp_estimate` (threshold chosen on the first
-  half), valid only for mu-GDP mechanisms.
+  "fixed": `FixedThreshold` at `optimal_threshold`; "split", "split_both_signs":
+  `SplitThreshold`; "bonferroni": over fixed and two-sign split (the white-box policy of
+  `dpjax.audit.run.evaluate`); "gdp": `gdp_estimate`, valid only for mu-GDP mechanisms.
   """
   delta = _validate.check_delta(delta)
   confidence = _validate.check_confidence(confidence)
@@ -376,10 +317,9 @@ def one_run_estimators(mechanism: Mechanism, *, trials: int, delta: float,
                        confidence: float = 0.95) -> tuple[Estimator, ...]:
   """The one-run bounds of `dpjax.audit.one_run`, played as the one-run game.
 
-  M = 2 * trials canaries, each included by a fair coin; k = `optimal_guesses`
-  per side, fixed in advance. "one_run": `one_run.audit` (Steinke et al. 2023);
-  "fdp_one_run": `one_run.fdp_epsilon_lower_bound` family "dp" on the same
-  guesses; "fdp_one_run_gdp": family "gdp" (valid only for mu-GDP mechanisms).
+  M = 2 * trials canaries, each included by a fair coin; k = `optimal_guesses` per side.
+  "one_run": `one_run.audit`; "fdp_one_run": `fdp_epsilon_lower_bound` family "dp";
+  "fdp_one_run_gdp": family "gdp" (valid only for mu-GDP mechanisms).
   """
   m = 2 * _validate.check_int(trials, "trials")
   delta = _validate.check_delta(delta)
@@ -410,11 +350,8 @@ def one_run_estimators(mechanism: Mechanism, *, trials: int, delta: float,
 
 
 def score_bounds_estimator(threshold: Optional[float] = None) -> Estimator:
-  """Every entry of `score_audit.score_bounds` (the scores front door), as one estimator.
-
-  Args:
-    threshold: passed through (adds the "clopper_pearson_fixed" entry).
-  """
+  """Every entry of `score_audit.score_bounds` as one estimator (a threshold adds the
+  "clopper_pearson_fixed" entry)."""
   if threshold is not None:
     threshold = _validate.check_range(threshold, "threshold", allow_inf=True)
   outputs = tuple(n for n in score_audit.SCORE_BOUND_NAMES
@@ -431,9 +368,8 @@ def score_bounds_estimator(threshold: Optional[float] = None) -> Estimator:
 def overfit_estimator() -> Estimator:
   """A deliberately INVALID estimator: the threshold maximised on the evaluation trials.
 
-  `estimators.choose_threshold` on all trials, then `FixedThreshold` at that
-  threshold on the same trials. Its violation rate is far above alpha; a coverage
-  harness that does not catch it cannot catch anything.
+  `estimators.choose_threshold` on all trials, then `FixedThreshold` on the same trials;
+  its violation rate is far above alpha, so a harness that misses it catches nothing.
   """
   def bound(s_in, s_out, d, c):
     t, sign = estimators.choose_threshold(s_in, s_out, d, c, both_signs=True)
@@ -512,21 +448,14 @@ class Coverage:
   """How often one estimator's bound exceeded the true eps over simulated audits.
 
   Attributes:
-    estimator: the result's name (`Estimator.names()`).
-    mechanism: `Mechanism.label`.
-    kind, strength: the mechanism's fields.
-    audits: A, the number of independent audits.
-    trials: K, trials per side (one-run estimators: M = 2K canaries).
-    delta, confidence: the claim's delta and the bounds' confidence 1 - alpha.
-    true_epsilon: the mechanism's exact eps(delta).
+    estimator: the result's name (`Estimator.names()`); mechanism: `Mechanism.label`.
+    audits: A; trials: K per side (one-run estimators: M = 2K canaries).
     assumption_met: False for a GDP-only estimator on a non-GDP mechanism (its
       violations are then reported, not a failure).
-    violations: audits with epsilon_lower > true_epsilon (beyond 1e-9 relative).
-    positives: audits with epsilon_lower > 0.
+    violations: audits with epsilon_lower > true_epsilon (beyond 1e-9 relative);
+      positives: audits with epsilon_lower > 0.
     violation_interval: two-sided 95% Clopper-Pearson interval of the violation rate.
-    p_value: P[Binomial(audits, alpha) >= violations]: the one-sided test of
-      "violation rate <= alpha" (small = the estimator is over-confident).
-    median_epsilon_lower: the median bound over the audits.
+    p_value: P[Binomial(audits, alpha) >= violations] (small = over-confident).
     epsilon_lower_A: float64[A] every audit's bound.
   """
   estimator: str
@@ -591,19 +520,11 @@ def measure(estimator, mechanism: Mechanism, *, audits: int, trials: int, delta:
             confidence: float = 0.95, rng: np.random.Generator) -> list[Coverage]:
   """Runs `audits` independent simulated audits and counts bounds above the true eps.
 
-  Each audit draws fresh scores: K IN and K OUT runs for two-sample estimators;
-  for one-run estimators M = 2K canaries with i.i.d. fair inclusion bits and one
-  run per canary. Every estimator sees the same audits. Draws are made in chunks
-  of audits whose size depends only on K, so a seed gives the same numbers.
+  Each audit draws fresh scores: K IN and K OUT runs for two-sample estimators; M = 2K
+  canaries with i.i.d. fair inclusion bits for one-run estimators. Every estimator sees the
+  same audits; chunk sizes depend only on K, so a seed fixes the numbers. estimator is an
+  `Estimator` or a sequence; A >= 1, K >= 2, delta in (0, 1), confidence in (0, 1).
 
-  Args:
-    estimator: an `Estimator` or a sequence of them.
-    mechanism: the `Mechanism` audited.
-    audits: A >= 1.
-    trials: K >= 2 per side.
-    delta: the claim's delta, in (0, 1).
-    confidence: each bound's 1 - alpha, in (0, 1).
-    rng: host randomness (np.random.default_rng(seed)).
   Returns:
     list of `Coverage`, one per result name of each estimator, in order.
   """

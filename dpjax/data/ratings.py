@@ -1,27 +1,16 @@
 """A synthetic ratings world for the private recommender (lecture §8.3).
 
-Users rate items on the integer scale 1..5. The world is a biased low-rank model
-with the skews of real rating data (Netflix-like), all known, so a predictor can be
-scored against the noiseless truth as well as against held-out observed ratings:
+Users rate items 1..5 under a biased low-rank model with known parameters:
 
-    score_ui = mu + b_u + b_i + <p_u, q_i>           (the truth, before noise)
-    true_ui  = clip(score_ui, 1, 5)                  (true_R: the RMSE target "truth")
+    score_ui = mu + b_u + b_i + <p_u, q_i>
+    true_ui  = clip(score_ui, 1, 5)                                  (true_R)
     rating_ui = clip(round(score_ui + noise_std Z), 1, 5),   Z ~ N(0, 1)
 
-with mu = `global_mean`, user biases b_u ~ N(0, user_bias_std^2), item biases
-b_i ~ N(0, item_bias_std^2), factors p_u ~ N(0, I / rank) * interaction_std and
-q_i ~ N(0, I) (so <p_u, q_i> has standard deviation interaction_std).
-
-Which pairs are observed:
-  * item popularity is long-tailed (Zipf): item i, at popularity rank k_i (a random
-    permutation), has weight pop_i proportional to (k_i + 1)^(-popularity_exponent);
-  * user activity varies widely: user u rates m_u = clip(round(LogNormal), 1, I) items,
-    with mean about `mean_ratings_per_user` and log-scale spread `activity_spread`;
-  * user u's m_u items are drawn without replacement with probabilities proportional
-    to pop_i (the Gumbel-top-k trick: the m_u largest log pop_i + Gumbel_ui).
-Each observed rating goes to the test split independently with probability
-`test_fraction`. Each (user, item) pair is rated at most once. The world is drawn
-on the host by a NumPy generator seeded with the key's data (one key, one world).
+b_u, b_i normal with the *_bias_std; p_u ~ N(0, I / rank) interaction_std, q_i ~
+N(0, I). Item popularity is Zipf, pop_i prop. to (k_i + 1)^(-popularity_exponent)
+for a random rank k_i; user u rates m_u = clip(round(LogNormal), 1, I) distinct items
+(mean about `mean_ratings_per_user`, log-sd `activity_spread`) drawn with
+probabilities prop. to pop_i. A rating is held out with probability `test_fraction`.
 
 Shape letters: U users, I items, R observed ratings, K latent rank.
 
@@ -52,14 +41,9 @@ RATING_MAX = 5.0
 class Ratings(NamedTuple):
   """Observed ratings (COO lists of length R) and the world that generated them.
 
-  user_R, item_R: int32[R] user id in [0, U) and item id in [0, I); pairs distinct.
-  rating_R: float32[R] observed rating in {1, ..., 5}.
-  true_R: float32[R] the noiseless truth clip(score, 1, 5) of the same pair.
-  test_R: bool[R] True for the held-out test split.
-  num_users, num_items: U and I (users or items with no rating still count).
-  popularity_I: float64[I] selection weights (sum 1).
-  global_mean, user_bias_U, item_bias_I, user_factors_UxK, item_factors_IxK: the
-    world's parameters (score_ui above).
+  user_R, item_R: int32[R], pairs distinct; rating_R, true_R: float32[R]; test_R:
+  bool[R], True = held out; num_users U, num_items I (unrated ones count);
+  popularity_I (sum 1); then the world's parameters (mu, b_u, b_i, p_u, q_i).
   """
   user_R: np.ndarray
   item_R: np.ndarray
@@ -82,20 +66,10 @@ def sample(key: jax.Array, num_users: int = 2000, num_items: int = 200, *, rank:
            user_bias_std: float = 0.35, item_bias_std: float = 0.45,
            interaction_std: float = 0.7, noise_std: float = 0.6,
            test_fraction: float = 0.1) -> Ratings:
-  """Draws a ratings world (module docstring) from one key.
+  """Draws a ratings world (module docstring) from one key; R = sum_u m_u.
 
-  Args:
-    key: a jax.random key.
-    num_users, num_items: U >= 1 and I >= 2.
-    rank: K >= 1 latent factors.
-    mean_ratings_per_user: target mean of m_u, in [1, I].
-    activity_spread: sigma >= 0 of log m_u (0: every user rates the same number).
-    popularity_exponent: Zipf exponent >= 0 of item popularity (0: uniform).
-    global_mean: mu, in [1, 5].
-    user_bias_std, item_bias_std, interaction_std, noise_std: standard deviations >= 0.
-    test_fraction: probability in [0, 1) that a rating is held out.
-  Returns:
-    Ratings, with R = sum_u m_u.
+  U >= 1, I >= 2, K >= 1, mean_ratings_per_user in [1, I], spreads and standard
+  deviations >= 0, global_mean in [1, 5], test_fraction in [0, 1).
   """
   u = _validate.check_int(num_users, "num_users")
   i_count = _validate.check_int(num_items, "num_items", 2)
@@ -140,20 +114,10 @@ def sample(key: jax.Array, num_users: int = 2000, num_items: int = 200, *, rank:
 def check_ratings(user_R, item_R, rating_R, num_users: int, num_items: int, *,
                   lower: Optional[float] = RATING_MIN, upper: Optional[float] = RATING_MAX
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-  """Validates a rating matrix given as COO lists; returns canonical NumPy arrays.
+  """Validates COO ratings: (user_R int32[R], item_R int32[R], rating_R float64[R], U, I).
 
-  Args:
-    user_R, item_R: integers in [0, num_users) and [0, num_items), R >= 1 entries,
-      no (user, item) pair twice.
-    rating_R: finite ratings in [lower, upper].
-    num_users, num_items: U >= 1, I >= 1.
-    lower, upper: the rating scale; None leaves that side unchecked (for callers
-      that clamp instead).
-  Returns:
-    (user_R int32[R], item_R int32[R], rating_R float64[R], U, I).
-  Raises:
-    ValueError naming the parameter: an empty rating matrix (rating_R), lengths that
-    differ, ids out of range, repeated pairs (item_R), ratings off the scale.
+  Raises ValueError naming the parameter for an empty matrix, unequal lengths, ids out
+  of range, repeated pairs, ratings outside [lower, upper] (None: unchecked).
 
   Examples:
     >>> check_ratings([], [], [], 3, 3)

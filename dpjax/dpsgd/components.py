@@ -1,21 +1,9 @@
 """The three components of a DP-SGD step and their accounted defaults.
 
-`resolve(cfg, model, sampler, clipping, privatizer, n)` returns the
-sampler, clipping path and privatizer a run uses: the caller's own where given
-(the same door our components use), the accounted ones otherwise
-(`cfg.sampler()`, `clipping.path_for(model)`, `privatizer.GaussianPrivatizer()`).
-It refuses components whose privacy unit is not the config's and warns
-(`UnaccountedComponentWarning`) for any that declares `accounted = False` (a shuffle
-sampler, the broken variants of `dpjax.audit.variants`).
-
-Privacy unit (`DpSgdConfig.privacy_unit`): "example" (neighbouring datasets differ
-in one record) or "user" (they differ in ALL the records of one user; McMahan et
-al. 2018, https://arxiv.org/abs/1710.06963). For "user", the record owners swap in
-user-level Poisson sampling (`sampling.UserPoissonSampler`) and user-level clipping
-(each user's summed gradient clipped to C, `clipping.user.user_level_path`): one
-user then moves the clipped sum by at most C, so the same accountant call gives the
-guarantee per user. `DpSgdConfig.sampler(user_ids_N)` builds that sampler; passed
-as `train_many(..., sampler=...)`, it brings the user-level clipping with it.
+Privacy unit "user" (neighbours differ in ALL the records of one user; McMahan et al.
+2018, https://arxiv.org/abs/1710.06963): user-level Poisson sampling
+(`DpSgdConfig.sampler(user_ids_N)`) and clipping of each user's summed gradient to C
+bound one user's effect by C, so the same accountant call holds per user.
 """
 
 from __future__ import annotations
@@ -38,8 +26,7 @@ class UnaccountedComponentWarning(UserWarning):
 
 @functools.lru_cache(maxsize=16)
 def _user_components(sampling_prob, ids_bytes, num_records, num_users, model):
-  """The default user-level sampler and clipping path, memoised by their contents so
-  that repeated calls with the same owners reuse one compiled program."""
+  """The default user-level sampler and clipping path, memoised by their contents."""
   from dpjax.clipping import user as user_clipping  # pylint: disable=g-import-not-at-top
   ids = np.frombuffer(ids_bytes, np.int32, count=num_records)
   return (sampling_lib.UserPoissonSampler(sampling_prob, ids, num_users),
@@ -47,8 +34,7 @@ def _user_components(sampling_prob, ids_bytes, num_records, num_users, model):
 
 
 def _check_units(cfg, sampler, path, n) -> None:
-  """Refuses a sampler or clipping path whose privacy unit is not cfg.privacy_unit, and
-  user-level components whose grouping disagrees with the data or the config."""
+  """Refuses components whose privacy unit or user grouping disagrees with the data or cfg."""
   unit = cfg.privacy_unit
   for kind, comp in (("sampler", sampler), ("clipping", path)):
     got = getattr(comp, "privacy_unit", "example")
@@ -86,20 +72,19 @@ def _check_units(cfg, sampler, path, n) -> None:
 
 
 def resolve(cfg, model, sampler, clipping, privatizer, n):
-  """(sampler, clipping path, privatizer) with their defaults; see the module docstring.
+  """(sampler, clipping path, privatizer): the caller's where given, else the accounted ones.
 
-  Under privacy_unit "user" the sampler is required and carries the record owners
-  (`cfg.sampler(user_ids_N)`); with no clipping given, the default is user-level
-  clipping over the sampler's users. The accounted user-level pair is memoised by
-  its contents, so repeated calls with the same owners reuse one compiled program.
+  Defaults: `cfg.sampler()`, `clipping.path_for(model)`, `privatizer.GaussianPrivatizer()`;
+  under privacy_unit "user" the sampler is required and the default clipping is
+  user-level over its users.
 
   Raises:
-    ValueError: a user-level config without a user-level sampler, a sampler whose
-      q is not cfg.sampling_prob, a component whose privacy unit is not
-      cfg.privacy_unit, owners that disagree with the data or the config.
+    ValueError: a missing user-level sampler, a sampler whose q is not
+      cfg.sampling_prob, a component of another privacy unit, mismatched owners.
     TypeError: a component without the required members.
   Warns:
-    UnaccountedComponentWarning: for every component with `accounted = False`.
+    UnaccountedComponentWarning: for every component with `accounted = False` (e.g.
+      a shuffle sampler): its run is not covered by cfg.epsilon().
   """
   if cfg.privacy_unit == "user" and sampler is None:
     raise ValueError("cfg.privacy_unit = 'user' needs the record owners: pass "
@@ -129,15 +114,11 @@ def resolve(cfg, model, sampler, clipping, privatizer, n):
 
 
 def check_sampler_delta(cfg, params_shape) -> None:
-  """Warns when the delta prng.standard_normal's finite support adds is > 1e-3 cfg.delta.
+  """Warns when the delta of prng.standard_normal's finite support exceeds 1e-3 cfg.delta.
 
-  The extra delta is `accounting.sampler_delta(cfg.epsilon(), T d)`, d = the number
-  of parameters (noise draws per step). cfg.epsilon() is computed only when a cheap
-  bound does not settle it: eps <= rho + 2 sqrt(rho log(1/delta)), rho = T / (2
-  sigma^2), the zCDP of T unsubsampled Gaussian steps (Bun & Steinke 2016; Poisson
-  subsampling never raises Renyi divergence, by its joint quasi-convexity). A warning,
-  not an error: the run is still (eps, delta + extra)-DP, as
-  `accounting.privacy_statement(..., noise_draws_per_step=d)` reports.
+  Extra delta `accounting.sampler_delta(cfg.epsilon(), T d)`, d parameters; cfg.epsilon()
+  is skipped when eps <= rho + 2 sqrt(rho log(1/delta)), rho = T / (2 sigma^2) (zCDP,
+  Bun & Steinke 2016) settles it. The run is (eps, delta + extra)-DP.
   """
   from dpjax import accounting  # pylint: disable=g-import-not-at-top
   d = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params_shape))

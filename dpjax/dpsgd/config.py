@@ -1,10 +1,6 @@
 """What DP-SGD does, and therefore what the accountant is told: `DpSgdConfig`.
 
-The config holds every field that decides the privacy guarantee (n, q, T, C, sigma,
-delta, the accountant, the privacy unit) and the training hyperparameters of the
-default optimiser; `PerformanceFlags` holds the knobs that cannot change a result.
-sigma is a field: `cfg.calibrate(target_epsilon)` returns a new config whose
-noise_multiplier meets the target (`dataclasses.replace`).
+`PerformanceFlags` holds the knobs that cannot change a result.
 
 Examples:
   >>> cfg = DpSgdConfig(dataset_size=4000, sampling_prob=50 / 4000, num_steps=1600)
@@ -43,25 +39,16 @@ class DpSgdConfig:
 
   Attributes:
     dataset_size: n >= 1, public; the fixed denominator is B = q * n.
-    sampling_prob: q in (0, 1], the Poisson sampling rate.
-    num_steps: T >= 1.
-    l2_clip_norm: C > 0; math.inf disables clipping (non-private baseline; then
-      noise_multiplier must be 0).
-    noise_multiplier: sigma >= 0 (0 = the clipped-noiseless baseline); the noise on
-      the clipped sum has standard deviation sigma * C. `calibrate` sets it from a
-      target epsilon.
-    delta: in (0, 1).
-    learning_rate: > 0 (used by the default optimiser, SGD).
-    momentum: in [0, 1) (default optimiser only).
-    ema_decay: None, or d in [0, 1): training also returns the exponential moving
-      average of the iterates (`TrainResult.ema_params`; De et al. 2022,
-      https://arxiv.org/abs/2204.13650), post-processing of the released iterates.
-    accountant: "rdp" or "pld".
-    privacy_unit: "example" (add/remove one record) or "user" (add/remove one
-      user with all of their records); for "user", dataset_size is the number of
-      users U and q is the per-user sampling rate, and training needs the record
-      owners (`train_many(..., sampler=cfg.sampler(user_ids_N))`). The accountant's numbers are the
-      same function of (q, sigma, T, delta); the unit says what they protect.
+    sampling_prob: q in (0, 1], the Poisson rate; num_steps: T >= 1.
+    l2_clip_norm: C > 0; math.inf disables clipping (non-private, needs sigma 0).
+    noise_multiplier: sigma >= 0; the noise on the clipped sum has sd sigma * C.
+    delta: in (0, 1); accountant: "rdp" or "pld".
+    learning_rate, momentum: > 0 and in [0, 1), for the default optimiser (SGD).
+    ema_decay: None, or d in [0, 1): also return the iterates' moving average (De et
+      al. 2022, https://arxiv.org/abs/2204.13650), post-processing.
+    privacy_unit: "example" (add/remove one record) or "user" (one user with all of
+      their records; n is then the number of users, q the per-user rate, and training
+      needs `sampler=cfg.sampler(user_ids_N)`).
   """
   dataset_size: int
   sampling_prob: float
@@ -120,15 +107,10 @@ class DpSgdConfig:
     return self.num_steps * float(self.sampling_prob)
 
   def calibrate(self, target_epsilon: float) -> DpSgdConfig:
-    """A copy whose noise_multiplier is the smallest sigma with epsilon() <= target.
+    """A copy whose noise_multiplier is the smallest sigma with epsilon() <= target_epsilon.
 
-    Args:
-      target_epsilon: eps > 0.
-    Returns:
-      `dataclasses.replace(self, noise_multiplier=accounting.calibrate_noise(
-      target_epsilon, q, T, delta, accountant, dataset_size=n))`.
-    Raises:
-      ValueError: a bad or unreachable target (see `accounting.calibrate_noise`).
+    `accounting.calibrate_noise(target_epsilon, q, T, delta, accountant, dataset_size=n)`;
+    ValueError for a bad or unreachable target.
     """
     from dpjax import accounting  # pylint: disable=g-import-not-at-top
     eps = _validate.check_epsilon(target_epsilon, "target_epsilon")
@@ -138,11 +120,10 @@ class DpSgdConfig:
     return dataclasses.replace(self, noise_multiplier=float(sigma))
 
   def epsilon(self) -> float:
-    """The epsilon spent at `delta`: accounting.dpsgd_epsilon(sigma, q, T, delta).
+    """accounting.dpsgd_epsilon(sigma, q, T, delta) (math.inf when sigma == 0).
 
-    The accountant models Poisson sampling at rate q, per-example clipping to C and
-    Gaussian noise sigma * C on the sum (the defaults of `train_many`). math.inf
-    when sigma == 0.
+    It models Poisson sampling at q, per-example clipping to C and noise sigma * C on the
+    sum: the defaults of `train_many`.
     """
     s = float(self.noise_multiplier)
     if s == 0.0:
@@ -151,14 +132,9 @@ class DpSgdConfig:
                     self.accountant, int(self.dataset_size))
 
   def sampler(self, user_ids_N: jax.typing.ArrayLike | None = None):
-    """The sampler the accountant models: Poisson at rate q over the privacy unit.
-
-    Args:
-      user_ids_N: int[N] record owners, required for privacy_unit "user" (ids in
-        [0, dataset_size)), refused for "example".
-    Returns:
-      `sampling.PoissonSampler(q)` ("example") or
-      `sampling.UserPoissonSampler(q, user_ids_N, dataset_size)` ("user").
+    """The sampler the accountant models: `sampling.PoissonSampler(q)` ("example"), or
+    `sampling.UserPoissonSampler(q, user_ids_N, n)` ("user", where user_ids_N int[N] in
+    [0, n) is required; refused for "example").
     """
     if self.privacy_unit == "example":
       if user_ids_N is not None:
@@ -171,14 +147,8 @@ class DpSgdConfig:
                                            int(self.dataset_size))
 
   def statement(self, **kwargs):
-    """`accounting.privacy_statement` of this configuration, naming its privacy unit.
-
-    Args:
-      **kwargs: other `privacy_statement` keywords (deltas, fprs, pld_rtol,
-        noise_draws_per_step).
-    Returns:
-      a `dpjax.accounting.statement.PrivacyStatement` for (sigma, q, T, n) and
-      `privacy_unit`.
+    """`accounting.privacy_statement` of (sigma, q, T, n), naming `privacy_unit`; kwargs
+    are its other keywords.
     """
     from dpjax.accounting import statement  # pylint: disable=g-import-not-at-top
     return statement.privacy_statement(float(self.noise_multiplier),
@@ -188,8 +158,7 @@ class DpSgdConfig:
 
 
 def noise_free(cfg: DpSgdConfig) -> DpSgdConfig:
-  """cfg with noise_multiplier 0: what a compiled training program depends on (the
-  noise std is an input of the program, so a sweep over sigma compiles once)."""
+  """cfg with noise_multiplier 0, the key of a compiled program (sigma is its input)."""
   return dataclasses.replace(cfg, noise_multiplier=0.0)
 
 
@@ -198,22 +167,13 @@ class PerformanceFlags:
   """How `train_many` lays out its work; none of these can change a trained model.
 
   Attributes:
-    memory_budget_bytes: rough cap (> 0) on the working set; the model axis is
-      chunked to stay under it.
-    max_chunk: optional cap on models per chunk (default 4096; chunks are balanced
-      to minimise padding).
-    model_sharding: optional `jax.sharding.Sharding` of the leading model axis (see
-      `dpjax.parallel`); each chunk is then a multiple of the device count.
-    batch_capacity: the step layout. None: the full-mask step, every record's
-      clipped gradient computed and weighted by its 0/1 batch bit (cost
-      proportional to N per step). An int K >= 1: the padded step, the sampled
-      records gathered into buffers of K rows (K > N means N) and processed a
-      buffer at a time until all are (cost proportional to K when the batch fits,
-      which `sampling.default_batch_capacity` makes the usual case); no sampled
-      record is ever dropped, so the accountant's analysis is unchanged. "auto":
-      `engine.batch_layout(...)` decides. Both steps use the same batch bits and
-      train the same models up to float summation order (tested). User-level
-      DP-SGD always uses the full mask.
+    memory_budget_bytes: rough cap (> 0) on the working set; models are chunked to it.
+    max_chunk: optional cap on models per chunk (default 4096).
+    model_sharding: optional `jax.sharding.Sharding` of the model axis.
+    batch_capacity: None: the full-mask step (cost ~ N). An int K >= 1: the padded
+      step, sampled records in buffers of K rows until all are processed (cost ~ K);
+      no sampled record is dropped. "auto": `engine.batch_layout(...)` decides.
+      User-level DP-SGD always uses the full mask.
     progress: a tqdm bar over chunks when there is more than one.
   """
   memory_budget_bytes: int | float = 2 * 2 ** 30

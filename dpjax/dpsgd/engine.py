@@ -1,16 +1,9 @@
 """Many DP-SGD models at once: `train_many`, `train_sweep`, `train_one`.
 
-`train_many` trains M models in one jitted program per memory-sized chunk: vmap
-over models, `lax.scan` over the T steps (`step.train_single`). Model i uses its own
-key (by default `jax.random.split(key, M)[i]`) and its own membership mask
-`keep_MxN[i]`, and equals `train_one` with that key. A model's key is split into
-(init, sample, noise, fixed-record) keys; step t's batch mask and noise are drawn
-from `fold_in(key, t)` of those (`dpjax.prng`), so a model's stream never depends
-on M or the chunking. `train_sweep` trains models whose configs differ only in
-their noise as one program (the noise std is an input of the compiled program).
-
-Records are checked before training (`inputs`). Each result says per model whether its parameters ended finite (`TrainResult.finite`,
-`first_nonfinite_step`); a run with diverged models warns (`DivergenceWarning`).
+M models per jitted program (vmap over models, `lax.scan` over T steps), chunked to
+fit memory. Model i's key is split into (init, sample, noise, fixed-record) keys and
+step t draws from `fold_in(key, t)` of those (`dpjax.prng`), so it equals `train_one`
+with that key whatever M or the chunking.
 
 Shape letters: M models, N records, F features, K fixed-gradient records, T steps.
 """
@@ -54,27 +47,14 @@ class DivergenceWarning(UserWarning):
 
 
 class TrainResult(NamedTuple):
-  """Output of train_many / train_one / train_sweep.
+  """Output of train_many / train_one / train_sweep (train_one: no leading M axis).
 
-  Attributes:
-    params: pytree with leaves [M, ...] (train_one: unbatched).
-    observations: [M, T, ...] outputs of observe_fn, or None.
-    stats: None, or {"times_sampled", "times_clipped", "norm_sum"}: float32[M, N]
-      (over steps where the record was sampled: how often, how often its norm
-      exceeded C, and the sum of its pre-clipping norms; inf for a record whose
-      gradient was dropped as non-finite, see `dpjax.clipping.vmap.safe_norm`).
-    finite: bool[M], whether every parameter of model i is finite at the end.
-    first_nonfinite_step: int32[M], the first step t (0-based) after whose update
-      some parameter of model i was NaN or inf; -1 if none. Clipping bounds every
-      record's contribution and drops non-finite per-example gradients, so no record
-      of finite values can cause this; a learning rate or optimiser that makes the
-      parameters themselves blow up can, and `train_many` then warns
-      (`DivergenceWarning`). Anything computed from such a model (an audit score,
-      an epsilon lower bound) must exclude it explicitly.
-    ema_params: None, or (with cfg.ema_decay = d) the exponential moving average of
-      the iterates, leaves [M, ...] like params: with p_t the parameters after step
-      t, sum_{t=1}^T d^(T-t) (1 - d) p_t / (1 - d^T). A function of the released
-      iterates only, so post-processing: the same (eps, delta) as `params`.
+  params: leaves [M, ...]. observations: [M, T, ...] of observe_fn, or None. stats:
+  None, or {"times_sampled", "times_clipped", "norm_sum"} float32[M, N]. finite:
+  bool[M]. first_nonfinite_step: int32[M], the first step after which a parameter was
+  NaN or inf, -1 if none; anything computed from such a model (an audit score, an
+  epsilon lower bound) must exclude it explicitly. ema_params: None, or with
+  cfg.ema_decay = d, sum_{t=1}^T d^(T-t) (1 - d) p_t / (1 - d^T), post-processing.
   """
   params: PyTree
   observations: jax.Array | None
@@ -98,50 +78,26 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
   """Trains M models with DP-SGD in one jitted program per memory-sized chunk.
 
   Args:
-    key: a jax.random key (model i uses jax.random.split(key, M)[i]), or a batch
-      of M keys [M] (model i uses key[i]).
-    x_NxF: float32[N, ...] records (all models share the pool).
-    y_N: labels [N] ({0, 1} for binary models, ints for multi-class).
+    key: one key (model i uses jax.random.split(key, M)[i]) or M keys [M].
+    x_NxF, y_N: records float32[N, ...] and labels [N], shared by all models.
     keep_MxN: bool[M, N]; model i's private dataset is {j : keep_MxN[i, j]}.
-    cfg: the DP-SGD configuration (dataset_size = the nominal size of each model's
-      dataset, which fixes B = q * n).
-    model: a models.Model, or a flax.linen.Module (converted with
-      `flax_model.from_flax(model, x_NxF.shape[1:])`, which also picks its clipping).
-    init_params: optional unbatched params shared by all models (default: model.init
-      with each model's own init key).
-    observe_fn: optional f(privatized update pytree) -> array, evaluated each step
-      inside the scan (the white-box adversary's view); outputs stacked to [M, T, ...].
+    model: a models.Model or a flax.linen.Module (`flax_model.from_flax`).
+    observe_fn: optional f(privatized update) -> array per step (the white-box
+      adversary's view), stacked to [M, T, ...].
     per_example_stats: also return per-record clip statistics [M, N]. Warning:
       these are exact functions of the private data, NOT covered by the epsilon
       of the trained parameters; they are for analysis (disparate impact, audits)
       and must not be released as if private.
-    fixed_gradients: optional `FixedGradients`: K extra records with fixed
-      per-example gradients, each clipped to C, Poisson-sampled at rate q with its
-      own bit, added to the clipped sum and counted in the realised batch size.
-    sampler: batch selection (`dpjax.sampling`); default `cfg.sampler()`, Poisson at
-      q. Under cfg.privacy_unit "user" it is required: `cfg.sampler(user_ids_N)`
-      (user_ids_N int[N], the owner of each record, ids in [0, cfg.dataset_size))
-      samples users and, with no clipping given, brings user-level clipping
-      (`dpjax.dpsgd.components`). Fixed-gradient records stay one record each,
-      sampled at rate q: a user with one record.
-    clipping: a `clipping.ClippingPath` or a function with the clipped-sum contract;
-      default `clipping.path_for(model)`.
-    privatizer: the noise step (`dpjax.privatizer`); default GaussianPrivatizer(),
-      noise sigma * C on the clipped sum, then divide by B.
-    optimizer: optax transformation applied after the privatizer (default
-      optax.sgd(cfg.learning_rate, momentum=cfg.momentum or None)). Pass the same
-      object across calls to reuse the compiled program.
-    perf: `PerformanceFlags` (memory budget, chunking, sharding, step layout,
-      progress bar); they change how the work is laid out, never a result.
-  Returns:
-    TrainResult(params [M, ...], observations [M, T, ...] or None, stats or None,
-    finite bool[M], first_nonfinite_step int32[M], ema_params [M, ...] or None).
+    fixed_gradients: optional `FixedGradients`, records with fixed gradients, each
+      clipped to C and sampled at rate q.
+    sampler, clipping, privatizer: default `cfg.sampler()`, `clipping.path_for(model)`,
+      GaussianPrivatizer(). Under privacy_unit "user" the sampler
+      `cfg.sampler(user_ids_N)` is required and brings user-level clipping.
+    optimizer: default optax.sgd(cfg.learning_rate, momentum=cfg.momentum or None).
+    perf: `PerformanceFlags`, which never change a result.
   Raises:
-    ValueError on shape mismatches, non-finite data (features, labels, init_params,
-    fixed gradients), labels outside the model's range, a sampler whose q is not
-    the config's, a sampler or clipping whose privacy unit is not
-    cfg.privacy_unit, owners that do not match the records or the config;
-    TypeError on components without the required members.
+    ValueError on bad shapes, data or labels, a sampler whose q is not the config's,
+    components of another privacy unit; TypeError on malformed components.
   Warns:
     UnaccountedComponentWarning when a component declares `accounted = False`;
     DivergenceWarning when some model ends with non-finite parameters.
@@ -166,8 +122,7 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
 def _train(key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, *, init_params=None,
            observe_fn=None, per_example_stats=False, fixed_gradients=None, sampler=None,
            clipping=None, privatizer=None, optimizer=None, perf=PerformanceFlags()):
-  """train_many's body (its keywords and defaults), with an optional per-model noise
-  std float32[M] (train_sweep)."""
+  """train_many's body, with an optional per-model noise std float32[M] (train_sweep)."""
   for name, value in (("key", key), ("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN),
                       ("fixed_gradients", fixed_gradients)):
     if any(_validate.is_tracer(leaf) for leaf in jax.tree.leaves(value)):
@@ -309,15 +264,10 @@ def model_keys(key, m: int) -> jax.Array:
 def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
               keep_N: jax.typing.ArrayLike, cfg: DpSgdConfig, model: models_lib.Model,
               **kwargs) -> TrainResult:
-  """Trains one model; equals model i of train_many when given that model's key.
+  """Trains one model on keep_N bool[N]; equals model i of train_many given that model's key.
 
-  Args:
-    key: the model's key (train_many's split(key, M)[i]).
-    keep_N: bool[N] membership.
-    **kwargs: any other `train_many` keyword; `fixed_gradients.keep_MxK` may be
-      bool[K] (this model's) or bool[1, K]. The progress bar is off by default.
-  Returns:
-    TrainResult without the leading model axis.
+  **kwargs are `train_many`'s (`fixed_gradients.keep_MxK` may be bool[K]); no progress
+  bar by default.
   """
   if not _validate.is_tracer(keep_N):
     keep_N = _validate.check_binary(keep_N, "keep_N", ndim=1)
@@ -341,25 +291,9 @@ def train_sweep(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arr
                 **kwargs) -> TrainResult:
   """Trains M models whose configs differ only in their noise, as ONE program.
 
-  For an epsilon (or sigma) sweep: the noise std is an input of the compiled
-  program, not part of it, so every config of the sweep shares one compile and one
-  vmapped run. Model i is trained exactly as `train_many` trains model i with
-  config cfgs[config_index_M[i]] and the same key (tested), so its guarantee is that
-  config's `epsilon()`.
-
-  Args:
-    key: as in `train_many` (one key, or M keys).
-    x_NxF, y_N, keep_MxN, model: as in `train_many`.
-    cfgs: one or more DpSgdConfig equal in every field except noise_multiplier
-      (e.g. one per epsilon, `cfg.calibrate(eps)`, plus sigma = 0 for the noiseless
-      baseline).
-    config_index_M: int[M], model i's config is cfgs[config_index_M[i]].
-    **kwargs: any other `train_many` keyword.
-  Returns:
-    TrainResult with leaves [M, ...], as `train_many`.
-  Raises:
-    ValueError: if the configs differ in anything but their noise, or an index is
-      out of range.
+  Model i is trained as `train_many` would with cfgs[config_index_M[i]] and the same
+  key, so its guarantee is that config's `epsilon()`. Raises ValueError if the configs
+  differ in more than noise_multiplier, or an index is out of range.
   Examples:
     >>> import jax, jax.numpy as jnp
     >>> from dpjax import models

@@ -1,12 +1,5 @@
 """The checks of `train_many`'s inputs: records, labels, fixed-gradient records.
 
-A record the clipping bound cannot cover is refused before training: NaN / inf
-features or labels, labels outside the model's range ({0, 1} for one output, class
-indices in [0, K) for K outputs), complex or non-numeric arrays. Labels are checked
-as given, before any int32 cast (2**32 must not wrap to a valid 0). Finite features
-of any size are accepted: clipping makes them harmless
-(`dpjax.clipping.vmap.safe_norm`).
-
 Shape letters: M models, N records, K fixed-gradient records.
 """
 
@@ -28,11 +21,8 @@ PyTree = Any
 class FixedGradients(NamedTuple):
   """K extra records whose per-example gradient is fixed (see `dpjax.dpsgd.step`).
 
-  Attributes:
-    gradients_K: pytree like params whose every leaf has an extra leading axis K >= 1
-      (record j is the slice [j] of every leaf); finite.
-    keep_MxK: bool[M, K]: record j is in model i's dataset iff keep_MxK[i, j]
-      (`train_one` also takes bool[K]).
+  gradients_K: finite pytree like params, leaves with a leading axis K >= 1. keep_MxK:
+  bool[M, K], record j in model i's dataset iff keep_MxK[i, j].
   """
   gradients_K: PyTree
   keep_MxK: Any
@@ -52,9 +42,8 @@ def check_numeric(name, value) -> None:
 def fixed_records(m, params_shape, fixed_gradients):
   """(gradients with leaves [K, ...] or None, keep bool[M, K]) from `fixed_gradients`.
 
-  Refuses a non-FixedGradients value, a structure or leaf shape unlike params (plus
-  the leading K), K = 0, gradients larger than memory, non-finite or non-real
-  gradients and a keep mask that is not bool[M, K], each by name.
+  Refuses by name a non-FixedGradients value, a structure unlike params, K = 0,
+  oversized, non-finite or non-real gradients, a keep mask not bool[M, K].
   """
   if fixed_gradients is None:
     return None, jnp.zeros((m, 0), bool)
@@ -96,13 +85,10 @@ def _first_bad_index(bad: np.ndarray) -> tuple[int, ...]:
 
 
 def check_records(x: jax.Array, y: jax.Array, model: models_lib.Model) -> None:
-  """Refuses records the clipping bound cannot cover: NaN / inf features or labels,
-  and labels outside the model's range ({0, 1} for one output, class indices in
-  [0, K) for K outputs). Finite features of any size (up to float32's ~3.4e38) are
-  accepted: clipping makes them harmless (`dpjax.clipping.vmap.safe_norm`).
+  """Refuses records the clipping bound cannot cover: ValueError naming `x_NxF` or `y_N`.
 
-  Raises:
-    ValueError: naming `x_NxF` or `y_N` and the first offending index.
+  NaN / inf / complex features or labels, labels outside {0, 1} (one output) or [0, K)
+  (checked before any int32 cast). Finite features of any size are accepted.
   """
   bad_x = ~np.asarray(jnp.isfinite(x))
   if bad_x.any():

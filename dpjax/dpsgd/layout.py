@@ -1,18 +1,9 @@
 """How `train_many` lays out its work: the step layout and the chunks of models.
 
-None of this can change a trained model (tested: the full-mask and padded steps
-train the same models up to float summation order, and a model's result does not
-depend on the chunking).
-
-Step layout: the full-mask step computes the clipping path for all N records and
-weights them by their 0/1 batch bits (cost ~ N); the padded step gathers the sampled
-records into buffers of K rows and runs ceil(count / K) >= 1 buffers (cost ~ K when
-the batch fits, which the default K of `sampling.default_batch_capacity` makes true
-on 97.5 % of steps). `batch_layout` is the rule "auto" applies.
-
-Chunks: the model axis is cut into chunks that fit `PerformanceFlags.memory_budget_bytes`
-(by `bytes_per_model`, a rough working-set estimate), at most max_chunk models each,
-balanced to minimise padding and, when sharded, a multiple of the device count.
+None of this can change a trained model. The full-mask step weights all N records by
+their batch bits (cost ~ N); the padded step runs ceil(count / K) >= 1 buffers of K
+gathered rows (cost ~ K). Chunks fit `PerformanceFlags.memory_budget_bytes`, at most
+max_chunk models, balanced, a multiple of the device count when sharded.
 """
 
 from __future__ import annotations
@@ -38,29 +29,12 @@ _PADDED_MIN_PARAMS = 1024
 def batch_layout(num_records: int, sampling_prob: float, kept_max: int | None = None,
                  num_models: int = 1, privacy_unit: str = "example",
                  num_params: int | None = None) -> int | None:
-  """The step layout `PerformanceFlags(batch_capacity="auto")` picks: None (full mask) or K.
+  """The step layout "auto" picks: None (full mask) or K (padded).
 
-  The padded step costs about K rows of the clipping path plus O(N) integer work
-  per step (the ranks of the sampled records: a cumsum and a binary search, about 40 us
-  per model at N = 4096 on one CPU core), the full mask N rows; padding pays once
-  K is a small fraction of N and a row costs more than that integer work. Rule:
-  K = `sampling.default_batch_capacity(kept_max, q, num_models)`; padded when
-  N >= _PADDED_MIN_RECORDS, K <= N / _PADDED_MAX_FRACTION_INV and the model has
-  at least _PADDED_MIN_PARAMS parameters, else the full mask. Always the full mask
-  for privacy_unit "user" (its clipping groups all of a user's records). A
-  logistic regression's closed-form clipping costs about as much per row as the
-  ranking, so the many-model audits of small models stay on the full mask (their
-  padded step measured 4.5-20 times slower at N = 4096, M = 64).
-
-  Args:
-    num_records: N >= 1, the records in the pool (x_NxF's rows).
-    sampling_prob: q in (0, 1].
-    kept_max: the largest number of records a model keeps (default N).
-    num_models: M >= 1 models trained together.
-    privacy_unit: "example" or "user".
-    num_params: the model's parameter count (None: not limiting).
-  Returns:
-    None or K (an int in [8, N]).
+  K = `sampling.default_batch_capacity(kept_max, q, num_models)` (kept_max default N);
+  padded when N >= _PADDED_MIN_RECORDS, K <= N / _PADDED_MAX_FRACTION_INV and the
+  model has >= _PADDED_MIN_PARAMS parameters (num_params None: not limiting), else the
+  full mask, which privacy_unit "user" always uses.
   Examples:
     >>> batch_layout(60_000, 256 / 60_000)
     288
@@ -106,8 +80,7 @@ def capacity(perf, cfg, sampler, path, keep, num_params) -> int | None:
 
 def bytes_per_model(x, cfg, per_example_stats, observe_fn, path, params_shape,
                      num_fixed=0, rows=None):
-  """A rough working-set estimate per model, for sizing chunks (rows: the padded
-  step's K, else every record is a row)."""
+  """A rough working-set estimate per model (rows: the padded step's K, else N)."""
   n, f = x.shape[0], int(np.prod(x.shape[1:]))
   r = n if rows is None else rows        # rows the clipping path sees per step
   p = sum(int(np.prod(l.shape)) for l in jax.tree.leaves(params_shape))
@@ -130,8 +103,7 @@ def bytes_per_model(x, cfg, per_example_stats, observe_fn, path, params_shape,
 
 
 def chunk_size(perf: config_lib.PerformanceFlags, num_models: int, bytes_per: int) -> int:
-  """Models per chunk: within the memory budget and max_chunk, balanced (the same
-  number of chunks with the least padding), a multiple of the sharding's devices."""
+  """Models per chunk: within budget and max_chunk, balanced, a multiple of the devices."""
   m = num_models
   chunk = max(1, int(perf.memory_budget_bytes // bytes_per))
   chunk = min(chunk, int(perf.max_chunk) if perf.max_chunk is not None else DEFAULT_MAX_CHUNK)

@@ -1,28 +1,12 @@
 """One model's DP-SGD run: T steps of sample -> clip -> privatize -> update, in a scan.
 
-Step t of model i (Abadi et al. 2016, https://arxiv.org/abs/1607.00133):
+Step t (Abadi et al. 2016, https://arxiv.org/abs/1607.00133): batch bits from the
+sampler; the clipped sum (per-example L2 clip to C); noise of std `noise_std`, then
+the fixed denominator B = q n; the optimiser. Fixed-gradient records (the white-box
+auditor's input, Nasr et al. 2021, https://arxiv.org/abs/2101.04535) are clipped to
+C, sampled with their own bits (`poisson_mask(fold_in(key_fixed, t), q, K)`), masked
+by membership and added to the clipped sum and the realised batch size.
 
-  1. batch bits from the sampler: `sampler.batch_mask(key_sample, t, keep_N)`;
-  2. the clipped sum over the batch from the clipping path (per-example L2 clip to C);
-  3. the privatizer's transform: noise of std `noise_std` on the sum, then the fixed
-     denominator B = q n (never the realised batch size);
-  4. the optimiser (post-processing).
-
-Two layouts of step 2 (a cost choice, never a privacy one): the full mask computes
-every record's clipped gradient and weights it by its 0/1 bit (cost ~ N); the
-padded step gathers the sampled records into buffers of K rows
-(`sampling.padded_batch`) and runs ceil(count / K) >= 1 buffers in a
-`lax.while_loop`, so a batch larger than K is split, never truncated.
-
-Fixed-gradient records: K extra records whose per-example gradient is a given
-vector g^j (the white-box auditor's input, Nasr et al. 2021,
-https://arxiv.org/abs/2101.04535). Each is clipped to C like any record,
-Poisson-sampled at the accounted rate q with its own bit (bit j of step t is entry
-j of `poisson_mask(fold_in(key_fixed, t), q, K)`), masked by whether the record is
-in this model's dataset, added to the clipped sum and counted in the realised batch
-size.
-
-Everything here is pure and traced under jit; `engine` vmaps it over models.
 Shape letters: N records, F features, K fixed-gradient records, T steps.
 """
 
@@ -56,22 +40,11 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
                  optimizer, unroll=1, capacity=None):
   """Trains one model; pure, traced under jit (vmapped over models by `engine`).
 
-  Args:
-    key: the model's key, split into (init, sample, noise, fixed-record) keys.
-    keep_N: bool[N], the model's records.
-    fixed_keep_K: bool[K], which fixed-gradient records are in its dataset.
-    noise_std: float32 scalar `privatizer.noise_stddev(sigma, C)`, an input of the
-      program (cfg has its noise blanked), or a static 0.0 when no model has noise.
-    init_params: shared initial params, or None for `model.init(key_init)`.
-    fixed_K: None, or a pytree like params with leaves [K, ...]: the fixed gradients.
-    x, y: the records [N, ...] and labels [N].
-    cfg: the noise-free `DpSgdConfig` (C, q, B, T, ema_decay).
-    capacity: None (the full-mask step) or K rows (the padded step).
-  Returns:
-    (params, observations [T, ...] or None, stats or None, finite bool,
-    first_nonfinite_step int32, ema_params or None). With cfg.ema_decay = d the
-    carry also holds e_t = d e_(t-1) + (1 - d) p_t from e_0 = 0, updated from the
-    new parameters p_t only, and e_T / (1 - d^T) is returned.
+  key: split into (init, sample, noise, fixed-record) keys. noise_std: traced float32
+  `privatizer.noise_stddev(sigma, C)`, or a static 0.0. fixed_K: None or leaves [K, ...].
+  cfg: the noise-free config. capacity: None (full mask) or K (padded). Returns
+  (params, observations [T, ...] or None, stats or None, finite, first_nonfinite_step,
+  ema_params or None), the EMA e_t = d e_(t-1) + (1 - d) p_t returned as e_T / (1 - d^T).
   """
   c = float(cfg.l2_clip_norm)
   ema_decay = cfg.ema_decay
@@ -151,20 +124,9 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
 def padded_clipped_sum(clipping, params, x, y, mask_N, c, capacity, stats):
   """The clipped sum of the records in mask_N, in chunks of K = capacity gathered rows.
 
-  Chunk j (`sampling.padded_batch`) holds the sampled records of rank jK .. jK + K - 1;
-  chunks are processed in a `lax.while_loop` until all sampled records are
-  (chunk 0 always, ceil(count / K) in all), so every sampled record is clipped and
-  summed exactly once and padding rows have weight 0: the result is the full-mask
-  sum of the same batch, up to float summation order. Under vmap over models the
-  loop runs to the largest count of the models, the finished models' carries
-  unchanged. The cost per chunk is K rows of the clipping path plus O(N) integer
-  work (a cumsum, then a binary search per row) for the ranks.
-
-  Args:
-    stats: None, or the per-record statistics (times_sampled, times_clipped,
-      norm_sum), each float32[N], to which the chunks' rows are scattered.
-  Returns:
-    (sum pytree like params, the updated stats or ()).
+  A `lax.while_loop` runs ceil(count / K) >= 1 chunks (`sampling.padded_batch`), so
+  every sampled record is summed once and padding has weight 0. Returns (sum, the
+  updated (times_sampled, times_clipped, norm_sum) float32[N] stats or ()).
   """
   k = int(capacity)
   count = jnp.sum(mask_N, dtype=jnp.int32)
@@ -197,8 +159,7 @@ def padded_clipped_sum(clipping, params, x, y, mask_N, c, capacity, stats):
 
 
 def _bit_sum(bits_K, leaf_KxP):
-  """sum_j bits_K[j] * leaf_KxP[j]: a dot product for float leaves (under vmap over
-  models, one matrix product [M, K] x [K, P]), elementwise for int32 grid units."""
+  """sum_j bits_K[j] * leaf_KxP[j]: a dot product for float leaves, elementwise for int32."""
   if jnp.issubdtype(leaf_KxP.dtype, jnp.floating):
     return jnp.tensordot(bits_K.astype(leaf_KxP.dtype), leaf_KxP, axes=1)
   b = jnp.reshape(bits_K.astype(leaf_KxP.dtype), (-1,) + (1,) * (leaf_KxP.ndim - 1))

@@ -4,14 +4,27 @@ The public API is the submodules below, imported on first access (`import dpjax`
 cheap); each module's docstring shows its canonical use. Accounting and audit statistics
 run on the host (NumPy/SciPy); mechanisms, training and scoring run in JAX.
 
-  DP-SGD, in data-flow order: prng, sampling (PoissonSampler is the accounted one),
-    clipping, privatizer, dpsgd (DpSgdConfig, train_many), parallel, models, recipe,
-    flax_model.
-  Accounting and mechanisms: accounting (dpsgd_epsilon, calibrate_noise, Accountant),
-    mechanisms, integer_noise.
-  Attacks and audits: attacks, audit (eps lower bounds from attack scores), tradeoff,
-    metrics.
-  Other: data, fitting, pate, pate_release, recommender, tuning.
+  DP-SGD (data flows top to bottom):
+    prng          counter-based random bits, Bernoulli masks and normals
+    sampling      batch selection: PoissonSampler (accounted), ShuffleSampler
+    clipping      clipped per-example gradient sums (glm, ghost, vmap, sqnorm, grid)
+    privatizer    the noise step as optax transformations
+    dpsgd         DpSgdConfig (what the accountant is told); train_many / train_one
+    parallel      the model axis sharded over devices
+    models        logistic regression, MLP, CNN as (init, apply) pairs
+    recipe        training well with DP: augmentation multiplicity, batch size
+    flax_model    a flax.linen module as a model
+  Accounting and mechanisms:
+    accounting    dpsgd_epsilon, calibrate_noise, Accountant; rdp, pld, gdp
+    mechanisms    randomized response, Laplace, Gaussian, exponential mechanism
+    integer_noise rounded Gaussian / Laplace noise drawn exactly from a table
+  Attacks and audits:
+    attacks       membership inference (loss, shadow models, LiRA), reconstruction
+    audit         eps lower bounds from scores, canary audits, broken DP-SGD variants
+    tradeoff      f-DP trade-off curves and the membership-inference region
+    metrics       ROC, AUC, TPR at fixed FPR
+  Other: data (credit world, digits, canaries), fitting (non-private reference fits),
+    pate, pate_release, recommender, tuning (private hyperparameter tuning).
 
 Examples:
   >>> import dpjax

@@ -248,3 +248,19 @@ class UserIdLimitTest(absltest.TestCase):
       sampling.check_user_ids(ids, 2 ** 31 + 1)
     got = sampling.check_user_ids(np.array([0, 2 ** 31 - 2], np.int64), 2 ** 31 - 1)
     self.assertEqual(got.tolist(), [0, 2 ** 31 - 2])
+
+
+class LiraHugeConfidenceTest(absltest.TestCase):
+
+  def test_scores_are_finite_and_scale_free_up_to_float64_max(self):
+    from dpjax.attacks import mia  # pylint: disable=g-import-not-at-top
+    rng = np.random.default_rng(0)
+    phi = rng.normal(size=(16, 5)) + 3.0 * (rng.random((16, 5)) < 0.5)
+    keep = rng.random((16, 5)) < 0.5
+    for online in (True, False):
+      ref = mia.lira_scores(phi, keep, online=online)
+      for scale in (2.0 ** 600, 2.0 ** 1000):   # phi up to ~1e301: squares would overflow
+        got = mia.lira_scores(phi * scale, keep, online=online)
+        self.assertTrue(np.isfinite(got).all(), (online, scale))
+        # the likelihood ratio (and the OUT-tail) does not depend on phi's scale
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)

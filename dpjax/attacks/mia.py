@@ -97,8 +97,14 @@ def lira_scores(phi_MxN, keep_MxN, *, online: bool = True,
   record (keep_MxN); offline: the one-sided log P(OUT <= phi) under the OUT Gaussian.
   fixed_variance pools one standard deviation per side over all records; records with
   fewer than 2 shadows on a side use it too (0 shadows: score 0). Higher = member.
+  Confidences beyond 2^480 in magnitude are first scaled by an exact power of two (the
+  likelihood ratio is scale-free; only the std floor 1e-6 then applies on that scale),
+  so the squares of the moments cannot overflow.
   """
   phi = _check_phi(phi_MxN)
+  big = float(np.max(np.abs(phi)))
+  if big > 2.0**480:
+    phi = np.ldexp(phi, -int(np.ceil(np.log2(big))))
   keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=phi.shape)
   c_out, m_out, v_out = _leave_one_out_moments(phi, ~keep)
   pooled_out = np.sqrt(np.nanmean(np.where(c_out >= 2, v_out, np.nan)))

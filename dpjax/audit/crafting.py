@@ -1,41 +1,17 @@
 """Crafting final-model adversaries of DP-SGD: canaries, initialisations, scores of theta_T.
 
-A final-model adversary sees only the last iterate theta_T and the public
-initial parameters theta_0, which DP-SGD's analysis lets anyone choose. This
-module builds what such an adversary plants and computes:
-
-* a crafted INPUT canary (`input_canary`): an out-of-distribution image (every
-  pixel lit except the features no record uses) with the label of largest loss
-  under theta_0, scored by -loss(theta_T) (`loss_score`);
-* GRADIENT canaries observed only through theta_T (the hidden-state threat
-  model of Cebere, Bellet & Papernot, ICLR 2025): canary j is a fixed gradient
-  g_j = C e_j inserted in every step where it is sampled, e_j a parameter
-  coordinate that no record's gradient touches (`input_weight_canaries`: the
-  first-layer weights of pixels that are zero in every record, `unused_features`,
-  where the gradient of a record is x_f * delta = 0 for ANY parameters) or, for
-  models without such coordinates, the coordinate the records move least at
-  theta_0 (`quiet_coordinate_canary`). The score is the final displacement
-  along e_j, -<theta_T - theta_0, e_j> (`projection_score`), whose law for an
-  untouched coordinate is that of `dpjax.audit.last_iterate`;
-* a WORST-CASE INITIALISATION (after Annamalai & De Cristofaro, NeurIPS 2024):
-  the adversary picks theta_0 so that the target record's clipped gradient is
-  large, constant during training and orthogonal to everyone else's
-  (`worst_case_init`, for the MLP: a dedicated first-layer unit that only the
-  target activates), optionally after pre-training on public data (`pretrain`,
-  their recipe, which quiets the other records). The target is then scored by
-  its loss (their score) or by the displacement along its initial gradient
-  direction (`gradient_direction`, `projection_score`).
-
-Contracts: canaries and directions are pytrees like the parameters with a
-leading axis K; every score function is jax-traceable, fn(theta_T, theta_0) ->
-float[K], higher = IN. `dpjax.audit.final_model.audit` trains with them
-(`FinalModelAdversary`) and turns the scores into bounds.
+The adversary sees only theta_T and the public theta_0 (which it may choose): INPUT
+canaries (`input_canary`, `loss_score`), GRADIENT canaries g_j = C e_j seen only through
+theta_T (hidden-state threat model of Cebere, Bellet & Papernot, ICLR 2025;
+`input_weight_canaries`, `quiet_coordinate_canary`, `projection_score`), or a WORST-CASE
+INITIALISATION (after Annamalai & De Cristofaro, NeurIPS 2024; `worst_case_init`).
+Canaries and directions are pytrees like the parameters with a leading axis K; score
+functions are jax-traceable, fn(theta_T, theta_0) -> float[K], higher = IN.
 
 References: Annamalai & De Cristofaro 2024, https://arxiv.org/abs/2405.14106;
 Cebere, Bellet & Papernot 2025, https://arxiv.org/abs/2405.14457.
 
-Shape letters: K canaries, N records, F features, U unused features, P
-parameters (flattened).
+Shape letters: K canaries, N records, F features, U unused features, P parameters.
 """
 
 from __future__ import annotations
@@ -58,14 +34,8 @@ from dpjax import _validate
 def unused_features(x_NxF) -> np.ndarray:
   """Indices of the features equal to 0 in every record: int64[U], ascending.
 
-  In a dense first layer, a record's gradient with respect to the weights of
-  feature f is x_f * delta, so these weights are moved by no record, whatever
-  the parameters: only noise and canaries move them.
-
-  Args:
-    x_NxF: float[N, ...] records (flattened to [N, F]).
-  Returns:
-    int64[U].
+  No record's gradient moves a dense first layer's weights of such a feature
+  (x_f * delta = 0). x_NxF: float[N, ...], flattened to [N, F].
 
   Examples:
     >>> unused_features([[0.0, 1.0, 0.0], [0.0, 0.5, 2.0]]).tolist()
@@ -107,21 +77,10 @@ def input_weight_canaries(model, params, features, l2_clip_norm: float,
                           skip_units=()) -> dict:
   """Dirac gradient canaries C e_(f, h) on the MLP's first-layer weights of `features`.
 
-  For features no record uses (`unused_features`), no record's gradient ever
-  touches these weights, so (SGD, no weight decay) the final value of weight
-  (f, h) is theta_0 - lr/B sum_t (b_t C + sigma C z_t): the canaries are exactly
-  linear, mutually independent (disjoint coordinates, independent noise and
-  bits), and their final-model score has the law of `last_iterate.last_iterate_roc`.
-
-  Args:
-    model: a `dpjax.models.mlp` with >= 1 hidden layer.
-    params: its parameters (unbatched).
-    features: int[U] input features (>= 1).
-    l2_clip_norm: C > 0, finite.
-    skip_units: first-layer units to leave out (e.g. one used by `worst_case_init`).
-  Returns:
-    pytree like params, every leaf with a leading axis K = U * (H - |skip_units|):
-    canary j is C at one (feature, unit) weight, 0 elsewhere.
+  For unused features (SGD, no weight decay) weight (f, h) ends at
+  theta_0 - lr/B sum_t (b_t C + sigma C z_t): exactly linear, independent canaries (law of
+  `last_iterate.last_iterate_roc`). Returns a pytree like params with leading axis
+  K = U * (H - |skip_units|).
 
   Examples:
     >>> import jax
@@ -167,21 +126,11 @@ def _flat_grads(model, params, x, y, l2_clip_norm):
 
 
 def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> dict:
-  """One Dirac gradient canary C e_i at the coordinate the records move least at theta_0.
+  """One Dirac canary C e_i, i = argmin_i sum_n |clip(grad loss_n(theta_0))_i| (first on ties).
 
-  i minimises sum_n |clip(grad loss_n(theta_0))_i| (ties: the first). For
-  models with shared weights (convolutions) no coordinate is untouched, so the
-  records still move e_i a little during training: the canary is then only
-  approximately linear (its score no longer has exactly the law of
-  `last_iterate.last_iterate_roc`), and one canary per run keeps the trials independent.
-
-  Args:
-    model: a dpjax.models.Model.
-    params: theta_0 (unbatched).
-    x_NxF, y_N: the training records.
-    l2_clip_norm: C > 0, finite.
-  Returns:
-    pytree like params with a leading axis K = 1.
+  With shared weights (convolutions) the records still move e_i: the canary is only
+  approximately linear and its score does NOT have exactly the law of
+  `last_iterate.last_iterate_roc`. Leading axis K = 1.
 
   Examples:
     >>> import jax, numpy as np
@@ -206,20 +155,9 @@ def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> d
 
 def input_canary(model, params, exclude_features=(), value: float = 1.0
                  ) -> tuple[np.ndarray, int]:
-  """An out-of-distribution image and the label of largest loss under `params`.
+  """An out-of-distribution image (`value` except 0 on `exclude_features`) and its label.
 
-  The image is `value` on every feature except `exclude_features` (0 there):
-  for the digits, a white square, unlike any digit. Leaving out the unused
-  features keeps it off the coordinates of `input_weight_canaries`, so the two
-  kinds of canaries can share runs without coupling the gradient canaries.
-
-  Args:
-    model: a dpjax.models.Model with K >= 2 classes and a known input size.
-    params: the public theta_0 (unbatched).
-    exclude_features: int[U] features set to 0.
-    value: the lit features' value (finite).
-  Returns:
-    (x_c float32[F], y_c): y_c = argmax_y loss(theta_0; x_c, y).
+  Needs K >= 2 classes. Returns (x_c float32[F], y_c = argmax_y loss(theta_0; x_c, y)).
 
   Examples:
     >>> import jax
@@ -264,20 +202,7 @@ def _num_features(model, params=None) -> int:
 
 
 def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float):
-  """Non-private full-batch gradient descent on PUBLIC data (the adversary's own).
-
-  Annamalai & De Cristofaro's worst-case initialisation starts DP-SGD from a
-  model already fitted to data like the private set, so the private records'
-  gradients are small and the target's stands out.
-
-  Args:
-    model: a dpjax.models.Model.
-    params: starting parameters (unbatched).
-    x_NxF, y_N: public records (never the private ones).
-    num_steps: steps >= 1.
-    learning_rate: > 0.
-  Returns:
-    parameters like `params`.
+  """Non-private full-batch gradient descent on PUBLIC data (never the private records).
 
   Examples:
     >>> import jax, numpy as np
@@ -318,31 +243,14 @@ def worst_case_init(model, params, feature: int, label: int, *, bias: float = 2.
                     gain: float = 10.0, unit: int = 0) -> tuple[dict, tuple[np.ndarray, int]]:
   """Crafted theta_0 for an MLP: a first-layer unit that only the target activates.
 
-  DP-SGD's guarantee holds for every theta_0, so the auditor may pick the worst
-  one. With target x_c = e_feature (one lit pixel that no record uses) and unit
-  u = `unit`:
+  With target x_c = e_feature (a feature no record uses) and u = `unit`:
 
     W1[:, u] = 0, W1[feature, u] = 1 + bias, b1[u] = -bias, W1[feature, v] = 0 (v != u),
     W2[u, :] = 0 except W2[u, label] = -gain.
 
-  Every record has pre-activation -bias + (noise-sized drift) < 0 at unit u, so
-  no record's gradient reaches W1[:, u], b1[u] or W2[u, :]; the target has
-  activation 1 there, logit(label) pushed down by `gain`, hence a loss gradient
-  of norm about gain * sqrt(2) >> C, almost all of it on (W1[feature, u],
-  b1[u]): its clipped gradient is C times a nearly fixed unit vector that no
-  other record touches, which makes the target as linear as a gradient canary.
-  The rest of `params` (e.g. `pretrain`ed) is kept.
-
-  Args:
-    model: a `dpjax.models.mlp` with >= 1 hidden layer.
-    params: the starting parameters (unbatched).
-    feature: the target's lit feature (choose one of `unused_features`).
-    label: the target's label in [0, K).
-    bias: > 0, how far below 0 the unit sits for every record.
-    gain: > 0, the unit's push against the label.
-    unit: the first-layer unit used.
-  Returns:
-    (theta_0, (x_c float32[F], label)).
+  Records sit at pre-activation ~ -bias < 0 at u; the target's gradient has norm about
+  gain * sqrt(2) >> C along a nearly fixed direction. Returns (theta_0, (x_c float32[F],
+  label)); the rest of `params` is kept.
 
   Examples:
     >>> import jax, numpy as np
@@ -384,14 +292,9 @@ def worst_case_init(model, params, feature: int, label: int, *, bias: float = 2.
 
 
 def gradient_direction(model, params, x_c, y_c) -> Any:
-  """The unit vector of the record's loss gradient at `params` (its clipped direction).
+  """Unit vector of the record's loss gradient at `params`, leading axis K = 1.
 
-  Args:
-    model: a dpjax.models.Model.
-    params: theta_0 (unbatched).
-    x_c: float[F...] the record; y_c: its label.
-  Returns:
-    pytree like params with a leading axis K = 1 and unit L2 norm.
+  Raises ValueError if the gradient norm is 0 or not finite.
 
   Examples:
     >>> import jax, numpy as np
@@ -417,13 +320,7 @@ def gradient_direction(model, params, x_c, y_c) -> Any:
 
 
 def projections(directions, tree) -> jax.Array:
-  """<tree, d_j> for each of K directions: float[K] (jax-traceable).
-
-  `directions` is a pytree like `tree` whose leaves carry a leading axis K; each
-  leaf pair is flattened and contracted, and the leaves' contributions summed.
-  No input check: `projection_score` checks its directions, and
-  `dpjax.audit.final_model.audit` projects the privatized updates on its
-  canaries' unit directions with it under jit.
+  """<tree, d_j> for K directions (leaves with a leading axis K): float[K]; no input check.
 
   Examples:
     >>> import jax.numpy as jnp
@@ -438,17 +335,8 @@ def projections(directions, tree) -> jax.Array:
 def projection_score(directions) -> Callable:
   """Score fn(theta_T, theta_0) = -<theta_T - theta_0, d_j> for K directions: float[K].
 
-  Training on a canary whose clipped gradient is along d_j moves theta against
-  d_j, so the score grows with inclusion. For a Dirac gradient canary C e_j
-  trained by SGD at learning rate lr with divisor B, the score is (lr C / B) X
-  with X the last-iterate statistic of `dpjax.audit.last_iterate`.
-
-  Args:
-    directions: pytree like params with a leading axis K (e.g.
-      `input_weight_canaries`, `gradient_direction`); any positive scaling of a
-      direction gives the same tests.
-  Returns:
-    a jax-traceable function.
+  For a Dirac canary C e_j under SGD (rate lr, divisor B): (lr C / B) X, X the statistic
+  of `dpjax.audit.last_iterate`.
 
   Examples:
     >>> import jax.numpy as jnp

@@ -1,35 +1,16 @@
 """From attack scores to privacy bounds: threshold strategies, their bound records, spread.
 
-An auditor runs a mechanism (a training run, a query) many times with a canary IN
-and many times with it OUT, scores each run (higher = IN), and turns the two score
-samples into an eps lower bound. Anything can produce the scores: the white-box
-or black-box canary adversaries of `dpjax.audit.canary`, a membership attack, or
-someone else's training code. This module holds the threshold tests in between:
+Runs with a canary IN and OUT are scored (higher = IN, any source) and turned into an
+eps lower bound by a strategy's `bound(scores_in_K, scores_out_K, delta=, confidence=)`,
+which returns a `ThresholdBound`: `FixedThreshold` (fixed in advance, all trials),
+`SplitThreshold` (chosen on the first half of each side, evaluated on the second),
+`Bonferroni` (k strategies at 1 - alpha / k each, the max reported).
+`bootstrap_spread` gives a bound's spread.
 
-* threshold strategies, each with a `bound(scores_in_K, scores_out_K, delta=,
-  confidence=)` method returning a `ThresholdBound` (the bound, the counts behind
-  it, the confidence and what it assumes):
-  - `FixedThreshold`: a threshold fixed in advance (e.g. from the claimed
-    mechanism's likelihood ratio), evaluated on every trial;
-  - `SplitThreshold`: chosen on the first half of each side, evaluated on the
-    second (valid whatever the scores are, at the price of half the trials);
-  - `Bonferroni`: several strategies on the same trials, each at confidence
-    1 - alpha / k, the largest bound reported (valid at 1 - alpha);
-* `bootstrap_spread`: how much a `ThresholdBound` moves when its error counts are
-  redrawn.
+VALIDITY: the threshold must not be picked on the trials it is evaluated on, and the
+order of the trials must not depend on the scores.
 
-The other estimators live beside it: `dpjax.audit.certifiable.best_certifiable`
-(the best bound any adversary is expected to certify from a known ROC, the
-audit's ceiling), `dpjax.audit.parametric.gdp_estimate` (the mu-GDP bound of Nasr
-et al. 2023, valid only if the mechanism is mu-GDP) and
-`dpjax.audit.score_audit.score_bounds` (every estimator, the one-run ones
-included, on one pair of score samples).
-
-The threshold of a test must not be picked on the trials it is evaluated on
-(maximising over thresholds inflates the bound); the order of the trials must not
-depend on the scores (a split takes the first half of each side as given).
-
-Typical use, the white-box policy of `dpjax.audit.run.evaluate`:
+Typical use (the white-box policy of `dpjax.audit.run.evaluate`):
 
     per_test = bonferroni_confidence(0.95, 2)
     ceiling = certifiable.best_certifiable(fpr_J, fnr_J, trials, delta=1e-5,
@@ -71,20 +52,11 @@ _FIXED_ASSUMPTIONS = (
 class ThresholdBound:
   """An eps lower bound from one threshold test, with the counts behind it.
 
-  With probability >= `confidence` over the trials, the mechanism is not
-  (eps, delta)-DP for any eps < `epsilon_lower`, provided `assumptions` hold.
-
-  Attributes:
-    epsilon_lower: the certified bound, >= 0.
-    threshold: the test was "IN iff sign * score > threshold".
-    sign: +1 or -1.
-    false_positives, negatives: OUT trials called IN, and OUT evaluation trials.
-    false_negatives, positives: IN trials called OUT, and IN evaluation trials.
-    selection_trials: (IN, OUT) trials spent choosing the threshold ((0, 0) if fixed).
-    delta: the delta of the claim being tested.
-    confidence: the confidence of this bound.
-    strategy: "fixed" or "split".
-    assumptions: what the bound's validity rests on, in words.
+  With probability >= `confidence`, the mechanism is not (eps, delta)-DP for any
+  eps < `epsilon_lower`, provided `assumptions` (in words) hold. The test was
+  "IN iff sign * score > threshold"; false_positives of `negatives` OUT and
+  false_negatives of `positives` IN evaluation trials; `selection_trials` (IN, OUT) spent
+  choosing the threshold ((0, 0) if fixed); `strategy` "fixed" or "split".
   """
   epsilon_lower: float
   threshold: float
@@ -100,7 +72,7 @@ class ThresholdBound:
   assumptions: str
 
   def counts(self) -> dict:
-    """The evaluation counts as a dict (for records)."""
+    """The evaluation counts as a dict."""
     return {"false_positives": self.false_positives, "negatives": self.negatives,
             "false_negatives": self.false_negatives, "positives": self.positives}
 
@@ -121,17 +93,10 @@ def _check_delta_confidence(delta, confidence) -> tuple[float, float]:
 
 def choose_threshold(scores_in_K, scores_out_K, delta: float = 0.0, confidence: float = 0.95,
                      both_signs: bool = False) -> tuple[float, int]:
-  """The threshold (and sign) that maximises the certified bound on these trials.
+  """(threshold, sign) maximising the certified bound on these trials: "IN iff sign * s > t".
 
-  Evaluating it on the same trials overstates the bound: use it on fresh trials
-  (`FixedThreshold`), or let `SplitThreshold` do the split.
-
-  Args:
-    scores_in_K, scores_out_K: float[K_in], float[K_out] scores (higher = IN).
-    delta, confidence: as in `stats.epsilon_lower_bound`.
-    both_signs: also consider the tests "IN iff score < t" (sign -1).
-  Returns:
-    (threshold, sign): the test "IN iff sign * score > threshold".
+  Evaluating it on the same trials overstates the bound: use fresh trials or
+  `SplitThreshold`. `both_signs` also tries sign -1.
 
   Examples:
     >>> import numpy as np
@@ -154,12 +119,9 @@ def choose_threshold(scores_in_K, scores_out_K, delta: float = 0.0, confidence: 
 
 @dataclasses.dataclass(frozen=True)
 class FixedThreshold:
-  """The test "IN iff sign * score > threshold", fixed in advance; all trials evaluate it.
+  """The test "IN iff sign * score > threshold" (sign +-1), fixed in advance, on all trials.
 
-  Attributes:
-    threshold: chosen without looking at the scores it is evaluated on (e.g. from
-      the claimed mechanism's likelihood-ratio distribution); +-inf allowed.
-    sign: +1 or -1.
+  `threshold` (+-inf allowed) must be chosen without the scores it is evaluated on.
   """
   threshold: float
   sign: int = 1
@@ -170,13 +132,7 @@ class FixedThreshold:
 
   def bound(self, scores_in_K, scores_out_K, *, delta: float = 0.0,
             confidence: float = 0.95) -> ThresholdBound:
-    """eps lower bound of this test on the given trials.
-
-    Args:
-      scores_in_K: float[K_in] scores of runs with the canary (higher = IN).
-      scores_out_K: float[K_out] scores of runs without it.
-      delta: the delta of the claim, in [0, 1).
-      confidence: in (0, 1).
+    """eps lower bound on float[K_in] IN, float[K_out] OUT scores; delta in [0, 1).
 
     Examples:
       >>> import numpy as np
@@ -193,22 +149,14 @@ class FixedThreshold:
 
 @dataclasses.dataclass(frozen=True)
 class SplitThreshold:
-  """Chooses the threshold on the first half of each side, evaluates it on the second.
-
-  Attributes:
-    both_signs: also consider the tests "IN iff score < t".
-  """
+  """Threshold (and sign) chosen on the first half of each side, evaluated on the second."""
   both_signs: bool = False
 
   def bound(self, scores_in_K, scores_out_K, *, delta: float = 0.0,
             confidence: float = 0.95) -> ThresholdBound:
     """eps lower bound: threshold from the first halves, counts from the second halves.
 
-    Args:
-      scores_in_K, scores_out_K: as in `FixedThreshold.bound`, >= 2 trials each, in
-        an order that does not depend on the scores.
-      delta, confidence: as in `FixedThreshold.bound`; the selection maximises the
-        bound at this same confidence.
+    >= 2 trials per side, in an order that does not depend on the scores.
 
     Examples:
       >>> import numpy as np
@@ -244,15 +192,7 @@ def bonferroni_confidence(confidence: float, num_tests: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class BonferroniBound:
-  """The largest of several bounds, each at 1 - alpha / k, valid jointly at 1 - alpha.
-
-  Attributes:
-    epsilon_lower: max over `parts` of their bounds.
-    parts: the individual `ThresholdBound`s, in the order of the strategies.
-    delta: the delta of the claim.
-    confidence: the joint confidence 1 - alpha.
-    assumptions: what the bound rests on (the union bound and each part's).
-  """
+  """The largest of several bounds (`parts`), each at 1 - alpha / k, valid jointly at 1 - alpha."""
   epsilon_lower: float
   parts: tuple[ThresholdBound, ...]
   delta: float
@@ -264,13 +204,8 @@ class BonferroniBound:
 class Bonferroni:
   """Runs several strategies on the same trials and reports the largest bound.
 
-  Each strategy runs at confidence 1 - alpha / k (`bonferroni_confidence`), so by
-  the union bound all k bounds hold together with probability >= 1 - alpha, and so
-  does their maximum, whatever the dependence between them.
-
-  Attributes:
-    strategies: a non-empty tuple of strategies (objects with a `bound` method
-      returning a `ThresholdBound`).
+  Each runs at 1 - alpha / k, so by the union bound all k bounds and their maximum hold
+  together with probability >= 1 - alpha, whatever their dependence.
   """
   strategies: tuple
 
@@ -306,13 +241,7 @@ class Bonferroni:
 
 @dataclasses.dataclass(frozen=True)
 class BootstrapSpread:
-  """Parametric-bootstrap spread of a threshold bound.
-
-  Attributes:
-    sd: standard deviation of the bound over the replicates.
-    epsilon_lower_R: float64[R] the replicates' bounds.
-    assumptions: what the spread describes.
-  """
+  """Parametric-bootstrap spread of a threshold bound: sd, epsilon_lower_R float64[R]."""
   sd: float
   epsilon_lower_R: np.ndarray
   assumptions: str
@@ -322,17 +251,9 @@ def bootstrap_spread(result: ThresholdBound, rng: np.random.Generator,
                      num_replicates: int = 400) -> BootstrapSpread:
   """How much a bound moves when its error counts are redrawn at their observed rates.
 
-  FP* ~ Binomial(negatives, FP / negatives), FN* ~ Binomial(positives, FN /
-  positives), the threshold held fixed; each replicate's bound is computed with
-  the result's delta and confidence. The spread is the noise against which two
-  bounds (two adversaries, two runs) are compared; it is not a confidence interval.
-
-  Args:
-    result: a `ThresholdBound`.
-    rng: host randomness (`np.random.default_rng(seed)`).
-    num_replicates: R >= 2.
-  Returns:
-    BootstrapSpread.
+  FP* ~ Binomial(negatives, FP / negatives), FN* ~ Binomial(positives, FN / positives),
+  threshold fixed; R = num_replicates >= 2. The noise for comparing two bounds, NOT a
+  confidence interval.
 
   Examples:
     >>> import numpy as np

@@ -1,26 +1,18 @@
 """The last-iterate heuristic: what the final model alone reveals about a linear canary.
 
-DP-SGD's accountant assumes the adversary sees every privatized update; a
-released model is usually only the LAST iterate theta_T. For a LINEAR loss
-(Steinke et al., ICLR 2025) the final iterate reveals only the sum of the
-canary's privatized contributions. In units of C, with s = sigma sqrt(T),
+The accountant assumes the adversary sees every privatized update; a released model is
+usually only theta_T. For a LINEAR loss (Steinke et al., ICLR 2025) theta_T reveals only
+the sum of the canary's contributions. In units of C, with s = sigma sqrt(T),
 
     IN:  X = sum_t (b_t + sigma z_t) ~ sum_k Binom(k; T, q) N(k, s^2)
-    OUT: X = sum_t sigma z_t         ~ N(0, s^2),
+    OUT: X = sum_t sigma z_t         ~ N(0, s^2).
 
-whose privacy profile `last_iterate_delta` computes exactly (a one-dimensional
-monotone likelihood ratio, see its docstring) and `last_iterate_epsilon`
-inverts. For q = 1 it is the Gaussian mechanism with mu = sqrt(T) / sigma, the
-same as the composition of all T steps: hiding the state then protects nothing.
-For q < 1 it is below the accountant's eps. A Dirac gradient canary in an
-untouched coordinate (`dpjax.audit.crafting.input_weight_canaries`) is exactly
-linear, so its final-model score has exactly this distribution
-(`last_iterate_roc` gives its ROC); for a record canary it is a heuristic, not a
-bound (Steinke et al. give counterexamples). `dpjax.audit.final_model.audit`
-reports `last_iterate_epsilon` of the claim beside its measured bounds.
+For q = 1 this is the Gaussian mechanism with mu = sqrt(T) / sigma; for q < 1 it is below
+the accountant's eps. A Dirac gradient canary in an untouched coordinate is exactly
+linear. For a record canary it is a HEURISTIC, NOT A BOUND (Steinke et al. give
+counterexamples).
 
-Contracts: host NumPy/SciPy only; every function checks (q, sigma, T) the same
-way (q in (0, 1], sigma > 0 finite, T >= 1 an int) and returns float64.
+All functions require q in (0, 1], sigma > 0 finite, T >= 1 an int; return float64.
 
 References: Steinke et al. 2025, https://arxiv.org/abs/2410.06186.
 
@@ -87,28 +79,14 @@ def last_iterate_delta(epsilon, sampling_prob: float, noise_multiplier: float,
                        num_steps: int, direction: str = "both"):
   """Exact privacy profile delta(eps) of the last-iterate pair of a linear canary.
 
-  The pair (in units of C, s = sigma sqrt(T)) is P = sum_k w_k N(k, s^2), w_k =
-  Binom(k; T, q), against Q = N(0, s^2). Its likelihood ratio L(x) = sum_k w_k
-  exp((2 k x - k^2) / (2 s^2)) increases in x, so the optimal sets are half-lines:
+  P = sum_k w_k N(k, s^2), w_k = Binom(k; T, q), Q = N(0, s^2); the likelihood ratio
+  L(x) = sum_k w_k exp((2 k x - k^2) / (2 s^2)) increases in x, so
 
       remove: delta = sum_k w_k Phi((k - x1) / s) - e^eps Phi(-x1 / s),  L(x1) = e^eps
       add:    delta = Phi(x2 / s) - e^eps sum_k w_k Phi((x2 - k) / s),  L(x2) = e^-eps
 
-  (add is 0 when e^-eps <= w_0 = (1 - q)^T: no x has so small a ratio). The
-  boundary is found by Brent's method to 1e-13 relative; the profile is
-  stationary in the boundary (d/dx of each expression vanishes where L = e^{+-eps}),
-  so its error is second order in that, below 1e-15 absolute in practice.
-
-  Args:
-    epsilon: eps >= 0, scalar or float[E].
-    sampling_prob: q in (0, 1].
-    noise_multiplier: sigma > 0, finite.
-    num_steps: T >= 1.
-    direction: "remove", "add" or "both" (the larger of the two).
-  Returns:
-    float, or float64[E] for an array `epsilon`.
-
-  References: Steinke et al. 2025, https://arxiv.org/abs/2410.06186.
+  (add is 0 when e^-eps <= w_0 = (1 - q)^T); boundaries by Brent's method. `epsilon`:
+  scalar or float[E] (then float64[E]); `direction`: "remove", "add" or "both" (max).
 
   Examples:
     >>> from dpjax.accounting import gdp
@@ -145,18 +123,8 @@ def last_iterate_epsilon(sampling_prob: float, noise_multiplier: float, num_step
                          delta: float, tol: float = 1e-9) -> float:
   """eps(delta) of the last-iterate pair: the heuristic prediction of Steinke et al.
 
-  The smallest eps >= 0 with `last_iterate_delta(eps) <= delta`, by bisection
-  on the decreasing profile to `tol` (returned from above: the true value lies
-  in [returned - tol, returned]).
-
-  Args:
-    sampling_prob: q in (0, 1].
-    noise_multiplier: sigma > 0, finite.
-    num_steps: T >= 1.
-    delta: in (0, 1).
-    tol: bisection tolerance in eps, > 0.
-  Returns:
-    eps >= 0 (0 if delta(0) <= delta).
+  Smallest eps >= 0 with `last_iterate_delta(eps) <= delta`, by bisection, from above:
+  the true value is in [returned - tol, returned]. ValueError above eps 1e4.
 
   Examples:
     >>> from dpjax.accounting import gdp
@@ -187,19 +155,9 @@ def last_iterate_roc(sampling_prob: float, noise_multiplier: float, num_steps: i
                      num_points: int = 4001) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """ROC of the optimal final-model test of a linear gradient canary: "IN iff X > t".
 
-  X is the canary's final displacement in units of C (module docstring); the
-  likelihood ratio is increasing in X, so these thresholds are Neyman-Pearson
-  optimal, and `dpjax.audit.certifiable.best_certifiable` on this ROC is what
-  the best final-model adversary of such a canary is expected to certify.
-
-  Args:
-    sampling_prob: q in (0, 1].
-    noise_multiplier: sigma > 0, finite.
-    num_steps: T >= 1.
-    num_points: J >= 3: -inf, J - 2 thresholds evenly spaced over both laws
-      (12 standard deviations beyond them), +inf.
-  Returns:
-    (thresholds_J, fpr_J, fnr_J), float64.
+  Neyman-Pearson optimal (the likelihood ratio increases in X). J = num_points >= 3
+  thresholds: -inf, J - 2 spanning both laws (+-12 sd), +inf. Returns (thresholds_J,
+  fpr_J, fnr_J), float64.
 
   Examples:
     >>> thr, fpr, fnr = last_iterate_roc(1.0, 1.0, 1)          # N(1, 1) against N(0, 1)

@@ -1,19 +1,11 @@
 """A parametric estimate: the eps lower bound of a mechanism assumed mu-GDP.
 
-If the audited mechanism is mu-GDP for some mu (its trade-off curve is Gaussian,
-FNR >= Phi(Phi^-1(1 - FPR) - mu) for every test), one test's error rates bound
-mu from below, and so eps(delta) (Nasr et al. 2023):
+If the mechanism is mu-GDP (FNR >= Phi(Phi^-1(1 - FPR) - mu) for every test), one test's
+Clopper-Pearson upper limits give (Nasr et al. 2023)
 
-    mu >= Phi^-1(1 - FPR_u) - Phi^-1(FNR_u) =: mu_lower,
+    mu >= Phi^-1(1 - FPR_u) - Phi^-1(FNR_u) =: mu_lower.
 
-with FPR_u, FNR_u the Clopper-Pearson upper limits (jointly at the confidence).
-`gdp_estimate` computes it, with a threshold fixed in advance or chosen on the
-first half of each side. The Gaussian shape gives far tighter numbers than the
-assumption-free threshold bounds of `dpjax.audit.estimators`, but only under
-that assumption; a negative mu_lower certifies nothing (eps 0).
-
-Contracts: host NumPy/SciPy only; scores as in `dpjax.audit.stats.check_scores`
-(higher = IN, no NaN); the returned `GdpEstimate` says what it assumes.
+VALID ONLY UNDER THE GDP ASSUMPTION; a negative mu_lower certifies nothing (eps 0).
 
 References: Nasr et al. 2023, https://arxiv.org/abs/2302.07956.
 
@@ -42,17 +34,9 @@ from dpjax.audit import stats
 class GdpEstimate:
   """A mu-GDP lower bound from one test's error rates (Nasr et al. 2023).
 
-  Valid only if the mechanism is mu-GDP for some mu: then, with probability >=
-  `confidence`, its mu is >= `mu` and its eps at `delta` is >= `epsilon`.
-
-  Attributes:
-    mu: mu of the Gaussian trade-off curve through the rates' confidence limits
-      (negative when FPR_u + FNR_u > 1).
-    epsilon: eps at `delta` of a mu-GDP mechanism; 0 when mu <= 0 (a negative mu
-      is clamped, never mirrored to |mu|).
-    threshold: the threshold whose errors were used.
-    delta, confidence: as passed.
-    assumptions: what the bound assumes.
+  Valid only if the mechanism is mu-GDP: then with probability >= `confidence` its mu is
+  >= `mu` (negative when FPR_u + FNR_u > 1) and its eps at `delta` >= `epsilon` (0 when
+  mu <= 0: clamped, never mirrored to |mu|).
   """
   mu: float
   epsilon: float
@@ -66,28 +50,10 @@ def gdp_estimate(scores_in_K, scores_out_K, delta: float, confidence: float = 0.
                  threshold: Optional[float] = None) -> GdpEstimate:
   """eps lower bound of Nasr et al. 2023, valid only if the mechanism is mu-GDP.
 
-  A mu-GDP mechanism has FNR >= Phi(Phi^-1(1 - FPR) - mu) for every test. With
-  FPR <= FPR_u and FNR <= FNR_u (Clopper-Pearson upper limits; the two-sided
-  interval at `confidence` puts each at 1 - alpha/2, so both hold together with
-  probability >= 1 - alpha, as in `stats.epsilon_lower_bound`), and the right
-  side decreasing in FPR,
-
-      mu >= Phi^-1(1 - FPR_u) - Phi^-1(FNR_u) =: mu_lower,
-
-  and eps(delta) of mu-GDP increases in mu, so eps >= eps_mu(mu_lower). Using
-  the Gaussian shape of the curve gives far tighter numbers than a threshold
-  bound, but only under that assumption. mu_lower < 0 (FPR_u + FNR_u > 1, e.g.
-  on scores without signal) certifies nothing: eps = 0. Mirroring it to |mu|
-  would certify a positive eps from pure noise.
-
-  Args:
-    scores_in_K, scores_out_K: float[K_in], float[K_out] (higher = IN).
-    delta: in (0, 1).
-    confidence: in (0, 1).
-    threshold: fixed in advance; None = choose the mu-maximising threshold on the
-      first half of each side and evaluate on the second half.
-  Returns:
-    GdpEstimate.
+  FPR_u, FNR_u: two-sided Clopper-Pearson upper limits (jointly at `confidence`); eps >=
+  eps_mu(mu_lower). mu_lower < 0 gives eps = 0 (mirroring it would certify noise).
+  `threshold`: fixed in advance, or None to choose the mu-maximising one on the first half
+  of each side and evaluate on the second.
 
   Examples:
     >>> import numpy as np

@@ -1,83 +1,26 @@
 """A canary audit of PATE's released labels: fixed teachers, repeated aggregation.
 
-Why fixing the teachers is a valid audit. PATE's accountant (`dpjax.pate`) counts
-only the aggregator's noise. Its guarantee is a statement about the aggregator
-on vote histograms: for ANY two histograms that differ in one teacher's vote
-(one count down by 1, another up by 1; the neighbouring relation, since a record
-lives in one partition and can change only its teacher's vote), Q answers of
-GNMax with N(0, sigma^2) noise are (alpha, Q alpha / sigma^2)-RDP. The teachers
-are a deterministic function of their partitions (given their training seeds),
-not a source of privacy. So an audit may build the two worlds once -- train the
-ensemble without a canary, retrain the canary's teacher alone with the canary in
-its partition -- read the two histograms on the adversary's Q queries, and then
-repeat only the aggregation, which samples the accounted mechanism exactly. A
-bound certified this way is evidence against the claim for that fixed pair of
-histograms, hence against the claim itself (which must hold for every pair).
+Validity. PATE's accountant (`dpjax.pate`) counts only the aggregator's noise: for ANY two
+vote histograms differing in one teacher's vote (one count -1, another +1), Q GNMax answers
+with N(0, sigma^2) noise are (alpha, Q alpha / sigma^2)-RDP. The teachers are not a source
+of privacy, so the audit builds the two histograms once (the canary's teacher retrained
+with it) and repeats only the aggregation; a bound on that pair refutes the claim, which
+must hold for every pair.
 
-Outputs and their exact likelihood. Given a histogram v (float[Q, C]) the Q
-answers are independent. GNMax returns o_q = argmax_c v_qc + sigma z_qc, with
+Per query, GNMax returns o_q = argmax_c v_qc + sigma z_qc, with
 
-    P_v(o_q = c) = int phi(z) prod_{j != c} Phi((v_qc - v_qj) / sigma + z) dz,
+    P_v(o_q = c) = int phi(z) prod_{j != c} Phi((v_qc - v_qj) / sigma + z) dz
 
-which for C = 2 is Phi((v_qc - v_q,other) / (sqrt(2) sigma)) exactly (the
-difference of two noises is N(0, 2 sigma^2)); for C > 2 it is integrated on a
-grid in log space (`output_log_probs`). Confident-GNMax also releases whether the
-query was answered: "not answered" (outcome C) has probability
-Phi((T - max_c v_qc) / sigma_t), and "answered with label c" probability
-(1 - that) P_v(o_q = c), the threshold noise and the argmax noise being
-independent (`dpjax.pate.confident_gnmax`).
+(`output_log_probs`); Confident-GNMax adds "not answered" (outcome C) with probability
+Phi((T - max_c v_qc) / sigma_t). The adversary scores a release by the exact
+log-likelihood ratio L(o) = sum_q log P_in(o_q) - log P_out(o_q) (`llr_scores`, most
+powerful by Neyman-Pearson), with thresholds declared from the claimed law before any
+release, each at 1 - alpha / k (`estimators.Bonferroni`): the largest bound holds with
+probability >= `confidence` whatever the aggregator does. A correct aggregator gives
+epsilon_lower <= exact <= claimed (`LabelAudit`) with probability >= confidence.
 
-The adversary's score. The adversary knows both histograms (white-box on the
-votes) and scores a release o = (o_1..o_Q) by the exact log-likelihood ratio
-
-    L(o) = sum_q log P_in(o_q) - log P_out(o_q)                   (`llr_scores`).
-
-By the Neyman-Pearson lemma the tests "IN iff L > t" are the most powerful tests
-of IN against OUT at every false-positive rate (up to randomisation at ties), so
-no other statistic of the release certifies a larger bound from the same trials;
-and since L is computed from the two hypotheses, never from the trials, any
-threshold on it gives a valid bound.
-
-The bound. The tests are declared before any release is drawn. The pair's PLD
-(below) is the law of L under IN, and under OUT the same losses carry mass
-p e^(-L), so the ROC of the tests "L > t" is known exactly. Declared: the
-threshold maximising the Clopper-Pearson bound at the EXPECTED error counts for
-`num_trials` trials per side (`certifiable.best_certifiable`; that expected bound
-is `expected_epsilon_lower`), and, as in `dpjax.audit.guard`, the thresholds of
-false-positive rate 2^-i under the claim (every i with num_trials 2^-i >= 4),
-which meet a leakier aggregator whose best test lies further in the tail.
-`audit_labels` then releases the labels `num_trials` times per world through the
-implementation under audit (`dpjax.pate.gnmax` or `dpjax.pate.confident_gnmax`,
-or any `aggregator=` with the same signature, vmapped over trial keys) and
-evaluates every declared test on every release, each at confidence
-1 - alpha / k (`estimators.Bonferroni` over `estimators.FixedThreshold`s,
-Clopper-Pearson via `stats.epsilon_lower_bound`), so the largest bound holds
-with probability >= `confidence` whatever the aggregator does. (Choosing the
-threshold on trials instead overfits the tails of a discrete statistic and
-spends half the trials.)
-
-Beside the bound it reports:
-  * the CLAIMED eps: the data-independent RDP of Q answers (and, with a
-    threshold, Q threshold checks; every query counted as answered, the
-    worst case) converted at delta (`pate.pate_rdp` -> `pate.epsilon`);
-  * the DATA-DEPENDENT eps of the pair: Papernot et al. 2018, Thm 6, at each
-    histogram (each bounds the divergence from that world to any neighbour),
-    the larger of the two (`pate.pate_rdp(...).data_dependent`);
-  * the EXACT eps of the pair: the hockey-stick divergence of the two product
-    distributions of releases, both directions, from their privacy-loss
-    distributions (`exact_epsilon`; discretised pessimistically, so an upper
-    bound on the true value within ~ the grid spacing per distinct query);
-  * the CEILING: what a perfect adversary certifies with these trials
-    (`stats.perfect_attack_ceiling`).
-A correct aggregator gives epsilon_lower <= exact <= claimed with probability
->= confidence, and exact <= data-dependent if the data-dependent analysis is
-right. `falsified` is epsilon_lower > claimed; `exceeds_exact` is epsilon_lower >
-exact, the sharper check (as in `dpjax.audit.guard`): the adversary knows the
-exact law of the claimed aggregator on this pair, so a bound above its eps shows
-the releases do not follow that law.
-
-Shape letters: Q queries, C classes, O outcomes per query (C, or C + 1 with a
-threshold: outcome C = not answered), K trials.
+Shape letters: Q queries, C classes, O outcomes per query (C, or C + 1 with a threshold:
+outcome C = not answered), K trials.
 
 Examples:
   >>> import jax
@@ -181,18 +124,11 @@ def _argmax_log_probs(v_C: np.ndarray, sigma: float) -> np.ndarray:
 
 def output_log_probs(votes_QxC, *, sigma: float, threshold: Optional[float] = None,
                      sigma_threshold: Optional[float] = None) -> np.ndarray:
-  """Exact log-probabilities of every per-query outcome of (Confident-)GNMax.
+  """Exact log-probabilities of every per-query outcome of (Confident-)GNMax: float64[Q, O].
 
-  Args:
-    votes_QxC: vote counts (numbers >= 0), C >= 2.
-    sigma: GNMax noise std (> 0).
-    threshold, sigma_threshold: the Confident-GNMax check (both or neither).
-  Returns:
-    float64[Q, O]: O = C for GNMax (column c: label c); O = C + 1 with a threshold
-    (column c < C: answered with label c; column C: not answered). Each row sums
-    to 1 in probability. C = 2: closed form Phi(+-(v_0 - v_1) / (sqrt(2) sigma));
-    C > 2: trapezoid rule in log space on a grid of step 0.02 (the rows
-    renormalised).
+  O = C for GNMax; O = C + 1 with a threshold (both of threshold, sigma_threshold, or
+  neither; column C: not answered). C = 2: Phi(+-(v_0 - v_1) / (sqrt(2) sigma)); C > 2:
+  trapezoid rule in log space, step 0.02, rows renormalised.
 
   Examples:
     >>> import numpy as np
@@ -215,14 +151,9 @@ def output_log_probs(votes_QxC, *, sigma: float, threshold: Optional[float] = No
 
 
 def llr_scores(outcomes_KxQ, log_probs_in_QxO, log_probs_out_QxO) -> np.ndarray:
-  """Log-likelihood ratio of each release: sum_q log P_in(o_kq) - log P_out(o_kq).
+  """LLR of each release, sum_q log P_in(o_kq) - log P_out(o_kq): float64[K], higher = IN.
 
-  Args:
-    outcomes_KxQ: int[K, Q] outcome indices in [0, O) (labels; O - 1 = not answered
-      with a threshold, as in `output_log_probs`).
-    log_probs_in_QxO, log_probs_out_QxO: float[Q, O] from `output_log_probs`.
-  Returns:
-    float64[K], higher = more likely IN.
+  outcomes_KxQ: int[K, Q] in [0, O); log-probabilities float[Q, O] from `output_log_probs`.
 
   Examples:
     >>> lp_in, lp_out = np.log([[0.75, 0.25]]), np.log([[0.25, 0.75]])
@@ -247,20 +178,10 @@ def exact_epsilon(votes_in_QxC, votes_out_QxC, *, sigma: float, delta: float,
                   sigma_threshold: Optional[float] = None) -> float:
   """Exact eps at delta of (Confident-)GNMax on a neighbouring pair of histograms.
 
-  The release's PLD is the composition over queries of each query's finite
-  outcome distribution (P_in vs P_out of `output_log_probs`), in both directions
-  (`dpjax.accounting.pld`; queries with equal votes contribute nothing, identical
-  query pairs are self-composed). Discretised pessimistically on a grid of 1e-4
-  (1e-3 with more than 8 distinct differing queries): an upper bound on the true
-  eps, within about the grid spacing times the number of distinct queries.
-
-  Args:
-    votes_in_QxC, votes_out_QxC: integer histograms differing by at most one
-      teacher's vote per query.
-    sigma, threshold, sigma_threshold: as in `output_log_probs`.
-    delta: in (0, 1).
-  Returns:
-    eps >= 0 (0 when the histograms are equal).
+  The composition over differing queries of each query's outcome PLD, both directions
+  (`dpjax.accounting.pld`), discretised pessimistically (grid 1e-4; 1e-3 beyond 8 distinct
+  queries): an upper bound, within about the grid spacing per distinct query. 0 when the
+  histograms are equal.
 
   Examples:
     >>> from scipy import stats as st
@@ -301,18 +222,11 @@ def _pair_pld(v_in: np.ndarray, v_out: np.ndarray, s: float, t, st):
 
 def _declared_thresholds(total, n: int, delta: float, confidence: float
                          ) -> tuple[np.ndarray, float]:
-  """Thresholds on L fixed from the claimed law alone, and the expected bound.
+  """Thresholds on L fixed from the claimed law alone, and the expected bound of the best.
 
-  The in -> out PLD of the pair is the law of the LLR L under IN (mass p_j at
-  loss l_j); under OUT the same losses have mass p_j e^(-l_j), so the ROC of the
-  tests "L > t" is known (`tradeoff.likelihood_ratio_roc`). Declared: the
-  threshold maximising the expected Clopper-Pearson bound for n trials per side
-  at the per-test confidence (`certifiable.best_certifiable`), and the thresholds
-  of false-positive rate 2^-i under the claim for every i with n 2^-i >= 4 (so a
-  leakier aggregator, whose best test sits further in the tail, is met by one).
-
-  Returns:
-    (thresholds float64[k], expected bound of the best test), k >= 1.
+  The in -> out PLD is the law of L under IN (mass p_j at l_j), p_j e^(-l_j) under OUT;
+  declared: the `certifiable.best_certifiable` threshold for n trials per side and those
+  of false-positive rate 2^-i for every i with n 2^-i >= 4. Returns (float64[k], float).
   """
   from dpjax import tradeoff  # pylint: disable=g-import-not-at-top
   losses, p_in, _ = total.loss_pmf(0)
@@ -338,17 +252,9 @@ def crafted_pair(num_teachers: int, num_queries: int, num_classes: int = 2
                  ) -> tuple[np.ndarray, np.ndarray]:
   """The adversary's worst case: the other teachers tied, the canary flips its teacher.
 
-  The M - 1 other teachers split between classes 0 and 1, a = floor((M-1)/2) for
-  class 0 and the rest for class 1 (a tie when M is odd); the canary's teacher
-  votes 0 with the canary (IN) and 1 without it (OUT), on each of Q identical
-  queries (e.g. Q copies of the canary point among the public queries).
-
-  Args:
-    num_teachers: M >= 2.
-    num_queries: Q >= 1.
-    num_classes: C >= 2 (classes >= 2 get no votes).
-  Returns:
-    (votes_in int64[Q, C], votes_out int64[Q, C]).
+  The M - 1 >= 1 others give floor((M-1)/2) votes to class 0, the rest to class 1; the
+  canary's teacher votes 0 (IN) or 1 (OUT), on Q identical queries; classes >= 2 get no
+  votes. Returns (votes_in int64[Q, C], votes_out int64[Q, C]).
 
   Examples:
     >>> v_in, v_out = crafted_pair(251, 1)
@@ -373,15 +279,8 @@ def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
                     sigma_threshold: Optional[float] = None, orders=None) -> float:
   """Data-independent eps of Q answers (and Q threshold checks if sigma_threshold is given).
 
-  RDP Q (alpha / sigma^2 + alpha / (2 sigma_t^2)) at every order (`pate`'s
-  per-query curves, every query answered), converted at delta by `pate.epsilon`.
-
-  Args:
-    num_queries: Q >= 1.
-    sigma: GNMax noise std (> 0).
-    delta: in (0, 1).
-    sigma_threshold: optional threshold-noise std (> 0).
-    orders: Renyi orders (default `dpjax.accounting.rdp.DEFAULT_ORDERS`).
+  RDP Q (alpha / sigma^2 + alpha / (2 sigma_t^2)) (every query answered), converted by
+  `pate.epsilon`.
 
   Examples:
     >>> from dpjax.accounting import rdp
@@ -400,18 +299,9 @@ def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
 
 def calibrate_sigma(target_epsilon: float, num_queries: int, *, delta: float,
                     threshold_ratio: Optional[float] = None, orders=None) -> float:
-  """The sigma whose data-independent eps (`claimed_epsilon`) equals target_epsilon.
+  """The sigma whose `claimed_epsilon` equals target_epsilon (to relative 1e-9, never above).
 
-  Args:
-    target_epsilon: eps > 0.
-    num_queries: Q >= 1.
-    delta: in (0, 1).
-    threshold_ratio: with Confident-GNMax, sigma_threshold = threshold_ratio * sigma
-      (> 0); None for GNMax.
-    orders: Renyi orders (default `rdp.DEFAULT_ORDERS`).
-  Returns:
-    sigma, to a relative accuracy of 1e-9 (bisection in log sigma; the claimed
-    eps of the returned sigma is <= target_epsilon).
+  With Confident-GNMax, sigma_threshold = threshold_ratio * sigma.
 
   Examples:
     >>> s = calibrate_sigma(2.0, 10, delta=1e-5)
@@ -441,25 +331,14 @@ class LabelAudit(NamedTuple):
 
   Attributes:
     epsilon_lower: certified eps lower bound at `confidence`.
-    claimed_epsilon: data-independent eps of the Q queries (all answered).
-    data_dependent_epsilon: Thm 6 eps at each histogram, the larger.
-    exact_epsilon: eps of the pair from its exact PLD (pessimistic grid).
-    expected_epsilon_lower: the bound the best declared test certifies at the
-      expected error counts of the claimed aggregator (what a correct one should
-      give, up to Monte Carlo spread).
-    ceiling: `stats.perfect_attack_ceiling(num_trials, delta, confidence)`.
+    claimed_epsilon, data_dependent_epsilon (Papernot et al. 2018 Thm 6, the larger of the
+      two worlds), exact_epsilon (exact PLD, pessimistic grid): eps of the pair.
+    expected_epsilon_lower: the bound a correct aggregator should give (expected counts).
     falsified: epsilon_lower > claimed_epsilon.
-    exceeds_exact: epsilon_lower > exact_epsilon: the releases are not those of the
-      claimed aggregator on this pair (a correct one does this with probability
-      <= 1 - confidence); a sharper check than `falsified`, as the exact eps of
-      the pair is at most the claim.
-    bound: the `estimators.BonferroniBound` (every declared test's threshold and
-      counts in `parts`, the assumptions).
-    num_queries: Q.
-    num_differing: queries on which the two histograms differ.
-    answered_in, answered_out: mean fraction of queries answered per trial in each
-      world (1.0 for GNMax).
-    sigma, threshold, sigma_threshold, delta, confidence: as audited.
+    exceeds_exact: epsilon_lower > exact_epsilon, the sharper check: the releases are not
+      the claimed aggregator's on this pair (probability <= 1 - confidence if correct).
+    bound: the `estimators.BonferroniBound` (every declared test in `parts`).
+    answered_in, answered_out: mean fraction of queries answered (1.0 for GNMax).
   """
   epsilon_lower: float
   claimed_epsilon: float
@@ -513,11 +392,9 @@ def _release_fn(aggregator: Callable, q: int, c: int, *, sigma: float, threshold
 
 def _release_scores(fn: Callable, key: jax.Array, votes: np.ndarray, n: int,
                     diff_QxO: np.ndarray, top: int) -> tuple[np.ndarray, int]:
-  """n releases by `fn` (`_release_fn`) on `votes`, scored: (LLR float64[n], answers).
+  """n releases by `fn` on `votes`, LLR-scored on the host: (float64[n], number answered).
 
-  The releases are drawn in chunks on the device (one compiled shape) and scored
-  on the host in float64 as they come, so no [n, Q] array is held. `top` is the
-  largest valid outcome (C - 1, or C = "not answered" with a threshold).
+  `top` is the largest valid outcome (C - 1, or C = "not answered").
   """
   q, c = votes.shape
   v = jnp.asarray(votes, jnp.float32)
@@ -543,31 +420,17 @@ def audit_labels(key: jax.Array, votes_in_QxC, votes_out_QxC, *, sigma: float,
                  threshold: Optional[float] = None, sigma_threshold: Optional[float] = None,
                  num_trials: int, delta: float, confidence: float = 0.95,
                  aggregator: Optional[Callable] = None, orders=None) -> LabelAudit:
-  """Audits (Confident-)GNMax on a neighbouring pair of vote histograms.
-
-  Declares the tests from the claimed law (thresholds on the log-likelihood
-  ratio: the one maximising the expected bound for `num_trials` trials per side,
-  and one per false-positive rate 2^-i), then releases the Q labels `num_trials`
-  times in each world through `aggregator`, scores each release and certifies
-  the largest Bonferroni-corrected Clopper-Pearson bound (see the module
-  docstring for the math and why the teachers may be held fixed).
+  """Audits (Confident-)GNMax on a neighbouring pair of vote histograms (module docstring).
 
   Args:
-    key: a jax.random key (split into the IN and OUT trials).
-    votes_in_QxC: integer vote counts with the canary in its teacher's partition.
-    votes_out_QxC: the same without it; must differ from votes_in_QxC by at most
-      one teacher's vote per query and count the same teachers.
-    sigma: GNMax noise std of the claim (> 0).
-    threshold, sigma_threshold: Confident-GNMax's check (both or neither).
+    votes_in_QxC, votes_out_QxC: integer votes with / without the canary in its teacher's
+      partition; same teacher counts, at most one teacher's vote apart per query.
+    sigma, threshold, sigma_threshold: the claim (threshold: both or neither).
     num_trials: releases per world (>= 1).
-    delta: the delta of the claim, in (0, 1).
-    confidence: of the bound, in (0, 1).
-    aggregator: the implementation under audit; default `pate.gnmax` (or
-      `pate.confident_gnmax` with a threshold). Called as aggregator(key, votes,
-      sigma=sigma) -> labels int[Q], or with a threshold as aggregator(key, votes,
-      threshold=, sigma_threshold=, sigma=) -> (labels int[Q], answered bool[Q]);
-      it must be traceable under jax.jit and jax.vmap (over the key).
-    orders: Renyi orders of the accounting (default `rdp.DEFAULT_ORDERS`).
+    aggregator: the implementation under audit (default `pate.gnmax`, or
+      `pate.confident_gnmax` with a threshold): aggregator(key, votes, sigma=) -> int[Q],
+      or with threshold=, sigma_threshold= -> (labels int[Q], answered bool[Q]); must be
+      traceable under jax.jit and jax.vmap (over the key).
   Returns:
     LabelAudit.
   """

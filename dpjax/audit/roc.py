@@ -1,39 +1,21 @@
 """The empirical ROC of an attack, a simultaneous confidence band, and the accounted curve beside it.
 
-An audit's scores (higher = IN) define the threshold tests "IN iff score > t";
-their false- and true-positive rates trace the attack's ROC. The true ROC is
-(FPR(t), TPR(t)) with FPR(t) = P[out score > t] and TPR(t) = P[in score > t];
-the empirical ROC replaces both by the fractions of trials.
+The true ROC of the tests "IN iff score > t" is (FPR(t), TPR(t)), FPR(t) = P[out > t],
+TPR(t) = P[in > t]; the empirical ROC uses the fractions of trials.
 
-Simultaneous band (Dvoretzky-Kiefer-Wolfowitz with Massart's constant): for n
-i.i.d. scores with survival function S and empirical survival function S_n,
-
-    P[ sup_t |S_n(t) - S(t)| > e ] <= 2 exp(-2 n e^2),
-
-and the same e bounds |P_n[s >= t] - P[s >= t]| (left limits). Spending alpha/2
-on each side, e_out = sqrt(ln(4/alpha) / (2 K_out)) and e_in = sqrt(ln(4/alpha) /
-(2 K_in)). A randomized threshold test ("IN if s > t; if s = t, IN with
-probability lambda") has FPR = (1 - lambda) P[s > t] + lambda P[s >= t], a convex
-combination, so with probability >= 1 - alpha EVERY such test has its empirical
-FPR within e_out and its empirical TPR within e_in of the true ones. These tests
-trace the whole ROC R (the threshold points joined by segments, i.e. the curve
-with randomized tests at atoms), and on the empirical side the empirical ROC R_n
-(its points joined by segments). A true point (x, y) = (FPR, TPR) of a test thus
-has an empirical point (x_n, y_n) of the same test on R_n with |x_n - x| <= e_out,
-|y_n - y| <= e_in; R_n being non-decreasing,
+Band (Dvoretzky-Kiefer-Wolfowitz with Massart's constant): P[sup_t |S_n(t) - S(t)| > e]
+<= 2 exp(-2 n e^2) for n i.i.d. scores. With alpha/2 per side, e_out = sqrt(ln(4/alpha)
+/ (2 K_out)), e_in = sqrt(ln(4/alpha) / (2 K_in)), and every (randomized) threshold test
+has empirical rates within (e_out, e_in) of the true ones, so every true point (x, y) has
 
     max(0, R_n^lo(x - e_out) - e_in) <= y <= min(1, R_n^hi(x + e_out) + e_in),
 
-with R_n^lo / R_n^hi the lowest / highest point of R_n at an abscissa (they differ
-on vertical segments). The band therefore holds at every FPR at once (not point
-by point) at `confidence`, for any score distributions, atoms included.
+R_n^lo / R_n^hi the lowest / highest point of the empirical ROC at an abscissa: at every
+FPR at once, for any score distributions (atoms included), given i.i.d. scores per side.
+A lower band above the accounted trade-off curve (`dpjax.tradeoff`) falsifies the claim.
 
-The accounted mechanism's trade-off curve (`dpjax.tradeoff`: `dp_tpr_bound`,
-`gaussian_tpr`, `pld_tpr_bound`) bounds every test's ROC; an audit whose lower
-band crosses above it falsifies the claim. `plot_roc_band` draws both.
-
-References: Dvoretzky, Kiefer & Wolfowitz 1956; Massart 1990 (the tight
-constant), https://doi.org/10.1214/aop/1176990746.
+References: Dvoretzky, Kiefer & Wolfowitz 1956; Massart 1990 (the tight constant),
+https://doi.org/10.1214/aop/1176990746.
 
 Shape letters: K trials, J ROC points, G grid of false-positive rates.
 
@@ -58,13 +40,8 @@ from dpjax.audit import stats
 def empirical_roc(scores_in_K, scores_out_K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The empirical ROC of the tests "IN iff score > t".
 
-  Args:
-    scores_in_K: float[K_in] scores of runs with the canary (higher = IN).
-    scores_out_K: float[K_out] scores of runs without it.
-  Returns:
-    (fpr_J, tpr_J, thresholds_J): thresholds_J = +inf, then the distinct scores
-    in decreasing order, then -inf; fpr_J and tpr_J are the fractions of OUT and
-    IN scores above each (non-decreasing from (0, 0) to (1, 1)).
+  Returns (fpr_J, tpr_J, thresholds_J): thresholds +inf, the distinct scores decreasing,
+  -inf; the fractions of OUT and IN scores above each, from (0, 0) to (1, 1).
 
   Examples:
     >>> _, _, thr = empirical_roc([1.0], [0.0])
@@ -87,17 +64,9 @@ def empirical_roc(scores_in_K, scores_out_K) -> tuple[np.ndarray, np.ndarray, np
 class RocBand:
   """A simultaneous confidence band for an attack's true ROC on a grid of FPRs.
 
-  With probability >= `confidence` over the trials, every point of the true ROC
-  (randomized threshold tests included) at FPR x lies in [tpr_lower_G,
-  tpr_upper_G], at every grid FPR x at once.
-
-  Attributes:
-    fpr_G: float64[G] false-positive rates, increasing, in [0, 1].
-    tpr_lower_G, tpr_upper_G: float64[G] the band.
-    tpr_empirical_G: float64[G] the empirical ROC R_n (its highest point at x).
-    confidence: the joint confidence.
-    epsilon_out, epsilon_in: the DKW half-widths e_out, e_in.
-    assumptions: what the band assumes.
+  With probability >= `confidence`, every true ROC point (randomized tests included) lies
+  in [tpr_lower_G, tpr_upper_G] at every fpr_G (float64[G], increasing) at once.
+  `tpr_empirical_G`: the empirical ROC; `epsilon_out`, `epsilon_in`: the DKW half-widths.
   """
   fpr_G: np.ndarray
   tpr_lower_G: np.ndarray
@@ -138,16 +107,10 @@ def _curve_low(fpr_J, tpr_J, u_G):
 
 def roc_band(scores_in_K, scores_out_K, *, confidence: float = 0.95,
              fpr_G: Optional[Any] = None) -> RocBand:
-  """Simultaneous (DKW-Massart) confidence band for the true ROC (see module docstring).
+  """Simultaneous (DKW-Massart) confidence band for the true ROC (module docstring).
 
-  Args:
-    scores_in_K: float[K_in] scores of runs with the canary, i.i.d.
-    scores_out_K: float[K_out] scores of runs without it, i.i.d.
-    confidence: the joint confidence 1 - alpha, in (0, 1); alpha/2 per side.
-    fpr_G: optional float[G] grid of FPRs in [0, 1]; default: 0, 200 log-spaced
-      points from min(1e-3, 0.1 / K_out) to 1, and 101 linear ones.
-  Returns:
-    RocBand.
+  Scores i.i.d. per side; alpha/2 per side. fpr_G default: 0, 200 log-spaced points from
+  min(1e-3, 0.1 / K_out) to 1, and 101 linear ones.
 
   Examples:
     >>> import numpy as np
@@ -181,24 +144,11 @@ def plot_roc_band(ax, band: RocBand, *, epsilon: Optional[float] = None, delta: 
                   mu: Optional[float] = None, privacy_loss: Any = None,
                   max_epsilon: float = 50.0, log_scale: bool = True,
                   label: str = "attack") -> Any:
-  """Draws the empirical ROC, its band and the accounted trade-off curve(s) on `ax`.
+  """Draws the empirical ROC, its band and the accounted trade-off curve(s) on `ax`; returns ax.
 
-  Curves drawn beside the band, each the largest TPR any test can reach:
-  (eps, delta)-DP (`tradeoff.dp_tpr_bound`) when `epsilon` is given, mu-GDP
-  (`tradeoff.gaussian_tpr`) when `mu` is given, and a whole privacy profile
-  (`tradeoff.pld_tpr_bound`) when `privacy_loss` is given; plus the diagonal.
-
-  Args:
-    ax: a matplotlib Axes.
-    band: a RocBand.
-    epsilon, delta: the claimed (eps, delta), optional (delta in [0, 1)).
-    mu: a claimed mu > 0, optional.
-    privacy_loss: an object with delta(eps) and rounding_noise(eps) (a PLD), optional.
-    max_epsilon: the eps range of the profile's bound, > 0.
-    log_scale: log-log axes (the low-FPR region, where audits certify).
-    label: legend label of the attack.
-  Returns:
-    ax.
+  Beside the band and the diagonal: the largest TPR under (eps, delta)-DP if `epsilon` is
+  given, mu-GDP if `mu` is given, a privacy profile (`tradeoff.pld_tpr_bound` up to
+  `max_epsilon`) if `privacy_loss` (with delta(eps), rounding_noise(eps)) is given.
   """
   if not callable(getattr(ax, "fill_between", None)):
     raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")

@@ -1,18 +1,9 @@
 """Every estimator's eps lower bound on one pair of score samples (`score_bounds`).
 
-Given the scores of K_in runs with a canary and K_out runs without it (higher =
-IN), `score_bounds` applies every estimator of the library and returns each one
-as a `ScoreBound` (the bound, its assumptions in words, the counts and settings
-behind it as strict JSON): the threshold tests of `dpjax.audit.estimators`
-(split, a declared set with a union bound, a threshold fixed in advance), the
-mu-GDP estimate of `dpjax.audit.parametric`, and the one-run tests of
-`dpjax.audit.one_run` (Steinke, Nasr & Jagielski 2023; Mahloujifar, Melis &
-Chaudhuri 2025) on the trials taken as canaries. Each entry is valid at the
-given confidence on its own; entry "best" is the Bonferroni-valid maximum over
-the assumption-free ones. `SCORE_BOUND_NAMES` lists the entries in order.
-
-Contracts: >= 2 trials per side, in an order that does not depend on the scores;
-the one-run coins are drawn from `seed`, independently of the scores.
+From K_in scores of runs with a canary and K_out without (higher = IN): the threshold
+tests of `dpjax.audit.estimators`, the mu-GDP estimate of `dpjax.audit.parametric` and
+the one-run tests of `dpjax.audit.one_run` on the trials taken as canaries, each as a
+`ScoreBound`. Needs >= 2 trials per side, in an order that does not depend on the scores.
 
 References: Nasr et al. 2023, https://arxiv.org/abs/2302.07956; Steinke, Nasr &
 Jagielski 2023, https://arxiv.org/abs/2305.08846; Mahloujifar, Melis & Chaudhuri
@@ -48,18 +39,9 @@ _MAX_LEVELS = 8        # quantile levels 2^-1 .. 2^-8 per side and sign (declare
 class ScoreBound:
   """One estimator's eps lower bound on a pair of score samples.
 
-  With probability >= `confidence` over the trials, the mechanism is not
-  (eps, delta)-DP for any eps < `epsilon_lower`, provided `assumptions` hold.
-
-  Attributes:
-    name: the estimator (a key of `score_bounds`).
-    epsilon_lower: the bound, >= 0.
-    assumptions: what its validity rests on, in words.
-    details: the counts, thresholds and settings behind it, as strict JSON (plain
-      ints, floats, strings, lists, dicts; an infinite number is the string "inf"
-      or "-inf").
-    confidence: the confidence of this bound alone.
-    delta: the delta of the claim tested.
+  With probability >= `confidence` (this bound alone), the mechanism is not
+  (eps, delta)-DP for any eps < `epsilon_lower`, provided `assumptions` (in words) hold.
+  `details`: counts, thresholds and settings as strict JSON (infinities as "inf"/"-inf").
   """
   name: str
   epsilon_lower: float
@@ -85,10 +67,8 @@ def _threshold_details(b: estimators.ThresholdBound) -> dict:
 def _declared_thresholds(sel_in, sel_out) -> list[tuple[float, int]]:
   """The declared set: (threshold, sign) at quantile levels 2^-i of the selection scores.
 
-  For each sign s, thresholds at the (1 - 2^-i) quantiles of s * OUT scores (false
-  positive rate ~ 2^-i: the region of ln((1 - delta - FNR) / FPR)) and at the 2^-i
-  quantiles of s * IN scores (FNR ~ 2^-i: the region of ln((1 - delta - FPR) / FNR)),
-  i = 1..L with 2^L <= the selection size, L <= 8.
+  Per sign s: the (1 - 2^-i) quantiles of s * OUT and the 2^-i quantiles of s * IN,
+  i = 1..L, 2^L <= the selection size, L <= 8.
   """
   out = []
   for sign in (1, -1):
@@ -104,12 +84,8 @@ def _declared_thresholds(sel_in, sel_out) -> list[tuple[float, int]]:
 def _one_run_canaries(s_in, s_out, seed: int):
   """n = min(K_in, K_out) one-run canaries: canary i is IN score i or OUT score i.
 
-  The inclusion bits b_i ~ Bernoulli(1/2) are drawn from `seed` independently of
-  the scores; canary i's observation is s_in[i] if b_i else s_out[i]. Each trial
-  is a separate run, so the runs together form one mechanism in which every bit
-  is protected as each run protects its canary, with i.i.d. uniform bits: the
-  setting of the one-run theorems. (Pooling all K_in + K_out scores instead fixes
-  the number of IN canaries, which those theorems do not cover.)
+  Fair bits from `seed`, independent of the scores: i.i.d. uniform bits over separate
+  runs, the setting of the one-run theorems.
   """
   n = min(s_in.size, s_out.size)
   bits = np.random.default_rng(seed).random(n) < 0.5
@@ -212,55 +188,24 @@ def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float =
                  seed: int = 0) -> dict[str, ScoreBound]:
   """Every estimator's eps lower bound on one pair of score samples.
 
-  Each trial is one run of the mechanism with the canary IN or OUT, scored by an
-  attack (higher = IN). Each entry is a separate test, valid at `confidence` on
-  its own; the largest of them is NOT valid at `confidence` (maximising over
-  tests inflates the bound). Entry "best" is the valid maximum: the
-  assumption-free estimators rerun at 1 - (1 - confidence) / k each (union bound).
+  Each entry is valid at `confidence` on its own; their maximum is NOT (maximising over
+  tests inflates the bound). "best" is the valid maximum: the assumption-free entries
+  rerun at 1 - (1 - confidence) / k each (union bound).
 
-  Entries:
-    "clopper_pearson": `estimators.SplitThreshold(both_signs=True)`: threshold and sign
-      chosen on the first half of each side, evaluated on the second.
-    "clopper_pearson_bonferroni": a declared set of thresholds, each evaluated
-      with a union bound. With `thresholds` given: those (sign +1), declared
-      before seeing the scores, evaluated on every trial. Otherwise: the set is
-      fixed from the first half of each side only (quantile levels 2^-i, both
-      signs) and every member is evaluated on the second half; since the second
-      half is independent of the first, the set is declared independently of the
-      evaluated scores, and the union bound over it makes the maximum valid.
-    "clopper_pearson_fixed": only when `threshold` is given (sign +1, all trials).
+  Entries (in SCORE_BOUND_NAMES order):
+    "clopper_pearson": `estimators.SplitThreshold(both_signs=True)`.
+    "clopper_pearson_bonferroni": a union bound over `thresholds` (sign +1, all trials),
+      or else over quantile levels 2^-i of the first halves, evaluated on the second.
+    "clopper_pearson_fixed": only with `threshold` (sign +1, all trials).
     "gdp": Nasr et al. 2023, valid only if the mechanism is mu-GDP.
-    "one_run": Steinke, Nasr & Jagielski 2023 on the trials as canaries.
-    "fdp_one_run": Mahloujifar, Melis & Chaudhuri 2025 with the (eps, delta)-DP
-      trade-off function (valid for any (eps, delta)-DP mechanism).
+    "one_run": Steinke, Nasr & Jagielski 2023.
+    "fdp_one_run": Mahloujifar, Melis & Chaudhuri 2025, (eps, delta)-DP trade-off.
     "fdp_one_run_gdp": the same with f = G_mu, valid only if mu-GDP.
-    "best": the maximum over the assumption-free entries (all but "gdp" and
-      "fdp_one_run_gdp") at Bonferroni-corrected confidence.
+    "best": max over all but "gdp" and "fdp_one_run_gdp".
 
-  The one-run entries use n = min(K_in, K_out) canaries: canary i is IN score i
-  or OUT score i by a fair coin drawn from `seed` (independent of the scores), so
-  that inclusion bits are i.i.d. uniform as those theorems require. The number of
-  guesses r ranges over the declared set 2 floor(n / 2^(j+1)), j = 0..11 (union
-  bound), r/2 IN on the top scores and r/2 OUT on the bottom ones.
-
-  Args:
-    scores_in_K: float[K_in] scores of runs with the canary, >= 2.
-    scores_out_K: float[K_out] scores of runs without it, >= 2; both in an order
-      that does not depend on the scores.
-    delta: the delta of the claim, in (0, 1).
-    confidence: in (0, 1).
-    claimed_epsilon: optional eps >= 0 of the claim; each entry's details then
-      record "falsifies_claim" (epsilon_lower > claimed_epsilon).
-    threshold: optional threshold fixed in advance (adds "clopper_pearson_fixed").
-    thresholds: optional thresholds declared in advance (used by
-      "clopper_pearson_bonferroni" instead of the first-half set), >= 1 of them.
-    seed: int >= 0, the seed of the one-run inclusion coins.
-  Returns:
-    {name: ScoreBound}, in the order of SCORE_BOUND_NAMES.
-
-  References: Nasr et al. 2023, https://arxiv.org/abs/2302.07956; Steinke, Nasr &
-  Jagielski 2023, https://arxiv.org/abs/2305.08846; Mahloujifar, Melis &
-  Chaudhuri 2025, https://arxiv.org/abs/2410.22235.
+  One-run entries: canary i is IN or OUT score i by a fair coin from `seed`; r guesses over
+  2 floor(n / 2^(j+1)), j = 0..11 (union bound). With `claimed_epsilon`, details record
+  "falsifies_claim" (epsilon_lower > claimed_epsilon).
 
   Examples:
     >>> import numpy as np

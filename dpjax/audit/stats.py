@@ -1,24 +1,14 @@
 """Audit statistics: Clopper-Pearson intervals and epsilon lower bounds from attack errors.
 
-If an (eps, delta)-DP mechanism is run on neighbours D (canary OUT) and D' (canary
-IN), every membership test with false-positive rate FPR and false-negative rate FNR
-satisfies (lecture §6.2; Kairouz, Oh & Viswanath 2015)
+If an (eps, delta)-DP mechanism runs on neighbours D (canary OUT) and D' (IN), every test
+with error rates FPR, FNR satisfies (lecture §6.2; Kairouz, Oh & Viswanath 2015)
 
     FPR + e^eps * FNR >= 1 - delta     and     FNR + e^eps * FPR >= 1 - delta,
 
-so observed error rates imply eps >= max(ln((1 - delta - FPR)/FNR), ln((1 - delta - FNR)/FPR)).
-An audit replaces the rates by their Clopper-Pearson UPPER confidence limits
-(Jagielski, Ullman & Oprea 2020), so the bound holds with the stated confidence.
-
-Confidence: `confidence = 1 - alpha` gives each rate the upper limit of the two-sided
-(1 - alpha) Clopper-Pearson interval, i.e. a one-sided (1 - alpha/2) bound; both hold
-together with probability >= 1 - alpha (union bound), and on that event both forms
-of the inequality are valid, so taking their maximum needs no further correction.
-This is the lecture's convention: 0 errors in N trials gives FPR_u = 1 - 0.025^(1/N)
-~ 3.7/N, hence the trials' ceiling ln(N/3.7).
-
-This module works on error counts; `dpjax.audit.estimators` turns attack scores
-into counts and bounds (threshold strategies, spread, best certifiable bound).
+so eps >= max(ln((1 - delta - FPR)/FNR), ln((1 - delta - FNR)/FPR)), evaluated at the
+rates' Clopper-Pearson UPPER limits (Jagielski, Ullman & Oprea 2020). Confidence
+1 - alpha gives each rate a one-sided (1 - alpha/2) limit; both hold together with
+probability >= 1 - alpha. 0 errors in N trials: FPR_u ~ 3.7/N, ceiling ln(N/3.7).
 
 Shape letters: K trials (models), J candidate thresholds.
 
@@ -51,15 +41,9 @@ def _check_counts(k, n, k_name: str, n_name: str) -> tuple[np.ndarray, np.ndarra
 def clopper_pearson(successes, trials, confidence: float = 0.95):
   """Two-sided Clopper-Pearson ("exact") interval for a binomial proportion.
 
-  Args:
-    successes: k in [0, trials], scalar or array; non-integer k (expected counts)
-      is allowed and interpolates the beta quantiles.
-    trials: n >= 1, broadcastable with `successes`.
-    confidence: 1 - alpha in (0, 1); each limit is a one-sided (1 - alpha/2) bound.
-  Returns:
-    (lower, upper), float64 arrays (or floats) in [0, 1]:
-    lower = Beta(alpha/2; k, n - k + 1) (0 when k = 0),
-    upper = Beta(1 - alpha/2; k + 1, n - k) (1 when k = n).
+  successes k in [0, n] (non-integer k interpolates), trials n >= 1, broadcastable.
+  Returns (lower, upper): Beta(alpha/2; k, n - k + 1) (0 if k = 0) and
+  Beta(1 - alpha/2; k + 1, n - k) (1 if k = n), each a one-sided (1 - alpha/2) bound.
 
   Examples:
     >>> lo, hi = clopper_pearson(0, 500)
@@ -80,12 +64,8 @@ def clopper_pearson(successes, trials, confidence: float = 0.95):
 def epsilon_from_rates(fpr, fnr, delta: float = 0.0):
   """The eps implied by error rates (no confidence correction), >= 0.
 
-  max(ln((1 - delta - FPR)/FNR), ln((1 - delta - FNR)/FPR), 0); inf when a rate is 0
-  and the other is < 1 - delta.
-
-  Args:
-    fpr, fnr: rates in [0, 1], broadcastable arrays.
-    delta: in [0, 1).
+  max(ln((1 - delta - FPR)/FNR), ln((1 - delta - FNR)/FPR), 0); inf when a rate is 0 and
+  the other is < 1 - delta.
   """
   delta = _validate.check_delta(delta, allow_zero=True)
   for rate, name in ((fpr, "fpr"), (fnr, "fnr")):
@@ -105,17 +85,9 @@ def epsilon_lower_bound(false_positives, negatives, false_negatives, positives,
                         delta: float = 0.0, confidence: float = 0.95):
   """eps lower bound certified by a membership test's errors, at the given confidence.
 
-  Args:
-    false_positives: OUT trials the test called IN, in [0, negatives] (array ok).
-    negatives: number of OUT trials (canary absent), >= 1.
-    false_negatives: IN trials the test called OUT, in [0, positives].
-    positives: number of IN trials (canary present), >= 1.
-    delta: the delta of the claim being audited, in [0, 1).
-    confidence: in (0, 1); see the module docstring for how it is split.
-  Returns:
-    eps_lower >= 0 (float, or an array for array counts): with probability >=
-    `confidence` over the trials, a mechanism for which this holds is not
-    (eps, delta)-DP for any eps < eps_lower.
+  false_positives of `negatives` OUT trials, false_negatives of `positives` IN trials
+  (arrays ok). With probability >= `confidence`, the mechanism is not (eps, delta)-DP for
+  any eps < the result.
 
   Examples:
     >>> epsilon_lower_bound(250, 500, 250, 500)   # a coin flip certifies nothing
@@ -131,9 +103,6 @@ def epsilon_lower_bound(false_positives, negatives, false_negatives, positives,
 def perfect_attack_ceiling(trials: int, delta: float = 0.0, confidence: float = 0.95) -> float:
   """Largest eps any audit with `trials` evaluation trials per side can certify (~ ln(N/3.7)).
 
-  The bound of a perfect attack (no errors); no test, however good, certifies more
-  with this many trials at this confidence.
-
   Examples:
     >>> round(perfect_attack_ceiling(500), 2)                # the lecture's 4.91
     4.91
@@ -143,15 +112,7 @@ def perfect_attack_ceiling(trials: int, delta: float = 0.0, confidence: float = 
 
 
 def error_counts(scores_in_K, scores_out_K, thresholds_J):
-  """Errors of the tests "IN iff score > threshold" for each threshold.
-
-  Args:
-    scores_in_K: float[K_in] scores of trials with the canary (higher = IN).
-    scores_out_K: float[K_out] scores of trials without it.
-    thresholds_J: float[J].
-  Returns:
-    (false_positives_J, false_negatives_J): int64 arrays; FP = #{out > t},
-    FN = #{in <= t}.
+  """Errors of "IN iff score > t" per t in thresholds_J: int64 FP = #{out > t}, FN = #{in <= t}.
 
   Examples:
     >>> fp, fn = error_counts([1, 2, 3], [0, 1, 2, 5], [0.5, 2.0])
@@ -167,10 +128,7 @@ def error_counts(scores_in_K, scores_out_K, thresholds_J):
 
 
 def check_scores(scores_K, name: str) -> np.ndarray:
-  """Attack scores as a non-empty float64[K] without NaN (+-inf allowed).
-
-  Bool arrays are refused: a score is a real number (bools are usually labels or
-  guesses passed by mistake; pass them as floats if they really are the scores).
+  """Attack scores as a non-empty float64[K] without NaN (+-inf allowed); bool arrays refused.
 
   Examples:
     >>> check_scores([0.5, float("inf")], "scores_in_K")

@@ -1,37 +1,15 @@
 """A resumable run store: named chunks of arrays on disk, under a manifest.
 
-A long audit trains models in chunks; each finished chunk's arrays are written to
-`<directory>/<name>.npz`, so an interrupted run can continue where it stopped
-without redoing (or double-counting) finished work. Four rules make that safe:
+Each finished chunk is written to `<directory>/<name>.npz`, so an interrupted run resumes
+without redoing or double-counting work:
 
-* the manifest: a JSON description of everything that determines the chunks'
-  contents (seed, sizes, settings). Resuming requires the stored manifest to equal
-  the new one, so chunks of two different runs are never mixed;
-* atomic writes: a chunk is written to a temporary file, flushed to disk and then
-  renamed into place, so a killed run leaves either the whole chunk or none;
-* a fresh (non-resuming) store deletes the chunks it finds, so stale chunks of an
-  earlier run are never read;
-* identity: every chunk records the fingerprint of the manifest (SHA-256 of its
-  canonical JSON), its own name, the caller's identity of it (e.g. its setting,
-  its chunk index and the key it was trained from) and a SHA-256 checksum of its
-  arrays (names, dtypes, shapes, bytes). Reading verifies all of them, so a chunk
-  that is truncated, bit-flipped, copied from another run or from another place
-  in this one is never used: `missing` reports it as missing (after a warning
-  naming the file and the reason, so the caller recomputes it) or, with
-  `on_invalid="refuse"`, raises `StoreError` naming the file and the reason.
+* resuming requires the stored manifest (JSON of everything that determines the chunks)
+  to equal the new one; a fresh store deletes the chunks it finds;
+* writes are atomic (temporary file, fsync, rename);
+* each chunk records the manifest's SHA-256 fingerprint, its name, the caller's identity
+  and a SHA-256 checksum of its arrays; a chunk failing these is never used.
 
-A corrupt manifest, an unwritable directory or a full disk raise `StoreError`
-(one line naming the file); nothing is half-written (atomic renames).
-
-The store knows nothing about audits; the caller decides what a chunk holds and
-how chunks are named (letters, digits, "_", "-", ".").
-
-Typical use:
-
-    store = ChunkStore(os.path.join(out_dir, "chunks"), manifest, resume=resume)
-    for name in store.missing(names, identities):
-      store.save(name, identity=identities[name], **train_chunk(name))
-    parts = [store.load(name, identities[name]) for name in names]
+Errors raise `StoreError` naming the file. Chunk names: letters, digits, "_", "-", ".".
 
 Examples:
   >>> import tempfile
@@ -66,9 +44,9 @@ _ON_INVALID = ("recompute", "refuse")
 
 
 class StoreError(ValueError):
-  """A store that cannot be used as asked: a corrupt manifest or chunk, a chunk of
-  another run or place, an unwritable directory, a full disk (the message names the
-  file and the reason)."""
+  """A store that cannot be used as asked (corrupt or foreign manifest or chunk, unwritable
+  directory, full disk); the message names the file and the reason.
+  """
 
 
 class InvalidChunkWarning(UserWarning):
@@ -94,8 +72,8 @@ def _checksum(arrays: Mapping[str, np.ndarray]) -> str:
 def canonical(x: Any) -> Any:
   """x as plain JSON values: dicts with str keys, lists, numbers, str, bool, None.
 
-  NumPy scalars and arrays become Python numbers and lists; tuples become lists;
-  non-finite floats become the strings "inf", "-inf" and "nan" (JSON has none).
+  NumPy values become Python numbers and lists, tuples lists, non-finite floats the strings
+  "inf", "-inf", "nan".
 
   Examples:
     >>> canonical({"a": (1, np.float32(0.5)), "b": float("inf")})
@@ -115,11 +93,9 @@ def canonical(x: Any) -> Any:
 
 
 def _replace_atomically(path: str, write) -> None:
-  """Writes via `write(file)` to path + ".tmp", flushes it to disk, renames it to path.
+  """Writes via `write(file)` to path + ".tmp", fsyncs, renames to path.
 
-  Raises:
-    StoreError: the file cannot be written (permissions, a full disk); the partial
-      temporary file is removed.
+  Raises StoreError if the file cannot be written (the temporary file is removed).
   """
   tmp = path + _TMP
   try:
@@ -140,18 +116,12 @@ class ChunkStore:
   """Named chunks of NumPy arrays in one directory, under a manifest.
 
   Args:
-    directory: where the chunks and `manifest.json` live (created if missing).
-    manifest: everything that determines the chunks' contents (JSON-able: numbers,
-      strings, lists, dicts, NumPy values).
-    resume: keep the chunks of an earlier run with an equal manifest. Without it,
-      or when no manifest is stored yet, the store starts empty (deleting chunks
-      it finds).
-    on_invalid: what `missing` does with a stored chunk that fails verification:
-      "recompute" (default: warn naming the file and the reason, delete it, report
-      it missing) or "refuse" (raise StoreError).
+    manifest: everything that determines the chunks' contents (JSON-able).
+    resume: keep an earlier run's chunks if its manifest is equal; else start empty.
+    on_invalid: for a chunk failing verification, "recompute" (warn, delete, report
+      missing) or "refuse" (StoreError).
   Raises:
-    StoreError: resuming with a stored manifest that differs from `manifest` or
-      cannot be read; a directory that cannot be created or written.
+    StoreError: a differing or unreadable stored manifest on resume; an unusable directory.
   """
 
   def __init__(self, directory: str, manifest: Mapping, *, resume: bool = False,
@@ -220,9 +190,8 @@ class ChunkStore:
               identities: Optional[Mapping[str, Mapping]] = None) -> list[str]:
     """The names in `names` without a valid chunk, in order.
 
-    A stored chunk that fails `verify` (with `identities[name]` when given) is
-    handled per `on_invalid`: warned about (InvalidChunkWarning, naming the file
-    and the reason), deleted and listed as missing; or refused (StoreError).
+    A chunk failing `verify` (against `identities[name]` if given) is handled per
+    `on_invalid`: InvalidChunkWarning, deleted and listed; or StoreError.
     """
     out = []
     for n in names:
@@ -248,14 +217,9 @@ class ChunkStore:
     return sorted(fn[:-len(_SUFFIX)] for fn in os.listdir(self._dir) if fn.endswith(_SUFFIX))
 
   def save(self, name: str, *, identity: Optional[Mapping] = None, **arrays) -> None:
-    """Writes chunk `name` atomically (replacing an existing one), with its identity.
+    """Writes chunk `name` atomically with its `identity` (JSON-able, checked by `load`).
 
-    Args:
-      name: the chunk's name.
-      identity: what the chunk is, beyond its name and the manifest (JSON-able),
-        e.g. {"setting": ..., "chunk": c, "key": key_data}; checked by `load`.
-      **arrays: the arrays to store (anything `np.asarray` accepts, no objects;
-        not named "identity" or "__identity__" / "__checksum__").
+    Array names "__identity__" / "__checksum__" are reserved; no object dtype.
     """
     if not arrays:
       raise ValueError("save needs at least one array")
@@ -284,8 +248,7 @@ class ChunkStore:
       raise StoreError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
 
   def verify(self, name: str, identity: Optional[Mapping] = None) -> Optional[str]:
-    """None if chunk `name` is whole and is this run's chunk `name` (with `identity`
-    when given); otherwise the reason it is not."""
+    """None if chunk `name` is whole and this run's `name` (and `identity`), else the reason."""
     try:
       data = self._read(name)
     except StoreError as e:
@@ -311,9 +274,7 @@ class ChunkStore:
   def load(self, name: str, identity: Optional[Mapping] = None) -> dict[str, np.ndarray]:
     """The arrays of chunk `name`, as saved, after `verify`.
 
-    Raises:
-      KeyError: no such chunk.
-      StoreError: the chunk fails verification (it is never returned).
+    Raises KeyError (no such chunk) or StoreError (fails verification; never returned).
     """
     if name not in self:
       raise KeyError(f"no chunk {name!r} in {self._dir}")

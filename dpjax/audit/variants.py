@@ -1,41 +1,26 @@
 """Deliberately faulty DP-SGD variants, for audits and tests only.
 
-Each variant replaces one component of DP-SGD (the sampler, the clipping or the
-privatizer) through the same door a user's own component would use,
-`dpsgd.train_many(..., sampler=, clipping=, privatizer=)`, while the accountant is
-still told the CLAIMED (q, sigma, T, delta): the audit then checks whether the
-claim survives. Every replacement declares `accounted = False`, so training with
-it warns (`dpsgd.UnaccountedComponentWarning`); building a variant warns too
-(`FaultyDpSgdWarning`).
+Each variant replaces one component through `dpsgd.train_many(..., sampler=, clipping=,
+privatizer=)` while the accountant is still told the CLAIMED (q, sigma, T, delta). Every
+replacement declares `accounted = False`, so training warns
+(`dpsgd.UnaccountedComponentWarning`); building a variant warns (`FaultyDpSgdWarning`).
 
-  name                        what the training does                         vs the claim
-  correct                     Poisson sampling, per-example clip to C,       the claim
-                              noise N(0, sigma^2 C^2) on the sum, / (q n)
-  clip_batch_mean             clips the batch-MEAN gradient, not each        one record can move the
-                              example (lecture exercise 4a)                   sum by ~B*C, not C
-  realised_batch_denominator  divides by the realised batch size             not covered by the proof;
-                              (exercise 4b)                                   leaks little in practice
-  noise_without_clip_norm     noise std sigma instead of sigma*C, run with   effective noise multiplier
-                              C = 10 (exercise 4c)                            sigma/10: far less private
-  noise_on_mean               noise N(0, sigma^2 C^2) added after dividing   B times MORE noise than
-                              by B                                            claimed: private, useless
-  shuffle_as_poisson          fixed-size batches from a shuffle per epoch,   not what the accountant
-                              accounted as Poisson                            models (Chua et al. 2024)
-  floored_expected_batch      divides by max(1, floor(q n)), n the size of   a denominator that tells
-                              the data set it runs on (opacus/issues/571     the data set's size:
-                              and 819)                                        unbounded in high dimension
-  over_rate_sampler           Poisson sampling at min(1, 45,000 q) while the sampling far above the
-                              accountant is told q (opacus/issues/813)       accounted rate
-  backprop_clipping           input clipped to C / 0.1, the gradient of the  a record moves the sum by
-                              batch-MEAN loss at the logit to 0.1 (Tramer    up to min(10, b) C, not C
-                              et al. 2022's backpropagation-clipping bug)
-  noise_half                  noise std sigma C / 2                          exact: sigma / 2
-  sampler_twice_q             Poisson sampling at min(1, 2 q)                exact: rate min(1, 2 q)
-  clip_four_c                 clips each example to 4 C, noise sigma C       exact: sigma / 4
+  name                        what the training does              vs the claim
+  correct                     per-example clip C, noise sigma C   the claim
+  clip_batch_mean             clips the batch-MEAN gradient (4a)  one record moves ~B*C
+  realised_batch_denominator  divides by the realised batch (4b)  not covered by the proof
+  noise_without_clip_norm     noise sigma, not sigma C; C = 10    noise multiplier sigma/10
+  noise_on_mean               noise sigma C after dividing by B   B times MORE noise
+  shuffle_as_poisson          shuffled batches, accounted Poisson not modelled (Chua 2024)
+  floored_expected_batch      / max(1, floor(q n)), n its data    the divisor reveals n
+  over_rate_sampler           samples at min(1, 45,000 q)         rate far above q
+  backprop_clipping           batch-MEAN logit gradient clipped   up to min(10, b) C
+  noise_half                  noise sigma C / 2                   exact: sigma / 2
+  sampler_twice_q             Poisson at min(1, 2 q)              exact: rate min(1, 2 q)
+  clip_four_c                 clips to 4 C, noise sigma C         exact: sigma / 4
 
-`exact_epsilon(name, cfg)` is the true eps (PLD) of the variants whose mechanism is
-again a subsampled Gaussian (None for the others, whose theory depends on the data
-set: `experiments/audit_bugs.py` bounds them in its probe world).
+`exact_epsilon(name, cfg)` is the true eps of the variants that are again a subsampled
+Gaussian (None for the others, whose leak depends on the data set).
 
 Examples:
   >>> import warnings
@@ -99,11 +84,9 @@ class FaultyDpSgdWarning(dpsgd.UnaccountedComponentWarning):
 
 @functools.lru_cache(maxsize=16)
 def clip_batch_mean(base: clipping_lib.ClippingPath) -> clipping_lib.ClippingPath:
-  """Clipping of the batch-MEAN gradient instead of each example's (exercise 4a).
+  """Clipping of the batch-MEAN gradient (exercise 4a): b * clip(mean, C), sensitivity not C.
 
-  The "sum" handed to the noise is b * clip(mean gradient, C), b the realised batch
-  size, whose sensitivity is not C. `base` computes the unclipped sum. Memoised, so
-  one base gives one path object (and one compiled program).
+  `base` computes the unclipped sum; memoised per base.
   """
   if not (isinstance(base, clipping_lib.ClippingPath) or callable(base)):
     raise TypeError(f"base must be a ClippingPath or a callable, got {base!r:.80}")
@@ -135,14 +118,7 @@ def _scale_by_realised_batch() -> optax.GradientTransformationExtraArgs:
 
 @dataclasses.dataclass(frozen=True)
 class RealisedBatchDenominator(privatizer_lib.GaussianPrivatizer):
-  """Noise sigma * C, then divide by the REALISED batch size (exercise 4b).
-
-  The cardinality leak of `FlooredExpectedBatch` one level down: the divisor is the
-  batch's size, which the canary changes when it is sampled. Negligible in a large
-  data set (a change of 1 / b); with one other record a batch of 2 exists only with
-  the canary, and the update's scale on coordinates no record touches shows it
-  (`experiments/audit_bugs.py`: caught at the trials' ceiling at claimed eps 1).
-  """
+  """Noise sigma * C, then divide by the REALISED batch size, which the canary changes (4b)."""
   accounted: ClassVar[bool] = False
 
   def transform(self, noise_stddev, expected_batch_size, key):
@@ -197,23 +173,12 @@ def floored_denominator(sampling_prob: float, dataset_size: int) -> int:
 class FlooredExpectedBatch(privatizer_lib.GaussianPrivatizer):
   """Noise sigma * C on the sum, then divide by max(1, floor(q n)), n = the data set's size.
 
-  Imitates Opacus 1.0-1.6 (`PrivacyEngine.make_private`: expected_batch_size =
-  int(len(data_loader.dataset) * sample_rate), the optimizer's denominator; bug
-  reports github.com/meta-pytorch/opacus/issues/571 and .../819). The flooring
-  itself is harmless: divided by a PUBLIC constant the update is post-processing of
-  the Gaussian mechanism, and with `dataset_size` the claimed n (what `variant`
-  builds) the exact eps is the claimed one. The fault is that Opacus takes n from the data set it is given, which differs
-  by one record between neighbours: when floor(q n) and floor(q (n + 1)) differ,
-  every update's scale -- noise included -- tells the two data sets apart, and with
-  d noise coordinates the scale is known to relative precision ~ (2 d T)^-1/2, so
-  the two output distributions separate completely as d grows (report 571 measured
-  eps about 2.5 against the 1.2 reported with two or three records; report 819
-  derives the f-DP collapse with the output dimension). Train each data set with
-  `on_dataset(its size)`, as the shipped code did implicitly.
+  Imitates Opacus 1.0-1.6 (github.com/meta-pytorch/opacus/issues/571 and 819). n is taken
+  from the data set given, which differs by one record between neighbours: when
+  floor(q n) != floor(q (n + 1)) every update's scale, noise included, tells them apart
+  (to relative precision ~ (2 d T)^-1/2 over d noise coordinates). Train each data set
+  with `on_dataset(its size)`.
 
-  Attributes:
-    sampling_prob: q, the rate the denominator is computed with.
-    dataset_size: n, the number of records the denominator is computed from.
   Privacy: NOT accounted (`accounted = False`).
   """
   sampling_prob: float = 1.0
@@ -241,21 +206,11 @@ class FlooredExpectedBatch(privatizer_lib.GaussianPrivatizer):
 
 @dataclasses.dataclass(frozen=True)
 class OverRateSampler:
-  """Poisson sampling at rate min(1, factor q) while the accountant is told q.
+  """Poisson sampling at rate `true_rate` = min(1, factor q) while the accountant is told q.
 
-  After github.com/meta-pytorch/opacus/issues/813: with a `WeightedRandomSampler`
-  of 128 draws per epoch over 100,000 records, `make_private_with_epsilon` derived
-  the sample rate from len(sampler) instead of the data set's size, a rate about
-  45,000 times off, with no warning. In that report the accountant was told the
-  HIGH rate, which over-states eps (the budget burns in one epoch: a utility bug);
-  the same mismatch in the other direction -- batches drawn at the high rate while
-  the accountant is told the intended low one -- is the privacy bug, and it is what
-  this sampler does. Its true eps is the accountant's eps at rate `true_rate`
-  (exactly computable, `accounting.dpsgd_epsilon(sigma, true_rate, T, delta, "pld")`).
+  After github.com/meta-pytorch/opacus/issues/813 (a rate ~45,000 times off). True eps:
+  `accounting.dpsgd_epsilon(sigma, true_rate, T, delta, "pld")`.
 
-  Attributes:
-    sampling_prob: q, the rate reported to the config and the accountant.
-    factor: > 0; the realised rate is `true_rate` = min(1, factor q).
   Privacy: NOT accounted (`accounted = False`).
   """
   sampling_prob: float
@@ -279,10 +234,7 @@ class OverRateSampler:
 
 @functools.lru_cache(maxsize=16)
 def clip_scaled(base: clipping_lib.ClippingPath, factor: float) -> clipping_lib.ClippingPath:
-  """`base` clipping each example to factor * C instead of C (accounted = False).
-
-  Memoised per (base, factor), so one pair gives one compiled program.
-  """
+  """`base` clipping each example to factor * C instead of C (accounted = False); memoised."""
   if not (isinstance(base, clipping_lib.ClippingPath) or callable(base)):
     raise TypeError(f"base must be a ClippingPath or a callable, got {base!r:.80}")
   base = clipping_lib.as_path(base)
@@ -298,29 +250,15 @@ def clip_scaled(base: clipping_lib.ClippingPath, factor: float) -> clipping_lib.
 def backprop_clipping(grad_clip: float = BACKPROP_GRAD_CLIP) -> clipping_lib.ClippingPath:
   """Backpropagation clipping with the batch-size error, for `models.logistic_regression`.
 
-  Backpropagation clipping (Stevens et al. 2022) clips, per example, each layer's
-  input to C_in and the gradient of the loss at the layer's output to C_out, and
-  claims that each example's gradient then has norm <= C_in C_out. Tramer et al.
-  2022 ("Debugging differential privacy: a case study for privacy auditing",
-  arXiv:2202.12219) audited its implementation, claimed (0.21, 1e-5)-DP, at eps >
-  2.79 and traced the leak to a per-layer sensitivity off by a factor of the batch
-  size. This path reproduces that error on the one dense layer of a logistic
-  regression: the output gradient is taken of the batch-MEAN loss (r_i / b, r_i =
-  sigmoid(x_i . w) - y_i, b the realised batch size), clipped to C_out =
-  `grad_clip`, and the sum is rescaled by b, so record i contributes
+  Backpropagation clipping (Stevens et al. 2022) clips layer inputs to C_in and output
+  gradients to C_out; Tramer et al. 2022 ("Debugging differential privacy: a case study
+  for privacy auditing", arXiv:2202.12219) found its sensitivity off by the batch size.
+  Here record i contributes, with r_i = sigmoid(x_i . w) - y_i and C_in = C / C_out,
 
-      b * clip(r_i / b, C_out) * clip(x_i, C_in) = sign(r_i) min(|r_i|, b C_out) clip(x_i, C_in)
+      b * clip(r_i / b, C_out) * clip(x_i, C_in) = sign(r_i) min(|r_i|, b C_out) clip(x_i, C_in),
 
-  with C_in = C / C_out: norm up to min(|r_i|, b C_out) C_in <= min(1 / C_out, b) C,
-  not C (|r_i| <= 1). A crafted canary with ||x|| >= C_in and |r| = 1/2 (w = 0)
-  moves the sum by 5 C (C_out = 0.1) whenever its batch holds >= 5 records.
-
-  Args:
-    grad_clip: C_out in (0, 1) (at >= 1 the logistic residual is never clipped).
-  Returns:
-    A ClippingPath (accounted = False), memoised per grad_clip. Its norms are the
-    true per-example gradient norms |r_i| ||x_i||. Refused by `variant` for any model
-    but an unregularised logistic regression.
+  norm up to min(1 / C_out, b) C, not C. grad_clip = C_out in (0, 1). Returns a memoised
+  ClippingPath (accounted = False) whose norms are the true |r_i| ||x_i||.
   """
   grad_clip = _validate.check_probability(grad_clip, "grad_clip", open_low=True,
                                           open_high=True)
@@ -384,19 +322,10 @@ def realised_denominator_lower_bound(noise_coords: int, base_records: int,
                                      delta: float) -> float:
   """Exact eps of the scale_min test on the realised-denominator variant (a lower bound).
 
-  The update on K free coordinates is Z / d_t, Z ~ N(0, sigma^2 C^2 I_K), d_t =
-  max(1, b_t), b_t ~ Binomial(n0, q) without the canary and Binomial(n0 + 1, q) with
-  it, i.i.d. over the T steps. The test "some step has ||u_t||^2 / (sigma C)^2 <
-  tau" has FPR = 1 - (1 - P(chi2_K / d^2 < tau))^T with d the OUT divisor, and TPR
-  likewise with the IN one; eps >= ln((TPR - delta) / FPR) for every tau (maximised
-  on a grid). It does not depend on sigma.
-
-  Args:
-    noise_coords: K >= 1 coordinates no record touches.
-    base_records: n0 >= 1 records besides the canary.
-    sampling_prob: q in (0, 1].
-    steps: T >= 1.
-    delta: in (0, 1).
+  On K = noise_coords free coordinates the update is Z / d_t, Z ~ N(0, sigma^2 C^2 I_K),
+  d_t = max(1, b_t), b_t ~ Binomial(n0, q) OUT, Binomial(n0 + 1, q) IN, n0 = base_records.
+  "Some step has ||u_t||^2 / (sigma C)^2 < tau" has FPR = 1 - (1 - P(chi2_K / d^2 < tau))^T
+  (TPR likewise, IN); eps >= max over tau of ln((TPR - delta) / FPR). Independent of sigma.
   """
   noise_coords, base_records, sampling_prob, steps, delta = _check_world(
       noise_coords, base_records, sampling_prob, steps, delta)
@@ -407,15 +336,7 @@ def realised_denominator_lower_bound(noise_coords: int, base_records: int,
 
 def scale_min_log_rates(tau, noise_coords: int, base_records: int, sampling_prob: float,
                         steps: int) -> tuple[np.ndarray, np.ndarray]:
-  """(log FPR, log TPR) of "min_t ||u_t||^2 / (sigma C)^2 < tau" under a realised divisor.
-
-  Args:
-    tau: thresholds, float64[J] (> 0) or a scalar.
-    noise_coords, base_records, sampling_prob, steps: as in
-      `realised_denominator_lower_bound`.
-  Returns:
-    (float64[J], float64[J]).
-  """
+  """(log FPR, log TPR), float64[J] each, of "min_t ||u_t||^2 / (sigma C)^2 < tau" (tau > 0)."""
   tau = np.atleast_1d(_validate.check_array(tau, "tau", low=0.0, open_low=True, min_size=1,
                                             ndim=(0, 1)))
   noise_coords, base_records, sampling_prob, steps, _ = _check_world(
@@ -431,11 +352,8 @@ def floored_denominator_lower_bound(noise_coords: int, base_records: int,
                                     sampling_prob: float, steps: int, delta: float) -> float:
   """Exact eps of the scale_sum test on the floored-denominator variant (a lower bound).
 
-  sum_t ||u_t||^2 / (sigma C)^2 on the free coordinates is chi2_{K T} / d^2 with d =
-  `variants.floored_denominator(q, n)`, n = n0 without the canary and n0 + 1 with it.
-  Calling IN below tau gives FPR = P(chi2_{KT} < tau d_out^2), TPR = P(chi2_{KT} <
-  tau d_in^2). 0 when the two divisors are equal (nothing to see). Arguments as in
-  `realised_denominator_lower_bound`.
+  sum_t ||u_t||^2 / (sigma C)^2 is chi2_{K T} / d^2, d = `floored_denominator(q, n)`,
+  n = n0 (OUT) or n0 + 1 (IN); 0 when the divisors are equal.
   """
   noise_coords, base_records, sampling_prob, steps, delta = _check_world(
       noise_coords, base_records, sampling_prob, steps, delta)
@@ -454,15 +372,8 @@ def floored_denominator_lower_bound(noise_coords: int, base_records: int,
 def shuffle_slot_mu(noise_multiplier: float, steps: int, steps_per_epoch: int) -> float:
   """mu of the slot test on a shuffle whose last batch is one record short without the canary.
 
-  Over the T // E steps t = E - 1 mod E, u_t[0] + u_t[1] sums C per record of the
-  batch (every record is C e_0 or C e_1 after clipping) plus N(0, 2 sigma^2 C^2):
-  the total is Gaussian with mean gap (T // E) C and variance 2 (T // E) sigma^2 C^2
-  on both sides, so the test is exactly mu-GDP-tight with mu = sqrt(T // E / 2) / sigma.
-
-  Args:
-    noise_multiplier: sigma > 0.
-    steps: T >= 1.
-    steps_per_epoch: E in [1, T].
+  Over the T // E last-of-epoch steps, u_t[0] + u_t[1] has mean gap (T // E) C and variance
+  2 (T // E) sigma^2 C^2: exactly mu-GDP, mu = sqrt(T // E / 2) / sigma.
   """
   noise_multiplier = _validate.check_positive(noise_multiplier, "noise_multiplier")
   steps = _validate.check_int(steps, "steps")
@@ -477,14 +388,8 @@ def shuffle_slot_mu(noise_multiplier: float, steps: int, steps_per_epoch: int) -
 
 
 class Variant(NamedTuple):
-  """A DP-SGD variant: the training config and the components it replaces.
-
-  Attributes:
-    name: one of VARIANTS.
-    config: the DpSgdConfig to train with (the claimed one, with the claimed sigma
-      resolved; C = 10 for noise_without_clip_norm).
-    sampler, clipping, privatizer: replacement components, or None for the
-      engine's default.
+  """A DP-SGD variant: the claimed config (C = 10 for noise_without_clip_norm) and the
+  replacement components (None for the engine's default).
   """
   name: str
   config: dpsgd.DpSgdConfig
@@ -502,17 +407,10 @@ class Variant(NamedTuple):
 def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Variant:
   """Variant `name` of the claimed configuration `cfg` for `model`.
 
-  Args:
-    name: one of VARIANTS.
-    cfg: the claimed (correct) configuration; its (q, sigma, T, delta) is what the
-      accountant is told for every variant (a variant never re-calibrates its
-      own noise).
-    model: the model (clip_batch_mean wraps its default clipping path;
-      backprop_clipping needs an unregularised `models.logistic_regression`).
-  Returns:
-    A Variant; train with `dpsgd.train_many(..., v.config, model, **v.components)`.
-  Warns:
-    FaultyDpSgdWarning for every variant but "correct".
+  The accountant is told cfg's (q, sigma, T, delta) for every variant. backprop_clipping
+  needs an unregularised `models.logistic_regression`. Train with
+  `dpsgd.train_many(..., v.config, model, **v.components)`. Warns FaultyDpSgdWarning for
+  every variant but "correct".
   """
   if not isinstance(name, str) or name not in VARIANTS:
     raise ValueError(f"name (the variant) must be one of {VARIANTS}, got {name!r}")
@@ -557,21 +455,12 @@ def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Varia
 
 
 def exact_epsilon(name: str, cfg: dpsgd.DpSgdConfig) -> float | None:
-  """The true eps (PLD accountant, at cfg.delta) of variant `name` of claim `cfg`, or None.
+  """The true eps (PLD, at cfg.delta) of variant `name` of claim `cfg`, or None.
 
-  Exact where the variant is again a Poisson-subsampled Gaussian mechanism on each
-  example's clipped gradient:
-
-    correct                  (q, sigma)
-    noise_half               (q, sigma / 2)
-    clip_four_c              (q, sigma / 4): a record moves the sum by 4 C, noise sigma C
-    sampler_twice_q          (min(1, 2 q), sigma)
-    over_rate_sampler        (min(1, OVER_RATE_FACTOR q), sigma)
-    noise_without_clip_norm  (q, sigma / NOISE_WITHOUT_CLIP_NORM_C): noise std sigma at
-                             C = 10
-
-  None for the others: their leak depends on the data set (denominators, shuffles,
-  batch-dependent clipping) or they are more private than claimed (noise_on_mean).
+  Exact where the variant is again a Poisson-subsampled Gaussian, as (q, sigma): correct
+  (q, sigma); noise_half (q, sigma / 2); clip_four_c (q, sigma / 4); sampler_twice_q
+  (min(1, 2 q), sigma); over_rate_sampler (min(1, OVER_RATE_FACTOR q), sigma);
+  noise_without_clip_norm (q, sigma / NOISE_WITHOUT_CLIP_NORM_C). None for the others.
 
   Examples:
     >>> cfg = dpsgd.DpSgdConfig(dataset_size=100, sampling_prob=0.5, num_steps=10,

@@ -1,40 +1,23 @@
 """Per-example clipping: the clipped-sum contract, its back-ends, and one registry.
 
-Every clipping back-end computes the same thing, the sum of clipped per-example
-gradients and the norms before clipping:
+Every back-end computes the sum of clipped per-example gradients and the norms before
+clipping:
 
   fn(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (sum pytree like params, norms float32[B])
 
   sum = sum_i weights_i min(1, C / ||g_i||) g_i,   g_i = grad of record i's loss.
 
-With 0/1 weights (the batch mask), adding or removing one record moves the sum by
-at most C in L2 norm; the noise that follows (`dpjax.privatizer`) is calibrated to
-that. The back-ends differ only in speed (all are tested equal to `vmap`):
+With 0/1 weights one record moves the sum by at most C in L2 norm, the sensitivity the
+noise of `dpjax.privatizer` is calibrated to. Back-ends (same result, different speed):
+`glm` (closed form, logistic regression), `ghost` (norms from activations and output
+gradients; MLP, CNN), `vmap` (vmap(grad); any other model), `user` (each USER's summed
+gradient clipped; privacy_unit "user"), `sqnorm` (per-example squared norms for any loss).
 
-  module   what it does                                     used by default for
-  glm      closed form for logistic regression              models.logistic_regression
-  ghost    norms from activations and output gradients      models.mlp, models.cnn
-           (no per-example gradients), one matmul per layer
-  vmap     vmap(grad), one pass (`clipped_grad_sum`) or     any other model
-           two passes with `sqnorm` norms (`two_pass_...`)
-  user     each USER's summed gradient clipped to C         privacy_unit "user"
-           (`user.user_level_path`; user-level DP-SGD)      (`dpsgd.train_many`)
-  sqnorm   per-example squared norms of vmap(grad) for any loss, with matmul
-           gradients' norms taken as products of norms found in the jaxpr
+Float32 limits: norms are overflow-safe (`vmap.safe_norm`); a record with a NaN or inf
+gradient coordinate, or a norm beyond float32, gets norm inf and contributes exactly zero
+(never 0 * inf), as does every unsampled record, so the bound holds for every record.
 
-Records at the float32 limits (every back-end, tested with features up to +-3.4e38):
-norms are formed without overflow (`vmap.safe_norm`: the plain sum of squares where
-it is finite, bit for bit as before; otherwise scaled by the largest |coordinate|),
-and a record whose gradient has a NaN or inf coordinate, or whose norm exceeds the
-float32 range, gets norm inf and contributes exactly zero (`jnp.where`, never
-0 * inf), as does every unsampled record whatever its values. Zero is within C, so
-the sensitivity bound holds for every record of finite values.
-
-`path_for(model)` is the one place where a model's kind selects its back-end: it
-returns a `ClippingPath` (the function plus what the engine needs to schedule it).
-A new model kind plugs in with `register(kind, factory)`; a user's own clipping is
-any function with the contract above (or a `ClippingPath`), passed to
-`dpsgd.train_many(..., clipping=...)`.
+`path_for(model)` selects a kind's back-end (`register` adds one).
 
 Shape letters: B records, F features, P parameters.
 
@@ -68,19 +51,13 @@ class ClippingPath:
   """A clipped-sum function and what the engine needs to know to schedule it.
 
   Attributes:
-    fn: the clipped-sum function (module docstring contract).
-    name: a short label ("glm", "ghost", "vmap_two_pass", "custom", ...).
-    per_example_grad_memory: whether it may hold [B, P] per-example gradients (the
-      engine then sizes its chunks of models for them).
-    scan_unroll: steps per scan iteration the engine may use for large chunks of
-      small models (performance only; results are the same).
-    accounted: False for a deliberately broken clipping (`dpjax.audit.variants`):
-      the engine then warns that the accountant's epsilon does not hold.
-    privacy_unit: what one clipped contribution is: "example" (each record's
-      gradient clipped to C) or "user" (each user's summed gradient clipped to C,
-      `dpjax.clipping.user`). The engine refuses a path whose unit is not the
-      configuration's `DpSgdConfig.privacy_unit`.
-  Instances compare by identity, so one object reuses one compiled program.
+    per_example_grad_memory: whether it may hold [B, P] per-example gradients.
+    scan_unroll: steps per scan iteration for large chunks of small models (speed only).
+    accounted: False for a deliberately broken clipping (`dpjax.audit.variants`): the
+      engine then warns that the accountant's epsilon does not hold.
+    privacy_unit: "example" or "user" (each user's summed gradient clipped to C); the
+      engine refuses a path whose unit is not the config's.
+  Instances compare by identity (one object, one compiled program).
   """
   fn: ClippedSumFn
   name: str = "custom"
@@ -102,11 +79,7 @@ _FACTORIES: dict[str, Callable[[models_lib.Model], ClippingPath]] = {}
 
 
 def register(kind: str, factory: Callable[[models_lib.Model], ClippingPath]) -> None:
-  """Makes `path_for(model)` use `factory(model)` for models with `model.kind == kind`.
-
-  Raises:
-    TypeError: if kind is not a string or factory is not callable.
-  """
+  """Makes `path_for(model)` use `factory(model)` for `model.kind == kind`; TypeError if bad."""
   if not isinstance(kind, str) or not kind:
     raise TypeError(f"kind must be a non-empty string, got {kind!r}")
   if not callable(factory):
@@ -116,8 +89,7 @@ def register(kind: str, factory: Callable[[models_lib.Model], ClippingPath]) -> 
 
 
 def generic_path(model: models_lib.Model) -> ClippingPath:
-  """The path for any model: per-example gradients by vmap, two passes (norms, then the
-  clipped sum), for a model kind with no registered factory."""
+  """The path for a model kind with no registered factory: vmap, two passes (norms, then sum)."""
   models_lib.check_model(model)
   return ClippingPath(functools.partial(vmap.two_pass_clipped_grad_sum, model),
                       "vmap_two_pass", per_example_grad_memory=True)
@@ -125,10 +97,9 @@ def generic_path(model: models_lib.Model) -> ClippingPath:
 
 @functools.lru_cache(maxsize=64)
 def path_for(model: models_lib.Model) -> ClippingPath:
-  """The clipping path the engine uses for `model` when none is given (memoised).
+  """The clipping path used for `model` when none is given (memoised).
 
-  The registered factory of `model.kind`; for unregistered kinds, two-pass
-  vmap(grad) with `sqnorm` norms, which works for any loss.
+  The registered factory of `model.kind`, else `generic_path` (works for any loss).
   """
   if not isinstance(model, models_lib.Model):
     raise TypeError(f"model must be a models.Model, got {type(model).__name__}")

@@ -1,47 +1,21 @@
 """Ghost clipping: clipped per-example gradient sums without per-example gradients.
 
-DP-SGD needs, for every example b of a batch, the norm ||grad_b|| of its own
-gradient, and then the sum of the clipped gradients sum_b w_b min(1, C/||grad_b||)
-grad_b (w_b the Poisson inclusion weight). `jax.vmap(jax.grad(loss))` materialises
-B copies of the parameters; for a dense layer z = a @ W + b the per-example
-gradient is the outer product a_b g_b^T (g_b = dloss_b/dz_b), so its squared norm
-is ||a_b||^2 ||g_b||^2 for W plus ||g_b||^2 for the bias: the "ghost norm"
-(Goodfellow 2015; Li, Tramer, Liang & Hashimoto 2022). Given the factors
-s_b = w_b min(1, C/||grad_b||), the clipped sum of W's gradients is a^T (s * g),
-one matmul, reusing the g_b of the first backward pass (the "book-keeping" variant
-of Bu et al. 2023): so a ghost DP-SGD step costs one forward pass, one backward
-pass that only propagates to the activations, the norms, and one weight-gradient
-matmul per layer -- about the cost of a non-private step.
+For a dense layer z = a @ W + b the per-example gradient a_b g_b^T (g_b = dloss_b/dz_b)
+has squared norm ||a_b||^2 ||g_b||^2 (+ ||g_b||^2 for the bias): the "ghost norm"
+(Goodfellow 2015; Li, Tramer, Liang & Hashimoto 2022). With s_b = w_b min(1, C/||grad_b||)
+the clipped sum is a^T (s * g), one matmul (book-keeping, Bu et al. 2023).
 
-Convolutions: with the unfolded input patches A_b [P, K] (P output positions,
-K = 3*3*C_in) and output gradients G_b [P, O], the per-example kernel gradient is
-A_b^T G_b. Its squared norm is either computed from the materialised [K, O] matrix
-(cost P*K*O per example, "materialise") or from the Gram matrices,
-sum((A_b A_b^T) * (G_b G_b^T)) (cost P^2*(K+O), "gram", Li et al.'s ghost norm
-for sequences). `conv_mode="auto"` picks the cheaper one per layer, as in Bu et
-al.'s mixed ghost clipping; for the small CNNs here that is "materialise".
+Convolutions (patches A_b [P, K], output gradients G_b [P, O]): the squared norm of
+A_b^T G_b is taken from the materialised [K, O] matrix (cost P*K*O) or from Gram
+matrices, sum((A_b A_b^T) * (G_b G_b^T)) (cost P^2*(K+O)); "auto" picks the cheaper.
 
-L2 penalty: models carry an optional per-example penalty 0.5*l2*||theta||^2, whose
-gradient l2*theta is added to every example's gradient before clipping. Since
-<grad_b^layer, theta^layer> = <g_b, z_b> (z the layer's pre-activation output, bias
-included), ||grad_b + l2 theta||^2 = ||grad_b||^2 + 2 l2 sum_layers <g_b, z_b> +
-l2^2 ||theta||^2 is exact and still cheap.
+L2 penalty 0.5*l2*||theta||^2 per example: as <grad_b^layer, theta^layer> = <g_b, z_b>
+(z the pre-activation output), ||grad_b + l2 theta||^2 = ||grad_b||^2
+  + 2 l2 sum_layers <g_b, z_b> + l2^2 ||theta||^2.
 
-Float32 limits: every norm above is formed in range (from the factors' overflow-safe
-norms, `vmap.safe_norm`, wherever the plain sum of squares overflows; for the Gram
-form and the L2 term from an upper bound there, so the clip factor is at most the
-exact one), and a record with a non-finite gradient or norm is dropped: its rows of
-activations and output gradients are zeroed with `jnp.where` before the sums.
-
-The functions here have the clipped-sum contract of `dpjax.clipping`
-(`dpjax.clipping`; `dpsgd.train_many(..., clipping=...)`):
-
-  clipped_sum(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (sum_tree, norms_B)
-
-with `norms_B` the per-example gradient norms BEFORE clipping and `sum_tree` shaped
-like params. They give the same result as the generic vmap(grad) clipping to float
-tolerance (tested); privacy is unchanged, as each example's contribution is still
-scaled to norm <= C.
+Out of float32 range, norms come from overflow-safe factor norms (upper bounds for Gram
+and L2 terms, so the clip factor is at most the exact one); a record with a non-finite
+gradient or norm is dropped. Contract of `dpjax.clipping`.
 
 Shape letters: B examples, F flat input features, I / O a dense layer's inputs /
 outputs, H, W, C image height, width, channels, P output positions, K patch size.
@@ -103,8 +77,7 @@ def _mlp_forward(params, x_BxF, probes):
 def conv3x3_patches(a_BxHxWxC: jax.Array) -> jax.Array:
   """3x3 SAME stride-1 patches [B, H*W, 9*C], ordered (kh, kw, c) like an HWIO kernel.
 
-  Built from nine shifted views of the zero-padded input (pure data movement;
-  `lax.conv_general_dilated_patches` would spend 81*C^2 multiply-adds per position).
+  Nine shifted views of the zero-padded input (pure data movement).
   """
   b, h, w, c = a_BxHxWxC.shape
   padded = jnp.pad(a_BxHxWxC, ((0, 0), (1, 1), (1, 1), (0, 0)))
@@ -167,9 +140,7 @@ def _check_args(x_BxF, y_B, weights_B, l2_clip_norm):
 def _outer_norm(a_BxI, asq_B, g_BxO, gsq_B, bias=True):
   """||a_b g_b^T||_F (with bias: sqrt(||a_b||^2 + 1) ||g_b||), overflow-safe: float32[B].
 
-  The factors' norms are formed by `vmap.safe_norm` (from their plain sums of
-  squares where those are in range) and multiplied; a zero output gradient gives 0
-  when the input is finite (its outer product is then exactly zero), NaN otherwise.
+  A zero output gradient gives 0 when the input is finite, NaN otherwise.
   """
   ma = jnp.max(jnp.abs(a_BxI), axis=1)
   if bias:
@@ -294,20 +265,12 @@ def _cnn_unflatten(params, sums):
 def mlp_clipped_sum(params: PyTree, x_BxF: jax.typing.ArrayLike, y_B: jax.typing.ArrayLike,
                     weights_B: jax.typing.ArrayLike, l2_clip_norm: float, *,
                     l2: float = 0.0) -> tuple[PyTree, jax.Array]:
-  """Ghost-clipped gradient sum for `models.mlp` parameters.
+  """Ghost-clipped gradient sum for `models.mlp` parameters ({"layers": [{"w", "b"}, ...]}).
 
-  Args:
-    params: {"layers": [{"w": [I, O], "b": [O]}, ...]}, relu between layers.
-    x_BxF: inputs [B, F] (or [B, ...], flattened).
-    y_B: labels [B]: class indices, or {0, 1} when the last layer has one output.
-    weights_B: float[B] per-example weights (the Poisson 0/1 inclusion mask).
-    l2_clip_norm: C > 0; inf = no clipping.
-    l2: the model's L2 coefficient (0.5 * l2 * ||params||^2 in each example's loss).
-  Returns:
-    (sum_b weights_b min(1, C/||grad_b||) grad_b shaped like params,
-     norms_B = ||grad_b|| float32[B] before clipping).
-  Raises:
-    ValueError: on mismatched shapes or l2_clip_norm <= 0.
+  x_BxF [B, F] (or [B, ...], flattened); y_B class indices, or {0, 1} for one output;
+  weights_B the 0/1 mask; l2_clip_norm C > 0 (inf: no clipping); l2 the model's L2
+  coefficient. Returns (sum_b weights_b min(1, C/||grad_b||) grad_b, norms_B float32[B]
+  before clipping); ValueError on mismatched shapes or C <= 0.
   """
   num_outputs = jnp.shape(params["layers"][-1]["b"])[-1]
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=max(num_outputs, 2))
@@ -318,18 +281,10 @@ def mlp_clipped_sum(params: PyTree, x_BxF: jax.typing.ArrayLike, y_B: jax.typing
 
 def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.0,
                        conv_mode: str = "auto") -> ClippedSumFn:
-  """A ghost-clipped-sum function for `models.cnn(input_shape, ...)` parameters.
+  """A ghost-clipped-sum function (`dpjax.clipping` contract) for `models.cnn` parameters.
 
-  Args:
-    input_shape: (H, W, C_in) of the images; inputs may come flat [B, H*W*C_in] or NHWC.
-    l2: the model's L2 coefficient.
-    conv_mode: "materialise" (per-example kernel gradients [B, 9*C_in, C_out]),
-      "gram" (ghost norm from Gram matrices [B, P, P]) or "auto" (cheaper per layer).
-  Returns:
-    fn(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (clipped grad sum, norms_B),
-    the clipped-sum contract of `dpjax.clipping`.
-  Raises:
-    ValueError: for a bad input_shape, l2 or conv_mode.
+  input_shape (H, W, C_in), inputs flat or NHWC; conv_mode "materialise", "gram" or
+  "auto" (cheaper per layer). ValueError for a bad input_shape, l2 or conv_mode.
   """
   if len(input_shape) != 3 or any(int(v) != v or v < 1 for v in input_shape):
     raise ValueError(f"input_shape must be three positive ints (H, W, C), got {input_shape!r}")
@@ -354,22 +309,10 @@ def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.
 
 def clipped_sum_fn(model: models_lib.Model, input_shape: Sequence[int] | None = None, *,
                    conv_mode: str = "auto") -> ClippedSumFn:
-  """The ghost-clipped-sum function for a `models.mlp` or `models.cnn` model.
+  """The ghost-clipped-sum function for a `models.mlp` or `models.cnn` model (memoised).
 
-  Memoised: the same arguments return the same function object, so
-  `dpsgd.train_many(..., clipping=clipped_sum_fn(model))` reuses its compiled
-  program across calls.
-
-  Args:
-    model: a Model with `kind` "mlp" or "cnn" (its `l2` is honoured).
-    input_shape: (H, W, C_in) for a CNN; if None, the model's own `input_shape`
-      (set by `models.cnn`); failing that, square images are assumed when the input
-      is flat (H = W = sqrt(F / C_in)) and NHWC inputs are read as they are.
-    conv_mode: see `cnn_clipped_sum_fn`.
-  Returns:
-    fn(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (clipped grad sum, norms_B).
-  Raises:
-    ValueError: for a model of another kind.
+  input_shape for a CNN defaults to the model's, failing that square images for flat
+  inputs (H = W = sqrt(F / C_in)). ValueError for a model of another kind.
   """
   models_lib.check_model(model)
   _validate.check_choice(conv_mode, _CONV_MODES, "conv_mode")

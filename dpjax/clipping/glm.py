@@ -1,16 +1,13 @@
 """Closed-form per-example clipping for logistic regression (a generalised linear model).
 
-For params {"w": [D]} and the per-example loss logloss(x_i . w, y_i) + (l2/2)||w||^2,
-the per-example gradient is g_i = r_i x_i + l2 w with r_i = sigmoid(x_i . w) - y_i, so
+For params {"w": [D]} and loss logloss(x_i . w, y_i) + (l2/2)||w||^2, g_i = r_i x_i + l2 w
+with r_i = sigmoid(x_i . w) - y_i, so
 
     ||g_i||^2 = r_i^2 ||x_i||^2 + 2 l2 r_i (x_i . w) + l2^2 ||w||^2,
     sum_i a_i g_i = X^T (a * r) + l2 (sum_i a_i) w,
 
-with a_i = w_i min(1, C / ||g_i||): two matrix-vector products per step, or two
-matmuls over M models under vmap. Same outputs as `vmap.clipped_grad_sum` to float
-tolerance (tested, also for features up to +-3.4e38); it is the engine's path for
-`models.logistic_regression`. ||x_i|| is overflow-safe (`vmap.safe_norm`), and a
-record whose norm is NaN (its logit overflowed to NaN) or beyond float32 adds 0.
+with a_i = w_i min(1, C / ||g_i||): two matrix-vector products per step. ||x_i|| is
+overflow-safe (`vmap.safe_norm`); a record whose norm is NaN or beyond float32 adds 0.
 
 Shape letters: B records, D features.
 
@@ -38,16 +35,10 @@ PyTree = Any
 
 def clipped_grad_sum(l2: float, params: PyTree, x_BxD: jax.Array, y_B: jax.Array,
                      weights_B: jax.Array, l2_clip_norm: float) -> tuple[PyTree, jax.Array]:
-  """The clipped-sum contract for logistic regression, in closed form.
+  """The clipped-sum contract for logistic regression ({"w": float32[D]}), in closed form.
 
-  Args:
-    l2: the model's L2 coefficient (>= 0).
-    params: {"w": float32[D]}.
-    x_BxD: float32[B, D] records; y_B: labels in {0, 1}.
-    weights_B: float32[B] (the 0/1 Poisson mask).
-    l2_clip_norm: C > 0 (inf: no clipping).
-  Returns:
-    ({"w": sum_i a_i g_i}, norms float32[B] before clipping).
+  Returns ({"w": sum_i a_i g_i}, norms float32[B] before clipping); l2 >= 0, y_B in {0, 1},
+  weights_B the 0/1 mask, C > 0 (inf: no clipping).
   """
   if not _validate.is_tracer(l2):
     _validate.check_nonnegative(l2, "l2")

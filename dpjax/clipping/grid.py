@@ -1,40 +1,21 @@
 """Clipped per-example gradients rounded to an integer grid: the sum for secure DP-SGD.
 
 Secure DP-SGD (`dpjax.privatizer.SecureGaussianPrivatizer`) adds integer noise to an
-INTEGER sum, so that the release is a post-processing of the continuous Gaussian
-mechanism (`dpjax.integer_noise`) and no float bit pattern depends on membership.
-This path computes that sum: with gamma a power of two, each record's clipped
-gradient c_i = min(1, C / ||g_i||) g_i is rounded coordinatewise,
+INTEGER sum, so the release is post-processing of the continuous Gaussian mechanism
+(`dpjax.integer_noise`) and no float bit pattern depends on membership. With gamma a
+power of two and c_i = min(1, C / ||g_i||) g_i,
 
     r_i = round(c_i / gamma)  (int32[P]),        S = sum_i w_i r_i  (int32, exact),
 
-and returned in grid units. Rounding moves each of the P coordinates by at most
-1/2, so ||r_i||_2 <= ||c_i||_2 / gamma + sqrt(P)/2 <= C / gamma + sqrt(P)/2 =: Delta,
-the L2 sensitivity of S for add/remove-one neighbours (`grid_sensitivity`). The
-bound is also ENFORCED in the integer domain, so float32 error in the clipping (a
-norm computed slightly low) cannot break it: the squared norm of r_i is summed
-in float32 and r_i is kept only if that sum is <= `norm_threshold(Delta, P)`,
-Delta^2 shrunk by the worst-case relative error of a float32 sum of P squares in
-any order ((1 - u)(1 - (P - 1)u / (1 - (P - 1)u)), u = 2^-24); otherwise (and for
-a non-finite gradient) r_i = 0. Either way one record moves S by at most Delta.
-Honest records are never dropped: ||r_i|| is at most C / gamma + sqrt(P)/2 in
-exact arithmetic and typically near sqrt((C/gamma)^2 + P/12).
+so ||r_i||_2 <= C / gamma + sqrt(P)/2 =: Delta, the L2 sensitivity (`grid_sensitivity`).
+The bound is ENFORCED in the integer domain: r_i is kept only if its float32 squared norm
+is <= `norm_threshold(Delta, P)`, else (and if non-finite) r_i = 0, so float32 error in
+the clipping cannot break it; honest records are never dropped.
 
-Per-example gradients must be materialised: logistic regression uses its closed
-form (g_i = (sigmoid(x_i.w) - y_i) x_i + l2 w), any other model `vmap(grad)`
-(`clipping.vmap.per_example_grads`). The ghost path cannot round per-example
-gradients it never forms, so there is no ghost variant; MLPs and CNNs go through
-vmap here (memory [B, P] per model).
-
-The path returns the clipped-sum contract with int32 leaves:
-
-  fn(params, x_BxF, y_B, weights_B, l2_clip_norm)
-      -> (int32 sum pytree like params, norms float32[B])
-
-weights_B must be a 0/1 mask (it is read as weights > 1/2). Overflow of int32 (a
-coordinate sum beyond 2^31) only wraps, which is still a function of S + noise
-(privacy is unaffected); the update loses its meaning long before, once
-|S + X| > 2^24 leaves float32's exact range of the grid.
+Per-example gradients are materialised (no ghost variant). Contract of `dpjax.clipping`
+with int32 sum leaves; weights_B must be a 0/1 mask (read as > 1/2). int32 overflow only
+wraps, a function of S + noise (privacy unaffected); the update loses its meaning once
+|S + X| > 2^24.
 
 Shape letters: B records, F features, P parameters.
 
@@ -72,11 +53,9 @@ _CLAMP = 2.0 ** 24         # |c / gamma| is clamped here before rounding (square
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class GridClippingPath(ClippingPath):
-  """A ClippingPath whose sum is the int32 grid sum of this module.
+  """A ClippingPath whose sum is the int32 grid sum of this module, on grid gamma = `grid`.
 
-  Attributes:
-    grid: gamma, the power-of-two grid the per-example gradients are rounded to.
-  The engine accepts it only together with a privatizer of the same grid
+  The engine accepts it only with a privatizer of the same grid
   (`privatizer.SecureGaussianPrivatizer`), and vice versa.
   """
   grid: float = 1.0
@@ -100,8 +79,10 @@ def grid_sensitivity(l2_clip_norm: float, grid: float, num_params: int) -> float
 
 
 def norm_threshold(sensitivity_grid: float, num_params: int) -> np.float32:
-  """float32 t such that a float32 sum (any order) of P float32 squares of integers
-  that comes out <= t proves the exact squared norm is <= Delta^2 (module docstring)."""
+  """float32 t: a float32 sum (any order) of P integer squares <= t proves the exact <= Delta^2.
+
+  t = Delta^2 (1 - u)(1 - (P - 1)u / (1 - (P - 1)u)), u = 2^-24, rounded down.
+  """
   delta = _validate.check_positive(sensitivity_grid, "sensitivity_grid")
   p = _validate.check_int(num_params, "num_params")
   if (p - 1) * _U >= 0.5:
@@ -115,16 +96,10 @@ def norm_threshold(sensitivity_grid: float, num_params: int) -> np.float32:
 
 
 def round_clipped(clipped: PyTree, grid: float, l2_clip_norm: float) -> PyTree:
-  """r_i = round(c_i / gamma) as int32, zeroed where ||r_i|| may exceed Delta.
+  """r_i = round(c_i / gamma) as int32 (leaves [B, ...]), zeroed where ||r_i|| may exceed Delta.
 
-  Args:
-    clipped: pytree of float leaves [B, ...], the clipped per-example gradients.
-    grid: gamma (power of two).
-    l2_clip_norm: C, the clip norm the c_i were clipped to.
-  Returns:
-    int32 pytree like `clipped`: example i is its rounded gradient if its squared
-    norm passes `norm_threshold(grid_sensitivity(C, gamma, P), P)` and all its
-    entries are finite, else all zeros. So ||r_i||_2 <= Delta for every i.
+  Example i is kept if finite and its squared norm passes `norm_threshold`; so
+  ||r_i||_2 <= Delta = `grid_sensitivity(C, gamma, P)` for every i.
   """
   g = integer_noise.check_grid(grid)
   leaves, treedef = jax.tree.flatten(clipped)
@@ -159,15 +134,9 @@ def _per_example_grads(model: models_lib.Model, params, x_BxF, y_B):
 def grid_clipped_sum(model: models_lib.Model, grid: float, params: PyTree, x_BxF: jax.Array,
                      y_B: jax.Array, weights_B: jax.Array, l2_clip_norm: float
                      ) -> tuple[PyTree, jax.Array]:
-  """S = sum_i w_i round(clip(g_i, C) / gamma) in int32, and the norms ||g_i||.
+  """S = sum_i w_i round(clip(g_i, C) / gamma) in int32 (grid units), and the norms ||g_i||.
 
-  Args:
-    model, grid: the model and gamma (bound by `path`).
-    params, x_BxF, y_B: as in `vmap.clipped_grad_sum`.
-    weights_B: the 0/1 batch mask (read as weights > 1/2).
-    l2_clip_norm: C > 0, finite.
-  Returns:
-    (int32 sum pytree like params, in grid units; norms float32[B] before clipping).
+  weights_B: the 0/1 mask (read as > 1/2); C > 0 finite.
   Privacy: one record moves S by at most `grid_sensitivity(C, gamma, P)` in L2.
   """
   models_lib.check_model(model)
@@ -186,19 +155,10 @@ def grid_clipped_sum(model: models_lib.Model, grid: float, params: PyTree, x_BxF
 
 
 def path(model: models_lib.Model, grid: float) -> GridClippingPath:
-  """The grid clipping path for `model` (pass as `dpsgd.train_many(..., clipping=)`).
+  """The grid clipping path for `model` (memoised), for `dpsgd.train_many(..., clipping=)`.
 
-  Args:
-    model: a `models.Model` (logistic regression: closed form; any other kind:
-      vmap(grad), with [B, P] per-example gradients per model).
-    grid: gamma, a power of two (e.g. `privatizer.default_grid(C)`).
-  Returns:
-    A GridClippingPath named "grid" (memoised per (model, grid), so one compiled
-    program is reused).
-  Raises:
-    TypeError: if `model` is not a models.Model (e.g. a ClippingPath such as the
-      ghost path, which never forms the per-example gradients this path rounds).
-    ValueError: naming `grid` if it is not a power of two.
+  grid: a power of two (e.g. `privatizer.default_grid(C)`; else ValueError). TypeError if
+  `model` is not a models.Model (e.g. the ghost path, which never forms the gradients).
   """
   if not isinstance(model, models_lib.Model):
     raise TypeError(

@@ -1,38 +1,14 @@
 """Per-example squared gradient norms of vmap(grad), without forming outer products.
 
-`per_example_sq_norms(loss_one, params, x_BxF, y_B)` returns ||g_i||^2 for the
-per-example gradients g_i = grad loss_one(params, x_i, y_i) that `jax.vmap(jax.grad)`
-defines, for ANY loss. It traces exactly that computation (vmap(grad), then the sum
-of squares over every parameter leaf) to a jaxpr and evaluates it, with one exact
-algebraic identity applied wherever the jaxpr has the pattern
-
-    sum over all non-batch axes of square(dot_general(A, B))
-
-(what vmap(grad) produces for a parameter used in a matmul: the per-example gradient
-of a dense weight is the product of the layer's input and output gradient over the
-"contracting" axes, of size K = 1 for one record):
+`per_example_sq_norms` returns ||g_i||^2, g_i = grad loss_one(params, x_i, y_i), for ANY
+loss: it evaluates the jaxpr of vmap(grad) plus the sum of squares, replacing every
+"sum over non-batch axes of square(dot_general(A, B))" by the exact identity
 
     sum_{a,b} (sum_k A[a,k] B[b,k])^2 = sum_{k,k'} (A A^T)[k,k'] (B B^T)[k,k'],
 
-which for K = 1 is ||A||^2 ||B||^2. This is the "ghost norm" identity (Goodfellow
-2015; Li et al. 2022), found in the jaxpr instead of written per layer, so it costs
-O(K^2 (|A| + |B|)) instead of materialising the O(K |A| |B|) gradient. It is used
-for K = 1 always (never more work) and for K > 1 only where the Gram form is cheaper;
-everything else in the jaxpr (other primitives, losses whose
-per-example gradient is not a bare dot_general, e.g. with an L2 penalty added, convs)
-is evaluated as traced, so the result always equals the plain computation up to
-float rounding (tested against it for logistic regression, MLPs, CNNs and custom
-models).
-
-Float32 limits: where ||A||^2 ||B||^2 is not a finite float32 (a factor's squares
-overflow, or 0 * inf for a zero factor), the product is formed from the factors'
-overflow-safe norms (`safe_norm`), so the identity gives what the plain reduction
-gives: 0 for a zero factor with the other finite, inf only where the squared norm
-itself overflows (tested against it at +-3.4e38).
-
-On the audit workload (logistic regression, 2,000 models x 150 records x 56 features)
-the plain reduction is an [N, M, D] tensor per step; with the identity it is
-r_i^2 ||x_i||^2 (benchmarks/dpsgd.py).
+= ||A||^2 ||B||^2 for K = 1 (the "ghost norm": Goodfellow 2015; Li et al. 2022), for K = 1
+always and K > 1 where cheaper. The result equals the plain computation up to rounding;
+out of float32 range the product is formed from overflow-safe norms (`safe_norm`).
 """
 
 from __future__ import annotations
@@ -52,32 +28,15 @@ PyTree = Any
 def safe_norm(sq_B: jax.Array, max_abs_B: jax.Array,
               scaled_sq_fn: Callable[[Callable[[jax.Array], jax.Array]], jax.Array]
               ) -> jax.Array:
-  """An L2 norm per example without overflow in its squares: float32[B] (or [...]).
+  """An L2 norm per example without overflow in its squares: float32[B] in [0, inf], never NaN.
 
-  Where the plain sum of squares `sq_B` is finite, the result is sqrt(sq_B), bit for
-  bit what the unguarded computation gives. Where it overflowed (a norm above
-  ~1.8e19) it is m * sqrt(sum (v/m)^2) with m = `max_abs_B` the largest |coordinate|
-  of the example, so every square is at most 1: finite whenever the norm itself is
-  below the float32 maximum (~3.4e38). The division by m is done in two steps with
-  reciprocals kept normal (XLA turns v / m into v * (1/m), and 1/m is subnormal,
-  hence flushed to zero, for m above 2^126). Norms below ~1e-19, whose squares
-  underflow, may come out smaller than they are (contributions that small are far
-  below any clip norm in use).
+  sqrt(sq_B) where finite, else m * sqrt(sum (v/m)^2), m = `max_abs_B` (divided in two
+  steps, as 1/m is subnormal above 2^126); norms below ~1e-19 may come out low.
+  `scaled_sq_fn(unit)` returns the sum of squares of unit(v) over each example's arrays.
 
-  The one rule every clipping path shares: the result is +inf when the example's
-  vector has a NaN or inf coordinate or its norm exceeds the float32 range; such an
-  example's clip factor is 0 and it contributes exactly zero to the clipped sum
-  (selected with `jnp.where`, never formed as 0 * inf). Zero is within the
-  sensitivity C, so privacy never depends on how far the vector is out of range.
-
-  Args:
-    sq_B: float32[B], the plain sum of squares of each example's coordinates.
-    max_abs_B: float32[B], max |coordinate| of each example (NaN or inf allowed).
-    scaled_sq_fn: f(unit) -> float32[B]: the sum of squares of unit(v) over each
-      example's coordinate arrays v (v has the leading axes of `max_abs_B`; unit
-      divides each example's coordinates by its m).
-  Returns:
-    float32[B] in [0, inf], never NaN.
+  The rule every clipping path shares: +inf for a NaN or inf coordinate or a norm beyond
+  float32; the example's clip factor is then 0 and it contributes exactly zero (never
+  0 * inf), which is within the sensitivity C.
   """
   _validate.check_callable(scaled_sq_fn, "scaled_sq_fn")
   s1 = jnp.clip(max_abs_B, 1.0, 2.0 ** 100)       # 1 / s1 >= 2^-100: normal
@@ -122,16 +81,8 @@ def per_example_sq_norms(loss_one: Callable, params: PyTree, x_BxF: jax.Array,
                          y_B: jax.Array, *, rewrite: bool = True) -> jax.Array:
   """||grad loss_one(params, x_i, y_i)||^2 for every record i: float32[B].
 
-  Args:
-    loss_one: f(params, x_F, y) -> scalar loss of one record.
-    params: the (unbatched) parameters.
-    x_BxF, y_B: the records.
-    rewrite: apply the outer-product identity (module docstring); False evaluates
-      the plain vmap(grad) reduction (the reference it is tested against).
-  Returns:
-    float32[B], the squared L2 norm of each record's gradient over all leaves.
-  Raises:
-    ValueError: if x_BxF and y_B do not have the same leading size.
+  loss_one(params, x_F, y) -> scalar; rewrite=False evaluates the plain vmap(grad)
+  reduction. ValueError if x_BxF and y_B differ in leading size.
   """
   _check_records(loss_one, x_BxF, y_B)
   if jnp.ndim(x_BxF) < 1 or jnp.ndim(y_B) < 1 or jnp.shape(x_BxF)[0] != jnp.shape(y_B)[0]:
@@ -194,11 +145,9 @@ def _squared_operand(eqn):
 
 
 def _find_dot(eqn, producer):
-  """The dot_general whose squares `eqn` (a reduce_sum) adds up per batch index, or
-  None. Matched: reduce_sum over all but the leading n axes of square(D'), where D'
-  is the dot_general output D (batch axes first, n of them) seen through transposes
-  and flattening reshapes that keep those n leading axes in place; the sum then runs
-  over every non-batch element of D exactly once."""
+  """The dot_general whose squares `eqn` (a reduce_sum over all but n leading axes) adds up,
+  seen through transposes and reshapes keeping those axes; else None.
+  """
   in_shape = eqn.invars[0].aval.shape
   axes = tuple(sorted(eqn.params["axes"]))
   n = len(in_shape) - len(axes)
@@ -225,8 +174,9 @@ def _find_dot(eqn, producer):
 
 
 def _gram_reduce(eqn, producer, read):
-  """The sum of squares that `eqn` computes, by the norm / Gram identity, or None
-  when eqn is not that pattern or the identity would not be cheaper."""
+  """The sum of squares `eqn` computes, by the norm / Gram identity; None if not the pattern
+  or not cheaper.
+  """
   dot = _find_dot(eqn, producer)
   if dot is None:
     return None
@@ -277,8 +227,7 @@ def _gram_reduce(eqn, producer, read):
 
 
 def _safe_factor_norm(v, axes, sq, batch_dims):
-  """(||v_i||, max |v_i|) per batch index over `axes`, in `batch_dims`' listed order
-  (`sq` is the plain sum of squares already in that order)."""
+  """(||v_i||, max |v_i|) per batch index over `axes`, in `batch_dims`' listed order."""
   mx = jnp.transpose(jnp.max(jnp.abs(v), axis=axes), _listed_order(batch_dims))
   # v with its batch axes first (in listed order) and the reduced axes flattened.
   vb = jnp.transpose(v, tuple(batch_dims) + tuple(axes)).reshape(
@@ -292,8 +241,7 @@ def _listed_order(dims):
 
 
 def _gram_order(nb, contracting):
-  """Permutation of a [batch (nb), K-block, K-block] Gram output putting each K block
-  in `contracting`'s listed order."""
+  """Permutation of a [batch (nb), K-block, K-block] Gram output into `contracting`'s order."""
   block = _listed_order(contracting)
   nk = len(contracting)
   return (tuple(range(nb)) + tuple(nb + i for i in block)

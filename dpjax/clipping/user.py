@@ -1,30 +1,16 @@
 """User-level clipping: each user's summed gradient is one contribution, clipped to C.
 
-With records grouped by user (record i belongs to user u(i)) and 0/1 batch weights
-w_i (the user-level Poisson mask of `dpjax.sampling.UserPoissonSampler`), user-level
-DP-SGD (McMahan et al. 2018, "Learning differentially private recurrent language
-models", https://arxiv.org/abs/1710.06963) replaces the per-example clipped sum by
+With record i of user u(i) and 0/1 weights w_i (`dpjax.sampling.UserPoissonSampler`),
+user-level DP-SGD (McMahan et al. 2018, "Learning differentially private recurrent
+language models", https://arxiv.org/abs/1710.06963) uses
 
-    G_u = sum_{i : u(i) = u} w_i g_i,          g_i = grad loss(params; x_i, y_i),
-    S   = sum_u min(1, C / ||G_u||) G_u.
+    G_u = sum_{i : u(i) = u} w_i g_i,          S = sum_u min(1, C / ||G_u||) G_u.
 
-Each term of S has L2 norm <= C and depends on user u's records only, so adding or
-removing one user (with ALL of their records, however many) moves S by at most C:
-the Gaussian noise sigma * C and the accountant's (q, sigma, T) then give
-(eps, delta)-DP with the user as the privacy unit. Per-example clipping followed by
-a sum over a user's k records would instead move S by up to k C.
-
-`user_level_path(model, user_ids_N, num_users)` returns a `ClippingPath` with the
-clipped-sum contract of `dpjax.clipping` over the engine's N records
-
-  fn(params, x_NxF, y_N, weights_N, l2_clip_norm) -> (S, norms float32[N])
-
-where norms[i] = ||G_{u(i)}||, the norm of record i's user's sum before clipping
-(0 for a user with no sampled record), and `privacy_unit = "user"`. Per-example
-gradients come from vmap(grad) ([N, P] floats, then [U, P] after the segment sum).
-A record whose own gradient is non-finite (or whose norm exceeds float32) is left
-out of its user's sum, as the example-level paths drop it; a user whose summed
-norm is not finite contributes exactly 0.
+Adding or removing one user (ALL their records) moves S by at most C, so the accountant's
+(q, sigma, T) give (eps, delta)-DP with the user as the unit. `user_level_path` returns a
+`ClippingPath` (privacy_unit "user") with norms[i] = ||G_{u(i)}|| (0 for a user with no
+sampled record). Records with non-finite gradients are left out of their user's sum; a
+user whose summed norm is not finite contributes 0.
 
 Shape letters: N records, U users, F features, P parameters.
 
@@ -60,20 +46,10 @@ def user_clipped_grad_sum(model: models_lib.Model, user_ids_N: jax.Array, num_us
                           params: PyTree, x_NxF: jax.Array, y_N: jax.Array,
                           weights_N: jax.Array, l2_clip_norm: float
                           ) -> tuple[PyTree, jax.Array]:
-  """sum_u min(1, C / ||G_u||) G_u with G_u = sum_{u(i) = u} weights_i g_i (module docstring).
+  """sum_u min(1, C / ||G_u||) G_u, G_u = sum_{u(i) = u} weights_i g_i, and norms ||G_{u(i)}||.
 
-  Args:
-    model, params: the model and its (unbatched) parameters.
-    user_ids_N: int32[N], record i's user in [0, num_users) (validated by
-      `user_level_path`; here it may be traced).
-    num_users: U >= 1, static.
-    x_NxF, y_N: the records.
-    weights_N: float32[N], the 0/1 batch mask.
-    l2_clip_norm: C > 0 (inf: no clipping).
-  Returns:
-    (sum pytree like params, norms float32[N]: ||G_{u(i)}|| for record i).
-  Privacy: with 0/1 weights, adding or removing one user (all of their records)
-    changes the sum by a vector of L2 norm <= C.
+  user_ids_N: int32[N] in [0, U) (may be traced); num_users: U >= 1, static.
+  Privacy: with 0/1 weights, one user (all their records) changes the sum by <= C in L2.
   """
   models_lib.check_model(model)
   num_users = _validate.check_int(num_users, "num_users")
@@ -113,22 +89,11 @@ def user_clipped_grad_sum(model: models_lib.Model, user_ids_N: jax.Array, num_us
 
 def user_level_path(model: models_lib.Model, user_ids_N: jax.typing.ArrayLike,
                     num_users: int):
-  """The user-level clipping path for `model` over records grouped by `user_ids_N`.
+  """The user-level clipping path ("user_vmap") for `model` over records grouped by `user_ids_N`.
 
-  Args:
-    model: a models.Model (its per-example gradients are taken by vmap(grad)).
-    user_ids_N: int[N], the user of each of the engine's N records, in
-      [0, num_users); N must be the number of rows of the training data.
-    num_users: U >= 1 (the configuration's dataset_size under privacy_unit "user").
-  Returns:
-    a `ClippingPath` (name "user_vmap", privacy_unit "user", holding [N, P]
-    per-example gradients) whose fn has the clipped-sum contract over the N records
-    and clips each user's summed gradient to C; its `user_ids_N` (int32[N], read
-    only) and `num_users` are attached for the engine's checks.
-  Raises:
-    TypeError: if model is not a models.Model.
-    ValueError: naming user_ids_N for a wrong rank, non-integer or out-of-range id,
-      naming num_users for a count < 1.
+  user_ids_N: int[N] in [0, num_users), N the training rows; num_users: U >= 1 (the
+  config's dataset_size). `user_ids_N` (read-only) and `num_users` are attached for the
+  engine. TypeError for a non-Model; ValueError naming a bad user_ids_N or num_users.
   """
   from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
   models_lib.check_model(model)

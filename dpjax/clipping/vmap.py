@@ -1,24 +1,11 @@
 """Per-example clipping by vmap(grad): the definition every other clipping path matches.
 
-For a batch of B records with 0/1 inclusion weights w_i (the Poisson mask), DP-SGD
-needs the clipped sum
-
     S = sum_i w_i min(1, C / ||g_i||) g_i,     g_i = grad loss(params; x_i, y_i),
 
-and the norms ||g_i|| before clipping. Adding or removing one record changes S by a
-vector of L2 norm at most C: that is the sensitivity the noise is calibrated to.
-
-`clipped_grad_sum` forms the per-example gradients with `jax.vmap(jax.grad)` and
-reduces them (one pass). `two_pass_clipped_grad_sum` computes the same S without
-storing them: pass 1 takes the norms (`sqnorm.per_example_sq_norms`, which finds the
-outer-product structure of matmul gradients in the jaxpr); pass 2 is one ordinary
-backward pass of sum_i a_i loss_i with the clip weights a_i = w_i min(1, C/||g_i||)
-held constant, which equals sum_i a_i g_i. It is the engine's path for models that
-have no special one (`dpjax.clipping.path_for`).
-
-Every function here has the clipped-sum contract of `dpjax.clipping`:
-
-  fn(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (sum pytree like params, norms float32[B])
+with 0/1 weights; one record moves S by at most C in L2. `clipped_grad_sum` materialises
+the gradients; `two_pass_clipped_grad_sum` takes the norms first (`sqnorm`), then one
+backward pass of sum_i a_i loss_i with a_i = w_i min(1, C/||g_i||) held constant.
+Contract of `dpjax.clipping`.
 
 Shape letters: B records, F features.
 
@@ -54,8 +41,9 @@ _GUARD_FEATURE_ABS = 2.0 ** 20
 
 
 def clip_factor(norms_B: jax.Array, l2_clip_norm: float) -> jax.Array:
-  """min(1, C / norm) per example: 1 for norm 0, 0 for norm inf or NaN; 1 everywhere
-  when C = inf (the engine still drops records whose norm is inf, see `safe_norm`)."""
+  """min(1, C / norm) per example: 1 for norm 0, 0 for norm inf or NaN; 1 everywhere when
+  C = inf (records of norm inf are still dropped, see `safe_norm`).
+  """
   _validate.check_array(norms_B, "norms_B", low=0.0, allow_inf=True)
   l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
   if math.isinf(l2_clip_norm):
@@ -102,18 +90,10 @@ def per_example_grads(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
 def clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
                      y_B: jax.Array, weights_B: jax.Array, l2_clip_norm: float
                      ) -> tuple[PyTree, jax.Array]:
-  """sum_i weights_i * clip(g_i, C) by vmap(grad), and the norms before clipping.
+  """sum_i weights_i * clip(g_i, C) by vmap(grad), and the norms float32[B] before clipping.
 
-  Args:
-    model, params: the model and its (unbatched) parameters.
-    x_BxF, y_B: the records.
-    weights_B: float32[B] (the 0/1 Poisson mask).
-    l2_clip_norm: C > 0 (inf: no clipping).
-  Returns:
-    (sum pytree like params, norms float32[B]).
-  Privacy: with 0/1 weights, adding or removing one record changes the sum by a
-    vector of L2 norm <= C. Norms are overflow-safe (`tree_norms`); a record with a
-    non-finite gradient or a norm beyond float32 has norm inf and adds exactly 0.
+  Privacy: with 0/1 weights one record changes the sum by <= C in L2; a record with a
+  non-finite gradient or a norm beyond float32 adds 0.
   """
   models_lib.check_model(model)
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=model.num_outputs)
@@ -137,21 +117,11 @@ def two_pass_clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: ja
                               ) -> tuple[PyTree, jax.Array]:
   """Same result as `clipped_grad_sum`, computed in two passes (module docstring).
 
-  Args:
-    model, params, x_BxF, y_B, weights_B, l2_clip_norm: as in `clipped_grad_sum`.
-    rewrite_norms: pass 1 uses the norm identity of `sqnorm` (no [B, P] per-example
-      matmul gradients are formed); False evaluates the plain vmap(grad) reduction.
-  Returns:
-    (sum pytree like params, norms float32[B]).
-  Overflow: when some |feature| exceeds 2^20, the sum is computed by
-    `clipped_grad_sum` (the one-pass definition, overflow-safe norms); otherwise
-    pass 1's squared norms are formed in float32, so a record whose norm exceeds
-    ~1.8e19 (its square overflows) gets norm inf and contributes zero.
-  Warning: pass 2 is one fused backward pass, so a record whose forward pass
-    overflows to inf / NaN spreads NaN into the sum even with weight 0. For the
-    models of `dpjax.models` with finite parameters that needs features beyond
-    2^20, which take the one-pass branch; a custom loss that overflows on smaller
-    inputs (an exp of a feature, say) should use `clipped_grad_sum`.
+  rewrite_norms: use the `sqnorm` identity in pass 1. When some |feature| > 2^20, the
+  one-pass `clipped_grad_sum` is used; otherwise a norm above ~1.8e19 becomes inf (adds 0).
+  Warning: pass 2 is one fused backward pass, so a record whose forward pass overflows to
+    inf / NaN spreads NaN into the sum even with weight 0; a custom loss that overflows on
+    inputs below 2^20 should use `clipped_grad_sum`.
   """
   models_lib.check_model(model)
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=model.num_outputs)

@@ -1,13 +1,9 @@
 """Canary data sets: the lecture's audit set (a small credit base set plus a record canary).
 
-The canary audit of DP-SGD (lecture §6.2, code 04 demo 3) trains many models on a
-fixed base set of credit records plus a canary, the lecture's outlier applicant:
-income 250k, debt ratio 0.05, 25 years of history, no delinquency -- and yet
-defaulted (`credit.lecture_canary`). Features are the cubic expansion of the
-credit features under a public scaler fitted on a separate public sample, plus
-`unused_features` >= 1 extra columns that are 0 for every record: unused coordinates
-in which the audit places gradient canaries (`dpjax.audit.canary.gradient_canary`,
-or one per coordinate with `gradient_canaries`) that no record touches.
+The canary audit of DP-SGD (lecture §6.2, code 04 demo 3) trains on a fixed credit base
+set plus the lecture's outlier applicant (`credit.lecture_canary`). Features: the cubic
+expansion under a public scaler fitted on a separate sample, plus `unused_features` >= 1
+all-zero columns for gradient canaries that no record touches.
 
 Shape letters: N records (base set, then the canary), D features.
 
@@ -33,14 +29,10 @@ _PUBLIC_SAMPLE = 2000
 
 
 class AuditData(NamedTuple):
-  """Base set + record canary, with unused last feature columns for the gradient canaries.
+  """Base set + record canary (last row, label 0), with all-zero last columns for gradient canaries.
 
-  Attributes:
-    x_NxD: float32[N, D]: cubic features of the base records, then the record
-      canary as the last row; the last `unused_features` columns are 0 everywhere.
-    y_N: int32[N] labels (the canary's is 0, defaulted).
-    canary_index: index of the record canary (N - 1).
-    num_features: D (= 56 cubic + the unused columns).
+  x_NxD float32[N, D], D = 56 cubic + the unused columns; y_N int32[N];
+  canary_index = N - 1.
   """
   x_NxD: jax.Array
   y_N: jax.Array
@@ -49,16 +41,11 @@ class AuditData(NamedTuple):
 
 
 def audit_data(key: jax.Array, base_size: int = 150, unused_features: int = 1) -> AuditData:
-  """The lecture's audit set: `base_size` credit records plus the lecture canary.
+  """The lecture's audit set: `base_size` >= 1 credit records plus the lecture canary.
 
-  Args:
-    key: jax.random key (one half fits the public scaler on a separate sample,
-      the other draws the base set).
-    base_size: number of base records, >= 1.
-    unused_features: K >= 1 trailing all-zero columns, one per gradient canary (the
-      records do not depend on K: only the zero columns are added).
-  Returns:
-    AuditData with N = base_size + 1 and D = 56 + K.
+  `key` is split between the public scaler's sample and the base set; the records do not
+  depend on `unused_features` (K >= 1 trailing zero columns). Returns AuditData with
+  N = base_size + 1 and D = 56 + K.
 
   Examples:
     >>> import jax

@@ -1,38 +1,23 @@
 """The synthetic credit world of the lecture: applicants, true repayment odds, two groups.
 
-Every applicant has five raw features and a label:
+Five raw features and a label per applicant (group g; share of group 1 = `minority_share`):
 
-  column  name           distribution (group g; share of group 1 = `minority_share`)
-  0       income         k$, log-normal: log(income) ~ N(ln 55 - 0.12 g, 0.45^2), clipped
-                         to [8, 400]; right-skewed, mean ~61k, max ~210k per 1,000 people
-  1       debt_ratio     Beta(2, 5) (mean 0.29), in (0, 1)
-  2       history        credit-history years: group 0: 1 + Gamma(2.2, 4.5) (mean ~11);
-                         group 1 ("thin file"): 0.5 + Gamma(1.5, 2.0) (mean ~3.5); clipped at 40
-  3       delinquent     1 if delinquent in the last two years, Bernoulli(sigmoid(
-                         0.2 + 3 (debt_ratio - 0.29) - 0.6 log(income / 55))), ~0.55 of people
-  4       group          0 (majority) or 1 (minority)
-  label   repaid         Bernoulli(p) with the TRUE repayment probability
-                         logit p = 1.4 + 1.8 log(income/55) - 5.0 (debt_ratio - 0.29)
-                                   - 2.2 delinquent + h_g(history),
-                         h_0(t) = 0.16 (t - 11)            (history is informative),
-                         h_1(t) = -0.5 - 0.2 (t - 3.5)     (thin-file effect: for group 1 a
-                                                           long file signals something else)
+  0 income      k$, log(income) ~ N(ln 55 - 0.12 g, 0.45^2), clipped to [8, 400]
+  1 debt_ratio  Beta(2, 5) (mean 0.29)
+  2 history     years: g = 0: 1 + Gamma(2.2, 4.5); g = 1 ("thin file"): 0.5 + Gamma(1.5, 2.0);
+                clipped at 40
+  3 delinquent  Bernoulli(sigmoid(0.2 + 3 (debt_ratio - 0.29) - 0.6 log(income / 55)))
+  4 group       0 (majority) or 1 (minority)
+  label repaid  Bernoulli(p), logit p = 1.4 + 1.8 log(income/55) - 5.0 (debt_ratio - 0.29)
+                - 2.2 delinquent + h_g(history), h_0(t) = 0.16 (t - 11),
+                h_1(t) = -0.5 - 0.2 (t - 3.5)
 
-Because p is known for every person, the Bayes-optimal accuracy mean(max(p, 1-p)) is
-computable (`bayes_accuracy`); it is about 0.79 (0.79 in each group). A model that does not see the group
-(or has no group x history term) cannot represent h_1, which is what the
-disparate-impact experiment exploits.
-
-Customers with several loans: `sample_customers` draws customers holding 1-10
-loans each (one row per loan, the customer's traits shared by their loans, a loan's
-own debt ratio and outcome) with a customer id and a Zipf-sized zip code per row,
-for user-level privacy (the customer is the unit) and per-zip releases.
-
-Feature maps: `PublicScaler` is fit on a separate PUBLIC sample (never on private
-training data) and standardises the five raw features; `linear_features` gives
-[1, z] (6 columns) and `cubic_features` gives every monomial of degree <= 3 of the
-five standardised features (56 columns), each column rescaled to unit RMS on the
-public sample.
+As p is known, the Bayes-optimal accuracy is computable (`bayes_accuracy`). A model
+without the group (or a group x history term) cannot represent h_1. `sample_customers`
+draws customers holding several loans, for user-level privacy and per-zip releases.
+`PublicScaler` is fit on a separate PUBLIC sample (never on private data);
+`linear_features` gives [1, z] (6 columns), `cubic_features` all monomials of degree
+<= 3 (56 columns) at unit public RMS.
 
 Shape letters: N people, F = 5 raw features, D model features.
 
@@ -66,12 +51,8 @@ _DEBT_MEAN = 2.0 / 7.0
 
 
 class CreditData(NamedTuple):
-  """A sample of applicants.
-
-  Attributes:
-    x_NxF: float32[N, 5] raw features, columns as FEATURE_NAMES.
-    y_N: int32[N], 1 = repaid, 0 = defaulted.
-    p_N: float32[N], the true repayment probability.
+  """A sample of applicants: x_NxF float32[N, 5] (FEATURE_NAMES), y_N int32[N] (1 = repaid),
+  p_N float32[N] the true repayment probability.
   """
   x_NxF: jax.Array
   y_N: jax.Array
@@ -97,22 +78,11 @@ def true_logit(x_NxF: jax.Array) -> jax.Array:
 
 
 def sample(key: jax.Array, n: int, minority_share: float = 0.1) -> CreditData:
-  """Draws `n` applicants from the credit world.
+  """Draws `n` >= 1 applicants from the credit world.
 
-  Args:
-    key: a jax.random key.
-    n: number of people, >= 1.
-    minority_share: probability that a person belongs to group 1, in [0, 1].
-  Returns:
-    CreditData with x_NxF float32[n, 5], y_N int32[n], p_N float32[n].
-
-  With jax_threefry_partitionable (JAX's default) every value of a 1-D random draw
-  is a function of its key and index alone, so person i's record depends only on
-  (key, i) and sample(key, n) is the first n rows of sample(key, n') for n' >= n.
-  `sample` uses this to draw m people, n rounded up to a power of two of at least
-  2,048 (while n <= 2**22), and keep the first n: bit-identical to drawing n, and
-  the op-by-op compiles of the Gamma and Beta draws (seconds each) serve every n of
-  one size class. Without partitionable keys it draws exactly n.
+  With jax_threefry_partitionable (the default) person i depends only on (key, i):
+  sample(key, n) is the first n rows of sample(key, n') for n' >= n. It draws n rounded up
+  to a power of two >= 2,048 (n <= 2**22) and keeps the first n, bit-identical.
   """
   n = _validate.check_size(n, "n", units=NUM_FEATURES + 2)
   _validate.check_probability(minority_share, "minority_share")
@@ -124,7 +94,7 @@ _MAX_PADDED_DRAW = 2 ** 22
 
 
 def _draw_size(n: int) -> int:
-  """The number of people `sample` draws for n: the size class of n (see sample)."""
+  """The number of people `sample` draws for n: the size class of n."""
   if not jax.config.jax_threefry_partitionable or n > _MAX_PADDED_DRAW:
     return n
   return max(_MIN_DRAW, 1 << (n - 1).bit_length())
@@ -158,8 +128,9 @@ def bayes_accuracy(data: CreditData) -> float:
 
 
 def lecture_canary() -> CreditData:
-  """The lecture's audit canary (§6.2): income 250k, debt ratio 0.05, 25 years of
-  history, no delinquency, group 0 -- and yet it defaulted (y = 0)."""
+  """The lecture's audit canary (§6.2): income 250k, debt ratio 0.05, 25 years of history,
+  no delinquency, group 0, and yet defaulted (y = 0).
+  """
   x = jnp.asarray([[250.0, 0.05, 25.0, 0.0, 0.0]], jnp.float32)
   return CreditData(x, jnp.zeros((1,), jnp.int32), jax.nn.sigmoid(true_logit(x)))
 
@@ -176,17 +147,10 @@ _LOAN_DEBT_SPREAD = 0.08      # sd of a loan's debt ratio around its customer's 
 class CustomerData(NamedTuple):
   """Loans of customers who may hold several loans each (one row per loan).
 
-  Attributes:
-    x_NxF: float32[N, 5] raw features of each loan, columns as FEATURE_NAMES;
-      income, history, delinquency and group are the customer's, the debt ratio is
-      the loan's.
-    y_N: int32[N], 1 = the loan was repaid, 0 = it defaulted.
-    p_N: float32[N], the true repayment probability of the loan,
-      sigmoid(true_logit(x_NxF)).
-    user_N: int32[N], the customer holding the loan, in [0, num_users); rows of
-      one customer are contiguous and customers appear in increasing id order.
-    zip_N: int32[N], the customer's zip code, in [0, num_zip_codes).
-    num_users: number of customers U (every id in [0, U) holds >= min_loans loans).
+  x_NxF: income, history, delinquency and group are the customer's, debt ratio the loan's;
+  y_N: 1 = repaid; p_N: sigmoid(true_logit(x_NxF)); user_N: int32[N] in [0, num_users),
+  a customer's rows contiguous, ids increasing, each with >= min_loans loans; zip_N: the
+  customer's zip code in [0, num_zip_codes).
   """
   x_NxF: jax.Array
   y_N: jax.Array
@@ -213,11 +177,7 @@ class CustomerData(NamedTuple):
 
 
 def zip_code_shares(num_zip_codes: int) -> np.ndarray:
-  """float64[Z]: the share of customers living in each zip code (sums to 1).
-
-  Zip z (0-based) has weight 1 / (z + 1) (Zipf's law with exponent 1), so zip 0 is
-  the largest and the last zips are small: with 50 zips the smallest holds 0.44% of
-  the customers, 1/50 of the largest.
+  """float64[Z]: the share of customers in each zip code, weight 1 / (z + 1) (Zipf), sum 1.
 
   Examples:
     >>> shares = zip_code_shares(4)
@@ -232,39 +192,20 @@ def zip_code_shares(num_zip_codes: int) -> np.ndarray:
 def sample_customers(key: jax.Array, num_customers: int, *, min_loans: int = 1,
                      max_loans: int = 10, num_zip_codes: int = 50,
                      minority_share: float = 0.1) -> CustomerData:
-  """Draws `num_customers` customers and all of their loans.
+  """Draws `num_customers` customers and all of their loans (customer u, loan j):
 
-  Generative model (customer u, loan j of u; group g_u; zip code z_u):
-
-    loans k_u        in {min_loans, ..., max_loans}, P(k) proportional to
-                     0.75^(k - min_loans) (truncated geometric; with the defaults 1-10
-                     the mean is about 3.4 loans per customer)
-    zip code z_u     Categorical(zip_code_shares(num_zip_codes)): Zipf-sized zips,
-                     so that some zips hold few customers
-    zip shift a_z    N(0, 1) per zip, shared by everyone living there
+    loans k_u        in [min_loans, max_loans], P(k) proportional to 0.75^(k - min_loans)
+    zip code z_u     Categorical(zip_code_shares(num_zip_codes)); shift a_z ~ N(0, 1)
     group g_u        Bernoulli(minority_share)
-    income_u         exp(ln 55 - 0.12 g_u + 0.25 a_{z_u} + 0.45 N(0, 1)), clipped
-                     to [8, 400] (k$): the applicant income of `sample`, shifted by zip
-    history_u        as in `sample`, per group (the customer's credit-file years)
-    debt level b_u   Beta(2, 5), the customer's typical debt ratio
+    income_u         exp(ln 55 - 0.12 g_u + 0.25 a_{z_u} + 0.45 N(0, 1)), clipped to [8, 400]
+    history_u        as in `sample`; debt level b_u ~ Beta(2, 5)
     delinquent_u     Bernoulli(sigmoid(0.2 + 3 (b_u - 0.29) - 0.6 log(income_u/55)))
-    debt_{uj}        clip(b_u + 0.08 N(0, 1), 0.01, 0.99), the loan's own debt ratio
-    repaid_{uj}      Bernoulli(p_{uj}), p_{uj} = sigmoid(true_logit(x_{uj})),
-                     independently across loans given the features
+    debt_{uj}        clip(b_u + 0.08 N(0, 1), 0.01, 0.99)
+    repaid_{uj}      Bernoulli(sigmoid(true_logit(x_{uj}))), independent given the features
 
-  A customer's loans share income, history, delinquency and group, so they are
-  strongly correlated records of one person: example-level DP-SGD protects each
-  loan, and only a user-level unit (or group privacy over k_u loans) protects the
-  customer. Rows are ordered by customer; N = sum_u k_u is random.
-
-  Args:
-    key: a jax.random key.
-    num_customers: U >= 1.
-    min_loans, max_loans: 1 <= min_loans <= max_loans, the range of k_u.
-    num_zip_codes: Z >= 1.
-    minority_share: probability that a customer belongs to group 1, in [0, 1].
-  Returns:
-    CustomerData with N = sum of the loan counts rows.
+  A customer's loans are strongly correlated records: example-level DP-SGD protects each
+  loan; only a user-level unit (or group privacy over k_u loans) protects the customer.
+  N = sum_u k_u is random.
 
   Examples:
     >>> import jax
@@ -309,15 +250,10 @@ _BLOCK = 512
 
 @functools.partial(jax.jit, static_argnums=(4, 5))
 def _draw_block(key, minority_share, log_shares_Z, zip_shift_Z, lo, hi):
-  """One compiled draw of _BLOCK customers with max_loans = L slots each (see
-  sample_customers).
+  """One compiled draw of _BLOCK customers with L = max_loans slots each (same laws as `sample`).
 
-  Returns (loans int32[_BLOCK], zip int32[_BLOCK], x float32[_BLOCK, L, 5],
-  y int32[_BLOCK, L], p float32[_BLOCK, L]); slots j >= k_u are drawn but dropped by
-  the caller, so shapes are static. History is one Gamma draw with the customer's
-  group's shape (2.2 or 1.5), Beta(2, 5) the second smallest of six uniforms (its
-  order-statistic form), categorical and Bernoulli variables inverse-CDF transforms
-  of uniforms: the same laws as `sample`, with less to compile.
+  Returns (loans, zip, x [_BLOCK, L, 5], y [_BLOCK, L], p [_BLOCK, L]); the caller drops
+  slots j >= k_u.
   """
   u = _BLOCK
   k_unif, k_norm, k_gamma = jax.random.split(key, 3)
@@ -353,14 +289,10 @@ def _draw_block(key, minority_share, log_shares_Z, zip_shift_Z, lo, hi):
 
 @dataclasses.dataclass(frozen=True)
 class PublicScaler:
-  """Standardisation constants computed from a PUBLIC sample only.
+  """Standardisation constants (mean_F, std_F, cubic_rms_D) computed from a PUBLIC sample only.
 
-  Attributes:
-    mean_F, std_F: float64[5] per raw feature (the group and delinquency bits too).
-    cubic_rms_D: float64[56] RMS of each cubic monomial of the standardised public
-      features (1 for the intercept), used to put cubic columns on a common scale.
-  Warning: fitting this on the private training set leaks it (lecture §5.5); fit it
-    on data that is public or drawn separately, as every experiment here does.
+  Warning: fitting this on the private training set leaks it (lecture §5.5); fit it on
+    public or separately drawn data.
   """
   mean_F: tuple
   std_F: tuple
@@ -415,10 +347,9 @@ def linear_features(x_NxF: jax.typing.ArrayLike, scaler: PublicScaler) -> jax.Ar
 
 
 def cubic_features(x_NxF: jax.typing.ArrayLike, scaler: PublicScaler) -> jax.Array:
-  """All monomials of degree <= 3 of the standardised features: float32[N, 56].
+  """All monomials of degree <= 3 of the standardised features, at unit public RMS: float32[N, 56].
 
-  Column order: the intercept, then degree 1, 2, 3 monomials in
-  itertools.combinations_with_replacement order; each scaled to unit public RMS.
+  Order: intercept, then degrees 1-3 in itertools.combinations_with_replacement order.
   """
   _validate.check_instance(scaler, PublicScaler, "scaler")
   z = scaler.transform(x_NxF)

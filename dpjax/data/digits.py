@@ -1,14 +1,10 @@
 """Real handwritten digits: the 8x8 images bundled with scikit-learn (no download).
 
-`sklearn.datasets.load_digits` ships 1,797 grey-scale 8x8 images of the digits 0-9
-(UCI "Optical Recognition of Handwritten Digits", test part), about 180 per class,
-each pixel an integer count in 0..16. This module splits them into a train and a
-test set with a permutation drawn from a `jax.random` key, and scales the pixels by
-the PUBLIC constant 16 (the documented pixel range), so no statistic of the private
-training images leaks into the preprocessing: x = pixels / 16 lies in [0, 1].
+`sklearn.datasets.load_digits`: 1,797 images of 0-9 (UCI "Optical Recognition of
+Handwritten Digits"), pixels 0..16, scaled by the PUBLIC constant 16 (no statistic of the
+private images enters the preprocessing); split by a permutation from a `jax.random` key.
 
-Shape letters: N images, F = 64 flattened pixels (row-major, the order of
-`load_digits().data`), H = W = 8, C = 1 channel (NHWC).
+Shape letters: N images, F = 64 flattened pixels (row-major), H = W = 8, C = 1 (NHWC).
 
 Examples:
   >>> import jax
@@ -38,14 +34,7 @@ PIXEL_MAX = 16.0  # public: the UCI data set's documented pixel range is 0..16
 
 
 class Digits(NamedTuple):
-  """A train/test split of the digits.
-
-  Attributes:
-    x_train_NxF: float32[N_train, 64], pixels / 16, in [0, 1].
-    y_train_N: int32[N_train], labels 0..9.
-    x_test_NxF: float32[N_test, 64].
-    y_test_N: int32[N_test].
-  """
+  """A train/test split of the digits: x_*_NxF float32[N, 64] in [0, 1], y_*_N int32 labels 0..9."""
   x_train_NxF: jax.Array
   y_train_N: jax.Array
   x_test_NxF: jax.Array
@@ -70,32 +59,18 @@ def _raw() -> tuple[np.ndarray, np.ndarray]:
 
 
 def scale(pixels_NxF: jax.typing.ArrayLike) -> jax.Array:
-  """Maps raw pixel counts 0..16 to [0, 1] with the public constant 16.
+  """Maps raw pixel counts 0..16 (any shape) to float32 `pixels / 16`.
 
-  Args:
-    pixels_NxF: raw counts, any real dtype, values in [0, 16], [N, 64] (or any shape).
-  Returns:
-    float32 array of the same shape, `pixels / 16`.
-  Raises:
-    ValueError: if any value is NaN or outside [0, 16].
+  Raises ValueError if any value is NaN or outside [0, 16].
   """
   p = _validate.check_array(pixels_NxF, "pixels_NxF", low=0.0, high=PIXEL_MAX)
   return jnp.asarray(p / PIXEL_MAX, dtype=jnp.float32)
 
 
 def load(key: jax.Array, test_fraction: float = 0.25) -> Digits:
-  """All 1,797 digits, split at random into train and test.
+  """All 1,797 digits, split at random: the first round(test_fraction * 1797) permuted are test.
 
-  The split is a uniformly random permutation drawn from `key` (same key, same
-  split); the first `round(test_fraction * 1797)` permuted images are the test set.
-
-  Args:
-    key: a `jax.random` key.
-    test_fraction: share of images in the test set, in (0, 1).
-  Returns:
-    `Digits` with float32 features scaled by 1/16 and int32 labels.
-  Raises:
-    ValueError: if `test_fraction` is outside (0, 1) or leaves a side empty.
+  ValueError if `test_fraction` is outside (0, 1) or leaves a side empty.
 
   Examples:
     >>> import jax
@@ -117,13 +92,10 @@ def load(key: jax.Array, test_fraction: float = 0.25) -> Digits:
 
 
 class DigitsSplit(NamedTuple):
-  """A train / validation / test split of the digits (`load_with_validation`).
+  """A train / validation / test split (`load_with_validation`).
 
-  Attributes:
-    x_train_NxF, y_train_N: the private training images and labels.
-    x_val_NxF, y_val_N: the validation images, treated as PUBLIC (hyper-parameters
-      and checkpoints are chosen on them; they are never trained on privately).
-    x_test_NxF, y_test_N: the test images, touched once per final configuration.
+  The validation images are treated as PUBLIC (for choosing hyper-parameters and
+  checkpoints; never trained on privately).
   """
   x_train_NxF: jax.Array
   y_train_N: jax.Array
@@ -135,19 +107,10 @@ class DigitsSplit(NamedTuple):
 
 def load_with_validation(key: jax.Array, test_fraction: float = 0.25,
                          validation_size: int = 200) -> DigitsSplit:
-  """`load(key, test_fraction)` with a validation set carved out of its training part.
+  """`load(key, test_fraction)` with `validation_size` images carved out of its training part.
 
-  The test set is exactly `load(key, test_fraction)`'s. Its training images are
-  permuted with `jax.random.fold_in(key, 1)`; the first `validation_size` form the
-  validation set and the rest the training set, so the three parts are disjoint and
-  together hold all 1,797 images.
-
-  Args:
-    key: a `jax.random` key.
-    test_fraction: share of images in the test set, in (0, 1).
-    validation_size: images in the validation set, >= 1, leaving >= 1 for training.
-  Returns:
-    `DigitsSplit`, features scaled by 1/16, int32 labels.
+  Same test set as `load`; training images permuted by `jax.random.fold_in(key, 1)`; the
+  three parts are disjoint.
 
   Examples:
     >>> import jax
@@ -169,14 +132,9 @@ def load_with_validation(key: jax.Array, test_fraction: float = 0.25,
 
 
 def as_images(x_NxF: jax.typing.ArrayLike) -> jax.Array:
-  """Reshapes flat digits [N, 64] to NHWC images [N, 8, 8, 1] (row-major pixels).
+  """Reshapes flat digits [N, 64] to NHWC images [N, 8, 8, 1]: out[n, i, j, 0] == x[n, 8 * i + j].
 
-  Args:
-    x_NxF: float array [N, 64].
-  Returns:
-    [N, 8, 8, 1], same dtype; `as_images(x)[n, i, j, 0] == x[n, 8 * i + j]`.
-  Raises:
-    ValueError: if `x_NxF` is not two-dimensional with 64 columns.
+  Raises ValueError if `x_NxF` is not two-dimensional with 64 columns.
   """
   x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32,
                                         shape=(None, NUM_FEATURES), min_size=1))

@@ -17,6 +17,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 
 def is_tracer(x: Any) -> bool:
   """True if x is a JAX tracer (its values are unknown until the program runs)."""
@@ -455,13 +457,19 @@ def check_batch(x: Any, y: Any, weights: Any = ..., *, num_outputs: int = 1,
 def check_clip_norm(l2_clip_norm: Any, name: str = "l2_clip_norm") -> Any:
   """A clip norm C > 0 (inf: no clipping); a traced C is returned unchecked.
 
+  A finite C above the float32 maximum is returned as inf: every float32 norm is below
+  it, so clipping at C is exactly no clipping (and C itself would round to inf anyway).
+
   Examples:
     >>> check_clip_norm(float("inf"))
+    inf
+    >>> check_clip_norm(1e39)
     inf
   """
   if is_tracer(l2_clip_norm):
     return l2_clip_norm
-  return check_range(l2_clip_norm, name, 0.0, open_low=True, allow_inf=True)
+  c = check_range(l2_clip_norm, name, 0.0, open_low=True, allow_inf=True)
+  return math.inf if np.ndim(c) == 0 and float(c) > _FLOAT32_MAX else c
 
 
 def check_orders(orders: Any, name: str = "orders") -> np.ndarray:

@@ -264,3 +264,21 @@ class LiraHugeConfidenceTest(absltest.TestCase):
         self.assertTrue(np.isfinite(got).all(), (online, scale))
         # the likelihood ratio (and the OUT-tail) does not depend on phi's scale
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
+
+
+class HugeClipNormTest(absltest.TestCase):
+
+  def test_clip_norm_beyond_float32_is_no_clipping_not_nan(self):
+    from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
+    from dpjax.clipping import glm, vmap  # pylint: disable=g-import-not-at-top
+    x = jnp.array([[3.0, 4.0], [1e3, 0.0], [0.0, 0.0]])
+    y, w, p = jnp.array([0, 1, 1]), jnp.ones(3), {"w": jnp.array([0.5, -0.5])}
+    no_clip = glm.clipped_grad_sum(0.0, p, x, y, w, math.inf)[0]["w"]
+    for c in (1e39, 1e300):
+      got = glm.clipped_grad_sum(0.0, p, x, y, w, c)[0]["w"]
+      np.testing.assert_array_equal(got, no_clip)
+      np.testing.assert_array_equal(vmap.clip_factor(jnp.array([1.0, 3e38]), c), [1.0, 1.0])
+    # with noise, sigma * C must fit float32: refused by name rather than inf noise
+    with self.assertRaisesRegex(ValueError, "noise_multiplier \\* l2_clip_norm"):
+      dpsgd.DpSgdConfig(l2_clip_norm=1e39, noise_multiplier=1.0, dataset_size=10,
+                        sampling_prob=0.5, num_steps=2)

@@ -82,6 +82,9 @@ class DpSgdConfig:
     if math.isinf(c) and s > 0:
       raise ValueError("l2_clip_norm = inf (no clipping) has unbounded sensitivity: "
                        "noise_multiplier must be 0 (the non-private baseline)")
+    if s * c > float(np.finfo(np.float32).max):
+      raise ValueError(f"the noise stddev noise_multiplier * l2_clip_norm = {s * c:g} is beyond "
+                       "float32 (the noise would be inf): rescale the clip norm")
     _validate.check_delta(self.delta)
     _validate.check_positive(self.learning_rate, "learning_rate")
     _validate.check_probability(self.momentum, "momentum", open_high=True)

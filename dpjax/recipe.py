@@ -1,28 +1,12 @@
 """A DP-SGD training recipe: the pieces that close most of the gap to non-private training.
 
-Each piece is optional and plugs into `dpsgd.train_many` through an existing door,
-so the sampler, the privatizer and the accountant are the engine's own:
-
-  optimiser        `train_many(..., optimizer=optax.sgd(lr, momentum=0.9))` or
-                   `optax.adam(lr)`: the optimiser receives the privatized gradient
-                   (clipped sum + N(0, sigma^2 C^2 I), divided by B), so its state
-                   (momentum, Adam's moments) is post-processing.
-  parameter EMA    `DpSgdConfig(..., ema_decay=0.9)`: `TrainResult.ema_params` is
-                   the debiased exponential moving average of the iterates
-                   (post-processing of the released parameters).
-  augmentation     `augmented_clipping(model, shifts, image_shape)`: the clipping door
-  multiplicity     of the engine with K views of each record (pixel shifts) whose
-                   gradients are AVERAGED before clipping, so each record still moves
-                   the clipped sum by at most C (De et al. 2022).
-  normalisation    `models.cnn(..., groups=G)`: group norm, per-example statistics
-                   (batch norm would mix the examples of a batch);
-                   `center_on_public`: inputs centred on the mean of PUBLIC records.
-  batch size       `noise_for_batch_sizes`: at fixed (epsilon, delta, epochs), the
-                   sigma of each batch size B and the noise sigma / B of the averaged
-                   gradient (Sander, Stock & Sablayrolles 2023).
-  baseline         `train_nonprivate`: ordinary minibatch training (no clipping, no
-                   noise) with checkpoint selection on a public validation split, the
-                   reference the DP models are compared with.
+Each piece is optional and plugs into `dpsgd.train_many`, whose sampler, privatizer and
+accountant are unchanged: a momentum or Adam `optimizer=` and `DpSgdConfig(ema_decay=...)`
+(post-processing of the privatized gradient and of the iterates); `augmented_clipping`
+(augmentation multiplicity, De et al. 2022); `models.cnn(..., groups=G)` and
+`center_on_public` (normalisation without private statistics); `noise_for_batch_sizes`
+(the batch size at fixed epsilon, Sander et al. 2023); `train_nonprivate` (the
+non-private baseline).
 
 References: De, Berrada, Hayes, Smith, Balle 2022, "Unlocking High-Accuracy
 Differentially Private Image Classification through Scale",
@@ -64,7 +48,6 @@ from dpjax.clipping import sqnorm
 from dpjax.clipping import vmap as vmap_clipping
 
 PyTree = Any
-# The models' label check (binary {0, 1} or class indices), shared with models.py.
 
 # One-pixel shifts: the identity and the four neighbours (8x8 digits).
 DIGIT_SHIFTS = ((0, 0), (1, 0), (-1, 0), (0, 1), (0, -1))
@@ -107,13 +90,9 @@ def shift_images(x_BxF: jax.typing.ArrayLike, shift: Sequence[int],
                  image_shape: Sequence[int]) -> jax.Array:
   """Images moved by a whole number of pixels, with zeros shifted in.
 
-  Args:
-    x_BxF: float32[B, H * W * C] images, row-major (H, W, C) per row.
-    shift: (dy, dx) integers with |dy| < H, |dx| < W; out[b, i, j] = x[b, i - dy, j - dx]
-      where that pixel exists, else 0 (dy > 0 moves the content down, dx > 0 right).
-    image_shape: (H, W, C).
-  Returns:
-    float32[B, H * W * C]; (0, 0) returns the images unchanged.
+  out[b, i, j] = x[b, i - dy, j - dx] where that pixel exists, else 0, for x_BxF
+  float32[B, H * W * C] (rows row-major in image_shape (H, W, C)) and shift (dy, dx) with
+  |dy| < H, |dx| < W (dy > 0 moves the content down). Returns float32[B, H * W * C].
 
   Examples:
     >>> import jax.numpy as jnp
@@ -131,31 +110,17 @@ def augmented_clipping(model: models_lib.Model, shifts: Sequence[Sequence[int]],
                        image_shape: Sequence[int]) -> ClippingPath:
   """Augmentation multiplicity as a clipping path of the engine (De et al. 2022, §3.2).
 
-  Each record i is seen through K = len(shifts) views v_ik = shift_k(x_i), and its
-  gradient is the AVERAGE over the views, clipped once:
+  Record i is seen through K = len(shifts) views v_ik = shift_k(x_i), a fixed public set
+  of (dy, dx) pairs (e.g. `DIGIT_SHIFTS`), and its view-averaged gradient is clipped once:
 
     g_i = (1 / K) sum_k grad loss(params; v_ik, y_i),
     sum = sum_i w_i min(1, C / ||g_i||) g_i,
 
-  the clipped-sum contract of `dpjax.clipping` with the per-record loss
-  (1 / K) sum_k loss(v_ik, y_i). Adding or removing one record therefore still moves
-  the sum by at most C, whatever K: the sampler, noise and accountant are unchanged.
-  (Clipping each view separately and summing would let one record contribute K C.)
-  The shifts are a fixed public set, so the views of a record are a deterministic
-  function of that record alone. Per-example gradients by vmap(grad) over records
-  (views averaged inside), norms and the dropping of non-finite gradients as in
-  `clipping.vmap.clipped_grad_sum`; with the single shift (0, 0) the result is
-  `vmap.clipped_grad_sum`'s, bit for bit (tested).
+  so one record moves the sum by at most C whatever K, and the accountant is unchanged.
+  `model.apply` takes flat rows [B, H * W * C] of images of `image_shape` (H, W, C).
 
-  Args:
-    model: a `models.Model` whose apply takes flat rows [B, H * W * C].
-    shifts: K >= 1 (dy, dx) integer pairs (e.g. `DIGIT_SHIFTS`); (0, 0) is the
-      identity.
-    image_shape: (H, W, C) of a record.
-  Returns:
-    A `ClippingPath` named "augmented", for `train_many(..., clipping=...)`; build it
-    once and reuse it (the engine caches its program on the object).
-  Cost: K forward / backward passes per record and [B, P] per-example gradients.
+  Returns a `ClippingPath` "augmented" for `train_many(..., clipping=...)` (reuse it: the
+  engine caches its program on it); cost K passes per record and [B, P] gradients.
 
   Examples:
     >>> import jax, jax.numpy as jnp
@@ -196,8 +161,7 @@ def _augmented_path(model, shifts, image_shape) -> ClippingPath:
 
 
 def _clipped_sum(g, weights_B, l2_clip_norm):
-  """sum_i w_i min(1, C / ||g_i||) g_i and the norms, for per-example gradients g
-  (the reduction of `vmap.clipped_grad_sum`: non-finite records add exactly 0)."""
+  """sum_i w_i min(1, C / ||g_i||) g_i and the norms; non-finite records add exactly 0."""
   norms = vmap_clipping.tree_norms(g)
   keep = norms < jnp.inf
   a = jnp.where(keep, weights_B * vmap_clipping.clip_factor(norms, l2_clip_norm), 0.0)
@@ -216,10 +180,8 @@ class NoiseAtBatchSize(NamedTuple):
     sampling_prob: q = B / n.
     num_steps: T = round(epochs / q) (>= 1).
     noise_multiplier: sigma calibrated so that (q, sigma, T) spends target_epsilon.
-    noise_per_example: sigma / B, the std of the noise in the averaged gradient in
-      units of C (the "effective noise").
-    total_amount_of_noise: eta = sigma / (q sqrt(T)), Sander et al.'s TAN; for large
-      sigma epsilon depends on (q, sigma, T) almost only through eta.
+    noise_per_example: sigma / B, the noise std of the averaged gradient in units of C.
+    total_amount_of_noise: eta = sigma / (q sqrt(T)), Sander et al.'s TAN.
   """
   batch_size: float
   sampling_prob: float
@@ -234,31 +196,13 @@ def noise_for_batch_sizes(target_epsilon: float, delta: float, epochs: float,
                           accountant: str = "rdp") -> list[NoiseAtBatchSize]:
   """sigma for each batch size at fixed (epsilon, delta, epochs): how to choose B.
 
-  For each B: q = B / n, T = round(epochs n / B), sigma =
-  `accounting.calibrate_noise(target_epsilon, q, T, delta)`. The averaged
-  gradient's noise is sigma C / B. For large sigma the subsampled Gaussian's Renyi
-  divergence of order alpha is about alpha q^2 / sigma^2 per step (Mironov et al.
-  2019), so epsilon depends on T q^2 / sigma^2 = 1 / eta^2 only (eta, the total
-  amount of noise of Sander et al. 2023): at fixed epochs sigma grows like sqrt(B)
-  and sigma / B falls like 1 / sqrt(B). Larger batches therefore add less noise per
-  epoch, at the price of fewer steps. Sander et al. use the same relation to tune
-  cheaply: runs at a small batch B' with sigma' = sigma B' / B (the same sigma / B)
-  and the same T behave like the large-batch run, so a hyper-parameter search can
-  run at B' and the chosen configuration be trained once at (B, sigma). Those
-  small-batch runs simulate the training dynamics; their own epsilon is not the
-  target and they must not touch private data unaccounted.
-
-  Args:
-    target_epsilon: epsilon > 0.
-    delta: in (0, 1).
-    epochs: E > 0 passes over the data.
-    dataset_size: n >= 1.
-    batch_sizes: expected batch sizes B in (0, n].
-    accountant: "rdp" or "pld".
-  Returns:
-    One `NoiseAtBatchSize` per batch size, in the given order.
-  Raises:
-    ValueError naming the parameter.
+  For each B in (0, n]: q = B / n, T = round(epochs n / B), sigma =
+  `accounting.calibrate_noise(target_epsilon, q, T, delta)` with `accountant` "rdp" or
+  "pld". For large sigma epsilon depends on T q^2 / sigma^2 = 1 / eta^2 only (Mironov et
+  al. 2019; Sander et al. 2023), so at fixed epochs sigma / B falls like 1 / sqrt(B). Runs
+  at a small batch B' with sigma B' / B simulate the dynamics for tuning; their own epsilon
+  is not the target and they must not touch private data unaccounted. Returns one
+  `NoiseAtBatchSize` per batch size, in order; ValueError names a bad parameter.
 
   Examples:
     >>> rows = noise_for_batch_sizes(1.0, 1e-5, 20, 1000, [100, 400])
@@ -288,25 +232,11 @@ def center_on_public(x_public_PxF: jax.typing.ArrayLike,
                      x_NxF: jax.typing.ArrayLike) -> jax.Array:
   """x - mean(x_public): records centred on the feature-wise mean of PUBLIC records.
 
-  A fixed map of each record that depends on the public records only, so applying
-  it to the private data costs no privacy (a neighbouring data set changes only its
-  own row) and the accountant needs no change. Zero-mean inputs remove the direction
-  every record shares (the mean image) from the first layer's gradients, which
-  conditions the problem (LeCun, Bottou, Orr & Mueller 1998, "Efficient BackProp",
-  sec. 4.3); on the digits MLP it adds 2 points at epsilon = 1 and 1.6 at
-  epsilon = 8 (`experiments.dpsgd_digits`, BUILD_NOTES.md).
-
-  Never compute the mean on the private records: it would then depend on every
-  private record, and the DP-SGD accountant does not charge for that.
-
-  Args:
-    x_public_PxF: float[P, F...], P >= 1 public records (e.g. the public validation
-      split).
-    x_NxF: float[N, F...], records whose rows have the public records' shape.
-  Returns:
-    float32[N, F...], the centred x_NxF.
-  Raises:
-    ValueError: on a non-finite value, no record, or rows of another shape.
+  The map depends on public records only, so it costs no privacy (LeCun, Bottou, Orr &
+  Mueller 1998, "Efficient BackProp", sec. 4.3). Never compute the mean on the private
+  records: it would then depend on every private record, and the DP-SGD accountant does
+  not charge for that. x_public_PxF: float[P, F...], P >= 1; x_NxF: float[N, F...] ->
+  float32[N, F...]; ValueError on a non-finite value, no record, or a row-shape mismatch.
 
   Examples:
     >>> import jax.numpy as jnp
@@ -338,9 +268,7 @@ class NonPrivateResult(NamedTuple):
 
 def accuracy(model: models_lib.Model, params_M: PyTree, x_NxF: jax.typing.ArrayLike,
              y_N: jax.typing.ArrayLike) -> jax.Array:
-  """Accuracy float32[M] of M models (params leaves [M, ...]) on labelled records.
-
-  Multi-class: argmax of the logits; one output: logit > 0 predicts 1.
+  """Accuracy float32[M] of M models (params leaves [M, ...]); one output: logit > 0 is 1.
 
   Examples:
     >>> import jax, jax.numpy as jnp
@@ -382,30 +310,11 @@ def train_nonprivate(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typin
                      ) -> NonPrivateResult:
   """Ordinary (non-private) minibatch training with checkpoint selection on validation.
 
-  Model m is initialised with `model.init(k_init)` and trained for `num_epochs`
-  epochs; each epoch visits the N records in a fresh random order in floor(N /
-  batch_size) minibatches (the last partial batch of the order is skipped that
-  epoch), each step `optimizer` on the gradient of the MEAN per-example loss
-  (`models.per_example_loss`, L2 penalty included). No clipping, no noise: this is
-  the non-private reference, not a private model. After every epoch the validation
-  accuracy is measured; the parameters of the first epoch with the highest
-  validation accuracy are returned (early stopping by checkpoint selection). The
-  validation split must be public (or held out): it selects the checkpoint. The M
-  models are vmapped, epochs and steps scanned, in one jitted program.
-
-  Args:
-    key: a jax.random key; model m uses jax.random.split(key, M)[m], split into an
-      init key and an order key (epoch e's order from fold_in(order key, e)).
-    x_NxF, y_N: training records and labels.
-    x_val_NxF, y_val_N: validation records and labels.
-    model: a `models.Model`.
-    optimizer: an optax transformation (e.g. `optax.adam(1e-3)`); pass the same
-      object across calls to reuse the compiled program.
-    batch_size: in [1, N].
-    num_epochs: >= 1.
-    num_models: M >= 1.
-  Returns:
-    `NonPrivateResult(params [M, ...], val_accuracy_ME, best_epoch_M)`.
+  Each epoch visits the N records in a fresh random order in floor(N / batch_size)
+  minibatches, `optimizer` on the mean `models.per_example_loss` gradient; no clipping, no
+  noise. The first epoch with the best validation accuracy is kept, so the validation split
+  must be public (or held out). Model m of M = num_models uses key split(key, M)[m]; pass
+  the same optimizer object to reuse the program. Returns a `NonPrivateResult`.
 
   Examples:
     >>> import jax, jax.numpy as jnp, optax

@@ -1,10 +1,7 @@
 """A differentially private recommender in the style of McSherry & Mironov (KDD 2009).
 
-McSherry and Mironov split a Netflix-Prize recommender into a few private
-aggregates over all users, released once with Laplace noise, and a per-user step
-that uses only the released aggregates and the user's own ratings (and so needs no
-accounting: it only affects that user's own predictions). This module builds the
-aggregates, states their sensitivities, and runs the per-user step.
+A few aggregates over all users are released once with Laplace noise; a per-user step
+then uses only the release and the user's own ratings (no accounting needed).
 
 Released statistics (`private_statistics`), in order, each with Laplace noise of
 scale sensitivity / eps_k (pure eps_k-DP), ratings first clamped to [lower, upper]
@@ -21,15 +18,10 @@ scale sensitivity / eps_k (pure eps_k-DP), ratings first clamped to [lower, uppe
   weights        Wgt = sum_u w_u e_u e_u^T, [I, I]          -B, B) (0 if unrated), e_u the
                  0/1 rated-indicator, w_u = 1 / m_u (m_u = user u's number of ratings)
 
-The two matrices are symmetric: noise is drawn for the upper triangle with the
-diagonal (I (I + 1) / 2 numbers) and mirrored, and sensitivities are L1 norms over
-those entries. The shrunk covariance (McSherry & Mironov's stabilisation, beta_p
-fictitious entries at the average) is a post-processing,
-
-    C_ij = (Cov~_ij + beta_p avg) / (max(Wgt~_ij, 0) + beta_p),
-
-with avg = sum Cov~ / sum max(Wgt~, 0) taken separately over the diagonal and over
-the off-diagonal entries.
+The symmetric matrices get noise on the upper triangle with the diagonal (I (I + 1) / 2
+numbers, the entries the L1 sensitivities are over), mirrored. The shrunk covariance is
+post-processing: C_ij = (Cov~_ij + beta_p avg) / (max(Wgt~_ij, 0) + beta_p), with avg =
+sum Cov~ / sum max(Wgt~, 0) taken separately over the diagonal and off-diagonal entries.
 
 Sensitivities (L1, add/remove neighbours; `sensitivities`):
 
@@ -41,48 +33,33 @@ Sensitivities (L1, add/remove neighbours; `sensitivities`):
   covariance     3 B^2 / 2                    B^2 (m + 1) / 2
   weights        3 / 2                        (m + 1) / 2
 
-Rating level: removing rating (u, i) from a user with m >= 2 ratings changes the
-upper-triangle entries that involve i by (1/m)(x_i^2 + |x_i| sum_{j != i} |x_j|) <= B^2
-and every other entry of user u's block by (1/(m - 1) - 1/m)|x_j x_k|, which sums to
-at most B^2 / 2 over the upper triangle (m = 1: B^2 in all). x_u depends only on the
-user's own ratings and the already-released MAvg, so no other user moves. The
-per-user weight is what keeps this bounded: without it a rating of an active user
-would move m entries by B^2 each. The same weight does not bound the L1 change of
-removing a whole user, (1/m)(S^2 + Q)/2 with S = sum |x_i| <= m B, Q <= m B^2, which
-grows with m: the paper's guarantee is per rating, and per user it degrades with the
-user's activity (lecture §8.3). For privacy_unit="user" every user's ratings are
-first cut to a random subset of at most `max_ratings_per_user` = m (chosen with the
-key; a per-user step, so removing a user removes only their subset), and the noise
-is calibrated to the user-level column.
+Rating level: removing rating (u, i) moves the entries involving i by at most B^2 and
+the rest of user u's block by at most B^2 / 2 (the weight 1 / m bounds this); x_u depends
+only on u's ratings and the released MAvg, so no other user moves. Removing a whole
+user moves them by (1/m)(S^2 + Q)/2 with S = sum |x_i| <= m B, Q <= m B^2, which grows
+with m: the paper's guarantee is per rating, and per user it degrades with the user's
+activity (lecture §8.3). privacy_unit="user" first cuts each user to a random
+subset of at most m = `max_ratings_per_user` ratings and uses the user-level column.
 
-Accounting: the six releases are pure eps_k-DP mechanisms applied in sequence
-(adaptively: x uses the released MAvg), so by basic composition the whole release
-is (sum_k eps_k)-DP (Dwork & Roth 2014, Thm 3.16); the PLD accountant
-(`accounting.Accountant(accountant="pld").compose_laplace`) finds almost nothing to
-save on six Laplace releases (within 1 % below the sum at delta = 1e-9, a test
-checks). `epsilon_of_release` gives the epsilon of the same noise under another sensitivity table (for instance the
-user-level one); `accounting.composition.group_privacy(eps, 0, k)` gives the
-group-privacy bound k eps for a user with k ratings under the rating-level guarantee.
+Accounting: six pure eps_k-DP releases in sequence (adaptively: x uses the released
+MAvg) are (sum_k eps_k)-DP by basic composition (Dwork & Roth 2014, Thm 3.16).
+`epsilon_of_release` reads the same noise under another sensitivity table;
+`accounting.composition.group_privacy(eps, 0, k)` bounds a user with k ratings.
 
-The per-user step (`predict`; not private, not accounted): user effect
-b_u = sum_i (r_ui - MAvg_i) / (m_u + beta_u); item factors q_i = rows of the top
-`rank` eigenvectors of C scaled by sqrt(eigenvalue); the user's factor p_u is the
-ridge solution of sum_i (r_ui - MAvg_i - b_u - <q_i, p>)^2 + ridge |p|^2 over the
-user's own ratings; the prediction is clip(MAvg_i + b_u + <q_i, p_u>, lower, upper).
-Users without ratings get MAvg_i.
+The per-user step (`predict`, not accounted): b_u = sum_i (r_ui - MAvg_i) / (m_u +
+beta_u); q_i = rows of the top `rank` eigenvectors of C times sqrt(eigenvalue); p_u
+minimises sum_i (r_ui - MAvg_i - b_u - <q_i, p>)^2 + ridge |p|^2 over u's ratings;
+prediction clip(MAvg_i + b_u + <q_i, p_u>, lower, upper) (MAvg_i without ratings).
 
-What differs from the paper: the paper also removes per-user effects before the
-covariance; here the covariance is of item-centred ratings only, because a user's
-mean depends on all of the user's ratings and one rating would then move the whole
-row x_u, breaking the rating-level bound above. The per-user step uses a
-factorisation of the private covariance (no kNN).
+Differences from the paper: the covariance is of item-centred ratings only (removing
+per-user effects first would let one rating move the whole row x_u, breaking the
+rating-level bound), and the per-user step factorises the private covariance (no kNN).
 
-Warning: the Laplace noise is float32 noise added in floating point, the idealised
-real-valued mechanism of the paper. The exact float output is not defended against
-the lattice attack of Mironov (2012): `mechanisms.laplace_mechanism`'s integer-grid
-defence inflates the sensitivity by the number of released entries, which for the
-I (I + 1) / 2 covariance entries would multiply the noise many times over.
-`private_statistics` warns with `mechanisms.InsecureNoiseWarning` when it adds noise.
+Warning: the Laplace noise is float32 noise added in floating point (the paper's
+idealised real-valued mechanism); the exact float output is not defended against
+Mironov's (2012) lattice attack (the integer-grid defence of
+`mechanisms.laplace_mechanism` would multiply the noise on the I (I + 1) / 2 covariance
+entries). `private_statistics` warns with `mechanisms.InsecureNoiseWarning`.
 
 References: McSherry & Mironov, "Differentially private recommender systems: building
 privacy into the Netflix Prize contenders", KDD 2009,
@@ -154,15 +131,9 @@ def sensitivities(privacy_unit: str = "rating", *, lower: float = ratings_lib.RA
                   max_ratings_per_user: Optional[int] = None) -> dict[str, float]:
   """L1 sensitivity of each released statistic (module docstring table).
 
-  Args:
-    privacy_unit: "rating" (add/remove one rating) or "user" (add/remove one user).
-    lower, upper: the rating scale ratings are clamped to; h = (upper - lower) / 2.
-    clamp: B > 0, the bound on |r_ui - MAvg_i| in the covariance.
-    max_ratings_per_user: m >= 1, required for "user" (each user contributes at most
-      m ratings); ignored for "rating".
-  Returns:
-    {statistic: L1 sensitivity} over STATISTICS (the matrices: over the upper
-    triangle with the diagonal).
+  privacy_unit "rating" or "user" (add/remove one); h = (upper - lower) / 2; clamp = B > 0
+  bounds |r_ui - MAvg_i|; max_ratings_per_user = m >= 1 is required for "user". Returns
+  {statistic: L1 sensitivity} over STATISTICS.
 
   Examples:
     >>> sensitivities("user", clamp=1.0, max_ratings_per_user=9)["covariance"]
@@ -185,13 +156,9 @@ def sensitivities(privacy_unit: str = "rating", *, lower: float = ratings_lib.RA
 
 def global_statistics(rating_R, *, lower: float = ratings_lib.RATING_MIN,
                       upper: float = ratings_lib.RATING_MAX) -> tuple[float, float]:
-  """(S, N): sum of clip(r, lower, upper) - c over all ratings, and their number.
+  """(S, N): sum of clip(r, lower, upper) - c over the ratings [R], and their number.
 
-  Args:
-    rating_R: ratings, [R], R >= 1.
-    lower, upper: the rating scale; c = (lower + upper) / 2.
-  Returns:
-    (S, N) as floats; one rating moves S by at most h = (upper - lower) / 2 and N by 1.
+  c = (lower + upper) / 2; one rating moves S by at most h = (upper - lower) / 2 and N by 1.
   """
   lo, hi = _check_scale(lower, upper)
   r = _validate.check_array(rating_R, "rating_R", ndim=1, min_size=1)
@@ -202,16 +169,7 @@ def global_statistics(rating_R, *, lower: float = ratings_lib.RATING_MIN,
 def item_statistics(item_R, rating_R, num_items: int, *,
                     lower: float = ratings_lib.RATING_MIN,
                     upper: float = ratings_lib.RATING_MAX) -> tuple[np.ndarray, np.ndarray]:
-  """(S_I, N_I): per item, the sum of clip(r, lower, upper) - c and the count.
-
-  Args:
-    item_R: item ids in [0, num_items), [R].
-    rating_R: ratings, [R], R >= 1.
-    num_items: I >= 1.
-    lower, upper: the rating scale; c = (lower + upper) / 2.
-  Returns:
-    float64[I] sums and float64[I] counts.
-  """
+  """(S_I, N_I) float64[I]: per item, the sum of clip(r, lower, upper) - c and the count."""
   lo, hi = _check_scale(lower, upper)
   i_count = _validate.check_int(num_items, "num_items")
   r = _validate.check_array(rating_R, "rating_R", ndim=1, min_size=1)
@@ -227,14 +185,9 @@ def covariance_statistics(user_R, item_R, residual_R, num_users: int, num_items:
                           clamp: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
   """(Cov, Wgt): sum_u w_u x_u x_u^T and sum_u w_u e_u e_u^T with w_u = 1 / m_u.
 
-  Args:
-    user_R, item_R: user ids in [0, U) and item ids in [0, I), [R], pairs distinct.
-    residual_R: r_ui - MAvg_i for each rating, [R]; clamped here to [-clamp, clamp].
-    num_users, num_items: U, I.
-    clamp: B > 0.
-  Returns:
-    float64[I, I] Cov and Wgt (symmetric); x_ui = clip(residual, -B, B), e_ui = 1
-    for rated pairs, 0 elsewhere; m_u = number of ratings of user u.
+  user_R, item_R: ids in [0, U) and [0, I), [R], pairs distinct; residual_R: r_ui - MAvg_i,
+  [R], x_ui = clip(residual, -clamp, clamp); e_ui = 1 for rated pairs. Returns float64[I, I]
+  symmetric Cov and Wgt.
   """
   b = _validate.check_positive(clamp, "clamp")
   res = _validate.check_array(residual_R, "residual_R", ndim=1, min_size=1)
@@ -256,20 +209,10 @@ def truncate_users(key: jax.Array, user_R, item_R, num_users: int, num_items: in
                    max_ratings_per_user: int) -> np.ndarray:
   """Which ratings to keep so that no user has more than m: a random subset per user.
 
-  Rating (u, i) gets the priority SplitMix64(seed, u, i) (`_priorities`, seed = the
-  key's data); each user keeps their m lowest-priority ratings (all of them if they
-  have at most m). A user's kept subset depends only on the key and that user's own
-  ratings, so adding or removing a user leaves every other user's subset unchanged
-  (which is all the user-level bound needs; the hash only makes the cut subset an
-  unbiased-looking random one rather than, say, the first m items).
-
-  Args:
-    key: a jax.random key.
-    user_R, item_R: user ids in [0, num_users) and item ids in [0, num_items), [R].
-    num_users, num_items: U >= 1, I >= 1.
-    max_ratings_per_user: m >= 1.
-  Returns:
-    bool[R] keep mask.
+  Rating (u, i) gets the priority SplitMix64(seed, u, i) (seed = the key's data); each
+  user keeps their m = max_ratings_per_user lowest-priority ratings (bool[R] keep mask).
+  A user's subset depends only on the key and that user's own ratings, so adding or
+  removing a user leaves every other user's subset unchanged.
   """
   u = _validate.check_int(num_users, "num_users")
   i_count = _validate.check_int(num_items, "num_items")
@@ -309,15 +252,13 @@ def _priorities(key, users: np.ndarray, items: np.ndarray) -> np.ndarray:
 class PrivateStatistics(NamedTuple):
   """What `private_statistics` releases, and its accounting.
 
-  global_mean: G (float). item_means_I: float64[I] MAvg. covariance_IxI: float64[I, I]
-  the shrunk covariance C. noisy: {statistic: noisy release} (the raw S~, N~, S~_I,
-  N~_I, Cov~, Wgt~). epsilons, noise_scales, sensitivities: {statistic: float}.
-  epsilon: the total, sum of epsilons. privacy_unit: "rating" or "user".
-  max_ratings_per_user: the user-level cap m (None at rating level). kept_R: bool[R],
-  the ratings that entered the release (all of them at rating level; a record for the
-  data holder, NOT part of what may be published: it depends on the data). lower, upper:
-  the rating scale. num_users: U. beta_m_I: float64[I] the item-mean stabilisers
-  used; beta_p: the covariance stabiliser used.
+  global_mean: G. item_means_I: float64[I] MAvg. covariance_IxI: float64[I, I] the
+  shrunk C. noisy: {statistic: raw noisy release}. epsilons, noise_scales, sensitivities:
+  {statistic: float}; epsilon: their total. privacy_unit: "rating" or "user";
+  max_ratings_per_user: m (None at rating level). kept_R: bool[R], the ratings that
+  entered the release: a record for the data holder, NOT publishable (it depends on the
+  data). lower, upper: the rating scale. num_users: U. beta_m_I: float64[I] and beta_p:
+  the stabilisers used.
   """
   global_mean: float
   item_means_I: np.ndarray
@@ -387,30 +328,22 @@ def private_statistics(key: jax.Array, user_R, item_R, rating_R, num_users: int,
   """Releases the private aggregates of the module docstring.
 
   Args:
-    key: a jax.random key (split into the truncation key and one per statistic).
-    user_R, item_R, rating_R: the rating matrix as COO lists, [R], R >= 1 (see
-      `ratings.check_ratings`).
-    num_users, num_items: U, I (public).
-    epsilon: total eps > 0; inf releases the exact statistics (the non-private
-      system, no noise).
-    privacy_unit: "rating" or "user" (module docstring).
-    split: fractions of epsilon per statistic (order of STATISTICS), each > 0,
-      summing to 1.
-    lower, upper: the rating scale ratings are clamped to.
-    clamp: B > 0, the bound on |r_ui - MAvg_i| in the covariance.
-    beta_m: >= 0 fictitious ratings at G per item mean (0 only where no count is
-      noisy, i.e. epsilon = inf); None: per item, 4 + 32 b_S^2 / (h^2 max(N~_i, b_N))
-      (a function of public noise scales and released counts, so it costs no
-      privacy; see AUTO_BETA_P above for the reasoning).
-    beta_p: >= 0 fictitious entries at the average covariance; None:
-      AUTO_BETA_P + AUTO_BETA_NOISE times the weight noise scale.
-    max_ratings_per_user: m, required for "user" (the cap); must be None at rating
-      level (a cap there would let a removed rating pull in another).
+    user_R, item_R, rating_R: the ratings as COO lists, [R], R >= 1; U, I public.
+    epsilon: total eps > 0; inf releases the exact statistics (no noise).
+    split: fractions of epsilon per statistic (order of STATISTICS), each > 0, sum 1.
+    lower, upper, clamp: the rating scale, and B > 0 bounding |r_ui - MAvg_i|.
+    beta_m: >= 0 fictitious ratings at G per item mean (0 only if epsilon = inf);
+      None: per item 4 + 32 b_S^2 / (h^2 max(N~_i, b_N)), from public noise scales and
+      released counts (no privacy cost).
+    beta_p: >= 0 entries at the average covariance; None: AUTO_BETA_P + AUTO_BETA_NOISE x
+      the weight noise scale.
+    max_ratings_per_user: m, required for "user"; must be None at rating level (a cap
+      there would let a removed rating pull in another).
   Returns:
     PrivateStatistics; `epsilon` is the total eps of the release for privacy_unit.
   Privacy: eps-DP for add/remove of one rating ("rating") or one user ("user"),
-    by basic composition of six Laplace mechanisms (module docstring), for the
-    idealised real-valued Laplace noise (see the module Warning).
+    by basic composition of six Laplace mechanisms, for the idealised real-valued
+    Laplace noise (see the module Warning).
   """
   eps = _validate.check_epsilon(epsilon, allow_inf=True)
   _validate.check_choice(privacy_unit, PRIVACY_UNITS, "privacy_unit")
@@ -478,14 +411,9 @@ def private_statistics(key: jax.Array, user_R, item_R, rating_R, num_users: int,
 def epsilon_of_release(noise_scales: dict, sensitivities_by_statistic: dict) -> float:
   """Total eps of a Laplace release: sum over statistics of sensitivity / noise scale.
 
-  The same noise read under another neighbouring relation (for example the
-  user-level table of `sensitivities`) has this epsilon, by basic composition.
-
-  Args:
-    noise_scales: {statistic: Laplace scale > 0} over STATISTICS.
-    sensitivities_by_statistic: {statistic: L1 sensitivity > 0} over STATISTICS.
-  Returns:
-    sum_k sensitivity_k / scale_k (inf if any scale is 0).
+  Gives the epsilon of the same noise under another neighbouring relation (for example
+  the user-level table of `sensitivities`), by basic composition. Both dicts are keyed
+  by STATISTICS; returns inf if any scale is 0.
 
   Examples:
     >>> s = sensitivities("rating", clamp=1.0)
@@ -510,18 +438,14 @@ def predict(stats: PrivateStatistics, user_R, item_R, rating_R, query_user_Q,
             ridge: float = 0.5) -> np.ndarray:
   """The per-user step: each user's predictions from the release and their own ratings.
 
-  Args:
-    stats: the release (`private_statistics`).
-    user_R, item_R, rating_R: the users' own (training) ratings, [R], user ids in
-      [0, stats.num_users); ratings are clamped to the release's scale.
-    query_user_Q, query_item_Q: the pairs to predict, [Q].
-    rank: K in [0, I]; 0 gives the global-effects predictor MAvg_i + b_u.
-    beta_u: >= 0 shrinkage of the user effect toward 0.
-    ridge: > 0 ridge penalty of the user factor.
+  Math in the module docstring. user_R, item_R, rating_R: the users' own (training)
+  ratings, [R] (clamped to the release's scale); query_user_Q, query_item_Q: the pairs to
+  predict, [Q]; rank: K in [0, I] (0: MAvg_i + b_u); beta_u >= 0; ridge > 0.
+
   Returns:
     float64[Q] predictions clip(MAvg_i + b_u + <q_i, p_u>, stats.lower, stats.upper).
-  Privacy: not a release. Each user's prediction uses only the release and that
-    user's own ratings, so it needs no accounting for the other users.
+  Privacy: not a release; each user's prediction uses only the release and that
+    user's own ratings.
   """
   if not isinstance(stats, PrivateStatistics):
     raise TypeError(f"stats must be a PrivateStatistics, got {type(stats).__name__}")

@@ -1,31 +1,18 @@
 """Batch selection for DP-SGD: which records take part in each step.
 
-A sampler is a small strategy object with one job, `batch_mask(key, step, keep_N)`:
-the boolean [N] membership of step `step`'s batch among the records a model holds
-(`keep_N`). It also declares what the privacy accountant must be told about it:
+A sampler's `batch_mask(key, step, keep_N)` is the bool [N] membership of step `step`'s
+batch among the records a model holds. Its `sampling_prob` is the q the accountant is
+given; `accounted` is True only when dpjax's RDP / PLD accountants model it (Poisson
+sampling): the engine warns (`dpsgd.UnaccountedComponentWarning`) on an unaccounted
+sampler, refuses an accounted one whose q differs from the configuration's, and refuses
+any whose `privacy_unit` ("example", the default, or "user") is not the config's.
+Any object with these members can be passed as `dpsgd.train_many(..., sampler=...)`.
 
-* `sampling_prob`: the q the accountant is given;
-* `accounted`: True only when dpjax's RDP / PLD accountants model this sampler
-  (Poisson sampling: every record in independently with probability q). The engine
-  warns (`dpsgd.UnaccountedComponentWarning`) whenever it trains with a sampler
-  whose `accounted` is False, and refuses an accounted sampler whose q differs from
-  the configuration's;
-* `privacy_unit`: what q is the rate of, "example" (one record) or "user" (all the
-  records of one user together). The engine refuses a sampler whose unit is not
-  the configuration's `DpSgdConfig.privacy_unit` (a sampler without the member
-  counts as "example").
-
-`PoissonSampler` is what DP-SGD's analysis assumes (Abadi et al. 2016; the
-accountants of `dpjax.accounting`). `ShuffleSampler` is the common shortcut of
-fixed-size batches from a per-epoch shuffle, which those accountants do NOT cover
-(Chua et al. 2024, "How private are DP-SGD implementations?"): it exists so that
-audits can show the difference. `UserPoissonSampler` is Poisson sampling of users
-for user-level DP-SGD (McMahan et al. 2018, https://arxiv.org/abs/1710.06963):
-each user is in the batch independently with rate q, with all of their records. A user's own sampler is any object with the same
-three members, passed to `dpsgd.train_many(..., sampler=...)`.
-
-Randomness: step t of a Poisson sampler draws its mask from `prng.fold_in(key, t)`,
-so the stream of a model depends only on its key and the step.
+`PoissonSampler` is what DP-SGD's analysis assumes (Abadi et al. 2016).
+`ShuffleSampler` (fixed-size batches from a per-epoch shuffle) is NOT covered by
+those accountants (Chua et al. 2024, "How private are DP-SGD implementations?"); it
+exists for audits. `UserPoissonSampler` samples users (McMahan et al. 2018,
+https://arxiv.org/abs/1710.06963). Step t draws its mask from `prng.fold_in(key, t)`.
 
 Shape letters: N records, U users.
 
@@ -67,11 +54,9 @@ class PoissonSampler:
   """Poisson sampling: each kept record is in the batch independently with rate q.
 
   Attributes:
-    sampling_prob: q in (0, 1]. The realised rate is floor(q 2^w) / 2^w for the
-      mask's bit width w (`prng.poisson_mask`), never above q, so telling the
-      accountant q is conservative.
-  Privacy: this is the sampler the RDP / PLD accountants model
-    (add/remove-one neighbours).
+    sampling_prob: q in (0, 1]. The realised rate floor(q 2^w) / 2^w for the mask's bit
+      width w (`prng.poisson_mask`) is never above q, so accounting at q is conservative.
+  Privacy: the sampler the RDP / PLD accountants model (add/remove-one neighbours).
   """
   sampling_prob: float
   accounted: ClassVar[bool] = True
@@ -140,19 +125,12 @@ def default_batch_capacity(num_records: int, sampling_prob: float,
   """K, the rows of one padded batch buffer (`dpsgd.PerformanceFlags(batch_capacity=...)`).
 
   The smallest multiple of 8 that is at least the (1 - 0.025 / M) quantile of
-  Binomial(n, q), the count of a Poisson batch over n records, and at most n:
-  for M models trained at once, the largest of their M counts exceeds K with
-  probability at most about 0.025 per step. An overflowing step is not
-  truncated: the engine processes the sampled records in further buffers of K
-  rows (`dpsgd` module docstring), so K is a cost parameter only, never a
-  privacy one. At n = 60,000 and q = 256 / 60,000, K = 288 for one model.
+  Binomial(n, q), and at most n: the largest of M models' Poisson counts exceeds K with
+  probability at most about 0.025 per step. An overflowing step is processed in further
+  buffers of K rows, never truncated, so K is a cost parameter, not a privacy one.
 
-  Args:
-    num_records: n >= 1, the records a model may sample from.
-    sampling_prob: q in (0, 1].
-    num_models: M >= 1 models trained in one program.
-  Returns:
-    K, an int in [1, n].
+  n = num_records >= 1, q = sampling_prob in (0, 1], M = num_models >= 1; K in [1, n].
+
   Examples:
     >>> default_batch_capacity(60_000, 256 / 60_000)
     288
@@ -180,19 +158,14 @@ def padded_batch(mask_N: jax.Array, capacity: int, chunk: jax.Array
                  ) -> tuple[jax.Array, jax.Array]:
   """Chunk `chunk` of a batch mask, gathered into a static buffer of K rows.
 
-  The sampled records, in increasing index order, are cut into consecutive
-  chunks of K = `capacity`; chunk j holds those of rank jK, ..., jK + K - 1 among
-  them. The engine processes chunks 0, 1, ... until every sampled record has
-  been processed (chunk 0 always), so a batch larger than K is split, never cut.
+  The sampled records, in index order, are cut into chunks of K = `capacity`; chunk j
+  holds those of rank jK, ..., jK + K - 1. The engine processes chunks 0, 1, ... until
+  every sampled record is done, so a batch larger than K is split, never cut.
 
-  Args:
-    mask_N: bool[N], the batch (e.g. `PoissonSampler.batch_mask`).
-    capacity: K >= 1 rows per chunk.
-    chunk: int32 scalar j >= 0 (may be traced).
-  Returns:
-    (index_K int32[K], valid_K bool[K]): row r of the chunk is record index_K[r]
-    when valid_K[r]; padding rows have valid_K False and index N - 1 (any valid
-    index, so a gather stays in bounds), and must get weight 0.
+  Returns (index_K int32[K], valid_K bool[K]) for mask_N bool[N] and chunk j (may be
+  traced): row r is record index_K[r] when valid_K[r]; padding rows have index N - 1 (a
+  gather stays in bounds) and must get weight 0.
+
   Examples:
     >>> import jax.numpy as jnp
     >>> idx, ok = padded_batch(jnp.array([0, 1, 1, 0, 1], bool), 2, 1)
@@ -227,15 +200,9 @@ def check_user_ids(user_ids_N, num_users: int, name: str = "user_ids_N",
                    num_records: int | None = None) -> np.ndarray:
   """Validates a per-record user id array; returns it as int32[N] (host NumPy).
 
-  Args:
-    user_ids_N: integers [N], record i belongs to user user_ids_N[i].
-    num_users: U in [1, 2^31 - 1] (ids are int32 in the engine); every id must lie
-      in [0, U).
-    name: the parameter name for messages.
-    num_records: if given, the required length N.
-  Raises:
-    ValueError: naming `name`, for a wrong rank or length, non-integer values, or
-      an id outside [0, U); TypeError for a traced value.
+  Record i belongs to user user_ids_N[i] in [0, U), U = num_users in [1, 2^31 - 1];
+  num_records, if given, is the required N. Raises ValueError naming `name` for a wrong
+  rank or length, non-integer values or an id outside [0, U); TypeError if traced.
   """
   u = _validate.check_int(num_users, "num_users", 1, _MAX_USERS)
   if num_records is not None:
@@ -265,21 +232,17 @@ def check_user_ids(user_ids_N, num_users: int, name: str = "user_ids_N",
 class UserPoissonSampler:
   """User-level Poisson sampling: each user in the batch independently with rate q.
 
-  Step t draws one Bernoulli(q) bit per user, `prng.poisson_mask(prng.fold_in(key,
-  t), q, U)`, and a record is in the batch iff its user's bit is set and the model
-  keeps the record: a user's kept records are always in or out together.
+  Step t draws one bit per user, `prng.poisson_mask(prng.fold_in(key, t), q, U)`; a
+  record is in the batch iff its user's bit is set and the model keeps it, so a user's
+  kept records are in or out together.
 
-  Attributes:
-    sampling_prob: q in (0, 1], the rate per USER (realised rate floor(q 2^w) / 2^w,
-      never above q, as for `PoissonSampler`).
-    user_ids_N: int[N], the user of each record, ids in [0, num_users).
-    num_users: U >= 1 (the configuration's dataset_size under privacy_unit "user").
+  q = sampling_prob in (0, 1] is the rate per USER; user_ids_N: int[N] ids in [0, U);
+  num_users: U >= 1 (the configuration's dataset_size under privacy_unit "user").
+  Instances compare by identity, so one object reuses one compiled program.
+
   Privacy: with `dpjax.clipping.user.user_level_path` (each user's summed gradient
-    clipped to C) the accountant's (q, sigma, T) analysis holds with users as the
-    unit: add/remove-one-user neighbours (McMahan et al. 2018,
-    https://arxiv.org/abs/1710.06963).
-  Instances compare by identity (they hold an array), so one object reuses one
-  compiled program.
+  clipped to C) the accountant's (q, sigma, T) analysis holds for add/remove-one-user
+  neighbours (McMahan et al. 2018).
 
   Examples:
     >>> import jax, jax.numpy as jnp

@@ -1,24 +1,18 @@
 """Trade-off curves and ROC bounds: what a privacy guarantee leaves a membership test.
 
-A membership test tells a neighbour pair apart: OUT (the record is absent) against
-IN (present). A test has a false-positive rate FPR (alpha: OUT called IN) and a
-false-negative rate FNR (beta: IN called OUT); its true-positive rate is
-TPR = 1 - FNR. The trade-off function of a mechanism is the smallest FNR any test
-reaches at each FPR (Dong, Roth & Su 2019, f-DP); its mirror image is the largest
-TPR, the upper envelope of every attack's ROC curve. This module is the one place
-for those curves:
+A membership test tells OUT (record absent) from IN (present), with false-positive
+rate FPR (alpha), false-negative rate FNR (beta) and TPR = 1 - FNR. A mechanism's
+trade-off function is the smallest FNR any test reaches at each FPR (Dong, Roth & Su
+2019, f-DP); the largest TPR bounds every attack's ROC curve. Curves here:
 
 * (eps, delta)-DP: TPR <= min(e^eps FPR + delta, 1 - e^-eps (1 - FPR - delta))
   (Kairouz, Oh & Viswanath 2015), the advantage bound and the posterior bound;
 * mu-GDP, i.e. the Gaussian mechanism: TPR = Phi(Phi^-1(FPR) + mu);
 * the optimal (Neyman-Pearson) tests against randomized response and Laplace;
-* a whole privacy profile delta(eps) (e.g. a composed privacy-loss distribution
-  from `dpjax.accounting.pld`): the intersection of its (eps, delta(eps)) regions;
+* a privacy profile delta(eps) (e.g. a composed PLD): the intersection of its regions;
 * a likelihood-ratio (privacy-loss) distribution given as a pmf pair: its ROC.
 
-Everything runs on the host in NumPy/SciPy float64.
-
-Shape letters: F false-positive rates, J grid points.
+Host NumPy/SciPy float64. Shape letters: F false-positive rates, J grid points.
 
 Examples:
   >>> round(dp_tpr_bound(0.01, 1.0, 1e-5), 4)          # (1, 1e-5)-DP at FPR 1%
@@ -55,16 +49,9 @@ def _scalar_or_array(out):
 def dp_tpr_bound(fpr_F, epsilon: float, delta: float = 0.0):
   """Highest TPR any test reaches at `fpr_F` against an (eps, delta)-DP mechanism.
 
-  TPR <= min(1, e^eps FPR + delta, 1 - e^-eps (1 - FPR - delta)): the two forms of
-  the hypothesis-testing characterisation of (eps, delta)-DP.
-
-  Args:
-    fpr_F: false-positive rates in [0, 1], scalar or float[F].
-    epsilon: eps >= 0 (inf allowed: no constraint).
-    delta: in [0, 1).
-  Returns:
-    float or float64[F] in [0, 1].
-  References: Kairouz, Oh & Viswanath 2015, https://arxiv.org/abs/1311.0776, Thm 2.1.
+  TPR <= min(1, e^eps FPR + delta, 1 - e^-eps (1 - FPR - delta)) for fpr_F in [0, 1]
+  (scalar or float[F]), eps >= 0 (inf: no constraint), delta in [0, 1); float or
+  float64[F]. Kairouz, Oh & Viswanath 2015, https://arxiv.org/abs/1311.0776, Thm 2.1.
 
   Examples:
     >>> round(dp_tpr_bound(0.01, 2.0, 1e-5), 3)           # lecture §6.1: 0.074
@@ -84,14 +71,9 @@ def dp_tpr_bound(fpr_F, epsilon: float, delta: float = 0.0):
 def advantage_bound(epsilon: float, delta: float = 0.0) -> float:
   """Largest membership advantage TPR - FPR under (eps, delta)-DP.
 
-  The maximum of `dp_tpr_bound(f) - f` over f: (e^eps - 1 + 2 delta) / (e^eps + 1),
-  tanh(eps / 2) for pure DP. Randomized response attains it (up to 2 delta /
-  (e^eps + 1)).
-
-  Args:
-    epsilon: eps >= 0, finite.
-    delta: in [0, 1).
-  References: Kairouz et al. 2015; Yeom et al. 2018 (advantage), https://arxiv.org/abs/1709.01604.
+  (e^eps - 1 + 2 delta) / (e^eps + 1), tanh(eps / 2) for pure DP (finite eps >= 0);
+  randomized response attains it up to 2 delta / (e^eps + 1). Kairouz et al. 2015;
+  Yeom et al. 2018, https://arxiv.org/abs/1709.01604.
 
   Examples:
     >>> round(advantage_bound(2.0, 1e-5), 4)
@@ -104,16 +86,10 @@ def advantage_bound(epsilon: float, delta: float = 0.0) -> float:
 
 
 def posterior_bound(prior, epsilon: float):
-  """Largest posterior P[member | output] from a prior P[member] = pi under eps-DP.
+  """Largest posterior P[member | output] from a prior pi under eps-DP.
 
-  The odds grow by at most e^eps: pi e^eps / (pi e^eps + 1 - pi). Randomized
-  response attains it on its "member" report.
-
-  Args:
-    prior: pi in [0, 1], scalar or float[F].
-    epsilon: eps >= 0, finite.
-  Returns:
-    float or float64[F].
+  pi e^eps / (pi e^eps + 1 - pi), pi in [0, 1] (scalar or float[F]); randomized response
+  attains it.
 
   Examples:
     >>> round(posterior_bound(0.5, 1.0), 4)
@@ -129,17 +105,10 @@ def posterior_bound(prior, epsilon: float):
 
 
 def gaussian_tpr(fpr_F, mu):
-  """Highest TPR any test reaches at `fpr_F` against a mu-GDP mechanism.
+  """Highest TPR at `fpr_F` against mu-GDP: Phi(Phi^-1(FPR) + mu), N(0, 1) vs N(mu, 1).
 
-  TPR = Phi(Phi^-1(FPR) + mu): the Neyman-Pearson test of N(0, 1) against
-  N(mu, 1), e.g. the Gaussian mechanism with mu = sensitivity / sigma.
-
-  Args:
-    fpr_F: in [0, 1], scalar or float[F].
-    mu: > 0 (scalar or broadcastable).
-  Returns:
-    float or float64[F].
-  References: Dong, Roth & Su 2019, https://arxiv.org/abs/1905.02383.
+  The Gaussian mechanism has mu = sensitivity / sigma; fpr_F in [0, 1] (scalar or
+  float[F]), mu > 0. Dong, Roth & Su 2019, https://arxiv.org/abs/1905.02383.
 
   Examples:
     >>> round(gaussian_tpr(0.01, 1.0), 4)
@@ -153,15 +122,7 @@ def gaussian_tpr(fpr_F, mu):
 def gaussian_fnr(fpr_F, mu):
   """The trade-off function G_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu) of mu-GDP.
 
-  The smallest FNR at FPR alpha; equal to 1 - `gaussian_tpr`, but computed so that
-  tiny FNRs keep their relative accuracy.
-
-  Args:
-    fpr_F: alpha in [0, 1], scalar or float[F].
-    mu: > 0.
-  Returns:
-    float or float64[F].
-  References: Dong, Roth & Su 2019.
+  1 - `gaussian_tpr`, accurate for tiny FNRs (Dong, Roth & Su 2019).
 
   Examples:
     >>> round(gaussian_fnr(0.01, 1.0) + gaussian_tpr(0.01, 1.0), 12)
@@ -175,12 +136,8 @@ def gaussian_fnr(fpr_F, mu):
 def gaussian_mu(fpr_F, fnr_F):
   """mu of the Gaussian trade-off curve through (FPR, FNR): Phi^-1(1 - FPR) - Phi^-1(FNR).
 
-  Args:
-    fpr_F, fnr_F: rates in [0, 1], broadcastable.
-  Returns:
-    float or float64[F] (negative below the diagonal FPR + FNR = 1; +inf when a
-    rate is 0 and the other is below 1).
-  References: Dong, Roth & Su 2019; Nasr et al. 2023, https://arxiv.org/abs/2302.07956.
+  Rates broadcastable; negative below FPR + FNR = 1, +inf when a rate is 0 and the other
+  below 1. Dong, Roth & Su 2019; Nasr et al. 2023, https://arxiv.org/abs/2302.07956.
 
   Examples:
     >>> round(gaussian_mu(0.01, gaussian_fnr(0.01, 1.5)), 9)
@@ -214,15 +171,8 @@ def gaussian_advantage(mu: float) -> float:
 def randomized_response_tpr(fpr_F, epsilon: float):
   """Highest TPR at `fpr_F` against eps-randomized response on one bit (0 vs 1).
 
-  The report is the true bit with probability p = e^eps / (1 + e^eps). The
-  Neyman-Pearson test rejects on report 1 first (likelihood ratio p / (1 - p)),
-  then randomises on report 0; the curve is the (eps, 0) region boundary.
-
-  Args:
-    fpr_F: in [0, 1], scalar or float[F].
-    epsilon: eps > 0.
-  Returns:
-    float or float64[F].
+  The true bit is reported with p = e^eps / (1 + e^eps); the Neyman-Pearson test rejects
+  on report 1 first, then randomises on report 0 (the (eps, 0) region boundary).
 
   Examples:
     >>> round(randomized_response_tpr(0.01, 1.0), 4)      # e * 1%
@@ -260,14 +210,7 @@ def _laplace_isf(f, b):
 def laplace_tpr(fpr_F, epsilon: float):
   """Highest TPR at `fpr_F` against the Laplace mechanism, 0 vs 1, scale 1 / eps.
 
-  A count of sensitivity 1 released with Laplace(1 / eps) noise; the likelihood
-  ratio is non-decreasing in the output, so the best test thresholds it.
-
-  Args:
-    fpr_F: in [0, 1], scalar or float[F].
-    epsilon: eps > 0 (sensitivity / scale).
-  Returns:
-    float or float64[F].
+  The likelihood ratio is monotone in the output, so the best test thresholds it.
 
   Examples:
     >>> round(laplace_tpr(0.01, 1.0), 6)                  # e * 1%, for eps <= ln 50
@@ -296,21 +239,12 @@ def laplace_advantage(epsilon: float) -> float:
 def pld_tpr_bound(privacy_loss, fpr_F, max_epsilon: float) -> np.ndarray:
   """Largest TPR at each FPR allowed by a privacy-loss distribution's whole profile.
 
-  A mechanism that is (eps, delta(eps))-DP for every eps (both neighbour
-  directions, as the add/remove PLDs of `dpjax.accounting.pld` are) admits no
-  test with TPR above min over eps of `dp_tpr_bound(FPR, eps, delta(eps))`. The
-  minimum is taken over 400 eps in [0, max_epsilon]; any grid gives a valid
-  bound, a finer one a tighter bound. Where delta(eps) is within the FFT rounding
-  noise of the PLD, the noise estimate is added (the bound stays conservative).
-
-  Args:
-    privacy_loss: an object with `delta(eps)` and `rounding_noise(eps)`, e.g. a
-      `dpjax.accounting.pld.PrivacyLossDistribution`.
-    fpr_F: false-positive rates in [0, 1], float[F].
-    max_epsilon: upper end of the eps grid, > 0.
-  Returns:
-    float64[F] TPR upper bounds.
-  References: Dong, Roth & Su 2019 (Prop. 2.12: f-DP from a privacy profile).
+  A mechanism (eps, delta(eps))-DP for every eps in both neighbour directions (as the
+  add/remove PLDs of `dpjax.accounting.pld`) admits no test with TPR above min_eps
+  `dp_tpr_bound(FPR, eps, delta(eps))` over 400 eps in [0, max_epsilon] (any grid is
+  valid). delta(eps) includes the FFT rounding-noise estimate, so the bound stays
+  conservative. Dong, Roth & Su 2019, Prop. 2.12. `privacy_loss` has `delta(eps)` and
+  `rounding_noise(eps)` (a PrivacyLossDistribution); returns float64[F] TPR upper bounds.
 
   Examples:
     >>> from dpjax.accounting import pld
@@ -339,23 +273,14 @@ def likelihood_ratio_roc(values_J, pmf_in_J, pmf_out_J) -> tuple[np.ndarray, np.
                                                                   np.ndarray]:
   """ROC of the tests "IN iff V > threshold" for a statistic V with a known pmf pair.
 
-  V takes the evenly spaced values `values_J` with probabilities `pmf_in_J` under
-  IN and `pmf_out_J` under OUT. When V is the log-likelihood ratio (a privacy
-  loss), these tests are the Neyman-Pearson tests and the ROC is the pair's
-  trade-off curve.
+  V takes the evenly spaced, increasing values `values_J` (J >= 2) with probabilities
+  `pmf_in_J` under IN and `pmf_out_J` under OUT (float[J], each summing to <= 1 + 1e-9);
+  for a log-likelihood ratio these are the Neyman-Pearson tests. The missing mass of a
+  sub-probability is read pessimistically for privacy: pmf_in's at V = +inf, pmf_out's
+  at V = -inf.
 
-  Args:
-    values_J: float[J], evenly spaced and increasing (J >= 2).
-    pmf_in_J, pmf_out_J: float[J] probabilities, each summing to at most 1 (+1e-9).
-      A sum below 1 is a sub-probability whose missing mass sits off the grid on
-      the side that makes every test stronger (the pessimistic reading for
-      privacy): pmf_in's at V = +inf (never a false negative), pmf_out's at
-      V = -inf (never a false positive), e.g. a privacy-loss distribution's mass
-      at infinite loss.
-  Returns:
-    (thresholds_J, fpr_J, fnr_J): thresholds halfway between grid values,
-    FPR = P_OUT(V > threshold), FNR = P_IN(V <= threshold), clipped to [0, 1].
-    FPR is summed from the top, so tiny rates keep their accuracy.
+  Returns (thresholds_J, fpr_J, fnr_J): thresholds halfway between grid values, FPR =
+  P_OUT(V > threshold), FNR = P_IN(V <= threshold), clipped to [0, 1].
 
   Examples:
     >>> thr, fpr, fnr = likelihood_ratio_roc([0.0, 1.0], [0.25, 0.75], [0.75, 0.25])

@@ -1,34 +1,20 @@
 """Private hyperparameter tuning: repeat-and-select with a random number of runs.
 
-Tuning on private data spends privacy: every trained candidate and every score read
-from private data is a release the accountant must see. Accounting for the final
-model alone is not DP at all (lecture §5.5). Two accounted procedures are here.
+Every trained candidate and every score read from private data is a release the
+accountant must see: accounting for the final model alone is not DP at all (lecture
+§5.5). Two accounted procedures:
 
 1. Repeat and select (Papernot & Steinke, "Hyperparameter Tuning with Renyi
    Differential Privacy", ICLR 2022, https://arxiv.org/abs/2110.03620; Liu &
-   Talwar, STOC 2019, https://arxiv.org/abs/1811.07971). Draw K from a public law
-   (`sample_num_runs`), run a base algorithm Q K times, release only the run with
-   the best score. Each run of Q draws a candidate setting at random (uniformly by
-   default, from a data-independent law in any case), trains it, and scores it.
-   If Q's WHOLE output (model AND score) has RDP curve eps(alpha), the released run
-   has the curve `accounting.rdp.repeat_and_select_rdp` (about (2 + eta) times
-   Q's pure-DP eps in the limit). The score must therefore be private too: either
-   computed on public data, or a count on a private validation split released with
-   Gaussian noise (`noisy_count_scores`), whose RDP alpha / (2 s^2) is part of Q's
-   curve (`accounting.tuned_dpsgd_epsilon(..., score_noise_multiplier=s)`). K, the
-   other runs and their scores are NOT released (releasing K voids the theorem).
+   Talwar, STOC 2019, https://arxiv.org/abs/1811.07971): run a base algorithm Q a
+   public random K times (`sample_num_runs`), release only the best run. The score
+   must be private too (public data, or `noisy_count_scores`, charged via
+   `accounting.tuned_dpsgd_epsilon(..., score_noise_multiplier=s)`). K, the other
+   runs and their scores are NOT released (releasing K voids the theorem).
 
-2. Selection by the exponential mechanism on a disjoint validation split (lecture
-   §3.4, code 01 demo 3): train all C candidates on the training split, count each
-   one's correct predictions on the validation split, pick one with
-   `select_by_exponential_mechanism` and release it. A person is in one split only
-   (the split is a fixed public rule on record identity), so by parallel
-   composition the guarantee is the worse of the two parts, not their sum:
-   a training record is seen by all C trainings (C-fold composition; the selection
-   is post-processing of the C models given the validation data), a validation
-   record only by the selection (eps_sel-DP: counts have sensitivity 1 and move in
-   the same direction between add/remove neighbours, so exp(eps u) is eps-DP).
-   `exponential_selection_epsilon` is that max.
+2. Exponential-mechanism selection on a disjoint validation split (lecture §3.4,
+   `select_by_exponential_mechanism`); with the split a fixed public rule on record
+   identity, the guarantee is `exponential_selection_epsilon`.
 
 Shape letters: R runs, C candidates, N records.
 
@@ -72,18 +58,12 @@ def _law(mean_runs, shape) -> tuple[float, float]:
 def num_runs_log_pmf(k, mean_runs: float, shape) -> np.ndarray:
   """log P[K = k] of the law of the number of runs.
 
-  Truncated negative binomial with shape eta and E[K] = mean_runs (Papernot &
+  Truncated negative binomial with shape eta and E[K] = mean_runs >= 1 (Papernot &
   Steinke 2022, Definition 1; gamma from `rdp.truncated_negative_binomial_log_gamma`):
   P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) * Gamma(k + eta) / (Gamma(eta) k!)
   for k >= 1 (eta > 0), and (1 - gamma)^k / (k log(1/gamma)) at eta = 0
   (logarithmic). Poisson (shape "poisson" or inf): e^-mu mu^k / k!, k >= 0.
-
-  Args:
-    k: integer counts, any shape.
-    mean_runs: E[K] >= 1.
-    shape: eta >= 0 or "poisson" / math.inf.
-  Returns:
-    float64 array like k (-inf outside the support).
+  Returns a float64 array like k (-inf outside the support).
 
   Examples:
     >>> np.exp(num_runs_log_pmf([1, 2, 3], 2.0, 1.0)).round(4).tolist()   # geometric(1/2)
@@ -113,11 +93,8 @@ def _pow2(n: int) -> int:
 
 
 def _uniform53(key, size: int) -> np.ndarray:
-  """size uniforms in [0, 1) with 53 random bits each, from one key.
-
-  The bits are drawn for the next power of two >= size and the first `size` kept,
-  so a varying size compiles O(log size) programs, not one per size.
-  """
+  """size uniforms in [0, 1) with 53 random bits each, from one key (drawn for the next
+  power of two >= size, so varying sizes compile O(log size) programs)."""
   bits = np.asarray(jax.random.bits(key, (_pow2(size), 2), jnp.uint32))[:size]
   bits = bits.astype(np.uint64)
   hi = (bits[:, 0] >> np.uint64(6)).astype(np.float64)     # 26 bits
@@ -128,18 +105,13 @@ def _uniform53(key, size: int) -> np.ndarray:
 def sample_num_runs(key: jax.Array, mean_runs: float, shape, size: Optional[int] = None):
   """Draws the number of runs K (the law of `num_runs_log_pmf`) by inversion.
 
-  A 53-bit uniform u is drawn from `key` (on the host, float64) and K is the
-  smallest k with P[K <= k] > u, the CDF summed in float64 over blocks of k until
-  it exceeds u (or the pmf underflows). K is public randomness, independent of the
-  data; it must not be released with the tuning's result.
+  K is the smallest k with P[K <= k] > u for a 53-bit host uniform u from `key`. K is
+  public randomness, independent of the data; it must not be released with the
+  tuning's result.
 
   Args:
-    key: a jax.random key.
-    mean_runs: E[K] >= 1.
     shape: eta >= 0 (0 logarithmic, 1 geometric) or "poisson" / math.inf.
     size: None for one draw (a Python int), or a number of iid draws (int64[size]).
-  Returns:
-    int, or int64[size].
 
   Examples:
     >>> import jax
@@ -179,7 +151,7 @@ class TuningResult(NamedTuple):
 
   Attributes:
     candidate: index of the released run's setting, -1 when K = 0 (Poisson law).
-    score: the released run's score (its private score, e.g. a noisy count); nan if K = 0.
+    score: the released run's (private) score; nan if K = 0.
     output: the released run's output pytree (e.g. model parameters); None if K = 0.
   """
   candidate: int
@@ -193,31 +165,18 @@ def repeat_and_select(key: jax.Array,
                       candidate_probs=None) -> TuningResult:
   """Runs the base algorithm Q a random K times and releases the best run.
 
-  Privacy (Papernot & Steinke 2022, Theorems 2 and 6): if each run of Q, the pair
-  (output, score) as a function of the private data, has RDP curve eps(alpha),
-  the released `TuningResult` has curve
-  `rdp.repeat_and_select_rdp(orders, eps, mean_runs=mean_runs, shape=shape)`
-  (for DP-SGD runs: `accounting.tuned_dpsgd_epsilon`). The candidates are drawn
-  from `candidate_probs` (public, data-independent) and each run gets its own key,
-  so the runs are independent given the data, as the theorem requires. Ties in the
-  score go to the earliest run; the run order is random, so this is a random
-  tie-break (an independent label in Q's output).
+  Privacy (Papernot & Steinke 2022, Theorems 2 and 6): if each run's (output, score)
+  has RDP curve eps(alpha), the released `TuningResult` has curve
+  `rdp.repeat_and_select_rdp(orders, eps, mean_runs=mean_runs, shape=shape)` (DP-SGD:
+  `accounting.tuned_dpsgd_epsilon`). Candidates come from the public `candidate_probs`
+  (default uniform, float[C]), one key per run; ties go to the earliest (random) run.
 
   Args:
-    key: a jax.random key (split into: K, the candidates, the runs' keys).
-    base_fn: Q, batched over runs: base_fn(keys_R, candidates_R) ->
-      (outputs pytree with leading axis R, scores float[R]); run r trains / evaluates
-      candidate candidates_R[r] with key keys_R[r]. It must make the scores private
-      (public data, or `noisy_count_scores`).
-    num_candidates: C >= 1.
-    mean_runs: E[K] >= 1.
-    shape: eta >= 0 or "poisson" / math.inf.
-    candidate_probs: optional float[C] (default uniform).
+    base_fn: Q, batched over runs: base_fn(keys_R, candidates_R) -> (outputs pytree with
+      leading axis R, scores float[R]); it must make the scores private.
+    mean_runs, shape: the law of K (`num_runs_log_pmf`).
   Returns:
-    TuningResult(candidate, score, output); candidate -1 when K = 0.
-  Raises:
-    ValueError naming the parameter for bad inputs, or if base_fn returns scores
-    that are not float[R] and finite.
+    TuningResult; candidate -1 when K = 0. ValueError if the scores are not finite float[R].
 
   Examples:
     >>> import jax, jax.numpy as jnp
@@ -257,19 +216,11 @@ def repeat_and_select(key: jax.Array,
 def noisy_count_scores(key: jax.Array, counts_R, noise_multiplier: float) -> np.ndarray:
   """Releases integer counts (e.g. correct predictions on a private validation split).
 
-  Each count gets independent integer noise round(s Z), Z ~ N(0, 1)
-  (`integer_noise.rounded_gaussian(s)`, drawn exactly from a table; count + noise
-  is a post-processing of count + s Z). One record changes each count by at most
-  1, so each released count has RDP alpha / (2 s^2), up to the table's total
-  variation distance (below 2^-100, a delta not accounted). Pass s as
-  `score_noise_multiplier` to `accounting.tuned_dpsgd_epsilon`.
-
-  Args:
-    key: a jax.random key.
-    counts_R: integer counts [R] (each of sensitivity 1).
-    noise_multiplier: s > 0.
-  Returns:
-    float64[R] noisy counts (integers).
+  Each count [R] (sensitivity 1) gets independent noise round(s Z), Z ~ N(0, 1)
+  (`integer_noise.rounded_gaussian(s)`, post-processing of count + s Z), so each has RDP
+  alpha / (2 s^2), up to the sampling table's total variation distance (below 2^-100, a
+  delta not accounted). Pass s as `score_noise_multiplier` to
+  `accounting.tuned_dpsgd_epsilon`. Returns float64[R] integer-valued noisy counts.
 
   Examples:
     >>> import jax
@@ -288,22 +239,13 @@ def dpsgd_runs(keys_R: jax.Array, candidates_R, x_NxF, y_N, cfgs: Sequence[dpsgd
                model, *, pad_to: Optional[int] = None, **train_kwargs) -> dpsgd.TrainResult:
   """Trains run r with config cfgs[candidates_R[r]] and key keys_R[r] (all records kept).
 
-  The runs of one setting are one vmapped `dpsgd.train_many` call; the Python loop is
-  over the distinct settings used (each is its own compiled program, since C and
-  the learning rate are static in it). The settings must share the privacy curve
-  that is accounted: same sigma, q, T, dataset_size and privacy unit.
+  The runs of one setting are one vmapped `dpsgd.train_many` call (one compiled program
+  per setting). The settings must share the accounted privacy curve: same sigma, q, T,
+  dataset_size and privacy unit (refused otherwise).
 
-  Args:
-    keys_R: [R] keys.
-    candidates_R: int[R] in [0, len(cfgs)).
-    x_NxF, y_N, model: as in `dpsgd.train_many`.
-    cfgs: the candidate settings (DpSgdConfig), differing e.g. in C and learning rate.
-    pad_to: optional P >= 1: each setting trains a multiple of P models (the extra
-      ones, with keys folded from the setting's first run key, are discarded), so
-      that calls with varying run counts reuse one compiled program per setting.
-    **train_kwargs: other `train_many` keywords.
-  Returns:
-    TrainResult with leaves [R, ...] in run order.
+  candidates_R: int[R] in [0, len(cfgs)); x_NxF, y_N, model, **train_kwargs as in
+  `dpsgd.train_many`; pad_to = P: each setting trains a multiple of P models (extras
+  discarded) to reuse one program. Returns a TrainResult with leaves [R, ...] in run order.
 
   Examples:
     >>> import jax, jax.numpy as jnp
@@ -358,19 +300,10 @@ def dpsgd_runs(keys_R: jax.Array, candidates_R, x_NxF, y_N, cfgs: Sequence[dpsgd
 def select_by_exponential_mechanism(key: jax.Array, correct_counts_C, epsilon: float) -> int:
   """Picks a candidate with probability proportional to exp(eps * correct count).
 
-  The utilities are counts of correct predictions on a private validation split,
-  with the C models fixed (trained on a disjoint split): adding or removing one
-  validation record changes every count by 0 or +-1 in the same direction
-  (sensitivity 1, monotone), so exp(eps u) is eps-DP (McSherry & Talwar 2007;
-  Dwork & Roth 2014, monotone utilities). Calls
-  `mechanisms.exponential_mechanism(..., monotonic=True)`.
-
-  Args:
-    key: a jax.random key.
-    correct_counts_C: integer counts [C].
-    epsilon: eps > 0 of the selection.
-  Returns:
-    the chosen index (int).
+  The utilities are integer counts [C] of correct predictions on a private validation
+  split, the C models fixed (trained on a disjoint split): one validation record moves
+  every count by 0 or +-1 in the same direction, so exp(eps u) is eps-DP (McSherry &
+  Talwar 2007; Dwork & Roth 2014, monotone utilities). Returns the chosen index.
 
   Examples:
     >>> import jax
@@ -390,19 +323,10 @@ def exponential_selection_epsilon(noise_multiplier: float, sampling_prob: float,
                                   selection_epsilon: float) -> float:
   """eps at delta of: train C candidates by DP-SGD, select one by the exponential mechanism.
 
-  Parallel composition over the disjoint training and validation splits: a
-  training record's cost is the C-fold composition of T-step DP-SGD with the same
-  (sigma, q) (RDP adds, = one run of C * T steps), a validation record's is the
-  selection's pure eps. The released pair (index, model) is
-  max(dpsgd_epsilon(sigma, q, C T, delta), selection_epsilon)-DP at delta.
-
-  Args:
-    noise_multiplier, sampling_prob, num_steps: each candidate's DP-SGD (sigma, q, T).
-    num_candidates: C >= 1.
-    delta: in (0, 1).
-    selection_epsilon: eps > 0 of `select_by_exponential_mechanism`.
-  Returns:
-    eps (float).
+  Parallel composition over the disjoint training and validation splits: the released
+  (index, model) is max(dpsgd_epsilon(sigma, q, C T, delta), selection_epsilon)-DP at
+  delta (C-fold composition of T-step DP-SGD for a training record, the selection's pure
+  eps for a validation record).
 
   Examples:
     >>> e1 = accounting.dpsgd_epsilon(4.0, 0.01, 2_000, 1e-5)

@@ -4,12 +4,7 @@ Every experiment has one shape:
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class FooConfig(_common.ExperimentConfig):      # seed comes from the base class
-      trials: int = _common.option(1000, "Models per side.")
-      epsilons: tuple[float, ...] = _common.option((1.0, 2.0), "Claimed eps values.")
-
-      def __post_init__(self):
-        super().__post_init__()
-        ...                                          # ValueError naming the field
+      trials: int = _common.option(1000, "Models per side.")   # __post_init__ checks
 
     def run(cfg: FooConfig, out_dir: str, *, progress=True, quiet=False) -> dict:
       ...                                            # compute, write_results, figures
@@ -17,20 +12,9 @@ Every experiment has one shape:
     def main():                                      # `python -m experiments.foo --trials 7`
       _common.app_run(NAME, FooConfig, run)
 
-    if __name__ == "__main__":
-      main()
-
-`app_run` derives one absl flag per config field (type, default and help from the
-dataclass), plus --out; a bad value, whether absl rejects it or the config does,
-ends the program with a one-line error naming the flag and exit status 2. Tests call
-`run(FooConfig(...small...), tmpdir)` directly. The layout `write_results` writes:
-
-    <out>/results.json   {"experiment", "dpjax_version", "versions", "flags",
-                          "results", "tables", "figures", "summary"}
-    <out>/*.png          figures, drawn from the numbers in results.json
-
-Nothing time-dependent goes into results.json, so the same flags and seed give a
-byte-identical file.
+`app_run` derives one absl flag per config field, plus --out. `write_results` writes
+<out>/results.json {"experiment", "dpjax_version", "versions", "flags", "results",
+"tables", "figures", "summary"}, nothing time-dependent: same flags and seed, same bytes.
 """
 
 from __future__ import annotations
@@ -66,12 +50,7 @@ _VERSIONED = ("jax", "jaxlib", "optax", "dp-accounting", "numpy", "scipy")
 
 @dataclasses.dataclass
 class Table:
-  """A small table printed to stdout and rendered into results/REPORT.md.
-
-  Cells may be numbers (formatted with `digits` significant decimals), strings or
-  None (printed as "–"). By convention a column named "lecture" holds the value
-  the lecture printed for the same quantity, next to ours.
-  """
+  """A table for stdout and REPORT.md; a "lecture" column holds the lecture's value."""
   title: str
   columns: Sequence[str]
   rows: Sequence[Sequence[Any]]
@@ -167,11 +146,7 @@ def versions() -> dict:
 
 def finish(cfg, out_dir: str, name: str, record: dict, *, tables: Sequence[Table] = (),
            figures: Sequence[str] = (), summary: str = "", quiet: bool = False) -> dict:
-  """The end of every `run`: results.json with the config as its flags, tables, summary.
-
-  Returns:
-    {"record", "tables", "figures", "path"}: what `run` returns to its caller.
-  """
+  """The end of every `run`: writes results.json; {"record", "tables", "figures", "path"}."""
   path = write_results(out_dir, name, flag_dict=config_record(cfg), results=record,
                        tables=tables, figures=figures, summary=summary, quiet=quiet)
   if summary and not quiet:
@@ -182,17 +157,7 @@ def finish(cfg, out_dir: str, name: str, record: dict, *, tables: Sequence[Table
 def write_results(out_dir: str, name: str, *, flag_dict: dict, results: dict,
                   tables: Sequence[Table] = (), figures: Sequence[str] = (),
                   summary: str = "", quiet: bool = False) -> str:
-  """Writes `<out_dir>/results.json` and prints the tables; returns the JSON path.
-
-  Args:
-    out_dir: directory (created if missing).
-    name: experiment name, e.g. "mechanisms".
-    flag_dict: the flags (or config) the run used; recorded verbatim.
-    results: machine-readable numbers (plain floats and lists after conversion).
-    tables: human-readable tables; printed now and rendered into REPORT.md.
-    figures: file names (relative to out_dir) of figures already written.
-    summary: a paragraph of prose for the report (what the tables show).
-  """
+  """Writes `<out_dir>/results.json` (flag_dict verbatim), prints the tables; returns its path."""
   os.makedirs(out_dir, exist_ok=True)
   doc = {
       "experiment": name,
@@ -222,15 +187,7 @@ def write_results(out_dir: str, name: str, *, flag_dict: dict, results: dict,
 
 def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,  # pylint: disable=redefined-builtin
            flag: bool = True) -> Any:
-  """A config field with its flag's help text (and allowed values, for strings).
-
-  Args:
-    default: the default value (immutable: a tuple for sequences).
-    help: the flag's help text.
-    choices: allowed values of a string field (an enum flag), or of every item of a
-      tuple of strings; checked by `ExperimentConfig.__post_init__`.
-    flag: False keeps the field out of the command line (tests can still set it).
-  """
+  """A config field: immutable default, flag help, string `choices`; flag=False: no flag."""
   return dataclasses.field(default=default,
                            metadata={"help": help, "choices": choices, "flag": flag})
 
@@ -241,11 +198,7 @@ SEED_MAX = 2 ** 31 - 1
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
-  """Base of every experiment's config: the seed, the only source of randomness.
-
-  Its `__post_init__` also checks every field declared with `option(choices=...)`
-  (a string, or each string of a tuple), so subclasses only check the rest.
-  """
+  """Base of every config: the seed (the only randomness); checks every `choices` field."""
   seed: int = option(0, "Integer seed in [0, 2^31 - 1]; the only source of randomness.")
 
   def __post_init__(self):
@@ -271,8 +224,7 @@ def _is_real(x) -> bool:
 
 
 def check_int(cfg, name: str, minimum: int = 1, maximum: int | None = None) -> None:
-  """Raises ValueError unless cfg.<name> is an int in [minimum, maximum] (or a non-empty
-  tuple of them)."""
+  """Raises ValueError unless cfg.<name> is an int in [minimum, maximum] (or a tuple of them)."""
   v, items, what = _values(cfg, name)
   if not all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
              and x >= minimum and (maximum is None or x <= maximum) for x in items):
@@ -294,10 +246,9 @@ def check_positive(cfg, *names: str, finite: bool = True) -> None:
 
 def check_range(cfg, *names: str, low: float | None = None, high: float | None = None,
                 open_low: bool = False, open_high: bool = False) -> None:
-  """Raises ValueError unless each cfg.<name> (a number or a non-empty tuple of numbers)
-  is finite and in [low, high]; open_low / open_high make a bound strict, None drops it.
+  """Raises ValueError unless each cfg.<name> (or its items) is finite and in [low, high].
 
-  Example: `check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)`.
+  open_low / open_high make a bound strict; None drops it.
   """
   if low is not None and high is not None:
     interval = f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
@@ -337,12 +288,7 @@ def _unwrap_optional(t):
 
 
 def define_flags(config_cls) -> dict:
-  """One absl flag per field of `config_cls` (skipping fields with flag=False).
-
-  int -> DEFINE_integer, float -> DEFINE_float, bool -> DEFINE_bool, str ->
-  DEFINE_string (DEFINE_enum with `choices`), tuple[T, ...] -> DEFINE_list of T.
-  Returns {field name: FlagHolder}.
-  """
+  """One absl flag per field of `config_cls` (skipping flag=False); {field name: FlagHolder}."""
   hints = _field_types(config_cls)
   holders = {}
   for f in dataclasses.fields(config_cls):
@@ -415,19 +361,11 @@ def _flag_error(message: str, holders: dict) -> str:
 
 def app_run(name: str, config_cls, run_fn: Callable,
             default_out: Callable[[Any], str] | None = None) -> None:
-  """The whole `__main__` of an experiment: flags from the config, then run_fn.
+  """The whole `__main__` of an experiment: flags from the config, then run_fn(cfg, out_dir).
 
-  A flag value that absl cannot parse, or that the config rejects, prints
-  "FATAL Flags parsing error: flag --x=v: ..." (one line) and exits with status 2; a
-  stored run that cannot be used (`dpjax.audit.store.StoreError`) or a file that
-  cannot be written prints "ERROR <name>: ..." (one line) and exits with status 1.
-
-  Args:
-    name: the experiment's name.
-    config_cls: its config dataclass (one flag per field).
-    run_fn: run(cfg, out_dir).
-    default_out: the output directory when --out is not given, from the config
-      (default: results/<name>).
+  A flag value absl cannot parse or the config rejects prints one "FATAL Flags parsing
+  error: flag --x=v: ..." line and exits 2; a `store.StoreError` or OSError prints
+  "ERROR <name>: ..." and exits 1. default_out(cfg): the output directory without --out.
   """
   holders = define_flags(config_cls)
   parsed = {}
@@ -459,8 +397,7 @@ def app_run(name: str, config_cls, run_fn: Callable,
 
 
 def config_record(cfg) -> dict:
-  """The config as plain JSON values (recorded as the run's flags); an infinite float
-  is written as the text its flag takes ("inf"), since JSON has no infinity."""
+  """The config as plain JSON values; an infinite float is written as its flag text "inf"."""
   def text_inf(x):
     if isinstance(x, (tuple, list)):
       return [text_inf(v) for v in x]

@@ -3,8 +3,7 @@
     with _plots.figure(out_dir, "audit_digits.png", figsize=(6, 4)) as (fig, ax):
       ax.plot(...)                   # ncols=2 (or any plt.subplots keyword): an array
 
-This is the only module that chooses matplotlib's backend; an experiment that calls
-pyplot itself imports it from here (`from experiments._plots import plt`).
+The only module that chooses matplotlib's backend (`from experiments._plots import plt`).
 """
 
 from __future__ import annotations
@@ -25,12 +24,7 @@ DPI = 120
 @contextlib.contextmanager
 def figure(out_dir: str, name: str, *, dpi: float = DPI, tight_layout: bool = True,
            savefig_kwargs: dict | None = None, **subplots_kwargs):
-  """Yields `plt.subplots(**subplots_kwargs)`; saves it as <out_dir>/<name> on exit.
-
-  On normal exit: `fig.tight_layout()` (unless tight_layout=False), then
-  `fig.savefig(path, dpi=dpi, **savefig_kwargs)`. The figure is closed whether or not
-  the body raised; nothing is saved if it did.
-  """
+  """Yields `plt.subplots(**kwargs)`; saves <out_dir>/<name> on normal exit; always closes."""
   fig, ax = plt.subplots(**subplots_kwargs)
   try:
     yield fig, ax

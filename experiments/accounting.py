@@ -1,27 +1,20 @@
 """How loose is each accountant? (lecture §4, code 02 demos 2-3)
 
-(a) One Gaussian mechanism with mu0 = 0.01 (sigma = 100 x sensitivity) composed k
-    times, delta = 1e-5: eps by basic, advanced (Dwork-Rothblum-Vadhan) and optimal
+(a) A Gaussian mechanism with mu0 = 0.01 composed k times, delta = 1e-5: eps by basic
+    (delta/k per query, as the lecture), advanced (Dwork-Rothblum-Vadhan) and optimal
     (Kairouz-Oh-Viswanath) composition, RDP (classic and Balle et al. 2020
-    conversion), PLD, and the exact answer (k Gaussians = one mu0 sqrt(k) Gaussian).
-    Basic/advanced/optimal need one (eps0, delta0) per query; we use the best split
-    of delta that each allows (basic: delta/k per query, as the lecture).
-(b) The sigma (in units of the sensitivity) each accountant needs to answer k queries
-    within a total (eps = 1, delta = 1e-5).
-(c) The Poisson-subsampled Gaussian, sigma = 1, delta = 1e-5: eps against T for
-    q in {1, 0.1, 0.01}. q = 1 is the same mechanism without amplification by
-    subsampling. RDP on our default grid, RDP on integer orders 2..256 (what the
-    lecture's code used), PLD, and the exact answer where one exists (q = 1).
+    conversion), PLD, and the exact answer (one mu0 sqrt(k) Gaussian).
+(b) The sigma each accountant needs for k queries within (eps = 1, delta = 1e-5).
+(c) The Poisson-subsampled Gaussian, sigma = 1, delta = 1e-5, q in {1, 0.1, 0.01}: eps
+    against T by RDP (our grid; integer orders 2..256 as the lecture), PLD, exact (q = 1).
 
 Command:   python -m experiments.accounting        (about 10 s of CPU)
-Expected:  (a) k = 1e4: basic 488.7, advanced 50.1, optimal 34.0, RDP 4.73 (integer
-           orders 4.75; lecture 4.75), exact 4.38 (lecture 4.38), PLD = exact; RDP on
-           integer orders is 8.6-11 % above exact for k >= 10 and 19 % at k = 1 (lecture:
-           9-11 %, 19 %);
+Expected:  (a) k = 1e4: basic 488.7, advanced 50.1, optimal 34.0, RDP 4.73 (integer orders
+           4.75; lecture 4.75), exact 4.38 (lecture 4.38), PLD = exact; RDP on integer
+           orders is 8.6-11 % above exact for k >= 10, 19 % at k = 1 (lecture 9-11 %, 19 %);
            (b) k = 1e4: basic sigma = 36190.5 (lecture 36190.5), advanced 2258, optimal
-           1733, RDP 404.5 (lecture 404.5), exact 373.1;
-           (c) q = 0.01: T = 1 -> 0.96, T = 1e4 -> 6.72 on integer orders (lecture
-           0.96 / 6.72), 6.71 on our grid, PLD 6.19.
+           1733, RDP 404.5 (lecture 404.5), exact 373.1; (c) q = 0.01: T = 1 -> 0.96,
+           T = 1e4 -> 6.72 on integer orders (lecture 0.96 / 6.72), 6.71 on our grid, PLD 6.19.
 """
 
 from __future__ import annotations
@@ -50,10 +43,7 @@ _SPLITS = np.geomspace(1e-4, 0.999, 24)
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AccountingConfig(_common.ExperimentConfig):
-  """The three demos' settings (defaults = the lecture's; tests shrink them).
-
-  Nothing here is random: `seed` is recorded but unused.
-  """
+  """The three demos' settings (defaults = the lecture's); nothing is random."""
   mu0: float = _common.option(0.01, "Per-query mu of demo (a) (1 / sigma).")
   ks: tuple[int, ...] = _common.option((1, 10, 100, 1000, 10000), "Numbers of queries k.")
   total_delta: float = _common.option(1e-5, "Total delta of every demo.")
@@ -309,11 +299,7 @@ def _summary(record: dict) -> str:
 
 def run(cfg: AccountingConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Runs demos (a)-(c); writes results.json and the figure.
-
-  Returns:
-    {"record": {"a", "b", "c"}, "tables": [Table] * 3, "figures": [name], "path": path}.
-  """
+  """Runs demos (a)-(c); writes results.json and the figure; returns `_common.finish`'s dict."""
   ks, qs, steps = list(cfg.ks), list(cfg.demo3_qs), list(cfg.demo3_steps)
   delta, use_pld = cfg.total_delta, cfg.with_pld
   rec_a, tab_a = demo_a(cfg.mu0, ks, delta, use_pld, progress)

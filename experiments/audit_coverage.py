@@ -1,39 +1,24 @@
 """Coverage of every audit estimator, measured on mechanisms whose exact eps is known.
 
-An eps lower bound at 95% confidence may exceed the true eps in at most 5% of
-audits. This experiment simulates many independent audits (`--audits` per row) of
-the Gaussian mechanism (mu calibrated to each eps at delta), randomized response
-and the Laplace mechanism at each eps, and of null mechanisms (IN and OUT scores
-alike, eps = 0), with `--trials` trials per side (one-run estimators: twice as
-many canaries, each included by a fair coin), and counts for every estimator and
-threshold strategy of `dpjax.audit` (`dpjax.audit.coverage`):
-
-  * violations: audits whose bound exceeds the exact eps(delta) (on a null
-    mechanism: any positive bound), with the Clopper-Pearson interval of the rate
-    and the one-sided binomial p-value of "rate <= 5%";
-  * the median bound / true eps (how tight each estimator is).
-
-Estimators: FixedThreshold at the mechanism's best certifiable threshold (fixed
-before the audits), SplitThreshold (one and both signs), Bonferroni (fixed + split),
-the GDP bound of Nasr et al. 2023 (valid only for mu-GDP mechanisms: on randomized
-response and Laplace its rows are marked "assumption not met" and are not
-failures), the one-run bounds of Steinke et al. 2023 and Mahloujifar et al. 2025
-(both families), and every entry of `score_audit.score_bounds` (the scores front
-door, `--front_door_audits` per row since it is slower). A control row runs a
-deliberately invalid estimator (threshold maximised on the trials it is evaluated
-on) on Laplace eps = 2 with `--control_trials` trials: the measurement must catch it.
+A 95% eps lower bound may exceed the true eps in at most 5% of audits. This runs
+`--audits` simulated audits per row of the Gaussian, randomized response and Laplace
+mechanisms at each eps and of null mechanisms (eps = 0), `--trials` per side, and
+counts for every estimator of `dpjax.audit` (`dpjax.audit.coverage`) the violations
+(bound above the exact eps(delta); on a null, any positive bound), with a
+Clopper-Pearson interval and the p-value of "rate <= 5%", and the median bound / eps.
+The GDP bounds (Nasr et al. 2023) are valid only for mu-GDP mechanisms: on randomized
+response and Laplace their rows are marked "assumption not met". A control row runs a
+deliberately invalid estimator (threshold maximised on its own trials) on Laplace
+eps = 2 (`--control_trials`): the measurement must catch it.
 
 Command:   python -m experiments.audit_coverage        (238 rows, about 5 CPU minutes)
 Full scale (450 rows, about 15 CPU minutes):
            python -m experiments.audit_coverage --trials 100,1000 \
                --epsilons 0.5,1,2,4 --nulls gaussian,randomized_response,laplace \
                --front_door_audits 200
-(`--trials 10000` also works; the f-DP one-run bounds with 20,000 canaries then cost
-about 0.2 s per distinct count, a few minutes per row.)
-Expected: every row whose assumptions hold has a violation rate <= 5% within
-binomial error (p-value >= 0.001); the GDP-based bounds violate on randomized
-response and Laplace (their assumption is not met); the invalid control violates in
-far more than 5% of audits.
+Expected: every row whose assumptions hold has a violation rate <= 5% within binomial
+error (p-value >= 0.001); the GDP-based bounds violate on randomized response and
+Laplace; the invalid control violates in far more than 5% of audits.
 """
 
 from __future__ import annotations
@@ -140,11 +125,7 @@ def _plot(out_dir: str, rows: list[dict], nominal: float) -> str:
 
 def run(cfg: AuditCoverageConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Measures every estimator on every (mechanism, eps, trials); writes results.json + figure.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """Measures every estimator on every (mechanism, eps, trials); returns `_common.finish`'s dict."""
   rng = np.random.default_rng(cfg.seed)
   settings = [(m, int(k)) for k in dict.fromkeys(cfg.trials) for m in _mechanisms(cfg)]
   results = []

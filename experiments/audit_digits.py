@@ -1,40 +1,23 @@
 """Auditing DP-SGD on the digits: black-box and white-box bounds beside the claimed and exact eps.
 
-The private data are scikit-learn's 8x8 digits (`dpjax.data.digits`, n = 1,348
-training images). For each target eps in --eps, sigma is calibrated (RDP
-accountant, Poisson q, T steps, delta) and `dpjax.audit.runner.audit_dpsgd` trains
---runs models of --model (the MLP 64 -> hidden -> 10 or the small CNN) in one
-vmapped program, each with
-
-  * a BLACK-BOX record canary: an all-white image (every pixel 1, unlike any
-    digit) labelled 0, in half of the runs; the adversary sees the final model
-    and scores -loss(canary);
-  * --canaries WHITE-BOX Dirac gradient canaries, each in its own extra
-    parameter coordinate that the model never reads, each in half of the runs
-    (independently); the adversary sees every privatized update of its coordinate
-    and scores the exact likelihood ratio under the claimed (q, sigma).
-
-Every estimator of `dpjax.audit.score_audit.score_bounds` is applied to each side;
-the table shows the Clopper-Pearson split-threshold bound, the GDP bound (valid
-only if the training is mu-GDP) and the Bonferroni-valid best, beside the claimed
-eps (RDP), the exact eps of the accounted mechanism (PLD), and the best bound a
-perfect adversary could certify with the same trials (the ceiling).
-
-The quick default audits a SHORT training (few runs, few steps): the audited
-configuration is then exactly that one (its eps is the eps of T steps at q), and
-the bounds are limited by the trial count, not by the adversary. Larger audits:
---runs 1000 --canaries 100 --steps 100.
+On scikit-learn's 8x8 digits (n = 1,348 training images), sigma is calibrated for
+each --eps (RDP) and `dpjax.audit.runner.audit_dpsgd` trains --runs models, each with a
+BLACK-BOX record canary (an all-white image labelled 0; the adversary scores -loss on
+the final model) and --canaries WHITE-BOX Dirac gradient canaries (the adversary scores
+the exact likelihood ratio of every privatized update). Shown: the Clopper-Pearson
+split bound, the GDP bound (valid only if the training is mu-GDP) and the
+Bonferroni-valid best, beside the claimed eps (RDP), the exact eps (PLD) and the
+perfect-adversary ceiling. The quick default audits a short training, so the bounds
+are limited by the trial count.
 
 Command:   python -m experiments.audit_digits               (about a minute of CPU)
            python -m experiments.audit_digits --model cnn
-Expected (defaults, seed 0): exact eps 1.72, 3.40, 6.82 (claimed 2, 4, 8);
-white-box best valid bounds about 0.06, 0.42, 1.07 (Clopper-Pearson split 0.00,
-0.14, 1.33) with 1,024 + 1,024 pooled trials, whose perfect-adversary ceiling is
-4.93, and the optimal adversary's expected split bound is 0.12, 0.45, 1.13;
-black-box bounds 0 (a final-model adversary, 16 + 16 runs of a short training).
-Every bound at or below the exact eps. With --runs 200 --canaries 100 (10,000 +
-10,000 trials): white-box Clopper-Pearson 0.66, 1.24, 1.79 against the optimal
-adversary's expected 0.52, 1.11, 2.17.
+Expected (defaults, seed 0): exact eps 1.72, 3.40, 6.82 (claimed 2, 4, 8); white-box
+best valid bounds about 0.06, 0.42, 1.07 (Clopper-Pearson split 0.00, 0.14, 1.33) with
+1,024 + 1,024 pooled trials (ceiling 4.93; optimal adversary's expected split bound
+0.12, 0.45, 1.13); black-box bounds 0; every bound at or below the exact eps. With
+--runs 200 --canaries 100: white-box Clopper-Pearson 0.66, 1.24, 1.79 against the
+optimal adversary's expected 0.52, 1.11, 2.17.
 
 Shape letters: R runs (models), K gradient canaries per run.
 """
@@ -107,13 +90,8 @@ def _ceiling(audit: runner.TrainingAudit, delta: float, confidence: float) -> fl
 
 def _optimal_expected(audit: runner.TrainingAudit, train_cfg, confidence: float) -> float:
   """What the optimal white-box adversary is expected to certify with the split's trials.
-
-  The exact distribution of the white-box statistic under the claimed (q, sigma, T)
-  (`canary.LlrDistribution`, the accounted mechanism's privacy-loss distribution)
-  gives its ROC; `certifiable.best_certifiable` plugs the expected error counts of
-  half of each side's trials (what the split threshold evaluates) into the same
-  Clopper-Pearson bound. An audit near this value is as tight as the trials allow.
-  """
+  The exact statistic's ROC (`canary.LlrDistribution`) at half of each side's trials,
+  in the same Clopper-Pearson bound (`certifiable.best_certifiable`)."""
   dist = canary.LlrDistribution.compute(sampling_prob=float(train_cfg.sampling_prob),
                                         noise_multiplier=float(train_cfg.noise_multiplier),
                                         num_steps=int(train_cfg.num_steps))
@@ -142,11 +120,7 @@ def _plot(out_dir: str, rows: list) -> str:
 
 def run(cfg: AuditDigitsConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Audits DP-SGD at each eps (one call of `runner.audit_dpsgd` each); writes the record.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """Audits DP-SGD at each eps with `runner.audit_dpsgd`; returns `_common.finish`'s dict."""
   key_data, key_audit = jax.random.split(jax.random.key(cfg.seed))
   data = digits.load(key_data)
   n = int(data.y_train_N.shape[0])

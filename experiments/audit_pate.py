@@ -1,68 +1,36 @@
 """Auditing PATE's released labels: a canary in one teacher's partition, the aggregation repeated.
 
-PATE's accountant counts only the aggregator's noise, so its guarantee holds for
-every fixed set of teachers: the audit trains the ensemble once, retrains the
-canary's teacher alone with and without the canary, reads the two vote
-histograms on the adversary's Q queries, and releases the Q labels many times per
-world through `pate.gnmax` (vmapped over trial keys). Each release is scored by
-the exact log-likelihood ratio of the two worlds and the scores become a
-Clopper-Pearson eps lower bound with a threshold chosen on separate trials
-(`dpjax.audit.pate_audit.audit_labels`). sigma is calibrated so that Q answers
-cost each claimed eps (data-independent RDP, delta = 1e-5).
-
-Teachers: --teachers logistic regressions on the 56 cubic features of the credit
-world (`dpjax.data.credit`) plus one extra feature that no ordinary record uses,
-each on --records_per_teacher private records (disjoint partitions, one vmapped
-program); their vote on a point is the sign of its logit. Teacher 0 is the
-canary's teacher. Settings, each at every claimed eps:
-
-  (a) crafted tie: `pate_audit.crafted_pair`, the other M - 1 teachers tied
-      between the two classes and the canary flipping its teacher's vote on all
-      Q queries; histograms built directly, not by training (the worst case the
-      adversary can build);
-  (a) trained OOD canary: the same worst case reached by training. The public
-      point on which the other teachers' votes are closest to a tie, with the
-      extra feature set to --canary_value, labelled against its teacher's vote;
-      the queries are Q copies of it. Teachers that never saw the extra feature
-      keep a zero weight on it, so only the canary's teacher can change its vote;
-  (b) natural canary: the lecture's credit canary (income 250k, long history, no
-      delinquency, yet defaulted) in teacher 0's partition, Q copies of it as
-      queries. The other teachers agree on it, so one flipped vote hardly moves
-      the noisy argmax: the data-dependent eps is small, and so is the bound;
-  (c) broken aggregator: GNMax with noise at --broken_noise times sigma on the
-      crafted tie, audited against the claim for sigma. Caught when its bound
-      exceeds the exact eps of the correct aggregator on the pair (the sharper
-      check, as in `dpjax.audit.guard`) or the claim itself.
-
-Reported beside each bound: the claimed eps, the data-dependent eps of the pair
-(Papernot et al. 2018, Thm 6, at both histograms), the pair's exact eps (its
-privacy-loss distribution) and the perfect-adversary ceiling of the trials.
+PATE's accountant counts only the aggregator's noise, so its guarantee holds for every
+fixed set of teachers: the ensemble is trained once, the canary's teacher (teacher 0)
+with and without the canary, and the Q labels are released many times per world by
+`pate.gnmax`, each release scored by the exact log-likelihood ratio and bounded by
+Clopper-Pearson (`dpjax.audit.pate_audit.audit_labels`); sigma makes Q answers cost
+each claimed eps (RDP, delta = 1e-5). Teachers: logistic regressions on the credit
+world's 56 cubic features plus an extra feature no ordinary record uses. Settings:
+(a) crafted tie (`pate_audit.crafted_pair`: the other teachers tied, the canary flipping
+its teacher's vote on all Q queries, the worst case), and the same reached by training
+an OOD canary; (b) the lecture's natural credit canary (income 250k, long history, no
+delinquency, yet defaulted); (c) a broken aggregator, noise at --broken_noise x sigma,
+caught when its bound exceeds the correct aggregator's exact eps or the claim. Beside
+each bound: the claim, the data-dependent eps (Papernot et al. 2018, Thm 6), the
+pair's exact eps and the perfect-adversary ceiling.
 
 Command:  python -m experiments.audit_pate                  (quick: about 75 s of CPU)
 Full:     python -m experiments.audit_pate --trials 1000000  (about 170 s of CPU)
-Expected (quick defaults, seed 0; Q = 30, 50,000 releases per world, ceiling
-9.51): crafted tie [125, 125] / [124, 126], exact eps 0.69 / 1.39 / 2.74 / 5.47 of
-claimed 1 / 2 / 4 / 8 (the argmax of two classes releases only a sign, and the
-claim is an RDP conversion), bounds 0.31 / 0.79 / 1.59 / 3.12 (expected 0.30 /
-0.72 / 1.56 / 3.09), i.e. 31-40 % of the claim and 46-58 % of the exact eps; the
-trained OOD canary (other teachers [125, 124], its teacher flipped) 0.34 / 0.81 /
-1.56 / 3.21; the natural canary (other teachers [13, 236], its teacher flipped)
-certifies 0, its exact eps is 0 at delta = 1e-5 and its data-dependent eps 0.16 /
-0 / 0 / 0; noise at half scale certifies 0.84 / 1.80 / 3.29 / 6.33 (above the
-exact eps every time, above the claim never), at a quarter scale 1.79 / 4.02 /
-6.23 / 8.62 (above the claim every time). With --trials 1000000 (ceiling 12.5):
-crafted tie 0.50 / 1.05 / 2.16 / 4.10 (50-54 % of the claim, 72-79 % of the exact
-eps), trained OOD canary 0.49 / 1.08 / 2.06 / 3.87, half noise 1.12 / 2.23 / 4.42
-/ 7.42 (above the claim at 1, 2 and 4), quarter noise 2.48 / 4.71 / 8.26 / 11.07.
+Expected (quick defaults, seed 0; Q = 30, 50,000 releases per world, ceiling 9.51):
+crafted tie [125, 125] / [124, 126], exact eps 0.69 / 1.39 / 2.74 / 5.47 of claimed
+1 / 2 / 4 / 8, bounds 0.31 / 0.79 / 1.59 / 3.12 (expected 0.30 / 0.72 / 1.56 / 3.09);
+trained OOD canary 0.34 / 0.81 / 1.56 / 3.21; natural canary (other teachers [13, 236])
+0, exact eps 0, data-dependent eps 0.16 / 0 / 0 / 0; half noise 0.84 / 1.80 / 3.29 /
+6.33 (above the exact eps every time, above the claim never), quarter noise 1.79 /
+4.02 / 6.23 / 8.62 (above the claim every time). Full (ceiling 12.5): crafted tie 0.50
+/ 1.05 / 2.16 / 4.10, OOD canary 0.49 / 1.08 / 2.06 / 3.87, half noise 1.12 / 2.23 /
+4.42 / 7.42, quarter noise 2.48 / 4.71 / 8.26 / 11.07.
 
-Published figures: Chadha, Jagielski, Papernot, Choquette-Choo & Nasr, "Auditing
-Private Prediction" (ICML 2024) audit PATE with poisoning adversaries that choose
-their queries, but report Renyi-DP lower bounds per query (exact Renyi
-divergences of the noisy argmax), not Clopper-Pearson (eps, delta) bounds from
-trials, on image and text tasks; their numbers are not on our scale, so the table
-has no paper column. Their qualitative findings -- leakage close to the analysis
-for an adversary that poisons and controls the queries, far lower without query
-control -- are what settings (a) and (b) show here.
+Published: Chadha, Jagielski, Papernot, Choquette-Choo & Nasr, "Auditing Private
+Prediction" (ICML 2024) report Renyi-DP lower bounds per query, not on our scale (no
+paper column); their finding, leakage close to the analysis with query control and
+far lower without, is what (a) and (b) show.
 
 Shape letters: M teachers, Q queries, C = 2 classes.
 """
@@ -223,11 +191,7 @@ def _plot(out_dir: str, rows: list, eps: tuple, brokens: list) -> str:
 
 def run(cfg: AuditPateConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Trains the teachers, audits every setting at every claimed eps; writes the record.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """Trains the teachers and audits every setting; returns `_common.finish`'s dict."""
   key_teachers, key_audit = jax.random.split(jax.random.key(cfg.seed))
   trained = _teachers(cfg, key_teachers)
   crafted = pate_audit.crafted_pair(cfg.teachers, cfg.queries)

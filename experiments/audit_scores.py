@@ -1,41 +1,22 @@
 """Audit any attack scores: every estimator's eps lower bound, its assumptions, and the ROC.
 
-Input: the scores of an audit run anywhere (our DP-SGD, Opacus, TensorFlow
-Privacy, a hand-written mechanism): one score per independent training run,
-for runs with the canary IN and runs with it OUT, higher = IN. (Many canaries
-of one run are not independent trials: `dpjax.audit.one_run.audit` takes those
-with their inclusion bits.) Two formats:
+Input: one score per independent training run (any framework), canary IN or OUT,
+higher = IN, in an order that does not depend on the scores (many canaries of one run
+are not independent trials: use `dpjax.audit.one_run.audit`). Formats:
 
   .npz   arrays `in_scores` and `out_scores`, each 1-D, numeric;
   .csv   UTF-8 (a byte-order mark is allowed), a header row naming columns `score`
          (a plain ASCII decimal such as -1.5e-3) and `member` (1/0 or true/false:
          whether the canary was IN), each once; other columns are ignored.
 
-Every value must be finite, and each side needs at least two scores. A missing
-array or column, a NaN or infinity, a non-numeric value, an unknown extension or
-an unreadable file stops the program with one line naming the problem, before
-anything is written.
-
-Output, <out>/results.json: `results.epsilon_lower_<estimator>` for every
-estimator of `dpjax.audit.score_audit.score_bounds` (Clopper-Pearson with a split
-threshold, with a declared threshold set and a union bound, with a fixed
-threshold when --threshold is given; the GDP bound of Nasr et al. 2023; the
-one-run bounds of Steinke, Nasr & Jagielski 2023 and Mahloujifar, Melis &
-Chaudhuri 2025; and "best", their union-bound maximum), `results.estimators`
-with each bound's assumptions and counts, `results.falsified` (whether the
-"best" bound, valid at --confidence without assuming the mechanism is Gaussian,
-exceeds --claimed_epsilon), and `roc.png`: the empirical ROC with its
-simultaneous (DKW) confidence band beside the claimed (eps, delta) trade-off
-curve. The bounds labelled "valid only if the mechanism is mu-GDP" are reported
-but never decide `falsified`; `results.falsified_if_gdp` says what they would
-decide.
-
-The trials must be independent runs, in an order that does not depend on the
-scores (the split and one-run estimators take the file's order as given).
-
-With no --scores, a built-in example: the Gaussian mechanism of known mu
-(--demo_mu, --demo_trials per side, drawn from --seed) is written to
-<out>/demo_scores.npz and audited, its exact eps printed beside the bounds.
+Values must be finite, at least two per side; a bad input stops the program with one
+line before anything is written. <out>/results.json holds `epsilon_lower_<estimator>`
+for every estimator of `dpjax.audit.score_audit.score_bounds` and "best" (their
+union-bound maximum), with assumptions and counts, and `falsified`: whether "best"
+(valid without assuming a Gaussian mechanism) exceeds --claimed_epsilon; bounds valid
+only for mu-GDP mechanisms never decide it (`falsified_if_gdp` says what they would).
+roc.png: empirical ROC, DKW band, claimed trade-off curve. With no --scores, a Gaussian
+mechanism of known mu (--demo_mu) is written to <out>/demo_scores.npz and audited.
 
 Commands:  python -m experiments.audit_scores                          (a few seconds)
            python -m experiments.audit_scores --scores scores.npz --claimed_epsilon 4 \\
@@ -167,16 +148,8 @@ def _load_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
 def load_scores(path: str) -> tuple[np.ndarray, np.ndarray]:
   """Reads an audit's scores from .npz (in_scores, out_scores) or .csv (score, member).
 
-  Args:
-    path: a .npz or .csv file (see the module docstring for the formats).
-  Returns:
-    (in_K, out_K): float64 arrays of the IN and OUT scores in file order, each
-    finite with >= 2 entries.
-  Raises:
-    ScoresError (a ValueError) whose message starts "scores: <path>:" and names the
-    problem: unknown extension, unreadable file, missing array/column, a
-    non-numeric, NaN or infinite value, a bad member label, fewer than two scores
-    on a side.
+  Returns (in_K, out_K), float64 in file order, finite, >= 2 each; raises ScoresError (a
+  ValueError) starting "scores: <path>:" and naming the problem.
   """
   if not isinstance(path, str) or not path:
     raise ScoresError(f"scores must be a file path, got {path!r}")
@@ -240,13 +213,7 @@ def _figure(out_dir, band, claimed, delta, mu, title) -> str:
 
 def run(cfg: AuditScoresConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Reads (or makes) the scores, bounds eps with every estimator, writes results.json + roc.png.
-
-  All input checks run before `out_dir` is created or written.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """Reads (or makes) the scores and bounds eps (checks before writing); `_common.finish`'s dict."""
   del progress
   demo = not cfg.scores
   if demo:

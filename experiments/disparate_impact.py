@@ -1,31 +1,23 @@
 """Disparate impact of DP-SGD: who pays for privacy? (lecture §7, code 05; Bagdasaryan et al. 2019)
 
-Setting: 1,000 training records from the credit world with group 1 ~ 10 %, a
-logistic regression that SEES the group (linear features [1, income, debt, history,
-delinquent, group] plus a group x history column, so it can represent the thin-file
-effect), 100 seeds (the lecture used 20) trained together in one vmapped DP-SGD
-program (same data, fresh sampling and noise per seed), a 40,000-person test set. DP-SGD: batch 50 (q = 0.05),
-20 epochs (T = 400), C = 1, learning rate 0.5, delta = 1e-5, RDP accountant.
-
-  demo 1  test accuracy per group and the TPR gap (group 0 - group 1) for
-          eps in {inf (no clip, no noise), clip only (C = 1, no noise), 8, 4, 2, 1, 0.5},
-          and the ratio of accuracy drops (group 1 / group 0) against eps = inf;
-  demo 2  the two mechanisms: per-group mean training loss, mean per-example gradient
-          norm and fraction of sampled gradients clipped (engine per_example_stats),
-          and the seed-to-seed std of each coefficient (history, shared by everyone,
-          vs the group intercept and group x history, supported only by group 1);
-  demo 3  the drop ratio at eps = 0.5 for: 10 % with group features (fresh noise),
-          30 % with group features, 10 % group-blind (no group columns).
+1,000 credit-world training records (group 1 ~ 10 %), a logistic regression that SEES
+the group (linear features plus group and group x history), 100 seeds in one vmapped
+DP-SGD program, a 40,000-person test set; batch 50 (q = 0.05), T = 400, C = 1, lr 0.5,
+delta = 1e-5, RDP. Demo 1: per-group test accuracy and TPR gap at eps in {inf,
+clip only, 8, 4, 2, 1, 0.5}, and the ratio of accuracy drops (group 1 / group 0).
+Demo 2: per-group loss, gradient norm, clipped fraction, and the seed-to-seed std of
+the coefficients. Demo 3: the drop ratio at eps = 0.5 for 10 % (fresh noise) and 30 %
+with group features, and 10 % group-blind.
 
 Command:  python -m experiments.disparate_impact        (about 30-60 s of CPU)
-Expected (seed 0; 100 of the 1,000 training records are in group 1; 100 seeds, because
-with the lecture's 20 the drop ratio moved between 0.8 and 5 across noise draws):
-at eps = 0.5 group 0 loses 0.008 accuracy and group 1 0.023, ratio 3.1 +- 0.6
-(lecture 8.5; our world differs, see BUILD_NOTES.md); demo 3 (fresh noise): 2.6 +- 0.5,
-2.8 +- 0.4, 0.44 +- 0.20 (lecture 7.9, 2.1, 2.6); group 1 has the larger loss (0.543
-vs 0.489), gradient norm (0.782 vs 0.547) and clipped fraction (0.325 vs 0.211);
-seed-to-seed std 0.43 for history vs 1.14 / 1.23 for the group intercept / group x
-history (lecture 0.33 vs 1.07 / 0.89); TPR gap 0.014-0.040 (lecture +0.141 to +0.166).
+Expected (seed 0; 100 of the 1,000 training records are in group 1; 100 seeds; with
+the lecture's 20 the drop ratio moves between 0.8 and 5 across noise draws): at
+eps = 0.5 group 0 loses 0.008 accuracy and group 1 0.023, ratio 3.1 +- 0.6 (lecture
+8.5; our world differs, see BUILD_NOTES.md); demo 3: 2.6 +- 0.5, 2.8 +- 0.4, 0.44 +-
+0.20 (lecture 7.9, 2.1, 2.6); group 1 has the larger loss (0.543 vs 0.489), gradient
+norm (0.782 vs 0.547) and clipped fraction (0.325 vs 0.211); seed-to-seed std 0.43 for
+history vs 1.14 / 1.23 for the group intercept / group x history (lecture 0.33 vs 1.07
+/ 0.89); TPR gap 0.014-0.040 (lecture +0.141 to +0.166).
 """
 
 from __future__ import annotations
@@ -55,7 +47,7 @@ FEATURE_NAMES = ("intercept", "income", "debt_ratio", "history", "delinquent", "
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DisparateImpactConfig(_common.ExperimentConfig):
-  """The world, DP-SGD and demo settings (defaults = the module docstring; tests shrink)."""
+  """The world, DP-SGD and demo settings (defaults = the module docstring)."""
   n_train: int = _common.option(1000, "Training records.")
   n_test: int = _common.option(40_000, "Test records.")
   seeds: int = _common.option(100, "DP-SGD seeds trained together (vmapped); the lecture used 20.")
@@ -89,11 +81,8 @@ def _eps_text(e: float) -> str:
 
 
 def features(x_NxF: jax.Array, scaler: credit.PublicScaler, group_aware: bool) -> jax.Array:
-  """[1, z_income, z_debt, z_history, z_delinquent, group, group * z_history] (7 columns),
-  or the first five columns when group_aware is False (group-blind).
-
-  z_* are standardised on the public sample; `group` is the raw 0/1 bit, so the two
-  group coefficients are a group-1 intercept shift and a group-1 history slope shift.
+  """[1, z_income, z_debt, z_history, z_delinquent, group, group * z_history] (or the first
+  five if not group_aware), z_* standardised on the public sample.
   """
   lin = credit.linear_features(x_NxF, scaler)  # [N, 6]; column 5 = standardised group
   if not group_aware:
@@ -156,11 +145,7 @@ def _train(key, x, y, cfg, m, stats=False):
 
 def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Runs demos 1-3 (demo 3 only if `cfg.demo3`); writes results.json and the figure.
-
-  Returns:
-    {"record": {"settings", "demo3", ...}, "tables": [Table], "figures": [name], "path": path}.
-  """
+  """Runs demos 1-3 (demo 3 only if `cfg.demo3`); returns `_common.finish`'s dict."""
   seed, n_train, n_test, seeds = cfg.seed, cfg.n_train, cfg.n_test, cfg.seeds
   minority_share, demo3 = cfg.minority_share, cfg.demo3
   epsilons = [_eps_text(e) for e in cfg.epsilons]   # setting names, as on the command line

@@ -3,32 +3,22 @@
     .venv/bin/python -m experiments.dpsgd                # about 60-90 s of CPU
     .venv/bin/python -m experiments.dpsgd --seeds 5 --clip_seeds 10 --test_size 40000
 
-Four demos, all logistic regression trained with `dpsgd.train_many` (every seed of
-a setting is one vmapped run; demo 2 trains all its epsilons and seeds of a feature
-set as one run with `dpsgd.train_sweep`), expected batch 50 and 20 epochs unless
-stated, C = 1,
-delta = 1e-5, eta * C = 0.5, accuracy on a separate test sample, scaler fit on a
-separate public sample:
+Logistic regression, batch 50 and 20 epochs unless stated, C = 1, delta = 1e-5,
+eta * C = 0.5; expected results (the lecture's shapes):
 
-  1. Anatomy of one step at theta = 0 (eps = 1): linear features / n = 4000 (sigma
-     2.19) vs cubic / n = 500 (sigma 5.89): signal ||sum clip(g)|| / B, noise
-     sigma C sqrt(d) / B, and the cosine of the noisy update with the full-data
-     unclipped gradient. Expected: the linear signal dominates its noise (cosine
-     near 1), the cubic noise is several times its signal (cosine ~0.2).
-  2. Cost of privacy: eps in {0.5, 1, 2, 4, 8} beside Newton (near-unregularised,
-     non-private) and clipped-noiseless DP-SGD. Expected shape (lecture): linear/4000
-     loses ~0.003 at eps = 0.5; cubic/500 falls to ~0.67 at eps = 0.5 while
-     clipped-noiseless (~0.75) beats Newton (~0.74, overfits).
-  3. Clipping norm sweep (cubic/500, eps = 2, eta * C = 0.5 fixed): large C is a
-     disaster (lecture 0.660); small C has the best accuracy but worse log loss
-     (lecture 1.547).
-  4. Batch size (cubic/500, eps = 1): at 20 epochs larger batches are better
-     (lecture 0.671 -> 0.745); at a fixed T = 400 steps, sigma / B is nearly constant
-     (0.162-0.168) for q >= 0.05 and so is accuracy.
+  1. Anatomy of one step at theta = 0 (eps = 1), linear / n = 4000 (sigma 2.19) vs
+     cubic / n = 500 (sigma 5.89): signal ||sum clip(g)|| / B, noise sigma C sqrt(d) /
+     B, and the update's cosine with the full gradient: near 1 linear, ~0.2 cubic.
+  2. Cost of privacy, eps in {0.5, 1, 2, 4, 8}: linear/4000 loses ~0.003 at eps = 0.5;
+     cubic/500 falls to ~0.67 while clipped-noiseless (~0.75) beats Newton (~0.74).
+  3. Clipping norm sweep (cubic/500, eps = 2): large C is a disaster (lecture 0.660);
+     small C has the best accuracy but worse log loss (lecture 1.547).
+  4. Batch size (cubic/500, eps = 1): at 20 epochs larger batches are better (lecture
+     0.671 -> 0.745); at T = 400, sigma / B is nearly constant (0.162-0.168) for
+     q >= 0.05 and so is accuracy.
 
-The credit world is our own generative model (see dpjax/data/credit.py), so
-accuracies differ from the lecture's somewhat; sigma, sigma/B and the shapes of the
-tables are what should match.
+The credit world is our own model (dpjax/data/credit.py), so accuracies differ from
+the lecture's somewhat; sigma, sigma/B and the tables' shapes should match.
 """
 
 from __future__ import annotations
@@ -71,8 +61,7 @@ _CUBIC_N = 500   # the cubic data set of demos 3 and 4
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DpsgdExperimentConfig(_common.ExperimentConfig):
-  """The four demos' settings (defaults = the lecture's lists; tests pass shorter ones,
-  each setting being one compiled program)."""
+  """The four demos' settings (defaults = the lecture's lists)."""
   seeds: int = _common.option(5, "Training seeds per setting (demos 2 and 4).")
   clip_seeds: int = _common.option(10, "Training seeds per C (demo 3).")
   test_size: int = _common.option(20_000, "People in the test sample.")
@@ -142,8 +131,7 @@ def _train(key, d, cfg, seeds, stats=False):
 
 
 def _train_sweep(key, d, cfgs, seeds):
-  """All seeds of all cfgs (differing only in noise) as one vmapped run:
-  accuracies float64[len(cfgs), seeds]."""
+  """All seeds of all cfgs (differing only in noise) as one run: float64[len(cfgs), seeds]."""
   n = d["x"].shape[0]
   model = models.logistic_regression(d["x"].shape[1])
   idx = np.repeat(np.arange(len(cfgs)), seeds)
@@ -326,12 +314,7 @@ def _plot(out_dir, record, epsilons, clip_norms):
 
 def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Runs the four demos; writes results.json and the figure.
-
-  Returns:
-    {"record": {"anatomy", "cost", "clip", "batch", ...}, "tables": [Table] * 5,
-     "figures": [name], "path": path}.
-  """
+  """Runs the four demos; writes results.json and the figure; returns `_common.finish`'s dict."""
   epsilons, clip_norms = cfg.epsilons, cfg.clip_norms
   key = jax.random.key(cfg.seed)
   k_data, k_anat, k_cost, k_clip, k_batch = jax.random.split(key, 5)

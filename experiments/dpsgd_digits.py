@@ -1,55 +1,26 @@
 """DP-SGD done well on real images: MLP and CNN on scikit-learn's 8x8 digits vs epsilon.
 
-The 1,797 digits bundled with scikit-learn are split once by the seed
-(`digits.load_with_validation`): 449 test images (25 %), 200 validation images
-carved from the training part and treated as PUBLIC, and n = 1,148 private training
-images. Every hyper-parameter and checkpoint choice below is made on the validation
-split; the test split is read once per final configuration, after the choice.
+The 1,797 digits split by the seed into 449 test, 200 PUBLIC validation and n = 1,148
+private training images; every choice is made on the public validation split and the
+test split is scored once per final configuration. Inputs are centred on the public
+mean (`recipe.center_on_public`). Per architecture (mlp 64 -> 512 -> 10; cnn
+`models.cnn((8, 8, 1), (8, 16))`, `--cnn_groups` for group norm, much slower):
 
-Every split is centred on the mean of the public validation images
-(`recipe.center_on_public`, `--center`): a fixed per-record map computed from public
-data, so it costs no privacy; on the quick MLP it adds 2.0 points at epsilon = 1
-(0.853 -> 0.873) and 1.6 at epsilon = 8 (`--nocenter` to compare).
+  non-private    `recipe.train_nonprivate` (Adam, best validation epoch and lr);
+  DP-SGD         `dpjax.recipe`: Poisson sampling, ghost clipping, momentum 0.9, EMA;
+                 one `dpsgd.train_sweep` program per (T, lr) candidate trains every
+                 epsilon; per epsilon the best candidate and iterate (last or EMA) on
+                 validation is kept; sigma by RDP at delta = 1e-5;
+  clipped, σ = 0 the same selection among noiseless runs (clipping's cost alone).
 
-For each architecture:
-
-  non-private    the reference: `recipe.train_nonprivate` (no clipping, no noise),
-                 Adam, minibatches of 128, `--nonprivate_epochs` epochs, the epoch
-                 with the best validation accuracy kept (early stopping); the
-                 learning rate among `--nonprivate_lrs` chosen on validation.
-  DP-SGD         the recipe (`dpjax.recipe`): Poisson sampling at q, per-example
-                 clipping to C (ghost clipping), Gaussian noise, SGD with momentum
-                 0.9 (the optimiser sees only the privatized gradient), and the EMA
-                 of the iterates (`DpSgdConfig(ema_decay=...)`). For every candidate
-                 (T, lr) of the grid, ONE program trains `--seeds` models for every
-                 epsilon plus the clipped-noiseless run (sigma = 0), the noise std
-                 being an input (`dpsgd.train_sweep`); then, for each epsilon
-                 separately, the candidate and the parameters (last iterate or EMA)
-                 with the best mean validation accuracy are kept. sigma is calibrated
-                 for each (q, T) at delta = 1e-5 by the RDP accountant; the table shows
-                 the epsilon spent.
-  clipped, σ = 0 the same selection among the noiseless runs: what clipping alone
-                 costs (no privacy).
-
-Tuning: only on the public validation split (no accounted private tuning is needed,
-and none is used); the test split is scored once, for the selected configuration.
-
-Batch size: `recipe.noise_for_batch_sizes` (second table) shows that at fixed epsilon
-and epochs the noise on the averaged gradient, sigma / B, falls like 1 / sqrt(B)
-(Sander et al. 2023); on 1,148 records the largest batch, q = 1 (every record in
-every step, full-batch DP gradient descent with momentum), gives the least noise per
-epoch, and the full-mask step costs the same per step at any q.
-
-  mlp: 64 -> 512 -> 10 relu (`--mlp_hidden`);
-  cnn: `models.cnn((8, 8, 1), (8, 16))` (3x3 conv 8, avg-pool, 3x3 conv 16, avg-pool,
-  dense 10; `--cnn_channels`, and `--cnn_groups G` for group norm, which takes the
-  vmap(grad) clipping path, many times slower than ghost clipping).
+A second table (`recipe.noise_for_batch_sizes`): sigma / B falls like 1 / sqrt(B)
+(Sander et al. 2023); here q = 1 gives the least noise per epoch.
 
 Command:   python -m experiments.dpsgd_digits      (quick: T = 60, MLP lr {0.1, 0.5},
-           CNN lr {0.5, 4}, 5 seeds; 6 programs, about 4 min of CPU as measured)
+           CNN lr {0.5, 4}, 5 seeds; 6 programs, about 4 min of CPU)
 Full:      python -m experiments.dpsgd_digits --steps 20,60,100 --mlp_lrs 0.1,0.2,0.5 \
              --cnn_lrs 0.5,1,4 --nonprivate_lrs 0.003,0.01
-           (22 programs; about 17 min of CPU as measured)
+           (22 programs; about 17 min of CPU)
 Expected (seed 0, test accuracy, mean of 5 seeds; quick / full):
   mlp: non-private 0.973 / 0.973, clipped σ = 0 0.960 / 0.967,
        ε = 1 0.873 / 0.881, ε = 2 0.906 / 0.915, ε = 4 0.931 / 0.941,
@@ -57,15 +28,9 @@ Expected (seed 0, test accuracy, mean of 5 seeds; quick / full):
   cnn: non-private 0.962 / 0.962, clipped σ = 0 0.943 / 0.951,
        ε = 1 0.693 / 0.643, ε = 2 0.781 / 0.761, ε = 4 0.820 / 0.837,
        ε = 8 0.892 / 0.849.
-  The MLP at ε = 8 is 2.2 / 2.5 points under its non-private model and its worst
-  seed at ε = 1 reaches 0.860 / 0.871. The small avg-pool CNN stays 7-11 points
-  under at ε = 8: it needs a large learning rate to train under clipping (its
-  noiseless clipped run: lr 4), which amplifies the noise (BUILD_NOTES.md lists the
-  configurations tried). Each (T, lr) candidate has its own random stream, so a
-  larger grid redraws the noise of the quick grid's candidates too.
-The lecture reports no digits numbers and no published work uses this split, so
-there is no "published" column: the non-private rows, trained here on the same split,
-are the reference.
+  The MLP's worst seed at ε = 1 reaches 0.860 / 0.871; the CNN needs a large learning
+  rate under clipping (lr 4), which amplifies the noise. A larger grid redraws the
+  quick grid's noise too. No lecture or published numbers exist for this split.
 
 Shape letters: M models (seeds), N images, F = 64 pixels.
 """
@@ -159,13 +124,7 @@ def _stats(acc_M: np.ndarray) -> dict:
 
 def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Trains the baselines and DP-SGD per (architecture, candidate), selects on the
-  validation split, scores the selected models on the test split once, writes
-  results.json and the figure.
-
-  Returns:
-    {"record": {...plain numbers...}, "tables": [Table], "figures": [name], "path": path}.
-  """
+  """Trains baselines and DP-SGD, selects on validation, tests once; `_common.finish`'s dict."""
   key = jax.random.key(cfg.seed)
   key_data, key_np, key_dp = jax.random.split(key, 3)
   data = digits.load_with_validation(key_data, cfg.test_fraction, cfg.validation_size)

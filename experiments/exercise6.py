@@ -1,70 +1,41 @@
 """Lecture 10, exercise 6 end to end: a bank's whole privacy budget, eps = 3 at delta = 1e-5.
 
-The bank releases (i) the delinquency rate of each of 50 zip codes, (ii) a credit
-model trained by DP-SGD and (iii) the best of 20 hyperparameter settings. The
-lecture's reasonable answer: split eps by basic composition, model 2.0 / zip
-statistics 0.7 / selection 0.3 (or account jointly in RDP, tighter); one person
-lives in one zip, so the 50 counts have L1 sensitivity 1 (parallel composition);
-count delinquents and people with Laplace(1/0.35) each and divide
-(post-processing); zips with few people (say < 30) are unreliable; select by the
-exponential mechanism on validation accuracy (sensitivity 1/n_val) or by
-Papernot & Steinke's repeat-and-select in RDP, never by tuning freely; a customer
-with 5 loans gets about 5 eps = 15 under example-level DP, so the unit must be
-the customer. This experiment does all of it on `credit.sample_customers`
-(customers with 1-10 loans, Zipf-sized zips):
+The bank releases (i) the delinquency rate of each of 50 zip codes, (ii) a DP-SGD
+credit model and (iii) the best of 20 hyperparameter settings. The lecture's answer:
+basic composition, model 2.0 / zips 0.7 / selection 0.3 (or jointly in RDP); zips with
+< 30 people are unreliable; select privately, never by tuning freely; a customer with 5
+loans gets about 5 eps = 15 under example-level DP, so the unit must be the customer.
+On `credit.sample_customers` (1-10 loans each, Zipf-sized zips):
 
-  1. Budget. The lecture's split under basic composition (the model's sigma
-     calibrated to eps = 2.0 alone), the same three mechanisms accounted jointly in
-     RDP (the Laplace counts by `rdp.laplace_rdp`, the exponential mechanism as
-     eps-bounded-range by `composition.pure_dp_rdp`, DP-SGD's subsampled Gaussian),
-     and the smaller sigma the model can use when the total is held at 3.
-  2. Zip codes. `mechanisms.grouped_rates`: customers per zip and delinquent
-     customers per zip (a customer is delinquent if any of their loans defaulted),
-     Laplace(1 / 0.35) each; the unit is the CUSTOMER (counting loans would move a
-     count by up to 10). Unreliable zips by our rule (delta-method noise sd of the
-     rate > `--max_rate_sd`, computed from the released values) and by the
-     lecture's (fewer than `--min_count` customers, applied to the released count).
-  3. Model. Logistic regression on the public-scaled linear features, user-level
-     DP-SGD (the customer is the unit: user-level Poisson sampling, each customer's
-     summed gradient clipped to C) against example-level DP-SGD at the same eps,
-     and the non-private model; test accuracy on held-out customers.
-  4. Selection among 20 settings: 5 clip norms C x 4 values of lr * C^2 (so the
-     learning rate is lr_c2 / C^2; one compiled program per lr_c2, see `_user_cfg`).
-     Customers are split by a public rule on their id into training (DP-SGD) and
-     validation (scores) customers; a customer is in one split only, so each
-     procedure's guarantee is the worse of the two splits' (not their sum),
-     composed with the zip release:
-       * naive: train all 20 at the jointly accounted sigma, pick the best by exact
-         validation accuracy and account for the final model only (claimed 3);
-         its real cost charges all 20 trainings and leaves validation customers
-         unprotected;
-       * exponential mechanism (lecture §3.4): utility = sum over validation
-         customers of their share of correctly classified loans (sensitivity 1,
-         monotone), eps_sel = 0.3, with all 20 candidate trainings charged to the
-         training customers (20-fold RDP composition), sigma calibrated to total 3;
-       * repeat-and-select (Papernot & Steinke 2022, `rdp.repeat_and_select_rdp`):
-         K ~ truncated negative binomial (mean `--rs_mean_runs`, shape
-         `--rs_shape`), each run a uniformly drawn setting trained once and scored
-         with N(0, `--score_noise`^2) noise on the same utility; sigma calibrated
-         so that the whole procedure and the zip release total 3.
-  5. A customer with five loans: example-level (each loan a unit, every release at
-     the record level) gives (5 eps, 5 e^{4 eps} delta) by group privacy
-     (`composition.group_privacy`); user-level gives (3, 1e-5).
+  1. Budget: the lecture's split, the same mechanisms accounted jointly in RDP
+     (`rdp.laplace_rdp`, `composition.pure_dp_rdp`, the subsampled Gaussian), and the
+     smaller sigma the model can use at total 3.
+  2. Zips: `mechanisms.grouped_rates` per CUSTOMER; unreliable by noise sd of the rate
+     > `--max_rate_sd` (from released values) or the lecture's `--min_count` rule.
+  3. Model: user-level DP-SGD (users sampled, each customer's summed gradient
+     clipped) vs example-level at the same eps and non-private; held-out accuracy.
+  4. Selection among 5 C x 4 lr * C^2 (`_user_cfg`), customers split by a public rule
+     on their id into training and validation (the guarantee is the worse split's):
+     naive (best by exact validation accuracy, final model only accounted: its real
+     cost charges all 20 trainings and leaves validation customers unprotected); the
+     exponential mechanism (lecture §3.4; utility = validation customers' shares of
+     correct loans, sensitivity 1, eps_sel = 0.3, 20 trainings composed); and
+     repeat-and-select (Papernot & Steinke 2022, `rdp.repeat_and_select_rdp`, scores
+     with N(0, `--score_noise`^2) noise), each calibrated to total 3.
+  5. A five-loan customer: example-level gives (5 eps, 5 e^{4 eps} delta) by group
+     privacy (`composition.group_privacy`); user-level gives (3, 1e-5).
 
 Command:  python -m experiments.exercise6      (about 50 s of CPU, half of it compiling
-          the customer sampler; one DP-SGD program per value of lr * C^2, each clip
-          norm a rescaled copy of the features, plus the example-level model)
+          the customer sampler)
 Expected (seed 0; 2,000 customers with about 6,900 loans, 1,500 training / 500
-validation customers, 1,000 held-out customers): the lecture's split accounted in
-one RDP account spends 2.65 of 3, so at total 3 the model's sigma drops from 2.42 to
-2.11; about 40 of the 50 zips are unreliable by noise sd > 0.1 and about 35 by the
-lecture's < 30 customers (the smallest zips hold 5-10 customers, only the largest
-few are reliable); user-level, example-level and non-private models all score about
-0.78 (this linear model barely feels sigma = 2.4); charging the 20 candidates to the
-exponential mechanism forces sigma up to 8.0, repeat-and-select (about 10 runs
-drawn) needs 3.8, and the naive procedure really costs 12.8 for training customers
-and is unbounded for validation customers; a five-loan customer under example-level
-DP gets eps = 15 with delta > 1 (no guarantee at all).
+validation customers, 1,000 held-out customers): the lecture's split accounted in one
+RDP account spends 2.65 of 3, so at total 3 the model's sigma drops from 2.42 to 2.11;
+about 40 of the 50 zips are unreliable by noise sd > 0.1 and about 35 by the lecture's
+< 30 customers; user-level, example-level and non-private models all score about 0.78;
+charging the 20 candidates to the exponential mechanism forces sigma up to 8.0,
+repeat-and-select (about 10 runs drawn) needs 3.8, and the naive procedure really
+costs 12.8 for training customers and is unbounded for validation customers; a
+five-loan customer under example-level DP gets eps = 15 with delta > 1 (no guarantee).
 """
 
 from __future__ import annotations
@@ -227,10 +198,7 @@ def _num_runs_pmf(mean_runs: float, shape: float, k_max: int) -> np.ndarray:
 
 def _sample_num_runs(key: jax.Array, mean_runs: float, shape: float) -> int:
   """K ~ the truncated negative binomial by inversion of its CDF (public randomness).
-
-  A float64 uniform (53 bits, from a host Generator seeded by `key`) is inverted
-  through the CDF summed up to a k_max whose pmf is below 1e-16 E[K].
-  """
+  A 53-bit host uniform seeded by `key`; the CDF is summed to a k_max with pmf < 1e-16 E[K]."""
   k_max = 64
   while _num_runs_pmf(mean_runs, shape, k_max)[-1] > 1e-16 * mean_runs:
     k_max *= 2
@@ -296,11 +264,7 @@ def _accuracy(params_MxD, x, y) -> np.ndarray:
 
 
 def _validation_utility(params_MxD, w: dict) -> np.ndarray:
-  """float64[M]: sum over validation customers of their share of correct loans.
-
-  One customer adds a term in [0, 1] to every model's utility (sensitivity 1, all
-  moving the same way), n_val times the customer-averaged accuracy.
-  """
+  """float64[M]: sum over validation customers of their share of correct loans (sensitivity 1)."""
   correct = (_predict(params_MxD, w["x_val"]).T == (w["y_val"][None, :] == 1)).astype(float)
   loans = np.bincount(w["uid_val"], minlength=w["num_val_users"]).astype(float)
   per_cust = np.zeros((correct.shape[0], w["num_val_users"]))
@@ -312,11 +276,10 @@ def _validation_utility(params_MxD, w: dict) -> np.ndarray:
 def _user_cfg(cfg: Exercise6Config, w: dict, lr_c2: float, sigma: float) -> dpsgd.DpSgdConfig:
   """User-level DP-SGD with C = 1 and learning rate lr_c2 on features scaled by 1 / C.
 
-  On features x / C the parameters are v = C w (same logits), a customer's summed
-  gradient is G / C, and clip-to-1 plus N(0, sigma^2) noise is exactly clip-to-C
-  plus N(0, (sigma C)^2) noise divided by C; an SGD step of size lr_c2 on v is a
-  step of size lr_c2 / C^2 on w. So this trains setting (C, lr = lr_c2 / C^2) with
-  the same sigma, q, T (the same privacy), and all C share one compiled program.
+  On x / C the parameters are v = C w, a customer's summed gradient is G / C, and
+  clip-to-1 plus N(0, sigma^2) is clip-to-C plus N(0, (sigma C)^2) divided by C; a step
+  lr_c2 on v is lr_c2 / C^2 on w. So (C, lr_c2 / C^2) trains with the same privacy, all C
+  in one program.
   """
   return dpsgd.DpSgdConfig(dataset_size=w["num_train_users"], sampling_prob=cfg.sampling_prob,
                            num_steps=cfg.num_steps, l2_clip_norm=1.0, noise_multiplier=sigma,
@@ -326,12 +289,8 @@ def _user_cfg(cfg: Exercise6Config, w: dict, lr_c2: float, sigma: float) -> dpsg
 def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key: jax.Array,
                     run_setting: np.ndarray, model, bar) -> dict:
   """Trains every model of parts 3-4 with user-level DP-SGD; params as w (not v).
-
-  One `train_sweep` program per value of lr * C^2: the records are stacked once per
-  clip norm (copy j holds x / C_j) and each model keeps only its copy (keep_MxN), so
-  a model's private dataset is exactly the training customers' loans, user ids
-  shared across copies (each model samples customers with its own key).
-  """
+  One `train_sweep` per lr * C^2: copy j of the records holds x / C_j and each model keeps
+  only its copy (keep_MxN), so its private data are exactly the training customers' loans."""
   clips = list(cfg.clip_norms)
   n = w["x_train"].shape[0]
   x_all = np.concatenate([w["x_train"] / c for c in clips]).astype(np.float32)
@@ -370,11 +329,7 @@ def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key: jax.Array,
 
 def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Runs the five parts; writes results.json and the zip figure.
-
-  Returns:
-    {"record": {...}, "tables": [Table], "figures": [name], "path": path}.
-  """
+  """Runs the five parts; writes results.json and the zip figure (`_common.finish`'s dict)."""
   key = jax.random.key(cfg.seed)
   k_world, k_zip, k_train, k_ex, k_em, k_runs, k_pick, k_score = jax.random.split(key, 8)
   bud = _budget(cfg)

@@ -1,41 +1,19 @@
 """Floating-point attacks on DP noise, and the defended mechanisms that stop them.
 
-Three tables (`dpjax.attacks.floating_point` holds the exact tests):
+Exact tests from `dpjax.attacks.floating_point`:
 
-(a) Mironov's attack (CCS 2012) on the naive float Laplace mechanism
-    `mechanisms.laplace_mechanism(..., secure=False)`: `trials` releases of the
-    count x = 0 and as many of its neighbour x' = 1 at each claimed eps. A release
-    is called "from x" when it is impossible from x' (no float32 atom of
-    `jax.random.laplace` reaches it from x'). Releases of x' are never flagged (the
-    test is exact), so the attack has TPR > 0 at FPR = 0, which no eps-DP mechanism
-    allows (`tradeoff.dp_tpr_bound(0, eps) = 0`); the Clopper-Pearson eps lower
-    bound of these counts (`audit.stats.epsilon_lower_bound`, delta = 0) exceeds
-    the claimed eps.
+(a) Mironov's attack (CCS 2012) on `mechanisms.laplace_mechanism(..., secure=False)`:
+    `trials` releases of x = 0 and of x' = 1; a release is "from x" when no float32
+    atom of `jax.random.laplace` reaches it from x'. TPR > 0 at FPR = 0, which no eps-DP
+    mechanism allows; the Clopper-Pearson eps lower bound exceeds the claim.
 (b) The lattice attack on DP-SGD's float32 Gaussian noise: `models` models with a
-    gradient canary and as many without (logistic regression on a small synthetic
-    set whose last feature is 0, the canary of `dpjax.audit.canary` in that
-    coordinate) at each sigma (one q, one compiled program). The white-box adversary sees
-    the canary coordinate of every privatized update and knows the clipped sum
-    without the canary there (0); a model is flagged IN when some update is
-    impossible from that sum (`floating_point.lattice_canary_flags`). Printed: the
-    fraction flagged in each group, the fraction of the steps where the canary
-    was sampled that are impossible without it, the eps lower bound at 95 %
-    against the accountant's eps, and the figures reported for this attack in
-    the "reported" columns (95.5-100 % of the models with the canary flagged, 0 %
-    of those without, about 82 % of the sampled steps impossible).
-(c) The same attacks on the defended mechanisms (`dpjax.integer_noise`): the
-    default `laplace_mechanism` (secure) and DP-SGD with
-    `privatizer.secure_components` (grid clipping + integer Gaussian noise) at
-    `defended_noise_multipliers` (one program each: the noise table is static). Their
-    outputs are exact grid values and the integer noise's support covers the
-    grid, so the adapted test (`floating_point.grid_reachable`, with the noise
-    table's largest |X|) flags nothing on either side and the eps lower bound is 0:
-    no better than a threshold audit at the claimed eps allows.
-
-The canary's per-step inclusion bits are recomputed from each model's key
-(`dpjax.dpsgd`: the model key splits into init, sample, noise and canary keys;
-step t's bit is `PoissonSampler(q).batch_mask(canary key, t, [True])`), and the
-experiment checks that every update is reachable under its true hypothesis.
+    gradient canary and as many without; the white-box adversary flags a model IN when
+    some privatized update of the canary coordinate is impossible from the canary-free
+    sum (`floating_point.lattice_canary_flags`), beside the figures reported for this
+    attack (95.5-100 % of canary models flagged, 0 % of others, ~82 % of steps).
+(c) The defended mechanisms (`dpjax.integer_noise`): secure `laplace_mechanism` and
+    DP-SGD with `privatizer.secure_components`; outputs are grid values covered by the
+    integer noise, so `floating_point.grid_reachable` flags nothing and the bound is 0.
 
 Command:   python -m experiments.fp_attacks                 (about 35 s of CPU)
            python -m experiments.fp_attacks --models 1000 --trials 100000
@@ -337,11 +315,7 @@ def _tables(record, cfg):
 
 def run(cfg: FpAttacksConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Runs the three attacks, writes results.json and prints the tables.
-
-  Returns:
-    {"record", "tables", "figures", "path"} (`_common.finish`).
-  """
+  """Runs the three attacks, writes results.json, prints the tables; `_common.finish`'s dict."""
   del progress   # no loop long enough for a bar
   key = jax.random.key(cfg.seed)
   k_lap, k_def_lap, k_data, k_dp, k_def_dp = jax.random.split(key, 5)

@@ -1,22 +1,11 @@
 """The classic mechanisms on the credit world (lecture §3, code 01).
 
-Demo 1 (§3.1): randomized response on the delinquency bit of 10,000 applicants:
-  plausible deniability (posterior of a "yes" at eps = 1 and 0.1), the standard
-  deviation of the unbiased rate estimate, and its error against central DP (one
-  Laplace(1/eps) on the exact count); closed forms + Monte Carlo repetitions.
-Demo 2(a) (§3.3): expected absolute error of a count (Delta = 1) under Laplace and
-  under the Gaussian (analytic and, for eps < 1, classic calibration), delta = 1e-5.
-Demo 2(b) (§3.2): the clip bound B of a private mean income of 1,000 applicants at
-  eps = 1 (half for the clipped sum, half for the count): bias, noise, RMSE, and
-  the fraction of people clipped, for B fixed in advance.
-Demo 2(c) (§3.5): post-processing a small count (true 6, eps = 0.5): how often the
-  release is negative, and the RMSE before / after clamping at 0 and rounding
-  (exact sums over the Laplace distribution + Monte Carlo).
-Demo 3 (§3.4): the exponential mechanism picks an approval threshold among 25
-  candidates (0.200, 0.225, ..., 0.800) for a logistic score fit on a PUBLIC sample;
-  utility = number of the 500 private applicants classified correctly (Delta_u = 1);
-  private vs test accuracy for eps in {0.01, 0.1, 1, 5}, many selections vectorised,
-  on the lecture-like single private sample and averaged over fresh samples.
+Demo 1 (§3.1): randomized response on the delinquency bit of 10,000 applicants vs
+central DP. Demo 2(a) (§3.3): a count's error under Laplace and the Gaussian. Demo 2(b)
+(§3.2): the clip bound B of a private mean income (1,000 applicants, eps = 1). Demo 2(c)
+(§3.5): clamping and rounding a small noisy count (true 6, eps = 0.5). Demo 3 (§3.4):
+the exponential mechanism picks one of 25 approval thresholds (0.200 .. 0.800) of a
+public-fit logistic score; utility = correct private applicants out of 500.
 
 Command:   python -m experiments.mechanisms          (about 12-25 s of CPU)
 Expected (seed 0; "exact" columns are pure math and match the lecture's):
@@ -29,7 +18,7 @@ Expected (seed 0; "exact" columns are pure math and match the lecture's):
     clipping 0.6% (lecture: 0.2%); noise SD 5.66 at B = 2000 and 0.59 at B = 200
     (lecture 5.66 / 0.59);
   demo 2(c): 2.49% negative, RMSE 2.828 -> 2.700 exact (lecture 2.3%, 2.858 -> 2.725,
-    which are Monte Carlo estimates of the same quantities);
+    Monte Carlo estimates of the same quantities);
   demo 3: best private threshold 0.525, best test threshold 0.500 with accuracy 0.781
     (lecture 0.325 / 0.500 / 0.770); eps = 0.01 is a near-uniform pick; eps = 1 and 5
     give the same test accuracy (0.776) here, the lecture's eps = 1 was higher.
@@ -69,7 +58,7 @@ LECTURE = {
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MechanismsConfig(_common.ExperimentConfig):
-  """Sizes of the four demos (defaults = the lecture's; tests shrink them)."""
+  """Sizes of the four demos (defaults = the lecture's)."""
   rr_people: int = _common.option(10_000, "Demo 1: applicants.")
   rr_epsilons: tuple[float, ...] = _common.option((0.1, 0.5, 1.0, 2.0, 5.0),
                                                   "Demo 1: epsilons of randomized response.")
@@ -424,11 +413,7 @@ def _plot(out_dir: str, results: dict) -> list[str]:
 
 def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Runs the four demos; writes results.json and the figure.
-
-  Returns:
-    {"record": the results written, "tables": [Table] * 5, "figures": [name], "path": path}.
-  """
+  """Runs the four demos; writes results.json and the figure; returns `_common.finish`'s dict."""
   k_world, k_rr, k_count, k_clip, k_pp, k_em = jax.random.split(jax.random.key(cfg.seed), 6)
   # One draw of the credit world, cut into disjoint groups of i.i.d. applicants (one
   # call compiles the sampler once instead of once per group size).

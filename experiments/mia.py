@@ -1,25 +1,20 @@
 """Membership inference, then DP as the defence (lecture §6.1, code 04 demo 2; HW4).
 
-A pool of 300 credit records; 128 models of the lecture's overfitting cubic logistic
-regression, each trained on a random half of the pool (every record is in exactly
-64 models); every model in turn is the target and the other 127 are its shadow
-models, so each row scores all 128 x 300 (model, record) pairs from ONE vmapped
-training run. Rows: the overfit model (Newton, almost no regularisation), lambda =
-1e-2, clipped SGD without noise, and DP-SGD at eps = 8, 4, 2, 1 (q = 0.2, T = 500,
-C = 1, delta = 1e-5, sigma from the RDP accountant). Columns: test accuracy, the
-global loss-threshold attack (Yeom) -- advantage and TPR at 1% FPR -- Shokri's
-per-class shadow attack, LiRA (online, Carlini et al. 2022) at 1% and 0.1% FPR,
-the (eps, delta)-DP bound on TPR at 1% FPR, and the noise floor (TPR = FPR).
+128 models of the lecture's overfitting cubic logistic regression, each on a random
+half of 300 credit records (every record in exactly 64); each model in turn is the
+target and the other 127 its shadows, from ONE vmapped run. Rows: overfit (Newton),
+lambda = 1e-2, clipped SGD without noise, DP-SGD at eps = 8, 4, 2, 1 (q = 0.2, T = 500,
+C = 1, delta = 1e-5). Columns: test accuracy, the loss-threshold attack (Yeom),
+Shokri's shadow attack, online LiRA (Carlini et al. 2022) at 1% and 0.1% FPR, the
+(eps, delta)-DP bound on TPR at 1% FPR, and the floor TPR = FPR.
 
 Command:   python -m experiments.mia          (about 40-70 s of CPU)
-Expected: the lecture's four lessons in our numbers -- (1) the loss attack's
-advantage looks large but its TPR@1% sits near the floor, while LiRA is several
-times the floor; (2) lambda = 1e-2 and clipping improve test accuracy but LiRA
-barely moves; (3) DP pushes LiRA to the floor by eps ~ 2, at a cost in accuracy;
-(4) at every eps LiRA stays far below the DP bound (vacuous at eps = 8). Our
-credit world is synthetic, so accuracies differ from the lecture's somewhat.
-Measured (seed 0): test accuracy 0.719 (overfit), 0.750 (lambda = 1e-2), 0.752
-(clipped), 0.738 / 0.723 / 0.700 / 0.669 at eps = 8 / 4 / 2 / 1; loss-attack
+Expected: the lecture's four lessons -- (1) the loss attack's advantage looks large
+but its TPR@1% sits near the floor, while LiRA is several times the floor; (2) lambda
+= 1e-2 and clipping improve test accuracy but LiRA barely moves; (3) DP pushes LiRA to
+the floor by eps ~ 2, at a cost in accuracy; (4) LiRA stays far below the DP bound
+(vacuous at eps = 8). Seed 0: test accuracy 0.719 (overfit), 0.750 (lambda = 1e-2),
+0.752 (clipped), 0.738 / 0.723 / 0.700 / 0.669 at eps = 8 / 4 / 2 / 1; loss-attack
 advantage 0.156 with TPR@1% 0.009 on the overfit model; LiRA TPR@1% 0.049, 0.052,
 0.040, then 0.015 / 0.013 / 0.009 / 0.010; DP bound on TPR@1% 1.000 / 0.546 /
 0.074 / 0.027.
@@ -59,7 +54,7 @@ _ROC_FPR = np.geomspace(1e-4, 1.0, 201)
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MiaConfig(_common.ExperimentConfig):
-  """The pool, the models and the DP-SGD rows (defaults = the lecture's; tests shrink)."""
+  """The pool, the models and the DP-SGD rows (defaults = the lecture's)."""
   num_models: int = _common.option(128, "Models (targets and shadows).")
   pool_size: int = _common.option(300, "Records in the pool.")
   epsilons: tuple[float, ...] = _common.option((8.0, 4.0, 2.0, 1.0), "DP-SGD eps rows.")
@@ -123,11 +118,7 @@ def _roc_on_grid(fpr, tpr) -> list[float]:
 
 
 def run(cfg: MiaConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
-  """Runs the attack-then-defend experiment; writes results.json and the ROC figure.
-
-  Returns:
-    {"record": {"rows", "roc", "lecture"}, "tables": [Table], "figures": [name], "path": path}.
-  """
+  """Runs the attack-then-defend experiment; returns `_common.finish`'s dict."""
   seed, num_models, pool_size, epsilons = cfg.seed, cfg.num_models, cfg.pool_size, cfg.epsilons
   num_steps, sampling_prob, delta, test_size = (cfg.num_steps, cfg.sampling_prob, cfg.delta,
                                                 cfg.test_size)

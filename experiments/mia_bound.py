@@ -1,29 +1,15 @@
 """What (eps, delta)-DP promises against membership inference (lecture §2.3–§2.4, code 04 demo 1).
 
-Any membership test is a rejection region S; (eps, delta)-DP confines its
-(FPR, TPR) to the region
+(eps, delta)-DP confines any membership test's (FPR, TPR) to the region
 
     TPR <= e^eps FPR + delta,     TPR <= 1 - e^-eps (1 - FPR - delta),
 
-so the advantage TPR - FPR is at most (e^eps - 1 + 2 delta) / (e^eps + 1), and at
-low FPR the TPR is at most e^eps FPR + delta. This experiment
-
-  1. tabulates the region: advantage bound, TPR bound at FPR = 1%, Yeom's e^eps - 1;
-  2. tabulates the posterior odds: a prior P[member] = pi becomes at most
-     pi e^eps / (pi e^eps + 1 - pi);
-  3. computes, in closed form, the BEST test (Neyman–Pearson) against three
-     mechanisms each calibrated to the same eps (delta = 1e-5 for the Gaussian)
-     and a one-record neighbour: randomized response (bit 0 vs 1), Laplace with
-     scale 1/eps (count 0 vs 1), Gaussian with the analytic sigma (count 0 vs 1);
-     advantage and TPR at FPR = 1%;
-  4. confirms each closed form by Monte Carlo with dpjax.mechanisms samplers
-     (`--mc_samples` draws per hypothesis, all in one vectorised call per cell);
-     the check is |MC - exact| <= 5 SE, where the SE of TPR@FPR includes the error of
-     the empirically chosen threshold (through the slope of the ROC curve);
-  5. draws the Gaussian's whole trade-off curve TPR = Phi(Phi^-1(FPR) + mu)
-     against the (eps, delta) region.
-The formulas (region, advantage and posterior bounds, the best tests) are
-`dpjax.tradeoff`'s; this experiment tabulates them and checks them by simulation.
+so the advantage is at most (e^eps - 1 + 2 delta) / (e^eps + 1). Tabulated (formulas
+from `dpjax.tradeoff`): the region (advantage, TPR at FPR = 1%, Yeom's e^eps - 1); the
+posterior bound pi e^eps / (pi e^eps + 1 - pi); the BEST test against randomized
+response, Laplace (scale 1/eps) and the analytic Gaussian at the same eps, each checked
+by Monte Carlo (`--mc_samples`; |MC - exact| <= 5 SE, threshold error included); and
+the Gaussian trade-off curve TPR = Phi(Phi^-1(FPR) + mu) in the region.
 
 Command:   python -m experiments.mia_bound          (about 10 s of CPU time)
 Expected (all pure math; the lecture's numbers are reproduced exactly):
@@ -58,7 +44,7 @@ _MC_TOLERANCE_SE = 5.0
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MiaBoundConfig(_common.ExperimentConfig):
-  """What `run` computes (defaults = the lecture's table; tests shrink mc_samples)."""
+  """What `run` computes (defaults = the lecture's table)."""
   epsilons: tuple[float, ...] = _common.option((0.1, 0.5, 1.0, 2.0, 4.0, 8.0),
                                                "Privacy levels eps to compare.")
   delta: float = _common.option(1e-5, "delta of the region and of the Gaussian.")
@@ -75,15 +61,8 @@ class MiaBoundConfig(_common.ExperimentConfig):
 
 
 def _best_test(mechanism: str, epsilon: float, delta: float, fpr):
-  """The optimal (Neyman-Pearson) TPR at `fpr` and the best advantage, per mechanism.
-
-  Neighbours: randomized response reports a bit that is 0 (out) or 1 (in); Laplace
-  and Gaussian release a count that is 0 or 1 (sensitivity 1), calibrated to eps
-  (the Gaussian analytically at `delta`). The curves are `dpjax.tradeoff`'s.
-
-  Returns:
-    (tpr array like `fpr`, advantage float, mu or None)
-  """
+  """Optimal (Neyman-Pearson) TPR at `fpr` and best advantage: (tpr like fpr, adv, mu or None).
+  Randomized response: bit 0 (out) vs 1 (in); Laplace and Gaussian: count 0 vs 1."""
   if mechanism == "rr":
     return (tradeoff.randomized_response_tpr(fpr, epsilon),
             tradeoff.randomized_response_advantage(epsilon), None)
@@ -180,11 +159,7 @@ def _plot(out_dir: str, record: dict) -> str:
 
 def run(cfg: MiaBoundConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Computes the bound tables, closed forms and MC checks; writes results.json + figure.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """Computes the bound tables, closed forms and MC checks; returns `_common.finish`'s dict."""
   epsilons = [float(e) for e in cfg.epsilons]
   delta, fpr, mc_samples = cfg.delta, cfg.fpr, cfg.mc_samples
   keys = jax.random.split(jax.random.key(cfg.seed), len(epsilons) * len(MECHANISMS))

@@ -1,28 +1,16 @@
 """PATE vs DP-SGD at equal epsilon on real digits (lecture §8.4; Papernot et al. 2017, 2018).
 
-Data: scikit-learn's 1,797 8x8 digits, split by the seed into a test set (25 %), a
-PUBLIC unlabeled pool of `--public` images (the student's queries; their labels are
-never used except to score the noisy answers) and the PRIVATE rest (the teachers'
-data). Model everywhere: softmax regression on the 64 pixels (models.mlp with no
-hidden layer).
+scikit-learn's 1,797 digits split by the seed into test (25 %), a PUBLIC unlabeled
+pool of `--public` images (the student's queries) and the PRIVATE rest (the teachers');
+softmax regression everywhere. For each k in `--teachers` and Q in `--queries`: GNMax
+answers Q public images with N(0, (`--sigma_per_teacher` k)^2) vote noise
+(Confident-GNMax, `--confident_*`, only those clearing a threshold); the student trains
+non-privately on them; epsilon at delta = 1e-5 is data-independent (the releasable
+guarantee) and data-dependent (Papernot et al. 2018, Thm 6; NOT releasable without the
+smooth-sensitivity step of `dpjax.pate_release`, shown for comparison only); DP-SGD
+trains on the same private images at the data-independent epsilon.
 
-For each number of teachers k in `--teachers` (one vmapped program trains all k on
-disjoint partitions) and each number of queries Q in `--queries`:
-  * GNMax answers the first Q public images with N(0, sigma^2) noise on the vote
-    counts, sigma = `--sigma_per_teacher` * k (noise proportional to the ensemble, so
-    every k sees the same relative noise); Confident-GNMax (`--confident_*`, 0 = off)
-    answers only those whose noisy plurality clears a threshold;
-  * the student is trained (non-privately: its inputs are public, its labels are
-    already private) on those Q labelled images;
-  * epsilon at delta = 1e-5: data-independent (Q * alpha / sigma^2 -> (eps, delta), the
-    releasable guarantee) and data-dependent (Papernot et al. 2018, Thm 6; NOT
-    releasable without the smooth-sensitivity step of `dpjax.pate_release`, shown
-    for comparison only);
-  * the same model trained with DP-SGD on the same private images at the
-    data-independent epsilon (mean of `--dpsgd_seeds` seeds trained together).
-
-Command:  python -m experiments.pate      (about 25-65 s of CPU; every DP-SGD row shares
-          one compiled program, the epsilons differ only in sigma)
+Command:  python -m experiments.pate      (about 25-65 s of CPU)
 Expected (seed 0; 848 private images, non-private model 0.949): one teacher of
 10 / 50 / 100 scores 0.85 / 0.58 / 0.41 on the test set, the plurality vote 0.93 /
 0.91 / 0.90. GNMax (sigma = 0.2 k): students 0.84-0.88 / 0.75 / 0.51-0.63 at
@@ -32,9 +20,8 @@ students 0.82-0.90 / 0.80-0.86 / 0.65-0.72, data-dependent eps well below its
 data-independent eps. DP-SGD at each row's eps: 0.89-0.93 -- it wins every row on
 this little data. The lecture gives no numbers for PATE.
 
-Hyperparameters (learning rates, steps, C, batch) were set by hand once and are
-not tuned per run; tuning them on the private data would itself cost privacy
-that no accountant here records.
+Hyperparameters were set by hand once, not tuned per run: tuning them on the private
+data would itself cost privacy that no accountant here records.
 """
 
 from __future__ import annotations
@@ -107,15 +94,7 @@ def _dpsgd_config(n: int, eps: float, delta: float, epochs: int) -> dpsgd.DpSgdC
 
 
 def run(cfg: PateConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
-  """Runs every (k, Q) cell; writes results.json and the figure.
-
-  With confident_threshold > 0, each cell is also answered by Confident-GNMax with
-  threshold T = confident_threshold * k, check noise confident_sigma_threshold * k and
-  answer noise confident_sigma * k; the student then learns from the answered queries.
-
-  Returns:
-    {"record": {"cells", ...}, "tables": [Table], "figures": [name], "path": path}.
-  """
+  """Runs every (k, Q) cell (and Confident-GNMax if enabled); returns `_common.finish`'s dict."""
   seed, teachers, queries, public = cfg.seed, list(cfg.teachers), list(cfg.queries), cfg.public
   sigma_per_teacher, delta, dpsgd_seeds = cfg.sigma_per_teacher, cfg.delta, cfg.dpsgd_seeds
   fit_steps, dpsgd_epochs = cfg.fit_steps, cfg.dpsgd_epochs

@@ -1,70 +1,31 @@
 """PATE at scale on the credit world, against DP-SGD at eps = 1, 2, 4, 8 (Papernot et al. 2018).
 
-Where PATE is meant to work: many teachers, each with a few hundred records, whose
-votes mostly agree. Data (one draw of the synthetic credit world, `dpjax.data.credit`,
-split by index; Bayes accuracy about 0.79):
+Many teachers with a few hundred records each, whose votes mostly agree: --teachers x
+--per_teacher private credit records (default 250 x 300 = 75,000, Bayes accuracy about
+0.79), --public queries, --test records, and a PUBLIC proxy draw (own teachers and
+validation set) on which every setting is chosen; logistic regression on 6 features.
+Per target eps: GNMax (sigma so that Q answers cost the target, Q by proxy accuracy);
+Confident-GNMax (--confident_*; the best proxy setting whose RELEASABLE eps on the proxy
+(`dpjax.pate_release`) is <= --release_margin x the target, run on the private votes
+with the proxy's release plan; the released eps is random and depends on the private
+votes, so it can land above the proxy's: the margin (default 0.75) keeps it below the
+target in practice, and the table shows it); DP-SGD (`DpSgdConfig(...).calibrate(eps)`,
+hyperparameters fixed before any run).
 
-  private   --teachers x --per_teacher records (default 250 x 300 = 75,000), split
-            into disjoint partitions, one teacher each, all trained in ONE vmapped
-            program (`pate.train_teachers`); the same records train the non-private
-            model and DP-SGD;
-  public    --public unlabeled records: the student's queries (their labels are
-            used only to score the noisy answers) and the fit of the PublicScaler;
-  test      --test records, for every accuracy in the tables;
-  proxy     an independent draw of the same size as the private set (its own
-            teachers, same settings) plus a proxy validation set of --test records:
-            PUBLIC stand-ins on which every aggregator setting is chosen.
-
-Model everywhere: logistic regression (`models.logistic_regression`) on the 6
-linear features [1, z] standardised on the public pool (`credit.linear_features`);
-teachers and students by full-batch Adam (`pate.fit_non_private`, --fit_steps).
-
-For each target eps in --epsilons (delta = --delta):
-  * GNMax: for each Q in --queries, sigma is calibrated so that the data-independent
-    eps of Q answers (Q alpha / sigma^2, RDP -> (eps, delta)) equals the target; Q
-    is chosen as the setting whose proxy student (the proxy teachers' noisy answers
-    on the public pool) scores best on the proxy validation set. Every query is
-    answered; the data-independent eps is the guarantee.
-  * Confident-GNMax (Alg. 1 of the paper): threshold T, check noise sigma_t and
-    answer noise sigma (fractions of the number of teachers k: --confident_*), and Q
-    from --queries. On the proxy, each setting of the grid is run once; a setting
-    is eligible for the target when its RELEASABLE eps on the proxy (the
-    smooth-sensitivity release of `dpjax.pate_release`: `plan_release` on the
-    proxy votes, then `release` on them) is <= --release_margin x the target;
-    among the eligible, the best proxy student wins (settings are tried in that
-    order, and one whose proxy data-dependent eps is already above the bound is
-    skipped unreleased: the releasable eps is never below it). The chosen setting
-    is then run on the private votes, its release parameters are those planned on
-    the proxy, and its data-independent, data-dependent and releasable eps are
-    reported. The released eps is random and depends on the private votes, so it
-    can land above the proxy's: the margin (default 0.75) keeps it below the target
-    in practice, and the table shows it. Nothing is chosen on the private votes or
-    the test set.
-  * DP-SGD: the same model on the same private records, calibrated to the target
-    (`DpSgdConfig(...).calibrate(eps)`, RDP, Poisson rate --dpsgd_batch / n,
-    --dpsgd_epochs epochs, C = 1, learning rate 1), --dpsgd_seeds models in one
-    vmapped program; hyperparameters fixed before any run.
-
-Every guarantee here charges each of the Q queries both steps of Confident-GNMax
-(the check and the answer), whatever was answered. The paper's accounting charges
-the answer only on the answered queries; it conditions on the answered mask, a
-random output of the private votes, and is not an upper bound on the privacy loss
-(see `pate.pate_rdp`'s Warning and `pate.confident_gnmax_rdp`): its columns are
-marked and shown beside the paper's figures only.
-The data-dependent eps is a function of the private votes and is NOT releasable;
-the releasable eps adds the smooth-sensitivity release of it (Papernot et al. 2018,
-Sec. 4 and App. C).
+Every guarantee here charges each of the Q queries both steps of Confident-GNMax.
+The paper's accounting charges the answer only on answered queries; it conditions on
+the answered mask, a random output of the private votes, and is not an upper bound on
+the privacy loss (`pate.pate_rdp`'s Warning): its columns are marked and shown beside
+the paper's figures only. The data-dependent eps is a function of the private votes
+and is NOT releasable; the releasable eps adds its smooth-sensitivity release
+(Papernot et al. 2018, Sec. 4 and App. C).
 
 Published figure. Papernot et al. 2018 (arXiv 1802.08908), Table 2, UCI Adult (about
-32,000 census records, 14 mixed features, 2 classes):
-Confident-GNMax with T = 300, sigma_1 = 200, sigma_2 = 40 answers 524 queries at
-eps = 1.90 (delta = 1e-5), student 83.7 %; LNMax 500 queries at eps = 2.66,
-student 83.0 %; non-private 85.0 %. These figures are as recalled from the paper:
-no stored copy of its table was available to check them against here (nor its
-teacher count and teacher model for Adult, which are not restated). Ours: the
-same aggregator settings scaled by k / 250, our teachers, the credit world (5 raw
-features, Bayes 0.79), logistic regression, a synthetic public pool drawn from the
-same world.
+32,000 census records, 14 mixed features, 2 classes): Confident-GNMax with T = 300,
+sigma_1 = 200, sigma_2 = 40 answers 524 queries at eps = 1.90 (delta = 1e-5), student
+83.7 %; LNMax 500 queries at eps = 2.66, student 83.0 %; non-private 85.0 %. These
+figures are as recalled from the paper, not checked against a stored copy of its
+table. Ours: the same aggregator settings scaled by k / 250 on the credit world.
 
 Command:  python -m experiments.pate_credit        (about 45 s of CPU)
           python -m experiments.pate_credit --teachers 1000 --public 10000 --delta 1e-6
@@ -75,7 +36,7 @@ unanimous. GNMax students 0.789-0.790 at data-independent eps = target (Q = 100 
 3,000). Confident-GNMax students 0.779 / 0.788 / 0.791 / 0.790 at RELEASABLE eps
 0.78 / 1.53 / 2.13 / 3.80 for targets 1 / 2 / 4 / 8 (every query charged both steps;
 28-657 answered queries, 80-88 % of them correct; data-dependent eps 0.41-2.24). DP-SGD
-0.791 at every target: on 75,000 records a 6-parameter model loses nothing to DP-SGD
+0.791 at every target: a 6-parameter model on 75,000 records loses nothing to DP-SGD
 even at eps = 1, so PATE cannot win here; it comes within 1.2 points. The paper's
 Adult setting: 1,136 answered, data-dependent eps 1.70 by the paper's answered-only
 accounting (3.03 charging every query), releasable 4.10, student 0.790. With 1,000
@@ -172,12 +133,9 @@ def pate_rdp_grouped(votes_QxC, answered_Q, *, sigma: float, orders,
                      cache: dict | None = None) -> pate.PateRdp:
   """`pate.pate_rdp` (GNMax / Confident-GNMax) summed over DISTINCT vote histograms.
 
-  Each query's RDP depends only on its histogram, and k teachers voting over two
-  classes produce at most k + 1 distinct histograms, so each distinct one is
-  evaluated once and weighted by its count (answered count for the GNMax term, all
-  queries for the threshold term). `cache` (a dict, optional) keeps the per-histogram
-  curves across calls with the same orders. Equal to `pate.pate_rdp` up to the order
-  of the floating-point sums (tests/experiments_pate_credit_test.py).
+  A query's RDP depends only on its histogram (at most k + 1 distinct ones for two
+  classes), so each is evaluated once and weighted by its count (answered queries for the
+  GNMax term, all for the threshold term). `cache` (optional dict) keeps the curves.
   """
   v = np.asarray(votes_QxC)
   lam = np.asarray(orders, np.float64)
@@ -211,11 +169,7 @@ def pate_rdp_grouped(votes_QxC, answered_Q, *, sigma: float, orders,
 
 
 def _students(key, model, x_pub, labels_GxQ, mask_GxQ, steps):
-  """G students at once: student g learns labels_GxQ[g] where mask_GxQ[g] (pool rows).
-
-  The pool is tiled G times so that one `fit_non_private` call (one vmapped program,
-  padded to the pool size) trains all G; returns their test-ready params [G, ...].
-  """
+  """G students at once (pool tiled G times): student g learns labels_GxQ[g] where mask_GxQ[g]."""
   g, n = labels_GxQ.shape
   x = jnp.tile(jnp.asarray(x_pub[:n]), (g, 1))
   y = jnp.asarray(labels_GxQ.reshape(-1), jnp.int32)
@@ -251,11 +205,7 @@ def _dpsgd_config(n: int, eps: float, cfg: PateCreditConfig) -> dpsgd.DpSgdConfi
 
 def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Teachers at scale, PATE (GNMax, Confident-GNMax) vs DP-SGD per target eps.
-
-  Returns:
-    {"record": {...}, "tables": [Table], "figures": [name], "path": path}.
-  """
+  """Teachers at scale, PATE (GNMax, Confident-GNMax) vs DP-SGD; `_common.finish`'s dict."""
   os.makedirs(out_dir, exist_ok=True)
   k, per, n_pub, n_test = cfg.teachers, cfg.per_teacher, cfg.public, cfg.test
   n = k * per

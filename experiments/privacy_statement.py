@@ -1,12 +1,10 @@
 """The privacy statement of a DP-SGD run (lecture §4).
 
-Prints in one place what a paper or a compliance review needs: the neighbouring
-relation and privacy unit, the sampler assumed (Poisson), eps at several delta by
-every accountant side by side (RDP with its optimal order, PLD with its
-discretisation error, the GDP CLT figure labelled approximate), delta against 1/n,
-the membership-inference trade-off (TPR at FPR 0.1 %, 1 %, 10 %) the guarantee
-implies, and every disagreement between accountants beyond their stated errors.
-The library function is `dpjax.accounting.statement.privacy_statement`.
+Prints what a paper or a compliance review needs (`dpjax.accounting.statement`): the
+neighbouring relation and privacy unit, the sampler assumed (Poisson), eps at several
+delta by every accountant (RDP with its order, PLD with its discretisation error, the
+GDP CLT labelled approximate), delta against 1/n, the implied membership-inference
+trade-off (TPR at FPR 0.1 %, 1 %, 10 %), and disagreements beyond stated errors.
 
 Command:   python -m experiments.privacy_statement \
                --noise_multiplier 1.1 --sampling_prob 0.0042666667 \
@@ -33,8 +31,7 @@ NAME = "privacy_statement"
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PrivacyStatementConfig(_common.ExperimentConfig):
-  """The DP-SGD run to state (defaults: MNIST-sized). Nothing is random: `seed` is
-  recorded but unused."""
+  """The DP-SGD run to state (defaults: MNIST-sized); nothing is random."""
   noise_multiplier: float = _common.option(1.1, "sigma (noise std / clip norm).")
   sampling_prob: float = _common.option(256 / 60000, "Poisson sampling rate q.")
   num_steps: int = _common.option(14063, "T (60 epochs at q = 256/60000).")
@@ -84,12 +81,7 @@ def _plot(out_dir: str, record: dict) -> str:
 
 def run(cfg: PrivacyStatementConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Builds the statement, prints it, writes results.json and the trade-off figure.
-
-  Returns:
-    {"statement": PrivacyStatement, "record": the results written, "tables": [Table] * 2,
-     "figures": [name], "path": path of results.json}.
-  """
+  """Builds and prints the statement; `_common.finish`'s dict plus "statement"."""
   del progress   # a few seconds, no loop worth a bar
   st = statement.privacy_statement(cfg.noise_multiplier, cfg.sampling_prob, cfg.num_steps,
                                    cfg.dataset_size, deltas=list(cfg.deltas))

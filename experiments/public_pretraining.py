@@ -1,42 +1,14 @@
 """Public pre-training, private fine-tuning: digits accuracy vs epsilon for three strategies.
 
-Lecture §5.3: the cost of privacy grows like sqrt(d) / (n eps), d the number of
-parameters learned from private data, and "fewer parameters to learn from private
-data, e.g. via public pre-training, is the most effective lever" (§5.6: public
-pre-training + private fine-tuning works remarkably well). Tramèr & Boneh (2021,
-"Differentially Private Learning Needs Better Features (or Much More Data)",
-arXiv:2011.11660) make the same point with features learned on public data.
-
-The world: scikit-learn's 8x8 digits (`dpjax.data.digits`, keyed 75/25 train / test
-split). A public part of the training images pre-trains an MLP 64 -> hidden -> K
-WITHOUT privacy (full-batch Adam); the private part is then learned with DP-SGD at
-each epsilon, three ways:
-
-  head     last layer only on the frozen public body: the body's features
-           phi(x) = `models.body_features` are a fixed public function of each
-           record, computed once, and a softmax head (`models.split_head`) is trained
-           on them; d = H K + K;
-  full     all layers, starting from the pre-trained parameters (init_params);
-  scratch  all layers from a random init, no public data.
-
-`--public classes` (default): pre-train on the digits 0-4 with their own 5-way head;
-the private task is the digits 5-9 (relabelled 0-4) with a fresh zero head; the test
-set is the test images of 5-9. `--public split`: a random `--public_fraction` of the
-training images of all ten classes is public, the rest private, the pre-trained head
-is kept, and the test set is all test images. The default is "classes" because it is
-the more honest demonstration: in "split" the public images come from exactly the
-private distribution with the private task's labels, so the public model alone
-already solves the task (the "public only" row) and private fine-tuning can add
-little; that measures how good the public data is, not what pre-training buys a
-private task. Transfer to classes the body never saw is the situation the lecture
-and Tramèr & Boneh describe (features from public data, the task learned privately).
-
-Every strategy at a given eps uses the same accountant for the same (q, T, delta)
-(RDP, Poisson sampling, calibrated sigma), so the three differ only in d and in where
-they start. The table gives the lecture's noise norm sigma C sqrt(d) / B per strategy
-(§5.2: the L2 norm of the noise in one averaged update). The strategies' eps run
-together: one `dpsgd.train_sweep` program per strategy (eps x seeds vmapped models;
-eps = inf is the same clipped SGD with sigma = 0, the non-private reference).
+The cost of privacy grows like sqrt(d) / (n eps), d the parameters learned from
+private data, so public pre-training is the most effective lever (lecture §5.3, §5.6;
+Tramèr & Boneh 2021, "Differentially Private Learning Needs Better Features (or Much
+More Data)", arXiv:2011.11660). An MLP pre-trained WITHOUT privacy on public digits,
+then DP-SGD on the private ones: `head` (last layer on the frozen public features;
+d = H K + K), `full` (all layers from the pre-trained parameters), `scratch`. `--public
+classes` (default): public digits 0-4, private task 5-9; `--public split`: a random
+`--public_fraction` of all classes (the public model alone then solves the task). Same
+accountant (RDP, q, T, delta) for all; the table gives the noise norm sigma C sqrt(d) / B.
 
 Command:   python -m experiments.public_pretraining   (about 45 s of CPU: pre-training
            and three DP-SGD programs of 15 models each)
@@ -45,14 +17,11 @@ accuracy on 233 images of 5-9; eps 1 / 2 / 4 / 8, then without noise):
   head     (d = 645):  0.811 / 0.897 / 0.918 / 0.907, 0.927;
   full     (d = 8965): 0.810 / 0.916 / 0.926 / 0.928, 0.940;
   scratch  (d = 8965): 0.725 / 0.850 / 0.906 / 0.943, 0.961.
-Public pre-training wins at eps <= 4 (+0.09 at eps = 1); at eps = 8 and without noise
-training from scratch wins (features learned on 0-4 do not capture all of 5-9). The
-head and the all-layer fine-tuning tie at eps = 1 although the head's noise norm is
-sqrt(8965 / 645) = 3.7x smaller: here the public starting point, not the smaller d
-alone, carries the gain. With `--public split` the public model alone already scores
-0.949 and the head gives 0.896 at eps = 1 to 0.947 at eps = 8. The learning rates were
-picked by hand on this split, a use of the private data the accountant does not model
-(see the table note).
+Pre-training wins at eps <= 4; head and full tie at eps = 1 although the head's noise
+norm is 3.7x smaller. With `--public split` the public model alone scores 0.949 and
+the head 0.896 at eps = 1 to 0.947 at eps = 8. The learning rates were picked by hand
+on this split, a use of the private data the accountant does not model (see the table
+note).
 
 Shape letters: M models, N images, F = 64 pixels, H hidden width, K classes.
 """
@@ -84,7 +53,7 @@ _PAPER_CLAIM = ("Tramèr & Boneh 2021: differentially private learning needs bet
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PublicPretrainingConfig(_common.ExperimentConfig):
-  """What `run` trains (defaults: the table in the module docstring; tests shrink them)."""
+  """What `run` trains (defaults: the table in the module docstring)."""
   eps: tuple[float, ...] = _common.option(
       (1.0, 2.0, 4.0, 8.0, math.inf), "Target epsilons ('inf' = clipped SGD without noise).")
   public: str = _common.option("classes", "Public part: 'classes' (digits 0-4 public, "
@@ -185,15 +154,7 @@ def _num_params(params) -> int:
 
 def run(cfg: PublicPretrainingConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Pre-trains on the public part, trains every strategy at every epsilon on the private
-  part (`cfg.seeds` models each), scores them on the test split, writes results.json and
-  the figure.
-
-  The split, the pre-training and every model key derive from `cfg.seed`.
-
-  Returns:
-    {"record": {...plain numbers...}, "tables": [Table], "figures": [name], "path": path}.
-  """
+  """Pre-trains, then trains and tests every strategy at every epsilon; `_common.finish`'s dict."""
   del progress  # three programs, no long loop to report on
   key = jax.random.key(cfg.seed)
   key_data, key_pre, key_train = jax.random.split(key, 3)

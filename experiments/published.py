@@ -1,19 +1,11 @@
 """Our accountants against published DP-SGD epsilons (lecture §4.4, the design card's benchmark).
 
-`experiments/published_eps.csv` lists DP-SGD settings (Poisson rate q, noise
-multiplier sigma, steps T, delta) whose eps was published, each with its source
-and how it was computed (`method`: RDP with the classic or Balle et al. 2020
-conversion, Abadi's moments accountant, a PLD / PRV accountant, or the GDP CLT;
-`orders`: the RDP order grid the publisher used). For every row we report:
-
-* ours RDP: exact RDP on our default grid (fractional orders down to 1.01, every
-  integer to 128, up to 1024), Balle et al. conversion;
-* ours, publisher's method: our exact RDP evaluated on the publisher's order grid
-  with the publisher's conversion -- this should reproduce the published number,
-  and isolates why our default answer differs (grid + conversion);
-* ours PLD (`dpjax.accounting.pld`), and our GDP-CLT figure (an approximation);
-* dp_accounting 0.6.0's RdpAccountant (default orders) and PLDAccountant (default
-  discretisation 1e-4).
+`experiments/published_eps.csv` lists published DP-SGD settings (q, sigma, T, delta)
+with source, `method` (RDP with classic or Balle et al. 2020 conversion, moments
+accountant, PLD / PRV, or GDP CLT) and `orders` (the publisher's RDP grid). Per row:
+ours RDP (our grid, Balle et al. conversion); ours by the publisher's method (grid and
+conversion: should reproduce the published number); ours PLD and GDP-CLT (an
+approximation); dp_accounting 0.6.0's RdpAccountant and PLDAccountant (defaults).
 
 Command:   python -m experiments.published     (about 30-50 s of CPU;
            --nodp_pld skips dp_accounting's PLD and takes ~10 s)
@@ -72,8 +64,7 @@ def load_rows(path: str = CSV_PATH) -> list[dict]:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PublishedConfig(_common.ExperimentConfig):
-  """Which accountants run on which rows of the CSV. Nothing is random: `seed` is
-  recorded but unused."""
+  """Which accountants run on which rows of the CSV; nothing is random."""
   ours_pld: bool = _common.option(True, "Run our PLD accountant.")
   dp_pld: bool = _common.option(True, "Run dp_accounting's PLDAccountant (the slow part).")
   ids: tuple[str, ...] = _common.option(
@@ -130,11 +121,7 @@ def _explain(r: dict) -> str:
 
 def run(cfg: PublishedConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Evaluates every accountant on every selected published row; writes results.json.
-
-  Returns:
-    {"record": {"rows", "pld_note"}, "tables": [Table], "figures": [], "path": path}.
-  """
+  """Evaluates every accountant on every selected row; returns `_common.finish`'s dict."""
   rows = [r for r in load_rows() if not cfg.ids or r["id"] in cfg.ids]
   use_pld, use_dp_pld = cfg.ours_pld, cfg.dp_pld
   logging.getLogger("absl").setLevel(logging.ERROR)   # dp_accounting's dropped-order spam

@@ -1,24 +1,11 @@
 """The DP recommender of McSherry & Mironov (KDD 2009) on a synthetic ratings world (lecture §8.3).
 
-Data: `dpjax.data.ratings.sample` (`--num_users` x `--num_items`, rank-4 truth with
-user and item biases, Zipf item popularity, log-normal user activity, ratings
-1..5), 10 % of the observed ratings held out. Predictors, all scored by RMSE on the
-held-out ratings and against the noiseless truth:
-
-  * global mean and item means (non-private baselines);
-  * global effects MAvg_i + b_u and the factor model MAvg_i + b_u + <q_i, p_u>
-    (item factors from the top `--rank` eigenvectors of the item-item covariance,
-    each user's p_u fitted on their own ratings), built from the exact statistics
-    (non-private) and from the private release (`dpjax.recommender`) at each eps in
-    `--epsilons`, privacy unit one rating (the paper's), mean of `--trials` noise
-    draws;
-  * the same system with the privacy unit one user: every user cut to at most
-    `--user_cap` ratings and the noise calibrated to the user-level sensitivity,
-    at the same eps.
-
-The privacy-unit table reads the rating-level noise at user level: the epsilon of
-the same noise for a user with up to I ratings (sensitivity table, no cap), and the
-group-privacy bound m eps for the median and the most active user.
+`dpjax.data.ratings.sample` (rank-4 truth, ratings 1..5), 10 % held out. Predictors,
+by RMSE on held-out ratings and against the truth: global and item means; global
+effects and the factor model (`--rank`) from exact statistics and from the release
+(`dpjax.recommender`) at each `--epsilons`, one rating the unit (the paper's); the same
+with one user the unit (`--user_cap` ratings each). The privacy-unit table reads the
+rating-level noise per user: its epsilon for up to I ratings, and m eps by group privacy.
 
 Command:  python -m experiments.recommender      (about 30 s of CPU)
 Expected (seed 0; 10,000 users, 100 items, 219,579 training / 24,164 test ratings,
@@ -27,9 +14,8 @@ effects 0.904, factor model 0.762 (0.452 against the truth). Private, one rating
 factor model 0.913 / 0.822 / 0.771 / 0.764 at eps = 0.3 / 1 / 3 / 10 (global effects
 0.904-0.905 throughout). Private, one user (cap 20 ratings) at the same eps: 1.002 /
 0.960 / 0.919 / 0.836. The rating-level noise at eps = 1 is worth eps = 54 per user
-(sensitivity table, up to I ratings), and m eps = 16 for the median user by group
-privacy. The lecture quotes the paper's Netflix result only qualitatively (accuracy
-drops little and still beats Netflix's Cinematch); no paper number is reproduced.
+(up to I ratings), and m eps = 16 for the median user by group privacy. The lecture
+quotes the paper's Netflix result only qualitatively; no paper number is reproduced.
 """
 
 from __future__ import annotations
@@ -88,12 +74,7 @@ def _scores(stats, data, train, test, rank: int) -> tuple[float, float]:
 
 def run(cfg: RecommenderConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """RMSE against eps and the privacy-unit comparison; writes results.json and a figure.
-
-  Returns:
-    {"record": {"baselines", "rows", "units", ...}, "tables": [Table], "figures": [name],
-     "path": path}.
-  """
+  """RMSE against eps and the privacy-unit comparison; returns `_common.finish`'s dict."""
   key = jax.random.key(cfg.seed)
   k_data, k_noise = jax.random.split(key)
   data = ratings.sample(k_data, cfg.num_users, cfg.num_items,

@@ -1,16 +1,10 @@
 """Dinur–Nissim reconstruction on 100 applicants of the credit world (lecture §1.2, code 02 demo 1).
 
-The secret bit is "delinquent in the last two years". The analyst asks m random-
-subset counts (each person in each subset with probability 1/2) and decodes every
-bit by least squares + rounding. Three ways of answering:
-  (a) every count off by exactly one person (noise +-1, Rademacher);
-  (b) noise of order sqrt(n): +-sqrt(n) = +-10 (Rademacher), std 10;
-  (c) a DP curator with a FIXED total budget epsilon (default 1): Laplace(m / epsilon)
-      per count (sensitivity 1, basic composition), so noise grows with m.
-All `--trials` attacks of one (noise, m) cell run as one vmapped program (fresh
-queries and noise per trial; the 100 applicants are fixed). The table also shows a
-Gaussian approximation of the expected recovery (`predicted_recovery`) and, with
-`--lp_max_queries > 0`, Dinur–Nissim's LP decoding on one trial per m.
+The analyst asks m random-subset counts of the secret bit "delinquent in the last two
+years" and decodes by least squares + rounding, against answers with (a) noise +-1,
+(b) noise +-sqrt(n) = +-10, (c) a DP curator with a FIXED total epsilon: Laplace(m /
+epsilon) per count. Also shown: a Gaussian approximation (`predicted_recovery`) and,
+with `--lp_max_queries > 0`, Dinur–Nissim's LP decoding.
 
 Command:   python -m experiments.reconstruction      (about 30 s of CPU, mostly the LP column)
 Expected (seed 0; 50 of our 100 applicants are delinquent, so the majority baseline
@@ -44,7 +38,7 @@ LECTURE_MAJORITY = 0.52
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReconstructionConfig(_common.ExperimentConfig):
-  """What `run` computes (defaults = the lecture's demo; tests shrink them)."""
+  """What `run` computes (defaults = the lecture's demo)."""
   people: int = _common.option(100, "Number of applicants n.")
   queries: tuple[int, ...] = _common.option((200, 400, 800, 1600, 3200, 6400),
                                             "Numbers of queries m.")

@@ -2,8 +2,7 @@
 
     python -m experiments.report [--root results]
 
-Run by `./run.sh` after the main job and by `./run.sh all` after every experiment; needs no edits when experiments are added.
-Sections follow the lecture's order where known, then any others alphabetically.
+Run by `./run.sh`; sections follow the lecture's order where known, then alphabetical.
 """
 
 import json

@@ -4,31 +4,21 @@
     .venv/bin/python -m experiments.tuning --clip_norms 0.03,0.1,0.3,1,3 \
         --step_sizes 0.02,0.1,0.5,2.5                      # 20 settings, about 95 s of CPU
 
-Candidate settings of DP-SGD, (clipping norm C, learning rate), for logistic
-regression on linear credit features, all at one total budget eps (delta = 1e-5).
-The private data are a training split and a disjoint validation split; test
-accuracy is measured on a separate sample. Three ways to tune:
+DP-SGD settings (C, lr) for logistic regression at one total eps (delta = 1e-5), with
+disjoint private training and validation splits. Three ways to tune:
 
-  1. Repeat and select (Papernot & Steinke, ICLR 2022, arXiv:2110.03620): draw K
-     from a truncated negative binomial (shape eta, E[K] = mean_runs), run K times
-     "pick a setting at random, train it, release its number of correct validation
-     predictions plus rounded Gaussian noise", release the best run. sigma is
-     calibrated so that `accounting.tuned_dpsgd_epsilon` (the whole procedure,
-     scores included) equals eps.
-  2. Exponential mechanism on the validation split (lecture §3.4, code 01 demo 3):
-     train all settings, select one with probability proportional to
-     exp(eps * correct count). A training record is in all C trainings (C-fold
-     composition), a validation record only in the selection (eps-DP), so sigma is
-     calibrated for C T steps and the total is the max of the two parts
-     (`tuning.exponential_selection_epsilon`).
+  1. Repeat and select (Papernot & Steinke, ICLR 2022, arXiv:2110.03620): K random
+     runs, each releasing a validation count plus rounded Gaussian noise; sigma so that
+     `accounting.tuned_dpsgd_epsilon` equals eps.
+  2. Exponential mechanism on the validation split (lecture §3.4): sigma for C T steps,
+     `tuning.exponential_selection_epsilon`.
   3. Naive: train all settings each at eps, pick the best by exact validation
      accuracy, report eps. It is not DP: the selection reads the validation
      records without noise (infinite eps for them), and the training records are
      in every training (their cost is printed too).
 
-A second table and the figure show the accounting alone: eps of repeat-and-select
-against E[K] for eta = 0 (logarithmic), 1 (geometric, Liu & Talwar 2019) and
-Poisson, beside one run's eps and the paper's (2 + eta) x pure-DP factor.
+Also: eps of repeat-and-select against E[K] for eta = 0, 1 (Liu & Talwar 2019) and
+Poisson, beside one run's eps and the (2 + eta) x pure-DP factor.
 """
 
 from __future__ import annotations
@@ -71,7 +61,7 @@ LECTURE = {
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TuningConfig(_common.ExperimentConfig):
-  """The tuning comparison's settings (tests pass a tiny scale)."""
+  """The tuning comparison's settings."""
   epsilon: float = _common.option(2.0, "Total eps of every method (delta = 1e-5).")
   seeds: int = _common.option(3, "Independent repetitions of each tuning procedure.")
   train_size: int = _common.option(4000, "People in the private training split.")
@@ -138,11 +128,7 @@ def _figure(out_dir, one, curves, name="tuning_epsilon.png"):
 
 
 def run(cfg: TuningConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
-  """Runs the three tuning procedures `seeds` times each; writes results.json and the figure.
-
-  Returns:
-    {"record", "tables", "figures", "path"} (see `_common.finish`).
-  """
+  """Runs the three tuning procedures `seeds` times each; returns `_common.finish`'s dict."""
   del progress   # a few seconds per method; no bar
   key = jax.random.key(cfg.seed)
   k_data, k_naive, k_em, k_rs = jax.random.split(key, 4)

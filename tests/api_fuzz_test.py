@@ -138,14 +138,7 @@ EXCLUDED = {
 # (entry point, parameter) pairs known to accept some bad input, with the reason.
 # Empty when every bad input is rejected by name; the test fails both on a failure
 # not listed here and on a listed pair that no longer fails.
-KNOWN_GAPS = {
-    ("dpjax.dpsgd.model_keys", "m"): (
-        "model_keys(key, m) does not check m: -1 reaches XLA (MLIRError), 2.5 / '3' / NaN "
-        "a TypeError of jax.random.split that does not name m, True is read as 1"),
-    ("dpjax.dpsgd.PerformanceFlags", "model_sharding"): (
-        "PerformanceFlags does not check model_sharding: 3 or 'x' is accepted and fails "
-        "later in train_many with an AttributeError (no device_set)"),
-}
+KNOWN_GAPS = {}
 
 
 def _gaussian_train_fn(key, included_K):

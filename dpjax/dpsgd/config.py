@@ -197,3 +197,6 @@ class PerformanceFlags:
       _validate.check_choice(bc, ("auto",), "batch_capacity")
     elif bc is not None:
       _validate.check_int(bc, "batch_capacity")
+    ms = self.model_sharding
+    if ms is not None and not isinstance(ms, jax.sharding.Sharding):
+      raise ValueError(f"model_sharding must be None or a jax.sharding.Sharding, got {ms!r}")

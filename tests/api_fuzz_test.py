@@ -672,6 +672,19 @@ def entries():
              num_runs=4, confidence=0.9, white_box=True, progress=False),
         {"x_NxF": "array", "y_N": "binary", "init_params": "object",
          "adversaries": "object", "white_box": None, "progress": None}))
+  EXCLUDED["dpjax.audit.final_model.PaperProtocolAudit"] = (
+      "result record of final_model.paper_protocol_audit")
+  add(E("dpjax.audit.final_model.blank_target", fm.blank_target,
+        dict(record_shape=(3,), label=1), {"record_shape": "shape", "label": "count"}))
+  add(E("dpjax.audit.final_model.gdp_epsilon_all_thresholds", fm.gdp_epsilon_all_thresholds,
+        dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9),
+        {"scores_in_K": "arrayinf", "scores_out_K": "arrayinf"}, mismatch=False))
+  add(E("dpjax.audit.final_model.paper_protocol_audit", fm.paper_protocol_audit,
+        dict(key=_key, cfg=helpers.small_config(dataset_size=12, num_steps=2, sampling_prob=1.0),
+             model=lr, x_NxF=x_nf, y_N=y_n, init_params=lr_params, target=(x_nf[0], 1.0),
+             num_seeds=1, num_runs=4, confidence=0.9, progress=False),
+        {"x_NxF": "array", "y_N": "binary", "init_params": "object", "target": "object",
+         "progress": "flag"}))
 
   from dpjax.audit import guard  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({"dpjax.audit.guard.ClaimCheck": "result record of check_claim",

@@ -1,4 +1,5 @@
-"""experiments/audit_final_model.py, tiny: record shape, bounds below the exact eps, seed."""
+"""experiments/audit_final_model.py, tiny: record shape, bounds below the exact eps, seed,
+the paper protocol."""
 
 import json
 import os
@@ -29,6 +30,13 @@ class AuditFinalModelTest(absltest.TestCase):
       _tiny(num_train=1500)
     with self.assertRaisesRegex(ValueError, "sampling_prob"):
       _tiny(sampling_prob=0.0)
+    with self.assertRaisesRegex(ValueError, "protocol"):
+      _tiny(protocol="theirs")
+    with self.assertRaisesRegex(ValueError, "paper_runs"):
+      _tiny(paper_runs=4)
+    with self.assertRaisesRegex(ValueError, "paper_seeds"):
+      _tiny(paper_seeds=0)
+    self.assertEqual(_tiny().protocol, "ours")        # the default keeps today's output
 
   @pytest.mark.slow
   def test_run_small(self):
@@ -59,10 +67,44 @@ class AuditFinalModelTest(absltest.TestCase):
       self.assertLessEqual(v, exact)
     self.assertLessEqual(row["best_final_model_union"], exact)
     self.assertIn(row["best_final_model_union_by"], afm._FINAL)
+    # the seed reproduces; --protocol both adds the paper's record and table and
+    # leaves ours unchanged
     out2 = tempfile.mkdtemp()
-    afm.run(cfg, out2, progress=False, quiet=True)
+    afm.run(_tiny(protocol="both", paper_seeds=2, paper_runs=8), out2, progress=False,
+            quiet=True)
     with open(os.path.join(out2, "results.json")) as f:
-      self.assertEqual(json.load(f)["results"], doc["results"])
+      doc2 = json.load(f)
+    self.assertLen(doc2["results"].pop("paper_protocol"), 1)
+    self.assertEqual(doc2["results"], doc["results"])
+    self.assertEqual(doc2["tables"][:-1], doc["tables"])
+    self.assertTrue(doc2["summary"].startswith(doc["summary"] + " Paper protocol"))
+
+  @pytest.mark.slow
+  def test_paper_protocol_small(self):
+    cfg = _tiny(protocol="paper", paper_seeds=2, paper_runs=8)
+    out = tempfile.mkdtemp()
+    afm.run(cfg, out, progress=False, quiet=True)
+    with open(os.path.join(out, "results.json")) as f:
+      doc = json.load(f)
+    res = doc["results"]
+    self.assertNotIn("per_epsilon", res)
+    (row,) = res["paper_protocol"]
+    self.assertEqual(row["trials_per_seed"], [4, 4])
+    self.assertLen(row["paper_epsilon"], 2)
+    self.assertLen(row["strict_epsilon"], 2)
+    self.assertEqual(row["published"], 7.21)           # MNIST, 1,000 records, eps = 10
+    self.assertAlmostEqual(row["summed_learning_rate"], 2.0 / 120)
+    # sigma by PLD: the claim is the exact eps
+    self.assertAlmostEqual(row["exact_epsilon"], 10.0, delta=0.01)
+    exact = accounting.dpsgd_epsilon(row["noise_multiplier"], 1.0, 2, 1e-5, accountant="pld")
+    self.assertAlmostEqual(row["exact_epsilon"], exact, places=6)
+    for v in row["strict_epsilon"] + [row["strict_pooled"]]:
+      self.assertLessEqual(v, exact)
+    for v in row["paper_epsilon"]:
+      self.assertLessEqual(v, row["paper_ceiling"] + 1e-9)
+    (table,) = doc["tables"]
+    self.assertIn("NOT a valid 95% bound", table["note"])
+    self.assertEqual(table["rows"][0][-1], 7.21)
 
   @pytest.mark.slow
   def test_cnn_runs(self):

@@ -16,6 +16,11 @@ hiding the intermediate models is measured on identical trials. A researcher's
 own adversary is a `FinalModelAdversary`: a canary plus score functions of
 (theta_T, theta_0).
 
+`paper_protocol_audit` is Annamalai & De Cristofaro's protocol: a blank target
+(`blank_target`), R runs per seed from a pre-trained theta_0, -loss scores, and
+their estimate (`gdp_epsilon_all_thresholds`: mu-GDP at the best threshold of
+the same scores, optimistic, not a valid bound) beside ours on the same scores.
+
 Contracts: theta_0 is shared by all runs and known to the adversaries; each
 adversary's K trials are pooled, which is valid when its canaries' scores are
 independent given the bits (see `audit`); every bound is a
@@ -25,7 +30,7 @@ References: Annamalai & De Cristofaro 2024, https://arxiv.org/abs/2405.14106;
 Cebere, Bellet & Papernot 2025, https://arxiv.org/abs/2405.14457; Steinke et al.
 2025, https://arxiv.org/abs/2410.06186.
 
-Shape letters: R runs (models), K canaries, T steps, N records, F features.
+Shape letters: R runs (models), K canaries, T steps, N records, F features, S seeds.
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate
-from dpjax.audit import crafting, last_iterate
+from dpjax import _validate, tradeoff
+from dpjax.accounting import gdp
+from dpjax.audit import crafting, last_iterate, parametric, stats
 
 # ----------------------------------------------------------------------------------
 # The audit.
@@ -313,3 +319,202 @@ def _orthogonal_norm_c(g, c: float) -> bool:
                          for l in jax.tree.leaves(g)], axis=1)
   gram = flat @ flat.T
   return bool(np.allclose(gram, c * c * np.eye(flat.shape[0]), rtol=1e-5, atol=1e-6 * c * c))
+
+
+# ----------------------------------------------------------------------------------
+# Annamalai & De Cristofaro's protocol.
+
+
+def blank_target(record_shape, label: int = 9) -> tuple[np.ndarray, int]:
+  """Annamalai & De Cristofaro's target record: the blank (all-zero) image, label 9.
+
+  Args:
+    record_shape: the shape of one record, e.g. (64,) for the flattened digits.
+    label: its class, an integer >= 0 (theirs: 9).
+  Returns:
+    (x_c, label): x_c is float32[*record_shape] of zeros.
+
+  Examples:
+    >>> x, y = blank_target((64,))
+    >>> x.shape, float(abs(x).max()), y
+    ((64,), 0.0, 9)
+  """
+  shape = _validate.check_sizes(record_shape, "record_shape")
+  _validate.check_size(int(np.prod(shape)), "record_shape")
+  return np.zeros(shape, np.float32), _validate.check_int(label, "label", minimum=0)
+
+
+def gdp_epsilon_all_thresholds(scores_in_K, scores_out_K, delta: float,
+                               confidence: float = 0.95) -> parametric.GdpEstimate:
+  """The eps estimate of Annamalai & De Cristofaro: mu-GDP at the best threshold of the same scores.
+
+  For every test "IN iff score > t", t in {-inf} and the K_in + K_out scores
+  (the tests "score >= s" of their code), with one-sided Clopper-Pearson upper
+  limits at `confidence` on FPR(t) and FNR(t) (their alpha = 1 - confidence),
+
+      mu_t = Phi^-1(1 - FPR_u(t)) - Phi^-1(FNR_u(t)),   mu = max_t mu_t,
+
+  and eps is eps(delta) of mu-GDP (`accounting.gdp.gaussian_epsilon`), 0 when
+  mu <= 0. The pieces are `stats.error_counts`, `stats.clopper_pearson` and
+  `tradeoff.gaussian_mu`, as in `parametric.gdp_estimate`.
+
+  Warning: NOT a valid lower bound at `confidence`. The threshold is chosen on
+  the scores that evaluate it with no union bound over the thresholds, and the
+  two limits are not corrected jointly: the estimate is optimistic. It also
+  assumes the mechanism is mu-GDP (full-batch DP-SGD is: mu = sqrt(T) / sigma).
+  Valid alternatives on the same scores: `parametric.gdp_estimate` (threshold
+  held out) and `score_audit.score_bounds` ("best", assumption-free).
+
+  Args:
+    scores_in_K, scores_out_K: float[K_in], float[K_out] (higher = IN), >= 1 each.
+    delta: in (0, 1).
+    confidence: level of each one-sided limit, in (0.5, 1).
+  Returns:
+    parametric.GdpEstimate (its threshold t: IN iff score > t).
+  References: Annamalai & De Cristofaro 2024, https://arxiv.org/abs/2405.14106;
+    Nasr et al. 2023, https://arxiv.org/abs/2302.07956.
+
+  Examples:
+    >>> import numpy as np
+    >>> g = gdp_epsilon_all_thresholds(np.ones(100), np.zeros(100), 1e-5)
+    >>> round(g.mu, 2), g.threshold                  # perfect separation, 100 + 100
+    (3.78, 0.0)
+  """
+  delta = _validate.check_delta(delta)
+  confidence = _validate.check_range(confidence, "confidence", 0.5, 1.0, open_low=True,
+                                     open_high=True)
+  s_in = stats.check_scores(scores_in_K, "scores_in_K")
+  s_out = stats.check_scores(scores_out_K, "scores_out_K")
+  cand = np.r_[-np.inf, np.unique(np.r_[s_in, s_out])]
+  fp, fn = stats.error_counts(s_in, s_out, cand)
+  two_sided = 2.0 * confidence - 1.0            # each limit of the interval is one-sided
+  _, fpr_u = stats.clopper_pearson(fp, s_out.size, two_sided)
+  _, fnr_u = stats.clopper_pearson(fn, s_in.size, two_sided)
+  mu_t = np.atleast_1d(tradeoff.gaussian_mu(fpr_u, fnr_u))
+  j = int(np.argmax(mu_t))
+  mu = float(mu_t[j])
+  eps = gdp.gaussian_epsilon(delta, mu) if mu > 0 else 0.0
+  return parametric.GdpEstimate(
+      mu, float(eps), float(cand[j]), delta, confidence,
+      "NOT a valid bound: threshold chosen on the evaluated scores (max over all "
+      "thresholds, no union bound), one-sided Clopper-Pearson limits at the confidence "
+      "each (not joint); valid only if mu-GDP (Annamalai & De Cristofaro 2024)")
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperProtocolAudit:
+  """What `paper_protocol_audit` measured: S seeds, each estimator on the same scores.
+
+  Attributes:
+    paper: S `parametric.GdpEstimate` of `gdp_epsilon_all_thresholds` (their protocol).
+    strict: float64[S], "best" of `score_audit.score_bounds` per seed (valid at
+      the confidence, no assumption).
+    gdp_held_out: float64[S], "gdp" (`parametric.gdp_estimate`, threshold held
+      out; valid if mu-GDP).
+    pooled_strict: "best" on the S seeds' trials pooled.
+    audits: S `runner.TrainingAudit` (scores [R, 1] and bits).
+    claimed_epsilon, exact_epsilon: as in `FinalModelAudit`.
+    config: the audited DpSgdConfig.
+  """
+  paper: list
+  strict: np.ndarray
+  gdp_held_out: np.ndarray
+  pooled_strict: float
+  audits: list
+  claimed_epsilon: float
+  exact_epsilon: float
+  config: Any
+
+  def to_json(self) -> dict:
+    """Plain numbers: per-seed lists, means, sample sd (0 for one seed), and
+    "paper_ceiling", their estimate at perfect separation of these trial counts."""
+    sd = lambda v: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
+    paper = np.array([g.epsilon for g in self.paper])
+    n_in, n_out = int(self.audits[0].included_RxK.sum()), int((~self.audits[0].included_RxK).sum())
+    return {"noise_multiplier": float(self.config.noise_multiplier),
+            "claimed_epsilon": self.claimed_epsilon, "exact_epsilon": self.exact_epsilon,
+            "trials_per_seed": [n_in, n_out], "paper_epsilon": paper.tolist(),
+            "paper_mu": [g.mu for g in self.paper], "paper_mean": float(paper.mean()),
+            "paper_sd": sd(paper), "strict_epsilon": self.strict.tolist(),
+            "strict_mean": float(self.strict.mean()), "strict_sd": sd(self.strict),
+            "strict_pooled": self.pooled_strict,
+            "gdp_held_out_epsilon": self.gdp_held_out.tolist(),
+            "gdp_held_out_mean": float(self.gdp_held_out.mean()),
+            "paper_ceiling": gdp_epsilon_all_thresholds(
+                np.ones(n_in), np.zeros(n_out), float(self.config.delta),
+                self.paper[0].confidence).epsilon}
+
+
+def paper_protocol_audit(key, cfg, model, x_NxF, y_N, *, init_params, target=None,
+                         num_seeds: int = 5, num_runs: int = 200,
+                         confidence: float = 0.95, progress: bool = False
+                         ) -> PaperProtocolAudit:
+  """Annamalai & De Cristofaro's black-box audit of full-batch DP-SGD, S times.
+
+  Per seed s (key fold_in(key, s)): `audit` trains R runs from `init_params`
+  (theirs: pre-trained on the other half of the data), R/2 with the target,
+  scores each final model by -loss on the target, and the scores get their
+  estimate (`gdp_epsilon_all_thresholds`) and ours (`score_audit.score_bounds`).
+
+  Summed gradients: their update is theta <- theta - eta (sum_i clip(g_i) +
+  N(0, sigma^2 C^2 I)). `dpsgd` divides the noisy sum by the public constant
+  B = q n = cfg.dataset_size (q = 1; never the realised batch, which is n or
+  n + 1), so their eta is cfg.learning_rate / cfg.dataset_size exactly.
+
+  Args:
+    key: jax.random key.
+    cfg: dpsgd.DpSgdConfig with sampling_prob 1 (full batch).
+    model: a dpjax.models.Model.
+    x_NxF, y_N: the private records (D minus the target).
+    init_params: theta_0, fixed across runs and seeds.
+    target: (x_c, y_c); default `blank_target(x_NxF.shape[1:])`.
+    num_seeds: S >= 1 repetitions.
+    num_runs: R >= 4 models per seed.
+    confidence: of every bound (and of each one-sided limit of theirs), in (0.5, 1).
+    progress: progress bars.
+  Returns:
+    PaperProtocolAudit.
+  References: Annamalai & De Cristofaro 2024, https://arxiv.org/abs/2405.14106.
+
+  Example (tests/final_model_test.py runs it):
+
+      p = paper_protocol_audit(key, cfg, model, x, y, init_params=theta0, num_seeds=5)
+      [g.epsilon for g in p.paper], p.strict
+  """
+  from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import score_audit  # pylint: disable=g-import-not-at-top
+  key = _validate.check_key(key)
+  _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
+  if float(cfg.sampling_prob) != 1.0:
+    raise ValueError("paper_protocol_audit audits full-batch DP-SGD: cfg.sampling_prob "
+                     f"must be 1, got {cfg.sampling_prob}")
+  x = _validate.check_array(x_NxF, "x_NxF", np.float32, min_size=1)
+  if x.ndim < 2:
+    raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
+  s = _validate.check_int(num_seeds, "num_seeds")
+  _validate.check_int(num_runs, "num_runs", minimum=4)
+  confidence = _validate.check_range(confidence, "confidence", 0.5, 1.0, open_low=True,
+                                     open_high=True)
+  _validate.check_bool(progress, "progress")
+  if target is None:
+    target = blank_target(x.shape[1:])
+  if not (isinstance(target, tuple) and len(target) == 2):
+    raise TypeError("target must be a pair (x_c, y_c)")
+  adv = [FinalModelAdversary("target", {"loss": crafting.loss_score(model, *target)},
+                             record=target)]
+  delta = float(cfg.delta)
+  audits, paper = [], []
+  for i in range(s):
+    a = audit(jax.random.fold_in(key, i), cfg, model, x, y_N, init_params=init_params,
+              adversaries=adv, num_runs=num_runs, confidence=confidence, white_box=False,
+              progress=progress)
+    t = a.audits["target/loss"]
+    audits.append(t)
+    paper.append(gdp_epsilon_all_thresholds(t.scores_in, t.scores_out, delta, confidence))
+  pooled = score_audit.score_bounds(np.concatenate([t.scores_in for t in audits]),
+                                    np.concatenate([t.scores_out for t in audits]),
+                                    delta=delta, confidence=confidence)["best"].epsilon_lower
+  return PaperProtocolAudit(
+      paper, np.array([t.epsilon_lower()["best"] for t in audits]),
+      np.array([t.epsilon_lower()["gdp"] for t in audits]), float(pooled), audits,
+      a.claimed_epsilon, a.exact_epsilon, cfg)

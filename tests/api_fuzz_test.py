@@ -585,6 +585,15 @@ def entries():
   add(E("dpjax.audit.one_run.fdp_epsilon_lower_bound", one_run.fdp_epsilon_lower_bound,
         dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5, family="gdp",
              confidence=0.9), {"family": "choice"}))
+  add(E("dpjax.audit.one_run.steinke_pointwise_epsilon_lower_bound",
+        one_run.steinke_pointwise_epsilon_lower_bound,
+        dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5, confidence=0.9),
+        {"num_guesses": "count", "num_correct": "count"}))
+  add(E("dpjax.audit.one_run.fdp_epsilon_lower_bound[subsampled_gaussian]",
+        one_run.fdp_epsilon_lower_bound,
+        dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5,
+             family="subsampled_gaussian", confidence=0.9, sampling_prob=0.5, num_steps=2),
+        {"family": "choice", "num_steps": "count"}))
   add(E("dpjax.audit.one_run.p_value", one_run.p_value,
         dict(num_canaries=100, num_guesses=20, num_correct=15, epsilon=1.0, delta=1e-5),
         {"num_guesses": "count", "num_correct": "count"}))

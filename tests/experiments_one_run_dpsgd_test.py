@@ -17,11 +17,13 @@ class OneRunDpsgdTest(absltest.TestCase):
   def test_config_validation(self):
     with self.assertRaisesRegex(ValueError, "num_canaries"):
       one_run_dpsgd.OneRunDpsgdConfig(num_canaries=2)
+    with self.assertRaisesRegex(ValueError, "repeats"):
+      one_run_dpsgd.OneRunDpsgdConfig(repeats=0)
 
   @pytest.mark.slow
   def test_run_small(self):
     cfg = one_run_dpsgd.OneRunDpsgdConfig(seed=1, eps=(4.0,), num_canaries=64, steps=4,
-                                          mlp_hidden=(4,))
+                                          mlp_hidden=(4,), repeats=2)
     out = tempfile.mkdtemp()
     one_run_dpsgd.run(cfg, out, progress=False, quiet=True)
     with open(os.path.join(out, "results.json")) as f:
@@ -42,6 +44,13 @@ class OneRunDpsgdTest(absltest.TestCase):
     self.assertLessEqual(row["maximum"]["one_run"], best + 1e-9)
     self.assertGreater(row["maximum"]["one_run"], 0.5)
     self.assertIsNone(row["paper"])              # not available: never filled in
+    for k in one_run_dpsgd.FAMILIES:             # run 0 of the repeats is the run above
+      rep = row["repeats"][k]
+      self.assertLen(rep["runs"], 2)
+      self.assertLessEqual(rep["min"], rep["mean"])
+      self.assertLessEqual(rep["max"], row["exact_epsilon"])
+      if k in row["epsilon_lower"]:
+        self.assertEqual(rep["runs"][0], row["epsilon_lower"][k])
     out2 = tempfile.mkdtemp()
     one_run_dpsgd.run(cfg, out2, progress=False, quiet=True)
     with open(os.path.join(out2, "results.json")) as f:

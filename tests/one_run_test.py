@@ -293,3 +293,103 @@ class DeclaredGuessesTest(parameterized.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class SubsampledGaussianFamilyTest(parameterized.TestCase):
+  """The DP-SGD curve family ("subsampled_gaussian") of the f-DP one-run test."""
+
+  KW = dict(num_canaries=1000, num_guesses=200, num_correct=170, delta=1e-5)
+
+  def test_q1_t1_is_the_gaussian_family(self):
+    # q = 1, T = 1: the Gaussian mechanism, mu = 1 / sigma. The profile-based curve is
+    # a lower bound on G_mu (valid), so the bound is at most the "gdp" one, and close.
+    g = one_run.fdp_epsilon_lower_bound(**self.KW, family="gdp")
+    s = one_run.fdp_epsilon_lower_bound(**self.KW, family="subsampled_gaussian",
+                                        sampling_prob=1.0, num_steps=1)
+    self.assertLessEqual(s.epsilon_lower, g.epsilon_lower + 1e-9)
+    self.assertGreater(s.epsilon_lower, 0.97 * g.epsilon_lower)
+    self.assertAlmostEqual(1.0 / s.noise_multiplier_upper, g.mu_lower, delta=0.02)
+    self.assertTrue(math.isnan(s.mu_lower))
+
+  def test_monotone_in_sigma(self):
+    kw = dict(num_canaries=1000, num_guesses=200, num_correct=170, family="subsampled_gaussian",
+              sampling_prob=0.1, num_steps=100)
+    sigmas = [0.8, 1.2, 1.6, 2.0, 2.5, 3.5, 5.0]
+    rej = [one_run.fdp_rejects(**kw, parameter=s) for s in sigmas]
+    self.assertFalse(rej[0])                    # a weakly private claim survives
+    self.assertTrue(rej[-1])                    # a strongly private one is rejected
+    self.assertEqual(rej, sorted(rej))          # rejected for all sigma above a crossing
+    r = one_run.fdp_epsilon_lower_bound(**kw, delta=1e-5)
+    self.assertTrue(one_run.fdp_rejects(**kw, parameter=r.noise_multiplier_upper))
+    self.assertFalse(one_run.fdp_rejects(**kw, parameter=0.98 * r.noise_multiplier_upper))
+    # the eps reported is that of DP-SGD at that sigma (our PLD accountant)
+    from dpjax import accounting
+    self.assertAlmostEqual(r.epsilon_lower, accounting.dpsgd_epsilon(
+        r.noise_multiplier_upper, 0.1, 100, 1e-5, accountant="pld"), places=9)
+
+  def test_profile_curve_is_the_dp_curve_for_one_pair(self):
+    inv = one_run._profile_inverse_blowup(np.array([[1.0]]), np.array([[1e-3]]))
+    ref = one_run._dp_inverse_blowup(np.array([1.0]), 1e-3)
+    for x in (0.0, 0.01, 0.3, 0.9, 1.0):
+      self.assertAlmostEqual(float(inv(np.array([x]))[0]), float(ref(np.array([x]))[0]),
+                             places=12)
+
+  def test_validation(self):
+    with self.assertRaisesRegex(ValueError, "sampling_prob"):
+      one_run.fdp_epsilon_lower_bound(**self.KW, family="subsampled_gaussian")
+    with self.assertRaisesRegex(ValueError, "subsampled_gaussian"):
+      one_run.fdp_rejects(**self.KW, family="gdp", parameter=1.0, sampling_prob=0.1,
+                          num_steps=10)
+    with self.assertRaisesRegex(ValueError, "sampling_prob"):
+      one_run.fdp_rejects(**self.KW, family="subsampled_gaussian", parameter=1.0,
+                          sampling_prob=1.5, num_steps=10)
+    with self.assertRaisesRegex(ValueError, "num_steps"):
+      one_run.audit_declared_guesses(np.arange(10.0), np.arange(10) % 2 == 0, delta=1e-5,
+                                     method="fdp_subsampled_gaussian", sampling_prob=0.1,
+                                     num_steps=0)
+
+
+class SteinkePointwiseTest(parameterized.TestCase):
+
+  def test_vectorised_p_values_match_p_value(self):
+    eps, dl = [0.0, 0.7, 2.0], [1e-5, 1e-3, 0.0]
+    got = one_run._p_values_over_eps(500, 100, 80, eps, dl)
+    for g, e, d in zip(got, eps, dl):
+      self.assertAlmostEqual(g, one_run.p_value(500, 100, 80, e, d), places=12)
+
+  def test_truncated_window_errs_upwards(self):
+    # v > 2,000: the delta term is bounded, never underestimated
+    got = one_run._p_values_over_eps(100000, 5000, 4000, [1.0], [1e-5])[0]
+    self.assertGreaterEqual(got, one_run.p_value(100000, 5000, 4000, 1.0, 1e-5) - 1e-12)
+
+  def test_at_least_steinke_and_below_exact(self):
+    kw = dict(num_canaries=100000, num_guesses=736, num_correct=709, delta=1e-5)
+    pw = one_run.steinke_pointwise_epsilon_lower_bound(**kw)
+    st = one_run.epsilon_lower_bound(**kw)
+    self.assertGreater(pw.epsilon_lower, st)          # 2.71 against 2.53
+    self.assertAlmostEqual(pw.epsilon_lower, gdp.gaussian_epsilon(1e-5, pw.mu_lower), places=9)
+    self.assertEqual(one_run.steinke_pointwise_epsilon_lower_bound(
+        num_canaries=1000, num_guesses=100, num_correct=50, delta=1e-5).epsilon_lower, 0.0)
+    with self.assertRaisesRegex(ValueError, "delta"):
+      one_run.steinke_pointwise_epsilon_lower_bound(num_canaries=10, num_guesses=4,
+                                                    num_correct=4, delta=0.0)
+
+
+class ValidProtocolCoverageTest(parameterized.TestCase):
+  """The default (valid) protocol stays below the true eps of a mu-GDP mechanism."""
+
+  def test_below_true_epsilon_over_seeds(self):
+    mu, m, delta = 1.0, 4000, 1e-5
+    exact = gdp.gaussian_epsilon(delta, mu)
+    bounds = {"steinke": [], "fdp_gdp": []}
+    for seed in range(8):
+      rng = np.random.default_rng(seed)
+      bits = rng.random(m) < 0.5
+      x = bits + rng.normal(size=m) / mu
+      for meth in bounds:
+        bounds[meth].append(one_run.audit_declared_guesses(x, bits, delta=delta,
+                                                           method=meth).epsilon_lower)
+    for meth, b in bounds.items():
+      self.assertLessEqual(max(b), exact, meth)
+      self.assertGreater(min(b), 0.2, meth)             # and the audit has power
+    self.assertGreater(np.mean(bounds["fdp_gdp"]), np.mean(bounds["steinke"]))

@@ -1,36 +1,29 @@
 """Audits of privacy bugs that shipped in real DP libraries (`dpjax.audit.variants`).
 
-Each bug is a `variants` component passed to `dpsgd.train_many` through the door a
-user's component would use, while the accountant is told the claimed (q, sigma, T,
-delta); sigma is calibrated (RDP) to each claimed eps in {1, 2}. Every case runs in
-a "probe world" built so that both the adversaries and the theory are exact:
+Each bug is a `variants` component passed to `dpsgd.train_many` through the door a user's
+component would use, while the accountant is told the claimed (q, sigma, T, delta); sigma
+is calibrated (RDP) to each claimed eps in {1, 2}. Each case runs in a "probe world" where
+the adversaries and the theory are exact:
 
-  records   n0 base records x = M e_0 and one canary record x = M e_1 (M = 100,
-            label 0), the canary IN for `trials` models and OUT for `trials`
-            (a fixed random design); K = `noise_coords` further coordinates that no
-            record touches, so the update there is the privatizer's noise divided by
-            whatever the implementation divides by.
-  model     logistic regression from w = 0, learning rate 1e-7 x the expected batch
-            size. A record's gradient r x (r = sigmoid(w . x)) has norm >= C, so the
-            correct path clips it to exactly C e_0 or C e_1, while |w . x| <= 4.6;
-            every run's final |w . x| is checked below 0.1 (a case is refused
-            otherwise), a wide margin for the random walk in between.
+  records   n0 base records x = M e_0 and a canary x = M e_1 (M = 100, label 0), IN for
+            `trials` models and OUT for `trials`; K = `noise_coords` coordinates no record
+            touches, where the update is the noise over the implementation's divisor.
+  model     logistic regression from w = 0, learning rate 1e-7 x the expected batch size:
+            a gradient r x (r = sigmoid(w . x)) has norm >= C while |w . x| <= 4.6, so the
+            correct path clips it to exactly C e_0 or C e_1; every final |w . x| must be
+            below 0.1, or the case is refused.
 
 Six adversaries, each a threshold on one score chosen on half of the trials
-(`estimators.SplitThreshold(both_signs=True)`) at 1 - 0.05/6 (Bonferroni: a
-correct implementation is wrongly caught with probability <= 5% per case and eps):
+(`estimators.SplitThreshold(both_signs=True)`) at 1 - 0.05/6 (Bonferroni: a correct
+implementation is wrongly caught with probability <= 5% per case and eps):
 
-  white-box (every privatized update u_t observed)
-    llr        sum_t log(1 - q + q exp((2 o_t - 1) / (2 sigma^2))), o_t = u_t[1] B / C:
-               the exact likelihood ratio of the claimed mechanism for the canary
-               (Nasr et al. 2021's white-box adversary).
-    slot       sum of u_t[0] + u_t[1] over the steps t = E - 1 mod E (E batches per
-               epoch of the shuffle): the last batch of an epoch, which a data set
-               one record short of E b leaves one record short (built for the
-               shuffle; a valid score for every case).
-    scale_min  -min_t S_t, S_t = ||u_t on the K free coordinates||^2: one step divided
-               by a larger denominator than any neighbour could produce.
-    scale_sum  -sum_t S_t: every step divided by another denominator.
+  white-box (every privatized update u_t observed; o_t = u_t[1] B / C)
+    llr        sum_t log(1 - q + q exp((2 o_t - 1) / (2 sigma^2))): the claimed mechanism's
+               exact likelihood ratio (Nasr et al. 2021's white-box adversary).
+    slot       sum of u_t[0] + u_t[1] over steps t = E - 1 mod E (E batches per epoch of the
+               shuffle): the last batch of each epoch, one record short when n = E b - 1.
+    scale_min  -min_t S_t, S_t = ||u_t on the K free coordinates||^2 (one step's divisor).
+    scale_sum  -sum_t S_t (every step's divisor).
   black-box (final parameters only; z = -w_T / lr = sum_t u_t)
     final_canary  z[1];   final_scale  -||z on the free coordinates||^2.
 
@@ -46,20 +39,18 @@ Cases (claimed eps 1 and 2 each), with the true eps beside the claim:
   shuffle_as_poisson (n0 = 49, q = 0.02,  >= the slot test's exact Gaussian eps
     10 epochs of 50 batches of 1)
 
-Published figures (their settings differ: see the table's note), Opacus bug reports
-github.com/meta-pytorch/opacus/issues/N: N = 571, eps ~2.5 measured vs 1.2 reported
-on a linear regression with 2-3 records; N = 819, neighbours "almost fully
-distinguishable" in small high-dimensional settings; N = 813, a rate 45,000x too high
-(no eps measured); Tramer et al. 2022, claimed 0.21,
-audited > 2.79 on MNIST with a poisoned input; Chua et al. 2024, shuffled batches far
-less private than their Poisson accounting.
+Published figures, in other settings: Opacus bug reports
+github.com/meta-pytorch/opacus/issues/N: N = 571, eps ~2.5 measured vs 1.2 reported (linear
+regression, 2-3 records); N = 819, neighbours "almost fully distinguishable" (small n, high
+d); N = 813, a rate 45,000x too high (no eps measured); Tramer et al. 2022, claimed 0.21,
+audited > 2.79 (MNIST, a poisoned input); Chua et al. 2024, shuffled batches far less
+private than their Poisson accounting.
 
-Command:   python -m experiments.audit_bugs     (1,000 models per side, the six bug rows;
-                                                about 95 s of CPU, most of it compiling)
+Command:   python -m experiments.audit_bugs     (the six bug rows, 1,000 models per side;
+                                                about 95 s of CPU)
            python -m experiments.audit_bugs --trials 10000 --cases K1,K2,...
-                                               (the full scale with K1,K2,... every key of
-                                                CASES, in order: about 8 CPU minutes,
-                                                the shuffle sampler's argsorts most)
+                                               (full scale, K1,K2,... every key of CASES in
+                                                order: about 8 CPU minutes)
 Measured (quick, seed 0; ceiling 4.51): both divisor bugs and the over-rate sampler at
 the ceiling at claimed eps 1 and 2, backprop clipping 1.83 / 3.00 (llr), the
 floored denominator with the claimed n 0.00 / 0.04 (its exact eps 0.91 / 1.83), the
@@ -167,7 +158,7 @@ QUICK_CASES = ("realised_batch_denominator", "floored_expected_batch",
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AuditBugsConfig(_common.ExperimentConfig):
-  """What `run` computes (defaults = the quick scale; tests shrink them)."""
+  """What `run` computes (defaults = the quick scale)."""
   trials: int = _common.option(1000, "Models per side (canary IN / OUT) per case and eps.")
   epsilons: tuple[float, ...] = _common.option((1.0, 2.0), "Claimed eps values.")
   cases: tuple[str, ...] = _common.option(
@@ -412,11 +403,7 @@ def _figure(out_dir: str, rows: list[dict], epsilons) -> str:
 
 def run(cfg: AuditBugsConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Audits every selected case at every claimed eps; writes results.json and the figure.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """Audits the selected cases at each eps, writes the figure; returns `_common.finish`'s dict."""
   key = jax.random.key(cfg.seed)
   rows = []
   # A row's key depends on its case's place in CASES and its eps's place in the list,

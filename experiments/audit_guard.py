@@ -1,29 +1,19 @@
 """The audit as a regression test: the engine's guard, on the engine and on its regressions.
 
-`dpjax.audit.guard.check_claim` is the short white-box audit that
-tests/guard_test.py runs on every test run: canary records in features no other
-record uses, trained by the engine's own Poisson sampler, its logistic-regression
-clipping path and its Gaussian noise, scored by the exact likelihood ratio of the
-privatized updates, with thresholds declared from the claimed mechanism alone. It
-falsifies the claim when its eps lower bound exceeds the claim's exact eps (PLD),
-which a correct engine does with probability <= 1 - confidence.
-
-This experiment runs the guard on the engine as it is and on each regression of
-`variants.REGRESSIONS` (`check_claim(..., variant=name)`): noise sigma C / 2,
-Poisson masks at 2q, clipping to 4C. For each it prints the true eps of what was
-trained (`variants.exact_epsilon`), the guard's bound, and the verdict.
+Runs `dpjax.audit.guard.check_claim` on the engine and on each of `variants.REGRESSIONS`
+(noise sigma C / 2, Poisson masks at 2q, clipping to 4C) and prints the true eps of what was
+trained (`variants.exact_epsilon`), the guard's bound, and the verdict: falsified when the
+bound exceeds the claim's exact (PLD) eps, a false alarm with probability <= 1 - confidence.
 
 Command:   python -m experiments.audit_guard          (about a minute of CPU, mostly
                                                        compiling the four programs)
-Expected (defaults, seed 0: q = 1/2, T = 10, sigma = 3.72 for claimed eps = 2,
-exact 1.82; 512 runs x 1,024 canaries = 262,144 IN and 262,144 OUT trials, 99%
-confidence): engine 1.16 (1.11 expected), not falsified; noise_half 2.53 (true
-eps 4.36), sampler_twice_q 2.36 (true 3.63), clip_four_c 5.54 (true 11.67), all
-falsified.
+Expected (defaults, seed 0: q = 1/2, T = 10, sigma = 3.72 for claimed eps = 2, exact 1.82;
+512 runs x 1,024 canaries = 262,144 IN and 262,144 OUT trials, 99% confidence): engine
+1.16 (1.11 expected), not falsified; noise_half 2.53 (true eps 4.36), sampler_twice_q 2.36
+(true 3.63), clip_four_c 5.54 (true 11.67), all falsified.
 
-No published figure exists for this construction; the nearest published setting
-(Nasr et al. 2021, white-box Dirac gradient canaries) is reproduced by
-experiments/audit.py.
+No published figure exists for this construction (the nearest, Nasr et al. 2021's white-box
+Dirac gradient canaries, is reproduced by experiments/audit.py).
 """
 
 from __future__ import annotations
@@ -43,7 +33,7 @@ NAME = "audit_guard"
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AuditGuardConfig(_common.ExperimentConfig):
-  """What `run` checks (defaults: the guard's own defaults, which tests/guard_test.py uses)."""
+  """What `run` checks (defaults: the guard's own)."""
   eps: float = _common.option(2.0, "Claimed (target) epsilon; sigma is RDP-calibrated to it.")
   sampling_prob: float = _common.option(0.5, "Poisson sampling probability q of the claim.")
   steps: int = _common.option(10, "DP-SGD steps T of the claim.")
@@ -85,11 +75,7 @@ def _plot(out_dir: str, rows: list) -> str:
 
 def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Runs the guard on the engine and on each regression; writes the record.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """Runs the guard on the engine and on each regression; returns `_common.finish`'s dict."""
   claim = dpsgd.DpSgdConfig(dataset_size=1024, sampling_prob=cfg.sampling_prob,
                             num_steps=cfg.steps, l2_clip_norm=1.0,
                             delta=cfg.delta).calibrate(cfg.eps)

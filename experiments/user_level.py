@@ -1,37 +1,21 @@
 """Example-level vs user-level DP-SGD for customers with several loans (lecture §5.5, exercise 6(d)).
 
-The credit world of `dpjax.data.credit.sample_customers`: customers hold 1-10 loans
-(mean 3.4), one row per loan, the customer's income, history, delinquency and group
-shared by all of their rows. Two trainings at the same eps and delta:
+Customers of `dpjax.data.credit.sample_customers` hold 1-10 loans (mean 3.4), one row per
+loan. Example-level DP-SGD (dataset_size = N loans) protects each loan; a customer with k
+loans gets, by group privacy, (k eps, k e^((k-1) eps) delta)-DP (Dwork & Roth 2014,
+Theorem 2.2 extended to (eps, delta): the delta term sums delta e^(j eps) for j < k).
+User-level DP-SGD (dataset_size = U customers, privacy_unit = "user") Poisson-samples each
+customer with all of their loans and clips their summed gradient to C (McMahan et al. 2018,
+https://arxiv.org/abs/1710.06963): the same accountant numbers hold per customer, whatever k.
 
-  example-level  DpSgdConfig(dataset_size = N loans): each loan Poisson-sampled and
-                 clipped on its own. The guarantee is per loan; for a customer with
-                 k loans, group privacy gives (k eps, k e^((k-1) eps) delta)-DP
-                 (Dwork & Roth 2014, Theorem 2.2 extended to (eps, delta): the delta
-                 term sums delta e^(j eps) for j < k, at most k e^((k-1) eps) delta).
-  user-level     DpSgdConfig(dataset_size = U customers, privacy_unit = "user"): each
-                 customer Poisson-sampled with all of their loans, their summed
-                 gradient clipped to C (McMahan et al. 2018,
-                 https://arxiv.org/abs/1710.06963). The same accountant numbers hold
-                 per customer, whatever k.
-
-Part (a) prints the per-customer guarantee of the example-level model by group
-privacy for k = 1..10 loans beside the lecture's exercise 6(d) answer ("about 5 eps =
-15" for five loans at eps = 3), and test accuracy of both trainings (and the
-noiseless clipped baseline) at each eps.
-
-Part (b) audits both trainings with a canary customer: `canary_loans` loans whose
-only non-zero feature is a column no real customer uses (value `canary_feature`,
-label 1), so the model's weight on that column is moved only by the canary's
-gradients and the noise, and that weight is the attack score (higher = canary
-IN). `audit_models` models are trained with the canary and as many without, for
-each training, at eps = `audit_epsilon`. The eps lower bound is
-`dpjax.audit.score_audit.score_bounds`'s "clopper_pearson" entry (threshold and
-sign chosen on one half of each side, Clopper-Pearson intervals at `confidence` on
-the other half, converted to eps at delta); the table also shows the union-bounded
-"best" entry and the GDP-assumption estimate (valid only if the mechanism is GDP).
-The example-level model leaks more about the canary customer than its eps promises
-(its lower bound exceeds audit_epsilon); the user-level model's stays below.
+Part (a): the example-level guarantee per customer for k = 1..10 loans beside the lecture's
+exercise 6(d) answer ("about 5 eps = 15" for five loans at eps = 3), and test accuracy of
+both trainings (and the noiseless clipped baseline) at each eps. Part (b): at eps =
+`audit_epsilon`, `audit_models` models of each training with a canary customer and as many
+without (`canary_loans` loans, label 1, whose only non-zero feature is `canary_feature` in a
+column no real customer uses); the attack score is the model's weight on that column, the
+bound `score_audit.score_bounds`' "clopper_pearson" entry (the table adds the union-bounded
+"best" and the GDP estimate, valid only if the mechanism is GDP).
 
 Command:   python -m experiments.user_level          (about 40 s of CPU time)
 Expected:  group privacy at eps = 3, k = 5: eps 15 (the lecture's figure) with delta
@@ -67,7 +51,7 @@ UNITS = ("example", "user")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class UserLevelConfig(_common.ExperimentConfig):
-  """What `run` computes (defaults: about a minute of CPU; tests shrink the counts)."""
+  """What `run` computes (defaults: about a minute of CPU)."""
   epsilons: tuple[float, ...] = _common.option((1.0, 2.0, 4.0),
                                                "eps of the accuracy comparison.")
   delta: float = _common.option(1e-5, "delta of every guarantee.")
@@ -108,8 +92,7 @@ class UserLevelConfig(_common.ExperimentConfig):
 
 
 def _public_scaler(key) -> credit.PublicScaler:
-  """Standardisation fit on a separate public draw of customers' loans (never the
-  private training data)."""
+  """Standardisation fit on a separate public draw of customers, never the private data."""
   return credit.PublicScaler.fit(credit.sample_customers(key, _PUBLIC_CUSTOMERS).x_NxF)
 
 
@@ -239,11 +222,7 @@ def _plot(out_dir: str, audit: dict, cfg: UserLevelConfig) -> str:
 
 def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Runs parts (a) and (b); writes results.json and the audit figure.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """Runs parts (a) and (b), writes the audit figure; returns `_common.finish`'s dict."""
   del progress  # two trainings per part, each one compiled program
   k_acc, k_audit = jax.random.split(jax.random.key(cfg.seed))
   delta = cfg.delta

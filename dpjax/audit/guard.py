@@ -1,61 +1,35 @@
 """A short white-box audit of the DP-SGD engine that fails when its guarantee regresses.
 
-`check_claim` trains R logistic-regression models with `dpsgd.train_many`, through
-the engine's own sampler, clipping path and noise (or the components passed in,
-through the same `sampler=` / `clipping=` / `privatizer=` doors), and asks whether
-the privatized updates are consistent with the claimed (q, sigma, T, C, delta).
-It is meant for a test suite: the engine passes while it is correct, and a bug
-that weakens the guarantee (noise too small, a sampling rate above the accounted
-q, clipping to more than C) makes `epsilon_lower` exceed the exact eps of the
-claim, so `ClaimCheck.falsified` is True and `ClaimCheck.check()` raises.
+`check_claim` trains R logistic regressions with `dpsgd.train_many` through the engine's
+own sampler, clipping path and noise (or components passed as `sampler=` / `clipping=` /
+`privatizer=`); `ClaimCheck.falsified` is True, and `check()` raises, when its eps lower
+bound exceeds the exact eps of the claimed (q, sigma, T, C, delta).
 
-Construction. The data are `num_filler` ordinary records in the first F = 4
-features and K = `num_canaries` canary RECORDS (not gradient canaries injected
-behind the engine's back): canary j is x = s e_{F+j} (s = `canary_scale`) with
-label 0, in a feature no other record uses. The model starts at w = 0 and the
-learning rate is 1e-6, so every logit stays ~0 and the canary's gradient is
-r x with r = sigmoid(0) - 0 = 1/2: norm s/2 > C, so a correct clipping path scales
-it to exactly C e_{F+j}. Each canary is Poisson-sampled by the sampler like any
-record, its coordinate gets independent Gaussian noise, and the sum is divided by
-the public B = q n; the adversary reads coordinate F+j of every privatized update
-u_t (white-box, Nasr et al. 2021) and, for the claimed algorithm,
+Canary j is a RECORD x = s e_{F+j} (s = `canary_scale`, label 0) in a feature no other
+record uses (F = 4 filler features), IN or OUT by `runner.inclusion_bits`. From w = 0 at
+learning rate 1e-6 its gradient is r x, r = sigmoid(0) - 0 = 1/2, of norm s/2 > C, so a
+correct path clips it to exactly C e_{F+j}. The adversary reads coordinate F+j of every
+privatized update u_t (white-box, Nasr et al. 2021); for the claimed algorithm, with the
+public B = q n,
 
     o_t = B u_t / C = b_t + sigma z_t,   b_t ~ Bernoulli(q) if the canary is IN, else 0,
 
-independently over t, over canaries (disjoint coordinates, own Poisson bits,
-independent noise) and over runs. The score is the exact log-likelihood ratio
-sum_t log((1-q) + q exp((2 o_t - 1) / (2 sigma^2))) (`canary.white_box_scores`),
-so the R K (run, canary) pairs are independent trials of the optimal test.
-Inclusion bits are balanced per canary (`runner.inclusion_bits`).
+independently over t, canaries and runs (disjoint coordinates, own Poisson bits, independent
+noise). The score is the exact log-likelihood ratio
+sum_t log((1-q) + q exp((2 o_t - 1) / (2 sigma^2))) (`canary.white_box_scores`), so the R K
+(run, canary) pairs are independent trials of the optimal test. Thresholds are declared from
+the claim before training (`declared_thresholds`), each evaluated by Clopper-Pearson at
+1 - alpha/k (union bound over the k thresholds, `estimators.Bonferroni`): an engine
+implementing the claimed mechanism is falsified (a false alarm) with probability
+<= 1 - confidence.
 
-Bound. The tests "IN iff score > t_i" use thresholds DECLARED from the claimed
-mechanism's likelihood-ratio distribution (`canary.llr_distribution`) before
-training: t_i has false-positive rate 2^-i under the claim, for every i with an
-expected number of false positives >= 4. Each is evaluated by Clopper-Pearson on
-all trials at confidence 1 - alpha/k (union bound over the k thresholds,
-`estimators.Bonferroni`). With probability >= `confidence`, an engine that
-implements the claimed mechanism gives epsilon_lower <= its exact eps (the PLD
-accountant's; the claimed eps is at least that), so `falsified` is a false alarm
-with probability <= 1 - confidence.
+What it cannot see: a bug only in other models' clipping paths (ghost, vmap) unless that
+path is passed as `clipping=`; a wrong denominator (a public rescaling changes no eps); bugs
+that make training MORE private.
 
-What it catches (measured by tests/guard_test.py, which trains each regression of
-`variants.REGRESSIONS`, at the defaults: q = 1/2, T = 10, sigma calibrated to eps = 2, delta =
-1e-5, R = 512 runs of K = 1,024 canaries, so 262,144 IN and 262,144 OUT trials,
-exact eps 1.82): the correct engine certifies 1.16 (1.11 expected from the
-likelihood-ratio distribution, `expected_epsilon_lower`); noise at half the
-claimed scale 2.53, a sampler at twice the claimed rate (q = 1) 2.36, clipping at
-4C 5.54, each above the exact eps, so falsified. About 15 s of CPU per check,
-mostly compiling. What it cannot see: a bug that only affects other models' clipping paths
-(ghost, vmap) unless that path is passed as `clipping=`; a wrong denominator (a
-public rescaling changes no eps); bugs that make training MORE private.
-
-Regressions (`check_claim(..., variant=name)`, `variants.REGRESSIONS`): "noise_half"
-(noise sigma C / 2), "sampler_twice_q" (Poisson masks at rate min(1, 2q)) and
-"clip_four_c" (each example clipped to 4C), each a component of the catalogue of
-broken DP-SGDs (`dpjax.audit.variants`) passed through the engine's doors; its true
-eps is `variants.exact_epsilon(name, claim)`. They give the same privatized updates,
-bit for bit, as the same faults written into the engine's own noise, sampler and
-clipping functions.
+Regressions (`variant=name`, `variants.REGRESSIONS`; true eps `variants.exact_epsilon`):
+"noise_half" (noise sigma C / 2), "sampler_twice_q" (Poisson masks at rate min(1, 2q)),
+"clip_four_c" (each example clipped to 4C).
 
 Shape letters: R runs (models), K canaries, T steps, N = num_filler + K records.
 
@@ -106,19 +80,16 @@ class ClaimCheck:
   """The result of `check_claim`.
 
   Attributes:
-    epsilon_lower: the certified eps lower bound (union bound over the declared
-      thresholds), at `confidence`.
+    epsilon_lower: the certified eps lower bound (union bound over the declared thresholds).
     exact_epsilon: eps of the claimed (q, sigma, T, delta) by the PLD accountant.
     claimed_epsilon: the accountant's eps of the claim (`DpSgdConfig.epsilon()`).
-    expected_epsilon_lower: the bound the same procedure gives at the expected
-      error counts of the claimed mechanism (what a correct engine should get,
-      up to Monte Carlo spread).
+    expected_epsilon_lower: the bound at the claimed mechanism's expected error counts (what
+      a correct engine should get, up to Monte Carlo spread).
     falsified: epsilon_lower > exact_epsilon.
     num_in, num_out: IN and OUT (run, canary) trials.
     confidence: of epsilon_lower.
     bound: the `estimators.BonferroniBound` (per-threshold counts in `parts`).
-    config: the DpSgdConfig actually trained (the claim with the guard's dataset
-      size and learning rate).
+    config: the DpSgdConfig trained (the claim with the guard's dataset size and learning rate).
   """
   epsilon_lower: float
   exact_epsilon: float
@@ -154,10 +125,9 @@ class ClaimCheck:
 
 def declared_thresholds(sampling_prob: float, noise_multiplier: float, num_steps: int,
                         num_out: int) -> tuple[np.ndarray, np.ndarray]:
-  """Thresholds on the white-box score fixed from the claimed mechanism alone.
+  """Thresholds on the white-box score fixed from the claimed (q, sigma, T) alone.
 
   Args:
-    sampling_prob, noise_multiplier, num_steps: the claimed q, sigma, T.
     num_out: OUT trials the thresholds will be evaluated on (>= 8).
   Returns:
     (thresholds float64[k], their false-positive rates 2^-i under the claim):
@@ -206,22 +176,16 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   """Audits the engine (or the components passed) against `claim`; see the module docstring.
 
   Args:
-    key: jax.random key (data, inclusion bits and training keys are split from it).
-    claim: a dpsgd.DpSgdConfig whose (q, sigma, T, C, delta,
-      accountant) is the claim (default `default_claim()`); its dataset_size and
-      learning_rate are replaced by the guard's (N records, 1e-6). Example-level
-      privacy only.
-    num_runs: R >= 2 models.
-    num_canaries: K >= 1 canary records per model (R K / 2 trials per side;
-      R K / 2 >= 8).
+    claim: a dpsgd.DpSgdConfig whose (q, sigma, T, C, delta, accountant) is the claim
+      (default `default_claim()`); its dataset_size and learning_rate are replaced by the
+      guard's. Example-level privacy only.
+    num_runs: R >= 2.
+    num_canaries: K >= 1, with R K / 2 >= 8 trials per side.
     num_filler: ordinary records besides the canaries (>= 2).
-    canary_scale: s, the canary's feature value; its gradient norm s/2 must exceed
-      C (so that clipping is exercised): s > 2 C.
-    confidence: of the bound, in (0, 1); 1 - confidence bounds the false-alarm rate.
-    progress: progress bar of the training.
-    variant: the training audited, one of `variants.VARIANTS` built on the claim
-      ("correct": the engine's own components; e.g. "noise_half" for a regression
-      the guard must catch; warns `variants.FaultyDpSgdWarning`).
+    canary_scale: s > 2 C, so that the canary's gradient norm s/2 is clipped.
+    confidence: in (0, 1); 1 - confidence bounds the false-alarm rate.
+    variant: the training audited, one of `variants.VARIANTS` built on the claim ("correct":
+      the engine's own components; others warn `variants.FaultyDpSgdWarning`).
     **train_kwargs: `dpsgd.train_many` keywords passed through: sampler, clipping,
       privatizer (the components under test) and perf (overrides `progress`).
   Returns:
@@ -229,8 +193,8 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   Raises:
     ValueError: bad inputs, a claim without noise, a training that diverged.
 
-  References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535 (white-box
-  canaries, the likelihood-ratio adversary).
+  References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535 (white-box canaries, the
+  likelihood-ratio adversary).
   """
   from dpjax import accounting, dpsgd, models  # pylint: disable=g-import-not-at-top
   from dpjax.audit import canary, estimators, runner, variants  # pylint: disable=g-import-not-at-top

@@ -1,42 +1,20 @@
 """Auditing any training: a user's training function, or our DP-SGD with any model.
 
-The auditor's experiment is always the same: run the training R times, in run i
-insert canary j (j = 0..K-1) iff included_RxK[i, j], let an adversary score every
-canary (higher = IN), and turn the scores into eps lower bounds
-(`dpjax.audit.score_audit.score_bounds`, `dpjax.audit.one_run`). This module runs
-that experiment for
+The training runs R times with canary j in run i iff included_RxK[i, j]; an adversary
+scores every canary (higher = IN) and the scores become eps lower bounds
+(`score_audit.score_bounds`, `one_run`). `audit_training` audits any JAX training function,
+`audit_dpsgd` our DP-SGD with any `dpjax.models.Model`. Modes (`mode=`):
 
-* any training written in JAX (`audit_training`): the user's
-  `train_fn(key, included_K) -> observation` is vmapped over runs in jitted
-  chunks, and `score_fn(observation) -> float[K]` scores the canaries;
-* our DP-SGD (`audit_dpsgd`) with any `dpjax.models.Model` (logistic regression,
-  MLP, CNN, an (init, apply) pair or a Flax adapter): a BLACK-BOX record canary
-  scored by its log-likelihood under the final model, and K WHITE-BOX Dirac
-  gradient canaries, each in its own extra parameter coordinate that the model
-  never reads, scored by the exact likelihood ratio of its privatized updates
-  (`dpjax.audit.canary.white_box_scores`).
-
-Two modes say how the R x K trials are analysed (`mode=`):
-
-* "independent": every (run, canary) pair is one trial of the usual IN/OUT
-  experiment and the pooled IN and OUT scores go to `score_bounds`
-  (Clopper-Pearson with split / declared thresholds, GDP, one-run). Inclusion
-  bits are balanced per canary: for each j, exactly floor(R/2) runs include it,
-  a uniformly random subset drawn independently for each canary. Pooling is
-  valid when the K trials of one run are independent (given the bits): K = 1;
-  or canaries whose observations depend only on their own randomness, as the
-  Dirac canaries of DP-SGD as claimed (disjoint coordinates, their own Poisson
-  bits, independent Gaussian noise per coordinate, a public fixed denominator).
-  A broken training can correlate them (a realised-batch denominator shared by
-  all canaries, a batch-level clip): then the pooled bounds lose their stated
-  confidence, and only the one-run mode is rigorous.
-* "one_run": the R x K canaries are the canaries of one big run (the R runs
-  are independent, so each bit is protected as its own run protects it), bits
-  i.i.d. Bernoulli(1/2), and only the one-run tests are reported: Steinke,
-  Nasr & Jagielski 2023 and the f-DP test of Mahloujifar, Melis & Chaudhuri 2025
-  (and its Gaussian-curve form, valid only for mu-GDP training). These hold for
-  ANY (eps, delta)-DP training, however its canaries interact; R = 1 is the
-  one-run audit of Steinke et al.
+* "independent": each (run, canary) pair is one IN/OUT trial, pooled into `score_bounds`.
+  Valid only if the K trials of one run are independent given the bits: K = 1, or canaries
+  depending only on their own randomness (DP-SGD's Dirac canaries, as claimed). A broken
+  training can correlate them (a realised-batch denominator shared by all canaries, a
+  batch-level clip): the pooled bounds then lose their stated confidence, and only the
+  one-run mode is rigorous.
+* "one_run": the R x K canaries are those of one big run, bits i.i.d. Bernoulli(1/2), and
+  only the one-run tests are reported (Steinke, Nasr & Jagielski 2023; the f-DP test of
+  Mahloujifar, Melis & Chaudhuri 2025, whose Gaussian-curve form is valid only for mu-GDP
+  training). Valid for ANY (eps, delta)-DP training, however its canaries interact.
 
 References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535; Nasr et al. 2023,
 https://arxiv.org/abs/2302.07956; Steinke, Nasr & Jagielski 2023,
@@ -80,11 +58,9 @@ class TrainingAudit:
   Attributes:
     scores_RxK: float64[R, K] canary scores (higher = IN).
     included_RxK: bool[R, K] inclusion bits.
-    bounds: {name: `score_audit.ScoreBound`}: `score_bounds`' entries in mode
-      "independent", the one-run entries ("one_run", "fdp_one_run",
-      "fdp_one_run_gdp") in mode "one_run".
-    mode: "independent" or "one_run".
-    delta, confidence: of every bound.
+    bounds: {name: `score_audit.ScoreBound`}: `score_bounds`' entries in mode "independent",
+      the one-run entries ("one_run", "fdp_one_run", "fdp_one_run_gdp") in mode "one_run".
+    mode, delta, confidence: of every bound.
     claimed_epsilon: the eps being tested, or None.
   """
   scores_RxK: np.ndarray
@@ -123,20 +99,11 @@ class TrainingAudit:
 
 def inclusion_bits(key, num_runs: int, num_canaries: int, mode: str = "independent"
                    ) -> np.ndarray:
-  """bool[R, K] inclusion bits for an audit.
+  """bool[R, K] (NumPy) inclusion bits for R >= 1 runs with K >= 1 canaries.
 
-  Mode "independent": for each canary j, a uniformly random set of exactly
-  floor(R/2) runs includes it, drawn independently across canaries (balanced, so
-  that no side runs short of trials). Mode "one_run": i.i.d. Bernoulli(1/2), as
-  the one-run theorems require.
-
-  Args:
-    key: jax.random key.
-    num_runs: R >= 1.
-    num_canaries: K >= 1.
-    mode: one of MODES.
-  Returns:
-    bool[R, K] (NumPy).
+  Mode "independent": for each canary j, a uniformly random set of exactly floor(R/2) runs
+  includes it, independently across canaries. Mode "one_run": i.i.d. Bernoulli(1/2), as the
+  one-run theorems require.
 
   Examples:
     >>> import jax
@@ -160,17 +127,14 @@ def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: fl
   """Every estimator valid in `mode` on R x K canary scores and their bits.
 
   Args:
-    scores_RxK: float[R, K] scores (higher = IN); NaN refused, +-inf allowed.
-    included_RxK: bool[R, K] inclusion bits, drawn independently of the training's
-      randomness (`inclusion_bits`).
-    delta: in (0, 1).
-    confidence: in (0, 1).
-    mode: "independent" (pooled trials, `score_audit.score_bounds`; needs >= 2 IN
-      and >= 2 OUT scores) or "one_run" (the one-run tests on all R K canaries,
-      guesses over `one_run.declared_guess_counts(R K)` with a union bound; needs
-      R K >= 2 and i.i.d. Bernoulli(1/2) bits).
+    scores_RxK: float[R, K] (higher = IN); NaN refused, +-inf allowed.
+    included_RxK: bool[R, K], drawn independently of the training's randomness.
+    delta, confidence: in (0, 1).
+    mode: "independent" (`score_audit.score_bounds` on the pooled trials, >= 2 IN and >= 2
+      OUT) or "one_run" (one-run tests on all R K >= 2 canaries, guesses over
+      `one_run.declared_guess_counts(R K)` with a union bound; i.i.d. Bernoulli(1/2) bits).
     claimed_epsilon: optional eps >= 0; details then record "falsifies_claim".
-    seed: int >= 0, the seed of `score_bounds`' one-run coins (mode "independent").
+    seed: int >= 0, seed of `score_bounds`' one-run coins (mode "independent").
   Returns:
     {name: score_audit.ScoreBound}.
 
@@ -253,8 +217,7 @@ def _batched(train_fn, score_fn):
 
 
 def _chunk_size(fn, keys, bits, budget: int) -> int:
-  """Runs per chunk: the budget over the compiled working set of one run (XLA's
-  memory analysis of a one-run program, 2x for safety), at most 4096."""
+  """Runs per chunk: budget / (2 x one run's compiled working set), at most 4096."""
   per = None
   try:
     mem = fn.lower(keys[:1], bits[:1]).compile().memory_analysis()
@@ -276,36 +239,27 @@ def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int 
                    progress: bool = True) -> TrainingAudit:
   """Audits a user's training function: R runs with K canaries, scored, bounded.
 
-  The key is split into (bits, runs, seed) keys: the inclusion bits are
-  `inclusion_bits(k_bits, R, K, mode)`, run i gets `jax.random.split(k_runs, R)[i]`,
-  so the result depends only on the key (not on the chunking).
+  The result depends only on `key` (split into bits, runs and seed keys), not on the chunking.
 
   Args:
-    key: jax.random key.
-    train_fn: pure, vmappable `train_fn(key, included_K: bool[K]) -> observation`:
-      the training with canary j inserted iff included_K[j], returning what the
-      adversary sees (final params, per-step updates, canary losses...). It must
-      use only `key` for randomness.
+    train_fn: pure, vmappable `train_fn(key, included_K: bool[K]) -> observation`, the
+      training with canary j inserted iff included_K[j]; its only randomness is `key`.
     num_runs: R; >= 2 in mode "independent", >= 1 in mode "one_run".
-    num_canaries: K >= 1 canaries per run.
-    score_fn: optional vmappable `score_fn(observation) -> float[K]` (higher = IN);
-      default: the observation itself is the float[K] score vector.
-    delta: the claim's delta, in (0, 1).
-    confidence: in (0, 1).
+    num_canaries: K >= 1.
+    score_fn: optional vmappable `score_fn(observation) -> float[K]` (higher = IN); default:
+      the observation is the score vector.
+    delta, confidence: in (0, 1).
     claimed_epsilon: optional eps >= 0 being tested.
-    mode: "independent" (K trials per run, pooled: needs canaries whose
-      observations are independent given the bits, see the module docstring) or
-      "one_run" (one-run tests only, valid for any DP training).
-    chunk_size: optional runs per jitted chunk; default from XLA's memory analysis
-      of one run and `memory_budget_bytes`.
-    memory_budget_bytes: int >= 1, the working-set cap used for the default chunk size.
-    progress: a tqdm bar over chunks when there is more than one.
+    mode: "independent" (pooled: valid only if the canaries' observations are independent
+      given the bits) or "one_run" (valid for any DP training).
+    chunk_size: runs per jitted chunk; default from XLA's memory analysis of one run and
+      `memory_budget_bytes`.
   Returns:
     TrainingAudit.
   Raises:
     TypeError: key, train_fn or score_fn of the wrong kind.
-    ValueError: bad counts, delta, confidence, mode; an output that is not float[K];
-      NaN scores (naming the first run and canary).
+    ValueError: bad counts, delta, confidence, mode; an output that is not float[K]; NaN
+      scores (naming the first run and canary).
 
   Examples:
     >>> import jax, numpy as np
@@ -389,8 +343,8 @@ class DpSgdAudit:
     white_box: TrainingAudit of the gradient canaries (None if K = 0).
     black_box: TrainingAudit of the record canary (None if there is none).
     claimed_epsilon: cfg.epsilon(), the accountant's eps (inf without noise).
-    exact_epsilon: eps of the accounted mechanism by the PLD accountant (None
-      without noise): the most any audit of the claimed algorithm can find.
+    exact_epsilon: the PLD accountant's eps of the accounted mechanism (None without noise):
+      the most any audit of the claimed algorithm can find.
     config: the audited DpSgdConfig (sigma resolved).
   """
   white_box: Optional[TrainingAudit]
@@ -424,8 +378,7 @@ def _with_canary_leaf(model, k: int):
 
 @functools.lru_cache(maxsize=32)
 def _path_with_canary_leaf(path):
-  """The clipped sum of `path` on params["model"], zero on the canary leaf (which
-  no record's loss depends on): the model's own clipping, unchanged."""
+  """`path`'s clipped sum on params["model"], zero on the canary leaf."""
   from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
 
   def fn(params, x, y, w, c):
@@ -455,46 +408,31 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
                 progress: bool = True, **train_kwargs) -> DpSgdAudit:
   """Audits DP-SGD as run by `dpsgd.train_many` for `model` on (x, y).
 
-  Each of the R runs trains on all N records plus two kinds of canaries with
-  independent inclusion bits (`inclusion_bits`):
+  Each of the R runs trains on all N records plus canaries with independent inclusion bits:
 
-  * WHITE-BOX: K Dirac gradient canaries. The model gets an extra parameter leaf
-    float32[K] that its apply never reads (so no record has a gradient there);
-    canary j is an extra record whose gradient is C e_j in that leaf, included
-    per `included[:, j]` and then Poisson-sampled at q with its own bits
-    (`train_many(fixed_gradients=...)`). The adversary sees the
-    privatized updates' leaf (o_t = B u_t / C = b_t + sigma z_t as claimed) and
-    scores canary j by the exact log-likelihood ratio under the claimed (q,
-    sigma) (`canary.white_box_scores`).
-  * BLACK-BOX (optional): one record canary (x_c, y_c), e.g. a mislabeled or
-    out-of-distribution record, appended to the data; the adversary sees the
-    final model only and scores -loss(x_c, y_c) (training on it lowers its loss).
+  * WHITE-BOX: K Dirac gradient canaries, C e_j in an extra parameter leaf float32[K] that
+    apply never reads, included per `included[:, j]`, then Poisson-sampled at q; scored by
+    the exact log-likelihood ratio of that leaf of the privatized updates (o_t = B u_t / C
+    = b_t + sigma z_t as claimed; `canary.white_box_scores`).
+  * BLACK-BOX (optional): a record canary (x_c, y_c) appended to the data, scored by
+    -loss(x_c, y_c) under the final model.
 
-  Sharing the runs is sound: for one adversary the other canaries are part of
-  the "rest of the data", the same mixture on both sides. In mode
-  "independent", the K white-box trials of one run are pooled: valid for DP-SGD
-  as claimed (see the module docstring); to audit a training suspected of
-  coupling its canaries, use mode "one_run".
+  Mode "independent" pools the K white-box trials of one run: valid for DP-SGD as claimed;
+  for a training suspected of coupling its canaries, use mode "one_run".
 
   Args:
-    key: jax.random key, split into (bits, train, seed) keys.
     cfg: the claimed dpsgd.DpSgdConfig (its (q, sigma, T, delta) is the claim).
-    model: a dpjax.models.Model (logistic, MLP, CNN, an (init, apply) pair, Flax).
-    x_NxF, y_N: the training records (shared by all runs).
+    x_NxF, y_N: the training records, shared by all runs.
     num_runs: R (>= 2 in mode "independent").
     num_gradient_canaries: K >= 0.
     record_canary: optional (x_c [F...], y_c) for the black-box adversary.
-    confidence: in (0, 1).
-    mode: "independent" or "one_run".
-    progress: progress bars.
-    **train_kwargs: any other `dpsgd.train_many` keyword (sampler, clipping,
-      privatizer, optimizer, perf): a replaced component is what gets audited
-      against the claim.
+    **train_kwargs: other `dpsgd.train_many` keywords (sampler, clipping, privatizer,
+      optimizer, perf): a replaced component is what gets audited against the claim.
   Returns:
     DpSgdAudit.
   Raises:
-    ValueError: bad inputs; no canary at all; a run that diverged (its scores are
-      not evidence about the mechanism).
+    ValueError: bad inputs; no canary at all; a run that diverged (its scores are not
+      evidence about the mechanism).
 
   References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535; Steinke, Nasr &
   Jagielski 2023, https://arxiv.org/abs/2305.08846.

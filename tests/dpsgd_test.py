@@ -585,12 +585,12 @@ class FloatLimitsTest(parameterized.TestCase):
   labels at the edges of their range) makes any model's parameters non-finite, on the
   GLM, ghost (MLP, CNN) and two-pass vmap paths."""
 
-  @parameterized.named_parameters(("glm", "lr"), ("ghost_cnn", "cnn"))
-  def test_fraction_of_non_finite_models_is_zero_with_and_without_huge_records(self, kind):
-    self._check_non_finite_fraction(kind)
+  def test_fraction_of_non_finite_models_is_zero_with_and_without_huge_records(self):
+    self._check_non_finite_fraction("lr")
 
-  @parameterized.named_parameters(("ghost_mlp", "mlp"), ("vmap_two_pass", "custom"))
-  @pytest.mark.slow   # the two other paths, 20-30 s each
+  @parameterized.named_parameters(("ghost_cnn", "cnn"), ("ghost_mlp", "mlp"),
+                                  ("vmap_two_pass", "custom"))
+  @pytest.mark.slow   # the other paths, 20-50 s each (ghost float limits: ghost_test)
   def test_fraction_of_non_finite_models_is_zero_other_paths(self, kind):
     self._check_non_finite_fraction(kind)
 
@@ -635,7 +635,7 @@ class DivergenceTest(absltest.TestCase):
     # noise times a learning rate of 3.4e38. Models 1, 3, 5 have no noise and no data,
     # so no update.
     x, y = helpers.binary_data()
-    model = models.mlp(4, hidden=(8,), num_classes=1)
+    model = models.logistic_regression(4)   # the cheapest compile; any model diverges here
     keep = np.zeros((6, 24), bool)
     keep[::2] = True
     cfgs = [helpers.small_config(noise_multiplier=s, learning_rate=3.4e38, num_steps=8)

@@ -26,6 +26,9 @@ _CASES = (
     ("cnn_digits", models.cnn((8, 8, 1)), (64,), {}),
     ("cnn_gram", models.cnn((8, 8, 1), (4, 6)), (64,), {"conv_mode": "gram"}),
     ("cnn_materialise", models.cnn((8, 8, 1), (4, 6)), (64,), {"conv_mode": "materialise"}),
+)
+# Under -m slow (about 20 s each; the CNN cases above keep the default equality check).
+_SLOW_CASES = (
     ("cnn_nhwc_l2_rect", models.cnn((6, 4, 2), (3, 5), 3, l2=0.2), (6, 4, 2),
      {"input_shape": (6, 4, 2)}),
     ("cnn_binary_nhwc", models.cnn((4, 4, 3), (2,), 1), (4, 4, 3), {}),
@@ -54,6 +57,15 @@ class GhostTest(parameterized.TestCase):
 
   @parameterized.named_parameters((name, model, shape, kw) for name, model, shape, kw in _CASES)
   def test_equals_vmap_grad(self, model, shape, kw):
+    self._check_equals_vmap_grad(model, shape, kw)
+
+  @parameterized.named_parameters(
+      (name, model, shape, kw) for name, model, shape, kw in _SLOW_CASES)
+  @pytest.mark.slow
+  def test_equals_vmap_grad_more_layouts(self, model, shape, kw):
+    self._check_equals_vmap_grad(model, shape, kw)
+
+  def _check_equals_vmap_grad(self, model, shape, kw):
     params, x, y = _data(model, shape)
     # Oracle: the engine's generic per-example gradients, vmap(grad), clipped by hand.
     g_B = jax.jit(vmap.per_example_grads, static_argnums=0)(model, params, x, y)
@@ -105,6 +117,8 @@ class GhostTest(parameterized.TestCase):
       np.testing.assert_allclose(norms[i], want_n, rtol=1e-5)
       _assert_trees_close(self, jax.tree.map(lambda a: a[i], got), want, rtol=1e-5, atol=1e-7)
 
+  @pytest.mark.slow  # an engine compile (~30 s); ghost equals vmap(grad) above, and the
+  # engine's generic path is checked against the same oracle in sqnorm_test
   def test_train_one_with_ghost_equals_vmap_grad_mlp(self):
     self._check_train_one(models.mlp(16, (8,), 10))
 

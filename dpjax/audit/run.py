@@ -630,6 +630,8 @@ def per_step_audit(key, spec: PerStepSpec, setting: Setting, estimate_inputs, bo
   """
   _validate.check_instance(spec, PerStepSpec, "spec")
   _validate.check_instance(setting, Setting, "setting")
+  if setting.sigma == 0:
+    raise ValueError("setting: the per-step audit needs sigma > 0 (no noise: see evaluate)")
   t, q, delta, conf = spec.num_steps, spec.sampling_prob, spec.delta, spec.confidence
   exact = accounting.dpsgd_epsilon(setting.sigma, q, t, delta, accountant="pld")
   st_a = per_step_statistics(jax.random.fold_in(key, 0), spec, setting, *estimate_inputs,

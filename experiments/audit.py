@@ -33,6 +33,21 @@ Command:   python -m experiments.audit --trials 10000     (about 380 CPU-seconds
 A faulty variant's results go to results/audit_variants/<variant>/ unless --out is
 given.
 
+Per-step white-box audit (`--per_step`, on by default; Nasr et al. 2023,
+`dpjax.audit.per_step`, trained by `dpjax.audit.run.per_step_audit`): fresh runs with
+many Dirac canaries (each on its own unused coordinate, IN in half the runs), every
+step's privatized update a trial. Estimate (a), from `--per_step_estimate_runs` (8) runs
+x 2048 canaries: the step fitted in the subsampled-Gaussian family (q known), composed
+over T by the PLD accountant, at its one-sided 95% lower limit (valid only in that
+family). Bound (b), from `--per_step_bound_runs` (1024) runs x 128 canaries: Clopper-
+Pearson on the per-step errors at 7 thresholds fixed from the claim, the certified
+trade-off curve composed T-fold; no parametric assumption, valid if the T steps are
+i.i.d. copies of one step (true for the Dirac canary of DP-SGD as claimed). Its table
+(claimed eps, exact eps, (a), (b), fractions of exact, runs, assumption) follows the
+others, its rows go to results.json under "per_step"; it adds about a minute of CPU and
+is recomputed (not stored) on --resume. Expected (seed 0): see BUILD_NOTES.md
+("Per-step white-box audit").
+
 Many canaries per run (`--canaries_per_run K`, K > 1): every run carries K gradient
 canaries, canary j = C e_j in its own unused coordinate (`audit_data(...,
 unused_features=K)`), IN in a fixed random quarter of the runs

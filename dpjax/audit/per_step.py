@@ -51,9 +51,9 @@ Examples:
   >>> st = step_statistics(1 + 2 * rng.standard_normal(100_000), 2 * rng.standard_normal(100_000),
   ...                      design_thresholds(1.0, 2.0))
   >>> est = step_estimate(st, sampling_prob=1.0, num_steps=10, delta=1e-5)
-  >>> exact = 6.7                                        # mu = sqrt(10) / 2: eps(1e-5) ~ 6.7
-  >>> bool(0.9 * exact < est.epsilon_point < 1.1 * exact)
-  True
+  >>> exact = gdp.gaussian_epsilon(1e-5, 10 ** 0.5 / 2)  # mu = sqrt(T) / sigma
+  >>> bool(0.95 * exact < est.epsilon_point < 1.05 * exact), bool(est.epsilon < exact)
+  (True, True)
   >>> bound = composed_bound(st, num_steps=10, delta=1e-5)
   >>> bool(0 < bound.epsilon_lower < est.epsilon_point)
   True

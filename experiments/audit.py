@@ -26,7 +26,8 @@ Printed per eps: the claimed eps (the accountant's), eps_lower of each adversary
 with 95% confidence, the trials' ceiling (a perfect attack: ~ln(N/3.7)), and the
 best certifiable bound.
 
-Command:   python -m experiments.audit --trials 10000     (about 380 CPU-seconds)
+Command:   python -m experiments.audit --trials 10000     (about 380 CPU-seconds, plus
+                                                           about 75 for the per-step rows)
            python -m experiments.audit                     (--trials 1000: also about a
                                                            minute of CPU, mostly compiling)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1
@@ -44,9 +45,10 @@ Pearson on the per-step errors at 7 thresholds fixed from the claim, the certifi
 trade-off curve composed T-fold; no parametric assumption, valid if the T steps are
 i.i.d. copies of one step (true for the Dirac canary of DP-SGD as claimed). Its table
 (claimed eps, exact eps, (a), (b), fractions of exact, runs, assumption) follows the
-others, its rows go to results.json under "per_step"; it adds about a minute of CPU and
-is recomputed (not stored) on --resume. Expected (seed 0): see BUILD_NOTES.md
-("Per-step white-box audit").
+others, its rows go to results.json under "per_step"; it adds about 75 CPU-seconds and
+is recomputed (not stored) on --resume. Expected (seed 0) at claimed eps 1 / 2 / 4 / 8:
+(a) 0.77 / 1.57 / 3.64 / 7.26 (0.85 / 0.85 / 0.99 / 0.98 of exact; point estimates 0.88 /
+1.68 / 3.77 / 7.43), (b) 0.78 / 1.63 / 3.45 / 6.94 (0.85 / 0.89 / 0.94 / 0.94 of exact).
 
 Many canaries per run (`--canaries_per_run K`, K > 1): every run carries K gradient
 canaries, canary j = C e_j in its own unused coordinate (`audit_data(...,

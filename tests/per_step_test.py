@@ -242,6 +242,7 @@ class StepObservationsTest(parameterized.TestCase):
     self.assertEqual(row["bound_trials_in"] + row["bound_trials_out"], 8 * 8 * 50)
     self.assertAlmostEqual(row["bound_fraction_of_exact"], row["bound"] / row["epsilon_pld"])
     self.assertEqual(row["estimate_assumption"], per_step.ASSUMPTION_SUBSAMPLED_GAUSSIAN)
+    self.assertLessEqual(row["run_level_bound"], row["epsilon_pld"])
     with self.assertRaisesRegex(ValueError, "estimate_runs"):
       arun.PerStepSpec(sampling_prob=0.5, num_steps=50, delta=_DELTA, estimate_runs=6)
     with self.assertRaisesRegex(ValueError, "setting"):

@@ -772,6 +772,51 @@ def entries():
         {"estimator": "object", "mechanism": "object", "audits": "size", "trials": "size",
          "rng": "object"}))
 
+  from dpjax.audit import per_step  # pylint: disable=g-import-not-at-top
+  EXCLUDED.update({
+      "dpjax.audit.per_step.StepEstimate": "result record of per_step.step_estimate",
+      "dpjax.audit.per_step.ComposedBound": "result record of per_step.composed_bound",
+      "dpjax.audit.per_step.StepStatistics": ("result record of step_statistics / "
+                                              "observation_statistics (its + is tested in "
+                                              "per_step_test)"),
+      "dpjax.audit.run.per_step_statistics": "pipeline stage (needs audit data and a model)",
+      "dpjax.audit.run.per_step_audit": "pipeline stage (needs audit data and a model)",
+      "dpjax.audit.run.step_observations": "pipeline stage (needs audit data and a variant)",
+  })
+  thr2 = np.array([0.0, 1.0])
+  sk = {"scores_in": "anyrank", "scores_out": "anyrank", "thresholds_J": "array"}
+  add(E("dpjax.audit.per_step.step_statistics", per_step.step_statistics,
+        dict(scores_in=np.array([1.0, 2.0, 0.5]), scores_out=np.array([0.0, -1.0, 0.5, 1.5]),
+             thresholds_J=thr2), sk, mismatch=False))
+  add(E("dpjax.audit.per_step.observation_statistics", per_step.observation_statistics,
+        dict(o_MxTxK=np.zeros((2, 3, 2), np.float32), in_MxK=np.array([[True, False]] * 2),
+             thresholds_J=thr2),
+        {"o_MxTxK": "array", "in_MxK": "binary", "thresholds_J": "array"}, mismatch=False))
+  add(E("dpjax.audit.per_step.design_thresholds", per_step.design_thresholds,
+        dict(sampling_prob=0.5, noise_multiplier=2.0, num_thresholds=3, spread=2.0),
+        {"spread": "pos"}))
+  pst = per_step.step_statistics(np.array([1.0, 2.0, 0.5, 1.5]), np.array([0.0, -1.0, 0.5, 0.2]),
+                                 thr2)
+  add(E("dpjax.audit.per_step.step_estimate", per_step.step_estimate,
+        dict(statistics=pst, sampling_prob=0.5, num_steps=4, delta=1e-5, confidence=0.9),
+        {"statistics": "object"}))
+  add(E("dpjax.audit.per_step.composed_bound", per_step.composed_bound,
+        dict(statistics=pst, num_steps=4, delta=1e-5, confidence=0.9, grid_points=2 ** 11),
+        {"statistics": "object", "grid_points": "count"}))
+  add(E("dpjax.audit.per_step.composed_epsilon_lower", per_step.composed_epsilon_lower,
+        dict(fpr_J=np.array([0.3]), fnr_J=np.array([0.4]), num_steps=4, delta=1e-5,
+             grid_points=2 ** 11),
+        {"fpr_J": "probarr", "fnr_J": "probarr", "grid_points": "count"}))
+  add(E("dpjax.audit.per_step.step_mechanism", per_step.step_mechanism,
+        dict(noise_multiplier=2.0, sampling_prob=0.5, num_steps=4)))
+  add(E("dpjax.audit.per_step.StepMechanism", per_step.StepMechanism,
+        dict(kind="gaussian", strength=0.5, num_steps=4, sampling_prob=0.5),
+        {"kind": "choice", "strength": "pos"}))
+  add(E("dpjax.audit.per_step.coverage_estimators", per_step.coverage_estimators,
+        dict(mechanism=per_step.step_mechanism(2.0, 0.5, 4), num_thresholds=3,
+             grid_points=2 ** 11),
+        {"mechanism": "object", "grid_points": "count"}))
+
   from dpjax.audit import run as arun  # pylint: disable=g-import-not-at-top
   spec_kw = dict(trials=8, sampling_prob=0.5, num_steps=2, delta=1e-5, confidence=0.95,
                  variant="correct", threat_model="both", canaries_per_run=1,
@@ -800,6 +845,15 @@ def entries():
         dict(obs_MxTxK=np.full((4, 2, 1), 0.1, np.float32), scale=2.0, sampling_prob=0.5,
              noise_multiplier=1.0),
         {"obs_MxTxK": "array", "noise_multiplier": "nonneg"}))
+  add(E("dpjax.audit.run.PerStepSpec", arun.PerStepSpec,
+        dict(sampling_prob=0.5, num_steps=2, delta=1e-5, confidence=0.95, variant="correct",
+             estimate_runs=4, estimate_canaries=2, bound_runs=4, bound_canaries=2,
+             num_thresholds=3, observation_budget=2 ** 10),
+        {"variant": "choice", "estimate_runs": "count", "estimate_canaries": "count",
+         "bound_runs": "count", "bound_canaries": "count", "observation_budget": "count"}))
+  add(E("dpjax.audit.run.per_step_chunks", arun.per_step_chunks,
+        dict(spec=arun.PerStepSpec(sampling_prob=0.5, num_steps=2, delta=1e-5)),
+        {"spec": "object"}))
   add(E("dpjax.audit.run.claimed_roc", arun.claimed_roc, dict(spec=spec, setting=setting),
         {"spec": "object", "setting": "object"}))
   add(E("dpjax.audit.run.roc_record", arun.roc_record,

@@ -20,7 +20,7 @@ from experiments import audit
 from tests import helpers
 
 _SMALL = audit.AuditConfig(trials=8, epsilons=(8.0,), chunk_models=4, base_size=20,
-                           num_steps=40, companion_canaries=0)
+                           num_steps=40, companion_canaries=0, per_step=False)
 
 
 def _run(cfg, out_dir, **kw):
@@ -174,6 +174,33 @@ class AuditExperimentTest(absltest.TestCase):
     self.assertEqual((row["white_box_trials_in"], row["white_box_trials_out"]), (12, 36))
     self.assertEqual(comp["rows"][0]["white_box_trials_in"], 8)        # main table: K = 1
     self.assertIn("3 gradient canaries per run", comp["tables"][1].title)
+
+  def test_per_step_rows_beside_unchanged_final_model_rows(self):
+    cfg = dataclasses.replace(_SMALL, per_step=True, per_step_estimate_runs=4,
+                              per_step_estimate_canaries=8, per_step_bound_runs=8,
+                              per_step_bound_canaries=8)
+    with_ps = _run(cfg, self._tmp())
+    without = _run(_SMALL, self._tmp())
+    with open(with_ps["path"]) as f:
+      doc = json.load(f)
+    with open(without["path"]) as f:
+      ref = json.load(f)
+    res = doc["results"]
+    (row,) = res.pop("per_step")["rows"]                  # eps 8 only: no per-step row at sigma 0
+    self.assertEqual(res, ref["results"])                 # existing keys and values unchanged
+    self.assertEqual(doc["tables"][:len(ref["tables"])], ref["tables"])
+    self.assertEqual(row["setting"], "eps8")
+    self.assertLessEqual(row["bound"], row["epsilon_pld"])
+    self.assertEqual(row["bound_trials_in"] + row["bound_trials_out"], 8 * 8 * 40)
+    self.assertEqual(row["estimate_trials_in"] + row["estimate_trials_out"], 4 * 8 * 40)
+    self.assertAlmostEqual(row["estimate_fraction_of_exact"], row["estimate"] / row["epsilon_pld"])
+    self.assertIn("i.i.d.", row["bound_assumption"])
+    self.assertIn("subsampled Gaussian", row["estimate_assumption"])
+    table = doc["tables"][-1]
+    self.assertIn("Per-step white-box audit", table["title"])
+    self.assertEqual(table["rows"][0][:3], [8.0, row["epsilon_pld"], row["estimate"]])
+    with self.assertRaisesRegex(ValueError, "^per_step_bound_runs"):
+      dataclasses.replace(cfg, per_step_bound_runs=6)
 
   def test_threat_model_black_box_only(self):
     d = self._tmp()

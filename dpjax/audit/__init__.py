@@ -15,6 +15,7 @@ chunked results, each chunk verified against its identity),
 `variants` (deliberately broken DP-SGDs), `guard` (a short white-box audit of
 the engine for test suites, failing when its guarantee regresses),
 `final_model` (the audit of adversaries that see only the last iterate),
+`per_step` (the per-step white-box audit: every step a trial, Nasr et al. 2023),
 `crafting` (their canaries, crafted initialisations and final-model scores),
 `last_iterate` (the last-iterate heuristic: the law of a linear canary's final
 displacement) and `pate_audit` (a canary audit of PATE's released labels, the
@@ -26,7 +27,7 @@ import importlib
 from dpjax.audit.stats import clopper_pearson, epsilon_lower_bound
 
 _SUBMODULES = ("canary", "certifiable", "coverage", "crafting", "estimators", "final_model",
-               "guard", "last_iterate", "one_run", "parametric", "pate_audit", "roc", "run",
+               "guard", "last_iterate", "one_run", "parametric", "pate_audit", "per_step", "roc", "run",
                "runner", "score_audit", "stats", "store", "variants")
 __all__ = ["clopper_pearson", "epsilon_lower_bound", *_SUBMODULES]
 

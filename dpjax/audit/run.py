@@ -24,6 +24,10 @@ run without redoing or double-counting work. Chunk c of setting si is trained fr
 setting, index, models and key) and a checksum, verified before it is used, so a
 truncated, corrupted or swapped chunk is recomputed or refused, never read.
 
+The per-step white-box audit (`PerStepSpec`, `per_step_audit`; Nasr et al. 2023)
+trains its own runs with many Dirac canaries, observes every step
+(`step_observations`) and hands the observations to `dpjax.audit.per_step`.
+
 Shape letters: M models, T steps, K gradient canaries per run.
 """
 
@@ -41,7 +45,8 @@ import numpy as np
 from tqdm import tqdm
 
 from dpjax import _validate, accounting, dpsgd, tradeoff
-from dpjax.audit import canary, certifiable, estimators, parametric, stats, store, variants
+from dpjax.audit import (canary, certifiable, estimators, parametric, per_step, stats, store,
+                         variants)
 
 THREAT_MODELS = ("black_box", "white_box", "both")
 # With K > 1 canaries per run: the share of alpha given to the fixed-threshold test
@@ -469,3 +474,217 @@ def roc_record(spec: CanaryAuditSpec, st: Setting, s_in, s_out) -> dict:
           "negatives": int(s_out.size), "false_positives": k[at >= 0],
           "true_positives": tp[at[at >= 0]],
           "exact_fpr": grid, "exact_tpr": np.interp(grid, fpr[::-1], 1 - fnr[::-1])}
+
+
+# ----------------------------------------------------------------------------------
+# The per-step white-box audit (`dpjax.audit.per_step`): every step is a trial.
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PerStepSpec:
+  """The per-step white-box audit of a claim: its runs, canaries and thresholds.
+
+  Estimate (a) (`per_step.step_estimate`) uses `estimate_runs` runs with
+  `estimate_canaries` Dirac canaries each; bound (b) (`per_step.composed_bound`)
+  uses `bound_runs` runs with `bound_canaries` each (the engine's cost per
+  observation is least near 128 canaries per run: the fixed gradients are a
+  K x D matrix). Every canary is IN in half of each chunk's runs
+  (`canary.canaries_design` at 1/2), on its own unused coordinate.
+
+  Attributes:
+    sampling_prob, num_steps, delta: the claimed DP-SGD's q, T and delta.
+    confidence: of (a)'s lower limit and of (b).
+    variant: the audited training (`variants.VARIANTS`).
+    estimate_runs, bound_runs: runs, positive multiples of 4.
+    estimate_canaries, bound_canaries: canaries per run, >= 1.
+    num_thresholds: J of bound (b) (`per_step.design_thresholds`).
+    observation_budget: most observations (M x T x K) per chunk of runs.
+  """
+  sampling_prob: float
+  num_steps: int
+  delta: float
+  confidence: float = 0.95
+  variant: str = "correct"
+  estimate_runs: int = 8
+  estimate_canaries: int = 2048
+  bound_runs: int = 1024
+  bound_canaries: int = 128
+  num_thresholds: int = 7
+  observation_budget: int = 2 ** 23
+
+  def __post_init__(self):
+    v = _validate
+    checked = dict(
+        sampling_prob=v.check_sampling_prob(self.sampling_prob),
+        num_steps=v.check_int(self.num_steps, "num_steps"), delta=v.check_delta(self.delta),
+        confidence=v.check_confidence(self.confidence),
+        variant=v.check_choice(self.variant, variants.VARIANTS, "variant"),
+        estimate_runs=v.check_int(self.estimate_runs, "estimate_runs", 4),
+        estimate_canaries=v.check_int(self.estimate_canaries, "estimate_canaries"),
+        bound_runs=v.check_int(self.bound_runs, "bound_runs", 4),
+        bound_canaries=v.check_int(self.bound_canaries, "bound_canaries"),
+        num_thresholds=v.check_int(self.num_thresholds, "num_thresholds", 1, 1000),
+        observation_budget=v.check_int(self.observation_budget, "observation_budget"))
+    for name in ("estimate_runs", "bound_runs"):
+      if checked[name] % 4:
+        raise ValueError(f"{name} must be a multiple of 4, got {checked[name]}")
+    for k, val in checked.items():
+      object.__setattr__(self, k, val)
+
+
+def step_observations(key, setting: Setting, data, model, var, gradient_in_MxK) -> jax.Array:
+  """float32[M, T, K]: each Dirac canary's coordinate of every privatized update, in units of C / B.
+
+  Trains M runs of `var` (a `variants.variant`) on data's records (the record
+  canary left out) with K gradient canaries C e_j in data's last K coordinates,
+  canary k of run m a fixed-gradient record iff gradient_in_MxK[m, k]; o = obs B / C
+  is b_t + sigma z_t for DP-SGD as claimed (`dpjax.audit.per_step`).
+
+  Args:
+    key: the training key (run m uses split(key, M)[m]).
+    setting: the claim (sigma > 0).
+    data: `canaries.audit_data(..., unused_features >= K)`.
+    model: the audited model on data's features.
+    var: the audited training for this claim (`variants.variant`).
+    gradient_in_MxK: bool[M, K].
+  """
+  _validate.check_instance(setting, Setting, "setting")
+  if setting.sigma == 0:
+    raise ValueError("setting: the per-step audit needs sigma > 0")
+  g = np.asarray(_validate.check_binary(gradient_in_MxK, "gradient_in_MxK", ndim=2), bool)
+  m, k = g.shape
+  keep = np.ones((m, data.x_NxD.shape[0]), bool)
+  keep[:, data.canary_index] = False
+  c = var.config.l2_clip_norm
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    out = dpsgd.train_many(
+        key, data.x_NxD, data.y_N, jnp.asarray(keep), var.config, model,
+        observe_fn=canary.observe_last_coordinates(k),
+        fixed_gradients=dpsgd.FixedGradients(
+            canary.gradient_canaries(data.num_features, k, c), jnp.asarray(g)),
+        perf=dpsgd.PerformanceFlags(max_chunk=m, progress=False), **var.components)
+  finite = np.asarray(out.finite)
+  if not np.all(finite):
+    raise ValueError(f"{int(np.sum(~finite))} of {finite.size} per-step audit models ended "
+                     "with non-finite parameters: no audit is computed from them")
+  return out.observations * (var.config.expected_batch_size / c)
+
+
+def per_step_statistics(key, spec: PerStepSpec, setting: Setting, data, model, *,
+                        runs: int, canaries: int, bar=None, run_scores: bool = False):
+  """`per_step.StepStatistics` of `runs` runs with `canaries` Dirac canaries each.
+
+  With run_scores, returns (statistics, scores_in, scores_out): also each (run,
+  canary) trial's summed claimed likelihood ratio (`white_box_llr_scores`), float64.
+
+  Runs go in chunks of a multiple of 4 (at most spec.observation_budget
+  observations); chunk c is trained from fold_in(key, c) with the design
+  `canary.canaries_design(chunk, canaries, 1/2, seed=c)`, observed by
+  `step_observations` and reduced to counts at `per_step.design_thresholds` of the
+  claim at once (`per_step.observation_statistics`).
+  """
+  _validate.check_instance(spec, PerStepSpec, "spec")
+  _validate.check_instance(setting, Setting, "setting")
+  runs = _validate.check_int(runs, "runs", 4)
+  k = _validate.check_int(canaries, "canaries")
+  claimed = dpsgd.DpSgdConfig(dataset_size=int(data.x_NxD.shape[0]),
+                              sampling_prob=spec.sampling_prob, num_steps=spec.num_steps,
+                              noise_multiplier=setting.sigma, delta=spec.delta)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    var = variants.variant(spec.variant, claimed, model)
+  thr = per_step.design_thresholds(spec.sampling_prob, setting.sigma, spec.num_thresholds)
+  per = min(runs, max(4, spec.observation_budget // (spec.num_steps * k) // 4 * 4))
+  total, s_in, s_out = None, [], []
+  for c, lo in enumerate(range(0, runs, per)):
+    m = min(per, runs - lo)
+    _, g = canary.canaries_design(m, k, 0.5, c)
+    o = step_observations(jax.random.fold_in(key, c), setting, data, model, var, g)
+    part = per_step.observation_statistics(o, g, thr)
+    total = part if total is None else total + part
+    if run_scores:
+      llr = np.asarray(_llr_scores(o, 1.0, sampling_prob=float(spec.sampling_prob),
+                                   noise_multiplier=float(setting.sigma)), np.float64)
+      s_in.append(llr[g])
+      s_out.append(llr[~g])
+    if bar is not None:
+      bar.update(m)
+  if run_scores:
+    return total, np.concatenate(s_in), np.concatenate(s_out)
+  return total
+
+
+def per_step_chunks(spec: PerStepSpec) -> int:
+  """Runs `per_step_audit` trains per setting (for a progress bar's total)."""
+  _validate.check_instance(spec, PerStepSpec, "spec")
+  return spec.estimate_runs + spec.bound_runs
+
+
+def per_step_audit(key, spec: PerStepSpec, setting: Setting, estimate_inputs, bound_inputs,
+                   *, bar=None) -> dict:
+  """One per-step row: estimate (a) and bound (b) of a claim beside its exact eps.
+
+  Args:
+    key: the per-step audit's key ((a) from fold_in(key, 0), (b) from fold_in(key, 1)).
+    spec: the per-step audit.
+    setting: the claim (sigma > 0).
+    estimate_inputs, bound_inputs: (data, model) with >= spec.estimate_canaries /
+      spec.bound_canaries unused coordinates.
+    bar: an optional tqdm bar, advanced by runs trained.
+  Returns:
+    a dict of plain values: the claim, its exact (PLD) eps, (a) (lower limit and
+    point, fitted sigma_eff, assumption), (b) (bound, certified points, assumption
+    and what it certifies), each with its runs, canaries per run, per-step trials
+    and fraction of the exact eps; and the run-level bound on (b)'s runs (each
+    (run, canary) one trial, `estimators.FixedThreshold` at the claimed best
+    certifiable threshold), which needs no i.i.d.-step assumption.
+  """
+  _validate.check_instance(spec, PerStepSpec, "spec")
+  _validate.check_instance(setting, Setting, "setting")
+  if setting.sigma == 0:
+    raise ValueError("setting: the per-step audit needs sigma > 0 (no noise: see evaluate)")
+  t, q, delta, conf = spec.num_steps, spec.sampling_prob, spec.delta, spec.confidence
+  exact = accounting.dpsgd_epsilon(setting.sigma, q, t, delta, accountant="pld")
+  st_a = per_step_statistics(jax.random.fold_in(key, 0), spec, setting, *estimate_inputs,
+                             runs=spec.estimate_runs, canaries=spec.estimate_canaries, bar=bar)
+  est = per_step.step_estimate(st_a, sampling_prob=q, num_steps=t, delta=delta, confidence=conf)
+  st_b, r_in, r_out = per_step_statistics(
+      jax.random.fold_in(key, 1), spec, setting, *bound_inputs, runs=spec.bound_runs,
+      canaries=spec.bound_canaries, bar=bar, run_scores=True)
+  bnd = per_step.composed_bound(st_b, num_steps=t, delta=delta, confidence=conf)
+  # The run-level fallback on the same runs: each (run, canary) one trial, its summed
+  # claimed LLR thresholded where the claimed mechanism's best certifiable test is
+  # (fixed in advance); needs no i.i.d.-step assumption, only independent canaries.
+  dist = canary.llr_distribution(q, setting.sigma, t)
+  thr, fpr, fnr = tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
+  best = certifiable.best_certifiable(fpr, fnr, r_out.size, trials_in=r_in.size, delta=delta,
+                                      confidence=conf, thresholds_J=thr)
+  run_level = estimators.FixedThreshold(best.threshold).bound(r_in, r_out, delta=delta,
+                                                              confidence=conf).epsilon_lower
+  return {
+      "setting": setting.name, "epsilon": setting.claimed_epsilon, "sigma": setting.sigma,
+      "epsilon_pld": exact, "variant": spec.variant, "sampling_prob": q, "num_steps": t,
+      "confidence": conf,
+      "estimate": est.epsilon, "estimate_point": est.epsilon_point,
+      "estimate_fraction_of_exact": est.epsilon / exact,
+      "estimate_point_fraction_of_exact": est.epsilon_point / exact,
+      "estimate_noise_multiplier": est.noise_multiplier,
+      "estimate_runs": spec.estimate_runs, "estimate_canaries": spec.estimate_canaries,
+      "estimate_trials_in": est.trials_in, "estimate_trials_out": est.trials_out,
+      "estimate_assumption": est.assumption,
+      "bound": bnd.epsilon_lower, "bound_fraction_of_exact": bnd.epsilon_lower / exact,
+      "bound_runs": spec.bound_runs, "bound_canaries": spec.bound_canaries,
+      "bound_trials_in": bnd.trials_in, "bound_trials_out": bnd.trials_out,
+      "bound_thresholds": bnd.thresholds_J.tolist(), "bound_fpr_upper": bnd.fpr_upper_J.tolist(),
+      "bound_fnr_upper": bnd.fnr_upper_J.tolist(), "bound_assumption": bnd.assumption,
+      "run_level_bound": run_level, "run_level_fraction_of_exact": run_level / exact,
+      "run_level_best_certifiable": best.epsilon,
+      "run_level_assumption": ("each (run, canary) pair one trial, the canaries independent "
+                               "(DP-SGD as claimed); no assumption on the steps; threshold "
+                               "fixed from the claimed likelihood-ratio law"),
+      "bound_certifies": (
+          f"with probability >= {conf:g} over the per-step trials, if the {t} steps are "
+          "i.i.d. copies of one step pair, the training is not (eps, delta)-DP for any eps "
+          f"< {bnd.epsilon_lower:.6g} at delta = {delta:g}"),
+  }

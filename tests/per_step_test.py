@@ -1,0 +1,254 @@
+"""Tests for dpjax.audit.per_step (and the trainer run.step_observations).
+
+Statistical checks use fixed seeds and state their tolerance:
+  * per-step score moments from real DP-SGD runs: within 5 standard errors of the
+    closed form (OUT N(0, s^2), IN (1 - q) N(0, s^2) + q N(1, s^2));
+  * coverage: the one-sided binomial test of "violation rate <= alpha" at level
+    0.001 (`Coverage.p_value >= 1e-3`), as in tests/coverage_test.py.
+"""
+
+import math
+
+import jax
+import numpy as np
+from absl.testing import absltest, parameterized
+from scipy import stats as sps
+
+from dpjax import accounting, dpsgd, models
+from dpjax.accounting import gdp, pld
+from dpjax.audit import canary, coverage, per_step, variants
+from dpjax.audit import run as arun
+from dpjax.data import canaries
+
+_DELTA = 1e-5
+
+
+def _binary_composed_epsilon(fpr, fnr, t, delta):
+  """Exact eps(delta) of T i.i.d. binary channels (FPR, FNR), both directions, by
+  enumerating the binomial count (the closed form the FFT must not exceed)."""
+  k = np.arange(t + 1)
+  best = 0.0
+  for p1, q1 in ((1 - fnr, fpr), (fpr, 1 - fnr)):   # P(report IN) under P and under Q
+    lp = sps.binom.logpmf(k, t, p1)
+    lq = sps.binom.logpmf(k, t, q1)
+    loss = lp - lq
+
+    def d(e):
+      return float(np.sum(np.exp(lp) * np.maximum(0.0, -np.expm1(e - loss))))
+    lo, hi = 0.0, float(loss.max())
+    if d(0.0) <= delta:
+      continue
+    for _ in range(200):
+      mid = 0.5 * (lo + hi)
+      lo, hi = (mid, hi) if d(mid) > delta else (lo, mid)
+    best = max(best, hi)
+  return best
+
+
+class ComposedEpsilonTest(parameterized.TestCase):
+
+  def test_one_binary_step_is_randomized_response(self):
+    self.assertAlmostEqual(per_step.composed_epsilon_lower([0.25], [0.25], 1, _DELTA),
+                           math.log(3) + math.log1p(-4 * _DELTA / 3), places=5)
+
+  @parameterized.named_parameters(("T50", 0.3, 0.4, 50), ("T500", 0.45, 0.48, 500),
+                                  ("asym", 0.05, 0.6, 200))
+  def test_binary_composition_below_and_close_to_exact(self, fpr, fnr, t):
+    exact = _binary_composed_epsilon(fpr, fnr, t, _DELTA)
+    got = per_step.composed_epsilon_lower([fpr], [fnr], t, _DELTA)
+    self.assertLessEqual(got, exact + 1e-9)
+    self.assertGreater(got, exact - 3e-3 * max(exact, 1.0))     # rounding: <= T h
+
+  def test_below_the_pessimistic_pld_of_the_same_channel(self):
+    fpr, fnr = np.array([0.6, 0.3, 0.1]), np.array([0.15, 0.4, 0.7])
+    p_in, p_out = per_step._channel(fpr, fnr)
+    upper = pld.finite_output_pld(np.log(p_in), np.log(p_out), 1e-4).self_compose(200).epsilon(
+        _DELTA)
+    got = per_step.composed_epsilon_lower(fpr, fnr, 200, _DELTA)
+    self.assertLessEqual(got, upper)
+    self.assertGreater(got, upper - 2e-3 * upper)
+
+  def test_quantised_gaussian_step_below_gdp(self):
+    # the exact error rates of 7 threshold tests of a N(0,1) vs N(mu,1) step: the
+    # composed channel is dominated by mu sqrt(T)-GDP and loses little
+    mu, t = 0.05, 400
+    thr = per_step.design_thresholds(1.0, 1.0 / mu) * mu       # in units of the noise sd
+    fpr, fnr = sps.norm.sf(thr), sps.norm.cdf(thr - mu)
+    got = per_step.composed_epsilon_lower(fpr, fnr, t, _DELTA)
+    exact = gdp.gaussian_epsilon(_DELTA, mu * math.sqrt(t))
+    self.assertLessEqual(got, exact)
+    self.assertGreater(got, 0.95 * exact)
+
+  def test_no_information_certifies_nothing(self):
+    self.assertEqual(per_step.composed_epsilon_lower([0.5, 0.2], [0.5, 0.8], 100, _DELTA), 0.0)
+
+  def test_bad_inputs(self):
+    for kw, name in ((dict(fpr_J=[1.5]), "fpr_J"), (dict(fnr_J=[0.2, 0.3]), "fnr_J"),
+                     (dict(num_steps=0), "num_steps"), (dict(delta=1.0), "delta"),
+                     (dict(fpr_J=[]), "fpr_J"), (dict(grid_points=10), "grid_points")):
+      args = dict(fpr_J=[0.3], fnr_J=[0.4], num_steps=10, delta=_DELTA)
+      args.update(kw)
+      with self.subTest(name=name), self.assertRaisesRegex(ValueError, name):
+        per_step.composed_epsilon_lower(**args)
+
+
+def _synthetic(rng, sigma, q, n):
+  s_out = sigma * rng.standard_normal(n)
+  s_in = sigma * rng.standard_normal(n) + (rng.random(n) < q)
+  return s_in, s_out
+
+
+class EstimateAndBoundTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(("gdp", 1.0, 6.0, 100), ("subsampled", 0.2, 1.5, 100))
+  def test_estimate_matches_exact_on_the_family(self, q, sigma, t):
+    exact = accounting.dpsgd_epsilon(sigma, q, t, _DELTA, accountant="pld")
+    rng = np.random.default_rng(1)
+    s_in, s_out = _synthetic(rng, sigma, q, 2_000_000)
+    st = per_step.step_statistics(s_in, s_out, per_step.design_thresholds(q, sigma))
+    est = per_step.step_estimate(st, sampling_prob=q, num_steps=t, delta=_DELTA)
+    self.assertBetween(est.epsilon_point, 0.95 * exact, 1.05 * exact)
+    self.assertLess(est.epsilon, est.epsilon_point)
+    self.assertGreater(est.epsilon, 0.85 * exact)
+    self.assertIn("Gaussian", est.assumption)
+    self.assertEqual(est.assumption, per_step.ASSUMPTION_GDP if q == 1 else
+                     per_step.ASSUMPTION_SUBSAMPLED_GAUSSIAN)
+    bnd = per_step.composed_bound(st, num_steps=t, delta=_DELTA)
+    self.assertBetween(bnd.epsilon_lower, 0.5 * exact, exact)
+    self.assertEqual(bnd.assumption, per_step.ASSUMPTION_IID_STEPS)
+    self.assertTrue(np.all(bnd.fpr_upper_J >= st.false_positives_J / st.n_out))
+
+  def test_bound_catches_half_the_noise(self):
+    # a step with sigma / 2 (a broken implementation) certifies more than the claim's eps
+    q, sigma, t = 0.2, 2.0, 200
+    claimed = accounting.dpsgd_epsilon(sigma, q, t, _DELTA, accountant="pld")
+    s_in, s_out = _synthetic(np.random.default_rng(2), sigma / 2, q, 1_000_000)
+    st = per_step.step_statistics(s_in, s_out, per_step.design_thresholds(q, sigma))
+    self.assertGreater(per_step.composed_bound(st, num_steps=t, delta=_DELTA).epsilon_lower,
+                       claimed)
+
+  def test_statistics_add_and_match_xla_counts(self):
+    rng = np.random.default_rng(3)
+    o = rng.standard_normal((4, 30, 5)).astype(np.float32) * 2 + 0.3
+    g = rng.random((4, 5)) < 0.5
+    thr = per_step.design_thresholds(0.5, 2.0, 5)
+    st = per_step.observation_statistics(o, g, thr)
+    ref = per_step.step_statistics(np.transpose(o, (0, 2, 1))[g], np.transpose(o, (0, 2, 1))[~g],
+                                   thr)
+    np.testing.assert_array_equal(st.false_positives_J, ref.false_positives_J)
+    np.testing.assert_array_equal(st.false_negatives_J, ref.false_negatives_J)
+    self.assertEqual((st.n_in, st.n_out), (ref.n_in, ref.n_out))
+    np.testing.assert_allclose([st.sum_in, st.sumsq_in, st.sum_out, st.sumsq_out],
+                               [ref.sum_in, ref.sumsq_in, ref.sum_out, ref.sumsq_out], rtol=1e-5)
+    both = st + ref
+    self.assertEqual(both.n_in, 2 * st.n_in)
+    np.testing.assert_array_equal(both.false_negatives_J, 2 * st.false_negatives_J)
+
+  def test_bad_inputs(self):
+    thr = [0.0, 1.0]
+    with self.assertRaisesRegex(ValueError, "thresholds_J"):
+      per_step.step_statistics([1.0, 2.0], [0.0, 1.0], [1.0, 0.0])
+    with self.assertRaisesRegex(ValueError, "scores_in"):
+      per_step.step_statistics([1.0], [0.0, 1.0], thr)
+    with self.assertRaisesRegex(ValueError, "scores_out"):
+      per_step.step_statistics([1.0, 2.0], [0.0, float("nan")], thr)
+    st = per_step.step_statistics([1.0, 2.0, 0.5], [0.0, 1.0, -1.0], thr)
+    with self.assertRaisesRegex(ValueError, "other"):
+      _ = st + per_step.step_statistics([1.0, 2.0], [0.0, 1.0], [0.0, 2.0])
+    with self.assertRaisesRegex(ValueError, "sampling_prob"):
+      per_step.step_estimate(st, sampling_prob=0.0, num_steps=10, delta=_DELTA)
+    with self.assertRaisesRegex(ValueError, "num_steps"):
+      per_step.composed_bound(st, num_steps=0, delta=_DELTA)
+    with self.assertRaisesRegex(ValueError, "statistics"):
+      per_step.step_estimate(per_step.step_statistics([1.0, 1.0], [0.0, 0.0], thr),
+                             sampling_prob=1.0, num_steps=10, delta=_DELTA)
+    with self.assertRaisesRegex(ValueError, "in_MxK"):
+      per_step.observation_statistics(np.zeros((2, 3, 4), np.float32), np.zeros((2, 3), bool),
+                                      thr)
+    with self.assertRaisesRegex(ValueError, "noise_multiplier"):
+      per_step.design_thresholds(1.0, 0.0)
+
+
+class CoverageTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(("gdp", 1.0, 3.0, 20), ("subsampled", 0.2, 1.0, 20))
+  def test_never_above_exact_beyond_alpha(self, q, sigma, t):
+    mech = per_step.step_mechanism(sigma, q, t)
+    exact = mech.true_epsilon(_DELTA)
+    self.assertAlmostEqual(exact, accounting.dpsgd_epsilon(sigma, q, t, _DELTA, accountant="pld"))
+    res = coverage.measure(per_step.coverage_estimators(mech), mech, audits=100, trials=20_000,
+                           delta=_DELTA, rng=np.random.default_rng(0))
+    by = {r.estimator: r for r in res}
+    for r in res:
+      self.assertTrue(r.assumption_met)
+      self.assertTrue(r.within_nominal(1e-3), r)
+    self.assertEqual(by["per_step_bound"].violations, 0)        # also an absolute check
+    self.assertGreater(by["per_step_bound"].median_epsilon_lower, 0.3 * exact)
+    self.assertGreater(by["per_step_estimate"].median_epsilon_lower, 0.8 * exact)
+
+  def test_step_mechanism_samples_its_law(self):
+    mech = per_step.step_mechanism(2.0, 0.3, 10)
+    rng = np.random.default_rng(4)
+    n = 400_000
+    s_in = mech.sample(rng, np.ones(n, bool))
+    s_out = mech.sample(rng, np.zeros(n, bool))
+    self.assertLess(abs(s_out.mean()) / (2.0 / math.sqrt(n)), 5)
+    self.assertLess(abs(s_in.mean() - 0.3) / (math.sqrt(4.0 + 0.21) / math.sqrt(n)), 5)
+    with self.assertRaisesRegex(ValueError, "noise_multiplier"):
+      per_step.step_mechanism(-1.0, 0.3, 10)
+
+
+class StepObservationsTest(parameterized.TestCase):
+  """The trainer's per-step scores against their closed form (real DP-SGD runs)."""
+
+  @parameterized.named_parameters(("q1", 1.0), ("q02", 0.2))
+  def test_scores_follow_the_closed_form(self, q):
+    sigma, t, k, m = 2.0, 100, 32, 8
+    data = canaries.audit_data(jax.random.key(0), 20, unused_features=k)
+    model = models.logistic_regression(data.num_features)
+    st = arun.Setting("s", accounting.dpsgd_epsilon(sigma, q, t, _DELTA), sigma)
+    cfg = dpsgd.DpSgdConfig(dataset_size=int(data.x_NxD.shape[0]), sampling_prob=q,
+                            num_steps=t, noise_multiplier=sigma, delta=_DELTA)
+    var = variants.variant("correct", cfg, model)
+    _, g = canary.canaries_design(m, k, 0.5, 0)
+    o = np.asarray(arun.step_observations(jax.random.key(1), st, data, model, var, g),
+                   np.float64)
+    self.assertEqual(o.shape, (m, t, k))
+    o_in, o_out = np.transpose(o, (0, 2, 1))[g].ravel(), np.transpose(o, (0, 2, 1))[~g].ravel()
+    n_in, n_out = o_in.size, o_out.size
+    var_in = sigma ** 2 + q * (1 - q)
+    # means: N(0, s^2) OUT, mean q IN; variances: s^2 and s^2 + q (1 - q) (sd of a
+    # sample variance ~ v sqrt(2 / n) for near-normal data)
+    self.assertLess(abs(o_out.mean()) / (sigma / math.sqrt(n_out)), 5)
+    self.assertLess(abs(o_in.mean() - q) / math.sqrt(var_in / n_in), 5)
+    self.assertLess(abs(o_out.var() - sigma ** 2) / (sigma ** 2 * math.sqrt(2 / n_out)), 5)
+    self.assertLess(abs(o_in.var() - var_in) / (var_in * math.sqrt(2 / n_in)), 5)
+    # consecutive steps uncorrelated: lag-1 correlation of each canary's centred steps
+    c = np.transpose(o, (0, 2, 1)) - np.where(g, q, 0.0)[:, :, None]      # [M, K, T]
+    self.assertLess(abs(np.corrcoef(c[..., :-1].ravel(), c[..., 1:].ravel())[0, 1]),
+                    5 / math.sqrt(c[..., 1:].size))
+    if q < 1:   # the mixture: P(o > 1/2 | IN) = (1 - q) Phi(-1/(2s)) + q Phi(1/(2s))
+      p = (1 - q) * sps.norm.sf(0.5 / sigma) + q * sps.norm.sf(-0.5 / sigma)
+      self.assertLess(abs(np.mean(o_in > 0.5) - p) / math.sqrt(p * (1 - p) / n_in), 5)
+
+  def test_per_step_audit_row(self):
+    data = canaries.audit_data(jax.random.key(0), 20, unused_features=8)
+    model = models.logistic_regression(data.num_features)
+    spec = arun.PerStepSpec(sampling_prob=0.5, num_steps=50, delta=_DELTA, estimate_runs=8,
+                            estimate_canaries=8, bound_runs=8, bound_canaries=8)
+    st = arun.settings([8.0], 0.5, 50, _DELTA, False)[0]
+    row = arun.per_step_audit(jax.random.key(2), spec, st, (data, model), (data, model))
+    self.assertLessEqual(row["bound"], row["epsilon_pld"])
+    self.assertEqual(row["bound_trials_in"] + row["bound_trials_out"], 8 * 8 * 50)
+    self.assertAlmostEqual(row["bound_fraction_of_exact"], row["bound"] / row["epsilon_pld"])
+    self.assertEqual(row["estimate_assumption"], per_step.ASSUMPTION_SUBSAMPLED_GAUSSIAN)
+    self.assertLessEqual(row["run_level_bound"], row["epsilon_pld"])
+    with self.assertRaisesRegex(ValueError, "estimate_runs"):
+      arun.PerStepSpec(sampling_prob=0.5, num_steps=50, delta=_DELTA, estimate_runs=6)
+    with self.assertRaisesRegex(ValueError, "setting"):
+      arun.per_step_audit(jax.random.key(2), spec, arun.Setting("n", math.inf, 0.0),
+                          (data, model), (data, model))
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -27,18 +27,23 @@ _EPSILON = 4.0
 
 def runners(num_models: int, num_canaries: int) -> dict:
   """{"single": f, "multi": f}: zero-argument functions, each training and scoring one
-  chunk of `num_models` audit models (the single- / K-canary paths)."""
+  chunk of `num_models` audit models through `dpjax.audit.run.train_chunk` (the single- /
+  K-canary designs of the same claim)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
   import warnings  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   from dpjax import accounting, dpsgd, models  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import canary, variants  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import run as audit_run  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import variants  # pylint: disable=g-import-not-at-top
   from dpjax.data import canaries  # pylint: disable=g-import-not-at-top
   from experiments import audit  # pylint: disable=g-import-not-at-top
   cfg = audit.AuditConfig(trials=num_models // 2, canaries_per_run=num_canaries)
   sigma = accounting.calibrate_noise(_EPSILON, cfg.sampling_prob, cfg.num_steps, cfg.delta)
+  setting = audit_run.Setting(f"eps={_EPSILON:g}", _EPSILON, sigma)
   key = jax.random.key(1)
 
   def setup(k):
+    spec = dataclasses.replace(audit._spec(cfg), canaries_per_run=k)  # pylint: disable=protected-access
     data = canaries.audit_data(jax.random.key(0), cfg.base_size, unused_features=k)
     model = models.logistic_regression(data.num_features)
     claimed = dpsgd.DpSgdConfig(dataset_size=int(data.x_NxD.shape[0]),
@@ -47,20 +52,15 @@ def runners(num_models: int, num_canaries: int) -> dict:
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")
       var = variants.variant("correct", claimed, model)
-    return data, model, var
+    return spec, data, model, var
 
   one, many = setup(1), setup(num_canaries)
 
-  def single():
-    data, model, var = one
-    _, _, _, o = audit._train_chunk(key, data, var, 0, num_models, num_models, model)  # pylint: disable=protected-access
-    return canary.white_box_scores(o, cfg.sampling_prob, sigma)
+  def chunk(parts):
+    spec, data, model, var = parts
+    return audit_run.train_chunk(key, spec, setting, data, var, model, 0, num_models)[3]
 
-  def multi():
-    data, model, var = many
-    return audit._train_chunk_canaries(cfg, key, data, var, 0, num_models, num_models,  # pylint: disable=protected-access
-                                       model, sigma)[3]
-  return {"single": single, "multi": multi}
+  return {"single": lambda: chunk(one), "multi": lambda: chunk(many)}
 
 
 def measure(sizes, num_canaries, repeats, log=print) -> dict:

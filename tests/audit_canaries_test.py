@@ -59,6 +59,8 @@ def _exact_cdf(dist, pmf):
 
 class CanariesTest(absltest.TestCase):
 
+  @pytest.mark.slow  # about 25 s; canary_test checks the observations' law
+
   def test_gradient_canaries_are_diracs_in_the_last_coordinates(self):
     g = np.asarray(canary.gradient_canaries(6, 3, 2.0)["w"])
     np.testing.assert_array_equal(g, np.hstack([np.zeros((3, 3)), 2.0 * np.eye(3)]))

@@ -145,6 +145,8 @@ class AuditExperimentTest(absltest.TestCase):
     with self.assertRaisesRegex(store.StoreError, "eps8_c0003.npz: it is chunk"):
       _run(dataclasses.replace(cfg, resume=True, invalid_chunks="refuse"), d)
 
+  @pytest.mark.slow  # about 25 s; K > 1 chunks are also checked in audit_run_test
+
   def test_many_canaries_per_run(self):
     d = self._tmp()
     cfg = dataclasses.replace(_SMALL, canaries_per_run=3)

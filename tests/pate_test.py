@@ -7,6 +7,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import optax
 from absl.testing import absltest, parameterized
 from scipy import special, stats
@@ -241,6 +242,8 @@ class TeachersTest(absltest.TestCase):
     np.testing.assert_array_equal(np.asarray(w1[0]), np.asarray(w2[0]))
     self.assertGreater(float(jnp.abs(w1[1] - w2[1]).max()), 1e-3)
     self.assertGreater(float(jnp.abs(w1[2] - w2[2]).max()), 1e-3)
+
+  @pytest.mark.slow  # about 25 s; the teachers' votes tests run the vmapped fit
 
   def test_vmapped_fit_equals_a_plain_loop(self):
     # Model i of the vmapped, scanned, padded fit equals full-batch Adam written as a

@@ -11,6 +11,7 @@ import math
 
 import jax
 import numpy as np
+import pytest
 from absl.testing import absltest, parameterized
 from scipy import stats as sps
 
@@ -230,6 +231,8 @@ class StepObservationsTest(parameterized.TestCase):
     if q < 1:   # the mixture: P(o > 1/2 | IN) = (1 - q) Phi(-1/(2s)) + q Phi(1/(2s))
       p = (1 - q) * sps.norm.sf(0.5 / sigma) + q * sps.norm.sf(-0.5 / sigma)
       self.assertLess(abs(np.mean(o_in > 0.5) - p) / math.sqrt(p * (1 - p) / n_in), 5)
+
+  @pytest.mark.slow  # about 50 s; the experiment's per-step test checks a row end to end
 
   def test_per_step_audit_row(self):
     data = canaries.audit_data(jax.random.key(0), 20, unused_features=8)

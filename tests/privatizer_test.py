@@ -5,6 +5,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import optax
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -39,6 +40,8 @@ class DpAggregateTest(parameterized.TestCase):
     self.assertLess(stats.kstest(z * 1.5, "norm").pvalue, 1e-6)
     self.assertLess(stats.kstest(z / 1.5, "norm").pvalue, 1e-6)
     self.assertFalse(np.allclose(upd["w"], upd2["w"]))   # fresh noise each step
+
+  @pytest.mark.slow  # about 25 s; fresh noise per step is checked above
 
   def test_update_t_uses_fold_in_of_the_key(self):
     key = jax.random.key(3)
@@ -207,6 +210,8 @@ class SecurePrivatizerTest(parameterized.TestCase):
       se = sd / math.sqrt(m * cfg.num_steps)
       np.testing.assert_array_less(np.abs(mean - want), 5 * se)
     self.assertGreater(np.abs(want).max(), 10 * se.max())   # the check has power
+
+  @pytest.mark.slow  # about 15 s; the engine's vmap == single-model test stays
 
   def test_models_vmapped_equal_models_alone(self):
     x, y, cfg, model = self._data()

@@ -175,6 +175,8 @@ class NormalTailTest(parameterized.TestCase):
     np.testing.assert_array_equal(vm[0], z)
     np.testing.assert_array_equal(vm[1], prng.standard_normal(keys[1], (n,)))
 
+  @pytest.mark.slow  # about 20 s; vmap == loop without forced tails stays
+
   def test_vmap_equals_loop_with_forced_tails(self):
     # Crafted words with extreme atoms at different places per key: the batched
     # while loop must give each key its own tail draws.

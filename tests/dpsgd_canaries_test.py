@@ -21,7 +21,6 @@ from dpjax import prng
 from dpjax.audit import variants
 from tests import helpers
 
-
 def _data(n=12, f=3, k=4, seed=0):
   """n records with f random features and k trailing zero columns (the canaries' own)."""
   x = jax.random.normal(jax.random.key(seed), (n, f + k))
@@ -29,21 +28,16 @@ def _data(n=12, f=3, k=4, seed=0):
   y = (x[:, 0] > 0).astype(jnp.int32)
   return x, y
 
-
 def _dirac(d, k, c=1.0, scale=1.0):
   """{"w": [K, D]}: canary j = scale * c * e_{D-K+j}."""
   return {"w": jnp.zeros((k, d)).at[jnp.arange(k), d - k + jnp.arange(k)].set(scale * c)}
-
 
 def _last(k):
   def observe(u):
     return u["w"][-k:]
   return observe
 
-
 _OBS4 = _last(4)
-_QUIET = dpsgd.PerformanceFlags(progress=False)
-
 
 class MultiCanaryTest(absltest.TestCase):
 
@@ -61,7 +55,7 @@ class MultiCanaryTest(absltest.TestCase):
     g_k = jax.tree.map(lambda v: v[None], g)
     a = dpsgd.train_many(jax.random.key(3), x, y, keep, cfg, model,
                          fixed_gradients=dpsgd.FixedGradients(g_k, ck[:, None]),
-                         observe_fn=_last(1), perf=_QUIET)
+                         observe_fn=_last(1), perf=helpers.QUIET)
     keys = jax.random.split(jax.random.key(3), 6)
     for i in (0, 1, 4):
       one = dpsgd.train_one(keys[i], x, y, keep[i], cfg, model,
@@ -71,7 +65,7 @@ class MultiCanaryTest(absltest.TestCase):
       np.testing.assert_allclose(one.observations, a.observations[i], rtol=1e-5, atol=1e-7)
     # the canary shows (o != the no-canary run) only in models that keep it
     c = dpsgd.train_many(jax.random.key(3), x, y, keep, cfg, model, observe_fn=_last(1),
-                         perf=_QUIET)
+                         perf=helpers.QUIET)
     differs = np.any(np.asarray(a.observations) != np.asarray(c.observations), axis=(1, 2))
     np.testing.assert_array_equal(differs, np.asarray(ck))
 
@@ -87,7 +81,7 @@ class MultiCanaryTest(absltest.TestCase):
                            fixed_gradients=dpsgd.FixedGradients(   # clipped to C
                                _dirac(3 + k, k, c=2.0, scale=3.0), jnp.asarray(keep_c)),
                            observe_fn=_OBS4,
-                           perf=_QUIET)
+                           perf=helpers.QUIET)
     bits = np.asarray(out.observations) * cfg.expected_batch_size / cfg.l2_clip_norm
     np.testing.assert_allclose(bits, np.rint(bits), atol=1e-5)
     model_keys = jax.random.split(jax.random.key(7), m)
@@ -109,7 +103,7 @@ class MultiCanaryTest(absltest.TestCase):
                            fixed_gradients=dpsgd.FixedGradients(_dirac(3 + k, k),
                                                                 jnp.ones((m, k), bool)),
                            observe_fn=_last(k),
-                           perf=_QUIET)
+                           perf=helpers.QUIET)
     b = np.asarray(out.observations).reshape(m * t, k) * cfg.expected_batch_size > 0.5
     n = m * t
     # rate of each canary within 4 sd of q (n Bernoulli(q) draws per canary)
@@ -129,7 +123,7 @@ class MultiCanaryTest(absltest.TestCase):
     model = models.logistic_regression(3 + k)
     keep_c = jnp.array([[True, True, True], [True, False, False]])
     kw = dict(fixed_gradients=dpsgd.FixedGradients(_dirac(3 + k, k), keep_c),
-              observe_fn=_last(k), perf=_QUIET)
+              observe_fn=_last(k), perf=helpers.QUIET)
     good = dpsgd.train_many(jax.random.key(0), x, y, jnp.ones((2, n), bool), cfg, model, **kw)
     np.testing.assert_allclose(np.asarray(good.observations)[:, 0],
                                np.asarray(keep_c, float) / n, atol=1e-7)
@@ -150,7 +144,7 @@ class MultiCanaryTest(absltest.TestCase):
     g = _dirac(3 + k, k)
     many = dpsgd.train_many(jax.random.key(2), x, y, jnp.ones((2, 12), bool), cfg, model,
                             fixed_gradients=dpsgd.FixedGradients(g, ck), observe_fn=_OBS4,
-                            perf=_QUIET)
+                            perf=helpers.QUIET)
     keys = jax.random.split(jax.random.key(2), 2)
     # train_one takes the model's keep as bool[K] or bool[1, K].
     for keep_k in (np.asarray(ck[1]), np.asarray(ck[1:2])):
@@ -183,12 +177,12 @@ class MultiCanaryTest(absltest.TestCase):
     for name, fixed in cases:
       with self.subTest(name=name, fixed=repr(fixed)[:80]):
         with self.assertRaisesRegex(ValueError, name):
-          dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, perf=_QUIET,
+          dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, perf=helpers.QUIET,
                            fixed_gradients=fixed)
     # Anything but a FixedGradients (a plain tuple, the gradients alone) is a TypeError.
     for bad in ((g, ck), g, [g, ck]):
       with self.assertRaisesRegex(TypeError, "fixed_gradients must be a FixedGradients"):
-        dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, perf=_QUIET,
+        dpsgd.train_many(jax.random.key(0), x, y, keep, cfg, model, perf=helpers.QUIET,
                          fixed_gradients=bad)
 
   def test_more_canaries_than_memory_refused(self):
@@ -206,8 +200,7 @@ class MultiCanaryTest(absltest.TestCase):
                        helpers.small_config(dataset_size=12), model,
                        fixed_gradients=dpsgd.FixedGradients({"w": Lazy()},
                                                             np.ones((2, 1), bool)),
-                       perf=_QUIET)
-
+                       perf=helpers.QUIET)
 
 if __name__ == "__main__":
   absltest.main()

@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats as sps
 
+from dpjax import dpsgd
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -23,7 +25,6 @@ def binary_data(n=24, d=4, seed=0, scale=3.0):
 
 def small_config(**overrides):
   """A DpSgdConfig for 24 records (q = 0.3, T = 6, sigma = 1), with `overrides` applied."""
-  from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
   base = dict(dataset_size=24, sampling_prob=0.3, num_steps=6, noise_multiplier=1.0)
   base.update(overrides)
   return dpsgd.DpSgdConfig(**base)
@@ -75,3 +76,20 @@ def quantile_scores(mu, n, seed=0):
   s_out = np.concatenate([rng.permutation(half), rng.permutation(half)])
   s_in = np.concatenate([rng.permutation(half), rng.permutation(half)]) + mu
   return s_in, s_out
+
+
+# Performance flags with the progress bar off, for tests that train.
+QUIET = dpsgd.PerformanceFlags(progress=False)
+
+
+def identity(u):
+  """A score function for logistic-regression params: the weight vector itself."""
+  return u["w"]
+
+
+def one_fixed(g, keep):
+  """One fixed-gradient record g (a params-like pytree) with membership keep (bool[M]
+  for train_many, a bool for train_one)."""
+  keep = np.asarray(keep)
+  return dpsgd.FixedGradients(jax.tree.map(lambda v: jnp.asarray(v)[None], g),
+                              keep[:, None] if keep.ndim == 1 else keep[None])

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from dpjax import dpsgd, models
 from dpjax import tradeoff
-from dpjax.audit import canary, certifiable, runner, score_audit
+from dpjax.audit import canary, runner, score_audit, thresholds
 from dpjax.data import digits
 from experiments import _common, _plots
 
@@ -91,13 +91,13 @@ def _ceiling(audit: runner.TrainingAudit, delta: float, confidence: float) -> fl
 def _optimal_expected(audit: runner.TrainingAudit, train_cfg, confidence: float) -> float:
   """What the optimal white-box adversary is expected to certify with the split's trials.
   The exact statistic's ROC (`canary.LlrDistribution`) at half of each side's trials,
-  in the same Clopper-Pearson bound (`certifiable.best_certifiable`)."""
+  in the same Clopper-Pearson bound (`thresholds.best_certifiable`)."""
   dist = canary.LlrDistribution.compute(sampling_prob=float(train_cfg.sampling_prob),
                                         noise_multiplier=float(train_cfg.noise_multiplier),
                                         num_steps=int(train_cfg.num_steps))
   thr, fpr, fnr = tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
   trials = min(audit.scores_in.size, audit.scores_out.size) // 2
-  return float(certifiable.best_certifiable(fpr, fnr, trials, delta=float(train_cfg.delta),
+  return float(thresholds.best_certifiable(fpr, fnr, trials, delta=float(train_cfg.delta),
                                            confidence=confidence, thresholds_J=thr).epsilon)
 
 

@@ -84,7 +84,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dpjax import dpsgd, models
-from dpjax.audit import certifiable, crafting, estimators, last_iterate, runner, score_audit
+from dpjax.audit import crafting, last_iterate, runner, score_audit, thresholds
 from dpjax.audit import final_model as fm
 from dpjax.data import digits
 from experiments import _common, _plots
@@ -162,19 +162,19 @@ def _linear_expected(train_cfg, trials_per_side: int, confidence: float) -> floa
   """What the optimal final-model test of a linear canary is expected to certify.
 
   Clopper-Pearson at the expected error counts of the split's evaluation half
-  on `last_iterate.last_iterate_roc` (`certifiable.best_certifiable`).
+  on `last_iterate.last_iterate_roc` (`thresholds.best_certifiable`).
   """
   thr, fpr, fnr = last_iterate.last_iterate_roc(float(train_cfg.sampling_prob),
                                                 float(train_cfg.noise_multiplier),
                                                 int(train_cfg.num_steps))
-  return float(certifiable.best_certifiable(fpr, fnr, max(1, trials_per_side // 2),
+  return float(thresholds.best_certifiable(fpr, fnr, max(1, trials_per_side // 2),
                                            delta=float(train_cfg.delta),
                                            confidence=confidence).epsilon)
 
 
 def _union_best(audits: dict, names, delta: float, confidence: float) -> tuple[float, str]:
   """max over `names` of the "best" bound, each rerun at 1 - (1 - confidence)/k."""
-  per = estimators.bonferroni_confidence(confidence, len(names))
+  per = thresholds.bonferroni_confidence(confidence, len(names))
   vals = {}
   for n in names:
     a = audits[n]

@@ -57,7 +57,7 @@ from scipy import optimize, special
 from tqdm import tqdm
 
 from dpjax.accounting import gdp
-from dpjax.audit import one_run
+from dpjax.audit import one_run, one_run_fdp
 from experiments import _common, _plots
 
 NAME = "one_run_fdp"
@@ -189,7 +189,7 @@ def paper_protocol(sigma: float, num_canaries: int, *, delta: float, confidence:
     per["steinke"][r] = one_run.epsilon_lower_bound(num_canaries=m, num_guesses=r,
                                                     num_correct=c, delta=delta,
                                                     confidence=confidence)
-    per["fdp_gdp"][r] = one_run.fdp_epsilon_lower_bound(
+    per["fdp_gdp"][r] = one_run_fdp.fdp_epsilon_lower_bound(
         num_canaries=m, num_guesses=r, num_correct=c, delta=delta, family="gdp",
         confidence=confidence).epsilon_lower
   for r in sorted(grid, key=lambda g: -per["steinke"][g])[:_POINTWISE_COUNTS]:

@@ -35,6 +35,7 @@ import numpy as np
 from dpjax import dpsgd
 from dpjax import models
 from dpjax.accounting.composition import group_privacy
+from dpjax.audit import run as audit_run
 from dpjax.audit import score_audit
 from dpjax.data import credit
 from experiments import _common, _plots
@@ -143,62 +144,50 @@ def _accuracy_part(cfg: UserLevelConfig, key) -> dict:
           "sigma": sigmas, "accuracy": acc}
 
 
-def _audit_world(cfg: UserLevelConfig, key):
-  """Real customers (linear features + a zero column) plus the canary customer last."""
-  k_pub, k_data = jax.random.split(key)
-  scaler = _public_scaler(k_pub)
+def _audit_part(cfg: UserLevelConfig, key) -> dict:
+  """Part (b): M models with and M without the canary customer, per unit.
+
+  The audit world: real customers (linear features + a zero column) plus the canary
+  customer, whose loans are zero everywhere (no intercept) except the dedicated column, so
+  its gradient lies on that column alone and no real row has a gradient there.
+  """
+  k_world, k_models = jax.random.split(key)
+  k_pub, k_data = jax.random.split(k_world)
   world = credit.sample_customers(k_data, cfg.audit_customers)
-  feats = np.asarray(credit.linear_features(world.x_NxF, scaler))
+  feats = np.asarray(credit.linear_features(world.x_NxF, _public_scaler(k_pub)))
   x_real = np.concatenate([feats, np.zeros((feats.shape[0], 1), feats.dtype)], axis=1)
-  k, d = cfg.canary_loans, x_real.shape[1]
-  # The canary's rows: zero everywhere (no intercept) except the dedicated column,
-  # so its gradient lies on that column alone and no real row has a gradient there.
+  k, d, m = cfg.canary_loans, x_real.shape[1], cfg.audit_models
   x_canary = np.zeros((k, d), x_real.dtype)
   x_canary[:, d - 1] = cfg.canary_feature
-  x = np.concatenate([x_real, x_canary], axis=0)
-  y = np.concatenate([np.asarray(world.y_N), np.ones((k,), np.int32)])
   users = np.concatenate([np.asarray(world.user_N), np.full((k,), world.num_users, np.int32)])
-  is_canary = np.arange(x.shape[0]) >= x_real.shape[0]
-  return x, y, users, world.num_users + 1, is_canary
-
-
-def _audit_part(cfg: UserLevelConfig, key) -> dict:
-  """Part (b): M models with and M without the canary customer, per unit."""
-  k_world, k_models = jax.random.split(key)
-  x, y, users, num_users, is_canary = _audit_world(cfg, k_world)
-  n = x.shape[0]
-  m = cfg.audit_models
-  keep = np.ones((2 * m, n), bool)
-  keep[m:, is_canary] = False                      # models m..2m-1: canary OUT
-  model = models.logistic_regression(x.shape[1])
+  in_MxC = np.repeat((np.arange(2 * m) < m)[:, None], k, axis=1)    # models 0..m-1: IN
+  design = audit_run.canary_design(x_real, np.asarray(world.y_N), 2 * m,
+                                   records=(x_canary, np.ones((k,), np.int32), in_MxC))
+  n, num_users = int(design.x_NxF.shape[0]), world.num_users + 1
+  model = models.logistic_regression(d)
   out = {}
   for unit, k_unit in zip(UNITS, jax.random.split(k_models, len(UNITS))):
     c = _configs(cfg, n, num_users, cfg.audit_epsilon, audit=True)[unit]
-    extra = dict(sampler=c.sampler(users)) if unit == "user" else {}
-    res = dpsgd.train_many(k_unit, x, y, jnp.asarray(keep), c, model, **extra,
-                           perf=dpsgd.PerformanceFlags(progress=False))
-    finite = np.asarray(res.finite)
+    comps = dict(sampler=c.sampler(users)) if unit == "user" else {}
+    res = audit_run.train(k_unit, design, c, model, components=dict(
+        comps, perf=dpsgd.PerformanceFlags(progress=False)))
     score = np.asarray(res.params["w"], np.float64)[:, -1]
-    s_in, s_out = score[:m][finite[:m]], score[m:][finite[m:]]
+    s_in, s_out = score[:m], score[m:]
     bounds = score_audit.score_bounds(s_in, s_out, delta=cfg.delta, confidence=cfg.confidence,
                                      claimed_epsilon=cfg.audit_epsilon)
+    rng = (float(np.min(score)), float(np.max(score)))
     out[unit] = {
         "epsilon": c.epsilon(), "sigma": c.noise_multiplier, "dataset_size": c.dataset_size,
         "expected_batch_size": c.expected_batch_size,
         "bounds": {name: b.epsilon_lower for name, b in bounds.items()},
         "score_in_mean": float(s_in.mean()), "score_out_mean": float(s_out.mean()),
         "score_out_sd": float(s_out.std()), "score_in_sd": float(s_in.std()),
-        "hist_in": np.histogram(s_in, bins=40, range=_range(score))[0],
-        "hist_out": np.histogram(s_out, bins=40, range=_range(score))[0],
-        "bin_edges": np.histogram_bin_edges(score, bins=40, range=_range(score)),
+        "hist_in": np.histogram(s_in, bins=40, range=rng)[0],
+        "hist_out": np.histogram(s_out, bins=40, range=rng)[0],
+        "bin_edges": np.histogram_bin_edges(score, bins=40, range=rng),
         "models_in": int(s_in.size), "models_out": int(s_out.size)}
-  out["num_records"] = n
-  out["num_users"] = num_users
+  out["num_records"], out["num_users"] = n, num_users
   return out
-
-
-def _range(score):
-  return float(np.min(score)), float(np.max(score))
 
 
 def _plot(out_dir: str, audit: dict, cfg: UserLevelConfig) -> str:

@@ -48,17 +48,17 @@ EXCLUDED = {
     "dpjax.accounting.statement.EpsilonRow": "result record of privacy_statement",
     "dpjax.accounting.statement.PrivacyStatement": "result record of privacy_statement",
     "dpjax.data.credit.CustomerData": "result record of sample_customers",
-    "dpjax.audit.estimators.ThresholdBound": "result record of the threshold strategies",
-    "dpjax.audit.estimators.BonferroniBound": "result record of Bonferroni",
-    "dpjax.audit.estimators.BootstrapSpread": "result record of bootstrap_spread",
-    "dpjax.audit.certifiable.CertifiableBound": "result record of best_certifiable",
+    "dpjax.audit.thresholds.ThresholdBound": "result record of the threshold strategies",
+    "dpjax.audit.thresholds.BonferroniBound": "result record of Bonferroni",
+    "dpjax.audit.thresholds.BootstrapSpread": "result record of bootstrap_spread",
+    "dpjax.audit.thresholds.CertifiableBound": "result record of best_certifiable",
     "dpjax.audit.parametric.GdpEstimate": "result record of gdp_estimate",
     "dpjax.audit.one_run.OneRunResult": "result record of one_run.audit",
     "dpjax.audit.coverage.Coverage": "result record of coverage.measure",
     "dpjax.audit.coverage.overfit_estimator": "takes no arguments",
     "dpjax.audit.score_audit.ScoreBound": "result record of score_bounds",
     "dpjax.audit.roc.RocBand": "result record of roc_band",
-    "dpjax.audit.one_run.FdpOneRunResult": "result record of one_run.fdp_epsilon_lower_bound",
+    "dpjax.audit.one_run_fdp.FdpOneRunResult": "result record of one_run_fdp.fdp_epsilon_lower_bound",
     "dpjax.audit.one_run.DeclaredGuessResult": "result record of one_run.audit_declared_guesses",
     "dpjax.audit.canary.LlrDistribution": "result record of llr_distribution",
     "dpjax.data.canaries.AuditData": "result record of audit_data",
@@ -226,8 +226,8 @@ def entries():
                      privatizer, prng, sampling, tradeoff, dpsgd)
   from dpjax.accounting import composition, gdp, pld, rdp, statement  # pylint: disable=g-import-not-at-top
   from dpjax.attacks import mia, reconstruction  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import canary, estimators, one_run, stats, store, variants  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import certifiable, parametric, score_audit  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary, one_run, one_run_fdp, stats, store, thresholds, variants  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import parametric, score_audit  # pylint: disable=g-import-not-at-top
   from dpjax import audit, clipping  # pylint: disable=g-import-not-at-top
   from dpjax.clipping import ghost, glm, sqnorm  # pylint: disable=g-import-not-at-top
   from dpjax.clipping import vmap as cvmap  # pylint: disable=g-import-not-at-top
@@ -507,39 +507,39 @@ def entries():
         dict(sampling_prob=0.1, noise_multiplier=1.0, num_steps=3)))
 
   sk = {"scores_in_K": "arrayinf", "scores_out_K": "arrayinf"}
-  add(E("dpjax.audit.estimators.choose_threshold", estimators.choose_threshold,
+  add(E("dpjax.audit.thresholds.choose_threshold", thresholds.choose_threshold,
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9),
         sk, mismatch=False))
-  add(E("dpjax.audit.estimators.FixedThreshold", estimators.FixedThreshold,
+  add(E("dpjax.audit.thresholds.FixedThreshold", thresholds.FixedThreshold,
         dict(threshold=0.5, sign=1), {"sign": "choice", "threshold": "realinf"}))
-  add(E("dpjax.audit.estimators.FixedThreshold.bound",
-        lambda scores_in_K, scores_out_K, delta, confidence: estimators.FixedThreshold(
+  add(E("dpjax.audit.thresholds.FixedThreshold.bound",
+        lambda scores_in_K, scores_out_K, delta, confidence: thresholds.FixedThreshold(
             0.5).bound(scores_in_K, scores_out_K, delta=delta, confidence=confidence),
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9),
         sk, mismatch=False))
-  add(E("dpjax.audit.estimators.SplitThreshold.bound",
-        lambda scores_in_K, scores_out_K, delta, confidence: estimators.SplitThreshold(
+  add(E("dpjax.audit.thresholds.SplitThreshold.bound",
+        lambda scores_in_K, scores_out_K, delta, confidence: thresholds.SplitThreshold(
         ).bound(scores_in_K, scores_out_K, delta=delta, confidence=confidence),
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9),
         sk, mismatch=False))
-  add(E("dpjax.audit.estimators.SplitThreshold", estimators.SplitThreshold,
+  add(E("dpjax.audit.thresholds.SplitThreshold", thresholds.SplitThreshold,
         dict(both_signs=True), {"both_signs": None}))
-  add(E("dpjax.audit.estimators.bonferroni_confidence", estimators.bonferroni_confidence,
+  add(E("dpjax.audit.thresholds.bonferroni_confidence", thresholds.bonferroni_confidence,
         dict(confidence=0.95, num_tests=3)))
-  add(E("dpjax.audit.estimators.Bonferroni", estimators.Bonferroni,
-        dict(strategies=(estimators.FixedThreshold(0.5), estimators.SplitThreshold())),
+  add(E("dpjax.audit.thresholds.Bonferroni", thresholds.Bonferroni,
+        dict(strategies=(thresholds.FixedThreshold(0.5), thresholds.SplitThreshold())),
         {"strategies": "object"}))
-  add(E("dpjax.audit.estimators.Bonferroni.bound",
-        lambda scores_in_K, scores_out_K, delta, confidence: estimators.Bonferroni(
-            (estimators.FixedThreshold(0.5), estimators.SplitThreshold())).bound(
+  add(E("dpjax.audit.thresholds.Bonferroni.bound",
+        lambda scores_in_K, scores_out_K, delta, confidence: thresholds.Bonferroni(
+            (thresholds.FixedThreshold(0.5), thresholds.SplitThreshold())).bound(
                 scores_in_K, scores_out_K, delta=delta, confidence=confidence),
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9),
         sk, mismatch=False))
-  tb = estimators.FixedThreshold(0.5).bound(scores_in, scores_out)
-  add(E("dpjax.audit.estimators.bootstrap_spread", estimators.bootstrap_spread,
+  tb = thresholds.FixedThreshold(0.5).bound(scores_in, scores_out)
+  add(E("dpjax.audit.thresholds.bootstrap_spread", thresholds.bootstrap_spread,
         dict(result=tb, rng=_rng, num_replicates=20),
         {"result": "object", "rng": "object", "num_replicates": "size"}))
-  add(E("dpjax.audit.certifiable.best_certifiable", certifiable.best_certifiable,
+  add(E("dpjax.audit.thresholds.best_certifiable", thresholds.best_certifiable,
         dict(fpr_J=np.array([0.01, 0.1]), fnr_J=np.array([0.5, 0.2]), trials=1000,
              delta=1e-5, confidence=0.9, thresholds_J=np.array([1.0, 0.5])),
         {"fpr_J": "probarr", "fnr_J": "probarr", "thresholds_J": "arrayinf",
@@ -572,25 +572,25 @@ def entries():
              confidence=0.9, method="fdp", guess_counts=np.array([4, 10])),
         {"scores_K": "arrayinf", "included_K": "binary", "method": "choice",
          "guess_counts": "array"}))
-  add(E("dpjax.audit.one_run.fdp_rejects", one_run.fdp_rejects,
+  add(E("dpjax.audit.one_run_fdp.fdp_rejects", one_run_fdp.fdp_rejects,
         dict(num_canaries=100, num_guesses=20, num_correct=15, family="gdp", parameter=1.0,
              delta=1e-5, confidence=0.9),
         {"num_guesses": "count", "num_correct": "count", "family": "choice",
          "parameter": "pos"}))
-  add(E("dpjax.audit.one_run.fdp_p_value", one_run.fdp_p_value,
+  add(E("dpjax.audit.one_run_fdp.fdp_p_value", one_run_fdp.fdp_p_value,
         dict(num_canaries=100, num_guesses=20, num_correct=15, family="dp", parameter=1.0,
              delta=1e-5),
         {"num_guesses": "count", "num_correct": "count", "family": "choice",
          "parameter": "nonneg"}))
-  add(E("dpjax.audit.one_run.fdp_epsilon_lower_bound", one_run.fdp_epsilon_lower_bound,
+  add(E("dpjax.audit.one_run_fdp.fdp_epsilon_lower_bound", one_run_fdp.fdp_epsilon_lower_bound,
         dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5, family="gdp",
              confidence=0.9), {"family": "choice"}))
   add(E("dpjax.audit.one_run.steinke_pointwise_epsilon_lower_bound",
         one_run.steinke_pointwise_epsilon_lower_bound,
         dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5, confidence=0.9),
         {"num_guesses": "count", "num_correct": "count"}))
-  add(E("dpjax.audit.one_run.fdp_epsilon_lower_bound[subsampled_gaussian]",
-        one_run.fdp_epsilon_lower_bound,
+  add(E("dpjax.audit.one_run_fdp.fdp_epsilon_lower_bound[subsampled_gaussian]",
+        one_run_fdp.fdp_epsilon_lower_bound,
         dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5,
              family="subsampled_gaussian", confidence=0.9, sampling_prob=0.5, num_steps=2),
         {"family": "choice", "num_steps": "count"}))

@@ -34,11 +34,10 @@ https://arxiv.org/abs/2101.04535; Jagielski, Ullman & Oprea 2020.
 Shape letters: M models (trials), T steps, D features, J grid points.
 
 Examples:
-  >>> from dpjax import tradeoff
-  >>> from dpjax.audit import certifiable, stats
+  >>> from dpjax.audit import stats, thresholds
   >>> dist = LlrDistribution.compute(sampling_prob=0.2, noise_multiplier=2.0, num_steps=50)
-  >>> thr, fpr, fnr = tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
-  >>> best = certifiable.best_certifiable(fpr, fnr, 1000, delta=1e-5, thresholds_J=thr)
+  >>> thr, fpr, fnr = dist.roc()
+  >>> best = thresholds.best_certifiable(fpr, fnr, 1000, delta=1e-5, thresholds_J=thr)
   >>> bool(0 < best.epsilon < stats.perfect_attack_ceiling(1000, 1e-5))
   True
 """
@@ -53,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
-from dpjax import _validate
+from dpjax import _validate, tradeoff
 
 
 # ----------------------------------------------------------------------------------
@@ -236,6 +235,27 @@ def white_box_scores(o_MxT, sampling_prob: float, noise_multiplier: float) -> np
   return np.sum(step_llr(o, sampling_prob, noise_multiplier), axis=1)
 
 
+def white_box_llr(obs_MxTxK, *, expected_batch_size: float, l2_clip_norm: float,
+                  sampling_prob: float, noise_multiplier: float) -> np.ndarray:
+  """float64[M, K]: `white_box_scores` of each of K observed canary coordinates.
+
+  obs_MxTxK: each canary's coordinate of every privatized update, as `dpsgd.train_many`
+  records it (after the division by B), normalized by B / C (`normalized_observations`)
+  and scored under the claimed (q, sigma).
+
+  Examples:
+    >>> white_box_llr([[[0.05], [0.0]]], expected_batch_size=20.0, l2_clip_norm=1.0,
+    ...               sampling_prob=1.0, noise_multiplier=0.0).tolist()
+    [[1.0]]
+  """
+  obs = _validate.check_array(obs_MxTxK, "obs_MxTxK", ndim=3, min_size=1)
+  m, t, k = obs.shape
+  o = normalized_observations(np.transpose(obs, (0, 2, 1)).reshape(m * k, t),
+                              expected_batch_size=expected_batch_size,
+                              l2_clip_norm=l2_clip_norm)
+  return white_box_scores(o, sampling_prob, noise_multiplier).reshape(m, k)
+
+
 # ----------------------------------------------------------------------------------
 # The exact distribution of the white-box statistic (= the privacy-loss distribution).
 
@@ -249,8 +269,7 @@ class LlrDistribution:
   loss is rounded to the nearest grid point (|error| <= h/2 per step) instead of moved
   pessimistically: not an upper bound on delta, but the statistic's values with both pmfs,
   for thresholds. Tails beyond +-30 standard deviations alias in the FFT (negligible).
-  `dpjax.tradeoff.likelihood_ratio_roc(grid_J, pmf_in_J, pmf_out_J)` is the ROC of the
-  tests "IN iff L > threshold".
+  `roc()` is the ROC of the tests "IN iff L > threshold".
 
   Attributes:
     grid_J: float64[J] values of L, evenly spaced (spacing h).
@@ -302,6 +321,17 @@ class LlrDistribution:
     c_in = np.maximum(c_in, 0.0)
     c_out = np.maximum(c_out, 0.0)
     return cls(grid, c_in / c_in.sum(), c_out / c_out.sum())
+
+  def roc(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(thresholds_J, fpr_J, fnr_J) of the tests "IN iff L > threshold"
+    (`tradeoff.likelihood_ratio_roc` on this distribution)."""
+    return tradeoff.likelihood_ratio_roc(self.grid_J, self.pmf_in_J, self.pmf_out_J)
+
+  def error_rates(self, thresholds_J) -> tuple[np.ndarray, np.ndarray]:
+    """(FPR, FNR) float64[J] of the tests "IN iff L > t_j": P_OUT(L > t_j), P_IN(L <= t_j)."""
+    t = _validate.check_array(thresholds_J, "thresholds_J", ndim=1, allow_inf=True)
+    return (np.array([self.pmf_out_J[self.grid_J > x].sum() for x in t]),
+            np.array([self.pmf_in_J[~(self.grid_J > x)].sum() for x in t]))
 
   def delta(self, epsilon, direction: str = "both"):
     """Privacy profile delta(eps) of this distribution, eps >= 0 scalar or float[E].

@@ -186,17 +186,13 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   """
   from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import canary as canary_lib  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import runner  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary, run, runner  # pylint: disable=g-import-not-at-top
 
   key = _validate.check_key(key)
   _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
   models_lib.check_model(model)
   r = _validate.check_int(num_runs, "num_runs", minimum=4)
   confidence = _validate.check_confidence(confidence)
-  for bad in ("fixed_gradients", "observe_fn", "init_params", "keep_MxN"):
-    if bad in train_kwargs:
-      raise ValueError(f"{bad} is set by audit (the canaries and what is observed)")
   x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, min_size=1))
   if x.ndim < 2:
     raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
@@ -216,46 +212,38 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   bit_keys = jax.random.split(k_bits, len(adversaries))
   bits = {a.name: runner.inclusion_bits(bk, r, _num_k(a)) for a, bk in
           zip(adversaries, bit_keys)}
-  xs, ys, keep = [x], [y], [np.ones((r, x.shape[0]), bool)]
-  grads, gkeep, gslices = [], [], {}
-  kk = 0
-  for a in adversaries:
-    if a.record is not None:
-      xs.append(jnp.asarray(np.asarray(a.record[0], np.float32))[None])
-      ys.append(jnp.asarray(_validate.check_labels(np.asarray(a.record[1]).reshape(1),
-                                                   f"adversaries[{a.name!r}].record[1]",
-                                                   model.num_outputs),
-                            dtype=y.dtype))
-      keep.append(bits[a.name])
-    else:
-      k = _num_k(a)
-      grads.append(a.gradient_canaries)
-      gkeep.append(bits[a.name])
-      gslices[a.name] = slice(kk, kk + k)
-      kk += k
-  x_all, y_all = jnp.concatenate(xs, 0), jnp.concatenate(ys, 0)
-  keep_all = np.concatenate(keep, axis=1)
+  recs = [a for a in adversaries if a.record is not None]
+  grads = [a for a in adversaries if a.record is None]
+  records = gradients = None
+  if recs:
+    records = (np.stack([np.asarray(a.record[0], np.float32) for a in recs]),
+               np.concatenate([_validate.check_labels(np.asarray(a.record[1]).reshape(1),
+                                                      f"adversaries[{a.name!r}].record[1]",
+                                                      model.num_outputs) for a in recs]),
+               np.concatenate([bits[a.name] for a in recs], axis=1))
+  gslices, observe, kk = {}, None, 0
+  if grads:
+    for a in grads:
+      gslices[a.name] = slice(kk, kk + _num_k(a))
+      kk += _num_k(a)
+    g_all = jax.tree.map(lambda *ls: jnp.concatenate([jnp.asarray(l, jnp.float32)
+                                                      for l in ls], 0),
+                         *[a.gradient_canaries for a in grads])
+    gradients = (g_all, np.concatenate([bits[a.name] for a in grads], axis=1))
+    if white_box:
+      observe = _observer(jax.tree.map(lambda l: l / c, g_all))
   kwargs = dict(train_kwargs)
   kwargs.setdefault("perf", dpsgd.PerformanceFlags(progress=progress))
-  observe = None
-  unit_dirs = None
-  if grads:
-    g_all = jax.tree.map(lambda *ls: jnp.concatenate([jnp.asarray(l, jnp.float32)
-                                                      for l in ls], 0), *grads)
-    kwargs["fixed_gradients"] = dpsgd.FixedGradients(
-        g_all, jnp.asarray(np.concatenate(gkeep, axis=1)))
-    if white_box:
-      unit_dirs = jax.tree.map(lambda l: l / c, g_all)
-      observe = _observer(unit_dirs)
-      kwargs["observe_fn"] = observe
-  out = dpsgd.train_many(k_train, x_all, y_all, jnp.asarray(keep_all), cfg, model,
-                         init_params=init_params, **kwargs)
-  finite = np.asarray(out.finite)
-  if not finite.all():
-    raise ValueError(f"{int((~finite).sum())} of {r} audited runs diverged (non-finite "
-                     "parameters): lower cfg.learning_rate")
+  out = run.train(k_train, run.canary_design(x, y, r, records=records, gradients=gradients),
+                  cfg, model, observe_fn=observe, init_params=init_params, components=kwargs)
   seeds = [runner.seed_from_key(s) for s in
            jax.random.split(k_seed, 2 * len(adversaries))]
+
+  def trial(s, a, i):
+    return runner.TrainingAudit(s, bits[a.name], runner.bounds_from_trials(
+        s, bits[a.name], delta=delta, confidence=confidence, claimed_epsilon=claimed,
+        seed=seeds[2 * i]), "independent", delta, confidence, claimed)
+
   audits, wb = {}, {}
   for i, a in enumerate(adversaries):
     for sname, fn in a.scores.items():
@@ -266,22 +254,13 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
                          f"scores per run, expected {bits[a.name].shape[1]}")
       if np.isnan(s).any():
         raise ValueError(f"adversary {a.name!r} score {sname!r} is NaN on some run")
-      audits[f"{a.name}/{sname}"] = runner.TrainingAudit(
-          s, bits[a.name], runner.bounds_from_trials(
-              s, bits[a.name], delta=delta, confidence=confidence, claimed_epsilon=claimed,
-              seed=seeds[2 * i]), "independent", delta, confidence, claimed)
+      audits[f"{a.name}/{sname}"] = trial(s, a, i)
     if a.name in gslices and observe is not None and _orthogonal_norm_c(
         a.gradient_canaries, c):
-      obs = np.asarray(out.observations, np.float64)[:, :, gslices[a.name]]   # [R, T, K]
-      k = obs.shape[2]
-      o = canary_lib.normalized_observations(
-          np.transpose(obs, (0, 2, 1)).reshape(r * k, -1),
-          expected_batch_size=cfg.expected_batch_size, l2_clip_norm=c)
-      s = canary_lib.white_box_scores(o, q, sigma).reshape(r, k)
-      wb[a.name] = runner.TrainingAudit(
-          s, bits[a.name], runner.bounds_from_trials(
-              s, bits[a.name], delta=delta, confidence=confidence, claimed_epsilon=claimed,
-              seed=seeds[2 * i]), "independent", delta, confidence, claimed)
+      wb[a.name] = trial(canary.white_box_llr(
+          np.asarray(out.observations)[:, :, gslices[a.name]],
+          expected_batch_size=cfg.expected_batch_size, l2_clip_norm=c, sampling_prob=q,
+          noise_multiplier=sigma), a, i)
   return FinalModelAudit(audits, wb, claimed, exact, heuristic, cfg, out.params)
 
 

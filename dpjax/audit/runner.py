@@ -440,7 +440,7 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
   from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
   from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import canary as canary_lib  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary, run  # pylint: disable=g-import-not-at-top
 
   key = _validate.check_key(key)
   _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
@@ -449,9 +449,6 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
   r = _validate.check_int(num_runs, "num_runs", minimum=2 if mode == "independent" else 1)
   k = _validate.check_int(num_gradient_canaries, "num_gradient_canaries", minimum=0)
   confidence = _validate.check_confidence(confidence)
-  for bad in ("fixed_gradients", "observe_fn", "init_params", "keep_MxN"):
-    if bad in train_kwargs:
-      raise ValueError(f"{bad} is set by audit_dpsgd (the canaries and what is observed)")
   x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, min_size=1))
   if x.ndim < 2:
     raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
@@ -464,11 +461,8 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
   if record_canary is not None:
     if not (isinstance(record_canary, tuple) and len(record_canary) == 2):
       raise TypeError("record_canary must be a pair (x_c, y_c)")
-    x_c = jnp.asarray(_validate.check_array(record_canary[0], "record_canary[0]",
-                                            np.float32, shape=x.shape[1:]))
-    y_c = jnp.asarray(np.asarray(record_canary[1], dtype=y.dtype).reshape(()))
-    x = jnp.concatenate([x, x_c[None]], 0)
-    y = jnp.concatenate([y, y_c[None]], 0)
+    x_c = _validate.check_array(record_canary[0], "record_canary[0]", np.float32,
+                                shape=x.shape[1:])
   if k == 0 and record_canary is None:
     raise ValueError("nothing to audit: num_gradient_canaries = 0 and no record_canary")
   if k:
@@ -483,52 +477,39 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
            if sigma > 0 else None)
   k_bits, k_train, k_seed = jax.random.split(key, 3)
   kb_grad, kb_rec = jax.random.split(k_bits)
-  keep = np.ones((r, x.shape[0]), bool)
-  rec_in = None
-  if record_canary is not None:
-    rec_in = inclusion_bits(kb_rec, r, 1, mode)
-    keep[:, -1] = rec_in[:, 0]
+  rec_in = None if record_canary is None else inclusion_bits(kb_rec, r, 1, mode)
   kk = max(k, 1)
   wrapped = _with_canary_leaf(model, kk)
   path = train_kwargs.pop("clipping", None)
   path = clipping_lib.path_for(model) if path is None else clipping_lib.as_path(path)
   c = float(cfg.l2_clip_norm)
-  grad_in = inclusion_bits(kb_grad, r, kk, mode)
-  if k == 0:
-    grad_in = np.zeros((r, 1), bool)
+  grad_in = inclusion_bits(kb_grad, r, kk, mode) if k else np.zeros((r, 1), bool)
   params_shape = jax.eval_shape(wrapped.init, jax.random.key(0))
   canaries = jax.tree.map(lambda l: jnp.zeros((kk,) + tuple(l.shape), jnp.float32),
                           params_shape)
   canaries["canary"] = c * jnp.eye(kk, dtype=jnp.float32)
+  design = run.canary_design(
+      x, y, r, gradients=(canaries, grad_in),
+      records=None if record_canary is None else (x_c[None], record_canary[1], rec_in))
   train_kwargs.setdefault("perf", dpsgd.PerformanceFlags(progress=progress))
-  out = dpsgd.train_many(k_train, x, y, jnp.asarray(keep), cfg, wrapped,
-                         observe_fn=_observe_canary_leaf if k else None,
-                         fixed_gradients=dpsgd.FixedGradients(canaries, jnp.asarray(grad_in)),
-                         clipping=_path_with_canary_leaf(path), **train_kwargs)
-  finite = np.asarray(out.finite)
-  if not finite.all():
-    raise ValueError(f"{int((~finite).sum())} of {r} audited runs diverged (non-finite "
-                     "parameters): no epsilon lower bound is computed from them; lower "
-                     "cfg.learning_rate")
+  out = run.train(k_train, design, cfg, wrapped, observe_fn=_observe_canary_leaf if k else None,
+                  components=dict(train_kwargs, clipping=_path_with_canary_leaf(path)))
   seed_w, seed_b = (seed_from_key(kk_) for kk_ in jax.random.split(k_seed))
   delta = float(cfg.delta)
   white = black = None
   if k:
-    obs = np.asarray(out.observations, np.float64)                  # [R, T, K]
-    o = canary_lib.normalized_observations(
-        np.transpose(obs, (0, 2, 1)).reshape(r * k, -1),
-        expected_batch_size=cfg.expected_batch_size, l2_clip_norm=c)
-    s = canary_lib.white_box_scores(o, float(cfg.sampling_prob), sigma).reshape(r, k)
+    s = canary.white_box_llr(out.observations, expected_batch_size=cfg.expected_batch_size,
+                             l2_clip_norm=c, sampling_prob=float(cfg.sampling_prob),
+                             noise_multiplier=sigma)
     white = TrainingAudit(s, grad_in, bounds_from_trials(
         s, grad_in, delta=delta, confidence=confidence, mode=mode,
-        claimed_epsilon=claim, seed=seed_w),
-                          mode, delta, confidence, claim)
+        claimed_epsilon=claim, seed=seed_w), mode, delta, confidence, claim)
   if record_canary is not None:
-    s = np.asarray(_black_box_fn(model)(out.params, x[-1:], y[-1:]), np.float64)[:, None]
+    s = np.asarray(_black_box_fn(model)(out.params, design.x_NxF[-1:], design.y_N[-1:]),
+                   np.float64)[:, None]
     if np.isnan(s).any():
       raise ValueError("the record canary's loss is NaN on some run: no bound computed")
     black = TrainingAudit(s, rec_in, bounds_from_trials(
         s, rec_in, delta=delta, confidence=confidence, mode=mode,
-        claimed_epsilon=claim, seed=seed_b),
-                          mode, delta, confidence, claim)
+        claimed_epsilon=claim, seed=seed_b), mode, delta, confidence, claim)
   return DpSgdAudit(white, black, claimed, exact, cfg)

@@ -53,11 +53,10 @@ import dataclasses
 import math
 
 import numpy as np
-from scipy import optimize, special
 from tqdm import tqdm
 
 from dpjax.accounting import gdp
-from dpjax.audit import one_run, one_run_fdp
+from dpjax.audit import one_run
 from experiments import _common, _plots
 
 NAME = "one_run_fdp"
@@ -75,11 +74,9 @@ PAPER: dict = {
     ("fdp_gdp", 4.0): 0.82}
 # Their canary counts m per sigma (Table 1).
 PAPER_CANARIES = {0.5: 100_000, 1.0: 100_000, 2.0: 100_000, 4.0: 1_000_000}
-PAPER_METHODS = ("steinke", "steinke_pointwise", "fdp_gdp")
+PAPER_METHODS = one_run.PAPER_METHODS
 PAPER_TITLES = {"steinke": "Steinke", "steinke_pointwise": "Steinke pointwise",
                 "fdp_gdp": "f-DP (G_μ)"}
-# Steinke pointwise (2-3 s per count) is evaluated at the counts of the best Steinke bounds.
-_POINTWISE_COUNTS = 5
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -108,100 +105,6 @@ class OneRunFdpConfig(_common.ExperimentConfig):
     _common.check_int(self, "paper_grid_points", minimum=2)
     if not isinstance(self.paper_protocol, (bool, np.bool_)):
       raise ValueError(f"paper_protocol must be a bool, got {self.paper_protocol!r}")
-
-
-def one_run_game(rng: np.random.Generator, num_canaries: int, sigma: float):
-  """One run: (x_K, bits_K) with bits ~ Bernoulli(1/2) and x = bits + sigma N(0, 1)."""
-  bits = rng.random(num_canaries) < 0.5
-  return bits + sigma * rng.normal(size=num_canaries), bits
-
-
-def top_precision(sigma: float, fraction: float) -> float:
-  """P[b = 1 | x among the top `fraction` of scores], x = b + sigma Z, b a fair coin (m -> inf).
-
-  The top fraction is {x > t} with P[x > t] = (Phi((1 - t) / sigma) + Phi(-t / sigma)) / 2
-  = fraction; its precision is Phi((1 - t) / sigma) / (Phi((1 - t) / sigma) + Phi(-t / sigma)).
-  By symmetry it is also the precision of OUT guesses on the bottom `fraction`.
-
-  Args:
-    sigma: > 0.
-    fraction: in (0, 1).
-  Returns:
-    The precision, in [1/2, 1].
-  """
-  if not (isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and sigma > 0
-          and math.isfinite(sigma)):
-    raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
-  if not (isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
-          and 0 < fraction < 1):
-    raise ValueError(f"fraction must be a number in (0, 1), got {fraction!r}")
-
-  def excess(t):
-    return 0.5 * (special.ndtr((1 - t) / sigma) + special.ndtr(-t / sigma)) - fraction
-  t = optimize.brentq(excess, -1.0 - 60 * sigma, 2.0 + 60 * sigma, xtol=1e-14, rtol=1e-14)
-  a, b = special.ndtr((1 - t) / sigma), special.ndtr(-t / sigma)
-  return float(a / (a + b))
-
-
-def expected_correct(sigma: float, num_canaries: int, num_guesses: int) -> int:
-  """The paper protocol's count: c = ceil(c' x precision of the top c'/2), c' = `num_guesses`.
-
-  Guesses IN on the top c'/2 and OUT on the bottom c'/2 of m scores; the count is
-  computed from the score distribution (`top_precision` at fraction c' / (2 m)), not
-  drawn, so it is the same for every run.
-
-  Args:
-    sigma: > 0.
-    num_canaries: m >= 2.
-    num_guesses: c', even, in [2, m].
-  """
-  m, r = int(num_canaries), int(num_guesses)
-  if m != num_canaries or r != num_guesses or m < 2 or not 2 <= r <= m or r % 2:
-    raise ValueError(f"need an even num_guesses in [2, num_canaries], got {num_guesses!r} "
-                     f"of {num_canaries!r}")
-  frac = r / (2 * m)
-  prec = top_precision(float(sigma), frac) if frac < 1 else 0.5
-  return min(r, math.ceil(r * prec - 1e-9))
-
-
-def paper_guess_grid(num_canaries: int, points: int) -> tuple[int, ...]:
-  """The c' grid of the paper protocol: even counts, geometric from 10 to m."""
-  g = 2 * np.unique(np.geomspace(5, num_canaries // 2, points).astype(int))
-  return tuple(int(c) for c in g)
-
-
-def paper_protocol(sigma: float, num_canaries: int, *, delta: float, confidence: float,
-                   grid_points: int) -> dict:
-  """Mahloujifar et al.'s Table 1 protocol: for each method, the best bound over the c' grid.
-
-  NOT a valid audit at `confidence`: the counts are expected values (`expected_correct`)
-  and c' is chosen after the fact with no union bound. "steinke_pointwise" is
-  evaluated at the 5 counts with the best "steinke" bounds only (it costs seconds each).
-
-  Returns:
-    {method: {"epsilon_lower", "num_guesses", "num_correct"}} for `PAPER_METHODS`.
-  """
-  m = num_canaries
-  grid = paper_guess_grid(m, grid_points)
-  counts = {r: expected_correct(sigma, m, r) for r in grid}
-  per = {"steinke": {}, "fdp_gdp": {}, "steinke_pointwise": {}}
-  for r, c in counts.items():
-    per["steinke"][r] = one_run.epsilon_lower_bound(num_canaries=m, num_guesses=r,
-                                                    num_correct=c, delta=delta,
-                                                    confidence=confidence)
-    per["fdp_gdp"][r] = one_run_fdp.fdp_epsilon_lower_bound(
-        num_canaries=m, num_guesses=r, num_correct=c, delta=delta, family="gdp",
-        confidence=confidence).epsilon_lower
-  for r in sorted(grid, key=lambda g: -per["steinke"][g])[:_POINTWISE_COUNTS]:
-    per["steinke_pointwise"][r] = one_run.steinke_pointwise_epsilon_lower_bound(
-        num_canaries=m, num_guesses=r, num_correct=counts[r], delta=delta,
-        confidence=confidence).epsilon_lower
-  out = {}
-  for meth in PAPER_METHODS:
-    r = max(per[meth], key=lambda g: (per[meth][g], -g))
-    out[meth] = {"epsilon_lower": float(per[meth][r]), "num_guesses": int(r),
-                 "num_correct": int(counts[r])}
-  return out
 
 
 def _plot(out_dir: str, rows: list, sigmas: list) -> str:
@@ -234,7 +137,7 @@ def run(cfg: OneRunFdpConfig, out_dir: str, *, progress: bool = True,
     rng = np.random.default_rng(ss)
     per = {meth: [] for meth in METHODS}
     for _ in range(cfg.repeats):
-      x, bits = one_run_game(rng, m, sigma)
+      x, bits = one_run.one_run_game(rng, m, sigma)
       for meth in METHODS:
         r = one_run.audit_declared_guesses(x, bits, delta=delta, confidence=conf, method=meth)
         per[meth].append({"epsilon_lower": r.epsilon_lower, "num_guesses": r.num_guesses,
@@ -304,9 +207,9 @@ def _paper_protocol_rows(cfg: OneRunFdpConfig, sigmas: list, progress: bool):
     m = max(4, round(PAPER_CANARIES.get(sigma, cfg.num_canaries) * cfg.paper_scale))
     row = {"sigma": sigma, "num_canaries": m,
            "exact_epsilon": gdp.gaussian_epsilon(delta, 1.0 / sigma)}
-    row.update(paper_protocol(sigma, m, delta=delta, confidence=conf,
+    row.update(one_run.paper_protocol(sigma, m, delta=delta, confidence=conf,
                               grid_points=cfg.paper_grid_points))
-    x, bits = one_run_game(np.random.default_rng(ss), m, sigma)     # one random run
+    x, bits = one_run.one_run_game(np.random.default_rng(ss), m, sigma)     # one random run
     row["valid"] = {}
     for meth in ("steinke", "fdp_gdp"):
       r = one_run.audit_declared_guesses(x, bits, delta=delta, confidence=conf, method=meth)

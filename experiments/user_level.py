@@ -1,27 +1,23 @@
 """Example-level vs user-level DP-SGD for customers with several loans (lecture §5.5, exercise 6(d)).
 
 Customers of `dpjax.data.credit.sample_customers` hold 1-10 loans (mean 3.4), one row per
-loan. Example-level DP-SGD (dataset_size = N loans) protects each loan; a customer with k
-loans gets, by group privacy, (k eps, k e^((k-1) eps) delta)-DP (Dwork & Roth 2014,
-Theorem 2.2 extended to (eps, delta): the delta term sums delta e^(j eps) for j < k).
-User-level DP-SGD (dataset_size = U customers, privacy_unit = "user") Poisson-samples each
-customer with all of their loans and clips their summed gradient to C (McMahan et al. 2018,
-https://arxiv.org/abs/1710.06963): the same accountant numbers hold per customer, whatever k.
+loan. Example-level DP-SGD protects each loan; a customer with k loans gets, by group
+privacy, (k eps, k e^((k-1) eps) delta)-DP (Dwork & Roth 2014, Theorem 2.2 extended to
+(eps, delta)). User-level DP-SGD (privacy_unit = "user") Poisson-samples each customer
+with all of their loans and clips their summed gradient to C (McMahan et al. 2018,
+https://arxiv.org/abs/1710.06963): the accountant's numbers hold per customer.
 
 Part (a): the example-level guarantee per customer for k = 1..10 loans beside the lecture's
-exercise 6(d) answer ("about 5 eps = 15" for five loans at eps = 3), and test accuracy of
-both trainings (and the noiseless clipped baseline) at each eps. Part (b): at eps =
-`audit_epsilon`, `audit_models` models of each training with a canary customer and as many
-without (`canary_loans` loans, label 1, whose only non-zero feature is `canary_feature` in a
-column no real customer uses); the attack score is the model's weight on that column, the
-bound `score_audit.score_bounds`' "clopper_pearson" entry (the table adds the union-bounded
-"best" and the GDP estimate, valid only if the mechanism is GDP).
+answer ("about 5 eps = 15" for five loans at eps = 3), and test accuracy of both trainings
+at each eps. Part (b): at `audit_epsilon`, `audit_models` models of each training with a
+canary customer (`canary_loans` loans whose only non-zero feature is a column no real
+customer uses) and as many without, through `dpjax.audit.run`; the score is the weight on
+that column, the bound `score_audit.score_bounds`' "clopper_pearson".
 
 Command:   python -m experiments.user_level          (about 40 s of CPU time)
-Expected:  group privacy at eps = 3, k = 5: eps 15 (the lecture's figure) with delta
-  5 e^12 1e-5 = 8.1, capped at 1, i.e. no guarantee at all; test accuracy 0.797-0.800
-  for both units at eps = 1, 2, 4 (Bayes 0.801); audit at eps = 1 with 8 canary loans:
-  example-level lower bound 2.48 (Clopper-Pearson), user-level 0.00.
+Expected:  group privacy at eps = 3, k = 5: eps 15 with delta 5 e^12 1e-5 > 1, no
+  guarantee; test accuracy 0.797-0.800 for both units at eps = 1, 2, 4 (Bayes 0.801);
+  audit at eps = 1 with 8 canary loans: example-level 2.48, user-level 0.00.
 """
 
 from __future__ import annotations
@@ -216,8 +212,7 @@ def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True,
   k_acc, k_audit = jax.random.split(jax.random.key(cfg.seed))
   delta = cfg.delta
   eps_group = sorted(set([float(e) for e in cfg.epsilons] + [LECTURE_EPSILON]))
-  group_rows = []
-  group = []
+  group_rows, group = [], []
   for e in eps_group:
     for k in (1, 2, 3, LECTURE_LOANS, 10):
       ge, gd = group_privacy(e, delta, k)
@@ -239,15 +234,11 @@ def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True,
     acc_rows.append(row)
 
   audit = _audit_part(cfg, k_audit)
-  audit_rows = []
-  for unit in UNITS:
-    r = audit[unit]
-    b = r["bounds"]
-    audit_rows.append([unit, r["epsilon"], r["sigma"], b["clopper_pearson"],
-                       b["clopper_pearson_bonferroni"], b["best"], b["gdp"],
-                       b["clopper_pearson"] > cfg.audit_epsilon])
-  ex_lb = audit["example"]["bounds"]["clopper_pearson"]
-  us_lb = audit["user"]["bounds"]["clopper_pearson"]
+  audit_rows = [[u, audit[u]["epsilon"], audit[u]["sigma"]]
+                + [audit[u]["bounds"][b] for b in ("clopper_pearson",
+                                                   "clopper_pearson_bonferroni", "best", "gdp")]
+                + [audit[u]["bounds"]["clopper_pearson"] > cfg.audit_epsilon] for u in UNITS]
+  ex_lb, us_lb = (audit[u]["bounds"]["clopper_pearson"] for u in UNITS)
   k = cfg.canary_loans
   ge, gd = group_privacy(cfg.audit_epsilon, delta, k)
 
@@ -280,15 +271,14 @@ def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True,
                    "ε lower (CP, declared thresholds)", "ε lower (best, union bound)",
                    "ε (GDP assumption)", "exceeds ε?"],
           rows=audit_rows, digits=3,
-          note="Clopper-Pearson: score_bounds' split-threshold test (threshold and sign "
-               "chosen on half of each side, evaluated on the other half). The GDP column "
+          note="Clopper-Pearson: score_bounds' split-threshold test. The GDP column "
                "assumes the mechanism is μ-GDP and is not a guaranteed bound."),
   ]
+  lecture_eps, lecture_delta = group_privacy(LECTURE_EPSILON, delta, LECTURE_LOANS)
   summary = (
-      f"Group privacy turns an example-level ε = {LECTURE_EPSILON:g} into "
-      f"{group_privacy(LECTURE_EPSILON, delta, LECTURE_LOANS)[0]:g} for a {LECTURE_LOANS}-loan "
-      f"customer (lecture: about {LECTURE_GROUP_EPSILON:g}), with δ "
-      f"{group_privacy(LECTURE_EPSILON, delta, LECTURE_LOANS)[1]:.2g}, i.e. no guarantee. "
+      f"Group privacy turns an example-level ε = {LECTURE_EPSILON:g} into {lecture_eps:g} "
+      f"for a {LECTURE_LOANS}-loan customer (lecture: about {LECTURE_GROUP_EPSILON:g}), "
+      f"with δ {lecture_delta:.2g}, i.e. no guarantee. "
       "Test accuracy at ε = "
       + ", ".join(f"{lv:g}: example {acc['accuracy']['example'][j][0]:.3f} / user "
                   f"{acc['accuracy']['user'][j][0]:.3f}"

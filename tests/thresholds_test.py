@@ -204,7 +204,7 @@ class DeclaredTest(parameterized.TestCase):
       thresholds.declared_ladder([0.0], [0.5, 0.1], 10)
 
   def test_best_exact_epsilon_by_hand(self):
-    lf, lt = np.log([0.5, 0.01, 1e-400]), np.log([0.9, 0.5, 0.4])
+    lf, lt = np.r_[np.log([0.5, 0.01]), -np.inf], np.log([0.9, 0.5, 0.4])
     self.assertAlmostEqual(thresholds.best_exact_epsilon(lf, lt, 0.1),
                            math.log((0.5 - 0.1) / 0.01), places=12)
     self.assertEqual(thresholds.best_exact_epsilon(np.log([0.5]), np.log([0.4]), 0.0), 0.0)

@@ -2,7 +2,7 @@
 
 Many models are trained on a fixed base set of credit records with and without canaries
 (`dpjax.data.canaries.audit_data`); each run is scored (higher = IN) and the scores
-become an eps lower bound (`dpjax.audit.estimators`). Every run carries two canaries with
+become an eps lower bound (`dpjax.audit.thresholds`). Every run carries two canaries with
 their own inclusion bits (`balanced_design`):
 
 * the record canary: the BLACK-BOX adversary sees only the final model and scores

@@ -8,7 +8,7 @@ null mechanism every positive bound is one). A valid estimator's violation rate 
 <= alpha up to binomial error; `Coverage.p_value` = P[Binomial(audits, alpha) >=
 violations] (small = over-confident).
 
-Estimators wrap the library's code: the threshold strategies of `dpjax.audit.estimators`,
+Estimators wrap the library's code: the threshold strategies of `dpjax.audit.thresholds`,
 `gdp_estimate` (valid only for mu-GDP mechanisms: elsewhere reported with
 `assumption_met=False`, not as a failure), the one-run bounds of `dpjax.audit.one_run`
 played as the real one-run game, and every entry of `score_audit.score_bounds`;
@@ -285,7 +285,7 @@ class Estimator:
 
 def threshold_estimators(mechanism: Mechanism, *, trials: int, delta: float,
                          confidence: float = 0.95) -> tuple[Estimator, ...]:
-  """The threshold strategies and the GDP bound of `dpjax.audit.estimators`.
+  """The threshold strategies and the GDP bound of `dpjax.audit.thresholds`.
 
   "fixed": `FixedThreshold` at `optimal_threshold`; "split", "split_both_signs":
   `SplitThreshold`; "bonferroni": over fixed and two-sign split (the white-box policy of

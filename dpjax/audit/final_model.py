@@ -264,6 +264,40 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   return FinalModelAudit(audits, wb, claimed, exact, heuristic, cfg, out.params)
 
 
+def standard_adversaries(model, theta0, x_priv_NxF, y_priv_N, unused_F, target_feature,
+                         l2_clip_norm: float) -> list[FinalModelAdversary]:
+  """Three adversaries of one theta_0: an input canary, gradient canaries, a target.
+
+  "input canary": `crafting.input_canary` (every unused feature dark), scored by -loss.
+  "gradient canary": `crafting.input_weight_canaries` on the unused features but the
+  target's (MLP) or `crafting.quiet_coordinate_canary` (other models), scored by the
+  final displacement. "target": the one-hot record of `target_feature` with its label of
+  least logit (None: the input canary itself), scored by -loss and by the displacement
+  along its initial gradient (`crafting.gradient_direction`).
+  """
+  c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
+  unused = np.asarray(unused_F)
+  xi, yi = crafting.input_canary(model, theta0, exclude_features=unused)
+  if target_feature is not None:           # an MLP's one-feature target
+    g = crafting.input_weight_canaries(model, theta0, unused[unused != target_feature], c,
+                                       skip_units=(0,))
+    xt = np.zeros((np.shape(x_priv_NxF)[1],), np.float32)
+    xt[target_feature] = 1.0
+    yt = int(np.argmin(np.asarray(model.apply(theta0, xt[None]))[0]))
+  else:
+    g = crafting.quiet_coordinate_canary(model, theta0, x_priv_NxF, y_priv_N, c)
+    xt, yt = xi, yi
+  d = crafting.gradient_direction(model, theta0, xt, yt)
+  return [
+      FinalModelAdversary("input canary", {"loss": crafting.loss_score(model, xi, yi)},
+                          record=(xi, yi)),
+      FinalModelAdversary("gradient canary", {"final model": crafting.projection_score(g)},
+                          gradient_canaries=g),
+      FinalModelAdversary("target", {"loss": crafting.loss_score(model, xt, yt),
+                                     "projection": crafting.projection_score(d)},
+                          record=(xt, yt))]
+
+
 _OBSERVERS: dict = {}
 
 

@@ -196,7 +196,7 @@ def observation_statistics(o_MxTxK, in_MxK, thresholds_J) -> StepStatistics:
 
   Args:
     o_MxTxK: float32[M, T, K] canary coordinates in units of C / B
-      (`dpjax.audit.run.step_observations`); finite.
+      (`dpjax.audit.per_step_run.step_observations`); finite.
     in_MxK: bool[M, K], canary k of run m IN.
     thresholds_J: float[J] strictly increasing, fixed in advance.
   Returns:

@@ -78,6 +78,15 @@ class Case:
   source: str = "-"
   why: str = ""
 
+  def __post_init__(self):
+    for name in ("key", "label", "source", "why"):
+      _validate.check_instance(getattr(self, name), str, name)
+    _validate.check_choice(self.variant, variants.VARIANTS, "variant")
+    _validate.check_sampling_prob(self.sampling_prob)
+    _validate.check_int(self.base_records, "base_records")
+    _validate.check_int(self.steps, "steps")
+    _validate.check_bool(self.own_size, "own_size")
+
 
 _CONTROL = ("control: the accounted mechanism, so every bound must stay at or below "
             "its exact eps")
@@ -174,7 +183,7 @@ def _observe(u):
   return jnp.stack([w[0], w[1], jnp.sum(jnp.square(w[2:]))])
 
 
-def train_case(key, case: Case, noise_multiplier: float, in_M, *, noise_coords: int,
+def _train_case(key, case: Case, noise_multiplier: float, in_M, *, noise_coords: int,
                delta: float):
   """(observations float64[M, T, 3], final w float64[M, F], the trained config).
 
@@ -219,10 +228,11 @@ def train_case(key, case: Case, noise_multiplier: float, in_M, *, noise_coords: 
 
 def scores(obs, w, *, sampling_prob: float, noise_multiplier: float,
            expected_batch_size: float, steps_per_epoch: int) -> dict:
-  """The six adversaries' scores float64[M] (higher = IN), from `train_case`'s output.
+  """The six adversaries' scores float64[M] (higher = IN) of a probe world's runs.
 
   Args:
-    obs: float[M, T, 3] observations; w: float[M, F] final weights.
+    obs: float[M, T, 3]: u_t[0], u_t[1] and ||u_t[2:]||^2 of every step; w: float[M, F]
+      final weights.
     sampling_prob, noise_multiplier: the claimed q and sigma > 0 (the llr score's).
     expected_batch_size: B of the trained config.
     steps_per_epoch: E of the slot test (`steps_per_epoch`).
@@ -266,7 +276,7 @@ def audit_case(key, case: Case, epsilon: float, *, trials: int, noise_coords: in
   r = np.zeros(2 * trials, bool)
   r[:trials] = True
   r = np.random.default_rng(_validate.check_int(design_seed, "design_seed", 0)).permutation(r)
-  obs, w, tcfg = train_case(key, case, sigma, r, noise_coords=noise_coords, delta=delta)
+  obs, w, tcfg = _train_case(key, case, sigma, r, noise_coords=noise_coords, delta=delta)
   drift = float(np.max(np.abs(w[:, :2])) * RECORD_NORM)
   if drift >= 0.1:
     raise ValueError(f"case {case.label!r}: |w . x| reached {drift:.3g}; the probe world "

@@ -370,6 +370,28 @@ def load_setting(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Settin
                for k in ("record_in", "gradient_in", "black_box", "white_box"))
 
 
+def canary_audit(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting], data,
+                 model, chunks: store.ChunkStore, *, progress: bool = True,
+                 max_new_chunks: int | None = None) -> dict:
+  """The canary audit end to end: trains the chunks the store lacks, then bounds each setting.
+
+  Args: as `run_chunks`.
+  Returns:
+    {"rows": an `evaluate` row per setting, "white_box_roc": {setting name: `roc_record`}
+    for the noisy settings, "chunks_trained", "complete"}; while incomplete (stopped by
+    max_new_chunks) rows and white_box_roc are empty.
+  """
+  trained, complete = run_chunks(key_train, spec, setting_list, data, model, chunks,
+                                 progress=progress, max_new_chunks=max_new_chunks)
+  rows, roc = [], {}
+  for si, st in enumerate(setting_list if complete else ()):
+    r, s, bb, wb = load_setting(key_train, spec, setting_list, chunks, si)
+    rows.append(evaluate(spec, st, r, s, bb, wb))
+    if st.sigma > 0:
+      roc[st.name] = roc_record(spec, st, wb[s], wb[~s])
+  return {"rows": rows, "white_box_roc": roc, "chunks_trained": trained, "complete": complete}
+
+
 def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, lo: int,
                 hi: int):
   """Trains models lo..hi-1 of the design; returns (r, s, black-box, white-box scores).

@@ -85,6 +85,14 @@ class TrainingAudit:
     """{estimator: eps lower bound} (plain floats)."""
     return {k: float(v.epsilon_lower) for k, v in self.bounds.items()}
 
+  def ceiling(self, name: str = "best") -> float:
+    """`score_audit.score_bounds`' entry `name` for a perfect adversary with these trial
+    counts (every IN score above every OUT score), at this audit's delta and confidence."""
+    from dpjax.audit import score_audit  # pylint: disable=g-import-not-at-top
+    n_in, n_out = int(self.included_RxK.sum()), int((~self.included_RxK).sum())
+    return score_audit.score_bounds(np.ones(n_in), np.zeros(n_out), delta=self.delta,
+                                    confidence=self.confidence)[name].epsilon_lower
+
   def to_json(self) -> dict:
     """A JSON-ready record: counts, bounds with assumptions and details (no scores)."""
     return {"mode": self.mode, "num_runs": int(self.scores_RxK.shape[0]),

@@ -1,7 +1,7 @@
 """Every estimator's eps lower bound on one pair of score samples (`score_bounds`).
 
 From K_in scores of runs with a canary and K_out without (higher = IN): the threshold
-tests of `dpjax.audit.estimators`, the mu-GDP estimate of `dpjax.audit.parametric` and
+tests of `dpjax.audit.thresholds`, the mu-GDP estimate of `dpjax.audit.parametric` and
 the one-run tests of `dpjax.audit.one_run` on the trials taken as canaries, each as a
 `ScoreBound`. Needs >= 2 trials per side, in an order that does not depend on the scores.
 

@@ -97,14 +97,10 @@ class AuditFinalModelConfig(_common.ExperimentConfig):
   def __post_init__(self):
     super().__post_init__()
     _common.check_positive(self, "eps", "clip", "learning_rate")
-    _common.check_int(self, "runs", minimum=8)
-    _common.check_int(self, "num_train", minimum=10)
-    _common.check_int(self, "steps")
-    _common.check_int(self, "mlp_hidden", minimum=2)
-    _common.check_int(self, "cnn_channels")
-    _common.check_int(self, "pretrain_steps", minimum=0)
-    _common.check_int(self, "paper_seeds")
-    _common.check_int(self, "paper_runs", minimum=8)
+    for name, low in (("runs", 8), ("num_train", 10), ("steps", 1), ("mlp_hidden", 2),
+                      ("cnn_channels", 1), ("pretrain_steps", 0), ("paper_seeds", 1),
+                      ("paper_runs", 8)):
+      _common.check_int(self, name, minimum=low)
     _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
     _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
                         open_high=True)
@@ -129,18 +125,6 @@ def _linear_expected(train_cfg, trials_per_side: int, confidence: float) -> floa
                                            confidence=confidence).epsilon)
 
 
-def _union_best(audits: dict, names, delta: float, confidence: float) -> tuple[float, str]:
-  """max over `names` of the "best" bound, each rerun at 1 - (1 - confidence)/k."""
-  per = thresholds.bonferroni_confidence(confidence, len(names))
-  vals = {}
-  for n in names:
-    a = audits[n]
-    vals[n] = runner.bounds_from_trials(a.scores_RxK, a.included_RxK, delta=delta,
-                                        confidence=per)["best"].epsilon_lower
-  top = max(vals, key=vals.get)
-  return float(vals[top]), top
-
-
 def _at_ten(rows) -> list:
   """[GDP estimate, best bound] of the worst-case θ0 (loss) adversary at claimed eps 10."""
   for r in rows:
@@ -162,14 +146,14 @@ def _accuracy(model, params_R, x, y) -> float:
 def _plot(out_dir: str, rows: list) -> str:
   eps = [r["target_epsilon"] for r in rows]
   with _plots.figure(out_dir, "audit_final_model.png", figsize=(6.5, 4.2)) as (fig, ax):
-    ax.plot(eps, [r["exact_epsilon"] for r in rows], "k-s", label="exact ε (PLD)")
-    ax.plot(eps, [r["last_iterate_epsilon"] for r in rows], "k:", label="last-iterate heuristic")
-    ax.plot(eps, [r["ceiling_record"] for r in rows], "--", color="gray",
-            label="ceiling, record canaries")
-    for i, name in enumerate(_FINAL):
-      ax.plot(eps, [r["epsilon_lower"][name] for r in rows], "-o", color=f"C{i}", label=name)
-    ax.plot(eps, [r["epsilon_lower"]["white-box (same gradient canaries)"] for r in rows], "-^",
-            color="C5", label="white-box, same runs")
+    for key, style, label in (("exact_epsilon", "k-s", "exact ε (PLD)"),
+                              ("last_iterate_epsilon", "k:", "last-iterate heuristic"),
+                              ("ceiling_record", "--", "ceiling, record canaries")):
+      ax.plot(eps, [r[key] for r in rows], style, label=label,
+              **({"color": "gray"} if style == "--" else {}))
+    for i, name in enumerate(tuple(_SHOWN)):
+      ax.plot(eps, [r["epsilon_lower"][name] for r in rows], "-o" if i < 5 else "-^",
+              color=f"C{i}", label=name if i < 5 else "white-box, same runs")
     _plots.epsilon_axes(ax, xlabel="claimed ε", ylabel="ε at δ (95% lower bounds)",
                         title="Final-model adversaries on the digits")
   return "audit_final_model.png"
@@ -273,7 +257,7 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
     audits, extra = ({k: (by[i].audits.get(n) or by[i].white_box[n]) for k, (i, n) in d.items()}
                      for d in (_SHOWN, _OTHER))
     lower = {k: v.epsilon_lower()["best"] for k, v in audits.items()}
-    union, union_by = _union_best(audits, _FINAL, cfg.delta, cfg.confidence)
+    union, union_by = runner.union_best(audits, _FINAL)
     rec, grd = audits["worst-case θ0 (loss)"], audits["gradient canary (final model)"]
     n_rec, n_grd = ([int(a.included_RxK.sum()), int((~a.included_RxK).sum())] for a in (rec, grd))
     exact = a_avg.exact_epsilon

@@ -637,14 +637,16 @@ def entries():
         {"family": "choice"}))
   add(E("dpjax.audit.one_run_fdp.largest_rejected", one_run_fdp.largest_rejected,
         dict(num_canaries=100, num_guesses=20, num_correct=18, family="gdp", delta=1e-5,
-             confidence=0.9, at_least=0.0), {"family": "choice", "at_least": "posinf"}))
+             confidence=0.9, at_least=0.0), {"family": "choice", "at_least": "realinf"}))
   add(E("dpjax.audit.one_run_fdp.parameter_epsilon", one_run_fdp.parameter_epsilon,
         dict(parameter=1.0, family="gdp", delta=1e-5),
-        {"family": "choice", "parameter": "posinf"}))
+        {"family": "choice", "parameter": "realinf"}))
 
   from dpjax.audit import runner  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({"dpjax.audit.runner.TrainingAudit": "result record of audit_training",
-                   "dpjax.audit.runner.DpSgdAudit": "result record of audit_dpsgd"})
+                   "dpjax.audit.runner.DpSgdAudit": "result record of audit_dpsgd",
+                   "dpjax.audit.runner.union_best": ("takes TrainingAudit records (checked "
+                                                     "by type), bounds_from_trials on each")})
   add(E("dpjax.audit.runner.inclusion_bits", runner.inclusion_bits,
         dict(key=_key, num_runs=6, num_canaries=3, mode="independent"),
         {"mode": "choice"}))

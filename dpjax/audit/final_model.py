@@ -1,20 +1,14 @@
 """Final-model (hidden-state) audits of DP-SGD on real networks.
 
-DP-SGD's accountant assumes the adversary sees every privatized update. A
-released model is usually only the LAST iterate theta_T. This module audits
-adversaries that see theta_T (and the public initial parameters theta_0, which
-DP-SGD's analysis lets anyone choose) and nothing else; their canaries, crafted
-initialisations and score functions are built by `dpjax.audit.crafting`, and
-the prediction they are compared with, the last-iterate heuristic of Steinke et
-al., is `dpjax.audit.last_iterate`.
-
-`audit` trains R runs of `dpsgd.train_many` from one fixed theta_0 with every
-adversary's canary included by its own independent bits, scores the final
-models, and also scores the gradient canaries WHITE-BOX on the same runs (the
-exact per-step likelihood ratio of `canary.white_box_scores`), so the cost of
-hiding the intermediate models is measured on identical trials. A researcher's
-own adversary is a `FinalModelAdversary`: a canary plus score functions of
-(theta_T, theta_0).
+DP-SGD's accountant assumes the adversary sees every privatized update; a released
+model is usually only the LAST iterate theta_T. This module audits adversaries that see
+theta_T and the public theta_0 only (canaries, initialisations and scores:
+`dpjax.audit.crafting`; the last-iterate heuristic they are compared with:
+`dpjax.audit.last_iterate`). `audit` trains R runs from one fixed theta_0 through
+`dpjax.audit.run.train`, every adversary's canary with its own bits, scores the final
+models and, on the same runs, the gradient canaries WHITE-BOX, so the cost of hiding the
+intermediate models is measured on identical trials. A researcher's own adversary is a
+`FinalModelAdversary`: a canary plus score functions of (theta_T, theta_0).
 
 `paper_protocol_audit` is Annamalai & De Cristofaro's protocol: a blank target
 (`blank_target`), R runs per seed from a pre-trained theta_0, -loss scores, and
@@ -240,9 +234,9 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
            jax.random.split(k_seed, 2 * len(adversaries))]
 
   def trial(s, a, i):
-    return runner.TrainingAudit(s, bits[a.name], runner.bounds_from_trials(
-        s, bits[a.name], delta=delta, confidence=confidence, claimed_epsilon=claimed,
-        seed=seeds[2 * i]), "independent", delta, confidence, claimed)
+    return runner.TrainingAudit.of(s, bits[a.name], delta=delta, confidence=confidence,
+                                   mode="independent", claimed_epsilon=claimed,
+                                   seed=seeds[2 * i])
 
   audits, wb = {}, {}
   for i, a in enumerate(adversaries):

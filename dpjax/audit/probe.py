@@ -88,11 +88,15 @@ class Case:
     _validate.check_bool(self.own_size, "own_size")
 
 
-_CONTROL = ("control: the accounted mechanism, so every bound must stay at or below "
-            "its exact eps")
+def _control(q: float, n0: int, steps: int) -> Case:
+  """The accounted mechanism in a probe world: every bound must stay at or below its exact eps."""
+  return Case(f"correct_q{q:g}_n{n0 + 1}", f"correct (q = {q:g}, n = {n0 + 1})", "correct", q,
+              n0, steps, why="control: the accounted mechanism, so every bound must stay at "
+              "or below its exact eps")
+
+
 CASES = (
-    Case("correct_q0.5_n2", "correct (q = 0.5, n = 2)", "correct", 0.5, 1, 32,
-         why=_CONTROL),
+    _control(0.5, 1, 32),
     Case("realised_batch_denominator", "realised_batch_denominator",
          "realised_batch_denominator", 0.5, 1, 32,
          source="opacus/issues/571: eps ~2.5 measured, 1.2 reported (2-3 records)",
@@ -100,8 +104,7 @@ CASES = (
              "of the steps): the update's scale on the free coordinates shows it "
              "(scale_min; final_scale sees the average). Tests on the canary coordinate "
              "see little: noise and signal are divided alike"),
-    Case("correct_q0.5_n4", "correct (q = 0.5, n = 4)", "correct", 0.5, 3, 32,
-         why=_CONTROL),
+    _control(0.5, 3, 32),
     Case("floored_expected_batch", "floored_expected_batch (n of the data set)",
          "floored_expected_batch", 0.5, 3, 32,
          source="opacus/issues/819: neighbours almost fully distinguishable "
@@ -112,21 +115,18 @@ CASES = (
          "floored_expected_batch", 0.5, 3, 32, own_size=False,
          why="a public divisor is post-processing: exactly the claimed eps, which no "
              "adversary can exceed"),
-    Case("correct_q0.01_n2", "correct (q = 0.01, n = 2)", "correct", 0.01, 1, 32,
-         why=_CONTROL),
+    _control(0.01, 1, 32),
     Case("over_rate_sampler", "over_rate_sampler", "over_rate_sampler", 0.01, 1, 32,
          source="opacus/issues/813: a rate 45,000x off (no eps measured)",
          why="sampled at rate 1, not 0.01 (no amplification by sampling): the canary "
              "tests, white-box or on the final model, see it at every step; scales are "
              "unchanged"),
-    Case("correct_q0.2_n50", "correct (q = 0.2, n = 50)", "correct", 0.2, 49, 32,
-         why=_CONTROL),
+    _control(0.2, 49, 32),
     Case("backprop_clipping", "backprop_clipping", "backprop_clipping", 0.2, 49, 32,
          source="Tramer et al. 2022: claimed 0.21, audited > 2.79 (MNIST, poisoned input)",
          why="the canary (||x|| >= C_in, residual 1/2) moves the sum by 5 C, not C, when "
              "its batch has >= 5 records: the canary tests see it; scales are unchanged"),
-    Case("correct_q0.02_n50", "correct (q = 0.02, n = 50)", "correct", 0.02, 49, 500,
-         why=_CONTROL),
+    _control(0.02, 49, 500),
     Case("shuffle_as_poisson", "shuffle_as_poisson", "shuffle_as_poisson", 0.02, 49, 500,
          source="Chua et al. 2024: shuffling far less private than its Poisson accounting",
          why="49 records in 50 slots of 1 leave the last batch of every epoch empty; the "
@@ -240,10 +240,11 @@ def scores(obs, w, *, sampling_prob: float, noise_multiplier: float,
   obs = _validate.check_array(obs, "obs", ndim=3, min_size=1)
   w = _validate.check_array(w, "w", ndim=2, shape=(obs.shape[0], None))
   b = _validate.check_positive(expected_batch_size, "expected_batch_size")
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   e = _validate.check_int(steps_per_epoch, "steps_per_epoch")
   u0, u1, s = obs[..., 0], obs[..., 1], obs[..., 2]
   llr = canary.white_box_llr(u1[:, :, None], expected_batch_size=b, l2_clip_norm=CLIP,
-                             sampling_prob=sampling_prob, noise_multiplier=noise_multiplier)
+                             sampling_prob=sampling_prob, noise_multiplier=sigma)
   last = (np.arange(obs.shape[1]) % e) == e - 1
   z = -w / (LEARNING_RATE * b)
   return {"llr": llr[:, 0],

@@ -1,39 +1,25 @@
 """The audit pipeline: design -> `dpsgd.train_many` -> scores -> bounds.
 
-Every audit of our DP-SGD trains through `train`, the one door to the engine in
-`dpjax.audit`: a `Design` (the base records every run holds, record canaries appended
-with their inclusion bits, fixed-gradient canaries with theirs; `canary_design`), the
-audited training's components (`variants.variant`, or a user's sampler / clipping /
-privatizer) and an observation function (what a white-box adversary reads of every
-privatized update). Scores are functions of the trained result (final parameters:
-black-box; observations: white-box, `canary.white_box_llr`), and bounds come from
-`dpjax.audit.thresholds`, `score_audit` or `runner.bounds_from_trials`. The
-per-step audit (`per_step_audit`), the any-model audit (`runner.audit_dpsgd`), the
-final-model audit (`final_model`), the engine's guard (`guard`) and the probe worlds of
-shipped bugs (`probe`) are designs, observations and scorers of this one door.
+`train` is the one door to the engine in `dpjax.audit`: a `Design` (base records every run
+holds, record canaries appended with their bits, fixed-gradient canaries with theirs;
+`canary_design`), the audited training's components (`variants.variant`, or a user's
+sampler / clipping / privatizer) and what a white-box adversary observes of every
+privatized update. Scores are functions of the result (final parameters: black-box;
+observations: white-box, `canary.white_box_llr`); bounds come from `thresholds`,
+`score_audit` or `runner.bounds_from_trials`. The per-step audit (`per_step_run`),
+`runner.audit_dpsgd`, `final_model.audit`, `guard.check_claim` and the probe worlds
+(`probe`) are designs, observations and scorers of this door.
 
-The canary audit of DP-SGD (`experiments/audit.py`): for each claimed setting (an eps,
-or sigma = 0 for the ceiling check), 2N models are trained on a fixed base data set
-plus canaries (`dpjax.data.canaries.audit_data`), in chunks of models:
-
-  design   inclusion bits of the record canary r and of K gradient canaries s
-           (`canary.balanced_design` for K = 1, `canary.canaries_design` for K > 1);
-  train    the audited training (`audited_training`: the accounted DP-SGD or a
-           deliberately broken one) with the gradient canaries as fixed-gradient
-           records, observing each canary's coordinate of every privatized update;
-  scores   black-box: -logit of the final model on the record canary; white-box:
-           the exact per-step likelihood ratio of the observed coordinate under the
-           claimed (q, sigma) (Nasr et al. 2021, https://arxiv.org/abs/2101.04535);
-  bounds   `evaluate`: black-box `SplitThreshold(both_signs=True)`, white-box the
-           larger of a threshold fixed in advance from the claimed likelihood ratio
-           and a held-out one (Bonferroni), with the best certifiable bound and the
-           GDP estimate.
-
-Finished chunks go to a `store.ChunkStore`, so `run_chunks` resumes an interrupted
-run without redoing or double-counting work. Chunk c of setting si is trained from
-`fold_in(fold_in(key_train, si), c)`; each stored chunk carries that identity (its
-setting, index, models and key) and a checksum, verified before it is used, so a
-truncated, corrupted or swapped chunk is recomputed or refused, never read.
+The canary audit of DP-SGD (`canary_audit`; `experiments/audit.py`): per claimed setting
+(an eps, or sigma = 0), 2N models on a fixed base set plus canaries
+(`dpjax.data.canaries.audit_data`), in stored chunks: the design (`canary.balanced_design`,
+or `canary.canaries_design` for K > 1 gradient canaries), the training
+(`audited_training`), the scores (black-box: -logit on the record canary; white-box: the
+exact per-step likelihood ratio under the claimed (q, sigma), Nasr et al. 2021,
+https://arxiv.org/abs/2101.04535) and the bounds (`evaluate`). Chunk c of setting si is
+trained from fold_in(fold_in(key_train, si), c) and stored (`store.ChunkStore`) with that
+identity and a checksum, verified before use, so `run_chunks` resumes an interrupted run
+and a truncated, corrupted or swapped chunk is recomputed or refused, never read.
 
 Shape letters: M models, N records, C record canaries, T steps, K gradient canaries.
 """
@@ -102,6 +88,9 @@ def canary_design(x_NxF, y_N, num_runs: int, *, records=None, gradients=None) ->
   m = _validate.check_int(num_runs, "num_runs")
   x, y = jnp.asarray(x_NxF), jnp.asarray(y_N)
   keep = np.ones((m, x.shape[0]), bool)
+  for value, name, size in ((records, "records", 3), (gradients, "gradients", 2)):
+    if value is not None and not (isinstance(value, tuple) and len(value) == size):
+      raise TypeError(f"{name} must be a tuple of {size} (see the docstring), got {value!r}")
   if records is not None:
     x_c, y_c, in_c = records
     in_c = np.asarray(_validate.check_binary(in_c, "records[2]", ndim=2), bool)

@@ -6,19 +6,16 @@ scores every canary (higher = IN) and the scores become eps lower bounds
 `audit_dpsgd` our DP-SGD with any `dpjax.models.Model`. Modes (`mode=`):
 
 * "independent": each (run, canary) pair is one IN/OUT trial, pooled into `score_bounds`.
-  Valid only if the K trials of one run are independent given the bits: K = 1, or canaries
-  depending only on their own randomness (DP-SGD's Dirac canaries, as claimed). A broken
-  training can correlate them (a realised-batch denominator shared by all canaries, a
-  batch-level clip): the pooled bounds then lose their stated confidence, and only the
-  one-run mode is rigorous.
+  Valid only if the K trials of one run are independent given the bits (K = 1, or DP-SGD's
+  Dirac canaries as claimed); a broken training can correlate them (a shared realised-batch
+  denominator, a batch-level clip), and then only the one-run mode is rigorous.
 * "one_run": the R x K canaries are those of one big run, bits i.i.d. Bernoulli(1/2), and
-  only the one-run tests are reported (Steinke, Nasr & Jagielski 2023; the f-DP test of
-  Mahloujifar, Melis & Chaudhuri 2025, whose Gaussian-curve form is valid only for mu-GDP
-  training). Valid for ANY (eps, delta)-DP training, however its canaries interact.
+  only the one-run tests are reported (`one_run`, `one_run_fdp`): valid for ANY (eps,
+  delta)-DP training, however its canaries interact (the Gaussian-curve f-DP test only
+  for mu-GDP training).
 
-References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535; Nasr et al. 2023,
-https://arxiv.org/abs/2302.07956; Steinke, Nasr & Jagielski 2023,
-https://arxiv.org/abs/2305.08846; Mahloujifar, Melis & Chaudhuri 2025,
+References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535; Steinke, Nasr & Jagielski
+2023, https://arxiv.org/abs/2305.08846; Mahloujifar, Melis & Chaudhuri 2025,
 https://arxiv.org/abs/2410.22235.
 
 Shape letters: R runs (trained models), K canaries per run, T steps, N records.
@@ -84,6 +81,14 @@ class TrainingAudit:
   def epsilon_lower(self) -> dict:
     """{estimator: eps lower bound} (plain floats)."""
     return {k: float(v.epsilon_lower) for k, v in self.bounds.items()}
+
+  @classmethod
+  def of(cls, scores_RxK, included_RxK, *, delta: float, confidence: float, mode: str,
+         claimed_epsilon: Optional[float], seed: int) -> "TrainingAudit":
+    """The audit of these scores and bits: `bounds_from_trials` with the same arguments."""
+    return cls(scores_RxK, included_RxK, bounds_from_trials(
+        scores_RxK, included_RxK, delta=delta, confidence=confidence, mode=mode,
+        claimed_epsilon=claimed_epsilon, seed=seed), mode, delta, confidence, claimed_epsilon)
 
   def ceiling(self, name: str = "best") -> float:
     """`score_audit.score_bounds`' entry `name` for a perfect adversary with these trial
@@ -199,6 +204,22 @@ def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: fl
         "bound; valid for any (eps, delta)-DP training whatever the dependence between "
         "canaries", details, confidence, delta)
   return out
+
+
+def union_best(audits: dict, names=None) -> tuple[float, str]:
+  """(bound, name): the largest "best" bound of several `TrainingAudit`s (those of `names`,
+  default all), each recomputed at 1 - alpha / k, so that the maximum holds at the audits'
+  confidence (a union bound over the k; mode "independent")."""
+  from dpjax.audit import thresholds  # pylint: disable=g-import-not-at-top
+  names = list(audits) if names is None else list(names)
+  if not names or not all(isinstance(audits.get(n), TrainingAudit) for n in names):
+    raise ValueError("audits must map each of names to a TrainingAudit")
+  a0 = audits[names[0]]
+  per = thresholds.bonferroni_confidence(a0.confidence, len(names))
+  vals = {n: bounds_from_trials(audits[n].scores_RxK, audits[n].included_RxK, delta=a0.delta,
+                                confidence=per)["best"].epsilon_lower for n in names}
+  top = max(vals, key=vals.get)
+  return float(vals[top]), top
 
 
 def _check_trial_counts(mode: str, r: int, k: int, what: str) -> None:
@@ -334,9 +355,8 @@ def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int 
     i, j = (int(v) for v in np.argwhere(nan)[0])
     raise ValueError(f"{what} returned NaN scores ({int(nan.sum())} of {scores.size}; first: "
                      f"run {i}, canary {j}): no bound is computed from a failed run")
-  bounds = bounds_from_trials(scores, bits, delta=delta, confidence=confidence, mode=mode,
-                              claimed_epsilon=claimed_epsilon, seed=seed_from_key(k_seed))
-  return TrainingAudit(scores, bits, bounds, mode, delta, confidence, claimed_epsilon)
+  return TrainingAudit.of(scores, bits, delta=delta, confidence=confidence, mode=mode,
+                          claimed_epsilon=claimed_epsilon, seed=seed_from_key(k_seed))
 
 
 # ----------------------------------------------------------------------------------
@@ -509,15 +529,13 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
     s = canary.white_box_llr(out.observations, expected_batch_size=cfg.expected_batch_size,
                              l2_clip_norm=c, sampling_prob=float(cfg.sampling_prob),
                              noise_multiplier=sigma)
-    white = TrainingAudit(s, grad_in, bounds_from_trials(
-        s, grad_in, delta=delta, confidence=confidence, mode=mode,
-        claimed_epsilon=claim, seed=seed_w), mode, delta, confidence, claim)
+    white = TrainingAudit.of(s, grad_in, delta=delta, confidence=confidence, mode=mode,
+                             claimed_epsilon=claim, seed=seed_w)
   if record_canary is not None:
     s = np.asarray(_black_box_fn(model)(out.params, design.x_NxF[-1:], design.y_N[-1:]),
                    np.float64)[:, None]
     if np.isnan(s).any():
       raise ValueError("the record canary's loss is NaN on some run: no bound computed")
-    black = TrainingAudit(s, rec_in, bounds_from_trials(
-        s, rec_in, delta=delta, confidence=confidence, mode=mode,
-        claimed_epsilon=claim, seed=seed_b), mode, delta, confidence, claim)
+    black = TrainingAudit.of(s, rec_in, delta=delta, confidence=confidence, mode=mode,
+                             claimed_epsilon=claim, seed=seed_b)
   return DpSgdAudit(white, black, claimed, exact, cfg)

@@ -67,9 +67,8 @@ def audit_bounds(out_dir: str, results: dict) -> str:
                          ("epsilon_lower_black_box", "black-box", "^")):
       if all(r[key] is not None for r in fin):
         ax.plot(e, [r[key] for r in fin], mk + "-", label=lab)
-    ax.set_xlabel("ε upper bound (accountant, claimed)")
-    ax.set_ylabel("ε lower bound (95% confidence)")
-    ax.set_title(f"Audit of DP-SGD ({variant})")
+    ax.set(xlabel="ε upper bound (accountant, claimed)",
+           ylabel="ε lower bound (95% confidence)", title=f"Audit of DP-SGD ({variant})")
     ax.legend(fontsize=7)
   return fn
 
@@ -79,7 +78,7 @@ def audit_roc(out_dir: str, results: dict) -> str:
   items = list(results["white_box_roc"].values())
   fn = "audit_roc.png"
   with figure(out_dir, fn, ncols=max(1, len(items)), squeeze=False,
-                     figsize=(3.3 * max(1, len(items)), 3.4), dpi=130) as (fig, axes):
+              figsize=(3.3 * max(1, len(items)), 3.4), dpi=130) as (fig, axes):
     for ax, rec in zip(axes[0], items):
       tp, n_in = np.asarray(rec["true_positives"]), rec["positives"]
       lo, hi = stats.clopper_pearson(tp, n_in)
@@ -90,12 +89,8 @@ def audit_roc(out_dir: str, results: dict) -> str:
               lw=1, label="white-box (empirical)")
       ax.plot(rec["exact_fpr"], rec["exact_tpr"], "k--", lw=1, label="accounted mechanism (exact)")
       ax.plot([1e-5, 1], [1e-5, 1], ":", color="grey", lw=0.8)
-      ax.set_xscale("log")
-      ax.set_yscale("log")
-      ax.set_xlim(1e-4, 1)
-      ax.set_ylim(1e-4, 1)
+      ax.set(xscale="log", yscale="log", xlim=(1e-4, 1), ylim=(1e-4, 1), xlabel="FPR")
       ax.set_title(f"claimed ε = {rec['claimed_epsilon']:g}", fontsize=9)
-      ax.set_xlabel("FPR")
     axes[0][0].set_ylabel("TPR")
     axes[0][0].legend(fontsize=6, loc="lower right")
   return fn

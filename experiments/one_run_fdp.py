@@ -1,50 +1,27 @@
 """One-run audits of the idealized Gaussian mechanism: Steinke et al. against f-DP (Mahloujifar et al. 2025).
 
 The setting of Mahloujifar, Melis & Chaudhuri 2025 (https://arxiv.org/abs/2410.22235),
-Table 1: one run of an idealized Gaussian mechanism with m canaries. Canary i is
-included with probability 1/2 (bit b_i) and the auditor observes
-
-    x_i = b_i + sigma * Z_i,     Z_i ~ N(0, 1) independent,
-
-so the run is exactly mu-GDP in each canary with mu = 1 / sigma, and its exact eps
-at delta is that of mu-GDP (`dpjax.accounting.gdp.gaussian_epsilon`). The auditor
-guesses IN for the r/2 largest x_i and OUT for the r/2 smallest, for each r in the
-set `one_run.declared_guess_counts(m)` fixed in advance, and reports the largest
-bound with a union bound over the set (`one_run.audit_declared_guesses`), by three
-analyses of the same guesses:
-
-  * Steinke, Nasr & Jagielski 2023: (eps, delta)-DP via the randomized-response
-    binomial tail plus 2 m delta;
-  * f-DP with the (eps, delta)-DP trade-off curve (valid for any (eps, delta)-DP run);
-  * f-DP with the Gaussian curve G_mu (the paper's analysis; valid for mu-GDP runs,
-    which this one is): the largest mu rejected, converted to eps at delta.
-
-Each cell is the median over `repeats` independent runs (min and max recorded).
-
-Paper protocol (`paper_protocol`, on by default; a second table): Table 1 of
-Mahloujifar et al. at their m (10^5 for sigma = 0.5, 1, 2; 10^6 for sigma = 4): for c'
-on a geometric grid of even counts, the correct count is the expected
-c = ceil(c' x precision of the top c'/2) (`expected_correct`, from Phi), and each
-method reports its best c' chosen after the fact, with no union bound. It is NOT a
-valid 95% audit; the table prints the paper's values beside ours and one valid run
-at the same m (declared counts, union bound), with the ratio valid / paper protocol.
-Methods: Steinke et al.; "Steinke pointwise", Steinke et al.'s test applied at every
-point (eps, delta_mu(eps)) of the Gaussian curve, the largest mu rejected converted
-to eps at delta (`one_run.steinke_pointwise_epsilon_lower_bound`); f-DP with G_mu.
-Ours in that protocol (full scale, seed 0): Steinke 4.91 / 2.67 / 1.30 / 0.61 against
-the printed 4.99 / 2.61 / 1.33 / 0.61; pointwise 5.10 / 2.70 / 1.30 / 0.64 against
-5.01 / 2.71 / 1.35 / 0.67; f-DP 7.55 / 3.38 / 1.51 / 0.73 against the printed
-8.16 / 3.61 / 1.59 / 0.82, which this protocol, as specified here, does not reach (the
-closest we get is printed). One valid run at the same m: f-DP 6.02 / 2.83 / 1.58 / 0.64.
+Table 1: one run with m canaries, canary i IN with probability 1/2 (bit b_i), observed as
+x_i = b_i + sigma Z_i (`one_run.one_run_game`): exactly mu-GDP per canary, mu = 1 / sigma.
+The auditor guesses IN for the r/2 largest and OUT for the r/2 smallest x_i, for each r of
+`one_run.declared_guess_counts(m)` (union bound, `one_run.audit_declared_guesses`), by
+three analyses of the same guesses: Steinke, Nasr & Jagielski 2023 (binomial tail plus
+2 m delta); f-DP with the (eps, delta)-DP curve (valid for any (eps, delta)-DP run); f-DP
+with G_mu (valid for mu-GDP runs, as this one is). Each cell: the median over `repeats`
+runs. The paper protocol (`one_run.paper_protocol`, a second table, on by default): their
+m, the expected correct count of each c' (`one_run.expected_correct`), the best c' chosen
+after the fact with no union bound: NOT a valid audit, printed beside their values and
+one valid run at the same m.
 
 Command:   python -m experiments.one_run_fdp          (a few CPU-minutes: the paper protocol)
 Quick:     python -m experiments.one_run_fdp --nopaper_protocol     (about 5 s)
-Bigger:    python -m experiments.one_run_fdp --num_canaries 100000 --repeats 20
-Expected (m = 10,000, delta = 1e-5): every bound below the exact eps (10.0, 4.38,
-1.99, 0.93 for sigma = 0.5, 1, 2, 4); f-DP with G_mu above Steinke et al. at every
-sigma (about 1.2-1.5x); f-DP with the (eps, delta) curve between the two: it does
-not pay Steinke et al.'s 2 m delta, which grows with m (with m = 1,000 the two
-agree to within 1%).
+Expected (m = 10,000, delta = 1e-5): every bound below the exact eps (10.0, 4.38, 1.99,
+0.93 for sigma = 0.5, 1, 2, 4); f-DP with G_mu about 1.2-1.5x Steinke et al.; f-DP with
+the (eps, delta) curve between the two. In the paper's protocol (seed 0): Steinke 4.91 /
+2.67 / 1.30 / 0.61 (printed 4.99 / 2.61 / 1.33 / 0.61), pointwise 5.10 / 2.70 / 1.30 /
+0.64 (5.01 / 2.71 / 1.35 / 0.67), f-DP 7.55 / 3.38 / 1.51 / 0.73 (8.16 / 3.61 / 1.59 /
+0.82, not reached in this protocol as specified); one valid run: f-DP 6.02 / 2.83 / 1.58
+/ 0.64.
 """
 
 from __future__ import annotations

@@ -632,9 +632,6 @@ def entries():
       "a protocol of its checked pieces (expected_correct, paper_guess_grid and the tests)")
   add(E("dpjax.audit.one_run_fdp.check_guesses", one_run_fdp.check_guesses,
         dict(num_canaries=10, num_guesses=4, num_correct=3)))
-  add(E("dpjax.audit.one_run_fdp.check_steps", one_run_fdp.check_steps,
-        dict(family="subsampled_gaussian", sampling_prob=0.5, num_steps=4),
-        {"family": "choice"}))
   add(E("dpjax.audit.one_run_fdp.largest_rejected", one_run_fdp.largest_rejected,
         dict(num_canaries=100, num_guesses=20, num_correct=18, family="gdp", delta=1e-5,
              confidence=0.9, at_least=0.0), {"family": "choice", "at_least": "realinf"}))

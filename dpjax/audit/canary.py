@@ -1,37 +1,27 @@
-"""Canary audits of DP-SGD: the canaries, and a black-box and a white-box adversary.
+"""Canary audits of DP-SGD: the canaries, the designs, and a black-box and a white-box adversary.
 
-Many models are trained on a fixed base set of credit records with and without canaries
-(`dpjax.data.canaries.audit_data`); each run is scored (higher = IN) and the scores
-become an eps lower bound (`dpjax.audit.thresholds`). Every run carries two canaries with
-their own inclusion bits (`balanced_design`):
+Models trained on a fixed base set with and without canaries (`dpjax.data.canaries.
+audit_data`) are scored (higher = IN) and the scores bounded (`dpjax.audit.thresholds`).
+Every run carries two canaries with their own bits (`balanced_design`): the record canary,
+whose BLACK-BOX adversary scores -logit on the final model (`black_box_scores`), and a
+gradient canary (Nasr et al.): a "record" whose gradient is C e, e a coordinate no record
+uses (`gradient_canary`). The WHITE-BOX adversary sees every privatized update; its
+projection on e times B / C (`normalized_observations`) is o_t = b_t + sigma z_t (b_t ~
+Bernoulli(q) if IN, 0 if not) for the claimed algorithm, so the exact log-likelihood ratio
+is L = sum_t log(1 - q + q exp((2 o_t - 1) / (2 sigma^2))) (`white_box_scores`,
+`white_box_llr`). Under the claimed (q, sigma, T) its law (`LlrDistribution`) is the
+accounted privacy-loss distribution, whose ROC fixes thresholds in advance.
 
-* the record canary: the BLACK-BOX adversary sees only the final model and scores
-  -logit(canary) (`black_box_scores`).
-* a gradient canary (Nasr et al.): a "record" whose gradient is C e, e a unit vector in a
-  coordinate no record uses (`gradient_canary`). The WHITE-BOX adversary sees every
-  privatized update, as DP-SGD's analysis assumes; its projection on e times B / C
-  (`normalized_observations`) is o_t = b_t + sigma z_t (b_t ~ Bernoulli(q) if in, 0 if
-  not; z_t ~ N(0, 1)) for the claimed algorithm, so the exact log-likelihood ratio is
-
-      L = sum_t log(1 - q + q exp((2 o_t - 1) / (2 sigma^2)))
-
-  (`white_box_scores`). Under the CLAIMED (q, sigma, T) its law (`LlrDistribution`) is
-  the accounted privacy loss distribution, whose ROC fixes the threshold in advance.
-
-With K gradient canaries per run (`gradient_canaries`), coordinate j of the update in
-DP-SGD as claimed (fixed denominator B, independent noise per coordinate) is
-(b_tj C + sigma C z_tj) / B, so a run gives K independent trials. This independence is a
-property of the claimed algorithm: the bound on pooled (run, canary) trials tests "this
-is DP-SGD as claimed, at eps". For an arbitrary mechanism claimed (eps, delta)-DP, K
-canaries of one run need not be independent trials; use `dpjax.audit.one_run` (Steinke,
-Nasr & Jagielski 2023). Sharing runs between the two adversaries is sound: each side of
-either test holds the other canary in half of its runs, the same mixture of neighbouring
-datasets.
+With K gradient canaries per run (`gradient_canaries`), coordinate j of the update of
+DP-SGD as claimed is (b_tj C + sigma C z_tj) / B, so a run gives K independent trials: a
+property of the claimed algorithm (for an arbitrary (eps, delta)-DP mechanism use
+`dpjax.audit.one_run`). Sharing runs between the two adversaries is sound: each side of
+either test holds the other canary in half of its runs.
 
 References: Nasr, Song, Thakurta, Papernot & Carlini 2021,
 https://arxiv.org/abs/2101.04535; Jagielski, Ullman & Oprea 2020.
 
-Shape letters: M models (trials), T steps, D features, J grid points.
+Shape letters: M models (trials), T steps, D features, K canaries, J grid points.
 
 Examples:
   >>> from dpjax.audit import stats, thresholds

@@ -129,31 +129,21 @@ def _num_k(a) -> int:
 def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: int,
           confidence: float = 0.95, white_box: bool = True, progress: bool = True,
           **train_kwargs) -> FinalModelAudit:
-  """Final-model audit of DP-SGD (`dpsgd.train_many`) from a fixed, public theta_0.
+  """Final-model audit of DP-SGD from a fixed, public theta_0 (through `run.train`).
 
-  Every run trains on all N records plus every adversary's canaries, each
-  adversary with its own inclusion bits (`runner.inclusion_bits`, balanced,
-  independent across adversaries and canaries). After training, each score
-  function sees only (theta_T, theta_0). For an adversary, the other
-  adversaries' canaries are part of the rest of the data, the same mixture on
-  both sides of its test, so sharing runs is sound. The K trials of a gradient
-  adversary are pooled: valid when its canaries' scores are independent given
-  the bits (`crafting.input_weight_canaries`: disjoint untouched coordinates;
-  otherwise give K = 1).
-
-  White-box on the same runs (when `white_box` and an adversary has gradient
-  canaries of norm C with orthogonal directions): the privatized update of each
-  step, projected on g_j / C and multiplied by B / C, is b_t + sigma z_t plus
-  the records' projection (0 for untouched coordinates), scored by
-  `canary.white_box_scores`. The white-box bounds use the same one-run coins
-  (`seed`) as the adversary's final-model scores, so at q = 1, where the
-  likelihood ratio is an increasing function of the final displacement of an
-  untouched coordinate, the two views give the same bounds.
+  Every run trains on all N records plus every adversary's canaries, each adversary with
+  its own balanced bits (`runner.inclusion_bits`); each score function sees only
+  (theta_T, theta_0). The other adversaries' canaries are the same mixture on both sides
+  of a test, so sharing runs is sound; a gradient adversary's K trials are pooled (valid
+  when its canaries' scores are independent given the bits, e.g. disjoint untouched
+  coordinates; otherwise give K = 1). White-box on the same runs (when `white_box`, for
+  gradient canaries of norm C with orthogonal directions): each update projected on
+  g_j / C, times B / C, scored by `canary.white_box_llr`, with the final-model scores'
+  one-run coins (at q = 1 the two views then give the same bounds).
 
   Args:
     key: jax.random key, split into (bits, train, seed) keys.
-    cfg: the claimed dpsgd.DpSgdConfig.
-    model: a dpjax.models.Model.
+    cfg, model: the claimed dpsgd.DpSgdConfig and a dpjax.models.Model.
     x_NxF, y_N: the private records.
     init_params: theta_0, shared by all runs and known to the adversaries.
     adversaries: list of FinalModelAdversary (distinct names).
@@ -161,22 +151,12 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
     confidence: of every bound, in (0, 1).
     white_box: also score gradient canaries from the per-step updates.
     progress: progress bars.
-    **train_kwargs: other `dpsgd.train_many` keywords (sampler, clipping,
-      privatizer, optimizer, perf...): a replaced component is audited
-      against the claim.
+    **train_kwargs: other `dpsgd.train_many` components (sampler, clipping, privatizer,
+      optimizer, perf): a replaced component is audited against the claim.
   Returns:
     FinalModelAudit.
   Raises:
     ValueError / TypeError: bad inputs; runs that diverged.
-
-  Example (tests/final_model_test.py runs it):
-
-      g = crafting.input_weight_canaries(model, theta0, crafting.unused_features(x),
-                                         cfg.l2_clip_norm)
-      adv = FinalModelAdversary("gradient", {"final": crafting.projection_score(g)},
-                                gradient_canaries=g)
-      a = audit(key, cfg, model, x, y, init_params=theta0, adversaries=[adv], num_runs=64)
-      a.audits["gradient/final"].epsilon_lower(), a.white_box["gradient"].epsilon_lower()
   """
   from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top

@@ -1,35 +1,24 @@
 """A short white-box audit of the DP-SGD engine that fails when its guarantee regresses.
 
-`check_claim` trains R logistic regressions with `dpsgd.train_many` through the engine's
-own sampler, clipping path and noise (or components passed as `sampler=` / `clipping=` /
-`privatizer=`); `ClaimCheck.falsified` is True, and `check()` raises, when its eps lower
-bound exceeds the exact eps of the claimed (q, sigma, T, C, delta).
-
-Canary j is a RECORD x = s e_{F+j} (s = `canary_scale`, label 0) in a feature no other
-record uses (F = 4 filler features), IN or OUT by `runner.inclusion_bits`. From w = 0 at
-learning rate 1e-6 its gradient is r x, r = sigmoid(0) - 0 = 1/2, of norm s/2 > C, so a
-correct path clips it to exactly C e_{F+j}. The adversary reads coordinate F+j of every
-privatized update u_t (white-box, Nasr et al. 2021); for the claimed algorithm, with the
-public B = q n,
-
-    o_t = B u_t / C = b_t + sigma z_t,   b_t ~ Bernoulli(q) if the canary is IN, else 0,
-
-independently over t, canaries and runs (disjoint coordinates, own Poisson bits, independent
-noise). The score is the exact log-likelihood ratio
-sum_t log((1-q) + q exp((2 o_t - 1) / (2 sigma^2))) (`canary.white_box_scores`), so the R K
-(run, canary) pairs are independent trials of the optimal test. Thresholds are declared from
-the claim before training (`declared_thresholds`), each evaluated by Clopper-Pearson at
-1 - alpha/k (union bound over the k thresholds, `thresholds.Bonferroni`): an engine
-implementing the claimed mechanism is falsified (a false alarm) with probability
-<= 1 - confidence.
+`check_claim` trains R logistic regressions through the engine's own sampler, clipping
+path and noise (or the components passed), via `dpjax.audit.run.train`; `ClaimCheck`
+is falsified, and `check()` raises, when its eps lower bound exceeds the exact eps of the
+claimed (q, sigma, T, C, delta). Canary j is a RECORD x = s e_{F+j} (s = `canary_scale`,
+label 0) in a feature no other record uses (F = 4 filler features), IN or OUT by
+`runner.inclusion_bits`. From w = 0 at learning rate 1e-6 its gradient is x / 2, of norm
+s/2 > C, so a correct path clips it to exactly C e_{F+j}, and coordinate F+j of every
+privatized update is o_t = B u_t / C = b_t + sigma z_t (b_t ~ Bernoulli(q) if IN, else 0)
+independently over t, canaries and runs: the R K (run, canary) pairs are independent
+trials of the exact likelihood-ratio test (`canary.white_box_llr`). Thresholds are declared
+from the claim before training (`declared_thresholds`) under a union bound, so an engine
+implementing the claim is falsified with probability <= 1 - confidence.
 
 What it cannot see: a bug only in other models' clipping paths (ghost, vmap) unless that
-path is passed as `clipping=`; a wrong denominator (a public rescaling changes no eps); bugs
-that make training MORE private.
+path is passed as `clipping=`; a wrong public denominator; bugs that make training MORE
+private. Regressions (`variant=`, `variants.REGRESSIONS`, true eps
+`variants.exact_epsilon`): noise sigma C / 2, Poisson masks at min(1, 2q), clipping to 4C.
 
-Regressions (`variant=name`, `variants.REGRESSIONS`; true eps `variants.exact_epsilon`):
-"noise_half" (noise sigma C / 2), "sampler_twice_q" (Poisson masks at rate min(1, 2q)),
-"clip_four_c" (each example clipped to 4C).
+References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535.
 
 Shape letters: R runs (models), K canaries, T steps, N = num_filler + K records.
 

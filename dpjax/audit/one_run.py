@@ -310,7 +310,9 @@ def audit_declared_guesses(scores_K, included_K, *, delta: float, confidence: fl
   confidence = _validate.check_confidence(confidence)
   fam = {"fdp": "dp", "fdp_gdp": "gdp", "fdp_subsampled_gaussian": "subsampled_gaussian"
          }.get(method)
-  one_run_fdp.check_steps(fam or "dp", sampling_prob, num_steps)
+  if fam is None and (sampling_prob is not None or num_steps is not None):
+    raise ValueError("sampling_prob and num_steps are for method 'fdp_subsampled_gaussian' "
+                     f"only, got method {method!r}")
   m = s.size
   if guess_counts is None:
     counts = declared_guess_counts(m)

@@ -1,16 +1,13 @@
 """The f-DP one-run test (Mahloujifar, Melis & Chaudhuri 2025) and its trade-off families.
 
-The one-run game of `dpjax.audit.one_run` (m canaries, each IN with probability 1/2, r
-guesses, v correct) tested against a whole trade-off curve f instead of (eps, delta):
-`fdp_rejects` runs the paper's recursion over the number of correct guesses,
-`fdp_p_value` bounds P[V >= v] for an f-DP run, and `fdp_epsilon_lower_bound` reports
-the largest parameter rejected as eps at delta. Families (`FDP_FAMILIES`): "dp" (the
-(eps, delta)-DP curve: valid for every (eps, delta)-DP run, and it does not pay the
-2 m delta of Steinke et al.'s bound), "gdp" (G_mu: much tighter, valid only for mu-GDP
-runs) and "subsampled_gaussian" (the curve of T DP-SGD steps at rate q, from our PLD).
+The game of `dpjax.audit.one_run` (m canaries IN with probability 1/2, r guesses, v
+correct) tested against a whole trade-off curve f: `fdp_rejects` (the paper's recursion),
+`fdp_p_value`, `fdp_epsilon_lower_bound` (the largest parameter rejected, as eps at
+delta). Families `FDP_FAMILIES`: "dp" (valid for every (eps, delta)-DP run, without
+Steinke et al.'s 2 m delta), "gdp" (G_mu, valid only for mu-GDP runs), and
+"subsampled_gaussian" (T DP-SGD steps at rate q, from our PLD).
 
-References: Mahloujifar, Melis & Chaudhuri 2025, https://arxiv.org/abs/2410.22235;
-Dong, Roth & Su 2019, https://arxiv.org/abs/1905.02383.
+References: Mahloujifar, Melis & Chaudhuri 2025, https://arxiv.org/abs/2410.22235.
 
 Shape letters: P candidate parameters, J points of a privacy profile.
 
@@ -267,16 +264,11 @@ def _check_family(family, parameter, delta, sampling_prob, num_steps):
   elif parameter is not None:
     parameter = _validate.check_positive(parameter, "parameter")
   delta = _validate.check_delta(delta, allow_zero=True)
-  return family, parameter, delta, check_steps(family, sampling_prob, num_steps)
+  return family, parameter, delta, _check_steps(family, sampling_prob, num_steps)
 
 
-def check_steps(family: str, sampling_prob: Optional[float], num_steps: Optional[int]):
-  """(q, T) for "subsampled_gaussian" (both required), else None (both must be None).
-
-  Examples:
-    >>> check_steps("subsampled_gaussian", 0.1, 100), check_steps("gdp", None, None)
-    ((0.1, 100), None)
-  """
+def _check_steps(family, sampling_prob, num_steps):
+  """(q, T) for "subsampled_gaussian" (both required), else None (both must be None)."""
   if family != "subsampled_gaussian":
     if sampling_prob is not None or num_steps is not None:
       raise ValueError(f"sampling_prob and num_steps are for family 'subsampled_gaussian' "
@@ -421,7 +413,7 @@ def fdp_epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct:
   family = _validate.check_choice(family, FDP_FAMILIES, "family")
   delta = _validate.check_delta(delta, allow_zero=family == "dp")
   alpha = 1.0 - _validate.check_confidence(confidence)
-  q_t = check_steps(family, sampling_prob, num_steps)
+  q_t = _check_steps(family, sampling_prob, num_steps)
   p = _fdp_parameter(m, r, v, family, delta, alpha, q_t=q_t)
   return FdpOneRunResult(_fdp_epsilon(p, family, delta, q_t),
                          p if family == "gdp" else math.nan, family, m, r, v,
@@ -479,7 +471,7 @@ def largest_rejected(*, num_canaries: int, num_guesses: int, num_correct: int, f
   delta = _validate.check_delta(delta, allow_zero=family == "dp")
   alpha = 1.0 - _validate.check_confidence(confidence)
   start = _validate.check_range(at_least, "at_least", 0.0, allow_inf=True)
-  q_t = check_steps(family, sampling_prob, num_steps)
+  q_t = _check_steps(family, sampling_prob, num_steps)
   return _fdp_parameter(m, r, v, family, delta, alpha, start, q_t)
 
 
@@ -496,5 +488,5 @@ def parameter_epsilon(parameter: float, *, family: str, delta: float,
   family = _validate.check_choice(family, FDP_FAMILIES, "family")
   p = _validate.check_range(parameter, "parameter", 0.0, allow_inf=True)
   delta = _validate.check_delta(delta, allow_zero=family == "dp")
-  return _fdp_epsilon(p, family, delta, check_steps(family, sampling_prob, num_steps))
+  return _fdp_epsilon(p, family, delta, _check_steps(family, sampling_prob, num_steps))
 

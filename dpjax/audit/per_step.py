@@ -1,50 +1,30 @@
 """Per-step white-box audit of DP-SGD: each step's privatized update is a trial.
 
-The white-box adversary of Nasr et al. 2023 sees every privatized update. With a
-Dirac gradient canary (C e_j on a coordinate j no record touches,
-`canary.gradient_canaries`) the canary's coordinate of step t's update, in units
-of C / B (`dpjax.audit.per_step_run.step_observations`), is for DP-SGD as claimed
+With a Dirac gradient canary (C e_j on a coordinate no record touches) the canary's
+coordinate of step t's update, in units of C / B (`per_step_run.step_observations`), is
+for DP-SGD as claimed o_t = b_t + sigma z_t, b_t ~ Bernoulli(q) if the canary is IN, 0 if
+OUT, with fresh noise and Poisson bits each step: the T steps are i.i.d. copies of ONE
+step pair (OUT N(0, s^2), IN (1 - q) N(0, s^2) + q N(1, s^2)), so M runs with K canaries
+give M K T per-step trials, far more than the M K run-level trials of `run.evaluate`.
 
-    o_t = b_t + sigma z_t,   b_t ~ Bernoulli(q) if the canary is IN, 0 if OUT,
+(a) `step_estimate`: PARAMETRIC; assumes the (subsampled) Gaussian family with q known
+    (OUT N(c, s^2), IN (1 - q) N(c, s^2) + q N(c + a, s^2)); sigma_eff = s / a composed
+    over T (GDP at q = 1, the PLD accountant at q < 1), a point estimate and a one-sided
+    lower limit (normal approximation). Not a bound outside the family.
+(b) `composed_bound`: no parametric assumption. Clopper-Pearson upper limits (Bonferroni
+    over J thresholds fixed in advance) on FPR_j = P_OUT(o > tau_j), FNR_j = P_IN(o <=
+    tau_j) lie above the step's convex trade-off curve, so below their lower convex
+    envelope: a finite channel Q the step dominates (Blackwell). If the T steps are i.i.d.
+    copies of one step pair they dominate Q^T, whose eps(delta) `composed_epsilon_lower`
+    bounds from below (losses rounded down, mass dropped). Steps that are not i.i.d.
+    (reused noise, a model-dependent coordinate) leave only run-level bounds.
 
-with fresh noise z_t ~ N(0, 1) and fresh Poisson bits each step: the T steps of
-one canary are i.i.d. copies of ONE step pair (OUT: N(0, s^2); IN: (1 - q)
-N(0, s^2) + q N(1, s^2)), independent across steps, canaries (each on its own
-coordinate) and runs. So M runs with K canaries give M K T per-step trials of
-the one-step mechanism, far more than the M K run-level trials of
-`dpjax.audit.run.evaluate`. Two numbers come out of them:
-
-(a) `step_estimate`: a PARAMETRIC estimate. ASSUMES the step is in the
-    (Poisson-subsampled) Gaussian family with q known from the config: OUT
-    N(c, s^2), IN (1 - q) N(c, s^2) + q N(c + a, s^2), a and s unknown. The fit
-    sigma_eff = s / a is composed over T steps: mu = sqrt(T) / sigma_eff, eps from
-    GDP at q = 1 (Dong, Roth & Su 2019); the PLD accountant at q < 1. Reported as
-    a point estimate and a one-sided lower confidence limit (normal approximation
-    of the moment estimator). Not a bound for a mechanism outside the family.
-(b) `composed_bound`: NO parametric assumption on the step. Clopper-Pearson upper
-    limits (Bonferroni over J thresholds fixed in advance, both error types) on
-    the per-step errors FPR_j = P_OUT(o > tau_j), FNR_j = P_IN(o <= tau_j) give,
-    with probability >= confidence, points (FPR_u_j, FNR_u_j) above the step's
-    trade-off curve f; f is convex, so it lies below their lower convex envelope g,
-    the trade-off curve of a finite channel Q that the step dominates (Blackwell).
-    ASSUMING the T steps are i.i.d. copies of one step pair (what the Dirac canary
-    on an unused coordinate with fresh noise and fresh Poisson bits gives), the T
-    steps dominate Q^T, and `composed_epsilon_lower` computes a lower bound on the
-    eps(delta) of Q^T (losses rounded DOWN, mass dropped, never moved). If the
-    steps are not i.i.d. (an implementation that reuses noise, or whose canary
-    coordinate depends on the model), composing is invalid and only run-level
-    bounds (`dpjax.audit.run.evaluate`, K canaries per run) apply.
-
-Both are measured for coverage on mechanisms of known eps
-(`dpjax.audit.per_step_run.step_mechanism`); the runs that produce the observations
-are `dpjax.audit.per_step_run`.
+Coverage of both: `per_step_run.step_mechanism`.
 
 Shape letters: M models (runs), T steps, K canaries per run, J thresholds.
 
 References: Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Carlini & Terzis 2023,
-"Tight Auditing of Differentially Private Machine Learning",
-https://arxiv.org/abs/2302.07956; Dong, Roth & Su 2019 (f-DP, composition),
-https://arxiv.org/abs/1905.02383; Clopper & Pearson 1934.
+https://arxiv.org/abs/2302.07956; Dong, Roth & Su 2019, https://arxiv.org/abs/1905.02383.
 
 Examples:
   >>> import numpy as np

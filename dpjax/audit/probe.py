@@ -1,32 +1,19 @@
 """Probe worlds: auditing the bugs that shipped in DP libraries where the theory is exact.
 
-Each `Case` is a `variants` training (the bug, passed to the engine through the door a
-user's component would use, while the accountant is told the claimed (q, sigma, T,
-delta)) in a tiny world where the adversaries and the true eps are exact:
-
-  records   n0 base records x = M e_0 and a canary x = M e_1 (M = 100, label 0), IN for
-            half of the 2N models; K = `noise_coords` coordinates no record touches,
-            where the update is the noise over the implementation's divisor.
-  model     logistic regression from w = 0, learning rate 1e-7 x the expected batch size:
-            a gradient r x (r = sigmoid(w . x)) has norm >= C while |w . x| <= 4.6, so the
-            correct path clips it to exactly C e_0 or C e_1; every final |w . x| must be
-            below 0.1, or the case is refused.
-
-Six adversaries (`ADVERSARIES`, `scores`), each a threshold on one score chosen on half
-of the trials (`thresholds.SplitThreshold(both_signs=True)`) at 1 - alpha / 6:
-
-  white-box (every privatized update u_t observed; o_t = u_t[1] B / C)
-    llr        the claimed mechanism's exact likelihood ratio (`canary.white_box_scores`).
-    slot       sum of u_t[0] + u_t[1] over steps t = E - 1 mod E (E batches per epoch of
-               the shuffle): the last batch of each epoch, one record short when n = E b - 1.
-    scale_min  -log min_t S_t, S_t = ||u_t on the K free coordinates||^2 (one step's divisor).
-    scale_sum  -log sum_t S_t (every step's divisor).
-  black-box (final parameters only; z = -w_T / lr = sum_t u_t)
-    final_canary  z[1];   final_scale  -log ||z on the free coordinates||^2.
-
-`true_epsilon` gives each case's true eps: exact (PLD) where the mechanism is again a
-subsampled Gaussian, or the exact eps of one test in the probe world (a lower bound,
-`variants.realised_denominator_lower_bound` and friends), or an estimate.
+Each `Case` is a `variants` training (the bug, through the door a user's component would
+use, while the accountant is told the claimed (q, sigma, T, delta)) in a tiny world: n0
+base records M e_0 and a canary M e_1 (M = 100, label 0, IN for half the 2N models), K =
+`noise_coords` coordinates no record touches (where the update is the noise over the
+implementation's divisor), a logistic regression from w = 0 at learning rate 1e-7 x the
+expected batch size, so every gradient keeps norm >= C and a correct path clips it to
+exactly C e_0 or C e_1 (every final |w . x| must stay below 0.1). Six adversaries
+(`ADVERSARIES`, `scores`), each a threshold chosen on half the trials at 1 - alpha / 6:
+white-box `llr` (the claimed exact likelihood ratio), `slot` (u_t[0] + u_t[1] summed over
+the last batch of each shuffle epoch), `scale_min` / `scale_sum` (-log of the smallest /
+summed ||u_t||^2 on the free coordinates); black-box (z = -w_T / lr) `final_canary` z[1]
+and `final_scale` -log ||z on the free coordinates||^2. `true_epsilon`: exact (PLD) where
+the mechanism is again a subsampled Gaussian, else the exact eps of one test in the probe
+world (a lower bound) or an estimate.
 
 References: Opacus issues 571, 813, 819 (github.com/meta-pytorch/opacus); Tramer et al.
 2022, https://arxiv.org/abs/2202.12219; Chua et al. 2024, https://arxiv.org/abs/2403.17673;

@@ -68,15 +68,10 @@ class Design(NamedTuple):
 def canary_design(x_NxF, y_N, num_runs: int, *, records=None, gradients=None) -> Design:
   """M runs on N base records (every run holds them all) plus canaries with their bits.
 
-  Args:
-    x_NxF, y_N: the base records.
-    num_runs: M >= 1.
-    records: optional (x_CxF, y_C, in_MxC): C record canaries appended after the base
-      records (labels cast to y_N's dtype); run m holds canary c iff in_MxC[m, c].
-    gradients: optional (gradients_K, in_MxK): K fixed-gradient canaries (a pytree like
-      the parameters with leaves [K, ...]) and their bits.
-  Returns:
-    Design.
+  records: optional (x_CxF, y_C, in_MxC), C record canaries appended after the base records
+  (labels cast to y_N's dtype), run m holding canary c iff in_MxC[m, c]; gradients:
+  optional (gradients_K, in_MxK), K fixed-gradient canaries (a pytree like the parameters,
+  leaves [K, ...]) and their bits.
 
   Examples:
     >>> import numpy as np
@@ -112,20 +107,15 @@ def train(key, design: Design, cfg, model, *, observe_fn=None, init_params=None,
 
   Args:
     key: the training key (run m uses jax.random.split(key, M)[m]).
-    design: the records, who holds them, the gradient canaries.
-    cfg: the training's dpsgd.DpSgdConfig (the claim, or a variant's config).
-    model: a dpjax.models.Model.
+    design, cfg, model: what is trained (cfg: the claim, or a variant's config).
     observe_fn: optional f(privatized update) -> array, the white-box adversary's view.
     init_params: optional fixed theta_0 (a final-model adversary's public start).
     components: optional {name: value} of `dpsgd.train_many`'s sampler, clipping,
-      privatizer, optimizer and perf: a replaced component is what gets audited
-      against the claim.
+      privatizer, optimizer and perf: a replaced component is audited against the claim.
     quiet: silence the engine's warnings (a broken variant's, deliberately trained).
-  Returns:
-    dpsgd.TrainResult.
   Raises:
-    ValueError: a keyword the design sets; a run that ended with non-finite
-      parameters (its scores are not evidence about the mechanism).
+    ValueError: a keyword the design sets; a run that ended with non-finite parameters
+      (its scores are not evidence about the mechanism).
   """
   _validate.check_instance(design, Design, "design")
   components = dict(components or {})

@@ -434,19 +434,15 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
                 num_gradient_canaries: int = 1, record_canary: Optional[tuple] = None,
                 confidence: float = 0.95, mode: str = "independent",
                 progress: bool = True, **train_kwargs) -> DpSgdAudit:
-  """Audits DP-SGD as run by `dpsgd.train_many` for `model` on (x, y).
+  """Audits DP-SGD (`dpsgd.train_many`, through `run.train`) for `model` on (x, y).
 
-  Each of the R runs trains on all N records plus canaries with independent inclusion bits:
-
-  * WHITE-BOX: K Dirac gradient canaries, C e_j in an extra parameter leaf float32[K] that
-    apply never reads, included per `included[:, j]`, then Poisson-sampled at q; scored by
-    the exact log-likelihood ratio of that leaf of the privatized updates (o_t = B u_t / C
-    = b_t + sigma z_t as claimed; `canary.white_box_scores`).
-  * BLACK-BOX (optional): a record canary (x_c, y_c) appended to the data, scored by
-    -loss(x_c, y_c) under the final model.
-
-  Mode "independent" pools the K white-box trials of one run: valid for DP-SGD as claimed;
-  for a training suspected of coupling its canaries, use mode "one_run".
+  Each of the R runs trains on all N records plus canaries with independent bits:
+  WHITE-BOX, K Dirac gradient canaries C e_j in an extra parameter leaf float32[K] that
+  apply never reads, scored by the exact likelihood ratio of that leaf of the privatized
+  updates (`canary.white_box_llr`); BLACK-BOX (optional), a record canary appended to the
+  data, scored by -loss under the final model. Mode "independent" pools the K white-box
+  trials of one run (valid for DP-SGD as claimed); "one_run" for a training suspected of
+  coupling its canaries.
 
   Args:
     cfg: the claimed dpsgd.DpSgdConfig (its (q, sigma, T, delta) is the claim).
@@ -454,16 +450,12 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
     num_runs: R (>= 2 in mode "independent").
     num_gradient_canaries: K >= 0.
     record_canary: optional (x_c [F...], y_c) for the black-box adversary.
-    **train_kwargs: other `dpsgd.train_many` keywords (sampler, clipping, privatizer,
+    **train_kwargs: other `dpsgd.train_many` components (sampler, clipping, privatizer,
       optimizer, perf): a replaced component is what gets audited against the claim.
   Returns:
     DpSgdAudit.
   Raises:
-    ValueError: bad inputs; no canary at all; a run that diverged (its scores are not
-      evidence about the mechanism).
-
-  References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535; Steinke, Nasr &
-  Jagielski 2023, https://arxiv.org/abs/2305.08846.
+    ValueError: bad inputs; no canary at all; a run that diverged.
   """
   from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
   from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top

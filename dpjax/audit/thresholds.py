@@ -355,17 +355,11 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
 def declared_ladder(thresholds_J, fpr_J, num_out: int) -> tuple[np.ndarray, np.ndarray]:
   """The tests of false-positive rates 2^-i, declared from a claimed law before any score.
 
-  For each level 2^-i, i = 1, 2, ... while num_out 2^-i >= 4 (at least i = 1), the first
-  threshold j (in the given order) with fpr_J[j] <= 2^-i; a level no threshold reaches is
-  left out.
-
-  Args:
-    thresholds_J: float[J], the tests "IN iff score > threshold_j".
-    fpr_J: float[J] in [0, 1], each test's false-positive rate under the claim,
-      non-increasing along J.
-    num_out: OUT trials the tests will be evaluated on (>= 1).
-  Returns:
-    (thresholds float64[k], their levels float64[k]).
+  thresholds_J: float[J], the tests "IN iff score > threshold_j"; fpr_J: float[J], their
+  false-positive rates under the claim, non-increasing; num_out: OUT trials they will be
+  evaluated on. For each level 2^-i, i = 1, 2, ... while num_out 2^-i >= 4 (at least i =
+  1), the first threshold with fpr_J <= 2^-i; a level none reaches is left out. Returns
+  (thresholds float64[k], their levels float64[k]).
 
   Examples:
     >>> declared_ladder([0.0, 1.0, 2.0, 3.0], [0.9, 0.4, 0.2, 0.05], 40)

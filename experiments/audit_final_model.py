@@ -254,8 +254,8 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
                      adversaries=adv["worst"], num_runs=cfg.runs,
                      confidence=cfg.confidence, progress=False)
     by = {"average": a_avg, "worst": a_wst}
-    audits, extra = ({k: (by[i].audits.get(n) or by[i].white_box[n]) for k, (i, n) in d.items()}
-                     for d in (_SHOWN, _OTHER))
+    audits, extra = ({k: by[init].audits.get(name) or by[init].white_box[name]
+                      for k, (init, name) in d.items()} for d in (_SHOWN, _OTHER))
     lower = {k: v.epsilon_lower()["best"] for k, v in audits.items()}
     union, union_by = runner.union_best(audits, _FINAL)
     rec, grd = audits["worst-case θ0 (loss)"], audits["gradient canary (final model)"]

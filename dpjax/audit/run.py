@@ -139,7 +139,7 @@ def train(key, design: Design, cfg, model, *, observe_fn=None, init_params=None,
 def audited_training(spec, setting: "Setting", dataset_size: int, model) -> variants.Variant:
   """The training `spec.variant` of the claim (q, sigma, T, delta) of spec and setting.
 
-  `spec` is a `CanaryAuditSpec` or a `per_step_audit.PerStepSpec`; the variant's
+  `spec` is a `CanaryAuditSpec` or a `per_step_run.PerStepSpec`; the variant's
   FaultyDpSgdWarning is silenced (the audit trains it deliberately).
   """
   _validate.check_instance(setting, Setting, "setting")

@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks.per_step --sampling_prob 1 --bound_runs 2048
 
 For each claimed eps (sigma from the PLD accountant, T steps, delta), trains the design
-of `dpjax.audit.run.per_step_statistics` twice: estimate (a) (`per_step.step_estimate`,
+of `dpjax.audit.per_step_run.per_step_statistics` twice: estimate (a) (`per_step.step_estimate`,
 its 95% lower limit and point) from a few runs with many Dirac canaries, and bound (b)
 (`per_step.composed_bound`) from many runs. Prints each beside the exact eps, as a
 fraction of it, with the process CPU seconds of each part (compilation included in the
@@ -32,14 +32,14 @@ def main(argv):
   del argv
   import jax  # pylint: disable=g-import-not-at-top
   from dpjax import accounting, models  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import per_step  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import per_step, per_step_run  # pylint: disable=g-import-not-at-top
   from dpjax.audit import run as audit_run  # pylint: disable=g-import-not-at-top
   from dpjax.data import canaries  # pylint: disable=g-import-not-at-top
   q, t, d = _Q.value, _T.value, _DELTA.value
   er, ek = (int(v) for v in _EST.value)
   br, bk = _BOUND_RUNS.value, _BOUND_CANARIES.value
-  spec = audit_run.PerStepSpec(sampling_prob=q, num_steps=t, delta=d, estimate_runs=er,
-                               estimate_canaries=ek, bound_runs=br, bound_canaries=bk)
+  spec = per_step_run.PerStepSpec(sampling_prob=q, num_steps=t, delta=d, estimate_runs=er,
+                                  estimate_canaries=ek, bound_runs=br, bound_canaries=bk)
   key_data, key_train = jax.random.split(jax.random.key(_SEED.value))
 
   def inputs(k):
@@ -52,12 +52,12 @@ def main(argv):
     k = jax.random.fold_in(key_train, si)
     exact = accounting.dpsgd_epsilon(st.sigma, q, t, d, accountant="pld")
     c0 = time.process_time()
-    sa = audit_run.per_step_statistics(jax.random.fold_in(k, 0), spec, st, *est_in, runs=er,
-                                       canaries=ek)
+    sa = per_step_run.per_step_statistics(jax.random.fold_in(k, 0), spec, st, *est_in,
+                                          runs=er, canaries=ek)
     a = per_step.step_estimate(sa, sampling_prob=q, num_steps=t, delta=d)
     c1 = time.process_time()
-    sb = audit_run.per_step_statistics(jax.random.fold_in(k, 1), spec, st, *bnd_in, runs=br,
-                                       canaries=bk)
+    sb = per_step_run.per_step_statistics(jax.random.fold_in(k, 1), spec, st, *bnd_in,
+                                          runs=br, canaries=bk)
     b = per_step.composed_bound(sb, num_steps=t, delta=d)
     c2 = time.process_time()
     print(f"q={q:g} claimed={st.claimed_epsilon:g} exact={exact:.3f} "

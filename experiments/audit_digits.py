@@ -31,8 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dpjax import dpsgd, models
-from dpjax import tradeoff
-from dpjax.audit import canary, certifiable, runner, score_audit
+from dpjax.audit import canary, runner, thresholds
 from dpjax.data import digits
 from experiments import _common, _plots
 
@@ -81,23 +80,14 @@ def record_canary() -> tuple[np.ndarray, int]:
   return np.ones(digits.NUM_FEATURES, np.float32), 0
 
 
-def _ceiling(audit: runner.TrainingAudit, delta: float, confidence: float) -> float:
-  """The Clopper-Pearson split bound of a perfect adversary with the same trial counts."""
-  n_in, n_out = audit.scores_in.size, audit.scores_out.size
-  return score_audit.score_bounds(np.ones(n_in), np.zeros(n_out), delta=delta,
-                                 confidence=confidence)["clopper_pearson"].epsilon_lower
-
-
 def _optimal_expected(audit: runner.TrainingAudit, train_cfg, confidence: float) -> float:
-  """What the optimal white-box adversary is expected to certify with the split's trials.
-  The exact statistic's ROC (`canary.LlrDistribution`) at half of each side's trials,
-  in the same Clopper-Pearson bound (`certifiable.best_certifiable`)."""
-  dist = canary.LlrDistribution.compute(sampling_prob=float(train_cfg.sampling_prob),
-                                        noise_multiplier=float(train_cfg.noise_multiplier),
-                                        num_steps=int(train_cfg.num_steps))
-  thr, fpr, fnr = tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
+  """What the optimal white-box adversary is expected to certify with the split's trials:
+  the exact statistic's ROC (`canary.LlrDistribution`) in `thresholds.best_certifiable`."""
+  thr, fpr, fnr = canary.llr_distribution(float(train_cfg.sampling_prob),
+                                          float(train_cfg.noise_multiplier),
+                                          int(train_cfg.num_steps)).roc()
   trials = min(audit.scores_in.size, audit.scores_out.size) // 2
-  return float(certifiable.best_certifiable(fpr, fnr, trials, delta=float(train_cfg.delta),
+  return float(thresholds.best_certifiable(fpr, fnr, trials, delta=float(train_cfg.delta),
                                            confidence=confidence, thresholds_J=thr).epsilon)
 
 
@@ -138,7 +128,7 @@ def run(cfg: AuditDigitsConfig, out_dir: str, *, progress: bool = True,
     row = {"target_epsilon": float(e), **a.to_json()}
     for side, audit in (("white_box", a.white_box), ("black_box", a.black_box)):
       row[side]["epsilon_lower"] = audit.epsilon_lower()
-      row[side]["ceiling"] = _ceiling(audit, cfg.delta, cfg.confidence)
+      row[side]["ceiling"] = audit.ceiling("clopper_pearson")
     row["white_box"]["optimal_expected"] = _optimal_expected(a.white_box, a.config,
                                                              cfg.confidence)
     row["all_below_exact"] = bool(all(

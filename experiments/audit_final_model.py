@@ -1,75 +1,31 @@
 """Final-model adversaries on real networks: how much does hiding the intermediate models protect?
 
-DP-SGD is trained on n = 1,000 of the digits (`dpjax.data.digits`; the other
-348 training images are the adversary's public data) by an MLP (64 -> 32 -> 10)
-or the small CNN, FULL-BATCH (q = 1, the setting of Annamalai & De Cristofaro),
-with sigma calibrated by the RDP accountant to each claimed eps in --eps. Every
-run starts from a fixed public theta_0 (DP-SGD's guarantee holds for any theta_0,
-and a final-model adversary must know it to read theta_T). Two theta_0 are
-audited with the same three canaries, each with its own inclusion bits, and the
-adversaries see only the final parameters theta_T (`dpjax.audit.final_model`):
-
-  * input canary (loss): an out-of-distribution image (every pixel lit except
-    those no private image uses) with the label of largest loss under theta_0,
-    scored by -loss(theta_T).
-  * gradient canary (final model, the hidden-state threat model of Cebere,
-    Bellet & Papernot): Dirac gradients C e_j inserted in every step, e_j a
-    first-layer weight of a pixel no private image uses (MLP: the unused pixels
-    other than the target's x 31 units, pooled: exactly independent trials) or,
-    for the CNN, the one coordinate the records move least; scored by the final
-    displacement along e_j. The SAME canaries are scored WHITE-BOX from the
-    per-step updates (exact likelihood ratio), on the same runs and bits.
-  * target: one lit unused pixel (MLP; for the CNN the input canary), label of
-    largest loss, scored by its loss and by the displacement along its initial
-    gradient.
-
-The average-case theta_0 is a fixed He initialisation. The worst-case theta_0
-(after Annamalai & De Cristofaro) is pre-trained on the public images (their
-recipe) and then, for the MLP, given a first-layer unit that only the target
-activates, with the target's label pushed down (`crafting.worst_case_init`):
-the target's clipped gradient is then large, constant and touched by no one
-else, as linear as a gradient canary.
-
-Every configuration audited here is correct, so the run stops with an error if
-any bound exceeds the exact eps. Beside them: the claimed eps (RDP), the exact
-eps (PLD), the last-iterate heuristic of Steinke et al. (exact for the gradient canaries, which are
-linear), what a perfect adversary could certify with the same trials (the
-ceiling), what the optimal final-model test of a linear canary is expected to
-certify with them, and the published figures (their settings differ; see the
-table note). Each bound is its own 95% Clopper-Pearson-based test ("best" of
-`score_audit.score_bounds`, Bonferroni over its estimators); the column "best
-final-model (union)" is the largest final-model bound with a union bound over
-the final-model scores (valid at 95% as a maximum). At q = 1 the last-iterate
-pair IS the full composition (mu = sqrt(T)/sigma for both), so a final-model
-adversary can be as strong as a white-box one; --sampling_prob below 1 shows
-the gap (the heuristic then drops below the exact eps).
+DP-SGD on n = 1,000 of the digits (`dpjax.data.digits`; the other 348 training images are
+the adversary's public data), an MLP (64 -> 32 -> 10) or the small CNN, full batch (q = 1,
+the setting of Annamalai & De Cristofaro), sigma calibrated (RDP) to each --eps. Every run
+starts from a fixed public theta_0; the adversaries see only theta_T
+(`dpjax.audit.final_model`). Two theta_0 are audited with the same three canaries, each
+with its own bits: an out-of-distribution input canary (scored by -loss), Dirac gradient
+canaries on first-layer weights of unused pixels (scored by the final displacement, and
+WHITE-BOX on the same runs), and a target (one lit unused pixel for the MLP) scored by
+its loss and its initial-gradient projection. The average-case theta_0 is a He
+initialisation; the worst-case one is pre-trained on the public images and, for the MLP,
+given a first-layer unit only the target activates (`crafting.worst_case_init`). Every
+configuration is correct, so the run stops if a bound exceeds the exact eps. Beside them:
+the claimed (RDP) and exact (PLD) eps, the last-iterate heuristic, the perfect-adversary
+ceiling, the optimal linear test's expected bound and the published figures.
 
 Command:   python -m experiments.audit_final_model    (quick: 128 runs per θ0, about 55 s CPU)
-Expected (quick, seed 0): every bound at or below the exact eps 0.91, 1.84,
-3.70, 9.32 (claimed 1, 2, 4, 10); gradient canary (final model) 0.25, 0.61,
-1.60, 3.66 with 5,952 + 5,952 trials.
-Full:      python -m experiments.audit_final_model --runs 4096 --out /tmp/afm
-           (615 s CPU; 2,048 IN + 2,048 OUT runs per record adversary, 190,464 +
-           190,464 gradient-canary trials). At claimed eps = 1, 2, 4, 10: worst-case
-           theta_0 (loss) 0.16, 0.48, 1.12, 2.85; target from the average theta_0
-           (loss) 0.07, 0.80, 1.09, 2.94; input canary 0.00, 0.30, 0.63, 1.59;
-           gradient canary (final model) 0.46, 1.06, 2.21, 5.15. Ceilings 5.30
-           (record) and 9.84 (gradient); the optimal linear test is expected to
-           reach 2.99 and 5.21 at eps = 10: the best record adversary (2.94) and the
-           gradient canary (5.15) certify 56% and 52% of their ceilings, as much as
-           those trial counts allow. The μ-GDP estimator (the published
-           audits' estimator, valid at q = 1) gives 8.43 for the worst-case theta_0
-           (loss) at eps = 10.
-           python -m experiments.audit_final_model --model cnn --runs 64 --eps 10
-           (97 s CPU; 32 + 32 runs: every bound at or below the exact eps 9.32,
-           the gradient canary 0.35 of a ceiling of 0.99)
-Paper:     python -m experiments.audit_final_model --protocol paper   (90 s CPU)
-           Annamalai & De Cristofaro's protocol (blank target of label 9, theta_0
-           pre-trained on the public images, sigma by PLD, 5 seeds x 200 models, mu-GDP
-           at the best threshold of the same scores: NOT a valid bound) at eps = 1, 2,
-           4, 10: 0.35 +- 0.63, 1.01 +- 1.11, 2.97 +- 1.02, 7.86 +- 1.23 (theirs, MNIST:
-           7.21 at 10); ours strict on the same scores 0.00, 0.10, 0.40, 1.42 (pooled
-           over the seeds 0.00, 0.16, 0.90, 2.30). --protocol both: ours, then theirs.
+Expected (quick, seed 0): every bound at or below the exact eps 0.91, 1.84, 3.70, 9.32
+(claimed 1, 2, 4, 10); gradient canary (final model) 0.25, 0.61, 1.60, 3.66.
+Full:      --runs 4096 (615 s CPU): at claimed eps = 10, worst-case theta_0 (loss) 2.85,
+           gradient canary (final model) 5.15 (ceilings 5.30 and 9.84; the μ-GDP
+           estimator, valid at q = 1: 8.43); --model cnn --runs 64 --eps 10 (97 s CPU).
+Paper:     --protocol paper (90 s CPU): Annamalai & De Cristofaro's protocol (blank target,
+           pre-trained theta_0, 5 seeds x 200 models, mu-GDP at the best threshold of the
+           same scores: NOT a valid bound) at eps = 1, 2, 4, 10: 0.35, 1.01, 2.97, 7.86
+           (theirs, MNIST: 7.21 at 10); ours strict on the same scores 0.00, 0.10, 0.40,
+           1.42. --protocol both: ours, then theirs.
 
 Shape letters: R runs, K canaries per run.
 """
@@ -84,7 +40,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dpjax import dpsgd, models
-from dpjax.audit import certifiable, crafting, estimators, last_iterate, runner, score_audit
+from dpjax.audit import crafting, last_iterate, runner, thresholds
 from dpjax.audit import final_model as fm
 from dpjax.data import digits
 from experiments import _common, _plots
@@ -94,8 +50,18 @@ MODELS = ("mlp", "cnn")
 PROTOCOLS = ("ours", "paper", "both")
 _PAPER_STREAM = 1 << 20          # fold_in index of the paper protocol's keys (past any eps index)
 _PAPER_ROW = "Annamalai & De Cristofaro 2024, MNIST, 1,000 records, worst-case θ0"
-_FINAL = ("input canary (loss)", "gradient canary (final model)", "target, average θ0 (loss)",
-          "worst-case θ0 (loss)", "worst-case θ0 (projection)")
+# Table name: (theta_0, the audit's key: "adversary/score", or an adversary's white-box).
+_SHOWN = {"input canary (loss)": ("average", "input canary/loss"),
+          "gradient canary (final model)": ("average", "gradient canary/final model"),
+          "target, average θ0 (loss)": ("average", "target/loss"),
+          "worst-case θ0 (loss)": ("worst", "target/loss"),
+          "worst-case θ0 (projection)": ("worst", "target/projection"),
+          "white-box (same gradient canaries)": ("average", "gradient canary")}
+_OTHER = {"worst-case θ0: input canary (loss)": ("worst", "input canary/loss"),
+          "worst-case θ0: gradient canary (final model)": ("worst", "gradient canary/final model"),
+          "worst-case θ0: white-box": ("worst", "gradient canary"),
+          "average θ0: target (projection)": ("average", "target/projection")}
+_FINAL = tuple(_SHOWN)[:5]
 # Published figures (eps_emp at theoretical eps = 10, delta = 1e-5). Their settings
 # differ from ours (see the table note).
 PUBLISHED = {
@@ -131,14 +97,10 @@ class AuditFinalModelConfig(_common.ExperimentConfig):
   def __post_init__(self):
     super().__post_init__()
     _common.check_positive(self, "eps", "clip", "learning_rate")
-    _common.check_int(self, "runs", minimum=8)
-    _common.check_int(self, "num_train", minimum=10)
-    _common.check_int(self, "steps")
-    _common.check_int(self, "mlp_hidden", minimum=2)
-    _common.check_int(self, "cnn_channels")
-    _common.check_int(self, "pretrain_steps", minimum=0)
-    _common.check_int(self, "paper_seeds")
-    _common.check_int(self, "paper_runs", minimum=8)
+    for name, low in (("runs", 8), ("num_train", 10), ("steps", 1), ("mlp_hidden", 2),
+                      ("cnn_channels", 1), ("pretrain_steps", 0), ("paper_seeds", 1),
+                      ("paper_runs", 8)):
+      _common.check_int(self, name, minimum=low)
     _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
     _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
                         open_high=True)
@@ -152,36 +114,15 @@ def _model(cfg: AuditFinalModelConfig) -> models.Model:
   return models.cnn(digits.IMAGE_SHAPE, tuple(cfg.cnn_channels), digits.NUM_CLASSES)
 
 
-def _ceiling(n_in: int, n_out: int, delta: float, confidence: float) -> float:
-  """The best bound of `score_bounds` ("best") for a perfect adversary with these trials."""
-  return score_audit.score_bounds(np.ones(n_in), np.zeros(n_out), delta=delta,
-                                 confidence=confidence)["best"].epsilon_lower
-
-
 def _linear_expected(train_cfg, trials_per_side: int, confidence: float) -> float:
-  """What the optimal final-model test of a linear canary is expected to certify.
-
-  Clopper-Pearson at the expected error counts of the split's evaluation half
-  on `last_iterate.last_iterate_roc` (`certifiable.best_certifiable`).
-  """
-  thr, fpr, fnr = last_iterate.last_iterate_roc(float(train_cfg.sampling_prob),
-                                                float(train_cfg.noise_multiplier),
-                                                int(train_cfg.num_steps))
-  return float(certifiable.best_certifiable(fpr, fnr, max(1, trials_per_side // 2),
+  """What the optimal final-model test of a linear canary is expected to certify: the
+  last-iterate law's ROC on the split's evaluation half (`thresholds.best_certifiable`)."""
+  _, fpr, fnr = last_iterate.last_iterate_roc(float(train_cfg.sampling_prob),
+                                              float(train_cfg.noise_multiplier),
+                                              int(train_cfg.num_steps))
+  return float(thresholds.best_certifiable(fpr, fnr, max(1, trials_per_side // 2),
                                            delta=float(train_cfg.delta),
                                            confidence=confidence).epsilon)
-
-
-def _union_best(audits: dict, names, delta: float, confidence: float) -> tuple[float, str]:
-  """max over `names` of the "best" bound, each rerun at 1 - (1 - confidence)/k."""
-  per = estimators.bonferroni_confidence(confidence, len(names))
-  vals = {}
-  for n in names:
-    a = audits[n]
-    vals[n] = runner.bounds_from_trials(a.scores_RxK, a.included_RxK, delta=delta,
-                                        confidence=per)["best"].epsilon_lower
-  top = max(vals, key=vals.get)
-  return float(vals[top]), top
 
 
 def _at_ten(rows) -> list:
@@ -205,64 +146,17 @@ def _accuracy(model, params_R, x, y) -> float:
 def _plot(out_dir: str, rows: list) -> str:
   eps = [r["target_epsilon"] for r in rows]
   with _plots.figure(out_dir, "audit_final_model.png", figsize=(6.5, 4.2)) as (fig, ax):
-    ax.plot(eps, [r["exact_epsilon"] for r in rows], "k-s", label="exact ε (PLD)")
-    ax.plot(eps, [r["last_iterate_epsilon"] for r in rows], "k:", label="last-iterate heuristic")
-    ax.plot(eps, [r["ceiling_record"] for r in rows], "--", color="gray",
-            label="ceiling, record canaries")
-    for i, name in enumerate(_FINAL):
-      ax.plot(eps, [r["epsilon_lower"][name] for r in rows], "-o", color=f"C{i}", label=name)
-    ax.plot(eps, [r["epsilon_lower"]["white-box (same gradient canaries)"] for r in rows], "-^",
-            color="C5", label="white-box, same runs")
+    for key, style, label in (("exact_epsilon", "k-s", "exact ε (PLD)"),
+                              ("last_iterate_epsilon", "k:", "last-iterate heuristic"),
+                              ("ceiling_record", "--", "ceiling, record canaries")):
+      ax.plot(eps, [r[key] for r in rows], style, label=label,
+              **({"color": "gray"} if style == "--" else {}))
+    for i, name in enumerate(tuple(_SHOWN)):
+      ax.plot(eps, [r["epsilon_lower"][name] for r in rows], "-o" if i < 5 else "-^",
+              color=f"C{i}", label=name if i < 5 else "white-box, same runs")
     _plots.epsilon_axes(ax, xlabel="claimed ε", ylabel="ε at δ (95% lower bounds)",
                         title="Final-model adversaries on the digits")
   return "audit_final_model.png"
-
-
-def _adversaries(cfg, model, theta0, x_priv, y_priv, unused, target_feature):
-  """The three adversaries of one theta_0: input canary, gradient canaries, target."""
-  c = float(cfg.clip)
-  xi, yi = crafting.input_canary(model, theta0, exclude_features=unused)
-  if cfg.model == "mlp":
-    g = crafting.input_weight_canaries(model, theta0, unused[unused != target_feature], c,
-                                       skip_units=(0,))
-  else:
-    g = crafting.quiet_coordinate_canary(model, theta0, x_priv, y_priv, c)
-  if target_feature is not None:           # the MLP's one-pixel target
-    xt = np.zeros((digits.NUM_FEATURES,), np.float32)
-    xt[target_feature] = 1.0
-    yt = int(np.argmin(np.asarray(model.apply(theta0, xt[None]))[0]))
-  else:                                    # the CNN's target: the input canary itself
-    xt, yt = xi, yi
-  d = crafting.gradient_direction(model, theta0, xt, yt)
-  return [
-      fm.FinalModelAdversary("input canary", {"loss": crafting.loss_score(model, xi, yi)},
-                             record=(xi, yi)),
-      fm.FinalModelAdversary("gradient canary", {"final model": crafting.projection_score(g)},
-                             gradient_canaries=g),
-      fm.FinalModelAdversary("target", {"loss": crafting.loss_score(model, xt, yt),
-                                        "projection": crafting.projection_score(d)},
-                             record=(xt, yt))]
-
-
-def _inits(cfg, model, x_priv, x_pub, y_pub, key_init):
-  """(average-case, worst-case, pre-trained theta_0, unused pixels, the target's pixel)."""
-  unused = crafting.unused_features(x_priv)
-  avg0 = model.init(key_init)
-  worst0 = avg0
-  if cfg.pretrain_steps:
-    worst0 = crafting.pretrain(model, avg0, x_pub, y_pub, num_steps=cfg.pretrain_steps,
-                         learning_rate=0.5)
-  pre0 = worst0                            # pre-trained only: the paper protocol's theta_0
-  target = None
-  if cfg.model == "mlp":
-    if unused.size < 2:
-      raise ValueError("the MLP's canaries need >= 2 pixels unused by the private images")
-    target = int(unused[0])
-    xt = np.zeros((1, digits.NUM_FEATURES), np.float32)
-    xt[0, target] = 1.0
-    label = int(np.argmin(np.asarray(model.apply(worst0, xt))[0]))
-    worst0, _ = crafting.worst_case_init(model, worst0, target, label)
-  return avg0, worst0, pre0, unused, target
 
 
 def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
@@ -280,7 +174,8 @@ def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
   x_priv, y_priv = data.x_train_NxF[: cfg.num_train], data.y_train_N[: cfg.num_train]
   x_pub, y_pub = data.x_train_NxF[cfg.num_train:], data.y_train_N[cfg.num_train:]
   model = _model(cfg)
-  avg0, worst0, pre0, unused, target = _inits(cfg, model, x_priv, x_pub, y_pub, key_init)
+  avg0, worst0, pre0, unused, target = crafting.audit_inits(
+      key_init, model, x_priv, x_pub, y_pub, pretrain_steps=cfg.pretrain_steps)
   results, tables, figures, summary = (
       {"num_train": int(cfg.num_train), "model": cfg.model, "published": PUBLISHED}, [], [], "")
   if cfg.protocol != "paper":
@@ -324,21 +219,15 @@ def _paper(cfg, model, x_priv, y_priv, theta0, num_public, key, progress):
       rows=[[r["target_epsilon"], r["noise_multiplier"], r["exact_epsilon"], r["paper_mean"],
              r["paper_sd"], r["strict_mean"], r["strict_sd"], r["strict_pooled"],
              r["gdp_held_out_mean"], r["published"]] for r in rows], digits=2,
-      note=(f"Full batch, summed gradients (η = lr / n = {r0['summed_learning_rate']:.2g}: our "
-            f"division by the fixed B = n is the same update), T = {cfg.steps}, C = "
-            f"{cfg.clip:g}, σ by PLD (theirs: PRV); {s_} seeds × {cfg.paper_runs} models, "
-            f"{r0['trials_per_seed'][0]} with the target (all-zero image, label 9, scored by "
-            f"-loss). Paper protocol: μ-GDP from one-sided {pct} Clopper-Pearson limits at "
-            "the best of ALL thresholds of the same scores. Choosing the threshold on the "
-            f"scores it is evaluated on, with no union bound, is optimistic: NOT a valid {pct} "
-            f"bound (and it assumes μ-GDP). Its value at perfect separation: "
-            f"{r0['paper_ceiling']:.2f}. Ours strict: the Bonferroni-valid 'best' of "
-            "score_audit.score_bounds on the same scores; μ-GDP held-out: threshold chosen on "
-            "half the trials. Theirs: MNIST 28x28, a CNN, T = 100, θ0 pre-trained on 30,000 "
-            f"images; ours: 8x8 digits, {num_public} public images."))
-  text = (f"Paper protocol ({s_} × {cfg.paper_runs} models, blank target): "
-          + ", ".join(f"{r['paper_mean']:.2f} ± {r['paper_sd']:.2f}" for r in rows)
-          + " at claimed ε " + ", ".join(f"{r['target_epsilon']:g}" for r in rows)
+      note=(f"Full batch, summed gradients (η = lr / n = {r0['summed_learning_rate']:.2g}), "
+            f"T = {cfg.steps}, C = {cfg.clip:g}, σ by PLD; {s_} seeds × {cfg.paper_runs} "
+            f"models, {r0['trials_per_seed'][0]} with the target (all-zero image, label 9, "
+            f"-loss). Paper protocol: μ-GDP at the best of ALL thresholds of the same scores, "
+            f"no union bound: NOT a valid {pct} bound (at perfect separation "
+            f"{r0['paper_ceiling']:.2f}). Ours strict: 'best' of score_audit.score_bounds; "
+            "μ-GDP held-out: threshold chosen on half the trials. Theirs: MNIST, a CNN, T = "
+            f"100, θ0 pre-trained on 30,000 images; ours: 8x8 digits, {num_public} public."))
+  text = ("Paper protocol: " + ", ".join(f"{r['paper_mean']:.2f}" for r in rows)
           + f" (not a valid {pct} bound); ours strict on the same scores "
           + ", ".join(f"{r['strict_mean']:.2f}" for r in rows) + ".")
   return rows, table, text
@@ -348,8 +237,8 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
   """Our protocol at each eps: (results, tables, figures, summary)."""
   x_priv, y_priv = data.x_train_NxF[: cfg.num_train], data.y_train_N[: cfg.num_train]
   n = int(cfg.num_train)
-  adv = {"average": _adversaries(cfg, model, avg0, x_priv, y_priv, unused, target),
-         "worst": _adversaries(cfg, model, worst0, x_priv, y_priv, unused, target)}
+  adv = {name: fm.standard_adversaries(model, theta0, x_priv, y_priv, unused, target, cfg.clip)
+         for name, theta0 in (("average", avg0), ("worst", worst0))}
   k_grad = int(jax.tree.leaves(adv["average"][1].gradient_canaries)[0].shape[0])
   rows = []
   for i, e in enumerate(tqdm(list(cfg.eps), desc=NAME, disable=not progress)):
@@ -364,31 +253,20 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
     a_wst = fm.audit(k_w, train_cfg, model, x_priv, y_priv, init_params=worst0,
                      adversaries=adv["worst"], num_runs=cfg.runs,
                      confidence=cfg.confidence, progress=False)
-    audits = {"input canary (loss)": a_avg.audits["input canary/loss"],
-              "gradient canary (final model)": a_avg.audits["gradient canary/final model"],
-              "target, average θ0 (loss)": a_avg.audits["target/loss"],
-              "worst-case θ0 (loss)": a_wst.audits["target/loss"],
-              "worst-case θ0 (projection)": a_wst.audits["target/projection"],
-              "white-box (same gradient canaries)": a_avg.white_box["gradient canary"]}
-    extra = {"worst-case θ0: input canary (loss)": a_wst.audits["input canary/loss"],
-             "worst-case θ0: gradient canary (final model)":
-                 a_wst.audits["gradient canary/final model"],
-             "worst-case θ0: white-box": a_wst.white_box["gradient canary"],
-             "average θ0: target (projection)": a_avg.audits["target/projection"]}
+    by = {"average": a_avg, "worst": a_wst}
+    audits, extra = ({k: by[init].audits.get(name) or by[init].white_box[name]
+                      for k, (init, name) in d.items()} for d in (_SHOWN, _OTHER))
     lower = {k: v.epsilon_lower()["best"] for k, v in audits.items()}
-    union, union_by = _union_best(audits, _FINAL, cfg.delta, cfg.confidence)
-    rec = audits["worst-case θ0 (loss)"]
-    grd = audits["gradient canary (final model)"]
-    n_rec = (int(rec.included_RxK.sum()), int((~rec.included_RxK).sum()))
-    n_grd = (int(grd.included_RxK.sum()), int((~grd.included_RxK).sum()))
+    union, union_by = runner.union_best(audits, _FINAL)
+    rec, grd = audits["worst-case θ0 (loss)"], audits["gradient canary (final model)"]
+    n_rec, n_grd = ([int(a.included_RxK.sum()), int((~a.included_RxK).sum())] for a in (rec, grd))
+    exact = a_avg.exact_epsilon
     row = {"target_epsilon": float(e), "noise_multiplier": float(a_avg.config.noise_multiplier),
-           "claimed_epsilon": a_avg.claimed_epsilon, "exact_epsilon": a_avg.exact_epsilon,
+           "claimed_epsilon": a_avg.claimed_epsilon, "exact_epsilon": exact,
            "last_iterate_epsilon": a_avg.last_iterate_epsilon,
-           "trials_record": list(n_rec), "trials_gradient": list(n_grd),
-           "ceiling_record": _ceiling(*n_rec, cfg.delta, cfg.confidence),
-           "ceiling_gradient": _ceiling(*n_grd, cfg.delta, cfg.confidence),
-           "linear_expected_record": _linear_expected(a_avg.config, min(n_rec),
-                                                      cfg.confidence),
+           "trials_record": n_rec, "trials_gradient": n_grd,
+           "ceiling_record": rec.ceiling(), "ceiling_gradient": grd.ceiling(),
+           "linear_expected_record": _linear_expected(a_avg.config, min(n_rec), cfg.confidence),
            "linear_expected_gradient": _linear_expected(a_avg.config, min(n_grd),
                                                         cfg.confidence),
            "epsilon_lower": lower, "best_final_model_union": union,
@@ -396,11 +274,11 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
            "other_bounds": {k: v.epsilon_lower()["best"] for k, v in extra.items()},
            "audits": {k: v.to_json() for k, v in {**audits, **extra}.items()}}
     row["all_below_exact"] = bool(all(
-        b <= a_avg.exact_epsilon + 1e-9 for a in {**audits, **extra}.values()
-        for b in a.epsilon_lower().values()) and union <= a_avg.exact_epsilon + 1e-9)
+        b <= exact + 1e-9 for a in {**audits, **extra}.values()
+        for b in a.epsilon_lower().values()) and union <= exact + 1e-9)
     if not row["all_below_exact"]:
-      raise RuntimeError(f"a bound exceeds the exact eps {a_avg.exact_epsilon:.3f} of a "
-                         f"correct configuration at claimed eps {e:g}: {lower}")
+      raise RuntimeError(f"a bound exceeds the exact eps {exact:.3f} of a correct "
+                         f"configuration at claimed eps {e:g}: {lower}")
     rows.append(row)
     last_params = a_avg.params
   # test accuracy of the audited average-θ0 models at the last eps, for context
@@ -424,57 +302,40 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
             f"{cfg.delta:g}, {100 * cfg.confidence:g}% confidence",
       columns=cols, rows=table_rows, digits=2,
       note=(f"q = {cfg.sampling_prob:g}, T = {cfg.steps}, C = {cfg.clip:g}, lr = "
-            f"{cfg.learning_rate:g}; {cfg.runs} runs per initialisation; record canaries: "
-            f"{r0['trials_record'][0]} IN / {r0['trials_record'][1]} OUT runs; gradient "
-            f"canaries: {k_grad} per run, {r0['trials_gradient'][0]} IN / "
-            f"{r0['trials_gradient'][1]} OUT trials. Each adversary's bound is the "
-            "Bonferroni-valid 'best' of score_audit.score_bounds (Clopper-Pearson split and "
-            "declared thresholds, one-run tests); the union column is the largest final-"
-            "model bound with a union bound over the five. Ceiling: a perfect adversary "
-            "with the same trials. Linear optimum: what the optimal final-model test of "
-            "a linear canary (last-iterate law) is expected to certify with them. "
-            f"Test accuracy of the models at ε = {cfg.eps[-1]:g}: {accuracy:.2f}.")),
+            f"{cfg.learning_rate:g}; {cfg.runs} runs per θ0; record canaries "
+            f"{r0['trials_record'][0]} IN / {r0['trials_record'][1]} OUT runs; {k_grad} "
+            f"gradient canaries per run, {r0['trials_gradient'][0]} IN / "
+            f"{r0['trials_gradient'][1]} OUT trials. Each bound: the Bonferroni-valid 'best' "
+            "of score_audit.score_bounds; union: the largest final-model bound, union bound "
+            "over the five. Ceiling: a perfect adversary; linear optimum: the optimal test of "
+            "a linear canary (last-iterate law), expected. Test accuracy at ε = "
+            f"{cfg.eps[-1]:g}: {accuracy:.2f}.")),
       _common.Table(
           title="Published final-model audits at theoretical ε = 10 (beside ours)",
           columns=["source", "ε_emp (paper)", "ours: worst-case θ0 (loss), μ-GDP estimator",
                    "ours: the same, assumption-free best"],
           rows=[[k, v] + _at_ten(rows) for k, v in PUBLISHED.items()],
           digits=2,
-          note=("Annamalai & De Cristofaro (NeurIPS 2024, arXiv 2405.14106) audit "
-                "full-batch DP-SGD of image classifiers on MNIST / CIFAR-10 from a θ0 "
-                "pre-trained on the other half of the data, scoring the target's loss, "
-                "with eps_emp from the μ-GDP estimator of Nasr et al. 2023 (valid if the "
-                "training is μ-GDP, which full-batch DP-SGD exactly is: μ = √T/σ); ours "
-                "use the digits (8x8, 1,000 private images), a dedicated-unit θ0 on top of "
-                "pre-training, and report the same μ-GDP estimator beside the assumption-free "
-                "bounds, whose ceiling with our trial counts is the 'ceiling' column. "
-                "Cebere, Bellet & Papernot (ICLR 2025) find that a gradient canary "
-                "inserted at every step audits the hidden-state model as tightly as the white-box one; ours at "
-                "q = 1 agree (the gradient canary's final-model and white-box bounds come "
-                "from the same statistic up to a monotone map). Steinke et al. (ICLR 2025) "
-                "report audits at or below their last-iterate heuristic; ours are too."))]
+          note=("Annamalai & De Cristofaro (arXiv 2405.14106): full-batch DP-SGD on MNIST / "
+                "CIFAR-10 from a pre-trained θ0, the target's loss, the μ-GDP estimator of "
+                "Nasr et al. 2023 (valid for full-batch DP-SGD, μ = √T/σ); ours on the digits "
+                "with a dedicated-unit θ0, the same estimator beside the assumption-free "
+                "bound. Cebere, Bellet & Papernot (ICLR 2025): a gradient canary in every "
+                "step audits the hidden state as tightly as white-box (ours agree at q = 1)."))]
   rl = rows[-1]
   best_rec = max(rl["epsilon_lower"][k] for k in _FINAL if "gradient" not in k)
+  g_last = rl["epsilon_lower"]["gradient canary (final model)"]
   summary = (
       f"Final-model adversaries against DP-SGD ({arch}, q = {cfg.sampling_prob:g}, "
-      f"T = {cfg.steps}) on {n} digits. Best final-model bounds (union over five "
-      "adversaries) " + ", ".join(f"{r['best_final_model_union']:.2f}" for r in rows)
-      + " against exact ε " + ", ".join(f"{r['exact_epsilon']:.2f}" for r in rows)
-      + " and perfect-adversary ceilings " + ", ".join(f"{r['ceiling_record']:.2f}"
-                                                      for r in rows)
-      + f" (record canaries, {r0['trials_record'][0]} + {r0['trials_record'][1]} runs); "
-      "every bound at or below the exact ε: "
-      f"{all(r['all_below_exact'] for r in rows)}. The last-iterate heuristic "
-      + ", ".join(f"{r['last_iterate_epsilon']:.2f}" for r in rows)
-      + (" equals the exact ε at q = 1: hiding the intermediate models protects nothing "
-         "against a canary present in every step." if cfg.sampling_prob == 1.0 else ".")
-      + f" At claimed ε = {rl['target_epsilon']:g}: best record-canary adversary "
-      f"{best_rec:.2f} = {_pct(best_rec, rl['ceiling_record'])} of the ceiling "
-      f"{rl['ceiling_record']:.2f} (the optimal linear test is expected to reach "
-      f"{rl['linear_expected_record']:.2f}); gradient canary (final model) "
-      f"{rl['epsilon_lower']['gradient canary (final model)']:.2f} = "
-      f"{_pct(rl['epsilon_lower']['gradient canary (final model)'], rl['ceiling_gradient'])}"
-      f" of its ceiling {rl['ceiling_gradient']:.2f}.")
+      f"T = {cfg.steps}) on {n} digits: best final-model bounds (union) "
+      + ", ".join(f"{r['best_final_model_union']:.2f}" for r in rows) + " against exact ε "
+      + ", ".join(f"{r['exact_epsilon']:.2f}" for r in rows) + ", last-iterate heuristic "
+      + ", ".join(f"{r['last_iterate_epsilon']:.2f}" for r in rows) + "; every bound at or "
+      f"below the exact ε: {all(r['all_below_exact'] for r in rows)}. At claimed ε = "
+      f"{rl['target_epsilon']:g}: best record adversary {best_rec:.2f} "
+      f"({_pct(best_rec, rl['ceiling_record'])} of its ceiling; the optimal linear test: "
+      f"{rl['linear_expected_record']:.2f}), gradient canary {g_last:.2f} "
+      f"({_pct(g_last, rl['ceiling_gradient'])} of its ceiling).")
   results = {"num_train": n, "model": cfg.model, "gradient_canaries_per_run": k_grad,
              "test_accuracy": accuracy, "published": PUBLISHED, "per_epsilon": rows}
   os.makedirs(out_dir, exist_ok=True)

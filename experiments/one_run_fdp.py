@@ -1,50 +1,27 @@
 """One-run audits of the idealized Gaussian mechanism: Steinke et al. against f-DP (Mahloujifar et al. 2025).
 
 The setting of Mahloujifar, Melis & Chaudhuri 2025 (https://arxiv.org/abs/2410.22235),
-Table 1: one run of an idealized Gaussian mechanism with m canaries. Canary i is
-included with probability 1/2 (bit b_i) and the auditor observes
-
-    x_i = b_i + sigma * Z_i,     Z_i ~ N(0, 1) independent,
-
-so the run is exactly mu-GDP in each canary with mu = 1 / sigma, and its exact eps
-at delta is that of mu-GDP (`dpjax.accounting.gdp.gaussian_epsilon`). The auditor
-guesses IN for the r/2 largest x_i and OUT for the r/2 smallest, for each r in the
-set `one_run.declared_guess_counts(m)` fixed in advance, and reports the largest
-bound with a union bound over the set (`one_run.audit_declared_guesses`), by three
-analyses of the same guesses:
-
-  * Steinke, Nasr & Jagielski 2023: (eps, delta)-DP via the randomized-response
-    binomial tail plus 2 m delta;
-  * f-DP with the (eps, delta)-DP trade-off curve (valid for any (eps, delta)-DP run);
-  * f-DP with the Gaussian curve G_mu (the paper's analysis; valid for mu-GDP runs,
-    which this one is): the largest mu rejected, converted to eps at delta.
-
-Each cell is the median over `repeats` independent runs (min and max recorded).
-
-Paper protocol (`paper_protocol`, on by default; a second table): Table 1 of
-Mahloujifar et al. at their m (10^5 for sigma = 0.5, 1, 2; 10^6 for sigma = 4): for c'
-on a geometric grid of even counts, the correct count is the expected
-c = ceil(c' x precision of the top c'/2) (`expected_correct`, from Phi), and each
-method reports its best c' chosen after the fact, with no union bound. It is NOT a
-valid 95% audit; the table prints the paper's values beside ours and one valid run
-at the same m (declared counts, union bound), with the ratio valid / paper protocol.
-Methods: Steinke et al.; "Steinke pointwise", Steinke et al.'s test applied at every
-point (eps, delta_mu(eps)) of the Gaussian curve, the largest mu rejected converted
-to eps at delta (`one_run.steinke_pointwise_epsilon_lower_bound`); f-DP with G_mu.
-Ours in that protocol (full scale, seed 0): Steinke 4.91 / 2.67 / 1.30 / 0.61 against
-the printed 4.99 / 2.61 / 1.33 / 0.61; pointwise 5.10 / 2.70 / 1.30 / 0.64 against
-5.01 / 2.71 / 1.35 / 0.67; f-DP 7.55 / 3.38 / 1.51 / 0.73 against the printed
-8.16 / 3.61 / 1.59 / 0.82, which this protocol, as specified here, does not reach (the
-closest we get is printed). One valid run at the same m: f-DP 6.02 / 2.83 / 1.58 / 0.64.
+Table 1: one run with m canaries, canary i IN with probability 1/2 (bit b_i), observed as
+x_i = b_i + sigma Z_i (`one_run.one_run_game`): exactly mu-GDP per canary, mu = 1 / sigma.
+The auditor guesses IN for the r/2 largest and OUT for the r/2 smallest x_i, for each r of
+`one_run.declared_guess_counts(m)` (union bound, `one_run.audit_declared_guesses`), by
+three analyses of the same guesses: Steinke, Nasr & Jagielski 2023 (binomial tail plus
+2 m delta); f-DP with the (eps, delta)-DP curve (valid for any (eps, delta)-DP run); f-DP
+with G_mu (valid for mu-GDP runs, as this one is). Each cell: the median over `repeats`
+runs. The paper protocol (`one_run.paper_protocol`, a second table, on by default): their
+m, the expected correct count of each c' (`one_run.expected_correct`), the best c' chosen
+after the fact with no union bound: NOT a valid audit, printed beside their values and
+one valid run at the same m.
 
 Command:   python -m experiments.one_run_fdp          (a few CPU-minutes: the paper protocol)
 Quick:     python -m experiments.one_run_fdp --nopaper_protocol     (about 5 s)
-Bigger:    python -m experiments.one_run_fdp --num_canaries 100000 --repeats 20
-Expected (m = 10,000, delta = 1e-5): every bound below the exact eps (10.0, 4.38,
-1.99, 0.93 for sigma = 0.5, 1, 2, 4); f-DP with G_mu above Steinke et al. at every
-sigma (about 1.2-1.5x); f-DP with the (eps, delta) curve between the two: it does
-not pay Steinke et al.'s 2 m delta, which grows with m (with m = 1,000 the two
-agree to within 1%).
+Expected (m = 10,000, delta = 1e-5): every bound below the exact eps (10.0, 4.38, 1.99,
+0.93 for sigma = 0.5, 1, 2, 4); f-DP with G_mu about 1.2-1.5x Steinke et al.; f-DP with
+the (eps, delta) curve between the two. In the paper's protocol (seed 0): Steinke 4.91 /
+2.67 / 1.30 / 0.61 (printed 4.99 / 2.61 / 1.33 / 0.61), pointwise 5.10 / 2.70 / 1.30 /
+0.64 (5.01 / 2.71 / 1.35 / 0.67), f-DP 7.55 / 3.38 / 1.51 / 0.73 (8.16 / 3.61 / 1.59 /
+0.82, not reached in this protocol as specified); one valid run: f-DP 6.02 / 2.83 / 1.58
+/ 0.64.
 """
 
 from __future__ import annotations
@@ -53,7 +30,6 @@ import dataclasses
 import math
 
 import numpy as np
-from scipy import optimize, special
 from tqdm import tqdm
 
 from dpjax.accounting import gdp
@@ -75,11 +51,9 @@ PAPER: dict = {
     ("fdp_gdp", 4.0): 0.82}
 # Their canary counts m per sigma (Table 1).
 PAPER_CANARIES = {0.5: 100_000, 1.0: 100_000, 2.0: 100_000, 4.0: 1_000_000}
-PAPER_METHODS = ("steinke", "steinke_pointwise", "fdp_gdp")
+PAPER_METHODS = one_run.PAPER_METHODS
 PAPER_TITLES = {"steinke": "Steinke", "steinke_pointwise": "Steinke pointwise",
                 "fdp_gdp": "f-DP (G_μ)"}
-# Steinke pointwise (2-3 s per count) is evaluated at the counts of the best Steinke bounds.
-_POINTWISE_COUNTS = 5
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -108,100 +82,6 @@ class OneRunFdpConfig(_common.ExperimentConfig):
     _common.check_int(self, "paper_grid_points", minimum=2)
     if not isinstance(self.paper_protocol, (bool, np.bool_)):
       raise ValueError(f"paper_protocol must be a bool, got {self.paper_protocol!r}")
-
-
-def one_run_game(rng: np.random.Generator, num_canaries: int, sigma: float):
-  """One run: (x_K, bits_K) with bits ~ Bernoulli(1/2) and x = bits + sigma N(0, 1)."""
-  bits = rng.random(num_canaries) < 0.5
-  return bits + sigma * rng.normal(size=num_canaries), bits
-
-
-def top_precision(sigma: float, fraction: float) -> float:
-  """P[b = 1 | x among the top `fraction` of scores], x = b + sigma Z, b a fair coin (m -> inf).
-
-  The top fraction is {x > t} with P[x > t] = (Phi((1 - t) / sigma) + Phi(-t / sigma)) / 2
-  = fraction; its precision is Phi((1 - t) / sigma) / (Phi((1 - t) / sigma) + Phi(-t / sigma)).
-  By symmetry it is also the precision of OUT guesses on the bottom `fraction`.
-
-  Args:
-    sigma: > 0.
-    fraction: in (0, 1).
-  Returns:
-    The precision, in [1/2, 1].
-  """
-  if not (isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and sigma > 0
-          and math.isfinite(sigma)):
-    raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
-  if not (isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
-          and 0 < fraction < 1):
-    raise ValueError(f"fraction must be a number in (0, 1), got {fraction!r}")
-
-  def excess(t):
-    return 0.5 * (special.ndtr((1 - t) / sigma) + special.ndtr(-t / sigma)) - fraction
-  t = optimize.brentq(excess, -1.0 - 60 * sigma, 2.0 + 60 * sigma, xtol=1e-14, rtol=1e-14)
-  a, b = special.ndtr((1 - t) / sigma), special.ndtr(-t / sigma)
-  return float(a / (a + b))
-
-
-def expected_correct(sigma: float, num_canaries: int, num_guesses: int) -> int:
-  """The paper protocol's count: c = ceil(c' x precision of the top c'/2), c' = `num_guesses`.
-
-  Guesses IN on the top c'/2 and OUT on the bottom c'/2 of m scores; the count is
-  computed from the score distribution (`top_precision` at fraction c' / (2 m)), not
-  drawn, so it is the same for every run.
-
-  Args:
-    sigma: > 0.
-    num_canaries: m >= 2.
-    num_guesses: c', even, in [2, m].
-  """
-  m, r = int(num_canaries), int(num_guesses)
-  if m != num_canaries or r != num_guesses or m < 2 or not 2 <= r <= m or r % 2:
-    raise ValueError(f"need an even num_guesses in [2, num_canaries], got {num_guesses!r} "
-                     f"of {num_canaries!r}")
-  frac = r / (2 * m)
-  prec = top_precision(float(sigma), frac) if frac < 1 else 0.5
-  return min(r, math.ceil(r * prec - 1e-9))
-
-
-def paper_guess_grid(num_canaries: int, points: int) -> tuple[int, ...]:
-  """The c' grid of the paper protocol: even counts, geometric from 10 to m."""
-  g = 2 * np.unique(np.geomspace(5, num_canaries // 2, points).astype(int))
-  return tuple(int(c) for c in g)
-
-
-def paper_protocol(sigma: float, num_canaries: int, *, delta: float, confidence: float,
-                   grid_points: int) -> dict:
-  """Mahloujifar et al.'s Table 1 protocol: for each method, the best bound over the c' grid.
-
-  NOT a valid audit at `confidence`: the counts are expected values (`expected_correct`)
-  and c' is chosen after the fact with no union bound. "steinke_pointwise" is
-  evaluated at the 5 counts with the best "steinke" bounds only (it costs seconds each).
-
-  Returns:
-    {method: {"epsilon_lower", "num_guesses", "num_correct"}} for `PAPER_METHODS`.
-  """
-  m = num_canaries
-  grid = paper_guess_grid(m, grid_points)
-  counts = {r: expected_correct(sigma, m, r) for r in grid}
-  per = {"steinke": {}, "fdp_gdp": {}, "steinke_pointwise": {}}
-  for r, c in counts.items():
-    per["steinke"][r] = one_run.epsilon_lower_bound(num_canaries=m, num_guesses=r,
-                                                    num_correct=c, delta=delta,
-                                                    confidence=confidence)
-    per["fdp_gdp"][r] = one_run.fdp_epsilon_lower_bound(
-        num_canaries=m, num_guesses=r, num_correct=c, delta=delta, family="gdp",
-        confidence=confidence).epsilon_lower
-  for r in sorted(grid, key=lambda g: -per["steinke"][g])[:_POINTWISE_COUNTS]:
-    per["steinke_pointwise"][r] = one_run.steinke_pointwise_epsilon_lower_bound(
-        num_canaries=m, num_guesses=r, num_correct=counts[r], delta=delta,
-        confidence=confidence).epsilon_lower
-  out = {}
-  for meth in PAPER_METHODS:
-    r = max(per[meth], key=lambda g: (per[meth][g], -g))
-    out[meth] = {"epsilon_lower": float(per[meth][r]), "num_guesses": int(r),
-                 "num_correct": int(counts[r])}
-  return out
 
 
 def _plot(out_dir: str, rows: list, sigmas: list) -> str:
@@ -234,7 +114,7 @@ def run(cfg: OneRunFdpConfig, out_dir: str, *, progress: bool = True,
     rng = np.random.default_rng(ss)
     per = {meth: [] for meth in METHODS}
     for _ in range(cfg.repeats):
-      x, bits = one_run_game(rng, m, sigma)
+      x, bits = one_run.one_run_game(rng, m, sigma)
       for meth in METHODS:
         r = one_run.audit_declared_guesses(x, bits, delta=delta, confidence=conf, method=meth)
         per[meth].append({"epsilon_lower": r.epsilon_lower, "num_guesses": r.num_guesses,
@@ -304,9 +184,9 @@ def _paper_protocol_rows(cfg: OneRunFdpConfig, sigmas: list, progress: bool):
     m = max(4, round(PAPER_CANARIES.get(sigma, cfg.num_canaries) * cfg.paper_scale))
     row = {"sigma": sigma, "num_canaries": m,
            "exact_epsilon": gdp.gaussian_epsilon(delta, 1.0 / sigma)}
-    row.update(paper_protocol(sigma, m, delta=delta, confidence=conf,
+    row.update(one_run.paper_protocol(sigma, m, delta=delta, confidence=conf,
                               grid_points=cfg.paper_grid_points))
-    x, bits = one_run_game(np.random.default_rng(ss), m, sigma)     # one random run
+    x, bits = one_run.one_run_game(np.random.default_rng(ss), m, sigma)     # one random run
     row["valid"] = {}
     for meth in ("steinke", "fdp_gdp"):
       r = one_run.audit_declared_guesses(x, bits, delta=delta, confidence=conf, method=meth)

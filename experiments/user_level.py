@@ -1,27 +1,23 @@
 """Example-level vs user-level DP-SGD for customers with several loans (lecture §5.5, exercise 6(d)).
 
 Customers of `dpjax.data.credit.sample_customers` hold 1-10 loans (mean 3.4), one row per
-loan. Example-level DP-SGD (dataset_size = N loans) protects each loan; a customer with k
-loans gets, by group privacy, (k eps, k e^((k-1) eps) delta)-DP (Dwork & Roth 2014,
-Theorem 2.2 extended to (eps, delta): the delta term sums delta e^(j eps) for j < k).
-User-level DP-SGD (dataset_size = U customers, privacy_unit = "user") Poisson-samples each
-customer with all of their loans and clips their summed gradient to C (McMahan et al. 2018,
-https://arxiv.org/abs/1710.06963): the same accountant numbers hold per customer, whatever k.
+loan. Example-level DP-SGD protects each loan; a customer with k loans gets, by group
+privacy, (k eps, k e^((k-1) eps) delta)-DP (Dwork & Roth 2014, Theorem 2.2 extended to
+(eps, delta)). User-level DP-SGD (privacy_unit = "user") Poisson-samples each customer
+with all of their loans and clips their summed gradient to C (McMahan et al. 2018,
+https://arxiv.org/abs/1710.06963): the accountant's numbers hold per customer.
 
 Part (a): the example-level guarantee per customer for k = 1..10 loans beside the lecture's
-exercise 6(d) answer ("about 5 eps = 15" for five loans at eps = 3), and test accuracy of
-both trainings (and the noiseless clipped baseline) at each eps. Part (b): at eps =
-`audit_epsilon`, `audit_models` models of each training with a canary customer and as many
-without (`canary_loans` loans, label 1, whose only non-zero feature is `canary_feature` in a
-column no real customer uses); the attack score is the model's weight on that column, the
-bound `score_audit.score_bounds`' "clopper_pearson" entry (the table adds the union-bounded
-"best" and the GDP estimate, valid only if the mechanism is GDP).
+answer ("about 5 eps = 15" for five loans at eps = 3), and test accuracy of both trainings
+at each eps. Part (b): at `audit_epsilon`, `audit_models` models of each training with a
+canary customer (`canary_loans` loans whose only non-zero feature is a column no real
+customer uses) and as many without, through `dpjax.audit.run`; the score is the weight on
+that column, the bound `score_audit.score_bounds`' "clopper_pearson".
 
 Command:   python -m experiments.user_level          (about 40 s of CPU time)
-Expected:  group privacy at eps = 3, k = 5: eps 15 (the lecture's figure) with delta
-  5 e^12 1e-5 = 8.1, capped at 1, i.e. no guarantee at all; test accuracy 0.797-0.800
-  for both units at eps = 1, 2, 4 (Bayes 0.801); audit at eps = 1 with 8 canary loans:
-  example-level lower bound 2.48 (Clopper-Pearson), user-level 0.00.
+Expected:  group privacy at eps = 3, k = 5: eps 15 with delta 5 e^12 1e-5 > 1, no
+  guarantee; test accuracy 0.797-0.800 for both units at eps = 1, 2, 4 (Bayes 0.801);
+  audit at eps = 1 with 8 canary loans: example-level 2.48, user-level 0.00.
 """
 
 from __future__ import annotations
@@ -35,6 +31,7 @@ import numpy as np
 from dpjax import dpsgd
 from dpjax import models
 from dpjax.accounting.composition import group_privacy
+from dpjax.audit import run as audit_run
 from dpjax.audit import score_audit
 from dpjax.data import credit
 from experiments import _common, _plots
@@ -143,62 +140,50 @@ def _accuracy_part(cfg: UserLevelConfig, key) -> dict:
           "sigma": sigmas, "accuracy": acc}
 
 
-def _audit_world(cfg: UserLevelConfig, key):
-  """Real customers (linear features + a zero column) plus the canary customer last."""
-  k_pub, k_data = jax.random.split(key)
-  scaler = _public_scaler(k_pub)
+def _audit_part(cfg: UserLevelConfig, key) -> dict:
+  """Part (b): M models with and M without the canary customer, per unit.
+
+  The audit world: real customers (linear features + a zero column) plus the canary
+  customer, whose loans are zero everywhere (no intercept) except the dedicated column, so
+  its gradient lies on that column alone and no real row has a gradient there.
+  """
+  k_world, k_models = jax.random.split(key)
+  k_pub, k_data = jax.random.split(k_world)
   world = credit.sample_customers(k_data, cfg.audit_customers)
-  feats = np.asarray(credit.linear_features(world.x_NxF, scaler))
+  feats = np.asarray(credit.linear_features(world.x_NxF, _public_scaler(k_pub)))
   x_real = np.concatenate([feats, np.zeros((feats.shape[0], 1), feats.dtype)], axis=1)
-  k, d = cfg.canary_loans, x_real.shape[1]
-  # The canary's rows: zero everywhere (no intercept) except the dedicated column,
-  # so its gradient lies on that column alone and no real row has a gradient there.
+  k, d, m = cfg.canary_loans, x_real.shape[1], cfg.audit_models
   x_canary = np.zeros((k, d), x_real.dtype)
   x_canary[:, d - 1] = cfg.canary_feature
-  x = np.concatenate([x_real, x_canary], axis=0)
-  y = np.concatenate([np.asarray(world.y_N), np.ones((k,), np.int32)])
   users = np.concatenate([np.asarray(world.user_N), np.full((k,), world.num_users, np.int32)])
-  is_canary = np.arange(x.shape[0]) >= x_real.shape[0]
-  return x, y, users, world.num_users + 1, is_canary
-
-
-def _audit_part(cfg: UserLevelConfig, key) -> dict:
-  """Part (b): M models with and M without the canary customer, per unit."""
-  k_world, k_models = jax.random.split(key)
-  x, y, users, num_users, is_canary = _audit_world(cfg, k_world)
-  n = x.shape[0]
-  m = cfg.audit_models
-  keep = np.ones((2 * m, n), bool)
-  keep[m:, is_canary] = False                      # models m..2m-1: canary OUT
-  model = models.logistic_regression(x.shape[1])
+  in_MxC = np.repeat((np.arange(2 * m) < m)[:, None], k, axis=1)    # models 0..m-1: IN
+  design = audit_run.canary_design(x_real, np.asarray(world.y_N), 2 * m,
+                                   records=(x_canary, np.ones((k,), np.int32), in_MxC))
+  n, num_users = int(design.x_NxF.shape[0]), world.num_users + 1
+  model = models.logistic_regression(d)
   out = {}
   for unit, k_unit in zip(UNITS, jax.random.split(k_models, len(UNITS))):
     c = _configs(cfg, n, num_users, cfg.audit_epsilon, audit=True)[unit]
-    extra = dict(sampler=c.sampler(users)) if unit == "user" else {}
-    res = dpsgd.train_many(k_unit, x, y, jnp.asarray(keep), c, model, **extra,
-                           perf=dpsgd.PerformanceFlags(progress=False))
-    finite = np.asarray(res.finite)
+    comps = dict(sampler=c.sampler(users)) if unit == "user" else {}
+    res = audit_run.train(k_unit, design, c, model, components=dict(
+        comps, perf=dpsgd.PerformanceFlags(progress=False)))
     score = np.asarray(res.params["w"], np.float64)[:, -1]
-    s_in, s_out = score[:m][finite[:m]], score[m:][finite[m:]]
+    s_in, s_out = score[:m], score[m:]
     bounds = score_audit.score_bounds(s_in, s_out, delta=cfg.delta, confidence=cfg.confidence,
                                      claimed_epsilon=cfg.audit_epsilon)
+    rng = (float(np.min(score)), float(np.max(score)))
     out[unit] = {
         "epsilon": c.epsilon(), "sigma": c.noise_multiplier, "dataset_size": c.dataset_size,
         "expected_batch_size": c.expected_batch_size,
         "bounds": {name: b.epsilon_lower for name, b in bounds.items()},
         "score_in_mean": float(s_in.mean()), "score_out_mean": float(s_out.mean()),
         "score_out_sd": float(s_out.std()), "score_in_sd": float(s_in.std()),
-        "hist_in": np.histogram(s_in, bins=40, range=_range(score))[0],
-        "hist_out": np.histogram(s_out, bins=40, range=_range(score))[0],
-        "bin_edges": np.histogram_bin_edges(score, bins=40, range=_range(score)),
+        "hist_in": np.histogram(s_in, bins=40, range=rng)[0],
+        "hist_out": np.histogram(s_out, bins=40, range=rng)[0],
+        "bin_edges": np.histogram_bin_edges(score, bins=40, range=rng),
         "models_in": int(s_in.size), "models_out": int(s_out.size)}
-  out["num_records"] = n
-  out["num_users"] = num_users
+  out["num_records"], out["num_users"] = n, num_users
   return out
-
-
-def _range(score):
-  return float(np.min(score)), float(np.max(score))
 
 
 def _plot(out_dir: str, audit: dict, cfg: UserLevelConfig) -> str:
@@ -227,8 +212,7 @@ def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True,
   k_acc, k_audit = jax.random.split(jax.random.key(cfg.seed))
   delta = cfg.delta
   eps_group = sorted(set([float(e) for e in cfg.epsilons] + [LECTURE_EPSILON]))
-  group_rows = []
-  group = []
+  group_rows, group = [], []
   for e in eps_group:
     for k in (1, 2, 3, LECTURE_LOANS, 10):
       ge, gd = group_privacy(e, delta, k)
@@ -250,15 +234,11 @@ def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True,
     acc_rows.append(row)
 
   audit = _audit_part(cfg, k_audit)
-  audit_rows = []
-  for unit in UNITS:
-    r = audit[unit]
-    b = r["bounds"]
-    audit_rows.append([unit, r["epsilon"], r["sigma"], b["clopper_pearson"],
-                       b["clopper_pearson_bonferroni"], b["best"], b["gdp"],
-                       b["clopper_pearson"] > cfg.audit_epsilon])
-  ex_lb = audit["example"]["bounds"]["clopper_pearson"]
-  us_lb = audit["user"]["bounds"]["clopper_pearson"]
+  audit_rows = [[u, audit[u]["epsilon"], audit[u]["sigma"]]
+                + [audit[u]["bounds"][b] for b in ("clopper_pearson",
+                                                   "clopper_pearson_bonferroni", "best", "gdp")]
+                + [audit[u]["bounds"]["clopper_pearson"] > cfg.audit_epsilon] for u in UNITS]
+  ex_lb, us_lb = (audit[u]["bounds"]["clopper_pearson"] for u in UNITS)
   k = cfg.canary_loans
   ge, gd = group_privacy(cfg.audit_epsilon, delta, k)
 
@@ -291,15 +271,14 @@ def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True,
                    "ε lower (CP, declared thresholds)", "ε lower (best, union bound)",
                    "ε (GDP assumption)", "exceeds ε?"],
           rows=audit_rows, digits=3,
-          note="Clopper-Pearson: score_bounds' split-threshold test (threshold and sign "
-               "chosen on half of each side, evaluated on the other half). The GDP column "
+          note="Clopper-Pearson: score_bounds' split-threshold test. The GDP column "
                "assumes the mechanism is μ-GDP and is not a guaranteed bound."),
   ]
+  lecture_eps, lecture_delta = group_privacy(LECTURE_EPSILON, delta, LECTURE_LOANS)
   summary = (
-      f"Group privacy turns an example-level ε = {LECTURE_EPSILON:g} into "
-      f"{group_privacy(LECTURE_EPSILON, delta, LECTURE_LOANS)[0]:g} for a {LECTURE_LOANS}-loan "
-      f"customer (lecture: about {LECTURE_GROUP_EPSILON:g}), with δ "
-      f"{group_privacy(LECTURE_EPSILON, delta, LECTURE_LOANS)[1]:.2g}, i.e. no guarantee. "
+      f"Group privacy turns an example-level ε = {LECTURE_EPSILON:g} into {lecture_eps:g} "
+      f"for a {LECTURE_LOANS}-loan customer (lecture: about {LECTURE_GROUP_EPSILON:g}), "
+      f"with δ {lecture_delta:.2g}, i.e. no guarantee. "
       "Test accuracy at ε = "
       + ", ".join(f"{lv:g}: example {acc['accuracy']['example'][j][0]:.3f} / user "
                   f"{acc['accuracy']['user'][j][0]:.3f}"

@@ -48,17 +48,17 @@ EXCLUDED = {
     "dpjax.accounting.statement.EpsilonRow": "result record of privacy_statement",
     "dpjax.accounting.statement.PrivacyStatement": "result record of privacy_statement",
     "dpjax.data.credit.CustomerData": "result record of sample_customers",
-    "dpjax.audit.estimators.ThresholdBound": "result record of the threshold strategies",
-    "dpjax.audit.estimators.BonferroniBound": "result record of Bonferroni",
-    "dpjax.audit.estimators.BootstrapSpread": "result record of bootstrap_spread",
-    "dpjax.audit.certifiable.CertifiableBound": "result record of best_certifiable",
+    "dpjax.audit.thresholds.ThresholdBound": "result record of the threshold strategies",
+    "dpjax.audit.thresholds.BonferroniBound": "result record of Bonferroni",
+    "dpjax.audit.thresholds.BootstrapSpread": "result record of bootstrap_spread",
+    "dpjax.audit.thresholds.CertifiableBound": "result record of best_certifiable",
     "dpjax.audit.parametric.GdpEstimate": "result record of gdp_estimate",
     "dpjax.audit.one_run.OneRunResult": "result record of one_run.audit",
     "dpjax.audit.coverage.Coverage": "result record of coverage.measure",
     "dpjax.audit.coverage.overfit_estimator": "takes no arguments",
     "dpjax.audit.score_audit.ScoreBound": "result record of score_bounds",
     "dpjax.audit.roc.RocBand": "result record of roc_band",
-    "dpjax.audit.one_run.FdpOneRunResult": "result record of one_run.fdp_epsilon_lower_bound",
+    "dpjax.audit.one_run_fdp.FdpOneRunResult": "result record of one_run_fdp.fdp_epsilon_lower_bound",
     "dpjax.audit.one_run.DeclaredGuessResult": "result record of one_run.audit_declared_guesses",
     "dpjax.audit.canary.LlrDistribution": "result record of llr_distribution",
     "dpjax.data.canaries.AuditData": "result record of audit_data",
@@ -97,6 +97,11 @@ EXCLUDED = {
     "dpjax.audit.run.load_setting": "pipeline stage (reads a store run_chunks filled)",
     "dpjax.audit.run.train_chunk": "pipeline stage (needs audit data and a variant)",
     "dpjax.audit.run.evaluate": "pipeline stage (takes load_setting's arrays)",
+    "dpjax.audit.run.canary_audit": "pipeline stage (run_chunks, then evaluate)",
+    "dpjax.audit.run.train": ("the pipeline's door to train_many (its design and config "
+                              "checked by type, the rest by train_many)"),
+    "dpjax.audit.run.audited_training": "pipeline stage (a spec's variant of a setting)",
+    "dpjax.audit.run.Design": "a NamedTuple record (canary_design builds it from checked inputs)",
     "dpjax.mechanisms.PrivateMean": "result record of private_mean",
     "dpjax.mechanisms.GroupedRates": "result record of grouped_rates",
     "dpjax.pate.PateRdp": "result record of pate_rdp",
@@ -226,8 +231,8 @@ def entries():
                      privatizer, prng, sampling, tradeoff, dpsgd)
   from dpjax.accounting import composition, gdp, pld, rdp, statement  # pylint: disable=g-import-not-at-top
   from dpjax.attacks import mia, reconstruction  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import canary, estimators, one_run, stats, store, variants  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import certifiable, parametric, score_audit  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary, one_run, one_run_fdp, stats, store, thresholds, variants  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import parametric, score_audit  # pylint: disable=g-import-not-at-top
   from dpjax import audit, clipping  # pylint: disable=g-import-not-at-top
   from dpjax.clipping import ghost, glm, sqnorm  # pylint: disable=g-import-not-at-top
   from dpjax.clipping import vmap as cvmap  # pylint: disable=g-import-not-at-top
@@ -503,47 +508,58 @@ def entries():
   add(E("dpjax.audit.canary.white_box_scores", canary.white_box_scores,
         dict(o_MxT=obs, sampling_prob=0.1, noise_multiplier=1.0),
         {"o_MxT": "array", "noise_multiplier": "nonneg"}))
+  add(E("dpjax.audit.canary.white_box_llr", canary.white_box_llr,
+        dict(obs_MxTxK=np.full((2, 3, 2), 0.1), expected_batch_size=10.0, l2_clip_norm=1.0,
+             sampling_prob=0.5, noise_multiplier=1.0),
+        {"obs_MxTxK": "array", "noise_multiplier": "nonneg"}))
   add(E("dpjax.audit.canary.llr_distribution", canary.llr_distribution,
         dict(sampling_prob=0.1, noise_multiplier=1.0, num_steps=3)))
 
   sk = {"scores_in_K": "arrayinf", "scores_out_K": "arrayinf"}
-  add(E("dpjax.audit.estimators.choose_threshold", estimators.choose_threshold,
+  add(E("dpjax.audit.thresholds.choose_threshold", thresholds.choose_threshold,
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9),
         sk, mismatch=False))
-  add(E("dpjax.audit.estimators.FixedThreshold", estimators.FixedThreshold,
+  add(E("dpjax.audit.thresholds.FixedThreshold", thresholds.FixedThreshold,
         dict(threshold=0.5, sign=1), {"sign": "choice", "threshold": "realinf"}))
-  add(E("dpjax.audit.estimators.FixedThreshold.bound",
-        lambda scores_in_K, scores_out_K, delta, confidence: estimators.FixedThreshold(
+  add(E("dpjax.audit.thresholds.FixedThreshold.bound",
+        lambda scores_in_K, scores_out_K, delta, confidence: thresholds.FixedThreshold(
             0.5).bound(scores_in_K, scores_out_K, delta=delta, confidence=confidence),
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9),
         sk, mismatch=False))
-  add(E("dpjax.audit.estimators.SplitThreshold.bound",
-        lambda scores_in_K, scores_out_K, delta, confidence: estimators.SplitThreshold(
+  add(E("dpjax.audit.thresholds.SplitThreshold.bound",
+        lambda scores_in_K, scores_out_K, delta, confidence: thresholds.SplitThreshold(
         ).bound(scores_in_K, scores_out_K, delta=delta, confidence=confidence),
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9),
         sk, mismatch=False))
-  add(E("dpjax.audit.estimators.SplitThreshold", estimators.SplitThreshold,
+  add(E("dpjax.audit.thresholds.SplitThreshold", thresholds.SplitThreshold,
         dict(both_signs=True), {"both_signs": None}))
-  add(E("dpjax.audit.estimators.bonferroni_confidence", estimators.bonferroni_confidence,
+  add(E("dpjax.audit.thresholds.bonferroni_confidence", thresholds.bonferroni_confidence,
         dict(confidence=0.95, num_tests=3)))
-  add(E("dpjax.audit.estimators.Bonferroni", estimators.Bonferroni,
-        dict(strategies=(estimators.FixedThreshold(0.5), estimators.SplitThreshold())),
+  add(E("dpjax.audit.thresholds.Bonferroni", thresholds.Bonferroni,
+        dict(strategies=(thresholds.FixedThreshold(0.5), thresholds.SplitThreshold())),
         {"strategies": "object"}))
-  add(E("dpjax.audit.estimators.Bonferroni.bound",
-        lambda scores_in_K, scores_out_K, delta, confidence: estimators.Bonferroni(
-            (estimators.FixedThreshold(0.5), estimators.SplitThreshold())).bound(
+  add(E("dpjax.audit.thresholds.Bonferroni.bound",
+        lambda scores_in_K, scores_out_K, delta, confidence: thresholds.Bonferroni(
+            (thresholds.FixedThreshold(0.5), thresholds.SplitThreshold())).bound(
                 scores_in_K, scores_out_K, delta=delta, confidence=confidence),
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9),
         sk, mismatch=False))
-  tb = estimators.FixedThreshold(0.5).bound(scores_in, scores_out)
-  add(E("dpjax.audit.estimators.bootstrap_spread", estimators.bootstrap_spread,
+  tb = thresholds.FixedThreshold(0.5).bound(scores_in, scores_out)
+  add(E("dpjax.audit.thresholds.bootstrap_spread", thresholds.bootstrap_spread,
         dict(result=tb, rng=_rng, num_replicates=20),
         {"result": "object", "rng": "object", "num_replicates": "size"}))
-  add(E("dpjax.audit.certifiable.best_certifiable", certifiable.best_certifiable,
+  add(E("dpjax.audit.thresholds.best_certifiable", thresholds.best_certifiable,
         dict(fpr_J=np.array([0.01, 0.1]), fnr_J=np.array([0.5, 0.2]), trials=1000,
              delta=1e-5, confidence=0.9, thresholds_J=np.array([1.0, 0.5])),
         {"fpr_J": "probarr", "fnr_J": "probarr", "thresholds_J": "arrayinf",
          "trials": "count"}))
+  add(E("dpjax.audit.thresholds.declared_ladder", thresholds.declared_ladder,
+        dict(thresholds_J=np.array([0.0, 1.0, 2.0]), fpr_J=np.array([0.6, 0.3, 0.1]),
+             num_out=40),
+        {"thresholds_J": "arrayinf", "fpr_J": "probarr", "num_out": "count"}))
+  add(E("dpjax.audit.thresholds.best_exact_epsilon", thresholds.best_exact_epsilon,
+        dict(log_fpr_J=np.log([0.5, 0.1]), log_tpr_J=np.log([0.9, 0.5]), delta=1e-5),
+        {"log_fpr_J": None, "log_tpr_J": None}))
   add(E("dpjax.audit.parametric.gdp_estimate", parametric.gdp_estimate,
         dict(scores_in_K=scores_in, scores_out_K=scores_out, delta=1e-5, confidence=0.9,
              threshold=0.5), dict(sk, threshold="realinf"), mismatch=False))
@@ -572,25 +588,25 @@ def entries():
              confidence=0.9, method="fdp", guess_counts=np.array([4, 10])),
         {"scores_K": "arrayinf", "included_K": "binary", "method": "choice",
          "guess_counts": "array"}))
-  add(E("dpjax.audit.one_run.fdp_rejects", one_run.fdp_rejects,
+  add(E("dpjax.audit.one_run_fdp.fdp_rejects", one_run_fdp.fdp_rejects,
         dict(num_canaries=100, num_guesses=20, num_correct=15, family="gdp", parameter=1.0,
              delta=1e-5, confidence=0.9),
         {"num_guesses": "count", "num_correct": "count", "family": "choice",
          "parameter": "pos"}))
-  add(E("dpjax.audit.one_run.fdp_p_value", one_run.fdp_p_value,
+  add(E("dpjax.audit.one_run_fdp.fdp_p_value", one_run_fdp.fdp_p_value,
         dict(num_canaries=100, num_guesses=20, num_correct=15, family="dp", parameter=1.0,
              delta=1e-5),
         {"num_guesses": "count", "num_correct": "count", "family": "choice",
          "parameter": "nonneg"}))
-  add(E("dpjax.audit.one_run.fdp_epsilon_lower_bound", one_run.fdp_epsilon_lower_bound,
+  add(E("dpjax.audit.one_run_fdp.fdp_epsilon_lower_bound", one_run_fdp.fdp_epsilon_lower_bound,
         dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5, family="gdp",
              confidence=0.9), {"family": "choice"}))
   add(E("dpjax.audit.one_run.steinke_pointwise_epsilon_lower_bound",
         one_run.steinke_pointwise_epsilon_lower_bound,
         dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5, confidence=0.9),
         {"num_guesses": "count", "num_correct": "count"}))
-  add(E("dpjax.audit.one_run.fdp_epsilon_lower_bound[subsampled_gaussian]",
-        one_run.fdp_epsilon_lower_bound,
+  add(E("dpjax.audit.one_run_fdp.fdp_epsilon_lower_bound[subsampled_gaussian]",
+        one_run_fdp.fdp_epsilon_lower_bound,
         dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5,
              family="subsampled_gaussian", confidence=0.9, sampling_prob=0.5, num_steps=2),
         {"family": "choice", "num_steps": "count"}))
@@ -603,10 +619,31 @@ def entries():
         dict(scores_K=scores_in, included_K=np.arange(20) % 2 == 0,
              num_positive_guesses=5, num_negative_guesses=5, delta=1e-5, confidence=0.9),
         {"scores_K": "arrayinf", "included_K": "binary"}))
+  add(E("dpjax.audit.one_run.one_run_game", one_run.one_run_game,
+        dict(rng=_rng, num_canaries=10, sigma=1.0),
+        {"rng": "object", "num_canaries": "size"}))
+  add(E("dpjax.audit.one_run.top_precision", one_run.top_precision,
+        dict(sigma=1.0, fraction=0.1), {"fraction": "prob", "sigma": "pos"}))
+  add(E("dpjax.audit.one_run.expected_correct", one_run.expected_correct,
+        dict(sigma=1.0, num_canaries=100, num_guesses=20), {"sigma": "pos"}))
+  add(E("dpjax.audit.one_run.paper_guess_grid", one_run.paper_guess_grid,
+        dict(num_canaries=100, points=4), {"points": "count"}))
+  EXCLUDED["dpjax.audit.one_run.paper_protocol"] = (
+      "a protocol of its checked pieces (expected_correct, paper_guess_grid and the tests)")
+  add(E("dpjax.audit.one_run_fdp.check_guesses", one_run_fdp.check_guesses,
+        dict(num_canaries=10, num_guesses=4, num_correct=3)))
+  add(E("dpjax.audit.one_run_fdp.largest_rejected", one_run_fdp.largest_rejected,
+        dict(num_canaries=100, num_guesses=20, num_correct=18, family="gdp", delta=1e-5,
+             confidence=0.9, at_least=0.0), {"family": "choice", "at_least": "realinf"}))
+  add(E("dpjax.audit.one_run_fdp.parameter_epsilon", one_run_fdp.parameter_epsilon,
+        dict(parameter=1.0, family="gdp", delta=1e-5),
+        {"family": "choice", "parameter": "realinf"}))
 
   from dpjax.audit import runner  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({"dpjax.audit.runner.TrainingAudit": "result record of audit_training",
-                   "dpjax.audit.runner.DpSgdAudit": "result record of audit_dpsgd"})
+                   "dpjax.audit.runner.DpSgdAudit": "result record of audit_dpsgd",
+                   "dpjax.audit.runner.union_best": ("takes TrainingAudit records (checked "
+                                                     "by type), bounds_from_trials on each")})
   add(E("dpjax.audit.runner.inclusion_bits", runner.inclusion_bits,
         dict(key=_key, num_runs=6, num_canaries=3, mode="independent"),
         {"mode": "choice"}))
@@ -673,6 +710,12 @@ def entries():
         dict(directions={"w": np.eye(2)}), {"directions": "object"}))
   add(E("dpjax.audit.crafting.loss_score", crafting.loss_score,
         dict(model=mlp_m, x_c=x_nf[0], y_c=1), {"x_c": "array", "y_c": None}))
+  EXCLUDED.update({
+      "dpjax.audit.crafting.audit_inits": ("a recipe of its checked pieces (pretrain, "
+                                           "worst_case_init, unused_features)"),
+      "dpjax.audit.final_model.standard_adversaries": (
+          "a recipe of its checked pieces (input_canary, input_weight_canaries, "
+          "quiet_coordinate_canary, gradient_direction)")})
   add(E("dpjax.audit.final_model.audit", fm.audit,
         dict(key=_key, cfg=helpers.small_config(dataset_size=12, num_steps=2), model=lr,
              x_NxF=x_nf, y_N=y_n, init_params=lr_params,
@@ -779,10 +822,12 @@ def entries():
       "dpjax.audit.per_step.StepStatistics": ("result record of step_statistics / "
                                               "observation_statistics (its + is tested in "
                                               "per_step_test)"),
-      "dpjax.audit.run.per_step_statistics": "pipeline stage (needs audit data and a model)",
-      "dpjax.audit.run.per_step_audit": "pipeline stage (needs audit data and a model)",
-      "dpjax.audit.run.step_observations": "pipeline stage (needs audit data and a variant)",
+      "dpjax.audit.per_step_run.per_step_statistics": "pipeline stage (needs audit data)",
+      "dpjax.audit.per_step_run.per_step_audit": "pipeline stage (needs audit data and a model)",
+      "dpjax.audit.per_step_run.step_observations": "pipeline stage (needs a variant)",
+      "dpjax.audit.per_step_run.audit_claims": "pipeline stage (per_step_audit per claim)",
   })
+  from dpjax.audit import per_step_run  # pylint: disable=g-import-not-at-top
   thr2 = np.array([0.0, 1.0])
   sk = {"scores_in": "anyrank", "scores_out": "anyrank", "thresholds_J": "array"}
   add(E("dpjax.audit.per_step.step_statistics", per_step.step_statistics,
@@ -807,13 +852,16 @@ def entries():
         dict(fpr_J=np.array([0.3]), fnr_J=np.array([0.4]), num_steps=4, delta=1e-5,
              grid_points=2 ** 11),
         {"fpr_J": "probarr", "fnr_J": "probarr", "grid_points": "count"}))
-  add(E("dpjax.audit.per_step.step_mechanism", per_step.step_mechanism,
+  add(E("dpjax.audit.per_step.family_epsilon", per_step.family_epsilon,
+        dict(noise_multiplier=2.0, sampling_prob=0.5, num_steps=4, delta=1e-5),
+        {"noise_multiplier": "posinf"}))
+  add(E("dpjax.audit.per_step_run.step_mechanism", per_step_run.step_mechanism,
         dict(noise_multiplier=2.0, sampling_prob=0.5, num_steps=4)))
-  add(E("dpjax.audit.per_step.StepMechanism", per_step.StepMechanism,
+  add(E("dpjax.audit.per_step_run.StepMechanism", per_step_run.StepMechanism,
         dict(kind="gaussian", strength=0.5, num_steps=4, sampling_prob=0.5),
         {"kind": "choice", "strength": "pos"}))
-  add(E("dpjax.audit.per_step.coverage_estimators", per_step.coverage_estimators,
-        dict(mechanism=per_step.step_mechanism(2.0, 0.5, 4), num_thresholds=3,
+  add(E("dpjax.audit.per_step_run.coverage_estimators", per_step_run.coverage_estimators,
+        dict(mechanism=per_step_run.step_mechanism(2.0, 0.5, 4), num_thresholds=3,
              grid_points=2 ** 11),
         {"mechanism": "object", "grid_points": "count"}))
 
@@ -845,15 +893,17 @@ def entries():
         dict(obs_MxTxK=np.full((4, 2, 1), 0.1, np.float32), scale=2.0, sampling_prob=0.5,
              noise_multiplier=1.0),
         {"obs_MxTxK": "array", "noise_multiplier": "nonneg"}))
-  add(E("dpjax.audit.run.PerStepSpec", arun.PerStepSpec,
+  add(E("dpjax.audit.per_step_run.PerStepSpec", per_step_run.PerStepSpec,
         dict(sampling_prob=0.5, num_steps=2, delta=1e-5, confidence=0.95, variant="correct",
              estimate_runs=4, estimate_canaries=2, bound_runs=4, bound_canaries=2,
              num_thresholds=3, observation_budget=2 ** 10),
         {"variant": "choice", "estimate_runs": "count", "estimate_canaries": "count",
          "bound_runs": "count", "bound_canaries": "count", "observation_budget": "count"}))
-  add(E("dpjax.audit.run.per_step_chunks", arun.per_step_chunks,
-        dict(spec=arun.PerStepSpec(sampling_prob=0.5, num_steps=2, delta=1e-5)),
-        {"spec": "object"}))
+  add(E("dpjax.audit.run.canary_design", arun.canary_design,
+        dict(x_NxF=np.zeros((3, 2)), y_N=np.zeros(3, np.int32), num_runs=2,
+             records=(np.ones((1, 2)), np.ones(1), np.array([[True], [False]])),
+             gradients=({"w": np.eye(2, dtype=np.float32)}, np.ones((2, 2), bool))),
+        {"x_NxF": None, "y_N": None, "records": "object", "gradients": "object"}))
   add(E("dpjax.audit.run.claimed_roc", arun.claimed_roc, dict(spec=spec, setting=setting),
         {"spec": "object", "setting": "object"}))
   add(E("dpjax.audit.run.roc_record", arun.roc_record,
@@ -864,6 +914,23 @@ def entries():
         lambda directory, manifest: store.ChunkStore(directory, manifest),
         dict(directory=fb.Fresh(lambda: __import__("tempfile").mkdtemp()), manifest={"a": 1}),
         {"directory": "pathlike", "manifest": "object"}))
+  from dpjax.audit import probe  # pylint: disable=g-import-not-at-top
+  EXCLUDED.update({
+      "dpjax.audit.probe.audit_case": "pipeline stage (trains a probe world)"})
+  case_kw = dict(key="k", label="k", variant="correct", sampling_prob=0.5, base_records=1,
+                 steps=4, own_size=True, source="-", why="")
+  add(E("dpjax.audit.probe.Case", probe.Case, case_kw,
+        {"key": "pathlike", "label": "pathlike", "variant": "choice", "base_records": "count",
+         "steps": "count", "own_size": "flag", "source": None, "why": None}))
+  add(E("dpjax.audit.probe.steps_per_epoch", probe.steps_per_epoch,
+        dict(case=probe.CASES[0]), {"case": "object"}))
+  add(E("dpjax.audit.probe.true_epsilon", probe.true_epsilon,
+        dict(case=probe.CASES[0], noise_multiplier=3.0, noise_coords=5, delta=1e-5),
+        {"case": "object", "noise_coords": "count"}))
+  add(E("dpjax.audit.probe.scores", probe.scores,
+        dict(obs=np.full((2, 4, 3), 0.5), w=np.zeros((2, 5)), sampling_prob=0.5,
+             noise_multiplier=1.0, expected_batch_size=2.0, steps_per_epoch=2),
+        {"obs": "array", "w": "array", "expected_batch_size": "pos"}, mismatch=False))
   add(E("dpjax.audit.variants.clip_batch_mean", variants.clip_batch_mean,
         dict(base=clipping.path_for(lr)), {"base": "object"}))
   add(E("dpjax.audit.variants.variant", variants.variant,

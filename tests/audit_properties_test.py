@@ -6,7 +6,7 @@ really holds is asserted:
 
 * Clopper-Pearson counts (`stats`): more errors (FP up or FN up), fewer trials with
   the same error count, a higher confidence, or a larger claimed delta.
-* A threshold fixed in advance (`estimators.FixedThreshold`, `gdp_estimate` with a
+* A threshold fixed in advance (`thresholds.FixedThreshold`, `gdp_estimate` with a
   threshold): dropping trials the test got right, or turning right calls into
   wrong ones.
 * A threshold chosen on the first halves (`SplitThreshold`): the selection halves
@@ -29,7 +29,7 @@ import numpy as np
 from absl.testing import absltest
 from hypothesis import strategies as st
 
-from dpjax.audit import estimators, one_run, parametric, stats
+from dpjax.audit import one_run, parametric, stats, thresholds
 from tests import helpers
 
 given = hypothesis.given
@@ -155,7 +155,7 @@ class FixedThresholdTest(absltest.TestCase):
          sign=st.sampled_from((1, -1)), delta=DELTAS, confidence=CONFIDENCES, data=st.data())
   def test_removing_or_spoiling_right_calls(self, s_in, s_out, t, sign, delta, confidence,
                                             data):
-    test = estimators.FixedThreshold(t, sign)
+    test = thresholds.FixedThreshold(t, sign)
     base = test.bound(s_in, s_out, delta=delta, confidence=confidence)
     kw = dict(delta=delta, confidence=confidence)
     fewer = test.bound(*_drop_right(data, s_in, s_out, t, sign), **kw)
@@ -185,7 +185,7 @@ class SplitThresholdTest(absltest.TestCase):
          both_signs=st.booleans(), delta=DELTAS, confidence=CONFIDENCES, data=st.data())
   def test_spoiling_the_evaluation_half(self, s_in, s_out, both_signs, delta, confidence,
                                         data):
-    policy = estimators.SplitThreshold(both_signs=both_signs)
+    policy = thresholds.SplitThreshold(both_signs=both_signs)
     base = policy.bound(s_in, s_out, delta=delta, confidence=confidence)
     new_in, new_out = _degrade(data, s_in, s_out, base.threshold, base.sign,
                                start_in=len(s_in) // 2, start_out=len(s_out) // 2)

@@ -7,7 +7,7 @@ import numpy as np
 from absl.testing import absltest
 
 from dpjax import models
-from dpjax.audit import canary, certifiable, stats, store
+from dpjax.audit import canary, stats, store, thresholds
 from dpjax.audit import run as audit_run
 from dpjax.data import canaries
 
@@ -27,13 +27,13 @@ class PipelineTest(absltest.TestCase):
   def test_best_certifiable_on_unequal_sides_is_the_best_point(self):
     fpr = np.array([0.0, 0.01, 0.1, 0.5, 1.0])
     fnr = np.array([1.0, 0.6, 0.2, 0.05, 0.0])
-    b = certifiable.best_certifiable(fpr, fnr, 300, trials_in=100, delta=1e-5,
+    b = thresholds.best_certifiable(fpr, fnr, 300, trials_in=100, delta=1e-5,
                                     confidence=0.95, thresholds_J=np.arange(5.0))
     want = stats.epsilon_lower_bound(fpr * 300, 300, fnr * 100, 100, 1e-5, 0.95)
     self.assertEqual(b.epsilon, float(np.max(want)))
     self.assertEqual(b.threshold, float(np.argmax(want)))
-    same = certifiable.best_certifiable(fpr, fnr, 300, trials_in=300, delta=1e-5)
-    self.assertEqual(same.epsilon, certifiable.best_certifiable(fpr, fnr, 300,
+    same = thresholds.best_certifiable(fpr, fnr, 300, trials_in=300, delta=1e-5)
+    self.assertEqual(same.epsilon, thresholds.best_certifiable(fpr, fnr, 300,
                                                                delta=1e-5).epsilon)
 
   def test_models_per_chunk_fits_the_observation_budget(self):

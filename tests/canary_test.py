@@ -11,7 +11,7 @@ from scipy import optimize, special
 
 from dpjax import dpsgd, models, tradeoff
 from dpjax.accounting import gdp, pld
-from dpjax.audit import canary, certifiable, estimators, parametric, stats
+from dpjax.audit import canary, parametric, stats, thresholds
 from dpjax.data import canaries
 
 _QUIET = dpsgd.PerformanceFlags(progress=False)
@@ -26,7 +26,7 @@ def _roc(dist):
 
 def _best(dist, trials, delta=0.0, confidence=0.95):
   thr, fpr, fnr = _roc(dist)
-  return certifiable.best_certifiable(fpr, fnr, trials, delta=delta, confidence=confidence,
+  return thresholds.best_certifiable(fpr, fnr, trials, delta=delta, confidence=confidence,
                                      thresholds_J=thr)
 
 
@@ -123,7 +123,7 @@ class LlrDistributionTest(parameterized.TestCase):
     # a Gaussian mechanism with the same (PLD) eps gives a similar ceiling
     eps = pld.dpsgd_epsilon(9.7042, 0.2, 500, 1e-5)
     a = np.r_[0.0, np.geomspace(1e-12, 1.0, 20_001)]
-    g = certifiable.best_certifiable(a, tradeoff.gaussian_fnr(a, gdp.mu_for_epsilon(eps, 1e-5)),
+    g = thresholds.best_certifiable(a, tradeoff.gaussian_fnr(a, gdp.mu_for_epsilon(eps, 1e-5)),
                                     10_000, delta=1e-5).epsilon
     self.assertAlmostEqual(ceil, g, delta=0.15)
 
@@ -134,7 +134,7 @@ class LlrDistributionTest(parameterized.TestCase):
     o = sigma * rng.normal(size=(4000, t))
     s = canary.white_box_scores(o, q, sigma)
     thr = _best(canary.llr_distribution(q, sigma, t), 2000, 1e-5).threshold
-    r = estimators.FixedThreshold(thr).bound(s[:2000], s[2000:], delta=1e-5)
+    r = thresholds.FixedThreshold(thr).bound(s[:2000], s[2000:], delta=1e-5)
     self.assertLess(r.epsilon_lower, 0.3)
     g = parametric.gdp_estimate(s[:2000], s[2000:], 1e-5)
     self.assertLess(g.epsilon, 0.3)

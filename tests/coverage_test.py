@@ -17,7 +17,7 @@ from scipy import integrate
 from scipy import stats as sps
 
 from dpjax.accounting import gdp, pld
-from dpjax.audit import coverage, one_run, score_audit, stats
+from dpjax.audit import coverage, one_run, one_run_fdp, score_audit, stats
 
 _LEVEL = 1e-3
 _DELTA = 1e-5
@@ -180,17 +180,17 @@ class MemoizationTest(absltest.TestCase):
   def test_one_run_memo_equals_direct_and_is_restored(self):
     kw = dict(num_canaries=400, num_guesses=60, num_correct=52, delta=1e-5, confidence=0.95)
     direct = one_run.epsilon_lower_bound(**kw)
-    fdp = one_run.fdp_epsilon_lower_bound(**kw, family="gdp")
+    fdp = one_run_fdp.fdp_epsilon_lower_bound(**kw, family="gdp")
     originals = (stats.clopper_pearson, one_run.epsilon_lower_bound,
-                 one_run.fdp_epsilon_lower_bound)
+                 one_run_fdp.fdp_epsilon_lower_bound)
     with self.assertRaises(RuntimeError):
       with coverage._memoized_counts():
         self.assertEqual(one_run.epsilon_lower_bound(**kw), direct)
         self.assertEqual(one_run.epsilon_lower_bound(**kw), direct)
-        self.assertEqual(one_run.fdp_epsilon_lower_bound(**kw, family="gdp"), fdp)
+        self.assertEqual(one_run_fdp.fdp_epsilon_lower_bound(**kw, family="gdp"), fdp)
         raise RuntimeError("leave the block")
     self.assertEqual((stats.clopper_pearson, one_run.epsilon_lower_bound,
-                      one_run.fdp_epsilon_lower_bound), originals)
+                      one_run_fdp.fdp_epsilon_lower_bound), originals)
 
   def test_measure_equals_unmemoized_estimators(self):
     # The same audits scored by the estimators outside `measure` (no memo).

@@ -94,7 +94,7 @@ class AuditTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "observe_fn"):
       fm.audit(jax.random.key(0), cfg, model, x, y, init_params=p0, adversaries=[good],
                num_runs=8, observe_fn=lambda u: u)
-    with self.assertRaisesRegex(ValueError, "fixed_gradients is set by audit"):
+    with self.assertRaisesRegex(ValueError, "fixed_gradients is set by the audit"):
       fm.audit(jax.random.key(0), cfg, model, x, y, init_params=p0, adversaries=[good],
                num_runs=8, fixed_gradients=dpsgd.FixedGradients(
                    jax.tree.map(lambda v: jnp.zeros((1,) + v.shape), p0),

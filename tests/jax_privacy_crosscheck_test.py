@@ -26,7 +26,7 @@ from absl.testing import absltest
 from scipy import stats as sps
 
 from dpjax.accounting import gdp
-from dpjax.audit import estimators, one_run, score_audit, stats
+from dpjax.audit import one_run, one_run_fdp, score_audit, stats, thresholds
 
 jpa = pytest.importorskip("jax_privacy.auditing")
 
@@ -57,7 +57,7 @@ class JaxPrivacyCrossCheckTest(absltest.TestCase):
       for t in _THRESHOLDS:
         theirs = auditor.epsilon_clopper_pearson(_ALPHA, _DELTA, one_sided=False,
                                                  threshold_strategy=jpa.Explicit(t))
-        ours = estimators.FixedThreshold(t).bound(s_in, s_out, delta=_DELTA,
+        ours = thresholds.FixedThreshold(t).bound(s_in, s_out, delta=_DELTA,
                                                   confidence=1 - _ALPHA).epsilon_lower
         self.assertAlmostEqual(theirs, ours, delta=1e-12, msg=(mu, t))
         # one_sided=True keeps only ln(TPR_lower - delta) - ln(FPR_upper), with each
@@ -113,14 +113,14 @@ class JaxPrivacyCrossCheckTest(absltest.TestCase):
         r = v + int((s_out >= t).sum())
         theirs = auditor.epsilon_one_run_fdp(_ALPHA, _DELTA,
                                              threshold_strategy=jpa.Explicit(t))
-        ours = one_run.fdp_epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v,
+        ours = one_run_fdp.fdp_epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v,
                                                delta=_DELTA, family="gdp",
                                                confidence=1 - _ALPHA).epsilon_lower
         # Theirs: Brent to 1e-6 in eps with sigma from dp_accounting's calibration; ours:
         # the largest rejected mu on a refined grid, then eps of that mu.
         self.assertAlmostEqual(theirs, ours, delta=1e-4 + 1e-4 * ours, msg=(mu, t))
         # And the (eps, delta)-DP trade-off function, valid for every mechanism, is weaker.
-        dp = one_run.fdp_epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v,
+        dp = one_run_fdp.fdp_epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v,
                                              delta=_DELTA, family="dp",
                                              confidence=1 - _ALPHA).epsilon_lower
         self.assertLessEqual(dp, ours + 1e-9)

@@ -1,17 +1,13 @@
 """Tests for dpjax.audit.parametric: the mu-GDP estimate (Nasr et al. 2023)."""
 
-import collections
-import json
-import math
 
 import numpy as np
 from absl.testing import absltest, parameterized
 from scipy import stats as sps
 
-from dpjax import tradeoff
 from dpjax.accounting import gdp
 from tests import helpers
-from dpjax.audit import certifiable, estimators, one_run, parametric, score_audit, stats
+from dpjax.audit import parametric, stats
 
 
 class GdpBoundTest(parameterized.TestCase):

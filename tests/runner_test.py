@@ -199,7 +199,7 @@ class AuditDpSgdTest(absltest.TestCase):
     params = mlp.init(jax.random.key(0))
     mine = dpsgd.FixedGradients(jax.tree.map(lambda v: jnp.zeros((1,) + v.shape), params),
                                 np.ones((4, 1), bool))
-    with self.assertRaisesRegex(ValueError, "fixed_gradients is set by audit_dpsgd"):
+    with self.assertRaisesRegex(ValueError, "fixed_gradients is set by the audit"):
       runner.audit_dpsgd(key, cfg, mlp, x, y, num_runs=4, fixed_gradients=mine)
     with self.assertRaisesRegex(TypeError, "cfg"):
       runner.audit_dpsgd(key, "cfg", mlp, x, y, num_runs=4)

@@ -6,12 +6,10 @@ import math
 
 import numpy as np
 from absl.testing import absltest, parameterized
-from scipy import stats as sps
 
-from dpjax import tradeoff
 from dpjax.accounting import gdp
 from tests import helpers
-from dpjax.audit import certifiable, estimators, one_run, parametric, score_audit, stats
+from dpjax.audit import one_run, one_run_fdp, parametric, score_audit, thresholds
 
 
 class ScoreBoundsTest(parameterized.TestCase):
@@ -44,12 +42,12 @@ class ScoreBoundsTest(parameterized.TestCase):
     s_in, s_out = helpers.quantile_scores(1.5, 2000, seed=2)
     b = score_audit.score_bounds(s_in, s_out, delta=1e-5, threshold=0.75,
                                 thresholds=[0.5, 1.0, 1.5])
-    split = estimators.SplitThreshold(both_signs=True).bound(s_in, s_out, delta=1e-5)
+    split = thresholds.SplitThreshold(both_signs=True).bound(s_in, s_out, delta=1e-5)
     self.assertEqual(b["clopper_pearson"].epsilon_lower, split.epsilon_lower)
-    fixed = estimators.FixedThreshold(0.75).bound(s_in, s_out, delta=1e-5)
+    fixed = thresholds.FixedThreshold(0.75).bound(s_in, s_out, delta=1e-5)
     self.assertEqual(b["clopper_pearson_fixed"].epsilon_lower, fixed.epsilon_lower)
     # declared thresholds: each at 1 - 0.05 / 3 on every trial, the largest reported
-    each = [estimators.FixedThreshold(t).bound(s_in, s_out, delta=1e-5,
+    each = [thresholds.FixedThreshold(t).bound(s_in, s_out, delta=1e-5,
                                                confidence=1 - 0.05 / 3).epsilon_lower
             for t in (0.5, 1.0, 1.5)]
     self.assertAlmostEqual(b["clopper_pearson_bonferroni"].epsilon_lower, max(each), places=12)
@@ -84,7 +82,7 @@ class ScoreBoundsTest(parameterized.TestCase):
         self.assertAlmostEqual(b[name].epsilon_lower, res.epsilon_lower, places=9)
       else:
         fam = "dp" if name == "fdp_one_run" else "gdp"
-        want = one_run.fdp_epsilon_lower_bound(
+        want = one_run_fdp.fdp_epsilon_lower_bound(
             num_canaries=500, num_guesses=2 * k, num_correct=res.num_correct, delta=1e-5,
             family=fam, confidence=1 - 0.05 / 8).epsilon_lower
         self.assertAlmostEqual(b[name].epsilon_lower, want, delta=1e-3 * max(1.0, want))

@@ -16,7 +16,7 @@ from dpjax import dpsgd
 from dpjax import models
 from dpjax import privatizer
 from dpjax import sampling
-from dpjax.audit import estimators
+from dpjax.audit import thresholds
 from dpjax.audit import variants
 from dpjax.clipping import vmap
 from tests import helpers
@@ -287,7 +287,7 @@ class PlantedBugCaughtTest(parameterized.TestCase):
     model = models.logistic_regression(2)
     out = _train(_variant(name, cfg, model), x, y, jnp.asarray(keep), model=model, key=5)
     score = np.asarray(out.observations)[:, :, 1].sum(axis=1)
-    return estimators.SplitThreshold(both_signs=True).bound(
+    return thresholds.SplitThreshold(both_signs=True).bound(
         score[keep[:, 1]], score[~keep[:, 1]], delta=1e-5).epsilon_lower
 
   def test_over_rate_sampler_is_caught_at_claimed_eps_1(self):

@@ -1,44 +1,33 @@
-"""Canary audits of DP-SGD: the canaries, and a black-box and a white-box adversary.
+"""Canary audits of DP-SGD: the canaries, the designs, and a black-box and a white-box adversary.
 
-Many models are trained on a fixed base set of credit records with and without canaries
-(`dpjax.data.canaries.audit_data`); each run is scored (higher = IN) and the scores
-become an eps lower bound (`dpjax.audit.estimators`). Every run carries two canaries with
-their own inclusion bits (`balanced_design`):
+Models trained on a fixed base set with and without canaries (`dpjax.data.canaries.
+audit_data`) are scored (higher = IN) and the scores bounded (`dpjax.audit.thresholds`).
+Every run carries two canaries with their own bits (`balanced_design`): the record canary,
+whose BLACK-BOX adversary scores -logit on the final model (`black_box_scores`), and a
+gradient canary (Nasr et al.): a "record" whose gradient is C e, e a coordinate no record
+uses (`gradient_canary`). The WHITE-BOX adversary sees every privatized update; its
+projection on e times B / C (`normalized_observations`) is o_t = b_t + sigma z_t (b_t ~
+Bernoulli(q) if IN, 0 if not) for the claimed algorithm, so the exact log-likelihood ratio
+is L = sum_t log(1 - q + q exp((2 o_t - 1) / (2 sigma^2))) (`white_box_scores`,
+`white_box_llr`). Under the claimed (q, sigma, T) its law (`LlrDistribution`) is the
+accounted privacy-loss distribution, whose ROC fixes thresholds in advance.
 
-* the record canary: the BLACK-BOX adversary sees only the final model and scores
-  -logit(canary) (`black_box_scores`).
-* a gradient canary (Nasr et al.): a "record" whose gradient is C e, e a unit vector in a
-  coordinate no record uses (`gradient_canary`). The WHITE-BOX adversary sees every
-  privatized update, as DP-SGD's analysis assumes; its projection on e times B / C
-  (`normalized_observations`) is o_t = b_t + sigma z_t (b_t ~ Bernoulli(q) if in, 0 if
-  not; z_t ~ N(0, 1)) for the claimed algorithm, so the exact log-likelihood ratio is
-
-      L = sum_t log(1 - q + q exp((2 o_t - 1) / (2 sigma^2)))
-
-  (`white_box_scores`). Under the CLAIMED (q, sigma, T) its law (`LlrDistribution`) is
-  the accounted privacy loss distribution, whose ROC fixes the threshold in advance.
-
-With K gradient canaries per run (`gradient_canaries`), coordinate j of the update in
-DP-SGD as claimed (fixed denominator B, independent noise per coordinate) is
-(b_tj C + sigma C z_tj) / B, so a run gives K independent trials. This independence is a
-property of the claimed algorithm: the bound on pooled (run, canary) trials tests "this
-is DP-SGD as claimed, at eps". For an arbitrary mechanism claimed (eps, delta)-DP, K
-canaries of one run need not be independent trials; use `dpjax.audit.one_run` (Steinke,
-Nasr & Jagielski 2023). Sharing runs between the two adversaries is sound: each side of
-either test holds the other canary in half of its runs, the same mixture of neighbouring
-datasets.
+With K gradient canaries per run (`gradient_canaries`), coordinate j of the update of
+DP-SGD as claimed is (b_tj C + sigma C z_tj) / B, so a run gives K independent trials: a
+property of the claimed algorithm (for an arbitrary (eps, delta)-DP mechanism use
+`dpjax.audit.one_run`). Sharing runs between the two adversaries is sound: each side of
+either test holds the other canary in half of its runs.
 
 References: Nasr, Song, Thakurta, Papernot & Carlini 2021,
 https://arxiv.org/abs/2101.04535; Jagielski, Ullman & Oprea 2020.
 
-Shape letters: M models (trials), T steps, D features, J grid points.
+Shape letters: M models (trials), T steps, D features, K canaries, J grid points.
 
 Examples:
-  >>> from dpjax import tradeoff
-  >>> from dpjax.audit import certifiable, stats
+  >>> from dpjax.audit import stats, thresholds
   >>> dist = LlrDistribution.compute(sampling_prob=0.2, noise_multiplier=2.0, num_steps=50)
-  >>> thr, fpr, fnr = tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
-  >>> best = certifiable.best_certifiable(fpr, fnr, 1000, delta=1e-5, thresholds_J=thr)
+  >>> thr, fpr, fnr = dist.roc()
+  >>> best = thresholds.best_certifiable(fpr, fnr, 1000, delta=1e-5, thresholds_J=thr)
   >>> bool(0 < best.epsilon < stats.perfect_attack_ceiling(1000, 1e-5))
   True
 """
@@ -53,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
-from dpjax import _validate
+from dpjax import _validate, tradeoff
 
 
 # ----------------------------------------------------------------------------------
@@ -236,6 +225,27 @@ def white_box_scores(o_MxT, sampling_prob: float, noise_multiplier: float) -> np
   return np.sum(step_llr(o, sampling_prob, noise_multiplier), axis=1)
 
 
+def white_box_llr(obs_MxTxK, *, expected_batch_size: float, l2_clip_norm: float,
+                  sampling_prob: float, noise_multiplier: float) -> np.ndarray:
+  """float64[M, K]: `white_box_scores` of each of K observed canary coordinates.
+
+  obs_MxTxK: each canary's coordinate of every privatized update, as `dpsgd.train_many`
+  records it (after the division by B), normalized by B / C (`normalized_observations`)
+  and scored under the claimed (q, sigma).
+
+  Examples:
+    >>> white_box_llr([[[0.05], [0.0]]], expected_batch_size=20.0, l2_clip_norm=1.0,
+    ...               sampling_prob=1.0, noise_multiplier=0.0).tolist()
+    [[1.0]]
+  """
+  obs = _validate.check_array(obs_MxTxK, "obs_MxTxK", ndim=3, min_size=1)
+  m, t, k = obs.shape
+  o = normalized_observations(np.transpose(obs, (0, 2, 1)).reshape(m * k, t),
+                              expected_batch_size=expected_batch_size,
+                              l2_clip_norm=l2_clip_norm)
+  return white_box_scores(o, sampling_prob, noise_multiplier).reshape(m, k)
+
+
 # ----------------------------------------------------------------------------------
 # The exact distribution of the white-box statistic (= the privacy-loss distribution).
 
@@ -249,8 +259,7 @@ class LlrDistribution:
   loss is rounded to the nearest grid point (|error| <= h/2 per step) instead of moved
   pessimistically: not an upper bound on delta, but the statistic's values with both pmfs,
   for thresholds. Tails beyond +-30 standard deviations alias in the FFT (negligible).
-  `dpjax.tradeoff.likelihood_ratio_roc(grid_J, pmf_in_J, pmf_out_J)` is the ROC of the
-  tests "IN iff L > threshold".
+  `roc()` is the ROC of the tests "IN iff L > threshold".
 
   Attributes:
     grid_J: float64[J] values of L, evenly spaced (spacing h).
@@ -302,6 +311,17 @@ class LlrDistribution:
     c_in = np.maximum(c_in, 0.0)
     c_out = np.maximum(c_out, 0.0)
     return cls(grid, c_in / c_in.sum(), c_out / c_out.sum())
+
+  def roc(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(thresholds_J, fpr_J, fnr_J) of the tests "IN iff L > threshold"
+    (`tradeoff.likelihood_ratio_roc` on this distribution)."""
+    return tradeoff.likelihood_ratio_roc(self.grid_J, self.pmf_in_J, self.pmf_out_J)
+
+  def error_rates(self, thresholds_J) -> tuple[np.ndarray, np.ndarray]:
+    """(FPR, FNR) float64[J] of the tests "IN iff L > t_j": P_OUT(L > t_j), P_IN(L <= t_j)."""
+    t = _validate.check_array(thresholds_J, "thresholds_J", ndim=1, allow_inf=True)
+    return (np.array([self.pmf_out_J[self.grid_J > x].sum() for x in t]),
+            np.array([self.pmf_in_J[~(self.grid_J > x)].sum() for x in t]))
 
   def delta(self, epsilon, direction: str = "both"):
     """Privacy profile delta(eps) of this distribution, eps >= 0 scalar or float[E].

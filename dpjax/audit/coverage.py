@@ -8,7 +8,7 @@ null mechanism every positive bound is one). A valid estimator's violation rate 
 <= alpha up to binomial error; `Coverage.p_value` = P[Binomial(audits, alpha) >=
 violations] (small = over-confident).
 
-Estimators wrap the library's code: the threshold strategies of `dpjax.audit.estimators`,
+Estimators wrap the library's code: the threshold strategies of `dpjax.audit.thresholds`,
 `gdp_estimate` (valid only for mu-GDP mechanisms: elsewhere reported with
 `assumption_met=False`, not as a failure), the one-run bounds of `dpjax.audit.one_run`
 played as the real one-run game, and every entry of `score_audit.score_bounds`;
@@ -40,7 +40,7 @@ import contextlib
 import dataclasses
 import functools
 import math
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Optional
 
 import numpy as np
 from scipy import special
@@ -48,7 +48,7 @@ from scipy import stats as sps
 
 from dpjax import _validate
 from dpjax.accounting import gdp
-from dpjax.audit import certifiable, estimators, one_run, parametric, score_audit, stats
+from dpjax.audit import one_run, one_run_fdp, parametric, score_audit, stats, thresholds
 
 __all__ = ["MECHANISM_KINDS", "INPUTS", "Mechanism", "gaussian_at", "optimal_threshold",
            "optimal_guesses", "Estimator", "threshold_estimators", "one_run_estimators",
@@ -192,7 +192,7 @@ def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
                       confidence: float = 0.95) -> float:
   """The threshold of the mechanism's best certifiable test, fixed before any audit.
 
-  The pair's exact ROC fed to `certifiable.best_certifiable` with `trials` trials per side.
+  The pair's exact ROC fed to `thresholds.best_certifiable` with `trials` trials per side.
 
   Examples:
     >>> optimal_threshold(Mechanism("randomized_response", 1.0), 100, delta=1e-5)
@@ -207,7 +207,7 @@ def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
   else:
     grid = mechanism._center() + mechanism._spread() * np.linspace(-12.0, 12.0, 2401)
   fpr, fnr = mechanism.roc(grid)
-  return float(certifiable.best_certifiable(fpr, fnr, trials, delta=delta, confidence=confidence,
+  return float(thresholds.best_certifiable(fpr, fnr, trials, delta=delta, confidence=confidence,
                                            thresholds_J=grid).threshold)
 
 
@@ -285,7 +285,7 @@ class Estimator:
 
 def threshold_estimators(mechanism: Mechanism, *, trials: int, delta: float,
                          confidence: float = 0.95) -> tuple[Estimator, ...]:
-  """The threshold strategies and the GDP bound of `dpjax.audit.estimators`.
+  """The threshold strategies and the GDP bound of `dpjax.audit.thresholds`.
 
   "fixed": `FixedThreshold` at `optimal_threshold`; "split", "split_both_signs":
   `SplitThreshold`; "bonferroni": over fixed and two-sign split (the white-box policy of
@@ -294,9 +294,9 @@ def threshold_estimators(mechanism: Mechanism, *, trials: int, delta: float,
   delta = _validate.check_delta(delta)
   confidence = _validate.check_confidence(confidence)
   t = optimal_threshold(mechanism, trials, delta=delta, confidence=confidence)
-  fixed = estimators.FixedThreshold(t)
-  split1, split2 = estimators.SplitThreshold(), estimators.SplitThreshold(both_signs=True)
-  policy = estimators.Bonferroni((fixed, split2))
+  fixed = thresholds.FixedThreshold(t)
+  split1, split2 = thresholds.SplitThreshold(), thresholds.SplitThreshold(both_signs=True)
+  policy = thresholds.Bonferroni((fixed, split2))
 
   def via(strategy):
     return lambda s_in, s_out, d, c: strategy.bound(s_in, s_out, delta=d,
@@ -334,7 +334,7 @@ def one_run_estimators(mechanism: Mechanism, *, trials: int, delta: float,
     def bound(scores, included, d, c):
       r = one_run.audit(scores, included, num_positive_guesses=k, num_negative_guesses=k,
                         delta=d, confidence=c)
-      return one_run.fdp_epsilon_lower_bound(
+      return one_run_fdp.fdp_epsilon_lower_bound(
           num_canaries=r.num_canaries, num_guesses=r.num_guesses, num_correct=r.num_correct,
           delta=d, family=family, confidence=c).epsilon_lower
     return bound
@@ -368,12 +368,12 @@ def score_bounds_estimator(threshold: Optional[float] = None) -> Estimator:
 def overfit_estimator() -> Estimator:
   """A deliberately INVALID estimator: the threshold maximised on the evaluation trials.
 
-  `estimators.choose_threshold` on all trials, then `FixedThreshold` on the same trials;
+  `thresholds.choose_threshold` on all trials, then `FixedThreshold` on the same trials;
   its violation rate is far above alpha, so a harness that misses it catches nothing.
   """
   def bound(s_in, s_out, d, c):
-    t, sign = estimators.choose_threshold(s_in, s_out, d, c, both_signs=True)
-    return estimators.FixedThreshold(t, sign).bound(s_in, s_out, delta=d,
+    t, sign = thresholds.choose_threshold(s_in, s_out, d, c, both_signs=True)
+    return thresholds.FixedThreshold(t, sign).bound(s_in, s_out, delta=d,
                                                     confidence=c).epsilon_lower
 
   return Estimator("overfit (invalid)", bound,
@@ -420,7 +420,7 @@ class _CpTable:
 @contextlib.contextmanager
 def _memoized_counts():
   """Memoizes stats.clopper_pearson and the one-run bounds for the duration."""
-  saved = (stats.clopper_pearson, one_run.epsilon_lower_bound, one_run.fdp_epsilon_lower_bound)
+  saved = (stats.clopper_pearson, one_run.epsilon_lower_bound, one_run_fdp.fdp_epsilon_lower_bound)
   steinke = functools.lru_cache(maxsize=None)(
       lambda m, r, v, d, c: saved[1](num_canaries=m, num_guesses=r, num_correct=v, delta=d,
                                      confidence=c))
@@ -430,13 +430,13 @@ def _memoized_counts():
   stats.clopper_pearson = _CpTable(saved[0])
   one_run.epsilon_lower_bound = lambda *, num_canaries, num_guesses, num_correct, delta=0.0, \
       confidence=0.95: steinke(num_canaries, num_guesses, num_correct, delta, confidence)
-  one_run.fdp_epsilon_lower_bound = lambda *, num_canaries, num_guesses, num_correct, delta, \
+  one_run_fdp.fdp_epsilon_lower_bound = lambda *, num_canaries, num_guesses, num_correct, delta, \
       family="dp", confidence=0.95: fdp(num_canaries, num_guesses, num_correct, delta, family,
                                         confidence)
   try:
     yield
   finally:
-    stats.clopper_pearson, one_run.epsilon_lower_bound, one_run.fdp_epsilon_lower_bound = saved
+    stats.clopper_pearson, one_run.epsilon_lower_bound, one_run_fdp.fdp_epsilon_lower_bound = saved
 
 
 # ----------------------------------------------------------------------------------

@@ -291,6 +291,38 @@ def worst_case_init(model, params, feature: int, label: int, *, bias: float = 2.
   return out, (x, label)
 
 
+def audit_inits(key, model, x_priv_NxF, x_pub_NxF, y_pub_N, *, pretrain_steps: int,
+                learning_rate: float = 0.5) -> tuple:
+  """The initialisations a final-model audit compares, and the unused features they rely on.
+
+  Returns (average theta_0 = model.init(key); worst-case theta_0: pre-trained on the PUBLIC
+  records (`pretrain`, `pretrain_steps` steps, 0: none) and, for an MLP, given a
+  first-layer unit only the target activates (`worst_case_init`, the target the first
+  feature no private record uses, its label the one of least logit); the pre-trained
+  theta_0 alone; the unused features int64[U] (`unused_features`); the target feature,
+  or None for other models).
+  """
+  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
+  models_lib.check_model(model)
+  unused = unused_features(x_priv_NxF)
+  avg0 = model.init(_validate.check_key(key))
+  worst0 = avg0
+  if _validate.check_int(pretrain_steps, "pretrain_steps", minimum=0):
+    worst0 = pretrain(model, avg0, x_pub_NxF, y_pub_N, num_steps=pretrain_steps,
+                      learning_rate=learning_rate)
+  pre0, target = worst0, None
+  if model.kind == "mlp":
+    if unused.size < 2:
+      raise ValueError("x_priv_NxF: the MLP's canaries need >= 2 features no private "
+                       "record uses")
+    target = int(unused[0])
+    xt = np.zeros((1, np.shape(x_priv_NxF)[1]), np.float32)
+    xt[0, target] = 1.0
+    label = int(np.argmin(np.asarray(model.apply(worst0, xt))[0]))
+    worst0, _ = worst_case_init(model, worst0, target, label)
+  return avg0, worst0, pre0, unused, target
+
+
 def gradient_direction(model, params, x_c, y_c) -> Any:
   """Unit vector of the record's loss gradient at `params`, leading axis K = 1.
 

@@ -1,20 +1,14 @@
 """Final-model (hidden-state) audits of DP-SGD on real networks.
 
-DP-SGD's accountant assumes the adversary sees every privatized update. A
-released model is usually only the LAST iterate theta_T. This module audits
-adversaries that see theta_T (and the public initial parameters theta_0, which
-DP-SGD's analysis lets anyone choose) and nothing else; their canaries, crafted
-initialisations and score functions are built by `dpjax.audit.crafting`, and
-the prediction they are compared with, the last-iterate heuristic of Steinke et
-al., is `dpjax.audit.last_iterate`.
-
-`audit` trains R runs of `dpsgd.train_many` from one fixed theta_0 with every
-adversary's canary included by its own independent bits, scores the final
-models, and also scores the gradient canaries WHITE-BOX on the same runs (the
-exact per-step likelihood ratio of `canary.white_box_scores`), so the cost of
-hiding the intermediate models is measured on identical trials. A researcher's
-own adversary is a `FinalModelAdversary`: a canary plus score functions of
-(theta_T, theta_0).
+DP-SGD's accountant assumes the adversary sees every privatized update; a released
+model is usually only the LAST iterate theta_T. This module audits adversaries that see
+theta_T and the public theta_0 only (canaries, initialisations and scores:
+`dpjax.audit.crafting`; the last-iterate heuristic they are compared with:
+`dpjax.audit.last_iterate`). `audit` trains R runs from one fixed theta_0 through
+`dpjax.audit.run.train`, every adversary's canary with its own bits, scores the final
+models and, on the same runs, the gradient canaries WHITE-BOX, so the cost of hiding the
+intermediate models is measured on identical trials. A researcher's own adversary is a
+`FinalModelAdversary`: a canary plus score functions of (theta_T, theta_0).
 
 `paper_protocol_audit` is Annamalai & De Cristofaro's protocol: a blank target
 (`blank_target`), R runs per seed from a pre-trained theta_0, -loss scores, and
@@ -135,31 +129,21 @@ def _num_k(a) -> int:
 def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: int,
           confidence: float = 0.95, white_box: bool = True, progress: bool = True,
           **train_kwargs) -> FinalModelAudit:
-  """Final-model audit of DP-SGD (`dpsgd.train_many`) from a fixed, public theta_0.
+  """Final-model audit of DP-SGD from a fixed, public theta_0 (through `run.train`).
 
-  Every run trains on all N records plus every adversary's canaries, each
-  adversary with its own inclusion bits (`runner.inclusion_bits`, balanced,
-  independent across adversaries and canaries). After training, each score
-  function sees only (theta_T, theta_0). For an adversary, the other
-  adversaries' canaries are part of the rest of the data, the same mixture on
-  both sides of its test, so sharing runs is sound. The K trials of a gradient
-  adversary are pooled: valid when its canaries' scores are independent given
-  the bits (`crafting.input_weight_canaries`: disjoint untouched coordinates;
-  otherwise give K = 1).
-
-  White-box on the same runs (when `white_box` and an adversary has gradient
-  canaries of norm C with orthogonal directions): the privatized update of each
-  step, projected on g_j / C and multiplied by B / C, is b_t + sigma z_t plus
-  the records' projection (0 for untouched coordinates), scored by
-  `canary.white_box_scores`. The white-box bounds use the same one-run coins
-  (`seed`) as the adversary's final-model scores, so at q = 1, where the
-  likelihood ratio is an increasing function of the final displacement of an
-  untouched coordinate, the two views give the same bounds.
+  Every run trains on all N records plus every adversary's canaries, each adversary with
+  its own balanced bits (`runner.inclusion_bits`); each score function sees only
+  (theta_T, theta_0). The other adversaries' canaries are the same mixture on both sides
+  of a test, so sharing runs is sound; a gradient adversary's K trials are pooled (valid
+  when its canaries' scores are independent given the bits, e.g. disjoint untouched
+  coordinates; otherwise give K = 1). White-box on the same runs (when `white_box`, for
+  gradient canaries of norm C with orthogonal directions): each update projected on
+  g_j / C, times B / C, scored by `canary.white_box_llr`, with the final-model scores'
+  one-run coins (at q = 1 the two views then give the same bounds).
 
   Args:
     key: jax.random key, split into (bits, train, seed) keys.
-    cfg: the claimed dpsgd.DpSgdConfig.
-    model: a dpjax.models.Model.
+    cfg, model: the claimed dpsgd.DpSgdConfig and a dpjax.models.Model.
     x_NxF, y_N: the private records.
     init_params: theta_0, shared by all runs and known to the adversaries.
     adversaries: list of FinalModelAdversary (distinct names).
@@ -167,36 +151,22 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
     confidence: of every bound, in (0, 1).
     white_box: also score gradient canaries from the per-step updates.
     progress: progress bars.
-    **train_kwargs: other `dpsgd.train_many` keywords (sampler, clipping,
-      privatizer, optimizer, perf...): a replaced component is audited
-      against the claim.
+    **train_kwargs: other `dpsgd.train_many` components (sampler, clipping, privatizer,
+      optimizer, perf): a replaced component is audited against the claim.
   Returns:
     FinalModelAudit.
   Raises:
     ValueError / TypeError: bad inputs; runs that diverged.
-
-  Example (tests/final_model_test.py runs it):
-
-      g = crafting.input_weight_canaries(model, theta0, crafting.unused_features(x),
-                                         cfg.l2_clip_norm)
-      adv = FinalModelAdversary("gradient", {"final": crafting.projection_score(g)},
-                                gradient_canaries=g)
-      a = audit(key, cfg, model, x, y, init_params=theta0, adversaries=[adv], num_runs=64)
-      a.audits["gradient/final"].epsilon_lower(), a.white_box["gradient"].epsilon_lower()
   """
   from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import canary as canary_lib  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import runner  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary, run, runner  # pylint: disable=g-import-not-at-top
 
   key = _validate.check_key(key)
   _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
   models_lib.check_model(model)
   r = _validate.check_int(num_runs, "num_runs", minimum=4)
   confidence = _validate.check_confidence(confidence)
-  for bad in ("fixed_gradients", "observe_fn", "init_params", "keep_MxN"):
-    if bad in train_kwargs:
-      raise ValueError(f"{bad} is set by audit (the canaries and what is observed)")
   x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, min_size=1))
   if x.ndim < 2:
     raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
@@ -216,46 +186,38 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   bit_keys = jax.random.split(k_bits, len(adversaries))
   bits = {a.name: runner.inclusion_bits(bk, r, _num_k(a)) for a, bk in
           zip(adversaries, bit_keys)}
-  xs, ys, keep = [x], [y], [np.ones((r, x.shape[0]), bool)]
-  grads, gkeep, gslices = [], [], {}
-  kk = 0
-  for a in adversaries:
-    if a.record is not None:
-      xs.append(jnp.asarray(np.asarray(a.record[0], np.float32))[None])
-      ys.append(jnp.asarray(_validate.check_labels(np.asarray(a.record[1]).reshape(1),
-                                                   f"adversaries[{a.name!r}].record[1]",
-                                                   model.num_outputs),
-                            dtype=y.dtype))
-      keep.append(bits[a.name])
-    else:
-      k = _num_k(a)
-      grads.append(a.gradient_canaries)
-      gkeep.append(bits[a.name])
-      gslices[a.name] = slice(kk, kk + k)
-      kk += k
-  x_all, y_all = jnp.concatenate(xs, 0), jnp.concatenate(ys, 0)
-  keep_all = np.concatenate(keep, axis=1)
+  recs = [a for a in adversaries if a.record is not None]
+  grads = [a for a in adversaries if a.record is None]
+  records = gradients = None
+  if recs:
+    records = (np.stack([np.asarray(a.record[0], np.float32) for a in recs]),
+               np.concatenate([_validate.check_labels(np.asarray(a.record[1]).reshape(1),
+                                                      f"adversaries[{a.name!r}].record[1]",
+                                                      model.num_outputs) for a in recs]),
+               np.concatenate([bits[a.name] for a in recs], axis=1))
+  gslices, observe, kk = {}, None, 0
+  if grads:
+    for a in grads:
+      gslices[a.name] = slice(kk, kk + _num_k(a))
+      kk += _num_k(a)
+    g_all = jax.tree.map(lambda *ls: jnp.concatenate([jnp.asarray(l, jnp.float32)
+                                                      for l in ls], 0),
+                         *[a.gradient_canaries for a in grads])
+    gradients = (g_all, np.concatenate([bits[a.name] for a in grads], axis=1))
+    if white_box:
+      observe = _observer(jax.tree.map(lambda l: l / c, g_all))
   kwargs = dict(train_kwargs)
   kwargs.setdefault("perf", dpsgd.PerformanceFlags(progress=progress))
-  observe = None
-  unit_dirs = None
-  if grads:
-    g_all = jax.tree.map(lambda *ls: jnp.concatenate([jnp.asarray(l, jnp.float32)
-                                                      for l in ls], 0), *grads)
-    kwargs["fixed_gradients"] = dpsgd.FixedGradients(
-        g_all, jnp.asarray(np.concatenate(gkeep, axis=1)))
-    if white_box:
-      unit_dirs = jax.tree.map(lambda l: l / c, g_all)
-      observe = _observer(unit_dirs)
-      kwargs["observe_fn"] = observe
-  out = dpsgd.train_many(k_train, x_all, y_all, jnp.asarray(keep_all), cfg, model,
-                         init_params=init_params, **kwargs)
-  finite = np.asarray(out.finite)
-  if not finite.all():
-    raise ValueError(f"{int((~finite).sum())} of {r} audited runs diverged (non-finite "
-                     "parameters): lower cfg.learning_rate")
+  out = run.train(k_train, run.canary_design(x, y, r, records=records, gradients=gradients),
+                  cfg, model, observe_fn=observe, init_params=init_params, components=kwargs)
   seeds = [runner.seed_from_key(s) for s in
            jax.random.split(k_seed, 2 * len(adversaries))]
+
+  def trial(s, a, i):
+    return runner.TrainingAudit.of(s, bits[a.name], delta=delta, confidence=confidence,
+                                   mode="independent", claimed_epsilon=claimed,
+                                   seed=seeds[2 * i])
+
   audits, wb = {}, {}
   for i, a in enumerate(adversaries):
     for sname, fn in a.scores.items():
@@ -266,23 +228,48 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
                          f"scores per run, expected {bits[a.name].shape[1]}")
       if np.isnan(s).any():
         raise ValueError(f"adversary {a.name!r} score {sname!r} is NaN on some run")
-      audits[f"{a.name}/{sname}"] = runner.TrainingAudit(
-          s, bits[a.name], runner.bounds_from_trials(
-              s, bits[a.name], delta=delta, confidence=confidence, claimed_epsilon=claimed,
-              seed=seeds[2 * i]), "independent", delta, confidence, claimed)
+      audits[f"{a.name}/{sname}"] = trial(s, a, i)
     if a.name in gslices and observe is not None and _orthogonal_norm_c(
         a.gradient_canaries, c):
-      obs = np.asarray(out.observations, np.float64)[:, :, gslices[a.name]]   # [R, T, K]
-      k = obs.shape[2]
-      o = canary_lib.normalized_observations(
-          np.transpose(obs, (0, 2, 1)).reshape(r * k, -1),
-          expected_batch_size=cfg.expected_batch_size, l2_clip_norm=c)
-      s = canary_lib.white_box_scores(o, q, sigma).reshape(r, k)
-      wb[a.name] = runner.TrainingAudit(
-          s, bits[a.name], runner.bounds_from_trials(
-              s, bits[a.name], delta=delta, confidence=confidence, claimed_epsilon=claimed,
-              seed=seeds[2 * i]), "independent", delta, confidence, claimed)
+      wb[a.name] = trial(canary.white_box_llr(
+          np.asarray(out.observations)[:, :, gslices[a.name]],
+          expected_batch_size=cfg.expected_batch_size, l2_clip_norm=c, sampling_prob=q,
+          noise_multiplier=sigma), a, i)
   return FinalModelAudit(audits, wb, claimed, exact, heuristic, cfg, out.params)
+
+
+def standard_adversaries(model, theta0, x_priv_NxF, y_priv_N, unused_F, target_feature,
+                         l2_clip_norm: float) -> list[FinalModelAdversary]:
+  """Three adversaries of one theta_0: an input canary, gradient canaries, a target.
+
+  "input canary": `crafting.input_canary` (every unused feature dark), scored by -loss.
+  "gradient canary": `crafting.input_weight_canaries` on the unused features but the
+  target's (MLP) or `crafting.quiet_coordinate_canary` (other models), scored by the
+  final displacement. "target": the one-hot record of `target_feature` with its label of
+  least logit (None: the input canary itself), scored by -loss and by the displacement
+  along its initial gradient (`crafting.gradient_direction`).
+  """
+  c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
+  unused = np.asarray(unused_F)
+  xi, yi = crafting.input_canary(model, theta0, exclude_features=unused)
+  if target_feature is not None:           # an MLP's one-feature target
+    g = crafting.input_weight_canaries(model, theta0, unused[unused != target_feature], c,
+                                       skip_units=(0,))
+    xt = np.zeros((np.shape(x_priv_NxF)[1],), np.float32)
+    xt[target_feature] = 1.0
+    yt = int(np.argmin(np.asarray(model.apply(theta0, xt[None]))[0]))
+  else:
+    g = crafting.quiet_coordinate_canary(model, theta0, x_priv_NxF, y_priv_N, c)
+    xt, yt = xi, yi
+  d = crafting.gradient_direction(model, theta0, xt, yt)
+  return [
+      FinalModelAdversary("input canary", {"loss": crafting.loss_score(model, xi, yi)},
+                          record=(xi, yi)),
+      FinalModelAdversary("gradient canary", {"final model": crafting.projection_score(g)},
+                          gradient_canaries=g),
+      FinalModelAdversary("target", {"loss": crafting.loss_score(model, xt, yt),
+                                     "projection": crafting.projection_score(d)},
+                          record=(xt, yt))]
 
 
 _OBSERVERS: dict = {}

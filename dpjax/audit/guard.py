@@ -1,35 +1,24 @@
 """A short white-box audit of the DP-SGD engine that fails when its guarantee regresses.
 
-`check_claim` trains R logistic regressions with `dpsgd.train_many` through the engine's
-own sampler, clipping path and noise (or components passed as `sampler=` / `clipping=` /
-`privatizer=`); `ClaimCheck.falsified` is True, and `check()` raises, when its eps lower
-bound exceeds the exact eps of the claimed (q, sigma, T, C, delta).
-
-Canary j is a RECORD x = s e_{F+j} (s = `canary_scale`, label 0) in a feature no other
-record uses (F = 4 filler features), IN or OUT by `runner.inclusion_bits`. From w = 0 at
-learning rate 1e-6 its gradient is r x, r = sigmoid(0) - 0 = 1/2, of norm s/2 > C, so a
-correct path clips it to exactly C e_{F+j}. The adversary reads coordinate F+j of every
-privatized update u_t (white-box, Nasr et al. 2021); for the claimed algorithm, with the
-public B = q n,
-
-    o_t = B u_t / C = b_t + sigma z_t,   b_t ~ Bernoulli(q) if the canary is IN, else 0,
-
-independently over t, canaries and runs (disjoint coordinates, own Poisson bits, independent
-noise). The score is the exact log-likelihood ratio
-sum_t log((1-q) + q exp((2 o_t - 1) / (2 sigma^2))) (`canary.white_box_scores`), so the R K
-(run, canary) pairs are independent trials of the optimal test. Thresholds are declared from
-the claim before training (`declared_thresholds`), each evaluated by Clopper-Pearson at
-1 - alpha/k (union bound over the k thresholds, `estimators.Bonferroni`): an engine
-implementing the claimed mechanism is falsified (a false alarm) with probability
-<= 1 - confidence.
+`check_claim` trains R logistic regressions through the engine's own sampler, clipping
+path and noise (or the components passed), via `dpjax.audit.run.train`; `ClaimCheck`
+is falsified, and `check()` raises, when its eps lower bound exceeds the exact eps of the
+claimed (q, sigma, T, C, delta). Canary j is a RECORD x = s e_{F+j} (s = `canary_scale`,
+label 0) in a feature no other record uses (F = 4 filler features), IN or OUT by
+`runner.inclusion_bits`. From w = 0 at learning rate 1e-6 its gradient is x / 2, of norm
+s/2 > C, so a correct path clips it to exactly C e_{F+j}, and coordinate F+j of every
+privatized update is o_t = B u_t / C = b_t + sigma z_t (b_t ~ Bernoulli(q) if IN, else 0)
+independently over t, canaries and runs: the R K (run, canary) pairs are independent
+trials of the exact likelihood-ratio test (`canary.white_box_llr`). Thresholds are declared
+from the claim before training (`declared_thresholds`) under a union bound, so an engine
+implementing the claim is falsified with probability <= 1 - confidence.
 
 What it cannot see: a bug only in other models' clipping paths (ghost, vmap) unless that
-path is passed as `clipping=`; a wrong denominator (a public rescaling changes no eps); bugs
-that make training MORE private.
+path is passed as `clipping=`; a wrong public denominator; bugs that make training MORE
+private. Regressions (`variant=`, `variants.REGRESSIONS`, true eps
+`variants.exact_epsilon`): noise sigma C / 2, Poisson masks at min(1, 2q), clipping to 4C.
 
-Regressions (`variant=name`, `variants.REGRESSIONS`; true eps `variants.exact_epsilon`):
-"noise_half" (noise sigma C / 2), "sampler_twice_q" (Poisson masks at rate min(1, 2q)),
-"clip_four_c" (each example clipped to 4C).
+References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535.
 
 Shape letters: R runs (models), K canaries, T steps, N = num_filler + K records.
 
@@ -44,11 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
@@ -58,8 +45,6 @@ _FILLER_FEATURES = 4
 # The learning rate of the guard's training: params stay at w = 0 to ~1e-6, so every
 # canary's gradient is (1/2) s e_j throughout and is clipped to exactly C e_j.
 _LEARNING_RATE = 1e-6
-# Declared thresholds: false-positive rates 2^-i with >= this many expected false positives.
-_MIN_EXPECTED_FALSE_POSITIVES = 4.0
 
 
 def default_claim():
@@ -88,7 +73,7 @@ class ClaimCheck:
     falsified: epsilon_lower > exact_epsilon.
     num_in, num_out: IN and OUT (run, canary) trials.
     confidence: of epsilon_lower.
-    bound: the `estimators.BonferroniBound` (per-threshold counts in `parts`).
+    bound: the `thresholds.BonferroniBound` (per-threshold counts in `parts`).
     config: the DpSgdConfig trained (the claim with the guard's dataset size and learning rate).
   """
   epsilon_lower: float
@@ -127,6 +112,10 @@ def declared_thresholds(sampling_prob: float, noise_multiplier: float, num_steps
                         num_out: int) -> tuple[np.ndarray, np.ndarray]:
   """Thresholds on the white-box score fixed from the claimed (q, sigma, T) alone.
 
+  `thresholds.declared_ladder` on the claimed likelihood-ratio law: the smallest grid
+  value L_j with P_OUT(L >= L_j) <= 2^-i, so "score > L_j" has false-positive rate
+  <= 2^-i (to the grid's resolution).
+
   Args:
     num_out: OUT trials the thresholds will be evaluated on (>= 8).
   Returns:
@@ -138,35 +127,11 @@ def declared_thresholds(sampling_prob: float, noise_multiplier: float, num_steps
     >>> fpr.tolist(), bool(np.all(np.diff(t) > 0))
     ([0.5, 0.25, 0.125, 0.0625], True)
   """
-  from dpjax.audit import canary  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary, thresholds  # pylint: disable=g-import-not-at-top
   n = _validate.check_int(num_out, "num_out", minimum=8)
   dist = canary.llr_distribution(sampling_prob, noise_multiplier, num_steps)
-  levels = []
-  i = 1
-  while n * 2.0 ** -i >= _MIN_EXPECTED_FALSE_POSITIVES:
-    levels.append(2.0 ** -i)
-    i += 1
   survival = np.cumsum(dist.pmf_out_J[::-1])[::-1]          # P_out(L >= grid_j)
-  # Smallest grid value whose upper tail is within the level: "score > t" then
-  # has false-positive rate <= level (to the grid's resolution).
-  thresholds = [float(dist.grid_J[min(int(np.argmax(survival <= lv)), survival.size - 1)])
-                for lv in levels]
-  return np.asarray(thresholds), np.asarray(levels)
-
-
-def _expected_bound(sampling_prob, noise_multiplier, num_steps, thresholds, num_in, num_out,
-                    delta, confidence) -> float:
-  from dpjax.audit import canary, estimators, stats  # pylint: disable=g-import-not-at-top
-  dist = canary.llr_distribution(sampling_prob, noise_multiplier, num_steps)
-  per_test = estimators.bonferroni_confidence(confidence, len(thresholds))
-  best = 0.0
-  for t in thresholds:
-    above = dist.grid_J > t
-    fp = int(round(num_out * float(dist.pmf_out_J[above].sum())))
-    fn = int(round(num_in * float(dist.pmf_in_J[~above].sum())))
-    best = max(best, float(stats.epsilon_lower_bound(min(fp, num_out), num_out,
-                                                     min(fn, num_in), num_in, delta, per_test)))
-  return best
+  return thresholds.declared_ladder(dist.grid_J, np.minimum(survival, 1.0), n)
 
 
 def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries: int = 1024,
@@ -197,7 +162,7 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   likelihood-ratio adversary).
   """
   from dpjax import accounting, dpsgd, models  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import canary, estimators, runner, variants  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary, run, runner, thresholds, variants  # pylint: disable=g-import-not-at-top
 
   key = _validate.check_key(key)
   claim = default_claim() if claim is None else claim
@@ -220,10 +185,8 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
     raise ValueError(f"canary_scale must exceed 2 * l2_clip_norm = {2.0 * c:g} (the canary's "
                      f"gradient norm is canary_scale / 2), got {s:g}")
   confidence = _validate.check_confidence(confidence)
-  for bad in ("observe_fn", "init_params", "keep_MxN", "fixed_gradients", "optimizer",
-              "per_example_stats"):
-    if bad in train_kwargs:
-      raise ValueError(f"{bad} is set by check_claim")
+  if "optimizer" in train_kwargs:
+    raise ValueError("optimizer is set by check_claim (plain SGD at the guard's learning rate)")
   train_kwargs.setdefault("perf", dpsgd.PerformanceFlags(progress=progress))
   sigma = float(claim.noise_multiplier)
   if not sigma > 0:
@@ -247,26 +210,20 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   y = np.zeros((n,), np.int32)
   y[: f // 2] = 1                     # filler labels; canaries have label 0
   included = runner.inclusion_bits(k_bits, r, k)               # bool[R, K]
-  keep = np.ones((r, n), bool)
-  keep[:, f:] = included
-  out = dpsgd.train_many(k_train, jnp.asarray(x), jnp.asarray(y), jnp.asarray(keep), cfg,
-                         model, observe_fn=_observe_canaries,
-                         **train_kwargs)
-  if not np.asarray(out.finite).all():
-    raise ValueError("some guard runs diverged (non-finite parameters)")
-  obs = np.asarray(out.observations, np.float64)                # [R, T, K]
-  o = canary.normalized_observations(np.transpose(obs, (0, 2, 1)).reshape(r * k, t_steps),
-                                     expected_batch_size=cfg.expected_batch_size,
-                                     l2_clip_norm=c)
-  scores = canary.white_box_scores(o, q, sigma).reshape(r, k)
+  design = run.canary_design(x[:f], y[:f], r, records=(x[f:], y[f:], included))
+  out = run.train(k_train, design, cfg, model, observe_fn=_observe_canaries,
+                  components=train_kwargs)
+  scores = canary.white_box_llr(out.observations, expected_batch_size=cfg.expected_batch_size,
+                                l2_clip_norm=c, sampling_prob=q, noise_multiplier=sigma)
   s_in, s_out = scores[included], scores[~included]
-  thresholds, _ = declared_thresholds(q, sigma, t_steps, s_out.size)
-  policy = estimators.Bonferroni(tuple(estimators.FixedThreshold(float(t))
-                                       for t in thresholds))
+  tests, _ = declared_thresholds(q, sigma, t_steps, s_out.size)
+  policy = thresholds.Bonferroni(tuple(thresholds.FixedThreshold(float(t)) for t in tests))
   bound = policy.bound(s_in, s_out, delta=delta, confidence=confidence)
   exact = float(accounting.dpsgd_epsilon(sigma, q, t_steps, delta, accountant="pld"))
-  expected = _expected_bound(q, sigma, t_steps, thresholds, s_in.size, s_out.size, delta,
-                             confidence)
+  fpr, fnr = canary.llr_distribution(q, sigma, t_steps).error_rates(tests)
+  expected = thresholds.best_certifiable(
+      fpr, fnr, s_out.size, trials_in=s_in.size, delta=delta, integer_counts=True,
+      confidence=thresholds.bonferroni_confidence(confidence, len(tests))).epsilon
   return ClaimCheck(float(bound.epsilon_lower), exact, float(cfg.epsilon()), expected,
                     bool(bound.epsilon_lower > exact), int(s_in.size), int(s_out.size),
                     confidence, bound, cfg)

@@ -15,7 +15,7 @@ Per query, GNMax returns o_q = argmax_c v_qc + sigma z_qc, with
 Phi((T - max_c v_qc) / sigma_t). The adversary scores a release by the exact
 log-likelihood ratio L(o) = sum_q log P_in(o_q) - log P_out(o_q) (`llr_scores`, most
 powerful by Neyman-Pearson), with thresholds declared from the claimed law before any
-release, each at 1 - alpha / k (`estimators.Bonferroni`): the largest bound holds with
+release, each at 1 - alpha / k (`thresholds.Bonferroni`): the largest bound holds with
 probability >= `confidence` whatever the aggregator does. A correct aggregator gives
 epsilon_lower <= exact <= claimed (`LabelAudit`) with probability >= confidence.
 
@@ -48,15 +48,13 @@ import numpy as np
 from scipy import special, stats as sp_stats
 
 from dpjax import _validate, accounting, pate
-from dpjax.audit import certifiable, estimators, stats
+from dpjax.audit import stats, thresholds
 
 __all__ = ["LabelAudit", "audit_labels", "calibrate_sigma", "claimed_epsilon", "crafted_pair",
            "exact_epsilon", "llr_scores", "output_log_probs"]
 
 # Trials per device call: about this many noise draws (trials x Q x C) at once.
 _DRAWS_PER_CHUNK = 1 << 22
-# Declared thresholds: false-positive rates 2^-i with >= this many expected false positives.
-_MIN_EXPECTED_FALSE_POSITIVES = 4.0
 # Grid of the C > 2 argmax integral: step and margin (in units of the noise).
 _QUAD_STEP = 0.02
 _QUAD_MARGIN = 12.0
@@ -225,7 +223,7 @@ def _declared_thresholds(total, n: int, delta: float, confidence: float
   """Thresholds on L fixed from the claimed law alone, and the expected bound of the best.
 
   The in -> out PLD is the law of L under IN (mass p_j at l_j), p_j e^(-l_j) under OUT;
-  declared: the `certifiable.best_certifiable` threshold for n trials per side and those
+  declared: the `thresholds.best_certifiable` threshold for n trials per side and those
   of false-positive rate 2^-i for every i with n 2^-i >= 4. Returns (float64[k], float).
   """
   from dpjax import tradeoff  # pylint: disable=g-import-not-at-top
@@ -236,10 +234,9 @@ def _declared_thresholds(total, n: int, delta: float, confidence: float
   p_out = p_out / max(1.0, float(p_out.sum()))
   p_in = p_in / max(1.0, float(p_in.sum()))
   thr, fpr, fnr = tradeoff.likelihood_ratio_roc(losses, p_in, p_out)
-  levels = 2.0 ** -np.arange(1, max(2, int(math.log2(n / _MIN_EXPECTED_FALSE_POSITIVES)) + 1))
-  ladder = [float(thr[int(np.argmax(fpr <= lv))]) for lv in levels if np.any(fpr <= lv)]
-  per_test = estimators.bonferroni_confidence(confidence, len(ladder) + 1)
-  best = certifiable.best_certifiable(fpr, fnr, n, delta=delta, confidence=per_test,
+  ladder = thresholds.declared_ladder(thr, fpr, n)[0].tolist()
+  per_test = thresholds.bonferroni_confidence(confidence, len(ladder) + 1)
+  best = thresholds.best_certifiable(fpr, fnr, n, delta=delta, confidence=per_test,
                                      thresholds_J=thr)
   return np.unique([float(best.threshold)] + ladder), float(best.epsilon)
 
@@ -337,7 +334,7 @@ class LabelAudit(NamedTuple):
     falsified: epsilon_lower > claimed_epsilon.
     exceeds_exact: epsilon_lower > exact_epsilon, the sharper check: the releases are not
       the claimed aggregator's on this pair (probability <= 1 - confidence if correct).
-    bound: the `estimators.BonferroniBound` (every declared test in `parts`).
+    bound: the `thresholds.BonferroniBound` (every declared test in `parts`).
     answered_in, answered_out: mean fraction of queries answered (1.0 for GNMax).
   """
   epsilon_lower: float
@@ -461,7 +458,7 @@ def audit_labels(key: jax.Array, votes_in_QxC, votes_out_QxC, *, sigma: float,
   top = c - 1 if t is None else c
   s_in, a_in = _release_scores(fn, k_in, v_in, n, diff, top)
   s_out, a_out = _release_scores(fn, k_out, v_out, n, diff, top)
-  policy = estimators.Bonferroni(tuple(estimators.FixedThreshold(float(x)) for x in tests))
+  policy = thresholds.Bonferroni(tuple(thresholds.FixedThreshold(float(x)) for x in tests))
   bound = policy.bound(s_in, s_out, delta=d, confidence=conf)
 
   claimed = claimed_epsilon(q, sigma=s, delta=d, sigma_threshold=st, orders=lam)

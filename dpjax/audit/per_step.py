@@ -1,49 +1,30 @@
 """Per-step white-box audit of DP-SGD: each step's privatized update is a trial.
 
-The white-box adversary of Nasr et al. 2023 sees every privatized update. With a
-Dirac gradient canary (C e_j on a coordinate j no record touches,
-`canary.gradient_canaries`) the canary's coordinate of step t's update, in units
-of C / B (`dpjax.audit.run.step_observations`), is for DP-SGD as claimed
+With a Dirac gradient canary (C e_j on a coordinate no record touches) the canary's
+coordinate of step t's update, in units of C / B (`per_step_run.step_observations`), is
+for DP-SGD as claimed o_t = b_t + sigma z_t, b_t ~ Bernoulli(q) if the canary is IN, 0 if
+OUT, with fresh noise and Poisson bits each step: the T steps are i.i.d. copies of ONE
+step pair (OUT N(0, s^2), IN (1 - q) N(0, s^2) + q N(1, s^2)), so M runs with K canaries
+give M K T per-step trials, far more than the M K run-level trials of `run.evaluate`.
 
-    o_t = b_t + sigma z_t,   b_t ~ Bernoulli(q) if the canary is IN, 0 if OUT,
+(a) `step_estimate`: PARAMETRIC; assumes the (subsampled) Gaussian family with q known
+    (OUT N(c, s^2), IN (1 - q) N(c, s^2) + q N(c + a, s^2)); sigma_eff = s / a composed
+    over T (GDP at q = 1, the PLD accountant at q < 1), a point estimate and a one-sided
+    lower limit (normal approximation). Not a bound outside the family.
+(b) `composed_bound`: no parametric assumption. Clopper-Pearson upper limits (Bonferroni
+    over J thresholds fixed in advance) on FPR_j = P_OUT(o > tau_j), FNR_j = P_IN(o <=
+    tau_j) lie above the step's convex trade-off curve, so below their lower convex
+    envelope: a finite channel Q the step dominates (Blackwell). If the T steps are i.i.d.
+    copies of one step pair they dominate Q^T, whose eps(delta) `composed_epsilon_lower`
+    bounds from below (losses rounded down, mass dropped). Steps that are not i.i.d.
+    (reused noise, a model-dependent coordinate) leave only run-level bounds.
 
-with fresh noise z_t ~ N(0, 1) and fresh Poisson bits each step: the T steps of
-one canary are i.i.d. copies of ONE step pair (OUT: N(0, s^2); IN: (1 - q)
-N(0, s^2) + q N(1, s^2)), independent across steps, canaries (each on its own
-coordinate) and runs. So M runs with K canaries give M K T per-step trials of
-the one-step mechanism, far more than the M K run-level trials of
-`dpjax.audit.run.evaluate`. Two numbers come out of them:
-
-(a) `step_estimate`: a PARAMETRIC estimate. ASSUMES the step is in the
-    (Poisson-subsampled) Gaussian family with q known from the config: OUT
-    N(c, s^2), IN (1 - q) N(c, s^2) + q N(c + a, s^2), a and s unknown. The fit
-    sigma_eff = s / a is composed over T steps: mu = sqrt(T) / sigma_eff, eps from
-    GDP at q = 1 (Dong, Roth & Su 2019); the PLD accountant at q < 1. Reported as
-    a point estimate and a one-sided lower confidence limit (normal approximation
-    of the moment estimator). Not a bound for a mechanism outside the family.
-(b) `composed_bound`: NO parametric assumption on the step. Clopper-Pearson upper
-    limits (Bonferroni over J thresholds fixed in advance, both error types) on
-    the per-step errors FPR_j = P_OUT(o > tau_j), FNR_j = P_IN(o <= tau_j) give,
-    with probability >= confidence, points (FPR_u_j, FNR_u_j) above the step's
-    trade-off curve f; f is convex, so it lies below their lower convex envelope g,
-    the trade-off curve of a finite channel Q that the step dominates (Blackwell).
-    ASSUMING the T steps are i.i.d. copies of one step pair (what the Dirac canary
-    on an unused coordinate with fresh noise and fresh Poisson bits gives), the T
-    steps dominate Q^T, and `composed_epsilon_lower` computes a lower bound on the
-    eps(delta) of Q^T (losses rounded DOWN, mass dropped, never moved). If the
-    steps are not i.i.d. (an implementation that reuses noise, or whose canary
-    coordinate depends on the model), composing is invalid and only run-level
-    bounds (`dpjax.audit.run.evaluate`, K canaries per run) apply.
-
-Both are measured for coverage on mechanisms of known eps (`step_mechanism`,
-`coverage_estimators` with `dpjax.audit.coverage.measure`).
+Coverage of both: `per_step_run.step_mechanism`.
 
 Shape letters: M models (runs), T steps, K canaries per run, J thresholds.
 
 References: Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Carlini & Terzis 2023,
-"Tight Auditing of Differentially Private Machine Learning",
-https://arxiv.org/abs/2302.07956; Dong, Roth & Su 2019 (f-DP, composition),
-https://arxiv.org/abs/1905.02383; Clopper & Pearson 1934.
+https://arxiv.org/abs/2302.07956; Dong, Roth & Su 2019, https://arxiv.org/abs/1905.02383.
 
 Examples:
   >>> import numpy as np
@@ -72,12 +53,12 @@ from scipy import special
 
 from dpjax import _validate, accounting
 from dpjax.accounting import gdp
-from dpjax.audit import coverage, stats
+from dpjax.audit import stats
 
 __all__ = ["ASSUMPTION_GDP", "ASSUMPTION_SUBSAMPLED_GAUSSIAN", "ASSUMPTION_IID_STEPS",
            "StepStatistics", "step_statistics", "observation_statistics", "design_thresholds",
-           "StepEstimate", "step_estimate", "ComposedBound", "composed_bound",
-           "composed_epsilon_lower", "StepMechanism", "step_mechanism", "coverage_estimators"]
+           "StepEstimate", "family_epsilon", "step_estimate", "ComposedBound", "composed_bound",
+           "composed_epsilon_lower"]
 
 ASSUMPTION_GDP = (
     "Gaussian step (q = 1): each step's canary coordinate is OUT N(c, s^2), IN N(c + a, "
@@ -195,7 +176,7 @@ def observation_statistics(o_MxTxK, in_MxK, thresholds_J) -> StepStatistics:
 
   Args:
     o_MxTxK: float32[M, T, K] canary coordinates in units of C / B
-      (`dpjax.audit.run.step_observations`); finite.
+      (`dpjax.audit.per_step_run.step_observations`); finite.
     in_MxK: bool[M, K], canary k of run m IN.
     thresholds_J: float[J] strictly increasing, fixed in advance.
   Returns:
@@ -285,14 +266,29 @@ class StepEstimate:
   assumption: str
 
 
-def _family_epsilon(sigma_eff: float, q: float, t: int, delta: float) -> float:
-  if not math.isfinite(sigma_eff) or sigma_eff <= 0:
-    return 0.0 if not math.isfinite(sigma_eff) else math.inf
+def family_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
+                   delta: float) -> float:
+  """eps at delta of T Poisson-subsampled Gaussian steps at (sigma, q): the family of (a).
+
+  GDP with mu = sqrt(T) / sigma at q = 1; the PLD accountant at q < 1, or past sigma =
+  1e4 the CLT scale q sqrt(T (e^(1/sigma^2) - 1))-GDP; 0 at sigma = inf.
+
+  Examples:
+    >>> round(family_epsilon(2.0, 1.0, 4, 1e-5), 4)          # 1-GDP
+    4.3772
+  """
+  sigma = _validate.check_range(noise_multiplier, "noise_multiplier", 0.0, open_low=True,
+                                allow_inf=True)
+  q = _validate.check_sampling_prob(sampling_prob)
+  t = _validate.check_int(num_steps, "num_steps")
+  delta = _validate.check_delta(delta)
+  if not math.isfinite(sigma):
+    return 0.0
   if q == 1.0:
-    return gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma_eff)
-  if sigma_eff > 1e4:      # q sqrt(T) / sigma_eff-GDP bounds eps ~ 0 (CLT scale) here
-    return gdp.gaussian_epsilon(delta, q * math.sqrt(t * math.expm1(sigma_eff ** -2)))
-  return float(accounting.dpsgd_epsilon(sigma_eff, q, t, delta, accountant="pld"))
+    return gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma)
+  if sigma > 1e4:      # q sqrt(T) / sigma-GDP bounds eps ~ 0 (CLT scale) here
+    return gdp.gaussian_epsilon(delta, q * math.sqrt(t * math.expm1(sigma ** -2)))
+  return float(accounting.dpsgd_epsilon(sigma, q, t, delta, accountant="pld"))
 
 
 def step_estimate(statistics: StepStatistics, *, sampling_prob: float, num_steps: int,
@@ -347,8 +343,8 @@ def step_estimate(statistics: StepStatistics, *, sampling_prob: float, num_steps
   sig = 1.0 / r if r > 0 else math.inf
   sig_up = 1.0 / r_low if r_low > 0 else math.inf
   return StepEstimate(
-      epsilon=_family_epsilon(sig_up, q, t, delta),
-      epsilon_point=_family_epsilon(sig, q, t, delta), noise_multiplier=sig,
+      epsilon=family_epsilon(sig_up, q, t, delta),
+      epsilon_point=family_epsilon(sig, q, t, delta), noise_multiplier=sig,
       noise_multiplier_upper=sig_up, shift=a, scale=s, num_steps=t, sampling_prob=q,
       delta=delta, confidence=conf, trials_in=st.n_in, trials_out=st.n_out,
       assumption=ASSUMPTION_GDP if q == 1.0 else ASSUMPTION_SUBSAMPLED_GAUSSIAN)
@@ -547,98 +543,3 @@ def composed_bound(statistics: StepStatistics, *, num_steps: int, delta: float,
   fpr_u, fnr_u = np.atleast_1d(fpr_u), np.atleast_1d(fnr_u)
   eps = composed_epsilon_lower(fpr_u, fnr_u, t, delta, grid_points=grid_points)
   return ComposedBound(eps, fpr_u, fnr_u, st.thresholds_J, t, delta, conf, st.n_in, st.n_out)
-
-
-# ----------------------------------------------------------------------------------
-# Coverage: the per-step mechanism of known eps, and the two estimators.
-
-
-@dataclasses.dataclass(frozen=True)
-class StepMechanism(coverage.Mechanism):
-  """One step of DP-SGD's white-box canary coordinate, composed T times (for coverage).
-
-  `sample` draws per-step scores: OUT N(0, sigma^2), IN (1 - q) N(0, sigma^2) +
-  q N(1, sigma^2); `true_epsilon` is eps(delta) of T steps (GDP at q = 1, the PLD
-  accountant at q < 1, an upper bound within its 1e-5 relative tolerance).
-  kind = "gaussian", strength = 1 / sigma (build with `step_mechanism`).
-
-  Attributes:
-    num_steps: T.
-    sampling_prob: q.
-  """
-  num_steps: int = 1
-  sampling_prob: float = 1.0
-
-  def __post_init__(self):
-    super().__post_init__()
-    _validate.check_int(self.num_steps, "num_steps")
-    _validate.check_sampling_prob(self.sampling_prob)
-    if self.strength <= 0:
-      raise ValueError(f"strength must be 1 / sigma > 0, got {self.strength}")
-
-  @property
-  def is_gdp(self) -> bool:
-    return self.sampling_prob == 1.0
-
-  @property
-  def label(self) -> str:
-    return (f"DP-SGD step sigma={1 / self.strength:.4g} q={self.sampling_prob:g} "
-            f"x T={self.num_steps}")
-
-  def true_epsilon(self, delta: float) -> float:
-    delta = _validate.check_delta(delta)
-    return _family_epsilon(1.0 / self.strength, self.sampling_prob, self.num_steps, delta)
-
-  def sample(self, rng: np.random.Generator, included) -> np.ndarray:
-    _validate.check_instance(rng, np.random.Generator, "rng")
-    inc = np.asarray(_validate.check_binary(included, "included"))
-    if inc.size == 0:
-      raise ValueError("included must not be empty")
-    b = inc & (rng.random(inc.shape) < self.sampling_prob)
-    return rng.standard_normal(inc.shape) / self.strength + b
-
-
-def step_mechanism(noise_multiplier: float, sampling_prob: float, num_steps: int
-                   ) -> StepMechanism:
-  """The StepMechanism of DP-SGD's white-box Dirac canary at (sigma, q, T).
-
-  Examples:
-    >>> round(step_mechanism(2.0, 1.0, 4).true_epsilon(1e-5), 4)   # 1-GDP
-    4.3772
-  """
-  s = _validate.check_positive(noise_multiplier, "noise_multiplier")
-  return StepMechanism("gaussian", 1.0 / s, num_steps=_validate.check_int(num_steps, "num_steps"),
-                       sampling_prob=_validate.check_sampling_prob(sampling_prob))
-
-
-def coverage_estimators(mechanism: StepMechanism, *, num_thresholds: int = 7,
-                        grid_points: int = 2 ** 16) -> tuple[coverage.Estimator, ...]:
-  """Estimators (a) and (b) on per-step scores, for `coverage.measure`.
-
-  "per_step_estimate": `step_estimate(...).epsilon` (its lower limit); valid for
-  the (subsampled-)Gaussian family, which every StepMechanism is in.
-  "per_step_bound": `composed_bound(...).epsilon_lower`, thresholds from
-  `design_thresholds` at the mechanism's (q, sigma).
-
-  Args:
-    mechanism: a StepMechanism (its q and T are the estimators' known q and T).
-    num_thresholds: J of bound (b).
-    grid_points: of `composed_epsilon_lower`.
-  """
-  _validate.check_instance(mechanism, StepMechanism, "mechanism")
-  q, t = mechanism.sampling_prob, mechanism.num_steps
-  thr = design_thresholds(q, 1.0 / mechanism.strength, num_thresholds)
-  n = _validate.check_int(grid_points, "grid_points", 1024 + t, 2 ** 26)
-
-  def est(s_in, s_out, d, c):
-    return step_estimate(step_statistics(s_in, s_out, thr), sampling_prob=q, num_steps=t,
-                         delta=d, confidence=c).epsilon
-
-  def bound(s_in, s_out, d, c):
-    return composed_bound(step_statistics(s_in, s_out, thr), num_steps=t, delta=d,
-                          confidence=c, grid_points=n).epsilon_lower
-
-  return (coverage.Estimator("per_step_estimate", est,
-                             description="per_step.step_estimate lower limit (family fit)"),
-          coverage.Estimator("per_step_bound", bound,
-                             description=f"per_step.composed_bound, {thr.size} thresholds"))

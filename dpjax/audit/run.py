@@ -1,34 +1,27 @@
-"""The canary audit of DP-SGD as one pipeline: design -> train_many -> scores -> bounds.
+"""The audit pipeline: design -> `dpsgd.train_many` -> scores -> bounds.
 
-For each claimed setting (an eps, or sigma = 0 for the ceiling check), 2N models are
-trained on a fixed base data set plus canaries (`dpjax.data.canaries.audit_data`), in
-chunks of models, each chunk one `dpsgd.train_many` call:
+`train` is the one door to the engine in `dpjax.audit`: a `Design` (base records every run
+holds, record canaries appended with their bits, fixed-gradient canaries with theirs;
+`canary_design`), the audited training's components (`variants.variant`, or a user's
+sampler / clipping / privatizer) and what a white-box adversary observes of every
+privatized update. Scores are functions of the result (final parameters: black-box;
+observations: white-box, `canary.white_box_llr`); bounds come from `thresholds`,
+`score_audit` or `runner.bounds_from_trials`. The per-step audit (`per_step_run`),
+`runner.audit_dpsgd`, `final_model.audit`, `guard.check_claim` and the probe worlds
+(`probe`) are designs, observations and scorers of this door.
 
-  design   inclusion bits of the record canary r and of K gradient canaries s
-           (`canary.balanced_design` for K = 1, `canary.canaries_design` for K > 1);
-  train    the audited training (`variants.variant(spec.variant, claimed, model)`:
-           the accounted DP-SGD or a deliberately broken one) with the gradient
-           canaries as fixed-gradient records, observing each canary's coordinate
-           of every privatized update;
-  scores   black-box: -logit of the final model on the record canary; white-box:
-           the exact per-step likelihood ratio of the observed coordinate under the
-           claimed (q, sigma) (Nasr et al. 2021, https://arxiv.org/abs/2101.04535);
-  bounds   `evaluate`: the library's estimators, black-box
-           `SplitThreshold(both_signs=True)`, white-box the larger of a threshold
-           fixed in advance from the claimed likelihood ratio and a held-out one
-           (Bonferroni), with the best certifiable bound and the GDP estimate.
+The canary audit of DP-SGD (`canary_audit`; `experiments/audit.py`): per claimed setting
+(an eps, or sigma = 0), 2N models on a fixed base set plus canaries
+(`dpjax.data.canaries.audit_data`), in stored chunks: the design (`canary.balanced_design`,
+or `canary.canaries_design` for K > 1 gradient canaries), the training
+(`audited_training`), the scores (black-box: -logit on the record canary; white-box: the
+exact per-step likelihood ratio under the claimed (q, sigma), Nasr et al. 2021,
+https://arxiv.org/abs/2101.04535) and the bounds (`evaluate`). Chunk c of setting si is
+trained from fold_in(fold_in(key_train, si), c) and stored (`store.ChunkStore`) with that
+identity and a checksum, verified before use, so `run_chunks` resumes an interrupted run
+and a truncated, corrupted or swapped chunk is recomputed or refused, never read.
 
-Finished chunks go to a `store.ChunkStore`, so `run_chunks` resumes an interrupted
-run without redoing or double-counting work. Chunk c of setting si is trained from
-`fold_in(fold_in(key_train, si), c)`; each stored chunk carries that identity (its
-setting, index, models and key) and a checksum, verified before it is used, so a
-truncated, corrupted or swapped chunk is recomputed or refused, never read.
-
-The per-step white-box audit (`PerStepSpec`, `per_step_audit`; Nasr et al. 2023)
-trains its own runs with many Dirac canaries, observes every step
-(`step_observations`) and hands the observations to `dpjax.audit.per_step`.
-
-Shape letters: M models, T steps, K gradient canaries per run.
+Shape letters: M models, N records, C record canaries, T steps, K gradient canaries.
 """
 
 from __future__ import annotations
@@ -37,16 +30,15 @@ import dataclasses
 import functools
 import math
 import warnings
-from typing import Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from dpjax import _validate, accounting, dpsgd, tradeoff
-from dpjax.audit import (canary, certifiable, estimators, parametric, per_step, stats, store,
-                         variants)
+from dpjax import _validate, accounting, dpsgd
+from dpjax.audit import canary, parametric, stats, store, thresholds, variants
 
 THREAT_MODELS = ("black_box", "white_box", "both")
 # With K > 1 canaries per run: the share of alpha given to the fixed-threshold test
@@ -54,6 +46,113 @@ THREAT_MODELS = ("black_box", "white_box", "both")
 FIXED_ALPHA_SHARE = 0.8
 # Points of each recorded ROC curve.
 _ROC_POINTS = 100
+# train_many keywords an audit's design and observation set.
+_DESIGNED = ("keep_MxN", "fixed_gradients", "observe_fn", "init_params", "per_example_stats")
+
+
+class Design(NamedTuple):
+  """What the audited runs train on.
+
+  Attributes:
+    x_NxF, y_N: the records (canaries included), shared by all runs.
+    keep_MxN: bool[M, N], run m holds record n iff keep_MxN[m, n].
+    fixed_gradients: optional `dpsgd.FixedGradients`, the gradient canaries and their
+      inclusion bits (each clipped to C and Poisson-sampled by the engine).
+  """
+  x_NxF: Any
+  y_N: Any
+  keep_MxN: Any
+  fixed_gradients: Optional[dpsgd.FixedGradients] = None
+
+
+def canary_design(x_NxF, y_N, num_runs: int, *, records=None, gradients=None) -> Design:
+  """M runs on N base records (every run holds them all) plus canaries with their bits.
+
+  records: optional (x_CxF, y_C, in_MxC), C record canaries appended after the base records
+  (labels cast to y_N's dtype), run m holding canary c iff in_MxC[m, c]; gradients:
+  optional (gradients_K, in_MxK), K fixed-gradient canaries (a pytree like the parameters,
+  leaves [K, ...]) and their bits.
+
+  Examples:
+    >>> import numpy as np
+    >>> d = canary_design(np.zeros((3, 2)), np.zeros(3, np.int32), 2,
+    ...                   records=(np.ones((1, 2)), [1], [[True], [False]]))
+    >>> d.x_NxF.shape, d.keep_MxN.tolist()
+    ((4, 2), [[True, True, True, True], [True, True, True, False]])
+  """
+  m = _validate.check_int(num_runs, "num_runs")
+  x, y = jnp.asarray(x_NxF), jnp.asarray(y_N)
+  keep = np.ones((m, x.shape[0]), bool)
+  for value, name, size in ((records, "records", 3), (gradients, "gradients", 2)):
+    if value is not None and not (isinstance(value, tuple) and len(value) == size):
+      raise TypeError(f"{name} must be a tuple of {size} (see the docstring), got {value!r}")
+  if records is not None:
+    x_c, y_c, in_c = records
+    in_c = np.asarray(_validate.check_binary(in_c, "records[2]", ndim=2), bool)
+    if in_c.shape != (m, np.shape(x_c)[0]):
+      raise ValueError(f"records[2] must be bool[num_runs, C] = bool[{m}, "
+                       f"{np.shape(x_c)[0]}], got shape {in_c.shape}")
+    x = jnp.concatenate([x, jnp.asarray(x_c, x.dtype)], 0)
+    y = jnp.concatenate([y, jnp.asarray(np.asarray(y_c).reshape(-1), y.dtype)], 0)
+    keep = np.concatenate([keep, in_c], axis=1)
+  fixed = None
+  if gradients is not None:
+    fixed = dpsgd.FixedGradients(gradients[0], jnp.asarray(gradients[1]))
+  return Design(x, y, keep, fixed)
+
+
+def train(key, design: Design, cfg, model, *, observe_fn=None, init_params=None,
+          components: Optional[dict] = None, quiet: bool = False) -> dpsgd.TrainResult:
+  """Trains the design's M runs with `dpsgd.train_many`; refuses runs that diverged.
+
+  Args:
+    key: the training key (run m uses jax.random.split(key, M)[m]).
+    design, cfg, model: what is trained (cfg: the claim, or a variant's config).
+    observe_fn: optional f(privatized update) -> array, the white-box adversary's view.
+    init_params: optional fixed theta_0 (a final-model adversary's public start).
+    components: optional {name: value} of `dpsgd.train_many`'s sampler, clipping,
+      privatizer, optimizer and perf: a replaced component is audited against the claim.
+    quiet: silence the engine's warnings (a broken variant's, deliberately trained).
+  Raises:
+    ValueError: a keyword the design sets; a run that ended with non-finite parameters
+      (its scores are not evidence about the mechanism).
+  """
+  _validate.check_instance(design, Design, "design")
+  components = dict(components or {})
+  for name in _DESIGNED:
+    if name in components:
+      raise ValueError(f"{name} is set by the audit (its design and what it observes)")
+  with warnings.catch_warnings():
+    if quiet:
+      warnings.simplefilter("ignore")
+    out = dpsgd.train_many(key, design.x_NxF, design.y_N, jnp.asarray(design.keep_MxN), cfg,
+                           model, init_params=init_params, observe_fn=observe_fn,
+                           fixed_gradients=design.fixed_gradients, **components)
+  finite = np.asarray(out.finite)
+  if not finite.all():
+    raise ValueError(f"{int((~finite).sum())} of {finite.size} audited runs diverged "
+                     "(non-finite parameters): no eps lower bound is computed from them; "
+                     "lower the learning rate")
+  return out
+
+
+def audited_training(spec, setting: "Setting", dataset_size: int, model) -> variants.Variant:
+  """The training `spec.variant` of the claim (q, sigma, T, delta) of spec and setting.
+
+  `spec` is a `CanaryAuditSpec` or a `per_step_run.PerStepSpec`; the variant's
+  FaultyDpSgdWarning is silenced (the audit trains it deliberately).
+  """
+  _validate.check_instance(setting, Setting, "setting")
+  claimed = dpsgd.DpSgdConfig(dataset_size=_validate.check_int(dataset_size, "dataset_size"),
+                              sampling_prob=spec.sampling_prob, num_steps=spec.num_steps,
+                              noise_multiplier=setting.sigma, delta=spec.delta)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    return variants.variant(spec.variant, claimed, model)
+
+
+# ----------------------------------------------------------------------------------
+# The canary audit of DP-SGD (`experiments/audit.py`).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,12 +323,7 @@ def run_chunks(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]
     if max_new_chunks is not None and trained >= max_new_chunks:
       break
     st = setting_list[si]
-    claimed = dpsgd.DpSgdConfig(dataset_size=n_records, sampling_prob=spec.sampling_prob,
-                                num_steps=spec.num_steps, noise_multiplier=st.sigma,
-                                delta=spec.delta)
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore")
-      var = variants.variant(spec.variant, claimed, model)
+    var = audited_training(spec, st, n_records, model)
     lo, hi = bounds[c]
     r, s, bb, wb = train_chunk(chunk_key(key_train, si, c), spec, st, data, var, model, lo,
                                hi)
@@ -255,12 +349,34 @@ def load_setting(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Settin
                for k in ("record_in", "gradient_in", "black_box", "white_box"))
 
 
+def canary_audit(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting], data,
+                 model, chunks: store.ChunkStore, *, progress: bool = True,
+                 max_new_chunks: int | None = None) -> dict:
+  """The canary audit end to end: trains the chunks the store lacks, then bounds each setting.
+
+  Args: as `run_chunks`.
+  Returns:
+    {"rows": an `evaluate` row per setting, "white_box_roc": {setting name: `roc_record`}
+    for the noisy settings, "chunks_trained", "complete"}; while incomplete (stopped by
+    max_new_chunks) rows and white_box_roc are empty.
+  """
+  trained, complete = run_chunks(key_train, spec, setting_list, data, model, chunks,
+                                 progress=progress, max_new_chunks=max_new_chunks)
+  rows, roc = [], {}
+  for si, st in enumerate(setting_list if complete else ()):
+    r, s, bb, wb = load_setting(key_train, spec, setting_list, chunks, si)
+    rows.append(evaluate(spec, st, r, s, bb, wb))
+    if st.sigma > 0:
+      roc[st.name] = roc_record(spec, st, wb[s], wb[~s])
+  return {"rows": rows, "white_box_roc": roc, "chunks_trained": trained, "complete": complete}
+
+
 def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, lo: int,
                 hi: int):
   """Trains models lo..hi-1 of the design; returns (r, s, black-box, white-box scores).
 
   K = 1: r, s bool[m] of `canary.balanced_design`, white-box float64[m] from
-  `canary.white_box_scores`. K > 1: r bool[m], s bool[m, K] of
+  `canary.white_box_llr`. K > 1: r bool[m], s bool[m, K] of
   `canary.canaries_design`, white-box float64[m, K] from `white_box_llr_scores`.
   """
   _check_spec(spec)
@@ -271,37 +387,29 @@ def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, 
   hi = _validate.check_int(hi, "hi", lo + 1, m_total)
   if k == 1:
     r_all, s_all = canary.balanced_design(m_total)
-    s_mk = None
   else:
     r_all, s_all = canary.canaries_design(m_total, k, spec.canary_in_fraction,
                                           spec.design_seed)
   r, s = r_all[lo:hi], s_all[lo:hi]
   keep = np.ones((hi - lo, data.x_NxD.shape[0]), bool)
   keep[:, data.canary_index] = r
-  s_mk = jnp.asarray(s)[:, None] if k == 1 else jnp.asarray(s)
-  c = var.config.l2_clip_norm
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    out = dpsgd.train_many(
-        key, data.x_NxD, data.y_N, jnp.asarray(keep), var.config, model,
-        observe_fn=(canary.observe_last_coordinate() if k == 1 else
-                    canary.observe_last_coordinates(k)),
-        fixed_gradients=dpsgd.FixedGradients(
-            canary.gradient_canaries(data.num_features, k, c), s_mk),
-        perf=dpsgd.PerformanceFlags(max_chunk=hi - lo, progress=False), **var.components)
-  finite = np.asarray(out.finite)
-  if not np.all(finite):
-    raise ValueError(f"{int(np.sum(~finite))} of {finite.size} audit models ended with "
-                     "non-finite parameters: no audit is computed from them")
+  c, b = var.config.l2_clip_norm, var.config.expected_batch_size
+  design = Design(data.x_NxD, data.y_N, keep, dpsgd.FixedGradients(
+      canary.gradient_canaries(data.num_features, k, c), jnp.asarray(s)[:, None] if k == 1
+      else jnp.asarray(s)))
+  out = train(key, design, var.config, model, quiet=True,
+              observe_fn=(canary.observe_last_coordinate() if k == 1 else
+                          canary.observe_last_coordinates(k)),
+              components=dict(var.components, perf=dpsgd.PerformanceFlags(
+                  max_chunk=hi - lo, progress=False)))
   bb = canary.black_box_scores(np.asarray(out.params["w"]),
                                np.asarray(data.x_NxD[data.canary_index]))
-  b = var.config.expected_batch_size
   if k == 1:
-    o = canary.normalized_observations(out.observations, expected_batch_size=b,
-                                       l2_clip_norm=c)
-    return r, s, bb, canary.white_box_scores(o, spec.sampling_prob, setting.sigma)
+    return r, s, bb, canary.white_box_llr(
+        out.observations[:, :, None], expected_batch_size=b, l2_clip_norm=c,
+        sampling_prob=spec.sampling_prob, noise_multiplier=setting.sigma)[:, 0]
   wb = _llr_scores(out.observations, b / c, sampling_prob=float(spec.sampling_prob),
-                            noise_multiplier=float(setting.sigma))
+                   noise_multiplier=float(setting.sigma))
   return r, s, bb, np.asarray(wb, np.float64)
 
 
@@ -342,8 +450,7 @@ def claimed_roc(spec: CanaryAuditSpec, setting: Setting):
   """(thresholds, FPR, FNR) of the claimed mechanism's likelihood-ratio tests."""
   _check_spec(spec)
   _validate.check_instance(setting, Setting, "setting")
-  dist = canary.llr_distribution(spec.sampling_prob, setting.sigma, spec.num_steps)
-  return tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
+  return canary.llr_distribution(spec.sampling_prob, setting.sigma, spec.num_steps).roc()
 
 
 def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
@@ -373,8 +480,7 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
     conf_split = 1.0 - (1.0 - FIXED_ALPHA_SHARE) * (1.0 - conf)
   else:
     n_in = n_out = trials
-    conf_fixed = conf_split = estimators.bonferroni_confidence(conf, 2)
-  per_test = conf_fixed
+    conf_fixed = conf_split = thresholds.bonferroni_confidence(conf, 2)
   row = {"setting": st.name, "epsilon": st.claimed_epsilon, "sigma": st.sigma,
          "epsilon_pld": (accounting.dpsgd_epsilon(st.sigma, spec.sampling_prob, spec.num_steps,
                                                   delta, accountant="pld")
@@ -382,10 +488,8 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
          "trials": trials, "variant": spec.variant,
          "ceiling": stats.perfect_attack_ceiling(trials, delta, conf),
          "ceiling_black_box": stats.perfect_attack_ceiling(half, delta, conf),
-         "ceiling_white_box": (stats.perfect_attack_ceiling(trials, delta, per_test)
-                               if not multi else
-                               float(stats.epsilon_lower_bound(0, n_out, 0, n_in, delta,
-                                                               per_test))),
+         "ceiling_white_box": float(stats.epsilon_lower_bound(0, n_out, 0, n_in, delta,
+                                                              conf_fixed)),
          "canaries_per_run": spec.canaries_per_run,
          "white_box_trials_in": n_in, "white_box_trials_out": n_out}
   if no_noise:
@@ -395,25 +499,20 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
     row["best_certifiable_black_box"] = row["ceiling_black_box"]
   else:
     thr, fpr, fnr = claimed_roc(spec, st)
-    if multi:
-      best = certifiable.best_certifiable(fpr, fnr, n_out, trials_in=n_in, delta=delta,
-                                         confidence=per_test, thresholds_J=thr)
-      threshold_wb, row["best_certifiable"] = best.threshold, best.epsilon
-    else:
-      best = certifiable.best_certifiable(fpr, fnr, trials, delta=delta, confidence=per_test,
-                                         thresholds_J=thr)
-      threshold_wb, row["best_certifiable"] = best.threshold, best.epsilon
-    row["best_certifiable_black_box"] = certifiable.best_certifiable(
+    best = thresholds.best_certifiable(fpr, fnr, n_out, trials_in=n_in, delta=delta,
+                                       confidence=conf_fixed, thresholds_J=thr)
+    threshold_wb, row["best_certifiable"] = best.threshold, best.epsilon
+    row["best_certifiable_black_box"] = thresholds.best_certifiable(
         fpr, fnr, half, delta=delta, confidence=conf).epsilon
   row["epsilon_lower_black_box"] = row["epsilon_lower_white_box"] = None
   row["gdp_estimate_black_box"] = row["gdp_estimate_white_box"] = None
   row["white_box_fraction_of_best"] = row["white_box_fraction_of_exact"] = None
   if spec.threat_model in ("black_box", "both"):
-    a = estimators.SplitThreshold(both_signs=True).bound(bb[r], bb[~r], delta=delta,
+    a = thresholds.SplitThreshold(both_signs=True).bound(bb[r], bb[~r], delta=delta,
                                                          confidence=conf)
     row["epsilon_lower_black_box"] = a.epsilon_lower
     row["black_box_counts"] = a.counts()
-    row["epsilon_lower_black_box_sd"] = estimators.bootstrap_spread(
+    row["epsilon_lower_black_box_sd"] = thresholds.bootstrap_spread(
         a, np.random.default_rng(0)).sd
     if not no_noise:
       row["gdp_estimate_black_box"] = parametric.gdp_estimate(
@@ -423,30 +522,22 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
     # ratio, on all trials -- optimal if the claim is right; (b) a threshold chosen
     # on half the trials -- robust when the implementation behaves differently
     # (e.g. far less noise than claimed, where the claimed-optimal threshold lies
-    # above both IN and OUT scores). Each at 1 - alpha/2, the larger reported.
-    if multi:
-      fixed = estimators.FixedThreshold(threshold_wb).bound(wb[s], wb[~s], delta=delta,
-                                                            confidence=conf_fixed)
-      held_out = estimators.SplitThreshold(both_signs=True).bound(
-          wb[s], wb[~s], delta=delta, confidence=conf_split)
-      row["epsilon_lower_white_box"] = max(fixed.epsilon_lower, held_out.epsilon_lower)
-    else:
-      policy = estimators.Bonferroni((estimators.FixedThreshold(threshold_wb),
-                                      estimators.SplitThreshold(both_signs=True)))
-      res = policy.bound(wb[s], wb[~s], delta=delta, confidence=conf)
-      fixed, held_out = res.parts
-      row["epsilon_lower_white_box"] = res.epsilon_lower
+    # above both IN and OUT scores). Each at its share of alpha, the larger reported.
+    fixed = thresholds.FixedThreshold(threshold_wb).bound(wb[s], wb[~s], delta=delta,
+                                                          confidence=conf_fixed)
+    held_out = thresholds.SplitThreshold(both_signs=True).bound(
+        wb[s], wb[~s], delta=delta, confidence=conf_split)
+    row["epsilon_lower_white_box"] = max(fixed.epsilon_lower, held_out.epsilon_lower)
     row["white_box_fixed_threshold"] = fixed.epsilon_lower
     row["white_box_held_out_threshold"] = held_out.epsilon_lower
     row["white_box_threshold"] = threshold_wb
     row["white_box_counts"] = fixed.counts()
-    row["epsilon_lower_white_box_sd"] = estimators.bootstrap_spread(
+    row["epsilon_lower_white_box_sd"] = thresholds.bootstrap_spread(
         fixed, np.random.default_rng(0)).sd
     if row["best_certifiable"] > 0:
       row["white_box_fraction_of_best"] = row["epsilon_lower_white_box"] / row["best_certifiable"]
     if not no_noise:
       row["white_box_fraction_of_exact"] = row["epsilon_lower_white_box"] / row["epsilon_pld"]
-    if not no_noise:
       row["gdp_estimate_white_box"] = parametric.gdp_estimate(
           wb[s], wb[~s], delta, conf, threshold=threshold_wb).epsilon
   return row
@@ -475,216 +566,3 @@ def roc_record(spec: CanaryAuditSpec, st: Setting, s_in, s_out) -> dict:
           "true_positives": tp[at[at >= 0]],
           "exact_fpr": grid, "exact_tpr": np.interp(grid, fpr[::-1], 1 - fnr[::-1])}
 
-
-# ----------------------------------------------------------------------------------
-# The per-step white-box audit (`dpjax.audit.per_step`): every step is a trial.
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PerStepSpec:
-  """The per-step white-box audit of a claim: its runs, canaries and thresholds.
-
-  Estimate (a) (`per_step.step_estimate`) uses `estimate_runs` runs with
-  `estimate_canaries` Dirac canaries each; bound (b) (`per_step.composed_bound`)
-  uses `bound_runs` runs with `bound_canaries` each (the engine's cost per
-  observation is least near 128 canaries per run: the fixed gradients are a
-  K x D matrix). Every canary is IN in half of each chunk's runs
-  (`canary.canaries_design` at 1/2), on its own unused coordinate.
-
-  Attributes:
-    sampling_prob, num_steps, delta: the claimed DP-SGD's q, T and delta.
-    confidence: of (a)'s lower limit and of (b).
-    variant: the audited training (`variants.VARIANTS`).
-    estimate_runs, bound_runs: runs, positive multiples of 4.
-    estimate_canaries, bound_canaries: canaries per run, >= 1.
-    num_thresholds: J of bound (b) (`per_step.design_thresholds`).
-    observation_budget: most observations (M x T x K) per chunk of runs.
-  """
-  sampling_prob: float
-  num_steps: int
-  delta: float
-  confidence: float = 0.95
-  variant: str = "correct"
-  estimate_runs: int = 8
-  estimate_canaries: int = 2048
-  bound_runs: int = 1024
-  bound_canaries: int = 128
-  num_thresholds: int = 7
-  observation_budget: int = 2 ** 23
-
-  def __post_init__(self):
-    v = _validate
-    checked = dict(
-        sampling_prob=v.check_sampling_prob(self.sampling_prob),
-        num_steps=v.check_int(self.num_steps, "num_steps"), delta=v.check_delta(self.delta),
-        confidence=v.check_confidence(self.confidence),
-        variant=v.check_choice(self.variant, variants.VARIANTS, "variant"),
-        estimate_runs=v.check_int(self.estimate_runs, "estimate_runs", 4),
-        estimate_canaries=v.check_int(self.estimate_canaries, "estimate_canaries"),
-        bound_runs=v.check_int(self.bound_runs, "bound_runs", 4),
-        bound_canaries=v.check_int(self.bound_canaries, "bound_canaries"),
-        num_thresholds=v.check_int(self.num_thresholds, "num_thresholds", 1, 1000),
-        observation_budget=v.check_int(self.observation_budget, "observation_budget"))
-    for name in ("estimate_runs", "bound_runs"):
-      if checked[name] % 4:
-        raise ValueError(f"{name} must be a multiple of 4, got {checked[name]}")
-    for k, val in checked.items():
-      object.__setattr__(self, k, val)
-
-
-def step_observations(key, setting: Setting, data, model, var, gradient_in_MxK) -> jax.Array:
-  """float32[M, T, K]: each Dirac canary's coordinate of every privatized update, in units of C / B.
-
-  Trains M runs of `var` (a `variants.variant`) on data's records (the record
-  canary left out) with K gradient canaries C e_j in data's last K coordinates,
-  canary k of run m a fixed-gradient record iff gradient_in_MxK[m, k]; o = obs B / C
-  is b_t + sigma z_t for DP-SGD as claimed (`dpjax.audit.per_step`).
-
-  Args:
-    key: the training key (run m uses split(key, M)[m]).
-    setting: the claim (sigma > 0).
-    data: `canaries.audit_data(..., unused_features >= K)`.
-    model: the audited model on data's features.
-    var: the audited training for this claim (`variants.variant`).
-    gradient_in_MxK: bool[M, K].
-  """
-  _validate.check_instance(setting, Setting, "setting")
-  if setting.sigma == 0:
-    raise ValueError("setting: the per-step audit needs sigma > 0")
-  g = np.asarray(_validate.check_binary(gradient_in_MxK, "gradient_in_MxK", ndim=2), bool)
-  m, k = g.shape
-  keep = np.ones((m, data.x_NxD.shape[0]), bool)
-  keep[:, data.canary_index] = False
-  c = var.config.l2_clip_norm
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    out = dpsgd.train_many(
-        key, data.x_NxD, data.y_N, jnp.asarray(keep), var.config, model,
-        observe_fn=canary.observe_last_coordinates(k),
-        fixed_gradients=dpsgd.FixedGradients(
-            canary.gradient_canaries(data.num_features, k, c), jnp.asarray(g)),
-        perf=dpsgd.PerformanceFlags(max_chunk=m, progress=False), **var.components)
-  finite = np.asarray(out.finite)
-  if not np.all(finite):
-    raise ValueError(f"{int(np.sum(~finite))} of {finite.size} per-step audit models ended "
-                     "with non-finite parameters: no audit is computed from them")
-  return out.observations * (var.config.expected_batch_size / c)
-
-
-def per_step_statistics(key, spec: PerStepSpec, setting: Setting, data, model, *,
-                        runs: int, canaries: int, bar=None, run_scores: bool = False):
-  """`per_step.StepStatistics` of `runs` runs with `canaries` Dirac canaries each.
-
-  With run_scores, returns (statistics, scores_in, scores_out): also each (run,
-  canary) trial's summed claimed likelihood ratio (`white_box_llr_scores`), float64.
-
-  Runs go in chunks of a multiple of 4 (at most spec.observation_budget
-  observations); chunk c is trained from fold_in(key, c) with the design
-  `canary.canaries_design(chunk, canaries, 1/2, seed=c)`, observed by
-  `step_observations` and reduced to counts at `per_step.design_thresholds` of the
-  claim at once (`per_step.observation_statistics`).
-  """
-  _validate.check_instance(spec, PerStepSpec, "spec")
-  _validate.check_instance(setting, Setting, "setting")
-  runs = _validate.check_int(runs, "runs", 4)
-  k = _validate.check_int(canaries, "canaries")
-  claimed = dpsgd.DpSgdConfig(dataset_size=int(data.x_NxD.shape[0]),
-                              sampling_prob=spec.sampling_prob, num_steps=spec.num_steps,
-                              noise_multiplier=setting.sigma, delta=spec.delta)
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    var = variants.variant(spec.variant, claimed, model)
-  thr = per_step.design_thresholds(spec.sampling_prob, setting.sigma, spec.num_thresholds)
-  per = min(runs, max(4, spec.observation_budget // (spec.num_steps * k) // 4 * 4))
-  total, s_in, s_out = None, [], []
-  for c, lo in enumerate(range(0, runs, per)):
-    m = min(per, runs - lo)
-    _, g = canary.canaries_design(m, k, 0.5, c)
-    o = step_observations(jax.random.fold_in(key, c), setting, data, model, var, g)
-    part = per_step.observation_statistics(o, g, thr)
-    total = part if total is None else total + part
-    if run_scores:
-      llr = np.asarray(_llr_scores(o, 1.0, sampling_prob=float(spec.sampling_prob),
-                                   noise_multiplier=float(setting.sigma)), np.float64)
-      s_in.append(llr[g])
-      s_out.append(llr[~g])
-    if bar is not None:
-      bar.update(m)
-  if run_scores:
-    return total, np.concatenate(s_in), np.concatenate(s_out)
-  return total
-
-
-def per_step_chunks(spec: PerStepSpec) -> int:
-  """Runs `per_step_audit` trains per setting (for a progress bar's total)."""
-  _validate.check_instance(spec, PerStepSpec, "spec")
-  return spec.estimate_runs + spec.bound_runs
-
-
-def per_step_audit(key, spec: PerStepSpec, setting: Setting, estimate_inputs, bound_inputs,
-                   *, bar=None) -> dict:
-  """One per-step row: estimate (a) and bound (b) of a claim beside its exact eps.
-
-  Args:
-    key: the per-step audit's key ((a) from fold_in(key, 0), (b) from fold_in(key, 1)).
-    spec: the per-step audit.
-    setting: the claim (sigma > 0).
-    estimate_inputs, bound_inputs: (data, model) with >= spec.estimate_canaries /
-      spec.bound_canaries unused coordinates.
-    bar: an optional tqdm bar, advanced by runs trained.
-  Returns:
-    a dict of plain values: the claim, its exact (PLD) eps, (a) (lower limit and
-    point, fitted sigma_eff, assumption), (b) (bound, certified points, assumption
-    and what it certifies), each with its runs, canaries per run, per-step trials
-    and fraction of the exact eps; and the run-level bound on (b)'s runs (each
-    (run, canary) one trial, `estimators.FixedThreshold` at the claimed best
-    certifiable threshold), which needs no i.i.d.-step assumption.
-  """
-  _validate.check_instance(spec, PerStepSpec, "spec")
-  _validate.check_instance(setting, Setting, "setting")
-  if setting.sigma == 0:
-    raise ValueError("setting: the per-step audit needs sigma > 0 (no noise: see evaluate)")
-  t, q, delta, conf = spec.num_steps, spec.sampling_prob, spec.delta, spec.confidence
-  exact = accounting.dpsgd_epsilon(setting.sigma, q, t, delta, accountant="pld")
-  st_a = per_step_statistics(jax.random.fold_in(key, 0), spec, setting, *estimate_inputs,
-                             runs=spec.estimate_runs, canaries=spec.estimate_canaries, bar=bar)
-  est = per_step.step_estimate(st_a, sampling_prob=q, num_steps=t, delta=delta, confidence=conf)
-  st_b, r_in, r_out = per_step_statistics(
-      jax.random.fold_in(key, 1), spec, setting, *bound_inputs, runs=spec.bound_runs,
-      canaries=spec.bound_canaries, bar=bar, run_scores=True)
-  bnd = per_step.composed_bound(st_b, num_steps=t, delta=delta, confidence=conf)
-  # The run-level fallback on the same runs: each (run, canary) one trial, its summed
-  # claimed LLR thresholded where the claimed mechanism's best certifiable test is
-  # (fixed in advance); needs no i.i.d.-step assumption, only independent canaries.
-  dist = canary.llr_distribution(q, setting.sigma, t)
-  thr, fpr, fnr = tradeoff.likelihood_ratio_roc(dist.grid_J, dist.pmf_in_J, dist.pmf_out_J)
-  best = certifiable.best_certifiable(fpr, fnr, r_out.size, trials_in=r_in.size, delta=delta,
-                                      confidence=conf, thresholds_J=thr)
-  run_level = estimators.FixedThreshold(best.threshold).bound(r_in, r_out, delta=delta,
-                                                              confidence=conf).epsilon_lower
-  return {
-      "setting": setting.name, "epsilon": setting.claimed_epsilon, "sigma": setting.sigma,
-      "epsilon_pld": exact, "variant": spec.variant, "sampling_prob": q, "num_steps": t,
-      "confidence": conf,
-      "estimate": est.epsilon, "estimate_point": est.epsilon_point,
-      "estimate_fraction_of_exact": est.epsilon / exact,
-      "estimate_point_fraction_of_exact": est.epsilon_point / exact,
-      "estimate_noise_multiplier": est.noise_multiplier,
-      "estimate_runs": spec.estimate_runs, "estimate_canaries": spec.estimate_canaries,
-      "estimate_trials_in": est.trials_in, "estimate_trials_out": est.trials_out,
-      "estimate_assumption": est.assumption,
-      "bound": bnd.epsilon_lower, "bound_fraction_of_exact": bnd.epsilon_lower / exact,
-      "bound_runs": spec.bound_runs, "bound_canaries": spec.bound_canaries,
-      "bound_trials_in": bnd.trials_in, "bound_trials_out": bnd.trials_out,
-      "bound_thresholds": bnd.thresholds_J.tolist(), "bound_fpr_upper": bnd.fpr_upper_J.tolist(),
-      "bound_fnr_upper": bnd.fnr_upper_J.tolist(), "bound_assumption": bnd.assumption,
-      "run_level_bound": run_level, "run_level_fraction_of_exact": run_level / exact,
-      "run_level_best_certifiable": best.epsilon,
-      "run_level_assumption": ("each (run, canary) pair one trial, the canaries independent "
-                               "(DP-SGD as claimed); no assumption on the steps; threshold "
-                               "fixed from the claimed likelihood-ratio law"),
-      "bound_certifies": (
-          f"with probability >= {conf:g} over the per-step trials, if the {t} steps are "
-          "i.i.d. copies of one step pair, the training is not (eps, delta)-DP for any eps "
-          f"< {bnd.epsilon_lower:.6g} at delta = {delta:g}"),
-  }

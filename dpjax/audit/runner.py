@@ -6,19 +6,16 @@ scores every canary (higher = IN) and the scores become eps lower bounds
 `audit_dpsgd` our DP-SGD with any `dpjax.models.Model`. Modes (`mode=`):
 
 * "independent": each (run, canary) pair is one IN/OUT trial, pooled into `score_bounds`.
-  Valid only if the K trials of one run are independent given the bits: K = 1, or canaries
-  depending only on their own randomness (DP-SGD's Dirac canaries, as claimed). A broken
-  training can correlate them (a realised-batch denominator shared by all canaries, a
-  batch-level clip): the pooled bounds then lose their stated confidence, and only the
-  one-run mode is rigorous.
+  Valid only if the K trials of one run are independent given the bits (K = 1, or DP-SGD's
+  Dirac canaries as claimed); a broken training can correlate them (a shared realised-batch
+  denominator, a batch-level clip), and then only the one-run mode is rigorous.
 * "one_run": the R x K canaries are those of one big run, bits i.i.d. Bernoulli(1/2), and
-  only the one-run tests are reported (Steinke, Nasr & Jagielski 2023; the f-DP test of
-  Mahloujifar, Melis & Chaudhuri 2025, whose Gaussian-curve form is valid only for mu-GDP
-  training). Valid for ANY (eps, delta)-DP training, however its canaries interact.
+  only the one-run tests are reported (`one_run`, `one_run_fdp`): valid for ANY (eps,
+  delta)-DP training, however its canaries interact (the Gaussian-curve f-DP test only
+  for mu-GDP training).
 
-References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535; Nasr et al. 2023,
-https://arxiv.org/abs/2302.07956; Steinke, Nasr & Jagielski 2023,
-https://arxiv.org/abs/2305.08846; Mahloujifar, Melis & Chaudhuri 2025,
+References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535; Steinke, Nasr & Jagielski
+2023, https://arxiv.org/abs/2305.08846; Mahloujifar, Melis & Chaudhuri 2025,
 https://arxiv.org/abs/2410.22235.
 
 Shape letters: R runs (trained models), K canaries per run, T steps, N records.
@@ -84,6 +81,22 @@ class TrainingAudit:
   def epsilon_lower(self) -> dict:
     """{estimator: eps lower bound} (plain floats)."""
     return {k: float(v.epsilon_lower) for k, v in self.bounds.items()}
+
+  @classmethod
+  def of(cls, scores_RxK, included_RxK, *, delta: float, confidence: float, mode: str,
+         claimed_epsilon: Optional[float], seed: int) -> "TrainingAudit":
+    """The audit of these scores and bits: `bounds_from_trials` with the same arguments."""
+    return cls(scores_RxK, included_RxK, bounds_from_trials(
+        scores_RxK, included_RxK, delta=delta, confidence=confidence, mode=mode,
+        claimed_epsilon=claimed_epsilon, seed=seed), mode, delta, confidence, claimed_epsilon)
+
+  def ceiling(self, name: str = "best") -> float:
+    """`score_audit.score_bounds`' entry `name` for a perfect adversary with these trial
+    counts (every IN score above every OUT score), at this audit's delta and confidence."""
+    from dpjax.audit import score_audit  # pylint: disable=g-import-not-at-top
+    n_in, n_out = int(self.included_RxK.sum()), int((~self.included_RxK).sum())
+    return score_audit.score_bounds(np.ones(n_in), np.zeros(n_out), delta=self.delta,
+                                    confidence=self.confidence)[name].epsilon_lower
 
   def to_json(self) -> dict:
     """A JSON-ready record: counts, bounds with assumptions and details (no scores)."""
@@ -191,6 +204,22 @@ def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: fl
         "bound; valid for any (eps, delta)-DP training whatever the dependence between "
         "canaries", details, confidence, delta)
   return out
+
+
+def union_best(audits: dict, names=None) -> tuple[float, str]:
+  """(bound, name): the largest "best" bound of several `TrainingAudit`s (those of `names`,
+  default all), each recomputed at 1 - alpha / k, so that the maximum holds at the audits'
+  confidence (a union bound over the k; mode "independent")."""
+  from dpjax.audit import thresholds  # pylint: disable=g-import-not-at-top
+  names = list(audits) if names is None else list(names)
+  if not names or not all(isinstance(audits.get(n), TrainingAudit) for n in names):
+    raise ValueError("audits must map each of names to a TrainingAudit")
+  a0 = audits[names[0]]
+  per = thresholds.bonferroni_confidence(a0.confidence, len(names))
+  vals = {n: bounds_from_trials(audits[n].scores_RxK, audits[n].included_RxK, delta=a0.delta,
+                                confidence=per)["best"].epsilon_lower for n in names}
+  top = max(vals, key=vals.get)
+  return float(vals[top]), top
 
 
 def _check_trial_counts(mode: str, r: int, k: int, what: str) -> None:
@@ -326,9 +355,8 @@ def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int 
     i, j = (int(v) for v in np.argwhere(nan)[0])
     raise ValueError(f"{what} returned NaN scores ({int(nan.sum())} of {scores.size}; first: "
                      f"run {i}, canary {j}): no bound is computed from a failed run")
-  bounds = bounds_from_trials(scores, bits, delta=delta, confidence=confidence, mode=mode,
-                              claimed_epsilon=claimed_epsilon, seed=seed_from_key(k_seed))
-  return TrainingAudit(scores, bits, bounds, mode, delta, confidence, claimed_epsilon)
+  return TrainingAudit.of(scores, bits, delta=delta, confidence=confidence, mode=mode,
+                          claimed_epsilon=claimed_epsilon, seed=seed_from_key(k_seed))
 
 
 # ----------------------------------------------------------------------------------
@@ -406,19 +434,15 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
                 num_gradient_canaries: int = 1, record_canary: Optional[tuple] = None,
                 confidence: float = 0.95, mode: str = "independent",
                 progress: bool = True, **train_kwargs) -> DpSgdAudit:
-  """Audits DP-SGD as run by `dpsgd.train_many` for `model` on (x, y).
+  """Audits DP-SGD (`dpsgd.train_many`, through `run.train`) for `model` on (x, y).
 
-  Each of the R runs trains on all N records plus canaries with independent inclusion bits:
-
-  * WHITE-BOX: K Dirac gradient canaries, C e_j in an extra parameter leaf float32[K] that
-    apply never reads, included per `included[:, j]`, then Poisson-sampled at q; scored by
-    the exact log-likelihood ratio of that leaf of the privatized updates (o_t = B u_t / C
-    = b_t + sigma z_t as claimed; `canary.white_box_scores`).
-  * BLACK-BOX (optional): a record canary (x_c, y_c) appended to the data, scored by
-    -loss(x_c, y_c) under the final model.
-
-  Mode "independent" pools the K white-box trials of one run: valid for DP-SGD as claimed;
-  for a training suspected of coupling its canaries, use mode "one_run".
+  Each of the R runs trains on all N records plus canaries with independent bits:
+  WHITE-BOX, K Dirac gradient canaries C e_j in an extra parameter leaf float32[K] that
+  apply never reads, scored by the exact likelihood ratio of that leaf of the privatized
+  updates (`canary.white_box_llr`); BLACK-BOX (optional), a record canary appended to the
+  data, scored by -loss under the final model. Mode "independent" pools the K white-box
+  trials of one run (valid for DP-SGD as claimed); "one_run" for a training suspected of
+  coupling its canaries.
 
   Args:
     cfg: the claimed dpsgd.DpSgdConfig (its (q, sigma, T, delta) is the claim).
@@ -426,21 +450,17 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
     num_runs: R (>= 2 in mode "independent").
     num_gradient_canaries: K >= 0.
     record_canary: optional (x_c [F...], y_c) for the black-box adversary.
-    **train_kwargs: other `dpsgd.train_many` keywords (sampler, clipping, privatizer,
+    **train_kwargs: other `dpsgd.train_many` components (sampler, clipping, privatizer,
       optimizer, perf): a replaced component is what gets audited against the claim.
   Returns:
     DpSgdAudit.
   Raises:
-    ValueError: bad inputs; no canary at all; a run that diverged (its scores are not
-      evidence about the mechanism).
-
-  References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535; Steinke, Nasr &
-  Jagielski 2023, https://arxiv.org/abs/2305.08846.
+    ValueError: bad inputs; no canary at all; a run that diverged.
   """
   from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
   from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  from dpjax.audit import canary as canary_lib  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary, run  # pylint: disable=g-import-not-at-top
 
   key = _validate.check_key(key)
   _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
@@ -449,9 +469,6 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
   r = _validate.check_int(num_runs, "num_runs", minimum=2 if mode == "independent" else 1)
   k = _validate.check_int(num_gradient_canaries, "num_gradient_canaries", minimum=0)
   confidence = _validate.check_confidence(confidence)
-  for bad in ("fixed_gradients", "observe_fn", "init_params", "keep_MxN"):
-    if bad in train_kwargs:
-      raise ValueError(f"{bad} is set by audit_dpsgd (the canaries and what is observed)")
   x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, min_size=1))
   if x.ndim < 2:
     raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
@@ -464,11 +481,8 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
   if record_canary is not None:
     if not (isinstance(record_canary, tuple) and len(record_canary) == 2):
       raise TypeError("record_canary must be a pair (x_c, y_c)")
-    x_c = jnp.asarray(_validate.check_array(record_canary[0], "record_canary[0]",
-                                            np.float32, shape=x.shape[1:]))
-    y_c = jnp.asarray(np.asarray(record_canary[1], dtype=y.dtype).reshape(()))
-    x = jnp.concatenate([x, x_c[None]], 0)
-    y = jnp.concatenate([y, y_c[None]], 0)
+    x_c = _validate.check_array(record_canary[0], "record_canary[0]", np.float32,
+                                shape=x.shape[1:])
   if k == 0 and record_canary is None:
     raise ValueError("nothing to audit: num_gradient_canaries = 0 and no record_canary")
   if k:
@@ -483,52 +497,37 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
            if sigma > 0 else None)
   k_bits, k_train, k_seed = jax.random.split(key, 3)
   kb_grad, kb_rec = jax.random.split(k_bits)
-  keep = np.ones((r, x.shape[0]), bool)
-  rec_in = None
-  if record_canary is not None:
-    rec_in = inclusion_bits(kb_rec, r, 1, mode)
-    keep[:, -1] = rec_in[:, 0]
+  rec_in = None if record_canary is None else inclusion_bits(kb_rec, r, 1, mode)
   kk = max(k, 1)
   wrapped = _with_canary_leaf(model, kk)
   path = train_kwargs.pop("clipping", None)
   path = clipping_lib.path_for(model) if path is None else clipping_lib.as_path(path)
   c = float(cfg.l2_clip_norm)
-  grad_in = inclusion_bits(kb_grad, r, kk, mode)
-  if k == 0:
-    grad_in = np.zeros((r, 1), bool)
+  grad_in = inclusion_bits(kb_grad, r, kk, mode) if k else np.zeros((r, 1), bool)
   params_shape = jax.eval_shape(wrapped.init, jax.random.key(0))
   canaries = jax.tree.map(lambda l: jnp.zeros((kk,) + tuple(l.shape), jnp.float32),
                           params_shape)
   canaries["canary"] = c * jnp.eye(kk, dtype=jnp.float32)
+  design = run.canary_design(
+      x, y, r, gradients=(canaries, grad_in),
+      records=None if record_canary is None else (x_c[None], record_canary[1], rec_in))
   train_kwargs.setdefault("perf", dpsgd.PerformanceFlags(progress=progress))
-  out = dpsgd.train_many(k_train, x, y, jnp.asarray(keep), cfg, wrapped,
-                         observe_fn=_observe_canary_leaf if k else None,
-                         fixed_gradients=dpsgd.FixedGradients(canaries, jnp.asarray(grad_in)),
-                         clipping=_path_with_canary_leaf(path), **train_kwargs)
-  finite = np.asarray(out.finite)
-  if not finite.all():
-    raise ValueError(f"{int((~finite).sum())} of {r} audited runs diverged (non-finite "
-                     "parameters): no epsilon lower bound is computed from them; lower "
-                     "cfg.learning_rate")
+  out = run.train(k_train, design, cfg, wrapped, observe_fn=_observe_canary_leaf if k else None,
+                  components=dict(train_kwargs, clipping=_path_with_canary_leaf(path)))
   seed_w, seed_b = (seed_from_key(kk_) for kk_ in jax.random.split(k_seed))
   delta = float(cfg.delta)
   white = black = None
   if k:
-    obs = np.asarray(out.observations, np.float64)                  # [R, T, K]
-    o = canary_lib.normalized_observations(
-        np.transpose(obs, (0, 2, 1)).reshape(r * k, -1),
-        expected_batch_size=cfg.expected_batch_size, l2_clip_norm=c)
-    s = canary_lib.white_box_scores(o, float(cfg.sampling_prob), sigma).reshape(r, k)
-    white = TrainingAudit(s, grad_in, bounds_from_trials(
-        s, grad_in, delta=delta, confidence=confidence, mode=mode,
-        claimed_epsilon=claim, seed=seed_w),
-                          mode, delta, confidence, claim)
+    s = canary.white_box_llr(out.observations, expected_batch_size=cfg.expected_batch_size,
+                             l2_clip_norm=c, sampling_prob=float(cfg.sampling_prob),
+                             noise_multiplier=sigma)
+    white = TrainingAudit.of(s, grad_in, delta=delta, confidence=confidence, mode=mode,
+                             claimed_epsilon=claim, seed=seed_w)
   if record_canary is not None:
-    s = np.asarray(_black_box_fn(model)(out.params, x[-1:], y[-1:]), np.float64)[:, None]
+    s = np.asarray(_black_box_fn(model)(out.params, design.x_NxF[-1:], design.y_N[-1:]),
+                   np.float64)[:, None]
     if np.isnan(s).any():
       raise ValueError("the record canary's loss is NaN on some run: no bound computed")
-    black = TrainingAudit(s, rec_in, bounds_from_trials(
-        s, rec_in, delta=delta, confidence=confidence, mode=mode,
-        claimed_epsilon=claim, seed=seed_b),
-                          mode, delta, confidence, claim)
+    black = TrainingAudit.of(s, rec_in, delta=delta, confidence=confidence, mode=mode,
+                             claimed_epsilon=claim, seed=seed_b)
   return DpSgdAudit(white, black, claimed, exact, cfg)

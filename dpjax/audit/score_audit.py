@@ -1,7 +1,7 @@
 """Every estimator's eps lower bound on one pair of score samples (`score_bounds`).
 
 From K_in scores of runs with a canary and K_out without (higher = IN): the threshold
-tests of `dpjax.audit.estimators`, the mu-GDP estimate of `dpjax.audit.parametric` and
+tests of `dpjax.audit.thresholds`, the mu-GDP estimate of `dpjax.audit.parametric` and
 the one-run tests of `dpjax.audit.one_run` on the trials taken as canaries, each as a
 `ScoreBound`. Needs >= 2 trials per side, in an order that does not depend on the scores.
 
@@ -27,7 +27,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from dpjax import _validate
-from dpjax.audit import estimators, parametric, stats
+from dpjax.audit import parametric, stats
+from dpjax.audit import thresholds as thresholds_lib
 
 SCORE_BOUND_NAMES = ("clopper_pearson", "clopper_pearson_bonferroni", "clopper_pearson_fixed",
                      "gdp", "one_run", "fdp_one_run", "fdp_one_run_gdp", "best")
@@ -59,7 +60,7 @@ def _json_number(x) -> float | str | None:
   return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
 
 
-def _threshold_details(b: estimators.ThresholdBound) -> dict:
+def _threshold_details(b: thresholds_lib.ThresholdBound) -> dict:
   return {"threshold": _json_number(b.threshold), "sign": int(b.sign), **b.counts(),
           "selection_trials": list(b.selection_trials), "strategy": b.strategy}
 
@@ -123,7 +124,7 @@ def _one_run_bound(name, s_in, s_out, delta, confidence, seed) -> ScoreBound:
 
 
 def _cp_split(s_in, s_out, delta, confidence) -> ScoreBound:
-  b = estimators.SplitThreshold(both_signs=True).bound(s_in, s_out, delta=delta,
+  b = thresholds_lib.SplitThreshold(both_signs=True).bound(s_in, s_out, delta=delta,
                                                       confidence=confidence)
   return ScoreBound("clopper_pearson", b.epsilon_lower,
                     "Clopper-Pearson (eps, delta) bound; " + b.assumptions,
@@ -143,7 +144,7 @@ def _cp_declared(s_in, s_out, delta, confidence, thresholds) -> ScoreBound:
     how = "thresholds declared before seeing the scores, evaluated on every trial"
   if not tests:
     tests = [(float(np.median(np.r_[s_in[:1], s_out[:1]])), 1)]
-  per = estimators.bonferroni_confidence(confidence, len(tests))
+  per = thresholds_lib.bonferroni_confidence(confidence, len(tests))
   eps_T = np.full(len(tests), -1.0)
   for sign in (1, -1):
     idx = [i for i, (_, sg) in enumerate(tests) if sg == sign]
@@ -152,7 +153,7 @@ def _cp_declared(s_in, s_out, delta, confidence, thresholds) -> ScoreBound:
       eps_T[idx] = stats.epsilon_lower_bound(fp, e_out.size, fn, e_in.size, delta, per)
   t, sign = tests[int(np.argmax(eps_T))]
   best_b = dataclasses.replace(
-      estimators.FixedThreshold(t, sign).bound(e_in, e_out, delta=delta, confidence=per),
+      thresholds_lib.FixedThreshold(t, sign).bound(e_in, e_out, delta=delta, confidence=per),
       selection_trials=sel, strategy="declared", assumptions=how)
   details = {**_threshold_details(best_b), "num_tests": len(tests),
              "confidence_per_test": per, "strategy": "bonferroni"}
@@ -163,7 +164,7 @@ def _cp_declared(s_in, s_out, delta, confidence, thresholds) -> ScoreBound:
 
 
 def _cp_fixed(s_in, s_out, delta, confidence, threshold) -> ScoreBound:
-  b = estimators.FixedThreshold(threshold).bound(s_in, s_out, delta=delta,
+  b = thresholds_lib.FixedThreshold(threshold).bound(s_in, s_out, delta=delta,
                                                 confidence=confidence)
   return ScoreBound("clopper_pearson_fixed", b.epsilon_lower,
                     "Clopper-Pearson (eps, delta) bound; " + b.assumptions,
@@ -193,7 +194,7 @@ def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float =
   rerun at 1 - (1 - confidence) / k each (union bound).
 
   Entries (in SCORE_BOUND_NAMES order):
-    "clopper_pearson": `estimators.SplitThreshold(both_signs=True)`.
+    "clopper_pearson": `thresholds.SplitThreshold(both_signs=True)`.
     "clopper_pearson_bonferroni": a union bound over `thresholds` (sign +1, all trials),
       or else over quantile levels 2^-i of the first halves, evaluated on the second.
     "clopper_pearson_fixed": only with `threshold` (sign +1, all trials).
@@ -243,7 +244,7 @@ def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float =
   out["gdp"] = _gdp(s_in, s_out, delta, confidence)
   out["fdp_one_run_gdp"] = _one_run_bound("fdp_one_run_gdp", s_in, s_out, delta, confidence,
                                           seed)
-  per = estimators.bonferroni_confidence(confidence, len(free))
+  per = thresholds_lib.bonferroni_confidence(confidence, len(free))
   parts = {name: fn(per) for name, fn in free.items()}
   top = max(parts, key=lambda k: parts[k].epsilon_lower)
   out["best"] = ScoreBound(

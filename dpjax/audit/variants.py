@@ -54,6 +54,7 @@ from dpjax import dpsgd
 from dpjax import models as models_lib
 from dpjax import privatizer as privatizer_lib
 from dpjax import sampling
+from dpjax.audit import thresholds
 
 VARIANTS = ("correct", "clip_batch_mean", "realised_batch_denominator",
             "noise_without_clip_norm", "noise_on_mean", "shuffle_as_poisson",
@@ -307,16 +308,6 @@ def _log_p_scaled_below(tau: np.ndarray, k: int, n: int, q: float) -> np.ndarray
   return special.logsumexp(terms, axis=0)
 
 
-def _best_epsilon(log_fpr: np.ndarray, log_tpr: np.ndarray, delta: float) -> float:
-  """max over thresholds of ln((TPR - delta) / FPR), >= 0."""
-  tpr = np.exp(log_tpr)
-  # A log FPR that underflowed to -inf is a tiny rate, not 0: only finite ones count.
-  with np.errstate(divide="ignore", invalid="ignore"):
-    eps = np.where((tpr > delta) & np.isfinite(log_fpr),
-                   np.log(np.maximum(tpr - delta, 1e-300)) - log_fpr, 0.0)
-  return float(max(0.0, np.max(eps)))
-
-
 def realised_denominator_lower_bound(noise_coords: int, base_records: int,
                                      sampling_prob: float, steps: int,
                                      delta: float) -> float:
@@ -331,7 +322,7 @@ def realised_denominator_lower_bound(noise_coords: int, base_records: int,
       noise_coords, base_records, sampling_prob, steps, delta)
   tau = np.geomspace(1e-3, 10.0, 2000) * noise_coords
   lf, lt = scale_min_log_rates(tau, noise_coords, base_records, sampling_prob, steps)
-  return _best_epsilon(lf, lt, delta)
+  return thresholds.best_exact_epsilon(lf, lt, delta)
 
 
 def scale_min_log_rates(tau, noise_coords: int, base_records: int, sampling_prob: float,
@@ -366,7 +357,7 @@ def floored_denominator_lower_bound(noise_coords: int, base_records: int,
   lo, hi = sorted((d_in, d_out))
   lf = sps.chi2.logcdf(tau * lo ** 2, kt)      # the side with the smaller divisor is above
   lt = sps.chi2.logcdf(tau * hi ** 2, kt)
-  return _best_epsilon(lf, lt, delta)
+  return thresholds.best_exact_epsilon(lf, lt, delta)
 
 
 def shuffle_slot_mu(noise_multiplier: float, steps: int, steps_per_epoch: int) -> float:

@@ -1,7 +1,5 @@
-"""Tests for dpjax.audit.estimators: threshold strategies, Bonferroni, bootstrap spread."""
+"""Tests for dpjax.audit.thresholds: threshold strategies, Bonferroni, spread, declared thresholds."""
 
-import collections
-import json
 import math
 
 import numpy as np
@@ -10,8 +8,8 @@ from scipy import stats as sps
 
 from dpjax import tradeoff
 from dpjax.accounting import gdp
+from dpjax.audit import stats, thresholds
 from tests import helpers
-from dpjax.audit import certifiable, estimators, one_run, parametric, score_audit, stats
 
 
 class ThresholdStrategyTest(parameterized.TestCase):
@@ -20,12 +18,12 @@ class ThresholdStrategyTest(parameterized.TestCase):
     # Same distribution IN and OUT: the split audit must certify ~0. Over 40
     # independent audits the chance that any exceeds 0.3 is far below 5%.
     rng = np.random.default_rng(1)
-    eps = [estimators.SplitThreshold().bound(rng.normal(size=2000), rng.normal(size=2000),
+    eps = [thresholds.SplitThreshold().bound(rng.normal(size=2000), rng.normal(size=2000),
                                              delta=1e-5).epsilon_lower for _ in range(40)]
     self.assertLess(max(eps), 0.3)
     self.assertLessEqual(np.mean(np.array(eps) > 0), 0.2)
     # heavy ties (a discrete null) too
-    e = estimators.SplitThreshold(both_signs=True).bound(rng.integers(0, 3, 4000),
+    e = thresholds.SplitThreshold(both_signs=True).bound(rng.integers(0, 3, 4000),
                                                          rng.integers(0, 3, 4000))
     self.assertLess(e.epsilon_lower, 0.3)
 
@@ -34,10 +32,10 @@ class ThresholdStrategyTest(parameterized.TestCase):
     # of the best certifiable bound for these trials.
     mu, n, delta = 2.0, 20_000, 1e-5
     s_in, s_out = helpers.quantile_scores(mu, n)
-    r = estimators.SplitThreshold().bound(s_in, s_out, delta=delta)
+    r = thresholds.SplitThreshold().bound(s_in, s_out, delta=delta)
     exact = gdp.gaussian_epsilon(delta, mu)
     a = np.linspace(0, 1, 100_001)
-    ceiling = certifiable.best_certifiable(a, tradeoff.gaussian_fnr(a, mu), n // 2,
+    ceiling = thresholds.best_certifiable(a, tradeoff.gaussian_fnr(a, mu), n // 2,
                                           delta=delta).epsilon
     self.assertLessEqual(r.epsilon_lower, exact)
     # The ceiling is on expected counts (e.g. 3.2 errors); quantile data has integer
@@ -51,19 +49,19 @@ class ThresholdStrategyTest(parameterized.TestCase):
 
   def test_fixed_threshold_uses_all_trials(self):
     s_in, s_out = np.full(300, 2.0), np.zeros(300)
-    r = estimators.FixedThreshold(1.0).bound(s_in, s_out)
+    r = thresholds.FixedThreshold(1.0).bound(s_in, s_out)
     self.assertEqual((r.positives, r.negatives, r.false_positives, r.false_negatives),
                      (300, 300, 0, 0))
     self.assertAlmostEqual(r.epsilon_lower, stats.perfect_attack_ceiling(300), places=12)
     self.assertEqual((r.selection_trials, r.strategy), ((0, 0), "fixed"))
     # sign = -1: the test is "IN iff -score > threshold"
-    r = estimators.FixedThreshold(1.0, sign=-1).bound(-s_in, -s_out)
+    r = thresholds.FixedThreshold(1.0, sign=-1).bound(-s_in, -s_out)
     self.assertEqual((r.false_positives, r.false_negatives), (0, 0))
     self.assertEqual(r.counts(), {"false_positives": 0, "negatives": 300,
                                   "false_negatives": 0, "positives": 300})
 
   def test_fixed_threshold_by_hand(self):
-    r = estimators.FixedThreshold(0.5).bound([1, 1, 0, 1], [0, 1, 0, 0], delta=1e-3,
+    r = thresholds.FixedThreshold(0.5).bound([1, 1, 0, 1], [0, 1, 0, 0], delta=1e-3,
                                              confidence=0.9)
     self.assertEqual((r.false_positives, r.false_negatives), (1, 1))
     self.assertEqual(r.epsilon_lower, stats.epsilon_lower_bound(1, 4, 1, 4, 1e-3, 0.9))
@@ -72,40 +70,40 @@ class ThresholdStrategyTest(parameterized.TestCase):
     # First halves: IN above 10, OUT below; second halves the same. A threshold
     # chosen on the first halves separates the second halves perfectly.
     x = np.tile(np.arange(10.0), 2)
-    r = estimators.SplitThreshold().bound(x + 10, x)
+    r = thresholds.SplitThreshold().bound(x + 10, x)
     self.assertEqual((r.threshold, r.false_positives, r.false_negatives), (9.0, 0, 0))
-    self.assertEqual(r.threshold, estimators.choose_threshold(x[:10] + 10, x[:10])[0])
+    self.assertEqual(r.threshold, thresholds.choose_threshold(x[:10] + 10, x[:10])[0])
     # reversed scores: only both_signs finds the test
-    r = estimators.SplitThreshold(both_signs=True).bound(-(x + 10), -x)
+    r = thresholds.SplitThreshold(both_signs=True).bound(-(x + 10), -x)
     self.assertEqual((r.sign, r.false_positives, r.false_negatives), (-1, 0, 0))
 
   def test_validation(self):
     with self.assertRaisesRegex(ValueError, "threshold"):
-      estimators.FixedThreshold(float("nan"))
+      thresholds.FixedThreshold(float("nan"))
     with self.assertRaisesRegex(ValueError, "sign"):
-      estimators.FixedThreshold(0.0, sign=2)
+      thresholds.FixedThreshold(0.0, sign=2)
     with self.assertRaisesRegex(ValueError, "scores_in_K"):
-      estimators.FixedThreshold(0.0).bound([np.nan], [0.0])
+      thresholds.FixedThreshold(0.0).bound([np.nan], [0.0])
     with self.assertRaisesRegex(ValueError, "confidence"):
-      estimators.FixedThreshold(0.0).bound([1.0], [0.0], confidence=1.0)
+      thresholds.FixedThreshold(0.0).bound([1.0], [0.0], confidence=1.0)
     with self.assertRaisesRegex(ValueError, "delta"):
-      estimators.SplitThreshold().bound([1.0, 2.0], [0.0, 1.0], delta=-0.1)
+      thresholds.SplitThreshold().bound([1.0, 2.0], [0.0, 1.0], delta=-0.1)
     with self.assertRaisesRegex(ValueError, ">= 2 trials"):
-      estimators.SplitThreshold().bound([1.0], [0.0, 1.0])
+      thresholds.SplitThreshold().bound([1.0], [0.0, 1.0])
     with self.assertRaisesRegex(ValueError, "strategies"):
-      estimators.Bonferroni(())
+      thresholds.Bonferroni(())
 
 
 class BonferroniTest(parameterized.TestCase):
 
   def test_each_part_at_alpha_over_k_and_max_reported(self):
     s_in, s_out = helpers.quantile_scores(1.5, 4000)
-    parts = (estimators.FixedThreshold(0.75), estimators.SplitThreshold(both_signs=True),
-             estimators.FixedThreshold(2.0))
-    r = estimators.Bonferroni(parts).bound(s_in, s_out, delta=1e-5, confidence=0.9)
-    self.assertAlmostEqual(estimators.bonferroni_confidence(0.9, 3), 1 - 0.1 / 3, places=15)
+    parts = (thresholds.FixedThreshold(0.75), thresholds.SplitThreshold(both_signs=True),
+             thresholds.FixedThreshold(2.0))
+    r = thresholds.Bonferroni(parts).bound(s_in, s_out, delta=1e-5, confidence=0.9)
+    self.assertAlmostEqual(thresholds.bonferroni_confidence(0.9, 3), 1 - 0.1 / 3, places=15)
     for p, strategy in zip(r.parts, parts):
-      self.assertEqual(p.confidence, estimators.bonferroni_confidence(0.9, 3))
+      self.assertEqual(p.confidence, thresholds.bonferroni_confidence(0.9, 3))
       self.assertEqual(p, strategy.bound(s_in, s_out, delta=1e-5, confidence=p.confidence))
     self.assertEqual(r.epsilon_lower, max(p.epsilon_lower for p in r.parts))
     self.assertEqual((r.confidence, r.delta), (0.9, 1e-5))
@@ -118,10 +116,10 @@ class BonferroniTest(parameterized.TestCase):
     mu, delta = 1.0, 1e-5
     exact = gdp.gaussian_epsilon(delta, mu)
     a = np.linspace(0, 1, 20_001)
-    thr = certifiable.best_certifiable(a, tradeoff.gaussian_fnr(a, mu), 500, delta=delta,
+    thr = thresholds.best_certifiable(a, tradeoff.gaussian_fnr(a, mu), 500, delta=delta,
                                       confidence=0.95, thresholds_J=sps.norm.isf(a))
-    policy = estimators.Bonferroni((estimators.FixedThreshold(thr.threshold),
-                                    estimators.SplitThreshold(both_signs=True)))
+    policy = thresholds.Bonferroni((thresholds.FixedThreshold(thr.threshold),
+                                    thresholds.SplitThreshold(both_signs=True)))
     rng = np.random.default_rng(5)
     over = sum(policy.bound(mu + rng.normal(size=500), rng.normal(size=500), delta=delta,
                             confidence=0.9).epsilon_lower > exact for _ in range(200))
@@ -131,9 +129,9 @@ class BonferroniTest(parameterized.TestCase):
 class SpreadCeilingEstimateTest(parameterized.TestCase):
 
   def test_bootstrap_spread_by_hand(self):
-    r = estimators.FixedThreshold(0.0).bound(np.r_[np.ones(900), -np.ones(100)],
+    r = thresholds.FixedThreshold(0.0).bound(np.r_[np.ones(900), -np.ones(100)],
                                              -np.ones(1000), delta=1e-5, confidence=0.975)
-    s = estimators.bootstrap_spread(r, np.random.default_rng(0), num_replicates=300)
+    s = thresholds.bootstrap_spread(r, np.random.default_rng(0), num_replicates=300)
     rng = np.random.default_rng(0)
     fp = rng.binomial(1000, 0.0, 300)
     fn = rng.binomial(1000, 0.1, 300)
@@ -145,7 +143,73 @@ class SpreadCeilingEstimateTest(parameterized.TestCase):
     _, fnr_u = stats.clopper_pearson(100, 1000, 0.975)
     self.assertAlmostEqual(s.sd, math.sqrt(0.09 / 1000) / (1 - fnr_u), delta=0.003)
     with self.assertRaisesRegex(ValueError, "ThresholdBound"):
-      estimators.bootstrap_spread(0.5, rng)
+      thresholds.bootstrap_spread(0.5, rng)
+
+
+class BestCertifiableTest(parameterized.TestCase):
+
+  def test_best_certifiable_gaussian_scale(self):
+    # A Gaussian mechanism with eps = 2 at delta = 1e-5 lets a perfect adversary
+    # certify ~0.8 with 5,000 trials per side, ~0.9 with 10,000.
+    mu = gdp.mu_for_epsilon(2.0, 1e-5)
+    a = np.linspace(0, 1, 200_001)
+    b = tradeoff.gaussian_fnr(a, mu)
+    self.assertAlmostEqual(thresholds.best_certifiable(a, b, 5000, delta=1e-5).epsilon, 0.8,
+                           delta=0.05)
+    c = thresholds.best_certifiable(a, b, 10_000, delta=1e-5, thresholds_J=sps.norm.isf(a))
+    self.assertAlmostEqual(c.epsilon, 0.9, delta=0.05)
+    # the point it reports, and its bound by hand
+    self.assertEqual((c.fpr, c.fnr), (a[c.index], b[c.index]))
+    self.assertEqual(c.threshold, sps.norm.isf(a[c.index]))
+    self.assertEqual(c.epsilon, stats.epsilon_lower_bound(c.fpr * 10_000, 10_000,
+                                                          c.fnr * 10_000, 10_000, 1e-5))
+    # below the trials' ceiling and the mechanism's exact eps
+    self.assertLess(c.epsilon, stats.perfect_attack_ceiling(10_000, 1e-5))
+    self.assertLess(c.epsilon, 2.0)
+
+  def test_best_certifiable_skips_degenerate_points(self):
+    c = thresholds.best_certifiable([0.0, 0.1, 0.5], [0.0, 0.2, 0.5], 100)
+    self.assertEqual(c.index, 1)
+    with self.assertRaisesRegex(ValueError, "no point"):
+      thresholds.best_certifiable([0.0], [0.0], 100)
+    with self.assertRaisesRegex(ValueError, "fnr_J"):
+      thresholds.best_certifiable([0.1, 0.2], [0.1], 100)
+
+
+  def test_integer_counts_round_the_expected_counts(self):
+    fpr, fnr = np.array([0.013, 0.2]), np.array([0.5, 0.0261])
+    b = thresholds.best_certifiable(fpr, fnr, 100, trials_in=300, delta=1e-5,
+                                    integer_counts=True)
+    want = stats.epsilon_lower_bound([1, 20], 100, [150, 8], 300, 1e-5)
+    self.assertEqual(b.epsilon, float(np.max(want)))
+    self.assertGreater(thresholds.best_certifiable(fpr, fnr, 100, trials_in=300,
+                                                   delta=1e-5).epsilon, 0.0)
+
+
+class DeclaredTest(parameterized.TestCase):
+
+  def test_ladder_levels_and_first_threshold_at_each(self):
+    thr = np.arange(6.0)
+    fpr = np.array([1.0, 0.6, 0.3, 0.2, 0.06, 0.0])
+    t, lv = thresholds.declared_ladder(thr, fpr, 64)
+    # levels 1/2 .. 1/16 (64 / 16 = 4 expected false positives); 1/2 first met at 2, etc.
+    self.assertEqual(lv.tolist(), [0.5, 0.25, 0.125, 0.0625])
+    self.assertEqual(t.tolist(), [2.0, 3.0, 4.0, 4.0])
+    # at least the level 1/2, and a level no test reaches is left out
+    t, lv = thresholds.declared_ladder(thr[:2], fpr[:2], 3)
+    self.assertEqual((t.size, lv.size), (0, 0))
+    t, lv = thresholds.declared_ladder(thr, fpr, 3)
+    self.assertEqual((t.tolist(), lv.tolist()), ([2.0], [0.5]))
+    with self.assertRaisesRegex(ValueError, "thresholds_J"):
+      thresholds.declared_ladder([0.0], [0.5, 0.1], 10)
+
+  def test_best_exact_epsilon_by_hand(self):
+    lf, lt = np.r_[np.log([0.5, 0.01]), -np.inf], np.log([0.9, 0.5, 0.4])
+    self.assertAlmostEqual(thresholds.best_exact_epsilon(lf, lt, 0.1),
+                           math.log((0.5 - 0.1) / 0.01), places=12)
+    self.assertEqual(thresholds.best_exact_epsilon(np.log([0.5]), np.log([0.4]), 0.0), 0.0)
+    with self.assertRaisesRegex(ValueError, "log_tpr_J"):
+      thresholds.best_exact_epsilon([-1.0], [0.5], 0.0)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
-"""From attack scores to privacy bounds: threshold strategies, their bound records, spread.
+"""Threshold tests: from attack scores to eps lower bounds, and the thresholds to declare.
 
-Runs with a canary IN and OUT are scored (higher = IN, any source) and turned into an
-eps lower bound by a strategy's `bound(scores_in_K, scores_out_K, delta=, confidence=)`,
-which returns a `ThresholdBound`: `FixedThreshold` (fixed in advance, all trials),
-`SplitThreshold` (chosen on the first half of each side, evaluated on the second),
-`Bonferroni` (k strategies at 1 - alpha / k each, the max reported).
-`bootstrap_spread` gives a bound's spread.
+Runs with a canary IN and OUT are scored (higher = IN, any source) and a strategy's
+`bound(scores_in_K, scores_out_K, delta=, confidence=)` turns them into a
+`ThresholdBound`: `FixedThreshold` (fixed in advance, all trials), `SplitThreshold`
+(chosen on the first half of each side, evaluated on the second), `Bonferroni` (k
+strategies at 1 - alpha / k each, the max reported); `bootstrap_spread` gives a bound's
+spread. Thresholds fixed before any score come from a claimed law: `best_certifiable`
+(the best test of a known ROC on expected counts, also the audit's ceiling) and
+`declared_ladder` (the tests of false-positive rates 2^-i). `best_exact_epsilon` is the
+best eps of a family of tests whose rates are known exactly (no confidence).
 
 VALIDITY: the threshold must not be picked on the trials it is evaluated on, and the
 order of the trials must not depend on the scores.
@@ -13,8 +16,8 @@ order of the trials must not depend on the scores.
 Typical use (the white-box policy of `dpjax.audit.run.evaluate`):
 
     per_test = bonferroni_confidence(0.95, 2)
-    ceiling = certifiable.best_certifiable(fpr_J, fnr_J, trials, delta=1e-5,
-                                           confidence=per_test, thresholds_J=thresholds_J)
+    ceiling = best_certifiable(fpr_J, fnr_J, trials, delta=1e-5, confidence=per_test,
+                               thresholds_J=thresholds_J)
     policy = Bonferroni((FixedThreshold(ceiling.threshold), SplitThreshold(both_signs=True)))
     result = policy.bound(scores_in_K, scores_out_K, delta=1e-5, confidence=0.95)
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -46,6 +50,8 @@ _SPLIT_ASSUMPTIONS = (
     "the second half; valid when the order of the trials does not depend on the scores")
 _FIXED_ASSUMPTIONS = (
     "threshold fixed before seeing these scores, evaluated on every trial")
+# Declared ladders: false-positive rates 2^-i with >= this many expected false positives.
+_MIN_EXPECTED_FALSE_POSITIVES = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,10 +241,6 @@ class Bonferroni:
     return BonferroniBound(max(p.epsilon_lower for p in parts), parts, delta, confidence, text)
 
 
-# ----------------------------------------------------------------------------------
-# Spread of a threshold bound.
-
-
 @dataclasses.dataclass(frozen=True)
 class BootstrapSpread:
   """Parametric-bootstrap spread of a threshold bound: sd, epsilon_lower_R float64[R]."""
@@ -275,3 +277,122 @@ def bootstrap_spread(result: ThresholdBound, rng: np.random.Generator,
       float(np.std(eps)), eps,
       f"{reps} parametric-bootstrap replicates: error counts redrawn as binomials at the "
       "observed rates, threshold held fixed; the spread of the bound, not a confidence interval")
+
+
+# ----------------------------------------------------------------------------------
+# Thresholds declared from a claimed law, and what they are expected to certify.
+
+
+@dataclasses.dataclass(frozen=True)
+class CertifiableBound:
+  """The best bound certifiable from expected counts on a known ROC.
+
+  Attributes:
+    epsilon: the best bound (max over the ROC's points), at ROC point `index`.
+    threshold, fpr, fnr: that point's threshold (None when none were given) and rates.
+    trials: evaluation trials per side (the OUT side); delta, confidence: as passed.
+    assumptions: what the number means.
+  """
+  epsilon: float
+  index: int
+  threshold: Optional[float]
+  fpr: float
+  fnr: float
+  trials: int
+  delta: float
+  confidence: float
+  assumptions: str
+
+
+def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
+                     confidence: float = 0.95,
+                     thresholds_J: Optional[Sequence[float]] = None,
+                     trials_in: Optional[int] = None,
+                     integer_counts: bool = False) -> CertifiableBound:
+  """Best bound certifiable from expected counts on a known ROC (the audit's ceiling).
+
+  For each operating point j of fpr_J, fnr_J (float[J] in [0, 1], e.g. from
+  `tradeoff.likelihood_ratio_roc`), the expected counts trials * FPR_j (OUT side) and
+  trials_in * FNR_j (trials_in defaults to trials), rounded to integers when
+  `integer_counts`, go into `stats.epsilon_lower_bound` (delta, confidence as there);
+  the maximum over j is returned, points with FPR = FNR = 0 skipped (at least one other
+  is required). It is a benchmark for a measured bound (what the best adversary for
+  that ROC typically certifies), not a bound on any one audit; the best point's
+  threshold (from the optional thresholds_J) is the natural one to fix in advance.
+
+  Examples:
+    >>> import numpy as np
+    >>> from dpjax import tradeoff
+    >>> a = np.linspace(0, 1, 2001)                       # trade-off curve of 1-GDP
+    >>> round(best_certifiable(a, tradeoff.gaussian_fnr(a, 1.0), 10_000).epsilon, 2)
+    2.17
+  """
+  trials = _validate.check_int(trials, "trials")
+  n_in = trials if trials_in is None else _validate.check_int(trials_in, "trials_in")
+  fpr = _validate.check_array(fpr_J, "fpr_J", ndim=1, low=0.0, high=1.0)
+  fnr = _validate.check_array(fnr_J, "fnr_J", shape=fpr.shape, low=0.0, high=1.0)
+  thr = None if thresholds_J is None else _validate.check_array(
+      thresholds_J, "thresholds_J", shape=fpr.shape, allow_inf=True)
+  delta = _validate.check_delta(delta, allow_zero=True)
+  confidence = _validate.check_confidence(confidence)
+  integer_counts = _validate.check_bool(integer_counts, "integer_counts")
+  ok = np.flatnonzero((fpr > 0) | (fnr > 0))
+  if ok.size == 0:
+    raise ValueError("fpr_J and fnr_J have no point with FPR > 0 or FNR > 0")
+  fp, fn = trials * fpr[ok], n_in * fnr[ok]
+  if integer_counts:
+    fp, fn = np.minimum(np.rint(fp), trials), np.minimum(np.rint(fn), n_in)
+  eps = stats.epsilon_lower_bound(fp, trials, fn, n_in, delta, confidence)
+  j = int(np.argmax(eps))
+  i = int(ok[j])
+  return CertifiableBound(
+      float(eps[j]), i, None if thr is None else float(thr[i]), float(fpr[i]), float(fnr[i]),
+      trials, delta, confidence,
+      "expected counts (trials x rate) at the best point of the given ROC; what the best "
+      "adversary for that ROC typically certifies, not a bound on any one audit")
+
+
+def declared_ladder(thresholds_J, fpr_J, num_out: int) -> tuple[np.ndarray, np.ndarray]:
+  """The tests of false-positive rates 2^-i, declared from a claimed law before any score.
+
+  thresholds_J: float[J], the tests "IN iff score > threshold_j"; fpr_J: float[J], their
+  false-positive rates under the claim, non-increasing; num_out: OUT trials they will be
+  evaluated on. For each level 2^-i, i = 1, 2, ... while num_out 2^-i >= 4 (at least i =
+  1), the first threshold with fpr_J <= 2^-i; a level none reaches is left out. Returns
+  (thresholds float64[k], their levels float64[k]).
+
+  Examples:
+    >>> declared_ladder([0.0, 1.0, 2.0, 3.0], [0.9, 0.4, 0.2, 0.05], 40)
+    (array([1., 2., 3.]), array([0.5  , 0.25 , 0.125]))
+  """
+  n = _validate.check_int(num_out, "num_out")
+  fpr = _validate.check_array(fpr_J, "fpr_J", ndim=1, low=0.0, high=1.0, min_size=1)
+  thr = _validate.check_array(thresholds_J, "thresholds_J", shape=fpr.shape, allow_inf=True)
+  levels = [0.5]
+  while n * 2.0 ** -(len(levels) + 1) >= _MIN_EXPECTED_FALSE_POSITIVES:
+    levels.append(2.0 ** -(len(levels) + 1))
+  found = [(float(thr[int(np.argmax(fpr <= lv))]), lv) for lv in levels if np.any(fpr <= lv)]
+  return np.asarray([t for t, _ in found]), np.asarray([lv for _, lv in found])
+
+
+def best_exact_epsilon(log_fpr_J, log_tpr_J, delta: float) -> float:
+  """max over the tests j of ln((TPR_j - delta) / FPR_j), >= 0, from exact log rates.
+
+  The eps of a family of tests whose error rates are known exactly (no confidence): a
+  lower bound on the eps(delta) of any mechanism with those rates. A log FPR that
+  underflowed to -inf is a tiny rate, not 0: only finite ones count.
+
+  Examples:
+    >>> round(best_exact_epsilon(np.log([0.5, 0.01]), np.log([0.9, 0.5]), 0.0), 3)
+    3.912
+  """
+  lf = _validate.check_array(log_fpr_J, "log_fpr_J", ndim=1, allow_inf=True, min_size=1,
+                             high=0.0)
+  lt = _validate.check_array(log_tpr_J, "log_tpr_J", shape=lf.shape, allow_inf=True,
+                             high=0.0)
+  delta = _validate.check_delta(delta, allow_zero=True)
+  tpr = np.exp(lt)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    eps = np.where((tpr > delta) & np.isfinite(lf), np.log(np.maximum(tpr - delta, 1e-300)) - lf,
+                   0.0)
+  return float(max(0.0, np.max(eps)))

@@ -1,0 +1,109 @@
+"""Tests for dpjax.audit.per_step_run: the per-step audit's runs and row, and its coverage.
+
+Statistical checks use fixed seeds and state their tolerance:
+  * per-step score moments from real DP-SGD runs: within 5 standard errors of the
+    closed form (OUT N(0, s^2), IN (1 - q) N(0, s^2) + q N(1, s^2));
+  * coverage: the one-sided binomial test of "violation rate <= alpha" at level
+    0.001 (`Coverage.p_value >= 1e-3`), as in tests/coverage_test.py.
+"""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+from absl.testing import absltest, parameterized
+from scipy import stats as sps
+
+from dpjax import accounting, dpsgd, models
+from dpjax.audit import canary, coverage, per_step, per_step_run, variants
+from dpjax.audit import run as arun
+from dpjax.data import canaries
+
+_DELTA = 1e-5
+
+
+class CoverageTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(("gdp", 1.0, 3.0, 20), ("subsampled", 0.2, 1.0, 20))
+  def test_never_above_exact_beyond_alpha(self, q, sigma, t):
+    mech = per_step_run.step_mechanism(sigma, q, t)
+    exact = mech.true_epsilon(_DELTA)
+    self.assertAlmostEqual(exact, accounting.dpsgd_epsilon(sigma, q, t, _DELTA, accountant="pld"))
+    res = coverage.measure(per_step_run.coverage_estimators(mech), mech, audits=100, trials=20_000,
+                           delta=_DELTA, rng=np.random.default_rng(0))
+    by = {r.estimator: r for r in res}
+    for r in res:
+      self.assertTrue(r.assumption_met)
+      self.assertTrue(r.within_nominal(1e-3), r)
+    self.assertEqual(by["per_step_bound"].violations, 0)        # also an absolute check
+    self.assertGreater(by["per_step_bound"].median_epsilon_lower, 0.3 * exact)
+    self.assertGreater(by["per_step_estimate"].median_epsilon_lower, 0.8 * exact)
+
+  def test_step_mechanism_samples_its_law(self):
+    mech = per_step_run.step_mechanism(2.0, 0.3, 10)
+    rng = np.random.default_rng(4)
+    n = 400_000
+    s_in = mech.sample(rng, np.ones(n, bool))
+    s_out = mech.sample(rng, np.zeros(n, bool))
+    self.assertLess(abs(s_out.mean()) / (2.0 / math.sqrt(n)), 5)
+    self.assertLess(abs(s_in.mean() - 0.3) / (math.sqrt(4.0 + 0.21) / math.sqrt(n)), 5)
+    with self.assertRaisesRegex(ValueError, "noise_multiplier"):
+      per_step_run.step_mechanism(-1.0, 0.3, 10)
+
+
+class StepObservationsTest(parameterized.TestCase):
+  """The trainer's per-step scores against their closed form (real DP-SGD runs)."""
+
+  @parameterized.named_parameters(("q1", 1.0), ("q02", 0.2))
+  def test_scores_follow_the_closed_form(self, q):
+    sigma, t, k, m = 2.0, 100, 32, 8
+    data = canaries.audit_data(jax.random.key(0), 20, unused_features=k)
+    model = models.logistic_regression(data.num_features)
+    st = arun.Setting("s", accounting.dpsgd_epsilon(sigma, q, t, _DELTA), sigma)
+    cfg = dpsgd.DpSgdConfig(dataset_size=int(data.x_NxD.shape[0]), sampling_prob=q,
+                            num_steps=t, noise_multiplier=sigma, delta=_DELTA)
+    var = variants.variant("correct", cfg, model)
+    _, g = canary.canaries_design(m, k, 0.5, 0)
+    o = np.asarray(per_step_run.step_observations(jax.random.key(1), st, data, model, var, g),
+                   np.float64)
+    self.assertEqual(o.shape, (m, t, k))
+    o_in, o_out = np.transpose(o, (0, 2, 1))[g].ravel(), np.transpose(o, (0, 2, 1))[~g].ravel()
+    n_in, n_out = o_in.size, o_out.size
+    var_in = sigma ** 2 + q * (1 - q)
+    # means: N(0, s^2) OUT, mean q IN; variances: s^2 and s^2 + q (1 - q) (sd of a
+    # sample variance ~ v sqrt(2 / n) for near-normal data)
+    self.assertLess(abs(o_out.mean()) / (sigma / math.sqrt(n_out)), 5)
+    self.assertLess(abs(o_in.mean() - q) / math.sqrt(var_in / n_in), 5)
+    self.assertLess(abs(o_out.var() - sigma ** 2) / (sigma ** 2 * math.sqrt(2 / n_out)), 5)
+    self.assertLess(abs(o_in.var() - var_in) / (var_in * math.sqrt(2 / n_in)), 5)
+    # consecutive steps uncorrelated: lag-1 correlation of each canary's centred steps
+    c = np.transpose(o, (0, 2, 1)) - np.where(g, q, 0.0)[:, :, None]      # [M, K, T]
+    self.assertLess(abs(np.corrcoef(c[..., :-1].ravel(), c[..., 1:].ravel())[0, 1]),
+                    5 / math.sqrt(c[..., 1:].size))
+    if q < 1:   # the mixture: P(o > 1/2 | IN) = (1 - q) Phi(-1/(2s)) + q Phi(1/(2s))
+      p = (1 - q) * sps.norm.sf(0.5 / sigma) + q * sps.norm.sf(-0.5 / sigma)
+      self.assertLess(abs(np.mean(o_in > 0.5) - p) / math.sqrt(p * (1 - p) / n_in), 5)
+
+  @pytest.mark.slow  # about 50 s; the experiment's per-step test checks a row end to end
+  def test_per_step_audit_row(self):
+    data = canaries.audit_data(jax.random.key(0), 20, unused_features=8)
+    model = models.logistic_regression(data.num_features)
+    spec = per_step_run.PerStepSpec(sampling_prob=0.5, num_steps=50, delta=_DELTA, estimate_runs=8,
+                            estimate_canaries=8, bound_runs=8, bound_canaries=8)
+    st = arun.settings([8.0], 0.5, 50, _DELTA, False)[0]
+    row = per_step_run.per_step_audit(jax.random.key(2), spec, st, (data, model), (data, model))
+    self.assertLessEqual(row["bound"], row["epsilon_pld"])
+    self.assertEqual(row["bound_trials_in"] + row["bound_trials_out"], 8 * 8 * 50)
+    self.assertAlmostEqual(row["bound_fraction_of_exact"], row["bound"] / row["epsilon_pld"])
+    self.assertEqual(row["estimate_assumption"], per_step.ASSUMPTION_SUBSAMPLED_GAUSSIAN)
+    self.assertLessEqual(row["run_level_bound"], row["epsilon_pld"])
+    with self.assertRaisesRegex(ValueError, "estimate_runs"):
+      per_step_run.PerStepSpec(sampling_prob=0.5, num_steps=50, delta=_DELTA, estimate_runs=6)
+    with self.assertRaisesRegex(ValueError, "setting"):
+      per_step_run.per_step_audit(jax.random.key(2), spec, arun.Setting("n", math.inf, 0.0),
+                          (data, model), (data, model))
+
+
+if __name__ == "__main__":
+  absltest.main()

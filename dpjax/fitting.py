@@ -1,7 +1,11 @@
-"""Non-private reference fitters: L2-regularised logistic regression by Newton's method.
+"""Non-private reference fits: the one gradient trainer, and Newton's method for logistic regression.
 
-Baselines and exact target models; nothing here is private. Both minimise, for
-labels y_i in {0, 1} (an intercept column is penalised like any weight),
+Baselines, PATE teachers and students, public pre-training and exact target models;
+nothing here is private. `train_nonprivate` trains M models of any `models.Model` with
+an optax optimizer (full batch or shuffled minibatches, optional selection of the best
+epoch on validation data). The Newton fitters give the exact optimum of logistic
+regression; both minimise, for labels y_i in {0, 1} (an intercept column is penalised
+like any weight),
 
     L(w) = (1/N) sum_i [log(1 + exp(x_i . w)) - y_i x_i . w] + (l2 / 2) ||w||^2
 
@@ -9,7 +13,8 @@ from w = 0 with p_i = sigmoid(x_i . w):
 
     g = X^T (p - y) / N + l2 w,   H = X^T diag(p (1 - p)) X / N + l2 I,   w <- w - H^{-1} g.
 
-Shape letters: N records, D features, M models.
+Shape letters: N records, D features (F for any model's input), M models, P records
+per model (padded), E epochs.
 
 Examples:
   >>> import numpy as np
@@ -22,13 +27,18 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Optional
+import functools
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from dpjax import _validate
+from dpjax import models as models_lib
+
+PyTree = Any
 
 
 def _check_data(x_NxD, y_N) -> tuple[np.ndarray, np.ndarray]:
@@ -119,3 +129,144 @@ def fit_logistic_many(x_NxD: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
     return w
 
   return jax.jit(jax.vmap(fit))(jnp.asarray(keep_MxN))
+
+
+class NonPrivateResult(NamedTuple):
+  """Output of `train_nonprivate`.
+
+  Attributes:
+    params: pytree with leaves [M, ...]: each model's parameters at its best validation
+      epoch, or after the last epoch without validation data.
+    val_accuracy_ME: float32[M, E], validation accuracy after each epoch (None without).
+    best_epoch_M: int32[M], the (0-based) epoch whose parameters were kept (None without).
+  """
+  params: PyTree
+  val_accuracy_ME: Optional[jax.Array]
+  best_epoch_M: Optional[jax.Array]
+
+
+def train_nonprivate(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
+                     model: models_lib.Model, optimizer: optax.GradientTransformation, *,
+                     num_epochs: int, batch_size: Optional[int] = None,
+                     keep_MxN: Optional[jax.typing.ArrayLike] = None, num_models: int = 1,
+                     init_params: Optional[PyTree] = None, pad_to: Optional[int] = None,
+                     x_val_NxF: Optional[jax.typing.ArrayLike] = None,
+                     y_val_N: Optional[jax.typing.ArrayLike] = None) -> NonPrivateResult:
+  """Ordinary (non-private) training of M models at once: vmap over models, scan over steps.
+
+  Model m sees the records with keep_MxN[m] (default: all N, M = num_models), padded
+  to P = pad_to (default the largest subset; equal P lets calls share one program) with
+  weight-0 slots, and minimises the mean `models.per_example_loss` of its records:
+  the loss of a batch is sum_b w_b l_b / max(sum_b w_b, 1). An epoch is one full-batch
+  step (batch_size None) or floor(P / batch_size) minibatches of a fresh random order of
+  the P slots. Model m's key k_m = split(key, M)[m] is its k_init in full batch, and
+  (k_init, k_order) = split(k_m) with minibatches: it starts from model.init(k_init),
+  or from init_params[m] (leaves [M, ...]) if given, and epoch e's order is
+  permutation(fold_in(k_order, e), P). With validation data (x_val_NxF,
+  y_val_N, PUBLIC or held out) the first epoch with the best validation accuracy is
+  kept. Pass the same optimizer object to reuse the compiled program.
+
+  Examples:
+    >>> x = jax.random.normal(jax.random.key(0), (40, 2))
+    >>> y = (x[:, 0] > 0).astype(jnp.int32)
+    >>> out = train_nonprivate(jax.random.key(1), x, y, models_lib.logistic_regression(2),
+    ...                        optax.sgd(1.0), num_epochs=3, batch_size=10, x_val_NxF=x,
+    ...                        y_val_N=y)
+    >>> out.val_accuracy_ME.shape, bool(out.val_accuracy_ME.max() > 0.9)
+    ((1, 3), True)
+  """
+  models_lib.check_model(model)
+  x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, ndim=(2, 4), min_size=1))
+  n = x.shape[0]
+  y = jnp.asarray(_validate.check_labels(y_N, "y_N", model.num_outputs, shape=(n,)))
+  if not isinstance(optimizer, optax.GradientTransformation):
+    raise TypeError(f"optimizer must be an optax.GradientTransformation, got {optimizer!r:.80}")
+  e = _validate.check_int(num_epochs, "num_epochs")
+  if keep_MxN is None:
+    keep = np.ones((_validate.check_int(num_models, "num_models"), n), bool)
+  else:
+    keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, n))
+    if keep.shape[0] < 1 or not np.all(keep.any(axis=1)):
+      raise ValueError(f"keep_MxN must have at least one row, each selecting a record, got "
+                       f"shape {keep.shape}")
+  sizes = keep.sum(axis=1)
+  p = int(sizes.max())
+  if pad_to is not None:
+    if _validate.check_int(pad_to, "pad_to") < p:
+      raise ValueError(f"pad_to must be >= the largest subset ({p}), got {pad_to}")
+    p = int(pad_to)
+  b = None
+  if batch_size is not None:
+    b = _validate.check_int(batch_size, "batch_size")
+    if b > p:
+      raise ValueError(f"batch_size must be in [1, P = {p}], got {b}")
+  val = None
+  if (x_val_NxF is None) != (y_val_N is None):
+    raise ValueError("give both x_val_NxF and y_val_N, or neither")
+  if x_val_NxF is not None:
+    xv = jnp.asarray(_validate.check_array(x_val_NxF, "x_val_NxF", np.float32, ndim=x.ndim,
+                                           min_size=1))
+    if xv.shape[1:] != x.shape[1:]:
+      raise ValueError(f"x_val_NxF rows must have the shape of x_NxF's {x.shape[1:]}, got "
+                       f"{xv.shape[1:]}")
+    val = (xv, jnp.asarray(_validate.check_labels(y_val_N, "y_val_N", model.num_outputs,
+                                                  shape=(xv.shape[0],))))
+  idx, w = _padded_indices(keep, p)
+  keys = jax.random.split(key, keep.shape[0])
+  program = _program(model, optimizer, b, e, init_params is not None, val is not None)
+  params, curve, best = program(keys, init_params, x, y, idx, w, val)
+  return NonPrivateResult(params, curve, best)
+
+
+def _padded_indices(keep_MxN: np.ndarray, p: int) -> tuple[jax.Array, jax.Array]:
+  """Each model's record indices int32[M, P] and weights float32[M, P] (0 on padding)."""
+  idx = np.zeros((keep_MxN.shape[0], p), np.int32)
+  w = np.zeros(idx.shape, np.float32)
+  for i, row in enumerate(keep_MxN):
+    members = np.flatnonzero(row)
+    idx[i, : members.size] = members
+    w[i, : members.size] = 1.0
+  return jnp.asarray(idx), jnp.asarray(w)
+
+
+@functools.lru_cache(maxsize=32)
+def _program(model, optimizer, batch_size, num_epochs, has_init, has_val):
+  def one(key, init, x, y, idx_P, w_P, val):
+    # A key is split only when it has two uses (the init and the minibatch order).
+    k_init, k_order = (key, None) if batch_size is None else jax.random.split(key)
+    params = init if has_init else model.init(k_init)
+    p = idx_P.shape[0]
+
+    def loss(q, slots):
+      l = models_lib.per_example_loss(model, q, x[idx_P[slots]], y[idx_P[slots]])
+      return jnp.sum(w_P[slots] * l) / jnp.maximum(jnp.sum(w_P[slots]), 1.0)
+
+    def step(carry, slots):
+      q, s = carry
+      upd, s = optimizer.update(jax.grad(loss)(q, slots), s, q)
+      return (optax.apply_updates(q, upd), s), None
+
+    def epoch(carry, ep):
+      params, opt_state, best_params, best_acc, best_ep = carry
+      if batch_size is None:
+        batches = jnp.arange(p)[None]
+      else:
+        order = jax.random.permutation(jax.random.fold_in(k_order, ep), p)
+        batches = order[: (p // batch_size) * batch_size].reshape(-1, batch_size)
+      (params, opt_state), _ = jax.lax.scan(step, (params, opt_state), batches)
+      if not has_val:
+        return (params, opt_state, best_params, best_acc, best_ep), None
+      acc = jnp.mean((models_lib.predict(model, params, val[0]) == val[1].astype(jnp.int32)
+                      ).astype(jnp.float32))
+      better = acc > best_acc
+      best_params = jax.tree.map(lambda new, old: jnp.where(better, new, old), params,
+                                 best_params)
+      return (params, opt_state, best_params, jnp.where(better, acc, best_acc),
+              jnp.where(better, ep, best_ep)), acc
+
+    carry0 = (params, optimizer.init(params), params, jnp.float32(-1.0), jnp.int32(-1))
+    (last, _, best_params, _, best_ep), curve = jax.lax.scan(
+        epoch, carry0, jnp.arange(num_epochs, dtype=jnp.int32))
+    return (best_params, curve, best_ep) if has_val else (last, None, None)
+
+  return jax.jit(jax.vmap(one, in_axes=(0, 0 if has_init else None, None, None, 0, 0, None)))

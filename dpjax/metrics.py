@@ -35,21 +35,30 @@ def _check_scores_labels(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray]:
   return s, y
 
 
-def roc_curve(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """ROC (fpr, tpr, thresholds) of "member iff score >= t" over every distinct score t.
+def roc_counts(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Counts (fp_J, tp_J, thresholds_J) of "member iff score >= t" over every distinct score t.
 
-  float64 arrays from (0, 0) at +inf to (1, 1); ties share a point. labels_K {0, 1}
-  must contain both classes.
+  The one empirical ROC of dpjax: int64 false and true positives from (0, 0) at t = +inf
+  (thresholds_J[0]) down to (#non-members, #members) at the lowest score; ties share a
+  point. labels_K {0, 1} must contain both classes; +-inf scores are allowed.
+
+  Examples:
+    >>> fp, tp, thr = roc_counts([0.9, 0.8, 0.3, 0.2], [1, 0, 1, 0])
+    >>> fp.tolist(), tp.tolist(), thr.tolist()
+    ([0, 0, 1, 1, 2], [0, 1, 1, 2, 2], [inf, 0.9, 0.8, 0.3, 0.2])
   """
   s, y = _check_scores_labels(scores_K, labels_K)
   order = np.argsort(-s, kind="stable")
   s, y = s[order], y[order]
-  last = np.r_[np.nonzero(np.diff(s))[0], s.size - 1]   # last index of each tie block
+  last = np.r_[np.flatnonzero(s[1:] != s[:-1]), s.size - 1]   # last of each tie block
   tp = np.cumsum(y)[last]
-  fp = (last + 1) - tp
-  tpr = np.r_[0.0, tp / y.sum()]
-  fpr = np.r_[0.0, fp / (~y).sum()]
-  return fpr, tpr, np.r_[np.inf, s[last]]
+  return np.r_[0, (last + 1) - tp], np.r_[0, tp], np.r_[np.inf, s[last]]
+
+
+def roc_curve(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """ROC (fpr, tpr, thresholds): `roc_counts` divided by the class sizes, float64."""
+  fp, tp, thr = roc_counts(scores_K, labels_K)
+  return fp / fp[-1], tp / tp[-1], thr
 
 
 def roc_auc(scores_K, labels_K) -> float:

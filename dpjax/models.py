@@ -343,6 +343,62 @@ def loss_from_logits(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
 
 
 # ----------------------------------------------------------------------------------
+# Predictions and accuracy of M models.
+
+
+def predict(model: Model, params: PyTree, x_BxF: jax.Array) -> jax.Array:
+  """Predicted labels int32[B] of ONE model (unbatched params): logit > 0 for one output,
+  else the argmax. Traceable (no checks); `correct_predictions` is the checked, batched door.
+  """
+  logits = model.apply(params, x_BxF)
+  if logits.shape[-1] == 1:
+    return (logits[:, 0] > 0).astype(jnp.int32)
+  return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _predict_many(model, params_M, x):
+  return jax.vmap(predict, in_axes=(None, 0, None))(model, params_M, x)
+
+
+def correct_predictions(model: Model, params_M: PyTree, x_NxF: jax.typing.ArrayLike,
+                        y_N: jax.typing.ArrayLike, *, float64: bool = False) -> np.ndarray:
+  """bool[M, N]: whether model m (params leaves [M, ...]) labels record n correctly (`predict`).
+
+  float64=False: logits in float32 on the device, any model. float64=True: logits
+  x @ w in float64 on the host, for logistic regression only (params {"w": [M, D]}).
+  """
+  check_model(model)
+  x = _validate.check_array(x_NxF, "x_NxF", np.float32, ndim=(2, 4), min_size=1)
+  y = _validate.check_labels(y_N, "y_N", model.num_outputs, shape=(x.shape[0],))
+  if not isinstance(float64, (bool, np.bool_)):
+    raise TypeError(f"float64 must be a bool, got {float64!r}")
+  if float64:
+    if model.kind != "logistic_regression":
+      raise ValueError(f"float64=True needs a logistic regression, got a {model.kind!r} model")
+    w_MxD = _validate.check_array(params_M["w"], "params_M['w']", ndim=2)
+    pred = (np.asarray(x_NxF, np.float64) @ w_MxD.T).T > 0
+  else:
+    pred = np.asarray(_predict_many(model, params_M, jnp.asarray(x)))
+  return pred == np.asarray(y).astype(pred.dtype)[None, :]
+
+
+def accuracy(model: Model, params_M: PyTree, x_NxF: jax.typing.ArrayLike,
+             y_N: jax.typing.ArrayLike, *, float64: bool = False) -> np.ndarray:
+  """Accuracy of M models: the mean over N of `correct_predictions`, rounded once to
+  float32[M] (float64[M] with float64=True).
+
+  Examples:
+    >>> model = logistic_regression(1)
+    >>> accuracy(model, {"w": jnp.array([[1.0], [-1.0]])}, jnp.array([[1.0], [-1.0]]),
+    ...          jnp.array([1, 0])).tolist()
+    [1.0, 0.0]
+  """
+  ok = correct_predictions(model, params_M, x_NxF, y_N, float64=float64)
+  return ok.mean(axis=1, dtype=np.float64 if float64 else np.float32)
+
+
+# ----------------------------------------------------------------------------------
 # Fine-tuning part of a model: a frozen (public) body and a trainable last layer.
 #
 # An mlp or cnn is body + head: logits = phi(x) @ w + b. Two equivalent ways to train

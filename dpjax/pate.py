@@ -48,6 +48,7 @@ import optax
 from scipy import special, stats
 
 from dpjax import _validate
+from dpjax import fitting
 from dpjax import models as models_lib
 
 PyTree = Any
@@ -430,70 +431,29 @@ def partition(key: jax.Array, num_records: int, num_teachers: int) -> jax.Array:
   return owner[None, :] == jnp.arange(m)[:, None]
 
 
-def _partition_indices(keep_MxN: np.ndarray, pad_to: int | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
-  """Padded per-teacher index lists [M, P] and validity weights [M, P]."""
-  sizes = keep_MxN.sum(axis=1)
-  p = int(sizes.max()) if pad_to is None else int(pad_to)
-  idx = np.zeros(keep_MxN.shape[0:1] + (p,), np.int32)
-  w = np.zeros(idx.shape, np.float32)
-  for i, row in enumerate(keep_MxN):
-    members = np.flatnonzero(row)
-    idx[i, : members.size] = members
-    w[i, : members.size] = 1.0
-  return idx, w
-
-
-@functools.partial(jax.jit, static_argnames=("model", "num_steps", "learning_rate"))
-def _fit_many(keys_M, x_MxPxF, y_MxP, w_MxP, *, model, num_steps, learning_rate):
-  opt = optax.adam(learning_rate)
-
-  def fit(key, x, y, w):
-    params = model.init(key)
-
-    def loss(p):
-      return jnp.sum(w * models_lib.per_example_loss(model, p, x, y)) / jnp.maximum(w.sum(), 1.0)
-
-    def step(carry, _):
-      p, s = carry
-      g = jax.grad(loss)(p)
-      upd, s = opt.update(g, s, p)
-      return (optax.apply_updates(p, upd), s), None
-
-    (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), None, length=num_steps)
-    return params
-
-  return jax.vmap(fit)(keys_M, x_MxPxF, y_MxP, w_MxP)
+@functools.lru_cache(maxsize=None)
+def _adam(learning_rate: float) -> optax.GradientTransformation:
+  return optax.adam(learning_rate)   # one object per rate: fitting caches its program on it
 
 
 def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
                     keep_MxN: jax.typing.ArrayLike, model: models_lib.Model, *,
                     num_steps: int = 300, learning_rate: float = 0.05,
                     pad_to: int | None = None) -> PyTree:
-  """Full-batch Adam on M subsets at once (vmap over models, scan over steps).
+  """Full-batch Adam on M subsets at once: `fitting.train_nonprivate`, num_steps epochs.
 
   NOT private: use it for PATE teachers (whose privacy comes from the aggregator)
   and for the student (trained on public inputs with privately released labels).
 
-  Model i starts from jax.random.split(key, M)[i] and sees the records with
+  Model i starts from model.init(jax.random.split(key, M)[i]) and sees the records with
   keep_MxN[i]; pad_to (optional P >= the largest subset) lets calls share one
   program. Returns params with a leading axis [M, ...].
   """
   x, y = _check_data(model, x_NxF, y_N)
-  keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, x.shape[0]))
-  if keep.shape[0] < 1:
-    raise ValueError(f"keep_MxN must have at least one row, got shape {keep.shape}")
-  if not np.all(keep.sum(axis=1) > 0):
-    raise ValueError("every row of keep_MxN must select at least one record")
   steps = _validate.check_int(num_steps, "num_steps")
   lr = _validate.check_positive(learning_rate, "learning_rate")
-  if pad_to is not None and (_validate.check_int(pad_to, "pad_to") < int(keep.sum(axis=1).max())):
-    raise ValueError(f"pad_to must be >= the largest subset ({int(keep.sum(axis=1).max())}), "
-                     f"got {pad_to}")
-  idx, w = _partition_indices(keep, pad_to)
-  keys = jax.random.split(key, keep.shape[0])
-  return _fit_many(keys, x[idx], y[idx], jnp.asarray(w), model=model, num_steps=steps,
-                   learning_rate=lr)
+  return fitting.train_nonprivate(key, x, y, model, _adam(lr), num_epochs=steps,
+                                  keep_MxN=keep_MxN, pad_to=pad_to).params
 
 
 def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_lib.Model,
@@ -514,28 +474,14 @@ def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_
 
 def teacher_votes(model: models_lib.Model, params_M: PyTree, x_QxF: jax.typing.ArrayLike,
                   num_classes: int) -> jax.Array:
-  """Vote histogram int32[Q, C] of M teachers: argmax votes, or logit > 0 for one output (C = 2)."""
+  """Vote histogram int32[Q, C] of M teachers' `models.predict` labels (one output: C = 2)."""
   models_lib.check_model(model)
   x = jnp.asarray(_validate.check_array(x_QxF, "x_QxF", np.float32, ndim=(2, 4), min_size=1))
   c = _validate.check_int(num_classes, "num_classes", 2)
   m = len(jax.tree.leaves(params_M)[0]) if jax.tree.leaves(params_M) else 1
   _validate.check_size(c, "num_classes", units=m * x.shape[0])
-  preds = jax.vmap(lambda p: _predict(model, p, x))(params_M)  # [M, Q]
+  preds = jax.vmap(lambda p: models_lib.predict(model, p, x))(params_M)  # [M, Q]
   return vote_histogram(preds, num_classes)
-
-
-def accuracy(model: models_lib.Model, params: PyTree, x_NxF, y_N) -> float:
-  """Top-1 accuracy of one model (unbatched params); one-output models as in teacher_votes."""
-  x, y = _check_data(model, x_NxF, y_N)
-  return float(jnp.mean(_predict(model, params, x) == y))
-
-
-def _predict(model: models_lib.Model, params: PyTree, x_NxF: jax.Array) -> jax.Array:
-  """Predicted labels int32[N] of one model (unbatched params), as in `teacher_votes`; no checks."""
-  logits = model.apply(params, x_NxF)
-  if model.num_outputs == 1:
-    return (logits[..., 0] > 0).astype(jnp.int32)
-  return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
 def _check_data(model, x_NxF, y_N) -> tuple[jax.Array, jax.Array]:

@@ -5,8 +5,8 @@ accountant are unchanged: a momentum or Adam `optimizer=` and `DpSgdConfig(ema_d
 (post-processing of the privatized gradient and of the iterates); `augmented_clipping`
 (augmentation multiplicity, De et al. 2022); `models.cnn(..., groups=G)` and
 `center_on_public` (normalisation without private statistics); `noise_for_batch_sizes`
-(the batch size at fixed epsilon, Sander et al. 2023); `train_nonprivate` (the
-non-private baseline).
+(the batch size at fixed epsilon, Sander et al. 2023). The non-private baseline is
+`fitting.train_nonprivate`.
 
 References: De, Berrada, Hayes, Smith, Balle 2022, "Unlocking High-Accuracy
 Differentially Private Image Classification through Scale",
@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from dpjax import _validate
 from dpjax import models as models_lib
@@ -47,7 +46,6 @@ from dpjax.clipping import ClippingPath
 from dpjax.clipping import sqnorm
 from dpjax.clipping import vmap as vmap_clipping
 
-PyTree = Any
 
 # One-pixel shifts: the identity and the four neighbours (8x8 digits).
 DIGIT_SHIFTS = ((0, 0), (1, 0), (-1, 0), (0, 1), (0, -1))
@@ -251,138 +249,3 @@ def center_on_public(x_public_PxF: jax.typing.ArrayLike,
     raise ValueError(f"x_NxF has rows of shape {x.shape[1:]}, x_public_PxF "
                      f"{pub.shape[1:]}: they must match")
   return jnp.asarray(x) - jnp.mean(jnp.asarray(pub), axis=0, keepdims=True)
-
-
-class NonPrivateResult(NamedTuple):
-  """Output of `train_nonprivate`.
-
-  Attributes:
-    params: pytree with leaves [M, ...], each model's parameters at its best epoch.
-    val_accuracy_ME: float32[M, E], validation accuracy after each epoch.
-    best_epoch_M: int32[M], the (0-based) epoch whose parameters were kept.
-  """
-  params: PyTree
-  val_accuracy_ME: jax.Array
-  best_epoch_M: jax.Array
-
-
-def accuracy(model: models_lib.Model, params_M: PyTree, x_NxF: jax.typing.ArrayLike,
-             y_N: jax.typing.ArrayLike) -> jax.Array:
-  """Accuracy float32[M] of M models (params leaves [M, ...]); one output: logit > 0 is 1.
-
-  Examples:
-    >>> import jax, jax.numpy as jnp
-    >>> model = models_lib.logistic_regression(1)
-    >>> accuracy(model, {"w": jnp.array([[1.0], [-1.0]])}, jnp.array([[1.0], [-1.0]]),
-    ...          jnp.array([1, 0])).tolist()
-    [1.0, 0.0]
-  """
-  models_lib.check_model(model)
-  x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, ndim=(2, 4), min_size=1))
-  _check_rows(x, y_N, "x_NxF", "y_N")
-  y = jnp.asarray(_validate.check_labels(y_N, "y_N", model.num_outputs, shape=(x.shape[0],)))
-  return _accuracy(model, params_M, x, y)
-
-
-def _check_rows(x, y, x_name, y_name):
-  if np.ndim(y) != 1 or np.shape(y)[0] != x.shape[0]:
-    raise ValueError(f"{x_name} and {y_name} must have one label per row: {x_name} has "
-                     f"{x.shape[0]} rows, {y_name} has shape {np.shape(y)}")
-
-
-def _predict(model, params, x):
-  logits = model.apply(params, x)
-  if logits.shape[-1] == 1:
-    return (logits[:, 0] > 0).astype(jnp.int32)
-  return jnp.argmax(logits, axis=-1)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _accuracy(model, params_M, x, y):
-  pred = jax.vmap(_predict, in_axes=(None, 0, None))(model, params_M, x)
-  return jnp.mean((pred == y[None, :].astype(pred.dtype)).astype(jnp.float32), axis=1)
-
-
-def train_nonprivate(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
-                     x_val_NxF: jax.typing.ArrayLike, y_val_N: jax.typing.ArrayLike,
-                     model: models_lib.Model, optimizer: optax.GradientTransformation, *,
-                     batch_size: int, num_epochs: int, num_models: int = 1
-                     ) -> NonPrivateResult:
-  """Ordinary (non-private) minibatch training with checkpoint selection on validation.
-
-  Each epoch visits the N records in a fresh random order in floor(N / batch_size)
-  minibatches, `optimizer` on the mean `models.per_example_loss` gradient; no clipping, no
-  noise. The first epoch with the best validation accuracy is kept, so the validation split
-  must be public (or held out). Model m of M = num_models uses key split(key, M)[m]; pass
-  the same optimizer object to reuse the program. Returns a `NonPrivateResult`.
-
-  Examples:
-    >>> import jax, jax.numpy as jnp, optax
-    >>> x = jax.random.normal(jax.random.key(0), (40, 2))
-    >>> y = (x[:, 0] > 0).astype(jnp.int32)
-    >>> out = train_nonprivate(jax.random.key(1), x, y, x, y, models_lib.logistic_regression(2),
-    ...                        optax.sgd(1.0), batch_size=10, num_epochs=3)
-    >>> out.val_accuracy_ME.shape, bool(out.val_accuracy_ME.max() > 0.9)
-    ((1, 3), True)
-  """
-  models_lib.check_model(model)
-  x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, ndim=(2, 4), min_size=1))
-  n = x.shape[0]
-  _check_rows(x, y_N, "x_NxF", "y_N")
-  y = jnp.asarray(_validate.check_labels(y_N, "y_N", model.num_outputs, shape=(n,)))
-  xv = jnp.asarray(_validate.check_array(x_val_NxF, "x_val_NxF", np.float32,
-                                         ndim=x.ndim, min_size=1))
-  if xv.shape[1:] != x.shape[1:]:
-    raise ValueError(f"x_val_NxF rows must have the shape of x_NxF's {x.shape[1:]}, got "
-                     f"{xv.shape[1:]}")
-  _check_rows(xv, y_val_N, "x_val_NxF", "y_val_N")
-  yv = jnp.asarray(_validate.check_labels(y_val_N, "y_val_N", model.num_outputs,
-                                 shape=(xv.shape[0],)))
-  if not isinstance(optimizer, optax.GradientTransformation):
-    raise TypeError(f"optimizer must be an optax.GradientTransformation, got {optimizer!r:.80}")
-  b = _validate.check_int(batch_size, "batch_size")
-  if b > n:
-    raise ValueError(f"batch_size must be in [1, N = {n}], got {b}")
-  e = _validate.check_int(num_epochs, "num_epochs")
-  m = _validate.check_int(num_models, "num_models")
-  keys = jax.random.split(key, m)
-  params, curve, best = _nonprivate_program(model, optimizer, b, e)(keys, x, y, xv, yv)
-  return NonPrivateResult(params, curve, best)
-
-
-@functools.lru_cache(maxsize=32)
-def _nonprivate_program(model, optimizer, batch_size, num_epochs):
-  def one(key, x, y, xv, yv):
-    n = x.shape[0]
-    steps = n // batch_size
-    k_init, k_order = jax.random.split(key)
-    params = model.init(k_init)
-    opt_state = optimizer.init(params)
-
-    def loss(p, xb, yb):
-      return jnp.mean(models_lib.per_example_loss(model, p, xb, yb))
-
-    def epoch(carry, ep):
-      params, opt_state, best_params, best_acc, best_ep = carry
-      order = jax.random.permutation(jax.random.fold_in(k_order, ep), n)
-      batches = order[: steps * batch_size].reshape(steps, batch_size)
-
-      def step(c, idx):
-        p, s = c
-        g = jax.grad(loss)(p, x[idx], y[idx])
-        upd, s = optimizer.update(g, s, p)
-        return (optax.apply_updates(p, upd), s), None
-      (params, opt_state), _ = jax.lax.scan(step, (params, opt_state), batches)
-      acc = jnp.mean((_predict(model, params, xv) == yv.astype(jnp.int32)).astype(jnp.float32))
-      better = acc > best_acc
-      best_params = jax.tree.map(lambda new, old: jnp.where(better, new, old), params,
-                                 best_params)
-      return (params, opt_state, best_params, jnp.where(better, acc, best_acc),
-              jnp.where(better, ep, best_ep)), acc
-
-    carry0 = (params, opt_state, params, jnp.float32(-1.0), jnp.int32(-1))
-    (_, _, best_params, _, best_ep), curve = jax.lax.scan(
-        epoch, carry0, jnp.arange(num_epochs, dtype=jnp.int32))
-    return best_params, curve, best_ep
-
-  return jax.jit(jax.vmap(one, in_axes=(0, None, None, None, None)))

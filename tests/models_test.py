@@ -117,5 +117,35 @@ class ModelsTest(parameterized.TestCase):
                               jnp.ones((2,)))
 
 
+class AccuracyTest(absltest.TestCase):
+
+  def test_correct_predictions_match_numpy_in_both_precisions(self):
+    x = np.asarray(jax.random.normal(jax.random.key(1), (50, 3)), np.float32)
+    y = (x[:, 0] > 0.1).astype(np.int32)
+    w = np.asarray(jax.random.normal(jax.random.key(2), (4, 3)), np.float32)
+    model = models.logistic_regression(3)
+    want = (x.astype(np.float64) @ w.T.astype(np.float64)).T > 0
+    ok64 = models.correct_predictions(model, {"w": w}, x, y, float64=True)
+    np.testing.assert_array_equal(ok64, want == (y == 1)[None, :])
+    acc64 = models.accuracy(model, {"w": w}, x, y, float64=True)
+    self.assertEqual(acc64.dtype, np.float64)
+    np.testing.assert_array_equal(acc64, (want == (y == 1)).sum(1) / 50)
+    acc32 = models.accuracy(model, {"w": jnp.asarray(w)}, x, y)
+    self.assertEqual(acc32.dtype, np.float32)
+    np.testing.assert_allclose(acc32, acc64, atol=0.021)   # a float32 sign flip at most
+
+  def test_multiclass_argmax_and_bad_arguments(self):
+    model = models.mlp(2, (), 3)
+    params = {"layers": [{"w": jnp.eye(2, 3)[None].repeat(2, 0),
+                          "b": jnp.array([[0.0, 0.0, 0.5], [0.0, 0.0, -0.5]])}]}
+    x = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    np.testing.assert_array_equal(models.accuracy(model, params, x, jnp.array([0, 1, 2])),
+                                  np.float32([1.0, 2 / 3]))
+    with self.assertRaisesRegex(ValueError, "logistic regression"):
+      models.accuracy(model, params, x, jnp.array([0, 1, 2]), float64=True)
+    with self.assertRaisesRegex(ValueError, "y_N"):
+      models.accuracy(model, params, x, jnp.array([0, 1, 3]))
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -298,7 +298,7 @@ class TeachersTest(absltest.TestCase):
     ones = (np.asarray(x) @ w_MxD.T > 0).sum(axis=1)
     np.testing.assert_array_equal(votes, np.stack([3 - ones, ones], axis=1))
     pred = np.asarray(x) @ w_MxD[1] > 0
-    self.assertAlmostEqual(pate.accuracy(model, {"w": jnp.asarray(w_MxD[1])}, x, y),
+    self.assertAlmostEqual(float(models.accuracy(model, {"w": jnp.asarray(w_MxD[1:2])}, x, y)[0]),
                            float(np.mean(pred == np.asarray(y))), places=6)
 
 

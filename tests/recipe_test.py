@@ -1,7 +1,6 @@
 """Tests for the DP-SGD recipe: optimisers and EMA as post-processing, augmentation
 multiplicity, group norm under per-example clipping, sigma at fixed epsilon across
-batch sizes, and the non-private baseline (dpjax.recipe, dpsgd.DpSgdConfig(ema_decay=),
-models.cnn(groups=))."""
+batch sizes (dpjax.recipe, dpsgd.DpSgdConfig(ema_decay=), models.cnn(groups=))."""
 
 import dataclasses
 import functools
@@ -347,59 +346,6 @@ class CenterOnPublicTest(absltest.TestCase):
       recipe.center_on_public(np.zeros((0, 4)), np.ones((2, 4)))
     with self.assertRaisesRegex(ValueError, "x_NxF"):
       recipe.center_on_public(np.ones((3, 4)), np.full((2, 4), np.nan))
-
-
-class NonPrivateBaselineTest(absltest.TestCase):
-
-  @pytest.mark.slow  # an eager reference loop
-  def test_equals_a_python_loop_and_keeps_the_best_epoch(self):
-    x, y = _data(n=10)
-    xv, yv = _data(n=9, seed=1)
-    model = models.mlp(9, (4,), 3)
-    opt = optax.adam(0.1)
-    out = recipe.train_nonprivate(jax.random.key(3), x, y, xv, yv, model, opt,
-                                  batch_size=4, num_epochs=3, num_models=2)
-    for m, key in enumerate(jax.random.split(jax.random.key(3), 2)):
-      k_init, k_order = jax.random.split(key)
-      p = model.init(k_init)
-      s = opt.init(p)
-      best, best_acc, curve = None, -1.0, []
-      for ep in range(3):
-        order = np.asarray(jax.random.permutation(jax.random.fold_in(k_order, ep), 10))
-        for j in range(2):                    # floor(10 / 4) batches, 2 records skipped
-          idx = order[4 * j: 4 * j + 4]
-          g = jax.grad(lambda q: jnp.mean(models.per_example_loss(model, q, x[idx],  # noqa: B023
-                                                                  y[idx])))(p)
-          upd, s = opt.update(g, s, p)
-          p = optax.apply_updates(p, upd)
-        acc = float(jnp.mean(jnp.argmax(model.apply(p, xv), -1) == yv))
-        curve.append(acc)
-        if acc > best_acc:
-          best, best_acc, best_ep = p, acc, ep
-      np.testing.assert_allclose(out.val_accuracy_ME[m], curve, atol=1e-6)
-      self.assertEqual(int(out.best_epoch_M[m]), best_ep)
-      np.testing.assert_allclose(_flat(jax.tree.map(lambda a: a[m], out.params)), _flat(best),
-                                 rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(recipe.accuracy(model, out.params, xv, yv),
-                               np.max(np.asarray(out.val_accuracy_ME), axis=1), atol=1e-6)
-
-  def test_bad_arguments(self):
-    x, y = _data()
-    model = models.mlp(9, (), 3)
-    opt = optax.sgd(0.1)
-    for kw, exc, name in ((dict(batch_size=13), ValueError, "batch_size"),
-                          (dict(num_epochs=0), ValueError, "num_epochs"),
-                          (dict(num_models=0), ValueError, "num_models")):
-      args = dict(batch_size=4, num_epochs=1)
-      args.update(kw)
-      with self.subTest(name), self.assertRaisesRegex(exc, name):
-        recipe.train_nonprivate(jax.random.key(0), x, y, x, y, model, opt, **args)
-    with self.assertRaisesRegex(TypeError, "optimizer"):
-      recipe.train_nonprivate(jax.random.key(0), x, y, x, y, model, "adam", batch_size=4,
-                              num_epochs=1)
-    with self.assertRaisesRegex(ValueError, "x_val_NxF"):
-      recipe.train_nonprivate(jax.random.key(0), x, y, x[:, :4], y, model, opt, batch_size=4,
-                              num_epochs=1)
 
 
 if __name__ == "__main__":

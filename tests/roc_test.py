@@ -26,7 +26,7 @@ class EmpiricalRocTest(absltest.TestCase):
     fpr, tpr, thr = roc.empirical_roc(a, b)
     fp, fn = stats.error_counts(a, b, thr[1:-1])
     np.testing.assert_array_equal(fpr[1:-1], fp / 70)
-    np.testing.assert_array_equal(tpr[1:-1], 1 - fn / 50)
+    np.testing.assert_array_equal(tpr[1:-1], (50 - fn) / 50)
     self.assertTrue(np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0))
 
 

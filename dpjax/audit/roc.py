@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from dpjax import _validate, tradeoff
+from dpjax import _validate, metrics, tradeoff
 from dpjax.audit import stats
 
 
@@ -50,14 +50,13 @@ def empirical_roc(scores_in_K, scores_out_K) -> tuple[np.ndarray, np.ndarray, np
   """
   s_in = stats.check_scores(scores_in_K, "scores_in_K")
   s_out = stats.check_scores(scores_out_K, "scores_out_K")
-  u = np.unique(np.concatenate([s_in, s_out]))[::-1]
-  thr = np.concatenate([[np.inf], u[np.isfinite(u)], [-np.inf]])
-  fp, fn = stats.error_counts(s_in, s_out, thr)
-  fpr = fp / s_out.size
-  tpr = 1.0 - fn / s_in.size
-  # "score > -inf" misses scores equal to -inf; the last point is the test "always IN".
-  fpr[-1], tpr[-1] = 1.0, 1.0
-  return fpr, tpr, thr
+  fp, tp, thr = metrics.roc_counts(np.r_[s_in, s_out], np.r_[np.ones(s_in.size, bool),
+                                                             np.zeros(s_out.size, bool)])
+  # "score > t" at a distinct score t is "score >= the next higher one"; the last point
+  # is the test "always IN" (at -inf).
+  finite = np.isfinite(thr[1:])
+  pick = np.r_[0, np.flatnonzero(finite), thr.size - 1]
+  return fp[pick] / s_out.size, tp[pick] / s_in.size, np.r_[np.inf, thr[1:][finite], -np.inf]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from dpjax import _validate, accounting, dpsgd
+from dpjax import _validate, accounting, dpsgd, metrics
 from dpjax.audit import canary, parametric, stats, store, thresholds, variants
 
 THREAT_MODELS = ("black_box", "white_box", "both")
@@ -554,9 +554,8 @@ def roc_record(spec: CanaryAuditSpec, st: Setting, s_in, s_out) -> dict:
   _validate.check_instance(st, Setting, "st")
   s_in = _validate.check_array(s_in, "s_in", ndim=1)
   s_out = _validate.check_array(s_out, "s_out", ndim=1)
-  thr = np.unique(np.r_[s_in, s_out])[::-1]
-  fp, fn = stats.error_counts(s_in, s_out, thr)            # fp non-decreasing along thr
-  tp = np.maximum.accumulate(s_in.size - fn)
+  fp, tp, _ = metrics.roc_counts(np.r_[s_in, s_out], np.r_[np.ones(s_in.size, bool),
+                                                           np.zeros(s_out.size, bool)])
   k = np.unique(np.r_[0, np.rint(np.geomspace(1, s_out.size, _ROC_POINTS))]).astype(np.int64)
   at = np.searchsorted(fp, k, side="right") - 1             # last threshold with fp <= k
   _, fpr, fnr = claimed_roc(spec, st)

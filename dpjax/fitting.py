@@ -1,4 +1,4 @@
-"""Non-private reference fits: the one gradient trainer, and Newton's method for logistic regression.
+"""Non-private reference fits: the one gradient trainer; Newton for logistic regression.
 
 Baselines, PATE teachers and students, public pre-training and exact target models;
 nothing here is private. `train_nonprivate` trains M models of any `models.Model` with

@@ -105,9 +105,8 @@ def _uniform53(key, size: int) -> np.ndarray:
 def sample_num_runs(key: jax.Array, mean_runs: float, shape, size: Optional[int] = None):
   """Draws the number of runs K (the law of `num_runs_log_pmf`) by inversion.
 
-  K is the smallest k with P[K <= k] > u for a 53-bit host uniform u from `key`. K is
-  public randomness, independent of the data; it must not be released with the
-  tuning's result.
+  K = `num_runs_quantile`(u) for a 53-bit host uniform u from `key`. K is public
+  randomness, independent of the data; it must not be released with the tuning's result.
 
   Args:
     shape: eta >= 0 (0 logarithmic, 1 geometric) or "poisson" / math.inf.
@@ -120,11 +119,26 @@ def sample_num_runs(key: jax.Array, mean_runs: float, shape, size: Optional[int]
   """
   mu, eta = _law(mean_runs, shape)
   n = 1 if size is None else _validate.check_int(size, "size")
-  u = _uniform53(key, n)
+  k = num_runs_quantile(_uniform53(key, n), mu, eta)
+  return int(k[0]) if size is None else k
+
+
+def num_runs_quantile(u, mean_runs: float, shape):
+  """The law's quantile function: the smallest k with P[K <= k] > u, for u in [0, 1).
+
+  The CDF of `num_runs_log_pmf` is summed in float64 blocks until it exceeds max(u).
+  Returns an int for a scalar u, else int64 of u's shape.
+
+  Examples:
+    >>> num_runs_quantile([0.0, 0.5, 0.75], 2.0, 1.0).tolist()   # geometric(1/2)
+    [1, 2, 3]
+  """
+  mu, eta = _law(mean_runs, shape)
+  uu = _validate.check_array(u, "u", low=0.0, high=1.0, open_high=True)
   start = 0 if math.isinf(eta) else 1
   block = max(1024, int(64 * mu))
   cdf_end, ks, cdfs = 0.0, [], []
-  umax = float(u.max())
+  umax = float(uu.max()) if uu.size else 0.0
   while True:
     k = np.arange(start, start + block, dtype=np.float64)
     p = np.exp(num_runs_log_pmf(k, mu, eta))
@@ -137,9 +151,9 @@ def sample_num_runs(key: jax.Array, mean_runs: float, shape, size: Optional[int]
     start += block
     block *= 2
   k_all, c_all = np.concatenate(ks), np.concatenate(cdfs)
-  idx = np.minimum(np.searchsorted(c_all, u, side="right"), k_all.size - 1)
+  idx = np.minimum(np.searchsorted(c_all, uu, side="right"), k_all.size - 1)
   out = k_all[idx].astype(np.int64)
-  return int(out[0]) if size is None else out
+  return int(out) if out.ndim == 0 else out
 
 
 # ----------------------------------------------------------------------------

@@ -186,10 +186,28 @@ def write_results(out_dir: str, name: str, *, flag_dict: dict, results: dict,
 
 
 def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,  # pylint: disable=redefined-builtin
-           flag: bool = True) -> Any:
-  """A config field: immutable default, flag help, string `choices`; flag=False: no flag."""
-  return dataclasses.field(default=default,
-                           metadata={"help": help, "choices": choices, "flag": flag})
+           flag: bool = True, bounds: str | None = None) -> Any:
+  """A config field: immutable default, flag help, string `choices`; flag=False: no flag.
+
+  bounds (checked by ExperimentConfig, item by item for a tuple): ">=k" for an int field
+  (`check_int`); ">0" (`check_positive`), ">=a", "(a,b)", "(a,b]", "[a,b)" or "[a,b]"
+  for a float field (`check_range`).
+  """
+  return dataclasses.field(default=default, metadata={
+      "help": help, "choices": choices, "flag": flag, "bounds": bounds})
+
+
+def _check_bounds(cfg, name: str, spec: str, is_int: bool) -> None:
+  if is_int:
+    check_int(cfg, name, minimum=int(spec.removeprefix(">=")))
+  elif spec == ">0":
+    check_positive(cfg, name)
+  elif spec.startswith(">="):
+    check_range(cfg, name, low=float(spec[2:]))
+  else:
+    low, high = (float(v) for v in spec[1:-1].split(","))
+    check_range(cfg, name, low=low, high=high, open_low=spec[0] == "(",
+                open_high=spec[-1] == ")")
 
 
 # Seeds are int32-safe: experiments derive per-part seeds and keys from them.
@@ -206,6 +224,9 @@ class ExperimentConfig:
     for f in dataclasses.fields(self):
       if f.metadata.get("choices") and getattr(self, f.name) is not None:
         check_choices(self, f.name, f.metadata["choices"])
+      if f.metadata.get("bounds"):
+        _check_bounds(self, f.name, f.metadata["bounds"],
+                      str(f.type).replace(" ", "") in ("int", "tuple[int,...]"))
 
 
 def _values(cfg, name: str) -> tuple[Any, tuple, str]:

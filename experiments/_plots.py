@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from dpjax.audit import stats  # noqa: E402
 
-__all__ = ["plt", "figure", "epsilon_axes", "audit_bounds", "audit_roc"]
+__all__ = ["plt", "figure", "decorate", "epsilon_axes", "audit_bounds", "audit_roc"]
 
 DPI = 120
 
@@ -39,16 +39,30 @@ def figure(out_dir: str, name: str, *, dpi: float = DPI, tight_layout: bool = Tr
     plt.close(fig)
 
 
+def decorate(ax, *, xlabel: str | None = None, ylabel: str | None = None,
+             title: str | None = None, xscale: str | None = None, yscale: str | None = None,
+             legend: float | None = 7, title_size: float | None = None) -> None:
+  """Labels, title, scales ("log", "log2", "linear") and a legend of `legend`-pt text."""
+  for scale, setter in ((xscale, ax.set_xscale), (yscale, ax.set_yscale)):
+    if scale == "log2":
+      setter("log", base=2)
+    elif scale is not None:
+      setter(scale)
+  if xlabel is not None:
+    ax.set_xlabel(xlabel)
+  if ylabel is not None:
+    ax.set_ylabel(ylabel)
+  if title is not None:
+    ax.set_title(title, fontsize=title_size)
+  if legend:
+    ax.legend(fontsize=legend)
+
+
 def epsilon_axes(ax, *, xlabel: str, title: str, ylabel: str = "ε at δ",
                  yscale: str | None = None) -> None:
   """The audits' eps frame: log2 x axis, labels, a 10-pt title, a 7-pt legend."""
-  ax.set_xscale("log", base=2)
-  if yscale is not None:
-    ax.set_yscale(yscale)
-  ax.set_xlabel(xlabel)
-  ax.set_ylabel(ylabel)
-  ax.set_title(title, fontsize=10)
-  ax.legend(fontsize=7)
+  decorate(ax, xlabel=xlabel, ylabel=ylabel, title=title, xscale="log2", yscale=yscale,
+           title_size=10)
 
 
 def audit_bounds(out_dir: str, results: dict) -> str:

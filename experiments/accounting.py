@@ -264,11 +264,8 @@ def _plot(out_dir: str, record: dict) -> str:
         ax.plot(t, [r["pld"] for r in rs], "s--", color=colors[i], label=f"{label}, PLD", ms=4)
       if q == 1.0:
         ax.plot(t, [r["exact"] for r in rs], "k:", label="q = 1, exact")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("steps T")
-    ax.set_ylabel("eps at delta = 1e-5")
-    ax.set_title("Amplification by subsampling (sigma = 1)")
+    _plots.decorate(ax, xscale="log", yscale="log", xlabel="steps T", ylabel="eps at delta = 1e-5",
+                    title="Amplification by subsampling (sigma = 1)", legend=None)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
   return "eps_vs_steps.png"

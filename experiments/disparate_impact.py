@@ -313,9 +313,8 @@ def _plot(out_dir: str, record: dict) -> str:
       ax.errorbar(range(len(settings)), mean, yerr=se, marker="o", capsize=3, label=name)
     ax.set_xticks(range(len(settings)))
     ax.set_xticklabels([lb.split(" (")[0] for lb in labels], fontsize=8)
-    ax.set_ylabel("test accuracy")
-    ax.set_title("DP-SGD accuracy per group (mean ± s.e. over seeds)")
-    ax.legend(fontsize=8)
+    _plots.decorate(ax, ylabel="test accuracy",
+                    title="DP-SGD accuracy per group (mean ± s.e. over seeds)", legend=8)
   return "accuracy_per_group.png"
 
 

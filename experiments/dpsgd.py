@@ -62,28 +62,23 @@ _CUBIC_N = 500   # the cubic data set of demos 3 and 4
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DpsgdExperimentConfig(_common.ExperimentConfig):
   """The four demos' settings (defaults = the lecture's lists)."""
-  seeds: int = _common.option(5, "Training seeds per setting (demos 2 and 4).")
-  clip_seeds: int = _common.option(10, "Training seeds per C (demo 3).")
-  test_size: int = _common.option(20_000, "People in the test sample.")
-  anatomy_draws: int = _common.option(500, "Noisy steps drawn in demo 1.")
-  epsilons: tuple[float, ...] = _common.option(EPSILONS, "Demo 2: target epsilons.")
+  # At least two seeds: every table shows a standard deviation over seeds.
+  seeds: int = _common.option(5, "Training seeds per setting (demos 2 and 4).", bounds=">=2")
+  clip_seeds: int = _common.option(10, "Training seeds per C (demo 3).", bounds=">=2")
+  test_size: int = _common.option(20_000, "People in the test sample.", bounds=">=1")
+  anatomy_draws: int = _common.option(500, "Noisy steps drawn in demo 1.", bounds=">=1")
+  epsilons: tuple[float, ...] = _common.option(EPSILONS, "Demo 2: target epsilons.",
+                                               bounds=">0")
   clip_norms: tuple[float, ...] = _common.option(CLIP_NORMS, "Demo 3: clipping norms C.")
-  batches: tuple[int, ...] = _common.option(BATCHES, "Demo 4a: expected batch sizes B.")
+  batches: tuple[int, ...] = _common.option(BATCHES, "Demo 4a: expected batch sizes B.",
+                                            bounds=">=1")
   fixed_step_qs: tuple[float, ...] = _common.option(
-      FIXED_STEP_QS, f"Demo 4b: sampling rates q at T = {FIXED_STEPS} steps.")
+      FIXED_STEP_QS, f"Demo 4b: sampling rates q at T = {FIXED_STEPS} steps.", bounds="(0,1]")
 
   def __post_init__(self):
     super().__post_init__()
-    # At least two seeds: every table shows a standard deviation over seeds.
-    _common.check_int(self, "seeds", minimum=2)
-    _common.check_int(self, "clip_seeds", minimum=2)
-    _common.check_int(self, "test_size")
-    _common.check_int(self, "anatomy_draws")
-    _common.check_positive(self, "epsilons")
     _common.check_positive(self, "clip_norms", finite=False)
-    _common.check_int(self, "batches")
     _common.check_range(self, "batches", high=_CUBIC_N)
-    _common.check_range(self, "fixed_step_qs", low=0, high=1, open_low=True)
 
 
 def _datasets(key, test_size):
@@ -104,9 +99,9 @@ def _datasets(key, test_size):
 def _evaluate(w_MxD, x_test, y_test):
   """Accuracy and mean log loss per model: (float64[M], float64[M])."""
   z = x_test @ np.asarray(w_MxD, np.float64).T                   # [N, M]
-  acc = np.mean((z > 0) == (y_test[:, None] > 0.5), axis=0)
-  logloss = np.mean(np.logaddexp(0.0, z) - y_test[:, None] * z, axis=0)
-  return acc, logloss
+  acc = models.accuracy(models.logistic_regression(x_test.shape[1]), {"w": w_MxD}, x_test,
+                        y_test, float64=True)
+  return acc, np.mean(np.logaddexp(0.0, z) - y_test[:, None] * z, axis=0)
 
 
 def _cfg(n, q, steps, c=1.0, eps=None, sigma=None):
@@ -295,18 +290,14 @@ def _plot(out_dir, record, epsilons, clip_norms):
                       label=f"{name} clipped, no noise")
       axes[0].axhline(cost[f"{name}/newton"]["acc_mean"], color=color, ls=":", lw=1,
                       label=f"{name} Newton")
-    axes[0].set_xscale("log")
-    axes[0].set_xlabel("epsilon (delta = 1e-5)")
-    axes[0].set_ylabel("test accuracy")
-    axes[0].set_title("Cost of privacy")
-    axes[0].legend(fontsize=7)
+    _plots.decorate(axes[0], xscale="log", xlabel="epsilon (delta = 1e-5)", ylabel="test accuracy",
+                    title="Cost of privacy", legend=7)
     cs = list(clip_norms)
     axes[1].plot(cs, [clip[str(c)]["acc_mean"] for c in cs], "o-", label="accuracy")
     ax2 = axes[1].twinx()
     ax2.plot(cs, [clip[str(c)]["logloss_mean"] for c in cs], "s--", color="C3", label="log loss")
-    axes[1].set_xscale("log")
-    axes[1].set_xlabel("clipping norm C (eta * C = 0.5)")
-    axes[1].set_ylabel("accuracy")
+    _plots.decorate(axes[1], xscale="log", xlabel="clipping norm C (eta * C = 0.5)",
+                    ylabel="accuracy", legend=None)
     ax2.set_ylabel("log loss", color="C3")
     axes[1].set_title("Clipping norm (cubic, n = 500, eps = 2)")
   return ["dpsgd_cost_and_clip.png"]

@@ -6,7 +6,7 @@ test split is scored once per final configuration. Inputs are centred on the pub
 mean (`recipe.center_on_public`). Per architecture (mlp 64 -> 512 -> 10; cnn
 `models.cnn((8, 8, 1), (8, 16))`, `--cnn_groups` for group norm, much slower):
 
-  non-private    `recipe.train_nonprivate` (Adam, best validation epoch and lr);
+  non-private    `fitting.train_nonprivate` (Adam, best validation epoch and lr);
   DP-SGD         `dpjax.recipe`: Poisson sampling, ghost clipping, momentum 0.9, EMA;
                  one `dpsgd.train_sweep` program per (T, lr) candidate trains every
                  epsilon; per epsilon the best candidate and iterate (last or EMA) on
@@ -47,7 +47,7 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
-from dpjax import dpsgd, models, recipe
+from dpjax import dpsgd, fitting, models, recipe
 from dpjax.clipping import ghost
 from dpjax.data import digits
 from experiments import _common, _plots
@@ -60,53 +60,49 @@ _MOMENTUM = 0.9
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DpsgdDigitsConfig(_common.ExperimentConfig):
   """What `run` trains (defaults: the quick run of the module docstring)."""
-  eps: tuple[float, ...] = _common.option((1.0, 2.0, 4.0, 8.0), "Target epsilons.")
+  eps: tuple[float, ...] = _common.option((1.0, 2.0, 4.0, 8.0), "Target epsilons.",
+                                          bounds=">0")
   archs: tuple[str, ...] = _common.option(_ARCH_NAMES, "Architectures: mlp, cnn.",
                                           choices=_ARCH_NAMES)
-  seeds: int = _common.option(5, "Models per (architecture, candidate, epsilon), vmapped.")
-  steps: tuple[int, ...] = _common.option((60,), "Candidate numbers of DP-SGD steps T.")
+  seeds: int = _common.option(5, "Models per (architecture, candidate, epsilon), vmapped.",
+                              bounds=">=1")
+  steps: tuple[int, ...] = _common.option((60,), "Candidate numbers of DP-SGD steps T.",
+                                          bounds=">=1")
   mlp_lrs: tuple[float, ...] = _common.option((0.1, 0.5), "Candidate MLP learning rates "
-                                              "(SGD, momentum 0.9).")
-  cnn_lrs: tuple[float, ...] = _common.option((0.5, 4.0), "Candidate CNN learning rates.")
+                                              "(SGD, momentum 0.9).", bounds=">0")
+  cnn_lrs: tuple[float, ...] = _common.option((0.5, 4.0), "Candidate CNN learning rates.",
+                                              bounds=">0")
   sampling_prob: float = _common.option(1.0, "Poisson sampling probability q (1: every "
-                                        "record in every step).")
-  clip: float = _common.option(1.0, "Per-example L2 clip norm C.")
+                                        "record in every step).", bounds="(0,1]")
+  clip: float = _common.option(1.0, "Per-example L2 clip norm C.", bounds=">0")
   ema_decay: float = _common.option(0.9, "Decay of the parameter EMA (a candidate beside "
-                                    "the last iterate).")
-  delta: float = _common.option(1e-5, "delta of the (epsilon, delta) guarantee.")
-  nonprivate_epochs: int = _common.option(100, "Epochs of the non-private baseline.")
-  nonprivate_batch: int = _common.option(128, "Minibatch size of the non-private baseline.")
+                                    "the last iterate).", bounds="[0,1)")
+  delta: float = _common.option(1e-5, "delta of the (epsilon, delta) guarantee.",
+                                bounds="(0,1)")
+  nonprivate_epochs: int = _common.option(100, "Epochs of the non-private baseline.",
+                                          bounds=">=1")
+  nonprivate_batch: int = _common.option(128, "Minibatch size of the non-private baseline.",
+                                         bounds=">=1")
   nonprivate_lrs: tuple[float, ...] = _common.option((1e-2,), "Candidate Adam learning "
-                                                     "rates of the non-private baseline.")
-  mlp_hidden: tuple[int, ...] = _common.option((512,), "MLP hidden widths.")
-  cnn_channels: tuple[int, ...] = _common.option((8, 16), "CNN conv channels.")
+                                                     "rates of the non-private baseline.",
+                                                     bounds=">0")
+  mlp_hidden: tuple[int, ...] = _common.option((512,), "MLP hidden widths.", bounds=">=1")
+  cnn_channels: tuple[int, ...] = _common.option((8, 16), "CNN conv channels.", bounds=">=1")
   cnn_groups: int = _common.option(0, "Group-norm groups per CNN conv layer (0: none, "
-                                   "ghost clipping; G >= 1: group norm, vmap clipping).")
+                                   "ghost clipping; G >= 1: group norm, vmap clipping).",
+                                   bounds=">=0")
   validation_size: int = _common.option(200, "Public validation images (from the "
-                                        "training part).")
+                                        "training part).", bounds=">=1")
   center: bool = _common.option(True, "Centre every split on the mean of the PUBLIC "
                                 "validation images (recipe.center_on_public).")
-  test_fraction: float = _common.option(0.25, "Share of images held out for the test.")
+  test_fraction: float = _common.option(0.25, "Share of images held out for the test.",
+                                        bounds="(0,1)")
 
   def __post_init__(self):
     super().__post_init__()
-    _common.check_positive(self, "eps")
-    _common.check_int(self, "seeds")
-    _common.check_int(self, "steps")
-    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_positive(self, "clip", "mlp_lrs", "cnn_lrs", "nonprivate_lrs")
-    _common.check_range(self, "ema_decay", low=0, high=1, open_high=True)
-    _common.check_range(self, "delta", "test_fraction", low=0, high=1, open_low=True,
-                        open_high=True)
-    _common.check_int(self, "nonprivate_epochs")
-    _common.check_int(self, "nonprivate_batch")
-    _common.check_int(self, "mlp_hidden")
-    _common.check_int(self, "cnn_channels")
-    _common.check_int(self, "cnn_groups", minimum=0)
     if self.cnn_groups and any(c % self.cnn_groups for c in self.cnn_channels):
       raise ValueError(f"cnn_groups ({self.cnn_groups}) must divide every entry of "
                        f"cnn_channels {list(self.cnn_channels)}")
-    _common.check_int(self, "validation_size")
 
 
 def _model(arch: str, cfg: DpsgdDigitsConfig) -> models.Model:
@@ -150,12 +146,11 @@ def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
     model = _model(arch, cfg)
     if cand[0] == "adam":
       lr = cand[1]
-      out = recipe.train_nonprivate(
-          jax.random.fold_in(key_np, _ARCH_NAMES.index(arch)), x, y, x_val,
-          data.y_val_N, model, _adam(float(lr)), batch_size=cfg.nonprivate_batch,
-          num_epochs=cfg.nonprivate_epochs, num_models=m)
-      v = float(np.asarray(recipe.accuracy(model, out.params, x_val,
-                                           data.y_val_N)).mean())
+      out = fitting.train_nonprivate(
+          jax.random.fold_in(key_np, _ARCH_NAMES.index(arch)), x, y, model, _adam(float(lr)),
+          batch_size=cfg.nonprivate_batch, num_epochs=cfg.nonprivate_epochs, num_models=m,
+          x_val_NxF=x_val, y_val_N=data.y_val_N)
+      v = float(models.accuracy(model, out.params, x_val, data.y_val_N).mean())
       record["candidates"].append({"arch": arch, "setting": "non-private", "steps": None,
                                    "learning_rate": float(lr), "params": "best epoch",
                                    "validation_accuracy": v})
@@ -183,7 +178,7 @@ def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
                             clipping=clipping, optimizer=_sgd(float(lr)),
                             perf=dpsgd.PerformanceFlags(progress=False))
     for kind, params in (("last", out.params), ("ema", out.ema_params)):
-      acc_val = np.asarray(recipe.accuracy(model, params, x_val, data.y_val_N))
+      acc_val = models.accuracy(model, params, x_val, data.y_val_N)
       for j, c in enumerate(cfgs):
         setting = "clipped, σ = 0" if j == len(eps) else f"ε = {eps[j]:g}"
         sel = index == j
@@ -199,8 +194,7 @@ def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
   for arch in cfg.archs:
     model = _model(arch, cfg)
     v, _, lr, _, _ = val[(arch, "non-private")]
-    acc = np.asarray(recipe.accuracy(model, trained[(arch, "non-private")], x_test,
-                                     data.y_test_N))
+    acc = models.accuracy(model, trained[(arch, "non-private")], x_test, data.y_test_N)
     record["cells"].append({
         "arch": arch, "setting": "non-private", "target_epsilon": math.inf,
         "epsilon_spent": math.inf, "sigma": 0.0, "steps": None, "learning_rate": float(lr),
@@ -210,8 +204,7 @@ def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
     model = _model(arch, cfg)
     for target, setting in [(e, f"ε = {e:g}") for e in eps] + [(math.inf, "clipped, σ = 0")]:
       v, steps, lr, kind, c = val[(arch, setting)]
-      acc = np.asarray(recipe.accuracy(model, trained[(arch, setting)], x_test,
-                                       data.y_test_N))
+      acc = models.accuracy(model, trained[(arch, setting)], x_test, data.y_test_N)
       record["cells"].append({
           "arch": arch, "setting": setting,
           "target_epsilon": target,
@@ -312,11 +305,8 @@ def _plot(out_dir: str, record: dict, archs) -> str:
         elif c["setting"].startswith("clipped"):
           ax.axhline(c["accuracy_mean"], color=color, ls="--", lw=1,
                      label=f"{arch}, clipped, σ = 0")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("ε spent (δ = 1e-5)")
-    ax.set_ylabel("test accuracy")
-    ax.set_title("DP-SGD recipe on 8×8 digits")
-    ax.legend(fontsize=7)
+    _plots.decorate(ax, xscale="log2", xlabel="ε spent (δ = 1e-5)", ylabel="test accuracy",
+                    title="DP-SGD recipe on 8×8 digits", legend=7)
   return "accuracy_vs_epsilon.png"
 
 

@@ -3,40 +3,26 @@
 The bank releases (i) the delinquency rate of each of 50 zip codes, (ii) a DP-SGD
 credit model and (iii) the best of 20 hyperparameter settings. The lecture's answer:
 basic composition, model 2.0 / zips 0.7 / selection 0.3 (or jointly in RDP); zips with
-< 30 people are unreliable; select privately, never by tuning freely; a customer with 5
-loans gets about 5 eps = 15 under example-level DP, so the unit must be the customer.
-On `credit.sample_customers` (1-10 loans each, Zipf-sized zips):
+< 30 people are unreliable; select privately; a customer with 5 loans gets about
+5 eps = 15 under example-level DP, so the unit must be the customer. On
+`credit.sample_customers` (1-10 loans each, Zipf-sized zips): 1. the budget, basic and
+in one RDP account; 2. the zips (`mechanisms.grouped_rates` per customer; unreliable by
+noise sd > `--max_rate_sd` or the lecture's `--min_count`); 3. user-level DP-SGD vs
+example-level and non-private; 4. selection among 5 C x 4 lr * C^2 (`_user_cfg`) on a
+public id split into training and validation customers: naive (exact validation
+accuracy), the exponential mechanism (utility: validation customers' shares of correct
+loans, sensitivity 1) and repeat-and-select (Papernot & Steinke 2022, noisy scores),
+each at total 3; 5. a five-loan customer by group privacy.
 
-  1. Budget: the lecture's split, the same mechanisms accounted jointly in RDP
-     (`rdp.laplace_rdp`, `composition.pure_dp_rdp`, the subsampled Gaussian), and the
-     smaller sigma the model can use at total 3.
-  2. Zips: `mechanisms.grouped_rates` per CUSTOMER; unreliable by noise sd of the rate
-     > `--max_rate_sd` (from released values) or the lecture's `--min_count` rule.
-  3. Model: user-level DP-SGD (users sampled, each customer's summed gradient
-     clipped) vs example-level at the same eps and non-private; held-out accuracy.
-  4. Selection among 5 C x 4 lr * C^2 (`_user_cfg`), customers split by a public rule
-     on their id into training and validation (the guarantee is the worse split's):
-     naive (best by exact validation accuracy, final model only accounted: its real
-     cost charges all 20 trainings and leaves validation customers unprotected); the
-     exponential mechanism (lecture §3.4; utility = validation customers' shares of
-     correct loans, sensitivity 1, eps_sel = 0.3, 20 trainings composed); and
-     repeat-and-select (Papernot & Steinke 2022, `rdp.repeat_and_select_rdp`, scores
-     with N(0, `--score_noise`^2) noise), each calibrated to total 3.
-  5. A five-loan customer: example-level gives (5 eps, 5 e^{4 eps} delta) by group
-     privacy (`composition.group_privacy`); user-level gives (3, 1e-5).
-
-Command:  python -m experiments.exercise6      (about 50 s of CPU, half of it compiling
-          the customer sampler)
-Expected (seed 0; 2,000 customers with about 6,900 loans, 1,500 training / 500
-validation customers, 1,000 held-out customers): the lecture's split accounted in one
-RDP account spends 2.65 of 3, so at total 3 the model's sigma drops from 2.42 to 2.11;
-about 40 of the 50 zips are unreliable by noise sd > 0.1 and about 35 by the lecture's
-< 30 customers; user-level, example-level and non-private models all score about 0.78;
-charging the 20 candidates to the exponential mechanism forces sigma up to 8.0,
-repeat-and-select (about 10 runs drawn) needs 3.8, and the naive procedure really
-costs 12.8 for training customers and is unbounded for validation customers; a
-five-loan customer under example-level DP gets eps = 15 with delta > 1 (no guarantee).
+Command:  python -m experiments.exercise6      (about 50 s of CPU)
+Expected (seed 0): RDP spends 2.65 of 3 on the lecture's split, so the model's sigma
+drops from 2.42 to 2.11; about 40 of 50 zips are unreliable by noise sd, 35 by the
+lecture's rule; all three models score about 0.78; the exponential mechanism with 20
+trainings charged needs sigma 8.0, repeat-and-select 3.8, and the naive procedure
+really costs 12.8 (unbounded for validation customers); a five-loan customer under
+example-level DP gets eps = 15 with delta > 1.
 """
+
 
 from __future__ import annotations
 
@@ -47,10 +33,9 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import special
 from tqdm import tqdm
 
-from dpjax import accounting, dpsgd, mechanisms, models
+from dpjax import accounting, dpsgd, mechanisms, models, tuning
 from dpjax.accounting import composition, rdp
 from dpjax.data import credit
 from experiments import _common, _plots
@@ -65,54 +50,52 @@ _ORDERS = rdp.DEFAULT_ORDERS
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Exercise6Config(_common.ExperimentConfig):
   """The bank, its budget and the three releases (defaults = the module docstring)."""
-  customers: int = _common.option(2000, "Customers of the bank (the private data).")
-  test_customers: int = _common.option(1000, "Held-out customers for test accuracy.")
-  zip_codes: int = _common.option(50, "Number of zip codes.")
-  max_loans: int = _common.option(10, "Most loans one customer holds.")
-  epsilon: float = _common.option(3.0, "Total eps of the three releases.")
-  delta: float = _common.option(1e-5, "Total delta.")
-  model_epsilon: float = _common.option(2.0, "Basic-composition share of the model.")
-  zip_epsilon: float = _common.option(0.7, "Share of the zip release (half per histogram).")
-  selection_epsilon: float = _common.option(0.3, "Share of the exponential-mechanism selection.")
+  customers: int = _common.option(2000, "Customers of the bank (the private data).",
+                                  bounds=">=8")
+  test_customers: int = _common.option(1000, "Held-out customers for test accuracy.",
+                                       bounds=">=1")
+  zip_codes: int = _common.option(50, "Number of zip codes.", bounds=">=1")
+  max_loans: int = _common.option(10, "Most loans one customer holds.", bounds=">=1")
+  epsilon: float = _common.option(3.0, "Total eps of the three releases.", bounds=">0")
+  delta: float = _common.option(1e-5, "Total delta.", bounds="(0,1)")
+  model_epsilon: float = _common.option(2.0, "Basic-composition share of the model.",
+                                        bounds=">0")
+  zip_epsilon: float = _common.option(0.7, "Share of the zip release (half per histogram).",
+                                      bounds=">0")
+  selection_epsilon: float = _common.option(0.3, "Share of the exponential-mechanism selection.",
+                                            bounds=">0")
   validation_every: int = _common.option(
-      4, "Customer u is a validation customer iff u % this == 0 (a public rule).")
-  min_count: float = _common.option(30.0, "The lecture's reliability rule: fewer customers.")
-  max_rate_sd: float = _common.option(0.1, "Our rule: noise sd of the rate above this.")
+      4, "Customer u is a validation customer iff u % this == 0 (a public rule).", bounds=">=2")
+  min_count: float = _common.option(30.0, "The lecture's reliability rule: fewer customers.",
+                                    bounds=">=0")
+  max_rate_sd: float = _common.option(0.1, "Our rule: noise sd of the rate above this.",
+                                      bounds=">0")
   clip_norms: tuple[float, ...] = _common.option((0.1, 0.3, 1.0, 3.0, 10.0),
-                                                 "Candidate clip norms C.")
+                                                 "Candidate clip norms C.", bounds=">0")
   lr_c2: tuple[float, ...] = _common.option(
-      (0.1, 0.3, 1.0, 3.0), "Candidate values of lr * C^2 (setting (C, lr = value / C^2)).")
-  model_clip: float = _common.option(1.0, "C of the user- vs example-level comparison.")
-  model_lr_c2: float = _common.option(1.0, "lr * C^2 of that comparison.")
-  sampling_prob: float = _common.option(0.1, "q: per customer (user-level) or per loan.")
-  num_steps: int = _common.option(100, "DP-SGD steps T of every training run.")
-  rs_mean_runs: float = _common.option(10.0, "Repeat-and-select: E[K].")
-  rs_shape: float = _common.option(1.0, "Repeat-and-select: eta (0 logarithmic, 1 geometric).")
-  score_noise: float = _common.option(10.0, "Repeat-and-select: sd of the score noise.")
+      (0.1, 0.3, 1.0, 3.0), "Candidate values of lr * C^2 (setting (C, lr = value / C^2)).",
+      bounds=">0")
+  model_clip: float = _common.option(1.0, "C of the user- vs example-level comparison.",
+                                     bounds=">0")
+  model_lr_c2: float = _common.option(1.0, "lr * C^2 of that comparison.", bounds=">0")
+  sampling_prob: float = _common.option(0.1, "q: per customer (user-level) or per loan.",
+                                        bounds="(0,1]")
+  num_steps: int = _common.option(100, "DP-SGD steps T of every training run.", bounds=">=1")
+  rs_mean_runs: float = _common.option(10.0, "Repeat-and-select: E[K].", bounds=">=1")
+  rs_shape: float = _common.option(1.0, "Repeat-and-select: eta (0 logarithmic, 1 geometric).",
+                                   bounds=">=0")
+  score_noise: float = _common.option(10.0, "Repeat-and-select: sd of the score noise.",
+                                      bounds=">0")
 
   def __post_init__(self):
     super().__post_init__()
-    _common.check_int(self, "customers", minimum=8)
-    _common.check_int(self, "test_customers")
-    _common.check_int(self, "zip_codes")
-    _common.check_int(self, "max_loans")
-    _common.check_positive(self, "epsilon", "model_epsilon", "zip_epsilon",
-                           "selection_epsilon", "max_rate_sd", "clip_norms",
-                           "lr_c2", "model_clip", "model_lr_c2", "score_noise")
-    _common.check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)
     parts = self.model_epsilon + self.zip_epsilon + self.selection_epsilon
     if abs(parts - self.epsilon) > 1e-9 * self.epsilon:
       raise ValueError(f"epsilon must equal model_epsilon + zip_epsilon + selection_epsilon "
                        f"= {parts:g} (basic composition), got {self.epsilon}")
-    _common.check_int(self, "validation_every", minimum=2)
     if self.customers // self.validation_every < 2:
       raise ValueError(f"validation_every must leave >= 2 validation customers among "
                        f"{self.customers}, got {self.validation_every}")
-    _common.check_range(self, "min_count", low=0)
-    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_int(self, "num_steps")
-    _common.check_range(self, "rs_mean_runs", low=1)
-    _common.check_range(self, "rs_shape", low=0)
 
 
 # ----------------------------------------------------------------------------------
@@ -177,37 +160,6 @@ def _budget(cfg: Exercise6Config) -> dict:
   }
 
 
-def _num_runs_pmf(mean_runs: float, shape: float, k_max: int) -> np.ndarray:
-  """float64[k_max]: P[K = k], k = 1..k_max, of the truncated negative binomial.
-
-  Papernot & Steinke 2022, Definition 1 (gamma from `rdp.truncated_negative_binomial_log_gamma`):
-  P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) * Gamma(k + eta) / (Gamma(eta) k!) for
-  eta > 0, and (1 - gamma)^k / (k log(1/gamma)) for eta = 0 (logarithmic).
-  """
-  k = np.arange(1, k_max + 1, dtype=np.float64)
-  log_gamma = rdp.truncated_negative_binomial_log_gamma(mean_runs, shape)
-  if log_gamma == 0.0:
-    return (k == 1).astype(np.float64)
-  log_q = math.log1p(-math.exp(log_gamma))
-  if shape == 0.0:
-    return np.exp(k * log_q - np.log(k) - math.log(-log_gamma))
-  log_norm = math.log(math.expm1(-shape * log_gamma))
-  return np.exp(k * log_q + special.gammaln(k + shape) - special.gammaln(shape)
-                - special.gammaln(k + 1) - log_norm)
-
-
-def _sample_num_runs(key: jax.Array, mean_runs: float, shape: float) -> int:
-  """K ~ the truncated negative binomial by inversion of its CDF (public randomness).
-  A 53-bit host uniform seeded by `key`; the CDF is summed to a k_max with pmf < 1e-16 E[K]."""
-  k_max = 64
-  while _num_runs_pmf(mean_runs, shape, k_max)[-1] > 1e-16 * mean_runs:
-    k_max *= 2
-  cdf = np.cumsum(_num_runs_pmf(mean_runs, shape, k_max))
-  rng = np.random.default_rng(int(jax.random.bits(key, (), jnp.uint32)))
-  u = rng.random() * cdf[-1]
-  return int(min(np.searchsorted(cdf, u, side="right"), k_max - 1)) + 1
-
-
 # ----------------------------------------------------------------------------------
 # Data.
 
@@ -254,18 +206,11 @@ def _world(cfg: Exercise6Config, key: jax.Array) -> dict:
 # ----------------------------------------------------------------------------------
 # Models.
 
-def _predict(params_MxD, x_NxD) -> np.ndarray:
-  """bool[M, N]: predicted "repaid" (logit > 0) of M logistic regressions."""
-  return np.asarray(x_NxD, np.float64) @ np.asarray(params_MxD, np.float64).T > 0
-
-
-def _accuracy(params_MxD, x, y) -> np.ndarray:
-  return (_predict(params_MxD, x).T == (np.asarray(y)[None, :] == 1)).mean(axis=1)
-
-
 def _validation_utility(params_MxD, w: dict) -> np.ndarray:
   """float64[M]: sum over validation customers of their share of correct loans (sensitivity 1)."""
-  correct = (_predict(params_MxD, w["x_val"]).T == (w["y_val"][None, :] == 1)).astype(float)
+  correct = models.correct_predictions(models.logistic_regression(params_MxD.shape[1]),
+                                       {"w": params_MxD}, w["x_val"], w["y_val"],
+                                       float64=True).astype(float)
   loans = np.bincount(w["uid_val"], minlength=w["num_val_users"]).astype(float)
   per_cust = np.zeros((correct.shape[0], w["num_val_users"]))
   for m in range(correct.shape[0]):   # host loop over a handful of models
@@ -359,7 +304,8 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
 
   # ---- 3 and 4. Repeat-and-select: K runs, each a uniformly drawn setting (public
   # randomness, independent of the data).
-  num_runs = _sample_num_runs(k_runs, cfg.rs_mean_runs, cfg.rs_shape)
+  u = np.random.default_rng(int(jax.random.bits(k_runs, (), jnp.uint32))).random()
+  num_runs = tuning.num_runs_quantile(u, cfg.rs_mean_runs, cfg.rs_shape)
   run_setting = np.asarray(jax.random.randint(k_pick, (num_runs,), 0, num_settings))
   n_train = w["x_train"].shape[0]
   bar = tqdm(total=len(cfg.lr_c2) + 1, desc=NAME, disable=not progress)
@@ -402,10 +348,13 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
       jax.random.normal(k_score, (num_runs,)), np.float64)
   best_run = int(np.argmax(noisy_scores)) if num_runs else None
 
-  def acc(p):
-    return float(_accuracy(p[None, :], x_test, y_test)[0])
+  def accuracy(p_MxD):
+    return models.accuracy(model, {"w": p_MxD}, x_test, y_test, float64=True)
 
-  test_acc_all = _accuracy(em_params, x_test, y_test)
+  def acc(p):
+    return float(accuracy(p[None, :])[0])
+
+  test_acc_all = accuracy(em_params)
   selection = [
       {"procedure": "naive (tune freely, account the final model)", "sigma": bud["sigma_joint"],
        "trainings": num_settings, "chosen": settings[pick_naive],
@@ -482,11 +431,10 @@ def _tables(cfg: Exercise6Config, r: dict) -> list:
            cfg.selection_epsilon, b["eps_selection_rdp"], LECTURE["selection"]],
           ["total", "", "", cfg.epsilon, b["eps_joint_at_basic_sigma"], 3.0],
       ],
-      note=("'eps (basic)' adds the shares; 'eps alone (RDP)' converts each curve at delta "
-            "alone, and the total row composes the three curves in RDP (Laplace exact, the "
-            "exponential mechanism as eps-bounded-range: alpha eps^2 / 8, DP-SGD's "
-            "subsampled Gaussian) at the same noise. Counting loans instead of customers "
-            f"would give sensitivity {cfg.max_loans} (one customer's loans)."))
+      note=("'eps alone (RDP)' converts each curve alone; the total composes the three in "
+            "RDP (Laplace exact, the exponential mechanism as eps-bounded-range, DP-SGD's "
+            "subsampled Gaussian). Counting loans would give sensitivity "
+            f"{cfg.max_loans}."))
   t_joint = _common.Table(
       title="Exercise 6(a): basic composition vs one RDP account, same three mechanisms",
       columns=["accounting", "model sigma", "total eps", "eps left", "lecture"],
@@ -512,9 +460,8 @@ def _tables(cfg: Exercise6Config, r: dict) -> list:
              zz["noisy_rate"], zz["rate_sd"], zz["abs_error"],
              "unreliable" if zz["unreliable_ours"] else "ok",
              "unreliable" if zz["unreliable_lecture"] else "ok"] for zz in shown],
-      note=("Rate = delinquent customers / customers (a customer is delinquent if any loan "
-            "defaulted). Both rules read only released values (post-processing); 'customers' "
-            "and 'true rate' are the private truth, shown for checking."))
+      note=("Both rules read only released values; 'customers' and 'true rate' are the "
+            "private truth, shown for checking."))
   m = r["model"]
   t_model = _common.Table(
       title=(f"Exercise 6(d): the model at eps = {cfg.model_epsilon:g} (C = {cfg.model_clip:g}, "
@@ -535,12 +482,8 @@ def _tables(cfg: Exercise6Config, r: dict) -> list:
              s["test_accuracy"], lec]
             for s, lec in zip(r["selection"], ("worst", "EM, sensitivity 1/n_val",
                                                "Papernot-Steinke in RDP"))],
-      note=("A customer is a training or a validation customer (public rule on the id), so "
-            "each procedure costs the worse of the two columns. The exponential mechanism "
-            f"protects validation customers with eps_sel = {cfg.selection_epsilon:g}, but each of "
-            f"the {b['num_settings']} candidates trained "
-            "on the training customers is a release they pay for; the naive row reports the "
-            "real cost of what it claims as eps = 3."))
+      note=("Each procedure costs the worse of its two columns; every candidate trained on "
+            "the training customers is a release they pay for."))
   t_five = _common.Table(
       title="Exercise 6(d): the guarantee of a customer with k loans",
       columns=["loans k", "example-level eps", "example-level delta", "user-level eps",
@@ -548,9 +491,7 @@ def _tables(cfg: Exercise6Config, r: dict) -> list:
       rows=[[g["loans"], g["example_eps"], g["example_delta"], g["user_eps"],
              g["user_delta"], "about 5 eps = 15" if g["loans"] == 5 else None]
             for g in r["five_loans"]],
-      note=("Example-level: every release made with the loan as the unit at the same eps; "
-            "group privacy gives (k eps, k e^{(k-1) eps} delta), and delta = 1 means nothing "
-            "is promised. User-level: the customer is the unit, whatever k."))
+      note="Group privacy: (k eps, k e^{(k-1) eps} delta); delta >= 1 promises nothing.")
   return [t_split, t_joint, t_zip, t_model, t_sel, t_five]
 
 
@@ -591,8 +532,8 @@ def _plot(out_dir: str, r: dict, cfg: Exercise6Config) -> str:
     ax.errorbar(tr[bad], nr[bad], yerr=np.minimum(sd[bad], 1.0), fmt="s", ms=3, color="C3",
                 label="unreliable (ours)")
     ax.plot([0, 1], [0, 1], color="gray", ls=":")
-    ax.set_xlabel("true delinquency rate")
-    ax.set_ylabel("released rate (± noise sd)")
+    _plots.decorate(ax, xlabel="true delinquency rate", ylabel="released rate (± noise sd)",
+                    legend=None)
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=7)
     ax = axes[1]
@@ -604,9 +545,8 @@ def _plot(out_dir: str, r: dict, cfg: Exercise6Config) -> str:
               label="noise sd at rate 0.5")
     ax.axhline(cfg.max_rate_sd, color="C3", ls="--", label=f"our threshold {cfg.max_rate_sd:g}")
     ax.axvline(cfg.min_count, color="gray", ls=":", label=f"lecture: {cfg.min_count:g} customers")
-    ax.set_xlabel("customers in the zip")
-    ax.set_ylabel("error of the released rate")
-    ax.legend(fontsize=7)
+    _plots.decorate(ax, xlabel="customers in the zip", ylabel="error of the released rate",
+                    legend=7)
     fig.suptitle(f"Exercise 6(b): {cfg.zip_codes} zip-code delinquency rates at "
                  f"eps = {cfg.zip_epsilon:g}")
   return "exercise6_zips.png"

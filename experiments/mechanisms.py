@@ -8,20 +8,12 @@ the exponential mechanism picks one of 25 approval thresholds (0.200 .. 0.800) o
 public-fit logistic score; utility = correct private applicants out of 500.
 
 Command:   python -m experiments.mechanisms          (about 12-25 s of CPU)
-Expected (seed 0; "exact" columns are pure math and match the lecture's):
-  demo 1: our sample's delinquency rate 0.548; posterior of a "yes" 0.767 / 0.573 at
-    eps = 1 / 0.1 (lecture 0.767 / 0.572); sd of the rate estimate 0.0096 exact, 0.0093
-    MC at eps = 1 (lecture 0.0101); local / central ratio 68 exact, 66 MC (lecture ~72;
-    sqrt(n/2) = 71 is the small-eps limit);
-  demo 2(a): count MAE at eps = 1: Gaussian 2.98 vs Laplace 1.00 (lecture 2.98 vs 1.00);
-  demo 2(b): mean income 59.3k, max 215.5k (lecture 61.33k / 208.1k); best B = 150k,
-    clipping 0.6% (lecture: 0.2%); noise SD 5.66 at B = 2000 and 0.59 at B = 200
-    (lecture 5.66 / 0.59);
-  demo 2(c): 2.49% negative, RMSE 2.828 -> 2.700 exact (lecture 2.3%, 2.858 -> 2.725,
-    Monte Carlo estimates of the same quantities);
-  demo 3: best private threshold 0.525, best test threshold 0.500 with accuracy 0.781
-    (lecture 0.325 / 0.500 / 0.770); eps = 0.01 is a near-uniform pick; eps = 1 and 5
-    give the same test accuracy (0.776) here, the lecture's eps = 1 was higher.
+Expected (seed 0; "exact" columns are pure math and match the lecture's): posterior of
+a "yes" 0.767 / 0.573 at eps = 1 / 0.1; local / central sd ratio 68 exact at eps = 1;
+count MAE at eps = 1: Gaussian 2.98 vs Laplace 1.00; best clip bound B = 150k; 2.49%
+of small-count releases negative, RMSE 2.828 -> 2.700 after post-processing; the
+exponential mechanism's best private threshold 0.525, best test threshold 0.500
+(accuracy 0.781).
 """
 
 from __future__ import annotations
@@ -389,12 +381,8 @@ def _plot(out_dir: str, results: dict) -> list[str]:
     ax.plot(b, [r["noise_sd_mc"] for r in per], marker="s", label="noise SD")
     ax.plot(b, [r["rmse_mc"] for r in per], marker="^", color="k", label="RMSE")
     ax.axvline(clip["true_max"], color="gray", ls=":", label="private max (must not be used)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("clip bound B (k$)")
-    ax.set_ylabel("k$")
-    ax.set_title("Demo 2(b): private mean income, ε = 1")
-    ax.legend(fontsize=7)
+    _plots.decorate(ax, xscale="log", yscale="log", xlabel="clip bound B (k$)", ylabel="k$",
+                    title="Demo 2(b): private mean income, ε = 1", legend=7)
     ax = axes[1]
     ax.plot(em_curves["thresholds"], em_curves["private_accuracy"], marker=".",
             label="accuracy on the 500 private applicants")
@@ -404,10 +392,8 @@ def _plot(out_dir: str, results: dict) -> list[str]:
       ax.axhline(r["test_accuracy"], ls="--", lw=0.8,
                  color=plt.cm.plasma(0.15 + 0.2 * em["per_epsilon"].index(r)),
                  label=f"exp. mech. ε={r['epsilon']:g}: test acc")
-    ax.set_xlabel("approval threshold")
-    ax.set_ylabel("accuracy")
-    ax.set_title("Demo 3: choosing a threshold privately")
-    ax.legend(fontsize=7)
+    _plots.decorate(ax, xlabel="approval threshold", ylabel="accuracy",
+                    title="Demo 3: choosing a threshold privately", legend=7)
   return [name]
 
 

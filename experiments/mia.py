@@ -55,25 +55,19 @@ _ROC_FPR = np.geomspace(1e-4, 1.0, 201)
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MiaConfig(_common.ExperimentConfig):
   """The pool, the models and the DP-SGD rows (defaults = the lecture's)."""
-  num_models: int = _common.option(128, "Models (targets and shadows).")
-  pool_size: int = _common.option(300, "Records in the pool.")
-  epsilons: tuple[float, ...] = _common.option((8.0, 4.0, 2.0, 1.0), "DP-SGD eps rows.")
-  num_steps: int = _common.option(500, "DP-SGD steps T.")
-  sampling_prob: float = _common.option(0.2, "DP-SGD Poisson sampling rate q.")
-  delta: float = _common.option(1e-5, "delta of DP-SGD and of the DP bound.")
-  test_size: int = _common.option(20_000, "People in the test sample.")
+  num_models: int = _common.option(128, "Models (targets and shadows).", bounds=">=4")
+  pool_size: int = _common.option(300, "Records in the pool.", bounds=">=4")
+  epsilons: tuple[float, ...] = _common.option((8.0, 4.0, 2.0, 1.0), "DP-SGD eps rows.",
+                                               bounds=">0")
+  num_steps: int = _common.option(500, "DP-SGD steps T.", bounds=">=1")
+  sampling_prob: float = _common.option(0.2, "DP-SGD Poisson sampling rate q.", bounds="(0,1]")
+  delta: float = _common.option(1e-5, "delta of DP-SGD and of the DP bound.", bounds="(0,1)")
+  test_size: int = _common.option(20_000, "People in the test sample.", bounds=">=1")
 
   def __post_init__(self):
     super().__post_init__()
-    _common.check_int(self, "num_models", minimum=4)
     if self.num_models % 2:   # LiRA's design: every record in exactly half of the models
       raise ValueError(f"num_models must be an even integer >= 4, got {self.num_models}")
-    _common.check_int(self, "pool_size", minimum=4)
-    _common.check_positive(self, "epsilons")
-    _common.check_int(self, "num_steps")
-    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)
-    _common.check_int(self, "test_size")
 
 
 def _lira_keep(key, m, n):
@@ -84,19 +78,19 @@ def _lira_keep(key, m, n):
 
 
 def _row_metrics(name, w_MxD, x, y, keep, x_test, y_test, eps, delta):
-  w = np.asarray(w_MxD, np.float64)
-  logits = np.asarray(x, np.float64) @ w.T                    # [N, M]
+  model, params = models.logistic_regression(x.shape[1]), {"w": w_MxD}
+  logits = np.asarray(x, np.float64) @ np.asarray(w_MxD, np.float64).T     # [N, M]
   phi = mia.logit_confidence(logits.T, np.asarray(y))          # [M, N]
   loss = np.logaddexp(0.0, -phi)
-  test_logits = np.asarray(x_test, np.float64) @ w.T
-  acc = float(np.mean((test_logits > 0) == (np.asarray(y_test)[:, None] == 1)))
+  acc = float(models.correct_predictions(model, params, x_test, y_test, float64=True).mean())
   loss_s = mia.loss_attack_scores(loss)
   lira_s = mia.lira_scores(phi, keep)
   shokri_s = mia.shokri_attack_scores(phi, np.asarray(y), keep)
   lab = keep.ravel()
   out = {
       "row": name, "epsilon": eps, "test_accuracy": acc,
-      "train_accuracy": float(np.mean(((logits.T > 0) == (np.asarray(y)[None, :] == 1))[keep])),
+      "train_accuracy": float(models.correct_predictions(model, params, x, y,
+                                                          float64=True)[keep].mean()),
       "loss_advantage": metrics.advantage(loss_s.ravel(), lab),
       "loss_tpr": float(metrics.tpr_at_fpr(loss_s.ravel(), lab, 0.01)),
       "shokri_tpr": float(metrics.tpr_at_fpr(shokri_s.ravel(), lab, 0.01)),
@@ -106,15 +100,9 @@ def _row_metrics(name, w_MxD, x, y, keep, x_test, y_test, eps, delta):
       "bound": (tradeoff.dp_tpr_bound(0.01, eps, delta) if eps is not None else 1.0),
       "floor": 0.01,
   }
-  curves = {"lira": _roc_on_grid(*metrics.roc_curve(lira_s.ravel(), lab)[:2]),
-            "loss": _roc_on_grid(*metrics.roc_curve(loss_s.ravel(), lab)[:2])}
+  curves = {"lira": metrics.tpr_at_fpr(lira_s.ravel(), lab, _ROC_FPR).tolist(),
+            "loss": metrics.tpr_at_fpr(loss_s.ravel(), lab, _ROC_FPR).tolist()}
   return out, curves
-
-
-def _roc_on_grid(fpr, tpr) -> list[float]:
-  """The ROC's TPR at each FPR of _ROC_FPR (the best point with fpr <= it)."""
-  idx = np.searchsorted(fpr, _ROC_FPR, side="right") - 1
-  return np.asarray(tpr)[idx].tolist()
 
 
 def run(cfg: MiaConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:

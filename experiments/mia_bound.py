@@ -138,11 +138,9 @@ def _plot(out_dir: str, record: dict) -> str:
                 label=f"(ε={cur['epsilon']:g}, δ) region boundary")
         ax.plot(fpr, cur["gaussian_tpr"], color=c, lw=2, label=f"Gaussian, μ={cur['mu']:.3f}")
       ax.plot(fpr, fpr, color="gray", lw=0.8)
-      ax.set_xlabel("FPR")
-      ax.set_ylabel("TPR")
+      _plots.decorate(ax, xlabel="FPR", ylabel="TPR", legend=None)
       if log:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        _plots.decorate(ax, xscale="log", yscale="log", legend=None)
         ax.set_xlim(1e-5, 1)
         ax.set_ylim(1e-5, 1.05)
         ax.axvline(0.01, color="k", lw=0.6, ls=":")

@@ -49,24 +49,25 @@ _NUM_TRAIN = digits.NUM_EXAMPLES - int(round(_TEST_FRACTION * digits.NUM_EXAMPLE
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PateConfig(_common.ExperimentConfig):
   """The (k, Q) grid, the aggregators and DP-SGD (defaults = the module docstring)."""
-  teachers: tuple[int, ...] = _common.option((10, 50, 100), "Numbers of teachers k.")
-  queries: tuple[int, ...] = _common.option((100, 500), "Numbers of student queries Q.")
-  public: int = _common.option(500, "Size of the public unlabeled pool (>= max Q).")
-  sigma_per_teacher: float = _common.option(0.2, "GNMax sigma = this * k.")
-  delta: float = _common.option(1e-5, "Target delta.")
-  dpsgd_seeds: int = _common.option(4, "DP-SGD seeds trained together.")
-  fit_steps: int = _common.option(300, "Adam steps for teachers and students.")
-  dpsgd_epochs: int = _common.option(20, "DP-SGD epochs.")
+  teachers: tuple[int, ...] = _common.option((10, 50, 100), "Numbers of teachers k.",
+                                             bounds=">=1")
+  queries: tuple[int, ...] = _common.option((100, 500), "Numbers of student queries Q.",
+                                            bounds=">=1")
+  public: int = _common.option(500, "Size of the public unlabeled pool (>= max Q).",
+                               bounds=">=1")
+  sigma_per_teacher: float = _common.option(0.2, "GNMax sigma = this * k.", bounds=">0")
+  delta: float = _common.option(1e-5, "Target delta.", bounds="(0,1)")
+  dpsgd_seeds: int = _common.option(4, "DP-SGD seeds trained together.", bounds=">=1")
+  fit_steps: int = _common.option(300, "Adam steps for teachers and students.", bounds=">=1")
+  dpsgd_epochs: int = _common.option(20, "DP-SGD epochs.", bounds=">=1")
   confident_threshold: float = _common.option(
-      0.6, "Confident-GNMax threshold / k (0 = GNMax only).")
-  confident_sigma_threshold: float = _common.option(0.3, "Threshold-check sigma / k.")
-  confident_sigma: float = _common.option(0.1, "Confident-GNMax answer sigma / k.")
+      0.6, "Confident-GNMax threshold / k (0 = GNMax only).", bounds=">=0")
+  confident_sigma_threshold: float = _common.option(0.3, "Threshold-check sigma / k.",
+                                                    bounds=">0")
+  confident_sigma: float = _common.option(0.1, "Confident-GNMax answer sigma / k.", bounds=">0")
 
   def __post_init__(self):
     super().__post_init__()
-    _common.check_int(self, "teachers")
-    _common.check_int(self, "queries")
-    _common.check_int(self, "public")
     if self.public < max(self.queries):
       raise ValueError(f"public must be >= max(queries) = {max(self.queries)}, got {self.public}")
     if self.public >= _NUM_TRAIN:
@@ -74,13 +75,6 @@ class PateConfig(_common.ExperimentConfig):
     if max(self.teachers) > _NUM_TRAIN - self.public:
       raise ValueError(f"teachers must be <= the private set size {_NUM_TRAIN - self.public}, "
                        f"got {max(self.teachers)}")
-    _common.check_positive(self, "sigma_per_teacher", "confident_sigma_threshold",
-                           "confident_sigma")
-    _common.check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)
-    _common.check_int(self, "dpsgd_seeds")
-    _common.check_int(self, "fit_steps")
-    _common.check_int(self, "dpsgd_epochs")
-    _common.check_range(self, "confident_threshold", low=0)
 
 
 def _dpsgd_config(n: int, eps: float, delta: float, epochs: int) -> dpsgd.DpSgdConfig:
@@ -118,7 +112,7 @@ def run(cfg: PateConfig, out_dir: str, *, progress: bool = True, quiet: bool = F
   # Non-private reference: the same model on all private images.
   ref = pate.fit_non_private(k_student, x_priv, y_priv, jnp.ones((1, n_priv), bool), model,
                              num_steps=fit_steps)
-  ref_acc = pate.accuracy(model, jax.tree.map(lambda a: a[0], ref), x_test, y_test)
+  ref_acc = float(models.accuracy(model, ref, x_test, y_test)[0])
   bar.update(1)
 
   record = {"n_private": n_priv, "n_public": public, "n_test": int(y_test.shape[0]),
@@ -131,8 +125,7 @@ def run(cfg: PateConfig, out_dir: str, *, progress: bool = True, quiet: bool = F
       raise AssertionError("teacher partitions are not disjoint")
     votes_test = np.asarray(pate.teacher_votes(model, params, x_test, NUM_CLASSES))
     ens_acc = float(np.mean(votes_test.argmax(1) == np.asarray(y_test)))
-    single = float(np.mean(jax.vmap(lambda p: jnp.mean(
-        jnp.argmax(model.apply(p, x_test), -1) == y_test))(params)))
+    single = float(np.mean(models.accuracy(model, params, x_test, y_test)))
     votes_pub = np.asarray(pate.teacher_votes(model, params, x_pub, NUM_CLASSES))
     bar.update(1)
     sigma = sigma_per_teacher * k
@@ -166,7 +159,7 @@ def run(cfg: PateConfig, out_dir: str, *, progress: bool = True, quiet: bool = F
           student = pate.fit_non_private(sk, x_pub[:qn], jnp.asarray(labels),
                                          jnp.asarray(answered)[None, :], model,
                                          num_steps=fit_steps, pad_to=qn)
-          stu_acc = pate.accuracy(model, jax.tree.map(lambda a: a[0], student), x_test, y_test)
+          stu_acc = float(models.accuracy(model, student, x_test, y_test)[0])
         cells.append({"teachers": k, "queries": qn, "aggregator": agg, "sigma": agg_sigma,
                       "answered": n_ans, "teacher_accuracy": single,
                       "ensemble_accuracy": ens_acc, "label_accuracy": label_acc,
@@ -181,8 +174,7 @@ def run(cfg: PateConfig, out_dir: str, *, progress: bool = True, quiet: bool = F
     train_cfg = _dpsgd_config(n_priv, c["epsilon_data_independent"], delta, dpsgd_epochs)
     res = dpsgd.train_many(dk, x_priv, y_priv, jnp.ones((dpsgd_seeds, n_priv), bool),
                            train_cfg, model, perf=dpsgd.PerformanceFlags(progress=False))
-    accs = jax.vmap(lambda p: jnp.mean(jnp.argmax(model.apply(p, x_test), -1) == y_test))(
-        res.params)
+    accs = jnp.asarray(models.accuracy(model, res.params, x_test, y_test))
     c["dpsgd_accuracy"] = float(jnp.mean(accs))
     c["dpsgd_accuracy_std"] = float(jnp.std(accs))
     c["dpsgd_sigma"] = train_cfg.noise_multiplier
@@ -241,11 +233,8 @@ def _plot(out_dir: str, record: dict) -> str:
         ax.annotate(f"k={c['teachers']}", (c["epsilon_data_independent"], c["student_accuracy"]),
                     fontsize=7)
     ax.axhline(record["non_private_accuracy"], color="gray", ls=":", label="non-private")
-    ax.set_xscale("log")
-    ax.set_xlabel("ε (data-independent, δ = 1e-5)")
-    ax.set_ylabel("test accuracy")
-    ax.legend(fontsize=7)
-    ax.set_title("PATE vs DP-SGD on digits")
+    _plots.decorate(ax, xscale="log", xlabel="ε (data-independent, δ = 1e-5)",
+                    ylabel="test accuracy", legend=7, title="PATE vs DP-SGD on digits")
   return "pate_vs_dpsgd.png"
 
 

@@ -1,51 +1,35 @@
 """PATE at scale on the credit world, against DP-SGD at eps = 1, 2, 4, 8 (Papernot et al. 2018).
 
-Many teachers with a few hundred records each, whose votes mostly agree: --teachers x
---per_teacher private credit records (default 250 x 300 = 75,000, Bayes accuracy about
-0.79), --public queries, --test records, and a PUBLIC proxy draw (own teachers and
-validation set) on which every setting is chosen; logistic regression on 6 features.
-Per target eps: GNMax (sigma so that Q answers cost the target, Q by proxy accuracy);
-Confident-GNMax (--confident_*; the best proxy setting whose RELEASABLE eps on the proxy
-(`dpjax.pate_release`) is <= --release_margin x the target, run on the private votes
-with the proxy's release plan; the released eps is random and depends on the private
-votes, so it can land above the proxy's: the margin (default 0.75) keeps it below the
-target in practice, and the table shows it); DP-SGD (`DpSgdConfig(...).calibrate(eps)`,
-hyperparameters fixed before any run).
+--teachers x --per_teacher private credit records (default 250 x 300 = 75,000, Bayes
+accuracy about 0.79), --public queries, --test records, and a PUBLIC proxy draw (own
+teachers and validation set) on which every setting is chosen; logistic regression on
+6 features. Per target eps: GNMax (sigma so that Q answers cost the target, Q by proxy
+accuracy); Confident-GNMax (the best proxy setting of the --confident_* grid whose
+RELEASABLE eps on the proxy, `dpjax.pate_release`, is <= --release_margin x the target,
+run on the private votes with the proxy's release plan; the released eps is random and
+can land above the proxy's); DP-SGD (`DpSgdConfig(...).calibrate(eps)`). Every
+guarantee charges each query both steps of Confident-GNMax; the paper's answered-only
+accounting (`pate.pate_rdp`'s Warning) is shown beside the paper's figures only. The
+data-dependent eps is NOT releasable; the releasable eps adds its smooth-sensitivity
+release (Papernot et al. 2018, Sec. 4 and App. C).
 
-Every guarantee here charges each of the Q queries both steps of Confident-GNMax.
-The paper's accounting charges the answer only on answered queries; it conditions on
-the answered mask, a random output of the private votes, and is not an upper bound on
-the privacy loss (`pate.pate_rdp`'s Warning): its columns are marked and shown beside
-the paper's figures only. The data-dependent eps is a function of the private votes
-and is NOT releasable; the releasable eps adds its smooth-sensitivity release
-(Papernot et al. 2018, Sec. 4 and App. C).
-
-Published figure. Papernot et al. 2018 (arXiv 1802.08908), Table 2, UCI Adult (about
-32,000 census records, 14 mixed features, 2 classes): Confident-GNMax with T = 300,
-sigma_1 = 200, sigma_2 = 40 answers 524 queries at eps = 1.90 (delta = 1e-5), student
-83.7 %; LNMax 500 queries at eps = 2.66, student 83.0 %; non-private 85.0 %. These
-figures are as recalled from the paper, not checked against a stored copy of its
-table. Ours: the same aggregator settings scaled by k / 250 on the credit world.
+Published figure (Papernot et al. 2018, arXiv 1802.08908, Table 2, UCI Adult, as
+recalled, not checked against a stored copy): Confident-GNMax (T = 300, sigma_1 = 200,
+sigma_2 = 40) answers 524 queries at eps = 1.90, student 83.7 %; LNMax 500 queries at
+eps = 2.66, 83.0 %; non-private 85.0 %. Ours: that setting scaled by k / 250.
 
 Command:  python -m experiments.pate_credit        (about 45 s of CPU)
           python -m experiments.pate_credit --teachers 1000 --public 10000 --delta 1e-6
-                      (300,000 private records; about 160 s of CPU, 1.7 GB peak memory)
-Expected (seed 0, defaults): Bayes accuracy 0.792 on the test set, non-private 0.791,
-one teacher 0.784 (0.770-0.791), plurality vote 0.791; 65 % of the pool queries are
-unanimous. GNMax students 0.789-0.790 at data-independent eps = target (Q = 100 to
-3,000). Confident-GNMax students 0.779 / 0.788 / 0.791 / 0.790 at RELEASABLE eps
-0.78 / 1.53 / 2.13 / 3.80 for targets 1 / 2 / 4 / 8 (every query charged both steps;
-28-657 answered queries, 80-88 % of them correct; data-dependent eps 0.41-2.24). DP-SGD
-0.791 at every target: a 6-parameter model on 75,000 records loses nothing to DP-SGD
-even at eps = 1, so PATE cannot win here; it comes within 1.2 points. The paper's
-Adult setting: 1,136 answered, data-dependent eps 1.70 by the paper's answered-only
-accounting (3.03 charging every query), releasable 4.10, student 0.790. With 1,000
-teachers (--delta 1e-6): Confident-GNMax students 0.792-0.797 at releasable eps 0.66 /
-1.46 / 1.30 / 1.45 (541-1,966 answered), DP-SGD 0.792-0.794, non-private 0.792.
+Expected (seed 0): Bayes 0.792, non-private 0.791, one teacher 0.784, plurality vote
+0.791. GNMax students 0.789-0.790; Confident-GNMax 0.779 / 0.788 / 0.791 / 0.790 at
+releasable eps 0.78 / 1.53 / 2.13 / 3.80 for targets 1 / 2 / 4 / 8; DP-SGD 0.791 at
+every target: a 6-parameter model on 75,000 records loses nothing to DP-SGD, so PATE
+comes within 1.2 points but cannot win here.
 
 Shape letters: k teachers, N private records, Q queries, C = 2 classes, D = 6
 features, G grid settings.
 """
+
 
 from __future__ import annotations
 
@@ -79,89 +63,39 @@ PAPER_ROWS = (  # aggregator, queries answered, eps, student accuracy, non-priva
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PateCreditConfig(_common.ExperimentConfig):
   """Data sizes, the aggregator grids and DP-SGD (defaults = the module docstring)."""
-  teachers: int = _common.option(250, "Number of teachers k.")
-  per_teacher: int = _common.option(300, "Private records per teacher.")
-  public: int = _common.option(3000, "Public unlabeled pool size (>= max queries).")
-  test: int = _common.option(10000, "Test set size (and proxy validation set size).")
-  epsilons: tuple[float, ...] = _common.option((1.0, 2.0, 4.0, 8.0), "Target eps values.")
-  delta: float = _common.option(1e-5, "Target delta.")
+  teachers: int = _common.option(250, "Number of teachers k.", bounds=">=2")
+  per_teacher: int = _common.option(300, "Private records per teacher.", bounds=">=1")
+  public: int = _common.option(3000, "Public unlabeled pool size (>= max queries).",
+                               bounds=">=2")
+  test: int = _common.option(10000, "Test set size (and proxy validation set size).",
+                             bounds=">=1")
+  epsilons: tuple[float, ...] = _common.option((1.0, 2.0, 4.0, 8.0), "Target eps values.",
+                                               bounds=">0")
+  delta: float = _common.option(1e-5, "Target delta.", bounds="(0,1)")
   queries: tuple[int, ...] = _common.option((50, 100, 300, 1000, 3000),
-                                            "Candidate numbers of queries Q.")
+                                            "Candidate numbers of queries Q.", bounds=">=1")
   confident_thresholds: tuple[float, ...] = _common.option(
-      (0.75, 0.9), "Confident-GNMax thresholds T / k (grid).")
+      (0.75, 0.9), "Confident-GNMax thresholds T / k (grid).", bounds="(0,1]")
   confident_sigma_thresholds: tuple[float, ...] = _common.option(
-      (0.3, 0.5), "Confident-GNMax check noise sigma_t / k (grid).")
+      (0.3, 0.5), "Confident-GNMax check noise sigma_t / k (grid).", bounds=">0")
   confident_sigmas: tuple[float, ...] = _common.option(
-      (0.1, 0.2), "Confident-GNMax answer noise sigma / k (grid).")
+      (0.1, 0.2), "Confident-GNMax answer noise sigma / k (grid).", bounds=">0")
   release_margin: float = _common.option(
       0.75, "Confident-GNMax settings qualify when their releasable eps on the proxy is "
-      "<= this * the target.")
-  fit_steps: int = _common.option(300, "Adam steps for teachers, students, non-private.")
-  dpsgd_seeds: int = _common.option(4, "DP-SGD models trained together.")
-  dpsgd_batch: int = _common.option(1000, "DP-SGD expected batch size.")
-  dpsgd_epochs: int = _common.option(5, "DP-SGD epochs.")
+      "<= this * the target.", bounds="(0,1]")
+  fit_steps: int = _common.option(300, "Adam steps for teachers, students, non-private.",
+                                  bounds=">=1")
+  dpsgd_seeds: int = _common.option(4, "DP-SGD models trained together.", bounds=">=1")
+  dpsgd_batch: int = _common.option(1000, "DP-SGD expected batch size.", bounds=">=1")
+  dpsgd_epochs: int = _common.option(5, "DP-SGD epochs.", bounds=">=1")
 
   def __post_init__(self):
     super().__post_init__()
-    _common.check_int(self, "teachers", minimum=2)
-    _common.check_int(self, "per_teacher")
-    _common.check_int(self, "public", minimum=2)
-    _common.check_int(self, "test")
-    _common.check_positive(self, "epsilons")
-    _common.check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)
-    _common.check_int(self, "queries")
     if max(self.queries) > self.public:
       raise ValueError(f"queries must be <= public ({self.public}), got {self.queries}")
-    _common.check_range(self, "confident_thresholds", low=0, high=1, open_low=True)
-    _common.check_positive(self, "confident_sigma_thresholds", "confident_sigmas")
-    _common.check_range(self, "release_margin", low=0, high=1, open_low=True)
-    _common.check_int(self, "fit_steps")
-    _common.check_int(self, "dpsgd_seeds")
-    _common.check_int(self, "dpsgd_batch")
     if self.dpsgd_batch > self.teachers * self.per_teacher:
       raise ValueError(f"dpsgd_batch must be <= the private set size "
                        f"{self.teachers * self.per_teacher}, got {self.dpsgd_batch}")
-    _common.check_int(self, "dpsgd_epochs")
-
-
-# ----------------------------------------------------------------------------------
-# accounting helpers (host)
-
-
-def pate_rdp_grouped(votes_QxC, answered_Q, *, sigma: float, orders,
-                     threshold: float | None = None, sigma_threshold: float | None = None,
-                     cache: dict | None = None) -> pate.PateRdp:
-  """`pate.pate_rdp` (GNMax / Confident-GNMax) summed over DISTINCT vote histograms.
-
-  A query's RDP depends only on its histogram (at most k + 1 distinct ones for two
-  classes), so each is evaluated once and weighted by its count (answered queries for the
-  GNMax term, all for the threshold term). `cache` (optional dict) keeps the curves.
-  """
-  v = np.asarray(votes_QxC)
-  lam = np.asarray(orders, np.float64)
-  ans = np.asarray(answered_Q, bool)
-  cache = {} if cache is None else cache
-  rows, inverse = np.unique(v, axis=0, return_inverse=True)
-  inverse = inverse.reshape(-1)
-  n_all = np.bincount(inverse, minlength=rows.shape[0])
-  n_ans = np.bincount(inverse[ans], minlength=rows.shape[0])
-  indep = int(ans.sum()) * pate.gnmax_rdp_data_independent(sigma, lam)
-  dep = np.zeros_like(lam)
-  if threshold is not None:
-    indep = indep + v.shape[0] * pate.threshold_rdp_data_independent(sigma_threshold, lam)
-  for r, row in enumerate(rows):
-    h = tuple(int(c) for c in row)
-    if n_ans[r]:
-      kg = ("gnmax", h, float(sigma))
-      if kg not in cache:
-        cache[kg] = pate.gnmax_rdp_data_dependent(row, sigma, lam)
-      dep = dep + n_ans[r] * cache[kg]
-    if threshold is not None:
-      kt = ("threshold", h, float(threshold), float(sigma_threshold))
-      if kt not in cache:
-        cache[kt] = pate.threshold_rdp_data_dependent(row, threshold, sigma_threshold, lam)
-      dep = dep + n_all[r] * cache[kt]
-  return pate.PateRdp(lam, indep, dep, int(ans.sum()))
 
 
 # ----------------------------------------------------------------------------------
@@ -185,10 +119,8 @@ def _students(key, model, x_pub, labels_GxQ, mask_GxQ, steps):
 
 
 def _accuracies(model, params_G, x, y) -> np.ndarray:
-  """Test accuracy of each of G models: float64[G]."""
-  x, y = jnp.asarray(x), jnp.asarray(y)
-  acc = jax.vmap(lambda p: jnp.mean(pate._predict(model, p, x) == y))(params_G)  # pylint: disable=protected-access
-  return np.asarray(acc, np.float64)
+  """Test accuracy of each of G models (float32 means): float64[G]."""
+  return models.accuracy(model, params_G, x, y).astype(np.float64)
 
 
 def _dpsgd_config(n: int, eps: float, cfg: PateCreditConfig) -> dpsgd.DpSgdConfig:
@@ -270,7 +202,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
       i = grid.index((t, st, s, qn))
       g_labels[i, :qn] = lab[:qn]
       g_mask[i, :qn] = ans[:qn]
-      acct = pate_rdp_grouped(prox_votes[:qn], np.ones(qn, bool), sigma=s * k, orders=orders,
+      acct = pate.pate_rdp_grouped(prox_votes[:qn], np.ones(qn, bool), sigma=s * k, orders=orders,
                               threshold=t * k, sigma_threshold=st * k, cache=cache)
       g_eps_dep.append(pate.epsilon(orders, acct.data_dependent, delta))
       g_eps_ind.append(pate.epsilon(orders, acct.data_independent, delta))
@@ -375,9 +307,9 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
     qn = setting["queries"]
     ans = mask[:qn]
     thr, st = setting["threshold"], setting["sigma_threshold"]
-    acct = pate_rdp_grouped(votes[:qn], ans, sigma=setting["sigma"], orders=orders,
+    acct = pate.pate_rdp_grouped(votes[:qn], ans, sigma=setting["sigma"], orders=orders,
                             threshold=thr, sigma_threshold=st, cache=cache)
-    acct_all = pate_rdp_grouped(votes[:qn], np.ones(qn, bool), sigma=setting["sigma"],
+    acct_all = pate.pate_rdp_grouped(votes[:qn], np.ones(qn, bool), sigma=setting["sigma"],
                                 orders=orders, threshold=thr, sigma_threshold=st, cache=cache)
     rel = None
     if plan is not None:
@@ -559,10 +491,8 @@ def _plot(out_dir: str, record: dict) -> str:
                 record["bayes_accuracy_test"] + 0.01)
     ax.set_xscale("log", base=2)
     ax.set_xticks(eps, [f"{e:g}" for e in eps])
-    ax.set_xlabel("target ε (δ = 1e-5)")
-    ax.set_ylabel("test accuracy")
-    ax.legend(fontsize=7)
-    ax.set_title(f"PATE ({record['teachers']} teachers) vs DP-SGD, credit world")
+    _plots.decorate(ax, xlabel="target ε (δ = 1e-5)", ylabel="test accuracy", legend=7,
+                    title=f"PATE ({record['teachers']} teachers) vs DP-SGD, credit world")
   return "pate_credit.png"
 
 

@@ -69,10 +69,8 @@ def _plot(out_dir: str, record: dict) -> str:
     ax.plot(fpr, curve["tpr_pld"], label="bound from the PLD delta(eps) curve")
     ax.plot(fpr, curve["tpr_clt"], "--", label=f"GDP CLT, mu = {st['clt_mu']:.3f} (approximate)")
     ax.plot(fpr, fpr, ":", color="gray", label="random guessing")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("false-positive rate")
-    ax.set_ylabel("largest true-positive rate")
+    _plots.decorate(ax, xscale="log", yscale="log", xlabel="false-positive rate",
+                    ylabel="largest true-positive rate", legend=None)
     ax.set_title(f"sigma={st['noise_multiplier']:g}, q={st['sampling_prob']:.3g}, "
                  f"T={st['num_steps']}")
     ax.legend(fontsize=7)

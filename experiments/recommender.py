@@ -219,11 +219,9 @@ def _plot(out_dir: str, record: dict, rank: int) -> str:
               label=f"private global effects, {label}")
     for (name, v), color in zip(record["baselines"].items(), ("C3", "C4", "C1", "C0")):
       ax.axhline(v["test"], color=color, ls=":", label=f"{name} (non-private)")
-    ax.set_xscale("log")
-    ax.set_xlabel("ε (total, pure DP)")
-    ax.set_ylabel("RMSE on held-out ratings")
-    ax.set_title(f"Private recommender, rank {rank}")
-    ax.legend(fontsize=6)
+    _plots.decorate(ax, xscale="log", xlabel="ε (total, pure DP)",
+                    ylabel="RMSE on held-out ratings", title=f"Private recommender, rank {rank}",
+                    legend=6)
   return "recommender_rmse.png"
 
 

@@ -149,11 +149,9 @@ def _plot(out_dir: str, record: dict, people: int, epsilon: float) -> str:
       ax.errorbar([c["num_queries"] for c in cells], [c["mean"] for c in cells],
                   yerr=[c["std"] for c in cells], marker="o", capsize=3, label=label)
     ax.axhline(record["majority_baseline"], color="gray", ls="--", label="majority guess")
-    ax.set_xscale("log")
-    ax.set_xlabel("number of queries m")
-    ax.set_ylabel("fraction of bits recovered")
-    ax.set_title(f"Dinur–Nissim reconstruction, n = {people}")
-    ax.legend(fontsize=8)
+    _plots.decorate(ax, xscale="log", xlabel="number of queries m",
+                    ylabel="fraction of bits recovered",
+                    title=f"Dinur–Nissim reconstruction, n = {people}", legend=8)
   return "recovery.png"
 
 

@@ -62,28 +62,29 @@ LECTURE = {
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TuningConfig(_common.ExperimentConfig):
   """The tuning comparison's settings."""
-  epsilon: float = _common.option(2.0, "Total eps of every method (delta = 1e-5).")
-  seeds: int = _common.option(3, "Independent repetitions of each tuning procedure.")
-  train_size: int = _common.option(4000, "People in the private training split.")
-  val_size: int = _common.option(1000, "People in the private validation split.")
-  test_size: int = _common.option(10_000, "People in the test sample.")
-  batch_size: int = _common.option(50, "Expected batch size B = q n.")
-  epochs: float = _common.option(5.0, "Epochs per training run (T = epochs / q).")
-  mean_runs: float = _common.option(10.0, "Repeat and select: E[K].")
-  shape: float = _common.option(1.0, "Repeat and select: eta (0 logarithmic, 1 geometric).")
+  epsilon: float = _common.option(2.0, "Total eps of every method (delta = 1e-5).",
+                                  bounds=">0")
+  seeds: int = _common.option(3, "Independent repetitions of each tuning procedure.",
+                              bounds=">=1")
+  train_size: int = _common.option(4000, "People in the private training split.", bounds=">=1")
+  val_size: int = _common.option(1000, "People in the private validation split.", bounds=">=1")
+  test_size: int = _common.option(10_000, "People in the test sample.", bounds=">=1")
+  batch_size: int = _common.option(50, "Expected batch size B = q n.", bounds=">=1")
+  epochs: float = _common.option(5.0, "Epochs per training run (T = epochs / q).", bounds=">0")
+  mean_runs: float = _common.option(10.0, "Repeat and select: E[K].", bounds=">=1")
+  shape: float = _common.option(1.0, "Repeat and select: eta (0 logarithmic, 1 geometric).",
+                                bounds=">=0")
   score_noise: float = _common.option(
-      10.0, "Repeat and select: std of the rounded Gaussian noise on each correct count.")
-  clip_norms: tuple[float, ...] = _common.option(DEFAULT_CLIP_NORMS, "Candidate clipping norms C.")
+      10.0, "Repeat and select: std of the rounded Gaussian noise on each correct count.",
+      bounds=">0")
+  clip_norms: tuple[float, ...] = _common.option(DEFAULT_CLIP_NORMS, "Candidate clipping norms C.",
+                                                 bounds=">0")
   step_sizes: tuple[float, ...] = _common.option(
-      DEFAULT_STEP_SIZES, "Candidate learning rate x C values (candidates = clip_norms x step_sizes).")
+      DEFAULT_STEP_SIZES, "Candidate learning rate x C values (candidates = clip_norms x "
+      "step_sizes).", bounds=">0")
 
   def __post_init__(self):
     super().__post_init__()
-    _common.check_positive(self, "epsilon", "epochs", "score_noise", "clip_norms", "step_sizes")
-    for name in ("seeds", "train_size", "val_size", "test_size", "batch_size"):
-      _common.check_int(self, name)
-    _common.check_range(self, "mean_runs", low=1.0)
-    _common.check_range(self, "shape", low=0.0)
     if self.batch_size > self.train_size:
       raise ValueError(f"batch_size must be <= train_size, got {self.batch_size}")
 
@@ -95,8 +96,8 @@ def _bisect_sigma(eps_fn, target: float) -> float:
 
 def _correct_counts(w_RxD, x, y) -> np.ndarray:
   """Correct predictions of each model on (x, y): int64[R]."""
-  z = np.asarray(x, np.float64) @ np.asarray(w_RxD, np.float64).T
-  return np.sum((z > 0) == (np.asarray(y)[:, None] > 0.5), axis=0).astype(np.int64)
+  return models.correct_predictions(models.logistic_regression(x.shape[1]), {"w": w_RxD}, x, y,
+                                    float64=True).sum(axis=1)
 
 
 def _accounting_curves(sigma, q, steps, score_noise):

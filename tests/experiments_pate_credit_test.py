@@ -1,4 +1,4 @@
-"""experiments/pate_credit.py: its accounting helpers, its students, and a shrunken run."""
+"""experiments/pate_credit.py: its sigma calibration, its students, and a shrunken run."""
 
 import json
 import math
@@ -17,29 +17,7 @@ from dpjax.audit import pate_audit
 from experiments import pate_credit
 
 
-def _votes(rng, q, k):
-  top = rng.integers(k // 2, k + 1, q)
-  return np.stack([top, k - top], axis=1)
-
-
 class HelpersTest(absltest.TestCase):
-
-  def test_grouped_accounting_equals_pate_rdp(self):
-    rng = np.random.default_rng(0)
-    votes = _votes(rng, 60, 12)           # 60 queries, at most 7 distinct histograms
-    answered = rng.random(60) < 0.6
-    orders = rdp.DEFAULT_ORDERS
-    cache = {}
-    for kw in (dict(), dict(threshold=9.0, sigma_threshold=2.0)):
-      with self.subTest(**kw):
-        ans = answered if kw else np.ones(60, bool)
-        ref = pate.pate_rdp(votes, ans, sigma=1.5, orders=orders, **kw)
-        got = pate_credit.pate_rdp_grouped(votes, ans, sigma=1.5, orders=orders, cache=cache,
-                                           **kw)
-        self.assertEqual(got.num_answered, ref.num_answered)
-        np.testing.assert_allclose(got.data_independent, ref.data_independent, rtol=1e-12)
-        np.testing.assert_allclose(got.data_dependent, ref.data_dependent, rtol=1e-10)
-    self.assertNotEmpty(cache)
 
   def test_calibrated_gnmax_sigma_hits_the_target(self):
     orders = rdp.DEFAULT_ORDERS

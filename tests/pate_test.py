@@ -201,6 +201,23 @@ class AccountingTest(parameterized.TestCase):
     self.assertLessEqual(e_dep, e_ind)
     self.assertAlmostEqual(e_ind, rdp.rdp_to_epsilon(ORDERS, want_ind, 1e-5)[0])
 
+  def test_grouped_accounting_equals_pate_rdp(self):
+    rng = np.random.default_rng(0)
+    top = rng.integers(6, 13, 60)
+    votes = np.stack([top, 12 - top], axis=1)   # 60 queries, at most 7 distinct histograms
+    answered = rng.random(60) < 0.6
+    orders = rdp.DEFAULT_ORDERS
+    cache = {}
+    for kw in (dict(), dict(threshold=9.0, sigma_threshold=2.0)):
+      with self.subTest(**kw):
+        ans = answered if kw else np.ones(60, bool)
+        ref = pate.pate_rdp(votes, ans, sigma=1.5, orders=orders, **kw)
+        got = pate.pate_rdp_grouped(votes, ans, sigma=1.5, orders=orders, cache=cache, **kw)
+        self.assertEqual(got.num_answered, ref.num_answered)
+        np.testing.assert_allclose(got.data_independent, ref.data_independent, rtol=1e-12)
+        np.testing.assert_allclose(got.data_dependent, ref.data_dependent, rtol=1e-10)
+    self.assertNotEmpty(cache)
+
   @parameterized.named_parameters(
       ("sigma", lambda: pate.gnmax_rdp_data_independent(0.0, ORDERS), "sigma"),
       ("orders", lambda: pate.gnmax_rdp_data_independent(1.0, [1.0]), "orders"),

@@ -255,6 +255,18 @@ def test_sample_num_runs_law(mean, shape):
     assert draws.min() >= 1
 
 
+@pytest.mark.parametrize("mean,shape", [(10.0, 1.0), (3.0, 0.0), (2.0, "poisson")])
+def test_num_runs_quantile_inverts_the_cdf(mean, shape):
+  """K = q(u) is the smallest k with CDF(k) > u: CDF(K - 1) <= u < CDF(K)."""
+  u = np.random.default_rng(3).random(500)
+  k = tuning.num_runs_quantile(u, mean, shape)
+  start = 0 if isinstance(shape, str) else 1
+  cdf = np.cumsum(np.exp(tuning.num_runs_log_pmf(np.arange(start, 2000), mean, shape)))
+  below = np.where(k > start, cdf[np.maximum(k - 1 - start, 0)], 0.0)
+  assert np.all(below <= u) and np.all(u < cdf[k - start])
+  assert isinstance(tuning.num_runs_quantile(0.5, mean, shape), int)
+
+
 def test_repeat_and_select_law_of_the_release():
   """Public scores = candidate index; the released candidate is the max of K uniform draws.
 

@@ -44,23 +44,17 @@ _SPLITS = np.geomspace(1e-4, 0.999, 24)
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AccountingConfig(_common.ExperimentConfig):
   """The three demos' settings (defaults = the lecture's); nothing is random."""
-  mu0: float = _common.option(0.01, "Per-query mu of demo (a) (1 / sigma).")
-  ks: tuple[int, ...] = _common.option((1, 10, 100, 1000, 10000), "Numbers of queries k.")
-  total_delta: float = _common.option(1e-5, "Total delta of every demo.")
-  total_epsilon: float = _common.option(1.0, "Total eps of demo (b).")
-  demo3_sigma: float = _common.option(1.0, "Noise multiplier of demo (c).")
-  demo3_qs: tuple[float, ...] = _common.option((1.0, 0.1, 0.01), "Sampling rates of demo (c).")
+  mu0: float = _common.option(0.01, "Per-query mu of demo (a) (1 / sigma).", bounds=">0")
+  ks: tuple[int, ...] = _common.option((1, 10, 100, 1000, 10000), "Numbers of queries k.",
+                                       bounds=">=1")
+  total_delta: float = _common.option(1e-5, "Total delta of every demo.", bounds="(0,1)")
+  total_epsilon: float = _common.option(1.0, "Total eps of demo (b).", bounds=">0")
+  demo3_sigma: float = _common.option(1.0, "Noise multiplier of demo (c).", bounds=">0")
+  demo3_qs: tuple[float, ...] = _common.option((1.0, 0.1, 0.01), "Sampling rates of demo (c).",
+                                               bounds="(0,1]")
   demo3_steps: tuple[int, ...] = _common.option((1, 10, 100, 1000, 10000),
-                                                "Steps T of demo (c).")
+                                                "Steps T of demo (c).", bounds=">=1")
   with_pld: bool = _common.option(True, "Also run the PLD accountant.")
-
-  def __post_init__(self):
-    super().__post_init__()
-    _common.check_positive(self, "mu0", "total_epsilon", "demo3_sigma")
-    _common.check_int(self, "ks")
-    _common.check_int(self, "demo3_steps")
-    _common.check_range(self, "total_delta", low=0, high=1, open_low=True, open_high=True)
-    _common.check_range(self, "demo3_qs", low=0, high=1, open_low=True)
 
 
 # ----------------------------------------------------------------------------

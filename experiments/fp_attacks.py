@@ -61,33 +61,26 @@ _MAX_CHUNK = 200
 class FpAttacksConfig(_common.ExperimentConfig):
   """What `run` computes (defaults: the quick scale of ./run.sh all)."""
   epsilons: tuple[float, ...] = _common.option((0.5, 1.0, 2.0),
-                                               "Claimed eps of the Laplace releases.")
-  trials: int = _common.option(10_000, "Laplace releases per input (x and its neighbour).")
-  models: int = _common.option(200, "DP-SGD models per side (with / without the canary).")
+                                               "Claimed eps of the Laplace releases.", bounds=">0")
+  trials: int = _common.option(10_000, "Laplace releases per input (x and its neighbour).",
+                               bounds=">=1")
+  models: int = _common.option(200, "DP-SGD models per side (with / without the canary).",
+                               bounds=">=1")
   noise_multipliers: tuple[float, ...] = _common.option(
-      (1.0, 2.0, 4.0, 8.0), "sigma of each DP-SGD setting (one compiled program for all).")
+      (1.0, 2.0, 4.0, 8.0), "sigma of each DP-SGD setting (one compiled program for all).",
+      bounds=">0")
   defended_noise_multipliers: tuple[float, ...] = _common.option(
-      (1.0,), "sigma of each defended DP-SGD run (one compiled program each).")
-  sampling_prob: float = _common.option(0.2, "DP-SGD Poisson sampling rate q.")
-  num_steps: int = _common.option(30, "DP-SGD steps T.")
+      (1.0,), "sigma of each defended DP-SGD run (one compiled program each).", bounds=">0")
+  sampling_prob: float = _common.option(0.2, "DP-SGD Poisson sampling rate q.", bounds="(0,1]")
+  num_steps: int = _common.option(30, "DP-SGD steps T.", bounds=">=1")
   defended: bool = _common.option(True, "Also attack the defended mechanisms (table c).")
-  delta: float = _common.option(1e-5, "delta of the DP-SGD claims.", flag=False)
-  confidence: float = _common.option(0.95, "Confidence of every eps lower bound.", flag=False)
-  num_records: int = _common.option(40, "Records of the synthetic training set.", flag=False)
+  delta: float = _common.option(1e-5, "delta of the DP-SGD claims.", flag=False, bounds="(0,1)")
+  confidence: float = _common.option(0.95, "Confidence of every eps lower bound.", flag=False,
+                                     bounds="(0,1)")
+  num_records: int = _common.option(40, "Records of the synthetic training set.", flag=False,
+                                    bounds=">=1")
   num_features: int = _common.option(4, "Features besides the canary's unused one.",
-                                     flag=False)
-
-  def __post_init__(self):
-    super().__post_init__()
-    _common.check_positive(self, "epsilons", "noise_multipliers", "defended_noise_multipliers")
-    _common.check_int(self, "trials")
-    _common.check_int(self, "models")
-    _common.check_int(self, "num_steps")
-    _common.check_int(self, "num_records")
-    _common.check_int(self, "num_features")
-    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+                                     flag=False, bounds=">=1")
 
 
 # ----------------------------------------------------------------------------------

@@ -46,18 +46,12 @@ _MC_TOLERANCE_SE = 5.0
 class MiaBoundConfig(_common.ExperimentConfig):
   """What `run` computes (defaults = the lecture's table)."""
   epsilons: tuple[float, ...] = _common.option((0.1, 0.5, 1.0, 2.0, 4.0, 8.0),
-                                               "Privacy levels eps to compare.")
-  delta: float = _common.option(1e-5, "delta of the region and of the Gaussian.")
-  fpr: float = _common.option(0.01, "The low false-positive rate of TPR@FPR.")
+                                               "Privacy levels eps to compare.", bounds=">0")
+  delta: float = _common.option(1e-5, "delta of the region and of the Gaussian.", bounds="(0,1)")
+  fpr: float = _common.option(0.01, "The low false-positive rate of TPR@FPR.", bounds="(0,0.5)")
   mc_samples: int = _common.option(1_000_000,
-                                   "Monte Carlo draws per hypothesis per (mechanism, eps).")
-
-  def __post_init__(self):
-    super().__post_init__()
-    _common.check_positive(self, "epsilons")
-    _common.check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)
-    _common.check_range(self, "fpr", low=0, high=0.5, open_low=True, open_high=True)
-    _common.check_int(self, "mc_samples", minimum=1000)
+                                   "Monte Carlo draws per hypothesis per (mechanism, eps).",
+                                   bounds=">=1000")
 
 
 def _best_test(mechanism: str, epsilon: float, delta: float, fpr):

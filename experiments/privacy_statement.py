@@ -32,19 +32,12 @@ NAME = "privacy_statement"
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PrivacyStatementConfig(_common.ExperimentConfig):
   """The DP-SGD run to state (defaults: MNIST-sized); nothing is random."""
-  noise_multiplier: float = _common.option(1.1, "sigma (noise std / clip norm).")
-  sampling_prob: float = _common.option(256 / 60000, "Poisson sampling rate q.")
-  num_steps: int = _common.option(14063, "T (60 epochs at q = 256/60000).")
-  dataset_size: int = _common.option(60000, "n, the private dataset size.")
-  deltas: tuple[float, ...] = _common.option((1e-5, 1e-6, 1e-8), "deltas to report.")
-
-  def __post_init__(self):
-    super().__post_init__()
-    _common.check_positive(self, "noise_multiplier")
-    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_int(self, "num_steps")
-    _common.check_int(self, "dataset_size")
-    _common.check_range(self, "deltas", low=0, high=1, open_low=True, open_high=True)
+  noise_multiplier: float = _common.option(1.1, "sigma (noise std / clip norm).", bounds=">0")
+  sampling_prob: float = _common.option(256 / 60000, "Poisson sampling rate q.", bounds="(0,1]")
+  num_steps: int = _common.option(14063, "T (60 epochs at q = 256/60000).", bounds=">=1")
+  dataset_size: int = _common.option(60000, "n, the private dataset size.", bounds=">=1")
+  deltas: tuple[float, ...] = _common.option((1e-5, 1e-6, 1e-8), "deltas to report.",
+                                             bounds="(0,1)")
 
 
 def _tradeoff_curve(st: statement.PrivacyStatement) -> dict:

@@ -41,27 +41,22 @@ _LECTURE_UNIT = "per rating, much weaker than per user (lecture §8.3)"
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RecommenderConfig(_common.ExperimentConfig):
   """The ratings world, the eps grid and the recommender's knobs."""
-  num_users: int = _common.option(10_000, "Users U of the synthetic world.")
-  num_items: int = _common.option(100, "Items I of the synthetic world.")
+  num_users: int = _common.option(10_000, "Users U of the synthetic world.", bounds=">=1")
+  num_items: int = _common.option(100, "Items I of the synthetic world.", bounds=">=2")
   mean_ratings_per_user: float = _common.option(25.0, "Mean ratings per user.")
   epsilons: tuple[float, ...] = _common.option((0.3, 1.0, 3.0, 10.0),
-                                               "Total eps of the release.")
-  trials: int = _common.option(2, "Noise draws per eps (RMSE averaged).")
-  rank: int = _common.option(4, "Item factors taken from the private covariance.")
-  clamp: float = _common.option(1.0, "B: bound on |rating - item mean| in the covariance.")
-  user_cap: int = _common.option(20, "Ratings kept per user for user-level DP.")
+                                               "Total eps of the release.", bounds=">0")
+  trials: int = _common.option(2, "Noise draws per eps (RMSE averaged).", bounds=">=1")
+  rank: int = _common.option(4, "Item factors taken from the private covariance.", bounds=">=0")
+  clamp: float = _common.option(1.0, "B: bound on |rating - item mean| in the covariance.",
+                                bounds=">0")
+  user_cap: int = _common.option(20, "Ratings kept per user for user-level DP.", bounds=">=1")
 
   def __post_init__(self):
     super().__post_init__()
-    _common.check_int(self, "num_users")
-    _common.check_int(self, "num_items", minimum=2)
     _common.check_range(self, "mean_ratings_per_user", low=1.0, high=self.num_items)
-    _common.check_positive(self, "epsilons", "clamp")
-    _common.check_int(self, "trials")
-    _common.check_int(self, "rank", minimum=0)
     if self.rank > self.num_items:
       raise ValueError(f"rank must be <= num_items = {self.num_items}, got {self.rank}")
-    _common.check_int(self, "user_cap")
 
 
 def _scores(stats, data, train, test, rank: int) -> tuple[float, float]:

@@ -39,21 +39,13 @@ LECTURE_MAJORITY = 0.52
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReconstructionConfig(_common.ExperimentConfig):
   """What `run` computes (defaults = the lecture's demo)."""
-  people: int = _common.option(100, "Number of applicants n.")
+  people: int = _common.option(100, "Number of applicants n.", bounds=">=2")
   queries: tuple[int, ...] = _common.option((200, 400, 800, 1600, 3200, 6400),
-                                            "Numbers of queries m.")
-  trials: int = _common.option(20, "Independent attacks per (noise, m) cell.")
-  epsilon: float = _common.option(1.0, "Total DP budget split over the m queries.")
+                                            "Numbers of queries m.", bounds=">=1")
+  trials: int = _common.option(20, "Independent attacks per (noise, m) cell.", bounds=">=1")
+  epsilon: float = _common.option(1.0, "Total DP budget split over the m queries.", bounds=">0")
   lp_max_queries: int = _common.option(
-      800, "Also run LP decoding (one trial) for m up to this; 0 = off.")
-
-  def __post_init__(self):
-    super().__post_init__()
-    _common.check_int(self, "people", minimum=2)
-    _common.check_int(self, "queries")
-    _common.check_positive(self, "epsilon")
-    _common.check_int(self, "trials")
-    _common.check_int(self, "lp_max_queries", minimum=0)
+      800, "Also run LP decoding (one trial) for m up to this; 0 = off.", bounds=">=0")
 
 
 def run(cfg: ReconstructionConfig, out_dir: str, *, progress: bool = True,

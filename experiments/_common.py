@@ -36,6 +36,7 @@ from absl import app
 from absl import flags
 
 import dpjax
+from dpjax import _validate
 from dpjax.audit import store
 
 # JAX logs an INFO line per process about the TPU backend it did not find; keep the
@@ -229,40 +230,29 @@ class ExperimentConfig:
                       str(f.type).replace(" ", "") in ("int", "tuple[int,...]"))
 
 
-def _values(cfg, name: str) -> tuple[Any, tuple, str]:
-  """(value, its items, how to describe it): a tuple is checked item by item."""
+def _items(cfg, name: str) -> tuple:
+  """cfg.<name> as a tuple of the values to check: a tuple field item by item, non-empty."""
   v = getattr(cfg, name)
   if isinstance(v, (tuple, list)):
     if not v:
       raise ValueError(f"{name} must be a non-empty list, got {v!r}")
-    return v, tuple(v), "a list of "
-  return v, (v,), ""
-
-
-def _is_real(x) -> bool:
-  return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
-      x, (bool, np.bool_))
+    return tuple(v)
+  return (v,)
 
 
 def check_int(cfg, name: str, minimum: int = 1, maximum: int | None = None) -> None:
   """Raises ValueError unless cfg.<name> is an int in [minimum, maximum] (or a tuple of them)."""
-  v, items, what = _values(cfg, name)
-  if not all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-             and x >= minimum and (maximum is None or x <= maximum) for x in items):
-    bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-    raise ValueError(f"{name} must be {what or 'an '}integer{'s' if what else ''} {bound}, "
-                     f"got {v!r}")
+  for x in _items(cfg, name):
+    if isinstance(x, (float, np.floating)):
+      raise ValueError(f"{name} must hold integers, got {getattr(cfg, name)!r}")
+    _validate.check_int(x, name, minimum, maximum)
 
 
 def check_positive(cfg, *names: str, finite: bool = True) -> None:
   """Raises ValueError unless each cfg.<name> (a number or a tuple of numbers) is > 0."""
   for name in names:
-    v = getattr(cfg, name)
-    vals = v if isinstance(v, tuple) else (v,)
-    if not vals or not all(
-        _is_real(x) and x > 0 and (math.isfinite(x) or not finite) for x in vals):
-      what = "a non-empty list of numbers" if isinstance(v, tuple) else "a number"
-      raise ValueError(f"{name} must be {what} > 0{' (finite)' if finite else ''}, got {v!r}")
+    for x in _items(cfg, name):
+      _validate.check_range(x, name, 0.0, open_low=True, allow_inf=not finite)
 
 
 def check_range(cfg, *names: str, low: float | None = None, high: float | None = None,
@@ -271,28 +261,17 @@ def check_range(cfg, *names: str, low: float | None = None, high: float | None =
 
   open_low / open_high make a bound strict; None drops it.
   """
-  if low is not None and high is not None:
-    interval = f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
-  elif low is not None:
-    interval = f"{'>' if open_low else '>='} {low:g}"
-  else:
-    interval = f"{'<' if open_high else '<='} {high:g}"
   for name in names:
-    v, items, what = _values(cfg, name)
-    ok = all(_is_real(x) and math.isfinite(x)
-             and (low is None or (x > low if open_low else x >= low))
-             and (high is None or (x < high if open_high else x <= high)) for x in items)
-    if not ok:
-      raise ValueError(f"{name} must be {what or 'a '}finite number{'s' if what else ''} "
-                       f"{interval}, got {v!r}")
+    for x in _items(cfg, name):
+      _validate.check_range(x, name, low, high, open_low=open_low, open_high=open_high)
 
 
 def check_choices(cfg, name: str, allowed: Sequence[Any]) -> None:
   """Raises ValueError unless cfg.<name> (or each item of a non-empty tuple) is allowed."""
-  v, items, what = _values(cfg, name)
-  if not all(isinstance(x, str) and x in allowed for x in items):
-    raise ValueError(f"{name} must be {'a list of values from' if what else 'one of'} "
-                     f"{tuple(allowed)}, got {v!r}")
+  v = getattr(cfg, name)
+  if not all(isinstance(x, str) and x in allowed for x in _items(cfg, name)):
+    what = "a list of values from" if isinstance(v, tuple) else "one of"
+    raise ValueError(f"{name} must be {what} {tuple(allowed)}, got {v!r}")
 
 
 def _field_types(config_cls) -> dict:

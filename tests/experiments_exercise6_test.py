@@ -79,24 +79,6 @@ class Exercise6ExperimentTest(absltest.TestCase):
     np.testing.assert_allclose(np.asarray(got) / clip, np.asarray(want), rtol=1e-5,
                                atol=1e-6)
 
-  def test_number_of_runs_law(self):
-    # The pmf sums to 1 with mean E[K] for the logarithmic, geometric and a general
-    # shape (gamma from rdp.truncated_negative_binomial_log_gamma); the geometric law
-    # is (1 - 1/mu)^(k-1) / mu; the sampler's mean over 400 draws is within 4 SE.
-    k = np.arange(1, 4097)
-    for mu, eta in ((10.0, 0.0), (10.0, 1.0), (5.0, 2.5)):
-      p = exercise6._num_runs_pmf(mu, eta, 4096)
-      self.assertAlmostEqual(p.sum(), 1.0, places=12)
-      self.assertAlmostEqual((k * p).sum(), mu, places=6)
-    np.testing.assert_allclose(exercise6._num_runs_pmf(10.0, 1.0, 50),
-                               0.9 ** np.arange(50) / 10.0, rtol=1e-12)
-    draws = [exercise6._sample_num_runs(kk, 5.0, 2.5)
-             for kk in jax.random.split(jax.random.key(0), 400)]
-    p = exercise6._num_runs_pmf(5.0, 2.5, 4096)
-    sd = math.sqrt((k * k * p).sum() - 25.0)
-    self.assertLess(abs(np.mean(draws) - 5.0), 4 * sd / math.sqrt(400))
-    self.assertEqual(exercise6._sample_num_runs(jax.random.key(1), 1.0, 1.0), 1)
-
   @pytest.mark.slow
   def test_run_tiny(self):
     # About 30 s of CPU, almost all of it compiling the customer sampler and the two

@@ -267,6 +267,23 @@ def test_num_runs_quantile_inverts_the_cdf(mean, shape):
   assert isinstance(tuning.num_runs_quantile(0.5, mean, shape), int)
 
 
+def test_number_of_runs_law_closed_forms():
+  """The pmf sums to 1 with mean E[K] for the logarithmic, geometric and a general shape;
+  the geometric law is (1 - 1/mu)^(k-1) / mu; the mean of 400 draws is within 4 SE."""
+  k = np.arange(1, 4097)
+  for mu, eta in ((10.0, 0.0), (10.0, 1.0), (5.0, 2.5)):
+    p = np.exp(tuning.num_runs_log_pmf(k, mu, eta))
+    assert p.sum() == pytest.approx(1.0, abs=1e-12)
+    assert (k * p).sum() == pytest.approx(mu, abs=1e-6)
+  np.testing.assert_allclose(np.exp(tuning.num_runs_log_pmf(k[:50], 10.0, 1.0)),
+                             0.9 ** np.arange(50) / 10.0, rtol=1e-12)
+  draws = tuning.sample_num_runs(jax.random.key(0), 5.0, 2.5, size=400)
+  p = np.exp(tuning.num_runs_log_pmf(k, 5.0, 2.5))
+  sd = math.sqrt((k * k * p).sum() - 25.0)
+  assert abs(np.mean(draws) - 5.0) < 4 * sd / math.sqrt(400)
+  assert tuning.sample_num_runs(jax.random.key(1), 1.0, 1.0) == 1
+
+
 def test_repeat_and_select_law_of_the_release():
   """Public scores = candidate index; the released candidate is the max of K uniform draws.
 

@@ -385,8 +385,8 @@ def correct_predictions(model: Model, params_M: PyTree, x_NxF: jax.typing.ArrayL
 
 def accuracy(model: Model, params_M: PyTree, x_NxF: jax.typing.ArrayLike,
              y_N: jax.typing.ArrayLike, *, float64: bool = False) -> np.ndarray:
-  """Accuracy of M models: the mean over N of `correct_predictions`, rounded once to
-  float32[M] (float64[M] with float64=True).
+  """Accuracy of M models: the mean over N of `correct_predictions`: float32[M] as XLA
+  computes it (sum, then the division by N), or float64[M] on the host with float64=True.
 
   Examples:
     >>> model = logistic_regression(1)
@@ -395,7 +395,9 @@ def accuracy(model: Model, params_M: PyTree, x_NxF: jax.typing.ArrayLike,
     [1.0, 0.0]
   """
   ok = correct_predictions(model, params_M, x_NxF, y_N, float64=float64)
-  return ok.mean(axis=1, dtype=np.float64 if float64 else np.float32)
+  if float64:
+    return ok.mean(axis=1)
+  return np.asarray(jnp.mean(jnp.asarray(ok, jnp.float32), axis=1))
 
 
 # ----------------------------------------------------------------------------------

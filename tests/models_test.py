@@ -139,8 +139,8 @@ class AccuracyTest(absltest.TestCase):
     params = {"layers": [{"w": jnp.eye(2, 3)[None].repeat(2, 0),
                           "b": jnp.array([[0.0, 0.0, 0.5], [0.0, 0.0, -0.5]])}]}
     x = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
-    np.testing.assert_array_equal(models.accuracy(model, params, x, jnp.array([0, 1, 2])),
-                                  np.float32([1.0, 2 / 3]))
+    np.testing.assert_allclose(models.accuracy(model, params, x, jnp.array([0, 1, 2])),
+                               [1.0, 2 / 3], rtol=1e-6)
     with self.assertRaisesRegex(ValueError, "logistic regression"):
       models.accuracy(model, params, x, jnp.array([0, 1, 2]), float64=True)
     with self.assertRaisesRegex(ValueError, "y_N"):

@@ -23,7 +23,7 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import report
-from dpjax import models, pate
+from dpjax import fitting, models, pate
 from dpjax.data import credit
 
 _JSON = flags.DEFINE_string("json", None, "Where to write the figures (default: "
@@ -67,10 +67,13 @@ def measure(teachers: list[int], per_teacher: int, loop_teachers: int, repeats: 
     params = jax.block_until_ready(fit(k_fit, x, y, keep))
     first = time.perf_counter() - t
     vmapped = _best(lambda: fit(k_fit, x, y, keep), repeats)
-    idx, w = pate._partition_indices(keep)  # pylint: disable=protected-access
-    lowered = pate._fit_many.lower(  # pylint: disable=protected-access
-        jax.random.split(k_fit, m), x[idx], y[idx], jnp.asarray(w), model=model,
-        num_steps=_STEPS, learning_rate=_LR)
+    # The compiled program of pate.fit_non_private (fitting.train_nonprivate, full batch).
+    # pylint: disable=protected-access
+    idx, w = fitting._padded_indices(keep, per_teacher)
+    program = fitting._program(model, pate._adam(_LR), None, _STEPS, False, False)
+    # pylint: enable=protected-access
+    lowered = program.lower(jax.random.split(k_fit, m), None, x, jnp.asarray(y, jnp.float32),
+                            idx, w, None)
     mem = lowered.compile().memory_analysis()
     temp = int(mem.temp_size_in_bytes) if mem is not None else None
     looped = min(loop_teachers, m)

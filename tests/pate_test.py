@@ -74,24 +74,16 @@ class AggregatorTest(parameterized.TestCase):
     np.testing.assert_array_equal(np.asarray(pate.vote_histogram(preds, 3)),
                                   [[2, 0, 1], [0, 3, 0], [0, 2, 1]])
 
-  def test_gnmax_frequencies_match_exact_probabilities(self):
-    votes = np.array([6.0, 4.0, 1.0])
-    sigma = 2.0
-    n = 40_000
-    out = np.asarray(pate.gnmax(jax.random.key(0), np.tile(votes, (n, 1)), sigma))
+  @parameterized.named_parameters(
+      ("gnmax", pate.gnmax, [6.0, 4.0, 1.0], 2.0, _gnmax_log_probs, 0, 6),
+      ("lnmax", pate.lnmax, [5.0, 4.0, 2.0], 1.5, _lnmax_log_probs, 1, 5))
+  def test_frequencies_match_exact_probabilities(self, aggregate, votes, scale, log_probs,
+                                                 seed, places):
+    votes, n = np.array(votes), 40_000
+    out = np.asarray(aggregate(jax.random.key(seed), np.tile(votes, (n, 1)), scale))
     freq = np.bincount(out, minlength=3) / n
-    p = np.exp(_gnmax_log_probs(votes, sigma))
-    self.assertAlmostEqual(p.sum(), 1.0, places=6)
-    np.testing.assert_allclose(freq, p, atol=5 * np.sqrt(0.25 / n))
-
-  def test_lnmax_frequencies_match_exact_probabilities(self):
-    votes = np.array([5.0, 4.0, 2.0])
-    b = 1.5
-    n = 40_000
-    out = np.asarray(pate.lnmax(jax.random.key(1), np.tile(votes, (n, 1)), b))
-    freq = np.bincount(out, minlength=3) / n
-    p = np.exp(_lnmax_log_probs(votes, b))
-    self.assertAlmostEqual(p.sum(), 1.0, places=5)
+    p = np.exp(log_probs(votes, scale))
+    self.assertAlmostEqual(p.sum(), 1.0, places=places)
     np.testing.assert_allclose(freq, p, atol=5 * np.sqrt(0.25 / n))
 
   def test_confident_gnmax_answer_rate(self):

@@ -125,7 +125,7 @@ def run(cfg: PateConfig, out_dir: str, *, progress: bool = True, quiet: bool = F
       raise AssertionError("teacher partitions are not disjoint")
     votes_test = np.asarray(pate.teacher_votes(model, params, x_test, NUM_CLASSES))
     ens_acc = float(np.mean(votes_test.argmax(1) == np.asarray(y_test)))
-    single = float(np.mean(models.accuracy(model, params, x_test, y_test)))
+    single = float(jnp.mean(models.accuracy(model, params, x_test, y_test)))
     votes_pub = np.asarray(pate.teacher_votes(model, params, x_pub, NUM_CLASSES))
     bar.update(1)
     sigma = sigma_per_teacher * k

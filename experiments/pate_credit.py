@@ -407,25 +407,18 @@ def _tables(record: dict, cfg: PateCreditConfig) -> list:
                "ε data-indep.", "ε data-dep. (answered only)*‡", "ε data-dep.*",
                "ε releasable", "ε on proxy†", "DP-SGD (test)", "DP-SGD σ"],
       rows=rows,
-      note=("GNMax: σ calibrated so that the data-independent ε of Q answers equals the "
-            "target (its guarantee), Q chosen on the proxy. Confident-GNMax: (T, σ_t, σ, Q) "
-            f"chosen on the proxy among settings whose releasable ε on the proxy† is ≤ "
-            f"{cfg.release_margin:g} × the target; its guarantee is the releasable ε: the "
-            "smooth-sensitivity release "
-            "of the data-dependent RDP plus the cost of that release "
-            "(`pate_release.release`, parameters planned on the proxy votes; it is an upper "
-            "bound except with probability 0.01); it charges every query both steps. "
-            "ε data-indep. and ε data-dep.: both steps on every query, whatever was answered. "
-            "‡The paper's accounting, which charges the answer only on the answered queries: "
-            "it conditions on the answered mask, a random output of the private votes, and is "
-            "NOT an upper bound on the privacy loss (a contested query answered with "
-            "probability 1/2 costs nearly its full answer at high orders; "
-            "`pate.pate_rdp`, `pate.confident_gnmax_rdp`); shown for comparison with the "
-            "paper only. *Depends on the private votes: not "
-            "releasable as is. †The proxy ensemble's releasable ε for the chosen setting "
-            "(GNMax: the target). The last PATE row is the paper's Adult setting scaled by "
-            f"k/{PAPER_TEACHERS}, on every pool query. DP-SGD: mean of {cfg.dpsgd_seeds} "
-            f"seeds, expected batch {cfg.dpsgd_batch}, {cfg.dpsgd_epochs} epochs."))
+      note=("GNMax: σ so that the data-independent ε of Q answers is the target, Q chosen "
+            "on the proxy. Confident-GNMax: (T, σ_t, σ, Q) chosen on the proxy among settings "
+            f"whose releasable ε there† is ≤ {cfg.release_margin:g} × the target; its guarantee "
+            "is the releasable ε (`pate_release.release`, planned on the proxy votes, an upper "
+            "bound except with probability 0.01), charging every query both steps, as do ε "
+            "data-indep. and ε data-dep. ‡The paper's accounting (the answer charged on "
+            "answered queries only) conditions on a random output of the private votes and is "
+            "NOT an upper bound (`pate.pate_rdp`); shown for comparison only. *Not releasable as is. †The "
+            "proxy's releasable ε (GNMax: the target). Last PATE row: the paper's Adult "
+            f"setting scaled by k/{PAPER_TEACHERS}, every pool query. DP-SGD: mean of "
+            f"{cfg.dpsgd_seeds} seeds, expected batch {cfg.dpsgd_batch}, {cfg.dpsgd_epochs} "
+            "epochs."))
   paper_cell = next(c for c in record["cells"] if c["target_epsilon"] is None)
   prows = [[f"Adult (paper), {a}", None, q, e, None, acc, base]
            for a, q, e, acc, base in PAPER_ROWS]
@@ -438,20 +431,13 @@ def _tables(record: dict, cfg: PateCreditConfig) -> list:
       columns=["setting", "teachers", "queries answered", "ε data-dep.", "ε releasable",
                "student", "non-private"],
       rows=prows,
-      note=(f"δ = 1e-5 for the paper's rows, {cfg.delta:g} for ours. "
-            "The paper's figures are as recalled from arXiv 1802.08908 (Table 2) and could "
-            "not be checked against a stored copy of the paper here; its ε is the "
-            "data-dependent bound (its smooth-sensitivity release is in Sec. 4 and App. C), "
-            "and its teacher count and teacher model for Adult are not restated here. "
-            "Differences: Adult has "
-            "about 32,000 real census records with 14 mixed features and a public pool "
-            "split from its held-out data; ours is the synthetic "
-            "credit world (5 raw features, Bayes accuracy 0.79), logistic-regression "
-            "teachers and student on 6 linear features, a public pool drawn from the same "
-            "world, both binary. Our ε data-dep. column uses the paper's accounting (the "
-            "answer charged on answered queries only, not an upper bound: see the table "
-            "above); the releasable column charges every query both steps and adds the "
-            "smooth-sensitivity release."))
+      note=(f"δ = 1e-5 for the paper's rows, {cfg.delta:g} for ours. The paper's figures "
+            "are as recalled from arXiv 1802.08908 (Table 2), not checked against a stored "
+            "copy; its ε is the data-dependent bound. Adult has about 32,000 real census "
+            "records with 14 mixed features; ours is the synthetic credit world (Bayes 0.79) "
+            "with logistic regression on 6 linear features. Our ε data-dep. uses the paper's "
+            "answered-only accounting (not an upper bound); the releasable column charges "
+            "every query both steps and adds the smooth-sensitivity release."))
   return [data, main, published]
 
 

@@ -503,10 +503,11 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
   program. Returns params with a leading axis [M, ...].
   """
   x, y = _check_data(model, x_NxF, y_N)
+  keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, x.shape[0]))
   steps = _validate.check_int(num_steps, "num_steps")
   lr = _validate.check_positive(learning_rate, "learning_rate")
   return fitting.train_nonprivate(key, x, y, model, _adam(lr), num_epochs=steps,
-                                  keep_MxN=keep_MxN, pad_to=pad_to).params
+                                  keep_MxN=keep, pad_to=pad_to).params
 
 
 def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_lib.Model,

@@ -395,6 +395,8 @@ def entries():
         dict(k=np.array([1, 2]), mean_runs=3.0, shape=0.0), {"k": None, **rs_kinds}))
   add(E("dpjax.tuning.sample_num_runs", tuning.sample_num_runs,
         dict(key=_key, mean_runs=3.0, shape=1.0, size=4), rs_kinds))
+  add(E("dpjax.tuning.num_runs_quantile", tuning.num_runs_quantile,
+        dict(u=np.array([0.2, 0.9]), mean_runs=3.0, shape=1.0), {"u": "probany", **rs_kinds}))
   add(E("dpjax.tuning.repeat_and_select", tuning.repeat_and_select,
         dict(key=_key, base_fn=_tuning_base_fn, num_candidates=3, mean_runs=2.0, shape=1.0),
         {"base_fn": "callable", **rs_kinds}))
@@ -1157,7 +1159,7 @@ def entries():
   sc = np.linspace(0, 1, 20)
   # Scores and labels are flattened (documented: scores of [M, N] models pooled).
   mk = {"scores_K": "anyrankinf", "labels_K": "binaryany"}
-  for n in ("roc_curve", "roc_auc", "advantage", "balanced_accuracy"):
+  for n in ("roc_counts", "roc_curve", "roc_auc", "advantage", "balanced_accuracy"):
     add(E(f"dpjax.metrics.{n}", getattr(metrics, n), dict(scores_K=sc, labels_K=labels_k),
           mk))
   mk = {"labels_K": "binary", "predictions_K": "binary", "groups_K": "labels"}
@@ -1232,7 +1234,9 @@ def entries():
   # ---- recipe (the parameter average is DpSgdConfig.ema_decay, fuzzed above)
   from dpjax import recipe  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({"dpjax.recipe.NoiseAtBatchSize": "result record of noise_for_batch_sizes",
-                   "dpjax.recipe.NonPrivateResult": "result record of train_nonprivate",
+                   "dpjax.fitting.NonPrivateResult": "result record of train_nonprivate",
+                   "dpjax.models.predict": "traceable helper of correct_predictions (no "
+                                           "checks; fuzzed through it)",
                    "dpjax.data.digits.DigitsSplit": "result record of load_with_validation"})
   add(E("dpjax.dpsgd.train_many[ema_decay]", dpsgd.train_many,
         dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn,
@@ -1250,10 +1254,11 @@ def entries():
         {"epochs": "pos", "batch_sizes": "array"}))
   add(E("dpjax.recipe.center_on_public", recipe.center_on_public,
         dict(x_public_PxF=x_nf[:4], x_NxF=x_nf), {"x_public_PxF": "array", "x_NxF": "array"}))
-  add(E("dpjax.recipe.accuracy", recipe.accuracy,
-        dict(model=mlp_m, params_M=jax.tree.map(lambda v: v[None], mlp_params),
-             x_NxF=x_nf, y_N=y_int), {"params_M": None, "x_NxF": "array", "y_N": "labels"}))
-  add(E("dpjax.recipe.train_nonprivate", recipe.train_nonprivate,
+  for n in ("accuracy", "correct_predictions"):
+    add(E(f"dpjax.models.{n}", getattr(models, n),
+          dict(model=mlp_m, params_M=jax.tree.map(lambda v: v[None], mlp_params),
+               x_NxF=x_nf, y_N=y_int), {"params_M": None, "x_NxF": "array", "y_N": "labels"}))
+  add(E("dpjax.fitting.train_nonprivate", fitting.train_nonprivate,
         dict(key=_key, x_NxF=x_nf, y_N=y_int, x_val_NxF=x_nf[:4], y_val_N=y_int[:4],
              model=mlp_m, optimizer=fb.Fresh(_sgd), batch_size=4, num_epochs=2,
              num_models=2),
@@ -1329,6 +1334,10 @@ def entries():
         dict(votes_QxC=votes_qc, answered_Q=np.array([True, False]), sigma=1.0,
              orders=orders, threshold=2.0, sigma_threshold=1.0, aggregator="gnmax"),
         dict(vk, answered_Q="binary")))
+  add(E("dpjax.pate.pate_rdp_grouped", pate.pate_rdp_grouped,
+        dict(votes_QxC=votes_qc, answered_Q=np.array([True, False]), sigma=1.0,
+             orders=orders, threshold=2.0, sigma_threshold=1.0, cache={}),
+        dict(vk, answered_Q="binary", cache="object")))
   add(E("dpjax.pate.confident_gnmax_rdp", pate.confident_gnmax_rdp,
         dict(votes_QxC=votes_qc, threshold=2.0, sigma_threshold=1.0, sigma=1.0,
              orders=orders), vk))
@@ -1349,9 +1358,6 @@ def entries():
   add(E("dpjax.pate.teacher_votes", pate.teacher_votes,
         dict(model=lr, params_M=teach_params, x_QxF=x_nf[:3], num_classes=2),
         {"params_M": None, "x_QxF": "array", "num_classes": "size"}))
-  add(E("dpjax.pate.accuracy", pate.accuracy,
-        dict(model=lr, params=lr_params, x_NxF=x_nf, y_N=y_int),
-        {"params": None, "x_NxF": "array", "y_N": "labels"}))
 
   # ---- pate_release
   from dpjax import pate_release  # pylint: disable=g-import-not-at-top

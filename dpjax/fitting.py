@@ -236,10 +236,12 @@ def _program(model, optimizer, batch_size, num_epochs, has_init, has_val):
     k_init, k_order = (key, None) if batch_size is None else jax.random.split(key)
     params = init if has_init else model.init(k_init)
     p = idx_P.shape[0]
+    x_P, y_P = x[idx_P], y[idx_P]
 
     def loss(q, slots):
-      l = models_lib.per_example_loss(model, q, x[idx_P[slots]], y[idx_P[slots]])
-      return jnp.sum(w_P[slots] * l) / jnp.maximum(jnp.sum(w_P[slots]), 1.0)
+      xb, yb, wb = (x_P, y_P, w_P) if slots is None else (x_P[slots], y_P[slots], w_P[slots])
+      l = models_lib.per_example_loss(model, q, xb, yb)
+      return jnp.sum(wb * l) / jnp.maximum(jnp.sum(wb), 1.0)
 
     def step(carry, slots):
       q, s = carry
@@ -249,11 +251,11 @@ def _program(model, optimizer, batch_size, num_epochs, has_init, has_val):
     def epoch(carry, ep):
       params, opt_state, best_params, best_acc, best_ep = carry
       if batch_size is None:
-        batches = jnp.arange(p)[None]
+        (params, opt_state), _ = step((params, opt_state), None)
       else:
         order = jax.random.permutation(jax.random.fold_in(k_order, ep), p)
         batches = order[: (p // batch_size) * batch_size].reshape(-1, batch_size)
-      (params, opt_state), _ = jax.lax.scan(step, (params, opt_state), batches)
+        (params, opt_state), _ = jax.lax.scan(step, (params, opt_state), batches)
       if not has_val:
         return (params, opt_state, best_params, best_acc, best_ep), None
       acc = jnp.mean((models_lib.predict(model, params, val[0]) == val[1].astype(jnp.int32)

@@ -226,8 +226,9 @@ class ExperimentConfig:
       if f.metadata.get("choices") and getattr(self, f.name) is not None:
         check_choices(self, f.name, f.metadata["choices"])
       if f.metadata.get("bounds"):
-        _check_bounds(self, f.name, f.metadata["bounds"],
-                      str(f.type).replace(" ", "") in ("int", "tuple[int,...]"))
+        t, _ = _unwrap_optional(_field_types(type(self))[f.name])
+        is_int = t is int or (typing.get_origin(t) is tuple and typing.get_args(t)[0] is int)
+        _check_bounds(self, f.name, f.metadata["bounds"], is_int)
 
 
 def _items(cfg, name: str) -> tuple:

@@ -552,8 +552,8 @@ def roc_record(spec: CanaryAuditSpec, st: Setting, s_in, s_out) -> dict:
   """
   _check_spec(spec)
   _validate.check_instance(st, Setting, "st")
-  s_in = _validate.check_array(s_in, "s_in", ndim=1)
-  s_out = _validate.check_array(s_out, "s_out", ndim=1)
+  s_in = _validate.check_array(s_in, "s_in", ndim=1, min_size=1)
+  s_out = _validate.check_array(s_out, "s_out", ndim=1, min_size=1)
   fp, tp, _ = metrics.roc_counts(np.r_[s_in, s_out], np.r_[np.ones(s_in.size, bool),
                                                            np.zeros(s_out.size, bool)])
   k = np.unique(np.r_[0, np.rint(np.geomspace(1, s_out.size, _ROC_POINTS))]).astype(np.int64)

@@ -5,7 +5,7 @@
     .venv/bin/python -m benchmarks.report              # RESULTS.md from the JSON files
 
 n = 60,000 synthetic 28x28x1 images (`synthetic_images`), `models.mlp(784, (256, 256),
-10)` and `models.cnn((28, 28, 1), (16, 32), 10)`, B = 256, one epoch = round(n / B)
+10)` and `models.cnn((28, 28, 1), (16, 32), 10)`, B = 256 (--batch), one epoch = round(n / B)
 steps, C = 1, sigma = 1. Per workload, in ONE process (interleaved, best of --repeats):
 (a) nonprivate optax SGD scanned over the epoch; (b) dp_padded, `dpsgd.train_one` with
 `batch_capacity="auto"`; (c) full_mask, `batch_capacity=None`, extrapolated from two step
@@ -13,7 +13,8 @@ counts (and, where it would not fit in memory, from n / --full_mask_shrink recor
 understatement, the cost growing at least linearly); (d) Opacus ghost clipping with
 Poisson sampling (skipped, with the reason, when unavailable). Peak memory (VmHWM) comes
 from a fresh subprocess per configuration (`--mem_child`); `<w>.profile.*` times (b)'s
-parts when it misses its target. Figures are written after each workload.
+parts when it misses its target; --skip_full_mask leaves out (c). Figures are written
+after each workload.
 
 Keys (flat, dotted): `<w>.<config>_epoch_s`, `<w>.compile_s.<config>`,
 `<w>.peak_rss_bytes.<config>`, `<w>.accuracy.<config>`, `<w>.dp_over_nonprivate`
@@ -39,7 +40,7 @@ from absl import flags
 
 from benchmarks import report
 
-BATCH = 256
+BATCH = 256   # the expected batch B; `set_batch` (--batch) changes it for this process
 IMAGE = (28, 28, 1)
 NUM_CLASSES = 10
 NUM_TEST = 10_000
@@ -78,6 +79,14 @@ def synthetic_images(seed: int, n: int, num_test: int = 0):
   x = templates[y] + np.float32(0.5) * rng.standard_normal((total, 784), dtype=np.float32)
   np.clip(x, 0.0, 1.0, out=x)
   return x[:n], y[:n], x[n:], y[n:]
+
+
+def set_batch(batch: int) -> None:
+  """Sets the expected batch size B every runner of this module reads (--batch)."""
+  global BATCH
+  if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+    raise ValueError(f"batch must be a positive int, got {batch!r}")
+  BATCH = batch
 
 
 def steps_per_epoch(n: int) -> int:
@@ -383,8 +392,9 @@ def _full_mask_plan(name: str, n: int) -> tuple[int, int, int]:
 
 
 def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink: int,
-                     data, log=print) -> dict:
-  """The figures of one workload (keys without the workload prefix)."""
+                     data, log=print, full_mask: bool = True) -> dict:
+  """The figures of one workload (keys without the workload prefix); full_mask=False
+  leaves out the full-mask configuration (c)."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from dpjax import dpsgd, sampling  # pylint: disable=g-import-not-at-top
 
@@ -409,10 +419,11 @@ def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink:
   runners = {
       "nonprivate": nonprivate_runner(model, x, y, t_steps),
       "dp_padded": dp_runner(model, x, y, t_steps, "auto"),
-      "full_mask_k1": dp_runner(model, fm_x, fm_y, k1, None),
-      "full_mask_k2": dp_runner(model, fm_x, fm_y, k2, None),
   }
-  if name == "mlp":   # the full-mask step's cost is linear in n: time it at n / shrink too
+  if full_mask:
+    runners["full_mask_k1"] = dp_runner(model, fm_x, fm_y, k1, None)
+    runners["full_mask_k2"] = dp_runner(model, fm_x, fm_y, k2, None)
+  if full_mask and name == "mlp":   # the full-mask step's cost is linear in n: time it at n / shrink too
     small = n // shrink
     runners["full_mask_small_k1"] = dp_runner(model, x[:small], y[:small], 2, None)
     runners["full_mask_small_k2"] = dp_runner(model, x[:small], y[:small], 12, None)
@@ -430,26 +441,27 @@ def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink:
 
   out["nonprivate_epoch_s"] = best["nonprivate"]
   out["dp_padded_epoch_s"] = best["dp_padded"]
-  per_step = (best["full_mask_k2"] - best["full_mask_k1"]) / (k2 - k1)
-  scale = n / fm_n
-  out["full_mask_timed_n"] = fm_n
-  out["full_mask_steps_timed"] = [k1, k2]
-  out["full_mask_per_step_s"] = per_step * scale
-  out["full_mask_epoch_s"] = (best["full_mask_k1"] + (t_steps - k1) * per_step) * scale
-  if name == "mlp":
-    small_step = (best["full_mask_small_k2"] - best["full_mask_small_k1"]) / 10
-    out["full_mask_small_n"] = n // shrink
-    out["full_mask_small_per_step_s"] = small_step
-    out["full_mask_linearity"] = per_step / small_step / (n / (n // shrink))
   out["compile_s"] = {
       "nonprivate": first["nonprivate"] - best["nonprivate"],
       "dp_padded": first["dp_padded"] - best["dp_padded"],
-      "full_mask": first["full_mask_k1"] - best["full_mask_k1"],
   }
   out["dp_over_nonprivate"] = best["dp_padded"] / best["nonprivate"]
-  out["full_mask_over_padded"] = out["full_mask_epoch_s"] / best["dp_padded"]
   out["target_dp_over_nonprivate"] = TARGETS[name]
-  out["target_full_mask_over_padded"] = TARGETS["full_mask"]
+  if full_mask:
+    per_step = (best["full_mask_k2"] - best["full_mask_k1"]) / (k2 - k1)
+    scale = n / fm_n
+    out["full_mask_timed_n"] = fm_n
+    out["full_mask_steps_timed"] = [k1, k2]
+    out["full_mask_per_step_s"] = per_step * scale
+    out["full_mask_epoch_s"] = (best["full_mask_k1"] + (t_steps - k1) * per_step) * scale
+    if name == "mlp":
+      small_step = (best["full_mask_small_k2"] - best["full_mask_small_k1"]) / 10
+      out["full_mask_small_n"] = n // shrink
+      out["full_mask_small_per_step_s"] = small_step
+      out["full_mask_linearity"] = per_step / small_step / (n / (n // shrink))
+    out["compile_s"]["full_mask"] = first["full_mask_k1"] - best["full_mask_k1"]
+    out["full_mask_over_padded"] = out["full_mask_epoch_s"] / best["dp_padded"]
+    out["target_full_mask_over_padded"] = TARGETS["full_mask"]
   if "opacus" in runners:
     out["opacus_epoch_s"] = best["opacus"]
     out["opacus_over_ours"] = best["opacus"] / best["dp_padded"]
@@ -497,7 +509,7 @@ def _mem_child(spec: str, n: int) -> None:
 def peak_rss(name: str, config: str, n: int, env: dict | None = None) -> int | None:
   """Peak resident bytes of a fresh process running `config` once (None if it failed)."""
   cmd = [sys.executable, "-m", "benchmarks.large_n", f"--mem_child={name}:{config}",
-         f"--n={n}"]
+         f"--n={n}", f"--batch={BATCH}"]
   proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         env=dict(os.environ, **(env or {})))
@@ -507,14 +519,14 @@ def peak_rss(name: str, config: str, n: int, env: dict | None = None) -> int | N
   return int(json.loads(proc.stdout.strip().splitlines()[-1])["peak_rss_bytes"])
 
 
-def measure_memory(name: str, n: int, full_mask_n: int, opacus_threads: int | None,
+def measure_memory(name: str, n: int, full_mask_n: int | None, opacus_threads: int | None,
                    cache_dir: str | None) -> dict:
   """Peak resident bytes of each configuration, each in a fresh subprocess; cache_dir is a
   persistent compilation cache with this workload's programs (None: they compile)."""
   cache = {} if cache_dir is None else {
       "JAX_COMPILATION_CACHE_DIR": cache_dir, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
   mem = {"data_only": peak_rss(name, "data_only", n)}
-  for config in ("nonprivate", "dp_padded", "full_mask"):
+  for config in ("nonprivate", "dp_padded") + (("full_mask",) if full_mask_n else ()):
     mem[config] = peak_rss(name, config, n, dict(cache, LARGE_N_FULL_MASK_N=str(full_mask_n)))
   if opacus_threads is not None:
     mem["opacus"] = peak_rss(name, "opacus", n, {"LARGE_N_OPACUS_THREADS": str(opacus_threads)})
@@ -528,8 +540,9 @@ def remeasure_memory(path: str, workloads) -> None:
     doc = json.load(f)
   fig = doc["figures"]
   n = fig["n"]
+  set_batch(fig.get("batch", BATCH))
   for name in workloads:
-    mem = measure_memory(name, n, fig[f"{name}.full_mask_timed_n"],
+    mem = measure_memory(name, n, fig.get(f"{name}.full_mask_timed_n"),
                          fig.get(f"{name}.opacus_threads"),
                          os.environ.get("JAX_COMPILATION_CACHE_DIR"))
     for k, v in mem.items():
@@ -543,7 +556,8 @@ def remeasure_memory(path: str, workloads) -> None:
 
 def measure(workloads, n: int, repeats: int, skip_opacus: bool = False,
             skip_memory: bool = False, shrink: int = 10, log=print,
-            checkpoint: Callable[[dict], object] | None = None) -> dict:
+            checkpoint: Callable[[dict], object] | None = None,
+            skip_full_mask: bool = False) -> dict:
   """All figures as a flat dict with dotted keys (module docstring); `checkpoint`, if
   given, is called with the figures so far after each workload."""
   import tempfile  # pylint: disable=g-import-not-at-top
@@ -567,9 +581,10 @@ def measure(workloads, n: int, repeats: int, skip_opacus: bool = False,
                "physical_memory_bytes": _physical_memory_bytes()}
     for name in workloads:
       log(f"[large_n] workload {name}")
-      res = measure_workload(name, n, repeats, skip_opacus, shrink, data, log)
+      res = measure_workload(name, n, repeats, skip_opacus, shrink, data, log,
+                             full_mask=not skip_full_mask)
       if not skip_memory:
-        res["peak_rss_bytes"] = measure_memory(name, n, res["full_mask_timed_n"],
+        res["peak_rss_bytes"] = measure_memory(name, n, res.get("full_mask_timed_n"),
                                                res.get("opacus_threads"), cache_dir)
       res["command"] = "python -m benchmarks." + " ".join(["large_n"] + sys.argv[1:])
       for k, v in _flatten(res).items():
@@ -597,6 +612,8 @@ def _define_flags() -> None:
   module next to another benchmark defines no duplicate flag)."""
   flags.DEFINE_string("workloads", "mlp,cnn", "Comma-separated: mlp, cnn.")
   flags.DEFINE_integer("n", 60_000, "Training records.")
+  flags.DEFINE_integer("batch", BATCH, "Expected batch size B (q = B / n).")
+  flags.DEFINE_bool("skip_full_mask", False, "Skip the full-mask configuration (c).")
   flags.DEFINE_integer("repeats", 2, "Timed repetitions (best is kept).")
   flags.DEFINE_integer(
       "full_mask_shrink", 10, "The CNN's full-mask step is timed at n / this many records "
@@ -616,6 +633,7 @@ def _define_flags() -> None:
 def main(argv):
   del argv
   fv = flags.FLAGS
+  set_batch(fv.batch)
   if fv.mem_child:
     _mem_child(fv.mem_child, fv.n)
     return
@@ -632,7 +650,7 @@ def main(argv):
   def save(f):
     report.write("large_n", dict(kept, **f), fv.json)
   figures = measure(workloads, fv.n, fv.repeats, fv.skip_opacus, fv.skip_memory,
-                    fv.full_mask_shrink, checkpoint=save)
+                    fv.full_mask_shrink, checkpoint=save, skip_full_mask=fv.skip_full_mask)
   for k, v in figures.items():
     print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
   save(figures)
@@ -648,6 +666,8 @@ def _kept_figures(path: str, workloads, n: int) -> dict:
   fig = doc["figures"]
   if fig.get("n") != n:
     raise ValueError(f"--merge: {path} was measured at n = {fig.get('n')}, not {n}")
+  if fig.get("batch", BATCH) != BATCH:
+    raise ValueError(f"--merge: {path} was measured at B = {fig.get('batch')}, not {BATCH}")
   kept = {k: v for k, v in fig.items() if k.split(".")[0] not in workloads}
   for name in {k.split(".")[0] for k in kept if "." in k}:
     kept.setdefault(f"{name}.command", doc["command"])

@@ -312,6 +312,37 @@ def _pate_teachers_section(doc: dict) -> list[str]:
                     "peak RSS (GiB)"], rows) + [""])
 
 
+def _accelerator_section(doc: dict) -> list[str]:
+  """One accelerator run (`benchmarks/accelerator.py`): its targets, met or not."""
+  f = doc["figures"]
+  dev = f["device"]
+  size = " (toy sizes, --small: a check of the script, not a measurement)" if f["small"] else ""
+  sizes = sorted(int(k.split(".")[1][1:]) for k in f if k.endswith(".dpjax_models_per_s"))
+  rows = [["audit workload (`benchmarks.dpsgd`)", f["audit.status"], f"{f['audit.wall_s']:.0f}",
+           "; ".join(f"M = {m:,}: {f[f'audit.M{m}.dpjax_models_per_s']:,.0f} models/s, "
+                     f"{_fmt(f.get(f'audit.M{m}.speedup_vs_numpy'), '.2f')}x NumPy (host CPU)"
+                     for m in sizes)]]
+  for k in sorted(k for k in f if k.startswith("large_n.") and k.endswith(".status")):
+    b = k.split(".")[1]
+    g = lambda key, b=b: f.get(f"large_n.{b}.{key}")
+    ratio = g("dp_over_nonprivate")
+    target = 1.6 if b == "B256" else 1.3
+    rows.append([f"MLP epoch, n = {g('n'):,}, B = {b[1:]} (`benchmarks.large_n`)", f[k], "–",
+                 f"DP {_fmt(g('dp_padded_epoch_s'), '.2f')} s / non-private "
+                 f"{_fmt(g('nonprivate_epoch_s'), '.2f')} s = {_fmt(ratio, '.2f')}x "
+                 f"(target {target}x: {'met' if ratio and ratio <= target else 'not met'}); "
+                 f"compile DP {_fmt(g('compile_s.dp_padded'), '.1f')} s, non-private "
+                 f"{_fmt(g('compile_s.nonprivate'), '.1f')} s"])
+  wall = f["main_job.wall_s"]
+  rows.append([f"main job, `experiments.audit --trials {f['main_job.trials']}`",
+               f["main_job.status"], f"{wall:.0f}",
+               f"wall time with compilation (target 10 s on an H200-class GPU: "
+               f"{'met' if wall <= 10 and f['main_job.status'] == 'ok' else 'not met'})"])
+  return ([f"## On {dev['kind']} ({dev['platform']}, {dev['count']} device(s)){size}", "",
+           f"Command: `benchmarks/accelerator.sh`. {_env_line(doc)}", ""]
+          + _table(["step", "status", "wall (s)", "figures"], rows) + [""])
+
+
 _SECTIONS = {"dpsgd": _dpsgd_section, "accountants": _accountants_section,
              "large_n": _large_n_section, "pate_teachers": _pate_teachers_section}
 
@@ -328,6 +359,10 @@ def render(results_dir: str = RESULTS_DIR) -> str:
     if os.path.exists(path):
       with open(path) as f:
         lines += section(json.load(f))
+  for name in sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else ():
+    if name.startswith("accelerator_") and name.endswith(".json"):
+      with open(os.path.join(results_dir, name)) as f:
+        lines += _accelerator_section(json.load(f))
   return "\n".join(lines).rstrip() + "\n"
 
 

@@ -45,6 +45,14 @@ E = fb.Entry
 EXCLUDED = {
     # Result records: built by the library from validated values, not inputs.
     "dpjax.accounting.pld.PldResult": "result record returned by the PLD accountant",
+    "dpjax.accounting.pld_grid.GridTooLarge": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.LossPmf": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.atoms_pmf": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.compose_pmfs": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.discretise": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.laplace_pmf": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.self_compose": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.subsampled_gaussian_pmfs": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.statement.EpsilonRow": "result record of privacy_statement",
     "dpjax.accounting.statement.PrivacyStatement": "result record of privacy_statement",
     "dpjax.data.credit.CustomerData": "result record of sample_customers",

@@ -33,12 +33,14 @@ import warnings
 from typing import Optional
 
 import numpy as np
+from scipy import optimize, special
 
 from dpjax import _validate
 from dpjax.accounting import gdp
 from dpjax.accounting import pld_grid
 from dpjax.accounting.pld_dpsgd import (  # noqa: F401  (re-exported)
-    PldResult, dpsgd_delta, dpsgd_delta_bound, dpsgd_epsilon, dpsgd_epsilon_bound)
+    CheckedEpsilon, PldResult, dpsgd_delta, dpsgd_delta_bound, dpsgd_epsilon,
+    dpsgd_epsilon_bound, dpsgd_epsilon_never_looser)
 from dpjax.accounting.pld_grid import DEFAULT_TAIL_MASS, DEFAULT_VALUE_DISCRETIZATION
 
 class PrivacyLossDistribution:
@@ -167,6 +169,45 @@ class PrivacyLossDistribution:
           "pld.dpsgd_epsilon (which tilts the FFT towards the answer) or a larger delta",
           RuntimeWarning, stacklevel=3)
 
+  def gdp_mu(self, num_epsilons: int = 20_000) -> float:
+    """A mu (an upper bound on the smallest) with delta(eps) <= delta_mu(eps) + p_inf, all eps.
+
+    delta_mu is the Gaussian profile and p_inf = `infinity_mass` (0 for a PLD with no
+    mass at +inf, where this is mu-GDP exactly: Dong, Roth & Su 2022, via the
+    privacy-profile duality). Exact PLDs return their mu. A discretised one is checked on
+    at most num_epsilons (>= 10) of its grid losses 0 <= e_0 < ... < e_n (beyond the top
+    loss delta is p_inf): both profiles decrease, so delta(e_i) - p_inf <=
+    delta_mu(e_{i+1}) on every interval suffices, and the largest mu solving it is an
+    upper bound, loose by the profile's change over one interval.
+
+    Examples:
+      >>> round(gaussian_pld(2.0).gdp_mu(), 6)
+      0.5
+    """
+    n = _validate.check_int(num_epsilons, "num_epsilons", minimum=10, maximum=100_000)
+    if self.is_exact:
+      return self._mu
+    worst = 0.0
+    for p in self._pmfs:
+      l, d = p.losses, p.grid_deltas() - p.infinity_mass
+      keep = l >= 0
+      l, d = l[keep], d[keep]
+      if l.size == 0 or l[0] > 0:   # delta at eps = 0 starts the first interval
+        l, d = np.concatenate([[0.0], l]), np.concatenate([[p.delta(0.0) - p.infinity_mass], d])
+      stride = max(1, -(-l.size // n))
+      l = np.concatenate([l[::stride], l[-1:]])
+      d = np.concatenate([d[::stride], d[-1:]])
+      mus = _mu_at_least_many(l[1:], d[:-1])
+      if mus.size:
+        i = int(np.argmax(mus))
+        worst = max(worst, _mu_at_least(float(l[i + 1]), float(d[i])), float(mus.max()))
+    return worst
+
+  @property
+  def infinity_mass(self) -> float:
+    """The largest P-mass at loss +inf over the held directions (0 when exact)."""
+    return 0.0 if self.is_exact else max(float(p.infinity_mass) for p in self._pmfs)
+
   def __repr__(self) -> str:
     if self.is_exact:
       return f"PrivacyLossDistribution(exact Gaussian, mu={self._mu:.6g})"
@@ -270,8 +311,166 @@ def randomized_response_pld(epsilon: float, num_buckets: int = 2,
                                  value_discretization=h)
 
 
+def _mu_at_least(epsilon: float, delta: float) -> float:
+  """The smallest mu with gaussian_delta(epsilon, mu) >= delta, rounded up."""
+  if delta <= 0:
+    return 0.0
+  if delta >= 1:
+    return math.inf
+  f = lambda m: gdp.gaussian_delta(epsilon, m) - delta
+  hi = 1.0
+  while f(hi) < 0:
+    hi *= 2
+    if hi > 1e6:
+      return math.inf
+  mu = float(optimize.brentq(f, 1e-12, hi, xtol=1e-14, rtol=1e-14, maxiter=500))
+  while f(mu) < 0:
+    mu *= 1.0 + 1e-13
+  return mu
+
+
+def _mu_at_least_many(eps: np.ndarray, delta: np.ndarray) -> np.ndarray:
+  """Vectorised `_mu_at_least` to ~1e-12 relative (bisection on the Gaussian profile,
+  in float64; used to locate the worst interval, whose mu is then re-solved exactly)."""
+  out = np.zeros(eps.size)
+  todo = delta > 0
+  e, d = eps[todo], delta[todo]
+  lo, hi = np.full(e.size, 1e-12), np.full(e.size, 1.0)
+
+  def profile(m):
+    with np.errstate(over="ignore", invalid="ignore"):
+      v = special.ndtr(m / 2 - e / m) - np.exp(e + special.log_ndtr(-m / 2 - e / m))
+    return np.nan_to_num(v, nan=0.0)
+
+  for _ in range(40):   # bracket
+    low = profile(hi) < d
+    if not low.any():
+      break
+    hi = np.where(low, hi * 2, hi)
+  for _ in range(80):
+    mid = 0.5 * (lo + hi)
+    below = profile(mid) < d
+    lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+  out[todo] = hi
+  return out
+
+
+def _pair_direction(a: np.ndarray, b: np.ndarray, h: float, tail: float) -> pld_grid.LossPmf:
+  """The (A || B) direction: A-mass at log(a / b); A-mass where b = 0 (plus `tail`) at +inf."""
+  both = (a > 0) & (b > 0)
+  inf = float(a[(a > 0) & (b == 0)].sum()) + tail
+  if not both.any():
+    return pld_grid.LossPmf(h, 0, np.zeros(1), min(1.0, inf))
+  losses = np.log(a[both]) - np.log(b[both])
+  return pld_grid.atoms_to_grid(losses, a[both], h, inf)
+
+
+def pmf_pair_pld(probs_p_K, probs_q_K, value_discretization: float = DEFAULT_VALUE_DISCRETIZATION,
+                 sampling_prob: float = 1.0, tail_mass: float = 0.0) -> PrivacyLossDistribution:
+  """The PLD of a dominating pair (P, Q) given as pmfs on K common outputs.
+
+  Both directions are held (P || Q and Q || P); outputs where only one side has mass give
+  loss +inf. `tail_mass` in [0, 1e-3] is an upper bound on the mass of either side left
+  out of the K outputs (added at +inf, so truncated supports stay pessimistic). With
+  sampling_prob q < 1 the pair is Poisson-subsampled for add/remove neighbours: the
+  remove direction is (q P + (1 - q) Q || Q), the add direction (Q || q P + (1 - q) Q)
+  (Zhu, Dong & Wang 2022, Theorem 11), valid when (P, Q) dominates the mechanism in both
+  orders. Every delta(eps) is an upper bound (connect-the-dots, `pld_grid.atoms_to_grid`).
+
+  Args:
+    probs_p_K, probs_q_K: float[K] >= 0, each summing to 1 within 1e-6.
+    value_discretization: grid spacing h > 0.
+
+  Examples:
+    >>> d = pmf_pair_pld([0.75, 0.25], [0.25, 0.75]).delta(math.log(3) / 2)
+    >>> round(d, 6), round(0.75 - math.sqrt(3) * 0.25, 6)
+    (0.316987, 0.316987)
+  """
+  p = _validate.check_array(probs_p_K, "probs_p_K", ndim=1, min_size=1, low=0.0, high=1.0)
+  q = _validate.check_array(probs_q_K, "probs_q_K", shape=p.shape, low=0.0, high=1.0)
+  for arr, name in ((p, "probs_p_K"), (q, "probs_q_K")):
+    if abs(arr.sum() - 1.0) > 1e-6:
+      raise ValueError(f"{name} must sum to 1 (within 1e-6), got {arr.sum():.9g}")
+  h = _validate.check_positive(value_discretization, "value_discretization")
+  rate = _validate.check_sampling_prob(sampling_prob)
+  tail = _validate.check_range(tail_mass, "tail_mass", 0.0, 1e-3)
+  if rate < 1.0:
+    mix = rate * p + (1.0 - rate) * q
+    pmfs = (_pair_direction(mix, q, h, tail), _pair_direction(q, mix, h, tail))
+  else:
+    pmfs = (_pair_direction(p, q, h, tail), _pair_direction(q, p, h, tail))
+  return PrivacyLossDistribution(pmfs=pmfs, value_discretization=h)
+
+
+def epsilon_delta_pair(epsilon: float, delta: float) -> tuple[np.ndarray, np.ndarray]:
+  """The dominating pair of every (eps, delta)-DP mechanism (Kairouz, Oh & Viswanath 2015).
+
+  Four outputs: P = (delta, (1 - delta) e^eps / (1 + e^eps), (1 - delta) / (1 + e^eps), 0),
+  Q = P reversed. Composing these pairs gives the exact optimal composition of
+  heterogeneous (eps_i, delta_i) mechanisms (Murtagh & Vadhan 2016). epsilon >= 0 finite,
+  delta in [0, 1). Returns (p float[4], q float[4]).
+  """
+  e = _validate.check_epsilon(epsilon, allow_zero=True)
+  d = _validate.check_delta(delta, allow_zero=True)
+  hi = (1.0 - d) / (1.0 + math.exp(-e))
+  p = np.array([d, hi, (1.0 - d) - hi, 0.0])
+  return p, p[::-1].copy()
+
+
+def discrete_laplace_pair(noise_parameter: float, sensitivity: int = 1
+                          ) -> tuple[np.ndarray, np.ndarray]:
+  """The discrete Laplace mechanism's pair, exactly, on sensitivity + 1 merged outputs.
+
+  Noise X on the integers with P(X = x) = (1 - r) / (1 + r) r^|x|, r = e^-a, a =
+  noise_parameter > 0, added to an integer query of sensitivity Delta (an integer >= 1):
+  P = law of X, Q = law of X + Delta. Outputs x <= 0 share one likelihood ratio, as do
+  x >= Delta, so they are merged (exact). Returns (p, q), float[Delta + 1].
+  """
+  a = _validate.check_positive(noise_parameter, "noise_parameter")
+  dl = _validate.check_int(sensitivity, "sensitivity", maximum=1_000_000)
+  r = math.exp(-a)
+  x = np.arange(1, dl)
+  c = -math.expm1(-a) / (1.0 + r)
+  p = np.concatenate([[1.0 / (1.0 + r)], c * r ** x, [r ** dl / (1.0 + r)]])
+  return p, p[::-1].copy()
+
+
+def discrete_gaussian_pair(sigma: float, sensitivity: int = 1,
+                           tail_mass: float = DEFAULT_TAIL_MASS
+                           ) -> tuple[np.ndarray, np.ndarray, float]:
+  """The discrete Gaussian mechanism's pair on a window, with the mass left out.
+
+  Noise X on the integers with P(X = x) proportional to exp(-x^2 / (2 sigma^2)), sigma > 0
+  (Canonne, Kamath & Steinke 2020), added to an integer query of sensitivity Delta:
+  P = law of X, Q = law of X + Delta, on outputs -M..M + Delta. The masses are normalised
+  over the window (never below the truth) and `tail` bounds each side's mass outside it
+  by 2 sigma sqrt(2 pi) Phi(-M / sigma) / Z_window; M is chosen so that tail <= tail_mass
+  in (0, 1e-3]. Returns (p, q, tail) with p, q float[2 M + Delta + 1].
+  """
+  s = _validate.check_positive(sigma, "sigma")
+  dl = _validate.check_int(sensitivity, "sensitivity", maximum=1_000_000)
+  t = _validate.check_range(tail_mass, "tail_mass", 0.0, 1e-3, open_low=True)
+  z = -float(special.ndtri(t / 10.0))
+  m = int(math.ceil(s * z)) + 1
+  if 2 * m + dl + 1 > pld_grid.MAX_POINTS:
+    raise ValueError(f"sigma={s:g} needs a window of {2 * m + dl + 1} outputs (more than "
+                     f"{pld_grid.MAX_POINTS}); the continuous Gaussian is a close stand-in")
+  x = np.arange(-m, m + dl + 1, dtype=np.float64)
+  lw_p = -x * x / (2 * s * s)
+  lw_q = -(x - dl) ** 2 / (2 * s * s)
+  log_z = float(special.logsumexp(lw_p[x <= m]))   # P's own window [-M, M]
+  p, q = np.exp(lw_p - log_z), np.exp(lw_q - log_z)
+  tail = 2.0 * s * math.sqrt(2 * math.pi) * math.exp(
+      float(special.log_ndtr(-m / s)) - log_z)
+  if tail > t:
+    raise ValueError(f"tail_mass={t:g} cannot be met for sigma={s:g}")
+  return p, q, tail
+
+
 __all__ = [
-    "DEFAULT_TAIL_MASS", "DEFAULT_VALUE_DISCRETIZATION", "PldResult", "PrivacyLossDistribution",
+    "CheckedEpsilon", "DEFAULT_TAIL_MASS", "DEFAULT_VALUE_DISCRETIZATION", "PldResult", "PrivacyLossDistribution",
     "dpsgd_delta", "dpsgd_delta_bound", "dpsgd_epsilon", "dpsgd_epsilon_bound",
-    "finite_output_pld", "gaussian_pld", "laplace_pld", "randomized_response_pld",
+    "dpsgd_epsilon_never_looser",
+    "discrete_gaussian_pair", "discrete_laplace_pair", "epsilon_delta_pair", "finite_output_pld",
+    "gaussian_pld", "laplace_pld", "pmf_pair_pld", "randomized_response_pld",
 ]

@@ -48,6 +48,7 @@ EXCLUDED = {
     "dpjax.accounting.pld.CheckedEpsilon": "result record of dpsgd_epsilon_never_looser",
     "dpjax.accounting.events.Event": "abstract base class of the events (no inputs)",
     "dpjax.accounting.events.UnsupportedEventError": "exception raised by the accountants",
+    "dpjax.accounting.pld_grid.subsampled_laplace_pmfs": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.atoms_to_grid": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.GridTooLarge": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.LossPmf": "PLD internal (grid operation; pld validates its inputs)",
@@ -358,7 +359,7 @@ def entries():
              value_discretization=1e-3),
         {"log_probs_in_K": "array", "log_probs_out_K": "array", "value_discretization": "pos"}))
   add(E("dpjax.accounting.pld.laplace_pld", pld.laplace_pld,
-        dict(scale=1.0, sensitivity=1.0, value_discretization=1e-3)))
+        dict(scale=1.0, sensitivity=1.0, value_discretization=1e-3, sampling_prob=0.5)))
   add(E("dpjax.accounting.pld.randomized_response_pld", pld.randomized_response_pld,
         dict(epsilon=1.0, num_buckets=3, value_discretization=1e-3)))
   for n, last in (("dpsgd_epsilon_bound", "delta"), ("dpsgd_epsilon", "delta"),

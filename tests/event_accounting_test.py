@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 from absl.testing import absltest, parameterized
-from scipy import special
+from scipy import integrate, special
 
 from dpjax.accounting import events as ev
 from dpjax.accounting import event_accounting as ea
@@ -76,6 +76,22 @@ class ClosedFormTest(parameterized.TestCase):
     self.assertGreaterEqual(got, want - 1e-15)
     self.assertAlmostEqual(got, want, delta=1e-8)
 
+  @parameterized.parameters((0.1, 1.0), (0.5, 0.5))
+  def test_poisson_sampled_laplace_profile_by_quadrature(self, q, b):
+    # delta(eps) = int (p - e^eps q)_+ over each direction, mixtures of Laplace densities.
+    lap = lambda x, c: np.exp(-abs(x - c) / b) / (2 * b)
+    mix = lambda x: (1 - q) * lap(x, 0.0) + q * lap(x, 1.0)
+    e = ev.PoissonSampledEvent(q, ev.LaplaceEvent(b))
+    for eps in (0.0, 0.05, 0.2):
+      want = 0.0
+      for f, g in ((mix, lambda x: lap(x, 0.0)), (lambda x: lap(x, 0.0), mix)):
+        val, _ = integrate.quad(lambda x: max(0.0, f(x) - math.exp(eps) * g(x)), -60, 60,
+                                points=[0.0, 1.0], limit=400, epsabs=1e-14, epsrel=1e-12)
+        want = max(want, val)
+      got = ea.delta(e, eps)
+      self.assertGreaterEqual(got, want - 1e-12)
+      self.assertAlmostEqual(got, want, delta=1e-8)
+
   def test_zcdp_rdp_is_rho_alpha(self):
     o, r = ea.rdp_curve(ev.SelfComposedEvent(ev.ZCdpEvent(0.05), 4), orders=[1.5, 3.0, 64.0])
     np.testing.assert_allclose(r, 0.2 * o, rtol=1e-15)
@@ -127,6 +143,13 @@ class DpAccountingTest(parameterized.TestCase):
     for delta in (1e-4, 1e-7):
       a, b = ea.epsilon(ours, delta), theirs.get_epsilon(delta)
       self.assertAlmostEqual(a, b, delta=2e-3 * b)
+
+  def test_poisson_sampled_laplace(self):
+    ours = ev.SelfComposedEvent(ev.PoissonSampledEvent(0.05, ev.LaplaceEvent(0.5)), 40)
+    theirs = self._theirs_pld([(dpe.PoissonSampledDpEvent(0.05, dpe.LaplaceDpEvent(0.5)), 40)])
+    for d in (1e-3, 1e-6):
+      a, b = ea.epsilon(ours, d), theirs.get_epsilon(d)
+      self.assertAlmostEqual(a, b, delta=1e-6 * b)
 
   @parameterized.parameters((0.5, 2), (1.5, 4))
   def test_randomized_response_replace_one(self, eps, k):
@@ -194,8 +217,8 @@ class SupportTest(parameterized.TestCase):
       ("rr_add_remove", "pld", ev.RandomizedResponseEvent(1.0), ev.ADD_REMOVE, "replace-one"),
       ("rdp_sampled_laplace", "rdp", ev.PoissonSampledEvent(0.1, ev.LaplaceEvent(1.0)),
        ev.ADD_REMOVE, "LaplaceEvent"),
-      ("pld_sampled_laplace", "pld", ev.PoissonSampledEvent(0.1, ev.LaplaceEvent(1.0)),
-       ev.ADD_REMOVE, "LaplaceEvent"),
+      ("pld_sampled_zcdp", "pld", ev.PoissonSampledEvent(0.1, ev.ZCdpEvent(1.0)),
+       ev.ADD_REMOVE, "ZCdpEvent"),
       ("poisson_replace", "pld", ev.PoissonSampledEvent(0.1, ev.GaussianEvent(1.0)),
        ev.REPLACE_ONE, "add/remove"),
       ("wor", "rdp", ev.SampledWithoutReplacementEvent(100, 10, ev.GaussianEvent(1.0)),
@@ -217,6 +240,7 @@ class SupportTest(parameterized.TestCase):
                       ev.DiscreteLaplaceEvent(1.0), ev.DiscreteGaussianEvent(2.0),
                       ev.EpsilonDeltaEvent(1.0, 1e-3),
                       ev.PoissonSampledEvent(0.1, ev.GaussianEvent(1.0)),
+                      ev.PoissonSampledEvent(0.1, ev.LaplaceEvent(1.0)),
                       ev.PoissonSampledEvent(0.1, ev.DiscreteGaussianEvent(2.0)),
                       ev.PoissonSampledEvent(0.1, ev.EpsilonDeltaEvent(1.0, 1e-3)),
                       ev.SampledWithoutReplacementEvent(5, 5, ev.LaplaceEvent(1.0))]}
@@ -257,6 +281,7 @@ class PropertyTest(parameterized.TestCase):
   @parameterized.parameters(
       ("rdp", ev.GaussianEvent(0.8)), ("pld", ev.GaussianEvent(0.8)),
       ("pld", ev.DiscreteGaussianEvent(1.5, 2)), ("pld", ev.DiscreteLaplaceEvent(0.7, 2)),
+      ("pld", ev.LaplaceEvent(0.6)),
       ("pld", ev.EpsilonDeltaEvent(1.2, 1e-4)))
   def test_subsampling_never_increases_epsilon(self, acct, inner):
     for k in (1, 20):

@@ -18,6 +18,7 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | (eps, 0) / (eps, delta > 0)            | yes / no (RDP is infinite) | yes / yes (exact pair)    |
 | zCDP                                   | yes (rho alpha)            | no (no dominating pair)   |
 | Poisson-sampled Gaussian               | add/remove                 | add/remove                |
+| Poisson-sampled Laplace                | no                         | add/remove (exact tails)  |
 | Poisson-sampled discrete Laplace, discrete Gaussian, (eps, delta) | no | add/remove (pair mixture) |
 | sampled without replacement            | only sample = dataset      | only sample = dataset     |
 
@@ -88,7 +89,8 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
     if relation != ev.ADD_REMOVE:
       raise ev.UnsupportedEventError(e, accountant, "Poisson sampling is accounted for "
                                      "add/remove neighbours only")
-    inner = ev.GaussianEvent if accountant == "rdp" else (ev.GaussianEvent, *_PAIR_EVENTS)
+    inner = (ev.GaussianEvent if accountant == "rdp"
+             else (ev.GaussianEvent, ev.LaplaceEvent, *_PAIR_EVENTS))
     if not isinstance(e.event, inner):
       raise ev.UnsupportedEventError(e, accountant, f"Poisson sampling of "
                                      f"{type(e.event).__name__} is not implemented")
@@ -167,6 +169,9 @@ def _leaf_pld(e, h: float) -> pld.PrivacyLossDistribution:
   inner = e.event                       # Poisson-sampled, add/remove
   if isinstance(inner, ev.GaussianEvent):
     return pld.gaussian_pld(inner.noise_multiplier, e.sampling_prob, value_discretization=h)
+  if isinstance(inner, ev.LaplaceEvent):
+    return pld.laplace_pld(inner.noise_multiplier, value_discretization=h,
+                           sampling_prob=e.sampling_prob)
   p, q, tail = _pair(inner)
   return pld.pmf_pair_pld(p, q, h, sampling_prob=e.sampling_prob, tail_mass=tail)
 

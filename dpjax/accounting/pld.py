@@ -269,20 +269,29 @@ def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0,
 
 
 def laplace_pld(scale: float, sensitivity: float = 1.0,
-                value_discretization: Optional[float] = None) -> PrivacyLossDistribution:
+                value_discretization: Optional[float] = None,
+                sampling_prob: float = 1.0) -> PrivacyLossDistribution:
   """PLD of the Laplace mechanism Lap(scale) on a query of L1 sensitivity `sensitivity`.
 
   The loss lies in [-eps0, eps0], eps0 = sensitivity / scale (atoms at both ends), so no
-  tail is cut; add and remove give the same PLD. Grid spacing h defaults to 1e-4.
+  tail is cut; add and remove give the same PLD. Grid spacing h defaults to 1e-4. With
+  sampling_prob q < 1 the mechanism runs on a Poisson sample (add/remove neighbours):
+  remove and add PLDs of the mixture (1 - q) Lap(0) + q Lap(Delta), both held.
 
   Examples:
     >>> round(laplace_pld(1.0).epsilon(1e-9), 4)   # pure 1-DP
     1.0
+    >>> round(laplace_pld(1.0, sampling_prob=0.1).epsilon(1e-9), 4)   # log(1 + q(e - 1))
+    0.1586
   """
   b = _validate.check_positive(scale, "scale")
   s = _validate.check_positive(sensitivity, "sensitivity")
   h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _validate.check_positive(
       value_discretization, "value_discretization")
+  q = _validate.check_sampling_prob(sampling_prob)
+  if q < 1.0:
+    return PrivacyLossDistribution(pmfs=pld_grid.subsampled_laplace_pmfs(s / b, q, h),
+                                   value_discretization=h)
   return PrivacyLossDistribution(pmfs=(pld_grid.laplace_pmf(s / b, h),), value_discretization=h)
 
 

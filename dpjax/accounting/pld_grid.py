@@ -423,13 +423,16 @@ def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float
   return (rem, add)
 
 
+def _laplace_log_cdf(y):
+  """log P(X <= y) for the standard Laplace law, accurate in both tails."""
+  y = np.asarray(y, np.float64)
+  with np.errstate(divide="ignore", over="ignore"):
+    return np.where(y < 0, y - math.log(2), np.log1p(-0.5 * np.exp(-np.abs(y))))
+
+
 def laplace_pmf(eps0: float, h: float) -> LossPmf:
   """PLD of Lap(0, 1) against Lap(eps0, 1) (symmetric in the two directions)."""
-
-  def log_cdf(y):   # standard Laplace
-    y = np.asarray(y, np.float64)
-    with np.errstate(divide="ignore", over="ignore"):
-      return np.where(y < 0, y - math.log(2), np.log1p(-0.5 * np.exp(-np.abs(y))))
+  log_cdf = _laplace_log_cdf
 
   def tails(l):
     y = (eps0 - l) / 2   # {L > l} = {X < y} for -eps0 <= l < eps0
@@ -443,6 +446,46 @@ def laplace_pmf(eps0: float, h: float) -> LossPmf:
     return gp, hp, gq, hq
 
   return discretise(tails, -eps0, eps0, h)
+
+
+def subsampled_laplace_pmfs(eps0: float, q: float, h: float) -> tuple[LossPmf, LossPmf]:
+  """Remove and add PLDs of the Poisson-subsampled Laplace mechanism, noise scale 1.
+
+  With Q0 = Lap(0, 1), P1 = Lap(eps0, 1) and l(x) = |x| - |x - eps0| in [-eps0, eps0]:
+  remove is P = (1 - q) Q0 + q P1 against Q0, loss L(x) = log(1 - q + q e^{l(x)}),
+  increasing in x, with atoms at both ends (x <= 0 and x >= eps0); add is Q0 against the
+  mixture, loss -L(x). Exact tails, so no mass is cut. q in (0, 1).
+  """
+  lo = math.log1p(q * math.expm1(-eps0))   # L at x <= 0
+  hi = math.log1p(q * math.expm1(eps0))    # L at x >= eps0
+  log_q, log_1mq = math.log(q), math.log1p(-q)
+  cdf = _laplace_log_cdf
+
+  def x_of(l):   # inverse of L on (lo, hi)
+    with np.errstate(divide="ignore", invalid="ignore"):
+      ell = np.log(np.maximum(np.expm1(l) + q, 1e-300)) - log_q
+    return np.clip((ell + eps0) / 2, 0.0, eps0)
+
+  def mix(log_a, log_b):
+    return np.logaddexp(log_1mq + log_a, log_q + log_b)
+
+  def masked(l, a, b, gp, hp, gq, hq):   # L <= a: all mass above; L >= b: none above
+    above, below = l >= b, l < a
+    gp, gq = (np.where(above, -np.inf, np.where(below, 0.0, v)) for v in (gp, gq))
+    hp, hq = (np.where(above, 0.0, np.where(below, -np.inf, v)) for v in (hp, hq))
+    return gp, hp, gq, hq
+
+  def tails_remove(l):
+    x = x_of(l)   # {L > l} = {X > x}
+    sf0, cdf0, sf1, cdf1 = cdf(-x), cdf(x), cdf(eps0 - x), cdf(x - eps0)
+    return masked(l, lo, hi, mix(sf0, sf1), mix(cdf0, cdf1), sf0, cdf0)
+
+  def tails_add(l):
+    x = x_of(-l)  # {-L > l} = {X < x}
+    sf0, cdf0, sf1, cdf1 = cdf(-x), cdf(x), cdf(eps0 - x), cdf(x - eps0)
+    return masked(l, -hi, -lo, cdf0, sf0, mix(cdf0, cdf1), mix(sf0, sf1))
+
+  return discretise(tails_remove, lo, hi, h), discretise(tails_add, -hi, -lo, h)
 
 
 def atoms_pmf(losses: np.ndarray, p_masses: np.ndarray, h: float) -> LossPmf:
@@ -491,5 +534,5 @@ def atoms_to_grid(losses: np.ndarray, p_masses: np.ndarray, h: float,
 __all__ = [
     "DEFAULT_TAIL_MASS", "DEFAULT_VALUE_DISCRETIZATION", "GridTooLarge", "LossPmf", "MAX_POINTS",
     "WINDOW_TAIL_MASS", "atoms_pmf", "atoms_to_grid", "compose_pmfs", "discretise", "laplace_pmf", "self_compose",
-    "subsampled_gaussian_pmfs",
+    "subsampled_gaussian_pmfs", "subsampled_laplace_pmfs",
 ]

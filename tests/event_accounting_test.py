@@ -221,6 +221,9 @@ class SupportTest(parameterized.TestCase):
        ev.ADD_REMOVE, "ZCdpEvent"),
       ("poisson_replace", "pld", ev.PoissonSampledEvent(0.1, ev.GaussianEvent(1.0)),
        ev.REPLACE_ONE, "add/remove"),
+      ("sampled_composition", "pld",
+       ev.PoissonSampledEvent(1.0, ev.SelfComposedEvent(ev.GaussianEvent(1.0), 2)),
+       ev.ADD_REMOVE, "compose sampled events"),
       ("wor", "rdp", ev.SampledWithoutReplacementEvent(100, 10, ev.GaussianEvent(1.0)),
        ev.REPLACE_ONE, "without replacement"),
   )

@@ -75,6 +75,10 @@ def _pair_rdp(p: np.ndarray, q: np.ndarray, orders: np.ndarray) -> np.ndarray:
 
 def _leaf_check(e, accountant: str, relation: str) -> None:
   """Raises UnsupportedEventError when `accountant` cannot bound leaf `e` under `relation`."""
+  if isinstance(e, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent)) and isinstance(
+      e.event, (ev.SelfComposedEvent, ev.ComposedEvent)):
+    raise ev.UnsupportedEventError(e, accountant, "sampling once for a composition is not "
+                                   "implemented; compose sampled events instead")
   if not isinstance(e, SUPPORTED[accountant]):
     reason = {"rdp": "no RDP curve is implemented", "pld": "no dominating pair is known "
               "(a zCDP guarantee does not determine a PLD)"}[accountant]

@@ -339,28 +339,30 @@ def _mu_at_least(epsilon: float, delta: float) -> float:
 
 
 def _mu_at_least_many(eps: np.ndarray, delta: np.ndarray) -> np.ndarray:
-  """Vectorised `_mu_at_least` to ~1e-12 relative (bisection on the Gaussian profile,
-  in float64; used to locate the worst interval, whose mu is then re-solved exactly)."""
-  out = np.zeros(eps.size)
-  todo = delta > 0
-  e, d = eps[todo], delta[todo]
+  """Vectorised `_mu_at_least`, rounded up (bisection keeps the side whose profile is
+  >= delta). The profile is compared in log space, log Phi(a) + log(1 - e^eps Phi(b) /
+  Phi(a)), which keeps its relative accuracy where both terms are tiny."""
+  out = np.where(delta >= 1, math.inf, 0.0)
+  todo = (delta > 0) & (delta < 1)
+  e, log_d = eps[todo], np.log(delta[todo])
   lo, hi = np.full(e.size, 1e-12), np.full(e.size, 1.0)
 
-  def profile(m):
-    with np.errstate(over="ignore", invalid="ignore"):
-      v = special.ndtr(m / 2 - e / m) - np.exp(e + special.log_ndtr(-m / 2 - e / m))
-    return np.nan_to_num(v, nan=0.0)
+  def log_profile(m):
+    la, lb = special.log_ndtr(m / 2 - e / m), special.log_ndtr(-m / 2 - e / m)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+      v = la + np.log(-np.expm1(np.minimum(e + lb - la, 0.0)))
+    return np.nan_to_num(v, nan=-np.inf)
 
-  for _ in range(40):   # bracket
-    low = profile(hi) < d
+  for _ in range(60):   # bracket
+    low = log_profile(hi) < log_d
     if not low.any():
       break
     hi = np.where(low, hi * 2, hi)
   for _ in range(80):
     mid = 0.5 * (lo + hi)
-    below = profile(mid) < d
+    below = log_profile(mid) < log_d
     lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-  out[todo] = hi
+  out[todo] = np.where(log_profile(hi) >= log_d, hi, math.inf)
   return out
 
 

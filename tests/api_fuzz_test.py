@@ -243,6 +243,7 @@ def entries():
   from dpjax import (accounting, fitting, mechanisms, metrics, models, parallel, pate,  # pylint: disable=g-import-not-at-top
                      privatizer, prng, sampling, tradeoff, dpsgd)
   from dpjax.accounting import composition, gdp, pld, rdp, statement  # pylint: disable=g-import-not-at-top
+  from dpjax.accounting import event_accounting as eacc, events as evs  # pylint: disable=g-import-not-at-top
   from dpjax.attacks import mia, reconstruction  # pylint: disable=g-import-not-at-top
   from dpjax.audit import canary, one_run, one_run_fdp, stats, store, thresholds, variants  # pylint: disable=g-import-not-at-top
   from dpjax.audit import parametric, score_audit  # pylint: disable=g-import-not-at-top
@@ -293,6 +294,10 @@ def entries():
   add(E("dpjax.accounting.Accountant.compose_randomized_response",
         lambda epsilon, count: accounting.Accountant().compose_randomized_response(
             epsilon, count=count), dict(epsilon=1.0, count=2)))
+  add(E("dpjax.accounting.Accountant.compose_event",
+        lambda event, relation: accounting.Accountant("pld").compose_event(event, relation),
+        dict(event=evs.LaplaceEvent(1.0), relation="add_remove"),
+        {"event": "object", "relation": "choice"}))
   add(E("dpjax.accounting.Accountant.epsilon",
         lambda delta, dataset_size: acct().epsilon(delta, dataset_size=dataset_size),
         dict(delta=1e-5, dataset_size=1000)))
@@ -386,7 +391,6 @@ def entries():
             num_epsilons), dict(num_epsilons=100)))
 
   # ---- accounting.events and event_accounting
-  from dpjax.accounting import event_accounting as eacc, events as evs  # pylint: disable=g-import-not-at-top
   g_ev = evs.GaussianEvent(2.0)
   ev_kinds = {"event": "object", "events": "object", "relation": "choice",
               "noise_parameter": "pos", "rho": "pos", "sample_size": "count",

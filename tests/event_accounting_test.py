@@ -267,6 +267,23 @@ class SupportTest(parameterized.TestCase):
         call()
 
 
+class FrontDoorTest(parameterized.TestCase):
+
+  @parameterized.parameters("rdp", "pld")
+  def test_accountant_compose_event_equals_the_event_accountant(self, method):
+    from dpjax import accounting  # pylint: disable=g-import-not-at-top
+    step = ev.PoissonSampledEvent(0.02, ev.GaussianEvent(1.1))
+    old = accounting.Accountant(method).compose_subsampled_gaussian(1.1, 0.02, count=300)
+    new = accounting.Accountant(method).compose_event(ev.SelfComposedEvent(step, 300))
+    self.assertEqual(new.epsilon(1e-5), old.epsilon(1e-5))
+    mixed = new.compose_event(ev.DiscreteLaplaceEvent(0.5))
+    want = ea.epsilon(ev.ComposedEvent((ev.SelfComposedEvent(step, 300),
+                                        ev.DiscreteLaplaceEvent(0.5))), 1e-5, method)
+    self.assertAlmostEqual(mixed.epsilon(1e-5), want, delta=1e-9 * want)
+    with self.assertRaises(ev.UnsupportedEventError):
+      new.compose_event(ev.SampledWithoutReplacementEvent(10, 5, ev.GaussianEvent(1.0)))
+
+
 class PropertyTest(parameterized.TestCase):
 
   @parameterized.parameters("rdp", "pld")

@@ -17,6 +17,8 @@ from dpjax.accounting import gdp, rdp
 try:
   import dp_accounting
   from dp_accounting import dp_event as dpe
+  from dp_accounting.pld import common
+  from dp_accounting.pld import privacy_loss_distribution as dp_pld
 except ImportError:  # pragma: no cover - optional oracle
   dp_accounting = None
 
@@ -177,7 +179,6 @@ class DpAccountingTest(parameterized.TestCase):
       self.assertAlmostEqual(got, theirs.get_delta(e), delta=1e-3)
 
   def test_discrete_gaussian_pld(self):
-    from dp_accounting.pld import privacy_loss_distribution as dp_pld  # pylint: disable=g-import-not-at-top
     theirs = dp_pld.from_discrete_gaussian_mechanism(3.0, sensitivity=2).self_compose(5)
     ours = ev.SelfComposedEvent(ev.DiscreteGaussianEvent(3.0, 2), 5)
     for d in (1e-3, 1e-6):
@@ -185,8 +186,6 @@ class DpAccountingTest(parameterized.TestCase):
                              delta=1e-3)
 
   def test_epsilon_delta_pld_matches_from_privacy_parameters(self):
-    from dp_accounting.pld import privacy_loss_distribution as dp_pld  # pylint: disable=g-import-not-at-top
-    from dp_accounting.pld import common  # pylint: disable=g-import-not-at-top
     theirs = dp_pld.from_privacy_parameters(common.DifferentialPrivacyParameters(0.5, 1e-3))
     theirs = theirs.self_compose(3)
     ours = ev.SelfComposedEvent(ev.EpsilonDeltaEvent(0.5, 1e-3), 3)

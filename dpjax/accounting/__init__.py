@@ -9,7 +9,8 @@ Both take `accountant="rdp"` (exact RDP, Balle et al. 2020 conversion; `rdp`) or
 (privacy loss distributions, usually tighter; `pld`). `Accountant` composes heterogeneous
 events and reads eps(delta) or delta(eps). Submodules: `composition`, `rdp`, `pld`, `gdp`
 (mu-GDP, exact Gaussian, the DP-SGD CLT approximation), `noise_support` (the delta a
-sampler's finite support adds); trade-off curves are in `dpjax.tradeoff`. Runs on the
+sampler's finite support adds), `events` and `event_accounting` (immutable privacy events,
+composed freely, accounted by RDP or PLD); trade-off curves are in `dpjax.tradeoff`. Runs on the
 host in float64.
 
 Examples:

@@ -10,17 +10,18 @@ or a PLD (self-composed `count` times, then convolved: `pld`). An event an accou
 cannot bound under the requested relation raises `events.UnsupportedEventError` naming it;
 nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 
-| leaf                                   | rdp                        | pld                       |
-|----------------------------------------|----------------------------|---------------------------|
-| Gaussian, Laplace, discrete Laplace    | both relations (exact)     | both relations            |
-| discrete Gaussian                      | both (alpha D^2 / 2 s^2)   | both (windowed, tail at +inf) |
-| randomized response                    | replace-one                | replace-one               |
-| (eps, 0) / (eps, delta > 0)            | yes / no (RDP is infinite) | yes / yes (exact pair)    |
-| zCDP                                   | yes (rho alpha)            | no (no dominating pair)   |
-| Poisson-sampled Gaussian               | add/remove                 | add/remove                |
-| Poisson-sampled Laplace                | no                         | add/remove (exact tails)  |
-| Poisson-sampled discrete Laplace, discrete Gaussian, (eps, delta) | no | add/remove (pair mixture) |
-| sampled without replacement            | only sample = dataset      | only sample = dataset     |
+| leaf                                | rdp                     | pld                        |
+|-------------------------------------|-------------------------|----------------------------|
+| Gaussian, Laplace, discrete Laplace | both relations (exact)  | both relations             |
+| discrete Gaussian                   | both (alpha D^2/2s^2)   | both (window, rest at inf) |
+| randomized response                 | replace-one             | replace-one                |
+| (eps, 0) / (eps, delta > 0)         | yes / no (infinite)     | yes / yes (exact pair)     |
+| zCDP                                | yes (rho alpha)         | no (no dominating pair)    |
+| Poisson-sampled Gaussian            | add/remove              | add/remove                 |
+| Poisson-sampled Laplace             | no                      | add/remove (exact tails)   |
+| Poisson-sampled discrete Laplace,   | no                      | add/remove (pair mixture)  |
+|   discrete Gaussian, (eps, delta)   |                         |                            |
+| sampled without replacement         | only sample = dataset   | only sample = dataset      |
 
 PLD answers are upper bounds on a grid of spacing `value_discretization` (exact for
 Gaussian-only compositions); RDP answers are upper bounds at the given orders.
@@ -138,7 +139,7 @@ def _leaf_rdp(e, orders: np.ndarray) -> np.ndarray:
     return rdp.randomized_response_rdp(e.epsilon, orders, num_buckets=e.num_buckets)
   if isinstance(e, ev.DiscreteLaplaceEvent):
     return _pair_rdp(*_pair(e)[:2], orders)
-  if isinstance(e, ev.DiscreteGaussianEvent):   # Canonne, Kamath & Steinke 2020, Prop. 5
+  if isinstance(e, ev.DiscreteGaussianEvent):   # (D^2 / 2 s^2)-zCDP (Canonne et al. 2020)
     return orders * e.sensitivity ** 2 / (2.0 * e.sigma ** 2)
   if isinstance(e, ev.EpsilonDeltaEvent):
     return (composition.pure_dp_rdp(e.epsilon, orders) if e.epsilon > 0

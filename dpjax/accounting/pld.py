@@ -385,8 +385,9 @@ def pmf_pair_pld(probs_p_K, probs_q_K, value_discretization: float = DEFAULT_VAL
   out of the K outputs (added at +inf, so truncated supports stay pessimistic). With
   sampling_prob q < 1 the pair is Poisson-subsampled for add/remove neighbours: the
   remove direction is (q P + (1 - q) Q || Q), the add direction (Q || q P + (1 - q) Q)
-  (Zhu, Dong & Wang 2022, Theorem 11), valid when (P, Q) dominates the mechanism in both
-  orders. Every delta(eps) is an upper bound (connect-the-dots, `pld_grid.atoms_to_grid`).
+  (Zhu, Dong & Wang 2022, subsampling of dominating pairs), valid when (P, Q) dominates
+  the mechanism in both orders. Every delta(eps) is an upper bound (connect-the-dots,
+  `pld_grid.atoms_to_grid`).
 
   Args:
     probs_p_K, probs_q_K: float[K] >= 0, each summing to 1 within 1e-6.
@@ -479,9 +480,9 @@ def discrete_gaussian_pair(sigma: float, sensitivity: int = 1,
 
 
 __all__ = [
-    "CheckedEpsilon", "DEFAULT_TAIL_MASS", "DEFAULT_VALUE_DISCRETIZATION", "PldResult", "PrivacyLossDistribution",
+    "CheckedEpsilon", "DEFAULT_TAIL_MASS", "DEFAULT_VALUE_DISCRETIZATION", "PldResult",
+    "PrivacyLossDistribution", "discrete_gaussian_pair", "discrete_laplace_pair",
     "dpsgd_delta", "dpsgd_delta_bound", "dpsgd_epsilon", "dpsgd_epsilon_bound",
-    "dpsgd_epsilon_never_looser",
-    "discrete_gaussian_pair", "discrete_laplace_pair", "epsilon_delta_pair", "finite_output_pld",
-    "gaussian_pld", "laplace_pld", "pmf_pair_pld", "randomized_response_pld",
+    "dpsgd_epsilon_never_looser", "epsilon_delta_pair", "finite_output_pld", "gaussian_pld",
+    "laplace_pld", "pmf_pair_pld", "randomized_response_pld",
 ]

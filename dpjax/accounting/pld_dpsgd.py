@@ -266,5 +266,5 @@ def dpsgd_epsilon_never_looser(noise_multiplier: float, sampling_prob: float, nu
     best = min(best, fine)
   return CheckedEpsilon(best, ours, ref, "dpjax_finer" if best < ours else "dpjax")
 
-__all__ = ["CheckedEpsilon", "PldResult", "dpsgd_delta", "dpsgd_delta_bound", "dpsgd_epsilon", "dpsgd_epsilon_bound",
-           "dpsgd_epsilon_never_looser"]
+__all__ = ["CheckedEpsilon", "PldResult", "dpsgd_delta", "dpsgd_delta_bound", "dpsgd_epsilon",
+           "dpsgd_epsilon_bound", "dpsgd_epsilon_never_looser"]

@@ -533,6 +533,6 @@ def atoms_to_grid(losses: np.ndarray, p_masses: np.ndarray, h: float,
 
 __all__ = [
     "DEFAULT_TAIL_MASS", "DEFAULT_VALUE_DISCRETIZATION", "GridTooLarge", "LossPmf", "MAX_POINTS",
-    "WINDOW_TAIL_MASS", "atoms_pmf", "atoms_to_grid", "compose_pmfs", "discretise", "laplace_pmf", "self_compose",
-    "subsampled_gaussian_pmfs", "subsampled_laplace_pmfs",
+    "WINDOW_TAIL_MASS", "atoms_pmf", "atoms_to_grid", "compose_pmfs", "discretise", "laplace_pmf",
+    "self_compose", "subsampled_gaussian_pmfs", "subsampled_laplace_pmfs",
 ]

@@ -45,6 +45,19 @@ E = fb.Entry
 EXCLUDED = {
     # Result records: built by the library from validated values, not inputs.
     "dpjax.accounting.pld.PldResult": "result record returned by the PLD accountant",
+    "dpjax.accounting.pld.CheckedEpsilon": "result record of dpsgd_epsilon_never_looser",
+    "dpjax.accounting.events.Event": "abstract base class of the events (no inputs)",
+    "dpjax.accounting.events.UnsupportedEventError": "exception raised by the accountants",
+    "dpjax.accounting.pld_grid.subsampled_laplace_pmfs": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.atoms_to_grid": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.GridTooLarge": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.LossPmf": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.atoms_pmf": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.compose_pmfs": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.discretise": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.laplace_pmf": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.self_compose": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.subsampled_gaussian_pmfs": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.statement.EpsilonRow": "result record of privacy_statement",
     "dpjax.accounting.statement.PrivacyStatement": "result record of privacy_statement",
     "dpjax.data.credit.CustomerData": "result record of sample_customers",
@@ -230,6 +243,7 @@ def entries():
   from dpjax import (accounting, fitting, mechanisms, metrics, models, parallel, pate,  # pylint: disable=g-import-not-at-top
                      privatizer, prng, sampling, tradeoff, dpsgd)
   from dpjax.accounting import composition, gdp, pld, rdp, statement  # pylint: disable=g-import-not-at-top
+  from dpjax.accounting import event_accounting as eacc, events as evs  # pylint: disable=g-import-not-at-top
   from dpjax.attacks import mia, reconstruction  # pylint: disable=g-import-not-at-top
   from dpjax.audit import canary, one_run, one_run_fdp, stats, store, thresholds, variants  # pylint: disable=g-import-not-at-top
   from dpjax.audit import parametric, score_audit  # pylint: disable=g-import-not-at-top
@@ -280,6 +294,10 @@ def entries():
   add(E("dpjax.accounting.Accountant.compose_randomized_response",
         lambda epsilon, count: accounting.Accountant().compose_randomized_response(
             epsilon, count=count), dict(epsilon=1.0, count=2)))
+  add(E("dpjax.accounting.Accountant.compose_event",
+        lambda event, relation: accounting.Accountant("pld").compose_event(event, relation),
+        dict(event=evs.LaplaceEvent(1.0), relation="add_remove"),
+        {"event": "object", "relation": "choice"}))
   add(E("dpjax.accounting.Accountant.epsilon",
         lambda delta, dataset_size: acct().epsilon(delta, dataset_size=dataset_size),
         dict(delta=1e-5, dataset_size=1000)))
@@ -346,7 +364,7 @@ def entries():
              value_discretization=1e-3),
         {"log_probs_in_K": "array", "log_probs_out_K": "array", "value_discretization": "pos"}))
   add(E("dpjax.accounting.pld.laplace_pld", pld.laplace_pld,
-        dict(scale=1.0, sensitivity=1.0, value_discretization=1e-3)))
+        dict(scale=1.0, sensitivity=1.0, value_discretization=1e-3, sampling_prob=0.5)))
   add(E("dpjax.accounting.pld.randomized_response_pld", pld.randomized_response_pld,
         dict(epsilon=1.0, num_buckets=3, value_discretization=1e-3)))
   for n, last in (("dpsgd_epsilon_bound", "delta"), ("dpsgd_epsilon", "delta"),
@@ -354,6 +372,61 @@ def entries():
     add(E(f"dpjax.accounting.pld.{n}", getattr(pld, n),
           {"noise_multiplier": 1.0, "sampling_prob": 0.1, "num_steps": 10,
            last: 1e-5 if last == "delta" else 1.0, "rtol": 1e-3}))
+
+  add(E("dpjax.accounting.pld.dpsgd_epsilon_never_looser", pld.dpsgd_epsilon_never_looser,
+        dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10, delta=1e-5, rtol=1e-3,
+             value_discretization=1e-3)))
+  add(E("dpjax.accounting.pld.pmf_pair_pld", pld.pmf_pair_pld,
+        dict(probs_p_K=np.array([0.7, 0.2, 0.1]), probs_q_K=np.array([0.1, 0.2, 0.7]),
+             value_discretization=1e-3, sampling_prob=0.5, tail_mass=1e-12),
+        {"probs_p_K": "probarr", "probs_q_K": "probarr", "tail_mass": "nonneg"}))
+  add(E("dpjax.accounting.pld.epsilon_delta_pair", pld.epsilon_delta_pair,
+        dict(epsilon=1.0, delta=1e-3)))
+  add(E("dpjax.accounting.pld.discrete_laplace_pair", pld.discrete_laplace_pair,
+        dict(noise_parameter=0.5, sensitivity=3), {"noise_parameter": "pos"}))
+  add(E("dpjax.accounting.pld.discrete_gaussian_pair", pld.discrete_gaussian_pair,
+        dict(sigma=2.0, sensitivity=2, tail_mass=1e-15)))
+  add(E("dpjax.accounting.pld.PrivacyLossDistribution.gdp_mu",
+        lambda num_epsilons: pld.gaussian_pld(1.0, 0.5, value_discretization=1e-2).gdp_mu(
+            num_epsilons), dict(num_epsilons=100)))
+
+  # ---- accounting.events and event_accounting
+  g_ev = evs.GaussianEvent(2.0)
+  ev_kinds = {"event": "object", "events": "object", "relation": "choice",
+              "noise_parameter": "pos", "rho": "pos", "sample_size": "count",
+              "orders": "array"}
+  for n, kw in (("GaussianEvent", dict(noise_multiplier=1.0)),
+                ("LaplaceEvent", dict(noise_multiplier=1.0)),
+                ("RandomizedResponseEvent", dict(epsilon=1.0, num_buckets=3)),
+                ("DiscreteGaussianEvent", dict(sigma=2.0, sensitivity=2)),
+                ("DiscreteLaplaceEvent", dict(noise_parameter=0.5, sensitivity=2)),
+                ("EpsilonDeltaEvent", dict(epsilon=1.0, delta=1e-3)),
+                ("ZCdpEvent", dict(rho=0.1)),
+                ("PoissonSampledEvent", dict(sampling_prob=0.1, event=g_ev)),
+                ("SampledWithoutReplacementEvent",
+                 dict(dataset_size=100, sample_size=10, event=g_ev)),
+                ("SelfComposedEvent", dict(event=g_ev, count=3)),
+                ("ComposedEvent", dict(events=(g_ev, g_ev)))):
+    add(E(f"dpjax.accounting.events.{n}", getattr(evs, n), kw, dict(ev_kinds)))
+  add(E("dpjax.accounting.events.check_relation", evs.check_relation,
+        dict(relation="add_remove"), dict(ev_kinds)))
+  for n in ("flatten", "pure_epsilon"):
+    add(E(f"dpjax.accounting.events.{n}", getattr(evs, n), dict(event=g_ev), dict(ev_kinds)))
+  add(E("dpjax.accounting.event_accounting.check_supported", eacc.check_supported,
+        dict(event=g_ev, accountant="rdp", relation="replace_one"), dict(ev_kinds)))
+  add(E("dpjax.accounting.event_accounting.rdp_curve", eacc.rdp_curve,
+        dict(event=g_ev, orders=orders, relation="add_remove"), dict(ev_kinds)))
+  add(E("dpjax.accounting.event_accounting.privacy_loss_distribution",
+        eacc.privacy_loss_distribution,
+        dict(event=evs.LaplaceEvent(1.0), relation="add_remove", value_discretization=1e-3),
+        dict(ev_kinds)))
+  for n, last in (("epsilon", dict(delta=1e-5)), ("delta", dict(epsilon=1.0))):
+    add(E(f"dpjax.accounting.event_accounting.{n}[rdp]", getattr(eacc, n),
+          dict(event=g_ev, **last, accountant="rdp", relation="add_remove", orders=orders),
+          dict(ev_kinds)))
+    add(E(f"dpjax.accounting.event_accounting.{n}[pld]", getattr(eacc, n),
+          dict(event=evs.LaplaceEvent(1.0), **last, accountant="pld", relation="add_remove",
+               value_discretization=1e-3), dict(ev_kinds)))
 
   # ---- accounting.rdp
   add(E("dpjax.accounting.rdp.gaussian_rdp", rdp.gaussian_rdp,

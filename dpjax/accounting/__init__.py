@@ -9,7 +9,8 @@ Both take `accountant="rdp"` (exact RDP, Balle et al. 2020 conversion; `rdp`) or
 (privacy loss distributions, usually tighter; `pld`). `Accountant` composes heterogeneous
 events and reads eps(delta) or delta(eps). Submodules: `composition`, `rdp`, `pld`, `gdp`
 (mu-GDP, exact Gaussian, the DP-SGD CLT approximation), `noise_support` (the delta a
-sampler's finite support adds); trade-off curves are in `dpjax.tradeoff`. Runs on the
+sampler's finite support adds), `events` and `event_accounting` (immutable privacy events,
+composed freely, accounted by RDP or PLD); trade-off curves are in `dpjax.tradeoff`. Runs on the
 host in float64.
 
 Examples:
@@ -215,7 +216,7 @@ class Accountant:
   """Composes heterogeneous privacy events and reports eps(delta) or delta(eps).
 
   Events: Gaussian, Laplace, randomized response and the Poisson-subsampled Gaussian (one
-  DP-SGD step), each any number of times. "rdp" adds RDP curves order by order; "pld"
+  DP-SGD step), each any number of times, and any `events.Event` tree (`compose_event`). "rdp" adds RDP curves order by order; "pld"
   convolves privacy loss distributions. orders and rdp_method as in `dpsgd_epsilon`.
 
   Neighbouring relation: the subsampled Gaussian is accounted for add/remove-one
@@ -290,6 +291,20 @@ class Accountant:
     return self._add("randomized_response", {"epsilon": e, "num_buckets": num_buckets}, count,
                      lambda o: rdp.randomized_response_rdp(e, o, num_buckets=num_buckets),
                      pld_fn)
+
+  def compose_event(self, event, relation: str = "add_remove") -> "Accountant":
+    """Adds any `events.Event` (a composition tree) under `relation` ("add_remove" or
+    "replace_one"), by this accountant's method (`event_accounting`); an event it cannot
+    bound raises `events.UnsupportedEventError` naming it. The caller answers for mixing
+    relations with the other compose_* events (add/remove-one)."""
+    from dpjax.accounting import event_accounting  # pylint: disable=import-outside-toplevel
+    if self.accountant == "rdp":
+      rdp_fn = lambda o: event_accounting.rdp_curve(event, o, relation)[1]
+    else:
+      rdp_fn = None
+    pld_fn = lambda: event_accounting.privacy_loss_distribution(event, relation)
+    event_accounting.check_supported(event, self.accountant, relation)
+    return self._add("event", {"event": event, "relation": relation}, 1, rdp_fn, pld_fn)
 
   @staticmethod
   def _warn_mixed():

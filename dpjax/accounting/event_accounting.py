@@ -1,0 +1,233 @@
+"""Accountants over `events`: RDP and PLD, each saying which events it supports.
+
+    from dpjax.accounting import events as ev, event_accounting as ea
+    step = ev.PoissonSampledEvent(0.01, ev.GaussianEvent(1.0))
+    ea.epsilon(ev.SelfComposedEvent(step, 1000), 1e-5, accountant="pld")   # 1.83
+
+A composition tree is flattened to (leaf event, count) pairs (`events.flatten`); each
+leaf becomes an RDP curve (added order by order, then converted: `rdp.rdp_to_epsilon`)
+or a PLD (self-composed `count` times, then convolved: `pld`). An event an accountant
+cannot bound under the requested relation raises `events.UnsupportedEventError` naming it;
+nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
+
+| leaf                                | rdp                     | pld                        |
+|-------------------------------------|-------------------------|----------------------------|
+| Gaussian, Laplace, discrete Laplace | both relations (exact)  | both relations             |
+| discrete Gaussian                   | both (alpha D^2/2s^2)   | both (window, rest at inf) |
+| randomized response                 | replace-one             | replace-one                |
+| (eps, 0) / (eps, delta > 0)         | yes / no (infinite)     | yes / yes (exact pair)     |
+| zCDP                                | yes (rho alpha)         | no (no dominating pair)    |
+| Poisson-sampled Gaussian            | add/remove              | add/remove                 |
+| Poisson-sampled Laplace             | no                      | add/remove (exact tails)   |
+| Poisson-sampled discrete Laplace,   | no                      | add/remove (pair mixture)  |
+|   discrete Gaussian, (eps, delta)   |                         |                            |
+| sampled without replacement         | only sample = dataset   | only sample = dataset      |
+
+PLD answers are upper bounds on a grid of spacing `value_discretization` (exact for
+Gaussian-only compositions); RDP answers are upper bounds at the given orders.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+from scipy import special
+
+from dpjax import _validate
+from dpjax.accounting import composition
+from dpjax.accounting import events as ev
+from dpjax.accounting import pld
+from dpjax.accounting import rdp
+
+ACCOUNTANTS = ("rdp", "pld")
+SUPPORTED = {
+    "rdp": (ev.GaussianEvent, ev.LaplaceEvent, ev.DiscreteLaplaceEvent,
+            ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
+            ev.ZCdpEvent, ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent),
+    "pld": (ev.GaussianEvent, ev.LaplaceEvent, ev.DiscreteLaplaceEvent,
+            ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
+            ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent),
+}
+_PAIR_EVENTS = (ev.DiscreteLaplaceEvent, ev.DiscreteGaussianEvent, ev.EpsilonDeltaEvent)
+
+
+def _pair(e) -> tuple[np.ndarray, np.ndarray, float]:
+  """(p, q, tail) of a leaf event given by a pmf pair."""
+  if isinstance(e, ev.DiscreteLaplaceEvent):
+    return (*pld.discrete_laplace_pair(e.noise_parameter, e.sensitivity), 0.0)
+  if isinstance(e, ev.DiscreteGaussianEvent):
+    return pld.discrete_gaussian_pair(e.sigma, e.sensitivity)
+  return (*pld.epsilon_delta_pair(e.epsilon, e.delta), 0.0)
+
+
+def _pair_rdp(p: np.ndarray, q: np.ndarray, orders: np.ndarray) -> np.ndarray:
+  """max(D_a(P || Q), D_a(Q || P)) at each order a > 1 for pmfs p, q [K]."""
+  def one(a_, b_):
+    keep = a_ > 0
+    if np.any(keep & (b_ == 0)):
+      return np.full(orders.shape, math.inf)
+    la, lb = np.log(a_[keep]), np.log(b_[keep])
+    return special.logsumexp(orders[:, None] * la + (1 - orders[:, None]) * lb,
+                             axis=1) / (orders - 1)
+  return np.maximum(np.maximum(one(p, q), one(q, p)), 0.0)
+
+
+def _leaf_check(e, accountant: str, relation: str) -> None:
+  """Raises UnsupportedEventError when `accountant` cannot bound leaf `e` under `relation`."""
+  if isinstance(e, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent)) and isinstance(
+      e.event, (ev.SelfComposedEvent, ev.ComposedEvent)):
+    raise ev.UnsupportedEventError(e, accountant, "sampling once for a composition is not "
+                                   "implemented; compose sampled events instead")
+  if not isinstance(e, SUPPORTED[accountant]):
+    reason = {"rdp": "no RDP curve is implemented", "pld": "no dominating pair is known "
+              "(a zCDP guarantee does not determine a PLD)"}[accountant]
+    raise ev.UnsupportedEventError(e, accountant, reason)
+  if isinstance(e, ev.RandomizedResponseEvent) and relation != ev.REPLACE_ONE:
+    raise ev.UnsupportedEventError(e, accountant, "randomized response protects one record's "
+                                   "value, a replace-one guarantee; use relation='replace_one'")
+  if accountant == "rdp" and isinstance(e, ev.EpsilonDeltaEvent) and e.delta > 0:
+    raise ev.UnsupportedEventError(e, accountant, "an (eps, delta > 0) mechanism has "
+                                   "infinite Renyi divergence; use accountant='pld'")
+  if isinstance(e, ev.PoissonSampledEvent) and e.sampling_prob < 1:
+    if relation != ev.ADD_REMOVE:
+      raise ev.UnsupportedEventError(e, accountant, "Poisson sampling is accounted for "
+                                     "add/remove neighbours only")
+    inner = (ev.GaussianEvent if accountant == "rdp"
+             else (ev.GaussianEvent, ev.LaplaceEvent, *_PAIR_EVENTS))
+    if not isinstance(e.event, inner):
+      raise ev.UnsupportedEventError(e, accountant, f"Poisson sampling of "
+                                     f"{type(e.event).__name__} is not implemented")
+  if isinstance(e, ev.PoissonSampledEvent) and e.sampling_prob == 1:
+    _leaf_check(e.event, accountant, relation)
+  if isinstance(e, ev.SampledWithoutReplacementEvent):
+    if e.sample_size < e.dataset_size:
+      raise ev.UnsupportedEventError(e, accountant, "amplification by sampling without "
+                                     "replacement is not implemented (only sample_size = "
+                                     "dataset_size, which is the event itself)")
+    _leaf_check(e.event, accountant, relation)
+
+
+def check_supported(event: ev.Event, accountant: str = "pld",
+                    relation: str = ev.ADD_REMOVE) -> list[tuple[ev.Event, int]]:
+  """The flattened (leaf, count) list of `event`, or UnsupportedEventError naming the first
+  leaf that `accountant` ("rdp" or "pld") cannot bound under `relation`."""
+  _validate.check_choice(accountant, ACCOUNTANTS, "accountant")
+  relation = ev.check_relation(relation)
+  leaves = ev.flatten(event)
+  for e, _ in leaves:
+    _leaf_check(e, accountant, relation)
+  return leaves
+
+
+def _unwrap(e):
+  """A sampled event that samples everything is its inner event."""
+  while (isinstance(e, ev.PoissonSampledEvent) and e.sampling_prob == 1) or (
+      isinstance(e, ev.SampledWithoutReplacementEvent) and e.sample_size == e.dataset_size):
+    e = e.event
+  return e
+
+
+def _leaf_rdp(e, orders: np.ndarray) -> np.ndarray:
+  e = _unwrap(e)
+  if isinstance(e, ev.GaussianEvent):
+    return rdp.gaussian_rdp(e.noise_multiplier, orders)
+  if isinstance(e, ev.LaplaceEvent):
+    return rdp.laplace_rdp(e.noise_multiplier, orders)
+  if isinstance(e, ev.RandomizedResponseEvent):
+    return rdp.randomized_response_rdp(e.epsilon, orders, num_buckets=e.num_buckets)
+  if isinstance(e, ev.DiscreteLaplaceEvent):
+    return _pair_rdp(*_pair(e)[:2], orders)
+  if isinstance(e, ev.DiscreteGaussianEvent):   # (D^2 / 2 s^2)-zCDP (Canonne et al. 2020)
+    return orders * e.sensitivity ** 2 / (2.0 * e.sigma ** 2)
+  if isinstance(e, ev.EpsilonDeltaEvent):
+    return (composition.pure_dp_rdp(e.epsilon, orders) if e.epsilon > 0
+            else np.zeros_like(orders))
+  if isinstance(e, ev.ZCdpEvent):
+    return e.rho * orders
+  return rdp.subsampled_gaussian_rdp(e.sampling_prob, e.event.noise_multiplier, orders)
+
+
+def rdp_curve(event: ev.Event, orders=None, relation: str = ev.ADD_REMOVE
+              ) -> tuple[np.ndarray, np.ndarray]:
+  """(orders [A], the RDP curve of `event` [A]) under `relation`; orders default to
+  `rdp.DEFAULT_ORDERS`. Raises UnsupportedEventError for an event RDP cannot bound."""
+  o = rdp.DEFAULT_ORDERS.copy() if orders is None else _validate.check_orders(orders)
+  total = np.zeros_like(o)
+  for e, k in check_supported(event, "rdp", relation):
+    total = total + k * _leaf_rdp(e, o)
+  return o, total
+
+
+def _leaf_pld(e, h: float) -> pld.PrivacyLossDistribution:
+  e = _unwrap(e)
+  if isinstance(e, ev.GaussianEvent):
+    return pld.gaussian_pld(e.noise_multiplier, value_discretization=h)
+  if isinstance(e, ev.LaplaceEvent):
+    return pld.laplace_pld(e.noise_multiplier, value_discretization=h)
+  if isinstance(e, ev.RandomizedResponseEvent):
+    return pld.randomized_response_pld(e.epsilon, e.num_buckets, value_discretization=h)
+  if isinstance(e, _PAIR_EVENTS):
+    p, q, tail = _pair(e)
+    return pld.pmf_pair_pld(p, q, h, tail_mass=tail)
+  inner = e.event                       # Poisson-sampled, add/remove
+  if isinstance(inner, ev.GaussianEvent):
+    return pld.gaussian_pld(inner.noise_multiplier, e.sampling_prob, value_discretization=h)
+  if isinstance(inner, ev.LaplaceEvent):
+    return pld.laplace_pld(inner.noise_multiplier, value_discretization=h,
+                           sampling_prob=e.sampling_prob)
+  p, q, tail = _pair(inner)
+  return pld.pmf_pair_pld(p, q, h, sampling_prob=e.sampling_prob, tail_mass=tail)
+
+
+def privacy_loss_distribution(event: ev.Event, relation: str = ev.ADD_REMOVE,
+                              value_discretization: float = pld.DEFAULT_VALUE_DISCRETIZATION
+                              ) -> pld.PrivacyLossDistribution:
+  """The composed PLD of `event` under `relation` on a grid of spacing h > 0 (Gaussian-only
+  compositions stay exact). Raises UnsupportedEventError for an event PLD cannot bound."""
+  h = _validate.check_positive(value_discretization, "value_discretization")
+  out = None
+  for e, k in check_supported(event, "pld", relation):
+    d = _leaf_pld(e, h)
+    d = d.self_compose(k) if k > 1 else d
+    out = d if out is None else out.compose(d)
+  return out
+
+
+def epsilon(event: ev.Event, delta: float, accountant: str = "pld",
+            relation: str = ev.ADD_REMOVE, *, orders=None,
+            value_discretization: Optional[float] = None) -> float:
+  """eps (an upper bound) of `event` at delta in (0, 1) by `accountant` ("rdp" or "pld").
+
+  orders apply to rdp, value_discretization (default 1e-4) to pld.
+
+  Examples:
+    >>> e = ev.ComposedEvent((ev.EpsilonDeltaEvent(1.0, 0.1), ev.EpsilonDeltaEvent(2.0, 0.2)))
+    >>> round(delta(e, 3.0), 6)   # exact optimal composition: 1 - 0.9 * 0.8
+    0.28
+  """
+  d = _validate.check_delta(delta)
+  _validate.check_choice(accountant, ACCOUNTANTS, "accountant")
+  if accountant == "rdp":
+    o, r = rdp_curve(event, orders, relation)
+    return rdp.rdp_to_epsilon(o, r, d)[0]
+  h = pld.DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else value_discretization
+  return float(privacy_loss_distribution(event, relation, h).epsilon(d))
+
+
+def delta(event: ev.Event, epsilon: float, accountant: str = "pld",
+          relation: str = ev.ADD_REMOVE, *, orders=None,
+          value_discretization: Optional[float] = None) -> float:
+  """delta(eps) (an upper bound) of `event` at epsilon >= 0; arguments as in `epsilon`."""
+  e = _validate.check_epsilon(epsilon, allow_zero=True)
+  _validate.check_choice(accountant, ACCOUNTANTS, "accountant")
+  if accountant == "rdp":
+    o, r = rdp_curve(event, orders, relation)
+    return rdp.rdp_to_delta(o, r, e)[0]
+  h = pld.DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else value_discretization
+  return float(privacy_loss_distribution(event, relation, h).delta(e))
+
+
+__all__ = ["ACCOUNTANTS", "SUPPORTED", "check_supported", "delta", "epsilon",
+           "privacy_loss_distribution", "rdp_curve"]

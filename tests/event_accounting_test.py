@@ -1,0 +1,331 @@
+"""Tests for dpjax.accounting.event_accounting: closed forms, dp_accounting, properties.
+
+dp_accounting is an optional oracle: its cross-checks skip when it is not installed.
+"""
+
+import itertools
+import math
+
+import numpy as np
+from absl.testing import absltest, parameterized
+from scipy import integrate, special
+
+from dpjax.accounting import events as ev
+from dpjax.accounting import event_accounting as ea
+from dpjax.accounting import gdp, rdp
+
+try:
+  import dp_accounting
+  from dp_accounting import dp_event as dpe
+  from dp_accounting.pld import common
+  from dp_accounting.pld import privacy_loss_distribution as dp_pld
+except ImportError:  # pragma: no cover - optional oracle
+  dp_accounting = None
+
+_NEEDS_DPA = absltest.skipIf(dp_accounting is None, "dp_accounting is not installed")
+
+
+def _optimal_heterogeneous_delta(eps_k, delta_k, epsilon):
+  """Exact delta(eps) of composing (eps_i, delta_i)-DP mechanisms (Murtagh & Vadhan 2016,
+  Thm 1.5), by enumerating the 2^k sign patterns of the composed canonical pairs."""
+  eps_k = np.asarray(eps_k, float)
+  keep = 1.0
+  for d in delta_k:
+    keep *= 1.0 - d
+  total = 0.0
+  for signs in itertools.product([0, 1], repeat=len(eps_k)):
+    s = np.array(signs, bool)
+    up, down = eps_k[s].sum(), eps_k[~s].sum()
+    total += max(0.0, math.exp(up) - math.exp(epsilon + down))
+  total /= np.prod(1.0 + np.exp(eps_k))
+  return 1.0 - keep + keep * total
+
+
+def _laplace_delta(eps0, eps):
+  """Exact delta(eps) of the Laplace mechanism with pure epsilon eps0 (0 <= eps <= eps0)."""
+  return max(0.0, -math.expm1((eps - eps0) / 2))
+
+
+class ClosedFormTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(("k2", (1.0, 2.0), (0.1, 0.2), 3.0),
+                                  ("k3", (0.5, 0.25, 1.5), (1e-3, 0.0, 1e-2), 0.75),
+                                  ("k5", (0.1, 0.2, 0.3, 0.4, 0.5), (0, 0, 1e-4, 0, 1e-5), 0.6),
+                                  ("k4_eps0", (0.7, 0.7, 0.3, 0.1), (0, 0, 0, 0), 0.0))
+  def test_epsilon_delta_composition_is_exact(self, eps_k, delta_k, epsilon):
+    # Each eps_i is a multiple of the grid spacing 1e-4, so the PLD is exact up to float64.
+    e = ev.ComposedEvent(tuple(ev.EpsilonDeltaEvent(a, b) for a, b in zip(eps_k, delta_k)))
+    want = _optimal_heterogeneous_delta(eps_k, delta_k, epsilon)
+    self.assertAlmostEqual(ea.delta(e, epsilon), want, delta=1e-12)
+
+  def test_one_plus_two_composition_reaches_point_two_eight(self):
+    e = ev.ComposedEvent((ev.EpsilonDeltaEvent(1.0, 0.1), ev.EpsilonDeltaEvent(2.0, 0.2)))
+    self.assertAlmostEqual(ea.delta(e, 3.0), 0.28, delta=1e-12)
+
+  def test_gaussian_composition_is_exact_gdp(self):
+    e = ev.ComposedEvent((ev.SelfComposedEvent(ev.GaussianEvent(2.0), 9),
+                          ev.GaussianEvent(3.0)))
+    mu = math.sqrt(9 / 4 + 1 / 9)
+    self.assertAlmostEqual(ea.epsilon(e, 1e-6), gdp.gaussian_epsilon(1e-6, mu), places=12)
+    _, r = ea.rdp_curve(e, orders=[2.0, 10.0])
+    np.testing.assert_allclose(r, np.array([2.0, 10.0]) * mu ** 2 / 2, rtol=1e-13)
+
+  @parameterized.parameters(0.0, 0.3, 0.9)
+  def test_laplace_profile(self, eps):
+    # Lap(b = 2): eps0 = 0.5; the grid holds eps0 exactly, so the gap is the O(h^2) chord.
+    got = ea.delta(ev.LaplaceEvent(2.0), eps)
+    want = _laplace_delta(0.5, eps)
+    self.assertGreaterEqual(got, want - 1e-15)
+    self.assertAlmostEqual(got, want, delta=1e-8)
+
+  @parameterized.parameters((0.1, 1.0), (0.5, 0.5))
+  def test_poisson_sampled_laplace_profile_by_quadrature(self, q, b):
+    # delta(eps) = int (p - e^eps q)_+ over each direction, mixtures of Laplace densities.
+    lap = lambda x, c: np.exp(-abs(x - c) / b) / (2 * b)
+    mix = lambda x: (1 - q) * lap(x, 0.0) + q * lap(x, 1.0)
+    e = ev.PoissonSampledEvent(q, ev.LaplaceEvent(b))
+    for eps in (0.0, 0.05, 0.2):
+      want = 0.0
+      for f, g in ((mix, lambda x: lap(x, 0.0)), (lambda x: lap(x, 0.0), mix)):
+        val, _ = integrate.quad(lambda x: max(0.0, f(x) - math.exp(eps) * g(x)), -60, 60,
+                                points=[0.0, 1.0], limit=400, epsabs=1e-14, epsrel=1e-12)
+        want = max(want, val)
+      got = ea.delta(e, eps)
+      self.assertGreaterEqual(got, want - 1e-12)
+      self.assertAlmostEqual(got, want, delta=1e-8)
+
+  def test_zcdp_rdp_is_rho_alpha(self):
+    o, r = ea.rdp_curve(ev.SelfComposedEvent(ev.ZCdpEvent(0.05), 4), orders=[1.5, 3.0, 64.0])
+    np.testing.assert_allclose(r, 0.2 * o, rtol=1e-15)
+
+  def test_discrete_laplace_rdp_is_the_pairs_renyi_divergence(self):
+    # Sensitivity 1: losses +-a only, so the pair is binary randomized response at a.
+    o = np.array([2.0, 5.0, 20.0])
+    _, r = ea.rdp_curve(ev.DiscreteLaplaceEvent(0.8), orders=o)
+    np.testing.assert_allclose(r, rdp.randomized_response_rdp(0.8, o), rtol=1e-12)
+
+  def test_discrete_gaussian_pld_is_close_to_and_below_its_zcdp_bound(self):
+    # Canonne et al.: D_alpha <= alpha D^2 / (2 s^2), the continuous Gaussian's curve; the
+    # PLD answer must not exceed the RDP one, and for large sigma matches the Gaussian's.
+    e = ev.SelfComposedEvent(ev.DiscreteGaussianEvent(20.0, 3), 50)
+    pld_eps = ea.epsilon(e, 1e-6)
+    self.assertLessEqual(pld_eps, ea.epsilon(e, 1e-6, "rdp"))
+    cont = gdp.gaussian_epsilon(1e-6, math.sqrt(50) * 3 / 20.0)
+    self.assertAlmostEqual(pld_eps, cont, delta=2e-3 * cont)
+
+  def test_randomized_response_matches_binary_closed_form(self):
+    # Binary RR at eps composed k times is the optimal-composition worst case.
+    e = ev.SelfComposedEvent(ev.RandomizedResponseEvent(0.5), 6)
+    got = ea.delta(e, 1.0, relation=ev.REPLACE_ONE)
+    self.assertAlmostEqual(got, _optimal_heterogeneous_delta([0.5] * 6, [0.0] * 6, 1.0),
+                           delta=1e-12)
+
+
+@_NEEDS_DPA
+class DpAccountingTest(parameterized.TestCase):
+
+  def _theirs_pld(self, events, relation=None):
+    rel = relation or dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    acct = dp_accounting.pld.PLDAccountant(neighboring_relation=rel,
+                                           value_discretization_interval=1e-4)
+    for e, k in events:
+      acct.compose(e, k)
+    return acct
+
+  def test_heterogeneous_pld_composition(self):
+    ours = ev.ComposedEvent((
+        ev.SelfComposedEvent(ev.PoissonSampledEvent(0.02, ev.GaussianEvent(1.3)), 300),
+        ev.SelfComposedEvent(ev.LaplaceEvent(5.0), 3),
+        ev.SelfComposedEvent(ev.DiscreteLaplaceEvent(0.2, 2), 4),
+        ev.GaussianEvent(4.0)))
+    theirs = self._theirs_pld([
+        (dpe.PoissonSampledDpEvent(0.02, dpe.GaussianDpEvent(1.3)), 300),
+        (dpe.LaplaceDpEvent(5.0), 3), (dpe.DiscreteLaplaceDpEvent(0.2, 2), 4),
+        (dpe.GaussianDpEvent(4.0), 1)])
+    for delta in (1e-4, 1e-7):
+      a, b = ea.epsilon(ours, delta), theirs.get_epsilon(delta)
+      self.assertAlmostEqual(a, b, delta=2e-3 * b)
+
+  def test_poisson_sampled_laplace(self):
+    ours = ev.SelfComposedEvent(ev.PoissonSampledEvent(0.05, ev.LaplaceEvent(0.5)), 40)
+    theirs = self._theirs_pld([(dpe.PoissonSampledDpEvent(0.05, dpe.LaplaceDpEvent(0.5)), 40)])
+    for d in (1e-3, 1e-6):
+      a, b = ea.epsilon(ours, d), theirs.get_epsilon(d)
+      self.assertAlmostEqual(a, b, delta=1e-6 * b)
+
+  @parameterized.parameters((0.5, 2), (1.5, 4))
+  def test_randomized_response_replace_one(self, eps, k):
+    # dp_accounting 0.6.0's PLD accountant composes a randomized-response event once
+    # whatever its count, so its 7 runs are composed one at a time here.
+    noise = k / (math.exp(eps) + k - 1)   # dp_accounting's uniform-resample probability
+    theirs = self._theirs_pld([(dpe.RandomizedResponseDpEvent(noise, k), 1)] * 7,
+                              dp_accounting.NeighboringRelation.REPLACE_ONE)
+    ours = ev.SelfComposedEvent(ev.RandomizedResponseEvent(eps, k), 7)
+    # Ours is exact (eps on the grid): equal to enumerating the 3^7 loss sums; theirs
+    # rounds the losses and sits a little above.
+    z = math.exp(eps) + k - 1
+    sums = {0.0: 1.0}
+    for _ in range(7):
+      nxt = {}
+      for l, p in sums.items():
+        for dl, pp in ((eps, math.exp(eps) / z), (-eps, 1 / z), (0.0, (k - 2) / z)):
+          nxt[round(l + dl, 9)] = nxt.get(round(l + dl, 9), 0.0) + p * pp
+      sums = nxt
+    for e in (0.0, 0.5, 2.0):
+      got = ea.delta(ours, e, relation=ev.REPLACE_ONE)
+      exact = sum(p * max(0.0, -math.expm1(e - l)) for l, p in sums.items())
+      self.assertAlmostEqual(got, exact, delta=1e-12)
+      self.assertLessEqual(got, theirs.get_delta(e) + 1e-12)
+      self.assertAlmostEqual(got, theirs.get_delta(e), delta=1e-3)
+
+  def test_discrete_gaussian_pld(self):
+    theirs = dp_pld.from_discrete_gaussian_mechanism(3.0, sensitivity=2).self_compose(5)
+    ours = ev.SelfComposedEvent(ev.DiscreteGaussianEvent(3.0, 2), 5)
+    for d in (1e-3, 1e-6):
+      self.assertAlmostEqual(ea.epsilon(ours, d), theirs.get_epsilon_for_delta(d),
+                             delta=1e-3)
+
+  def test_epsilon_delta_pld_matches_from_privacy_parameters(self):
+    theirs = dp_pld.from_privacy_parameters(common.DifferentialPrivacyParameters(0.5, 1e-3))
+    theirs = theirs.self_compose(3)
+    ours = ev.SelfComposedEvent(ev.EpsilonDeltaEvent(0.5, 1e-3), 3)
+    for e in (0.0, 0.4, 1.0, 1.5):
+      self.assertAlmostEqual(ea.delta(ours, e), theirs.get_delta_for_epsilon(e), delta=1e-9)
+
+  def test_rdp_composition(self):
+    o = list(rdp.DEFAULT_ORDERS)
+    ours = ev.ComposedEvent((
+        ev.SelfComposedEvent(ev.PoissonSampledEvent(0.05, ev.GaussianEvent(1.2)), 200),
+        ev.SelfComposedEvent(ev.LaplaceEvent(2.0), 5), ev.ZCdpEvent(0.01),
+        ev.GaussianEvent(3.0)))
+    theirs = dp_accounting.rdp.RdpAccountant(orders=o)
+    theirs.compose(dpe.PoissonSampledDpEvent(0.05, dpe.GaussianDpEvent(1.2)), 200)
+    theirs.compose(dpe.LaplaceDpEvent(2.0), 5)
+    theirs.compose(dpe.ZCDpEvent(0.01), 1)
+    theirs.compose(dpe.GaussianDpEvent(3.0), 1)
+    a, b = ea.epsilon(ours, 1e-6, "rdp"), theirs.get_epsilon(1e-6)
+    self.assertLessEqual(a, b + 1e-12)
+    self.assertAlmostEqual(a, b, delta=1e-3)
+
+
+class SupportTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("rdp_eps_delta", "rdp", ev.EpsilonDeltaEvent(1.0, 1e-6), ev.ADD_REMOVE, "infinite"),
+      ("pld_zcdp", "pld", ev.ZCdpEvent(0.1), ev.ADD_REMOVE, "ZCdpEvent"),
+      ("rr_add_remove", "pld", ev.RandomizedResponseEvent(1.0), ev.ADD_REMOVE, "replace-one"),
+      ("rdp_sampled_laplace", "rdp", ev.PoissonSampledEvent(0.1, ev.LaplaceEvent(1.0)),
+       ev.ADD_REMOVE, "LaplaceEvent"),
+      ("pld_sampled_zcdp", "pld", ev.PoissonSampledEvent(0.1, ev.ZCdpEvent(1.0)),
+       ev.ADD_REMOVE, "ZCdpEvent"),
+      ("poisson_replace", "pld", ev.PoissonSampledEvent(0.1, ev.GaussianEvent(1.0)),
+       ev.REPLACE_ONE, "add/remove"),
+      ("sampled_composition", "pld",
+       ev.PoissonSampledEvent(1.0, ev.SelfComposedEvent(ev.GaussianEvent(1.0), 2)),
+       ev.ADD_REMOVE, "compose sampled events"),
+      ("wor", "rdp", ev.SampledWithoutReplacementEvent(100, 10, ev.GaussianEvent(1.0)),
+       ev.REPLACE_ONE, "without replacement"),
+  )
+  def test_unsupported_events_are_refused_by_name(self, acct, event, relation, text):
+    nested = ev.ComposedEvent((ev.GaussianEvent(1.0), ev.SelfComposedEvent(event, 3)))
+    with self.assertRaisesRegex(ev.UnsupportedEventError, text) as cm:
+      ea.epsilon(nested, 1e-5, acct, relation)
+    self.assertEqual(cm.exception.event, event)
+
+  def test_every_listed_leaf_has_a_case(self):
+    leaves = {"rdp": [ev.GaussianEvent(1.0), ev.LaplaceEvent(1.0),
+                      ev.DiscreteLaplaceEvent(1.0), ev.DiscreteGaussianEvent(2.0),
+                      ev.EpsilonDeltaEvent(1.0), ev.ZCdpEvent(0.1),
+                      ev.PoissonSampledEvent(0.1, ev.GaussianEvent(1.0)),
+                      ev.SampledWithoutReplacementEvent(5, 5, ev.GaussianEvent(1.0))],
+              "pld": [ev.GaussianEvent(1.0), ev.LaplaceEvent(1.0),
+                      ev.DiscreteLaplaceEvent(1.0), ev.DiscreteGaussianEvent(2.0),
+                      ev.EpsilonDeltaEvent(1.0, 1e-3),
+                      ev.PoissonSampledEvent(0.1, ev.GaussianEvent(1.0)),
+                      ev.PoissonSampledEvent(0.1, ev.LaplaceEvent(1.0)),
+                      ev.PoissonSampledEvent(0.1, ev.DiscreteGaussianEvent(2.0)),
+                      ev.PoissonSampledEvent(0.1, ev.EpsilonDeltaEvent(1.0, 1e-3)),
+                      ev.SampledWithoutReplacementEvent(5, 5, ev.LaplaceEvent(1.0))]}
+    for acct, evs in leaves.items():
+      for e in evs:
+        eps = ea.epsilon(e, 1e-2, acct)
+        self.assertTrue(0.0 <= eps < math.inf, (acct, e, eps))
+      rr = ea.epsilon(ev.RandomizedResponseEvent(1.0), 1e-2, acct, ev.REPLACE_ONE)
+      self.assertLessEqual(rr, 1.0 + 1e-9 if acct == "pld" else 1.1)
+
+  def test_bad_arguments_are_named(self):
+    g = ev.GaussianEvent(1.0)
+    for call, name in ((lambda: ea.epsilon(g, 0.0), "delta"),
+                       (lambda: ea.epsilon(g, 1e-5, "gdp"), "accountant"),
+                       (lambda: ea.epsilon(g, 1e-5, relation="swap"), "relation"),
+                       (lambda: ea.delta(g, -1.0), "epsilon"),
+                       (lambda: ea.epsilon(1.0, 1e-5), "event"),
+                       (lambda: ea.privacy_loss_distribution(g, value_discretization=0),
+                        "value_discretization")):
+      with self.assertRaisesRegex((ValueError, TypeError), name):
+        call()
+
+
+class FrontDoorTest(parameterized.TestCase):
+
+  @parameterized.parameters("rdp", "pld")
+  def test_accountant_compose_event_equals_the_event_accountant(self, method):
+    from dpjax import accounting  # pylint: disable=g-import-not-at-top
+    step = ev.PoissonSampledEvent(0.02, ev.GaussianEvent(1.1))
+    old = accounting.Accountant(method).compose_subsampled_gaussian(1.1, 0.02, count=300)
+    new = accounting.Accountant(method).compose_event(ev.SelfComposedEvent(step, 300))
+    self.assertEqual(new.epsilon(1e-5), old.epsilon(1e-5))
+    mixed = new.compose_event(ev.DiscreteLaplaceEvent(0.5))
+    want = ea.epsilon(ev.ComposedEvent((ev.SelfComposedEvent(step, 300),
+                                        ev.DiscreteLaplaceEvent(0.5))), 1e-5, method)
+    self.assertAlmostEqual(mixed.epsilon(1e-5), want, delta=1e-9 * want)
+    with self.assertRaises(ev.UnsupportedEventError):
+      new.compose_event(ev.SampledWithoutReplacementEvent(10, 5, ev.GaussianEvent(1.0)))
+
+
+class PropertyTest(parameterized.TestCase):
+
+  @parameterized.parameters("rdp", "pld")
+  def test_composition_is_monotone(self, acct):
+    rng = np.random.default_rng(0)
+    pool = [ev.GaussianEvent(3.0), ev.LaplaceEvent(4.0), ev.DiscreteLaplaceEvent(0.3),
+            ev.PoissonSampledEvent(0.1, ev.GaussianEvent(1.5)), ev.DiscreteGaussianEvent(4.0)]
+    events, last = [], 0.0
+    for i in rng.integers(0, len(pool), 6):
+      events.append(pool[i])
+      eps = ea.epsilon(ev.ComposedEvent(tuple(events)), 1e-6, acct)
+      self.assertGreaterEqual(eps, last - 1e-12)
+      last = eps
+
+  @parameterized.parameters(
+      ("rdp", ev.GaussianEvent(0.8)), ("pld", ev.GaussianEvent(0.8)),
+      ("pld", ev.DiscreteGaussianEvent(1.5, 2)), ("pld", ev.DiscreteLaplaceEvent(0.7, 2)),
+      ("pld", ev.LaplaceEvent(0.6)),
+      ("pld", ev.EpsilonDeltaEvent(1.2, 1e-4)))
+  def test_subsampling_never_increases_epsilon(self, acct, inner):
+    for k in (1, 20):
+      full = ea.epsilon(ev.SelfComposedEvent(inner, k), 1e-5, acct)
+      prev = full
+      for q in (1.0, 0.5, 0.1, 0.01):
+        got = ea.epsilon(ev.SelfComposedEvent(ev.PoissonSampledEvent(q, inner), k), 1e-5, acct)
+        self.assertLessEqual(got, prev + 1e-9, (acct, inner, k, q))
+        prev = got
+
+  def test_sampled_pair_is_close_to_and_below_the_subsampled_gaussian(self):
+    # A Gaussian pair binned into outputs of width 1e-3 is a post-processing of the
+    # Gaussian (below it), and close to it; subsampled by Poisson through the pair
+    # mixture it must match the subsampled-Gaussian PLD.
+    from dpjax.accounting import pld  # pylint: disable=g-import-not-at-top
+    edges = np.concatenate([[-np.inf], np.arange(-12.0, 13.0, 1e-3), [np.inf]])
+    p = np.diff(special.ndtr(edges - 1.0))
+    q = np.diff(special.ndtr(edges))
+    pair = pld.pmf_pair_pld(p / p.sum(), q / q.sum(), 1e-4, sampling_prob=0.05).self_compose(100)
+    want = pld.gaussian_pld(1.0, 0.05, value_discretization=1e-4).self_compose(100)
+    for d in (1e-3, 1e-6):
+      a, b = pair.epsilon(d), want.epsilon(d)
+      self.assertLessEqual(a, b + 1e-4)
+      self.assertAlmostEqual(a, b, delta=2e-3 * b)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -9,12 +9,6 @@
     against T by RDP (our grid; integer orders 2..256 as the lecture), PLD, exact (q = 1).
 
 Command:   python -m experiments.accounting        (about 10 s of CPU)
-Expected:  (a) k = 1e4: basic 488.7, advanced 50.1, optimal 34.0, RDP 4.73 (integer orders
-           4.75; lecture 4.75), exact 4.38 (lecture 4.38), PLD = exact; RDP on integer
-           orders is 8.6-11 % above exact for k >= 10, 19 % at k = 1 (lecture 9-11 %, 19 %);
-           (b) k = 1e4: basic sigma = 36190.5 (lecture 36190.5), advanced 2258, optimal
-           1733, RDP 404.5 (lecture 404.5), exact 373.1; (c) q = 0.01: T = 1 -> 0.96,
-           T = 1e4 -> 6.72 on integer orders (lecture 0.96 / 6.72), 6.71 on our grid, PLD 6.19.
 """
 
 from __future__ import annotations
@@ -32,6 +26,7 @@ from experiments import _common, _plots
 from experiments._plots import plt
 
 NAME = "accounting"
+_opt = _common.option
 INTEGER_ORDERS = np.arange(2, 257, dtype=np.float64)
 # The lecture's numbers (tables were lost; these are quoted in its prose).
 LECTURE_A = {10_000: {"rdp": 4.75, "exact": 4.38}}
@@ -44,17 +39,16 @@ _SPLITS = np.geomspace(1e-4, 0.999, 24)
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AccountingConfig(_common.ExperimentConfig):
   """The three demos' settings (defaults = the lecture's); nothing is random."""
-  mu0: float = _common.option(0.01, "Per-query mu of demo (a) (1 / sigma).", bounds=">0")
-  ks: tuple[int, ...] = _common.option((1, 10, 100, 1000, 10000), "Numbers of queries k.",
-                                       bounds=">=1")
-  total_delta: float = _common.option(1e-5, "Total delta of every demo.", bounds="(0,1)")
-  total_epsilon: float = _common.option(1.0, "Total eps of demo (b).", bounds=">0")
-  demo3_sigma: float = _common.option(1.0, "Noise multiplier of demo (c).", bounds=">0")
-  demo3_qs: tuple[float, ...] = _common.option((1.0, 0.1, 0.01), "Sampling rates of demo (c).",
-                                               bounds="(0,1]")
-  demo3_steps: tuple[int, ...] = _common.option((1, 10, 100, 1000, 10000),
-                                                "Steps T of demo (c).", bounds=">=1")
-  with_pld: bool = _common.option(True, "Also run the PLD accountant.")
+  mu0: float = _opt(0.01, "Per-query mu of demo (a) (1 / sigma).", bounds=">0")
+  ks: tuple[int, ...] = _opt((1, 10, 100, 1000, 10000), "Numbers of queries k.", bounds=">=1")
+  total_delta: float = _opt(1e-5, "Total delta of every demo.", bounds="(0,1)")
+  total_epsilon: float = _opt(1.0, "Total eps of demo (b).", bounds=">0")
+  demo3_sigma: float = _opt(1.0, "Noise multiplier of demo (c).", bounds=">0")
+  demo3_qs: tuple[float, ...] = _opt((1.0, 0.1, 0.01), "Sampling rates of demo (c).",
+                                     bounds="(0,1]")
+  demo3_steps: tuple[int, ...] = _opt((1, 10, 100, 1000, 10000), "Steps T of demo (c).",
+                                      bounds=">=1")
+  with_pld: bool = _opt(True, "Also run the PLD accountant.")
 
 
 # ----------------------------------------------------------------------------

@@ -266,23 +266,19 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
   noisy_scores = u_rs + cfg.score_noise * np.asarray(
       jax.random.normal(k_score, (num_runs,)), np.float64)
   best_run = int(np.argmax(noisy_scores)) if num_runs else None
-  selection = [
-      {"procedure": "naive (tune freely, account the final model)", "sigma": bud["sigma_joint"],
-       "trainings": num_settings, "chosen": settings[pick_naive],
-       "eps_claimed": bud["eps_naive_claimed"], "eps_train_customers": bud["eps_naive_train"],
-       "eps_validation_customers": math.inf, "test_accuracy": acc(naive_params[pick_naive])},
-      {"procedure": f"exponential mechanism, {num_settings} trainings charged",
-       "sigma": bud["sigma_em"], "trainings": num_settings, "chosen": settings[pick_em],
-       "eps_claimed": cfg.epsilon, "eps_train_customers": bud["eps_em_train"],
-       "eps_validation_customers": bud["eps_em_validation"],
-       "test_accuracy": acc(em_params[pick_em])},
-      {"procedure": f"repeat-and-select (E[K] = {cfg.rs_mean_runs:g}, eta = {cfg.rs_shape:g})",
-       "sigma": bud["sigma_rs"], "trainings": int(num_runs),
-       "chosen": None if best_run is None else settings[int(run_setting[best_run])],
-       "eps_claimed": cfg.epsilon, "eps_train_customers": bud["eps_rs"],
-       "eps_validation_customers": bud["eps_rs"],
-       "test_accuracy": None if best_run is None else acc(rs_params[best_run])},
-  ]
+  fields = ("procedure", "sigma", "trainings", "chosen", "eps_claimed", "eps_train_customers",
+            "eps_validation_customers", "test_accuracy")
+  selection = [dict(zip(fields, v)) for v in (
+      ("naive (tune freely, account the final model)", bud["sigma_joint"], num_settings,
+       settings[pick_naive], bud["eps_naive_claimed"], bud["eps_naive_train"], math.inf,
+       acc(naive_params[pick_naive])),
+      (f"exponential mechanism, {num_settings} trainings charged", bud["sigma_em"],
+       num_settings, settings[pick_em], cfg.epsilon, bud["eps_em_train"],
+       bud["eps_em_validation"], acc(em_params[pick_em])),
+      (f"repeat-and-select (E[K] = {cfg.rs_mean_runs:g}, eta = {cfg.rs_shape:g})",
+       bud["sigma_rs"], int(num_runs),
+       None if best_run is None else settings[int(run_setting[best_run])], cfg.epsilon,
+       bud["eps_rs"], bud["eps_rs"], None if best_run is None else acc(rs_params[best_run])))]
   unit = lambda name, sigma, size, eps, p: {"unit": name, "sigma": sigma, "dataset_size": size,
                                             "epsilon": eps, "test_accuracy": acc(p)}
   model_rows = {

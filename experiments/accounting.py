@@ -82,13 +82,6 @@ def _optimal_eps(mu0, k, delta):
   return best
 
 
-def _pld_eps_gaussian(mu0, k, delta):
-  try:
-    return accounting.Accountant("pld").compose_gaussian(1 / mu0, count=k).epsilon(delta)
-  except ImportError:
-    return None
-
-
 def demo_a(mu0, ks, delta, use_pld, progress=True):
   rows, rec = [], []
   for k in tqdm(ks, desc="demo a", disable=not progress):
@@ -102,7 +95,8 @@ def demo_a(mu0, ks, delta, use_pld, progress=True):
                                           method="classic")[0],
         "rdp": rdp.rdp_to_epsilon(o_def, k * rdp.gaussian_rdp(1 / mu0, o_def), delta)[0],
         "rdp_int": rdp.rdp_to_epsilon(o_int, k * rdp.gaussian_rdp(1 / mu0, o_int), delta)[0],
-        "pld": _pld_eps_gaussian(mu0, k, delta) if use_pld else None,
+        "pld": (accounting.Accountant("pld").compose_gaussian(1 / mu0, count=k).epsilon(delta)
+                if use_pld else None),
         "exact": gdp.gaussian_epsilon(delta, gdp.compose_mu(mu0, k)),
     }
     rec.append(r)
@@ -170,14 +164,10 @@ def demo_b(ks, target, delta, use_pld, progress=True):
         "optimal": _optimal_sigma(k, target, delta),
         "rdp_classic": accounting.calibrate_noise(target, 1.0, k, delta, rdp_method="classic"),
         "rdp": accounting.calibrate_noise(target, 1.0, k, delta),
-        "pld": None,
+        "pld": (accounting.calibrate_noise(target, 1.0, k, delta, accountant="pld")
+                if use_pld else None),
         "exact": math.sqrt(k) / gdp.mu_for_epsilon(target, delta),
     }
-    if use_pld:
-      try:
-        r["pld"] = accounting.calibrate_noise(target, 1.0, k, delta, accountant="pld")
-      except ImportError:
-        pass
     rec.append(r)
     lec = LECTURE_B.get(k, {})
     rows.append([k, r["basic"], lec.get("basic"), r["advanced"], r["optimal"], r["rdp_classic"],
@@ -206,13 +196,8 @@ def demo_c(sigma, qs, steps, delta, use_pld, progress=True):
     r = {"q": q, "T": t,
          "rdp": rdp.rdp_to_epsilon(rdp.DEFAULT_ORDERS, t * one, delta)[0],
          "rdp_int": rdp.rdp_to_epsilon(INTEGER_ORDERS, t * one_int, delta)[0],
-         "pld": None,
+         "pld": accounting.dpsgd_epsilon(sigma, q, t, delta, accountant="pld") if use_pld else None,
          "exact": gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma) if q == 1.0 else None}
-    if use_pld:
-      try:
-        r["pld"] = accounting.dpsgd_epsilon(sigma, q, t, delta, accountant="pld")
-      except ImportError:
-        pass
     rec.append(r)
   by = {(r["q"], r["T"]): r for r in rec}
   rows = []
@@ -291,11 +276,8 @@ def run(cfg: AccountingConfig, out_dir: str, *, progress: bool = True,
   rec_b, tab_b = demo_b(ks, cfg.total_epsilon, delta, use_pld, progress)
   rec_c, tab_c = demo_c(cfg.demo3_sigma, qs, steps, delta, use_pld, progress)
   record = {"a": rec_a, "b": rec_b, "c": rec_c}
-  tables = [tab_a, tab_b, tab_c]
-  figures = [_plot(out_dir, record)]
-  summary = _summary(record)
-  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
-                        summary=summary, quiet=quiet)
+  return _common.finish(cfg, out_dir, NAME, record, tables=[tab_a, tab_b, tab_c],
+                        figures=[_plot(out_dir, record)], summary=_summary(record), quiet=quiet)
 
 
 def main():

@@ -116,8 +116,7 @@ def run(cfg: PublicPretrainingConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
   """Pre-trains, then trains and tests every strategy at every epsilon; `_common.finish`'s dict."""
   del progress  # three programs, no long loop to report on
-  key = jax.random.key(cfg.seed)
-  key_data, key_pre, key_train = jax.random.split(key, 3)
+  key_data, key_pre, key_train = jax.random.split(jax.random.key(cfg.seed), 3)
   data = _Split(cfg, key_data)
   k = data.num_classes
   model = models.mlp(digits.NUM_FEATURES, (cfg.hidden,), k)
@@ -171,17 +170,14 @@ def run(cfg: PublicPretrainingConfig, out_dir: str, *, progress: bool = True,
           "accuracy_mean": float(a.mean()),
           "accuracy_sd": float(a.std(ddof=1)) if seeds > 1 else 0.0,
           "accuracy_per_seed": a.tolist(), "all_finite": bool(finite[idx == ei].all())})
-  tables = _tables(cfg, record)
-  figures = [_plot(out_dir, record, cfg)]
-  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
-                        summary=_summary(record, cfg), quiet=quiet)
+  return _common.finish(cfg, out_dir, NAME, record, tables=_tables(cfg, record),
+                        figures=[_plot(out_dir, record, cfg)], summary=_summary(record, cfg),
+                        quiet=quiet)
 
 
 def _cell(record, strategy, e):
-  for c in record["cells"]:
-    if c["strategy"] == strategy and c["target_epsilon"] == e:
-      return c
-  return None
+  return next((c for c in record["cells"]
+               if c["strategy"] == strategy and c["target_epsilon"] == e), None)
 
 
 def _tables(cfg, record) -> list:

@@ -16,14 +16,12 @@ the claimed (RDP) and exact (PLD) eps, the last-iterate heuristic, the perfect-a
 ceiling, the optimal linear test's expected bound and the published figures.
 
 Command:   python -m experiments.audit_final_model    (quick: 128 runs per θ0, about 55 s CPU)
-Full:      --runs 4096 (615 s CPU): at claimed eps = 10, worst-case theta_0 (loss) 2.85,
-           gradient canary (final model) 5.15 (ceilings 5.30 and 9.84; the μ-GDP
-           estimator, valid at q = 1: 8.43); --model cnn --runs 64 --eps 10 (97 s CPU).
-Paper:     --protocol paper (90 s CPU): Annamalai & De Cristofaro's protocol (blank target,
-           pre-trained theta_0, 5 seeds x 200 models, mu-GDP at the best threshold of the
-           same scores: NOT a valid bound) at eps = 1, 2, 4, 10: 0.35, 1.01, 2.97, 7.86
-           (theirs, MNIST: 7.21 at 10); ours strict on the same scores 0.00, 0.10, 0.40,
-           1.42. --protocol both: ours, then theirs.
+           python -m experiments.audit_final_model --runs 4096                  (615 s CPU)
+           python -m experiments.audit_final_model --model cnn --runs 64 --eps 10  (97 s CPU)
+           python -m experiments.audit_final_model --protocol paper   (90 s CPU: Annamalai &
+             De Cristofaro's protocol, blank target, pre-trained theta_0, 5 seeds x 200
+             models, mu-GDP at the best threshold of the same scores, NOT a valid bound;
+             --protocol both: ours, then theirs)
 
 Shape letters: R runs, K canaries per run.
 """

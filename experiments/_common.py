@@ -4,15 +4,15 @@ Every experiment has one shape:
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class FooConfig(_common.ExperimentConfig):      # seed comes from the base class
-      trials: int = _common.option(1000, "Models per side.")   # __post_init__ checks
+      trials: int = _common.option(1000, "Models per side.", bounds=">=2")   # checked
 
     def run(cfg: FooConfig, out_dir: str, *, progress=True, quiet=False) -> dict:
-      ...                                            # compute, write_results, figures
+      ...                                            # compute, figures, then finish
 
     def main():                                      # `python -m experiments.foo --trials 7`
       _common.app_run(NAME, FooConfig, run)
 
-`app_run` derives one absl flag per config field, plus --out. `write_results` writes
+`app_run` derives one absl flag per config field, plus --out. `finish` writes
 <out>/results.json {"experiment", "dpjax_version", "versions", "flags", "results",
 "tables", "figures", "summary"}, nothing time-dependent: same flags and seed, same bytes.
 """
@@ -147,29 +147,15 @@ def versions() -> dict:
 
 def finish(cfg, out_dir: str, name: str, record: dict, *, tables: Sequence[Table] = (),
            figures: Sequence[str] = (), summary: str = "", quiet: bool = False) -> dict:
-  """The end of every `run`: writes results.json; {"record", "tables", "figures", "path"}."""
-  path = write_results(out_dir, name, flag_dict=config_record(cfg), results=record,
-                       tables=tables, figures=figures, summary=summary, quiet=quiet)
-  if summary and not quiet:
-    print(summary)
-  return {"record": record, "tables": list(tables), "figures": list(figures), "path": path}
+  """The end of every `run`: writes <out_dir>/results.json, prints the tables and summary.
 
-
-def write_results(out_dir: str, name: str, *, flag_dict: dict, results: dict,
-                  tables: Sequence[Table] = (), figures: Sequence[str] = (),
-                  summary: str = "", quiet: bool = False) -> str:
-  """Writes `<out_dir>/results.json` (flag_dict verbatim), prints the tables; returns its path."""
+  Returns {"record", "tables", "figures", "path"}.
+  """
   os.makedirs(out_dir, exist_ok=True)
-  doc = {
-      "experiment": name,
-      "dpjax_version": dpjax.__version__,
-      "versions": versions(),
-      "flags": _jsonable(flag_dict),
-      "summary": summary,
-      "results": _jsonable(results),
-      "tables": [t.to_json() for t in tables],
-      "figures": list(figures),
-  }
+  doc = {"experiment": name, "dpjax_version": dpjax.__version__, "versions": versions(),
+         "flags": _jsonable(config_record(cfg)), "summary": summary,
+         "results": _jsonable(record), "tables": [t.to_json() for t in tables],
+         "figures": list(figures)}
   path = os.path.join(out_dir, "results.json")
   with open(path, "w") as f:
     json.dump(doc, f, indent=1, sort_keys=False, allow_nan=False)
@@ -179,7 +165,9 @@ def write_results(out_dir: str, name: str, *, flag_dict: dict, results: dict,
       print()
       print(t.text())
     print(f"\n[{name}] wrote {path}" + (f" and {len(figures)} figure(s)" if figures else ""))
-  return path
+    if summary:
+      print(summary)
+  return {"record": record, "tables": list(tables), "figures": list(figures), "path": path}
 
 
 # ----------------------------------------------------------------------------------

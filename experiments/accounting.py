@@ -9,12 +9,6 @@
     against T by RDP (our grid; integer orders 2..256 as the lecture), PLD, exact (q = 1).
 
 Command:   python -m experiments.accounting        (about 10 s of CPU)
-Expected:  (a) k = 1e4: basic 488.7, advanced 50.1, optimal 34.0, RDP 4.73 (integer orders
-           4.75; lecture 4.75), exact 4.38 (lecture 4.38), PLD = exact; RDP on integer
-           orders is 8.6-11 % above exact for k >= 10, 19 % at k = 1 (lecture 9-11 %, 19 %);
-           (b) k = 1e4: basic sigma = 36190.5 (lecture 36190.5), advanced 2258, optimal
-           1733, RDP 404.5 (lecture 404.5), exact 373.1; (c) q = 0.01: T = 1 -> 0.96,
-           T = 1e4 -> 6.72 on integer orders (lecture 0.96 / 6.72), 6.71 on our grid, PLD 6.19.
 """
 
 from __future__ import annotations
@@ -32,6 +26,7 @@ from experiments import _common, _plots
 from experiments._plots import plt
 
 NAME = "accounting"
+_opt = _common.option
 INTEGER_ORDERS = np.arange(2, 257, dtype=np.float64)
 # The lecture's numbers (tables were lost; these are quoted in its prose).
 LECTURE_A = {10_000: {"rdp": 4.75, "exact": 4.38}}
@@ -44,17 +39,16 @@ _SPLITS = np.geomspace(1e-4, 0.999, 24)
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AccountingConfig(_common.ExperimentConfig):
   """The three demos' settings (defaults = the lecture's); nothing is random."""
-  mu0: float = _common.option(0.01, "Per-query mu of demo (a) (1 / sigma).", bounds=">0")
-  ks: tuple[int, ...] = _common.option((1, 10, 100, 1000, 10000), "Numbers of queries k.",
-                                       bounds=">=1")
-  total_delta: float = _common.option(1e-5, "Total delta of every demo.", bounds="(0,1)")
-  total_epsilon: float = _common.option(1.0, "Total eps of demo (b).", bounds=">0")
-  demo3_sigma: float = _common.option(1.0, "Noise multiplier of demo (c).", bounds=">0")
-  demo3_qs: tuple[float, ...] = _common.option((1.0, 0.1, 0.01), "Sampling rates of demo (c).",
-                                               bounds="(0,1]")
-  demo3_steps: tuple[int, ...] = _common.option((1, 10, 100, 1000, 10000),
-                                                "Steps T of demo (c).", bounds=">=1")
-  with_pld: bool = _common.option(True, "Also run the PLD accountant.")
+  mu0: float = _opt(0.01, "Per-query mu of demo (a) (1 / sigma).", bounds=">0")
+  ks: tuple[int, ...] = _opt((1, 10, 100, 1000, 10000), "Numbers of queries k.", bounds=">=1")
+  total_delta: float = _opt(1e-5, "Total delta of every demo.", bounds="(0,1)")
+  total_epsilon: float = _opt(1.0, "Total eps of demo (b).", bounds=">0")
+  demo3_sigma: float = _opt(1.0, "Noise multiplier of demo (c).", bounds=">0")
+  demo3_qs: tuple[float, ...] = _opt((1.0, 0.1, 0.01), "Sampling rates of demo (c).",
+                                     bounds="(0,1]")
+  demo3_steps: tuple[int, ...] = _opt((1, 10, 100, 1000, 10000), "Steps T of demo (c).",
+                                      bounds=">=1")
+  with_pld: bool = _opt(True, "Also run the PLD accountant.")
 
 
 # ----------------------------------------------------------------------------
@@ -88,13 +82,6 @@ def _optimal_eps(mu0, k, delta):
   return best
 
 
-def _pld_eps_gaussian(mu0, k, delta):
-  try:
-    return accounting.Accountant("pld").compose_gaussian(1 / mu0, count=k).epsilon(delta)
-  except ImportError:
-    return None
-
-
 def demo_a(mu0, ks, delta, use_pld, progress=True):
   rows, rec = [], []
   for k in tqdm(ks, desc="demo a", disable=not progress):
@@ -108,7 +95,8 @@ def demo_a(mu0, ks, delta, use_pld, progress=True):
                                           method="classic")[0],
         "rdp": rdp.rdp_to_epsilon(o_def, k * rdp.gaussian_rdp(1 / mu0, o_def), delta)[0],
         "rdp_int": rdp.rdp_to_epsilon(o_int, k * rdp.gaussian_rdp(1 / mu0, o_int), delta)[0],
-        "pld": _pld_eps_gaussian(mu0, k, delta) if use_pld else None,
+        "pld": (accounting.Accountant("pld").compose_gaussian(1 / mu0, count=k).epsilon(delta)
+                if use_pld else None),
         "exact": gdp.gaussian_epsilon(delta, gdp.compose_mu(mu0, k)),
     }
     rec.append(r)
@@ -176,14 +164,10 @@ def demo_b(ks, target, delta, use_pld, progress=True):
         "optimal": _optimal_sigma(k, target, delta),
         "rdp_classic": accounting.calibrate_noise(target, 1.0, k, delta, rdp_method="classic"),
         "rdp": accounting.calibrate_noise(target, 1.0, k, delta),
-        "pld": None,
+        "pld": (accounting.calibrate_noise(target, 1.0, k, delta, accountant="pld")
+                if use_pld else None),
         "exact": math.sqrt(k) / gdp.mu_for_epsilon(target, delta),
     }
-    if use_pld:
-      try:
-        r["pld"] = accounting.calibrate_noise(target, 1.0, k, delta, accountant="pld")
-      except ImportError:
-        pass
     rec.append(r)
     lec = LECTURE_B.get(k, {})
     rows.append([k, r["basic"], lec.get("basic"), r["advanced"], r["optimal"], r["rdp_classic"],
@@ -212,13 +196,8 @@ def demo_c(sigma, qs, steps, delta, use_pld, progress=True):
     r = {"q": q, "T": t,
          "rdp": rdp.rdp_to_epsilon(rdp.DEFAULT_ORDERS, t * one, delta)[0],
          "rdp_int": rdp.rdp_to_epsilon(INTEGER_ORDERS, t * one_int, delta)[0],
-         "pld": None,
+         "pld": accounting.dpsgd_epsilon(sigma, q, t, delta, accountant="pld") if use_pld else None,
          "exact": gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma) if q == 1.0 else None}
-    if use_pld:
-      try:
-        r["pld"] = accounting.dpsgd_epsilon(sigma, q, t, delta, accountant="pld")
-      except ImportError:
-        pass
     rec.append(r)
   by = {(r["q"], r["T"]): r for r in rec}
   rows = []
@@ -297,11 +276,8 @@ def run(cfg: AccountingConfig, out_dir: str, *, progress: bool = True,
   rec_b, tab_b = demo_b(ks, cfg.total_epsilon, delta, use_pld, progress)
   rec_c, tab_c = demo_c(cfg.demo3_sigma, qs, steps, delta, use_pld, progress)
   record = {"a": rec_a, "b": rec_b, "c": rec_c}
-  tables = [tab_a, tab_b, tab_c]
-  figures = [_plot(out_dir, record)]
-  summary = _summary(record)
-  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
-                        summary=summary, quiet=quiet)
+  return _common.finish(cfg, out_dir, NAME, record, tables=[tab_a, tab_b, tab_c],
+                        figures=[_plot(out_dir, record)], summary=_summary(record), quiet=quiet)
 
 
 def main():

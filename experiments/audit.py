@@ -14,11 +14,6 @@ Command:   python -m experiments.audit --trials 10000     (about 455 CPU-seconds
            python -m experiments.audit                     (about a minute of CPU)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1
 A faulty variant's results go to results/audit_variants/<variant>/ unless --out is given.
-Expected (--trials 10000, seed 0) at claimed eps 1 / 2 / 4 / 8 (exact 0.91 / 1.84 / 3.69 /
-7.41): white-box 0.29 / 0.94 / 1.79 / 3.58 (best certifiable 0.31 / 0.79 / 1.75 / 3.35),
-black-box 0.05 / 0.73 / 1.53 / 2.92; no noise: white-box 7.73, black-box 7.21 (the lecture's
-perfect attack on 10,000 trials: 7.90); per-step (a) 0.77 / 1.57 / 3.64 / 7.26, (b) 0.78 /
-1.63 / 3.45 / 6.94; `--canaries_per_run 100`: 0.68 / 1.41 / 2.84 / 5.73.
 """
 
 from __future__ import annotations
@@ -36,6 +31,7 @@ from dpjax.data import canaries
 from experiments import _common, _plots
 
 NAME = "audit"
+_opt = _common.option
 THREAT_MODELS = audit_run.THREAT_MODELS
 # The lecture's trials' ceilings (exercise 5): 0 errors in 500 / 10,000 per side.
 LECTURE_CEILING = {500: 4.91, 10_000: 7.90}
@@ -44,71 +40,55 @@ LECTURE_CEILING = {500: 4.91, 10_000: 7.90}
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AuditConfig(_common.ExperimentConfig):
   """What `run` computes (defaults = the lecture's setting at 1000 trials; tests shrink them)."""
-  trials: int = _common.option(1000, "Models per side (with / without each canary).")
-  epsilons: tuple[float, ...] = _common.option((1.0, 2.0, 4.0, 8.0), "Claimed eps values.")
-  threat_model: str = _common.option("both", "Which adversaries' bounds to report.",
-                                     choices=THREAT_MODELS)
-  variant: str = _common.option("correct",
-                                "DP-SGD variant to audit (faulty ones for testing the audit).",
-                                choices=variants.VARIANTS)
-  resume: bool = _common.option(False, "Continue an interrupted run from <out>/chunks.")
-  invalid_chunks: str = _common.option(
+  trials: int = _opt(1000, "Models per side (with / without each canary).", bounds=">=2")
+  epsilons: tuple[float, ...] = _opt((1.0, 2.0, 4.0, 8.0), "Claimed eps values.", bounds=">0")
+  threat_model: str = _opt("both", "Which adversaries' bounds to report.", choices=THREAT_MODELS)
+  variant: str = _opt("correct", "DP-SGD variant to audit (faulty ones for testing the audit).",
+                      choices=variants.VARIANTS)
+  resume: bool = _opt(False, "Continue an interrupted run from <out>/chunks.")
+  invalid_chunks: str = _opt(
       "recompute", "On resume, a stored chunk that fails verification (corrupt, of another "
       "run or setting): recompute it (with a warning) or refuse (exit with one line).",
       choices=("recompute", "refuse"))
-  no_noise: bool = _common.option(True, "Also audit sigma = 0 (the ceiling check).")
-  chunk_models: int = _common.option(2000, "Models per chunk written to disk.")
-  canaries_per_run: int = _common.option(
-      1, "Gradient canaries per run, K, each with its own coordinate and bits.")
-  companion_canaries: int = _common.option(
-      10, "With K = 1: also a white-box audit with this many canaries per run (0: none).")
-  per_step: bool = _common.option(
+  no_noise: bool = _opt(True, "Also audit sigma = 0 (the ceiling check).")
+  chunk_models: int = _opt(2000, "Models per chunk written to disk.", bounds=">=4")
+  canaries_per_run: int = _opt(
+      1, "Gradient canaries per run, K, each with its own coordinate and bits.", bounds=">=1")
+  companion_canaries: int = _opt(
+      10, "With K = 1: also a white-box audit with this many canaries per run (0: none).",
+      bounds=">=0")
+  per_step: bool = _opt(
       True, "Also run the per-step white-box audit (Nasr et al. 2023) of each claim.")
-  per_step_estimate_runs: int = _common.option(
-      8, "Per-step estimate (a): training runs (a multiple of 4).")
-  per_step_estimate_canaries: int = _common.option(
-      2048, "Per-step estimate (a): Dirac canaries per run.")
-  per_step_bound_runs: int = _common.option(
-      1024, "Per-step bound (b): training runs (a multiple of 4).")
-  per_step_bound_canaries: int = _common.option(128, "Per-step bound (b): Dirac canaries per run.")
+  per_step_estimate_runs: int = _opt(
+      8, "Per-step estimate (a): training runs (a multiple of 4).", bounds=">=4")
+  per_step_estimate_canaries: int = _opt(
+      2048, "Per-step estimate (a): Dirac canaries per run.", bounds=">=1")
+  per_step_bound_runs: int = _opt(
+      1024, "Per-step bound (b): training runs (a multiple of 4).", bounds=">=4")
+  per_step_bound_canaries: int = _opt(128, "Per-step bound (b): Dirac canaries per run.",
+                                      bounds=">=1")
   # The DP-SGD and audit constants (not flags; tests shrink them).
-  delta: float = _common.option(1e-5, "delta of the claims.", flag=False)
-  confidence: float = _common.option(0.95, "Confidence of every reported bound.", flag=False)
-  num_steps: int = _common.option(500, "DP-SGD steps T.", flag=False)
-  sampling_prob: float = _common.option(0.2, "Poisson sampling rate q.", flag=False)
-  base_size: int = _common.option(150, "Base records besides the canary.", flag=False)
-  canary_in_fraction: float = _common.option(
-      0.25, "With K > 1: fraction of runs in which each gradient canary is IN.", flag=False)
-  observation_budget: int = _common.option(
+  delta: float = _opt(1e-5, "delta of the claims.", flag=False, bounds="(0,1)")
+  confidence: float = _opt(0.95, "Confidence of every reported bound.", flag=False,
+                           bounds="(0,1)")
+  num_steps: int = _opt(500, "DP-SGD steps T.", flag=False, bounds=">=1")
+  sampling_prob: float = _opt(0.2, "Poisson sampling rate q.", flag=False, bounds="(0,1]")
+  base_size: int = _opt(150, "Base records besides the canary.", flag=False, bounds=">=1")
+  canary_in_fraction: float = _opt(
+      0.25, "With K > 1: fraction of runs in which each gradient canary is IN.", flag=False,
+      bounds="(0,1)")
+  observation_budget: int = _opt(
       2 ** 25, "With K > 1: most white-box observations (models x T x K) held at once.",
-      flag=False)
+      flag=False, bounds=">=1")
 
   def __post_init__(self):
-    super().__post_init__()                  # seed, and threat_model / variant in their choices
-    _common.check_int(self, "trials", minimum=2)
+    super().__post_init__()                  # every field's bounds and choices
     if self.trials % 2:
       raise ValueError(f"trials must be an even integer >= 2 (a balanced design of 2 * trials "
                        f"models in groups of 4), got {self.trials!r}")
-    _common.check_positive(self, "epsilons")
-    _common.check_int(self, "chunk_models", minimum=4)
-    if self.chunk_models % 4:
-      raise ValueError(f"chunk_models must be a positive multiple of 4, got {self.chunk_models!r}")
-    _common.check_int(self, "num_steps")
-    _common.check_int(self, "base_size")
-    _common.check_int(self, "canaries_per_run")
-    _common.check_int(self, "companion_canaries", minimum=0)
-    _common.check_int(self, "observation_budget")
-    for name in ("per_step_estimate_runs", "per_step_bound_runs"):
-      _common.check_int(self, name, minimum=4)
+    for name in ("chunk_models", "per_step_estimate_runs", "per_step_bound_runs"):
       if getattr(self, name) % 4:
         raise ValueError(f"{name} must be a positive multiple of 4, got {getattr(self, name)!r}")
-    _common.check_int(self, "per_step_estimate_canaries")
-    _common.check_int(self, "per_step_bound_canaries")
-    _common.check_range(self, "canary_in_fraction", low=0, high=1, open_low=True,
-                        open_high=True)
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
-    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
     for e in self.epsilons:          # each claimed eps needs a sigma in the supported range
       try:
         accounting.calibrate_noise(float(e), self.sampling_prob, self.num_steps, self.delta)

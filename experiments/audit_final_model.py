@@ -16,16 +16,12 @@ the claimed (RDP) and exact (PLD) eps, the last-iterate heuristic, the perfect-a
 ceiling, the optimal linear test's expected bound and the published figures.
 
 Command:   python -m experiments.audit_final_model    (quick: 128 runs per θ0, about 55 s CPU)
-Expected (quick, seed 0): every bound at or below the exact eps 0.91, 1.84, 3.70, 9.32
-(claimed 1, 2, 4, 10); gradient canary (final model) 0.25, 0.61, 1.60, 3.66.
-Full:      --runs 4096 (615 s CPU): at claimed eps = 10, worst-case theta_0 (loss) 2.85,
-           gradient canary (final model) 5.15 (ceilings 5.30 and 9.84; the μ-GDP
-           estimator, valid at q = 1: 8.43); --model cnn --runs 64 --eps 10 (97 s CPU).
-Paper:     --protocol paper (90 s CPU): Annamalai & De Cristofaro's protocol (blank target,
-           pre-trained theta_0, 5 seeds x 200 models, mu-GDP at the best threshold of the
-           same scores: NOT a valid bound) at eps = 1, 2, 4, 10: 0.35, 1.01, 2.97, 7.86
-           (theirs, MNIST: 7.21 at 10); ours strict on the same scores 0.00, 0.10, 0.40,
-           1.42. --protocol both: ours, then theirs.
+           python -m experiments.audit_final_model --runs 4096                  (615 s CPU)
+           python -m experiments.audit_final_model --model cnn --runs 64 --eps 10  (97 s CPU)
+           python -m experiments.audit_final_model --protocol paper   (90 s CPU: Annamalai &
+             De Cristofaro's protocol, blank target, pre-trained theta_0, 5 seeds x 200
+             models, mu-GDP at the best threshold of the same scores, NOT a valid bound;
+             --protocol both: ours, then theirs)
 
 Shape letters: R runs, K canaries per run.
 """
@@ -46,6 +42,7 @@ from dpjax.data import digits
 from experiments import _common, _plots
 
 NAME = "audit_final_model"
+_opt = _common.option
 MODELS = ("mlp", "cnn")
 PROTOCOLS = ("ours", "paper", "both")
 _PAPER_STREAM = 1 << 20          # fold_in index of the paper protocol's keys (past any eps index)
@@ -75,35 +72,29 @@ PUBLISHED = {
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AuditFinalModelConfig(_common.ExperimentConfig):
   """What `run` audits (defaults: the quick scale of ./run.sh all)."""
-  eps: tuple[float, ...] = _common.option((1.0, 2.0, 4.0, 10.0), "Claimed (target) epsilons.")
-  model: str = _common.option("mlp", "Model audited: mlp or cnn.", choices=MODELS)
-  runs: int = _common.option(128, "Training runs R per initialisation (models), vmapped.")
-  num_train: int = _common.option(1000, "Private training images n (the rest are public).")
-  steps: int = _common.option(10, "DP-SGD steps T.")
-  sampling_prob: float = _common.option(1.0, "Poisson sampling probability q (1: full batch).")
-  clip: float = _common.option(1.0, "Per-example L2 clip norm C.")
-  learning_rate: float = _common.option(2.0, "SGD learning rate.")
-  mlp_hidden: int = _common.option(32, "MLP hidden width (one hidden layer).")
-  cnn_channels: tuple[int, ...] = _common.option((8, 16), "CNN conv channels.")
-  pretrain_steps: int = _common.option(300, "Full-batch steps of public pre-training for "
-                                            "the worst-case θ0.")
-  delta: float = _common.option(1e-5, "delta of the claim.")
-  confidence: float = _common.option(0.95, "Confidence of every bound.")
-  protocol: str = _common.option("ours", "ours (held-out / declared thresholds), paper "
-                                 "(Annamalai & De Cristofaro's) or both.", choices=PROTOCOLS)
-  paper_seeds: int = _common.option(5, "Paper protocol: repetitions (seeds).")
-  paper_runs: int = _common.option(200, "Paper protocol: models per seed (half with the target).")
+  eps: tuple[float, ...] = _opt((1.0, 2.0, 4.0, 10.0), "Claimed (target) epsilons.", bounds=">0")
+  model: str = _opt("mlp", "Model audited: mlp or cnn.", choices=MODELS)
+  runs: int = _opt(128, "Training runs R per initialisation (models), vmapped.", bounds=">=8")
+  num_train: int = _opt(1000, "Private training images n (the rest are public).", bounds=">=10")
+  steps: int = _opt(10, "DP-SGD steps T.", bounds=">=1")
+  sampling_prob: float = _opt(1.0, "Poisson sampling probability q (1: full batch).",
+                              bounds="(0,1]")
+  clip: float = _opt(1.0, "Per-example L2 clip norm C.", bounds=">0")
+  learning_rate: float = _opt(2.0, "SGD learning rate.", bounds=">0")
+  mlp_hidden: int = _opt(32, "MLP hidden width (one hidden layer).", bounds=">=2")
+  cnn_channels: tuple[int, ...] = _opt((8, 16), "CNN conv channels.", bounds=">=1")
+  pretrain_steps: int = _opt(300, "Full-batch steps of public pre-training for the worst-case "
+                                  "θ0.", bounds=">=0")
+  delta: float = _opt(1e-5, "delta of the claim.", bounds="(0,1)")
+  confidence: float = _opt(0.95, "Confidence of every bound.", bounds="(0,1)")
+  protocol: str = _opt("ours", "ours (held-out / declared thresholds), paper "
+                       "(Annamalai & De Cristofaro's) or both.", choices=PROTOCOLS)
+  paper_seeds: int = _opt(5, "Paper protocol: repetitions (seeds).", bounds=">=1")
+  paper_runs: int = _opt(200, "Paper protocol: models per seed (half with the target).",
+                         bounds=">=8")
 
   def __post_init__(self):
     super().__post_init__()
-    _common.check_positive(self, "eps", "clip", "learning_rate")
-    for name, low in (("runs", 8), ("num_train", 10), ("steps", 1), ("mlp_hidden", 2),
-                      ("cnn_channels", 1), ("pretrain_steps", 0), ("paper_seeds", 1),
-                      ("paper_runs", 8)):
-      _common.check_int(self, name, minimum=low)
-    _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
     if self.num_train >= digits.NUM_EXAMPLES * 3 // 4:
       raise ValueError(f"num_train must leave public training images, got {self.num_train}")
 

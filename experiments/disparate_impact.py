@@ -10,10 +10,6 @@ the coefficients. Demo 3: the drop ratio at eps = 0.5 for 10 % (fresh noise) and
 with group features, and 10 % group-blind.
 
 Command:  python -m experiments.disparate_impact        (about 30-60 s of CPU)
-Expected (seed 0; 100 seeds, where the lecture's 20 let the ratio move between 0.8 and
-5): at eps = 0.5 group 0 loses 0.008 accuracy and group 1 0.023, ratio 3.1 +- 0.6
-(lecture 8.5; our world differs); demo 3: 2.6, 2.8, 0.44 (lecture 7.9, 2.1, 2.6); group
-1 has the larger loss, gradient norm and clipped fraction.
 """
 
 from __future__ import annotations
@@ -81,12 +77,9 @@ def features(x_NxF: jax.Array, scaler: credit.PublicScaler, group_aware: bool) -
   return jnp.concatenate([lin[:, :5], g[:, None], (g * lin[:, 3])[:, None]], axis=1)
 
 
-def _setting_label(eps) -> str:
-  if eps == "inf":
-    return "∞ (no clip, no noise)"
-  if eps == "clip":
-    return "clip only (σ = 0)"
-  return f"{eps:g}"
+def _setting_label(s: str) -> str:
+  """The table's name of setting s ("inf", "clip" or an epsilon's text)."""
+  return {"inf": "∞ (no clip, no noise)", "clip": "clip only (σ = 0)"}.get(s) or f"{float(s):g}"
 
 
 def _config(eps, n, batch, epochs, lr, clip, delta) -> dpsgd.DpSgdConfig:
@@ -134,8 +127,7 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
   seed, n_train, n_test, seeds = cfg.seed, cfg.n_train, cfg.n_test, cfg.seeds
   minority_share, demo3 = cfg.minority_share, cfg.demo3
   epsilons = [_eps_text(e) for e in cfg.epsilons]   # setting names, as on the command line
-  key = jax.random.key(seed)
-  k_pub, k_train, k_test, k_dp, k_demo3, k_train30 = jax.random.split(key, 6)
+  k_pub, k_train, k_test, k_dp, k_demo3, k_train30 = jax.random.split(jax.random.key(seed), 6)
   scaler = credit.PublicScaler.fit(credit.sample(k_pub, 5000, minority_share).x_NxF)
   test = credit.sample(k_test, n_test, minority_share)
   test30 = credit.sample(k_test, n_test, 0.3)
@@ -191,19 +183,16 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
     se1 = math.hypot(_mean_se(base["acc1"])[1], _mean_se(met["acc1"])[1])
     ratio = float(d1.mean() / d0.mean()) if s != "inf" and d0.mean() > 2 * se0 else None
     ratio_se = _ratio_se(ratio, d0.mean(), se0, d1.mean(), se1)
-    e["drop0"], e["drop1"], e["drop_ratio"] = float(d0.mean()), float(d1.mean()), ratio
-    e["drop_ratio_se"] = ratio_se
-    e["tpr_gap"] = _mean_se(gap)
-    demo1_rows.append([_setting_label(s) if s in ("inf", "clip") else _setting_label(float(s)),
-                       e["sigma"], e["acc0"][0], e["acc1"][0], e["acc1"][1],
+    e.update(drop0=float(d0.mean()), drop1=float(d1.mean()), drop_ratio=ratio,
+             drop_ratio_se=ratio_se, tpr_gap=_mean_se(gap))
+    demo1_rows.append([_setting_label(s), e["sigma"], e["acc0"][0], e["acc1"][0], e["acc1"][1],
                        e["drop0"], e["drop1"], ratio, ratio_se,
                        LECTURE["drop_ratio"] if s == epsilons[-1] else None,
                        e["tpr_gap"][0], LECTURE["tpr_gap"] if s not in ("inf",) else None])
-    demo2_rows.append([_setting_label(s) if s in ("inf", "clip") else _setting_label(float(s)),
-                       e["loss0"], e["loss1"], e["norm0"], e["norm1"], e["clipped0"],
-                       e["clipped1"]])
-    coef_rows.append([_setting_label(s) if s in ("inf", "clip") else _setting_label(float(s))]
-                     + [f"{m_:+.2f} ± {sd:.2f}" for m_, sd in zip(e["coef_mean"], e["coef_std"])])
+    demo2_rows.append([_setting_label(s), e["loss0"], e["loss1"], e["norm0"], e["norm1"],
+                       e["clipped0"], e["clipped1"]])
+    coef_rows.append([_setting_label(s)] + [f"{m_:+.2f} ± {sd:.2f}" for m_, sd in
+                                            zip(e["coef_mean"], e["coef_std"])])
 
   tables = [
       _common.Table(
@@ -281,10 +270,9 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
         note=("A ratio is unstable when group 0's drop is near zero; read it with the drops "
               "(± s.e.: delta method over seeds).")))
 
-  figures = [_plot(out_dir, record)]
-  summary = _summary(record, epsilons)
-  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
-                        summary=summary, quiet=quiet)
+  return _common.finish(cfg, out_dir, NAME, record, tables=tables,
+                        figures=[_plot(out_dir, record)], summary=_summary(record, epsilons),
+                        quiet=quiet)
 
 
 def _plot(out_dir: str, record: dict) -> str:
@@ -308,7 +296,7 @@ def _summary(rec: dict, epsilons: list[str]) -> str:
   d3 = {d["world"]: d["ratio"] for d in rec["demo3"]}
   std = dict(zip(FEATURE_NAMES, last["coef_std"]))
   f = lambda v: "n/a" if v is None else f"{v:.1f}"  # noqa: E731
-  summary = (
+  return (
       f"At ε = {float(epsilons[-1]):g} group 0 loses {last['drop0']:.3f} accuracy and "
       f"group 1 "
       f"{last['drop1']:.3f} (ratio {f(last['drop_ratio'])}; lecture 8.5). Group 1 vs group 0: "
@@ -320,7 +308,6 @@ def _summary(rec: dict, epsilons: list[str]) -> str:
       f"10 % sees group {f(d3.get('10% sees group'))}, "
       f"30 % {f(d3.get('30% sees group'))}, 10 % group-blind {f(d3.get('10% group-blind'))} "
       f"(lecture 7.9, 2.1, 2.6).")
-  return summary
 
 
 def main():

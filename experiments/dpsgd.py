@@ -4,21 +4,11 @@
     .venv/bin/python -m experiments.dpsgd --seeds 5 --clip_seeds 10 --test_size 40000
 
 Logistic regression, batch 50 and 20 epochs unless stated, C = 1, delta = 1e-5,
-eta * C = 0.5; expected results (the lecture's shapes):
-
-  1. Anatomy of one step at theta = 0 (eps = 1), linear / n = 4000 (sigma 2.19) vs
-     cubic / n = 500 (sigma 5.89): signal ||sum clip(g)|| / B, noise sigma C sqrt(d) /
-     B, and the update's cosine with the full gradient: near 1 linear, ~0.2 cubic.
-  2. Cost of privacy, eps in {0.5, 1, 2, 4, 8}: linear/4000 loses ~0.003 at eps = 0.5;
-     cubic/500 falls to ~0.67 while clipped-noiseless (~0.75) beats Newton (~0.74).
-  3. Clipping norm sweep (cubic/500, eps = 2): large C is a disaster (lecture 0.660);
-     small C has the best accuracy but worse log loss (lecture 1.547).
-  4. Batch size (cubic/500, eps = 1): at 20 epochs larger batches are better (lecture
-     0.671 -> 0.745); at T = 400, sigma / B is nearly constant (0.162-0.168) for
-     q >= 0.05 and so is accuracy.
-
-The credit world is our own model (dpjax/data/credit.py), so accuracies differ from
-the lecture's somewhat; sigma, sigma/B and the tables' shapes should match.
+eta * C = 0.5, on linear features (n = 4000) and cubic ones (n = 500): 1. the anatomy of
+one step at theta = 0 (signal, noise, cosines); 2. the cost of privacy over eps;
+3. the clipping norm C; 4. the batch size at fixed epochs and at fixed steps. The credit
+world is our own model (dpjax/data/credit.py), so accuracies differ from the lecture's
+somewhat; sigma, sigma/B and the tables' shapes match.
 """
 
 from __future__ import annotations
@@ -31,13 +21,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import dpsgd
-from dpjax import fitting
-from dpjax import models
-from dpjax import prng
+from tqdm import tqdm
+
+from dpjax import dpsgd, fitting, models, prng
 from dpjax.clipping import glm
 from dpjax.data import credit
-from experiments import _common
+from experiments import _common, _plots
 
 NAME = "dpsgd"
 DELTA = 1e-5
@@ -227,13 +216,10 @@ def demo_clip(key, data, seeds, eps=2.0, clip_norms=CLIP_NORMS, progress=True):
                    "logloss_mean": float(r["logloss"].mean()),
                    "logloss_sd": float(r["logloss"].std(ddof=1)),
                    "clip_fraction": r["clip_fraction"]}
-    lec = ""
-    if c == max(clip_norms):
-      lec = f"acc {LECTURE['clip_large_acc']}"
-    elif c == min(clip_norms):
-      lec = f"log loss {LECTURE['clip_small_logloss']}"
+    lec = (f"acc {LECTURE['clip_large_acc']}" if c == max(clip_norms) else
+           f"log loss {LECTURE['clip_small_logloss']}" if c == min(clip_norms) else None)
     rows.append([c, ETA_C / c, res[str(c)]["clip_fraction"], res[str(c)]["acc_mean"],
-                 res[str(c)]["acc_sd"], res[str(c)]["logloss_mean"], lec or None])
+                 res[str(c)]["acc_sd"], res[str(c)]["logloss_mean"], lec])
   table = _common.Table(
       f"Demo 3: clipping norm C with eta*C = {ETA_C} fixed (cubic, n = 500, eps = {eps:g}, "
       f"{seeds} seeds)",
@@ -252,17 +238,14 @@ def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS,
   for i, (kind, q, steps) in enumerate(_progress(runs, "demo 4", progress)):
     cfg = _cfg(n, q, steps, eps=1.0)
     r = _train(jax.random.fold_in(key, i), d, cfg, seeds)
-    b = cfg.expected_batch_size
-    sigma = cfg.noise_multiplier
-    entry = {"q": q, "B": b, "steps": steps, "sigma": sigma, "sigma_over_b": sigma / b,
-             "acc_mean": float(r["acc"].mean()), "acc_sd": float(r["acc"].std(ddof=1))}
-    res[kind][f"{b:g}"] = entry
-    if kind == "epochs":
-      rows_e.append([b, q, steps, sigma, sigma / b, entry["acc_mean"], entry["acc_sd"],
-                     LECTURE["batch_epochs"].get(int(round(b)))])
-    else:
-      rows_s.append([b, q, steps, sigma, sigma / b, entry["acc_mean"], entry["acc_sd"],
-                     LECTURE["sigma_over_b"] if q == 0.05 else None])
+    b, sigma = cfg.expected_batch_size, cfg.noise_multiplier
+    e = res[kind][f"{b:g}"] = {
+        "q": q, "B": b, "steps": steps, "sigma": sigma, "sigma_over_b": sigma / b,
+        "acc_mean": float(r["acc"].mean()), "acc_sd": float(r["acc"].std(ddof=1))}
+    (rows_e if kind == "epochs" else rows_s).append(
+        [b, q, steps, sigma, sigma / b, e["acc_mean"], e["acc_sd"],
+         LECTURE["batch_epochs"].get(int(round(b))) if kind == "epochs"
+         else LECTURE["sigma_over_b"] if q == 0.05 else None])
   cols = ["B", "q", "T", "sigma", "sigma/B", "accuracy", "sd", "lecture"]
   t1 = _common.Table(f"Demo 4a: batch size at 20 epochs (cubic, n = 500, eps = 1, {seeds} seeds)",
                      cols, rows_e)
@@ -272,14 +255,12 @@ def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS,
 
 
 def _progress(items, desc, enabled=True):
-  import tqdm  # pylint: disable=g-import-not-at-top
-  return tqdm.tqdm(list(items), desc=desc, leave=False, disable=not enabled)
+  return tqdm(list(items), desc=desc, leave=False, disable=not enabled)
 
 
 def _plot(out_dir, record, epsilons, clip_norms):
   """Demo 2's accuracy against eps and demo 3's against C, drawn from the record."""
   cost, clip = record["cost"], record["clip"]
-  from experiments import _plots  # pylint: disable=g-import-not-at-top
   with _plots.figure(out_dir, "dpsgd_cost_and_clip.png", ncols=2, figsize=(10, 3.8),
                      dpi=110) as (fig, axes):
     for name, color in (("linear", "C0"), ("cubic", "C1")):
@@ -307,8 +288,7 @@ def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
   """Runs the four demos; writes results.json and the figure; returns `_common.finish`'s dict."""
   epsilons, clip_norms = cfg.epsilons, cfg.clip_norms
-  key = jax.random.key(cfg.seed)
-  k_data, k_anat, k_cost, k_clip, k_batch = jax.random.split(key, 5)
+  k_data, k_anat, k_cost, k_clip, k_batch = jax.random.split(jax.random.key(cfg.seed), 5)
   data = _datasets(k_data, cfg.test_size)
   anat, t_anat = demo_anatomy(k_anat, data, cfg.anatomy_draws)
   cost, t_cost = demo_cost(k_cost, data, cfg.seeds, epsilons, progress)
@@ -318,8 +298,6 @@ def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
                                    progress)
   results = {"anatomy": anat, "cost": cost, "clip": clip, "batch": batch,
              "bayes_note": "accuracy ceiling of the credit world ~0.79"}
-  tables = [t_anat, t_cost, t_clip, t_b1, t_b2]
-  figs = _plot(out_dir, results, epsilons, clip_norms)
   e0 = min(epsilons)
   lin_drop = cost["linear/noiseless"]["acc_mean"] - cost[f"linear/{e0}"]["acc_mean"]
   summary = (
@@ -333,8 +311,9 @@ def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
       f"{cost['cubic/noiseless']['acc_mean']:.3f}, Newton {cost['cubic/newton']['acc_mean']:.3f})."
       " Small C gives the best accuracy but the worst log loss; larger batches are "
       "better at fixed epochs; at fixed steps sigma/B is nearly constant for q >= 0.05.")
-  return _common.finish(cfg, out_dir, NAME, results, tables=tables, figures=figs,
-                        summary=summary, quiet=quiet)
+  return _common.finish(cfg, out_dir, NAME, results, tables=[t_anat, t_cost, t_clip, t_b1, t_b2],
+                        figures=_plot(out_dir, results, epsilons, clip_norms), summary=summary,
+                        quiet=quiet)
 
 
 def main():

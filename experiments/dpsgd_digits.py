@@ -21,17 +21,6 @@ Command:   python -m experiments.dpsgd_digits      (quick: T = 60, MLP lr {0.1, 
 Full:      python -m experiments.dpsgd_digits --steps 20,60,100 --mlp_lrs 0.1,0.2,0.5 \
              --cnn_lrs 0.5,1,4 --nonprivate_lrs 0.003,0.01
            (22 programs; about 17 min of CPU)
-Expected (seed 0, test accuracy, mean of 5 seeds; quick / full):
-  mlp: non-private 0.973 / 0.973, clipped σ = 0 0.960 / 0.967,
-       ε = 1 0.873 / 0.881, ε = 2 0.906 / 0.915, ε = 4 0.931 / 0.941,
-       ε = 8 0.951 / 0.948;
-  cnn: non-private 0.962 / 0.962, clipped σ = 0 0.943 / 0.951,
-       ε = 1 0.693 / 0.643, ε = 2 0.781 / 0.761, ε = 4 0.820 / 0.837,
-       ε = 8 0.892 / 0.849.
-  The MLP's worst seed at ε = 1 reaches 0.860 / 0.871; the CNN needs a large learning
-  rate under clipping (lr 4), which amplifies the noise. A larger grid redraws the
-  quick grid's noise too. No lecture or published numbers exist for this split.
-
 Shape letters: M models (seeds), N images, F = 64 pixels.
 """
 
@@ -53,6 +42,7 @@ from dpjax.data import digits
 from experiments import _common, _plots
 
 NAME = "dpsgd_digits"
+_opt = _common.option
 _ARCH_NAMES = ("mlp", "cnn")
 _MOMENTUM = 0.9
 
@@ -60,43 +50,32 @@ _MOMENTUM = 0.9
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DpsgdDigitsConfig(_common.ExperimentConfig):
   """What `run` trains (defaults: the quick run of the module docstring)."""
-  eps: tuple[float, ...] = _common.option((1.0, 2.0, 4.0, 8.0), "Target epsilons.",
-                                          bounds=">0")
-  archs: tuple[str, ...] = _common.option(_ARCH_NAMES, "Architectures: mlp, cnn.",
-                                          choices=_ARCH_NAMES)
-  seeds: int = _common.option(5, "Models per (architecture, candidate, epsilon), vmapped.",
+  eps: tuple[float, ...] = _opt((1.0, 2.0, 4.0, 8.0), "Target epsilons.", bounds=">0")
+  archs: tuple[str, ...] = _opt(_ARCH_NAMES, "Architectures: mlp, cnn.", choices=_ARCH_NAMES)
+  seeds: int = _opt(5, "Models per (architecture, candidate, epsilon), vmapped.", bounds=">=1")
+  steps: tuple[int, ...] = _opt((60,), "Candidate numbers of DP-SGD steps T.", bounds=">=1")
+  mlp_lrs: tuple[float, ...] = _opt((0.1, 0.5), "Candidate MLP learning rates (SGD, momentum "
+                                    "0.9).", bounds=">0")
+  cnn_lrs: tuple[float, ...] = _opt((0.5, 4.0), "Candidate CNN learning rates.", bounds=">0")
+  sampling_prob: float = _opt(1.0, "Poisson sampling probability q (1: every record in every "
+                              "step).", bounds="(0,1]")
+  clip: float = _opt(1.0, "Per-example L2 clip norm C.", bounds=">0")
+  ema_decay: float = _opt(0.9, "Decay of the parameter EMA (a candidate beside the last "
+                          "iterate).", bounds="[0,1)")
+  delta: float = _opt(1e-5, "delta of the (epsilon, delta) guarantee.", bounds="(0,1)")
+  nonprivate_epochs: int = _opt(100, "Epochs of the non-private baseline.", bounds=">=1")
+  nonprivate_batch: int = _opt(128, "Minibatch size of the non-private baseline.", bounds=">=1")
+  nonprivate_lrs: tuple[float, ...] = _opt((1e-2,), "Candidate Adam learning rates of the "
+                                           "non-private baseline.", bounds=">0")
+  mlp_hidden: tuple[int, ...] = _opt((512,), "MLP hidden widths.", bounds=">=1")
+  cnn_channels: tuple[int, ...] = _opt((8, 16), "CNN conv channels.", bounds=">=1")
+  cnn_groups: int = _opt(0, "Group-norm groups per CNN conv layer (0: none, ghost clipping; "
+                         "G >= 1: group norm, vmap clipping).", bounds=">=0")
+  validation_size: int = _opt(200, "Public validation images (from the training part).",
                               bounds=">=1")
-  steps: tuple[int, ...] = _common.option((60,), "Candidate numbers of DP-SGD steps T.",
-                                          bounds=">=1")
-  mlp_lrs: tuple[float, ...] = _common.option((0.1, 0.5), "Candidate MLP learning rates "
-                                              "(SGD, momentum 0.9).", bounds=">0")
-  cnn_lrs: tuple[float, ...] = _common.option((0.5, 4.0), "Candidate CNN learning rates.",
-                                              bounds=">0")
-  sampling_prob: float = _common.option(1.0, "Poisson sampling probability q (1: every "
-                                        "record in every step).", bounds="(0,1]")
-  clip: float = _common.option(1.0, "Per-example L2 clip norm C.", bounds=">0")
-  ema_decay: float = _common.option(0.9, "Decay of the parameter EMA (a candidate beside "
-                                    "the last iterate).", bounds="[0,1)")
-  delta: float = _common.option(1e-5, "delta of the (epsilon, delta) guarantee.",
-                                bounds="(0,1)")
-  nonprivate_epochs: int = _common.option(100, "Epochs of the non-private baseline.",
-                                          bounds=">=1")
-  nonprivate_batch: int = _common.option(128, "Minibatch size of the non-private baseline.",
-                                         bounds=">=1")
-  nonprivate_lrs: tuple[float, ...] = _common.option((1e-2,), "Candidate Adam learning "
-                                                     "rates of the non-private baseline.",
-                                                     bounds=">0")
-  mlp_hidden: tuple[int, ...] = _common.option((512,), "MLP hidden widths.", bounds=">=1")
-  cnn_channels: tuple[int, ...] = _common.option((8, 16), "CNN conv channels.", bounds=">=1")
-  cnn_groups: int = _common.option(0, "Group-norm groups per CNN conv layer (0: none, "
-                                   "ghost clipping; G >= 1: group norm, vmap clipping).",
-                                   bounds=">=0")
-  validation_size: int = _common.option(200, "Public validation images (from the "
-                                        "training part).", bounds=">=1")
-  center: bool = _common.option(True, "Centre every split on the mean of the PUBLIC "
-                                "validation images (recipe.center_on_public).")
-  test_fraction: float = _common.option(0.25, "Share of images held out for the test.",
-                                        bounds="(0,1)")
+  center: bool = _opt(True, "Centre every split on the mean of the PUBLIC validation images "
+                      "(recipe.center_on_public).")
+  test_fraction: float = _opt(0.25, "Share of images held out for the test.", bounds="(0,1)")
 
   def __post_init__(self):
     super().__post_init__()
@@ -121,8 +100,7 @@ def _stats(acc_M: np.ndarray) -> dict:
 def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
   """Trains baselines and DP-SGD, selects on validation, tests once; `_common.finish`'s dict."""
-  key = jax.random.key(cfg.seed)
-  key_data, key_np, key_dp = jax.random.split(key, 3)
+  key_data, key_np, key_dp = jax.random.split(jax.random.key(cfg.seed), 3)
   data = digits.load_with_validation(key_data, cfg.test_fraction, cfg.validation_size)
   x, y = data.x_train_NxF, data.y_train_N
   x_val, x_test = data.x_val_NxF, data.x_test_NxF
@@ -139,9 +117,7 @@ def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
       (a, c) for a in cfg.archs for c in itertools.product(cfg.steps, lrs[a])]
   it = tqdm(jobs, desc="DP-SGD digits", unit="program") if progress else jobs
   # Validation accuracy of every (arch, T, lr, params kind) candidate per setting.
-  val: dict = {}
-  trained: dict = {}
-  best_epochs: dict = {}
+  val, trained, best_epochs = {}, {}, {}
   for arch, cand in it:
     model = _model(arch, cfg)
     if cand[0] == "adam":
@@ -211,11 +187,10 @@ def run(cfg: DpsgdDigitsConfig, out_dir: str, *, progress: bool = True,
           "epsilon_spent": c.epsilon(), "sigma": c.noise_multiplier, "steps": int(steps),
           "learning_rate": float(lr), "params": kind, "validation_accuracy": v,
           "noise_per_example": c.noise_multiplier / (q * n), **_stats(acc)})
-  noise_rows = _noise_table_rows(cfg, n, eps)
-  record["noise_for_batch_sizes"] = noise_rows
-  tables = [_results_table(cfg, record), _noise_table(cfg, n, noise_rows)]
-  figures = [_plot(out_dir, record, cfg.archs)]
-  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
+  record["noise_for_batch_sizes"] = noise_rows = _noise_table_rows(cfg, n, eps)
+  return _common.finish(cfg, out_dir, NAME, record,
+                        tables=[_results_table(cfg, record), _noise_table(cfg, n, noise_rows)],
+                        figures=[_plot(out_dir, record, cfg.archs)],
                         summary=_summary(record, cfg.archs), quiet=quiet)
 
 
@@ -244,11 +219,9 @@ def _noise_table_rows(cfg, n: int, eps) -> list[dict]:
 
 
 def _results_table(cfg, record) -> _common.Table:
-  rows = []
-  for c in record["cells"]:
-    rows.append([c["arch"], c["setting"], c["epsilon_spent"], c["sigma"], c["steps"],
-                 c["learning_rate"], c["params"], c["validation_accuracy"],
-                 c["accuracy_mean"], c["accuracy_sd"], c["accuracy_min"]])
+  rows = [[c[k] for k in ("arch", "setting", "epsilon_spent", "sigma", "steps", "learning_rate",
+                          "params", "validation_accuracy", "accuracy_mean", "accuracy_sd",
+                          "accuracy_min")] for c in record["cells"]]
   n = record["num_train"]
   return _common.Table(
       title=(f"DP-SGD on scikit-learn digits with the recipe: test accuracy "

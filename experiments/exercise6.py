@@ -1,28 +1,16 @@
 """Lecture 10, exercise 6 end to end: a bank's whole privacy budget, eps = 3 at delta = 1e-5.
 
-The bank releases (i) the delinquency rate of each of 50 zip codes, (ii) a DP-SGD
-credit model and (iii) the best of 20 hyperparameter settings. The lecture's answer:
-basic composition, model 2.0 / zips 0.7 / selection 0.3 (or jointly in RDP); zips with
-< 30 people are unreliable; select privately; a customer with 5 loans gets about
-5 eps = 15 under example-level DP, so the unit must be the customer. On
-`credit.sample_customers` (1-10 loans each, Zipf-sized zips): 1. the budget, basic and
-in one RDP account; 2. the zips (`mechanisms.grouped_rates` per customer; unreliable by
-noise sd > `--max_rate_sd` or the lecture's `--min_count`); 3. user-level DP-SGD vs
-example-level and non-private; 4. selection among 5 C x 4 lr * C^2 (`_user_cfg`) on a
-public id split into training and validation customers: naive (exact validation
-accuracy), the exponential mechanism (utility: validation customers' shares of correct
-loans, sensitivity 1) and repeat-and-select (Papernot & Steinke 2022, noisy scores),
-each at total 3; 5. a five-loan customer by group privacy.
+The bank releases the delinquency rate of each of 50 zip codes, a DP-SGD credit model and
+the best of 20 hyperparameter settings, all with the customer (1-10 loans,
+`credit.sample_customers`) as the unit: 1. the budget, by basic composition and in one RDP
+account; 2. the zip rates (`mechanisms.grouped_rates`; unreliable by noise sd >
+`--max_rate_sd` or the lecture's `--min_count`); 3. user-level DP-SGD vs example-level and
+non-private; 4. selection among C x lr * C^2 on a public split into training and validation
+customers: naive, the exponential mechanism, repeat-and-select (Papernot & Steinke 2022);
+5. a five-loan customer by group privacy.
 
 Command:  python -m experiments.exercise6      (about 50 s of CPU)
-Expected (seed 0): RDP spends 2.65 of 3 on the lecture's split, so the model's sigma
-drops from 2.42 to 2.11; about 40 of 50 zips are unreliable by noise sd, 35 by the
-lecture's rule; all three models score about 0.78; the exponential mechanism with 20
-trainings charged needs sigma 8.0, repeat-and-select 3.8, and the naive procedure
-really costs 12.8 (unbounded for validation customers); a five-loan customer under
-example-level DP gets eps = 15 with delta > 1.
 """
-
 
 from __future__ import annotations
 
@@ -41,51 +29,41 @@ from dpjax.data import credit
 from experiments import _common, _plots
 
 NAME = "exercise6"
-# The lecture's reasonable answer (exercise 6).
-LECTURE = {"model": 2.0, "zip": 0.7, "selection": 0.3, "zip_each": 0.35, "min_count": 30,
-           "five_loans": 15.0}
+LECTURE = {"model": 2.0, "zip": 0.7, "selection": 0.3, "zip_each": 0.35}
 _ORDERS = rdp.DEFAULT_ORDERS
+_opt = _common.option
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Exercise6Config(_common.ExperimentConfig):
-  """The bank, its budget and the three releases (defaults = the module docstring)."""
-  customers: int = _common.option(2000, "Customers of the bank (the private data).",
-                                  bounds=">=8")
-  test_customers: int = _common.option(1000, "Held-out customers for test accuracy.",
-                                       bounds=">=1")
-  zip_codes: int = _common.option(50, "Number of zip codes.", bounds=">=1")
-  max_loans: int = _common.option(10, "Most loans one customer holds.", bounds=">=1")
-  epsilon: float = _common.option(3.0, "Total eps of the three releases.", bounds=">0")
-  delta: float = _common.option(1e-5, "Total delta.", bounds="(0,1)")
-  model_epsilon: float = _common.option(2.0, "Basic-composition share of the model.",
-                                        bounds=">0")
-  zip_epsilon: float = _common.option(0.7, "Share of the zip release (half per histogram).",
-                                      bounds=">0")
-  selection_epsilon: float = _common.option(0.3, "Share of the exponential-mechanism selection.",
-                                            bounds=">0")
-  validation_every: int = _common.option(
+  """The bank, its budget and the three releases."""
+  customers: int = _opt(2000, "Customers of the bank (the private data).", bounds=">=8")
+  test_customers: int = _opt(1000, "Held-out customers for test accuracy.", bounds=">=1")
+  zip_codes: int = _opt(50, "Number of zip codes.", bounds=">=1")
+  max_loans: int = _opt(10, "Most loans one customer holds.", bounds=">=1")
+  epsilon: float = _opt(3.0, "Total eps of the three releases.", bounds=">0")
+  delta: float = _opt(1e-5, "Total delta.", bounds="(0,1)")
+  model_epsilon: float = _opt(2.0, "Basic-composition share of the model.", bounds=">0")
+  zip_epsilon: float = _opt(0.7, "Share of the zip release (half per histogram).", bounds=">0")
+  selection_epsilon: float = _opt(0.3, "Share of the exponential-mechanism selection.",
+                                  bounds=">0")
+  validation_every: int = _opt(
       4, "Customer u is a validation customer iff u % this == 0 (a public rule).", bounds=">=2")
-  min_count: float = _common.option(30.0, "The lecture's reliability rule: fewer customers.",
-                                    bounds=">=0")
-  max_rate_sd: float = _common.option(0.1, "Our rule: noise sd of the rate above this.",
-                                      bounds=">0")
-  clip_norms: tuple[float, ...] = _common.option((0.1, 0.3, 1.0, 3.0, 10.0),
-                                                 "Candidate clip norms C.", bounds=">0")
-  lr_c2: tuple[float, ...] = _common.option(
+  min_count: float = _opt(30.0, "The lecture's reliability rule: fewer customers.", bounds=">=0")
+  max_rate_sd: float = _opt(0.1, "Our rule: noise sd of the rate above this.", bounds=">0")
+  clip_norms: tuple[float, ...] = _opt((0.1, 0.3, 1.0, 3.0, 10.0), "Candidate clip norms C.",
+                                       bounds=">0")
+  lr_c2: tuple[float, ...] = _opt(
       (0.1, 0.3, 1.0, 3.0), "Candidate values of lr * C^2 (setting (C, lr = value / C^2)).",
       bounds=">0")
-  model_clip: float = _common.option(1.0, "C of the user- vs example-level comparison.",
-                                     bounds=">0")
-  model_lr_c2: float = _common.option(1.0, "lr * C^2 of that comparison.", bounds=">0")
-  sampling_prob: float = _common.option(0.1, "q: per customer (user-level) or per loan.",
-                                        bounds="(0,1]")
-  num_steps: int = _common.option(100, "DP-SGD steps T of every training run.", bounds=">=1")
-  rs_mean_runs: float = _common.option(10.0, "Repeat-and-select: E[K].", bounds=">=1")
-  rs_shape: float = _common.option(1.0, "Repeat-and-select: eta (0 logarithmic, 1 geometric).",
-                                   bounds=">=0")
-  score_noise: float = _common.option(10.0, "Repeat-and-select: sd of the score noise.",
-                                      bounds=">0")
+  model_clip: float = _opt(1.0, "C of the user- vs example-level comparison.", bounds=">0")
+  model_lr_c2: float = _opt(1.0, "lr * C^2 of that comparison.", bounds=">0")
+  sampling_prob: float = _opt(0.1, "q: per customer (user-level) or per loan.", bounds="(0,1]")
+  num_steps: int = _opt(100, "DP-SGD steps T of every training run.", bounds=">=1")
+  rs_mean_runs: float = _opt(10.0, "Repeat-and-select: E[K].", bounds=">=1")
+  rs_shape: float = _opt(1.0, "Repeat-and-select: eta (0 logarithmic, 1 geometric).",
+                         bounds=">=0")
+  score_noise: float = _opt(10.0, "Repeat-and-select: sd of the score noise.", bounds=">0")
 
   def __post_init__(self):
     super().__post_init__()
@@ -98,113 +76,74 @@ class Exercise6Config(_common.ExperimentConfig):
                        f"{self.customers}, got {self.validation_every}")
 
 
-# ----------------------------------------------------------------------------------
-# Accounting (host, float64 RDP curves on rdp.DEFAULT_ORDERS).
-
-def _eps(curve: np.ndarray, delta: float) -> float:
-  return rdp.rdp_to_epsilon(_ORDERS, curve, delta)[0]
-
-
-def _dpsgd_rdp(sigma: float, q: float, steps: int) -> np.ndarray:
-  return steps * rdp.subsampled_gaussian_rdp(q, sigma, _ORDERS)
-
-
-def _calibrate(eps_of_sigma, target: float, lo: float = 0.2, hi: float = 200.0) -> float:
-  """Smallest sigma <= hi (to 1e-4 relative, the upper end of the bracket) with eps <= target."""
-  return accounting.smallest_noise(eps_of_sigma, target, lo, hi, factor=2.0, limits=(0.0, hi))
-
-
 def _budget(cfg: Exercise6Config) -> dict:
-  """Every sigma and eps of the experiment, from the config alone (no data)."""
+  """Every sigma and eps of the experiment, from the config alone (host RDP curves)."""
   q, steps, delta = cfg.sampling_prob, cfg.num_steps, cfg.delta
+  eps = lambda curve: rdp.rdp_to_epsilon(_ORDERS, curve, delta)[0]
+  dp = lambda s: steps * rdp.subsampled_gaussian_rdp(q, s, _ORDERS)
+  # Smallest sigma <= 200 (to 1e-4 relative) whose curve meets the total.
+  calibrate = lambda curve_of: accounting.smallest_noise(
+      lambda s: eps(curve_of(s)), cfg.epsilon, 0.2, 200.0, factor=2.0, limits=(0.0, 200.0))
   b_zip = 2.0 / cfg.zip_epsilon                     # Laplace(1 / (zip_eps / 2)) each
   zip_rdp = 2.0 * rdp.laplace_rdp(b_zip, _ORDERS)
   sel_rdp = composition.pure_dp_rdp(cfg.selection_epsilon, _ORDERS, bounded_range=True)
   sigma_basic = accounting.calibrate_noise(cfg.model_epsilon, q, steps, delta)
-  joint_at_basic = _eps(zip_rdp + sel_rdp + _dpsgd_rdp(sigma_basic, q, steps), delta)
-  sigma_joint = _calibrate(
-      lambda s: _eps(zip_rdp + sel_rdp + _dpsgd_rdp(s, q, steps), delta), cfg.epsilon)
+  sigma_joint = calibrate(lambda s: zip_rdp + sel_rdp + dp(s))
   num_settings = len(cfg.clip_norms) * len(cfg.lr_c2)
-  # Exponential mechanism with every candidate's training charged (the two splits'
-  # curves: training customers see all trainings, validation customers the selection).
-  sigma_em = _calibrate(lambda s: _eps(zip_rdp + np.maximum(
-      num_settings * _dpsgd_rdp(s, q, steps), sel_rdp), delta), cfg.epsilon)
+  # Exponential mechanism with every candidate's training charged: training customers
+  # see all trainings, validation customers the selection.
+  sigma_em = calibrate(lambda s: zip_rdp + np.maximum(num_settings * dp(s), sel_rdp))
   score_rdp = _ORDERS / (2.0 * cfg.score_noise ** 2)
-
-  def rs_curve(s):
-    base = np.maximum(_dpsgd_rdp(s, q, steps), score_rdp)
-    return rdp.repeat_and_select_rdp(_ORDERS, base, mean_runs=cfg.rs_mean_runs,
-                                     shape=cfg.rs_shape)
-
-  sigma_rs = _calibrate(lambda s: _eps(zip_rdp + rs_curve(s), delta), cfg.epsilon)
+  rs_curve = lambda s: rdp.repeat_and_select_rdp(
+      _ORDERS, np.maximum(dp(s), score_rdp), mean_runs=cfg.rs_mean_runs, shape=cfg.rs_shape)
+  sigma_rs = calibrate(lambda s: zip_rdp + rs_curve(s))
+  eps_joint = eps(zip_rdp + sel_rdp + dp(sigma_joint))
   return {
-      "zip_laplace_scale": b_zip,
-      "sigma_basic": sigma_basic,
-      "eps_model_basic": _eps(_dpsgd_rdp(sigma_basic, q, steps), delta),
-      "eps_joint_at_basic_sigma": joint_at_basic,
-      "sigma_joint": sigma_joint,
-      "eps_joint": _eps(zip_rdp + sel_rdp + _dpsgd_rdp(sigma_joint, q, steps), delta),
-      "eps_zip_rdp": _eps(zip_rdp, delta),
-      "eps_selection_rdp": _eps(sel_rdp, delta),
-      "num_settings": num_settings,
-      "sigma_em": sigma_em,
-      "eps_em_train": _eps(zip_rdp + num_settings * _dpsgd_rdp(sigma_em, q, steps), delta),
-      "eps_em_validation": _eps(zip_rdp + sel_rdp, delta),
-      "sigma_rs": sigma_rs,
-      "eps_rs": _eps(zip_rdp + rs_curve(sigma_rs), delta),
-      "eps_rs_one_run": _eps(zip_rdp + np.maximum(_dpsgd_rdp(sigma_rs, q, steps), score_rdp),
-                             delta),
-      "eps_naive_claimed": _eps(zip_rdp + sel_rdp + _dpsgd_rdp(sigma_joint, q, steps), delta),
-      "eps_naive_train": _eps(zip_rdp + num_settings * _dpsgd_rdp(sigma_joint, q, steps),
-                              delta),
+      "zip_laplace_scale": b_zip, "sigma_basic": sigma_basic,
+      "eps_model_basic": eps(dp(sigma_basic)),
+      "eps_joint_at_basic_sigma": eps(zip_rdp + sel_rdp + dp(sigma_basic)),
+      "sigma_joint": sigma_joint, "eps_joint": eps_joint, "eps_zip_rdp": eps(zip_rdp),
+      "eps_selection_rdp": eps(sel_rdp), "num_settings": num_settings, "sigma_em": sigma_em,
+      "eps_em_train": eps(zip_rdp + num_settings * dp(sigma_em)),
+      "eps_em_validation": eps(zip_rdp + sel_rdp), "sigma_rs": sigma_rs,
+      "eps_rs": eps(zip_rdp + rs_curve(sigma_rs)),
+      "eps_rs_one_run": eps(zip_rdp + np.maximum(dp(sigma_rs), score_rdp)),
+      "eps_naive_claimed": eps_joint,
+      "eps_naive_train": eps(zip_rdp + num_settings * dp(sigma_joint)),
   }
 
-
-# ----------------------------------------------------------------------------------
-# Data.
 
 def _world(cfg: Exercise6Config, key: jax.Array) -> dict:
-  """The bank's customers (private), held-out customers (test) and the public scaler."""
+  """Private customers (split by the public id rule), held-out customers, public scaler."""
   k_pub, k_cust = jax.random.split(key)
   total = cfg.customers + cfg.test_customers
-  # The scaler is fit on a separate PUBLIC draw of the same size (one compiled sampler).
-  public = credit.sample_customers(k_pub, total, max_loans=cfg.max_loans,
-                                   num_zip_codes=cfg.zip_codes)
-  scaler = credit.PublicScaler.fit(public.x_NxF)
-  world = credit.sample_customers(k_cust, total, max_loans=cfg.max_loans,
-                                  num_zip_codes=cfg.zip_codes)
-  user = np.asarray(world.user_N)
+  draw = lambda k: credit.sample_customers(k, total, max_loans=cfg.max_loans,
+                                           num_zip_codes=cfg.zip_codes)
+  scaler = credit.PublicScaler.fit(draw(k_pub).x_NxF)   # a separate PUBLIC draw
+  world = draw(k_cust)
+  user, y = np.asarray(world.user_N), np.asarray(world.y_N, np.int32)
   x = np.asarray(credit.linear_features(world.x_NxF, scaler), np.float32)
-  y = np.asarray(world.y_N, np.int32)
   private = user < cfg.customers
-  val_cust = (user % cfg.validation_every == 0) & private
-  train = private & ~val_cust
-  # Training customers renumbered 0..U_train-1 (the user ids DP-SGD samples).
-  train_ids = np.unique(user[train])
-  remap = np.full(total, -1, np.int64)
-  remap[train_ids] = np.arange(train_ids.size)
-  val_ids = np.unique(user[val_cust])
-  vmap_ids = np.full(total, -1, np.int64)
-  vmap_ids[val_ids] = np.arange(val_ids.size)
-  # One row per private customer for the zip release.
-  zip_n = np.asarray(world.zip_N)
-  cust = np.arange(cfg.customers)
-  first = np.searchsorted(user, cust)            # rows are ordered by customer
+  val = (user % cfg.validation_every == 0) & private
+  train = private & ~val
+
+  def renumber(rows):   # the customers of `rows` as 0..U-1
+    ids = np.unique(user[rows])
+    remap = np.full(total, -1, np.int64)
+    remap[ids] = np.arange(ids.size)
+    return remap[user[rows]], int(ids.size)
+
+  (uid_train, n_train), (uid_val, n_val) = renumber(train), renumber(val)
+  first = np.searchsorted(user, np.arange(cfg.customers))   # rows are ordered by customer
   defaulted = np.zeros(total, np.float64)
   np.maximum.at(defaulted, user, (y == 0).astype(np.float64))
-  return {
-      "x_train": x[train], "y_train": y[train], "uid_train": remap[user[train]].astype(np.int32),
-      "num_train_users": int(train_ids.size),
-      "x_val": x[val_cust], "y_val": y[val_cust], "uid_val": vmap_ids[user[val_cust]],
-      "num_val_users": int(val_ids.size),
-      "x_test": x[~private], "y_test": y[~private],
-      "zip_U": zip_n[first].astype(np.int32), "delinquent_U": defaulted[:cfg.customers],
-      "loans_U": np.bincount(user[private], minlength=cfg.customers),
-  }
+  return {"x_train": x[train], "y_train": y[train], "uid_train": uid_train.astype(np.int32),
+          "num_train_users": n_train, "x_val": x[val], "y_val": y[val], "uid_val": uid_val,
+          "num_val_users": n_val, "x_test": x[~private], "y_test": y[~private],
+          "zip_U": np.asarray(world.zip_N)[first].astype(np.int32),
+          "delinquent_U": defaulted[:cfg.customers],
+          "loans_U": np.bincount(user[private], minlength=cfg.customers)}
 
-
-# ----------------------------------------------------------------------------------
-# Models.
 
 def _validation_utility(params_MxD, w: dict) -> np.ndarray:
   """float64[M]: sum over validation customers of their share of correct loans (sensitivity 1)."""
@@ -212,62 +151,48 @@ def _validation_utility(params_MxD, w: dict) -> np.ndarray:
                                        {"w": params_MxD}, w["x_val"], w["y_val"],
                                        float64=True).astype(float)
   loans = np.bincount(w["uid_val"], minlength=w["num_val_users"]).astype(float)
-  per_cust = np.zeros((correct.shape[0], w["num_val_users"]))
-  for m in range(correct.shape[0]):   # host loop over a handful of models
-    per_cust[m] = np.bincount(w["uid_val"], correct[m], minlength=w["num_val_users"])
+  per_cust = np.stack([np.bincount(w["uid_val"], c, minlength=w["num_val_users"])
+                       for c in correct])
   return (per_cust / loans[None, :]).sum(axis=1)
-
-
-def _user_cfg(cfg: Exercise6Config, w: dict, lr_c2: float, sigma: float) -> dpsgd.DpSgdConfig:
-  """User-level DP-SGD with C = 1 and learning rate lr_c2 on features scaled by 1 / C.
-
-  On x / C the parameters are v = C w, a customer's summed gradient is G / C, and
-  clip-to-1 plus N(0, sigma^2) is clip-to-C plus N(0, (sigma C)^2) divided by C; a step
-  lr_c2 on v is lr_c2 / C^2 on w. So (C, lr_c2 / C^2) trains with the same privacy, all C
-  in one program.
-  """
-  return dpsgd.DpSgdConfig(dataset_size=w["num_train_users"], sampling_prob=cfg.sampling_prob,
-                           num_steps=cfg.num_steps, l2_clip_norm=1.0, noise_multiplier=sigma,
-                           learning_rate=lr_c2, delta=cfg.delta, privacy_unit="user")
 
 
 def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key: jax.Array,
                     run_setting: np.ndarray, model, bar) -> dict:
-  """Trains every model of parts 3-4 with user-level DP-SGD; params as w (not v).
-  One `train_sweep` per lr * C^2: copy j of the records holds x / C_j and each model keeps
-  only its copy (keep_MxN), so its private data are exactly the training customers' loans."""
+  """Every user-level model of parts 3-4, as {kind: {setting or run: weights}}.
+
+  Setting (C, lr_c2 / C^2) is trained as C = 1 and learning rate lr_c2 on x / C (weights
+  v = C w; clip-to-1 plus N(0, sigma^2) on G / C is clip-to-C plus N(0, (sigma C)^2) over
+  C), so one `train_sweep` per lr_c2 holds every C: copy j of the records is x / C_j and
+  each model keeps only its copy, exactly the training customers' loans.
+  """
   clips = list(cfg.clip_norms)
   n = w["x_train"].shape[0]
   x_all = np.concatenate([w["x_train"] / c for c in clips]).astype(np.float32)
-  y_all = np.tile(w["y_train"], len(clips))
-  uid_all = np.tile(w["uid_train"], len(clips))
+  y_all, uid_all = np.tile(w["y_train"], len(clips)), np.tile(w["uid_train"], len(clips))
   out = {"em": {}, "naive": {}, "rs": {}, "compare": {}}
   for k, lr_c2 in enumerate(cfg.lr_c2):
-    sigmas = [bud["sigma_em"], bud["sigma_joint"], bud["sigma_rs"], bud["sigma_basic"], 0.0]
-    cfgs = [_user_cfg(cfg, w, lr_c2, sg) for sg in sigmas]
-    owners, index, copy = [], [], []        # (kind, setting or run), config, clip copy
+    cfgs = [dpsgd.DpSgdConfig(dataset_size=w["num_train_users"], sampling_prob=cfg.sampling_prob,
+                              num_steps=cfg.num_steps, l2_clip_norm=1.0, noise_multiplier=sg,
+                              learning_rate=lr_c2, delta=cfg.delta, privacy_unit="user")
+            for sg in (bud["sigma_em"], bud["sigma_joint"], bud["sigma_rs"], bud["sigma_basic"],
+                       0.0)]
+    models_ = []                        # (kind, setting or run, config index, clip copy)
     for j in range(len(clips)):
       s = j * len(cfg.lr_c2) + k
-      owners += [("em", s), ("naive", s)]
-      index += [0, 1]
-      copy += [j, j]
-      for r in np.flatnonzero(run_setting == s):
-        owners.append(("rs", int(r)))
-        index.append(2)
-        copy.append(j)
+      models_ += [("em", s, 0, j), ("naive", s, 1, j)]
+      models_ += [("rs", int(r), 2, j) for r in np.flatnonzero(run_setting == s)]
       if clips[j] == cfg.model_clip and lr_c2 == cfg.model_lr_c2:
-        owners += [("compare", "user"), ("compare", "non_private")]
-        index += [3, 4]
-        copy += [j, j]
-    keep = np.zeros((len(owners), n * len(clips)), bool)
-    for m, j in enumerate(copy):
+        models_ += [("compare", "user", 3, j), ("compare", "non_private", 4, j)]
+    keep = np.zeros((len(models_), n * len(clips)), bool)
+    for m, (_, _, _, j) in enumerate(models_):
       keep[m, j * n:(j + 1) * n] = True
     res = dpsgd.train_sweep(jax.random.fold_in(key, k), x_all, y_all, keep, cfgs,
-                            np.asarray(index), model, sampler=cfgs[0].sampler(uid_all),
+                            np.asarray([m[2] for m in models_]), model,
+                            sampler=cfgs[0].sampler(uid_all),
                             perf=dpsgd.PerformanceFlags(progress=False))
     v = np.asarray(res.params["w"], np.float64)
-    for m, (kind, tag) in enumerate(owners):
-      out[kind][tag] = v[m] / clips[copy[m]]
+    for m, (kind, tag, _, j) in enumerate(models_):
+      out[kind][tag] = v[m] / clips[j]
     bar.update(1)
   return out
 
@@ -284,10 +209,9 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
   num_settings = len(settings)
   model = models.logistic_regression(w["x_train"].shape[1])
 
-  # ---- 2. the zip release (customers as the unit).
+  # 2. The zip release.
   z = mechanisms.grouped_rates(k_zip, w["zip_U"], w["delinquent_U"], cfg.zip_codes,
-                               cfg.zip_epsilon, count_fraction=0.5,
-                               max_rate_sd=cfg.max_rate_sd)
+                               cfg.zip_epsilon, count_fraction=0.5, max_rate_sd=cfg.max_rate_sd)
   true_n = np.bincount(w["zip_U"], minlength=cfg.zip_codes)
   true_d = np.bincount(w["zip_U"], w["delinquent_U"], minlength=cfg.zip_codes)
   true_rate = np.where(true_n > 0, true_d / np.maximum(true_n, 1), np.nan)
@@ -302,8 +226,7 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
            "unreliable_ours": bool(ours[i]), "unreliable_lecture": bool(lecture_rule[i])}
           for i in range(cfg.zip_codes)]
 
-  # ---- 3 and 4. Repeat-and-select: K runs, each a uniformly drawn setting (public
-  # randomness, independent of the data).
+  # 3 and 4. Repeat-and-select runs K uniformly drawn settings (public randomness).
   u = np.random.default_rng(int(jax.random.bits(k_runs, (), jnp.uint32))).random()
   num_runs = tuning.num_runs_quantile(u, cfg.rs_mean_runs, cfg.rs_shape)
   run_setting = np.asarray(jax.random.randint(k_pick, (num_runs,), 0, num_settings))
@@ -315,9 +238,10 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
     sub = dataclasses.replace(cfg, clip_norms=(cfg.model_clip,), lr_c2=(cfg.model_lr_c2,))
     compare = _train_settings(sub, w, bud, jax.random.fold_in(k_train, len(cfg.lr_c2)),
                               np.zeros(0, int), model, tqdm(disable=True))["compare"]
-  em_params = [trained["em"][s] for s in range(num_settings)]
-  naive_params = [trained["naive"][s] for s in range(num_settings)]
-  rs_params = [trained["rs"][r] for r in range(num_runs)]
+  em_params = np.stack([trained["em"][s] for s in range(num_settings)])
+  naive_params = np.stack([trained["naive"][s] for s in range(num_settings)])
+  rs_params = (np.stack([trained["rs"][r] for r in range(num_runs)]) if num_runs
+               else np.zeros((0, w["x_test"].shape[1])))
   # Example-level contrast: every loan a unit, q per loan, same eps for the model.
   ex_cfg = dpsgd.DpSgdConfig(dataset_size=n_train, sampling_prob=cfg.sampling_prob,
                              num_steps=cfg.num_steps, l2_clip_norm=cfg.model_clip,
@@ -329,112 +253,77 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
   bar.update(1)
   bar.close()
 
-  x_test, y_test = w["x_test"], w["y_test"]
-  em_params, naive_params = np.stack(em_params), np.stack(naive_params)
-  # Naive: exact argmax of validation utility.
-  u_naive = _validation_utility(naive_params, w)
-  pick_naive = int(np.argmax(u_naive))
-  # Exponential mechanism: monotone utility of sensitivity 1.
-  u_em = _validation_utility(em_params, w)
-  pick_em = int(mechanisms.exponential_mechanism(
-      k_em, jnp.asarray(u_em, jnp.float32), cfg.selection_epsilon, sensitivity=1.0,
-      monotonic=True))
-  # Repeat-and-select: noisy scores, best run released (K and the scores are not).
-  rs_params = np.stack(rs_params) if num_runs else np.zeros((0, x_test.shape[1]))
+  accuracy = lambda p_MxD: models.accuracy(model, {"w": p_MxD}, w["x_test"], w["y_test"],
+                                           float64=True)
+  acc = lambda p: float(accuracy(p[None, :])[0])
+  pick_naive = int(np.argmax(_validation_utility(naive_params, w)))   # exact argmax
+  pick_em = int(mechanisms.exponential_mechanism(   # monotone utility of sensitivity 1
+      k_em, jnp.asarray(_validation_utility(em_params, w), jnp.float32),
+      cfg.selection_epsilon, sensitivity=1.0, monotonic=True))
+  # Repeat-and-select releases only the best run by noisy score (the argmax, so float
+  # noise is not observable, as in report_noisy_max).
   u_rs = _validation_utility(rs_params, w) if num_runs else np.zeros(0)
-  # Only the argmax of the noisy scores is used (and the chosen model released), so
-  # float noise is not observable in the output (as in report_noisy_max).
   noisy_scores = u_rs + cfg.score_noise * np.asarray(
       jax.random.normal(k_score, (num_runs,)), np.float64)
   best_run = int(np.argmax(noisy_scores)) if num_runs else None
-
-  def accuracy(p_MxD):
-    return models.accuracy(model, {"w": p_MxD}, x_test, y_test, float64=True)
-
-  def acc(p):
-    return float(accuracy(p[None, :])[0])
-
-  test_acc_all = accuracy(em_params)
-  selection = [
-      {"procedure": "naive (tune freely, account the final model)", "sigma": bud["sigma_joint"],
-       "trainings": num_settings, "chosen": settings[pick_naive],
-       "eps_claimed": bud["eps_naive_claimed"], "eps_train_customers": bud["eps_naive_train"],
-       "eps_validation_customers": math.inf,
-       "test_accuracy": acc(naive_params[pick_naive])},
-      {"procedure": f"exponential mechanism, {num_settings} trainings charged",
-       "sigma": bud["sigma_em"],
-       "trainings": num_settings, "chosen": settings[pick_em], "eps_claimed": cfg.epsilon,
-       "eps_train_customers": bud["eps_em_train"],
-       "eps_validation_customers": bud["eps_em_validation"],
-       "test_accuracy": acc(em_params[pick_em])},
-      {"procedure": f"repeat-and-select (E[K] = {cfg.rs_mean_runs:g}, eta = {cfg.rs_shape:g})",
-       "sigma": bud["sigma_rs"], "trainings": int(num_runs),
-       "chosen": None if best_run is None else settings[int(run_setting[best_run])],
-       "eps_claimed": cfg.epsilon, "eps_train_customers": bud["eps_rs"],
-       "eps_validation_customers": bud["eps_rs"],
-       "test_accuracy": None if best_run is None else acc(rs_params[best_run])},
-  ]
+  fields = ("procedure", "sigma", "trainings", "chosen", "eps_claimed", "eps_train_customers",
+            "eps_validation_customers", "test_accuracy")
+  selection = [dict(zip(fields, v)) for v in (
+      ("naive (tune freely, account the final model)", bud["sigma_joint"], num_settings,
+       settings[pick_naive], bud["eps_naive_claimed"], bud["eps_naive_train"], math.inf,
+       acc(naive_params[pick_naive])),
+      (f"exponential mechanism, {num_settings} trainings charged", bud["sigma_em"],
+       num_settings, settings[pick_em], cfg.epsilon, bud["eps_em_train"],
+       bud["eps_em_validation"], acc(em_params[pick_em])),
+      (f"repeat-and-select (E[K] = {cfg.rs_mean_runs:g}, eta = {cfg.rs_shape:g})",
+       bud["sigma_rs"], int(num_runs),
+       None if best_run is None else settings[int(run_setting[best_run])], cfg.epsilon,
+       bud["eps_rs"], bud["eps_rs"], None if best_run is None else acc(rs_params[best_run])))]
+  unit = lambda name, sigma, size, eps, p: {"unit": name, "sigma": sigma, "dataset_size": size,
+                                            "epsilon": eps, "test_accuracy": acc(p)}
   model_rows = {
-      "user": {"unit": "customer (user-level)", "sigma": bud["sigma_basic"],
-               "dataset_size": w["num_train_users"], "epsilon": bud["eps_model_basic"],
-               "test_accuracy": acc(compare["user"])},
-      "example": {"unit": "loan (example-level)", "sigma": ex_cfg.noise_multiplier,
-                  "dataset_size": n_train, "epsilon": ex_cfg.epsilon(),
-                  "test_accuracy": acc(compare["example"])},
-      "non_private": {"unit": "none (sigma = 0)", "sigma": 0.0,
-                      "dataset_size": w["num_train_users"], "epsilon": math.inf,
-                      "test_accuracy": acc(compare["non_private"])},
-  }
-  # ---- 5. a customer with k loans.
-  group = []
-  for k in (1, 5, cfg.max_loans):
-    e_k, d_k = composition.group_privacy(cfg.epsilon, cfg.delta, k)
-    group.append({"loans": k, "example_eps": e_k, "example_delta": d_k,
-                  "user_eps": cfg.epsilon, "user_delta": cfg.delta})
-
+      "user": unit("customer (user-level)", bud["sigma_basic"], w["num_train_users"],
+                   bud["eps_model_basic"], compare["user"]),
+      "example": unit("loan (example-level)", ex_cfg.noise_multiplier, n_train,
+                      ex_cfg.epsilon(), compare["example"]),
+      "non_private": unit("none (sigma = 0)", 0.0, w["num_train_users"], math.inf,
+                          compare["non_private"])}
+  group = [dict(zip(("loans", "example_eps", "example_delta", "user_eps", "user_delta"),
+                    (k, *composition.group_privacy(cfg.epsilon, cfg.delta, k), cfg.epsilon,
+                     cfg.delta))) for k in (1, 5, cfg.max_loans)]   # 5. a customer's k loans
   record = {
       "budget": bud, "zips": zips,
       "num_customers": cfg.customers, "num_loans": int(w["loans_U"].sum()),
       "num_train_customers": w["num_train_users"], "num_train_loans": int(n_train),
-      "num_validation_customers": w["num_val_users"], "num_test_loans": int(len(y_test)),
+      "num_validation_customers": w["num_val_users"], "num_test_loans": int(len(w["y_test"])),
       "unreliable_ours": [i for i in range(cfg.zip_codes) if ours[i]],
       "unreliable_lecture": [i for i in range(cfg.zip_codes) if lecture_rule[i]],
       "model": model_rows, "selection": selection, "num_runs": int(num_runs),
-      "candidate_test_accuracy": [float(a) for a in test_acc_all],
-      "five_loans": group,
-  }
-  tables = _tables(cfg, record)
-  figures = [_plot(out_dir, record, cfg)]
-  summary = _summary(cfg, record)
-  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
-                        summary=summary, quiet=quiet)
-
-
+      "candidate_test_accuracy": [float(a) for a in accuracy(em_params)], "five_loans": group}
+  return _common.finish(cfg, out_dir, NAME, record, tables=_tables(cfg, record),
+                        figures=[_plot(out_dir, record, cfg)], summary=_summary(cfg, record),
+                        quiet=quiet)
 def _tables(cfg: Exercise6Config, r: dict) -> list:
-  b = r["budget"]
-  half = cfg.zip_epsilon / 2
+  b, m, half = r["budget"], r["model"], cfg.zip_epsilon / 2
+  lap = f"Laplace(1/{half:g}) x {cfg.zip_codes}"
   t_split = _common.Table(
       title=(f"Exercise 6(a): the budget, eps = {cfg.epsilon:g} at delta = {cfg.delta:g} "
              f"(unit: the customer; DP-SGD q = {cfg.sampling_prob:g} per customer, "
              f"T = {cfg.num_steps})"),
       columns=["release", "mechanism", "sensitivity per customer", "eps (basic)",
                "eps alone (RDP)", "lecture"],
-      rows=[
-          ["zip: customers per zip", f"Laplace(1/{half:g}) x {cfg.zip_codes}",
-           "L1 = 1 (one zip per customer)", half, None, LECTURE["zip_each"]],
-          ["zip: delinquent customers", f"Laplace(1/{half:g}) x {cfg.zip_codes}",
-           "L1 = 1", half, None, LECTURE["zip_each"]],
-          ["zip release (both)", "", "", cfg.zip_epsilon, b["eps_zip_rdp"], LECTURE["zip"]],
-          ["model", f"DP-SGD, sigma = {b['sigma_basic']:.3f}", "L2 = C (customer's sum)",
-           cfg.model_epsilon, b["eps_model_basic"], LECTURE["model"]],
-          ["selection", "exponential mechanism", "1 (= 1/n_val in accuracy)",
-           cfg.selection_epsilon, b["eps_selection_rdp"], LECTURE["selection"]],
-          ["total", "", "", cfg.epsilon, b["eps_joint_at_basic_sigma"], 3.0],
-      ],
+      rows=[["zip: customers per zip", lap, "L1 = 1 (one zip per customer)", half, None,
+             LECTURE["zip_each"]],
+            ["zip: delinquent customers", lap, "L1 = 1", half, None, LECTURE["zip_each"]],
+            ["zip release (both)", "", "", cfg.zip_epsilon, b["eps_zip_rdp"], LECTURE["zip"]],
+            ["model", f"DP-SGD, sigma = {b['sigma_basic']:.3f}", "L2 = C (customer's sum)",
+             cfg.model_epsilon, b["eps_model_basic"], LECTURE["model"]],
+            ["selection", "exponential mechanism", "1 (= 1/n_val in accuracy)",
+             cfg.selection_epsilon, b["eps_selection_rdp"], LECTURE["selection"]],
+            ["total", "", "", cfg.epsilon, b["eps_joint_at_basic_sigma"], 3.0]],
       note=("'eps alone (RDP)' converts each curve alone; the total composes the three in "
             "RDP (Laplace exact, the exponential mechanism as eps-bounded-range, DP-SGD's "
-            "subsampled Gaussian). Counting loans would give sensitivity "
-            f"{cfg.max_loans}."))
+            f"subsampled Gaussian). Counting loans would give sensitivity {cfg.max_loans}."))
   t_joint = _common.Table(
       title="Exercise 6(a): basic composition vs one RDP account, same three mechanisms",
       columns=["accounting", "model sigma", "total eps", "eps left", "lecture"],
@@ -445,10 +334,10 @@ def _tables(cfg: Exercise6Config, r: dict) -> list:
             ["RDP, total held at eps", b["sigma_joint"], b["eps_joint"], 0.0, "tighter"]],
       note=(f"At the same total, RDP lets the model use {b['sigma_joint'] / b['sigma_basic']:.3f}"
             " times the basic sigma (less noise)."))
-  zips = r["zips"]
-  by_size = sorted(zips, key=lambda zz: zz["customers"])
+  by_size = sorted(r["zips"], key=lambda zz: zz["customers"])
   differ = [zz for zz in by_size if zz["unreliable_ours"] != zz["unreliable_lecture"]]
   shown = by_size[:5] + [zz for zz in differ if zz not in by_size[:5]] + by_size[::-1][:3]
+  flag = lambda bad: "unreliable" if bad else "ok"
   t_zip = _common.Table(
       title=(f"Exercise 6(b): zip codes flagged unreliable (of {cfg.zip_codes}; "
              f"{len(r['unreliable_ours'])} by ours: noise sd > {cfg.max_rate_sd:g}, "
@@ -456,20 +345,17 @@ def _tables(cfg: Exercise6Config, r: dict) -> list:
              "customers): the five smallest, those where the rules differ, the three largest"),
       columns=["zip", "customers", "noisy customers", "true rate", "noisy rate", "noise sd",
                "|error|", "ours", "lecture"],
-      rows=[[zz["zip"], zz["customers"], zz["noisy_customers"], zz["true_rate"],
-             zz["noisy_rate"], zz["rate_sd"], zz["abs_error"],
-             "unreliable" if zz["unreliable_ours"] else "ok",
-             "unreliable" if zz["unreliable_lecture"] else "ok"] for zz in shown],
+      rows=[[zz[k] for k in ("zip", "customers", "noisy_customers", "true_rate", "noisy_rate",
+                             "rate_sd", "abs_error")]
+            + [flag(zz["unreliable_ours"]), flag(zz["unreliable_lecture"])] for zz in shown],
       note=("Both rules read only released values; 'customers' and 'true rate' are the "
             "private truth, shown for checking."))
-  m = r["model"]
   t_model = _common.Table(
       title=(f"Exercise 6(d): the model at eps = {cfg.model_epsilon:g} (C = {cfg.model_clip:g}, "
              f"lr = {cfg.model_lr_c2 / cfg.model_clip ** 2:g}, T = {cfg.num_steps}), test accuracy on "
              f"{r['num_test_loans']} held-out loans"),
       columns=["privacy unit", "sigma", "dataset size", "eps per unit", "test accuracy"],
-      rows=[[v["unit"], v["sigma"], v["dataset_size"], v["epsilon"], v["test_accuracy"]]
-            for v in m.values()])
+      rows=[list(v.values()) for v in m.values()])
   t_sel = _common.Table(
       title=(f"Exercise 6(c): choosing among {b['num_settings']} (C, learning rate) settings, "
              f"every procedure with the zip release, total held at eps = {cfg.epsilon:g}"),
@@ -488,44 +374,39 @@ def _tables(cfg: Exercise6Config, r: dict) -> list:
       title="Exercise 6(d): the guarantee of a customer with k loans",
       columns=["loans k", "example-level eps", "example-level delta", "user-level eps",
                "user-level delta", "lecture"],
-      rows=[[g["loans"], g["example_eps"], g["example_delta"], g["user_eps"],
-             g["user_delta"], "about 5 eps = 15" if g["loans"] == 5 else None]
+      rows=[list(g.values()) + ["about 5 eps = 15" if g["loans"] == 5 else None]
             for g in r["five_loans"]],
       note="Group privacy: (k eps, k e^{(k-1) eps} delta); delta >= 1 promises nothing.")
   return [t_split, t_joint, t_zip, t_model, t_sel, t_five]
 
 
 def _summary(cfg: Exercise6Config, r: dict) -> str:
-  b, m, s = r["budget"], r["model"], r["selection"]
+  b, m, s, five = r["budget"], r["model"], r["selection"], r["five_loans"][1]
   return (
       f"Budget: the lecture's 2.0 / 0.7 / 0.3 split accounted in one RDP account spends "
-      f"{b['eps_joint_at_basic_sigma']:.2f} of {cfg.epsilon:g}; at total {cfg.epsilon:g} the model's "
-      f"sigma drops from {b['sigma_basic']:.2f} to {b['sigma_joint']:.2f}. Zip codes: "
+      f"{b['eps_joint_at_basic_sigma']:.2f} of {cfg.epsilon:g}; at total {cfg.epsilon:g} the "
+      f"model's sigma drops from {b['sigma_basic']:.2f} to {b['sigma_joint']:.2f}. Zip codes: "
       f"{len(r['unreliable_ours'])} of {cfg.zip_codes} unreliable by noise sd > "
       f"{cfg.max_rate_sd:g}, {len(r['unreliable_lecture'])} by the lecture's < "
       f"{cfg.min_count:g} customers. Model at eps = {cfg.model_epsilon:g}: user-level "
       f"{m['user']['test_accuracy']:.3f}, example-level {m['example']['test_accuracy']:.3f}, "
       f"non-private {m['non_private']['test_accuracy']:.3f}. Selection at total "
       f"{cfg.epsilon:g}: exponential mechanism with all {b['num_settings']} trainings charged "
-      f"needs sigma "
-      f"{b['sigma_em']:.2f} (test {s[1]['test_accuracy']:.3f}), repeat-and-select sigma "
-      f"{b['sigma_rs']:.2f} over {r['num_runs']} runs (test "
+      f"needs sigma {b['sigma_em']:.2f} (test {s[1]['test_accuracy']:.3f}), repeat-and-select "
+      f"sigma {b['sigma_rs']:.2f} over {r['num_runs']} runs (test "
       f"{_common.fmt(s[2]['test_accuracy'])}); tuning freely at sigma {b['sigma_joint']:.2f} "
       f"really costs {b['eps_naive_train']:.1f} for training customers and is unbounded for "
       f"validation customers. A five-loan customer under example-level DP: "
-      f"eps = {r['five_loans'][1]['example_eps']:g} with delta "
-      f"{r['five_loans'][1]['example_delta']:.3g}; user-level: ({cfg.epsilon:g}, "
-      f"{cfg.delta:g}).")
+      f"eps = {five['example_eps']:g} with delta {five['example_delta']:.3g}; user-level: "
+      f"({cfg.epsilon:g}, {cfg.delta:g}).")
 
 
 def _plot(out_dir: str, r: dict, cfg: Exercise6Config) -> str:
   """Noisy vs true zip rates (flagged in red) and the error against zip size."""
   zips = [zz for zz in r["zips"] if zz["customers"] > 0]
-  n = np.array([zz["customers"] for zz in zips], float)
-  tr = np.array([zz["true_rate"] for zz in zips])
-  nr = np.array([zz["noisy_rate"] for zz in zips])
-  sd = np.array([zz["rate_sd"] for zz in zips])
-  bad = np.array([zz["unreliable_ours"] for zz in zips])
+  n, tr, nr, sd, bad = (np.array([zz[k] for zz in zips]) for k in (
+      "customers", "true_rate", "noisy_rate", "rate_sd", "unreliable_ours"))
+  n = n.astype(float)
   with _plots.figure(out_dir, "exercise6_zips.png", ncols=2, figsize=(10, 3.8)) as (fig, axes):
     ax = axes[0]
     ax.errorbar(tr[~bad], nr[~bad], yerr=sd[~bad], fmt="o", ms=3, label="reliable")
@@ -539,8 +420,8 @@ def _plot(out_dir: str, r: dict, cfg: Exercise6Config) -> str:
     ax = axes[1]
     ax.loglog(n, np.maximum(np.abs(nr - tr), 1e-4), "o", ms=3, label="|released - true|")
     grid = np.geomspace(max(1.0, n.min()), n.max(), 50)
-    b = (1.0 + cfg.zip_codes * mechanisms.laplace_grid(cfg.zip_epsilon / 2)) / (
-        cfg.zip_epsilon / 2)
+    half = cfg.zip_epsilon / 2
+    b = (1.0 + cfg.zip_codes * mechanisms.laplace_grid(half)) / half
     ax.loglog(grid, math.sqrt(2) * b * math.sqrt(1 + 0.5 ** 2) / grid, color="C1",
               label="noise sd at rate 0.5")
     ax.axhline(cfg.max_rate_sd, color="C3", ls="--", label=f"our threshold {cfg.max_rate_sd:g}")

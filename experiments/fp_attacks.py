@@ -17,13 +17,6 @@ Exact tests from `dpjax.attacks.floating_point`:
 
 Command:   python -m experiments.fp_attacks                 (about 35 s of CPU)
            python -m experiments.fp_attacks --models 1000 --trials 100000
-Expected (defaults, seed 0): (a) 0.90 / 0.90 / 0.91 of the naive releases of x
-flagged at eps = 0.5 / 1 / 2, none of x', eps_lower 7.79-7.81 (the ceiling of
-10,000 trials is 7.90) where eps-DP allows TPR 0 at FPR 0; (b) 0.88-0.90 of the
-sampled steps impossible without the canary, 0.995-1.000 of the models with the
-canary flagged and 0 without, eps_lower 3.97-3.98 (the ceiling of 200 trials per
-side) against claimed eps 8.93 / 3.00 / 1.23 / 0.55 at sigma = 1 / 2 / 4 / 8; (c) 0
-flagged on both sides, eps_lower 0.
 """
 
 from __future__ import annotations
@@ -57,30 +50,30 @@ _CLIP = 1.0
 _MAX_CHUNK = 200
 
 
+_opt = _common.option
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FpAttacksConfig(_common.ExperimentConfig):
   """What `run` computes (defaults: the quick scale of ./run.sh all)."""
-  epsilons: tuple[float, ...] = _common.option((0.5, 1.0, 2.0),
-                                               "Claimed eps of the Laplace releases.", bounds=">0")
-  trials: int = _common.option(10_000, "Laplace releases per input (x and its neighbour).",
-                               bounds=">=1")
-  models: int = _common.option(200, "DP-SGD models per side (with / without the canary).",
-                               bounds=">=1")
-  noise_multipliers: tuple[float, ...] = _common.option(
+  epsilons: tuple[float, ...] = _opt((0.5, 1.0, 2.0), "Claimed eps of the Laplace releases.",
+                                     bounds=">0")
+  trials: int = _opt(10_000, "Laplace releases per input (x and its neighbour).", bounds=">=1")
+  models: int = _opt(200, "DP-SGD models per side (with / without the canary).", bounds=">=1")
+  noise_multipliers: tuple[float, ...] = _opt(
       (1.0, 2.0, 4.0, 8.0), "sigma of each DP-SGD setting (one compiled program for all).",
       bounds=">0")
-  defended_noise_multipliers: tuple[float, ...] = _common.option(
+  defended_noise_multipliers: tuple[float, ...] = _opt(
       (1.0,), "sigma of each defended DP-SGD run (one compiled program each).", bounds=">0")
-  sampling_prob: float = _common.option(0.2, "DP-SGD Poisson sampling rate q.", bounds="(0,1]")
-  num_steps: int = _common.option(30, "DP-SGD steps T.", bounds=">=1")
-  defended: bool = _common.option(True, "Also attack the defended mechanisms (table c).")
-  delta: float = _common.option(1e-5, "delta of the DP-SGD claims.", flag=False, bounds="(0,1)")
-  confidence: float = _common.option(0.95, "Confidence of every eps lower bound.", flag=False,
-                                     bounds="(0,1)")
-  num_records: int = _common.option(40, "Records of the synthetic training set.", flag=False,
-                                    bounds=">=1")
-  num_features: int = _common.option(4, "Features besides the canary's unused one.",
-                                     flag=False, bounds=">=1")
+  sampling_prob: float = _opt(0.2, "DP-SGD Poisson sampling rate q.", bounds="(0,1]")
+  num_steps: int = _opt(30, "DP-SGD steps T.", bounds=">=1")
+  defended: bool = _opt(True, "Also attack the defended mechanisms (table c).")
+  delta: float = _opt(1e-5, "delta of the DP-SGD claims.", flag=False, bounds="(0,1)")
+  confidence: float = _opt(0.95, "Confidence of every eps lower bound.", flag=False,
+                           bounds="(0,1)")
+  num_records: int = _opt(40, "Records of the synthetic training set.", flag=False, bounds=">=1")
+  num_features: int = _opt(4, "Features besides the canary's unused one.", flag=False,
+                           bounds=">=1")
 
 
 # ----------------------------------------------------------------------------------
@@ -107,40 +100,28 @@ def _audit_row(flag_x, flag_neighbour, epsilon, delta, confidence):
           "true_positives": tp, "false_positives": fp}
 
 
-def _naive_laplace(key, cfg):
+def _laplace(key, cfg, secure):
+  """(a) the naive mechanism, or (c) the defended one, against the exact reachability test."""
   rows = []
   for i, eps in enumerate(cfg.epsilons):
     kx, kn = jax.random.split(jax.random.fold_in(key, i))
-    b = mechanisms.laplace_scale(eps)
-    y_x = _laplace_releases(kx, _X, eps, cfg.trials, secure=False)
-    y_n = _laplace_releases(kn, _X_NEIGHBOUR, eps, cfg.trials, secure=False)
-    flag_x = ~floating_point.laplace_reachable(y_x, _X_NEIGHBOUR, b)
-    flag_n = ~floating_point.laplace_reachable(y_n, _X_NEIGHBOUR, b)
-    rows.append({"epsilon": float(eps), "scale": b,
-                 # the mechanism's own input is always reachable (exactness check)
-                 "own_input_reachable": bool(
-                     floating_point.laplace_reachable(y_x, _X, b).all()
-                     and floating_point.laplace_reachable(y_n, _X_NEIGHBOUR, b).all()),
-                 **_audit_row(flag_x, flag_n, eps, 0.0, cfg.confidence)})
-  return rows
-
-
-def _defended_laplace(key, cfg):
-  rows = []
-  for i, eps in enumerate(cfg.epsilons):
-    kx, kn = jax.random.split(jax.random.fold_in(key, i))
-    gamma = mechanisms.laplace_grid(eps)
-    # The defended mechanism's table for a scalar (d = 1): b = (Delta_1 / gamma + 1) / eps.
-    noise = integer_noise.rounded_laplace((1.0 / gamma + 1.0) / eps)
-    centre = int(round(_X_NEIGHBOUR / gamma))
-    y_x = _laplace_releases(kx, _X, eps, cfg.trials, secure=True)
-    y_n = _laplace_releases(kn, _X_NEIGHBOUR, eps, cfg.trials, secure=True)
-    reach = lambda y, c: floating_point.grid_reachable(y, c, gamma, max_abs=noise.max_abs)
-    rows.append({"epsilon": float(eps), "grid": gamma, "max_abs": noise.max_abs,
-                 "own_input_reachable": bool(reach(y_x, int(round(_X / gamma))).all()
-                                             and reach(y_n, centre).all()),
-                 **_audit_row(~reach(y_x, centre), ~reach(y_n, centre), eps, 0.0,
-                              cfg.confidence)})
+    y_x = _laplace_releases(kx, _X, eps, cfg.trials, secure=secure)
+    y_n = _laplace_releases(kn, _X_NEIGHBOUR, eps, cfg.trials, secure=secure)
+    if secure:
+      gamma = mechanisms.laplace_grid(eps)
+      # The defended mechanism's table for a scalar: b = (Delta_1 / gamma + 1) / eps.
+      noise = integer_noise.rounded_laplace((1.0 / gamma + 1.0) / eps)
+      reach = lambda y, x: floating_point.grid_reachable(
+          y, int(round(x / gamma)), gamma, max_abs=noise.max_abs)
+      row = {"epsilon": float(eps), "grid": gamma, "max_abs": noise.max_abs}
+    else:
+      b = mechanisms.laplace_scale(eps)
+      reach = lambda y, x: floating_point.laplace_reachable(y, x, b)
+      row = {"epsilon": float(eps), "scale": b}
+    # The mechanism's own input is always reachable (exactness check).
+    row["own_input_reachable"] = bool(reach(y_x, _X).all() and reach(y_n, _X_NEIGHBOUR).all())
+    rows.append({**row, **_audit_row(~reach(y_x, _X_NEIGHBOUR), ~reach(y_n, _X_NEIGHBOUR), eps,
+                                     0.0, cfg.confidence)})
   return rows
 
 
@@ -244,7 +225,7 @@ def _defended_dpsgd(key, data, cfg, settings):
         cfg_dp.noise_multiplier * grid_lib.grid_sensitivity(_CLIP, gamma, data.num_features))
     obs, bits = _train(jax.random.fold_in(key, i), data, [cfg_dp], np.zeros(m, np.int32),
                        canary_in, clipping=path, privatizer=priv)
-    reach = lambda c: floating_point.grid_reachable(  # pylint: disable=cell-var-from-loop
+    reach = lambda c: floating_point.grid_reachable(
         obs, c, gamma, max_abs=noise.max_abs, expected_batch_size=cfg_dp.expected_batch_size)
     impossible = ~reach(0)
     truth = reach(np.where(bits, int(round(_CLIP / gamma)), 0))
@@ -310,23 +291,20 @@ def run(cfg: FpAttacksConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
   """Runs the three attacks, writes results.json, prints the tables; `_common.finish`'s dict."""
   del progress   # no loop long enough for a bar
-  key = jax.random.key(cfg.seed)
-  k_lap, k_def_lap, k_data, k_dp, k_def_dp = jax.random.split(key, 5)
+  k_lap, k_def_lap, k_data, k_dp, k_def_dp = jax.random.split(jax.random.key(cfg.seed), 5)
   data = _data(k_data, cfg)
-  record = {"naive_laplace": _naive_laplace(k_lap, cfg),
+  record = {"naive_laplace": _laplace(k_lap, cfg, secure=False),
             "naive_dpsgd": _naive_dpsgd(k_dp, data, cfg,
                                         _settings(cfg, cfg.noise_multipliers))}
   defended_dp = []
   if cfg.defended:
-    record["defended_laplace"] = _defended_laplace(k_def_lap, cfg)
+    record["defended_laplace"] = _laplace(k_def_lap, cfg, secure=True)
     record["defended_dpsgd"] = defended_dp = _defended_dpsgd(
         k_def_dp, data, cfg, _settings(cfg, cfg.defended_noise_multipliers))
-  checks = [r["own_input_reachable"] for r in record["naive_laplace"]
-            + record.get("defended_laplace", [])]
-  checks += [r["true_hypothesis_reachable"] for r in record["naive_dpsgd"] + defended_dp]
-  record["exactness_checks_pass"] = bool(all(checks))
-  tables = _tables(record, cfg)
   lap, dp = record["naive_laplace"], record["naive_dpsgd"]
+  record["exactness_checks_pass"] = bool(all(
+      [r["own_input_reachable"] for r in lap + record.get("defended_laplace", [])]
+      + [r["true_hypothesis_reachable"] for r in dp + defended_dp]))
   summary = (
       f"Naive float32 Laplace: {min(r['tpr'] for r in lap):.1%}-{max(r['tpr'] for r in lap):.1%} "
       f"of the releases of x are impossible from its neighbour (none of the neighbour's), "
@@ -343,8 +321,8 @@ def run(cfg: FpAttacksConfig, out_dir: str, *, progress: bool = True,
                 " (the claimed eps allows any value up to the claim).")
   summary += (" Every output was reachable under its true input (exactness check: "
               f"{'pass' if record['exactness_checks_pass'] else 'FAIL'}).")
-  return _common.finish(cfg, out_dir, NAME, record, tables=tables, summary=summary,
-                        quiet=quiet)
+  return _common.finish(cfg, out_dir, NAME, record, tables=_tables(record, cfg),
+                        summary=summary, quiet=quiet)
 
 
 def main():

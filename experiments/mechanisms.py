@@ -8,12 +8,6 @@ the exponential mechanism picks one of 25 approval thresholds (0.200 .. 0.800) o
 public-fit logistic score; utility = correct private applicants out of 500.
 
 Command:   python -m experiments.mechanisms          (about 12-25 s of CPU)
-Expected (seed 0; "exact" columns are pure math and match the lecture's): posterior of
-a "yes" 0.767 / 0.573 at eps = 1 / 0.1; local / central sd ratio 68 exact at eps = 1;
-count MAE at eps = 1: Gaussian 2.98 vs Laplace 1.00; best clip bound B = 150k; 2.49%
-of small-count releases negative, RMSE 2.828 -> 2.700 after post-processing; the
-exponential mechanism's best private threshold 0.525, best test threshold 0.500
-(accuracy 0.781).
 """
 
 from __future__ import annotations
@@ -34,6 +28,7 @@ from experiments import _common, _plots
 from experiments._plots import plt
 
 NAME = "mechanisms"
+_opt = _common.option
 
 # The lecture's printed figures (code 01).
 LECTURE = {
@@ -51,41 +46,31 @@ LECTURE = {
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MechanismsConfig(_common.ExperimentConfig):
   """Sizes of the four demos (defaults = the lecture's)."""
-  rr_people: int = _common.option(10_000, "Demo 1: applicants.")
-  rr_epsilons: tuple[float, ...] = _common.option((0.1, 0.5, 1.0, 2.0, 5.0),
-                                                  "Demo 1: epsilons of randomized response.")
-  rr_reps: int = _common.option(300, "Demo 1: MC repetitions.")
-  count_epsilons: tuple[float, ...] = _common.option((0.1, 0.5, 1.0, 2.0, 5.0),
-                                                     "Demo 2(a): epsilons of the count.")
-  delta: float = _common.option(1e-5, "Demo 2(a): delta of the Gaussian mechanism.")
-  noise_draws: int = _common.option(200_000, "Demo 2(a, c): MC noise draws.")
-  income_people: int = _common.option(1_000, "Demo 2(b): applicants in the private mean.")
-  income_epsilon: float = _common.option(1.0, "Demo 2(b): epsilon of the private mean.")
-  clip_bounds: tuple[float, ...] = _common.option(
+  rr_people: int = _opt(10_000, "Demo 1: applicants.", bounds=">=2")
+  rr_epsilons: tuple[float, ...] = _opt((0.1, 0.5, 1.0, 2.0, 5.0),
+                                        "Demo 1: epsilons of randomized response.", bounds=">0")
+  rr_reps: int = _opt(300, "Demo 1: MC repetitions.", bounds=">=2")
+  count_epsilons: tuple[float, ...] = _opt((0.1, 0.5, 1.0, 2.0, 5.0),
+                                           "Demo 2(a): epsilons of the count.", bounds=">0")
+  delta: float = _opt(1e-5, "Demo 2(a): delta of the Gaussian mechanism.", bounds="(0,1)")
+  noise_draws: int = _opt(200_000, "Demo 2(a, c): MC noise draws.", bounds=">=2")
+  income_people: int = _opt(1_000, "Demo 2(b): applicants in the private mean.", bounds=">=2")
+  income_epsilon: float = _opt(1.0, "Demo 2(b): epsilon of the private mean.", bounds=">0")
+  clip_bounds: tuple[float, ...] = _opt(
       (25.0, 50.0, 100.0, 150.0, 200.0, 250.0, 300.0, 500.0, 1000.0, 2000.0),
-      "Demo 2(b): clip bounds B in k$.")
-  mean_reps: int = _common.option(20_000, "Demo 2(b): private means per clip bound.")
-  small_count: float = _common.option(6.0, "Demo 2(c): the true small count.")
-  small_count_epsilon: float = _common.option(0.5, "Demo 2(c): epsilon of the small count.")
-  em_private: int = _common.option(500, "Demo 3: private applicants (the utility's data).")
-  em_public: int = _common.option(2_000, "Demo 3: public applicants (fit the score).")
-  em_test: int = _common.option(40_000, "Demo 3: test applicants.")
-  em_candidates: int = _common.option(25, "Demo 3: candidate thresholds in [0.2, 0.8].")
-  em_epsilons: tuple[float, ...] = _common.option((0.01, 0.1, 1.0, 5.0),
-                                                  "Demo 3: epsilons of the exponential mechanism.")
-  em_reps: int = _common.option(2_000, "Demo 3: selections per eps.")
-  em_datasets: int = _common.option(50, "Demo 3: fresh private samples to average over.")
-
-  def __post_init__(self):
-    super().__post_init__()
-    for name in ("rr_people", "rr_reps", "noise_draws", "income_people", "mean_reps",
-                 "em_private", "em_public", "em_test", "em_candidates", "em_reps",
-                 "em_datasets"):
-      _common.check_int(self, name, minimum=2)
-    _common.check_positive(self, "rr_epsilons", "count_epsilons", "em_epsilons",
-                           "clip_bounds", "income_epsilon", "small_count_epsilon")
-    _common.check_range(self, "small_count", low=0)
-    _common.check_range(self, "delta", low=0, high=1, open_low=True, open_high=True)
+      "Demo 2(b): clip bounds B in k$.", bounds=">0")
+  mean_reps: int = _opt(20_000, "Demo 2(b): private means per clip bound.", bounds=">=2")
+  small_count: float = _opt(6.0, "Demo 2(c): the true small count.", bounds=">=0")
+  small_count_epsilon: float = _opt(0.5, "Demo 2(c): epsilon of the small count.", bounds=">0")
+  em_private: int = _opt(500, "Demo 3: private applicants (the utility's data).", bounds=">=2")
+  em_public: int = _opt(2_000, "Demo 3: public applicants (fit the score).", bounds=">=2")
+  em_test: int = _opt(40_000, "Demo 3: test applicants.", bounds=">=2")
+  em_candidates: int = _opt(25, "Demo 3: candidate thresholds in [0.2, 0.8].", bounds=">=2")
+  em_epsilons: tuple[float, ...] = _opt((0.01, 0.1, 1.0, 5.0),
+                                        "Demo 3: epsilons of the exponential mechanism.",
+                                        bounds=">0")
+  em_reps: int = _opt(2_000, "Demo 3: selections per eps.", bounds=">=2")
+  em_datasets: int = _opt(50, "Demo 3: fresh private samples to average over.", bounds=">=2")
 
   @property
   def thresholds(self) -> np.ndarray:
@@ -96,19 +81,15 @@ class MechanismsConfig(_common.ExperimentConfig):
 # Demo 1: randomized response.
 
 def demo_rr(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict, list]:
-  k_rep = key
   bits = people.x_NxF[:, 3].astype(jnp.int32)
-  n = cfg.rr_people
-  rate = float(jnp.mean(bits))
+  n, rate = cfg.rr_people, float(jnp.mean(bits))
   rows, recs = [], []
-  keys = jax.random.split(k_rep, len(cfg.rr_epsilons))
-  for eps, k in zip(cfg.rr_epsilons, keys):
+  for eps, k in zip(cfg.rr_epsilons, jax.random.split(key, len(cfg.rr_epsilons))):
     k_local, k_central = jax.random.split(k)
     # Same people, fresh coins, rr_reps times: [K, N] reports in one call.
     reports = mech.randomized_response(k_local, jnp.broadcast_to(bits, (cfg.rr_reps, n)), eps)
     est = np.asarray(mech.rr_estimate_rate(reports, eps), np.float64)
-    # Central DP is cheap to simulate: noise_draws releases of the exact count.
-    # (vmap over keys: noise_draws releases of one scalar, each on its own grid.)
+    # Central DP: noise_draws releases of the exact count (vmap over keys).
     count = float(jnp.sum(bits))
     central = np.asarray(jax.vmap(lambda kk: mech.laplace_mechanism(kk, count, eps))(
         jax.random.split(k_central, cfg.noise_draws)), np.float64) / n
@@ -152,11 +133,10 @@ def demo_rr(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict
 
 def demo_count_noise(key, cfg: MechanismsConfig) -> tuple[dict, list]:
   rows, recs = [], []
-  keys = jax.random.split(key, len(cfg.count_epsilons))
   # noise_draws independent releases of one scalar count (vmap over keys).
   draws = lambda fn, kk: np.abs(np.asarray(jax.vmap(fn)(jax.random.split(kk, cfg.noise_draws)),
                                            np.float64))
-  for eps, k in zip(cfg.count_epsilons, keys):
+  for eps, k in zip(cfg.count_epsilons, jax.random.split(key, len(cfg.count_epsilons))):
     kl, kg, kc = jax.random.split(k, 3)
     lap = draws(lambda kk: mech.laplace_mechanism(kk, 0.0, eps), kl)
     sig = mech.gaussian_sigma(eps, cfg.delta)
@@ -194,14 +174,12 @@ def demo_count_noise(key, cfg: MechanismsConfig) -> tuple[dict, list]:
 
 def demo_clip_bound(key, people: credit.CreditData,
                     cfg: MechanismsConfig) -> tuple[dict, list]:
-  k_mech = key
   income = np.asarray(people.x_NxF[:, 0], np.float64)
   n, eps = cfg.income_people, cfg.income_epsilon
   true_mean, true_max = float(income.mean()), float(income.max())
-  keys = jax.random.split(k_mech, len(cfg.clip_bounds))
   x = jnp.asarray(income, jnp.float32)
   rows, recs = [], []
-  for b, k in zip(cfg.clip_bounds, keys):
+  for b, k in zip(cfg.clip_bounds, jax.random.split(key, len(cfg.clip_bounds))):
     out = jax.vmap(lambda kk: mech.private_mean(kk, x, eps, upper=b))(
         jax.random.split(k, cfg.mean_reps))
     est = np.asarray(out.mean, np.float64)
@@ -279,9 +257,8 @@ def demo_postprocess(key, cfg: MechanismsConfig) -> tuple[dict, list]:
 
 def demo_exponential(key, public: credit.CreditData, privates: list[credit.CreditData],
                      test: credit.CreditData, cfg: MechanismsConfig,
-                     progress: bool = True) -> tuple[dict, list, dict]:
+                     progress: bool = True) -> tuple[dict, list]:
   """`privates[0]` is the lecture-like single sample; the rest are fresh samples."""
-  k_em = key
   scaler = credit.PublicScaler.fit(public.x_NxF)
   w = fitting.fit_logistic(np.asarray(credit.linear_features(public.x_NxF, scaler), np.float64),
                            np.asarray(public.y_N, np.float64), l2=1e-4, num_iters=30)
@@ -304,8 +281,7 @@ def demo_exponential(key, public: credit.CreditData, privates: list[credit.Credi
   best_priv = int(np.argmax(util_C))
   best_test = int(np.argmax(test_acc_C))
   rows, recs = [], []
-  keys = jax.random.split(k_em, len(cfg.em_epsilons))
-  for eps, k in zip(cfg.em_epsilons, keys):
+  for eps, k in zip(cfg.em_epsilons, jax.random.split(key, len(cfg.em_epsilons))):
     k1, k2 = jax.random.split(k)
     idx = np.asarray(mech.exponential_mechanism(
         k1, jnp.asarray(util_C, jnp.float32), eps, 1.0, shape=(cfg.em_reps,)))
@@ -348,14 +324,13 @@ def demo_exponential(key, public: credit.CreditData, privates: list[credit.Credi
             f"{cfg.em_test}. Lecture: ε = 0.01 is a random pick, ε = 5 almost always "
             "picks the private best, and ε = 1 had HIGHER test accuracy than ε = 5 on its "
             "one private sample." + _compare_note(recs)))
-  curves = {"thresholds": thr.tolist(), "private_accuracy": priv_acc_C.tolist(),
-            "test_accuracy": test_acc_C.tolist()}
   res = {"best_private_threshold": float(thr[best_priv]),
          "best_test_threshold": float(thr[best_test]),
          "best_test_accuracy": float(test_acc_C[best_test]),
-         "bayes_accuracy_test": credit.bayes_accuracy(test), "curves": curves,
-         "per_epsilon": recs}
-  return res, [table], curves
+         "bayes_accuracy_test": credit.bayes_accuracy(test),
+         "curves": {"thresholds": thr.tolist(), "private_accuracy": priv_acc_C.tolist(),
+                    "test_accuracy": test_acc_C.tolist()}, "per_epsilon": recs}
+  return res, [table]
 
 
 def _compare_note(recs: list[dict]) -> str:
@@ -372,8 +347,7 @@ def _plot(out_dir: str, results: dict) -> list[str]:
   """Demo 2(b) against B and demo 3 against the threshold, drawn from the results."""
   clip, em = results["clip_bound"], results["exponential"]
   em_curves = em["curves"]
-  name = "mechanisms.png"
-  with _plots.figure(out_dir, name, ncols=2, figsize=(10, 3.8)) as (fig, axes):
+  with _plots.figure(out_dir, "mechanisms.png", ncols=2, figsize=(10, 3.8)) as (fig, axes):
     ax = axes[0]
     per = clip["per_clip_bound"]
     b = [r["clip_bound"] for r in per]
@@ -394,7 +368,7 @@ def _plot(out_dir: str, results: dict) -> list[str]:
                  label=f"exp. mech. ε={r['epsilon']:g}: test acc")
     _plots.decorate(ax, xlabel="approval threshold", ylabel="accuracy",
                     title="Demo 3: choosing a threshold privately", legend=7)
-  return [name]
+  return ["mechanisms.png"]
 
 
 def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True,
@@ -408,18 +382,13 @@ def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True,
   world = credit.sample(k_world, sum(sizes))
   cuts = np.cumsum([0] + sizes)
   groups = [credit.CreditData(*(a[lo:hi] for a in world)) for lo, hi in zip(cuts[:-1], cuts[1:])]
-  steps = tqdm(total=5, desc=NAME, disable=not progress)
-  rr, t1 = demo_rr(k_rr, groups[0], cfg)
-  steps.update()
-  cn, t2 = demo_count_noise(k_count, cfg)
-  steps.update()
-  clip, t3 = demo_clip_bound(k_clip, groups[1], cfg)
-  steps.update()
-  pp, t4 = demo_postprocess(k_pp, cfg)
-  steps.update()
-  em, t5, _ = demo_exponential(k_em, groups[2], groups[4:], groups[3], cfg, progress=False)
-  steps.update()
-  steps.close()
+  demos = [lambda: demo_rr(k_rr, groups[0], cfg), lambda: demo_count_noise(k_count, cfg),
+           lambda: demo_clip_bound(k_clip, groups[1], cfg),
+           lambda: demo_postprocess(k_pp, cfg),
+           lambda: demo_exponential(k_em, groups[2], groups[4:], groups[3], cfg,
+                                    progress=False)]
+  (rr, t1), (cn, t2), (clip, t3), (pp, t4), (em, t5) = (
+      demo() for demo in tqdm(demos, desc=NAME, disable=not progress))
   r1 = {r["epsilon"]: r for r in rr["per_epsilon"]}.get(1.0)
   c1 = {r["epsilon"]: r for r in cn["per_epsilon"]}.get(1.0)
   summary = "Lecture §3 (code 01)."
@@ -435,10 +404,8 @@ def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True,
   results = {"config": dataclasses.asdict(cfg), "randomized_response": rr,
              "count_noise": cn, "clip_bound": clip, "postprocessing": pp,
              "exponential": em, "lecture": LECTURE}
-  figures = _plot(out_dir, results)
-  tables = t1 + t2 + t3 + t4 + t5
-  return _common.finish(cfg, out_dir, NAME, results, tables=tables, figures=figures,
-                        summary=summary, quiet=quiet)
+  return _common.finish(cfg, out_dir, NAME, results, tables=t1 + t2 + t3 + t4 + t5,
+                        figures=_plot(out_dir, results), summary=summary, quiet=quiet)
 
 
 def main():

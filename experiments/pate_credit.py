@@ -1,17 +1,13 @@
 """PATE at scale on the credit world, against DP-SGD at eps = 1, 2, 4, 8 (Papernot et al. 2018).
 
---teachers x --per_teacher private credit records (default 250 x 300 = 75,000, Bayes
-accuracy about 0.79), --public queries, --test records, and a PUBLIC proxy draw (own
-teachers and validation set) on which every setting is chosen; logistic regression on
-6 features. Per target eps: GNMax (sigma so that Q answers cost the target, Q by proxy
-accuracy); Confident-GNMax (the best proxy setting of the --confident_* grid whose
-RELEASABLE eps on the proxy, `dpjax.pate_release`, is <= --release_margin x the target,
-run on the private votes with the proxy's release plan; the released eps is random and
-can land above the proxy's); DP-SGD (`DpSgdConfig(...).calibrate(eps)`). Every
+--teachers x --per_teacher private credit records (default 250 x 300), --public queries,
+--test records and a PUBLIC proxy draw (own teachers and validation set) on which every
+setting is chosen; logistic regression on 6 features. Per target eps: GNMax (sigma so
+that Q answers cost the target, Q by proxy accuracy); Confident-GNMax (the best proxy
+setting of the --confident_* grid whose releasable eps on the proxy, `dpjax.pate_release`,
+is <= --release_margin x the target); DP-SGD (`DpSgdConfig(...).calibrate(eps)`). Every
 guarantee charges each query both steps of Confident-GNMax; the paper's answered-only
-accounting (`pate.pate_rdp`'s Warning) is shown beside the paper's figures only. The
-data-dependent eps is NOT releasable; the releasable eps adds its smooth-sensitivity
-release (Papernot et al. 2018, Sec. 4 and App. C).
+accounting (`pate.pate_rdp`'s Warning) is shown beside the paper's figures only.
 
 Published figure (Papernot et al. 2018, arXiv 1802.08908, Table 2, UCI Adult, as
 recalled, not checked against a stored copy): Confident-GNMax (T = 300, sigma_1 = 200,
@@ -20,14 +16,8 @@ eps = 2.66, 83.0 %; non-private 85.0 %. Ours: that setting scaled by k / 250.
 
 Command:  python -m experiments.pate_credit        (about 45 s of CPU)
           python -m experiments.pate_credit --teachers 1000 --public 10000 --delta 1e-6
-Expected (seed 0): Bayes 0.792, non-private 0.791, one teacher 0.784, plurality vote
-0.791. GNMax students 0.789-0.790; Confident-GNMax 0.779 / 0.788 / 0.791 / 0.790 at
-releasable eps 0.78 / 1.53 / 2.13 / 3.80 for targets 1 / 2 / 4 / 8; DP-SGD 0.791 at
-every target: a 6-parameter model on 75,000 records loses nothing to DP-SGD, so PATE
-comes within 1.2 points but cannot win here.
 
-Shape letters: k teachers, N private records, Q queries, C = 2 classes, D = 6
-features, G grid settings.
+Shape letters: k teachers, N private records, Q queries, C = 2 classes, G grid settings.
 """
 
 
@@ -54,6 +44,7 @@ NUM_CLASSES = 2
 # in votes of 250 teachers; scaled by k / 250 for other k.
 PAPER_SETTING = (300.0, 200.0, 40.0)
 PAPER_TEACHERS = 250
+_opt = _common.option
 PAPER_ROWS = (  # aggregator, queries answered, eps, student accuracy, non-private
     ("LNMax", 500, 2.66, 0.830, 0.850),
     ("Confident-GNMax (T=300, σ₁=200, σ₂=40)", 524, 1.90, 0.837, 0.850),
@@ -62,32 +53,28 @@ PAPER_ROWS = (  # aggregator, queries answered, eps, student accuracy, non-priva
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PateCreditConfig(_common.ExperimentConfig):
-  """Data sizes, the aggregator grids and DP-SGD (defaults = the module docstring)."""
-  teachers: int = _common.option(250, "Number of teachers k.", bounds=">=2")
-  per_teacher: int = _common.option(300, "Private records per teacher.", bounds=">=1")
-  public: int = _common.option(3000, "Public unlabeled pool size (>= max queries).",
-                               bounds=">=2")
-  test: int = _common.option(10000, "Test set size (and proxy validation set size).",
-                             bounds=">=1")
-  epsilons: tuple[float, ...] = _common.option((1.0, 2.0, 4.0, 8.0), "Target eps values.",
-                                               bounds=">0")
-  delta: float = _common.option(1e-5, "Target delta.", bounds="(0,1)")
-  queries: tuple[int, ...] = _common.option((50, 100, 300, 1000, 3000),
-                                            "Candidate numbers of queries Q.", bounds=">=1")
-  confident_thresholds: tuple[float, ...] = _common.option(
+  """Data sizes, the aggregator grids and DP-SGD."""
+  teachers: int = _opt(250, "Number of teachers k.", bounds=">=2")
+  per_teacher: int = _opt(300, "Private records per teacher.", bounds=">=1")
+  public: int = _opt(3000, "Public unlabeled pool size (>= max queries).", bounds=">=2")
+  test: int = _opt(10000, "Test set size (and proxy validation set size).", bounds=">=1")
+  epsilons: tuple[float, ...] = _opt((1.0, 2.0, 4.0, 8.0), "Target eps values.", bounds=">0")
+  delta: float = _opt(1e-5, "Target delta.", bounds="(0,1)")
+  queries: tuple[int, ...] = _opt((50, 100, 300, 1000, 3000), "Candidate numbers of queries Q.",
+                                  bounds=">=1")
+  confident_thresholds: tuple[float, ...] = _opt(
       (0.75, 0.9), "Confident-GNMax thresholds T / k (grid).", bounds="(0,1]")
-  confident_sigma_thresholds: tuple[float, ...] = _common.option(
+  confident_sigma_thresholds: tuple[float, ...] = _opt(
       (0.3, 0.5), "Confident-GNMax check noise sigma_t / k (grid).", bounds=">0")
-  confident_sigmas: tuple[float, ...] = _common.option(
+  confident_sigmas: tuple[float, ...] = _opt(
       (0.1, 0.2), "Confident-GNMax answer noise sigma / k (grid).", bounds=">0")
-  release_margin: float = _common.option(
+  release_margin: float = _opt(
       0.75, "Confident-GNMax settings qualify when their releasable eps on the proxy is "
       "<= this * the target.", bounds="(0,1]")
-  fit_steps: int = _common.option(300, "Adam steps for teachers, students, non-private.",
-                                  bounds=">=1")
-  dpsgd_seeds: int = _common.option(4, "DP-SGD models trained together.", bounds=">=1")
-  dpsgd_batch: int = _common.option(1000, "DP-SGD expected batch size.", bounds=">=1")
-  dpsgd_epochs: int = _common.option(5, "DP-SGD epochs.", bounds=">=1")
+  fit_steps: int = _opt(300, "Adam steps for teachers, students, non-private.", bounds=">=1")
+  dpsgd_seeds: int = _opt(4, "DP-SGD models trained together.", bounds=">=1")
+  dpsgd_batch: int = _opt(1000, "DP-SGD expected batch size.", bounds=">=1")
+  dpsgd_epochs: int = _opt(5, "DP-SGD epochs.", bounds=">=1")
 
   def __post_init__(self):
     super().__post_init__()
@@ -98,41 +85,21 @@ class PateCreditConfig(_common.ExperimentConfig):
                        f"{self.teachers * self.per_teacher}, got {self.dpsgd_batch}")
 
 
-# ----------------------------------------------------------------------------------
-# training helpers (JAX)
-
-
 def _students(key, model, x_pub, labels_GxQ, mask_GxQ, steps):
-  """G students at once (pool tiled G times): student g learns labels_GxQ[g] where mask_GxQ[g]."""
+  """G students at once (pool tiled G times): student g learns labels_GxQ[g] where mask_GxQ[g].
+
+  A student with no answered query gets one row of weight, never used: empty_G marks it.
+  """
   g, n = labels_GxQ.shape
-  x = jnp.tile(jnp.asarray(x_pub[:n]), (g, 1))
-  y = jnp.asarray(labels_GxQ.reshape(-1), jnp.int32)
   keep = np.zeros((g, g * n), bool)
   for i in range(g):
     keep[i, i * n:(i + 1) * n] = mask_GxQ[i]
-  # A student with no answered query is trained on nothing: give it one row of
-  # weight, never used (its accuracy is reported as None).
   empty = ~keep.any(axis=1)
   keep[empty, np.flatnonzero(empty) * n] = True
-  params = pate.fit_non_private(key, x, y, keep, model, num_steps=steps, pad_to=n)
+  params = pate.fit_non_private(key, jnp.tile(jnp.asarray(x_pub[:n]), (g, 1)),
+                                jnp.asarray(labels_GxQ.reshape(-1), jnp.int32), keep, model,
+                                num_steps=steps, pad_to=n)
   return params, empty
-
-
-def _accuracies(model, params_G, x, y) -> np.ndarray:
-  """Test accuracy of each of G models (float32 means): float64[G]."""
-  return models.accuracy(model, params_G, x, y).astype(np.float64)
-
-
-def _dpsgd_config(n: int, eps: float, cfg: PateCreditConfig) -> dpsgd.DpSgdConfig:
-  q = cfg.dpsgd_batch / n
-  steps = max(1, int(round(cfg.dpsgd_epochs / q)))
-  return dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=q, num_steps=steps,
-                           l2_clip_norm=1.0, learning_rate=1.0, delta=cfg.delta
-                           ).calibrate(eps)
-
-
-# ----------------------------------------------------------------------------------
-# the experiment
 
 
 def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
@@ -142,48 +109,38 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
   k, per, n_pub, n_test = cfg.teachers, cfg.per_teacher, cfg.public, cfg.test
   n = k * per
   delta, orders = cfg.delta, rdp.DEFAULT_ORDERS
-  epsilons = sorted(set(cfg.epsilons))
-  queries = sorted(set(cfg.queries))
+  epsilons, queries = sorted(set(cfg.epsilons)), sorted(set(cfg.queries))
   bar = tqdm(total=8 + len(epsilons), desc="pate_credit", disable=not progress)
-  key = jax.random.key(cfg.seed)
   (k_data, k_teach, k_proxy_teach, k_ref, k_agg, k_proxy_agg, k_student, k_dp,
-   k_proxy_rel, k_release) = jax.random.split(key, 10)
+   k_proxy_rel, k_release) = jax.random.split(jax.random.key(cfg.seed), 10)
 
   # One draw of the world, split by index: private | public | test | proxy | proxy val.
   world = credit.sample(k_data, 2 * n + n_pub + 2 * n_test)
   cuts = np.cumsum([0, n, n_pub, n_test, n, n_test])
-  part = lambda i: (world.x_NxF[cuts[i]:cuts[i + 1]], world.y_N[cuts[i]:cuts[i + 1]])
-  (x_priv, y_priv), (x_pub_raw, y_pub), (x_test, y_test), (x_prox, y_prox), (x_pval, y_pval) = (
-      part(i) for i in range(5))
-  scaler = credit.PublicScaler.fit(x_pub_raw)
-  feats = lambda x: credit.linear_features(x, scaler)
-  x_priv, x_pub, x_test, x_prox, x_pval = map(feats, (x_priv, x_pub_raw, x_test, x_prox, x_pval))
+  parts = [(world.x_NxF[a:b], world.y_N[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+  scaler = credit.PublicScaler.fit(parts[1][0])
+  (x_priv, y_priv), (x_pub, y_pub), (x_test, y_test), (x_prox, y_prox), (x_pval, y_pval) = (
+      (credit.linear_features(x, scaler), y) for x, y in parts)
+  y_pub = np.asarray(y_pub)
   model = models.logistic_regression(credit.LINEAR_DIM)
+  accuracies = lambda params_G, x, y: models.accuracy(model, params_G, x, y).astype(np.float64)
+  votes_of = lambda params, x: np.asarray(pate.teacher_votes(model, params, x, NUM_CLASSES))
   bar.update(1)
-
-  # Non-private reference on all private records.
   ref = pate.fit_non_private(k_ref, x_priv, y_priv, jnp.ones((1, n), bool), model,
                              num_steps=cfg.fit_steps)
-  ref_acc = float(_accuracies(model, ref, x_test, y_test)[0])
   bar.update(1)
-
   # Teachers: one vmapped program each for the private and the proxy ensemble.
   params, keep = pate.train_teachers(k_teach, x_priv, y_priv, k, model, num_steps=cfg.fit_steps)
-  keep = np.asarray(keep)
-  disjoint = bool(np.all(keep.sum(axis=0) == 1))
-  sizes = keep.sum(axis=1)
+  sizes = np.asarray(keep).sum(axis=1)
+  disjoint = bool(np.all(np.asarray(keep).sum(axis=0) == 1))
   if not disjoint or sizes.min() != per or sizes.max() != per:
     raise AssertionError("teacher partitions are not disjoint or not of equal size")
-  teacher_acc = _accuracies(model, params, x_test, y_test)
-  votes_test = np.asarray(pate.teacher_votes(model, params, x_test, NUM_CLASSES))
-  ensemble_acc = float(np.mean(votes_test.argmax(1) == np.asarray(y_test)))
-  votes = np.asarray(pate.teacher_votes(model, params, x_pub, NUM_CLASSES))
+  teacher_acc = accuracies(params, x_test, y_test)
+  votes = votes_of(params, x_pub)
   bar.update(1)
-  prox_params, _ = pate.train_teachers(k_proxy_teach, x_prox, y_prox, k, model,
-                                       num_steps=cfg.fit_steps)
-  prox_votes = np.asarray(pate.teacher_votes(model, prox_params, x_pub, NUM_CLASSES))
+  prox_votes = votes_of(pate.train_teachers(k_proxy_teach, x_prox, y_prox, k, model,
+                                            num_steps=cfg.fit_steps)[0], x_pub)
   bar.update(1)
-  y_pub_np = np.asarray(y_pub)
 
   # Confident-GNMax grid on the proxy votes (PUBLIC): each (T, sigma_t, sigma) is run
   # once on the whole pool; a setting with Q queries uses the first Q answers.
@@ -195,20 +152,20 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
   g_mask = np.zeros((len(grid), n_pub), bool)
   g_eps_dep, g_eps_ind = [], []   # every query charged both steps (no conditioning)
   for a, (t, st, s) in enumerate(aggs):
-    lab, ans = pate.confident_gnmax(jax.random.fold_in(k_proxy_agg, a), prox_votes,
-                                    threshold=t * k, sigma_threshold=st * k, sigma=s * k)
-    lab, ans = np.asarray(lab), np.asarray(ans)
+    lab, ans = map(np.asarray, pate.confident_gnmax(
+        jax.random.fold_in(k_proxy_agg, a), prox_votes, threshold=t * k,
+        sigma_threshold=st * k, sigma=s * k))
     for qn in queries:
       i = grid.index((t, st, s, qn))
-      g_labels[i, :qn] = lab[:qn]
-      g_mask[i, :qn] = ans[:qn]
-      acct = pate.pate_rdp_grouped(prox_votes[:qn], np.ones(qn, bool), sigma=s * k, orders=orders,
-                              threshold=t * k, sigma_threshold=st * k, cache=cache)
+      g_labels[i, :qn], g_mask[i, :qn] = lab[:qn], ans[:qn]
+      acct = pate.pate_rdp_grouped(prox_votes[:qn], np.ones(qn, bool), sigma=s * k,
+                                   orders=orders, threshold=t * k, sigma_threshold=st * k,
+                                   cache=cache)
       g_eps_dep.append(pate.epsilon(orders, acct.data_dependent, delta))
       g_eps_ind.append(pate.epsilon(orders, acct.data_independent, delta))
   g_params, g_empty = _students(jax.random.fold_in(k_student, 1), model, x_pub, g_labels,
                                 g_mask, cfg.fit_steps)
-  g_acc = _accuracies(model, g_params, x_pval, y_pval)
+  g_acc = accuracies(g_params, x_pval, y_pval)
   bar.update(1)
 
   # GNMax on the proxy: sigma calibrated per (eps, Q); Q chosen by the proxy student.
@@ -220,15 +177,12 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
     kk = jax.random.fold_in(jax.random.fold_in(k_proxy_agg, 10_000), i)
     gn_labels[i, :qn] = np.asarray(pate.gnmax(kk, prox_votes, sig))[:qn]
     gn_mask[i, :qn] = True
-  gn_params, _ = _students(jax.random.fold_in(k_student, 2), model, x_pub, gn_labels, gn_mask,
-                           cfg.fit_steps)
-  gn_acc = _accuracies(model, gn_params, x_pval, y_pval)
+  gn_acc = accuracies(_students(jax.random.fold_in(k_student, 2), model, x_pub, gn_labels,
+                                gn_mask, cfg.fit_steps)[0], x_pval, y_pval)
   bar.update(1)
 
   # Confident-GNMax: per target, the best proxy student among the settings whose
-  # RELEASABLE eps on the proxy is <= the target. The releasable eps is at least the
-  # data-dependent one, so settings above the target there are skipped unreleased,
-  # and the others are tried in order of proxy student accuracy.
+  # releasable eps on the proxy (at least the data-dependent one) is <= the margin.
   proxy_release = {}
 
   def _proxy_release(i):
@@ -245,118 +199,121 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
         proxy_release[i] = (plan, rel.epsilon)
     return proxy_release[i]
 
+  def setting(qn, t, st, s, student, eps_proxy):
+    return dict(queries=qn, threshold=t, sigma_threshold=st, sigma=s, proxy_student=student,
+                proxy_epsilon=eps_proxy)
+
   by_accuracy = sorted((i for i in range(len(grid)) if not g_empty[i]),
                        key=lambda i: (-g_acc[i], g_eps_dep[i], i))
-  rows_priv = []   # (eps, aggregator, setting dict, labels, mask, release plan)
+  rows = []   # (eps, aggregator, setting dict, labels, mask, release plan)
   for e_i, eps in enumerate(epsilons):
-    cand = [i for i, c in enumerate(gn_cells) if c[0] == eps]
-    best = max(cand, key=lambda i: (gn_acc[i], -gn_cells[i][1]))
+    best = max((i for i, c in enumerate(gn_cells) if c[0] == eps),
+               key=lambda i: (gn_acc[i], -gn_cells[i][1]))
     _, qn, sig = gn_cells[best]
     lab = np.asarray(pate.gnmax(jax.random.fold_in(jax.random.fold_in(k_agg, 0), e_i), votes,
                                 sig))
     mask = np.arange(n_pub) < qn
-    rows_priv.append((eps, "GNMax", dict(queries=qn, threshold=None, sigma_threshold=None,
-                                         sigma=sig, proxy_student=float(gn_acc[best]),
-                                         proxy_epsilon=eps), np.where(mask, lab, 0), mask, None))
+    rows.append((eps, "GNMax", setting(qn, None, None, sig, float(gn_acc[best]), eps),
+                 np.where(mask, lab, 0), mask, None))
     bound = cfg.release_margin * eps
     chosen = next((i for i in by_accuracy
                    if g_eps_dep[i] <= bound and _proxy_release(i)[1] <= bound), None)
     if chosen is None:
-      rows_priv.append((eps, "Confident-GNMax", None, None, None, None))
+      rows.append((eps, "Confident-GNMax", None, None, None, None))
       continue
     t, st, s, qn = grid[chosen]
     lab, ans = pate.confident_gnmax(jax.random.fold_in(jax.random.fold_in(k_agg, 1), e_i),
                                     votes, threshold=t * k, sigma_threshold=st * k, sigma=s * k)
     mask = np.asarray(ans) & (np.arange(n_pub) < qn)
-    rows_priv.append((eps, "Confident-GNMax", dict(
-        queries=qn, threshold=t * k, sigma_threshold=st * k, sigma=s * k,
-        proxy_student=float(g_acc[chosen]), proxy_epsilon=float(_proxy_release(chosen)[1])),
-                      np.where(mask, np.asarray(lab), 0), mask, _proxy_release(chosen)[0]))
+    plan, eps_proxy = _proxy_release(chosen)
+    rows.append((eps, "Confident-GNMax",
+                 setting(qn, t * k, st * k, s * k, float(g_acc[chosen]), float(eps_proxy)),
+                 np.where(mask, np.asarray(lab), 0), mask, plan))
   # The paper's Adult setting (scaled by k / 250) on every pool query; its release is
   # planned on the proxy votes with the same setting.
   t, st, s = (v * k / PAPER_TEACHERS for v in PAPER_SETTING)
   kw = dict(sigma=s, threshold=t, sigma_threshold=st)
-  _, p_ans = pate.confident_gnmax(jax.random.fold_in(k_proxy_agg, len(aggs)), prox_votes, **kw)
   try:
     p_plan = pate_release.plan_release(prox_votes, None, delta=delta, **kw)
   except ValueError:
     p_plan = None
   lab, ans = pate.confident_gnmax(jax.random.fold_in(k_agg, 2), votes, **kw)
   mask = np.asarray(ans)
-  paper_cell = (None, "Confident-GNMax (paper's Adult setting)", dict(
-      queries=n_pub, threshold=t, sigma_threshold=st, sigma=s, proxy_student=None,
-      proxy_epsilon=None), np.where(mask, np.asarray(lab), 0), mask, p_plan)
+  rows.append((None, "Confident-GNMax (paper's Adult setting)",
+               setting(n_pub, t, st, s, None, None), np.where(mask, np.asarray(lab), 0), mask,
+               p_plan))
 
-  cells = []
-  live = [r for r in rows_priv + [paper_cell] if r[2] is not None]
+  live = [r for r in rows if r[2] is not None]
   s_params, s_empty = _students(jax.random.fold_in(k_student, 3), model, x_pub,
                                 np.stack([r[3] for r in live]), np.stack([r[4] for r in live]),
                                 cfg.fit_steps)
-  s_acc = _accuracies(model, s_params, x_test, y_test)
+  s_acc = accuracies(s_params, x_test, y_test)
   live_acc = [None if s_empty[i] else float(s_acc[i]) for i in range(len(live))]
-  for r_i, (eps, agg, setting, lab, mask, plan) in enumerate(rows_priv + [paper_cell]):
+  cells = []
+  for r_i, (eps, agg, sett, lab, mask, plan) in enumerate(rows):
     cell = {"target_epsilon": eps, "aggregator": agg}
-    if setting is None:
-      cell.update(queries=None, answered=0, student_accuracy=None, label_accuracy=None,
-                  epsilon_data_independent=None, epsilon_data_dependent=None,
-                  epsilon_all_answered=None, epsilon_data_dependent_all=None,
-                  epsilon_releasable=None,
+    if sett is None:
+      cell.update(dict.fromkeys(("queries", "answered", "student_accuracy", "label_accuracy",
+                                 "epsilon_data_independent", "epsilon_data_dependent",
+                                 "epsilon_all_answered", "epsilon_data_dependent_all",
+                                 "epsilon_releasable")), answered=0,
                   note="no grid setting met the target on the proxy")
       cells.append(cell)
       continue
-    qn = setting["queries"]
+    qn = sett["queries"]
     ans = mask[:qn]
-    thr, st = setting["threshold"], setting["sigma_threshold"]
-    acct = pate.pate_rdp_grouped(votes[:qn], ans, sigma=setting["sigma"], orders=orders,
-                            threshold=thr, sigma_threshold=st, cache=cache)
-    acct_all = pate.pate_rdp_grouped(votes[:qn], np.ones(qn, bool), sigma=setting["sigma"],
-                                orders=orders, threshold=thr, sigma_threshold=st, cache=cache)
-    rel = None
-    if plan is not None:
-      rel = pate_release.release(jax.random.fold_in(k_release, r_i), votes[:qn], None,
-                                 sigma=setting["sigma"], threshold=thr, sigma_threshold=st,
-                                 params=plan, delta=delta)
+    kw = dict(sigma=sett["sigma"], threshold=sett["threshold"],
+              sigma_threshold=sett["sigma_threshold"])
+    acct = pate.pate_rdp_grouped(votes[:qn], ans, orders=orders, cache=cache, **kw)
+    acct_all = pate.pate_rdp_grouped(votes[:qn], np.ones(qn, bool), orders=orders,
+                                     cache=cache, **kw)
+    rel = None if plan is None else pate_release.release(
+        jax.random.fold_in(k_release, r_i), votes[:qn], None, params=plan, delta=delta, **kw)
     n_ans = int(ans.sum())
-    cell.update(setting)
+    cell.update(sett)
     cell.update(
         answered=n_ans,
-        label_accuracy=(float(np.mean(lab[:qn][ans] == y_pub_np[:qn][ans])) if n_ans else None),
+        label_accuracy=(float(np.mean(lab[:qn][ans] == y_pub[:qn][ans])) if n_ans else None),
         student_accuracy=live_acc.pop(0),
         epsilon_data_independent=pate.epsilon(orders, acct.data_independent, delta),
         epsilon_data_dependent=pate.epsilon(orders, acct.data_dependent, delta),
         epsilon_all_answered=pate.epsilon(orders, acct_all.data_independent, delta),
         epsilon_data_dependent_all=pate.epsilon(orders, acct_all.data_dependent, delta),
-        epsilon_releasable=None if rel is None else rel.epsilon,
-        release_order=None if rel is None else rel.order,
-        release_probability_below=None if rel is None else rel.probability_below,
-        release_true_total_epsilon=None if rel is None else rel.true_total_epsilon)
+        **{f: None if rel is None else getattr(rel, a) for f, a in (
+            ("epsilon_releasable", "epsilon"), ("release_order", "order"),
+            ("release_probability_below", "probability_below"),
+            ("release_true_total_epsilon", "true_total_epsilon"))})
     cells.append(cell)
   bar.update(1)
 
   # DP-SGD at each target eps: same model, same private records, seeds vmapped.
   dp = {}
   for i, eps in enumerate(epsilons):
-    train_cfg = _dpsgd_config(n, eps, cfg)
+    q = cfg.dpsgd_batch / n
+    train_cfg = dpsgd.DpSgdConfig(
+        dataset_size=n, sampling_prob=q, num_steps=max(1, int(round(cfg.dpsgd_epochs / q))),
+        l2_clip_norm=1.0, learning_rate=1.0, delta=cfg.delta).calibrate(eps)
     res = dpsgd.train_many(jax.random.fold_in(k_dp, i), x_priv, y_priv,
                            jnp.ones((cfg.dpsgd_seeds, n), bool), train_cfg, model,
                            perf=dpsgd.PerformanceFlags(progress=False))
-    accs = _accuracies(model, res.params, x_test, y_test)
+    accs = accuracies(res.params, x_test, y_test)
     dp[eps] = {"accuracy": float(accs.mean()), "accuracy_std": float(accs.std()),
                "sigma": train_cfg.noise_multiplier, "epsilon": train_cfg.epsilon(),
                "steps": train_cfg.num_steps, "sampling_prob": train_cfg.sampling_prob}
     bar.update(1)
   bar.close()
 
+  test = slice(cuts[2], cuts[3])
   record = {
       "n_private": n, "teachers": k, "per_teacher": per, "n_public": n_pub, "n_test": n_test,
       "partitions_disjoint": disjoint, "partition_sizes": [int(sizes.min()), int(sizes.max())],
       "bayes_accuracy_test": credit.bayes_accuracy(credit.CreditData(
-          world.x_NxF[cuts[2]:cuts[3]], world.y_N[cuts[2]:cuts[3]],
-          world.p_N[cuts[2]:cuts[3]])),
-      "non_private_accuracy": ref_acc,
+          world.x_NxF[test], world.y_N[test], world.p_N[test])),
+      "non_private_accuracy": float(accuracies(ref, x_test, y_test)[0]),
       "teacher_accuracy_mean": float(teacher_acc.mean()),
       "teacher_accuracy_range": [float(teacher_acc.min()), float(teacher_acc.max())],
-      "ensemble_accuracy": ensemble_acc,
+      "ensemble_accuracy": float(np.mean(votes_of(params, x_test).argmax(1)
+                                         == np.asarray(y_test))),
       "plurality_share_public": float(np.mean(votes.max(1) / k)),
       "unanimous_fraction_public": float(np.mean(votes.max(1) == k)),
       "proxy_plurality_share_public": float(np.mean(prox_votes.max(1) / k)),
@@ -391,14 +348,12 @@ def _tables(record: dict, cfg: PateCreditConfig) -> list:
   rows = []
   for c in record["cells"]:
     e = c["target_epsilon"]
-    d = record["dpsgd"].get(str(e)) if e is not None else None
-    rows.append([e, c["aggregator"], c.get("queries"), c.get("threshold"),
-                 c.get("sigma_threshold"), c.get("sigma"), c["answered"], c["label_accuracy"],
-                 c["student_accuracy"], c["epsilon_data_independent"],
-                 c["epsilon_all_answered"], c["epsilon_data_dependent"],
-                 c.get("epsilon_data_dependent_all"),
-                 c["epsilon_releasable"], c.get("proxy_epsilon"),
-                 None if d is None else d["accuracy"], None if d is None else d["sigma"]])
+    d = record["dpsgd"].get(str(e), {}) if e is not None else {}
+    rows.append([e, c["aggregator"]] + [c.get(f) for f in (
+        "queries", "threshold", "sigma_threshold", "sigma", "answered", "label_accuracy",
+        "student_accuracy", "epsilon_data_independent", "epsilon_all_answered",
+        "epsilon_data_dependent", "epsilon_data_dependent_all", "epsilon_releasable",
+        "proxy_epsilon")] + [d.get("accuracy"), d.get("sigma")])
   main = _common.Table(
       title=(f"PATE vs DP-SGD at target ε, δ = {cfg.delta:g}: {n:,} private records, "
              f"{k} teachers; non-private {record['non_private_accuracy']:.3f}"),

@@ -12,13 +12,7 @@ accountant (RDP, q, T, delta) for all; the table gives the noise norm sigma C sq
 
 Command:   python -m experiments.public_pretraining   (about 45 s of CPU: pre-training
            and three DP-SGD programs of 15 models each)
-Expected (seed 0, 3 seeds; n = 663 private images of 5-9, 685 public of 0-4, mean test
-accuracy on 233 images of 5-9; eps 1 / 2 / 4 / 8, then without noise):
-  head     (d = 645):  0.811 / 0.897 / 0.918 / 0.907, 0.927;
-  full     (d = 8965): 0.810 / 0.916 / 0.926 / 0.928, 0.940;
-  scratch  (d = 8965): 0.725 / 0.850 / 0.906 / 0.943, 0.961.
-Pre-training wins at eps <= 4. With `--public split` the public model alone scores
-0.949. The learning rates were picked by hand on this split, a use of the private data
+The learning rates were picked by hand on this split, a use of the private data
 the accountant does not model.
 
 Shape letters: M models, N images, F = 64 pixels, H hidden width, K classes.
@@ -39,6 +33,7 @@ from dpjax.data import digits
 from experiments import _common, _plots
 
 NAME = "public_pretraining"
+_opt = _common.option
 _STRATEGIES = ("head", "full", "scratch")
 _PUBLIC = ("classes", "split")
 _LABELS = {"head": "last layer on public body", "full": "all layers from public init",
@@ -52,35 +47,27 @@ _PAPER_CLAIM = ("Tramèr & Boneh 2021: differentially private learning needs bet
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PublicPretrainingConfig(_common.ExperimentConfig):
   """What `run` trains (defaults: the table in the module docstring)."""
-  eps: tuple[float, ...] = _common.option(
+  eps: tuple[float, ...] = _opt(
       (1.0, 2.0, 4.0, 8.0, math.inf), "Target epsilons ('inf' = clipped SGD without noise).")
-  public: str = _common.option("classes", "Public part: 'classes' (digits 0-4 public, "
-                               "fine-tune on 5-9) or 'split' (a random share of all "
-                               "classes).", choices=_PUBLIC)
-  strategies: tuple[str, ...] = _common.option(
-      _STRATEGIES, "Strategies: head, full, scratch.", choices=_STRATEGIES)
-  seeds: int = _common.option(3, "Models per (strategy, epsilon), vmapped.", bounds=">=1")
-  steps: int = _common.option(100, "DP-SGD steps T.", bounds=">=1")
-  sampling_prob: float = _common.option(0.1, "Poisson sampling probability q.", bounds="(0,1]")
-  clip: float = _common.option(1.0, "Per-example L2 clip norm C.", bounds=">0")
-  delta: float = _common.option(1e-5, "delta of the (epsilon, delta) guarantee.",
-                                bounds="(0,1)")
-  hidden: int = _common.option(128, "Hidden width H of the MLP 64 -> H -> K.", bounds=">=1")
-  head_lr: float = _common.option(1.0, "SGD learning rate of the head-only fine-tuning.",
-                                  bounds=">0")
-  full_lr: float = _common.option(1.0, "SGD learning rate of the all-layer fine-tuning.",
-                                  bounds=">0")
-  scratch_lr: float = _common.option(2.0, "SGD learning rate of training from scratch.",
-                                     bounds=">0")
-  pretrain_steps: int = _common.option(300, "Full-batch Adam steps of the public pre-training.",
-                                       bounds=">=1")
-  pretrain_lr: float = _common.option(0.01, "Adam learning rate of the public pre-training.",
-                                      bounds=">0")
-  public_fraction: float = _common.option(
-      0.5, "Share of the training images that is public (--public split only).",
-      bounds="(0,1)")
-  test_fraction: float = _common.option(0.25, "Share of all images held out for testing.",
-                                        bounds="(0,1)")
+  public: str = _opt("classes", "Public part: 'classes' (digits 0-4 public, fine-tune on 5-9) "
+                     "or 'split' (a random share of all classes).", choices=_PUBLIC)
+  strategies: tuple[str, ...] = _opt(_STRATEGIES, "Strategies: head, full, scratch.",
+                                     choices=_STRATEGIES)
+  seeds: int = _opt(3, "Models per (strategy, epsilon), vmapped.", bounds=">=1")
+  steps: int = _opt(100, "DP-SGD steps T.", bounds=">=1")
+  sampling_prob: float = _opt(0.1, "Poisson sampling probability q.", bounds="(0,1]")
+  clip: float = _opt(1.0, "Per-example L2 clip norm C.", bounds=">0")
+  delta: float = _opt(1e-5, "delta of the (epsilon, delta) guarantee.", bounds="(0,1)")
+  hidden: int = _opt(128, "Hidden width H of the MLP 64 -> H -> K.", bounds=">=1")
+  head_lr: float = _opt(1.0, "SGD learning rate of the head-only fine-tuning.", bounds=">0")
+  full_lr: float = _opt(1.0, "SGD learning rate of the all-layer fine-tuning.", bounds=">0")
+  scratch_lr: float = _opt(2.0, "SGD learning rate of training from scratch.", bounds=">0")
+  pretrain_steps: int = _opt(300, "Full-batch Adam steps of the public pre-training.",
+                             bounds=">=1")
+  pretrain_lr: float = _opt(0.01, "Adam learning rate of the public pre-training.", bounds=">0")
+  public_fraction: float = _opt(
+      0.5, "Share of the training images that is public (--public split only).", bounds="(0,1)")
+  test_fraction: float = _opt(0.25, "Share of all images held out for testing.", bounds="(0,1)")
 
   def __post_init__(self):
     super().__post_init__()
@@ -121,7 +108,6 @@ class _Split:
     self.x_pub_test, self.y_pub_test = x_te[pub_test], y_te[pub_test]
 
 
-
 def _num_params(params) -> int:
   return int(sum(math.prod(l.shape) for l in jax.tree.leaves(params)))
 
@@ -130,8 +116,7 @@ def run(cfg: PublicPretrainingConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
   """Pre-trains, then trains and tests every strategy at every epsilon; `_common.finish`'s dict."""
   del progress  # three programs, no long loop to report on
-  key = jax.random.key(cfg.seed)
-  key_data, key_pre, key_train = jax.random.split(key, 3)
+  key_data, key_pre, key_train = jax.random.split(jax.random.key(cfg.seed), 3)
   data = _Split(cfg, key_data)
   k = data.num_classes
   model = models.mlp(digits.NUM_FEATURES, (cfg.hidden,), k)
@@ -185,17 +170,14 @@ def run(cfg: PublicPretrainingConfig, out_dir: str, *, progress: bool = True,
           "accuracy_mean": float(a.mean()),
           "accuracy_sd": float(a.std(ddof=1)) if seeds > 1 else 0.0,
           "accuracy_per_seed": a.tolist(), "all_finite": bool(finite[idx == ei].all())})
-  tables = _tables(cfg, record)
-  figures = [_plot(out_dir, record, cfg)]
-  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
-                        summary=_summary(record, cfg), quiet=quiet)
+  return _common.finish(cfg, out_dir, NAME, record, tables=_tables(cfg, record),
+                        figures=[_plot(out_dir, record, cfg)], summary=_summary(record, cfg),
+                        quiet=quiet)
 
 
 def _cell(record, strategy, e):
-  for c in record["cells"]:
-    if c["strategy"] == strategy and c["target_epsilon"] == e:
-      return c
-  return None
+  return next((c for c in record["cells"]
+               if c["strategy"] == strategy and c["target_epsilon"] == e), None)
 
 
 def _tables(cfg, record) -> list:

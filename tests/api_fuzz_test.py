@@ -228,7 +228,7 @@ _rng = fb.Fresh(lambda: np.random.default_rng(0))
 def entries():
   """The baseline table: one or more `Entry` per public entry point."""
   from dpjax import (accounting, fitting, mechanisms, metrics, models, parallel, pate,  # pylint: disable=g-import-not-at-top
-                     privatizer, prng, sampling, tradeoff, dpsgd)
+                     privatizer, prng, sampling, selection, tradeoff, dpsgd)
   from dpjax.accounting import composition, gdp, pld, rdp, statement  # pylint: disable=g-import-not-at-top
   from dpjax.attacks import mia, reconstruction  # pylint: disable=g-import-not-at-top
   from dpjax.audit import canary, one_run, one_run_fdp, stats, store, thresholds, variants  # pylint: disable=g-import-not-at-top
@@ -1133,12 +1133,12 @@ def entries():
   add(E("dpjax.mechanisms.gaussian_mechanism", mechanisms.gaussian_mechanism,
         dict(key=_key, value=util, epsilon=1.0, delta=1e-5, sensitivity=1.0,
              calibration="analytic"), {"value": "elemwise"}))
-  add(E("dpjax.mechanisms.exponential_probs", mechanisms.exponential_probs,
+  add(E("dpjax.selection.exponential_probs", selection.exponential_probs,
         dict(utilities=util, epsilon=1.0, sensitivity=1.0), {"utilities": "anyrank"}))
-  add(E("dpjax.mechanisms.exponential_mechanism", mechanisms.exponential_mechanism,
+  add(E("dpjax.selection.exponential_mechanism", selection.exponential_mechanism,
         dict(key=_key, utilities=util, epsilon=1.0, sensitivity=1.0, shape=(2,)),
         {"utilities": "anyrank", "shape": None}))
-  add(E("dpjax.mechanisms.report_noisy_max", mechanisms.report_noisy_max,
+  add(E("dpjax.selection.report_noisy_max", selection.report_noisy_max,
         dict(key=_key, utilities=util, epsilon=1.0, sensitivity=1.0),
         {"utilities": "anyrank"}))
   add(E("dpjax.mechanisms.clipped_sum", mechanisms.clipped_sum,

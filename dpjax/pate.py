@@ -137,6 +137,24 @@ def gnmax_rdp_data_independent(sigma: float, orders) -> np.ndarray:
   return _validate.check_orders(orders) / (s * s)
 
 
+def check_threshold(threshold, sigma_threshold) -> tuple[float | None, float | None]:
+  """(threshold, sigma_threshold) of Confident-GNMax as floats, or (None, None) for GNMax.
+
+  Both or neither must be given; threshold finite, sigma_threshold > 0; ValueError otherwise.
+
+  Examples:
+    >>> check_threshold(None, None), check_threshold(3, 1)
+    ((None, None), (3.0, 1.0))
+  """
+  if (threshold is None) != (sigma_threshold is None):
+    raise ValueError("give both threshold and sigma_threshold (Confident-GNMax), or neither "
+                     "(GNMax)")
+  if threshold is None:
+    return None, None
+  return (_validate.check_finite(threshold, "threshold"),
+          _validate.check_positive(sigma_threshold, "sigma_threshold"))
+
+
 def threshold_rdp_data_independent(sigma_threshold: float, orders) -> np.ndarray:
   """alpha / (2 sigma_t^2) per threshold check (max count has sensitivity 1): float64[A]."""
   s = _validate.check_positive(sigma_threshold, "sigma_threshold")
@@ -333,13 +351,8 @@ def _check_accounting(votes_QxC, answered_Q, orders, threshold, sigma_threshold,
   _validate.check_choice(aggregator, ("gnmax", "lnmax"), "aggregator")
   ans = (np.ones(v.shape[0], bool) if answered_Q is None
          else _validate.check_binary(answered_Q, "answered_Q", shape=(v.shape[0],)))
-  if (threshold is None) != (sigma_threshold is None):
-    raise ValueError("give both threshold and sigma_threshold, or neither")
-  if threshold is not None and aggregator != "gnmax":
+  if check_threshold(threshold, sigma_threshold)[0] is not None and aggregator != "gnmax":
     raise ValueError("the threshold check is defined for aggregator='gnmax' only")
-  if threshold is not None:
-    _validate.check_finite(threshold, "threshold")
-    _validate.check_positive(sigma_threshold, "sigma_threshold")
   return v, ans, lam
 
 

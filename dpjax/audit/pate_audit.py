@@ -89,16 +89,6 @@ def _check_pair(votes_in_QxC, votes_out_QxC) -> tuple[np.ndarray, np.ndarray]:
   return v_in, v_out
 
 
-def _check_threshold(threshold, sigma_threshold) -> tuple[Optional[float], Optional[float]]:
-  if (threshold is None) != (sigma_threshold is None):
-    raise ValueError("give both threshold and sigma_threshold (Confident-GNMax), or neither "
-                     "(GNMax)")
-  if threshold is None:
-    return None, None
-  return (_validate.check_finite(threshold, "threshold"),
-          _validate.check_positive(sigma_threshold, "sigma_threshold"))
-
-
 # ----------------------------------------------------------------------------------
 # exact output distributions and the likelihood-ratio score
 
@@ -138,7 +128,7 @@ def output_log_probs(votes_QxC, *, sigma: float, threshold: Optional[float] = No
   if v.shape[1] < 2:
     raise ValueError(f"votes_QxC must have shape [Q, C] with C >= 2, got {v.shape}")
   s = _validate.check_positive(sigma, "sigma")
-  t, st = _check_threshold(threshold, sigma_threshold)
+  t, st = pate.check_threshold(threshold, sigma_threshold)
   rows, inverse = np.unique(v, axis=0, return_inverse=True)
   table = np.stack([_argmax_log_probs(r, s) for r in rows])
   if t is not None:
@@ -192,7 +182,7 @@ def exact_epsilon(votes_in_QxC, votes_out_QxC, *, sigma: float, delta: float,
   v_in, v_out = _check_pair(votes_in_QxC, votes_out_QxC)
   s = _validate.check_positive(sigma, "sigma")
   d = _validate.check_delta(delta)
-  t, st = _check_threshold(threshold, sigma_threshold)
+  t, st = pate.check_threshold(threshold, sigma_threshold)
   total = _pair_pld(v_in, v_out, s, t, st)
   return 0.0 if total is None else float(total.epsilon(d))
 
@@ -434,7 +424,7 @@ def audit_labels(key: jax.Array, votes_in_QxC, votes_out_QxC, *, sigma: float,
   from dpjax.accounting import rdp  # pylint: disable=g-import-not-at-top
   v_in, v_out = _check_pair(votes_in_QxC, votes_out_QxC)
   s = _validate.check_positive(sigma, "sigma")
-  t, st = _check_threshold(threshold, sigma_threshold)
+  t, st = pate.check_threshold(threshold, sigma_threshold)
   q = v_in.shape[0]
   n = _validate.check_size(num_trials, "num_trials", bytes_per_unit=8, units=2 * q)
   d = _validate.check_delta(delta)

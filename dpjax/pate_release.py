@@ -152,9 +152,7 @@ class PateRelease(NamedTuple):
 
 def _check_votes(votes_QxC, name: str = "votes_QxC") -> tuple[np.ndarray, int]:
   """(float64[Q, C] integer counts, M): every row sums to the same M >= 1."""
-  v = _validate.check_array(votes_QxC, name, ndim=2, min_size=1, low=0.0, integer=True)
-  if v.shape[1] < 2:
-    raise ValueError(f"{name} must have shape [Q, C] with C >= 2, got {v.shape}")
+  v = pate.check_votes(votes_QxC, name, ndim=2, integer=True)
   totals = v.sum(axis=1)
   m = totals[0]
   if not np.all(totals == m) or m < 1:

@@ -1312,6 +1312,8 @@ def entries():
         vk))
   add(E("dpjax.pate.gnmax_rdp_data_independent", pate.gnmax_rdp_data_independent,
         dict(sigma=1.0, orders=orders), vk))
+  add(E("dpjax.pate.check_votes", pate.check_votes, dict(votes=votes_qc, integer=True),
+        {"votes": "array"}))
   add(E("dpjax.pate.check_threshold", pate.check_threshold,
         dict(threshold=2.0, sigma_threshold=1.0)))
   add(E("dpjax.pate.threshold_rdp_data_independent", pate.threshold_rdp_data_independent,

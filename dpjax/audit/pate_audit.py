@@ -64,18 +64,10 @@ _QUAD_MARGIN = 12.0
 # inputs
 
 
-def _check_votes(votes, name: str) -> np.ndarray:
-  """Integer vote counts float64[Q, C], C >= 2, Q >= 1."""
-  v = _validate.check_array(votes, name, ndim=2, low=0.0, integer=True, min_size=1)
-  if v.shape[1] < 2:
-    raise ValueError(f"{name} must have shape [Q, C] with C >= 2, got {v.shape}")
-  return v
-
-
 def _check_pair(votes_in_QxC, votes_out_QxC) -> tuple[np.ndarray, np.ndarray]:
   """Two histograms that differ in at most one teacher's vote on every query."""
-  v_in = _check_votes(votes_in_QxC, "votes_in_QxC")
-  v_out = _check_votes(votes_out_QxC, "votes_out_QxC")
+  v_in = pate.check_votes(votes_in_QxC, "votes_in_QxC", ndim=2, integer=True)
+  v_out = pate.check_votes(votes_out_QxC, "votes_out_QxC", ndim=2, integer=True)
   if v_in.shape != v_out.shape:
     raise ValueError(f"votes_in_QxC and votes_out_QxC must have the same shape, got "
                      f"{v_in.shape} and {v_out.shape}")
@@ -124,9 +116,7 @@ def output_log_probs(votes_QxC, *, sigma: float, threshold: Optional[float] = No
     >>> np.round(p, 4).tolist()                      # Phi(1), Phi(-1)
     [[0.8413, 0.1587]]
   """
-  v = _validate.check_array(votes_QxC, "votes_QxC", ndim=2, low=0.0, min_size=1)
-  if v.shape[1] < 2:
-    raise ValueError(f"votes_QxC must have shape [Q, C] with C >= 2, got {v.shape}")
+  v = pate.check_votes(votes_QxC, ndim=2)
   s = _validate.check_positive(sigma, "sigma")
   t, st = pate.check_threshold(threshold, sigma_threshold)
   rows, inverse = np.unique(v, axis=0, return_inverse=True)

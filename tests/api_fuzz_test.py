@@ -82,6 +82,8 @@ EXCLUDED = {
     "dpjax.dpsgd.step.padded_clipped_sum": "engine internal (traced under jit by train_many)",
     "dpjax.audit.store.StoreError": "an error category",
     "dpjax.clipping.ghost.Layer": "a NamedTuple record of the ghost pass",
+    "dpjax.clipping.ghost.check_input_size": "shape check of the ghost paths (fuzzed through "
+                                             "cnn_clipped_sum_fn and the Flax path)",
     "dpjax.clipping.ghost.conv3x3_patches": "traceable helper of the ghost paths (traced "
                                             "under jit by cnn_clipped_sum and the Flax path)",
     "dpjax.clipping.ghost.ghost_clipped_sum": ("the shared pass of mlp_clipped_sum / "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from typing import Callable
@@ -470,7 +471,15 @@ def _mem_child(spec: str, n: int) -> None:
 
 def peak_rss(name: str, config: str, n: int, env: dict | None = None) -> int | None:
   """Peak resident bytes of a fresh process running `config` once (None if it failed)."""
-  return report.child_peak_rss("large_n", [f"--mem_child={name}:{config}", f"--n={n}"], env)
+  cmd = [sys.executable, "-m", "benchmarks.large_n", f"--mem_child={name}:{config}",
+         f"--n={n}"]
+  proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        env=dict(os.environ, **(env or {})))
+  if proc.returncode != 0:
+    print(f"[large_n] memory child {name}:{config} failed: {proc.stderr[-2000:]}")
+    return None
+  return int(json.loads(proc.stdout.strip().splitlines()[-1])["peak_rss_bytes"])
 
 
 def measure_memory(name: str, n: int, full_mask_n: int, opacus_threads: int | None,

@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from dpjax import accounting, dpsgd, mechanisms, models, selection, tuning
+from dpjax import accounting, dpsgd, mechanisms, models, tuning
+from dpjax import selection as selection_lib
 from dpjax.accounting import composition, rdp
 from dpjax.data import credit
 from experiments import _common, _plots
@@ -336,7 +337,7 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
   pick_naive = int(np.argmax(u_naive))
   # Exponential mechanism: monotone utility of sensitivity 1.
   u_em = _validation_utility(em_params, w)
-  pick_em = int(selection.exponential_mechanism(
+  pick_em = int(selection_lib.exponential_mechanism(
       k_em, jnp.asarray(u_em, jnp.float32), cfg.selection_epsilon, sensitivity=1.0,
       monotonic=True))
   # Repeat-and-select: noisy scores, best run released (K and the scores are not).

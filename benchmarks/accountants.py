@@ -12,9 +12,9 @@ speed figures are ratios dp_accounting time / our time.
 
 from __future__ import annotations
 
-import time
-
 from absl import app, flags
+
+from benchmarks import report
 
 _JSON = flags.DEFINE_string("json", None, "Where to write the figures (default: "
                              "benchmarks/results/accountants.json).")
@@ -31,15 +31,6 @@ SETTINGS = (
     (0.8, 0.05, 5_000, 1e-6),
     (2.0, 0.001, 100_000, 1e-8),
 )
-
-
-def _best_time(fn, repeats):
-  best, out = float("inf"), None
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    out = fn()
-    best = min(best, time.perf_counter() - t0)
-  return best, out
 
 
 def measure(settings=SETTINGS, repeats: int = 2) -> list[dict]:
@@ -65,17 +56,18 @@ def measure(settings=SETTINGS, repeats: int = 2) -> list[dict]:
 
   rows = []
   for sigma, q, steps, delta in settings:
-    t_our_rdp, e_our_rdp = _best_time(
+    t_our_rdp, e_our_rdp = report.best_time(
         lambda: accounting.dpsgd_epsilon(sigma, q, steps, delta, accountant="rdp"), repeats)
-    t_dp_rdp, e_dp_rdp = _best_time(lambda: dp_rdp(sigma, q, steps, delta), repeats)
-    t_our_pld, r = _best_time(lambda: pld.dpsgd_epsilon_bound(sigma, q, steps, delta), repeats)
-    t_dp_pld, e_dp_pld = _best_time(lambda: dp_pld_acc(sigma, q, steps, delta), repeats)
+    t_dp_rdp, e_dp_rdp = report.best_time(lambda: dp_rdp(sigma, q, steps, delta), repeats)
+    t_our_pld, r = report.best_time(lambda: pld.dpsgd_epsilon_bound(sigma, q, steps, delta),
+                                    repeats)
+    t_dp_pld, e_dp_pld = report.best_time(lambda: dp_pld_acc(sigma, q, steps, delta), repeats)
     # Ours on dp_accounting's own grid (h = 1e-4): the same answer, so pure speed.
-    t_fixed, e_fixed = _best_time(
+    t_fixed, e_fixed = report.best_time(
         lambda: pld.gaussian_pld(sigma, q, value_discretization=1e-4).self_compose(
             steps).epsilon(delta), repeats)
     h_ref = min(1e-5, max(r.value, 1e-3) / 5000)
-    t_ref, e_ref = _best_time(
+    t_ref, e_ref = report.best_time(
         lambda: dp_pld.from_gaussian_mechanism(
             sigma, sampling_prob=q, value_discretization_interval=h_ref
         ).self_compose(steps).get_epsilon_for_delta(delta), 1)
@@ -119,7 +111,6 @@ def main(argv):
     print(f"{r['sigma']:6g} {r['q']:8.3g} {r['steps']:7d} {r['delta']:7.0e} "
           f"{r['rdp_speedup']:7.2f} {r['pld_speedup']:7.2f} {r['pld_fixed_grid_speedup']:10.2f} "
           f"{r['ours_pld_minus_ref']:+10.2e} {r['dp_pld_minus_ref']:+10.2e}")
-  from benchmarks import report  # pylint: disable=import-outside-toplevel
   report.write("accountants", rows, _JSON.value)
 
 

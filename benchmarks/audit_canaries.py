@@ -15,7 +15,6 @@ from absl import app
 from absl import flags
 
 from benchmarks import report
-from benchmarks.dpsgd_deep import interleaved_best
 
 _MODELS = flags.DEFINE_string("models", "500", "Comma-separated model counts M (multiples of 4).")
 _CANARIES = flags.DEFINE_integer("canaries", 100, "Gradient canaries per run K (> 1).")
@@ -69,7 +68,7 @@ def measure(sizes, num_canaries, repeats, log=print) -> dict:
   for m in sizes:
     if m % 4:
       raise ValueError(f"--models must be multiples of 4, got {m}")
-    best = interleaved_best(runners(m, num_canaries), repeats)
+    _, best = report.interleaved_times(runners(m, num_canaries), repeats)
     ratio = best["multi"] / best["single"]
     res[f"M{m}.single_s"] = best["single"]
     res[f"M{m}.multi_s"] = best["multi"]
@@ -87,9 +86,7 @@ def main(argv):
   if _CANARIES.value < 2:
     raise app.UsageError("--canaries must be >= 2")
   sizes = report.model_counts(_MODELS.value, "models")
-  figures = {f"audit_canaries.{k}": v
-             for k, v in measure(sizes, _CANARIES.value, _REPEATS.value).items()}
-  figures["audit_canaries.canaries"] = _CANARIES.value
+  figures = dict(measure(sizes, _CANARIES.value, _REPEATS.value), canaries=_CANARIES.value)
   report.emit("audit_canaries", figures, _JSON.value)
 
 

@@ -20,17 +20,12 @@ from __future__ import annotations
 import functools
 import json
 import os
-import resource
-import subprocess
-import sys
-import time
 
 import numpy as np
 from absl import app
 from absl import flags
 
 from benchmarks import report
-from benchmarks.dpsgd_deep import interleaved_best
 
 _SIZES = flags.DEFINE_string("sizes", "128,2000,20000", "Comma-separated model counts M.")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (best is kept).")
@@ -97,13 +92,7 @@ def numpy_best_threads(x, y, num_models, rng):
 
 
 def _best(f, repeats):
-  f()
-  ts = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    f()
-    ts.append(time.perf_counter() - t0)
-  return min(ts)
+  return report.interleaved_times({"f": f}, repeats)[1]["f"]
 
 
 def matmul_peak_gflops(size=1024, reps_per_timing=20, repeats=3):
@@ -130,42 +119,20 @@ def matmul_peak_gflops(size=1024, reps_per_timing=20, repeats=3):
 
 
 def _dpjax_runner(x, y, num_models, generic):
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
+  from dpjax import models  # pylint: disable=g-import-not-at-top
   from dpjax.clipping import vmap  # pylint: disable=g-import-not-at-top
   model = models.logistic_regression(D)
-  cfg = dpsgd.DpSgdConfig(dataset_size=N, sampling_prob=Q, num_steps=T, l2_clip_norm=C,
-                          noise_multiplier=SIGMA, learning_rate=LR)
   csf = {False: None, True: functools.partial(vmap.clipped_grad_sum, model),
          "two_pass": functools.partial(vmap.two_pass_clipped_grad_sum, model),
          "two_pass_plain": functools.partial(vmap.two_pass_clipped_grad_sum, model,
                                              rewrite_norms=False)}[generic]
-  keep = jnp.ones((num_models, N), bool)
-  xj, yj = jnp.asarray(x), jnp.asarray(y, jnp.int32)
-  key = jax.random.key(1)
-
-  def run():
-    out = dpsgd.train_many(key, xj, yj, keep, cfg, model, clipping=csf,
-                           perf=dpsgd.PerformanceFlags(progress=False))
-    jax.block_until_ready(out.params)
-  return run
+  return audit_runner(x, y, num_models, clipping=csf)
 
 
 def _mem_child(num_models):
   x, y = _data()
   _dpjax_runner(x, y, num_models, generic=False)()
-  rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-  print(json.dumps({"peak_rss_bytes": rss}))
-
-
-def peak_memory(num_models):
-  """Peak RSS (bytes) of a fresh process training num_models with the fast path."""
-  env = dict(os.environ)
-  env["PYTHONPATH"] = os.getcwd() + os.pathsep + env.get("PYTHONPATH", "")
-  out = subprocess.run([sys.executable, "-m", "benchmarks.dpsgd", f"--mem_child={num_models}"],
-                       capture_output=True, text=True, check=True, env=env)
-  return json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_bytes"]
+  print(json.dumps({"peak_rss_bytes": report.peak_rss_bytes()}))
 
 
 def measure_audit_workload(sizes, repeats, skip_generic_largest=False, log=print):
@@ -191,7 +158,7 @@ def measure_audit_workload(sizes, repeats, skip_generic_largest=False, log=print
       if m != max(sizes) or len(sizes) == 1:
         fns["plain"] = _dpjax_runner(x, y, m, generic="two_pass_plain")
         fns["one_pass"] = _dpjax_runner(x, y, m, generic=True)
-    best = interleaved_best(fns, reps)
+    _, best = report.interleaved_times(fns, reps)
     t_np, t_fast = best["numpy"], best["fast"]
     row["numpy_models_per_s"] = m / t_np
     row["dpjax_models_per_s"] = m / t_fast
@@ -213,20 +180,10 @@ def measure_audit_workload(sizes, repeats, skip_generic_largest=False, log=print
     res[f"M{m}"] = row
     log(line)
   big = max(sizes)
-  res["peak_rss_bytes_largest"] = peak_memory(big)
+  res["peak_rss_bytes_largest"] = report.child_peak_rss("dpsgd", [f"--mem_child={big}"])
   log(f"peak RSS of a fresh process training M={big}: "
       f"{res['peak_rss_bytes_largest'] / 2**30:.2f} GiB")
   return res
-
-
-def _flatten(prefix, d, out):
-  for k, v in d.items():
-    key = f"{prefix}.{k}" if prefix else k
-    if isinstance(v, dict):
-      _flatten(key, v, out)
-    else:
-      out[key] = v
-  return out
 
 
 def audit_runner(x, y, num_models: int, **train_kwargs):
@@ -257,11 +214,9 @@ def main(argv):
   if _MEM_CHILD.value:
     _mem_child(_MEM_CHILD.value)
     return
-  sizes = [int(s) for s in _SIZES.value.split(",") if s]
-  if not sizes or min(sizes) < 1:
-    raise ValueError(f"--sizes must list positive integers, got {_SIZES.value!r}")
+  sizes = report.model_counts(_SIZES.value, "sizes")
   audit = measure_audit_workload(sizes, _REPEATS.value, _SKIP_GENERIC_LARGEST.value)
-  figures = _flatten("audit_workload", audit, {})
+  figures = report.flatten(audit, "audit_workload.")
   # Headline keys: the M = 2000 row when present.
   head = f"M{2000 if 2000 in sizes else max(sizes)}"
   figures["audit_workload.speedup_vs_numpy"] = audit[head]["speedup_vs_numpy"]

@@ -26,12 +26,11 @@ Runtime: a few minutes of CPU (`--quick`: about one).
 from __future__ import annotations
 
 import functools
-import math
-import os
-import time
 from typing import Callable
 
 import numpy as np
+
+from benchmarks import report
 
 BATCH = 256
 NUM_CLASSES = 10
@@ -49,23 +48,9 @@ _WORKLOADS = {
 }
 
 
-def interleaved_best(fns: dict, repeats: int) -> dict:
-  """Best time (s) of each zero-argument function over `repeats` timings, after one untimed
-  call each, timed round-robin so a burst of load hits all alike."""
-  for f in fns.values():
-    f()
-  best = {name: math.inf for name in fns}
-  for _ in range(repeats):
-    for name, f in fns.items():
-      t0 = time.perf_counter()
-      f()
-      best[name] = min(best[name], time.perf_counter() - t0)
-  return best
-
-
 def _best_rates(runs: dict, steps: dict, repeats: int) -> dict:
-  """Examples/second of each zero-argument loop (`interleaved_best`)."""
-  best = interleaved_best(runs, repeats)
+  """Examples/second of each zero-argument loop (`report.interleaved_times`)."""
+  _, best = report.interleaved_times(runs, repeats)
   return {name: steps[name] * BATCH / best[name] for name in runs}
 
 
@@ -295,7 +280,6 @@ def main(argv):
   for k, v in figures.items():
     print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
   if fv.json:
-    from benchmarks import report  # pylint: disable=g-import-not-at-top
     report.write("dpsgd_deep", figures, fv.json)
 
 

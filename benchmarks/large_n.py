@@ -27,7 +27,6 @@ the CNN).
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -363,32 +362,8 @@ def _opacus_threads(name, x_np, y_np, log) -> tuple[int | None, str | None]:
 
 
 def _timed(runners: dict, repeats: int, log, uncompiled=()) -> tuple[dict, dict]:
-  """(first-call seconds, best-of-repeats seconds) per runner, timed round-robin; runners
-  in `uncompiled` count their first call as one of their `repeats` timings."""
-  first, best = {}, {}
-  for k, r in runners.items():
-    t0 = time.perf_counter()
-    r()
-    first[k] = time.perf_counter() - t0
-    log(f"[large_n]   warm-up {k}: {first[k]:.2f} s")
-    best[k] = first[k] if k in uncompiled else math.inf
-  for i in range(repeats):
-    for k, r in runners.items():
-      if k in uncompiled and i == repeats - 1:
-        continue
-      t0 = time.perf_counter()
-      r()
-      best[k] = min(best[k], time.perf_counter() - t0)
-    log(f"[large_n]   repeat {i + 1}/{repeats}: "
-        + ", ".join(f"{k} {v:.3f} s" for k, v in best.items()))
-  return first, best
-
-
-def _full_mask_plan(name: str, n: int) -> tuple[int, int, int]:
-  """(n at which the full-mask step is timed, k1, k2): fewer steps where a step is slow."""
-  if name == "mlp":
-    return n, 1, 3
-  return n, 1, 2
+  return report.interleaved_times(runners, repeats, lambda s: log("[large_n] " + s),
+                                  uncompiled)
 
 
 def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink: int,
@@ -414,7 +389,7 @@ def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink:
     fm_n = n // shrink
     log(f"[large_n] {name}: the full-mask step needs {temp / 2**30:.1f} GiB of temporaries "
         f"at n = {n}; timing it at n = {fm_n} and scaling by {n / fm_n:g}")
-  _, k1, k2 = _full_mask_plan(name, n)
+  k1, k2 = (1, 3) if name == "mlp" else (1, 2)   # fewer steps where a step is slow
   fm_x, fm_y = x[:fm_n], y[:fm_n]
   runners = {
       "nonprivate": nonprivate_runner(model, x, y, t_steps),
@@ -547,11 +522,8 @@ def remeasure_memory(path: str, workloads) -> None:
                          os.environ.get("JAX_COMPILATION_CACHE_DIR"))
     for k, v in mem.items():
       fig[f"{name}.peak_rss_bytes.{k}"] = v
-  doc["memory_command"] = "python -m benchmarks." + " ".join(["large_n"] + sys.argv[1:])
-  with open(path, "w") as f:
-    json.dump(doc, f, indent=1, sort_keys=True)
-    f.write("\n")
-  print(f"wrote {path}")
+  doc["memory_command"] = report.command("large_n")
+  report.dump(path, doc)
 
 
 def measure(workloads, n: int, repeats: int, skip_opacus: bool = False,
@@ -586,25 +558,14 @@ def measure(workloads, n: int, repeats: int, skip_opacus: bool = False,
       if not skip_memory:
         res["peak_rss_bytes"] = measure_memory(name, n, res.get("full_mask_timed_n"),
                                                res.get("opacus_threads"), cache_dir)
-      res["command"] = "python -m benchmarks." + " ".join(["large_n"] + sys.argv[1:])
-      for k, v in _flatten(res).items():
-        figures[f"{name}.{k}"] = v
+      res["command"] = report.command("large_n")
+      figures.update(report.flatten(res, f"{name}."))
       if checkpoint is not None:
         checkpoint(figures)
   finally:
     for option, value in saved.items():
       jax.config.update(option, value)
   return figures
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flatten(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
 
 
 def _define_flags() -> None:

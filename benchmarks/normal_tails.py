@@ -23,7 +23,6 @@ from absl import flags
 
 from benchmarks import dpsgd as bench_dpsgd
 from benchmarks import report
-from benchmarks.dpsgd_deep import interleaved_best
 
 _SIZES = flags.DEFINE_string("models", "2000,20000", "Comma-separated model counts M.")
 _REPEATS = flags.DEFINE_integer("timings", 3, "Timed repetitions (best is kept).")
@@ -82,10 +81,10 @@ def measure(sizes, repeats, log=print) -> dict:
   res = {}
   for m in sizes:
     run = functools.partial(bench_dpsgd.audit_runner, x, y, m)
-    best = interleaved_best({"body": run(privatizer=_BodyOnlyPrivatizer()),
-                             "tails": run(privatizer=privatizer_lib.GaussianPrivatizer()),
-                             "body_again": run(privatizer=_BodyOnlyPrivatizer(tag=1))},
-                            repeats)
+    _, best = report.interleaved_times(
+        {"body": run(privatizer=_BodyOnlyPrivatizer()),
+         "tails": run(privatizer=privatizer_lib.GaussianPrivatizer()),
+         "body_again": run(privatizer=_BodyOnlyPrivatizer(tag=1))}, repeats)
     ratio = best["tails"] / best["body"]
     res[f"M{m}.body_s"] = best["body"]
     res[f"M{m}.tails_s"] = best["tails"]
@@ -100,8 +99,7 @@ def measure(sizes, repeats, log=print) -> dict:
 def main(argv):
   del argv
   sizes = report.model_counts(_SIZES.value, "models")
-  figures = {f"normal_tails.{k}": v for k, v in measure(sizes, _REPEATS.value).items()}
-  report.emit("normal_tails", figures, _JSON.value)
+  report.emit("normal_tails", measure(sizes, _REPEATS.value), _JSON.value)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,6 @@ Runtime: about two minutes of CPU for M = 250, 500, 1000.
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,15 +32,6 @@ _LOOP = flags.DEFINE_integer("loop_teachers", 25, "Teachers timed in the Python 
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (best is kept).")
 _STEPS = 300
 _LR = 0.05
-
-
-def _best(fn, repeats: int) -> float:
-  best = float("inf")
-  for _ in range(repeats):
-    t = time.perf_counter()
-    jax.block_until_ready(fn())
-    best = min(best, time.perf_counter() - t)
-  return best
 
 
 def measure(teachers: list[int], per_teacher: int, loop_teachers: int, repeats: int) -> dict:
@@ -63,10 +52,8 @@ def measure(teachers: list[int], per_teacher: int, loop_teachers: int, repeats: 
     n = m * per_teacher
     x, y = x_all[:n], y_all[:n]
     keep = np.asarray(pate.partition(k_part, n, m))
-    t = time.perf_counter()
-    params = jax.block_until_ready(fit(k_fit, x, y, keep))
-    first = time.perf_counter() - t
-    vmapped = _best(lambda: fit(k_fit, x, y, keep), repeats)
+    first, params = report.best_time(lambda: jax.block_until_ready(fit(k_fit, x, y, keep)), 1)
+    vmapped, _ = report.best_time(lambda: jax.block_until_ready(fit(k_fit, x, y, keep)), repeats)
     # The compiled program of pate.fit_non_private (fitting.train_nonprivate, full batch).
     # pylint: disable=protected-access
     idx, w = fitting._padded_indices(keep, per_teacher)
@@ -83,7 +70,7 @@ def measure(teachers: list[int], per_teacher: int, loop_teachers: int, repeats: 
     def loop():
       return [fit(k_fit, x[mem_i], y[mem_i], one) for mem_i in members]
 
-    loop_time = _best(loop, repeats)
+    loop_time, _ = report.best_time(lambda: jax.block_until_ready(loop()), repeats)
     loop_params = loop()
     diff = max(float(jnp.max(jnp.abs(lp["w"][0] - params["w"][i])))
                for i, lp in enumerate(loop_params))

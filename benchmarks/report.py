@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import os
 import resource
+import subprocess
 import sys
-from typing import Any
+import time
+from typing import Any, Callable
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 RESULTS_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
@@ -52,15 +55,78 @@ def write(name: str, figures: Any, path: str | None = None) -> str:
   """Writes {"benchmark", "command", "environment", "figures"} as JSON to `path` (default
   `benchmarks/results/<name>.json`); returns the path."""
   path = path or os.path.join(RESULTS_DIR, f"{name}.json")
+  return dump(path, {"benchmark": name, "command": command(name),
+                     "environment": environment(), "figures": figures})
+
+
+def command(name: str) -> str:
+  """This process's command line as `python -m benchmarks.<name> <args>`."""
+  return "python -m benchmarks." + " ".join([name] + sys.argv[1:])
+
+
+def dump(path: str, doc: dict) -> str:
+  """Writes `doc` as sorted JSON to `path`; returns the path."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  doc = {"benchmark": name,
-         "command": "python -m benchmarks." + " ".join([name] + sys.argv[1:]),
-         "environment": environment(), "figures": figures}
   with open(path, "w") as f:
     json.dump(doc, f, indent=1, sort_keys=True)
     f.write("\n")
   print(f"wrote {path}")
   return path
+
+
+def best_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+  """(the best of `repeats` timed calls of fn in seconds, what the last call returned)."""
+  best, out = math.inf, None
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    out = fn()
+    best = min(best, time.perf_counter() - t0)
+  return best, out
+
+
+def interleaved_times(fns: dict, repeats: int, log=None, uncompiled=()) -> tuple[dict, dict]:
+  """(first-call seconds, best-of-`repeats` seconds) of each zero-argument function, timed
+  round-robin after one call each, so a burst of load hits all alike; those in
+  `uncompiled` count their first call as one of their `repeats` timings."""
+  first, best = {}, {}
+  for k, f in fns.items():
+    first[k] = best_time(f, 1)[0]
+    if log:
+      log(f"  warm-up {k}: {first[k]:.2f} s")
+    best[k] = first[k] if k in uncompiled else math.inf
+  for i in range(repeats):
+    for k, f in fns.items():
+      if not (k in uncompiled and i == repeats - 1):
+        best[k] = min(best[k], best_time(f, 1)[0])
+    if log:
+      log(f"  repeat {i + 1}/{repeats}: " + ", ".join(f"{k} {v:.3f} s" for k, v in best.items()))
+  return first, best
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+  """Nested dicts as one dict with dotted keys `prefix<k1>.<k2>...`."""
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def child_peak_rss(module: str, args: list[str], env: dict | None = None) -> int | None:
+  """Peak resident bytes that `python -m benchmarks.<module> *args` prints as its last line
+  ({"peak_rss_bytes": ...}), run in a fresh process from the repository root; None (with
+  its stderr printed) if it failed."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, **(env or {}))
+  env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+  proc = subprocess.run([sys.executable, "-m", f"benchmarks.{module}"] + args,
+                        capture_output=True, text=True, check=False, cwd=root, env=env)
+  if proc.returncode != 0:
+    print(f"[{module}] memory child {args} failed: {proc.stderr[-2000:]}")
+    return None
+  return int(json.loads(proc.stdout.strip().splitlines()[-1])["peak_rss_bytes"])
 
 
 def model_counts(text: str, flag: str) -> list[int]:
@@ -72,7 +138,9 @@ def model_counts(text: str, flag: str) -> list[int]:
 
 
 def emit(name: str, figures: dict, path: str | None) -> None:
-  """`write(name, figures, path)` when a path is given, else print the figures."""
+  """`write(name, figures, path)` (the keys prefixed `<name>.`) when a path is given, else
+  print them."""
+  figures = {f"{name}.{k}": v for k, v in figures.items()}
   if path:
     write(name, figures, path)
   else:

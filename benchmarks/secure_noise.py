@@ -16,7 +16,6 @@ from absl import flags
 
 from benchmarks import dpsgd as bench_dpsgd
 from benchmarks import report
-from benchmarks.dpsgd_deep import interleaved_best
 
 _SIZES = flags.DEFINE_string("models", "128,2000", "Comma-separated model counts M.")
 _REPEATS = flags.DEFINE_integer("timings", 2, "Timed repetitions (best is kept).")
@@ -32,9 +31,9 @@ def measure(sizes, repeats, log=print) -> dict:
   path, priv = privatizer.secure_components(b.SIGMA, b.C, models.logistic_regression(b.D))
   res = {}
   for m in sizes:
-    best = interleaved_best({"float": b.audit_runner(x, y, m),
-                             "secure": b.audit_runner(x, y, m, clipping=path,
-                                                      privatizer=priv)}, repeats)
+    _, best = report.interleaved_times(
+        {"float": b.audit_runner(x, y, m),
+         "secure": b.audit_runner(x, y, m, clipping=path, privatizer=priv)}, repeats)
     ratio = best["secure"] / best["float"]
     res[f"M{m}.float_s"] = best["float"]
     res[f"M{m}.secure_s"] = best["secure"]
@@ -47,8 +46,7 @@ def measure(sizes, repeats, log=print) -> dict:
 def main(argv):
   del argv
   sizes = report.model_counts(_SIZES.value, "models")
-  figures = {f"secure_noise.{k}": v for k, v in measure(sizes, _REPEATS.value).items()}
-  report.emit("secure_noise", figures, _JSON.value)
+  report.emit("secure_noise", measure(sizes, _REPEATS.value), _JSON.value)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ run on the host (NumPy/SciPy); mechanisms, training and scoring run in JAX.
     flax_model    a flax.linen module as a model
   Accounting and mechanisms:
     accounting    dpsgd_epsilon, calibrate_noise, Accountant; rdp, pld, gdp
-    mechanisms    randomized response, Laplace, Gaussian, exponential mechanism
+    mechanisms    randomized response, Laplace, Gaussian, clipped sums and means
+    selection     exponential mechanism, report noisy max
     integer_noise rounded Gaussian / Laplace noise drawn exactly from a table
   Attacks and audits:
     attacks       membership inference (loss, shadow models, LiRA), reconstruction
@@ -41,7 +42,7 @@ __all__ = (
     "integer_noise",
     "mechanisms",
     "metrics", "models", "parallel", "pate", "pate_release", "privatizer", "prng", "recipe",
-    "recommender", "sampling",
+    "recommender", "sampling", "selection",
     "tradeoff", "tuning",
 )
 

@@ -194,10 +194,7 @@ class _FlaxApply:
 
 
 def _forward(module, input_shape, variables, x_BxF, interceptor):
-  x = jnp.asarray(x_BxF)
-  if math.prod(x.shape[1:]) != math.prod(input_shape):
-    raise ValueError(f"x_BxF must hold {math.prod(input_shape)} values per example "
-                     f"(input_shape {input_shape}), got shape {x.shape}")
+  x = ghost.check_input_size(x_BxF, input_shape)
   x = x.reshape((x.shape[0],) + tuple(input_shape))
   if interceptor is None:
     out = module.apply(variables, x)
@@ -486,12 +483,8 @@ def _ghost_fn(module, shape, layers, l2, num_outputs):
   def fn(variables, x_BxF, y_B, weights_B, l2_clip_norm):
     _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=max(num_outputs, 2))
     _validate.check_clip_norm(l2_clip_norm)
-    x = jnp.asarray(x_BxF)
-    if math.prod(x.shape[1:]) != math.prod(shape):
-      raise ValueError(f"x_BxF must hold {math.prod(shape)} values per example "
-                       f"(input_shape {shape}), got shape {x.shape}")
     return ghost.ghost_clipped_sum(
-        forward, variables, x, y_B, weights_B, l2_clip_norm, l2, "auto", unflatten)
+        forward, variables, ghost.check_input_size(x_BxF, shape), y_B, weights_B, l2_clip_norm, l2, "auto", unflatten)
 
   return fn
 

@@ -1,28 +1,25 @@
 """The classic differential-privacy mechanisms, as pure functions of a `jax.random` key.
 
-Randomized response, Laplace, Gaussian, exponential mechanism, report noisy max,
-clipped sums, counts, means and per-group rates (lecture §3). Neighbours differ by
-adding or removing one record, except for randomized response (one bit replaced).
+Randomized response, Laplace, Gaussian, clipped sums, counts, means and per-group
+rates (lecture §3). Neighbours differ by adding or removing one record, except for
+randomized response (one bit replaced).
 
 Floating point: the exact bits of a float32 value + noise reveal which inputs were
 possible (Mironov 2012). The additive mechanisms therefore snap the value to a
 power-of-two grid gamma and add integer noise drawn exactly (`dpjax.integer_noise`),
 calibrated to the sensitivity inflated by the snapping: post-processing of the
 continuous mechanism, up to the table's delta (`accounting.sampler_delta`, < 1e-20).
-`secure=False` keeps float noise, with an `InsecureNoiseWarning`. The selection
-mechanisms release an index and keep float randomness (see their docstrings).
+`secure=False` keeps float noise, with an `InsecureNoiseWarning`. Private selection
+(exponential mechanism, report noisy max) is `dpjax.selection`.
 
-Shape letters: N records, C candidates, K repetitions, U privacy units (people),
+Shape letters: N records, K repetitions, U privacy units (people),
 Z groups; `...` any leading shape.
 
 Examples:
   >>> import jax
-  >>> k1, k2 = jax.random.split(jax.random.key(0))
-  >>> noisy = laplace_mechanism(k1, 120.0, epsilon=1.0)          # a count, Delta_1 = 1
+  >>> noisy = laplace_mechanism(jax.random.key(0), 120.0, epsilon=1.0)  # a count, Delta_1 = 1
   >>> round(gaussian_sigma(1.0, 1e-5), 3)                       # analytic, Delta_2 = 1
   3.731
-  >>> int(exponential_mechanism(k2, jnp.array([0.0, 5.0, 1.0]), epsilon=100.0))
-  1
 """
 
 from __future__ import annotations
@@ -42,9 +39,8 @@ from dpjax.accounting import gdp
 __all__ = [
     "rr_truth_prob", "randomized_response", "rr_estimate_rate", "rr_estimate_std",
     "rr_posterior", "laplace_scale", "laplace_mechanism", "laplace_grid", "gaussian_sigma",
-    "gaussian_mechanism", "gaussian_grid", "InsecureNoiseWarning", "exponential_probs",
-    "exponential_mechanism",
-    "report_noisy_max", "clipped_sum", "noisy_count", "private_mean", "PrivateMean",
+    "gaussian_mechanism", "gaussian_grid", "InsecureNoiseWarning",
+    "clipped_sum", "noisy_count", "private_mean", "PrivateMean",
     "grouped_rates", "GroupedRates",
 ]
 
@@ -369,86 +365,6 @@ def gaussian_grid(sigma: float, sensitivity: float = 1.0) -> float:
   s = _validate.check_positive(sigma, "sigma")
   d = _validate.check_positive(sensitivity, "sensitivity")
   return integer_noise.pow2_floor(max(d / 2.0 ** 10, s / 2.0 ** 10))
-
-
-# ----------------------------------------------------------------------------------
-# Private selection.
-
-def _check_utilities(utilities) -> jax.Array:
-  # Sizes first: the checks below copy the array to float64.
-  _validate.check_size(math.prod(np.shape(utilities)), "utilities.size", 0, bytes_per_unit=8)
-  _validate.check_array(utilities, "utilities")
-  u = jnp.asarray(utilities, jnp.float32)
-  if u.ndim == 0 or u.shape[-1] == 0:
-    raise ValueError("utilities must have at least one candidate on the last axis "
-                     f"(shape [..., C], C >= 1), got shape {u.shape}")
-  return u
-
-
-def _selection_scale(epsilon, sensitivity, monotonic) -> float:
-  # Utility differences between neighbours can move in opposite directions for two
-  # candidates (2 Delta_u), unless every utility moves the same way (monotonic).
-  eps = _validate.check_epsilon(epsilon)
-  du = _validate.check_positive(sensitivity, "sensitivity")
-  monotonic = _validate.check_bool(monotonic, "monotonic")
-  return (1.0 if monotonic else 2.0) * du / eps
-
-
-def exponential_probs(utilities: jax.typing.ArrayLike, epsilon: float,
-                      sensitivity: float = 1.0, monotonic: bool = False) -> jax.Array:
-  """Selection probabilities of the exponential mechanism, prop. to exp(eps u / (2 Delta_u)).
-
-  utilities: float[..., C]; sensitivity Delta_u: the most one record changes any
-  utility; monotonic: all utilities move the same way between neighbours (e.g.
-  counts), then exp(eps u / Delta_u). Returns float32[..., C]. eps-DP (McSherry &
-  Talwar 2007).
-
-  Examples:
-    >>> exponential_probs(jnp.array([0.0, 0.0]), 1.0).tolist()
-    [0.5, 0.5]
-  """
-  u = _check_utilities(utilities)
-  scale = _selection_scale(epsilon, sensitivity, monotonic)
-  return jax.nn.softmax(u / scale, axis=-1)
-
-
-def exponential_mechanism(key: jax.Array, utilities: jax.typing.ArrayLike,
-                          epsilon: float, sensitivity: float = 1.0,
-                          monotonic: bool = False,
-                          shape: tuple[int, ...] | None = None) -> jax.Array:
-  """Samples a candidate index int32[...] with probability `exponential_probs(...)`.
-
-  shape: optional output shape ending with the batch shape, e.g. (K,) +
-  utilities.shape[:-1].
-  Privacy: eps-DP per selection. The sampler (Gumbel-max on float32 uniforms) differs
-    from the ideal probabilities by roughly 2^-23 per candidate, a delta this
-    function does not account for.
-  """
-  u = _check_utilities(utilities)
-  scale = _selection_scale(epsilon, sensitivity, monotonic)
-  if shape is not None:
-    # categorical draws float32 Gumbel noise of shape + (C,): size it before XLA does
-    # (an allocation that large aborts the process).
-    out = _validate.check_sizes(shape, "shape", 0)
-    _validate.check_size(math.prod(out), "prod(shape)", 0, bytes_per_unit=4, units=u.shape[-1])
-  return jax.random.categorical(key, u / scale, axis=-1, shape=shape).astype(jnp.int32)
-
-
-def report_noisy_max(key: jax.Array, utilities: jax.typing.ArrayLike, epsilon: float,
-                     sensitivity: float = 1.0, monotonic: bool = False) -> jax.Array:
-  """argmax over candidates of u + Laplace(2 Delta_u / eps) (Delta_u / eps if monotonic).
-
-  Returns int32[...] indices; only the index is private, not the noisy maximum
-  (Dwork & Roth 2014, Claim 3.9 for monotonic).
-  Privacy: eps-DP. The noise is float32 Laplace; only the index is released, but the
-    float sampler's bounded support (|L| < 17) and resolution make the index
-    probabilities differ from the ideal ones by about 2^-23 per candidate, a delta
-    this function does not account for.
-  """
-  u = _check_utilities(utilities)
-  scale = _selection_scale(epsilon, sensitivity, monotonic)
-  noise = jax.random.laplace(key, u.shape, jnp.float32)
-  return jnp.argmax(u + scale * noise, axis=-1).astype(jnp.int32)
 
 
 # ----------------------------------------------------------------------------------

@@ -125,15 +125,18 @@ def _mlp(f: int, hidden: tuple[int, ...], k: int, l2: float) -> Model:
     return {"layers": [_dense_init(kk, a, b) for kk, a, b in zip(keys, sizes[:-1], sizes[1:])]}
 
   def apply(params, x_BxF):
-    a = x_BxF.reshape(x_BxF.shape[0], -1)
-    layers = params["layers"]
-    for i, layer in enumerate(layers):
-      a = a @ layer["w"] + layer["b"][None, :]
-      if i + 1 < len(layers):
-        a = jax.nn.relu(a)
-    return a
+    last = params["layers"][-1]
+    return _mlp_hidden(params, x_BxF) @ last["w"] + last["b"][None, :]
 
   return Model(init, apply, l2, "mlp", k)
+
+
+def _mlp_hidden(params, x):
+  """`mlp`'s last hidden relu activations [B, H] (the flattened input without hidden layers)."""
+  a = x.reshape(x.shape[0], -1)
+  for layer in params["layers"][:-1]:
+    a = jax.nn.relu(a @ layer["w"] + layer["b"][None, :])
+  return a
 
 
 def avg_pool2(a_BxHxWxC: jax.Array) -> jax.Array:
@@ -211,20 +214,24 @@ def _cnn(input_shape: tuple[int, int, int], channels: tuple[int, ...], k: int,
 
 def _conv_net_apply(input_shape: tuple[int, int, int], normalise):
   """The forward pass of `cnn` (see its docstring)."""
-  h, w, c_in = input_shape
 
   def apply(params, x):
-    a = x.reshape(x.shape[0], h, w, c_in)
-    for layer in params["conv"]:
-      a = jax.lax.conv_general_dilated(
-          a, layer["w"], window_strides=(1, 1), padding="SAME",
-          dimension_numbers=("NHWC", "HWIO", "NHWC"))
-      a = jax.nn.relu(normalise(a + layer["b"][None, None, None, :], layer))
-      a = avg_pool2(a)
-    a = a.reshape(a.shape[0], -1)
     d = params["dense"][0]
-    return a @ d["w"] + d["b"][None, :]
+    return _conv_trunk(input_shape, normalise, params, x) @ d["w"] + d["b"][None, :]
   return apply
+
+
+def _conv_trunk(input_shape: tuple[int, int, int], normalise, params, x):
+  """`cnn`'s flattened last conv block [B, flat]: every layer but the dense one."""
+  h, w, c_in = input_shape
+  a = x.reshape(x.shape[0], h, w, c_in)
+  for layer in params["conv"]:
+    a = jax.lax.conv_general_dilated(
+        a, layer["w"], window_strides=(1, 1), padding="SAME",
+        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    a = jax.nn.relu(normalise(a + layer["b"][None, None, None, :], layer))
+    a = avg_pool2(a)
+  return a.reshape(a.shape[0], -1)
 
 
 _GROUP_NORM_EPS = 1e-5
@@ -435,19 +442,8 @@ def _last_layer(model: Model, params: PyTree) -> dict:
 def _body(model: Model, params: PyTree, x: jax.Array) -> jax.Array:
   """phi(x) [B, H]: model.apply's computation up to (not including) the last layer."""
   if model.kind == "mlp":
-    a = x.reshape(x.shape[0], -1)
-    for layer in params["layers"][:-1]:
-      a = jax.nn.relu(a @ layer["w"] + layer["b"][None, :])
-    return a
-  h, w, c_in = model.input_shape
-  a = x.reshape(x.shape[0], h, w, c_in)
-  for layer in params["conv"]:
-    a = jax.lax.conv_general_dilated(
-        a, layer["w"], window_strides=(1, 1), padding="SAME",
-        dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    a = jax.nn.relu(a + layer["b"][None, None, None, :])
-    a = avg_pool2(a)
-  return a.reshape(a.shape[0], -1)
+    return _mlp_hidden(params, x)
+  return _conv_trunk(model.input_shape, lambda a, layer: a, params, x)
 
 
 def _checked_split(model: Any, params: Any, name: str = "params") -> tuple[Model, PyTree]:

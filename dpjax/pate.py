@@ -58,9 +58,16 @@ PyTree = Any
 # validation
 
 
-def _check_votes(votes, name: str, ndim=(1, 2)) -> np.ndarray:
-  """Vote counts as float64[C] or [Q, C]: finite, >= 0, with C >= 2 classes."""
-  v = _validate.check_array(votes, name, ndim=ndim, low=0.0)
+def check_votes(votes, name: str = "votes_QxC", ndim=(1, 2), integer: bool = False
+                ) -> np.ndarray:
+  """Vote counts as float64[C] or [Q, C]: finite, >= 0 (whole numbers if `integer`), with
+  C >= 2 classes; ValueError naming `name` otherwise.
+
+  Examples:
+    >>> check_votes([[3, 1]]).tolist()
+    [[3.0, 1.0]]
+  """
+  v = _validate.check_array(votes, name, ndim=ndim, low=0.0, integer=integer)
   if v.ndim == 0 or v.shape[-1] < 2 or v.size == 0:
     raise ValueError(f"{name} must have shape [C] or [Q, C] with C >= 2, got {v.shape}")
   return v
@@ -83,7 +90,7 @@ def vote_histogram(teacher_preds_MxQ: jax.typing.ArrayLike, num_classes: int) ->
 
 def _votes_jax(votes_QxC) -> jax.Array:
   if not _validate.is_tracer(votes_QxC):
-    votes_QxC = _check_votes(votes_QxC, "votes_QxC", ndim=2)
+    votes_QxC = check_votes(votes_QxC, "votes_QxC", ndim=2)
   v = jnp.asarray(votes_QxC, jnp.float32)
   if v.ndim != 2 or v.shape[1] < 2:
     raise ValueError(f"votes_QxC must have shape [Q, C] with C >= 2, got {v.shape}")
@@ -137,6 +144,24 @@ def gnmax_rdp_data_independent(sigma: float, orders) -> np.ndarray:
   return _validate.check_orders(orders) / (s * s)
 
 
+def check_threshold(threshold, sigma_threshold) -> tuple[float | None, float | None]:
+  """(threshold, sigma_threshold) of Confident-GNMax as floats, or (None, None) for GNMax.
+
+  Both or neither must be given; threshold finite, sigma_threshold > 0; ValueError otherwise.
+
+  Examples:
+    >>> check_threshold(None, None), check_threshold(3, 1)
+    ((None, None), (3.0, 1.0))
+  """
+  if (threshold is None) != (sigma_threshold is None):
+    raise ValueError("give both threshold and sigma_threshold (Confident-GNMax), or neither "
+                     "(GNMax)")
+  if threshold is None:
+    return None, None
+  return (_validate.check_finite(threshold, "threshold"),
+          _validate.check_positive(sigma_threshold, "sigma_threshold"))
+
+
 def threshold_rdp_data_independent(sigma_threshold: float, orders) -> np.ndarray:
   """alpha / (2 sigma_t^2) per threshold check (max count has sensitivity 1): float64[A]."""
   s = _validate.check_positive(sigma_threshold, "sigma_threshold")
@@ -169,7 +194,7 @@ def gnmax_log_q(votes_C, sigma: float) -> float:
 
   sum over non-plurality i of Phi(-(n_max - n_i) / (sqrt(2) sigma)), capped at 1 - 1/C.
   """
-  v = _check_votes(votes_C, "votes_C", ndim=1)
+  v = check_votes(votes_C, "votes_C", ndim=1)
   s = _validate.check_positive(sigma, "sigma")
   top = int(np.argmax(v))
   gaps = (v[top] - np.delete(v, top)) / (math.sqrt(2.0) * s)
@@ -182,7 +207,7 @@ def lnmax_log_q(votes_C, laplace_scale: float) -> float:
 
   sum_i (2 + d_i/b) exp(-d_i/b) / 4, d_i = n_max - n_i, capped at 1 - 1/C.
   """
-  v = _check_votes(votes_C, "votes_C", ndim=1)
+  v = check_votes(votes_C, "votes_C", ndim=1)
   b = _validate.check_positive(laplace_scale, "laplace_scale")
   top = int(np.argmax(v))
   g = (v[top] - np.delete(v, top)) / b
@@ -239,7 +264,7 @@ def gnmax_rdp_data_dependent(votes_C, sigma: float, orders) -> np.ndarray:
 
 def threshold_log_pr_answered(votes_C, threshold: float, sigma_threshold: float) -> float:
   """log Pr[max_c n_c + N(0, sigma_t^2) >= T]."""
-  v = _check_votes(votes_C, "votes_C", ndim=1)
+  v = check_votes(votes_C, "votes_C", ndim=1)
   t = _validate.check_finite(threshold, "threshold")
   st = _validate.check_positive(sigma_threshold, "sigma_threshold")
   return float(stats.norm.logsf((t - v.max()) / st))
@@ -328,18 +353,13 @@ def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
 
 def _check_accounting(votes_QxC, answered_Q, orders, threshold, sigma_threshold, aggregator):
   """(votes float64[Q, C], answered bool[Q], orders float64[A]) after the shared checks."""
-  v = _check_votes(votes_QxC, "votes_QxC", ndim=2)
+  v = check_votes(votes_QxC, "votes_QxC", ndim=2)
   lam = _validate.check_orders(orders)
   _validate.check_choice(aggregator, ("gnmax", "lnmax"), "aggregator")
   ans = (np.ones(v.shape[0], bool) if answered_Q is None
          else _validate.check_binary(answered_Q, "answered_Q", shape=(v.shape[0],)))
-  if (threshold is None) != (sigma_threshold is None):
-    raise ValueError("give both threshold and sigma_threshold, or neither")
-  if threshold is not None and aggregator != "gnmax":
+  if check_threshold(threshold, sigma_threshold)[0] is not None and aggregator != "gnmax":
     raise ValueError("the threshold check is defined for aggregator='gnmax' only")
-  if threshold is not None:
-    _validate.check_finite(threshold, "threshold")
-    _validate.check_positive(sigma_threshold, "sigma_threshold")
   return v, ans, lam
 
 
@@ -412,7 +432,7 @@ def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
     >>> bool(r.data_dependent[0] < r.data_independent[0])
     True
   """
-  v = _check_votes(votes_QxC, "votes_QxC", ndim=2)
+  v = check_votes(votes_QxC, "votes_QxC", ndim=2)
   lam = _validate.check_orders(orders)
   t = _validate.check_finite(threshold, "threshold")
   st = _validate.check_positive(sigma_threshold, "sigma_threshold")

@@ -152,9 +152,7 @@ class PateRelease(NamedTuple):
 
 def _check_votes(votes_QxC, name: str = "votes_QxC") -> tuple[np.ndarray, int]:
   """(float64[Q, C] integer counts, M): every row sums to the same M >= 1."""
-  v = _validate.check_array(votes_QxC, name, ndim=2, min_size=1, low=0.0, integer=True)
-  if v.shape[1] < 2:
-    raise ValueError(f"{name} must have shape [Q, C] with C >= 2, got {v.shape}")
+  v = pate.check_votes(votes_QxC, name, ndim=2, integer=True)
   totals = v.sum(axis=1)
   m = totals[0]
   if not np.all(totals == m) or m < 1:
@@ -170,15 +168,6 @@ def _check_answered(answered_Q, q: int) -> np.ndarray:
   if answered_Q is None:
     return np.ones(q, bool)
   return _validate.check_binary(answered_Q, "answered_Q", shape=(q,))
-
-
-def _check_threshold(threshold, sigma_threshold):
-  if (threshold is None) != (sigma_threshold is None):
-    raise ValueError("give both threshold and sigma_threshold, or neither")
-  if threshold is None:
-    return None, None
-  return (_validate.check_finite(threshold, "threshold"),
-          _validate.check_positive(sigma_threshold, "sigma_threshold"))
 
 
 def _log1mexp(x: np.ndarray) -> np.ndarray:
@@ -328,7 +317,7 @@ def local_sensitivity_threshold(votes_QxC, *, threshold: float, sigma_threshold:
   |beta_t(u +- 1) - beta_t(u)| (exact).
   """
   v, m = _check_votes(votes_QxC)
-  t, st = _check_threshold(threshold, sigma_threshold)
+  t, st = pate.check_threshold(threshold, sigma_threshold)
   if t is None:
     raise ValueError("threshold and sigma_threshold are required")
   lam = _validate.check_range(order, "order", 1.0, open_low=True)
@@ -442,7 +431,7 @@ def plan_release(votes_QxC, answered_Q=None, *, sigma: float, delta: float,
   ans = _check_answered(answered_Q, v.shape[0])
   s = _validate.check_positive(sigma, "sigma")
   dl = _validate.check_delta(delta)
-  t, st = _check_threshold(threshold, sigma_threshold)
+  t, st = pate.check_threshold(threshold, sigma_threshold)
   lams = _PLAN_ORDERS if orders is None else _validate.check_orders(orders)
   p = _validate.check_range(failure_prob, "failure_prob", 0.0, 0.5, open_low=True)
   t_q = float(stats.norm.isf(p))
@@ -501,7 +490,7 @@ def release(key: jax.Array, votes_QxC, answered_Q=None, *, sigma: float,
   ans = _check_answered(answered_Q, v.shape[0])
   s = _validate.check_positive(sigma, "sigma")
   dl = _validate.check_delta(delta)
-  t, st = _check_threshold(threshold, sigma_threshold)
+  t, st = pate.check_threshold(threshold, sigma_threshold)
   _validate.check_instance(params, ReleaseParams, "params")
   lam, b, sss, k = params.order, params.beta, params.sigma_ss, params.num_stds
   f, ls = _cost_and_ls(v, m, ans, s, t, st, lam)

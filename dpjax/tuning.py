@@ -39,7 +39,7 @@ from dpjax import _validate
 from dpjax import accounting
 from dpjax import dpsgd
 from dpjax import integer_noise
-from dpjax import mechanisms
+from dpjax import selection
 from dpjax.accounting import rdp
 
 PyTree = Any
@@ -328,7 +328,7 @@ def select_by_exponential_mechanism(key: jax.Array, correct_counts_C, epsilon: f
   u = _validate.check_array(correct_counts_C, "correct_counts_C", ndim=1)
   if u.size == 0 or not np.all(u == np.round(u)):
     raise ValueError("correct_counts_C must be a non-empty array of integer counts")
-  return int(mechanisms.exponential_mechanism(key, jnp.asarray(u, jnp.float32), e,
+  return int(selection.exponential_mechanism(key, jnp.asarray(u, jnp.float32), e,
                                               sensitivity=1.0, monotonic=True))
 
 

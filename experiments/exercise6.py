@@ -24,6 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dpjax import accounting, dpsgd, mechanisms, models, tuning
+from dpjax import selection as selection_lib
 from dpjax.accounting import composition, rdp
 from dpjax.data import credit
 from experiments import _common, _plots
@@ -257,7 +258,7 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
                                            float64=True)
   acc = lambda p: float(accuracy(p[None, :])[0])
   pick_naive = int(np.argmax(_validation_utility(naive_params, w)))   # exact argmax
-  pick_em = int(mechanisms.exponential_mechanism(   # monotone utility of sensitivity 1
+  pick_em = int(selection_lib.exponential_mechanism(   # monotone utility of sensitivity 1
       k_em, jnp.asarray(_validation_utility(em_params, w), jnp.float32),
       cfg.selection_epsilon, sensitivity=1.0, monotonic=True))
   # Repeat-and-select releases only the best run by noisy score (the argmax, so float

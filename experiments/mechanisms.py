@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from dpjax import fitting
 from dpjax import mechanisms as mech
+from dpjax import selection
 from dpjax.data import credit
 from experiments import _common, _plots
 from experiments._plots import plt
@@ -283,9 +284,9 @@ def demo_exponential(key, public: credit.CreditData, privates: list[credit.Credi
   rows, recs = [], []
   for eps, k in zip(cfg.em_epsilons, jax.random.split(key, len(cfg.em_epsilons))):
     k1, k2 = jax.random.split(k)
-    idx = np.asarray(mech.exponential_mechanism(
+    idx = np.asarray(selection.exponential_mechanism(
         k1, jnp.asarray(util_C, jnp.float32), eps, 1.0, shape=(cfg.em_reps,)))
-    idx_s = np.asarray(mech.exponential_mechanism(
+    idx_s = np.asarray(selection.exponential_mechanism(
         k2, jnp.asarray(util_SxC, jnp.float32), eps, 1.0, shape=(cfg.em_reps, cfg.em_datasets)))
     rec = {"epsilon": eps, "private_accuracy": float(priv_acc_C[idx].mean()),
            "test_accuracy": float(test_acc_C[idx].mean()),

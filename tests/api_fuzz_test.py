@@ -95,6 +95,8 @@ EXCLUDED = {
     "dpjax.dpsgd.step.padded_clipped_sum": "engine internal (traced under jit by train_many)",
     "dpjax.audit.store.StoreError": "an error category",
     "dpjax.clipping.ghost.Layer": "a NamedTuple record of the ghost pass",
+    "dpjax.clipping.ghost.check_input_size": "shape check of the ghost paths (fuzzed through "
+                                             "cnn_clipped_sum_fn and the Flax path)",
     "dpjax.clipping.ghost.conv3x3_patches": "traceable helper of the ghost paths (traced "
                                             "under jit by cnn_clipped_sum and the Flax path)",
     "dpjax.clipping.ghost.ghost_clipped_sum": ("the shared pass of mlp_clipped_sum / "
@@ -241,7 +243,7 @@ _rng = fb.Fresh(lambda: np.random.default_rng(0))
 def entries():
   """The baseline table: one or more `Entry` per public entry point."""
   from dpjax import (accounting, fitting, mechanisms, metrics, models, parallel, pate,  # pylint: disable=g-import-not-at-top
-                     privatizer, prng, sampling, tradeoff, dpsgd)
+                     privatizer, prng, sampling, selection, tradeoff, dpsgd)
   from dpjax.accounting import composition, gdp, pld, rdp, statement  # pylint: disable=g-import-not-at-top
   from dpjax.accounting import event_accounting as eacc, events as evs  # pylint: disable=g-import-not-at-top
   from dpjax.attacks import mia, reconstruction  # pylint: disable=g-import-not-at-top
@@ -1206,12 +1208,12 @@ def entries():
   add(E("dpjax.mechanisms.gaussian_mechanism", mechanisms.gaussian_mechanism,
         dict(key=_key, value=util, epsilon=1.0, delta=1e-5, sensitivity=1.0,
              calibration="analytic"), {"value": "elemwise"}))
-  add(E("dpjax.mechanisms.exponential_probs", mechanisms.exponential_probs,
+  add(E("dpjax.selection.exponential_probs", selection.exponential_probs,
         dict(utilities=util, epsilon=1.0, sensitivity=1.0), {"utilities": "anyrank"}))
-  add(E("dpjax.mechanisms.exponential_mechanism", mechanisms.exponential_mechanism,
+  add(E("dpjax.selection.exponential_mechanism", selection.exponential_mechanism,
         dict(key=_key, utilities=util, epsilon=1.0, sensitivity=1.0, shape=(2,)),
         {"utilities": "anyrank", "shape": None}))
-  add(E("dpjax.mechanisms.report_noisy_max", mechanisms.report_noisy_max,
+  add(E("dpjax.selection.report_noisy_max", selection.report_noisy_max,
         dict(key=_key, utilities=util, epsilon=1.0, sensitivity=1.0),
         {"utilities": "anyrank"}))
   add(E("dpjax.mechanisms.clipped_sum", mechanisms.clipped_sum,
@@ -1385,6 +1387,10 @@ def entries():
         vk))
   add(E("dpjax.pate.gnmax_rdp_data_independent", pate.gnmax_rdp_data_independent,
         dict(sigma=1.0, orders=orders), vk))
+  add(E("dpjax.pate.check_votes", pate.check_votes, dict(votes=votes_qc, integer=True),
+        {"votes": "array"}))
+  add(E("dpjax.pate.check_threshold", pate.check_threshold,
+        dict(threshold=2.0, sigma_threshold=1.0)))
   add(E("dpjax.pate.threshold_rdp_data_independent", pate.threshold_rdp_data_independent,
         dict(sigma_threshold=1.0, orders=orders), vk))
   add(E("dpjax.pate.lnmax_epsilon", pate.lnmax_epsilon, dict(laplace_scale=1.0)))

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 from absl.testing import absltest
 
-from dpjax import mechanisms
+from dpjax import mechanisms, selection
 from dpjax.accounting import composition, gdp
 
 _ORDERS = np.array([1.1, 1.5, 2.0, 3.0, 5.0, 8.0, 16.0, 64.0, 256.0])
@@ -124,7 +124,7 @@ class PureDpRdpTest(absltest.TestCase):
         p = np.exp(u / scale - np.logaddexp.reduce(u / scale))
         # The same probabilities as the library's exponential mechanism (float32).
         np.testing.assert_allclose(
-            mechanisms.exponential_probs(u, eps, monotonic=monotonic), p, atol=1e-5)
+            selection.exponential_probs(u, eps, monotonic=monotonic), p, atol=1e-5)
         q = np.exp((u + c) / scale - np.logaddexp.reduce((u + c) / scale))
         bound = composition.pure_dp_rdp(eps, _ORDERS, bounded_range=True)
         for a, b in zip(_ORDERS, bound):

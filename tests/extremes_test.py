@@ -17,7 +17,7 @@ from absl.testing import absltest, parameterized
 from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
 from scipy import stats
 
-from dpjax import accounting, mechanisms, pate, sampling
+from dpjax import accounting, mechanisms, pate, sampling, selection
 from dpjax.accounting import gdp, rdp
 
 
@@ -166,11 +166,11 @@ class SizesTest(absltest.TestCase):
     # Before: the process aborted inside XLA (shape) / a 7 TiB MemoryError (utilities).
     key = jax.random.key(0)
     with self.assertRaisesRegex(ValueError, "^shape"):
-      mechanisms.exponential_mechanism(key, jnp.zeros(3), 1.0, shape=(10 ** 12,))
+      selection.exponential_mechanism(key, jnp.zeros(3), 1.0, shape=(10 ** 12,))
     huge = np.broadcast_to(np.float32(0.0), (10 ** 12,))   # no memory of its own
     with self.assertRaisesRegex(ValueError, "^utilities"):
-      mechanisms.exponential_mechanism(key, huge, 1.0)
-    out = mechanisms.exponential_mechanism(key, jnp.array([0.0, 50.0]), 10.0, shape=(5,))
+      selection.exponential_mechanism(key, huge, 1.0)
+    out = selection.exponential_mechanism(key, jnp.array([0.0, 50.0]), 10.0, shape=(5,))
     self.assertEqual(np.asarray(out).tolist(), [1] * 5)
 
 

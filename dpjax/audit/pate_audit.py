@@ -64,18 +64,10 @@ _QUAD_MARGIN = 12.0
 # inputs
 
 
-def _check_votes(votes, name: str) -> np.ndarray:
-  """Integer vote counts float64[Q, C], C >= 2, Q >= 1."""
-  v = _validate.check_array(votes, name, ndim=2, low=0.0, integer=True, min_size=1)
-  if v.shape[1] < 2:
-    raise ValueError(f"{name} must have shape [Q, C] with C >= 2, got {v.shape}")
-  return v
-
-
 def _check_pair(votes_in_QxC, votes_out_QxC) -> tuple[np.ndarray, np.ndarray]:
   """Two histograms that differ in at most one teacher's vote on every query."""
-  v_in = _check_votes(votes_in_QxC, "votes_in_QxC")
-  v_out = _check_votes(votes_out_QxC, "votes_out_QxC")
+  v_in = pate.check_votes(votes_in_QxC, "votes_in_QxC", ndim=2, integer=True)
+  v_out = pate.check_votes(votes_out_QxC, "votes_out_QxC", ndim=2, integer=True)
   if v_in.shape != v_out.shape:
     raise ValueError(f"votes_in_QxC and votes_out_QxC must have the same shape, got "
                      f"{v_in.shape} and {v_out.shape}")
@@ -87,16 +79,6 @@ def _check_pair(votes_in_QxC, votes_out_QxC) -> tuple[np.ndarray, np.ndarray]:
                      "per query (one count -1, another +1): PATE's guarantee covers only such "
                      "neighbouring histograms")
   return v_in, v_out
-
-
-def _check_threshold(threshold, sigma_threshold) -> tuple[Optional[float], Optional[float]]:
-  if (threshold is None) != (sigma_threshold is None):
-    raise ValueError("give both threshold and sigma_threshold (Confident-GNMax), or neither "
-                     "(GNMax)")
-  if threshold is None:
-    return None, None
-  return (_validate.check_finite(threshold, "threshold"),
-          _validate.check_positive(sigma_threshold, "sigma_threshold"))
 
 
 # ----------------------------------------------------------------------------------
@@ -134,11 +116,9 @@ def output_log_probs(votes_QxC, *, sigma: float, threshold: Optional[float] = No
     >>> np.round(p, 4).tolist()                      # Phi(1), Phi(-1)
     [[0.8413, 0.1587]]
   """
-  v = _validate.check_array(votes_QxC, "votes_QxC", ndim=2, low=0.0, min_size=1)
-  if v.shape[1] < 2:
-    raise ValueError(f"votes_QxC must have shape [Q, C] with C >= 2, got {v.shape}")
+  v = pate.check_votes(votes_QxC, ndim=2)
   s = _validate.check_positive(sigma, "sigma")
-  t, st = _check_threshold(threshold, sigma_threshold)
+  t, st = pate.check_threshold(threshold, sigma_threshold)
   rows, inverse = np.unique(v, axis=0, return_inverse=True)
   table = np.stack([_argmax_log_probs(r, s) for r in rows])
   if t is not None:
@@ -192,7 +172,7 @@ def exact_epsilon(votes_in_QxC, votes_out_QxC, *, sigma: float, delta: float,
   v_in, v_out = _check_pair(votes_in_QxC, votes_out_QxC)
   s = _validate.check_positive(sigma, "sigma")
   d = _validate.check_delta(delta)
-  t, st = _check_threshold(threshold, sigma_threshold)
+  t, st = pate.check_threshold(threshold, sigma_threshold)
   total = _pair_pld(v_in, v_out, s, t, st)
   return 0.0 if total is None else float(total.epsilon(d))
 
@@ -434,7 +414,7 @@ def audit_labels(key: jax.Array, votes_in_QxC, votes_out_QxC, *, sigma: float,
   from dpjax.accounting import rdp  # pylint: disable=g-import-not-at-top
   v_in, v_out = _check_pair(votes_in_QxC, votes_out_QxC)
   s = _validate.check_positive(sigma, "sigma")
-  t, st = _check_threshold(threshold, sigma_threshold)
+  t, st = pate.check_threshold(threshold, sigma_threshold)
   q = v_in.shape[0]
   n = _validate.check_size(num_trials, "num_trials", bytes_per_unit=8, units=2 * q)
   d = _validate.check_delta(delta)

@@ -85,6 +85,15 @@ def conv3x3_patches(a_BxHxWxC: jax.Array) -> jax.Array:
   return jnp.stack(views, axis=3).reshape(b, h * w, 9 * c)
 
 
+def check_input_size(x_BxF: jax.Array, input_shape: Sequence[int]) -> jax.Array:
+  """x_BxF as an array if it holds prod(input_shape) values per example (static shapes)."""
+  x = jnp.asarray(x_BxF)
+  if math.prod(x.shape[1:]) != math.prod(input_shape):
+    raise ValueError(f"x_BxF must hold {math.prod(input_shape)} values per example "
+                     f"(input_shape {tuple(input_shape)}), got shape {x.shape}")
+  return x
+
+
 def _cnn_forward(params, x, probes, input_shape):
   """The CNN of `models.cnn`, recording conv patches, with zero probes added."""
   h, w, c_in = input_shape
@@ -288,8 +297,7 @@ def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.
   """
   if len(input_shape) != 3 or any(int(v) != v or v < 1 for v in input_shape):
     raise ValueError(f"input_shape must be three positive ints (H, W, C), got {input_shape!r}")
-  if conv_mode not in _CONV_MODES:
-    raise ValueError(f"conv_mode must be one of {_CONV_MODES}, got {conv_mode!r}")
+  _validate.check_choice(conv_mode, _CONV_MODES, "conv_mode")
   l2 = _validate.check_nonnegative(l2, "l2")
   shape = tuple(int(v) for v in input_shape)
 
@@ -297,11 +305,7 @@ def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.
     return _cnn_forward(params, x, probes, shape)
 
   def fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
-    x = jnp.asarray(x_BxF)
-    if math.prod(x.shape[1:]) != math.prod(shape):
-      raise ValueError(f"x_BxF must hold {math.prod(shape)} values per example "
-                       f"(input_shape {shape}), got shape {x.shape}")
-    return ghost_clipped_sum(forward, params, x, y_B, weights_B, l2_clip_norm, l2, conv_mode,
+    return ghost_clipped_sum(forward, params, check_input_size(x_BxF, shape), y_B, weights_B, l2_clip_norm, l2, conv_mode,
                               _cnn_unflatten)
 
   return fn
@@ -334,8 +338,6 @@ def _clipped_sum_fn(model, input_shape, conv_mode):
   if model.kind == "cnn":
     if input_shape is not None:
       return cnn_clipped_sum_fn(input_shape, l2=model.l2, conv_mode=conv_mode)
-    if conv_mode not in _CONV_MODES:
-      raise ValueError(f"conv_mode must be one of {_CONV_MODES}, got {conv_mode!r}")
 
     def cnn_fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
       x = jnp.asarray(x_BxF)

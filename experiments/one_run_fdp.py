@@ -132,7 +132,8 @@ def run(cfg: OneRunFdpConfig, out_dir: str, *, progress: bool = True,
     rows.append(row)
     table_rows.append([sigma, mu, row["exact_epsilon"]]
                       + [row[meth]["median"] for meth in METHODS]
-                      + [PAPER.get(("steinke", sigma)), PAPER.get(("fdp_gdp", sigma))])
+                      + [PAPER.get(("steinke", sigma)), PAPER.get(("fdp_gdp", sigma))]
+                      + [row[meth]["median"] / row["exact_epsilon"] for meth in METHODS])
 
   gain = [r["fdp_gdp"]["median"] / r["steinke"]["median"] for r in rows
           if r["steinke"]["median"] > 0]
@@ -140,7 +141,8 @@ def run(cfg: OneRunFdpConfig, out_dir: str, *, progress: bool = True,
       title=f"One run, m = {m} canaries, δ = {delta:g}, {100 * conf:g}% confidence: "
             f"median ε lower bound over {cfg.repeats} runs",
       columns=["σ", "μ", "exact ε", METHOD_TITLES["steinke"], METHOD_TITLES["fdp"],
-               METHOD_TITLES["fdp_gdp"], "paper: Steinke", "paper: f-DP"],
+               METHOD_TITLES["fdp_gdp"], "paper: Steinke", "paper: f-DP"]
+              + [f"{METHOD_TITLES[meth]} / exact" for meth in METHODS],
       rows=table_rows, digits=3,
       note="Guesses: r/2 IN on the top scores and r/2 OUT on the bottom ones for each r in "
            f"{rows[0]['guess_counts']}, union bound over the set. The paper columns are "
@@ -201,11 +203,16 @@ def _paper_protocol_rows(cfg: OneRunFdpConfig, sigmas: list, progress: bool):
                       + [v for meth in PAPER_METHODS
                          for v in (row[meth]["paper"], row[meth]["epsilon_lower"])]
                       + [row["valid"]["steinke"]["epsilon_lower"],
-                         row["valid"]["fdp_gdp"]["epsilon_lower"], ratio])
+                         row["valid"]["fdp_gdp"]["epsilon_lower"], ratio]
+                      + [row[meth]["epsilon_lower"] / row["exact_epsilon"]
+                         for meth in PAPER_METHODS]
+                      + [row["valid"]["fdp_gdp"]["epsilon_lower"] / row["exact_epsilon"]])
   cols = ["σ", "m", "exact ε"]
   for meth in PAPER_METHODS:
     cols += [f"paper: {PAPER_TITLES[meth]}", f"ours: {PAPER_TITLES[meth]}"]
   cols += ["valid: Steinke", "valid: f-DP (G_μ)", "valid / paper protocol (f-DP)"]
+  cols += [f"ours: {PAPER_TITLES[meth]} / exact" for meth in PAPER_METHODS]
+  cols += ["valid: f-DP (G_μ) / exact"]
   table = _common.Table(
       title=f"Mahloujifar et al. 2025 Table 1 in the paper's protocol, δ = {delta:g} "
             "(NOT a valid audit), beside one valid run at the same m",

@@ -4,6 +4,7 @@ import json
 import os
 import tempfile
 
+import numpy as np
 import pytest
 from absl.testing import absltest
 
@@ -37,7 +38,9 @@ class OneRunFdpRunTest(absltest.TestCase):
       self.assertGreater(r["fdp_gdp"]["median"], r["steinke"]["median"])
     self.assertGreater(rows[0]["steinke"]["median"], 1.0)     # sigma = 0.5 carries signal
     # the paper columns hold Mahloujifar et al.'s printed Table 1 values
-    self.assertEqual(doc["tables"][0]["rows"][0][-2:], [4.99, 8.16])
+    self.assertEqual(doc["tables"][0]["rows"][0][6:8], [4.99, 8.16])
+    for row in doc["tables"][0]["rows"]:      # the fractions of exact eps, last columns
+      np.testing.assert_allclose(row[-3:], np.array(row[3:6]) / row[2], rtol=1e-12)
     self.assertNotIn("paper_protocol", doc["results"])
     # same seed, same numbers
     out2 = tempfile.mkdtemp()

@@ -388,6 +388,73 @@ def expected_error(strategy_TxT: Any, workload_TxT: Any = None, num_participatio
   return float(sens ** 2 * np.sum(b * b) / t)
 
 
+def _toeplitz_loss(theta, workload):
+  """||c||^2 ||W C^-1||_F^2 / T for c = (1, theta): the single-epoch expected error."""
+  t = workload.shape[0]
+  c = jnp.concatenate([jnp.ones((1,), theta.dtype), theta])
+  d = jnp.arange(t)[:, None] - jnp.arange(t)[None, :]
+  cmat = jnp.where((d >= 0) & (d < c.size), c[jnp.clip(d, 0, c.size - 1)], 0.0)
+  c_inv = jax.scipy.linalg.solve_triangular(cmat, jnp.eye(t, dtype=theta.dtype), lower=True)
+  b = workload @ c_inv
+  return jnp.sum(c * c) * jnp.sum(b * b) / t
+
+
+def sqrt_toeplitz_coefs(num_bands: int) -> np.ndarray:
+  """float64[b]: the first b coefficients of (1 - x)^(-1/2), r_j = binom(2j, j) / 4^j, the
+  square-root factorization of prefix sums (Fichtenberger et al. 2023), truncated."""
+  b = _validate.check_int(num_bands, "num_bands", 1, MAX_DENSE_STEPS)
+  r = np.ones(b)
+  for j in range(1, b):
+    r[j] = r[j - 1] * (2 * j - 1) / (2 * j)
+  return r
+
+
+def optimize_toeplitz(num_steps: int, num_bands: int, workload_TxT: Any = None,
+                      num_iterations: int = 200) -> np.ndarray:
+  """float64[b]: banded Toeplitz coefficients (coefs[0] = 1) minimising the expected error.
+
+  Minimises ||c||^2 ||W C^-1||_F^2 (the error of `expected_error` when sens(C) = ||c||,
+  i.e. a single epoch, or sens = sqrt(k) ||c|| when b <= min_separation) by optax's
+  L-BFGS in float32 from `sqrt_toeplitz_coefs(b)`, for num_iterations steps, and returns
+  the better of the start and the result. W defaults to prefix sums. The coefficients
+  may be negative or increasing: use `sensitivity`, not `toeplitz_sensitivity`, then.
+  """
+  import optax  # pylint: disable=g-import-not-at-top
+  t = _check_steps(num_steps)
+  b = _validate.check_int(num_bands, "num_bands", 1, t)
+  iters = _validate.check_int(num_iterations, "num_iterations", 0, 100_000)
+  w = prefix_workload(t) if workload_TxT is None else _validate.check_array(
+      workload_TxT, "workload_TxT", shape=(t, t))
+  start = sqrt_toeplitz_coefs(b)
+  if b == 1 or iters == 0:
+    return start
+  w32 = jnp.asarray(w, jnp.float32)
+  loss = jax.tree_util.Partial(_toeplitz_loss, workload=w32)
+  opt = optax.lbfgs()
+  value_and_grad = optax.value_and_grad_from_state(loss)
+
+  @jax.jit
+  def run(theta):
+    def body(_, carry):
+      theta, state = carry
+      value, grad = value_and_grad(theta, state=state)
+      updates, state = opt.update(grad, state, theta, value=value, grad=grad, value_fn=loss)
+      return optax.apply_updates(theta, updates), state
+    return jax.lax.fori_loop(0, iters, body, (theta, opt.init(theta)))[0]
+
+  theta = np.asarray(run(jnp.asarray(start[1:], jnp.float32)), np.float64)
+  found = np.concatenate([[1.0], theta])
+  if not np.all(np.isfinite(found)):
+    return start
+
+  def exact(c):
+    cmat = banded_toeplitz(c, t)
+    m = np.linalg.solve(cmat.T, w.T)
+    return float(np.sum(c * c) * np.sum(m * m))
+
+  return found if exact(found) < exact(start) else start
+
+
 def gaussian_event(noise_multiplier: float, sensitivity_value: float):
   """The accounting event: `events.GaussianEvent(noise_multiplier / sensitivity_value)`.
 
@@ -412,6 +479,6 @@ def epsilon(noise_multiplier: float, sensitivity_value: float, delta: float) -> 
 __all__ = [
     "MAX_DENSE_STEPS", "MAX_PATTERNS", "NoiseStream", "banded_toeplitz", "check_strategy",
     "epsilon", "expected_error", "gaussian_event", "matrix_stream", "momentum_workload",
-    "prefix_workload", "sensitivity", "stream_noise", "toeplitz_sensitivity",
+    "optimize_toeplitz", "prefix_workload", "sqrt_toeplitz_coefs", "sensitivity", "stream_noise", "toeplitz_sensitivity",
     "toeplitz_stream", "tree_aggregation", "tree_noise_weights", "tree_stream",
 ]

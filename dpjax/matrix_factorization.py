@@ -158,7 +158,8 @@ class NoiseStream(NamedTuple):
   """A strategy's noise, one step at a time (pure; usable in lax.scan and vmap).
 
   init(shape) -> state; next(state, key, t) -> (noise_t float32[shape], state), where key
-  is step t's key and t (0-indexed, may be traced) counts calls since init. strategy: the
+  is step t's key and t (0-indexed, may be traced) counts calls since init; a tree or
+  general stream returns NaN for t >= T (never silently wrong noise). strategy: the
   float64[T, T] C whose C^-1 Z the stream draws in distribution; for Toeplitz and general
   C exactly (row t of C^-1 Z, Z[t] = prng.standard_normal(key_t, shape)).
   """
@@ -211,7 +212,7 @@ def matrix_stream(strategy_TxT: Any) -> NoiseStream:
     z = prng.standard_normal(key, state.shape[1:])
     row = jnp.where(jnp.arange(t_max) < t, c32[t], 0.0)
     w = (z - jnp.tensordot(row, state, axes=1)) / c32[t, t]
-    return w, state.at[t].set(w)
+    return jnp.where(t < t_max, w, jnp.nan), state.at[t].set(w)
 
   return NoiseStream(init, next_fn, c)
 
@@ -248,7 +249,7 @@ def tree_stream(num_steps: int, honaker: bool = True) -> NoiseStream:
     new = jnp.stack(values)
     bits = ((s >> jnp.arange(levels)) & 1).astype(jnp.float32)
     prefix = jnp.tensordot(bits, new, axes=1)
-    return prefix - prev, (new, prefix)
+    return jnp.where(s <= t_max, prefix - prev, jnp.nan), (new, prefix)
 
   return NoiseStream(init, next_fn, strategy)
 

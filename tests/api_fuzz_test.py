@@ -123,6 +123,7 @@ EXCLUDED = {
                            "calls (fuzzed as dpjax.models.check_model)"),
     "dpjax.audit.variants.Variant": "result record of variants.variant",
     "dpjax.privatizer.GaussianPrivatizerState": "optax state built by init",
+    "dpjax.privatizer.CorrelatedPrivatizerState": "optax state built by init",
     # Types with no arguments.
     "dpjax.dpsgd.UnaccountedComponentWarning": "a warning category",
     "dpjax.dpsgd.DivergenceWarning": "a warning category",
@@ -1532,6 +1533,12 @@ def entries():
   add(E("dpjax.privatizer.dp_aggregate", privatizer.dp_aggregate,
         dict(noise_stddev=1.0, expected_batch_size=3.0, key=_key),
         {"noise_stddev": "nonneg"}))
+  from dpjax import matrix_factorization as mf_  # pylint: disable=g-import-not-at-top
+  add(E("dpjax.privatizer.correlated_privatizer", privatizer.correlated_privatizer,
+        dict(stream=mf_.toeplitz_stream([1.0, 0.5], 4), stddev=1.0, key=_key),
+        {"stream": "object", "stddev": "nonneg"}))
+  add(E("dpjax.privatizer.CorrelatedNoisePrivatizer", privatizer.CorrelatedNoisePrivatizer,
+        dict(stream=mf_.tree_stream(4)), {"stream": "object"}))
   add(E("dpjax.privatizer.check_privatizer", privatizer.check_privatizer,
         dict(privatizer=privatizer.GaussianPrivatizer()), {"privatizer": "object"}))
 

@@ -12,9 +12,13 @@ import jax
 import numpy as np
 from absl.testing import absltest
 
+from dpjax import dpsgd
 from dpjax import matrix_factorization as mf
+from dpjax import models
+from dpjax import privatizer
 from dpjax import prng
 from dpjax.accounting import gdp
+from tests import helpers
 
 
 def _draws(key, num_steps, shape):
@@ -209,6 +213,56 @@ class ErrorAndAccountingTest(absltest.TestCase):
     acct = dp_accounting.pld.PLDAccountant()
     acct.compose(dp_accounting.GaussianDpEvent(4.0 / 2.0))
     self.assertAlmostEqual(mf.epsilon(4.0, 2.0, 1e-5), acct.get_epsilon(1e-5), delta=2e-3)
+
+
+class PrivatizerTest(absltest.TestCase):
+
+  def test_one_band_privatizer_is_the_gaussian_privatizer(self):
+    key = jax.random.key(7)
+    upd = {"a": np.ones(3, np.float32), "b": np.full((2, 2), 2.0, np.float32)}
+    ours = privatizer.correlated_privatizer(mf.toeplitz_stream([1.0], 8), 1.3, key)
+    ref = privatizer.gaussian_privatizer(1.3, key)
+    s1, s2 = ours.init(upd), ref.init(upd)
+    for _ in range(3):
+      u1, s1 = ours.update(upd, s1)
+      u2, s2 = ref.update(upd, s2)
+      for a, b in zip(jax.tree.leaves(u1), jax.tree.leaves(u2)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+  def test_engine_adds_the_correlated_noise(self):
+    """With x = 0 the clipped sums are 0, so B * update_t = sigma C (C^-1 Z)_t exactly."""
+    t, n, sigma, clip = 6, 24, 1.5, 0.8
+    model = models.logistic_regression(3)
+    cfg = helpers.small_config(num_steps=t, noise_multiplier=sigma, l2_clip_norm=clip)
+    key = jax.random.key(8)
+    k_noise = jax.random.split(key, 4)[2]
+    for kind, stream in (("toeplitz", mf.toeplitz_stream([1.0, -0.4, 0.3], t)),
+                         ("tree", mf.tree_stream(t))):
+      with self.assertWarns(dpsgd.UnaccountedComponentWarning):
+        out = dpsgd.train_one(key, np.zeros((n, 3), np.float32), np.zeros(n, np.float32),
+                              np.ones(n, bool), cfg, model, observe_fn=lambda u: u["w"],
+                              privatizer=privatizer.CorrelatedNoisePrivatizer(stream),
+                              perf=dpsgd.PerformanceFlags(progress=False))
+      got = np.asarray(out.observations) * cfg.expected_batch_size
+      if kind == "toeplitz":                 # exactly C^-1 Z for the same Z
+        z = np.stack([np.asarray(prng.standard_normal(
+            prng.split(prng.fold_in(k_noise, i), 1)[0], (3,)), np.float64) for i in range(t)])
+        want = sigma * clip * np.linalg.solve(stream.strategy, z)
+      else:                                  # tree: its closed-form weights on its draws
+        levels = mf.tree_noise_weights(t).shape[2]
+        y = np.stack([np.asarray(prng.standard_normal(
+            prng.split(prng.fold_in(k_noise, i), 1)[0], (levels, 3)), np.float64)
+                      for i in range(t)])
+        want = sigma * clip * np.einsum("tsl,slp->tp", mf.tree_noise_weights(t), y)
+      np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+  def test_past_the_strategy_the_noise_is_nan(self):
+    w = mf.stream_noise(mf.tree_stream(4), jax.random.key(9), 4, (2,))
+    self.assertTrue(np.all(np.isfinite(np.asarray(w))))
+    stream = mf.matrix_stream(np.eye(3))
+    state = stream.init((2,))
+    noise, _ = stream.next(state, jax.random.key(0), 3)
+    self.assertTrue(np.all(np.isnan(np.asarray(noise))))
 
 
 if __name__ == "__main__":

@@ -214,6 +214,25 @@ class ErrorAndAccountingTest(absltest.TestCase):
     acct.compose(dp_accounting.GaussianDpEvent(4.0 / 2.0))
     self.assertAlmostEqual(mf.epsilon(4.0, 2.0, 1e-5), acct.get_epsilon(1e-5), delta=2e-3)
 
+  def test_tree_epsilon_matches_dp_accounting_tree_event(self):
+    """dp_accounting's single-epoch tree event (REPLACE_SPECIAL: one leaf's value changes
+    by at most 1, as our clip-1 add/remove) gives the plain tree's RDP eps exactly; the
+    online Honaker tree, a post-processing of the same node sums, is never looser."""
+    import dp_accounting  # pylint: disable=g-import-not-at-top
+    from dpjax.accounting import event_accounting  # pylint: disable=g-import-not-at-top
+    orders = [2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    for t in (5, 8, 13, 64):
+      acct = dp_accounting.rdp.RdpAccountant(
+          orders=orders,
+          neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+      acct.compose(dp_accounting.SingleEpochTreeAggregationDpEvent(4.0, t))
+      want = acct.get_epsilon(1e-5)
+      eps = {h: event_accounting.epsilon(
+          mf.gaussian_event(4.0, mf.sensitivity(mf.tree_aggregation(t, h))), 1e-5,
+          accountant="rdp", orders=orders) for h in (False, True)}
+      self.assertAlmostEqual(eps[False], want, places=9)
+      self.assertLessEqual(eps[True], want + 1e-12)
+
 
 class PrivatizerTest(absltest.TestCase):
 

@@ -9,6 +9,7 @@ run on the host (NumPy/SciPy); mechanisms, training and scoring run in JAX.
     sampling      batch selection: PoissonSampler (accounted), ShuffleSampler
     clipping      clipped per-example gradient sums (glm, ghost, vmap, sqnorm, grid)
     privatizer    the noise step as optax transformations
+    matrix_factorization  correlated noise (banded Toeplitz, tree): streams, sensitivity
     dpsgd         DpSgdConfig (what the accountant is told); train_many / train_one
     parallel      the model axis sharded over devices
     models        logistic regression, MLP, CNN as (init, apply) pairs
@@ -39,7 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = (
     "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "flax_model",
-    "integer_noise",
+    "integer_noise", "matrix_factorization",
     "mechanisms",
     "metrics", "models", "parallel", "pate", "pate_release", "privatizer", "prng", "recipe",
     "recommender", "sampling", "selection",

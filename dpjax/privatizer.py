@@ -139,6 +139,81 @@ class GaussianPrivatizer:
     return dp_aggregate(noise_stddev, expected_batch_size, key)
 
 
+class CorrelatedPrivatizerState(NamedTuple):
+  """State of `correlated_privatizer`: the noise key, the update count, and one noise
+  stream state per leaf (what the strategy keeps: past outputs, tree levels)."""
+  key: jax.Array
+  count: jax.Array
+  streams: tuple
+
+
+def correlated_privatizer(stream, stddev, key: jax.Array) -> optax.GradientTransformation:
+  """Adds stddev * (C^-1 Z)_t to update t: matrix-factorization noise, one stream per leaf.
+
+  stream: a `matrix_factorization.NoiseStream`; stddev = sigma * C >= 0. Leaf i of update
+  t gets stream.next(state_i, k_i, t) with k_i = prng.split(prng.fold_in(key, t), L)[i],
+  the keys of `gaussian_noise`: with `toeplitz_stream([1.0], T)` this is
+  `gaussian_privatizer(stddev, key)` bit for bit.
+  """
+  from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+  _validate.check_instance(stream, mf.NoiseStream, "stream")
+  stddev = _check_stddev(stddev)
+
+  def init_fn(params):
+    leaves = jax.tree.leaves(params)
+    return CorrelatedPrivatizerState(
+        key, jnp.zeros((), jnp.int32),
+        tuple(stream.init(tuple(jnp.shape(l))) for l in leaves))
+
+  def update_fn(updates, state, params=None):
+    del params
+    leaves, treedef = jax.tree.flatten(updates)
+    if _static_zero(stddev):
+      return updates, CorrelatedPrivatizerState(state.key, state.count + 1, state.streams)
+    ks = prng.split(prng.fold_in(state.key, state.count), len(leaves))
+    out, new = [], []
+    for kk, l, st in zip(ks, leaves, state.streams):
+      w, st = stream.next(st, kk, state.count)
+      out.append(l + stddev * w.astype(l.dtype))
+      new.append(st)
+    return (jax.tree.unflatten(treedef, out),
+            CorrelatedPrivatizerState(state.key, state.count + 1, tuple(new)))
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CorrelatedNoisePrivatizer:
+  """DP-MF / DP-FTRL noise through the privatizer door: std sigma * C on (C^-1 Z)_t, / B.
+
+  stream: a `matrix_factorization.NoiseStream` over at least cfg.num_steps steps (a tree
+  or general strategy yields NaN past its T, which the engine reports as non-finite).
+  Instances compare by identity (one compiled program per instance).
+  Privacy: NOT the DP-SGD accountant's (`accounted` is False, so the engine warns): the
+  run is the Gaussian mechanism with multiplier sigma / sens, sens =
+  `matrix_factorization.sensitivity(stream.strategy, k, sep)` for the participation the
+  sampler guarantees (at most k = epochs participations for a shuffle, sep >= 1), eps by
+  `matrix_factorization.epsilon`, without amplification by sampling.
+  """
+  stream: object
+  accounted: ClassVar[bool] = False
+
+  def __post_init__(self):
+    from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+    _validate.check_instance(self.stream, mf.NoiseStream, "stream")
+
+  def noise_stddev(self, noise_multiplier: float, l2_clip_norm: float) -> float:
+    """sigma * C, as `GaussianPrivatizer`."""
+    return GaussianPrivatizer().noise_stddev(noise_multiplier, l2_clip_norm)
+
+  def transform(self, noise_stddev, expected_batch_size: float, key: jax.Array
+                ) -> optax.GradientTransformationExtraArgs:
+    """`correlated_privatizer` then optax.scale(1 / B)."""
+    b = _validate.check_positive(expected_batch_size, "expected_batch_size")
+    return optax.chain(correlated_privatizer(self.stream, noise_stddev, key),
+                       optax.scale(1.0 / b))
+
+
 def default_grid(l2_clip_norm: float) -> float:
   """Default grid of secure DP-SGD: the largest power of two <= C / 2^10.
 

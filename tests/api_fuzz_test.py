@@ -125,6 +125,7 @@ EXCLUDED = {
                            "calls (fuzzed as dpjax.models.check_model)"),
     "dpjax.audit.variants.Variant": "result record of variants.variant",
     "dpjax.privatizer.GaussianPrivatizerState": "optax state built by init",
+    "dpjax.privatizer.CorrelatedPrivatizerState": "optax state built by init",
     # Types with no arguments.
     "dpjax.dpsgd.UnaccountedComponentWarning": "a warning category",
     "dpjax.dpsgd.DivergenceWarning": "a warning category",
@@ -136,6 +137,7 @@ EXCLUDED = {
     "dpjax.audit.variants.FaultyDpSgdWarning": "a warning category",
     "dpjax.sampling.Sampler": "a typing.Protocol (interface), not callable by users",
     "dpjax.privatizer.Privatizer": "a typing.Protocol (interface), not callable by users",
+    "dpjax.matrix_factorization.NoiseStream": "result record of the stream constructors",
     "dpjax.privatizer.GaussianPrivatizer": "takes no arguments",
     "dpjax.audit.variants.RealisedBatchDenominator": "takes no arguments",
     "dpjax.audit.variants.NoiseWithoutClipNorm": "takes no arguments",
@@ -1537,8 +1539,56 @@ def entries():
   add(E("dpjax.privatizer.dp_aggregate", privatizer.dp_aggregate,
         dict(noise_stddev=1.0, expected_batch_size=3.0, key=_key),
         {"noise_stddev": "nonneg"}))
+  from dpjax import matrix_factorization as mf_  # pylint: disable=g-import-not-at-top
+  add(E("dpjax.privatizer.correlated_privatizer", privatizer.correlated_privatizer,
+        dict(stream=mf_.toeplitz_stream([1.0, 0.5], 4), stddev=1.0, key=_key),
+        {"stream": "object", "stddev": "nonneg"}))
+  add(E("dpjax.privatizer.CorrelatedNoisePrivatizer", privatizer.CorrelatedNoisePrivatizer,
+        dict(stream=mf_.tree_stream(4)), {"stream": "object"}))
   add(E("dpjax.privatizer.check_privatizer", privatizer.check_privatizer,
         dict(privatizer=privatizer.GaussianPrivatizer()), {"privatizer": "object"}))
+
+  # ---- matrix_factorization
+  from dpjax import matrix_factorization as mfz  # pylint: disable=g-import-not-at-top
+  tri = np.tril(np.ones((4, 4))) + np.eye(4)
+  add(E("dpjax.matrix_factorization.check_strategy", mfz.check_strategy,
+        dict(strategy_TxT=tri), {"strategy_TxT": "array"}))
+  add(E("dpjax.matrix_factorization.banded_toeplitz", mfz.banded_toeplitz,
+        dict(coefs=np.array([1.0, 0.5]), num_steps=4), {"coefs": "array"}))
+  for n in ("tree_noise_weights", "tree_aggregation", "tree_stream"):
+    add(E(f"dpjax.matrix_factorization.{n}", getattr(mfz, n),
+          dict(num_steps=5, honaker=True), {"honaker": "flag"}))
+  add(E("dpjax.matrix_factorization.toeplitz_stream", mfz.toeplitz_stream,
+        dict(coefs=np.array([1.0, 0.5]), num_steps=4), {"coefs": "array"}))
+  add(E("dpjax.matrix_factorization.matrix_stream", mfz.matrix_stream,
+        dict(strategy_TxT=tri), {"strategy_TxT": "array"}))
+  add(E("dpjax.matrix_factorization.stream_noise", mfz.stream_noise,
+        dict(stream=mfz.toeplitz_stream([1.0, 0.5], 4), key=_key, num_steps=3, shape=(2,)),
+        {"stream": "object", "shape": "shape"}))
+  add(E("dpjax.matrix_factorization.sensitivity", mfz.sensitivity,
+        dict(strategy_TxT=tri, num_participations=2, min_separation=2),
+        {"strategy_TxT": "array", "min_separation": "count"}))
+  add(E("dpjax.matrix_factorization.toeplitz_sensitivity", mfz.toeplitz_sensitivity,
+        dict(coefs=np.array([1.0, 0.5]), num_steps=6, num_participations=2, min_separation=2),
+        {"coefs": "array", "min_separation": "count"}))
+  add(E("dpjax.matrix_factorization.prefix_workload", mfz.prefix_workload, dict(num_steps=3)))
+  add(E("dpjax.matrix_factorization.momentum_workload", mfz.momentum_workload,
+        dict(num_steps=3, momentum=0.5, learning_rates=np.array([1.0, 0.5, 0.5])),
+        {"momentum": "prob", "learning_rates": "array"}))
+  add(E("dpjax.matrix_factorization.expected_error", mfz.expected_error,
+        dict(strategy_TxT=tri, workload_TxT=np.tril(np.ones((4, 4))), num_participations=2,
+             min_separation=2),
+        {"strategy_TxT": "array", "workload_TxT": "array", "min_separation": "count"}))
+  add(E("dpjax.matrix_factorization.sqrt_toeplitz_coefs", mfz.sqrt_toeplitz_coefs,
+        dict(num_bands=3)))
+  add(E("dpjax.matrix_factorization.optimize_toeplitz", mfz.optimize_toeplitz,
+        dict(num_steps=6, num_bands=2, workload_TxT=np.tril(np.ones((6, 6))),
+             num_iterations=3), {"workload_TxT": "array"}))
+  add(E("dpjax.matrix_factorization.gaussian_event", mfz.gaussian_event,
+        dict(noise_multiplier=2.0, sensitivity_value=1.5), {"sensitivity_value": "pos"}))
+  add(E("dpjax.matrix_factorization.epsilon", mfz.epsilon,
+        dict(noise_multiplier=2.0, sensitivity_value=1.5, delta=1e-5),
+        {"sensitivity_value": "pos"}))
 
   # ---- prng
   u32 = lambda v: jnp.asarray(v, jnp.uint32)

@@ -437,7 +437,7 @@ def entries():
         dict(scale=1.0, orders=orders, sensitivity=1.0), {"orders": "array"}))
   add(E("dpjax.accounting.rdp.randomized_response_rdp", rdp.randomized_response_rdp,
         dict(epsilon=1.0, orders=orders, num_buckets=2), {"orders": "array"}))
-  add(E("dpjax.accounting.rdp.subsampled_gaussian_rdp", rdp.subsampled_gaussian_rdp,
+  add(E("dpjax.accounting.subsampled_rdp.subsampled_gaussian_rdp", rdp.subsampled_gaussian_rdp,
         dict(sampling_prob=0.1, noise_multiplier=1.0, orders=orders), {"orders": "array"}))
   rdp_vals = np.asarray(rdp.gaussian_rdp(1.0, orders))
   add(E("dpjax.accounting.rdp.rdp_to_epsilon", rdp.rdp_to_epsilon,

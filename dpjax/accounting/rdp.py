@@ -98,6 +98,29 @@ def randomized_response_rdp(epsilon: float, orders, num_buckets: int = 2) -> np.
   return special.logsumexp(np.stack(terms), axis=0) / (a - 1.0)
 
 
+def tree_aggregation_rdp(noise_multiplier: float, step_counts, orders) -> np.ndarray:
+  """RDP of one epoch of Gaussian tree aggregation (DP-FTRL; Kairouz et al. 2021, App. D).
+
+  Trees of step_counts[j] >= 1 leaves, each node noised with N(0, (sigma C)^2), each record
+  in at most one leaf across all trees: it touches depth = ceil(log2(max_j s_j + 1))
+  nodes, so float64[A] alpha depth / (2 sigma^2) (exact: a Gaussian of L2 sensitivity
+  sqrt(depth)). Epochs compose by addition.
+
+  Examples:
+    >>> tree_aggregation_rdp(2.0, [7], [2.0]).tolist()   # depth 3
+    [0.75]
+  """
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  if isinstance(step_counts, (int, np.integer)):
+    step_counts = [step_counts]
+  counts = _validate.check_sizes(step_counts, "step_counts")
+  if not counts:
+    raise ValueError("step_counts must hold at least one tree size")
+  a = _validate.check_orders(orders)
+  depth = math.ceil(math.log2(max(counts) + 1))
+  return a * depth / (2.0 * sigma * sigma)
+
+
 # ----------------------------------------------------------------------------
 # conversion
 

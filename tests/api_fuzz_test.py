@@ -472,6 +472,10 @@ def entries():
         mixture_pld.mixture_of_gaussians_pld,
         dict(noise_multiplier=1.0, sensitivities=[0.0, 1.0], probs=[0.5, 0.5],
              value_discretization=1e-2, tail_mass=1e-10), mog_kinds))
+  add(E("dpjax.accounting.mixture_pld.replace_one_subsampled_gaussian_pld",
+        mixture_pld.replace_one_subsampled_gaussian_pld,
+        dict(noise_multiplier=1.0, sampling_prob=0.1, value_discretization=1e-2,
+             tail_mass=1e-10)))
   add(E("dpjax.accounting.rdp.dpsgd_rdp", rdp.dpsgd_rdp,
         dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10, orders=orders),
         {"orders": "array"}))

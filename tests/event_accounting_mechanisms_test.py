@@ -158,6 +158,24 @@ class MixtureOfGaussiansEventTest(absltest.TestCase):
       ev.MixtureOfGaussiansEvent(1.0, (0.0, 1.0), (0.9, 0.2))
 
 
+class ReplaceOnePoissonGaussianTest(parameterized.TestCase):
+
+  @parameterized.parameters((1.0, 0.1, 100), (0.6, 0.02, 1000))
+  def test_event_uses_the_replace_one_pair(self, sigma, q, steps):
+    from dpjax.accounting import mixture_pld  # pylint: disable=g-import-not-at-top
+    e = ev.SelfComposedEvent(ev.PoissonSampledEvent(q, ev.GaussianEvent(sigma)), steps)
+    got = ea.epsilon(e, 1e-6, "pld", ev.REPLACE_ONE, value_discretization=_H)
+    ref = mixture_pld.replace_one_subsampled_gaussian_pld(
+        sigma, q, value_discretization=_H).self_compose(steps).epsilon(1e-6)
+    self.assertEqual(got, ref)
+    # Sampling never raises eps: below the unsampled Gaussian under replace-one.
+    full = ea.epsilon(ev.SelfComposedEvent(ev.GaussianEvent(sigma), steps), 1e-6, "pld",
+                      ev.REPLACE_ONE)
+    self.assertLessEqual(got, full + 1e-9)
+    with self.assertRaisesRegex(ev.UnsupportedEventError, "add/remove"):
+      ea.epsilon(e, 1e-6, "rdp", ev.REPLACE_ONE)
+
+
 class PropertiesTest(parameterized.TestCase):
   """Over random leaves: adding a release never lowers eps; Poisson sampling never raises it."""
 

@@ -62,6 +62,38 @@ class MixtureOfGaussiansPldTest(parameterized.TestCase):
         self.assertAlmostEqual(ours.epsilon(delta) / theirs, 1.0, delta=1e-6,
                                msg=f"{sigma} {c} {p} {k} {delta}")
 
+  @parameterized.parameters((1.0, 0.1, 1), (2.0, 0.01, 1000), (0.8, 0.5, 10))
+  def test_replace_one_against_dp_accounting(self, std, q, k):
+    # dp_accounting's REPLACE_ONE pair is (1-q) N(0) + q N(-1) vs (1-q) N(0) + q N(1) with
+    # noise std `std` per unit shift; ours takes sigma relative to the distance 2: std / 2.
+    if dpe is None:
+      self.skipTest("dp_accounting is not installed")
+    from dp_accounting import privacy_accountant  # pylint: disable=g-import-not-at-top
+    acc = dpa_pld.PLDAccountant(privacy_accountant.NeighboringRelation.REPLACE_ONE,
+                                value_discretization_interval=_H)
+    acc.compose(dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(std)), k)
+    ours = mixture_pld.replace_one_subsampled_gaussian_pld(std / 2, q, value_discretization=_H)
+    ours = ours.self_compose(k) if k > 1 else ours
+    for delta in (1e-3, 1e-6):
+      self.assertAlmostEqual(ours.epsilon(delta) / acc.get_epsilon(delta), 1.0, delta=1e-6)
+
+  @parameterized.parameters((0.5, 0.1), (1.0, 0.01), (0.3, 0.9))
+  def test_replace_one_lies_between_add_remove_and_the_unsampled_gaussian(self, sigma, q):
+    # Shifts +-1/(2 sigma): at least add/remove with shift 1/(2 sigma) (Q is a mixture
+    # too) and at most the unsampled Gaussian of mu = 1/sigma (sampling never hurts).
+    rep = mixture_pld.replace_one_subsampled_gaussian_pld(sigma, q, value_discretization=_H)
+    half = pld.gaussian_pld(2 * sigma, q, value_discretization=_H)
+    for delta in (1e-3, 1e-6):
+      got = rep.epsilon(delta)
+      self.assertGreaterEqual(got, half.epsilon(delta) - 1e-9)
+      self.assertLessEqual(got, gdp.gaussian_epsilon(delta, 1.0 / sigma) + 2 * _H)
+
+  def test_replace_one_at_q_one_is_the_gaussian(self):
+    d = mixture_pld.replace_one_subsampled_gaussian_pld(0.7, 1.0)
+    self.assertAlmostEqual(d.epsilon(1e-6), gdp.gaussian_epsilon(1e-6, 1 / 0.7), delta=1e-9)
+    with self.assertRaisesRegex(ValueError, "sampling_prob"):
+      mixture_pld.replace_one_subsampled_gaussian_pld(1.0, 0.0)
+
   def test_validation(self):
     f = mixture_pld.mixture_of_gaussians_pld
     with self.assertRaisesRegex(ValueError, "probs"):

@@ -17,7 +17,7 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | randomized response                 | replace-one             | replace-one                |
 | (eps, 0) / (eps, delta > 0)         | yes / no (infinite)     | yes / yes (exact pair)     |
 | zCDP                                | yes (rho alpha)         | no (no dominating pair)    |
-| Poisson-sampled Gaussian            | add/remove              | add/remove                 |
+| Poisson-sampled Gaussian            | add/remove              | both (replace-one: ±C pair)|
 | Poisson-sampled Laplace             | no                      | add/remove (exact tails)   |
 | Poisson-sampled discrete Laplace,   | no                      | add/remove (pair mixture)  |
 |   discrete Gaussian, (eps, delta)   |                         |                            |
@@ -112,9 +112,11 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
     raise ev.UnsupportedEventError(e, accountant, "an (eps, delta > 0) mechanism has "
                                    "infinite Renyi divergence; use accountant='pld'")
   if isinstance(e, ev.PoissonSampledEvent) and e.sampling_prob < 1:
-    if relation != ev.ADD_REMOVE:
+    if relation != ev.ADD_REMOVE and not (accountant == "pld"
+                                          and isinstance(e.event, ev.GaussianEvent)):
       raise ev.UnsupportedEventError(e, accountant, "Poisson sampling is accounted for "
-                                     "add/remove neighbours only")
+                                     "add/remove neighbours only (replace-one: the "
+                                     "Gaussian, by the pld accountant)")
     inner = (ev.GaussianEvent if accountant == "rdp"
              else (ev.GaussianEvent, ev.LaplaceEvent, *_PAIR_EVENTS))
     if not isinstance(e.event, inner):
@@ -190,7 +192,7 @@ def rdp_curve(event: ev.Event, orders=None, relation: str = ev.ADD_REMOVE
   return o, total
 
 
-def _leaf_pld(e, h: float) -> pld.PrivacyLossDistribution:
+def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
   e = _unwrap(e)
   if isinstance(e, ev.GaussianEvent):
     return pld.gaussian_pld(e.noise_multiplier, value_discretization=h)
@@ -206,7 +208,10 @@ def _leaf_pld(e, h: float) -> pld.PrivacyLossDistribution:
   if isinstance(e, ev.MixtureOfGaussiansEvent):
     return mixture_pld.mixture_of_gaussians_pld(e.noise_multiplier, e.sensitivities, e.probs,
                                                 value_discretization=h)
-  inner = e.event                       # Poisson-sampled, add/remove
+  inner = e.event                       # Poisson-sampled
+  if isinstance(inner, ev.GaussianEvent) and relation == ev.REPLACE_ONE:
+    return mixture_pld.replace_one_subsampled_gaussian_pld(
+        inner.noise_multiplier, e.sampling_prob, value_discretization=h)
   if isinstance(inner, ev.GaussianEvent):
     return pld.gaussian_pld(inner.noise_multiplier, e.sampling_prob, value_discretization=h)
   if isinstance(inner, ev.LaplaceEvent):
@@ -224,7 +229,7 @@ def privacy_loss_distribution(event: ev.Event, relation: str = ev.ADD_REMOVE,
   h = _validate.check_positive(value_discretization, "value_discretization")
   out = None
   for e, k in check_supported(event, "pld", relation):
-    d = _leaf_pld(e, h)
+    d = _leaf_pld(e, h, relation)
     d = d.self_compose(k) if k > 1 else d
     out = d if out is None else out.compose(d)
   return out

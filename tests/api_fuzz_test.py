@@ -412,6 +412,17 @@ def entries():
                 ("SelfComposedEvent", dict(event=g_ev, count=3)),
                 ("ComposedEvent", dict(events=(g_ev, g_ev)))):
     add(E(f"dpjax.accounting.events.{n}", getattr(evs, n), kw, dict(ev_kinds)))
+  for n, kw, extra in (
+      ("ExponentialMechanismEvent", dict(epsilon=1.0), {}),
+      ("PermuteAndFlipEvent", dict(epsilon=1.0), {}),
+      ("RepeatAndSelectEvent", dict(event=g_ev, mean_runs=3.0, shape=1.0),
+       {"mean_runs": "pos", "shape": "realinf"}),
+      ("MixtureOfGaussiansEvent",
+       dict(noise_multiplier=1.0, sensitivities=(0.0, 1.0), probs=(0.5, 0.5)),
+       {"sensitivities": "array", "probs": "probarr"}),
+      ("TreeAggregationEvent", dict(noise_multiplier=2.0, step_counts=(10, 5)),
+       {"step_counts": "sizes"})):
+    add(E(f"dpjax.accounting.events.{n}", getattr(evs, n), kw, dict(ev_kinds, **extra)))
   add(E("dpjax.accounting.events.check_relation", evs.check_relation,
         dict(relation="add_remove"), dict(ev_kinds)))
   for n in ("flatten", "pure_epsilon"):
@@ -439,7 +450,7 @@ def entries():
         dict(scale=1.0, orders=orders, sensitivity=1.0), {"orders": "array"}))
   add(E("dpjax.accounting.rdp.randomized_response_rdp", rdp.randomized_response_rdp,
         dict(epsilon=1.0, orders=orders, num_buckets=2), {"orders": "array"}))
-  add(E("dpjax.accounting.rdp.subsampled_gaussian_rdp", rdp.subsampled_gaussian_rdp,
+  add(E("dpjax.accounting.subsampled_rdp.subsampled_gaussian_rdp", rdp.subsampled_gaussian_rdp,
         dict(sampling_prob=0.1, noise_multiplier=1.0, orders=orders), {"orders": "array"}))
   rdp_vals = np.asarray(rdp.gaussian_rdp(1.0, orders))
   add(E("dpjax.accounting.rdp.rdp_to_epsilon", rdp.rdp_to_epsilon,
@@ -448,6 +459,25 @@ def entries():
   add(E("dpjax.accounting.rdp.rdp_to_delta", rdp.rdp_to_delta,
         dict(orders=orders, rdp_values=rdp_vals, epsilon=1.0, method="classic"),
         {"orders": "array", "rdp_values": "arrayinf"}))
+  add(E("dpjax.accounting.rdp.tree_aggregation_rdp", rdp.tree_aggregation_rdp,
+        dict(noise_multiplier=1.0, step_counts=[7, 3], orders=orders),
+        {"orders": "array", "step_counts": "sizes"}))
+  from dpjax.accounting import bounded_range, mixture_pld  # pylint: disable=g-import-not-at-top
+  add(E("dpjax.accounting.bounded_range.bounded_range_kl", bounded_range.bounded_range_kl,
+        dict(epsilon=1.0)))
+  add(E("dpjax.accounting.bounded_range.bounded_range_rdp", bounded_range.bounded_range_rdp,
+        dict(epsilon=1.0, orders=orders), {"orders": "array"}))
+  mog_kinds = {"sensitivities": "array", "probs": "probarr"}
+  add(E("dpjax.accounting.mixture_pld.check_mixture", mixture_pld.check_mixture,
+        dict(sensitivities=[0.0, 1.0], probs=[0.5, 0.5]), mog_kinds))
+  add(E("dpjax.accounting.mixture_pld.mixture_of_gaussians_pld",
+        mixture_pld.mixture_of_gaussians_pld,
+        dict(noise_multiplier=1.0, sensitivities=[0.0, 1.0], probs=[0.5, 0.5],
+             value_discretization=1e-2, tail_mass=1e-10), mog_kinds))
+  add(E("dpjax.accounting.mixture_pld.replace_one_subsampled_gaussian_pld",
+        mixture_pld.replace_one_subsampled_gaussian_pld,
+        dict(noise_multiplier=1.0, sampling_prob=0.1, value_discretization=1e-2,
+             tail_mass=1e-10)))
   add(E("dpjax.accounting.rdp.dpsgd_rdp", rdp.dpsgd_rdp,
         dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10, orders=orders),
         {"orders": "array"}))

@@ -18,7 +18,7 @@ from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
 from scipy import stats
 
 from dpjax import accounting, mechanisms, pate, sampling, selection
-from dpjax.accounting import gdp, rdp
+from dpjax.accounting import gdp, rdp, subsampled_rdp
 
 
 class RdpTinySigmaTest(parameterized.TestCase):
@@ -44,12 +44,12 @@ class RdpTinySigmaTest(parameterized.TestCase):
   def test_fallback_never_below_the_exact_curve(self):
     sigma, q = 0.05, 0.01
     exact = rdp.subsampled_gaussian_rdp(q, sigma, rdp.DEFAULT_ORDERS)
-    budget = rdp._GRID_BUDGET
+    budget = subsampled_rdp._GRID_BUDGET
     try:
-      rdp._GRID_BUDGET = 2 ** 15        # forces the bound on most fractional orders
+      subsampled_rdp._GRID_BUDGET = 2 ** 15        # forces the bound on most fractional orders
       bounded = rdp.subsampled_gaussian_rdp(q, sigma, rdp.DEFAULT_ORDERS)
     finally:
-      rdp._GRID_BUDGET = budget
+      subsampled_rdp._GRID_BUDGET = budget
     is_int = rdp.DEFAULT_ORDERS == np.round(rdp.DEFAULT_ORDERS)
     np.testing.assert_array_equal(bounded[is_int], exact[is_int])
     self.assertTrue(np.all(bounded >= exact * (1 - 1e-12)))
@@ -66,7 +66,7 @@ class RdpTinySigmaTest(parameterized.TestCase):
     self.assertLessEqual(e_pld, e_rdp)
 
   def test_huge_integer_order_gets_the_gaussian_bound(self):
-    big = float(rdp._MAX_EXACT_INT_ORDER * 4)
+    big = float(subsampled_rdp._MAX_EXACT_INT_ORDER * 4)
     out = rdp.subsampled_gaussian_rdp(0.01, 1.0, [2.0, big])
     self.assertEqual(out[1], big / 2.0)
     self.assertAlmostEqual(out[0], rdp.subsampled_gaussian_rdp(0.01, 1.0, [2.0])[0])

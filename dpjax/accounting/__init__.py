@@ -10,7 +10,9 @@ Both take `accountant="rdp"` (exact RDP, Balle et al. 2020 conversion; `rdp`) or
 events and reads eps(delta) or delta(eps). Submodules: `composition`, `rdp`, `pld`, `gdp`
 (mu-GDP, exact Gaussian, the DP-SGD CLT approximation), `noise_support` (the delta a
 sampler's finite support adds), `events` and `event_accounting` (immutable privacy events,
-composed freely, accounted by RDP or PLD); trade-off curves are in `dpjax.tradeoff`. Runs on the
+composed freely, accounted by RDP or PLD), `subsampled_rdp` (the DP-SGD step's exact RDP),
+`bounded_range` (the exponential mechanism's RDP) and `mixture_pld` (Gaussians with a random
+shift; replace-one Poisson sampling); trade-off curves are in `dpjax.tradeoff`. Runs on the
 host in float64.
 
 Examples:

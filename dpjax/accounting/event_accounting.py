@@ -17,11 +17,17 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | randomized response                 | replace-one             | replace-one                |
 | (eps, 0) / (eps, delta > 0)         | yes / no (infinite)     | yes / yes (exact pair)     |
 | zCDP                                | yes (rho alpha)         | no (no dominating pair)    |
-| Poisson-sampled Gaussian            | add/remove              | add/remove                 |
+| Poisson-sampled Gaussian            | add/remove              | both (replace-one: ±C pair)|
 | Poisson-sampled Laplace             | no                      | add/remove (exact tails)   |
 | Poisson-sampled discrete Laplace,   | no                      | add/remove (pair mixture)  |
 |   discrete Gaussian, (eps, delta)   |                         |                            |
 | sampled without replacement         | only sample = dataset   | only sample = dataset      |
+| exponential mechanism (eps-BR)      | both (exact BR curve)   | both (eps-DP pair)         |
+| permute-and-flip                    | both (eps-DP curve)     | both (eps-DP pair)         |
+| Poisson-sampled exp. mech. / P&F    | no                      | add/remove (pair mixture)  |
+| repeat-and-select of any rdp event  | inner's relations       | no (RDP theorems only)     |
+| tree aggregation (one epoch)        | both (exact)            | both (exact Gaussian)      |
+| mixture of Gaussians                | no                      | add/remove                 |
 
 PLD answers are upper bounds on a grid of spacing `value_discretization` (exact for
 Gaussian-only compositions); RDP answers are upper bounds at the given orders.
@@ -36,8 +42,10 @@ import numpy as np
 from scipy import special
 
 from dpjax import _validate
+from dpjax.accounting import bounded_range
 from dpjax.accounting import composition
 from dpjax.accounting import events as ev
+from dpjax.accounting import mixture_pld
 from dpjax.accounting import pld
 from dpjax.accounting import rdp
 
@@ -45,12 +53,22 @@ ACCOUNTANTS = ("rdp", "pld")
 SUPPORTED = {
     "rdp": (ev.GaussianEvent, ev.LaplaceEvent, ev.DiscreteLaplaceEvent,
             ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
-            ev.ZCdpEvent, ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent),
+            ev.ZCdpEvent, ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
+            ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent, ev.RepeatAndSelectEvent,
+            ev.TreeAggregationEvent),
     "pld": (ev.GaussianEvent, ev.LaplaceEvent, ev.DiscreteLaplaceEvent,
             ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
-            ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent),
+            ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
+            ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent, ev.TreeAggregationEvent,
+            ev.MixtureOfGaussiansEvent),
 }
-_PAIR_EVENTS = (ev.DiscreteLaplaceEvent, ev.DiscreteGaussianEvent, ev.EpsilonDeltaEvent)
+_PAIR_EVENTS = (ev.DiscreteLaplaceEvent, ev.DiscreteGaussianEvent, ev.EpsilonDeltaEvent,
+                ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent)
+_UNSUPPORTED_REASON = {
+    "rdp": "no RDP curve is implemented",
+    "pld": "no dominating pair is known (a zCDP or repeat-and-select guarantee bounds "
+           "Renyi divergences only)",
+}
 
 
 def _pair(e) -> tuple[np.ndarray, np.ndarray, float]:
@@ -59,7 +77,7 @@ def _pair(e) -> tuple[np.ndarray, np.ndarray, float]:
     return (*pld.discrete_laplace_pair(e.noise_parameter, e.sensitivity), 0.0)
   if isinstance(e, ev.DiscreteGaussianEvent):
     return pld.discrete_gaussian_pair(e.sigma, e.sensitivity)
-  return (*pld.epsilon_delta_pair(e.epsilon, e.delta), 0.0)
+  return (*pld.epsilon_delta_pair(e.epsilon, getattr(e, "delta", 0.0)), 0.0)
 
 
 def _pair_rdp(p: np.ndarray, q: np.ndarray, orders: np.ndarray) -> np.ndarray:
@@ -81,9 +99,12 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
     raise ev.UnsupportedEventError(e, accountant, "sampling once for a composition is not "
                                    "implemented; compose sampled events instead")
   if not isinstance(e, SUPPORTED[accountant]):
-    reason = {"rdp": "no RDP curve is implemented", "pld": "no dominating pair is known "
-              "(a zCDP guarantee does not determine a PLD)"}[accountant]
-    raise ev.UnsupportedEventError(e, accountant, reason)
+    raise ev.UnsupportedEventError(e, accountant, _UNSUPPORTED_REASON[accountant])
+  if isinstance(e, ev.MixtureOfGaussiansEvent) and relation != ev.ADD_REMOVE:
+    raise ev.UnsupportedEventError(e, accountant, "the mixture-of-Gaussians pair is an "
+                                   "add/remove guarantee; use relation='add_remove'")
+  if isinstance(e, ev.RepeatAndSelectEvent):
+    check_supported(e.event, accountant, relation)
   if isinstance(e, ev.RandomizedResponseEvent) and relation != ev.REPLACE_ONE:
     raise ev.UnsupportedEventError(e, accountant, "randomized response protects one record's "
                                    "value, a replace-one guarantee; use relation='replace_one'")
@@ -91,9 +112,11 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
     raise ev.UnsupportedEventError(e, accountant, "an (eps, delta > 0) mechanism has "
                                    "infinite Renyi divergence; use accountant='pld'")
   if isinstance(e, ev.PoissonSampledEvent) and e.sampling_prob < 1:
-    if relation != ev.ADD_REMOVE:
+    if relation != ev.ADD_REMOVE and not (accountant == "pld"
+                                          and isinstance(e.event, ev.GaussianEvent)):
       raise ev.UnsupportedEventError(e, accountant, "Poisson sampling is accounted for "
-                                     "add/remove neighbours only")
+                                     "add/remove neighbours only (replace-one: the "
+                                     "Gaussian, by the pld accountant)")
     inner = (ev.GaussianEvent if accountant == "rdp"
              else (ev.GaussianEvent, ev.LaplaceEvent, *_PAIR_EVENTS))
     if not isinstance(e.event, inner):
@@ -129,7 +152,7 @@ def _unwrap(e):
   return e
 
 
-def _leaf_rdp(e, orders: np.ndarray) -> np.ndarray:
+def _leaf_rdp(e, orders: np.ndarray, relation: str) -> np.ndarray:
   e = _unwrap(e)
   if isinstance(e, ev.GaussianEvent):
     return rdp.gaussian_rdp(e.noise_multiplier, orders)
@@ -146,6 +169,15 @@ def _leaf_rdp(e, orders: np.ndarray) -> np.ndarray:
             else np.zeros_like(orders))
   if isinstance(e, ev.ZCdpEvent):
     return e.rho * orders
+  if isinstance(e, ev.ExponentialMechanismEvent):
+    return bounded_range.bounded_range_rdp(e.epsilon, orders)
+  if isinstance(e, ev.PermuteAndFlipEvent):
+    return composition.pure_dp_rdp(e.epsilon, orders)
+  if isinstance(e, ev.TreeAggregationEvent):
+    return rdp.tree_aggregation_rdp(e.noise_multiplier, e.step_counts, orders)
+  if isinstance(e, ev.RepeatAndSelectEvent):
+    inner = rdp_curve(e.event, orders, relation)[1]
+    return rdp.repeat_and_select_rdp(orders, inner, mean_runs=e.mean_runs, shape=e.shape)
   return rdp.subsampled_gaussian_rdp(e.sampling_prob, e.event.noise_multiplier, orders)
 
 
@@ -156,11 +188,11 @@ def rdp_curve(event: ev.Event, orders=None, relation: str = ev.ADD_REMOVE
   o = rdp.DEFAULT_ORDERS.copy() if orders is None else _validate.check_orders(orders)
   total = np.zeros_like(o)
   for e, k in check_supported(event, "rdp", relation):
-    total = total + k * _leaf_rdp(e, o)
+    total = total + k * _leaf_rdp(e, o, relation)
   return o, total
 
 
-def _leaf_pld(e, h: float) -> pld.PrivacyLossDistribution:
+def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
   e = _unwrap(e)
   if isinstance(e, ev.GaussianEvent):
     return pld.gaussian_pld(e.noise_multiplier, value_discretization=h)
@@ -171,7 +203,15 @@ def _leaf_pld(e, h: float) -> pld.PrivacyLossDistribution:
   if isinstance(e, _PAIR_EVENTS):
     p, q, tail = _pair(e)
     return pld.pmf_pair_pld(p, q, h, tail_mass=tail)
-  inner = e.event                       # Poisson-sampled, add/remove
+  if isinstance(e, ev.TreeAggregationEvent):   # a Gaussian of sensitivity sqrt(depth)
+    return pld.gaussian_pld(e.noise_multiplier / math.sqrt(e.depth), value_discretization=h)
+  if isinstance(e, ev.MixtureOfGaussiansEvent):
+    return mixture_pld.mixture_of_gaussians_pld(e.noise_multiplier, e.sensitivities, e.probs,
+                                                value_discretization=h)
+  inner = e.event                       # Poisson-sampled
+  if isinstance(inner, ev.GaussianEvent) and relation == ev.REPLACE_ONE:
+    return mixture_pld.replace_one_subsampled_gaussian_pld(
+        inner.noise_multiplier, e.sampling_prob, value_discretization=h)
   if isinstance(inner, ev.GaussianEvent):
     return pld.gaussian_pld(inner.noise_multiplier, e.sampling_prob, value_discretization=h)
   if isinstance(inner, ev.LaplaceEvent):
@@ -189,7 +229,7 @@ def privacy_loss_distribution(event: ev.Event, relation: str = ev.ADD_REMOVE,
   h = _validate.check_positive(value_discretization, "value_discretization")
   out = None
   for e, k in check_supported(event, "pld", relation):
-    d = _leaf_pld(e, h)
+    d = _leaf_pld(e, h, relation)
     d = d.self_compose(k) if k > 1 else d
     out = d if out is None else out.compose(d)
   return out

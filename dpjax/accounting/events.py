@@ -25,7 +25,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from dpjax import _validate
+from dpjax.accounting import mixture_pld
 
 ADD_REMOVE = "add_remove"
 REPLACE_ONE = "replace_one"
@@ -194,6 +197,94 @@ class ComposedEvent(Event):
                                for i, e in enumerate(self.events)))
 
 
+@dataclasses.dataclass(frozen=True)
+class ExponentialMechanismEvent(Event):
+  """The exponential mechanism, P(r) proportional to exp(eps u(D, r) / (2 Delta_u)) (or
+  exp(eps u / Delta_u) for a utility monotone in the data): eps-DP and eps-bounded-range
+  (Durfee & Rogers 2019). epsilon > 0 finite."""
+  epsilon: float
+
+  def __post_init__(self):
+    _freeze(self, epsilon=_validate.check_epsilon(self.epsilon))
+
+
+@dataclasses.dataclass(frozen=True)
+class PermuteAndFlipEvent(Event):
+  """Permute-and-flip selection (McKenna & Sheldon 2020) with parameter eps: candidates in
+  random order, each kept with probability exp(eps (u_r - u_max) / (2 Delta_u)); eps-DP
+  (accounted as pure eps-DP only). epsilon > 0 finite."""
+  epsilon: float
+
+  def __post_init__(self):
+    _freeze(self, epsilon=_validate.check_epsilon(self.epsilon))
+
+
+@dataclasses.dataclass(frozen=True)
+class RepeatAndSelectEvent(Event):
+  """Runs `event` K times on the same data and releases the best run (Papernot & Steinke
+  2022): K truncated negative binomial with shape eta >= 0 (0 logarithmic, 1 geometric)
+  or Poisson (shape = math.inf or "poisson"), E[K] = mean_runs >= 1. Each run's whole
+  output, candidate and score, must be covered by `event`."""
+  event: Event
+  mean_runs: float
+  shape: float
+
+  def __post_init__(self):
+    shape = self.shape
+    if isinstance(shape, str) and shape == "poisson":
+      shape = math.inf
+    _freeze(self, event=_check_event(self.event, "event"),
+            mean_runs=_validate.check_range(self.mean_runs, "mean_runs", 1.0),
+            shape=_validate.check_range(shape, "shape", 0.0, allow_inf=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class MixtureOfGaussiansEvent(Event):
+  """N(0, (noise_multiplier)^2) noise on a query whose change under one record is a
+  random shift, sensitivities[i] >= 0 along one direction with probability probs[i]
+  (finite law; capped user contributions, balls-in-bins). Add/remove only; the pair is
+  sum_i p_i N(c_i, sigma^2) against N(0, sigma^2). Tuples; some c_i > 0; probs sum to 1."""
+  noise_multiplier: float
+  sensitivities: tuple
+  probs: tuple
+
+  def __post_init__(self):
+    c = _validate.check_array(self.sensitivities, "sensitivities", ndim=1, low=0.0, min_size=1)
+    p = _validate.check_array(self.probs, "probs", ndim=1, low=0.0, high=1.0, min_size=1)
+    mixture_pld.check_mixture(c, p)
+    _freeze(self, noise_multiplier=_validate.check_positive(self.noise_multiplier,
+                                                            "noise_multiplier"),
+            sensitivities=tuple(c.tolist()), probs=tuple(p.tolist()))
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeAggregationEvent(Event):
+  """Tree aggregation of a Gaussian-noised stream (DP-FTRL; Kairouz et al. 2021,
+  https://arxiv.org/abs/2103.00039, App. D): one or more trees of step_counts[j] >= 1
+  leaves each, every node noised with N(0, (noise_multiplier * sensitivity)^2), each
+  record in at most one leaf across ALL the trees (one epoch). A record then touches at
+  most depth = ceil(log2(max step_counts + 1)) nodes: a Gaussian of noise_multiplier /
+  sqrt(depth). Several epochs (a record once per epoch): SelfComposedEvent. Streams keep
+  their length, so "add/remove" here means a record's leaf set to zero (dp_accounting's
+  REPLACE_SPECIAL); replace-one takes the noise relative to twice the clip norm."""
+  noise_multiplier: float
+  step_counts: tuple
+
+  def __post_init__(self):
+    counts = self.step_counts
+    counts = (counts,) if isinstance(counts, (int, np.integer)) else counts
+    _freeze(self, noise_multiplier=_validate.check_positive(self.noise_multiplier,
+                                                            "noise_multiplier"),
+            step_counts=_validate.check_sizes(counts, "step_counts"))
+    if not self.step_counts:
+      raise ValueError("step_counts must hold at least one tree size")
+
+  @property
+  def depth(self) -> int:
+    """Nodes of one tree touched by one leaf: ceil(log2(max step_counts + 1))."""
+    return math.ceil(math.log2(max(self.step_counts) + 1))
+
+
 def check_relation(relation) -> str:
   """relation itself if it is one of RELATIONS (ValueError naming `relation` otherwise)."""
   return _validate.check_choice(relation, RELATIONS, "relation")
@@ -225,7 +316,7 @@ def flatten(event: Event) -> list[tuple[Event, int]]:
 
 def pure_epsilon(event: Event) -> float:
   """The pure-DP eps of a leaf event when it has one (Laplace, randomized response,
-  discrete Laplace, (eps, 0)), else math.inf."""
+  discrete Laplace, (eps, 0), exponential mechanism, permute-and-flip), else math.inf."""
   _check_event(event, "event")
   if isinstance(event, LaplaceEvent):
     return 1.0 / event.noise_multiplier
@@ -235,13 +326,16 @@ def pure_epsilon(event: Event) -> float:
     return event.noise_parameter * event.sensitivity
   if isinstance(event, EpsilonDeltaEvent) and event.delta == 0:
     return event.epsilon
+  if isinstance(event, (ExponentialMechanismEvent, PermuteAndFlipEvent)):
+    return event.epsilon
   return math.inf
 
 
 __all__ = [
     "ADD_REMOVE", "ComposedEvent", "DiscreteGaussianEvent", "DiscreteLaplaceEvent",
-    "EpsilonDeltaEvent", "Event", "GaussianEvent", "LaplaceEvent", "PoissonSampledEvent",
-    "RELATIONS", "REPLACE_ONE", "RandomizedResponseEvent", "SampledWithoutReplacementEvent",
-    "SelfComposedEvent", "UnsupportedEventError", "ZCdpEvent", "check_relation", "flatten",
-    "pure_epsilon",
+    "EpsilonDeltaEvent", "Event", "ExponentialMechanismEvent", "GaussianEvent",
+    "LaplaceEvent", "MixtureOfGaussiansEvent", "PermuteAndFlipEvent", "PoissonSampledEvent",
+    "RELATIONS", "REPLACE_ONE", "RandomizedResponseEvent", "RepeatAndSelectEvent",
+    "SampledWithoutReplacementEvent", "SelfComposedEvent", "TreeAggregationEvent",
+    "UnsupportedEventError", "ZCdpEvent", "check_relation", "flatten", "pure_epsilon",
 ]

@@ -37,15 +37,6 @@ from absl import flags
 
 from benchmarks import report
 
-_SMALL = flags.DEFINE_bool("small", False, "Toy sizes (checks the script on a CPU).")
-_OUT = flags.DEFINE_string("out", None, "Folder for the steps' own outputs "
-                           "(default: a temporary folder).")
-_BATCHES = flags.DEFINE_list("batches", ["256", "1024", "4096"], "Batch sizes B of the "
-                             "large-n epoch.")
-_LIMIT = flags.DEFINE_integer("step_limit_s", 180, "Wall-clock limit of one step (s).")
-_JSON = flags.DEFINE_string("json", None, "Where to write the figures (default: "
-                            "benchmarks/results/accelerator_<device>.json).")
-
 # Step sizes: (full, small).
 _AUDIT_SIZES = ("2000,20000", "64")
 _LARGE_N = (60_000, 3_750)
@@ -129,20 +120,34 @@ def measure(out: str, small: bool, batches: list[int], limit_s: float) -> dict:
   return fig
 
 
+def _define_flags() -> None:
+  """The command-line flags (defined only when run as a program, so that importing this
+  module beside another benchmark or experiment defines no duplicate flag)."""
+  flags.DEFINE_bool("small", False, "Toy sizes (checks the script on a CPU).")
+  flags.DEFINE_string("out", None, "Folder for the steps' own outputs (default: a "
+                      "temporary folder).")
+  flags.DEFINE_list("batches", ["256", "1024", "4096"], "Batch sizes B of the large-n epoch.")
+  flags.DEFINE_integer("step_limit_s", 180, "Wall-clock limit of one step (s).")
+  flags.DEFINE_string("json", None, "Where to write the figures (default: "
+                      "benchmarks/results/accelerator_<device>.json).")
+
+
 def main(argv):
   del argv
-  batches = [int(b) for b in _BATCHES.value]
+  fv = flags.FLAGS
+  batches = [int(b) for b in fv.batches]
   if not batches or min(batches) < 1:
-    raise app.UsageError(f"--batches must list positive integers, got {_BATCHES.value}")
-  if _LIMIT.value < 1:
-    raise app.UsageError(f"--step_limit_s must be positive, got {_LIMIT.value}")
-  out = _OUT.value or tempfile.mkdtemp(prefix="dpjax_accelerator_")
+    raise app.UsageError(f"--batches must list positive integers, got {fv.batches}")
+  if fv.step_limit_s < 1:
+    raise app.UsageError(f"--step_limit_s must be positive, got {fv.step_limit_s}")
+  out = fv.out or tempfile.mkdtemp(prefix="dpjax_accelerator_")
   os.makedirs(out, exist_ok=True)
-  fig = measure(out, _SMALL.value, batches, _LIMIT.value)
-  path = _JSON.value or os.path.join(report.RESULTS_DIR, file_name(fig["device"]["kind"]))
+  fig = measure(out, fv.small, batches, fv.step_limit_s)
+  path = fv.json or os.path.join(report.RESULTS_DIR, file_name(fig["device"]["kind"]))
   report.write("accelerator", fig, path)
   print(json.dumps(fig, indent=1, sort_keys=True))
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

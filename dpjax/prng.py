@@ -327,22 +327,34 @@ def standard_normals(keys: jax.Array, shapes) -> list[jax.Array]:
   if not threefry or len(live) < 2:
     return [standard_normal(keys[l], s) for l, s in enumerate(shapes)]
   data = jax.random.key_data(keys) if typed else keys
-  cat = lambda f: jnp.concatenate([f(l) for l in live])
-  full = lambda l, v, dtype=jnp.uint32: jnp.full((sizes[l],), v, dtype)
-  k0, k1 = cat(lambda l: full(l, data[l, 0])), cat(lambda l: full(l, data[l, 1]))
-  j = cat(lambda l: jnp.arange(sizes[l], dtype=jnp.uint32))
-  h = cat(lambda l: full(l, (sizes[l] + 1) // 2))        # `_stream_words` per draw
-  odd = cat(lambda l: full(l, sizes[l] % 2 == 1, bool))
+  starts = np.cumsum([0] + [sizes[l] for l in live])
+
+  def per_word(e, values):
+    """values[l] for the draw that word e of the concatenation belongs to: elementwise
+    selects on e, which fuse into the hash (no concatenated copies)."""
+    out = values[0]
+    for l in range(1, len(live)):
+      out = jnp.where(e >= jnp.uint32(starts[l]), values[l], out)
+    return out
+
+  def key_and_index(e):
+    """(k0, k1, j): the key words of word e's draw and e's index j within that draw."""
+    return (per_word(e, [data[l, 0] for l in live]), per_word(e, [data[l, 1] for l in live]),
+            e - per_word(e, [jnp.uint32(starts[i]) for i in range(len(live))]))
 
   def stream():
+    e = jnp.arange(int(starts[-1]), dtype=jnp.uint32)
+    k0, k1, j = key_and_index(e)
+    h = per_word(e, [jnp.uint32((sizes[l] + 1) // 2) for l in live])  # `_stream_words`
+    odd = per_word(e, [jnp.bool_(sizes[l] % 2 == 1) for l in live])
     first = j < h
     block = jnp.where(first, j, j - h)
     c1 = jnp.where(odd & (block == h - jnp.uint32(1)), jnp.uint32(0), block + h)
     y0, y1 = threefry2x32(k0, k1, block, c1)
     return jnp.where(first, y0, y1)
   bits = _once(data[live[0], 0], stream)
-
-  z = _assemble_normal(bits, _tail_fill(None, bits, lambda i: _tail_blocks(k0[i], k1[i], j[i])))
+  z = _assemble_normal(bits, _tail_fill(
+      None, bits, lambda i: _tail_blocks(*key_and_index(i.astype(jnp.uint32)))))
   out, start = [], 0
   for l, s in enumerate(shapes):
     out.append(z[start:start + sizes[l]].reshape(s) if sizes[l] else

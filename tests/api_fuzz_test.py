@@ -1557,7 +1557,8 @@ def entries():
   add(E("dpjax.prng.standard_normal", prng.standard_normal, dict(key=_key, shape=(3,)),
         {"shape": "shape"}))
   add(E("dpjax.prng.standard_normals", prng.standard_normals,
-        dict(keys=prng.split(_key, 2), shapes=[(3,), (2, 2)]), {"keys": None, "shapes": None}))
+        dict(keys=fb.Fresh(lambda: jax.random.split(jax.random.key(0), 2)),
+             shapes=[(3,), (2, 2)]), {"keys": None, "shapes": None}))
   add(E("dpjax.prng.bernoulli_threshold", prng.bernoulli_threshold,
         dict(sampling_prob=0.3, bit_width=32), {"bit_width": "choice"}))
   add(E("dpjax.prng.poisson_mask", prng.poisson_mask,

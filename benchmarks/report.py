@@ -411,8 +411,35 @@ def _accelerator_section(doc: dict) -> list[str]:
           + _table(["step", "status", "wall (s)", "figures"], rows) + [""])
 
 
+def _compile_time_section(doc: dict) -> list[str]:
+  f = doc["figures"]
+  names = {"mlp": f"MLP, n = {f.get('n_mlp', 0):,}, one model",
+           "audit": f"audit workload, M = {f.get('models_audit', 0):,}"}
+  rows = []
+  for w, name in names.items():
+    g = lambda k, w=w: f.get(f"{w}.{k}")
+    if g("compile_ratio") is None:
+      continue
+    ratio = g("compile_ratio")
+    rows.append([name] + [_fmt(g(f"{p}.{k}"), spec) for p in ("nonprivate", "dp")
+                          for k, spec in (("lower_s", ".2f"), ("compile_s", ".2f"),
+                                          ("hlo_ops", ",d"))]
+                + [f"{ratio:.2f}× ({'met' if ratio <= f['target'] else 'missed'})",
+                   _fmt(g("run_ratio"), ".2f") + ("×" if g("run_ratio") else "")])
+  return (["## Compile time (`benchmarks/compile_time.py`)", "",
+           f"Command: `{doc['command']}`. {_env_line(doc)}", "",
+           "The engine's program (`dpsgd.program`) and the matching non-private one (optax "
+           "SGD on permuted batches, same T), lowered and compiled ahead of time in one "
+           "process (s; ops: instructions of the optimised HLO); run: best compiled run, "
+           f"DP / non-private. Target: compile ratio ≤ {f.get('target')}×.", "",
+           ] + _table(["workload", "lower non-private", "compile non-private",
+                       "HLO ops non-private", "lower DP", "compile DP", "HLO ops DP",
+                       "compile DP / non-private", "run DP / non-private"], rows) + [""])
+
+
 _SECTIONS = {"dpsgd": _dpsgd_section, "accountants": _accountants_section,
-             "large_n": _large_n_section, "pate_teachers": _pate_teachers_section}
+             "large_n": _large_n_section, "pate_teachers": _pate_teachers_section,
+             "compile_time": _compile_time_section}
 
 
 def render(results_dir: str = RESULTS_DIR) -> str:

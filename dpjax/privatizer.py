@@ -74,8 +74,8 @@ def gaussian_noise(key: jax.Array, count: jax.Array, leaves: list, stddev) -> li
   if _static_zero(stddev):
     return [None] * len(leaves)
   ks = prng.split(prng.fold_in(key, count), len(leaves))
-  return [stddev * prng.standard_normal(kk, l.shape).astype(l.dtype)
-          for kk, l in zip(ks, leaves)]
+  return [stddev * z.astype(l.dtype)
+          for z, l in zip(prng.standard_normals(ks, [l.shape for l in leaves]), leaves)]
 
 
 def gaussian_privatizer(stddev, key: jax.Array) -> optax.GradientTransformation:

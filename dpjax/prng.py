@@ -199,13 +199,22 @@ def _tail_words(key: jax.Array, i: jax.Array):
     w = jax.random.bits(jax.random.fold_in(jax.random.fold_in(key, _TAIL_DOMAIN), i), (3,),
                         jnp.uint32)
     return w[0], w[1], w[2]
-  w1, w2 = threefry2x32(*words, jnp.uint32(_TAIL_DOMAIN), i)
-  w3, _ = threefry2x32(*words, jnp.uint32(_TAIL_DOMAIN - 1), i)
-  return w1, w2, w3
+  return _tail_blocks(*words, i)
 
 
-def _tail_fill(key: jax.Array, bits: jax.Array) -> jax.Array:
-  """float32[S]: the tail magnitude at extreme atoms, 0 elsewhere (one loop trip each)."""
+def _tail_blocks(k0, k1, i):
+  """(w1, w2, w3): blocks (D, i) and (D - 1, i) hashed as one pair (one copy in the program)."""
+  y0, y1 = threefry2x32(k0, k1, jnp.array([_TAIL_DOMAIN, _TAIL_DOMAIN - 1], jnp.uint32),
+                        jnp.stack([i, i]))
+  return y0[0], y1[0], y0[1]
+
+
+def _tail_fill(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
+  """float32[S]: the tail magnitude at extreme atoms, 0 elsewhere (one loop trip each).
+
+  tail_words(i): the tail words of word i (default `_tail_words(key, i)`).
+  """
+  tail_words = tail_words or functools.partial(_tail_words, key)
   if bits.shape[0] == 0:
     return jnp.zeros(bits.shape, jnp.float32)
   extreme = lambda: ((bits >> 9) == 0) | ((bits >> 9) == _ATOM_TOP)
@@ -217,7 +226,7 @@ def _tail_fill(key: jax.Array, bits: jax.Array) -> jax.Array:
   def body(state):
     trip, last, t = state
     i = jnp.argmax(extreme() & (idx > last)).astype(jnp.int32)
-    mag = _tail_magnitude(*_tail_words(key, i))
+    mag = _tail_magnitude(*tail_words(i))
     return trip + 1, i, jnp.where(idx == i, mag, t)
   _, _, t = jax.lax.while_loop(lambda s: s[0] < count, body,
                                (jnp.int32(0), jnp.int32(-1),
@@ -294,6 +303,64 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   bits = _once(words[0], lambda: _stream_words(words, num, jnp.arange(num, dtype=jnp.uint32)))
   bits = bits[:size]
   return _assemble_normal(bits, _tail_fill(key, bits)).reshape(shape)
+
+
+def standard_normals(keys: jax.Array, shapes) -> list[jax.Array]:
+  """[standard_normal(keys[l], shapes[l]) for l], bit for bit, drawn as one stream.
+
+  keys: L keys [L]; shapes: L shapes. For threefry keys the L streams are hashed,
+  tail-filled and transformed together over their concatenated words (word j of draw
+  l keeps its key, counters and tail counters), so the program holds one copy of the
+  sampler whatever L, which keeps compile time flat in the number of parameter leaves.
+  """
+  shapes = [_validate.check_sizes(s, "shape", minimum=0) for s in shapes]
+  if keys.shape[:1] != (len(shapes),):
+    raise ValueError(f"keys must hold one key per shape ({len(shapes)}), got shape "
+                     f"{keys.shape}")
+  sizes = [math.prod(s) for s in shapes]
+  if any(n >= 2 ** 31 for n in sizes):
+    raise ValueError(f"each shape must have fewer than 2^31 elements, got {shapes}")
+  typed = jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
+  threefry = (str(jax.random.key_impl(keys)) == "threefry2x32" if typed
+              else keys.dtype == jnp.uint32 and keys.shape[1:] == (2,))
+  live = [l for l, n in enumerate(sizes) if n > 0]
+  if not threefry or len(live) < 2:
+    return [standard_normal(keys[l], s) for l, s in enumerate(shapes)]
+  data = jax.random.key_data(keys) if typed else keys
+  starts = np.cumsum([0] + [sizes[l] for l in live])
+
+  def per_word(e, values):
+    """values[l] for the draw that word e of the concatenation belongs to: elementwise
+    selects on e, which fuse into the hash (no concatenated copies)."""
+    out = values[0]
+    for l in range(1, len(live)):
+      out = jnp.where(e >= jnp.uint32(starts[l]), values[l], out)
+    return out
+
+  def key_and_index(e):
+    """(k0, k1, j): the key words of word e's draw and e's index j within that draw."""
+    return (per_word(e, [data[l, 0] for l in live]), per_word(e, [data[l, 1] for l in live]),
+            e - per_word(e, [jnp.uint32(starts[i]) for i in range(len(live))]))
+
+  def stream():
+    e = jnp.arange(int(starts[-1]), dtype=jnp.uint32)
+    k0, k1, j = key_and_index(e)
+    h = per_word(e, [jnp.uint32((sizes[l] + 1) // 2) for l in live])  # `_stream_words`
+    odd = per_word(e, [jnp.bool_(sizes[l] % 2 == 1) for l in live])
+    first = j < h
+    block = jnp.where(first, j, j - h)
+    c1 = jnp.where(odd & (block == h - jnp.uint32(1)), jnp.uint32(0), block + h)
+    y0, y1 = threefry2x32(k0, k1, block, c1)
+    return jnp.where(first, y0, y1)
+  bits = _once(data[live[0], 0], stream)
+  z = _assemble_normal(bits, _tail_fill(
+      None, bits, lambda i: _tail_blocks(*key_and_index(i.astype(jnp.uint32)))))
+  out, start = [], 0
+  for l, s in enumerate(shapes):
+    out.append(z[start:start + sizes[l]].reshape(s) if sizes[l] else
+               jnp.zeros(s, jnp.float32))
+    start += sizes[l]
+  return out
 
 
 def bernoulli_threshold(sampling_prob: float, bit_width: int = 32) -> int:

@@ -1200,6 +1200,9 @@ def entries():
   add(E("dpjax.dpsgd.train_one", dpsgd.train_one,
         dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_N=keep_mn[0], cfg=cfg, model=lr,
              perf=dpsgd.PerformanceFlags(progress=False, batch_capacity=4)), tk))
+  add(E("dpjax.dpsgd.program", dpsgd.program,
+        dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn, cfg=cfg, model=lr,
+             per_example_stats=False, fixed_gradients=fixed, perf=quiet), tk))
   add(E("dpjax.dpsgd.model_keys", dpsgd.model_keys, dict(key=_key, m=3), {"m": "count"}))
   add(E("dpjax.dpsgd.batch_layout", dpsgd.batch_layout,
         dict(num_records=4096, sampling_prob=0.01, kept_max=4000, num_models=2,
@@ -1633,6 +1636,9 @@ def entries():
         {"num_words": "size"}))
   add(E("dpjax.prng.standard_normal", prng.standard_normal, dict(key=_key, shape=(3,)),
         {"shape": "shape"}))
+  add(E("dpjax.prng.standard_normals", prng.standard_normals,
+        dict(keys=fb.Fresh(lambda: jax.random.split(jax.random.key(0), 2)),
+             shapes=[(3,), (2, 2)]), {"keys": None, "shapes": None}))
   add(E("dpjax.prng.bernoulli_threshold", prng.bernoulli_threshold,
         dict(sampling_prob=0.3, bit_width=32), {"bit_width": "choice"}))
   add(E("dpjax.prng.poisson_mask", prng.poisson_mask,

@@ -49,6 +49,20 @@ class ReportTest(absltest.TestCase):
     self.assertIn("| 1, 0.01, 10,000, 1e-05 | 6.7000 | 20.0× | 6.187700 | 6.187800 | 4.50× |",
                   text)
 
+  def test_compile_time_section(self):
+    tmp = tempfile.mkdtemp()
+    fig = {"n_mlp": 60000, "models_audit": 2000, "target": 2.0, "mlp.compile_ratio": 1.5,
+           "mlp.run_ratio": 2.0, "audit.compile_ratio": 3.0}
+    for w in ("mlp", "audit"):
+      for p, c in (("nonprivate", 2.0), ("dp", 3.0 if w == "mlp" else 6.0)):
+        fig.update({f"{w}.{p}.lower_s": 0.5, f"{w}.{p}.compile_s": c, f"{w}.{p}.hlo_ops": 1234})
+    report.write("compile_time", fig, os.path.join(tmp, "compile_time.json"))
+    text = report.render(tmp)
+    self.assertIn("| MLP, n = 60,000, one model | 0.50 | 2.00 | 1,234 | 0.50 | 3.00 | 1,234 | "
+                  "1.50× (met) | 2.00× |", text)
+    self.assertIn("| audit workload, M = 2,000 | 0.50 | 2.00 | 1,234 | 0.50 | 6.00 | 1,234 | "
+                  "3.00× (missed) | – |", text)
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -165,5 +165,26 @@ class DivergenceTest(absltest.TestCase):
     np.testing.assert_array_equal(out.finite, True)
 
 
+class ProgramTest(absltest.TestCase):
+  """program: the jitted chunk program and its arguments, compiled ahead of time."""
+
+  def test_compiled_program_gives_train_many(self):
+    x, y = helpers.binary_data()
+    keep = jax.random.bernoulli(jax.random.key(1), 0.7, (3, 24))
+    model, cfg = models.logistic_regression(4), helpers.small_config(num_steps=6)
+    fn, args = dpsgd.program(jax.random.key(2), x, y, keep, cfg, model, perf=helpers.QUIET)
+    params = fn.lower(*args).compile()(*args)[0]
+    out = dpsgd.train_many(jax.random.key(2), x, y, keep, cfg, model, perf=helpers.QUIET)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(out.params)):
+      np.testing.assert_array_equal(a, b)
+    # Chunks of 2 models: the first chunk's program and arguments.
+    fn, args = dpsgd.program(jax.random.key(2), x, y, keep, cfg, model,
+                             perf=dpsgd.PerformanceFlags(progress=False, max_chunk=2))
+    self.assertEqual(args[0].shape, (2,))
+    np.testing.assert_array_equal(fn(*args)[0]["w"], out.params["w"][:2])
+    with self.assertRaisesRegex(ValueError, "keep_MxN"):
+      dpsgd.program(jax.random.key(2), x, y, keep[:, :5], cfg, model)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -175,6 +175,32 @@ class NormalTailTest(parameterized.TestCase):
     np.testing.assert_array_equal(vm[0], z)
     np.testing.assert_array_equal(vm[1], prng.standard_normal(keys[1], (n,)))
 
+  def test_standard_normals_equal_one_draw_per_shape(self):
+    # Keys 36611, 86721, 278201 of split(key(0), 400000) draw a tail atom in one of
+    # their two shapes (checked below, not assumed); empty, scalar and odd shapes too.
+    keys = jax.random.split(jax.random.key(0), 400000)[np.array([36611, 86721, 278201])]
+    shapes = [(40,), (3, 8)]
+    many = jax.jit(jax.vmap(lambda k: prng.standard_normals(prng.split(k, 2), shapes)))(keys)
+    tails = 0
+    for j in range(3):
+      ks = prng.split(keys[j], 2)
+      for l, s in enumerate(shapes):
+        one = prng.standard_normal(ks[l], s)
+        np.testing.assert_array_equal(np.asarray(many[l][j]).view(np.uint32),
+                                      np.asarray(one).view(np.uint32))
+        tails += int(np.sum(np.abs(np.asarray(one)) > 5.1666))
+    self.assertGreater(tails, 0)
+    odd = [(0,), (), (5,), (2, 0), (7,)]
+    ks = prng.split(jax.random.key(9), len(odd))
+    for z, kk, s in zip(prng.standard_normals(ks, odd), ks, odd):
+      self.assertEqual(z.shape, s)
+      np.testing.assert_array_equal(z, prng.standard_normal(kk, s))
+    kr = jax.random.split(jax.random.key(0, impl="rbg"), 2)   # other generators: one by one
+    for z, kk in zip(prng.standard_normals(kr, [(3,), (4,)]), kr):
+      np.testing.assert_array_equal(z, prng.standard_normal(kk, z.shape))
+    with self.assertRaisesRegex(ValueError, "one key per shape"):
+      prng.standard_normals(ks, [(3,)])
+
   @pytest.mark.slow  # about 20 s; vmap == loop without forced tails stays
 
   def test_vmap_equals_loop_with_forced_tails(self):

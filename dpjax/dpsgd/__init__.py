@@ -16,13 +16,13 @@ Examples (training: `train_many`'s docstring):
 
 from dpjax.dpsgd.components import UnaccountedComponentWarning
 from dpjax.dpsgd.config import DpSgdConfig, PerformanceFlags
-from dpjax.dpsgd.engine import (DivergenceWarning, TrainResult, model_keys,
+from dpjax.dpsgd.engine import (DivergenceWarning, TrainResult, model_keys, program,
                                 train_many, train_one, train_sweep)
 from dpjax.dpsgd.inputs import FixedGradients
 from dpjax.dpsgd.layout import batch_layout
 
 __all__ = [
     "DpSgdConfig", "PerformanceFlags", "FixedGradients", "TrainResult", "train_many",
-    "train_one", "train_sweep", "batch_layout", "model_keys",
+    "train_one", "train_sweep", "batch_layout", "model_keys", "program",
     "UnaccountedComponentWarning", "DivergenceWarning",
 ]

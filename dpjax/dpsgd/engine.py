@@ -121,8 +121,12 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
 
 def _train(key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, *, init_params=None,
            observe_fn=None, per_example_stats=False, fixed_gradients=None, sampler=None,
-           clipping=None, privatizer=None, optimizer=None, perf=PerformanceFlags()):
-  """train_many's body, with an optional per-model noise std float32[M] (train_sweep)."""
+           clipping=None, privatizer=None, optimizer=None, perf=PerformanceFlags(),
+           program_only=False):
+  """train_many's body, with an optional per-model noise std float32[M] (train_sweep).
+
+  program_only: return (the jitted program, its first chunk's arguments), untrained.
+  """
   for name, value in (("key", key), ("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN),
                       ("fixed_gradients", fixed_gradients)):
     if any(_validate.is_tracer(leaf) for leaf in jax.tree.leaves(value)):
@@ -191,8 +195,17 @@ def _train(key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, *, init_params=No
   per = layout.bytes_per_model(x, cfg, per_example_stats, observe_fn, path, params_shape,
                                fixed_keep.shape[1], rows=capacity)
   chunk = layout.chunk_size(perf, m, per)
-  num_chunks = -(-m // chunk)
   keys = model_keys(key, m)
+
+  def chunk_args(lo, hi):
+    idx = np.arange(lo, lo + chunk) % m if hi - lo < chunk else np.arange(lo, hi)
+    args = (keys[idx], keep[idx], fixed_keep[idx], jnp.asarray(std[idx]))
+    if perf.model_sharding is not None:
+      args = tuple(jax.device_put(a, perf.model_sharding) for a in args)
+    return args + (init_params, fixed, x, y)
+  if program_only:
+    return fn, chunk_args(0, min(m, chunk))
+  num_chunks = -(-m // chunk)
   outs = []
   it = range(num_chunks)
   if perf.progress and num_chunks > 1:
@@ -200,11 +213,7 @@ def _train(key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, *, init_params=No
     it = tqdm.tqdm(it, desc=f"DP-SGD {m} models", unit="chunk")
   for ci in it:
     lo, hi = ci * chunk, min(m, (ci + 1) * chunk)
-    idx = np.arange(lo, lo + chunk) % m if hi - lo < chunk else np.arange(lo, hi)
-    args = (keys[idx], keep[idx], fixed_keep[idx], jnp.asarray(std[idx]))
-    if perf.model_sharding is not None:
-      args = tuple(jax.device_put(a, perf.model_sharding) for a in args)
-    out = fn(*args, init_params, fixed, x, y)
+    out = fn(*chunk_args(lo, hi))
     if hi - lo < chunk:
       out = jax.tree.map(lambda a: a[: hi - lo], out)
     outs.append(out)
@@ -284,6 +293,19 @@ def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Array
   kwargs.setdefault("perf", PerformanceFlags(progress=False))
   out = train_many(key[None], x_NxF, y_N, keep[None], cfg, model, **kwargs)
   return jax.tree.map(lambda a: a[0], out)
+
+
+def program(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
+            keep_MxN: jax.typing.ArrayLike, cfg: DpSgdConfig, model: models_lib.Model,
+            **kwargs) -> tuple[Any, tuple]:
+  """(fn, args): the jitted program `train_many` runs on its first chunk of models, and
+  that chunk's arguments, with nothing trained.
+
+  `fn(*args)` is that chunk's raw output; `fn.lower(*args).compile()` compiles it
+  alone (ahead-of-time: compile time, HLO size, memory analysis). Takes train_many's
+  arguments and checks them as it does.
+  """
+  return _train(key, x_NxF, y_N, keep_MxN, cfg, model, None, program_only=True, **kwargs)
 
 
 def train_sweep(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,

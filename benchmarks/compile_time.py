@@ -1,0 +1,141 @@
+"""Benchmark: compile time of the DP-SGD engine against the matching non-private program.
+
+    .venv/bin/python -m benchmarks.compile_time        # writes benchmarks/results/compile_time.json
+    .venv/bin/python -m benchmarks.compile_time --n 6000 --models 200 --out /tmp/c.json
+
+Two workloads, each compiled ahead of time in ONE process (`jax.jit(f).lower(*args)`,
+then `.compile()`, timed apart; nothing is run): `mlp`, `models.mlp(784, (256, 256), 10)`
+on n = 60,000 synthetic images (`benchmarks.large_n`), B = 256, one epoch, one model
+(`dpsgd.train_one`'s program, the padded step); `audit`, the audit workload of
+`benchmarks.dpsgd` (logistic regression, n = 150, q = 0.2, T = 500, M = 2,000 models,
+`dpsgd.train_many`'s program). The non-private program of each is optax SGD scanned over
+the same T steps on batches of B rows cut from a permutation (vmapped over the M models
+for `audit`). Program size: ops of the lowered StableHLO and instructions of the
+optimised HLO. Run time: the best of --runs calls of each compiled program, in turn.
+
+Keys: `<w>.<dp|nonprivate>.{lower_s, compile_s, stablehlo_ops, hlo_ops, run_s}`,
+`<w>.compile_ratio` (DP / non-private compile, target <= 2), `<w>.run_ratio`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from absl import app
+from absl import flags
+
+from benchmarks import report
+
+_N = flags.DEFINE_integer("n", 60_000, "Records of the MLP workload.")
+_MODELS = flags.DEFINE_integer("models", 2_000, "Models M of the audit workload.")
+_WORKLOADS = flags.DEFINE_list("workloads", ["mlp", "audit"], "Workloads to measure.")
+# Not --repeats / --json: benchmarks.dpsgd, imported for its workload, defines those.
+_RUNS = flags.DEFINE_integer("runs", 2, "Timed runs of each compiled program (0: none).")
+_OUT = flags.DEFINE_string("out", None, "Output (default benchmarks/results/compile_time.json).")
+
+TARGET = 2.0
+
+
+def _nonprivate(model, num_steps: int, batch: int, lr: float):
+  """f(params, key, x, y): num_steps SGD steps on batches of `batch` permuted rows."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  from dpjax import models  # pylint: disable=g-import-not-at-top
+  opt = optax.sgd(lr)
+
+  def train(params, key, x, y):
+    perm = jax.random.permutation(key, x.shape[0])
+
+    def step(carry, t):
+      p, s = carry
+      start = (t * batch) % (x.shape[0] - batch + 1)
+      idx = jax.lax.dynamic_slice_in_dim(perm, start, batch)
+      g = jax.grad(lambda w: jnp.mean(models.loss_from_logits(model.apply(w, x[idx]),
+                                                              y[idx])))(p)
+      u, s = opt.update(g, s, p)
+      return (optax.apply_updates(p, u), s), None
+    return jax.lax.scan(step, (params, opt.init(params)),
+                        jnp.arange(num_steps, dtype=jnp.int32))[0][0]
+  return train
+
+
+def _programs(workload: str):
+  """{"dp": (fn, args), "nonprivate": (fn, args)} for one workload."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from benchmarks import dpsgd as dpsgd_bench  # pylint: disable=g-import-not-at-top
+  from benchmarks import large_n  # pylint: disable=g-import-not-at-top
+  from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
+  if workload == "mlp":
+    n = _N.value
+    x, y, _, _ = large_n.synthetic_images(large_n.SEED, n)
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    model = large_n._model("mlp")  # pylint: disable=protected-access
+    steps = large_n.steps_per_epoch(n)
+    cfg = large_n._dp_config(n, steps)  # pylint: disable=protected-access
+    dp = dpsgd.program(jax.random.key(1), x, y, jnp.ones((1, n), bool), cfg, model,
+                       perf=dpsgd.PerformanceFlags(progress=False))
+    train = _nonprivate(model, steps, large_n.BATCH, large_n.LR_NONPRIVATE)
+    params = model.init(jax.random.key(0))
+    return {"dp": dp, "nonprivate": (train, (params, jax.random.key(2), x, y))}
+  x, y = dpsgd_bench._data()  # pylint: disable=protected-access
+  x, y = jnp.asarray(x), jnp.asarray(y, jnp.int32)
+  m, n = _MODELS.value, x.shape[0]
+  model = models.logistic_regression(dpsgd_bench.D)
+  cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=dpsgd_bench.Q,
+                          num_steps=dpsgd_bench.T, l2_clip_norm=dpsgd_bench.C,
+                          noise_multiplier=dpsgd_bench.SIGMA, learning_rate=dpsgd_bench.LR)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", dpsgd.UnaccountedComponentWarning)
+    dp = dpsgd.program(jax.random.key(1), x, y, jnp.ones((m, n), bool), cfg, model,
+                       perf=dpsgd.PerformanceFlags(progress=False))
+  one = _nonprivate(model, dpsgd_bench.T, round(dpsgd_bench.Q * n), dpsgd_bench.LR)
+  train = jax.vmap(one, in_axes=(0, 0, None, None))
+  params = jax.vmap(model.init)(jax.random.split(jax.random.key(0), m))
+  return {"dp": dp, "nonprivate": (train, (params, jax.random.split(jax.random.key(2), m),
+                                           x, y))}
+
+
+def _ops(text: str) -> int:
+  """Instructions of an HLO / StableHLO module text (lines defining a value)."""
+  return len(re.findall(r"^\s*(?:ROOT\s+)?%\S+\s*=", text, re.MULTILINE))
+
+
+def measure(fn, args) -> tuple[dict, object]:
+  """Lower and compile `fn` ahead of time (timed apart): (figures, the compiled program)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+  t0 = time.perf_counter()
+  lowered = jitted.lower(*args)
+  t1 = time.perf_counter()
+  compiled = lowered.compile()
+  t2 = time.perf_counter()
+  return {"lower_s": t1 - t0, "compile_s": t2 - t1, "stablehlo_ops": _ops(lowered.as_text()),
+          "hlo_ops": _ops(compiled.as_text())}, compiled
+
+
+def main(argv):
+  del argv
+  import jax  # pylint: disable=g-import-not-at-top
+  figures = {"n_mlp": _N.value, "models_audit": _MODELS.value, "target": TARGET}
+  for w in _WORKLOADS.value:
+    res, runs = {}, {}
+    for k, (fn, args) in _programs(w).items():
+      res[k], compiled = measure(fn, args)
+      runs[k] = lambda c=compiled, a=args: jax.block_until_ready(c(*a))
+    res["compile_ratio"] = res["dp"]["compile_s"] / res["nonprivate"]["compile_s"]
+    if _RUNS.value:   # round-robin, so a burst of load hits both alike
+      best = report.interleaved_times(runs, _RUNS.value)[1]
+      for k, v in best.items():
+        res[k]["run_s"] = v
+      res["run_ratio"] = best["dp"] / best["nonprivate"]
+    print(w, res, flush=True)
+    figures.update(report.flatten(res, f"{w}."))
+  report.write("compile_time", figures, _OUT.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

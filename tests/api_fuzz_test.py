@@ -128,6 +128,7 @@ EXCLUDED = {
     "dpjax.privatizer.CorrelatedPrivatizerState": "optax state built by init",
     # Types with no arguments.
     "dpjax.dpsgd.UnaccountedComponentWarning": "a warning category",
+    "dpjax.dpsgd.OtherAccountantWarning": "a warning category",
     "dpjax.dpsgd.DivergenceWarning": "a warning category",
     # Norm helpers shared by the clipping paths: NaN / inf / huge values are what
     # they handle (no input is bad), tested in clipping_test.FloatLimitsTest.
@@ -1568,6 +1569,9 @@ def entries():
   add(E("dpjax.matrix_factorization.sensitivity", mfz.sensitivity,
         dict(strategy_TxT=tri, num_participations=2, min_separation=2),
         {"strategy_TxT": "array", "min_separation": "count"}))
+  add(E("dpjax.matrix_factorization.cyclic_sensitivity", mfz.cyclic_sensitivity,
+        dict(strategy_TxT=tri, steps_per_epoch=2),
+        {"strategy_TxT": "array", "steps_per_epoch": "count"}))
   add(E("dpjax.matrix_factorization.toeplitz_sensitivity", mfz.toeplitz_sensitivity,
         dict(coefs=np.array([1.0, 0.5]), num_steps=6, num_participations=2, min_separation=2),
         {"coefs": "array", "min_separation": "count"}))
@@ -1613,6 +1617,9 @@ def entries():
   add(E("dpjax.sampling.PoissonSampler", sampling.PoissonSampler, dict(sampling_prob=0.3)))
   add(E("dpjax.sampling.ShuffleSampler", sampling.ShuffleSampler,
         dict(batch_size=3, steps_per_epoch=4, sampling_prob=0.25)))
+  add(E("dpjax.sampling.CyclicSampler", sampling.CyclicSampler,
+        dict(batch_size=3, steps_per_epoch=4, sampling_prob=0.25),
+        {"batch_size": "count", "steps_per_epoch": "count"}))
   add(E("dpjax.sampling.UserPoissonSampler", sampling.UserPoissonSampler,
         dict(sampling_prob=0.3, user_ids_N=np.array([0, 0, 1, 2]), num_users=3),
         {"user_ids_N": "labels"}))

@@ -204,10 +204,11 @@ def _summary(results, cfg):
       f"[{'; '.join(ahead) or 'none'}], behind in {len(behind)} "
       f"[{'; '.join(behind) or 'none'}], and within noise in {len(tied)}. An MF strategy "
       f"has a lower prefix error than amplified DP-SGD in {err_lower} of {total} settings. "
-      "Where we disagree, the reasons are our small-data regime: amplification by "
-      "Poisson sampling at q = 0.1 is strong, few steps per epoch (E = n / B) limit the "
-      "bands that avoid overlapping participations, and a 56-parameter logistic model "
-      "near the credit world's accuracy ceiling leaves little room between methods.")
+      "Candidate reasons for any disagreement (not tested here): our small-data regime, "
+      "where amplification by Poisson sampling at q = 0.1 is strong, few steps per epoch "
+      "(E = n / B) cap the bands that avoid overlapping participations, and a 56-parameter "
+      "logistic model near the credit world's accuracy ceiling leaves little room between "
+      "methods.")
 
 
 def _plot(out_dir, results, cfg):

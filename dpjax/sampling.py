@@ -12,8 +12,8 @@ Any object with these members can be passed as `dpsgd.train_many(..., sampler=..
 `ShuffleSampler` (fixed-size batches from a per-epoch shuffle) is NOT covered by
 those accountants (Chua et al. 2024, "How private are DP-SGD implementations?"); it
 exists for audits. `CyclicSampler` (fixed batches in a fixed cycle, no amplification) is
-the participation pattern of matrix-factorization training. `UserPoissonSampler` samples users (McMahan et al. 2018,
-https://arxiv.org/abs/1710.06963). Step t draws its mask from `prng.fold_in(key, t)`.
+the participation pattern of matrix-factorization training. `UserPoissonSampler` samples
+users (McMahan et al. 2018, https://arxiv.org/abs/1710.06963). Step t draws its mask from `prng.fold_in(key, t)`.
 
 Shape letters: N records, U users.
 

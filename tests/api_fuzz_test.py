@@ -1018,6 +1018,20 @@ def entries():
   add(E("dpjax.audit.variants.exact_epsilon", variants.exact_epsilon,
         dict(name="noise_half", cfg=helpers.small_config(dataset_size=12, num_steps=2)),
         {"name": "choice"}))
+  cyc = sampling.CyclicSampler(batch_size=3, steps_per_epoch=2, sampling_prob=0.25)
+  mf_kinds = {"name": "choice", "coefs": "array", "sampler": "object"}
+  add(E("dpjax.audit.variants.mf_variant", variants.mf_variant,
+        dict(name="mf_noise_not_carried", cfg=helpers.small_config(), coefs=np.array([1.0, 0.5]),
+             sampler=cyc), {**mf_kinds, "cfg": "object"}))
+  add(E("dpjax.audit.variants.mf_exact_epsilon", variants.mf_exact_epsilon,
+        dict(name="mf_one_participation", cfg=helpers.small_config(),
+             coefs=np.array([1.0, 0.5]), sampler=cyc), {**mf_kinds, "cfg": "object"}))
+  add(E("dpjax.audit.variants.mf_claimed_sensitivity", variants.mf_claimed_sensitivity,
+        dict(name="mf_one_participation", coefs=np.array([1.0, 0.5]), sampler=cyc,
+             num_steps=6), mf_kinds))
+  from dpjax import matrix_factorization as mfv  # pylint: disable=g-import-not-at-top
+  add(E("dpjax.audit.variants.NoiseNotCarried", variants.NoiseNotCarried,
+        dict(stream=mfv.toeplitz_stream([1.0, 0.5], 4)), {"stream": "object"}))
   world = dict(noise_coords=3, base_records=2, sampling_prob=0.5, steps=4)
   wk = {"noise_coords": "count", "base_records": "count", "steps": "count"}
   add(E("dpjax.audit.variants.realised_denominator_lower_bound",

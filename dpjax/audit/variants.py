@@ -22,6 +22,16 @@ replacement declares `accounted = False`, so training warns
 `exact_epsilon(name, cfg)` is the true eps of the variants that are again a subsampled
 Gaussian (None for the others, whose leak depends on the data set).
 
+Matrix-factorization training (`privatizer.CorrelatedNoisePrivatizer` on a
+`sampling.CyclicSampler`, k participations E steps apart) has its own faults,
+`MF_VARIANTS` (`mf_variant`, `mf_claimed_sensitivity`, `mf_exact_epsilon`):
+
+  mf_correct                  sigma calibrated to cyclic_sensitivity   the claim
+  mf_one_participation        sigma calibrated to the ONE-participation sensitivity
+                              while records take part k times         exact: sens_k
+  mf_noise_not_carried        a banded Toeplitz stream whose state is reset every step:
+                              noise z_t / c_0, independent            exact: C = c_0 I
+
 Examples:
   >>> import warnings
   >>> from dpjax import dpsgd, models
@@ -372,6 +382,90 @@ def shuffle_slot_mu(noise_multiplier: float, steps: int, steps_per_epoch: int) -
   slots = steps // steps_per_epoch
   return math.sqrt(slots / 2.0) / noise_multiplier
 
+
+
+# ----------------------------------------------------------------------------------
+# Matrix-factorization variants.
+
+MF_VARIANTS = ("mf_correct", "mf_one_participation", "mf_noise_not_carried")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NoiseNotCarried(privatizer_lib.CorrelatedNoisePrivatizer):
+  """`CorrelatedNoisePrivatizer` whose stream restarts from its initial state every step.
+
+  For `matrix_factorization.toeplitz_stream(coefs, T)` the noise of step t is z_t / c_0:
+  independent draws, the strategy c_0 I instead of the banded C. Privacy: NOT accounted.
+  """
+  accounted: ClassVar[bool] = False
+
+  def transform(self, noise_stddev, expected_batch_size, key):
+    from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+    inner = self.stream
+
+    def next_fn(state, k, t):
+      return inner.next(inner.init(tuple(state.shape[1:])), k, t)[0], state
+
+    stream = mf.NoiseStream(inner.init, next_fn, inner.strategy)
+    b = _validate.check_positive(expected_batch_size, "expected_batch_size")
+    return optax.chain(privatizer_lib.correlated_privatizer(stream, noise_stddev, key),
+                       optax.scale(1.0 / b))
+
+
+def _check_mf(name, coefs, sampler, num_steps):
+  from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+  if not isinstance(name, str) or name not in MF_VARIANTS:
+    raise ValueError(f"name (the variant) must be one of {MF_VARIANTS}, got {name!r}")
+  c = _validate.check_array(coefs, "coefs", ndim=1, min_size=1)
+  _validate.check_instance(sampler, sampling.CyclicSampler, "sampler")
+  t = _validate.check_int(num_steps, "num_steps", 1, mf.MAX_DENSE_STEPS)
+  return mf, mf.toeplitz_stream(c, t), c
+
+
+def mf_claimed_sensitivity(name: str, coefs, sampler, num_steps: int) -> float:
+  """The sensitivity variant `name` calibrates sigma with (banded Toeplitz `coefs`, T steps).
+
+  mf_correct and mf_noise_not_carried: `cyclic_sensitivity(C, E)`; mf_one_participation:
+  `sensitivity(C, 1)` (the largest column norm), as if each record took part once.
+  """
+  mf, stream, _ = _check_mf(name, coefs, sampler, num_steps)
+  if name == "mf_one_participation":
+    return mf.sensitivity(stream.strategy, 1)
+  return mf.cyclic_sensitivity(stream.strategy, sampler.steps_per_epoch)
+
+
+def mf_variant(name: str, cfg: dpsgd.DpSgdConfig, coefs, sampler) -> Variant:
+  """Variant `name` of banded-Toeplitz MF training on cyclic batches, claim `cfg`.
+
+  Train with `dpsgd.train_many(..., v.config, model, **v.components)`; the claimed eps is
+  `matrix_factorization.epsilon(sigma, mf_claimed_sensitivity(...), delta)`. Warns
+  FaultyDpSgdWarning for every variant but "mf_correct".
+  """
+  _, stream, _ = _check_mf(name, coefs, sampler, getattr(cfg, "num_steps", 1))
+  _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
+  if name != "mf_correct":
+    warnings.warn(f"MF variant {name!r}: a deliberately broken DP-MF; the claimed epsilon "
+                  "does not hold for it.", FaultyDpSgdWarning, stacklevel=2)
+  priv = (NoiseNotCarried(stream) if name == "mf_noise_not_carried"
+          else privatizer_lib.CorrelatedNoisePrivatizer(stream))
+  return Variant(name, cfg, sampler=sampler, privatizer=priv)
+
+
+def mf_exact_epsilon(name: str, cfg: dpsgd.DpSgdConfig, coefs, sampler) -> float:
+  """The true eps at cfg.delta of `mf_variant(name, cfg, coefs, sampler)`.
+
+  The Gaussian mechanism with multiplier sigma / sens_true (PLD): sens_true =
+  `cyclic_sensitivity(C, E)` for mf_correct and mf_one_participation (the training is
+  the correct one; only the claim is wrong), `cyclic_sensitivity(c_0 I, E)` = c_0
+  sqrt(ceil(T / E)) for mf_noise_not_carried.
+  """
+  _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
+  mf, stream, c = _check_mf(name, coefs, sampler, cfg.num_steps)
+  strategy = (c[0] * np.eye(cfg.num_steps) if name == "mf_noise_not_carried"
+              else stream.strategy)
+  sens = mf.cyclic_sensitivity(strategy, sampler.steps_per_epoch)
+  return mf.epsilon(_validate.check_positive(cfg.noise_multiplier, "noise_multiplier"),
+                    sens, cfg.delta)
 
 
 # ----------------------------------------------------------------------------------

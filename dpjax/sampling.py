@@ -13,7 +13,8 @@ Any object with these members can be passed as `dpsgd.train_many(..., sampler=..
 those accountants (Chua et al. 2024, "How private are DP-SGD implementations?"); it
 exists for audits. `CyclicSampler` (fixed batches in a fixed cycle, no amplification) is
 the participation pattern of matrix-factorization training. `UserPoissonSampler` samples
-users (McMahan et al. 2018, https://arxiv.org/abs/1710.06963). Step t draws its mask from `prng.fold_in(key, t)`.
+users (McMahan et al. 2018, https://arxiv.org/abs/1710.06963). Step t draws its mask from
+`prng.fold_in(key, t)` (`CyclicSampler`: one permutation from `key`).
 
 Shape letters: N records, U users.
 

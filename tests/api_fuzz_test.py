@@ -1032,6 +1032,8 @@ def entries():
   from dpjax import matrix_factorization as mfv  # pylint: disable=g-import-not-at-top
   add(E("dpjax.audit.variants.NoiseNotCarried", variants.NoiseNotCarried,
         dict(stream=mfv.toeplitz_stream([1.0, 0.5], 4)), {"stream": "object"}))
+  add(E("dpjax.audit.variants.InverseWrongSide", variants.InverseWrongSide,
+        dict(stream=mfv.toeplitz_stream([1.0, 0.5], 4)), {"stream": "object"}))
   world = dict(noise_coords=3, base_records=2, sampling_prob=0.5, steps=4)
   wk = {"noise_coords": "count", "base_records": "count", "steps": "count"}
   add(E("dpjax.audit.variants.realised_denominator_lower_bound",

@@ -1018,21 +1018,22 @@ def entries():
   add(E("dpjax.audit.variants.exact_epsilon", variants.exact_epsilon,
         dict(name="noise_half", cfg=helpers.small_config(dataset_size=12, num_steps=2)),
         {"name": "choice"}))
+  from dpjax.audit import mf_variants  # pylint: disable=g-import-not-at-top
   cyc = sampling.CyclicSampler(batch_size=3, steps_per_epoch=2, sampling_prob=0.25)
   mf_kinds = {"name": "choice", "coefs": "array", "sampler": "object"}
-  add(E("dpjax.audit.variants.mf_variant", variants.mf_variant,
+  add(E("dpjax.audit.mf_variants.mf_variant", mf_variants.mf_variant,
         dict(name="mf_noise_not_carried", cfg=helpers.small_config(), coefs=np.array([1.0, 0.5]),
              sampler=cyc), {**mf_kinds, "cfg": "object"}))
-  add(E("dpjax.audit.variants.mf_exact_epsilon", variants.mf_exact_epsilon,
+  add(E("dpjax.audit.mf_variants.mf_exact_epsilon", mf_variants.mf_exact_epsilon,
         dict(name="mf_one_participation", cfg=helpers.small_config(),
              coefs=np.array([1.0, 0.5]), sampler=cyc), {**mf_kinds, "cfg": "object"}))
-  add(E("dpjax.audit.variants.mf_claimed_sensitivity", variants.mf_claimed_sensitivity,
+  add(E("dpjax.audit.mf_variants.mf_claimed_sensitivity", mf_variants.mf_claimed_sensitivity,
         dict(name="mf_one_participation", coefs=np.array([1.0, 0.5]), sampler=cyc,
              num_steps=6), mf_kinds))
   from dpjax import matrix_factorization as mfv  # pylint: disable=g-import-not-at-top
-  add(E("dpjax.audit.variants.NoiseNotCarried", variants.NoiseNotCarried,
+  add(E("dpjax.audit.mf_variants.NoiseNotCarried", mf_variants.NoiseNotCarried,
         dict(stream=mfv.toeplitz_stream([1.0, 0.5], 4)), {"stream": "object"}))
-  add(E("dpjax.audit.variants.InverseWrongSide", variants.InverseWrongSide,
+  add(E("dpjax.audit.mf_variants.InverseWrongSide", mf_variants.InverseWrongSide,
         dict(stream=mfv.toeplitz_stream([1.0, 0.5], 4)), {"stream": "object"}))
   world = dict(noise_coords=3, base_records=2, sampling_prob=0.5, steps=4)
   wk = {"noise_coords": "count", "base_records": "count", "steps": "count"}

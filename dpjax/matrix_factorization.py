@@ -332,6 +332,26 @@ def sensitivity(strategy_TxT: Any, num_participations: int = 1, min_separation: 
   return math.sqrt(best)
 
 
+def cyclic_sensitivity(strategy_TxT: Any, steps_per_epoch: int) -> float:
+  """max over j in [0, E) of the sensitivity of x -> C x for a record at steps j, j + E, ...
+
+  The participation of `sampling.CyclicSampler` (fixed batches in a fixed cycle of E
+  steps): sqrt(sum_{a, b in pi_j} |X_ab|), X = C^T C, pi_j = {j, j + E, ...} < T; exact
+  when X >= 0 on pi_j (for a banded Toeplitz C with coefs >= 0 and for the tree), an
+  upper bound otherwise, and never above `sensitivity(C, ceil(T / E), E)`, whose
+  patterns include these.
+  """
+  c = check_strategy(strategy_TxT)
+  t = c.shape[0]
+  e = _validate.check_int(steps_per_epoch, "steps_per_epoch")
+  x = np.abs(c.T @ c)
+  best = 0.0
+  for j in range(min(e, t)):
+    idx = np.arange(j, t, e)
+    best = max(best, float(x[np.ix_(idx, idx)].sum()))
+  return math.sqrt(best)
+
+
 def toeplitz_sensitivity(coefs: Any, num_steps: int, num_participations: int = 1,
                          min_separation: int = 1) -> float:
   """Closed-form sensitivity of `banded_toeplitz(coefs, T)` for coefs >= 0, non-increasing.
@@ -479,6 +499,7 @@ def epsilon(noise_multiplier: float, sensitivity_value: float, delta: float) -> 
 
 __all__ = [
     "MAX_DENSE_STEPS", "MAX_PATTERNS", "NoiseStream", "banded_toeplitz", "check_strategy",
+    "cyclic_sensitivity",
     "epsilon", "expected_error", "gaussian_event", "matrix_stream", "momentum_workload",
     "optimize_toeplitz", "prefix_workload", "sqrt_toeplitz_coefs", "sensitivity", "stream_noise", "toeplitz_sensitivity",
     "toeplitz_stream", "tree_aggregation", "tree_noise_weights", "tree_stream",

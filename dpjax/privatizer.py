@@ -193,7 +193,8 @@ class CorrelatedNoisePrivatizer:
   run is the Gaussian mechanism with multiplier sigma / sens, sens =
   `matrix_factorization.sensitivity(stream.strategy, k, sep)` for the participation the
   sampler guarantees (at most k = epochs participations for a shuffle, sep >= 1), eps by
-  `matrix_factorization.epsilon`, without amplification by sampling.
+  `matrix_factorization.epsilon`, without amplification by sampling. With
+  `sampling.CyclicSampler` the engine states that eps instead (`epsilon`).
   """
   stream: object
   accounted: ClassVar[bool] = False
@@ -201,6 +202,38 @@ class CorrelatedNoisePrivatizer:
   def __post_init__(self):
     from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
     _validate.check_instance(self.stream, mf.NoiseStream, "stream")
+
+  def sensitivity(self, sampler, num_steps: int) -> float:
+    """sens of the first T steps' strategy under `sampler`'s participation.
+
+    Only `sampling.CyclicSampler` has a participation bound here:
+    `matrix_factorization.cyclic_sensitivity(C[:T, :T], E)`. ValueError for any other
+    sampler (Poisson or shuffled batches do not bound the gap between participations),
+    or T beyond the stream's.
+    """
+    from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+    from dpjax import sampling  # pylint: disable=g-import-not-at-top
+    if type(sampler) is not sampling.CyclicSampler:
+      raise ValueError(f"no participation bound for sampler {type(sampler).__name__}: the "
+                       "correlated-noise epsilon is derived for sampling.CyclicSampler only "
+                       "(use matrix_factorization.sensitivity with the pattern your sampler "
+                       "guarantees)")
+    t = _validate.check_int(num_steps, "num_steps", 1, self.stream.strategy.shape[0])
+    return mf.cyclic_sensitivity(self.stream.strategy[:t, :t], sampler.steps_per_epoch)
+
+  def epsilon(self, noise_multiplier: float, num_steps: int, delta: float, sampler) -> float:
+    """eps at delta of T steps with this noise on `sampler`'s cyclic batches.
+
+    `matrix_factorization.epsilon(sigma, self.sensitivity(sampler, T), delta)`: the
+    Gaussian mechanism C x + sigma Z with multiplier sigma / sens, add/remove of one
+    record, no amplification; math.inf at sigma = 0.
+    """
+    from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+    sigma = _validate.check_nonnegative(noise_multiplier, "noise_multiplier")
+    sens = self.sensitivity(sampler, num_steps)
+    if sigma == 0:
+      return math.inf
+    return mf.epsilon(sigma, sens, delta)
 
   def noise_stddev(self, noise_multiplier: float, l2_clip_norm: float) -> float:
     """sigma * C, as `GaussianPrivatizer`."""

@@ -11,8 +11,10 @@ Any object with these members can be passed as `dpsgd.train_many(..., sampler=..
 `PoissonSampler` is what DP-SGD's analysis assumes (Abadi et al. 2016).
 `ShuffleSampler` (fixed-size batches from a per-epoch shuffle) is NOT covered by
 those accountants (Chua et al. 2024, "How private are DP-SGD implementations?"); it
-exists for audits. `UserPoissonSampler` samples users (McMahan et al. 2018,
-https://arxiv.org/abs/1710.06963). Step t draws its mask from `prng.fold_in(key, t)`.
+exists for audits. `CyclicSampler` (fixed batches in a fixed cycle, no amplification) is
+the participation pattern of matrix-factorization training. `UserPoissonSampler` samples
+users (McMahan et al. 2018, https://arxiv.org/abs/1710.06963). Step t draws its mask from
+`prng.fold_in(key, t)` (`CyclicSampler`: one permutation from `key`).
 
 Shape letters: N records, U users.
 
@@ -113,6 +115,61 @@ class ShuffleSampler:
     rank = jnp.argsort(jnp.argsort(u))
     b = self.batch_size
     return (rank >= j * b) & (rank < (j + 1) * b) & keep_N
+
+
+@dataclasses.dataclass(frozen=True)
+class CyclicSampler:
+  """Fixed batches in a fixed cycle: record i is in batch floor(pi(i) / B), every epoch.
+
+  pi is one uniformly random permutation of the N record slots, drawn from the sampler
+  key (`jax.random.permutation(key, N)`, the same at every step); step t uses batch
+  j = t mod E. A record whose slot is below E * B takes part at steps j, j + E, j + 2E,
+  ...: at most k = ceil(T / E) times, consecutive ones exactly E steps apart
+  (`participation`); slots from E * B on never take part. The assignment of a record
+  does not depend on which other records are kept, so removing one record only removes
+  its own terms from its own batches.
+
+  Attributes:
+    batch_size: B >= 1 slots per batch (a batch holds fewer records where slots are not
+      kept). steps_per_epoch: E >= 1. sampling_prob: B / n, the rate of the fixed
+      denominator q n.
+  Privacy: no amplification. NOT the DP-SGD accountants' model (`accounted` is False);
+    with `privatizer.CorrelatedNoisePrivatizer` the run is the Gaussian mechanism with
+    the strategy's sensitivity under (k, E) (`CorrelatedNoisePrivatizer.epsilon`).
+  """
+  batch_size: int
+  steps_per_epoch: int
+  sampling_prob: float
+  accounted: ClassVar[bool] = False
+  privacy_unit: ClassVar[str] = "example"
+
+  def __post_init__(self):
+    object.__setattr__(self, "batch_size", _validate.check_int(self.batch_size, "batch_size"))
+    object.__setattr__(self, "steps_per_epoch",
+                       _validate.check_int(self.steps_per_epoch, "steps_per_epoch"))
+    object.__setattr__(self, "sampling_prob",
+                       float(_validate.check_sampling_prob(self.sampling_prob)))
+
+  @classmethod
+  def for_dataset(cls, dataset_size: int, batch_size: int) -> "CyclicSampler":
+    """E = floor(n / B) batches of B slots (n - E B records never take part), q = B / n."""
+    n = _validate.check_int(dataset_size, "dataset_size")
+    b = _validate.check_int(batch_size, "batch_size", 1, n)
+    return cls(batch_size=b, steps_per_epoch=n // b, sampling_prob=b / n)
+
+  def participation(self, num_steps: int) -> tuple[int, int]:
+    """(k, sep) = (ceil(T / E), E) clipped to k <= T: the most participations of one record
+    in T steps and the exact gap between consecutive ones."""
+    t = _validate.check_int(num_steps, "num_steps")
+    e = self.steps_per_epoch
+    return min(-(-t // e), t), min(e, t)
+
+  def batch_mask(self, key: jax.Array, step: jax.Array, keep_N: jax.Array) -> jax.Array:
+    """bool[N]: slots pi(i) in [j B, (j + 1) B), j = step mod E, and kept."""
+    slot = jax.random.permutation(key, keep_N.shape[0])
+    j = step % self.steps_per_epoch
+    b = self.batch_size
+    return (slot >= j * b) & (slot < (j + 1) * b) & keep_N
 
 
 # The default capacity leaves the sampled count above it with probability at most

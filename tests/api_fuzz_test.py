@@ -128,6 +128,7 @@ EXCLUDED = {
     "dpjax.privatizer.CorrelatedPrivatizerState": "optax state built by init",
     # Types with no arguments.
     "dpjax.dpsgd.UnaccountedComponentWarning": "a warning category",
+    "dpjax.dpsgd.OtherAccountantWarning": "a warning category",
     "dpjax.dpsgd.DivergenceWarning": "a warning category",
     # Norm helpers shared by the clipping paths: NaN / inf / huge values are what
     # they handle (no input is bad), tested in clipping_test.FloatLimitsTest.
@@ -1047,6 +1048,23 @@ def entries():
   add(E("dpjax.audit.variants.exact_epsilon", variants.exact_epsilon,
         dict(name="noise_half", cfg=helpers.small_config(dataset_size=12, num_steps=2)),
         {"name": "choice"}))
+  from dpjax.audit import mf_variants  # pylint: disable=g-import-not-at-top
+  cyc = sampling.CyclicSampler(batch_size=3, steps_per_epoch=2, sampling_prob=0.25)
+  mf_kinds = {"name": "choice", "coefs": "array", "sampler": "object"}
+  add(E("dpjax.audit.mf_variants.mf_variant", mf_variants.mf_variant,
+        dict(name="mf_noise_not_carried", cfg=helpers.small_config(), coefs=np.array([1.0, 0.5]),
+             sampler=cyc), {**mf_kinds, "cfg": "object"}))
+  add(E("dpjax.audit.mf_variants.mf_exact_epsilon", mf_variants.mf_exact_epsilon,
+        dict(name="mf_one_participation", cfg=helpers.small_config(),
+             coefs=np.array([1.0, 0.5]), sampler=cyc), {**mf_kinds, "cfg": "object"}))
+  add(E("dpjax.audit.mf_variants.mf_claimed_sensitivity", mf_variants.mf_claimed_sensitivity,
+        dict(name="mf_one_participation", coefs=np.array([1.0, 0.5]), sampler=cyc,
+             num_steps=6), mf_kinds))
+  from dpjax import matrix_factorization as mfv  # pylint: disable=g-import-not-at-top
+  add(E("dpjax.audit.mf_variants.NoiseNotCarried", mf_variants.NoiseNotCarried,
+        dict(stream=mfv.toeplitz_stream([1.0, 0.5], 4)), {"stream": "object"}))
+  add(E("dpjax.audit.mf_variants.InverseWrongSide", mf_variants.InverseWrongSide,
+        dict(stream=mfv.toeplitz_stream([1.0, 0.5], 4)), {"stream": "object"}))
   world = dict(noise_coords=3, base_records=2, sampling_prob=0.5, steps=4)
   wk = {"noise_coords": "count", "base_records": "count", "steps": "count"}
   add(E("dpjax.audit.variants.realised_denominator_lower_bound",
@@ -1601,6 +1619,9 @@ def entries():
   add(E("dpjax.matrix_factorization.sensitivity", mfz.sensitivity,
         dict(strategy_TxT=tri, num_participations=2, min_separation=2),
         {"strategy_TxT": "array", "min_separation": "count"}))
+  add(E("dpjax.matrix_factorization.cyclic_sensitivity", mfz.cyclic_sensitivity,
+        dict(strategy_TxT=tri, steps_per_epoch=2),
+        {"strategy_TxT": "array", "steps_per_epoch": "count"}))
   add(E("dpjax.matrix_factorization.toeplitz_sensitivity", mfz.toeplitz_sensitivity,
         dict(coefs=np.array([1.0, 0.5]), num_steps=6, num_participations=2, min_separation=2),
         {"coefs": "array", "min_separation": "count"}))
@@ -1649,6 +1670,9 @@ def entries():
   add(E("dpjax.sampling.PoissonSampler", sampling.PoissonSampler, dict(sampling_prob=0.3)))
   add(E("dpjax.sampling.ShuffleSampler", sampling.ShuffleSampler,
         dict(batch_size=3, steps_per_epoch=4, sampling_prob=0.25)))
+  add(E("dpjax.sampling.CyclicSampler", sampling.CyclicSampler,
+        dict(batch_size=3, steps_per_epoch=4, sampling_prob=0.25),
+        {"batch_size": "count", "steps_per_epoch": "count"}))
   add(E("dpjax.sampling.UserPoissonSampler", sampling.UserPoissonSampler,
         dict(sampling_prob=0.3, user_ids_N=np.array([0, 0, 1, 2]), num_users=3),
         {"user_ids_N": "labels"}))

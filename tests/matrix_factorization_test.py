@@ -7,6 +7,8 @@ participation patterns; the tree against its closed-form variances.
 
 import itertools
 import math
+import re
+import warnings
 
 import jax
 import numpy as np
@@ -17,6 +19,7 @@ from dpjax import matrix_factorization as mf
 from dpjax import models
 from dpjax import privatizer
 from dpjax import prng
+from dpjax import sampling
 from dpjax.accounting import gdp
 from tests import helpers
 
@@ -282,6 +285,96 @@ class PrivatizerTest(absltest.TestCase):
     state = stream.init((2,))
     noise, _ = stream.next(state, jax.random.key(0), 3)
     self.assertTrue(np.all(np.isnan(np.asarray(noise))))
+
+
+class CyclicTest(absltest.TestCase):
+  """Fixed batches in a fixed cycle: the sampler, its sensitivity and its epsilon."""
+
+  def test_each_kept_record_is_in_one_batch_per_epoch(self):
+    n, b, e = 23, 5, 4
+    s = sampling.CyclicSampler(batch_size=b, steps_per_epoch=e, sampling_prob=b / n)
+    keep = np.ones(n, bool)
+    keep[[3, 7]] = False
+    key = jax.random.key(3)
+    masks = np.stack([np.asarray(s.batch_mask(key, t, keep)) for t in range(3 * e)])
+    for epoch in range(3):
+      block = masks[epoch * e:(epoch + 1) * e]
+      np.testing.assert_array_equal(block, masks[:e])         # the same cycle every epoch
+      self.assertTrue(np.all(block.sum(axis=0) <= 1))         # at most once per epoch
+    self.assertEqual(int(masks[:e].sum()), e * b - int((~keep)[  # n - E B slots idle
+        np.asarray(jax.random.permutation(key, n)) < e * b].sum()))
+    self.assertFalse(np.any(masks[:, ~keep]))
+    # Removing a record leaves every other record's batches as they were.
+    keep2 = keep.copy()
+    keep2[0] = False
+    masks2 = np.stack([np.asarray(s.batch_mask(key, t, keep2)) for t in range(e)])
+    np.testing.assert_array_equal(masks2[:, 1:], masks[:e, 1:])
+    self.assertEqual(s.participation(3 * e), (3, e))
+    self.assertEqual(s.participation(2 * e + 1), (3, e))
+    s2 = sampling.CyclicSampler.for_dataset(23, 5)
+    self.assertEqual((s2.steps_per_epoch, s2.sampling_prob), (4, 5 / 23))
+    with self.assertRaises(ValueError):
+      sampling.CyclicSampler.for_dataset(4, 5)
+
+  def test_cyclic_sensitivity_matches_its_patterns(self):
+    t, e = 12, 4
+    rng = np.random.default_rng(0)
+    for c in (mf.banded_toeplitz([1.0, 0.6, 0.3], t), mf.tree_aggregation(t),
+              np.tril(rng.normal(size=(t, t))) + 3 * np.eye(t)):
+      got = mf.cyclic_sensitivity(c, e)
+      # Brute force over the E patterns {j, j + E, ...} and sign choices of the g_i.
+      best = 0.0
+      for j in range(e):
+        idx = list(range(j, t, e))
+        for signs in itertools.product((1.0, -1.0), repeat=len(idx)):
+          u = np.zeros(t)
+          u[idx] = signs
+          best = max(best, float(np.linalg.norm(c @ u)))
+      self.assertGreaterEqual(got, best - 1e-12)
+      self.assertLessEqual(got, mf.sensitivity(c, -(-t // e), e) + 1e-12)
+      if np.all(c.T @ c >= -1e-12):                 # X >= 0: the bound is attained
+        self.assertAlmostEqual(got, best, places=10)
+    coefs = [1.0, 0.6, 0.3]
+    self.assertAlmostEqual(mf.cyclic_sensitivity(mf.banded_toeplitz(coefs, t), e),
+                           mf.toeplitz_sensitivity(coefs, t, 3, e), places=12)
+    self.assertAlmostEqual(mf.cyclic_sensitivity(np.eye(t), e), math.sqrt(3), places=12)
+
+  def test_engine_states_the_epsilon_of_correlated_noise_on_cyclic_batches(self):
+    t, n, sigma = 8, 24, 2.0
+    model = models.logistic_regression(3)
+    cfg = helpers.small_config(num_steps=t, noise_multiplier=sigma, sampling_prob=6 / 24,
+                               dataset_size=n)
+    sampler = sampling.CyclicSampler.for_dataset(n, 6)
+    priv = privatizer.CorrelatedNoisePrivatizer(mf.toeplitz_stream([1.0, 0.5], t))
+    sens = float(np.linalg.norm(mf.banded_toeplitz([1.0, 0.5], t) @ (np.eye(t)[0] +
+                                                                      np.eye(t)[4])))
+    self.assertAlmostEqual(priv.sensitivity(sampler, t), sens, places=12)  # k = 2, sep = 4
+    eps = priv.epsilon(sigma, t, cfg.delta, sampler)
+    want = gdp.gaussian_epsilon(cfg.delta, sens / sigma)   # the Gaussian mechanism, exact
+    self.assertAlmostEqual(eps, want, delta=2e-3 * want)
+    self.assertGreaterEqual(eps, want - 1e-9)              # the PLD is pessimistic
+    x, y = np.zeros((n, 3), np.float32), np.zeros(n, np.float32)
+    kw = dict(perf=dpsgd.PerformanceFlags(progress=False))
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      dpsgd.train_one(jax.random.key(0), x, y, np.ones(n, bool), cfg, model, sampler=sampler,
+                      privatizer=priv, **kw)
+    kinds = [w.category for w in caught]
+    self.assertIn(dpsgd.OtherAccountantWarning, kinds)
+    self.assertNotIn(dpsgd.UnaccountedComponentWarning, kinds)
+    msg = str(next(w.message for w in caught if w.category is dpsgd.OtherAccountantWarning))
+    stated = float(re.search(r"eps = (\S+) at delta", msg).group(1))
+    self.assertAlmostEqual(stated, eps, delta=1e-5 * eps)
+    # Any other combination keeps the generic warning, and no statement is made.
+    for other in (dict(sampler=sampler),
+                  dict(privatizer=priv),
+                  dict(sampler=sampling.ShuffleSampler.like_poisson(cfg.sampling_prob, n),
+                       privatizer=priv)):
+      with self.assertWarns(dpsgd.UnaccountedComponentWarning):
+        dpsgd.train_one(jax.random.key(0), x, y, np.ones(n, bool), cfg, model, **other, **kw)
+    with self.assertRaisesRegex(ValueError, "no participation bound"):
+      priv.epsilon(sigma, t, cfg.delta, cfg.sampler())
+    self.assertEqual(priv.epsilon(0.0, t, cfg.delta, sampler), math.inf)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ use:
     `final_model` (adversaries that see only the last iterate), `crafting` (their
     canaries and initialisations), `last_iterate` (the last-iterate heuristic);
   broken trainings: `variants` (deliberately broken DP-SGDs, as replacement components),
+    `mf_variants` (broken matrix-factorization trainings),
     `probe` (the bugs that shipped, in worlds where the theory is exact), `guard` (a short
     audit of the engine that fails when its guarantee regresses);
   `pate_audit` (a canary audit of PATE's released labels).
@@ -28,7 +29,7 @@ import importlib
 from dpjax.audit.stats import clopper_pearson, epsilon_lower_bound
 
 _SUBMODULES = ("canary", "coverage", "crafting", "final_model", "guard", "last_iterate",
-               "one_run", "one_run_fdp", "parametric", "pate_audit", "per_step",
+               "mf_variants", "one_run", "one_run_fdp", "parametric", "pate_audit", "per_step",
                "per_step_run", "probe", "roc", "run", "runner", "score_audit", "stats",
                "store", "thresholds", "variants")
 __all__ = ["clopper_pearson", "epsilon_lower_bound", *_SUBMODULES]

@@ -22,6 +22,8 @@ replacement declares `accounted = False`, so training warns
 `exact_epsilon(name, cfg)` is the true eps of the variants that are again a subsampled
 Gaussian (None for the others, whose leak depends on the data set).
 
+Matrix-factorization faults: `dpjax.audit.mf_variants`.
+
 Examples:
   >>> import warnings
   >>> from dpjax import dpsgd, models

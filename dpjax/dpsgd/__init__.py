@@ -14,7 +14,7 @@ Examples (training: `train_many`'s docstring):
   (0.84, 256.0, 2.0)
 """
 
-from dpjax.dpsgd.components import UnaccountedComponentWarning
+from dpjax.dpsgd.components import OtherAccountantWarning, UnaccountedComponentWarning
 from dpjax.dpsgd.config import DpSgdConfig, PerformanceFlags
 from dpjax.dpsgd.engine import (DivergenceWarning, TrainResult, model_keys, program,
                                 train_many, train_one, train_sweep)
@@ -24,5 +24,5 @@ from dpjax.dpsgd.layout import batch_layout
 __all__ = [
     "DpSgdConfig", "PerformanceFlags", "FixedGradients", "TrainResult", "train_many",
     "train_one", "train_sweep", "batch_layout", "model_keys", "program",
-    "UnaccountedComponentWarning", "DivergenceWarning",
+    "UnaccountedComponentWarning", "OtherAccountantWarning", "DivergenceWarning",
 ]

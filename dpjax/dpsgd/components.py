@@ -24,6 +24,34 @@ class UnaccountedComponentWarning(UserWarning):
   """Training uses a component (sampler, clipping, privatizer) the accountant does not model."""
 
 
+class OtherAccountantWarning(UserWarning):
+  """cfg.epsilon() is not this run's epsilon; the message states the one that holds."""
+
+
+def _correlated_cyclic(cfg, sampler, path, privatizer) -> bool:
+  """Matrix-factorization noise on cyclic batches with accounted clipping, example-level,
+  within the strategy's T: the one combination whose epsilon the engine can state
+  (`CorrelatedNoisePrivatizer.epsilon`)."""
+  return (type(sampler) is sampling_lib.CyclicSampler and path.accounted
+          and type(privatizer) is privatizer_lib.CorrelatedNoisePrivatizer
+          and cfg.privacy_unit == "example"
+          and int(cfg.num_steps) <= privatizer.stream.strategy.shape[0])
+
+
+def _correlated_statement(cfg, sampler, privatizer) -> str:
+  t = int(cfg.num_steps)
+  k, sep = sampler.participation(t)
+  sens = privatizer.sensitivity(sampler, t)
+  eps = privatizer.epsilon(float(cfg.noise_multiplier), t, float(cfg.delta), sampler)
+  return (f"training with correlated noise on cyclic batches: DpSgdConfig.epsilon() (Poisson "
+          f"sampling, amplified) does NOT hold. Each record takes part at most {k} times, "
+          f"{sep} steps apart; the strategy's sensitivity is {sens:.6g}, so the run is the "
+          f"Gaussian mechanism with multiplier sigma / {sens:.6g}, no amplification: "
+          f"eps = {eps:.6g} at delta = {float(cfg.delta):g} for sigma = "
+          f"{float(cfg.noise_multiplier):g} (CorrelatedNoisePrivatizer.epsilon; in a "
+          "train_sweep each config's own sigma).")
+
+
 @functools.lru_cache(maxsize=16)
 def _user_components(sampling_prob, ids_bytes, num_records, num_users, model):
   """The default user-level sampler and clipping path, memoised by their contents."""
@@ -85,6 +113,8 @@ def resolve(cfg, model, sampler, clipping, privatizer, n):
   Warns:
     UnaccountedComponentWarning: for every component with `accounted = False` (e.g.
       a shuffle sampler): its run is not covered by cfg.epsilon().
+    OtherAccountantWarning: instead, for `CorrelatedNoisePrivatizer` on a
+      `sampling.CyclicSampler` with accounted clipping: the epsilon that holds.
   """
   if cfg.privacy_unit == "user" and sampler is None:
     raise ValueError("cfg.privacy_unit = 'user' needs the record owners: pass "
@@ -106,7 +136,10 @@ def resolve(cfg, model, sampler, clipping, privatizer, n):
   off = [f"{kind} {c!r}" for kind, c in (("sampler", sampler), ("clipping", path.name),
                                         ("privatizer", privatizer))
          if not getattr(c if kind != "clipping" else path, "accounted")]
-  if off:
+  if off and _correlated_cyclic(cfg, sampler, path, privatizer):
+    warnings.warn(_correlated_statement(cfg, sampler, privatizer), OtherAccountantWarning,
+                  stacklevel=4)
+  elif off:
     warnings.warn("training with " + ", ".join(off) + ", which the accountant does NOT model: "
                   "DpSgdConfig.epsilon() is not a guarantee for this run.",
                   UnaccountedComponentWarning, stacklevel=4)

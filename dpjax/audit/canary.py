@@ -73,7 +73,7 @@ def gradient_canaries(num_features: int, num_canaries: int, l2_clip_norm: float)
     [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
   """
   d = _validate.check_size(num_features, "num_features")
-  k = _validate.check_size(num_canaries, "num_canaries", units=d)
+  k = _validate.check_size(num_canaries, "num_canaries", units=d, units_name="num_features")
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   if k > d:
     raise ValueError(f"num_canaries = {k} needs as many unused coordinates, but "

@@ -600,12 +600,21 @@ def extreme_arguments(arguments: dict) -> dict:
 
 
 def _released_nonfinite(out) -> bool:
-  """True if `out` (a float, a float array, or a tuple of them) holds NaN or inf."""
-  if isinstance(out, tuple) and not hasattr(out, "_fields"):
+  """True if `out` (a float, a float array, or a tuple, list or dict of them) holds NaN or
+  inf; records and other objects are not looked into."""
+  if isinstance(out, (tuple, list)) and not hasattr(out, "_fields"):
     return any(_released_nonfinite(o) for o in out)
-  if isinstance(out, (float, np.floating)) or (
-      isinstance(out, np.ndarray) and np.issubdtype(out.dtype, np.floating)):
-    return not bool(np.all(np.isfinite(out)))
+  if isinstance(out, dict):
+    return any(_released_nonfinite(o) for o in out.values())
+  if isinstance(out, (float, np.floating)):
+    return not math.isfinite(out)
+  dtype = getattr(out, "dtype", None)
+  if dtype is not None and hasattr(out, "shape") and not is_tracer(out):
+    try:
+      floating = np.issubdtype(np.dtype(dtype), np.floating)
+    except TypeError:                     # PRNG keys and other extended dtypes
+      return False
+    return floating and not bool(np.all(np.isfinite(np.asarray(out))))
   return False
 
 

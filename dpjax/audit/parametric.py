@@ -46,6 +46,7 @@ class GdpEstimate:
   assumptions: str
 
 
+@_validate.names_extreme_arguments(finite=False)
 def gdp_estimate(scores_in_K, scores_out_K, delta: float, confidence: float = 0.95,
                  threshold: Optional[float] = None) -> GdpEstimate:
   """eps lower bound of Nasr et al. 2023, valid only if the mechanism is mu-GDP.

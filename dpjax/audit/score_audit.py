@@ -184,6 +184,7 @@ def _gdp(s_in, s_out, delta, confidence) -> ScoreBound:
                     delta)
 
 
+@_validate.names_extreme_arguments
 def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float = 0.95,
                  claimed_epsilon: Optional[float] = None, threshold: Optional[float] = None,
                  thresholds: Optional[Sequence[float]] = None,

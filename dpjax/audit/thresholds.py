@@ -306,6 +306,7 @@ class CertifiableBound:
   assumptions: str
 
 
+@_validate.names_extreme_arguments
 def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
                      confidence: float = 0.95,
                      thresholds_J: Optional[Sequence[float]] = None,

@@ -584,7 +584,7 @@ def entries():
 
   from dpjax.audit import roc  # pylint: disable=g-import-not-at-top
   add(E("dpjax.audit.roc.empirical_roc", roc.empirical_roc,
-        dict(scores_in_K=scores_in, scores_out_K=scores_out), sk, mismatch=False))
+        dict(scores_in_K=scores_in, scores_out_K=scores_out), sk, mismatch=False, inf_ok=True))   # thresholds +-inf at the ends of the ROC
   add(E("dpjax.audit.roc.roc_band", roc.roc_band,
         dict(scores_in_K=scores_in, scores_out_K=scores_out, confidence=0.9,
              fpr_G=np.array([0.01, 0.5])), dict(sk, fpr_G="probarr"), mismatch=False))
@@ -600,7 +600,7 @@ def entries():
         dict(scores_K=scores_in, included_K=np.arange(20) % 2 == 0, delta=1e-5,
              confidence=0.9, method="fdp", guess_counts=np.array([4, 10])),
         {"scores_K": "arrayinf", "included_K": "binary", "method": "choice",
-         "guess_counts": "array"}))
+         "guess_counts": "array"}, inf_ok=True))   # mu_lower NaN: only the GDP method has one
   add(E("dpjax.audit.one_run_fdp.fdp_rejects", one_run_fdp.fdp_rejects,
         dict(num_canaries=100, num_guesses=20, num_correct=15, family="gdp", parameter=1.0,
              delta=1e-5, confidence=0.9),
@@ -613,16 +613,16 @@ def entries():
          "parameter": "nonneg"}))
   add(E("dpjax.audit.one_run_fdp.fdp_epsilon_lower_bound", one_run_fdp.fdp_epsilon_lower_bound,
         dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5, family="gdp",
-             confidence=0.9), {"family": "choice"}))
+             confidence=0.9), {"family": "choice"}, inf_ok=True))   # NaN fields: not applicable to the family
   add(E("dpjax.audit.one_run.steinke_pointwise_epsilon_lower_bound",
         one_run.steinke_pointwise_epsilon_lower_bound,
         dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5, confidence=0.9),
-        {"num_guesses": "count", "num_correct": "count"}))
+        {"num_guesses": "count", "num_correct": "count"}, inf_ok=True))   # NaN fields: not applicable
   add(E("dpjax.audit.one_run_fdp.fdp_epsilon_lower_bound[subsampled_gaussian]",
         one_run_fdp.fdp_epsilon_lower_bound,
         dict(num_canaries=100, num_guesses=20, num_correct=18, delta=1e-5,
              family="subsampled_gaussian", confidence=0.9, sampling_prob=0.5, num_steps=2),
-        {"family": "choice", "num_steps": "count"}))
+        {"family": "choice", "num_steps": "count"}, inf_ok=True))   # NaN fields: not applicable to the family
   add(E("dpjax.audit.one_run.p_value", one_run.p_value,
         dict(num_canaries=100, num_guesses=20, num_correct=15, epsilon=1.0, delta=1e-5),
         {"num_guesses": "count", "num_correct": "count", "epsilon": "epsinf"}))
@@ -699,7 +699,7 @@ def entries():
   add(E("dpjax.audit.last_iterate.last_iterate_epsilon", last_iterate.last_iterate_epsilon,
         dict(sampling_prob=0.5, noise_multiplier=1.0, num_steps=3, delta=1e-5, tol=1e-6)))
   add(E("dpjax.audit.last_iterate.last_iterate_roc", last_iterate.last_iterate_roc,
-        dict(sampling_prob=0.5, noise_multiplier=1.0, num_steps=3, num_points=11)))
+        dict(sampling_prob=0.5, noise_multiplier=1.0, num_steps=3, num_points=11), inf_ok=True))   # log rates -inf where a rate is 0
   add(E("dpjax.audit.crafting.unused_features", crafting.unused_features,
         dict(x_NxF=x_nf), {"x_NxF": "anyrank"}))
   add(E("dpjax.audit.crafting.input_weight_canaries", crafting.input_weight_canaries,
@@ -896,7 +896,7 @@ def entries():
   setting = arun.Setting("eps2", 2.0, 1.0)
   add(E("dpjax.audit.run.settings", arun.settings,
         dict(epsilons=[2.0], sampling_prob=0.5, num_steps=2, delta=1e-5, no_noise=True),
-        {"epsilons": "epsarr", "no_noise": "flag"}))
+        {"epsilons": "epsarr", "no_noise": "flag"}, inf_ok=True))   # the noiseless setting claims eps = inf
   add(E("dpjax.audit.run.chunk_names", arun.chunk_names,
         dict(spec=spec, setting_list=[setting]), {"spec": "object", "setting_list": "object"}))
   add(E("dpjax.audit.run.chunk_identities", arun.chunk_identities,
@@ -945,7 +945,7 @@ def entries():
   add(E("dpjax.audit.probe.scores", probe.scores,
         dict(obs=np.full((2, 4, 3), 0.5), w=np.zeros((2, 5)), sampling_prob=0.5,
              noise_multiplier=1.0, expected_batch_size=2.0, steps_per_epoch=2),
-        {"obs": "array", "w": "array", "expected_batch_size": "pos"}, mismatch=False))
+        {"obs": "array", "w": "array", "expected_batch_size": "pos"}, mismatch=False, inf_ok=True))   # final_scale inf where a run is noiseless
   add(E("dpjax.audit.variants.clip_batch_mean", variants.clip_batch_mean,
         dict(base=clipping.path_for(lr)), {"base": "object"}))
   add(E("dpjax.audit.variants.variant", variants.variant,
@@ -1514,7 +1514,7 @@ def entries():
 
   # ---- tradeoff
   add(E("dpjax.tradeoff.dp_tpr_bound", tradeoff.dp_tpr_bound,
-        dict(fpr_F=fpr, epsilon=1.0, delta=1e-5), {"fpr_F": "probany"}))
+        dict(fpr_F=fpr, epsilon=1.0, delta=1e-5), {"fpr_F": "probany", "epsilon": "epsinf"}))
   add(E("dpjax.tradeoff.advantage_bound", tradeoff.advantage_bound,
         dict(epsilon=1.0, delta=1e-5)))
   add(E("dpjax.tradeoff.posterior_bound", tradeoff.posterior_bound,

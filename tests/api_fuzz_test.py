@@ -1174,7 +1174,7 @@ def entries():
   mk = {"scores_K": "anyrankinf", "labels_K": "binaryany"}
   for n in ("roc_counts", "roc_curve", "roc_auc", "advantage", "balanced_accuracy"):
     add(E(f"dpjax.metrics.{n}", getattr(metrics, n), dict(scores_K=sc, labels_K=labels_k),
-          mk))
+          mk, inf_ok=n in ("roc_counts", "roc_curve")))   # thresholds +-inf at the ROC ends
   mk = {"labels_K": "binary", "predictions_K": "binary", "groups_K": "labels"}
   add(E("dpjax.metrics.auc", metrics.auc,
         dict(fpr=np.array([0.0, 0.5, 1.0]), tpr=np.array([0.0, 0.8, 1.0])),

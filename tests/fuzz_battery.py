@@ -58,8 +58,8 @@ Probes by property:
 
 A length mismatch (and an empty array or an extra axis, which change a length) may
 be reported under the name of either array that shares the shape letter. Optional
-parameters (default None) are fuzzed with a valid non-None baseline value supplied in
-the entry; None is then a valid input.
+parameters (default None, or annotated Optional) are fuzzed with a valid non-None
+baseline value supplied in the entry; None is then a valid input.
 
 `inputs(entry, full=False)` is the default subset run by the default test suite: for
 every parameter, three probes of its kind (NaN, a string, the nearest value outside the
@@ -363,7 +363,8 @@ def inputs(entry: Entry, full: bool = False) -> Iterator[tuple[str, str, Any, st
   """(parameter, label, value, expect) per probe of each parameter (see the docstring)."""
   sig = _signature(entry.fn)
   for param, kind, _ in params_and_kinds(entry):
-    optional = param in sig and sig[param].default is None
+    optional = param in sig and (sig[param].default is None or re.search(
+        r"Optional|None", str(sig[param].annotation)) is not None)
     if kind in ARRAY_KINDS:
       cases = [(label, v, NAMED)
                for label, v in _array_values(entry, param, kind, _expand(entry.kwargs[param]))]

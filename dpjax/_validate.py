@@ -600,9 +600,9 @@ def extreme_arguments(arguments: dict) -> dict:
 
 
 def _released_nonfinite(out) -> bool:
-  """True if `out` (a float, a float array, or a tuple, list or dict of them) holds NaN or
-  inf; records and other objects are not looked into."""
-  if isinstance(out, (tuple, list)) and not hasattr(out, "_fields"):
+  """True if `out` (a float, a float array, or a tuple, NamedTuple, list or dict of them)
+  holds NaN or inf; other objects are not looked into."""
+  if isinstance(out, (tuple, list)):
     return any(_released_nonfinite(o) for o in out)
   if isinstance(out, dict):
     return any(_released_nonfinite(o) for o in out.values())

@@ -10,6 +10,8 @@ its shape.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import os
 import sys
@@ -219,20 +221,31 @@ def check_int(value: Any, name: str, minimum: int = 1,
 
 
 def memory_bytes() -> int:
-  """The physical memory of this machine in bytes (2**40 where it cannot be read)."""
+  """The memory this process may use in bytes: the machine's physical memory, or the
+  process's address-space limit where one is set and smaller (2**40 where neither can be
+  read)."""
   try:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   except (AttributeError, ValueError, OSError):
-    return 2**40
+    have = 2**40
+  try:
+    import resource  # pylint: disable=g-import-not-at-top
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit != resource.RLIM_INFINITY and limit > 0:
+      have = min(have, limit)
+  except (ImportError, ValueError, OSError):
+    pass
+  return have
 
 
 def check_size(value: Any, name: str, minimum: int = 1, *, bytes_per_unit: int = 4,
-               units: int = 1) -> int:
+               units: int = 1, units_name: Optional[str] = None) -> int:
   """A count that sizes an allocation: an int >= minimum whose arrays fit in memory.
 
   The array holds `value * units` entries of `bytes_per_unit` bytes; a request larger
-  than physical memory is refused here (such an allocation aborts inside XLA instead of
-  raising).
+  than the memory of the process (`memory_bytes`) is refused here (such an allocation
+  aborts inside XLA instead of raising); `units_name` names the parameter that gave
+  `units`, so the message names both.
 
   Examples:
     >>> check_size(3, "num_records")
@@ -246,7 +259,8 @@ def check_size(value: Any, name: str, minimum: int = 1, *, bytes_per_unit: int =
   need = v * max(int(units), 1) * bytes_per_unit
   have = memory_bytes()
   if need > have:
-    raise ValueError(f"{name} = {v} needs at least {need:.3g} bytes, more than the "
+    times = f" (times {units_name} = {units})" if units_name else ""
+    raise ValueError(f"{name} = {v}{times} needs at least {need:.3g} bytes, more than the "
                      f"memory of this machine ({have:.3g} bytes)")
   return v
 
@@ -496,7 +510,7 @@ def check_binary(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = Non
   check_shape(x, name, ndim=ndim, shape=shape)
   if is_tracer(x):
     return x
-  arr = np.asarray(x)
+  arr = _numeric_array(x, name)
   if arr.dtype != np.bool_ and not np.all((arr == 0) | (arr == 1)):
     raise ValueError(f"{name} must contain only 0 and 1 (or booleans)")
   return arr.astype(bool)
@@ -549,3 +563,110 @@ def check_model_params(model: Any, params: Any, name: str = "params") -> Any:
   ref = jax.eval_shape(model.init, jax.random.key(0))
   check_params_like(params, ref, name)
   return params
+
+
+# ----------------------------------------------------------------------------------
+# extreme but valid inputs
+
+_TINY, _HUGE = 1e-100, 1e100      # magnitudes past which an argument counts as extreme
+_BIG_INT = 2**53                  # integers past which float arithmetic is inexact
+
+
+def extreme_arguments(arguments: dict) -> dict:
+  """{name: value} of the arguments with an extreme magnitude.
+
+  Extreme: a nonzero float (or the entries of a float array) below 1e-100 or above 1e100
+  in magnitude, or an integer beyond 2^53. Bools, strings and other objects never are.
+
+  Examples:
+    >>> extreme_arguments({"sigma": 1e-300, "steps": 10, "delta": 1e-5, "n": 2**63})
+    {'sigma': 1e-300, 'n': 9223372036854775808}
+  """
+  out = {}
+  for name, v in arguments.items():
+    if isinstance(v, (bool, np.bool_, str, bytes)) or v is None or is_tracer(v):
+      continue
+    if isinstance(v, (int, np.integer)):
+      if abs(int(v)) > _BIG_INT:
+        out[name] = v
+      continue
+    if isinstance(v, (float, np.floating, np.ndarray)) and np.size(v) and np.issubdtype(
+        np.asarray(v).dtype, np.floating):
+      a = np.abs(np.asarray(v, np.float64))
+      a = a[np.isfinite(a) & (a > 0)]
+      if a.size and (a.min() < _TINY or a.max() > _HUGE):
+        out[name] = v
+  return out
+
+
+def _released_nonfinite(out) -> bool:
+  """True if `out` (a float, a float array, or a tuple, NamedTuple, list or dict of them)
+  holds NaN or inf; other objects are not looked into."""
+  if isinstance(out, (tuple, list)):
+    return any(_released_nonfinite(o) for o in out)
+  if isinstance(out, dict):
+    return any(_released_nonfinite(o) for o in out.values())
+  if isinstance(out, (float, np.floating)):
+    return not math.isfinite(out)
+  dtype = getattr(out, "dtype", None)
+  if dtype is not None and hasattr(out, "shape") and not is_tracer(out):
+    try:
+      floating = np.issubdtype(np.dtype(dtype), np.floating)
+    except TypeError:                     # PRNG keys and other extended dtypes
+      return False
+    return floating and not bool(np.all(np.isfinite(np.asarray(out))))
+  return False
+
+
+def names_extreme_arguments(fn=None, *, finite: bool = True):
+  """Decorator: where extreme but valid arguments defeat float arithmetic, say which.
+
+  If the function raises ArithmeticError (overflow, division by zero), or a ValueError
+  that does not name an extreme argument, or (with `finite`) returns NaN or inf, while
+  some arguments are extreme (`extreme_arguments`), an OverflowError naming those
+  arguments and their values is raised instead, the original error chained. With no
+  extreme argument, the original outcome stands (a failure at ordinary values is a bug,
+  not a range problem). finite=False: infinities are part of the result's contract.
+
+  Examples:
+    >>> @names_extreme_arguments
+    ... def inverse_square(sigma):
+    ...   return 1.0 / sigma**2
+    >>> inverse_square(1e-300)
+    Traceback (most recent call last):
+    ...
+    OverflowError: sigma = 1e-300 is too extreme for this computation (ZeroDivisionError: float division by zero)
+  """
+  if fn is None:
+    return functools.partial(names_extreme_arguments, finite=finite)
+  signature = inspect.signature(fn)
+
+  def extremes(args, kwargs):
+    try:
+      bound = signature.bind(*args, **kwargs)
+    except TypeError:
+      return {}
+    return extreme_arguments(bound.arguments)
+
+  def refuse(found, cause):
+    text = ", ".join(f"{k} = {v!r:.40}" for k, v in found.items())
+    return OverflowError(f"{text} {'is' if len(found) == 1 else 'are'} too extreme for "
+                         f"this computation ({cause})")
+
+  @functools.wraps(fn)
+  def wrapper(*args, **kwargs):
+    try:
+      out = fn(*args, **kwargs)
+    except (ArithmeticError, ValueError) as e:
+      found = extremes(args, kwargs)
+      if not found or (isinstance(e, ValueError) and not isinstance(e, ArithmeticError)
+                       and any(k in str(e) for k in found)):
+        raise
+      raise refuse(found, f"{type(e).__name__}: {' '.join(str(e).split())[:200]}") from e
+    if finite and _released_nonfinite(out):
+      found = extremes(args, kwargs)
+      if found:
+        raise refuse(found, "the result is not finite")
+    return out
+
+  return wrapper

@@ -504,7 +504,7 @@ def grouped_rates(key: jax.Array, group_U: jax.typing.ArrayLike,
   eps = _validate.check_epsilon(epsilon)
   f = _validate.check_probability(count_fraction, "count_fraction", open_low=True,
                                   open_high=True)
-  z = _validate.check_int(num_groups, "num_groups")
+  z = _validate.check_size(num_groups, "num_groups", bytes_per_unit=8)
   max_sd = _validate.check_positive(max_rate_sd, "max_rate_sd")
   g = _validate.check_array(group_U, "group_U", np.int32, ndim=1, min_size=1, low=0,
                             high=z - 1, integer=True)

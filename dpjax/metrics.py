@@ -148,6 +148,7 @@ def plot_roc_loglog(ax, curves: Mapping[str, tuple], *, floor: bool = True,
   `floor` also draws TPR = FPR; `min_rate` (> 0) is the lower axis limit.
   """
   _validate.check_probability(min_rate, "min_rate", open_low=True, open_high=True)
+  floor = _validate.check_bool(floor, "floor")
   if not isinstance(curves, Mapping):
     raise TypeError(f"curves must be a mapping {{label: (fpr, tpr)}}, got {curves!r:.80}")
   for label, (f, t) in curves.items():

@@ -230,8 +230,9 @@ def train_batch_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCo
   _validate.check_shape(keep_MxN, "keep_MxN", shape=(None, n))
   for name, v in (("x_NxF", x_NxF), ("y_N", y_N), ("keep_MxN", keep_MxN)):
     dtype = np.asarray(v).dtype if getattr(v, "dtype", None) is None else v.dtype
-    if not (np.issubdtype(dtype, np.number) or dtype == np.bool_):
-      raise ValueError(f"{name} must be an array of numbers, got dtype {dtype}")
+    if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)
+            or dtype == np.bool_):
+      raise ValueError(f"{name} must be an array of real numbers, got dtype {dtype}")
   if n % d:
     raise ValueError(f"x_NxF's N = {n} records must be a multiple of the {d} devices "
                      "(padding would change the Poisson draws, which depend on N)")

@@ -262,6 +262,7 @@ def gnmax_rdp_data_dependent(votes_C, sigma: float, orders) -> np.ndarray:
   return gaussian_rdp_data_dependent(gnmax_log_q(votes_C, sigma), sigma, orders)
 
 
+@_validate.names_extreme_arguments
 def threshold_log_pr_answered(votes_C, threshold: float, sigma_threshold: float) -> float:
   """log Pr[max_c n_c + N(0, sigma_t^2) >= T]."""
   v = check_votes(votes_C, "votes_C", ndim=1)
@@ -312,6 +313,7 @@ class PateRdp(NamedTuple):
   num_answered: int
 
 
+@_validate.names_extreme_arguments
 def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
              threshold: float | None = None, sigma_threshold: float | None = None,
              aggregator: str = "gnmax") -> PateRdp:
@@ -409,6 +411,7 @@ def pate_rdp_grouped(votes_QxC, answered_Q=None, *, sigma: float, orders,
   return PateRdp(lam, indep, dep, int(ans.sum()))
 
 
+@_validate.names_extreme_arguments
 def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
                         sigma: float, orders) -> PateRdp:
   """RDP of Q Confident-GNMax queries without conditioning on what was answered.

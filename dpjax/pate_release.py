@@ -283,6 +283,7 @@ def _top_count_ls(b: np.ndarray, v_top: np.ndarray, v_min: int, m: int) -> np.nd
   return _range_max(ls, lo, hi)
 
 
+@_validate.names_extreme_arguments
 def local_sensitivity_gnmax(votes_QxC, *, sigma: float, order: float) -> np.ndarray:
   """Per-query bound A_j(d) on the local sensitivity at distance d of GNMax's
   data-dependent RDP at one order: float64[Q, M + 1] (d = 0..M).
@@ -466,6 +467,7 @@ def plan_release(votes_QxC, answered_Q=None, *, sigma: float, delta: float,
   return best[1]
 
 
+@_validate.names_extreme_arguments
 def release(key: jax.Array, votes_QxC, answered_Q=None, *, sigma: float,
             params: ReleaseParams, delta: float, threshold: float | None = None,
             sigma_threshold: float | None = None) -> PateRelease:

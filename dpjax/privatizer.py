@@ -56,9 +56,11 @@ def _check_stddev(stddev, name: str = "noise_stddev"):
   """A concrete std is validated; a traced one (inside the engine) was validated on the host."""
   if _validate.is_tracer(stddev):
     return stddev
-  if isinstance(stddev, (int, float, str, bytes)) or stddev is None:
+  if isinstance(stddev, (int, float, complex, str, bytes)) or stddev is None:
     return _validate.check_nonnegative(stddev, name)
   v = jnp.asarray(stddev)
+  if not (jnp.issubdtype(v.dtype, jnp.floating) or jnp.issubdtype(v.dtype, jnp.integer)):
+    raise ValueError(f"{name} must be a real scalar >= 0, got dtype {v.dtype}")
   if v.shape != () or not bool(jnp.isfinite(v)) or not bool(v >= 0):
     raise ValueError(f"{name} must be a finite scalar >= 0, got {stddev!r}")
   return v

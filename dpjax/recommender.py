@@ -166,6 +166,7 @@ def global_statistics(rating_R, *, lower: float = ratings_lib.RATING_MIN,
   return float(np.sum(np.clip(r, lo, hi) - c)), float(r.shape[0])
 
 
+@_validate.names_extreme_arguments
 def item_statistics(item_R, rating_R, num_items: int, *,
                     lower: float = ratings_lib.RATING_MIN,
                     upper: float = ratings_lib.RATING_MAX) -> tuple[np.ndarray, np.ndarray]:
@@ -319,6 +320,7 @@ def _shrink(cov, wgt, beta_p: float) -> np.ndarray:
   return out
 
 
+@_validate.names_extreme_arguments
 def private_statistics(key: jax.Array, user_R, item_R, rating_R, num_users: int,
                        num_items: int, *, epsilon: float, privacy_unit: str = "rating",
                        split=DEFAULT_SPLIT, lower: float = ratings_lib.RATING_MIN,

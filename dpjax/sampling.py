@@ -352,6 +352,7 @@ def check_sampler(sampler, sampling_prob: float) -> None:
     if not hasattr(sampler, attr):
       raise TypeError(f"sampler must have a {attr!r} member (see dpjax.sampling), "
                       f"got {type(sampler).__name__}")
-  if sampler.accounted and float(sampler.sampling_prob) != float(sampling_prob):
+  sampling_prob = _validate.check_sampling_prob(sampling_prob)
+  if sampler.accounted and float(sampler.sampling_prob) != sampling_prob:
     raise ValueError(f"sampler.sampling_prob = {sampler.sampling_prob} but the config's "
                      f"sampling_prob = {sampling_prob}: the accountant would be told another q")

@@ -207,6 +207,7 @@ def _laplace_isf(f, b):
                   b * np.log(2 * np.maximum(1 - f, 1e-300)))
 
 
+@_validate.names_extreme_arguments
 def laplace_tpr(fpr_F, epsilon: float):
   """Highest TPR at `fpr_F` against the Laplace mechanism, 0 vs 1, scale 1 / eps.
 

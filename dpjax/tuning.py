@@ -55,6 +55,7 @@ def _law(mean_runs, shape) -> tuple[float, float]:
   return mu, eta
 
 
+@_validate.names_extreme_arguments
 def num_runs_log_pmf(k, mean_runs: float, shape) -> np.ndarray:
   """log P[K = k] of the law of the number of runs.
 
@@ -102,6 +103,7 @@ def _uniform53(key, size: int) -> np.ndarray:
   return (hi * 2.0 ** 27 + lo) / 2.0 ** 53
 
 
+@_validate.names_extreme_arguments
 def sample_num_runs(key: jax.Array, mean_runs: float, shape, size: Optional[int] = None):
   """Draws the number of runs K (the law of `num_runs_log_pmf`) by inversion.
 
@@ -123,6 +125,7 @@ def sample_num_runs(key: jax.Array, mean_runs: float, shape, size: Optional[int]
   return int(k[0]) if size is None else k
 
 
+@_validate.names_extreme_arguments
 def num_runs_quantile(u, mean_runs: float, shape):
   """The law's quantile function: the smallest k with P[K <= k] > u, for u in [0, 1).
 
@@ -173,6 +176,7 @@ class TuningResult(NamedTuple):
   output: PyTree
 
 
+@_validate.names_extreme_arguments
 def repeat_and_select(key: jax.Array,
                       base_fn: Callable[[jax.Array, np.ndarray], tuple[PyTree, Any]],
                       num_candidates: int, *, mean_runs: float, shape,
@@ -200,7 +204,7 @@ def repeat_and_select(key: jax.Array,
     >>> res.candidate, int(res.output["c"])
     (4, 4)
   """
-  c = _validate.check_int(num_candidates, "num_candidates")
+  c = _validate.check_size(num_candidates, "num_candidates", bytes_per_unit=8)
   mu, eta = _law(mean_runs, shape)
   _validate.check_callable(base_fn, "base_fn")
   if candidate_probs is None:
@@ -227,6 +231,7 @@ def repeat_and_select(key: jax.Array,
                       jax.tree.map(lambda a: a[best], outputs))
 
 
+@_validate.names_extreme_arguments
 def noisy_count_scores(key: jax.Array, counts_R, noise_multiplier: float) -> np.ndarray:
   """Releases integer counts (e.g. correct predictions on a private validation split).
 
@@ -332,6 +337,7 @@ def select_by_exponential_mechanism(key: jax.Array, correct_counts_C, epsilon: f
                                               sensitivity=1.0, monotonic=True))
 
 
+@_validate.names_extreme_arguments
 def exponential_selection_epsilon(noise_multiplier: float, sampling_prob: float,
                                   num_steps: int, num_candidates: int, delta: float,
                                   selection_epsilon: float) -> float:
@@ -347,7 +353,7 @@ def exponential_selection_epsilon(noise_multiplier: float, sampling_prob: float,
     >>> exponential_selection_epsilon(4.0, 0.01, 100, 20, 1e-5, 0.5) == max(e1, 0.5)
     True
   """
-  c = _validate.check_int(num_candidates, "num_candidates")
+  c = _validate.check_size(num_candidates, "num_candidates", bytes_per_unit=8)
   steps = _validate.check_int(num_steps, "num_steps")
   e_sel = _validate.check_epsilon(selection_epsilon, "selection_epsilon")
   e_train = accounting.dpsgd_epsilon(noise_multiplier, sampling_prob, c * steps, delta)

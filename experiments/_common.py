@@ -353,8 +353,11 @@ def app_run(name: str, config_cls, run_fn: Callable,
   """The whole `__main__` of an experiment: flags from the config, then run_fn(cfg, out_dir).
 
   A flag value absl cannot parse or the config rejects prints one "FATAL Flags parsing
-  error: flag --x=v: ..." line and exits 2; a `store.StoreError` or OSError prints
-  "ERROR <name>: ..." and exits 1. default_out(cfg): the output directory without --out.
+  error: flag --x=v: ..." line and exits 2; so does a ValueError or OverflowError that the
+  run raises only once it uses the values (an unreachable target eps, a size the library
+  refuses) when a flag was given: the line names the flags given. A `store.StoreError`
+  or OSError prints "ERROR <name>: ..." and exits 1. default_out(cfg): the output
+  directory without --out.
   """
   holders = define_flags(config_cls)
   parsed = {}
@@ -381,6 +384,16 @@ def app_run(name: str, config_cls, run_fn: Callable,
       # line naming the file, status 1 (nothing half-written is left as valid).
       sys.stderr.write(f"ERROR {name}: {e}\n")
       sys.exit(1)
+    except (ValueError, OverflowError) as e:
+      given = [f for f in holders if f in flags.FLAGS and flags.FLAGS[f].present]
+      if not given:
+        raise                  # the defaults must run: anything else is a bug, traced
+      shown = " ".join(f"--{f}={flags.FLAGS[f].serialize().split('=', 1)[-1]}"
+                       for f in given)
+      sys.stderr.write(f"FATAL Flags parsing error: {_flag_error(e, holders)} (a value the "
+                       f"run cannot use; flags given: {shown}; --helpshort lists the "
+                       "flags)\n")
+      sys.exit(2)
 
   app.run(main, flags_parser=parser)
 

@@ -214,7 +214,6 @@ def _figure(out_dir, band, claimed, delta, mu, title) -> str:
 def run(cfg: AuditScoresConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
   """Reads (or makes) the scores and bounds eps (checks before writing); `_common.finish`'s dict."""
-  del progress
   demo = not cfg.scores
   if demo:
     s_in, s_out = _demo_scores(cfg)
@@ -228,7 +227,7 @@ def run(cfg: AuditScoresConfig, out_dir: str, *, progress: bool = True,
   source.update(num_in=int(s_in.size), num_out=int(s_out.size))
   bounds = score_audit.score_bounds(s_in, s_out, delta=cfg.delta, confidence=cfg.confidence,
                                    claimed_epsilon=claimed, threshold=cfg.threshold,
-                                   seed=cfg.seed)
+                                   seed=cfg.seed, progress=progress and not quiet)
   band = roc.roc_band(s_in, s_out, confidence=cfg.confidence)
   fpr, tpr, _ = roc.empirical_roc(s_in, s_out)
   auc = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))

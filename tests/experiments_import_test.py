@@ -57,6 +57,9 @@ _BAD_FLAGS = {
     "audit_guard": [(["--runs", "1"], "runs"), (["--bugs", "bogus"], "--bugs")],
     "audit_pate": [(["--trials", "5"], "trials"), (["--broken_noise", "1.5"], "broken_noise")],
     "fp_attacks": [(["--sampling_prob", "0"], "--sampling_prob=0")],
+    "mechanisms": [(["--seed", str(2 ** 64)], f"--seed={2 ** 64}"),
+                   # accepted by the config, refused by the library before allocating
+                   (["--rr_people", str(2 ** 40)], f"flags given: --rr_people={2 ** 40}")],
     "mia_bound": [(["--epsilons", "-1"], "--epsilons"), (["--fpr", "0.7"], "--fpr=0.7")],
     "one_run_dpsgd": [(["--num_canaries", "2"], "num_canaries")],
     "one_run_fdp": [(["--num_canaries", "2"], "num_canaries")],

@@ -101,5 +101,39 @@ class ErrorCountsTest(absltest.TestCase):
     self.assertEqual(stats.check_scores([np.inf], "s").tolist(), [np.inf])
 
 
+class MonotoneArgmaxTest(parameterized.TestCase):
+  """The branch and bound returns exactly np.argmax over every candidate (ties included)."""
+
+  @parameterized.parameters((4, 2), (16, 3), (1024, 32))
+  def test_equals_the_exhaustive_argmax(self, blocks, split):
+    rng = np.random.default_rng(blocks)
+    old = stats._BLOCKS, stats._SPLIT
+    stats._BLOCKS, stats._SPLIT = blocks, split
+    try:
+      for trial in range(60):
+        n = int(rng.integers(2, 3000))
+        grid = int(rng.choice([2, 5, 1000]))          # coarse grids: many tied counts
+        shift = float(rng.choice([0.0, 0.5, 3.0]))     # 0: null scores, every bound 0
+        a = np.round(rng.normal(shift, 1, n) * grid) / grid
+        b = np.round(rng.normal(0, 1, n) * grid) / grid
+        cand = np.unique(np.r_[a, b, -np.inf])
+        fp, fn = stats.error_counts(a, b, cand)
+        value = lambda f, g: stats.epsilon_lower_bound(f, n, g, n, 1e-5, 0.9)
+        v = value(fp, fn)
+        self.assertEqual(stats.monotone_argmax(fp, fn, value),
+                         (int(np.argmax(v)), float(v.max())), trial)
+      fp, fn = np.arange(50.0)[::-1], np.arange(50.0)
+      self.assertEqual(stats.monotone_argmax(fp, fn, lambda f, g: np.full(f.shape, -np.inf)),
+                       (0, -np.inf))
+    finally:
+      stats._BLOCKS, stats._SPLIT = old
+
+  def test_counts_out_of_order_are_refused_by_name(self):
+    with self.assertRaisesRegex(ValueError, "fp_J must be non-increasing"):
+      stats.monotone_argmax([1, 2], [0, 1], lambda f, g: -f)
+    with self.assertRaisesRegex(ValueError, "fn_J must be non-decreasing"):
+      stats.monotone_argmax([2, 1], [1, 0], lambda f, g: -f)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -305,5 +305,43 @@ class CountAndTypeTest(absltest.TestCase):
       v.check_instance(3, (str, bytes), "directory")
 
 
+class ExtremeArgumentsTest(absltest.TestCase):
+  """names_extreme_arguments: extreme valid values get an OverflowError naming them."""
+
+  def test_failures_at_extreme_values_name_the_arguments(self):
+    @v.names_extreme_arguments
+    def f(sigma, steps=1, flag=False):
+      del flag
+      return math.exp(steps / sigma)
+
+    self.assertAlmostEqual(f(1.0), math.e)
+    with self.assertRaisesRegex(OverflowError, r"^sigma = 1e-300 is too extreme.*math range"):
+      f(1e-300)
+    with self.assertRaisesRegex(OverflowError, r"steps = 9223372036854775808 is too extreme"):
+      f(1.0, steps=2**63)
+    with self.assertRaisesRegex(OverflowError, "math range error"):
+      f(1e-3, steps=10**6)          # nothing extreme: the original error stands
+
+  def test_a_non_finite_result_at_extreme_values_is_refused(self):
+    g = v.names_extreme_arguments(lambda x: np.array([x * x]))
+    with self.assertRaisesRegex(OverflowError, "x = 1e.300 is too extreme.*not finite"):
+      g(1e300)
+    h = v.names_extreme_arguments(finite=False)(lambda x: x * x)
+    self.assertEqual(h(1e300), math.inf)
+
+  def test_a_value_error_naming_the_argument_stands(self):
+    @v.names_extreme_arguments
+    def f(sigma):
+      raise ValueError(f"sigma must be <= 1e10, got {sigma}")
+    with self.assertRaisesRegex(ValueError, "^sigma must be"):
+      f(1e300)
+
+  def test_what_counts_as_extreme(self):
+    got = v.extreme_arguments(dict(a=5e-324, b=0.0, c=1e99, d=True, e="1e300",
+                                           f=np.array([1.0, 1e101]), g=2**53, h=-2**54,
+                                           i=math.inf))
+    self.assertEqual(sorted(got), ["a", "f", "h"])
+
+
 if __name__ == "__main__":
   absltest.main()

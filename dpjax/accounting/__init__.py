@@ -79,6 +79,7 @@ def _pld_module():
 # DP-SGD front door
 
 
+@_validate.names_extreme_arguments
 def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
                   delta: float, accountant: str = "rdp", *,
                   dataset_size: Optional[int] = None,
@@ -108,6 +109,7 @@ def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
   return rdp.rdp_to_epsilon(o, r, d, method=rdp_method)[0]
 
 
+@_validate.names_extreme_arguments
 def tuned_dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
                         delta: float, *, mean_runs: float, shape, accountant: str = "rdp",
                         score_noise_multiplier: Optional[float] = None,
@@ -155,6 +157,7 @@ def tuned_dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps
   return rdp.rdp_to_epsilon(o, out, d, method=rdp_method)[0]
 
 
+@_validate.names_extreme_arguments
 def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
                     delta: float, accountant: str = "rdp", *,
                     dataset_size: Optional[int] = None, rtol: float = 1e-4,
@@ -253,6 +256,7 @@ class Accountant:
     self.events.append((name, dict(params), k))
     return self
 
+  @_validate.names_extreme_arguments
   def compose_gaussian(self, noise_multiplier: float, count: int = 1) -> "Accountant":
     """Adds `count` Gaussian mechanisms with noise std = noise_multiplier * L2 sensitivity."""
     s = _validate.check_positive(noise_multiplier, "noise_multiplier")
@@ -260,6 +264,7 @@ class Accountant:
                      lambda o: rdp.gaussian_rdp(s, o),
                      lambda: _pld_module().gaussian_pld(s, sampling_prob=1.0))
 
+  @_validate.names_extreme_arguments
   def compose_subsampled_gaussian(self, noise_multiplier: float, sampling_prob: float,
                                   count: int = 1) -> "Accountant":
     """Adds `count` Poisson-subsampled Gaussian steps (DP-SGD steps)."""
@@ -271,6 +276,7 @@ class Accountant:
                      lambda o: rdp.subsampled_gaussian_rdp(q, s, o),
                      lambda: _pld_module().gaussian_pld(s, sampling_prob=q))
 
+  @_validate.names_extreme_arguments
   def compose_laplace(self, scale: float, sensitivity: float = 1.0,
                       count: int = 1) -> "Accountant":
     """Adds `count` Laplace mechanisms with noise scale b and L1 sensitivity Delta."""
@@ -280,6 +286,7 @@ class Accountant:
                      lambda o: rdp.laplace_rdp(b, o, sensitivity=dl),
                      lambda: _pld_module().laplace_pld(b, sensitivity=dl))
 
+  @_validate.names_extreme_arguments
   def compose_randomized_response(self, epsilon: float, count: int = 1,
                                   num_buckets: int = 2) -> "Accountant":
     """Adds `count` k-ary randomized responses, each eps-DP (replace-one)."""
@@ -314,6 +321,7 @@ class Accountant:
                   "Gaussian steps (add/remove-one); the total holds only for a relation "
                   "under which both guarantees are valid.", UserWarning, stacklevel=3)
 
+  @_validate.names_extreme_arguments
   def epsilon(self, delta: float, dataset_size: Optional[int] = None) -> float:
     """eps of everything composed so far, at `delta` in (0, 1)."""
     d = _check_delta(delta, dataset_size)
@@ -323,6 +331,7 @@ class Accountant:
       return rdp.rdp_to_epsilon(self.orders, self._rdp, d, method=self.rdp_method)[0]
     return float(self._pld.epsilon(d))
 
+  @_validate.names_extreme_arguments
   def delta(self, epsilon: float) -> float:
     """delta of everything composed so far, at `epsilon` >= 0."""
     e = _validate.check_epsilon(epsilon, allow_zero=True)

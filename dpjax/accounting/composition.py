@@ -36,6 +36,7 @@ def _check_mechanisms(epsilon0, delta0, k) -> tuple[float, float, int]:
           _validate.check_int(k, "k"))
 
 
+@_validate.names_extreme_arguments
 def basic_composition(epsilon0: float, delta0: float, k: int) -> tuple[float, float]:
   """(k eps0, k delta0): basic composition of k (eps0, delta0)-DP mechanisms.
 
@@ -45,6 +46,7 @@ def basic_composition(epsilon0: float, delta0: float, k: int) -> tuple[float, fl
   return k * e, min(1.0, k * d)
 
 
+@_validate.names_extreme_arguments
 def advanced_composition(epsilon0: float, delta0: float, k: int,
                          delta_slack: float) -> tuple[float, float]:
   """Advanced composition (Dwork, Rothblum & Vadhan 2010, Thm III.3).
@@ -75,6 +77,7 @@ def _log_delta_rr(epsilon0: float, k: int, epsilon: np.ndarray) -> np.ndarray:
   return special.logsumexp(log_term, axis=1)
 
 
+@_validate.names_extreme_arguments
 def optimal_composition_delta(epsilon0: float, delta0: float, k: int, epsilon):
   """Exact delta(eps) of k adaptive (eps0, delta0)-DP mechanisms (KOV 2015, Thm 3.3).
 
@@ -87,6 +90,7 @@ def optimal_composition_delta(epsilon0: float, delta0: float, k: int, epsilon):
   float64[E].
   """
   e0, d0, k = _check_mechanisms(epsilon0, delta0, k)
+  _validate.check_size(k + 1, "k", bytes_per_unit=8, units=4)   # the sum over l = 0..k
   eps = np.atleast_1d(_validate.check_array(epsilon, "epsilon", low=0.0, allow_inf=True,
                                             ndim=(0, 1)))
   if e0 == 0.0:
@@ -101,6 +105,7 @@ def optimal_composition_delta(epsilon0: float, delta0: float, k: int, epsilon):
   return float(out[0]) if np.ndim(epsilon) == 0 else out
 
 
+@_validate.names_extreme_arguments
 def optimal_composition_epsilon(epsilon0: float, delta0: float, k: int,
                                 delta: float) -> float:
   """Smallest eps with delta(eps) <= delta for k (eps0, delta0)-DP mechanisms (exact).
@@ -156,6 +161,7 @@ def pure_dp_rdp(epsilon: float, orders, *, bounded_range: bool = False) -> np.nd
   return rho
 
 
+@_validate.names_extreme_arguments
 def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
   """(k eps, k e^{(k-1) eps} delta): an (eps, delta)-DP guarantee for a group of k records.
 

@@ -28,6 +28,7 @@ from scipy import optimize, special
 from dpjax import _validate
 
 
+@_validate.names_extreme_arguments
 def gaussian_delta(epsilon, mu):
   """Exact delta(eps) of a mu-GDP mechanism (a Gaussian mechanism with mu = Delta/sigma).
 
@@ -79,6 +80,7 @@ def _gaussian_delta_mp(eps: float, mu: float, log_term: float) -> float:
     return max(0.0, float(d))
 
 
+@_validate.names_extreme_arguments
 def gaussian_epsilon(delta: float, mu: float) -> float:
   """Smallest eps >= 0 with delta(eps) <= delta for a mu-GDP mechanism (exact); 0.0 when the
   mechanism is already (0, delta)-DP."""
@@ -98,6 +100,7 @@ def gaussian_epsilon(delta: float, mu: float) -> float:
   return eps
 
 
+@_validate.names_extreme_arguments
 def mu_for_epsilon(epsilon: float, delta: float) -> float:
   """The largest mu whose Gaussian mechanism is (epsilon, delta)-DP (exact, Balle-Wang).
 
@@ -119,6 +122,7 @@ def mu_for_epsilon(epsilon: float, delta: float) -> float:
   return mu
 
 
+@_validate.names_extreme_arguments
 def compose_mu(mu0: float, k: int) -> float:
   """mu of k adaptive compositions of a mu0-GDP mechanism: mu0 * sqrt(k) (exact)."""
   mu0 = _validate.check_positive(mu0, "mu0")
@@ -126,6 +130,7 @@ def compose_mu(mu0: float, k: int) -> float:
   return mu0 * math.sqrt(k)
 
 
+@_validate.names_extreme_arguments
 def dpsgd_clt_mu(noise_multiplier: float, sampling_prob: float, num_steps: int,
                  sampler: str = "poisson") -> float:
   """APPROXIMATE mu of T steps of DP-SGD by the GDP central limit theorem.
@@ -156,6 +161,7 @@ def dpsgd_clt_mu(noise_multiplier: float, sampling_prob: float, num_steps: int,
   return q * math.sqrt(2.0 * t * inner)
 
 
+@_validate.names_extreme_arguments
 def dpsgd_clt_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
                       delta: float, sampler: str = "poisson") -> float:
   """APPROXIMATE eps(delta) of DP-SGD from the GDP CLT (see `dpsgd_clt_mu`).

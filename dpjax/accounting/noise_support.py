@@ -58,6 +58,7 @@ def sampler_delta(epsilon: float, num_draws: int, tail_mass: Optional[float] = N
   return 1.0 if log_d >= 0.0 else math.exp(log_d)
 
 
+@_validate.names_extreme_arguments
 def max_epsilon_for_sampler_delta(delta: float, num_draws: int, rtol: float = 1e-3,
                                   tail_mass: Optional[float] = None) -> float:
   """The largest eps with sampler_delta(eps, K) <= rtol * delta.

@@ -45,6 +45,7 @@ _METHODS = ("balle2020", "classic")
 # simple mechanisms
 
 
+@_validate.names_extreme_arguments
 def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
   """RDP of the Gaussian mechanism with noise std = noise_multiplier * sensitivity.
 
@@ -59,6 +60,7 @@ def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
   return a / (2.0 * sigma * sigma)
 
 
+@_validate.names_extreme_arguments
 def laplace_rdp(scale: float, orders, sensitivity: float = 1.0) -> np.ndarray:
   """RDP of the Laplace mechanism with noise scale b and L1 sensitivity Delta (exact).
 
@@ -77,6 +79,7 @@ def laplace_rdp(scale: float, orders, sensitivity: float = 1.0) -> np.ndarray:
   return e + np.log1p(c) / (a - 1.0)
 
 
+@_validate.names_extreme_arguments
 def randomized_response_rdp(epsilon: float, orders, num_buckets: int = 2) -> np.ndarray:
   """RDP of k-ary randomized response with pure-DP parameter `epsilon` (exact).
 
@@ -133,6 +136,7 @@ def _check_rdp_curve(orders, rdp_values) -> tuple[np.ndarray, np.ndarray]:
   return a, r
 
 
+@_validate.names_extreme_arguments(finite=False)
 def rdp_to_epsilon(orders, rdp_values, delta: float,
                    method: str = "balle2020") -> tuple[float, float]:
   """Converts an RDP curve into the smallest eps with (eps, delta)-DP.
@@ -167,6 +171,7 @@ def rdp_to_epsilon(orders, rdp_values, delta: float,
   return max(0.0, float(eps[k])), float(a[k])
 
 
+@_validate.names_extreme_arguments(finite=False)
 def rdp_to_delta(orders, rdp_values, epsilon: float,
                  method: str = "balle2020") -> tuple[float, float]:
   """Converts an RDP curve into the smallest delta with (epsilon, delta)-DP.
@@ -196,6 +201,7 @@ def rdp_to_delta(orders, rdp_values, epsilon: float,
   return float(min(1.0, math.exp(min(float(log_d[k]), 0.0)))), float(a[k])
 
 
+@_validate.names_extreme_arguments
 def dpsgd_rdp(noise_multiplier: float, sampling_prob: float, num_steps: int,
               orders=None) -> tuple[np.ndarray, np.ndarray]:
   """Composed RDP curve of T steps of DP-SGD (Poisson sampling).
@@ -228,6 +234,7 @@ def _tnb_mean_from_log_gamma(log_gamma: float, eta: float) -> float:
   return eta * math.expm1(el) / -math.expm1(-eta * el)
 
 
+@_validate.names_extreme_arguments
 def truncated_negative_binomial_log_gamma(mean_runs: float, shape: float) -> float:
   """log(gamma) <= 0 of the truncated negative binomial with shape eta and E[K] = mean_runs.
 
@@ -265,6 +272,7 @@ def truncated_negative_binomial_log_gamma(mean_runs: float, shape: float) -> flo
   return lo
 
 
+@_validate.names_extreme_arguments(finite=False)
 def repeat_and_select_rdp(orders, rdp_values, *, mean_runs: float, shape) -> np.ndarray:
   """RDP of running a mechanism Q a random number K of times and releasing only the best run.
 

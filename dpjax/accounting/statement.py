@@ -189,6 +189,7 @@ class PrivacyStatement:
     return "\n".join(out)
 
 
+@_validate.names_extreme_arguments
 def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: int,
                       dataset_size: int, deltas: Sequence[float] = DEFAULT_DELTAS,
                       fprs: Sequence[float] = DEFAULT_FPRS,

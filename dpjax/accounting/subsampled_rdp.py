@@ -287,6 +287,7 @@ def _log_a_frac_bound(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
                     alphas * (alphas - 1.0) / (2.0 * sigma * sigma))
 
 
+@_validate.names_extreme_arguments
 def subsampled_gaussian_rdp(sampling_prob: float, noise_multiplier: float,
                             orders) -> np.ndarray:
   """Exact RDP of one step of the Poisson-subsampled Gaussian mechanism.

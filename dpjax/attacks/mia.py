@@ -102,6 +102,8 @@ def lira_scores(phi_MxN, keep_MxN, *, online: bool = True,
   so the squares of the moments cannot overflow.
   """
   phi = _check_phi(phi_MxN)
+  online = _validate.check_bool(online, "online")
+  fixed_variance = _validate.check_bool(fixed_variance, "fixed_variance")
   big = float(np.max(np.abs(phi)))
   if big > 2.0**480:
     phi = np.ldexp(phi, -int(np.ceil(np.log2(big))))

@@ -85,6 +85,7 @@ def noise_std(noise: str, scale: float) -> float:
   return math.sqrt(2.0) * float(scale)  # laplace
 
 
+@_validate.names_extreme_arguments
 def dp_laplace_scale(total_epsilon: float, num_queries: int) -> float:
   """Laplace scale b = Q / epsilon for Q counts sharing one epsilon budget.
 
@@ -99,7 +100,7 @@ def dp_laplace_scale(total_epsilon: float, num_queries: int) -> float:
 def random_subset_queries(key: jax.Array, num_queries: int, num_people: int) -> jax.Array:
   """Random subsets, each person in each with probability 1/2: float32[Q, N] of 0/1."""
   n = _validate.check_size(num_people, "num_people")
-  q = _validate.check_size(num_queries, "num_queries", units=n)
+  q = _validate.check_size(num_queries, "num_queries", units=n, units_name="num_people")
   return jax.random.bernoulli(key, 0.5, (q, n)).astype(jnp.float32)
 
 
@@ -116,6 +117,7 @@ def _noise(key: jax.Array, shape, noise: str, scale: float) -> jax.Array:
   return scale * jax.random.laplace(key, shape, jnp.float32)
 
 
+@_validate.names_extreme_arguments
 def noisy_counts(key: jax.Array, queries_QxN: jax.Array, secret_N: jax.Array,
                  noise: str, scale: float) -> jax.Array:
   """Answers each subset count with additive noise: float32[Q] = queries_QxN @ secret_N + noise
@@ -193,7 +195,8 @@ def reconstruction_trials(key: jax.Array, secret_N: jax.Array, *, num_queries: i
   """
   s = _check_secret(secret_N)
   q = _validate.check_size(num_queries, "num_queries", s.shape[0], units=s.shape[0])
-  k = _validate.check_size(num_trials, "num_trials", units=q * s.shape[0])
+  k = _validate.check_size(num_trials, "num_trials", units=q * s.shape[0],
+                           units_name="num_queries x N")
   _check_noise(noise, scale)
   return _trials(key, s, jnp.float32(scale), num_queries=q, num_trials=k, noise=noise)
 
@@ -205,6 +208,7 @@ def majority_baseline(secret_N) -> float:
   return max(m, 1.0 - m)
 
 
+@_validate.names_extreme_arguments
 def predicted_recovery(num_queries: int, num_people: int, std: float) -> float:
   """Gaussian approximation to the expected fraction recovered by least squares.
 

@@ -49,6 +49,7 @@ from dpjax import _validate, tradeoff
 # Canaries and the design.
 
 
+@_validate.names_extreme_arguments
 def gradient_canary(num_features: int, l2_clip_norm: float) -> dict:
   """{"w": float32[D]} = C * e_last: a gradient canary of norm exactly C in the last coordinate,
   which no record may use (`dpjax.data.canaries.audit_data`).
@@ -62,6 +63,7 @@ def gradient_canary(num_features: int, l2_clip_norm: float) -> dict:
   return {"w": jnp.zeros((d,), jnp.float32).at[-1].set(c)}
 
 
+@_validate.names_extreme_arguments
 def gradient_canaries(num_features: int, num_canaries: int, l2_clip_norm: float) -> dict:
   """{"w": float32[K, D]}: K gradient canaries, canary j = C * e_{D-K+j}, in the last K coordinates.
 
@@ -73,7 +75,7 @@ def gradient_canaries(num_features: int, num_canaries: int, l2_clip_norm: float)
     [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
   """
   d = _validate.check_size(num_features, "num_features")
-  k = _validate.check_size(num_canaries, "num_canaries", units=d)
+  k = _validate.check_size(num_canaries, "num_canaries", units=d, units_name="num_features")
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   if k > d:
     raise ValueError(f"num_canaries = {k} needs as many unused coordinates, but "
@@ -179,6 +181,7 @@ def black_box_scores(params_w_MxD, x_canary_D) -> np.ndarray:
   return -(w @ x)
 
 
+@_validate.names_extreme_arguments
 def normalized_observations(obs_MxT, *, expected_batch_size: float, l2_clip_norm: float):
   """o_t = B * projection / C: the observed canary coordinate in units of one clipped gradient.
 
@@ -195,6 +198,7 @@ def normalized_observations(obs_MxT, *, expected_batch_size: float, l2_clip_norm
   return obs * (b / c)
 
 
+@_validate.names_extreme_arguments
 def step_llr(o, sampling_prob: float, noise_multiplier: float):
   """Exact per-step log-likelihood ratio log((1-q) N(o; 0, s^2) + q N(o; 1, s^2)) - log N(o; 0, s^2).
 
@@ -210,6 +214,7 @@ def step_llr(o, sampling_prob: float, noise_multiplier: float):
   return np.logaddexp(math.log1p(-q), math.log(q) + x)
 
 
+@_validate.names_extreme_arguments
 def white_box_scores(o_MxT, sampling_prob: float, noise_multiplier: float) -> np.ndarray:
   """sum_t step_llr(o_t) over o_MxT: float64[M] (higher = IN).
 
@@ -225,6 +230,7 @@ def white_box_scores(o_MxT, sampling_prob: float, noise_multiplier: float) -> np
   return np.sum(step_llr(o, sampling_prob, noise_multiplier), axis=1)
 
 
+@_validate.names_extreme_arguments
 def white_box_llr(obs_MxTxK, *, expected_batch_size: float, l2_clip_norm: float,
                   sampling_prob: float, noise_multiplier: float) -> np.ndarray:
   """float64[M, K]: `white_box_scores` of each of K observed canary coordinates.
@@ -300,6 +306,8 @@ class LlrDistribution:
     lo = float(np.min(mean - 30.0 * std))
     hi = float(np.max(mean + 30.0 * std))
     size = int(2 ** math.ceil(math.log2((hi - lo) / h + 1)))
+    _validate.check_size(size, f"the grid of num_steps = {t}, noise_multiplier = {s}",
+                         bytes_per_unit=8, units=8)
     idx = np.rint((l1 - lo / t) / h).astype(np.int64) % size
     f_in = np.bincount(idx, weights=pin, minlength=size)
     f_out = np.bincount(idx, weights=p0, minlength=size)
@@ -342,6 +350,7 @@ class LlrDistribution:
     return float(out[0]) if np.ndim(epsilon) == 0 else out
 
 
+@_validate.names_extreme_arguments
 def llr_distribution(sampling_prob: float, noise_multiplier: float,
                      num_steps: int) -> LlrDistribution:
   """Cached `LlrDistribution.compute`.

@@ -73,6 +73,7 @@ def _check_mlp(model, params, name="model"):
     raise ValueError(f"{name} must be a dpjax.models.mlp with >= 1 hidden layer")
 
 
+@_validate.names_extreme_arguments
 def input_weight_canaries(model, params, features, l2_clip_norm: float,
                           skip_units=()) -> dict:
   """Dirac gradient canaries C e_(f, h) on the MLP's first-layer weights of `features`.
@@ -125,6 +126,7 @@ def _flat_grads(model, params, x, y, l2_clip_norm):
   return np.asarray(total, np.float64), unravel
 
 
+@_validate.names_extreme_arguments
 def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> dict:
   """One Dirac canary C e_i, i = argmin_i sum_n |clip(grad loss_n(theta_0))_i| (first on ties).
 
@@ -153,6 +155,7 @@ def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> d
   return jax.tree.map(lambda l: l[None], unravel(jnp.asarray(e)))
 
 
+@_validate.names_extreme_arguments
 def input_canary(model, params, exclude_features=(), value: float = 1.0
                  ) -> tuple[np.ndarray, int]:
   """An out-of-distribution image (`value` except 0 on `exclude_features`) and its label.
@@ -201,6 +204,7 @@ def _num_features(model, params=None) -> int:
                    "logistic regression)")
 
 
+@_validate.names_extreme_arguments
 def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float):
   """Non-private full-batch gradient descent on PUBLIC data (never the private records).
 
@@ -239,6 +243,7 @@ def _pretrain(model, t):
   return run
 
 
+@_validate.names_extreme_arguments
 def worst_case_init(model, params, feature: int, label: int, *, bias: float = 2.0,
                     gain: float = 10.0, unit: int = 0) -> tuple[dict, tuple[np.ndarray, int]]:
   """Crafted theta_0 for an MLP: a first-layer unit that only the target activates.

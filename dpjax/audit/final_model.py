@@ -478,8 +478,10 @@ def paper_protocol_audit(key, cfg, model, x_NxF, y_N, *, init_params, target=Non
   x = _validate.check_array(x_NxF, "x_NxF", np.float32, min_size=1)
   if x.ndim < 2:
     raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
-  s = _validate.check_int(num_seeds, "num_seeds")
-  _validate.check_int(num_runs, "num_runs", minimum=4)
+  r = _validate.check_int(num_runs, "num_runs", minimum=4)
+  # S audits of 2 R scores each are kept: refused before the first if they cannot fit.
+  s = _validate.check_size(num_seeds, "num_seeds", bytes_per_unit=16, units=r,
+                           units_name="num_runs")
   confidence = _validate.check_range(confidence, "confidence", 0.5, 1.0, open_low=True,
                                      open_high=True)
   _validate.check_bool(progress, "progress")

@@ -75,6 +75,7 @@ def _solve(target, k, logw, s):
   return optimize.brentq(f, lo, hi, xtol=1e-13 * max(1.0, abs(hi)), rtol=1e-15, maxiter=500)
 
 
+@_validate.names_extreme_arguments
 def last_iterate_delta(epsilon, sampling_prob: float, noise_multiplier: float,
                        num_steps: int, direction: str = "both"):
   """Exact privacy profile delta(eps) of the last-iterate pair of a linear canary.
@@ -119,6 +120,7 @@ def last_iterate_delta(epsilon, sampling_prob: float, noise_multiplier: float,
   return float(res[0]) if np.ndim(epsilon) == 0 else res
 
 
+@_validate.names_extreme_arguments
 def last_iterate_epsilon(sampling_prob: float, noise_multiplier: float, num_steps: int,
                          delta: float, tol: float = 1e-9) -> float:
   """eps(delta) of the last-iterate pair: the heuristic prediction of Steinke et al.

@@ -377,6 +377,7 @@ def one_run_game(rng: np.random.Generator, num_canaries: int, sigma: float):
   return bits + sigma * rng.normal(size=m), bits
 
 
+@_validate.names_extreme_arguments
 def top_precision(sigma: float, fraction: float) -> float:
   """P[b = 1 | x among the top `fraction` of scores], x = b + sigma Z, b a fair coin (m -> inf).
 
@@ -404,6 +405,7 @@ def top_precision(sigma: float, fraction: float) -> float:
   return float(a / (a + b))
 
 
+@_validate.names_extreme_arguments
 def expected_correct(sigma: float, num_canaries: int, num_guesses: int) -> int:
   """The paper protocol's count: c = ceil(c' x precision of the top c'/2), c' = `num_guesses`.
 
@@ -438,7 +440,7 @@ def paper_guess_grid(num_canaries: int, points: int) -> tuple[int, ...]:
     (10, 46, 214, 1000)
   """
   m = _validate.check_int(num_canaries, "num_canaries", minimum=10)
-  points = _validate.check_int(points, "points", minimum=2)
+  points = _validate.check_size(points, "points", minimum=2, bytes_per_unit=16)
   g = 2 * np.unique(np.geomspace(5, m // 2, points).astype(int))
   return tuple(int(c) for c in g)
 

@@ -261,7 +261,7 @@ def _check_family(family, parameter, delta, sampling_prob, num_steps):
   family = _validate.check_choice(family, FDP_FAMILIES, "family")
   if family == "dp":
     parameter = _validate.check_epsilon(parameter, "parameter", allow_zero=True)
-  elif parameter is not None:
+  else:
     parameter = _validate.check_positive(parameter, "parameter")
   delta = _validate.check_delta(delta, allow_zero=True)
   return family, parameter, delta, _check_steps(family, sampling_prob, num_steps)
@@ -475,6 +475,7 @@ def largest_rejected(*, num_canaries: int, num_guesses: int, num_correct: int, f
   return _fdp_parameter(m, r, v, family, delta, alpha, start, q_t)
 
 
+@_validate.names_extreme_arguments(finite=False)
 def parameter_epsilon(parameter: float, *, family: str, delta: float,
                       sampling_prob: Optional[float] = None,
                       num_steps: Optional[int] = None) -> float:

@@ -46,6 +46,7 @@ class GdpEstimate:
   assumptions: str
 
 
+@_validate.names_extreme_arguments(finite=False)
 def gdp_estimate(scores_in_K, scores_out_K, delta: float, confidence: float = 0.95,
                  threshold: Optional[float] = None) -> GdpEstimate:
   """eps lower bound of Nasr et al. 2023, valid only if the mechanism is mu-GDP.
@@ -71,8 +72,8 @@ def gdp_estimate(scores_in_K, scores_out_K, delta: float, confidence: float = 0.
     h_in, h_out = s_in.size // 2, s_out.size // 2
     cand = np.unique(np.r_[s_in[:h_in], s_out[:h_out]])
     fp, fn = stats.error_counts(s_in[:h_in], s_out[:h_out], cand)
-    mu_c = _mu_lower(fp, h_out, fn, h_in, confidence)
-    threshold = float(cand[int(np.argmax(mu_c))])
+    j, _ = stats.monotone_argmax(fp, fn, lambda f, g: _mu_lower(f, h_out, g, h_in, confidence))
+    threshold = float(cand[j])
     s_in, s_out = s_in[h_in:], s_out[h_out:]
   else:
     threshold = _validate.check_range(threshold, "threshold", allow_inf=True)

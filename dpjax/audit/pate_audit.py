@@ -151,6 +151,7 @@ def llr_scores(outcomes_KxQ, log_probs_in_QxO, log_probs_out_QxO) -> np.ndarray:
   return diff[np.arange(q)[None, :], out].sum(axis=1)
 
 
+@_validate.names_extreme_arguments
 def exact_epsilon(votes_in_QxC, votes_out_QxC, *, sigma: float, delta: float,
                   threshold: Optional[float] = None,
                   sigma_threshold: Optional[float] = None) -> float:
@@ -274,6 +275,7 @@ def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
   return float(pate.epsilon(lam, curve, _validate.check_delta(delta)))
 
 
+@_validate.names_extreme_arguments
 def calibrate_sigma(target_epsilon: float, num_queries: int, *, delta: float,
                     threshold_ratio: Optional[float] = None, orders=None) -> float:
   """The sigma whose `claimed_epsilon` equals target_epsilon (to relative 1e-9, never above).

@@ -293,6 +293,7 @@ class StepMechanism(coverage.Mechanism):
     return rng.standard_normal(inc.shape) / self.strength + b
 
 
+@_validate.names_extreme_arguments
 def step_mechanism(noise_multiplier: float, sampling_prob: float, num_steps: int
                    ) -> StepMechanism:
   """The StepMechanism of DP-SGD's white-box Dirac canary at (sigma, q, T).

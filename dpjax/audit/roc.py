@@ -139,6 +139,7 @@ def roc_band(scores_in_K, scores_out_K, *, confidence: float = 0.95,
       "each side's scores are i.i.d.; covers the ROC of randomized threshold tests")
 
 
+@_validate.names_extreme_arguments
 def plot_roc_band(ax, band: RocBand, *, epsilon: Optional[float] = None, delta: float = 0.0,
                   mu: Optional[float] = None, privacy_loss: Any = None,
                   max_epsilon: float = 50.0, log_scale: bool = True,

@@ -413,6 +413,7 @@ def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, 
   return r, s, bb, np.asarray(wb, np.float64)
 
 
+@_validate.names_extreme_arguments
 def white_box_llr_scores(obs_MxTxK, scale, *, sampling_prob, noise_multiplier):
   """float32[M, K]: `canary.white_box_scores` of each canary's coordinate, in XLA.
 

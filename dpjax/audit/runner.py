@@ -430,6 +430,7 @@ def _black_box_fn(model):
   return jax.jit(jax.vmap(score, in_axes=(0, None, None)))
 
 
+@_validate.names_extreme_arguments
 def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
                 num_gradient_canaries: int = 1, record_canary: Optional[tuple] = None,
                 confidence: float = 0.95, mode: str = "independent",

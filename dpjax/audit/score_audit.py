@@ -25,6 +25,7 @@ import math
 from typing import Optional, Sequence
 
 import numpy as np
+import tqdm
 
 from dpjax import _validate
 from dpjax.audit import parametric, stats
@@ -183,10 +184,11 @@ def _gdp(s_in, s_out, delta, confidence) -> ScoreBound:
                     delta)
 
 
+@_validate.names_extreme_arguments
 def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float = 0.95,
                  claimed_epsilon: Optional[float] = None, threshold: Optional[float] = None,
                  thresholds: Optional[Sequence[float]] = None,
-                 seed: int = 0) -> dict[str, ScoreBound]:
+                 seed: int = 0, progress: bool = False) -> dict[str, ScoreBound]:
   """Every estimator's eps lower bound on one pair of score samples.
 
   Each entry is valid at `confidence` on its own; their maximum is NOT (maximising over
@@ -206,7 +208,9 @@ def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float =
 
   One-run entries: canary i is IN or OUT score i by a fair coin from `seed`; r guesses over
   2 floor(n / 2^(j+1)), j = 0..11 (union bound). With `claimed_epsilon`, details record
-  "falsifies_claim" (epsilon_lower > claimed_epsilon).
+  "falsifies_claim" (epsilon_lower > claimed_epsilon). `progress`: a tqdm bar over the
+  estimator runs. Cost: O(K log K) per estimator (threshold searches by
+  `stats.monotone_argmax`).
 
   Examples:
     >>> import numpy as np
@@ -231,6 +235,7 @@ def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float =
     thresholds = _validate.check_array(thresholds, "thresholds", ndim=1, allow_inf=True,
                                        min_size=1).tolist()
   seed = _validate.check_int(seed, "seed", minimum=0)
+  progress = _validate.check_bool(progress, "progress")
 
   free = {
       "clopper_pearson": lambda c: _cp_split(s_in, s_out, delta, c),
@@ -240,12 +245,22 @@ def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float =
     free["clopper_pearson_fixed"] = lambda c: _cp_fixed(s_in, s_out, delta, c, threshold)
   free["one_run"] = lambda c: _one_run_bound("one_run", s_in, s_out, delta, c, seed)
   free["fdp_one_run"] = lambda c: _one_run_bound("fdp_one_run", s_in, s_out, delta, c, seed)
-  out = {name: fn(confidence) for name, fn in free.items()}
-  out["gdp"] = _gdp(s_in, s_out, delta, confidence)
-  out["fdp_one_run_gdp"] = _one_run_bound("fdp_one_run_gdp", s_in, s_out, delta, confidence,
-                                          seed)
-  per = thresholds_lib.bonferroni_confidence(confidence, len(free))
-  parts = {name: fn(per) for name, fn in free.items()}
+  bar = tqdm.tqdm(total=2 * len(free) + 2, desc="score bounds", unit="estimator",
+                  disable=not progress)
+
+  def step(name, fn, *args):
+    bar.set_postfix_str(name)
+    value = fn(*args)
+    bar.update()
+    return value
+
+  with bar:
+    out = {name: step(name, fn, confidence) for name, fn in free.items()}
+    out["gdp"] = step("gdp", _gdp, s_in, s_out, delta, confidence)
+    out["fdp_one_run_gdp"] = step("fdp_one_run_gdp", _one_run_bound, "fdp_one_run_gdp", s_in,
+                                  s_out, delta, confidence, seed)
+    per = thresholds_lib.bonferroni_confidence(confidence, len(free))
+    parts = {name: step(name, fn, per) for name, fn in free.items()}
   top = max(parts, key=lambda k: parts[k].epsilon_lower)
   out["best"] = ScoreBound(
       "best", parts[top].epsilon_lower,

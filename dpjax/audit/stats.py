@@ -143,3 +143,61 @@ def check_scores(scores_K, name: str) -> np.ndarray:
       and all(isinstance(v, (bool, np.bool_)) for v in scores_K)):
     raise ValueError(f"{name} must hold real-valued scores, got a bool array (labels?)")
   return _validate.check_array(scores_K, name, ndim=1, allow_inf=True, min_size=1)
+
+
+_BLOCKS = 1024       # blocks of candidates bounded at once by monotone_argmax
+_SPLIT = 32          # sub-blocks per surviving block
+
+
+def monotone_argmax(fp_J, fn_J, value_fn) -> tuple[int, float]:
+  """(j, v[j]) with j = np.argmax(v), v = value_fn(fp_J, fn_J), in near-linear time.
+
+  fp_J must be non-increasing and fn_J non-decreasing (error counts of thresholds in
+  ascending order, as `error_counts` returns them for sorted thresholds), and
+  value_fn(fp, fn) (elementwise over float64 arrays) non-increasing in each count, as
+  `epsilon_lower_bound` is. Then every candidate of a block [i, k] has value at most
+  value_fn(fp_J[k], fn_J[i]): blocks whose bound is below the best value evaluated so far
+  (or equal to it, after its index) are dropped, the others split, down to single
+  candidates. The result, ties included (the first maximum), is that of evaluating
+  value_fn at every candidate; value_fn runs on O(number of blocks kept) points.
+
+  Examples:
+    >>> fp, fn = np.array([5, 3, 3, 1, 0]), np.array([0, 1, 2, 2, 4])
+    >>> monotone_argmax(fp, fn, lambda a, b: -(a + b))
+    (3, -3.0)
+  """
+  fp = _validate.check_array(fp_J, "fp_J", ndim=1, min_size=1)
+  fn = _validate.check_array(fn_J, "fn_J", shape=fp.shape)
+  _validate.check_callable(value_fn, "value_fn")
+  if np.any(np.diff(fp) > 0):
+    raise ValueError("fp_J must be non-increasing (thresholds in ascending order)")
+  if np.any(np.diff(fn) < 0):
+    raise ValueError("fn_J must be non-decreasing (thresholds in ascending order)")
+  n = fp.size
+  best_v, best_j = -np.inf, n
+
+  def evaluate(idx):
+    nonlocal best_v, best_j
+    v = np.asarray(value_fn(fp[idx], fn[idx]), np.float64).reshape(idx.shape)
+    m = v.max()
+    if m > best_v or (m == best_v and best_j == n):
+      best_v, best_j = m, int(idx[v == m].min())
+    elif m == best_v:
+      best_j = min(best_j, int(idx[v == m].min()))
+
+  size = -(-n // _BLOCKS)
+  starts = np.arange(0, n, size)
+  while size > 1 and starts.size:
+    ends = np.minimum(starts + size, n) - 1
+    evaluate(np.unique(np.r_[starts, ends]))
+    bound = np.asarray(value_fn(fp[ends], fn[starts]), np.float64).reshape(starts.shape)
+    with np.errstate(invalid="ignore"):             # room for rounding in value_fn
+      bound = np.where(np.isfinite(bound), bound + 1e-9 * np.abs(bound), bound)
+    keep = (bound > best_v) | ((bound >= best_v) & (starts < best_j))
+    starts = starts[keep]
+    size, old = -(-size // _SPLIT), size
+    starts = (starts[:, None] + np.arange(0, old, size)[None, :]).ravel()
+    starts = starts[starts < np.minimum(np.repeat(ends[keep], -(-old // size)), n - 1) + 1]
+  if starts.size:
+    evaluate(starts)
+  return best_j, float(best_v)

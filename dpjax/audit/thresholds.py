@@ -111,15 +111,17 @@ def choose_threshold(scores_in_K, scores_out_K, delta: float = 0.0, confidence: 
   """
   s_in = stats.check_scores(scores_in_K, "scores_in_K")
   s_out = stats.check_scores(scores_out_K, "scores_out_K")
+  delta, confidence = _check_delta_confidence(delta, confidence)
+  both_signs = _validate.check_bool(both_signs, "both_signs")
   best = (-1.0, math.inf, 1)
   for sign in ((1, -1) if both_signs else (1,)):
     a, b = sign * s_in, sign * s_out
     cand = np.unique(np.concatenate([a, b, [-np.inf]]))
     fp, fn = stats.error_counts(a, b, cand)
-    eps = stats.epsilon_lower_bound(fp, b.size, fn, a.size, delta, confidence)
-    j = int(np.argmax(eps))
-    if eps[j] > best[0]:
-      best = (float(eps[j]), float(cand[j]), sign)
+    j, eps = stats.monotone_argmax(
+        fp, fn, lambda f, g: stats.epsilon_lower_bound(f, b.size, g, a.size, delta, confidence))
+    if eps > best[0]:
+      best = (eps, float(cand[j]), sign)
   return best[1], best[2]
 
 
@@ -304,6 +306,7 @@ class CertifiableBound:
   assumptions: str
 
 
+@_validate.names_extreme_arguments
 def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
                      confidence: float = 0.95,
                      thresholds_J: Optional[Sequence[float]] = None,

@@ -362,6 +362,7 @@ def floored_denominator_lower_bound(noise_coords: int, base_records: int,
   return thresholds.best_exact_epsilon(lf, lt, delta)
 
 
+@_validate.names_extreme_arguments
 def shuffle_slot_mu(noise_multiplier: float, steps: int, steps_per_epoch: int) -> float:
   """mu of the slot test on a shuffle whose last batch is one record short without the canary.
 

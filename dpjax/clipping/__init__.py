@@ -68,6 +68,8 @@ class ClippingPath:
 
   def __post_init__(self):
     _validate.check_callable(self.fn, "fn")
+    _validate.check_bool(self.per_example_grad_memory, "per_example_grad_memory")
+    _validate.check_bool(self.accounted, "accounted")
     _validate.check_int(self.scan_unroll, "scan_unroll")
     _validate.check_choice(self.privacy_unit, ("example", "user"), "privacy_unit")
 

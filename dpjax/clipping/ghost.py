@@ -271,6 +271,7 @@ def _cnn_unflatten(params, sums):
   return {"conv": conv, "dense": [{"w": gw, "b": gb}]}
 
 
+@_validate.names_extreme_arguments
 def mlp_clipped_sum(params: PyTree, x_BxF: jax.typing.ArrayLike, y_B: jax.typing.ArrayLike,
                     weights_B: jax.typing.ArrayLike, l2_clip_norm: float, *,
                     l2: float = 0.0) -> tuple[PyTree, jax.Array]:

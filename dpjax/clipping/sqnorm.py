@@ -90,7 +90,7 @@ def per_example_sq_norms(loss_one: Callable, params: PyTree, x_BxF: jax.Array,
                      f"{jnp.shape(x_BxF)} and {jnp.shape(y_B)}")
   def sq(p):
     return tree_sq_norm_per_example(per_example_grads(loss_one, p, x_BxF, y_B))
-  if not rewrite:
+  if not _validate.check_bool(rewrite, "rewrite"):
     return sq(params)
   leaves, treedef = jax.tree.flatten(params)
   closed = jax.make_jaxpr(lambda *ls: sq(jax.tree.unflatten(treedef, ls)))(*leaves)

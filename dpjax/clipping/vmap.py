@@ -125,6 +125,7 @@ def two_pass_clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: ja
   """
   models_lib.check_model(model)
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=model.num_outputs)
+  rewrite_norms = _validate.check_bool(rewrite_norms, "rewrite_norms")
   l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
   x_BxF = jnp.asarray(x_BxF)
   # Records this large may overflow inside the loss, and a fused backward pass would

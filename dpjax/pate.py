@@ -67,6 +67,7 @@ def check_votes(votes, name: str = "votes_QxC", ndim=(1, 2), integer: bool = Fal
     >>> check_votes([[3, 1]]).tolist()
     [[3.0, 1.0]]
   """
+  integer = _validate.check_bool(integer, "integer")
   v = _validate.check_array(votes, name, ndim=ndim, low=0.0, integer=integer)
   if v.ndim == 0 or v.shape[-1] < 2 or v.size == 0:
     raise ValueError(f"{name} must have shape [C] or [Q, C] with C >= 2, got {v.shape}")
@@ -411,7 +412,7 @@ def pate_rdp_grouped(votes_QxC, answered_Q=None, *, sigma: float, orders,
   return PateRdp(lam, indep, dep, int(ans.sum()))
 
 
-@_validate.names_extreme_arguments
+@_validate.names_extreme_arguments(finite=False)
 def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
                         sigma: float, orders) -> PateRdp:
   """RDP of Q Confident-GNMax queries without conditioning on what was answered.

@@ -221,6 +221,7 @@ def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
   return pld.pmf_pair_pld(p, q, h, sampling_prob=e.sampling_prob, tail_mass=tail)
 
 
+@_validate.names_extreme_arguments(finite=False)
 def privacy_loss_distribution(event: ev.Event, relation: str = ev.ADD_REMOVE,
                               value_discretization: float = pld.DEFAULT_VALUE_DISCRETIZATION
                               ) -> pld.PrivacyLossDistribution:
@@ -235,6 +236,7 @@ def privacy_loss_distribution(event: ev.Event, relation: str = ev.ADD_REMOVE,
   return out
 
 
+@_validate.names_extreme_arguments(finite=False)
 def epsilon(event: ev.Event, delta: float, accountant: str = "pld",
             relation: str = ev.ADD_REMOVE, *, orders=None,
             value_discretization: Optional[float] = None) -> float:
@@ -256,6 +258,7 @@ def epsilon(event: ev.Event, delta: float, accountant: str = "pld",
   return float(privacy_loss_distribution(event, relation, h).epsilon(d))
 
 
+@_validate.names_extreme_arguments(finite=False)
 def delta(event: ev.Event, epsilon: float, accountant: str = "pld",
           relation: str = ev.ADD_REMOVE, *, orders=None,
           value_discretization: Optional[float] = None) -> float:

@@ -376,6 +376,7 @@ def _pair_direction(a: np.ndarray, b: np.ndarray, h: float, tail: float) -> pld_
   return pld_grid.atoms_to_grid(losses, a[both], h, inf)
 
 
+@_validate.names_extreme_arguments
 def pmf_pair_pld(probs_p_K, probs_q_K, value_discretization: float = DEFAULT_VALUE_DISCRETIZATION,
                  sampling_prob: float = 1.0, tail_mass: float = 0.0) -> PrivacyLossDistribution:
   """The PLD of a dominating pair (P, Q) given as pmfs on K common outputs.

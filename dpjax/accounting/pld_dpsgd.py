@@ -222,6 +222,7 @@ class CheckedEpsilon:
   winner: str
 
 
+@_validate.names_extreme_arguments(finite=False)
 def dpsgd_epsilon_never_looser(noise_multiplier: float, sampling_prob: float, num_steps: int,
                                delta: float, rtol: float = 1e-5,
                                value_discretization: float = 1e-4) -> CheckedEpsilon:

@@ -75,6 +75,15 @@ class PoissonSampler:
     return prng.poisson_mask(prng.fold_in(key, step), q, keep_N.shape[0]) & keep_N
 
 
+def _canonical_fixed_batches(sampler) -> None:
+  """Checks a fixed-batch sampler's (batch_size, steps_per_epoch, sampling_prob) and stores
+  their canonical values (int, int, float) on the frozen instance."""
+  for name in ("batch_size", "steps_per_epoch"):
+    object.__setattr__(sampler, name, _validate.check_int(getattr(sampler, name), name))
+  object.__setattr__(sampler, "sampling_prob",
+                     float(_validate.check_sampling_prob(sampler.sampling_prob)))
+
+
 @dataclasses.dataclass(frozen=True)
 class ShuffleSampler:
   """Fixed-size batches: batch (t mod E) of a fresh shuffle of the kept records each epoch.
@@ -94,9 +103,7 @@ class ShuffleSampler:
   privacy_unit: ClassVar[str] = "example"
 
   def __post_init__(self):
-    _validate.check_int(self.batch_size, "batch_size")
-    _validate.check_int(self.steps_per_epoch, "steps_per_epoch")
-    _validate.check_sampling_prob(self.sampling_prob)
+    _canonical_fixed_batches(self)
 
   @classmethod
   def like_poisson(cls, sampling_prob: float, dataset_size: int) -> "ShuffleSampler":
@@ -144,11 +151,7 @@ class CyclicSampler:
   privacy_unit: ClassVar[str] = "example"
 
   def __post_init__(self):
-    object.__setattr__(self, "batch_size", _validate.check_int(self.batch_size, "batch_size"))
-    object.__setattr__(self, "steps_per_epoch",
-                       _validate.check_int(self.steps_per_epoch, "steps_per_epoch"))
-    object.__setattr__(self, "sampling_prob",
-                       float(_validate.check_sampling_prob(self.sampling_prob)))
+    _canonical_fixed_batches(self)
 
   @classmethod
   def for_dataset(cls, dataset_size: int, batch_size: int) -> "CyclicSampler":

@@ -1,26 +1,13 @@
-"""Coverage of the audit estimators, measured on mechanisms whose exact privacy is known.
+"""Coverage of the audit estimators on mechanisms whose exact privacy is known.
 
-An eps lower bound at confidence 1 - alpha promises P[eps_lower > eps_true(delta)] <=
-alpha over the trials' randomness, for any mechanism (GDP-based bounds: any mu-GDP
-mechanism). `measure` checks it by simulating many independent audits of a `Mechanism`
-with closed-form eps(delta) and counting "violations", bounds above the true eps (on a
-null mechanism every positive bound is one). A valid estimator's violation rate is
-<= alpha up to binomial error; `Coverage.p_value` = P[Binomial(audits, alpha) >=
-violations] (small = over-confident).
-
-Estimators wrap the library's code: the threshold strategies of `dpjax.audit.thresholds`,
-`gdp_estimate` (valid only for mu-GDP mechanisms: elsewhere reported with
-`assumption_met=False`, not as a failure), the one-run bounds of `dpjax.audit.one_run`
-played as the real one-run game, and every entry of `score_audit.score_bounds`;
-`overfit_estimator` is a deliberately invalid one the measurement must catch. During
-`measure`, `stats.clopper_pearson` and the one-run bounds are memoized (same values).
-
+A bound at confidence 1 - alpha promises P[eps_lower > eps_true(delta)] <= alpha (GDP bounds:
+for mu-GDP mechanisms). `measure` simulates A audits of a `Mechanism` and counts violations;
+`Coverage.p_value` = P[Binomial(A, alpha) >= violations] (small = over-confident).
+`overfit_estimator` is a deliberately invalid estimator the measurement must catch.
 Shape letters: A audits, K trials per side, M one-run canaries, J thresholds.
 
-References: Jagielski, Ullman & Oprea 2020 (https://arxiv.org/abs/2006.07709);
-Nasr et al. 2023 (https://arxiv.org/abs/2302.07956); Steinke, Nasr & Jagielski
-2023 (https://arxiv.org/abs/2305.08846); Mahloujifar, Melis & Chaudhuri 2025
-(https://arxiv.org/abs/2410.22235); Balle & Wang 2018 (the Gaussian profile).
+References: Jagielski, Ullman & Oprea 2020 (arXiv:2006.07709); Nasr et al. 2023
+(arXiv:2302.07956); Steinke, Nasr & Jagielski 2023 (arXiv:2305.08846); Balle & Wang 2018.
 
 Examples:
   >>> import numpy as np
@@ -72,15 +59,11 @@ _CHUNK_SCORES = 2_000_000
 class Mechanism:
   """A neighbour pair (OUT, IN) of score distributions with exactly known privacy.
 
-  Attributes:
-    kind: "gaussian" (strength = mu: OUT N(0, 1), IN N(mu, 1); exactly mu-GDP,
-      eps(delta) by `gdp.gaussian_epsilon`), "randomized_response" (strength = eps: a bit,
-      1 w.p. p = e^eps / (1 + e^eps) under IN, 1 - p under OUT; delta(e) = p - e^e (1 - p),
-      eps(delta) = ln((p - delta) / (1 - p))) or "laplace" (strength = eps: OUT
-      Laplace(0, 1/eps), IN Laplace(1, 1/eps); delta(e) = 1 - e^((e - eps) / 2),
-      eps(delta) = eps + 2 ln(1 - delta)).
-    strength: mu or eps >= 0, finite; 0 is the null mechanism of that kind (IN and
-      OUT alike: N(0, 1), a fair bit, Laplace(0, 1)), eps = 0 for every delta.
+  kind "gaussian": OUT N(0, 1), IN N(mu, 1), strength = mu, exactly mu-GDP.
+  "randomized_response": a bit, 1 w.p. p = e^eps/(1+e^eps) under IN, 1 - p under OUT;
+    eps(delta) = ln((p - delta) / (1 - p)).
+  "laplace": OUT Laplace(0, 1/eps), IN Laplace(1, 1/eps); eps(delta) = eps + 2 ln(1 - delta).
+  strength 0 (finite, >= 0) is the null mechanism of that kind: eps = 0 for every delta.
 
   Examples:
     >>> m = Mechanism("laplace", 2.0)
@@ -137,8 +120,7 @@ class Mechanism:
     return max(0.0, self.strength + 2.0 * math.log1p(-delta))
 
   def sample(self, rng: np.random.Generator, included) -> np.ndarray:
-    """Scores of independent runs, run i IN iff included[i] (bool, any shape); float64 of the
-    same shape, higher = more likely IN."""
+    """Scores of independent runs, IN iff included[i]; float64 of included's shape."""
     _validate.check_instance(rng, np.random.Generator, "rng")
     inc = np.asarray(_validate.check_binary(included, "included"))
     if inc.size == 0:
@@ -190,9 +172,7 @@ def gaussian_at(epsilon: float, delta: float) -> Mechanism:
 
 def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
                       confidence: float = 0.95) -> float:
-  """The threshold of the mechanism's best certifiable test, fixed before any audit.
-
-  The pair's exact ROC fed to `thresholds.best_certifiable` with `trials` trials per side.
+  """The threshold of the pair's best certifiable test (`thresholds.best_certifiable` on its exact ROC).
 
   Examples:
     >>> optimal_threshold(Mechanism("randomized_response", 1.0), 100, delta=1e-5)
@@ -213,11 +193,10 @@ def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
 
 def optimal_guesses(mechanism: Mechanism, num_canaries: int, *, delta: float,
                     confidence: float = 0.95) -> int:
-  """Guesses per side (k IN on the top scores, k OUT on the bottom) fixed in advance.
+  """Guesses k per side (IN on the top k scores, OUT on the bottom k), fixed in advance.
 
-  Among thresholds t >= the pair's centre of symmetry, the one whose expected counts
-  (k = M (TPR + FPR) / 2 per side, M TPR / 2 of each side correct) maximise
-  `one_run.epsilon_lower_bound`. Returns k >= 1 with 2 k <= num_canaries.
+  Maximises `one_run.epsilon_lower_bound` at the expected counts (k = M (TPR + FPR) / 2, M TPR / 2
+  correct per side) over thresholds t >= the pair's centre. Returns 1 <= k <= M / 2.
 
   Examples:
     >>> optimal_guesses(Mechanism("randomized_response", 1.0), 100, delta=1e-5)
@@ -252,13 +231,9 @@ def optimal_guesses(mechanism: Mechanism, num_canaries: int, *, delta: float,
 class Estimator:
   """An eps lower bound procedure, as `measure` calls it.
 
-  Attributes:
-    bound: for inputs "two_sample", bound(scores_in_K, scores_out_K, delta,
-      confidence); for "one_run", bound(scores_M, included_M, delta, confidence)
-      with i.i.d. fair inclusion bits. Returns eps_lower (a float), or a mapping
-      {output name: eps_lower} when `outputs` is set.
-    outputs: names of the mapping's entries (empty: `bound` returns one float).
-    gdp_only: the outputs (or `name`) that are valid only for mu-GDP mechanisms.
+  bound: "two_sample": bound(scores_in_K, scores_out_K, delta, confidence); "one_run":
+  bound(scores_M, included_M, delta, confidence) with fair inclusion bits. Returns a float, or
+  {output: eps_lower} when `outputs` is set. gdp_only: outputs valid only for mu-GDP mechanisms.
   """
   name: str
   bound: Callable
@@ -285,11 +260,8 @@ class Estimator:
 
 def threshold_estimators(mechanism: Mechanism, *, trials: int, delta: float,
                          confidence: float = 0.95) -> tuple[Estimator, ...]:
-  """The threshold strategies and the GDP bound of `dpjax.audit.thresholds`.
-
-  "fixed": `FixedThreshold` at `optimal_threshold`; "split", "split_both_signs":
-  `SplitThreshold`; "bonferroni": over fixed and two-sign split (the white-box policy of
-  `dpjax.audit.run.evaluate`); "gdp": `gdp_estimate`, valid only for mu-GDP mechanisms.
+  """"fixed" (at `optimal_threshold`), "split", "split_both_signs", "bonferroni" (fixed + two-sign
+  split) and "gdp" (mu-GDP only) from `dpjax.audit.thresholds`.
   """
   delta = _validate.check_delta(delta)
   confidence = _validate.check_confidence(confidence)
@@ -315,11 +287,8 @@ def threshold_estimators(mechanism: Mechanism, *, trials: int, delta: float,
 
 def one_run_estimators(mechanism: Mechanism, *, trials: int, delta: float,
                        confidence: float = 0.95) -> tuple[Estimator, ...]:
-  """The one-run bounds of `dpjax.audit.one_run`, played as the one-run game.
-
-  M = 2 * trials canaries, each included by a fair coin; k = `optimal_guesses` per side.
-  "one_run": `one_run.audit`; "fdp_one_run": `fdp_epsilon_lower_bound` family "dp";
-  "fdp_one_run_gdp": family "gdp" (valid only for mu-GDP mechanisms).
+  """The one-run bounds played as the one-run game: M = 2 trials fair-coin canaries, k =
+  `optimal_guesses` per side; "one_run", "fdp_one_run" (family "dp"), "fdp_one_run_gdp" (mu-GDP only).
   """
   m = 2 * _validate.check_int(trials, "trials")
   delta = _validate.check_delta(delta)
@@ -366,11 +335,7 @@ def score_bounds_estimator(threshold: Optional[float] = None) -> Estimator:
 
 
 def overfit_estimator() -> Estimator:
-  """A deliberately INVALID estimator: the threshold maximised on the evaluation trials.
-
-  `thresholds.choose_threshold` on all trials, then `FixedThreshold` on the same trials;
-  its violation rate is far above alpha, so a harness that misses it catches nothing.
-  """
+  """A deliberately INVALID estimator: the threshold chosen on the trials it is evaluated on."""
   def bound(s_in, s_out, d, c):
     t, sign = thresholds.choose_threshold(s_in, s_out, d, c, both_signs=True)
     return thresholds.FixedThreshold(t, sign).bound(s_in, s_out, delta=d,
@@ -445,18 +410,11 @@ def _memoized_counts():
 
 @dataclasses.dataclass(frozen=True)
 class Coverage:
-  """How often one estimator's bound exceeded the true eps over simulated audits.
+  """How often one estimator's bound exceeded the true eps over A simulated audits.
 
-  Attributes:
-    estimator: the result's name (`Estimator.names()`); mechanism: `Mechanism.label`.
-    audits: A; trials: K per side (one-run estimators: M = 2K canaries).
-    assumption_met: False for a GDP-only estimator on a non-GDP mechanism (its
-      violations are then reported, not a failure).
-    violations: audits with epsilon_lower > true_epsilon (beyond 1e-9 relative);
-      positives: audits with epsilon_lower > 0.
-    violation_interval: two-sided 95% Clopper-Pearson interval of the violation rate.
-    p_value: P[Binomial(audits, alpha) >= violations] (small = over-confident).
-    epsilon_lower_A: float64[A] every audit's bound.
+  assumption_met: False for a GDP-only estimator on a non-GDP mechanism (reported, not a failure).
+  violations: audits with epsilon_lower > true_epsilon (beyond 1e-9 relative); positives: > 0.
+  violation_interval: two-sided 95% Clopper-Pearson; epsilon_lower_A: float64[A].
   """
   estimator: str
   mechanism: str
@@ -518,15 +476,11 @@ def violation_p_value(violations: int, audits: int, alpha: float) -> float:
 
 def measure(estimator, mechanism: Mechanism, *, audits: int, trials: int, delta: float,
             confidence: float = 0.95, rng: np.random.Generator) -> list[Coverage]:
-  """Runs `audits` independent simulated audits and counts bounds above the true eps.
+  """Runs A independent simulated audits and counts bounds above the true eps.
 
-  Each audit draws fresh scores: K IN and K OUT runs for two-sample estimators; M = 2K
-  canaries with i.i.d. fair inclusion bits for one-run estimators. Every estimator sees the
-  same audits; chunk sizes depend only on K, so a seed fixes the numbers. estimator is an
-  `Estimator` or a sequence; A >= 1, K >= 2, delta in (0, 1), confidence in (0, 1).
-
-  Returns:
-    list of `Coverage`, one per result name of each estimator, in order.
+  Each audit draws K IN and K OUT scores (two-sample) or M = 2K fair-coin canaries (one-run);
+  every estimator sees the same audits and a seed fixes the numbers. Returns one `Coverage` per
+  result name of each estimator, in order.
   """
   try:
     ests = (estimator,) if isinstance(estimator, Estimator) else tuple(estimator)

@@ -1,29 +1,13 @@
 """Final-model (hidden-state) audits of DP-SGD on real networks.
 
-DP-SGD's accountant assumes the adversary sees every privatized update; a released
-model is usually only the LAST iterate theta_T. This module audits adversaries that see
-theta_T and the public theta_0 only (canaries, initialisations and scores:
-`dpjax.audit.crafting`; the last-iterate heuristic they are compared with:
-`dpjax.audit.last_iterate`). `audit` trains R runs from one fixed theta_0 through
-`dpjax.audit.run.train`, every adversary's canary with its own bits, scores the final
-models and, on the same runs, the gradient canaries WHITE-BOX, so the cost of hiding the
-intermediate models is measured on identical trials. A researcher's own adversary is a
-`FinalModelAdversary`: a canary plus score functions of (theta_T, theta_0).
+The adversary sees only the last iterate theta_T and the public theta_0 (canaries and scores:
+`dpjax.audit.crafting`; the heuristic compared with: `dpjax.audit.last_iterate`). `audit` trains
+R runs from one theta_0 and scores the final models and, on the same runs, the gradient canaries
+white-box. `paper_protocol_audit` is Annamalai & De Cristofaro's protocol beside our bounds.
+Every bound is a `runner.TrainingAudit` at the given confidence.
 
-`paper_protocol_audit` is Annamalai & De Cristofaro's protocol: a blank target
-(`blank_target`), R runs per seed from a pre-trained theta_0, -loss scores, and
-their estimate (`gdp_epsilon_all_thresholds`: mu-GDP at the best threshold of
-the same scores, optimistic, not a valid bound) beside ours on the same scores.
-
-Contracts: theta_0 is shared by all runs and known to the adversaries; each
-adversary's K trials are pooled, which is valid when its canaries' scores are
-independent given the bits (see `audit`); every bound is a
-`runner.TrainingAudit` at the given confidence.
-
-References: Annamalai & De Cristofaro 2024, https://arxiv.org/abs/2405.14106;
-Cebere, Bellet & Papernot 2025, https://arxiv.org/abs/2405.14457; Steinke et al.
-2025, https://arxiv.org/abs/2410.06186.
-
+References: Annamalai & De Cristofaro 2024 (arXiv:2405.14106); Cebere, Bellet & Papernot 2025
+(arXiv:2405.14457); Steinke et al. 2025 (arXiv:2410.06186).
 Shape letters: R runs (models), K canaries, T steps, N records, F features, S seeds.
 """
 
@@ -47,16 +31,9 @@ from dpjax.audit import crafting, last_iterate, parametric, stats
 class FinalModelAdversary(NamedTuple):
   """One canary and the final-model scores an adversary computes for it.
 
-  Attributes:
-    name: a label for the records.
-    scores: {score name: fn(theta_T, theta_0) -> float[K]} (higher = IN),
-      jax-traceable; each is a separate test on the same trials.
-    record: optional (x_c [F...], y_c): a record canary (K = 1).
-    gradient_canaries: optional pytree like params with leaves [K, ...]: K
-      gradient canaries (each clipped to C and Poisson-sampled by the engine).
-      Exactly one of `record` and `gradient_canaries`. Gradient canaries are
-      also scored white-box (per-step likelihood ratio) by `audit` when their
-      directions have norm C and are mutually orthogonal.
+  scores: {name: fn(theta_T, theta_0) -> float[K]} (higher = IN, jax-traceable), one test each.
+  Exactly one of record (x_c [F...], y_c; K = 1) and gradient_canaries (pytree like params, leaves
+  [K, ...]; clipped and sampled by the engine; scored white-box too when of norm C and orthogonal).
   """
   name: str
   scores: dict
@@ -66,17 +43,8 @@ class FinalModelAdversary(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class FinalModelAudit:
-  """What `audit` measured.
-
-  Attributes:
-    audits: {"adversary/score": runner.TrainingAudit} for every final-model score.
-    white_box: {adversary name: runner.TrainingAudit} of the gradient canaries'
-      per-step likelihood ratio on the same runs and bits.
-    claimed_epsilon: cfg.epsilon() (the RDP accountant's).
-    exact_epsilon: the PLD accountant's eps of the claimed (q, sigma, T, delta).
-    last_iterate_epsilon: `last_iterate.last_iterate_epsilon` of the claim.
-    config: the audited DpSgdConfig (sigma resolved).
-    params: the R final models theta_T (leaves [R, ...]), canaries included.
+  """What `audit` measured: {"adversary/score": TrainingAudit}, white-box {adversary: TrainingAudit},
+  the RDP (claimed), PLD (exact) and last-iterate eps of the config, and the R final models.
   """
   audits: dict
   white_box: dict
@@ -131,32 +99,12 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
           **train_kwargs) -> FinalModelAudit:
   """Final-model audit of DP-SGD from a fixed, public theta_0 (through `run.train`).
 
-  Every run trains on all N records plus every adversary's canaries, each adversary with
-  its own balanced bits (`runner.inclusion_bits`); each score function sees only
-  (theta_T, theta_0). The other adversaries' canaries are the same mixture on both sides
-  of a test, so sharing runs is sound; a gradient adversary's K trials are pooled (valid
-  when its canaries' scores are independent given the bits, e.g. disjoint untouched
-  coordinates; otherwise give K = 1). White-box on the same runs (when `white_box`, for
-  gradient canaries of norm C with orthogonal directions): each update projected on
-  g_j / C, times B / C, scored by `canary.white_box_llr`, with the final-model scores'
-  one-run coins (at q = 1 the two views then give the same bounds).
-
-  Args:
-    key: jax.random key, split into (bits, train, seed) keys.
-    cfg, model: the claimed dpsgd.DpSgdConfig and a dpjax.models.Model.
-    x_NxF, y_N: the private records.
-    init_params: theta_0, shared by all runs and known to the adversaries.
-    adversaries: list of FinalModelAdversary (distinct names).
-    num_runs: R >= 4.
-    confidence: of every bound, in (0, 1).
-    white_box: also score gradient canaries from the per-step updates.
-    progress: progress bars.
-    **train_kwargs: other `dpsgd.train_many` components (sampler, clipping, privatizer,
-      optimizer, perf): a replaced component is audited against the claim.
-  Returns:
-    FinalModelAudit.
-  Raises:
-    ValueError / TypeError: bad inputs; runs that diverged.
+  Every run trains on all N records plus every adversary's canaries, each adversary with its own
+  balanced bits; scores see only (theta_T, theta_0). A gradient adversary's K trials are pooled
+  (valid when its canaries' scores are independent given the bits; else give K = 1). White-box
+  (norm-C orthogonal gradient canaries): each update projected on g_j / C, times B / C, scored by
+  `canary.white_box_llr` with the same coins. num_runs R >= 4; **train_kwargs: other
+  `dpsgd.train_many` components, audited against the claim. Raises ValueError on diverged runs.
   """
   from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
@@ -240,14 +188,9 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
 
 def standard_adversaries(model, theta0, x_priv_NxF, y_priv_N, unused_F, target_feature,
                          l2_clip_norm: float) -> list[FinalModelAdversary]:
-  """Three adversaries of one theta_0: an input canary, gradient canaries, a target.
-
-  "input canary": `crafting.input_canary` (every unused feature dark), scored by -loss.
-  "gradient canary": `crafting.input_weight_canaries` on the unused features but the
-  target's (MLP) or `crafting.quiet_coordinate_canary` (other models), scored by the
-  final displacement. "target": the one-hot record of `target_feature` with its label of
-  least logit (None: the input canary itself), scored by -loss and by the displacement
-  along its initial gradient (`crafting.gradient_direction`).
+  """Three adversaries of one theta_0: "input canary" (-loss), "gradient canary" (final displacement;
+  input-weight canaries for an MLP target, else a quiet coordinate) and "target" (the one-hot record
+  of `target_feature` with its least-logit label, or the input canary; -loss and projection).
   """
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   unused = np.asarray(unused_F)
@@ -276,11 +219,8 @@ _OBSERVERS: dict = {}
 
 
 def _observer(unit_dirs):
-  """observe_fn projecting an update on K unit directions: float[K].
-
-  One function object per distinct set of directions (keyed by their bytes), so
-  that `dpsgd.train_many` reuses its compiled program across audits with the
-  same canaries (e.g. the same Dirac coordinates from another theta_0).
+  """observe_fn projecting an update on K unit directions (float[K]); one object per set of
+  directions (keyed by bytes) so `dpsgd.train_many` reuses its compiled program.
   """
   import hashlib  # pylint: disable=g-import-not-at-top
   leaves = [np.asarray(l, np.float32) for l in jax.tree.leaves(unit_dirs)]
@@ -313,13 +253,7 @@ def _orthogonal_norm_c(g, c: float) -> bool:
 
 
 def blank_target(record_shape, label: int = 9) -> tuple[np.ndarray, int]:
-  """Annamalai & De Cristofaro's target record: the blank (all-zero) image, label 9.
-
-  Args:
-    record_shape: the shape of one record, e.g. (64,) for the flattened digits.
-    label: its class, an integer >= 0 (theirs: 9).
-  Returns:
-    (x_c, label): x_c is float32[*record_shape] of zeros.
+  """Annamalai & De Cristofaro's target: the all-zero record float32[*record_shape], label 9.
 
   Examples:
     >>> x, y = blank_target((64,))
@@ -333,33 +267,15 @@ def blank_target(record_shape, label: int = 9) -> tuple[np.ndarray, int]:
 
 def gdp_epsilon_all_thresholds(scores_in_K, scores_out_K, delta: float,
                                confidence: float = 0.95) -> parametric.GdpEstimate:
-  """The eps estimate of Annamalai & De Cristofaro: mu-GDP at the best threshold of the same scores.
+  """Annamalai & De Cristofaro's estimate: mu-GDP at the best threshold of the same scores.
 
-  For every test "IN iff score > t", t in {-inf} and the K_in + K_out scores
-  (the tests "score >= s" of their code), with one-sided Clopper-Pearson upper
-  limits at `confidence` on FPR(t) and FNR(t) (their alpha = 1 - confidence),
+  Over t in {-inf} and every score, with one-sided Clopper-Pearson upper limits at `confidence`
+  (in (0.5, 1)), mu = max_t Phi^-1(1 - FPR_u(t)) - Phi^-1(FNR_u(t)); eps = eps(delta) of mu-GDP.
 
-      mu_t = Phi^-1(1 - FPR_u(t)) - Phi^-1(FNR_u(t)),   mu = max_t mu_t,
-
-  and eps is eps(delta) of mu-GDP (`accounting.gdp.gaussian_epsilon`), 0 when
-  mu <= 0. The pieces are `stats.error_counts`, `stats.clopper_pearson` and
-  `tradeoff.gaussian_mu`, as in `parametric.gdp_estimate`.
-
-  Warning: NOT a valid lower bound at `confidence`. The threshold is chosen on
-  the scores that evaluate it with no union bound over the thresholds, and the
-  two limits are not corrected jointly: the estimate is optimistic. It also
-  assumes the mechanism is mu-GDP (full-batch DP-SGD is: mu = sqrt(T) / sigma).
-  Valid alternatives on the same scores: `parametric.gdp_estimate` (threshold
-  held out) and `score_audit.score_bounds` ("best", assumption-free).
-
-  Args:
-    scores_in_K, scores_out_K: float[K_in], float[K_out] (higher = IN), >= 1 each.
-    delta: in (0, 1).
-    confidence: level of each one-sided limit, in (0.5, 1).
-  Returns:
-    parametric.GdpEstimate (its threshold t: IN iff score > t).
-  References: Annamalai & De Cristofaro 2024, https://arxiv.org/abs/2405.14106;
-    Nasr et al. 2023, https://arxiv.org/abs/2302.07956.
+  Warning: NOT a valid lower bound: the threshold is chosen on the evaluated scores with no union
+  bound, the limits are not joint, and mu-GDP is assumed. Valid alternatives on the same scores:
+  `parametric.gdp_estimate` and `score_audit.score_bounds`.
+  References: Annamalai & De Cristofaro 2024; Nasr et al. 2023.
 
   Examples:
     >>> import numpy as np
@@ -390,18 +306,9 @@ def gdp_epsilon_all_thresholds(scores_in_K, scores_out_K, delta: float,
 
 @dataclasses.dataclass(frozen=True)
 class PaperProtocolAudit:
-  """What `paper_protocol_audit` measured: S seeds, each estimator on the same scores.
-
-  Attributes:
-    paper: S `parametric.GdpEstimate` of `gdp_epsilon_all_thresholds` (their protocol).
-    strict: float64[S], "best" of `score_audit.score_bounds` per seed (valid at
-      the confidence, no assumption).
-    gdp_held_out: float64[S], "gdp" (`parametric.gdp_estimate`, threshold held
-      out; valid if mu-GDP).
-    pooled_strict: "best" on the S seeds' trials pooled.
-    audits: S `runner.TrainingAudit` (scores [R, 1] and bits).
-    claimed_epsilon, exact_epsilon: as in `FinalModelAudit`.
-    config: the audited DpSgdConfig.
+  """What `paper_protocol_audit` measured over S seeds on the same scores: `paper` (S GdpEstimate),
+  `strict` ("best" of `score_bounds`, float64[S]), `gdp_held_out` ("gdp", float64[S]),
+  `pooled_strict` ("best" on all seeds' trials) and the S TrainingAudits.
   """
   paper: list
   strict: np.ndarray
@@ -413,8 +320,9 @@ class PaperProtocolAudit:
   config: Any
 
   def to_json(self) -> dict:
-    """Plain numbers: per-seed lists, means, sample sd (0 for one seed), and
-    "paper_ceiling", their estimate at perfect separation of these trial counts."""
+    """Plain numbers: per-seed lists, means, sample sd (0 for one seed) and "paper_ceiling"
+    (their estimate at perfect separation).
+    """
     sd = lambda v: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
     paper = np.array([g.epsilon for g in self.paper])
     n_in, n_out = int(self.audits[0].included_RxK.sum()), int((~self.audits[0].included_RxK).sum())
@@ -436,37 +344,12 @@ def paper_protocol_audit(key, cfg, model, x_NxF, y_N, *, init_params, target=Non
                          num_seeds: int = 5, num_runs: int = 200,
                          confidence: float = 0.95, progress: bool = False
                          ) -> PaperProtocolAudit:
-  """Annamalai & De Cristofaro's black-box audit of full-batch DP-SGD, S times.
+  """Annamalai & De Cristofaro's black-box audit of full-batch DP-SGD (q = 1), S times.
 
-  Per seed s (key fold_in(key, s)): `audit` trains R runs from `init_params`
-  (theirs: pre-trained on the other half of the data), R/2 with the target,
-  scores each final model by -loss on the target, and the scores get their
-  estimate (`gdp_epsilon_all_thresholds`) and ours (`score_audit.score_bounds`).
-
-  Summed gradients: their update is theta <- theta - eta (sum_i clip(g_i) +
-  N(0, sigma^2 C^2 I)). `dpsgd` divides the noisy sum by the public constant
-  B = q n = cfg.dataset_size (q = 1; never the realised batch, which is n or
-  n + 1), so their eta is cfg.learning_rate / cfg.dataset_size exactly.
-
-  Args:
-    key: jax.random key.
-    cfg: dpsgd.DpSgdConfig with sampling_prob 1 (full batch).
-    model: a dpjax.models.Model.
-    x_NxF, y_N: the private records (D minus the target).
-    init_params: theta_0, fixed across runs and seeds.
-    target: (x_c, y_c); default `blank_target(x_NxF.shape[1:])`.
-    num_seeds: S >= 1 repetitions.
-    num_runs: R >= 4 models per seed.
-    confidence: of every bound (and of each one-sided limit of theirs), in (0.5, 1).
-    progress: progress bars.
-  Returns:
-    PaperProtocolAudit.
-  References: Annamalai & De Cristofaro 2024, https://arxiv.org/abs/2405.14106.
-
-  Example (tests/final_model_test.py runs it):
-
-      p = paper_protocol_audit(key, cfg, model, x, y, init_params=theta0, num_seeds=5)
-      [g.epsilon for g in p.paper], p.strict
+  Seed s (key fold_in(key, s)): `audit` trains R runs from `init_params`, R/2 with the target
+  (default `blank_target`), scores -loss; both their estimate and `score_bounds` are reported.
+  Their update theta - eta (sum clip(g_i) + N(0, sigma^2 C^2 I)) is ours with eta =
+  cfg.learning_rate / cfg.dataset_size (the noisy sum is divided by the public B = n).
   """
   from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
   from dpjax.audit import score_audit  # pylint: disable=g-import-not-at-top

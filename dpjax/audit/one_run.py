@@ -1,29 +1,14 @@
 """Auditing with one training run and many canaries (Steinke, Nasr & Jagielski 2023).
 
-Instead of training thousands of models, insert m canaries, each independently
-included with probability 1/2, train ONCE, and let the auditor guess the
-inclusion bit of r of them (abstaining on the rest, e.g. guessing IN for the k+
-highest scores and OUT for the k- lowest). If training is (eps, delta)-DP, the
-number V of correct guesses satisfies (their Theorem 5.2, with p = e^eps/(1+e^eps))
+m canaries, each included w.p. 1/2; one training run; the auditor makes r guesses (IN for the
+k+ highest scores, OUT for the k- lowest, counts fixed in advance). If training is
+(eps, delta)-DP, V correct guesses satisfy (their Thm 5.2, p = e^eps / (1 + e^eps))
 
-    P[V >= v] <= P[Binomial(r, p) >= v]
-                 + 2 m delta * max_{1<=i<=v} P[v - i <= Binomial(r, p) < v] / i,
+    P[V >= v] <= P[Binomial(r, p) >= v] + 2 m delta max_{1<=i<=v} P[v - i <= Binomial(r, p) < v] / i;
 
-so observing v correct guesses rejects "(eps, delta)-DP" at level alpha when the
-right side is <= alpha; the eps lower bound is the largest eps rejected. With
-delta = 0 this is exactly the binomial tail of eps-randomized response: one run
-with many canaries behaves like many runs with one, up to the delta term.
-
-The number of guesses must be fixed in advance (choosing k after looking at the
-scores would inflate the bound, as choosing a threshold does).
-
-The f-DP analysis of the same game (Mahloujifar, Melis & Chaudhuri 2025) is
-`dpjax.audit.one_run_fdp`; `audit_declared_guesses` runs either over a set of guess
-counts declared in advance, with a union bound. `one_run_game`, `expected_correct`
-and `paper_protocol` are the idealized Gaussian game of Mahloujifar et al.'s Table 1
-and their protocol (expected counts, the count chosen after the fact: not a valid
-audit), for comparison with the printed values.
-
+the eps lower bound is the largest eps this rejects at level alpha. The f-DP analysis of the
+game is `dpjax.audit.one_run_fdp`. `one_run_game`, `expected_correct` and `paper_protocol`
+are the idealized Gaussian game and protocol of Mahloujifar, Melis & Chaudhuri 2025, Table 1.
 Shape letters: K canaries.
 
 Examples:
@@ -47,16 +32,7 @@ from dpjax.audit import one_run_fdp
 
 def p_value(num_canaries: int, num_guesses: int, num_correct: int, epsilon: float,
             delta: float) -> float:
-  """Upper bound on P[V >= num_correct] for an (epsilon, delta)-DP training run.
-
-  Args:
-    num_canaries: m >= 1 canaries, each included with probability 1/2.
-    num_guesses: r in [0, m] guesses made (abstentions excluded).
-    num_correct: v in [0, r] correct guesses observed.
-    epsilon: >= 0, the null hypothesis' eps.
-    delta: in [0, 1].
-  Returns:
-    A p-value in [0, 1].
+  """Upper bound on P[V >= v] for an (epsilon, delta)-DP run (m canaries, r guesses, v correct).
 
   Examples:
     >>> round(p_value(100, 10, 10, 0.0, 0.0), 6)            # ten coin flips all right
@@ -80,15 +56,8 @@ def p_value(num_canaries: int, num_guesses: int, num_correct: int, epsilon: floa
 
 def epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct: int,
                         delta: float = 0.0, confidence: float = 0.95) -> float:
-  """Largest eps that `num_correct` of `num_guesses` correct guesses rejects.
-
-  Args:
-    num_canaries, num_guesses, num_correct: m >= 1, r in [0, m], v in [0, r].
-    delta: in [0, 1].
-    confidence: in (0, 1).
-  Returns:
-    eps_lower >= 0: with probability >= `confidence`, the run is not (eps,
-    delta)-DP for any eps < eps_lower (0 when nothing is rejected).
+  """Largest eps that v = `num_correct` of r = `num_guesses` correct guesses rejects (0 if none);
+  m >= 1, r in [0, m], v in [0, r], delta in [0, 1].
   """
   m, r, v = one_run_fdp.check_guesses(num_canaries, num_guesses, num_correct)
   delta = _validate.check_delta(delta, allow_zero=True)
@@ -114,10 +83,8 @@ _WINDOW_TERMS = 2000                   # terms of the delta-term maximum compute
 
 
 def _p_values_over_eps(m: int, r: int, v: int, eps_E, delta_E) -> np.ndarray:
-  """`p_value(m, r, v, eps_e, delta_e)` for each e, float[E]; an upper bound when v > 2,000.
-
-  The delta term's max over i of P[v - i <= Bin < v] / i is exact for i <= 2,000;
-  the rest is bounded by P[Bin < v] / 2,001, so the p-value can only err upwards.
+  """`p_value(m, r, v, eps_e, delta_e)` for each e, float[E]; exact window for i <= 2,000, beyond
+  that bounded by P[Bin < v] / 2,001 (errs upwards only).
   """
   eps = np.asarray(eps_E, np.float64)
   dl = np.asarray(delta_E, np.float64)
@@ -135,25 +102,12 @@ def _p_values_over_eps(m: int, r: int, v: int, eps_E, delta_E) -> np.ndarray:
 def steinke_pointwise_epsilon_lower_bound(*, num_canaries: int, num_guesses: int,
                                           num_correct: int, delta: float,
                                           confidence: float = 0.95) -> one_run_fdp.FdpOneRunResult:
-  """Steinke et al.'s test applied at every point of a Gaussian curve (mu-GDP), as eps at delta.
+  """Steinke et al.'s test at every point of a mu-GDP curve, reported as eps at `delta`.
 
-  A mu-GDP run is (eps, delta_mu(eps))-DP for every eps >= 0 (`gdp.gaussian_delta`),
-  so Theorem 5.2 of Steinke, Nasr & Jagielski 2023 bounds P[V >= v] by
-  min over eps of `p_value(m, r, v, eps, delta_mu(eps))`: "mu-GDP" is rejected when
-  that minimum is <= 1 - confidence (the best split of the curve into one (eps, delta)
-  pair, chosen per mu). The bound is the largest mu rejected (bisection to 1e-6),
-  converted to eps at `delta` of mu-GDP: Mahloujifar, Melis & Chaudhuri 2025's
-  Table 1 row of Steinke et al.'s analysis with the Gaussian curve ("taken pointwise
-  over delta"). Like the f-DP "gdp" family it is valid only for mu-GDP runs; it is at
-  least Steinke et al.'s bound at `delta` up to the 200-point eps grid on
-  [0, eps_mu(1e-12)] (any grid gives a valid test; a finer one a tighter bound).
-
-  Args:
-    num_canaries, num_guesses, num_correct: m >= 1, r in [0, m], v in [0, r].
-    delta: in (0, 1), the delta of the eps reported.
-    confidence: in (0, 1).
-  Returns:
-    FdpOneRunResult with family "steinke_pointwise" and `mu_lower` the mu found.
+  A mu-GDP run is (eps, delta_mu(eps))-DP for all eps, so "mu-GDP" is rejected when
+  min_eps `p_value(m, r, v, eps, delta_mu(eps))` <= 1 - confidence (200-point eps grid on
+  [0, eps_mu(1e-12)]). Returns the largest mu rejected (bisection to 1e-6) as a FdpOneRunResult
+  of family "steinke_pointwise". Valid only for mu-GDP runs (Mahloujifar et al. 2025, Table 1).
 
   Examples:
     >>> r = steinke_pointwise_epsilon_lower_bound(num_canaries=1000, num_guesses=100,
@@ -198,16 +152,7 @@ class OneRunResult(NamedTuple):
 
 def audit(scores_K, included_K, *, num_positive_guesses: int, num_negative_guesses: int = 0,
           delta: float = 0.0, confidence: float = 0.95) -> OneRunResult:
-  """Guesses IN for the top scores and OUT for the bottom ones, then bounds eps.
-
-  Args:
-    scores_K: float[K] canary scores (higher = more likely included).
-    included_K: bool[K] true inclusion bits (each drawn with probability 1/2).
-    num_positive_guesses: k+ >= 0, fixed in advance.
-    num_negative_guesses: k- >= 0, fixed in advance; k+ + k- <= K.
-    delta, confidence: as in `epsilon_lower_bound`.
-  Returns:
-    OneRunResult.
+  """Guesses IN for the k+ top scores_K and OUT for the k- bottom ones (fixed in advance), then bounds eps.
 
   Examples:
     >>> import numpy as np
@@ -237,10 +182,7 @@ ONE_RUN_METHODS = ("steinke", "fdp", "fdp_gdp", "fdp_subsampled_gaussian")
 
 
 def declared_guess_counts(num_canaries: int, num_levels: int = 12) -> tuple[int, ...]:
-  """The guess counts r_j = 2 floor(m / 2^(j+1)), j = 0..num_levels-1, those >= 2.
-
-  Half of each r_j are IN guesses on the top scores, half OUT guesses on the
-  bottom ones. The set depends only on m, so it is declared before any score.
+  """Guess counts r_j = 2 floor(m / 2^(j+1)) >= 2, j < num_levels; depend only on m.
 
   Examples:
     >>> declared_guess_counts(1000, 4)
@@ -275,26 +217,13 @@ def audit_declared_guesses(scores_K, included_K, *, delta: float, confidence: fl
                            method: str = "steinke", guess_counts=None,
                            sampling_prob: Optional[float] = None,
                            num_steps: Optional[int] = None) -> DeclaredGuessResult:
-  """One-run bound maximised over guess counts declared in advance, valid at `confidence`.
+  """One-run bound maximised over J guess counts declared in advance (union bound).
 
-  For each declared r (default `declared_guess_counts(K)`), guess IN for the r/2
-  highest scores and OUT for the r/2 lowest, and compute the bound at confidence
-  1 - (1 - confidence) / J (J = number of counts); by the union bound the largest
-  of the J bounds holds at `confidence`. Methods: "steinke" (`epsilon_lower_bound`),
-  "fdp", "fdp_gdp" and "fdp_subsampled_gaussian" (`fdp_epsilon_lower_bound` with
-  family "dp" / "gdp" / "subsampled_gaussian"; the last two are valid only if the
-  run is mu-GDP, resp. T steps of DP-SGD at rate q for some sigma).
-
-  Args:
-    scores_K: float[K] canary scores (higher = more likely included).
-    included_K: bool[K] inclusion bits, each drawn independently with probability 1/2.
-    delta: in [0, 1) ((0, 1) for "fdp_gdp" and "fdp_subsampled_gaussian").
-    confidence: in (0, 1).
-    method: one of `ONE_RUN_METHODS`.
-    guess_counts: optional even guess counts in [2, K], fixed before seeing the scores.
-    sampling_prob, num_steps: q in (0, 1] and T >= 1, for "fdp_subsampled_gaussian" only.
-  Returns:
-    DeclaredGuessResult.
+  Each r (default `declared_guess_counts(K)`) guesses IN for the r/2 top and OUT for the r/2
+  bottom scores at confidence 1 - (1 - confidence) / J. method: "steinke"
+  (`epsilon_lower_bound`), "fdp" / "fdp_gdp" / "fdp_subsampled_gaussian" (`fdp_epsilon_lower_bound`
+  families "dp" / "gdp" (mu-GDP runs only) / "subsampled_gaussian" (T DP-SGD steps at rate q
+  only; needs sampling_prob, num_steps)). delta in [0, 1) ((0, 1) for the last two).
 
   Examples:
     >>> import numpy as np
@@ -362,8 +291,7 @@ _POINTWISE_COUNTS = 5        # counts at which "steinke_pointwise" (seconds each
 
 
 def one_run_game(rng: np.random.Generator, num_canaries: int, sigma: float):
-  """One run of the idealized Gaussian mechanism: (x_K, bits_K), bits ~ Bernoulli(1/2),
-  x = bits + sigma N(0, 1) (mu-GDP in each canary, mu = 1 / sigma).
+  """One idealized Gaussian run: bits_K ~ Bernoulli(1/2), x_K = bits + sigma N(0, 1) (mu = 1/sigma).
 
   Examples:
     >>> x, bits = one_run_game(np.random.default_rng(0), 4, 0.5)
@@ -379,17 +307,10 @@ def one_run_game(rng: np.random.Generator, num_canaries: int, sigma: float):
 
 @_validate.names_extreme_arguments
 def top_precision(sigma: float, fraction: float) -> float:
-  """P[b = 1 | x among the top `fraction` of scores], x = b + sigma Z, b a fair coin (m -> inf).
+  """P[b = 1 | x in the top `fraction`], x = b + sigma Z, b a fair coin (m -> inf); in [1/2, 1].
 
-  The top fraction is {x > t} with P[x > t] = (Phi((1 - t) / sigma) + Phi(-t / sigma)) / 2
-  = fraction; its precision is Phi((1 - t) / sigma) / (Phi((1 - t) / sigma) + Phi(-t / sigma)).
-  By symmetry it is also the precision of OUT guesses on the bottom `fraction`.
-
-  Args:
-    sigma: > 0.
-    fraction: in (0, 1).
-  Returns:
-    The precision, in [1/2, 1].
+  The top is {x > t} with (Phi((1 - t)/sigma) + Phi(-t/sigma)) / 2 = fraction; precision
+  Phi((1 - t)/sigma) / (Phi((1 - t)/sigma) + Phi(-t/sigma)), also that of the bottom OUT guesses.
 
   Examples:
     >>> round(top_precision(1.0, 0.5), 4)                   # Phi(1 / (2 sigma))
@@ -407,16 +328,7 @@ def top_precision(sigma: float, fraction: float) -> float:
 
 @_validate.names_extreme_arguments
 def expected_correct(sigma: float, num_canaries: int, num_guesses: int) -> int:
-  """The paper protocol's count: c = ceil(c' x precision of the top c'/2), c' = `num_guesses`.
-
-  Guesses IN on the top c'/2 and OUT on the bottom c'/2 of m scores; the count is
-  computed from the score distribution (`top_precision` at fraction c' / (2 m)), not
-  drawn, so it is the same for every run.
-
-  Args:
-    sigma: > 0.
-    num_canaries: m >= 2.
-    num_guesses: c', even, in [2, m].
+  """The paper protocol's count ceil(c' `top_precision`(sigma, c' / (2 m))), c' = num_guesses even in [2, m].
 
   Examples:
     >>> expected_correct(1.0, 1000, 1000)           # top / bottom halves: Phi(1 / 2)
@@ -447,14 +359,11 @@ def paper_guess_grid(num_canaries: int, points: int) -> tuple[int, ...]:
 
 def paper_protocol(sigma: float, num_canaries: int, *, delta: float, confidence: float,
                    grid_points: int) -> dict:
-  """Mahloujifar et al.'s Table 1 protocol: for each method, the best bound over the c' grid.
+  """Mahloujifar et al.'s Table 1 protocol: each method's best bound over the c' grid.
 
-  NOT a valid audit at `confidence`: the counts are expected values (`expected_correct`)
-  and c' is chosen after the fact with no union bound. "steinke_pointwise" is
-  evaluated at the 5 counts with the best "steinke" bounds only (it costs seconds each).
-
-  Returns:
-    {method: {"epsilon_lower", "num_guesses", "num_correct"}} for `PAPER_METHODS`.
+  NOT a valid audit: counts are expected values and c' is chosen after the fact.
+  "steinke_pointwise" runs only at the 5 counts with the best "steinke" bounds.
+  Returns {method: {"epsilon_lower", "num_guesses", "num_correct"}} for `PAPER_METHODS`.
   """
   m = num_canaries
   grid = paper_guess_grid(m, grid_points)

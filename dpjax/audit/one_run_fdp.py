@@ -1,15 +1,11 @@
 """The f-DP one-run test (Mahloujifar, Melis & Chaudhuri 2025) and its trade-off families.
 
-The game of `dpjax.audit.one_run` (m canaries IN with probability 1/2, r guesses, v
-correct) tested against a whole trade-off curve f: `fdp_rejects` (the paper's recursion),
-`fdp_p_value`, `fdp_epsilon_lower_bound` (the largest parameter rejected, as eps at
-delta). Families `FDP_FAMILIES`: "dp" (valid for every (eps, delta)-DP run, without
-Steinke et al.'s 2 m delta), "gdp" (G_mu, valid only for mu-GDP runs), and
-"subsampled_gaussian" (T DP-SGD steps at rate q, from our PLD).
+The game of `dpjax.audit.one_run` (m canaries, r guesses, v correct) tested against a whole
+trade-off curve f. `FDP_FAMILIES`: "dp" (every (eps, delta)-DP run, without Steinke et al.'s
+2 m delta), "gdp" (G_mu, mu-GDP runs only), "subsampled_gaussian" (T DP-SGD steps at rate q,
+from our PLD). Shape letters: P candidate parameters, J points of a privacy profile.
 
 References: Mahloujifar, Melis & Chaudhuri 2025, https://arxiv.org/abs/2410.22235.
-
-Shape letters: P candidate parameters, J points of a privacy profile.
 
 Examples:
   >>> r = fdp_epsilon_lower_bound(num_canaries=1000, num_guesses=100, num_correct=100,
@@ -75,11 +71,8 @@ _SIGMA_STEPS_PER_OCTAVE = 256          # the grid 1/sigma = 2^(k/256) searched b
 
 
 def _profile_inverse_blowup(eps_PxJ, delta_PxJ):
-  """x -> max_j of the (eps_j, delta_j)-DP inverse blow-up: the f-DP curve of a privacy profile.
-
-  A mechanism that is (eps_j, delta_j)-DP for every j has trade-off function
-  f >= max_j f_{eps_j, delta_j} (Dong, Roth & Su 2019, Prop. 2.12): the curve that
-  `dpjax.tradeoff.pld_tpr_bound` reads from a PLD, here as f(1 - x) per row P.
+  """x -> max_j of the (eps_j, delta_j)-DP inverse blow-ups, per row P: f >= max_j f_{eps_j, delta_j}
+  (Dong, Roth & Su 2019, Prop. 2.12), the curve of `dpjax.tradeoff.pld_tpr_bound`.
   """
   e = np.asarray(eps_PxJ, np.float64)
   d = np.asarray(delta_PxJ, np.float64)
@@ -137,10 +130,8 @@ def _subsampled_gaussian_inverse_blowup(inv_sigma_P, sampling_prob, num_steps):
 
 
 def _fdp_excess(m: int, r: int, v: int, inverse_blowup, alpha, size: int) -> np.ndarray:
-  """r_0 + h_0 - r/m of the recursion (> 0: "f-DP with >= v correct" rejected at alpha).
-
-  Vectorised over `size` candidates (the P axis): trade-off functions of
-  `inverse_blowup`, or levels when `alpha` is a float[P].
+  """t_0 + w_0 - r/m of the recursion (> 0: rejected), vectorised over `size` candidates
+  (trade-off functions of `inverse_blowup`, or levels when `alpha` is float[P]).
   """
   tail = np.full(size, alpha * v / m)               # mass of runs with >= v correct guesses
   wrong = np.full(size, alpha * (r - v) / m)        # ... their wrong guesses
@@ -157,41 +148,18 @@ def fdp_rejects(*, num_canaries: int, num_guesses: int, num_correct: int, family
                 parameter: float, delta: float = 0.0, confidence: float = 0.95,
                 sampling_prob: Optional[float] = None,
                 num_steps: Optional[int] = None) -> bool:
-  """Whether `num_correct` correct guesses reject "the run is f-DP" at 1 - confidence.
+  """Whether v = `num_correct` correct guesses reject "the run is f-DP" at level 1 - confidence.
 
-  The test of Mahloujifar, Melis & Chaudhuri 2025 (their one-run analysis for a
-  trade-off function f; https://arxiv.org/abs/2410.22235). With m canaries, each
-  included independently with probability 1/2, and r guesses made after seeing
-  the run (abstaining on the rest), suppose P[V >= v] >= tau for the number V of
-  correct guesses. Write h_inv(x) = f(1 - x) for the least probability, under one
-  input, of an event of probability x under its neighbour. Start from
-  t_v = tau v / m and w_v = tau (r - v) / m and, for i = v - 1, ..., 0,
+  With h_inv(x) = f(1 - x), tau = 1 - confidence, t_v = tau v / m, w_v = tau (r - v) / m and,
+  for i = v - 1, ..., 0,
 
-      w_i = max(w_{i+1}, h_inv(t_{i+1})),
-      t_i = min(1, t_{i+1} + i / (r - i) * (w_i - w_{i+1})).
+      w_i = max(w_{i+1}, h_inv(t_{i+1})),  t_i = min(1, t_{i+1} + i / (r - i) (w_i - w_{i+1})),
 
-  An f-DP mechanism has t_0 + w_0 <= r / m; so t_0 + w_0 > r / m rejects "f-DP
-  and P[V >= v] >= tau", i.e. it rejects f-DP at level tau = 1 - confidence.
-  Guesses may be IN or OUT: the families below are symmetric trade-off functions,
-  so a guess of OUT is a guess of IN for the flipped bit.
-
-  Args:
-    num_canaries, num_guesses, num_correct: m >= 1, r in [0, m], v in [0, r].
-    family: "gdp" (f = G_mu, `parameter` = mu > 0) or "dp" (f = the (eps, delta)-DP
-      trade-off max(0, 1 - delta - e^eps a, e^-eps (1 - delta - a)), `parameter` =
-      eps >= 0) or "subsampled_gaussian" (DP-SGD: T = `num_steps` steps of the
-      Poisson-subsampled Gaussian at rate q = `sampling_prob`, `parameter` = the noise
-      multiplier sigma > 0; f = max_j f_{eps_j, delta(eps_j)} over 1,000 eps of the
-      privacy profile of our PLD (`dpjax.accounting.pld`, both neighbour directions,
-      FFT rounding noise added), the curve of `dpjax.tradeoff.pld_tpr_bound`: a valid
-      lower bound on the exact curve).
-    parameter: mu, eps or sigma, as above.
-    delta: the delta of the "dp" family, in [0, 1) (ignored otherwise).
-    confidence: in (0, 1).
-    sampling_prob: q in (0, 1], "subsampled_gaussian" only (required there).
-    num_steps: T >= 1, "subsampled_gaussian" only (required there).
-  Returns:
-    True when the claim is rejected.
+  an f-DP run with P[V >= v] >= tau has t_0 + w_0 <= r / m; more rejects. The families are
+  symmetric, so OUT guesses count as IN guesses for the flipped bit. `parameter`: mu > 0 ("gdp");
+  eps >= 0 with `delta` in [0, 1) ("dp"); the noise multiplier sigma > 0 ("subsampled_gaussian",
+  needs sampling_prob and num_steps; f = max_j f_{eps_j, delta(eps_j)} over 1,000 eps of our PLD's
+  profile, both directions, FFT rounding noise added: a valid lower bound on the exact curve).
 
   Examples:
     >>> fdp_rejects(num_canaries=1000, num_guesses=100, num_correct=100, family="gdp",
@@ -214,19 +182,9 @@ def fdp_rejects(*, num_canaries: int, num_guesses: int, num_correct: int, family
 def fdp_p_value(*, num_canaries: int, num_guesses: int, num_correct: int, family: str,
                 parameter: float, delta: float = 0.0, sampling_prob: Optional[float] = None,
                 num_steps: Optional[int] = None) -> float:
-  """Upper bound on P[V >= num_correct] for an f-DP run (Mahloujifar et al. 2025).
+  """Upper bound in (0, 1] on P[V >= v] for an f-DP run: the smallest level `fdp_rejects` rejects.
 
-  The test of `fdp_rejects` at level tau shows P[V >= v] < tau whenever it rejects,
-  and rejection grows with tau; the bound is the smallest tau found rejected, from
-  a log-spaced grid on [1e-15, 1] refined three times on 63-point linear grids
-  (it errs upwards, never below the crossing). 1 when nothing is rejected.
-
-  Args:
-    num_canaries, num_guesses, num_correct: m >= 1, r in [0, m], v in [0, r].
-    family, parameter, delta, sampling_prob, num_steps: the trade-off function, as in
-      `fdp_rejects`.
-  Returns:
-    A bound in (0, 1] on the probability of >= v correct guesses.
+  Log grid on [1e-15, 1] refined three times on 63-point grids (errs upwards); 1 if none.
 
   Examples:
     >>> p = fdp_p_value(num_canaries=100, num_guesses=10, num_correct=10, family="dp",
@@ -296,12 +254,8 @@ def _make_inverse(family, delta, q_t):
 
 
 def _largest_rejected_on_grid(m, r, v, make_inverse, alpha, start: float = 0.0) -> float:
-  """Largest u = 2^(k/256) (integer k) rejected, >= start; `start` when none is.
-
-  For "subsampled_gaussian" (u = 1 / sigma): each u costs one PLD composition, so
-  the search bisects over the fixed grid k (cached profiles are reused across calls)
-  instead of refining 63-point grids. The answer is a grid point rejected, never
-  above the crossing (rejection is monotone in u, the curves being ordered).
+  """Largest u = 2^(k/256) (integer k) rejected, >= start (`start` if none); bisection over k,
+  since each u = 1 / sigma costs a PLD composition. Never above the crossing.
   """
   n = _SIGMA_STEPS_PER_OCTAVE
 
@@ -334,13 +288,10 @@ def _rejected(m, r, v, make_inverse, alpha, parameter: float) -> bool:
 
 
 def _largest_rejected(m, r, v, make_inverse, alpha, start: float = 0.0) -> float:
-  """Largest parameter (mu or eps) rejected, >= start; `start` itself when it is not rejected.
+  """Largest parameter (mu or eps) rejected, >= start (`start` if not rejected).
 
-  Rejection is monotone in the parameter (a larger mu or eps makes the inverse
-  blow-up, hence the recursion's growth, smaller). A bracket [lo, hi] with lo
-  rejected and hi not is refined on 63-point grids three times (resolution
-  (hi - lo) / 64^3); the answer is the largest grid point rejected, never above
-  the crossing.
+  Rejection is monotone; the bracket is refined on 63-point grids three times (resolution
+  (hi - lo) / 64^3), returning the largest rejected grid point, never above the crossing.
   """
   if v == 0 or not _rejected(m, r, v, make_inverse, alpha, start):
     return start
@@ -375,33 +326,11 @@ def fdp_epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct:
                             num_steps: Optional[int] = None) -> FdpOneRunResult:
   """eps lower bound from the f-DP one-run test (Mahloujifar, Melis & Chaudhuri 2025).
 
-  family "dp": the largest eps for which `fdp_rejects(family="dp", parameter=eps,
-  delta=delta)`: the run is not (eps, delta)-DP, whatever the mechanism, with
-  probability >= confidence. family "gdp": the largest mu rejected, converted to
-  the eps at `delta` of a mu-GDP mechanism (`dpjax.accounting.gdp`); this rejects
-  "the run is (eps, delta)-DP" only for mechanisms whose trade-off curve is
-  Gaussian (the paper's setting for the Gaussian mechanism and DP-SGD); a
-  mechanism that is (eps, delta)-DP without being mu-GDP can exceed it. family
-  "subsampled_gaussian": the smallest noise multiplier sigma rejected for T steps of
-  DP-SGD at rate q (the largest privacy loss rejected), converted to eps at `delta`
-  by our PLD accountant (`dpjax.accounting.dpsgd_epsilon(..., accountant="pld")`);
-  it rejects (eps, delta)-DP only for runs whose curve is that of DP-SGD at some sigma
-  (Mahloujifar et al.'s analysis of DP-SGD).
-
-  Rejection is monotone in mu (eps, 1 / sigma): the search refines a grid to a
-  resolution of (upper end) / 64^3 (for sigma: a factor 2^(1/256)) on the rejected
-  side of the crossing, never past it.
-
-  Args:
-    num_canaries, num_guesses, num_correct: m >= 1, r in [0, m], v in [0, r], with
-      the number of guesses fixed before the run is seen.
-    delta: in (0, 1) for "gdp" and "subsampled_gaussian" (the delta of the eps
-      reported); in [0, 1) for "dp".
-    family: "dp", "gdp" or "subsampled_gaussian".
-    confidence: in (0, 1).
-    sampling_prob, num_steps: q in (0, 1] and T >= 1, for "subsampled_gaussian" only.
-  Returns:
-    FdpOneRunResult.
+  "dp": the largest eps rejected; valid for every mechanism. "gdp": the largest mu rejected, as
+  eps at `delta` of mu-GDP; valid only for runs with a Gaussian trade-off curve.
+  "subsampled_gaussian": the smallest sigma rejected for T steps at rate q, as eps at `delta` by
+  the PLD accountant; valid only for DP-SGD runs. Search resolution: (upper end) / 64^3 (sigma:
+  a factor 2^(1/256)), on the rejected side. delta in [0, 1) for "dp", else (0, 1).
 
   Examples:
     >>> r = fdp_epsilon_lower_bound(num_canaries=1000, num_guesses=100, num_correct=100,
@@ -450,16 +379,8 @@ def largest_rejected(*, num_canaries: int, num_guesses: int, num_correct: int, f
                      num_steps: Optional[int] = None) -> float:
   """The largest parameter the counts reject: eps ("dp"), mu ("gdp") or 1 / sigma.
 
-  The search of `fdp_epsilon_lower_bound` (before the conversion to eps,
-  `parameter_epsilon`), started at `at_least` >= 0: `at_least` itself when it is not
-  rejected, so a union over declared guess counts can skip the counts that cannot
-  improve on the best so far.
-
-  Args:
-    num_canaries, num_guesses, num_correct: m >= 1, r in [0, m], v in [0, r].
-    family, delta, sampling_prob, num_steps: as in `fdp_epsilon_lower_bound`.
-    confidence: in (0, 1).
-    at_least: >= 0 (inf allowed), in the family's parameter.
+  The search of `fdp_epsilon_lower_bound` before `parameter_epsilon`, started at `at_least` >= 0
+  (returned when not rejected, so a union over guess counts can skip hopeless counts).
 
   Examples:
     >>> round(largest_rejected(num_canaries=1000, num_guesses=100, num_correct=100,

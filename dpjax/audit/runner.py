@@ -1,24 +1,14 @@
 """Auditing any training: a user's training function, or our DP-SGD with any model.
 
-The training runs R times with canary j in run i iff included_RxK[i, j]; an adversary
-scores every canary (higher = IN) and the scores become eps lower bounds
-(`score_audit.score_bounds`, `one_run`). `audit_training` audits any JAX training function,
-`audit_dpsgd` our DP-SGD with any `dpjax.models.Model`. Modes (`mode=`):
+R runs, canary j in run i iff included_RxK[i, j]; canary scores (higher = IN) become eps lower
+bounds. Modes: "independent" pools every (run, canary) pair into `score_audit.score_bounds`
+(valid only if one run's K trials are independent given the bits: K = 1, or Dirac canaries of
+DP-SGD as claimed); "one_run" treats the R x K canaries as one run with i.i.d. Bernoulli(1/2)
+bits and reports the one-run tests (valid for ANY (eps, delta)-DP training; the Gaussian f-DP
+test only for mu-GDP training). Shape letters: R runs, K canaries per run, T steps, N records.
 
-* "independent": each (run, canary) pair is one IN/OUT trial, pooled into `score_bounds`.
-  Valid only if the K trials of one run are independent given the bits (K = 1, or DP-SGD's
-  Dirac canaries as claimed); a broken training can correlate them (a shared realised-batch
-  denominator, a batch-level clip), and then only the one-run mode is rigorous.
-* "one_run": the R x K canaries are those of one big run, bits i.i.d. Bernoulli(1/2), and
-  only the one-run tests are reported (`one_run`, `one_run_fdp`): valid for ANY (eps,
-  delta)-DP training, however its canaries interact (the Gaussian-curve f-DP test only
-  for mu-GDP training).
-
-References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535; Steinke, Nasr & Jagielski
-2023, https://arxiv.org/abs/2305.08846; Mahloujifar, Melis & Chaudhuri 2025,
-https://arxiv.org/abs/2410.22235.
-
-Shape letters: R runs (trained models), K canaries per run, T steps, N records.
+References: Nasr et al. 2021 (arXiv:2101.04535); Steinke, Nasr & Jagielski 2023
+(arXiv:2305.08846); Mahloujifar, Melis & Chaudhuri 2025 (arXiv:2410.22235).
 
 Examples:
   >>> import jax, jax.numpy as jnp
@@ -50,15 +40,8 @@ _MAX_CHUNK = 4096
 
 @dataclasses.dataclass(frozen=True)
 class TrainingAudit:
-  """What an audit of R runs with K canaries each observed, and its bounds.
-
-  Attributes:
-    scores_RxK: float64[R, K] canary scores (higher = IN).
-    included_RxK: bool[R, K] inclusion bits.
-    bounds: {name: `score_audit.ScoreBound`}: `score_bounds`' entries in mode "independent",
-      the one-run entries ("one_run", "fdp_one_run", "fdp_one_run_gdp") in mode "one_run".
-    mode, delta, confidence: of every bound.
-    claimed_epsilon: the eps being tested, or None.
+  """What an audit of R runs with K canaries observed (scores_RxK float64, included_RxK bool) and
+  its bounds {name: `score_audit.ScoreBound`} in `mode`, at delta and confidence.
   """
   scores_RxK: np.ndarray
   included_RxK: np.ndarray
@@ -70,7 +53,7 @@ class TrainingAudit:
 
   @property
   def scores_in(self) -> np.ndarray:
-    """float64[#IN]: the IN scores, run-major (an order fixed before scoring)."""
+    """float64[#IN]: the IN scores, run-major."""
     return self.scores_RxK[self.included_RxK]
 
   @property
@@ -91,15 +74,14 @@ class TrainingAudit:
         claimed_epsilon=claimed_epsilon, seed=seed), mode, delta, confidence, claimed_epsilon)
 
   def ceiling(self, name: str = "best") -> float:
-    """`score_audit.score_bounds`' entry `name` for a perfect adversary with these trial
-    counts (every IN score above every OUT score), at this audit's delta and confidence."""
+    """`score_bounds`' entry `name` for a perfect adversary with these trial counts."""
     from dpjax.audit import score_audit  # pylint: disable=g-import-not-at-top
     n_in, n_out = int(self.included_RxK.sum()), int((~self.included_RxK).sum())
     return score_audit.score_bounds(np.ones(n_in), np.zeros(n_out), delta=self.delta,
                                     confidence=self.confidence)[name].epsilon_lower
 
   def to_json(self) -> dict:
-    """A JSON-ready record: counts, bounds with assumptions and details (no scores)."""
+    """A JSON-ready record: counts and bounds with assumptions and details (no scores)."""
     return {"mode": self.mode, "num_runs": int(self.scores_RxK.shape[0]),
             "num_canaries": int(self.scores_RxK.shape[1]),
             "num_in": int(self.included_RxK.sum()), "num_out": int((~self.included_RxK).sum()),
@@ -112,11 +94,8 @@ class TrainingAudit:
 
 def inclusion_bits(key, num_runs: int, num_canaries: int, mode: str = "independent"
                    ) -> np.ndarray:
-  """bool[R, K] (NumPy) inclusion bits for R >= 1 runs with K >= 1 canaries.
-
-  Mode "independent": for each canary j, a uniformly random set of exactly floor(R/2) runs
-  includes it, independently across canaries. Mode "one_run": i.i.d. Bernoulli(1/2), as the
-  one-run theorems require.
+  """bool[R, K] inclusion bits: "independent", exactly floor(R/2) random runs per canary; "one_run",
+  i.i.d. Bernoulli(1/2).
 
   Examples:
     >>> import jax
@@ -137,19 +116,12 @@ def inclusion_bits(key, num_runs: int, num_canaries: int, mode: str = "independe
 def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: float = 0.95,
                        mode: str = "independent", claimed_epsilon: Optional[float] = None,
                        seed: int = 0) -> dict:
-  """Every estimator valid in `mode` on R x K canary scores and their bits.
+  """Every estimator valid in `mode` on R x K canary scores (NaN refused) and their bits.
 
-  Args:
-    scores_RxK: float[R, K] (higher = IN); NaN refused, +-inf allowed.
-    included_RxK: bool[R, K], drawn independently of the training's randomness.
-    delta, confidence: in (0, 1).
-    mode: "independent" (`score_audit.score_bounds` on the pooled trials, >= 2 IN and >= 2
-      OUT) or "one_run" (one-run tests on all R K >= 2 canaries, guesses over
-      `one_run.declared_guess_counts(R K)` with a union bound; i.i.d. Bernoulli(1/2) bits).
-    claimed_epsilon: optional eps >= 0; details then record "falsifies_claim".
-    seed: int >= 0, seed of `score_bounds`' one-run coins (mode "independent").
-  Returns:
-    {name: score_audit.ScoreBound}.
+  "independent": `score_bounds` on the pooled trials (>= 2 IN and >= 2 OUT; `seed` for its
+  one-run coins). "one_run": the one-run tests on all R K >= 2 canaries over
+  `one_run.declared_guess_counts(R K)` (union bound). With `claimed_epsilon`, details record
+  "falsifies_claim". Returns {name: score_audit.ScoreBound}.
 
   Examples:
     >>> import numpy as np
@@ -207,9 +179,9 @@ def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: fl
 
 
 def union_best(audits: dict, names=None) -> tuple[float, str]:
-  """(bound, name): the largest "best" bound of several `TrainingAudit`s (those of `names`,
-  default all), each recomputed at 1 - alpha / k, so that the maximum holds at the audits'
-  confidence (a union bound over the k; mode "independent")."""
+  """(bound, name): the largest "best" bound of several TrainingAudits (default all), each at
+  1 - alpha / k so that the maximum holds at their confidence (mode "independent").
+  """
   from dpjax.audit import thresholds  # pylint: disable=g-import-not-at-top
   names = list(audits) if names is None else list(names)
   if not names or not all(isinstance(audits.get(n), TrainingAudit) for n in names):
@@ -268,27 +240,10 @@ def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int 
                    progress: bool = True) -> TrainingAudit:
   """Audits a user's training function: R runs with K canaries, scored, bounded.
 
-  The result depends only on `key` (split into bits, runs and seed keys), not on the chunking.
-
-  Args:
-    train_fn: pure, vmappable `train_fn(key, included_K: bool[K]) -> observation`, the
-      training with canary j inserted iff included_K[j]; its only randomness is `key`.
-    num_runs: R; >= 2 in mode "independent", >= 1 in mode "one_run".
-    num_canaries: K >= 1.
-    score_fn: optional vmappable `score_fn(observation) -> float[K]` (higher = IN); default:
-      the observation is the score vector.
-    delta, confidence: in (0, 1).
-    claimed_epsilon: optional eps >= 0 being tested.
-    mode: "independent" (pooled: valid only if the canaries' observations are independent
-      given the bits) or "one_run" (valid for any DP training).
-    chunk_size: runs per jitted chunk; default from XLA's memory analysis of one run and
-      `memory_budget_bytes`.
-  Returns:
-    TrainingAudit.
-  Raises:
-    TypeError: key, train_fn or score_fn of the wrong kind.
-    ValueError: bad counts, delta, confidence, mode; an output that is not float[K]; NaN
-      scores (naming the first run and canary).
+  train_fn(key, included_K: bool[K]) -> observation: pure, vmappable, randomness only from key;
+  score_fn(observation) -> float[K] (default: the observation is the scores). R >= 2 in mode
+  "independent". The result depends only on `key`, not on the chunking (chunk_size default from
+  XLA's memory analysis and `memory_budget_bytes`). Raises ValueError on bad output or NaN scores.
 
   Examples:
     >>> import jax, numpy as np
@@ -365,15 +320,8 @@ def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int 
 
 @dataclasses.dataclass(frozen=True)
 class DpSgdAudit:
-  """An audit of `dpsgd.train_many` with a record canary and K gradient canaries.
-
-  Attributes:
-    white_box: TrainingAudit of the gradient canaries (None if K = 0).
-    black_box: TrainingAudit of the record canary (None if there is none).
-    claimed_epsilon: cfg.epsilon(), the accountant's eps (inf without noise).
-    exact_epsilon: the PLD accountant's eps of the accounted mechanism (None without noise):
-      the most any audit of the claimed algorithm can find.
-    config: the audited DpSgdConfig (sigma resolved).
+  """An audit of `dpsgd.train_many`: white_box (K gradient canaries) and black_box (record canary)
+  TrainingAudits (None when absent), the claimed (accountant) and exact (PLD) eps.
   """
   white_box: Optional[TrainingAudit]
   black_box: Optional[TrainingAudit]
@@ -437,26 +385,11 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
                 progress: bool = True, **train_kwargs) -> DpSgdAudit:
   """Audits DP-SGD (`dpsgd.train_many`, through `run.train`) for `model` on (x, y).
 
-  Each of the R runs trains on all N records plus canaries with independent bits:
-  WHITE-BOX, K Dirac gradient canaries C e_j in an extra parameter leaf float32[K] that
-  apply never reads, scored by the exact likelihood ratio of that leaf of the privatized
-  updates (`canary.white_box_llr`); BLACK-BOX (optional), a record canary appended to the
-  data, scored by -loss under the final model. Mode "independent" pools the K white-box
-  trials of one run (valid for DP-SGD as claimed); "one_run" for a training suspected of
-  coupling its canaries.
-
-  Args:
-    cfg: the claimed dpsgd.DpSgdConfig (its (q, sigma, T, delta) is the claim).
-    x_NxF, y_N: the training records, shared by all runs.
-    num_runs: R (>= 2 in mode "independent").
-    num_gradient_canaries: K >= 0.
-    record_canary: optional (x_c [F...], y_c) for the black-box adversary.
-    **train_kwargs: other `dpsgd.train_many` components (sampler, clipping, privatizer,
-      optimizer, perf): a replaced component is what gets audited against the claim.
-  Returns:
-    DpSgdAudit.
-  Raises:
-    ValueError: bad inputs; no canary at all; a run that diverged.
+  Each of R runs trains on all N records plus canaries with independent bits: white-box, K Dirac
+  gradient canaries C e_j in an extra leaf float32[K] that apply never reads, scored by
+  `canary.white_box_llr`; black-box (optional `record_canary` (x_c, y_c)), a record appended to
+  the data, scored by -loss. **train_kwargs: other `dpsgd.train_many` components, audited
+  against the claim cfg. Raises ValueError on bad input, no canary, or diverged runs.
   """
   from dpjax import accounting, dpsgd  # pylint: disable=g-import-not-at-top
   from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top

@@ -1,27 +1,20 @@
 """Canary audits of DP-SGD: the canaries, the designs, and a black-box and a white-box adversary.
 
-Models trained on a fixed base set with and without canaries (`dpjax.data.canaries.
-audit_data`) are scored (higher = IN) and the scores bounded (`dpjax.audit.thresholds`).
-Every run carries two canaries with their own bits (`balanced_design`): the record canary,
-whose BLACK-BOX adversary scores -logit on the final model (`black_box_scores`), and a
-gradient canary (Nasr et al.): a "record" whose gradient is C e, e a coordinate no record
-uses (`gradient_canary`). The WHITE-BOX adversary sees every privatized update; its
-projection on e times B / C (`normalized_observations`) is o_t = b_t + sigma z_t (b_t ~
-Bernoulli(q) if IN, 0 if not) for the claimed algorithm, so the exact log-likelihood ratio
-is L = sum_t log(1 - q + q exp((2 o_t - 1) / (2 sigma^2))) (`white_box_scores`,
-`white_box_llr`). Under the claimed (q, sigma, T) its law (`LlrDistribution`) is the
-accounted privacy-loss distribution, whose ROC fixes thresholds in advance.
+Every run carries two canaries with their own bits (`balanced_design`): a record canary, scored
+black-box by -logit on the final model, and a gradient canary C e (Nasr et al. 2021), e a
+coordinate no record uses. The white-box adversary sees every privatized update; its projection
+on e times B / C is o_t = b_t + sigma z_t (b_t ~ Bernoulli(q) if IN, 0 if not) for the claimed
+algorithm, so the exact log-likelihood ratio is
 
-With K gradient canaries per run (`gradient_canaries`), coordinate j of the update of
-DP-SGD as claimed is (b_tj C + sigma C z_tj) / B, so a run gives K independent trials: a
-property of the claimed algorithm (for an arbitrary (eps, delta)-DP mechanism use
-`dpjax.audit.one_run`). Sharing runs between the two adversaries is sound: each side of
-either test holds the other canary in half of its runs.
+    L = sum_t log(1 - q + q exp((2 o_t - 1) / (2 sigma^2)))   (`white_box_scores`),
 
-References: Nasr, Song, Thakurta, Papernot & Carlini 2021,
-https://arxiv.org/abs/2101.04535; Jagielski, Ullman & Oprea 2020.
-
+whose law under the claim (`LlrDistribution`) is the accounted PLD. With K gradient canaries
+(`gradient_canaries`) a run gives K independent trials for DP-SGD as claimed (for an arbitrary
+DP mechanism use `dpjax.audit.one_run`).
 Shape letters: M models (trials), T steps, D features, K canaries, J grid points.
+
+References: Nasr, Song, Thakurta, Papernot & Carlini 2021 (arXiv:2101.04535); Jagielski,
+Ullman & Oprea 2020.
 
 Examples:
   >>> from dpjax.audit import stats, thresholds
@@ -51,8 +44,7 @@ from dpjax import _validate, tradeoff
 
 @_validate.names_extreme_arguments
 def gradient_canary(num_features: int, l2_clip_norm: float) -> dict:
-  """{"w": float32[D]} = C * e_last: a gradient canary of norm exactly C in the last coordinate,
-  which no record may use (`dpjax.data.canaries.audit_data`).
+  """{"w": float32[D]} = C e_last, a gradient canary of norm C in the last (unused) coordinate.
 
   Examples:
     >>> gradient_canary(3, 2.0)["w"].tolist()
@@ -65,10 +57,7 @@ def gradient_canary(num_features: int, l2_clip_norm: float) -> dict:
 
 @_validate.names_extreme_arguments
 def gradient_canaries(num_features: int, num_canaries: int, l2_clip_norm: float) -> dict:
-  """{"w": float32[K, D]}: K gradient canaries, canary j = C * e_{D-K+j}, in the last K coordinates.
-
-  The coordinates must be unused by every record (`audit_data(..., unused_features=K)`);
-  D >= K >= 1. The gradients of `dpsgd.FixedGradients(g, keep_MxK)`.
+  """{"w": float32[K, D]}: canary j = C e_{D-K+j}, in the last K (unused) coordinates; D >= K >= 1.
 
   Examples:
     >>> gradient_canaries(3, 2, 1.0)["w"].tolist()
@@ -91,8 +80,7 @@ def _project_last(update):
 
 
 def observe_last_coordinate():
-  """The observe_fn handed to `dpsgd.train_many` (one function object, so the compiled
-  program is reused across calls)."""
+  """The observe_fn of the update's last coordinate (one function object: the compilation is reused)."""
   return _project_last
 
 
@@ -104,8 +92,7 @@ def _last_coordinates(k: int):
 
 
 def observe_last_coordinates(num_canaries: int):
-  """The observe_fn for K gradient canaries: the update's last K coordinates, float[K] (one
-  cached function object per K).
+  """The observe_fn of the update's last K coordinates, float[K] (one cached object per K).
 
   Examples:
     >>> observe_last_coordinates(2) is observe_last_coordinates(2)
@@ -114,24 +101,27 @@ def observe_last_coordinates(num_canaries: int):
   return _last_coordinates(_validate.check_int(num_canaries, "num_canaries"))
 
 
+def _check_num_models(num_models) -> int:
+  m = _validate.check_size(num_models, "num_models", minimum=4, bytes_per_unit=8)
+  if m % 4:
+    raise ValueError(f"num_models must be a positive multiple of 4, got {num_models!r}")
+  return m
+
+
 def canaries_design(num_models: int, num_canaries: int, in_fraction: float, seed: int
                     ) -> tuple[np.ndarray, np.ndarray]:
   """Inclusion bits (record_in_M bool[M], gradient_in_MxK bool[M, K]), M a multiple of 4.
 
-  The record canary alternates (IN at even i). Gradient-canary rows come in identical pairs
-  (models 2i, 2i+1), so the record canary's IN and OUT runs carry the same gradient-canary
-  sets. Column j is an independent uniformly random arrangement (Generator(seed)) of
-  exactly round(in_fraction * M / 2) IN pairs, with at least one IN and one OUT pair. The
-  design is fixed before training, so the trials' order is independent of the scores.
+  The record canary is IN at even i; gradient rows come in identical pairs (2i, 2i+1), each
+  column an independent random arrangement (Generator(seed)) of round(in_fraction M / 2) IN
+  pairs, at least one IN and one OUT.
 
   Examples:
     >>> r, g = canaries_design(8, 3, 0.5, seed=0)
     >>> g.sum(axis=0).tolist(), bool((g[0::2] == g[1::2]).all())
     ([4, 4, 4], True)
   """
-  m = _validate.check_size(num_models, "num_models", minimum=4, bytes_per_unit=8)
-  if m % 4:
-    raise ValueError(f"num_models must be a positive multiple of 4, got {num_models!r}")
+  m = _check_num_models(num_models)
   k = _validate.check_size(num_canaries, "num_canaries", units=m, bytes_per_unit=2)
   p = _validate.check_probability(in_fraction, "in_fraction", open_low=True, open_high=True)
   seed = _validate.check_int(seed, "seed", minimum=0)
@@ -147,19 +137,15 @@ def canaries_design(num_models: int, num_canaries: int, in_fraction: float, seed
 
 
 def balanced_design(num_models: int) -> tuple[np.ndarray, np.ndarray]:
-  """Inclusion bits (record_in_M, gradient_in_M) of the two canaries, M a multiple of 4.
-
-  Every (r, s) combination occurs M/4 times and, in index order, each quarter of every side
-  is balanced in the other bit (a "first half / second half" split keeps the mixture).
+  """Inclusion bits (record_in_M, gradient_in_M), M a multiple of 4: each (r, s) occurs M/4 times
+  and each quarter of every side is balanced in the other bit.
 
   Examples:
     >>> r, s = balanced_design(4)
     >>> r.tolist(), s.tolist()
     ([True, False, True, False], [True, True, False, False])
   """
-  m = _validate.check_size(num_models, "num_models", minimum=4, bytes_per_unit=8)
-  if m % 4:
-    raise ValueError(f"num_models must be a positive multiple of 4, got {num_models!r}")
+  m = _check_num_models(num_models)
   i = np.arange(m)
   return (i % 2 == 0), (i % 4 < 2)
 
@@ -169,8 +155,7 @@ def balanced_design(num_models: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def black_box_scores(params_w_MxD, x_canary_D) -> np.ndarray:
-  """-logit of each final model (weights params_w_MxD) on the record canary: float64[M],
-  higher = IN (training on the label-0 canary lowers its logit).
+  """-logit of each final model (weights float[M, D]) on the record canary: float64[M], higher = IN.
 
   Examples:
     >>> black_box_scores([[1.0, 2.0], [0.0, -1.0]], [1.0, 1.0]).tolist()
@@ -183,10 +168,7 @@ def black_box_scores(params_w_MxD, x_canary_D) -> np.ndarray:
 
 @_validate.names_extreme_arguments
 def normalized_observations(obs_MxT, *, expected_batch_size: float, l2_clip_norm: float):
-  """o_t = B * projection / C: the observed canary coordinate in units of one clipped gradient.
-
-  obs_MxT as `observe_last_coordinate` records it (after the division by B); float64[M, T],
-  b_t + sigma z_t for the claimed algorithm.
+  """o_t = B projection / C, float64[M, T]: b_t + sigma z_t for the claimed algorithm.
 
   Examples:
     >>> normalized_observations([[0.05]], expected_batch_size=20.0, l2_clip_norm=1.0).tolist()
@@ -216,9 +198,7 @@ def step_llr(o, sampling_prob: float, noise_multiplier: float):
 
 @_validate.names_extreme_arguments
 def white_box_scores(o_MxT, sampling_prob: float, noise_multiplier: float) -> np.ndarray:
-  """sum_t step_llr(o_t) over o_MxT: float64[M] (higher = IN).
-
-  With noise_multiplier = 0 the score is the number of steps with o_t > 1/2.
+  """sum_t step_llr(o_t): float64[M] (higher = IN); with sigma = 0, the number of steps with o_t > 1/2.
 
   Examples:
     >>> white_box_scores([[1.0, 0.0]], 1.0, 0.0).tolist()  # no noise: steps with o > 1/2
@@ -233,11 +213,8 @@ def white_box_scores(o_MxT, sampling_prob: float, noise_multiplier: float) -> np
 @_validate.names_extreme_arguments
 def white_box_llr(obs_MxTxK, *, expected_batch_size: float, l2_clip_norm: float,
                   sampling_prob: float, noise_multiplier: float) -> np.ndarray:
-  """float64[M, K]: `white_box_scores` of each of K observed canary coordinates.
-
-  obs_MxTxK: each canary's coordinate of every privatized update, as `dpsgd.train_many`
-  records it (after the division by B), normalized by B / C (`normalized_observations`)
-  and scored under the claimed (q, sigma).
+  """float64[M, K]: `white_box_scores` of each canary's coordinate of the recorded updates,
+  normalized by B / C, under the claimed (q, sigma).
 
   Examples:
     >>> white_box_llr([[[0.05], [0.0]]], expected_batch_size=20.0, l2_clip_norm=1.0,
@@ -258,18 +235,11 @@ def white_box_llr(obs_MxTxK, *, expected_batch_size: float, l2_clip_norm: float,
 
 @dataclasses.dataclass(frozen=True)
 class LlrDistribution:
-  """Distribution of L = sum_t step_llr(o_t) under IN and OUT, on a grid.
+  """Distribution of L = sum_t step_llr(o_t) under IN and OUT on an even grid_J (spacing h).
 
-  L is the privacy loss of T Poisson-subsampled Gaussian steps (the "remove" pair IN || OUT;
-  its negative is the "add" pair's), as `dpjax.accounting.pld` composes it, but each step's
-  loss is rounded to the nearest grid point (|error| <= h/2 per step) instead of moved
-  pessimistically: not an upper bound on delta, but the statistic's values with both pmfs,
-  for thresholds. Tails beyond +-30 standard deviations alias in the FFT (negligible).
-  `roc()` is the ROC of the tests "IN iff L > threshold".
-
-  Attributes:
-    grid_J: float64[J] values of L, evenly spaced (spacing h).
-    pmf_in_J, pmf_out_J: probabilities of each grid value under IN / OUT.
+  L is the privacy loss of T Poisson-subsampled Gaussian steps (the "remove" pair), but each
+  step's loss is rounded to the nearest grid point rather than pessimistically: the statistic's
+  values for thresholds, not an upper bound on delta. FFT aliasing beyond +-30 sd is negligible.
   """
   grid_J: np.ndarray
   pmf_in_J: np.ndarray
@@ -278,11 +248,7 @@ class LlrDistribution:
   @classmethod
   def compute(cls, sampling_prob: float, noise_multiplier: float, num_steps: int,
               points_per_std: int = 2000, o_cells: int = 200_001) -> "LlrDistribution":
-    """Computes the distribution numerically (FFT self-convolution of one step).
-
-    q in (0, 1], sigma > 0, T >= 1; points_per_std (grid points per standard deviation of L)
-    and o_cells (cells of the one-step observation grid) set the accuracy.
-    """
+    """FFT self-convolution of one step; points_per_std and o_cells (one-step grid) set the accuracy."""
     q = _validate.check_sampling_prob(sampling_prob)
     s = _validate.check_positive(noise_multiplier, "noise_multiplier")
     t = _validate.check_int(num_steps, "num_steps")
@@ -321,8 +287,7 @@ class LlrDistribution:
     return cls(grid, c_in / c_in.sum(), c_out / c_out.sum())
 
   def roc(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(thresholds_J, fpr_J, fnr_J) of the tests "IN iff L > threshold"
-    (`tradeoff.likelihood_ratio_roc` on this distribution)."""
+    """(thresholds_J, fpr_J, fnr_J) of the tests "IN iff L > threshold"."""
     return tradeoff.likelihood_ratio_roc(self.grid_J, self.pmf_in_J, self.pmf_out_J)
 
   def error_rates(self, thresholds_J) -> tuple[np.ndarray, np.ndarray]:
@@ -332,10 +297,7 @@ class LlrDistribution:
             np.array([self.pmf_in_J[~(self.grid_J > x)].sum() for x in t]))
 
   def delta(self, epsilon, direction: str = "both"):
-    """Privacy profile delta(eps) of this distribution, eps >= 0 scalar or float[E].
-
-    direction: "remove" (sup_S P_IN(S) - e^eps P_OUT(S)), "add" (OUT || IN) or "both" (the
-    larger, as an accountant reports). Returns a float, or float64[E] for an array.
+    """Privacy profile delta(eps), eps >= 0 scalar or float[E]: "remove", "add" or "both" (the larger).
 
     Examples:
       >>> d = LlrDistribution.compute(1.0, 2.0, 4)           # q = 1: 1-GDP
@@ -359,8 +321,7 @@ def llr_distribution(sampling_prob: float, noise_multiplier: float,
     >>> llr_distribution(0.2, 2.0, 10) is llr_distribution(0.2, 2.0, 10)
     True
   """
-  # Validated before the cache: True and 1.0 hash alike, so a cache hit would
-  # otherwise accept a bool.
+  # Validated before the cache: True and 1.0 hash alike.
   return _llr_distribution_cached(
       _validate.check_sampling_prob(sampling_prob),
       _validate.check_positive(noise_multiplier, "noise_multiplier"),

@@ -1,17 +1,14 @@
 """Crafting final-model adversaries of DP-SGD: canaries, initialisations, scores of theta_T.
 
-The adversary sees only theta_T and the public theta_0 (which it may choose): INPUT
-canaries (`input_canary`, `loss_score`), GRADIENT canaries g_j = C e_j seen only through
-theta_T (hidden-state threat model of Cebere, Bellet & Papernot, ICLR 2025;
-`input_weight_canaries`, `quiet_coordinate_canary`, `projection_score`), or a WORST-CASE
-INITIALISATION (after Annamalai & De Cristofaro, NeurIPS 2024; `worst_case_init`).
-Canaries and directions are pytrees like the parameters with a leading axis K; score
-functions are jax-traceable, fn(theta_T, theta_0) -> float[K], higher = IN.
-
-References: Annamalai & De Cristofaro 2024, https://arxiv.org/abs/2405.14106;
-Cebere, Bellet & Papernot 2025, https://arxiv.org/abs/2405.14457.
-
+The adversary sees only theta_T and the public theta_0 (which it may choose): input canaries,
+gradient canaries g_j = C e_j seen only through theta_T (Cebere, Bellet & Papernot 2025), or a
+worst-case initialisation (after Annamalai & De Cristofaro 2024). Canaries and directions are
+pytrees like the parameters with leading axis K; scores are jax-traceable
+fn(theta_T, theta_0) -> float[K], higher = IN.
 Shape letters: K canaries, N records, F features, U unused features, P parameters.
+
+References: Annamalai & De Cristofaro 2024 (arXiv:2405.14106); Cebere, Bellet & Papernot 2025
+(arXiv:2405.14457).
 """
 
 from __future__ import annotations
@@ -32,10 +29,7 @@ from dpjax import _validate
 
 
 def unused_features(x_NxF) -> np.ndarray:
-  """Indices of the features equal to 0 in every record: int64[U], ascending.
-
-  No record's gradient moves a dense first layer's weights of such a feature
-  (x_f * delta = 0). x_NxF: float[N, ...], flattened to [N, F].
+  """Indices of the features 0 in every record (x_NxF flattened to [N, F]): int64[U], ascending.
 
   Examples:
     >>> unused_features([[0.0, 1.0, 0.0], [0.0, 0.5, 2.0]]).tolist()
@@ -49,9 +43,7 @@ def unused_features(x_NxF) -> np.ndarray:
 
 
 def _check_labels(model, y, name, **shape):
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  check = _validate.check_labels
-  return check(y, name, model.num_outputs, **shape)
+  return _validate.check_labels(y, name, model.num_outputs, **shape)
 
 
 def _check_record(model, params, x_c, y_c):
@@ -78,10 +70,9 @@ def input_weight_canaries(model, params, features, l2_clip_norm: float,
                           skip_units=()) -> dict:
   """Dirac gradient canaries C e_(f, h) on the MLP's first-layer weights of `features`.
 
-  For unused features (SGD, no weight decay) weight (f, h) ends at
-  theta_0 - lr/B sum_t (b_t C + sigma C z_t): exactly linear, independent canaries (law of
-  `last_iterate.last_iterate_roc`). Returns a pytree like params with leading axis
-  K = U * (H - |skip_units|).
+  For unused features (SGD, no weight decay) weight (f, h) ends at theta_0 - lr/B sum_t
+  (b_t C + sigma C z_t): exactly linear, independent canaries (`last_iterate.last_iterate_roc`).
+  Returns a pytree like params with leading axis K = U (H - |skip_units|).
 
   Examples:
     >>> import jax
@@ -128,11 +119,10 @@ def _flat_grads(model, params, x, y, l2_clip_norm):
 
 @_validate.names_extreme_arguments
 def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> dict:
-  """One Dirac canary C e_i, i = argmin_i sum_n |clip(grad loss_n(theta_0))_i| (first on ties).
+  """One Dirac canary C e_i, i = argmin_i sum_n |clip(grad loss_n(theta_0))_i| (K = 1).
 
-  With shared weights (convolutions) the records still move e_i: the canary is only
-  approximately linear and its score does NOT have exactly the law of
-  `last_iterate.last_iterate_roc`. Leading axis K = 1.
+  With shared weights the records still move e_i: only approximately linear, so its score does
+  NOT have exactly the law of `last_iterate.last_iterate_roc`.
 
   Examples:
     >>> import jax, numpy as np
@@ -158,9 +148,8 @@ def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> d
 @_validate.names_extreme_arguments
 def input_canary(model, params, exclude_features=(), value: float = 1.0
                  ) -> tuple[np.ndarray, int]:
-  """An out-of-distribution image (`value` except 0 on `exclude_features`) and its label.
-
-  Needs K >= 2 classes. Returns (x_c float32[F], y_c = argmax_y loss(theta_0; x_c, y)).
+  """An out-of-distribution record (x_c float32[F]: `value`, 0 on `exclude_features`) and its label
+  argmax_y loss(theta_0; x_c, y) (>= 2 classes).
 
   Examples:
     >>> import jax
@@ -246,16 +235,11 @@ def _pretrain(model, t):
 @_validate.names_extreme_arguments
 def worst_case_init(model, params, feature: int, label: int, *, bias: float = 2.0,
                     gain: float = 10.0, unit: int = 0) -> tuple[dict, tuple[np.ndarray, int]]:
-  """Crafted theta_0 for an MLP: a first-layer unit that only the target activates.
+  """Crafted theta_0 for an MLP: a first-layer unit u that only the target x_c = e_feature activates.
 
-  With target x_c = e_feature (a feature no record uses) and u = `unit`:
-
-    W1[:, u] = 0, W1[feature, u] = 1 + bias, b1[u] = -bias, W1[feature, v] = 0 (v != u),
-    W2[u, :] = 0 except W2[u, label] = -gain.
-
-  Records sit at pre-activation ~ -bias < 0 at u; the target's gradient has norm about
-  gain * sqrt(2) >> C along a nearly fixed direction. Returns (theta_0, (x_c float32[F],
-  label)); the rest of `params` is kept.
+  W1[:, u] = 0, W1[feature, u] = 1 + bias, b1[u] = -bias, W1[feature, v] = 0 (v != u),
+  W2[u, :] = 0 except W2[u, label] = -gain; the target's gradient then has norm about
+  gain sqrt(2) >> C. Returns (theta_0, (x_c float32[F], label)); the rest of params is kept.
 
   Examples:
     >>> import jax, numpy as np
@@ -298,14 +282,9 @@ def worst_case_init(model, params, feature: int, label: int, *, bias: float = 2.
 
 def audit_inits(key, model, x_priv_NxF, x_pub_NxF, y_pub_N, *, pretrain_steps: int,
                 learning_rate: float = 0.5) -> tuple:
-  """The initialisations a final-model audit compares, and the unused features they rely on.
-
-  Returns (average theta_0 = model.init(key); worst-case theta_0: pre-trained on the PUBLIC
-  records (`pretrain`, `pretrain_steps` steps, 0: none) and, for an MLP, given a
-  first-layer unit only the target activates (`worst_case_init`, the target the first
-  feature no private record uses, its label the one of least logit); the pre-trained
-  theta_0 alone; the unused features int64[U] (`unused_features`); the target feature,
-  or None for other models).
+  """(average theta_0 = model.init(key), worst-case theta_0, pre-trained theta_0, unused features
+  int64[U], target feature or None). Worst case: `pretrain` on the PUBLIC records, then for an MLP
+  `worst_case_init` with the first unused feature and its least-logit label.
   """
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
   models_lib.check_model(model)
@@ -329,9 +308,7 @@ def audit_inits(key, model, x_priv_NxF, x_pub_NxF, y_pub_N, *, pretrain_steps: i
 
 
 def gradient_direction(model, params, x_c, y_c) -> Any:
-  """Unit vector of the record's loss gradient at `params`, leading axis K = 1.
-
-  Raises ValueError if the gradient norm is 0 or not finite.
+  """Unit vector of the record's loss gradient at `params`, K = 1; ValueError if its norm is 0 or inf.
 
   Examples:
     >>> import jax, numpy as np
@@ -370,10 +347,8 @@ def projections(directions, tree) -> jax.Array:
 
 
 def projection_score(directions) -> Callable:
-  """Score fn(theta_T, theta_0) = -<theta_T - theta_0, d_j> for K directions: float[K].
-
-  For a Dirac canary C e_j under SGD (rate lr, divisor B): (lr C / B) X, X the statistic
-  of `dpjax.audit.last_iterate`.
+  """Score fn(theta_T, theta_0) = -<theta_T - theta_0, d_j>: float[K]; for a Dirac canary under SGD,
+  (lr C / B) X with X the statistic of `dpjax.audit.last_iterate`.
 
   Examples:
     >>> import jax.numpy as jnp

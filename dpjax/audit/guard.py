@@ -1,26 +1,16 @@
 """A short white-box audit of the DP-SGD engine that fails when its guarantee regresses.
 
-`check_claim` trains R logistic regressions through the engine's own sampler, clipping
-path and noise (or the components passed), via `dpjax.audit.run.train`; `ClaimCheck`
-is falsified, and `check()` raises, when its eps lower bound exceeds the exact eps of the
-claimed (q, sigma, T, C, delta). Canary j is a RECORD x = s e_{F+j} (s = `canary_scale`,
-label 0) in a feature no other record uses (F = 4 filler features), IN or OUT by
-`runner.inclusion_bits`. From w = 0 at learning rate 1e-6 its gradient is x / 2, of norm
-s/2 > C, so a correct path clips it to exactly C e_{F+j}, and coordinate F+j of every
-privatized update is o_t = B u_t / C = b_t + sigma z_t (b_t ~ Bernoulli(q) if IN, else 0)
-independently over t, canaries and runs: the R K (run, canary) pairs are independent
-trials of the exact likelihood-ratio test (`canary.white_box_llr`). Thresholds are declared
-from the claim before training (`declared_thresholds`) under a union bound, so an engine
-implementing the claim is falsified with probability <= 1 - confidence.
-
-What it cannot see: a bug only in other models' clipping paths (ghost, vmap) unless that
-path is passed as `clipping=`; a wrong public denominator; bugs that make training MORE
-private. Regressions (`variant=`, `variants.REGRESSIONS`, true eps
-`variants.exact_epsilon`): noise sigma C / 2, Poisson masks at min(1, 2q), clipping to 4C.
-
-References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535.
-
+`check_claim` trains R logistic regressions through the engine's components (or those passed)
+via `run.train`; `ClaimCheck.check()` raises when the eps lower bound exceeds the exact eps of
+the claim. Canary j is a record x = s e_{F+j} (label 0, F = 4 filler features) IN or OUT by
+`runner.inclusion_bits`; from w = 0 at learning rate 1e-6 its gradient x / 2 (norm s/2 > C) is
+clipped to exactly C e_{F+j}, so coordinate F+j of each update is o_t = B u_t / C = b_t +
+sigma z_t: the R K pairs are independent trials of the exact likelihood-ratio test, against
+thresholds declared from the claim (union bound). A correct engine is falsified with probability
+<= 1 - confidence. Blind to: bugs in other clipping paths unless passed as `clipping=`, a wrong
+public denominator, bugs that add privacy. Regressions: `variants.REGRESSIONS`.
 Shape letters: R runs (models), K canaries, T steps, N = num_filler + K records.
+References: Nasr et al. 2021 (arXiv:2101.04535).
 
 Examples (in a test suite; about 15 s of CPU):
   >>> import jax
@@ -42,8 +32,7 @@ from dpjax import _validate
 
 # Filler features (the canaries live in the K features after them).
 _FILLER_FEATURES = 4
-# The learning rate of the guard's training: params stay at w = 0 to ~1e-6, so every
-# canary's gradient is (1/2) s e_j throughout and is clipped to exactly C e_j.
+# Params stay at w = 0 to ~1e-6: every canary's gradient is s e_j / 2, clipped to C e_j.
 _LEARNING_RATE = 1e-6
 
 
@@ -62,19 +51,9 @@ def default_claim():
 
 @dataclasses.dataclass(frozen=True)
 class ClaimCheck:
-  """The result of `check_claim`.
-
-  Attributes:
-    epsilon_lower: the certified eps lower bound (union bound over the declared thresholds).
-    exact_epsilon: eps of the claimed (q, sigma, T, delta) by the PLD accountant.
-    claimed_epsilon: the accountant's eps of the claim (`DpSgdConfig.epsilon()`).
-    expected_epsilon_lower: the bound at the claimed mechanism's expected error counts (what
-      a correct engine should get, up to Monte Carlo spread).
-    falsified: epsilon_lower > exact_epsilon.
-    num_in, num_out: IN and OUT (run, canary) trials.
-    confidence: of epsilon_lower.
-    bound: the `thresholds.BonferroniBound` (per-threshold counts in `parts`).
-    config: the DpSgdConfig trained (the claim with the guard's dataset size and learning rate).
+  """The result of `check_claim`: the certified bound (union over the declared thresholds), the
+  claim's exact (PLD) and accountant eps, the bound a correct engine should get (expected
+  counts), falsified = epsilon_lower > exact_epsilon, IN / OUT trial counts, and the trained config.
   """
   epsilon_lower: float
   exact_epsilon: float
@@ -104,23 +83,16 @@ class ClaimCheck:
             "expected_epsilon_lower": self.expected_epsilon_lower,
             "falsified": self.falsified, "num_in": self.num_in, "num_out": self.num_out,
             "confidence": self.confidence,
-            "tests": [{"threshold": p.threshold, **p.counts(),
-                       "epsilon_lower": p.epsilon_lower} for p in self.bound.parts]}
+            "tests": self.bound.tests()}
 
 
 def declared_thresholds(sampling_prob: float, noise_multiplier: float, num_steps: int,
                         num_out: int) -> tuple[np.ndarray, np.ndarray]:
   """Thresholds on the white-box score fixed from the claimed (q, sigma, T) alone.
 
-  `thresholds.declared_ladder` on the claimed likelihood-ratio law: the smallest grid
-  value L_j with P_OUT(L >= L_j) <= 2^-i, so "score > L_j" has false-positive rate
-  <= 2^-i (to the grid's resolution).
-
-  Args:
-    num_out: OUT trials the thresholds will be evaluated on (>= 8).
-  Returns:
-    (thresholds float64[k], their false-positive rates 2^-i under the claim):
-    i = 1, 2, ... while num_out 2^-i >= 4.
+  `thresholds.declared_ladder` on the claimed LLR law: the smallest grid value L_j with
+  P_OUT(L >= L_j) <= 2^-i, i = 1, 2, ... while num_out 2^-i >= 4 (num_out >= 8).
+  Returns (thresholds float64[k], their false-positive rates 2^-i).
 
   Examples:
     >>> t, fpr = declared_thresholds(0.5, 3.0, 4, 64)
@@ -138,28 +110,12 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
                 num_filler: int = 16, canary_scale: float = 100.0, confidence: float = 0.99,
                 progress: bool = False, variant: str = "correct", **train_kwargs
                 ) -> ClaimCheck:
-  """Audits the engine (or the components passed) against `claim`; see the module docstring.
+  """Audits the engine (or the components passed) against `claim` (see the module docstring).
 
-  Args:
-    claim: a dpsgd.DpSgdConfig whose (q, sigma, T, C, delta, accountant) is the claim
-      (default `default_claim()`); its dataset_size and learning_rate are replaced by the
-      guard's. Example-level privacy only.
-    num_runs: R >= 2.
-    num_canaries: K >= 1, with R K / 2 >= 8 trials per side.
-    num_filler: ordinary records besides the canaries (>= 2).
-    canary_scale: s > 2 C, so that the canary's gradient norm s/2 is clipped.
-    confidence: in (0, 1); 1 - confidence bounds the false-alarm rate.
-    variant: the training audited, one of `variants.VARIANTS` built on the claim ("correct":
-      the engine's own components; others warn `variants.FaultyDpSgdWarning`).
-    **train_kwargs: `dpsgd.train_many` keywords passed through: sampler, clipping,
-      privatizer (the components under test) and perf (overrides `progress`).
-  Returns:
-    ClaimCheck.
-  Raises:
-    ValueError: bad inputs, a claim without noise, a training that diverged.
-
-  References: Nasr et al. 2021, https://arxiv.org/abs/2101.04535 (white-box canaries, the
-  likelihood-ratio adversary).
+  claim: a DpSgdConfig (default `default_claim()`; example level), whose dataset_size and
+  learning_rate the guard replaces. R >= 2, R K / 2 >= 8; canary_scale s > 2 C; variant: one of
+  `variants.VARIANTS` built on the claim; **train_kwargs: sampler, clipping, privatizer, perf.
+  Raises ValueError on bad input, a claim without noise, or a diverged training.
   """
   from dpjax import accounting, dpsgd, models  # pylint: disable=g-import-not-at-top
   from dpjax.audit import canary, run, runner, thresholds, variants  # pylint: disable=g-import-not-at-top

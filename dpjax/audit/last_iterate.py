@@ -1,22 +1,15 @@
 """The last-iterate heuristic: what the final model alone reveals about a linear canary.
 
-The accountant assumes the adversary sees every privatized update; a released model is
-usually only theta_T. For a LINEAR loss (Steinke et al., ICLR 2025) theta_T reveals only
-the sum of the canary's contributions. In units of C, with s = sigma sqrt(T),
+For a LINEAR loss (Steinke et al. 2025) theta_T reveals only the sum of the canary's
+contributions; in units of C, with s = sigma sqrt(T),
 
     IN:  X = sum_t (b_t + sigma z_t) ~ sum_k Binom(k; T, q) N(k, s^2)
     OUT: X = sum_t sigma z_t         ~ N(0, s^2).
 
-For q = 1 this is the Gaussian mechanism with mu = sqrt(T) / sigma; for q < 1 it is below
-the accountant's eps. A Dirac gradient canary in an untouched coordinate is exactly
-linear. For a record canary it is a HEURISTIC, NOT A BOUND (Steinke et al. give
-counterexamples).
-
-All functions require q in (0, 1], sigma > 0 finite, T >= 1 an int; return float64.
-
-References: Steinke et al. 2025, https://arxiv.org/abs/2410.06186.
-
-Shape letters: T steps, E epsilons, J ROC points.
+q = 1: the Gaussian mechanism, mu = sqrt(T) / sigma; q < 1: below the accountant's eps. Exact
+for a Dirac gradient canary in an untouched coordinate; for a record canary a HEURISTIC, NOT A
+BOUND. Inputs: q in (0, 1], finite sigma > 0, int T >= 1. Shape letters: T steps, E epsilons,
+J ROC points. References: Steinke et al. 2025 (arXiv:2410.06186).
 
 Examples:
   >>> from dpjax.accounting import gdp
@@ -78,16 +71,14 @@ def _solve(target, k, logw, s):
 @_validate.names_extreme_arguments
 def last_iterate_delta(epsilon, sampling_prob: float, noise_multiplier: float,
                        num_steps: int, direction: str = "both"):
-  """Exact privacy profile delta(eps) of the last-iterate pair of a linear canary.
+  """Exact privacy profile delta(eps) of the last-iterate pair (scalar, or float64[E] for float[E]).
 
-  P = sum_k w_k N(k, s^2), w_k = Binom(k; T, q), Q = N(0, s^2); the likelihood ratio
-  L(x) = sum_k w_k exp((2 k x - k^2) / (2 s^2)) increases in x, so
+  With w_k = Binom(k; T, q) and the increasing L(x) = sum_k w_k exp((2 k x - k^2) / (2 s^2)),
 
       remove: delta = sum_k w_k Phi((k - x1) / s) - e^eps Phi(-x1 / s),  L(x1) = e^eps
       add:    delta = Phi(x2 / s) - e^eps sum_k w_k Phi((x2 - k) / s),  L(x2) = e^-eps
 
-  (add is 0 when e^-eps <= w_0 = (1 - q)^T); boundaries by Brent's method. `epsilon`:
-  scalar or float[E] (then float64[E]); `direction`: "remove", "add" or "both" (max).
+  (add is 0 when e^-eps <= (1 - q)^T); "both" is the max.
 
   Examples:
     >>> from dpjax.accounting import gdp
@@ -123,10 +114,8 @@ def last_iterate_delta(epsilon, sampling_prob: float, noise_multiplier: float,
 @_validate.names_extreme_arguments
 def last_iterate_epsilon(sampling_prob: float, noise_multiplier: float, num_steps: int,
                          delta: float, tol: float = 1e-9) -> float:
-  """eps(delta) of the last-iterate pair: the heuristic prediction of Steinke et al.
-
-  Smallest eps >= 0 with `last_iterate_delta(eps) <= delta`, by bisection, from above:
-  the true value is in [returned - tol, returned]. ValueError above eps 1e4.
+  """Smallest eps >= 0 with `last_iterate_delta(eps) <= delta` (bisection from above: the true value
+  is in [result - tol, result]); ValueError above 1e4.
 
   Examples:
     >>> from dpjax.accounting import gdp
@@ -155,11 +144,8 @@ def last_iterate_epsilon(sampling_prob: float, noise_multiplier: float, num_step
 
 def last_iterate_roc(sampling_prob: float, noise_multiplier: float, num_steps: int,
                      num_points: int = 4001) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """ROC of the optimal final-model test of a linear gradient canary: "IN iff X > t".
-
-  Neyman-Pearson optimal (the likelihood ratio increases in X). J = num_points >= 3
-  thresholds: -inf, J - 2 spanning both laws (+-12 sd), +inf. Returns (thresholds_J,
-  fpr_J, fnr_J), float64.
+  """(thresholds_J, fpr_J, fnr_J) of the Neyman-Pearson optimal test "IN iff X > t": -inf, J - 2
+  points spanning both laws (+-12 sd), +inf.
 
   Examples:
     >>> thr, fpr, fnr = last_iterate_roc(1.0, 1.0, 1)          # N(1, 1) against N(0, 1)

@@ -1,15 +1,9 @@
-"""A parametric estimate: the eps lower bound of a mechanism assumed mu-GDP.
+"""A parametric estimate: the eps lower bound of a mechanism assumed mu-GDP (Nasr et al. 2023).
 
-If the mechanism is mu-GDP (FNR >= Phi(Phi^-1(1 - FPR) - mu) for every test), one test's
-Clopper-Pearson upper limits give (Nasr et al. 2023)
-
-    mu >= Phi^-1(1 - FPR_u) - Phi^-1(FNR_u) =: mu_lower.
-
-VALID ONLY UNDER THE GDP ASSUMPTION; a negative mu_lower certifies nothing (eps 0).
-
-References: Nasr et al. 2023, https://arxiv.org/abs/2302.07956.
-
-Shape letters: K trials (models).
+If the mechanism is mu-GDP, one test's Clopper-Pearson upper limits give
+mu >= Phi^-1(1 - FPR_u) - Phi^-1(FNR_u) =: mu_lower. VALID ONLY UNDER THE GDP ASSUMPTION; a
+negative mu_lower certifies nothing (eps 0). Shape letters: K trials (models).
+References: Nasr et al. 2023 (arXiv:2302.07956).
 
 Examples:
   >>> import numpy as np
@@ -32,11 +26,8 @@ from dpjax.audit import stats
 
 @dataclasses.dataclass(frozen=True)
 class GdpEstimate:
-  """A mu-GDP lower bound from one test's error rates (Nasr et al. 2023).
-
-  Valid only if the mechanism is mu-GDP: then with probability >= `confidence` its mu is
-  >= `mu` (negative when FPR_u + FNR_u > 1) and its eps at `delta` >= `epsilon` (0 when
-  mu <= 0: clamped, never mirrored to |mu|).
+  """A mu-GDP lower bound from one test: if the mechanism is mu-GDP, with probability >=
+  `confidence` its mu >= `mu` and its eps at `delta` >= `epsilon` (0 when mu <= 0, never |mu|).
   """
   mu: float
   epsilon: float
@@ -51,10 +42,9 @@ def gdp_estimate(scores_in_K, scores_out_K, delta: float, confidence: float = 0.
                  threshold: Optional[float] = None) -> GdpEstimate:
   """eps lower bound of Nasr et al. 2023, valid only if the mechanism is mu-GDP.
 
-  FPR_u, FNR_u: two-sided Clopper-Pearson upper limits (jointly at `confidence`); eps >=
-  eps_mu(mu_lower). mu_lower < 0 gives eps = 0 (mirroring it would certify noise).
-  `threshold`: fixed in advance, or None to choose the mu-maximising one on the first half
-  of each side and evaluate on the second.
+  FPR_u, FNR_u: Clopper-Pearson upper limits (jointly at `confidence`); eps >= eps_mu(mu_lower),
+  0 if mu_lower < 0. `threshold`: fixed in advance, or None to choose the mu-maximising one on
+  the first half of each side and evaluate on the second.
 
   Examples:
     >>> import numpy as np

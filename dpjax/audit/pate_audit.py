@@ -1,26 +1,19 @@
 """A canary audit of PATE's released labels: fixed teachers, repeated aggregation.
 
-Validity. PATE's accountant (`dpjax.pate`) counts only the aggregator's noise: for ANY two
-vote histograms differing in one teacher's vote (one count -1, another +1), Q GNMax answers
-with N(0, sigma^2) noise are (alpha, Q alpha / sigma^2)-RDP. The teachers are not a source
-of privacy, so the audit builds the two histograms once (the canary's teacher retrained
-with it) and repeats only the aggregation; a bound on that pair refutes the claim, which
-must hold for every pair.
-
-Per query, GNMax returns o_q = argmax_c v_qc + sigma z_qc, with
+PATE's accountant (`dpjax.pate`) counts only the aggregator's noise: for ANY two histograms one
+teacher's vote apart, Q GNMax answers are (alpha, Q alpha / sigma^2)-RDP. So the audit builds
+the pair once and repeats only the aggregation; a bound on that pair refutes the claim. GNMax
+returns o_q = argmax_c v_qc + sigma z_qc, with
 
     P_v(o_q = c) = int phi(z) prod_{j != c} Phi((v_qc - v_qj) / sigma + z) dz
 
-(`output_log_probs`); Confident-GNMax adds "not answered" (outcome C) with probability
-Phi((T - max_c v_qc) / sigma_t). The adversary scores a release by the exact
-log-likelihood ratio L(o) = sum_q log P_in(o_q) - log P_out(o_q) (`llr_scores`, most
-powerful by Neyman-Pearson), with thresholds declared from the claimed law before any
-release, each at 1 - alpha / k (`thresholds.Bonferroni`): the largest bound holds with
-probability >= `confidence` whatever the aggregator does. A correct aggregator gives
-epsilon_lower <= exact <= claimed (`LabelAudit`) with probability >= confidence.
+(`output_log_probs`); Confident-GNMax adds "not answered" (outcome C) w.p.
+Phi((T - max_c v_qc) / sigma_t). Releases are scored by the exact LLR (`llr_scores`) against
+thresholds declared from the claimed law, each at 1 - alpha / k (`thresholds.Bonferroni`).
+Shape letters: Q queries, C classes, O outcomes per query (C, or C + 1), K trials.
 
-Shape letters: Q queries, C classes, O outcomes per query (C, or C + 1 with a threshold:
-outcome C = not answered), K trials.
+References: Papernot et al. 2018, ICLR ("Scalable private learning with PATE"); Jagielski,
+Ullman & Oprea 2020; Nasr et al. 2021.
 
 Examples:
   >>> import jax
@@ -31,10 +24,6 @@ Examples:
   ...                  delta=1e-5)
   >>> bool(r.epsilon_lower <= r.exact_epsilon <= r.claimed_epsilon)
   True
-
-References: Papernot et al., "Scalable private learning with PATE", ICLR 2018;
-Jagielski, Ullman & Oprea 2020 and Nasr et al. 2021 (auditing by hypothesis
-tests on canaries).
 """
 
 from __future__ import annotations
@@ -106,9 +95,8 @@ def output_log_probs(votes_QxC, *, sigma: float, threshold: Optional[float] = No
                      sigma_threshold: Optional[float] = None) -> np.ndarray:
   """Exact log-probabilities of every per-query outcome of (Confident-)GNMax: float64[Q, O].
 
-  O = C for GNMax; O = C + 1 with a threshold (both of threshold, sigma_threshold, or
-  neither; column C: not answered). C = 2: Phi(+-(v_0 - v_1) / (sqrt(2) sigma)); C > 2:
-  trapezoid rule in log space, step 0.02, rows renormalised.
+  C = 2: Phi(+-(v_0 - v_1) / (sqrt(2) sigma)); C > 2: trapezoid rule in log space (step 0.02),
+  rows renormalised. Give both of threshold, sigma_threshold or neither (column C: not answered).
 
   Examples:
     >>> import numpy as np
@@ -130,8 +118,6 @@ def output_log_probs(votes_QxC, *, sigma: float, threshold: Optional[float] = No
 
 def llr_scores(outcomes_KxQ, log_probs_in_QxO, log_probs_out_QxO) -> np.ndarray:
   """LLR of each release, sum_q log P_in(o_kq) - log P_out(o_kq): float64[K], higher = IN.
-
-  outcomes_KxQ: int[K, Q] in [0, O); log-probabilities float[Q, O] from `output_log_probs`.
 
   Examples:
     >>> lp_in, lp_out = np.log([[0.75, 0.25]]), np.log([[0.25, 0.75]])
@@ -155,12 +141,10 @@ def llr_scores(outcomes_KxQ, log_probs_in_QxO, log_probs_out_QxO) -> np.ndarray:
 def exact_epsilon(votes_in_QxC, votes_out_QxC, *, sigma: float, delta: float,
                   threshold: Optional[float] = None,
                   sigma_threshold: Optional[float] = None) -> float:
-  """Exact eps at delta of (Confident-)GNMax on a neighbouring pair of histograms.
+  """Exact eps at delta of (Confident-)GNMax on a neighbouring pair (0 if equal).
 
-  The composition over differing queries of each query's outcome PLD, both directions
-  (`dpjax.accounting.pld`), discretised pessimistically (grid 1e-4; 1e-3 beyond 8 distinct
-  queries): an upper bound, within about the grid spacing per distinct query. 0 when the
-  histograms are equal.
+  Composition of each differing query's outcome PLD, both directions, discretised pessimistically
+  (grid 1e-4; 1e-3 beyond 8 distinct queries): an upper bound within about the grid per query.
 
   Examples:
     >>> from scipy import stats as st
@@ -201,11 +185,8 @@ def _pair_pld(v_in: np.ndarray, v_out: np.ndarray, s: float, t, st):
 
 def _declared_thresholds(total, n: int, delta: float, confidence: float
                          ) -> tuple[np.ndarray, float]:
-  """Thresholds on L fixed from the claimed law alone, and the expected bound of the best.
-
-  The in -> out PLD is the law of L under IN (mass p_j at l_j), p_j e^(-l_j) under OUT;
-  declared: the `thresholds.best_certifiable` threshold for n trials per side and those
-  of false-positive rate 2^-i for every i with n 2^-i >= 4. Returns (float64[k], float).
+  """(float64[k] thresholds on L from the claimed law alone, expected bound of the best): the
+  `best_certifiable` one for n trials per side and those of FPR 2^-i with n 2^-i >= 4.
   """
   from dpjax import tradeoff  # pylint: disable=g-import-not-at-top
   losses, p_in, _ = total.loss_pmf(0)
@@ -228,11 +209,8 @@ def _declared_thresholds(total, n: int, delta: float, confidence: float
 
 def crafted_pair(num_teachers: int, num_queries: int, num_classes: int = 2
                  ) -> tuple[np.ndarray, np.ndarray]:
-  """The adversary's worst case: the other teachers tied, the canary flips its teacher.
-
-  The M - 1 >= 1 others give floor((M-1)/2) votes to class 0, the rest to class 1; the
-  canary's teacher votes 0 (IN) or 1 (OUT), on Q identical queries; classes >= 2 get no
-  votes. Returns (votes_in int64[Q, C], votes_out int64[Q, C]).
+  """The worst case: M - 1 other teachers tied (floor((M-1)/2) on class 0), the canary's teacher
+  votes 0 (IN) or 1 (OUT), on Q identical queries. Returns (votes_in, votes_out) int64[Q, C].
 
   Examples:
     >>> v_in, v_out = crafted_pair(251, 1)
@@ -255,10 +233,7 @@ def crafted_pair(num_teachers: int, num_queries: int, num_classes: int = 2
 
 def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
                     sigma_threshold: Optional[float] = None, orders=None) -> float:
-  """Data-independent eps of Q answers (and Q threshold checks if sigma_threshold is given).
-
-  RDP Q (alpha / sigma^2 + alpha / (2 sigma_t^2)) (every query answered), converted by
-  `pate.epsilon`.
+  """Data-independent eps of Q answers: RDP Q (alpha / sigma^2 + alpha / (2 sigma_t^2)) by `pate.epsilon`.
 
   Examples:
     >>> from dpjax.accounting import rdp
@@ -278,9 +253,7 @@ def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
 @_validate.names_extreme_arguments
 def calibrate_sigma(target_epsilon: float, num_queries: int, *, delta: float,
                     threshold_ratio: Optional[float] = None, orders=None) -> float:
-  """The sigma whose `claimed_epsilon` equals target_epsilon (to relative 1e-9, never above).
-
-  With Confident-GNMax, sigma_threshold = threshold_ratio * sigma.
+  """The sigma whose `claimed_epsilon` is target_epsilon (rtol 1e-9, never above); sigma_t = ratio sigma.
 
   Examples:
     >>> s = calibrate_sigma(2.0, 10, delta=1e-5)
@@ -306,18 +279,9 @@ def calibrate_sigma(target_epsilon: float, num_queries: int, *, delta: float,
 
 
 class LabelAudit(NamedTuple):
-  """The result of `audit_labels`.
-
-  Attributes:
-    epsilon_lower: certified eps lower bound at `confidence`.
-    claimed_epsilon, data_dependent_epsilon (Papernot et al. 2018 Thm 6, the larger of the
-      two worlds), exact_epsilon (exact PLD, pessimistic grid): eps of the pair.
-    expected_epsilon_lower: the bound a correct aggregator should give (expected counts).
-    falsified: epsilon_lower > claimed_epsilon.
-    exceeds_exact: epsilon_lower > exact_epsilon, the sharper check: the releases are not
-      the claimed aggregator's on this pair (probability <= 1 - confidence if correct).
-    bound: the `thresholds.BonferroniBound` (every declared test in `parts`).
-    answered_in, answered_out: mean fraction of queries answered (1.0 for GNMax).
+  """The result of `audit_labels`: the certified bound, the pair's claimed, data-dependent
+  (Papernot et al. 2018 Thm 6) and exact eps, the bound a correct aggregator should give, and
+  `exceeds_exact` (releases not the claimed aggregator's; probability <= 1 - confidence if correct).
   """
   epsilon_lower: float
   claimed_epsilon: float
@@ -341,8 +305,7 @@ class LabelAudit(NamedTuple):
   def to_json(self) -> dict:
     d = self._asdict()
     b = d.pop("bound")
-    d["tests"] = [{"threshold": p.threshold, **p.counts(), "epsilon_lower": p.epsilon_lower}
-                  for p in b.parts]
+    d["tests"] = b.tests()
     return d
 
 
@@ -371,10 +334,7 @@ def _release_fn(aggregator: Callable, q: int, c: int, *, sigma: float, threshold
 
 def _release_scores(fn: Callable, key: jax.Array, votes: np.ndarray, n: int,
                     diff_QxO: np.ndarray, top: int) -> tuple[np.ndarray, int]:
-  """n releases by `fn` on `votes`, LLR-scored on the host: (float64[n], number answered).
-
-  `top` is the largest valid outcome (C - 1, or C = "not answered").
-  """
+  """n releases by `fn` on `votes`, LLR-scored on the host: (float64[n], number answered)."""
   q, c = votes.shape
   v = jnp.asarray(votes, jnp.float32)
   chunk = max(1, min(n, _DRAWS_PER_CHUNK // (q * c)))
@@ -399,19 +359,11 @@ def audit_labels(key: jax.Array, votes_in_QxC, votes_out_QxC, *, sigma: float,
                  threshold: Optional[float] = None, sigma_threshold: Optional[float] = None,
                  num_trials: int, delta: float, confidence: float = 0.95,
                  aggregator: Optional[Callable] = None, orders=None) -> LabelAudit:
-  """Audits (Confident-)GNMax on a neighbouring pair of vote histograms (module docstring).
+  """Audits (Confident-)GNMax on a neighbouring pair of vote histograms (see the module docstring).
 
-  Args:
-    votes_in_QxC, votes_out_QxC: integer votes with / without the canary in its teacher's
-      partition; same teacher counts, at most one teacher's vote apart per query.
-    sigma, threshold, sigma_threshold: the claim (threshold: both or neither).
-    num_trials: releases per world (>= 1).
-    aggregator: the implementation under audit (default `pate.gnmax`, or
-      `pate.confident_gnmax` with a threshold): aggregator(key, votes, sigma=) -> int[Q],
-      or with threshold=, sigma_threshold= -> (labels int[Q], answered bool[Q]); must be
-      traceable under jax.jit and jax.vmap (over the key).
-  Returns:
-    LabelAudit.
+  aggregator (default `pate.gnmax` / `pate.confident_gnmax`): aggregator(key, votes, sigma=) ->
+  int[Q], or with threshold=, sigma_threshold= -> (labels int[Q], answered bool[Q]); traceable
+  under jit and vmap over the key. num_trials: releases per world.
   """
   from dpjax.accounting import rdp  # pylint: disable=g-import-not-at-top
   v_in, v_out = _check_pair(votes_in_QxC, votes_out_QxC)

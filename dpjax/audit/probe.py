@@ -1,24 +1,15 @@
 """Probe worlds: auditing the bugs that shipped in DP libraries where the theory is exact.
 
-Each `Case` is a `variants` training (the bug, through the door a user's component would
-use, while the accountant is told the claimed (q, sigma, T, delta)) in a tiny world: n0
-base records M e_0 and a canary M e_1 (M = 100, label 0, IN for half the 2N models), K =
-`noise_coords` coordinates no record touches (where the update is the noise over the
-implementation's divisor), a logistic regression from w = 0 at learning rate 1e-7 x the
-expected batch size, so every gradient keeps norm >= C and a correct path clips it to
-exactly C e_0 or C e_1 (every final |w . x| must stay below 0.1). Six adversaries
-(`ADVERSARIES`, `scores`), each a threshold chosen on half the trials at 1 - alpha / 6:
-white-box `llr` (the claimed exact likelihood ratio), `slot` (u_t[0] + u_t[1] summed over
-the last batch of each shuffle epoch), `scale_min` / `scale_sum` (-log of the smallest /
-summed ||u_t||^2 on the free coordinates); black-box (z = -w_T / lr) `final_canary` z[1]
-and `final_scale` -log ||z on the free coordinates||^2. `true_epsilon`: exact (PLD) where
-the mechanism is again a subsampled Gaussian, else the exact eps of one test in the probe
-world (a lower bound) or an estimate.
+Each `Case` trains a `variants` fault (accountant told the claimed (q, sigma, T, delta)) in a
+tiny world: n0 base records M e_0, a canary M e_1 (M = 100, label 0, IN for half the 2N models),
+K = `noise_coords` free coordinates, a logistic regression from w = 0 at learning rate 1e-7 B so
+every gradient clips to exactly C e_0 or C e_1. Six adversaries (`ADVERSARIES`), each a split
+threshold at 1 - alpha / 6: white-box `llr`, `slot` (u_t[0] + u_t[1] over each epoch's last
+batch), `scale_min` / `scale_sum` (-log of the min / sum of ||u_t[2:]||^2); black-box
+(z = -w_T / lr) `final_canary` z[1] and `final_scale` -log ||z[2:]||^2.
 
-References: Opacus issues 571, 813, 819 (github.com/meta-pytorch/opacus); Tramer et al.
-2022, https://arxiv.org/abs/2202.12219; Chua et al. 2024, https://arxiv.org/abs/2403.17673;
-Nasr et al. 2021, https://arxiv.org/abs/2101.04535.
-
+References: Opacus issues 571, 813, 819; Tramer et al. 2022 (arXiv:2202.12219); Chua et al.
+2024 (arXiv:2403.17673); Nasr et al. 2021 (arXiv:2101.04535).
 Shape letters: M models (2N), T steps, F = 2 + K features.
 """
 
@@ -46,14 +37,9 @@ CLIP = 1.0
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-  """One audited configuration: a variant in a probe world.
-
-  Attributes:
-    key: the case's name; label: its table label; variant: one of `variants.VARIANTS`.
-    sampling_prob, base_records (n0; the claimed data set has n0 + 1), steps: the world.
-    own_size: floored_expected_batch only: each data set's divisor from its own size (the
-      shipped fault) rather than the claimed n.
-    source: the published figure of the bug; why: why it is (or is not) caught.
+  """One audited configuration: a variant in a probe world (n0 = base_records; the claimed data
+  set has n0 + 1). own_size: floored_expected_batch divides by each data set's own size (the
+  shipped fault), else by the claimed n. source, why: the published figure and the explanation.
   """
   key: str
   label: str
@@ -76,7 +62,7 @@ class Case:
 
 
 def _control(q: float, n0: int, steps: int) -> Case:
-  """The accounted mechanism in a probe world: every bound must stay at or below its exact eps."""
+  """The accounted mechanism in a probe world (a control)."""
   return Case(f"correct_q{q:g}_n{n0 + 1}", f"correct (q = {q:g}, n = {n0 + 1})", "correct", q,
               n0, steps, why="control: the accounted mechanism, so every bound must stay at "
               "or below its exact eps")
@@ -172,12 +158,10 @@ def _observe(u):
 
 def _train_case(key, case: Case, noise_multiplier: float, in_M, *, noise_coords: int,
                delta: float):
-  """(observations float64[M, T, 3], final w float64[M, F], the trained config).
+  """(observations float64[M, T, 3] = (u_t[0], u_t[1], ||u_t[2:]||^2), final w float64[M, F], config).
 
-  Observations per step: u_t[0], u_t[1] and ||u_t[2:]||^2 (`scores`). Model m holds the
-  canary iff in_M[m]. floored_expected_batch with `own_size` trains each side with the
-  divisor of its own data set's size (the shipped fault), from fold_in(key, 0) (IN) and
-  fold_in(key, 1) (OUT); every other case trains all models from fold_in(key, 0).
+  floored_expected_batch with own_size trains IN from fold_in(key, 0) and OUT from fold_in(key, 1)
+  with their own divisors; every other case trains all models from fold_in(key, 0).
   """
   _validate.check_instance(case, Case, "case")
   r = np.asarray(_validate.check_binary(in_M, "in_M", ndim=1), bool)
@@ -215,14 +199,8 @@ def _train_case(key, case: Case, noise_multiplier: float, in_M, *, noise_coords:
 
 def scores(obs, w, *, sampling_prob: float, noise_multiplier: float,
            expected_batch_size: float, steps_per_epoch: int) -> dict:
-  """The six adversaries' scores float64[M] (higher = IN) of a probe world's runs.
-
-  Args:
-    obs: float[M, T, 3]: u_t[0], u_t[1] and ||u_t[2:]||^2 of every step; w: float[M, F]
-      final weights.
-    sampling_prob, noise_multiplier: the claimed q and sigma > 0 (the llr score's).
-    expected_batch_size: B of the trained config.
-    steps_per_epoch: E of the slot test (`steps_per_epoch`).
+  """The six adversaries' scores float64[M] (higher = IN) from `_train_case`'s obs and w, under the
+  claimed q, sigma > 0, the trained B and the slot test's E.
   """
   obs = _validate.check_array(obs, "obs", ndim=3, min_size=1)
   w = _validate.check_array(w, "w", ndim=2, shape=(obs.shape[0], None))
@@ -246,14 +224,9 @@ def audit_case(key, case: Case, epsilon: float, *, trials: int, noise_coords: in
                delta: float, confidence: float, design_seed: int) -> dict:
   """One row: the case audited at claimed eps by the six adversaries, beside its true eps.
 
-  sigma is calibrated (RDP) to `epsilon`; 2 `trials` models, exactly `trials` with the
-  canary in an order from `design_seed`; each adversary's `SplitThreshold` at
-  1 - (1 - confidence) / 6 (a union bound over the six).
-
-  Returns:
-    a dict of plain values: the claim, sigma, the true eps and its kind, each adversary's
-    bound and counts, the best, whether (and by whom) the claim is caught, the ceiling,
-    the largest final |w . x|, and the case's source and explanation.
+  sigma calibrated (RDP) to `epsilon`; 2 trials models, `trials` of them IN in an order from
+  `design_seed`. Returns plain values: claim, sigma, true eps and kind, bounds and counts, the
+  best, who catches the claim, the ceiling, the largest |w . x|, source and why.
   """
   _validate.check_instance(case, Case, "case")
   eps = _validate.check_epsilon(epsilon)

@@ -1,23 +1,16 @@
 """The empirical ROC of an attack, a simultaneous confidence band, and the accounted curve beside it.
 
-The true ROC of the tests "IN iff score > t" is (FPR(t), TPR(t)), FPR(t) = P[out > t],
-TPR(t) = P[in > t]; the empirical ROC uses the fractions of trials.
-
-Band (Dvoretzky-Kiefer-Wolfowitz with Massart's constant): P[sup_t |S_n(t) - S(t)| > e]
-<= 2 exp(-2 n e^2) for n i.i.d. scores. With alpha/2 per side, e_out = sqrt(ln(4/alpha)
-/ (2 K_out)), e_in = sqrt(ln(4/alpha) / (2 K_in)), and every (randomized) threshold test
-has empirical rates within (e_out, e_in) of the true ones, so every true point (x, y) has
+Band (Dvoretzky-Kiefer-Wolfowitz, Massart's constant): P[sup_t |S_n(t) - S(t)| > e] <=
+2 exp(-2 n e^2) for n i.i.d. scores. With alpha/2 per side, e = sqrt(ln(4/alpha) / (2 K)) per
+side, and every true ROC point (x, y) of a (randomized) threshold test satisfies
 
     max(0, R_n^lo(x - e_out) - e_in) <= y <= min(1, R_n^hi(x + e_out) + e_in),
 
-R_n^lo / R_n^hi the lowest / highest point of the empirical ROC at an abscissa: at every
-FPR at once, for any score distributions (atoms included), given i.i.d. scores per side.
+R_n^lo / R_n^hi the lowest / highest empirical ROC point at an abscissa, at every FPR at once.
 A lower band above the accounted trade-off curve (`dpjax.tradeoff`) falsifies the claim.
-
-References: Dvoretzky, Kiefer & Wolfowitz 1956; Massart 1990 (the tight constant),
-https://doi.org/10.1214/aop/1176990746.
-
 Shape letters: K trials, J ROC points, G grid of false-positive rates.
+
+References: Dvoretzky, Kiefer & Wolfowitz 1956; Massart 1990 (doi:10.1214/aop/1176990746).
 
 Examples:
   >>> fpr, tpr, thr = empirical_roc([2.0, 3.0], [0.0, 2.0])
@@ -38,10 +31,8 @@ from dpjax.audit import stats
 
 
 def empirical_roc(scores_in_K, scores_out_K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The empirical ROC of the tests "IN iff score > t".
-
-  Returns (fpr_J, tpr_J, thresholds_J): thresholds +inf, the distinct scores decreasing,
-  -inf; the fractions of OUT and IN scores above each, from (0, 0) to (1, 1).
+  """(fpr_J, tpr_J, thresholds_J) of the tests "IN iff score > t", t = +inf, the distinct scores
+  decreasing, -inf: from (0, 0) to (1, 1).
 
   Examples:
     >>> _, _, thr = empirical_roc([1.0], [0.0])
@@ -61,11 +52,8 @@ def empirical_roc(scores_in_K, scores_out_K) -> tuple[np.ndarray, np.ndarray, np
 
 @dataclasses.dataclass(frozen=True)
 class RocBand:
-  """A simultaneous confidence band for an attack's true ROC on a grid of FPRs.
-
-  With probability >= `confidence`, every true ROC point (randomized tests included) lies
-  in [tpr_lower_G, tpr_upper_G] at every fpr_G (float64[G], increasing) at once.
-  `tpr_empirical_G`: the empirical ROC; `epsilon_out`, `epsilon_in`: the DKW half-widths.
+  """With probability >= `confidence`, every true ROC point lies in [tpr_lower_G, tpr_upper_G] at
+  every fpr_G (float64[G], increasing) at once; epsilon_out, epsilon_in: the DKW half-widths.
   """
   fpr_G: np.ndarray
   tpr_lower_G: np.ndarray
@@ -82,33 +70,24 @@ def _default_grid(k_out: int) -> np.ndarray:
   return np.unique(np.concatenate([[0.0], np.geomspace(lo, 1.0, 200), np.linspace(0, 1, 101)]))
 
 
-def _curve_high(fpr_J, tpr_J, u_G):
-  """Highest point of the polyline through (fpr_J, tpr_J) at abscissa u (1 beyond 1)."""
-  j = np.clip(np.searchsorted(fpr_J, u_G, side="right") - 1, 0, fpr_J.size - 1)
-  k = np.minimum(j + 1, fpr_J.size - 1)
+def _curve_at(fpr_J, tpr_J, u_G, high: bool):
+  """Highest (lowest) point of the polyline through (fpr_J, tpr_J) at u: 1 beyond 1 (0 below 0)."""
+  if high:
+    j = np.clip(np.searchsorted(fpr_J, u_G, side="right") - 1, 0, fpr_J.size - 1)
+    k = np.minimum(j + 1, fpr_J.size - 1)
+  else:
+    k = np.clip(np.searchsorted(fpr_J, u_G, side="left"), 0, fpr_J.size - 1)
+    j = np.maximum(k - 1, 0)
   width = fpr_J[k] - fpr_J[j]
   with np.errstate(invalid="ignore", divide="ignore"):
-    lam = np.where(width > 0, (u_G - fpr_J[j]) / width, 0.0)
+    lam = np.where(width > 0, (u_G - fpr_J[j]) / width, 0.0 if high else 1.0)
   y = tpr_J[j] + np.clip(lam, 0.0, 1.0) * (tpr_J[k] - tpr_J[j])
-  return np.where(u_G >= 1.0, 1.0, y)
-
-
-def _curve_low(fpr_J, tpr_J, u_G):
-  """Lowest point of the polyline through (fpr_J, tpr_J) at abscissa u (0 below 0)."""
-  j = np.clip(np.searchsorted(fpr_J, u_G, side="left"), 0, fpr_J.size - 1)
-  i = np.maximum(j - 1, 0)
-  width = fpr_J[j] - fpr_J[i]
-  with np.errstate(invalid="ignore", divide="ignore"):
-    lam = np.where(width > 0, (u_G - fpr_J[i]) / width, 1.0)
-  y = tpr_J[i] + np.clip(lam, 0.0, 1.0) * (tpr_J[j] - tpr_J[i])
-  return np.where(u_G <= 0.0, 0.0, y)
+  return np.where(u_G >= 1.0, 1.0, y) if high else np.where(u_G <= 0.0, 0.0, y)
 
 
 def roc_band(scores_in_K, scores_out_K, *, confidence: float = 0.95,
              fpr_G: Optional[Any] = None) -> RocBand:
-  """Simultaneous (DKW-Massart) confidence band for the true ROC (module docstring).
-
-  Scores i.i.d. per side; alpha/2 per side. fpr_G default: 0, 200 log-spaced points from
+  """Simultaneous DKW-Massart band for the true ROC; fpr_G default: 0, 200 log-spaced points from
   min(1e-3, 0.1 / K_out) to 1, and 101 linear ones.
 
   Examples:
@@ -129,9 +108,9 @@ def roc_band(scores_in_K, scores_out_K, *, confidence: float = 0.95,
   e_out = math.sqrt(math.log(4.0 / alpha) / (2.0 * s_out.size))
   e_in = math.sqrt(math.log(4.0 / alpha) / (2.0 * s_in.size))
   fpr, tpr, _ = empirical_roc(s_in, s_out)           # both non-decreasing along J
-  upper = np.minimum(1.0, _curve_high(fpr, tpr, grid + e_out) + e_in)
-  lower = np.maximum(0.0, _curve_low(fpr, tpr, grid - e_out) - e_in)
-  empirical = _curve_high(fpr, tpr, grid)
+  upper = np.minimum(1.0, _curve_at(fpr, tpr, grid + e_out, True) + e_in)
+  lower = np.maximum(0.0, _curve_at(fpr, tpr, grid - e_out, False) - e_in)
+  empirical = _curve_at(fpr, tpr, grid, True)
   return RocBand(
       grid, lower, upper, empirical, confidence, e_out, e_in,
       f"Dvoretzky-Kiefer-Wolfowitz-Massart band on each side's survival function at "
@@ -144,11 +123,10 @@ def plot_roc_band(ax, band: RocBand, *, epsilon: Optional[float] = None, delta: 
                   mu: Optional[float] = None, privacy_loss: Any = None,
                   max_epsilon: float = 50.0, log_scale: bool = True,
                   label: str = "attack") -> Any:
-  """Draws the empirical ROC, its band and the accounted trade-off curve(s) on `ax`; returns ax.
+  """Draws the empirical ROC, its band, the diagonal and the accounted curves on `ax`; returns ax.
 
-  Beside the band and the diagonal: the largest TPR under (eps, delta)-DP if `epsilon` is
-  given, mu-GDP if `mu` is given, a privacy profile (`tradeoff.pld_tpr_bound` up to
-  `max_epsilon`) if `privacy_loss` (with delta(eps), rounding_noise(eps)) is given.
+  Curves: the (eps, delta)-DP bound if `epsilon`, mu-GDP if `mu`, `tradeoff.pld_tpr_bound` up
+  to `max_epsilon` if `privacy_loss` (with delta(eps), rounding_noise(eps)).
   """
   if not callable(getattr(ax, "fill_between", None)):
     raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")

@@ -1,25 +1,12 @@
 """The audit pipeline: design -> `dpsgd.train_many` -> scores -> bounds.
 
-`train` is the one door to the engine in `dpjax.audit`: a `Design` (base records every run
-holds, record canaries appended with their bits, fixed-gradient canaries with theirs;
-`canary_design`), the audited training's components (`variants.variant`, or a user's
-sampler / clipping / privatizer) and what a white-box adversary observes of every
-privatized update. Scores are functions of the result (final parameters: black-box;
-observations: white-box, `canary.white_box_llr`); bounds come from `thresholds`,
-`score_audit` or `runner.bounds_from_trials`. The per-step audit (`per_step_run`),
-`runner.audit_dpsgd`, `final_model.audit`, `guard.check_claim` and the probe worlds
-(`probe`) are designs, observations and scorers of this door.
-
-The canary audit of DP-SGD (`canary_audit`; `experiments/audit.py`): per claimed setting
-(an eps, or sigma = 0), 2N models on a fixed base set plus canaries
-(`dpjax.data.canaries.audit_data`), in stored chunks: the design (`canary.balanced_design`,
-or `canary.canaries_design` for K > 1 gradient canaries), the training
-(`audited_training`), the scores (black-box: -logit on the record canary; white-box: the
-exact per-step likelihood ratio under the claimed (q, sigma), Nasr et al. 2021,
-https://arxiv.org/abs/2101.04535) and the bounds (`evaluate`). Chunk c of setting si is
-trained from fold_in(fold_in(key_train, si), c) and stored (`store.ChunkStore`) with that
-identity and a checksum, verified before use, so `run_chunks` resumes an interrupted run
-and a truncated, corrupted or swapped chunk is recomputed or refused, never read.
+`train` is the one door to the engine in `dpjax.audit`: a `Design` (base records, record canaries
+with their bits, fixed-gradient canaries with theirs), the audited training's components and what
+a white-box adversary observes of each privatized update. `canary_audit` (`experiments/audit.py`)
+trains 2N models per claimed setting in stored chunks (chunk c of setting si from
+fold_in(fold_in(key_train, si), c), verified by identity and checksum, so `run_chunks` resumes
+and never reads a bad chunk), scores them black-box (-logit) and white-box (the exact per-step
+likelihood ratio, Nasr et al. 2021, arXiv:2101.04535) and bounds them (`evaluate`).
 
 Shape letters: M models, N records, C record canaries, T steps, K gradient canaries.
 """
@@ -41,8 +28,7 @@ from dpjax import _validate, accounting, dpsgd, metrics
 from dpjax.audit import canary, parametric, stats, store, thresholds, variants
 
 THREAT_MODELS = ("black_box", "white_box", "both")
-# With K > 1 canaries per run: the share of alpha given to the fixed-threshold test
-# (the held-out-threshold test gets the rest).
+# With K > 1 canaries per run: the fixed-threshold test's share of alpha.
 FIXED_ALPHA_SHARE = 0.8
 # Points of each recorded ROC curve.
 _ROC_POINTS = 100
@@ -51,13 +37,8 @@ _DESIGNED = ("keep_MxN", "fixed_gradients", "observe_fn", "init_params", "per_ex
 
 
 class Design(NamedTuple):
-  """What the audited runs train on.
-
-  Attributes:
-    x_NxF, y_N: the records (canaries included), shared by all runs.
-    keep_MxN: bool[M, N], run m holds record n iff keep_MxN[m, n].
-    fixed_gradients: optional `dpsgd.FixedGradients`, the gradient canaries and their
-      inclusion bits (each clipped to C and Poisson-sampled by the engine).
+  """What the audited runs train on: records x_NxF, y_N (canaries included), keep_MxN bool[M, N],
+  and optional `dpsgd.FixedGradients` (gradient canaries with their bits).
   """
   x_NxF: Any
   y_N: Any
@@ -68,10 +49,8 @@ class Design(NamedTuple):
 def canary_design(x_NxF, y_N, num_runs: int, *, records=None, gradients=None) -> Design:
   """M runs on N base records (every run holds them all) plus canaries with their bits.
 
-  records: optional (x_CxF, y_C, in_MxC), C record canaries appended after the base records
-  (labels cast to y_N's dtype), run m holding canary c iff in_MxC[m, c]; gradients:
-  optional (gradients_K, in_MxK), K fixed-gradient canaries (a pytree like the parameters,
-  leaves [K, ...]) and their bits.
+  records: (x_CxF, y_C, in_MxC), C record canaries appended (labels cast to y_N's dtype);
+  gradients: (gradients_K, in_MxK), a pytree like the parameters with leaves [K, ...].
 
   Examples:
     >>> import numpy as np
@@ -103,19 +82,12 @@ def canary_design(x_NxF, y_N, num_runs: int, *, records=None, gradients=None) ->
 
 def train(key, design: Design, cfg, model, *, observe_fn=None, init_params=None,
           components: Optional[dict] = None, quiet: bool = False) -> dpsgd.TrainResult:
-  """Trains the design's M runs with `dpsgd.train_many`; refuses runs that diverged.
+  """Trains the design's M runs with `dpsgd.train_many` (run m: split(key, M)[m]).
 
-  Args:
-    key: the training key (run m uses jax.random.split(key, M)[m]).
-    design, cfg, model: what is trained (cfg: the claim, or a variant's config).
-    observe_fn: optional f(privatized update) -> array, the white-box adversary's view.
-    init_params: optional fixed theta_0 (a final-model adversary's public start).
-    components: optional {name: value} of `dpsgd.train_many`'s sampler, clipping,
-      privatizer, optimizer and perf: a replaced component is audited against the claim.
-    quiet: silence the engine's warnings (a broken variant's, deliberately trained).
-  Raises:
-    ValueError: a keyword the design sets; a run that ended with non-finite parameters
-      (its scores are not evidence about the mechanism).
+  observe_fn: f(privatized update) -> array, the white-box view; components: `train_many`'s
+  sampler, clipping, privatizer, optimizer, perf (a replacement is audited against the claim);
+  quiet silences the engine's warnings. Raises ValueError on a keyword the design sets or a
+  run with non-finite parameters (not evidence about the mechanism).
   """
   _validate.check_instance(design, Design, "design")
   components = dict(components or {})
@@ -137,11 +109,7 @@ def train(key, design: Design, cfg, model, *, observe_fn=None, init_params=None,
 
 
 def audited_training(spec, setting: "Setting", dataset_size: int, model) -> variants.Variant:
-  """The training `spec.variant` of the claim (q, sigma, T, delta) of spec and setting.
-
-  `spec` is a `CanaryAuditSpec` or a `per_step_run.PerStepSpec`; the variant's
-  FaultyDpSgdWarning is silenced (the audit trains it deliberately).
-  """
+  """The training `spec.variant` of the claim (q, sigma, T, delta); its warning silenced."""
   _validate.check_instance(setting, Setting, "setting")
   claimed = dpsgd.DpSgdConfig(dataset_size=_validate.check_int(dataset_size, "dataset_size"),
                               sampling_prob=spec.sampling_prob, num_steps=spec.num_steps,
@@ -177,17 +145,9 @@ class Setting:
 class CanaryAuditSpec:
   """What the audit trains and how it bounds (everything but the data and the key).
 
-  Attributes:
-    trials: N, models per side (2N models per setting); even.
-    sampling_prob, num_steps, delta: the claimed DP-SGD's q, T and delta.
-    confidence: of every reported bound.
-    variant: the audited training (`variants.VARIANTS`).
-    threat_model: which adversaries' bounds to compute (THREAT_MODELS).
-    canaries_per_run: K gradient canaries per run.
-    canary_in_fraction: with K > 1, the fraction of runs in which each is IN.
-    chunk_models: models per stored chunk (a multiple of 4).
-    observation_budget: with K > 1, most white-box observations (M x T x K) at once.
-    design_seed: seed of `canary.canaries_design` (K > 1).
+  trials: N models per side, even; canaries_per_run: K; canary_in_fraction: with K > 1, the share
+  of runs each canary is IN; chunk_models: a multiple of 4; observation_budget: with K > 1, most
+  white-box observations (M x T x K) at once; design_seed: of `canary.canaries_design`.
   """
   trials: int
   sampling_prob: float
@@ -231,8 +191,7 @@ class CanaryAuditSpec:
 
   @property
   def models_per_chunk(self) -> int:
-    """chunk_models, fewer when K > 1 so that one chunk's observations (M x T x K
-    float32) stay within observation_budget."""
+    """chunk_models, fewer when K > 1 so that M x T x K observations fit observation_budget."""
     k = self.canaries_per_run
     if k == 1:
       return self.chunk_models
@@ -242,8 +201,7 @@ class CanaryAuditSpec:
 
 def settings(epsilons: Sequence[float], sampling_prob: float, num_steps: int, delta: float,
              no_noise: bool) -> list[Setting]:
-  """A Setting per claimed eps (sigma from `accounting.calibrate_noise`, RDP), plus the
-  sigma = 0 check when no_noise."""
+  """A Setting per claimed eps (sigma by RDP `calibrate_noise`), plus sigma = 0 when no_noise."""
   epsilons = [_validate.check_epsilon(e, "epsilons")
               for e in np.atleast_1d(np.asarray(epsilons, dtype=object)).ravel()]
   no_noise = _validate.check_bool(no_noise, "no_noise")
@@ -285,8 +243,7 @@ def chunk_key(key_train, si: int, c: int):
 
 def chunk_identities(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]
                      ) -> dict:
-  """{chunk name: its identity}: the setting, the chunk index, its models and its key,
-  recorded with every stored chunk and verified when it is read (`store`)."""
+  """{chunk name: identity (setting, chunk, models, key)}, stored with each chunk and verified on read."""
   names, bounds = chunk_names(spec, setting_list)
   return {n: {"setting": dataclasses.asdict(setting_list[si]), "chunk": c,
               "models": list(bounds[c]),
@@ -299,15 +256,8 @@ def run_chunks(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]
                max_new_chunks: int | None = None) -> tuple[int, bool]:
   """Trains every chunk the store lacks; returns (chunks trained, all complete).
 
-  Args:
-    key_train: the training key (chunk c of setting si uses fold_in(fold_in(key, si), c)).
-    spec: the audit.
-    setting_list: its settings.
-    data: `canaries.audit_data(...)` with spec.canaries_per_run unused features.
-    model: the audited model (a logistic regression on data's features).
-    chunks: where finished chunks are kept.
-    progress: a tqdm bar over chunks.
-    max_new_chunks: stop (incomplete) after training this many.
+  data: `canaries.audit_data(...)` with spec.canaries_per_run unused features; model: a logistic
+  regression on its features; max_new_chunks: stop (incomplete) after training this many.
   """
   _validate.check_instance(chunks, store.ChunkStore, "chunks")
   names, bounds = chunk_names(spec, setting_list)
@@ -337,9 +287,9 @@ def run_chunks(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]
 
 def load_setting(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting],
                  chunks: store.ChunkStore, si: int):
-  """(record_in bool[2N], gradient_in bool[2N(, K)], black_box float[2N], white_box
-  float[2N(, K)]) of setting si, concatenated over its chunks, each verified against
-  its identity (`chunk_identities`; a chunk that fails raises `store.StoreError`)."""
+  """(record_in, gradient_in, black_box, white_box) of setting si over 2N models (K columns when
+  K > 1), each chunk verified against its identity (else `store.StoreError`).
+  """
   _validate.check_instance(chunks, store.ChunkStore, "chunks")
   names, bounds = chunk_names(spec, setting_list)
   si = _validate.check_int(si, "si", 0, len(setting_list) - 1)
@@ -352,13 +302,10 @@ def load_setting(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Settin
 def canary_audit(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting], data,
                  model, chunks: store.ChunkStore, *, progress: bool = True,
                  max_new_chunks: int | None = None) -> dict:
-  """The canary audit end to end: trains the chunks the store lacks, then bounds each setting.
+  """The canary audit end to end: trains missing chunks, then bounds each setting.
 
-  Args: as `run_chunks`.
-  Returns:
-    {"rows": an `evaluate` row per setting, "white_box_roc": {setting name: `roc_record`}
-    for the noisy settings, "chunks_trained", "complete"}; while incomplete (stopped by
-    max_new_chunks) rows and white_box_roc are empty.
+  Returns {"rows": `evaluate` rows, "white_box_roc": {noisy setting: `roc_record`},
+  "chunks_trained", "complete"}; rows and ROCs are empty while incomplete.
   """
   trained, complete = run_chunks(key_train, spec, setting_list, data, model, chunks,
                                  progress=progress, max_new_chunks=max_new_chunks)
@@ -375,8 +322,7 @@ def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, 
                 hi: int):
   """Trains models lo..hi-1 of the design; returns (r, s, black-box, white-box scores).
 
-  K = 1: r, s bool[m] of `canary.balanced_design`, white-box float64[m] from
-  `canary.white_box_llr`. K > 1: r bool[m], s bool[m, K] of
+  K = 1: `canary.balanced_design` bits, white-box float64[m]; K > 1: s bool[m, K] of
   `canary.canaries_design`, white-box float64[m, K] from `white_box_llr_scores`.
   """
   _check_spec(spec)
@@ -417,15 +363,8 @@ def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, 
 def white_box_llr_scores(obs_MxTxK, scale, *, sampling_prob, noise_multiplier):
   """float32[M, K]: `canary.white_box_scores` of each canary's coordinate, in XLA.
 
-  o = obs * B / C, score = sum_t step_llr(o_t) (sigma > 0) or the number of steps
-  with o_t > 1/2 (no noise). Computed in float32 (the observations' precision) on
-  the whole chunk at once; any fixed function of the observations gives a valid
-  test (checked against the float64 `canary.white_box_scores` to 1e-4 relative).
-
-  Args:
-    obs_MxTxK: the observed coordinates (finite).
-    scale: B / C, the expected batch size over the clip norm (> 0).
-    sampling_prob, noise_multiplier: the claimed q and sigma (sigma = 0: no noise).
+  o = obs B / C (scale = B / C > 0); score = sum_t step_llr(o_t) (sigma > 0) or #{t: o_t > 1/2}
+  (no noise). float32; matches the float64 `canary.white_box_scores` to 1e-4 relative.
   """
   if not _validate.is_tracer(obs_MxTxK):
     obs_MxTxK = _validate.check_array(obs_MxTxK, "obs_MxTxK", np.float32, ndim=3,
@@ -455,16 +394,9 @@ def claimed_roc(spec: CanaryAuditSpec, setting: Setting):
 
 
 def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
-  """One row: both adversaries' bounds, their spread, ceilings and GDP estimates.
-
-  Args:
-    spec, st: the audit and the setting.
-    r, s, bb, wb: `load_setting`'s arrays.
-  Returns:
-    a dict of plain floats: the claimed and exact (PLD) eps, each adversary's
-    eps_lower with its bootstrap sd and error counts, the trials' ceilings, the best
-    certifiable bounds on expected counts, the GDP estimates and the white-box
-    fractions of the best and of the exact eps.
+  """One row of plain floats for setting st from `load_setting`'s arrays: claimed and PLD eps, each
+  adversary's eps_lower with bootstrap sd and counts, ceilings, best certifiable bounds, GDP
+  estimates and the white-box fractions of the best and exact eps.
   """
   _check_spec(spec)
   _validate.check_instance(st, Setting, "st")
@@ -472,10 +404,7 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
   no_noise = st.sigma == 0
   multi = spec.canaries_per_run > 1
   if multi:
-    # K canaries per run: the white-box trials are all (run, canary) pairs, IN and OUT
-    # in the proportions of the design; alpha is split 4:1 between the fixed-threshold
-    # test (the primary one) and the held-out one (a fallback for implementations far
-    # from their claim): a union bound, fixed before any score is seen.
+    # All (run, canary) pairs are trials; alpha split 4:1 fixed : held-out (union bound).
     n_in, n_out = int(np.sum(s)), int(np.sum(~s))
     conf_fixed = 1.0 - FIXED_ALPHA_SHARE * (1.0 - conf)
     conf_split = 1.0 - (1.0 - FIXED_ALPHA_SHARE) * (1.0 - conf)
@@ -519,11 +448,8 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
       row["gdp_estimate_black_box"] = parametric.gdp_estimate(
           a.sign * bb[r], a.sign * bb[~r], delta, conf).epsilon
   if spec.threat_model in ("white_box", "both"):
-    # (a) the threshold fixed in advance from the claimed mechanism's likelihood
-    # ratio, on all trials -- optimal if the claim is right; (b) a threshold chosen
-    # on half the trials -- robust when the implementation behaves differently
-    # (e.g. far less noise than claimed, where the claimed-optimal threshold lies
-    # above both IN and OUT scores). Each at its share of alpha, the larger reported.
+    # The claim's likelihood-ratio threshold (optimal if the claim holds) and a held-out
+    # one (robust when it does not), each at its share of alpha; the larger is reported.
     fixed = thresholds.FixedThreshold(threshold_wb).bound(wb[s], wb[~s], delta=delta,
                                                           confidence=conf_fixed)
     held_out = thresholds.SplitThreshold(both_signs=True).bound(
@@ -545,11 +471,8 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
 
 
 def roc_record(spec: CanaryAuditSpec, st: Setting, s_in, s_out) -> dict:
-  """The white-box ROC for the figure: empirical and the claimed mechanism's, on FPR grids.
-
-  Empirical: at each false-positive count k of a geometric grid, the most true
-  positives of any threshold with at most k false positives (the step curve's
-  corners there). Claimed: TPR interpolated at a geometric FPR grid.
+  """The white-box ROC for the figure: empirical (most true positives with <= k false positives,
+  k on a geometric grid) and the claimed mechanism's TPR on a geometric FPR grid.
   """
   _check_spec(spec)
   _validate.check_instance(st, Setting, "st")

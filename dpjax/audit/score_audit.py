@@ -1,15 +1,11 @@
 """Every estimator's eps lower bound on one pair of score samples (`score_bounds`).
 
-From K_in scores of runs with a canary and K_out without (higher = IN): the threshold
-tests of `dpjax.audit.thresholds`, the mu-GDP estimate of `dpjax.audit.parametric` and
-the one-run tests of `dpjax.audit.one_run` on the trials taken as canaries, each as a
-`ScoreBound`. Needs >= 2 trials per side, in an order that does not depend on the scores.
+From K_in IN and K_out OUT scores (higher = IN; >= 2 per side, in an order independent of the
+scores): the threshold tests, the mu-GDP estimate and the one-run tests on the trials taken as
+canaries, each a `ScoreBound`. Shape letters: K trials (models).
 
-References: Nasr et al. 2023, https://arxiv.org/abs/2302.07956; Steinke, Nasr &
-Jagielski 2023, https://arxiv.org/abs/2305.08846; Mahloujifar, Melis & Chaudhuri
-2025, https://arxiv.org/abs/2410.22235.
-
-Shape letters: K trials (models).
+References: Nasr et al. 2023 (arXiv:2302.07956); Steinke, Nasr & Jagielski 2023
+(arXiv:2305.08846); Mahloujifar, Melis & Chaudhuri 2025 (arXiv:2410.22235).
 
 Examples:
   >>> import numpy as np
@@ -39,11 +35,8 @@ _MAX_LEVELS = 8        # quantile levels 2^-1 .. 2^-8 per side and sign (declare
 
 @dataclasses.dataclass(frozen=True)
 class ScoreBound:
-  """One estimator's eps lower bound on a pair of score samples.
-
-  With probability >= `confidence` (this bound alone), the mechanism is not
-  (eps, delta)-DP for any eps < `epsilon_lower`, provided `assumptions` (in words) hold.
-  `details`: counts, thresholds and settings as strict JSON (infinities as "inf"/"-inf").
+  """One estimator's eps lower bound: with probability >= `confidence` (alone) the mechanism is not
+  (eps, delta)-DP for eps < `epsilon_lower` if `assumptions` hold; `details` is strict JSON.
   """
   name: str
   epsilon_lower: float
@@ -67,10 +60,8 @@ def _threshold_details(b: thresholds_lib.ThresholdBound) -> dict:
 
 
 def _declared_thresholds(sel_in, sel_out) -> list[tuple[float, int]]:
-  """The declared set: (threshold, sign) at quantile levels 2^-i of the selection scores.
-
-  Per sign s: the (1 - 2^-i) quantiles of s * OUT and the 2^-i quantiles of s * IN,
-  i = 1..L, 2^L <= the selection size, L <= 8.
+  """(threshold, sign) at the (1 - 2^-i) quantiles of s * OUT and 2^-i quantiles of s * IN of the
+  selection scores, per sign s, i = 1..L, 2^L <= the selection size, L <= 8.
   """
   out = []
   for sign in (1, -1):
@@ -84,11 +75,7 @@ def _declared_thresholds(sel_in, sel_out) -> list[tuple[float, int]]:
 
 
 def _one_run_canaries(s_in, s_out, seed: int):
-  """n = min(K_in, K_out) one-run canaries: canary i is IN score i or OUT score i.
-
-  Fair bits from `seed`, independent of the scores: i.i.d. uniform bits over separate
-  runs, the setting of the one-run theorems.
-  """
+  """n = min(K_in, K_out) one-run canaries: canary i is IN or OUT score i by a fair coin from `seed`."""
   n = min(s_in.size, s_out.size)
   bits = np.random.default_rng(seed).random(n) < 0.5
   return np.where(bits, s_in[:n], s_out[:n]), bits
@@ -124,11 +111,9 @@ def _one_run_bound(name, s_in, s_out, delta, confidence, seed) -> ScoreBound:
   return ScoreBound(name, best[0], text, details, confidence, delta)
 
 
-def _cp_split(s_in, s_out, delta, confidence) -> ScoreBound:
-  b = thresholds_lib.SplitThreshold(both_signs=True).bound(s_in, s_out, delta=delta,
-                                                      confidence=confidence)
-  return ScoreBound("clopper_pearson", b.epsilon_lower,
-                    "Clopper-Pearson (eps, delta) bound; " + b.assumptions,
+def _cp(name, strategy, s_in, s_out, delta, confidence) -> ScoreBound:
+  b = strategy.bound(s_in, s_out, delta=delta, confidence=confidence)
+  return ScoreBound(name, b.epsilon_lower, "Clopper-Pearson (eps, delta) bound; " + b.assumptions,
                     _threshold_details(b), confidence, delta)
 
 
@@ -164,14 +149,6 @@ def _cp_declared(s_in, s_out, delta, confidence, thresholds) -> ScoreBound:
                     "does not depend on the scores", details, confidence, delta)
 
 
-def _cp_fixed(s_in, s_out, delta, confidence, threshold) -> ScoreBound:
-  b = thresholds_lib.FixedThreshold(threshold).bound(s_in, s_out, delta=delta,
-                                                confidence=confidence)
-  return ScoreBound("clopper_pearson_fixed", b.epsilon_lower,
-                    "Clopper-Pearson (eps, delta) bound; " + b.assumptions,
-                    _threshold_details(b), confidence, delta)
-
-
 def _gdp(s_in, s_out, delta, confidence) -> ScoreBound:
   g = parametric.gdp_estimate(s_in, s_out, delta, confidence)
   return ScoreBound("gdp", g.epsilon,
@@ -180,8 +157,7 @@ def _gdp(s_in, s_out, delta, confidence) -> ScoreBound:
                     "eps of that mu at delta; threshold chosen on the first half of each side, "
                     "evaluated on the second; a negative mu gives 0",
                     {"mu_lower": _json_number(g.mu), "threshold": _json_number(g.threshold)},
-                    confidence,
-                    delta)
+                    confidence, delta)
 
 
 @_validate.names_extreme_arguments
@@ -191,26 +167,14 @@ def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float =
                  seed: int = 0, progress: bool = False) -> dict[str, ScoreBound]:
   """Every estimator's eps lower bound on one pair of score samples.
 
-  Each entry is valid at `confidence` on its own; their maximum is NOT (maximising over
-  tests inflates the bound). "best" is the valid maximum: the assumption-free entries
-  rerun at 1 - (1 - confidence) / k each (union bound).
-
-  Entries (in SCORE_BOUND_NAMES order):
-    "clopper_pearson": `thresholds.SplitThreshold(both_signs=True)`.
-    "clopper_pearson_bonferroni": a union bound over `thresholds` (sign +1, all trials),
-      or else over quantile levels 2^-i of the first halves, evaluated on the second.
-    "clopper_pearson_fixed": only with `threshold` (sign +1, all trials).
-    "gdp": Nasr et al. 2023, valid only if the mechanism is mu-GDP.
-    "one_run": Steinke, Nasr & Jagielski 2023.
-    "fdp_one_run": Mahloujifar, Melis & Chaudhuri 2025, (eps, delta)-DP trade-off.
-    "fdp_one_run_gdp": the same with f = G_mu, valid only if mu-GDP.
-    "best": max over all but "gdp" and "fdp_one_run_gdp".
-
-  One-run entries: canary i is IN or OUT score i by a fair coin from `seed`; r guesses over
-  2 floor(n / 2^(j+1)), j = 0..11 (union bound). With `claimed_epsilon`, details record
-  "falsifies_claim" (epsilon_lower > claimed_epsilon). `progress`: a tqdm bar over the
-  estimator runs. Cost: O(K log K) per estimator (threshold searches by
-  `stats.monotone_argmax`).
+  Each entry is valid at `confidence` alone; their maximum is NOT. "best" is the valid maximum:
+  the assumption-free entries rerun at 1 - (1 - confidence) / k each (union bound). Entries:
+  "clopper_pearson" (`SplitThreshold(both_signs=True)`), "clopper_pearson_bonferroni" (union over
+  `thresholds`, else over quantile levels 2^-i of the first halves), "clopper_pearson_fixed" (only
+  with `threshold`), "gdp" (Nasr et al. 2023; mu-GDP only), "one_run" (Steinke et al. 2023),
+  "fdp_one_run" / "fdp_one_run_gdp" (Mahloujifar et al. 2025; the latter mu-GDP only), "best"
+  (all but the mu-GDP ones). With `claimed_epsilon`, details record "falsifies_claim".
+  Cost O(K log K) per estimator.
 
   Examples:
     >>> import numpy as np
@@ -238,11 +202,13 @@ def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float =
   progress = _validate.check_bool(progress, "progress")
 
   free = {
-      "clopper_pearson": lambda c: _cp_split(s_in, s_out, delta, c),
+      "clopper_pearson": lambda c: _cp("clopper_pearson", thresholds_lib.SplitThreshold(
+          both_signs=True), s_in, s_out, delta, c),
       "clopper_pearson_bonferroni": lambda c: _cp_declared(s_in, s_out, delta, c, thresholds),
   }
   if threshold is not None:
-    free["clopper_pearson_fixed"] = lambda c: _cp_fixed(s_in, s_out, delta, c, threshold)
+    free["clopper_pearson_fixed"] = lambda c: _cp("clopper_pearson_fixed", thresholds_lib.
+                                                  FixedThreshold(threshold), s_in, s_out, delta, c)
   free["one_run"] = lambda c: _one_run_bound("one_run", s_in, s_out, delta, c, seed)
   free["fdp_one_run"] = lambda c: _one_run_bound("fdp_one_run", s_in, s_out, delta, c, seed)
   bar = tqdm.tqdm(total=2 * len(free) + 2, desc="score bounds", unit="estimator",

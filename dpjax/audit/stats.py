@@ -1,15 +1,13 @@
 """Audit statistics: Clopper-Pearson intervals and epsilon lower bounds from attack errors.
 
-If an (eps, delta)-DP mechanism runs on neighbours D (canary OUT) and D' (IN), every test
-with error rates FPR, FNR satisfies (lecture §6.2; Kairouz, Oh & Viswanath 2015)
+An (eps, delta)-DP mechanism on neighbours D (OUT) and D' (IN) forces, for every test
+(Kairouz, Oh & Viswanath 2015),
 
-    FPR + e^eps * FNR >= 1 - delta     and     FNR + e^eps * FPR >= 1 - delta,
+    FPR + e^eps FNR >= 1 - delta     and     FNR + e^eps FPR >= 1 - delta,
 
-so eps >= max(ln((1 - delta - FPR)/FNR), ln((1 - delta - FNR)/FPR)), evaluated at the
-rates' Clopper-Pearson UPPER limits (Jagielski, Ullman & Oprea 2020). Confidence
-1 - alpha gives each rate a one-sided (1 - alpha/2) limit; both hold together with
-probability >= 1 - alpha. 0 errors in N trials: FPR_u ~ 3.7/N, ceiling ln(N/3.7).
-
+so eps >= max(ln((1 - delta - FPR)/FNR), ln((1 - delta - FNR)/FPR)) at the rates'
+Clopper-Pearson upper limits, each one-sided at 1 - alpha/2 (Jagielski, Ullman & Oprea 2020).
+0 errors in N trials: FPR_u ~ 3.7/N, ceiling ln(N/3.7).
 Shape letters: K trials (models), J candidate thresholds.
 
 Examples:
@@ -39,11 +37,10 @@ def _check_counts(k, n, k_name: str, n_name: str) -> tuple[np.ndarray, np.ndarra
 
 
 def clopper_pearson(successes, trials, confidence: float = 0.95):
-  """Two-sided Clopper-Pearson ("exact") interval for a binomial proportion.
+  """Two-sided Clopper-Pearson interval (lower, upper) for k in [0, n] successes of n >= 1 trials.
 
-  successes k in [0, n] (non-integer k interpolates), trials n >= 1, broadcastable.
-  Returns (lower, upper): Beta(alpha/2; k, n - k + 1) (0 if k = 0) and
-  Beta(1 - alpha/2; k + 1, n - k) (1 if k = n), each a one-sided (1 - alpha/2) bound.
+  Beta(alpha/2; k, n - k + 1) (0 if k = 0) and Beta(1 - alpha/2; k + 1, n - k) (1 if k = n);
+  non-integer k interpolates; broadcastable.
 
   Examples:
     >>> lo, hi = clopper_pearson(0, 500)
@@ -62,10 +59,8 @@ def clopper_pearson(successes, trials, confidence: float = 0.95):
 
 
 def epsilon_from_rates(fpr, fnr, delta: float = 0.0):
-  """The eps implied by error rates (no confidence correction), >= 0.
-
-  max(ln((1 - delta - FPR)/FNR), ln((1 - delta - FNR)/FPR), 0); inf when a rate is 0 and
-  the other is < 1 - delta.
+  """max(ln((1 - delta - FPR)/FNR), ln((1 - delta - FNR)/FPR), 0), no confidence correction
+  (inf when a rate is 0 and the other < 1 - delta).
   """
   delta = _validate.check_delta(delta, allow_zero=True)
   for rate, name in ((fpr, "fpr"), (fnr, "fnr")):
@@ -83,11 +78,8 @@ def epsilon_from_rates(fpr, fnr, delta: float = 0.0):
 
 def epsilon_lower_bound(false_positives, negatives, false_negatives, positives,
                         delta: float = 0.0, confidence: float = 0.95):
-  """eps lower bound certified by a membership test's errors, at the given confidence.
-
-  false_positives of `negatives` OUT trials, false_negatives of `positives` IN trials
-  (arrays ok). With probability >= `confidence`, the mechanism is not (eps, delta)-DP for
-  any eps < the result.
+  """eps lower bound certified at `confidence` by a test's false positives of `negatives` OUT
+  trials and false negatives of `positives` IN trials (arrays ok).
 
   Examples:
     >>> epsilon_lower_bound(250, 500, 250, 500)   # a coin flip certifies nothing
@@ -150,16 +142,12 @@ _SPLIT = 32          # sub-blocks per surviving block
 
 
 def monotone_argmax(fp_J, fn_J, value_fn) -> tuple[int, float]:
-  """(j, v[j]) with j = np.argmax(v), v = value_fn(fp_J, fn_J), in near-linear time.
+  """(j, v[j]), j = np.argmax(v), v = value_fn(fp_J, fn_J), in near-linear time.
 
-  fp_J must be non-increasing and fn_J non-decreasing (error counts of thresholds in
-  ascending order, as `error_counts` returns them for sorted thresholds), and
-  value_fn(fp, fn) (elementwise over float64 arrays) non-increasing in each count, as
-  `epsilon_lower_bound` is. Then every candidate of a block [i, k] has value at most
-  value_fn(fp_J[k], fn_J[i]): blocks whose bound is below the best value evaluated so far
-  (or equal to it, after its index) are dropped, the others split, down to single
-  candidates. The result, ties included (the first maximum), is that of evaluating
-  value_fn at every candidate; value_fn runs on O(number of blocks kept) points.
+  Needs fp_J non-increasing, fn_J non-decreasing and value_fn non-increasing in each count (as
+  `epsilon_lower_bound`): a block [i, k] is bounded by value_fn(fp_J[k], fn_J[i]), so blocks
+  below the best so far are dropped and the rest split. Same result (first maximum) as
+  evaluating every candidate.
 
   Examples:
     >>> fp, fn = np.array([5, 3, 3, 1, 0]), np.array([0, 1, 2, 2, 4])

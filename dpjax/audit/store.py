@@ -1,15 +1,9 @@
 """A resumable run store: named chunks of arrays on disk, under a manifest.
 
-Each finished chunk is written to `<directory>/<name>.npz`, so an interrupted run resumes
-without redoing or double-counting work:
-
-* resuming requires the stored manifest (JSON of everything that determines the chunks)
-  to equal the new one; a fresh store deletes the chunks it finds;
-* writes are atomic (temporary file, fsync, rename);
-* each chunk records the manifest's SHA-256 fingerprint, its name, the caller's identity
-  and a SHA-256 checksum of its arrays; a chunk failing these is never used.
-
-Errors raise `StoreError` naming the file. Chunk names: letters, digits, "_", "-", ".".
+Each chunk is `<directory>/<name>.npz`, written atomically (temporary file, fsync, rename) with
+the manifest's SHA-256 fingerprint, its name, the caller's identity and a checksum of its arrays;
+a chunk failing these is never used. Resuming requires an equal stored manifest; a fresh store
+deletes the chunks it finds. Errors raise `StoreError` naming the file.
 
 Examples:
   >>> import tempfile
@@ -44,9 +38,7 @@ _ON_INVALID = ("recompute", "refuse")
 
 
 class StoreError(ValueError):
-  """A store that cannot be used as asked (corrupt or foreign manifest or chunk, unwritable
-  directory, full disk); the message names the file and the reason.
-  """
+  """A store that cannot be used as asked (corrupt or foreign file, unwritable directory, full disk)."""
 
 
 class InvalidChunkWarning(UserWarning):
@@ -70,10 +62,7 @@ def _checksum(arrays: Mapping[str, np.ndarray]) -> str:
 
 
 def canonical(x: Any) -> Any:
-  """x as plain JSON values: dicts with str keys, lists, numbers, str, bool, None.
-
-  NumPy values become Python numbers and lists, tuples lists, non-finite floats the strings
-  "inf", "-inf", "nan".
+  """x as plain JSON values (tuples as lists, NumPy as Python, non-finite floats as "inf", "-inf", "nan").
 
   Examples:
     >>> canonical({"a": (1, np.float32(0.5)), "b": float("inf")})
@@ -93,10 +82,7 @@ def canonical(x: Any) -> Any:
 
 
 def _replace_atomically(path: str, write) -> None:
-  """Writes via `write(file)` to path + ".tmp", fsyncs, renames to path.
-
-  Raises StoreError if the file cannot be written (the temporary file is removed).
-  """
+  """Writes via `write(file)` to path + ".tmp", fsyncs, renames to path (StoreError on failure)."""
   tmp = path + _TMP
   try:
     with open(tmp, "wb") as f:
@@ -113,15 +99,9 @@ def _replace_atomically(path: str, write) -> None:
 
 
 class ChunkStore:
-  """Named chunks of NumPy arrays in one directory, under a manifest.
-
-  Args:
-    manifest: everything that determines the chunks' contents (JSON-able).
-    resume: keep an earlier run's chunks if its manifest is equal; else start empty.
-    on_invalid: for a chunk failing verification, "recompute" (warn, delete, report
-      missing) or "refuse" (StoreError).
-  Raises:
-    StoreError: a differing or unreadable stored manifest on resume; an unusable directory.
+  """Named chunks of NumPy arrays in one directory, under a manifest (JSON-able, everything that
+  determines the chunks). resume keeps an equal-manifest run's chunks (StoreError if different);
+  on_invalid: "recompute" (warn, delete, report missing) or "refuse" (StoreError).
   """
 
   def __init__(self, directory: str, manifest: Mapping, *, resume: bool = False,
@@ -188,10 +168,8 @@ class ChunkStore:
 
   def missing(self, names: Sequence[str],
               identities: Optional[Mapping[str, Mapping]] = None) -> list[str]:
-    """The names in `names` without a valid chunk, in order.
-
-    A chunk failing `verify` (against `identities[name]` if given) is handled per
-    `on_invalid`: InvalidChunkWarning, deleted and listed; or StoreError.
+    """The names without a valid chunk, in order; invalid chunks (against `identities[name]`) are
+    handled per `on_invalid`.
     """
     out = []
     for n in names:
@@ -217,10 +195,7 @@ class ChunkStore:
     return sorted(fn[:-len(_SUFFIX)] for fn in os.listdir(self._dir) if fn.endswith(_SUFFIX))
 
   def save(self, name: str, *, identity: Optional[Mapping] = None, **arrays) -> None:
-    """Writes chunk `name` atomically with its `identity` (JSON-able, checked by `load`).
-
-    Array names "__identity__" / "__checksum__" are reserved; no object dtype.
-    """
+    """Writes chunk `name` atomically with its `identity` (names "__identity__", "__checksum__" reserved)."""
     if not arrays:
       raise ValueError("save needs at least one array")
     path = self.path(name)
@@ -272,10 +247,7 @@ class ChunkStore:
     return None
 
   def load(self, name: str, identity: Optional[Mapping] = None) -> dict[str, np.ndarray]:
-    """The arrays of chunk `name`, as saved, after `verify`.
-
-    Raises KeyError (no such chunk) or StoreError (fails verification; never returned).
-    """
+    """The arrays of chunk `name` after `verify`: KeyError if absent, StoreError if invalid."""
     if name not in self:
       raise KeyError(f"no chunk {name!r} in {self._dir}")
     reason = self.verify(name, identity)

@@ -1,31 +1,15 @@
 """Threshold tests: from attack scores to eps lower bounds, and the thresholds to declare.
 
-Runs with a canary IN and OUT are scored (higher = IN, any source) and a strategy's
-`bound(scores_in_K, scores_out_K, delta=, confidence=)` turns them into a
-`ThresholdBound`: `FixedThreshold` (fixed in advance, all trials), `SplitThreshold`
-(chosen on the first half of each side, evaluated on the second), `Bonferroni` (k
-strategies at 1 - alpha / k each, the max reported); `bootstrap_spread` gives a bound's
-spread. Thresholds fixed before any score come from a claimed law: `best_certifiable`
-(the best test of a known ROC on expected counts, also the audit's ceiling) and
-`declared_ladder` (the tests of false-positive rates 2^-i). `best_exact_epsilon` is the
-best eps of a family of tests whose rates are known exactly (no confidence).
-
-VALIDITY: the threshold must not be picked on the trials it is evaluated on, and the
-order of the trials must not depend on the scores.
-
-Typical use (the white-box policy of `dpjax.audit.run.evaluate`):
-
-    per_test = bonferroni_confidence(0.95, 2)
-    ceiling = best_certifiable(fpr_J, fnr_J, trials, delta=1e-5, confidence=per_test,
-                               thresholds_J=thresholds_J)
-    policy = Bonferroni((FixedThreshold(ceiling.threshold), SplitThreshold(both_signs=True)))
-    result = policy.bound(scores_in_K, scores_out_K, delta=1e-5, confidence=0.95)
-
-References: Jagielski, Ullman & Oprea 2020 (https://arxiv.org/abs/2006.07709);
-Nasr et al. 2021 (https://arxiv.org/abs/2101.04535) and 2023
-(https://arxiv.org/abs/2302.07956); Kairouz, Oh & Viswanath 2015.
-
+A strategy's `bound(scores_in_K, scores_out_K, delta=, confidence=)` (higher = IN) gives a
+`ThresholdBound`: `FixedThreshold` (fixed in advance, all trials), `SplitThreshold` (chosen on
+the first half of each side, evaluated on the second), `Bonferroni` (k strategies at
+1 - alpha / k, the max reported). `best_certifiable` and `declared_ladder` fix thresholds from a
+claimed law before any score. VALIDITY: the threshold must not be picked on the trials it is
+evaluated on, nor the order of the trials depend on the scores.
 Shape letters: K trials (models), J candidate thresholds, R bootstrap replicates.
+
+References: Jagielski, Ullman & Oprea 2020 (arXiv:2006.07709); Nasr et al. 2021
+(arXiv:2101.04535) and 2023 (arXiv:2302.07956); Kairouz, Oh & Viswanath 2015.
 
 Examples:
   >>> import numpy as np
@@ -56,13 +40,11 @@ _MIN_EXPECTED_FALSE_POSITIVES = 4.0
 
 @dataclasses.dataclass(frozen=True)
 class ThresholdBound:
-  """An eps lower bound from one threshold test, with the counts behind it.
+  """An eps lower bound from the test "IN iff sign * score > threshold", with its counts.
 
-  With probability >= `confidence`, the mechanism is not (eps, delta)-DP for any
-  eps < `epsilon_lower`, provided `assumptions` (in words) hold. The test was
-  "IN iff sign * score > threshold"; false_positives of `negatives` OUT and
-  false_negatives of `positives` IN evaluation trials; `selection_trials` (IN, OUT) spent
-  choosing the threshold ((0, 0) if fixed); `strategy` "fixed" or "split".
+  With probability >= `confidence` the mechanism is not (eps, delta)-DP for any eps <
+  `epsilon_lower`, if `assumptions` hold. `selection_trials` (IN, OUT) chose the threshold
+  ((0, 0) if fixed); the counts are over the evaluation trials.
   """
   epsilon_lower: float
   threshold: float
@@ -99,10 +81,9 @@ def _check_delta_confidence(delta, confidence) -> tuple[float, float]:
 
 def choose_threshold(scores_in_K, scores_out_K, delta: float = 0.0, confidence: float = 0.95,
                      both_signs: bool = False) -> tuple[float, int]:
-  """(threshold, sign) maximising the certified bound on these trials: "IN iff sign * s > t".
+  """(threshold, sign) maximising the certified bound on these trials (sign -1 too if both_signs).
 
-  Evaluating it on the same trials overstates the bound: use fresh trials or
-  `SplitThreshold`. `both_signs` also tries sign -1.
+  Evaluating it on the same trials overstates the bound: use fresh trials or `SplitThreshold`.
 
   Examples:
     >>> import numpy as np
@@ -127,10 +108,7 @@ def choose_threshold(scores_in_K, scores_out_K, delta: float = 0.0, confidence: 
 
 @dataclasses.dataclass(frozen=True)
 class FixedThreshold:
-  """The test "IN iff sign * score > threshold" (sign +-1), fixed in advance, on all trials.
-
-  `threshold` (+-inf allowed) must be chosen without the scores it is evaluated on.
-  """
+  """The test "IN iff sign * score > threshold" (+-inf allowed), chosen without the scores, on all trials."""
   threshold: float
   sign: int = 1
 
@@ -162,9 +140,7 @@ class SplitThreshold:
 
   def bound(self, scores_in_K, scores_out_K, *, delta: float = 0.0,
             confidence: float = 0.95) -> ThresholdBound:
-    """eps lower bound: threshold from the first halves, counts from the second halves.
-
-    >= 2 trials per side, in an order that does not depend on the scores.
+    """eps lower bound: threshold from the first halves (>= 2 trials per side), counts from the second.
 
     Examples:
       >>> import numpy as np
@@ -207,13 +183,16 @@ class BonferroniBound:
   confidence: float
   assumptions: str
 
+  def tests(self) -> list:
+    """Each part's threshold, counts and bound, JSON-ready."""
+    return [{"threshold": p.threshold, **p.counts(), "epsilon_lower": p.epsilon_lower}
+            for p in self.parts]
+
 
 @dataclasses.dataclass(frozen=True)
 class Bonferroni:
-  """Runs several strategies on the same trials and reports the largest bound.
-
-  Each runs at 1 - alpha / k, so by the union bound all k bounds and their maximum hold
-  together with probability >= 1 - alpha, whatever their dependence.
+  """Runs k strategies on the same trials at 1 - alpha / k each and reports the largest bound
+  (valid jointly at 1 - alpha by the union bound, whatever their dependence).
   """
   strategies: tuple
 
@@ -253,11 +232,10 @@ class BootstrapSpread:
 
 def bootstrap_spread(result: ThresholdBound, rng: np.random.Generator,
                      num_replicates: int = 400) -> BootstrapSpread:
-  """How much a bound moves when its error counts are redrawn at their observed rates.
+  """Spread of a bound when its error counts are redrawn at their observed rates (R >= 2 replicates).
 
-  FP* ~ Binomial(negatives, FP / negatives), FN* ~ Binomial(positives, FN / positives),
-  threshold fixed; R = num_replicates >= 2. The noise for comparing two bounds, NOT a
-  confidence interval.
+  FP* ~ Binomial(negatives, FP / negatives), FN* likewise, threshold fixed: the noise for
+  comparing two bounds, NOT a confidence interval.
 
   Examples:
     >>> import numpy as np
@@ -287,13 +265,8 @@ def bootstrap_spread(result: ThresholdBound, rng: np.random.Generator,
 
 @dataclasses.dataclass(frozen=True)
 class CertifiableBound:
-  """The best bound certifiable from expected counts on a known ROC.
-
-  Attributes:
-    epsilon: the best bound (max over the ROC's points), at ROC point `index`.
-    threshold, fpr, fnr: that point's threshold (None when none were given) and rates.
-    trials: evaluation trials per side (the OUT side); delta, confidence: as passed.
-    assumptions: what the number means.
+  """The best bound certifiable from expected counts on a known ROC, at ROC point `index` (its
+  threshold, None when none were given, and rates); trials: evaluation trials on the OUT side.
   """
   epsilon: float
   index: int
@@ -314,14 +287,10 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
                      integer_counts: bool = False) -> CertifiableBound:
   """Best bound certifiable from expected counts on a known ROC (the audit's ceiling).
 
-  For each operating point j of fpr_J, fnr_J (float[J] in [0, 1], e.g. from
-  `tradeoff.likelihood_ratio_roc`), the expected counts trials * FPR_j (OUT side) and
-  trials_in * FNR_j (trials_in defaults to trials), rounded to integers when
-  `integer_counts`, go into `stats.epsilon_lower_bound` (delta, confidence as there);
-  the maximum over j is returned, points with FPR = FNR = 0 skipped (at least one other
-  is required). It is a benchmark for a measured bound (what the best adversary for
-  that ROC typically certifies), not a bound on any one audit; the best point's
-  threshold (from the optional thresholds_J) is the natural one to fix in advance.
+  max_j `stats.epsilon_lower_bound` of the counts trials FPR_j and trials_in FNR_j (default
+  trials; rounded when integer_counts), skipping FPR = FNR = 0. A benchmark (what the best
+  adversary for that ROC typically certifies), not a bound on any one audit; the best point's
+  threshold is the natural one to fix in advance.
 
   Examples:
     >>> import numpy as np
@@ -358,11 +327,8 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
 def declared_ladder(thresholds_J, fpr_J, num_out: int) -> tuple[np.ndarray, np.ndarray]:
   """The tests of false-positive rates 2^-i, declared from a claimed law before any score.
 
-  thresholds_J: float[J], the tests "IN iff score > threshold_j"; fpr_J: float[J], their
-  false-positive rates under the claim, non-increasing; num_out: OUT trials they will be
-  evaluated on. For each level 2^-i, i = 1, 2, ... while num_out 2^-i >= 4 (at least i =
-  1), the first threshold with fpr_J <= 2^-i; a level none reaches is left out. Returns
-  (thresholds float64[k], their levels float64[k]).
+  For i = 1, 2, ... while num_out 2^-i >= 4 (at least i = 1), the first threshold with
+  fpr_J <= 2^-i (fpr_J non-increasing; unreached levels left out). Returns (thresholds, levels).
 
   Examples:
     >>> declared_ladder([0.0, 1.0, 2.0, 3.0], [0.9, 0.4, 0.2, 0.05], 40)
@@ -379,11 +345,8 @@ def declared_ladder(thresholds_J, fpr_J, num_out: int) -> tuple[np.ndarray, np.n
 
 
 def best_exact_epsilon(log_fpr_J, log_tpr_J, delta: float) -> float:
-  """max over the tests j of ln((TPR_j - delta) / FPR_j), >= 0, from exact log rates.
-
-  The eps of a family of tests whose error rates are known exactly (no confidence): a
-  lower bound on the eps(delta) of any mechanism with those rates. A log FPR that
-  underflowed to -inf is a tiny rate, not 0: only finite ones count.
+  """max_j ln((TPR_j - delta) / FPR_j) >= 0 from exact log rates (no confidence); a log FPR of
+  -inf (underflow) does not count.
 
   Examples:
     >>> round(best_exact_epsilon(np.log([0.5, 0.01]), np.log([0.9, 0.5]), 0.0), 3)

@@ -1,9 +1,8 @@
 """Deliberately faulty DP-SGD variants, for audits and tests only.
 
-Each variant replaces one component through `dpsgd.train_many(..., sampler=, clipping=,
-privatizer=)` while the accountant is still told the CLAIMED (q, sigma, T, delta). Every
-replacement declares `accounted = False`, so training warns
-(`dpsgd.UnaccountedComponentWarning`); building a variant warns (`FaultyDpSgdWarning`).
+Each variant replaces one component of `dpsgd.train_many` while the accountant is told the
+CLAIMED (q, sigma, T, delta); replacements declare `accounted = False` (training warns), and
+building a variant warns `FaultyDpSgdWarning`. Matrix-factorization faults: `mf_variants`.
 
   name                        what the training does              vs the claim
   correct                     per-example clip C, noise sigma C   the claim
@@ -18,11 +17,6 @@ replacement declares `accounted = False`, so training warns
   noise_half                  noise sigma C / 2                   exact: sigma / 2
   sampler_twice_q             Poisson at min(1, 2 q)              exact: rate min(1, 2 q)
   clip_four_c                 clips to 4 C, noise sigma C         exact: sigma / 4
-
-`exact_epsilon(name, cfg)` is the true eps of the variants that are again a subsampled
-Gaussian (None for the others, whose leak depends on the data set).
-
-Matrix-factorization faults: `dpjax.audit.mf_variants`.
 
 Examples:
   >>> import warnings
@@ -68,12 +62,9 @@ REGRESSIONS = ("noise_half", "sampler_twice_q", "clip_four_c")
 
 # The clipping norm the noise-without-C variant runs with (the lecture's exercise 4c).
 NOISE_WITHOUT_CLIP_NORM_C = 10.0
-# How far above the accounted q the over-rate sampler samples (opacus/issues/813's
-# weighted sampler: a rate about 45,000 times the true one), capped at rate 1.
+# How far above the accounted q the over-rate sampler samples (opacus issue 813), capped at 1.
 OVER_RATE_FACTOR = 45_000.0
-# The backprop-clipping variant's bound on the per-example gradient of the batch-mean
-# loss at the logit; the input is clipped to C / BACKPROP_GRAD_CLIP, so the claimed
-# per-example bound is still C.
+# The backprop-clipping variant's logit-gradient bound C_out (inputs clipped to C / C_out).
 BACKPROP_GRAD_CLIP = 0.1
 
 
@@ -85,15 +76,16 @@ class FaultyDpSgdWarning(dpsgd.UnaccountedComponentWarning):
 # Replacement components.
 
 
-@functools.lru_cache(maxsize=16)
-def clip_batch_mean(base: clipping_lib.ClippingPath) -> clipping_lib.ClippingPath:
-  """Clipping of the batch-MEAN gradient (exercise 4a): b * clip(mean, C), sensitivity not C.
-
-  `base` computes the unclipped sum; memoised per base.
-  """
+def _as_base(base) -> clipping_lib.ClippingPath:
   if not (isinstance(base, clipping_lib.ClippingPath) or callable(base)):
     raise TypeError(f"base must be a ClippingPath or a callable, got {base!r:.80}")
-  base = clipping_lib.as_path(base)
+  return clipping_lib.as_path(base)
+
+
+@functools.lru_cache(maxsize=16)
+def clip_batch_mean(base: clipping_lib.ClippingPath) -> clipping_lib.ClippingPath:
+  """Clipping of the batch-MEAN gradient (4a): b clip(mean, C), sensitivity not C; memoised per base."""
+  base = _as_base(base)
 
   def fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
     gsum, norms = base.fn(params, x_BxF, y_B, weights_B, math.inf)
@@ -174,15 +166,11 @@ def floored_denominator(sampling_prob: float, dataset_size: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class FlooredExpectedBatch(privatizer_lib.GaussianPrivatizer):
-  """Noise sigma * C on the sum, then divide by max(1, floor(q n)), n = the data set's size.
+  """Noise sigma C on the sum, then divide by max(1, floor(q n)), n = the data set's size.
 
-  Imitates Opacus 1.0-1.6 (github.com/meta-pytorch/opacus/issues/571 and 819). n is taken
-  from the data set given, which differs by one record between neighbours: when
-  floor(q n) != floor(q (n + 1)) every update's scale, noise included, tells them apart
-  (to relative precision ~ (2 d T)^-1/2 over d noise coordinates). Train each data set
-  with `on_dataset(its size)`.
-
-  Privacy: NOT accounted (`accounted = False`).
+  Imitates Opacus 1.0-1.6 (opacus issues 571, 819): n differs by one record between neighbours,
+  so when floor(q n) != floor(q (n + 1)) every update's scale tells them apart. Train each data
+  set with `on_dataset(its size)`. Privacy: NOT accounted.
   """
   sampling_prob: float = 1.0
   dataset_size: int = 1
@@ -209,12 +197,8 @@ class FlooredExpectedBatch(privatizer_lib.GaussianPrivatizer):
 
 @dataclasses.dataclass(frozen=True)
 class OverRateSampler:
-  """Poisson sampling at rate `true_rate` = min(1, factor q) while the accountant is told q.
-
-  After github.com/meta-pytorch/opacus/issues/813 (a rate ~45,000 times off). True eps:
-  `accounting.dpsgd_epsilon(sigma, true_rate, T, delta, "pld")`.
-
-  Privacy: NOT accounted (`accounted = False`).
+  """Poisson sampling at `true_rate` = min(1, factor q) while the accountant is told q (after opacus
+  issue 813). Privacy: NOT accounted; true eps: `dpsgd_epsilon(sigma, true_rate, T, delta, "pld")`.
   """
   sampling_prob: float
   factor: float = OVER_RATE_FACTOR
@@ -238,9 +222,7 @@ class OverRateSampler:
 @functools.lru_cache(maxsize=16)
 def clip_scaled(base: clipping_lib.ClippingPath, factor: float) -> clipping_lib.ClippingPath:
   """`base` clipping each example to factor * C instead of C (accounted = False); memoised."""
-  if not (isinstance(base, clipping_lib.ClippingPath) or callable(base)):
-    raise TypeError(f"base must be a ClippingPath or a callable, got {base!r:.80}")
-  base = clipping_lib.as_path(base)
+  base = _as_base(base)
   factor = _validate.check_positive(factor, "factor")
 
   def fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
@@ -251,17 +233,12 @@ def clip_scaled(base: clipping_lib.ClippingPath, factor: float) -> clipping_lib.
 
 @functools.lru_cache(maxsize=16)
 def backprop_clipping(grad_clip: float = BACKPROP_GRAD_CLIP) -> clipping_lib.ClippingPath:
-  """Backpropagation clipping with the batch-size error, for `models.logistic_regression`.
+  """Backpropagation clipping (Stevens et al. 2022) with the batch-size error found by Tramer et al.
+  2022 (arXiv:2202.12219), for `models.logistic_regression`.
 
-  Backpropagation clipping (Stevens et al. 2022) clips layer inputs to C_in and output
-  gradients to C_out; Tramer et al. 2022 ("Debugging differential privacy: a case study
-  for privacy auditing", arXiv:2202.12219) found its sensitivity off by the batch size.
-  Here record i contributes, with r_i = sigmoid(x_i . w) - y_i and C_in = C / C_out,
-
-      b * clip(r_i / b, C_out) * clip(x_i, C_in) = sign(r_i) min(|r_i|, b C_out) clip(x_i, C_in),
-
-  norm up to min(1 / C_out, b) C, not C. grad_clip = C_out in (0, 1). Returns a memoised
-  ClippingPath (accounted = False) whose norms are the true |r_i| ||x_i||.
+  With r_i = sigmoid(x_i . w) - y_i, C_out = grad_clip in (0, 1) and C_in = C / C_out, record i
+  contributes b clip(r_i / b, C_out) clip(x_i, C_in), norm up to min(1 / C_out, b) C, not C.
+  Returns a memoised ClippingPath (accounted = False) whose norms are |r_i| ||x_i||.
   """
   grad_clip = _validate.check_probability(grad_clip, "grad_clip", open_low=True,
                                           open_high=True)
@@ -315,10 +292,9 @@ def realised_denominator_lower_bound(noise_coords: int, base_records: int,
                                      delta: float) -> float:
   """Exact eps of the scale_min test on the realised-denominator variant (a lower bound).
 
-  On K = noise_coords free coordinates the update is Z / d_t, Z ~ N(0, sigma^2 C^2 I_K),
-  d_t = max(1, b_t), b_t ~ Binomial(n0, q) OUT, Binomial(n0 + 1, q) IN, n0 = base_records.
-  "Some step has ||u_t||^2 / (sigma C)^2 < tau" has FPR = 1 - (1 - P(chi2_K / d^2 < tau))^T
-  (TPR likewise, IN); eps >= max over tau of ln((TPR - delta) / FPR). Independent of sigma.
+  On K free coordinates the update is Z / d_t, Z ~ N(0, sigma^2 C^2 I_K), d_t = max(1, b_t),
+  b_t ~ Binomial(n0, q) OUT, Binomial(n0 + 1, q) IN; "some step has ||u_t||^2 / (sigma C)^2 <
+  tau" has FPR = 1 - (1 - P(chi2_K / d^2 < tau))^T (TPR likewise). Independent of sigma.
   """
   noise_coords, base_records, sampling_prob, steps, delta = _check_world(
       noise_coords, base_records, sampling_prob, steps, delta)
@@ -343,10 +319,8 @@ def scale_min_log_rates(tau, noise_coords: int, base_records: int, sampling_prob
 
 def floored_denominator_lower_bound(noise_coords: int, base_records: int,
                                     sampling_prob: float, steps: int, delta: float) -> float:
-  """Exact eps of the scale_sum test on the floored-denominator variant (a lower bound).
-
-  sum_t ||u_t||^2 / (sigma C)^2 is chi2_{K T} / d^2, d = `floored_denominator(q, n)`,
-  n = n0 (OUT) or n0 + 1 (IN); 0 when the divisors are equal.
+  """Exact eps of the scale_sum test on the floored-denominator variant (a lower bound):
+  sum_t ||u_t||^2 / (sigma C)^2 = chi2_{K T} / d^2, d = `floored_denominator(q, n0 or n0 + 1)`.
   """
   noise_coords, base_records, sampling_prob, steps, delta = _check_world(
       noise_coords, base_records, sampling_prob, steps, delta)
@@ -364,10 +338,8 @@ def floored_denominator_lower_bound(noise_coords: int, base_records: int,
 
 @_validate.names_extreme_arguments
 def shuffle_slot_mu(noise_multiplier: float, steps: int, steps_per_epoch: int) -> float:
-  """mu of the slot test on a shuffle whose last batch is one record short without the canary.
-
-  Over the T // E last-of-epoch steps, u_t[0] + u_t[1] has mean gap (T // E) C and variance
-  2 (T // E) sigma^2 C^2: exactly mu-GDP, mu = sqrt(T // E / 2) / sigma.
+  """mu = sqrt((T // E) / 2) / sigma of the slot test (the last batch one record short without the
+  canary: u_t[0] + u_t[1] over the T // E last-of-epoch steps is exactly mu-GDP).
   """
   noise_multiplier = _validate.check_positive(noise_multiplier, "noise_multiplier")
   steps = _validate.check_int(steps, "steps")
@@ -376,14 +348,18 @@ def shuffle_slot_mu(noise_multiplier: float, steps: int, steps_per_epoch: int) -
   return math.sqrt(slots / 2.0) / noise_multiplier
 
 
-
 # ----------------------------------------------------------------------------------
 # Variants.
 
 
+def _check_name(name):
+  if not isinstance(name, str) or name not in VARIANTS:
+    raise ValueError(f"name (the variant) must be one of {VARIANTS}, got {name!r}")
+
+
 class Variant(NamedTuple):
-  """A DP-SGD variant: the claimed config (C = 10 for noise_without_clip_norm) and the
-  replacement components (None for the engine's default).
+  """A DP-SGD variant: the claimed config (C = 10 for noise_without_clip_norm) and the replaced
+  components (None: the engine's default).
   """
   name: str
   config: dpsgd.DpSgdConfig
@@ -399,15 +375,10 @@ class Variant(NamedTuple):
 
 
 def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Variant:
-  """Variant `name` of the claimed configuration `cfg` for `model`.
-
-  The accountant is told cfg's (q, sigma, T, delta) for every variant. backprop_clipping
-  needs an unregularised `models.logistic_regression`. Train with
-  `dpsgd.train_many(..., v.config, model, **v.components)`. Warns FaultyDpSgdWarning for
-  every variant but "correct".
+  """Variant `name` of the claim `cfg` for `model` (backprop_clipping: an unregularised logistic
+  regression). Train with `dpsgd.train_many(..., v.config, model, **v.components)`.
   """
-  if not isinstance(name, str) or name not in VARIANTS:
-    raise ValueError(f"name (the variant) must be one of {VARIANTS}, got {name!r}")
+  _check_name(name)
   if not isinstance(cfg, dpsgd.DpSgdConfig):
     raise ValueError(f"cfg must be a dpsgd.DpSgdConfig, got {type(cfg)}")
   models_lib.check_model(model)
@@ -426,8 +397,7 @@ def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Varia
   if name == "noise_on_mean":
     return Variant(name, base, privatizer=NoiseOnMean())
   if name == "floored_expected_batch":
-    # Built on the claimed n; an audit of the shipped fault trains each data set with
-    # `privatizer.on_dataset(its size)`.
+    # Built on the claimed n; audits train each data set with `privatizer.on_dataset(n)`.
     return Variant(name, base, privatizer=FlooredExpectedBatch(
         sampling_prob=base.sampling_prob, dataset_size=base.dataset_size))
   if name == "over_rate_sampler":
@@ -449,12 +419,9 @@ def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Varia
 
 
 def exact_epsilon(name: str, cfg: dpsgd.DpSgdConfig) -> float | None:
-  """The true eps (PLD, at cfg.delta) of variant `name` of claim `cfg`, or None.
-
-  Exact where the variant is again a Poisson-subsampled Gaussian, as (q, sigma): correct
-  (q, sigma); noise_half (q, sigma / 2); clip_four_c (q, sigma / 4); sampler_twice_q
-  (min(1, 2 q), sigma); over_rate_sampler (min(1, OVER_RATE_FACTOR q), sigma);
-  noise_without_clip_norm (q, sigma / NOISE_WITHOUT_CLIP_NORM_C). None for the others.
+  """The true eps (PLD, at cfg.delta) of variant `name`, or None where it is not again a subsampled
+  Gaussian (correct, noise_half, clip_four_c, sampler_twice_q, over_rate_sampler,
+  noise_without_clip_norm are).
 
   Examples:
     >>> cfg = dpsgd.DpSgdConfig(dataset_size=100, sampling_prob=0.5, num_steps=10,
@@ -465,8 +432,7 @@ def exact_epsilon(name: str, cfg: dpsgd.DpSgdConfig) -> float | None:
     True
   """
   from dpjax import accounting  # pylint: disable=g-import-not-at-top
-  if not isinstance(name, str) or name not in VARIANTS:
-    raise ValueError(f"name (the variant) must be one of {VARIANTS}, got {name!r}")
+  _check_name(name)
   _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
   sigma, q = float(cfg.noise_multiplier), float(cfg.sampling_prob)
   if not sigma > 0:

@@ -46,7 +46,6 @@ def _real(x: Any, name: str, requirement: str) -> float:
   return float(arr)
 
 
-# ----------------------------------------------------------------------------------
 # scalars
 
 
@@ -150,8 +149,7 @@ def check_confidence(confidence: Any, name: str = "confidence") -> float:
   return check_probability(confidence, name, open_low=True, open_high=True)
 
 
-def check_int(value: Any, name: str, minimum: int = 1,
-              maximum: Optional[int] = None) -> int:
+def check_int(value: Any, name: str, minimum: int = 1, maximum: Optional[int] = None) -> int:
   """value as an int in [minimum, maximum]; floats with an integer value are accepted.
 
   Examples:
@@ -167,8 +165,7 @@ def check_int(value: Any, name: str, minimum: int = 1,
   else:
     requirement = f"an integer in [{minimum}, {maximum}]"
   v = _real(value, name, requirement)
-  if not (math.isfinite(v) and v == int(v) and v >= minimum
-          and (maximum is None or v <= maximum)):
+  if not (math.isfinite(v) and v == int(v) and v >= minimum and (maximum is None or v <= maximum)):
     raise ValueError(f"{name} must be {requirement}, got {value!r}")
   if isinstance(value, (int, np.integer)):
     return int(value)          # exact, even beyond 2**53
@@ -278,7 +275,6 @@ def check_choice(value: Any, allowed: Sequence[Any], name: str) -> Any:
   return value
 
 
-# ----------------------------------------------------------------------------------
 # arrays
 
 
@@ -423,7 +419,6 @@ def check_binary(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = Non
   return arr.astype(bool)
 
 
-# ----------------------------------------------------------------------------------
 # keys, labels and parameter trees
 
 
@@ -472,7 +467,6 @@ def check_model_params(model: Any, params: Any, name: str = "params") -> Any:
   return params
 
 
-# ----------------------------------------------------------------------------------
 # extreme but valid inputs
 
 _TINY, _HUGE = 1e-100, 1e100      # magnitudes past which an argument counts as extreme

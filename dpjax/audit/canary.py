@@ -38,7 +38,6 @@ from scipy import special
 from dpjax import _validate, tradeoff
 
 
-# ----------------------------------------------------------------------------------
 # Canaries and the design.
 
 
@@ -150,7 +149,6 @@ def balanced_design(num_models: int) -> tuple[np.ndarray, np.ndarray]:
   return (i % 2 == 0), (i % 4 < 2)
 
 
-# ----------------------------------------------------------------------------------
 # Scores.
 
 
@@ -229,7 +227,6 @@ def white_box_llr(obs_MxTxK, *, expected_batch_size: float, l2_clip_norm: float,
   return white_box_scores(o, sampling_prob, noise_multiplier).reshape(m, k)
 
 
-# ----------------------------------------------------------------------------------
 # The exact distribution of the white-box statistic (= the privacy-loss distribution).
 
 

@@ -51,7 +51,6 @@ _SLACK = 1e-9
 _CHUNK_SCORES = 2_000_000
 
 
-# ----------------------------------------------------------------------------------
 # Mechanisms of known privacy.
 
 
@@ -223,7 +222,6 @@ def optimal_guesses(mechanism: Mechanism, num_canaries: int, *, delta: float,
   return best[1]
 
 
-# ----------------------------------------------------------------------------------
 # Estimators.
 
 
@@ -345,7 +343,6 @@ def overfit_estimator() -> Estimator:
                    description="threshold chosen on the trials it is evaluated on")
 
 
-# ----------------------------------------------------------------------------------
 # Memoized pure functions of counts (same values, far fewer evaluations).
 
 
@@ -404,7 +401,6 @@ def _memoized_counts():
     stats.clopper_pearson, one_run.epsilon_lower_bound, one_run_fdp.fdp_epsilon_lower_bound = saved
 
 
-# ----------------------------------------------------------------------------------
 # Measuring.
 
 

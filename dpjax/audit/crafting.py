@@ -24,7 +24,6 @@ import numpy as np
 
 from dpjax import _validate
 
-# ----------------------------------------------------------------------------------
 # Canaries and initialisations.
 
 
@@ -66,8 +65,7 @@ def _check_mlp(model, params, name="model"):
 
 
 @_validate.names_extreme_arguments
-def input_weight_canaries(model, params, features, l2_clip_norm: float,
-                          skip_units=()) -> dict:
+def input_weight_canaries(model, params, features, l2_clip_norm: float, skip_units=()) -> dict:
   """Dirac gradient canaries C e_(f, h) on the MLP's first-layer weights of `features`.
 
   For unused features (SGD, no weight decay) weight (f, h) ends at theta_0 - lr/B sum_t
@@ -146,8 +144,7 @@ def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> d
 
 
 @_validate.names_extreme_arguments
-def input_canary(model, params, exclude_features=(), value: float = 1.0
-                 ) -> tuple[np.ndarray, int]:
+def input_canary(model, params, exclude_features=(), value: float = 1.0) -> tuple[np.ndarray, int]:
   """An out-of-distribution record (x_c float32[F]: `value`, 0 on `exclude_features`) and its label
   argmax_y loss(theta_0; x_c, y) (>= 2 classes).
 
@@ -329,7 +326,6 @@ def gradient_direction(model, params, x_c, y_c) -> Any:
   return jax.tree.map(lambda l: (l / n)[None].astype(jnp.float32), g)
 
 
-# ----------------------------------------------------------------------------------
 # Scores of the final model.
 
 

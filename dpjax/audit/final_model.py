@@ -24,7 +24,6 @@ from dpjax import _validate, tradeoff
 from dpjax.accounting import gdp
 from dpjax.audit import crafting, last_iterate, parametric, stats
 
-# ----------------------------------------------------------------------------------
 # The audit.
 
 
@@ -132,8 +131,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
 
   k_bits, k_train, k_seed = jax.random.split(key, 3)
   bit_keys = jax.random.split(k_bits, len(adversaries))
-  bits = {a.name: runner.inclusion_bits(bk, r, _num_k(a)) for a, bk in
-          zip(adversaries, bit_keys)}
+  bits = {a.name: runner.inclusion_bits(bk, r, _num_k(a)) for a, bk in zip(adversaries, bit_keys)}
   recs = [a for a in adversaries if a.record is not None]
   grads = [a for a in adversaries if a.record is None]
   records = gradients = None
@@ -158,8 +156,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   kwargs.setdefault("perf", dpsgd.PerformanceFlags(progress=progress))
   out = run.train(k_train, run.canary_design(x, y, r, records=records, gradients=gradients),
                   cfg, model, observe_fn=observe, init_params=init_params, components=kwargs)
-  seeds = [runner.seed_from_key(s) for s in
-           jax.random.split(k_seed, 2 * len(adversaries))]
+  seeds = [runner.seed_from_key(s) for s in jax.random.split(k_seed, 2 * len(adversaries))]
 
   def trial(s, a, i):
     return runner.TrainingAudit.of(s, bits[a.name], delta=delta, confidence=confidence,
@@ -177,8 +174,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
       if np.isnan(s).any():
         raise ValueError(f"adversary {a.name!r} score {sname!r} is NaN on some run")
       audits[f"{a.name}/{sname}"] = trial(s, a, i)
-    if a.name in gslices and observe is not None and _orthogonal_norm_c(
-        a.gradient_canaries, c):
+    if a.name in gslices and observe is not None and _orthogonal_norm_c(a.gradient_canaries, c):
       wb[a.name] = trial(canary.white_box_llr(
           np.asarray(out.observations)[:, :, gslices[a.name]],
           expected_batch_size=cfg.expected_batch_size, l2_clip_norm=c, sampling_prob=q,
@@ -248,7 +244,6 @@ def _orthogonal_norm_c(g, c: float) -> bool:
   return bool(np.allclose(gram, c * c * np.eye(flat.shape[0]), rtol=1e-5, atol=1e-6 * c * c))
 
 
-# ----------------------------------------------------------------------------------
 # Annamalai & De Cristofaro's protocol.
 
 

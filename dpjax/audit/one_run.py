@@ -175,7 +175,6 @@ def audit(scores_K, included_K, *, num_positive_guesses: int, num_negative_guess
   return OneRunResult(eps, int(s.size), kp + kn, correct)
 
 
-# ----------------------------------------------------------------------------------
 # Several guess counts, declared in advance, with a union bound.
 
 ONE_RUN_METHODS = ("steinke", "fdp", "fdp_gdp", "fdp_subsampled_gaussian")
@@ -283,7 +282,6 @@ def audit_declared_guesses(scores_K, included_K, *, delta: float, confidence: fl
       int(correct[best_r]), counts, float(per), method, sigma)
 
 
-# ----------------------------------------------------------------------------------
 # The idealized Gaussian game and Mahloujifar et al.'s Table 1 protocol.
 
 PAPER_METHODS = ("steinke", "steinke_pointwise", "fdp_gdp")

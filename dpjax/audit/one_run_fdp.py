@@ -170,8 +170,7 @@ def fdp_rejects(*, num_canaries: int, num_guesses: int, num_correct: int, family
     False
   """
   m, r, v = check_guesses(num_canaries, num_guesses, num_correct)
-  family, parameter, delta, q_t = _check_family(family, parameter, delta, sampling_prob,
-                                                num_steps)
+  family, parameter, delta, q_t = _check_family(family, parameter, delta, sampling_prob, num_steps)
   alpha = 1.0 - _validate.check_confidence(confidence)
   if v == 0:
     return False
@@ -193,8 +192,7 @@ def fdp_p_value(*, num_canaries: int, num_guesses: int, num_correct: int, family
     True
   """
   m, r, v = check_guesses(num_canaries, num_guesses, num_correct)
-  family, parameter, delta, q_t = _check_family(family, parameter, delta, sampling_prob,
-                                                num_steps)
+  family, parameter, delta, q_t = _check_family(family, parameter, delta, sampling_prob, num_steps)
   if v == 0:
     return 1.0
   inv = _make_inverse(family, delta, q_t)(np.array([_internal(family, parameter)]))
@@ -235,8 +233,7 @@ def _check_steps(family, sampling_prob, num_steps):
   if sampling_prob is None or num_steps is None:
     raise ValueError("family 'subsampled_gaussian' needs sampling_prob (q in (0, 1]) and "
                      "num_steps (T >= 1)")
-  return (_validate.check_sampling_prob(sampling_prob),
-          _validate.check_int(num_steps, "num_steps"))
+  return (_validate.check_sampling_prob(sampling_prob), _validate.check_int(num_steps, "num_steps"))
 
 
 def _internal(family, parameter):
@@ -331,12 +328,7 @@ def fdp_epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct:
   "subsampled_gaussian": the smallest sigma rejected for T steps at rate q, as eps at `delta` by
   the PLD accountant; valid only for DP-SGD runs. Search resolution: (upper end) / 64^3 (sigma:
   a factor 2^(1/256)), on the rejected side. delta in [0, 1) for "dp", else (0, 1).
-
-  Examples:
-    >>> r = fdp_epsilon_lower_bound(num_canaries=1000, num_guesses=100, num_correct=100,
-    ...                             delta=0.0)
-    >>> round(r.epsilon_lower, 2)                      # Steinke et al.: 3.49
-    3.49
+  Example: the module docstring.
   """
   m, r, v = check_guesses(num_canaries, num_guesses, num_correct)
   family = _validate.check_choice(family, FDP_FAMILIES, "family")
@@ -346,11 +338,8 @@ def fdp_epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct:
   p = _fdp_parameter(m, r, v, family, delta, alpha, q_t=q_t)
   return FdpOneRunResult(_fdp_epsilon(p, family, delta, q_t),
                          p if family == "gdp" else math.nan, family, m, r, v,
-                         _sigma_of(p) if family == "subsampled_gaussian" else math.nan)
-
-
-def _sigma_of(inv_sigma: float) -> float:
-  return math.inf if inv_sigma == 0.0 else 1.0 / inv_sigma
+                         (math.inf if p == 0.0 else 1.0 / p) if family == "subsampled_gaussian"
+                         else math.nan)
 
 
 def _fdp_parameter(m, r, v, family, delta, alpha, start: float = 0.0, q_t=None) -> float:
@@ -367,8 +356,7 @@ def _fdp_epsilon(parameter: float, family: str, delta: float, q_t=None) -> float
     return float(parameter)
   if family == "subsampled_gaussian":
     from dpjax import accounting  # pylint: disable=g-import-not-at-top
-    return float(accounting.dpsgd_epsilon(1.0 / parameter, q_t[0], q_t[1], delta,
-                                          accountant="pld"))
+    return float(accounting.dpsgd_epsilon(1.0 / parameter, q_t[0], q_t[1], delta, accountant="pld"))
   from dpjax.accounting import gdp  # pylint: disable=g-import-not-at-top
   return float(gdp.gaussian_epsilon(delta, parameter))
 

@@ -49,7 +49,6 @@ _QUAD_STEP = 0.02
 _QUAD_MARGIN = 12.0
 
 
-# ----------------------------------------------------------------------------------
 # inputs
 
 
@@ -70,7 +69,6 @@ def _check_pair(votes_in_QxC, votes_out_QxC) -> tuple[np.ndarray, np.ndarray]:
   return v_in, v_out
 
 
-# ----------------------------------------------------------------------------------
 # exact output distributions and the likelihood-ratio score
 
 
@@ -203,7 +201,6 @@ def _declared_thresholds(total, n: int, delta: float, confidence: float
   return np.unique([float(best.threshold)] + ladder), float(best.epsilon)
 
 
-# ----------------------------------------------------------------------------------
 # histograms, calibration
 
 
@@ -274,7 +271,6 @@ def calibrate_sigma(target_epsilon: float, num_queries: int, *, delta: float,
   return accounting.smallest_noise(eps_of, e, 1e-3, 1e3, rtol=1e-9, factor=10.0)
 
 
-# ----------------------------------------------------------------------------------
 # the audit
 
 

@@ -132,8 +132,7 @@ def true_epsilon(case: Case, noise_multiplier: float, *, noise_coords: int,
   q, t, d = case.sampling_prob, case.steps, _validate.check_delta(delta)
   claim = dpsgd.DpSgdConfig(dataset_size=case.base_records + 1, sampling_prob=q, num_steps=t,
                             noise_multiplier=sigma, delta=d)
-  if case.variant == "correct" or (case.variant == "floored_expected_batch"
-                                   and not case.own_size):
+  if case.variant == "correct" or (case.variant == "floored_expected_batch" and not case.own_size):
     return variants.exact_epsilon("correct", claim), "exact"
   if case.variant == "realised_batch_denominator":
     return variants.realised_denominator_lower_bound(k, case.base_records, q, t, d), ">="
@@ -156,8 +155,7 @@ def _observe(u):
   return jnp.stack([w[0], w[1], jnp.sum(jnp.square(w[2:]))])
 
 
-def _train_case(key, case: Case, noise_multiplier: float, in_M, *, noise_coords: int,
-               delta: float):
+def _train_case(key, case: Case, noise_multiplier: float, in_M, *, noise_coords: int, delta: float):
   """(observations float64[M, T, 3] = (u_t[0], u_t[1], ||u_t[2:]||^2), final w float64[M, F], config).
 
   floored_expected_batch with own_size trains IN from fold_in(key, 0) and OUT from fold_in(key, 1)

@@ -65,11 +65,6 @@ class RocBand:
   assumptions: str
 
 
-def _default_grid(k_out: int) -> np.ndarray:
-  lo = min(1e-3, 0.1 / k_out)
-  return np.unique(np.concatenate([[0.0], np.geomspace(lo, 1.0, 200), np.linspace(0, 1, 101)]))
-
-
 def _curve_at(fpr_J, tpr_J, u_G, high: bool):
   """Highest (lowest) point of the polyline through (fpr_J, tpr_J) at u: 1 beyond 1 (0 below 0)."""
   if high:
@@ -101,7 +96,8 @@ def roc_band(scores_in_K, scores_out_K, *, confidence: float = 0.95,
   s_out = stats.check_scores(scores_out_K, "scores_out_K")
   confidence = _validate.check_confidence(confidence)
   if fpr_G is None:
-    grid = _default_grid(s_out.size)
+    lo = min(1e-3, 0.1 / s_out.size)
+    grid = np.unique(np.concatenate([[0.0], np.geomspace(lo, 1.0, 200), np.linspace(0, 1, 101)]))
   else:
     grid = np.sort(_validate.check_array(fpr_G, "fpr_G", ndim=1, low=0.0, high=1.0, min_size=1))
   alpha = 1.0 - confidence
@@ -130,14 +126,11 @@ def plot_roc_band(ax, band: RocBand, *, epsilon: Optional[float] = None, delta: 
   """
   if not callable(getattr(ax, "fill_between", None)):
     raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
-  if not isinstance(band, RocBand):
-    raise TypeError(f"band must be a RocBand, got {type(band).__name__}")
+  _validate.check_instance(band, RocBand, "band")
   delta = _validate.check_delta(delta, allow_zero=True)
   max_epsilon = _validate.check_epsilon(max_epsilon, "max_epsilon")
-  if not isinstance(log_scale, (bool, np.bool_)):
-    raise TypeError(f"log_scale must be a bool, got {log_scale!r}")
-  if not isinstance(label, str):
-    raise TypeError(f"label must be a string, got {label!r}")
+  _validate.check_bool(log_scale, "log_scale")
+  _validate.check_instance(label, str, "label")
   x = band.fpr_G
   xs = np.maximum(x, x[x > 0].min() if np.any(x > 0) else 1e-6) if log_scale else x
   ax.fill_between(xs, band.tpr_lower_G, band.tpr_upper_G, alpha=0.25,

@@ -119,7 +119,6 @@ def audited_training(spec, setting: "Setting", dataset_size: int, model) -> vari
     return variants.variant(spec.variant, claimed, model)
 
 
-# ----------------------------------------------------------------------------------
 # The canary audit of DP-SGD (`experiments/audit.py`).
 
 
@@ -241,8 +240,7 @@ def chunk_key(key_train, si: int, c: int):
   return jax.random.fold_in(jax.random.fold_in(key_train, si), c)
 
 
-def chunk_identities(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]
-                     ) -> dict:
+def chunk_identities(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]) -> dict:
   """{chunk name: identity (setting, chunk, models, key)}, stored with each chunk and verified on read."""
   names, bounds = chunk_names(spec, setting_list)
   return {n: {"setting": dataclasses.asdict(setting_list[si]), "chunk": c,
@@ -275,8 +273,7 @@ def run_chunks(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]
     st = setting_list[si]
     var = audited_training(spec, st, n_records, model)
     lo, hi = bounds[c]
-    r, s, bb, wb = train_chunk(chunk_key(key_train, si, c), spec, st, data, var, model, lo,
-                               hi)
+    r, s, bb, wb = train_chunk(chunk_key(key_train, si, c), spec, st, data, var, model, lo, hi)
     chunks.save(names[(si, c)], identity=ids[names[(si, c)]], record_in=r, gradient_in=s,
                 black_box=bb, white_box=wb)
     trained += 1
@@ -318,8 +315,7 @@ def canary_audit(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Settin
   return {"rows": rows, "white_box_roc": roc, "chunks_trained": trained, "complete": complete}
 
 
-def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, lo: int,
-                hi: int):
+def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, lo: int, hi: int):
   """Trains models lo..hi-1 of the design; returns (r, s, black-box, white-box scores).
 
   K = 1: `canary.balanced_design` bits, white-box float64[m]; K > 1: s bool[m, K] of
@@ -334,8 +330,7 @@ def train_chunk(key, spec: CanaryAuditSpec, setting: Setting, data, var, model, 
   if k == 1:
     r_all, s_all = canary.balanced_design(m_total)
   else:
-    r_all, s_all = canary.canaries_design(m_total, k, spec.canary_in_fraction,
-                                          spec.design_seed)
+    r_all, s_all = canary.canaries_design(m_total, k, spec.canary_in_fraction, spec.design_seed)
   r, s = r_all[lo:hi], s_all[lo:hi]
   keep = np.ones((hi - lo, data.x_NxD.shape[0]), bool)
   keep[:, data.canary_index] = r
@@ -367,8 +362,7 @@ def white_box_llr_scores(obs_MxTxK, scale, *, sampling_prob, noise_multiplier):
   (no noise). float32; matches the float64 `canary.white_box_scores` to 1e-4 relative.
   """
   if not _validate.is_tracer(obs_MxTxK):
-    obs_MxTxK = _validate.check_array(obs_MxTxK, "obs_MxTxK", np.float32, ndim=3,
-                                       min_size=1)
+    obs_MxTxK = _validate.check_array(obs_MxTxK, "obs_MxTxK", np.float32, ndim=3, min_size=1)
   return _llr_scores(obs_MxTxK, _validate.check_positive(scale, "scale"),
                      sampling_prob=_validate.check_sampling_prob(sampling_prob),
                      noise_multiplier=_validate.check_nonnegative(noise_multiplier,
@@ -442,8 +436,7 @@ def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:
                                                          confidence=conf)
     row["epsilon_lower_black_box"] = a.epsilon_lower
     row["black_box_counts"] = a.counts()
-    row["epsilon_lower_black_box_sd"] = thresholds.bootstrap_spread(
-        a, np.random.default_rng(0)).sd
+    row["epsilon_lower_black_box_sd"] = thresholds.bootstrap_spread(a, np.random.default_rng(0)).sd
     if not no_noise:
       row["gdp_estimate_black_box"] = parametric.gdp_estimate(
           a.sign * bb[r], a.sign * bb[~r], delta, conf).epsilon

@@ -92,8 +92,7 @@ class TrainingAudit:
                        for k, v in self.bounds.items()}}
 
 
-def inclusion_bits(key, num_runs: int, num_canaries: int, mode: str = "independent"
-                   ) -> np.ndarray:
+def inclusion_bits(key, num_runs: int, num_canaries: int, mode: str = "independent") -> np.ndarray:
   """bool[R, K] inclusion bits: "independent", exactly floor(R/2) random runs per canary; "one_run",
   i.i.d. Bernoulli(1/2).
 
@@ -137,8 +136,7 @@ def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: fl
   confidence = _validate.check_confidence(confidence)
   mode = _validate.check_choice(mode, MODES, "mode")
   if claimed_epsilon is not None:
-    claimed_epsilon = _validate.check_epsilon(claimed_epsilon, "claimed_epsilon",
-                                              allow_zero=True)
+    claimed_epsilon = _validate.check_epsilon(claimed_epsilon, "claimed_epsilon", allow_zero=True)
   seed = _validate.check_int(seed, "seed", minimum=0)
   if mode == "independent":
     s_in, s_out = s[inc], s[~inc]
@@ -223,8 +221,7 @@ def _chunk_size(fn, keys, bits, budget: int) -> int:
   try:
     mem = fn.lower(keys[:1], bits[:1]).compile().memory_analysis()
     if mem is not None:
-      per = (mem.temp_size_in_bytes + mem.output_size_in_bytes
-             + mem.argument_size_in_bytes)
+      per = (mem.temp_size_in_bytes + mem.output_size_in_bytes + mem.argument_size_in_bytes)
   except Exception:  # pylint: disable=broad-except
     per = None         # no analysis on this backend: fall back to the cap
   if not per:
@@ -265,10 +262,8 @@ def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int 
   delta = _validate.check_delta(delta)
   confidence = _validate.check_confidence(confidence)
   if claimed_epsilon is not None:
-    claimed_epsilon = _validate.check_epsilon(claimed_epsilon, "claimed_epsilon",
-                                              allow_zero=True)
-  if chunk_size is not None:
-    chunk_size = _validate.check_int(chunk_size, "chunk_size")
+    claimed_epsilon = _validate.check_epsilon(claimed_epsilon, "claimed_epsilon", allow_zero=True)
+  chunk_size = None if chunk_size is None else _validate.check_int(chunk_size, "chunk_size")
   memory_budget_bytes = _validate.check_int(memory_budget_bytes, "memory_budget_bytes")
   _check_trial_counts(mode, r, k, "num_runs * num_canaries")
   k_bits, k_runs, k_seed = jax.random.split(key, 3)
@@ -314,7 +309,6 @@ def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int 
                           claimed_epsilon=claimed_epsilon, seed=seed_from_key(k_seed))
 
 
-# ----------------------------------------------------------------------------------
 # DP-SGD with any model of ours.
 
 
@@ -415,8 +409,7 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
   if record_canary is not None:
     if not (isinstance(record_canary, tuple) and len(record_canary) == 2):
       raise TypeError("record_canary must be a pair (x_c, y_c)")
-    x_c = _validate.check_array(record_canary[0], "record_canary[0]", np.float32,
-                                shape=x.shape[1:])
+    x_c = _validate.check_array(record_canary[0], "record_canary[0]", np.float32, shape=x.shape[1:])
   if k == 0 and record_canary is None:
     raise ValueError("nothing to audit: num_gradient_canaries = 0 and no record_canary")
   if k:

@@ -74,17 +74,11 @@ def _declared_thresholds(sel_in, sel_out) -> list[tuple[float, int]]:
   return sorted(set(out))
 
 
-def _one_run_canaries(s_in, s_out, seed: int):
-  """n = min(K_in, K_out) one-run canaries: canary i is IN or OUT score i by a fair coin from `seed`."""
-  n = min(s_in.size, s_out.size)
-  bits = np.random.default_rng(seed).random(n) < 0.5
-  return np.where(bits, s_in[:n], s_out[:n]), bits
-
-
 def _one_run_bound(name, s_in, s_out, delta, confidence, seed) -> ScoreBound:
   from dpjax.audit import one_run  # pylint: disable=g-import-not-at-top
-  scores, bits = _one_run_canaries(s_in, s_out, seed)
-  n = scores.size
+  n = min(s_in.size, s_out.size)          # canary i: IN or OUT score i by a fair coin
+  bits = np.random.default_rng(seed).random(n) < 0.5
+  scores = np.where(bits, s_in[:n], s_out[:n])
   method = {"one_run": "steinke", "fdp_one_run": "fdp", "fdp_one_run_gdp": "fdp_gdp"}[name]
   res = one_run.audit_declared_guesses(scores, bits, delta=delta, confidence=confidence,
                                        method=method)
@@ -191,8 +185,7 @@ def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float =
     raise ValueError("scores_in_K and scores_out_K need >= 2 trials each, got "
                      f"{s_in.size} and {s_out.size}")
   if claimed_epsilon is not None:
-    claimed_epsilon = _validate.check_epsilon(claimed_epsilon, "claimed_epsilon",
-                                              allow_zero=True)
+    claimed_epsilon = _validate.check_epsilon(claimed_epsilon, "claimed_epsilon", allow_zero=True)
   if threshold is not None:
     threshold = _validate.check_range(threshold, "threshold", allow_inf=True)
   if thresholds is not None:

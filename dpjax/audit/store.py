@@ -27,6 +27,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from dpjax import _validate
+
 MANIFEST = "manifest.json"
 _SUFFIX = ".npz"
 _TMP = ".tmp"
@@ -108,12 +110,9 @@ class ChunkStore:
                on_invalid: str = "recompute"):
     if not isinstance(manifest, Mapping):
       raise ValueError(f"manifest must be a mapping, got {type(manifest).__name__}")
-    if not isinstance(directory, (str, os.PathLike)):
-      raise TypeError(f"directory must be a str or os.PathLike, got {directory!r:.80}")
-    if not isinstance(resume, bool):
-      raise TypeError(f"resume must be a bool, got {resume!r:.80}")
-    if on_invalid not in _ON_INVALID:
-      raise ValueError(f"on_invalid must be one of {_ON_INVALID}, got {on_invalid!r}")
+    _validate.check_instance(directory, (str, os.PathLike), "directory")
+    _validate.check_bool(resume, "resume")
+    _validate.check_choice(on_invalid, _ON_INVALID, "on_invalid")
     self._dir = os.fspath(directory)
     self._manifest = canonical(manifest)
     self._fingerprint = _fingerprint(self._manifest)
@@ -181,8 +180,7 @@ class ChunkStore:
         continue
       if self._on_invalid == "refuse":
         raise StoreError(f"{self.path(n)}: {reason}")
-      warnings.warn(f"{self.path(n)}: {reason}; recomputing it", InvalidChunkWarning,
-                    stacklevel=2)
+      warnings.warn(f"{self.path(n)}: {reason}; recomputing it", InvalidChunkWarning, stacklevel=2)
       try:
         os.remove(self.path(n))
       except OSError as e:

@@ -32,8 +32,7 @@ from dpjax.audit import stats
 _SPLIT_ASSUMPTIONS = (
     "threshold (and sign) chosen on the first half of each side's trials, evaluated on "
     "the second half; valid when the order of the trials does not depend on the scores")
-_FIXED_ASSUMPTIONS = (
-    "threshold fixed before seeing these scores, evaluated on every trial")
+_FIXED_ASSUMPTIONS = ("threshold fixed before seeing these scores, evaluated on every trial")
 # Declared ladders: false-positive rates 2^-i with >= this many expected false positives.
 _MIN_EXPECTED_FALSE_POSITIVES = 4.0
 
@@ -75,8 +74,7 @@ def _evaluate(s_in, s_out, threshold, sign, delta, confidence, selection, strate
 
 
 def _check_delta_confidence(delta, confidence) -> tuple[float, float]:
-  return (_validate.check_delta(delta, allow_zero=True),
-          _validate.check_confidence(confidence))
+  return (_validate.check_delta(delta, allow_zero=True), _validate.check_confidence(confidence))
 
 
 def choose_threshold(scores_in_K, scores_out_K, delta: float = 0.0, confidence: float = 0.95,
@@ -259,7 +257,6 @@ def bootstrap_spread(result: ThresholdBound, rng: np.random.Generator,
       "observed rates, threshold held fixed; the spread of the bound, not a confidence interval")
 
 
-# ----------------------------------------------------------------------------------
 # Thresholds declared from a claimed law, and what they are expected to certify.
 
 
@@ -352,10 +349,8 @@ def best_exact_epsilon(log_fpr_J, log_tpr_J, delta: float) -> float:
     >>> round(best_exact_epsilon(np.log([0.5, 0.01]), np.log([0.9, 0.5]), 0.0), 3)
     3.912
   """
-  lf = _validate.check_array(log_fpr_J, "log_fpr_J", ndim=1, allow_inf=True, min_size=1,
-                             high=0.0)
-  lt = _validate.check_array(log_tpr_J, "log_tpr_J", shape=lf.shape, allow_inf=True,
-                             high=0.0)
+  lf = _validate.check_array(log_fpr_J, "log_fpr_J", ndim=1, allow_inf=True, min_size=1, high=0.0)
+  lt = _validate.check_array(log_tpr_J, "log_tpr_J", shape=lf.shape, allow_inf=True, high=0.0)
   delta = _validate.check_delta(delta, allow_zero=True)
   tpr = np.exp(lt)
   with np.errstate(divide="ignore", invalid="ignore"):

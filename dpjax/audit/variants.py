@@ -72,7 +72,6 @@ class FaultyDpSgdWarning(dpsgd.UnaccountedComponentWarning):
   """A deliberately broken DP-SGD variant is in use; its epsilon is NOT valid."""
 
 
-# ----------------------------------------------------------------------------------
 # Replacement components.
 
 
@@ -148,8 +147,7 @@ class NoiseOnMean(privatizer_lib.GaussianPrivatizer):
 
   def transform(self, noise_stddev, expected_batch_size, key):
     b = float(expected_batch_size)
-    return optax.chain(optax.scale(1.0 / b),
-                       privatizer_lib.gaussian_privatizer(noise_stddev, key))
+    return optax.chain(optax.scale(1.0 / b), privatizer_lib.gaussian_privatizer(noise_stddev, key))
 
 
 def floored_denominator(sampling_prob: float, dataset_size: int) -> int:
@@ -240,8 +238,7 @@ def backprop_clipping(grad_clip: float = BACKPROP_GRAD_CLIP) -> clipping_lib.Cli
   contributes b clip(r_i / b, C_out) clip(x_i, C_in), norm up to min(1 / C_out, b) C, not C.
   Returns a memoised ClippingPath (accounted = False) whose norms are |r_i| ||x_i||.
   """
-  grad_clip = _validate.check_probability(grad_clip, "grad_clip", open_low=True,
-                                          open_high=True)
+  grad_clip = _validate.check_probability(grad_clip, "grad_clip", open_low=True, open_high=True)
 
   def fn(params, x_BxD, y_B, weights_B, l2_clip_norm):
     w = params["w"]
@@ -258,7 +255,6 @@ def backprop_clipping(grad_clip: float = BACKPROP_GRAD_CLIP) -> clipping_lib.Cli
   return clipping_lib.ClippingPath(fn=fn, name="backprop_clipping", accounted=False)
 
 
-# ----------------------------------------------------------------------------------
 # Theory of the data-dependent variants, in a probe world (`experiments/audit_bugs.py`):
 # n0 records besides the canary, K coordinates no record touches. Each bound is the
 # exact eps of one test, so a lower bound on the variant's true eps there.
@@ -310,10 +306,8 @@ def scale_min_log_rates(tau, noise_coords: int, base_records: int, sampling_prob
                                             ndim=(0, 1)))
   noise_coords, base_records, sampling_prob, steps, _ = _check_world(
       noise_coords, base_records, sampling_prob, steps, 0.5)
-  lf = _log_rate_any(_log_p_scaled_below(tau, noise_coords, base_records, sampling_prob),
-                     steps)
-  lt = _log_rate_any(_log_p_scaled_below(tau, noise_coords, base_records + 1, sampling_prob),
-                     steps)
+  lf = _log_rate_any(_log_p_scaled_below(tau, noise_coords, base_records, sampling_prob), steps)
+  lt = _log_rate_any(_log_p_scaled_below(tau, noise_coords, base_records + 1, sampling_prob), steps)
   return lf, lt
 
 
@@ -348,7 +342,6 @@ def shuffle_slot_mu(noise_multiplier: float, steps: int, steps_per_epoch: int) -
   return math.sqrt(slots / 2.0) / noise_multiplier
 
 
-# ----------------------------------------------------------------------------------
 # Variants.
 
 

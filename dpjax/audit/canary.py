@@ -222,8 +222,7 @@ def white_box_llr(obs_MxTxK, *, expected_batch_size: float, l2_clip_norm: float,
   obs = _validate.check_array(obs_MxTxK, "obs_MxTxK", ndim=3, min_size=1)
   m, t, k = obs.shape
   o = normalized_observations(np.transpose(obs, (0, 2, 1)).reshape(m * k, t),
-                              expected_batch_size=expected_batch_size,
-                              l2_clip_norm=l2_clip_norm)
+                              expected_batch_size=expected_batch_size, l2_clip_norm=l2_clip_norm)
   return white_box_scores(o, sampling_prob, noise_multiplier).reshape(m, k)
 
 

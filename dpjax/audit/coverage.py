@@ -10,7 +10,6 @@ References: Jagielski, Ullman & Oprea 2020 (arXiv:2006.07709); Nasr et al. 2023
 (arXiv:2302.07956); Steinke, Nasr & Jagielski 2023 (arXiv:2305.08846); Balle & Wang 2018.
 
 Examples:
-  >>> import numpy as np
   >>> mech = Mechanism("gaussian", 1.0)
   >>> round(mech.true_epsilon(1e-5), 4)
   4.3772

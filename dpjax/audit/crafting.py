@@ -73,7 +73,6 @@ def input_weight_canaries(model, params, features, l2_clip_norm: float, skip_uni
   Returns a pytree like params with leading axis K = U (H - |skip_units|).
 
   Examples:
-    >>> import jax
     >>> from dpjax import models
     >>> m = models.mlp(3, (2,), 2)
     >>> g = input_weight_canaries(m, m.init(jax.random.key(0)), [0], 1.0)
@@ -123,7 +122,6 @@ def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> d
   NOT have exactly the law of `last_iterate.last_iterate_roc`.
 
   Examples:
-    >>> import jax, numpy as np
     >>> from dpjax import models
     >>> m = models.mlp(2, (2,), 2)
     >>> g = quiet_coordinate_canary(m, m.init(jax.random.key(0)), np.array([[0., 1.]]),
@@ -149,7 +147,6 @@ def input_canary(model, params, exclude_features=(), value: float = 1.0) -> tupl
   argmax_y loss(theta_0; x_c, y) (>= 2 classes).
 
   Examples:
-    >>> import jax
     >>> from dpjax import models
     >>> m = models.mlp(4, (3,), 3)
     >>> x, y = input_canary(m, m.init(jax.random.key(0)), [0])
@@ -195,7 +192,6 @@ def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float)
   """Non-private full-batch gradient descent on PUBLIC data (never the private records).
 
   Examples:
-    >>> import jax, numpy as np
     >>> from dpjax import models
     >>> m = models.mlp(2, (4,), 2)
     >>> x = np.array([[1., 0.], [0., 1.]], np.float32); y = np.array([0, 1])
@@ -239,7 +235,6 @@ def worst_case_init(model, params, feature: int, label: int, *, bias: float = 2.
   gain sqrt(2) >> C. Returns (theta_0, (x_c float32[F], label)); the rest of params is kept.
 
   Examples:
-    >>> import jax, numpy as np
     >>> from dpjax import models
     >>> m = models.mlp(3, (2,), 2)
     >>> p, (x, y) = worst_case_init(m, m.init(jax.random.key(0)), 0, 1)
@@ -308,7 +303,6 @@ def gradient_direction(model, params, x_c, y_c) -> Any:
   """Unit vector of the record's loss gradient at `params`, K = 1; ValueError if its norm is 0 or inf.
 
   Examples:
-    >>> import jax, numpy as np
     >>> from dpjax import models
     >>> m = models.logistic_regression(2)
     >>> d = gradient_direction(m, m.init(jax.random.key(0)), np.array([3., 4.]), 1)
@@ -333,7 +327,6 @@ def projections(directions, tree) -> jax.Array:
   """<tree, d_j> for K directions (leaves with a leading axis K): float[K]; no input check.
 
   Examples:
-    >>> import jax.numpy as jnp
     >>> projections({"w": jnp.array([[1.0, 0.0], [0.0, 2.0]])}, {"w": jnp.array([3.0, 4.0])}
     ...             ).tolist()
     [3.0, 8.0]
@@ -347,7 +340,6 @@ def projection_score(directions) -> Callable:
   (lr C / B) X with X the statistic of `dpjax.audit.last_iterate`.
 
   Examples:
-    >>> import jax.numpy as jnp
     >>> fn = projection_score({"w": jnp.array([[1.0, 0.0], [0.0, 2.0]])})
     >>> fn({"w": jnp.array([-1.0, 1.0])}, {"w": jnp.zeros(2)}).tolist()
     [1.0, -2.0]
@@ -375,7 +367,6 @@ def loss_score(model, x_c, y_c) -> Callable:
   """Score fn(theta_T, theta_0) = [-loss(theta_T; x_c, y_c)]: float[1] (training on it lowers it).
 
   Examples:
-    >>> import jax, numpy as np
     >>> from dpjax import models
     >>> m = models.logistic_regression(1)
     >>> fn = loss_score(m, np.array([1.0]), 1)

@@ -146,8 +146,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
     for a in grads:
       gslices[a.name] = slice(kk, kk + _num_k(a))
       kk += _num_k(a)
-    g_all = jax.tree.map(lambda *ls: jnp.concatenate([jnp.asarray(l, jnp.float32)
-                                                      for l in ls], 0),
+    g_all = jax.tree.map(lambda *ls: jnp.concatenate([jnp.asarray(l, jnp.float32) for l in ls], 0),
                          *[a.gradient_canaries for a in grads])
     gradients = (g_all, np.concatenate([bits[a.name] for a in grads], axis=1))
     if white_box:
@@ -160,8 +159,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
 
   def trial(s, a, i):
     return runner.TrainingAudit.of(s, bits[a.name], delta=delta, confidence=confidence,
-                                   mode="independent", claimed_epsilon=claimed,
-                                   seed=seeds[2 * i])
+                                   mode="independent", claimed_epsilon=claimed, seed=seeds[2 * i])
 
   audits, wb = {}, {}
   for i, a in enumerate(adversaries):
@@ -273,7 +271,6 @@ def gdp_epsilon_all_thresholds(scores_in_K, scores_out_K, delta: float,
   References: Annamalai & De Cristofaro 2024; Nasr et al. 2023.
 
   Examples:
-    >>> import numpy as np
     >>> g = gdp_epsilon_all_thresholds(np.ones(100), np.zeros(100), 1e-5)
     >>> round(g.mu, 2), g.threshold                  # perfect separation, 100 + 100
     (3.78, 0.0)
@@ -381,7 +378,6 @@ def paper_protocol_audit(key, cfg, model, x_NxF, y_N, *, init_params, target=Non
   pooled = score_audit.score_bounds(np.concatenate([t.scores_in for t in audits]),
                                     np.concatenate([t.scores_out for t in audits]),
                                     delta=delta, confidence=confidence)["best"].epsilon_lower
-  return PaperProtocolAudit(
-      paper, np.array([t.epsilon_lower()["best"] for t in audits]),
-      np.array([t.epsilon_lower()["gdp"] for t in audits]), float(pooled), audits,
-      a.claimed_epsilon, a.exact_epsilon, cfg)
+  return PaperProtocolAudit(paper, np.array([t.epsilon_lower()["best"] for t in audits]),
+                            np.array([t.epsilon_lower()["gdp"] for t in audits]), float(pooled),
+                            audits, a.claimed_epsilon, a.exact_epsilon, cfg)

@@ -13,7 +13,6 @@ Shape letters: R runs (models), K canaries, T steps, N = num_filler + K records.
 References: Nasr et al. 2021 (arXiv:2101.04535).
 
 Examples (in a test suite; about 15 s of CPU):
-  >>> import jax
   >>> c = check_claim(jax.random.key(0)).check()     # doctest: +SKIP
   >>> c.num_in, c.num_out, c.falsified               # doctest: +SKIP
   (262144, 262144, False)
@@ -80,9 +79,8 @@ class ClaimCheck:
   def to_json(self) -> dict:
     return {"epsilon_lower": self.epsilon_lower, "exact_epsilon": self.exact_epsilon,
             "claimed_epsilon": self.claimed_epsilon,
-            "expected_epsilon_lower": self.expected_epsilon_lower,
-            "falsified": self.falsified, "num_in": self.num_in, "num_out": self.num_out,
-            "confidence": self.confidence,
+            "expected_epsilon_lower": self.expected_epsilon_lower, "falsified": self.falsified,
+            "num_in": self.num_in, "num_out": self.num_out, "confidence": self.confidence,
             "tests": self.bound.tests()}
 
 

@@ -155,7 +155,6 @@ def audit(scores_K, included_K, *, num_positive_guesses: int, num_negative_guess
   """Guesses IN for the k+ top scores_K and OUT for the k- bottom ones (fixed in advance), then bounds eps.
 
   Examples:
-    >>> import numpy as np
     >>> inc = np.arange(100) % 2 == 0
     >>> r = audit(inc.astype(float), inc, num_positive_guesses=50, num_negative_guesses=50)
     >>> r.num_correct, round(r.epsilon_lower, 2)
@@ -225,7 +224,6 @@ def audit_declared_guesses(scores_K, included_K, *, delta: float, confidence: fl
   only; needs sampling_prob, num_steps)). delta in [0, 1) ((0, 1) for the last two).
 
   Examples:
-    >>> import numpy as np
     >>> inc = np.arange(1000) % 2 == 0
     >>> r = audit_declared_guesses(inc + 0.0, inc, delta=0.0)
     >>> r.num_guesses, r.num_correct, round(r.epsilon_lower, 2)
@@ -267,19 +265,17 @@ def audit_declared_guesses(scores_K, included_K, *, delta: float, confidence: fl
       p = epsilon_lower_bound(num_canaries=m, num_guesses=r, num_correct=v, delta=delta,
                               confidence=per)
     else:
-      p = one_run_fdp.largest_rejected(num_canaries=m, num_guesses=r, num_correct=v,
-                                       family=fam, delta=delta, confidence=per,
-                                       at_least=best_p, sampling_prob=sampling_prob,
-                                       num_steps=num_steps)
+      p = one_run_fdp.largest_rejected(num_canaries=m, num_guesses=r, num_correct=v, family=fam,
+                                       delta=delta, confidence=per, at_least=best_p,
+                                       sampling_prob=sampling_prob, num_steps=num_steps)
     if p > best_p:
       best_p, best_r = p, r
   eps = (one_run_fdp.parameter_epsilon(best_p, family=fam, delta=delta,
                                        sampling_prob=sampling_prob, num_steps=num_steps)
          if fam else best_p)
   sigma = (math.inf if best_p == 0.0 else 1.0 / best_p) if fam == "subsampled_gaussian" else math.nan
-  return DeclaredGuessResult(
-      float(eps), float(best_p) if fam == "gdp" else math.nan, int(best_r),
-      int(correct[best_r]), counts, float(per), method, sigma)
+  return DeclaredGuessResult(float(eps), float(best_p) if fam == "gdp" else math.nan, int(best_r),
+                             int(correct[best_r]), counts, float(per), method, sigma)
 
 
 # The idealized Gaussian game and Mahloujifar et al.'s Table 1 protocol.

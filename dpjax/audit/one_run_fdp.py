@@ -336,10 +336,9 @@ def fdp_epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct:
   alpha = 1.0 - _validate.check_confidence(confidence)
   q_t = _check_steps(family, sampling_prob, num_steps)
   p = _fdp_parameter(m, r, v, family, delta, alpha, q_t=q_t)
+  sigma = (math.inf if p == 0.0 else 1.0 / p) if family == "subsampled_gaussian" else math.nan
   return FdpOneRunResult(_fdp_epsilon(p, family, delta, q_t),
-                         p if family == "gdp" else math.nan, family, m, r, v,
-                         (math.inf if p == 0.0 else 1.0 / p) if family == "subsampled_gaussian"
-                         else math.nan)
+                         p if family == "gdp" else math.nan, family, m, r, v, sigma)
 
 
 def _fdp_parameter(m, r, v, family, delta, alpha, start: float = 0.0, q_t=None) -> float:

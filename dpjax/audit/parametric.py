@@ -6,7 +6,6 @@ negative mu_lower certifies nothing (eps 0). Shape letters: K trials (models).
 References: Nasr et al. 2023 (arXiv:2302.07956).
 
 Examples:
-  >>> import numpy as np
   >>> g = gdp_estimate(np.full(500, 1.0), np.zeros(500), 1e-5, threshold=0.5)
   >>> bool(g.mu > 0), g.threshold
   (True, 0.5)
@@ -47,7 +46,6 @@ def gdp_estimate(scores_in_K, scores_out_K, delta: float, confidence: float = 0.
   the first half of each side and evaluate on the second.
 
   Examples:
-    >>> import numpy as np
     >>> from scipy import stats as sps
     >>> q = sps.norm.ppf((np.arange(4000) + 0.5) / 4000)       # N(0, 1) by quantiles
     >>> g = gdp_estimate(q + 2.0, q, 1e-5, threshold=1.0)       # 2-GDP scores

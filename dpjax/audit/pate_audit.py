@@ -16,7 +16,6 @@ References: Papernot et al. 2018, ICLR ("Scalable private learning with PATE"); 
 Ullman & Oprea 2020; Nasr et al. 2021.
 
 Examples:
-  >>> import jax
   >>> v_in, v_out = crafted_pair(num_teachers=11, num_queries=4)
   >>> v_in[0].tolist(), v_out[0].tolist()
   ([6, 5], [5, 6])
@@ -97,7 +96,6 @@ def output_log_probs(votes_QxC, *, sigma: float, threshold: Optional[float] = No
   rows renormalised. Give both of threshold, sigma_threshold or neither (column C: not answered).
 
   Examples:
-    >>> import numpy as np
     >>> p = np.exp(output_log_probs([[3, 1]], sigma=np.sqrt(2)))
     >>> np.round(p, 4).tolist()                      # Phi(1), Phi(-1)
     [[0.8413, 0.1587]]

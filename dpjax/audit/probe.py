@@ -170,9 +170,8 @@ def _train_case(key, case: Case, noise_multiplier: float, in_M, *, noise_coords:
   x[case.base_records, 1] = RECORD_NORM
   y = np.zeros((n,), np.int32)
   model = models.logistic_regression(2 + k)
-  cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=case.sampling_prob,
-                          num_steps=case.steps, l2_clip_norm=CLIP,
-                          noise_multiplier=noise_multiplier, delta=delta,
+  cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=case.sampling_prob, num_steps=case.steps,
+                          l2_clip_norm=CLIP, noise_multiplier=noise_multiplier, delta=delta,
                           learning_rate=LEARNING_RATE * case.sampling_prob * n)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", variants.FaultyDpSgdWarning)
@@ -210,12 +209,9 @@ def scores(obs, w, *, sampling_prob: float, noise_multiplier: float,
                              sampling_prob=sampling_prob, noise_multiplier=sigma)
   last = (np.arange(obs.shape[1]) % e) == e - 1
   z = -w / (LEARNING_RATE * b)
-  return {"llr": llr[:, 0],
-          "slot": np.sum((u0 + u1)[:, last], axis=1),
-          "scale_min": -np.log(np.min(s, axis=1)),
-          "scale_sum": -np.log(np.sum(s, axis=1)),
-          "final_canary": z[:, 1],
-          "final_scale": -np.log(np.sum(np.square(z[:, 2:]), axis=1))}
+  return {"llr": llr[:, 0], "slot": np.sum((u0 + u1)[:, last], axis=1),
+          "scale_min": -np.log(np.min(s, axis=1)), "scale_sum": -np.log(np.sum(s, axis=1)),
+          "final_canary": z[:, 1], "final_scale": -np.log(np.sum(np.square(z[:, 2:]), axis=1))}
 
 
 def audit_case(key, case: Case, epsilon: float, *, trials: int, noise_coords: int,
@@ -241,8 +237,7 @@ def audit_case(key, case: Case, epsilon: float, *, trials: int, noise_coords: in
     raise ValueError(f"case {case.label!r}: |w . x| reached {drift:.3g}; the probe world "
                      "assumes it stays below 0.1")
   sc = scores(obs, w, sampling_prob=case.sampling_prob, noise_multiplier=sigma,
-              expected_batch_size=tcfg.expected_batch_size,
-              steps_per_epoch=steps_per_epoch(case))
+              expected_batch_size=tcfg.expected_batch_size, steps_per_epoch=steps_per_epoch(case))
   per = thresholds.bonferroni_confidence(conf, len(ADVERSARIES))
   bounds = {}
   for name in ADVERSARIES:

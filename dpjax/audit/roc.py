@@ -86,7 +86,6 @@ def roc_band(scores_in_K, scores_out_K, *, confidence: float = 0.95,
   min(1e-3, 0.1 / K_out) to 1, and 101 linear ones.
 
   Examples:
-    >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> b = roc_band(rng.normal(size=5000) + 1, rng.normal(size=5000), fpr_G=[0.5])
     >>> round(b.epsilon_in, 4), bool(b.tpr_lower_G[0] < 0.84 < b.tpr_upper_G[0])

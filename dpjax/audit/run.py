@@ -53,7 +53,6 @@ def canary_design(x_NxF, y_N, num_runs: int, *, records=None, gradients=None) ->
   gradients: (gradients_K, in_MxK), a pytree like the parameters with leaves [K, ...].
 
   Examples:
-    >>> import numpy as np
     >>> d = canary_design(np.zeros((3, 2)), np.zeros(3, np.int32), 2,
     ...                   records=(np.ones((1, 2)), [1], [[True], [False]]))
     >>> d.x_NxF.shape, d.keep_MxN.tolist()

@@ -11,7 +11,6 @@ References: Nasr et al. 2021 (arXiv:2101.04535); Steinke, Nasr & Jagielski 2023
 (arXiv:2305.08846); Mahloujifar, Melis & Chaudhuri 2025 (arXiv:2410.22235).
 
 Examples:
-  >>> import jax, jax.numpy as jnp
   >>> def gaussian(key, included_K):          # one Gaussian mechanism per canary, mu = 2
   ...   return included_K * 2.0 + jax.random.normal(key, included_K.shape)
   >>> a = audit_training(jax.random.key(0), gaussian, num_runs=400, num_canaries=2,
@@ -97,7 +96,6 @@ def inclusion_bits(key, num_runs: int, num_canaries: int, mode: str = "independe
   i.i.d. Bernoulli(1/2).
 
   Examples:
-    >>> import jax
     >>> inclusion_bits(jax.random.key(0), 6, 3).sum(axis=0).tolist()
     [3, 3, 3]
   """
@@ -123,7 +121,6 @@ def bounds_from_trials(scores_RxK, included_RxK, *, delta: float, confidence: fl
   "falsifies_claim". Returns {name: score_audit.ScoreBound}.
 
   Examples:
-    >>> import numpy as np
     >>> inc = np.arange(200).reshape(100, 2) % 2 == 0
     >>> b = bounds_from_trials(inc * 1.0, inc, delta=1e-5, mode="one_run")
     >>> sorted(b), b["one_run"].details["num_correct"]
@@ -243,7 +240,6 @@ def audit_training(key, train_fn: Callable, *, num_runs: int, num_canaries: int 
   XLA's memory analysis and `memory_budget_bytes`). Raises ValueError on bad output or NaN scores.
 
   Examples:
-    >>> import jax, numpy as np
     >>> from dpjax.audit import score_audit
     >>> leak = lambda key, inc: inc * 1.0            # reveals the bits: not private
     >>> a = audit_training(jax.random.key(1), leak, num_runs=100, delta=1e-5,

@@ -8,7 +8,6 @@ References: Nasr et al. 2023 (arXiv:2302.07956); Steinke, Nasr & Jagielski 2023
 (arXiv:2305.08846); Mahloujifar, Melis & Chaudhuri 2025 (arXiv:2410.22235).
 
 Examples:
-  >>> import numpy as np
   >>> b = score_bounds(np.ones(50), np.zeros(50), delta=1e-5)
   >>> list(b) == [n for n in SCORE_BOUND_NAMES if n != "clopper_pearson_fixed"]
   True
@@ -171,7 +170,6 @@ def score_bounds(scores_in_K, scores_out_K, *, delta: float, confidence: float =
   Cost O(K log K) per estimator.
 
   Examples:
-    >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> b = score_bounds(rng.normal(size=1000), rng.normal(size=1000), delta=1e-5)
     >>> sorted(b)[:3], b["clopper_pearson"].epsilon_lower   # null scores: nothing

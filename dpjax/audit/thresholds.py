@@ -12,7 +12,6 @@ References: Jagielski, Ullman & Oprea 2020 (arXiv:2006.07709); Nasr et al. 2021
 (arXiv:2101.04535) and 2023 (arXiv:2302.07956); Kairouz, Oh & Viswanath 2015.
 
 Examples:
-  >>> import numpy as np
   >>> r = SplitThreshold().bound(np.full(1000, 1.0), np.zeros(1000))   # separable
   >>> round(r.epsilon_lower, 2), r.positives                            # 500 evaluate
   (4.91, 500)
@@ -84,7 +83,6 @@ def choose_threshold(scores_in_K, scores_out_K, delta: float = 0.0, confidence: 
   Evaluating it on the same trials overstates the bound: use fresh trials or `SplitThreshold`.
 
   Examples:
-    >>> import numpy as np
     >>> choose_threshold(np.arange(20.0) + 100, np.arange(20.0))
     (19.0, 1)
   """
@@ -119,7 +117,6 @@ class FixedThreshold:
     """eps lower bound on float[K_in] IN, float[K_out] OUT scores; delta in [0, 1).
 
     Examples:
-      >>> import numpy as np
       >>> r = FixedThreshold(1.0).bound(np.full(300, 2.0), np.zeros(300))
       >>> r.false_positives, r.false_negatives, r.positives
       (0, 0, 300)
@@ -141,7 +138,6 @@ class SplitThreshold:
     """eps lower bound: threshold from the first halves (>= 2 trials per side), counts from the second.
 
     Examples:
-      >>> import numpy as np
       >>> x = np.tile(np.arange(20.0), 2)                  # both halves alike
       >>> r = SplitThreshold().bound(x + 100, x)
       >>> r.selection_trials, r.threshold, r.false_positives, round(r.epsilon_lower, 2)
@@ -205,7 +201,6 @@ class Bonferroni:
     """The largest bound of the strategies, each at 1 - (1 - confidence) / k.
 
     Examples:
-      >>> import numpy as np
       >>> p = Bonferroni((FixedThreshold(1.0), SplitThreshold()))
       >>> r = p.bound(np.full(300, 2.0), np.zeros(300))
       >>> r.parts[0].confidence, r.epsilon_lower == r.parts[0].epsilon_lower
@@ -236,7 +231,6 @@ def bootstrap_spread(result: ThresholdBound, rng: np.random.Generator,
   comparing two bounds, NOT a confidence interval.
 
   Examples:
-    >>> import numpy as np
     >>> r = FixedThreshold(0.0).bound(np.r_[np.ones(900), -np.ones(100)], -np.ones(1000))
     >>> s = bootstrap_spread(r, np.random.default_rng(0))
     >>> bool(0 < s.sd < 0.5), s.epsilon_lower_R.shape
@@ -290,7 +284,6 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
   threshold is the natural one to fix in advance.
 
   Examples:
-    >>> import numpy as np
     >>> from dpjax import tradeoff
     >>> a = np.linspace(0, 1, 2001)                       # trade-off curve of 1-GDP
     >>> round(best_certifiable(a, tradeoff.gaussian_fnr(a, 1.0), 10_000).epsilon, 2)

@@ -19,7 +19,6 @@ building a variant warns `FaultyDpSgdWarning`. Matrix-factorization faults: `mf_
   clip_four_c                 clips to 4 C, noise sigma C         exact: sigma / 4
 
 Examples:
-  >>> import warnings
   >>> from dpjax import dpsgd, models
   >>> cfg = dpsgd.DpSgdConfig(dataset_size=100, sampling_prob=0.1, num_steps=10,
   ...                         noise_multiplier=1.0)
@@ -52,10 +51,9 @@ from dpjax import privatizer as privatizer_lib
 from dpjax import sampling
 from dpjax.audit import thresholds
 
-VARIANTS = ("correct", "clip_batch_mean", "realised_batch_denominator",
-            "noise_without_clip_norm", "noise_on_mean", "shuffle_as_poisson",
-            "floored_expected_batch", "over_rate_sampler", "backprop_clipping",
-            "noise_half", "sampler_twice_q", "clip_four_c")
+VARIANTS = ("correct", "clip_batch_mean", "realised_batch_denominator", "noise_without_clip_norm",
+            "noise_on_mean", "shuffle_as_poisson", "floored_expected_batch", "over_rate_sampler",
+            "backprop_clipping", "noise_half", "sampler_twice_q", "clip_four_c")
 # The regressions `dpjax.audit.guard` must catch: noise, sampling rate or clipping
 # norm off by a constant factor, each with an exact eps (`exact_epsilon`).
 REGRESSIONS = ("noise_half", "sampler_twice_q", "clip_four_c")

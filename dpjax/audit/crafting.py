@@ -129,9 +129,7 @@ def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> d
     >>> float(sum(float(abs(l).sum()) for l in jax.tree.leaves(g)))
     1.0
   """
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  models_lib.check_model(model)
-  _validate.check_model_params(model, params)
+  _validate.check_model_params(model, params)            # checks the model first
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   x = jnp.asarray(_check_x(model, params, x_NxF))
   y = jnp.asarray(_check_labels(model, y_N, "y_N", shape=(x.shape[0],)))
@@ -199,9 +197,7 @@ def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float)
     >>> np.asarray(m.apply(p, x)).argmax(1).tolist()
     [0, 1]
   """
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  models_lib.check_model(model)
-  _validate.check_model_params(model, params)
+  _validate.check_model_params(model, params)            # checks the model first
   x = jnp.asarray(_check_x(model, params, x_NxF))
   y = jnp.asarray(_check_labels(model, y_N, "y_N", shape=(x.shape[0],)))
   t = _validate.check_int(num_steps, "num_steps")
@@ -310,8 +306,7 @@ def gradient_direction(model, params, x_c, y_c) -> Any:
     1.0
   """
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  models_lib.check_model(model)
-  _validate.check_model_params(model, params)
+  _validate.check_model_params(model, params)            # checks the model first
   x, y = _check_record(model, params, x_c, y_c)
   g = jax.grad(lambda p: models_lib.per_example_loss(model, p, x, y)[0])(params)
   n = float(jnp.sqrt(sum(jnp.sum(l * l) for l in jax.tree.leaves(g))))

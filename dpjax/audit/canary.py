@@ -79,7 +79,7 @@ def _project_last(update):
 
 
 def observe_last_coordinate():
-  """The observe_fn of the update's last coordinate (one function object: the compilation is reused)."""
+  """The observe_fn of the update's last coordinate (one function object: compiled once)."""
   return _project_last
 
 
@@ -180,7 +180,7 @@ def normalized_observations(obs_MxT, *, expected_batch_size: float, l2_clip_norm
 
 @_validate.names_extreme_arguments
 def step_llr(o, sampling_prob: float, noise_multiplier: float):
-  """Exact per-step log-likelihood ratio log((1-q) N(o; 0, s^2) + q N(o; 1, s^2)) - log N(o; 0, s^2).
+  """Exact per-step LLR log((1-q) N(o; 0, s^2) + q N(o; 1, s^2)) - log N(o; 0, s^2).
 
   Examples:
     >>> round(float(step_llr(0.5, 1.0, 1.0)), 12)          # q = 1: (2o - 1) / (2 s^2)
@@ -196,7 +196,7 @@ def step_llr(o, sampling_prob: float, noise_multiplier: float):
 
 @_validate.names_extreme_arguments
 def white_box_scores(o_MxT, sampling_prob: float, noise_multiplier: float) -> np.ndarray:
-  """sum_t step_llr(o_t): float64[M] (higher = IN); with sigma = 0, the number of steps with o_t > 1/2.
+  """sum_t step_llr(o_t): float64[M] (higher = IN); sigma = 0: the number of steps with o_t > 1/2.
 
   Examples:
     >>> white_box_scores([[1.0, 0.0]], 1.0, 0.0).tolist()  # no noise: steps with o > 1/2
@@ -244,7 +244,7 @@ class LlrDistribution:
   @classmethod
   def compute(cls, sampling_prob: float, noise_multiplier: float, num_steps: int,
               points_per_std: int = 2000, o_cells: int = 200_001) -> "LlrDistribution":
-    """FFT self-convolution of one step; points_per_std and o_cells (one-step grid) set the accuracy."""
+    """FFT self-convolution of one step; points_per_std and o_cells set the accuracy."""
     q = _validate.check_sampling_prob(sampling_prob)
     s = _validate.check_positive(noise_multiplier, "noise_multiplier")
     t = _validate.check_int(num_steps, "num_steps")
@@ -293,7 +293,7 @@ class LlrDistribution:
             np.array([self.pmf_in_J[~(self.grid_J > x)].sum() for x in t]))
 
   def delta(self, epsilon, direction: str = "both"):
-    """Privacy profile delta(eps), eps >= 0 scalar or float[E]: "remove", "add" or "both" (the larger).
+    """Privacy profile delta(eps), eps >= 0 scalar or float[E]: "remove", "add" or "both" (max).
 
     Examples:
       >>> d = LlrDistribution.compute(1.0, 2.0, 4)           # q = 1: 1-GDP

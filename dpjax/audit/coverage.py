@@ -170,7 +170,7 @@ def gaussian_at(epsilon: float, delta: float) -> Mechanism:
 
 def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
                       confidence: float = 0.95) -> float:
-  """The threshold of the pair's best certifiable test (`thresholds.best_certifiable` on its exact ROC).
+  """The threshold of the pair's best certifiable test (`best_certifiable` on its exact ROC).
 
   Examples:
     >>> optimal_threshold(Mechanism("randomized_response", 1.0), 100, delta=1e-5)
@@ -285,7 +285,7 @@ def threshold_estimators(mechanism: Mechanism, *, trials: int, delta: float,
 def one_run_estimators(mechanism: Mechanism, *, trials: int, delta: float,
                        confidence: float = 0.95) -> tuple[Estimator, ...]:
   """The one-run bounds played as the one-run game: M = 2 trials fair-coin canaries, k =
-  `optimal_guesses` per side; "one_run", "fdp_one_run" (family "dp"), "fdp_one_run_gdp" (mu-GDP only).
+  `optimal_guesses` per side: "one_run", "fdp_one_run" ("dp"), "fdp_one_run_gdp" (mu-GDP only).
   """
   m = 2 * _validate.check_int(trials, "trials")
   delta = _validate.check_delta(delta)

@@ -224,7 +224,7 @@ def _pretrain(model, t):
 @_validate.names_extreme_arguments
 def worst_case_init(model, params, feature: int, label: int, *, bias: float = 2.0,
                     gain: float = 10.0, unit: int = 0) -> tuple[dict, tuple[np.ndarray, int]]:
-  """Crafted theta_0 for an MLP: a first-layer unit u that only the target x_c = e_feature activates.
+  """Crafted MLP theta_0: a first-layer unit u that only the target x_c = e_feature activates.
 
   W1[:, u] = 0, W1[feature, u] = 1 + bias, b1[u] = -bias, W1[feature, v] = 0 (v != u),
   W2[u, :] = 0 except W2[u, label] = -gain; the target's gradient then has norm about
@@ -296,7 +296,7 @@ def audit_inits(key, model, x_priv_NxF, x_pub_NxF, y_pub_N, *, pretrain_steps: i
 
 
 def gradient_direction(model, params, x_c, y_c) -> Any:
-  """Unit vector of the record's loss gradient at `params`, K = 1; ValueError if its norm is 0 or inf.
+  """Unit vector of the record's loss gradient at `params`, K = 1 (ValueError if 0 or not finite).
 
   Examples:
     >>> from dpjax import models

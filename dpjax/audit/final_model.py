@@ -42,7 +42,7 @@ class FinalModelAdversary(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class FinalModelAudit:
-  """What `audit` measured: {"adversary/score": TrainingAudit}, white-box {adversary: TrainingAudit},
+  """What `audit` measured: {"adversary/score": TrainingAudit}, white_box {name: TrainingAudit},
   the RDP (claimed), PLD (exact) and last-iterate eps of the config, and the R final models.
   """
   audits: dict
@@ -182,7 +182,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
 
 def standard_adversaries(model, theta0, x_priv_NxF, y_priv_N, unused_F, target_feature,
                          l2_clip_norm: float) -> list[FinalModelAdversary]:
-  """Three adversaries of one theta_0: "input canary" (-loss), "gradient canary" (final displacement;
+  """Three adversaries of one theta_0: "input canary" (-loss), "gradient canary" (displacement;
   input-weight canaries for an MLP target, else a quiet coordinate) and "target" (the one-hot record
   of `target_feature` with its least-logit label, or the input canary; -loss and projection).
   """

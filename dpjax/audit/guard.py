@@ -36,7 +36,7 @@ _LEARNING_RATE = 1e-6
 
 
 def default_claim():
-  """The guard's default claim: q = 1/2, T = 10, eps = 2 (RDP-calibrated sigma), delta = 1e-5, C = 1.
+  """The guard's default claim: q = 1/2, T = 10, eps = 2 (RDP sigma), delta = 1e-5, C = 1.
 
   Examples:
     >>> c = default_claim()

@@ -4,7 +4,7 @@ m canaries, each included w.p. 1/2; one training run; the auditor makes r guesse
 k+ highest scores, OUT for the k- lowest, counts fixed in advance). If training is
 (eps, delta)-DP, V correct guesses satisfy (their Thm 5.2, p = e^eps / (1 + e^eps))
 
-    P[V >= v] <= P[Binomial(r, p) >= v] + 2 m delta max_{1<=i<=v} P[v - i <= Binomial(r, p) < v] / i;
+    P[V >= v] <= P[Bin(r, p) >= v] + 2 m delta max_{1<=i<=v} P[v - i <= Bin(r, p) < v] / i;
 
 the eps lower bound is the largest eps this rejects at level alpha. The f-DP analysis of the
 game is `dpjax.audit.one_run_fdp`. `one_run_game`, `expected_correct` and `paper_protocol`
@@ -152,7 +152,7 @@ class OneRunResult(NamedTuple):
 
 def audit(scores_K, included_K, *, num_positive_guesses: int, num_negative_guesses: int = 0,
           delta: float = 0.0, confidence: float = 0.95) -> OneRunResult:
-  """Guesses IN for the k+ top scores_K and OUT for the k- bottom ones (fixed in advance), then bounds eps.
+  """Guesses IN for the k+ top scores and OUT for the k- bottom ones (fixed in advance); bounds eps.
 
   Examples:
     >>> inc = np.arange(100) % 2 == 0
@@ -322,7 +322,7 @@ def top_precision(sigma: float, fraction: float) -> float:
 
 @_validate.names_extreme_arguments
 def expected_correct(sigma: float, num_canaries: int, num_guesses: int) -> int:
-  """The paper protocol's count ceil(c' `top_precision`(sigma, c' / (2 m))), c' = num_guesses even in [2, m].
+  """The paper protocol's count ceil(c' `top_precision`(sigma, c'/(2 m))), c' even in [2, m].
 
   Examples:
     >>> expected_correct(1.0, 1000, 1000)           # top / bottom halves: Phi(1 / 2)

@@ -71,7 +71,7 @@ _SIGMA_STEPS_PER_OCTAVE = 256          # the grid 1/sigma = 2^(k/256) searched b
 
 
 def _profile_inverse_blowup(eps_PxJ, delta_PxJ):
-  """x -> max_j of the (eps_j, delta_j)-DP inverse blow-ups, per row P: f >= max_j f_{eps_j, delta_j}
+  """x -> max_j of the (eps_j, delta_j)-DP inverse blow-ups per row P: f >= max_j f_{eps_j, delta_j}
   (Dong, Roth & Su 2019, Prop. 2.12), the curve of `dpjax.tradeoff.pld_tpr_bound`.
   """
   e = np.asarray(eps_PxJ, np.float64)

@@ -228,7 +228,7 @@ def crafted_pair(num_teachers: int, num_queries: int, num_classes: int = 2
 
 def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
                     sigma_threshold: Optional[float] = None, orders=None) -> float:
-  """Data-independent eps of Q answers: RDP Q (alpha / sigma^2 + alpha / (2 sigma_t^2)) by `pate.epsilon`.
+  """Data-independent eps of Q answers: RDP Q (alpha/sigma^2 + alpha/(2 sigma_t^2)), `pate.epsilon`.
 
   Examples:
     >>> from dpjax.accounting import rdp
@@ -248,7 +248,7 @@ def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
 @_validate.names_extreme_arguments
 def calibrate_sigma(target_epsilon: float, num_queries: int, *, delta: float,
                     threshold_ratio: Optional[float] = None, orders=None) -> float:
-  """The sigma whose `claimed_epsilon` is target_epsilon (rtol 1e-9, never above); sigma_t = ratio sigma.
+  """sigma with `claimed_epsilon` = target_epsilon (rtol 1e-9, not above); sigma_t = ratio sigma.
 
   Examples:
     >>> s = calibrate_sigma(2.0, 10, delta=1e-5)

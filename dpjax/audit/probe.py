@@ -156,7 +156,7 @@ def _observe(u):
 
 
 def _train_case(key, case: Case, noise_multiplier: float, in_M, *, noise_coords: int, delta: float):
-  """(observations float64[M, T, 3] = (u_t[0], u_t[1], ||u_t[2:]||^2), final w float64[M, F], config).
+  """(obs float64[M, T, 3] = (u_t[0], u_t[1], ||u_t[2:]||^2), final w float64[M, F], config).
 
   floored_expected_batch with own_size trains IN from fold_in(key, 0) and OUT from fold_in(key, 1)
   with their own divisors; every other case trains all models from fold_in(key, 0).

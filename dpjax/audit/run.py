@@ -240,7 +240,7 @@ def chunk_key(key_train, si: int, c: int):
 
 
 def chunk_identities(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]) -> dict:
-  """{chunk name: identity (setting, chunk, models, key)}, stored with each chunk and verified on read."""
+  """{chunk name: identity (setting, chunk, models, key)}, stored with it, verified on read."""
   names, bounds = chunk_names(spec, setting_list)
   return {n: {"setting": dataclasses.asdict(setting_list[si]), "chunk": c,
               "models": list(bounds[c]),

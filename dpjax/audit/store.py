@@ -40,7 +40,7 @@ _ON_INVALID = ("recompute", "refuse")
 
 
 class StoreError(ValueError):
-  """A store that cannot be used as asked (corrupt or foreign file, unwritable directory, full disk)."""
+  """A store unusable as asked (corrupt or foreign file, unwritable directory, full disk)."""
 
 
 class InvalidChunkWarning(UserWarning):
@@ -64,7 +64,7 @@ def _checksum(arrays: Mapping[str, np.ndarray]) -> str:
 
 
 def canonical(x: Any) -> Any:
-  """x as plain JSON values (tuples as lists, NumPy as Python, non-finite floats as "inf", "-inf", "nan").
+  """x as plain JSON values (tuples as lists, NumPy as Python, non-finite as "inf", "-inf", "nan").
 
   Examples:
     >>> canonical({"a": (1, np.float32(0.5)), "b": float("inf")})
@@ -193,7 +193,8 @@ class ChunkStore:
     return sorted(fn[:-len(_SUFFIX)] for fn in os.listdir(self._dir) if fn.endswith(_SUFFIX))
 
   def save(self, name: str, *, identity: Optional[Mapping] = None, **arrays) -> None:
-    """Writes chunk `name` atomically with its `identity` (names "__identity__", "__checksum__" reserved)."""
+    """Writes chunk `name` atomically with its `identity` (names "__identity__", "__checksum__"
+    reserved)."""
     if not arrays:
       raise ValueError("save needs at least one array")
     path = self.path(name)

@@ -104,7 +104,7 @@ def choose_threshold(scores_in_K, scores_out_K, delta: float = 0.0, confidence: 
 
 @dataclasses.dataclass(frozen=True)
 class FixedThreshold:
-  """The test "IN iff sign * score > threshold" (+-inf allowed), chosen without the scores, on all trials."""
+  """The test "IN iff sign * score > t" (+-inf ok), t chosen without the scores, on all trials."""
   threshold: float
   sign: int = 1
 
@@ -135,7 +135,7 @@ class SplitThreshold:
 
   def bound(self, scores_in_K, scores_out_K, *, delta: float = 0.0,
             confidence: float = 0.95) -> ThresholdBound:
-    """eps lower bound: threshold from the first halves (>= 2 trials per side), counts from the second.
+    """eps lower bound: threshold from the first halves (>= 2 trials a side), counts from the rest.
 
     Examples:
       >>> x = np.tile(np.arange(20.0), 2)                  # both halves alike
@@ -225,7 +225,7 @@ class BootstrapSpread:
 
 def bootstrap_spread(result: ThresholdBound, rng: np.random.Generator,
                      num_replicates: int = 400) -> BootstrapSpread:
-  """Spread of a bound when its error counts are redrawn at their observed rates (R >= 2 replicates).
+  """Spread of a bound when its error counts are redrawn at their observed rates (R >= 2).
 
   FP* ~ Binomial(negatives, FP / negatives), FN* likewise, threshold fixed: the noise for
   comparing two bounds, NOT a confidence interval.

@@ -81,7 +81,7 @@ def _as_base(base) -> clipping_lib.ClippingPath:
 
 @functools.lru_cache(maxsize=16)
 def clip_batch_mean(base: clipping_lib.ClippingPath) -> clipping_lib.ClippingPath:
-  """Clipping of the batch-MEAN gradient (4a): b clip(mean, C), sensitivity not C; memoised per base."""
+  """Clipping of the batch-MEAN gradient (4a): b clip(mean, C), sensitivity not C; memoised."""
   base = _as_base(base)
 
   def fn(params, x_BxF, y_B, weights_B, l2_clip_norm):

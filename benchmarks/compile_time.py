@@ -52,8 +52,7 @@ def _nonprivate(model, num_steps: int, batch: int, lr: float):
       p, s = carry
       start = (t * batch) % (x.shape[0] - batch + 1)
       idx = jax.lax.dynamic_slice_in_dim(perm, start, batch)
-      g = jax.grad(lambda w: jnp.mean(models.loss_from_logits(model.apply(w, x[idx]),
-                                                              y[idx])))(p)
+      g = jax.grad(lambda w: jnp.mean(models.loss_from_logits(model.apply(w, x[idx]), y[idx])))(p)
       u, s = opt.update(g, s, p)
       return (optax.apply_updates(p, u), s), None
     return jax.lax.scan(step, (params, opt.init(params)),
@@ -95,8 +94,7 @@ def _programs(workload: str):
   one = _nonprivate(model, dpsgd_bench.T, round(dpsgd_bench.Q * n), dpsgd_bench.LR)
   train = jax.vmap(one, in_axes=(0, 0, None, None))
   params = jax.vmap(model.init)(jax.random.split(jax.random.key(0), m))
-  return {"dp": dp, "nonprivate": (train, (params, jax.random.split(jax.random.key(2), m),
-                                           x, y))}
+  return {"dp": dp, "nonprivate": (train, (params, jax.random.split(jax.random.key(2), m), x, y))}
 
 
 def _ops(text: str) -> int:

@@ -220,8 +220,7 @@ def measure_workload(name: str, steps: int, repeats: int, naive_steps: int, torc
   num_steps = {k: steps for k in runs}
   runs["naive"] = _jax_runners(kind, kwargs, num_features, naive_steps)["naive"]
   num_steps["naive"] = naive_steps
-  for k, run in _opacus_runners(kind, kwargs, num_features, image_shape, torch_steps,
-                                log).items():
+  for k, run in _opacus_runners(kind, kwargs, num_features, image_shape, torch_steps, log).items():
     runs[k] = run
     num_steps[k] = torch_steps
   rates = _best_rates(runs, num_steps, repeats)

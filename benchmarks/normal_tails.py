@@ -68,8 +68,7 @@ class _BodyOnlyPrivatizer:
       ks = prng.split(prng.fold_in(state.key, state.count), len(leaves))
       out = [l + noise_stddev * _body_only_normal(kk, l.shape).astype(l.dtype)
              for kk, l in zip(ks, leaves)]
-      return (jax.tree.unflatten(treedef, out),
-              GaussianPrivatizerState(state.key, state.count + 1))
+      return (jax.tree.unflatten(treedef, out), GaussianPrivatizerState(state.key, state.count + 1))
     return optax.chain(optax.GradientTransformation(init_fn, update_fn),
                        optax.scale(1.0 / expected_batch_size))
 

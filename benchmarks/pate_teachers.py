@@ -98,8 +98,7 @@ def main(argv):
   del argv
   teachers = report.model_counts(_TEACHERS.value, "teachers")
   if _LOOP.value < 1 or _REPEATS.value < 1 or _PER_TEACHER.value < 1:
-    raise app.UsageError("--loop_teachers, --repeats and --per_teacher must be >= 1",
-                         exitcode=2)
+    raise app.UsageError("--loop_teachers, --repeats and --per_teacher must be >= 1", exitcode=2)
   report.write("pate_teachers", measure(teachers, _PER_TEACHER.value, _LOOP.value,
                                         _REPEATS.value), _JSON.value)
 

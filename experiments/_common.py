@@ -195,8 +195,7 @@ def _check_bounds(cfg, name: str, spec: str, is_int: bool) -> None:
     check_range(cfg, name, low=float(spec[2:]))
   else:
     low, high = (float(v) for v in spec[1:-1].split(","))
-    check_range(cfg, name, low=low, high=high, open_low=spec[0] == "(",
-                open_high=spec[-1] == ")")
+    check_range(cfg, name, low=low, high=high, open_low=spec[0] == "(", open_high=spec[-1] == ")")
 
 
 # Seeds are int32-safe: experiments derive per-part seeds and keys from them.
@@ -296,8 +295,7 @@ def define_flags(config_cls) -> dict:
     elif t is float:
       holders[f.name] = flags.DEFINE_float(f.name, default, help_text)
     elif t is str and f.metadata.get("choices"):
-      holders[f.name] = flags.DEFINE_enum(f.name, default, list(f.metadata["choices"]),
-                                          help_text)
+      holders[f.name] = flags.DEFINE_enum(f.name, default, list(f.metadata["choices"]), help_text)
     elif t is str:
       holders[f.name] = flags.DEFINE_string(f.name, default, help_text)
     else:
@@ -388,8 +386,7 @@ def app_run(name: str, config_cls, run_fn: Callable,
       given = [f for f in holders if f in flags.FLAGS and flags.FLAGS[f].present]
       if not given:
         raise                  # the defaults must run: anything else is a bug, traced
-      shown = " ".join(f"--{f}={flags.FLAGS[f].serialize().split('=', 1)[-1]}"
-                       for f in given)
+      shown = " ".join(f"--{f}={flags.FLAGS[f].serialize().split('=', 1)[-1]}" for f in given)
       sys.stderr.write(f"FATAL Flags parsing error: {_flag_error(e, holders)} (a value the "
                        f"run cannot use; flags given: {shown}; --helpshort lists the "
                        "flags)\n")

@@ -267,8 +267,7 @@ def _summary(record: dict) -> str:
   return " ".join(parts)
 
 
-def run(cfg: AccountingConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: AccountingConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs demos (a)-(c); writes results.json and the figure; returns `_common.finish`'s dict."""
   ks, qs, steps = list(cfg.ks), list(cfg.demo3_qs), list(cfg.demo3_steps)
   delta, use_pld = cfg.total_delta, cfg.with_pld

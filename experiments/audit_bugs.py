@@ -67,8 +67,7 @@ class AuditBugsConfig(_common.ExperimentConfig):
     _common.check_int(self, "trials", minimum=4)
     _common.check_int(self, "noise_coords")
     _common.check_positive(self, "epsilons")
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
 
 
 def _fmt_true(row) -> str:
@@ -133,8 +132,7 @@ def _figure(out_dir: str, rows: list[dict], epsilons) -> str:
   return fn
 
 
-def run(cfg: AuditBugsConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: AuditBugsConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Audits the selected cases at each eps, writes the figure; returns `_common.finish`'s dict."""
   key = jax.random.key(cfg.seed)
   rows = []

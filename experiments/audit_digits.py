@@ -65,8 +65,7 @@ class AuditDigitsConfig(_common.ExperimentConfig):
     _common.check_int(self, "mlp_hidden")
     _common.check_int(self, "cnn_channels")
     _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
 
 
 def _model(cfg: AuditDigitsConfig) -> models.Model:
@@ -129,8 +128,7 @@ def run(cfg: AuditDigitsConfig, out_dir: str, *, progress: bool = True,
     for side, audit in (("white_box", a.white_box), ("black_box", a.black_box)):
       row[side]["epsilon_lower"] = audit.epsilon_lower()
       row[side]["ceiling"] = audit.ceiling("clopper_pearson")
-    row["white_box"]["optimal_expected"] = _optimal_expected(a.white_box, a.config,
-                                                             cfg.confidence)
+    row["white_box"]["optimal_expected"] = _optimal_expected(a.white_box, a.config, cfg.confidence)
     row["all_below_exact"] = bool(all(
         v <= a.exact_epsilon for side in ("white_box", "black_box")
         for v in row[side]["epsilon_lower"].values()))

@@ -51,8 +51,7 @@ class AuditGuardConfig(_common.ExperimentConfig):
     _common.check_int(self, "runs", minimum=2)
     _common.check_int(self, "canaries")
     _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
 
 
 def _plot(out_dir: str, rows: list) -> str:
@@ -73,8 +72,7 @@ def _plot(out_dir: str, rows: list) -> str:
   return name
 
 
-def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs the guard on the engine and on each regression; returns `_common.finish`'s dict."""
   claim = dpsgd.DpSgdConfig(dataset_size=1024, sampling_prob=cfg.sampling_prob,
                             num_steps=cfg.steps, l2_clip_norm=1.0,
@@ -91,8 +89,7 @@ def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True,
         warnings.simplefilter("ignore", variants.FaultyDpSgdWarning)
         c = guard.check_claim(key, claim, variant=name, **kw)
       true_eps = variants.exact_epsilon(name, claim)
-    rows.append({"engine": name, "true_epsilon": true_eps, "delta": cfg.delta,
-                 **c.to_json()})
+    rows.append({"engine": name, "true_epsilon": true_eps, "delta": cfg.delta, **c.to_json()})
   sigma = float(claim.noise_multiplier)
   table = _common.Table(
       title=f"The engine's guard (claimed ε = {rows[0]['claimed_epsilon']:.3g}, exact "

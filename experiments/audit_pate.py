@@ -85,8 +85,7 @@ class AuditPateConfig(_common.ExperimentConfig):
     _common.check_range(self, "broken_noise", low=0, high=1, open_low=True, open_high=True)
     if not self.broken_noise:
       raise ValueError("broken_noise must name at least one noise fraction")
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
 
 
 def _features(x_raw, scaler) -> np.ndarray:
@@ -189,8 +188,7 @@ def _plot(out_dir: str, rows: list, eps: tuple, brokens: list) -> str:
   return name
 
 
-def run(cfg: AuditPateConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: AuditPateConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Trains the teachers and audits every setting; returns `_common.finish`'s dict."""
   key_teachers, key_audit = jax.random.split(jax.random.key(cfg.seed))
   trained = _teachers(cfg, key_teachers)

@@ -178,8 +178,7 @@ class AuditScoresConfig(_common.ExperimentConfig):
 
   def __post_init__(self):
     super().__post_init__()
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
     if self.claimed_epsilon is not None:
       _common.check_range(self, "claimed_epsilon", low=0)
     if self.threshold is not None and not (
@@ -197,8 +196,7 @@ class AuditScoresConfig(_common.ExperimentConfig):
 def _demo_scores(cfg: AuditScoresConfig) -> tuple[np.ndarray, np.ndarray]:
   """The Gaussian mechanism of sensitivity mu and unit noise: N(mu, 1) IN, N(0, 1) OUT."""
   rng = np.random.default_rng(cfg.seed)
-  return (rng.normal(cfg.demo_mu, 1.0, cfg.demo_trials),
-          rng.normal(0.0, 1.0, cfg.demo_trials))
+  return (rng.normal(cfg.demo_mu, 1.0, cfg.demo_trials), rng.normal(0.0, 1.0, cfg.demo_trials))
 
 
 def _figure(out_dir, band, claimed, delta, mu, title) -> str:
@@ -206,8 +204,7 @@ def _figure(out_dir, band, claimed, delta, mu, title) -> str:
     for ax, log in zip(axes, (True, False)):
       roc.plot_roc_band(ax, band, epsilon=claimed, delta=delta if claimed is not None else 0.0,
                         mu=mu, log_scale=log, label="scores")
-      ax.set_title(("low-FPR region (log-log)" if log else "whole ROC") + f": {title}",
-                   fontsize=9)
+      ax.set_title(("low-FPR region (log-log)" if log else "whole ROC") + f": {title}", fontsize=9)
   return "roc.png"
 
 
@@ -274,8 +271,7 @@ def run(cfg: AuditScoresConfig, out_dir: str, *, progress: bool = True,
            "may be compared with the claim. Rows valid only for mu-GDP mechanisms assume a "
            "Gaussian trade-off curve.")]
   mu = cfg.demo_mu if demo else None
-  figures = [_figure(out_dir, band, claimed, cfg.delta, mu,
-                     f"{s_in.size} IN / {s_out.size} OUT")]
+  figures = [_figure(out_dir, band, claimed, cfg.delta, mu, f"{s_in.size} IN / {s_out.size} OUT")]
   verdict = "FALSIFIED" if record["falsified"] else "not falsified"
   claim_text = ("no eps claimed" if claimed is None else
                 f"claimed eps {claimed:.3g} {verdict} (best valid bound "

@@ -56,8 +56,7 @@ class DpsgdExperimentConfig(_common.ExperimentConfig):
   clip_seeds: int = _common.option(10, "Training seeds per C (demo 3).", bounds=">=2")
   test_size: int = _common.option(20_000, "People in the test sample.", bounds=">=1")
   anatomy_draws: int = _common.option(500, "Noisy steps drawn in demo 1.", bounds=">=1")
-  epsilons: tuple[float, ...] = _common.option(EPSILONS, "Demo 2: target epsilons.",
-                                               bounds=">0")
+  epsilons: tuple[float, ...] = _common.option(EPSILONS, "Demo 2: target epsilons.", bounds=">0")
   clip_norms: tuple[float, ...] = _common.option(CLIP_NORMS, "Demo 3: clipping norms C.")
   batches: tuple[int, ...] = _common.option(BATCHES, "Demo 4a: expected batch sizes B.",
                                             bounds=">=1")
@@ -227,8 +226,7 @@ def demo_clip(key, data, seeds, eps=2.0, clip_norms=CLIP_NORMS, progress=True):
   return res, table
 
 
-def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS,
-               progress=True):
+def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS, progress=True):
   d = data["cubic"]
   n = d["x"].shape[0]
   res = {"epochs": {}, "steps": {}}
@@ -292,8 +290,7 @@ def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
   data = _datasets(k_data, cfg.test_size)
   anat, t_anat = demo_anatomy(k_anat, data, cfg.anatomy_draws)
   cost, t_cost = demo_cost(k_cost, data, cfg.seeds, epsilons, progress)
-  clip, t_clip = demo_clip(k_clip, data, cfg.clip_seeds, clip_norms=clip_norms,
-                           progress=progress)
+  clip, t_clip = demo_clip(k_clip, data, cfg.clip_seeds, clip_norms=clip_norms, progress=progress)
   batch, (t_b1, t_b2) = demo_batch(k_batch, data, cfg.seeds, cfg.batches, cfg.fixed_step_qs,
                                    progress)
   results = {"anatomy": anat, "cost": cost, "clip": clip, "batch": batch,

@@ -69,11 +69,9 @@ class FpAttacksConfig(_common.ExperimentConfig):
   num_steps: int = _opt(30, "DP-SGD steps T.", bounds=">=1")
   defended: bool = _opt(True, "Also attack the defended mechanisms (table c).")
   delta: float = _opt(1e-5, "delta of the DP-SGD claims.", flag=False, bounds="(0,1)")
-  confidence: float = _opt(0.95, "Confidence of every eps lower bound.", flag=False,
-                           bounds="(0,1)")
+  confidence: float = _opt(0.95, "Confidence of every eps lower bound.", flag=False, bounds="(0,1)")
   num_records: int = _opt(40, "Records of the synthetic training set.", flag=False, bounds=">=1")
-  num_features: int = _opt(4, "Features besides the canary's unused one.", flag=False,
-                           bounds=">=1")
+  num_features: int = _opt(4, "Features besides the canary's unused one.", flag=False, bounds=">=1")
 
 
 # ----------------------------------------------------------------------------------
@@ -287,8 +285,7 @@ def _tables(record, cfg):
   return tables
 
 
-def run(cfg: FpAttacksConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: FpAttacksConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs the three attacks, writes results.json, prints the tables; `_common.finish`'s dict."""
   del progress   # no loop long enough for a bar
   k_lap, k_def_lap, k_data, k_dp, k_def_dp = jax.random.split(jax.random.key(cfg.seed), 5)

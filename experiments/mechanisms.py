@@ -173,8 +173,7 @@ def demo_count_noise(key, cfg: MechanismsConfig) -> tuple[dict, list]:
 # ----------------------------------------------------------------------------------
 # Demo 2(b): the clip bound of a private mean.
 
-def demo_clip_bound(key, people: credit.CreditData,
-                    cfg: MechanismsConfig) -> tuple[dict, list]:
+def demo_clip_bound(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict, list]:
   income = np.asarray(people.x_NxF[:, 0], np.float64)
   n, eps = cfg.income_people, cfg.income_epsilon
   true_mean, true_max = float(income.mean()), float(income.max())
@@ -361,8 +360,7 @@ def _plot(out_dir: str, results: dict) -> list[str]:
     ax = axes[1]
     ax.plot(em_curves["thresholds"], em_curves["private_accuracy"], marker=".",
             label="accuracy on the 500 private applicants")
-    ax.plot(em_curves["thresholds"], em_curves["test_accuracy"], marker=".",
-            label="test accuracy")
+    ax.plot(em_curves["thresholds"], em_curves["test_accuracy"], marker=".", label="test accuracy")
     for r in em["per_epsilon"]:
       ax.axhline(r["test_accuracy"], ls="--", lw=0.8,
                  color=plt.cm.plasma(0.15 + 0.2 * em["per_epsilon"].index(r)),
@@ -372,8 +370,7 @@ def _plot(out_dir: str, results: dict) -> list[str]:
   return ["mechanisms.png"]
 
 
-def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs the four demos; writes results.json and the figure; returns `_common.finish`'s dict."""
   k_world, k_rr, k_count, k_clip, k_pp, k_em = jax.random.split(jax.random.key(cfg.seed), 6)
   # One draw of the credit world, cut into disjoint groups of i.i.d. applicants (one

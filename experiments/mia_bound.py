@@ -149,8 +149,7 @@ def _plot(out_dir: str, record: dict) -> str:
   return name
 
 
-def run(cfg: MiaBoundConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: MiaBoundConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Computes the bound tables, closed forms and MC checks; returns `_common.finish`'s dict."""
   epsilons = [float(e) for e in cfg.epsilons]
   delta, fpr, mc_samples = cfg.delta, cfg.fpr, cfg.mc_samples

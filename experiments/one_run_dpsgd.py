@@ -89,8 +89,7 @@ class OneRunDpsgdConfig(_common.ExperimentConfig):
     _common.check_int(self, "steps")
     _common.check_int(self, "mlp_hidden")
     _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
 
 
 def _plot(out_dir: str, rows: list) -> str:
@@ -100,8 +99,7 @@ def _plot(out_dir: str, rows: list) -> str:
     ax.plot(eps, [r["exact_epsilon"] for r in rows], "k-s", label="exact ε (PLD)")
     for m, color, style in zip(METHODS, ("C0", "C1", "C2"), ("-o", "-^", "-D")):
       ax.plot(eps, [r["epsilon_lower"][m] for r in rows], style, color=color, label=TITLES[m])
-      ax.plot(eps, [r["maximum"][m] for r in rows], ":", color=color,
-              label=f"{TITLES[m]}: maximum")
+      ax.plot(eps, [r["maximum"][m] for r in rows], ":", color=color, label=f"{TITLES[m]}: maximum")
     _plots.epsilon_axes(ax, xlabel="target ε", title="White-box audit of DP-SGD in one run")
   return name
 
@@ -142,10 +140,8 @@ def run(cfg: OneRunDpsgdConfig, out_dir: str, *, progress: bool = True,
                            "num_correct": v.details["num_correct"]}
                        for k, v in wb.bounds.items()},
            "paper": PAPER.get(float(e))}
-    row["all_below_exact"] = bool(all(v <= a.exact_epsilon
-                                      for v in row["epsilon_lower"].values()))
-    row["repeats"] = _repeats(cfg, jax.random.fold_in(key_audit, i), train_cfg, model, data,
-                              wb)
+    row["all_below_exact"] = bool(all(v <= a.exact_epsilon for v in row["epsilon_lower"].values()))
+    row["repeats"] = _repeats(cfg, jax.random.fold_in(key_audit, i), train_cfg, model, data, wb)
     rows.append(row)
   table_rows = [[r["target_epsilon"], r["noise_multiplier"], r["claimed_epsilon"],
                  r["exact_epsilon"]]

@@ -99,8 +99,7 @@ def _plot(out_dir: str, rows: list, sigmas: list) -> str:
   return name
 
 
-def run(cfg: OneRunFdpConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: OneRunFdpConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Audits each sigma `repeats` times by the three analyses; writes results.json + figure.
 
   Returns:

@@ -49,12 +49,10 @@ _NUM_TRAIN = digits.NUM_EXAMPLES - int(round(_TEST_FRACTION * digits.NUM_EXAMPLE
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PateConfig(_common.ExperimentConfig):
   """The (k, Q) grid, the aggregators and DP-SGD (defaults = the module docstring)."""
-  teachers: tuple[int, ...] = _common.option((10, 50, 100), "Numbers of teachers k.",
-                                             bounds=">=1")
+  teachers: tuple[int, ...] = _common.option((10, 50, 100), "Numbers of teachers k.", bounds=">=1")
   queries: tuple[int, ...] = _common.option((100, 500), "Numbers of student queries Q.",
                                             bounds=">=1")
-  public: int = _common.option(500, "Size of the public unlabeled pool (>= max Q).",
-                               bounds=">=1")
+  public: int = _common.option(500, "Size of the public unlabeled pool (>= max Q).", bounds=">=1")
   sigma_per_teacher: float = _common.option(0.2, "GNMax sigma = this * k.", bounds=">0")
   delta: float = _common.option(1e-5, "Target delta.", bounds="(0,1)")
   dpsgd_seeds: int = _common.option(4, "DP-SGD seeds trained together.", bounds=">=1")
@@ -62,8 +60,7 @@ class PateConfig(_common.ExperimentConfig):
   dpsgd_epochs: int = _common.option(20, "DP-SGD epochs.", bounds=">=1")
   confident_threshold: float = _common.option(
       0.6, "Confident-GNMax threshold / k (0 = GNMax only).", bounds=">=0")
-  confident_sigma_threshold: float = _common.option(0.3, "Threshold-check sigma / k.",
-                                                    bounds=">0")
+  confident_sigma_threshold: float = _common.option(0.3, "Threshold-check sigma / k.", bounds=">0")
   confident_sigma: float = _common.option(0.1, "Confident-GNMax answer sigma / k.", bounds=">0")
 
   def __post_init__(self):

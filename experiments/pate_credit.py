@@ -102,8 +102,7 @@ def _students(key, model, x_pub, labels_GxQ, mask_GxQ, steps):
   return params, empty
 
 
-def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Teachers at scale, PATE (GNMax, Confident-GNMax) vs DP-SGD; `_common.finish`'s dict."""
   os.makedirs(out_dir, exist_ok=True)
   k, per, n_pub, n_test = cfg.teachers, cfg.per_teacher, cfg.public, cfg.test
@@ -210,8 +209,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
     best = max((i for i, c in enumerate(gn_cells) if c[0] == eps),
                key=lambda i: (gn_acc[i], -gn_cells[i][1]))
     _, qn, sig = gn_cells[best]
-    lab = np.asarray(pate.gnmax(jax.random.fold_in(jax.random.fold_in(k_agg, 0), e_i), votes,
-                                sig))
+    lab = np.asarray(pate.gnmax(jax.random.fold_in(jax.random.fold_in(k_agg, 0), e_i), votes, sig))
     mask = np.arange(n_pub) < qn
     rows.append((eps, "GNMax", setting(qn, None, None, sig, float(gn_acc[best]), eps),
                  np.where(mask, lab, 0), mask, None))
@@ -312,8 +310,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
       "non_private_accuracy": float(accuracies(ref, x_test, y_test)[0]),
       "teacher_accuracy_mean": float(teacher_acc.mean()),
       "teacher_accuracy_range": [float(teacher_acc.min()), float(teacher_acc.max())],
-      "ensemble_accuracy": float(np.mean(votes_of(params, x_test).argmax(1)
-                                         == np.asarray(y_test))),
+      "ensemble_accuracy": float(np.mean(votes_of(params, x_test).argmax(1) == np.asarray(y_test))),
       "plurality_share_public": float(np.mean(votes.max(1) / k)),
       "unanimous_fraction_public": float(np.mean(votes.max(1) == k)),
       "proxy_plurality_share_public": float(np.mean(prox_votes.max(1) / k)),

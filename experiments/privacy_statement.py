@@ -43,8 +43,7 @@ class PrivacyStatementConfig(_common.ExperimentConfig):
 def _tradeoff_curve(st: statement.PrivacyStatement) -> dict:
   """The largest TPR at 60 FPRs: from the PLD's delta(eps) curve, and the CLT's."""
   fpr = np.logspace(-4, 0, 60)
-  h = min([r.pld_value_discretization for r in st.rows if r.pld_value_discretization > 0]
-          + [1e-3])
+  h = min([r.pld_value_discretization for r in st.rows if r.pld_value_discretization > 0] + [1e-3])
   composed = pld.gaussian_pld(st.noise_multiplier, st.sampling_prob,
                               value_discretization=h).self_compose(st.num_steps)
   e_max = 2.0 * max(r.pld_epsilon for r in st.rows) + 1.0

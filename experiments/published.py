@@ -85,8 +85,7 @@ def _dp_accounting_eps(q, sigma, t, delta, kind):
   import dp_accounting  # pylint: disable=import-outside-toplevel
   event = dp_accounting.SelfComposedDpEvent(
       dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), t)
-  acct = (dp_accounting.rdp.RdpAccountant() if kind == "rdp"
-          else dp_accounting.pld.PLDAccountant())
+  acct = (dp_accounting.rdp.RdpAccountant() if kind == "rdp" else dp_accounting.pld.PLDAccountant())
   return float(acct.compose(event).get_epsilon(delta))
 
 
@@ -119,8 +118,7 @@ def _explain(r: dict) -> str:
   return ""
 
 
-def run(cfg: PublishedConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: PublishedConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Evaluates every accountant on every selected row; returns `_common.finish`'s dict."""
   rows = [r for r in load_rows() if not cfg.ids or r["id"] in cfg.ids]
   use_pld, use_dp_pld = cfg.ours_pld, cfg.dp_pld
@@ -167,8 +165,7 @@ def run(cfg: PublishedConfig, out_dir: str, *, progress: bool = True,
       rows=table_rows, digits=4, note=note)
   record = {"rows": out, "pld_note": pld_note}
   summary = _summary(out)
-  return _common.finish(cfg, out_dir, NAME, record, tables=[table],
-                        summary=summary, quiet=quiet)
+  return _common.finish(cfg, out_dir, NAME, record, tables=[table], summary=summary, quiet=quiet)
 
 
 def _summary(rows: list[dict]) -> str:

@@ -63,8 +63,7 @@ def _scores(stats, data, train, test, rank: int) -> tuple[float, float]:
   pred = recommender.predict(stats, data.user_R[train], data.item_R[train],
                              data.rating_R[train], data.user_R[test], data.item_R[test],
                              rank=rank)
-  return (recommender.rmse(pred, data.rating_R[test]),
-          recommender.rmse(pred, data.true_R[test]))
+  return (recommender.rmse(pred, data.rating_R[test]), recommender.rmse(pred, data.true_R[test]))
 
 
 def run(cfg: RecommenderConfig, out_dir: str, *, progress: bool = True,

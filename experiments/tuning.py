@@ -62,10 +62,8 @@ LECTURE = {
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TuningConfig(_common.ExperimentConfig):
   """The tuning comparison's settings."""
-  epsilon: float = _common.option(2.0, "Total eps of every method (delta = 1e-5).",
-                                  bounds=">0")
-  seeds: int = _common.option(3, "Independent repetitions of each tuning procedure.",
-                              bounds=">=1")
+  epsilon: float = _common.option(2.0, "Total eps of every method (delta = 1e-5).", bounds=">0")
+  seeds: int = _common.option(3, "Independent repetitions of each tuning procedure.", bounds=">=1")
   train_size: int = _common.option(4000, "People in the private training split.", bounds=">=1")
   val_size: int = _common.option(1000, "People in the private validation split.", bounds=">=1")
   test_size: int = _common.option(10_000, "People in the test sample.", bounds=">=1")
@@ -138,8 +136,7 @@ def run(cfg: TuningConfig, out_dir: str, *, progress: bool = True, quiet: bool =
   sizes = (_PUBLIC, cfg.train_size, cfg.val_size, cfg.test_size)
   world = credit.sample(k_data, sum(sizes))
   cuts = np.cumsum((0,) + sizes)
-  pub, tr, va, te = (jax.tree.map(lambda a, i=i: a[cuts[i]:cuts[i + 1]], world)
-                     for i in range(4))
+  pub, tr, va, te = (jax.tree.map(lambda a, i=i: a[cuts[i]:cuts[i + 1]], world) for i in range(4))
   scaler = credit.PublicScaler.fit(pub.x_NxF)
   x, y = credit.linear_features(tr.x_NxF, scaler), tr.y_N
   x_val, y_val = np.asarray(credit.linear_features(va.x_NxF, scaler)), np.asarray(va.y_N)

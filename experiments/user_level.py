@@ -51,8 +51,7 @@ class UserLevelConfig(_common.ExperimentConfig):
   delta: float = _opt(1e-5, "delta of every guarantee.", bounds="(0,1)")
   num_customers: int = _opt(2000, "Customers in the training world (part a).", bounds=">=10")
   test_customers: int = _opt(2000, "Customers in the test world (part a).", bounds=">=10")
-  sampling_prob: float = _opt(0.05, "q per loan (example) or per customer (user).",
-                              bounds="(0,1]")
+  sampling_prob: float = _opt(0.05, "q per loan (example) or per customer (user).", bounds="(0,1]")
   num_steps: int = _opt(200, "DP-SGD steps T (part a).", bounds=">=1")
   l2_clip_norm: float = _opt(1.0, "C.", bounds=">0")
   learning_rate: float = _opt(1.0, "SGD learning rate.", bounds=">0")
@@ -66,8 +65,7 @@ class UserLevelConfig(_common.ExperimentConfig):
   audit_models: int = _opt(1000, "Models per side (canary in / out) per unit.", bounds=">=4")
   audit_sampling_prob: float = _opt(0.1, "q of the audited trainings.", bounds="(0,1]")
   audit_steps: int = _opt(100, "T of the audited trainings.", bounds=">=1")
-  audit_learning_rate: float = _opt(0.1, "Learning rate of the audited trainings.",
-                                    bounds=">0")
+  audit_learning_rate: float = _opt(0.1, "Learning rate of the audited trainings.", bounds=">0")
   confidence: float = _opt(0.95, "Confidence of the audit lower bounds.", bounds="(0,1)")
 
 
@@ -188,8 +186,7 @@ def _plot(out_dir: str, audit: dict, cfg: UserLevelConfig) -> str:
   return name
 
 
-def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs parts (a) and (b), writes the audit figure; returns `_common.finish`'s dict."""
   del progress  # two trainings per part, each one compiled program
   k_acc, k_audit = jax.random.split(jax.random.key(cfg.seed))

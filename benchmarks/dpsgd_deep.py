@@ -3,24 +3,14 @@
     .venv/bin/python -m benchmarks.dpsgd_deep --json /tmp/deep.json   (also part of benchmarks.dpsgd)
     .venv/bin/python -m benchmarks.dpsgd_deep --quick          # ~1 minute, fewer steps
 
-Workloads (B = 256, 10-class cross-entropy, SGD): mlp `models.mlp(64, (256, 256), 10)`,
-cnn `models.cnn((8, 8, 1), (16, 32))`, cnn28 `models.cnn((28, 28, 1), (16, 32))`. In ONE
-process, examples/second of one step on a fixed batch (best of `repeats` after a warm-up)
-for: nonprivate (jit(grad) + SGD); naive (`clipping.vmap.clipped_grad_sum`); ghost
-(`clipping.ghost.clipped_sum_fn`); generic (`clipping.vmap.two_pass_clipped_grad_sum`);
-opacus_hooks / opacus_ghost (torch CPU, skipped when unavailable, at the better of 1
-thread and torch's default). The JAX DP steps add noise with `privatizer.dp_aggregate`
-and divide by the fixed B. Profile rates: `profile_forward`, `profile_ghost_sum`,
-`profile_noise_update`.
-
-Keys (flat, dotted): `<w>.<method>_ex_per_s` for every rate, and
-  `mlp.speedup_vs_opacus`     ghost rate / best Opacus rate (target >= 2);
-  `mlp.overhead_vs_nonprivate` nonprivate rate / ghost rate (target <= 1.5);
-  `cnn.overhead_vs_nonprivate`, `cnn28.overhead_vs_nonprivate` (target <= 2);
-  `cnn.ratio_vs_opacus`, `cnn28.ratio_vs_opacus` ghost rate / best Opacus rate;
-  `<w>.speedup_vs_naive`       ghost rate / naive rate;
-  `<w>.generic_overhead_vs_nonprivate` nonprivate rate / generic rate.
-Runtime: a few minutes of CPU (`--quick`: about one).
+B = 256, 10-class cross-entropy, SGD; mlp (64, 256, 256, 10), cnn 8x8 (16, 32), cnn28 28x28
+(16, 32). Examples/second of one step (best of `repeats`, one process): nonprivate; naive
+(`clipping.vmap.clipped_grad_sum`); ghost (`clipping.ghost.clipped_sum_fn`); generic
+(`clipping.vmap.two_pass_clipped_grad_sum`); opacus_hooks / opacus_ghost (torch CPU, better of 1
+and default threads). JAX DP steps add noise by `privatizer.dp_aggregate`, divide by B.
+Keys: `<w>.<method>_ex_per_s`; `mlp.speedup_vs_opacus` (target >= 2);
+`<w>.overhead_vs_nonprivate` (targets: mlp <= 1.5, cnn <= 2); `<w>.ratio_vs_opacus`,
+`<w>.speedup_vs_naive`, `<w>.generic_overhead_vs_nonprivate`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,18 @@
 """Auditing DP-SGD on the digits: black-box and white-box bounds beside the claimed and exact eps.
 
-On scikit-learn's 8x8 digits (n = 1,348 training images), sigma is calibrated for
-each --eps (RDP) and `dpjax.audit.runner.audit_dpsgd` trains --runs models, each with a
-BLACK-BOX record canary (an all-white image labelled 0; the adversary scores -loss on
-the final model) and --canaries WHITE-BOX Dirac gradient canaries (the adversary scores
-the exact likelihood ratio of every privatized update). Shown: the Clopper-Pearson
-split bound, the GDP bound (valid only if the training is mu-GDP) and the
-Bonferroni-valid best, beside the claimed eps (RDP), the exact eps (PLD) and the
-perfect-adversary ceiling. The quick default audits a short training, so the bounds
-are limited by the trial count.
+On the 8x8 digits (n = 1,348), sigma calibrated per --eps (RDP); `audit.runner.audit_dpsgd`
+trains --runs models, each with a BLACK-BOX record canary (an all-white image labelled 0, scored
+by -loss on the final model) and --canaries WHITE-BOX Dirac gradient canaries (exact likelihood
+ratio of every privatized update). Shown: the Clopper-Pearson split bound, the GDP bound (valid
+only for mu-GDP training), the Bonferroni-valid best, the claimed (RDP) and exact (PLD) eps and
+the ceiling. The quick default is limited by the trial count.
 
 Command:   python -m experiments.audit_digits               (about a minute of CPU)
            python -m experiments.audit_digits --model cnn
-Expected (defaults, seed 0): exact eps 1.72, 3.40, 6.82 (claimed 2, 4, 8); white-box
-best valid bounds about 0.06, 0.42, 1.07 (Clopper-Pearson split 0.00, 0.14, 1.33) with
-1,024 + 1,024 pooled trials (ceiling 4.93; optimal adversary's expected split bound
-0.12, 0.45, 1.13); black-box bounds 0; every bound at or below the exact eps. With
---runs 200 --canaries 100: white-box Clopper-Pearson 0.66, 1.24, 1.79 against the
-optimal adversary's expected 0.52, 1.11, 2.17.
+Expected (defaults, seed 0; claimed 2, 4, 8; exact 1.72, 3.40, 6.82): white-box best about
+0.06, 0.42, 1.07 (split 0.00, 0.14, 1.33; 1,024 + 1,024 trials, ceiling 4.93; optimal
+adversary's expected split 0.12, 0.45, 1.13); black-box 0. --runs 200 --canaries 100:
+white-box split 0.66, 1.24, 1.79 (optimal expected 0.52, 1.11, 2.17).
 
 Shape letters: R runs (models), K gradient canaries per run.
 """

@@ -1,19 +1,14 @@
 """The audit as a regression test: the engine's guard, on the engine and on its regressions.
 
-Runs `dpjax.audit.guard.check_claim` on the engine and on each of `variants.REGRESSIONS`
-(noise sigma C / 2, Poisson masks at 2q, clipping to 4C) and prints the true eps of what was
-trained (`variants.exact_epsilon`), the guard's bound, and the verdict: falsified when the
-bound exceeds the claim's exact (PLD) eps, a false alarm with probability <= 1 - confidence.
+`audit.guard.check_claim` on the engine and on each of `variants.REGRESSIONS` (sigma C / 2,
+Poisson at 2q, clipping to 4C): the true eps of what was trained (`variants.exact_epsilon`), the
+bound, and the verdict (falsified when the bound exceeds the claim's exact eps; a false alarm
+with probability <= 1 - confidence).
 
-Command:   python -m experiments.audit_guard          (about a minute of CPU, mostly
-                                                       compiling the four programs)
-Expected (defaults, seed 0: q = 1/2, T = 10, sigma = 3.72 for claimed eps = 2, exact 1.82;
-512 runs x 1,024 canaries = 262,144 IN and 262,144 OUT trials, 99% confidence): engine
-1.16 (1.11 expected), not falsified; noise_half 2.53 (true eps 4.36), sampler_twice_q 2.36
-(true 3.63), clip_four_c 5.54 (true 11.67), all falsified.
-
-No published figure exists for this construction (the nearest, Nasr et al. 2021's white-box
-Dirac gradient canaries, is reproduced by experiments/audit.py).
+Command:   python -m experiments.audit_guard          (about a minute of CPU)
+Expected (seed 0: q = 1/2, T = 10, sigma = 3.72 for claimed eps = 2, exact 1.82; 262,144 trials
+per side, 99%): engine 1.16 (1.11 expected), not falsified; noise_half 2.53 (true 4.36),
+sampler_twice_q 2.36 (true 3.63), clip_four_c 5.54 (true 11.67), all falsified.
 """
 
 from __future__ import annotations

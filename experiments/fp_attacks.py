@@ -1,19 +1,13 @@
 """Floating-point attacks on DP noise, and the defended mechanisms that stop them.
 
-Exact tests from `dpjax.attacks.floating_point`:
-
-(a) Mironov's attack (CCS 2012) on `mechanisms.laplace_mechanism(..., secure=False)`:
-    `trials` releases of x = 0 and of x' = 1; a release is "from x" when no float32
-    atom of `jax.random.laplace` reaches it from x'. TPR > 0 at FPR = 0, which no eps-DP
-    mechanism allows; the Clopper-Pearson eps lower bound exceeds the claim.
-(b) The lattice attack on DP-SGD's float32 Gaussian noise: `models` models with a
-    gradient canary and as many without; the white-box adversary flags a model IN when
-    some privatized update of the canary coordinate is impossible from the canary-free
-    sum (`floating_point.lattice_canary_flags`), beside the figures reported for this
-    attack (95.5-100 % of canary models flagged, 0 % of others, ~82 % of steps).
-(c) The defended mechanisms (`dpjax.integer_noise`): secure `laplace_mechanism` and
-    DP-SGD with `privatizer.secure_components`; outputs are grid values covered by the
-    integer noise, so `floating_point.grid_reachable` flags nothing and the bound is 0.
+Exact tests from `dpjax.attacks.floating_point`: (a) Mironov's attack (CCS 2012) on
+`mechanisms.laplace_mechanism(..., secure=False)`: a release is "from x = 0" when no float32
+atom of `jax.random.laplace` reaches it from x' = 1; TPR > 0 at FPR = 0, which no eps-DP
+mechanism allows. (b) The lattice attack on DP-SGD's float32 Gaussian noise: a model is flagged
+IN when some privatized update of the canary coordinate is impossible from the canary-free sum
+(`floating_point.lattice_canary_flags`; reported: 95.5-100 % of canary models flagged, 0 % of
+others). (c) The defended mechanisms (`dpjax.integer_noise`): secure `laplace_mechanism` and
+DP-SGD with `privatizer.secure_components`: nothing flagged, bound 0.
 
 Command:   python -m experiments.fp_attacks                 (about 35 s of CPU)
            python -m experiments.fp_attacks --models 1000 --trials 100000

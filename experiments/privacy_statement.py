@@ -1,19 +1,16 @@
 """The privacy statement of a DP-SGD run (lecture §4).
 
-Prints what a paper or a compliance review needs (`dpjax.accounting.statement`): the
-neighbouring relation and privacy unit, the sampler assumed (Poisson), eps at several
-delta by every accountant (RDP with its order, PLD with its discretisation error, the
-GDP CLT labelled approximate), delta against 1/n, the implied membership-inference
-trade-off (TPR at FPR 0.1 %, 1 %, 10 %), and disagreements beyond stated errors.
+`accounting.statement`: neighbouring relation and privacy unit, the sampler assumed (Poisson),
+eps at several delta by every accountant (RDP with its order, PLD with its discretisation error,
+GDP CLT labelled approximate), delta against 1/n, the implied membership-inference trade-off
+(TPR at FPR 0.1 %, 1 %, 10 %), and disagreements beyond stated errors.
 
 Command:   python -m experiments.privacy_statement \
                --noise_multiplier 1.1 --sampling_prob 0.0042666667 \
                --num_steps 14063 --dataset_size 60000
            (the defaults: MNIST-sized, batch 256, 60 epochs; about 5-10 s of CPU)
-Expected:  eps at delta = 1e-5: RDP 2.597 (order ~8), PLD 2.382 (± 2e-5), CLT 2.32
-           (approximate; it under-reports by ~2.4 %); delta = 1e-5 is < 1/n = 1.7e-5
-           but not << 1/n (flagged); TPR at FPR 1 % at most ~0.040.
-The lecture prints no privacy statement, so there is no lecture column.
+Expected:  eps at delta = 1e-5: RDP 2.597 (order ~8), PLD 2.382 (± 2e-5), CLT 2.32 (under by
+           ~2.4 %); delta < 1/n = 1.7e-5 but not << 1/n (flagged); TPR at FPR 1 % <= ~0.040.
 """
 
 from __future__ import annotations

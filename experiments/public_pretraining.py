@@ -1,19 +1,14 @@
 """Public pre-training, private fine-tuning: digits accuracy vs epsilon for three strategies.
 
-The cost of privacy grows like sqrt(d) / (n eps), d the parameters learned from
-private data, so public pre-training is the most effective lever (lecture §5.3, §5.6;
-Tramèr & Boneh 2021, "Differentially Private Learning Needs Better Features (or Much
-More Data)", arXiv:2011.11660). An MLP pre-trained WITHOUT privacy on public digits,
-then DP-SGD on the private ones: `head` (last layer on the frozen public features;
-d = H K + K), `full` (all layers from the pre-trained parameters), `scratch`. `--public
-classes` (default): public digits 0-4, private task 5-9; `--public split`: a random
-`--public_fraction` of all classes (the public model alone then solves the task). Same
-accountant (RDP, q, T, delta) for all; the table gives the noise norm sigma C sqrt(d) / B.
+The cost of privacy grows like sqrt(d) / (n eps), d the parameters learned privately (lecture
+§5.3, §5.6; Tramèr & Boneh 2021, arXiv 2011.11660). An MLP pre-trained without privacy on public
+digits, then DP-SGD on the private ones: `head` (last layer on frozen features, d = H K + K),
+`full` (all layers from the pre-trained parameters), `scratch`. `--public classes` (default):
+public digits 0-4, private task 5-9; `--public split`: a random `--public_fraction` of all
+classes. Same accountant for all; the table gives the noise norm sigma C sqrt(d) / B. The
+learning rates were picked by hand on this split (a use of private data not accounted).
 
-Command:   python -m experiments.public_pretraining   (about 45 s of CPU: pre-training
-           and three DP-SGD programs of 15 models each)
-The learning rates were picked by hand on this split, a use of the private data
-the accountant does not model.
+Command:   python -m experiments.public_pretraining   (about 45 s of CPU)
 
 Shape letters: M models, N images, F = 64 pixels, H hidden width, K classes.
 """

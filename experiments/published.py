@@ -1,19 +1,15 @@
 """Our accountants against published DP-SGD epsilons (lecture §4.4, the design card's benchmark).
 
-`experiments/published_eps.csv` lists published DP-SGD settings (q, sigma, T, delta)
-with source, `method` (RDP with classic or Balle et al. 2020 conversion, moments
-accountant, PLD / PRV, or GDP CLT) and `orders` (the publisher's RDP grid). Per row:
-ours RDP (our grid, Balle et al. conversion); ours by the publisher's method (grid and
-conversion: should reproduce the published number); ours PLD and GDP-CLT (an
-approximation); dp_accounting 0.6.0's RdpAccountant and PLDAccountant (defaults).
+`experiments/published_eps.csv`: published settings (q, sigma, T, delta), source, `method` and
+the publisher's RDP `orders`. Per row: ours RDP (Balle et al. 2020 conversion); ours by the
+publisher's method (should reproduce the published number); ours PLD and GDP-CLT; dp_accounting
+0.6.0's RdpAccountant and PLDAccountant.
 
-Command:   python -m experiments.published     (about 30-50 s of CPU;
-           --nodp_pld skips dp_accounting's PLD and takes ~10 s)
-Expected:  every "publisher's method" value within 0.2 % of the published one except
-           where the publisher used dp_accounting's loose fractional-order bound (ours is
-           then slightly lower: 3.23919 vs 3.23927, 22.597 vs 22.625) or a non-integer
-           step count (Bu et al.); ours RDP <= dp_accounting RDP on every row; ours PLD
-           <= ours RDP.
+Command:   python -m experiments.published     (about 30-50 s of CPU; --nodp_pld ~10 s)
+Expected:  every "publisher's method" value within 0.2 % of the published one except with
+           dp_accounting's loose fractional-order bound (ours lower: 3.23919 vs 3.23927, 22.597
+           vs 22.625) or a non-integer step count (Bu et al.); ours RDP <= dp_accounting RDP;
+           ours PLD <= ours RDP.
 """
 
 from __future__ import annotations

@@ -4,21 +4,13 @@
     .venv/bin/python -m experiments.tuning --clip_norms 0.03,0.1,0.3,1,3 \
         --step_sizes 0.02,0.1,0.5,2.5                      # 20 settings, about 95 s of CPU
 
-DP-SGD settings (C, lr) for logistic regression at one total eps (delta = 1e-5), with
-disjoint private training and validation splits. Three ways to tune:
-
-  1. Repeat and select (Papernot & Steinke, ICLR 2022, arXiv:2110.03620): K random
-     runs, each releasing a validation count plus rounded Gaussian noise; sigma so that
-     `accounting.tuned_dpsgd_epsilon` equals eps.
-  2. Exponential mechanism on the validation split (lecture §3.4): sigma for C T steps,
-     `tuning.exponential_selection_epsilon`.
-  3. Naive: train all settings each at eps, pick the best by exact validation
-     accuracy, report eps. It is not DP: the selection reads the validation
-     records without noise (infinite eps for them), and the training records are
-     in every training (their cost is printed too).
-
-Also: eps of repeat-and-select against E[K] for eta = 0, 1 (Liu & Talwar 2019) and
-Poisson, beside one run's eps and the (2 + eta) x pure-DP factor.
+DP-SGD settings (C, lr) for logistic regression at one total eps (delta = 1e-5), disjoint
+private training and validation splits. (1) Repeat and select (Papernot & Steinke, ICLR 2022):
+K random runs, each releasing a validation count plus rounded Gaussian noise, sigma so that
+`accounting.tuned_dpsgd_epsilon` is eps. (2) Exponential mechanism on the validation split
+(`tuning.exponential_selection_epsilon`). (3) Naive: every setting at eps, the best by exact
+validation accuracy: NOT DP (the selection reads validation records without noise). Also: eps
+of repeat-and-select against E[K] for eta = 0, 1 (Liu & Talwar 2019) and Poisson.
 """
 
 from __future__ import annotations

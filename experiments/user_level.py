@@ -1,18 +1,13 @@
 """Example-level vs user-level DP-SGD for customers with several loans (lecture §5.5, exercise 6(d)).
 
-Customers of `dpjax.data.credit.sample_customers` hold 1-10 loans (mean 3.4), one row per
-loan. Example-level DP-SGD protects each loan; a customer with k loans gets, by group
-privacy, (k eps, k e^((k-1) eps) delta)-DP (Dwork & Roth 2014, Theorem 2.2 extended to
-(eps, delta)). User-level DP-SGD (privacy_unit = "user") Poisson-samples each customer
-with all of their loans and clips their summed gradient to C (McMahan et al. 2018,
-https://arxiv.org/abs/1710.06963): the accountant's numbers hold per customer.
-
-Part (a): the example-level guarantee per customer for k = 1..10 loans beside the lecture's
-answer ("about 5 eps = 15" for five loans at eps = 3), and test accuracy of both trainings
-at each eps. Part (b): at `audit_epsilon`, `audit_models` models of each training with a
-canary customer (`canary_loans` loans whose only non-zero feature is a column no real
-customer uses) and as many without, through `dpjax.audit.run`; the score is the weight on
-that column, the bound `score_audit.score_bounds`' "clopper_pearson".
+Customers of `data.credit.sample_customers` hold 1-10 loans, one row per loan. Example-level
+DP-SGD gives a k-loan customer (k eps, k e^((k-1) eps) delta)-DP by group privacy (Dwork & Roth
+2014, Thm 2.2); user-level DP-SGD (privacy_unit = "user") Poisson-samples customers and clips
+their summed gradient (McMahan et al. 2018, arXiv 1710.06963). (a) The example-level guarantee
+per customer for k = 1..10 beside the lecture's "about 5 eps = 15", and test accuracy of both at
+each eps. (b) At `audit_epsilon`, `audit_models` models per side with a canary customer
+(`canary_loans` loans on a feature column no one uses) through `dpjax.audit.run`, scored by that
+column's weight, bounded by `score_audit.score_bounds`' "clopper_pearson".
 
 Command:   python -m experiments.user_level          (about 40 s of CPU time)
 """

@@ -2,15 +2,12 @@
 
     .venv/bin/python -m benchmarks.pate_teachers     # writes benchmarks/results/pate_teachers.json
     .venv/bin/python -m benchmarks.pate_teachers --teachers 250 --json /tmp/p.json
-    .venv/bin/python -m benchmarks.report            # RESULTS.md from the JSON files
 
-The teachers of `experiments/pate_credit.py`: M logistic regressions on the 6 linear
-credit features, each fit by full-batch Adam (300 steps, lr 0.05) on its own partition of
---per_teacher records. For each M, in ONE process: the vmapped `pate.fit_non_private`
-(first call timed apart, then best of --repeats) against a Python loop of M = 1 fits over
---loop_teachers teachers scaled to M; their ratio, the largest parameter difference (the
-fits are the same), XLA's temporary memory and the peak resident memory (VmHWM).
-Runtime: about two minutes of CPU for M = 250, 500, 1000.
+The teachers of `experiments/pate_credit.py` (M logistic regressions on 6 features, full-batch
+Adam, 300 steps, lr 0.05, --per_teacher records each). Per M, in one process: the vmapped
+`pate.fit_non_private` (first call apart, then best of --repeats) against a loop of single fits
+over --loop_teachers teachers scaled to M; their ratio, the largest parameter difference, XLA's
+temporary memory and the peak resident memory (VmHWM).
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
 """PATE at scale on the credit world, against DP-SGD at eps = 1, 2, 4, 8 (Papernot et al. 2018).
 
---teachers x --per_teacher private credit records (default 250 x 300), --public queries,
---test records and a PUBLIC proxy draw (own teachers and validation set) on which every
-setting is chosen; logistic regression on 6 features. Per target eps: GNMax (sigma so
-that Q answers cost the target, Q by proxy accuracy); Confident-GNMax (the best proxy
-setting of the --confident_* grid whose releasable eps on the proxy, `dpjax.pate_release`,
-is <= --release_margin x the target); DP-SGD (`DpSgdConfig(...).calibrate(eps)`). Every
-guarantee charges each query both steps of Confident-GNMax; the paper's answered-only
-accounting (`pate.pate_rdp`'s Warning) is shown beside the paper's figures only.
-
-Published figure (Papernot et al. 2018, arXiv 1802.08908, Table 2, UCI Adult, as
-recalled, not checked against a stored copy): Confident-GNMax (T = 300, sigma_1 = 200,
-sigma_2 = 40) answers 524 queries at eps = 1.90, student 83.7 %; LNMax 500 queries at
-eps = 2.66, 83.0 %; non-private 85.0 %. Ours: that setting scaled by k / 250.
+--teachers x --per_teacher private credit records, --public queries, --test records and a PUBLIC
+proxy draw (own teachers and validation set) on which every setting is chosen; logistic
+regression on 6 features. Per target eps: GNMax (sigma so that Q answers cost the target);
+Confident-GNMax (the best proxy setting of the --confident_* grid whose releasable eps on the
+proxy, `dpjax.pate_release`, is <= --release_margin x the target); DP-SGD
+(`DpSgdConfig.calibrate`). Every guarantee charges each query both steps; the paper's
+answered-only accounting (not an upper bound, `pate.pate_rdp`) is shown for comparison only.
+Published (arXiv 1802.08908, Table 2, UCI Adult, as recalled): Confident-GNMax (T = 300,
+sigma_1 = 200, sigma_2 = 40) 524 queries at eps = 1.90, student 83.7 %; LNMax 500 at 2.66,
+83.0 %; non-private 85.0 %. Ours: that setting scaled by k / 250.
 
 Command:  python -m experiments.pate_credit        (about 45 s of CPU)
           python -m experiments.pate_credit --teachers 1000 --public 10000 --delta 1e-6

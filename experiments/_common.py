@@ -170,9 +170,7 @@ def finish(cfg, out_dir: str, name: str, record: dict, *, tables: Sequence[Table
   return {"record": record, "tables": list(tables), "figures": list(figures), "path": path}
 
 
-# ----------------------------------------------------------------------------------
 # Configs and their flags.
-
 
 def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,  # pylint: disable=redefined-builtin
            flag: bool = True, bounds: str | None = None) -> Any:

@@ -51,9 +51,7 @@ class AccountingConfig(_common.ExperimentConfig):
   with_pld: bool = _opt(True, "Also run the PLD accountant.")
 
 
-# ----------------------------------------------------------------------------
 # demo (a): eps of k mu0-Gaussians by each accountant
-
 
 def _basic_eps(mu0, k, delta):
   return k * gdp.gaussian_epsilon(delta / k, mu0)
@@ -118,9 +116,7 @@ def demo_a(mu0, ks, delta, use_pld, progress=True):
   return rec, table
 
 
-# ----------------------------------------------------------------------------
 # demo (b): sigma needed for k queries within (target, delta)
-
 
 def _basic_sigma(k, target, delta):
   return 1 / gdp.mu_for_epsilon(target / k, delta / k)
@@ -183,9 +179,7 @@ def demo_b(ks, target, delta, use_pld, progress=True):
   return rec, table
 
 
-# ----------------------------------------------------------------------------
 # demo (c): the subsampled Gaussian against T
-
 
 def demo_c(sigma, qs, steps, delta, use_pld, progress=True):
   rec = []

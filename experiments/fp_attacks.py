@@ -68,9 +68,7 @@ class FpAttacksConfig(_common.ExperimentConfig):
   num_features: int = _opt(4, "Features besides the canary's unused one.", flag=False, bounds=">=1")
 
 
-# ----------------------------------------------------------------------------------
 # (a) and (c): the Laplace mechanism.
-
 
 def _laplace_releases(key, value, epsilon, trials, secure):
   """`trials` independent scalar releases of `value` (one key each): float32[K]."""
@@ -117,9 +115,7 @@ def _laplace(key, cfg, secure):
   return rows
 
 
-# ----------------------------------------------------------------------------------
 # (b) and (c): DP-SGD with a gradient canary.
-
 
 class _Data(NamedTuple):
   x_NxD: jax.Array
@@ -231,9 +227,6 @@ def _settings(cfg, sigmas):
   return [dpsgd.DpSgdConfig(dataset_size=cfg.num_records, sampling_prob=cfg.sampling_prob,
                             num_steps=cfg.num_steps, l2_clip_norm=_CLIP,
                             noise_multiplier=float(s), delta=cfg.delta) for s in sigmas]
-
-
-# ----------------------------------------------------------------------------------
 
 
 def _tables(record, cfg):

@@ -78,9 +78,7 @@ class MechanismsConfig(_common.ExperimentConfig):
     return np.linspace(0.2, 0.8, self.em_candidates)
 
 
-# ----------------------------------------------------------------------------------
 # Demo 1: randomized response.
-
 def demo_rr(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict, list]:
   bits = people.x_NxF[:, 3].astype(jnp.int32)
   n, rate = cfg.rr_people, float(jnp.mean(bits))
@@ -129,9 +127,7 @@ def demo_rr(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict
   return {"people": n, "true_rate": rate, "per_epsilon": recs}, [table]
 
 
-# ----------------------------------------------------------------------------------
 # Demo 2(a): Laplace vs Gaussian on a count.
-
 def demo_count_noise(key, cfg: MechanismsConfig) -> tuple[dict, list]:
   rows, recs = [], []
   # noise_draws independent releases of one scalar count (vmap over keys).
@@ -170,9 +166,7 @@ def demo_count_noise(key, cfg: MechanismsConfig) -> tuple[dict, list]:
   return {"per_epsilon": recs}, [table]
 
 
-# ----------------------------------------------------------------------------------
 # Demo 2(b): the clip bound of a private mean.
-
 def demo_clip_bound(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict, list]:
   income = np.asarray(people.x_NxF[:, 0], np.float64)
   n, eps = cfg.income_people, cfg.income_epsilon
@@ -211,9 +205,7 @@ def demo_clip_bound(key, people: credit.CreditData, cfg: MechanismsConfig) -> tu
           "best_clip_bound": best["clip_bound"], "per_clip_bound": recs}, [table]
 
 
-# ----------------------------------------------------------------------------------
 # Demo 2(c): post-processing a small count.
-
 def postprocess_exact(true_count: float, epsilon: float, max_k: int = 2_000) -> dict:
   """Exact P[negative], RMSE of the raw release and of max(0, round(release))."""
   b = mech.laplace_scale(epsilon)
@@ -252,9 +244,7 @@ def demo_postprocess(key, cfg: MechanismsConfig) -> tuple[dict, list]:
   return {"exact": exact, "mc": mc}, [table]
 
 
-# ----------------------------------------------------------------------------------
 # Demo 3: the exponential mechanism picks a threshold.
-
 def demo_exponential(key, public: credit.CreditData, privates: list[credit.CreditData],
                      test: credit.CreditData, cfg: MechanismsConfig,
                      progress: bool = True) -> tuple[dict, list]:

@@ -60,9 +60,7 @@ def _best_test(mechanism: str, epsilon: float, delta: float, fpr):
   raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
 
 
-# ----------------------------------------------------------------------------------
 # Monte Carlo.
-
 def _sample_scores(key, mechanism: str, epsilon: float, delta: float, n: int):
   """Scores (non-decreasing in the likelihood ratio) under out (0) and in (1)."""
   k0, k1, ku = jax.random.split(key, 3)
@@ -99,8 +97,6 @@ def monte_carlo(key, mechanism: str, epsilon: float, delta: float, fpr: float, n
   return {"advantage": float(adv), "advantage_se": adv_se, "tpr": tpr, "tpr_se": tpr_se,
           "threshold": float(thr)}
 
-
-# ----------------------------------------------------------------------------------
 
 def _figure_curves(epsilons, delta: float, mus: dict) -> dict:
   """The curves the figure shows (eps >= 0.5), recorded in results.json."""

@@ -274,7 +274,6 @@ def run(cfg: AccountingConfig, out_dir: str, *, progress: bool = True, quiet: bo
 
 
 def main():
-  """`python -m experiments.accounting [--flags]`: flags from AccountingConfig."""
   _common.app_run(NAME, AccountingConfig, run)
 
 

@@ -161,7 +161,6 @@ def run(cfg: AuditBugsConfig, out_dir: str, *, progress: bool = True, quiet: boo
 
 
 def main():
-  """`python -m experiments.audit_bugs [--flags]`: flags from AuditBugsConfig."""
   _common.app_run(NAME, AuditBugsConfig, run)
 
 

@@ -205,7 +205,6 @@ def run(cfg: AuditCoverageConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.audit_coverage [--flags]`: flags from AuditCoverageConfig."""
   _common.app_run(NAME, AuditCoverageConfig, run)
 
 

@@ -172,7 +172,6 @@ def run(cfg: AuditDigitsConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.audit_digits [--flags]`: flags from AuditDigitsConfig."""
   _common.app_run(NAME, AuditDigitsConfig, run)
 
 

@@ -332,7 +332,6 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
 
 
 def main():
-  """`python -m experiments.audit_final_model [--flags]`: flags from AuditFinalModelConfig."""
   _common.app_run(NAME, AuditFinalModelConfig, run)
 
 

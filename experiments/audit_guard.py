@@ -113,7 +113,6 @@ def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True, quiet: bo
 
 
 def main():
-  """`python -m experiments.audit_guard [--flags]`: flags from AuditGuardConfig."""
   _common.app_run(NAME, AuditGuardConfig, run)
 
 

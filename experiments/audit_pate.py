@@ -272,7 +272,6 @@ def run(cfg: AuditPateConfig, out_dir: str, *, progress: bool = True, quiet: boo
 
 
 def main():
-  """`python -m experiments.audit_pate [--flags]`: flags from AuditPateConfig."""
   _common.app_run(NAME, AuditPateConfig, run)
 
 

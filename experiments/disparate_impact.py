@@ -311,7 +311,6 @@ def _summary(rec: dict, epsilons: list[str]) -> str:
 
 
 def main():
-  """`python -m experiments.disparate_impact [--flags]`: flags from DisparateImpactConfig."""
   _common.app_run(NAME, DisparateImpactConfig, run)
 
 

@@ -314,7 +314,6 @@ def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.dpsgd [--flags]`: flags from DpsgdExperimentConfig."""
   warnings.simplefilter("ignore", category=FutureWarning)
   _common.app_run(NAME, DpsgdExperimentConfig, run)
 

@@ -291,7 +291,6 @@ def _summary(record: dict, archs) -> str:
 
 
 def main():
-  """`python -m experiments.dpsgd_digits [--flags]`: flags from DpsgdDigitsConfig."""
   _common.app_run(NAME, DpsgdDigitsConfig, run)
 
 

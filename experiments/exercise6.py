@@ -431,7 +431,6 @@ def _plot(out_dir: str, r: dict, cfg: Exercise6Config) -> str:
 
 
 def main():
-  """`python -m experiments.exercise6 [--flags]`: flags from Exercise6Config."""
   _common.app_run(NAME, Exercise6Config, run)
 
 

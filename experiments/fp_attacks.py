@@ -310,7 +310,6 @@ def run(cfg: FpAttacksConfig, out_dir: str, *, progress: bool = True, quiet: boo
 
 
 def main():
-  """`python -m experiments.fp_attacks [--flags]`: flags from FpAttacksConfig."""
   _common.app_run(NAME, FpAttacksConfig, run)
 
 

@@ -397,7 +397,6 @@ def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True, quiet: bo
 
 
 def main():
-  """`python -m experiments.mechanisms [--flags]`: flags from MechanismsConfig."""
   _common.app_run(NAME, MechanismsConfig, run)
 
 

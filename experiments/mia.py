@@ -191,7 +191,6 @@ def _plot(out_dir: str, record: dict, title: str) -> str:
 
 
 def main():
-  """`python -m experiments.mia [--flags]`: flags from MiaConfig."""
   _common.app_run(NAME, MiaConfig, run)
 
 

@@ -231,7 +231,6 @@ def run(cfg: MiaBoundConfig, out_dir: str, *, progress: bool = True, quiet: bool
 
 
 def main():
-  """`python -m experiments.mia_bound [--flags]`: flags from MiaBoundConfig."""
   _common.app_run(NAME, MiaBoundConfig, run)
 
 

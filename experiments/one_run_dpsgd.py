@@ -205,7 +205,6 @@ def _repeats(cfg, key, train_cfg, model, data, first) -> dict:
 
 
 def main():
-  """`python -m experiments.one_run_dpsgd [--flags]`: flags from OneRunDpsgdConfig."""
   _common.app_run(NAME, OneRunDpsgdConfig, run)
 
 

@@ -224,7 +224,6 @@ def _paper_protocol_rows(cfg: OneRunFdpConfig, sigmas: list, progress: bool):
 
 
 def main():
-  """`python -m experiments.one_run_fdp [--flags]`: flags from OneRunFdpConfig."""
   _common.app_run(NAME, OneRunFdpConfig, run)
 
 

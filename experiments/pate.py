@@ -228,7 +228,6 @@ def _plot(out_dir: str, record: dict) -> str:
 
 
 def main():
-  """`python -m experiments.pate [--flags]`: flags from PateConfig."""
   _common.app_run(NAME, PateConfig, run)
 
 

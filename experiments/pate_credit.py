@@ -432,7 +432,6 @@ def _plot(out_dir: str, record: dict) -> str:
 
 
 def main():
-  """`python -m experiments.pate_credit [--flags]`: flags from PateCreditConfig."""
   _common.app_run(NAME, PateCreditConfig, run)
 
 

@@ -98,7 +98,6 @@ def run(cfg: PrivacyStatementConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.privacy_statement [--flags]`: flags from PrivacyStatementConfig."""
   _common.app_run(NAME, PrivacyStatementConfig, run)
 
 

@@ -282,7 +282,6 @@ def _summary(record: dict, cfg) -> str:
 
 
 def main():
-  """`python -m experiments.public_pretraining [--flags]`: flags from PublicPretrainingConfig."""
   _common.app_run(NAME, PublicPretrainingConfig, run)
 
 

@@ -184,7 +184,6 @@ def _summary(rows: list[dict]) -> str:
 
 
 def main():
-  """`python -m experiments.published [--flags]`: flags from PublishedConfig."""
   _common.app_run(NAME, PublishedConfig, run)
 
 

@@ -215,7 +215,6 @@ def _plot(out_dir: str, record: dict, rank: int) -> str:
 
 
 def main():
-  """`python -m experiments.recommender [--flags]`: flags from RecommenderConfig."""
   _common.app_run(NAME, RecommenderConfig, run)
 
 

@@ -160,7 +160,6 @@ def _summary(record: dict, epsilon: float) -> str:
 
 
 def main():
-  """`python -m experiments.reconstruction [--flags]`: flags from ReconstructionConfig."""
   _common.app_run(NAME, ReconstructionConfig, run)
 
 

@@ -252,7 +252,6 @@ def run(cfg: TuningConfig, out_dir: str, *, progress: bool = True, quiet: bool =
 
 
 def main():
-  """`python -m experiments.tuning [--flags]`: flags from TuningConfig."""
   _common.app_run(NAME, TuningConfig, run)
 
 

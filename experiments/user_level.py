@@ -274,7 +274,6 @@ def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True, quiet: boo
 
 
 def main():
-  """`python -m experiments.user_level [--flags]`: flags from UserLevelConfig."""
   _common.app_run(NAME, UserLevelConfig, run)
 
 

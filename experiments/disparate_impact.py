@@ -1,13 +1,12 @@
 """Disparate impact of DP-SGD: who pays for privacy? (lecture §7, code 05; Bagdasaryan et al. 2019)
 
-1,000 credit-world training records (group 1 ~ 10 %), a logistic regression that SEES
-the group (linear features plus group and group x history), 100 seeds in one vmapped
-DP-SGD program, a 40,000-person test set; batch 50 (q = 0.05), T = 400, C = 1, lr 0.5,
-delta = 1e-5, RDP. Demo 1: per-group test accuracy and TPR gap at eps in {inf,
-clip only, 8, 4, 2, 1, 0.5}, and the ratio of accuracy drops (group 1 / group 0).
-Demo 2: per-group loss, gradient norm, clipped fraction, and the seed-to-seed std of
-the coefficients. Demo 3: the drop ratio at eps = 0.5 for 10 % (fresh noise) and 30 %
-with group features, and 10 % group-blind.
+1,000 credit-world training records (group 1 ~ 10 %), a logistic regression that SEES the group
+(linear features plus group and group x history), 100 seeds in one vmapped DP-SGD program, a
+40,000-person test set; q = 0.05, T = 400, C = 1, lr 0.5, delta = 1e-5, RDP. Demo 1: per-group
+test accuracy and TPR gap at eps in {inf, clip only, 8, 4, 2, 1, 0.5}, and the ratio of accuracy
+drops (group 1 / group 0). Demo 2: per-group loss, gradient norm, clipped fraction, seed-to-seed
+std of the coefficients. Demo 3: the drop ratio at eps = 0.5 for 10 % and 30 % with group
+features, and 10 % group-blind.
 
 Command:  python -m experiments.disparate_impact        (about 30-60 s of CPU)
 """
@@ -67,9 +66,8 @@ def _eps_text(e: float) -> str:
 
 
 def features(x_NxF: jax.Array, scaler: credit.PublicScaler, group_aware: bool) -> jax.Array:
-  """[1, z_income, z_debt, z_history, z_delinquent, group, group * z_history] (or the first
-  five if not group_aware), z_* standardised on the public sample.
-  """
+  """[1, z_income, z_debt, z_history, z_delinquent, group, group * z_history] (the first five
+  if not group_aware), z_* standardised on the public sample."""
   lin = credit.linear_features(x_NxF, scaler)  # [N, 6]; column 5 = standardised group
   if not group_aware:
     return lin[:, :5]
@@ -83,9 +81,8 @@ def _setting_label(s: str) -> str:
 
 
 def _config(eps, n, batch, epochs, lr, clip, delta) -> dpsgd.DpSgdConfig:
-  q = batch / n
-  steps = int(round(epochs * n / batch))
-  common = dict(dataset_size=n, sampling_prob=q, num_steps=steps, learning_rate=lr, delta=delta)
+  common = dict(dataset_size=n, sampling_prob=batch / n, num_steps=int(round(epochs * n / batch)),
+                learning_rate=lr, delta=delta)
   if eps == "inf":
     return dpsgd.DpSgdConfig(l2_clip_norm=math.inf, noise_multiplier=0.0, **common)
   if eps == "clip":
@@ -116,8 +113,8 @@ def _ratio_se(ratio, d0, se0, d1, se1):
 
 
 def _train(key, x, y, cfg, m, stats=False):
-  keep = jnp.ones((m, x.shape[0]), bool)
-  return dpsgd.train_many(key, x, y, keep, cfg, models.logistic_regression(x.shape[1]),
+  return dpsgd.train_many(key, x, y, jnp.ones((m, x.shape[0]), bool), cfg,
+                          models.logistic_regression(x.shape[1]),
                           per_example_stats=stats, perf=dpsgd.PerformanceFlags(progress=False))
 
 
@@ -141,8 +138,7 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
   x_te = features(test.x_NxF, scaler, True)
   g_tr = np.asarray(train.group_N)
   record = {"n_group1_train": int(g_tr.sum()), "settings": []}
-  demo1_rows, demo2_rows, coef_rows = [], [], []
-  per_setting = {}
+  demo1_rows, demo2_rows, coef_rows, per_setting = [], [], [], {}
   keys = jax.random.split(k_dp, len(settings))
   bar = tqdm(total=len(settings) + (6 if demo3 else 0), desc="disparate impact",
              disable=not progress)
@@ -150,8 +146,7 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
     train_cfg = _config(s, **hp)
     res = _train(k, x_tr, train.y_N, train_cfg, seeds, stats=True)
     w = np.asarray(res.params["w"])  # [M, D]
-    met = _group_metrics(w, x_te, test.y_N, test.group_N)
-    per_setting[s] = met
+    per_setting[s] = met = _group_metrics(w, x_te, test.y_N, test.group_N)
     st = {k_: np.asarray(v) for k_, v in res.stats.items()}
     sampled = st["times_sampled"]
     lr_model = models.logistic_regression(x_tr.shape[1])
@@ -194,17 +189,15 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
     coef_rows.append([_setting_label(s)] + [f"{m_:+.2f} ± {sd:.2f}" for m_, sd in
                                             zip(e["coef_mean"], e["coef_std"])])
 
-  tables = [
-      _common.Table(
-          title=(f"Demo 1: test accuracy per group ({seeds} seeds; group 1 = "
-                 f"{record['n_group1_train']} of {n_train} training records)"),
-          columns=["ε", "σ", "acc group 0", "acc group 1", "± s.e.", "drop 0", "drop 1",
-                   "drop ratio 1/0", "± s.e.", "lecture", "TPR gap (0 − 1)", "lecture"],
-          rows=demo1_rows,
-          note=("Drops are against ε = ∞ (no clipping, no noise), averaged over seeds; a ratio is "
-                "shown only where group 0's drop exceeds 2 standard errors. The lecture reported "
-                "the ratio at ε = 0.5 and the TPR gap's range over ε.")),
-  ]
+  tables = [_common.Table(
+      title=(f"Demo 1: test accuracy per group ({seeds} seeds; group 1 = "
+             f"{record['n_group1_train']} of {n_train} training records)"),
+      columns=["ε", "σ", "acc group 0", "acc group 1", "± s.e.", "drop 0", "drop 1",
+               "drop ratio 1/0", "± s.e.", "lecture", "TPR gap (0 − 1)", "lecture"],
+      rows=demo1_rows,
+      note=("Drops are against ε = ∞ (no clipping, no noise), averaged over seeds; a ratio is "
+            "shown only where group 0's drop exceeds 2 standard errors. The lecture reported "
+            "the ratio at ε = 0.5 and the TPR gap's range over ε."))]
   l_ = LECTURE
   demo2_rows.append(["lecture (ε not stated)", l_["loss"][0], l_["loss"][1], l_["grad_norm"][0],
                      l_["grad_norm"][1], l_["clipped"][0], l_["clipped"][1]])
@@ -235,8 +228,7 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
   worlds = [("10% sees group", train, test, True, minority_share),
             ("30% sees group", train30, test30, True, 0.3),
             ("10% group-blind", train, test, False, minority_share)] if demo3 else []
-  demo3_rows = []
-  record["demo3"] = []
+  demo3_rows, record["demo3"] = [], []
   wkeys = jax.random.split(k_demo3, max(1, 2 * len(worlds)))
   for i, (label, tr, te, aware, share) in enumerate(worlds):
     xtr = features(tr.x_NxF, scaler, aware)
@@ -281,9 +273,9 @@ def _plot(out_dir: str, record: dict) -> str:
   with _plots.figure(out_dir, "accuracy_per_group.png", figsize=(6, 3.6)) as (fig, ax):
     labels = [_setting_label(s) if s in ("inf", "clip") else f"ε={float(s):g}" for s in settings]
     for gk, name in ((0, "group 0 (majority)"), (1, "group 1 (minority)")):
-      mean = [e[f"acc{gk}"][0] for e in record["settings"]]
-      se = [e[f"acc{gk}"][1] for e in record["settings"]]
-      ax.errorbar(range(len(settings)), mean, yerr=se, marker="o", capsize=3, label=name)
+      ax.errorbar(range(len(settings)), [e[f"acc{gk}"][0] for e in record["settings"]],
+                  yerr=[e[f"acc{gk}"][1] for e in record["settings"]], marker="o", capsize=3,
+                  label=name)
     ax.set_xticks(range(len(settings)))
     ax.set_xticklabels([lb.split(" (")[0] for lb in labels], fontsize=8)
     _plots.decorate(ax, ylabel="test accuracy",
@@ -297,8 +289,7 @@ def _summary(rec: dict, epsilons: list[str]) -> str:
   std = dict(zip(FEATURE_NAMES, last["coef_std"]))
   f = lambda v: "n/a" if v is None else f"{v:.1f}"  # noqa: E731
   return (
-      f"At ε = {float(epsilons[-1]):g} group 0 loses {last['drop0']:.3f} accuracy and "
-      f"group 1 "
+      f"At ε = {float(epsilons[-1]):g} group 0 loses {last['drop0']:.3f} accuracy and group 1 "
       f"{last['drop1']:.3f} (ratio {f(last['drop_ratio'])}; lecture 8.5). Group 1 vs group 0: "
       f"mean loss {last['loss1']:.3f} vs {last['loss0']:.3f} (lecture 0.527 vs 0.456), gradient "
       f"norm {last['norm1']:.3f} vs {last['norm0']:.3f} (1.004 vs 0.688), fraction clipped "

@@ -48,9 +48,7 @@ def _jax_runners(kind, kwargs, num_features, steps):
   """The JAX steps (nonprivate, naive, ghost, generic, profiles) as zero-argument timed loops."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
   import optax  # pylint: disable=g-import-not-at-top
-
   from dpjax import models, privatizer  # pylint: disable=g-import-not-at-top
   from dpjax.clipping import ghost, vmap  # pylint: disable=g-import-not-at-top
 
@@ -93,22 +91,17 @@ def _jax_runners(kind, kwargs, num_features, steps):
   def noise_only(params, t):  # profile: noise draw + denominator + SGD update, no gradient
     return private(lambda *a: (zero_sum, None), params, t)
 
-  steps_fns = {
-      "nonprivate": nonprivate,
-      "naive": functools.partial(private, naive_sum),
-      "ghost": functools.partial(private, ghost_sum),
-      "generic": functools.partial(private, generic_sum),
-      "profile_forward": forward_only,
-      "profile_ghost_sum": ghost_sum_only,
-      "profile_noise_update": noise_only,
-  }
+  steps_fns = {"nonprivate": nonprivate, "naive": functools.partial(private, naive_sum),
+               "ghost": functools.partial(private, ghost_sum),
+               "generic": functools.partial(private, generic_sum),
+               "profile_forward": forward_only, "profile_ghost_sum": ghost_sum_only,
+               "profile_noise_update": noise_only}
 
   def loop(step_fn):
     jitted = jax.jit(step_fn)
 
     def run():
-      p = params0
-      out = None
+      p, out = params0, None
       for t in range(steps):
         out = jitted(p, t)
         if isinstance(out, tuple):  # profile runners return (output, params)
@@ -127,11 +120,9 @@ def _torch_model(kind, kwargs):
   if kind == "mlp":
     sizes = (kwargs["num_inputs"],) + tuple(kwargs["hidden"]) + (kwargs["num_classes"],)
     layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-      layers.append(nn.Linear(a, b))
-      if i + 2 < len(sizes):
-        layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
+    for a, b in zip(sizes[:-2], sizes[1:-1]):
+      layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(sizes[-2], sizes[-1]))
   h, w, c = kwargs["input_shape"]
   layers = []
   for c_out in kwargs["channels"]:
@@ -194,8 +185,7 @@ def _opacus_runners(kind, kwargs, num_features, image_shape, steps, log):
           warnings.simplefilter("ignore")  # "full backward hook ... no inputs require grad"
           for _ in range(steps):
             popt.zero_grad()
-            loss = pcrit(pmodel(x), y)
-            loss.backward()
+            pcrit(pmodel(x), y).backward()
             popt.step()
         torch.set_num_threads(default_threads)
       runners[f"opacus_{mode}_{threads}thr"] = run
@@ -210,9 +200,9 @@ def measure_workload(name: str, steps: int, repeats: int, naive_steps: int, torc
   num_steps = {k: steps for k in runs}
   runs["naive"] = _jax_runners(kind, kwargs, num_features, naive_steps)["naive"]
   num_steps["naive"] = naive_steps
-  for k, run in _opacus_runners(kind, kwargs, num_features, image_shape, torch_steps, log).items():
-    runs[k] = run
-    num_steps[k] = torch_steps
+  opacus = _opacus_runners(kind, kwargs, num_features, image_shape, torch_steps, log)
+  runs.update(opacus)
+  num_steps.update(dict.fromkeys(opacus, torch_steps))
   rates = _best_rates(runs, num_steps, repeats)
   for k, v in rates.items():
     log(f"[dpsgd_deep] {name} {k}: {v:,.0f} examples/s")
@@ -252,9 +242,8 @@ def measure(quick: bool = False, log: Callable[[str], None] = print) -> dict:
   except ImportError:
     pass
   for name, (steps, naive_steps, torch_steps) in plan.items():
-    res = measure_workload(name, steps, repeats, naive_steps, torch_steps, log)
-    for k, v in res.items():
-      figures[f"{name}.{k}"] = v
+    figures.update(report.flatten(
+        measure_workload(name, steps, repeats, naive_steps, torch_steps, log), f"{name}."))
   if "cnn.speedup_vs_opacus" in figures:
     figures["cnn.ratio_vs_opacus"] = figures["cnn.speedup_vs_opacus"]
     figures["cnn28.ratio_vs_opacus"] = figures["cnn28.speedup_vs_opacus"]

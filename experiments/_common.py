@@ -147,10 +147,9 @@ def versions() -> dict:
 
 def finish(cfg, out_dir: str, name: str, record: dict, *, tables: Sequence[Table] = (),
            figures: Sequence[str] = (), summary: str = "", quiet: bool = False) -> dict:
-  """The end of every `run`: writes <out_dir>/results.json, prints the tables and summary.
+  """Writes <out_dir>/results.json, prints the tables and summary.
 
-  Returns {"record", "tables", "figures", "path"}.
-  """
+  Returns {"record", "tables", "figures", "path"}."""
   os.makedirs(out_dir, exist_ok=True)
   doc = {"experiment": name, "dpjax_version": dpjax.__version__, "versions": versions(),
          "flags": _jsonable(config_record(cfg)), "summary": summary,
@@ -176,9 +175,7 @@ def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,  # 
            flag: bool = True, bounds: str | None = None) -> Any:
   """A config field: immutable default, flag help, string `choices`; flag=False: no flag.
 
-  bounds (checked by ExperimentConfig, item by item for a tuple): ">=k" for an int field
-  (`check_int`); ">0" (`check_positive`), ">=a", "(a,b)", "(a,b]", "[a,b)" or "[a,b]"
-  for a float field (`check_range`).
+  bounds, checked item by item: ">=k" (int field), ">0", ">=a", "(a,b)", "(a,b]", "[a,b)", "[a,b]".
   """
   return dataclasses.field(default=default, metadata={
       "help": help, "choices": choices, "flag": flag, "bounds": bounds})
@@ -243,10 +240,8 @@ def check_positive(cfg, *names: str, finite: bool = True) -> None:
 
 def check_range(cfg, *names: str, low: float | None = None, high: float | None = None,
                 open_low: bool = False, open_high: bool = False) -> None:
-  """Raises ValueError unless each cfg.<name> (or its items) is finite and in [low, high].
-
-  open_low / open_high make a bound strict; None drops it.
-  """
+  """Raises ValueError unless each cfg.<name> (or item) is finite and in [low, high] (None: no
+  bound; open_low / open_high: strict)."""
   for name in names:
     for x in _items(cfg, name):
       _validate.check_range(x, name, low, high, open_low=open_low, open_high=open_high)
@@ -348,11 +343,9 @@ def app_run(name: str, config_cls, run_fn: Callable,
             default_out: Callable[[Any], str] | None = None) -> None:
   """The whole `__main__` of an experiment: flags from the config, then run_fn(cfg, out_dir).
 
-  A flag value absl cannot parse or the config rejects prints one "FATAL Flags parsing
-  error: flag --x=v: ..." line and exits 2; so does a ValueError or OverflowError that the
-  run raises only once it uses the values (an unreachable target eps, a size the library
-  refuses) when a flag was given: the line names the flags given. A `store.StoreError`
-  or OSError prints "ERROR <name>: ..." and exits 1. default_out(cfg): the output
+  A flag value rejected by absl or the config, or a ValueError / OverflowError the run raises
+  when a flag was given, prints one "FATAL Flags parsing error: flag --x=v: ..." line, exit 2;
+  `store.StoreError` or OSError prints "ERROR <name>: ...", exit 1. default_out(cfg): the output
   directory without --out.
   """
   holders = define_flags(config_cls)
@@ -376,8 +369,7 @@ def app_run(name: str, config_cls, run_fn: Callable,
     try:
       run_fn(cfg, output_dir(name, out))
     except (store.StoreError, OSError) as e:
-      # A corrupt or foreign stored run, an unwritable directory, a full disk: one
-      # line naming the file, status 1 (nothing half-written is left as valid).
+      # A corrupt stored run, an unwritable directory, a full disk: one line, status 1.
       sys.stderr.write(f"ERROR {name}: {e}\n")
       sys.exit(1)
     except (ValueError, OverflowError) as e:

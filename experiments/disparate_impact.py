@@ -26,12 +26,10 @@ from dpjax.data import credit
 from experiments import _common, _plots
 
 NAME = "disparate_impact"
-
 LECTURE = {"drop_ratio": 8.5, "tpr_gap": "+0.141 to +0.166",
            "loss": (0.456, 0.527), "grad_norm": (0.688, 1.004), "clipped": (0.248, 0.408),
            "std_history": 0.33, "std_group": 1.07, "std_group_history": 0.89,
            "demo3": {"10% sees group": 7.9, "30% sees group": 2.1, "10% group-blind": 2.6}}
-
 FEATURE_NAMES = ("intercept", "income", "debt_ratio", "history", "delinquent", "group",
                  "group*history")
 
@@ -134,8 +132,7 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
             clip=cfg.l2_clip_norm, delta=cfg.delta)
 
   settings = ["inf", "clip"] + list(epsilons)
-  x_tr = features(train.x_NxF, scaler, True)
-  x_te = features(test.x_NxF, scaler, True)
+  x_tr, x_te = features(train.x_NxF, scaler, True), features(test.x_NxF, scaler, True)
   g_tr = np.asarray(train.group_N)
   record = {"n_group1_train": int(g_tr.sum()), "settings": []}
   demo1_rows, demo2_rows, coef_rows, per_setting = [], [], [], {}
@@ -158,12 +155,11 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
       row_stats[f"loss{gk}"] = float(loss[:, sel].mean())
       row_stats[f"norm{gk}"] = float(st["norm_sum"][:, sel].sum() / sampled[:, sel].sum())
       row_stats[f"clipped{gk}"] = float(st["times_clipped"][:, sel].sum() / sampled[:, sel].sum())
-    eps_spent = train_cfg.epsilon() if s not in ("inf", "clip") else math.inf
-    entry = {"setting": s, "sigma": train_cfg.noise_multiplier, "epsilon": eps_spent,
-             **{k_: _mean_se(v) for k_, v in met.items()},
-             "coef_mean": w.mean(0).tolist(), "coef_std": w.std(0, ddof=1).tolist(),
-             **row_stats}
-    record["settings"].append(entry)
+    record["settings"].append({
+        "setting": s, "sigma": train_cfg.noise_multiplier,
+        "epsilon": train_cfg.epsilon() if s not in ("inf", "clip") else math.inf,
+        **{k_: _mean_se(v) for k_, v in met.items()}, "coef_mean": w.mean(0).tolist(),
+        "coef_std": w.std(0, ddof=1).tolist(), **row_stats})
     bar.update(1)
 
   base = per_setting["inf"]
@@ -172,14 +168,13 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
     met = per_setting[s]
     d0 = base["acc0"].mean() - met["acc0"]
     d1 = base["acc1"].mean() - met["acc1"]
-    gap = met["tpr0"] - met["tpr1"]
     # The ratio is only meaningful when group 0's drop is clearly positive (> 2 s.e.).
     se0 = math.hypot(_mean_se(base["acc0"])[1], _mean_se(met["acc0"])[1])
     se1 = math.hypot(_mean_se(base["acc1"])[1], _mean_se(met["acc1"])[1])
     ratio = float(d1.mean() / d0.mean()) if s != "inf" and d0.mean() > 2 * se0 else None
     ratio_se = _ratio_se(ratio, d0.mean(), se0, d1.mean(), se1)
     e.update(drop0=float(d0.mean()), drop1=float(d1.mean()), drop_ratio=ratio,
-             drop_ratio_se=ratio_se, tpr_gap=_mean_se(gap))
+             drop_ratio_se=ratio_se, tpr_gap=_mean_se(met["tpr0"] - met["tpr1"]))
     demo1_rows.append([_setting_label(s), e["sigma"], e["acc0"][0], e["acc1"][0], e["acc1"][1],
                        e["drop0"], e["drop1"], ratio, ratio_se,
                        LECTURE["drop_ratio"] if s == epsilons[-1] else None,
@@ -231,8 +226,7 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
   demo3_rows, record["demo3"] = [], []
   wkeys = jax.random.split(k_demo3, max(1, 2 * len(worlds)))
   for i, (label, tr, te, aware, share) in enumerate(worlds):
-    xtr = features(tr.x_NxF, scaler, aware)
-    xte = features(te.x_NxF, scaler, aware)
+    xtr, xte = features(tr.x_NxF, scaler, aware), features(te.x_NxF, scaler, aware)
     m_inf = _group_metrics(np.asarray(_train(wkeys[2 * i], xtr, tr.y_N, _config("inf", **hp),
                                              seeds).params["w"]), xte, te.y_N, te.group_N)
     bar.update(1)

@@ -300,6 +300,8 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
   return _common.finish(cfg, out_dir, NAME, record, tables=_tables(cfg, record),
                         figures=[_plot(out_dir, record, cfg)], summary=_summary(cfg, record),
                         quiet=quiet)
+
+
 def _tables(cfg: Exercise6Config, r: dict) -> list:
   b, m, half = r["budget"], r["model"], cfg.zip_epsilon / 2
   lap = f"Laplace(1/{half:g}) x {cfg.zip_codes}"

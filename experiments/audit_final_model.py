@@ -145,14 +145,8 @@ def _plot(out_dir: str, rows: list) -> str:
 
 def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Audits DP-SGD's final model at each eps; writes the record, tables and figure.
-
-  --protocol ours: our tables; paper: Annamalai & De Cristofaro's protocol
-  (`_paper`); both: the two, the paper's under the key "paper_protocol".
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """Audits DP-SGD's final model at each eps (--protocol both: the paper's rows under the key
+  "paper_protocol"); `_common.finish`'s dict."""
   key_data, key_init, key_audit = jax.random.split(jax.random.key(cfg.seed), 3)
   data = digits.load(key_data)
   x_priv, y_priv = data.x_train_NxF[: cfg.num_train], data.y_train_N[: cfg.num_train]

@@ -85,11 +85,7 @@ def _plot(out_dir: str, rows: list) -> str:
 
 def run(cfg: OneRunDpsgdConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """One training run per eps, audited with m canaries; writes results.json + figure.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """One training run per eps, audited with m canaries; `_common.finish`'s dict."""
   key_data, key_audit = jax.random.split(jax.random.key(cfg.seed))
   data = digits.load(key_data)
   n = int(data.y_train_N.shape[0])
@@ -180,12 +176,8 @@ def run(cfg: OneRunDpsgdConfig, out_dir: str, *, progress: bool = True,
 
 
 def _repeats(cfg, key, train_cfg, model, data, first) -> dict:
-  """{family: {"mean", "std", "min", "max", "runs"}} over cfg.repeats training runs.
-
-  Run 0 is `first` (the white-box audit already made with `key`); run j >= 1 trains
-  afresh with `fold_in(key, j)`. Each family's bound comes from
-  `one_run.audit_declared_guesses` on the run's canary scores.
-  """
+  """{family: {"mean", "std", "min", "max", "runs"}} over cfg.repeats training runs: run 0
+  is `first` (made with `key`), run j >= 1 trains with `fold_in(key, j)`."""
   per = {k: [] for k in FAMILIES}
   for j in range(cfg.repeats):
     wb = first if j == 0 else runner.audit_dpsgd(

@@ -93,11 +93,7 @@ def _plot(out_dir: str, rows: list, sigmas: list) -> str:
 
 
 def run(cfg: OneRunFdpConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
-  """Audits each sigma `repeats` times by the three analyses; writes results.json + figure.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """Audits each sigma `repeats` times by the three analyses; `_common.finish`'s dict."""
   sigmas = [float(s) for s in cfg.noise_multipliers]
   m, delta, conf = cfg.num_canaries, cfg.delta, cfg.confidence
   seeds = np.random.SeedSequence(cfg.seed).spawn(len(sigmas))

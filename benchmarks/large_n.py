@@ -463,8 +463,7 @@ def remeasure_memory(path: str, workloads) -> None:
     mem = measure_memory(name, fig["n"], fig.get(f"{name}.full_mask_timed_n"),
                          fig.get(f"{name}.opacus_threads"),
                          os.environ.get("JAX_COMPILATION_CACHE_DIR"))
-    for k, v in mem.items():
-      fig[f"{name}.peak_rss_bytes.{k}"] = v
+    fig.update(report.flatten(mem, f"{name}.peak_rss_bytes."))
   doc["memory_command"] = report.command("large_n")
   report.dump(path, doc)
 
@@ -541,10 +540,10 @@ def main(argv):
   for w in workloads:
     if w not in _MODELS:
       raise ValueError(f"--workloads: unknown workload {w!r} (known: {sorted(_MODELS)})")
-  if fv.memory_only:
-    remeasure_memory(fv.json or os.path.join(report.RESULTS_DIR, "large_n.json"), workloads)
-    return
   path = fv.json or os.path.join(report.RESULTS_DIR, "large_n.json")
+  if fv.memory_only:
+    remeasure_memory(path, workloads)
+    return
   kept = _kept_figures(path, workloads, fv.n) if fv.merge else {}
 
   def save(f):

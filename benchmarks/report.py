@@ -165,12 +165,12 @@ def _env_line(doc: dict) -> str:
 def _dpsgd_section(doc: dict) -> list[str]:
   f = doc["figures"]
   out = _head("DP-SGD engine (`benchmarks/dpsgd.py`, `benchmarks/dpsgd_deep.py`)", doc,
-         "Audit workload: logistic regression, N = 150 records, D = 56 features, q = 0.2, "
-         "T = 500, M models trained at once. `fast` is the engine's default (GLM closed "
-         "form); `generic` the two-pass vmap(grad) path with `sqnorm` norms, `plain` the "
-         "same without the norm identity, `one-pass` vmap(grad) in one pass (times are "
-         "relative to the fast path's). NumPy is the lecture-style matrix code at its best "
-         "BLAS thread count. All timings interleaved, best of the repeats.", "")
+              "Audit workload: logistic regression, N = 150 records, D = 56 features, q = 0.2, "
+              "T = 500, M models trained at once. `fast` is the engine's default (GLM closed "
+              "form); `generic` the two-pass vmap(grad) path with `sqnorm` norms, `plain` the "
+              "same without the norm identity, `one-pass` vmap(grad) in one pass (times are "
+              "relative to the fast path's). NumPy is the lecture-style matrix code at its best "
+              "BLAS thread count. All timings interleaved, best of the repeats.", "")
   sizes = sorted(int(k.split(".")[1][1:]) for k in f
                  if k.startswith("audit_workload.M") and k.endswith(".speedup_vs_numpy"))
   rows = []
@@ -221,8 +221,8 @@ def _accountants_section(doc: dict) -> list[str]:
                  f"{r['dp_pld_minus_ref']:+.1e}", f"{r['pld_fixed_grid_speedup']:.1f}×"])
   return (_head("Accountants (`benchmarks/accountants.py`)", doc,
                 "Speed-up = dp_accounting's time / ours, in one process. `ref` is dp_accounting's "
-           "PLD on a fine grid (h = min(1e-5, ε/5000)). `same grid` times our PLD on "
-           "dp_accounting's default grid (h = 1e-4), where the two give the same answer.", "")
+                "PLD on a fine grid (h = min(1e-5, ε/5000)). `same grid` times our PLD on "
+                "dp_accounting's default grid (h = 1e-4), where the two give the same answer.", "")
           + _table(["σ, q, T, δ", "ours RDP ε", "RDP speed-up", "ours PLD ε (adaptive)",
                     "dp_accounting PLD ε", "PLD speed-up", "ours − ref", "dp_accounting − ref",
                     "same-grid speed-up"], rows) + [""])
@@ -357,14 +357,14 @@ def _pate_teachers_section(doc: dict) -> list[str]:
                  _fmt(rss / 2**30 if rss is not None else None, ".2f")])
   return (_head("PATE teachers (`benchmarks/pate_teachers.py`)", doc,
                 f"M logistic-regression teachers ({f.get('features')} linear credit features), "
-           f"{f.get('per_teacher')} records each on disjoint partitions, full-batch Adam, "
-           f"{f.get('steps')} steps. `vmapped`: `pate.fit_non_private` on the M × N "
-           "partition mask, one jitted program (best of the repeats; its first call, "
-           "compile included, apart). `loop`: a Python loop calling `pate.fit_non_private` "
-           "on one teacher's records at a time (compiled once beforehand), timed over the "
-           "first teachers and scaled to M. `max Δ params`: the largest absolute difference "
-           "between the loop's and the vmapped parameters of the timed teachers (the same "
-           "fits).", "")
+                f"{f.get('per_teacher')} records each on disjoint partitions, full-batch Adam, "
+                f"{f.get('steps')} steps. `vmapped`: `pate.fit_non_private` on the M × N "
+                "partition mask, one jitted program (best of the repeats; its first call, "
+                "compile included, apart). `loop`: a Python loop calling `pate.fit_non_private` "
+                "on one teacher's records at a time (compiled once beforehand), timed over the "
+                "first teachers and scaled to M. `max Δ params`: the largest absolute difference "
+                "between the loop's and the vmapped parameters of the timed teachers (the same "
+                "fits).", "")
           + _table(["M", "records", "vmapped (s)", "first call (s)", "loop (s, scaled)",
                     "loop / vmapped", "teachers/s", "max Δ params", "XLA temp (MiB)",
                     "peak RSS (GiB)"], rows) + [""])
@@ -418,12 +418,12 @@ def _compile_time_section(doc: dict) -> list[str]:
                    _times(g("run_ratio"))])
   return (_head("Compile time (`benchmarks/compile_time.py`)", doc,
                 "The engine's program (`dpsgd.program`) and the matching non-private one (optax "
-           "SGD on permuted batches, same T), lowered and compiled ahead of time in one "
-           "process (s; ops: instructions of the optimised HLO); run: best compiled run, "
-           f"DP / non-private. Target: compile ratio ≤ {f.get('target')}×.", "")
+                "SGD on permuted batches, same T), lowered and compiled ahead of time in one "
+                "process (s; ops: instructions of the optimised HLO); run: best compiled run, "
+                f"DP / non-private. Target: compile ratio ≤ {f.get('target')}×.", "")
           + _table(["workload", "lower non-private", "compile non-private",
-                       "HLO ops non-private", "lower DP", "compile DP", "HLO ops DP",
-                       "compile DP / non-private", "run DP / non-private"], rows) + [""])
+                    "HLO ops non-private", "lower DP", "compile DP", "HLO ops DP",
+                    "compile DP / non-private", "run DP / non-private"], rows) + [""])
 
 
 _SECTIONS = {"dpsgd": _dpsgd_section, "accountants": _accountants_section,

@@ -37,8 +37,7 @@ def measure(teachers: list[int], per_teacher: int, loop_teachers: int, repeats: 
   k_data, k_pub, k_part, k_fit = jax.random.split(jax.random.key(0), 4)
   world = credit.sample(k_data, m_max * per_teacher)
   scaler = credit.PublicScaler.fit(credit.sample(k_pub, 2000).x_NxF)
-  x_all = credit.linear_features(world.x_NxF, scaler)
-  y_all = world.y_N
+  x_all, y_all = credit.linear_features(world.x_NxF, scaler), world.y_N
   model = models.logistic_regression(credit.LINEAR_DIM)
   fit = lambda key, x, y, keep: pate.fit_non_private(key, x, y, keep, model, num_steps=_STEPS,
                                                      learning_rate=_LR)
@@ -72,19 +71,11 @@ def measure(teachers: list[int], per_teacher: int, loop_teachers: int, repeats: 
     diff = max(float(jnp.max(jnp.abs(lp["w"][0] - params["w"][i])))
                for i, lp in enumerate(loop_params))
     loop_full = loop_time * m / looped
-    figures.update({
-        f"M{m}.records": n,
-        f"M{m}.vmapped_s": vmapped,
-        f"M{m}.vmapped_first_call_s": first,
-        f"M{m}.loop_timed_teachers": looped,
-        f"M{m}.loop_timed_s": loop_time,
-        f"M{m}.loop_s": loop_full,
-        f"M{m}.loop_over_vmapped": loop_full / vmapped,
-        f"M{m}.teachers_per_s_vmapped": m / vmapped,
-        f"M{m}.max_param_diff": diff,
-        f"M{m}.xla_temp_bytes": temp,
-        f"M{m}.peak_rss_bytes": report.peak_rss_bytes(),
-    })
+    figures.update(report.flatten(dict(
+        records=n, vmapped_s=vmapped, vmapped_first_call_s=first, loop_timed_teachers=looped,
+        loop_timed_s=loop_time, loop_s=loop_full, loop_over_vmapped=loop_full / vmapped,
+        teachers_per_s_vmapped=m / vmapped, max_param_diff=diff, xla_temp_bytes=temp,
+        peak_rss_bytes=report.peak_rss_bytes()), f"M{m}."))
     print(f"M = {m}: vmapped {vmapped:.3f} s (first call {first:.2f} s), loop {loop_full:.2f} s "
           f"(timed {looped} teachers, scaled by {m / looped:g}), ratio "
           f"{loop_full / vmapped:.1f}x, max |param diff| {diff:.2e}")

@@ -1,12 +1,10 @@
 """How loose is each accountant? (lecture §4, code 02 demos 2-3)
 
-(a) A Gaussian mechanism with mu0 = 0.01 composed k times, delta = 1e-5: eps by basic
-    (delta/k per query, as the lecture), advanced (Dwork-Rothblum-Vadhan) and optimal
-    (Kairouz-Oh-Viswanath) composition, RDP (classic and Balle et al. 2020
-    conversion), PLD, and the exact answer (one mu0 sqrt(k) Gaussian).
-(b) The sigma each accountant needs for k queries within (eps = 1, delta = 1e-5).
-(c) The Poisson-subsampled Gaussian, sigma = 1, delta = 1e-5, q in {1, 0.1, 0.01}: eps
-    against T by RDP (our grid; integer orders 2..256 as the lecture), PLD, exact (q = 1).
+(a) A Gaussian mechanism with mu0 = 0.01 composed k times, delta = 1e-5: eps by basic (delta/k
+per query), advanced (Dwork-Rothblum-Vadhan) and optimal (Kairouz-Oh-Viswanath) composition, RDP
+(classic and Balle et al. 2020 conversion), PLD, and exact (one mu0 sqrt(k) Gaussian). (b) The
+sigma each needs for k queries within (eps = 1, delta = 1e-5). (c) The Poisson-subsampled
+Gaussian, sigma = 1, q in {1, 0.1, 0.01}: eps against T by RDP, PLD, exact (q = 1).
 
 Command:   python -m experiments.accounting        (about 10 s of CPU)
 """

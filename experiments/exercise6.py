@@ -1,13 +1,12 @@
 """Lecture 10, exercise 6 end to end: a bank's whole privacy budget, eps = 3 at delta = 1e-5.
 
-The bank releases the delinquency rate of each of 50 zip codes, a DP-SGD credit model and
-the best of 20 hyperparameter settings, all with the customer (1-10 loans,
-`credit.sample_customers`) as the unit: 1. the budget, by basic composition and in one RDP
-account; 2. the zip rates (`mechanisms.grouped_rates`; unreliable by noise sd >
-`--max_rate_sd` or the lecture's `--min_count`); 3. user-level DP-SGD vs example-level and
-non-private; 4. selection among C x lr * C^2 on a public split into training and validation
-customers: naive, the exponential mechanism, repeat-and-select (Papernot & Steinke 2022);
-5. a five-loan customer by group privacy.
+The bank releases the delinquency rate of each of 50 zip codes, a DP-SGD credit model and the best
+of 20 hyperparameter settings, the customer (1-10 loans) the unit: 1. the budget, by basic
+composition and in one RDP account; 2. the zip rates (`mechanisms.grouped_rates`; unreliable by
+noise sd > `--max_rate_sd` or the lecture's `--min_count`); 3. user-level DP-SGD vs example-level
+and non-private; 4. selection among C x lr * C^2 on public training / validation customers:
+naive, the exponential mechanism, repeat-and-select (Papernot & Steinke 2022); 5. a five-loan
+customer by group privacy.
 
 Command:  python -m experiments.exercise6      (about 50 s of CPU)
 """

@@ -1,11 +1,10 @@
 """The classic mechanisms on the credit world (lecture §3, code 01).
 
-Demo 1 (§3.1): randomized response on the delinquency bit of 10,000 applicants vs
-central DP. Demo 2(a) (§3.3): a count's error under Laplace and the Gaussian. Demo 2(b)
-(§3.2): the clip bound B of a private mean income (1,000 applicants, eps = 1). Demo 2(c)
-(§3.5): clamping and rounding a small noisy count (true 6, eps = 0.5). Demo 3 (§3.4):
-the exponential mechanism picks one of 25 approval thresholds (0.200 .. 0.800) of a
-public-fit logistic score; utility = correct private applicants out of 500.
+Demo 1 (§3.1): randomized response on the delinquency bit of 10,000 applicants vs central DP.
+Demo 2(a) (§3.3): a count's error under Laplace and the Gaussian. 2(b) (§3.2): the clip bound B
+of a private mean income (1,000 applicants, eps = 1). 2(c) (§3.5): clamping and rounding a small
+noisy count (true 6, eps = 0.5). Demo 3 (§3.4): the exponential mechanism picks one of 25
+approval thresholds of a public-fit logistic score; utility = correct private applicants of 500.
 
 Command:   python -m experiments.mechanisms          (about 12-25 s of CPU)
 """

@@ -130,16 +130,14 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
   train30 = credit.sample(k_train30, n_train, 0.3)
   hp = dict(n=n_train, batch=cfg.batch_size, epochs=cfg.epochs, lr=cfg.learning_rate,
             clip=cfg.l2_clip_norm, delta=cfg.delta)
-
   settings = ["inf", "clip"] + list(epsilons)
   x_tr, x_te = features(train.x_NxF, scaler, True), features(test.x_NxF, scaler, True)
   g_tr = np.asarray(train.group_N)
   record = {"n_group1_train": int(g_tr.sum()), "settings": []}
   demo1_rows, demo2_rows, coef_rows, per_setting = [], [], [], {}
-  keys = jax.random.split(k_dp, len(settings))
   bar = tqdm(total=len(settings) + (6 if demo3 else 0), desc="disparate impact",
              disable=not progress)
-  for s, k in zip(settings, keys):
+  for s, k in zip(settings, jax.random.split(k_dp, len(settings))):
     train_cfg = _config(s, **hp)
     res = _train(k, x_tr, train.y_N, train_cfg, seeds, stats=True)
     w = np.asarray(res.params["w"])  # [M, D]
@@ -203,8 +201,7 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
       rows=demo2_rows,
       note=("Loss: final models on their training records; gradient norm and fraction "
             "clipped: over every step at which a record was sampled (per_example_stats).")))
-  last = record["settings"][-1]
-  std = dict(zip(FEATURE_NAMES, last["coef_std"]))
+  std = dict(zip(FEATURE_NAMES, record["settings"][-1]["coef_std"]))
   tables.append(_common.Table(
       title=f"Demo 2b: seed-to-seed std of the coefficients at ε = {float(epsilons[-1]):g}",
       columns=["parameter", "supported by", "std across seeds", "lecture"],

@@ -208,7 +208,7 @@ class ExperimentConfig:
       if f.metadata.get("choices") and getattr(self, f.name) is not None:
         check_choices(self, f.name, f.metadata["choices"])
       if f.metadata.get("bounds"):
-        t, _ = _unwrap_optional(_field_types(type(self))[f.name])
+        t, _ = _unwrap_optional(typing.get_type_hints(type(self))[f.name])
         is_int = t is int or (typing.get_origin(t) is tuple and typing.get_args(t)[0] is int)
         _check_bounds(self, f.name, f.metadata["bounds"], is_int)
 
@@ -255,10 +255,6 @@ def check_choices(cfg, name: str, allowed: Sequence[Any]) -> None:
     raise ValueError(f"{name} must be {what} {tuple(allowed)}, got {v!r}")
 
 
-def _field_types(config_cls) -> dict:
-  return typing.get_type_hints(config_cls)
-
-
 def _unwrap_optional(t):
   args = typing.get_args(t)
   if typing.get_origin(t) in (typing.Union, types.UnionType) and type(None) in args:
@@ -270,7 +266,7 @@ def _unwrap_optional(t):
 
 def define_flags(config_cls) -> dict:
   """One absl flag per field of `config_cls` (skipping flag=False); {field name: FlagHolder}."""
-  hints = _field_types(config_cls)
+  hints = typing.get_type_hints(config_cls)
   holders = {}
   for f in dataclasses.fields(config_cls):
     if not f.metadata.get("flag", True):
@@ -316,7 +312,7 @@ def _parse_item(text: str, t, name: str):
 
 def config_from_flags(config_cls, holders: dict):
   """Builds (and so validates) the config from parsed flag values."""
-  hints = _field_types(config_cls)
+  hints = typing.get_type_hints(config_cls)
   values = {}
   for name, holder in holders.items():
     v = holder.value

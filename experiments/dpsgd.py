@@ -5,8 +5,7 @@
 
 Logistic regression, batch 50, 20 epochs, C = 1, delta = 1e-5, eta * C = 0.5 unless stated, on
 linear (n = 4000) and cubic features (n = 500): 1. one step's anatomy at theta = 0; 2. the cost
-of privacy over eps; 3. the clipping norm C; 4. the batch size at fixed epochs and at fixed
-steps. Our credit world differs from the lecture's, so accuracies differ somewhat.
+of privacy over eps; 3. the clipping norm C; 4. the batch size at fixed epochs and fixed steps.
 """
 
 from __future__ import annotations
@@ -84,11 +83,11 @@ def _evaluate(w_MxD, x_test, y_test):
   return acc, np.mean(np.logaddexp(0.0, z) - y_test[:, None] * z, axis=0)
 
 
-def _cfg(n, q, steps, c=1.0, eps=None, sigma=None):
+def _cfg(n, q, steps, c=1.0, eps=None):
   kw = dict(dataset_size=n, sampling_prob=q, num_steps=steps, l2_clip_norm=c,
             delta=DELTA, learning_rate=ETA_C / c if math.isfinite(c) else ETA_C)
   if eps is None:
-    return dpsgd.DpSgdConfig(noise_multiplier=0.0 if sigma is None else sigma, **kw)
+    return dpsgd.DpSgdConfig(noise_multiplier=0.0, **kw)
   return dpsgd.DpSgdConfig(**kw).calibrate(eps)
 
 

@@ -39,8 +39,7 @@ REPORTED_STEPS_IMPOSSIBLE = "~82%"
 # The count released by the Laplace mechanism and its neighbour (sensitivity 1).
 _X, _X_NEIGHBOUR = 0.0, 1.0
 _CLIP = 1.0
-# Models per compiled chunk: below the engine's scan-unrolling threshold, which costs more
-# compile time than these short runs gain from it.
+# Models per compiled chunk: below the engine's scan-unrolling threshold (compile time).
 _MAX_CHUNK = 200
 _opt = _common.option
 
@@ -125,8 +124,7 @@ def _data(key, cfg):
   kx, kw, ky = jax.random.split(key, 3)
   d = cfg.num_features
   x = jax.random.normal(kx, (cfg.num_records, d))
-  logits = x @ jax.random.normal(kw, (d,))
-  y = jax.random.bernoulli(ky, jax.nn.sigmoid(logits)).astype(jnp.int32)
+  y = jax.random.bernoulli(ky, jax.nn.sigmoid(x @ jax.random.normal(kw, (d,)))).astype(jnp.int32)
   return _Data(jnp.concatenate([x, jnp.zeros((cfg.num_records, 1))], axis=1), y, d + 1)
 
 
@@ -156,12 +154,9 @@ def _train(key, data, cfgs, index_M, canary_in_M, **components):
             canary.gradient_canaries(data.num_features, 1, _CLIP),
             jnp.asarray(np.resize(canary_in_M, index_M.size))[:, None]),
         perf=dpsgd.PerformanceFlags(progress=False, max_chunk=_MAX_CHUNK), **components)
-  obs = np.asarray(out.observations, np.float32)
-  bits = np.asarray(_canary_bits(jax.random.split(key, index_M.size),
-                                 jnp.asarray(np.resize(canary_in_M, index_M.size)),
-                                 sampling_prob=float(cfgs[0].sampling_prob),
-                                 num_steps=int(cfgs[0].num_steps)))
-  return obs, bits
+  return np.asarray(out.observations, np.float32), np.asarray(_canary_bits(
+      jax.random.split(key, index_M.size), jnp.asarray(np.resize(canary_in_M, index_M.size)),
+      sampling_prob=float(cfgs[0].sampling_prob), num_steps=int(cfgs[0].num_steps)))
 
 
 def _dpsgd_row(flagged, canary_in, impossible, bits, cfg_dp, cfg):
@@ -179,9 +174,8 @@ def _dpsgd_row(flagged, canary_in, impossible, bits, cfg_dp, cfg):
 
 def _naive_dpsgd(key, data, cfg, settings):
   """The float32 engine: every sigma in one `train_sweep` program."""
-  m = 2 * cfg.models
-  canary_in = np.arange(m) % 2 == 0
-  index = np.repeat(np.arange(len(settings)), m)
+  canary_in = np.arange(2 * cfg.models) % 2 == 0
+  index = np.repeat(np.arange(len(settings)), canary_in.size)
   obs, bits = _train(key, data, settings, index, canary_in)
   rows = []
   for g, cfg_dp in enumerate(settings):
@@ -199,8 +193,7 @@ def _naive_dpsgd(key, data, cfg, settings):
 
 def _defended_dpsgd(key, data, cfg, settings):
   """Secure DP-SGD (grid clipping + integer noise): one program per setting (static table)."""
-  m = 2 * cfg.models
-  canary_in = np.arange(m) % 2 == 0
+  canary_in = np.arange(2 * cfg.models) % 2 == 0
   model = models.logistic_regression(data.num_features)
   rows = []
   for i, cfg_dp in enumerate(settings):
@@ -208,8 +201,9 @@ def _defended_dpsgd(key, data, cfg, settings):
     gamma = priv.grid
     noise = integer_noise.rounded_gaussian(
         cfg_dp.noise_multiplier * grid_lib.grid_sensitivity(_CLIP, gamma, data.num_features))
-    obs, bits = _train(jax.random.fold_in(key, i), data, [cfg_dp], np.zeros(m, np.int32),
-                       canary_in, clipping=path, privatizer=priv)
+    obs, bits = _train(jax.random.fold_in(key, i), data, [cfg_dp],
+                       np.zeros(canary_in.size, np.int32), canary_in, clipping=path,
+                       privatizer=priv)
     reach = lambda c: floating_point.grid_reachable(
         obs, c, gamma, max_abs=noise.max_abs, expected_batch_size=cfg_dp.expected_batch_size)
     impossible = ~reach(0)

@@ -208,14 +208,13 @@ def demo_clip_bound(key, people: credit.CreditData, cfg: MechanismsConfig) -> tu
 def postprocess_exact(true_count: float, epsilon: float, max_k: int = 2_000) -> dict:
   """Exact P[negative], RMSE of the raw release and of max(0, round(release))."""
   b = mech.laplace_scale(epsilon)
-  p_neg = float(stats.laplace.cdf(0.0, loc=true_count, scale=b))
-  rmse_raw = math.sqrt(2) * b
   k = np.arange(0, max_k + 1, dtype=np.float64)
   upper = stats.laplace.cdf(k + 0.5, loc=true_count, scale=b)
   lower = np.where(k == 0, 0.0, stats.laplace.cdf(k - 0.5, loc=true_count, scale=b))
   pk = upper - lower
   mse = float(np.sum(pk * (k - true_count) ** 2))
-  return {"p_negative": p_neg, "rmse_raw": rmse_raw, "rmse_post": math.sqrt(mse),
+  return {"p_negative": float(stats.laplace.cdf(0.0, loc=true_count, scale=b)),
+          "rmse_raw": math.sqrt(2) * b, "rmse_post": math.sqrt(mse),
           "bias_post": float(np.sum(pk * k) - true_count), "mass": float(pk.sum())}
 
 
@@ -267,8 +266,7 @@ def demo_exponential(key, public: credit.CreditData, privates: list[credit.Credi
   util_SxC = np.stack([correct_TxN(p).sum(1) for p in tqdm(
       privates[1:], desc="mechanisms: private samples", disable=not progress)]
                       ).astype(np.float64)
-  best_priv = int(np.argmax(util_C))
-  best_test = int(np.argmax(test_acc_C))
+  best_priv, best_test = int(np.argmax(util_C)), int(np.argmax(test_acc_C))
   rows, recs = [], []
   for eps, k in zip(cfg.em_epsilons, jax.random.split(key, len(cfg.em_epsilons))):
     k1, k2 = jax.random.split(k)

@@ -3,11 +3,9 @@
     .venv/bin/python -m benchmarks.accountants    # writes benchmarks/results/accountants.json
     .venv/bin/python -m benchmarks.accountants --quick      # skips the T = 1e5 rows
 
-For DP-SGD settings up to T = 1e5 it times eps(delta) by our RDP, our adaptive PLD, our
-PLD on dp_accounting's fixed grid h = 1e-4 (the same answer: pure speed), and
-dp_accounting 0.6.0's `RdpAccountant` and `PLDAccountant`, and compares every PLD answer
-with dp_accounting's PLD at h_ref = min(1e-5, eps / 5000). Times are best of --repeats;
-speed figures are ratios dp_accounting time / our time.
+Times eps(delta) by our RDP, our adaptive PLD, our PLD on dp_accounting's grid h = 1e-4, and
+dp_accounting 0.6.0's `RdpAccountant` and `PLDAccountant` (best of --repeats; speed = their time
+/ ours); every PLD answer against dp_accounting's PLD at h_ref = min(1e-5, eps / 5000).
 """
 
 from __future__ import annotations

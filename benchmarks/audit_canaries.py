@@ -19,8 +19,7 @@ from benchmarks import report
 _MODELS = flags.DEFINE_string("models", "500", "Comma-separated model counts M (multiples of 4).")
 _CANARIES = flags.DEFINE_integer("canaries", 100, "Gradient canaries per run K (> 1).")
 _REPEATS = flags.DEFINE_integer("timings", 2, "Timed repetitions (best is kept).")
-_JSON = flags.DEFINE_string("json_out", None, "Where to write the figures (default: "
-                             "print them).")
+_JSON = flags.DEFINE_string("json_out", None, "Where to write the figures (default: print them).")
 _EPSILON = 4.0
 
 

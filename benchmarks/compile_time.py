@@ -3,17 +3,11 @@
     .venv/bin/python -m benchmarks.compile_time        # writes benchmarks/results/compile_time.json
     .venv/bin/python -m benchmarks.compile_time --n 6000 --models 200 --out /tmp/c.json
 
-Two workloads, each compiled ahead of time in ONE process (`jax.jit(f).lower(*args)`,
-then `.compile()`, timed apart; nothing is run): `mlp`, `models.mlp(784, (256, 256), 10)`
-on n = 60,000 synthetic images (`benchmarks.large_n`), B = 256, one epoch, one model
-(`dpsgd.train_one`'s program, the padded step); `audit`, the audit workload of
-`benchmarks.dpsgd` (logistic regression, n = 150, q = 0.2, T = 500, M = 2,000 models,
-`dpsgd.train_many`'s program). The non-private program of each is optax SGD scanned over
-the same T steps on batches of B rows cut from a permutation (vmapped over the M models
-for `audit`). Program size: ops of the lowered StableHLO and instructions of the
-optimised HLO. Run time: the best of --runs calls of each compiled program, in turn.
-
-Keys: `<w>.<dp|nonprivate>.{lower_s, compile_s, stablehlo_ops, hlo_ops, run_s}`,
+Compiled ahead of time in one process (`lower`, then `compile`, timed apart; nothing run):
+`mlp` (`dpsgd.train_one`'s program, MLP 784-256-256-10 on 60,000 synthetic images, B = 256, one
+epoch) and `audit` (`dpsgd.train_many`'s program for the `benchmarks.dpsgd` workload, M = 2,000),
+each against optax SGD over the same T steps. Keys:
+`<w>.<dp|nonprivate>.{lower_s, compile_s, stablehlo_ops, hlo_ops, run_s}`,
 `<w>.compile_ratio` (DP / non-private compile, target <= 2), `<w>.run_ratio`.
 """
 
@@ -52,8 +46,7 @@ def _nonprivate(model, num_steps: int, batch: int, lr: float):
       p, s = carry
       start = (t * batch) % (x.shape[0] - batch + 1)
       idx = jax.lax.dynamic_slice_in_dim(perm, start, batch)
-      g = jax.grad(lambda w: jnp.mean(models.loss_from_logits(model.apply(w, x[idx]),
-                                                              y[idx])))(p)
+      g = jax.grad(lambda w: jnp.mean(models.loss_from_logits(model.apply(w, x[idx]), y[idx])))(p)
       u, s = opt.update(g, s, p)
       return (optax.apply_updates(p, u), s), None
     return jax.lax.scan(step, (params, opt.init(params)),
@@ -95,8 +88,7 @@ def _programs(workload: str):
   one = _nonprivate(model, dpsgd_bench.T, round(dpsgd_bench.Q * n), dpsgd_bench.LR)
   train = jax.vmap(one, in_axes=(0, 0, None, None))
   params = jax.vmap(model.init)(jax.random.split(jax.random.key(0), m))
-  return {"dp": dp, "nonprivate": (train, (params, jax.random.split(jax.random.key(2), m),
-                                           x, y))}
+  return {"dp": dp, "nonprivate": (train, (params, jax.random.split(jax.random.key(2), m), x, y))}
 
 
 def _ops(text: str) -> int:

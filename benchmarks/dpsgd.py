@@ -2,17 +2,13 @@
 
     .venv/bin/python -m benchmarks.dpsgd               # writes benchmarks/results/dpsgd.json
     .venv/bin/python -m benchmarks.dpsgd --sizes 128,2000 --skip_deep --json /tmp/d.json
-    .venv/bin/python -m benchmarks.report              # RESULTS.md from the JSON files
 
-The audit workload (logistic regression on 56 cubic credit features, n = 150, q = 0.2,
-T = 500, C = 1, sigma = 1, lr = 0.5, M models), timed in turn in ONE process (best of
---repeats after a warm-up): numpy (D x M parameters, two BLAS matmuls per step, at its
-best thread count); `dpsgd.train_many`'s GLM fast path; the generic paths
-(`generic_*`: `two_pass_clipped_grad_sum`; `generic_plain_*`: without the sqnorm
-rewrite; `generic_one_pass_*`: `clipped_grad_sum`; the last two skipped at the largest
-M); a float32 matmul peak for GFLOP/s fractions; and the peak memory of a fresh
-subprocess at the largest M. Unless --skip_deep, `benchmarks.dpsgd_deep.measure()` is
-merged in. One step is 4 N D = 33.6 kFLOP, 16.8 MFLOP per model for 500 steps.
+The audit workload (logistic regression on 56 cubic credit features, n = 150, q = 0.2, T = 500,
+C = 1, sigma = 1, lr = 0.5, M models), in one process, best of --repeats: numpy (two BLAS
+matmuls per step, best thread count); `dpsgd.train_many`'s GLM fast path; the generic paths
+(`generic_*`, `generic_plain_*` without the sqnorm rewrite, `generic_one_pass_*`); a float32
+matmul peak; the peak memory of a fresh subprocess at the largest M; `dpsgd_deep` merged in
+unless --skip_deep. One step is 4 N D = 33.6 kFLOP.
 """
 
 from __future__ import annotations

@@ -3,24 +3,14 @@
     .venv/bin/python -m benchmarks.dpsgd_deep --json /tmp/deep.json   (also part of benchmarks.dpsgd)
     .venv/bin/python -m benchmarks.dpsgd_deep --quick          # ~1 minute, fewer steps
 
-Workloads (B = 256, 10-class cross-entropy, SGD): mlp `models.mlp(64, (256, 256), 10)`,
-cnn `models.cnn((8, 8, 1), (16, 32))`, cnn28 `models.cnn((28, 28, 1), (16, 32))`. In ONE
-process, examples/second of one step on a fixed batch (best of `repeats` after a warm-up)
-for: nonprivate (jit(grad) + SGD); naive (`clipping.vmap.clipped_grad_sum`); ghost
-(`clipping.ghost.clipped_sum_fn`); generic (`clipping.vmap.two_pass_clipped_grad_sum`);
-opacus_hooks / opacus_ghost (torch CPU, skipped when unavailable, at the better of 1
-thread and torch's default). The JAX DP steps add noise with `privatizer.dp_aggregate`
-and divide by the fixed B. Profile rates: `profile_forward`, `profile_ghost_sum`,
-`profile_noise_update`.
-
-Keys (flat, dotted): `<w>.<method>_ex_per_s` for every rate, and
-  `mlp.speedup_vs_opacus`     ghost rate / best Opacus rate (target >= 2);
-  `mlp.overhead_vs_nonprivate` nonprivate rate / ghost rate (target <= 1.5);
-  `cnn.overhead_vs_nonprivate`, `cnn28.overhead_vs_nonprivate` (target <= 2);
-  `cnn.ratio_vs_opacus`, `cnn28.ratio_vs_opacus` ghost rate / best Opacus rate;
-  `<w>.speedup_vs_naive`       ghost rate / naive rate;
-  `<w>.generic_overhead_vs_nonprivate` nonprivate rate / generic rate.
-Runtime: a few minutes of CPU (`--quick`: about one).
+B = 256, 10-class cross-entropy, SGD; mlp (64, 256, 256, 10), cnn 8x8 (16, 32), cnn28 28x28
+(16, 32). Examples/second of one step (best of `repeats`, one process): nonprivate; naive
+(`clipping.vmap.clipped_grad_sum`); ghost (`clipping.ghost.clipped_sum_fn`); generic
+(`clipping.vmap.two_pass_clipped_grad_sum`); opacus_hooks / opacus_ghost (torch CPU, better of 1
+and default threads). JAX DP steps add noise by `privatizer.dp_aggregate`, divide by B.
+Keys: `<w>.<method>_ex_per_s`; `mlp.speedup_vs_opacus` (target >= 2);
+`<w>.overhead_vs_nonprivate` (targets: mlp <= 1.5, cnn <= 2); `<w>.ratio_vs_opacus`,
+`<w>.speedup_vs_naive`, `<w>.generic_overhead_vs_nonprivate`.
 """
 
 from __future__ import annotations
@@ -58,9 +48,7 @@ def _jax_runners(kind, kwargs, num_features, steps):
   """The JAX steps (nonprivate, naive, ghost, generic, profiles) as zero-argument timed loops."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
   import optax  # pylint: disable=g-import-not-at-top
-
   from dpjax import models, privatizer  # pylint: disable=g-import-not-at-top
   from dpjax.clipping import ghost, vmap  # pylint: disable=g-import-not-at-top
 
@@ -103,22 +91,17 @@ def _jax_runners(kind, kwargs, num_features, steps):
   def noise_only(params, t):  # profile: noise draw + denominator + SGD update, no gradient
     return private(lambda *a: (zero_sum, None), params, t)
 
-  steps_fns = {
-      "nonprivate": nonprivate,
-      "naive": functools.partial(private, naive_sum),
-      "ghost": functools.partial(private, ghost_sum),
-      "generic": functools.partial(private, generic_sum),
-      "profile_forward": forward_only,
-      "profile_ghost_sum": ghost_sum_only,
-      "profile_noise_update": noise_only,
-  }
+  steps_fns = {"nonprivate": nonprivate, "naive": functools.partial(private, naive_sum),
+               "ghost": functools.partial(private, ghost_sum),
+               "generic": functools.partial(private, generic_sum),
+               "profile_forward": forward_only, "profile_ghost_sum": ghost_sum_only,
+               "profile_noise_update": noise_only}
 
   def loop(step_fn):
     jitted = jax.jit(step_fn)
 
     def run():
-      p = params0
-      out = None
+      p, out = params0, None
       for t in range(steps):
         out = jitted(p, t)
         if isinstance(out, tuple):  # profile runners return (output, params)
@@ -137,11 +120,9 @@ def _torch_model(kind, kwargs):
   if kind == "mlp":
     sizes = (kwargs["num_inputs"],) + tuple(kwargs["hidden"]) + (kwargs["num_classes"],)
     layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-      layers.append(nn.Linear(a, b))
-      if i + 2 < len(sizes):
-        layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
+    for a, b in zip(sizes[:-2], sizes[1:-1]):
+      layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(sizes[-2], sizes[-1]))
   h, w, c = kwargs["input_shape"]
   layers = []
   for c_out in kwargs["channels"]:
@@ -204,8 +185,7 @@ def _opacus_runners(kind, kwargs, num_features, image_shape, steps, log):
           warnings.simplefilter("ignore")  # "full backward hook ... no inputs require grad"
           for _ in range(steps):
             popt.zero_grad()
-            loss = pcrit(pmodel(x), y)
-            loss.backward()
+            pcrit(pmodel(x), y).backward()
             popt.step()
         torch.set_num_threads(default_threads)
       runners[f"opacus_{mode}_{threads}thr"] = run
@@ -220,10 +200,9 @@ def measure_workload(name: str, steps: int, repeats: int, naive_steps: int, torc
   num_steps = {k: steps for k in runs}
   runs["naive"] = _jax_runners(kind, kwargs, num_features, naive_steps)["naive"]
   num_steps["naive"] = naive_steps
-  for k, run in _opacus_runners(kind, kwargs, num_features, image_shape, torch_steps,
-                                log).items():
-    runs[k] = run
-    num_steps[k] = torch_steps
+  opacus = _opacus_runners(kind, kwargs, num_features, image_shape, torch_steps, log)
+  runs.update(opacus)
+  num_steps.update(dict.fromkeys(opacus, torch_steps))
   rates = _best_rates(runs, num_steps, repeats)
   for k, v in rates.items():
     log(f"[dpsgd_deep] {name} {k}: {v:,.0f} examples/s")
@@ -263,9 +242,8 @@ def measure(quick: bool = False, log: Callable[[str], None] = print) -> dict:
   except ImportError:
     pass
   for name, (steps, naive_steps, torch_steps) in plan.items():
-    res = measure_workload(name, steps, repeats, naive_steps, torch_steps, log)
-    for k, v in res.items():
-      figures[f"{name}.{k}"] = v
+    figures.update(report.flatten(
+        measure_workload(name, steps, repeats, naive_steps, torch_steps, log), f"{name}."))
   if "cnn.speedup_vs_opacus" in figures:
     figures["cnn.ratio_vs_opacus"] = figures["cnn.speedup_vs_opacus"]
     figures["cnn28.ratio_vs_opacus"] = figures["cnn28.speedup_vs_opacus"]

@@ -2,34 +2,22 @@
 
     .venv/bin/python -m benchmarks.large_n             # writes benchmarks/results/large_n.json
     .venv/bin/python -m benchmarks.large_n --workloads mlp --n 6000 --json /tmp/l.json
-    .venv/bin/python -m benchmarks.report              # RESULTS.md from the JSON files
 
-n = 60,000 synthetic 28x28x1 images (`synthetic_images`), `models.mlp(784, (256, 256),
-10)` and `models.cnn((28, 28, 1), (16, 32), 10)`, B = 256 (--batch), one epoch = round(n / B)
-steps, C = 1, sigma = 1. Per workload, in ONE process (interleaved, best of --repeats):
-(a) nonprivate optax SGD scanned over the epoch; (b) dp_padded, `dpsgd.train_one` with
-`batch_capacity="auto"`; (c) full_mask, `batch_capacity=None`, extrapolated from two step
-counts (and, where it would not fit in memory, from n / --full_mask_shrink records: an
-understatement, the cost growing at least linearly); (d) Opacus ghost clipping with
-Poisson sampling (skipped, with the reason, when unavailable). Peak memory (VmHWM) comes
-from a fresh subprocess per configuration (`--mem_child`); `<w>.profile.*` times (b)'s
-parts when it misses its target; --skip_full_mask leaves out (c). Figures are written
-after each workload.
-
-Keys (flat, dotted): `<w>.<config>_epoch_s`, `<w>.compile_s.<config>`,
-`<w>.peak_rss_bytes.<config>`, `<w>.accuracy.<config>`, `<w>.dp_over_nonprivate`
-(targets: 1.3 MLP, 2 CNN), `<w>.full_mask_over_padded` (target >= 10),
-`<w>.opacus_over_ours`.
-Runtime: about half an hour on two shared cores (most of it compiling, Opacus and
-the CNN).
+n = 60,000 synthetic 28x28x1 images, an MLP (784, 256, 256, 10) and a CNN (16, 32 channels),
+B = 256, one epoch = round(n / B) steps, C = 1, sigma = 1. Per workload, in one process
+(interleaved, best of --repeats): (a) non-private optax SGD; (b) dp_padded, `dpsgd.train_one`
+with `batch_capacity="auto"`; (c) full_mask, `batch_capacity=None`, extrapolated from two step
+counts (and from n / --full_mask_shrink records where n does not fit: a lower bound); (d) Opacus
+ghost clipping with Poisson sampling. Peak memory (VmHWM) from a fresh subprocess per
+configuration. Keys: `<w>.<config>_epoch_s`, `<w>.compile_s.<config>`,
+`<w>.peak_rss_bytes.<config>`, `<w>.accuracy.<config>`, `<w>.dp_over_nonprivate` (targets 1.3
+MLP, 2 CNN), `<w>.full_mask_over_padded` (target >= 10), `<w>.opacus_over_ours`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from typing import Callable
 
@@ -49,8 +37,7 @@ LR_NONPRIVATE = 0.1
 LR_DP = 1.0
 SEED = 0
 TARGETS = {"mlp": 1.3, "cnn": 2.0, "full_mask": 10.0}
-# A fraction of physical memory the full-mask step's temporaries may use before it is
-# timed at a smaller n instead (other processes share the machine).
+# Share of physical memory the full-mask temporaries may use before it is timed at n / shrink.
 _MEMORY_FRACTION = 0.5
 
 _MODELS = {
@@ -62,14 +49,8 @@ _OPACUS_MEMORY_STEPS = 20
 
 
 def synthetic_images(seed: int, n: int, num_test: int = 0):
-  """n + num_test images 28x28x1 (flat float32[., 784]) with labels in [0, 10).
-
-  An image is its class's template (a 7x7 uniform random pattern upsampled to 28x28) plus
-  N(0, 0.5^2) pixel noise, clipped to [0, 1].
-
-  Returns:
-    (x_train [n, 784], y_train int32[n], x_test [num_test, 784], y_test int32[num_test]).
-  """
+  """(x_train [n, 784], y_train int32[n], x_test, y_test): a 7x7 random class template
+  upsampled to 28x28 plus N(0, 0.5^2) pixel noise, clipped to [0, 1]; labels in [0, 10)."""
   rng = np.random.default_rng(seed)
   coarse = rng.random((NUM_CLASSES, 7, 7), dtype=np.float32)
   templates = np.kron(coarse, np.ones((4, 4), np.float32)).reshape(NUM_CLASSES, -1)
@@ -124,9 +105,8 @@ class _Runner:
 
 
 def fast_apply(model):
-  """model.apply, or for a CNN the same function with its convolutions as im2col matmuls
-  (`clipping.ghost`'s forward without probes), for the non-private baseline: XLA:CPU's
-  convolution gradient in the scan is many times slower and would flatter DP-SGD."""
+  """model.apply; for a CNN, its convolutions as im2col matmuls (`clipping.ghost`'s forward):
+  XLA:CPU's convolution gradient is many times slower and would flatter DP-SGD."""
   if model.kind != "cnn":
     return model.apply
   from dpjax.clipping import ghost  # pylint: disable=g-import-not-at-top
@@ -157,9 +137,8 @@ def nonprivate_runner(model, x, y, num_steps: int, seed: int = SEED) -> _Runner:
       u, s = opt.update(g, s, p)
       return (optax.apply_updates(p, u), s), None
 
-    (p, _), _ = jax.lax.scan(step, (params, opt.init(params)),
-                             jnp.arange(num_steps, dtype=jnp.int32))
-    return p
+    return jax.lax.scan(step, (params, opt.init(params)),
+                        jnp.arange(num_steps, dtype=jnp.int32))[0][0]
 
   k_init, k_shuffle = jax.random.split(jax.random.key(seed))
   params0 = model.init(k_init)
@@ -178,16 +157,10 @@ def dp_runner(model, x, y, num_steps: int, batch_capacity="auto", seed: int = SE
   from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
 
   n = x.shape[0]
-  cfg = _dp_config(n, num_steps)
-  keep = jnp.ones((n,), bool)
-  key = jax.random.key(seed + 1)
-
-  def run():
-    out = dpsgd.train_one(key, x, y, keep, cfg, model,
-                          perf=dpsgd.PerformanceFlags(batch_capacity=batch_capacity,
-                                                      progress=False))
-    return jax.block_until_ready(out.params)
-  return _Runner(run)
+  cfg, keep, key = _dp_config(n, num_steps), jnp.ones((n,), bool), jax.random.key(seed + 1)
+  perf = dpsgd.PerformanceFlags(batch_capacity=batch_capacity, progress=False)
+  return _Runner(lambda: jax.block_until_ready(
+      dpsgd.train_one(key, x, y, keep, cfg, model, perf=perf).params))
 
 
 def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED) -> dict:
@@ -195,7 +168,7 @@ def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
-  from dpjax import clipping, privatizer, sampling  # pylint: disable=g-import-not-at-top
+  from dpjax import clipping, dpsgd, privatizer, sampling  # pylint: disable=g-import-not-at-top
 
   n = x.shape[0]
   q = BATCH / n
@@ -254,16 +227,11 @@ def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED
       return jax.lax.scan(step, (params0, opt.init(params0)), steps)[0][0]
     return fn
 
-  from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
-
-  def host_check():
-    dpsgd.inputs.check_records(x, y, model)
-
   fns = {"mask": scan_sum(mask), "pad": scan_sum(pad), "gather": scan_sum(gather),
          "clipped_sum": fixed_batches(True, False), "noise_update": fixed_batches(False, True),
          "fixed_batch_dp": fixed_batches(True, True)}
   out = {k: _Runner(lambda f=f: jax.block_until_ready(f(x, y))) for k, f in fns.items()}
-  out["host_check"] = _Runner(host_check)
+  out["host_check"] = _Runner(lambda: dpsgd.inputs.check_records(x, y, model))
   return out
 
 
@@ -298,11 +266,8 @@ def opacus_runner(name: str, x_np, y_np, threads: int | None):
   kind, kwargs = _MODELS[name]
   torch.manual_seed(SEED)
   model = _torch_model(kind, dict(kwargs, num_inputs=784) if kind == "mlp" else kwargs)
-  shape = (-1, 784) if kind == "mlp" else (-1, IMAGE[2], IMAGE[0], IMAGE[1])
-  xt = torch.from_numpy(np.ascontiguousarray(x_np.reshape(shape)))
-  yt = torch.from_numpy(y_np.astype(np.int64))
-  loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xt, yt),
-                                       batch_size=BATCH)
+  loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
+      _torch_images(name, x_np), torch.from_numpy(y_np.astype(np.int64))), batch_size=BATCH)
   opt = torch.optim.SGD(model.parameters(), lr=LR_DP)
   engine = opacus.PrivacyEngine()
   with warnings.catch_warnings():
@@ -321,8 +286,7 @@ def opacus_runner(name: str, x_np, y_np, threads: int | None):
       warnings.simplefilter("ignore")
       for xb, yb in ploader:
         popt.zero_grad()
-        loss = pcrit(pmodel(xb), yb)
-        loss.backward()
+        pcrit(pmodel(xb), yb).backward()
         popt.step()
         steps += 1
         if max_steps is not None and steps >= max_steps:
@@ -332,11 +296,16 @@ def opacus_runner(name: str, x_np, y_np, threads: int | None):
   return run, pmodel
 
 
-def _opacus_accuracy(pmodel, name, x_np, y_np) -> float:
+def _torch_images(name, x_np):
   import torch  # pylint: disable=g-import-not-at-top
   shape = (-1, 784) if _MODELS[name][0] == "mlp" else (-1, IMAGE[2], IMAGE[0], IMAGE[1])
+  return torch.from_numpy(np.ascontiguousarray(x_np.reshape(shape)))
+
+
+def _opacus_accuracy(pmodel, name, x_np, y_np) -> float:
+  import torch  # pylint: disable=g-import-not-at-top
   with torch.no_grad():
-    logits = pmodel(torch.from_numpy(np.ascontiguousarray(x_np.reshape(shape))))
+    logits = pmodel(_torch_images(name, x_np))
   return float((logits.argmax(1).numpy() == y_np).mean())
 
 
@@ -362,14 +331,12 @@ def _opacus_threads(name, x_np, y_np, log) -> tuple[int | None, str | None]:
 
 
 def _timed(runners: dict, repeats: int, log, uncompiled=()) -> tuple[dict, dict]:
-  return report.interleaved_times(runners, repeats, lambda s: log("[large_n] " + s),
-                                  uncompiled)
+  return report.interleaved_times(runners, repeats, lambda s: log("[large_n] " + s), uncompiled)
 
 
 def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink: int,
                      data, log=print, full_mask: bool = True) -> dict:
-  """The figures of one workload (keys without the workload prefix); full_mask=False
-  leaves out the full-mask configuration (c)."""
+  """One workload's figures (keys without the workload prefix); full_mask=False skips (c)."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from dpjax import dpsgd, sampling  # pylint: disable=g-import-not-at-top
 
@@ -377,13 +344,10 @@ def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink:
   x, y = jnp.asarray(x_np), jnp.asarray(y_np)
   model = _model(name)
   t_steps = steps_per_epoch(n)
-  out: dict = {}
   capacity = dpsgd.batch_layout(n, BATCH / n)
-  out["capacity"] = capacity
-
   # Full mask: where its clipped sum over n rows would not fit, time it at n / shrink.
   temp = full_mask_temp_bytes(model, n)
-  out["full_mask_temp_bytes"] = temp
+  out: dict = {"capacity": capacity, "full_mask_temp_bytes": temp}
   fm_n = n
   if temp > _MEMORY_FRACTION * _physical_memory_bytes():
     fm_n = n // shrink
@@ -391,17 +355,15 @@ def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink:
         f"at n = {n}; timing it at n = {fm_n} and scaling by {n / fm_n:g}")
   k1, k2 = (1, 3) if name == "mlp" else (1, 2)   # fewer steps where a step is slow
   fm_x, fm_y = x[:fm_n], y[:fm_n]
-  runners = {
-      "nonprivate": nonprivate_runner(model, x, y, t_steps),
-      "dp_padded": dp_runner(model, x, y, t_steps, "auto"),
-  }
+  runners = {"nonprivate": nonprivate_runner(model, x, y, t_steps),
+             "dp_padded": dp_runner(model, x, y, t_steps, "auto")}
   if full_mask:
-    runners["full_mask_k1"] = dp_runner(model, fm_x, fm_y, k1, None)
-    runners["full_mask_k2"] = dp_runner(model, fm_x, fm_y, k2, None)
-  if full_mask and name == "mlp":   # the full-mask step's cost is linear in n: time it at n / shrink too
+    runners.update(full_mask_k1=dp_runner(model, fm_x, fm_y, k1, None),
+                   full_mask_k2=dp_runner(model, fm_x, fm_y, k2, None))
+  if full_mask and name == "mlp":   # the full-mask step's cost is linear in n: check at n / shrink
     small = n // shrink
-    runners["full_mask_small_k1"] = dp_runner(model, x[:small], y[:small], 2, None)
-    runners["full_mask_small_k2"] = dp_runner(model, x[:small], y[:small], 12, None)
+    runners.update(full_mask_small_k1=dp_runner(model, x[:small], y[:small], 2, None),
+                   full_mask_small_k2=dp_runner(model, x[:small], y[:small], 12, None))
   opacus_threads, why = (None, "skipped (--skip_opacus)") if skip_opacus else \
       _opacus_threads(name, x_np, y_np, log)
   opacus_model = None
@@ -414,44 +376,33 @@ def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink:
     log(f"[large_n] {name}: Opacus baseline {why}")
   first, best = _timed(runners, repeats, log, uncompiled=("opacus",))
 
-  out["nonprivate_epoch_s"] = best["nonprivate"]
-  out["dp_padded_epoch_s"] = best["dp_padded"]
-  out["compile_s"] = {
-      "nonprivate": first["nonprivate"] - best["nonprivate"],
-      "dp_padded": first["dp_padded"] - best["dp_padded"],
-  }
-  out["dp_over_nonprivate"] = best["dp_padded"] / best["nonprivate"]
-  out["target_dp_over_nonprivate"] = TARGETS[name]
+  out.update(nonprivate_epoch_s=best["nonprivate"], dp_padded_epoch_s=best["dp_padded"],
+             compile_s={c: first[c] - best[c] for c in ("nonprivate", "dp_padded")},
+             dp_over_nonprivate=best["dp_padded"] / best["nonprivate"],
+             target_dp_over_nonprivate=TARGETS[name])
   if full_mask:
     per_step = (best["full_mask_k2"] - best["full_mask_k1"]) / (k2 - k1)
     scale = n / fm_n
-    out["full_mask_timed_n"] = fm_n
-    out["full_mask_steps_timed"] = [k1, k2]
-    out["full_mask_per_step_s"] = per_step * scale
-    out["full_mask_epoch_s"] = (best["full_mask_k1"] + (t_steps - k1) * per_step) * scale
+    epoch = (best["full_mask_k1"] + (t_steps - k1) * per_step) * scale
+    out.update(full_mask_timed_n=fm_n, full_mask_steps_timed=[k1, k2],
+               full_mask_per_step_s=per_step * scale, full_mask_epoch_s=epoch,
+               full_mask_over_padded=epoch / best["dp_padded"],
+               target_full_mask_over_padded=TARGETS["full_mask"])
     if name == "mlp":
       small_step = (best["full_mask_small_k2"] - best["full_mask_small_k1"]) / 10
-      out["full_mask_small_n"] = n // shrink
-      out["full_mask_small_per_step_s"] = small_step
-      out["full_mask_linearity"] = per_step / small_step / (n / (n // shrink))
+      out.update(full_mask_small_n=n // shrink, full_mask_small_per_step_s=small_step,
+                 full_mask_linearity=per_step / small_step / (n / (n // shrink)))
     out["compile_s"]["full_mask"] = first["full_mask_k1"] - best["full_mask_k1"]
-    out["full_mask_over_padded"] = out["full_mask_epoch_s"] / best["dp_padded"]
-    out["target_full_mask_over_padded"] = TARGETS["full_mask"]
   if "opacus" in runners:
-    out["opacus_epoch_s"] = best["opacus"]
-    out["opacus_over_ours"] = best["opacus"] / best["dp_padded"]
-  out["accuracy"] = {
-      "nonprivate": _accuracy(model, runners["nonprivate"].last, xt_np, yt_np),
-      "dp_padded": _accuracy(model, runners["dp_padded"].last, xt_np, yt_np),
-  }
+    out.update(opacus_epoch_s=best["opacus"], opacus_over_ours=best["opacus"] / best["dp_padded"])
+  out["accuracy"] = {c: _accuracy(model, runners[c].last, xt_np, yt_np)
+                     for c in ("nonprivate", "dp_padded")}
   if opacus_model is not None:
     out["accuracy"]["opacus"] = _opacus_accuracy(opacus_model, name, xt_np, yt_np)
 
   # Where the padded epoch's time goes (seconds per epoch), when it misses its target.
   if capacity is not None and out["dp_over_nonprivate"] > TARGETS[name]:
-    prof = profile_runners(model, x, y, t_steps, capacity)
-    _, pbest = _timed(prof, repeats, log)
-    out["profile"] = pbest
+    out["profile"] = _timed(profile_runners(model, x, y, t_steps, capacity), repeats, log)[1]
   out["default_capacity"] = sampling.default_batch_capacity(n, BATCH / n)
   return out
 
@@ -483,21 +434,14 @@ def _mem_child(spec: str, n: int) -> None:
 
 def peak_rss(name: str, config: str, n: int, env: dict | None = None) -> int | None:
   """Peak resident bytes of a fresh process running `config` once (None if it failed)."""
-  cmd = [sys.executable, "-m", "benchmarks.large_n", f"--mem_child={name}:{config}",
-         f"--n={n}", f"--batch={BATCH}"]
-  proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        env=dict(os.environ, **(env or {})))
-  if proc.returncode != 0:
-    print(f"[large_n] memory child {name}:{config} failed: {proc.stderr[-2000:]}")
-    return None
-  return int(json.loads(proc.stdout.strip().splitlines()[-1])["peak_rss_bytes"])
+  return report.child_peak_rss(
+      "large_n", [f"--mem_child={name}:{config}", f"--n={n}", f"--batch={BATCH}"], env)
 
 
 def measure_memory(name: str, n: int, full_mask_n: int | None, opacus_threads: int | None,
                    cache_dir: str | None) -> dict:
-  """Peak resident bytes of each configuration, each in a fresh subprocess; cache_dir is a
-  persistent compilation cache with this workload's programs (None: they compile)."""
+  """Peak resident bytes of each configuration in a fresh subprocess; cache_dir: a persistent
+  compilation cache holding this workload's programs (None: they compile)."""
   cache = {} if cache_dir is None else {
       "JAX_COMPILATION_CACHE_DIR": cache_dir, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
   mem = {"data_only": peak_rss(name, "data_only", n)}
@@ -509,19 +453,17 @@ def measure_memory(name: str, n: int, full_mask_n: int | None, opacus_threads: i
 
 
 def remeasure_memory(path: str, workloads) -> None:
-  """Re-measures only the peak memory of `workloads` in an existing results file (its
-  command and timings kept; this run's command recorded as `memory_command`)."""
+  """Re-measures the peak memory of `workloads` in an existing results file (the rest kept;
+  this run's command recorded as `memory_command`)."""
   with open(path) as f:
     doc = json.load(f)
   fig = doc["figures"]
-  n = fig["n"]
   set_batch(fig.get("batch", BATCH))
   for name in workloads:
-    mem = measure_memory(name, n, fig.get(f"{name}.full_mask_timed_n"),
+    mem = measure_memory(name, fig["n"], fig.get(f"{name}.full_mask_timed_n"),
                          fig.get(f"{name}.opacus_threads"),
                          os.environ.get("JAX_COMPILATION_CACHE_DIR"))
-    for k, v in mem.items():
-      fig[f"{name}.peak_rss_bytes.{k}"] = v
+    fig.update(report.flatten(mem, f"{name}.peak_rss_bytes."))
   doc["memory_command"] = report.command("large_n")
   report.dump(path, doc)
 
@@ -530,14 +472,12 @@ def measure(workloads, n: int, repeats: int, skip_opacus: bool = False,
             skip_memory: bool = False, shrink: int = 10, log=print,
             checkpoint: Callable[[dict], object] | None = None,
             skip_full_mask: bool = False) -> dict:
-  """All figures as a flat dict with dotted keys (module docstring); `checkpoint`, if
-  given, is called with the figures so far after each workload."""
+  """All figures, a flat dict with dotted keys; `checkpoint(figures)` after each workload."""
   import tempfile  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  # With memory measured, a fresh persistent compilation cache for this call: this
-  # process compiles every program (its compile times are real), the memory
-  # subprocesses load them instead of compiling again (their peak RSS is then that of
-  # running, not of the compiler). The previous settings are restored on return.
+  # With memory measured, a fresh persistent compilation cache: this process compiles (its
+  # compile times are real), the memory subprocesses load the programs (their peak RSS is that
+  # of running, not of the compiler). The previous settings are restored on return.
   cache_dir, saved = None, {}
   if not skip_memory:
     cache_dir = tempfile.mkdtemp(prefix="large_n_xla_cache_")
@@ -569,16 +509,14 @@ def measure(workloads, n: int, repeats: int, skip_opacus: bool = False,
 
 
 def _define_flags() -> None:
-  """The command-line flags (defined only when run as a program, so that importing this
-  module next to another benchmark defines no duplicate flag)."""
+  """The flags, defined only when run as a program (importing this module defines none)."""
   flags.DEFINE_string("workloads", "mlp,cnn", "Comma-separated: mlp, cnn.")
   flags.DEFINE_integer("n", 60_000, "Training records.")
   flags.DEFINE_integer("batch", BATCH, "Expected batch size B (q = B / n).")
   flags.DEFINE_bool("skip_full_mask", False, "Skip the full-mask configuration (c).")
   flags.DEFINE_integer("repeats", 2, "Timed repetitions (best is kept).")
-  flags.DEFINE_integer(
-      "full_mask_shrink", 10, "The CNN's full-mask step is timed at n / this many records "
-      "when its temporaries at n would not fit in memory.")
+  flags.DEFINE_integer("full_mask_shrink", 10, "The full-mask step is timed at n / this "
+                       "many records when its temporaries at n would not fit in memory.")
   flags.DEFINE_bool("skip_opacus", False, "Skip the Opacus baseline.")
   flags.DEFINE_bool("skip_memory", False, "Skip the peak-memory subprocesses.")
   flags.DEFINE_string("json", None, "Where to write the figures (default: "
@@ -602,10 +540,10 @@ def main(argv):
   for w in workloads:
     if w not in _MODELS:
       raise ValueError(f"--workloads: unknown workload {w!r} (known: {sorted(_MODELS)})")
-  if fv.memory_only:
-    remeasure_memory(fv.json or os.path.join(report.RESULTS_DIR, "large_n.json"), workloads)
-    return
   path = fv.json or os.path.join(report.RESULTS_DIR, "large_n.json")
+  if fv.memory_only:
+    remeasure_memory(path, workloads)
+    return
   kept = _kept_figures(path, workloads, fv.n) if fv.merge else {}
 
   def save(f):
@@ -618,8 +556,8 @@ def main(argv):
 
 
 def _kept_figures(path: str, workloads, n: int) -> dict:
-  """The figures of the OTHER workloads in an existing results file (--merge), each
-  with the command that measured it (`<w>.command`)."""
+  """The other workloads' figures in an existing results file (--merge), each with the
+  command that measured it (`<w>.command`)."""
   if not os.path.exists(path):
     return {}
   with open(path) as f:

@@ -3,12 +3,9 @@
     .venv/bin/python -m benchmarks.normal_tails                       # M = 2000, 20000
     .venv/bin/python -m benchmarks.normal_tails --models 2000 --timings 3 --json_out /tmp/t.json
 
-The audit workload of `benchmarks.dpsgd`, timed round-robin in ONE process: "tails" (the
-shipped `GaussianPrivatizer`, redrawing the two extreme atoms from the exact tails),
-"body" (the 23-bit inverse-CDF alone, `_body_only_normal`, unaccounted) and "body_again"
-(a control for the measurement's noise floor). The figure is the ratio of best times
-tails / body (target <= 1.10); the tail loop runs at about 1 - exp(-56 M 2^-22) of the
-steps.
+The audit workload of `benchmarks.dpsgd`, round-robin in one process: "tails" (the shipped
+`GaussianPrivatizer`), "body" (the 23-bit inverse-CDF alone, `_body_only_normal`, unaccounted)
+and "body_again" (noise-floor control). Figure: best time tails / body (target <= 1.10).
 """
 
 from __future__ import annotations
@@ -68,8 +65,7 @@ class _BodyOnlyPrivatizer:
       ks = prng.split(prng.fold_in(state.key, state.count), len(leaves))
       out = [l + noise_stddev * _body_only_normal(kk, l.shape).astype(l.dtype)
              for kk, l in zip(ks, leaves)]
-      return (jax.tree.unflatten(treedef, out),
-              GaussianPrivatizerState(state.key, state.count + 1))
+      return (jax.tree.unflatten(treedef, out), GaussianPrivatizerState(state.key, state.count + 1))
     return optax.chain(optax.GradientTransformation(init_fn, update_fn),
                        optax.scale(1.0 / expected_batch_size))
 

@@ -2,15 +2,12 @@
 
     .venv/bin/python -m benchmarks.pate_teachers     # writes benchmarks/results/pate_teachers.json
     .venv/bin/python -m benchmarks.pate_teachers --teachers 250 --json /tmp/p.json
-    .venv/bin/python -m benchmarks.report            # RESULTS.md from the JSON files
 
-The teachers of `experiments/pate_credit.py`: M logistic regressions on the 6 linear
-credit features, each fit by full-batch Adam (300 steps, lr 0.05) on its own partition of
---per_teacher records. For each M, in ONE process: the vmapped `pate.fit_non_private`
-(first call timed apart, then best of --repeats) against a Python loop of M = 1 fits over
---loop_teachers teachers scaled to M; their ratio, the largest parameter difference (the
-fits are the same), XLA's temporary memory and the peak resident memory (VmHWM).
-Runtime: about two minutes of CPU for M = 250, 500, 1000.
+The teachers of `experiments/pate_credit.py` (M logistic regressions on 6 features, full-batch
+Adam, 300 steps, lr 0.05, --per_teacher records each). Per M, in one process: the vmapped
+`pate.fit_non_private` (first call apart, then best of --repeats) against a loop of single fits
+over --loop_teachers teachers scaled to M; their ratio, the largest parameter difference, XLA's
+temporary memory and the peak resident memory (VmHWM).
 """
 
 from __future__ import annotations
@@ -40,8 +37,7 @@ def measure(teachers: list[int], per_teacher: int, loop_teachers: int, repeats: 
   k_data, k_pub, k_part, k_fit = jax.random.split(jax.random.key(0), 4)
   world = credit.sample(k_data, m_max * per_teacher)
   scaler = credit.PublicScaler.fit(credit.sample(k_pub, 2000).x_NxF)
-  x_all = credit.linear_features(world.x_NxF, scaler)
-  y_all = world.y_N
+  x_all, y_all = credit.linear_features(world.x_NxF, scaler), world.y_N
   model = models.logistic_regression(credit.LINEAR_DIM)
   fit = lambda key, x, y, keep: pate.fit_non_private(key, x, y, keep, model, num_steps=_STEPS,
                                                      learning_rate=_LR)
@@ -75,19 +71,11 @@ def measure(teachers: list[int], per_teacher: int, loop_teachers: int, repeats: 
     diff = max(float(jnp.max(jnp.abs(lp["w"][0] - params["w"][i])))
                for i, lp in enumerate(loop_params))
     loop_full = loop_time * m / looped
-    figures.update({
-        f"M{m}.records": n,
-        f"M{m}.vmapped_s": vmapped,
-        f"M{m}.vmapped_first_call_s": first,
-        f"M{m}.loop_timed_teachers": looped,
-        f"M{m}.loop_timed_s": loop_time,
-        f"M{m}.loop_s": loop_full,
-        f"M{m}.loop_over_vmapped": loop_full / vmapped,
-        f"M{m}.teachers_per_s_vmapped": m / vmapped,
-        f"M{m}.max_param_diff": diff,
-        f"M{m}.xla_temp_bytes": temp,
-        f"M{m}.peak_rss_bytes": report.peak_rss_bytes(),
-    })
+    figures.update(report.flatten(dict(
+        records=n, vmapped_s=vmapped, vmapped_first_call_s=first, loop_timed_teachers=looped,
+        loop_timed_s=loop_time, loop_s=loop_full, loop_over_vmapped=loop_full / vmapped,
+        teachers_per_s_vmapped=m / vmapped, max_param_diff=diff, xla_temp_bytes=temp,
+        peak_rss_bytes=report.peak_rss_bytes()), f"M{m}."))
     print(f"M = {m}: vmapped {vmapped:.3f} s (first call {first:.2f} s), loop {loop_full:.2f} s "
           f"(timed {looped} teachers, scaled by {m / looped:g}), ratio "
           f"{loop_full / vmapped:.1f}x, max |param diff| {diff:.2e}")
@@ -98,8 +86,7 @@ def main(argv):
   del argv
   teachers = report.model_counts(_TEACHERS.value, "teachers")
   if _LOOP.value < 1 or _REPEATS.value < 1 or _PER_TEACHER.value < 1:
-    raise app.UsageError("--loop_teachers, --repeats and --per_teacher must be >= 1",
-                         exitcode=2)
+    raise app.UsageError("--loop_teachers, --repeats and --per_teacher must be >= 1", exitcode=2)
   report.write("pate_teachers", measure(teachers, _PER_TEACHER.value, _LOOP.value,
                                         _REPEATS.value), _JSON.value)
 

@@ -3,12 +3,9 @@
     .venv/bin/python -m benchmarks.per_step                                   # q = 0.2
     .venv/bin/python -m benchmarks.per_step --sampling_prob 1 --bound_runs 2048
 
-For each claimed eps (sigma from the PLD accountant, T steps, delta), trains the design
-of `dpjax.audit.per_step_run.per_step_statistics` twice: estimate (a) (`per_step.step_estimate`,
-its 95% lower limit and point) from a few runs with many Dirac canaries, and bound (b)
-(`per_step.composed_bound`) from many runs. Prints each beside the exact eps, as a
-fraction of it, with the process CPU seconds of each part (compilation included in the
-first row).
+Per claimed eps (sigma by PLD), the design of `audit.per_step_run.per_step_statistics` twice:
+estimate (a) (`per_step.step_estimate`) from a few runs with many canaries, bound (b)
+(`per_step.composed_bound`) from many runs; each beside the exact eps, with its CPU seconds.
 """
 
 from __future__ import annotations

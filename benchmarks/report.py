@@ -1,13 +1,8 @@
-"""benchmarks/RESULTS.md, generated from the benchmarks' JSON files.
+"""benchmarks/RESULTS.md from the benchmarks' JSON files, and the helpers that write them.
 
-    .venv/bin/python -m benchmarks.dpsgd          # writes benchmarks/results/dpsgd.json
-    .venv/bin/python -m benchmarks.accountants    # writes benchmarks/results/accountants.json
-    .venv/bin/python -m benchmarks.large_n        # writes benchmarks/results/large_n.json
-    .venv/bin/python -m benchmarks.pate_teachers  # writes benchmarks/results/pate_teachers.json
-    .venv/bin/python -m benchmarks.report         # rewrites benchmarks/RESULTS.md from them
+    .venv/bin/python -m benchmarks.report         # rewrites benchmarks/RESULTS.md
 
-Each file records its figures with the command line, machine and package versions
-(`write`); the tables are rendered from those files only.
+Each JSON file holds its figures with the command line, machine and package versions (`write`).
 """
 
 from __future__ import annotations
@@ -39,8 +34,7 @@ def environment() -> dict:
 
 
 def peak_rss_bytes() -> int:
-  """This process's peak resident set in bytes: VmHWM of /proc/self/status
-  (`getrusage(RUSAGE_SELF).ru_maxrss` where /proc is absent, right only without a parent)."""
+  """This process's peak resident bytes: VmHWM of /proc/self/status, else ru_maxrss."""
   try:
     with open("/proc/self/status") as f:
       for line in f:
@@ -52,7 +46,7 @@ def peak_rss_bytes() -> int:
 
 
 def write(name: str, figures: Any, path: str | None = None) -> str:
-  """Writes {"benchmark", "command", "environment", "figures"} as JSON to `path` (default
+  """Writes {"benchmark", "command", "environment", "figures"} to `path` (default
   `benchmarks/results/<name>.json`); returns the path."""
   path = path or os.path.join(RESULTS_DIR, f"{name}.json")
   return dump(path, {"benchmark": name, "command": command(name),
@@ -85,9 +79,8 @@ def best_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
 
 
 def interleaved_times(fns: dict, repeats: int, log=None, uncompiled=()) -> tuple[dict, dict]:
-  """(first-call seconds, best-of-`repeats` seconds) of each zero-argument function, timed
-  round-robin after one call each, so a burst of load hits all alike; those in
-  `uncompiled` count their first call as one of their `repeats` timings."""
+  """(first-call s, best-of-`repeats` s) of each zero-argument function, timed round-robin so
+  a burst of load hits all alike; `uncompiled` ones count their first call as a repeat."""
   first, best = {}, {}
   for k, f in fns.items():
     first[k] = best_time(f, 1)[0]
@@ -115,9 +108,8 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 
 def child_peak_rss(module: str, args: list[str], env: dict | None = None) -> int | None:
-  """Peak resident bytes that `python -m benchmarks.<module> *args` prints as its last line
-  ({"peak_rss_bytes": ...}), run in a fresh process from the repository root; None (with
-  its stderr printed) if it failed."""
+  """The {"peak_rss_bytes": ...} last line of `python -m benchmarks.<module> *args`, run in a
+  fresh process from the repository root; None (stderr printed) if it failed."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, **(env or {}))
   env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -138,8 +130,7 @@ def model_counts(text: str, flag: str) -> list[int]:
 
 
 def emit(name: str, figures: dict, path: str | None) -> None:
-  """`write(name, figures, path)` (the keys prefixed `<name>.`) when a path is given, else
-  print them."""
+  """`write(name, figures, path)` with keys prefixed `<name>.` if path is given, else prints."""
   figures = {f"{name}.{k}": v for k, v in figures.items()}
   if path:
     write(name, figures, path)
@@ -149,9 +140,15 @@ def emit(name: str, figures: dict, path: str | None) -> None:
 
 
 def _fmt(v, spec: str) -> str:
-  if v is None:
-    return "–"
-  return format(v, spec)
+  return "–" if v is None else format(v, spec)
+
+
+def _times(v) -> str:
+  return _fmt(v, ".2f") + ("×" if v else "")
+
+
+def _head(title: str, doc: dict, *text: str) -> list[str]:
+  return [f"## {title}", "", f"Command: `{doc['command']}`. {_env_line(doc)}", "", *text]
 
 
 def _table(columns: list[str], rows: list[list[str]]) -> list[str]:
@@ -167,14 +164,13 @@ def _env_line(doc: dict) -> str:
 
 def _dpsgd_section(doc: dict) -> list[str]:
   f = doc["figures"]
-  out = ["## DP-SGD engine (`benchmarks/dpsgd.py`, `benchmarks/dpsgd_deep.py`)", "",
-         f"Command: `{doc['command']}`. {_env_line(doc)}", "",
-         "Audit workload: logistic regression, N = 150 records, D = 56 features, q = 0.2, "
-         "T = 500, M models trained at once. `fast` is the engine's default (GLM closed "
-         "form); `generic` the two-pass vmap(grad) path with `sqnorm` norms, `plain` the "
-         "same without the norm identity, `one-pass` vmap(grad) in one pass (times are "
-         "relative to the fast path's). NumPy is the lecture-style matrix code at its best "
-         "BLAS thread count. All timings interleaved, best of the repeats.", ""]
+  out = _head("DP-SGD engine (`benchmarks/dpsgd.py`, `benchmarks/dpsgd_deep.py`)", doc,
+              "Audit workload: logistic regression, N = 150 records, D = 56 features, q = 0.2, "
+              "T = 500, M models trained at once. `fast` is the engine's default (GLM closed "
+              "form); `generic` the two-pass vmap(grad) path with `sqnorm` norms, `plain` the "
+              "same without the norm identity, `one-pass` vmap(grad) in one pass (times are "
+              "relative to the fast path's). NumPy is the lecture-style matrix code at its best "
+              "BLAS thread count. All timings interleaved, best of the repeats.", "")
   sizes = sorted(int(k.split(".")[1][1:]) for k in f
                  if k.startswith("audit_workload.M") and k.endswith(".speedup_vs_numpy"))
   rows = []
@@ -208,8 +204,7 @@ def _dpsgd_section(doc: dict) -> list[str]:
       rows.append([label] + [_fmt(g(k), ",.0f") for k in (
           "nonprivate_ex_per_s", "naive_ex_per_s", "generic_ex_per_s", "ghost_ex_per_s",
           "opacus_hooks_ex_per_s", "opacus_ghost_ex_per_s")]
-                  + [_fmt(g("overhead_vs_nonprivate"), ".2f") + "×",
-                     _fmt(g("speedup_vs_opacus"), ".2f") + ("×" if g("speedup_vs_opacus") else "")])
+                  + [_fmt(g("overhead_vs_nonprivate"), ".2f") + "×", _times(g("speedup_vs_opacus"))])
     out += _table(["workload", "non-private", "naive", "generic", "ghost", "Opacus hooks",
                    "Opacus ghost", "non-private / ghost time", "ghost / best Opacus"], rows)
     out.append("")
@@ -224,11 +219,10 @@ def _accountants_section(doc: dict) -> list[str]:
                  f"{r['ours_pld_eps']:.6f}", f"{r['dp_pld_eps']:.6f}",
                  f"{r['pld_speedup']:.2f}×", f"{r['ours_pld_minus_ref']:+.1e}",
                  f"{r['dp_pld_minus_ref']:+.1e}", f"{r['pld_fixed_grid_speedup']:.1f}×"])
-  return (["## Accountants (`benchmarks/accountants.py`)", "",
-           f"Command: `{doc['command']}`. {_env_line(doc)}", "",
-           "Speed-up = dp_accounting's time / ours, in one process. `ref` is dp_accounting's "
-           "PLD on a fine grid (h = min(1e-5, ε/5000)). `same grid` times our PLD on "
-           "dp_accounting's default grid (h = 1e-4), where the two give the same answer.", ""]
+  return (_head("Accountants (`benchmarks/accountants.py`)", doc,
+                "Speed-up = dp_accounting's time / ours, in one process. `ref` is dp_accounting's "
+                "PLD on a fine grid (h = min(1e-5, ε/5000)). `same grid` times our PLD on "
+                "dp_accounting's default grid (h = 1e-4), where the two give the same answer.", "")
           + _table(["σ, q, T, δ", "ours RDP ε", "RDP speed-up", "ours PLD ε (adaptive)",
                     "dp_accounting PLD ε", "PLD speed-up", "ours − ref", "dp_accounting − ref",
                     "same-grid speed-up"], rows) + [""])
@@ -239,8 +233,7 @@ def _ratio_vs_target(v, target, at_most: bool) -> str:
   if v is None:
     return "–"
   met = v <= target if at_most else v >= target
-  return (f"{v:.2f}× (target {'≤' if at_most else '≥'} {target:g}×: "
-          f"{'met' if met else 'missed'})")
+  return (f"{v:.2f}× (target {'≤' if at_most else '≥'} {target:g}×: {'met' if met else 'missed'})")
 
 
 def _large_n_section(doc: dict) -> list[str]:
@@ -277,11 +270,10 @@ def _large_n_section(doc: dict) -> list[str]:
                  _fmt(g("dp_padded_epoch_s"), ".2f"),
                  bound + _fmt(g("full_mask_epoch_s"), ",.0f"),
                  _fmt(g("opacus_epoch_s"), ".1f"),
-                 _ratio_vs_target(g("dp_over_nonprivate"), g("target_dp_over_nonprivate"),
-                                  True),
+                 _ratio_vs_target(g("dp_over_nonprivate"), g("target_dp_over_nonprivate"), True),
                  _ratio_vs_target(g("full_mask_over_padded"),
                                   g("target_full_mask_over_padded"), False),
-                 _fmt(g("opacus_over_ours"), ".2f") + ("×" if g("opacus_over_ours") else "")])
+                 _times(g("opacus_over_ours"))])
   out += _table(["workload", "K", "non-private epoch (s)", "DP epoch (s)",
                  "full-mask epoch (s, est.)", "Opacus epoch (s)", "DP / non-private",
                  "full mask / DP", "Opacus / DP"], rows)
@@ -289,8 +281,7 @@ def _large_n_section(doc: dict) -> list[str]:
   for w in names:
     g = lambda k, w=w: f.get(f"{w}.{k}")
     tn = g("full_mask_timed_n")
-    line = (f"{labels[w]}, full mask: steps {g('full_mask_steps_timed')} timed at n = "
-            f"{tn:,}")
+    line = (f"{labels[w]}, full mask: steps {g('full_mask_steps_timed')} timed at n = {tn:,}")
     if tn != n:
       line += (f" (at n = {n:,} its clipped sum alone needs "
                f"{g('full_mask_temp_bytes') / 2**30:.1f} GiB of XLA temporaries, more than "
@@ -364,17 +355,16 @@ def _pate_teachers_section(doc: dict) -> list[str]:
                  _fmt(g("teachers_per_s_vmapped"), ",.0f"), _fmt(g("max_param_diff"), ".1e"),
                  _fmt(temp / 2**20 if temp is not None else None, ".1f"),
                  _fmt(rss / 2**30 if rss is not None else None, ".2f")])
-  return (["## PATE teachers (`benchmarks/pate_teachers.py`)", "",
-           f"Command: `{doc['command']}`. {_env_line(doc)}", "",
-           f"M logistic-regression teachers ({f.get('features')} linear credit features), "
-           f"{f.get('per_teacher')} records each on disjoint partitions, full-batch Adam, "
-           f"{f.get('steps')} steps. `vmapped`: `pate.fit_non_private` on the M × N "
-           "partition mask, one jitted program (best of the repeats; its first call, "
-           "compile included, apart). `loop`: a Python loop calling `pate.fit_non_private` "
-           "on one teacher's records at a time (compiled once beforehand), timed over the "
-           "first teachers and scaled to M. `max Δ params`: the largest absolute difference "
-           "between the loop's and the vmapped parameters of the timed teachers (the same "
-           "fits).", ""]
+  return (_head("PATE teachers (`benchmarks/pate_teachers.py`)", doc,
+                f"M logistic-regression teachers ({f.get('features')} linear credit features), "
+                f"{f.get('per_teacher')} records each on disjoint partitions, full-batch Adam, "
+                f"{f.get('steps')} steps. `vmapped`: `pate.fit_non_private` on the M × N "
+                "partition mask, one jitted program (best of the repeats; its first call, "
+                "compile included, apart). `loop`: a Python loop calling `pate.fit_non_private` "
+                "on one teacher's records at a time (compiled once beforehand), timed over the "
+                "first teachers and scaled to M. `max Δ params`: the largest absolute difference "
+                "between the loop's and the vmapped parameters of the timed teachers (the same "
+                "fits).", "")
           + _table(["M", "records", "vmapped (s)", "first call (s)", "loop (s, scaled)",
                     "loop / vmapped", "teachers/s", "max Δ params", "XLA temp (MiB)",
                     "peak RSS (GiB)"], rows) + [""])
@@ -425,16 +415,15 @@ def _compile_time_section(doc: dict) -> list[str]:
                           for k, spec in (("lower_s", ".2f"), ("compile_s", ".2f"),
                                           ("hlo_ops", ",d"))]
                 + [f"{ratio:.2f}× ({'met' if ratio <= f['target'] else 'missed'})",
-                   _fmt(g("run_ratio"), ".2f") + ("×" if g("run_ratio") else "")])
-  return (["## Compile time (`benchmarks/compile_time.py`)", "",
-           f"Command: `{doc['command']}`. {_env_line(doc)}", "",
-           "The engine's program (`dpsgd.program`) and the matching non-private one (optax "
-           "SGD on permuted batches, same T), lowered and compiled ahead of time in one "
-           "process (s; ops: instructions of the optimised HLO); run: best compiled run, "
-           f"DP / non-private. Target: compile ratio ≤ {f.get('target')}×.", "",
-           ] + _table(["workload", "lower non-private", "compile non-private",
-                       "HLO ops non-private", "lower DP", "compile DP", "HLO ops DP",
-                       "compile DP / non-private", "run DP / non-private"], rows) + [""])
+                   _times(g("run_ratio"))])
+  return (_head("Compile time (`benchmarks/compile_time.py`)", doc,
+                "The engine's program (`dpsgd.program`) and the matching non-private one (optax "
+                "SGD on permuted batches, same T), lowered and compiled ahead of time in one "
+                "process (s; ops: instructions of the optimised HLO); run: best compiled run, "
+                f"DP / non-private. Target: compile ratio ≤ {f.get('target')}×.", "")
+          + _table(["workload", "lower non-private", "compile non-private",
+                    "HLO ops non-private", "lower DP", "compile DP", "HLO ops DP",
+                    "compile DP / non-private", "run DP / non-private"], rows) + [""])
 
 
 _SECTIONS = {"dpsgd": _dpsgd_section, "accountants": _accountants_section,

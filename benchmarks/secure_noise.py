@@ -19,8 +19,7 @@ from benchmarks import report
 
 _SIZES = flags.DEFINE_string("models", "128,2000", "Comma-separated model counts M.")
 _REPEATS = flags.DEFINE_integer("timings", 2, "Timed repetitions (best is kept).")
-_JSON = flags.DEFINE_string("json_out", None, "Where to write the figures (default: "
-                             "print them).")
+_JSON = flags.DEFINE_string("json_out", None, "Where to write the figures (default: print them).")
 
 
 def measure(sizes, repeats, log=print) -> dict:

@@ -147,10 +147,9 @@ def versions() -> dict:
 
 def finish(cfg, out_dir: str, name: str, record: dict, *, tables: Sequence[Table] = (),
            figures: Sequence[str] = (), summary: str = "", quiet: bool = False) -> dict:
-  """The end of every `run`: writes <out_dir>/results.json, prints the tables and summary.
+  """Writes <out_dir>/results.json, prints the tables and summary.
 
-  Returns {"record", "tables", "figures", "path"}.
-  """
+  Returns {"record", "tables", "figures", "path"}."""
   os.makedirs(out_dir, exist_ok=True)
   doc = {"experiment": name, "dpjax_version": dpjax.__version__, "versions": versions(),
          "flags": _jsonable(config_record(cfg)), "summary": summary,
@@ -170,17 +169,13 @@ def finish(cfg, out_dir: str, name: str, record: dict, *, tables: Sequence[Table
   return {"record": record, "tables": list(tables), "figures": list(figures), "path": path}
 
 
-# ----------------------------------------------------------------------------------
 # Configs and their flags.
-
 
 def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,  # pylint: disable=redefined-builtin
            flag: bool = True, bounds: str | None = None) -> Any:
   """A config field: immutable default, flag help, string `choices`; flag=False: no flag.
 
-  bounds (checked by ExperimentConfig, item by item for a tuple): ">=k" for an int field
-  (`check_int`); ">0" (`check_positive`), ">=a", "(a,b)", "(a,b]", "[a,b)" or "[a,b]"
-  for a float field (`check_range`).
+  bounds, checked item by item: ">=k" (int field), ">0", ">=a", "(a,b)", "(a,b]", "[a,b)", "[a,b]".
   """
   return dataclasses.field(default=default, metadata={
       "help": help, "choices": choices, "flag": flag, "bounds": bounds})
@@ -195,8 +190,7 @@ def _check_bounds(cfg, name: str, spec: str, is_int: bool) -> None:
     check_range(cfg, name, low=float(spec[2:]))
   else:
     low, high = (float(v) for v in spec[1:-1].split(","))
-    check_range(cfg, name, low=low, high=high, open_low=spec[0] == "(",
-                open_high=spec[-1] == ")")
+    check_range(cfg, name, low=low, high=high, open_low=spec[0] == "(", open_high=spec[-1] == ")")
 
 
 # Seeds are int32-safe: experiments derive per-part seeds and keys from them.
@@ -214,7 +208,7 @@ class ExperimentConfig:
       if f.metadata.get("choices") and getattr(self, f.name) is not None:
         check_choices(self, f.name, f.metadata["choices"])
       if f.metadata.get("bounds"):
-        t, _ = _unwrap_optional(_field_types(type(self))[f.name])
+        t, _ = _unwrap_optional(typing.get_type_hints(type(self))[f.name])
         is_int = t is int or (typing.get_origin(t) is tuple and typing.get_args(t)[0] is int)
         _check_bounds(self, f.name, f.metadata["bounds"], is_int)
 
@@ -246,10 +240,8 @@ def check_positive(cfg, *names: str, finite: bool = True) -> None:
 
 def check_range(cfg, *names: str, low: float | None = None, high: float | None = None,
                 open_low: bool = False, open_high: bool = False) -> None:
-  """Raises ValueError unless each cfg.<name> (or its items) is finite and in [low, high].
-
-  open_low / open_high make a bound strict; None drops it.
-  """
+  """Raises ValueError unless each cfg.<name> (or item) is finite and in [low, high] (None: no
+  bound; open_low / open_high: strict)."""
   for name in names:
     for x in _items(cfg, name):
       _validate.check_range(x, name, low, high, open_low=open_low, open_high=open_high)
@@ -263,10 +255,6 @@ def check_choices(cfg, name: str, allowed: Sequence[Any]) -> None:
     raise ValueError(f"{name} must be {what} {tuple(allowed)}, got {v!r}")
 
 
-def _field_types(config_cls) -> dict:
-  return typing.get_type_hints(config_cls)
-
-
 def _unwrap_optional(t):
   args = typing.get_args(t)
   if typing.get_origin(t) in (typing.Union, types.UnionType) and type(None) in args:
@@ -278,7 +266,7 @@ def _unwrap_optional(t):
 
 def define_flags(config_cls) -> dict:
   """One absl flag per field of `config_cls` (skipping flag=False); {field name: FlagHolder}."""
-  hints = _field_types(config_cls)
+  hints = typing.get_type_hints(config_cls)
   holders = {}
   for f in dataclasses.fields(config_cls):
     if not f.metadata.get("flag", True):
@@ -296,8 +284,7 @@ def define_flags(config_cls) -> dict:
     elif t is float:
       holders[f.name] = flags.DEFINE_float(f.name, default, help_text)
     elif t is str and f.metadata.get("choices"):
-      holders[f.name] = flags.DEFINE_enum(f.name, default, list(f.metadata["choices"]),
-                                          help_text)
+      holders[f.name] = flags.DEFINE_enum(f.name, default, list(f.metadata["choices"]), help_text)
     elif t is str:
       holders[f.name] = flags.DEFINE_string(f.name, default, help_text)
     else:
@@ -325,7 +312,7 @@ def _parse_item(text: str, t, name: str):
 
 def config_from_flags(config_cls, holders: dict):
   """Builds (and so validates) the config from parsed flag values."""
-  hints = _field_types(config_cls)
+  hints = typing.get_type_hints(config_cls)
   values = {}
   for name, holder in holders.items():
     v = holder.value
@@ -352,11 +339,9 @@ def app_run(name: str, config_cls, run_fn: Callable,
             default_out: Callable[[Any], str] | None = None) -> None:
   """The whole `__main__` of an experiment: flags from the config, then run_fn(cfg, out_dir).
 
-  A flag value absl cannot parse or the config rejects prints one "FATAL Flags parsing
-  error: flag --x=v: ..." line and exits 2; so does a ValueError or OverflowError that the
-  run raises only once it uses the values (an unreachable target eps, a size the library
-  refuses) when a flag was given: the line names the flags given. A `store.StoreError`
-  or OSError prints "ERROR <name>: ..." and exits 1. default_out(cfg): the output
+  A flag value rejected by absl or the config, or a ValueError / OverflowError the run raises
+  when a flag was given, prints one "FATAL Flags parsing error: flag --x=v: ..." line, exit 2;
+  `store.StoreError` or OSError prints "ERROR <name>: ...", exit 1. default_out(cfg): the output
   directory without --out.
   """
   holders = define_flags(config_cls)
@@ -380,16 +365,14 @@ def app_run(name: str, config_cls, run_fn: Callable,
     try:
       run_fn(cfg, output_dir(name, out))
     except (store.StoreError, OSError) as e:
-      # A corrupt or foreign stored run, an unwritable directory, a full disk: one
-      # line naming the file, status 1 (nothing half-written is left as valid).
+      # A corrupt stored run, an unwritable directory, a full disk: one line, status 1.
       sys.stderr.write(f"ERROR {name}: {e}\n")
       sys.exit(1)
     except (ValueError, OverflowError) as e:
       given = [f for f in holders if f in flags.FLAGS and flags.FLAGS[f].present]
       if not given:
         raise                  # the defaults must run: anything else is a bug, traced
-      shown = " ".join(f"--{f}={flags.FLAGS[f].serialize().split('=', 1)[-1]}"
-                       for f in given)
+      shown = " ".join(f"--{f}={flags.FLAGS[f].serialize().split('=', 1)[-1]}" for f in given)
       sys.stderr.write(f"FATAL Flags parsing error: {_flag_error(e, holders)} (a value the "
                        f"run cannot use; flags given: {shown}; --helpshort lists the "
                        "flags)\n")

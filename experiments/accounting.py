@@ -1,12 +1,10 @@
 """How loose is each accountant? (lecture §4, code 02 demos 2-3)
 
-(a) A Gaussian mechanism with mu0 = 0.01 composed k times, delta = 1e-5: eps by basic
-    (delta/k per query, as the lecture), advanced (Dwork-Rothblum-Vadhan) and optimal
-    (Kairouz-Oh-Viswanath) composition, RDP (classic and Balle et al. 2020
-    conversion), PLD, and the exact answer (one mu0 sqrt(k) Gaussian).
-(b) The sigma each accountant needs for k queries within (eps = 1, delta = 1e-5).
-(c) The Poisson-subsampled Gaussian, sigma = 1, delta = 1e-5, q in {1, 0.1, 0.01}: eps
-    against T by RDP (our grid; integer orders 2..256 as the lecture), PLD, exact (q = 1).
+(a) A Gaussian mechanism with mu0 = 0.01 composed k times, delta = 1e-5: eps by basic (delta/k
+per query), advanced (Dwork-Rothblum-Vadhan) and optimal (Kairouz-Oh-Viswanath) composition, RDP
+(classic and Balle et al. 2020 conversion), PLD, and exact (one mu0 sqrt(k) Gaussian). (b) The
+sigma each needs for k queries within (eps = 1, delta = 1e-5). (c) The Poisson-subsampled
+Gaussian, sigma = 1, q in {1, 0.1, 0.01}: eps against T by RDP, PLD, exact (q = 1).
 
 Command:   python -m experiments.accounting        (about 10 s of CPU)
 """
@@ -51,9 +49,7 @@ class AccountingConfig(_common.ExperimentConfig):
   with_pld: bool = _opt(True, "Also run the PLD accountant.")
 
 
-# ----------------------------------------------------------------------------
 # demo (a): eps of k mu0-Gaussians by each accountant
-
 
 def _basic_eps(mu0, k, delta):
   return k * gdp.gaussian_epsilon(delta / k, mu0)
@@ -118,9 +114,7 @@ def demo_a(mu0, ks, delta, use_pld, progress=True):
   return rec, table
 
 
-# ----------------------------------------------------------------------------
 # demo (b): sigma needed for k queries within (target, delta)
-
 
 def _basic_sigma(k, target, delta):
   return 1 / gdp.mu_for_epsilon(target / k, delta / k)
@@ -183,9 +177,7 @@ def demo_b(ks, target, delta, use_pld, progress=True):
   return rec, table
 
 
-# ----------------------------------------------------------------------------
 # demo (c): the subsampled Gaussian against T
-
 
 def demo_c(sigma, qs, steps, delta, use_pld, progress=True):
   rec = []
@@ -267,8 +259,7 @@ def _summary(record: dict) -> str:
   return " ".join(parts)
 
 
-def run(cfg: AccountingConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: AccountingConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs demos (a)-(c); writes results.json and the figure; returns `_common.finish`'s dict."""
   ks, qs, steps = list(cfg.ks), list(cfg.demo3_qs), list(cfg.demo3_steps)
   delta, use_pld = cfg.total_delta, cfg.with_pld
@@ -281,7 +272,6 @@ def run(cfg: AccountingConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.accounting [--flags]`: flags from AccountingConfig."""
   _common.app_run(NAME, AccountingConfig, run)
 
 

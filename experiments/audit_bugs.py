@@ -1,27 +1,19 @@
 """Audits of privacy bugs that shipped in real DP libraries (`dpjax.audit.probe`).
 
 Each case of `probe.CASES` is a `variants` training run in a probe world where the six
-adversaries and the theory are exact (see `dpjax.audit.probe`), at claimed eps 1 and 2
-(sigma calibrated by RDP), each adversary's bound at 1 - 0.05/6 (Bonferroni: a correct
-implementation is caught wrongly with probability <= 5% per case and eps), beside the
-case's true eps (exact, an exact lower bound, or an estimate).
+adversaries and the theory are exact, at claimed eps 1 and 2 (sigma by RDP), each bound at
+1 - 0.05/6 (Bonferroni: a correct implementation is wrongly caught with probability <= 5% per
+case and eps), beside the case's true eps (exact, an exact lower bound, or an estimate).
+Published, other settings: Opacus issues 571 (eps ~2.5 measured vs 1.2 reported), 819
+(neighbours "almost fully distinguishable"), 813 (a rate 45,000x too high); Tramer et al. 2022
+(claimed 0.21, audited > 2.79); Chua et al. 2024 (shuffled batches far less private than their
+Poisson accounting).
 
-Published figures, in other settings: Opacus bug reports
-github.com/meta-pytorch/opacus/issues/N: N = 571, eps ~2.5 measured vs 1.2 reported (linear
-regression, 2-3 records); N = 819, neighbours "almost fully distinguishable" (small n, high
-d); N = 813, a rate 45,000x too high (no eps measured); Tramer et al. 2022, claimed 0.21,
-audited > 2.79 (MNIST, a poisoned input); Chua et al. 2024, shuffled batches far less
-private than their Poisson accounting.
-
-Command:   python -m experiments.audit_bugs     (the six bug rows, 1,000 models per side;
-                                                about 95 s of CPU)
-           python -m experiments.audit_bugs --trials 10000 --cases K1,K2,...
-                                               (full scale, K1,K2,... every key of CASES in
-                                                order: about 8 CPU minutes)
-Expected (quick, seed 0; ceiling 4.51): both divisor bugs and the over-rate sampler at
-the ceiling at claimed eps 1 and 2, backprop clipping 1.83 / 3.00 (llr), the floored
-denominator with the claimed n 0.00 / 0.04 (its exact eps 0.91 / 1.83), the shuffle
-0.82 / 2.31 (slot): caught at eps 2 only.
+Command:   python -m experiments.audit_bugs     (six bug rows, 1,000 models per side, ~95 s CPU)
+           python -m experiments.audit_bugs --trials 10000 --cases K1,K2,...  (~8 CPU minutes)
+Expected (quick, seed 0; ceiling 4.51): both divisor bugs and the over-rate sampler at the
+ceiling at eps 1 and 2, backprop clipping 1.83 / 3.00 (llr), the floored denominator 0.00 / 0.04
+(exact 0.91 / 1.83), the shuffle 0.82 / 2.31 (slot): caught at eps 2 only.
 """
 
 from __future__ import annotations
@@ -67,8 +59,7 @@ class AuditBugsConfig(_common.ExperimentConfig):
     _common.check_int(self, "trials", minimum=4)
     _common.check_int(self, "noise_coords")
     _common.check_positive(self, "epsilons")
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
 
 
 def _fmt_true(row) -> str:
@@ -133,8 +124,7 @@ def _figure(out_dir: str, rows: list[dict], epsilons) -> str:
   return fn
 
 
-def run(cfg: AuditBugsConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: AuditBugsConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Audits the selected cases at each eps, writes the figure; returns `_common.finish`'s dict."""
   key = jax.random.key(cfg.seed)
   rows = []
@@ -171,7 +161,6 @@ def run(cfg: AuditBugsConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.audit_bugs [--flags]`: flags from AuditBugsConfig."""
   _common.app_run(NAME, AuditBugsConfig, run)
 
 

@@ -1,24 +1,20 @@
 """Coverage of every audit estimator, measured on mechanisms whose exact eps is known.
 
-A 95% eps lower bound may exceed the true eps in at most 5% of audits. This runs
-`--audits` simulated audits per row of the Gaussian, randomized response and Laplace
-mechanisms at each eps and of null mechanisms (eps = 0), `--trials` per side, and
-counts for every estimator of `dpjax.audit` (`dpjax.audit.coverage`) the violations
-(bound above the exact eps(delta); on a null, any positive bound), with a
-Clopper-Pearson interval and the p-value of "rate <= 5%", and the median bound / eps.
-The GDP bounds (Nasr et al. 2023) are valid only for mu-GDP mechanisms: on randomized
-response and Laplace their rows are marked "assumption not met". A control row runs a
-deliberately invalid estimator (threshold maximised on its own trials) on Laplace
-eps = 2 (`--control_trials`): the measurement must catch it.
+A 95% eps lower bound may exceed the true eps in at most 5% of audits. `--audits` simulated
+audits per row of the Gaussian, randomized response and Laplace mechanisms at each eps and of
+null mechanisms (eps = 0), `--trials` per side; per estimator (`audit.coverage`): violations
+(bound above the exact eps(delta); on a null, any positive bound), their Clopper-Pearson
+interval, the p-value of "rate <= 5%", the median bound / eps. GDP bounds (valid only for mu-GDP)
+are marked "assumption not met" on randomized response and Laplace. A control row runs an
+invalid estimator (threshold maximised on its own trials, Laplace eps = 2) that must be caught.
 
 Command:   python -m experiments.audit_coverage        (238 rows, about 5 CPU minutes)
 Full scale (450 rows, about 15 CPU minutes):
            python -m experiments.audit_coverage --trials 100,1000 \
                --epsilons 0.5,1,2,4 --nulls gaussian,randomized_response,laplace \
                --front_door_audits 200
-Expected: every row whose assumptions hold has a violation rate <= 5% within binomial
-error (p-value >= 0.001); the GDP-based bounds violate on randomized response and
-Laplace; the invalid control violates in far more than 5% of audits.
+Expected: every row whose assumptions hold violates in <= 5% (p-value >= 0.001); GDP bounds
+violate on randomized response and Laplace; the control far more than 5%.
 """
 
 from __future__ import annotations
@@ -209,7 +205,6 @@ def run(cfg: AuditCoverageConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.audit_coverage [--flags]`: flags from AuditCoverageConfig."""
   _common.app_run(NAME, AuditCoverageConfig, run)
 
 

@@ -1,23 +1,18 @@
 """Auditing DP-SGD on the digits: black-box and white-box bounds beside the claimed and exact eps.
 
-On scikit-learn's 8x8 digits (n = 1,348 training images), sigma is calibrated for
-each --eps (RDP) and `dpjax.audit.runner.audit_dpsgd` trains --runs models, each with a
-BLACK-BOX record canary (an all-white image labelled 0; the adversary scores -loss on
-the final model) and --canaries WHITE-BOX Dirac gradient canaries (the adversary scores
-the exact likelihood ratio of every privatized update). Shown: the Clopper-Pearson
-split bound, the GDP bound (valid only if the training is mu-GDP) and the
-Bonferroni-valid best, beside the claimed eps (RDP), the exact eps (PLD) and the
-perfect-adversary ceiling. The quick default audits a short training, so the bounds
-are limited by the trial count.
+On the 8x8 digits (n = 1,348), sigma calibrated per --eps (RDP); `audit.runner.audit_dpsgd`
+trains --runs models, each with a BLACK-BOX record canary (an all-white image labelled 0, scored
+by -loss on the final model) and --canaries WHITE-BOX Dirac gradient canaries (exact likelihood
+ratio of every privatized update). Shown: the Clopper-Pearson split bound, the GDP bound (valid
+only for mu-GDP training), the Bonferroni-valid best, the claimed (RDP) and exact (PLD) eps and
+the ceiling. The quick default is limited by the trial count.
 
 Command:   python -m experiments.audit_digits               (about a minute of CPU)
            python -m experiments.audit_digits --model cnn
-Expected (defaults, seed 0): exact eps 1.72, 3.40, 6.82 (claimed 2, 4, 8); white-box
-best valid bounds about 0.06, 0.42, 1.07 (Clopper-Pearson split 0.00, 0.14, 1.33) with
-1,024 + 1,024 pooled trials (ceiling 4.93; optimal adversary's expected split bound
-0.12, 0.45, 1.13); black-box bounds 0; every bound at or below the exact eps. With
---runs 200 --canaries 100: white-box Clopper-Pearson 0.66, 1.24, 1.79 against the
-optimal adversary's expected 0.52, 1.11, 2.17.
+Expected (defaults, seed 0; claimed 2, 4, 8; exact 1.72, 3.40, 6.82): white-box best about
+0.06, 0.42, 1.07 (split 0.00, 0.14, 1.33; 1,024 + 1,024 trials, ceiling 4.93; optimal
+adversary's expected split 0.12, 0.45, 1.13); black-box 0. --runs 200 --canaries 100:
+white-box split 0.66, 1.24, 1.79 (optimal expected 0.52, 1.11, 2.17).
 
 Shape letters: R runs (models), K gradient canaries per run.
 """
@@ -65,8 +60,7 @@ class AuditDigitsConfig(_common.ExperimentConfig):
     _common.check_int(self, "mlp_hidden")
     _common.check_int(self, "cnn_channels")
     _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
 
 
 def _model(cfg: AuditDigitsConfig) -> models.Model:
@@ -129,8 +123,7 @@ def run(cfg: AuditDigitsConfig, out_dir: str, *, progress: bool = True,
     for side, audit in (("white_box", a.white_box), ("black_box", a.black_box)):
       row[side]["epsilon_lower"] = audit.epsilon_lower()
       row[side]["ceiling"] = audit.ceiling("clopper_pearson")
-    row["white_box"]["optimal_expected"] = _optimal_expected(a.white_box, a.config,
-                                                             cfg.confidence)
+    row["white_box"]["optimal_expected"] = _optimal_expected(a.white_box, a.config, cfg.confidence)
     row["all_below_exact"] = bool(all(
         v <= a.exact_epsilon for side in ("white_box", "black_box")
         for v in row[side]["epsilon_lower"].values()))
@@ -179,7 +172,6 @@ def run(cfg: AuditDigitsConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.audit_digits [--flags]`: flags from AuditDigitsConfig."""
   _common.app_run(NAME, AuditDigitsConfig, run)
 
 

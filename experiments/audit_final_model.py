@@ -1,27 +1,20 @@
 """Final-model adversaries on real networks: how much does hiding the intermediate models protect?
 
-DP-SGD on n = 1,000 of the digits (`dpjax.data.digits`; the other 348 training images are
-the adversary's public data), an MLP (64 -> 32 -> 10) or the small CNN, full batch (q = 1,
-the setting of Annamalai & De Cristofaro), sigma calibrated (RDP) to each --eps. Every run
-starts from a fixed public theta_0; the adversaries see only theta_T
-(`dpjax.audit.final_model`). Two theta_0 are audited with the same three canaries, each
-with its own bits: an out-of-distribution input canary (scored by -loss), Dirac gradient
-canaries on first-layer weights of unused pixels (scored by the final displacement, and
-WHITE-BOX on the same runs), and a target (one lit unused pixel for the MLP) scored by
-its loss and its initial-gradient projection. The average-case theta_0 is a He
-initialisation; the worst-case one is pre-trained on the public images and, for the MLP,
-given a first-layer unit only the target activates (`crafting.worst_case_init`). Every
-configuration is correct, so the run stops if a bound exceeds the exact eps. Beside them:
-the claimed (RDP) and exact (PLD) eps, the last-iterate heuristic, the perfect-adversary
-ceiling, the optimal linear test's expected bound and the published figures.
+DP-SGD on n = 1,000 digits (the other 348 are the adversary's public data), MLP (64 -> 32 -> 10)
+or the small CNN, full batch (q = 1, as Annamalai & De Cristofaro), sigma calibrated (RDP) to
+each --eps, from a fixed public theta_0; adversaries see only theta_T (`audit.final_model`).
+Canaries, each with its own bits: an OOD input (scored by -loss), Dirac gradients on unused
+pixels' first-layer weights (final displacement, and white-box on the same runs), and a target
+(loss and initial-gradient projection). theta_0: a He init (average case) or pre-trained on the
+public images with a unit only the target activates (`crafting.worst_case_init`). The run stops
+if a bound exceeds the exact eps. Beside them: claimed (RDP) and exact (PLD) eps, last-iterate
+heuristic, ceiling, optimal linear test's expected bound, published figures.
 
 Command:   python -m experiments.audit_final_model    (quick: 128 runs per θ0, about 55 s CPU)
            python -m experiments.audit_final_model --runs 4096                  (615 s CPU)
            python -m experiments.audit_final_model --model cnn --runs 64 --eps 10  (97 s CPU)
-           python -m experiments.audit_final_model --protocol paper   (90 s CPU: Annamalai &
-             De Cristofaro's protocol, blank target, pre-trained theta_0, 5 seeds x 200
-             models, mu-GDP at the best threshold of the same scores, NOT a valid bound;
-             --protocol both: ours, then theirs)
+           python -m experiments.audit_final_model --protocol paper   (90 s CPU: the paper's
+             protocol, mu-GDP at the best threshold, NOT a valid bound; both: ours, then theirs)
 
 Shape letters: R runs, K canaries per run.
 """
@@ -152,14 +145,8 @@ def _plot(out_dir: str, rows: list) -> str:
 
 def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """Audits DP-SGD's final model at each eps; writes the record, tables and figure.
-
-  --protocol ours: our tables; paper: Annamalai & De Cristofaro's protocol
-  (`_paper`); both: the two, the paper's under the key "paper_protocol".
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """Audits DP-SGD's final model at each eps (--protocol both: the paper's rows under the key
+  "paper_protocol"); `_common.finish`'s dict."""
   key_data, key_init, key_audit = jax.random.split(jax.random.key(cfg.seed), 3)
   data = digits.load(key_data)
   x_priv, y_priv = data.x_train_NxF[: cfg.num_train], data.y_train_N[: cfg.num_train]
@@ -260,8 +247,7 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
            "trials_record": n_rec, "trials_gradient": n_grd,
            "ceiling_record": rec.ceiling(), "ceiling_gradient": grd.ceiling(),
            "linear_expected_record": _linear_expected(a_avg.config, min(n_rec), cfg.confidence),
-           "linear_expected_gradient": _linear_expected(a_avg.config, min(n_grd),
-                                                        cfg.confidence),
+           "linear_expected_gradient": _linear_expected(a_avg.config, min(n_grd), cfg.confidence),
            "epsilon_lower": lower, "best_final_model_union": union,
            "best_final_model_union_by": union_by,
            "other_bounds": {k: v.epsilon_lower()["best"] for k, v in extra.items()},
@@ -340,7 +326,6 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
 
 
 def main():
-  """`python -m experiments.audit_final_model [--flags]`: flags from AuditFinalModelConfig."""
   _common.app_run(NAME, AuditFinalModelConfig, run)
 
 

@@ -1,19 +1,14 @@
 """The audit as a regression test: the engine's guard, on the engine and on its regressions.
 
-Runs `dpjax.audit.guard.check_claim` on the engine and on each of `variants.REGRESSIONS`
-(noise sigma C / 2, Poisson masks at 2q, clipping to 4C) and prints the true eps of what was
-trained (`variants.exact_epsilon`), the guard's bound, and the verdict: falsified when the
-bound exceeds the claim's exact (PLD) eps, a false alarm with probability <= 1 - confidence.
+`audit.guard.check_claim` on the engine and on each of `variants.REGRESSIONS` (sigma C / 2,
+Poisson at 2q, clipping to 4C): the true eps of what was trained (`variants.exact_epsilon`), the
+bound, and the verdict (falsified when the bound exceeds the claim's exact eps; a false alarm
+with probability <= 1 - confidence).
 
-Command:   python -m experiments.audit_guard          (about a minute of CPU, mostly
-                                                       compiling the four programs)
-Expected (defaults, seed 0: q = 1/2, T = 10, sigma = 3.72 for claimed eps = 2, exact 1.82;
-512 runs x 1,024 canaries = 262,144 IN and 262,144 OUT trials, 99% confidence): engine
-1.16 (1.11 expected), not falsified; noise_half 2.53 (true eps 4.36), sampler_twice_q 2.36
-(true 3.63), clip_four_c 5.54 (true 11.67), all falsified.
-
-No published figure exists for this construction (the nearest, Nasr et al. 2021's white-box
-Dirac gradient canaries, is reproduced by experiments/audit.py).
+Command:   python -m experiments.audit_guard          (about a minute of CPU)
+Expected (seed 0: q = 1/2, T = 10, sigma = 3.72 for claimed eps = 2, exact 1.82; 262,144 trials
+per side, 99%): engine 1.16 (1.11 expected), not falsified; noise_half 2.53 (true 4.36),
+sampler_twice_q 2.36 (true 3.63), clip_four_c 5.54 (true 11.67), all falsified.
 """
 
 from __future__ import annotations
@@ -51,8 +46,7 @@ class AuditGuardConfig(_common.ExperimentConfig):
     _common.check_int(self, "runs", minimum=2)
     _common.check_int(self, "canaries")
     _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
 
 
 def _plot(out_dir: str, rows: list) -> str:
@@ -73,8 +67,7 @@ def _plot(out_dir: str, rows: list) -> str:
   return name
 
 
-def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs the guard on the engine and on each regression; returns `_common.finish`'s dict."""
   claim = dpsgd.DpSgdConfig(dataset_size=1024, sampling_prob=cfg.sampling_prob,
                             num_steps=cfg.steps, l2_clip_norm=1.0,
@@ -91,8 +84,7 @@ def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True,
         warnings.simplefilter("ignore", variants.FaultyDpSgdWarning)
         c = guard.check_claim(key, claim, variant=name, **kw)
       true_eps = variants.exact_epsilon(name, claim)
-    rows.append({"engine": name, "true_epsilon": true_eps, "delta": cfg.delta,
-                 **c.to_json()})
+    rows.append({"engine": name, "true_epsilon": true_eps, "delta": cfg.delta, **c.to_json()})
   sigma = float(claim.noise_multiplier)
   table = _common.Table(
       title=f"The engine's guard (claimed ε = {rows[0]['claimed_epsilon']:.3g}, exact "
@@ -121,7 +113,6 @@ def run(cfg: AuditGuardConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.audit_guard [--flags]`: flags from AuditGuardConfig."""
   _common.app_run(NAME, AuditGuardConfig, run)
 
 

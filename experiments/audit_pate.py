@@ -1,36 +1,23 @@
 """Auditing PATE's released labels: a canary in one teacher's partition, the aggregation repeated.
 
-PATE's accountant counts only the aggregator's noise, so its guarantee holds for every
-fixed set of teachers: the ensemble is trained once, the canary's teacher (teacher 0)
-with and without the canary, and the Q labels are released many times per world by
-`pate.gnmax`, each release scored by the exact log-likelihood ratio and bounded by
-Clopper-Pearson (`dpjax.audit.pate_audit.audit_labels`); sigma makes Q answers cost
-each claimed eps (RDP, delta = 1e-5). Teachers: logistic regressions on the credit
-world's 56 cubic features plus an extra feature no ordinary record uses. Settings:
-(a) crafted tie (`pate_audit.crafted_pair`: the other teachers tied, the canary flipping
-its teacher's vote on all Q queries, the worst case), and the same reached by training
-an OOD canary; (b) the lecture's natural credit canary (income 250k, long history, no
-delinquency, yet defaulted); (c) a broken aggregator, noise at --broken_noise x sigma,
-caught when its bound exceeds the correct aggregator's exact eps or the claim. Beside
-each bound: the claim, the data-dependent eps (Papernot et al. 2018, Thm 6), the
-pair's exact eps and the perfect-adversary ceiling.
+The ensemble is trained once, teacher 0 with and without the canary; the Q labels are released
+many times per world by `pate.gnmax` (sigma so that Q answers cost each claimed eps, RDP,
+delta = 1e-5), scored by the exact log-likelihood ratio and bounded by Clopper-Pearson
+(`audit.pate_audit.audit_labels`). Teachers: logistic regressions on the credit world's 56 cubic
+features plus one feature no ordinary record uses. Settings: (a) crafted tie
+(`pate_audit.crafted_pair`, the worst case) and a trained OOD canary; (b) the lecture's natural
+credit canary; (c) a broken aggregator, noise at --broken_noise x sigma. Beside each bound: the
+claim, the data-dependent eps (Papernot et al. 2018, Thm 6), the exact eps, the ceiling.
 
 Command:  python -m experiments.audit_pate                  (quick: about 75 s of CPU)
 Full:     python -m experiments.audit_pate --trials 1000000  (about 170 s of CPU)
-Expected (quick defaults, seed 0; Q = 30, 50,000 releases per world, ceiling 9.51):
-crafted tie [125, 125] / [124, 126], exact eps 0.69 / 1.39 / 2.74 / 5.47 of claimed
-1 / 2 / 4 / 8, bounds 0.31 / 0.79 / 1.59 / 3.12 (expected 0.30 / 0.72 / 1.56 / 3.09);
-trained OOD canary 0.34 / 0.81 / 1.56 / 3.21; natural canary (other teachers [13, 236])
-0, exact eps 0, data-dependent eps 0.16 / 0 / 0 / 0; half noise 0.84 / 1.80 / 3.29 /
-6.33 (above the exact eps every time, above the claim never), quarter noise 1.79 /
-4.02 / 6.23 / 8.62 (above the claim every time). Full (ceiling 12.5): crafted tie 0.50
-/ 1.05 / 2.16 / 4.10, OOD canary 0.49 / 1.08 / 2.06 / 3.87, half noise 1.12 / 2.23 /
-4.42 / 7.42, quarter noise 2.48 / 4.71 / 8.26 / 11.07.
-
-Published: Chadha, Jagielski, Papernot, Choquette-Choo & Nasr, "Auditing Private
-Prediction" (ICML 2024) report Renyi-DP lower bounds per query, not on our scale (no
-paper column); their finding, leakage close to the analysis with query control and
-far lower without, is what (a) and (b) show.
+Expected (quick, seed 0; Q = 30, 50,000 releases per world, ceiling 9.51; claimed 1/2/4/8):
+crafted tie exact 0.69/1.39/2.74/5.47, bounds 0.31/0.79/1.59/3.12; OOD canary
+0.34/0.81/1.56/3.21; natural canary 0; half noise 0.84/1.80/3.29/6.33, quarter noise
+1.79/4.02/6.23/8.62. Full (ceiling 12.5): crafted 0.50/1.05/2.16/4.10, OOD 0.49/1.08/2.06/3.87,
+half 1.12/2.23/4.42/7.42, quarter 2.48/4.71/8.26/11.07.
+Published: Chadha et al., "Auditing Private Prediction" (ICML 2024), Renyi-DP bounds per query
+(not on our scale).
 
 Shape letters: M teachers, Q queries, C = 2 classes.
 """
@@ -85,8 +72,7 @@ class AuditPateConfig(_common.ExperimentConfig):
     _common.check_range(self, "broken_noise", low=0, high=1, open_low=True, open_high=True)
     if not self.broken_noise:
       raise ValueError("broken_noise must name at least one noise fraction")
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
 
 
 def _features(x_raw, scaler) -> np.ndarray:
@@ -189,8 +175,7 @@ def _plot(out_dir: str, rows: list, eps: tuple, brokens: list) -> str:
   return name
 
 
-def run(cfg: AuditPateConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: AuditPateConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Trains the teachers and audits every setting; returns `_common.finish`'s dict."""
   key_teachers, key_audit = jax.random.split(jax.random.key(cfg.seed))
   trained = _teachers(cfg, key_teachers)
@@ -287,7 +272,6 @@ def run(cfg: AuditPateConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.audit_pate [--flags]`: flags from AuditPateConfig."""
   _common.app_run(NAME, AuditPateConfig, run)
 
 

@@ -1,36 +1,22 @@
 """Audit any attack scores: every estimator's eps lower bound, its assumptions, and the ROC.
 
-Input: one score per independent training run (any framework), canary IN or OUT,
-higher = IN, in an order that does not depend on the scores (many canaries of one run
-are not independent trials: use `dpjax.audit.one_run.audit`). Formats:
-
-  .npz   arrays `in_scores` and `out_scores`, each 1-D, numeric;
-  .csv   UTF-8 (a byte-order mark is allowed), a header row naming columns `score`
-         (a plain ASCII decimal such as -1.5e-3) and `member` (1/0 or true/false:
-         whether the canary was IN), each once; other columns are ignored.
-
-Values must be finite, at least two per side; a bad input stops the program with one
-line before anything is written. <out>/results.json holds `epsilon_lower_<estimator>`
-for every estimator of `dpjax.audit.score_audit.score_bounds` and "best" (their
-union-bound maximum), with assumptions and counts, and `falsified`: whether "best"
-(valid without assuming a Gaussian mechanism) exceeds --claimed_epsilon; bounds valid
-only for mu-GDP mechanisms never decide it (`falsified_if_gdp` says what they would).
-roc.png: empirical ROC, DKW band, claimed trade-off curve. With no --scores, a Gaussian
-mechanism of known mu (--demo_mu) is written to <out>/demo_scores.npz and audited.
+Input: one score per independent training run, canary IN or OUT, higher = IN (canaries of one
+run are not independent: use `dpjax.audit.one_run.audit`). `.npz` with 1-D `in_scores` and
+`out_scores`, or UTF-8 `.csv` (BOM allowed) with header columns `score` (ASCII decimal) and
+`member` (1/0 or true/false). Values finite, at least two per side; a bad input stops with one
+line before anything is written. results.json: `epsilon_lower_<estimator>` for every estimator
+of `audit.score_audit.score_bounds` and "best" (their union-bound maximum); `falsified`: "best"
+(no Gaussian assumption) > --claimed_epsilon (`falsified_if_gdp` for the mu-GDP-only bounds).
+roc.png: ROC, DKW band, claimed curve. Without --scores, a Gaussian mechanism of mu = --demo_mu.
 
 Commands:  python -m experiments.audit_scores                          (a few seconds)
            python -m experiments.audit_scores --scores scores.npz --claimed_epsilon 4 \\
                --delta 1e-5 --out /tmp/my_audit
-Expected (built-in example, seed 0, mu = 1, 2,000 trials per side, delta = 1e-5):
-exact eps 4.38; assumption-free bounds 0.93 (declared thresholds) to 1.56 (f-DP
-one-run), "best" 1.48, so the claim of the exact eps is not falsified (a claim of
-eps = 0.5 would be); the bounds valid only for mu-GDP mechanisms, which this one is,
-reach 2.04 (f-DP one-run, Gaussian f) and 3.05 (GDP).
-
-References: Nasr et al. 2023, https://arxiv.org/abs/2302.07956; Steinke, Nasr &
-Jagielski 2023, https://arxiv.org/abs/2305.08846; Mahloujifar, Melis & Chaudhuri
-2025, https://arxiv.org/abs/2410.22235; Jagielski, Ullman & Oprea 2020,
-https://arxiv.org/abs/2006.07709.
+Expected (demo, seed 0, mu = 1, 2,000 trials per side, delta = 1e-5): exact eps 4.38;
+assumption-free bounds 0.93 (declared thresholds) to 1.56 (f-DP one-run), "best" 1.48 (not
+falsified); mu-GDP-only bounds 2.04 (f-DP one-run, Gaussian f) and 3.05 (GDP).
+References: Nasr et al. 2023 (arXiv 2302.07956); Steinke, Nasr & Jagielski 2023 (2305.08846);
+Mahloujifar, Melis & Chaudhuri 2025 (2410.22235); Jagielski, Ullman & Oprea 2020 (2006.07709).
 """
 
 from __future__ import annotations
@@ -178,8 +164,7 @@ class AuditScoresConfig(_common.ExperimentConfig):
 
   def __post_init__(self):
     super().__post_init__()
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
     if self.claimed_epsilon is not None:
       _common.check_range(self, "claimed_epsilon", low=0)
     if self.threshold is not None and not (
@@ -197,8 +182,7 @@ class AuditScoresConfig(_common.ExperimentConfig):
 def _demo_scores(cfg: AuditScoresConfig) -> tuple[np.ndarray, np.ndarray]:
   """The Gaussian mechanism of sensitivity mu and unit noise: N(mu, 1) IN, N(0, 1) OUT."""
   rng = np.random.default_rng(cfg.seed)
-  return (rng.normal(cfg.demo_mu, 1.0, cfg.demo_trials),
-          rng.normal(0.0, 1.0, cfg.demo_trials))
+  return (rng.normal(cfg.demo_mu, 1.0, cfg.demo_trials), rng.normal(0.0, 1.0, cfg.demo_trials))
 
 
 def _figure(out_dir, band, claimed, delta, mu, title) -> str:
@@ -206,8 +190,7 @@ def _figure(out_dir, band, claimed, delta, mu, title) -> str:
     for ax, log in zip(axes, (True, False)):
       roc.plot_roc_band(ax, band, epsilon=claimed, delta=delta if claimed is not None else 0.0,
                         mu=mu, log_scale=log, label="scores")
-      ax.set_title(("low-FPR region (log-log)" if log else "whole ROC") + f": {title}",
-                   fontsize=9)
+      ax.set_title(("low-FPR region (log-log)" if log else "whole ROC") + f": {title}", fontsize=9)
   return "roc.png"
 
 
@@ -274,8 +257,7 @@ def run(cfg: AuditScoresConfig, out_dir: str, *, progress: bool = True,
            "may be compared with the claim. Rows valid only for mu-GDP mechanisms assume a "
            "Gaussian trade-off curve.")]
   mu = cfg.demo_mu if demo else None
-  figures = [_figure(out_dir, band, claimed, cfg.delta, mu,
-                     f"{s_in.size} IN / {s_out.size} OUT")]
+  figures = [_figure(out_dir, band, claimed, cfg.delta, mu, f"{s_in.size} IN / {s_out.size} OUT")]
   verdict = "FALSIFIED" if record["falsified"] else "not falsified"
   claim_text = ("no eps claimed" if claimed is None else
                 f"claimed eps {claimed:.3g} {verdict} (best valid bound "

@@ -1,13 +1,12 @@
 """Disparate impact of DP-SGD: who pays for privacy? (lecture §7, code 05; Bagdasaryan et al. 2019)
 
-1,000 credit-world training records (group 1 ~ 10 %), a logistic regression that SEES
-the group (linear features plus group and group x history), 100 seeds in one vmapped
-DP-SGD program, a 40,000-person test set; batch 50 (q = 0.05), T = 400, C = 1, lr 0.5,
-delta = 1e-5, RDP. Demo 1: per-group test accuracy and TPR gap at eps in {inf,
-clip only, 8, 4, 2, 1, 0.5}, and the ratio of accuracy drops (group 1 / group 0).
-Demo 2: per-group loss, gradient norm, clipped fraction, and the seed-to-seed std of
-the coefficients. Demo 3: the drop ratio at eps = 0.5 for 10 % (fresh noise) and 30 %
-with group features, and 10 % group-blind.
+1,000 credit-world training records (group 1 ~ 10 %), a logistic regression that SEES the group
+(linear features plus group and group x history), 100 seeds in one vmapped DP-SGD program, a
+40,000-person test set; q = 0.05, T = 400, C = 1, lr 0.5, delta = 1e-5, RDP. Demo 1: per-group
+test accuracy and TPR gap at eps in {inf, clip only, 8, 4, 2, 1, 0.5}, and the ratio of accuracy
+drops (group 1 / group 0). Demo 2: per-group loss, gradient norm, clipped fraction, seed-to-seed
+std of the coefficients. Demo 3: the drop ratio at eps = 0.5 for 10 % and 30 % with group
+features, and 10 % group-blind.
 
 Command:  python -m experiments.disparate_impact        (about 30-60 s of CPU)
 """
@@ -27,12 +26,10 @@ from dpjax.data import credit
 from experiments import _common, _plots
 
 NAME = "disparate_impact"
-
 LECTURE = {"drop_ratio": 8.5, "tpr_gap": "+0.141 to +0.166",
            "loss": (0.456, 0.527), "grad_norm": (0.688, 1.004), "clipped": (0.248, 0.408),
            "std_history": 0.33, "std_group": 1.07, "std_group_history": 0.89,
            "demo3": {"10% sees group": 7.9, "30% sees group": 2.1, "10% group-blind": 2.6}}
-
 FEATURE_NAMES = ("intercept", "income", "debt_ratio", "history", "delinquent", "group",
                  "group*history")
 
@@ -67,9 +64,8 @@ def _eps_text(e: float) -> str:
 
 
 def features(x_NxF: jax.Array, scaler: credit.PublicScaler, group_aware: bool) -> jax.Array:
-  """[1, z_income, z_debt, z_history, z_delinquent, group, group * z_history] (or the first
-  five if not group_aware), z_* standardised on the public sample.
-  """
+  """[1, z_income, z_debt, z_history, z_delinquent, group, group * z_history] (the first five
+  if not group_aware), z_* standardised on the public sample."""
   lin = credit.linear_features(x_NxF, scaler)  # [N, 6]; column 5 = standardised group
   if not group_aware:
     return lin[:, :5]
@@ -83,9 +79,8 @@ def _setting_label(s: str) -> str:
 
 
 def _config(eps, n, batch, epochs, lr, clip, delta) -> dpsgd.DpSgdConfig:
-  q = batch / n
-  steps = int(round(epochs * n / batch))
-  common = dict(dataset_size=n, sampling_prob=q, num_steps=steps, learning_rate=lr, delta=delta)
+  common = dict(dataset_size=n, sampling_prob=batch / n, num_steps=int(round(epochs * n / batch)),
+                learning_rate=lr, delta=delta)
   if eps == "inf":
     return dpsgd.DpSgdConfig(l2_clip_norm=math.inf, noise_multiplier=0.0, **common)
   if eps == "clip":
@@ -116,8 +111,8 @@ def _ratio_se(ratio, d0, se0, d1, se1):
 
 
 def _train(key, x, y, cfg, m, stats=False):
-  keep = jnp.ones((m, x.shape[0]), bool)
-  return dpsgd.train_many(key, x, y, keep, cfg, models.logistic_regression(x.shape[1]),
+  return dpsgd.train_many(key, x, y, jnp.ones((m, x.shape[0]), bool), cfg,
+                          models.logistic_regression(x.shape[1]),
                           per_example_stats=stats, perf=dpsgd.PerformanceFlags(progress=False))
 
 
@@ -135,23 +130,18 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
   train30 = credit.sample(k_train30, n_train, 0.3)
   hp = dict(n=n_train, batch=cfg.batch_size, epochs=cfg.epochs, lr=cfg.learning_rate,
             clip=cfg.l2_clip_norm, delta=cfg.delta)
-
   settings = ["inf", "clip"] + list(epsilons)
-  x_tr = features(train.x_NxF, scaler, True)
-  x_te = features(test.x_NxF, scaler, True)
+  x_tr, x_te = features(train.x_NxF, scaler, True), features(test.x_NxF, scaler, True)
   g_tr = np.asarray(train.group_N)
   record = {"n_group1_train": int(g_tr.sum()), "settings": []}
-  demo1_rows, demo2_rows, coef_rows = [], [], []
-  per_setting = {}
-  keys = jax.random.split(k_dp, len(settings))
+  demo1_rows, demo2_rows, coef_rows, per_setting = [], [], [], {}
   bar = tqdm(total=len(settings) + (6 if demo3 else 0), desc="disparate impact",
              disable=not progress)
-  for s, k in zip(settings, keys):
+  for s, k in zip(settings, jax.random.split(k_dp, len(settings))):
     train_cfg = _config(s, **hp)
     res = _train(k, x_tr, train.y_N, train_cfg, seeds, stats=True)
     w = np.asarray(res.params["w"])  # [M, D]
-    met = _group_metrics(w, x_te, test.y_N, test.group_N)
-    per_setting[s] = met
+    per_setting[s] = met = _group_metrics(w, x_te, test.y_N, test.group_N)
     st = {k_: np.asarray(v) for k_, v in res.stats.items()}
     sampled = st["times_sampled"]
     lr_model = models.logistic_regression(x_tr.shape[1])
@@ -163,12 +153,11 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
       row_stats[f"loss{gk}"] = float(loss[:, sel].mean())
       row_stats[f"norm{gk}"] = float(st["norm_sum"][:, sel].sum() / sampled[:, sel].sum())
       row_stats[f"clipped{gk}"] = float(st["times_clipped"][:, sel].sum() / sampled[:, sel].sum())
-    eps_spent = train_cfg.epsilon() if s not in ("inf", "clip") else math.inf
-    entry = {"setting": s, "sigma": train_cfg.noise_multiplier, "epsilon": eps_spent,
-             **{k_: _mean_se(v) for k_, v in met.items()},
-             "coef_mean": w.mean(0).tolist(), "coef_std": w.std(0, ddof=1).tolist(),
-             **row_stats}
-    record["settings"].append(entry)
+    record["settings"].append({
+        "setting": s, "sigma": train_cfg.noise_multiplier,
+        "epsilon": train_cfg.epsilon() if s not in ("inf", "clip") else math.inf,
+        **{k_: _mean_se(v) for k_, v in met.items()}, "coef_mean": w.mean(0).tolist(),
+        "coef_std": w.std(0, ddof=1).tolist(), **row_stats})
     bar.update(1)
 
   base = per_setting["inf"]
@@ -177,14 +166,13 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
     met = per_setting[s]
     d0 = base["acc0"].mean() - met["acc0"]
     d1 = base["acc1"].mean() - met["acc1"]
-    gap = met["tpr0"] - met["tpr1"]
     # The ratio is only meaningful when group 0's drop is clearly positive (> 2 s.e.).
     se0 = math.hypot(_mean_se(base["acc0"])[1], _mean_se(met["acc0"])[1])
     se1 = math.hypot(_mean_se(base["acc1"])[1], _mean_se(met["acc1"])[1])
     ratio = float(d1.mean() / d0.mean()) if s != "inf" and d0.mean() > 2 * se0 else None
     ratio_se = _ratio_se(ratio, d0.mean(), se0, d1.mean(), se1)
     e.update(drop0=float(d0.mean()), drop1=float(d1.mean()), drop_ratio=ratio,
-             drop_ratio_se=ratio_se, tpr_gap=_mean_se(gap))
+             drop_ratio_se=ratio_se, tpr_gap=_mean_se(met["tpr0"] - met["tpr1"]))
     demo1_rows.append([_setting_label(s), e["sigma"], e["acc0"][0], e["acc1"][0], e["acc1"][1],
                        e["drop0"], e["drop1"], ratio, ratio_se,
                        LECTURE["drop_ratio"] if s == epsilons[-1] else None,
@@ -194,17 +182,15 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
     coef_rows.append([_setting_label(s)] + [f"{m_:+.2f} ± {sd:.2f}" for m_, sd in
                                             zip(e["coef_mean"], e["coef_std"])])
 
-  tables = [
-      _common.Table(
-          title=(f"Demo 1: test accuracy per group ({seeds} seeds; group 1 = "
-                 f"{record['n_group1_train']} of {n_train} training records)"),
-          columns=["ε", "σ", "acc group 0", "acc group 1", "± s.e.", "drop 0", "drop 1",
-                   "drop ratio 1/0", "± s.e.", "lecture", "TPR gap (0 − 1)", "lecture"],
-          rows=demo1_rows,
-          note=("Drops are against ε = ∞ (no clipping, no noise), averaged over seeds; a ratio is "
-                "shown only where group 0's drop exceeds 2 standard errors. The lecture reported "
-                "the ratio at ε = 0.5 and the TPR gap's range over ε.")),
-  ]
+  tables = [_common.Table(
+      title=(f"Demo 1: test accuracy per group ({seeds} seeds; group 1 = "
+             f"{record['n_group1_train']} of {n_train} training records)"),
+      columns=["ε", "σ", "acc group 0", "acc group 1", "± s.e.", "drop 0", "drop 1",
+               "drop ratio 1/0", "± s.e.", "lecture", "TPR gap (0 − 1)", "lecture"],
+      rows=demo1_rows,
+      note=("Drops are against ε = ∞ (no clipping, no noise), averaged over seeds; a ratio is "
+            "shown only where group 0's drop exceeds 2 standard errors. The lecture reported "
+            "the ratio at ε = 0.5 and the TPR gap's range over ε."))]
   l_ = LECTURE
   demo2_rows.append(["lecture (ε not stated)", l_["loss"][0], l_["loss"][1], l_["grad_norm"][0],
                      l_["grad_norm"][1], l_["clipped"][0], l_["clipped"][1]])
@@ -215,8 +201,7 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
       rows=demo2_rows,
       note=("Loss: final models on their training records; gradient norm and fraction "
             "clipped: over every step at which a record was sampled (per_example_stats).")))
-  last = record["settings"][-1]
-  std = dict(zip(FEATURE_NAMES, last["coef_std"]))
+  std = dict(zip(FEATURE_NAMES, record["settings"][-1]["coef_std"]))
   tables.append(_common.Table(
       title=f"Demo 2b: seed-to-seed std of the coefficients at ε = {float(epsilons[-1]):g}",
       columns=["parameter", "supported by", "std across seeds", "lecture"],
@@ -235,12 +220,10 @@ def run(cfg: DisparateImpactConfig, out_dir: str, *, progress: bool = True,
   worlds = [("10% sees group", train, test, True, minority_share),
             ("30% sees group", train30, test30, True, 0.3),
             ("10% group-blind", train, test, False, minority_share)] if demo3 else []
-  demo3_rows = []
-  record["demo3"] = []
+  demo3_rows, record["demo3"] = [], []
   wkeys = jax.random.split(k_demo3, max(1, 2 * len(worlds)))
   for i, (label, tr, te, aware, share) in enumerate(worlds):
-    xtr = features(tr.x_NxF, scaler, aware)
-    xte = features(te.x_NxF, scaler, aware)
+    xtr, xte = features(tr.x_NxF, scaler, aware), features(te.x_NxF, scaler, aware)
     m_inf = _group_metrics(np.asarray(_train(wkeys[2 * i], xtr, tr.y_N, _config("inf", **hp),
                                              seeds).params["w"]), xte, te.y_N, te.group_N)
     bar.update(1)
@@ -281,9 +264,9 @@ def _plot(out_dir: str, record: dict) -> str:
   with _plots.figure(out_dir, "accuracy_per_group.png", figsize=(6, 3.6)) as (fig, ax):
     labels = [_setting_label(s) if s in ("inf", "clip") else f"ε={float(s):g}" for s in settings]
     for gk, name in ((0, "group 0 (majority)"), (1, "group 1 (minority)")):
-      mean = [e[f"acc{gk}"][0] for e in record["settings"]]
-      se = [e[f"acc{gk}"][1] for e in record["settings"]]
-      ax.errorbar(range(len(settings)), mean, yerr=se, marker="o", capsize=3, label=name)
+      ax.errorbar(range(len(settings)), [e[f"acc{gk}"][0] for e in record["settings"]],
+                  yerr=[e[f"acc{gk}"][1] for e in record["settings"]], marker="o", capsize=3,
+                  label=name)
     ax.set_xticks(range(len(settings)))
     ax.set_xticklabels([lb.split(" (")[0] for lb in labels], fontsize=8)
     _plots.decorate(ax, ylabel="test accuracy",
@@ -297,8 +280,7 @@ def _summary(rec: dict, epsilons: list[str]) -> str:
   std = dict(zip(FEATURE_NAMES, last["coef_std"]))
   f = lambda v: "n/a" if v is None else f"{v:.1f}"  # noqa: E731
   return (
-      f"At ε = {float(epsilons[-1]):g} group 0 loses {last['drop0']:.3f} accuracy and "
-      f"group 1 "
+      f"At ε = {float(epsilons[-1]):g} group 0 loses {last['drop0']:.3f} accuracy and group 1 "
       f"{last['drop1']:.3f} (ratio {f(last['drop_ratio'])}; lecture 8.5). Group 1 vs group 0: "
       f"mean loss {last['loss1']:.3f} vs {last['loss0']:.3f} (lecture 0.527 vs 0.456), gradient "
       f"norm {last['norm1']:.3f} vs {last['norm0']:.3f} (1.004 vs 0.688), fraction clipped "
@@ -311,7 +293,6 @@ def _summary(rec: dict, epsilons: list[str]) -> str:
 
 
 def main():
-  """`python -m experiments.disparate_impact [--flags]`: flags from DisparateImpactConfig."""
   _common.app_run(NAME, DisparateImpactConfig, run)
 
 

@@ -3,12 +3,9 @@
     .venv/bin/python -m experiments.dpsgd                # about 60-90 s of CPU
     .venv/bin/python -m experiments.dpsgd --seeds 5 --clip_seeds 10 --test_size 40000
 
-Logistic regression, batch 50 and 20 epochs unless stated, C = 1, delta = 1e-5,
-eta * C = 0.5, on linear features (n = 4000) and cubic ones (n = 500): 1. the anatomy of
-one step at theta = 0 (signal, noise, cosines); 2. the cost of privacy over eps;
-3. the clipping norm C; 4. the batch size at fixed epochs and at fixed steps. The credit
-world is our own model (dpjax/data/credit.py), so accuracies differ from the lecture's
-somewhat; sigma, sigma/B and the tables' shapes match.
+Logistic regression, batch 50, 20 epochs, C = 1, delta = 1e-5, eta * C = 0.5 unless stated, on
+linear (n = 4000) and cubic features (n = 500): 1. one step's anatomy at theta = 0; 2. the cost
+of privacy over eps; 3. the clipping norm C; 4. the batch size at fixed epochs and fixed steps.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from tqdm import tqdm
 
 from dpjax import dpsgd, fitting, models, prng
@@ -41,10 +37,8 @@ LECTURE = {
     "sigma": {"linear": 2.19, "cubic": 5.89},
     "cost": {("linear", 0.5): "drop 0.003", ("cubic", 0.5): 0.666, ("cubic", "newton"): 0.737,
              ("cubic", "noiseless"): 0.747, ("cubic", 8.0): 0.748},
-    "clip_large_acc": 0.660, "clip_small_logloss": 1.547,
-    "batch_epochs": {10: 0.671, 250: 0.745},
-    "sigma_over_b": "0.162-0.168 (q >= 0.05)",
-}
+    "clip_large_acc": 0.660, "clip_small_logloss": 1.547, "batch_epochs": {10: 0.671, 250: 0.745},
+    "sigma_over_b": "0.162-0.168 (q >= 0.05)"}
 _CUBIC_N = 500   # the cubic data set of demos 3 and 4
 
 
@@ -56,8 +50,7 @@ class DpsgdExperimentConfig(_common.ExperimentConfig):
   clip_seeds: int = _common.option(10, "Training seeds per C (demo 3).", bounds=">=2")
   test_size: int = _common.option(20_000, "People in the test sample.", bounds=">=1")
   anatomy_draws: int = _common.option(500, "Noisy steps drawn in demo 1.", bounds=">=1")
-  epsilons: tuple[float, ...] = _common.option(EPSILONS, "Demo 2: target epsilons.",
-                                               bounds=">0")
+  epsilons: tuple[float, ...] = _common.option(EPSILONS, "Demo 2: target epsilons.", bounds=">0")
   clip_norms: tuple[float, ...] = _common.option(CLIP_NORMS, "Demo 3: clipping norms C.")
   batches: tuple[int, ...] = _common.option(BATCHES, "Demo 4a: expected batch sizes B.",
                                             bounds=">=1")
@@ -73,16 +66,13 @@ class DpsgdExperimentConfig(_common.ExperimentConfig):
 def _datasets(key, test_size):
   k_pub, k_lin, k_cub, k_test = jax.random.split(key, 4)
   scaler = credit.PublicScaler.fit(credit.sample(k_pub, 20_000).x_NxF)
-  lin = credit.sample(k_lin, 4000)
-  cub = credit.sample(k_cub, _CUBIC_N)
   test = credit.sample(k_test, test_size)
-  out = {}
-  for name, data, feat in (("linear", lin, credit.linear_features),
-                           ("cubic", cub, credit.cubic_features)):
-    out[name] = dict(x=feat(data.x_NxF, scaler), y=data.y_N,
+  return {name: dict(x=feat(data.x_NxF, scaler), y=data.y_N,
                      x_test=np.asarray(feat(test.x_NxF, scaler), np.float64),
                      y_test=np.asarray(test.y_N, np.float64))
-  return out
+          for name, data, feat in (("linear", credit.sample(k_lin, 4000), credit.linear_features),
+                                   ("cubic", credit.sample(k_cub, _CUBIC_N),
+                                    credit.cubic_features))}
 
 
 def _evaluate(w_MxD, x_test, y_test):
@@ -93,34 +83,32 @@ def _evaluate(w_MxD, x_test, y_test):
   return acc, np.mean(np.logaddexp(0.0, z) - y_test[:, None] * z, axis=0)
 
 
-def _cfg(n, q, steps, c=1.0, eps=None, sigma=None):
+def _cfg(n, q, steps, c=1.0, eps=None):
   kw = dict(dataset_size=n, sampling_prob=q, num_steps=steps, l2_clip_norm=c,
             delta=DELTA, learning_rate=ETA_C / c if math.isfinite(c) else ETA_C)
   if eps is None:
-    return dpsgd.DpSgdConfig(noise_multiplier=0.0 if sigma is None else sigma, **kw)
+    return dpsgd.DpSgdConfig(noise_multiplier=0.0, **kw)
   return dpsgd.DpSgdConfig(**kw).calibrate(eps)
 
 
 def _train(key, d, cfg, seeds, stats=False):
-  n = d["x"].shape[0]
   model = models.logistic_regression(d["x"].shape[1])
-  out = dpsgd.train_many(key, d["x"], d["y"], jnp.ones((seeds, n), bool), cfg, model,
+  out = dpsgd.train_many(key, d["x"], d["y"], jnp.ones((seeds, d["x"].shape[0]), bool), cfg, model,
                          per_example_stats=stats, perf=dpsgd.PerformanceFlags(progress=False))
   acc, ll = _evaluate(out.params["w"], d["x_test"], d["y_test"])
   res = {"acc": acc, "logloss": ll}
   if stats:
-    s = out.stats
-    res["clip_fraction"] = float(jnp.sum(s["times_clipped"]) / jnp.sum(s["times_sampled"]))
+    res["clip_fraction"] = float(jnp.sum(out.stats["times_clipped"])
+                                 / jnp.sum(out.stats["times_sampled"]))
   return res
 
 
 def _train_sweep(key, d, cfgs, seeds):
   """All seeds of all cfgs (differing only in noise) as one run: float64[len(cfgs), seeds]."""
-  n = d["x"].shape[0]
-  model = models.logistic_regression(d["x"].shape[1])
   idx = np.repeat(np.arange(len(cfgs)), seeds)
-  out = dpsgd.train_sweep(key, d["x"], d["y"], jnp.ones((idx.size, n), bool), cfgs, idx,
-                          model, perf=dpsgd.PerformanceFlags(progress=False))
+  out = dpsgd.train_sweep(key, d["x"], d["y"], jnp.ones((idx.size, d["x"].shape[0]), bool), cfgs,
+                          idx, models.logistic_regression(d["x"].shape[1]),
+                          perf=dpsgd.PerformanceFlags(progress=False))
   acc, _ = _evaluate(out.params["w"], d["x_test"], d["y_test"])
   return acc.reshape(len(cfgs), seeds)
 
@@ -128,27 +116,24 @@ def _train_sweep(key, d, cfgs, seeds):
 def demo_anatomy(key, data, draws):
   rows, res = [], {}
   for name in ("linear", "cubic"):
-    d = data[name]
-    x, y = d["x"], d["y"]
+    x, y = data[name]["x"], data[name]["y"]
     n, dim = x.shape
     q = 50.0 / n
     cfg = _cfg(n, q, int(round(20 / q)), eps=1.0)
     sigma, b = cfg.noise_multiplier, cfg.expected_batch_size
     w0 = {"w": jnp.zeros((dim,), jnp.float32)}
-    full, _ = glm.clipped_grad_sum(0.0, w0, x, y, jnp.ones((n,)), math.inf)
-    full = full["w"] / n
-    w_star = fitting.fit_logistic(x, y, l2=1e-4, num_iters=50, tol=1e-10)
+    full = glm.clipped_grad_sum(0.0, w0, x, y, jnp.ones((n,)), math.inf)[0]["w"] / n
 
     def one(k):
       k_m, k_n = jax.random.split(k)
       mask = prng.poisson_mask(k_m, q, n).astype(jnp.float32)
       s, _ = glm.clipped_grad_sum(0.0, w0, x, y, mask, 1.0)
-      noise = sigma * prng.standard_normal(k_n, (dim,))
-      return s["w"] / b, noise / b
+      return s["w"] / b, sigma * prng.standard_normal(k_n, (dim,)) / b
     sig, noi = jax.jit(jax.vmap(one))(jax.random.split(jax.random.fold_in(key, n), draws))
     upd = sig + noi
     cos = lambda a, v: np.asarray(a @ v / (jnp.linalg.norm(a, axis=-1) * jnp.linalg.norm(v)))
-    toward = jnp.asarray(w_star, jnp.float32)          # theta* - theta0, theta0 = 0
+    toward = jnp.asarray(fitting.fit_logistic(x, y, l2=1e-4, num_iters=50, tol=1e-10),
+                         jnp.float32)          # theta* - theta0, theta0 = 0
     r = {"n": n, "d": dim, "q": q, "steps": cfg.num_steps, "sigma": sigma,
          "signal_norm": float(jnp.mean(jnp.linalg.norm(sig, axis=1))),
          "noise_norm_expected": sigma * 1.0 * math.sqrt(dim) / b,
@@ -174,12 +159,11 @@ def demo_cost(key, data, seeds, epsilons=EPSILONS, progress=True):
   res, rows = {}, []
   settings = tuple(epsilons) + ("noiseless",)
   for i, name in enumerate(_progress(("linear", "cubic"), "demo 2", progress)):
-    d = data[name]
-    n = d["x"].shape[0]
+    n = data[name]["x"].shape[0]
     q = 50.0 / n
-    steps = int(round(20 / q))
-    cfgs = [_cfg(n, q, steps, eps=None if eps == "noiseless" else eps) for eps in settings]
-    acc = _train_sweep(jax.random.fold_in(key, i), d, cfgs, seeds)
+    cfgs = [_cfg(n, q, int(round(20 / q)), eps=None if eps == "noiseless" else eps)
+            for eps in settings]
+    acc = _train_sweep(jax.random.fold_in(key, i), data[name], cfgs, seeds)
     for eps, cfg, a in zip(settings, cfgs, acc):
       res[f"{name}/{eps}"] = {"acc_mean": float(a.mean()), "acc_sd": float(a.std(ddof=1)),
                               "sigma": cfg.noise_multiplier, "acc": a.tolist()}
@@ -207,8 +191,7 @@ def demo_cost(key, data, seeds, epsilons=EPSILONS, progress=True):
 def demo_clip(key, data, seeds, eps=2.0, clip_norms=CLIP_NORMS, progress=True):
   d = data["cubic"]
   n = d["x"].shape[0]
-  q = 50.0 / n
-  res, rows = {}, []
+  q, res, rows = 50.0 / n, {}, []
   for i, c in enumerate(_progress(clip_norms, "demo 3", progress)):
     cfg = _cfg(n, q, int(round(20 / q)), c=c, eps=eps)
     r = _train(jax.random.fold_in(key, i), d, cfg, seeds, stats=True)
@@ -227,12 +210,10 @@ def demo_clip(key, data, seeds, eps=2.0, clip_norms=CLIP_NORMS, progress=True):
   return res, table
 
 
-def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS,
-               progress=True):
+def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS, progress=True):
   d = data["cubic"]
   n = d["x"].shape[0]
-  res = {"epochs": {}, "steps": {}}
-  rows_e, rows_s = [], []
+  res, rows_e, rows_s = {"epochs": {}, "steps": {}}, [], []
   runs = [("epochs", b / n, int(round(20 * n / b))) for b in batches]
   runs += [("steps", q, FIXED_STEPS) for q in fixed_step_qs]
   for i, (kind, q, steps) in enumerate(_progress(runs, "demo 4", progress)):
@@ -264,9 +245,9 @@ def _plot(out_dir, record, epsilons, clip_norms):
   with _plots.figure(out_dir, "dpsgd_cost_and_clip.png", ncols=2, figsize=(10, 3.8),
                      dpi=110) as (fig, axes):
     for name, color in (("linear", "C0"), ("cubic", "C1")):
-      m = [cost[f"{name}/{e}"]["acc_mean"] for e in epsilons]
-      s = [cost[f"{name}/{e}"]["acc_sd"] for e in epsilons]
-      axes[0].errorbar(epsilons, m, yerr=s, marker="o", color=color, label=f"{name} DP-SGD")
+      axes[0].errorbar(epsilons, [cost[f"{name}/{e}"]["acc_mean"] for e in epsilons],
+                       yerr=[cost[f"{name}/{e}"]["acc_sd"] for e in epsilons], marker="o",
+                       color=color, label=f"{name} DP-SGD")
       axes[0].axhline(cost[f"{name}/noiseless"]["acc_mean"], color=color, ls="--", lw=1,
                       label=f"{name} clipped, no noise")
       axes[0].axhline(cost[f"{name}/newton"]["acc_mean"], color=color, ls=":", lw=1,
@@ -292,8 +273,7 @@ def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
   data = _datasets(k_data, cfg.test_size)
   anat, t_anat = demo_anatomy(k_anat, data, cfg.anatomy_draws)
   cost, t_cost = demo_cost(k_cost, data, cfg.seeds, epsilons, progress)
-  clip, t_clip = demo_clip(k_clip, data, cfg.clip_seeds, clip_norms=clip_norms,
-                           progress=progress)
+  clip, t_clip = demo_clip(k_clip, data, cfg.clip_seeds, clip_norms=clip_norms, progress=progress)
   batch, (t_b1, t_b2) = demo_batch(k_batch, data, cfg.seeds, cfg.batches, cfg.fixed_step_qs,
                                    progress)
   results = {"anatomy": anat, "cost": cost, "clip": clip, "batch": batch,
@@ -317,7 +297,6 @@ def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.dpsgd [--flags]`: flags from DpsgdExperimentConfig."""
   warnings.simplefilter("ignore", category=FutureWarning)
   _common.app_run(NAME, DpsgdExperimentConfig, run)
 

@@ -1,26 +1,17 @@
 """DP-SGD done well on real images: MLP and CNN on scikit-learn's 8x8 digits vs epsilon.
 
-The 1,797 digits split by the seed into 449 test, 200 PUBLIC validation and n = 1,148
-private training images; every choice is made on the public validation split and the
-test split is scored once per final configuration. Inputs are centred on the public
-mean (`recipe.center_on_public`). Per architecture (mlp 64 -> 512 -> 10; cnn
-`models.cnn((8, 8, 1), (8, 16))`, `--cnn_groups` for group norm, much slower):
+The 1,797 digits split by the seed into 449 test, 200 PUBLIC validation and n = 1,148 private
+training images; every choice is made on validation, test is scored once per final
+configuration; inputs centred on the public mean. Per architecture (mlp 64 -> 512 -> 10; cnn
+(8, 16), `--cnn_groups` for group norm): non-private (`fitting.train_nonprivate`, best epoch and
+lr); DP-SGD (`dpjax.recipe`: Poisson, ghost clipping, momentum 0.9, EMA; one
+`dpsgd.train_sweep` per (T, lr) trains every eps; best candidate and iterate on validation;
+sigma by RDP at delta = 1e-5); clipped with sigma = 0 (clipping's cost alone). Second table
+(`recipe.noise_for_batch_sizes`): sigma / B falls like 1 / sqrt(B) (Sander et al. 2023).
 
-  non-private    `fitting.train_nonprivate` (Adam, best validation epoch and lr);
-  DP-SGD         `dpjax.recipe`: Poisson sampling, ghost clipping, momentum 0.9, EMA;
-                 one `dpsgd.train_sweep` program per (T, lr) candidate trains every
-                 epsilon; per epsilon the best candidate and iterate (last or EMA) on
-                 validation is kept; sigma by RDP at delta = 1e-5;
-  clipped, σ = 0 the same selection among noiseless runs (clipping's cost alone).
-
-A second table (`recipe.noise_for_batch_sizes`): sigma / B falls like 1 / sqrt(B)
-(Sander et al. 2023); here q = 1 gives the least noise per epoch.
-
-Command:   python -m experiments.dpsgd_digits      (quick: T = 60, MLP lr {0.1, 0.5},
-           CNN lr {0.5, 4}, 5 seeds; 6 programs, about 4 min of CPU)
+Command:   python -m experiments.dpsgd_digits      (quick: 6 programs, about 4 min of CPU)
 Full:      python -m experiments.dpsgd_digits --steps 20,60,100 --mlp_lrs 0.1,0.2,0.5 \
-             --cnn_lrs 0.5,1,4 --nonprivate_lrs 0.003,0.01
-           (22 programs; about 17 min of CPU)
+             --cnn_lrs 0.5,1,4 --nonprivate_lrs 0.003,0.01     (22 programs, about 17 min)
 Shape letters: M models (seeds), N images, F = 64 pixels.
 """
 
@@ -300,7 +291,6 @@ def _summary(record: dict, archs) -> str:
 
 
 def main():
-  """`python -m experiments.dpsgd_digits [--flags]`: flags from DpsgdDigitsConfig."""
   _common.app_run(NAME, DpsgdDigitsConfig, run)
 
 

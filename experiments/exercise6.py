@@ -1,13 +1,12 @@
 """Lecture 10, exercise 6 end to end: a bank's whole privacy budget, eps = 3 at delta = 1e-5.
 
-The bank releases the delinquency rate of each of 50 zip codes, a DP-SGD credit model and
-the best of 20 hyperparameter settings, all with the customer (1-10 loans,
-`credit.sample_customers`) as the unit: 1. the budget, by basic composition and in one RDP
-account; 2. the zip rates (`mechanisms.grouped_rates`; unreliable by noise sd >
-`--max_rate_sd` or the lecture's `--min_count`); 3. user-level DP-SGD vs example-level and
-non-private; 4. selection among C x lr * C^2 on a public split into training and validation
-customers: naive, the exponential mechanism, repeat-and-select (Papernot & Steinke 2022);
-5. a five-loan customer by group privacy.
+The bank releases the delinquency rate of each of 50 zip codes, a DP-SGD credit model and the best
+of 20 hyperparameter settings, the customer (1-10 loans) the unit: 1. the budget, by basic
+composition and in one RDP account; 2. the zip rates (`mechanisms.grouped_rates`; unreliable by
+noise sd > `--max_rate_sd` or the lecture's `--min_count`); 3. user-level DP-SGD vs example-level
+and non-private; 4. selection among C x lr * C^2 on public training / validation customers:
+naive, the exponential mechanism, repeat-and-select (Papernot & Steinke 2022); 5. a five-loan
+customer by group privacy.
 
 Command:  python -m experiments.exercise6      (about 50 s of CPU)
 """
@@ -46,8 +45,7 @@ class Exercise6Config(_common.ExperimentConfig):
   delta: float = _opt(1e-5, "Total delta.", bounds="(0,1)")
   model_epsilon: float = _opt(2.0, "Basic-composition share of the model.", bounds=">0")
   zip_epsilon: float = _opt(0.7, "Share of the zip release (half per histogram).", bounds=">0")
-  selection_epsilon: float = _opt(0.3, "Share of the exponential-mechanism selection.",
-                                  bounds=">0")
+  selection_epsilon: float = _opt(0.3, "Share of the exponential-mechanism selection.", bounds=">0")
   validation_every: int = _opt(
       4, "Customer u is a validation customer iff u % this == 0 (a public rule).", bounds=">=2")
   min_count: float = _opt(30.0, "The lecture's reliability rule: fewer customers.", bounds=">=0")
@@ -62,8 +60,7 @@ class Exercise6Config(_common.ExperimentConfig):
   sampling_prob: float = _opt(0.1, "q: per customer (user-level) or per loan.", bounds="(0,1]")
   num_steps: int = _opt(100, "DP-SGD steps T of every training run.", bounds=">=1")
   rs_mean_runs: float = _opt(10.0, "Repeat-and-select: E[K].", bounds=">=1")
-  rs_shape: float = _opt(1.0, "Repeat-and-select: eta (0 logarithmic, 1 geometric).",
-                         bounds=">=0")
+  rs_shape: float = _opt(1.0, "Repeat-and-select: eta (0 logarithmic, 1 geometric).", bounds=">=0")
   score_noise: float = _opt(10.0, "Repeat-and-select: sd of the score noise.", bounds=">0")
 
   def __post_init__(self):
@@ -152,8 +149,7 @@ def _validation_utility(params_MxD, w: dict) -> np.ndarray:
                                        {"w": params_MxD}, w["x_val"], w["y_val"],
                                        float64=True).astype(float)
   loans = np.bincount(w["uid_val"], minlength=w["num_val_users"]).astype(float)
-  per_cust = np.stack([np.bincount(w["uid_val"], c, minlength=w["num_val_users"])
-                       for c in correct])
+  per_cust = np.stack([np.bincount(w["uid_val"], c, minlength=w["num_val_users"]) for c in correct])
   return (per_cust / loans[None, :]).sum(axis=1)
 
 
@@ -198,8 +194,7 @@ def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key: jax.Array,
   return out
 
 
-def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs the five parts; writes results.json and the zip figure (`_common.finish`'s dict)."""
   key = jax.random.key(cfg.seed)
   k_world, k_zip, k_train, k_ex, k_em, k_runs, k_pick, k_score = jax.random.split(key, 8)
@@ -304,6 +299,8 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True,
   return _common.finish(cfg, out_dir, NAME, record, tables=_tables(cfg, record),
                         figures=[_plot(out_dir, record, cfg)], summary=_summary(cfg, record),
                         quiet=quiet)
+
+
 def _tables(cfg: Exercise6Config, r: dict) -> list:
   b, m, half = r["budget"], r["model"], cfg.zip_epsilon / 2
   lap = f"Laplace(1/{half:g}) x {cfg.zip_codes}"
@@ -435,7 +432,6 @@ def _plot(out_dir: str, r: dict, cfg: Exercise6Config) -> str:
 
 
 def main():
-  """`python -m experiments.exercise6 [--flags]`: flags from Exercise6Config."""
   _common.app_run(NAME, Exercise6Config, run)
 
 

@@ -1,19 +1,13 @@
 """Floating-point attacks on DP noise, and the defended mechanisms that stop them.
 
-Exact tests from `dpjax.attacks.floating_point`:
-
-(a) Mironov's attack (CCS 2012) on `mechanisms.laplace_mechanism(..., secure=False)`:
-    `trials` releases of x = 0 and of x' = 1; a release is "from x" when no float32
-    atom of `jax.random.laplace` reaches it from x'. TPR > 0 at FPR = 0, which no eps-DP
-    mechanism allows; the Clopper-Pearson eps lower bound exceeds the claim.
-(b) The lattice attack on DP-SGD's float32 Gaussian noise: `models` models with a
-    gradient canary and as many without; the white-box adversary flags a model IN when
-    some privatized update of the canary coordinate is impossible from the canary-free
-    sum (`floating_point.lattice_canary_flags`), beside the figures reported for this
-    attack (95.5-100 % of canary models flagged, 0 % of others, ~82 % of steps).
-(c) The defended mechanisms (`dpjax.integer_noise`): secure `laplace_mechanism` and
-    DP-SGD with `privatizer.secure_components`; outputs are grid values covered by the
-    integer noise, so `floating_point.grid_reachable` flags nothing and the bound is 0.
+Exact tests from `dpjax.attacks.floating_point`: (a) Mironov's attack (CCS 2012) on
+`mechanisms.laplace_mechanism(..., secure=False)`: a release is "from x = 0" when no float32
+atom of `jax.random.laplace` reaches it from x' = 1; TPR > 0 at FPR = 0, which no eps-DP
+mechanism allows. (b) The lattice attack on DP-SGD's float32 Gaussian noise: a model is flagged
+IN when some privatized update of the canary coordinate is impossible from the canary-free sum
+(`floating_point.lattice_canary_flags`; reported: 95.5-100 % of canary models flagged, 0 % of
+others). (c) The defended mechanisms (`dpjax.integer_noise`): secure `laplace_mechanism` and
+DP-SGD with `privatizer.secure_components`: nothing flagged, bound 0.
 
 Command:   python -m experiments.fp_attacks                 (about 35 s of CPU)
            python -m experiments.fp_attacks --models 1000 --trials 100000
@@ -45,11 +39,8 @@ REPORTED_STEPS_IMPOSSIBLE = "~82%"
 # The count released by the Laplace mechanism and its neighbour (sensitivity 1).
 _X, _X_NEIGHBOUR = 0.0, 1.0
 _CLIP = 1.0
-# Models per compiled chunk: below the engine's scan-unrolling threshold, which costs more
-# compile time than these short runs gain from it.
+# Models per compiled chunk: below the engine's scan-unrolling threshold (compile time).
 _MAX_CHUNK = 200
-
-
 _opt = _common.option
 
 
@@ -69,24 +60,19 @@ class FpAttacksConfig(_common.ExperimentConfig):
   num_steps: int = _opt(30, "DP-SGD steps T.", bounds=">=1")
   defended: bool = _opt(True, "Also attack the defended mechanisms (table c).")
   delta: float = _opt(1e-5, "delta of the DP-SGD claims.", flag=False, bounds="(0,1)")
-  confidence: float = _opt(0.95, "Confidence of every eps lower bound.", flag=False,
-                           bounds="(0,1)")
+  confidence: float = _opt(0.95, "Confidence of every eps lower bound.", flag=False, bounds="(0,1)")
   num_records: int = _opt(40, "Records of the synthetic training set.", flag=False, bounds=">=1")
-  num_features: int = _opt(4, "Features besides the canary's unused one.", flag=False,
-                           bounds=">=1")
+  num_features: int = _opt(4, "Features besides the canary's unused one.", flag=False, bounds=">=1")
 
 
-# ----------------------------------------------------------------------------------
 # (a) and (c): the Laplace mechanism.
-
 
 def _laplace_releases(key, value, epsilon, trials, secure):
   """`trials` independent scalar releases of `value` (one key each): float32[K]."""
-  keys = jax.random.split(key, trials)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", mechanisms.InsecureNoiseWarning)
-    out = jax.vmap(lambda k: mechanisms.laplace_mechanism(k, value, epsilon, secure=secure))(keys)
-  return np.asarray(out)
+    return np.asarray(jax.vmap(lambda k: mechanisms.laplace_mechanism(
+        k, value, epsilon, secure=secure))(jax.random.split(key, trials)))
 
 
 def _audit_row(flag_x, flag_neighbour, epsilon, delta, confidence):
@@ -125,9 +111,7 @@ def _laplace(key, cfg, secure):
   return rows
 
 
-# ----------------------------------------------------------------------------------
 # (b) and (c): DP-SGD with a gradient canary.
-
 
 class _Data(NamedTuple):
   x_NxD: jax.Array
@@ -140,8 +124,7 @@ def _data(key, cfg):
   kx, kw, ky = jax.random.split(key, 3)
   d = cfg.num_features
   x = jax.random.normal(kx, (cfg.num_records, d))
-  logits = x @ jax.random.normal(kw, (d,))
-  y = jax.random.bernoulli(ky, jax.nn.sigmoid(logits)).astype(jnp.int32)
+  y = jax.random.bernoulli(ky, jax.nn.sigmoid(x @ jax.random.normal(kw, (d,)))).astype(jnp.int32)
   return _Data(jnp.concatenate([x, jnp.zeros((cfg.num_records, 1))], axis=1), y, d + 1)
 
 
@@ -171,12 +154,9 @@ def _train(key, data, cfgs, index_M, canary_in_M, **components):
             canary.gradient_canaries(data.num_features, 1, _CLIP),
             jnp.asarray(np.resize(canary_in_M, index_M.size))[:, None]),
         perf=dpsgd.PerformanceFlags(progress=False, max_chunk=_MAX_CHUNK), **components)
-  obs = np.asarray(out.observations, np.float32)
-  bits = np.asarray(_canary_bits(jax.random.split(key, index_M.size),
-                                 jnp.asarray(np.resize(canary_in_M, index_M.size)),
-                                 sampling_prob=float(cfgs[0].sampling_prob),
-                                 num_steps=int(cfgs[0].num_steps)))
-  return obs, bits
+  return np.asarray(out.observations, np.float32), np.asarray(_canary_bits(
+      jax.random.split(key, index_M.size), jnp.asarray(np.resize(canary_in_M, index_M.size)),
+      sampling_prob=float(cfgs[0].sampling_prob), num_steps=int(cfgs[0].num_steps)))
 
 
 def _dpsgd_row(flagged, canary_in, impossible, bits, cfg_dp, cfg):
@@ -194,9 +174,8 @@ def _dpsgd_row(flagged, canary_in, impossible, bits, cfg_dp, cfg):
 
 def _naive_dpsgd(key, data, cfg, settings):
   """The float32 engine: every sigma in one `train_sweep` program."""
-  m = 2 * cfg.models
-  canary_in = np.arange(m) % 2 == 0
-  index = np.repeat(np.arange(len(settings)), m)
+  canary_in = np.arange(2 * cfg.models) % 2 == 0
+  index = np.repeat(np.arange(len(settings)), canary_in.size)
   obs, bits = _train(key, data, settings, index, canary_in)
   rows = []
   for g, cfg_dp in enumerate(settings):
@@ -214,8 +193,7 @@ def _naive_dpsgd(key, data, cfg, settings):
 
 def _defended_dpsgd(key, data, cfg, settings):
   """Secure DP-SGD (grid clipping + integer noise): one program per setting (static table)."""
-  m = 2 * cfg.models
-  canary_in = np.arange(m) % 2 == 0
+  canary_in = np.arange(2 * cfg.models) % 2 == 0
   model = models.logistic_regression(data.num_features)
   rows = []
   for i, cfg_dp in enumerate(settings):
@@ -223,8 +201,9 @@ def _defended_dpsgd(key, data, cfg, settings):
     gamma = priv.grid
     noise = integer_noise.rounded_gaussian(
         cfg_dp.noise_multiplier * grid_lib.grid_sensitivity(_CLIP, gamma, data.num_features))
-    obs, bits = _train(jax.random.fold_in(key, i), data, [cfg_dp], np.zeros(m, np.int32),
-                       canary_in, clipping=path, privatizer=priv)
+    obs, bits = _train(jax.random.fold_in(key, i), data, [cfg_dp],
+                       np.zeros(canary_in.size, np.int32), canary_in, clipping=path,
+                       privatizer=priv)
     reach = lambda c: floating_point.grid_reachable(
         obs, c, gamma, max_abs=noise.max_abs, expected_batch_size=cfg_dp.expected_batch_size)
     impossible = ~reach(0)
@@ -241,28 +220,23 @@ def _settings(cfg, sigmas):
                             noise_multiplier=float(s), delta=cfg.delta) for s in sigmas]
 
 
-# ----------------------------------------------------------------------------------
-
-
 def _tables(record, cfg):
   ceiling_l = stats.perfect_attack_ceiling(cfg.trials, 0.0, cfg.confidence)
   ceiling_m = stats.perfect_attack_ceiling(cfg.models, cfg.delta, cfg.confidence)
-  lap_cols = ["claimed eps", "releases of x flagged (TPR)", "releases of x' flagged (FPR)",
-              "TPR eps-DP allows at that FPR", "eps_lower (95%)", "ceiling"]
-  lap_rows = lambda rows: [[r["epsilon"], r["tpr"], r["fpr"], r["tpr_allowed"],
-                            r["epsilon_lower"], ceiling_l] for r in rows]
   tables = [_common.Table(
       title="(a) Mironov's attack on the naive float32 Laplace mechanism (x = 0 vs x' = 1)",
-      columns=lap_cols, rows=lap_rows(record["naive_laplace"]),
+      columns=["claimed eps", "releases of x flagged (TPR)", "releases of x' flagged (FPR)",
+               "TPR eps-DP allows at that FPR", "eps_lower (95%)", "ceiling"],
+      rows=[[r["epsilon"], r["tpr"], r["fpr"], r["tpr_allowed"], r["epsilon_lower"], ceiling_l]
+            for r in record["naive_laplace"]],
       note=(f"{cfg.trials} releases per input; a release is flagged when no float32 atom of "
             "jax.random.laplace reaches it from x'. Exact test: FPR is 0, so TPR > 0 breaks "
             "every eps (eps-DP allows TPR = 0 at FPR = 0); eps_lower at delta = 0."))]
-  dp_cols = ["sigma", "q", "T", "claimed eps", "flagged with canary", "reported",
-             "flagged without", "reported", "sampled steps impossible w/o canary",
-             "reported", "eps_lower (95%)", "ceiling"]
   tables.append(_common.Table(
       title="(b) Lattice attack on DP-SGD's float32 Gaussian noise (white-box, exact updates)",
-      columns=dp_cols,
+      columns=["sigma", "q", "T", "claimed eps", "flagged with canary", "reported",
+               "flagged without", "reported", "sampled steps impossible w/o canary",
+               "reported", "eps_lower (95%)", "ceiling"],
       rows=[[r["noise_multiplier"], r["sampling_prob"], r["num_steps"], r["claimed_epsilon"],
              r["flagged_with"], REPORTED_FLAGGED_WITH, r["flagged_without"],
              REPORTED_FLAGGED_WITHOUT, r["sampled_steps_impossible"],
@@ -287,8 +261,7 @@ def _tables(record, cfg):
   return tables
 
 
-def run(cfg: FpAttacksConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: FpAttacksConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs the three attacks, writes results.json, prints the tables; `_common.finish`'s dict."""
   del progress   # no loop long enough for a bar
   k_lap, k_def_lap, k_data, k_dp, k_def_dp = jax.random.split(jax.random.key(cfg.seed), 5)
@@ -326,7 +299,6 @@ def run(cfg: FpAttacksConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.fp_attacks [--flags]`: flags from FpAttacksConfig."""
   _common.app_run(NAME, FpAttacksConfig, run)
 
 

@@ -1,11 +1,10 @@
 """The classic mechanisms on the credit world (lecture §3, code 01).
 
-Demo 1 (§3.1): randomized response on the delinquency bit of 10,000 applicants vs
-central DP. Demo 2(a) (§3.3): a count's error under Laplace and the Gaussian. Demo 2(b)
-(§3.2): the clip bound B of a private mean income (1,000 applicants, eps = 1). Demo 2(c)
-(§3.5): clamping and rounding a small noisy count (true 6, eps = 0.5). Demo 3 (§3.4):
-the exponential mechanism picks one of 25 approval thresholds (0.200 .. 0.800) of a
-public-fit logistic score; utility = correct private applicants out of 500.
+Demo 1 (§3.1): randomized response on the delinquency bit of 10,000 applicants vs central DP.
+Demo 2(a) (§3.3): a count's error under Laplace and the Gaussian. 2(b) (§3.2): the clip bound B
+of a private mean income (1,000 applicants, eps = 1). 2(c) (§3.5): clamping and rounding a small
+noisy count (true 6, eps = 0.5). Demo 3 (§3.4): the exponential mechanism picks one of 25
+approval thresholds of a public-fit logistic score; utility = correct private applicants of 500.
 
 Command:   python -m experiments.mechanisms          (about 12-25 s of CPU)
 """
@@ -78,9 +77,7 @@ class MechanismsConfig(_common.ExperimentConfig):
     return np.linspace(0.2, 0.8, self.em_candidates)
 
 
-# ----------------------------------------------------------------------------------
 # Demo 1: randomized response.
-
 def demo_rr(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict, list]:
   bits = people.x_NxF[:, 3].astype(jnp.int32)
   n, rate = cfg.rr_people, float(jnp.mean(bits))
@@ -129,9 +126,7 @@ def demo_rr(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict
   return {"people": n, "true_rate": rate, "per_epsilon": recs}, [table]
 
 
-# ----------------------------------------------------------------------------------
 # Demo 2(a): Laplace vs Gaussian on a count.
-
 def demo_count_noise(key, cfg: MechanismsConfig) -> tuple[dict, list]:
   rows, recs = [], []
   # noise_draws independent releases of one scalar count (vmap over keys).
@@ -170,11 +165,8 @@ def demo_count_noise(key, cfg: MechanismsConfig) -> tuple[dict, list]:
   return {"per_epsilon": recs}, [table]
 
 
-# ----------------------------------------------------------------------------------
 # Demo 2(b): the clip bound of a private mean.
-
-def demo_clip_bound(key, people: credit.CreditData,
-                    cfg: MechanismsConfig) -> tuple[dict, list]:
+def demo_clip_bound(key, people: credit.CreditData, cfg: MechanismsConfig) -> tuple[dict, list]:
   income = np.asarray(people.x_NxF[:, 0], np.float64)
   n, eps = cfg.income_people, cfg.income_epsilon
   true_mean, true_max = float(income.mean()), float(income.max())
@@ -212,20 +204,17 @@ def demo_clip_bound(key, people: credit.CreditData,
           "best_clip_bound": best["clip_bound"], "per_clip_bound": recs}, [table]
 
 
-# ----------------------------------------------------------------------------------
 # Demo 2(c): post-processing a small count.
-
 def postprocess_exact(true_count: float, epsilon: float, max_k: int = 2_000) -> dict:
   """Exact P[negative], RMSE of the raw release and of max(0, round(release))."""
   b = mech.laplace_scale(epsilon)
-  p_neg = float(stats.laplace.cdf(0.0, loc=true_count, scale=b))
-  rmse_raw = math.sqrt(2) * b
   k = np.arange(0, max_k + 1, dtype=np.float64)
   upper = stats.laplace.cdf(k + 0.5, loc=true_count, scale=b)
   lower = np.where(k == 0, 0.0, stats.laplace.cdf(k - 0.5, loc=true_count, scale=b))
   pk = upper - lower
   mse = float(np.sum(pk * (k - true_count) ** 2))
-  return {"p_negative": p_neg, "rmse_raw": rmse_raw, "rmse_post": math.sqrt(mse),
+  return {"p_negative": float(stats.laplace.cdf(0.0, loc=true_count, scale=b)),
+          "rmse_raw": math.sqrt(2) * b, "rmse_post": math.sqrt(mse),
           "bias_post": float(np.sum(pk * k) - true_count), "mass": float(pk.sum())}
 
 
@@ -253,9 +242,7 @@ def demo_postprocess(key, cfg: MechanismsConfig) -> tuple[dict, list]:
   return {"exact": exact, "mc": mc}, [table]
 
 
-# ----------------------------------------------------------------------------------
 # Demo 3: the exponential mechanism picks a threshold.
-
 def demo_exponential(key, public: credit.CreditData, privates: list[credit.CreditData],
                      test: credit.CreditData, cfg: MechanismsConfig,
                      progress: bool = True) -> tuple[dict, list]:
@@ -279,8 +266,7 @@ def demo_exponential(key, public: credit.CreditData, privates: list[credit.Credi
   util_SxC = np.stack([correct_TxN(p).sum(1) for p in tqdm(
       privates[1:], desc="mechanisms: private samples", disable=not progress)]
                       ).astype(np.float64)
-  best_priv = int(np.argmax(util_C))
-  best_test = int(np.argmax(test_acc_C))
+  best_priv, best_test = int(np.argmax(util_C)), int(np.argmax(test_acc_C))
   rows, recs = [], []
   for eps, k in zip(cfg.em_epsilons, jax.random.split(key, len(cfg.em_epsilons))):
     k1, k2 = jax.random.split(k)
@@ -361,8 +347,7 @@ def _plot(out_dir: str, results: dict) -> list[str]:
     ax = axes[1]
     ax.plot(em_curves["thresholds"], em_curves["private_accuracy"], marker=".",
             label="accuracy on the 500 private applicants")
-    ax.plot(em_curves["thresholds"], em_curves["test_accuracy"], marker=".",
-            label="test accuracy")
+    ax.plot(em_curves["thresholds"], em_curves["test_accuracy"], marker=".", label="test accuracy")
     for r in em["per_epsilon"]:
       ax.axhline(r["test_accuracy"], ls="--", lw=0.8,
                  color=plt.cm.plasma(0.15 + 0.2 * em["per_epsilon"].index(r)),
@@ -372,8 +357,7 @@ def _plot(out_dir: str, results: dict) -> list[str]:
   return ["mechanisms.png"]
 
 
-def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs the four demos; writes results.json and the figure; returns `_common.finish`'s dict."""
   k_world, k_rr, k_count, k_clip, k_pp, k_em = jax.random.split(jax.random.key(cfg.seed), 6)
   # One draw of the credit world, cut into disjoint groups of i.i.d. applicants (one
@@ -410,7 +394,6 @@ def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.mechanisms [--flags]`: flags from MechanismsConfig."""
   _common.app_run(NAME, MechanismsConfig, run)
 
 

@@ -1,23 +1,16 @@
 """Membership inference, then DP as the defence (lecture §6.1, code 04 demo 2; HW4).
 
-128 models of the lecture's overfitting cubic logistic regression, each on a random
-half of 300 credit records (every record in exactly 64); each model in turn is the
-target and the other 127 its shadows, from ONE vmapped run. Rows: overfit (Newton),
-lambda = 1e-2, clipped SGD without noise, DP-SGD at eps = 8, 4, 2, 1 (q = 0.2, T = 500,
-C = 1, delta = 1e-5). Columns: test accuracy, the loss-threshold attack (Yeom),
-Shokri's shadow attack, online LiRA (Carlini et al. 2022) at 1% and 0.1% FPR, the
-(eps, delta)-DP bound on TPR at 1% FPR, and the floor TPR = FPR.
+128 models of the lecture's overfitting cubic logistic regression, each on a random half of 300
+credit records; each model in turn the target, the other 127 its shadows, one vmapped run. Rows:
+overfit (Newton), lambda = 1e-2, clipped SGD without noise, DP-SGD at eps = 8, 4, 2, 1 (q = 0.2,
+T = 500, C = 1, delta = 1e-5). Columns: test accuracy, loss-threshold attack (Yeom), Shokri's
+shadow attack, online LiRA (Carlini et al. 2022) at 1% and 0.1% FPR, the DP bound on TPR at 1%.
 
 Command:   python -m experiments.mia          (about 40-70 s of CPU)
-Expected: the lecture's four lessons -- (1) the loss attack's advantage looks large
-but its TPR@1% sits near the floor, while LiRA is several times the floor; (2) lambda
-= 1e-2 and clipping improve test accuracy but LiRA barely moves; (3) DP pushes LiRA to
-the floor by eps ~ 2, at a cost in accuracy; (4) LiRA stays far below the DP bound
-(vacuous at eps = 8). Seed 0: test accuracy 0.719 (overfit), 0.750 (lambda = 1e-2),
-0.752 (clipped), 0.738 / 0.723 / 0.700 / 0.669 at eps = 8 / 4 / 2 / 1; loss-attack
-advantage 0.156 with TPR@1% 0.009 on the overfit model; LiRA TPR@1% 0.049, 0.052,
-0.040, then 0.015 / 0.013 / 0.009 / 0.010; DP bound on TPR@1% 1.000 / 0.546 /
-0.074 / 0.027.
+Expected (seed 0): test accuracy 0.719 (overfit), 0.750 (lambda), 0.752 (clipped), 0.738 / 0.723
+/ 0.700 / 0.669 at eps = 8 / 4 / 2 / 1; loss advantage 0.156 with TPR@1% 0.009 (overfit); LiRA
+TPR@1% 0.049, 0.052, 0.040, then 0.015 / 0.013 / 0.009 / 0.010; DP bound 1.000 / 0.546 / 0.074 /
+0.027: DP pushes LiRA to the floor by eps ~ 2, far below the bound.
 """
 
 from __future__ import annotations
@@ -198,7 +191,6 @@ def _plot(out_dir: str, record: dict, title: str) -> str:
 
 
 def main():
-  """`python -m experiments.mia [--flags]`: flags from MiaConfig."""
   _common.app_run(NAME, MiaConfig, run)
 
 

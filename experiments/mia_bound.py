@@ -1,22 +1,14 @@
 """What (eps, delta)-DP promises against membership inference (lecture §2.3–§2.4, code 04 demo 1).
 
-(eps, delta)-DP confines any membership test's (FPR, TPR) to the region
-
-    TPR <= e^eps FPR + delta,     TPR <= 1 - e^-eps (1 - FPR - delta),
-
-so the advantage is at most (e^eps - 1 + 2 delta) / (e^eps + 1). Tabulated (formulas
-from `dpjax.tradeoff`): the region (advantage, TPR at FPR = 1%, Yeom's e^eps - 1); the
-posterior bound pi e^eps / (pi e^eps + 1 - pi); the BEST test against randomized
-response, Laplace (scale 1/eps) and the analytic Gaussian at the same eps, each checked
-by Monte Carlo (`--mc_samples`; |MC - exact| <= 5 SE, threshold error included); and
-the Gaussian trade-off curve TPR = Phi(Phi^-1(FPR) + mu) in the region.
+Any membership test's (FPR, TPR) satisfies TPR <= e^eps FPR + delta and
+TPR <= 1 - e^-eps (1 - FPR - delta); advantage <= (e^eps - 1 + 2 delta) / (e^eps + 1).
+Tabulated (`dpjax.tradeoff`): the region, the posterior bound pi e^eps / (pi e^eps + 1 - pi),
+the best test against randomized response, Laplace (scale 1/eps) and the analytic Gaussian
+(checked by Monte Carlo, |MC - exact| <= 5 SE), and the Gaussian curve Phi(Phi^-1(FPR) + mu).
 
 Command:   python -m experiments.mia_bound          (about 10 s of CPU time)
-Expected (all pure math; the lecture's numbers are reproduced exactly):
-  randomized response attains the advantage bound (to within 2 delta / (e^eps + 1));
-  Laplace's TPR@1% equals e^eps * 1% (the bound, less delta) for eps <= 2;
-  Gaussian at eps = 8: advantage 0.595, TPR@1% 0.2545; at eps = 1 and FPR = 1% the
-  bound is TPR <= 0.0272; at eps = 8 it is vacuous (TPR@1% <= 1).
+Expected: randomized response attains the advantage bound; Laplace's TPR@1% equals e^eps * 1%
+for eps <= 2; Gaussian at eps = 8: advantage 0.595, TPR@1% 0.2545; at eps = 1, TPR@1% <= 0.0272.
 """
 
 from __future__ import annotations
@@ -68,9 +60,7 @@ def _best_test(mechanism: str, epsilon: float, delta: float, fpr):
   raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
 
 
-# ----------------------------------------------------------------------------------
 # Monte Carlo.
-
 def _sample_scores(key, mechanism: str, epsilon: float, delta: float, n: int):
   """Scores (non-decreasing in the likelihood ratio) under out (0) and in (1)."""
   k0, k1, ku = jax.random.split(key, 3)
@@ -107,8 +97,6 @@ def monte_carlo(key, mechanism: str, epsilon: float, delta: float, fpr: float, n
   return {"advantage": float(adv), "advantage_se": adv_se, "tpr": tpr, "tpr_se": tpr_se,
           "threshold": float(thr)}
 
-
-# ----------------------------------------------------------------------------------
 
 def _figure_curves(epsilons, delta: float, mus: dict) -> dict:
   """The curves the figure shows (eps >= 0.5), recorded in results.json."""
@@ -149,8 +137,7 @@ def _plot(out_dir: str, record: dict) -> str:
   return name
 
 
-def run(cfg: MiaBoundConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: MiaBoundConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Computes the bound tables, closed forms and MC checks; returns `_common.finish`'s dict."""
   epsilons = [float(e) for e in cfg.epsilons]
   delta, fpr, mc_samples = cfg.delta, cfg.fpr, cfg.mc_samples
@@ -244,7 +231,6 @@ def run(cfg: MiaBoundConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.mia_bound [--flags]`: flags from MiaBoundConfig."""
   _common.app_run(NAME, MiaBoundConfig, run)
 
 

@@ -1,42 +1,21 @@
-"""Auditing DP-SGD in ONE training run (Steinke, Nasr & Jagielski 2023), white-box.
+"""Auditing DP-SGD in ONE training run, white-box (Steinke, Nasr & Jagielski 2023).
 
-The white-box one-run audit of Steinke, Nasr & Jagielski 2023
-(https://arxiv.org/abs/2305.08846): m Dirac gradient canaries are inserted in a
-SINGLE DP-SGD training run, each included independently with probability 1/2; the
-auditor sees every privatized update and guesses the inclusion bits of the
-canaries it is most confident about, abstaining on the rest.
-
-Here: the digits MLP (`dpjax.data.digits`, 1,348 images) trained once per target
-eps by `dpjax.audit.runner.audit_dpsgd(num_runs=1, mode="one_run")`. Canary j's
-gradient is C e_j in an extra parameter coordinate that the model never reads;
-it is Poisson-sampled at q with its own bits. Its score is the exact likelihood
-ratio of its coordinate's T privatized updates under the claimed (q, sigma)
-(`dpjax.audit.canary.white_box_scores`). Guesses: IN for the r/2 highest and OUT
-for the r/2 lowest scores, for each r of `one_run.declared_guess_counts(m)` (a set
-fixed in advance, union bound), analysed three ways:
-
-  * Steinke et al. 2023 (valid for any (eps, delta)-DP training);
-  * f-DP with the (eps, delta) trade-off curve, Mahloujifar et al. 2025 (same validity);
-  * f-DP with the Gaussian curve (valid only if the training is mu-GDP).
-
-Beside them: the claimed eps (RDP), the exact eps of the accounted mechanism
-(PLD), and the maximum of each one-run bound for this m and set of guess counts:
-what a perfect adversary (scores equal to the inclusion bits) certifies, every
-guess correct unless one side has fewer than r/2 canaries.
+m Dirac gradient canaries (C e_j in a parameter coordinate the digits MLP never reads), each
+included with probability 1/2 and Poisson-sampled at q, in a single run per target eps
+(`audit.runner.audit_dpsgd(num_runs=1, mode="one_run")`). Score: the exact likelihood ratio of
+the canary coordinate's T privatized updates (`audit.canary.white_box_scores`). Guesses: IN for
+the r/2 highest, OUT for the r/2 lowest, r over `one_run.declared_guess_counts(m)` (union
+bound); bounds by Steinke et al. 2023, f-DP with the (eps, delta) curve (Mahloujifar et al.
+2025) and f-DP with the Gaussian curve (valid only for mu-GDP training); beside them the claimed
+(RDP) and exact (PLD) eps and each bound's perfect-adversary maximum.
 
 Command:   python -m experiments.one_run_dpsgd            (about a minute of CPU)
 Bigger:    python -m experiments.one_run_dpsgd --num_canaries 5000 --steps 500
-Expected (defaults, seed 0, m = 1,000): Steinke et al. 0.44, 0.80, 1.38 and f-DP
-with the Gaussian curve 0.61, 1.16, 1.94 at target eps 2, 4, 8 (exact eps 1.81,
-3.60, 7.13); every bound below the exact eps and the maximum (about 4.5): the one
-run of a short training (T = 100 at q = 0.1) is the limit, not the analysis.
-Mean (std) over --repeats 5 runs, f-DP with the subsampled-Gaussian curve of DP-SGD
-(`one_run` family "subsampled_gaussian"): 0.60 (0.13), 1.39 (0.14), 2.63 (0.55); the
-Gaussian curve 0.60, 1.37, 2.55; Steinke et al. 0.44, 0.98, 1.82 (about 5 CPU-minutes).
-
-The paper's white-box DP-SGD numbers (CIFAR-10, m = 1,000 of 50,000 examples) are
-reported in its figures; they were not available as printed values here, so the
-paper column is empty.
+Expected (defaults, seed 0, m = 1,000, target eps 2, 4, 8; exact 1.81, 3.60, 7.13): Steinke et
+al. 0.44, 0.80, 1.38; f-DP Gaussian 0.61, 1.16, 1.94; maximum about 4.5. --repeats 5 (about 5
+CPU-minutes), mean (std): f-DP subsampled-Gaussian 0.60 (0.13), 1.39 (0.14), 2.63 (0.55);
+Gaussian 0.60, 1.37, 2.55; Steinke et al. 0.44, 0.98, 1.82. The paper's CIFAR-10 figures were
+not available as printed values (no paper column).
 """
 
 from __future__ import annotations
@@ -89,8 +68,7 @@ class OneRunDpsgdConfig(_common.ExperimentConfig):
     _common.check_int(self, "steps")
     _common.check_int(self, "mlp_hidden")
     _common.check_range(self, "sampling_prob", low=0, high=1, open_low=True)
-    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True,
-                        open_high=True)
+    _common.check_range(self, "delta", "confidence", low=0, high=1, open_low=True, open_high=True)
 
 
 def _plot(out_dir: str, rows: list) -> str:
@@ -100,19 +78,14 @@ def _plot(out_dir: str, rows: list) -> str:
     ax.plot(eps, [r["exact_epsilon"] for r in rows], "k-s", label="exact ε (PLD)")
     for m, color, style in zip(METHODS, ("C0", "C1", "C2"), ("-o", "-^", "-D")):
       ax.plot(eps, [r["epsilon_lower"][m] for r in rows], style, color=color, label=TITLES[m])
-      ax.plot(eps, [r["maximum"][m] for r in rows], ":", color=color,
-              label=f"{TITLES[m]}: maximum")
+      ax.plot(eps, [r["maximum"][m] for r in rows], ":", color=color, label=f"{TITLES[m]}: maximum")
     _plots.epsilon_axes(ax, xlabel="target ε", title="White-box audit of DP-SGD in one run")
   return name
 
 
 def run(cfg: OneRunDpsgdConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
-  """One training run per eps, audited with m canaries; writes results.json + figure.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+  """One training run per eps, audited with m canaries; `_common.finish`'s dict."""
   key_data, key_audit = jax.random.split(jax.random.key(cfg.seed))
   data = digits.load(key_data)
   n = int(data.y_train_N.shape[0])
@@ -142,10 +115,8 @@ def run(cfg: OneRunDpsgdConfig, out_dir: str, *, progress: bool = True,
                            "num_correct": v.details["num_correct"]}
                        for k, v in wb.bounds.items()},
            "paper": PAPER.get(float(e))}
-    row["all_below_exact"] = bool(all(v <= a.exact_epsilon
-                                      for v in row["epsilon_lower"].values()))
-    row["repeats"] = _repeats(cfg, jax.random.fold_in(key_audit, i), train_cfg, model, data,
-                              wb)
+    row["all_below_exact"] = bool(all(v <= a.exact_epsilon for v in row["epsilon_lower"].values()))
+    row["repeats"] = _repeats(cfg, jax.random.fold_in(key_audit, i), train_cfg, model, data, wb)
     rows.append(row)
   table_rows = [[r["target_epsilon"], r["noise_multiplier"], r["claimed_epsilon"],
                  r["exact_epsilon"]]
@@ -205,12 +176,8 @@ def run(cfg: OneRunDpsgdConfig, out_dir: str, *, progress: bool = True,
 
 
 def _repeats(cfg, key, train_cfg, model, data, first) -> dict:
-  """{family: {"mean", "std", "min", "max", "runs"}} over cfg.repeats training runs.
-
-  Run 0 is `first` (the white-box audit already made with `key`); run j >= 1 trains
-  afresh with `fold_in(key, j)`. Each family's bound comes from
-  `one_run.audit_declared_guesses` on the run's canary scores.
-  """
+  """{family: {"mean", "std", "min", "max", "runs"}} over cfg.repeats training runs: run 0
+  is `first` (made with `key`), run j >= 1 trains with `fold_in(key, j)`."""
   per = {k: [] for k in FAMILIES}
   for j in range(cfg.repeats):
     wb = first if j == 0 else runner.audit_dpsgd(
@@ -230,7 +197,6 @@ def _repeats(cfg, key, train_cfg, model, data, first) -> dict:
 
 
 def main():
-  """`python -m experiments.one_run_dpsgd [--flags]`: flags from OneRunDpsgdConfig."""
   _common.app_run(NAME, OneRunDpsgdConfig, run)
 
 

@@ -1,27 +1,20 @@
 """One-run audits of the idealized Gaussian mechanism: Steinke et al. against f-DP (Mahloujifar et al. 2025).
 
-The setting of Mahloujifar, Melis & Chaudhuri 2025 (https://arxiv.org/abs/2410.22235),
-Table 1: one run with m canaries, canary i IN with probability 1/2 (bit b_i), observed as
-x_i = b_i + sigma Z_i (`one_run.one_run_game`): exactly mu-GDP per canary, mu = 1 / sigma.
-The auditor guesses IN for the r/2 largest and OUT for the r/2 smallest x_i, for each r of
-`one_run.declared_guess_counts(m)` (union bound, `one_run.audit_declared_guesses`), by
-three analyses of the same guesses: Steinke, Nasr & Jagielski 2023 (binomial tail plus
-2 m delta); f-DP with the (eps, delta)-DP curve (valid for any (eps, delta)-DP run); f-DP
-with G_mu (valid for mu-GDP runs, as this one is). Each cell: the median over `repeats`
-runs. The paper protocol (`one_run.paper_protocol`, a second table, on by default): their
-m, the expected correct count of each c' (`one_run.expected_correct`), the best c' chosen
-after the fact with no union bound: NOT a valid audit, printed beside their values and
-one valid run at the same m.
+Mahloujifar, Melis & Chaudhuri 2025 (arXiv 2410.22235), Table 1: one run, m canaries, canary i
+IN with probability 1/2, observed as x_i = b_i + sigma Z_i (`one_run.one_run_game`; mu-GDP,
+mu = 1 / sigma). Guesses IN for the r/2 largest, OUT for the r/2 smallest, r over
+`one_run.declared_guess_counts(m)` (union bound), analysed by Steinke, Nasr & Jagielski 2023,
+f-DP with the (eps, delta) curve and f-DP with G_mu; each cell the median over `repeats` runs.
+Second table (`one_run.paper_protocol`): their m, the best c' chosen after the fact with no
+union bound, NOT a valid audit, beside their values and one valid run.
 
 Command:   python -m experiments.one_run_fdp          (a few CPU-minutes: the paper protocol)
 Quick:     python -m experiments.one_run_fdp --nopaper_protocol     (about 5 s)
-Expected (m = 10,000, delta = 1e-5): every bound below the exact eps (10.0, 4.38, 1.99,
-0.93 for sigma = 0.5, 1, 2, 4); f-DP with G_mu about 1.2-1.5x Steinke et al.; f-DP with
-the (eps, delta) curve between the two. In the paper's protocol (seed 0): Steinke 4.91 /
-2.67 / 1.30 / 0.61 (printed 4.99 / 2.61 / 1.33 / 0.61), pointwise 5.10 / 2.70 / 1.30 /
-0.64 (5.01 / 2.71 / 1.35 / 0.67), f-DP 7.55 / 3.38 / 1.51 / 0.73 (8.16 / 3.61 / 1.59 /
-0.82, not reached in this protocol as specified); one valid run: f-DP 6.02 / 2.83 / 1.58
-/ 0.64.
+Expected (m = 10,000, delta = 1e-5; exact eps 10.0, 4.38, 1.99, 0.93 for sigma = 0.5, 1, 2, 4):
+every bound below exact; f-DP G_mu about 1.2-1.5x Steinke. Paper protocol (seed 0, printed
+values in parentheses): Steinke 4.91 / 2.67 / 1.30 / 0.61 (4.99 / 2.61 / 1.33 / 0.61),
+pointwise 5.10 / 2.70 / 1.30 / 0.64 (5.01 / 2.71 / 1.35 / 0.67), f-DP 7.55 / 3.38 / 1.51 / 0.73
+(8.16 / 3.61 / 1.59 / 0.82); one valid run: f-DP 6.02 / 2.83 / 1.58 / 0.64.
 """
 
 from __future__ import annotations
@@ -99,13 +92,8 @@ def _plot(out_dir: str, rows: list, sigmas: list) -> str:
   return name
 
 
-def run(cfg: OneRunFdpConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
-  """Audits each sigma `repeats` times by the three analyses; writes results.json + figure.
-
-  Returns:
-    `_common.finish`'s {"record", "tables", "figures", "path"}.
-  """
+def run(cfg: OneRunFdpConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
+  """Audits each sigma `repeats` times by the three analyses; `_common.finish`'s dict."""
   sigmas = [float(s) for s in cfg.noise_multipliers]
   m, delta, conf = cfg.num_canaries, cfg.delta, cfg.confidence
   seeds = np.random.SeedSequence(cfg.seed).spawn(len(sigmas))
@@ -232,7 +220,6 @@ def _paper_protocol_rows(cfg: OneRunFdpConfig, sigmas: list, progress: bool):
 
 
 def main():
-  """`python -m experiments.one_run_fdp [--flags]`: flags from OneRunFdpConfig."""
   _common.app_run(NAME, OneRunFdpConfig, run)
 
 

@@ -1,27 +1,19 @@
 """PATE vs DP-SGD at equal epsilon on real digits (lecture §8.4; Papernot et al. 2017, 2018).
 
-scikit-learn's 1,797 digits split by the seed into test (25 %), a PUBLIC unlabeled
-pool of `--public` images (the student's queries) and the PRIVATE rest (the teachers');
-softmax regression everywhere. For each k in `--teachers` and Q in `--queries`: GNMax
-answers Q public images with N(0, (`--sigma_per_teacher` k)^2) vote noise
-(Confident-GNMax, `--confident_*`, only those clearing a threshold); the student trains
-non-privately on them; epsilon at delta = 1e-5 is data-independent (the releasable
-guarantee) and data-dependent (Papernot et al. 2018, Thm 6; NOT releasable without the
-smooth-sensitivity step of `dpjax.pate_release`, shown for comparison only); DP-SGD
-trains on the same private images at the data-independent epsilon.
+The digits split by the seed into test (25 %), a PUBLIC unlabeled pool of `--public` images and
+the PRIVATE rest; softmax regression everywhere. Per k in `--teachers` and Q in `--queries`:
+GNMax answers Q pool images with N(0, (`--sigma_per_teacher` k)^2) vote noise (Confident-GNMax,
+`--confident_*`, only those clearing a threshold); the student trains on them; eps at
+delta = 1e-5 data-independent (releasable) and data-dependent (Papernot et al. 2018, Thm 6; NOT
+releasable without `dpjax.pate_release`); DP-SGD on the same images at the data-independent eps.
+Hyperparameters were set by hand once (tuning on the private data would cost privacy).
 
 Command:  python -m experiments.pate      (about 25-65 s of CPU)
-Expected (seed 0; 848 private images, non-private model 0.949): one teacher of
-10 / 50 / 100 scores 0.85 / 0.58 / 0.41 on the test set, the plurality vote 0.93 /
-0.91 / 0.90. GNMax (sigma = 0.2 k): students 0.84-0.88 / 0.75 / 0.51-0.63 at
-data-independent eps 57-199 / 7.1-19 / 3.2-8.1. Confident-GNMax (T = 0.6 k,
-sigma_t = 0.3 k, sigma = 0.1 k) answers 27-83 % of the queries, 87-99 % correctly;
-students 0.82-0.90 / 0.80-0.86 / 0.65-0.72, data-dependent eps well below its
-data-independent eps. DP-SGD at each row's eps: 0.89-0.93 -- it wins every row on
-this little data. The lecture gives no numbers for PATE.
-
-Hyperparameters were set by hand once, not tuned per run: tuning them on the private
-data would itself cost privacy that no accountant here records.
+Expected (seed 0; 848 private images, non-private 0.949; k = 10 / 50 / 100): one teacher 0.85 /
+0.58 / 0.41, plurality vote 0.93 / 0.91 / 0.90. GNMax (sigma = 0.2 k): students 0.84-0.88 / 0.75
+/ 0.51-0.63 at eps 57-199 / 7.1-19 / 3.2-8.1. Confident-GNMax answers 27-83 % of the queries,
+87-99 % correctly; students 0.82-0.90 / 0.80-0.86 / 0.65-0.72. DP-SGD at each row's eps:
+0.89-0.93, winning every row.
 """
 
 from __future__ import annotations
@@ -49,12 +41,10 @@ _NUM_TRAIN = digits.NUM_EXAMPLES - int(round(_TEST_FRACTION * digits.NUM_EXAMPLE
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PateConfig(_common.ExperimentConfig):
   """The (k, Q) grid, the aggregators and DP-SGD (defaults = the module docstring)."""
-  teachers: tuple[int, ...] = _common.option((10, 50, 100), "Numbers of teachers k.",
-                                             bounds=">=1")
+  teachers: tuple[int, ...] = _common.option((10, 50, 100), "Numbers of teachers k.", bounds=">=1")
   queries: tuple[int, ...] = _common.option((100, 500), "Numbers of student queries Q.",
                                             bounds=">=1")
-  public: int = _common.option(500, "Size of the public unlabeled pool (>= max Q).",
-                               bounds=">=1")
+  public: int = _common.option(500, "Size of the public unlabeled pool (>= max Q).", bounds=">=1")
   sigma_per_teacher: float = _common.option(0.2, "GNMax sigma = this * k.", bounds=">0")
   delta: float = _common.option(1e-5, "Target delta.", bounds="(0,1)")
   dpsgd_seeds: int = _common.option(4, "DP-SGD seeds trained together.", bounds=">=1")
@@ -62,8 +52,7 @@ class PateConfig(_common.ExperimentConfig):
   dpsgd_epochs: int = _common.option(20, "DP-SGD epochs.", bounds=">=1")
   confident_threshold: float = _common.option(
       0.6, "Confident-GNMax threshold / k (0 = GNMax only).", bounds=">=0")
-  confident_sigma_threshold: float = _common.option(0.3, "Threshold-check sigma / k.",
-                                                    bounds=">0")
+  confident_sigma_threshold: float = _common.option(0.3, "Threshold-check sigma / k.", bounds=">0")
   confident_sigma: float = _common.option(0.1, "Confident-GNMax answer sigma / k.", bounds=">0")
 
   def __post_init__(self):
@@ -239,7 +228,6 @@ def _plot(out_dir: str, record: dict) -> str:
 
 
 def main():
-  """`python -m experiments.pate [--flags]`: flags from PateConfig."""
   _common.app_run(NAME, PateConfig, run)
 
 

@@ -1,18 +1,15 @@
 """PATE at scale on the credit world, against DP-SGD at eps = 1, 2, 4, 8 (Papernot et al. 2018).
 
---teachers x --per_teacher private credit records (default 250 x 300), --public queries,
---test records and a PUBLIC proxy draw (own teachers and validation set) on which every
-setting is chosen; logistic regression on 6 features. Per target eps: GNMax (sigma so
-that Q answers cost the target, Q by proxy accuracy); Confident-GNMax (the best proxy
-setting of the --confident_* grid whose releasable eps on the proxy, `dpjax.pate_release`,
-is <= --release_margin x the target); DP-SGD (`DpSgdConfig(...).calibrate(eps)`). Every
-guarantee charges each query both steps of Confident-GNMax; the paper's answered-only
-accounting (`pate.pate_rdp`'s Warning) is shown beside the paper's figures only.
-
-Published figure (Papernot et al. 2018, arXiv 1802.08908, Table 2, UCI Adult, as
-recalled, not checked against a stored copy): Confident-GNMax (T = 300, sigma_1 = 200,
-sigma_2 = 40) answers 524 queries at eps = 1.90, student 83.7 %; LNMax 500 queries at
-eps = 2.66, 83.0 %; non-private 85.0 %. Ours: that setting scaled by k / 250.
+--teachers x --per_teacher private credit records, --public queries, --test records and a PUBLIC
+proxy draw (own teachers and validation set) on which every setting is chosen; logistic
+regression on 6 features. Per target eps: GNMax (sigma so that Q answers cost the target);
+Confident-GNMax (the best proxy setting of the --confident_* grid whose releasable eps on the
+proxy, `dpjax.pate_release`, is <= --release_margin x the target); DP-SGD
+(`DpSgdConfig.calibrate`). Every guarantee charges each query both steps; the paper's
+answered-only accounting (not an upper bound, `pate.pate_rdp`) is shown for comparison only.
+Published (arXiv 1802.08908, Table 2, UCI Adult, as recalled): Confident-GNMax (T = 300,
+sigma_1 = 200, sigma_2 = 40) 524 queries at eps = 1.90, student 83.7 %; LNMax 500 at 2.66,
+83.0 %; non-private 85.0 %. Ours: that setting scaled by k / 250.
 
 Command:  python -m experiments.pate_credit        (about 45 s of CPU)
           python -m experiments.pate_credit --teachers 1000 --public 10000 --delta 1e-6
@@ -102,8 +99,7 @@ def _students(key, model, x_pub, labels_GxQ, mask_GxQ, steps):
   return params, empty
 
 
-def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Teachers at scale, PATE (GNMax, Confident-GNMax) vs DP-SGD; `_common.finish`'s dict."""
   os.makedirs(out_dir, exist_ok=True)
   k, per, n_pub, n_test = cfg.teachers, cfg.per_teacher, cfg.public, cfg.test
@@ -210,8 +206,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
     best = max((i for i, c in enumerate(gn_cells) if c[0] == eps),
                key=lambda i: (gn_acc[i], -gn_cells[i][1]))
     _, qn, sig = gn_cells[best]
-    lab = np.asarray(pate.gnmax(jax.random.fold_in(jax.random.fold_in(k_agg, 0), e_i), votes,
-                                sig))
+    lab = np.asarray(pate.gnmax(jax.random.fold_in(jax.random.fold_in(k_agg, 0), e_i), votes, sig))
     mask = np.arange(n_pub) < qn
     rows.append((eps, "GNMax", setting(qn, None, None, sig, float(gn_acc[best]), eps),
                  np.where(mask, lab, 0), mask, None))
@@ -312,8 +307,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True,
       "non_private_accuracy": float(accuracies(ref, x_test, y_test)[0]),
       "teacher_accuracy_mean": float(teacher_acc.mean()),
       "teacher_accuracy_range": [float(teacher_acc.min()), float(teacher_acc.max())],
-      "ensemble_accuracy": float(np.mean(votes_of(params, x_test).argmax(1)
-                                         == np.asarray(y_test))),
+      "ensemble_accuracy": float(np.mean(votes_of(params, x_test).argmax(1) == np.asarray(y_test))),
       "plurality_share_public": float(np.mean(votes.max(1) / k)),
       "unanimous_fraction_public": float(np.mean(votes.max(1) == k)),
       "proxy_plurality_share_public": float(np.mean(prox_votes.max(1) / k)),
@@ -438,7 +432,6 @@ def _plot(out_dir: str, record: dict) -> str:
 
 
 def main():
-  """`python -m experiments.pate_credit [--flags]`: flags from PateCreditConfig."""
   _common.app_run(NAME, PateCreditConfig, run)
 
 

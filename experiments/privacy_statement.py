@@ -1,19 +1,16 @@
 """The privacy statement of a DP-SGD run (lecture §4).
 
-Prints what a paper or a compliance review needs (`dpjax.accounting.statement`): the
-neighbouring relation and privacy unit, the sampler assumed (Poisson), eps at several
-delta by every accountant (RDP with its order, PLD with its discretisation error, the
-GDP CLT labelled approximate), delta against 1/n, the implied membership-inference
-trade-off (TPR at FPR 0.1 %, 1 %, 10 %), and disagreements beyond stated errors.
+`accounting.statement`: neighbouring relation and privacy unit, the sampler assumed (Poisson),
+eps at several delta by every accountant (RDP with its order, PLD with its discretisation error,
+GDP CLT labelled approximate), delta against 1/n, the implied membership-inference trade-off
+(TPR at FPR 0.1 %, 1 %, 10 %), and disagreements beyond stated errors.
 
 Command:   python -m experiments.privacy_statement \
                --noise_multiplier 1.1 --sampling_prob 0.0042666667 \
                --num_steps 14063 --dataset_size 60000
            (the defaults: MNIST-sized, batch 256, 60 epochs; about 5-10 s of CPU)
-Expected:  eps at delta = 1e-5: RDP 2.597 (order ~8), PLD 2.382 (± 2e-5), CLT 2.32
-           (approximate; it under-reports by ~2.4 %); delta = 1e-5 is < 1/n = 1.7e-5
-           but not << 1/n (flagged); TPR at FPR 1 % at most ~0.040.
-The lecture prints no privacy statement, so there is no lecture column.
+Expected:  eps at delta = 1e-5: RDP 2.597 (order ~8), PLD 2.382 (± 2e-5), CLT 2.32 (under by
+           ~2.4 %); delta < 1/n = 1.7e-5 but not << 1/n (flagged); TPR at FPR 1 % <= ~0.040.
 """
 
 from __future__ import annotations
@@ -43,8 +40,7 @@ class PrivacyStatementConfig(_common.ExperimentConfig):
 def _tradeoff_curve(st: statement.PrivacyStatement) -> dict:
   """The largest TPR at 60 FPRs: from the PLD's delta(eps) curve, and the CLT's."""
   fpr = np.logspace(-4, 0, 60)
-  h = min([r.pld_value_discretization for r in st.rows if r.pld_value_discretization > 0]
-          + [1e-3])
+  h = min([r.pld_value_discretization for r in st.rows if r.pld_value_discretization > 0] + [1e-3])
   composed = pld.gaussian_pld(st.noise_multiplier, st.sampling_prob,
                               value_discretization=h).self_compose(st.num_steps)
   e_max = 2.0 * max(r.pld_epsilon for r in st.rows) + 1.0
@@ -102,7 +98,6 @@ def run(cfg: PrivacyStatementConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.privacy_statement [--flags]`: flags from PrivacyStatementConfig."""
   _common.app_run(NAME, PrivacyStatementConfig, run)
 
 

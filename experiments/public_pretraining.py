@@ -1,19 +1,14 @@
 """Public pre-training, private fine-tuning: digits accuracy vs epsilon for three strategies.
 
-The cost of privacy grows like sqrt(d) / (n eps), d the parameters learned from
-private data, so public pre-training is the most effective lever (lecture §5.3, §5.6;
-Tramèr & Boneh 2021, "Differentially Private Learning Needs Better Features (or Much
-More Data)", arXiv:2011.11660). An MLP pre-trained WITHOUT privacy on public digits,
-then DP-SGD on the private ones: `head` (last layer on the frozen public features;
-d = H K + K), `full` (all layers from the pre-trained parameters), `scratch`. `--public
-classes` (default): public digits 0-4, private task 5-9; `--public split`: a random
-`--public_fraction` of all classes (the public model alone then solves the task). Same
-accountant (RDP, q, T, delta) for all; the table gives the noise norm sigma C sqrt(d) / B.
+The cost of privacy grows like sqrt(d) / (n eps), d the parameters learned privately (lecture
+§5.3, §5.6; Tramèr & Boneh 2021, arXiv 2011.11660). An MLP pre-trained without privacy on public
+digits, then DP-SGD on the private ones: `head` (last layer on frozen features, d = H K + K),
+`full` (all layers from the pre-trained parameters), `scratch`. `--public classes` (default):
+public digits 0-4, private task 5-9; `--public split`: a random `--public_fraction` of all
+classes. Same accountant for all; the table gives the noise norm sigma C sqrt(d) / B. The
+learning rates were picked by hand on this split (a use of private data not accounted).
 
-Command:   python -m experiments.public_pretraining   (about 45 s of CPU: pre-training
-           and three DP-SGD programs of 15 models each)
-The learning rates were picked by hand on this split, a use of the private data
-the accountant does not model.
+Command:   python -m experiments.public_pretraining   (about 45 s of CPU)
 
 Shape letters: M models, N images, F = 64 pixels, H hidden width, K classes.
 """
@@ -62,8 +57,7 @@ class PublicPretrainingConfig(_common.ExperimentConfig):
   head_lr: float = _opt(1.0, "SGD learning rate of the head-only fine-tuning.", bounds=">0")
   full_lr: float = _opt(1.0, "SGD learning rate of the all-layer fine-tuning.", bounds=">0")
   scratch_lr: float = _opt(2.0, "SGD learning rate of training from scratch.", bounds=">0")
-  pretrain_steps: int = _opt(300, "Full-batch Adam steps of the public pre-training.",
-                             bounds=">=1")
+  pretrain_steps: int = _opt(300, "Full-batch Adam steps of the public pre-training.", bounds=">=1")
   pretrain_lr: float = _opt(0.01, "Adam learning rate of the public pre-training.", bounds=">0")
   public_fraction: float = _opt(
       0.5, "Share of the training images that is public (--public split only).", bounds="(0,1)")
@@ -212,8 +206,7 @@ def _tables(cfg, record) -> list:
       columns=["strategy", "d", "target ε", "ε spent", "σ", "noise norm", "accuracy", "sd",
                "vs scratch"],
       rows=rows, note=note)
-  fin = sorted({c["target_epsilon"] for c in record["cells"]
-                if math.isfinite(c["target_epsilon"])})
+  fin = sorted({c["target_epsilon"] for c in record["cells"] if math.isfinite(c["target_epsilon"])})
   claim_rows = []
   have = [st for st in _STRATEGIES if _cell(record, st, fin[0] if fin else None)]
   if fin and "scratch" in have and len(have) > 1:
@@ -251,8 +244,7 @@ def _plot(out_dir: str, record: dict, cfg) -> str:
                     label=label)
       for c in cs:
         if not math.isfinite(c["target_epsilon"]):
-          ax.axhline(c["accuracy_mean"], color=color, ls="--", lw=1,
-                     label=None if fin else label)
+          ax.axhline(c["accuracy_mean"], color=color, ls="--", lw=1, label=None if fin else label)
     if "public_only_accuracy" in record:
       ax.axhline(record["public_only_accuracy"], color="k", ls=":", lw=1,
                  label="public model alone")
@@ -266,15 +258,13 @@ def _plot(out_dir: str, record: dict, cfg) -> str:
 
 def _summary(record: dict, cfg) -> str:
   parts = []
-  fin = sorted({c["target_epsilon"] for c in record["cells"]
-                if math.isfinite(c["target_epsilon"])})
+  fin = sorted({c["target_epsilon"] for c in record["cells"] if math.isfinite(c["target_epsilon"])})
   for strategy in cfg.strategies:
     cs = [_cell(record, strategy, e) for e in fin]
     inf = _cell(record, strategy, math.inf)
     txt = f"{_LABELS[strategy]} (d = {record['num_params'][strategy]}):"
     if cs:
-      txt += " " + ", ".join(f"{c['accuracy_mean']:.3f} at ε = {c['target_epsilon']:g}"
-                             for c in cs)
+      txt += " " + ", ".join(f"{c['accuracy_mean']:.3f} at ε = {c['target_epsilon']:g}" for c in cs)
     if inf is not None:
       txt += f"{';' if cs else ''} {inf['accuracy_mean']:.3f} without noise"
     parts.append(txt + ".")
@@ -283,8 +273,7 @@ def _summary(record: dict, cfg) -> str:
     for e in sorted({fin[0], fin[-1]}):
       cs = [c for c in (_cell(record, st, e) for st in cfg.strategies) if c is not None]
       best = max(cs, key=lambda c: c["accuracy_mean"])
-      parts.append(f"Best at ε = {e:g}: {_LABELS[best['strategy']]} "
-                   f"({best['accuracy_mean']:.3f}).")
+      parts.append(f"Best at ε = {e:g}: {_LABELS[best['strategy']]} ({best['accuracy_mean']:.3f}).")
   return (f"Private task: {record['num_private']} images ("
           + ("digits 5-9, body pre-trained on 0-4" if cfg.public == "classes" else
              "a split of all classes") + "). " + " ".join(parts) +
@@ -293,7 +282,6 @@ def _summary(record: dict, cfg) -> str:
 
 
 def main():
-  """`python -m experiments.public_pretraining [--flags]`: flags from PublicPretrainingConfig."""
   _common.app_run(NAME, PublicPretrainingConfig, run)
 
 

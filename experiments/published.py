@@ -1,19 +1,15 @@
 """Our accountants against published DP-SGD epsilons (lecture §4.4, the design card's benchmark).
 
-`experiments/published_eps.csv` lists published DP-SGD settings (q, sigma, T, delta)
-with source, `method` (RDP with classic or Balle et al. 2020 conversion, moments
-accountant, PLD / PRV, or GDP CLT) and `orders` (the publisher's RDP grid). Per row:
-ours RDP (our grid, Balle et al. conversion); ours by the publisher's method (grid and
-conversion: should reproduce the published number); ours PLD and GDP-CLT (an
-approximation); dp_accounting 0.6.0's RdpAccountant and PLDAccountant (defaults).
+`experiments/published_eps.csv`: published settings (q, sigma, T, delta), source, `method` and
+the publisher's RDP `orders`. Per row: ours RDP (Balle et al. 2020 conversion); ours by the
+publisher's method (should reproduce the published number); ours PLD and GDP-CLT; dp_accounting
+0.6.0's RdpAccountant and PLDAccountant.
 
-Command:   python -m experiments.published     (about 30-50 s of CPU;
-           --nodp_pld skips dp_accounting's PLD and takes ~10 s)
-Expected:  every "publisher's method" value within 0.2 % of the published one except
-           where the publisher used dp_accounting's loose fractional-order bound (ours is
-           then slightly lower: 3.23919 vs 3.23927, 22.597 vs 22.625) or a non-integer
-           step count (Bu et al.); ours RDP <= dp_accounting RDP on every row; ours PLD
-           <= ours RDP.
+Command:   python -m experiments.published     (about 30-50 s of CPU; --nodp_pld ~10 s)
+Expected:  every "publisher's method" value within 0.2 % of the published one except with
+           dp_accounting's loose fractional-order bound (ours lower: 3.23919 vs 3.23927, 22.597
+           vs 22.625) or a non-integer step count (Bu et al.); ours RDP <= dp_accounting RDP;
+           ours PLD <= ours RDP.
 """
 
 from __future__ import annotations
@@ -85,8 +81,7 @@ def _dp_accounting_eps(q, sigma, t, delta, kind):
   import dp_accounting  # pylint: disable=import-outside-toplevel
   event = dp_accounting.SelfComposedDpEvent(
       dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), t)
-  acct = (dp_accounting.rdp.RdpAccountant() if kind == "rdp"
-          else dp_accounting.pld.PLDAccountant())
+  acct = (dp_accounting.rdp.RdpAccountant() if kind == "rdp" else dp_accounting.pld.PLDAccountant())
   return float(acct.compose(event).get_epsilon(delta))
 
 
@@ -119,8 +114,7 @@ def _explain(r: dict) -> str:
   return ""
 
 
-def run(cfg: PublishedConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: PublishedConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Evaluates every accountant on every selected row; returns `_common.finish`'s dict."""
   rows = [r for r in load_rows() if not cfg.ids or r["id"] in cfg.ids]
   use_pld, use_dp_pld = cfg.ours_pld, cfg.dp_pld
@@ -167,8 +161,7 @@ def run(cfg: PublishedConfig, out_dir: str, *, progress: bool = True,
       rows=table_rows, digits=4, note=note)
   record = {"rows": out, "pld_note": pld_note}
   summary = _summary(out)
-  return _common.finish(cfg, out_dir, NAME, record, tables=[table],
-                        summary=summary, quiet=quiet)
+  return _common.finish(cfg, out_dir, NAME, record, tables=[table], summary=summary, quiet=quiet)
 
 
 def _summary(rows: list[dict]) -> str:
@@ -191,7 +184,6 @@ def _summary(rows: list[dict]) -> str:
 
 
 def main():
-  """`python -m experiments.published [--flags]`: flags from PublishedConfig."""
   _common.app_run(NAME, PublishedConfig, run)
 
 

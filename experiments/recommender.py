@@ -1,21 +1,16 @@
 """The DP recommender of McSherry & Mironov (KDD 2009) on a synthetic ratings world (lecture §8.3).
 
-`dpjax.data.ratings.sample` (rank-4 truth, ratings 1..5), 10 % held out. Predictors,
-by RMSE on held-out ratings and against the truth: global and item means; global
-effects and the factor model (`--rank`) from exact statistics and from the release
-(`dpjax.recommender`) at each `--epsilons`, one rating the unit (the paper's); the same
-with one user the unit (`--user_cap` ratings each). The privacy-unit table reads the
-rating-level noise per user: its epsilon for up to I ratings, and m eps by group privacy.
+`data.ratings.sample` (rank-4 truth, ratings 1..5), 10 % held out. RMSE on held-out ratings and
+against the truth of: global and item means; global effects and the factor model (`--rank`)
+from exact statistics and from the release (`dpjax.recommender`) at each `--epsilons`, the unit
+one rating, and one user (`--user_cap` ratings each). Privacy-unit table: the rating-level noise
+per user, eps for up to I ratings and m eps by group privacy.
 
 Command:  python -m experiments.recommender      (about 30 s of CPU)
-Expected (seed 0; 10,000 users, 100 items, 219,579 training / 24,164 test ratings,
-median user 16 ratings): test RMSE global mean 1.027, item means 0.948, global
-effects 0.904, factor model 0.762 (0.452 against the truth). Private, one rating:
-factor model 0.913 / 0.822 / 0.771 / 0.764 at eps = 0.3 / 1 / 3 / 10 (global effects
-0.904-0.905 throughout). Private, one user (cap 20 ratings) at the same eps: 1.002 /
-0.960 / 0.919 / 0.836. The rating-level noise at eps = 1 is worth eps = 54 per user
-(up to I ratings), and m eps = 16 for the median user by group privacy. The lecture
-quotes the paper's Netflix result only qualitatively; no paper number is reproduced.
+Expected (seed 0; 10,000 users, 100 items, median user 16 ratings): test RMSE global mean 1.027,
+item means 0.948, global effects 0.904, factor model 0.762 (0.452 vs truth). Private, one
+rating: factor 0.913 / 0.822 / 0.771 / 0.764 at eps = 0.3 / 1 / 3 / 10; one user (cap 20):
+1.002 / 0.960 / 0.919 / 0.836. Rating-level eps = 1 is eps = 54 per user, 16 for the median user.
 """
 
 from __future__ import annotations
@@ -63,8 +58,7 @@ def _scores(stats, data, train, test, rank: int) -> tuple[float, float]:
   pred = recommender.predict(stats, data.user_R[train], data.item_R[train],
                              data.rating_R[train], data.user_R[test], data.item_R[test],
                              rank=rank)
-  return (recommender.rmse(pred, data.rating_R[test]),
-          recommender.rmse(pred, data.true_R[test]))
+  return (recommender.rmse(pred, data.rating_R[test]), recommender.rmse(pred, data.true_R[test]))
 
 
 def run(cfg: RecommenderConfig, out_dir: str, *, progress: bool = True,
@@ -221,7 +215,6 @@ def _plot(out_dir: str, record: dict, rank: int) -> str:
 
 
 def main():
-  """`python -m experiments.recommender [--flags]`: flags from RecommenderConfig."""
   _common.app_run(NAME, RecommenderConfig, run)
 
 

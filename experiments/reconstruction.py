@@ -1,18 +1,14 @@
 """Dinur–Nissim reconstruction on 100 applicants of the credit world (lecture §1.2, code 02 demo 1).
 
-The analyst asks m random-subset counts of the secret bit "delinquent in the last two
-years" and decodes by least squares + rounding, against answers with (a) noise +-1,
-(b) noise +-sqrt(n) = +-10, (c) a DP curator with a FIXED total epsilon: Laplace(m /
-epsilon) per count. Also shown: a Gaussian approximation (`predicted_recovery`) and,
-with `--lp_max_queries > 0`, Dinur–Nissim's LP decoding.
+m random-subset counts of the secret bit "delinquent in the last two years", decoded by least
+squares + rounding, with noise (a) +-1, (b) +-sqrt(n) = +-10, (c) Laplace(m / epsilon) per count
+for a FIXED total epsilon; beside them `predicted_recovery` (Gaussian approximation) and, with
+`--lp_max_queries > 0`, LP decoding.
 
 Command:   python -m experiments.reconstruction      (about 30 s of CPU, mostly the LP column)
-Expected (seed 0; 50 of our 100 applicants are delinquent, so the majority baseline
-is 0.500; the lecture's was 0.52):
-  +-1 noise, m = 200: 0.996 (lecture 0.989), 1.000 from m = 400 on;
-  +-10 noise: 0.597 at m = 200 rising to 0.977 at m = 6400 (lecture 0.981);
-  DP, epsilon = 1 in total: 0.49–0.52 at every m (lecture 0.51–0.53), i.e. guessing;
-  the Gaussian approximation `predicted_recovery` within ~0.02 of every measured mean.
+Expected (seed 0; majority baseline 0.500, lecture 0.52): +-1, m = 200: 0.996 (lecture 0.989),
+1.000 from m = 400; +-10: 0.597 at m = 200 to 0.977 at m = 6400 (lecture 0.981); DP eps = 1:
+0.49–0.52 at every m (lecture 0.51–0.53); `predicted_recovery` within ~0.02 of each mean.
 """
 
 from __future__ import annotations
@@ -164,7 +160,6 @@ def _summary(record: dict, epsilon: float) -> str:
 
 
 def main():
-  """`python -m experiments.reconstruction [--flags]`: flags from ReconstructionConfig."""
   _common.app_run(NAME, ReconstructionConfig, run)
 
 

@@ -4,21 +4,13 @@
     .venv/bin/python -m experiments.tuning --clip_norms 0.03,0.1,0.3,1,3 \
         --step_sizes 0.02,0.1,0.5,2.5                      # 20 settings, about 95 s of CPU
 
-DP-SGD settings (C, lr) for logistic regression at one total eps (delta = 1e-5), with
-disjoint private training and validation splits. Three ways to tune:
-
-  1. Repeat and select (Papernot & Steinke, ICLR 2022, arXiv:2110.03620): K random
-     runs, each releasing a validation count plus rounded Gaussian noise; sigma so that
-     `accounting.tuned_dpsgd_epsilon` equals eps.
-  2. Exponential mechanism on the validation split (lecture §3.4): sigma for C T steps,
-     `tuning.exponential_selection_epsilon`.
-  3. Naive: train all settings each at eps, pick the best by exact validation
-     accuracy, report eps. It is not DP: the selection reads the validation
-     records without noise (infinite eps for them), and the training records are
-     in every training (their cost is printed too).
-
-Also: eps of repeat-and-select against E[K] for eta = 0, 1 (Liu & Talwar 2019) and
-Poisson, beside one run's eps and the (2 + eta) x pure-DP factor.
+DP-SGD settings (C, lr) for logistic regression at one total eps (delta = 1e-5), disjoint
+private training and validation splits. (1) Repeat and select (Papernot & Steinke, ICLR 2022):
+K random runs, each releasing a validation count plus rounded Gaussian noise, sigma so that
+`accounting.tuned_dpsgd_epsilon` is eps. (2) Exponential mechanism on the validation split
+(`tuning.exponential_selection_epsilon`). (3) Naive: every setting at eps, the best by exact
+validation accuracy: NOT DP (the selection reads validation records without noise). Also: eps
+of repeat-and-select against E[K] for eta = 0, 1 (Liu & Talwar 2019) and Poisson.
 """
 
 from __future__ import annotations
@@ -62,10 +54,8 @@ LECTURE = {
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TuningConfig(_common.ExperimentConfig):
   """The tuning comparison's settings."""
-  epsilon: float = _common.option(2.0, "Total eps of every method (delta = 1e-5).",
-                                  bounds=">0")
-  seeds: int = _common.option(3, "Independent repetitions of each tuning procedure.",
-                              bounds=">=1")
+  epsilon: float = _common.option(2.0, "Total eps of every method (delta = 1e-5).", bounds=">0")
+  seeds: int = _common.option(3, "Independent repetitions of each tuning procedure.", bounds=">=1")
   train_size: int = _common.option(4000, "People in the private training split.", bounds=">=1")
   val_size: int = _common.option(1000, "People in the private validation split.", bounds=">=1")
   test_size: int = _common.option(10_000, "People in the test sample.", bounds=">=1")
@@ -138,8 +128,7 @@ def run(cfg: TuningConfig, out_dir: str, *, progress: bool = True, quiet: bool =
   sizes = (_PUBLIC, cfg.train_size, cfg.val_size, cfg.test_size)
   world = credit.sample(k_data, sum(sizes))
   cuts = np.cumsum((0,) + sizes)
-  pub, tr, va, te = (jax.tree.map(lambda a, i=i: a[cuts[i]:cuts[i + 1]], world)
-                     for i in range(4))
+  pub, tr, va, te = (jax.tree.map(lambda a, i=i: a[cuts[i]:cuts[i + 1]], world) for i in range(4))
   scaler = credit.PublicScaler.fit(pub.x_NxF)
   x, y = credit.linear_features(tr.x_NxF, scaler), tr.y_N
   x_val, y_val = np.asarray(credit.linear_features(va.x_NxF, scaler)), np.asarray(va.y_N)
@@ -263,7 +252,6 @@ def run(cfg: TuningConfig, out_dir: str, *, progress: bool = True, quiet: bool =
 
 
 def main():
-  """`python -m experiments.tuning [--flags]`: flags from TuningConfig."""
   _common.app_run(NAME, TuningConfig, run)
 
 

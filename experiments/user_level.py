@@ -1,18 +1,13 @@
 """Example-level vs user-level DP-SGD for customers with several loans (lecture §5.5, exercise 6(d)).
 
-Customers of `dpjax.data.credit.sample_customers` hold 1-10 loans (mean 3.4), one row per
-loan. Example-level DP-SGD protects each loan; a customer with k loans gets, by group
-privacy, (k eps, k e^((k-1) eps) delta)-DP (Dwork & Roth 2014, Theorem 2.2 extended to
-(eps, delta)). User-level DP-SGD (privacy_unit = "user") Poisson-samples each customer
-with all of their loans and clips their summed gradient to C (McMahan et al. 2018,
-https://arxiv.org/abs/1710.06963): the accountant's numbers hold per customer.
-
-Part (a): the example-level guarantee per customer for k = 1..10 loans beside the lecture's
-answer ("about 5 eps = 15" for five loans at eps = 3), and test accuracy of both trainings
-at each eps. Part (b): at `audit_epsilon`, `audit_models` models of each training with a
-canary customer (`canary_loans` loans whose only non-zero feature is a column no real
-customer uses) and as many without, through `dpjax.audit.run`; the score is the weight on
-that column, the bound `score_audit.score_bounds`' "clopper_pearson".
+Customers of `data.credit.sample_customers` hold 1-10 loans, one row per loan. Example-level
+DP-SGD gives a k-loan customer (k eps, k e^((k-1) eps) delta)-DP by group privacy (Dwork & Roth
+2014, Thm 2.2); user-level DP-SGD (privacy_unit = "user") Poisson-samples customers and clips
+their summed gradient (McMahan et al. 2018, arXiv 1710.06963). (a) The example-level guarantee
+per customer for k = 1..10 beside the lecture's "about 5 eps = 15", and test accuracy of both at
+each eps. (b) At `audit_epsilon`, `audit_models` models per side with a canary customer
+(`canary_loans` loans on a feature column no one uses) through `dpjax.audit.run`, scored by that
+column's weight, bounded by `score_audit.score_bounds`' "clopper_pearson".
 
 Command:   python -m experiments.user_level          (about 40 s of CPU time)
 """
@@ -51,8 +46,7 @@ class UserLevelConfig(_common.ExperimentConfig):
   delta: float = _opt(1e-5, "delta of every guarantee.", bounds="(0,1)")
   num_customers: int = _opt(2000, "Customers in the training world (part a).", bounds=">=10")
   test_customers: int = _opt(2000, "Customers in the test world (part a).", bounds=">=10")
-  sampling_prob: float = _opt(0.05, "q per loan (example) or per customer (user).",
-                              bounds="(0,1]")
+  sampling_prob: float = _opt(0.05, "q per loan (example) or per customer (user).", bounds="(0,1]")
   num_steps: int = _opt(200, "DP-SGD steps T (part a).", bounds=">=1")
   l2_clip_norm: float = _opt(1.0, "C.", bounds=">0")
   learning_rate: float = _opt(1.0, "SGD learning rate.", bounds=">0")
@@ -66,8 +60,7 @@ class UserLevelConfig(_common.ExperimentConfig):
   audit_models: int = _opt(1000, "Models per side (canary in / out) per unit.", bounds=">=4")
   audit_sampling_prob: float = _opt(0.1, "q of the audited trainings.", bounds="(0,1]")
   audit_steps: int = _opt(100, "T of the audited trainings.", bounds=">=1")
-  audit_learning_rate: float = _opt(0.1, "Learning rate of the audited trainings.",
-                                    bounds=">0")
+  audit_learning_rate: float = _opt(0.1, "Learning rate of the audited trainings.", bounds=">0")
   confidence: float = _opt(0.95, "Confidence of the audit lower bounds.", bounds="(0,1)")
 
 
@@ -188,8 +181,7 @@ def _plot(out_dir: str, audit: dict, cfg: UserLevelConfig) -> str:
   return name
 
 
-def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
+def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs parts (a) and (b), writes the audit figure; returns `_common.finish`'s dict."""
   del progress  # two trainings per part, each one compiled program
   k_acc, k_audit = jax.random.split(jax.random.key(cfg.seed))
@@ -282,7 +274,6 @@ def run(cfg: UserLevelConfig, out_dir: str, *, progress: bool = True,
 
 
 def main():
-  """`python -m experiments.user_level [--flags]`: flags from UserLevelConfig."""
   _common.app_run(NAME, UserLevelConfig, run)
 
 

@@ -16,7 +16,7 @@ from absl.testing import absltest, parameterized
 from scipy import stats as sps
 
 from dpjax import accounting, dpsgd, models
-from dpjax.audit import canary, coverage, per_step, per_step_run, variants
+from dpjax.audit import coverage, per_step, per_step_run, variants
 from dpjax.audit import run as arun
 from dpjax.data import canaries
 

@@ -9,10 +9,10 @@ ratio, the larger of a threshold fixed from the claim and a held-out one), besid
 trials' ceiling, the best certifiable bound and the GDP estimate. `--canaries_per_run K`:
 K gradient canaries per run; with K = 1 a companion audit with `--companion_canaries`
 follows. `--per_step` adds the per-step audit of Nasr et al. 2023 (`audit.per_step_run`) of
-each claim at q and, with `--per_step_full_batch`, at q = 1.
+each claim at q and (`--per_step_full_batch`) at q = 1.
 
-Command:   python -m experiments.audit --trials 10000     (about 455 CPU-seconds)
-           python -m experiments.audit                     (about a minute of CPU)
+Command:   python -m experiments.audit --trials 10000  (about 300 CPU-s; per-step rows 110)
+           python -m experiments.audit                  (about 170 CPU-s)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1
 A faulty variant's results go to results/audit_variants/<variant>/ unless --out is given.
 """
@@ -232,13 +232,11 @@ def _companion_table(cfg: AuditConfig, rows: list[dict]) -> _common.Table:
 
 
 def _per_step_rows(cfg: AuditConfig, settings, k_data, progress: bool) -> list[dict]:
-  """Per-step rows of the claims at cfg's q (stream fold_in(seed key, 1)) and, with
-  per_step_full_batch, of the same claimed eps at q = 1 (stream fold_in(seed key, 2)),
-  on the same base records (k_data)."""
-  worlds = [(cfg.sampling_prob, settings, 1)]
-  if cfg.per_step_full_batch and cfg.sampling_prob != 1:
-    worlds.append((1.0, audit_run.settings(cfg.epsilons, 1.0, cfg.num_steps, cfg.delta, False),
-                   2))
+  """Per-step rows of the claims at q (stream fold_in(seed key, 1)) and, with
+  per_step_full_batch, at q = 1 (stream 2), on the same base records (k_data)."""
+  worlds = [(cfg.sampling_prob, settings, 1)] + ([(1.0, audit_run.settings(
+      cfg.epsilons, 1.0, cfg.num_steps, cfg.delta, False), 2)]
+      if cfg.per_step_full_batch and cfg.sampling_prob != 1 else [])
   noisy = sum(sum(st.sigma > 0 for st in sts) for _, sts, _ in worlds)
   rows = []
   with tqdm.tqdm(total=noisy * cfg.per_step_runs, unit="run", desc="per-step white-box audit",
@@ -265,18 +263,13 @@ def _per_step_table(cfg: AuditConfig, rows: list[dict]) -> _common.Table:
              r["bound_fraction_of_exact"], r["run_level_bound"],
              r["run_level_fraction_of_exact"], r["runs"], r["canaries"],
              "GDP" if r["sampling_prob"] == 1 else "subsampled Gaussian"] for r in rows],
-      note=(f"Every step is a trial: each claim's {cfg.per_step_runs} runs carry "
-            f"{cfg.per_step_canaries} Dirac canaries in a parameter leaf no record touches, a "
-            "random half IN in each run, Poisson-sampled by the audited sampler; (a), (b) and "
-            "the run-level bound use the same runs. (a): the step fitted in its family "
-            "(Gaussian at q = 1, subsampled Gaussian at q < 1, q known) and composed over T, "
-            "at its lower confidence limit (an estimate valid only in that family). (b): "
-            f"Clopper-Pearson per-step error rates at 7 thresholds fixed in advance "
-            "(Bonferroni), the certified trade-off curve composed T-fold, rounded down "
-            "(assumes only that the steps are i.i.d. copies of one step pair, as for DP-SGD "
-            "as claimed). Run-level: each (run, canary) one trial scored by its summed "
-            "claimed likelihood ratio at a threshold fixed from the claim (no assumption on "
-            "the steps). q = 1 rows: sigma calibrated at q = 1 for the same claimed eps."))
+      note=(f"Every step is a trial: {cfg.per_step_runs} runs per claim x "
+            f"{cfg.per_step_canaries} Dirac canaries in a parameter leaf no record touches (half "
+            "IN per run), shared by all three. (a): the step's family (Gaussian at q = 1, "
+            "subsampled Gaussian at q < 1) fitted and composed, lower confidence limit; valid only "
+            "in that family. (b): Clopper-Pearson at 7 fixed thresholds composed T-fold; valid if "
+            "the steps are i.i.d. Run-level: summed claimed LLR per (run, canary), no assumption "
+            "on the steps. q = 1 rows: sigma calibrated at q = 1 for the same claimed eps."))
 
 
 def _summary(cfg: AuditConfig, rows: list[dict]) -> str:

@@ -3,10 +3,14 @@
     .venv/bin/python -m benchmarks.audit_canaries                       # M = 500, K = 100
     .venv/bin/python -m benchmarks.audit_canaries --models 668 --canaries 100 --timings 2
 
-One chunk of `experiments.audit` (sigma for eps = 4), timed round-robin in ONE process:
-"single" (M models, one gradient canary: M white-box trials) against "multi" (K canaries:
-K M trials). Figures: the ratio of best times multi / single and the white-box trials
-per second of each.
+Two canary layouts of the same claim (sigma for eps = 4), timed round-robin in ONE process:
+  * "single" / "multi": one chunk of `experiments.audit` (M models, fixed-gradient canaries
+    C e_j in the data's last K unused features, scored by the summed LLR): 1 against K
+    canaries, so K M white-box trials;
+  * "leaf_single" / "leaf_multi": M runs of the per-step audit's training
+    (`dpjax.audit.per_step_run.step_observations`: canaries in a parameter leaf the
+    records' clipping never touches, every step's leaf observed), 1 against K canaries.
+Figures: the ratios of best times multi / single and the white-box trials per second.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ def runners(num_models: int, num_canaries: int) -> dict:
   import dataclasses  # pylint: disable=g-import-not-at-top
   import warnings  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
   from dpjax import accounting, dpsgd, models  # pylint: disable=g-import-not-at-top
   from dpjax.audit import run as audit_run  # pylint: disable=g-import-not-at-top
   from dpjax.audit import variants  # pylint: disable=g-import-not-at-top
@@ -58,7 +63,17 @@ def runners(num_models: int, num_canaries: int) -> dict:
     spec, data, model, var = parts
     return audit_run.train_chunk(key, spec, setting, data, var, model, 0, num_models)[3]
 
-  return {"single": lambda: chunk(one), "multi": lambda: chunk(many)}
+  from dpjax.audit import per_step_run  # pylint: disable=g-import-not-at-top
+  _, leaf_data, leaf_model, leaf_var = one          # 151 records, one unused feature
+  bits = {k: (per_step_run.canary_bits(num_models, k, 0) if k > 1 else
+              (np.arange(num_models) % 2 == 0)[:, None]) for k in (1, num_canaries)}
+
+  def leaf(k):
+    o = per_step_run.step_observations(key, setting, leaf_data, leaf_model, leaf_var, bits[k])
+    return o.block_until_ready()
+
+  return {"single": lambda: chunk(one), "multi": lambda: chunk(many),
+          "leaf_single": lambda: leaf(1), "leaf_multi": lambda: leaf(num_canaries)}
 
 
 def measure(sizes, num_canaries, repeats, log=print) -> dict:
@@ -68,15 +83,16 @@ def measure(sizes, num_canaries, repeats, log=print) -> dict:
     if m % 4:
       raise ValueError(f"--models must be multiples of 4, got {m}")
     _, best = report.interleaved_times(runners(m, num_canaries), repeats)
-    ratio = best["multi"] / best["single"]
-    res[f"M{m}.single_s"] = best["single"]
-    res[f"M{m}.multi_s"] = best["multi"]
-    res[f"M{m}.multi_over_single"] = ratio
-    res[f"M{m}.trials_per_s_single"] = m / best["single"]
-    res[f"M{m}.trials_per_s_multi"] = m * num_canaries / best["multi"]
-    log(f"M={m:6d}: 1 canary {best['single']:.2f} s, {num_canaries} canaries "
-        f"{best['multi']:.2f} s, ratio {ratio:.2f} ({num_canaries / ratio:.0f}x the white-box "
-        "trials per second)")
+    for tag, one, many in (("", "single", "multi"), ("leaf_", "leaf_single", "leaf_multi")):
+      ratio = best[many] / best[one]
+      res[f"M{m}.{one}_s"] = best[one]
+      res[f"M{m}.{many}_s"] = best[many]
+      res[f"M{m}.{tag}multi_over_single"] = ratio
+      res[f"M{m}.trials_per_s_{one}"] = m / best[one]
+      res[f"M{m}.trials_per_s_{many}"] = m * num_canaries / best[many]
+      log(f"M={m:6d} {tag or 'fixed_'}canaries: 1 canary {best[one]:.2f} s, {num_canaries} "
+          f"canaries {best[many]:.2f} s, ratio {ratio:.2f} ({num_canaries / ratio:.0f}x the "
+          "white-box trials per second)")
   return res
 
 

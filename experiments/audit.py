@@ -8,10 +8,11 @@ the trials) and a gradient canary (WHITE-BOX, Nasr et al. 2021: exact per-step l
 ratio, the larger of a threshold fixed from the claim and a held-out one), beside the
 trials' ceiling, the best certifiable bound and the GDP estimate. `--canaries_per_run K`:
 K gradient canaries per run; with K = 1 a companion audit with `--companion_canaries`
-follows. `--per_step` adds the per-step audit of Nasr et al. 2023 (`audit.per_step_run`).
+follows. `--per_step` adds the per-step audit of Nasr et al. 2023 (`audit.per_step_run`) of
+each claim at q and (`--per_step_full_batch`) at q = 1.
 
-Command:   python -m experiments.audit --trials 10000     (about 455 CPU-seconds)
-           python -m experiments.audit                     (about a minute of CPU)
+Command:   python -m experiments.audit --trials 10000  (about 300 CPU-s; per-step rows 110)
+           python -m experiments.audit                  (about 170 CPU-s)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1
 A faulty variant's results go to results/audit_variants/<variant>/ unless --out is given.
 """
@@ -23,6 +24,7 @@ import math
 import os
 
 import jax
+import tqdm
 
 from dpjax import accounting, models
 from dpjax.audit import run as audit_run
@@ -59,14 +61,12 @@ class AuditConfig(_common.ExperimentConfig):
       bounds=">=0")
   per_step: bool = _opt(
       True, "Also run the per-step white-box audit (Nasr et al. 2023) of each claim.")
-  per_step_estimate_runs: int = _opt(
-      8, "Per-step estimate (a): training runs (a multiple of 4).", bounds=">=4")
-  per_step_estimate_canaries: int = _opt(
-      2048, "Per-step estimate (a): Dirac canaries per run.", bounds=">=1")
-  per_step_bound_runs: int = _opt(
-      1024, "Per-step bound (b): training runs (a multiple of 4).", bounds=">=4")
-  per_step_bound_canaries: int = _opt(128, "Per-step bound (b): Dirac canaries per run.",
-                                      bounds=">=1")
+  per_step_runs: int = _opt(8, "Per-step audit: training runs per claim.", bounds=">=1")
+  per_step_canaries: int = _opt(
+      2 ** 15, "Per-step audit: Dirac canaries per run (a parameter leaf; O(K) per step).",
+      bounds=">=2")
+  per_step_full_batch: bool = _opt(
+      True, "Per-step audit: also the claims at q = 1 (full batch, sigma calibrated at q = 1).")
   # The DP-SGD and audit constants (not flags; tests shrink them).
   delta: float = _opt(1e-5, "delta of the claims.", flag=False, bounds="(0,1)")
   confidence: float = _opt(0.95, "Confidence of every reported bound.", flag=False,
@@ -86,7 +86,7 @@ class AuditConfig(_common.ExperimentConfig):
     if self.trials % 2:
       raise ValueError(f"trials must be an even integer >= 2 (a balanced design of 2 * trials "
                        f"models in groups of 4), got {self.trials!r}")
-    for name in ("chunk_models", "per_step_estimate_runs", "per_step_bound_runs"):
+    for name in ("chunk_models",):
       if getattr(self, name) % 4:
         raise ValueError(f"{name} must be a positive multiple of 4, got {getattr(self, name)!r}")
     for e in self.epsilons:          # each claimed eps needs a sigma in the supported range
@@ -154,16 +154,7 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
                             "rows": companion["rows"]}
     tables.insert(1, _companion_table(cfg, companion["rows"]))
   if cfg.per_step and k_can == 1:
-    spec_ps = per_step_run.PerStepSpec(
-        sampling_prob=cfg.sampling_prob, num_steps=cfg.num_steps, delta=cfg.delta,
-        confidence=cfg.confidence, variant=cfg.variant,
-        estimate_runs=cfg.per_step_estimate_runs,
-        estimate_canaries=cfg.per_step_estimate_canaries,
-        bound_runs=cfg.per_step_bound_runs, bound_canaries=cfg.per_step_bound_canaries)
-    # its own stream (fold_in(seed key, 1)), on the same base records (k_data)
-    step_rows = per_step_run.audit_claims(jax.random.fold_in(jax.random.key(cfg.seed), 1),
-                                          spec_ps, settings, k_data, cfg.base_size,
-                                          progress=progress)
+    step_rows = _per_step_rows(cfg, settings, k_data, progress)
     results["per_step"] = {"rows": step_rows, "bound_assumption": per_step.ASSUMPTION_IID_STEPS,
                            "estimate_assumptions": {
                                "q = 1": per_step.ASSUMPTION_GDP,
@@ -240,27 +231,45 @@ def _companion_table(cfg: AuditConfig, rows: list[dict]) -> _common.Table:
             f"{_shares(dataclasses.replace(cfg, canaries_per_run=k))}."))
 
 
+def _per_step_rows(cfg: AuditConfig, settings, k_data, progress: bool) -> list[dict]:
+  """Per-step rows of the claims at q (stream fold_in(seed key, 1)) and, with
+  per_step_full_batch, at q = 1 (stream 2), on the same base records (k_data)."""
+  worlds = [(cfg.sampling_prob, settings, 1)] + ([(1.0, audit_run.settings(
+      cfg.epsilons, 1.0, cfg.num_steps, cfg.delta, False), 2)]
+      if cfg.per_step_full_batch and cfg.sampling_prob != 1 else [])
+  noisy = sum(sum(st.sigma > 0 for st in sts) for _, sts, _ in worlds)
+  rows = []
+  with tqdm.tqdm(total=noisy * cfg.per_step_runs, unit="run", desc="per-step white-box audit",
+                 disable=not progress) as bar:
+    for q, sts, stream in worlds:
+      spec = per_step_run.PerStepSpec(
+          sampling_prob=q, num_steps=cfg.num_steps, delta=cfg.delta, confidence=cfg.confidence,
+          variant=cfg.variant, runs=cfg.per_step_runs, canaries=cfg.per_step_canaries)
+      rows += per_step_run.audit_claims(jax.random.fold_in(jax.random.key(cfg.seed), stream),
+                                        spec, sts, k_data, cfg.base_size, bar=bar)
+  return rows
+
+
 def _per_step_table(cfg: AuditConfig, rows: list[dict]) -> _common.Table:
-  """The per-step rows: estimate (a) and bound (b) beside the exact eps."""
-  fam = "GDP" if cfg.sampling_prob == 1 else f"subsampled Gaussian, q = {cfg.sampling_prob:g}"
+  """The per-step rows: estimate (a), bound (b) and the run-level bound beside the exact eps."""
   return _common.Table(
-      title=(f"Per-step white-box audit (Nasr et al. 2023), T = {cfg.num_steps}, q = "
-             f"{cfg.sampling_prob:g}, {cfg.confidence:g} confidence, delta = {cfg.delta:g}"),
-      columns=["claimed eps", "exact eps (PLD)", "estimate (a)", "(a) point", "bound (b)",
-               "(a) / exact", "(b) / exact", "runs (a)", "runs (b)", "assumption (a)",
-               "assumption (b)", "run-level on (b)'s runs"],
-      rows=[[r["epsilon"], r["epsilon_pld"], r["estimate"], r["estimate_point"], r["bound"],
-             r["estimate_fraction_of_exact"], r["bound_fraction_of_exact"],
-             r["estimate_runs"], r["bound_runs"], fam, "i.i.d. steps", r["run_level_bound"]]
-            for r in rows],
-      note=(f"Every step is a trial: (a) {cfg.per_step_estimate_runs} runs x "
-            f"{cfg.per_step_estimate_canaries} Dirac canaries, (b) {cfg.per_step_bound_runs} "
-            f"runs x {cfg.per_step_bound_canaries}, each IN in half the runs. (a): the step "
-            "fitted in its (subsampled-)Gaussian family and composed, at its lower confidence "
-            "limit (valid only in that family). (b): Clopper-Pearson per-step error rates at 7 "
-            "thresholds fixed in advance, the certified curve composed T-fold (valid if the "
-            "steps are i.i.d., as for DP-SGD as claimed). Run-level: each (run, canary) of "
-            "(b)'s runs one trial, no assumption on the steps."))
+      title=(f"Per-step white-box audit (Nasr et al. 2023), T = {cfg.num_steps}, "
+             f"{cfg.confidence:g} confidence, delta = {cfg.delta:g}"),
+      columns=["q", "claimed eps", "sigma", "exact eps (PLD)", "estimate (a)", "(a) point",
+               "(a) / exact", "bound (b)", "(b) / exact", "run-level", "run-level / exact",
+               "runs", "canaries per run", "assumption (a)"],
+      rows=[[r["sampling_prob"], r["epsilon"], r["sigma"], r["epsilon_pld"], r["estimate"],
+             r["estimate_point"], r["estimate_fraction_of_exact"], r["bound"],
+             r["bound_fraction_of_exact"], r["run_level_bound"],
+             r["run_level_fraction_of_exact"], r["runs"], r["canaries"],
+             "GDP" if r["sampling_prob"] == 1 else "subsampled Gaussian"] for r in rows],
+      note=(f"Every step is a trial: {cfg.per_step_runs} runs per claim x "
+            f"{cfg.per_step_canaries} Dirac canaries in a parameter leaf no record touches (half "
+            "IN per run), shared by all three. (a): the step's family (Gaussian at q = 1, "
+            "subsampled Gaussian at q < 1) fitted and composed, lower confidence limit; valid only "
+            "in that family. (b): Clopper-Pearson at 7 fixed thresholds composed T-fold; valid if "
+            "the steps are i.i.d. Run-level: summed claimed LLR per (run, canary), no assumption "
+            "on the steps. q = 1 rows: sigma calibrated at q = 1 for the same claimed eps."))
 
 
 def _summary(cfg: AuditConfig, rows: list[dict]) -> str:

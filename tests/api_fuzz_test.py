@@ -1055,10 +1055,12 @@ def entries():
         {"obs_MxTxK": "array", "noise_multiplier": "nonneg"}))
   add(E("dpjax.audit.per_step_run.PerStepSpec", per_step_run.PerStepSpec,
         dict(sampling_prob=0.5, num_steps=2, delta=1e-5, confidence=0.95, variant="correct",
-             estimate_runs=4, estimate_canaries=2, bound_runs=4, bound_canaries=2,
-             num_thresholds=3, observation_budget=2 ** 10),
-        {"variant": "choice", "estimate_runs": "count", "estimate_canaries": "count",
-         "bound_runs": "count", "bound_canaries": "count", "observation_budget": "count"}))
+             runs=4, canaries=2, num_thresholds=3, observation_budget=2 ** 10),
+        {"variant": "choice", "runs": "count", "canaries": "count",
+         "observation_budget": "count"}))
+  add(E("dpjax.audit.per_step_run.canary_bits", per_step_run.canary_bits,
+        dict(num_runs=3, num_canaries=4, seed=0),
+        {"num_runs": "count", "num_canaries": "count", "seed": "count"}))
   add(E("dpjax.audit.run.canary_design", arun.canary_design,
         dict(x_NxF=np.zeros((3, 2)), y_N=np.zeros(3, np.int32), num_runs=2,
              records=(np.ones((1, 2)), np.ones(1), np.array([[True], [False]])),

@@ -178,9 +178,7 @@ class AuditExperimentTest(absltest.TestCase):
     self.assertIn("3 gradient canaries per run", comp["tables"][1].title)
 
   def test_per_step_rows_beside_unchanged_final_model_rows(self):
-    cfg = dataclasses.replace(_SMALL, per_step=True, per_step_estimate_runs=4,
-                              per_step_estimate_canaries=8, per_step_bound_runs=8,
-                              per_step_bound_canaries=8)
+    cfg = dataclasses.replace(_SMALL, per_step=True, per_step_runs=2, per_step_canaries=8)
     with_ps = _run(cfg, self._tmp())
     without = _run(_SMALL, self._tmp())
     with open(with_ps["path"]) as f:
@@ -188,21 +186,26 @@ class AuditExperimentTest(absltest.TestCase):
     with open(without["path"]) as f:
       ref = json.load(f)
     res = doc["results"]
-    (row,) = res.pop("per_step")["rows"]                  # eps 8 only: no per-step row at sigma 0
+    rows = res.pop("per_step")["rows"]            # eps 8 only: no per-step row at sigma 0
     self.assertEqual(res, ref["results"])                 # existing keys and values unchanged
     self.assertEqual(doc["tables"][:len(ref["tables"])], ref["tables"])
-    self.assertEqual(row["setting"], "eps8")
-    self.assertLessEqual(row["bound"], row["epsilon_pld"])
-    self.assertEqual(row["bound_trials_in"] + row["bound_trials_out"], 8 * 8 * 40)
-    self.assertEqual(row["estimate_trials_in"] + row["estimate_trials_out"], 4 * 8 * 40)
-    self.assertAlmostEqual(row["estimate_fraction_of_exact"], row["estimate"] / row["epsilon_pld"])
-    self.assertIn("i.i.d.", row["bound_assumption"])
-    self.assertIn("subsampled Gaussian", row["estimate_assumption"])
+    self.assertEqual([(r["setting"], r["sampling_prob"]) for r in rows],
+                     [("eps8", cfg.sampling_prob), ("eps8", 1.0)])     # claim at q and q = 1
+    for row in rows:
+      self.assertLessEqual(row["bound"], row["epsilon_pld"])
+      self.assertEqual(row["trials_in"] + row["trials_out"], 2 * 8 * 40)
+      self.assertAlmostEqual(row["estimate_fraction_of_exact"],
+                             row["estimate"] / row["epsilon_pld"])
+      self.assertIn("i.i.d.", row["bound_assumption"])
+    self.assertIn("subsampled Gaussian", rows[0]["estimate_assumption"])
+    self.assertIn("Gaussian step (q = 1)", rows[1]["estimate_assumption"])
+    self.assertLess(rows[1]["sigma"], rows[0]["sigma"] / cfg.sampling_prob * 1.01)
     table = doc["tables"][-1]
     self.assertIn("Per-step white-box audit", table["title"])
-    self.assertEqual(table["rows"][0][:3], [8.0, row["epsilon_pld"], row["estimate"]])
-    with self.assertRaisesRegex(ValueError, "^per_step_bound_runs"):
-      dataclasses.replace(cfg, per_step_bound_runs=6)
+    self.assertEqual(table["rows"][0][:5], [cfg.sampling_prob, 8.0, rows[0]["sigma"],
+                                           rows[0]["epsilon_pld"], rows[0]["estimate"]])
+    with self.assertRaisesRegex(ValueError, "^per_step_canaries"):
+      dataclasses.replace(cfg, per_step_canaries=1)
 
   def test_threat_model_black_box_only(self):
     d = self._tmp()

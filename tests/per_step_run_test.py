@@ -16,7 +16,7 @@ from absl.testing import absltest, parameterized
 from scipy import stats as sps
 
 from dpjax import accounting, dpsgd, models
-from dpjax.audit import canary, coverage, per_step, per_step_run, variants
+from dpjax.audit import coverage, per_step, per_step_run, variants
 from dpjax.audit import run as arun
 from dpjax.data import canaries
 
@@ -58,13 +58,14 @@ class StepObservationsTest(parameterized.TestCase):
   @parameterized.named_parameters(("q1", 1.0), ("q02", 0.2))
   def test_scores_follow_the_closed_form(self, q):
     sigma, t, k, m = 2.0, 100, 32, 8
-    data = canaries.audit_data(jax.random.key(0), 20, unused_features=k)
+    data = canaries.audit_data(jax.random.key(0), 20)
     model = models.logistic_regression(data.num_features)
     st = arun.Setting("s", accounting.dpsgd_epsilon(sigma, q, t, _DELTA), sigma)
     cfg = dpsgd.DpSgdConfig(dataset_size=int(data.x_NxD.shape[0]), sampling_prob=q,
                             num_steps=t, noise_multiplier=sigma, delta=_DELTA)
     var = variants.variant("correct", cfg, model)
-    _, g = canary.canaries_design(m, k, 0.5, 0)
+    g = per_step_run.canary_bits(m, k, 0)
+    np.testing.assert_array_equal(g.sum(axis=1), k // 2)
     o = np.asarray(per_step_run.step_observations(jax.random.key(1), st, data, model, var, g),
                    np.float64)
     self.assertEqual(o.shape, (m, t, k))
@@ -85,24 +86,38 @@ class StepObservationsTest(parameterized.TestCase):
       p = (1 - q) * sps.norm.sf(0.5 / sigma) + q * sps.norm.sf(-0.5 / sigma)
       self.assertLess(abs(np.mean(o_in > 0.5) - p) / math.sqrt(p * (1 - p) / n_in), 5)
 
-  @pytest.mark.slow  # about 50 s; the experiment's per-step test checks a row end to end
-  def test_per_step_audit_row(self):
-    data = canaries.audit_data(jax.random.key(0), 20, unused_features=8)
+  def test_noise_free_full_batch_observations_are_the_bits(self):
+    # q = 1 and no noise: each canary's leaf coordinate is its IN bit at every step
+    data = canaries.audit_data(jax.random.key(0), 20)
     model = models.logistic_regression(data.num_features)
-    spec = per_step_run.PerStepSpec(sampling_prob=0.5, num_steps=50, delta=_DELTA, estimate_runs=8,
-                            estimate_canaries=8, bound_runs=8, bound_canaries=8)
+    cfg = dpsgd.DpSgdConfig(dataset_size=int(data.x_NxD.shape[0]), sampling_prob=1.0,
+                            num_steps=5, noise_multiplier=0.0, delta=_DELTA)
+    var = variants.variant("correct", cfg, model)
+    st = arun.Setting("s", 1.0, 1.0)           # only sigma > 0 is checked; cfg has none
+    o = per_step_run.step_observations(jax.random.key(3), st, data, model, var,
+                                       np.array([[True, False, True], [False, False, True]]))
+    np.testing.assert_array_equal(np.asarray(o), np.broadcast_to(
+        np.array([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]], np.float32)[:, None, :], (2, 5, 3)))
+
+  @pytest.mark.slow  # about 20 s; the experiment's per-step test checks a row end to end
+  def test_per_step_audit_row(self):
+    data = canaries.audit_data(jax.random.key(0), 20)
+    model = models.logistic_regression(data.num_features)
+    spec = per_step_run.PerStepSpec(sampling_prob=0.5, num_steps=50, delta=_DELTA, runs=8,
+                                    canaries=8, observation_budget=50 * 8 * 3)
     st = arun.settings([8.0], 0.5, 50, _DELTA, False)[0]
-    row = per_step_run.per_step_audit(jax.random.key(2), spec, st, (data, model), (data, model))
+    row = per_step_run.per_step_audit(jax.random.key(2), spec, st, data, model)
     self.assertLessEqual(row["bound"], row["epsilon_pld"])
-    self.assertEqual(row["bound_trials_in"] + row["bound_trials_out"], 8 * 8 * 50)
+    self.assertEqual((row["trials_in"], row["trials_out"]), (8 * 4 * 50, 8 * 4 * 50))
     self.assertAlmostEqual(row["bound_fraction_of_exact"], row["bound"] / row["epsilon_pld"])
     self.assertEqual(row["estimate_assumption"], per_step.ASSUMPTION_SUBSAMPLED_GAUSSIAN)
     self.assertLessEqual(row["run_level_bound"], row["epsilon_pld"])
-    with self.assertRaisesRegex(ValueError, "estimate_runs"):
-      per_step_run.PerStepSpec(sampling_prob=0.5, num_steps=50, delta=_DELTA, estimate_runs=6)
+    self.assertGreater(row["cpu_seconds"], 0)
+    with self.assertRaisesRegex(ValueError, "canaries"):
+      per_step_run.PerStepSpec(sampling_prob=0.5, num_steps=50, delta=_DELTA, canaries=1)
     with self.assertRaisesRegex(ValueError, "setting"):
       per_step_run.per_step_audit(jax.random.key(2), spec, arun.Setting("n", math.inf, 0.0),
-                          (data, model), (data, model))
+                                  data, model)
 
 
 if __name__ == "__main__":

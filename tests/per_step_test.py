@@ -8,6 +8,7 @@ Statistical checks use fixed seeds and state their tolerance:
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 from scipy import stats as sps
@@ -136,6 +137,17 @@ class EstimateAndBoundTest(parameterized.TestCase):
     self.assertEqual((st.n_in, st.n_out), (ref.n_in, ref.n_out))
     np.testing.assert_allclose([st.sum_in, st.sumsq_in, st.sum_out, st.sumsq_out],
                                [ref.sum_in, ref.sumsq_in, ref.sum_out, ref.sumsq_out], rtol=1e-5)
+    # a jax.Array stays on the device: the same counts, ties at a threshold included
+    o[0, 0, :] = thr[2]
+    on_host = per_step.observation_statistics(o, g, thr)
+    on_device = per_step.observation_statistics(jnp.asarray(o), g, thr)
+    np.testing.assert_array_equal(on_device.false_positives_J, on_host.false_positives_J)
+    np.testing.assert_array_equal(on_device.false_negatives_J, on_host.false_negatives_J)
+    ref2 = per_step.step_statistics(np.transpose(o, (0, 2, 1))[g], np.transpose(o, (0, 2, 1))[~g],
+                                    thr)
+    np.testing.assert_array_equal(on_device.false_negatives_J, ref2.false_negatives_J)
+    with self.assertRaisesRegex(ValueError, "o_MxTxK must be finite"):
+      per_step.observation_statistics(jnp.asarray(o).at[1, 2, 3].set(jnp.nan), g, thr)
     both = st + ref
     self.assertEqual(both.n_in, 2 * st.n_in)
     np.testing.assert_array_equal(both.false_negatives_J, 2 * st.false_negatives_J)

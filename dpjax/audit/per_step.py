@@ -161,18 +161,25 @@ def step_statistics(scores_in, scores_out, thresholds_J) -> StepStatistics:
                         float(np.sum(s_out * s_out)))
 
 
-@functools.partial(jax.jit, static_argnames=("num_bins",))
-def _chunk_counts(o_MxTxK, in_MxK, thresholds_J, num_bins):
-  bins = jnp.searchsorted(thresholds_J, o_MxTxK, side="left")      # o <= tau_j  <=>  bin <= j
-  idx = bins + num_bins * in_MxK[:, None, :].astype(jnp.int32)
-  counts = jnp.bincount(idx.ravel(), length=2 * num_bins)
+@functools.partial(jax.jit, static_argnames=("dtype",))
+def _chunk_bins(o_MxTxK, in_MxK, thresholds_J, dtype):
+  # bin b = #{j : o > tau_j} (tau_{b-1} < o <= tau_b), offset by J + 1 for IN trials;
+  # J fused compares per score, counted on the host (XLA's CPU scatter is slow)
+  nb = thresholds_J.shape[0] + 1
+  b = jnp.zeros(o_MxTxK.shape, dtype)
+  for j in range(nb - 1):
+    b = b + (o_MxTxK > thresholds_J[j]).astype(dtype)
+  b = b + jnp.where(in_MxK[:, None, :], nb, 0).astype(dtype)
   s1 = jnp.sum(o_MxTxK, axis=1)                                    # [M, K], float32 over T
   s2 = jnp.sum(o_MxTxK * o_MxTxK, axis=1)
-  return counts, s1, s2
+  return b, s1, s2, jnp.all(jnp.isfinite(o_MxTxK))
 
 
 def observation_statistics(o_MxTxK, in_MxK, thresholds_J) -> StepStatistics:
   """StepStatistics of normalized white-box observations, counted in XLA.
+
+  A `jax.Array` stays on the device (shape, dtype and finiteness checked there, no
+  host copy of the M T K values); other inputs are checked on the host first.
 
   Args:
     o_MxTxK: float32[M, T, K] canary coordinates in units of C / B
@@ -183,7 +190,11 @@ def observation_statistics(o_MxTxK, in_MxK, thresholds_J) -> StepStatistics:
     StepStatistics over the M T K per-step trials (counts exact; sums over T in
     float32, then over runs and canaries in float64).
   """
-  if not _validate.is_tracer(o_MxTxK):
+  if isinstance(o_MxTxK, jax.Array) and not _validate.is_tracer(o_MxTxK):
+    _validate.check_shape(o_MxTxK, "o_MxTxK", ndim=3, min_size=1)
+    if o_MxTxK.dtype != jnp.float32:
+      raise ValueError(f"o_MxTxK must be float32, got {o_MxTxK.dtype}")
+  elif not _validate.is_tracer(o_MxTxK):
     o_MxTxK = _validate.check_array(o_MxTxK, "o_MxTxK", np.float32, ndim=3, min_size=1)
   m, t_steps, k = o_MxTxK.shape
   inc = _validate.check_binary(in_MxK, "in_MxK", ndim=2)
@@ -192,9 +203,12 @@ def observation_statistics(o_MxTxK, in_MxK, thresholds_J) -> StepStatistics:
                      f"{np.shape(inc)}")
   thr = _check_thresholds(thresholds_J)
   nb = thr.size + 1
-  counts, s1, s2 = _chunk_counts(jnp.asarray(o_MxTxK), jnp.asarray(inc),
-                                 jnp.asarray(thr, jnp.float32), nb)
-  counts = np.asarray(counts, np.int64)
+  bins, s1, s2, finite = _chunk_bins(jnp.asarray(o_MxTxK), jnp.asarray(inc),
+                                     jnp.asarray(thr, jnp.float32),
+                                     jnp.int8 if 2 * nb <= 127 else jnp.int16)
+  if not bool(finite):
+    raise ValueError("o_MxTxK must be finite (no NaN or inf)")
+  counts = np.bincount(np.asarray(bins).ravel(), minlength=2 * nb).astype(np.int64)
   out_c, in_c = counts[:nb], counts[nb:]
   inc = np.asarray(inc, bool)
   s1, s2 = np.asarray(s1, np.float64), np.asarray(s2, np.float64)

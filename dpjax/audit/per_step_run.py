@@ -1,22 +1,27 @@
 """The per-step white-box audit of DP-SGD: its training runs, its row, its coverage mechanism.
 
-Runs of the audited training carry many Dirac gradient canaries (C e_j on a coordinate
-no record touches, IN in half the runs); every step's privatized update is observed
-(`step_observations`, through `dpjax.audit.run.train`) and reduced to the per-step
-statistics of `dpjax.audit.per_step`, which give estimate (a) and bound (b)
-(`per_step_audit`, one row per claim, beside the run-level bound on the same runs).
-`StepMechanism` simulates the per-step scores of DP-SGD as claimed, to measure (a) and
-(b) for coverage (`coverage_estimators` with `dpjax.audit.coverage.measure`).
+Runs of the audited training carry K Dirac gradient canaries in an extra parameter leaf
+float32[K] that the model never reads (`step_observations`): canary k is a record whose
+clipped gradient is C e_k on that leaf, sampled by the audited sampler like every record,
+IN in a random half of each run's canaries. The records' clipping never touches the leaf,
+so the engine's cost per step grows by O(K) (K Poisson bits, K noise draws), not O(K^2)
+(fixed gradients on K unused input features). Every step's privatized leaf is observed
+and reduced to the per-step statistics of `dpjax.audit.per_step`, which give estimate (a)
+and bound (b) on the same runs (`per_step_audit`, one row per claim, beside the run-level
+bound). `StepMechanism` simulates the per-step scores of DP-SGD as claimed, to measure
+(a) and (b) for coverage (`coverage_estimators` with `dpjax.audit.coverage.measure`).
 
 References: Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Carlini & Terzis 2023,
 https://arxiv.org/abs/2302.07956.
 
-Shape letters: M models (runs), T steps, K canaries per run.
+Shape letters: M models (runs), N records, T steps, K canaries per run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import time
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +29,8 @@ import numpy as np
 from tqdm import tqdm
 
 from dpjax import _validate, accounting, dpsgd
+from dpjax import clipping as clipping_lib
+from dpjax import models as models_lib
 from dpjax.audit import canary, coverage, per_step, run, thresholds, variants
 
 
@@ -31,33 +38,29 @@ from dpjax.audit import canary, coverage, per_step, run, thresholds, variants
 class PerStepSpec:
   """The per-step white-box audit of a claim: its runs, canaries and thresholds.
 
-  Estimate (a) (`per_step.step_estimate`) uses `estimate_runs` runs with
-  `estimate_canaries` Dirac canaries each; bound (b) (`per_step.composed_bound`)
-  uses `bound_runs` runs with `bound_canaries` each (the engine's cost per
-  observation is least near 128 canaries per run: the fixed gradients are a
-  K x D matrix). Every canary is IN in half of each chunk's runs
-  (`canary.canaries_design` at 1/2), on its own unused coordinate.
+  Estimate (a) (`per_step.step_estimate`), bound (b) (`per_step.composed_bound`) and the
+  run-level bound are computed on the same `runs` runs with `canaries` Dirac canaries
+  each, a random half of them IN in each run (`canary_bits`): runs * T * K per-step
+  trials, half per side.
 
   Attributes:
     sampling_prob, num_steps, delta: the claimed DP-SGD's q, T and delta.
-    confidence: of (a)'s lower limit and of (b).
+    confidence: of (a)'s lower limit, of (b) and of the run-level bound.
     variant: the audited training (`variants.VARIANTS`).
-    estimate_runs, bound_runs: runs, positive multiples of 4.
-    estimate_canaries, bound_canaries: canaries per run, >= 1.
+    runs: training runs M >= 1.
+    canaries: Dirac canaries per run K >= 2.
     num_thresholds: J of bound (b) (`per_step.design_thresholds`).
-    observation_budget: most observations (M x T x K) per chunk of runs.
+    observation_budget: most observations (M x T x K) held at once (runs go in chunks).
   """
   sampling_prob: float
   num_steps: int
   delta: float
   confidence: float = 0.95
   variant: str = "correct"
-  estimate_runs: int = 8
-  estimate_canaries: int = 2048
-  bound_runs: int = 1024
-  bound_canaries: int = 128
+  runs: int = 8
+  canaries: int = 2 ** 15
   num_thresholds: int = 7
-  observation_budget: int = 2 ** 23
+  observation_budget: int = 2 ** 24
 
   def __post_init__(self):
     v = _validate
@@ -66,85 +69,149 @@ class PerStepSpec:
         num_steps=v.check_int(self.num_steps, "num_steps"), delta=v.check_delta(self.delta),
         confidence=v.check_confidence(self.confidence),
         variant=v.check_choice(self.variant, variants.VARIANTS, "variant"),
-        estimate_runs=v.check_int(self.estimate_runs, "estimate_runs", 4),
-        estimate_canaries=v.check_int(self.estimate_canaries, "estimate_canaries"),
-        bound_runs=v.check_int(self.bound_runs, "bound_runs", 4),
-        bound_canaries=v.check_int(self.bound_canaries, "bound_canaries"),
+        runs=v.check_int(self.runs, "runs"),
+        canaries=v.check_int(self.canaries, "canaries", 2),
         num_thresholds=v.check_int(self.num_thresholds, "num_thresholds", 1, 1000),
         observation_budget=v.check_int(self.observation_budget, "observation_budget"))
-    for name in ("estimate_runs", "bound_runs"):
-      if checked[name] % 4:
-        raise ValueError(f"{name} must be a multiple of 4, got {checked[name]}")
     for k, val in checked.items():
       object.__setattr__(self, k, val)
 
 
-def step_observations(key, setting: run.Setting, data, model, var, gradient_in_MxK) -> jax.Array:
-  """float32[M, T, K]: each Dirac canary's coordinate of every privatized update, in units of C / B.
+def canary_bits(num_runs: int, num_canaries: int, seed: int) -> np.ndarray:
+  """bool[M, K]: in each run an independent uniformly random set of floor(K / 2) canaries IN.
 
-  Trains M runs of `var` (a `variants.variant`) on data's records (the record
-  canary left out) with K gradient canaries C e_j in data's last K coordinates,
-  canary k of run m a fixed-gradient record iff gradient_in_MxK[m, k]; o = obs B / C
-  is b_t + sigma z_t for DP-SGD as claimed (`dpjax.audit.per_step`).
+  Fixed before training (Generator(seed)), so which trials are IN is independent of
+  the scores; each run gives exactly floor(K / 2) IN and ceil(K / 2) OUT canaries.
+
+  Examples:
+    >>> canary_bits(3, 4, seed=0).sum(axis=1).tolist()
+    [2, 2, 2]
+  """
+  m = _validate.check_size(num_runs, "num_runs", bytes_per_unit=8)
+  k = _validate.check_size(num_canaries, "num_canaries", minimum=2, units=m, bytes_per_unit=2)
+  rng = np.random.default_rng(_validate.check_int(seed, "seed", minimum=0))
+  order = np.argsort(rng.random((m, k)), axis=1)
+  return order < k // 2
+
+
+@functools.lru_cache(maxsize=32)
+def _leaf_model(model, k: int):
+  """`model` with an extra leaf {"canary": float32[K]} that apply never reads."""
+
+  def init(key):
+    return {"model": model.init(key), "canary": jnp.zeros((k,), jnp.float32)}
+
+  def apply(params, x):
+    return model.apply(params["model"], x)
+  return models_lib.Model(init, apply, l2=model.l2, kind="custom",
+                          num_outputs=model.num_outputs, input_shape=model.input_shape)
+
+
+@functools.lru_cache(maxsize=32)
+def _leaf_path(path, k: int):
+  """`path` on the first N - K rows and params["model"]; the last K rows (the canaries)
+  add C w_k e_k to the canary leaf (w_k: their sampled-and-IN weight), their norm C."""
+
+  def fn(params, x, y, w, c):
+    if x.shape[0] <= k:
+      raise ValueError(f"the canary path needs the full-mask step over N > K = {k} rows, "
+                       f"got {x.shape[0]} (batch_capacity must be None)")
+    n = x.shape[0] - k
+    g, norms = path(params["model"], x[:n], y[:n], w[:n], c)
+    return ({"model": g, "canary": c * w[n:].astype(jnp.float32)},
+            jnp.concatenate([norms, jnp.full((k,), c, norms.dtype)]))
+  return clipping_lib.ClippingPath(fn, f"{path.name}+canary_leaf",
+                                   per_example_grad_memory=path.per_example_grad_memory,
+                                   scan_unroll=path.scan_unroll, accounted=path.accounted)
+
+
+def _observe_canary_leaf(update):
+  return update["canary"]
+
+
+def step_observations(key, setting: run.Setting, data, model, var, canary_in_MxK) -> jax.Array:
+  """float32[M, T, K]: each Dirac canary's leaf coordinate of every privatized update, in units of C / B.
+
+  Trains M runs of `var` (a `variants.variant`) on data's records (the record canary
+  left out) plus K canary records appended after them (zero features, label 0, kept
+  iff canary_in_MxK[m, k]), sampled by var's sampler. The model gets the leaf
+  {"canary": float32[K]} (`apply` never reads it); var's clipping runs on the records
+  and params["model"], and a sampled IN canary k adds C e_k to the leaf (norm C: clipping
+  leaves it unchanged) and 1 to the realised batch size, as a record would. Noise and
+  update are var's, on the whole parameter tree. o = obs B / C is b_t + sigma z_t for
+  DP-SGD as claimed (`dpjax.audit.per_step`); the full-mask step is used
+  (batch_capacity None), O(K) work per step for the canaries.
 
   Args:
     key: the training key (run m uses split(key, M)[m]).
     setting: the claim (sigma > 0).
-    data: `canaries.audit_data(..., unused_features >= K)`.
+    data: `canaries.audit_data(...)` (its record canary is left out).
     model: the audited model on data's features.
     var: the audited training for this claim (`variants.variant`).
-    gradient_in_MxK: bool[M, K].
+    canary_in_MxK: bool[M, K], K >= 1.
   """
   _validate.check_instance(setting, run.Setting, "setting")
   if setting.sigma == 0:
     raise ValueError("setting: the per-step audit needs sigma > 0")
-  g = np.asarray(_validate.check_binary(gradient_in_MxK, "gradient_in_MxK", ndim=2), bool)
+  g = np.asarray(_validate.check_binary(canary_in_MxK, "canary_in_MxK", ndim=2), bool)
   m, k = g.shape
-  keep = np.ones((m, data.x_NxD.shape[0]), bool)
+  n = data.x_NxD.shape[0]
+  keep = np.ones((m, n + k), bool)
   keep[:, data.canary_index] = False
+  keep[:, n:] = g
+  x = jnp.concatenate([jnp.asarray(data.x_NxD), jnp.zeros((k,) + data.x_NxD.shape[1:],
+                                                          data.x_NxD.dtype)])
+  y = jnp.concatenate([jnp.asarray(data.y_N), jnp.zeros((k,), jnp.asarray(data.y_N).dtype)])
+  comps = dict(var.components)
+  path = comps.pop("clipping", None)
+  path = clipping_lib.path_for(model) if path is None else clipping_lib.as_path(path)
   c = var.config.l2_clip_norm
-  design = run.Design(data.x_NxD, data.y_N, keep, dpsgd.FixedGradients(
-      canary.gradient_canaries(data.num_features, k, c), jnp.asarray(g)))
-  out = run.train(key, design, var.config, model, quiet=True,
-                  observe_fn=canary.observe_last_coordinates(k),
-                  components=dict(var.components, perf=dpsgd.PerformanceFlags(
-                      max_chunk=m, progress=False)))
+  out = run.train(key, run.Design(x, y, keep), var.config, _leaf_model(model, k), quiet=True,
+                  observe_fn=_observe_canary_leaf,
+                  components=dict(comps, clipping=_leaf_path(path, k),
+                                  perf=dpsgd.PerformanceFlags(max_chunk=m, progress=False,
+                                                              batch_capacity=None)))
   return out.observations * (var.config.expected_batch_size / c)
 
 
-def per_step_statistics(key, spec: PerStepSpec, setting: run.Setting, data, model, *,
-                        runs: int, canaries: int, bar=None, run_scores: bool = False):
-  """`per_step.StepStatistics` of `runs` runs with `canaries` Dirac canaries each.
+@functools.partial(jax.jit, static_argnames=("sampling_prob", "noise_multiplier"))
+def _llr_sums(o_MxTxK, *, sampling_prob, noise_multiplier):
+  """float32[M, K]: `run.white_box_llr_scores` of normalized observations, on the device."""
+  return run.white_box_llr_scores(o_MxTxK, 1.0, sampling_prob=sampling_prob,
+                                  noise_multiplier=noise_multiplier)
+
+
+def per_step_statistics(key, spec: PerStepSpec, setting: run.Setting, data, model, *, bar=None,
+                        run_scores: bool = False):
+  """`per_step.StepStatistics` of spec.runs runs with spec.canaries Dirac canaries each.
 
   With run_scores, returns (statistics, scores_in, scores_out): also each (run,
-  canary) trial's summed claimed likelihood ratio (`white_box_llr_scores`), float64.
+  canary) trial's summed claimed likelihood ratio (`run.white_box_llr_scores`), float64.
 
-  Runs go in chunks of a multiple of 4 (at most spec.observation_budget
-  observations); chunk c is trained from fold_in(key, c) with the design
-  `canary.canaries_design(chunk, canaries, 1/2, seed=c)`, observed by
-  `step_observations` and reduced to counts at `per_step.design_thresholds` of the
-  claim at once (`per_step.observation_statistics`).
+  Runs go in chunks of at most spec.observation_budget observations (at least one
+  run); chunk c is trained from fold_in(key, c) with `canary_bits(chunk, K, seed=c)`,
+  observed by `step_observations` and reduced at once to counts at
+  `per_step.design_thresholds` of the claim (`per_step.observation_statistics`).
   """
   _validate.check_instance(spec, PerStepSpec, "spec")
   _validate.check_instance(setting, run.Setting, "setting")
-  runs = _validate.check_int(runs, "runs", 4)
-  k = _validate.check_int(canaries, "canaries")
+  runs, k = spec.runs, spec.canaries
   var = run.audited_training(spec, setting, int(data.x_NxD.shape[0]), model)
   thr = per_step.design_thresholds(spec.sampling_prob, setting.sigma, spec.num_thresholds)
-  per = min(runs, max(4, spec.observation_budget // (spec.num_steps * k) // 4 * 4))
+  per = min(runs, max(1, spec.observation_budget // (spec.num_steps * k)))
   total, s_in, s_out = None, [], []
   for c, lo in enumerate(range(0, runs, per)):
     m = min(per, runs - lo)
-    _, g = canary.canaries_design(m, k, 0.5, c)
+    g = canary_bits(m, k, c)
     o = step_observations(jax.random.fold_in(key, c), setting, data, model, var, g)
     part = per_step.observation_statistics(o, g, thr)
     total = part if total is None else total + part
     if run_scores:
-      llr = np.asarray(run.white_box_llr_scores(o, 1.0, sampling_prob=float(spec.sampling_prob),
-                                                noise_multiplier=float(setting.sigma)),
-                       np.float64)
+      llr = np.asarray(_llr_sums(o, sampling_prob=float(spec.sampling_prob),
+                                 noise_multiplier=float(setting.sigma)), np.float64)
       s_in.append(llr[g])
       s_out.append(llr[~g])
+    del o
     if bar is not None:
       bar.update(m)
   if run_scores:
@@ -152,39 +219,37 @@ def per_step_statistics(key, spec: PerStepSpec, setting: run.Setting, data, mode
   return total
 
 
-def per_step_audit(key, spec: PerStepSpec, setting: run.Setting, estimate_inputs, bound_inputs,
-                   *, bar=None) -> dict:
-  """One per-step row: estimate (a) and bound (b) of a claim beside its exact eps.
+def per_step_audit(key, spec: PerStepSpec, setting: run.Setting, data, model, *,
+                   bar=None) -> dict:
+  """One per-step row: estimate (a), bound (b) and the run-level bound of a claim beside its exact eps.
 
   Args:
-    key: the per-step audit's key ((a) from fold_in(key, 0), (b) from fold_in(key, 1)).
+    key: the runs' key (`per_step_statistics`).
     spec: the per-step audit.
     setting: the claim (sigma > 0).
-    estimate_inputs, bound_inputs: (data, model) with >= spec.estimate_canaries /
-      spec.bound_canaries unused coordinates.
+    data, model: the audit records (`canaries.audit_data`) and the audited model.
     bar: an optional tqdm bar, advanced by runs trained.
   Returns:
-    a dict of plain values: the claim, its exact (PLD) eps, (a) (lower limit and
-    point, fitted sigma_eff, assumption), (b) (bound, certified points, assumption
-    and what it certifies), each with its runs, canaries per run, per-step trials
-    and fraction of the exact eps; and the run-level bound on (b)'s runs (each
-    (run, canary) one trial, `thresholds.FixedThreshold` at the claimed best
-    certifiable threshold), which needs no i.i.d.-step assumption.
+    a dict of plain values: the claim, its exact (PLD) eps, (a) (lower limit and point,
+    fitted sigma_eff, assumption), (b) (bound, certified points, assumption and what it
+    certifies), each as a fraction of the exact eps; the runs, canaries per run and
+    per-step trials they share; the run-level bound on the same runs (each (run,
+    canary) one trial, `thresholds.FixedThreshold` at the claimed best certifiable
+    threshold), which needs no i.i.d.-step assumption; and "cpu_seconds", the process
+    CPU time of the row (training, statistics and bounds).
   """
   _validate.check_instance(spec, PerStepSpec, "spec")
   _validate.check_instance(setting, run.Setting, "setting")
   if setting.sigma == 0:
     raise ValueError("setting: the per-step audit needs sigma > 0 (no noise: see evaluate)")
+  cpu0 = time.process_time()
   t, q, delta, conf = spec.num_steps, spec.sampling_prob, spec.delta, spec.confidence
   exact = accounting.dpsgd_epsilon(setting.sigma, q, t, delta, accountant="pld")
-  st_a = per_step_statistics(jax.random.fold_in(key, 0), spec, setting, *estimate_inputs,
-                             runs=spec.estimate_runs, canaries=spec.estimate_canaries, bar=bar)
-  est = per_step.step_estimate(st_a, sampling_prob=q, num_steps=t, delta=delta, confidence=conf)
-  st_b, r_in, r_out = per_step_statistics(
-      jax.random.fold_in(key, 1), spec, setting, *bound_inputs, runs=spec.bound_runs,
-      canaries=spec.bound_canaries, bar=bar, run_scores=True)
-  bnd = per_step.composed_bound(st_b, num_steps=t, delta=delta, confidence=conf)
-  # The run-level fallback on the same runs: each (run, canary) one trial, its summed
+  st, r_in, r_out = per_step_statistics(key, spec, setting, data, model, bar=bar,
+                                        run_scores=True)
+  est = per_step.step_estimate(st, sampling_prob=q, num_steps=t, delta=delta, confidence=conf)
+  bnd = per_step.composed_bound(st, num_steps=t, delta=delta, confidence=conf)
+  # The run-level bound on the same runs: each (run, canary) one trial, its summed
   # claimed LLR thresholded where the claimed mechanism's best certifiable test is
   # (fixed in advance); needs no i.i.d.-step assumption, only independent canaries.
   thr, fpr, fnr = canary.llr_distribution(q, setting.sigma, t).roc()
@@ -195,17 +260,14 @@ def per_step_audit(key, spec: PerStepSpec, setting: run.Setting, estimate_inputs
   return {
       "setting": setting.name, "epsilon": setting.claimed_epsilon, "sigma": setting.sigma,
       "epsilon_pld": exact, "variant": spec.variant, "sampling_prob": q, "num_steps": t,
-      "confidence": conf,
+      "confidence": conf, "runs": spec.runs, "canaries": spec.canaries,
+      "trials_in": st.n_in, "trials_out": st.n_out,
       "estimate": est.epsilon, "estimate_point": est.epsilon_point,
       "estimate_fraction_of_exact": est.epsilon / exact,
       "estimate_point_fraction_of_exact": est.epsilon_point / exact,
       "estimate_noise_multiplier": est.noise_multiplier,
-      "estimate_runs": spec.estimate_runs, "estimate_canaries": spec.estimate_canaries,
-      "estimate_trials_in": est.trials_in, "estimate_trials_out": est.trials_out,
       "estimate_assumption": est.assumption,
       "bound": bnd.epsilon_lower, "bound_fraction_of_exact": bnd.epsilon_lower / exact,
-      "bound_runs": spec.bound_runs, "bound_canaries": spec.bound_canaries,
-      "bound_trials_in": bnd.trials_in, "bound_trials_out": bnd.trials_out,
       "bound_thresholds": bnd.thresholds_J.tolist(), "bound_fpr_upper": bnd.fpr_upper_J.tolist(),
       "bound_fnr_upper": bnd.fnr_upper_J.tolist(), "bound_assumption": bnd.assumption,
       "run_level_bound": run_level, "run_level_fraction_of_exact": run_level / exact,
@@ -217,30 +279,29 @@ def per_step_audit(key, spec: PerStepSpec, setting: run.Setting, estimate_inputs
           f"with probability >= {conf:g} over the per-step trials, if the {t} steps are "
           "i.i.d. copies of one step pair, the training is not (eps, delta)-DP for any eps "
           f"< {bnd.epsilon_lower:.6g} at delta = {delta:g}"),
+      "cpu_seconds": time.process_time() - cpu0,
   }
 
 
 def audit_claims(key, spec: PerStepSpec, setting_list, key_data, base_size: int, *,
-                 progress: bool = False) -> list[dict]:
+                 progress: bool = False, bar=None) -> list[dict]:
   """`per_step_audit` rows of every noisy claim, on the audit records of `key_data`.
 
   Claim i (of those with sigma > 0) is audited from fold_in(key, i), its runs on
-  `canaries.audit_data(key_data, base_size, unused_features=K)` (K = the spec's
-  canaries per run) with a logistic regression; `progress` shows a bar over runs.
+  `canaries.audit_data(key_data, base_size)` with a logistic regression; `progress`
+  shows a bar over runs (or `bar`, a tqdm bar the caller sized, is advanced).
   """
-  from dpjax import models  # pylint: disable=g-import-not-at-top
   from dpjax.data import canaries  # pylint: disable=g-import-not-at-top
   _validate.check_instance(spec, PerStepSpec, "spec")
-
-  def inputs(k):
-    data = canaries.audit_data(key_data, base_size, unused_features=k)
-    return data, models.logistic_regression(data.num_features)
-
+  data = canaries.audit_data(key_data, base_size)
+  model = models_lib.logistic_regression(data.num_features)
   noisy = [st for st in setting_list if st.sigma > 0]
-  est_in, bnd_in = inputs(spec.estimate_canaries), inputs(spec.bound_canaries)
-  with tqdm(total=len(noisy) * (spec.estimate_runs + spec.bound_runs), unit="run",
-            desc="per-step white-box audit", disable=not progress) as bar:
-    return [per_step_audit(jax.random.fold_in(key, si), spec, st, est_in, bnd_in, bar=bar)
+  if bar is not None:
+    return [per_step_audit(jax.random.fold_in(key, si), spec, st, data, model, bar=bar)
+            for si, st in enumerate(noisy)]
+  with tqdm(total=len(noisy) * spec.runs, unit="run", desc="per-step white-box audit",
+            disable=not progress) as own:
+    return [per_step_audit(jax.random.fold_in(key, si), spec, st, data, model, bar=own)
             for si, st in enumerate(noisy)]
 
 

@@ -249,8 +249,7 @@ def _program(model, optimizer, batch_size, num_epochs, has_init, has_val):
       acc = jnp.mean((models_lib.predict(model, params, val[0]) == val[1].astype(jnp.int32)
                       ).astype(jnp.float32))
       better = acc > best_acc
-      best_params = jax.tree.map(lambda new, old: jnp.where(better, new, old), params,
-                                 best_params)
+      best_params = jax.tree.map(lambda new, old: jnp.where(better, new, old), params, best_params)
       return (params, opt_state, best_params, jnp.where(better, acc, best_acc),
               jnp.where(better, ep, best_ep)), acc
 

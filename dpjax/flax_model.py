@@ -197,8 +197,7 @@ def _build(module, shape, num_outputs, l2) -> models_lib.Model:
   try:
     var_shapes = jax.eval_shape(init, jax.random.key(0))
   except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f"module.init failed on inputs of input_shape {shape}: {_describe(e)}"
-                     ) from e
+    raise ValueError(f"module.init failed on inputs of input_shape {shape}: {_describe(e)}") from e
   others = sorted(k for k in var_shapes if k != "params")
   if "batch_stats" in others:
     raise ValueError(
@@ -272,8 +271,7 @@ def _layer_kind(module) -> tuple[str | None, str]:
   if type(module) is nn.Dense:
     kind, custom = "dense", ("precision", "dot_general", "dot_general_cls")
   elif type(module) is nn.Conv:
-    kind, custom = "conv", ("precision", "conv_general_dilated", "conv_general_dilated_cls",
-                            "mask")
+    kind, custom = "conv", ("precision", "conv_general_dilated", "conv_general_dilated_cls", "mask")
     ks = module.kernel_size
     if not (isinstance(ks, Sequence) and tuple(ks) == (3, 3)):
       return None, f"its kernel_size is {ks!r}, not (3, 3)"

@@ -208,8 +208,7 @@ def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: floa
     _check_float_scale(b, "Laplace", epsilon, sensitivity)
     _warn_insecure("laplace_mechanism")
     return v + b * jax.random.laplace(key, v.shape, jnp.float32)
-  gamma = (laplace_grid(epsilon, sensitivity) if grid is None
-           else integer_noise.check_grid(grid))
+  gamma = (laplace_grid(epsilon, sensitivity) if grid is None else integer_noise.check_grid(grid))
   delta_grid = _validate.check_positive(sensitivity, "sensitivity") / gamma + max(1, v.size)
   noise = integer_noise.rounded_laplace(delta_grid / _validate.check_epsilon(epsilon))
   return _release_on_grid(key, v, gamma, noise)
@@ -408,8 +407,7 @@ def private_mean(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
     True
   """
   eps = _validate.check_epsilon(epsilon)
-  f = _validate.check_probability(count_fraction, "count_fraction", open_low=True,
-                                  open_high=True)
+  f = _validate.check_probability(count_fraction, "count_fraction", open_low=True, open_high=True)
   _validate.check_array(values, "values")
   v = jnp.asarray(values, jnp.float32)
   if v.ndim == 0 or v.shape[-1] == 0:
@@ -467,8 +465,7 @@ def grouped_rates(key: jax.Array, group_U: jax.typing.ArrayLike,
     ((2,), [False, False])
   """
   eps = _validate.check_epsilon(epsilon)
-  f = _validate.check_probability(count_fraction, "count_fraction", open_low=True,
-                                  open_high=True)
+  f = _validate.check_probability(count_fraction, "count_fraction", open_low=True, open_high=True)
   z = _validate.check_size(num_groups, "num_groups", bytes_per_unit=8)
   max_sd = _validate.check_positive(max_rate_sd, "max_rate_sd")
   g = _validate.check_array(group_U, "group_U", np.int32, ndim=1, min_size=1, low=0,

@@ -135,8 +135,7 @@ def _mlp_hidden(params, x):
 
 def avg_pool2(a_BxHxWxC: jax.Array) -> jax.Array:
   """2x2 average pooling, stride 2: [B, H, W, C] -> [B, H // 2, W // 2, C] (as in `cnn`)."""
-  a_BxHxWxC = _as_jax(_validate.check_array(a_BxHxWxC, "a_BxHxWxC", np.float32, ndim=4,
-                                            min_size=1))
+  a_BxHxWxC = _as_jax(_validate.check_array(a_BxHxWxC, "a_BxHxWxC", np.float32, ndim=4, min_size=1))
   b, h, w, c = a_BxHxWxC.shape
   a = a_BxHxWxC[:, : h // 2 * 2, : w // 2 * 2, :]
   return a.reshape(b, h // 2, 2, w // 2, 2, c).mean(axis=(2, 4))
@@ -162,8 +161,7 @@ def cnn(input_shape: Sequence[int] = (8, 8, 1), channels: Sequence[int] = (16, 3
   input_shape = _validate.check_sizes(input_shape, "input_shape")
   if len(input_shape) != 3:
     raise ValueError(f"input_shape must be (H, W, C), got {input_shape!r}")
-  _validate.check_size(input_shape[0] * input_shape[1], "input_shape",
-                       units=input_shape[2] * 4)
+  _validate.check_size(input_shape[0] * input_shape[1], "input_shape", units=input_shape[2] * 4)
   channels = _validate.check_sizes(channels, "channels")
   for c_prev, c in zip((input_shape[2],) + channels[:-1], channels):
     _validate.check_size(c, "channels", units=9 * c_prev)
@@ -198,8 +196,7 @@ def _cnn(input_shape: tuple[int, int, int], channels: tuple[int, ...], k: int,
       conv.append({"w": wconv, "b": jnp.zeros((b,), jnp.float32)})
     return {"conv": conv, "dense": [_dense_init(keys[-1], flat, k)]}
 
-  return Model(init, _conv_net_apply(input_shape, lambda a, layer: a), l2, "cnn", k,
-               (h, w, c_in))
+  return Model(init, _conv_net_apply(input_shape, lambda a, layer: a), l2, "cnn", k, (h, w, c_in))
 
 
 def _conv_net_apply(input_shape: tuple[int, int, int], normalise):
@@ -238,8 +235,7 @@ def group_norm(a_BxHxWxC: jax.Array, gamma_C: jax.Array, beta_C: jax.Array,
     >>> round(float(z.mean()), 6), round(float(z.var()), 3)
     (0.0, 1.0)
   """
-  a = _as_jax(_validate.check_array(a_BxHxWxC, "a_BxHxWxC", np.float32, ndim=4,
-                                    min_size=1))
+  a = _as_jax(_validate.check_array(a_BxHxWxC, "a_BxHxWxC", np.float32, ndim=4, min_size=1))
   c = a.shape[-1]
   g = _validate.check_int(groups, "groups")
   if c % g:
@@ -289,8 +285,7 @@ def per_example_loss(model: Model, params: PyTree, x_BxF: jax.Array,
   plus the L2 term.
   """
   check_model(model)
-  x_BxF = _as_jax(_validate.check_array(x_BxF, "x_BxF", np.float32, ndim=(2, 3, 4),
-                                        min_size=1))
+  x_BxF = _as_jax(_validate.check_array(x_BxF, "x_BxF", np.float32, ndim=(2, 3, 4), min_size=1))
   y_B = _as_jax(_validate.check_labels(y_B, "y_B", model.num_outputs, ndim=1))
   if x_BxF.shape[0] != y_B.shape[0]:
     raise ValueError(f"x_BxF and y_B must have the same leading size, got {x_BxF.shape[0]} "

@@ -187,8 +187,7 @@ def train_many_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCon
   if fixed is not None:   # the records' bits have a model axis: this process's block
     kwargs["fixed_gradients"] = fixed._replace(keep_MxK=np.asarray(fixed.keep_MxK)[idx])
   kwargs["perf"] = dataclasses.replace(perf, model_sharding=model_sharding(model_mesh(local)))
-  out = dpsgd.train_many(keys[idx], x_NxF, y_N, np.asarray(keep_MxN)[idx], cfg, model,
-                         **kwargs)
+  out = dpsgd.train_many(keys[idx], x_NxF, y_N, np.asarray(keep_MxN)[idx], cfg, model, **kwargs)
   return gather_models(out, m) if gather else out
 
 
@@ -227,6 +226,5 @@ def train_batch_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCo
   rows = NamedSharding(mesh, PartitionSpec(BATCH_AXIS))
   x = jax.device_put(jnp.asarray(x_NxF, jnp.float32), rows)
   y = jax.device_put(jnp.asarray(y_N), rows)
-  keep = jax.device_put(jnp.asarray(keep_MxN), NamedSharding(mesh, PartitionSpec(None,
-                                                                                 BATCH_AXIS)))
+  keep = jax.device_put(jnp.asarray(keep_MxN), NamedSharding(mesh, PartitionSpec(None, BATCH_AXIS)))
   return dpsgd.train_many(key, x, y, keep, cfg, model, **kwargs)

@@ -279,8 +279,7 @@ def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarra
   if lq >= -math.log1p(math.exp(e)):
     return indep
   log_1mq = _log1mexp(lq)
-  log_t = np.logaddexp(log_1mq + (lam - 1.0) * (log_1mq - _log1mexp(e + lq)),
-                       lq + (lam - 1.0) * e)
+  log_t = np.logaddexp(log_1mq + (lam - 1.0) * (log_1mq - _log1mexp(e + lq)), lq + (lam - 1.0) * e)
   return np.minimum(indep, log_t / (lam - 1.0))
 
 

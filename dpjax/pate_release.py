@@ -365,8 +365,7 @@ def _cost_and_ls(v, m, ans, sigma, t, st, order) -> tuple[float, np.ndarray]:
     ls += local_sensitivity_gnmax(va, sigma=sigma, order=order).sum(axis=0)
   if t is not None:
     f += float(_threshold_beta(v.max(axis=1), t, st, order).sum())
-    ls += local_sensitivity_threshold(v, threshold=t, sigma_threshold=st,
-                                      order=order).sum(axis=0)
+    ls += local_sensitivity_threshold(v, threshold=t, sigma_threshold=st, order=order).sum(axis=0)
   return f, ls
 
 

@@ -109,8 +109,7 @@ def split(key: jax.Array, num: int) -> jax.Array:
   words = _threefry_words(key)
   if words is None:
     return jax.random.split(key, num)
-  a, b = threefry2x32(*words, jnp.zeros((num,), jnp.uint32),
-                      jnp.arange(num, dtype=jnp.uint32))
+  a, b = threefry2x32(*words, jnp.zeros((num,), jnp.uint32), jnp.arange(num, dtype=jnp.uint32))
   return _wrap_like(key, jnp.stack([a, b], axis=1))
 
 
@@ -328,8 +327,7 @@ def standard_normals(keys: jax.Array, shapes) -> list[jax.Array]:
       None, bits, lambda i: _tail_blocks(*key_and_index(i.astype(jnp.uint32)))))
   out, start = [], 0
   for l, s in enumerate(shapes):
-    out.append(z[start:start + sizes[l]].reshape(s) if sizes[l] else
-               jnp.zeros(s, jnp.float32))
+    out.append(z[start:start + sizes[l]].reshape(s) if sizes[l] else jnp.zeros(s, jnp.float32))
     start += sizes[l]
   return out
 

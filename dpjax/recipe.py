@@ -214,8 +214,7 @@ def center_on_public(x_public_PxF: jax.typing.ArrayLike,
     ...                  jnp.array([[1.0, 1.0]])).tolist()
     [[0.0, -2.0]]
   """
-  pub = _validate.check_array(x_public_PxF, "x_public_PxF", np.float32, ndim=(2, 4),
-                              min_size=1)
+  pub = _validate.check_array(x_public_PxF, "x_public_PxF", np.float32, ndim=(2, 4), min_size=1)
   x = _validate.check_array(x_NxF, "x_NxF", np.float32, ndim=pub.ndim, min_size=1)
   if x.shape[1:] != pub.shape[1:]:
     raise ValueError(f"x_NxF has rows of shape {x.shape[1:]}, x_public_PxF "

@@ -77,8 +77,7 @@ __all__ = [
     "private_statistics", "epsilon_of_release", "predict", "rmse",
 ]
 
-STATISTICS = ("global_sum", "global_count", "item_sums", "item_counts", "covariance",
-              "weights")
+STATISTICS = ("global_sum", "global_count", "item_sums", "item_counts", "covariance", "weights")
 PRIVACY_UNITS = ("rating", "user")
 # Fractions of epsilon per statistic, in the order of STATISTICS.
 DEFAULT_SPLIT = (0.02, 0.02, 0.13, 0.13, 0.4, 0.3)
@@ -241,8 +240,7 @@ def _check_split(split) -> tuple[float, ...]:
   if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):
     raise ValueError(f"split must be {len(STATISTICS)} fractions > 0 summing to 1, got "
                      f"{split!r}")
-  arr = _validate.check_array(split, "split", shape=(len(STATISTICS),), low=0.0,
-                              open_low=True)
+  arr = _validate.check_array(split, "split", shape=(len(STATISTICS),), low=0.0, open_low=True)
   if abs(float(arr.sum()) - 1.0) > 1e-9:
     raise ValueError(f"split must sum to 1, got {float(arr.sum()):.6g}")
   return tuple(float(v) for v in arr)
@@ -374,8 +372,7 @@ def epsilon_of_release(noise_scales: dict, sensitivities_by_statistic: dict) -> 
   total = []
   for s in STATISTICS:
     scale = _validate.check_nonnegative(noise_scales[s], "noise_scales")
-    sens = _validate.check_positive(sensitivities_by_statistic[s],
-                                    "sensitivities_by_statistic")
+    sens = _validate.check_positive(sensitivities_by_statistic[s], "sensitivities_by_statistic")
     total.append(math.inf if scale == 0.0 else sens / scale)
   return math.fsum(total)
 

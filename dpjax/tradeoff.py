@@ -211,14 +211,12 @@ def pld_tpr_bound(privacy_loss, fpr_F, max_epsilon: float) -> np.ndarray:
           and callable(getattr(privacy_loss, "rounding_noise", None))):
     raise TypeError("privacy_loss must have delta(eps) and rounding_noise(eps) methods "
                     f"(e.g. a PrivacyLossDistribution), got {privacy_loss!r:.80}")
-  f = _validate.check_array(np.atleast_1d(fpr_F), "fpr_F", ndim=1, low=0.0, high=1.0,
-                            min_size=1)
+  f = _validate.check_array(np.atleast_1d(fpr_F), "fpr_F", ndim=1, low=0.0, high=1.0, min_size=1)
   max_epsilon = _validate.check_epsilon(max_epsilon, "max_epsilon")
   eps = np.linspace(0.0, max_epsilon, _PROFILE_EPS_POINTS)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
-    dlt = np.array([min(1.0, privacy_loss.delta(e) + privacy_loss.rounding_noise(e))
-                    for e in eps])
+    dlt = np.array([min(1.0, privacy_loss.delta(e) + privacy_loss.rounding_noise(e)) for e in eps])
   a = dlt[None, :] + np.exp(eps)[None, :] * f[:, None]
   b = 1.0 - np.exp(-eps)[None, :] * (1.0 - dlt[None, :] - f[:, None])
   return np.clip(np.minimum(a, b).min(axis=1), f, 1.0)

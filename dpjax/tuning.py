@@ -201,8 +201,7 @@ def repeat_and_select(key: jax.Array,
     raise ValueError(f"base_fn must return finite scores float[R] (R = {k} runs), got "
                      f"shape {s.shape}")
   best = int(np.argmax(s))
-  return TuningResult(int(cands[best]), float(s[best]),
-                      jax.tree.map(lambda a: a[best], outputs))
+  return TuningResult(int(cands[best]), float(s[best]), jax.tree.map(lambda a: a[best], outputs))
 
 
 @_validate.names_extreme_arguments

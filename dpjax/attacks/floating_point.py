@@ -172,8 +172,7 @@ def gaussian_update_reachable(observed: jax.typing.ArrayLike,
   o = _float32_values(observed, "observed")
   s = np.broadcast_to(_float32_values(sum_without, "sum_without"), o.shape)
   std = np.float32(_validate.check_nonnegative(noise_stddev, "noise_stddev"))
-  beta = np.float32(1.0 / _validate.check_positive(expected_batch_size,
-                                                    "expected_batch_size"))
+  beta = np.float32(1.0 / _validate.check_positive(expected_batch_size, "expected_batch_size"))
   if std == 0:
     return beta * (s + np.float32(0.0)) == o
   z = normal_body_atoms()
@@ -230,15 +229,13 @@ def grid_reachable(observed: jax.typing.ArrayLike, center_units: jax.typing.Arra
   integer within 2 of o / (beta gamma) is replayed exactly.
   """
   o = _float32_values(observed, "observed").astype(np.float64)
-  k = np.broadcast_to(_validate.check_array(center_units, "center_units", integer=True),
-                      o.shape)
+  k = np.broadcast_to(_validate.check_array(center_units, "center_units", integer=True), o.shape)
   g = _validate.check_positive(grid, "grid")
   if max_abs is not None:
     max_abs = _validate.check_int(max_abs, "max_abs", minimum=0)
   beta = np.float32(1.0)
   if expected_batch_size is not None:
-    beta = np.float32(1.0 / _validate.check_positive(expected_batch_size,
-                                                     "expected_batch_size"))
+    beta = np.float32(1.0 / _validate.check_positive(expected_batch_size, "expected_batch_size"))
   base = np.rint(o / (float(beta) * g))
   ok = np.zeros(o.shape, bool)
   for d in (-2.0, -1.0, 0.0, 1.0, 2.0):

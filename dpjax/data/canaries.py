@@ -41,8 +41,7 @@ def audit_data(key: jax.Array, base_size: int = 150, unused_features: int = 1) -
   depend on `unused_features` (K).
   """
   base_size = _validate.check_size(base_size, "base_size", units=credit.NUM_FEATURES + 2)
-  unused_features = _validate.check_size(unused_features, "unused_features",
-                                         units=base_size + 1)
+  unused_features = _validate.check_size(unused_features, "unused_features", units=base_size + 1)
   k_pub, k_base = jax.random.split(key)
   scaler = credit.PublicScaler.fit(credit.sample(k_pub, _PUBLIC_SAMPLE).x_NxF)
   base = credit.sample(k_base, base_size)

@@ -273,8 +273,7 @@ def _draw_block(key, minority_share, log_shares_Z, zip_shift_Z, lo, hi):
                 axis=2).astype(jnp.float32)
   p = jax.nn.sigmoid(true_logit(jnp.reshape(x, (u * hi, NUM_FEATURES)))).reshape(u, hi)
   y = (unif[:, 10:] < p).astype(jnp.int32)
-  return (loans_U.astype(jnp.int32), zip_U.astype(jnp.int32), x, y,
-          p.astype(jnp.float32))
+  return (loans_U.astype(jnp.int32), zip_U.astype(jnp.int32), x, y, p.astype(jnp.float32))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,8 +288,7 @@ class PublicScaler:
 
   def __post_init__(self):
     mean = _validate.check_array(self.mean_F, "mean_F", shape=(NUM_FEATURES,))
-    std = _validate.check_array(self.std_F, "std_F", shape=(NUM_FEATURES,), low=0.0,
-                                open_low=True)
+    std = _validate.check_array(self.std_F, "std_F", shape=(NUM_FEATURES,), low=0.0, open_low=True)
     rms = _validate.check_array(self.cubic_rms_D, "cubic_rms_D", shape=(CUBIC_DIM,),
                                 low=0.0, open_low=True)
     for name, values in (("mean_F", mean), ("std_F", std), ("cubic_rms_D", rms)):

@@ -314,20 +314,16 @@ def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
                                   aggregator)
   indep = np.zeros_like(lam)
   dep = np.zeros_like(lam)
-  if aggregator == "gnmax":
-    per_ind = gnmax_rdp_data_independent(sigma, lam)
-  else:
-    per_ind = lnmax_rdp_data_independent(sigma, lam)
+  gn = aggregator == "gnmax"
+  per_ind = (gnmax_rdp_data_independent if gn else lnmax_rdp_data_independent)(sigma, lam)
+  per_dep = gnmax_rdp_data_dependent if gn else lnmax_rdp_data_dependent
   for q in range(v.shape[0]):
     if threshold is not None:
       indep += threshold_rdp_data_independent(sigma_threshold, lam)
       dep += threshold_rdp_data_dependent(v[q], threshold, sigma_threshold, lam)
     if ans[q]:
       indep += per_ind
-      if aggregator == "gnmax":
-        dep += gnmax_rdp_data_dependent(v[q], sigma, lam)
-      else:
-        dep += lnmax_rdp_data_dependent(v[q], sigma, lam)
+      dep += per_dep(v[q], sigma, lam)
   return PateRdp(lam, indep, dep, int(ans.sum()))
 
 

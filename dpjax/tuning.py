@@ -245,12 +245,10 @@ def dpsgd_runs(keys_R: jax.Array, candidates_R, x_NxF, y_N, cfgs: Sequence[dpsgd
   cfgs = tuple(cfgs)
   if not cfgs or not all(isinstance(c, dpsgd.DpSgdConfig) for c in cfgs):
     raise ValueError("cfgs must be a non-empty sequence of DpSgdConfig")
-  ref = cfgs[0]
+  curve = lambda c: (c.noise_multiplier, c.sampling_prob, c.num_steps, c.dataset_size,  # noqa: E731
+                     c.privacy_unit)
   for j, cf in enumerate(cfgs):
-    same = (cf.noise_multiplier == ref.noise_multiplier and cf.sampling_prob == ref.sampling_prob
-            and cf.num_steps == ref.num_steps and cf.dataset_size == ref.dataset_size
-            and cf.privacy_unit == ref.privacy_unit)
-    if not same:
+    if curve(cf) != curve(cfgs[0]):
       raise ValueError(f"cfgs[{j}] has a different privacy curve from cfgs[0] (sigma, q, T, "
                        "dataset_size and privacy_unit must agree)")
   cand = _validate.check_array(candidates_R, "candidates_R", np.int64, ndim=1,

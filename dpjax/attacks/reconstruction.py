@@ -142,8 +142,6 @@ def lp_decode(queries_QxN, answers_Q) -> np.ndarray:
   """
   a = np.asarray(_check_queries(queries_QxN), np.float64)
   b = _validate.check_array(answers_Q, "answers_Q", shape=(a.shape[0],))
-  if a.ndim != 2 or b.shape != (a.shape[0],):
-    raise ValueError(f"queries_QxN [Q, N] and answers_Q [Q] disagree: {a.shape}, {b.shape}")
   q, n = a.shape
   eye = np.eye(q)
   # Variables z = [x (n), t (q)]; A_ub z <= b_ub encodes Qx - t <= b and -Qx - t <= -b.

@@ -114,9 +114,9 @@ def confident_gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, *, threshol
                     sigma_threshold: float, sigma: float) -> tuple[jax.Array, jax.Array]:
   """Confident-GNMax (Papernot et al. 2018, Alg. 1): answer only confident queries.
 
-  Answered when max_c n_c + N(0, sigma_threshold^2) >= threshold. Returns (labels int32[Q]
-  from GNMax on every query, answered bool[Q]). Every query pays the check, answered ones
-  also GNMax (`pate_rdp`).
+  Answered when max_c n_c + N(0, sigma_threshold^2) >= threshold. Returns (labels int32[Q],
+  GNMax on every query: use only where answered; answered bool[Q]). Every query pays the
+  check, answered ones also GNMax (`pate_rdp`).
   """
   t = _validate.check_finite(threshold, "threshold")
   st = _validate.check_positive(sigma_threshold, "sigma_threshold")

@@ -30,10 +30,8 @@ costs `gnss_rdp(beta, sigma_ss, lambda)` and is below f(D) with probability Phi(
 Labels, answered mask and R then cost at most R + gnss_rdp at lambda, except with that
 probability.
 
-With `answered_Q`, only answered queries are charged GNMax (the paper's accounting); that
-charge depends on the realised mask and can be below the exact divergence (votes (16, 14),
-T = 16, sigma_t = 4, sigma = 1: exact 0.73 at order 2, charged 0.06). `answered_Q=None`
-with a threshold charges every query both steps, a bound on the exact divergence.
+Charging GNMax on answered queries only (`answered_Q`, the paper's accounting) can be below
+the exact divergence (`pate.pate_rdp`'s Warning); `answered_Q=None` charges both steps.
 
 (lambda, beta, sigma_ss, k) must not depend on the private votes; `plan_release` picks
 them from PUBLIC proxy votes.

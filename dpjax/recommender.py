@@ -31,8 +31,7 @@ under another sensitivity table.
 Per-user step: b_u = sum_i (r_ui - MAvg_i) / (m_u + beta_u); q_i = rows of the top
 `rank` eigenvectors of C times sqrt(eigenvalue); p_u minimises sum_i (r_ui - MAvg_i - b_u
 - <q_i, p>)^2 + ridge |p|^2; prediction clip(MAvg_i + b_u + <q_i, p_u>, lower, upper).
-Unlike the paper: the covariance is of item-centred ratings only (per-user centring would
-break the rating-level bound), and the per-user step factorises C (no kNN).
+Unlike the paper: item-centred covariance only, and the per-user step factorises C (no kNN).
 
 Warning: float32 Laplace noise (the idealised mechanism), not defended against Mironov's
 (2012) lattice attack (the grid defence would multiply the noise on I (I + 1) / 2

@@ -346,10 +346,6 @@ def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.
   Record i is in iff a w-bit uniform integer (w = `mask_bit_width(q)`) is < floor(q 2^w):
   probability in (q - 2^-w, q]. The integers are `random_bits(key, N)` (w = 32), or the
   high then low halves of `random_bits(key, ceil(N / 2))` (w = 16).
-
-  Examples:
-    >>> poisson_mask(jax.random.key(0), 1.0, 3)
-    Array([ True,  True,  True], dtype=bool)
   """
   num_records = _validate.check_size(num_records, "num_records")
   sampling_prob = _validate.check_sampling_prob(sampling_prob)

@@ -45,10 +45,6 @@ def dp_tpr_bound(fpr_F, epsilon: float, delta: float = 0.0):
 
   min(1, e^eps FPR + delta, 1 - e^-eps (1 - FPR - delta)); eps = inf: no constraint.
   Kairouz, Oh & Viswanath 2015, https://arxiv.org/abs/1311.0776, Thm 2.1.
-
-  Examples:
-    >>> round(dp_tpr_bound(0.01, 2.0, 1e-5), 3)
-    0.074
   """
   f = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
   eps = _validate.check_epsilon(epsilon, allow_zero=True, allow_inf=True)

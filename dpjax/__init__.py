@@ -25,8 +25,8 @@ run on the host (NumPy/SciPy); mechanisms, training and scoring run in JAX.
     audit         eps lower bounds from scores, canary audits, broken DP-SGD variants
     tradeoff      f-DP trade-off curves and the membership-inference region
     metrics       ROC, AUC, TPR at fixed FPR
-  Other: data (credit world, digits, canaries), fitting (non-private reference fits),
-    pate, pate_release, recommender, tuning (private hyperparameter tuning).
+  Other: data (credit world, digits, ratings, canaries), fitting (non-private reference
+    fits), pate, pate_release, recommender, tuning (private hyperparameter tuning).
 
 Examples:
   >>> import dpjax
@@ -40,11 +40,9 @@ __version__ = "0.1.0"
 
 __all__ = (
     "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "flax_model",
-    "integer_noise", "matrix_factorization",
-    "mechanisms",
-    "metrics", "models", "parallel", "pate", "pate_release", "privatizer", "prng", "recipe",
-    "recommender", "sampling", "selection",
-    "tradeoff", "tuning",
+    "integer_noise", "matrix_factorization", "mechanisms", "metrics", "models", "parallel",
+    "pate", "pate_release", "privatizer", "prng", "recipe", "recommender", "sampling",
+    "selection", "tradeoff", "tuning",
 )
 
 

@@ -1,17 +1,13 @@
 """Non-private reference fits: the one gradient trainer; Newton for logistic regression.
 
-Baselines, PATE teachers and students, public pre-training and exact target models;
+For baselines, PATE teachers and students, public pre-training and exact target models;
 nothing here is private. `train_nonprivate` trains M models of any `models.Model` with
-an optax optimizer (full batch or shuffled minibatches, optional selection of the best
-epoch on validation data). The Newton fitters give the exact optimum of logistic
-regression; both minimise, for labels y_i in {0, 1} (an intercept column is penalised
-like any weight),
+an optax optimizer. The Newton fitters minimise, for y_i in {0, 1} (intercept penalised),
 
     L(w) = (1/N) sum_i [log(1 + exp(x_i . w)) - y_i x_i . w] + (l2 / 2) ||w||^2
 
-from w = 0 with p_i = sigmoid(x_i . w):
-
-    g = X^T (p - y) / N + l2 w,   H = X^T diag(p (1 - p)) X / N + l2 I,   w <- w - H^{-1} g.
+from w = 0, p_i = sigmoid(x_i . w):
+g = X^T (p - y) / N + l2 w,  H = X^T diag(p (1 - p)) X / N + l2 I,  w <- w - H^{-1} g.
 
 Shape letters: N records, D features (F for any model's input), M models, P records
 per model (padded), E epochs.
@@ -52,8 +48,7 @@ def fit_logistic(x_NxD: np.typing.ArrayLike, y_N: np.typing.ArrayLike, *, l2: fl
                  num_iters: int = 50, tol: Optional[float] = None) -> np.ndarray:
   """Regularised logistic regression w float64[D] by Newton's method, on the host.
 
-  At most num_iters steps; with tol (> 0), stop after the first step whose largest
-  |coordinate| < tol.
+  At most num_iters steps; with tol > 0, stop after the first step with max |step| < tol.
 
   Examples:
     >>> # Intercept only, no ridge: w = logit(mean of y) = log(3).
@@ -83,10 +78,10 @@ def fit_logistic(x_NxD: np.typing.ArrayLike, y_N: np.typing.ArrayLike, *, l2: fl
 def fit_logistic_many(x_NxD: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
                       keep_MxN: jax.typing.ArrayLike, *, l2: float, num_iters: int = 40,
                       max_step_norm: Optional[float] = None) -> jax.Array:
-  """M regularised logistic regressions w float32[M, D], model m on keep_MxN[m]'s records.
+  """M logistic regressions w float32[M, D], model m on keep_MxN[m]'s records.
 
-  Every model takes `num_iters` Newton steps (float32, vmapped); each row of keep_MxN
-  keeps a record; with max_step_norm (> 0), longer steps are scaled to that L2 norm.
+  `num_iters` Newton steps each (float32, vmapped); steps longer than max_step_norm (if
+  given) are scaled to it.
 
   Examples:
     >>> x = jnp.array([[1.0, 0.0], [1.0, 1.0], [1.0, 2.0], [1.0, 3.0]])
@@ -132,13 +127,9 @@ def fit_logistic_many(x_NxD: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
 
 
 class NonPrivateResult(NamedTuple):
-  """Output of `train_nonprivate`.
-
-  Attributes:
-    params: pytree with leaves [M, ...]: each model's parameters at its best validation
-      epoch, or after the last epoch without validation data.
-    val_accuracy_ME: float32[M, E], validation accuracy after each epoch (None without).
-    best_epoch_M: int32[M], the (0-based) epoch whose parameters were kept (None without).
+  """Output of `train_nonprivate`: params (leaves [M, ...], at the best validation epoch or
+  the last), val_accuracy_ME float32[M, E] and best_epoch_M int32[M] (None without
+  validation data).
   """
   params: PyTree
   val_accuracy_ME: Optional[jax.Array]
@@ -154,17 +145,14 @@ def train_nonprivate(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typin
                      y_val_N: Optional[jax.typing.ArrayLike] = None) -> NonPrivateResult:
   """Ordinary (non-private) training of M models at once: vmap over models, scan over steps.
 
-  Model m sees the records with keep_MxN[m] (default: all N, M = num_models), padded
-  to P = pad_to (default the largest subset; equal P lets calls share one program) with
-  weight-0 slots, and minimises the mean `models.per_example_loss` of its records:
-  the loss of a batch is sum_b w_b l_b / max(sum_b w_b, 1). An epoch is one full-batch
-  step (batch_size None) or floor(P / batch_size) minibatches of a fresh random order of
-  the P slots. Model m's key k_m = split(key, M)[m] is its k_init in full batch, and
-  (k_init, k_order) = split(k_m) with minibatches: it starts from model.init(k_init),
-  or from init_params[m] (leaves [M, ...]) if given, and epoch e's order is
-  permutation(fold_in(k_order, e), P). With validation data (x_val_NxF,
-  y_val_N, PUBLIC or held out) the first epoch with the best validation accuracy is
-  kept. Pass the same optimizer object to reuse the compiled program.
+  Model m sees the records with keep_MxN[m] (default all, M = num_models), padded to P =
+  pad_to (default the largest subset; equal P shares one program) with weight-0 slots, and
+  minimises sum_b w_b l_b / max(sum_b w_b, 1) of `models.per_example_loss`. An epoch is one
+  full-batch step (batch_size None) or floor(P / batch_size) minibatches of a fresh order.
+  Keys: k_m = split(key, M)[m] is k_init in full batch, else (k_init, k_order) = split(k_m);
+  init from model.init(k_init) or init_params[m]; epoch e's order permutation(fold_in(
+  k_order, e), P). With validation data (PUBLIC or held out) the first best epoch is kept.
+  Pass the same optimizer object to reuse the compiled program.
 
   Examples:
     >>> x = jax.random.normal(jax.random.key(0), (40, 2))
@@ -261,8 +249,7 @@ def _program(model, optimizer, batch_size, num_epochs, has_init, has_val):
       acc = jnp.mean((models_lib.predict(model, params, val[0]) == val[1].astype(jnp.int32)
                       ).astype(jnp.float32))
       better = acc > best_acc
-      best_params = jax.tree.map(lambda new, old: jnp.where(better, new, old), params,
-                                 best_params)
+      best_params = jax.tree.map(lambda new, old: jnp.where(better, new, old), params, best_params)
       return (params, opt_state, best_params, jnp.where(better, acc, best_acc),
               jnp.where(better, ep, best_ep)), acc
 

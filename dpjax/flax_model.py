@@ -1,35 +1,22 @@
 """Flax (linen) modules as dpjax models, with the clipping back-end chosen automatically.
 
-`from_flax(module, input_shape)` wraps a `flax.linen.Module` as a `models.Model`:
-
   model = from_flax(module, (8, 8, 1))
-  variables = model.init(key)            # {"params": ...}, module.init on a [1, 8, 8, 1] batch
-  logits_BxK = model.apply(variables, x)  # module.apply(variables, x reshaped to [B, 8, 8, 1])
+  variables = model.init(key)             # {"params": ...}: module.init on a [1, 8, 8, 1] batch
+  logits_BxK = model.apply(variables, x)  # module.apply on x reshaped to [B, 8, 8, 1]
 
-`dpsgd.train_many` converts a linen module itself; its `TrainResult.params` are linen
-variables with a leading model axis. Outputs and losses follow `dpjax.models`.
+`dpsgd.train_many` converts a linen module itself. Ghost clipping (`clipping.ghost`) is
+used when, checked on abstract shapes at build time: (1) every parameter is the kernel or
+bias of an `nn.Dense` (exactly) or a 3x3, stride 1, SAME, undilated, ungrouped, unmasked
+`nn.Conv`, with a bias, float32 parameters and computation, default precision,
+dot_general / conv and dtype promotion; (2) each such layer is called once per forward
+pass with one positional input whose leading axis is the batch; (3) no parameter is read
+elsewhere (checked on the jaxpr). Parameter-free computation in between is allowed.
+Otherwise the generic vmap(grad) path; `ghost_fallback_reason(model)` says why.
 
-Clipping: ghost clipping (`dpjax.clipping.ghost`) when the module passes this rule,
-checked on abstract shapes when the model is built:
-
-  1. every parameter is the kernel or bias of an `nn.Dense` (exactly that class) or
-     of an `nn.Conv` with a 3x3 kernel, stride 1, SAME padding, no dilation, one
-     feature group and no mask; both with a bias, float32 parameters and
-     computation, default precision, dot_general / conv_general_dilated and dtype
-     promotion;
-  2. each such layer is called exactly once per forward pass, with one positional
-     input whose leading axis is the batch (a Dense may see [B, ..., I]);
-  3. no parameter is read anywhere else in the forward pass (checked on its jaxpr).
-
-Parameter-free computation in between is allowed. Every other module gets the
-generic vmap(grad) path; `ghost_fallback_reason(model)` says why.
-
-Contract: the module must compute each example's output from that example alone.
-Refused when built: collections other than "params" (BatchNorm's "batch_stats" mixes
-the examples of a batch, so clipping would not bound one example's influence: use
-GroupNorm or LayerNorm), and modules that need a random stream at apply time
-(Dropout with deterministic=False). `from_flax` is memoised; flax is imported only
-when a module is converted.
+Contract: each example's output depends on that example alone. Refused: collections
+other than "params" (BatchNorm mixes a batch's examples: use GroupNorm or LayerNorm) and
+random streams at apply time (Dropout with deterministic=False). Memoised; flax is
+imported only when a module is converted.
 
 Shape letters: B examples, F flat input features, K outputs, I / O a layer's inputs /
 outputs, P positions.
@@ -93,20 +80,12 @@ def is_flax_module(obj: Any) -> bool:
 
 def from_flax(module: Any, input_shape: Sequence[int], *, num_outputs: int | None = None,
               l2: float = 0.0) -> models_lib.Model:
-  """A `models.Model` (kind "flax") that computes a linen module's logits.
+  """A `models.Model` (kind "flax") computing an unbound linen module's logits [B, K] or [B].
 
-  Args:
-    module: an unbound linen Module instance mapping [B, *input_shape] to logits
-      [B, K] or [B]; float32 "params" only, no random stream.
-    input_shape: one example's shape, e.g. (8, 8, 1).
-    num_outputs: K, checked against the output width if given.
-    l2: coefficient >= 0 of the per-example penalty 0.5 * l2 * ||params||^2.
-  Returns:
-    Model(init, apply, l2, "flax", K, input_shape); init(key) = module.init(key, zeros
-    [1, *input_shape]) as a dict, apply(variables, x_BxF) float32 [B, K].
-  Raises:
-    TypeError: not an unbound linen Module instance.
-    ValueError: bad arguments, or a module the module docstring's contract refuses.
+  init(key) = module.init(key, zeros [1, *input_shape]) as a dict; apply(variables,
+  x_BxF) float32 [B, K]. num_outputs: K, checked if given; l2: per-example penalty
+  0.5 * l2 * ||params||^2. TypeError if not an unbound linen Module instance; ValueError
+  on bad arguments or a module the contract refuses.
 
   Examples:
     >>> import flax.linen as nn
@@ -129,13 +108,7 @@ def from_flax(module: Any, input_shape: Sequence[int], *, num_outputs: int | Non
 
 
 def ghost_fallback_reason(model: models_lib.Model) -> str | None:
-  """Why a `from_flax` model does not get ghost clipping (naming the layer); None when it does.
-
-  Examples:
-    >>> import flax.linen as nn
-    >>> ghost_fallback_reason(from_flax(nn.Dense(2), (3,))) is None
-    True
-  """
+  """Why a `from_flax` model does not get ghost clipping (naming the layer); None when it does."""
   models_lib.check_model(model)
   if not isinstance(model.apply, _FlaxApply) or model.kind != _KIND:
     raise ValueError(f"model must be a Model built by from_flax (kind {_KIND!r}), got kind "
@@ -224,8 +197,7 @@ def _build(module, shape, num_outputs, l2) -> models_lib.Model:
   try:
     var_shapes = jax.eval_shape(init, jax.random.key(0))
   except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f"module.init failed on inputs of input_shape {shape}: {_describe(e)}"
-                     ) from e
+    raise ValueError(f"module.init failed on inputs of input_shape {shape}: {_describe(e)}") from e
   others = sorted(k for k in var_shapes if k != "params")
   if "batch_stats" in others:
     raise ValueError(
@@ -299,8 +271,7 @@ def _layer_kind(module) -> tuple[str | None, str]:
   if type(module) is nn.Dense:
     kind, custom = "dense", ("precision", "dot_general", "dot_general_cls")
   elif type(module) is nn.Conv:
-    kind, custom = "conv", ("precision", "conv_general_dilated", "conv_general_dilated_cls",
-                            "mask")
+    kind, custom = "conv", ("precision", "conv_general_dilated", "conv_general_dilated_cls", "mask")
     ks = module.kernel_size
     if not (isinstance(ks, Sequence) and tuple(ks) == (3, 3)):
       return None, f"its kernel_size is {ks!r}, not (3, 3)"
@@ -408,8 +379,7 @@ def _plan(module, shape, var_shapes) -> _Plan:
   own_vars = set(jaxpr.invars[:n_own])
   used = any(v in own_vars for eqn in jaxpr.eqns for v in eqn.invars
              if not isinstance(v, jcore.Literal)) or any(
-                 v in own_vars for v in jaxpr.outvars if not isinstance(
-                     v, jcore.Literal))
+                 v in own_vars for v in jaxpr.outvars if not isinstance(v, jcore.Literal))
   if used:
     return _Plan((), "a parameter is read outside its layer's call (tied or reused weights)")
   # The full ghost computation must trace (catches layers inside lifted transforms).
@@ -428,8 +398,8 @@ def _plan(module, shape, var_shapes) -> _Plan:
 
 
 def _ghost_forward(module, shape, layers, index, variables, x, probes, applied=None):
-  """Logits and one ghost record per layer, each computed by us from `variables`
-  (`applied`, for the rule-3 check, is what the module itself is applied with).
+  """Logits and one ghost record per layer, computed from `variables` (`applied`, for the
+  rule-3 check, is what the module itself is applied with).
   """
   recs = [None] * len(layers)
   nn = _linen()
@@ -483,8 +453,8 @@ def _ghost_fn(module, shape, layers, l2, num_outputs):
   def fn(variables, x_BxF, y_B, weights_B, l2_clip_norm):
     _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=max(num_outputs, 2))
     _validate.check_clip_norm(l2_clip_norm)
-    return ghost.ghost_clipped_sum(
-        forward, variables, ghost.check_input_size(x_BxF, shape), y_B, weights_B, l2_clip_norm, l2, "auto", unflatten)
+    return ghost.ghost_clipped_sum(forward, variables, ghost.check_input_size(x_BxF, shape),
+                                   y_B, weights_B, l2_clip_norm, l2, "auto", unflatten)
 
   return fn
 

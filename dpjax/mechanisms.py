@@ -1,19 +1,17 @@
 """The classic differential-privacy mechanisms, as pure functions of a `jax.random` key.
 
-Randomized response, Laplace, Gaussian, clipped sums, counts, means and per-group
-rates (lecture §3). Neighbours differ by adding or removing one record, except for
-randomized response (one bit replaced).
+Randomized response, Laplace, Gaussian, clipped sums, counts, means and per-group rates
+(lecture §3). Neighbours differ by adding or removing one record (randomized response:
+one bit replaced).
 
-Floating point: the exact bits of a float32 value + noise reveal which inputs were
-possible (Mironov 2012). The additive mechanisms therefore snap the value to a
-power-of-two grid gamma and add integer noise drawn exactly (`dpjax.integer_noise`),
-calibrated to the sensitivity inflated by the snapping: post-processing of the
-continuous mechanism, up to the table's delta (`accounting.sampler_delta`, < 1e-20).
-`secure=False` keeps float noise, with an `InsecureNoiseWarning`. Private selection
-(exponential mechanism, report noisy max) is `dpjax.selection`.
+Floating point: the exact bits of float32 value + noise reveal which inputs were possible
+(Mironov 2012). The additive mechanisms snap the value to a power-of-two grid gamma and
+add integer noise drawn exactly (`dpjax.integer_noise`), calibrated to the sensitivity
+inflated by the snapping: post-processing of the continuous mechanism, up to the table's
+delta (`accounting.sampler_delta`, < 1e-20). `secure=False` keeps float noise, with an
+`InsecureNoiseWarning`. Private selection is `dpjax.selection`.
 
-Shape letters: N records, K repetitions, U privacy units (people),
-Z groups; `...` any leading shape.
+Shape letters: N records, K repetitions, U privacy units (people), Z groups; `...` any.
 
 Examples:
   >>> import jax
@@ -76,13 +74,12 @@ def rr_truth_prob(epsilon: float) -> float:
 
 def randomized_response(key: jax.Array, bits: jax.typing.ArrayLike,
                         epsilon: float) -> jax.Array:
-  """Each person reports their 0/1 bit with probability p = e^eps/(1+e^eps), else flips it.
+  """Each 0/1 bit reported truthfully with probability p = e^eps/(1+e^eps), else flipped.
 
-  int32[...] reports, each eps-DP with respect to its own bit (local DP).
+  int32[...] reports, each eps-DP for its own bit (local DP).
 
   Examples:
-    >>> r = randomized_response(jax.random.key(0), jnp.ones(4, jnp.int32), 50.0)
-    >>> r.tolist()
+    >>> randomized_response(jax.random.key(0), jnp.ones(4, jnp.int32), 50.0).tolist()
     [1, 1, 1, 1]
   """
   _validate.check_binary(bits, "bits")
@@ -103,10 +100,9 @@ def rr_lie_threshold(epsilon: float) -> np.float32:
 
 def rr_estimate_rate(reports: jax.typing.ArrayLike, epsilon: float,
                      axis: int = -1) -> jax.Array:
-  """Unbiased estimate of the true rate: pi_hat = (lambda_hat - (1 - p)) / (2p - 1).
+  """Unbiased rate estimate from 0/1 reports [..., N] along `axis`: float32[...], unclipped.
 
-  reports: 0/1 [..., N], people along `axis`. Returns float32[...], not clipped to
-  [0, 1] (so that it stays unbiased).
+  pi_hat = (lambda_hat - (1 - p)) / (2p - 1) (2p - 1 = tanh(eps / 2) for small eps).
 
   Examples:
     >>> round(float(rr_estimate_rate(jnp.array([1, 0]), 1.0)), 4)   # lambda_hat = 1/2
@@ -136,10 +132,10 @@ def _rr_gap(eps: float) -> float:
 
 
 def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
-  """Exact standard deviation of `rr_estimate_rate` over n people.
+  """Exact sd of `rr_estimate_rate` over n people.
 
   rate=None (fixed bits, coins redrawn): sqrt(p (1 - p) / n) / (2p - 1); rate=r (bits
-  i.i.d. Bernoulli(r)): sqrt(lam (1 - lam) / n) / (2p - 1), lam = p r + (1 - p)(1 - r).
+  iid Bernoulli(r)): sqrt(lam (1 - lam) / n) / (2p - 1), lam = p r + (1 - p)(1 - r).
 
   Examples:
     >>> round(rr_estimate_std(10_000, 1.0), 5)
@@ -167,7 +163,7 @@ def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
 
 def rr_posterior(prior: jax.typing.ArrayLike, epsilon: float,
                  report: int = 1) -> np.ndarray | float:
-  """P[true bit = 1 | report]: the prior odds times e^eps (report 1) or e^-eps, float64.
+  """P[true bit = 1 | report]: prior odds times e^eps (report 1) or e^-eps; float64.
 
   Examples:
     >>> round(rr_posterior(0.548, 1.0), 3)
@@ -192,25 +188,17 @@ def laplace_scale(epsilon: float, sensitivity: float = 1.0) -> float:
 def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: float,
                       sensitivity: float = 1.0, *, grid: float | None = None,
                       secure: bool = True) -> jax.Array:
-  """Releases value + Laplace(Delta_1 / eps) noise, independently per entry, on a grid.
+  """Releases value + Laplace(Delta_1 / eps) per entry, on a grid: float32[...].
 
-  Defended (secure=True): with gamma = `grid` (default `laplace_grid`) and d =
-  value.size, the release is gamma (round(value / gamma) + X), X =
-  `integer_noise.rounded_laplace(b)`, b = (Delta_1 / gamma + d) / eps (rounding moves
-  each entry by < 1/2). `sensitivity` is the L1 sensitivity of the WHOLE array;
-  repeat a scalar release by vmapping over keys, not by passing d copies.
-
-  Args:
-    secure: False releases value + b * jax.random.laplace in float32: NOT DP
-      against an observer of the exact float output; a warning says so.
-  Returns:
-    float32[...] noisy answers.
-  Raises:
-    ValueError: naming `grid` if it is not a power of two, or `value` if a
-      concrete |value| / gamma plus the table's largest noise reaches 2^24.
+  secure=True: gamma (round(value / gamma) + X), gamma = `grid` (default `laplace_grid`),
+  X = `integer_noise.rounded_laplace(b)`, b = (Delta_1 / gamma + d) / eps, d = value.size.
+  `sensitivity` is the L1 sensitivity of the WHOLE array (repeat a scalar release by
+  vmapping over keys). ValueError for a non-power-of-two grid, or a value that with the
+  table's largest noise reaches 2^24 grid units.
+  secure=False: value + b * jax.random.laplace in float32, NOT DP against an observer of the
+  exact float output (warns).
   Privacy: eps-DP up to delta = `accounting.sampler_delta(eps, d, tail_mass=noise.tv)`
-    (< 1e-20 for tables of at most 2^22 entries); the float mode (secure=False) is
-    eps-DP only as an idealised real-valued mechanism (Dwork et al. 2006).
+  (< 1e-20 for tables of <= 2^22 entries) (Dwork et al. 2006).
   """
   _validate.check_array(value, "value")
   v = jnp.asarray(value, jnp.float32)
@@ -220,16 +208,15 @@ def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: floa
     _check_float_scale(b, "Laplace", epsilon, sensitivity)
     _warn_insecure("laplace_mechanism")
     return v + b * jax.random.laplace(key, v.shape, jnp.float32)
-  gamma = (laplace_grid(epsilon, sensitivity) if grid is None
-           else integer_noise.check_grid(grid))
+  gamma = (laplace_grid(epsilon, sensitivity) if grid is None else integer_noise.check_grid(grid))
   delta_grid = _validate.check_positive(sensitivity, "sensitivity") / gamma + max(1, v.size)
   noise = integer_noise.rounded_laplace(delta_grid / _validate.check_epsilon(epsilon))
   return _release_on_grid(key, v, gamma, noise)
 
 
 def laplace_grid(epsilon: float, sensitivity: float = 1.0) -> float:
-  """Default grid of `laplace_mechanism`: the largest power of two
-  <= max(Delta_1 / 2^10, b / 2^12), b = Delta_1 / eps (+0.1% noise for a scalar).
+  """Default grid of `laplace_mechanism`: the largest power of two <= max(Delta_1 / 2^10,
+  b / 2^12), b = Delta_1 / eps (+0.1% noise for a scalar).
   """
   b = laplace_scale(epsilon, sensitivity)
   return _check_default_grid(
@@ -283,12 +270,11 @@ def _release_on_grid(key, v, gamma: float, noise: integer_noise.IntegerNoise) ->
 
 def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0,
                    calibration: str = "analytic") -> float:
-  """Noise std of a Gaussian mechanism that is (eps, delta)-DP for L2 sensitivity Delta_2.
+  """Noise std of an (eps, delta)-DP Gaussian mechanism for L2 sensitivity Delta_2.
 
-  "analytic" (default): the smallest such sigma, any eps > 0 (Balle & Wang 2018, Thm
-  8): mu = Delta_2 / sigma solves Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) =
-  delta. "classic": Delta_2 sqrt(2 ln(1.25/delta)) / eps (Dwork & Roth 2014, Thm
-  A.1), proven only for eps < 1; larger eps raises ValueError.
+  "analytic" (default, any eps > 0; Balle & Wang 2018, Thm 8): mu = Delta_2 / sigma solves
+  Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) = delta. "classic": Delta_2 sqrt(2
+  ln(1.25/delta)) / eps (Dwork & Roth 2014, Thm A.1), only for eps < 1 (ValueError else).
 
   Examples:
     >>> round(gaussian_sigma(0.5, 1e-5, calibration="classic"), 3)
@@ -312,23 +298,15 @@ def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: flo
                        delta: float, sensitivity: float = 1.0,
                        calibration: str = "analytic", *, grid: float | None = None,
                        secure: bool = True) -> jax.Array:
-  """Releases value + N(0, sigma^2 I) on a grid, sigma = `gaussian_sigma(...)`.
+  """Releases value + N(0, sigma^2 I) on a grid, sigma = `gaussian_sigma(...)`: float32[...].
 
-  Defended (secure=True): as `laplace_mechanism`, with X =
-  `integer_noise.rounded_gaussian(s)`, s = sigma (Delta_2 / gamma + sqrt(d)) /
-  Delta_2: the noise multiplier is sigma / Delta_2, so the continuous guarantee holds
-  (post-processing). `sensitivity` is the L2 sensitivity of the whole array.
-
-  Args:
-    secure: False releases value + sigma * jax.random.normal in float32: NOT DP
-      against an observer of the exact float output; a warning says so.
-  Returns:
-    float32[...] noisy answers (exact multiples of gamma when secure).
-  Raises:
-    ValueError: as `laplace_mechanism`, or a table over MAX_GAUSSIAN_TABLE_ENTRIES.
-  Privacy: (eps, delta + `accounting.sampler_delta(eps, d, tail_mass=noise.tv)`)-DP; with
-    the analytic calibration the continuous mechanism is exactly mu-GDP with
-    mu = Delta_2 / sigma.
+  secure=True: as `laplace_mechanism` with X = `integer_noise.rounded_gaussian(s)`, s =
+  sigma (Delta_2 / gamma + sqrt(d)) / Delta_2 (same noise multiplier, so the continuous
+  guarantee holds by post-processing); ValueError also for a table over
+  MAX_GAUSSIAN_TABLE_ENTRIES. secure=False: float32 noise, NOT DP against an observer of
+  the bits (warns). `sensitivity` is the L2 sensitivity of the whole array.
+  Privacy: (eps, delta + `accounting.sampler_delta(eps, d, tail_mass=noise.tv)`)-DP; the
+  analytic calibration's continuous mechanism is mu-GDP, mu = Delta_2 / sigma.
   """
   _validate.check_array(value, "value")
   v = jnp.asarray(value, jnp.float32)
@@ -359,8 +337,8 @@ def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: flo
 
 
 def gaussian_grid(sigma: float, sensitivity: float = 1.0) -> float:
-  """Default grid of `gaussian_mechanism`: the largest power of two
-  <= max(Delta_2 / 2^10, sigma / 2^10) (+0.1% noise for a scalar when sigma <= Delta_2).
+  """Default grid of `gaussian_mechanism`: the largest power of two <= max(Delta_2, sigma) /
+  2^10 (+0.1% noise for a scalar when sigma <= Delta_2).
   """
   s = _validate.check_positive(sigma, "sigma")
   d = _validate.check_positive(sensitivity, "sensitivity")
@@ -384,9 +362,8 @@ def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                 secure: bool = True) -> jax.Array:
   """Sum over the last axis of values [..., N] clipped to [lower, upper], plus Laplace noise.
 
-  The clip bounds must be fixed in advance from public knowledge, NEVER from the data
-  (the private maximum would itself leak the largest record). eps-DP for add/remove
-  neighbours, sensitivity max(|lower|, |upper|); grid, secure as in `laplace_mechanism`.
+  The bounds must come from public knowledge, NEVER from the data. eps-DP (add/remove),
+  sensitivity max(|lower|, |upper|); grid, secure as in `laplace_mechanism`.
   """
   lo, hi = _check_bounds(lower, upper)
   _validate.check_array(values, "values")
@@ -400,11 +377,7 @@ def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
 
 def noisy_count(key: jax.Array, present: jax.typing.ArrayLike, epsilon: float, *,
                 grid: float | None = None, secure: bool = True) -> jax.Array:
-  """Number of records (ones of `present` [..., N], over the last axis) plus Laplace(1/eps).
-
-  Returns float32[...]; eps-DP for add/remove neighbours. grid, secure: as in
-  `laplace_mechanism`.
-  """
+  """Number of ones of `present` [..., N] (last axis) plus Laplace(1/eps): float32[...], eps-DP."""
   _validate.check_binary(present, "present")
   m = jnp.asarray(present).astype(jnp.int32)
   if m.ndim == 0:
@@ -423,20 +396,18 @@ class PrivateMean(NamedTuple):
 def private_mean(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                  upper: float, lower: float = 0.0,
                  count_fraction: float = 0.5, *, secure: bool = True) -> PrivateMean:
-  """The lecture's private mean: clipped noisy sum / noisy count, budget split in two.
+  """The lecture's private mean: clipped noisy sum / noisy count (floored at 1).
 
-  Sum at eps (1 - count_fraction), count at eps count_fraction (basic composition); the
-  division (count floored at 1) is post-processing. Clip bounds as in `clipped_sum`.
+  Sum at eps (1 - count_fraction), count at eps count_fraction (basic composition); clip
+  bounds as in `clipped_sum`.
 
   Examples:
-    >>> x = jnp.full((1000,), 50.0)
-    >>> out = private_mean(jax.random.key(1), x, epsilon=1.0, upper=100.0)
+    >>> out = private_mean(jax.random.key(1), jnp.full((1000,), 50.0), epsilon=1.0, upper=100.0)
     >>> abs(float(out.mean) - 50.0) < 5.0
     True
   """
   eps = _validate.check_epsilon(epsilon)
-  f = _validate.check_probability(count_fraction, "count_fraction", open_low=True,
-                                  open_high=True)
+  f = _validate.check_probability(count_fraction, "count_fraction", open_low=True, open_high=True)
   _validate.check_array(values, "values")
   v = jnp.asarray(values, jnp.float32)
   if v.ndim == 0 or v.shape[-1] == 0:
@@ -479,21 +450,13 @@ def grouped_rates(key: jax.Array, group_U: jax.typing.ArrayLike,
       s_z = sum_{u : g_u = z} v_u + Laplace(1 / eps_s),  eps_s = eps * (1 - count_fraction),
       rate_z = clip(s_z / max(n_z, 1), 0, 1),
       rate_sd_z = sqrt(2 b_s^2 + 2 b_c^2 rate_z^2) / max(n_z, 1),
-      reliable_z = rate_sd_z <= max_rate_sd,
+    reliable_z = rate_sd_z <= max_rate_sd,
 
-  each histogram of L1 sensitivity 1 (parallel composition); rate_sd is the
-  delta-method sd at the released values, b_c, b_s the Laplace scales used.
-  Unreliable groups should be merged or flagged (lecture 10, exercise 6b).
-
-  The privacy unit is one row: pass one row per PERSON (aggregate a person's several
-  records first); counting records instead moves a count by up to the number of
-  records one person holds, which this guarantee does not cover. num_groups Z must
-  be public.
-
-  Privacy: eps-DP with add/remove-one-unit neighbours (Dwork et al. 2006; parallel
-    composition: McSherry 2009, "Privacy integrated queries",
-    https://doi.org/10.1145/1559845.1559850), up to `laplace_mechanism`'s
-    sampler delta.
+  each histogram of L1 sensitivity 1 (parallel composition, McSherry 2009); rate_sd is the
+  delta-method sd at the released values. Unreliable groups should be merged or flagged
+  (lecture 10, exercise 6b). The unit is one row: pass one row per PERSON (a person's
+  several records would move a count by more than 1). Z must be public. eps-DP for
+  add/remove one unit, up to `laplace_mechanism`'s sampler delta.
 
   Examples:
     >>> out = grouped_rates(jax.random.key(0), jnp.array([0, 0, 1, 1, 1]),
@@ -502,8 +465,7 @@ def grouped_rates(key: jax.Array, group_U: jax.typing.ArrayLike,
     ((2,), [False, False])
   """
   eps = _validate.check_epsilon(epsilon)
-  f = _validate.check_probability(count_fraction, "count_fraction", open_low=True,
-                                  open_high=True)
+  f = _validate.check_probability(count_fraction, "count_fraction", open_low=True, open_high=True)
   z = _validate.check_size(num_groups, "num_groups", bytes_per_unit=8)
   max_sd = _validate.check_positive(max_rate_sd, "max_rate_sd")
   g = _validate.check_array(group_U, "group_U", np.int32, ndim=1, min_size=1, low=0,

@@ -36,11 +36,10 @@ def _check_scores_labels(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray]:
 
 
 def roc_counts(scores_K, labels_K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """Counts (fp_J, tp_J, thresholds_J) of "member iff score >= t" over every distinct score t.
+  """(fp_J, tp_J, thresholds_J) of "member iff score >= t" over every distinct score t.
 
-  The one empirical ROC of dpjax: int64 false and true positives from (0, 0) at t = +inf
-  (thresholds_J[0]) down to (#non-members, #members) at the lowest score; ties share a
-  point. labels_K {0, 1} must contain both classes; +-inf scores are allowed.
+  The one empirical ROC of dpjax: int64 counts from (0, 0) at t = +inf down to
+  (#non-members, #members); ties share a point; +-inf scores allowed.
 
   Examples:
     >>> fp, tp, thr = roc_counts([0.9, 0.8, 0.3, 0.2], [1, 0, 1, 0])
@@ -90,13 +89,9 @@ def balanced_accuracy(scores_K, labels_K) -> float:
 
 
 def tpr_at_fpr(scores_K, labels_K, fpr: float | Sequence[float]):
-  """Highest TPR among thresholds whose FPR is <= `fpr` (no interpolation).
-
-  Returns a float (a float64 array for a sequence of targets in [0, 1]). The noise
-  floor is TPR = fpr.
+  """Highest TPR among thresholds with FPR <= `fpr` (no interpolation): float or float64[...].
 
   Examples:
-    >>> import numpy as np
     >>> tpr_at_fpr(np.arange(10.0), np.array([0] * 5 + [1] * 5), 0.0)
     1.0
   """
@@ -118,9 +113,8 @@ def accuracy(predictions_K, labels_K) -> float:
 
 
 def per_group_rates(predictions_K, labels_K, groups_K) -> dict:
-  """{group: {"n", "accuracy", "positive_rate", "tpr", "fpr"}} of {0, 1} predictions.
-
-  NaN for an empty denominator (for disparate-impact reports).
+  """{group: {"n", "accuracy", "positive_rate", "tpr", "fpr"}} of {0, 1} predictions (NaN for
+  an empty denominator).
   """
   p = _validate.check_binary(predictions_K, "predictions_K", ndim=1).astype(int)
   y = _validate.check_binary(labels_K, "labels_K", ndim=1).astype(int)
@@ -143,9 +137,8 @@ def per_group_rates(predictions_K, labels_K, groups_K) -> dict:
 
 def plot_roc_loglog(ax, curves: Mapping[str, tuple], *, floor: bool = True,
                     min_rate: float = 1e-4, title: str | None = None):
-  """Draws ROC curves {label: (fpr, tpr)} on log-log axes `ax` and returns ax.
-
-  `floor` also draws TPR = FPR; `min_rate` (> 0) is the lower axis limit.
+  """Draws ROC curves {label: (fpr, tpr)} on log-log axes `ax` (with TPR = FPR if `floor`,
+  lower limit `min_rate`) and returns ax.
   """
   _validate.check_probability(min_rate, "min_rate", open_low=True, open_high=True)
   floor = _validate.check_bool(floor, "floor")

@@ -38,9 +38,9 @@ PyTree = Any
 class Model(NamedTuple):
   """A model as pure functions: init(key) -> params; apply(params, x_BxF) -> float32[B, K].
 
-  l2 >= 0 weighs the per-example penalty; kind is "logistic_regression"
-  (closed-form clipping), "mlp", "cnn" or "custom"; num_outputs is K (1: binary);
-  input_shape is (H, W, C_in) for a "cnn", else None.
+  l2 >= 0 weighs the per-example penalty; kind "logistic_regression" (closed-form
+  clipping), "mlp", "cnn" or "custom"; num_outputs K (1: binary); input_shape (H, W, C_in)
+  for a "cnn", else None.
   """
   init: Callable[[jax.Array], PyTree]
   apply: Callable[[PyTree, jax.Array], jax.Array]
@@ -51,12 +51,7 @@ class Model(NamedTuple):
 
 
 def check_model(model: Any, name: str = "model") -> Model:
-  """model itself, if it is a valid Model; else TypeError or ValueError naming `name`.
-
-  Examples:
-    >>> check_model(logistic_regression(3)).kind
-    'logistic_regression'
-  """
+  """model itself if it is a valid Model; TypeError or ValueError naming `name` otherwise."""
   _validate.check_instance(model, Model, name)
   _validate.check_callable(model.init, f"{name}.init")
   _validate.check_callable(model.apply, f"{name}.apply")
@@ -68,16 +63,15 @@ def check_model(model: Any, name: str = "model") -> Model:
   return model
 
 
-# The model factories validate, then call a cache keyed by the canonical arguments,
-# so equal requests (3 and 3.0) return the same Model, and a bool or an unhashable
-# argument is rejected by name before it reaches the cache.
+# Factories validate, then call a cache keyed by the canonical arguments (3 and 3.0 give
+# the same Model; a bool or unhashable argument is refused before the cache).
 
 
 def logistic_regression(num_features: int, l2: float = 0.0) -> Model:
   """Binary logistic regression on D >= 1 features (include an intercept column).
 
-  Returns a Model with params {"w": float32[D]}, zero-initialised, logits x @ w
-  float32[B, 1]; l2 >= 0 penalises every weight, the intercept too.
+  params {"w": float32[D]}, zero-initialised; logits x @ w float32[B, 1]; l2 penalises
+  every weight, the intercept too.
   """
   return _logistic_regression(_validate.check_size(num_features, "num_features"),
                               _validate.check_nonnegative(l2, "l2"))
@@ -141,8 +135,7 @@ def _mlp_hidden(params, x):
 
 def avg_pool2(a_BxHxWxC: jax.Array) -> jax.Array:
   """2x2 average pooling, stride 2: [B, H, W, C] -> [B, H // 2, W // 2, C] (as in `cnn`)."""
-  a_BxHxWxC = _as_jax(_validate.check_array(a_BxHxWxC, "a_BxHxWxC", np.float32, ndim=4,
-                                            min_size=1))
+  a_BxHxWxC = _as_jax(_validate.check_array(a_BxHxWxC, "a_BxHxWxC", np.float32, ndim=4, min_size=1))
   b, h, w, c = a_BxHxWxC.shape
   a = a_BxHxWxC[:, : h // 2 * 2, : w // 2 * 2, :]
   return a.reshape(b, h // 2, 2, w // 2, 2, c).mean(axis=(2, 4))
@@ -152,16 +145,12 @@ def cnn(input_shape: Sequence[int] = (8, 8, 1), channels: Sequence[int] = (16, 3
         num_classes: int = 10, l2: float = 0.0, *, groups: int | None = None) -> Model:
   """A small convolutional network, optionally with group normalisation.
 
-  NHWC: per entry c of `channels`, 3x3 convolution (stride 1, SAME) -> + bias ->
-  [group norm] -> relu -> 2x2 average pooling; then one dense layer to K logits
-  (8x8x1, channels (16, 32): 8x8x16 -> 4x4x16 -> 4x4x32 -> 2x2x32 -> 128 -> 10). Params
-  {"conv": [{"w": [3, 3, c_in, c_out], "b": [c_out]}, ...], "dense": [{"w": [flat, K],
-  "b": [K]}]}; apply takes [B, H*W*C_in] or [B, H, W, C_in].
-
-  groups=G (dividing every channel count) adds group norm (Wu & He 2018,
-  https://arxiv.org/abs/1803.08494; "gamma", "beta" [c_out] per layer): statistics
-  of ONE example, so per-example clipping stays valid, unlike batch norm (De et al.
-  2022). Such a network has kind "custom" (vmap(grad) clipping; no `body_features`).
+  NHWC: per entry c of `channels`, 3x3 convolution (stride 1, SAME) + bias -> [group norm]
+  -> relu -> 2x2 average pooling; then one dense layer to K logits. Params {"conv":
+  [{"w": [3, 3, c_in, c_out], "b": [c_out]}, ...], "dense": [{"w": [flat, K], "b": [K]}]};
+  apply takes [B, H*W*C_in] or [B, H, W, C_in]. groups=G (dividing every channel count)
+  adds group norm (Wu & He 2018; "gamma", "beta" per layer): per-example statistics, so
+  clipping stays valid, unlike batch norm (De et al. 2022); kind "custom" then.
 
   Examples:
     >>> import jax, jax.numpy as jnp
@@ -172,8 +161,7 @@ def cnn(input_shape: Sequence[int] = (8, 8, 1), channels: Sequence[int] = (16, 3
   input_shape = _validate.check_sizes(input_shape, "input_shape")
   if len(input_shape) != 3:
     raise ValueError(f"input_shape must be (H, W, C), got {input_shape!r}")
-  _validate.check_size(input_shape[0] * input_shape[1], "input_shape",
-                       units=input_shape[2] * 4)
+  _validate.check_size(input_shape[0] * input_shape[1], "input_shape", units=input_shape[2] * 4)
   channels = _validate.check_sizes(channels, "channels")
   for c_prev, c in zip((input_shape[2],) + channels[:-1], channels):
     _validate.check_size(c, "channels", units=9 * c_prev)
@@ -208,8 +196,7 @@ def _cnn(input_shape: tuple[int, int, int], channels: tuple[int, ...], k: int,
       conv.append({"w": wconv, "b": jnp.zeros((b,), jnp.float32)})
     return {"conv": conv, "dense": [_dense_init(keys[-1], flat, k)]}
 
-  return Model(init, _conv_net_apply(input_shape, lambda a, layer: a), l2, "cnn", k,
-               (h, w, c_in))
+  return Model(init, _conv_net_apply(input_shape, lambda a, layer: a), l2, "cnn", k, (h, w, c_in))
 
 
 def _conv_net_apply(input_shape: tuple[int, int, int], normalise):
@@ -239,20 +226,16 @@ _GROUP_NORM_EPS = 1e-5
 
 def group_norm(a_BxHxWxC: jax.Array, gamma_C: jax.Array, beta_C: jax.Array,
                groups: int) -> jax.Array:
-  """Group normalisation of NHWC activations [B, H, W, C], per example, G groups.
-
-  Per example and group of C / G channels, (a - mean) / sqrt(var + 1e-5) * gamma_C +
-  beta_C; example b's output depends on a_BxHxWxC[b] only.
+  """Group normalisation of NHWC activations [B, H, W, C], per example, G groups:
+  (a - mean) / sqrt(var + 1e-5) * gamma_C + beta_C over each group of C / G channels.
 
   Examples:
-    >>> import jax.numpy as jnp
     >>> a = jnp.arange(8.0).reshape(1, 2, 2, 2)
     >>> z = group_norm(a, jnp.ones(2), jnp.zeros(2), 1)
     >>> round(float(z.mean()), 6), round(float(z.var()), 3)
     (0.0, 1.0)
   """
-  a = _as_jax(_validate.check_array(a_BxHxWxC, "a_BxHxWxC", np.float32, ndim=4,
-                                    min_size=1))
+  a = _as_jax(_validate.check_array(a_BxHxWxC, "a_BxHxWxC", np.float32, ndim=4, min_size=1))
   c = a.shape[-1]
   g = _validate.check_int(groups, "groups")
   if c % g:
@@ -298,13 +281,11 @@ def l2_penalty(model: Model, params: PyTree) -> jax.Array:
 
 def per_example_loss(model: Model, params: PyTree, x_BxF: jax.Array,
                      y_B: jax.Array) -> jax.Array:
-  """Per-example loss float32[B]: logistic (K == 1) or softmax cross-entropy, plus the L2 term.
-
-  y_B: {0, 1} for one output, class indices otherwise.
+  """Per-example loss float32[B]: logistic (K == 1, y in {0, 1}) or softmax cross-entropy,
+  plus the L2 term.
   """
   check_model(model)
-  x_BxF = _as_jax(_validate.check_array(x_BxF, "x_BxF", np.float32, ndim=(2, 3, 4),
-                                        min_size=1))
+  x_BxF = _as_jax(_validate.check_array(x_BxF, "x_BxF", np.float32, ndim=(2, 3, 4), min_size=1))
   y_B = _as_jax(_validate.check_labels(y_B, "y_B", model.num_outputs, ndim=1))
   if x_BxF.shape[0] != y_B.shape[0]:
     raise ValueError(f"x_BxF and y_B must have the same leading size, got {x_BxF.shape[0]} "
@@ -354,8 +335,8 @@ def loss_from_logits(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
 
 
 def predict(model: Model, params: PyTree, x_BxF: jax.Array) -> jax.Array:
-  """Predicted labels int32[B] of ONE model (unbatched params): logit > 0 for one output,
-  else the argmax. Traceable (no checks); `correct_predictions` is the checked, batched door.
+  """Predicted labels int32[B] of ONE model: logit > 0 for one output, else the argmax.
+  Traceable, unchecked; `correct_predictions` is the checked, batched door.
   """
   logits = model.apply(params, x_BxF)
   if logits.shape[-1] == 1:
@@ -370,10 +351,9 @@ def _predict_many(model, params_M, x):
 
 def correct_predictions(model: Model, params_M: PyTree, x_NxF: jax.typing.ArrayLike,
                         y_N: jax.typing.ArrayLike, *, float64: bool = False) -> np.ndarray:
-  """bool[M, N]: whether model m (params leaves [M, ...]) labels record n correctly (`predict`).
+  """bool[M, N]: whether model m (params leaves [M, ...]) labels record n correctly.
 
-  float64=False: logits in float32 on the device, any model. float64=True: logits
-  x @ w in float64 on the host, for logistic regression only (params {"w": [M, D]}).
+  float64=True: logits x @ w on the host in float64, logistic regression only.
   """
   check_model(model)
   x = _validate.check_array(x_NxF, "x_NxF", np.float32, ndim=(2, 4), min_size=1)
@@ -392,8 +372,8 @@ def correct_predictions(model: Model, params_M: PyTree, x_NxF: jax.typing.ArrayL
 
 def accuracy(model: Model, params_M: PyTree, x_NxF: jax.typing.ArrayLike,
              y_N: jax.typing.ArrayLike, *, float64: bool = False) -> np.ndarray:
-  """Accuracy of M models: the mean over N of `correct_predictions`: float32[M] as XLA
-  computes it (sum, then the division by N), or float64[M] on the host with float64=True.
+  """Mean over N of `correct_predictions`: float32[M] as XLA computes it, or float64[M] on the
+  host with float64=True.
 
   Examples:
     >>> model = logistic_regression(1)
@@ -408,21 +388,12 @@ def accuracy(model: Model, params_M: PyTree, x_NxF: jax.typing.ArrayLike,
 
 
 # ----------------------------------------------------------------------------------
-# Fine-tuning part of a model: a frozen (public) body and a trainable last layer.
-#
-# An mlp or cnn is body + head: logits = phi(x) @ w + b. Two equivalent ways to train
-# only the head privately, with the same per-example gradients:
-#   features route: phi_NxH = body_features(model, params, x_NxF) once, then
-#     train_many(key, phi_NxH, y_N, keep, cfg, head) with (head, head0) =
-#     split_head(model, params) and init_params=head0 (default ghost clipping);
-#   plug-in route: train_many(key, x_NxF, y_N, keep, cfg, frozen_body(model, params)),
-#     which evaluates phi inside every step (generic vmap clipping).
-# Privacy: when the body was fitted on public data only, phi is a fixed public
-# function applied to each record separately, so DP-SGD's (eps, delta) for the head
-# carries over to the private records; only the head's H * K + K parameters receive
-# noise (Tramer & Boneh 2021, "Differentially Private Learning Needs Better Features
-# (or Much More Data)", arXiv:2011.11660). The body must not have been fitted or
-# selected on the private records; nothing here can check that.
+# Fine-tuning: a frozen (public) body phi and a trainable head, logits = phi(x) @ w + b.
+# Either train_many on body_features with (head, init_params=head0) = split_head(...)
+# (ghost clipping), or on x with frozen_body(model, params) (vmap clipping): the same
+# per-example gradients. Privacy: DP-SGD's (eps, delta) for the head carries over only
+# when the body was fitted and selected on public data alone (Tramer & Boneh 2021,
+# arXiv:2011.11660); nothing here can check that.
 
 _HEAD_KINDS = ("mlp", "cnn")
 
@@ -461,13 +432,10 @@ def _num_inputs(model: Model, params: PyTree) -> int:
 def body_features(model: Model, params: PyTree, x_BxF: jax.typing.ArrayLike) -> jax.Array:
   """phi(x) float32[B, H]: the features an mlp or cnn feeds to its last dense layer.
 
-  model.apply(params, x) == phi(x) @ w + b with {"w", "b"} the last layer
-  (`split_head`): an mlp's last hidden relu activations (the input without hidden
-  layers), a cnn's flattened last conv block. Raises ValueError naming model, params
-  or x_BxF.
+  model.apply(params, x) == phi(x) @ w + b with {"w", "b"} the last layer (`split_head`):
+  an mlp's last hidden activations, a cnn's flattened last conv block.
 
   Examples:
-    >>> import jax, jax.numpy as jnp
     >>> model = mlp(4, hidden=(8,), num_classes=3)
     >>> body_features(model, model.init(jax.random.key(0)), jnp.ones((2, 4))).shape
     (2, 8)
@@ -482,14 +450,12 @@ def body_features(model: Model, params: PyTree, x_BxF: jax.typing.ArrayLike) -> 
 
 
 def split_head(model: Model, params: PyTree) -> tuple[Model, PyTree]:
-  """The last dense layer of an mlp or cnn as a model of its own, with its parameters.
+  """(head, head_params): the last dense layer of an mlp or cnn as its own model.
 
-  (head, head_params): head = mlp(H, hidden=(), num_classes=K, l2=model.l2),
-  head_params = {"layers": [{"w": float32[H, K], "b": float32[K]}]};
-  head.apply(head_params, body_features(model, params, x)) == model.apply(params, x).
+  head = mlp(H, hidden=(), num_classes=K, l2=model.l2); head.apply(head_params,
+  body_features(model, params, x)) == model.apply(params, x).
 
   Examples:
-    >>> import jax
     >>> model = mlp(4, hidden=(8,), num_classes=3)
     >>> head, head_params = split_head(model, model.init(jax.random.key(0)))
     >>> head_params["layers"][0]["w"].shape
@@ -502,10 +468,7 @@ def split_head(model: Model, params: PyTree) -> tuple[Model, PyTree]:
 
 
 def join_head(model: Model, params: PyTree, head_params: PyTree) -> PyTree:
-  """params with its last dense layer replaced by head_params (as from `split_head`).
-
-  Returns a new pytree; the body is kept leaf for leaf and the inputs are not modified.
-  """
+  """A new pytree: params with its last dense layer replaced by head_params (`split_head`'s)."""
   model, params = _checked_split(model, params)
   _, head0 = split_head(model, params)
   _validate.check_params_like(head_params, head0, "head_params")
@@ -516,9 +479,7 @@ def join_head(model: Model, params: PyTree, head_params: PyTree) -> PyTree:
 
 
 def reset_head(model: Model, params: PyTree, key: jax.Array | None = None) -> PyTree:
-  """params with a fresh last dense layer: zeros (key None) or He-normal weights and zero
-  biases as at model.init; returns a new pytree. For fine-tuning on new classes.
-  """
+  """params with a fresh last dense layer: zeros (key None) or He-normal as at model.init."""
   model, params = _checked_split(model, params)
   last = _last_layer(model, params)
   h, k = last["w"].shape
@@ -530,15 +491,13 @@ def reset_head(model: Model, params: PyTree, key: jax.Array | None = None) -> Py
 
 
 def frozen_body(model: Model, params: PyTree) -> Model:
-  """A model whose parameters are only the last layer of `model`, the body frozen at params.
+  """A model (kind "custom") training only the last layer of `model`, the body frozen at params.
 
-  apply(head_params, x) = model.apply(join_head(model, params, head_params), x), l2 on
-  the head only, kind "custom"; init returns params' own last layer. DP-SGD then
-  trains the head alone. Private only when the body is public (section comment
-  above). Each call builds a new Model (a new compiled program): build it once.
+  apply(head_params, x) = model.apply(join_head(model, params, head_params), x); l2 on the
+  head; init returns params' own last layer. Private only when the body is public (section
+  comment). Each call builds a new Model (a new program): build it once.
 
   Examples:
-    >>> import jax, jax.numpy as jnp
     >>> model = mlp(4, hidden=(8,), num_classes=3)
     >>> params = model.init(jax.random.key(0))
     >>> frozen = frozen_body(model, params)

@@ -1,21 +1,14 @@
 """DP-SGD's model axis, and one model's batch axis, sharded over devices and processes.
 
 `train_many_sharded` shards the model axis of `dpsgd.train_many` over a 1-D mesh
-"models" (no communication; x, y replicated). With several processes, process p of
-P trains the block `process_models(M)` of S = ceil(M / P) models on its local
-devices and `gather_models` all-gathers the blocks in model order; the inputs are
-fingerprinted and compared first, so processes given different data fail loudly.
-Model i uses `jax.random.split(key, M)[i]`, so it equals an unsharded run up to
-float rounding. `train_batch_sharded` shards one model's records (a mesh "batch").
+"models" (no communication). With P processes, process p trains the block
+`process_models(M)` of S = ceil(M / P) models and `gather_models` all-gathers the blocks;
+inputs are fingerprinted and compared first. Model i uses `split(key, M)[i]`, equal to an
+unsharded run up to rounding. `train_batch_sharded` shards one model's records ("batch").
+Multi-host: call `jax.distributed.initialize()`, then `train_many_sharded` with the same
+arguments in every process.
 
 Shape letters: M models, N records, S models per process, D devices.
-
-Multi-host recipe (GPU or TPU cluster, or several CPU processes):
-
-    jax.distributed.initialize()   # or (coordinator_address, num_processes, process_id)
-    out = parallel.train_many_sharded(key, x, y, keep, cfg, model)   # same args everywhere
-    # out.params has leading axis M on every process (gather=False: this process's
-    # block, rows process_models(M)).
 
 Examples:
   >>> import jax, jax.numpy as jnp
@@ -81,10 +74,8 @@ def model_sharding(mesh: Mesh | None = None) -> NamedSharding:
 
 
 def process_models(num_models: int) -> np.ndarray:
-  """The model indices int64[S] this process trains: (p S, ..., p S + S - 1) mod M.
-
-  S = ceil(M / P); the last block wraps round so all programs have one shape
-  (`gather_models` drops the repeats). One process: arange(M).
+  """The model indices int64[S] this process trains: (p S, ..., p S + S - 1) mod M, S =
+  ceil(M / P) (the last block wraps so all programs share one shape).
 
   Examples:
     >>> process_models(5)   # one process
@@ -97,12 +88,11 @@ def process_models(num_models: int) -> np.ndarray:
 
 
 def gather_models(tree: Any, num_models: int) -> Any:
-  """Every process's block [S, ...] (rows `process_models(M)`), as leaves [M, ...] everywhere.
+  """Every process's block [S, ...] (rows `process_models(M)`) as leaves [M, ...] everywhere.
 
-  A collective: every process calls it with the same structure; ValueError for a
-  leaf whose leading axis is not S.
+  A collective: every process calls it with the same structure.
+
   Examples:
-    >>> import jax.numpy as jnp
     >>> gather_models({"w": jnp.arange(6.0).reshape(3, 2)}, 3)["w"].shape
     (3, 2)
   """
@@ -197,8 +187,7 @@ def train_many_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCon
   if fixed is not None:   # the records' bits have a model axis: this process's block
     kwargs["fixed_gradients"] = fixed._replace(keep_MxK=np.asarray(fixed.keep_MxK)[idx])
   kwargs["perf"] = dataclasses.replace(perf, model_sharding=model_sharding(model_mesh(local)))
-  out = dpsgd.train_many(keys[idx], x_NxF, y_N, np.asarray(keep_MxN)[idx], cfg, model,
-                         **kwargs)
+  out = dpsgd.train_many(keys[idx], x_NxF, y_N, np.asarray(keep_MxN)[idx], cfg, model, **kwargs)
   return gather_models(out, m) if gather else out
 
 
@@ -206,12 +195,10 @@ def train_batch_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCo
                         model: models_lib.Model, *,
                         devices: Sequence[jax.Device] | None = None,
                         **kwargs) -> dpsgd.TrainResult:
-  """`dpsgd.train_many` with the record (batch) axis sharded over D devices.
+  """`dpsgd.train_many` with the record axis sharded over D devices (one process only).
 
-  N must be a multiple of D; XLA all-reduces the clipped sum, the rest runs
-  replicated, and the result equals the unsharded one up to summation order. Only the
-  full-mask step (`perf.batch_capacity=None`) is split. Single process only; raises
-  ValueError otherwise or on bad shapes.
+  N must be a multiple of D; XLA all-reduces the clipped sum (equal to the unsharded run up
+  to summation order). Only the full-mask step (`perf.batch_capacity=None`) is split.
   """
   if _perf(kwargs).model_sharding is not None:
     raise ValueError("train_batch_sharded shards the record axis; perf.model_sharding is "
@@ -239,6 +226,5 @@ def train_batch_sharded(key: jax.Array, x_NxF, y_N, keep_MxN, cfg: dpsgd.DpSgdCo
   rows = NamedSharding(mesh, PartitionSpec(BATCH_AXIS))
   x = jax.device_put(jnp.asarray(x_NxF, jnp.float32), rows)
   y = jax.device_put(jnp.asarray(y_N), rows)
-  keep = jax.device_put(jnp.asarray(keep_MxN), NamedSharding(mesh, PartitionSpec(None,
-                                                                                 BATCH_AXIS)))
+  keep = jax.device_put(jnp.asarray(keep_MxN), NamedSharding(mesh, PartitionSpec(None, BATCH_AXIS)))
   return dpsgd.train_many(key, x, y, keep, cfg, model, **kwargs)

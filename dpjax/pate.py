@@ -1,21 +1,15 @@
 """PATE: teachers on disjoint data, noisy-argmax aggregation, RDP accounting, a student.
 
-Private Aggregation of Teacher Ensembles (Papernot et al. 2017, 2018): one teacher
-per disjoint partition of the private records; per public query, the vote histogram
-n (int32[Q, C]) is released as a noisy argmax, LNMax argmax_c n_c + Laplace(b), GNMax
-argmax_c n_c + N(0, sigma^2), or Confident-GNMax (GNMax only if max_c n_c + N(0,
-sigma_t^2) >= T); a student trained on the labelled queries is released. One record
-changes one teacher's vote: L1 sensitivity 2, L2 sqrt(2), the maximum's 1. So per
-answered query LNMax is (2/b)-DP and GNMax (alpha, alpha / sigma^2)-RDP; the
+One teacher per disjoint partition; per public query the vote histogram n (int32[Q, C])
+is released as a noisy argmax: LNMax argmax_c n_c + Laplace(b), GNMax + N(0, sigma^2),
+or Confident-GNMax (GNMax only if max_c n_c + N(0, sigma_t^2) >= T). One record changes
+one vote: per answer LNMax is (2/b)-DP, GNMax (alpha, alpha / sigma^2)-RDP; the
 threshold check, (alpha, alpha / (2 sigma_t^2))-RDP, is paid on EVERY query. The
-data-dependent RDP (Papernot et al. 2018, Thm 6) is much smaller when teachers agree.
+data-dependent RDP (Papernot et al. 2018, Thm 6) is smaller when teachers agree.
 
-Warning: the data-dependent epsilon is a function of the private votes. Publishing
-it is itself a privacy leak unless it is released privately. This module computes
-it as an analysis aid; `dpjax.pate_release` publishes a noisy upper bound on it with
-its smooth sensitivity (Papernot et al. 2018, §4 and App. C), and adds the cost of
-that publication. Otherwise the data-independent epsilon is the releasable
-guarantee.
+Warning: the data-dependent epsilon is a function of the private votes; publishing it
+leaks unless released privately (`dpjax.pate_release`). Otherwise the data-independent
+epsilon is the releasable guarantee.
 
 Shape letters: M teachers, N private records, Q queries, C classes, F features,
 P records per partition, A Renyi orders.
@@ -29,10 +23,9 @@ Examples:
   >>> gnmax_rdp_data_independent(4.0, orders).tolist()
   [0.125, 0.5, 2.0]
 
-References: Papernot, Abadi, Erlingsson, Goodfellow & Talwar, "Semi-supervised
-knowledge transfer for deep learning from private training data", ICLR 2017;
-Papernot, Song, Mironov, Raghunathan, Talwar & Erlingsson, "Scalable private
-learning with PATE", ICLR 2018.
+References: Papernot et al., "Semi-supervised knowledge transfer for deep learning from
+private training data", ICLR 2017; Papernot et al., "Scalable private learning with
+PATE", ICLR 2018.
 """
 
 from __future__ import annotations
@@ -60,8 +53,7 @@ PyTree = Any
 
 def check_votes(votes, name: str = "votes_QxC", ndim=(1, 2), integer: bool = False
                 ) -> np.ndarray:
-  """Vote counts as float64[C] or [Q, C]: finite, >= 0 (whole numbers if `integer`), with
-  C >= 2 classes; ValueError naming `name` otherwise.
+  """Vote counts as float64[C] or [Q, C], finite, >= 0 (whole if `integer`), C >= 2.
 
   Examples:
     >>> check_votes([[3, 1]]).tolist()
@@ -122,10 +114,9 @@ def confident_gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, *, threshol
                     sigma_threshold: float, sigma: float) -> tuple[jax.Array, jax.Array]:
   """Confident-GNMax (Papernot et al. 2018, Alg. 1): answer only confident queries.
 
-  Answered when max_c n_c + N(0, sigma_threshold^2) >= threshold. Returns (labels
-  int32[Q], GNMax on every query, use only where answered; answered bool[Q]).
-  Privacy: every query pays the threshold check (alpha / (2 sigma_threshold^2));
-    answered ones also pay GNMax (alpha / sigma^2). See `pate_rdp`.
+  Answered when max_c n_c + N(0, sigma_threshold^2) >= threshold. Returns (labels int32[Q],
+  GNMax on every query: use only where answered; answered bool[Q]). Every query pays the
+  check, answered ones also GNMax (`pate_rdp`).
   """
   t = _validate.check_finite(threshold, "threshold")
   st = _validate.check_positive(sigma_threshold, "sigma_threshold")
@@ -146,9 +137,7 @@ def gnmax_rdp_data_independent(sigma: float, orders) -> np.ndarray:
 
 
 def check_threshold(threshold, sigma_threshold) -> tuple[float | None, float | None]:
-  """(threshold, sigma_threshold) of Confident-GNMax as floats, or (None, None) for GNMax.
-
-  Both or neither must be given; threshold finite, sigma_threshold > 0; ValueError otherwise.
+  """(threshold, sigma_threshold) as floats (both given), or (None, None) (GNMax).
 
   Examples:
     >>> check_threshold(None, None), check_threshold(3, 1)
@@ -191,7 +180,7 @@ def _log1mexp(x: float) -> float:
 
 
 def gnmax_log_q(votes_C, sigma: float) -> float:
-  """log of an upper bound on Pr[GNMax(votes) != plurality] (Prop. 7): a float.
+  """log of a bound on Pr[GNMax(votes) != plurality] (Prop. 7): a float.
 
   sum over non-plurality i of Phi(-(n_max - n_i) / (sqrt(2) sigma)), capped at 1 - 1/C.
   """
@@ -204,7 +193,7 @@ def gnmax_log_q(votes_C, sigma: float) -> float:
 
 
 def lnmax_log_q(votes_C, laplace_scale: float) -> float:
-  """log of an upper bound on Pr[LNMax(votes) != plurality] (Papernot et al. 2017, Lemma 4).
+  """log of a bound on Pr[LNMax(votes) != plurality] (Papernot et al. 2017, Lemma 4).
 
   sum_i (2 + d_i/b) exp(-d_i/b) / 4, d_i = n_max - n_i, capped at 1 - 1/C.
   """
@@ -217,17 +206,16 @@ def lnmax_log_q(votes_C, laplace_scale: float) -> float:
 
 
 def gaussian_rdp_data_dependent(log_q: float, sigma: float, orders) -> np.ndarray:
-  """Thm 6 of Papernot et al. 2018 for a noisy argmax whose data-independent RDP is
-  alpha / sigma^2, given log_q >= log Pr[output != most likely outcome]: float64[A].
+  """Thm 6 of Papernot et al. 2018 for a noisy argmax of data-independent RDP alpha / sigma^2,
+  given log_q >= log Pr[output != most likely outcome]: float64[A].
 
   With mu2 = sigma sqrt(log(1/q)), mu1 = mu2 + 1 (Prop. 10), eps_i = mu_i / sigma^2:
 
       (1 / (lambda - 1)) log((1 - q) A^(lambda - 1) + q B^(lambda - 1)),
       A = (1 - q) / (1 - (q e^eps2)^((mu2 - 1) / mu2)),  B = e^eps1 / q^(1 / (mu1 - 1)),
 
-  used at orders lambda < mu1 when mu2 > 1, q e^eps2 < 1 and q <= e^((mu2 - 1) eps2) /
-  (mu1/(mu1-1) * mu2/(mu2-1))^mu2 (then increasing in q); elsewhere, and wherever it
-  is larger, alpha / sigma^2.
+  used at lambda < mu1 when mu2 > 1, q e^eps2 < 1 and q <= e^((mu2 - 1) eps2) /
+  (mu1/(mu1-1) * mu2/(mu2-1))^mu2; elsewhere, or where larger, alpha / sigma^2.
   """
   lq = _validate.check_range(log_q, "log_q", high=0.0, allow_inf=True)
   s = _validate.check_positive(sigma, "sigma")
@@ -255,11 +243,7 @@ def gaussian_rdp_data_dependent(log_q: float, sigma: float, orders) -> np.ndarra
 
 
 def gnmax_rdp_data_dependent(votes_C, sigma: float, orders) -> np.ndarray:
-  """Data-dependent RDP of one GNMax answer: float64[A], <= the data-independent one.
-
-  gaussian_rdp_data_dependent(gnmax_log_q(votes_C, sigma), sigma, orders); see the
-  module's Warning.
-  """
+  """Data-dependent RDP of one GNMax answer, float64[A] (see the module's Warning)."""
   return gaussian_rdp_data_dependent(gnmax_log_q(votes_C, sigma), sigma, orders)
 
 
@@ -274,8 +258,8 @@ def threshold_log_pr_answered(votes_C, threshold: float, sigma_threshold: float)
 
 def threshold_rdp_data_dependent(votes_C, threshold: float, sigma_threshold: float,
                                  orders) -> np.ndarray:
-  """Data-dependent RDP of the threshold check: float64[A], Thm 6 with s = sqrt(2) sigma_t
-  and q = min(Pr[answered], Pr[not answered]).
+  """Data-dependent RDP of the threshold check: float64[A], Thm 6 with s = sqrt(2) sigma_t,
+  q = min(Pr[answered], Pr[not answered]).
   """
   lp = threshold_log_pr_answered(votes_C, threshold, sigma_threshold)
   lq = min(lp, _log1mexp(lp))
@@ -286,8 +270,7 @@ def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarra
   """Data-dependent RDP of one LNMax answer (Papernot et al. 2017, Thm 3): float64[A].
 
   With eps = 2/b, q of `lnmax_log_q` < 1/(e^eps + 1): (1/(lambda-1)) log((1-q)
-  ((1-q)/(1-e^eps q))^(lambda-1) + q e^(eps (lambda-1))), at most
-  `lnmax_rdp_data_independent`.
+  ((1-q)/(1-e^eps q))^(lambda-1) + q e^(eps (lambda-1))), capped at the data-independent RDP.
   """
   e = lnmax_epsilon(laplace_scale)
   lam = _validate.check_orders(orders)
@@ -296,17 +279,15 @@ def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarra
   if lq >= -math.log1p(math.exp(e)):
     return indep
   log_1mq = _log1mexp(lq)
-  log_t = np.logaddexp(log_1mq + (lam - 1.0) * (log_1mq - _log1mexp(e + lq)),
-                       lq + (lam - 1.0) * e)
+  log_t = np.logaddexp(log_1mq + (lam - 1.0) * (log_1mq - _log1mexp(e + lq)), lq + (lam - 1.0) * e)
   return np.minimum(indep, log_t / (lam - 1.0))
 
 
 class PateRdp(NamedTuple):
   """RDP curves float64[A] of a PATE run, summed over queries.
 
-  `data_independent` is the releasable worst case; `data_dependent` (<= it) is NOT
-  releasable as is: publish it through `dpjax.pate_release.release` (module Warning).
-  `num_answered`: queries that paid for an answer.
+  `data_independent` is releasable; `data_dependent` (<= it) is NOT releasable as is
+  (`dpjax.pate_release`). `num_answered`: queries that paid for an answer.
   """
   orders: np.ndarray
   data_independent: np.ndarray
@@ -320,37 +301,29 @@ def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
              aggregator: str = "gnmax") -> PateRdp:
   """Accounts for Q aggregated queries (GNMax, Confident-GNMax or LNMax): a PateRdp.
 
-  answered_Q (default all) pay for the argmax; with a threshold every query pays for
-  the check. sigma is the Laplace scale b for aggregator "lnmax".
+  answered_Q (default all) pay for the argmax; with a threshold every query pays the
+  check. sigma is the Laplace scale b for aggregator "lnmax".
 
-  Warning (Confident-GNMax): charging the argmax only on the queries that were
-  answered is the accounting of Papernot et al. 2018, and it conditions on the
-  answered mask, itself a random output of the private votes. That is an ex-post
-  figure, not a worst-case guarantee: a query answered with probability 1/2 costs
-  up to its full argmax divergence at high orders, not half of it. The
-  unconditional divergence is `confident_gnmax_rdp`; the data-independent guarantee
-  without conditioning is `answered_Q=None` (every query pays both steps), or a
-  fixed budget of answers enforced by the aggregator (a Renyi filter, Feldman &
-  Zrnic 2021).
+  Warning (Confident-GNMax): charging the argmax only on answered queries (Papernot et
+  al. 2018) conditions on the answered mask, itself a random output of the private votes:
+  an ex-post figure, not a worst-case guarantee (a query answered with probability 1/2
+  can cost its full argmax divergence). The unconditional divergence is
+  `confident_gnmax_rdp`; `answered_Q=None` charges every query both steps.
   """
   v, ans, lam = _check_accounting(votes_QxC, answered_Q, orders, threshold, sigma_threshold,
                                   aggregator)
   indep = np.zeros_like(lam)
   dep = np.zeros_like(lam)
-  if aggregator == "gnmax":
-    per_ind = gnmax_rdp_data_independent(sigma, lam)
-  else:
-    per_ind = lnmax_rdp_data_independent(sigma, lam)
+  gn = aggregator == "gnmax"
+  per_ind = (gnmax_rdp_data_independent if gn else lnmax_rdp_data_independent)(sigma, lam)
+  per_dep = gnmax_rdp_data_dependent if gn else lnmax_rdp_data_dependent
   for q in range(v.shape[0]):
     if threshold is not None:
       indep += threshold_rdp_data_independent(sigma_threshold, lam)
       dep += threshold_rdp_data_dependent(v[q], threshold, sigma_threshold, lam)
     if ans[q]:
       indep += per_ind
-      if aggregator == "gnmax":
-        dep += gnmax_rdp_data_dependent(v[q], sigma, lam)
-      else:
-        dep += lnmax_rdp_data_dependent(v[q], sigma, lam)
+      dep += per_dep(v[q], sigma, lam)
   return PateRdp(lam, indep, dep, int(ans.sum()))
 
 
@@ -371,10 +344,8 @@ def pate_rdp_grouped(votes_QxC, answered_Q=None, *, sigma: float, orders,
                      cache: dict | None = None) -> PateRdp:
   """`pate_rdp` of GNMax / Confident-GNMax, each DISTINCT vote histogram evaluated once.
 
-  A query's RDP depends only on its histogram (with two classes at most M + 1 distinct
-  ones), so each curve is weighted by its count (answered queries for the GNMax term,
-  all for the threshold term): the same sums up to float rounding, in time linear in
-  the distinct histograms. `cache` (optional dict) keeps the curves across calls.
+  Curves weighted by their counts: the same sums up to rounding, linear in the distinct
+  histograms. `cache` (optional dict) keeps the curves across calls.
 
   Examples:
     >>> votes, orders = [[9, 1], [9, 1], [5, 5]], [2.0, 8.0]
@@ -417,20 +388,17 @@ def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
                         sigma: float, orders) -> PateRdp:
   """RDP of Q Confident-GNMax queries without conditioning on what was answered.
 
-  With v the top count, p(v) = Phi((v - T) / sigma_t) and a neighbour's v' in {v - 1,
-  v, v + 1} (<= M),
+  With v the top count, p(v) = Phi((v - T) / sigma_t), a neighbour's v' in {v - 1, v,
+  v + 1} (<= M):
 
     exp((lambda - 1) D_lambda) = (1 - p(v))^lambda (1 - p(v'))^(1 - lambda)
-                                 + p(v)^lambda p(v')^(1 - lambda)
-                                   exp((lambda - 1) D_lambda(GNMax(D) || GNMax(D'))),
+        + p(v)^lambda p(v')^(1 - lambda) exp((lambda - 1) D_lambda(GNMax(D) || GNMax(D'))),
 
-  the argmax's divergence bounded by `gnmax_rdp_data_dependent` and lambda / sigma^2.
-  The data-dependent curve (the sum over queries of the max over v') depends on the
-  private votes (release it as `dpjax.pate_release` explains); the data-independent
-  one is Q (lambda / (2 sigma_t^2) + lambda / sigma^2). Returns PateRdp with
-  num_answered=-1.
+  the argmax term bounded by `gnmax_rdp_data_dependent` and lambda / sigma^2. The
+  data-dependent curve depends on the private votes (`dpjax.pate_release`); the
+  data-independent one is Q (lambda / (2 sigma_t^2) + lambda / sigma^2). num_answered=-1.
 
-  Example (two classes, 250 teachers, the check at 200, sigma_t = 150, sigma = 40):
+  Examples:
     >>> r = confident_gnmax_rdp([[240.0, 10.0], [130.0, 120.0]], threshold=200.0,
     ...                         sigma_threshold=150.0, sigma=40.0, orders=[8.0])
     >>> bool(r.data_dependent[0] < r.data_independent[0])
@@ -473,10 +441,9 @@ def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
 
 
 def _resolve_tail_terms(term, lam, a1, d, dp):
-  """lambda log P(z) - (lambda - 1) log P(z') where both logs underflowed to -inf (NaN).
-
-  To leading order -(lambda d^2 - (lambda - 1) dp^2) / (2 sigma_t^2): -inf when that is
-  clearly negative, +inf (the data-independent bound is then charged) otherwise.
+  """lambda log P(z) - (lambda - 1) log P(z') where both logs underflowed (NaN): to leading
+  order -(lambda d^2 - (lambda - 1) dp^2) / (2 sigma_t^2), so -inf when clearly negative,
+  else +inf (the data-independent bound is charged).
   """
   bad = np.isnan(term)
   if not np.any(bad):
@@ -517,14 +484,11 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
                     keep_MxN: jax.typing.ArrayLike, model: models_lib.Model, *,
                     num_steps: int = 300, learning_rate: float = 0.05,
                     pad_to: int | None = None) -> PyTree:
-  """Full-batch Adam on M subsets at once: `fitting.train_nonprivate`, num_steps epochs.
+  """Full-batch Adam on M subsets at once (`fitting.train_nonprivate`): params [M, ...].
 
-  NOT private: use it for PATE teachers (whose privacy comes from the aggregator)
-  and for the student (trained on public inputs with privately released labels).
-
-  Model i starts from model.init(jax.random.split(key, M)[i]) and sees the records with
-  keep_MxN[i]; pad_to (optional P >= the largest subset) lets calls share one
-  program. Returns params with a leading axis [M, ...].
+  NOT private: for PATE teachers (privacy comes from the aggregator) and the student
+  (public inputs, private labels). Model i starts from model.init(split(key, M)[i]) and
+  sees the records with keep_MxN[i]; pad_to (P >= the largest subset) shares one program.
   """
   x, y = _check_data(model, x_NxF, y_N)
   keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, x.shape[0]))
@@ -537,10 +501,7 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
 def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_lib.Model,
                    *, num_steps: int = 300, learning_rate: float = 0.05
                    ) -> tuple[PyTree, jax.Array]:
-  """Partitions the private records and trains one teacher per partition.
-
-  Returns (params with leading axis [M, ...], keep_MxN bool[M, N] the partition used).
-  """
+  """Partitions the records and trains one teacher per partition: (params [M, ...], keep_MxN)."""
   x, _ = _check_data(model, x_NxF, y_N)
   k_part, k_fit = jax.random.split(key)
   n = x.shape[0]

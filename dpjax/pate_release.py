@@ -1,58 +1,47 @@
 """Releasing PATE's data-dependent privacy cost with smooth sensitivity.
 
-`dpjax.pate` computes the data-dependent RDP f(D) of a PATE run (Papernot et al. 2018,
-Thm 6), a function of the private votes; this module publishes a noisy UPPER BOUND on
-it and adds the cost of that publication (Papernot et al. 2018, §4, App. B-C; Nissim,
-Raskhodnikova & Smith 2007). At one order lambda, with the published answered mask,
+`dpjax.pate` computes the data-dependent RDP f(D) of a PATE run, a function of the
+private votes; this module publishes a noisy UPPER BOUND on it plus the cost of that
+publication (Papernot et al. 2018, §4, App. B-C; Nissim, Raskhodnikova & Smith 2007).
+At one order lambda, with the published answered mask,
 
     f(D) = sum over answered queries of beta_g(q_j)  +  sum over all queries of beta_t(v_j),
 
 beta_g = `pate.gaussian_rdp_data_dependent` at q = `pate.gnmax_log_q`, beta_t =
-`pate.threshold_rdp_data_dependent` of the top count v. A neighbour changes one
-teacher, moving ONE vote in EVERY histogram.
+`pate.threshold_rdp_data_dependent` of the top count v. A neighbour changes one teacher,
+moving ONE vote in EVERY histogram.
 
-Local sensitivity at distance d, A(d) <= sum_j A_j(d). Where beta is a function of v
-(the threshold part; GNMax with C = 2), A_j(d) is exact: v moves by <= 1 per teacher.
-For GNMax with C >= 3, write q = (C - 1) Phi(-z); a moved vote changes every gap by
-<= 2, so z' in [z - s, z + s], s = sqrt(2) / sigma (App. B). If beta_g is
-nondecreasing in q (condition C5 of App. B.4, checked on a grid 8x finer with a
-relative slack of 1e-12), a point of the cell [z_k, z_k + h], h = s / n, has local
-sensitivity at most
+Local sensitivity at distance d: A(d) <= sum_j A_j(d). Where beta is a function of v
+(threshold; GNMax with C = 2), A_j(d) is exact (v moves by <= 1 per teacher). GNMax with
+C >= 3: q = (C - 1) Phi(-z), a moved vote shifts z by <= s = sqrt(2) / sigma (App. B).
+If beta_g is nondecreasing in q (C5 of App. B.4, checked on an 8x finer grid, relative
+slack 1e-12), the cell [z_k, z_k + h], h = s / n, has local sensitivity at most
 
     u_k = max(b(z_k - s) - b(z_k + h), b(z_k) - b(z_k + h + s)),    b = beta_g o q,
 
-and A_j(d) <= max u_k over the cells meeting [z0 - d s, z0 + d s] (plus one cell;
-beyond z_K >= M / (sqrt 2 sigma), one cell bounded by b(z_K - s)). The bounds are
-nested (A_D(d) <= A_D'(d + 1)), so SS_beta(D) = max_{d <= M} e^(-beta d) A(d) is a
-beta-smooth upper bound (Nissim et al. 2007, Lemma 2.3).
+and A_j(d) <= max u_k over the cells meeting [z0 - d s, z0 + d s] (plus one cell; beyond
+z_K >= M / (sqrt 2 sigma), one cell bounded by b(z_K - s)). The bounds are nested
+(A_D(d) <= A_D'(d + 1)), so SS_beta(D) = max_{d <= M} e^(-beta d) A(d) is a beta-smooth
+upper bound (Nissim et al. 2007, Lemma 2.3).
 
-Release (the "GNSS" mechanism, App. C): R = g(D) + c SS_beta(D) N(0, sigma_ss^2), g =
-f + k sigma_ss SS_beta, c = 1 + k sigma_ss (e^beta - 1); as e^-beta SS(D) <= SS(D')
-<= e^beta SS(D), c SS_beta bounds g's local sensitivity, so R costs
-`gnss_rdp(beta, sigma_ss, lambda)` and is below f(D) with probability Phi(-k / c).
-Everything published (labels, answered mask, R) then costs at most R + gnss_rdp at
-lambda, except with that probability (`dpjax.accounting.rdp.rdp_to_epsilon`).
+Release ("GNSS", App. C): R = g(D) + c SS_beta(D) N(0, sigma_ss^2), g = f + k sigma_ss
+SS_beta, c = 1 + k sigma_ss (e^beta - 1). c SS_beta bounds g's local sensitivity, so R
+costs `gnss_rdp(beta, sigma_ss, lambda)` and is below f(D) with probability Phi(-k / c).
+Labels, answered mask and R then cost at most R + gnss_rdp at lambda, except with that
+probability.
 
-Which queries pay GNMax. With `answered_Q`, only the answered queries are charged
-GNMax (the paper's accounting and `pate.pate_rdp`'s). That charge depends on the
-realised mask, and it is below the exact Renyi divergence of a query's output
-(answer or not, then the label) when a contested query is left unanswered: for votes
-(16, 14), T = 16, sigma_t = 4, sigma = 1, the exact divergence to the worst neighbour
-is 0.73 at order 2, the check alone is charged 0.06. With `answered_Q=None` and a
-threshold, every query is charged both steps, which bounds the exact divergence; use
-it for an RDP guarantee that does not rest on the answered-only convention.
+Charging GNMax on answered queries only (`answered_Q`, the paper's accounting) can be below
+the exact divergence (`pate.pate_rdp`'s Warning); `answered_Q=None` charges both steps.
 
-(lambda, beta, sigma_ss, k) must not depend on the private votes (that choice is not
-accounted); `plan_release` picks them from PUBLIC proxy votes.
+(lambda, beta, sigma_ss, k) must not depend on the private votes; `plan_release` picks
+them from PUBLIC proxy votes.
 
-Warning: `release` draws its normal with `jax.random.normal` (float32) and rounds
-the released value UP to a multiple of 2^-16 (keeping the upper-bound property); it
-does not use the exact integer-noise tables of `dpjax.mechanisms`, so an observer
-of the exact float bits is outside its guarantee. Numbers marked private in
-`PateRelease` are for analysis only. LNMax is not supported.
+Warning: `release` draws a float32 `jax.random.normal` and rounds R UP to a multiple of
+2^-16; it does not use the exact integer-noise tables, so an observer of the exact float
+bits is outside its guarantee. Private fields of `PateRelease` are for analysis only.
+LNMax is not supported.
 
-Shape letters: Q queries, C classes, M teachers (every histogram row sums to M),
-D distances 0..M.
+Shape letters: Q queries, C classes, M teachers (rows sum to M), D distances 0..M.
 
 Examples:
   >>> gnss_rdp(0.0, 2.0, 4.0)            # beta = 0: the Gaussian lambda / (2 sigma_ss^2)
@@ -60,9 +49,9 @@ Examples:
   >>> smooth_sensitivity([1.0, 2.0, 4.0], math.log(2.0))   # max(1, 2/2, 4/4)
   1.0
 
-References: Papernot, Song, Mironov, Raghunathan, Talwar & Erlingsson, "Scalable
-private learning with PATE", ICLR 2018 (§4, App. B, C); Nissim, Raskhodnikova &
-Smith, "Smooth sensitivity and sampling in private data analysis", STOC 2007.
+References: Papernot et al., "Scalable private learning with PATE", ICLR 2018 (§4, App.
+B, C); Nissim, Raskhodnikova & Smith, "Smooth sensitivity and sampling in private data
+analysis", STOC 2007.
 """
 
 from __future__ import annotations
@@ -94,10 +83,10 @@ _PLAN_ORDERS = np.array([1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 14.
 
 @dataclasses.dataclass(frozen=True)
 class ReleaseParams:
-  """The public parameters of a smooth-sensitivity release (fix them before the run).
+  """Public parameters of a smooth-sensitivity release, fixed before the run.
 
-  order lambda > 1; beta >= 0 with lambda (1 - e^(-2 beta)) < 1; sigma_ss > 0 (noise
-  std c sigma_ss SS_beta); num_stds k >= 0 (upward shift in units of sigma_ss SS_beta).
+  order lambda > 1; beta >= 0 with lambda (1 - e^(-2 beta)) < 1; sigma_ss > 0; num_stds
+  k >= 0 (upward shift in units of sigma_ss SS_beta).
   """
   order: float
   beta: float
@@ -127,13 +116,10 @@ class ReleaseParams:
 class PateRelease(NamedTuple):
   """Result of `release`.
 
-  Public: order lambda; released_rdp R (noisy upper bound on f(D)); release_rdp_cost
-  gnss_rdp(beta, sigma_ss, lambda); epsilon of R + release_rdp_cost at lambda;
-  probability_below Phi(-k / c); data_independent_epsilon (worst case, over
-  rdp.DEFAULT_ORDERS).
-  PRIVATE, analysis only (functions of the private votes; never publish them):
-  data_dependent_rdp f(D), smooth_sensitivity SS_beta(D), true_total_epsilon (of
-  f(D) + release_rdp_cost).
+  Public: order, released_rdp R, release_rdp_cost (`gnss_rdp`), epsilon of R + cost,
+  probability_below, data_independent_epsilon (over rdp.DEFAULT_ORDERS).
+  PRIVATE, analysis only (never publish): data_dependent_rdp f(D), smooth_sensitivity,
+  true_total_epsilon (of f(D) + cost).
   """
   order: float
   released_rdp: float
@@ -285,11 +271,11 @@ def _top_count_ls(b: np.ndarray, v_top: np.ndarray, v_min: int, m: int) -> np.nd
 
 @_validate.names_extreme_arguments
 def local_sensitivity_gnmax(votes_QxC, *, sigma: float, order: float) -> np.ndarray:
-  """Per-query bound A_j(d) on the local sensitivity at distance d of GNMax's
-  data-dependent RDP at one order: float64[Q, M + 1] (d = 0..M).
+  """Bound A_j(d) on the local sensitivity of GNMax's data-dependent RDP at one order:
+  float64[Q, M + 1], d = 0..M.
 
-  Exact for C = 2; nondecreasing in d and nested (module docstring). Raises
-  ValueError on bad input or when C5 fails at this order.
+  Exact for C = 2; nondecreasing in d and nested. Raises ValueError on bad input or when
+  C5 fails at this order.
   """
   v, m = _check_votes(votes_QxC)
   s = _validate.check_positive(sigma, "sigma")
@@ -313,9 +299,8 @@ def local_sensitivity_gnmax(votes_QxC, *, sigma: float, order: float) -> np.ndar
 
 def local_sensitivity_threshold(votes_QxC, *, threshold: float, sigma_threshold: float,
                                 order: float) -> np.ndarray:
-  """Per-query local sensitivity at distance d of the threshold check's data-dependent
-  RDP at one order: float64[Q, M + 1], max over u in [v_j - d, v_j + d] of
-  |beta_t(u +- 1) - beta_t(u)| (exact).
+  """Exact local sensitivity at distance d of the threshold check's data-dependent RDP:
+  float64[Q, M + 1], max over u in [v_j - d, v_j + d] of |beta_t(u +- 1) - beta_t(u)|.
   """
   v, m = _check_votes(votes_QxC)
   t, st = pate.check_threshold(threshold, sigma_threshold)
@@ -328,14 +313,9 @@ def local_sensitivity_threshold(votes_QxC, *, threshold: float, sigma_threshold:
 
 
 def smooth_sensitivity(ls_D, beta: float) -> float:
-  """SS_beta = max_d e^(-beta d) ls_D[d] (Nissim, Raskhodnikova & Smith 2007).
+  """SS_beta = max_d e^(-beta d) ls_D[d], ls_D float[D] >= 0, the last entry bounding larger d.
 
-  ls_D: float[D] >= 0 at d = 0..D-1, ls_D[-1] bounding every larger distance. A
-  beta-smooth upper bound when ls_D is nondecreasing and nested.
-
-  Examples:
-    >>> smooth_sensitivity([0.5, 1.0], 0.0)
-    1.0
+  A beta-smooth upper bound when ls_D is nondecreasing and nested (Nissim et al. 2007).
   """
   ls = _validate.check_array(ls_D, "ls_D", ndim=1, min_size=1, low=0.0)
   b = _validate.check_nonnegative(beta, "beta")
@@ -348,22 +328,13 @@ def _max_beta(order: float) -> float:
 
 
 def gnss_rdp(beta: float, sigma_ss: float, order: float) -> float:
-  """RDP at `order` of publishing F(D) + S(D) N(0, sigma_ss^2) for a beta-smooth upper
-  bound S on the local sensitivity of F.
+  """RDP at `order` of F(D) + S(D) N(0, sigma_ss^2), S a beta-smooth bound on F's sensitivity.
 
-  With S(D') = r S(D), r in [e^-beta, e^beta], and kappa = 1 - lambda (1 - e^(-2 beta)),
-  the exact Gaussian divergence (units S(D) = 1, Delta <= min(1, r)) is bounded by
-      D <= max(-log(kappa) / (2 (lambda - 1)) + lambda e^(-2 beta) / (2 sigma_ss^2 kappa),
-               lambda beta / (lambda - 1) + lambda / (2 sigma_ss^2)),
-  finite for lambda (1 - e^(-2 beta)) < 1.
-
-  Warning: the bound of Papernot et al. 2018, Thm 23, is below this exact divergence
-  when 2 lambda beta is near 1 (e.g. lambda = 8, beta = 0.05, sigma_ss = 3: exact 1.73,
-  Thm 23 1.15); it is not used.
-
-  Examples:
-    >>> gnss_rdp(0.0, 2.0, 4.0)
-    0.5
+  With kappa = 1 - lambda (1 - e^(-2 beta)) > 0, the exact Gaussian divergence is at most
+      max(-log(kappa) / (2 (lambda - 1)) + lambda e^(-2 beta) / (2 sigma_ss^2 kappa),
+          lambda beta / (lambda - 1) + lambda / (2 sigma_ss^2)).
+  Papernot et al. 2018, Thm 23 is below the exact divergence near 2 lambda beta = 1
+  (lambda = 8, beta = 0.05, sigma_ss = 3: exact 1.73, Thm 23 1.15): not used.
   """
   b = _validate.check_nonnegative(beta, "beta")
   s = _validate.check_positive(sigma_ss, "sigma_ss")
@@ -392,8 +363,7 @@ def _cost_and_ls(v, m, ans, sigma, t, st, order) -> tuple[float, np.ndarray]:
     ls += local_sensitivity_gnmax(va, sigma=sigma, order=order).sum(axis=0)
   if t is not None:
     f += float(_threshold_beta(v.max(axis=1), t, st, order).sum())
-    ls += local_sensitivity_threshold(v, threshold=t, sigma_threshold=st,
-                                      order=order).sum(axis=0)
+    ls += local_sensitivity_threshold(v, threshold=t, sigma_threshold=st, order=order).sum(axis=0)
   return f, ls
 
 
@@ -416,17 +386,14 @@ def plan_release(votes_QxC, answered_Q=None, *, sigma: float, delta: float,
                  orders=None, failure_prob: float = 0.01) -> ReleaseParams:
   """Chooses (order, beta, sigma_ss, num_stds) from PUBLIC proxy votes.
 
-  Warning: pass votes that carry no information about the private data: e.g. the
-  votes of teachers trained on an independent public draw, or of a previous,
-  already-published run. Calling it on the PRIVATE votes makes the release
-  parameters a function of the private data that no accountant records, and the
-  released epsilon is then NOT a guarantee.
+  Warning: the votes must carry no information about the private data (teachers trained
+  on an independent public draw, or an already-published run); on the PRIVATE votes the
+  parameters are unaccounted and the released epsilon is NOT a guarantee.
 
-  Per order (where C5 holds), over a grid of beta and sigma_ss, k gives Phi(-k / c) =
-  failure_prob (in (0, 0.5]) and the expected total f + k sigma_ss SS_beta + gnss_rdp
-  is minimised; the order with the smallest eps wins. answered_Q, sigma, threshold
-  and sigma_threshold as the private release will pass them. Raises ValueError on bad
-  input, or when C5 fails at every order.
+  Per order where C5 holds, over a (beta, sigma_ss) grid, k gives Phi(-k / c) =
+  failure_prob in (0, 0.5] and the expected total f + k sigma_ss SS_beta + gnss_rdp is
+  minimised; the order with the smallest eps wins. Other arguments as the release will
+  pass them. ValueError when C5 fails at every order.
   """
   v, m = _check_votes(votes_QxC)
   ans = _check_answered(answered_Q, v.shape[0])
@@ -474,19 +441,10 @@ def release(key: jax.Array, votes_QxC, answered_Q=None, *, sigma: float,
   """Publishes a noisy upper bound on PATE's data-dependent RDP, and its epsilon.
 
   R = f(D) + k sigma_ss SS_beta(D) + c sigma_ss SS_beta(D) Z, Z ~ N(0, 1) from `key`,
-  rounded up to a multiple of 2^-16, at least 0 (module docstring).
-
-  Args:
-    votes_QxC: the PRIVATE vote counts of every query asked, rows summing to M.
-    answered_Q: the published answered mask bool[Q]; only these queries are charged
-      GNMax (the paper's convention, see the module docstring). Default None: every
-      query is charged it, a bound on the exact divergence.
-    params: ReleaseParams fixed without looking at these votes (`plan_release` on
-      public proxy votes).
-  Returns:
-    PateRelease (public fields, and private fields marked as such).
-  Raises:
-    ValueError: bad input, or condition C5 fails at params.order.
+  rounded up to a multiple of 2^-16, at least 0. votes_QxC: the PRIVATE votes of every
+  query asked; answered_Q: the published mask (only those charged GNMax; None charges
+  every query); params: fixed without these votes (`plan_release` on proxy votes).
+  Returns a PateRelease; ValueError on bad input or when C5 fails at params.order.
   """
   v, m = _check_votes(votes_QxC)
   ans = _check_answered(answered_Q, v.shape[0])

@@ -1,13 +1,10 @@
 """Counter-based random numbers for DP-SGD: threefry2x32 bits, Bernoulli masks, normals.
 
-threefry2x32 (20 rounds, Salmon et al. 2011), bit for bit jax.random's default hash,
-in counter mode (`random_bits`), feeds Bernoulli(q) masks (`poisson_mask`: never
-above q, so the accountant's q is conservative) and N(0, 1) float32 noise
-(`standard_normal`: inverse CDF of a 23-bit uniform with exact tails down to 2^-120,
-support +-12.63). Keys are derived with `fold_in` / `split`, bit-identical to
-jax.random's, so a model's stream depends only on its own key; other generators
-fall back to `jax.random`. Why it is written out rather than calling jax.random:
-BUILD_NOTES, "Random numbers".
+threefry2x32 (20 rounds, Salmon et al. 2011), bit for bit jax.random's, in counter mode
+(`random_bits`), feeds Bernoulli(q) masks (`poisson_mask`, never above q) and N(0, 1)
+float32 noise (`standard_normal`: inverse CDF of a 23-bit uniform, exact tails to 2^-120,
+support +-12.63). `fold_in` / `split` are bit-identical to jax.random's; other
+generators fall back to `jax.random`. Why: BUILD_NOTES, "Random numbers".
 
 Shape letters: N records.
 
@@ -44,7 +41,6 @@ def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array
   """The Threefry-2x32 block function (20 rounds), unrolled; bit for bit `threefry2x32_p`.
 
   Examples:
-    >>> import jax.numpy as jnp
     >>> u = jnp.uint32
     >>> [hex(int(v)) for v in threefry2x32(u(0), u(0), u(0), u(0))]  # Random123 KAT
     ['0x6b200159', '0x99ba4efe']
@@ -77,8 +73,8 @@ def _threefry_words(key: jax.Array):
 
 
 def _once(k0: jax.Array, fn: Callable[[], jax.Array]) -> jax.Array:
-  """fn() in a while loop of exactly one trip ((k0 | 1) & 1, not a compile-time constant),
-  so its output is stored, not recomputed by each consumer. Performance only.
+  """fn() in a while loop of exactly one (data-dependent) trip, so its output is stored,
+  not recomputed by each consumer. Performance only.
   """
   trips = (k0 | jnp.uint32(1)) & jnp.uint32(1)
   out = jax.eval_shape(fn)
@@ -95,7 +91,6 @@ def fold_in(key: jax.Array, data) -> jax.Array:
   """`jax.random.fold_in(key, data)`, bit-identical: threefry2x32(key, (0, data)).
 
   Examples:
-    >>> import jax
     >>> k = jax.random.key(3)
     >>> bool((jax.random.key_data(fold_in(k, 7))
     ...       == jax.random.key_data(jax.random.fold_in(k, 7))).all())
@@ -114,14 +109,13 @@ def split(key: jax.Array, num: int) -> jax.Array:
   words = _threefry_words(key)
   if words is None:
     return jax.random.split(key, num)
-  a, b = threefry2x32(*words, jnp.zeros((num,), jnp.uint32),
-                      jnp.arange(num, dtype=jnp.uint32))
+  a, b = threefry2x32(*words, jnp.zeros((num,), jnp.uint32), jnp.arange(num, dtype=jnp.uint32))
   return _wrap_like(key, jnp.stack([a, b], axis=1))
 
 
 def _stream_words(words, num_words: int, j: jax.Array) -> jax.Array:
-  """Word j of `random_bits(key, num_words)` for each entry of j: block i has counters
-  (i, H + i), H = ceil(num_words / 2); word i < H is its first output, H + i its second.
+  """Word j of `random_bits(key, num_words)`: block i has counters (i, H + i), H =
+  ceil(num_words / 2); word i < H is its first output, H + i its second.
   """
   h = (num_words + 1) // 2
   first = j < jnp.uint32(h)
@@ -136,14 +130,8 @@ def _stream_words(words, num_words: int, j: jax.Array) -> jax.Array:
 def random_bits(key: jax.Array, num_words: int) -> jax.Array:
   """uint32[num_words] from threefry2x32 in counter mode, two words per hash.
 
-  Words i and H + i come from one block (the layout of
-  `jax.extend.random.threefry_2x32`); `poisson_mask` and `standard_normal` consume this
-  stream. Non-threefry keys use `jax.random.bits`.
-
-  Examples:
-    >>> import jax
-    >>> random_bits(jax.random.key(0), 3).dtype
-    dtype('uint32')
+  Words i and H + i come from one block (`jax.extend.random.threefry_2x32`'s layout).
+  Non-threefry keys use `jax.random.bits`.
   """
   n = _validate.check_size(num_words, "num_words")
   words = _threefry_words(key)
@@ -160,27 +148,21 @@ def bits_to_normal(bits):
   return np.float32(math.sqrt(2.0)) * jax.lax.erf_inv(u)
 
 
-# The normal's tails. A 32-bit word's top 23 bits m pick the atom; the two extreme
-# atoms (m = 0 and m = 2^23 - 1) each stand for a tail of mass 2^-23 and are redrawn
-# from that tail with extra words (see `standard_normal`).
+# The top 23 bits m pick the atom; atoms 0 and 2^23 - 1 (tails of mass 2^-23) are redrawn.
 _ATOM_TOP = (1 << 23) - 1
-# First counter word of the tail stream's blocks (and D - 1): above every first
-# counter word the body stream (at most 2^31), fold_in and split (0) use.
+# First counter word of the tail blocks (and D - 1): above the body stream's (< 2^31).
 _TAIL_DOMAIN = 0xFFFFFFFF
-# Level k of the tail uniform v in (0, 2^-23): v = (w_k + 1/2) * scale_k when words
-# w_1 .. w_{k-1} are all 0; the last level's w_3 = 0 gives v = 2^-120.
+# Level k of the tail uniform: v = (w_k + 1/2) * scale_k when w_1 .. w_{k-1} are 0.
 _TAIL_SCALES = (2.0 ** -55, 2.0 ** -87, 2.0 ** -119)
 _TAIL_V_MIN = 2.0 ** -120
-# Cap on a tail draw's |z|: the float32 below Phi^-1(1 - 2^-120) by ~2^-20 relative,
-# more than float32 ndtri's error there, so the draw at v = 2^-120 is exactly the cap
-# (`normal_support` measures it) and no tail draw exceeds it (NaN-safe).
+# Cap on |z|: Phi^-1(1 - 2^-120) less 2^-20 relative (> ndtri's float32 error), so the
+# draw at v = 2^-120 is exactly the cap and none exceeds it.
 _TAIL_Z_CAP = np.float32(-statistics.NormalDist().inv_cdf(_TAIL_V_MIN) * (1.0 - 2.0 ** -20))
 
 
 def _tail_magnitude(w1, w2, w3):
-  """|z| = -Phi^-1(v) of a tail draw, v in [2^-120, 2^-23) from words (w1, w2, w3):
-  v = 2^-23 (w1 + 1/2) 2^-32 if w1 != 0, else 2^-55 (w2 + 1/2) 2^-32 if w2 != 0, else
-  2^-87 (w3 + 1/2) 2^-32; capped at `_TAIL_Z_CAP`.
+  """|z| = -Phi^-1(v), v in [2^-120, 2^-23): v = 2^-23 (w1 + 1/2) 2^-32 if w1 != 0, else
+  2^-55 (w2 + 1/2) 2^-32 if w2 != 0, else 2^-87 (w3 + 1/2) 2^-32; capped at `_TAIL_Z_CAP`.
   """
   f = lambda w, scale: (w.astype(jnp.float32) + np.float32(0.5)) * np.float32(scale)
   v = jnp.where(w1 != 0, f(w1, _TAIL_SCALES[0]),
@@ -191,7 +173,7 @@ def _tail_magnitude(w1, w2, w3):
 
 def _tail_words(key: jax.Array, i: jax.Array):
   """The three tail words of coordinate i, from counters (D, i) and (D - 1, i), D =
-  `_TAIL_DOMAIN`, which no other stream of the key uses; a function of (key, i) only.
+  `_TAIL_DOMAIN`, used by no other stream of the key.
   """
   words = _threefry_words(key)
   i = jnp.asarray(i).astype(jnp.uint32)
@@ -210,9 +192,8 @@ def _tail_blocks(k0, k1, i):
 
 
 def _tail_fill(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
-  """float32[S]: the tail magnitude at extreme atoms, 0 elsewhere (one loop trip each).
-
-  tail_words(i): the tail words of word i (default `_tail_words(key, i)`).
+  """float32[S]: the tail magnitude at extreme atoms, 0 elsewhere (one loop trip each);
+  tail_words(i) defaults to `_tail_words(key, i)`.
   """
   tail_words = tail_words or functools.partial(_tail_words, key)
   if bits.shape[0] == 0:
@@ -235,9 +216,7 @@ def _tail_fill(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
 
 
 def _assemble_normal(bits: jax.Array, tail: jax.Array) -> jax.Array:
-  """The sample of each word: -tail at atom 0, +tail at atom 2^23 - 1, else the body
-  sqrt(2) erfinv(2 m 2^-23 - 1) of the 23-bit mantissa m.
-  """
+  """Each word's sample: -tail at atom 0, +tail at atom 2^23 - 1, else the body."""
   m = bits >> 9
   return jnp.where(m == 0, -tail, jnp.where(m == _ATOM_TOP, tail, bits_to_normal(bits)))
 
@@ -263,11 +242,7 @@ def normal_support() -> tuple[float, float]:
 @functools.lru_cache(maxsize=None)
 def normal_tail_mass() -> float:
   """tau = Phi(z_min) + 1 - Phi(z_max) ~ 1.5e-36, rounded up: the per-draw term of
-  `dpjax.accounting.sampler_delta` (see `standard_normal`).
-
-  Examples:
-    >>> 1e-37 < normal_tail_mass() < 1e-35
-    True
+  `dpjax.accounting.sampler_delta`.
   """
   z_min, z_max = normal_support()
   tau = 0.5 * math.erfc(-z_min / math.sqrt(2.0)) + 0.5 * math.erfc(z_max / math.sqrt(2.0))
@@ -277,18 +252,15 @@ def normal_tail_mass() -> float:
 def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   """N(0, 1) float32[shape] samples: inverse-CDF of a 23-bit uniform, with exact tails.
 
-  With m_i the top 23 bits of `random_bits(key, S)[i]` (S = prod(shape) < 2^31),
-  sample i is Phi^-1(m_i 2^-23) for 1 <= m_i <= 2^23 - 2, as `jax.random.normal`; the
-  two extreme atoms (tails of mass 2^-23, |z| > 5.1666) are redrawn as -+Phi^-1(v_i),
-  v_i uniform on (0, 2^-23) down to 2^-119 (`_tail_magnitude`). Support
-  `normal_support()` = +-12.6267; mass beyond it tau = `normal_tail_mass()` per draw.
+  With m_i the top 23 bits of `random_bits(key, S)[i]` (S < 2^31), sample i is
+  Phi^-1(m_i 2^-23) for 1 <= m_i <= 2^23 - 2, as `jax.random.normal`; the two extreme
+  atoms (mass 2^-23 each, |z| > 5.1666) are redrawn as -+Phi^-1(v_i), v_i uniform on
+  (0, 2^-23) down to 2^-119. Support `normal_support()` = +-12.6267.
 
-  Privacy (support, not lattice): the sampler is Z' = clip(Z, z_min, z_max), Z exact,
-  so K = T d draws differ from ideal ones with probability <= K tau, and an (eps,
-  delta)-DP ideal mechanism is (eps, delta + (1 + e^eps) K tau)-DP
-  (`dpjax.accounting.sampler_delta`). This bounds the effect of the support only.
-  The values inside it lie on a float32 grid: that lattice effect (Mironov 2012) is
-  NOT covered here, and epsilon is that of the idealised mechanism with respect to it.
+  Privacy (support, not lattice): Z' = clip(Z, z_min, z_max), so K draws differ from ideal
+  ones with probability <= K tau (tau = `normal_tail_mass()`), and an (eps, delta)-DP ideal
+  mechanism is (eps, delta + (1 + e^eps) K tau)-DP (`dpjax.accounting.sampler_delta`). The
+  float32 lattice effect (Mironov 2012) is NOT covered here.
   """
   shape = _validate.check_sizes(shape, "shape", minimum=0)
   size = math.prod(shape)
@@ -308,10 +280,9 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 def standard_normals(keys: jax.Array, shapes) -> list[jax.Array]:
   """[standard_normal(keys[l], shapes[l]) for l], bit for bit, drawn as one stream.
 
-  keys: L keys [L]; shapes: L shapes. For threefry keys the L streams are hashed,
-  tail-filled and transformed together over their concatenated words (word j of draw
-  l keeps its key, counters and tail counters), so the program holds one copy of the
-  sampler whatever L, which keeps compile time flat in the number of parameter leaves.
+  For threefry keys the L streams are hashed, tail-filled and transformed together, so
+  the program holds one copy of the sampler whatever L (flat compile time in the number
+  of parameter leaves).
   """
   shapes = [_validate.check_sizes(s, "shape", minimum=0) for s in shapes]
   if keys.shape[:1] != (len(shapes),):
@@ -330,8 +301,7 @@ def standard_normals(keys: jax.Array, shapes) -> list[jax.Array]:
   starts = np.cumsum([0] + [sizes[l] for l in live])
 
   def per_word(e, values):
-    """values[l] for the draw that word e of the concatenation belongs to: elementwise
-    selects on e, which fuse into the hash (no concatenated copies)."""
+    """values[l] for the draw word e belongs to (selects that fuse into the hash)."""
     out = values[0]
     for l in range(1, len(live)):
       out = jnp.where(e >= jnp.uint32(starts[l]), values[l], out)
@@ -357,8 +327,7 @@ def standard_normals(keys: jax.Array, shapes) -> list[jax.Array]:
       None, bits, lambda i: _tail_blocks(*key_and_index(i.astype(jnp.uint32)))))
   out, start = [], 0
   for l, s in enumerate(shapes):
-    out.append(z[start:start + sizes[l]].reshape(s) if sizes[l] else
-               jnp.zeros(s, jnp.float32))
+    out.append(z[start:start + sizes[l]].reshape(s) if sizes[l] else jnp.zeros(s, jnp.float32))
     start += sizes[l]
   return out
 
@@ -374,14 +343,9 @@ def bernoulli_threshold(sampling_prob: float, bit_width: int = 32) -> int:
 def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.Array:
   """Independent Bernoulli(q) inclusion bits: bool[N].
 
-  Record i is in iff a w-bit uniform integer (w = `mask_bit_width(q)`) is < floor(q
-  2^w): probability in (q - 2^-w, q], never above q. The integers are
-  `random_bits(key, N)` (w = 32), or the high then low halves of `random_bits(key,
-  ceil(N / 2))` (w = 16).
-  Examples:
-    >>> import jax
-    >>> poisson_mask(jax.random.key(0), 1.0, 3)
-    Array([ True,  True,  True], dtype=bool)
+  Record i is in iff a w-bit uniform integer (w = `mask_bit_width(q)`) is < floor(q 2^w):
+  probability in (q - 2^-w, q]. The integers are `random_bits(key, N)` (w = 32), or the
+  high then low halves of `random_bits(key, ceil(N / 2))` (w = 16).
   """
   num_records = _validate.check_size(num_records, "num_records")
   sampling_prob = _validate.check_sampling_prob(sampling_prob)

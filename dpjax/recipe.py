@@ -1,17 +1,13 @@
 """A DP-SGD training recipe: the pieces that close most of the gap to non-private training.
 
-Each piece is optional and plugs into `dpsgd.train_many`, whose sampler, privatizer and
-accountant are unchanged: a momentum or Adam `optimizer=` and `DpSgdConfig(ema_decay=...)`
-(post-processing of the privatized gradient and of the iterates); `augmented_clipping`
-(augmentation multiplicity, De et al. 2022); `models.cnn(..., groups=G)` and
-`center_on_public` (normalisation without private statistics); `noise_for_batch_sizes`
-(the batch size at fixed epsilon, Sander et al. 2023). The non-private baseline is
-`fitting.train_nonprivate`.
+Each plugs into `dpsgd.train_many` with sampler, privatizer and accountant unchanged: a
+momentum or Adam `optimizer=` and `DpSgdConfig(ema_decay=...)` (post-processing);
+`augmented_clipping` (augmentation multiplicity, De et al. 2022); `models.cnn(...,
+groups=G)` and `center_on_public` (normalisation without private statistics);
+`noise_for_batch_sizes` (batch size at fixed epsilon, Sander et al. 2023).
 
-References: De, Berrada, Hayes, Smith, Balle 2022, "Unlocking High-Accuracy
-Differentially Private Image Classification through Scale",
-https://arxiv.org/abs/2204.13650; Sander, Stock, Sablayrolles 2023, "TAN without a
-burn: Scaling laws of DP-SGD", https://arxiv.org/abs/2210.03403; Tramer & Boneh 2021,
+References: De et al. 2022, https://arxiv.org/abs/2204.13650; Sander, Stock &
+Sablayrolles 2023, https://arxiv.org/abs/2210.03403; Tramer & Boneh 2021,
 https://arxiv.org/abs/2011.11660.
 
 Shape letters: M models, N records, F features, B batch, K views, H x W x C images.
@@ -86,14 +82,9 @@ def _shift(x_F, dy, dx, image_shape):
 
 def shift_images(x_BxF: jax.typing.ArrayLike, shift: Sequence[int],
                  image_shape: Sequence[int]) -> jax.Array:
-  """Images moved by a whole number of pixels, with zeros shifted in.
-
-  out[b, i, j] = x[b, i - dy, j - dx] where that pixel exists, else 0, for x_BxF
-  float32[B, H * W * C] (rows row-major in image_shape (H, W, C)) and shift (dy, dx) with
-  |dy| < H, |dx| < W (dy > 0 moves the content down). Returns float32[B, H * W * C].
+  """Rows [B, H * W * C] of images moved by (dy, dx) pixels (dy > 0: down), zeros shifted in.
 
   Examples:
-    >>> import jax.numpy as jnp
     >>> shift_images(jnp.arange(4.0)[None], (0, 1), (2, 2, 1)).tolist()
     [[0.0, 0.0, 0.0, 2.0]]
   """
@@ -108,20 +99,16 @@ def augmented_clipping(model: models_lib.Model, shifts: Sequence[Sequence[int]],
                        image_shape: Sequence[int]) -> ClippingPath:
   """Augmentation multiplicity as a clipping path of the engine (De et al. 2022, §3.2).
 
-  Record i is seen through K = len(shifts) views v_ik = shift_k(x_i), a fixed public set
-  of (dy, dx) pairs (e.g. `DIGIT_SHIFTS`), and its view-averaged gradient is clipped once:
+  Record i is seen through K fixed public shifts v_ik (e.g. `DIGIT_SHIFTS`) and its
+  view-averaged gradient clipped once:
 
-    g_i = (1 / K) sum_k grad loss(params; v_ik, y_i),
-    sum = sum_i w_i min(1, C / ||g_i||) g_i,
+    g_i = (1 / K) sum_k grad loss(params; v_ik, y_i),   sum = sum_i w_i min(1, C / ||g_i||) g_i,
 
-  so one record moves the sum by at most C whatever K, and the accountant is unchanged.
-  `model.apply` takes flat rows [B, H * W * C] of images of `image_shape` (H, W, C).
-
-  Returns a `ClippingPath` "augmented" for `train_many(..., clipping=...)` (reuse it: the
-  engine caches its program on it); cost K passes per record and [B, P] gradients.
+  so one record moves the sum by at most C whatever K (accountant unchanged). Returns a
+  `ClippingPath` "augmented" for `train_many(..., clipping=...)` (reuse it: the engine
+  caches its program on it).
 
   Examples:
-    >>> import jax, jax.numpy as jnp
     >>> model = models_lib.mlp(4, (), 2)
     >>> path = augmented_clipping(model, ((0, 0), (1, 0)), (2, 2, 1))
     >>> s, norms = path(model.init(jax.random.key(0)), jnp.ones((3, 4)), jnp.array([0, 1, 0]),
@@ -171,15 +158,8 @@ def _clipped_sum(g, weights_B, l2_clip_norm):
 
 
 class NoiseAtBatchSize(NamedTuple):
-  """One batch size of `noise_for_batch_sizes`.
-
-  Attributes:
-    batch_size: B, the expected batch q n.
-    sampling_prob: q = B / n.
-    num_steps: T = round(epochs / q) (>= 1).
-    noise_multiplier: sigma calibrated so that (q, sigma, T) spends target_epsilon.
-    noise_per_example: sigma / B, the noise std of the averaged gradient in units of C.
-    total_amount_of_noise: eta = sigma / (q sqrt(T)), Sander et al.'s TAN.
+  """One row of `noise_for_batch_sizes`: B, q = B / n, T = round(epochs / q), calibrated sigma,
+  noise_per_example sigma / B, total_amount_of_noise eta = sigma / (q sqrt(T)) (TAN).
   """
   batch_size: float
   sampling_prob: float
@@ -192,15 +172,12 @@ class NoiseAtBatchSize(NamedTuple):
 def noise_for_batch_sizes(target_epsilon: float, delta: float, epochs: float,
                           dataset_size: int, batch_sizes: Sequence[float], *,
                           accountant: str = "rdp") -> list[NoiseAtBatchSize]:
-  """sigma for each batch size at fixed (epsilon, delta, epochs): how to choose B.
+  """sigma for each batch size B in (0, n] at fixed (epsilon, delta, epochs).
 
-  For each B in (0, n]: q = B / n, T = round(epochs n / B), sigma =
-  `accounting.calibrate_noise(target_epsilon, q, T, delta)` with `accountant` "rdp" or
-  "pld". For large sigma epsilon depends on T q^2 / sigma^2 = 1 / eta^2 only (Mironov et
-  al. 2019; Sander et al. 2023), so at fixed epochs sigma / B falls like 1 / sqrt(B). Runs
-  at a small batch B' with sigma B' / B simulate the dynamics for tuning; their own epsilon
-  is not the target and they must not touch private data unaccounted. Returns one
-  `NoiseAtBatchSize` per batch size, in order; ValueError names a bad parameter.
+  q = B / n, T = round(epochs n / B), sigma = `accounting.calibrate_noise` ("rdp" or
+  "pld"). For large sigma epsilon depends on T q^2 / sigma^2 = 1 / eta^2 only (Sander et
+  al. 2023), so sigma / B falls like 1 / sqrt(B). Small-batch runs at sigma B' / B simulate
+  the dynamics for tuning; they must not touch private data unaccounted.
 
   Examples:
     >>> rows = noise_for_batch_sizes(1.0, 1e-5, 20, 1000, [100, 400])
@@ -228,22 +205,16 @@ def noise_for_batch_sizes(target_epsilon: float, delta: float, epochs: float,
 
 def center_on_public(x_public_PxF: jax.typing.ArrayLike,
                      x_NxF: jax.typing.ArrayLike) -> jax.Array:
-  """x - mean(x_public): records centred on the feature-wise mean of PUBLIC records.
+  """x_NxF - mean(x_public_PxF): centred on PUBLIC records only, so it costs no privacy.
 
-  The map depends on public records only, so it costs no privacy (LeCun, Bottou, Orr &
-  Mueller 1998, "Efficient BackProp", sec. 4.3). Never compute the mean on the private
-  records: it would then depend on every private record, and the DP-SGD accountant does
-  not charge for that. x_public_PxF: float[P, F...], P >= 1; x_NxF: float[N, F...] ->
-  float32[N, F...]; ValueError on a non-finite value, no record, or a row-shape mismatch.
+  Never use the private records' mean (unaccounted). float32[N, F...].
 
   Examples:
-    >>> import jax.numpy as jnp
     >>> center_on_public(jnp.array([[0.0, 2.0], [2.0, 4.0]]),
     ...                  jnp.array([[1.0, 1.0]])).tolist()
     [[0.0, -2.0]]
   """
-  pub = _validate.check_array(x_public_PxF, "x_public_PxF", np.float32, ndim=(2, 4),
-                              min_size=1)
+  pub = _validate.check_array(x_public_PxF, "x_public_PxF", np.float32, ndim=(2, 4), min_size=1)
   x = _validate.check_array(x_NxF, "x_NxF", np.float32, ndim=pub.ndim, min_size=1)
   if x.shape[1:] != pub.shape[1:]:
     raise ValueError(f"x_NxF has rows of shape {x.shape[1:]}, x_public_PxF "

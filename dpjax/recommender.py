@@ -1,70 +1,43 @@
 """A differentially private recommender in the style of McSherry & Mironov (KDD 2009).
 
-A few aggregates over all users are released once with Laplace noise; a per-user step
-then uses only the release and the user's own ratings (no accounting needed).
+Aggregates over all users are released once with Laplace noise of scale sensitivity /
+eps_k (`private_statistics`); a per-user step (`predict`, not accounted) uses only the
+release and the user's own ratings. Ratings are clamped to [lower, upper], c = (lower +
+upper) / 2, h = (upper - lower) / 2:
 
-Released statistics (`private_statistics`), in order, each with Laplace noise of
-scale sensitivity / eps_k (pure eps_k-DP), ratings first clamped to [lower, upper]
-(c = (lower + upper) / 2, h = (upper - lower) / 2):
+  global_sum, global_count   S = sum (r - c), N     -> G = c + S~ / max(N~, 1)
+  item_sums, item_counts     S_i, N_i, [I]          -> MAvg_i = clip(c + (S~_i + beta_i
+                             (G - c)) / (max(N~_i, 0) + beta_i)), beta_i = beta_m or auto
+  covariance, weights        Cov = sum_u w_u x_u x_u^T, Wgt = sum_u w_u e_u e_u^T, [I, I],
+                             x_ui = clip(r_ui - MAvg_i, -B, B) (0 if unrated), e_u the
+                             rated indicator, w_u = 1 / m_u (m_u = u's number of ratings)
 
-  global_sum     S = sum_r (r - c)                       -> G = c + S~ / max(N~, 1)
-  global_count   N = number of ratings                      (clamped to [lower, upper])
-  item_sums      S_i = sum_{u rated i} (r_ui - c), [I]   -> item means, stabilised with
-  item_counts    N_i = number of ratings of item i, [I]     beta_m fictitious ratings at G:
-                 MAvg_i = clip(c + (S~_i + beta_i (G - c)) / (max(N~_i, 0) + beta_i)),
-                 beta_i = beta_m, or by default larger where the noise is large next
-                 to the noisy count (`private_statistics`)
-  covariance     Cov = sum_u w_u x_u x_u^T, [I, I]        with x_ui = clip(r_ui - MAvg_i,
-  weights        Wgt = sum_u w_u e_u e_u^T, [I, I]          -B, B) (0 if unrated), e_u the
-                 0/1 rated-indicator, w_u = 1 / m_u (m_u = user u's number of ratings)
+Symmetric matrices get noise on the upper triangle with the diagonal, mirrored. Shrunk
+covariance (post-processing): C_ij = (Cov~_ij + beta_p avg) / (max(Wgt~_ij, 0) + beta_p),
+avg = sum Cov~ / sum max(Wgt~, 0), separately over diagonal and off-diagonal entries.
 
-The symmetric matrices get noise on the upper triangle with the diagonal (I (I + 1) / 2
-numbers, the entries the L1 sensitivities are over), mirrored. The shrunk covariance is
-post-processing: C_ij = (Cov~_ij + beta_p avg) / (max(Wgt~_ij, 0) + beta_p), with avg =
-sum Cov~ / sum max(Wgt~, 0) taken separately over the diagonal and off-diagonal entries.
+L1 sensitivities (`sensitivities`), one rating / one user with <= m ratings:
+global_sum h / h m; global_count 1 / m; item_sums h / h m; item_counts 1 / m;
+covariance 3 B^2 / 2 / B^2 (m + 1) / 2; weights 3 / 2 / (m + 1) / 2.
+Removing rating (u, i) moves entries involving i by <= B^2 and the rest of u's block by
+<= B^2 / 2; x_u depends only on u's ratings and the released MAvg. Per user the bound
+grows with m (lecture §8.3): privacy_unit="user" first cuts each user to a random subset
+of at most m = `max_ratings_per_user` ratings.
 
-Sensitivities (L1, add/remove neighbours; `sensitivities`):
+Accounting: six pure eps_k-DP releases in sequence are (sum_k eps_k)-DP (basic
+composition, Dwork & Roth 2014, Thm 3.16); `epsilon_of_release` reads the same noise
+under another sensitivity table.
 
-  statistic      rating level (one rating)    user level (one user, <= m ratings)
-  global_sum     h                            h m
-  global_count   1                            m
-  item_sums      h                            h m
-  item_counts    1                            m
-  covariance     3 B^2 / 2                    B^2 (m + 1) / 2
-  weights        3 / 2                        (m + 1) / 2
+Per-user step: b_u = sum_i (r_ui - MAvg_i) / (m_u + beta_u); q_i = rows of the top
+`rank` eigenvectors of C times sqrt(eigenvalue); p_u minimises sum_i (r_ui - MAvg_i - b_u
+- <q_i, p>)^2 + ridge |p|^2; prediction clip(MAvg_i + b_u + <q_i, p_u>, lower, upper).
+Unlike the paper: item-centred covariance only, and the per-user step factorises C (no kNN).
 
-Rating level: removing rating (u, i) moves the entries involving i by at most B^2 and
-the rest of user u's block by at most B^2 / 2 (the weight 1 / m bounds this); x_u depends
-only on u's ratings and the released MAvg, so no other user moves. Removing a whole
-user moves them by (1/m)(S^2 + Q)/2 with S = sum |x_i| <= m B, Q <= m B^2, which grows
-with m: the paper's guarantee is per rating, and per user it degrades with the user's
-activity (lecture §8.3). privacy_unit="user" first cuts each user to a random
-subset of at most m = `max_ratings_per_user` ratings and uses the user-level column.
+Warning: float32 Laplace noise (the idealised mechanism), not defended against Mironov's
+(2012) lattice attack (the grid defence would multiply the noise on I (I + 1) / 2
+entries); `private_statistics` warns with `mechanisms.InsecureNoiseWarning`.
 
-Accounting: six pure eps_k-DP releases in sequence (adaptively: x uses the released
-MAvg) are (sum_k eps_k)-DP by basic composition (Dwork & Roth 2014, Thm 3.16).
-`epsilon_of_release` reads the same noise under another sensitivity table;
-`accounting.composition.group_privacy(eps, 0, k)` bounds a user with k ratings.
-
-The per-user step (`predict`, not accounted): b_u = sum_i (r_ui - MAvg_i) / (m_u +
-beta_u); q_i = rows of the top `rank` eigenvectors of C times sqrt(eigenvalue); p_u
-minimises sum_i (r_ui - MAvg_i - b_u - <q_i, p>)^2 + ridge |p|^2 over u's ratings;
-prediction clip(MAvg_i + b_u + <q_i, p_u>, lower, upper) (MAvg_i without ratings).
-
-Differences from the paper: the covariance is of item-centred ratings only (removing
-per-user effects first would let one rating move the whole row x_u, breaking the
-rating-level bound), and the per-user step factorises the private covariance (no kNN).
-
-Warning: the Laplace noise is float32 noise added in floating point (the paper's
-idealised real-valued mechanism); the exact float output is not defended against
-Mironov's (2012) lattice attack (the integer-grid defence of
-`mechanisms.laplace_mechanism` would multiply the noise on the I (I + 1) / 2 covariance
-entries). `private_statistics` warns with `mechanisms.InsecureNoiseWarning`.
-
-References: McSherry & Mironov, "Differentially private recommender systems: building
-privacy into the Netflix Prize contenders", KDD 2009,
-https://doi.org/10.1145/1557019.1557090; Dwork & Roth, "The algorithmic foundations
-of differential privacy", 2014.
+References: McSherry & Mironov, KDD 2009, https://doi.org/10.1145/1557019.1557090.
 
 Shape letters: U users, I items, R ratings, Q queried (user, item) pairs, K rank.
 
@@ -103,17 +76,12 @@ __all__ = [
     "private_statistics", "epsilon_of_release", "predict", "rmse",
 ]
 
-STATISTICS = ("global_sum", "global_count", "item_sums", "item_counts", "covariance",
-              "weights")
+STATISTICS = ("global_sum", "global_count", "item_sums", "item_counts", "covariance", "weights")
 PRIVACY_UNITS = ("rating", "user")
 # Fractions of epsilon per statistic, in the order of STATISTICS.
 DEFAULT_SPLIT = (0.02, 0.02, 0.13, 0.13, 0.4, 0.3)
-# Default stabilisers. Item means (beta_m=None): the shrinkage a normal prior would
-# give, with a public guess of the rating spread (h / 2) and of the item-mean spread
-# (h / 4): beta_i = 4 + 32 b_S^2 / (h^2 max(N~_i, b_N)), b_S and b_N the sum and count
-# noise scales (Laplace variance 2 b^2), so an item whose noisy count is small next
-# to the noise leans on G. Covariance (beta_p=None): AUTO_BETA_P + AUTO_BETA_NOISE
-# times the weight noise scale.
+# Default stabilisers: beta_m=None is a normal prior's shrinkage with public guesses h / 2
+# (rating spread) and h / 4 (item-mean spread); beta_p=None uses these two constants.
 AUTO_BETA_P = 10.0
 AUTO_BETA_NOISE = 4.0
 
@@ -129,11 +97,9 @@ def _check_scale(lower, upper) -> tuple[float, float]:
 def sensitivities(privacy_unit: str = "rating", *, lower: float = ratings_lib.RATING_MIN,
                   upper: float = ratings_lib.RATING_MAX, clamp: float = 1.0,
                   max_ratings_per_user: Optional[int] = None) -> dict[str, float]:
-  """L1 sensitivity of each released statistic (module docstring table).
+  """{statistic: L1 sensitivity} over STATISTICS (module docstring table).
 
-  privacy_unit "rating" or "user" (add/remove one); h = (upper - lower) / 2; clamp = B > 0
-  bounds |r_ui - MAvg_i|; max_ratings_per_user = m >= 1 is required for "user". Returns
-  {statistic: L1 sensitivity} over STATISTICS.
+  clamp = B > 0 bounds |r_ui - MAvg_i|; max_ratings_per_user = m is required for "user".
 
   Examples:
     >>> sensitivities("user", clamp=1.0, max_ratings_per_user=9)["covariance"]
@@ -156,10 +122,7 @@ def sensitivities(privacy_unit: str = "rating", *, lower: float = ratings_lib.RA
 
 def global_statistics(rating_R, *, lower: float = ratings_lib.RATING_MIN,
                       upper: float = ratings_lib.RATING_MAX) -> tuple[float, float]:
-  """(S, N): sum of clip(r, lower, upper) - c over the ratings [R], and their number.
-
-  c = (lower + upper) / 2; one rating moves S by at most h = (upper - lower) / 2 and N by 1.
-  """
+  """(S, N): sum of clip(r, lower, upper) - c over the ratings [R], and their number."""
   lo, hi = _check_scale(lower, upper)
   r = _validate.check_array(rating_R, "rating_R", ndim=1, min_size=1)
   c = (lo + hi) / 2.0
@@ -184,11 +147,9 @@ def item_statistics(item_R, rating_R, num_items: int, *,
 
 def covariance_statistics(user_R, item_R, residual_R, num_users: int, num_items: int, *,
                           clamp: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-  """(Cov, Wgt): sum_u w_u x_u x_u^T and sum_u w_u e_u e_u^T with w_u = 1 / m_u.
+  """(Cov, Wgt) float64[I, I], symmetric: sum_u w_u x_u x_u^T and sum_u w_u e_u e_u^T.
 
-  user_R, item_R: ids in [0, U) and [0, I), [R], pairs distinct; residual_R: r_ui - MAvg_i,
-  [R], x_ui = clip(residual, -clamp, clamp); e_ui = 1 for rated pairs. Returns float64[I, I]
-  symmetric Cov and Wgt.
+  user_R, item_R: distinct pairs [R]; residual_R: r_ui - MAvg_i, clipped to +-clamp.
   """
   b = _validate.check_positive(clamp, "clamp")
   res = _validate.check_array(residual_R, "residual_R", ndim=1, min_size=1)
@@ -208,12 +169,10 @@ def covariance_statistics(user_R, item_R, residual_R, num_users: int, num_items:
 
 def truncate_users(key: jax.Array, user_R, item_R, num_users: int, num_items: int,
                    max_ratings_per_user: int) -> np.ndarray:
-  """Which ratings to keep so that no user has more than m: a random subset per user.
+  """bool[R] keep mask: each user's m = max_ratings_per_user lowest-priority ratings.
 
-  Rating (u, i) gets the priority SplitMix64(seed, u, i) (seed = the key's data); each
-  user keeps their m = max_ratings_per_user lowest-priority ratings (bool[R] keep mask).
-  A user's subset depends only on the key and that user's own ratings, so adding or
-  removing a user leaves every other user's subset unchanged.
+  Priority SplitMix64(key data, u, i): a user's subset depends only on the key and that
+  user's ratings, so adding or removing a user leaves the others' subsets unchanged.
   """
   u = _validate.check_int(num_users, "num_users")
   i_count = _validate.check_int(num_items, "num_items")
@@ -253,13 +212,10 @@ def _priorities(key, users: np.ndarray, items: np.ndarray) -> np.ndarray:
 class PrivateStatistics(NamedTuple):
   """What `private_statistics` releases, and its accounting.
 
-  global_mean: G. item_means_I: float64[I] MAvg. covariance_IxI: float64[I, I] the
-  shrunk C. noisy: {statistic: raw noisy release}. epsilons, noise_scales, sensitivities:
-  {statistic: float}; epsilon: their total. privacy_unit: "rating" or "user";
-  max_ratings_per_user: m (None at rating level). kept_R: bool[R], the ratings that
-  entered the release: a record for the data holder, NOT publishable (it depends on the
-  data). lower, upper: the rating scale. num_users: U. beta_m_I: float64[I] and beta_p:
-  the stabilisers used.
+  global_mean G; item_means_I MAvg; covariance_IxI the shrunk C; noisy: raw noisy
+  releases; epsilons, noise_scales, sensitivities per statistic, epsilon their total;
+  max_ratings_per_user m (None at rating level); kept_R bool[R]: ratings that entered the
+  release, NOT publishable; beta_m_I, beta_p: the stabilisers used.
   """
   global_mean: float
   item_means_I: np.ndarray
@@ -283,8 +239,7 @@ def _check_split(split) -> tuple[float, ...]:
   if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):
     raise ValueError(f"split must be {len(STATISTICS)} fractions > 0 summing to 1, got "
                      f"{split!r}")
-  arr = _validate.check_array(split, "split", shape=(len(STATISTICS),), low=0.0,
-                              open_low=True)
+  arr = _validate.check_array(split, "split", shape=(len(STATISTICS),), low=0.0, open_low=True)
   if abs(float(arr.sum()) - 1.0) > 1e-9:
     raise ValueError(f"split must sum to 1, got {float(arr.sum()):.6g}")
   return tuple(float(v) for v in arr)
@@ -327,25 +282,15 @@ def private_statistics(key: jax.Array, user_R, item_R, rating_R, num_users: int,
                        upper: float = ratings_lib.RATING_MAX, clamp: float = 1.0,
                        beta_m: Optional[float] = None, beta_p: Optional[float] = None,
                        max_ratings_per_user: Optional[int] = None) -> PrivateStatistics:
-  """Releases the private aggregates of the module docstring.
+  """Releases the private aggregates of the module docstring: PrivateStatistics.
 
-  Args:
-    user_R, item_R, rating_R: the ratings as COO lists, [R], R >= 1; U, I public.
-    epsilon: total eps > 0; inf releases the exact statistics (no noise).
-    split: fractions of epsilon per statistic (order of STATISTICS), each > 0, sum 1.
-    lower, upper, clamp: the rating scale, and B > 0 bounding |r_ui - MAvg_i|.
-    beta_m: >= 0 fictitious ratings at G per item mean (0 only if epsilon = inf);
-      None: per item 4 + 32 b_S^2 / (h^2 max(N~_i, b_N)), from public noise scales and
-      released counts (no privacy cost).
-    beta_p: >= 0 entries at the average covariance; None: AUTO_BETA_P + AUTO_BETA_NOISE x
-      the weight noise scale.
-    max_ratings_per_user: m, required for "user"; must be None at rating level (a cap
-      there would let a removed rating pull in another).
-  Returns:
-    PrivateStatistics; `epsilon` is the total eps of the release for privacy_unit.
-  Privacy: eps-DP for add/remove of one rating ("rating") or one user ("user"),
-    by basic composition of six Laplace mechanisms, for the idealised real-valued
-    Laplace noise (see the module Warning).
+  Ratings as COO lists [R], U and I public. epsilon: total (inf: exact statistics);
+  split: fractions per statistic (order of STATISTICS), each > 0, summing to 1.
+  beta_m: fictitious ratings at G per item mean (> 0 when eps is finite); None: 4 +
+  32 b_S^2 / (h^2 max(N~_i, b_N)) from the noise scales. beta_p: None: AUTO_BETA_P +
+  AUTO_BETA_NOISE x the weight noise scale. max_ratings_per_user: required for "user",
+  None at rating level. Privacy: eps-DP for add/remove of one rating or one user (basic
+  composition of six Laplace mechanisms; idealised noise, module Warning).
   """
   eps = _validate.check_epsilon(epsilon, allow_inf=True)
   _validate.check_choice(privacy_unit, PRIVACY_UNITS, "privacy_unit")
@@ -411,11 +356,8 @@ def private_statistics(key: jax.Array, user_R, item_R, rating_R, num_users: int,
 
 
 def epsilon_of_release(noise_scales: dict, sensitivities_by_statistic: dict) -> float:
-  """Total eps of a Laplace release: sum over statistics of sensitivity / noise scale.
-
-  Gives the epsilon of the same noise under another neighbouring relation (for example
-  the user-level table of `sensitivities`), by basic composition. Both dicts are keyed
-  by STATISTICS; returns inf if any scale is 0.
+  """Total eps of a Laplace release: sum over STATISTICS of sensitivity / noise scale (inf
+  if a scale is 0), e.g. the same noise under the user-level table.
 
   Examples:
     >>> s = sensitivities("rating", clamp=1.0)
@@ -429,8 +371,7 @@ def epsilon_of_release(noise_scales: dict, sensitivities_by_statistic: dict) -> 
   total = []
   for s in STATISTICS:
     scale = _validate.check_nonnegative(noise_scales[s], "noise_scales")
-    sens = _validate.check_positive(sensitivities_by_statistic[s],
-                                    "sensitivities_by_statistic")
+    sens = _validate.check_positive(sensitivities_by_statistic[s], "sensitivities_by_statistic")
     total.append(math.inf if scale == 0.0 else sens / scale)
   return math.fsum(total)
 
@@ -438,16 +379,11 @@ def epsilon_of_release(noise_scales: dict, sensitivities_by_statistic: dict) -> 
 def predict(stats: PrivateStatistics, user_R, item_R, rating_R, query_user_Q,
             query_item_Q, *, rank: int = 4, beta_u: float = 5.0,
             ridge: float = 0.5) -> np.ndarray:
-  """The per-user step: each user's predictions from the release and their own ratings.
+  """The per-user step (module docstring): float64[Q] predictions, clipped to the scale.
 
-  Math in the module docstring. user_R, item_R, rating_R: the users' own (training)
-  ratings, [R] (clamped to the release's scale); query_user_Q, query_item_Q: the pairs to
-  predict, [Q]; rank: K in [0, I] (0: MAvg_i + b_u); beta_u >= 0; ridge > 0.
-
-  Returns:
-    float64[Q] predictions clip(MAvg_i + b_u + <q_i, p_u>, stats.lower, stats.upper).
-  Privacy: not a release; each user's prediction uses only the release and that
-    user's own ratings.
+  user_R, item_R, rating_R: the users' own ratings [R]; query_user_Q, query_item_Q: pairs
+  to predict; rank K in [0, I] (0: MAvg_i + b_u). Not a release: each prediction uses only
+  the release and that user's own ratings.
   """
   if not isinstance(stats, PrivateStatistics):
     raise TypeError(f"stats must be a PrivateStatistics, got {type(stats).__name__}")

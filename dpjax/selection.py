@@ -1,9 +1,9 @@
 """Private selection: the exponential mechanism and report noisy max.
 
-Each releases the index of one of C candidates, chosen by utilities u[..., C] whose
-sensitivity Delta_u is the most one record (added or removed) changes any utility.
-The randomness stays float32: only the index is released, and the sampler's deviation
-from the ideal probabilities (about 2^-23 per candidate) is a delta not accounted for.
+Each releases the index of one of C candidates by utilities u[..., C] of sensitivity
+Delta_u (the most one added or removed record changes any utility). Randomness is
+float32: the sampler's deviation from the ideal probabilities (~2^-23 per candidate) is
+a delta not accounted for.
 
 Examples:
   >>> import jax
@@ -46,12 +46,10 @@ def _selection_scale(epsilon, sensitivity, monotonic) -> float:
 
 def exponential_probs(utilities: jax.typing.ArrayLike, epsilon: float,
                       sensitivity: float = 1.0, monotonic: bool = False) -> jax.Array:
-  """Selection probabilities of the exponential mechanism, prop. to exp(eps u / (2 Delta_u)).
+  """Exponential-mechanism probabilities float32[..., C], prop. to exp(eps u / (2 Delta_u)).
 
-  utilities: float[..., C]; sensitivity Delta_u: the most one record changes any
-  utility; monotonic: all utilities move the same way between neighbours (e.g.
-  counts), then exp(eps u / Delta_u). Returns float32[..., C]. eps-DP (McSherry &
-  Talwar 2007).
+  monotonic (all utilities move the same way between neighbours, e.g. counts): exp(eps u /
+  Delta_u). eps-DP (McSherry & Talwar 2007).
 
   Examples:
     >>> exponential_probs(jnp.array([0.0, 0.0]), 1.0).tolist()
@@ -66,13 +64,10 @@ def exponential_mechanism(key: jax.Array, utilities: jax.typing.ArrayLike,
                           epsilon: float, sensitivity: float = 1.0,
                           monotonic: bool = False,
                           shape: tuple[int, ...] | None = None) -> jax.Array:
-  """Samples a candidate index int32[...] with probability `exponential_probs(...)`.
+  """Samples an index int32[...] with probability `exponential_probs(...)`: eps-DP each.
 
-  shape: optional output shape ending with the batch shape, e.g. (K,) +
-  utilities.shape[:-1].
-  Privacy: eps-DP per selection. The sampler (Gumbel-max on float32 uniforms) differs
-    from the ideal probabilities by roughly 2^-23 per candidate, a delta this
-    function does not account for.
+  shape: optional output shape ending with the batch shape, e.g. (K,) + u.shape[:-1].
+  Gumbel-max on float32 uniforms (the module's unaccounted ~2^-23 delta).
   """
   u = _check_utilities(utilities)
   scale = _selection_scale(epsilon, sensitivity, monotonic)
@@ -86,14 +81,10 @@ def exponential_mechanism(key: jax.Array, utilities: jax.typing.ArrayLike,
 
 def report_noisy_max(key: jax.Array, utilities: jax.typing.ArrayLike, epsilon: float,
                      sensitivity: float = 1.0, monotonic: bool = False) -> jax.Array:
-  """argmax over candidates of u + Laplace(2 Delta_u / eps) (Delta_u / eps if monotonic).
+  """argmax of u + Laplace(2 Delta_u / eps) (Delta_u / eps if monotonic): int32[...], eps-DP.
 
-  Returns int32[...] indices; only the index is private, not the noisy maximum
-  (Dwork & Roth 2014, Claim 3.9 for monotonic).
-  Privacy: eps-DP. The noise is float32 Laplace; only the index is released, but the
-    float sampler's bounded support (|L| < 17) and resolution make the index
-    probabilities differ from the ideal ones by about 2^-23 per candidate, a delta
-    this function does not account for.
+  Only the index is released (Dwork & Roth 2014, Claim 3.9); float32 Laplace (|L| < 17)
+  gives the module's unaccounted ~2^-23 delta.
   """
   u = _check_utilities(utilities)
   scale = _selection_scale(epsilon, sensitivity, monotonic)

@@ -1,18 +1,12 @@
 """Trade-off curves and ROC bounds: what a privacy guarantee leaves a membership test.
 
-A membership test tells OUT (record absent) from IN (present), with false-positive
-rate FPR (alpha), false-negative rate FNR (beta) and TPR = 1 - FNR. A mechanism's
-trade-off function is the smallest FNR any test reaches at each FPR (Dong, Roth & Su
-2019, f-DP); the largest TPR bounds every attack's ROC curve. Curves here:
-
-* (eps, delta)-DP: TPR <= min(e^eps FPR + delta, 1 - e^-eps (1 - FPR - delta))
-  (Kairouz, Oh & Viswanath 2015), the advantage bound and the posterior bound;
-* mu-GDP, i.e. the Gaussian mechanism: TPR = Phi(Phi^-1(FPR) + mu);
-* the optimal (Neyman-Pearson) tests against randomized response and Laplace;
-* a privacy profile delta(eps) (e.g. a composed PLD): the intersection of its regions;
-* a likelihood-ratio (privacy-loss) distribution given as a pmf pair: its ROC.
-
-Host NumPy/SciPy float64. Shape letters: F false-positive rates, J grid points.
+A test tells OUT (record absent) from IN, with FPR alpha, FNR beta, TPR = 1 - FNR. A
+mechanism's trade-off function is the smallest FNR at each FPR (f-DP, Dong, Roth & Su
+2019); its TPR bounds every attack's ROC. Curves: (eps, delta)-DP (Kairouz, Oh &
+Viswanath 2015) with the advantage and posterior bounds; mu-GDP, TPR = Phi(Phi^-1(FPR)
++ mu); optimal tests against randomized response and Laplace; a privacy profile
+delta(eps); the ROC of a likelihood-ratio pmf pair. Host float64.
+Shape letters: F false-positive rates, J grid points.
 
 Examples:
   >>> round(dp_tpr_bound(0.01, 1.0, 1e-5), 4)          # (1, 1e-5)-DP at FPR 1%
@@ -47,17 +41,10 @@ def _scalar_or_array(out):
 
 
 def dp_tpr_bound(fpr_F, epsilon: float, delta: float = 0.0):
-  """Highest TPR any test reaches at `fpr_F` against an (eps, delta)-DP mechanism.
+  """Highest TPR at `fpr_F` (scalar or float[F]) against an (eps, delta)-DP mechanism.
 
-  TPR <= min(1, e^eps FPR + delta, 1 - e^-eps (1 - FPR - delta)) for fpr_F in [0, 1]
-  (scalar or float[F]), eps >= 0 (inf: no constraint), delta in [0, 1); float or
-  float64[F]. Kairouz, Oh & Viswanath 2015, https://arxiv.org/abs/1311.0776, Thm 2.1.
-
-  Examples:
-    >>> round(dp_tpr_bound(0.01, 2.0, 1e-5), 3)           # lecture §6.1: 0.074
-    0.074
-    >>> dp_tpr_bound(0.01, 8.0, 1e-5) > 0.999             # vacuous at eps = 8
-    True
+  min(1, e^eps FPR + delta, 1 - e^-eps (1 - FPR - delta)); eps = inf: no constraint.
+  Kairouz, Oh & Viswanath 2015, https://arxiv.org/abs/1311.0776, Thm 2.1.
   """
   f = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
   eps = _validate.check_epsilon(epsilon, allow_zero=True, allow_inf=True)
@@ -69,15 +56,10 @@ def dp_tpr_bound(fpr_F, epsilon: float, delta: float = 0.0):
 
 
 def advantage_bound(epsilon: float, delta: float = 0.0) -> float:
-  """Largest membership advantage TPR - FPR under (eps, delta)-DP.
+  """Largest advantage TPR - FPR under (eps, delta)-DP: (e^eps - 1 + 2 delta) / (e^eps + 1).
 
-  (e^eps - 1 + 2 delta) / (e^eps + 1), tanh(eps / 2) for pure DP (finite eps >= 0);
-  randomized response attains it up to 2 delta / (e^eps + 1). Kairouz et al. 2015;
-  Yeom et al. 2018, https://arxiv.org/abs/1709.01604.
-
-  Examples:
-    >>> round(advantage_bound(2.0, 1e-5), 4)
-    0.7616
+  Randomized response attains it up to 2 delta / (e^eps + 1). Kairouz et al. 2015; Yeom
+  et al. 2018, https://arxiv.org/abs/1709.01604.
   """
   eps = _validate.check_epsilon(epsilon, allow_zero=True)
   delta = _validate.check_delta(delta, allow_zero=True)
@@ -86,10 +68,7 @@ def advantage_bound(epsilon: float, delta: float = 0.0) -> float:
 
 
 def posterior_bound(prior, epsilon: float):
-  """Largest posterior P[member | output] from a prior pi under eps-DP.
-
-  pi e^eps / (pi e^eps + 1 - pi), pi in [0, 1] (scalar or float[F]); randomized response
-  attains it.
+  """Largest P[member | output] from prior pi under eps-DP: pi e^eps / (pi e^eps + 1 - pi).
 
   Examples:
     >>> round(posterior_bound(0.5, 1.0), 4)
@@ -105,14 +84,9 @@ def posterior_bound(prior, epsilon: float):
 
 
 def gaussian_tpr(fpr_F, mu):
-  """Highest TPR at `fpr_F` against mu-GDP: Phi(Phi^-1(FPR) + mu), N(0, 1) vs N(mu, 1).
+  """Highest TPR at `fpr_F` against mu-GDP (mu > 0): Phi(Phi^-1(FPR) + mu).
 
-  The Gaussian mechanism has mu = sensitivity / sigma; fpr_F in [0, 1] (scalar or
-  float[F]), mu > 0. Dong, Roth & Su 2019, https://arxiv.org/abs/1905.02383.
-
-  Examples:
-    >>> round(gaussian_tpr(0.01, 1.0), 4)
-    0.0924
+  Dong, Roth & Su 2019, https://arxiv.org/abs/1905.02383.
   """
   f = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
   _validate.check_array(mu, "mu", low=0.0, open_low=True)
@@ -120,9 +94,7 @@ def gaussian_tpr(fpr_F, mu):
 
 
 def gaussian_fnr(fpr_F, mu):
-  """The trade-off function G_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu) of mu-GDP.
-
-  1 - `gaussian_tpr`, accurate for tiny FNRs (Dong, Roth & Su 2019).
+  """Trade-off function of mu-GDP, G_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu).
 
   Examples:
     >>> round(gaussian_fnr(0.01, 1.0) + gaussian_tpr(0.01, 1.0), 12)
@@ -134,10 +106,10 @@ def gaussian_fnr(fpr_F, mu):
 
 
 def gaussian_mu(fpr_F, fnr_F):
-  """mu of the Gaussian trade-off curve through (FPR, FNR): Phi^-1(1 - FPR) - Phi^-1(FNR).
+  """mu of the Gaussian curve through (FPR, FNR): Phi^-1(1 - FPR) - Phi^-1(FNR).
 
-  Rates broadcastable; negative below FPR + FNR = 1, +inf when a rate is 0 and the other
-  below 1. Dong, Roth & Su 2019; Nasr et al. 2023, https://arxiv.org/abs/2302.07956.
+  Broadcastable; negative below FPR + FNR = 1, +inf when one rate is 0 and the other < 1.
+  Nasr et al. 2023, https://arxiv.org/abs/2302.07956.
 
   Examples:
     >>> round(gaussian_mu(0.01, gaussian_fnr(0.01, 1.5)), 9)
@@ -154,12 +126,7 @@ def gaussian_mu(fpr_F, fnr_F):
 
 
 def gaussian_advantage(mu: float) -> float:
-  """Largest advantage TPR - FPR against mu-GDP: 2 Phi(mu / 2) - 1.
-
-  Examples:
-    >>> round(gaussian_advantage(1.0), 4)
-    0.3829
-  """
+  """Largest advantage TPR - FPR against mu-GDP: 2 Phi(mu / 2) - 1."""
   mu = _validate.check_positive(mu, "mu")
   return float(2 * stats.norm.cdf(mu / 2) - 1)
 
@@ -169,10 +136,7 @@ def gaussian_advantage(mu: float) -> float:
 
 
 def randomized_response_tpr(fpr_F, epsilon: float):
-  """Highest TPR at `fpr_F` against eps-randomized response on one bit (0 vs 1).
-
-  The true bit is reported with p = e^eps / (1 + e^eps); the Neyman-Pearson test rejects
-  on report 1 first, then randomises on report 0 (the (eps, 0) region boundary).
+  """Highest TPR at `fpr_F` against eps-randomized response on one bit (Neyman-Pearson).
 
   Examples:
     >>> round(randomized_response_tpr(0.01, 1.0), 4)      # e * 1%
@@ -186,12 +150,7 @@ def randomized_response_tpr(fpr_F, epsilon: float):
 
 
 def randomized_response_advantage(epsilon: float) -> float:
-  """Largest advantage against eps-randomized response: 2p - 1 = tanh(eps / 2).
-
-  Examples:
-    >>> round(randomized_response_advantage(1.0), 4)
-    0.4621
-  """
+  """Largest advantage against eps-randomized response: 2p - 1 = tanh(eps / 2)."""
   eps = _validate.check_epsilon(epsilon)
   return 2 * (1.0 / (1.0 + math.exp(-eps))) - 1
 
@@ -209,9 +168,7 @@ def _laplace_isf(f, b):
 
 @_validate.names_extreme_arguments
 def laplace_tpr(fpr_F, epsilon: float):
-  """Highest TPR at `fpr_F` against the Laplace mechanism, 0 vs 1, scale 1 / eps.
-
-  The likelihood ratio is monotone in the output, so the best test thresholds it.
+  """Highest TPR at `fpr_F` against Laplace(1 / eps) on 0 vs 1 (a threshold test).
 
   Examples:
     >>> round(laplace_tpr(0.01, 1.0), 6)                  # e * 1%, for eps <= ln 50
@@ -223,12 +180,7 @@ def laplace_tpr(fpr_F, epsilon: float):
 
 
 def laplace_advantage(epsilon: float) -> float:
-  """Largest advantage against the Laplace mechanism of `laplace_tpr`: 1 - e^(-eps/2).
-
-  Examples:
-    >>> round(laplace_advantage(2.0), 4)
-    0.6321
-  """
+  """Largest advantage against the Laplace mechanism of `laplace_tpr`: 1 - e^(-eps/2)."""
   eps = _validate.check_epsilon(epsilon)
   return 1 - math.exp(-eps / 2)
 
@@ -238,14 +190,12 @@ def laplace_advantage(epsilon: float) -> float:
 
 
 def pld_tpr_bound(privacy_loss, fpr_F, max_epsilon: float) -> np.ndarray:
-  """Largest TPR at each FPR allowed by a privacy-loss distribution's whole profile.
+  """Largest TPR at each FPR allowed by a privacy profile: float64[F].
 
-  A mechanism (eps, delta(eps))-DP for every eps in both neighbour directions (as the
-  add/remove PLDs of `dpjax.accounting.pld`) admits no test with TPR above min_eps
-  `dp_tpr_bound(FPR, eps, delta(eps))` over 400 eps in [0, max_epsilon] (any grid is
-  valid). delta(eps) includes the FFT rounding-noise estimate, so the bound stays
-  conservative. Dong, Roth & Su 2019, Prop. 2.12. `privacy_loss` has `delta(eps)` and
-  `rounding_noise(eps)` (a PrivacyLossDistribution); returns float64[F] TPR upper bounds.
+  min over 400 eps in [0, max_epsilon] of `dp_tpr_bound(FPR, eps, delta(eps))`, delta
+  including `rounding_noise(eps)` (conservative); valid for a PLD that holds in both
+  neighbour directions (Dong, Roth & Su 2019, Prop. 2.12). `privacy_loss` needs
+  `delta(eps)` and `rounding_noise(eps)` (a PrivacyLossDistribution).
 
   Examples:
     >>> from dpjax.accounting import pld
@@ -257,14 +207,12 @@ def pld_tpr_bound(privacy_loss, fpr_F, max_epsilon: float) -> np.ndarray:
           and callable(getattr(privacy_loss, "rounding_noise", None))):
     raise TypeError("privacy_loss must have delta(eps) and rounding_noise(eps) methods "
                     f"(e.g. a PrivacyLossDistribution), got {privacy_loss!r:.80}")
-  f = _validate.check_array(np.atleast_1d(fpr_F), "fpr_F", ndim=1, low=0.0, high=1.0,
-                            min_size=1)
+  f = _validate.check_array(np.atleast_1d(fpr_F), "fpr_F", ndim=1, low=0.0, high=1.0, min_size=1)
   max_epsilon = _validate.check_epsilon(max_epsilon, "max_epsilon")
   eps = np.linspace(0.0, max_epsilon, _PROFILE_EPS_POINTS)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
-    dlt = np.array([min(1.0, privacy_loss.delta(e) + privacy_loss.rounding_noise(e))
-                    for e in eps])
+    dlt = np.array([min(1.0, privacy_loss.delta(e) + privacy_loss.rounding_noise(e)) for e in eps])
   a = dlt[None, :] + np.exp(eps)[None, :] * f[:, None]
   b = 1.0 - np.exp(-eps)[None, :] * (1.0 - dlt[None, :] - f[:, None])
   return np.clip(np.minimum(a, b).min(axis=1), f, 1.0)
@@ -272,16 +220,11 @@ def pld_tpr_bound(privacy_loss, fpr_F, max_epsilon: float) -> np.ndarray:
 
 def likelihood_ratio_roc(values_J, pmf_in_J, pmf_out_J) -> tuple[np.ndarray, np.ndarray,
                                                                   np.ndarray]:
-  """ROC of the tests "IN iff V > threshold" for a statistic V with a known pmf pair.
+  """ROC of the tests "IN iff V > threshold" for V on an even increasing grid `values_J`.
 
-  V takes the evenly spaced, increasing values `values_J` (J >= 2) with probabilities
-  `pmf_in_J` under IN and `pmf_out_J` under OUT (float[J], each summing to <= 1 + 1e-9);
-  for a log-likelihood ratio these are the Neyman-Pearson tests. The missing mass of a
-  sub-probability is read pessimistically for privacy: pmf_in's at V = +inf, pmf_out's
-  at V = -inf.
-
-  Returns (thresholds_J, fpr_J, fnr_J): thresholds halfway between grid values, FPR =
-  P_OUT(V > threshold), FNR = P_IN(V <= threshold), clipped to [0, 1].
+  pmf_in_J / pmf_out_J: float[J] (sum <= 1 + 1e-9); missing mass is read pessimistically
+  (pmf_in's at +inf, pmf_out's at -inf). Returns (thresholds_J halfway between grid
+  values, FPR = P_OUT(V > thr), FNR = P_IN(V <= thr)), clipped to [0, 1].
 
   Examples:
     >>> thr, fpr, fnr = likelihood_ratio_roc([0.0, 1.0], [0.25, 0.75], [0.75, 0.25])

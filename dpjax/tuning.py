@@ -1,20 +1,14 @@
 """Private hyperparameter tuning: repeat-and-select with a random number of runs.
 
 Every trained candidate and every score read from private data is a release the
-accountant must see: accounting for the final model alone is not DP at all (lecture
-§5.5). Two accounted procedures:
-
-1. Repeat and select (Papernot & Steinke, "Hyperparameter Tuning with Renyi
-   Differential Privacy", ICLR 2022, https://arxiv.org/abs/2110.03620; Liu &
-   Talwar, STOC 2019, https://arxiv.org/abs/1811.07971): run a base algorithm Q a
-   public random K times (`sample_num_runs`), release only the best run. The score
-   must be private too (public data, or `noisy_count_scores`, charged via
-   `accounting.tuned_dpsgd_epsilon(..., score_noise_multiplier=s)`). K, the other
-   runs and their scores are NOT released (releasing K voids the theorem).
-
-2. Exponential-mechanism selection on a disjoint validation split (lecture §3.4,
-   `select_by_exponential_mechanism`); with the split a fixed public rule on record
-   identity, the guarantee is `exponential_selection_epsilon`.
+accountant must see (lecture §5.5). Two accounted procedures:
+1. Repeat and select (Papernot & Steinke, ICLR 2022, https://arxiv.org/abs/2110.03620;
+   Liu & Talwar, STOC 2019): run Q a public random K times, release only the best run.
+   Scores must be private (public data, or `noisy_count_scores`, charged via
+   `accounting.tuned_dpsgd_epsilon(..., score_noise_multiplier=s)`). K, the other runs
+   and their scores are NOT released (releasing K voids the theorem).
+2. Exponential-mechanism selection on a disjoint validation split
+   (`select_by_exponential_mechanism`, `exponential_selection_epsilon`).
 
 Shape letters: R runs, C candidates, N records.
 
@@ -57,14 +51,12 @@ def _law(mean_runs, shape) -> tuple[float, float]:
 
 @_validate.names_extreme_arguments
 def num_runs_log_pmf(k, mean_runs: float, shape) -> np.ndarray:
-  """log P[K = k] of the law of the number of runs.
+  """log P[K = k] of the number of runs: float64 like k (-inf outside the support).
 
-  Truncated negative binomial with shape eta and E[K] = mean_runs >= 1 (Papernot &
-  Steinke 2022, Definition 1; gamma from `rdp.truncated_negative_binomial_log_gamma`):
-  P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) * Gamma(k + eta) / (Gamma(eta) k!)
-  for k >= 1 (eta > 0), and (1 - gamma)^k / (k log(1/gamma)) at eta = 0
-  (logarithmic). Poisson (shape "poisson" or inf): e^-mu mu^k / k!, k >= 0.
-  Returns a float64 array like k (-inf outside the support).
+  Truncated negative binomial, shape eta, E[K] = mean_runs >= 1 (Papernot & Steinke 2022,
+  Def. 1; gamma from `rdp.truncated_negative_binomial_log_gamma`): for k >= 1,
+  (1 - gamma)^k / (gamma^-eta - 1) * Gamma(k + eta) / (Gamma(eta) k!); at eta = 0
+  (1 - gamma)^k / (k log(1/gamma)); Poisson (shape "poisson" or inf) e^-mu mu^k / k!, k >= 0.
 
   Examples:
     >>> np.exp(num_runs_log_pmf([1, 2, 3], 2.0, 1.0)).round(4).tolist()   # geometric(1/2)
@@ -94,8 +86,7 @@ def _pow2(n: int) -> int:
 
 
 def _uniform53(key, size: int) -> np.ndarray:
-  """size uniforms in [0, 1) with 53 random bits each, from one key (drawn for the next
-  power of two >= size, so varying sizes compile O(log size) programs)."""
+  """size 53-bit uniforms in [0, 1) from one key (drawn for the next power of two)."""
   bits = np.asarray(jax.random.bits(key, (_pow2(size), 2), jnp.uint32))[:size]
   bits = bits.astype(np.uint64)
   hi = (bits[:, 0] >> np.uint64(6)).astype(np.float64)     # 26 bits
@@ -105,17 +96,12 @@ def _uniform53(key, size: int) -> np.ndarray:
 
 @_validate.names_extreme_arguments
 def sample_num_runs(key: jax.Array, mean_runs: float, shape, size: Optional[int] = None):
-  """Draws the number of runs K (the law of `num_runs_log_pmf`) by inversion.
+  """Draws K (law of `num_runs_log_pmf`; shape eta >= 0 or "poisson") by inversion.
 
-  K = `num_runs_quantile`(u) for a 53-bit host uniform u from `key`. K is public
-  randomness, independent of the data; it must not be released with the tuning's result.
-
-  Args:
-    shape: eta >= 0 (0 logarithmic, 1 geometric) or "poisson" / math.inf.
-    size: None for one draw (a Python int), or a number of iid draws (int64[size]).
+  K = `num_runs_quantile`(u), u a 53-bit host uniform: public randomness, never released.
+  size None: one Python int; else int64[size] iid draws.
 
   Examples:
-    >>> import jax
     >>> sample_num_runs(jax.random.key(1), 1.0, 0.5)   # E[K] = 1: K = 1 surely
     1
   """
@@ -127,10 +113,7 @@ def sample_num_runs(key: jax.Array, mean_runs: float, shape, size: Optional[int]
 
 @_validate.names_extreme_arguments
 def num_runs_quantile(u, mean_runs: float, shape):
-  """The law's quantile function: the smallest k with P[K <= k] > u, for u in [0, 1).
-
-  The CDF of `num_runs_log_pmf` is summed in float64 blocks until it exceeds max(u).
-  Returns an int for a scalar u, else int64 of u's shape.
+  """Smallest k with P[K <= k] > u, u in [0, 1): int, or int64 of u's shape.
 
   Examples:
     >>> num_runs_quantile([0.0, 0.5, 0.75], 2.0, 1.0).tolist()   # geometric(1/2)
@@ -164,12 +147,10 @@ def num_runs_quantile(u, mean_runs: float, shape):
 
 
 class TuningResult(NamedTuple):
-  """What repeat-and-select releases (and nothing else: not K, not the other runs).
+  """What repeat-and-select releases (not K, not the other runs).
 
-  Attributes:
-    candidate: index of the released run's setting, -1 when K = 0 (Poisson law).
-    score: the released run's (private) score; nan if K = 0.
-    output: the released run's output pytree (e.g. model parameters); None if K = 0.
+  candidate: index of the released run's setting (-1 when K = 0); score: its private
+  score (nan if K = 0); output: its output pytree (None if K = 0).
   """
   candidate: int
   score: float
@@ -183,21 +164,14 @@ def repeat_and_select(key: jax.Array,
                       candidate_probs=None) -> TuningResult:
   """Runs the base algorithm Q a random K times and releases the best run.
 
-  Privacy (Papernot & Steinke 2022, Theorems 2 and 6): if each run's (output, score)
-  has RDP curve eps(alpha), the released `TuningResult` has curve
-  `rdp.repeat_and_select_rdp(orders, eps, mean_runs=mean_runs, shape=shape)` (DP-SGD:
-  `accounting.tuned_dpsgd_epsilon`). Candidates come from the public `candidate_probs`
-  (default uniform, float[C]), one key per run; ties go to the earliest (random) run.
-
-  Args:
-    base_fn: Q, batched over runs: base_fn(keys_R, candidates_R) -> (outputs pytree with
-      leading axis R, scores float[R]); it must make the scores private.
-    mean_runs, shape: the law of K (`num_runs_log_pmf`).
-  Returns:
-    TuningResult; candidate -1 when K = 0. ValueError if the scores are not finite float[R].
+  base_fn(keys_R, candidates_R) -> (outputs with leading axis R, private scores float[R]);
+  candidates drawn from public `candidate_probs` (default uniform, float[C]); ties go to
+  the earliest run. Privacy (Papernot & Steinke 2022, Thms 2 and 6): per-run RDP eps(alpha)
+  gives `rdp.repeat_and_select_rdp(orders, eps, mean_runs=mean_runs, shape=shape)`
+  (DP-SGD: `accounting.tuned_dpsgd_epsilon`).
 
   Examples:
-    >>> import jax, jax.numpy as jnp
+    >>> import jax.numpy as jnp
     >>> def q_fn(keys, cand):   # scores: the candidate index, public
     ...   return {"c": jnp.asarray(cand)}, jnp.asarray(cand, jnp.float32)
     >>> res = repeat_and_select(jax.random.key(0), q_fn, 5, mean_runs=50, shape=1)
@@ -227,22 +201,18 @@ def repeat_and_select(key: jax.Array,
     raise ValueError(f"base_fn must return finite scores float[R] (R = {k} runs), got "
                      f"shape {s.shape}")
   best = int(np.argmax(s))
-  return TuningResult(int(cands[best]), float(s[best]),
-                      jax.tree.map(lambda a: a[best], outputs))
+  return TuningResult(int(cands[best]), float(s[best]), jax.tree.map(lambda a: a[best], outputs))
 
 
 @_validate.names_extreme_arguments
 def noisy_count_scores(key: jax.Array, counts_R, noise_multiplier: float) -> np.ndarray:
-  """Releases integer counts (e.g. correct predictions on a private validation split).
+  """Releases integer counts [R] (sensitivity 1) + round(s Z): float64[R].
 
-  Each count [R] (sensitivity 1) gets independent noise round(s Z), Z ~ N(0, 1)
-  (`integer_noise.rounded_gaussian(s)`, post-processing of count + s Z), so each has RDP
-  alpha / (2 s^2), up to the sampling table's total variation distance (below 2^-100, a
-  delta not accounted). Pass s as `score_noise_multiplier` to
-  `accounting.tuned_dpsgd_epsilon`. Returns float64[R] integer-valued noisy counts.
+  Noise `integer_noise.rounded_gaussian(s)` (post-processing of count + s Z): RDP
+  alpha / (2 s^2) each, up to the table's TV distance (< 2^-100, not accounted). Pass s as
+  `score_noise_multiplier` to `accounting.tuned_dpsgd_epsilon`.
 
   Examples:
-    >>> import jax
     >>> noisy_count_scores(jax.random.key(0), [10, 20], 1e-3).tolist()
     [10.0, 20.0]
   """
@@ -256,18 +226,14 @@ def noisy_count_scores(key: jax.Array, counts_R, noise_multiplier: float) -> np.
 
 def dpsgd_runs(keys_R: jax.Array, candidates_R, x_NxF, y_N, cfgs: Sequence[dpsgd.DpSgdConfig],
                model, *, pad_to: Optional[int] = None, **train_kwargs) -> dpsgd.TrainResult:
-  """Trains run r with config cfgs[candidates_R[r]] and key keys_R[r] (all records kept).
+  """Trains run r with cfgs[candidates_R[r]] and keys_R[r] (all records kept): leaves [R, ...].
 
-  The runs of one setting are one vmapped `dpsgd.train_many` call (one compiled program
-  per setting). The settings must share the accounted privacy curve: same sigma, q, T,
-  dataset_size and privacy unit (refused otherwise).
-
-  candidates_R: int[R] in [0, len(cfgs)); x_NxF, y_N, model, **train_kwargs as in
-  `dpsgd.train_many`; pad_to = P: each setting trains a multiple of P models (extras
-  discarded) to reuse one program. Returns a TrainResult with leaves [R, ...] in run order.
+  One vmapped `dpsgd.train_many` per setting; the settings must share sigma, q, T,
+  dataset_size and privacy unit (refused otherwise). pad_to = P: each setting trains a
+  multiple of P models (extras discarded) to reuse one program.
 
   Examples:
-    >>> import jax, jax.numpy as jnp
+    >>> import jax.numpy as jnp
     >>> from dpjax import models
     >>> cfgs = [dpsgd.DpSgdConfig(dataset_size=8, sampling_prob=0.5, num_steps=2,
     ...                           noise_multiplier=1.0, l2_clip_norm=c) for c in (0.5, 2.0)]
@@ -279,12 +245,10 @@ def dpsgd_runs(keys_R: jax.Array, candidates_R, x_NxF, y_N, cfgs: Sequence[dpsgd
   cfgs = tuple(cfgs)
   if not cfgs or not all(isinstance(c, dpsgd.DpSgdConfig) for c in cfgs):
     raise ValueError("cfgs must be a non-empty sequence of DpSgdConfig")
-  ref = cfgs[0]
+  curve = lambda c: (c.noise_multiplier, c.sampling_prob, c.num_steps, c.dataset_size,  # noqa: E731
+                     c.privacy_unit)
   for j, cf in enumerate(cfgs):
-    same = (cf.noise_multiplier == ref.noise_multiplier and cf.sampling_prob == ref.sampling_prob
-            and cf.num_steps == ref.num_steps and cf.dataset_size == ref.dataset_size
-            and cf.privacy_unit == ref.privacy_unit)
-    if not same:
+    if curve(cf) != curve(cfgs[0]):
       raise ValueError(f"cfgs[{j}] has a different privacy curve from cfgs[0] (sigma, q, T, "
                        "dataset_size and privacy_unit must agree)")
   cand = _validate.check_array(candidates_R, "candidates_R", np.int64, ndim=1,
@@ -317,15 +281,12 @@ def dpsgd_runs(keys_R: jax.Array, candidates_R, x_NxF, y_N, cfgs: Sequence[dpsgd
 
 
 def select_by_exponential_mechanism(key: jax.Array, correct_counts_C, epsilon: float) -> int:
-  """Picks a candidate with probability proportional to exp(eps * correct count).
+  """Picks candidate c with probability proportional to exp(eps * correct_counts_C[c]).
 
-  The utilities are integer counts [C] of correct predictions on a private validation
-  split, the C models fixed (trained on a disjoint split): one validation record moves
-  every count by 0 or +-1 in the same direction, so exp(eps u) is eps-DP (McSherry &
-  Talwar 2007; Dwork & Roth 2014, monotone utilities). Returns the chosen index.
+  Counts of C fixed models on a private validation split move by 0 or +-1 together per
+  record: monotone utility, eps-DP (McSherry & Talwar 2007). Returns the index.
 
   Examples:
-    >>> import jax
     >>> select_by_exponential_mechanism(jax.random.key(0), [0, 100], 1.0)
     1
   """
@@ -341,12 +302,10 @@ def select_by_exponential_mechanism(key: jax.Array, correct_counts_C, epsilon: f
 def exponential_selection_epsilon(noise_multiplier: float, sampling_prob: float,
                                   num_steps: int, num_candidates: int, delta: float,
                                   selection_epsilon: float) -> float:
-  """eps at delta of: train C candidates by DP-SGD, select one by the exponential mechanism.
+  """eps at delta of training C candidates by DP-SGD, then exponential-mechanism selection.
 
-  Parallel composition over the disjoint training and validation splits: the released
-  (index, model) is max(dpsgd_epsilon(sigma, q, C T, delta), selection_epsilon)-DP at
-  delta (C-fold composition of T-step DP-SGD for a training record, the selection's pure
-  eps for a validation record).
+  Parallel composition over disjoint train / validation splits:
+  max(dpsgd_epsilon(sigma, q, C T, delta), selection_epsilon).
 
   Examples:
     >>> e1 = accounting.dpsgd_epsilon(4.0, 0.01, 2_000, 1e-5)

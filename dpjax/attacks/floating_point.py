@@ -1,30 +1,20 @@
 """Floating-point attacks: which inputs could have produced these exact output bits?
 
-A float32 noise sampler maps random bits to a FINITE set of float32 atoms, and the
-mechanism's arithmetic rounds. Output y is IMPOSSIBLE under input x' when no atom, pushed
-through the float arithmetic from x', lands exactly on y; one such output proves the
-input was not x', whatever the noise scale, so the mechanism is not (eps, 0)-DP for any
-eps (Mironov 2012). Every test here enumerates the atoms and replays the rounding
-exactly, so an output drawn under x' is never flagged. Targets:
+A float32 noise sampler maps random bits to a FINITE set of atoms, and the arithmetic
+rounds. Output y is IMPOSSIBLE under input x' when no atom, pushed through the float
+arithmetic from x', lands exactly on y; one such output proves the input was not x', so
+the mechanism is not (eps, 0)-DP for any eps (Mironov 2012). The tests enumerate the
+atoms and replay the rounding exactly (an output drawn under x' is never flagged):
 
-* the naive float Laplace mechanism y = fl(x + fl(b L)), L = `jax.random.laplace`
-  (`mechanisms.laplace_mechanism(..., secure=False)`; at most 2^23 atoms):
+* naive float Laplace y = fl(x + fl(b L)), L = `jax.random.laplace` (<= 2^23 atoms):
   `laplace_reachable`;
-* DP-SGD's float32 Gaussian noise seen by the white-box canary adversary, one update
-  coordinate being
-
-      o = fl(beta * fl(s + fl(std * z))),   beta = fl32(1 / B),  std = fl32(sigma C),
-
-  s the clipped sum, z from `prng.standard_normal` (2^23 - 2 body atoms; the extreme
-  atoms stand for the tails |z| > 5.17): `gaussian_update_reachable`,
-  `lattice_canary_flags`;
-* the defended grid mechanisms of `dpjax.integer_noise`, whose full-support integer
-  noise makes every grid value reachable: `grid_reachable` flags only off-grid values or
-  values beyond the noise table.
-
-Rounding model: each float32 operation rounds separately, except that XLA may fuse
-s + std z into one multiply-add in DP-SGD's compiled update; `gaussian_update_reachable`
-accepts either by default (they agree at s = 0, the canary coordinate without it).
+* DP-SGD's float32 Gaussian noise at a white-box canary coordinate,
+  o = fl(beta * fl(s + fl(std * z))), beta = fl32(1 / B), std = fl32(sigma C), z from
+  `prng.standard_normal` (2^23 - 2 body atoms; tails |z| > 5.17 never ruled out):
+  `gaussian_update_reachable`, `lattice_canary_flags`; XLA may fuse s + std z into one
+  FMA, and "either" rounding accepts both;
+* the grid mechanisms of `dpjax.integer_noise` (every grid value reachable):
+  `grid_reachable` flags only off-grid values or values beyond the noise table.
 
 Shape letters: K outputs, M models, T steps; `...` any shape.
 
@@ -36,9 +26,8 @@ Examples:
   >>> bool(gaussian_update_reachable(np.float32(0.0), 0.0, 1.0, 10.0))    # z = 0 is an atom
   True
 
-References: Mironov, "On significance of the least significant bits for
-differential privacy", CCS 2012; Nasr et al. 2021 (the white-box threat model);
-Jagielski, Ullman & Oprea 2020 (canary audits).
+References: Mironov, CCS 2012; Nasr et al. 2021 (white-box threat model); Jagielski,
+Ullman & Oprea 2020 (canary audits).
 """
 
 from __future__ import annotations
@@ -80,12 +69,10 @@ def _float32_values(x, name: str) -> np.ndarray:
 
 @jax.jit
 def naive_laplace_noise(bits: jax.Array) -> jax.Array:
-  """`jax.random.laplace`'s float32 transform of 32-bit words, operation by operation.
+  """`jax.random.laplace`'s float32 transform of uint32 words, operation by operation.
 
-  u = max(minval, f (1 - minval) + minval) with f = (bits >> 9) 2^-23, minval =
-  -1 + 2^-24, then L = sign(u) log1p(-|u|). uint32[...] -> float32[...];
-  `naive_laplace_noise(jax.random.bits(key, shape, jnp.uint32))` equals
-  `jax.random.laplace(key, shape, jnp.float32)` bit for bit.
+  u = max(minval, f (1 - minval) + minval), f = (bits >> 9) 2^-23, minval = -1 + 2^-24;
+  L = sign(u) log1p(-|u|). Bit for bit `jax.random.laplace` on `jax.random.bits`.
   """
   bits = jnp.asarray(bits, jnp.uint32)
   f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
@@ -97,11 +84,7 @@ def naive_laplace_noise(bits: jax.Array) -> jax.Array:
 
 @functools.lru_cache(maxsize=1)
 def naive_laplace_atoms() -> np.ndarray:
-  """Every value `jax.random.laplace` can return in float32: float32[2^23] (by mantissa).
-
-  Entry m is the noise of every word whose top 23 bits are m, so these values (some
-  repeated) are the sampler's whole image. Cached (32 MB).
-  """
+  """Every value `jax.random.laplace` can return in float32: float32[2^23] by mantissa; cached."""
   bits = jnp.arange(_MANTISSAS, dtype=jnp.uint32) << jnp.uint32(9)
   return np.asarray(naive_laplace_noise(bits))
 
@@ -114,10 +97,8 @@ def _laplace_outputs(value: np.float32, scale: np.float32) -> np.ndarray:
 
 
 def naive_laplace_outputs(value: float, scale: float) -> np.ndarray:
-  """Every output of the naive Laplace mechanism on `value`: sorted unique float32[<= 2^23].
-
-  fl(v + fl(b L)) with v = fl32(value), b = fl32(scale) > 0 and L an atom of
-  `naive_laplace_atoms`. Read-only, ascending; cached per (value, scale).
+  """All outputs fl(fl32(value) + fl(fl32(scale) L)) over the atoms L: sorted unique float32,
+  read-only, cached per (value, scale).
   """
   v = np.float32(_validate.check_finite(value, "value"))
   b = np.float32(_validate.check_positive(scale, "scale"))
@@ -125,10 +106,8 @@ def naive_laplace_outputs(value: float, scale: float) -> np.ndarray:
 
 
 def laplace_reachable(outputs: jax.typing.ArrayLike, value: float, scale: float) -> np.ndarray:
-  """Whether each output of the naive Laplace mechanism can come from input `value`.
-
-  Returns bool[...] for float32[...] exact outputs: True iff the output is in
-  `naive_laplace_outputs(value, scale)`. False proves the output did not come from x'.
+  """bool[...]: whether each exact float32 output is in `naive_laplace_outputs(value, scale)`
+  (False proves it did not come from `value`).
   """
   y = _float32_values(outputs, "outputs")
   image = naive_laplace_outputs(value, scale)
@@ -142,11 +121,8 @@ def laplace_reachable(outputs: jax.typing.ArrayLike, value: float, scale: float)
 
 @functools.lru_cache(maxsize=1)
 def normal_body_atoms() -> np.ndarray:
-  """The body atoms of `prng.standard_normal`, ascending: float32[2^23 - 2].
-
-  sqrt(2) erfinv(2 m 2^-23 - 1) for m = 1 .. 2^23 - 2, by the sampler's own transform. The
-  extreme atoms m = 0 and 2^23 - 1 stand for the tails |z| > 5.17, never ruled out.
-  Cached (32 MB).
+  """Body atoms of `prng.standard_normal`, ascending: float32[2^23 - 2], by its own transform
+  (m = 1 .. 2^23 - 2; the extreme atoms stand for the tails). Cached.
   """
   m = jnp.arange(1, _MANTISSAS - 1, dtype=jnp.uint32)
   z = np.asarray(jax.jit(prng.bits_to_normal)(m << jnp.uint32(9)))
@@ -157,11 +133,8 @@ def normal_body_atoms() -> np.ndarray:
 
 
 def _fma32(a: np.float32, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-  """fl32(a b + c) with ONE rounding (a fused multiply-add), exactly.
-
-  a b is exact in float64; t = fl64(a b + c) and its exact error e come from TwoSum. The
-  float32 rounding of t is correct unless t is exactly halfway between two float32 values
-  and e != 0 (double rounding); there the result is the neighbour on the side of e.
+  """fl32(a b + c) with ONE rounding, exactly: a b is exact in float64, TwoSum gives t =
+  fl64(a b + c) and its error e; at a float32 midpoint with e != 0 round toward e.
   """
   p = np.float64(a) * b.astype(np.float64)
   c64 = c.astype(np.float64)
@@ -182,22 +155,13 @@ def gaussian_update_reachable(observed: jax.typing.ArrayLike,
                               sum_without: jax.typing.ArrayLike, noise_stddev: float,
                               expected_batch_size: float,
                               rounding: str = "either") -> np.ndarray:
-  """Whether each observed update coordinate is possible from the given clipped sum.
+  """Whether each observed update coordinate o is possible from the clipped sum `sum_without`.
 
-  z -> o is non-decreasing under either rounding (std, beta > 0), so the atoms reaching o
-  form one run of the sorted atoms, found exactly by bisection.
-
-  Args:
-    observed: float32[...] observed coordinates (after the division by B), exact bits.
-    sum_without: float32, broadcastable: the clipped sum s under the hypothesis tested.
-    noise_stddev: sigma * C >= 0 (rounded to float32, as the engine does).
-    expected_batch_size: B > 0 (beta = fl32(1 / B), as `optax.scale(1 / B)`).
-    rounding: "separate", "fused" (one FMA) or "either" (default, exact whatever the
-      compiler chose).
-  Returns:
-    bool[...]: False iff no body atom reaches o and o is within the body's range (the
-    tails are never ruled out): a proof that s was not the sum. With std = 0 the test is
-    o == fl(beta * s).
+  z -> o is non-decreasing, so the atoms reaching o form one run, found by bisection.
+  observed: exact float32[...] (after the division by B); noise_stddev sigma C >= 0 and
+  beta = fl32(1 / expected_batch_size) as the engine computes them; rounding "separate",
+  "fused" (one FMA) or "either". Returns bool[...]: False iff no body atom reaches o and o
+  is within the body's range (a proof); with std = 0 the test is o == fl(beta * s).
   """
   _validate.check_choice(rounding, _ROUNDINGS, "rounding")
   if rounding == "either":
@@ -208,8 +172,7 @@ def gaussian_update_reachable(observed: jax.typing.ArrayLike,
   o = _float32_values(observed, "observed")
   s = np.broadcast_to(_float32_values(sum_without, "sum_without"), o.shape)
   std = np.float32(_validate.check_nonnegative(noise_stddev, "noise_stddev"))
-  beta = np.float32(1.0 / _validate.check_positive(expected_batch_size,
-                                                    "expected_batch_size"))
+  beta = np.float32(1.0 / _validate.check_positive(expected_batch_size, "expected_batch_size"))
   if std == 0:
     return beta * (s + np.float32(0.0)) == o
   z = normal_body_atoms()
@@ -234,13 +197,11 @@ def gaussian_update_reachable(observed: jax.typing.ArrayLike,
 def lattice_canary_flags(observed_MxT: jax.typing.ArrayLike,
                          sum_without_MxT: jax.typing.ArrayLike, noise_stddev: float,
                          expected_batch_size: float) -> tuple[np.ndarray, np.ndarray]:
-  """The white-box lattice attack on a gradient canary: models whose updates prove it IN.
+  """The white-box lattice attack on a gradient canary: (impossible_MxT, flagged_M).
 
-  observed_MxT is the canary coordinate of each update
-  (`dpjax.audit.canary.observe_last_coordinate`); sum_without_MxT (broadcastable) the
-  clipped sum there without the canary. Returns (impossible_MxT, flagged_M): step (m, t) is
-  impossible without the canary; model m is flagged when any step is. A model trained
-  without the canary is never flagged (the test is exact).
+  observed_MxT: the canary coordinate of each update (`audit.canary.observe_last_coordinate`);
+  sum_without_MxT (broadcastable): the clipped sum there without the canary. A model is
+  flagged when any step is impossible without the canary (never falsely: exact test).
   """
   obs = _validate.check_array(observed_MxT, "observed_MxT", ndim=2, min_size=1)
   s = _validate.check_array(sum_without_MxT, "sum_without_MxT")
@@ -261,26 +222,20 @@ def lattice_canary_flags(observed_MxT: jax.typing.ArrayLike,
 def grid_reachable(observed: jax.typing.ArrayLike, center_units: jax.typing.ArrayLike,
                    grid: float, *, max_abs: int | None = None,
                    expected_batch_size: float | None = None) -> np.ndarray:
-  """Whether each output of a grid mechanism can come from the given integer centre.
+  """bool[...]: whether each output of a grid mechanism can come from integer centre k.
 
-  A defended mechanism releases fl32(gamma (k + X)) (exact for |k + X| < 2^24), with k =
-  `center_units` and integer noise |X| <= max_abs (None: unbounded); secure DP-SGD then
-  multiplies by beta = fl32(1 / B) (expected_batch_size B, or None). Every integer j within
-  2 of o / (beta gamma) is tried, replaying the float32 arithmetic exactly.
-
-  Returns:
-    bool[...]: True iff some j with |j - k| <= max_abs gives exactly the observed value.
+  Releases fl32(gamma (k + X)) (exact for |k + X| < 2^24), |X| <= max_abs (None:
+  unbounded), times beta = fl32(1 / B) for secure DP-SGD (expected_batch_size B). Every
+  integer within 2 of o / (beta gamma) is replayed exactly.
   """
   o = _float32_values(observed, "observed").astype(np.float64)
-  k = np.broadcast_to(_validate.check_array(center_units, "center_units", integer=True),
-                      o.shape)
+  k = np.broadcast_to(_validate.check_array(center_units, "center_units", integer=True), o.shape)
   g = _validate.check_positive(grid, "grid")
   if max_abs is not None:
     max_abs = _validate.check_int(max_abs, "max_abs", minimum=0)
   beta = np.float32(1.0)
   if expected_batch_size is not None:
-    beta = np.float32(1.0 / _validate.check_positive(expected_batch_size,
-                                                     "expected_batch_size"))
+    beta = np.float32(1.0 / _validate.check_positive(expected_batch_size, "expected_batch_size"))
   base = np.rint(o / (float(beta) * g))
   ok = np.zeros(o.shape, bool)
   for d in (-2.0, -1.0, 0.0, 1.0, 2.0):

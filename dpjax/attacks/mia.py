@@ -1,12 +1,10 @@
 """Membership-inference attacks: global loss threshold, Shokri shadow models, LiRA.
 
-As in LiRA's reference code (Carlini et al. 2022), M models are trained from one pool
-of N records, model m on those with keep_MxN[m, n]; each model in turn is the target and
-the others its shadows, so one vmapped run scores all M x N pairs and
+As in LiRA's code (Carlini et al. 2022), M models train on one pool of N records (model
+m on keep_MxN[m]); each model in turn is the target, the others its shadows, so
 `metrics.roc_curve(scores.ravel(), keep.ravel())` is the attack's ROC. Higher score =
-"member". Attacks: `loss_attack_scores` (Yeom et al. 2018), `shokri_attack_scores`
-(Shokri et al. 2017) and `lira_scores` (online or offline LiRA on
-phi = log(p(y|x) / (1 - p(y|x)))). Host NumPy, float64.
+"member". `loss_attack_scores` (Yeom et al. 2018), `shokri_attack_scores` (Shokri et al.
+2017), `lira_scores` (online / offline on phi = log(p(y|x) / (1 - p(y|x)))). Host float64.
 
 Shape letters: M models, N records, K classes.
 
@@ -42,13 +40,10 @@ def _check_phi(phi_MxN) -> np.ndarray:
 
 
 def logit_confidence(logits, labels_N) -> np.ndarray:
-  """phi = log p(y|x) - log(1 - p(y|x)), computed stably from logits: float64[M, N].
-
-  logits are float[M, N] (binary: p(y=1|x) = sigmoid(logit)) or float[M, N, K] (softmax);
-  labels_N are int[N] in {0, 1} or [0, K).
+  """phi = log p(y|x) - log(1 - p(y|x)), stably from logits float[M, N] (binary, p(y=1|x) =
+  sigmoid) or float[M, N, K] (softmax): float64[M, N].
 
   Examples:
-    >>> import numpy as np
     >>> logit_confidence(np.array([[2.0, 2.0]]), np.array([1, 0]))
     array([[ 2., -2.]])
   """
@@ -92,14 +87,10 @@ def lira_scores(phi_MxN, keep_MxN, *, online: bool = True,
                 fixed_variance: bool = False) -> np.ndarray:
   """LiRA scores float64[M, N] for every (target model, record), the others as shadows.
 
-  online: the likelihood ratio of two per-record Gaussians of phi_MxN
-  (`logit_confidence`) fitted to the shadows that did (IN) / did not (OUT) train on the
-  record (keep_MxN); offline: the one-sided log P(OUT <= phi) under the OUT Gaussian.
-  fixed_variance pools one standard deviation per side over all records; records with
-  fewer than 2 shadows on a side use it too (0 shadows: score 0). Higher = member.
-  Confidences beyond 2^480 in magnitude are first scaled by an exact power of two (the
-  likelihood ratio is scale-free; only the std floor 1e-6 then applies on that scale),
-  so the squares of the moments cannot overflow.
+  online: log-likelihood ratio of per-record Gaussians of phi fitted to the IN / OUT
+  shadows; offline: log P(OUT <= phi). fixed_variance pools one std per side; records with
+  < 2 shadows on a side use the pooled std too (0 shadows: score 0). |phi| > 2^480 is first
+  scaled by an exact power of two (the ratio is scale-free) so moments cannot overflow.
   """
   phi = _check_phi(phi_MxN)
   online = _validate.check_bool(online, "online")
@@ -149,11 +140,10 @@ def _fit_logistic_1d(x_SxP, y_SxP, w_SxP, iters: int = 30):
 
 
 def shokri_attack_scores(phi_MxN, labels_N, keep_MxN) -> np.ndarray:
-  """Shokri et al.'s shadow-model attack for a binary (or one-confidence) model.
+  """Shokri et al.'s shadow-model attack for a binary (or one-confidence) model: float64[M, N].
 
-  For each target m and class c, a logistic regression on phi is trained on the other
-  models' (phi, member) pairs of records with label c; the score is its predicted
-  membership log-odds on model m's records of class c: float64[M, N], higher = member.
+  Per target m and class c, a logistic regression on phi fitted to the other models'
+  (phi, member) pairs; the score is its membership log-odds on model m's records.
   """
   phi = _check_phi(phi_MxN)
   keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=phi.shape)

@@ -1,23 +1,16 @@
-"""Dinur–Nissim reconstruction: recover secret bits from noisy random-subset counts.
+"""Dinur-Nissim reconstruction: recover secret bits from noisy random-subset counts.
 
-A curator holds secret bits `secret_N`; the analyst asks Q counts over random subsets
-(each person in each with probability 1/2, rows of `queries_QxN`) and gets
-`answers_Q = queries_QxN @ secret_N + noise_Q`. Decoding fits a real x_N (least squares,
-or the LP of Dinur & Nissim 2003: minimise sum_j |answers_j - (Q x)_j| over
+answers_Q = queries_QxN @ secret_N + noise_Q, each person in each subset with probability
+1/2. Decoding fits a real x (least squares, or the LP min sum_j |answers_j - (Q x)_j| over
 0 <= x <= 1) and rounds it. Per-answer error o(sqrt(N)) with Q = poly(N) recovers almost
-every bit; under a FIXED total privacy budget the noise grows with Q and the attack
-stays at guessing.
+every bit; under a FIXED total budget the noise grows with Q and the attack stays at
+guessing.
+
+Noise kinds (magnitude E = `scale`): "rademacher" +-E; "uniform" on [-E, E];
+"rounded_uniform" integers in [-floor(E), floor(E)]; "gaussian" N(0, E^2); "laplace"
+scale E (E = Q / eps is the eps-DP release of Q counts, `dp_laplace_scale`).
 
 Shape letters: Q queries, N people, K trials.
-
-Noise kinds (`noise`, with magnitude `scale` = E):
-  "rademacher"       exactly +E or -E, each with probability 1/2; variance E^2.
-  "uniform"          continuous uniform on [-E, E]; variance E^2 / 3.
-  "rounded_uniform"  an integer uniform on {-E', ..., E'}, E' = floor(E); variance
-                     E'(E' + 1) / 3.
-  "gaussian"         N(0, E^2).
-  "laplace"          Laplace with scale b = E (variance 2 E^2); E = Q / epsilon is the
-                     epsilon-DP release of Q counts (`dp_laplace_scale`).
 
 Examples:
   >>> import jax, jax.numpy as jnp
@@ -27,9 +20,7 @@ Examples:
   >>> frac.shape, bool(frac.min() > 0.9)
   ((2,), True)
 
-References: Dinur & Nissim, "Revealing information while preserving privacy",
-PODS 2003; Dwork & Roth, "The Algorithmic Foundations of Differential Privacy",
-2014, §8.1.
+References: Dinur & Nissim, PODS 2003; Dwork & Roth 2014, §8.1.
 """
 
 from __future__ import annotations
@@ -87,11 +78,7 @@ def noise_std(noise: str, scale: float) -> float:
 
 @_validate.names_extreme_arguments
 def dp_laplace_scale(total_epsilon: float, num_queries: int) -> float:
-  """Laplace scale b = Q / epsilon for Q counts sharing one epsilon budget.
-
-  Each count has L1 sensitivity 1, so Laplace(Q / epsilon) per answer is (epsilon / Q)-DP
-  and Q answers compose to epsilon-DP (basic composition).
-  """
+  """Laplace scale b = Q / epsilon: Q counts of sensitivity 1 compose to epsilon-DP."""
   _validate.check_epsilon(total_epsilon, "total_epsilon")
   q = _validate.check_int(num_queries, "num_queries")
   return q / float(total_epsilon)
@@ -120,8 +107,7 @@ def _noise(key: jax.Array, shape, noise: str, scale: float) -> jax.Array:
 @_validate.names_extreme_arguments
 def noisy_counts(key: jax.Array, queries_QxN: jax.Array, secret_N: jax.Array,
                  noise: str, scale: float) -> jax.Array:
-  """Answers each subset count with additive noise: float32[Q] = queries_QxN @ secret_N + noise
-  (`key` used once; `noise` one of NOISE_KINDS, magnitude E >= 0)."""
+  """queries_QxN @ secret_N + noise: float32[Q] (`noise` of NOISE_KINDS, magnitude E >= 0)."""
   _check_noise(noise, scale)
   s = _check_secret(secret_N)
   qm = _check_queries(queries_QxN)
@@ -131,11 +117,10 @@ def noisy_counts(key: jax.Array, queries_QxN: jax.Array, secret_N: jax.Array,
 
 
 def least_squares_decode(queries_QxN: jax.Array, answers_Q: jax.Array) -> jax.Array:
-  """Least-squares estimate of the bits, rounded: float32[N] of 0/1.
+  """Least-squares estimate of the bits, rounded at 1/2: float32[N] of 0/1; traceable.
 
-  min_x ||queries_QxN x - answers_Q||_2 by Cholesky on the normal equations, no box
-  constraint (rounding at 1/2 equals clipping first); traceable. Needs Q >= N; near Q = N
-  (cond(Q^T Q) ~ N (1 + sqrt(N/Q))^2 / (1 - sqrt(N/Q))^2) it is unreliable in float32.
+  Cholesky on the normal equations, no box constraint. Needs Q >= N; near Q = N it is
+  unreliable in float32 (cond ~ N (1 + sqrt(N/Q))^2 / (1 - sqrt(N/Q))^2).
   """
   q = _check_queries(queries_QxN)
   a = _validate.check_array(answers_Q, "answers_Q", np.float32, shape=(q.shape[0],))
@@ -151,15 +136,12 @@ def least_squares_decode(queries_QxN: jax.Array, answers_Q: jax.Array) -> jax.Ar
 
 
 def lp_decode(queries_QxN, answers_Q) -> np.ndarray:
-  """Dinur–Nissim LP decoding with scipy's HiGHS, rounded: float64[N] of 0/1.
+  """Dinur-Nissim LP decoding (scipy HiGHS), rounded at 1/2: float64[N] of 0/1.
 
-  Solves min_{x, t} sum_j t_j s.t. -t <= answers - Q x <= t, 0 <= x <= 1 (the L1 fit),
-  then rounds x at 1/2. Host-side; cost grows quickly with Q.
+  min_{x, t} sum_j t_j s.t. -t <= answers - Q x <= t, 0 <= x <= 1. Host-side.
   """
   a = np.asarray(_check_queries(queries_QxN), np.float64)
   b = _validate.check_array(answers_Q, "answers_Q", shape=(a.shape[0],))
-  if a.ndim != 2 or b.shape != (a.shape[0],):
-    raise ValueError(f"queries_QxN [Q, N] and answers_Q [Q] disagree: {a.shape}, {b.shape}")
   q, n = a.shape
   eye = np.eye(q)
   # Variables z = [x (n), t (q)]; A_ub z <= b_ub encodes Qx - t <= b and -Qx - t <= -b.
@@ -188,10 +170,10 @@ def _trials(key, secret_N, scale, *, num_queries, num_trials, noise):
 
 def reconstruction_trials(key: jax.Array, secret_N: jax.Array, *, num_queries: int,
                           num_trials: int, noise: str, scale: float) -> jax.Array:
-  """Fraction of bits recovered by least squares, for K independent attacks: float32[K].
+  """Fraction of bits recovered by least squares in K independent attacks: float32[K].
 
-  Each trial draws fresh queries (Q >= N) and noise for the same secret, in one vmapped
-  program; trial k uses jax.random.split(key, K)[k].
+  Fresh queries (Q >= N) and noise per trial, one vmapped program; trial k uses
+  split(key, K)[k].
   """
   s = _check_secret(secret_N)
   q = _validate.check_size(num_queries, "num_queries", s.shape[0], units=s.shape[0])
@@ -210,12 +192,10 @@ def majority_baseline(secret_N) -> float:
 
 @_validate.names_extreme_arguments
 def predicted_recovery(num_queries: int, num_people: int, std: float) -> float:
-  """Gaussian approximation to the expected fraction recovered by least squares.
+  """Gaussian approximation to the expected fraction recovered by least squares (Q > N + 1).
 
-  With Bernoulli(1/2) subsets the mean per-coordinate error variance is about
-  4 std^2 / (Q - N - 1) (inverse-Wishart mean), and a bit is wrong when its error crosses
-  1/2: P(wrong) ~ Phi(-(1/2) / sqrt(4 std^2 / (Q - N - 1))). Needs Q > N + 1; slightly
-  overstates recovery when Q is close to N.
+  Per-coordinate error variance ~ 4 std^2 / (Q - N - 1) (inverse-Wishart mean); P(wrong)
+  ~ Phi(-(1/2) / sqrt(that)). Slightly optimistic near Q = N.
   """
   q = _validate.check_int(num_queries, "num_queries")
   n = _validate.check_int(num_people, "num_people")

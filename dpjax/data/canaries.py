@@ -1,9 +1,7 @@
-"""Canary data sets: the lecture's audit set (a small credit base set plus a record canary).
+"""The lecture's audit set (§6.2): a small credit base set plus the record canary.
 
-The canary audit of DP-SGD (lecture §6.2, code 04 demo 3) trains on a fixed credit base
-set plus the lecture's outlier applicant (`credit.lecture_canary`). Features: the cubic
-expansion under a public scaler fitted on a separate sample, plus `unused_features` >= 1
-all-zero columns for gradient canaries that no record touches.
+Features: the cubic expansion under a public scaler fitted on a separate sample, plus
+`unused_features` >= 1 all-zero columns for gradient canaries no record touches.
 
 Shape letters: N records (base set, then the canary), D features.
 
@@ -29,11 +27,7 @@ _PUBLIC_SAMPLE = 2000
 
 
 class AuditData(NamedTuple):
-  """Base set + record canary (last row, label 0), with all-zero last columns for gradient canaries.
-
-  x_NxD float32[N, D], D = 56 cubic + the unused columns; y_N int32[N];
-  canary_index = N - 1.
-  """
+  """Base set + record canary (last row, label 0): x_NxD float32[N, 56 + unused], y_N int32[N]."""
   x_NxD: jax.Array
   y_N: jax.Array
   canary_index: int
@@ -41,20 +35,13 @@ class AuditData(NamedTuple):
 
 
 def audit_data(key: jax.Array, base_size: int = 150, unused_features: int = 1) -> AuditData:
-  """The lecture's audit set: `base_size` >= 1 credit records plus the lecture canary.
+  """`base_size` credit records plus `credit.lecture_canary`: N = base_size + 1, D = 56 + K.
 
-  `key` is split between the public scaler's sample and the base set; the records do not
-  depend on `unused_features` (K >= 1 trailing zero columns). Returns AuditData with
-  N = base_size + 1 and D = 56 + K.
-
-  Examples:
-    >>> import jax
-    >>> audit_data(jax.random.key(0), base_size=5).num_features
-    57
+  `key` is split between the scaler's public sample and the base set; the records do not
+  depend on `unused_features` (K).
   """
   base_size = _validate.check_size(base_size, "base_size", units=credit.NUM_FEATURES + 2)
-  unused_features = _validate.check_size(unused_features, "unused_features",
-                                         units=base_size + 1)
+  unused_features = _validate.check_size(unused_features, "unused_features", units=base_size + 1)
   k_pub, k_base = jax.random.split(key)
   scaler = credit.PublicScaler.fit(credit.sample(k_pub, _PUBLIC_SAMPLE).x_NxF)
   base = credit.sample(k_base, base_size)

@@ -12,12 +12,10 @@ Five raw features and a label per applicant (group g; share of group 1 = `minori
                 - 2.2 delinquent + h_g(history), h_0(t) = 0.16 (t - 11),
                 h_1(t) = -0.5 - 0.2 (t - 3.5)
 
-As p is known, the Bayes-optimal accuracy is computable (`bayes_accuracy`). A model
-without the group (or a group x history term) cannot represent h_1. `sample_customers`
-draws customers holding several loans, for user-level privacy and per-zip releases.
-`PublicScaler` is fit on a separate PUBLIC sample (never on private data);
-`linear_features` gives [1, z] (6 columns), `cubic_features` all monomials of degree
-<= 3 (56 columns) at unit public RMS.
+p is known, so the Bayes accuracy is computable; a model without the group cannot
+represent h_1. `sample_customers` draws customers with several loans. `PublicScaler` is
+fit on a PUBLIC sample; `linear_features` gives [1, z] (6 columns), `cubic_features` all
+monomials of degree <= 3 (56 columns) at unit public RMS.
 
 Shape letters: N people, F = 5 raw features, D model features.
 
@@ -80,9 +78,8 @@ def true_logit(x_NxF: jax.Array) -> jax.Array:
 def sample(key: jax.Array, n: int, minority_share: float = 0.1) -> CreditData:
   """Draws `n` >= 1 applicants from the credit world.
 
-  With jax_threefry_partitionable (the default) person i depends only on (key, i):
-  sample(key, n) is the first n rows of sample(key, n') for n' >= n. It draws n rounded up
-  to a power of two >= 2,048 (n <= 2**22) and keeps the first n, bit-identical.
+  Person i depends only on (key, i) (jax_threefry_partitionable, the default): a prefix
+  of a larger draw. Draws n rounded up to a power of two >= 2,048 (n <= 2**22).
   """
   n = _validate.check_size(n, "n", units=NUM_FEATURES + 2)
   _validate.check_probability(minority_share, "minority_share")
@@ -145,12 +142,10 @@ _LOAN_DEBT_SPREAD = 0.08      # sd of a loan's debt ratio around its customer's 
 
 
 class CustomerData(NamedTuple):
-  """Loans of customers who may hold several loans each (one row per loan).
+  """Loans of customers holding several loans each (one row per loan).
 
-  x_NxF: income, history, delinquency and group are the customer's, debt ratio the loan's;
-  y_N: 1 = repaid; p_N: sigmoid(true_logit(x_NxF)); user_N: int32[N] in [0, num_users),
-  a customer's rows contiguous, ids increasing, each with >= min_loans loans; zip_N: the
-  customer's zip code in [0, num_zip_codes).
+  Income, history, delinquency and group are the customer's, debt ratio the loan's;
+  user_N int32[N]: a customer's rows contiguous, ids increasing; zip_N in [0, Z).
   """
   x_NxF: jax.Array
   y_N: jax.Array
@@ -177,11 +172,10 @@ class CustomerData(NamedTuple):
 
 
 def zip_code_shares(num_zip_codes: int) -> np.ndarray:
-  """float64[Z]: the share of customers in each zip code, weight 1 / (z + 1) (Zipf), sum 1.
+  """float64[Z]: the share of customers per zip code, proportional to 1 / (z + 1) (Zipf).
 
   Examples:
-    >>> shares = zip_code_shares(4)
-    >>> [round(float(s), 3) for s in shares]
+    >>> [round(float(s), 3) for s in zip_code_shares(4)]
     [0.48, 0.24, 0.16, 0.12]
   """
   z = _validate.check_int(num_zip_codes, "num_zip_codes", 1)
@@ -201,14 +195,12 @@ def sample_customers(key: jax.Array, num_customers: int, *, min_loans: int = 1,
     history_u        as in `sample`; debt level b_u ~ Beta(2, 5)
     delinquent_u     Bernoulli(sigmoid(0.2 + 3 (b_u - 0.29) - 0.6 log(income_u/55)))
     debt_{uj}        clip(b_u + 0.08 N(0, 1), 0.01, 0.99)
-    repaid_{uj}      Bernoulli(sigmoid(true_logit(x_{uj}))), independent given the features
+    repaid_{uj}      Bernoulli(sigmoid(true_logit(x_{uj})))
 
-  A customer's loans are strongly correlated records: example-level DP-SGD protects each
-  loan; only a user-level unit (or group privacy over k_u loans) protects the customer.
-  N = sum_u k_u is random.
+  A customer's loans are correlated records: only a user-level unit (or group privacy over
+  k_u loans) protects the customer. N = sum_u k_u is random.
 
   Examples:
-    >>> import jax
     >>> data = sample_customers(jax.random.key(0), 100)
     >>> data.num_users, int(data.user_N.max()) + 1, data.x_NxF.shape[0] == len(data.user_N)
     (100, 100, True)
@@ -250,10 +242,8 @@ _BLOCK = 512
 
 @functools.partial(jax.jit, static_argnums=(4, 5))
 def _draw_block(key, minority_share, log_shares_Z, zip_shift_Z, lo, hi):
-  """One compiled draw of _BLOCK customers with L = max_loans slots each (same laws as `sample`).
-
-  Returns (loans, zip, x [_BLOCK, L, 5], y [_BLOCK, L], p [_BLOCK, L]); the caller drops
-  slots j >= k_u.
+  """One compiled draw of _BLOCK customers with L = max_loans slots each: (loans, zip,
+  x [_BLOCK, L, 5], y [_BLOCK, L], p [_BLOCK, L]); the caller drops slots j >= k_u.
   """
   u = _BLOCK
   k_unif, k_norm, k_gamma = jax.random.split(key, 3)
@@ -283,16 +273,14 @@ def _draw_block(key, minority_share, log_shares_Z, zip_shift_Z, lo, hi):
                 axis=2).astype(jnp.float32)
   p = jax.nn.sigmoid(true_logit(jnp.reshape(x, (u * hi, NUM_FEATURES)))).reshape(u, hi)
   y = (unif[:, 10:] < p).astype(jnp.int32)
-  return (loans_U.astype(jnp.int32), zip_U.astype(jnp.int32), x, y,
-          p.astype(jnp.float32))
+  return (loans_U.astype(jnp.int32), zip_U.astype(jnp.int32), x, y, p.astype(jnp.float32))
 
 
 @dataclasses.dataclass(frozen=True)
 class PublicScaler:
-  """Standardisation constants (mean_F, std_F, cubic_rms_D) computed from a PUBLIC sample only.
+  """Standardisation constants (mean_F, std_F, cubic_rms_D) from a PUBLIC sample only.
 
-  Warning: fitting this on the private training set leaks it (lecture §5.5); fit it on
-    public or separately drawn data.
+  Warning: fitting it on the private training set leaks it (lecture §5.5).
   """
   mean_F: tuple
   std_F: tuple
@@ -300,8 +288,7 @@ class PublicScaler:
 
   def __post_init__(self):
     mean = _validate.check_array(self.mean_F, "mean_F", shape=(NUM_FEATURES,))
-    std = _validate.check_array(self.std_F, "std_F", shape=(NUM_FEATURES,), low=0.0,
-                                open_low=True)
+    std = _validate.check_array(self.std_F, "std_F", shape=(NUM_FEATURES,), low=0.0, open_low=True)
     rms = _validate.check_array(self.cubic_rms_D, "cubic_rms_D", shape=(CUBIC_DIM,),
                                 low=0.0, open_low=True)
     for name, values in (("mean_F", mean), ("std_F", std), ("cubic_rms_D", rms)):
@@ -347,9 +334,8 @@ def linear_features(x_NxF: jax.typing.ArrayLike, scaler: PublicScaler) -> jax.Ar
 
 
 def cubic_features(x_NxF: jax.typing.ArrayLike, scaler: PublicScaler) -> jax.Array:
-  """All monomials of degree <= 3 of the standardised features, at unit public RMS: float32[N, 56].
-
-  Order: intercept, then degrees 1-3 in itertools.combinations_with_replacement order.
+  """Monomials of degree <= 3 of the standardised features at unit public RMS: float32[N, 56]
+  (intercept, then itertools.combinations_with_replacement order).
   """
   _validate.check_instance(scaler, PublicScaler, "scaler")
   z = scaler.transform(x_NxF)

@@ -1,8 +1,7 @@
 """Real handwritten digits: the 8x8 images bundled with scikit-learn (no download).
 
-`sklearn.datasets.load_digits`: 1,797 images of 0-9 (UCI "Optical Recognition of
-Handwritten Digits"), pixels 0..16, scaled by the PUBLIC constant 16 (no statistic of the
-private images enters the preprocessing); split by a permutation from a `jax.random` key.
+`sklearn.datasets.load_digits`: 1,797 images of 0-9 (UCI), pixels 0..16 scaled by the
+PUBLIC constant 16; split by a permutation from a `jax.random` key.
 
 Shape letters: N images, F = 64 flattened pixels (row-major), H = W = 8, C = 1 (NHWC).
 
@@ -59,25 +58,13 @@ def _raw() -> tuple[np.ndarray, np.ndarray]:
 
 
 def scale(pixels_NxF: jax.typing.ArrayLike) -> jax.Array:
-  """Maps raw pixel counts 0..16 (any shape) to float32 `pixels / 16`.
-
-  Raises ValueError if any value is NaN or outside [0, 16].
-  """
+  """Maps raw pixel counts 0..16 (any shape; ValueError outside) to float32 `pixels / 16`."""
   p = _validate.check_array(pixels_NxF, "pixels_NxF", low=0.0, high=PIXEL_MAX)
   return jnp.asarray(p / PIXEL_MAX, dtype=jnp.float32)
 
 
 def load(key: jax.Array, test_fraction: float = 0.25) -> Digits:
-  """All 1,797 digits, split at random: the first round(test_fraction * 1797) permuted are test.
-
-  ValueError if `test_fraction` is outside (0, 1) or leaves a side empty.
-
-  Examples:
-    >>> import jax
-    >>> d = load(jax.random.key(1), test_fraction=0.5)
-    >>> int(d.y_train_N.shape[0] + d.y_test_N.shape[0])
-    1797
-  """
+  """All 1,797 digits split at random: the first round(test_fraction * 1797) permuted are test."""
   test_fraction = _validate.check_probability(test_fraction, "test_fraction", open_low=True,
                                               open_high=True)
   num_test = int(round(test_fraction * NUM_EXAMPLES))
@@ -92,11 +79,7 @@ def load(key: jax.Array, test_fraction: float = 0.25) -> Digits:
 
 
 class DigitsSplit(NamedTuple):
-  """A train / validation / test split (`load_with_validation`).
-
-  The validation images are treated as PUBLIC (for choosing hyper-parameters and
-  checkpoints; never trained on privately).
-  """
+  """A train / validation / test split; the validation images are treated as PUBLIC."""
   x_train_NxF: jax.Array
   y_train_N: jax.Array
   x_val_NxF: jax.Array
@@ -107,13 +90,10 @@ class DigitsSplit(NamedTuple):
 
 def load_with_validation(key: jax.Array, test_fraction: float = 0.25,
                          validation_size: int = 200) -> DigitsSplit:
-  """`load(key, test_fraction)` with `validation_size` images carved out of its training part.
-
-  Same test set as `load`; training images permuted by `jax.random.fold_in(key, 1)`; the
-  three parts are disjoint.
+  """`load(key, test_fraction)` with `validation_size` images carved out of its training part
+  (permuted by `fold_in(key, 1)`); the three parts are disjoint.
 
   Examples:
-    >>> import jax
     >>> s = load_with_validation(jax.random.key(0), 0.25, 200)
     >>> s.x_train_NxF.shape, s.x_val_NxF.shape, s.x_test_NxF.shape
     ((1148, 64), (200, 64), (449, 64))
@@ -132,10 +112,7 @@ def load_with_validation(key: jax.Array, test_fraction: float = 0.25,
 
 
 def as_images(x_NxF: jax.typing.ArrayLike) -> jax.Array:
-  """Reshapes flat digits [N, 64] to NHWC images [N, 8, 8, 1]: out[n, i, j, 0] == x[n, 8 * i + j].
-
-  Raises ValueError if `x_NxF` is not two-dimensional with 64 columns.
-  """
+  """Flat digits [N, 64] as NHWC images [N, 8, 8, 1]: out[n, i, j, 0] == x[n, 8 * i + j]."""
   x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32,
                                         shape=(None, NUM_FEATURES), min_size=1))
   return x.reshape((x.shape[0],) + IMAGE_SHAPE)

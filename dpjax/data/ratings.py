@@ -2,15 +2,13 @@
 
 Users rate items 1..5 under a biased low-rank model with known parameters:
 
-    score_ui = mu + b_u + b_i + <p_u, q_i>
-    true_ui  = clip(score_ui, 1, 5)                                  (true_R)
+    score_ui = mu + b_u + b_i + <p_u, q_i>,   true_ui = clip(score_ui, 1, 5)
     rating_ui = clip(round(score_ui + noise_std Z), 1, 5),   Z ~ N(0, 1)
 
-b_u, b_i normal with the *_bias_std; p_u ~ N(0, I / rank) interaction_std, q_i ~
-N(0, I). Item popularity is Zipf, pop_i prop. to (k_i + 1)^(-popularity_exponent)
-for a random rank k_i; user u rates m_u = clip(round(LogNormal), 1, I) distinct items
-(mean about `mean_ratings_per_user`, log-sd `activity_spread`) drawn with
-probabilities prop. to pop_i. A rating is held out with probability `test_fraction`.
+b_u, b_i normal; p_u ~ N(0, I / rank) interaction_std, q_i ~ N(0, I). Item popularity is
+Zipf in a random rank k_i, pop_i ~ (k_i + 1)^(-popularity_exponent); user u rates m_u =
+clip(round(LogNormal), 1, I) distinct items (mean ~ `mean_ratings_per_user`, log-sd
+`activity_spread`) drawn by pop_i. A rating is held out with probability `test_fraction`.
 
 Shape letters: U users, I items, R observed ratings, K latent rank.
 
@@ -39,11 +37,8 @@ RATING_MAX = 5.0
 
 
 class Ratings(NamedTuple):
-  """Observed ratings (COO lists of length R) and the world that generated them.
-
-  user_R, item_R: int32[R], pairs distinct; rating_R, true_R: float32[R]; test_R:
-  bool[R], True = held out; num_users U, num_items I (unrated ones count);
-  popularity_I (sum 1); then the world's parameters (mu, b_u, b_i, p_u, q_i).
+  """Observed ratings (COO lists, distinct pairs, test_R True = held out) and the world's
+  parameters (popularity_I, mu, b_u, b_i, p_u, q_i); U, I count unrated ones too.
   """
   user_R: np.ndarray
   item_R: np.ndarray
@@ -66,11 +61,7 @@ def sample(key: jax.Array, num_users: int = 2000, num_items: int = 200, *, rank:
            user_bias_std: float = 0.35, item_bias_std: float = 0.45,
            interaction_std: float = 0.7, noise_std: float = 0.6,
            test_fraction: float = 0.1) -> Ratings:
-  """Draws a ratings world (module docstring) from one key; R = sum_u m_u.
-
-  U >= 1, I >= 2, K >= 1, mean_ratings_per_user in [1, I], spreads and standard
-  deviations >= 0, global_mean in [1, 5], test_fraction in [0, 1).
-  """
+  """Draws a ratings world (module docstring) from one key; R = sum_u m_u."""
   u = _validate.check_int(num_users, "num_users")
   i_count = _validate.check_int(num_items, "num_items", 2)
   _validate.check_size(u * i_count, "num_users", bytes_per_unit=16)
@@ -116,14 +107,8 @@ def check_ratings(user_R, item_R, rating_R, num_users: int, num_items: int, *,
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
   """Validates COO ratings: (user_R int32[R], item_R int32[R], rating_R float64[R], U, I).
 
-  Raises ValueError naming the parameter for an empty matrix, unequal lengths, ids out
-  of range, repeated pairs, ratings outside [lower, upper] (None: unchecked).
-
-  Examples:
-    >>> check_ratings([], [], [], 3, 3)
-    Traceback (most recent call last):
-    ...
-    ValueError: rating_R must hold at least one rating (an empty rating matrix), got shape (0,)
+  ValueError for an empty matrix, unequal lengths, ids out of range, repeated pairs or
+  ratings outside [lower, upper] (None: unchecked).
   """
   u = _validate.check_int(num_users, "num_users")
   i_count = _validate.check_int(num_items, "num_items")

@@ -40,12 +40,7 @@ _METHODS = ("balle2020", "classic")
 
 @_validate.names_extreme_arguments
 def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
-  """RDP alpha / (2 sigma^2), float64[A], of the Gaussian mechanism (std sigma * sensitivity).
-
-  Examples:
-    >>> gaussian_rdp(2.0, [2, 8]).tolist()
-    [0.25, 1.0]
-  """
+  """RDP alpha / (2 sigma^2), float64[A], of the Gaussian mechanism (std sigma * sensitivity)."""
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   a = _validate.check_orders(orders)
   return a / (2.0 * sigma * sigma)
@@ -54,12 +49,7 @@ def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
 @_validate.names_extreme_arguments
 def laplace_rdp(scale: float, orders, sensitivity: float = 1.0) -> np.ndarray:
   """RDP of the Laplace mechanism (scale b, L1 sensitivity Delta; Mironov 2017, Prop. 6):
-  eps0 + log1p((alpha-1)/(2 alpha-1) expm1(-(2 alpha-1) eps0)) / (alpha-1), eps0 = Delta / b.
-
-  Examples:
-    >>> round(float(laplace_rdp(1.0, [1e6])[0]), 4)   # -> eps0 as alpha -> inf
-    1.0
-  """
+  eps0 + log1p((alpha-1)/(2 alpha-1) expm1(-(2 alpha-1) eps0)) / (alpha-1), eps0 = Delta / b."""
   b = _validate.check_positive(scale, "scale")
   d = _validate.check_positive(sensitivity, "sensitivity")
   a = _validate.check_orders(orders)
@@ -71,12 +61,7 @@ def laplace_rdp(scale: float, orders, sensitivity: float = 1.0) -> np.ndarray:
 @_validate.names_extreme_arguments
 def randomized_response_rdp(epsilon: float, orders, num_buckets: int = 2) -> np.ndarray:
   """RDP (exact, float64[A]) of k-ary randomized response, epsilon-DP, replace-one: the true
-  value with probability e^eps / (e^eps + k - 1), each other with 1 / (e^eps + k - 1).
-
-  Examples:
-    >>> round(float(randomized_response_rdp(1.0, [2])[0]), 6)
-    0.735326
-  """
+  value with probability e^eps / (e^eps + k - 1), each other with 1 / (e^eps + k - 1)."""
   e = _validate.check_epsilon(epsilon)
   k = _validate.check_int(num_buckets, "num_buckets", minimum=2)
   a = _validate.check_orders(orders)
@@ -107,10 +92,6 @@ def tree_aggregation_rdp(noise_multiplier: float, step_counts, orders) -> np.nda
   a = _validate.check_orders(orders)
   depth = math.ceil(math.log2(max(counts) + 1))
   return a * depth / (2.0 * sigma * sigma)
-
-
-# ----------------------------------------------------------------------------
-# conversion
 
 
 def _check_rdp_curve(orders, rdp_values) -> tuple[np.ndarray, np.ndarray]:
@@ -159,14 +140,7 @@ def rdp_to_delta(orders, rdp_values, epsilon: float,
   """(delta <= 1, optimal order): the smallest delta with (epsilon, delta)-DP.
 
   classic: log delta = (a - 1)(rho(a) - eps); balle2020 (default):
-  log delta = (a - 1)(rho(a) - eps + log1p(-1/a)) - log a; both <= sqrt(1 - exp(-rho(a))).
-
-  Examples:
-    >>> orders = np.arange(2, 65)
-    >>> d, _ = rdp_to_delta(orders, orders / 2.0, 5.31, method="classic")
-    >>> d < 1e-5
-    True
-  """
+  log delta = (a - 1)(rho(a) - eps + log1p(-1/a)) - log a; both <= sqrt(1 - exp(-rho(a)))."""
   a, r = _check_rdp_curve(orders, rdp_values)
   e = _validate.check_epsilon(epsilon, allow_zero=True)
   _validate.check_choice(method, _METHODS, "method")
@@ -212,12 +186,7 @@ def truncated_negative_binomial_log_gamma(mean_runs: float, shape: float) -> flo
 
   P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) prod_{l<k} (l + eta) / (l + 1) for eta > 0,
   (1 - gamma)^k / (k log(1/gamma)) for eta = 0 (Papernot & Steinke 2022, Def. 1). Bisection
-  returns the end with E[K] >= mean_runs.
-
-  Examples:
-    >>> round(math.exp(truncated_negative_binomial_log_gamma(10.0, 1.0)), 12)
-    0.1
-  """
+  returns the end with E[K] >= mean_runs (eta = 1, geometric: gamma = 1 / mean_runs)."""
   mu = _validate.check_range(mean_runs, "mean_runs", 1.0)
   eta = _validate.check_range(shape, "shape", 0.0)
   if mu == 1.0:
@@ -251,14 +220,7 @@ def repeat_and_select_rdp(orders, rdp_values, *, mean_runs: float, shape) -> np.
   minimised over lambdahat in the orders. Poisson K (shape "poisson" or inf), Thm 6:
   eps + mu deltahat + log(mu) / (lambda - 1), deltahat = `rdp_to_delta` at
   log(1 + 1/(lambda - 1)). The result is its envelope min_{b >= a} out(b); mean_runs = 1
-  (truncated) is K = 1.
-
-  Examples:
-    >>> orders = np.array([2.0, 4.0, 8.0, 16.0, 32.0])
-    >>> out = repeat_and_select_rdp(orders, gaussian_rdp(4.0, orders), mean_runs=10, shape=1)
-    >>> bool(np.all(out >= gaussian_rdp(4.0, orders)))
-    True
-  """
+  (truncated) is K = 1."""
   a, r = _check_rdp_curve(orders, rdp_values)
   eta = repeat_shape(shape)
   mu = _validate.check_range(mean_runs, "mean_runs", 1.0)

@@ -55,12 +55,7 @@ class GridClippingPath(ClippingPath):
 
 
 def grid_sensitivity(l2_clip_norm: float, grid: float, num_params: int) -> float:
-  """Delta = C / gamma + sqrt(P) / 2: the L2 sensitivity of the grid sum, in grid units.
-
-  Examples:
-    >>> grid_sensitivity(1.0, 2.0 ** -10, 16)
-    1026.0
-  """
+  """Delta = C / gamma + sqrt(P) / 2: the L2 sensitivity of the grid sum, in grid units."""
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   g = integer_noise.check_grid(grid)
   p = _validate.check_int(num_params, "num_params")

@@ -228,14 +228,7 @@ def laplace_pld(scale: float, sensitivity: float = 1.0,
   """PLD of the Laplace mechanism Lap(scale) on a query of L1 sensitivity `sensitivity`.
 
   Loss in [-eps0, eps0], eps0 = sensitivity / scale, no tail cut; q < 1 Poisson-subsamples
-  (add/remove): both directions of (1 - q) Lap(0) + q Lap(Delta) are held.
-
-  Examples:
-    >>> round(laplace_pld(1.0).epsilon(1e-9), 4)   # pure 1-DP
-    1.0
-    >>> round(laplace_pld(1.0, sampling_prob=0.1).epsilon(1e-9), 4)   # log(1 + q(e - 1))
-    0.1586
-  """
+  (add/remove): both directions of (1 - q) Lap(0) + q Lap(Delta) are held."""
   b = _validate.check_positive(scale, "scale")
   s = _validate.check_positive(sensitivity, "sensitivity")
   h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _validate.check_positive(

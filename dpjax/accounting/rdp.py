@@ -77,12 +77,7 @@ def tree_aggregation_rdp(noise_multiplier: float, step_counts, orders) -> np.nda
   """RDP of one epoch of Gaussian tree aggregation (DP-FTRL; Kairouz et al. 2021, App. D).
 
   Trees of step_counts[j] leaves, nodes noised N(0, (sigma C)^2), each record in one leaf:
-  alpha depth / (2 sigma^2), depth = ceil(log2(max_j s_j + 1)), float64[A] (exact).
-
-  Examples:
-    >>> tree_aggregation_rdp(2.0, [7], [2.0]).tolist()   # depth 3
-    [0.75]
-  """
+  alpha depth / (2 sigma^2), depth = ceil(log2(max_j s_j + 1)), float64[A] (exact)."""
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   if isinstance(step_counts, (int, np.integer)):
     step_counts = [step_counts]

@@ -5,10 +5,7 @@ Oh & Viswanath 2015) composition of k (eps0, delta0)-DP mechanisms; `pure_dp_rdp
 as an RDP curve) and `group_privacy` (a group of k records).
 
 Examples:
-  >>> basic_composition(0.25, 1e-6, 4)
-  (1.0, 4e-06)
-  >>> eps, d = advanced_composition(0.1, 0.0, 100, 1e-5)
-  >>> round(eps, 3)
+  >>> round(advanced_composition(0.1, 0.0, 100, 1e-5)[0], 3)
   5.85
   >>> round(optimal_composition_epsilon(0.1, 0.0, 100, 1e-5), 3)
   4.307

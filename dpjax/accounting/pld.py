@@ -156,8 +156,7 @@ class PrivacyLossDistribution:
 
     delta_mu: the Gaussian profile; p_inf = `infinity_mass` (0 gives mu-GDP: Dong, Roth & Su
     2022). Checked on at most num_epsilons (>= 10) grid losses e_0 < ... < e_n via
-    delta(e_i) - p_inf <= delta_mu(e_{i+1}) (both profiles decrease), so loose by one interval.
-    """
+    delta(e_i) - p_inf <= delta_mu(e_{i+1}) (both profiles decrease): loose by one interval."""
     n = _validate.check_int(num_epsilons, "num_epsilons", minimum=10, maximum=100_000)
     if self.is_exact:
       return self._mu

@@ -30,8 +30,7 @@ def safe_norm(sq_B: jax.Array, max_abs_B: jax.Array,
 
   sqrt(sq_B) where finite, else m sqrt(sum (v/m)^2), m = `max_abs_B`; `scaled_sq_fn(unit)`
   sums the squares of unit(v) per example. The shared rule: +inf for a NaN or inf
-  coordinate or a norm beyond float32 (clip factor 0, contribution exactly zero).
-  """
+  coordinate or a norm beyond float32 (clip factor 0, contribution exactly zero)."""
   _validate.check_callable(scaled_sq_fn, "scaled_sq_fn")
   s1 = jnp.clip(max_abs_B, 1.0, 2.0 ** 100)       # 1 / s1 >= 2^-100: normal
   m2 = jnp.maximum(max_abs_B / s1, 1.0)          # <= 2^28 for finite inputs
@@ -135,8 +134,7 @@ def _squared_operand(eqn):
 
 def _find_dot(eqn, producer):
   """The dot_general whose squares `eqn` (a reduce_sum over all but n leading axes) adds up,
-  seen through transposes and reshapes keeping those axes; else None.
-  """
+  seen through transposes and reshapes keeping those axes; else None."""
   in_shape = eqn.invars[0].aval.shape
   axes = tuple(sorted(eqn.params["axes"]))
   n = len(in_shape) - len(axes)
@@ -164,8 +162,7 @@ def _find_dot(eqn, producer):
 
 def _gram_reduce(eqn, producer, read):
   """The sum of squares `eqn` computes, by the norm / Gram identity; None if not the pattern
-  or not cheaper.
-  """
+  or not cheaper."""
   dot = _find_dot(eqn, producer)
   if dot is None:
     return None

@@ -1,19 +1,10 @@
 """Privacy accounting: composition, RDP, PLD and GDP, behind one front door.
 
-* `dpsgd_epsilon(noise_multiplier, sampling_prob, num_steps, delta)`: the eps that T
-  steps of Poisson-sampled DP-SGD spend (add/remove-one neighbours).
-* `calibrate_noise(target_epsilon, sampling_prob, num_steps, delta)`: the smallest
-  noise multiplier that keeps eps <= target.
-
-Both take `accountant="rdp"` (exact RDP, Balle et al. 2020 conversion; `rdp`) or `"pld"`
-(privacy loss distributions, usually tighter; `pld`). `Accountant` composes heterogeneous
-events and reads eps(delta) or delta(eps). Submodules: `composition`, `rdp`, `pld`, `gdp`
-(mu-GDP, exact Gaussian, the DP-SGD CLT approximation), `noise_support` (the delta a
-sampler's finite support adds), `events` and `event_accounting` (immutable privacy events,
-composed freely, accounted by RDP or PLD), `subsampled_rdp` (the DP-SGD step's exact RDP),
-`bounded_range` (the exponential mechanism's RDP) and `mixture_pld` (Gaussians with a random
-shift; replace-one Poisson sampling); trade-off curves are in `dpjax.tradeoff`. Runs on the
-host in float64.
+`dpsgd_epsilon` (eps of T Poisson-sampled DP-SGD steps, add/remove-one) and
+`calibrate_noise` (the smallest sigma meeting a target) take accountant "rdp" (Balle et al.
+2020 conversion) or "pld" (usually tighter). `Accountant` composes heterogeneous events.
+Submodules: `composition`, `rdp`, `pld`, `gdp`, `noise_support`, `events` /
+`event_accounting`, `subsampled_rdp`, `bounded_range`, `mixture_pld`. Host float64.
 
 Examples:
   >>> round(dpsgd_epsilon(1.0, 0.01, 10_000, 1e-5), 2)
@@ -47,13 +38,8 @@ _ACCOUNTANTS = ("rdp", "pld")
 _RDP_METHODS = ("balle2020", "classic")
 # calibrate_noise searches noise multipliers in this range.
 NOISE_MULTIPLIER_RANGE = (0.1, 1e6)
-# calibrate_noise's rtol: below 1e-12 the bracket would sit within a few float64
-# ulps of sigma (a smaller rtol cannot be met in float64).
+# calibrate_noise's rtol (a smaller one cannot be met in float64).
 _RTOL_RANGE = (1e-12, 1.0)
-
-
-# ----------------------------------------------------------------------------
-# validation
 
 
 def _check_delta(delta, dataset_size: Optional[int] = None) -> float:
@@ -75,23 +61,15 @@ def _pld_module():
   return pld
 
 
-# ----------------------------------------------------------------------------
-# DP-SGD front door
-
-
 @_validate.names_extreme_arguments
 def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
                   delta: float, accountant: str = "rdp", *,
                   dataset_size: Optional[int] = None,
                   rdp_method: str = "balle2020", orders=None) -> float:
-  """eps spent by T steps of DP-SGD with Poisson sampling, at the given delta.
-
-  Each step includes every record independently with probability q in (0, 1], sums
-  per-example gradients clipped to L2 norm C, and adds N(0, sigma^2 C^2 I), sigma =
-  noise_multiplier > 0; neighbours add or remove one record. Shuffling, fixed-size batches
-  or tuning on private data are NOT modelled. T >= 1, delta in (0, 1); accountant "rdp"
-  (default) or "pld"; dataset_size n warns when delta >= 1/n; rdp_method ("balle2020" or
-  "classic") and orders (default `rdp.DEFAULT_ORDERS`) apply to rdp only.
+  """eps spent by T steps of DP-SGD with Poisson sampling (rate q, noise N(0, sigma^2 C^2 I)
+  on the clipped sum; add/remove-one), at `delta`. Shuffling, fixed-size batches or tuning
+  on private data are NOT modelled. dataset_size n warns when delta >= 1/n; rdp_method and
+  orders apply to rdp only.
 
   Examples:
     >>> round(dpsgd_epsilon(1.5, 0.04, 2250, 1e-5), 6)   # Opacus's test setting
@@ -116,26 +94,11 @@ def tuned_dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps
                         rdp_method: str = "balle2020", orders=None) -> float:
   """eps of private hyperparameter tuning by repeat-and-select over DP-SGD runs.
 
-  Papernot & Steinke, ICLR 2022 (https://arxiv.org/abs/2110.03620): draw K (truncated
-  negative binomial with shape eta >= 0 and E[K] = mean_runs >= 1, or Poisson for
-  shape="poisson" / math.inf), run a base algorithm Q K times, release only the best run
-  (`dpjax.tuning.repeat_and_select`). One run of Q draws a hyperparameter setting, trains
-  by T steps of DP-SGD (sigma, q) and, given `score_noise_multiplier` s, releases its score
-  as a sensitivity-1 count plus N(0, s^2), adding alpha / (2 s^2) to Q's curve. With no
-  score noise the score must be computed on public data (or from the released model
-  alone). The curve of the repeated algorithm is `rdp.repeat_and_select_rdp`, converted at
-  delta; the result covers the released best model and its score.
-
-  Only accountant="rdp" is available (the theorems bound Renyi divergences); "pld" raises
-  a ValueError rather than return a number not proven to be an upper bound. Other
-  arguments as in `dpsgd_epsilon`.
-
-  Examples:
-    >>> one = dpsgd_epsilon(1.0, 0.01, 1_000, 1e-5)
-    >>> tuned = tuned_dpsgd_epsilon(1.0, 0.01, 1_000, 1e-5, mean_runs=10, shape=1)
-    >>> round(one, 2), round(tuned, 2)
-    (2.1, 4.1)
-  """
+  Papernot & Steinke, ICLR 2022: K runs (truncated negative binomial with shape eta and
+  E[K] = mean_runs, or Poisson for shape "poisson" / inf), best one released
+  (`rdp.repeat_and_select_rdp`). A score released with `score_noise_multiplier` s adds
+  alpha / (2 s^2) per run; without it the score must use public data. Only accountant="rdp"
+  (the theorems bound Renyi divergences); "pld" raises ValueError."""
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)
   steps = _validate.check_int(num_steps, "num_steps")
@@ -162,15 +125,8 @@ def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
                     delta: float, accountant: str = "rdp", *,
                     dataset_size: Optional[int] = None, rtol: float = 1e-4,
                     rdp_method: str = "balle2020") -> float:
-  """Smallest noise multiplier with dpsgd_epsilon(...) <= target_epsilon.
-
-  Bisection in log(sigma) (`smallest_noise`) to `rtol` relative (in [1e-12, 1), default
-  1e-4); the upper end is returned, so it always meets the target. Other arguments as in
-  `dpsgd_epsilon`.
-
-  Raises:
-    ValueError: for bad input, or when no sigma in NOISE_MULTIPLIER_RANGE reaches
-      the target (or even the smallest one does, so the answer lies below the range).
+  """Smallest noise multiplier with dpsgd_epsilon(...) <= target_epsilon (`smallest_noise`,
+  rtol in [1e-12, 1)); ValueError when no sigma in NOISE_MULTIPLIER_RANGE is the answer.
 
   Examples:
     >>> round(calibrate_noise(1.0, 50 / 4000, 1600, 1e-5), 2)   # lecture: 2.19
@@ -213,21 +169,12 @@ def calibrate_noise(target_epsilon: float, sampling_prob: float, num_steps: int,
   return smallest_noise(eps, target, lo, hi, rtol=rtol)
 
 
-# ----------------------------------------------------------------------------
-# composable accountant
-
-
 class Accountant:
-  """Composes heterogeneous privacy events and reports eps(delta) or delta(eps).
+  """Composes privacy events and reports eps(delta) or delta(eps), by "rdp" or "pld".
 
-  Events: Gaussian, Laplace, randomized response and the Poisson-subsampled Gaussian (one
-  DP-SGD step), each any number of times, and any `events.Event` tree (`compose_event`). "rdp" adds RDP curves order by order; "pld"
-  convolves privacy loss distributions. orders and rdp_method as in `dpsgd_epsilon`.
-
-  Neighbouring relation: the subsampled Gaussian is accounted for add/remove-one
-  neighbours; Gaussian and Laplace events through the sensitivity you pass (which must be
-  computed for the relation you claim); randomized response is a replace-one (local)
-  guarantee. Mixing randomized response with subsampled-Gaussian events warns.
+  Relations: subsampled Gaussian add/remove-one; Gaussian and Laplace through the
+  sensitivity passed (for the relation claimed); randomized response replace-one (mixing
+  it with subsampled Gaussians warns).
 
   Examples:
     >>> acct = Accountant()
@@ -302,10 +249,8 @@ class Accountant:
                      pld_fn)
 
   def compose_event(self, event, relation: str = "add_remove") -> "Accountant":
-    """Adds any `events.Event` (a composition tree) under `relation` ("add_remove" or
-    "replace_one"), by this accountant's method (`event_accounting`); an event it cannot
-    bound raises `events.UnsupportedEventError` naming it. The caller answers for mixing
-    relations with the other compose_* events (add/remove-one)."""
+    """Adds an `events.Event` tree under `relation` ("add_remove" or "replace_one"); one it
+    cannot bound raises `events.UnsupportedEventError`. Mixing relations is the caller's."""
     from dpjax.accounting import event_accounting  # pylint: disable=import-outside-toplevel
     if self.accountant == "rdp":
       rdp_fn = lambda o: event_accounting.rdp_curve(event, o, relation)[1]
@@ -349,7 +294,7 @@ class Accountant:
 
 
 __all__ = [
-    "Accountant", "NOISE_MULTIPLIER_RANGE", "calibrate_noise", "composition",
-    "compose_mu", "dpsgd_clt_epsilon", "dpsgd_clt_mu", "dpsgd_epsilon", "gaussian_delta", "gaussian_epsilon", "gdp",
-    "mu_for_epsilon", "rdp", "smallest_noise", "tuned_dpsgd_epsilon",
+    "Accountant", "NOISE_MULTIPLIER_RANGE", "calibrate_noise", "composition", "compose_mu",
+    "dpsgd_clt_epsilon", "dpsgd_clt_mu", "dpsgd_epsilon", "gaussian_delta", "gaussian_epsilon",
+    "gdp", "mu_for_epsilon", "rdp", "smallest_noise", "tuned_dpsgd_epsilon",
 ]

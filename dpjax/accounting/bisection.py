@@ -1,16 +1,9 @@
 """The smallest noise that meets a privacy target: one geometric bisection for every caller.
 
-`smallest_noise(eps_of_sigma, target, lo, hi)` works in log(sigma) for any eps
-non-increasing in sigma:
-
-  bracket  optional (factor > 1): while eps(hi) > target, lo, hi = hi, hi * factor;
-           then while eps(lo) <= target, lo, hi = lo / factor, lo; each end stays in
-           `limits` (ValueError beyond, naming the target);
-  bisect   while hi / lo - 1 > rtol: mid = sqrt(lo hi), hi = mid if eps(mid) <= target
-           else lo = mid.
-
-The upper end is returned, so it always meets the target; at most MAX_BRACKET_STEPS
-widenings and MAX_BISECTION_STEPS halvings.
+`smallest_noise(eps_of_sigma, target, lo, hi)`, eps non-increasing in sigma, works in
+log(sigma): optional bracketing (factor > 1) widens hi, then lo, within `limits`; then
+bisects mid = sqrt(lo hi) until hi / lo - 1 <= rtol. The upper end is returned, so it
+always meets the target.
 
 Examples:
   >>> round(smallest_noise(lambda s: 1.0 / s, 0.5, 1.0, 4.0, rtol=1e-9), 6)
@@ -35,13 +28,8 @@ def smallest_noise(eps_of_sigma: Callable[[float], float], target_epsilon: float
                    limits: tuple[float, float] = (0.0, math.inf)) -> float:
   """Smallest sigma (to rtol relative, the upper end of the bracket) with eps <= target.
 
-  eps_of_sigma is non-increasing; 0 < lo < hi, and without `factor` the bracket must hold
-  the answer, eps(lo) > target >= eps(hi) (not evaluated again); rtol in (0, 1); limits
-  bound the widened bracket.
-
-  Raises:
-    ValueError: bad input, or no sigma within `limits` meets the target (or every one
-      does), or the bracket needs more than MAX_BRACKET_STEPS widenings.
+  Without `factor` the bracket must hold the answer, eps(lo) > target >= eps(hi). Raises
+  ValueError on bad input or when no sigma within `limits` (or MAX_BRACKET_STEPS) works.
   """
   _validate.check_callable(eps_of_sigma, "eps_of_sigma")
   target = _validate.check_epsilon(target_epsilon, "target_epsilon")
@@ -51,8 +39,7 @@ def smallest_noise(eps_of_sigma: Callable[[float], float], target_epsilon: float
     raise ValueError(f"lo must be < hi, got lo = {lo:g}, hi = {hi:g}")
   rtol = _validate.check_probability(rtol, "rtol", open_low=True, open_high=True)
   low, high = (_validate.check_nonnegative(limits[0], "limits[0]"),
-               _validate.check_range(limits[1], "limits[1]", 0.0, open_low=True,
-                                     allow_inf=True))
+               _validate.check_range(limits[1], "limits[1]", 0.0, open_low=True, allow_inf=True))
   if factor is not None:
     factor = _validate.check_range(factor, "factor", 1.0, open_low=True)
     for _ in range(MAX_BRACKET_STEPS):

@@ -1,18 +1,11 @@
 """Composition theorems for (eps, delta)-DP mechanisms (host NumPy/SciPy, float64).
 
-* `basic_composition` (Dwork et al. 2006) and `advanced_composition` (Dwork, Rothblum &
-  Vadhan 2010) of k (eps0, delta0)-DP mechanisms.
-* `optimal_composition_delta` / `optimal_composition_epsilon`: the exact privacy profile
-  of k adaptive (eps0, delta0)-DP mechanisms (Kairouz, Oh & Viswanath 2015).
-* `pure_dp_rdp`: the RDP curve of an eps-DP (or eps-bounded-range) mechanism, so pure-DP
-  releases compose with DP-SGD in one RDP account.
-* `group_privacy`: the guarantee for a group of k records.
+Basic (Dwork et al. 2006), advanced (Dwork, Rothblum & Vadhan 2010) and optimal (Kairouz,
+Oh & Viswanath 2015) composition of k (eps0, delta0)-DP mechanisms; `pure_dp_rdp` (eps-DP
+as an RDP curve) and `group_privacy` (a group of k records).
 
 Examples:
-  >>> basic_composition(0.25, 1e-6, 4)
-  (1.0, 4e-06)
-  >>> eps, d = advanced_composition(0.1, 0.0, 100, 1e-5)
-  >>> round(eps, 3)
+  >>> round(advanced_composition(0.1, 0.0, 100, 1e-5)[0], 3)
   5.85
   >>> round(optimal_composition_epsilon(0.1, 0.0, 100, 1e-5), 3)
   4.307
@@ -38,23 +31,16 @@ def _check_mechanisms(epsilon0, delta0, k) -> tuple[float, float, int]:
 
 @_validate.names_extreme_arguments
 def basic_composition(epsilon0: float, delta0: float, k: int) -> tuple[float, float]:
-  """(k eps0, k delta0): basic composition of k (eps0, delta0)-DP mechanisms.
-
-  eps0 >= 0, delta0 in [0, 1), k >= 1; the returned delta is capped at 1.
-  """
+  """(k eps0, min(1, k delta0)): basic composition of k (eps0, delta0)-DP mechanisms."""
   e, d, k = _check_mechanisms(epsilon0, delta0, k)
   return k * e, min(1.0, k * d)
 
 
 @_validate.names_extreme_arguments
-def advanced_composition(epsilon0: float, delta0: float, k: int,
-                         delta_slack: float) -> tuple[float, float]:
-  """Advanced composition (Dwork, Rothblum & Vadhan 2010, Thm III.3).
-
-  k adaptively chosen (eps0, delta0)-DP mechanisms with slack delta' in (0, 1) are
-  (sqrt(2k ln(1/delta')) eps0 + k eps0 expm1(eps0), k delta0 + delta')-DP; returns that
-  (epsilon, delta).
-  """
+def advanced_composition(epsilon0: float, delta0: float, k: int, delta_slack: float
+                         ) -> tuple[float, float]:
+  """(sqrt(2k ln(1/delta')) eps0 + k eps0 expm1(eps0), k delta0 + delta'): advanced
+  composition (Dwork, Rothblum & Vadhan 2010, Thm III.3), slack delta' in (0, 1)."""
   e, d, k = _check_mechanisms(epsilon0, delta0, k)
   ds = _validate.check_delta(delta_slack, "delta_slack")
   eps = math.sqrt(2.0 * k * math.log(1.0 / ds)) * e + k * e * math.expm1(e)
@@ -79,15 +65,12 @@ def _log_delta_rr(epsilon0: float, k: int, epsilon: np.ndarray) -> np.ndarray:
 
 @_validate.names_extreme_arguments
 def optimal_composition_delta(epsilon0: float, delta0: float, k: int, epsilon):
-  """Exact delta(eps) of k adaptive (eps0, delta0)-DP mechanisms (KOV 2015, Thm 3.3).
-
-  The worst case is k-fold binary randomized response plus a delta0 "leak":
+  """Exact delta(eps) of k adaptive (eps0, delta0)-DP mechanisms (KOV 2015, Thm 3.3):
 
       delta(eps) = 1 - (1 - delta0)^k (1 - delta_RR(eps)),
       delta_RR(eps) = sum_l C(k, l) [e^{(k-l) eps0} - e^eps e^{l eps0}]_+ / (1 + e^eps0)^k,
 
-  evaluated in log space. epsilon is a scalar or float64[E] >= 0; returns a float or
-  float64[E].
+  in log space; epsilon a scalar or float64[E] >= 0, returned alike.
   """
   e0, d0, k = _check_mechanisms(epsilon0, delta0, k)
   _validate.check_size(k + 1, "k", bytes_per_unit=8, units=4)   # the sum over l = 0..k
@@ -106,15 +89,9 @@ def optimal_composition_delta(epsilon0: float, delta0: float, k: int, epsilon):
 
 
 @_validate.names_extreme_arguments
-def optimal_composition_epsilon(epsilon0: float, delta0: float, k: int,
-                                delta: float) -> float:
-  """Smallest eps with delta(eps) <= delta for k (eps0, delta0)-DP mechanisms (exact).
-
-  Returns eps <= k * eps0.
-
-  Raises:
-    ValueError: if delta <= 1 - (1 - delta0)^k (no eps reaches it).
-  """
+def optimal_composition_epsilon(epsilon0: float, delta0: float, k: int, delta: float) -> float:
+  """Smallest eps (<= k eps0) with delta(eps) <= delta for k (eps0, delta0)-DP mechanisms
+  (exact); ValueError if delta <= 1 - (1 - delta0)^k."""
   e0, d0, k = _check_mechanisms(epsilon0, delta0, k)
   d = _validate.check_delta(delta)
   floor = -math.expm1(k * math.log1p(-d0))
@@ -128,29 +105,12 @@ def optimal_composition_epsilon(epsilon0: float, delta0: float, k: int,
 
 
 def pure_dp_rdp(epsilon: float, orders, *, bounded_range: bool = False) -> np.ndarray:
-  """RDP curve implied by eps-DP (or by eps-bounded range), for composing in RDP.
+  """RDP curve float64[A] (<= eps) implied by eps-DP, or eps-bounded range.
 
-  Every eps-DP pair is a post-processing of binary randomized response at eps (Kairouz, Oh
-  & Viswanath 2015, https://arxiv.org/abs/1311.0776), so by data processing (tight)
-
+  eps-DP is post-processed binary randomized response (Kairouz, Oh & Viswanath 2015):
       rho(alpha) <= log((e^{alpha eps} + e^{(1 - alpha) eps}) / (1 + e^eps)) / (alpha - 1).
-
-  `bounded_range=True` assumes the mechanism is eps-bounded-range (its privacy loss varies
-  by at most eps over outputs; Durfee & Rogers 2019, https://arxiv.org/abs/1905.04273), as
-  the exponential mechanism exp(eps u / (2 Delta_u)) is; eps-BR implies (eps^2 / 8)-zCDP
-  (Cesar & Rogers 2021, https://arxiv.org/abs/2004.07223), so the minimum with
-  alpha eps^2 / 8 is returned.
-
-  Returns:
-    float64[A] rho(alpha) at orders [A], at most eps.
-
-  Examples:
-    >>> a = np.array([2.0, 32.0])
-    >>> np.round(pure_dp_rdp(0.3, a), 4).tolist()
-    [0.0868, 0.2821]
-    >>> np.round(pure_dp_rdp(0.3, a, bounded_range=True), 4).tolist()
-    [0.0225, 0.2821]
-  """
+  `bounded_range=True` (e.g. the exponential mechanism; Durfee & Rogers 2019) also takes the
+  minimum with alpha eps^2 / 8 (eps-BR implies eps^2/8-zCDP, Cesar & Rogers 2021)."""
   e = _validate.check_epsilon(epsilon)
   a = _validate.check_orders(orders)
   if not isinstance(bounded_range, (bool, np.bool_)):
@@ -163,21 +123,8 @@ def pure_dp_rdp(epsilon: float, orders, *, bounded_range: bool = False) -> np.nd
 
 @_validate.names_extreme_arguments
 def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
-  """(k eps, k e^{(k-1) eps} delta): an (eps, delta)-DP guarantee for a group of k records.
-
-  Along a chain of k single-record steps, P[M(D) in S] <= e^{k eps} P[M(D') in S] +
-  delta sum_{j<k} e^{j eps}, and sum_{j<k} e^{j eps} <= k e^{(k-1) eps} (Dwork & Roth
-  2014, Thm 2.2; https://www.cis.upenn.edu/~aaroth/Papers/privacybook.pdf). For a person
-  holding k records under record-level DP this is their guarantee. The returned delta is
-  capped at 1 (then the guarantee is vacuous).
-
-  Examples:
-    >>> group_privacy(1.0, 0.0, 5)
-    (5.0, 0.0)
-    >>> eps, d = group_privacy(3.0, 1e-5, 5)
-    >>> eps, round(d, 3)                         # delta > 1: nothing is promised
-    (15.0, 1.0)
-  """
+  """(k eps, min(1, k e^{(k-1) eps} delta)): the guarantee for a group of k records (Dwork
+  & Roth 2014, Thm 2.2), e.g. a person with k records under record-level DP."""
   e = _validate.check_epsilon(epsilon, allow_zero=True)
   d = _validate.check_delta(delta, allow_zero=True)
   k = _validate.check_int(k, "k")

@@ -1,14 +1,10 @@
 """Gaussian differential privacy (Dong, Roth & Su 2022) and the exact Gaussian (eps, delta).
 
-A mechanism is mu-GDP when distinguishing neighbours is no easier than telling N(0, 1)
-from N(mu, 1). The Gaussian mechanism with L2 sensitivity Delta and noise std sigma is
-exactly mu-GDP, mu = Delta / sigma; k of them compose to mu * sqrt(k). Its privacy
-profile is (Balle & Wang 2018, Thm 8)
-
-    delta(eps) = Phi(-eps/mu + mu/2) - e^eps * Phi(-eps/mu - mu/2),
-
-and the optimal membership test has TPR = Phi(Phi^{-1}(FPR) + mu)
-(`dpjax.tradeoff.gaussian_tpr`). Host NumPy/SciPy, float64.
+mu-GDP: neighbours are no easier to tell apart than N(0, 1) from N(mu, 1). The Gaussian
+mechanism (L2 sensitivity Delta, std sigma) is exactly mu-GDP, mu = Delta / sigma; k compose
+to mu sqrt(k). Profile (Balle & Wang 2018, Thm 8):
+    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2).
+Host NumPy/SciPy, float64.
 
 Examples:
   >>> round(gaussian_epsilon(1e-5, 1.0), 4)   # one mu = 1 Gaussian at delta = 1e-5
@@ -30,19 +26,10 @@ from dpjax import _validate
 
 @_validate.names_extreme_arguments
 def gaussian_delta(epsilon, mu):
-  """Exact delta(eps) of a mu-GDP mechanism (a Gaussian mechanism with mu = Delta/sigma).
+  """Exact delta(eps) of a mu-GDP mechanism; eps >= 0 and mu > 0 broadcast.
 
-  eps >= 0 and mu > 0 broadcast; computed in log space. delta(inf) = 0, and 0 where
-  Phi(-eps/mu + mu/2) underflows (true delta below 5e-324). Where the two terms agree to
-  more than 8 digits (tiny mu, or eps/mu in the thousands) the difference is taken in
-  mpmath, so a tiny mu keeps its relative accuracy (delta(0) = erf(mu / sqrt 8)).
-
-  Examples:
-    >>> gaussian_delta(float("inf"), 1.0), gaussian_delta(1e300, 1.0)
-    (0.0, 0.0)
-    >>> round(gaussian_delta(0.0, 1e-300) / 1e-300, 6)   # 1 / sqrt(2 pi)
-    0.398942
-  """
+  Log space; 0 where the first term underflows; where the two terms agree to more than 8
+  digits the difference is taken in mpmath (tiny mu keeps its relative accuracy)."""
   eps = _validate.check_array(epsilon, "epsilon", low=0.0, allow_inf=True)
   mu = _validate.check_array(mu, "mu", low=0.0, open_low=True)
   with np.errstate(invalid="ignore", over="ignore"):
@@ -51,8 +38,7 @@ def gaussian_delta(epsilon, mu):
     gap = b - a
     # exp(a) - exp(b) = exp(a) * (1 - exp(b - a)), b <= a always.
     out = np.exp(a) * -np.expm1(np.minimum(gap, 0.0))
-  # delta <= exp(a): where a underflows to -inf (eps = inf among them) delta is 0;
-  # b - a would be -inf - (-inf) there.
+  # delta <= exp(a): where a underflows to -inf (eps = inf among them) delta is 0.
   out = np.where(a == -np.inf, 0.0, out)
   lost = np.isfinite(a) & ~(np.abs(gap) >= 1e-8 * np.maximum(np.abs(a), 1.0))
   if np.any(lost):
@@ -66,12 +52,8 @@ def gaussian_delta(epsilon, mu):
 
 
 def _gaussian_delta_mp(eps: float, mu: float, log_term: float) -> float:
-  """delta(eps) of mu-GDP in mpmath, with enough bits for the cancellation.
-
-  The terms agree to about log2(|log_term| / gap) bits, gap being at least of order
-  mu^2 / max(eps, 1) relative, so 128 + log2(1 + |log_term|) + 4 log2(1/mu) bits leave
-  more than 64 after the subtraction.
-  """
+  """delta(eps) of mu-GDP in mpmath; the precision leaves more than 64 bits after the
+  cancellation (the relative gap is at least of order mu^2 / max(eps, 1))."""
   prec = 128 + math.ceil(math.log2(1.0 + abs(log_term))) + 4 * max(0, math.ceil(-math.log2(mu)))
   prec += math.ceil(math.log2(1.0 + eps))
   with mpmath.workprec(prec):
@@ -93,8 +75,7 @@ def gaussian_epsilon(delta: float, mu: float) -> float:
     hi *= 2
   eps = float(optimize.brentq(lambda e: gaussian_delta(e, mu) - delta, 0.0, hi,
                               xtol=1e-14, rtol=1e-14, maxiter=500))
-  # The root finder may stop a hair below the root; step up to an eps whose
-  # delta(eps) is <= delta as evaluated (delta(eps) decreases in eps).
+  # Step up past the root finder's answer until delta(eps) <= delta as evaluated.
   while gaussian_delta(eps, mu) > delta:
     eps = max(eps * (1.0 + 1e-13), eps + 1e-300)
   return eps
@@ -102,10 +83,8 @@ def gaussian_epsilon(delta: float, mu: float) -> float:
 
 @_validate.names_extreme_arguments
 def mu_for_epsilon(epsilon: float, delta: float) -> float:
-  """The largest mu whose Gaussian mechanism is (epsilon, delta)-DP (exact, Balle-Wang).
-
-  The analytic Gaussian calibration is sigma = sensitivity / mu_for_epsilon(eps, delta).
-  """
+  """The largest mu whose Gaussian mechanism is (epsilon, delta)-DP (exact, Balle-Wang):
+  the analytic Gaussian calibration is sigma = sensitivity / mu."""
   epsilon = _validate.check_epsilon(epsilon)
   delta = _validate.check_delta(delta)
   lo, hi = 1e-12, 1.0
@@ -115,8 +94,7 @@ def mu_for_epsilon(epsilon: float, delta: float) -> float:
       raise ValueError("epsilon/delta out of range: no finite mu found")
   mu = float(optimize.brentq(lambda m: gaussian_delta(epsilon, m) - delta, lo, hi,
                              xtol=1e-15, rtol=1e-15, maxiter=500))
-  # The root finder may stop a hair on the unsafe side; step down to a mu whose
-  # delta(eps) is <= delta (delta(eps) increases with mu).
+  # Step down past the root finder's answer until delta(eps) <= delta as evaluated.
   while gaussian_delta(epsilon, mu) > delta:
     mu *= 1.0 - 1e-13
   return mu
@@ -133,18 +111,13 @@ def compose_mu(mu0: float, k: int) -> float:
 @_validate.names_extreme_arguments
 def dpsgd_clt_mu(noise_multiplier: float, sampling_prob: float, num_steps: int,
                  sampler: str = "poisson") -> float:
-  """APPROXIMATE mu of T steps of DP-SGD by the GDP central limit theorem.
-
-  Bu, Dong, Long & Su 2020 (https://arxiv.org/abs/1911.11607): as T -> inf with q sqrt(T)
-  fixed, T subsampled Gaussian steps approach mu-GDP with
+  """APPROXIMATE mu of T steps of DP-SGD by the GDP CLT (Bu, Dong, Long & Su 2020):
 
       poisson: mu = q sqrt(T (e^{1/sigma^2} - 1)),
       uniform: mu = q sqrt(2T (e^{1/sigma^2} Phi(1.5/sigma) + 3 Phi(-0.5/sigma) - 2)).
 
-  Warning: this is a limit theorem, not a bound. For finite T it can be below the true
-  privacy loss (it under-reports eps when q sqrt(T) is not small relative to T, or sigma
-  is small). Use `rdp` or `pld` for a guarantee; report this figure only labelled as an
-  approximation.
+  Warning: a limit theorem, not a bound; it can under-report eps for finite T. Use `rdp`
+  or `pld` for a guarantee.
 
   Examples:
     >>> round(dpsgd_clt_mu(1.3, 256 / 60000, 3516), 3)   # Bu et al.: MNIST, 15 epochs
@@ -164,14 +137,7 @@ def dpsgd_clt_mu(noise_multiplier: float, sampling_prob: float, num_steps: int,
 @_validate.names_extreme_arguments
 def dpsgd_clt_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
                       delta: float, sampler: str = "poisson") -> float:
-  """APPROXIMATE eps(delta) of DP-SGD from the GDP CLT (see `dpsgd_clt_mu`).
-
-  Warning: an approximation (Bu et al. 2020), not an upper bound.
-
-  Examples:
-    >>> round(dpsgd_clt_epsilon(1.3, 256 / 60000, 3516, 1e-5), 2)
-    0.83
-  """
+  """APPROXIMATE eps(delta) of DP-SGD from the GDP CLT (`dpsgd_clt_mu`), not a bound."""
   _validate.check_delta(delta)
   return gaussian_epsilon(delta, dpsgd_clt_mu(noise_multiplier, sampling_prob, num_steps,
                                               sampler))

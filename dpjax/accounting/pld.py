@@ -1,22 +1,13 @@
 """Privacy loss distributions (PLD): numerical composition by FFT, pessimistic.
 
-For output distributions (P, Q) of a mechanism on neighbours, the privacy loss is
-L(o) = log(P(o) / Q(o)) with o ~ P, and the privacy profile is
-
-    delta(eps) = P[L = inf] + E_P[(1 - exp(eps - L))_+].
-
-T-fold composition is the T-fold convolution of one step's PLD (Koskela, Jalko & Honkela
-2020; Meiser & Mohammadi 2018; Doroshenko et al. 2022), done by FFT on a grid of
-spacing h (`value_discretization`). The grid, its pessimistic ("connect the dots")
-discretisation and the FFT composition are `pld_grid`; every delta(eps) read from a
-discretised PLD is an upper bound up to float64 FFT rounding, which swamps delta below
-~1e-12 after many compositions (`epsilon` / `delta` warn). The DP-SGD accountant on an
-adaptive grid (`dpsgd_epsilon`, `dpsgd_epsilon_bound`, ...) is `pld_dpsgd`, re-exported here.
-
-Plain Gaussians (q = 1) compose in closed form (mu = sqrt(sum mu_i^2); `gdp`). Neighbours
-are add/remove-one: a Poisson-subsampled Gaussian has a remove PLD (P = (1-q) N(0, s^2)
-+ q N(1, s^2) against Q = N(0, s^2)) and an add PLD (swapped); both are composed and
-every answer is the worse of the two. Runs on the host in NumPy float64.
+The privacy loss of a mechanism with output laws (P, Q) on neighbours is L = log(P(o) / Q(o)),
+o ~ P; delta(eps) = P[L = inf] + E_P[(1 - exp(eps - L))_+]. Composition convolves PLDs
+(Koskela, Jalko & Honkela 2020; Meiser & Mohammadi 2018; Doroshenko et al. 2022) on a grid
+of spacing h (`value_discretization`, `pld_grid`); every delta(eps) read is an upper bound
+up to float64 FFT rounding (`epsilon` / `delta` warn where it matters). Plain Gaussians
+compose in closed form (mu = sqrt(sum mu_i^2)). Add/remove-one neighbours: the remove and
+add directions are both held and the worse answers. The adaptive DP-SGD accountant is
+`pld_dpsgd`, re-exported here. Host NumPy float64.
 
 Examples:
   >>> round(dpsgd_epsilon(1.0, 0.01, 1000, 1e-5), 3)
@@ -44,12 +35,8 @@ from dpjax.accounting.pld_dpsgd import (  # noqa: F401  (re-exported)
 from dpjax.accounting.pld_grid import DEFAULT_TAIL_MASS, DEFAULT_VALUE_DISCRETIZATION
 
 class PrivacyLossDistribution:
-  """A PLD for add/remove-one neighbours: exact (Gaussian) or discretised.
-
-  Build with `gaussian_pld` or `laplace_pld`, combine with `compose` / `self_compose`,
-  read `epsilon(delta)` or `delta(epsilon)`. Discretised answers are upper bounds (up to
-  float64 FFT rounding, ~1e-16 per grid point).
-  """
+  """A PLD for add/remove-one neighbours, exact (Gaussian, `mu`) or discretised (`pmfs`);
+  combine with `compose` / `self_compose`, read `epsilon(delta)` or `delta(epsilon)`."""
 
   def __init__(self, *, mu: Optional[float] = None,
                pmfs: Optional[tuple[pld_grid.LossPmf, ...]] = None,
@@ -58,8 +45,7 @@ class PrivacyLossDistribution:
       raise ValueError("exactly one of mu (exact Gaussian) and pmfs must be given")
     if mu is not None:
       mu = _validate.check_positive(mu, "mu")
-    value_discretization = _validate.check_positive(value_discretization,
-                                                    "value_discretization")
+    value_discretization = _validate.check_positive(value_discretization, "value_discretization")
     self._mu = mu
     self._pmfs = pmfs
     self._h = float(value_discretization)
@@ -84,11 +70,8 @@ class PrivacyLossDistribution:
     return 0 if self._pmfs is None else sum(p.probs.size for p in self._pmfs)
 
   def loss_pmf(self, direction: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
-    """(losses float64[J], probs float64[J], mass at +inf) of one direction of a
-    discretised PLD (0: the first neighbour's side, 1: the other's, where held).
-
-    Raises ValueError for an exact (Gaussian, closed-form) PLD: `discretise()` first.
-    """
+    """(losses float64[J], probs float64[J], mass at +inf) of direction 0 or 1 of a
+    discretised PLD (an exact one raises ValueError: `discretise()` first)."""
     if self._pmfs is None:
       raise ValueError("loss_pmf needs a discretised PLD: call discretise() first")
     direction = _validate.check_int(direction, "direction", 0, len(self._pmfs) - 1)
@@ -100,8 +83,7 @@ class PrivacyLossDistribution:
       return self._pmfs
     return pld_grid.subsampled_gaussian_pmfs(self._mu, 1.0, h, DEFAULT_TAIL_MASS)
 
-  def discretise(self, value_discretization: Optional[float] = None
-                 ) -> "PrivacyLossDistribution":
+  def discretise(self, value_discretization: Optional[float] = None) -> "PrivacyLossDistribution":
     """This PLD on a grid of spacing h (default its own); a no-op unless exact."""
     h = self._h if value_discretization is None else _validate.check_positive(
         value_discretization, "value_discretization")
@@ -172,18 +154,9 @@ class PrivacyLossDistribution:
   def gdp_mu(self, num_epsilons: int = 20_000) -> float:
     """A mu (an upper bound on the smallest) with delta(eps) <= delta_mu(eps) + p_inf, all eps.
 
-    delta_mu is the Gaussian profile and p_inf = `infinity_mass` (0 for a PLD with no
-    mass at +inf, where this is mu-GDP exactly: Dong, Roth & Su 2022, via the
-    privacy-profile duality). Exact PLDs return their mu. A discretised one is checked on
-    at most num_epsilons (>= 10) of its grid losses 0 <= e_0 < ... < e_n (beyond the top
-    loss delta is p_inf): both profiles decrease, so delta(e_i) - p_inf <=
-    delta_mu(e_{i+1}) on every interval suffices, and the largest mu solving it is an
-    upper bound, loose by the profile's change over one interval.
-
-    Examples:
-      >>> round(gaussian_pld(2.0).gdp_mu(), 6)
-      0.5
-    """
+    delta_mu: the Gaussian profile; p_inf = `infinity_mass` (0 gives mu-GDP: Dong, Roth & Su
+    2022). Checked on at most num_epsilons (>= 10) grid losses e_0 < ... < e_n via
+    delta(e_i) - p_inf <= delta_mu(e_{i+1}) (both profiles decrease): loose by one interval."""
     n = _validate.check_int(num_epsilons, "num_epsilons", minimum=10, maximum=100_000)
     if self.is_exact:
       return self._mu
@@ -218,19 +191,8 @@ class PrivacyLossDistribution:
 def finite_output_pld(log_probs_in_K, log_probs_out_K,
                       value_discretization: float = DEFAULT_VALUE_DISCRETIZATION
                       ) -> PrivacyLossDistribution:
-  """The PLD (both directions) of a mechanism with K outputs.
-
-  Output k has probability exp(log_probs_in_K[k]) on one neighbour and
-  exp(log_probs_out_K[k]) on the other (float[K], finite, <= 0); the losses
-  log P_in / P_out and their negatives are gridded pessimistically at spacing h.
-
-  Examples:
-    >>> import math
-    >>> lp = [math.log(0.75), math.log(0.25)]          # randomized response at ln 3
-    >>> d = finite_output_pld(lp, lp[::-1], 1e-4).delta(1.0)
-    >>> round(d, 4), round(0.75 - math.e * 0.25, 4)     # exact: 3/4 - e/4
-    (0.0704, 0.0704)
-  """
+  """The PLD (both directions) of a mechanism with K outputs, log-probabilities float[K] <= 0
+  on the two neighbours; losses log P_in / P_out gridded pessimistically at spacing h."""
   a = _validate.check_array(log_probs_in_K, "log_probs_in_K", ndim=1, min_size=1, high=0.0)
   b = _validate.check_array(log_probs_out_K, "log_probs_out_K", shape=a.shape, high=0.0)
   h = _validate.check_positive(value_discretization, "value_discretization")
@@ -239,22 +201,13 @@ def finite_output_pld(log_probs_in_K, log_probs_out_K,
                                  value_discretization=h)
 
 
-def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0,
-                 sensitivity: float = 1.0,
+def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0, sensitivity: float = 1.0,
                  value_discretization: Optional[float] = None,
                  tail_mass: float = DEFAULT_TAIL_MASS) -> PrivacyLossDistribution:
   """PLD of one (Poisson-subsampled) Gaussian mechanism, add/remove-one neighbours.
 
-  Noise N(0, sigma^2), sigma = noise_multiplier > 0, on a query of L2 sensitivity
-  `sensitivity` (mu = sensitivity / sigma); sampling_prob q in (0, 1], q < 1 being Poisson
-  sampling. value_discretization h > 0 (default 1e-4) is ignored for q = 1, which stays
-  exact until composed with a discretised PLD. tail_mass in (0, 1e-3] is the P-mass per
-  direction left outside the grid (moved pessimistically).
-
-  Examples:
-    >>> round(gaussian_pld(1.0).epsilon(1e-5), 4)
-    4.3772
-  """
+  mu = sensitivity / noise_multiplier; q = 1 stays exact (h ignored) until composed with a
+  discretised PLD. tail_mass in (0, 1e-3]: P-mass per direction left off the grid (moved up)."""
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)
   s = _validate.check_positive(sensitivity, "sensitivity")
@@ -273,17 +226,8 @@ def laplace_pld(scale: float, sensitivity: float = 1.0,
                 sampling_prob: float = 1.0) -> PrivacyLossDistribution:
   """PLD of the Laplace mechanism Lap(scale) on a query of L1 sensitivity `sensitivity`.
 
-  The loss lies in [-eps0, eps0], eps0 = sensitivity / scale (atoms at both ends), so no
-  tail is cut; add and remove give the same PLD. Grid spacing h defaults to 1e-4. With
-  sampling_prob q < 1 the mechanism runs on a Poisson sample (add/remove neighbours):
-  remove and add PLDs of the mixture (1 - q) Lap(0) + q Lap(Delta), both held.
-
-  Examples:
-    >>> round(laplace_pld(1.0).epsilon(1e-9), 4)   # pure 1-DP
-    1.0
-    >>> round(laplace_pld(1.0, sampling_prob=0.1).epsilon(1e-9), 4)   # log(1 + q(e - 1))
-    0.1586
-  """
+  Loss in [-eps0, eps0], eps0 = sensitivity / scale, no tail cut; q < 1 Poisson-subsamples
+  (add/remove): both directions of (1 - q) Lap(0) + q Lap(Delta) are held."""
   b = _validate.check_positive(scale, "scale")
   s = _validate.check_positive(sensitivity, "sensitivity")
   h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _validate.check_positive(
@@ -295,19 +239,10 @@ def laplace_pld(scale: float, sensitivity: float = 1.0,
   return PrivacyLossDistribution(pmfs=(pld_grid.laplace_pmf(s / b, h),), value_discretization=h)
 
 
-def randomized_response_pld(epsilon: float, num_buckets: int = 2,
-                            value_discretization: Optional[float] = None
-                            ) -> PrivacyLossDistribution:
-  """PLD of k-ary randomized response that is exactly epsilon-DP (replace-one).
-
-  The true value is reported with probability e^eps / (e^eps + k - 1), each other value
-  with 1 / (e^eps + k - 1). The loss is +eps, -eps or 0 (three atoms, both directions),
-  so the PLD is exact when eps is a multiple of h (default 1e-4).
-
-  Examples:
-    >>> round(randomized_response_pld(1.0).epsilon(1e-6), 4)
-    1.0
-  """
+def randomized_response_pld(epsilon: float, num_buckets: int = 2, value_discretization:
+                            Optional[float] = None) -> PrivacyLossDistribution:
+  """PLD of k-ary randomized response, exactly epsilon-DP (replace-one): the true value with
+  probability e^eps / (e^eps + k - 1); losses +eps, -eps, 0 (exact when eps is a multiple of h)."""
   e = _validate.check_epsilon(epsilon)
   k = _validate.check_int(num_buckets, "num_buckets", minimum=2)
   h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _validate.check_positive(
@@ -339,9 +274,8 @@ def _mu_at_least(epsilon: float, delta: float) -> float:
 
 
 def _mu_at_least_many(eps: np.ndarray, delta: np.ndarray) -> np.ndarray:
-  """Vectorised `_mu_at_least`, rounded up (bisection keeps the side whose profile is
-  >= delta). The profile is compared in log space, log Phi(a) + log(1 - e^eps Phi(b) /
-  Phi(a)), which keeps its relative accuracy where both terms are tiny."""
+  """Vectorised `_mu_at_least`, rounded up; the profile is compared in log space,
+  log Phi(a) + log(1 - e^eps Phi(b) / Phi(a)), accurate where both terms are tiny."""
   out = np.where(delta >= 1, math.inf, 0.0)
   todo = (delta > 0) & (delta < 1)
   e, log_d = eps[todo], np.log(delta[todo])
@@ -379,26 +313,12 @@ def _pair_direction(a: np.ndarray, b: np.ndarray, h: float, tail: float) -> pld_
 @_validate.names_extreme_arguments
 def pmf_pair_pld(probs_p_K, probs_q_K, value_discretization: float = DEFAULT_VALUE_DISCRETIZATION,
                  sampling_prob: float = 1.0, tail_mass: float = 0.0) -> PrivacyLossDistribution:
-  """The PLD of a dominating pair (P, Q) given as pmfs on K common outputs.
+  """The PLD (P || Q and Q || P) of a dominating pair given as pmfs float[K] (sums 1 +- 1e-6).
 
-  Both directions are held (P || Q and Q || P); outputs where only one side has mass give
-  loss +inf. `tail_mass` in [0, 1e-3] is an upper bound on the mass of either side left
-  out of the K outputs (added at +inf, so truncated supports stay pessimistic). With
-  sampling_prob q < 1 the pair is Poisson-subsampled for add/remove neighbours: the
-  remove direction is (q P + (1 - q) Q || Q), the add direction (Q || q P + (1 - q) Q)
-  (Zhu, Dong & Wang 2022, subsampling of dominating pairs), valid when (P, Q) dominates
-  the mechanism in both orders. Every delta(eps) is an upper bound (connect-the-dots,
-  `pld_grid.atoms_to_grid`).
-
-  Args:
-    probs_p_K, probs_q_K: float[K] >= 0, each summing to 1 within 1e-6.
-    value_discretization: grid spacing h > 0.
-
-  Examples:
-    >>> d = pmf_pair_pld([0.75, 0.25], [0.25, 0.75]).delta(math.log(3) / 2)
-    >>> round(d, 6), round(0.75 - math.sqrt(3) * 0.25, 6)
-    (0.316987, 0.316987)
-  """
+  Outputs with mass on one side only give loss +inf; `tail_mass` in [0, 1e-3] bounds either
+  side's mass left out (added at +inf). q < 1 Poisson-subsamples for add/remove: remove
+  (q P + (1 - q) Q || Q), add (Q || q P + (1 - q) Q) (Zhu, Dong & Wang 2022), valid when
+  (P, Q) dominates in both orders."""
   p = _validate.check_array(probs_p_K, "probs_p_K", ndim=1, min_size=1, low=0.0, high=1.0)
   q = _validate.check_array(probs_q_K, "probs_q_K", shape=p.shape, low=0.0, high=1.0)
   for arr, name in ((p, "probs_p_K"), (q, "probs_q_K")):
@@ -416,13 +336,9 @@ def pmf_pair_pld(probs_p_K, probs_q_K, value_discretization: float = DEFAULT_VAL
 
 
 def epsilon_delta_pair(epsilon: float, delta: float) -> tuple[np.ndarray, np.ndarray]:
-  """The dominating pair of every (eps, delta)-DP mechanism (Kairouz, Oh & Viswanath 2015).
-
-  Four outputs: P = (delta, (1 - delta) e^eps / (1 + e^eps), (1 - delta) / (1 + e^eps), 0),
-  Q = P reversed. Composing these pairs gives the exact optimal composition of
-  heterogeneous (eps_i, delta_i) mechanisms (Murtagh & Vadhan 2016). epsilon >= 0 finite,
-  delta in [0, 1). Returns (p float[4], q float[4]).
-  """
+  """The dominating pair (p float[4], q = p reversed) of every (eps, delta)-DP mechanism,
+  p = (delta, (1 - delta) e^eps / (1 + e^eps), (1 - delta) / (1 + e^eps), 0) (Kairouz, Oh &
+  Viswanath 2015; composing them is optimal composition, Murtagh & Vadhan 2016)."""
   e = _validate.check_epsilon(epsilon, allow_zero=True)
   d = _validate.check_delta(delta, allow_zero=True)
   hi = (1.0 - d) / (1.0 + math.exp(-e))
@@ -432,13 +348,8 @@ def epsilon_delta_pair(epsilon: float, delta: float) -> tuple[np.ndarray, np.nda
 
 def discrete_laplace_pair(noise_parameter: float, sensitivity: int = 1
                           ) -> tuple[np.ndarray, np.ndarray]:
-  """The discrete Laplace mechanism's pair, exactly, on sensitivity + 1 merged outputs.
-
-  Noise X on the integers with P(X = x) = (1 - r) / (1 + r) r^|x|, r = e^-a, a =
-  noise_parameter > 0, added to an integer query of sensitivity Delta (an integer >= 1):
-  P = law of X, Q = law of X + Delta. Outputs x <= 0 share one likelihood ratio, as do
-  x >= Delta, so they are merged (exact). Returns (p, q), float[Delta + 1].
-  """
+  """The discrete Laplace pair (law of X, law of X + Delta), P(X = x) ~ e^{-a |x|}, exactly on
+  Delta + 1 merged outputs (x <= 0 and x >= Delta share their ratios). Returns float[Delta + 1]."""
   a = _validate.check_positive(noise_parameter, "noise_parameter")
   dl = _validate.check_int(sensitivity, "sensitivity", maximum=1_000_000)
   r = math.exp(-a)
@@ -448,18 +359,12 @@ def discrete_laplace_pair(noise_parameter: float, sensitivity: int = 1
   return p, p[::-1].copy()
 
 
-def discrete_gaussian_pair(sigma: float, sensitivity: int = 1,
-                           tail_mass: float = DEFAULT_TAIL_MASS
+def discrete_gaussian_pair(sigma: float, sensitivity: int = 1, tail_mass: float = DEFAULT_TAIL_MASS
                            ) -> tuple[np.ndarray, np.ndarray, float]:
-  """The discrete Gaussian mechanism's pair on a window, with the mass left out.
-
-  Noise X on the integers with P(X = x) proportional to exp(-x^2 / (2 sigma^2)), sigma > 0
-  (Canonne, Kamath & Steinke 2020), added to an integer query of sensitivity Delta:
-  P = law of X, Q = law of X + Delta, on outputs -M..M + Delta. The masses are normalised
-  over the window (never below the truth) and `tail` bounds each side's mass outside it
-  by 2 sigma sqrt(2 pi) Phi(-M / sigma) / Z_window; M is chosen so that tail <= tail_mass
-  in (0, 1e-3]. Returns (p, q, tail) with p, q float[2 M + Delta + 1].
-  """
+  """The discrete Gaussian pair (law of X, law of X + Delta), P(X = x) ~ exp(-x^2 / 2 sigma^2)
+  (Canonne, Kamath & Steinke 2020), on outputs -M..M + Delta, normalised over the window
+  (never below the truth). Returns (p, q, tail), tail = 2 sigma sqrt(2 pi) Phi(-M / sigma) /
+  Z_window <= tail_mass bounding each side's mass left out; p, q float[2 M + Delta + 1]."""
   s = _validate.check_positive(sigma, "sigma")
   dl = _validate.check_int(sensitivity, "sensitivity", maximum=1_000_000)
   t = _validate.check_range(tail_mass, "tail_mass", 0.0, 1e-3, open_low=True)

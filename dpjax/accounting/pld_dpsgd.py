@@ -1,13 +1,11 @@
 """The PLD accountant of DP-SGD, on an adaptive grid.
 
-T steps of Poisson-sampled DP-SGD (add/remove-one neighbours) compose the remove and add
-PLDs of the subsampled Gaussian (`pld_grid.subsampled_gaussian_pmfs`) T times by FFT; the
-answer is the worse direction. `dpsgd_epsilon` halves the grid spacing h from 1e-2 until
-the estimated error (eps(2h) - eps(h)) / (2^p - 1), order p in [1, 2] from three
-consecutive grids, is at most rtol * eps. It is an estimate, not a bound: the truth lies
-in [eps - error, eps] whenever it holds. Each grid after the first tilts its FFT towards
-the previous grid's eps and untilts it exactly, keeping the float64 noise near eps at
-~1e-16 relative. q = 1 is a Gaussian with mu = sqrt(T) / sigma, answered in closed form.
+T Poisson-sampled steps (add/remove-one) compose the remove and add PLDs of the subsampled
+Gaussian T times by FFT; the answer is the worse direction. The grid spacing h is halved
+from 1e-2 until the estimated error (eps(2h) - eps(h)) / (2^p - 1), order p in [1, 2] from
+three grids, is <= rtol * eps (an estimate, not a bound). Each grid after the first tilts
+its FFT towards the previous eps (float64 noise ~1e-16 relative). q = 1 is exact
+(mu = sqrt(T) / sigma).
 
 Examples:
   >>> round(dpsgd_epsilon(1.0, 0.01, 1000, 1e-5), 3)
@@ -28,21 +26,11 @@ from dpjax.accounting import gdp
 from dpjax.accounting import pld_grid
 from dpjax.accounting.pld_grid import DEFAULT_TAIL_MASS
 
-# ----------------------------------------------------------------------------
-# DP-SGD with an adaptive grid
-
 
 @dataclasses.dataclass(frozen=True)
 class PldResult:
-  """An adaptive PLD answer.
-
-  Attributes:
-    value: the upper bound (eps for `dpsgd_epsilon_bound`, delta for `dpsgd_delta_bound`).
-    error: estimated discretisation error, value(2h) - value(h) >= value - truth
-      (0 when exact).
-    value_discretization: the grid spacing h used (0 when exact).
-    exact: True when computed in closed form (q = 1).
-  """
+  """An adaptive PLD answer: `value` (an upper bound on eps or delta), `error` (estimated
+  value - truth), `value_discretization` h, `exact` (closed form, q = 1; h = error = 0)."""
   value: float
   error: float
   value_discretization: float
@@ -51,16 +39,8 @@ class PldResult:
 
 def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
               h_start: float = 1e-2, h_min: float = 1e-9) -> tuple[float, float, float]:
-  """Refines nested grids h_start / 2^m until the estimated discretisation error is small.
-
-  The error of v(h) is estimated as (v(2h) - v(h)) / (2^p - 1), with order p in [1, 2]
-  from the last three grids (p = 1 before that). Stops when it is <= max(rtol * v, atol),
-  at h_min, or when a finer grid would not fit in memory. Far from the target it jumps
-  several halvings at once, to where an (optimistic) h^2 rate would meet it.
-
-  Returns:
-    (value at the finest h, error estimate, h).
-  """
+  """(v, error, h): halves h from h_start until (v(2h) - v(h)) / (2^p - 1) <= max(rtol v, atol)
+  (p in [1, 2] from three grids), h_min, or memory; far off, jumps halvings at an h^2 rate."""
   h = h_start
   while True:   # coarsen until the first grid fits
     try:
@@ -120,24 +100,11 @@ def _epsilon_on_grid(sigma: float, q: float, t: int, delta: float, h: float,
 
 def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps: int,
                         delta: float, rtol: float = 1e-5) -> PldResult:
-  """eps of DP-SGD (Poisson sampling, add/remove-one) with its discretisation error.
+  """eps of DP-SGD (Poisson sampling, add/remove-one) as a PldResult with its error estimate.
 
-  sigma = noise_multiplier > 0 (noise std / clip norm), q = sampling_prob in (0, 1],
-  T = num_steps >= 1, delta in (0, 1), rtol in (0, 0.1]. h is halved from 1e-2 until the
-  estimated error is at most max(rtol * eps, 1e-9). Per-step tails are cut at P-mass
-  1e-6 * delta / T and the FFT window drops Chernoff tails of 1e-6 * delta each (moved
-  pessimistically), so the answer is the eps of a delta at most ~3e-6 * delta smaller
-  than asked.
-
-  Returns:
-    PldResult: value = eps (an upper bound), error = estimated eps - eps_true.
-    q = 1 is a Gaussian with mu = sqrt(T) / sigma, answered exactly.
-
-  Examples:
-    >>> r = dpsgd_epsilon_bound(1.0, 0.01, 1000, 1e-5)
-    >>> round(r.value, 4), r.error < 1e-4
-    (1.8283, True)
-  """
+  rtol in (0, 0.1]: target max(rtol * eps, 1e-9). Per-step tails cut at 1e-6 delta / T and
+  FFT-window tails of 1e-6 delta move pessimistically: the eps of a delta <= ~3e-6 delta
+  smaller than asked."""
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)
   t = _validate.check_int(num_steps, "num_steps")
@@ -159,9 +126,7 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
 
 def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
                   delta: float, rtol: float = 1e-5) -> float:
-  """eps (an upper bound) of T steps of DP-SGD by the PLD accountant.
-
-  See `dpsgd_epsilon_bound` for the arguments and the error estimate.
+  """eps (an upper bound) of T steps of DP-SGD by the PLD accountant (`dpsgd_epsilon_bound`).
 
   Examples:
     >>> round(dpsgd_epsilon(1.1, 256 / 60000, 14063, 1e-5), 3)
@@ -172,11 +137,8 @@ def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
 
 def dpsgd_delta_bound(noise_multiplier: float, sampling_prob: float, num_steps: int,
                       epsilon: float, rtol: float = 1e-5) -> PldResult:
-  """delta(eps) of DP-SGD by the PLD accountant, with its discretisation error.
-
-  Arguments as in `dpsgd_epsilon_bound`; epsilon >= 0 finite, rtol the target relative
-  error of delta in (0, 0.1]. Returns a PldResult with value = delta(eps) (an upper bound).
-  """
+  """delta(eps) (PldResult, value an upper bound) of DP-SGD by the PLD accountant; rtol in
+  (0, 0.1] on delta, other arguments as in `dpsgd_epsilon_bound`."""
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)
   t = _validate.check_int(num_steps, "num_steps")
@@ -195,27 +157,15 @@ def dpsgd_delta_bound(noise_multiplier: float, sampling_prob: float, num_steps: 
 
 def dpsgd_delta(noise_multiplier: float, sampling_prob: float, num_steps: int,
                 epsilon: float, rtol: float = 1e-5) -> float:
-  """delta(eps) (an upper bound) of T steps of DP-SGD by the PLD accountant.
-
-  Examples:
-    >>> dpsgd_delta(1.0, 0.01, 1000, 1.83) < 1e-5
-    True
-  """
+  """delta(eps) (an upper bound) of T steps of DP-SGD by the PLD accountant."""
   return dpsgd_delta_bound(noise_multiplier, sampling_prob, num_steps, epsilon, rtol).value
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckedEpsilon:
-  """DP-SGD's eps, never above dp_accounting's where that value can be certified.
-
-  Attributes:
-    value: the answer, an upper bound on eps (see `dpsgd_epsilon_never_looser`).
-    ours: `dpsgd_epsilon`'s answer.
-    reference: dp_accounting's PLD answer, or None when dp_accounting is not importable.
-    winner: "dpjax" (value = ours), "dp_accounting" (value = reference, certified by
-      our finer grid) or "dpjax_finer" (value = our eps on a finer grid, between
-      reference and ours).
-  """
+  """`value` (an upper bound on eps), `ours` (`dpsgd_epsilon`), `reference` (dp_accounting's,
+  None without it) and `winner`: "dpjax", "dp_accounting" (certified by our finer grid) or
+  "dpjax_finer" (our eps on a finer grid, between reference and ours)."""
   value: float
   ours: float
   reference: Optional[float]
@@ -226,23 +176,13 @@ class CheckedEpsilon:
 def dpsgd_epsilon_never_looser(noise_multiplier: float, sampling_prob: float, num_steps: int,
                                delta: float, rtol: float = 1e-5,
                                value_discretization: float = 1e-4) -> CheckedEpsilon:
-  """DP-SGD's eps, taking dp_accounting's PLD answer where it is certified to be valid.
+  """DP-SGD's eps, taking dp_accounting's PLD answer only where it is certified.
 
-  dp_accounting's value is not an upper bound in every case (at sigma = 1, q = 1,
-  T = 100, delta = 1e-10 it is 6e-7 relative below the exact eps, whose delta is then
-  1.00004e-10), so it is never taken on trust. When it is below ours, our PLD is
-  recomputed on grids 4x and then 16x finer than the adaptive one's (tilted towards the
-  reference): each eps_fine is an upper bound, so is any eps >= eps_fine, and the answer
-  is the reference as soon as a finer grid certifies it (eps_fine <= reference), else
-  the smallest eps_fine or ours. q = 1 is exact (ours). dp_accounting (optional) runs at
-  `value_discretization` > 0 (its default 1e-4); without it the answer is ours, with
-  reference None. Other arguments as in `dpsgd_epsilon_bound`.
-
-  Examples:
-    >>> r = dpsgd_epsilon_never_looser(1.0, 0.01, 1000, 1e-5)
-    >>> r.value <= r.ours
-    True
-  """
+  dp_accounting's value is not always an upper bound (sigma = 1, q = 1, T = 100,
+  delta = 1e-10: 6e-7 relative below the exact eps). When it is below ours, our PLD is
+  recomputed on grids 4x then 16x finer (tilted at it); the reference is taken once some
+  eps_fine <= reference, else the smallest eps_fine or ours. dp_accounting (optional) runs
+  at `value_discretization` (its default 1e-4)."""
   res = dpsgd_epsilon_bound(noise_multiplier, sampling_prob, num_steps, delta, rtol)
   ours = res.value
   h = _validate.check_positive(value_discretization, "value_discretization")

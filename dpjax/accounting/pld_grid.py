@@ -1,27 +1,14 @@
 """Discretised privacy loss distributions: the grid value type and its operations.
 
-A `LossPmf` is one direction of a PLD on the grid {(offset + j) h}: P-mass probs[j] at
-privacy loss (offset + j) h, plus mass at +inf. For output distributions (P, Q) on
-neighbours the loss is L(o) = log(P(o) / Q(o)) with o ~ P, and
-
-    delta(eps) = P[L = inf] + E_P[(1 - exp(eps - L))_+].
-
-Discretisation is pessimistic ("connect the dots", `discretise`): the P- and Q-mass of
-each loss interval (l_{i-1}, l_i] moves to its end points, l_i getting P-mass
-(dP - e^{l_{i-1}} dQ) / (1 - e^{-h}). The two-point pair dominates the interval's, so
-every delta(eps), composed or not, is an upper bound, exact at grid points (error O(h^2)
-between). Mass outside the grid or the FFT window (bounded by Chernoff) moves to the
-bottom point, the top point or +inf, never lower.
-
-Composition is convolution (`compose_pmfs`); k-fold self-composition is one FFT power on
-a Chernoff-sized window (`self_compose`), optionally also on the pmf exponentially
-tilted towards a target loss and untilted exactly (Koskela, Jalko & Honkela 2020;
-Doroshenko et al. 2022). An FFT power leaves an absolute float64 noise floor of about
-k * 1e-16 * max(pmf) per grid point, tracked in `LossPmf.noise`.
-
-`subsampled_gaussian_pmfs`, `laplace_pmf` and `atoms_pmf` discretise mechanisms from
-exact tail functions. Shapes: J grid points, L query losses. Host NumPy float64. The
-user-facing object is `dpjax.accounting.pld.PrivacyLossDistribution`.
+A `LossPmf` is one direction of a PLD: P-mass probs[j] at privacy loss (offset + j) h, plus
+mass at +inf; delta(eps) = P[L = inf] + E_P[(1 - exp(eps - L))_+], L = log(P(o) / Q(o)).
+Discretisation is pessimistic ("connect the dots", `discretise`): each loss interval's P-
+and Q-mass moves to its end points (l_i gets (dP - e^{l_{i-1}} dQ) / (1 - e^{-h})), so every
+delta(eps) is an upper bound, exact at grid points; mass cut off moves up, never lower.
+Composition is convolution; k-fold self-composition is one FFT power on a Chernoff-sized
+window, optionally exponentially tilted and untilted exactly (Koskela, Jalko & Honkela
+2020; Doroshenko et al. 2022), with a float64 noise floor ~k 1e-16 max(pmf) per point
+(`LossPmf.noise`). Shapes: J grid points, L query losses. Host NumPy float64.
 """
 
 from __future__ import annotations
@@ -49,10 +36,6 @@ class GridTooLarge(ValueError):
   """A grid would need more than MAX_POINTS points."""
 
 
-# ----------------------------------------------------------------------------
-# one discretised direction
-
-
 @dataclasses.dataclass(frozen=True)
 class LossPmf:
   """P-side PLD on the grid: mass probs[j] at loss (offset + j) * h, plus +inf.
@@ -70,8 +53,8 @@ class LossPmf:
     if self.noise == 0.0:
       return 0.0
     # Clamped in float before the int conversion: eps / h is inf for eps near 1.8e308.
-    index = min(float(self.probs.size), max(0.0, math.floor(min(epsilon / self.h, 2.0 ** 62))
-                                              - float(self.offset)))
+    index = min(float(self.probs.size),
+                max(0.0, math.floor(min(epsilon / self.h, 2.0 ** 62)) - float(self.offset)))
     above = self.probs.size - int(index)
     if above == 0:       # no grid point above eps: delta is the exact infinity mass
       return 0.0
@@ -116,8 +99,8 @@ class LossPmf:
     # Losses below 0 never contribute to delta(eps) at eps >= 0: drop them.
     j0 = max(0, min(self.probs.size - 1, -self.offset))
     if j0 > 0:
-      return LossPmf(self.h, self.offset + j0, self.probs[j0:], self.infinity_mass,
-                  self.noise).epsilon(delta)
+      return LossPmf(self.h, self.offset + j0, self.probs[j0:], self.infinity_mass, self.noise
+                     ).epsilon(delta)
     l = self.losses
     sp, lq = self._tails()
     with np.errstate(over="ignore", invalid="ignore"):
@@ -128,8 +111,8 @@ class LossPmf:
     i = int(ok[0])
     if i == 0:
       # delta(eps) for eps <= l_0 is (1 - inf - ... ) linear in e^eps; solve it.
-      s_p, l_q = self.infinity_mass + self.probs.sum(), _logsumexp(np.log(
-          np.maximum(self.probs, 1e-300)) - l)
+      s_p, l_q = self.infinity_mass + self.probs.sum(), _logsumexp(
+          np.log(np.maximum(self.probs, 1e-300)) - l)
     else:
       s_p, l_q = self.infinity_mass + sp[i - 1], lq[i - 1]
     # On (l_{i-1}, l_i]: delta(eps) = s_p - e^eps * S_Q  =>  eps = log((s_p - delta) / S_Q).
@@ -159,12 +142,9 @@ def _log_diff(la: np.ndarray, lb: np.ndarray) -> np.ndarray:
 def discretise(tails: Callable, lo: float, hi: float, h: float) -> LossPmf:
   """Connect-the-dots discretisation of one (P, Q) pair with monotone losses.
 
-  Args:
-    tails: maps losses l [L] to (log P(L > l), log P(L <= l), log Q(L > l),
-      log Q(L <= l)), each [L], accurate in both tails.
-    lo, hi: loss range to grid; mass below lo moves up to the bottom grid point,
-      mass above hi is split between the top grid point and +inf.
-    h: grid spacing.
+  `tails(l [L])` gives (log P(L > l), log P(L <= l), log Q(L > l), log Q(L <= l)), each [L],
+  accurate in both tails; losses in [lo, hi] are gridded at spacing h, mass below lo moves
+  up to the bottom point, mass above hi splits between the top point and +inf.
   """
   i_lo, i_hi = math.floor(lo / h), math.ceil(hi / h)
   if i_hi <= i_lo:
@@ -227,8 +207,7 @@ def compose_pmfs(a: LossPmf, b: LossPmf) -> LossPmf:
 
 
 def _log_mgf(pmf: LossPmf, lambdas: np.ndarray) -> np.ndarray:
-  """log sum_j p_j e^{lambda l_j} for each lambda, [K], exact in log space (k-fold
-  composition multiplies any per-step slack by k)."""
+  """log sum_j p_j e^{lambda l_j} for each lambda, [K], exact in log space."""
   keep = pmf.probs > 0
   lp = np.log(pmf.probs[keep])
   l = pmf.losses[keep]
@@ -238,11 +217,8 @@ def _log_mgf(pmf: LossPmf, lambdas: np.ndarray) -> np.ndarray:
 
 
 def _coarsen(pmf: LossPmf, factor: int) -> LossPmf:
-  """The same PLD on the nested grid of spacing factor * h, by connect-the-dots.
-
-  Each atom at l in [c, c + H) is split between c and c + H keeping its P- and Q-mass, so
-  the coarse pair dominates: E_P[e^{lambda L}] is at least as large for every lambda > 0.
-  """
+  """The same PLD on the grid of spacing factor * h, by connect-the-dots (dominating, so
+  E_P[e^{lambda L}] does not shrink for lambda > 0)."""
   if factor <= 1:
     return pmf
   big_h = pmf.h * factor
@@ -302,15 +278,11 @@ def _cyclic_power(probs: np.ndarray, k: int, n_fft: int, shift: int, width: int)
 
 def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
                   tilt_at: Optional[float] = None, noise_tolerance: float = 0.0) -> LossPmf:
-  """k-fold convolution by one FFT power on a Chernoff-sized window.
-
-  The window holds all but `tail_mass` (Chernoff bound) of each tail. Mass above it goes
-  to +inf; mass below wraps to the top of the window. Both are pessimistic, so delta(eps)
-  grows by at most 2 * tail_mass. With `tilt_at`, the pmf tilted to
-  p_j e^{theta l_j - K(theta)} (centred at tilt_at) is also composed and untilted exactly
-  (times e^{k K(theta) - theta l}); each grid point takes the one with the lower noise
-  floor. The tilt is skipped when the plain floor, summed over the window, is below
-  `noise_tolerance`.
+  """k-fold convolution by one FFT power on a window holding all but `tail_mass` (Chernoff)
+  of each tail: mass above goes to +inf, mass below wraps to the top (delta grows by at
+  most 2 tail_mass). With `tilt_at`, the tilted pmf p_j e^{theta l_j - K(theta)} is also
+  composed and untilted exactly; each point takes the lower noise floor. The tilt is
+  skipped when the plain floor summed over the window is below `noise_tolerance`.
   """
   if k == 1:
     return pmf
@@ -318,10 +290,8 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   l = pmf.losses
   lo_triv, hi_triv = k * l[0], k * l[-1]
   log_tail = math.log(tail_mass)
-  # Chernoff: P(S >= u) <= exp(k K(lam) - lam u); P(S <= u) <= exp(k K(-lam) + lam u).
-  # K is computed on a coarser nested grid (an upper bound for lam > 0, see
-  # `_coarsen`; the lower side needs no rigour: mass below the window wraps to
-  # higher losses). The coarsening keeps k * H^2 small so the window stays tight.
+  # Chernoff: P(S >= u) <= exp(k K(lam) - lam u); P(S <= u) <= exp(k K(-lam) + lam u), K on
+  # a coarser grid (an upper bound for lam > 0; the lower side wraps upwards, needing no rigour).
   factor = int(max(1, min(256, (0.1 / math.sqrt(k)) / h)))
   coarse = _coarsen(pmf, factor)
   with np.errstate(over="ignore", invalid="ignore"):
@@ -368,22 +338,14 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
                min(tail_mass, WINDOW_TAIL_MASS))
 
 
-# ----------------------------------------------------------------------------
-# mechanisms
-
-
 def _ndtri_c(p: float) -> float:
   """z with Phi(-z) = p."""
   return -float(special.ndtri(p))
 
 
-def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float
-                              ) -> tuple[LossPmf, ...]:
-  """Remove and add PLDs of the Poisson-subsampled Gaussian, in units of sigma.
-
-  Remove: P = (1-q) N(0,1) + q N(mu,1), Q = N(0,1); L(x) = log(1 - q + q e^{mu x - mu^2/2}).
-  Add: P = N(0,1), Q = the mixture; the loss is -L(x).
-  """
+def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float) -> tuple[LossPmf, ...]:
+  """Remove (P = (1-q) N(0,1) + q N(mu,1), Q = N(0,1), L(x) = log(1 - q + q e^{mu x - mu^2/2}))
+  and add (swapped, loss -L(x)) PLDs of the Poisson-subsampled Gaussian, in units of sigma."""
   log_q = math.log(q)
   log_1mq = math.log1p(-q) if q < 1 else -math.inf
 
@@ -449,13 +411,9 @@ def laplace_pmf(eps0: float, h: float) -> LossPmf:
 
 
 def subsampled_laplace_pmfs(eps0: float, q: float, h: float) -> tuple[LossPmf, LossPmf]:
-  """Remove and add PLDs of the Poisson-subsampled Laplace mechanism, noise scale 1.
-
-  With Q0 = Lap(0, 1), P1 = Lap(eps0, 1) and l(x) = |x| - |x - eps0| in [-eps0, eps0]:
-  remove is P = (1 - q) Q0 + q P1 against Q0, loss L(x) = log(1 - q + q e^{l(x)}),
-  increasing in x, with atoms at both ends (x <= 0 and x >= eps0); add is Q0 against the
-  mixture, loss -L(x). Exact tails, so no mass is cut. q in (0, 1).
-  """
+  """Remove ((1 - q) Lap(0, 1) + q Lap(eps0, 1) against Lap(0, 1), loss
+  L(x) = log(1 - q + q e^{|x| - |x - eps0|}), atoms at both ends) and add (swapped, loss -L)
+  PLDs of the Poisson-subsampled Laplace mechanism; exact tails, q in (0, 1)."""
   lo = math.log1p(q * math.expm1(-eps0))   # L at x <= 0
   hi = math.log1p(q * math.expm1(eps0))    # L at x >= eps0
   log_q, log_1mq = math.log(q), math.log1p(-q)
@@ -506,17 +464,9 @@ def atoms_pmf(losses: np.ndarray, p_masses: np.ndarray, h: float) -> LossPmf:
 
 def atoms_to_grid(losses: np.ndarray, p_masses: np.ndarray, h: float,
                   infinity_mass: float = 0.0) -> LossPmf:
-  """Connect-the-dots gridding of finitely many loss atoms, atom by atom (vectorised).
-
-  An atom with P-mass p at loss l in [j h, (j + 1) h) is split between j h and (j + 1) h
-  keeping its P-mass and its Q-mass p e^{-l}: the upper point gets
-  p (1 - e^{-(l - j h)}) / (1 - e^{-h}). The two-point pair dominates the atom, so every
-  delta(eps) is an upper bound, exact at grid points.
-
-  Args:
-    losses: finite losses [K]; p_masses: their P-masses [K], >= 0.
-    h: grid spacing; infinity_mass: P-mass at loss +inf, added unchanged.
-  """
+  """Connect-the-dots gridding of atoms (finite losses [K], P-masses [K] >= 0): an atom at l
+  in [j h, (j+1) h) gives (j+1) h the share (1 - e^{-(l - j h)}) / (1 - e^{-h}), keeping its
+  P- and Q-mass; `infinity_mass` is added at +inf unchanged."""
   j = np.floor(losses / h)
   r = np.maximum(losses - j * h, 0.0)
   up = np.clip(p_masses * -np.expm1(-r) / -math.expm1(-h), 0.0, p_masses)

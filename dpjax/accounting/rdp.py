@@ -1,12 +1,10 @@
 """Rényi differential privacy (Mironov 2017): curves, composition, conversion.
 
 M is (alpha, rho)-RDP when D_alpha(M(D) || M(D')) <= rho for all neighbours. Curves
-(float64[A], one value per order) compose by adding order by order and convert to
-(eps, delta)-DP with `rdp_to_epsilon`. Gaussian, Laplace (Mironov 2017, Prop. 6) and
-randomized-response curves are exact. `subsampled_gaussian_rdp` (exact RDP of the
-Poisson-subsampled Gaussian of DP-SGD, add/remove-one) lives in
-`dpjax.accounting.subsampled_rdp` and is re-exported here. Repeat-and-select (Papernot &
-Steinke 2022) maps a curve to the curve of its best-of-K run. Orders [A].
+(float64[A], one value per order) add order by order and convert to (eps, delta) with
+`rdp_to_epsilon`. Gaussian, Laplace and randomized-response curves are exact;
+`subsampled_gaussian_rdp` (DP-SGD, add/remove-one) is re-exported from `subsampled_rdp`;
+repeat-and-select (Papernot & Steinke 2022) maps a curve to its best-of-K run's. Orders [A].
 
 Examples:
   >>> orders = DEFAULT_ORDERS
@@ -27,9 +25,8 @@ from scipy import special
 from dpjax import _validate
 from dpjax.accounting.subsampled_rdp import subsampled_gaussian_rdp
 
-# The default grid of orders: fine near 1 (where small-eps / large-q settings
-# put the optimum), every integer from 11 to 128 (no hole between 64 and 128,
-# which e.g. q = 0.01, sigma = 8, T = 1000 needs), then a geometric tail to 1024.
+# Default orders: fine near 1 (small eps / large q), every integer 11..128 (q = 0.01,
+# sigma = 8, T = 1000 needs one between 64 and 128), then a geometric tail to 1024.
 DEFAULT_ORDERS = np.unique(np.array(
     [1.01, 1.02, 1.03, 1.04, 1.05, 1.075]
     + [1.0 + x / 10.0 for x in range(1, 100)]        # 1.1, 1.2, ..., 10.9
@@ -41,20 +38,9 @@ DEFAULT_ORDERS = np.unique(np.array(
 _METHODS = ("balle2020", "classic")
 
 
-# ----------------------------------------------------------------------------
-# simple mechanisms
-
-
 @_validate.names_extreme_arguments
 def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
-  """RDP of the Gaussian mechanism with noise std = noise_multiplier * sensitivity.
-
-  float64[A]: alpha / (2 sigma^2) (exact).
-
-  Examples:
-    >>> gaussian_rdp(2.0, [2, 8]).tolist()
-    [0.25, 1.0]
-  """
+  """RDP alpha / (2 sigma^2), float64[A], of the Gaussian mechanism (std sigma * sensitivity)."""
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   a = _validate.check_orders(orders)
   return a / (2.0 * sigma * sigma)
@@ -62,15 +48,8 @@ def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
 
 @_validate.names_extreme_arguments
 def laplace_rdp(scale: float, orders, sensitivity: float = 1.0) -> np.ndarray:
-  """RDP of the Laplace mechanism with noise scale b and L1 sensitivity Delta (exact).
-
-  With eps0 = Delta / b (Mironov 2017, Prop. 6), float64[A]:
-  rho(alpha) = eps0 + log1p((alpha-1)/(2 alpha-1) * expm1(-(2 alpha-1) eps0)) / (alpha-1).
-
-  Examples:
-    >>> round(float(laplace_rdp(1.0, [1e6])[0]), 4)   # -> eps0 as alpha -> inf
-    1.0
-  """
+  """RDP of the Laplace mechanism (scale b, L1 sensitivity Delta; Mironov 2017, Prop. 6):
+  eps0 + log1p((alpha-1)/(2 alpha-1) expm1(-(2 alpha-1) eps0)) / (alpha-1), eps0 = Delta / b."""
   b = _validate.check_positive(scale, "scale")
   d = _validate.check_positive(sensitivity, "sensitivity")
   a = _validate.check_orders(orders)
@@ -81,15 +60,8 @@ def laplace_rdp(scale: float, orders, sensitivity: float = 1.0) -> np.ndarray:
 
 @_validate.names_extreme_arguments
 def randomized_response_rdp(epsilon: float, orders, num_buckets: int = 2) -> np.ndarray:
-  """RDP of k-ary randomized response with pure-DP parameter `epsilon` (exact).
-
-  The true value is reported with probability e^eps / (e^eps + k - 1), each other with
-  1 / (e^eps + k - 1); neighbours replace one record. float64[A], increasing to `epsilon`.
-
-  Examples:
-    >>> round(float(randomized_response_rdp(1.0, [2])[0]), 6)
-    0.735326
-  """
+  """RDP (exact, float64[A]) of k-ary randomized response, epsilon-DP, replace-one: the true
+  value with probability e^eps / (e^eps + k - 1), each other with 1 / (e^eps + k - 1)."""
   e = _validate.check_epsilon(epsilon)
   k = _validate.check_int(num_buckets, "num_buckets", minimum=2)
   a = _validate.check_orders(orders)
@@ -104,15 +76,8 @@ def randomized_response_rdp(epsilon: float, orders, num_buckets: int = 2) -> np.
 def tree_aggregation_rdp(noise_multiplier: float, step_counts, orders) -> np.ndarray:
   """RDP of one epoch of Gaussian tree aggregation (DP-FTRL; Kairouz et al. 2021, App. D).
 
-  Trees of step_counts[j] >= 1 leaves, each node noised with N(0, (sigma C)^2), each record
-  in at most one leaf across all trees: it touches depth = ceil(log2(max_j s_j + 1))
-  nodes, so float64[A] alpha depth / (2 sigma^2) (exact: a Gaussian of L2 sensitivity
-  sqrt(depth)). Epochs compose by addition.
-
-  Examples:
-    >>> tree_aggregation_rdp(2.0, [7], [2.0]).tolist()   # depth 3
-    [0.75]
-  """
+  Trees of step_counts[j] leaves, nodes noised N(0, (sigma C)^2), each record in one leaf:
+  alpha depth / (2 sigma^2), depth = ceil(log2(max_j s_j + 1)), float64[A] (exact)."""
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   if isinstance(step_counts, (int, np.integer)):
     step_counts = [step_counts]
@@ -122,10 +87,6 @@ def tree_aggregation_rdp(noise_multiplier: float, step_counts, orders) -> np.nda
   a = _validate.check_orders(orders)
   depth = math.ceil(math.log2(max(counts) + 1))
   return a * depth / (2.0 * sigma * sigma)
-
-
-# ----------------------------------------------------------------------------
-# conversion
 
 
 def _check_rdp_curve(orders, rdp_values) -> tuple[np.ndarray, np.ndarray]:
@@ -139,15 +100,12 @@ def _check_rdp_curve(orders, rdp_values) -> tuple[np.ndarray, np.ndarray]:
 @_validate.names_extreme_arguments(finite=False)
 def rdp_to_epsilon(orders, rdp_values, delta: float,
                    method: str = "balle2020") -> tuple[float, float]:
-  """Converts an RDP curve into the smallest eps with (eps, delta)-DP.
+  """(eps, optimal order): the smallest eps with (eps, delta)-DP from an RDP curve [A].
 
   classic (Mironov 2017, Prop. 3): eps = min_a rho(a) + log(1/delta) / (a - 1).
-  balle2020 (Balle et al. 2020, Thm 21; default, never larger than classic):
+  balle2020 (Balle et al. 2020, Thm 21; default, never larger):
       eps = min_a rho(a) + log1p(-1/a) - (log delta + log a) / (a - 1).
-  Both use eps = 0 when delta >= sqrt(1 - exp(-rho(a))) (Pinsker/KL bound; rho is
-  nondecreasing in a and bounds the KL divergence). orders [A] > 1, composed rdp_values
-  [A] (inf allowed), delta in (0, 1). Returns (epsilon, optimal_order); epsilon is inf
-  when every order is inf.
+  Both use eps = 0 when delta >= sqrt(1 - exp(-rho(a))) (Pinsker). inf allowed in rho.
 
   Examples:
     >>> orders = np.arange(2, 65)
@@ -174,19 +132,10 @@ def rdp_to_epsilon(orders, rdp_values, delta: float,
 @_validate.names_extreme_arguments(finite=False)
 def rdp_to_delta(orders, rdp_values, epsilon: float,
                  method: str = "balle2020") -> tuple[float, float]:
-  """Converts an RDP curve into the smallest delta with (epsilon, delta)-DP.
+  """(delta <= 1, optimal order): the smallest delta with (epsilon, delta)-DP.
 
-  classic: log delta = (a - 1)(rho(a) - eps).
-  balle2020 (default): log delta = (a - 1)(rho(a) - eps + log1p(-1/a)) - log a.
-  Both also use delta <= sqrt(1 - exp(-rho(a))). Orders [A], rho [A], eps >= 0.
-  Returns (delta, optimal_order), delta at most 1.
-
-  Examples:
-    >>> orders = np.arange(2, 65)
-    >>> d, _ = rdp_to_delta(orders, orders / 2.0, 5.31, method="classic")
-    >>> d < 1e-5
-    True
-  """
+  classic: log delta = (a - 1)(rho(a) - eps); balle2020 (default):
+  log delta = (a - 1)(rho(a) - eps + log1p(-1/a)) - log a; both <= sqrt(1 - exp(-rho(a)))."""
   a, r = _check_rdp_curve(orders, rdp_values)
   e = _validate.check_epsilon(epsilon, allow_zero=True)
   _validate.check_choice(method, _METHODS, "method")
@@ -204,18 +153,10 @@ def rdp_to_delta(orders, rdp_values, epsilon: float,
 @_validate.names_extreme_arguments
 def dpsgd_rdp(noise_multiplier: float, sampling_prob: float, num_steps: int,
               orders=None) -> tuple[np.ndarray, np.ndarray]:
-  """Composed RDP curve of T steps of DP-SGD (Poisson sampling).
-
-  Returns:
-    (orders [A], rdp [A]).
-  """
+  """(orders [A], rdp [A]): the composed RDP curve of T steps of Poisson-sampled DP-SGD."""
   steps = _validate.check_int(num_steps, "num_steps")
   orders = DEFAULT_ORDERS if orders is None else _validate.check_orders(orders)
   return orders, steps * subsampled_gaussian_rdp(sampling_prob, noise_multiplier, orders)
-
-
-# ----------------------------------------------------------------------------
-# repeat and select (private hyperparameter tuning)
 
 
 def repeat_shape(shape) -> float:
@@ -238,25 +179,16 @@ def _tnb_mean_from_log_gamma(log_gamma: float, eta: float) -> float:
 def truncated_negative_binomial_log_gamma(mean_runs: float, shape: float) -> float:
   """log(gamma) <= 0 of the truncated negative binomial with shape eta and E[K] = mean_runs.
 
-  The law (Papernot & Steinke 2022, Definition 1) on k = 1, 2, ... is
-  P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) * prod_{l<k} (l + eta) / (l + 1) for
-  eta > 0 and P[K = k] = (1 - gamma)^k / (k log(1/gamma)) for eta = 0 (logarithmic);
-  eta = 1 is geometric with gamma = 1 / mean. mean_runs >= 1 (1 gives gamma = 1), eta >= 0
-  finite. Bisection returns the bracket end with E[K] >= mean_runs (the larger bound).
-
-  Examples:
-    >>> round(math.exp(truncated_negative_binomial_log_gamma(10.0, 1.0)), 12)
-    0.1
-  """
+  P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) prod_{l<k} (l + eta) / (l + 1) for eta > 0,
+  (1 - gamma)^k / (k log(1/gamma)) for eta = 0 (Papernot & Steinke 2022, Def. 1). Bisection
+  returns the end with E[K] >= mean_runs (eta = 1, geometric: gamma = 1 / mean_runs)."""
   mu = _validate.check_range(mean_runs, "mean_runs", 1.0)
   eta = _validate.check_range(shape, "shape", 0.0)
   if mu == 1.0:
     return 0.0
   if eta == 1.0:
     return -math.log(mu)
-  # gamma <= 2 (eta + 1) / mu since E[K] <= 2 (eta + 1) / gamma; the lower end
-  # is pushed down until E[K] >= mu there. `lo` only ever holds points with
-  # E[K] >= mu, so the answer errs on the conservative side.
+  # gamma <= 2 (eta + 1) / mu as E[K] <= 2 (eta + 1) / gamma; `lo` only holds E[K] >= mu.
   lo = -math.log1p(mu)
   while _tnb_mean_from_log_gamma(lo, eta) < mu:
     lo *= 2.0
@@ -274,39 +206,16 @@ def truncated_negative_binomial_log_gamma(mean_runs: float, shape: float) -> flo
 
 @_validate.names_extreme_arguments(finite=False)
 def repeat_and_select_rdp(orders, rdp_values, *, mean_runs: float, shape) -> np.ndarray:
-  """RDP of running a mechanism Q a random number K of times and releasing only the best run.
+  """RDP float64[A] of running Q K times (K random) and releasing only the best run.
 
-  Papernot & Steinke, "Hyperparameter Tuning with Renyi Differential Privacy", ICLR 2022,
-  https://arxiv.org/abs/2110.03620. A draws K, runs Q K times on the same data (each run
-  with its own hyperparameters and randomness) and outputs the best-scoring run (nothing if
-  K = 0). Q's whole output, the candidate AND its score, must satisfy the RDP curve
-  `rdp_values`; a score computed without privacy on private data is not covered.
-
-  * Truncated negative binomial K, shape eta >= 0 (0 logarithmic, 1 geometric), gamma from
-    E[K] = mean_runs (`truncated_negative_binomial_log_gamma`). Theorem 2: if Q is
-    (lambda, eps)-RDP and (lambdahat, epshat)-RDP, A is (lambda, eps')-RDP with
-
-        eps' = eps + (1 + eta) (1 - 1/lambdahat) epshat
-                   + (1 + eta) log(1/gamma) / lambdahat + log(E[K]) / (lambda - 1),
-
-    minimised over lambdahat in the given orders.
-  * Poisson K with mean mu (shape = "poisson" or math.inf). Theorem 6: if Q is
-    (lambda, eps)-RDP and (epshat, deltahat)-DP with epshat = log(1 + 1/(lambda - 1)),
-    A is (lambda, eps + mu deltahat + log(mu) / (lambda - 1))-RDP; deltahat comes from
-    Q's curve by `rdp_to_delta`.
-
-  The result is replaced by its envelope out(a) = min_{b >= a} out(b) (Renyi divergence is
-  nondecreasing in the order). mean_runs must be >= 1; mean_runs == 1 with a truncated law
-  means K = 1 (the input curve's envelope is returned). Orders [A] > 1 serve as both lambda
-  and lambdahat; an order whose input is inf gives inf. Returns float64[A], an RDP curve
-  of A.
-
-  Examples:
-    >>> orders = np.array([2.0, 4.0, 8.0, 16.0, 32.0])
-    >>> out = repeat_and_select_rdp(orders, gaussian_rdp(4.0, orders), mean_runs=10, shape=1)
-    >>> bool(np.all(out >= gaussian_rdp(4.0, orders)))
-    True
-  """
+  Papernot & Steinke, ICLR 2022 (arXiv 2110.03620). Q's whole output, candidate AND score,
+  must satisfy `rdp_values`. Truncated negative binomial K (shape eta >= 0), Thm 2:
+      eps' = eps + (1 + eta) (1 - 1/lambdahat) epshat
+                 + (1 + eta) log(1/gamma) / lambdahat + log(E[K]) / (lambda - 1),
+  minimised over lambdahat in the orders. Poisson K (shape "poisson" or inf), Thm 6:
+  eps + mu deltahat + log(mu) / (lambda - 1), deltahat = `rdp_to_delta` at
+  log(1 + 1/(lambda - 1)). The result is its envelope min_{b >= a} out(b); mean_runs = 1
+  (truncated) is K = 1."""
   a, r = _check_rdp_curve(orders, rdp_values)
   eta = repeat_shape(shape)
   mu = _validate.check_range(mean_runs, "mean_runs", 1.0)

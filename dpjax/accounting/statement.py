@@ -1,14 +1,10 @@
 """A privacy statement for a DP-SGD run: everything a paper or a review needs.
 
-`privacy_statement(...)` (`.text()`, `.to_dict()`) collects the neighbouring relation
-and privacy unit (one example, or one user with all of their records: McMahan et al.
-2018, https://arxiv.org/abs/1710.06963); the sampler assumed (Poisson at rate q) and what
-the numbers do not cover; eps at several delta by RDP, PLD (with its discretisation
-error) and the GDP CLT of Bu et al. 2020, labelled APPROXIMATE (not a bound); delta
-against 1/n; the largest membership-inference TPR at fixed FPRs from the PLD (a bound)
-and the CLT (approximate); disagreements between accountants beyond their stated error;
-and, given `noise_draws_per_step` d, the sampler's finite-support delta
-(1 + e^eps) T d tau, included in every reported delta.
+`privacy_statement(...)` (`.text()`, `.to_dict()`): neighbouring relation and privacy unit
+(example, or user with all records: McMahan et al. 2018); the sampler assumed and what is
+not covered; eps at several delta by RDP, PLD (with discretisation error) and the GDP CLT
+(Bu et al. 2020, APPROXIMATE); delta against 1/n; membership-inference TPR bounds; accountant
+disagreements; and, given `noise_draws_per_step` d, the sampler's delta (1 + e^eps) T d tau.
 
 Examples:
   >>> s = privacy_statement(1.1, 256 / 60000, 1000, 60000, deltas=(1e-5,))
@@ -34,16 +30,9 @@ DEFAULT_FPRS = (0.001, 0.01, 0.1)
 
 @dataclasses.dataclass(frozen=True)
 class EpsilonRow:
-  """eps at one delta by each accountant.
-
-  Attributes:
-    rdp_epsilon, rdp_order: RDP upper bound (Balle et al. 2020) and its order alpha.
-    pld_epsilon, pld_error, pld_value_discretization: PLD upper bound, its estimated
-      discretisation error (truth in [pld_epsilon - pld_error, pld_epsilon]) and grid.
-    clt_epsilon: APPROXIMATE eps from the GDP CLT (not a bound).
-    sampler_delta: the delta the noise sampler's support adds at the larger upper-bound
-      eps (0 if not requested): the run as sampled is (eps, delta + sampler_delta)-DP.
-  """
+  """eps at one delta by each accountant: RDP (bound, order), PLD (bound; truth in
+  [pld_epsilon - pld_error, pld_epsilon]), CLT (APPROXIMATE), and the noise sampler's
+  `sampler_delta` at the larger bound (the run is (eps, delta + sampler_delta)-DP)."""
   delta: float
   rdp_epsilon: float
   rdp_order: float
@@ -175,9 +164,7 @@ class PrivacyStatement:
           "  the last column is the delta that holds for the noise actually drawn",
           "  (eps at the larger of RDP and PLD). Not covered: the float32 lattice of",
           "  the values inside the support.", ""]
-    out += [
-        f"delta against 1/n = {1.0 / n:.3g}:",
-    ]
+    out += [f"delta against 1/n = {1.0 / n:.3g}:"]
     out += ["  " + s for s in self.delta_notes]
     out += ["", "Membership inference: the largest TPR any test reaches at a given FPR",
             f"  {'FPR':>7}  {'TPR bound (PLD)':>16}  {'TPR (CLT, approx.)':>19}"]
@@ -192,19 +179,14 @@ class PrivacyStatement:
 @_validate.names_extreme_arguments
 def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: int,
                       dataset_size: int, deltas: Sequence[float] = DEFAULT_DELTAS,
-                      fprs: Sequence[float] = DEFAULT_FPRS,
-                      pld_rtol: float = 1e-5,
+                      fprs: Sequence[float] = DEFAULT_FPRS, pld_rtol: float = 1e-5,
                       noise_draws_per_step: int | None = None,
                       privacy_unit: str = "example") -> PrivacyStatement:
   """Builds the privacy statement of a DP-SGD run (Poisson sampling, add/remove).
 
-  sigma > 0, q in (0, 1], T >= 1; dataset_size n counts examples (users when privacy_unit
-  is "user"); deltas [D] and fprs [F] in (0, 1); pld_rtol is the PLD's target relative
-  error. noise_draws_per_step d (the model's parameter count) adds each row's
-  `sampler_delta(eps, T d)` at its largest upper-bound eps. privacy_unit "example" or
-  "user" only names the unit: the eps values are the same function of (sigma, q, T,
-  delta), and "user" is correct only for user-level sampling and clipping
-  (`dpsgd.DpSgdConfig(privacy_unit="user")`).
+  deltas [D], fprs [F] in (0, 1); noise_draws_per_step d (parameter count) adds
+  `sampler_delta(eps, T d)` per row. privacy_unit ("example" or "user") only names the unit;
+  "user" is correct only with user-level sampling and clipping (`DpSgdConfig(privacy_unit=)`).
   """
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)
@@ -239,8 +221,7 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
     if not res.exact and (finest is None or res.value_discretization < finest):
       finest = res.value_discretization
 
-  # Trade-off curve: the PLD's whole delta(eps) profile, on the finest grid used
-  # (no coarser than 1e-3 so that the profile is smooth).
+  # Trade-off curve from the PLD's delta(eps) profile on the finest grid used (<= 1e-3).
   h = min(finest, 1e-3) if finest is not None else None
   composed = pld.gaussian_pld(sigma, q, value_discretization=h).self_compose(t)
   e_max = max(r.pld_epsilon for r in rows)
@@ -288,6 +269,5 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
     from dpjax import prng  # pylint: disable=g-import-not-at-top  (jax only when needed)
     support, tail = prng.normal_support(), prng.normal_tail_mass()
   return PrivacyStatement(sigma, q, t, n, mu_clt, tuple(rows), fprs,
-                          tuple(float(x) for x in tpr_pld),
-                          tuple(float(x) for x in tpr_clt), tuple(notes), tuple(issues),
-                          draws, support, tail, unit)
+                          tuple(float(x) for x in tpr_pld), tuple(float(x) for x in tpr_clt),
+                          tuple(notes), tuple(issues), draws, support, tail, unit)

@@ -1,19 +1,11 @@
-"""Exact RDP of the Poisson-subsampled Gaussian mechanism (DP-SGD's step).
+"""Exact RDP of the Poisson-subsampled Gaussian mechanism (DP-SGD's step; add/remove-one).
 
-Mironov, Talwar & Zhang 2019; add/remove-one neighbours. With
-Y = exp((2z - 1) / (2 sigma^2)), z ~ N(0, sigma^2), the RDP at order alpha is
-log(A_alpha) / (alpha - 1) where
-
-    A_alpha = E[(1 - q + q Y)^alpha].
-
-At integer alpha, A_alpha - 1 = sum_{i>=2} C(alpha, i) q^i (1-q)^(alpha-i)
-(exp((i^2 - i) / (2 sigma^2)) - 1), positive terms summed in log space. At fractional
-alpha, A_alpha - 1 = E[f(q (Y - 1))] with f(x) = (1 + x)^alpha - 1 - alpha x >= 0, by the
-trapezoid rule in log space on a grid set from the strip of analyticity (branch points
-at distance pi sigma^2), relative error below ~1e-12: the exact value, not a series
-bound, and no order is dropped. Host NumPy float64; no overflow for orders up to 1024,
-q down to 1e-6 and sigma in [0.3, 1000]. Orders [A]. `dpjax.accounting.rdp` composes and
-converts the curves.
+Mironov, Talwar & Zhang 2019: with Y = exp((2z - 1) / (2 sigma^2)), z ~ N(0, sigma^2),
+RDP(alpha) = log(A_alpha) / (alpha - 1), A_alpha = E[(1 - q + q Y)^alpha]. Integer alpha:
+A_alpha - 1 = sum_{i>=2} C(alpha, i) q^i (1-q)^(alpha-i) (exp((i^2 - i) / (2 sigma^2)) - 1)
+in log space. Fractional alpha: A_alpha - 1 = E[(1 + x)^alpha - 1 - alpha x], x = q (Y - 1),
+by the trapezoid rule in log space, step set by the strip of analyticity (branch points at
+pi sigma^2), relative error < ~1e-12. Orders [A]; host NumPy float64.
 """
 
 from __future__ import annotations
@@ -30,19 +22,12 @@ _TAIL_SIGMAS = 12.0      # integrate over [-12 sigma, alpha + 12 sigma]
 _POINTS_PER_STRIP = 48   # h = 2 pi d / 48 -> error ~ exp(-48 + 4.5) relative
 _END_DROP = 45.0         # the integrand at the range ends must be e^-45 below its peak
 
-# Work budget of `subsampled_gaussian_rdp`. The fractional-order grid spacing
-# scales as sigma^2 (`_frac_grid`), so its points grow as 1 / sigma^2: about 4e6
-# for the default orders at sigma = 0.02, 1.5e9 (tens of GiB) at sigma = 1e-3.
-# The integrand is evaluated at most _GRID_CHUNK points at a time (about 100 MB of
-# temporaries), and one call spends at most _GRID_BUDGET points on the default
-# ranges (cheapest orders first) plus _GRID_BUDGET on widened ranges (about 2 s
-# each). An order left over gets a proven upper bound from the exact integer
-# orders around it (`_log_a_frac_bound`): a tiny sigma costs a looser eps, never a
-# smaller one.
+# Work budget: fractional-order grid points grow as 1 / sigma^2. At most _GRID_CHUNK points
+# at a time, _GRID_BUDGET per call on default ranges plus _GRID_BUDGET on widened ones; an
+# order left over gets the upper bound `_log_a_frac_bound` (looser, never smaller).
 _GRID_CHUNK = 2 ** 17
 _GRID_BUDGET = 2 ** 22
-# Integer orders above this get the Gaussian bound alpha / (2 sigma^2) (the exact
-# sum has alpha - 1 terms).
+# Integer orders above this get the Gaussian bound alpha / (2 sigma^2).
 _MAX_EXACT_INT_ORDER = 2 ** 20
 
 
@@ -96,8 +81,7 @@ def _log_a_minus_1_int(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray
   for lo, hi in zip(edges[:-1], edges[1:]):
     sel = np.flatnonzero((sa > lo) & (sa <= hi))
     if sel.size:
-      # Rows in pieces so that the [rows, alpha_max] term matrix stays within
-      # _GRID_CHUNK entries (one row can reach _MAX_EXACT_INT_ORDER).
+      # Rows in pieces: the [rows, alpha_max] term matrix stays within _GRID_CHUNK entries.
       rows = max(1, _GRID_CHUNK // int(sa[sel[-1]]))
       for k in range(0, sel.size, rows):
         part = sel[k:k + rows]
@@ -269,14 +253,8 @@ def _log_a_int(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
 
 
 def _log_a_frac_bound(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
-  """Upper bounds on log A_alpha at fractional alphas, from the integer orders around.
-
-  log A_alpha is convex in alpha (Hoelder) and log A_1 = 0, so for k < alpha < k + 1
-
-      log A_alpha <= (k + 1 - alpha) log A_k + (alpha - k) log A_{k + 1}.
-
-  Returns the smaller of this and the Gaussian bound alpha (alpha - 1) / (2 sigma^2).
-  """
+  """Upper bound on log A_alpha at fractional alphas: by convexity (Hoelder), log A_1 = 0,
+  min((k + 1 - alpha) log A_k + (alpha - k) log A_{k+1}, alpha (alpha - 1) / (2 sigma^2))."""
   k = np.floor(alphas)
   ints = np.unique(np.concatenate([k[k >= 2], k + 1.0]))
   table = dict(zip(ints.tolist(), _log_a_int(q, sigma, ints).tolist()))
@@ -288,23 +266,12 @@ def _log_a_frac_bound(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
 
 
 @_validate.names_extreme_arguments
-def subsampled_gaussian_rdp(sampling_prob: float, noise_multiplier: float,
-                            orders) -> np.ndarray:
-  """Exact RDP of one step of the Poisson-subsampled Gaussian mechanism.
+def subsampled_gaussian_rdp(sampling_prob: float, noise_multiplier: float, orders) -> np.ndarray:
+  """RDP float64[A] of ONE Poisson-subsampled Gaussian step (q in (0, 1], noise sigma C).
 
-  Each record is included with probability q in (0, 1]; the sum has L2 sensitivity 1
-  (clip norm C) and gets N(0, sigma^2 C^2) noise; neighbours add or remove one record.
-  Work is bounded: for sigma below about 0.02, fractional orders the quadrature cannot
-  afford get the upper bound of `_log_a_frac_bound`, and integer orders above
-  `_MAX_EXACT_INT_ORDER` get alpha / (2 sigma^2). Every value is exact or an upper bound.
-
-  Returns:
-    float64[A] RDP of ONE step at orders [A] (multiply by T for T steps).
-
-  Examples:
-    >>> round(float(subsampled_gaussian_rdp(1.0, 2.0, [2])[0]), 6)   # q = 1: Gaussian
-    0.25
-  """
+  Exact, except where work is bounded (sigma below ~0.02: unaffordable fractional orders
+  get `_log_a_frac_bound`, integer orders above `_MAX_EXACT_INT_ORDER` alpha / (2 sigma^2)),
+  which are upper bounds."""
   q = _validate.check_sampling_prob(sampling_prob)
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   a = _validate.check_orders(orders)

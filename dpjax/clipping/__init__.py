@@ -4,21 +4,13 @@ Every back-end computes the sum of clipped per-example gradients and the norms b
 clipping:
 
   fn(params, x_BxF, y_B, weights_B, l2_clip_norm) -> (sum pytree like params, norms float32[B])
-
   sum = sum_i weights_i min(1, C / ||g_i||) g_i,   g_i = grad of record i's loss.
 
-With 0/1 weights one record moves the sum by at most C in L2 norm, the sensitivity the
-noise of `dpjax.privatizer` is calibrated to. Back-ends (same result, different speed):
-`glm` (closed form, logistic regression), `ghost` (norms from activations and output
-gradients; MLP, CNN), `vmap` (vmap(grad); any other model), `user` (each USER's summed
-gradient clipped; privacy_unit "user"), `sqnorm` (per-example squared norms for any loss).
-
-Float32 limits: norms are overflow-safe (`vmap.safe_norm`); a record with a NaN or inf
-gradient coordinate, or a norm beyond float32, gets norm inf and contributes exactly zero
-(never 0 * inf), as does every unsampled record, so the bound holds for every record.
-
-`path_for(model)` selects a kind's back-end (`register` adds one).
-
+With 0/1 weights one record moves the sum by at most C (the noise's sensitivity). Back-ends:
+`glm` (logistic regression), `ghost` (MLP, CNN), `vmap` (any model), `user` (each user's
+summed gradient), `sqnorm` (squared norms for any loss). A record with a non-finite
+gradient or a norm beyond float32 gets norm inf and contributes exactly zero (never
+0 * inf). `path_for(model)` selects a kind's back-end (`register` adds one).
 Shape letters: B records, F features, P parameters.
 
 Examples:
@@ -48,16 +40,13 @@ ClippedSumFn = Callable[..., tuple[PyTree, jax.Array]]
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ClippingPath:
-  """A clipped-sum function and what the engine needs to know to schedule it.
+  """A clipped-sum function and what the engine needs to schedule it; compared by identity.
 
   Attributes:
     per_example_grad_memory: whether it may hold [B, P] per-example gradients.
     scan_unroll: steps per scan iteration for large chunks of small models (speed only).
-    accounted: False for a deliberately broken clipping (`dpjax.audit.variants`): the
-      engine then warns that the accountant's epsilon does not hold.
-    privacy_unit: "example" or "user" (each user's summed gradient clipped to C); the
-      engine refuses a path whose unit is not the config's.
-  Instances compare by identity (one object, one compiled program).
+    accounted: False for a deliberately broken clipping (the engine warns).
+    privacy_unit: "example" or "user"; the engine refuses one unlike the config's.
   """
   fn: ClippedSumFn
   name: str = "custom"
@@ -99,10 +88,8 @@ def generic_path(model: models_lib.Model) -> ClippingPath:
 
 @functools.lru_cache(maxsize=64)
 def path_for(model: models_lib.Model) -> ClippingPath:
-  """The clipping path used for `model` when none is given (memoised).
-
-  The registered factory of `model.kind`, else `generic_path` (works for any loss).
-  """
+  """The clipping path for `model` (memoised): its kind's registered factory, else
+  `generic_path`."""
   if not isinstance(model, models_lib.Model):
     raise TypeError(f"model must be a models.Model, got {type(model).__name__}")
   return _FACTORIES.get(model.kind, generic_path)(model)

@@ -1,35 +1,14 @@
 """Ghost clipping: clipped per-example gradient sums without per-example gradients.
 
-For a dense layer z = a @ W + b the per-example gradient a_b g_b^T (g_b = dloss_b/dz_b)
-has squared norm ||a_b||^2 ||g_b||^2 (+ ||g_b||^2 for the bias): the "ghost norm"
-(Goodfellow 2015; Li, Tramer, Liang & Hashimoto 2022). With s_b = w_b min(1, C/||grad_b||)
-the clipped sum is a^T (s * g), one matmul (book-keeping, Bu et al. 2023).
-
-Convolutions (patches A_b [P, K], output gradients G_b [P, O]): the squared norm of
-A_b^T G_b is taken from the materialised [K, O] matrix (cost P*K*O) or from Gram
-matrices, sum((A_b A_b^T) * (G_b G_b^T)) (cost P^2*(K+O)); "auto" picks the cheaper.
-
-L2 penalty 0.5*l2*||theta||^2 per example: as <grad_b^layer, theta^layer> = <g_b, z_b>
-(z the pre-activation output), ||grad_b + l2 theta||^2 = ||grad_b||^2
+Dense layer z = a @ W + b: the per-example gradient a_b g_b^T (g_b = dloss_b/dz_b) has
+squared norm ||a_b||^2 ||g_b||^2 (+ ||g_b||^2 for the bias) (Goodfellow 2015; Li et al.
+2022); the clipped sum is a^T (s * g), s_b = w_b min(1, C/||grad_b||) (Bu et al. 2023).
+Convolutions (patches A_b [P, K], output gradients G_b [P, O]): ||A_b^T G_b||^2 from the
+[K, O] matrix (cost P K O) or sum((A_b A_b^T) * (G_b G_b^T)) (cost P^2 (K + O)).
+L2 penalty 0.5 l2 ||theta||^2: ||grad_b + l2 theta||^2 = ||grad_b||^2
   + 2 l2 sum_layers <g_b, z_b> + l2^2 ||theta||^2.
-
-Out of float32 range, norms come from overflow-safe factor norms (upper bounds for Gram
-and L2 terms, so the clip factor is at most the exact one); a record with a non-finite
-gradient or norm is dropped. Contract of `dpjax.clipping`.
-
-Shape letters: B examples, F flat input features, I / O a dense layer's inputs /
-outputs, H, W, C image height, width, channels, P output positions, K patch size.
-
-Examples:
-  >>> import jax, jax.numpy as jnp
-  >>> from dpjax import models
-  >>> model = models.mlp(4, hidden=(8,), num_classes=3)
-  >>> params = model.init(jax.random.key(0))
-  >>> fn = clipped_sum_fn(model)
-  >>> grads, norms = fn(params, jnp.ones((5, 4)), jnp.arange(5) % 3, jnp.ones((5,)), 1.0)
-  >>> norms.shape, grads["layers"][0]["w"].shape
-  ((5,), (4, 8))
-"""
+Out of float32 range, norms come from overflow-safe upper bounds. Shape letters: B examples,
+F features, I / O layer inputs / outputs, H, W, C image dims, P positions, K patch size."""
 
 from __future__ import annotations
 
@@ -75,10 +54,7 @@ def _mlp_forward(params, x_BxF, probes):
 
 
 def conv3x3_patches(a_BxHxWxC: jax.Array) -> jax.Array:
-  """3x3 SAME stride-1 patches [B, H*W, 9*C], ordered (kh, kw, c) like an HWIO kernel.
-
-  Nine shifted views of the zero-padded input (pure data movement).
-  """
+  """3x3 SAME stride-1 patches [B, H*W, 9*C], ordered (kh, kw, c) like an HWIO kernel."""
   b, h, w, c = a_BxHxWxC.shape
   padded = jnp.pad(a_BxHxWxC, ((0, 0), (1, 1), (1, 1), (0, 0)))
   views = [padded[:, i:i + h, j:j + w, :] for i in range(3) for j in range(3)]
@@ -103,9 +79,7 @@ def _cnn_forward(params, x, probes, input_shape):
     bsz, hh, ww, _ = a.shape
     kernel = layer["w"]
     o = kernel.shape[-1]
-    # The convolution as im2col + one matmul: the patches are needed for the
-    # per-example kernel gradients anyway, and XLA:CPU runs this faster than its
-    # direct convolution (and much faster than the convolution's filter gradient).
+    # im2col + one matmul: the patches are needed anyway, and XLA:CPU runs this faster.
     patches = conv3x3_patches(a)                                        # [B, P, 9*C]
     z_flat = patches @ kernel.reshape(-1, o) + layer["b"][None, None, :]
     if probes is not None:
@@ -133,8 +107,7 @@ def _check_args(x_BxF, y_B, weights_B, l2_clip_norm):
   x = _validate.check_array(x_BxF, "x_BxF", min_size=1)
   if jnp.ndim(x) >= 1:
     _validate.check_array(y_B, "y_B", shape=(jnp.shape(x)[0],), low=0, integer=True)
-    _validate.check_array(weights_B, "weights_B", shape=(jnp.shape(x)[0],), low=0.0,
-                          high=1.0)
+    _validate.check_array(weights_B, "weights_B", shape=(jnp.shape(x)[0],), low=0.0, high=1.0)
   _validate.check_clip_norm(l2_clip_norm)
   if x_BxF.ndim < 2:
     raise ValueError(f"x_BxF must have a leading batch axis and features, got shape {x_BxF.shape}")
@@ -147,10 +120,8 @@ def _check_args(x_BxF, y_B, weights_B, l2_clip_norm):
 
 
 def _outer_norm(a_BxI, asq_B, g_BxO, gsq_B, bias=True):
-  """||a_b g_b^T||_F (with bias: sqrt(||a_b||^2 + 1) ||g_b||), overflow-safe: float32[B].
-
-  A zero output gradient gives 0 when the input is finite, NaN otherwise.
-  """
+  """||a_b g_b^T||_F (with bias: sqrt(||a_b||^2 + 1) ||g_b||), overflow-safe: float32[B]
+  (0 for a zero output gradient and finite input)."""
   ma = jnp.max(jnp.abs(a_BxI), axis=1)
   if bias:
     one = jnp.ones_like(asq_B)
@@ -178,8 +149,7 @@ def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, 
     logits, recs = forward(params, x_BxF, probes)
     return jnp.sum(models_lib.loss_from_logits(logits, y_B)), recs
 
-  # g_l[b] = d loss_b / d z_l[b]: the loss is a sum of per-example terms, so the
-  # gradient w.r.t. a per-example probe is that example's output gradient.
+  # The loss is a sum of per-example terms: d/d(probe) is each example's output gradient.
   grads_probe, recs = jax.grad(total_loss, has_aux=True)(probes0)
   outs = []
   layer_norms = []     # overflow-safe norm of each layer's per-example gradient, [B]
@@ -208,8 +178,7 @@ def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, 
         gram_a = jnp.einsum("bpk,bqk->bpq", rec.a, rec.a)
         gram_g = jnp.einsum("bpo,bqo->bpq", g, g)
         sq_B = sq_B + jnp.sum(gram_a * gram_g, axis=(1, 2)) + jnp.sum(gb * gb, axis=1)
-        # Out of range, the kernel part is bounded by ||A_b||_F ||G_b||_F >= ||A_b^T G_b||_F
-        # (an upper bound: the clip factor is then at most the exact one).
+        # Out of range, the kernel part is bounded by ||A_b||_F ||G_b||_F >= ||A_b^T G_b||_F.
         flat_a = rec.a.reshape(rec.a.shape[0], -1)
         flat_g = g.reshape(g.shape[0], -1)
         kernel = _outer_norm(flat_a, jnp.sum(flat_a * flat_a, axis=1), flat_g,
@@ -223,16 +192,14 @@ def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, 
   if l2:
     theta_sq = sum(jnp.sum(jnp.square(t)) for t in jax.tree.leaves(params))
     sq_B = sq_B + 2.0 * l2 * cross_B + (l2 * l2) * theta_sq
-    # ||grad_b + l2 theta|| <= ||grad_b|| + l2 ||theta||: an upper bound, used only
-    # where the exact form overflows (||grad_b|| > ~1e19, so it is tight to ~1e-19).
+    # ||grad_b + l2 theta|| <= ||grad_b|| + l2 ||theta||, used only where the exact form overflows.
     fallback_B = fallback_B + l2 * _vmap.tree_norms(
         [jnp.reshape(t, (1, -1)) for t in jax.tree.leaves(params)])[0]
   in_range = sq_B < jnp.inf                                  # False for NaN
   norms_B = jnp.where(in_range, jnp.sqrt(jnp.maximum(sq_B, 0.0)), fallback_B)
   norms_B = jnp.where(jnp.isnan(norms_B), jnp.inf, norms_B)
-  # A record with an inf norm (a non-finite gradient, or one beyond float32) is
-  # dropped: its rows are zeroed with jnp.where before any product, so neither it
-  # nor an unsampled record can turn the sum into NaN through 0 * inf.
+  # A record with an inf norm is dropped: its rows are zeroed with jnp.where before any
+  # product, so no record can turn the sum into NaN through 0 * inf.
   keep_B = norms_B < jnp.inf
   # min(1, C / norm); C = inf or norm = 0 give factor 1.
   factor_B = jnp.minimum(1.0, l2_clip_norm / jnp.maximum(norms_B, 1e-30))
@@ -275,13 +242,8 @@ def _cnn_unflatten(params, sums):
 def mlp_clipped_sum(params: PyTree, x_BxF: jax.typing.ArrayLike, y_B: jax.typing.ArrayLike,
                     weights_B: jax.typing.ArrayLike, l2_clip_norm: float, *,
                     l2: float = 0.0) -> tuple[PyTree, jax.Array]:
-  """Ghost-clipped gradient sum for `models.mlp` parameters ({"layers": [{"w", "b"}, ...]}).
-
-  x_BxF [B, F] (or [B, ...], flattened); y_B class indices, or {0, 1} for one output;
-  weights_B the 0/1 mask; l2_clip_norm C > 0 (inf: no clipping); l2 the model's L2
-  coefficient. Returns (sum_b weights_b min(1, C/||grad_b||) grad_b, norms_B float32[B]
-  before clipping); ValueError on mismatched shapes or C <= 0.
-  """
+  """Ghost-clipped gradient sum (`dpjax.clipping` contract) for `models.mlp` parameters;
+  l2 is the model's L2 coefficient."""
   num_outputs = jnp.shape(params["layers"][-1]["b"])[-1]
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=max(num_outputs, 2))
   _validate.check_clip_norm(l2_clip_norm)
@@ -291,11 +253,8 @@ def mlp_clipped_sum(params: PyTree, x_BxF: jax.typing.ArrayLike, y_B: jax.typing
 
 def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.0,
                        conv_mode: str = "auto") -> ClippedSumFn:
-  """A ghost-clipped-sum function (`dpjax.clipping` contract) for `models.cnn` parameters.
-
-  input_shape (H, W, C_in), inputs flat or NHWC; conv_mode "materialise", "gram" or
-  "auto" (cheaper per layer). ValueError for a bad input_shape, l2 or conv_mode.
-  """
+  """A ghost-clipped-sum function (`dpjax.clipping` contract) for `models.cnn` parameters;
+  input_shape (H, W, C_in), conv_mode "materialise", "gram" or "auto" (cheaper per layer)."""
   if len(input_shape) != 3 or any(int(v) != v or v < 1 for v in input_shape):
     raise ValueError(f"input_shape must be three positive ints (H, W, C), got {input_shape!r}")
   _validate.check_choice(conv_mode, _CONV_MODES, "conv_mode")
@@ -306,19 +265,16 @@ def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.
     return _cnn_forward(params, x, probes, shape)
 
   def fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
-    return ghost_clipped_sum(forward, params, check_input_size(x_BxF, shape), y_B, weights_B, l2_clip_norm, l2, conv_mode,
-                              _cnn_unflatten)
+    return ghost_clipped_sum(forward, params, check_input_size(x_BxF, shape), y_B, weights_B,
+                             l2_clip_norm, l2, conv_mode, _cnn_unflatten)
 
   return fn
 
 
 def clipped_sum_fn(model: models_lib.Model, input_shape: Sequence[int] | None = None, *,
                    conv_mode: str = "auto") -> ClippedSumFn:
-  """The ghost-clipped-sum function for a `models.mlp` or `models.cnn` model (memoised).
-
-  input_shape for a CNN defaults to the model's, failing that square images for flat
-  inputs (H = W = sqrt(F / C_in)). ValueError for a model of another kind.
-  """
+  """The ghost-clipped-sum function for a `models.mlp` or `models.cnn` model (memoised); a
+  CNN's input_shape defaults to the model's, else square images inferred from flat inputs."""
   models_lib.check_model(model)
   _validate.check_choice(conv_mode, _CONV_MODES, "conv_mode")
   if input_shape is None and model.kind == "cnn":

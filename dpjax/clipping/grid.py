@@ -1,33 +1,15 @@
 """Clipped per-example gradients rounded to an integer grid: the sum for secure DP-SGD.
 
-Secure DP-SGD (`dpjax.privatizer.SecureGaussianPrivatizer`) adds integer noise to an
-INTEGER sum, so the release is post-processing of the continuous Gaussian mechanism
-(`dpjax.integer_noise`) and no float bit pattern depends on membership. With gamma a
-power of two and c_i = min(1, C / ||g_i||) g_i,
+`privatizer.SecureGaussianPrivatizer` adds integer noise to an INTEGER sum, so no float bit
+pattern depends on membership (`dpjax.integer_noise`). With gamma a power of two and
+c_i = min(1, C / ||g_i||) g_i:
 
     r_i = round(c_i / gamma)  (int32[P]),        S = sum_i w_i r_i  (int32, exact),
+    ||r_i||_2 <= C / gamma + sqrt(P)/2 =: Delta  (`grid_sensitivity`),
 
-so ||r_i||_2 <= C / gamma + sqrt(P)/2 =: Delta, the L2 sensitivity (`grid_sensitivity`).
-The bound is ENFORCED in the integer domain: r_i is kept only if its float32 squared norm
-is <= `norm_threshold(Delta, P)`, else (and if non-finite) r_i = 0, so float32 error in
-the clipping cannot break it; honest records are never dropped.
-
-Per-example gradients are materialised (no ghost variant). Contract of `dpjax.clipping`
-with int32 sum leaves; weights_B must be a 0/1 mask (read as > 1/2). int32 overflow only
-wraps, a function of S + noise (privacy unaffected); the update loses its meaning once
-|S + X| > 2^24.
-
-Shape letters: B records, F features, P parameters.
-
-Examples:
-  >>> import jax.numpy as jnp
-  >>> from dpjax import models
-  >>> p = path(models.logistic_regression(2), 2.0 ** -4)
-  >>> s, norms = p({"w": jnp.zeros(2)}, jnp.array([[3.0, 4.0]]), jnp.array([0]),
-  ...              jnp.ones(1), 1.0)
-  >>> s["w"].tolist(), float(norms[0])        # (0.6, 0.8) / 2^-4, rounded
-  ([10, 13], 2.5)
-"""
+ENFORCED in the integer domain: r_i is zeroed unless finite with float32 squared norm
+<= `norm_threshold(Delta, P)`. int32 overflow only wraps (post-processing). weights_B is a
+0/1 mask (read as > 1/2). Shape letters: B records, F features, P parameters."""
 
 from __future__ import annotations
 
@@ -53,11 +35,8 @@ _CLAMP = 2.0 ** 24         # |c / gamma| is clamped here before rounding (square
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class GridClippingPath(ClippingPath):
-  """A ClippingPath whose sum is the int32 grid sum of this module, on grid gamma = `grid`.
-
-  The engine accepts it only with a privatizer of the same grid
-  (`privatizer.SecureGaussianPrivatizer`), and vice versa.
-  """
+  """A ClippingPath whose sum is the int32 grid sum on grid gamma = `grid`; the engine pairs
+  it only with a privatizer of the same grid."""
   grid: float = 1.0
 
   def __post_init__(self):
@@ -66,12 +45,7 @@ class GridClippingPath(ClippingPath):
 
 
 def grid_sensitivity(l2_clip_norm: float, grid: float, num_params: int) -> float:
-  """Delta = C / gamma + sqrt(P) / 2: the L2 sensitivity of the grid sum, in grid units.
-
-  Examples:
-    >>> grid_sensitivity(1.0, 2.0 ** -10, 16)
-    1026.0
-  """
+  """Delta = C / gamma + sqrt(P) / 2: the L2 sensitivity of the grid sum, in grid units."""
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   g = integer_noise.check_grid(grid)
   p = _validate.check_int(num_params, "num_params")
@@ -96,11 +70,8 @@ def norm_threshold(sensitivity_grid: float, num_params: int) -> np.float32:
 
 
 def round_clipped(clipped: PyTree, grid: float, l2_clip_norm: float) -> PyTree:
-  """r_i = round(c_i / gamma) as int32 (leaves [B, ...]), zeroed where ||r_i|| may exceed Delta.
-
-  Example i is kept if finite and its squared norm passes `norm_threshold`; so
-  ||r_i||_2 <= Delta = `grid_sensitivity(C, gamma, P)` for every i.
-  """
+  """r_i = round(c_i / gamma) as int32 (leaves [B, ...]), zeroed unless finite and within
+  `norm_threshold`, so ||r_i||_2 <= `grid_sensitivity(C, gamma, P)` for every i."""
   g = integer_noise.check_grid(grid)
   leaves, treedef = jax.tree.flatten(clipped)
   num_params = sum(math.prod(l.shape[1:]) for l in leaves)
@@ -134,11 +105,8 @@ def _per_example_grads(model: models_lib.Model, params, x_BxF, y_B):
 def grid_clipped_sum(model: models_lib.Model, grid: float, params: PyTree, x_BxF: jax.Array,
                      y_B: jax.Array, weights_B: jax.Array, l2_clip_norm: float
                      ) -> tuple[PyTree, jax.Array]:
-  """S = sum_i w_i round(clip(g_i, C) / gamma) in int32 (grid units), and the norms ||g_i||.
-
-  weights_B: the 0/1 mask (read as > 1/2); C > 0 finite.
-  Privacy: one record moves S by at most `grid_sensitivity(C, gamma, P)` in L2.
-  """
+  """(S = sum_i w_i round(clip(g_i, C) / gamma) int32, norms ||g_i||); C finite. One record
+  moves S by at most `grid_sensitivity(C, gamma, P)` in L2."""
   models_lib.check_model(model)
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=model.num_outputs)
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
@@ -155,11 +123,8 @@ def grid_clipped_sum(model: models_lib.Model, grid: float, params: PyTree, x_BxF
 
 
 def path(model: models_lib.Model, grid: float) -> GridClippingPath:
-  """The grid clipping path for `model` (memoised), for `dpsgd.train_many(..., clipping=)`.
-
-  grid: a power of two (e.g. `privatizer.default_grid(C)`; else ValueError). TypeError if
-  `model` is not a models.Model (e.g. the ghost path, which never forms the gradients).
-  """
+  """The grid clipping path for `model` (memoised); grid a power of two (e.g.
+  `privatizer.default_grid(C)`)."""
   if not isinstance(model, models_lib.Model):
     raise TypeError(
         f"model must be a models.Model, got {type(model).__name__}: the grid path rounds "

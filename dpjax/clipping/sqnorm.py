@@ -1,14 +1,12 @@
 """Per-example squared gradient norms of vmap(grad), without forming outer products.
 
-`per_example_sq_norms` returns ||g_i||^2, g_i = grad loss_one(params, x_i, y_i), for ANY
-loss: it evaluates the jaxpr of vmap(grad) plus the sum of squares, replacing every
-"sum over non-batch axes of square(dot_general(A, B))" by the exact identity
+`per_example_sq_norms` returns ||g_i||^2 for ANY loss: it evaluates the jaxpr of vmap(grad)
+plus the sum of squares, replacing each "sum of square(dot_general(A, B))" by
 
     sum_{a,b} (sum_k A[a,k] B[b,k])^2 = sum_{k,k'} (A A^T)[k,k'] (B B^T)[k,k'],
 
-= ||A||^2 ||B||^2 for K = 1 (the "ghost norm": Goodfellow 2015; Li et al. 2022), for K = 1
-always and K > 1 where cheaper. The result equals the plain computation up to rounding;
-out of float32 range the product is formed from overflow-safe norms (`safe_norm`).
+= ||A||^2 ||B||^2 for K = 1 (the "ghost norm": Goodfellow 2015; Li et al. 2022), used for
+K = 1 always and K > 1 where cheaper; overflow-safe out of float32 range (`safe_norm`).
 """
 
 from __future__ import annotations
@@ -30,14 +28,9 @@ def safe_norm(sq_B: jax.Array, max_abs_B: jax.Array,
               ) -> jax.Array:
   """An L2 norm per example without overflow in its squares: float32[B] in [0, inf], never NaN.
 
-  sqrt(sq_B) where finite, else m * sqrt(sum (v/m)^2), m = `max_abs_B` (divided in two
-  steps, as 1/m is subnormal above 2^126); norms below ~1e-19 may come out low.
-  `scaled_sq_fn(unit)` returns the sum of squares of unit(v) over each example's arrays.
-
-  The rule every clipping path shares: +inf for a NaN or inf coordinate or a norm beyond
-  float32; the example's clip factor is then 0 and it contributes exactly zero (never
-  0 * inf), which is within the sensitivity C.
-  """
+  sqrt(sq_B) where finite, else m sqrt(sum (v/m)^2), m = `max_abs_B`; `scaled_sq_fn(unit)`
+  sums the squares of unit(v) per example. The shared rule: +inf for a NaN or inf
+  coordinate or a norm beyond float32 (clip factor 0, contribution exactly zero)."""
   _validate.check_callable(scaled_sq_fn, "scaled_sq_fn")
   s1 = jnp.clip(max_abs_B, 1.0, 2.0 ** 100)       # 1 / s1 >= 2^-100: normal
   m2 = jnp.maximum(max_abs_B / s1, 1.0)          # <= 2^28 for finite inputs
@@ -79,15 +72,10 @@ def tree_sq_norm_per_example(grads: PyTree) -> jax.Array:
 
 def per_example_sq_norms(loss_one: Callable, params: PyTree, x_BxF: jax.Array,
                          y_B: jax.Array, *, rewrite: bool = True) -> jax.Array:
-  """||grad loss_one(params, x_i, y_i)||^2 for every record i: float32[B].
-
-  loss_one(params, x_F, y) -> scalar; rewrite=False evaluates the plain vmap(grad)
-  reduction. ValueError if x_BxF and y_B differ in leading size.
-  """
+  """||grad loss_one(params, x_i, y_i)||^2 for every record i: float32[B] (rewrite=False:
+  the plain vmap(grad) reduction)."""
   _check_records(loss_one, x_BxF, y_B)
-  if jnp.ndim(x_BxF) < 1 or jnp.ndim(y_B) < 1 or jnp.shape(x_BxF)[0] != jnp.shape(y_B)[0]:
-    raise ValueError(f"x_BxF and y_B need the same leading size B, got shapes "
-                     f"{jnp.shape(x_BxF)} and {jnp.shape(y_B)}")
+
   def sq(p):
     return tree_sq_norm_per_example(per_example_grads(loss_one, p, x_BxF, y_B))
   if not _validate.check_bool(rewrite, "rewrite"):
@@ -146,8 +134,7 @@ def _squared_operand(eqn):
 
 def _find_dot(eqn, producer):
   """The dot_general whose squares `eqn` (a reduce_sum over all but n leading axes) adds up,
-  seen through transposes and reshapes keeping those axes; else None.
-  """
+  seen through transposes and reshapes keeping those axes; else None."""
   in_shape = eqn.invars[0].aval.shape
   axes = tuple(sorted(eqn.params["axes"]))
   n = len(in_shape) - len(axes)
@@ -175,8 +162,7 @@ def _find_dot(eqn, producer):
 
 def _gram_reduce(eqn, producer, read):
   """The sum of squares `eqn` computes, by the norm / Gram identity; None if not the pattern
-  or not cheaper.
-  """
+  or not cheaper."""
   dot = _find_dot(eqn, producer)
   if dot is None:
     return None
@@ -188,11 +174,8 @@ def _gram_reduce(eqn, producer, read):
   k = math.prod(a.shape[d] for d in lc)
   fa = math.prod(a.shape[d] for d in lfree)
   fb = math.prod(b.shape[d] for d in rfree)
-  # K = 1 (one record, a dense layer): ||A||^2 ||B||^2 costs |A| + |B| instead of
-  # |A| |B|, and is never worse (for |A| = 1, as in logistic regression, the same
-  # count, but ||x_i||^2 no longer depends on the parameters, so under a vmap over
-  # models it is computed once instead of once per model). K > 1: Gram matrices only
-  # where they are cheaper than the materialised gradient.
+  # K = 1: ||A||^2 ||B||^2 costs |A| + |B| instead of |A| |B| (and a parameter-free factor is
+  # computed once under a vmap over models). K > 1: Gram matrices only where cheaper.
   if k > 1 and k * (fa + fb) >= fa * fb:
     return None
   dtype = eqn.outvars[0].aval.dtype   # what the replaced reduce_sum returns
@@ -202,23 +185,19 @@ def _gram_reduce(eqn, producer, read):
     # ||A_i||^2 ||B_i||^2 per batch index (batch axes first, in dimension-number order).
     sa = jnp.sum(jnp.square(a), axis=tuple(lfree) + tuple(lc))
     sb = jnp.sum(jnp.square(b), axis=tuple(rfree) + tuple(rc))
-    # sa keeps a's batch axes in increasing order; dot_general's output has them in
-    # lb's order (and B's in rb's): reorder both to that.
+    # Reorder the batch axes to dot_general's output order (lb's for A, rb's for B).
     sa = jnp.transpose(sa, _listed_order(lb))
     sb = jnp.transpose(sb, _listed_order(rb))
     prod = sa * sb
-    # Out of range (a factor's squares overflow although the product would not,
-    # or 0 * inf where one factor is zero): (||A_i|| ||B_i||)^2 from overflow-safe
-    # norms, exactly 0 when a factor is zero and the other finite, as the plain
-    # reduction gives.
+    # Out of range (or 0 * inf): (||A_i|| ||B_i||)^2 from overflow-safe norms, exactly 0
+    # when a factor is zero and the other finite, as the plain reduction gives.
     na, ma = _safe_factor_norm(a, tuple(lfree) + tuple(lc), sa, lb)
     nb, mb = _safe_factor_norm(b, tuple(rfree) + tuple(rc), sb, rb)
     zero = ((na == 0) & (mb < jnp.inf)) | ((nb == 0) & (ma < jnp.inf))
     safe = jnp.where(zero, 0.0, jnp.square(na * nb))
     return jnp.where(prod < jnp.inf, prod, safe).astype(dtype)     # False for NaN
-  # Gram matrices over the contracting axes: [batch..., K..., K...] for A and for B;
-  # dot_general leaves each K block in increasing axis order, put it in lc's / rc's
-  # listed order so that A's k-th contracting axis meets B's k-th.
+  # Gram matrices [batch..., K..., K...]; each K block put in lc's / rc's listed order so
+  # that A's k-th contracting axis meets B's k-th.
   ga = jax.lax.dot_general(a, a, ((lfree, lfree), (lb, lb)), preferred_element_type=dtype)
   gb = jax.lax.dot_general(b, b, ((rfree, rfree), (rb, rb)), preferred_element_type=dtype)
   ga = jnp.transpose(ga, _gram_order(nb, lc))

@@ -1,30 +1,13 @@
 """User-level clipping: each user's summed gradient is one contribution, clipped to C.
 
-With record i of user u(i) and 0/1 weights w_i (`dpjax.sampling.UserPoissonSampler`),
-user-level DP-SGD (McMahan et al. 2018, "Learning differentially private recurrent
-language models", https://arxiv.org/abs/1710.06963) uses
+Record i of user u(i), 0/1 weights w_i (`sampling.UserPoissonSampler`; McMahan et al. 2018):
 
-    G_u = sum_{i : u(i) = u} w_i g_i,          S = sum_u min(1, C / ||G_u||) G_u.
+    G_u = sum_{i : u(i) = u} w_i g_i,          S = sum_u min(1, C / ||G_u||) G_u,
 
-Adding or removing one user (ALL their records) moves S by at most C, so the accountant's
-(q, sigma, T) give (eps, delta)-DP with the user as the unit. `user_level_path` returns a
-`ClippingPath` (privacy_unit "user") with norms[i] = ||G_{u(i)}|| (0 for a user with no
-sampled record). Records with non-finite gradients are left out of their user's sum; a
-user whose summed norm is not finite contributes 0.
-
-Shape letters: N records, U users, F features, P parameters.
-
-Examples:
-  >>> import jax.numpy as jnp
-  >>> from dpjax import models
-  >>> path = user_level_path(models.logistic_regression(2), [0, 0, 1], 2)
-  >>> s, norms = path({"w": jnp.zeros(2)}, jnp.array([[3.0, 4.0], [3.0, 4.0], [0.0, 1.0]]),
-  ...                 jnp.array([0, 0, 0]), jnp.ones(3), 1.0)
-  >>> [round(float(v), 3) for v in norms]       # user 0: ||2 * (1.5, 2)|| = 5
-  [5.0, 5.0, 0.5]
-  >>> [round(float(v), 3) for v in s["w"]]      # (0.6, 0.8) + (0, 0.5)
-  [0.6, 1.3]
-"""
+so one user (ALL their records) moves S by at most C. `user_level_path` returns a
+`ClippingPath` (privacy_unit "user") with norms[i] = ||G_{u(i)}||. Non-finite record
+gradients are left out; a user with a non-finite summed norm contributes 0.
+Shape letters: N records, U users, F features, P parameters."""
 
 from __future__ import annotations
 
@@ -46,11 +29,8 @@ def user_clipped_grad_sum(model: models_lib.Model, user_ids_N: jax.Array, num_us
                           params: PyTree, x_NxF: jax.Array, y_N: jax.Array,
                           weights_N: jax.Array, l2_clip_norm: float
                           ) -> tuple[PyTree, jax.Array]:
-  """sum_u min(1, C / ||G_u||) G_u, G_u = sum_{u(i) = u} weights_i g_i, and norms ||G_{u(i)}||.
-
-  user_ids_N: int32[N] in [0, U) (may be traced); num_users: U >= 1, static.
-  Privacy: with 0/1 weights, one user (all their records) changes the sum by <= C in L2.
-  """
+  """sum_u min(1, C / ||G_u||) G_u, G_u = sum_{u(i) = u} weights_i g_i, and norms ||G_{u(i)}||;
+  user_ids_N int32[N] in [0, U) (may be traced), num_users static."""
   models_lib.check_model(model)
   num_users = _validate.check_int(num_users, "num_users")
   _validate.check_batch(x_NxF, y_N, weights_N, num_outputs=model.num_outputs,
@@ -89,12 +69,8 @@ def user_clipped_grad_sum(model: models_lib.Model, user_ids_N: jax.Array, num_us
 
 def user_level_path(model: models_lib.Model, user_ids_N: jax.typing.ArrayLike,
                     num_users: int):
-  """The user-level clipping path ("user_vmap") for `model` over records grouped by `user_ids_N`.
-
-  user_ids_N: int[N] in [0, num_users), N the training rows; num_users: U >= 1 (the
-  config's dataset_size). `user_ids_N` (read-only) and `num_users` are attached for the
-  engine. TypeError for a non-Model; ValueError naming a bad user_ids_N or num_users.
-  """
+  """The user-level clipping path ("user_vmap") for `model` over records grouped by
+  `user_ids_N` int[N] in [0, num_users); both are attached (read-only) for the engine."""
   from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
   models_lib.check_model(model)
   u = _validate.check_int(num_users, "num_users")

@@ -1,23 +1,10 @@
 """Per-example clipping by vmap(grad): the definition every other clipping path matches.
 
-    S = sum_i w_i min(1, C / ||g_i||) g_i,     g_i = grad loss(params; x_i, y_i),
+    S = sum_i w_i min(1, C / ||g_i||) g_i,     g_i = grad loss(params; x_i, y_i).
 
-with 0/1 weights; one record moves S by at most C in L2. `clipped_grad_sum` materialises
-the gradients; `two_pass_clipped_grad_sum` takes the norms first (`sqnorm`), then one
-backward pass of sum_i a_i loss_i with a_i = w_i min(1, C/||g_i||) held constant.
-Contract of `dpjax.clipping`.
-
-Shape letters: B records, F features.
-
-Examples:
-  >>> import jax, jax.numpy as jnp
-  >>> from dpjax import models
-  >>> model = models.logistic_regression(2)
-  >>> s, norms = clipped_grad_sum(model, {"w": jnp.zeros(2)}, jnp.array([[3.0, 4.0]]),
-  ...                             jnp.array([0]), jnp.ones(1), 1.0)
-  >>> float(norms[0]), [round(float(v), 3) for v in s["w"]]
-  (2.5, [0.6, 0.8])
-"""
+`clipped_grad_sum` materialises the gradients; `two_pass_clipped_grad_sum` takes the norms
+first (`sqnorm`), then one backward pass of sum_i a_i loss_i, a_i held constant.
+Shape letters: B records, F features."""
 
 from __future__ import annotations
 
@@ -35,15 +22,12 @@ from dpjax.clipping.sqnorm import safe_norm  # noqa: F401  (re-exported)
 
 PyTree = Any
 
-# Above this |feature| the two-pass path runs the one-pass definition (see
-# `two_pass_clipped_grad_sum`); performance only, both give the same sums.
+# Above this |feature| the two-pass path runs the one-pass definition (same sums).
 _GUARD_FEATURE_ABS = 2.0 ** 20
 
 
 def clip_factor(norms_B: jax.Array, l2_clip_norm: float) -> jax.Array:
-  """min(1, C / norm) per example: 1 for norm 0, 0 for norm inf or NaN; 1 everywhere when
-  C = inf (records of norm inf are still dropped, see `safe_norm`).
-  """
+  """min(1, C / norm) per example: 1 for norm 0 or C = inf, 0 for norm inf or NaN."""
   _validate.check_array(norms_B, "norms_B", low=0.0, allow_inf=True)
   l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
   if math.isinf(l2_clip_norm):
@@ -90,11 +74,8 @@ def per_example_grads(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
 def clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
                      y_B: jax.Array, weights_B: jax.Array, l2_clip_norm: float
                      ) -> tuple[PyTree, jax.Array]:
-  """sum_i weights_i * clip(g_i, C) by vmap(grad), and the norms float32[B] before clipping.
-
-  Privacy: with 0/1 weights one record changes the sum by <= C in L2; a record with a
-  non-finite gradient or a norm beyond float32 adds 0.
-  """
+  """sum_i weights_i * clip(g_i, C) by vmap(grad), and the norms float32[B] before clipping
+  (a record with a non-finite gradient or norm adds 0)."""
   models_lib.check_model(model)
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=model.num_outputs)
   l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
@@ -104,8 +85,7 @@ def clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
   a = jnp.where(keep, weights_B * clip_factor(norms, l2_clip_norm), 0.0)
 
   def weighted_sum(gl):
-    # Dropped or unsampled examples contribute exactly zero, even with inf / NaN
-    # coordinates (a plain 0 * inf would be NaN).
+    # Dropped or unsampled examples contribute exactly zero (a plain 0 * inf would be NaN).
     gl = jnp.where((keep & (a != 0)).reshape((-1,) + (1,) * (gl.ndim - 1)), gl, 0.0)
     return jnp.tensordot(a, gl, axes=1)
   return jax.tree.map(weighted_sum, g), norms
@@ -115,25 +95,16 @@ def two_pass_clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: ja
                               y_B: jax.Array, weights_B: jax.Array, l2_clip_norm: float,
                               *, rewrite_norms: bool = True
                               ) -> tuple[PyTree, jax.Array]:
-  """Same result as `clipped_grad_sum`, computed in two passes (module docstring).
-
-  rewrite_norms: use the `sqnorm` identity in pass 1. When some |feature| > 2^20, the
-  one-pass `clipped_grad_sum` is used; otherwise a norm above ~1.8e19 becomes inf (adds 0).
-  Warning: pass 2 is one fused backward pass, so a record whose forward pass overflows to
-    inf / NaN spreads NaN into the sum even with weight 0; a custom loss that overflows on
-    inputs below 2^20 should use `clipped_grad_sum`.
-  """
+  """Same result as `clipped_grad_sum` in two passes (rewrite_norms: the `sqnorm` identity);
+  one pass when some |feature| > 2^20. Warning: pass 2 is one fused backward pass, so a
+  custom loss overflowing on smaller inputs spreads NaN: use `clipped_grad_sum` for it."""
   models_lib.check_model(model)
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=model.num_outputs)
   rewrite_norms = _validate.check_bool(rewrite_norms, "rewrite_norms")
   l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
   x_BxF = jnp.asarray(x_BxF)
-  # Records this large may overflow inside the loss, and a fused backward pass would
-  # then spread a dropped record's inf / NaN into the sum (0 * inf): switch to the
-  # one-pass definition, which drops such records exactly. The switch reads the
-  # records only (not the parameters or the batch mask), so under the engine's vmap
-  # over models it stays a real branch, and ordinary data runs the two-pass code
-  # unchanged. Both branches compute the same sum (to float rounding).
+  # Huge records may overflow in the loss; the one-pass definition drops them exactly. The
+  # switch reads the records only, so under the engine's vmap over models it stays a branch.
   huge = jnp.max(jnp.abs(x_BxF)) > _GUARD_FEATURE_ABS
   return jax.lax.cond(
       huge,
@@ -150,8 +121,7 @@ def _two_pass(model, params, x_BxF, y_B, weights_B, l2_clip_norm, rewrite_norms)
                                       weights_B * clip_factor(norms, l2_clip_norm), 0.0))
 
   def weighted_loss(p):
-    # vmap of the one-record loss (not the batched loss): its forward pass is then the
-    # same computation as pass 1's, and XLA computes it once.
+    # vmap of the one-record loss: the same forward pass as pass 1's, computed once by XLA.
     losses = jax.vmap(functools.partial(example_loss, model), in_axes=(None, 0, 0))(
         p, x_BxF, y_B)
     return jnp.sum(a * losses)

@@ -1,11 +1,8 @@
 """DP-SGD: the configuration the accountant is told, and many models trained at once.
 
-One step (Abadi et al. 2016): Poisson sampling at q; per-example gradients clipped to
-L2 norm <= C and summed; (sum + N(0, sigma^2 C^2 I)) / B with the FIXED B = q n,
-never the realised batch size; any optax optimiser. `DpSgdConfig.epsilon()` tells the
-accountant (q, sigma, T, delta) from the fields that drive these steps, each a
-component of `train_many(..., sampler=, clipping=, privatizer=)`, accounted by
-default.
+One step (Abadi et al. 2016): Poisson sampling at q; per-example gradients clipped to C and
+summed; (sum + N(0, sigma^2 C^2 I)) / B with the FIXED B = q n; any optax optimiser.
+`DpSgdConfig.epsilon()` accounts the default components of `train_many`.
 
 Examples (training: `train_many`'s docstring):
   >>> cfg = DpSgdConfig(dataset_size=60_000, sampling_prob=256 / 60_000,

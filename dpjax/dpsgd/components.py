@@ -1,9 +1,6 @@
-"""The three components of a DP-SGD step and their accounted defaults.
-
-Privacy unit "user" (neighbours differ in ALL the records of one user; McMahan et al.
-2018, https://arxiv.org/abs/1710.06963): user-level Poisson sampling
-(`DpSgdConfig.sampler(user_ids_N)`) and clipping of each user's summed gradient to C
-bound one user's effect by C, so the same accountant call holds per user.
+"""The three components of a DP-SGD step (sampler, clipping, privatizer) and their accounted
+defaults. Privacy unit "user" (McMahan et al. 2018): user-level Poisson sampling and
+clipping of each user's summed gradient to C, so the same accountant call holds per user.
 """
 
 from __future__ import annotations
@@ -29,9 +26,8 @@ class OtherAccountantWarning(UserWarning):
 
 
 def _correlated_cyclic(cfg, sampler, path, privatizer) -> bool:
-  """Matrix-factorization noise on cyclic batches with accounted clipping, example-level,
-  within the strategy's T: the one combination whose epsilon the engine can state
-  (`CorrelatedNoisePrivatizer.epsilon`)."""
+  """Correlated noise on cyclic batches, accounted clipping, example-level, T within the
+  strategy: the one unaccounted combination whose epsilon the engine can state."""
   return (type(sampler) is sampling_lib.CyclicSampler and path.accounted
           and type(privatizer) is privatizer_lib.CorrelatedNoisePrivatizer
           and cfg.privacy_unit == "example"
@@ -100,21 +96,11 @@ def _check_units(cfg, sampler, path, n) -> None:
 
 
 def resolve(cfg, model, sampler, clipping, privatizer, n):
-  """(sampler, clipping path, privatizer): the caller's where given, else the accounted ones.
-
-  Defaults: `cfg.sampler()`, `clipping.path_for(model)`, `privatizer.GaussianPrivatizer()`;
-  under privacy_unit "user" the sampler is required and the default clipping is
-  user-level over its users.
-
-  Raises:
-    ValueError: a missing user-level sampler, a sampler whose q is not
-      cfg.sampling_prob, a component of another privacy unit, mismatched owners.
-    TypeError: a component without the required members.
-  Warns:
-    UnaccountedComponentWarning: for every component with `accounted = False` (e.g.
-      a shuffle sampler): its run is not covered by cfg.epsilon().
-    OtherAccountantWarning: instead, for `CorrelatedNoisePrivatizer` on a
-      `sampling.CyclicSampler` with accounted clipping: the epsilon that holds.
+  """(sampler, clipping path, privatizer): the caller's where given, else `cfg.sampler()`,
+  `clipping.path_for(model)`, `GaussianPrivatizer()` (user level: sampler required, clipping
+  per user). Raises ValueError/TypeError on mismatched components; warns
+  UnaccountedComponentWarning for `accounted = False` ones (OtherAccountantWarning with the
+  epsilon that holds for correlated noise on cyclic batches).
   """
   if cfg.privacy_unit == "user" and sampler is None:
     raise ValueError("cfg.privacy_unit = 'user' needs the record owners: pass "
@@ -147,12 +133,9 @@ def resolve(cfg, model, sampler, clipping, privatizer, n):
 
 
 def check_sampler_delta(cfg, params_shape) -> None:
-  """Warns when the delta of prng.standard_normal's finite support exceeds 1e-3 cfg.delta.
-
-  Extra delta `accounting.sampler_delta(cfg.epsilon(), T d)`, d parameters; cfg.epsilon()
-  is skipped when eps <= rho + 2 sqrt(rho log(1/delta)), rho = T / (2 sigma^2) (zCDP,
-  Bun & Steinke 2016) settles it. The run is (eps, delta + extra)-DP.
-  """
+  """Warns when `accounting.sampler_delta(cfg.epsilon(), T d)` (d parameters) exceeds
+  1e-3 cfg.delta; skipped when the zCDP bound rho + 2 sqrt(rho log(1/delta)),
+  rho = T / (2 sigma^2) (Bun & Steinke 2016), already settles it."""
   from dpjax import accounting  # pylint: disable=g-import-not-at-top
   d = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params_shape))
   k = int(cfg.num_steps) * max(1, d)

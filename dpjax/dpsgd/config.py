@@ -1,5 +1,4 @@
-"""What DP-SGD does, and therefore what the accountant is told: `DpSgdConfig`.
-
+"""What DP-SGD does, and therefore what the accountant is told: `DpSgdConfig`;
 `PerformanceFlags` holds the knobs that cannot change a result.
 
 Examples:
@@ -38,17 +37,13 @@ class DpSgdConfig:
   """What DP-SGD does, and therefore what the accountant is told.
 
   Attributes:
-    dataset_size: n >= 1, public; the fixed denominator is B = q * n.
-    sampling_prob: q in (0, 1], the Poisson rate; num_steps: T >= 1.
+    dataset_size: n, public; the fixed denominator is B = q * n.
     l2_clip_norm: C > 0; math.inf disables clipping (non-private, needs sigma 0).
     noise_multiplier: sigma >= 0; the noise on the clipped sum has sd sigma * C.
-    delta: in (0, 1); accountant: "rdp" or "pld".
-    learning_rate, momentum: > 0 and in [0, 1), for the default optimiser (SGD).
     ema_decay: None, or d in [0, 1): also return the iterates' moving average (De et
-      al. 2022, https://arxiv.org/abs/2204.13650), post-processing.
-    privacy_unit: "example" (add/remove one record) or "user" (one user with all of
-      their records; n is then the number of users, q the per-user rate, and training
-      needs `sampler=cfg.sampler(user_ids_N)`).
+      al. 2022), post-processing.
+    privacy_unit: "example" or "user" (n users, q per user; training needs
+      `sampler=cfg.sampler(user_ids_N)`).
   """
   dataset_size: int
   sampling_prob: float
@@ -74,8 +69,7 @@ class DpSgdConfig:
       try:
         _validate.check_positive(c, "l2_clip_norm")
       except ValueError:
-        raise ValueError(f"l2_clip_norm must be > 0 (math.inf = no clipping), got {c!r}"
-                         ) from None
+        raise ValueError(f"l2_clip_norm must be > 0 (math.inf = no clipping), got {c!r}") from None
     s = _validate.check_nonnegative(self.noise_multiplier, "noise_multiplier")
     if math.isinf(s):
       raise ValueError(f"noise_multiplier must be finite, got {s}")
@@ -92,8 +86,7 @@ class DpSgdConfig:
       _validate.check_probability(self.ema_decay, "ema_decay", open_high=True)
     _validate.check_choice(self.accountant, _ACCOUNTANTS, "accountant")
     _validate.check_choice(self.privacy_unit, PRIVACY_UNITS, "privacy_unit")
-    # A NumPy scalar or 0-d array passes the checks above but is not hashable, and a
-    # config is a static argument of the compiled program: store Python floats.
+    # Store Python floats: a config is a static (hashable) argument of the compiled program.
     for name in ("sampling_prob", "l2_clip_norm", "noise_multiplier", "delta",
                  "learning_rate", "momentum", "ema_decay"):
       v = getattr(self, name)
@@ -110,11 +103,8 @@ class DpSgdConfig:
     return self.num_steps * float(self.sampling_prob)
 
   def calibrate(self, target_epsilon: float) -> DpSgdConfig:
-    """A copy whose noise_multiplier is the smallest sigma with epsilon() <= target_epsilon.
-
-    `accounting.calibrate_noise(target_epsilon, q, T, delta, accountant, dataset_size=n)`;
-    ValueError for a bad or unreachable target.
-    """
+    """A copy whose noise_multiplier is the smallest sigma with epsilon() <= target_epsilon
+    (`accounting.calibrate_noise`)."""
     from dpjax import accounting  # pylint: disable=g-import-not-at-top
     eps = _validate.check_epsilon(target_epsilon, "target_epsilon")
     sigma = accounting.calibrate_noise(eps, float(self.sampling_prob), int(self.num_steps),
@@ -123,11 +113,7 @@ class DpSgdConfig:
     return dataclasses.replace(self, noise_multiplier=float(sigma))
 
   def epsilon(self) -> float:
-    """accounting.dpsgd_epsilon(sigma, q, T, delta) (math.inf when sigma == 0).
-
-    It models Poisson sampling at q, per-example clipping to C and noise sigma * C on the
-    sum: the defaults of `train_many`.
-    """
+    """accounting.dpsgd_epsilon(sigma, q, T, delta) of `train_many`'s defaults (inf if sigma 0)."""
     s = float(self.noise_multiplier)
     if s == 0.0:
       return math.inf
@@ -135,10 +121,8 @@ class DpSgdConfig:
                     self.accountant, int(self.dataset_size))
 
   def sampler(self, user_ids_N: jax.typing.ArrayLike | None = None):
-    """The sampler the accountant models: `sampling.PoissonSampler(q)` ("example"), or
-    `sampling.UserPoissonSampler(q, user_ids_N, n)` ("user", where user_ids_N int[N] in
-    [0, n) is required; refused for "example").
-    """
+    """The sampler the accountant models: `PoissonSampler(q)` ("example"), or
+    `UserPoissonSampler(q, user_ids_N, n)` ("user"; user_ids_N int[N] required)."""
     if self.privacy_unit == "example":
       if user_ids_N is not None:
         raise ValueError("user_ids_N is only for privacy_unit = 'user' (this config's "
@@ -150,9 +134,7 @@ class DpSgdConfig:
                                            int(self.dataset_size))
 
   def statement(self, **kwargs):
-    """`accounting.privacy_statement` of (sigma, q, T, n), naming `privacy_unit`; kwargs
-    are its other keywords.
-    """
+    """`accounting.privacy_statement` of (sigma, q, T, n) and `privacy_unit`; kwargs are its."""
     from dpjax.accounting import statement  # pylint: disable=g-import-not-at-top
     return statement.privacy_statement(float(self.noise_multiplier),
                                        float(self.sampling_prob), int(self.num_steps),
@@ -170,13 +152,10 @@ class PerformanceFlags:
   """How `train_many` lays out its work; none of these can change a trained model.
 
   Attributes:
-    memory_budget_bytes: rough cap (> 0) on the working set; models are chunked to it.
-    max_chunk: optional cap on models per chunk (default 4096).
-    model_sharding: optional `jax.sharding.Sharding` of the model axis.
-    batch_capacity: None: the full-mask step (cost ~ N). An int K >= 1: the padded
-      step, sampled records in buffers of K rows until all are processed (cost ~ K);
-      no sampled record is dropped. "auto": `engine.batch_layout(...)` decides.
-      User-level DP-SGD always uses the full mask.
+    memory_budget_bytes: rough cap on the working set; models are chunked to it.
+    max_chunk: cap on models per chunk (default 4096).
+    batch_capacity: None (full-mask step, cost ~ N), int K (padded step, buffers of K
+      sampled rows until all are summed, cost ~ K) or "auto" (`batch_layout`).
     progress: a tqdm bar over chunks when there is more than one.
   """
   memory_budget_bytes: int | float = 2 * 2 ** 30

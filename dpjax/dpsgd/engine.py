@@ -1,10 +1,8 @@
 """Many DP-SGD models at once: `train_many`, `train_sweep`, `train_one`.
 
-M models per jitted program (vmap over models, `lax.scan` over T steps), chunked to
-fit memory. Model i's key is split into (init, sample, noise, fixed-record) keys and
-step t draws from `fold_in(key, t)` of those (`dpjax.prng`), so it equals `train_one`
-with that key whatever M or the chunking.
-
+M models per jitted program (vmap over models, `lax.scan` over T steps), chunked to fit
+memory. Model i's key splits into (init, sample, noise, fixed-record) keys and step t uses
+`fold_in(key, t)`, so it equals `train_one` with that key whatever M or the chunking.
 Shape letters: M models, N records, F features, K fixed-gradient records, T steps.
 """
 
@@ -37,8 +35,7 @@ DpSgdConfig = config_lib.DpSgdConfig
 PerformanceFlags = config_lib.PerformanceFlags
 FixedGradients = inputs.FixedGradients
 
-# Unrolled steps (the clipping path's `scan_unroll`) apply only to chunks of at least
-# this many models: unrolling pays off for many small models.
+# Unrolled steps (the path's `scan_unroll`) apply only to chunks of at least this many models.
 _UNROLL_MIN_MODELS = 256
 
 
@@ -49,12 +46,10 @@ class DivergenceWarning(UserWarning):
 class TrainResult(NamedTuple):
   """Output of train_many / train_one / train_sweep (train_one: no leading M axis).
 
-  params: leaves [M, ...]. observations: [M, T, ...] of observe_fn, or None. stats:
-  None, or {"times_sampled", "times_clipped", "norm_sum"} float32[M, N]. finite:
-  bool[M]. first_nonfinite_step: int32[M], the first step after which a parameter was
-  NaN or inf, -1 if none; anything computed from such a model (an audit score, an
-  epsilon lower bound) must exclude it explicitly. ema_params: None, or with
-  cfg.ema_decay = d, sum_{t=1}^T d^(T-t) (1 - d) p_t / (1 - d^T), post-processing.
+  params [M, ...]; observations [M, T, ...] or None; stats None or {"times_sampled",
+  "times_clipped", "norm_sum"} float32[M, N]; finite bool[M]; first_nonfinite_step int32[M]
+  (-1 if none; exclude such models from any score); ema_params None or
+  sum_t d^(T-t) (1 - d) p_t / (1 - d^T) for cfg.ema_decay = d.
   """
   params: PyTree
   observations: jax.Array | None
@@ -79,28 +74,15 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
 
   Args:
     key: one key (model i uses jax.random.split(key, M)[i]) or M keys [M].
-    x_NxF, y_N: records float32[N, ...] and labels [N], shared by all models.
     keep_MxN: bool[M, N]; model i's private dataset is {j : keep_MxN[i, j]}.
-    model: a models.Model or a flax.linen.Module (`flax_model.from_flax`).
-    observe_fn: optional f(privatized update) -> array per step (the white-box
-      adversary's view), stacked to [M, T, ...].
-    per_example_stats: also return per-record clip statistics [M, N]. Warning:
-      these are exact functions of the private data, NOT covered by the epsilon
-      of the trained parameters; they are for analysis (disparate impact, audits)
-      and must not be released as if private.
-    fixed_gradients: optional `FixedGradients`, records with fixed gradients, each
-      clipped to C and sampled at rate q.
-    sampler, clipping, privatizer: default `cfg.sampler()`, `clipping.path_for(model)`,
-      GaussianPrivatizer(). Under privacy_unit "user" the sampler
-      `cfg.sampler(user_ids_N)` is required and brings user-level clipping.
+    observe_fn: optional f(privatized update) per step, stacked to [M, T, ...].
+    per_example_stats: also return per-record clip statistics [M, N]. Warning: exact
+      functions of the private data, NOT covered by the epsilon; never release them.
+    fixed_gradients: optional `FixedGradients`, clipped to C and sampled at rate q.
+    sampler, clipping, privatizer: default the accounted ones (`components.resolve`).
     optimizer: default optax.sgd(cfg.learning_rate, momentum=cfg.momentum or None).
-    perf: `PerformanceFlags`, which never change a result.
-  Raises:
-    ValueError on bad shapes, data or labels, a sampler whose q is not the config's,
-    components of another privacy unit; TypeError on malformed components.
-  Warns:
-    UnaccountedComponentWarning when a component declares `accounted = False`;
-    DivergenceWarning when some model ends with non-finite parameters.
+  Raises ValueError/TypeError on invalid input or components; warns
+  UnaccountedComponentWarning and DivergenceWarning.
 
   Examples:
     >>> import jax, jax.numpy as jnp
@@ -158,8 +140,7 @@ def _train(key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, *, init_params=No
   if not isinstance(model, models_lib.Model):
     raise ValueError(f"model must be a models.Model or a flax.linen.Module, got "
                      f"{type(model)}")
-  # Labels are checked as given, not as jnp.asarray narrowed them to int32 (which
-  # wraps 2**32 to 0 and would let an invalid label train as a valid one).
+  # Labels are checked as given, not as narrowed to int32 (which wraps 2**32 to 0).
   inputs.check_records(x, y_N, model)
   per_example_stats = _validate.check_bool(per_example_stats, "per_example_stats")
   m = keep.shape[0]
@@ -275,10 +256,7 @@ def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Array
               keep_N: jax.typing.ArrayLike, cfg: DpSgdConfig, model: models_lib.Model,
               **kwargs) -> TrainResult:
   """Trains one model on keep_N bool[N]; equals model i of train_many given that model's key.
-
-  **kwargs are `train_many`'s (`fixed_gradients.keep_MxK` may be bool[K]); no progress
-  bar by default.
-  """
+  **kwargs are `train_many`'s (`fixed_gradients.keep_MxK` may be bool[K])."""
   if not _validate.is_tracer(keep_N):
     keep_N = _validate.check_binary(keep_N, "keep_N", ndim=1)
     if np.ndim(x_NxF) >= 1 and keep_N.shape != np.shape(x_NxF)[:1]:
@@ -298,13 +276,8 @@ def train_one(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Array
 def program(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
             keep_MxN: jax.typing.ArrayLike, cfg: DpSgdConfig, model: models_lib.Model,
             **kwargs) -> tuple[Any, tuple]:
-  """(fn, args): the jitted program `train_many` runs on its first chunk of models, and
-  that chunk's arguments, with nothing trained.
-
-  `fn(*args)` is that chunk's raw output; `fn.lower(*args).compile()` compiles it
-  alone (ahead-of-time: compile time, HLO size, memory analysis). Takes train_many's
-  arguments and checks them as it does.
-  """
+  """(fn, args): the jitted program `train_many` runs on its first chunk, and its arguments,
+  untrained (`fn.lower(*args).compile()` for ahead-of-time analysis)."""
   return _train(key, x_NxF, y_N, keep_MxN, cfg, model, None, program_only=True, **kwargs)
 
 
@@ -312,22 +285,8 @@ def train_sweep(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arr
                 keep_MxN: jax.typing.ArrayLike, cfgs: Sequence[DpSgdConfig],
                 config_index_M: jax.typing.ArrayLike, model: models_lib.Model,
                 **kwargs) -> TrainResult:
-  """Trains M models whose configs differ only in their noise, as ONE program.
-
-  Model i is trained as `train_many` would with cfgs[config_index_M[i]] and the same
-  key, so its guarantee is that config's `epsilon()`. Raises ValueError if the configs
-  differ in more than noise_multiplier, or an index is out of range.
-  Examples:
-    >>> import jax, jax.numpy as jnp
-    >>> from dpjax import models
-    >>> cfgs = [DpSgdConfig(dataset_size=8, sampling_prob=0.5, num_steps=3,
-    ...                     noise_multiplier=s) for s in (0.0, 1.0, 4.0)]
-    >>> out = train_sweep(jax.random.key(0), jnp.ones((8, 2)), jnp.ones((8,), int),
-    ...                   jnp.ones((6, 8), bool), cfgs, [0, 0, 1, 1, 2, 2],
-    ...                   models.logistic_regression(2))
-    >>> out.params["w"].shape
-    (6, 2)
-  """
+  """Trains M models whose configs differ only in noise_multiplier, as ONE program: model i
+  as `train_many` with cfgs[config_index_M[i]] (its guarantee: that config's `epsilon()`)."""
   if isinstance(cfgs, DpSgdConfig) or not hasattr(cfgs, "__iter__"):
     raise TypeError(f"cfgs must be a non-empty sequence of DpSgdConfig, got {cfgs!r:.80}")
   cfgs = tuple(cfgs)

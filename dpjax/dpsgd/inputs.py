@@ -1,5 +1,4 @@
 """The checks of `train_many`'s inputs: records, labels, fixed-gradient records.
-
 Shape letters: M models, N records, K fixed-gradient records.
 """
 
@@ -19,11 +18,8 @@ PyTree = Any
 
 
 class FixedGradients(NamedTuple):
-  """K extra records whose per-example gradient is fixed (see `dpjax.dpsgd.step`).
-
-  gradients_K: finite pytree like params, leaves with a leading axis K >= 1. keep_MxK:
-  bool[M, K], record j in model i's dataset iff keep_MxK[i, j].
-  """
+  """K extra records with fixed per-example gradients: gradients_K (pytree like params,
+  leaves [K, ...], finite) and keep_MxK bool[M, K] (record j in model i's dataset)."""
   gradients_K: PyTree
   keep_MxK: Any
 
@@ -40,11 +36,7 @@ def check_numeric(name, value) -> None:
 
 
 def fixed_records(m, params_shape, fixed_gradients):
-  """(gradients with leaves [K, ...] or None, keep bool[M, K]) from `fixed_gradients`.
-
-  Refuses by name a non-FixedGradients value, a structure unlike params, K = 0,
-  oversized, non-finite or non-real gradients, a keep mask not bool[M, K].
-  """
+  """(gradients [K, ...] or None, keep bool[M, K]) from `fixed_gradients`, validated."""
   if fixed_gradients is None:
     return None, jnp.zeros((m, 0), bool)
   _validate.check_instance(fixed_gradients, FixedGradients, "fixed_gradients")
@@ -85,11 +77,8 @@ def _first_bad_index(bad: np.ndarray) -> tuple[int, ...]:
 
 
 def check_records(x: jax.Array, y: jax.Array, model: models_lib.Model) -> None:
-  """Refuses records the clipping bound cannot cover: ValueError naming `x_NxF` or `y_N`.
-
-  NaN / inf / complex features or labels, labels outside {0, 1} (one output) or [0, K)
-  (checked before any int32 cast). Finite features of any size are accepted.
-  """
+  """ValueError naming `x_NxF` or `y_N` for non-finite or complex values, or labels outside
+  {0, 1} (one output) or [0, K) (checked before any int32 cast)."""
   bad_x = ~np.asarray(jnp.isfinite(x))
   if bad_x.any():
     idx = _first_bad_index(bad_x)

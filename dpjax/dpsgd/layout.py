@@ -1,9 +1,8 @@
 """How `train_many` lays out its work: the step layout and the chunks of models.
 
-None of this can change a trained model. The full-mask step weights all N records by
-their batch bits (cost ~ N); the padded step runs ceil(count / K) >= 1 buffers of K
-gathered rows (cost ~ K). Chunks fit `PerformanceFlags.memory_budget_bytes`, at most
-max_chunk models, balanced, a multiple of the device count when sharded.
+None of this can change a trained model. Full-mask step: all N records weighted by their
+batch bits (cost ~ N); padded step: ceil(count / K) >= 1 buffers of K gathered rows (cost
+~ K). Chunks fit `PerformanceFlags.memory_budget_bytes`, balanced, whole per device.
 """
 
 from __future__ import annotations
@@ -15,12 +14,9 @@ from dpjax import _validate
 from dpjax import sampling as sampling_lib
 from dpjax.dpsgd import config as config_lib
 
-# Models per chunk unless max_chunk says otherwise: chunks of a few thousand small
-# models run faster than one huge chunk (cache locality; benchmarks/dpsgd.py).
+# Models per chunk unless max_chunk says otherwise (faster than one huge chunk).
 DEFAULT_MAX_CHUNK = 4096
-# batch_capacity="auto" uses the padded step when the pool has at least
-# _PADDED_MIN_RECORDS records, the capacity is at most 1 / _PADDED_MAX_FRACTION_INV
-# of them and the model has at least _PADDED_MIN_PARAMS parameters (`batch_layout`).
+# Thresholds of batch_capacity="auto" (`batch_layout`).
 _PADDED_MIN_RECORDS = 2048
 _PADDED_MAX_FRACTION_INV = 8
 _PADDED_MIN_PARAMS = 1024
@@ -29,18 +25,9 @@ _PADDED_MIN_PARAMS = 1024
 def batch_layout(num_records: int, sampling_prob: float, kept_max: int | None = None,
                  num_models: int = 1, privacy_unit: str = "example",
                  num_params: int | None = None) -> int | None:
-  """The step layout "auto" picks: None (full mask) or K (padded).
-
-  K = `sampling.default_batch_capacity(kept_max, q, num_models)` (kept_max default N);
-  padded when N >= _PADDED_MIN_RECORDS, K <= N / _PADDED_MAX_FRACTION_INV and the
-  model has >= _PADDED_MIN_PARAMS parameters (num_params None: not limiting), else the
-  full mask, which privacy_unit "user" always uses.
-  Examples:
-    >>> batch_layout(60_000, 256 / 60_000)
-    288
-    >>> batch_layout(151, 0.2) is None
-    True
-  """
+  """The step layout "auto" picks: K = `sampling.default_batch_capacity(kept_max, q, M)`
+  (padded) when N >= _PADDED_MIN_RECORDS, K <= N / _PADDED_MAX_FRACTION_INV and
+  num_params >= _PADDED_MIN_PARAMS; else None (full mask, always for "user")."""
   n = _validate.check_int(num_records, "num_records")
   q = _validate.check_sampling_prob(sampling_prob)
   kept = n if kept_max is None else _validate.check_int(kept_max, "kept_max", 0)

@@ -1,13 +1,9 @@
 """One model's DP-SGD run: T steps of sample -> clip -> privatize -> update, in a scan.
 
-Step t (Abadi et al. 2016, https://arxiv.org/abs/1607.00133): batch bits from the
-sampler; the clipped sum (per-example L2 clip to C); noise of std `noise_std`, then
-the fixed denominator B = q n; the optimiser. Fixed-gradient records (the white-box
-auditor's input, Nasr et al. 2021, https://arxiv.org/abs/2101.04535) are clipped to
-C, sampled with their own bits (`poisson_mask(fold_in(key_fixed, t), q, K)`), masked
-by membership and added to the clipped sum and the realised batch size.
-
-Shape letters: N records, F features, K fixed-gradient records, T steps.
+Step t (Abadi et al. 2016): batch bits from the sampler; the clipped sum; noise of std
+`noise_std`, then the fixed denominator B = q n; the optimiser. Fixed-gradient records
+(white-box auditing, Nasr et al. 2021) are clipped to C, sampled with their own bits and
+added to the sum and the realised batch size. Shapes: N records, K fixed records, T steps.
 """
 
 from __future__ import annotations
@@ -25,8 +21,7 @@ from dpjax.clipping import grid as clipping_grid
 
 PyTree = Any
 
-# Steps per scan iteration (the clipping path's `scan_unroll`) apply only to models
-# with at most this many parameters: unrolling costs compile time on large ones.
+# Unrolled steps (the path's `scan_unroll`) apply only to models with at most this many params.
 UNROLL_MAX_PARAMS = 4096
 
 
@@ -40,11 +35,9 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
                  optimizer, unroll=1, capacity=None):
   """Trains one model; pure, traced under jit (vmapped over models by `engine`).
 
-  key: split into (init, sample, noise, fixed-record) keys. noise_std: traced float32
-  `privatizer.noise_stddev(sigma, C)`, or a static 0.0. fixed_K: None or leaves [K, ...].
-  cfg: the noise-free config. capacity: None (full mask) or K (padded). Returns
-  (params, observations [T, ...] or None, stats or None, finite, first_nonfinite_step,
-  ema_params or None), the EMA e_t = d e_(t-1) + (1 - d) p_t returned as e_T / (1 - d^T).
+  noise_std: traced float32 or a static 0.0; cfg: the noise-free config; capacity: None
+  (full mask) or K (padded). Returns (params, observations, stats, finite,
+  first_nonfinite_step, ema_params), EMA e_t = d e_(t-1) + (1 - d) p_t as e_T / (1 - d^T).
   """
   c = float(cfg.l2_clip_norm)
   ema_decay = cfg.ema_decay
@@ -57,11 +50,10 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
     g = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), fixed_K)
     num_fixed = jax.tree.leaves(g)[0].shape[0]
     # Overflow-safe ||g^j|| (sqrt of the sum of squares wherever that is in range).
-    norm = clipping_lib.vmap.tree_norms(
-        [jnp.reshape(v, (num_fixed, -1)) for v in jax.tree.leaves(g)])
+    norm = clipping_lib.vmap.tree_norms([jnp.reshape(v, (num_fixed, -1))
+                                         for v in jax.tree.leaves(g)])
     factor = clipping_lib.clip_factor(norm, c)
-    g_clipped = jax.tree.map(
-        lambda v: v * jnp.reshape(factor, (-1,) + (1,) * (v.ndim - 1)), g)
+    g_clipped = jax.tree.map(lambda v: v * jnp.reshape(factor, (-1,) + (1,) * (v.ndim - 1)), g)
     if getattr(clipping, "grid", None) is not None:
       # A grid path sums int32 grid units: each fixed record is rounded like any record.
       g_clipped = clipping_grid.round_clipped(g_clipped, clipping.grid, c)
@@ -122,19 +114,14 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
 
 
 def padded_clipped_sum(clipping, params, x, y, mask_N, c, capacity, stats):
-  """The clipped sum of the records in mask_N, in chunks of K = capacity gathered rows.
-
-  A `lax.while_loop` runs ceil(count / K) >= 1 chunks (`sampling.padded_batch`), so
-  every sampled record is summed once and padding has weight 0. Returns (sum, the
-  updated (times_sampled, times_clipped, norm_sum) float32[N] stats or ()).
-  """
+  """(clipped sum, updated stats or ()) of the records in mask_N: a while_loop over
+  ceil(count / K) >= 1 chunks of K gathered rows; padding has weight 0."""
   k = int(capacity)
   count = jnp.sum(mask_N, dtype=jnp.int32)
   x_k = jax.ShapeDtypeStruct((k,) + x.shape[1:], x.dtype)
   y_k = jax.ShapeDtypeStruct((k,) + y.shape[1:], y.dtype)
   w_k = jax.ShapeDtypeStruct((k,), jnp.float32)
-  out_shape = jax.eval_shape(lambda p, a, b, w: clipping(p, a, b, w, c)[0], params, x_k,
-                             y_k, w_k)
+  out_shape = jax.eval_shape(lambda p, a, b, w: clipping(p, a, b, w, c)[0], params, x_k, y_k, w_k)
   zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), out_shape)
 
   def body(carry):

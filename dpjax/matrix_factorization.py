@@ -497,10 +497,72 @@ def epsilon(noise_multiplier: float, sensitivity_value: float, delta: float) -> 
                                   _validate.check_delta(delta), accountant="pld")
 
 
+
+def num_bands(strategy_TxT: Any) -> int:
+  """b: 1 + the largest i - j with C[i, j] != 0 (1 for a diagonal C)."""
+  c = check_strategy(strategy_TxT)
+  i, j = np.nonzero(c)
+  return int(np.max(i - j)) + 1
+
+
+def amplified_event(strategy_TxT: Any, noise_multiplier: float, bin_prob: float,
+                    cycle_length: int):
+  """The event of C x + sigma Z under cyclic Poisson sampling (amplified BandMF).
+
+  A record belongs to one residue class j mod s (s = cycle_length, fixed independently of
+  the data) and takes part at each step t = j (mod s) independently with probability p =
+  bin_prob (`sampling.CyclicPoissonSampler`). When C has at most s bands, its
+  participation at step t moves only rows t .. t + s - 1 of C x, disjoint from the rows
+  its other participations move, so the run (adaptive gradients included) is the
+  composition of one Poisson-subsampled Gaussian per participation, the m-th with shift
+  ||C[:, j + m s]|| (Choquette-Choo et al. 2023, https://arxiv.org/abs/2306.08153,
+  Thm 4). Pessimistic over j: the m-th of k = ceil(T / s) components gets
+  a_m = max_j ||C[:, j + m s]|| and is the mixture-of-Gaussians pair
+  (1 - p) N(0, sigma^2) + p N(a_m, sigma^2) against N(0, sigma^2)
+  (`events.MixtureOfGaussiansEvent`, add/remove); equal a_m are merged by
+  `events.SelfComposedEvent`. For C = I, s = 1 it is DP-SGD's Poisson-subsampled Gaussian.
+
+  Raises ValueError when C has more than s bands (participations would overlap in the
+  rows of C x; use `cyclic_sensitivity` and `epsilon`, which do not amplify).
+  """
+  from dpjax.accounting import events  # pylint: disable=g-import-not-at-top
+  c = check_strategy(strategy_TxT)
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  p = _validate.check_sampling_prob(bin_prob, "bin_prob")
+  t = c.shape[0]
+  s = _validate.check_int(cycle_length, "cycle_length")
+  bands = num_bands(c)
+  if bands > s:
+    raise ValueError(f"the strategy has {bands} bands but cycle_length = {s}: amplification "
+                     "needs at most cycle_length bands (participations must move disjoint "
+                     "rows of C x); account without amplification (cyclic_sensitivity)")
+  norms = np.array([math.sqrt(float(np.sum(c[r:r + s, r] ** 2))) for r in range(t)])
+  k = -(-t // s)
+  padded = np.zeros(k * s)
+  padded[:t] = norms
+  shifts = padded.reshape(k, s).max(axis=1)              # a_m, m = 0 .. k - 1
+  values, counts = np.unique(shifts, return_counts=True)
+  parts = [events.SelfComposedEvent(events.MixtureOfGaussiansEvent(
+      sigma, (0.0, float(a)), (1.0 - p, p)), int(n)) for a, n in zip(values, counts) if a > 0]
+  return parts[0] if len(parts) == 1 else events.ComposedEvent(tuple(parts))
+
+
+def amplified_epsilon(strategy_TxT: Any, noise_multiplier: float, bin_prob: float,
+                      cycle_length: int, delta: float,
+                      value_discretization: float | None = None) -> float:
+  """eps at delta of `amplified_event` by the PLD accountant (add/remove neighbours), on
+  a loss grid of spacing value_discretization (default 1e-4; coarser is faster and
+  still an upper bound)."""
+  from dpjax.accounting import event_accounting  # pylint: disable=g-import-not-at-top
+  return event_accounting.epsilon(
+      amplified_event(strategy_TxT, noise_multiplier, bin_prob, cycle_length),
+      _validate.check_delta(delta), accountant="pld", value_discretization=value_discretization)
+
 __all__ = [
-    "MAX_DENSE_STEPS", "MAX_PATTERNS", "NoiseStream", "banded_toeplitz", "check_strategy",
-    "cyclic_sensitivity",
-    "epsilon", "expected_error", "gaussian_event", "matrix_stream", "momentum_workload",
-    "optimize_toeplitz", "prefix_workload", "sqrt_toeplitz_coefs", "sensitivity", "stream_noise", "toeplitz_sensitivity",
-    "toeplitz_stream", "tree_aggregation", "tree_noise_weights", "tree_stream",
+    "MAX_DENSE_STEPS", "MAX_PATTERNS", "NoiseStream", "amplified_epsilon", "amplified_event",
+    "banded_toeplitz", "check_strategy", "cyclic_sensitivity", "epsilon", "expected_error",
+    "gaussian_event", "matrix_stream", "momentum_workload", "num_bands", "optimize_toeplitz",
+    "prefix_workload", "sqrt_toeplitz_coefs", "sensitivity", "stream_noise",
+    "toeplitz_sensitivity", "toeplitz_stream", "tree_aggregation", "tree_noise_weights",
+    "tree_stream",
 ]

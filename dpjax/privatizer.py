@@ -184,6 +184,19 @@ def correlated_privatizer(stream, stddev, key: jax.Array) -> optax.GradientTrans
   return optax.GradientTransformation(init_fn, update_fn)
 
 
+def _cycle(sampler) -> int:
+  """The cycle of a sampler with a participation bound (ValueError for any other)."""
+  from dpjax import sampling  # pylint: disable=g-import-not-at-top
+  if type(sampler) is sampling.CyclicSampler:
+    return sampler.steps_per_epoch
+  if type(sampler) is sampling.CyclicPoissonSampler:
+    return sampler.cycle_length
+  raise ValueError(f"no participation bound for sampler {type(sampler).__name__}: the "
+                   "correlated-noise epsilon is derived for sampling.CyclicSampler and "
+                   "sampling.CyclicPoissonSampler only (use matrix_factorization.sensitivity "
+                   "with the pattern your sampler guarantees)")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class CorrelatedNoisePrivatizer:
   """DP-MF / DP-FTRL noise through the privatizer door: std sigma * C on (C^-1 Z)_t, / B.
@@ -196,7 +209,8 @@ class CorrelatedNoisePrivatizer:
   `matrix_factorization.sensitivity(stream.strategy, k, sep)` for the participation the
   sampler guarantees (at most k = epochs participations for a shuffle, sep >= 1), eps by
   `matrix_factorization.epsilon`, without amplification by sampling. With
-  `sampling.CyclicSampler` the engine states that eps instead (`epsilon`).
+  `sampling.CyclicSampler`, or `sampling.CyclicPoissonSampler` (amplified when the
+  strategy has at most cycle_length bands), the engine states the eps of `epsilon`.
   """
   stream: object
   accounted: ClassVar[bool] = False
@@ -208,34 +222,39 @@ class CorrelatedNoisePrivatizer:
   def sensitivity(self, sampler, num_steps: int) -> float:
     """sens of the first T steps' strategy under `sampler`'s participation.
 
-    Only `sampling.CyclicSampler` has a participation bound here:
-    `matrix_factorization.cyclic_sensitivity(C[:T, :T], E)`. ValueError for any other
-    sampler (Poisson or shuffled batches do not bound the gap between participations),
-    or T beyond the stream's.
+    Only `sampling.CyclicSampler` and `sampling.CyclicPoissonSampler` have a
+    participation bound here: `matrix_factorization.cyclic_sensitivity(C[:T, :T], E)`
+    with E = steps_per_epoch, or cycle_length (every step of a record's residue class,
+    the worst case of its Poisson draws). ValueError for any other sampler (Poisson or
+    shuffled batches do not bound the gap between participations), or T beyond the
+    stream's.
     """
     from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
-    from dpjax import sampling  # pylint: disable=g-import-not-at-top
-    if type(sampler) is not sampling.CyclicSampler:
-      raise ValueError(f"no participation bound for sampler {type(sampler).__name__}: the "
-                       "correlated-noise epsilon is derived for sampling.CyclicSampler only "
-                       "(use matrix_factorization.sensitivity with the pattern your sampler "
-                       "guarantees)")
     t = _validate.check_int(num_steps, "num_steps", 1, self.stream.strategy.shape[0])
-    return mf.cyclic_sensitivity(self.stream.strategy[:t, :t], sampler.steps_per_epoch)
+    return mf.cyclic_sensitivity(self.stream.strategy[:t, :t], _cycle(sampler))
 
   def epsilon(self, noise_multiplier: float, num_steps: int, delta: float, sampler) -> float:
     """eps at delta of T steps with this noise on `sampler`'s cyclic batches.
 
     `matrix_factorization.epsilon(sigma, self.sensitivity(sampler, T), delta)`: the
     Gaussian mechanism C x + sigma Z with multiplier sigma / sens, add/remove of one
-    record, no amplification; math.inf at sigma = 0.
+    record, no amplification; math.inf at sigma = 0. For a `sampling.CyclicPoissonSampler`
+    whose cycle_length is at least the bands of C[:T, :T], the smaller of that and
+    `matrix_factorization.amplified_epsilon` (both are upper bounds).
     """
     from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+    from dpjax import sampling  # pylint: disable=g-import-not-at-top
     sigma = _validate.check_nonnegative(noise_multiplier, "noise_multiplier")
     sens = self.sensitivity(sampler, num_steps)
     if sigma == 0:
       return math.inf
-    return mf.epsilon(sigma, sens, delta)
+    eps = mf.epsilon(sigma, sens, delta)
+    c = self.stream.strategy[:int(num_steps), :int(num_steps)]
+    if (type(sampler) is sampling.CyclicPoissonSampler
+        and mf.num_bands(c) <= sampler.cycle_length):
+      eps = min(eps, mf.amplified_epsilon(c, sigma, sampler.bin_prob, sampler.cycle_length,
+                                          delta))
+    return eps
 
   def noise_stddev(self, noise_multiplier: float, l2_clip_norm: float) -> float:
     """sigma * C, as `GaussianPrivatizer`."""

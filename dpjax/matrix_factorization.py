@@ -161,11 +161,15 @@ class NoiseStream(NamedTuple):
   is step t's key and t (0-indexed, may be traced) counts calls since init; a tree or
   general stream returns NaN for t >= T (never silently wrong noise). strategy: the
   float64[T, T] C whose C^-1 Z the stream draws in distribution; for Toeplitz and general
-  C exactly (row t of C^-1 Z, Z[t] = prng.standard_normal(key_t, shape)).
+  C exactly (row t of C^-1 Z, Z[t] = prng.standard_normal(key_t, shape)). from_draw:
+  None, or from_draw(state, z, t) -> (noise_t, state) with next(state, key, t) ==
+  from_draw(state, prng.standard_normal(key, shape), t), so a caller can draw the z of
+  many leaves at once (`prng.standard_normals`).
   """
   init: Callable
   next: Callable
   strategy: np.ndarray
+  from_draw: Callable | None = None
 
 
 def toeplitz_stream(coefs: Any, num_steps: int) -> NoiseStream:
@@ -183,16 +187,18 @@ def toeplitz_stream(coefs: Any, num_steps: int) -> NoiseStream:
     shape = _validate.check_sizes(shape, "shape", minimum=0)
     return jnp.zeros((b - 1,) + shape, jnp.float32)
 
-  def next_fn(state, key, t):
+  def from_draw(state, z, t):
     del t
-    z = prng.standard_normal(key, state.shape[1:])
     if b == 1:
       return (z if c[0] == 1 else z / c32[0]), state
     past = jnp.tensordot(c32[1:], state, axes=1)      # state[j - 1] = w_{t-j}
     w = (z - past) / c32[0]
     return w, jnp.concatenate([w[None], state[:-1]], axis=0)
 
-  return NoiseStream(init, next_fn, strategy)
+  def next_fn(state, key, t):
+    return from_draw(state, prng.standard_normal(key, state.shape[1:]), t)
+
+  return NoiseStream(init, next_fn, strategy, from_draw)
 
 
 def matrix_stream(strategy_TxT: Any) -> NoiseStream:
@@ -208,13 +214,15 @@ def matrix_stream(strategy_TxT: Any) -> NoiseStream:
     shape = _validate.check_sizes(shape, "shape", minimum=0)
     return jnp.zeros((t_max,) + shape, jnp.float32)
 
-  def next_fn(state, key, t):
-    z = prng.standard_normal(key, state.shape[1:])
+  def from_draw(state, z, t):
     row = jnp.where(jnp.arange(t_max) < t, c32[t], 0.0)
     w = (z - jnp.tensordot(row, state, axes=1)) / c32[t, t]
     return jnp.where(t < t_max, w, jnp.nan), state.at[t].set(w)
 
-  return NoiseStream(init, next_fn, c)
+  def next_fn(state, key, t):
+    return from_draw(state, prng.standard_normal(key, state.shape[1:]), t)
+
+  return NoiseStream(init, next_fn, c, from_draw)
 
 
 def tree_stream(num_steps: int, honaker: bool = True) -> NoiseStream:

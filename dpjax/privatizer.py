@@ -173,9 +173,13 @@ def correlated_privatizer(stream, stddev, key: jax.Array) -> optax.GradientTrans
     if _static_zero(stddev):
       return updates, CorrelatedPrivatizerState(state.key, state.count + 1, state.streams)
     ks = prng.split(prng.fold_in(state.key, state.count), len(leaves))
+    if stream.from_draw is not None:   # one sampler for every leaf, the same bits
+      zs = prng.standard_normals(ks, [jnp.shape(l) for l in leaves])
+      steps = [stream.from_draw(st, z, state.count) for z, st in zip(zs, state.streams)]
+    else:
+      steps = [stream.next(st, kk, state.count) for kk, st in zip(ks, state.streams)]
     out, new = [], []
-    for kk, l, st in zip(ks, leaves, state.streams):
-      w, st = stream.next(st, kk, state.count)
+    for l, (w, st) in zip(leaves, steps):
       out.append(l + stddev * w.astype(l.dtype))
       new.append(st)
     return (jax.tree.unflatten(treedef, out),

@@ -180,9 +180,10 @@ class CyclicSampler:
 class CyclicPoissonSampler:
   """Cyclic Poisson ("balls-in-bins") sampling: Poisson batches from one bin per step.
 
-  Record i is in bin pi(i) mod s for one uniformly random permutation pi of the N record
-  slots (`jax.random.permutation(key, N)`, fixed for the run: the bins are a partition of
-  sizes floor(N / s) or ceil(N / s), drawn independently of the data). Step t takes each
+  Record i is in bin u_i mod s, u = `prng.random_bits(key, N)` (fixed for the run: each
+  record's bin is drawn independently of the data and of the other records, uniformly up
+  to 2^-32 s; bin sizes are random, counter-based bits cost O(N) where a permutation
+  would sort every step). Step t takes each
   kept record of bin t mod s independently with probability p
   (`prng.poisson_mask(prng.fold_in(key, t), p, N)`). A record therefore takes part only
   at the steps of its residue class, each independently with probability p: at most
@@ -224,8 +225,8 @@ class CyclicPoissonSampler:
     n = keep_N.shape[0]
     in_bin = keep_N
     if self.cycle_length > 1:
-      slot = jax.random.permutation(key, n)
-      in_bin = (slot % self.cycle_length == step % self.cycle_length) & keep_N
+      bins = prng.random_bits(key, n) % jnp.uint32(self.cycle_length)
+      in_bin = (bins == jnp.asarray(step % self.cycle_length, jnp.uint32)) & keep_N
     if self.bin_prob >= 1.0:
       return in_bin
     return prng.poisson_mask(prng.fold_in(key, step), self.bin_prob, n) & in_bin

@@ -175,8 +175,9 @@ class NoiseStream(NamedTuple):
 def toeplitz_stream(coefs: Any, num_steps: int) -> NoiseStream:
   """The banded Toeplitz strategy's noise: c_0 w_t = z_t - sum_{j=1}^{b-1} c_j w_{t-j}.
 
-  State: the last b - 1 outputs (float32[b - 1, *shape]). With coefs = (1,), w_t is the
-  plain draw `prng.standard_normal(key_t, shape)`.
+  State: the last b - 1 outputs as a ring (float32[b - 1, *shape]; w_s in slot s mod
+  (b - 1), written in place, so a step reads the ring once and writes one slot). With
+  coefs = (1,), w_t is the plain draw `prng.standard_normal(key_t, shape)`.
   """
   c = _check_coefs(coefs)
   strategy = banded_toeplitz(c, num_steps)
@@ -188,12 +189,14 @@ def toeplitz_stream(coefs: Any, num_steps: int) -> NoiseStream:
     return jnp.zeros((b - 1,) + shape, jnp.float32)
 
   def from_draw(state, z, t):
-    del t
     if b == 1:
       return (z if c[0] == 1 else z / c32[0]), state
-    past = jnp.tensordot(c32[1:], state, axes=1)      # state[j - 1] = w_{t-j}
-    w = (z - past) / c32[0]
-    return w, jnp.concatenate([w[None], state[:-1]], axis=0)
+    t = jnp.asarray(t, jnp.int32)
+    slot = jnp.arange(b - 1, dtype=jnp.int32)              # slot r holds w_{t-j}, j below
+    j = (t - slot - 1) % (b - 1) + 1
+    weight = c32[j].reshape((b - 1,) + (1,) * (state.ndim - 1))
+    w = (z - jnp.sum(weight * state, axis=0)) / c32[0]    # an elementwise sum: fused
+    return w, jax.lax.dynamic_update_index_in_dim(state, w, t % (b - 1), 0)
 
   def next_fn(state, key, t):
     return from_draw(state, prng.standard_normal(key, state.shape[1:]), t)

@@ -178,12 +178,13 @@ class CyclicSampler:
 
 @dataclasses.dataclass(frozen=True)
 class CyclicPoissonSampler:
-  """Cyclic Poisson ("balls-in-bins") sampling: Poisson batches from one bin per step.
+  """Cyclic Poisson sampling (b-min-separation): Poisson batches from one bin per step.
 
-  Record i is in bin u_i mod s, u = `prng.random_bits(key, N)` (fixed for the run: each
-  record's bin is drawn independently of the data and of the other records, uniformly up
-  to 2^-32 s; bin sizes are random, counter-based bits cost O(N) where a permutation
-  would sort every step). Step t takes each
+  Record i (its slot in the data) is in bin i mod s: a fixed partition that does not
+  depend on the data, so removing a record removes only its own terms (shuffle the data
+  once beforehand if its order means something: the guarantee needs no randomness in the
+  bins, as it holds for the worst bin, and a fixed partition costs nothing per step).
+  Step t takes each
   kept record of bin t mod s independently with probability p
   (`prng.poisson_mask(prng.fold_in(key, t), p, N)`). A record therefore takes part only
   at the steps of its residue class, each independently with probability p: at most
@@ -225,8 +226,7 @@ class CyclicPoissonSampler:
     n = keep_N.shape[0]
     in_bin = keep_N
     if self.cycle_length > 1:
-      bins = prng.random_bits(key, n) % jnp.uint32(self.cycle_length)
-      in_bin = (bins == jnp.asarray(step % self.cycle_length, jnp.uint32)) & keep_N
+      in_bin = (jnp.arange(n) % self.cycle_length == step % self.cycle_length) & keep_N
     if self.bin_prob >= 1.0:
       return in_bin
     return prng.poisson_mask(prng.fold_in(key, step), self.bin_prob, n) & in_bin

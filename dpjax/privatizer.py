@@ -31,6 +31,7 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import ClassVar, NamedTuple, Protocol
 
@@ -201,6 +202,20 @@ def _cycle(sampler) -> int:
                    "with the pattern your sampler guarantees)")
 
 
+@functools.lru_cache(maxsize=256)
+def _correlated_epsilon(priv, sigma: float, num_steps: int, delta: float, sampler) -> float:
+  """`CorrelatedNoisePrivatizer.epsilon` for sigma > 0, memoised (the engine states it on
+  every training call, and the amplified PLD takes seconds)."""
+  from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+  from dpjax import sampling  # pylint: disable=g-import-not-at-top
+  eps = mf.epsilon(sigma, priv.sensitivity(sampler, num_steps), delta)
+  c = priv.stream.strategy[:num_steps, :num_steps]
+  if type(sampler) is sampling.CyclicPoissonSampler and mf.num_bands(c) <= sampler.cycle_length:
+    eps = min(eps, mf.amplified_epsilon(c, sigma, sampler.bin_prob, sampler.cycle_length,
+                                        delta))
+  return eps
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class CorrelatedNoisePrivatizer:
   """DP-MF / DP-FTRL noise through the privatizer door: std sigma * C on (C^-1 Z)_t, / B.
@@ -246,19 +261,12 @@ class CorrelatedNoisePrivatizer:
     whose cycle_length is at least the bands of C[:T, :T], the smaller of that and
     `matrix_factorization.amplified_epsilon` (both are upper bounds).
     """
-    from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
-    from dpjax import sampling  # pylint: disable=g-import-not-at-top
     sigma = _validate.check_nonnegative(noise_multiplier, "noise_multiplier")
-    sens = self.sensitivity(sampler, num_steps)
+    self.sensitivity(sampler, num_steps)   # validates sampler and T
     if sigma == 0:
       return math.inf
-    eps = mf.epsilon(sigma, sens, delta)
-    c = self.stream.strategy[:int(num_steps), :int(num_steps)]
-    if (type(sampler) is sampling.CyclicPoissonSampler
-        and mf.num_bands(c) <= sampler.cycle_length):
-      eps = min(eps, mf.amplified_epsilon(c, sigma, sampler.bin_prob, sampler.cycle_length,
-                                          delta))
-    return eps
+    return _correlated_epsilon(self, sigma, int(num_steps), _validate.check_delta(delta),
+                               sampler)
 
   def noise_stddev(self, noise_multiplier: float, l2_clip_norm: float) -> float:
     """sigma * C, as `GaussianPrivatizer`."""

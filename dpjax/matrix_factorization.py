@@ -547,6 +547,7 @@ def amplified_event(strategy_TxT: Any, noise_multiplier: float, bin_prob: float,
     raise ValueError(f"the strategy has {bands} bands but cycle_length = {s}: amplification "
                      "needs at most cycle_length bands (participations must move disjoint "
                      "rows of C x); account without amplification (cyclic_sensitivity)")
+  s = min(s, t)                                          # s >= T: one participation
   norms = np.array([math.sqrt(float(np.sum(c[r:r + s, r] ** 2))) for r in range(t)])
   k = -(-t // s)
   padded = np.zeros(k * s)

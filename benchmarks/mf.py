@@ -31,6 +31,7 @@ _BANDS = flags.DEFINE_list("bands", ["1", "4", "16", "64"], "Bands b.")
 _LARGE_N = flags.DEFINE_integer("large_n", 60_000, "Records of the large-n workload.")
 _LARGE_STEPS = flags.DEFINE_integer("large_steps", 40, "Steps of the large-n workload.")
 _SKIP_LARGE = flags.DEFINE_bool("skip_large", False, "Skip the large-n workload.")
+_SKIP_AUDIT = flags.DEFINE_bool("skip_audit", False, "Skip the audit workload.")
 
 TARGET = 1.2
 
@@ -117,9 +118,10 @@ def measure_large_n(n: int, num_steps: int, bands, repeats: int, log=print) -> d
 def main(argv):
   del argv
   bands = [int(b) for b in _BANDS.value]
-  figures = {"target_ratio": TARGET, "bands": bands,
-             "audit": {"models": _MODELS.value,
-                       **measure_audit(_MODELS.value, bands, flags.FLAGS.repeats)}}
+  figures = {"target_ratio": TARGET, "bands": bands}
+  if not _SKIP_AUDIT.value:
+    figures["audit"] = {"models": _MODELS.value,
+                        **measure_audit(_MODELS.value, bands, flags.FLAGS.repeats)}
   if not _SKIP_LARGE.value:
     figures["large_n"] = {"n": _LARGE_N.value, "steps": _LARGE_STEPS.value,
                           **measure_large_n(_LARGE_N.value, _LARGE_STEPS.value, bands,

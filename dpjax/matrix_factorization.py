@@ -52,6 +52,8 @@ from dpjax import prng
 MAX_PATTERNS = 2_000_000
 # The largest T the dense helpers build a T x T matrix for.
 MAX_DENSE_STEPS = 4096
+# Leaves of at least this many entries combine a Toeplitz stream's past draws by a dot.
+_DOT_MIN_SIZE = 4096
 
 
 # ----------------------------------------------------------------------------------
@@ -194,8 +196,11 @@ def toeplitz_stream(coefs: Any, num_steps: int) -> NoiseStream:
     t = jnp.asarray(t, jnp.int32)
     slot = jnp.arange(b - 1, dtype=jnp.int32)              # slot r holds w_{t-j}, j below
     j = (t - slot - 1) % (b - 1) + 1
-    weight = c32[j].reshape((b - 1,) + (1,) * (state.ndim - 1))
-    w = (z - jnp.sum(weight * state, axis=0)) / c32[0]    # an elementwise sum: fused
+    if math.prod(state.shape[1:]) >= _DOT_MIN_SIZE:     # XLA:CPU: a matvec for large
+      past = jnp.tensordot(c32[j], state, axes=1)        # leaves, a fused sum for small
+    else:                                                # ones (many models under vmap)
+      past = jnp.sum(c32[j].reshape((b - 1,) + (1,) * (state.ndim - 1)) * state, axis=0)
+    w = (z - past) / c32[0]
     return w, jax.lax.dynamic_update_index_in_dim(state, w, t % (b - 1), 0)
 
   def next_fn(state, key, t):

@@ -148,6 +148,20 @@ class AmplifiedAccountantTest(parameterized.TestCase):
     self.assertEqual(mf.num_bands(np.eye(4)), 1)
 
 
+class ToeplitzStreamLayoutTest(parameterized.TestCase):
+
+  @parameterized.parameters(((7,),), ((4100,),))   # the fused sum and the dot path
+  def test_stream_is_the_dense_inverse_on_the_draws(self, shape):
+    from dpjax import prng  # pylint: disable=g-import-not-at-top
+    coefs, t = [1.0, 0.5, 0.25], 7
+    key = jax.random.key(5)
+    got = np.asarray(mf.stream_noise(mf.toeplitz_stream(coefs, t), key, t, shape), np.float64)
+    z = np.stack([np.asarray(prng.standard_normal(prng.fold_in(key, i), shape), np.float64)
+                  for i in range(t)])
+    want = np.linalg.solve(mf.banded_toeplitz(coefs, t), z.reshape(t, -1)).reshape(got.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 class CyclicPoissonSamplerTest(absltest.TestCase):
 
   def test_records_take_part_only_in_their_bin_at_rate_p(self):

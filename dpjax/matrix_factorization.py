@@ -52,6 +52,8 @@ from dpjax import prng
 MAX_PATTERNS = 2_000_000
 # The largest T the dense helpers build a T x T matrix for.
 MAX_DENSE_STEPS = 4096
+# Leaves of at least this many entries combine a Toeplitz stream's past draws by a dot.
+_DOT_MIN_SIZE = 4096
 
 
 # ----------------------------------------------------------------------------------
@@ -161,18 +163,23 @@ class NoiseStream(NamedTuple):
   is step t's key and t (0-indexed, may be traced) counts calls since init; a tree or
   general stream returns NaN for t >= T (never silently wrong noise). strategy: the
   float64[T, T] C whose C^-1 Z the stream draws in distribution; for Toeplitz and general
-  C exactly (row t of C^-1 Z, Z[t] = prng.standard_normal(key_t, shape)).
+  C exactly (row t of C^-1 Z, Z[t] = prng.standard_normal(key_t, shape)). from_draw:
+  None, or from_draw(state, z, t) -> (noise_t, state) with next(state, key, t) ==
+  from_draw(state, prng.standard_normal(key, shape), t), so a caller can draw the z of
+  many leaves at once (`prng.standard_normals`).
   """
   init: Callable
   next: Callable
   strategy: np.ndarray
+  from_draw: Callable | None = None
 
 
 def toeplitz_stream(coefs: Any, num_steps: int) -> NoiseStream:
   """The banded Toeplitz strategy's noise: c_0 w_t = z_t - sum_{j=1}^{b-1} c_j w_{t-j}.
 
-  State: the last b - 1 outputs (float32[b - 1, *shape]). With coefs = (1,), w_t is the
-  plain draw `prng.standard_normal(key_t, shape)`.
+  State: the last b - 1 outputs as a ring (float32[b - 1, *shape]; w_s in slot s mod
+  (b - 1), written in place, so a step reads the ring once and writes one slot). With
+  coefs = (1,), w_t is the plain draw `prng.standard_normal(key_t, shape)`.
   """
   c = _check_coefs(coefs)
   strategy = banded_toeplitz(c, num_steps)
@@ -183,16 +190,23 @@ def toeplitz_stream(coefs: Any, num_steps: int) -> NoiseStream:
     shape = _validate.check_sizes(shape, "shape", minimum=0)
     return jnp.zeros((b - 1,) + shape, jnp.float32)
 
-  def next_fn(state, key, t):
-    del t
-    z = prng.standard_normal(key, state.shape[1:])
+  def from_draw(state, z, t):
     if b == 1:
       return (z if c[0] == 1 else z / c32[0]), state
-    past = jnp.tensordot(c32[1:], state, axes=1)      # state[j - 1] = w_{t-j}
+    t = jnp.asarray(t, jnp.int32)
+    slot = jnp.arange(b - 1, dtype=jnp.int32)              # slot r holds w_{t-j}, j below
+    j = (t - slot - 1) % (b - 1) + 1
+    if math.prod(state.shape[1:]) >= _DOT_MIN_SIZE:     # XLA:CPU: a matvec for large
+      past = jnp.tensordot(c32[j], state, axes=1)        # leaves, a fused sum for small
+    else:                                                # ones (many models under vmap)
+      past = jnp.sum(c32[j].reshape((b - 1,) + (1,) * (state.ndim - 1)) * state, axis=0)
     w = (z - past) / c32[0]
-    return w, jnp.concatenate([w[None], state[:-1]], axis=0)
+    return w, jax.lax.dynamic_update_index_in_dim(state, w, t % (b - 1), 0)
 
-  return NoiseStream(init, next_fn, strategy)
+  def next_fn(state, key, t):
+    return from_draw(state, prng.standard_normal(key, state.shape[1:]), t)
+
+  return NoiseStream(init, next_fn, strategy, from_draw)
 
 
 def matrix_stream(strategy_TxT: Any) -> NoiseStream:
@@ -208,13 +222,15 @@ def matrix_stream(strategy_TxT: Any) -> NoiseStream:
     shape = _validate.check_sizes(shape, "shape", minimum=0)
     return jnp.zeros((t_max,) + shape, jnp.float32)
 
-  def next_fn(state, key, t):
-    z = prng.standard_normal(key, state.shape[1:])
+  def from_draw(state, z, t):
     row = jnp.where(jnp.arange(t_max) < t, c32[t], 0.0)
     w = (z - jnp.tensordot(row, state, axes=1)) / c32[t, t]
     return jnp.where(t < t_max, w, jnp.nan), state.at[t].set(w)
 
-  return NoiseStream(init, next_fn, c)
+  def next_fn(state, key, t):
+    return from_draw(state, prng.standard_normal(key, state.shape[1:]), t)
+
+  return NoiseStream(init, next_fn, c, from_draw)
 
 
 def tree_stream(num_steps: int, honaker: bool = True) -> NoiseStream:
@@ -497,10 +513,73 @@ def epsilon(noise_multiplier: float, sensitivity_value: float, delta: float) -> 
                                   _validate.check_delta(delta), accountant="pld")
 
 
+
+def num_bands(strategy_TxT: Any) -> int:
+  """b: 1 + the largest i - j with C[i, j] != 0 (1 for a diagonal C)."""
+  c = check_strategy(strategy_TxT)
+  i, j = np.nonzero(c)
+  return int(np.max(i - j)) + 1
+
+
+def amplified_event(strategy_TxT: Any, noise_multiplier: float, bin_prob: float,
+                    cycle_length: int):
+  """The event of C x + sigma Z under cyclic Poisson sampling (amplified BandMF).
+
+  A record belongs to one residue class j mod s (s = cycle_length, fixed independently of
+  the data) and takes part at each step t = j (mod s) independently with probability p =
+  bin_prob (`sampling.CyclicPoissonSampler`). When C has at most s bands, its
+  participation at step t moves only rows t .. t + s - 1 of C x, disjoint from the rows
+  its other participations move, so the run (adaptive gradients included) is the
+  composition of one Poisson-subsampled Gaussian per participation, the m-th with shift
+  ||C[:, j + m s]|| (Choquette-Choo et al. 2023, https://arxiv.org/abs/2306.08153,
+  Thm 4). Pessimistic over j: the m-th of k = ceil(T / s) components gets
+  a_m = max_j ||C[:, j + m s]|| and is the mixture-of-Gaussians pair
+  (1 - p) N(0, sigma^2) + p N(a_m, sigma^2) against N(0, sigma^2)
+  (`events.MixtureOfGaussiansEvent`, add/remove); equal a_m are merged by
+  `events.SelfComposedEvent`. For C = I, s = 1 it is DP-SGD's Poisson-subsampled Gaussian.
+
+  Raises ValueError when C has more than s bands (participations would overlap in the
+  rows of C x; use `cyclic_sensitivity` and `epsilon`, which do not amplify).
+  """
+  from dpjax.accounting import events  # pylint: disable=g-import-not-at-top
+  c = check_strategy(strategy_TxT)
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  p = _validate.check_sampling_prob(bin_prob, "bin_prob")
+  t = c.shape[0]
+  s = _validate.check_int(cycle_length, "cycle_length")
+  bands = num_bands(c)
+  if bands > s:
+    raise ValueError(f"the strategy has {bands} bands but cycle_length = {s}: amplification "
+                     "needs at most cycle_length bands (participations must move disjoint "
+                     "rows of C x); account without amplification (cyclic_sensitivity)")
+  s = min(s, t)                                          # s >= T: one participation
+  norms = np.array([math.sqrt(float(np.sum(c[r:r + s, r] ** 2))) for r in range(t)])
+  k = -(-t // s)
+  padded = np.zeros(k * s)
+  padded[:t] = norms
+  shifts = padded.reshape(k, s).max(axis=1)              # a_m, m = 0 .. k - 1
+  values, counts = np.unique(shifts, return_counts=True)
+  parts = [events.SelfComposedEvent(events.MixtureOfGaussiansEvent(
+      sigma, (0.0, float(a)), (1.0 - p, p)), int(n)) for a, n in zip(values, counts) if a > 0]
+  return parts[0] if len(parts) == 1 else events.ComposedEvent(tuple(parts))
+
+
+def amplified_epsilon(strategy_TxT: Any, noise_multiplier: float, bin_prob: float,
+                      cycle_length: int, delta: float,
+                      value_discretization: float | None = None) -> float:
+  """eps at delta of `amplified_event` by the PLD accountant (add/remove neighbours), on
+  a loss grid of spacing value_discretization (default 1e-4; coarser is faster and
+  still an upper bound)."""
+  from dpjax.accounting import event_accounting  # pylint: disable=g-import-not-at-top
+  return event_accounting.epsilon(
+      amplified_event(strategy_TxT, noise_multiplier, bin_prob, cycle_length),
+      _validate.check_delta(delta), accountant="pld", value_discretization=value_discretization)
+
 __all__ = [
-    "MAX_DENSE_STEPS", "MAX_PATTERNS", "NoiseStream", "banded_toeplitz", "check_strategy",
-    "cyclic_sensitivity",
-    "epsilon", "expected_error", "gaussian_event", "matrix_stream", "momentum_workload",
-    "optimize_toeplitz", "prefix_workload", "sqrt_toeplitz_coefs", "sensitivity", "stream_noise", "toeplitz_sensitivity",
-    "toeplitz_stream", "tree_aggregation", "tree_noise_weights", "tree_stream",
+    "MAX_DENSE_STEPS", "MAX_PATTERNS", "NoiseStream", "amplified_epsilon", "amplified_event",
+    "banded_toeplitz", "check_strategy", "cyclic_sensitivity", "epsilon", "expected_error",
+    "gaussian_event", "matrix_stream", "momentum_workload", "num_bands", "optimize_toeplitz",
+    "prefix_workload", "sqrt_toeplitz_coefs", "sensitivity", "stream_noise",
+    "toeplitz_sensitivity", "toeplitz_stream", "tree_aggregation", "tree_noise_weights",
+    "tree_stream",
 ]

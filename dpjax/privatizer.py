@@ -31,6 +31,7 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import ClassVar, NamedTuple, Protocol
 
@@ -173,15 +174,46 @@ def correlated_privatizer(stream, stddev, key: jax.Array) -> optax.GradientTrans
     if _static_zero(stddev):
       return updates, CorrelatedPrivatizerState(state.key, state.count + 1, state.streams)
     ks = prng.split(prng.fold_in(state.key, state.count), len(leaves))
+    if stream.from_draw is not None:   # one sampler for every leaf, the same bits
+      zs = prng.standard_normals(ks, [jnp.shape(l) for l in leaves])
+      steps = [stream.from_draw(st, z, state.count) for z, st in zip(zs, state.streams)]
+    else:
+      steps = [stream.next(st, kk, state.count) for kk, st in zip(ks, state.streams)]
     out, new = [], []
-    for kk, l, st in zip(ks, leaves, state.streams):
-      w, st = stream.next(st, kk, state.count)
+    for l, (w, st) in zip(leaves, steps):
       out.append(l + stddev * w.astype(l.dtype))
       new.append(st)
     return (jax.tree.unflatten(treedef, out),
             CorrelatedPrivatizerState(state.key, state.count + 1, tuple(new)))
 
   return optax.GradientTransformation(init_fn, update_fn)
+
+
+def _cycle(sampler) -> int:
+  """The cycle of a sampler with a participation bound (ValueError for any other)."""
+  from dpjax import sampling  # pylint: disable=g-import-not-at-top
+  if type(sampler) is sampling.CyclicSampler:
+    return sampler.steps_per_epoch
+  if type(sampler) is sampling.CyclicPoissonSampler:
+    return sampler.cycle_length
+  raise ValueError(f"no participation bound for sampler {type(sampler).__name__}: the "
+                   "correlated-noise epsilon is derived for sampling.CyclicSampler and "
+                   "sampling.CyclicPoissonSampler only (use matrix_factorization.sensitivity "
+                   "with the pattern your sampler guarantees)")
+
+
+@functools.lru_cache(maxsize=256)
+def _correlated_epsilon(priv, sigma: float, num_steps: int, delta: float, sampler) -> float:
+  """`CorrelatedNoisePrivatizer.epsilon` for sigma > 0, memoised (the engine states it on
+  every training call, and the amplified PLD takes seconds)."""
+  from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+  from dpjax import sampling  # pylint: disable=g-import-not-at-top
+  eps = mf.epsilon(sigma, priv.sensitivity(sampler, num_steps), delta)
+  c = priv.stream.strategy[:num_steps, :num_steps]
+  if type(sampler) is sampling.CyclicPoissonSampler and mf.num_bands(c) <= sampler.cycle_length:
+    eps = min(eps, mf.amplified_epsilon(c, sigma, sampler.bin_prob, sampler.cycle_length,
+                                        delta))
+  return eps
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -196,7 +228,8 @@ class CorrelatedNoisePrivatizer:
   `matrix_factorization.sensitivity(stream.strategy, k, sep)` for the participation the
   sampler guarantees (at most k = epochs participations for a shuffle, sep >= 1), eps by
   `matrix_factorization.epsilon`, without amplification by sampling. With
-  `sampling.CyclicSampler` the engine states that eps instead (`epsilon`).
+  `sampling.CyclicSampler`, or `sampling.CyclicPoissonSampler` (amplified when the
+  strategy has at most cycle_length bands), the engine states the eps of `epsilon`.
   """
   stream: object
   accounted: ClassVar[bool] = False
@@ -208,34 +241,32 @@ class CorrelatedNoisePrivatizer:
   def sensitivity(self, sampler, num_steps: int) -> float:
     """sens of the first T steps' strategy under `sampler`'s participation.
 
-    Only `sampling.CyclicSampler` has a participation bound here:
-    `matrix_factorization.cyclic_sensitivity(C[:T, :T], E)`. ValueError for any other
-    sampler (Poisson or shuffled batches do not bound the gap between participations),
-    or T beyond the stream's.
+    Only `sampling.CyclicSampler` and `sampling.CyclicPoissonSampler` have a
+    participation bound here: `matrix_factorization.cyclic_sensitivity(C[:T, :T], E)`
+    with E = steps_per_epoch, or cycle_length (every step of a record's residue class,
+    the worst case of its Poisson draws). ValueError for any other sampler (Poisson or
+    shuffled batches do not bound the gap between participations), or T beyond the
+    stream's.
     """
     from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
-    from dpjax import sampling  # pylint: disable=g-import-not-at-top
-    if type(sampler) is not sampling.CyclicSampler:
-      raise ValueError(f"no participation bound for sampler {type(sampler).__name__}: the "
-                       "correlated-noise epsilon is derived for sampling.CyclicSampler only "
-                       "(use matrix_factorization.sensitivity with the pattern your sampler "
-                       "guarantees)")
     t = _validate.check_int(num_steps, "num_steps", 1, self.stream.strategy.shape[0])
-    return mf.cyclic_sensitivity(self.stream.strategy[:t, :t], sampler.steps_per_epoch)
+    return mf.cyclic_sensitivity(self.stream.strategy[:t, :t], _cycle(sampler))
 
   def epsilon(self, noise_multiplier: float, num_steps: int, delta: float, sampler) -> float:
     """eps at delta of T steps with this noise on `sampler`'s cyclic batches.
 
     `matrix_factorization.epsilon(sigma, self.sensitivity(sampler, T), delta)`: the
     Gaussian mechanism C x + sigma Z with multiplier sigma / sens, add/remove of one
-    record, no amplification; math.inf at sigma = 0.
+    record, no amplification; math.inf at sigma = 0. For a `sampling.CyclicPoissonSampler`
+    whose cycle_length is at least the bands of C[:T, :T], the smaller of that and
+    `matrix_factorization.amplified_epsilon` (both are upper bounds).
     """
-    from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
     sigma = _validate.check_nonnegative(noise_multiplier, "noise_multiplier")
-    sens = self.sensitivity(sampler, num_steps)
+    self.sensitivity(sampler, num_steps)   # validates sampler and T
     if sigma == 0:
       return math.inf
-    return mf.epsilon(sigma, sens, delta)
+    return _correlated_epsilon(self, sigma, int(num_steps), _validate.check_delta(delta),
+                               sampler)
 
   def noise_stddev(self, noise_multiplier: float, l2_clip_norm: float) -> float:
     """sigma * C, as `GaussianPrivatizer`."""

@@ -11,8 +11,9 @@ Any object with these members can be passed as `dpsgd.train_many(..., sampler=..
 `PoissonSampler` is what DP-SGD's analysis assumes (Abadi et al. 2016).
 `ShuffleSampler` (fixed-size batches from a per-epoch shuffle) is NOT covered by
 those accountants (Chua et al. 2024, "How private are DP-SGD implementations?"); it
-exists for audits. `CyclicSampler` (fixed batches in a fixed cycle, no amplification) is
-the participation pattern of matrix-factorization training. `UserPoissonSampler` samples
+exists for audits. `CyclicSampler` (fixed batches in a fixed cycle, no amplification) and
+`CyclicPoissonSampler` (Poisson batches from one of s bins per step, amplified) are the
+participation patterns of matrix-factorization training. `UserPoissonSampler` samples
 users (McMahan et al. 2018, https://arxiv.org/abs/1710.06963). Step t draws its mask from
 `prng.fold_in(key, t)` (`CyclicSampler`: one permutation from `key`).
 
@@ -173,6 +174,62 @@ class CyclicSampler:
     j = step % self.steps_per_epoch
     b = self.batch_size
     return (slot >= j * b) & (slot < (j + 1) * b) & keep_N
+
+
+@dataclasses.dataclass(frozen=True)
+class CyclicPoissonSampler:
+  """Cyclic Poisson sampling (b-min-separation): Poisson batches from one bin per step.
+
+  Record i (its slot in the data) is in bin i mod s: a fixed partition that does not
+  depend on the data, so removing a record removes only its own terms (shuffle the data
+  once beforehand if its order means something: the guarantee needs no randomness in the
+  bins, as it holds for the worst bin, and a fixed partition costs nothing per step).
+  Step t takes each
+  kept record of bin t mod s independently with probability p
+  (`prng.poisson_mask(prng.fold_in(key, t), p, N)`). A record therefore takes part only
+  at the steps of its residue class, each independently with probability p: at most
+  k = ceil(T / s) times, consecutive participations at least s steps apart.
+
+  Attributes:
+    bin_prob: p in (0, 1], the Poisson rate within the active bin.
+    cycle_length: s >= 1 bins (the minimum separation); s = 1 is `PoissonSampler(p)`'s
+      law (its masks are drawn from the same bits).
+    sampling_prob: p / s (derived), the rate of the fixed denominator q n (the expected
+      batch holds p n / s records).
+  Privacy: NOT the DP-SGD accountants' model (`accounted` is False). With
+    `privatizer.CorrelatedNoisePrivatizer` whose strategy has at most s bands, the run
+    is amplified (`matrix_factorization.amplified_event`, Choquette-Choo et al. 2023,
+    https://arxiv.org/abs/2306.08153); the engine states that eps.
+  """
+  bin_prob: float
+  cycle_length: int
+  sampling_prob: float = dataclasses.field(init=False)
+  accounted: ClassVar[bool] = False
+  privacy_unit: ClassVar[str] = "example"
+
+  def __post_init__(self):
+    p = float(_validate.check_sampling_prob(self.bin_prob, "bin_prob"))
+    s = _validate.check_int(self.cycle_length, "cycle_length")
+    object.__setattr__(self, "bin_prob", p)
+    object.__setattr__(self, "cycle_length", s)
+    object.__setattr__(self, "sampling_prob", p / s)
+
+  def participation(self, num_steps: int) -> tuple[int, int]:
+    """(k, sep) = (ceil(T / s), s) clipped to k <= T: the most participations of one
+    record in T steps and the least gap between consecutive ones."""
+    t = _validate.check_int(num_steps, "num_steps")
+    s = self.cycle_length
+    return min(-(-t // s), t), min(s, t)
+
+  def batch_mask(self, key: jax.Array, step: jax.Array, keep_N: jax.Array) -> jax.Array:
+    """bool[N]: kept records of bin (step mod s), each with probability p."""
+    n = keep_N.shape[0]
+    in_bin = keep_N
+    if self.cycle_length > 1:
+      in_bin = (jnp.arange(n) % self.cycle_length == step % self.cycle_length) & keep_N
+    if self.bin_prob >= 1.0:
+      return in_bin
+    return prng.poisson_mask(prng.fold_in(key, step), self.bin_prob, n) & in_bin
 
 
 # The default capacity leaves the sampled count above it with probability at most

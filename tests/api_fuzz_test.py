@@ -1674,6 +1674,15 @@ def entries():
   add(E("dpjax.matrix_factorization.cyclic_sensitivity", mfz.cyclic_sensitivity,
         dict(strategy_TxT=tri, steps_per_epoch=2),
         {"strategy_TxT": "array", "steps_per_epoch": "count"}))
+  add(E("dpjax.matrix_factorization.num_bands", mfz.num_bands, dict(strategy_TxT=tri),
+        {"strategy_TxT": "array"}))
+  add(E("dpjax.matrix_factorization.amplified_event", mfz.amplified_event,
+        dict(strategy_TxT=np.eye(3), noise_multiplier=1.0, bin_prob=0.5, cycle_length=1),
+        {"strategy_TxT": "array", "cycle_length": "count"}))
+  add(E("dpjax.matrix_factorization.amplified_epsilon", mfz.amplified_epsilon,
+        dict(strategy_TxT=np.eye(2), noise_multiplier=2.0, bin_prob=0.5, cycle_length=1,
+             delta=1e-3, value_discretization=1e-2),
+        {"strategy_TxT": "array", "cycle_length": "count"}))
   add(E("dpjax.matrix_factorization.toeplitz_sensitivity", mfz.toeplitz_sensitivity,
         dict(coefs=np.array([1.0, 0.5]), num_steps=6, num_participations=2, min_separation=2),
         {"coefs": "array", "min_separation": "count"}))
@@ -1725,6 +1734,8 @@ def entries():
   add(E("dpjax.sampling.CyclicSampler", sampling.CyclicSampler,
         dict(batch_size=3, steps_per_epoch=4, sampling_prob=0.25),
         {"batch_size": "count", "steps_per_epoch": "count"}))
+  add(E("dpjax.sampling.CyclicPoissonSampler", sampling.CyclicPoissonSampler,
+        dict(bin_prob=0.5, cycle_length=3), {"cycle_length": "count"}))
   add(E("dpjax.sampling.UserPoissonSampler", sampling.UserPoissonSampler,
         dict(sampling_prob=0.3, user_ids_N=np.array([0, 0, 1, 2]), num_users=3),
         {"user_ids_N": "labels"}))

@@ -26,9 +26,11 @@ class OtherAccountantWarning(UserWarning):
 
 
 def _correlated_cyclic(cfg, sampler, path, privatizer) -> bool:
-  """Correlated noise on cyclic batches, accounted clipping, example-level, T within the
-  strategy: the one unaccounted combination whose epsilon the engine can state."""
-  return (type(sampler) is sampling_lib.CyclicSampler and path.accounted
+  """Correlated noise on cyclic batches (fixed or Poisson within the cycle), accounted
+  clipping, example-level, T within the strategy: the combinations whose epsilon the engine
+  can state (`CorrelatedNoisePrivatizer.epsilon`)."""
+  return (type(sampler) in (sampling_lib.CyclicSampler, sampling_lib.CyclicPoissonSampler)
+          and path.accounted
           and type(privatizer) is privatizer_lib.CorrelatedNoisePrivatizer
           and cfg.privacy_unit == "example"
           and int(cfg.num_steps) <= privatizer.stream.strategy.shape[0])
@@ -39,10 +41,13 @@ def _correlated_statement(cfg, sampler, privatizer) -> str:
   k, sep = sampler.participation(t)
   sens = privatizer.sensitivity(sampler, t)
   eps = privatizer.epsilon(float(cfg.noise_multiplier), t, float(cfg.delta), sampler)
+  how = ("no amplification" if type(sampler) is sampling_lib.CyclicSampler else
+         "or, if smaller, the amplified cyclic-Poisson bound (matrix_factorization."
+         "amplified_epsilon)")
   return (f"training with correlated noise on cyclic batches: DpSgdConfig.epsilon() (Poisson "
           f"sampling, amplified) does NOT hold. Each record takes part at most {k} times, "
           f"{sep} steps apart; the strategy's sensitivity is {sens:.6g}, so the run is the "
-          f"Gaussian mechanism with multiplier sigma / {sens:.6g}, no amplification: "
+          f"Gaussian mechanism with multiplier sigma / {sens:.6g}, {how}: "
           f"eps = {eps:.6g} at delta = {float(cfg.delta):g} for sigma = "
           f"{float(cfg.noise_multiplier):g} (CorrelatedNoisePrivatizer.epsilon; in a "
           "train_sweep each config's own sigma).")

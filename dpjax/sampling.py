@@ -274,8 +274,8 @@ def check_user_ids(user_ids_N, num_users: int, name: str = "user_ids_N",
   if ids.ndim != 1:
     raise ValueError(f"{name} must be a 1-D array of user ids, got shape {ids.shape}")
   if num_records is not None and ids.shape[0] != num_records:
-    raise ValueError(f"{name} must have one id per record, length {num_records}, got "
-                     f"length {ids.shape[0]}")
+    raise ValueError(f"{name} must have one id per record, length num_records = "
+                     f"{num_records}, got length {ids.shape[0]}")
   if ids.shape[0] < 1:
     raise ValueError(f"{name} must hold at least one id, got an empty array")
   if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):

@@ -166,18 +166,6 @@ EXCLUDED = {
 # (its split is in progress elsewhere) and sizes past 2^31 that reach an allocation
 # or a loop without a size check are what remains.
 KNOWN_GAPS = {
-    ("dpjax.accounting.pld.dpsgd_delta", "num_steps"):
-        "wrong at int64_max: unnamed OverflowError: cannot convert float infinity to integer",
-    ("dpjax.accounting.pld.dpsgd_delta", "rtol"):
-        "hang at subnormal: no answer within 20 s",
-    ("dpjax.accounting.pld.dpsgd_epsilon_bound", "num_steps"):
-        "wrong at int32_max: released NaN/inf (error: inf)",
-    ("dpjax.accounting.pld.gaussian_pld", "noise_multiplier"):
-        "wrong at subnormal: unnamed ValueError: cannot convert float NaN to integer",
-    ("dpjax.accounting.pld.randomized_response_pld", "epsilon"):
-        "wrong at 1e300: unnamed OverflowError: math range error",
-    ("dpjax.accounting.pld.dpsgd_epsilon_never_looser", "num_steps"):
-        "oom at int32_max: MemoryError: its 4x / 16x finer grids (dpsgd_epsilon_bound's gap)",
     ("dpjax.audit.guard.check_claim", "num_filler"):
         "oom at 2^31: MemoryError: Unable to allocate 64.0 GiB for an array with shape (2147",
     ("dpjax.audit.last_iterate.last_iterate_roc", "num_points"):
@@ -194,10 +182,6 @@ KNOWN_GAPS = {
         "oom at int32_max: MemoryError: Unable to allocate 16.0 GiB for an array with shape (2, 2",
     ("dpjax.pate.train_teachers", "num_steps"):
         "hang at int32_max: no answer within 120 s (killed)",
-    ("dpjax.recommender.private_statistics", "beta_p"):
-        "wrong at +0: released NaN/inf ([2]: 6 of 9 entries NaN/inf)",
-    ("dpjax.sampling.check_user_ids", "num_records"):
-        "wrong at 2^31: unnamed ValueError: user_ids_N must have one id per record, length 214",
 }
 
 

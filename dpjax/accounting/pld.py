@@ -262,6 +262,10 @@ def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0,
       value_discretization, "value_discretization")
   tail = _validate.check_range(tail_mass, "tail_mass", 0.0, 1e-3, open_low=True)
   mu = s / sigma
+  if not (mu < 1e150 or (q == 1.0 and math.isfinite(mu))):   # mu^2 / 2 overflows past 1.9e154
+    raise pld_grid.GridTooLarge(
+        f"mu = sensitivity / noise_multiplier = {s!r} / {sigma!r} = {mu:.3g} is too large: "
+        "the losses of the subsampled Gaussian reach mu^2 / 2, past any grid")
   if q == 1.0:
     return PrivacyLossDistribution(mu=mu, value_discretization=h)
   return PrivacyLossDistribution(pmfs=pld_grid.subsampled_gaussian_pmfs(mu, q, h, tail),
@@ -312,9 +316,13 @@ def randomized_response_pld(epsilon: float, num_buckets: int = 2,
   k = _validate.check_int(num_buckets, "num_buckets", minimum=2)
   h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _validate.check_positive(
       value_discretization, "value_discretization")
-  z = math.exp(e) + k - 1
+  if e / h > 2.0**52:     # the grid index of the loss eps is no longer exact in float64
+    raise pld_grid.GridTooLarge(
+        f"epsilon = {e!r} at value_discretization = {h!r} puts the loss eps at grid index "
+        f"{e / h:.3g}, past 2^52 (exact float64 indices); use a larger value_discretization")
+  log_z = e + math.log1p((k - 1) * math.exp(-e))     # log(e^eps + k - 1), no overflow
   losses = np.array([e, -e, 0.0])
-  masses = np.array([math.exp(e) / z, 1.0 / z, (k - 2) / z])
+  masses = np.array([math.exp(e - log_z), math.exp(-log_z), (k - 2) * math.exp(-log_z)])
   keep = masses > 0
   return PrivacyLossDistribution(pmfs=(pld_grid.atoms_pmf(losses[keep], masses[keep], h),),
                                  value_discretization=h)

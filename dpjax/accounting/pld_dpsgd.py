@@ -28,6 +28,13 @@ from dpjax.accounting import gdp
 from dpjax.accounting import pld_grid
 from dpjax.accounting.pld_grid import DEFAULT_TAIL_MASS
 
+# The smallest rtol: each halving of h doubles the grid; below 1e-8 the refinement
+# runs to the memory cap (MAX_POINTS) for want of float64 precision, taking minutes.
+RTOL_MIN = 1e-8
+# At most this many 4x coarsenings of the first grid (h up to 1e-2 * 4^10 ~ 1e4): past
+# that no grid fits (T-fold compositions need ~sqrt(T) points whatever h is).
+_MAX_COARSENINGS = 10
+
 # ----------------------------------------------------------------------------
 # DP-SGD with an adaptive grid
 
@@ -62,12 +69,15 @@ def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
     (value at the finest h, error estimate, h).
   """
   h = h_start
-  while True:   # coarsen until the first grid fits
+  for _ in range(_MAX_COARSENINGS + 1):   # coarsen until the first grid fits
     try:
       vals = {h: value_at_h(h)}
       break
     except pld_grid.GridTooLarge:
       h *= 4
+  else:
+    raise pld_grid.GridTooLarge(f"no grid spacing from {h_start:g} to {h / 4:g} fits in "
+                                f"{pld_grid.MAX_POINTS} points")
   p = 1.0
   err = math.inf
   while True:
@@ -76,6 +86,9 @@ def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
       if h_next not in vals:
         vals[h_next] = value_at_h(h_next)
     except pld_grid.GridTooLarge:
+      if not math.isfinite(err):   # the first grid is the finest: estimate from (2h, h)
+        vals[2 * h] = value_at_h(2 * h)
+        err = abs(vals[2 * h] - vals[h])
       warnings.warn(f"PLD grid limited by memory at h={h:g}; estimated error {err:.3g}",
                     RuntimeWarning, stacklevel=3)
       return vals[h], err, h
@@ -103,6 +116,15 @@ def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
       h = h_next
 
 
+def _adaptive_steps(value_at_h, rtol: float, atol: float, t: int):
+  """`_adaptive`, naming num_steps when no grid can hold T compositions."""
+  try:
+    return _adaptive(value_at_h, rtol, atol)
+  except pld_grid.GridTooLarge as e:
+    raise pld_grid.GridTooLarge(f"num_steps = {t} is too many compositions for the PLD "
+                                f"grid ({e}); use the RDP accountant") from e
+
+
 def _dpsgd_pmfs(sigma: float, q: float, h: float, tail: float) -> tuple[pld_grid.LossPmf, ...]:
   return pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail)
 
@@ -123,7 +145,7 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
   """eps of DP-SGD (Poisson sampling, add/remove-one) with its discretisation error.
 
   sigma = noise_multiplier > 0 (noise std / clip norm), q = sampling_prob in (0, 1],
-  T = num_steps >= 1, delta in (0, 1), rtol in (0, 0.1]. h is halved from 1e-2 until the
+  T = num_steps >= 1, delta in (0, 1), rtol in [1e-8, 0.1]. h is halved from 1e-2 until the
   estimated error is at most max(rtol * eps, 1e-9). Per-step tails are cut at P-mass
   1e-6 * delta / T and the FFT window drops Chernoff tails of 1e-6 * delta each (moved
   pessimistically), so the answer is the eps of a delta at most ~3e-6 * delta smaller
@@ -142,7 +164,7 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
   q = _validate.check_sampling_prob(sampling_prob)
   t = _validate.check_int(num_steps, "num_steps")
   delta = _validate.check_delta(delta)
-  rtol = _validate.check_range(rtol, "rtol", 0.0, 0.1, open_low=True)
+  rtol = _validate.check_range(rtol, "rtol", RTOL_MIN, 0.1)
   if q == 1.0:
     return PldResult(gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma), 0.0, 0.0, True)
   last = []   # the previous grid's eps: where the next grid tilts its FFT
@@ -153,7 +175,7 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
     last.append(eps)
     return eps
 
-  eps, err, h = _adaptive(eps_at, rtol, 1e-9)
+  eps, err, h = _adaptive_steps(eps_at, rtol, 1e-9, t)
   return PldResult(eps, err, h, False)
 
 
@@ -175,13 +197,13 @@ def dpsgd_delta_bound(noise_multiplier: float, sampling_prob: float, num_steps: 
   """delta(eps) of DP-SGD by the PLD accountant, with its discretisation error.
 
   Arguments as in `dpsgd_epsilon_bound`; epsilon >= 0 finite, rtol the target relative
-  error of delta in (0, 0.1]. Returns a PldResult with value = delta(eps) (an upper bound).
+  error of delta in [1e-8, 0.1]. Returns a PldResult with value = delta(eps) (an upper bound).
   """
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)
   t = _validate.check_int(num_steps, "num_steps")
   e = _validate.check_epsilon(epsilon, allow_zero=True)
-  rtol = _validate.check_range(rtol, "rtol", 0.0, 0.1, open_low=True)
+  rtol = _validate.check_range(rtol, "rtol", RTOL_MIN, 0.1)
   if q == 1.0:
     return PldResult(gdp.gaussian_delta(e, math.sqrt(t) / sigma), 0.0, 0.0, True)
 
@@ -189,7 +211,7 @@ def dpsgd_delta_bound(noise_multiplier: float, sampling_prob: float, num_steps: 
     return max(pld_grid.self_compose(p, t).delta(e)
                for p in _dpsgd_pmfs(sigma, q, h, DEFAULT_TAIL_MASS))
 
-  d, err, h = _adaptive(delta_at, rtol, 1e-300)
+  d, err, h = _adaptive_steps(delta_at, rtol, 1e-300, t)
   return PldResult(d, err, h, False)
 
 
@@ -211,7 +233,8 @@ class CheckedEpsilon:
   Attributes:
     value: the answer, an upper bound on eps (see `dpsgd_epsilon_never_looser`).
     ours: `dpsgd_epsilon`'s answer.
-    reference: dp_accounting's PLD answer, or None when dp_accounting is not importable.
+    reference: dp_accounting's PLD answer, or None when dp_accounting is not importable
+      or its grid would exceed pld_grid.MAX_POINTS points (eps / value_discretization).
     winner: "dpjax" (value = ours), "dp_accounting" (value = reference, certified by
       our finer grid) or "dpjax_finer" (value = our eps on a finer grid, between
       reference and ours).
@@ -251,6 +274,8 @@ def dpsgd_epsilon_never_looser(noise_multiplier: float, sampling_prob: float, nu
   except ImportError:
     return CheckedEpsilon(ours, ours, None, "dpjax")
   sigma, q, t, d = float(noise_multiplier), float(sampling_prob), int(num_steps), float(delta)
+  if not ours / h <= pld_grid.MAX_POINTS:   # dp_accounting's grid spans eps at spacing h
+    return CheckedEpsilon(ours, ours, None, "dpjax")
   acct = dp_accounting.pld.PLDAccountant(value_discretization_interval=h)
   acct.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), t)
   ref = float(acct.get_epsilon(d))

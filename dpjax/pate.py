@@ -528,7 +528,9 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
   """
   x, y = _check_data(model, x_NxF, y_N)
   keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, x.shape[0]))
-  steps = _validate.check_int(num_steps, "num_steps")
+  # One epoch of train_nonprivate per step: int32-indexed, 8 bytes each (see there).
+  steps = _validate.check_size(_validate.check_int(num_steps, "num_steps", 1, 2**31 - 1),
+                               "num_steps", bytes_per_unit=8)
   lr = _validate.check_positive(learning_rate, "learning_rate")
   return fitting.train_nonprivate(key, x, y, model, _adam(lr), num_epochs=steps,
                                   keep_MxN=keep, pad_to=pad_to).params

@@ -202,7 +202,8 @@ def default_batch_capacity(num_records: int, sampling_prob: float,
   # The engine holds an M x n membership mask (one byte per entry): a count whose
   # mask cannot exist is refused here (Boost's binomial quantile search never
   # returns for n near 2^63, and is NaN from 2^53).
-  n = _validate.check_size(num_records, "num_records", bytes_per_unit=1, units=m)
+  n = _validate.check_size(num_records, "num_records", bytes_per_unit=1, units=m,
+                           units_name="num_models")
   q = _validate.check_sampling_prob(sampling_prob)
   if q >= 1.0:
     return n

@@ -174,6 +174,9 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   k = _validate.check_int(num_canaries, "num_canaries")
   f = _validate.check_int(num_filler, "num_filler", minimum=2)
   _validate.check_size(r * k, "num_runs * num_canaries")
+  # The records: float32 features [f + k, _FILLER_FEATURES + k] and an R x (f + k) mask.
+  _validate.check_size(f + k, "num_filler + num_canaries",
+                       bytes_per_unit=4 * (_FILLER_FEATURES + k) + r)
   if (r // 2) * k < 8:
     raise ValueError(f"num_runs // 2 * num_canaries must be >= 8 (trials per side), got "
                      f"{(r // 2) * k}")

@@ -52,6 +52,8 @@ def _mixture(q: float, t: int):
   """(k, log w_k) of Binom(T, q), the canary's count of sampled steps (w_k > 0 only)."""
   if q >= 1.0:
     return np.array([float(t)]), np.array([0.0])
+  # Four float64 arrays over k = 0..T: a T that cannot fit is named before allocating.
+  _validate.check_size(t, "num_steps", bytes_per_unit=4 * 8)
   k = np.arange(t + 1, dtype=np.float64)
   logw = sp_stats.binom.logpmf(k, t, q)
   ok = np.isfinite(logw)
@@ -168,7 +170,7 @@ def last_iterate_roc(sampling_prob: float, noise_multiplier: float, num_steps: i
     (True, 1.0, 1.0)
   """
   q, sig, t = _check_mechanism(sampling_prob, noise_multiplier, num_steps)
-  j = _validate.check_int(num_points, "num_points", minimum=3)
+  j = _validate.check_size(num_points, "num_points", minimum=3, bytes_per_unit=4 * 8)
   k, logw = _mixture(q, t)
   s = sig * math.sqrt(t)
   w = np.exp(logw)

@@ -186,7 +186,8 @@ def train_nonprivate(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typin
   e = _validate.check_size(_validate.check_int(num_epochs, "num_epochs", 1, 2**31 - 1),
                            "num_epochs", bytes_per_unit=8)
   if keep_MxN is None:
-    keep = np.ones((_validate.check_int(num_models, "num_models"), n), bool)
+    keep = np.ones((_validate.check_size(num_models, "num_models", units=n, bytes_per_unit=9), n),
+                   bool)   # the mask, then int32 indices and float32 weights per slot
   else:
     keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, n))
     if keep.shape[0] < 1 or not np.all(keep.any(axis=1)):

@@ -281,6 +281,7 @@ def _release_on_grid(key, v, gamma: float, noise: integer_noise.IntegerNoise) ->
   return jnp.float32(gamma) * (k + x).astype(jnp.float32)
 
 
+@_validate.names_extreme_arguments
 def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0,
                    calibration: str = "analytic") -> float:
   """Noise std of a Gaussian mechanism that is (eps, delta)-DP for L2 sensitivity Delta_2.

@@ -139,6 +139,7 @@ def confident_gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, *, threshol
 # accounting (host NumPy)
 
 
+@_validate.names_extreme_arguments
 def gnmax_rdp_data_independent(sigma: float, orders) -> np.ndarray:
   """alpha / sigma^2 per GNMax query (L2 sensitivity sqrt(2)): float64[A]."""
   s = _validate.check_positive(sigma, "sigma")
@@ -190,6 +191,7 @@ def _log1mexp(x: float) -> float:
   return math.log(-math.expm1(x)) if x > -0.693 else math.log1p(-math.exp(x))
 
 
+@_validate.names_extreme_arguments
 def gnmax_log_q(votes_C, sigma: float) -> float:
   """log of an upper bound on Pr[GNMax(votes) != plurality] (Prop. 7): a float.
 
@@ -282,6 +284,7 @@ def threshold_rdp_data_dependent(votes_C, threshold: float, sigma_threshold: flo
   return gaussian_rdp_data_dependent(lq, math.sqrt(2.0) * sigma_threshold, orders)
 
 
+@_validate.names_extreme_arguments
 def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarray:
   """Data-dependent RDP of one LNMax answer (Papernot et al. 2017, Thm 3): float64[A].
 
@@ -366,6 +369,7 @@ def _check_accounting(votes_QxC, answered_Q, orders, threshold, sigma_threshold,
   return v, ans, lam
 
 
+@_validate.names_extreme_arguments
 def pate_rdp_grouped(votes_QxC, answered_Q=None, *, sigma: float, orders,
                      threshold: float | None = None, sigma_threshold: float | None = None,
                      cache: dict | None = None) -> PateRdp:
@@ -500,7 +504,9 @@ def epsilon(orders, rdp_values, delta: float) -> float:
 def partition(key: jax.Array, num_records: int, num_teachers: int) -> jax.Array:
   """Random disjoint partition of N records among M teachers, sizes within 1: bool[M, N]."""
   m = _validate.check_size(num_teachers, "num_teachers", bytes_per_unit=1)
-  n = _validate.check_size(num_records, "num_records", units=m, bytes_per_unit=1)
+  # owner and the bool[M, N] mask, built by XLA in int32 and bool
+  n = _validate.check_size(num_records, "num_records", units=m, bytes_per_unit=9,
+                           units_name="num_teachers")
   if m > n:
     raise ValueError(f"num_teachers must be <= num_records ({n}), got {m}")
   owner = jnp.arange(n) % m
@@ -536,6 +542,7 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
                                   keep_MxN=keep, pad_to=pad_to).params
 
 
+@_validate.names_extreme_arguments
 def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_lib.Model,
                    *, num_steps: int = 300, learning_rate: float = 0.05
                    ) -> tuple[PyTree, jax.Array]:

@@ -126,6 +126,7 @@ def _check_scale(lower, upper) -> tuple[float, float]:
   return lo, hi
 
 
+@_validate.names_extreme_arguments
 def sensitivities(privacy_unit: str = "rating", *, lower: float = ratings_lib.RATING_MIN,
                   upper: float = ratings_lib.RATING_MAX, clamp: float = 1.0,
                   max_ratings_per_user: Optional[int] = None) -> dict[str, float]:

@@ -454,13 +454,14 @@ def entries():
       ("ExponentialMechanismEvent", dict(epsilon=1.0), {}),
       ("PermuteAndFlipEvent", dict(epsilon=1.0), {}),
       ("RepeatAndSelectEvent", dict(event=g_ev, mean_runs=3.0, shape=1.0),
-       {"mean_runs": "pos", "shape": "realinf"}),
+       {"mean_runs": "pos", "shape": "realinf"}),   # shape inf: the Poisson law (its field)
       ("MixtureOfGaussiansEvent",
        dict(noise_multiplier=1.0, sensitivities=(0.0, 1.0), probs=(0.5, 0.5)),
        {"sensitivities": "array", "probs": "probarr"}),
       ("TreeAggregationEvent", dict(noise_multiplier=2.0, step_counts=(10, 5)),
        {"step_counts": "sizes"})):
-    add(E(f"dpjax.accounting.events.{n}", getattr(evs, n), kw, dict(ev_kinds, **extra)))
+    add(E(f"dpjax.accounting.events.{n}", getattr(evs, n), kw, dict(ev_kinds, **extra),
+          inf_ok=n == "RepeatAndSelectEvent"))
   add(E("dpjax.accounting.events.check_relation", evs.check_relation,
         dict(relation="add_remove"), dict(ev_kinds)))
   add(E("dpjax.accounting.events.flatten", evs.flatten, dict(event=g_ev), dict(ev_kinds)))
@@ -525,7 +526,7 @@ def entries():
   from dpjax import tuning  # pylint: disable=g-import-not-at-top
   rs_kinds = {"mean_runs": "pos", "shape": "realinf"}
   add(E("dpjax.accounting.rdp.repeat_shape", rdp.repeat_shape, dict(shape=2.0),
-        {"shape": "realinf"}))
+        {"shape": "realinf"}, inf_ok=True))   # inf (or "poisson"): the Poisson law
   add(E("dpjax.accounting.rdp.repeat_and_select_rdp", rdp.repeat_and_select_rdp,
         dict(orders=orders, rdp_values=rdp_vals, mean_runs=5.0, shape=1.0),
         {"orders": "array", "rdp_values": "arrayinf", **rs_kinds}))
@@ -797,7 +798,7 @@ def entries():
         inf_ok=True))
   add(E("dpjax.audit.one_run_fdp.parameter_epsilon", one_run_fdp.parameter_epsilon,
         dict(parameter=1.0, family="gdp", delta=1e-5),
-        {"family": "choice", "parameter": "realinf"}))
+        {"family": "choice", "parameter": "realinf"}, inf_ok=True))   # parameter inf: eps inf
 
   from dpjax.audit import runner  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({"dpjax.audit.runner.TrainingAudit": "result record of audit_training",
@@ -919,7 +920,8 @@ def entries():
   pk = {"votes_in_QxC": "array", "votes_out_QxC": "array", "votes_QxC": "array",
         "orders": "array", "threshold_ratio": "pos"}
   add(E("dpjax.audit.pate_audit.output_log_probs", pate_audit.output_log_probs,
-        dict(votes_QxC=votes_qc, sigma=1.0, threshold=3.0, sigma_threshold=1.0), pk))
+        dict(votes_QxC=votes_qc, sigma=1.0, threshold=3.0, sigma_threshold=1.0), pk,
+        inf_ok=True))   # -inf: the exact log-probability of an impossible outcome
   add(E("dpjax.audit.pate_audit.llr_scores", pate_audit.llr_scores,
         dict(outcomes_KxQ=np.array([[0, 1], [1, 0]]), log_probs_in_QxO=np.log(np.full((2, 2), .5)),
              log_probs_out_QxO=np.log(np.array([[.3, .7], [.6, .4]]))),
@@ -1605,7 +1607,7 @@ def entries():
         dict(key=_key, user_R=rt_u, item_R=rt_i, num_users=3, num_items=3,
              max_ratings_per_user=2), dict(ids, max_ratings_per_user="count")))
   pk_rec = dict(ids, **rk, split="array", beta_m="nonneg", beta_p="nonneg",
-                max_ratings_per_user=None)
+                max_ratings_per_user=None, epsilon="epsinf")   # inf: the exact statistics
   rec_call = dict(key=_key, user_R=rt_u, item_R=rt_i, rating_R=rt_r, num_users=3,
                   num_items=3, epsilon=1.0, privacy_unit="rating",
                   split=recommender.DEFAULT_SPLIT, lower=1.0, upper=5.0, clamp=1.0,

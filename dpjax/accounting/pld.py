@@ -215,6 +215,7 @@ class PrivacyLossDistribution:
             f"directions={len(self._pmfs)}, points={self.num_points})")
 
 
+@_validate.names_extreme_arguments
 def finite_output_pld(log_probs_in_K, log_probs_out_K,
                       value_discretization: float = DEFAULT_VALUE_DISCRETIZATION
                       ) -> PrivacyLossDistribution:
@@ -239,6 +240,7 @@ def finite_output_pld(log_probs_in_K, log_probs_out_K,
                                  value_discretization=h)
 
 
+@_validate.names_extreme_arguments
 def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0,
                  sensitivity: float = 1.0,
                  value_discretization: Optional[float] = None,
@@ -272,6 +274,7 @@ def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0,
                                  value_discretization=h)
 
 
+@_validate.names_extreme_arguments
 def laplace_pld(scale: float, sensitivity: float = 1.0,
                 value_discretization: Optional[float] = None,
                 sampling_prob: float = 1.0) -> PrivacyLossDistribution:

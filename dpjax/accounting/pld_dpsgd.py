@@ -140,6 +140,7 @@ def _epsilon_on_grid(sigma: float, q: float, t: int, delta: float, h: float,
              for p in _dpsgd_pmfs(sigma, q, h, tail))
 
 
+@_validate.names_extreme_arguments
 def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps: int,
                         delta: float, rtol: float = 1e-5) -> PldResult:
   """eps of DP-SGD (Poisson sampling, add/remove-one) with its discretisation error.
@@ -192,6 +193,7 @@ def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
   return dpsgd_epsilon_bound(noise_multiplier, sampling_prob, num_steps, delta, rtol).value
 
 
+@_validate.names_extreme_arguments
 def dpsgd_delta_bound(noise_multiplier: float, sampling_prob: float, num_steps: int,
                       epsilon: float, rtol: float = 1e-5) -> PldResult:
   """delta(eps) of DP-SGD by the PLD accountant, with its discretisation error.
@@ -234,7 +236,8 @@ class CheckedEpsilon:
     value: the answer, an upper bound on eps (see `dpsgd_epsilon_never_looser`).
     ours: `dpsgd_epsilon`'s answer.
     reference: dp_accounting's PLD answer, or None when dp_accounting is not importable
-      or its grid would exceed pld_grid.MAX_POINTS points (eps / value_discretization).
+      or its grid would exceed pld_grid.MAX_POINTS points (eps / value_discretization),
+      or its answer is not finite.
     winner: "dpjax" (value = ours), "dp_accounting" (value = reference, certified by
       our finer grid) or "dpjax_finer" (value = our eps on a finer grid, between
       reference and ours).
@@ -279,6 +282,8 @@ def dpsgd_epsilon_never_looser(noise_multiplier: float, sampling_prob: float, nu
   acct = dp_accounting.pld.PLDAccountant(value_discretization_interval=h)
   acct.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), t)
   ref = float(acct.get_epsilon(d))
+  if not math.isfinite(ref):        # no answer from dp_accounting (a tiny delta)
+    return CheckedEpsilon(ours, ours, None, "dpjax")
   if res.exact or not ref < ours:
     return CheckedEpsilon(ours, ours, ref, "dpjax")
   best = ours

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from dpjax import _validate, tradeoff
-from dpjax.accounting import gdp, noise_support, pld, pld_dpsgd, rdp
+from dpjax.accounting import gdp, noise_support, pld, pld_dpsgd, pld_grid, rdp
 
 DEFAULT_DELTAS = (1e-5, 1e-6, 1e-8)
 DEFAULT_FPRS = (0.001, 0.01, 0.1)
@@ -242,7 +242,11 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   # Trade-off curve: the PLD's whole delta(eps) profile, on the finest grid used
   # (no coarser than 1e-3 so that the profile is smooth).
   h = min(finest, 1e-3) if finest is not None else None
-  composed = pld.gaussian_pld(sigma, q, value_discretization=h).self_compose(t)
+  try:
+    composed = pld.gaussian_pld(sigma, q, value_discretization=h).self_compose(t)
+  except pld_grid.GridTooLarge as e:
+    raise pld_grid.GridTooLarge(f"num_steps = {t}: the trade-off curve's PLD does not fit "
+                                f"a grid ({e})") from e
   e_max = max(r.pld_epsilon for r in rows)
   e_max = 2.0 * e_max + 1.0 if math.isfinite(e_max) else 50.0
   tpr_pld = tradeoff.pld_tpr_bound(composed, fprs, e_max)

@@ -224,7 +224,8 @@ def optimal_guesses(mechanism: Mechanism, num_canaries: int, *, delta: float,
     50
   """
   _validate.check_instance(mechanism, Mechanism, "mechanism")
-  m = _validate.check_int(num_canaries, "num_canaries", minimum=2)
+  # The one-run bound's binomial terms run over the canaries (int64 / float64 arrays).
+  m = _validate.check_size(num_canaries, "num_canaries", minimum=2, bytes_per_unit=32)
   delta = _validate.check_delta(delta)
   confidence = _validate.check_confidence(confidence)
   grid = mechanism._center() + mechanism._spread() * np.linspace(0.0, 8.0, 41)
@@ -321,7 +322,7 @@ def one_run_estimators(mechanism: Mechanism, *, trials: int, delta: float,
   "one_run": `one_run.audit`; "fdp_one_run": `fdp_epsilon_lower_bound` family "dp";
   "fdp_one_run_gdp": family "gdp" (valid only for mu-GDP mechanisms).
   """
-  m = 2 * _validate.check_int(trials, "trials")
+  m = 2 * _validate.check_size(trials, "trials", bytes_per_unit=64)   # 2 canaries per trial
   delta = _validate.check_delta(delta)
   confidence = _validate.check_confidence(confidence)
   k = optimal_guesses(mechanism, m, delta=delta, confidence=confidence)

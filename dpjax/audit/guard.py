@@ -184,6 +184,8 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   if not math.isfinite(c):
     raise ValueError("the claim must clip (finite l2_clip_norm)")
   s = _validate.check_positive(canary_scale, "canary_scale")
+  if not s <= float(np.finfo(np.float32).max):   # a feature of the float32 records
+    raise ValueError(f"canary_scale must fit float32 (at most 3.4e38), got {s:g}")
   if not s > 2.0 * c:
     raise ValueError(f"canary_scale must exceed 2 * l2_clip_norm = {2.0 * c:g} (the canary's "
                      f"gradient norm is canary_scale / 2), got {s:g}")

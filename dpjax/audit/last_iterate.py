@@ -148,6 +148,8 @@ def last_iterate_epsilon(sampling_prob: float, noise_multiplier: float, num_step
       raise ValueError("last_iterate_epsilon: eps above 1e4 (noise_multiplier too small)")
   while hi - lo > tol:
     mid = 0.5 * (lo + hi)
+    if not lo < mid < hi:   # adjacent floats: a tol below their spacing is met
+      break
     if f(mid) > delta:
       lo = mid
     else:

@@ -291,6 +291,7 @@ def family_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int
   return float(accounting.dpsgd_epsilon(sigma, q, t, delta, accountant="pld"))
 
 
+@_validate.names_extreme_arguments
 def step_estimate(statistics: StepStatistics, *, sampling_prob: float, num_steps: int,
                   delta: float, confidence: float = 0.95) -> StepEstimate:
   """Estimate (a): the fitted step mechanism composed over T steps (ASSUMES its family).

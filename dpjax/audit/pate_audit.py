@@ -402,6 +402,7 @@ def _release_scores(fn: Callable, key: jax.Array, votes: np.ndarray, n: int,
   return scores, answers
 
 
+@_validate.names_extreme_arguments
 def audit_labels(key: jax.Array, votes_in_QxC, votes_out_QxC, *, sigma: float,
                  threshold: Optional[float] = None, sigma_threshold: Optional[float] = None,
                  num_trials: int, delta: float, confidence: float = 0.95,

@@ -80,6 +80,7 @@ def fit_logistic(x_NxD: np.typing.ArrayLike, y_N: np.typing.ArrayLike, *, l2: fl
   return w
 
 
+@_validate.names_extreme_arguments
 def fit_logistic_many(x_NxD: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
                       keep_MxN: jax.typing.ArrayLike, *, l2: float, num_iters: int = 40,
                       max_step_norm: Optional[float] = None) -> jax.Array:

@@ -374,6 +374,9 @@ def gaussian_grid(sigma: float, sensitivity: float = 1.0) -> float:
 def _check_bounds(lower, upper) -> tuple[float, float]:
   lo = _validate.check_finite(lower, "lower")
   hi = _validate.check_finite(upper, "upper")
+  for v, name in ((lo, "lower"), (hi, "upper")):   # a clip of float32 values
+    if not abs(v) <= float(np.finfo(np.float32).max):
+      raise ValueError(f"{name} must fit float32 (|{name}| <= 3.4e38), got {v:g}")
   if not hi > lo:
     raise ValueError(f"clip bounds must be finite with lower < upper, got "
                      f"lower={lower}, upper={upper}")

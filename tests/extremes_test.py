@@ -121,6 +121,14 @@ class LaplaceMechanismTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "^sensitivity = 1e\\+300"):
       mechanisms.gaussian_mechanism(key, 0.0, 1.0, 1e-5, sensitivity=1e300)
 
+  def test_clip_bounds_beyond_float32_are_named(self):
+    # Before: clipped_sum(upper=1e39) released inf / NaN (the bound overflows float32).
+    for kw, name in ((dict(upper=1e39), "upper"), (dict(upper=1.0, lower=-1e39), "lower")):
+      with self.assertRaisesRegex(ValueError, f"^{name} must fit float32"):
+        mechanisms.clipped_sum(jax.random.key(0), jnp.array([1.0, 2.0]), 1.0, **kw)
+    out = mechanisms.clipped_sum(jax.random.key(0), jnp.array([1.0, 2.0]), 1.0, 1e30)
+    self.assertTrue(np.isfinite(float(out)))
+
   def test_largest_allowed_scale_stays_finite(self):
     x = mechanisms.laplace_mechanism(jax.random.key(0), 0.0, 1.0, sensitivity=2.0 ** 100)
     self.assertTrue(np.isfinite(float(x)))

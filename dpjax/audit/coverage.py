@@ -199,7 +199,7 @@ def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
     0.5
   """
   _validate.check_instance(mechanism, Mechanism, "mechanism")
-  trials = _validate.check_int(trials, "trials")
+  trials = _validate.check_int(trials, "trials", 1, 2**53)   # counts exact in float64
   delta = _validate.check_delta(delta)
   confidence = _validate.check_confidence(confidence)
   if mechanism.kind == "randomized_response":

@@ -42,6 +42,16 @@ class RdpTinySigmaTest(parameterized.TestCase):
     self.assertGreaterEqual(ours, ref * (1 - 1e-12))
     self.assertLess(ours, ref * (1 + 1e-6))
 
+  def test_config_epsilon_at_tiny_sigma(self):
+    # DpSgdConfig.epsilon() (so train_many's accounting) goes through the same accountant.
+    from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
+    cfg = dpsgd.DpSgdConfig(dataset_size=1000, sampling_prob=0.01, num_steps=1000,
+                            noise_multiplier=1e-3)
+    eps = cfg.epsilon()
+    self.assertTrue(math.isfinite(eps))
+    self.assertEqual(eps, accounting.dpsgd_epsilon(1e-3, 0.01, 1000, cfg.delta,
+                                                   cfg.accountant))
+
   def test_fallback_never_below_the_exact_curve(self):
     sigma, q = 0.05, 0.01
     exact = rdp.subsampled_gaussian_rdp(q, sigma, rdp.DEFAULT_ORDERS)

@@ -459,6 +459,7 @@ def discrete_laplace_pair(noise_parameter: float, sensitivity: int = 1
   return p, p[::-1].copy()
 
 
+@_validate.names_extreme_arguments
 def discrete_gaussian_pair(sigma: float, sensitivity: int = 1,
                            tail_mass: float = DEFAULT_TAIL_MASS
                            ) -> tuple[np.ndarray, np.ndarray, float]:

@@ -189,6 +189,7 @@ def laplace_scale(epsilon: float, sensitivity: float = 1.0) -> float:
   return _validate.check_positive(sensitivity, "sensitivity") / _validate.check_epsilon(epsilon)
 
 
+@_validate.names_extreme_arguments
 def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: float,
                       sensitivity: float = 1.0, *, grid: float | None = None,
                       secure: bool = True) -> jax.Array:
@@ -309,6 +310,7 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0,
   return s / gdp.mu_for_epsilon(eps, d)
 
 
+@_validate.names_extreme_arguments
 def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: float,
                        delta: float, sensitivity: float = 1.0,
                        calibration: str = "analytic", *, grid: float | None = None,
@@ -402,6 +404,7 @@ def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                            secure=secure)
 
 
+@_validate.names_extreme_arguments
 def noisy_count(key: jax.Array, present: jax.typing.ArrayLike, epsilon: float, *,
                 grid: float | None = None, secure: bool = True) -> jax.Array:
   """Number of records (ones of `present` [..., N], over the last axis) plus Laplace(1/eps).
@@ -424,6 +427,7 @@ class PrivateMean(NamedTuple):
   noisy_count: jax.Array
 
 
+@_validate.names_extreme_arguments
 def private_mean(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                  upper: float, lower: float = 0.0,
                  count_fraction: float = 0.5, *, secure: bool = True) -> PrivateMean:

@@ -46,6 +46,7 @@ def _scalar_or_array(out):
 # (eps, delta)-DP
 
 
+@_validate.names_extreme_arguments
 def dp_tpr_bound(fpr_F, epsilon: float, delta: float = 0.0):
   """Highest TPR any test reaches at `fpr_F` against an (eps, delta)-DP mechanism.
 

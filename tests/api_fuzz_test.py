@@ -1656,10 +1656,10 @@ def entries():
                   split=recommender.DEFAULT_SPLIT, lower=1.0, upper=5.0, clamp=1.0,
                   beta_m=5.0, beta_p=5.0)
   add(E("dpjax.recommender.private_statistics", recommender.private_statistics, rec_call,
-        pk_rec))
+        pk_rec, inf_ok=True))   # epsilon inf: the exact release, its epsilons inf
   add(E("dpjax.recommender.private_statistics[user]", recommender.private_statistics,
         dict(rec_call, privacy_unit="user", max_ratings_per_user=2),
-        dict(pk_rec, max_ratings_per_user="count")))
+        dict(pk_rec, max_ratings_per_user="count"), inf_ok=True))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     rec_stats = recommender.private_statistics(**dict(rec_call, key=jax.random.key(0)))

@@ -113,6 +113,7 @@ def _laplace_outputs(value: np.float32, scale: np.float32) -> np.ndarray:
   return out
 
 
+@_validate.names_extreme_arguments
 def naive_laplace_outputs(value: float, scale: float) -> np.ndarray:
   """Every output of the naive Laplace mechanism on `value`: sorted unique float32[<= 2^23].
 

@@ -266,6 +266,7 @@ class StepEstimate:
   assumption: str
 
 
+@_validate.names_extreme_arguments
 def family_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
                    delta: float) -> float:
   """eps at delta of T Poisson-subsampled Gaussian steps at (sigma, q): the family of (a).

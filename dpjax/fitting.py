@@ -75,6 +75,7 @@ def fit_logistic(x_NxD: np.typing.ArrayLike, y_N: np.typing.ArrayLike, *, l2: fl
   return w
 
 
+@_validate.names_extreme_arguments
 def fit_logistic_many(x_NxD: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
                       keep_MxN: jax.typing.ArrayLike, *, l2: float, num_iters: int = 40,
                       max_step_norm: Optional[float] = None) -> jax.Array:
@@ -169,9 +170,13 @@ def train_nonprivate(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typin
   y = jnp.asarray(_validate.check_labels(y_N, "y_N", model.num_outputs, shape=(n,)))
   if not isinstance(optimizer, optax.GradientTransformation):
     raise TypeError(f"optimizer must be an optax.GradientTransformation, got {optimizer!r:.80}")
-  e = _validate.check_int(num_epochs, "num_epochs")
+  # Epochs are indexed by int32 (jnp.arange, fold_in); the index and the validation curve
+  # take 8 bytes per epoch, refused here when they cannot fit.
+  e = _validate.check_size(_validate.check_int(num_epochs, "num_epochs", 1, 2**31 - 1),
+                           "num_epochs", bytes_per_unit=8)
   if keep_MxN is None:
-    keep = np.ones((_validate.check_int(num_models, "num_models"), n), bool)
+    keep = np.ones((_validate.check_size(num_models, "num_models", units=n, bytes_per_unit=9), n),
+                   bool)   # the mask, then int32 indices and float32 weights per slot
   else:
     keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, n))
     if keep.shape[0] < 1 or not np.all(keep.any(axis=1)):
@@ -182,6 +187,9 @@ def train_nonprivate(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typin
   if pad_to is not None:
     if _validate.check_int(pad_to, "pad_to") < p:
       raise ValueError(f"pad_to must be >= the largest subset ({p}), got {pad_to}")
+    # Per model: indices and weights (8 bytes) and the gathered records per slot.
+    _validate.check_size(pad_to, "pad_to", units=keep.shape[0], units_name="num_models",
+                         bytes_per_unit=8 + 4 * int(np.prod(x.shape[1:])))
     p = int(pad_to)
   b = None
   if batch_size is not None:

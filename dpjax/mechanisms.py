@@ -185,6 +185,7 @@ def laplace_scale(epsilon: float, sensitivity: float = 1.0) -> float:
   return _validate.check_positive(sensitivity, "sensitivity") / _validate.check_epsilon(epsilon)
 
 
+@_validate.names_extreme_arguments
 def laplace_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: float,
                       sensitivity: float = 1.0, *, grid: float | None = None,
                       secure: bool = True) -> jax.Array:
@@ -268,6 +269,7 @@ def _release_on_grid(key, v, gamma: float, noise: integer_noise.IntegerNoise) ->
   return jnp.float32(gamma) * (k + x).astype(jnp.float32)
 
 
+@_validate.names_extreme_arguments
 def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0,
                    calibration: str = "analytic") -> float:
   """Noise std of an (eps, delta)-DP Gaussian mechanism for L2 sensitivity Delta_2.
@@ -294,6 +296,7 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0,
   return s / gdp.mu_for_epsilon(eps, d)
 
 
+@_validate.names_extreme_arguments
 def gaussian_mechanism(key: jax.Array, value: jax.typing.ArrayLike, epsilon: float,
                        delta: float, sensitivity: float = 1.0,
                        calibration: str = "analytic", *, grid: float | None = None,
@@ -351,6 +354,9 @@ def gaussian_grid(sigma: float, sensitivity: float = 1.0) -> float:
 def _check_bounds(lower, upper) -> tuple[float, float]:
   lo = _validate.check_finite(lower, "lower")
   hi = _validate.check_finite(upper, "upper")
+  for v, name in ((lo, "lower"), (hi, "upper")):   # a clip of float32 values
+    if not abs(v) <= float(np.finfo(np.float32).max):
+      raise ValueError(f"{name} must fit float32 (|{name}| <= 3.4e38), got {v:g}")
   if not hi > lo:
     raise ValueError(f"clip bounds must be finite with lower < upper, got "
                      f"lower={lower}, upper={upper}")
@@ -375,6 +381,7 @@ def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                            secure=secure)
 
 
+@_validate.names_extreme_arguments
 def noisy_count(key: jax.Array, present: jax.typing.ArrayLike, epsilon: float, *,
                 grid: float | None = None, secure: bool = True) -> jax.Array:
   """Number of ones of `present` [..., N] (last axis) plus Laplace(1/eps): float32[...], eps-DP."""
@@ -393,6 +400,7 @@ class PrivateMean(NamedTuple):
   noisy_count: jax.Array
 
 
+@_validate.names_extreme_arguments
 def private_mean(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                  upper: float, lower: float = 0.0,
                  count_fraction: float = 0.5, *, secure: bool = True) -> PrivateMean:

@@ -339,6 +339,7 @@ def _check_accounting(votes_QxC, answered_Q, orders, threshold, sigma_threshold,
   return v, ans, lam
 
 
+@_validate.names_extreme_arguments
 def pate_rdp_grouped(votes_QxC, answered_Q=None, *, sigma: float, orders,
                      threshold: float | None = None, sigma_threshold: float | None = None,
                      cache: dict | None = None) -> PateRdp:
@@ -467,7 +468,9 @@ def epsilon(orders, rdp_values, delta: float) -> float:
 def partition(key: jax.Array, num_records: int, num_teachers: int) -> jax.Array:
   """Random disjoint partition of N records among M teachers, sizes within 1: bool[M, N]."""
   m = _validate.check_size(num_teachers, "num_teachers", bytes_per_unit=1)
-  n = _validate.check_size(num_records, "num_records", units=m, bytes_per_unit=1)
+  # owner and the bool[M, N] mask, built by XLA in int32 and bool
+  n = _validate.check_size(num_records, "num_records", units=m, bytes_per_unit=9,
+                           units_name="num_teachers")
   if m > n:
     raise ValueError(f"num_teachers must be <= num_records ({n}), got {m}")
   owner = jnp.arange(n) % m
@@ -492,12 +495,15 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
   """
   x, y = _check_data(model, x_NxF, y_N)
   keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, x.shape[0]))
-  steps = _validate.check_int(num_steps, "num_steps")
+  # One epoch of train_nonprivate per step: int32-indexed, 8 bytes each (see there).
+  steps = _validate.check_size(_validate.check_int(num_steps, "num_steps", 1, 2**31 - 1),
+                               "num_steps", bytes_per_unit=8)
   lr = _validate.check_positive(learning_rate, "learning_rate")
   return fitting.train_nonprivate(key, x, y, model, _adam(lr), num_epochs=steps,
                                   keep_MxN=keep, pad_to=pad_to).params
 
 
+@_validate.names_extreme_arguments
 def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_lib.Model,
                    *, num_steps: int = 300, learning_rate: float = 0.05
                    ) -> tuple[PyTree, jax.Array]:

@@ -327,6 +327,7 @@ def _max_beta(order: float) -> float:
   return -0.5 * math.log1p(-1.0 / order)
 
 
+@_validate.names_extreme_arguments
 def gnss_rdp(beta: float, sigma_ss: float, order: float) -> float:
   """RDP at `order` of F(D) + S(D) N(0, sigma_ss^2), S a beta-smooth bound on F's sensitivity.
 
@@ -381,6 +382,7 @@ def _epsilon_at(order: float, rdp_value: float, delta: float) -> float:
   return rdp.rdp_to_epsilon(np.array([order]), np.array([max(rdp_value, 0.0)]), delta)[0]
 
 
+@_validate.names_extreme_arguments
 def plan_release(votes_QxC, answered_Q=None, *, sigma: float, delta: float,
                  threshold: float | None = None, sigma_threshold: float | None = None,
                  orders=None, failure_prob: float = 0.01) -> ReleaseParams:

@@ -169,6 +169,7 @@ class NoiseAtBatchSize(NamedTuple):
   total_amount_of_noise: float
 
 
+@_validate.names_extreme_arguments
 def noise_for_batch_sizes(target_epsilon: float, delta: float, epochs: float,
                           dataset_size: int, batch_sizes: Sequence[float], *,
                           accountant: str = "rdp") -> list[NoiseAtBatchSize]:

@@ -94,6 +94,7 @@ def _check_scale(lower, upper) -> tuple[float, float]:
   return lo, hi
 
 
+@_validate.names_extreme_arguments
 def sensitivities(privacy_unit: str = "rating", *, lower: float = ratings_lib.RATING_MIN,
                   upper: float = ratings_lib.RATING_MAX, clamp: float = 1.0,
                   max_ratings_per_user: Optional[int] = None) -> dict[str, float]:
@@ -271,7 +272,11 @@ def _shrink(cov, wgt, beta_p: float) -> np.ndarray:
   out = np.empty_like(cov)
   for part in (diag, ~diag):
     avg = float(cov[part].sum()) / max(float(w[part].sum()), 1.0)
-    out[part] = (cov[part] + beta_p * avg) / (w[part] + beta_p)
+    denom = w[part] + beta_p
+    # denom = 0 only for beta_p = 0 and an exact weight of 0 (no co-ratings, so cov = 0):
+    # the limit beta_p -> 0 is then avg.
+    out[part] = np.where(denom > 0, (cov[part] + beta_p * avg) / np.where(denom > 0, denom,
+                                                                          1.0), avg)
   return out
 
 
@@ -309,6 +314,9 @@ def private_statistics(key: jax.Array, user_R, item_R, rating_R, num_users: int,
   if math.isfinite(eps) and bm == 0.0:
     raise ValueError("beta_m must be > 0 when epsilon is finite (noisy item counts can be "
                      "near 0), got 0")
+  if math.isfinite(eps) and bp == 0.0:
+    raise ValueError("beta_p must be > 0 when epsilon is finite (noisy weights can be "
+                     "<= 0 next to a noisy covariance), got 0")
   k_trunc, *k_stat = jax.random.split(key, 1 + len(STATISTICS))
   keep = (truncate_users(k_trunc, users, items, u, i_count, max_ratings_per_user)
           if privacy_unit == "user" else np.ones(r.shape[0], bool))

@@ -259,7 +259,8 @@ def default_batch_capacity(num_records: int, sampling_prob: float,
   # The engine holds an M x n membership mask (one byte per entry): a count whose
   # mask cannot exist is refused here (Boost's binomial quantile search never
   # returns for n near 2^63, and is NaN from 2^53).
-  n = _validate.check_size(num_records, "num_records", bytes_per_unit=1, units=m)
+  n = _validate.check_size(num_records, "num_records", bytes_per_unit=1, units=m,
+                           units_name="num_models")
   q = _validate.check_sampling_prob(sampling_prob)
   if q >= 1.0:
     return n
@@ -331,8 +332,8 @@ def check_user_ids(user_ids_N, num_users: int, name: str = "user_ids_N",
   if ids.ndim != 1:
     raise ValueError(f"{name} must be a 1-D array of user ids, got shape {ids.shape}")
   if num_records is not None and ids.shape[0] != num_records:
-    raise ValueError(f"{name} must have one id per record, length {num_records}, got "
-                     f"length {ids.shape[0]}")
+    raise ValueError(f"{name} must have one id per record, length num_records = "
+                     f"{num_records}, got length {ids.shape[0]}")
   if ids.shape[0] < 1:
     raise ValueError(f"{name} must hold at least one id, got an empty array")
   if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):

@@ -44,6 +44,7 @@ def _selection_scale(epsilon, sensitivity, monotonic) -> float:
   return (1.0 if monotonic else 2.0) * du / eps
 
 
+@_validate.names_extreme_arguments
 def exponential_probs(utilities: jax.typing.ArrayLike, epsilon: float,
                       sensitivity: float = 1.0, monotonic: bool = False) -> jax.Array:
   """Exponential-mechanism probabilities float32[..., C], prop. to exp(eps u / (2 Delta_u)).

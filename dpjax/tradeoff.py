@@ -40,6 +40,7 @@ def _scalar_or_array(out):
 # (eps, delta)-DP
 
 
+@_validate.names_extreme_arguments
 def dp_tpr_bound(fpr_F, epsilon: float, delta: float = 0.0):
   """Highest TPR at `fpr_F` (scalar or float[F]) against an (eps, delta)-DP mechanism.
 

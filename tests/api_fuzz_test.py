@@ -162,43 +162,83 @@ EXCLUDED = {
 # (entry point, parameter) pairs with a case that is neither a named error nor a finite
 # value: the class, the probes and the first detail. The default subset skips them (a
 # known hang would cost minutes); the full sweep (-m slow) runs them and fails both on a
-# failure not listed here and on a listed pair that no longer fails. pld.py's grids
-# (its split is in progress elsewhere) and sizes past 2^31 that reach an allocation
-# or a loop without a size check are what remains.
-KNOWN_GAPS = {
-    ("dpjax.accounting.pld.dpsgd_delta", "num_steps"):
-        "wrong at int64_max: unnamed OverflowError: cannot convert float infinity to integer",
-    ("dpjax.accounting.pld.dpsgd_delta", "rtol"):
-        "hang at subnormal: no answer within 20 s",
-    ("dpjax.accounting.pld.dpsgd_epsilon_bound", "num_steps"):
-        "wrong at int32_max: released NaN/inf (error: inf)",
-    ("dpjax.accounting.pld.gaussian_pld", "noise_multiplier"):
-        "wrong at subnormal: unnamed ValueError: cannot convert float NaN to integer",
-    ("dpjax.accounting.pld.randomized_response_pld", "epsilon"):
-        "wrong at 1e300: unnamed OverflowError: math range error",
-    ("dpjax.accounting.pld.dpsgd_epsilon_never_looser", "num_steps"):
-        "oom at int32_max: MemoryError: its 4x / 16x finer grids (dpsgd_epsilon_bound's gap)",
-    ("dpjax.audit.guard.check_claim", "num_filler"):
-        "oom at 2^31: MemoryError: Unable to allocate 64.0 GiB for an array with shape (2147",
-    ("dpjax.audit.last_iterate.last_iterate_roc", "num_points"):
-        "oom at 2^31: MemoryError: Unable to allocate 16.0 GiB for an array with shape (2147",
-    ("dpjax.audit.last_iterate.last_iterate_roc", "num_steps"):
-        "wrong at 2^63: unnamed ValueError: zero-size array to reduction operation maximum whi",
-    ("dpjax.audit.per_step.composed_epsilon_lower", "num_steps"):
-        "wrong at 2^31: unnamed ValueError: grid_points must be an integer in [2147484672, 671",
-    ("dpjax.dpsgd.batch_layout", "num_models"):
-        "wrong at 2^31: unnamed ValueError: num_records = 4000 needs at least 8.59e+12 bytes, ",
-    ("dpjax.fitting.train_nonprivate", "num_epochs"):
-        "wrong at 2^63: unnamed TypeError: get(): incompatible function arguments. The followi",
-    ("dpjax.pate.fit_non_private", "pad_to"):
-        "oom at int32_max: MemoryError: Unable to allocate 16.0 GiB for an array with shape (2, 2",
-    ("dpjax.pate.train_teachers", "num_steps"):
-        "hang at int32_max: no answer within 120 s (killed)",
-    ("dpjax.recommender.private_statistics", "beta_p"):
-        "wrong at +0: released NaN/inf ([2]: 6 of 9 entries NaN/inf)",
-    ("dpjax.sampling.check_user_ids", "num_records"):
-        "wrong at 2^31: unnamed ValueError: user_ids_N must have one id per record, length 214",
+# failure not listed here and on a listed pair that no longer fails. Empty: every
+# extreme of every declared kind is a named error or a finite value.
+KNOWN_GAPS: dict = {}
+
+# Probes that once failed (oom, hang, an unnamed error, NaN): the default subset runs
+# them on every run, besides its core and rotating probes; each must stay a named
+# error or a finite value.
+REGRESSIONS = {
+    ("dpjax.accounting.pld.dpsgd_delta", "num_steps"): ("int64_max",),
+    ("dpjax.accounting.pld.dpsgd_delta", "rtol"): ("subnormal",),
+    ("dpjax.accounting.pld.dpsgd_epsilon_bound", "num_steps"): ("int32_max",),
+    ("dpjax.accounting.pld.gaussian_pld", "noise_multiplier"): ("subnormal", "1e-300"),
+    ("dpjax.accounting.pld.randomized_response_pld", "epsilon"): ("1e300",),
+    ("dpjax.accounting.pld.dpsgd_epsilon_never_looser", "num_steps"): ("int32_max",),
+    ("dpjax.audit.guard.check_claim", "num_filler"): ("int32_max", "int64_max"),
+    ("dpjax.audit.last_iterate.last_iterate_roc", "num_points"): ("int32_max", "int64_max"),
+    ("dpjax.audit.last_iterate.last_iterate_roc", "num_steps"): ("int32_max", "2^63"),
+    ("dpjax.audit.per_step.composed_epsilon_lower", "num_steps"): ("2^31",),
+    ("dpjax.dpsgd.batch_layout", "num_models"): ("2^31",),
+    ("dpjax.fitting.train_nonprivate", "num_epochs"): ("int32_max", "2^63"),
+    ("dpjax.pate.fit_non_private", "pad_to"): ("int32_max", "int64_max"),
+    ("dpjax.pate.train_teachers", "num_steps"): ("int32_max",),
+    ("dpjax.recommender.private_statistics", "beta_p"): ("+0", "-0"),
+    ("dpjax.sampling.check_user_ids", "num_records"): ("0", "2^31"),
+    ("dpjax.accounting.pld.gaussian_pld", "value_discretization"): ("subnormal",),
+    ("dpjax.accounting.pld.gaussian_pld", "tail_mass"): ("subnormal",),
+    ("dpjax.accounting.pld.finite_output_pld", "value_discretization"): ("subnormal",),
+    ("dpjax.accounting.pld.dpsgd_epsilon_bound", "noise_multiplier"): ("1e-300",),
+    ("dpjax.accounting.pld.dpsgd_epsilon_bound", "delta"): ("subnormal",),
+    ("dpjax.accounting.pld.dpsgd_delta_bound", "noise_multiplier"): ("subnormal",),
+    ("dpjax.accounting.pld.laplace_pld", "scale"): ("1e-300",),
+    ("dpjax.accounting.pld.laplace_pld", "sensitivity"): ("1e300",),
+    ("dpjax.accounting.pld.dpsgd_epsilon_never_looser", "delta"): ("1e-300",),
+    ("dpjax.accounting.bounded_range.bounded_range_kl", "epsilon"): ("1e300",),
+    ("dpjax.accounting.mixture_pld.replace_one_subsampled_gaussian_pld", "noise_multiplier"):
+        ("1e-300",),
+    ("dpjax.accounting.mixture_pld.mixture_of_gaussians_pld", "tail_mass"): ("subnormal",),
+    ("dpjax.accounting.rdp.tree_aggregation_rdp", "noise_multiplier"): ("1e-300",),
+    ("dpjax.accounting.rdp.repeat_shape", "shape"): ("inf",),
+    ("dpjax.audit.canary.gradient_canary", "num_features"): ("int32_max",),
+    ("dpjax.audit.last_iterate.last_iterate_epsilon", "tol"): ("subnormal",),
+    ("dpjax.audit.guard.check_claim", "canary_scale"): ("1e300",),
+    ("dpjax.audit.pate_audit.output_log_probs", "sigma"): ("1e-300",),
+    ("dpjax.audit.pate_audit.output_log_probs", "threshold"): ("1e300",),
+    ("dpjax.audit.coverage.optimal_guesses", "num_canaries"): ("int32_max",),
+    ("dpjax.audit.coverage.one_run_estimators", "trials"): ("int32_max",),
+    ("dpjax.audit.per_step.step_estimate", "sampling_prob"): ("1e-300",),
+    ("dpjax.audit.run.canary_design", "num_runs"): ("int32_max",),
+    ("dpjax.audit.one_run_fdp.parameter_epsilon", "parameter"): ("inf",),
+    ("dpjax.audit.runner.audit_dpsgd", "num_gradient_canaries"): ("int32_max",),
+    ("dpjax.clipping.glm.clipped_grad_sum", "l2"): ("1e300",),
+    ("dpjax.data.credit.zip_code_shares", "num_zip_codes"): ("int32_max",),
+    ("dpjax.mechanisms.gaussian_sigma", "epsilon"): ("subnormal",),
+    ("dpjax.selection.exponential_probs", "epsilon"): ("1e300",),
+    ("dpjax.selection.exponential_probs", "sensitivity"): ("1e-300",),
+    ("dpjax.fitting.train_nonprivate", "num_models"): ("int32_max",),
+    ("dpjax.pate.pate_rdp_grouped", "sigma_threshold"): ("1e-300",),
+    ("dpjax.pate.partition", "num_records"): ("int32_max",),
+    ("dpjax.pate.partition", "num_teachers"): ("int32_max",),
+    ("dpjax.pate_release.gnss_rdp", "sigma_ss"): ("1e-300",),
+    ("dpjax.pate_release.plan_release", "sigma"): ("1e-300",),
+    ("dpjax.recommender.sensitivities", "clamp"): ("1e300",),
+    ("dpjax.recommender.private_statistics[user]", "num_items"): ("int32_max",),
+    ("dpjax.recommender.private_statistics[user]", "epsilon"): ("inf",),
 }
+
+
+def default_cases(entry, full=False):
+  """The probes of `entry` a run takes: the whole sweep, or the default subset plus
+  the entry's REGRESSIONS; KNOWN_GAPS are left to the whole sweep."""
+  cases = list(fb.inputs(entry, full))
+  if full:
+    return cases
+  seen = {(p, label) for p, label, _, _ in cases}
+  cases += [c for c in fb.inputs(entry, True) if (c[0], c[1]) not in seen
+            and c[1] in REGRESSIONS.get((entry.name, c[0]), ())]
+  return [c for c in cases if (entry.name, c[0]) not in KNOWN_GAPS]
 
 
 def _gaussian_train_fn(key, included_K):
@@ -454,13 +494,14 @@ def entries():
       ("ExponentialMechanismEvent", dict(epsilon=1.0), {}),
       ("PermuteAndFlipEvent", dict(epsilon=1.0), {}),
       ("RepeatAndSelectEvent", dict(event=g_ev, mean_runs=3.0, shape=1.0),
-       {"mean_runs": "pos", "shape": "realinf"}),
+       {"mean_runs": "pos", "shape": "realinf"}),   # shape inf: the Poisson law (its field)
       ("MixtureOfGaussiansEvent",
        dict(noise_multiplier=1.0, sensitivities=(0.0, 1.0), probs=(0.5, 0.5)),
        {"sensitivities": "array", "probs": "probarr"}),
       ("TreeAggregationEvent", dict(noise_multiplier=2.0, step_counts=(10, 5)),
        {"step_counts": "sizes"})):
-    add(E(f"dpjax.accounting.events.{n}", getattr(evs, n), kw, dict(ev_kinds, **extra)))
+    add(E(f"dpjax.accounting.events.{n}", getattr(evs, n), kw, dict(ev_kinds, **extra),
+          inf_ok=n == "RepeatAndSelectEvent"))
   add(E("dpjax.accounting.events.check_relation", evs.check_relation,
         dict(relation="add_remove"), dict(ev_kinds)))
   add(E("dpjax.accounting.events.flatten", evs.flatten, dict(event=g_ev), dict(ev_kinds)))
@@ -525,7 +566,7 @@ def entries():
   from dpjax import tuning  # pylint: disable=g-import-not-at-top
   rs_kinds = {"mean_runs": "pos", "shape": "realinf"}
   add(E("dpjax.accounting.rdp.repeat_shape", rdp.repeat_shape, dict(shape=2.0),
-        {"shape": "realinf"}))
+        {"shape": "realinf"}, inf_ok=True))   # inf (or "poisson"): the Poisson law
   add(E("dpjax.accounting.rdp.repeat_and_select_rdp", rdp.repeat_and_select_rdp,
         dict(orders=orders, rdp_values=rdp_vals, mean_runs=5.0, shape=1.0),
         {"orders": "array", "rdp_values": "arrayinf", **rs_kinds}))
@@ -797,7 +838,7 @@ def entries():
         inf_ok=True))
   add(E("dpjax.audit.one_run_fdp.parameter_epsilon", one_run_fdp.parameter_epsilon,
         dict(parameter=1.0, family="gdp", delta=1e-5),
-        {"family": "choice", "parameter": "realinf"}))
+        {"family": "choice", "parameter": "realinf"}, inf_ok=True))   # parameter inf: eps inf
 
   from dpjax.audit import runner  # pylint: disable=g-import-not-at-top
   EXCLUDED.update({"dpjax.audit.runner.TrainingAudit": "result record of audit_training",
@@ -919,7 +960,8 @@ def entries():
   pk = {"votes_in_QxC": "array", "votes_out_QxC": "array", "votes_QxC": "array",
         "orders": "array", "threshold_ratio": "pos"}
   add(E("dpjax.audit.pate_audit.output_log_probs", pate_audit.output_log_probs,
-        dict(votes_QxC=votes_qc, sigma=1.0, threshold=3.0, sigma_threshold=1.0), pk))
+        dict(votes_QxC=votes_qc, sigma=1.0, threshold=3.0, sigma_threshold=1.0), pk,
+        inf_ok=True))   # -inf: the exact log-probability of an impossible outcome
   add(E("dpjax.audit.pate_audit.llr_scores", pate_audit.llr_scores,
         dict(outcomes_KxQ=np.array([[0, 1], [1, 0]]), log_probs_in_QxO=np.log(np.full((2, 2), .5)),
              log_probs_out_QxO=np.log(np.array([[.3, .7], [.6, .4]]))),
@@ -1607,16 +1649,16 @@ def entries():
         dict(key=_key, user_R=rt_u, item_R=rt_i, num_users=3, num_items=3,
              max_ratings_per_user=2), dict(ids, max_ratings_per_user="count")))
   pk_rec = dict(ids, **rk, split="array", beta_m="nonneg", beta_p="nonneg",
-                max_ratings_per_user=None)
+                max_ratings_per_user=None, epsilon="epsinf")   # inf: the exact statistics
   rec_call = dict(key=_key, user_R=rt_u, item_R=rt_i, rating_R=rt_r, num_users=3,
                   num_items=3, epsilon=1.0, privacy_unit="rating",
                   split=recommender.DEFAULT_SPLIT, lower=1.0, upper=5.0, clamp=1.0,
                   beta_m=5.0, beta_p=5.0)
   add(E("dpjax.recommender.private_statistics", recommender.private_statistics, rec_call,
-        pk_rec))
+        pk_rec, inf_ok=True))   # epsilon inf: the exact release, its epsilons inf
   add(E("dpjax.recommender.private_statistics[user]", recommender.private_statistics,
         dict(rec_call, privacy_unit="user", max_ratings_per_user=2),
-        dict(pk_rec, max_ratings_per_user="count")))
+        dict(pk_rec, max_ratings_per_user="count"), inf_ok=True))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     rec_stats = recommender.private_statistics(**dict(rec_call, key=jax.random.key(0)))
@@ -1893,8 +1935,7 @@ def _worker(skip: int, selected, timeout_s: int, full: bool = False, start: str 
     started = started or entry.name == start
     if not started or (selected and not any(x in entry.name for x in selected)):
       continue
-    cases = [c for c in fb.inputs(entry, full)
-             if full or (entry.name, c[0]) not in KNOWN_GAPS]
+    cases = default_cases(entry, full)
     if index + len(cases) <= skip:
       index += len(cases)
       continue
@@ -2047,6 +2088,12 @@ def failures(results):
 
 
 class ApiFuzzTest(absltest.TestCase):
+
+  def test_regressions_name_real_probes(self):
+    by_name = {e.name: e for e in entries()}
+    for (name, param), labels in REGRESSIONS.items():
+      probes = {label for p, label, _, _ in fb.inputs(by_name[name], True) if p == param}
+      self.assertLessEqual(set(labels), probes, f"{name}({param})")
 
   def test_every_public_entry_point_is_in_the_table_or_excluded(self):
     tried = {e.name.split("[")[0] for e in entries()}

@@ -243,6 +243,10 @@ class ConfigTest(parameterized.TestCase):
       with self.assertRaisesRegex(ValueError, name + " must hold real numbers"):
         dpsgd.train_many(jax.random.key(0), xx, yy, jnp.ones((1, 24), bool),
                          helpers.small_config(), model)
+    init = jax.tree.map(lambda a: np.asarray(a) + 0j, model.init(jax.random.key(0)))
+    with self.assertRaisesRegex(ValueError, "init_params must hold real numbers"):
+      dpsgd.train_one(jax.random.key(0), x, y, jnp.ones(24, bool), helpers.small_config(),
+                      model, init_params=init, perf=helpers.QUIET)
 
   def test_bad_train_inputs_raise(self):
     x, y = helpers.binary_data()

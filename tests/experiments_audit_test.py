@@ -214,6 +214,31 @@ class AuditExperimentTest(absltest.TestCase):
     self.assertIsNone(out["rows"][0]["epsilon_lower_white_box"])
     self.assertIsNotNone(out["rows"][0]["epsilon_lower_black_box"])
 
+  @pytest.mark.slow  # two runs of the program (imports and calibration, about 20 s)
+  def test_store_faults_end_with_one_line_and_status_1(self):
+    # A corrupt manifest and an output directory that cannot be created used to end
+    # in raw tracebacks (JSONDecodeError, NotADirectoryError / PermissionError).
+    flags = ["--trials", "8", "--epsilons", "8", "--companion_canaries", "0", "--noper_step"]
+
+    def cli(*args):
+      p = subprocess.run([sys.executable, "-m", "experiments.audit", *flags, *args],
+                         cwd=helpers.ROOT, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=helpers.ROOT))
+      lines = [l for l in p.stderr.splitlines() if l.strip() and "WARNING" not in l]
+      self.assertEqual(p.returncode, 1, p.stderr)
+      self.assertLen(lines, 1, p.stderr)
+      self.assertNotIn("Traceback", p.stderr)
+      return lines[0]
+
+    d = self._tmp()
+    os.makedirs(os.path.join(d, "chunks"))
+    with open(os.path.join(d, "chunks", "manifest.json"), "w") as f:
+      f.write('{"seed": 0')                               # truncated
+    self.assertRegex(cli("--resume", "--out", d), r"^ERROR audit: .*manifest\.json")
+    blocker = os.path.join(d, "a_file")
+    open(blocker, "w").close()
+    self.assertRegex(cli("--out", os.path.join(blocker, "out")), r"^ERROR audit: .*a_file")
+
   def test_bad_config(self):
     for kw in (dict(trials=7), dict(trials=0), dict(epsilons=(-1.0,)), dict(epsilons=()),
                dict(threat_model="grey_box"), dict(variant="bogus"), dict(chunk_models=6),

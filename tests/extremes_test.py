@@ -7,6 +7,7 @@ construction (bounded work in the code under test), so no timing asserts.
 
 import math
 import warnings
+from unittest import mock
 
 import dp_accounting
 import jax
@@ -40,6 +41,16 @@ class RdpTinySigmaTest(parameterized.TestCase):
     ref = acct.get_epsilon(1e-5)
     self.assertGreaterEqual(ours, ref * (1 - 1e-12))
     self.assertLess(ours, ref * (1 + 1e-6))
+
+  def test_config_epsilon_at_tiny_sigma(self):
+    # DpSgdConfig.epsilon() (so train_many's accounting) goes through the same accountant.
+    from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
+    cfg = dpsgd.DpSgdConfig(dataset_size=1000, sampling_prob=0.01, num_steps=1000,
+                            noise_multiplier=1e-3)
+    eps = cfg.epsilon()
+    self.assertTrue(math.isfinite(eps))
+    self.assertEqual(eps, accounting.dpsgd_epsilon(1e-3, 0.01, 1000, cfg.delta,
+                                                   cfg.accountant))
 
   def test_fallback_never_below_the_exact_curve(self):
     sigma, q = 0.05, 0.01
@@ -119,6 +130,14 @@ class LaplaceMechanismTest(absltest.TestCase):
       mechanisms.laplace_mechanism(key, 0.0, 1e-300)
     with self.assertRaisesRegex(ValueError, "^sensitivity = 1e\\+300"):
       mechanisms.gaussian_mechanism(key, 0.0, 1.0, 1e-5, sensitivity=1e300)
+
+  def test_clip_bounds_beyond_float32_are_named(self):
+    # Before: clipped_sum(upper=1e39) released inf / NaN (the bound overflows float32).
+    for kw, name in ((dict(upper=1e39), "upper"), (dict(upper=1.0, lower=-1e39), "lower")):
+      with self.assertRaisesRegex(ValueError, f"^{name} must fit float32"):
+        mechanisms.clipped_sum(jax.random.key(0), jnp.array([1.0, 2.0]), 1.0, **kw)
+    out = mechanisms.clipped_sum(jax.random.key(0), jnp.array([1.0, 2.0]), 1.0, 1e30)
+    self.assertTrue(np.isfinite(float(out)))
 
   def test_largest_allowed_scale_stays_finite(self):
     x = mechanisms.laplace_mechanism(jax.random.key(0), 0.0, 1.0, sensitivity=2.0 ** 100)
@@ -282,3 +301,83 @@ class HugeClipNormTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "noise_multiplier \\* l2_clip_norm"):
       dpsgd.DpSgdConfig(l2_clip_norm=1e39, noise_multiplier=1.0, dataset_size=10,
                         sampling_prob=0.5, num_steps=2)
+
+
+class CountsPastMemoryTest(absltest.TestCase):
+  """Counts whose arrays cannot exist are named before any allocation.
+
+  Before: MemoryError (16-64 GiB requested), a hang (2^31 epochs) or an error that named
+  another parameter. The process memory is taken to be 8 GiB, so the outcome does not
+  depend on the machine.
+  """
+
+  def setUp(self):
+    super().setUp()
+    from dpjax import _validate  # pylint: disable=g-import-not-at-top
+    patcher = mock.patch.object(_validate, "memory_bytes", return_value=8 * 2 ** 30)
+    patcher.start()
+    self.addCleanup(patcher.stop)
+
+  def _raises(self, name, fn, **kw):
+    with self.subTest(name=name, **{k: v for k, v in kw.items() if isinstance(v, int)}):
+      with self.assertRaisesRegex(ValueError, name):
+        fn(**kw)
+
+  def test_last_iterate_roc(self):
+    from dpjax.audit import last_iterate  # pylint: disable=g-import-not-at-top
+    base = dict(sampling_prob=0.5, noise_multiplier=1.0, num_steps=3, num_points=11)
+    roc = lambda **kw: last_iterate.last_iterate_roc(**{**base, **kw})
+    for big in (2 ** 31 - 1, 2 ** 63 - 1):
+      self._raises("num_steps", roc, num_steps=big)
+      self._raises("num_points", roc, num_points=big)
+    # q = 1 is one Gaussian (one atom): a huge T stays answerable, mu = sqrt(T) / sigma.
+    thr, fpr, fnr = last_iterate.last_iterate_roc(1.0, 1.0, 2 ** 62, 11)
+    s = 2.0 ** 31
+    np.testing.assert_allclose(fnr[1:-1], stats.norm.cdf((thr[1:-1] - 2.0 ** 62) / s))
+
+  def test_check_claim_num_filler(self):
+    from dpjax.audit import guard  # pylint: disable=g-import-not-at-top
+    for big in (2 ** 31 - 1, 2 ** 63 - 1):
+      self._raises("num_filler", guard.check_claim, key=jax.random.key(0), num_runs=4,
+                   num_canaries=4, num_filler=big, progress=False)
+
+  def test_composed_epsilon_lower_num_steps(self):
+    from dpjax.audit import per_step  # pylint: disable=g-import-not-at-top
+    for big in (2 ** 26, 2 ** 31, 2 ** 63):   # no grid_points in [1024 + T, 2^26] exists
+      self._raises("num_steps", per_step.composed_epsilon_lower, fpr_J=[0.3], fnr_J=[0.4],
+                   num_steps=big, delta=1e-5)
+    self.assertTrue(math.isfinite(per_step.composed_epsilon_lower(
+        [0.3], [0.4], 2 ** 20, 1e-5, grid_points=2 ** 21)))
+
+  def test_batch_layout_num_models(self):
+    from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
+    for big in (2 ** 31, 2 ** 63):
+      self._raises("num_models", dpsgd.batch_layout, num_records=4096, sampling_prob=0.01,
+                   kept_max=4000, num_models=big)
+
+  def test_non_private_training_epochs_and_padding(self):
+    import optax  # pylint: disable=g-import-not-at-top
+    from dpjax import fitting, models  # pylint: disable=g-import-not-at-top
+    x = np.asarray(jax.random.normal(jax.random.key(0), (8, 3)))
+    y = (x[:, 0] > 0).astype(np.int32)
+    model = models.logistic_regression(3)
+    fit = lambda **kw: fitting.train_nonprivate(
+        jax.random.key(1), x, y, model, optax.sgd(0.1), **{**dict(num_epochs=1), **kw})
+    for big in (2 ** 31 - 1, 2 ** 31, 2 ** 63):
+      self._raises("num_epochs", fit, num_epochs=big)
+      self._raises("pad_to", fit, pad_to=big)
+    keep = np.ones((2, 8), bool)
+    for big in (2 ** 31 - 1, 2 ** 63):
+      self._raises("num_steps", pate.fit_non_private, key=jax.random.key(0), x_NxF=x, y_N=y,
+                   keep_MxN=keep, model=model, num_steps=big)
+      self._raises("pad_to", pate.fit_non_private, key=jax.random.key(0), x_NxF=x, y_N=y,
+                   keep_MxN=keep, model=model, num_steps=2, pad_to=big)
+      self._raises("num_steps", pate.train_teachers, key=jax.random.key(0), x_NxF=x, y_N=y,
+                   num_teachers=2, model=model, num_steps=big)
+
+  def test_check_user_ids_names_num_records(self):
+    for n in (0, 3, 2 ** 31, 2 ** 63):
+      self._raises("num_records", sampling.check_user_ids, user_ids_N=np.array([0, 0, 1, 2]),
+                   num_users=3, num_records=n)
+    self.assertEqual(sampling.check_user_ids(np.array([0, 0, 1, 2]), 3, num_records=4).tolist(),
+                     [0, 0, 1, 2])

@@ -311,6 +311,11 @@ class BadInputTest(parameterized.TestCase):
 
   _K = jax.random.key(0)
 
+  def test_complex_bits_are_refused(self):
+    # Complex bits were randomized as their real parts.
+    with self.assertRaisesRegex(ValueError, "bits must be real numbers"):
+      mech.randomized_response(self._K, np.array([0, 1]) + 0j, 1.0)
+
   @parameterized.named_parameters(
       ("eps_zero", lambda: mech.laplace_mechanism(BadInputTest._K, 1.0, 0.0), "epsilon"),
       ("eps_negative", lambda: mech.rr_truth_prob(-1.0), "epsilon"),

@@ -65,6 +65,9 @@ class LiraTest(parameterized.TestCase):
       mia.lira_scores(np.zeros((3, 2)), np.zeros((3, 3), bool))
     with self.assertRaisesRegex(ValueError, "phi_MxN"):
       mia.lira_scores(np.zeros((1, 2)), np.zeros((1, 2), bool))
+    for flag in ("no", "False", 1, None):   # a truthy string was read as online=True
+      with self.assertRaisesRegex(TypeError, "online must be a bool"):
+        mia.lira_scores(np.zeros((4, 3)), np.ones((4, 3), bool), online=flag)
 
 
 class ShokriAndLossTest(absltest.TestCase):

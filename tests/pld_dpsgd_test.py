@@ -45,6 +45,19 @@ class NeverLooserTest(parameterized.TestCase):
     self.assertEqual((r.value, r.winner), (exact, "dpjax"))
     self.assertGreater(gdp.gaussian_delta(r.reference, 10.0), 1e-10)
 
+  @absltest.skipIf(dp_accounting is None, "dp_accounting is not installed")
+  def test_a_reference_past_the_grid_budget_is_not_computed(self):
+    # eps ~ 1.83 at value_discretization 1e-7: dp_accounting's grid would hold ~1.8e7
+    # points (> pld_grid.MAX_POINTS); at 2^31 steps it tried to allocate 16 GiB.
+    with mock.patch.object(dp_accounting.pld, "PLDAccountant",
+                           side_effect=AssertionError("dp_accounting was asked")):
+      r = pld_dpsgd.dpsgd_epsilon_never_looser(1.0, 0.01, 1000, 1e-5,
+                                               value_discretization=1e-7)
+    self.assertEqual((r.value, r.reference, r.winner), (r.ours, None, "dpjax"))
+    self.assertEqual(r.ours, pld_dpsgd.dpsgd_epsilon(1.0, 0.01, 1000, 1e-5))
+    with self.assertRaisesRegex(ValueError, "num_steps = 2147483647"):
+      pld_dpsgd.dpsgd_epsilon_never_looser(1.0, 0.1, 2**31 - 1, 1e-5, rtol=1e-3)
+
   def test_without_dp_accounting_the_answer_is_ours(self):
     with mock.patch.dict(sys.modules, {"dp_accounting": None}):
       r = pld_dpsgd.dpsgd_epsilon_never_looser(1.0, 0.01, 100, 1e-5)

@@ -333,6 +333,15 @@ class RandomizedResponseTest(parameterized.TestCase):
       self.assertAlmostEqual(p.epsilon(d), ref.get_epsilon_for_delta(d),
                              delta=5e-3 * ref.get_epsilon_for_delta(d))
 
+  def test_large_epsilon_is_exact_and_past_the_grid_is_named(self):
+    # e^eps overflows float64 at eps > 709.78: the masses are computed in log space.
+    for k in (2, 3):
+      p = pld.randomized_response_pld(800.0, k, value_discretization=1e-3)
+      self.assertAlmostEqual(p.epsilon(1e-5), 800.0, delta=1e-3)
+      self.assertEqual(p.delta(799.0), 1.0 - math.exp(-1.0))   # 1 - e^{eps' - eps}
+    with self.assertRaisesRegex(ValueError, "epsilon = 1e\\+300"):
+      pld.randomized_response_pld(1e300, value_discretization=1e-3)
+
   def test_rejects(self):
     with self.assertRaisesRegex(ValueError, "num_buckets"):
       pld.randomized_response_pld(1.0, num_buckets=1)
@@ -395,6 +404,9 @@ class ValidationTest(parameterized.TestCase):
       ("delta0", dict(delta=0.0), "delta"),
       ("delta1", dict(delta=1.0), "delta"),
       ("rtol", dict(rtol=0.5), "rtol"),
+      ("rtol_below_its_floor", dict(rtol=1e-9), "rtol"),
+      ("rtol_subnormal", dict(rtol=5e-324), "rtol"),
+      ("steps_int64_max", dict(num_steps=2**63 - 1), "num_steps"),
   )
   def test_dpsgd_epsilon_rejects(self, override, name):
     kw = dict(noise_multiplier=1.0, sampling_prob=0.01, num_steps=10, delta=1e-5)
@@ -416,6 +428,23 @@ class ValidationTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "value_discretization"):
       # a grid that would need more than 2^23 points is refused, not allocated
       pld.gaussian_pld(0.3, 0.5, value_discretization=1e-7)
+    for sigma in (5e-324, 1e-300):   # mu = 1 / sigma: losses up to mu^2 / 2 overflow
+      with self.assertRaisesRegex(ValueError, "noise_multiplier"):
+        pld.gaussian_pld(sigma, 0.5)
+    with self.assertRaisesRegex(ValueError, "sensitivity"):
+      pld.gaussian_pld(1.0, 0.5, sensitivity=1e300)
+    self.assertEqual(pld.gaussian_pld(1e-300).mu, 1.0 / 1e-300)   # q = 1 stays exact
+    for fn, last in ((pld.dpsgd_delta, 1.0), (pld.dpsgd_epsilon, 1e-5)):
+      with self.assertRaisesRegex(ValueError, "num_steps = 9223372036854775807"):
+        fn(1.0, 0.1, 2**63 - 1, last)
+      with self.assertRaisesRegex(ValueError, "rtol"):
+        fn(1.0, 0.1, 10, last, rtol=1e-300)
+
+  def test_delta_at_many_steps_is_finite_with_a_finite_error(self):
+    r = pld.dpsgd_delta_bound(1.0, 0.1, 2**31, 1.0, rtol=1e-3)
+    self.assertTrue(math.isfinite(r.value) and math.isfinite(r.error))
+    self.assertLessEqual(r.value, 1.0)
+    self.assertGreater(r.value, 1.0 - 1e-6)   # mean loss ~ T q^2 / (2 sigma^2) >> eps
 
 
 if __name__ == "__main__":

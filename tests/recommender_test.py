@@ -228,6 +228,22 @@ class ReleaseTest(absltest.TestCase):
 
 class ErrorsTest(absltest.TestCase):
 
+  def test_exact_release_at_beta_p_zero_is_the_limit(self):
+    # Two items never rated by one user: weight 0 and covariance 0. With beta_p = 0 the
+    # shrunk entry is the limit beta_p -> 0 (the average), elsewhere cov / wgt exactly.
+    users, items, r = np.array([0, 0, 1, 2]), np.array([0, 1, 1, 2]), np.array(
+        [5.0, 3.0, 4.0, 1.0])
+    st = rec.private_statistics(jax.random.key(0), users, items, r, 3, 3,
+                                epsilon=math.inf, beta_m=5.0, beta_p=0.0)
+    self.assertTrue(np.all(np.isfinite(st.covariance_IxI)))
+    for beta in (1e-6, 1e-9):
+      near = rec.private_statistics(jax.random.key(0), users, items, r, 3, 3,
+                                    epsilon=math.inf, beta_m=5.0, beta_p=beta)
+      np.testing.assert_allclose(st.covariance_IxI, near.covariance_IxI, atol=1e-5)
+    wgt = st.noisy["weights"]
+    np.testing.assert_allclose(st.covariance_IxI[wgt > 0],
+                               st.noisy["covariance"][wgt > 0] / wgt[wgt > 0])
+
   def test_empty_rating_matrix(self):
     for fn in (lambda: ratings.check_ratings([], [], [], 3, 3),
                lambda: rec.private_statistics(jax.random.key(0), [], [], [], 3, 3,
@@ -247,6 +263,7 @@ class ErrorsTest(absltest.TestCase):
                      (dict(max_ratings_per_user=3), "max_ratings_per_user"),
                      (dict(split=(0.5, 0.5)), "split"), (dict(split=(0.2,) * 6), "split"),
                      (dict(clamp=0.0), "clamp"), (dict(beta_m=0.0), "beta_m"),
+                     (dict(beta_p=0.0), "beta_p"), (dict(beta_p=-0.0), "beta_p"),
                      (dict(upper=1.0), "upper")):
       with self.subTest(name=name, kw=list(kw)):
         with self.assertRaisesRegex(ValueError, name):

@@ -143,6 +143,12 @@ class ScoreBoundsTest(parameterized.TestCase):
       score_audit.score_bounds(s[:1], s, delta=1e-5)
     with self.assertRaisesRegex(ValueError, "scores_out_K"):
       score_audit.score_bounds(s, [1.0, float("nan")], delta=1e-5)
+    # bool arrays are labels, not scores: they used to be audited as 0 / 1 scores
+    b = np.array([True, False, True])
+    with self.assertRaisesRegex(ValueError, "scores_in_K must hold real-valued scores"):
+      score_audit.score_bounds(b, np.arange(3.0), delta=1e-5)
+    with self.assertRaisesRegex(ValueError, "scores_out_K"):
+      score_audit.score_bounds(np.arange(3.0), b, delta=1e-5)
 
 
 if __name__ == "__main__":

@@ -128,6 +128,24 @@ class MonotoneArgmaxTest(parameterized.TestCase):
     finally:
       stats._BLOCKS, stats._SPLIT = old
 
+  def test_many_scores_evaluate_few_candidates(self):
+    # The exhaustive scan evaluated the bound at every threshold (2n + 1 of them: minutes
+    # at 10^6-10^7 scores per side); the branch and bound evaluates a small share.
+    rng = np.random.default_rng(0)
+    n = 200_000
+    a, b = rng.normal(1.0, 1, n), rng.normal(0, 1, n)
+    cand = np.unique(np.r_[a, b, -np.inf])
+    fp, fn = stats.error_counts(a, b, cand)
+    seen = [0]
+
+    def value(f, g):
+      seen[0] += np.size(f)
+      return stats.epsilon_lower_bound(f, n, g, n, 1e-5, 0.9)
+    i, v = stats.monotone_argmax(fp, fn, value)
+    self.assertLess(seen[0], cand.size // 20)
+    j = int(np.argmax(value(fp, fn)))
+    self.assertEqual((i, v), (j, float(value(fp[j:j + 1], fn[j:j + 1])[0])))
+
   def test_counts_out_of_order_are_refused_by_name(self):
     with self.assertRaisesRegex(ValueError, "fp_J must be non-increasing"):
       stats.monotone_argmax([1, 2], [0, 1], lambda f, g: -f)

@@ -217,6 +217,11 @@ class ProfileAndPmfTest(parameterized.TestCase):
       tradeoff.likelihood_ratio_roc([0.0, 1.0], [0.5, 0.5], [0.5])
     with self.assertRaisesRegex(ValueError, "max_epsilon"):
       tradeoff.pld_tpr_bound(pld.gaussian_pld(1.0), [0.1], 0.0)
+    # A vector that is not a pmf (sum 1.1) used to give an ROC with rates past 1.
+    with self.assertRaisesRegex(ValueError, "pmf_in_J must be a probability mass"):
+      tradeoff.likelihood_ratio_roc([0.0, 1.0, 2.0], [0.2, 0.3, 0.6], [0.5, 0.3, 0.2])
+    with self.assertRaisesRegex(ValueError, "pmf_out_J"):
+      tradeoff.likelihood_ratio_roc([0.0, 1.0, 2.0], [0.2, 0.3, 0.5], [0.5, 0.3, 0.3])
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ def bounded_range_kl(epsilon: float) -> float:
   """max KL(P || Q) over eps-bounded-range pairs: eps/(e^eps - 1) - 1 + log((e^eps - 1)/eps)
   (<= eps^2 / 8)."""
   e = _validate.check_epsilon(epsilon)
+  if e > 700.0:   # e^eps overflows past 709.78: log(e^eps - 1) = eps + log1p(-e^-eps)
+    log_em1 = e + math.log1p(-math.exp(-e))
+    return e * math.exp(-log_em1) - 1.0 + log_em1 - math.log(e)
   em1 = math.expm1(e)
   return e / em1 - 1.0 + math.log(em1 / e)
 

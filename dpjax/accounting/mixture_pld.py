@@ -99,6 +99,7 @@ def _mixture_pmfs(mu: np.ndarray, p: np.ndarray, h: float, tail: float
   return rem, add
 
 
+@_validate.names_extreme_arguments
 def mixture_of_gaussians_pld(noise_multiplier: float, sensitivities, probs,
                              value_discretization: Optional[float] = None,
                              tail_mass: float = pld.DEFAULT_TAIL_MASS
@@ -167,6 +168,7 @@ def _replace_one_pmf(m: float, q: float, h: float, tail: float) -> pld_grid.Loss
   return pld_grid.discretise(tails, float(loss(-z)), float(loss(m + z)), h)
 
 
+@_validate.names_extreme_arguments
 def replace_one_subsampled_gaussian_pld(noise_multiplier: float, sampling_prob: float,
                                         value_discretization: Optional[float] = None,
                                         tail_mass: float = pld.DEFAULT_TAIL_MASS

@@ -188,6 +188,7 @@ class PrivacyLossDistribution:
             f"directions={len(self._pmfs)}, points={self.num_points})")
 
 
+@_validate.names_extreme_arguments
 def finite_output_pld(log_probs_in_K, log_probs_out_K,
                       value_discretization: float = DEFAULT_VALUE_DISCRETIZATION
                       ) -> PrivacyLossDistribution:
@@ -201,7 +202,9 @@ def finite_output_pld(log_probs_in_K, log_probs_out_K,
                                  value_discretization=h)
 
 
-def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0, sensitivity: float = 1.0,
+@_validate.names_extreme_arguments
+def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0,
+                 sensitivity: float = 1.0,
                  value_discretization: Optional[float] = None,
                  tail_mass: float = DEFAULT_TAIL_MASS) -> PrivacyLossDistribution:
   """PLD of one (Poisson-subsampled) Gaussian mechanism, add/remove-one neighbours.
@@ -215,12 +218,17 @@ def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0, sensitivit
       value_discretization, "value_discretization")
   tail = _validate.check_range(tail_mass, "tail_mass", 0.0, 1e-3, open_low=True)
   mu = s / sigma
+  if not (mu < 1e150 or (q == 1.0 and math.isfinite(mu))):   # mu^2 / 2 overflows past 1.9e154
+    raise pld_grid.GridTooLarge(
+        f"mu = sensitivity / noise_multiplier = {s!r} / {sigma!r} = {mu:.3g} is too large: "
+        "the losses of the subsampled Gaussian reach mu^2 / 2, past any grid")
   if q == 1.0:
     return PrivacyLossDistribution(mu=mu, value_discretization=h)
   return PrivacyLossDistribution(pmfs=pld_grid.subsampled_gaussian_pmfs(mu, q, h, tail),
                                  value_discretization=h)
 
 
+@_validate.names_extreme_arguments
 def laplace_pld(scale: float, sensitivity: float = 1.0,
                 value_discretization: Optional[float] = None,
                 sampling_prob: float = 1.0) -> PrivacyLossDistribution:
@@ -247,9 +255,13 @@ def randomized_response_pld(epsilon: float, num_buckets: int = 2, value_discreti
   k = _validate.check_int(num_buckets, "num_buckets", minimum=2)
   h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _validate.check_positive(
       value_discretization, "value_discretization")
-  z = math.exp(e) + k - 1
+  if e / h > 2.0**52:     # the grid index of the loss eps is no longer exact in float64
+    raise pld_grid.GridTooLarge(
+        f"epsilon = {e!r} at value_discretization = {h!r} puts the loss eps at grid index "
+        f"{e / h:.3g}, past 2^52 (exact float64 indices); use a larger value_discretization")
+  log_z = e + math.log1p((k - 1) * math.exp(-e))     # log(e^eps + k - 1), no overflow
   losses = np.array([e, -e, 0.0])
-  masses = np.array([math.exp(e) / z, 1.0 / z, (k - 2) / z])
+  masses = np.array([math.exp(e - log_z), math.exp(-log_z), (k - 2) * math.exp(-log_z)])
   keep = masses > 0
   return PrivacyLossDistribution(pmfs=(pld_grid.atoms_pmf(losses[keep], masses[keep], h),),
                                  value_discretization=h)
@@ -359,7 +371,9 @@ def discrete_laplace_pair(noise_parameter: float, sensitivity: int = 1
   return p, p[::-1].copy()
 
 
-def discrete_gaussian_pair(sigma: float, sensitivity: int = 1, tail_mass: float = DEFAULT_TAIL_MASS
+@_validate.names_extreme_arguments
+def discrete_gaussian_pair(sigma: float, sensitivity: int = 1,
+                           tail_mass: float = DEFAULT_TAIL_MASS
                            ) -> tuple[np.ndarray, np.ndarray, float]:
   """The discrete Gaussian pair (law of X, law of X + Delta), P(X = x) ~ exp(-x^2 / 2 sigma^2)
   (Canonne, Kamath & Steinke 2020), on outputs -M..M + Delta, normalised over the window

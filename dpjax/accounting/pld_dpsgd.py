@@ -26,6 +26,13 @@ from dpjax.accounting import gdp
 from dpjax.accounting import pld_grid
 from dpjax.accounting.pld_grid import DEFAULT_TAIL_MASS
 
+# The smallest rtol: each halving of h doubles the grid; below 1e-8 the refinement
+# runs to the memory cap (MAX_POINTS) for want of float64 precision, taking minutes.
+RTOL_MIN = 1e-8
+# At most this many 4x coarsenings of the first grid (h up to 1e-2 * 4^10 ~ 1e4): past
+# that no grid fits (T-fold compositions need ~sqrt(T) points whatever h is).
+_MAX_COARSENINGS = 10
+
 
 @dataclasses.dataclass(frozen=True)
 class PldResult:
@@ -42,12 +49,15 @@ def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
   """(v, error, h): halves h from h_start until (v(2h) - v(h)) / (2^p - 1) <= max(rtol v, atol)
   (p in [1, 2] from three grids), h_min, or memory; far off, jumps halvings at an h^2 rate."""
   h = h_start
-  while True:   # coarsen until the first grid fits
+  for _ in range(_MAX_COARSENINGS + 1):   # coarsen until the first grid fits
     try:
       vals = {h: value_at_h(h)}
       break
     except pld_grid.GridTooLarge:
       h *= 4
+  else:
+    raise pld_grid.GridTooLarge(f"no grid spacing from {h_start:g} to {h / 4:g} fits in "
+                                f"{pld_grid.MAX_POINTS} points")
   p = 1.0
   err = math.inf
   while True:
@@ -56,6 +66,9 @@ def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
       if h_next not in vals:
         vals[h_next] = value_at_h(h_next)
     except pld_grid.GridTooLarge:
+      if not math.isfinite(err):   # the first grid is the finest: estimate from (2h, h)
+        vals[2 * h] = value_at_h(2 * h)
+        err = abs(vals[2 * h] - vals[h])
       warnings.warn(f"PLD grid limited by memory at h={h:g}; estimated error {err:.3g}",
                     RuntimeWarning, stacklevel=3)
       return vals[h], err, h
@@ -83,6 +96,15 @@ def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
       h = h_next
 
 
+def _adaptive_steps(value_at_h, rtol: float, atol: float, t: int):
+  """`_adaptive`, naming num_steps when no grid can hold T compositions."""
+  try:
+    return _adaptive(value_at_h, rtol, atol)
+  except pld_grid.GridTooLarge as e:
+    raise pld_grid.GridTooLarge(f"num_steps = {t} is too many compositions for the PLD "
+                                f"grid ({e}); use the RDP accountant") from e
+
+
 def _dpsgd_pmfs(sigma: float, q: float, h: float, tail: float) -> tuple[pld_grid.LossPmf, ...]:
   return pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail)
 
@@ -98,18 +120,19 @@ def _epsilon_on_grid(sigma: float, q: float, t: int, delta: float, h: float,
              for p in _dpsgd_pmfs(sigma, q, h, tail))
 
 
+@_validate.names_extreme_arguments
 def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps: int,
                         delta: float, rtol: float = 1e-5) -> PldResult:
   """eps of DP-SGD (Poisson sampling, add/remove-one) as a PldResult with its error estimate.
 
-  rtol in (0, 0.1]: target max(rtol * eps, 1e-9). Per-step tails cut at 1e-6 delta / T and
-  FFT-window tails of 1e-6 delta move pessimistically: the eps of a delta <= ~3e-6 delta
-  smaller than asked."""
+  rtol in [RTOL_MIN = 1e-8, 0.1]: target max(rtol * eps, 1e-9). Per-step tails cut at
+  1e-6 delta / T and FFT-window tails of 1e-6 delta move pessimistically: the eps of a
+  delta <= ~3e-6 delta smaller than asked."""
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)
   t = _validate.check_int(num_steps, "num_steps")
   delta = _validate.check_delta(delta)
-  rtol = _validate.check_range(rtol, "rtol", 0.0, 0.1, open_low=True)
+  rtol = _validate.check_range(rtol, "rtol", RTOL_MIN, 0.1)
   if q == 1.0:
     return PldResult(gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma), 0.0, 0.0, True)
   last = []   # the previous grid's eps: where the next grid tilts its FFT
@@ -120,7 +143,7 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
     last.append(eps)
     return eps
 
-  eps, err, h = _adaptive(eps_at, rtol, 1e-9)
+  eps, err, h = _adaptive_steps(eps_at, rtol, 1e-9, t)
   return PldResult(eps, err, h, False)
 
 
@@ -135,15 +158,16 @@ def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
   return dpsgd_epsilon_bound(noise_multiplier, sampling_prob, num_steps, delta, rtol).value
 
 
+@_validate.names_extreme_arguments
 def dpsgd_delta_bound(noise_multiplier: float, sampling_prob: float, num_steps: int,
                       epsilon: float, rtol: float = 1e-5) -> PldResult:
   """delta(eps) (PldResult, value an upper bound) of DP-SGD by the PLD accountant; rtol in
-  (0, 0.1] on delta, other arguments as in `dpsgd_epsilon_bound`."""
+  [1e-8, 0.1] on delta, other arguments as in `dpsgd_epsilon_bound`."""
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)
   t = _validate.check_int(num_steps, "num_steps")
   e = _validate.check_epsilon(epsilon, allow_zero=True)
-  rtol = _validate.check_range(rtol, "rtol", 0.0, 0.1, open_low=True)
+  rtol = _validate.check_range(rtol, "rtol", RTOL_MIN, 0.1)
   if q == 1.0:
     return PldResult(gdp.gaussian_delta(e, math.sqrt(t) / sigma), 0.0, 0.0, True)
 
@@ -151,7 +175,7 @@ def dpsgd_delta_bound(noise_multiplier: float, sampling_prob: float, num_steps: 
     return max(pld_grid.self_compose(p, t).delta(e)
                for p in _dpsgd_pmfs(sigma, q, h, DEFAULT_TAIL_MASS))
 
-  d, err, h = _adaptive(delta_at, rtol, 1e-300)
+  d, err, h = _adaptive_steps(delta_at, rtol, 1e-300, t)
   return PldResult(d, err, h, False)
 
 
@@ -163,9 +187,10 @@ def dpsgd_delta(noise_multiplier: float, sampling_prob: float, num_steps: int,
 
 @dataclasses.dataclass(frozen=True)
 class CheckedEpsilon:
-  """`value` (an upper bound on eps), `ours` (`dpsgd_epsilon`), `reference` (dp_accounting's,
-  None without it) and `winner`: "dpjax", "dp_accounting" (certified by our finer grid) or
-  "dpjax_finer" (our eps on a finer grid, between reference and ours)."""
+  """`value` (an upper bound on eps), `ours` (`dpsgd_epsilon`), `reference` (dp_accounting's;
+  None without it, past pld_grid.MAX_POINTS grid points or when not finite) and `winner`:
+  "dpjax", "dp_accounting" (certified by our finer grid) or "dpjax_finer" (our eps on a
+  finer grid, between reference and ours)."""
   value: float
   ours: float
   reference: Optional[float]
@@ -191,9 +216,13 @@ def dpsgd_epsilon_never_looser(noise_multiplier: float, sampling_prob: float, nu
   except ImportError:
     return CheckedEpsilon(ours, ours, None, "dpjax")
   sigma, q, t, d = float(noise_multiplier), float(sampling_prob), int(num_steps), float(delta)
+  if not ours / h <= pld_grid.MAX_POINTS:   # dp_accounting's grid spans eps at spacing h
+    return CheckedEpsilon(ours, ours, None, "dpjax")
   acct = dp_accounting.pld.PLDAccountant(value_discretization_interval=h)
   acct.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), t)
   ref = float(acct.get_epsilon(d))
+  if not math.isfinite(ref):        # no answer from dp_accounting (a tiny delta)
+    return CheckedEpsilon(ours, ours, None, "dpjax")
   if res.exact or not ref < ours:
     return CheckedEpsilon(ours, ours, ref, "dpjax")
   best = ours

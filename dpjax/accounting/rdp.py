@@ -73,6 +73,7 @@ def randomized_response_rdp(epsilon: float, orders, num_buckets: int = 2) -> np.
   return special.logsumexp(np.stack(terms), axis=0) / (a - 1.0)
 
 
+@_validate.names_extreme_arguments
 def tree_aggregation_rdp(noise_multiplier: float, step_counts, orders) -> np.ndarray:
   """RDP of one epoch of Gaussian tree aggregation (DP-FTRL; Kairouz et al. 2021, App. D).
 

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from dpjax import _validate, tradeoff
-from dpjax.accounting import gdp, noise_support, pld, rdp
+from dpjax.accounting import gdp, noise_support, pld, pld_dpsgd, pld_grid, rdp
 
 DEFAULT_DELTAS = (1e-5, 1e-6, 1e-8)
 DEFAULT_FPRS = (0.001, 0.01, 0.1)
@@ -198,7 +198,7 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
     raise ValueError("deltas must be non-empty")
   fprs = tuple(float(f) for f in _validate.check_array(
       fprs, "fprs", ndim=1, low=0.0, high=1.0, open_low=True, open_high=True))
-  _validate.check_range(pld_rtol, "pld_rtol", 0.0, 0.1, open_low=True)
+  _validate.check_range(pld_rtol, "pld_rtol", pld_dpsgd.RTOL_MIN, 0.1)
   draws = (None if noise_draws_per_step is None
            else _validate.check_int(noise_draws_per_step, "noise_draws_per_step"))
   unit = _validate.check_choice(privacy_unit, ("example", "user"), "privacy_unit")
@@ -223,7 +223,11 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
 
   # Trade-off curve from the PLD's delta(eps) profile on the finest grid used (<= 1e-3).
   h = min(finest, 1e-3) if finest is not None else None
-  composed = pld.gaussian_pld(sigma, q, value_discretization=h).self_compose(t)
+  try:
+    composed = pld.gaussian_pld(sigma, q, value_discretization=h).self_compose(t)
+  except pld_grid.GridTooLarge as e:
+    raise pld_grid.GridTooLarge(f"num_steps = {t}: the trade-off curve's PLD does not fit "
+                                f"a grid ({e})") from e
   e_max = max(r.pld_epsilon for r in rows)
   e_max = 2.0 * e_max + 1.0 if math.isfinite(e_max) else 50.0
   tpr_pld = tradeoff.pld_tpr_bound(composed, fprs, e_max)

@@ -96,6 +96,7 @@ def _laplace_outputs(value: np.float32, scale: np.float32) -> np.ndarray:
   return out
 
 
+@_validate.names_extreme_arguments
 def naive_laplace_outputs(value: float, scale: float) -> np.ndarray:
   """All outputs fl(fl32(value) + fl(fl32(scale) L)) over the atoms L: sorted unique float32,
   read-only, cached per (value, scale).

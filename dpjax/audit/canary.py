@@ -41,6 +41,9 @@ from dpjax import _validate, tradeoff
 # Canaries and the design.
 
 
+_MAX_GRID = 2 ** 24          # largest FFT grid of LlrDistribution.compute
+
+
 @_validate.names_extreme_arguments
 def gradient_canary(num_features: int, l2_clip_norm: float) -> dict:
   """{"w": float32[D]} = C e_last, a gradient canary of norm C in the last (unused) coordinate.
@@ -49,7 +52,7 @@ def gradient_canary(num_features: int, l2_clip_norm: float) -> dict:
     >>> gradient_canary(3, 2.0)["w"].tolist()
     [0.0, 0.0, 2.0]
   """
-  d = _validate.check_size(num_features, "num_features")
+  d = _validate.check_size(num_features, "num_features", bytes_per_unit=8)   # zeros + .set copy
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   return {"w": jnp.zeros((d,), jnp.float32).at[-1].set(c)}
 
@@ -270,6 +273,9 @@ class LlrDistribution:
     size = int(2 ** math.ceil(math.log2((hi - lo) / h + 1)))
     _validate.check_size(size, f"the grid of num_steps = {t}, noise_multiplier = {s}",
                          bytes_per_unit=8, units=8)
+    if size > _MAX_GRID:    # bounded FFT work: about 2000 sqrt(T) points per std
+      raise ValueError(f"the grid of num_steps = {t}, noise_multiplier = {s} needs {size} "
+                       f"points, more than {_MAX_GRID}")
     idx = np.rint((l1 - lo / t) / h).astype(np.int64) % size
     f_in = np.bincount(idx, weights=pin, minlength=size)
     f_out = np.bincount(idx, weights=p0, minlength=size)

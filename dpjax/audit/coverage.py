@@ -177,7 +177,7 @@ def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
     0.5
   """
   _validate.check_instance(mechanism, Mechanism, "mechanism")
-  trials = _validate.check_int(trials, "trials")
+  trials = _validate.check_int(trials, "trials", 1, 2**53)   # counts exact in float64
   delta = _validate.check_delta(delta)
   confidence = _validate.check_confidence(confidence)
   if mechanism.kind == "randomized_response":
@@ -201,7 +201,8 @@ def optimal_guesses(mechanism: Mechanism, num_canaries: int, *, delta: float,
     50
   """
   _validate.check_instance(mechanism, Mechanism, "mechanism")
-  m = _validate.check_int(num_canaries, "num_canaries", minimum=2)
+  # The one-run bound's binomial terms run over the canaries (int64 / float64 arrays).
+  m = _validate.check_size(num_canaries, "num_canaries", minimum=2, bytes_per_unit=32)
   delta = _validate.check_delta(delta)
   confidence = _validate.check_confidence(confidence)
   grid = mechanism._center() + mechanism._spread() * np.linspace(0.0, 8.0, 41)
@@ -287,7 +288,7 @@ def one_run_estimators(mechanism: Mechanism, *, trials: int, delta: float,
   """The one-run bounds played as the one-run game: M = 2 trials fair-coin canaries, k =
   `optimal_guesses` per side: "one_run", "fdp_one_run" ("dp"), "fdp_one_run_gdp" (mu-GDP only).
   """
-  m = 2 * _validate.check_int(trials, "trials")
+  m = 2 * _validate.check_size(trials, "trials", bytes_per_unit=64)   # 2 canaries per trial
   delta = _validate.check_delta(delta)
   confidence = _validate.check_confidence(confidence)
   k = optimal_guesses(mechanism, m, delta=delta, confidence=confidence)

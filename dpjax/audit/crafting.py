@@ -200,7 +200,7 @@ def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float)
   _validate.check_model_params(model, params)            # checks the model first
   x = jnp.asarray(_check_x(model, params, x_NxF))
   y = jnp.asarray(_check_labels(model, y_N, "y_N", shape=(x.shape[0],)))
-  t = _validate.check_int(num_steps, "num_steps")
+  t = _validate.check_int(num_steps, "num_steps", 1, 2**31 - 1)   # a scan length (int32)
   lr = _validate.check_positive(learning_rate, "learning_rate")
   return _pretrain(model, t)(params, x, y, jnp.float32(lr))
 

@@ -128,6 +128,9 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   k = _validate.check_int(num_canaries, "num_canaries")
   f = _validate.check_int(num_filler, "num_filler", minimum=2)
   _validate.check_size(r * k, "num_runs * num_canaries")
+  # The records: float32 features [f + k, _FILLER_FEATURES + k] and an R x (f + k) mask.
+  _validate.check_size(f + k, "num_filler + num_canaries",
+                       bytes_per_unit=4 * (_FILLER_FEATURES + k) + r)
   if (r // 2) * k < 8:
     raise ValueError(f"num_runs // 2 * num_canaries must be >= 8 (trials per side), got "
                      f"{(r // 2) * k}")
@@ -135,6 +138,8 @@ def check_claim(key: jax.Array, claim=None, *, num_runs: int = 512, num_canaries
   if not math.isfinite(c):
     raise ValueError("the claim must clip (finite l2_clip_norm)")
   s = _validate.check_positive(canary_scale, "canary_scale")
+  if not s <= float(np.finfo(np.float32).max):   # a feature of the float32 records
+    raise ValueError(f"canary_scale must fit float32 (at most 3.4e38), got {s:g}")
   if not s > 2.0 * c:
     raise ValueError(f"canary_scale must exceed 2 * l2_clip_norm = {2.0 * c:g} (the canary's "
                      f"gradient norm is canary_scale / 2), got {s:g}")

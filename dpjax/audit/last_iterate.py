@@ -45,6 +45,8 @@ def _mixture(q: float, t: int):
   """(k, log w_k) of Binom(T, q), the canary's count of sampled steps (w_k > 0 only)."""
   if q >= 1.0:
     return np.array([float(t)]), np.array([0.0])
+  # Four float64 arrays over k = 0..T: a T that cannot fit is named before allocating.
+  _validate.check_size(t, "num_steps", bytes_per_unit=4 * 8)
   k = np.arange(t + 1, dtype=np.float64)
   logw = sp_stats.binom.logpmf(k, t, q)
   ok = np.isfinite(logw)
@@ -135,6 +137,8 @@ def last_iterate_epsilon(sampling_prob: float, noise_multiplier: float, num_step
       raise ValueError("last_iterate_epsilon: eps above 1e4 (noise_multiplier too small)")
   while hi - lo > tol:
     mid = 0.5 * (lo + hi)
+    if not lo < mid < hi:   # adjacent floats: a tol below their spacing is met
+      break
     if f(mid) > delta:
       lo = mid
     else:
@@ -154,7 +158,7 @@ def last_iterate_roc(sampling_prob: float, noise_multiplier: float, num_steps: i
     (True, 1.0, 1.0)
   """
   q, sig, t = _check_mechanism(sampling_prob, noise_multiplier, num_steps)
-  j = _validate.check_int(num_points, "num_points", minimum=3)
+  j = _validate.check_size(num_points, "num_points", minimum=3, bytes_per_unit=4 * 8)
   k, logw = _mixture(q, t)
   s = sig * math.sqrt(t)
   w = np.exp(logw)

@@ -71,6 +71,9 @@ def _check_pair(votes_in_QxC, votes_out_QxC) -> tuple[np.ndarray, np.ndarray]:
 # exact output distributions and the likelihood-ratio score
 
 
+_MAX_SPREAD = 1e5                    # largest |v_c - v_j| / sigma the quadrature spans
+
+
 def _argmax_log_probs(v_C: np.ndarray, sigma: float) -> np.ndarray:
   """log P(argmax_c v_c + sigma z_c = c) for each c: float64[C] (exact for C = 2)."""
   c = v_C.size
@@ -79,6 +82,10 @@ def _argmax_log_probs(v_C: np.ndarray, sigma: float) -> np.ndarray:
     return np.array([sp_stats.norm.logcdf(d), sp_stats.norm.logcdf(-d)])
   a = (v_C[:, None] - v_C[None, :]) / sigma           # a[c, j] = (v_c - v_j) / sigma
   spread = float(np.max(np.abs(a)))
+  if not spread <= _MAX_SPREAD:
+    raise ValueError(f"sigma = {sigma!r}: the vote gaps / sigma reach {spread:.3g}, past "
+                     f"{_MAX_SPREAD:g} (the quadrature grid would need over "
+                     f"{2 * _MAX_SPREAD / _QUAD_STEP:.0e} points)")
   z = np.arange(-_QUAD_MARGIN - spread, _QUAD_MARGIN + spread + _QUAD_STEP, _QUAD_STEP)
   out = np.empty(c)
   for k in range(c):
@@ -349,6 +356,7 @@ def _release_scores(fn: Callable, key: jax.Array, votes: np.ndarray, n: int,
   return scores, answers
 
 
+@_validate.names_extreme_arguments
 def audit_labels(key: jax.Array, votes_in_QxC, votes_out_QxC, *, sigma: float,
                  threshold: Optional[float] = None, sigma_threshold: Optional[float] = None,
                  num_trials: int, delta: float, confidence: float = 0.95,

@@ -280,6 +280,7 @@ class StepEstimate:
   assumption: str
 
 
+@_validate.names_extreme_arguments
 def family_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
                    delta: float) -> float:
   """eps at delta of T Poisson-subsampled Gaussian steps at (sigma, q): the family of (a).
@@ -305,6 +306,7 @@ def family_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int
   return float(accounting.dpsgd_epsilon(sigma, q, t, delta, accountant="pld"))
 
 
+@_validate.names_extreme_arguments
 def step_estimate(statistics: StepStatistics, *, sampling_prob: float, num_steps: int,
                   delta: float, confidence: float = 0.95) -> StepEstimate:
   """Estimate (a): the fitted step mechanism composed over T steps (ASSUMES its family).
@@ -474,7 +476,7 @@ def composed_epsilon_lower(fpr_J, fnr_J, num_steps: int, delta: float, *,
 
   Args:
     fpr_J, fnr_J: float[J] points in [0, 1] (J >= 1).
-    num_steps: T >= 1.
+    num_steps: T in [1, 2^26 - 1024].
     delta: in (0, 1).
     grid_points: n >= 1024 + T, grid size of the composed loss.
   Returns:
@@ -487,7 +489,7 @@ def composed_epsilon_lower(fpr_J, fnr_J, num_steps: int, delta: float, *,
   """
   fpr = _validate.check_array(fpr_J, "fpr_J", ndim=1, low=0.0, high=1.0, min_size=1)
   fnr = _validate.check_array(fnr_J, "fnr_J", shape=fpr.shape, low=0.0, high=1.0)
-  t = _validate.check_int(num_steps, "num_steps")
+  t = _validate.check_int(num_steps, "num_steps", 1, 2 ** 26 - 1024)   # grid_points >= 1024 + T
   delta = _validate.check_delta(delta)
   n = _validate.check_int(grid_points, "grid_points", 1024 + t, 2 ** 26)
   p_in, p_out = _channel(fpr, fnr)

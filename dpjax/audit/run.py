@@ -58,7 +58,7 @@ def canary_design(x_NxF, y_N, num_runs: int, *, records=None, gradients=None) ->
     >>> d.x_NxF.shape, d.keep_MxN.tolist()
     ((4, 2), [[True, True, True, True], [True, True, True, False]])
   """
-  m = _validate.check_int(num_runs, "num_runs")
+  m = _validate.check_size(num_runs, "num_runs", bytes_per_unit=64)   # per-run masks and bits
   x, y = jnp.asarray(x_NxF), jnp.asarray(y_N)
   keep = np.ones((m, x.shape[0]), bool)
   for value, name, size in ((records, "records", 3), (gradients, "gradients", 2)):

@@ -409,6 +409,7 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
   if k == 0 and record_canary is None:
     raise ValueError("nothing to audit: num_gradient_canaries = 0 and no record_canary")
   if k:
+    _validate.check_size(r * k, "num_runs * num_gradient_canaries")
     _check_trial_counts(mode, r, k, "num_runs * num_gradient_canaries")
   if record_canary is not None:
     _check_trial_counts(mode, r, 1, "num_runs (one record-canary trial per run)")

@@ -22,6 +22,7 @@ from dpjax.clipping.vmap import safe_norm
 PyTree = Any
 
 
+@_validate.names_extreme_arguments
 def clipped_grad_sum(l2: float, params: PyTree, x_BxD: jax.Array, y_B: jax.Array,
                      weights_B: jax.Array, l2_clip_norm: float) -> tuple[PyTree, jax.Array]:
   """The clipped-sum contract (`dpjax.clipping`) for logistic regression, in closed form."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dpjax import _validate
 from dpjax import models as models_lib
@@ -33,6 +34,9 @@ def user_clipped_grad_sum(model: models_lib.Model, user_ids_N: jax.Array, num_us
   user_ids_N int32[N] in [0, U) (may be traced), num_users static."""
   models_lib.check_model(model)
   num_users = _validate.check_int(num_users, "num_users")
+  # segment_sum holds one sum of the gradient per user: U x (parameters) float32, twice
+  num_params = sum(int(np.prod(jnp.shape(leaf))) for leaf in jax.tree.leaves(params))
+  _validate.check_size(num_users, "num_users", units=num_params, bytes_per_unit=8)
   _validate.check_batch(x_NxF, y_N, weights_N, num_outputs=model.num_outputs,
                         x_name="x_NxF", y_name="y_N", weights_name="weights_N")
   l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)

@@ -178,7 +178,7 @@ def zip_code_shares(num_zip_codes: int) -> np.ndarray:
     >>> [round(float(s), 3) for s in zip_code_shares(4)]
     [0.48, 0.24, 0.16, 0.12]
   """
-  z = _validate.check_int(num_zip_codes, "num_zip_codes", 1)
+  z = _validate.check_size(num_zip_codes, "num_zip_codes", 1, bytes_per_unit=16)   # float64 x 2
   w = 1.0 / np.arange(1, z + 1, dtype=np.float64) ** _ZIP_ZIPF_EXPONENT
   return w / w.sum()
 

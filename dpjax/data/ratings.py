@@ -110,8 +110,8 @@ def check_ratings(user_R, item_R, rating_R, num_users: int, num_items: int, *,
   ValueError for an empty matrix, unequal lengths, ids out of range, repeated pairs or
   ratings outside [lower, upper] (None: unchecked).
   """
-  u = _validate.check_int(num_users, "num_users")
-  i_count = _validate.check_int(num_items, "num_items")
+  u = _validate.check_size(num_users, "num_users", bytes_per_unit=16)        # per-user float64
+  i_count = _validate.check_size(num_items, "num_items", bytes_per_unit=64)  # per-item float64
   lo = None if lower is None else _validate.check_finite(lower, "lower")
   hi = None if upper is None else _validate.check_finite(upper, "upper")
   if lo is not None and hi is not None and not hi > lo:

@@ -236,7 +236,7 @@ def _default_optimizer(learning_rate, momentum):
 
 def model_keys(key, m: int) -> jax.Array:
   """[M] per-model keys: `key` itself if it is already a batch of M keys, else split(key, M)."""
-  m = _validate.check_int(m, "m")
+  m = _validate.check_size(m, "m", bytes_per_unit=16)   # key data (2 x uint32), split twice
   key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
   typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
   single_ndim = 0 if typed else 1

@@ -89,7 +89,12 @@ def check_range(x: Any, name: str, low: Optional[float] = None,
 
 
 def check_finite(x: Any, name: str) -> float:
-  """x as a finite float."""
+  """x as a finite float.
+
+  Examples:
+    >>> check_finite(-2, "lower")
+    -2.0
+  """
   return check_range(x, name)
 
 
@@ -106,7 +111,12 @@ def check_positive(x: Any, name: str) -> float:
 
 
 def check_nonnegative(x: Any, name: str) -> float:
-  """x as a float, finite and >= 0."""
+  """x as a float, finite and >= 0.
+
+  Examples:
+    >>> check_nonnegative(0, "l2")
+    0.0
+  """
   return check_range(x, name, 0.0)
 
 
@@ -135,17 +145,34 @@ def check_probability(p: Any, name: str, *, open_low: bool = False,
 
 
 def check_sampling_prob(q: Any, name: str = "sampling_prob") -> float:
-  """q as a float in (0, 1]."""
+  """q as a float in (0, 1].
+
+  Examples:
+    >>> check_sampling_prob(1)
+    1.0
+  """
   return check_probability(q, name, open_low=True)
 
 
 def check_delta(delta: Any, name: str = "delta", allow_zero: bool = False) -> float:
-  """delta as a float in (0, 1), or [0, 1) with allow_zero."""
+  """delta as a float in (0, 1), or [0, 1) with allow_zero.
+
+  Examples:
+    >>> check_delta(1e-5)
+    1e-05
+    >>> check_delta(0, allow_zero=True)
+    0.0
+  """
   return check_probability(delta, name, open_low=not allow_zero, open_high=True)
 
 
 def check_confidence(confidence: Any, name: str = "confidence") -> float:
-  """A confidence level as a float in (0, 1)."""
+  """A confidence level as a float in (0, 1).
+
+  Examples:
+    >>> check_confidence(0.95)
+    0.95
+  """
   return check_probability(confidence, name, open_low=True, open_high=True)
 
 
@@ -254,7 +281,14 @@ def check_callable(value: Any, name: str) -> Any:
 
 
 def check_instance(value: Any, types: Any, name: str) -> Any:
-  """value itself, if isinstance(value, types); TypeError naming the parameter otherwise."""
+  """value itself, if isinstance(value, types); TypeError naming the parameter otherwise.
+
+  Examples:
+    >>> check_instance(3, str, "directory")
+    Traceback (most recent call last):
+    ...
+    TypeError: directory must be a str, got int 3
+  """
   if not isinstance(value, types):
     want = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
     raise TypeError(f"{name} must be a {want}, got {type(value).__name__} {value!r:.80}")
@@ -400,7 +434,12 @@ def check_clip_norm(l2_clip_norm: Any, name: str = "l2_clip_norm") -> Any:
 
 
 def check_orders(orders: Any, name: str = "orders") -> np.ndarray:
-  """Renyi orders as a non-empty float64[A], each finite and > 1 (a scalar becomes [1])."""
+  """Renyi orders as a non-empty float64[A], each finite and > 1 (a scalar becomes [1]).
+
+  Examples:
+    >>> check_orders([2, 8.5])
+    array([2. , 8.5])
+  """
   a = check_array(np.atleast_1d(orders), name, ndim=1, low=1.0, open_low=True)
   if a.size == 0:
     raise ValueError(f"{name} must be a non-empty 1-D sequence of values > 1, got shape {a.shape}")
@@ -409,7 +448,12 @@ def check_orders(orders: Any, name: str = "orders") -> np.ndarray:
 
 def check_binary(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None,
                  shape: Optional[Sequence[Optional[int]]] = None) -> Any:
-  """x as a NumPy bool array of booleans or 0 / 1; a tracer gets only the shape check."""
+  """x as a NumPy bool array of booleans or 0 / 1; a tracer gets only the shape check.
+
+  Examples:
+    >>> check_binary([1, 0, 1], "keep_N")
+    array([ True, False,  True])
+  """
   check_shape(x, name, ndim=ndim, shape=shape)
   if is_tracer(x):
     return x

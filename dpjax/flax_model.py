@@ -108,7 +108,13 @@ def from_flax(module: Any, input_shape: Sequence[int], *, num_outputs: int | Non
 
 
 def ghost_fallback_reason(model: models_lib.Model) -> str | None:
-  """Why a `from_flax` model does not get ghost clipping (naming the layer); None when it does."""
+  """Why a `from_flax` model does not get ghost clipping (naming the layer); None when it does.
+
+  Examples:
+    >>> import flax.linen as nn
+    >>> ghost_fallback_reason(from_flax(nn.Dense(2), (3,))) is None
+    True
+  """
   models_lib.check_model(model)
   if not isinstance(model.apply, _FlaxApply) or model.kind != _KIND:
     raise ValueError(f"model must be a Model built by from_flax (kind {_KIND!r}), got kind "

@@ -51,7 +51,12 @@ class Model(NamedTuple):
 
 
 def check_model(model: Any, name: str = "model") -> Model:
-  """model itself if it is a valid Model; TypeError or ValueError naming `name` otherwise."""
+  """model itself if it is a valid Model; TypeError or ValueError naming `name` otherwise.
+
+  Examples:
+    >>> check_model(logistic_regression(3)).kind
+    'logistic_regression'
+  """
   _validate.check_instance(model, Model, name)
   _validate.check_callable(model.init, f"{name}.init")
   _validate.check_callable(model.apply, f"{name}.apply")

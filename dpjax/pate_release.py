@@ -316,6 +316,10 @@ def smooth_sensitivity(ls_D, beta: float) -> float:
   """SS_beta = max_d e^(-beta d) ls_D[d], ls_D float[D] >= 0, the last entry bounding larger d.
 
   A beta-smooth upper bound when ls_D is nondecreasing and nested (Nissim et al. 2007).
+
+  Examples:
+    >>> smooth_sensitivity([0.5, 1.0], 0.0)
+    1.0
   """
   ls = _validate.check_array(ls_D, "ls_D", ndim=1, min_size=1, low=0.0)
   b = _validate.check_nonnegative(beta, "beta")
@@ -336,6 +340,10 @@ def gnss_rdp(beta: float, sigma_ss: float, order: float) -> float:
           lambda beta / (lambda - 1) + lambda / (2 sigma_ss^2)).
   Papernot et al. 2018, Thm 23 is below the exact divergence near 2 lambda beta = 1
   (lambda = 8, beta = 0.05, sigma_ss = 3: exact 1.73, Thm 23 1.15): not used.
+
+  Examples:
+    >>> gnss_rdp(0.0, 2.0, 4.0)
+    0.5
   """
   b = _validate.check_nonnegative(beta, "beta")
   s = _validate.check_positive(sigma_ss, "sigma_ss")

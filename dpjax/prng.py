@@ -132,6 +132,11 @@ def random_bits(key: jax.Array, num_words: int) -> jax.Array:
 
   Words i and H + i come from one block (`jax.extend.random.threefry_2x32`'s layout).
   Non-threefry keys use `jax.random.bits`.
+
+  Examples:
+    >>> import jax
+    >>> random_bits(jax.random.key(0), 3).dtype
+    dtype('uint32')
   """
   n = _validate.check_size(num_words, "num_words")
   words = _threefry_words(key)
@@ -243,6 +248,10 @@ def normal_support() -> tuple[float, float]:
 def normal_tail_mass() -> float:
   """tau = Phi(z_min) + 1 - Phi(z_max) ~ 1.5e-36, rounded up: the per-draw term of
   `dpjax.accounting.sampler_delta`.
+
+  Examples:
+    >>> 1e-37 < normal_tail_mass() < 1e-35
+    True
   """
   z_min, z_max = normal_support()
   tau = 0.5 * math.erfc(-z_min / math.sqrt(2.0)) + 0.5 * math.erfc(z_max / math.sqrt(2.0))
@@ -346,6 +355,11 @@ def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.
   Record i is in iff a w-bit uniform integer (w = `mask_bit_width(q)`) is < floor(q 2^w):
   probability in (q - 2^-w, q]. The integers are `random_bits(key, N)` (w = 32), or the
   high then low halves of `random_bits(key, ceil(N / 2))` (w = 16).
+
+  Examples:
+    >>> import jax
+    >>> poisson_mask(jax.random.key(0), 1.0, 3)
+    Array([ True,  True,  True], dtype=bool)
   """
   num_records = _validate.check_size(num_records, "num_records")
   sampling_prob = _validate.check_sampling_prob(sampling_prob)

@@ -46,6 +46,12 @@ def dp_tpr_bound(fpr_F, epsilon: float, delta: float = 0.0):
 
   min(1, e^eps FPR + delta, 1 - e^-eps (1 - FPR - delta)); eps = inf: no constraint.
   Kairouz, Oh & Viswanath 2015, https://arxiv.org/abs/1311.0776, Thm 2.1.
+
+  Examples:
+    >>> round(dp_tpr_bound(0.01, 2.0, 1e-5), 3)           # lecture §6.1: 0.074
+    0.074
+    >>> dp_tpr_bound(0.01, 8.0, 1e-5) > 0.999             # vacuous at eps = 8
+    True
   """
   f = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
   eps = _validate.check_epsilon(epsilon, allow_zero=True, allow_inf=True)
@@ -61,6 +67,10 @@ def advantage_bound(epsilon: float, delta: float = 0.0) -> float:
 
   Randomized response attains it up to 2 delta / (e^eps + 1). Kairouz et al. 2015; Yeom
   et al. 2018, https://arxiv.org/abs/1709.01604.
+
+  Examples:
+    >>> round(advantage_bound(2.0, 1e-5), 4)
+    0.7616
   """
   eps = _validate.check_epsilon(epsilon, allow_zero=True)
   delta = _validate.check_delta(delta, allow_zero=True)
@@ -88,6 +98,10 @@ def gaussian_tpr(fpr_F, mu):
   """Highest TPR at `fpr_F` against mu-GDP (mu > 0): Phi(Phi^-1(FPR) + mu).
 
   Dong, Roth & Su 2019, https://arxiv.org/abs/1905.02383.
+
+  Examples:
+    >>> round(gaussian_tpr(0.01, 1.0), 4)
+    0.0924
   """
   f = _validate.check_array(fpr_F, "fpr_F", low=0.0, high=1.0)
   _validate.check_array(mu, "mu", low=0.0, open_low=True)
@@ -127,7 +141,12 @@ def gaussian_mu(fpr_F, fnr_F):
 
 
 def gaussian_advantage(mu: float) -> float:
-  """Largest advantage TPR - FPR against mu-GDP: 2 Phi(mu / 2) - 1."""
+  """Largest advantage TPR - FPR against mu-GDP: 2 Phi(mu / 2) - 1.
+
+  Examples:
+    >>> round(gaussian_advantage(1.0), 4)
+    0.3829
+  """
   mu = _validate.check_positive(mu, "mu")
   return float(2 * stats.norm.cdf(mu / 2) - 1)
 
@@ -151,7 +170,12 @@ def randomized_response_tpr(fpr_F, epsilon: float):
 
 
 def randomized_response_advantage(epsilon: float) -> float:
-  """Largest advantage against eps-randomized response: 2p - 1 = tanh(eps / 2)."""
+  """Largest advantage against eps-randomized response: 2p - 1 = tanh(eps / 2).
+
+  Examples:
+    >>> round(randomized_response_advantage(1.0), 4)
+    0.4621
+  """
   eps = _validate.check_epsilon(epsilon)
   return 2 * (1.0 / (1.0 + math.exp(-eps))) - 1
 
@@ -181,7 +205,12 @@ def laplace_tpr(fpr_F, epsilon: float):
 
 
 def laplace_advantage(epsilon: float) -> float:
-  """Largest advantage against the Laplace mechanism of `laplace_tpr`: 1 - e^(-eps/2)."""
+  """Largest advantage against the Laplace mechanism of `laplace_tpr`: 1 - e^(-eps/2).
+
+  Examples:
+    >>> round(laplace_advantage(2.0), 4)
+    0.6321
+  """
   eps = _validate.check_epsilon(epsilon)
   return 1 - math.exp(-eps / 2)
 

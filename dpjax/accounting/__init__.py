@@ -98,7 +98,14 @@ def tuned_dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps
   E[K] = mean_runs, or Poisson for shape "poisson" / inf), best one released
   (`rdp.repeat_and_select_rdp`). A score released with `score_noise_multiplier` s adds
   alpha / (2 s^2) per run; without it the score must use public data. Only accountant="rdp"
-  (the theorems bound Renyi divergences); "pld" raises ValueError."""
+  (the theorems bound Renyi divergences); "pld" raises ValueError.
+
+  Examples:
+    >>> one = dpsgd_epsilon(1.0, 0.01, 1_000, 1e-5)
+    >>> tuned = tuned_dpsgd_epsilon(1.0, 0.01, 1_000, 1e-5, mean_runs=10, shape=1)
+    >>> round(one, 2), round(tuned, 2)
+    (2.1, 4.1)
+  """
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)
   steps = _validate.check_int(num_steps, "num_steps")

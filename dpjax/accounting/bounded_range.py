@@ -26,7 +26,12 @@ _GRID = 2049
 
 def bounded_range_kl(epsilon: float) -> float:
   """max KL(P || Q) over eps-bounded-range pairs: eps/(e^eps - 1) - 1 + log((e^eps - 1)/eps)
-  (<= eps^2 / 8)."""
+  (<= eps^2 / 8).
+
+  Examples:
+    >>> round(bounded_range_kl(1.0), 6)
+    0.123302
+  """
   e = _validate.check_epsilon(epsilon)
   if e > 700.0:   # e^eps overflows past 709.78: log(e^eps - 1) = eps + log1p(-e^-eps)
     log_em1 = e + math.log1p(-math.exp(-e))
@@ -46,7 +51,12 @@ def _log_moment(t: np.ndarray, e: float, a: float) -> np.ndarray:
 
 def bounded_range_rdp(epsilon: float, orders) -> np.ndarray:
   """RDP curve float64[A] of an eps-bounded-range mechanism (exact), below the eps-DP curve
-  and alpha eps^2 / 8."""
+  and alpha eps^2 / 8.
+
+  Examples:
+    >>> np.round(bounded_range_rdp(0.3, [2.0, 32.0]), 4).tolist()
+    [0.0224, 0.2]
+  """
   e = _validate.check_epsilon(epsilon)
   a = _validate.check_orders(orders)
   grid = np.linspace(0.0, e, _GRID)

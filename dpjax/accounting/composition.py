@@ -110,7 +110,15 @@ def pure_dp_rdp(epsilon: float, orders, *, bounded_range: bool = False) -> np.nd
   eps-DP is post-processed binary randomized response (Kairouz, Oh & Viswanath 2015):
       rho(alpha) <= log((e^{alpha eps} + e^{(1 - alpha) eps}) / (1 + e^eps)) / (alpha - 1).
   `bounded_range=True` (e.g. the exponential mechanism; Durfee & Rogers 2019) also takes the
-  minimum with alpha eps^2 / 8 (eps-BR implies eps^2/8-zCDP, Cesar & Rogers 2021)."""
+  minimum with alpha eps^2 / 8 (eps-BR implies eps^2/8-zCDP, Cesar & Rogers 2021).
+
+  Examples:
+    >>> a = np.array([2.0, 32.0])
+    >>> np.round(pure_dp_rdp(0.3, a), 4).tolist()
+    [0.0868, 0.2821]
+    >>> np.round(pure_dp_rdp(0.3, a, bounded_range=True), 4).tolist()
+    [0.0225, 0.2821]
+  """
   e = _validate.check_epsilon(epsilon)
   a = _validate.check_orders(orders)
   if not isinstance(bounded_range, (bool, np.bool_)):
@@ -124,7 +132,15 @@ def pure_dp_rdp(epsilon: float, orders, *, bounded_range: bool = False) -> np.nd
 @_validate.names_extreme_arguments
 def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
   """(k eps, min(1, k e^{(k-1) eps} delta)): the guarantee for a group of k records (Dwork
-  & Roth 2014, Thm 2.2), e.g. a person with k records under record-level DP."""
+  & Roth 2014, Thm 2.2), e.g. a person with k records under record-level DP.
+
+  Examples:
+    >>> group_privacy(1.0, 0.0, 5)
+    (5.0, 0.0)
+    >>> eps, d = group_privacy(3.0, 1e-5, 5)
+    >>> eps, round(d, 3)                         # delta > 1: nothing is promised
+    (15.0, 1.0)
+  """
   e = _validate.check_epsilon(epsilon, allow_zero=True)
   d = _validate.check_delta(delta, allow_zero=True)
   k = _validate.check_int(k, "k")

@@ -29,7 +29,14 @@ def gaussian_delta(epsilon, mu):
   """Exact delta(eps) of a mu-GDP mechanism; eps >= 0 and mu > 0 broadcast.
 
   Log space; 0 where the first term underflows; where the two terms agree to more than 8
-  digits the difference is taken in mpmath (tiny mu keeps its relative accuracy)."""
+  digits the difference is taken in mpmath (tiny mu keeps its relative accuracy).
+
+  Examples:
+    >>> gaussian_delta(float("inf"), 1.0), gaussian_delta(1e300, 1.0)
+    (0.0, 0.0)
+    >>> round(gaussian_delta(0.0, 1e-300) / 1e-300, 6)   # 1 / sqrt(2 pi)
+    0.398942
+  """
   eps = _validate.check_array(epsilon, "epsilon", low=0.0, allow_inf=True)
   mu = _validate.check_array(mu, "mu", low=0.0, open_low=True)
   with np.errstate(invalid="ignore", over="ignore"):
@@ -137,7 +144,12 @@ def dpsgd_clt_mu(noise_multiplier: float, sampling_prob: float, num_steps: int,
 @_validate.names_extreme_arguments
 def dpsgd_clt_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
                       delta: float, sampler: str = "poisson") -> float:
-  """APPROXIMATE eps(delta) of DP-SGD from the GDP CLT (`dpsgd_clt_mu`), not a bound."""
+  """APPROXIMATE eps(delta) of DP-SGD from the GDP CLT (`dpsgd_clt_mu`), not a bound.
+
+  Examples:
+    >>> round(dpsgd_clt_epsilon(1.3, 256 / 60000, 3516, 1e-5), 2)
+    0.83
+  """
   _validate.check_delta(delta)
   return gaussian_epsilon(delta, dpsgd_clt_mu(noise_multiplier, sampling_prob, num_steps,
                                               sampler))

@@ -29,7 +29,12 @@ def _tail_mass(tail_mass: Optional[float]) -> float:
 
 def sampler_delta(epsilon: float, num_draws: int, tail_mass: Optional[float] = None) -> float:
   """min(1, (1 + e^eps) K tau): the delta a sampler with per-draw tail mass tau (default
-  `prng.normal_tail_mass()`) adds over K = num_draws draws."""
+  `prng.normal_tail_mass()`) adds over K = num_draws draws.
+
+  Examples:
+    >>> sampler_delta(0.0, 10, tail_mass=1e-20)
+    2e-19
+  """
   eps = _validate.check_epsilon(epsilon, "epsilon", allow_zero=True, allow_inf=True)
   k = _validate.check_int(num_draws, "num_draws")
   tau = _tail_mass(tail_mass)
@@ -47,7 +52,15 @@ def sampler_delta(epsilon: float, num_draws: int, tail_mass: Optional[float] = N
 def max_epsilon_for_sampler_delta(delta: float, num_draws: int, rtol: float = 1e-3,
                                   tail_mass: Optional[float] = None) -> float:
   """The largest eps with sampler_delta(eps, K) <= rtol * delta: log(rtol delta / (K tau) - 1)
-  rounded down; inf when tau = 0, -inf when 2 K tau > rtol delta."""
+  rounded down; inf when tau = 0, -inf when 2 K tau > rtol delta.
+
+  Examples:
+    >>> e = max_epsilon_for_sampler_delta(1e-5, 1000, tail_mass=1e-30)
+    >>> round(e, 3)
+    43.749
+    >>> sampler_delta(e, 1000, tail_mass=1e-30) <= 1e-8
+    True
+  """
   d = _validate.check_delta(delta)
   k = _validate.check_int(num_draws, "num_draws")
   r = _validate.check_probability(rtol, "rtol", open_low=True)

@@ -156,7 +156,12 @@ class PrivacyLossDistribution:
 
     delta_mu: the Gaussian profile; p_inf = `infinity_mass` (0 gives mu-GDP: Dong, Roth & Su
     2022). Checked on at most num_epsilons (>= 10) grid losses e_0 < ... < e_n via
-    delta(e_i) - p_inf <= delta_mu(e_{i+1}) (both profiles decrease): loose by one interval."""
+    delta(e_i) - p_inf <= delta_mu(e_{i+1}) (both profiles decrease): loose by one interval.
+
+    Examples:
+      >>> round(gaussian_pld(2.0).gdp_mu(), 6)
+      0.5
+    """
     n = _validate.check_int(num_epsilons, "num_epsilons", minimum=10, maximum=100_000)
     if self.is_exact:
       return self._mu
@@ -193,7 +198,15 @@ def finite_output_pld(log_probs_in_K, log_probs_out_K,
                       value_discretization: float = DEFAULT_VALUE_DISCRETIZATION
                       ) -> PrivacyLossDistribution:
   """The PLD (both directions) of a mechanism with K outputs, log-probabilities float[K] <= 0
-  on the two neighbours; losses log P_in / P_out gridded pessimistically at spacing h."""
+  on the two neighbours; losses log P_in / P_out gridded pessimistically at spacing h.
+
+  Examples:
+    >>> import math
+    >>> lp = [math.log(0.75), math.log(0.25)]          # randomized response at ln 3
+    >>> d = finite_output_pld(lp, lp[::-1], 1e-4).delta(1.0)
+    >>> round(d, 4), round(0.75 - math.e * 0.25, 4)     # exact: 3/4 - e/4
+    (0.0704, 0.0704)
+  """
   a = _validate.check_array(log_probs_in_K, "log_probs_in_K", ndim=1, min_size=1, high=0.0)
   b = _validate.check_array(log_probs_out_K, "log_probs_out_K", shape=a.shape, high=0.0)
   h = _validate.check_positive(value_discretization, "value_discretization")
@@ -210,7 +223,12 @@ def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0,
   """PLD of one (Poisson-subsampled) Gaussian mechanism, add/remove-one neighbours.
 
   mu = sensitivity / noise_multiplier; q = 1 stays exact (h ignored) until composed with a
-  discretised PLD. tail_mass in (0, 1e-3]: P-mass per direction left off the grid (moved up)."""
+  discretised PLD. tail_mass in (0, 1e-3]: P-mass per direction left off the grid (moved up).
+
+  Examples:
+    >>> round(gaussian_pld(1.0).epsilon(1e-5), 4)
+    4.3772
+  """
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)
   s = _validate.check_positive(sensitivity, "sensitivity")
@@ -235,7 +253,14 @@ def laplace_pld(scale: float, sensitivity: float = 1.0,
   """PLD of the Laplace mechanism Lap(scale) on a query of L1 sensitivity `sensitivity`.
 
   Loss in [-eps0, eps0], eps0 = sensitivity / scale, no tail cut; q < 1 Poisson-subsamples
-  (add/remove): both directions of (1 - q) Lap(0) + q Lap(Delta) are held."""
+  (add/remove): both directions of (1 - q) Lap(0) + q Lap(Delta) are held.
+
+  Examples:
+    >>> round(laplace_pld(1.0).epsilon(1e-9), 4)   # pure 1-DP
+    1.0
+    >>> round(laplace_pld(1.0, sampling_prob=0.1).epsilon(1e-9), 4)   # log(1 + q(e - 1))
+    0.1586
+  """
   b = _validate.check_positive(scale, "scale")
   s = _validate.check_positive(sensitivity, "sensitivity")
   h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _validate.check_positive(
@@ -250,7 +275,12 @@ def laplace_pld(scale: float, sensitivity: float = 1.0,
 def randomized_response_pld(epsilon: float, num_buckets: int = 2, value_discretization:
                             Optional[float] = None) -> PrivacyLossDistribution:
   """PLD of k-ary randomized response, exactly epsilon-DP (replace-one): the true value with
-  probability e^eps / (e^eps + k - 1); losses +eps, -eps, 0 (exact when eps is a multiple of h)."""
+  probability e^eps / (e^eps + k - 1); losses +eps, -eps, 0 (exact when eps is a multiple of h).
+
+  Examples:
+    >>> round(randomized_response_pld(1.0).epsilon(1e-6), 4)
+    1.0
+  """
   e = _validate.check_epsilon(epsilon)
   k = _validate.check_int(num_buckets, "num_buckets", minimum=2)
   h = DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else _validate.check_positive(
@@ -330,7 +360,13 @@ def pmf_pair_pld(probs_p_K, probs_q_K, value_discretization: float = DEFAULT_VAL
   Outputs with mass on one side only give loss +inf; `tail_mass` in [0, 1e-3] bounds either
   side's mass left out (added at +inf). q < 1 Poisson-subsamples for add/remove: remove
   (q P + (1 - q) Q || Q), add (Q || q P + (1 - q) Q) (Zhu, Dong & Wang 2022), valid when
-  (P, Q) dominates in both orders."""
+  (P, Q) dominates in both orders.
+
+  Examples:
+    >>> d = pmf_pair_pld([0.75, 0.25], [0.25, 0.75]).delta(math.log(3) / 2)
+    >>> round(d, 6), round(0.75 - math.sqrt(3) * 0.25, 6)
+    (0.316987, 0.316987)
+  """
   p = _validate.check_array(probs_p_K, "probs_p_K", ndim=1, min_size=1, low=0.0, high=1.0)
   q = _validate.check_array(probs_q_K, "probs_q_K", shape=p.shape, low=0.0, high=1.0)
   for arr, name in ((p, "probs_p_K"), (q, "probs_q_K")):

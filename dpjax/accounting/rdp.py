@@ -40,7 +40,12 @@ _METHODS = ("balle2020", "classic")
 
 @_validate.names_extreme_arguments
 def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
-  """RDP alpha / (2 sigma^2), float64[A], of the Gaussian mechanism (std sigma * sensitivity)."""
+  """RDP alpha / (2 sigma^2), float64[A], of the Gaussian mechanism (std sigma * sensitivity).
+
+  Examples:
+    >>> gaussian_rdp(2.0, [2, 8]).tolist()
+    [0.25, 1.0]
+  """
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   a = _validate.check_orders(orders)
   return a / (2.0 * sigma * sigma)
@@ -49,7 +54,12 @@ def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
 @_validate.names_extreme_arguments
 def laplace_rdp(scale: float, orders, sensitivity: float = 1.0) -> np.ndarray:
   """RDP of the Laplace mechanism (scale b, L1 sensitivity Delta; Mironov 2017, Prop. 6):
-  eps0 + log1p((alpha-1)/(2 alpha-1) expm1(-(2 alpha-1) eps0)) / (alpha-1), eps0 = Delta / b."""
+  eps0 + log1p((alpha-1)/(2 alpha-1) expm1(-(2 alpha-1) eps0)) / (alpha-1), eps0 = Delta / b.
+
+  Examples:
+    >>> round(float(laplace_rdp(1.0, [1e6])[0]), 4)   # -> eps0 as alpha -> inf
+    1.0
+  """
   b = _validate.check_positive(scale, "scale")
   d = _validate.check_positive(sensitivity, "sensitivity")
   a = _validate.check_orders(orders)
@@ -61,7 +71,12 @@ def laplace_rdp(scale: float, orders, sensitivity: float = 1.0) -> np.ndarray:
 @_validate.names_extreme_arguments
 def randomized_response_rdp(epsilon: float, orders, num_buckets: int = 2) -> np.ndarray:
   """RDP (exact, float64[A]) of k-ary randomized response, epsilon-DP, replace-one: the true
-  value with probability e^eps / (e^eps + k - 1), each other with 1 / (e^eps + k - 1)."""
+  value with probability e^eps / (e^eps + k - 1), each other with 1 / (e^eps + k - 1).
+
+  Examples:
+    >>> round(float(randomized_response_rdp(1.0, [2])[0]), 6)
+    0.735326
+  """
   e = _validate.check_epsilon(epsilon)
   k = _validate.check_int(num_buckets, "num_buckets", minimum=2)
   a = _validate.check_orders(orders)
@@ -78,7 +93,12 @@ def tree_aggregation_rdp(noise_multiplier: float, step_counts, orders) -> np.nda
   """RDP of one epoch of Gaussian tree aggregation (DP-FTRL; Kairouz et al. 2021, App. D).
 
   Trees of step_counts[j] leaves, nodes noised N(0, (sigma C)^2), each record in one leaf:
-  alpha depth / (2 sigma^2), depth = ceil(log2(max_j s_j + 1)), float64[A] (exact)."""
+  alpha depth / (2 sigma^2), depth = ceil(log2(max_j s_j + 1)), float64[A] (exact).
+
+  Examples:
+    >>> tree_aggregation_rdp(2.0, [7], [2.0]).tolist()   # depth 3
+    [0.75]
+  """
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   if isinstance(step_counts, (int, np.integer)):
     step_counts = [step_counts]
@@ -136,7 +156,14 @@ def rdp_to_delta(orders, rdp_values, epsilon: float,
   """(delta <= 1, optimal order): the smallest delta with (epsilon, delta)-DP.
 
   classic: log delta = (a - 1)(rho(a) - eps); balle2020 (default):
-  log delta = (a - 1)(rho(a) - eps + log1p(-1/a)) - log a; both <= sqrt(1 - exp(-rho(a)))."""
+  log delta = (a - 1)(rho(a) - eps + log1p(-1/a)) - log a; both <= sqrt(1 - exp(-rho(a))).
+
+  Examples:
+    >>> orders = np.arange(2, 65)
+    >>> d, _ = rdp_to_delta(orders, orders / 2.0, 5.31, method="classic")
+    >>> d < 1e-5
+    True
+  """
   a, r = _check_rdp_curve(orders, rdp_values)
   e = _validate.check_epsilon(epsilon, allow_zero=True)
   _validate.check_choice(method, _METHODS, "method")
@@ -182,7 +209,12 @@ def truncated_negative_binomial_log_gamma(mean_runs: float, shape: float) -> flo
 
   P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) prod_{l<k} (l + eta) / (l + 1) for eta > 0,
   (1 - gamma)^k / (k log(1/gamma)) for eta = 0 (Papernot & Steinke 2022, Def. 1). Bisection
-  returns the end with E[K] >= mean_runs (eta = 1, geometric: gamma = 1 / mean_runs)."""
+  returns the end with E[K] >= mean_runs (eta = 1, geometric: gamma = 1 / mean_runs).
+
+  Examples:
+    >>> round(math.exp(truncated_negative_binomial_log_gamma(10.0, 1.0)), 12)
+    0.1
+  """
   mu = _validate.check_range(mean_runs, "mean_runs", 1.0)
   eta = _validate.check_range(shape, "shape", 0.0)
   if mu == 1.0:
@@ -216,7 +248,14 @@ def repeat_and_select_rdp(orders, rdp_values, *, mean_runs: float, shape) -> np.
   minimised over lambdahat in the orders. Poisson K (shape "poisson" or inf), Thm 6:
   eps + mu deltahat + log(mu) / (lambda - 1), deltahat = `rdp_to_delta` at
   log(1 + 1/(lambda - 1)). The result is its envelope min_{b >= a} out(b); mean_runs = 1
-  (truncated) is K = 1."""
+  (truncated) is K = 1.
+
+  Examples:
+    >>> orders = np.array([2.0, 4.0, 8.0, 16.0, 32.0])
+    >>> out = repeat_and_select_rdp(orders, gaussian_rdp(4.0, orders), mean_runs=10, shape=1)
+    >>> bool(np.all(out >= gaussian_rdp(4.0, orders)))
+    True
+  """
   a, r = _check_rdp_curve(orders, rdp_values)
   eta = repeat_shape(shape)
   mu = _validate.check_range(mean_runs, "mean_runs", 1.0)

@@ -271,7 +271,12 @@ def subsampled_gaussian_rdp(sampling_prob: float, noise_multiplier: float, order
 
   Exact, except where work is bounded (sigma below ~0.02: unaffordable fractional orders
   get `_log_a_frac_bound`, integer orders above `_MAX_EXACT_INT_ORDER` alpha / (2 sigma^2)),
-  which are upper bounds."""
+  which are upper bounds.
+
+  Examples:
+    >>> round(float(subsampled_gaussian_rdp(1.0, 2.0, [2])[0]), 6)   # q = 1: Gaussian
+    0.25
+  """
   q = _validate.check_sampling_prob(sampling_prob)
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   a = _validate.check_orders(orders)

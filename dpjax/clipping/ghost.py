@@ -8,7 +8,18 @@ Convolutions (patches A_b [P, K], output gradients G_b [P, O]): ||A_b^T G_b||^2 
 L2 penalty 0.5 l2 ||theta||^2: ||grad_b + l2 theta||^2 = ||grad_b||^2
   + 2 l2 sum_layers <g_b, z_b> + l2^2 ||theta||^2.
 Out of float32 range, norms come from overflow-safe upper bounds. Shape letters: B examples,
-F features, I / O layer inputs / outputs, H, W, C image dims, P positions, K patch size."""
+F features, I / O layer inputs / outputs, H, W, C image dims, P positions, K patch size.
+
+Examples:
+  >>> import jax, jax.numpy as jnp
+  >>> from dpjax import models
+  >>> model = models.mlp(4, hidden=(8,), num_classes=3)
+  >>> params = model.init(jax.random.key(0))
+  >>> fn = clipped_sum_fn(model)
+  >>> grads, norms = fn(params, jnp.ones((5, 4)), jnp.arange(5) % 3, jnp.ones((5,)), 1.0)
+  >>> norms.shape, grads["layers"][0]["w"].shape
+  ((5,), (4, 8))
+"""
 
 from __future__ import annotations
 

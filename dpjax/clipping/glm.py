@@ -6,7 +6,15 @@ r_i = sigmoid(x_i . w) - y_i, so (two matrix-vector products per step)
     ||g_i||^2 = r_i^2 ||x_i||^2 + 2 l2 r_i (x_i . w) + l2^2 ||w||^2,
     sum_i a_i g_i = X^T (a * r) + l2 (sum_i a_i) w,   a_i = w_i min(1, C / ||g_i||).
 
-Shape letters: B records, D features."""
+Shape letters: B records, D features.
+
+Examples:
+  >>> import jax.numpy as jnp
+  >>> s, norms = clipped_grad_sum(0.0, {"w": jnp.zeros(2)}, jnp.array([[3.0, 4.0]]),
+  ...                             jnp.array([0]), jnp.ones(1), 1.0)
+  >>> float(norms[0]), [round(float(v), 3) for v in s["w"]]
+  (2.5, [0.6, 0.8])
+"""
 
 from __future__ import annotations
 

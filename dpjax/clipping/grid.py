@@ -9,7 +9,17 @@ c_i = min(1, C / ||g_i||) g_i:
 
 ENFORCED in the integer domain: r_i is zeroed unless finite with float32 squared norm
 <= `norm_threshold(Delta, P)`. int32 overflow only wraps (post-processing). weights_B is a
-0/1 mask (read as > 1/2). Shape letters: B records, F features, P parameters."""
+0/1 mask (read as > 1/2). Shape letters: B records, F features, P parameters.
+
+Examples:
+  >>> import jax.numpy as jnp
+  >>> from dpjax import models
+  >>> p = path(models.logistic_regression(2), 2.0 ** -4)
+  >>> s, norms = p({"w": jnp.zeros(2)}, jnp.array([[3.0, 4.0]]), jnp.array([0]),
+  ...              jnp.ones(1), 1.0)
+  >>> s["w"].tolist(), float(norms[0])        # (0.6, 0.8) / 2^-4, rounded
+  ([10, 13], 2.5)
+"""
 
 from __future__ import annotations
 
@@ -45,7 +55,12 @@ class GridClippingPath(ClippingPath):
 
 
 def grid_sensitivity(l2_clip_norm: float, grid: float, num_params: int) -> float:
-  """Delta = C / gamma + sqrt(P) / 2: the L2 sensitivity of the grid sum, in grid units."""
+  """Delta = C / gamma + sqrt(P) / 2: the L2 sensitivity of the grid sum, in grid units.
+
+  Examples:
+    >>> grid_sensitivity(1.0, 2.0 ** -10, 16)
+    1026.0
+  """
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   g = integer_noise.check_grid(grid)
   p = _validate.check_int(num_params, "num_params")

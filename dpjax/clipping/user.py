@@ -7,7 +7,19 @@ Record i of user u(i), 0/1 weights w_i (`sampling.UserPoissonSampler`; McMahan e
 so one user (ALL their records) moves S by at most C. `user_level_path` returns a
 `ClippingPath` (privacy_unit "user") with norms[i] = ||G_{u(i)}||. Non-finite record
 gradients are left out; a user with a non-finite summed norm contributes 0.
-Shape letters: N records, U users, F features, P parameters."""
+Shape letters: N records, U users, F features, P parameters.
+
+Examples:
+  >>> import jax.numpy as jnp
+  >>> from dpjax import models
+  >>> path = user_level_path(models.logistic_regression(2), [0, 0, 1], 2)
+  >>> s, norms = path({"w": jnp.zeros(2)}, jnp.array([[3.0, 4.0], [3.0, 4.0], [0.0, 1.0]]),
+  ...                 jnp.array([0, 0, 0]), jnp.ones(3), 1.0)
+  >>> [round(float(v), 3) for v in norms]       # user 0: ||2 * (1.5, 2)|| = 5
+  [5.0, 5.0, 0.5]
+  >>> [round(float(v), 3) for v in s["w"]]      # (0.6, 0.8) + (0, 0.5)
+  [0.6, 1.3]
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,17 @@
 
 `clipped_grad_sum` materialises the gradients; `two_pass_clipped_grad_sum` takes the norms
 first (`sqnorm`), then one backward pass of sum_i a_i loss_i, a_i held constant.
-Shape letters: B records, F features."""
+Shape letters: B records, F features.
+
+Examples:
+  >>> import jax, jax.numpy as jnp
+  >>> from dpjax import models
+  >>> model = models.logistic_regression(2)
+  >>> s, norms = clipped_grad_sum(model, {"w": jnp.zeros(2)}, jnp.array([[3.0, 4.0]]),
+  ...                             jnp.array([0]), jnp.ones(1), 1.0)
+  >>> float(norms[0]), [round(float(v), 3) for v in s["w"]]
+  (2.5, [0.6, 0.8])
+"""
 
 from __future__ import annotations
 

@@ -39,6 +39,11 @@ def audit_data(key: jax.Array, base_size: int = 150, unused_features: int = 1) -
 
   `key` is split between the scaler's public sample and the base set; the records do not
   depend on `unused_features` (K).
+
+  Examples:
+    >>> import jax
+    >>> audit_data(jax.random.key(0), base_size=5).num_features
+    57
   """
   base_size = _validate.check_size(base_size, "base_size", units=credit.NUM_FEATURES + 2)
   unused_features = _validate.check_size(unused_features, "unused_features", units=base_size + 1)

@@ -64,7 +64,14 @@ def scale(pixels_NxF: jax.typing.ArrayLike) -> jax.Array:
 
 
 def load(key: jax.Array, test_fraction: float = 0.25) -> Digits:
-  """All 1,797 digits split at random: the first round(test_fraction * 1797) permuted are test."""
+  """All 1,797 digits split at random: the first round(test_fraction * 1797) permuted are test.
+
+  Examples:
+    >>> import jax
+    >>> d = load(jax.random.key(1), test_fraction=0.5)
+    >>> int(d.y_train_N.shape[0] + d.y_test_N.shape[0])
+    1797
+  """
   test_fraction = _validate.check_probability(test_fraction, "test_fraction", open_low=True,
                                               open_high=True)
   num_test = int(round(test_fraction * NUM_EXAMPLES))

@@ -109,6 +109,12 @@ def check_ratings(user_R, item_R, rating_R, num_users: int, num_items: int, *,
 
   ValueError for an empty matrix, unequal lengths, ids out of range, repeated pairs or
   ratings outside [lower, upper] (None: unchecked).
+
+  Examples:
+    >>> check_ratings([], [], [], 3, 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: rating_R must hold at least one rating (an empty rating matrix), got shape (0,)
   """
   u = _validate.check_size(num_users, "num_users", bytes_per_unit=16)        # per-user float64
   i_count = _validate.check_size(num_items, "num_items", bytes_per_unit=64)  # per-item float64

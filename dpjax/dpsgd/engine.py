@@ -286,7 +286,19 @@ def train_sweep(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arr
                 config_index_M: jax.typing.ArrayLike, model: models_lib.Model,
                 **kwargs) -> TrainResult:
   """Trains M models whose configs differ only in noise_multiplier, as ONE program: model i
-  as `train_many` with cfgs[config_index_M[i]] (its guarantee: that config's `epsilon()`)."""
+  as `train_many` with cfgs[config_index_M[i]] (its guarantee: that config's `epsilon()`).
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from dpjax import models
+    >>> cfgs = [DpSgdConfig(dataset_size=8, sampling_prob=0.5, num_steps=3,
+    ...                     noise_multiplier=s) for s in (0.0, 1.0, 4.0)]
+    >>> out = train_sweep(jax.random.key(0), jnp.ones((8, 2)), jnp.ones((8,), int),
+    ...                   jnp.ones((6, 8), bool), cfgs, [0, 0, 1, 1, 2, 2],
+    ...                   models.logistic_regression(2))
+    >>> out.params["w"].shape
+    (6, 2)
+  """
   if isinstance(cfgs, DpSgdConfig) or not hasattr(cfgs, "__iter__"):
     raise TypeError(f"cfgs must be a non-empty sequence of DpSgdConfig, got {cfgs!r:.80}")
   cfgs = tuple(cfgs)

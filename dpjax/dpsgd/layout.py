@@ -27,7 +27,14 @@ def batch_layout(num_records: int, sampling_prob: float, kept_max: int | None = 
                  num_params: int | None = None) -> int | None:
   """The step layout "auto" picks: K = `sampling.default_batch_capacity(kept_max, q, M)`
   (padded) when N >= _PADDED_MIN_RECORDS, K <= N / _PADDED_MAX_FRACTION_INV and
-  num_params >= _PADDED_MIN_PARAMS; else None (full mask, always for "user")."""
+  num_params >= _PADDED_MIN_PARAMS; else None (full mask, always for "user").
+
+  Examples:
+    >>> batch_layout(60_000, 256 / 60_000)
+    288
+    >>> batch_layout(151, 0.2) is None
+    True
+  """
   n = _validate.check_int(num_records, "num_records")
   q = _validate.check_sampling_prob(sampling_prob)
   kept = n if kept_max is None else _validate.check_int(kept_max, "kept_max", 0)

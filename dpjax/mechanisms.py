@@ -119,9 +119,9 @@ def rr_estimate_rate(reports: jax.typing.ArrayLike, epsilon: float,
     return (lam - (1.0 - p)) / (2.0 * p - 1.0)
   # pi_hat = (lam - 1/2) / (2p - 1) + 1/2 with 2p - 1 = tanh(eps / 2): no cancellation.
   t = _rr_gap(eps)
-  if 0.5 / t > 2.0 ** 100:
+  if t == 0.0 or 0.5 / t > 2.0 ** 100:   # t underflows to 0 at subnormal eps
     raise ValueError(f"epsilon = {epsilon!r} is too small for a float32 estimate: "
-                     f"1 / (2p - 1) = {1.0 / t:.3g} exceeds 2^100 (the estimate is "
+                     f"1 / (2p - 1) = {1.0 / t if t else math.inf:.3g} exceeds 2^100 (the estimate is "
                      "unbiased only unclipped, so it can be that large)")
   return (lam - 0.5) * jnp.float32(1.0 / t) + 0.5
 

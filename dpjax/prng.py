@@ -347,7 +347,8 @@ def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.
   probability in (q - 2^-w, q]. The integers are `random_bits(key, N)` (w = 32), or the
   high then low halves of `random_bits(key, ceil(N / 2))` (w = 16).
   """
-  num_records = _validate.check_size(num_records, "num_records")
+  # The uint32 index, word and integer of each record, and its bool: 13 bytes a record.
+  num_records = _validate.check_size(num_records, "num_records", bytes_per_unit=13)
   sampling_prob = _validate.check_sampling_prob(sampling_prob)
   if sampling_prob >= 1.0:
     if sampling_prob > 1.0:

@@ -1547,7 +1547,7 @@ def entries():
   add(E("dpjax.pate.lnmax_log_q", pate.lnmax_log_q, dict(votes_C=votes_c, laplace_scale=1.0),
         vk))
   add(E("dpjax.pate.gaussian_rdp_data_dependent", pate.gaussian_rdp_data_dependent,
-        dict(log_q=-5.0, sigma=1.0, orders=orders), dict(vk, log_q="real")))
+        dict(log_q=-5.0, sigma=1.0, orders=orders), dict(vk, log_q="realinf")))   # -inf: q = 0
   add(E("dpjax.pate.gnmax_rdp_data_dependent", pate.gnmax_rdp_data_dependent,
         dict(votes_C=votes_c, sigma=1.0, orders=orders), vk))
   add(E("dpjax.pate.threshold_log_pr_answered", pate.threshold_log_pr_answered,
@@ -1841,7 +1841,7 @@ def entries():
         {"x": "pos"}))
   add(E("dpjax.accounting.noise_support.sampler_delta", noise_support.sampler_delta,
         dict(epsilon=1.0, num_draws=100, tail_mass=1e-20),
-        {"num_draws": "count", "tail_mass": "prob"}))
+        {"epsilon": "epsinf", "num_draws": "count", "tail_mass": "prob"}))   # delta(inf) = 1
   add(E("dpjax.accounting.noise_support.max_epsilon_for_sampler_delta",
         noise_support.max_epsilon_for_sampler_delta,
         dict(delta=1e-5, num_draws=100, rtol=1e-3, tail_mass=1e-30),

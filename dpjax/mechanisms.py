@@ -446,6 +446,7 @@ def _released_laplace_scale(epsilon: float, size: int, secure: bool) -> float:
   return (1.0 + size * laplace_grid(epsilon, 1.0)) / epsilon
 
 
+@_validate.names_extreme_arguments
 def grouped_rates(key: jax.Array, group_U: jax.typing.ArrayLike,
                   values_U: jax.typing.ArrayLike, num_groups: int, epsilon: float, *,
                   count_fraction: float = 0.5, max_rate_sd: float = 0.05,
@@ -474,7 +475,9 @@ def grouped_rates(key: jax.Array, group_U: jax.typing.ArrayLike,
   """
   eps = _validate.check_epsilon(epsilon)
   f = _validate.check_probability(count_fraction, "count_fraction", open_low=True, open_high=True)
-  z = _validate.check_size(num_groups, "num_groups", bytes_per_unit=8)
+  # Group ids are int32; counts, totals, their noise (16 bytes each) and the rates: 48 bytes.
+  z = _validate.check_size(_validate.check_int(num_groups, "num_groups", 1, 2**31 - 1),
+                           "num_groups", bytes_per_unit=48)
   max_sd = _validate.check_positive(max_rate_sd, "max_rate_sd")
   g = _validate.check_array(group_U, "group_U", np.int32, ndim=1, min_size=1, low=0,
                             high=z - 1, integer=True)

@@ -250,7 +250,8 @@ def gaussian_rdp_data_dependent(log_q: float, sigma: float, orders) -> np.ndarra
 
 def gnmax_rdp_data_dependent(votes_C, sigma: float, orders) -> np.ndarray:
   """Data-dependent RDP of one GNMax answer, float64[A] (see the module's Warning)."""
-  return gaussian_rdp_data_dependent(gnmax_log_q(votes_C, sigma), sigma, orders)
+  # The undecorated bound: an unbounded divergence is reported as inf (`confident_gnmax_rdp`).
+  return gaussian_rdp_data_dependent.__wrapped__(gnmax_log_q(votes_C, sigma), sigma, orders)
 
 
 @_validate.names_extreme_arguments
@@ -269,7 +270,7 @@ def threshold_rdp_data_dependent(votes_C, threshold: float, sigma_threshold: flo
   """
   lp = threshold_log_pr_answered(votes_C, threshold, sigma_threshold)
   lq = min(lp, _log1mexp(lp))
-  return gaussian_rdp_data_dependent(lq, math.sqrt(2.0) * sigma_threshold, orders)
+  return gaussian_rdp_data_dependent.__wrapped__(lq, math.sqrt(2.0) * sigma_threshold, orders)
 
 
 def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarray:
@@ -420,7 +421,8 @@ def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
   if not np.allclose(totals, totals[0]):
     raise ValueError("every row of votes_QxC must sum to the same number of teachers")
   m = float(totals[0])
-  per_ind = threshold_rdp_data_independent(st, lam) + gnmax_rdp_data_independent(s, lam)
+  per_ind = (threshold_rdp_data_independent.__wrapped__(st, lam)      # inf: unbounded
+             + gnmax_rdp_data_independent.__wrapped__(s, lam))
   dep = np.zeros_like(lam)
   a1 = lam - 1.0
   for row in v:

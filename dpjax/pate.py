@@ -273,6 +273,7 @@ def threshold_rdp_data_dependent(votes_C, threshold: float, sigma_threshold: flo
   return gaussian_rdp_data_dependent.__wrapped__(lq, math.sqrt(2.0) * sigma_threshold, orders)
 
 
+@_validate.names_extreme_arguments
 def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarray:
   """Data-dependent RDP of one LNMax answer (Papernot et al. 2017, Thm 3): float64[A].
 

@@ -247,6 +247,7 @@ REGRESSIONS = {
     ("dpjax.pate.lnmax_epsilon", "laplace_scale"): ("subnormal",),
     ("dpjax.pate.lnmax_rdp_data_independent", "laplace_scale"): ("subnormal",),
     ("dpjax.pate.lnmax_log_q", "laplace_scale"): ("subnormal",),
+    ("dpjax.pate.lnmax_rdp_data_dependent", "laplace_scale"): ("1e-300",),
     ("dpjax.audit.pate_audit.claimed_epsilon", "sigma_threshold"): ("subnormal",),
     ("dpjax.accounting.noise_support.sampler_delta", "epsilon"): ("inf",),
     ("dpjax.mechanisms.grouped_rates", "num_groups"): ("int32_max", "2^31"),

@@ -73,7 +73,10 @@ class IntegerNoise:
 
 def _tail_gaussian(s, k):
   """P(|round(s Z)| > k) = erfc((k + 1/2) / (s sqrt 2))."""
-  return mpmath.erfc((mpmath.mpf(k) + mpmath.mpf(0.5)) / (s * mpmath.sqrt(2)))
+  x = (mpmath.mpf(k) + mpmath.mpf(0.5)) / (s * mpmath.sqrt(2))
+  if x > 1e8:      # erfc(x) = e^-x^2 / (x sqrt(pi)) (1 - O(1/x^2)); mpmath's erfc overflows
+    return mpmath.exp(-x * x) / (x * mpmath.sqrt(mpmath.pi))
+  return mpmath.erfc(x)
 
 
 def _tail_laplace(b, k):
@@ -81,8 +84,8 @@ def _tail_laplace(b, k):
   return mpmath.exp(-(mpmath.mpf(k) + mpmath.mpf(0.5)) / b)
 
 
-def _build(name: str, scale: float, tail_fn, k_guess: float, thresholds_fn=None
-           ) -> IntegerNoise:
+def _build(name: str, scale: float, tail_fn, k_guess: float, thresholds_fn=None,
+           param: str = "scale") -> IntegerNoise:
   """Table of `name` at `scale` from tail(k) = P(|X| > k) (module docstring)."""
   with mpmath.workprec(_PREC):
     s = mpmath.mpf(scale)
@@ -90,7 +93,7 @@ def _build(name: str, scale: float, tail_fn, k_guess: float, thresholds_fn=None
     k_max = max(0, int(math.ceil(k_guess)))
     if k_max + 1 > MAX_TABLE_SIZE:
       raise ValueError(
-          f"{name} with scale {scale:g} grid units needs a table of about {k_max + 1} "
+          f"{name} with {param} = {scale:g} grid units needs a table of about {k_max + 1} "
           f"entries, more than {MAX_TABLE_SIZE}; use a coarser grid (a larger power of "
           "two) so that the noise scale in grid units is smaller")
     while tail_fn(s, k_max) >= limit:
@@ -98,7 +101,7 @@ def _build(name: str, scale: float, tail_fn, k_guess: float, thresholds_fn=None
     while k_max > 0 and tail_fn(s, k_max - 1) < limit:
       k_max -= 1
     if k_max + 1 > MAX_TABLE_SIZE:
-      raise ValueError(f"{name} with scale {scale:g} grid units needs {k_max + 1} table "
+      raise ValueError(f"{name} with {param} = {scale:g} grid units needs {k_max + 1} table "
                        f"entries, more than {MAX_TABLE_SIZE}; use a coarser grid")
     one = mpmath.mpf(2) ** _UNIFORM_BITS
     if thresholds_fn is not None:
@@ -142,7 +145,7 @@ def rounded_gaussian(sigma_grid: float) -> IntegerNoise:
     12
   """
   s = _validate.check_positive(sigma_grid, "sigma_grid")
-  return _build("rounded_gaussian", s, _tail_gaussian, 11.7 * s)
+  return _build("rounded_gaussian", s, _tail_gaussian, 11.7 * s, param="sigma_grid")
 
 
 @functools.lru_cache(maxsize=32)
@@ -158,7 +161,7 @@ def rounded_laplace(b_grid: float) -> IntegerNoise:
   """
   b = _validate.check_positive(b_grid, "b_grid")
   return _build("rounded_laplace", b, _tail_laplace, 100 * math.log(2) * b - 0.5,
-                thresholds_fn=_laplace_thresholds)
+                thresholds_fn=_laplace_thresholds, param="b_grid")
 
 
 def table_pmf(noise: IntegerNoise) -> np.ndarray:

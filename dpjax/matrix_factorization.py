@@ -359,7 +359,7 @@ def cyclic_sensitivity(strategy_TxT: Any, steps_per_epoch: int) -> float:
   """
   c = check_strategy(strategy_TxT)
   t = c.shape[0]
-  e = _validate.check_int(steps_per_epoch, "steps_per_epoch")
+  e = min(_validate.check_int(steps_per_epoch, "steps_per_epoch"), t)   # E >= T: one step each
   x = np.abs(c.T @ c)
   best = 0.0
   for j in range(min(e, t)):
@@ -492,6 +492,7 @@ def optimize_toeplitz(num_steps: int, num_bands: int, workload_TxT: Any = None,
   return found if exact(found) < exact(start) else start
 
 
+@_validate.names_extreme_arguments
 def gaussian_event(noise_multiplier: float, sensitivity_value: float):
   """The accounting event: `events.GaussianEvent(noise_multiplier / sensitivity_value)`.
 

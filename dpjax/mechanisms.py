@@ -119,9 +119,9 @@ def rr_estimate_rate(reports: jax.typing.ArrayLike, epsilon: float,
     return (lam - (1.0 - p)) / (2.0 * p - 1.0)
   # pi_hat = (lam - 1/2) / (2p - 1) + 1/2 with 2p - 1 = tanh(eps / 2): no cancellation.
   t = _rr_gap(eps)
-  if 0.5 / t > 2.0 ** 100:
+  if t == 0.0 or 0.5 / t > 2.0 ** 100:   # t underflows to 0 at subnormal eps
     raise ValueError(f"epsilon = {epsilon!r} is too small for a float32 estimate: "
-                     f"1 / (2p - 1) = {1.0 / t:.3g} exceeds 2^100 (the estimate is "
+                     f"1 / (2p - 1) = {1.0 / t if t else math.inf:.3g} exceeds 2^100 (the estimate is "
                      "unbiased only unclipped, so it can be that large)")
   return (lam - 0.5) * jnp.float32(1.0 / t) + 0.5
 
@@ -446,6 +446,7 @@ def _released_laplace_scale(epsilon: float, size: int, secure: bool) -> float:
   return (1.0 + size * laplace_grid(epsilon, 1.0)) / epsilon
 
 
+@_validate.names_extreme_arguments
 def grouped_rates(key: jax.Array, group_U: jax.typing.ArrayLike,
                   values_U: jax.typing.ArrayLike, num_groups: int, epsilon: float, *,
                   count_fraction: float = 0.5, max_rate_sd: float = 0.05,
@@ -474,7 +475,9 @@ def grouped_rates(key: jax.Array, group_U: jax.typing.ArrayLike,
   """
   eps = _validate.check_epsilon(epsilon)
   f = _validate.check_probability(count_fraction, "count_fraction", open_low=True, open_high=True)
-  z = _validate.check_size(num_groups, "num_groups", bytes_per_unit=8)
+  # Group ids are int32; counts, totals, their noise (16 bytes each) and the rates: 48 bytes.
+  z = _validate.check_size(_validate.check_int(num_groups, "num_groups", 1, 2**31 - 1),
+                           "num_groups", bytes_per_unit=48)
   max_sd = _validate.check_positive(max_rate_sd, "max_rate_sd")
   g = _validate.check_array(group_U, "group_U", np.int32, ndim=1, min_size=1, low=0,
                             high=z - 1, integer=True)

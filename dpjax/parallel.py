@@ -81,7 +81,7 @@ def process_models(num_models: int) -> np.ndarray:
     >>> process_models(5)   # one process
     array([0, 1, 2, 3, 4])
   """
-  m = _validate.check_int(num_models, "num_models")
+  m = _validate.check_size(num_models, "num_models", bytes_per_unit=16)   # two int64[S]
   per = -(-m // jax.process_count())
   p = jax.process_index()
   return np.arange(p * per, (p + 1) * per) % m

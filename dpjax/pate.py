@@ -130,6 +130,7 @@ def confident_gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, *, threshol
 # accounting (host NumPy)
 
 
+@_validate.names_extreme_arguments
 def gnmax_rdp_data_independent(sigma: float, orders) -> np.ndarray:
   """alpha / sigma^2 per GNMax query (L2 sensitivity sqrt(2)): float64[A]."""
   s = _validate.check_positive(sigma, "sigma")
@@ -152,17 +153,20 @@ def check_threshold(threshold, sigma_threshold) -> tuple[float | None, float | N
           _validate.check_positive(sigma_threshold, "sigma_threshold"))
 
 
+@_validate.names_extreme_arguments
 def threshold_rdp_data_independent(sigma_threshold: float, orders) -> np.ndarray:
   """alpha / (2 sigma_t^2) per threshold check (max count has sensitivity 1): float64[A]."""
   s = _validate.check_positive(sigma_threshold, "sigma_threshold")
   return _validate.check_orders(orders) / (2.0 * s * s)
 
 
+@_validate.names_extreme_arguments
 def lnmax_epsilon(laplace_scale: float) -> float:
   """Pure epsilon of one LNMax answer: 2 / b (the histogram's L1 sensitivity is 2)."""
   return 2.0 / _validate.check_positive(laplace_scale, "laplace_scale")
 
 
+@_validate.names_extreme_arguments
 def lnmax_rdp_data_independent(laplace_scale: float, orders) -> np.ndarray:
   """RDP of one eps-DP answer, eps = 2 / b: min(eps, alpha eps^2 / 2) (Bun & Steinke 2016)."""
   e = lnmax_epsilon(laplace_scale)
@@ -192,6 +196,7 @@ def gnmax_log_q(votes_C, sigma: float) -> float:
   return min(log_q, math.log1p(-1.0 / v.shape[0]))
 
 
+@_validate.names_extreme_arguments
 def lnmax_log_q(votes_C, laplace_scale: float) -> float:
   """log of a bound on Pr[LNMax(votes) != plurality] (Papernot et al. 2017, Lemma 4).
 
@@ -205,6 +210,7 @@ def lnmax_log_q(votes_C, laplace_scale: float) -> float:
   return min(log_q, math.log1p(-1.0 / v.shape[0]))
 
 
+@_validate.names_extreme_arguments
 def gaussian_rdp_data_dependent(log_q: float, sigma: float, orders) -> np.ndarray:
   """Thm 6 of Papernot et al. 2018 for a noisy argmax of data-independent RDP alpha / sigma^2,
   given log_q >= log Pr[output != most likely outcome]: float64[A].
@@ -244,7 +250,8 @@ def gaussian_rdp_data_dependent(log_q: float, sigma: float, orders) -> np.ndarra
 
 def gnmax_rdp_data_dependent(votes_C, sigma: float, orders) -> np.ndarray:
   """Data-dependent RDP of one GNMax answer, float64[A] (see the module's Warning)."""
-  return gaussian_rdp_data_dependent(gnmax_log_q(votes_C, sigma), sigma, orders)
+  # The undecorated bound: an unbounded divergence is reported as inf (`confident_gnmax_rdp`).
+  return gaussian_rdp_data_dependent.__wrapped__(gnmax_log_q(votes_C, sigma), sigma, orders)
 
 
 @_validate.names_extreme_arguments
@@ -263,9 +270,10 @@ def threshold_rdp_data_dependent(votes_C, threshold: float, sigma_threshold: flo
   """
   lp = threshold_log_pr_answered(votes_C, threshold, sigma_threshold)
   lq = min(lp, _log1mexp(lp))
-  return gaussian_rdp_data_dependent(lq, math.sqrt(2.0) * sigma_threshold, orders)
+  return gaussian_rdp_data_dependent.__wrapped__(lq, math.sqrt(2.0) * sigma_threshold, orders)
 
 
+@_validate.names_extreme_arguments
 def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarray:
   """Data-dependent RDP of one LNMax answer (Papernot et al. 2017, Thm 3): float64[A].
 
@@ -414,7 +422,8 @@ def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
   if not np.allclose(totals, totals[0]):
     raise ValueError("every row of votes_QxC must sum to the same number of teachers")
   m = float(totals[0])
-  per_ind = threshold_rdp_data_independent(st, lam) + gnmax_rdp_data_independent(s, lam)
+  per_ind = (threshold_rdp_data_independent.__wrapped__(st, lam)      # inf: unbounded
+             + gnmax_rdp_data_independent.__wrapped__(s, lam))
   dep = np.zeros_like(lam)
   a1 = lam - 1.0
   for row in v:

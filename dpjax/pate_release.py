@@ -297,6 +297,7 @@ def local_sensitivity_gnmax(votes_QxC, *, sigma: float, order: float) -> np.ndar
   return _range_max(u, lo, hi)
 
 
+@_validate.names_extreme_arguments
 def local_sensitivity_threshold(votes_QxC, *, threshold: float, sigma_threshold: float,
                                 order: float) -> np.ndarray:
   """Exact local sensitivity at distance d of the threshold check's data-dependent RDP:

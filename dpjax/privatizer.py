@@ -280,6 +280,7 @@ class CorrelatedNoisePrivatizer:
                        optax.scale(1.0 / b))
 
 
+@_validate.names_extreme_arguments
 def default_grid(l2_clip_norm: float) -> float:
   """Default grid of secure DP-SGD: the largest power of two <= C / 2^10.
 

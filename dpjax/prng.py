@@ -361,7 +361,8 @@ def poisson_mask(key: jax.Array, sampling_prob: float, num_records: int) -> jax.
     >>> poisson_mask(jax.random.key(0), 1.0, 3)
     Array([ True,  True,  True], dtype=bool)
   """
-  num_records = _validate.check_size(num_records, "num_records")
+  # The uint32 index, word and integer of each record, and its bool: 13 bytes a record.
+  num_records = _validate.check_size(num_records, "num_records", bytes_per_unit=13)
   sampling_prob = _validate.check_sampling_prob(sampling_prob)
   if sampling_prob >= 1.0:
     if sampling_prob > 1.0:

@@ -290,13 +290,15 @@ def padded_batch(mask_N: jax.Array, capacity: int, chunk: jax.Array
     >>> idx.tolist(), ok.tolist()
     ([4, 4], [True, False])
   """
-  k = _validate.check_int(capacity, "capacity")
+  # int32 ranks, indices and their clipped copy, the bool validity: 16 bytes a row at most.
+  k = _validate.check_size(_validate.check_int(capacity, "capacity", 1, 2**31 - 1), "capacity",
+                          bytes_per_unit=16)
   if not _validate.is_tracer(mask_N):
     mask_N = jnp.asarray(_validate.check_binary(mask_N, "mask_N", ndim=1), bool)
   elif mask_N.ndim != 1 or mask_N.dtype != jnp.bool_:
     raise ValueError(f"mask_N must be bool[N], got {mask_N.dtype}{list(mask_N.shape)}")
   if not _validate.is_tracer(chunk):
-    chunk = _validate.check_int(chunk, "chunk", 0)
+    chunk = _validate.check_int(chunk, "chunk", 0, (2**31 - 1) // k - 1)   # int32 ranks
   n = mask_N.shape[0]
   if n < 1:
     raise ValueError("mask_N must hold at least one record")

@@ -87,6 +87,9 @@ def posterior_bound(prior, epsilon: float):
   """
   pi = _validate.check_array(prior, "prior", low=0.0, high=1.0)
   eps = _validate.check_epsilon(epsilon, allow_zero=True)
+  if eps > 700.0:      # e^eps overflows: pi / (pi + (1 - pi) e^-eps), 0 at pi = 0
+    with np.errstate(invalid="ignore"):
+      return _scalar_or_array(np.where(pi > 0, pi / (pi + (1 - pi) * math.exp(-eps)), 0.0))
   return _scalar_or_array(pi * math.exp(eps) / (pi * math.exp(eps) + 1 - pi))
 
 

@@ -226,6 +226,39 @@ REGRESSIONS = {
     ("dpjax.recommender.sensitivities", "clamp"): ("1e300",),
     ("dpjax.recommender.private_statistics[user]", "num_items"): ("int32_max",),
     ("dpjax.recommender.private_statistics[user]", "epsilon"): ("inf",),
+    ("dpjax.audit.run.chunk_key", "si"): ("int64_max",),
+    ("dpjax.audit.run.chunk_key", "c"): ("2^63",),
+    ("dpjax.mechanisms.rr_estimate_rate", "epsilon"): ("subnormal",),
+    ("dpjax.pate_release.local_sensitivity_threshold", "sigma_threshold"): ("subnormal",),
+    ("dpjax.prng.poisson_mask", "num_records"): ("int32_max", "2^31"),
+    ("dpjax.sampling.padded_batch", "capacity"): ("int32_max", "2^63"),
+    ("dpjax.sampling.padded_batch", "chunk"): ("int32_max", "int64_max"),
+    ("dpjax.parallel.process_models", "num_models"): ("int32_max",),
+    ("dpjax.audit.variants.scale_min_log_rates", "base_records"): ("int32_max",),
+    ("dpjax.audit.variants.realised_denominator_lower_bound", "base_records"): ("int32_max",),
+    ("dpjax.data.ratings.sample", "num_items"): ("int32_max", "int64_max"),
+    ("dpjax.data.ratings.sample", "rank"): ("int32_max", "2^63"),
+    ("dpjax.audit.probe.scores", "steps_per_epoch"): ("2^63",),
+    ("dpjax.audit.coverage.measure", "confidence"): ("subnormal",),
+    ("dpjax.pate.gaussian_rdp_data_dependent", "log_q"): ("-inf",),
+    ("dpjax.pate.gaussian_rdp_data_dependent", "sigma"): ("subnormal",),
+    ("dpjax.pate.gnmax_rdp_data_independent", "sigma"): ("subnormal",),
+    ("dpjax.pate.threshold_rdp_data_independent", "sigma_threshold"): ("1e-300",),
+    ("dpjax.pate.lnmax_epsilon", "laplace_scale"): ("subnormal",),
+    ("dpjax.pate.lnmax_rdp_data_independent", "laplace_scale"): ("subnormal",),
+    ("dpjax.pate.lnmax_log_q", "laplace_scale"): ("subnormal",),
+    ("dpjax.pate.lnmax_rdp_data_dependent", "laplace_scale"): ("1e-300",),
+    ("dpjax.audit.pate_audit.claimed_epsilon", "sigma_threshold"): ("subnormal",),
+    ("dpjax.accounting.noise_support.sampler_delta", "epsilon"): ("inf",),
+    ("dpjax.mechanisms.grouped_rates", "num_groups"): ("int32_max", "2^31"),
+    ("dpjax.mechanisms.grouped_rates", "count_fraction"): ("subnormal", "1e-300"),
+    ("dpjax.tradeoff.posterior_bound", "epsilon"): ("1e300",),
+    ("dpjax.integer_noise.rounded_gaussian", "sigma_grid"): ("subnormal", "1e300"),
+    ("dpjax.clipping.grid.norm_threshold", "sensitivity_grid"): ("1e300",),
+    ("dpjax.privatizer.default_grid", "l2_clip_norm"): ("subnormal",),
+    ("dpjax.matrix_factorization.cyclic_sensitivity", "steps_per_epoch"): ("2^63",),
+    ("dpjax.matrix_factorization.gaussian_event", "sensitivity_value"): ("subnormal",),
+    ("dpjax.audit.per_step.family_epsilon", "noise_multiplier"): ("1e300",),
 }
 
 
@@ -1547,7 +1580,7 @@ def entries():
   add(E("dpjax.pate.lnmax_log_q", pate.lnmax_log_q, dict(votes_C=votes_c, laplace_scale=1.0),
         vk))
   add(E("dpjax.pate.gaussian_rdp_data_dependent", pate.gaussian_rdp_data_dependent,
-        dict(log_q=-5.0, sigma=1.0, orders=orders), dict(vk, log_q="real")))
+        dict(log_q=-5.0, sigma=1.0, orders=orders), dict(vk, log_q="realinf")))   # -inf: q = 0
   add(E("dpjax.pate.gnmax_rdp_data_dependent", pate.gnmax_rdp_data_dependent,
         dict(votes_C=votes_c, sigma=1.0, orders=orders), vk))
   add(E("dpjax.pate.threshold_log_pr_answered", pate.threshold_log_pr_answered,
@@ -1841,7 +1874,7 @@ def entries():
         {"x": "pos"}))
   add(E("dpjax.accounting.noise_support.sampler_delta", noise_support.sampler_delta,
         dict(epsilon=1.0, num_draws=100, tail_mass=1e-20),
-        {"num_draws": "count", "tail_mass": "prob"}))
+        {"epsilon": "epsinf", "num_draws": "count", "tail_mass": "prob"}))   # delta(inf) = 1
   add(E("dpjax.accounting.noise_support.max_epsilon_for_sampler_delta",
         noise_support.max_epsilon_for_sampler_delta,
         dict(delta=1e-5, num_draws=100, rtol=1e-3, tail_mass=1e-30),

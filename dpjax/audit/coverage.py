@@ -490,6 +490,9 @@ def measure(estimator, mechanism: Mechanism, *, audits: int, trials: int, delta:
   k = _validate.check_size(trials, "trials", minimum=2, bytes_per_unit=8, units=64)
   delta = _validate.check_delta(delta)
   confidence = _validate.check_confidence(confidence)
+  if 1.0 - confidence == 1.0:
+    raise ValueError(f"confidence = {confidence!r} is too small: alpha = 1 - confidence "
+                     "rounds to 1 in float64")
   _validate.check_instance(rng, np.random.Generator, "rng")
   eps_true = mechanism.true_epsilon(delta)
   names = [n for e in ests for n in e.names()]

@@ -302,7 +302,8 @@ def family_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int
   if q == 1.0:
     return gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma)
   if sigma > 1e4:      # q sqrt(T) / sigma-GDP bounds eps ~ 0 (CLT scale) here
-    return gdp.gaussian_epsilon(delta, q * math.sqrt(t * math.expm1(sigma ** -2)))
+    mu = q * math.sqrt(t * math.expm1(sigma ** -2))
+    return gdp.gaussian_epsilon(delta, mu) if mu > 0 else 0.0   # mu underflows: eps = 0
   return float(accounting.dpsgd_epsilon(sigma, q, t, delta, accountant="pld"))
 
 
@@ -491,7 +492,9 @@ def composed_epsilon_lower(fpr_J, fnr_J, num_steps: int, delta: float, *,
   fnr = _validate.check_array(fnr_J, "fnr_J", shape=fpr.shape, low=0.0, high=1.0)
   t = _validate.check_int(num_steps, "num_steps", 1, 2 ** 26 - 1024)   # grid_points >= 1024 + T
   delta = _validate.check_delta(delta)
-  n = _validate.check_int(grid_points, "grid_points", 1024 + t, 2 ** 26)
+  n = _validate.check_int(grid_points, "grid_points", 1024, 2 ** 26)
+  if n < 1024 + t:
+    raise ValueError(f"grid_points must be at least 1024 + num_steps = {1024 + t}, got {n}")
   p_in, p_out = _channel(fpr, fnr)
   return max(_direction_epsilon(p_in, p_out, t, delta, n),
              _direction_epsilon(p_out, p_in, t, delta, n))

@@ -203,7 +203,8 @@ def scores(obs, w, *, sampling_prob: float, noise_multiplier: float,
   w = _validate.check_array(w, "w", ndim=2, shape=(obs.shape[0], None))
   b = _validate.check_positive(expected_batch_size, "expected_batch_size")
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
-  e = _validate.check_int(steps_per_epoch, "steps_per_epoch")
+  # E > T: no step ends an epoch, as at E = T + 1 (and t % E stays a C long).
+  e = min(_validate.check_int(steps_per_epoch, "steps_per_epoch"), obs.shape[1] + 1)
   u0, u1, s = obs[..., 0], obs[..., 1], obs[..., 2]
   llr = canary.white_box_llr(u1[:, :, None], expected_batch_size=b, l2_clip_norm=CLIP,
                              sampling_prob=sampling_prob, noise_multiplier=sigma)

@@ -234,8 +234,8 @@ def chunk_names(spec: CanaryAuditSpec, setting_list: Sequence[Setting]) -> dict:
 
 def chunk_key(key_train, si: int, c: int):
   """The key chunk c of setting si is trained from."""
-  si = _validate.check_int(si, "si", 0)
-  c = _validate.check_int(c, "c", 0)
+  si = _validate.check_int(si, "si", 0, 2**32 - 1)   # fold_in takes a uint32
+  c = _validate.check_int(c, "c", 0, 2**32 - 1)
   return jax.random.fold_in(jax.random.fold_in(key_train, si), c)
 
 

@@ -304,6 +304,9 @@ def scale_min_log_rates(tau, noise_coords: int, base_records: int, sampling_prob
                                             ndim=(0, 1)))
   noise_coords, base_records, sampling_prob, steps, _ = _check_world(
       noise_coords, base_records, sampling_prob, steps, 0.5)
+  # Three float64[n0 + 2, J] intermediates (the chi2 arguments, log-CDFs and terms).
+  _validate.check_size(base_records, "base_records", bytes_per_unit=24, units=tau.size + 1,
+                       units_name="tau's size + 1")
   lf = _log_rate_any(_log_p_scaled_below(tau, noise_coords, base_records, sampling_prob), steps)
   lt = _log_rate_any(_log_p_scaled_below(tau, noise_coords, base_records + 1, sampling_prob), steps)
   return lf, lt

@@ -78,7 +78,7 @@ def norm_threshold(sensitivity_grid: float, num_params: int) -> np.float32:
     raise ValueError(f"num_params must be below 2^23 for the grid path, got {p}")
   gam = (p - 1) * _U / (1.0 - (p - 1) * _U)
   bound = delta * delta * (1.0 - _U) * (1.0 - gam) * (1.0 - 1e-12)
-  t = np.float32(bound)
+  t = np.float32(min(bound, float(np.finfo(np.float32).max)))   # Delta^2 beyond float32
   while float(t) > bound:
     t = np.nextafter(t, np.float32(0.0))
   return t

@@ -64,7 +64,7 @@ def sample(key: jax.Array, num_users: int = 2000, num_items: int = 200, *, rank:
   """Draws a ratings world (module docstring) from one key; R = sum_u m_u."""
   u = _validate.check_int(num_users, "num_users")
   i_count = _validate.check_int(num_items, "num_items", 2)
-  _validate.check_size(u * i_count, "num_users", bytes_per_unit=16)
+  _validate.check_size(i_count, "num_items", bytes_per_unit=16, units=u, units_name="num_users")
   k = _validate.check_int(rank, "rank")
   m_mean = _validate.check_range(mean_ratings_per_user, "mean_ratings_per_user", 1.0, i_count)
   spread = _validate.check_range(activity_spread, "activity_spread", 0.0, 5.0)
@@ -86,6 +86,9 @@ def sample(key: jax.Array, num_users: int = 2000, num_items: int = 200, *, rank:
   position = np.argsort(np.argsort(-g, axis=1), axis=1)
   observed = position < m_u[:, None]
   user_R, item_R = np.nonzero(observed)          # row-major: grouped by user
+  # float64 factors [U, K], [I, K] and three gathered [R, K] products.
+  _validate.check_size(k, "rank", bytes_per_unit=8, units=u + i_count + 3 * user_R.size,
+                       units_name="U + I + 3 R")
   b_u = stds["user_bias_std"] * rng.standard_normal(u)
   b_i = stds["item_bias_std"] * rng.standard_normal(i_count)
   p_uk = (stds["interaction_std"] / np.sqrt(k)) * rng.standard_normal((u, k))

@@ -527,3 +527,32 @@ def frozen_body(model: Model, params: PyTree) -> Model:
     return head.apply(head_params, _body(model, body_params, x))
 
   return Model(init, apply, model.l2, "custom", model.num_outputs, None)
+
+
+def with_canary_leaf(model: Model, size: int) -> Model:
+  """`model` with params {"model": params, "canary": float32[size]}; apply never reads the leaf.
+
+  Audits put Dirac canary gradients in that leaf: the records' clipping (on
+  params["model"]) never touches it, so K canaries cost O(K) per step. Cached: the same
+  (model, size) gives the same Model, hence the same compiled program.
+
+  Examples:
+    >>> m = with_canary_leaf(mlp(4, hidden=(8,), num_classes=3), 5)
+    >>> p = m.init(jax.random.key(0))
+    >>> p["canary"].shape, m.apply(p, jnp.ones((2, 4))).shape
+    ((5,), (2, 3))
+  """
+  return _with_canary_leaf(check_model(model), _validate.check_int(size, "size",
+                                                                  maximum=2**31 - 1))
+
+
+@functools.lru_cache(maxsize=32)
+def _with_canary_leaf(model: Model, k: int) -> Model:
+
+  def init(key):
+    return {"model": model.init(key), "canary": jnp.zeros((k,), jnp.float32)}
+
+  def apply(params, x):
+    return model.apply(params["model"], x)
+  return Model(init, apply, l2=model.l2, kind="custom", num_outputs=model.num_outputs,
+               input_shape=model.input_shape)

@@ -1477,6 +1477,8 @@ def entries():
         dict(model=mlp_m, params=mlp_params, key=jax.random.key(3)), {"params": "object"}))
   add(E("dpjax.models.frozen_body", models.frozen_body,
         dict(model=mlp_m, params=mlp_params), {"params": "object"}))
+  add(E("dpjax.models.with_canary_leaf", models.with_canary_leaf,
+        dict(model=mlp_m, size=3), {"size": "size"}))
   add(E("dpjax.models.cnn[groups]", models.cnn,
         dict(input_shape=(8, 8, 1), channels=(2, 4), num_classes=2, groups=2),
         {"input_shape": "sizes", "channels": "sizes", "num_classes": "size",

@@ -116,6 +116,19 @@ class ModelsTest(parameterized.TestCase):
       models.per_example_loss(model, model.init(jax.random.key(0)), jnp.ones((3, 2)),
                               jnp.ones((2,)))
 
+  def test_canary_leaf_is_never_read_and_has_zero_gradient_from_the_loss(self):
+    model = models.mlp(4, hidden=(8,), num_classes=3)
+    leafy = models.with_canary_leaf(model, 5)
+    self.assertIs(leafy, models.with_canary_leaf(model, 5))   # one program per (model, K)
+    params = leafy.init(jax.random.key(0))
+    np.testing.assert_array_equal(params["canary"], np.zeros(5, np.float32))
+    x, y = jnp.ones((2, 4)), jnp.array([0, 2])
+    np.testing.assert_array_equal(leafy.apply(params, x), model.apply(params["model"], x))
+    g = jax.grad(lambda p: models.per_example_loss(leafy, p, x, y).sum())(params)
+    np.testing.assert_array_equal(g["canary"], np.zeros(5, np.float32))
+    with self.assertRaisesRegex(ValueError, "size"):
+      models.with_canary_leaf(model, 0)
+
 
 class AccuracyTest(absltest.TestCase):
 

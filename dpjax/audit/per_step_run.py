@@ -95,19 +95,6 @@ def canary_bits(num_runs: int, num_canaries: int, seed: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=32)
-def _leaf_model(model, k: int):
-  """`model` with an extra leaf {"canary": float32[K]} that apply never reads."""
-
-  def init(key):
-    return {"model": model.init(key), "canary": jnp.zeros((k,), jnp.float32)}
-
-  def apply(params, x):
-    return model.apply(params["model"], x)
-  return models_lib.Model(init, apply, l2=model.l2, kind="custom",
-                          num_outputs=model.num_outputs, input_shape=model.input_shape)
-
-
-@functools.lru_cache(maxsize=32)
 def _leaf_path(path, k: int):
   """`path` on the first N - K rows and params["model"]; the last K rows (the canaries)
   add C w_k e_k to the canary leaf (w_k: their sampled-and-IN weight), their norm C."""
@@ -166,7 +153,8 @@ def step_observations(key, setting: run.Setting, data, model, var, canary_in_MxK
   path = comps.pop("clipping", None)
   path = clipping_lib.path_for(model) if path is None else clipping_lib.as_path(path)
   c = var.config.l2_clip_norm
-  out = run.train(key, run.Design(x, y, keep), var.config, _leaf_model(model, k), quiet=True,
+  out = run.train(key, run.Design(x, y, keep), var.config,
+                  models_lib.with_canary_leaf(model, k), quiet=True,
                   observe_fn=_observe_canary_leaf,
                   components=dict(comps, clipping=_leaf_path(path, k),
                                   perf=dpsgd.PerformanceFlags(max_chunk=m, progress=False,

@@ -329,20 +329,6 @@ class DpSgdAudit:
 
 
 @functools.lru_cache(maxsize=32)
-def _with_canary_leaf(model, k: int):
-  """`model` with an extra leaf {"canary": float32[K]} that apply never reads."""
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-
-  def init(key):
-    return {"model": model.init(key), "canary": jnp.zeros((k,), jnp.float32)}
-
-  def apply(params, x):
-    return model.apply(params["model"], x)
-  return models_lib.Model(init, apply, l2=model.l2, kind="custom",
-                          num_outputs=model.num_outputs, input_shape=model.input_shape)
-
-
-@functools.lru_cache(maxsize=32)
 def _path_with_canary_leaf(path):
   """`path`'s clipped sum on params["model"], zero on the canary leaf."""
   from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
@@ -423,7 +409,7 @@ def audit_dpsgd(key, cfg, model, x_NxF, y_N, *, num_runs: int,
   kb_grad, kb_rec = jax.random.split(k_bits)
   rec_in = None if record_canary is None else inclusion_bits(kb_rec, r, 1, mode)
   kk = max(k, 1)
-  wrapped = _with_canary_leaf(model, kk)
+  wrapped = models_lib.with_canary_leaf(model, kk)
   path = train_kwargs.pop("clipping", None)
   path = clipping_lib.path_for(model) if path is None else clipping_lib.as_path(path)
   c = float(cfg.l2_clip_norm)

@@ -2,12 +2,9 @@
 
 Exact tests from `dpjax.attacks.floating_point`: (a) Mironov's attack (CCS 2012) on
 `mechanisms.laplace_mechanism(..., secure=False)`: a release is "from x = 0" when no float32
-atom of `jax.random.laplace` reaches it from x' = 1; TPR > 0 at FPR = 0, which no eps-DP
-mechanism allows. (b) The lattice attack on DP-SGD's float32 Gaussian noise: a model is flagged
-IN when some privatized update of the canary coordinate is impossible from the canary-free sum
-(`floating_point.lattice_canary_flags`; reported: 95.5-100 % of canary models flagged, 0 % of
-others). (c) The defended mechanisms (`dpjax.integer_noise`): secure `laplace_mechanism` and
-DP-SGD with `privatizer.secure_components`: nothing flagged, bound 0.
+atom of `jax.random.laplace` reaches it from x' = 1. (b) The lattice attack on DP-SGD's float32
+Gaussian noise: a model is flagged IN when some update of the canary coordinate is impossible
+from the canary-free sum. (c) The defended mechanisms (`dpjax.integer_noise`): nothing flagged.
 
 Command:   python -m experiments.fp_attacks                 (about 35 s of CPU)
            python -m experiments.fp_attacks --models 1000 --trials 100000
@@ -160,16 +157,13 @@ def _train(key, data, cfgs, index_M, canary_in_M, **components):
 
 
 def _dpsgd_row(flagged, canary_in, impossible, bits, cfg_dp, cfg):
-  m_in, m_out = int(canary_in.sum()), int((~canary_in).sum())
-  f_in, f_out = int(flagged[canary_in].sum()), int(flagged[~canary_in].sum())
-  sampled = int(bits.sum())
+  eps, sampled = cfg_dp.epsilon(), int(bits.sum())
+  audit = _audit_row(flagged[canary_in], flagged[~canary_in], eps, cfg.delta, cfg.confidence)
   return {"noise_multiplier": cfg_dp.noise_multiplier, "sampling_prob": cfg_dp.sampling_prob,
-          "num_steps": cfg_dp.num_steps, "claimed_epsilon": cfg_dp.epsilon(),
-          "flagged_with": f_in / m_in, "flagged_without": f_out / m_out,
-          "sampled_steps": sampled,
+          "num_steps": cfg_dp.num_steps, "claimed_epsilon": eps, "flagged_with": audit["tpr"],
+          "flagged_without": audit["fpr"], "sampled_steps": sampled,
           "sampled_steps_impossible": float(impossible[bits].sum() / max(sampled, 1)),
-          "epsilon_lower": float(stats.epsilon_lower_bound(
-              f_out, m_out, m_in - f_in, m_in, cfg.delta, cfg.confidence))}
+          "epsilon_lower": audit["epsilon_lower"]}
 
 
 def _naive_dpsgd(key, data, cfg, settings):

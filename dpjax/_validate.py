@@ -187,10 +187,8 @@ def check_int(value: Any, name: str, minimum: int = 1, maximum: Optional[int] = 
     ...
     ValueError: bit_width must be an integer in [1, 8], got 9
   """
-  if maximum is None:
-    requirement = f"an integer >= {minimum}"
-  else:
-    requirement = f"an integer in [{minimum}, {maximum}]"
+  requirement = (f"an integer >= {minimum}" if maximum is None
+                 else f"an integer in [{minimum}, {maximum}]")
   v = _real(value, name, requirement)
   if not (math.isfinite(v) and v == int(v) and v >= minimum and (maximum is None or v <= maximum)):
     raise ValueError(f"{name} must be {requirement}, got {value!r}")
@@ -201,8 +199,7 @@ def check_int(value: Any, name: str, minimum: int = 1, maximum: Optional[int] = 
 
 def memory_bytes() -> int:
   """The process's usable memory in bytes: physical memory, or a smaller address-space limit
-  (2**40 where neither can be read).
-  """
+  (2**40 where neither can be read)."""
   try:
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   except (AttributeError, ValueError, OSError):
@@ -312,10 +309,6 @@ def check_choice(value: Any, allowed: Sequence[Any], name: str) -> Any:
 # arrays
 
 
-def _shape_text(shape: Sequence[Optional[int]]) -> str:
-  return "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
-
-
 def check_shape(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None,
                 shape: Optional[Sequence[Optional[int]]] = None,
                 min_size: int = 0) -> tuple[int, ...]:
@@ -334,7 +327,8 @@ def check_shape(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None
       raise ValueError(f"{name} must have rank {want}, got shape {s}")
   if shape is not None:
     if len(s) != len(shape) or any(w is not None and w != g for w, g in zip(shape, s)):
-      raise ValueError(f"{name} must have shape {_shape_text(shape)}, got {s}")
+      want = "[" + ", ".join("*" if w is None else str(w) for w in shape) + "]"
+      raise ValueError(f"{name} must have shape {want}, got {s}")
   if math.prod(s) < min_size:
     raise ValueError(f"{name} must have at least {min_size} entries, got shape {s}")
   return s
@@ -499,16 +493,6 @@ def check_params_like(params: Any, reference: Any, name: str) -> None:
                      f"{jax.tree.structure(reference)}, got {type(params).__name__}")
   for i, (leaf, ref) in enumerate(zip(jax.tree.leaves(params), jax.tree.leaves(reference))):
     check_array(leaf, f"{name} (leaf {i})", np.float32, shape=tuple(ref.shape))
-
-
-def check_model_params(model: Any, params: Any, name: str = "params") -> Any:
-  """params itself if `model` is a dpjax.models.Model and params matches model.init's output."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  models_lib.check_model(model)
-  ref = jax.eval_shape(model.init, jax.random.key(0))
-  check_params_like(params, ref, name)
-  return params
 
 
 # extreme but valid inputs

@@ -68,6 +68,21 @@ def check_model(model: Any, name: str = "model") -> Model:
   return model
 
 
+def check_params(model: Any, params: Any, name: str = "params") -> PyTree:
+  """params itself if `model` is a valid Model and params has the structure, leaf shapes and
+  finite real values of `model.init`'s output; ValueError naming `name` otherwise.
+
+  Examples:
+    >>> check_params(logistic_regression(3), {"w": np.zeros(4)})
+    Traceback (most recent call last):
+    ...
+    ValueError: params (leaf 0) must have shape [3], got (4,)
+  """
+  check_model(model)
+  _validate.check_params_like(params, jax.eval_shape(model.init, jax.random.key(0)), name)
+  return params
+
+
 # Factories validate, then call a cache keyed by the canonical arguments (3 and 3.0 give
 # the same Model; a bool or unhashable argument is refused before the cache).
 

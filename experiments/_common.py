@@ -25,10 +25,7 @@ import json
 import logging
 import math
 import os
-import re
 import sys
-import types
-import typing
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -36,8 +33,11 @@ from absl import app
 from absl import flags
 
 import dpjax
-from dpjax import _validate
 from dpjax.audit import store
+from experiments import _config
+# The config names every experiment uses, so that `_common` is an experiment's one import.
+from experiments._config import (  # noqa: F401
+    ExperimentConfig, check_choices, check_int, check_positive, check_range, option)
 
 # JAX logs an INFO line per process about the TPU backend it did not find; keep the
 # experiments' output to what they measured.
@@ -169,172 +169,6 @@ def finish(cfg, out_dir: str, name: str, record: dict, *, tables: Sequence[Table
   return {"record": record, "tables": list(tables), "figures": list(figures), "path": path}
 
 
-# Configs and their flags.
-
-def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,  # pylint: disable=redefined-builtin
-           flag: bool = True, bounds: str | None = None) -> Any:
-  """A config field: immutable default, flag help, string `choices`; flag=False: no flag.
-
-  bounds, checked item by item: ">=k" (int field), ">0", ">=a", "(a,b)", "(a,b]", "[a,b)", "[a,b]".
-  """
-  return dataclasses.field(default=default, metadata={
-      "help": help, "choices": choices, "flag": flag, "bounds": bounds})
-
-
-def _check_bounds(cfg, name: str, spec: str, is_int: bool) -> None:
-  if is_int:
-    check_int(cfg, name, minimum=int(spec.removeprefix(">=")))
-  elif spec == ">0":
-    check_positive(cfg, name)
-  elif spec.startswith(">="):
-    check_range(cfg, name, low=float(spec[2:]))
-  else:
-    low, high = (float(v) for v in spec[1:-1].split(","))
-    check_range(cfg, name, low=low, high=high, open_low=spec[0] == "(", open_high=spec[-1] == ")")
-
-
-# Seeds are int32-safe: experiments derive per-part seeds and keys from them.
-SEED_MAX = 2 ** 31 - 1
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ExperimentConfig:
-  """Base of every config: the seed (the only randomness); checks every `choices` field."""
-  seed: int = option(0, "Integer seed in [0, 2^31 - 1]; the only source of randomness.")
-
-  def __post_init__(self):
-    check_int(self, "seed", minimum=0, maximum=SEED_MAX)
-    for f in dataclasses.fields(self):
-      if f.metadata.get("choices") and getattr(self, f.name) is not None:
-        check_choices(self, f.name, f.metadata["choices"])
-      if f.metadata.get("bounds"):
-        t, _ = _unwrap_optional(typing.get_type_hints(type(self))[f.name])
-        is_int = t is int or (typing.get_origin(t) is tuple and typing.get_args(t)[0] is int)
-        _check_bounds(self, f.name, f.metadata["bounds"], is_int)
-
-
-def _items(cfg, name: str) -> tuple:
-  """cfg.<name> as a tuple of the values to check: a tuple field item by item, non-empty."""
-  v = getattr(cfg, name)
-  if isinstance(v, (tuple, list)):
-    if not v:
-      raise ValueError(f"{name} must be a non-empty list, got {v!r}")
-    return tuple(v)
-  return (v,)
-
-
-def check_int(cfg, name: str, minimum: int = 1, maximum: int | None = None) -> None:
-  """Raises ValueError unless cfg.<name> is an int in [minimum, maximum] (or a tuple of them)."""
-  for x in _items(cfg, name):
-    if isinstance(x, (float, np.floating)):
-      raise ValueError(f"{name} must hold integers, got {getattr(cfg, name)!r}")
-    _validate.check_int(x, name, minimum, maximum)
-
-
-def check_positive(cfg, *names: str, finite: bool = True) -> None:
-  """Raises ValueError unless each cfg.<name> (a number or a tuple of numbers) is > 0."""
-  for name in names:
-    for x in _items(cfg, name):
-      _validate.check_range(x, name, 0.0, open_low=True, allow_inf=not finite)
-
-
-def check_range(cfg, *names: str, low: float | None = None, high: float | None = None,
-                open_low: bool = False, open_high: bool = False) -> None:
-  """Raises ValueError unless each cfg.<name> (or item) is finite and in [low, high] (None: no
-  bound; open_low / open_high: strict)."""
-  for name in names:
-    for x in _items(cfg, name):
-      _validate.check_range(x, name, low, high, open_low=open_low, open_high=open_high)
-
-
-def check_choices(cfg, name: str, allowed: Sequence[Any]) -> None:
-  """Raises ValueError unless cfg.<name> (or each item of a non-empty tuple) is allowed."""
-  v = getattr(cfg, name)
-  if not all(isinstance(x, str) and x in allowed for x in _items(cfg, name)):
-    what = "a list of values from" if isinstance(v, tuple) else "one of"
-    raise ValueError(f"{name} must be {what} {tuple(allowed)}, got {v!r}")
-
-
-def _unwrap_optional(t):
-  args = typing.get_args(t)
-  if typing.get_origin(t) in (typing.Union, types.UnionType) and type(None) in args:
-    rest = [a for a in args if a is not type(None)]
-    if len(rest) == 1:
-      return rest[0], True
-  return t, False
-
-
-def define_flags(config_cls) -> dict:
-  """One absl flag per field of `config_cls` (skipping flag=False); {field name: FlagHolder}."""
-  hints = typing.get_type_hints(config_cls)
-  holders = {}
-  for f in dataclasses.fields(config_cls):
-    if not f.metadata.get("flag", True):
-      continue
-    t, _ = _unwrap_optional(hints[f.name])
-    help_text = f.metadata.get("help") or f.name
-    default = f.default
-    if typing.get_origin(t) is tuple:
-      items = None if default is None else [_flag_text(v) for v in default]
-      holders[f.name] = flags.DEFINE_list(f.name, items, help_text)
-    elif t is bool:
-      holders[f.name] = flags.DEFINE_bool(f.name, default, help_text)
-    elif t is int:
-      holders[f.name] = flags.DEFINE_integer(f.name, default, help_text)
-    elif t is float:
-      holders[f.name] = flags.DEFINE_float(f.name, default, help_text)
-    elif t is str and f.metadata.get("choices"):
-      holders[f.name] = flags.DEFINE_enum(f.name, default, list(f.metadata["choices"]), help_text)
-    elif t is str:
-      holders[f.name] = flags.DEFINE_string(f.name, default, help_text)
-    else:
-      raise TypeError(f"{config_cls.__name__}.{f.name}: no flag type for {t!r}")
-  return holders
-
-
-def _flag_text(v) -> str:
-  """A list item's text: short, and parsed back to exactly the same value."""
-  if isinstance(v, float):
-    short = f"{v:g}"
-    return short if float(short) == v else repr(v)
-  return str(v)
-
-
-def _parse_item(text: str, t, name: str):
-  if t is float and text.strip().lower() in ("inf", "+inf", "infinity", "∞"):
-    return math.inf
-  try:
-    return t(text)
-  except ValueError:
-    raise ValueError(f"{name} must be a comma-separated list of {t.__name__} values, got "
-                     f"{text!r}") from None
-
-
-def config_from_flags(config_cls, holders: dict):
-  """Builds (and so validates) the config from parsed flag values."""
-  hints = typing.get_type_hints(config_cls)
-  values = {}
-  for name, holder in holders.items():
-    v = holder.value
-    t, _ = _unwrap_optional(hints[name])
-    if typing.get_origin(t) is tuple and v is not None:
-      (item_t, *_) = typing.get_args(t)
-      v = tuple(_parse_item(x, item_t, name) for x in v)
-    values[name] = v
-  return config_cls(**values)
-
-
-def _flag_error(message: str, holders: dict) -> str:
-  """One line; "flag --name=value: message" when the message starts with a field name."""
-  line = " ".join(str(message).split())
-  m = re.match(r"(\w+)", line)
-  if m and m.group(1) in holders:
-    name = m.group(1)
-    raw = flags.FLAGS[name].serialize().split("=", 1)[-1] if name in flags.FLAGS else ""
-    return f"flag --{name}={raw}: {line}"
-  return line
-
-
 def app_run(name: str, config_cls, run_fn: Callable,
             default_out: Callable[[Any], str] | None = None) -> None:
   """The whole `__main__` of an experiment: flags from the config, then run_fn(cfg, out_dir).
@@ -344,15 +178,15 @@ def app_run(name: str, config_cls, run_fn: Callable,
   `store.StoreError` or OSError prints "ERROR <name>: ...", exit 1. default_out(cfg): the output
   directory without --out.
   """
-  holders = define_flags(config_cls)
+  holders = _config.define_flags(config_cls)
   parsed = {}
 
   def parser(argv):
     try:
       rest = flags.FLAGS(argv)
-      parsed["cfg"] = config_from_flags(config_cls, holders)
+      parsed["cfg"] = _config.config_from_flags(config_cls, holders)
     except (flags.Error, ValueError, TypeError) as e:
-      sys.stderr.write(f"FATAL Flags parsing error: {_flag_error(e, holders)} "
+      sys.stderr.write(f"FATAL Flags parsing error: {_config.flag_error(e, holders)} "
                        "(--helpshort lists the flags)\n")
       sys.exit(2)
     return rest
@@ -373,8 +207,8 @@ def app_run(name: str, config_cls, run_fn: Callable,
       if not given:
         raise                  # the defaults must run: anything else is a bug, traced
       shown = " ".join(f"--{f}={flags.FLAGS[f].serialize().split('=', 1)[-1]}" for f in given)
-      sys.stderr.write(f"FATAL Flags parsing error: {_flag_error(e, holders)} (a value the "
-                       f"run cannot use; flags given: {shown}; --helpshort lists the "
+      sys.stderr.write(f"FATAL Flags parsing error: {_config.flag_error(e, holders)} (a value "
+                       f"the run cannot use; flags given: {shown}; --helpshort lists the "
                        "flags)\n")
       sys.exit(2)
 

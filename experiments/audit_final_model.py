@@ -7,12 +7,10 @@ Canaries, each with its own bits: an OOD input (scored by -loss), Dirac gradient
 pixels' first-layer weights (final displacement, and white-box on the same runs), and a target
 (loss and initial-gradient projection). theta_0: a He init (average case) or pre-trained on the
 public images with a unit only the target activates (`crafting.worst_case_init`). The run stops
-if a bound exceeds the exact eps. Beside them: claimed (RDP) and exact (PLD) eps, last-iterate
-heuristic, ceiling, optimal linear test's expected bound, published figures.
+if a bound exceeds the exact eps.
 
 Command:   python -m experiments.audit_final_model    (quick: 128 runs per θ0, about 55 s CPU)
-           python -m experiments.audit_final_model --runs 4096                  (615 s CPU)
-           python -m experiments.audit_final_model --model cnn --runs 64 --eps 10  (97 s CPU)
+           python -m experiments.audit_final_model --runs 4096  (or --model cnn --runs 64 --eps 10)
            python -m experiments.audit_final_model --protocol paper   (90 s CPU: the paper's
              protocol, mu-GDP at the best threshold, NOT a valid bound; both: ours, then theirs)
 
@@ -29,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dpjax import dpsgd, models
-from dpjax.audit import crafting, last_iterate, runner, thresholds
+from dpjax.audit import crafting, last_iterate, runner
 from dpjax.audit import final_model as fm
 from dpjax.data import digits
 from experiments import _common, _plots
@@ -92,21 +90,12 @@ class AuditFinalModelConfig(_common.ExperimentConfig):
       raise ValueError(f"num_train must leave public training images, got {self.num_train}")
 
 
-def _model(cfg: AuditFinalModelConfig) -> models.Model:
-  if cfg.model == "mlp":
-    return models.mlp(digits.NUM_FEATURES, (cfg.mlp_hidden,), digits.NUM_CLASSES)
-  return models.cnn(digits.IMAGE_SHAPE, tuple(cfg.cnn_channels), digits.NUM_CLASSES)
-
-
 def _linear_expected(train_cfg, trials_per_side: int, confidence: float) -> float:
-  """What the optimal final-model test of a linear canary is expected to certify: the
-  last-iterate law's ROC on the split's evaluation half (`thresholds.best_certifiable`)."""
-  _, fpr, fnr = last_iterate.last_iterate_roc(float(train_cfg.sampling_prob),
-                                              float(train_cfg.noise_multiplier),
-                                              int(train_cfg.num_steps))
-  return float(thresholds.best_certifiable(fpr, fnr, max(1, trials_per_side // 2),
-                                           delta=float(train_cfg.delta),
-                                           confidence=confidence).epsilon)
+  """`last_iterate.certifiable_epsilon` on the split's evaluation half."""
+  return last_iterate.certifiable_epsilon(
+      float(train_cfg.sampling_prob), float(train_cfg.noise_multiplier),
+      int(train_cfg.num_steps), max(1, trials_per_side // 2), delta=float(train_cfg.delta),
+      confidence=confidence)
 
 
 def _at_ten(rows) -> list:
@@ -122,27 +111,6 @@ def _pct(value: float, ceiling: float) -> str:
   return f"{100 * value / ceiling:.0f}%" if ceiling > 0 else "n/a"
 
 
-def _accuracy(model, params_R, x, y) -> float:
-  logits = jax.vmap(model.apply, in_axes=(0, None))(params_R, x)
-  return float(np.mean(np.asarray(logits).argmax(-1) == np.asarray(y)[None]))
-
-
-def _plot(out_dir: str, rows: list) -> str:
-  eps = [r["target_epsilon"] for r in rows]
-  with _plots.figure(out_dir, "audit_final_model.png", figsize=(6.5, 4.2)) as (fig, ax):
-    for key, style, label in (("exact_epsilon", "k-s", "exact ε (PLD)"),
-                              ("last_iterate_epsilon", "k:", "last-iterate heuristic"),
-                              ("ceiling_record", "--", "ceiling, record canaries")):
-      ax.plot(eps, [r[key] for r in rows], style, label=label,
-              **({"color": "gray"} if style == "--" else {}))
-    for i, name in enumerate(tuple(_SHOWN)):
-      ax.plot(eps, [r["epsilon_lower"][name] for r in rows], "-o" if i < 5 else "-^",
-              color=f"C{i}", label=name if i < 5 else "white-box, same runs")
-    _plots.epsilon_axes(ax, xlabel="claimed ε", ylabel="ε at δ (95% lower bounds)",
-                        title="Final-model adversaries on the digits")
-  return "audit_final_model.png"
-
-
 def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
         quiet: bool = False) -> dict:
   """Audits DP-SGD's final model at each eps (--protocol both: the paper's rows under the key
@@ -151,7 +119,9 @@ def run(cfg: AuditFinalModelConfig, out_dir: str, *, progress: bool = True,
   data = digits.load(key_data)
   x_priv, y_priv = data.x_train_NxF[: cfg.num_train], data.y_train_N[: cfg.num_train]
   x_pub, y_pub = data.x_train_NxF[cfg.num_train:], data.y_train_N[cfg.num_train:]
-  model = _model(cfg)
+  model = (models.mlp(digits.NUM_FEATURES, (cfg.mlp_hidden,), digits.NUM_CLASSES)
+           if cfg.model == "mlp" else
+           models.cnn(digits.IMAGE_SHAPE, tuple(cfg.cnn_channels), digits.NUM_CLASSES))
   avg0, worst0, pre0, unused, target = crafting.audit_inits(
       key_init, model, x_priv, x_pub, y_pub, pretrain_steps=cfg.pretrain_steps)
   results, tables, figures, summary = (
@@ -179,9 +149,8 @@ def _paper(cfg, model, x_priv, y_priv, theta0, num_public, key, progress):
   n, rows, s_ = int(cfg.num_train), [], cfg.paper_seeds
   for i, e in enumerate(tqdm(list(cfg.eps), desc=f"{NAME} (paper)", disable=not progress)):
     train_cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=1.0, num_steps=cfg.steps,
-                                  l2_clip_norm=cfg.clip, delta=cfg.delta,
-                                  learning_rate=cfg.learning_rate, accountant="pld"
-                                  ).calibrate(float(e))
+                                  l2_clip_norm=cfg.clip, delta=cfg.delta, accountant="pld",
+                                  learning_rate=cfg.learning_rate).calibrate(float(e))
     p = fm.paper_protocol_audit(jax.random.fold_in(key, i), train_cfg, model, x_priv, y_priv,
                                 init_params=theta0, num_seeds=s_, num_runs=cfg.paper_runs,
                                 confidence=cfg.confidence)
@@ -217,23 +186,20 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
   """Our protocol at each eps: (results, tables, figures, summary)."""
   x_priv, y_priv = data.x_train_NxF[: cfg.num_train], data.y_train_N[: cfg.num_train]
   n = int(cfg.num_train)
+  inits = (("average", avg0), ("worst", worst0))
   adv = {name: fm.standard_adversaries(model, theta0, x_priv, y_priv, unused, target, cfg.clip)
-         for name, theta0 in (("average", avg0), ("worst", worst0))}
+         for name, theta0 in inits}
   k_grad = int(jax.tree.leaves(adv["average"][1].gradient_canaries)[0].shape[0])
   rows = []
   for i, e in enumerate(tqdm(list(cfg.eps), desc=NAME, disable=not progress)):
     train_cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=cfg.sampling_prob,
-                                  num_steps=cfg.steps, l2_clip_norm=cfg.clip,
-                                  delta=cfg.delta, learning_rate=cfg.learning_rate
-                                  ).calibrate(float(e))
-    k_a, k_w = jax.random.split(jax.random.fold_in(key_audit, i))
-    a_avg = fm.audit(k_a, train_cfg, model, x_priv, y_priv, init_params=avg0,
-                     adversaries=adv["average"], num_runs=cfg.runs,
-                     confidence=cfg.confidence, progress=False)
-    a_wst = fm.audit(k_w, train_cfg, model, x_priv, y_priv, init_params=worst0,
-                     adversaries=adv["worst"], num_runs=cfg.runs,
-                     confidence=cfg.confidence, progress=False)
-    by = {"average": a_avg, "worst": a_wst}
+                                  num_steps=cfg.steps, l2_clip_norm=cfg.clip, delta=cfg.delta,
+                                  learning_rate=cfg.learning_rate).calibrate(float(e))
+    keys = jax.random.split(jax.random.fold_in(key_audit, i))
+    by = {name: fm.audit(k, train_cfg, model, x_priv, y_priv, init_params=theta0,
+                         adversaries=adv[name], num_runs=cfg.runs, confidence=cfg.confidence,
+                         progress=False) for k, (name, theta0) in zip(keys, inits)}
+    a_avg = by["average"]
     audits, extra = ({k: by[init].audits.get(name) or by[init].white_box[name]
                       for k, (init, name) in d.items()} for d in (_SHOWN, _OTHER))
     lower = {k: v.epsilon_lower()["best"] for k, v in audits.items()}
@@ -261,7 +227,8 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
     rows.append(row)
     last_params = a_avg.params
   # test accuracy of the audited average-θ0 models at the last eps, for context
-  accuracy = _accuracy(model, last_params, data.x_test_NxF, data.y_test_N)
+  logits = jax.vmap(model.apply, in_axes=(0, None))(last_params, data.x_test_NxF)
+  accuracy = float(np.mean(np.asarray(logits).argmax(-1) == np.asarray(data.y_test_N)[None]))
   cols = ["claimed ε", "σ", "claimed ε (RDP)", "exact ε (PLD)", "last-iterate heuristic",
           "ceiling (record)", "linear optimum (record, expected)"] + list(_FINAL) + [
               "best final-model (union)", "white-box (same runs)",
@@ -322,7 +289,7 @@ def _ours(cfg, out_dir, data, model, avg0, worst0, unused, target, key_audit, pr
   results = {"num_train": n, "model": cfg.model, "gradient_canaries_per_run": k_grad,
              "test_accuracy": accuracy, "published": PUBLISHED, "per_epsilon": rows}
   os.makedirs(out_dir, exist_ok=True)
-  return results, tables, [_plot(out_dir, rows)], summary
+  return results, tables, [_plots.final_model_bounds(out_dir, rows)], summary
 
 
 def main():

@@ -91,6 +91,11 @@ def _cfg(n, q, steps, c=1.0, eps=None):
   return dpsgd.DpSgdConfig(**kw).calibrate(eps)
 
 
+def _mean_sd(values, name="acc"):
+  """{name_mean, name_sd} over seeds (sample standard deviation)."""
+  return {f"{name}_mean": float(values.mean()), f"{name}_sd": float(values.std(ddof=1))}
+
+
 def _train(key, d, cfg, seeds, stats=False):
   model = models.logistic_regression(d["x"].shape[1])
   out = dpsgd.train_many(key, d["x"], d["y"], jnp.ones((seeds, d["x"].shape[0]), bool), cfg, model,
@@ -165,8 +170,7 @@ def demo_cost(key, data, seeds, epsilons=EPSILONS, progress=True):
             for eps in settings]
     acc = _train_sweep(jax.random.fold_in(key, i), data[name], cfgs, seeds)
     for eps, cfg, a in zip(settings, cfgs, acc):
-      res[f"{name}/{eps}"] = {"acc_mean": float(a.mean()), "acc_sd": float(a.std(ddof=1)),
-                              "sigma": cfg.noise_multiplier, "acc": a.tolist()}
+      res[f"{name}/{eps}"] = {**_mean_sd(a), "sigma": cfg.noise_multiplier, "acc": a.tolist()}
   for name in ("linear", "cubic"):
     d = data[name]
     w = fitting.fit_logistic(d["x"], d["y"], l2=1e-4, num_iters=50, tol=1e-10)
@@ -195,9 +199,7 @@ def demo_clip(key, data, seeds, eps=2.0, clip_norms=CLIP_NORMS, progress=True):
   for i, c in enumerate(_progress(clip_norms, "demo 3", progress)):
     cfg = _cfg(n, q, int(round(20 / q)), c=c, eps=eps)
     r = _train(jax.random.fold_in(key, i), d, cfg, seeds, stats=True)
-    res[str(c)] = {"acc_mean": float(r["acc"].mean()), "acc_sd": float(r["acc"].std(ddof=1)),
-                   "logloss_mean": float(r["logloss"].mean()),
-                   "logloss_sd": float(r["logloss"].std(ddof=1)),
+    res[str(c)] = {**_mean_sd(r["acc"]), **_mean_sd(r["logloss"], "logloss"),
                    "clip_fraction": r["clip_fraction"]}
     lec = (f"acc {LECTURE['clip_large_acc']}" if c == max(clip_norms) else
            f"log loss {LECTURE['clip_small_logloss']}" if c == min(clip_norms) else None)
@@ -220,9 +222,8 @@ def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS, p
     cfg = _cfg(n, q, steps, eps=1.0)
     r = _train(jax.random.fold_in(key, i), d, cfg, seeds)
     b, sigma = cfg.expected_batch_size, cfg.noise_multiplier
-    e = res[kind][f"{b:g}"] = {
-        "q": q, "B": b, "steps": steps, "sigma": sigma, "sigma_over_b": sigma / b,
-        "acc_mean": float(r["acc"].mean()), "acc_sd": float(r["acc"].std(ddof=1))}
+    e = res[kind][f"{b:g}"] = {"q": q, "B": b, "steps": steps, "sigma": sigma,
+                               "sigma_over_b": sigma / b, **_mean_sd(r["acc"])}
     (rows_e if kind == "epochs" else rows_s).append(
         [b, q, steps, sigma, sigma / b, e["acc_mean"], e["acc_sd"],
          LECTURE["batch_epochs"].get(int(round(b))) if kind == "epochs"
@@ -237,32 +238,6 @@ def demo_batch(key, data, seeds, batches=BATCHES, fixed_step_qs=FIXED_STEP_QS, p
 
 def _progress(items, desc, enabled=True):
   return tqdm(list(items), desc=desc, leave=False, disable=not enabled)
-
-
-def _plot(out_dir, record, epsilons, clip_norms):
-  """Demo 2's accuracy against eps and demo 3's against C, drawn from the record."""
-  cost, clip = record["cost"], record["clip"]
-  with _plots.figure(out_dir, "dpsgd_cost_and_clip.png", ncols=2, figsize=(10, 3.8),
-                     dpi=110) as (fig, axes):
-    for name, color in (("linear", "C0"), ("cubic", "C1")):
-      axes[0].errorbar(epsilons, [cost[f"{name}/{e}"]["acc_mean"] for e in epsilons],
-                       yerr=[cost[f"{name}/{e}"]["acc_sd"] for e in epsilons], marker="o",
-                       color=color, label=f"{name} DP-SGD")
-      axes[0].axhline(cost[f"{name}/noiseless"]["acc_mean"], color=color, ls="--", lw=1,
-                      label=f"{name} clipped, no noise")
-      axes[0].axhline(cost[f"{name}/newton"]["acc_mean"], color=color, ls=":", lw=1,
-                      label=f"{name} Newton")
-    _plots.decorate(axes[0], xscale="log", xlabel="epsilon (delta = 1e-5)", ylabel="test accuracy",
-                    title="Cost of privacy", legend=7)
-    cs = list(clip_norms)
-    axes[1].plot(cs, [clip[str(c)]["acc_mean"] for c in cs], "o-", label="accuracy")
-    ax2 = axes[1].twinx()
-    ax2.plot(cs, [clip[str(c)]["logloss_mean"] for c in cs], "s--", color="C3", label="log loss")
-    _plots.decorate(axes[1], xscale="log", xlabel="clipping norm C (eta * C = 0.5)",
-                    ylabel="accuracy", legend=None)
-    ax2.set_ylabel("log loss", color="C3")
-    axes[1].set_title("Clipping norm (cubic, n = 500, eps = 2)")
-  return ["dpsgd_cost_and_clip.png"]
 
 
 def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
@@ -292,8 +267,8 @@ def run(cfg: DpsgdExperimentConfig, out_dir: str, *, progress: bool = True,
       " Small C gives the best accuracy but the worst log loss; larger batches are "
       "better at fixed epochs; at fixed steps sigma/B is nearly constant for q >= 0.05.")
   return _common.finish(cfg, out_dir, NAME, results, tables=[t_anat, t_cost, t_clip, t_b1, t_b2],
-                        figures=_plot(out_dir, results, epsilons, clip_norms), summary=summary,
-                        quiet=quiet)
+                        figures=_plots.dpsgd_cost_and_clip(out_dir, results, epsilons, clip_norms),
+                        summary=summary, quiet=quiet)
 
 
 def main():

@@ -297,8 +297,8 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
       "model": model_rows, "selection": selection, "num_runs": int(num_runs),
       "candidate_test_accuracy": [float(a) for a in accuracy(em_params)], "five_loans": group}
   return _common.finish(cfg, out_dir, NAME, record, tables=_tables(cfg, record),
-                        figures=[_plot(out_dir, record, cfg)], summary=_summary(cfg, record),
-                        quiet=quiet)
+                        figures=[_plots.exercise6_zips(out_dir, record, cfg)],
+                        summary=_summary(cfg, record), quiet=quiet)
 
 
 def _tables(cfg: Exercise6Config, r: dict) -> list:
@@ -397,38 +397,6 @@ def _summary(cfg: Exercise6Config, r: dict) -> str:
       f"validation customers. A five-loan customer under example-level DP: "
       f"eps = {five['example_eps']:g} with delta {five['example_delta']:.3g}; user-level: "
       f"({cfg.epsilon:g}, {cfg.delta:g}).")
-
-
-def _plot(out_dir: str, r: dict, cfg: Exercise6Config) -> str:
-  """Noisy vs true zip rates (flagged in red) and the error against zip size."""
-  zips = [zz for zz in r["zips"] if zz["customers"] > 0]
-  n, tr, nr, sd, bad = (np.array([zz[k] for zz in zips]) for k in (
-      "customers", "true_rate", "noisy_rate", "rate_sd", "unreliable_ours"))
-  n = n.astype(float)
-  with _plots.figure(out_dir, "exercise6_zips.png", ncols=2, figsize=(10, 3.8)) as (fig, axes):
-    ax = axes[0]
-    ax.errorbar(tr[~bad], nr[~bad], yerr=sd[~bad], fmt="o", ms=3, label="reliable")
-    ax.errorbar(tr[bad], nr[bad], yerr=np.minimum(sd[bad], 1.0), fmt="s", ms=3, color="C3",
-                label="unreliable (ours)")
-    ax.plot([0, 1], [0, 1], color="gray", ls=":")
-    _plots.decorate(ax, xlabel="true delinquency rate", ylabel="released rate (± noise sd)",
-                    legend=None)
-    ax.set_ylim(-0.05, 1.05)
-    ax.legend(fontsize=7)
-    ax = axes[1]
-    ax.loglog(n, np.maximum(np.abs(nr - tr), 1e-4), "o", ms=3, label="|released - true|")
-    grid = np.geomspace(max(1.0, n.min()), n.max(), 50)
-    half = cfg.zip_epsilon / 2
-    b = (1.0 + cfg.zip_codes * mechanisms.laplace_grid(half)) / half
-    ax.loglog(grid, math.sqrt(2) * b * math.sqrt(1 + 0.5 ** 2) / grid, color="C1",
-              label="noise sd at rate 0.5")
-    ax.axhline(cfg.max_rate_sd, color="C3", ls="--", label=f"our threshold {cfg.max_rate_sd:g}")
-    ax.axvline(cfg.min_count, color="gray", ls=":", label=f"lecture: {cfg.min_count:g} customers")
-    _plots.decorate(ax, xlabel="customers in the zip", ylabel="error of the released rate",
-                    legend=7)
-    fig.suptitle(f"Exercise 6(b): {cfg.zip_codes} zip-code delinquency rates at "
-                 f"eps = {cfg.zip_epsilon:g}")
-  return "exercise6_zips.png"
 
 
 def main():

@@ -25,7 +25,6 @@ from dpjax import mechanisms as mech
 from dpjax import selection
 from dpjax.data import credit
 from experiments import _common, _plots
-from experiments._plots import plt
 
 NAME = "mechanisms"
 _opt = _common.option
@@ -330,33 +329,6 @@ def _compare_note(recs: list[dict]) -> str:
   return ""
 
 
-def _plot(out_dir: str, results: dict) -> list[str]:
-  """Demo 2(b) against B and demo 3 against the threshold, drawn from the results."""
-  clip, em = results["clip_bound"], results["exponential"]
-  em_curves = em["curves"]
-  with _plots.figure(out_dir, "mechanisms.png", ncols=2, figsize=(10, 3.8)) as (fig, axes):
-    ax = axes[0]
-    per = clip["per_clip_bound"]
-    b = [r["clip_bound"] for r in per]
-    ax.plot(b, [abs(r["bias"]) for r in per], marker="o", label="|bias| (clipping)")
-    ax.plot(b, [r["noise_sd_mc"] for r in per], marker="s", label="noise SD")
-    ax.plot(b, [r["rmse_mc"] for r in per], marker="^", color="k", label="RMSE")
-    ax.axvline(clip["true_max"], color="gray", ls=":", label="private max (must not be used)")
-    _plots.decorate(ax, xscale="log", yscale="log", xlabel="clip bound B (k$)", ylabel="k$",
-                    title="Demo 2(b): private mean income, ε = 1", legend=7)
-    ax = axes[1]
-    ax.plot(em_curves["thresholds"], em_curves["private_accuracy"], marker=".",
-            label="accuracy on the 500 private applicants")
-    ax.plot(em_curves["thresholds"], em_curves["test_accuracy"], marker=".", label="test accuracy")
-    for r in em["per_epsilon"]:
-      ax.axhline(r["test_accuracy"], ls="--", lw=0.8,
-                 color=plt.cm.plasma(0.15 + 0.2 * em["per_epsilon"].index(r)),
-                 label=f"exp. mech. ε={r['epsilon']:g}: test acc")
-    _plots.decorate(ax, xlabel="approval threshold", ylabel="accuracy",
-                    title="Demo 3: choosing a threshold privately", legend=7)
-  return ["mechanisms.png"]
-
-
 def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs the four demos; writes results.json and the figure; returns `_common.finish`'s dict."""
   k_world, k_rr, k_count, k_clip, k_pp, k_em = jax.random.split(jax.random.key(cfg.seed), 6)
@@ -390,7 +362,8 @@ def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True, quiet: bo
              "count_noise": cn, "clip_bound": clip, "postprocessing": pp,
              "exponential": em, "lecture": LECTURE}
   return _common.finish(cfg, out_dir, NAME, results, tables=t1 + t2 + t3 + t4 + t5,
-                        figures=_plot(out_dir, results), summary=summary, quiet=quiet)
+                        figures=_plots.mechanisms_bias_and_threshold(out_dir, results),
+                        summary=summary, quiet=quiet)
 
 
 def main():

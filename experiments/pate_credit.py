@@ -321,7 +321,8 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                          for i, (t, st, s, qn) in enumerate(grid)],
   }
   return _common.finish(cfg, out_dir, NAME, record, tables=_tables(record, cfg),
-                        figures=[_plot(out_dir, record)], summary=_summary(record), quiet=quiet)
+                        figures=[_plots.pate_credit_accuracy(out_dir, record)],
+                        summary=_summary(record), quiet=quiet)
 
 
 def _tables(record: dict, cfg: PateCreditConfig) -> list:
@@ -403,32 +404,6 @@ def _summary(record: dict) -> str:
              f"the same records: " + ", ".join(
                  f"{v['accuracy']:.3f} at ε = {e}" for e, v in record["dpsgd"].items()) + ".")
   return text
-
-
-def _plot(out_dir: str, record: dict) -> str:
-  """Student test accuracy vs target eps: GNMax, Confident-GNMax, DP-SGD, non-private."""
-  with _plots.figure(out_dir, "pate_credit.png", figsize=(5.5, 3.6)) as (fig, ax):
-    for agg, mk in (("GNMax", "o"), ("Confident-GNMax", "s")):
-      sel = [c for c in record["cells"] if c["aggregator"] == agg
-             and c["student_accuracy"] is not None]
-      ax.plot([c["target_epsilon"] for c in sel], [c["student_accuracy"] for c in sel],
-              marker=mk, label=f"PATE student, {agg}")
-    eps = sorted(float(e) for e in record["dpsgd"])
-    ax.errorbar(eps, [record["dpsgd"][str(e)]["accuracy"] for e in eps],
-                yerr=[record["dpsgd"][str(e)]["accuracy_std"] for e in eps], marker="^", ls="--",
-                label="DP-SGD (mean ± sd over seeds)")
-    ax.axhline(record["non_private_accuracy"], color="gray", ls=":", label="non-private")
-    ax.axhline(record["ensemble_accuracy"], color="gray", ls="-.", lw=0.8,
-               label="teachers' plurality vote")
-    ax.axhline(record["bayes_accuracy_test"], color="black", lw=0.8, label="Bayes (test)")
-    lows = [c["student_accuracy"] for c in record["cells"] if c["student_accuracy"] is not None]
-    ax.set_ylim(min(lows + [record["teacher_accuracy_mean"]]) - 0.02,
-                record["bayes_accuracy_test"] + 0.01)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(eps, [f"{e:g}" for e in eps])
-    _plots.decorate(ax, xlabel="target ε (δ = 1e-5)", ylabel="test accuracy", legend=7,
-                    title=f"PATE ({record['teachers']} teachers) vs DP-SGD, credit world")
-  return "pate_credit.png"
 
 
 def main():

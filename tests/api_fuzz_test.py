@@ -919,6 +919,9 @@ def entries():
         dict(sampling_prob=0.5, noise_multiplier=1.0, num_steps=3, delta=1e-5, tol=1e-6)))
   add(E("dpjax.audit.last_iterate.last_iterate_roc", last_iterate.last_iterate_roc,
         dict(sampling_prob=0.5, noise_multiplier=1.0, num_steps=3, num_points=11), inf_ok=True))   # log rates -inf where a rate is 0
+  add(E("dpjax.audit.last_iterate.certifiable_epsilon", last_iterate.certifiable_epsilon,
+        dict(sampling_prob=0.5, noise_multiplier=1.0, num_steps=3, trials=100, delta=1e-5,
+             confidence=0.95)))
   add(E("dpjax.audit.crafting.unused_features", crafting.unused_features,
         dict(x_NxF=x_nf), {"x_NxF": "anyrank"}))
   add(E("dpjax.audit.crafting.input_weight_canaries", crafting.input_weight_canaries,
@@ -1444,6 +1447,8 @@ def entries():
         alias={"init": "model.init", "apply": "model.apply", "l2": "model.l2",
                "num_outputs": "model.num_outputs", "input_shape": "model.input_shape"}))
   add(E("dpjax.models.check_model[model]", models.check_model, dict(model=lr)))
+  add(E("dpjax.models.check_params", models.check_params, dict(model=lr, params=lr_params),
+        {"params": "object"}))
   add(E("dpjax.models.logistic_regression", models.logistic_regression,
         dict(num_features=3, l2=0.0), {"num_features": "size"}))
   add(E("dpjax.models.mlp", models.mlp,

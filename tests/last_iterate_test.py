@@ -9,9 +9,9 @@ import pytest
 from absl.testing import absltest, parameterized
 from scipy import special, stats as sp_stats
 
-from dpjax import accounting, dpsgd, models
+from dpjax import accounting, dpsgd, models, tradeoff
 from dpjax.accounting import gdp
-from dpjax.audit import crafting, last_iterate
+from dpjax.audit import crafting, last_iterate, thresholds
 from dpjax.audit import final_model as fm
 from dpjax.data import digits
 
@@ -71,6 +71,22 @@ class LastIterateTest(parameterized.TestCase):
     j = 100
     self.assertAlmostEqual(fnr[j], float(np.mean(x_in <= thr[j])), delta=0.005)
     self.assertAlmostEqual(fpr[j], float(special.ndtr(-thr[j] / 2.0)), places=12)
+
+  def test_certifiable_epsilon(self):
+    # q = 1: the law is mu-GDP with mu = sqrt(T) / sigma, so the target is best_certifiable
+    # on the closed-form Gaussian ROC; it grows with the trials and stays below the law's eps.
+    fpr = np.concatenate([[1.0], np.geomspace(1.0, 1e-12, 20_000), [0.0]])
+    for n in (100, 1000, 100_000):
+      want = thresholds.best_certifiable(fpr, tradeoff.gaussian_fnr(fpr, 2.0), n,
+                                         delta=1e-5).epsilon
+      got = last_iterate.certifiable_epsilon(1.0, 1.0, 4, n, delta=1e-5)
+      self.assertAlmostEqual(got, want, delta=0.01 * want)
+    small, large = (last_iterate.certifiable_epsilon(0.2, 1.0, 10, n, delta=1e-5)
+                    for n in (200, 20_000))
+    self.assertLess(small, large)
+    self.assertLess(large, last_iterate.last_iterate_epsilon(0.2, 1.0, 10, 1e-5))
+    with self.assertRaisesRegex(ValueError, "trials"):
+      last_iterate.certifiable_epsilon(0.5, 1.0, 2, 0)
 
   def test_rejects(self):
     with self.assertRaisesRegex(ValueError, "direction"):

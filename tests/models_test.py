@@ -129,6 +129,20 @@ class ModelsTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "size"):
       models.with_canary_leaf(model, 0)
 
+  def test_check_params(self):
+    model = models.mlp(3, hidden=(4,), num_classes=2)
+    params = model.init(jax.random.key(0))
+    self.assertIs(models.check_params(model, params), params)
+    wrong_shape = jax.tree.map(lambda v: np.zeros(np.shape(v) + (1,)), params)
+    no_leaf = {k: v for k, v in params.items() if k != "layers"} or {"other": 1.0}
+    nan_leaf = jax.tree.map(lambda v: np.full(np.shape(v), np.nan), params)
+    for bad, pattern in ((wrong_shape, "init_params .*shape"), (no_leaf, "structure"),
+                         (nan_leaf, "finite")):
+      with self.assertRaisesRegex(ValueError, pattern):
+        models.check_params(model, bad, "init_params")
+    with self.assertRaises(TypeError):
+      models.check_params("mlp", params)
+
 
 class AccuracyTest(absltest.TestCase):
 

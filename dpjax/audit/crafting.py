@@ -22,7 +22,7 @@ import jax.flatten_util  # noqa: F401  (ravel_pytree)
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate
+from dpjax import _validate, models
 
 # Canaries and initialisations.
 
@@ -59,7 +59,7 @@ def _check_mlp(model, params, name="model"):
   if model.kind != "mlp":
     raise ValueError(f"{name} must be a dpjax.models.mlp with >= 1 hidden layer "
                      f"(kind {model.kind!r})")
-  _validate.check_model_params(model, params)
+  models.check_params(model, params)
   if len(params["layers"]) < 2:
     raise ValueError(f"{name} must be a dpjax.models.mlp with >= 1 hidden layer")
 
@@ -129,7 +129,7 @@ def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> d
     >>> float(sum(float(abs(l).sum()) for l in jax.tree.leaves(g)))
     1.0
   """
-  _validate.check_model_params(model, params)            # checks the model first
+  models.check_params(model, params)            # checks the model first
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   x = jnp.asarray(_check_x(model, params, x_NxF))
   y = jnp.asarray(_check_labels(model, y_N, "y_N", shape=(x.shape[0],)))
@@ -151,7 +151,7 @@ def input_canary(model, params, exclude_features=(), value: float = 1.0) -> tupl
     >>> x.tolist(), 0 <= y < 3
     ([0.0, 1.0, 1.0, 1.0], True)
   """
-  _validate.check_model_params(model, params)
+  models.check_params(model, params)
   value = _validate.check_finite(value, "value")
   if model.num_outputs < 2:
     raise ValueError("input_canary needs a multi-class model (num_outputs >= 2)")
@@ -197,7 +197,7 @@ def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float)
     >>> np.asarray(m.apply(p, x)).argmax(1).tolist()
     [0, 1]
   """
-  _validate.check_model_params(model, params)            # checks the model first
+  models.check_params(model, params)            # checks the model first
   x = jnp.asarray(_check_x(model, params, x_NxF))
   y = jnp.asarray(_check_labels(model, y_N, "y_N", shape=(x.shape[0],)))
   t = _validate.check_int(num_steps, "num_steps", 1, 2**31 - 1)   # a scan length (int32)
@@ -306,7 +306,7 @@ def gradient_direction(model, params, x_c, y_c) -> Any:
     1.0
   """
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  _validate.check_model_params(model, params)            # checks the model first
+  models.check_params(model, params)            # checks the model first
   x, y = _check_record(model, params, x_c, y_c)
   g = jax.grad(lambda p: models_lib.per_example_loss(model, p, x, y)[0])(params)
   n = float(jnp.sqrt(sum(jnp.sum(l * l) for l in jax.tree.leaves(g))))

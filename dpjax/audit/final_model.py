@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate, tradeoff
+from dpjax import _validate, models, tradeoff
 from dpjax.accounting import gdp
 from dpjax.audit import crafting, last_iterate, parametric, stats
 
@@ -118,7 +118,7 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   if x.ndim < 2:
     raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
   y = jnp.asarray(_validate.check_labels(y_N, "y_N", model.num_outputs, shape=(x.shape[0],)))
-  _validate.check_model_params(model, init_params, "init_params")
+  models.check_params(model, init_params, "init_params")
   _check_adversaries(adversaries, x.shape, init_params)
   sigma = float(cfg.noise_multiplier)
   if not sigma > 0:

@@ -30,6 +30,7 @@ import numpy as np
 from scipy import optimize, special, stats as sp_stats
 
 from dpjax import _validate
+from dpjax.audit import thresholds
 
 
 def _check_mechanism(sampling_prob, noise_multiplier, num_steps):
@@ -167,3 +168,22 @@ def last_iterate_roc(sampling_prob: float, noise_multiplier: float, num_steps: i
   fpr = special.ndtr(-thr / s)
   fnr = np.array([float(np.dot(w, special.ndtr((x - k) / s))) for x in thr])
   return thr, fpr, fnr
+
+
+def certifiable_epsilon(sampling_prob: float, noise_multiplier: float, num_steps: int,
+                        trials: int, *, delta: float = 0.0, confidence: float = 0.95) -> float:
+  """The eps lower bound the optimal final-model test of a linear canary is expected to certify.
+
+  `thresholds.best_certifiable` on `last_iterate_roc` with `trials` trials per side: the
+  target a final-model adversary of a linear canary can reach (a heuristic for record
+  canaries, as the law itself).
+
+  Examples:
+    >>> e = certifiable_epsilon(1.0, 1.0, 4, 1000, delta=1e-5)        # 2-GDP, 1000 per side
+    >>> 0.0 < e < last_iterate_epsilon(1.0, 1.0, 4, 1e-5)
+    True
+  """
+  _, fpr, fnr = last_iterate_roc(sampling_prob, noise_multiplier, num_steps)
+  # q < 1: the mixture's FNR can round a few ulps above 1.
+  return float(thresholds.best_certifiable(fpr, np.minimum(fnr, 1.0), trials, delta=delta,
+                                           confidence=confidence).epsilon)

@@ -29,6 +29,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy import stats
 
 from dpjax import _validate
 from dpjax import integer_noise
@@ -38,7 +39,7 @@ __all__ = [
     "rr_truth_prob", "randomized_response", "rr_estimate_rate", "rr_estimate_std",
     "rr_posterior", "laplace_scale", "laplace_mechanism", "laplace_grid", "gaussian_sigma",
     "gaussian_mechanism", "gaussian_grid", "InsecureNoiseWarning",
-    "clipped_sum", "noisy_count", "private_mean", "PrivateMean",
+    "clipped_sum", "noisy_count", "rounded_count_error", "private_mean", "PrivateMean",
     "grouped_rates", "GroupedRates",
 ]
 
@@ -391,6 +392,30 @@ def noisy_count(key: jax.Array, present: jax.typing.ArrayLike, epsilon: float, *
     raise ValueError("present must have shape [..., N]")
   return laplace_mechanism(key, jnp.sum(m, axis=-1).astype(jnp.float32), epsilon, 1.0,
                            grid=grid, secure=secure)
+
+
+def rounded_count_error(true_count: float, epsilon: float, max_k: int = 2_000) -> dict:
+  """Exact error of a count c released with continuous Laplace(b = 1/eps), raw and as
+  max(0, round(release)): {"p_negative", "rmse_raw", "rmse_post", "bias_post", "mass"}.
+
+  P[k] of the post-processed release sums the Laplace CDF over [k - 1/2, k + 1/2) (k = 0 takes
+  everything below 1/2) for k <= max_k; `mass` is their total (1 up to the tail beyond max_k).
+
+  Examples:
+    >>> e = rounded_count_error(6.0, 0.5)                      # P[6 + Lap(2) < 0] = e^-3 / 2
+    >>> round(e["p_negative"], 5), round(e["rmse_raw"], 4), bool(e["rmse_post"] < e["rmse_raw"])
+    (0.02489, 2.8284, True)
+  """
+  c = _validate.check_nonnegative(true_count, "true_count")
+  b = laplace_scale(epsilon)
+  k = np.arange(0, _validate.check_size(max_k, "max_k", bytes_per_unit=32) + 1, dtype=np.float64)
+  upper = stats.laplace.cdf(k + 0.5, loc=c, scale=b)
+  lower = np.where(k == 0, 0.0, stats.laplace.cdf(k - 0.5, loc=c, scale=b))
+  pk = upper - lower
+  mse = float(np.sum(pk * (k - c) ** 2))
+  return {"p_negative": float(stats.laplace.cdf(0.0, loc=c, scale=b)),
+          "rmse_raw": math.sqrt(2) * b, "rmse_post": math.sqrt(mse),
+          "bias_post": float(np.sum(pk * k) - c), "mass": float(pk.sum())}
 
 
 class PrivateMean(NamedTuple):

@@ -513,6 +513,35 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
 
 
 @_validate.names_extreme_arguments
+def fit_students(key: jax.Array, x_QxF: jax.typing.ArrayLike, labels_GxQ: jax.typing.ArrayLike,
+                 answered_GxQ: jax.typing.ArrayLike, model: models_lib.Model, *,
+                 num_steps: int = 300, learning_rate: float = 0.05) -> tuple[PyTree, np.ndarray]:
+  """G students at once on one public pool: student g fits labels_GxQ[g] on the queries it
+  answered (answered_GxQ[g]); returns (params [G, ...], empty_G bool[G]).
+
+  One `fit_non_private` program on the pool tiled G times (student g sees copy g). A student
+  with no answered query is fit to one placeholder row and flagged in empty_G.
+  """
+  models_lib.check_model(model)
+  x = _validate.check_array(x_QxF, "x_QxF", np.float32, ndim=(2, 4), min_size=1)
+  q = x.shape[0]
+  labels = _validate.check_array(labels_GxQ, "labels_GxQ", np.int32, shape=(None, q), min_size=1,
+                                 low=0, high=max(model.num_outputs, 2) - 1, integer=True)
+  answered = _validate.check_binary(answered_GxQ, "answered_GxQ", shape=labels.shape)
+  g = _validate.check_size(labels.shape[0], "labels_GxQ.shape[0]",   # the bool[G, G Q] mask
+                           units=labels.shape[0] * q, bytes_per_unit=1)
+  keep = np.zeros((g, g * q), bool)
+  for i in range(g):
+    keep[i, i * q:(i + 1) * q] = answered[i]
+  empty = ~keep.any(axis=1)
+  keep[empty, np.flatnonzero(empty) * q] = True
+  params = fit_non_private(key, jnp.tile(jnp.asarray(x), (g,) + (1,) * (x.ndim - 1)),
+                           labels.reshape(-1), keep, model, num_steps=num_steps,
+                           learning_rate=learning_rate, pad_to=q)
+  return params, empty
+
+
+@_validate.names_extreme_arguments
 def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_lib.Model,
                    *, num_steps: int = 300, learning_rate: float = 0.05
                    ) -> tuple[PyTree, jax.Array]:

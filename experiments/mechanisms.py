@@ -17,7 +17,6 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import stats
 from tqdm import tqdm
 
 from dpjax import fitting
@@ -204,25 +203,12 @@ def demo_clip_bound(key, people: credit.CreditData, cfg: MechanismsConfig) -> tu
 
 
 # Demo 2(c): post-processing a small count.
-def postprocess_exact(true_count: float, epsilon: float, max_k: int = 2_000) -> dict:
-  """Exact P[negative], RMSE of the raw release and of max(0, round(release))."""
-  b = mech.laplace_scale(epsilon)
-  k = np.arange(0, max_k + 1, dtype=np.float64)
-  upper = stats.laplace.cdf(k + 0.5, loc=true_count, scale=b)
-  lower = np.where(k == 0, 0.0, stats.laplace.cdf(k - 0.5, loc=true_count, scale=b))
-  pk = upper - lower
-  mse = float(np.sum(pk * (k - true_count) ** 2))
-  return {"p_negative": float(stats.laplace.cdf(0.0, loc=true_count, scale=b)),
-          "rmse_raw": math.sqrt(2) * b, "rmse_post": math.sqrt(mse),
-          "bias_post": float(np.sum(pk * k) - true_count), "mass": float(pk.sum())}
-
-
 def demo_postprocess(key, cfg: MechanismsConfig) -> tuple[dict, list]:
   c, eps = cfg.small_count, cfg.small_count_epsilon
   rel = np.asarray(jax.vmap(lambda kk: mech.laplace_mechanism(kk, float(c), eps))(
       jax.random.split(key, cfg.noise_draws)), np.float64)
   post = np.maximum(np.round(rel), 0.0)
-  exact = postprocess_exact(c, eps)
+  exact = mech.rounded_count_error(c, eps)
   mc = {"p_negative": float(np.mean(rel < 0)),
         "rmse_raw": float(np.sqrt(np.mean((rel - c) ** 2))),
         "rmse_post": float(np.sqrt(np.mean((post - c) ** 2))),

@@ -82,23 +82,6 @@ class PateCreditConfig(_common.ExperimentConfig):
                        f"{self.teachers * self.per_teacher}, got {self.dpsgd_batch}")
 
 
-def _students(key, model, x_pub, labels_GxQ, mask_GxQ, steps):
-  """G students at once (pool tiled G times): student g learns labels_GxQ[g] where mask_GxQ[g].
-
-  A student with no answered query gets one row of weight, never used: empty_G marks it.
-  """
-  g, n = labels_GxQ.shape
-  keep = np.zeros((g, g * n), bool)
-  for i in range(g):
-    keep[i, i * n:(i + 1) * n] = mask_GxQ[i]
-  empty = ~keep.any(axis=1)
-  keep[empty, np.flatnonzero(empty) * n] = True
-  params = pate.fit_non_private(key, jnp.tile(jnp.asarray(x_pub[:n]), (g, 1)),
-                                jnp.asarray(labels_GxQ.reshape(-1), jnp.int32), keep, model,
-                                num_steps=steps, pad_to=n)
-  return params, empty
-
-
 def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Teachers at scale, PATE (GNMax, Confident-GNMax) vs DP-SGD; `_common.finish`'s dict."""
   os.makedirs(out_dir, exist_ok=True)
@@ -159,8 +142,8 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                                    cache=cache)
       g_eps_dep.append(pate.epsilon(orders, acct.data_dependent, delta))
       g_eps_ind.append(pate.epsilon(orders, acct.data_independent, delta))
-  g_params, g_empty = _students(jax.random.fold_in(k_student, 1), model, x_pub, g_labels,
-                                g_mask, cfg.fit_steps)
+  g_params, g_empty = pate.fit_students(jax.random.fold_in(k_student, 1), x_pub, g_labels,
+                                        g_mask, model, num_steps=cfg.fit_steps)
   g_acc = accuracies(g_params, x_pval, y_pval)
   bar.update(1)
 
@@ -173,8 +156,8 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
     kk = jax.random.fold_in(jax.random.fold_in(k_proxy_agg, 10_000), i)
     gn_labels[i, :qn] = np.asarray(pate.gnmax(kk, prox_votes, sig))[:qn]
     gn_mask[i, :qn] = True
-  gn_acc = accuracies(_students(jax.random.fold_in(k_student, 2), model, x_pub, gn_labels,
-                                gn_mask, cfg.fit_steps)[0], x_pval, y_pval)
+  gn_acc = accuracies(pate.fit_students(jax.random.fold_in(k_student, 2), x_pub, gn_labels,
+                                        gn_mask, model, num_steps=cfg.fit_steps)[0], x_pval, y_pval)
   bar.update(1)
 
   # Confident-GNMax: per target, the best proxy student among the settings whose
@@ -239,9 +222,9 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                p_plan))
 
   live = [r for r in rows if r[2] is not None]
-  s_params, s_empty = _students(jax.random.fold_in(k_student, 3), model, x_pub,
-                                np.stack([r[3] for r in live]), np.stack([r[4] for r in live]),
-                                cfg.fit_steps)
+  s_params, s_empty = pate.fit_students(
+      jax.random.fold_in(k_student, 3), x_pub, np.stack([r[3] for r in live]),
+      np.stack([r[4] for r in live]), model, num_steps=cfg.fit_steps)
   s_acc = accuracies(s_params, x_test, y_test)
   live_acc = [None if s_empty[i] else float(s_acc[i]) for i in range(len(live))]
   cells = []

@@ -1402,6 +1402,8 @@ def entries():
   add(E("dpjax.mechanisms.clipped_sum", mechanisms.clipped_sum,
         dict(key=_key, values=util, epsilon=1.0, upper=2.0, lower=0.0),
         {"values": "elemwise"}))
+  add(E("dpjax.mechanisms.rounded_count_error", mechanisms.rounded_count_error,
+        dict(true_count=6.0, epsilon=0.5, max_k=50), {"max_k": "size"}))
   add(E("dpjax.mechanisms.noisy_count", mechanisms.noisy_count,
         dict(key=_key, present=bits, epsilon=1.0), {"present": "binaryelem"}))
   add(E("dpjax.mechanisms.private_mean", mechanisms.private_mean,
@@ -1620,6 +1622,12 @@ def entries():
   add(E("dpjax.pate.train_teachers", pate.train_teachers,
         dict(key=_key, x_NxF=x_nf, y_N=y_int, num_teachers=2, model=lr, num_steps=2,
              learning_rate=0.1), dict(pk, num_teachers="size")))
+  add(E("dpjax.pate.fit_students", pate.fit_students,
+        dict(key=_key, x_QxF=x_nf, labels_GxQ=np.stack([y_int, y_int]),
+             answered_GxQ=np.stack([keep_mn[0], keep_mn[0]]), model=lr, num_steps=2,
+             learning_rate=0.1),
+        {"x_QxF": "array", "labels_GxQ": "labels", "answered_GxQ": "binary",
+         "num_steps": "count"}))
   teach_params = jax.tree.map(lambda a: jnp.stack([a, a]), lr_params)
   add(E("dpjax.pate.teacher_votes", pate.teacher_votes,
         dict(model=lr, params_M=teach_params, x_QxF=x_nf[:3], num_classes=2),

@@ -23,6 +23,18 @@ _Z = np.linspace(-14.0, 14.0, 14_001)
 _LOG_H = math.log(_Z[1] - _Z[0])
 
 
+def _adam_loop(model, key, x, y, steps, learning_rate=0.05):
+  """Full-batch Adam on (x, y) from model.init(key), written as a Python loop."""
+  params = model.init(key)
+  opt = optax.adam(learning_rate)
+  state = opt.init(params)
+  for _ in range(steps):
+    g = jax.grad(lambda p: jnp.mean(models.per_example_loss(model, p, x, y)))(params)
+    upd, state = opt.update(g, state, params)
+    params = optax.apply_updates(params, upd)
+  return params
+
+
 def _gnmax_log_probs(votes, sigma):
   """Exact log Pr[GNMax(votes) = i] for every class i, by 1-D quadrature in log space:
   Pr[i] = int phi(z) prod_{j != i} Phi((n_i - n_j)/sigma + z) dz."""
@@ -264,16 +276,29 @@ class TeachersTest(absltest.TestCase):
     key = jax.random.key(5)
     many = pate.fit_non_private(key, x, y, keep, model, num_steps=8, learning_rate=0.05)
     for i, k in enumerate(jax.random.split(key, 3)):
-      xi, yi = x[keep[i]], y[keep[i]]
-      params = model.init(k)
-      opt = optax.adam(0.05)
-      state = opt.init(params)
-      for _ in range(8):
-        g = jax.grad(lambda p: jnp.mean(models.per_example_loss(model, p, xi, yi)))(params)
-        upd, state = opt.update(g, state, params)
-        params = optax.apply_updates(params, upd)
+      params = _adam_loop(model, k, x[keep[i]], y[keep[i]], 8)
       np.testing.assert_allclose(np.asarray(many["layers"][0]["w"][i]),
                                  np.asarray(params["layers"][0]["w"]), rtol=1e-4, atol=1e-5)
+
+  def test_students_fit_only_their_answered_queries(self):
+    # Student g of the tiled fit equals full-batch Adam written as a loop on its answered
+    # queries only, from model.init(split(key, G)[g]); one with no answer is flagged empty.
+    x = jax.random.normal(jax.random.key(10), (12, 4))
+    lab = np.asarray(x[:, 1] > 0, np.int32)
+    labels = np.stack([lab, 1 - lab, lab])
+    answered = np.zeros((3, 12), bool)
+    answered[0, :8] = True
+    answered[1, ::2] = True
+    model = models.mlp(4, hidden=(), num_classes=2)
+    key = jax.random.key(11)
+    params, empty = pate.fit_students(key, x, labels, answered, model, num_steps=6)
+    np.testing.assert_array_equal(empty, [False, False, True])
+    for g, k in enumerate(jax.random.split(key, 3)[:2]):
+      p = _adam_loop(model, k, x[answered[g]], jnp.asarray(labels[g][answered[g]]), 6)
+      np.testing.assert_allclose(np.asarray(params["layers"][0]["w"][g]),
+                                 np.asarray(p["layers"][0]["w"]), rtol=1e-4, atol=1e-5)
+    with self.assertRaisesRegex(ValueError, "answered_GxQ"):
+      pate.fit_students(key, x, labels, answered[:, :5], model, num_steps=2)
 
   def test_padding_does_not_change_the_fit(self):
     x = jax.random.normal(jax.random.key(8), (20, 4))

@@ -1,17 +1,14 @@
-"""experiments/pate_credit.py: its sigma calibration, its students, and a shrunken run."""
+"""experiments/pate_credit.py: its sigma calibration, its config and a shrunken run."""
 
 import json
 import math
 import os
 import tempfile
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 from absl.testing import absltest
 
-from dpjax import models, pate
+from dpjax import pate
 from dpjax.accounting import rdp
 from dpjax.audit import pate_audit
 from experiments import pate_credit
@@ -29,21 +26,6 @@ class HelpersTest(absltest.TestCase):
         self.assertLessEqual(at, eps)
         self.assertGreater(at, eps * (1 - 1e-4))
         self.assertGreater(below, eps)     # a smaller sigma would exceed the target
-
-  def test_students_equal_separate_fits(self):
-    # Two students trained together on the tiled pool = each trained alone on its rows.
-    x = jax.random.normal(jax.random.key(1), (12, 3))
-    labels = np.array([(np.asarray(x[:, 0]) > 0), (np.asarray(x[:, 1]) > 0)], np.int32)
-    mask = np.ones((2, 12), bool)
-    mask[0, 7:] = False
-    model = models.logistic_regression(3)
-    params, empty = pate_credit._students(jax.random.key(2), model, x, labels, mask, 20)
-    self.assertFalse(empty.any())
-    for g in range(2):
-      alone = pate.fit_non_private(jax.random.key(3), x, jnp.asarray(labels[g]), mask[g][None],
-                                   model, num_steps=20)
-      np.testing.assert_allclose(np.asarray(params["w"][g]), np.asarray(alone["w"][0]),
-                                 rtol=1e-5, atol=1e-6)
 
   def test_bad_config(self):
     for kw in (dict(seed=-1), dict(teachers=1), dict(per_teacher=0), dict(public=1),

@@ -300,6 +300,21 @@ class TeachersTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "answered_GxQ"):
       pate.fit_students(key, x, labels, answered[:, :5], model, num_steps=2)
 
+  def test_students_trained_together_equal_separate_fits(self):
+    # Two students trained together on the tiled pool = each trained alone on its rows.
+    x = jax.random.normal(jax.random.key(1), (12, 3))
+    labels = np.array([(np.asarray(x[:, 0]) > 0), (np.asarray(x[:, 1]) > 0)], np.int32)
+    mask = np.ones((2, 12), bool)
+    mask[0, 7:] = False
+    model = models.logistic_regression(3)
+    params, empty = pate.fit_students(jax.random.key(2), x, labels, mask, model, num_steps=20)
+    self.assertFalse(empty.any())
+    for g in range(2):
+      alone = pate.fit_non_private(jax.random.key(3), x, jnp.asarray(labels[g]), mask[g][None],
+                                   model, num_steps=20)
+      np.testing.assert_allclose(np.asarray(params["w"][g]), np.asarray(alone["w"][0]),
+                                 rtol=1e-5, atol=1e-6)
+
   def test_padding_does_not_change_the_fit(self):
     x = jax.random.normal(jax.random.key(8), (20, 4))
     y = (x[:, 0] > 0).astype(jnp.int32)

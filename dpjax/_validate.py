@@ -481,20 +481,6 @@ def check_labels(y: Any, name: str, num_outputs: int, **shape) -> Any:
   return check_array(y, name, np.int32, low=0, high=num_outputs - 1, integer=True, **shape)
 
 
-def check_params_like(params: Any, reference: Any, name: str) -> None:
-  """params has reference's tree structure, leaf shapes, real dtypes and finite values."""
-  import jax  # pylint: disable=g-import-not-at-top
-  try:
-    same = jax.tree.structure(params) == jax.tree.structure(reference)
-  except Exception:  # pylint: disable=broad-except
-    same = False
-  if not same:
-    raise ValueError(f"{name} must have the structure of the model's parameters "
-                     f"{jax.tree.structure(reference)}, got {type(params).__name__}")
-  for i, (leaf, ref) in enumerate(zip(jax.tree.leaves(params), jax.tree.leaves(reference))):
-    check_array(leaf, f"{name} (leaf {i})", np.float32, shape=tuple(ref.shape))
-
-
 # extreme but valid inputs
 
 _TINY, _HUGE = 1e-100, 1e100      # magnitudes past which an argument counts as extreme

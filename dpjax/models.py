@@ -79,8 +79,21 @@ def check_params(model: Any, params: Any, name: str = "params") -> PyTree:
     ValueError: params (leaf 0) must have shape [3], got (4,)
   """
   check_model(model)
-  _validate.check_params_like(params, jax.eval_shape(model.init, jax.random.key(0)), name)
+  _check_params_like(params, jax.eval_shape(model.init, jax.random.key(0)), name)
   return params
+
+
+def _check_params_like(params: Any, reference: PyTree, name: str) -> None:
+  """params has reference's tree structure, leaf shapes, real dtypes and finite values."""
+  try:
+    same = jax.tree.structure(params) == jax.tree.structure(reference)
+  except Exception:  # pylint: disable=broad-except
+    same = False
+  if not same:
+    raise ValueError(f"{name} must have the structure of the model's parameters "
+                     f"{jax.tree.structure(reference)}, got {type(params).__name__}")
+  for i, (leaf, ref) in enumerate(zip(jax.tree.leaves(params), jax.tree.leaves(reference))):
+    _validate.check_array(leaf, f"{name} (leaf {i})", np.float32, shape=tuple(ref.shape))
 
 
 # Factories validate, then call a cache keyed by the canonical arguments (3 and 3.0 give
@@ -439,7 +452,7 @@ def _body(model: Model, params: PyTree, x: jax.Array) -> jax.Array:
 
 def _checked_split(model: Any, params: Any, name: str = "params") -> tuple[Model, PyTree]:
   model = _check_split_model(model)
-  _validate.check_params_like(params, jax.eval_shape(model.init, jax.random.key(0)), name)
+  check_params(model, params, name)
   return model, jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)
 
 
@@ -491,7 +504,7 @@ def join_head(model: Model, params: PyTree, head_params: PyTree) -> PyTree:
   """A new pytree: params with its last dense layer replaced by head_params (`split_head`'s)."""
   model, params = _checked_split(model, params)
   _, head0 = split_head(model, params)
-  _validate.check_params_like(head_params, head0, "head_params")
+  _check_params_like(head_params, head0, "head_params")
   last = {k: jnp.asarray(v, jnp.float32) for k, v in head_params["layers"][0].items()}
   if model.kind == "mlp":
     return {"layers": list(params["layers"][:-1]) + [last]}

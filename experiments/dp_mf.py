@@ -1,6 +1,6 @@
 """DP-SGD vs DP-FTRL (tree) vs banded matrix factorization on the credit world and digits.
 
-    .venv/bin/python -m experiments.dp_mf          # about 2-3 min of CPU per world
+    .venv/bin/python -m experiments.dp_mf          # about 6.5 min of CPU (both worlds)
 
 Two worlds, C = 1, delta = 1e-5, SGD on the noisy clipped sum divided by B, at several
 epochs and eps = 1, 2, 4, 8: credit, logistic regression on the cubic features of the

@@ -426,9 +426,39 @@ def _compile_time_section(doc: dict) -> list[str]:
                     "compile DP / non-private", "run DP / non-private"], rows) + [""])
 
 
+def _mf_section(doc: dict) -> list[str]:
+  f = doc["figures"]
+  target = f.get("target_ratio")
+  names = {"audit": lambda g: f"audit workload, M = {g.get('models', 0):,}",
+           "large_n": lambda g: f"MLP, n = {g.get('n', 0):,}, B = 256, {g.get('steps')} steps"}
+  rows = []
+  for w, label in names.items():
+    g = f.get(w)
+    if not g:
+      continue
+    for b in f.get("bands", []):
+      for tag, kind in (("", "Poisson"), ("_cyclic", "cyclic Poisson")):
+        r = g.get(f"mf_b{b}{tag}_ratio")
+        if r is None:
+          continue
+        rows.append([label(g), str(b), kind,
+                     _fmt(1e3 * g[f"mf_b{b}{tag}_s_per_step"], ".2f"),
+                     _fmt(1e3 * g["dpsgd_s_per_step"], ".2f"), _times(r),
+                     "met" if r <= target else "missed"])
+  worst = f.get("worst_ratio")
+  return (_head("Correlated noise: BandMF vs DP-SGD per step (`benchmarks/mf.py`)", doc,
+                "BandMF (`CorrelatedNoisePrivatizer` on a banded Toeplitz stream, b bands: "
+                "b - 1 past draws per parameter) against DP-SGD with the same sampler, "
+                "clipping and steps, timed round-robin in one process (best of the repeats). "
+                f"Target: BandMF / DP-SGD <= {target}× for b <= 64; worst ratio "
+                f"{_fmt(worst, '.2f')}×.", "")
+          + _table(["workload", "b", "sampler", "BandMF ms/step", "DP-SGD ms/step",
+                    "ratio", "target"], rows) + [""])
+
+
 _SECTIONS = {"dpsgd": _dpsgd_section, "accountants": _accountants_section,
              "large_n": _large_n_section, "pate_teachers": _pate_teachers_section,
-             "compile_time": _compile_time_section}
+             "compile_time": _compile_time_section, "mf": _mf_section}
 
 
 def render(results_dir: str = RESULTS_DIR) -> str:

@@ -506,6 +506,7 @@ def gaussian_event(noise_multiplier: float, sensitivity_value: float):
   return events.GaussianEvent(sigma / sens)
 
 
+@_validate.names_extreme_arguments
 def epsilon(noise_multiplier: float, sensitivity_value: float, delta: float) -> float:
   """eps at delta of the whole run (add/remove neighbours), by the PLD accountant of
   `accounting.event_accounting` on `gaussian_event`."""

@@ -1,11 +1,13 @@
-"""DP-SGD vs DP-FTRL (tree) vs banded matrix factorization on the credit world.
+"""DP-SGD vs DP-FTRL (tree) vs banded matrix factorization on the credit world and digits.
 
-    .venv/bin/python -m experiments.dp_mf          # about 2-3 min of CPU
+    .venv/bin/python -m experiments.dp_mf          # about 6.5 min of CPU (both worlds)
 
-Logistic regression on the cubic features of the `dpsgd` experiment (n = 500 private
-people, 56 parameters), C = 1, batch B = 50, delta = 1e-5, SGD on the noisy clipped sum
-divided by B, at several epochs and eps = 1, 2, 4, 8. Methods, each at sigma calibrated to
-the same eps:
+Two worlds, C = 1, delta = 1e-5, SGD on the noisy clipped sum divided by B, at several
+epochs and eps = 1, 2, 4, 8: credit, logistic regression on the cubic features of the
+`dpsgd` experiment (n = 500 private people, 56 parameters, B = 50); digits, an MLP 64 ->
+--digits_hidden -> 10 on the 8x8 digits of `dpsgd_digits` (n = 1,148 private images
+centred on the public validation mean, B = --digits_batch). Methods, each at sigma
+calibrated to the same eps:
 
   DP-SGD         Poisson sampling at q = B / n, amplified, RDP (`DpSgdConfig.calibrate`);
   BandMF b       cyclic fixed batches (`sampling.CyclicSampler`: each record once per
@@ -29,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,9 +39,9 @@ import numpy as np
 
 from tqdm import tqdm
 
-from dpjax import accounting, dpsgd, models, privatizer, sampling
+from dpjax import accounting, dpsgd, models, privatizer, recipe, sampling
 from dpjax import matrix_factorization as mf
-from dpjax.data import credit
+from dpjax.data import credit, digits
 from experiments import _common, _plots
 
 NAME = "dp_mf"
@@ -65,6 +68,26 @@ class DpMfExperimentConfig(_common.ExperimentConfig):
   test_size: int = _common.option(20_000, "People in the test sample.", bounds=">=1")
   optimizer_iterations: int = _common.option(100, "L-BFGS iterations of optimize_toeplitz.",
                                              bounds=">=0")
+  worlds: tuple[str, ...] = _common.option(("credit", "digits"), "Worlds compared.",
+                                           choices=("credit", "digits"))
+  digits_epochs: tuple[int, ...] = _common.option((4, 16), "Epochs on digits.", bounds=">=1")
+  digits_lrs: tuple[float, ...] = _common.option((0.5, 2.0), "Candidate learning rates on "
+                                                 "digits.", bounds=">0")
+  digits_hidden: int = _common.option(64, "Hidden width of the digits MLP.", bounds=">=1")
+  digits_batch: int = _common.option(128, "Cyclic batch size B on digits (Poisson DP-SGD: "
+                                     "q = B / n).", bounds=">=1")
+
+
+class _World(NamedTuple):
+  """One comparison: data {"train", "val", "test": (x, y)}, model, B, epochs, lrs, and
+  accuracy(params_M, x, y) -> float64[M]."""
+  name: str
+  data: dict
+  model: models.Model
+  batch: int
+  epochs: tuple
+  lrs: tuple
+  accuracy: Callable
 
 
 def _data(key, validation_size, test_size):
@@ -81,6 +104,23 @@ def _data(key, validation_size, test_size):
 def _accuracy(w_MxD, x, y):
   return models.accuracy(models.logistic_regression(x.shape[1]), {"w": w_MxD},
                          np.asarray(x, np.float64), np.asarray(y, np.float64), float64=True)
+
+
+def _credit_world(key, cfg):
+  data = _data(key, cfg.validation_size, cfg.test_size)
+  return _World("credit", data, models.logistic_regression(data["train"][0].shape[1]), BATCH,
+                cfg.epochs, cfg.lrs, lambda p, x, y: _accuracy(p["w"], x, y))
+
+
+def _digits_world(key, cfg):
+  d = digits.load_with_validation(key, 0.25, 200)
+  c = lambda a: recipe.center_on_public(d.x_val_NxF, a)
+  data = {"train": (c(d.x_train_NxF), d.y_train_N), "val": (c(d.x_val_NxF), d.y_val_N),
+          "test": (c(d.x_test_NxF), d.y_test_N)}
+  model = models.mlp(digits.NUM_FEATURES, (cfg.digits_hidden,), digits.NUM_CLASSES)
+  acc = lambda p, x, y: np.asarray(models.accuracy(model, p, x, y), np.float64)
+  return _World("digits", data, model, cfg.digits_batch, cfg.digits_epochs, cfg.digits_lrs,
+                acc)
 
 
 def _prefix_error(strategy, sigma):
@@ -110,22 +150,17 @@ def _unit_sigma(eps):
                                    factor=2.0, rtol=1e-5)
 
 
-def run(cfg: DpMfExperimentConfig, out_dir: str, *, progress: bool = True,
-        quiet: bool = False) -> dict:
-  """Trains every method at every (epochs, eps, lr, seed); returns `_common.finish`'s dict."""
-  k_data, k_train = jax.random.split(jax.random.key(cfg.seed))
-  data = _data(k_data, cfg.validation_size, cfg.test_size)
-  x, y = data["train"]
-  n, dim = x.shape
-  model = models.logistic_regression(dim)
-  sampler = sampling.CyclicSampler.for_dataset(n, BATCH)
+def _compare(world: _World, cfg, k_train, unit, progress):
+  """(results, table) of every method at every (epochs, eps, lr, seed) of one world."""
+  x, y = world.data["train"]
+  n = x.shape[0]
+  sampler = sampling.CyclicSampler.for_dataset(n, world.batch)
   q = sampler.sampling_prob
-  unit = {eps: _unit_sigma(eps) for eps in cfg.epsilons}
   results, rows = {}, []
-  jobs = [(ep, m) for ep in cfg.epochs
+  jobs = [(ep, m) for ep in world.epochs
           for m in _methods(cfg.bands, ep * sampler.steps_per_epoch, cfg.optimizer_iterations)]
   for ji, (epochs, (name, priv, strategy)) in enumerate(
-      tqdm(jobs, desc=NAME, leave=False, disable=not progress)):
+      tqdm(jobs, desc=f"{NAME} {world.name}", leave=False, disable=not progress)):
     steps = epochs * sampler.steps_per_epoch
     base = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=q, num_steps=steps, delta=DELTA)
     if priv is None:
@@ -138,18 +173,18 @@ def run(cfg: DpMfExperimentConfig, out_dir: str, *, progress: bool = True,
               for eps in cfg.epsilons]
       spent = [priv.epsilon(c.noise_multiplier, steps, DELTA, sampler) for c in cfgs]
     val_acc, test_acc = [], []
-    for li, lr in enumerate(cfg.lrs):
+    for li, lr in enumerate(world.lrs):
       lr_cfgs = [dataclasses.replace(c, learning_rate=float(lr)) for c in cfgs]
       idx = np.repeat(np.arange(len(lr_cfgs)), cfg.seeds)
       kw = {} if priv is None else dict(sampler=sampler, privatizer=priv)
       with warnings.catch_warnings():
         warnings.simplefilter("ignore", dpsgd.OtherAccountantWarning)  # eps: `spent`
         out = dpsgd.train_sweep(jax.random.fold_in(k_train, ji * 100 + li), x, y,
-                                jnp.ones((idx.size, n), bool), lr_cfgs, idx, model,
+                                jnp.ones((idx.size, n), bool), lr_cfgs, idx, world.model,
                                 perf=dpsgd.PerformanceFlags(progress=False), **kw)
-      w = out.params["w"]
-      val_acc.append(_accuracy(w, *data["val"]).reshape(len(cfgs), cfg.seeds))
-      test_acc.append(_accuracy(w, *data["test"]).reshape(len(cfgs), cfg.seeds))
+      for accs, split in ((val_acc, "val"), (test_acc, "test")):
+        accs.append(world.accuracy(out.params, *world.data[split]).reshape(len(cfgs),
+                                                                           cfg.seeds))
     val_acc, test_acc = np.stack(val_acc), np.stack(test_acc)   # [lr, eps, seed]
     for ei, eps in enumerate(cfg.epsilons):
       best = int(np.argmax(val_acc[:, ei].mean(axis=1)))
@@ -158,23 +193,46 @@ def run(cfg: DpMfExperimentConfig, out_dir: str, *, progress: bool = True,
       r = results[f"{epochs}/{name}/{eps}"] = {
           "epochs": epochs, "method": name, "epsilon": eps, "steps": steps,
           "sigma": sigma, "sensitivity": sens, "epsilon_spent": spent[ei],
-          "prefix_error": _prefix_error(strategy, sigma), "learning_rate": cfg.lrs[best],
+          "prefix_error": _prefix_error(strategy, sigma), "learning_rate": world.lrs[best],
           "validation_accuracy": float(val_acc[best, ei].mean()),
           "acc_mean": float(a.mean()), "acc_sd": float(a.std(ddof=1)), "acc": a.tolist()}
       rows.append([epochs, name, eps, sigma, sens, r["epsilon_spent"], r["prefix_error"],
                    r["learning_rate"], r["acc_mean"], r["acc_sd"]])
+  what = (f"cubic credit model, n = {n}" if world.name == "credit" else
+          f"digits MLP 64-{cfg.digits_hidden}-10, n = {n}")
   table = _common.Table(
-      f"Test accuracy of DP-SGD, BandMF and DP-FTRL at equal eps (cubic credit model, n = "
-      f"{n}, B = {BATCH}, {cfg.seeds} seeds, delta = {DELTA:g})",
+      f"Test accuracy of DP-SGD, BandMF and DP-FTRL at equal eps ({what}, B = "
+      f"{world.batch}, {cfg.seeds} seeds, delta = {DELTA:g})",
       ["epochs", "method", "eps", "sigma", "sens", "eps spent", "prefix error", "lr",
        "accuracy", "sd"], rows,
       note="DP-SGD: Poisson, amplified (RDP). MF: cyclic batches, no amplification, "
            "eps spent = CorrelatedNoisePrivatizer.epsilon. prefix error = sigma^2 "
            "||W C^-1||_F^2 / T. lr chosen on the public validation sample.")
-  summary = _summary(results, cfg)
-  return _common.finish(cfg, out_dir, NAME, {"runs": results, "unit_sigma": unit},
-                        tables=[table], figures=_plot(out_dir, results, cfg),
-                        summary=summary, quiet=quiet)
+  return results, table
+
+
+def run(cfg: DpMfExperimentConfig, out_dir: str, *, progress: bool = True,
+        quiet: bool = False) -> dict:
+  """Compares the methods on each world of cfg.worlds; returns `_common.finish`'s dict.
+
+  Credit's keys are split(key(seed)); digits' are split(fold_in(key(seed), 1)).
+  """
+  unit = {eps: _unit_sigma(eps) for eps in cfg.epsilons}
+  record, tables, figures, summary = {"unit_sigma": unit}, [], [], []
+  for name, build in (("credit", _credit_world), ("digits", _digits_world)):
+    if name not in cfg.worlds:
+      continue
+    root = jax.random.key(cfg.seed)
+    k_data, k_train = jax.random.split(root if name == "credit" else
+                                       jax.random.fold_in(root, 1))
+    world = build(k_data, cfg)
+    results, table = _compare(world, cfg, k_train, unit, progress)
+    record["runs" if name == "credit" else "digits_runs"] = results
+    tables.append(table)
+    figures += _plot(out_dir, results, world)
+    summary.append(f"{name.capitalize()}: " + _summary(results, cfg, world))
+  return _common.finish(cfg, out_dir, NAME, record, tables=tables, figures=figures,
+                        summary=" ".join(summary), quiet=quiet)
 
 
 def _best_mf(results, epochs, eps):
@@ -183,9 +241,10 @@ def _best_mf(results, epochs, eps):
   return max(cands, key=lambda r: r["acc_mean"])
 
 
-def _summary(results, cfg):
+def _summary(results, cfg, world):
   ahead, behind, tied, err_lower = [], [], [], 0
-  for ep in cfg.epochs:
+  n = world.data["train"][0].shape[0]
+  for ep in world.epochs:
     for eps in cfg.epsilons:
       sgd = results[f"{ep}/DP-SGD (Poisson)/{eps}"]
       mfr = _best_mf(results, ep, eps)
@@ -196,7 +255,7 @@ def _summary(results, cfg):
       mins = min(r["prefix_error"] for r in results.values()
                  if r["epochs"] == ep and r["epsilon"] == eps and r["method"] != sgd["method"])
       err_lower += mins < sgd["prefix_error"]
-  total = len(cfg.epochs) * len(cfg.epsilons)
+  total = len(world.epochs) * len(cfg.epsilons)
   return (
       "Published direction (Choquette-Choo et al. 2023; McKenna 2024): in the multi-epoch "
       "regime banded MF beats DP-SGD at equal eps. Here the best MF method is ahead of "
@@ -205,25 +264,28 @@ def _summary(results, cfg):
       f"[{'; '.join(behind) or 'none'}], and within noise in {len(tied)}. An MF strategy "
       f"has a lower prefix error than amplified DP-SGD in {err_lower} of {total} settings. "
       "Candidate reasons for any disagreement (not tested here): our small-data regime, "
-      "where amplification by Poisson sampling at q = 0.1 is strong, few steps per epoch "
-      "(E = n / B) cap the bands that avoid overlapping participations, and a 56-parameter "
-      "logistic model near the credit world's accuracy ceiling leaves little room between "
-      "methods.")
+      f"where amplification by Poisson sampling at q = {world.batch / n:.2g} is strong, few "
+      f"steps per epoch (E = {n // world.batch}) cap the bands that avoid overlapping "
+      "participations" + (", and a 56-parameter logistic model near the credit world's "
+                          "accuracy ceiling leaves little room between methods."
+                          if world.name == "credit" else "."))
 
 
-def _plot(out_dir, results, cfg):
+def _plot(out_dir, results, world):
   methods = list(dict.fromkeys(r["method"] for r in results.values()))
-  with _plots.figure(out_dir, "dp_mf_accuracy.png", ncols=len(cfg.epochs),
-                     figsize=(5 * len(cfg.epochs), 3.8), dpi=110) as (fig, axes):
+  eps_grid = sorted({r["epsilon"] for r in results.values()})
+  png = "dp_mf_accuracy.png" if world.name == "credit" else f"dp_mf_{world.name}_accuracy.png"
+  with _plots.figure(out_dir, png, ncols=len(world.epochs),
+                     figsize=(5 * len(world.epochs), 3.8), dpi=110) as (fig, axes):
     axes = np.atleast_1d(axes)
-    for ax, ep in zip(axes, cfg.epochs):
+    for ax, ep in zip(axes, world.epochs):
       for mi, m in enumerate(methods):
-        rs = [results[f"{ep}/{m}/{e}"] for e in cfg.epsilons]
-        ax.errorbar(cfg.epsilons, [r["acc_mean"] for r in rs],
+        rs = [results[f"{ep}/{m}/{e}"] for e in eps_grid]
+        ax.errorbar(eps_grid, [r["acc_mean"] for r in rs],
                     yerr=[r["acc_sd"] for r in rs], marker="o", color=f"C{mi}", label=m)
       _plots.decorate(ax, xscale="log", xlabel="epsilon (delta = 1e-5)",
-                      ylabel="test accuracy", title=f"{ep} epochs", legend=7)
-  return ["dp_mf_accuracy.png"]
+                      ylabel="test accuracy", title=f"{world.name}, {ep} epochs", legend=7)
+  return [png]
 
 
 def main():

@@ -1195,6 +1195,24 @@ def entries():
         dict(stream=mfv.toeplitz_stream([1.0, 0.5], 4)), {"stream": "object"}))
   add(E("dpjax.audit.mf_variants.InverseWrongSide", mf_variants.InverseWrongSide,
         dict(stream=mfv.toeplitz_stream([1.0, 0.5], 4)), {"stream": "object"}))
+  from dpjax.audit import mf_audit  # pylint: disable=g-import-not-at-top
+  c3 = mfv.banded_toeplitz([1.0, 0.5], 3)
+  add(E("dpjax.audit.mf_audit.whiten", mf_audit.whiten,
+        dict(o_MxTxK=np.ones((2, 3, 2)), strategy_TxT=c3),
+        {"o_MxTxK": "array", "strategy_TxT": "array"}, mismatch=False))
+  add(E("dpjax.audit.mf_audit.iid_steps", mf_audit.iid_steps,
+        dict(strategy_TxT=c3, participation_T=np.ones(3), rtol=1e-6),
+        {"strategy_TxT": "array", "participation_T": "array", "rtol": "pos"}, mismatch=False))
+  add(E("dpjax.audit.mf_audit.accountant_epsilon", mf_audit.accountant_epsilon,
+        dict(strategy_TxT=c3, noise_multiplier=2.0, delta=1e-5), {"strategy_TxT": "array"}))
+  add(E("dpjax.audit.mf_audit.full_batch_training", mf_audit.full_batch_training,
+        dict(strategy_TxT=c3, noise_multiplier=2.0, dataset_size=10, delta=1e-5,
+             privatizer=None, learning_rate=0.1, name="mf"),
+        {"strategy_TxT": "array", "privatizer": None, "name": None}))
+  EXCLUDED.update({
+      "dpjax.audit.mf_audit.per_step_audit": "pipeline stage (needs audit data and a model)",
+      "dpjax.audit.mf_audit.canary_audit": "pipeline stage (runner.audit_dpsgd on MF training)",
+  })
   world = dict(noise_coords=3, base_records=2, sampling_prob=0.5, steps=4)
   wk = {"noise_coords": "count", "base_records": "count", "steps": "count"}
   add(E("dpjax.audit.variants.realised_denominator_lower_bound",

@@ -63,6 +63,19 @@ class ReportTest(absltest.TestCase):
     self.assertIn("| audit workload, M = 2,000 | 0.50 | 2.00 | 1,234 | 0.50 | 6.00 | 1,234 | "
                   "3.00× (missed) | – |", text)
 
+  def test_mf_section(self):
+    tmp = tempfile.mkdtemp()
+    fig = {"target_ratio": 1.2, "bands": [1, 64], "worst_ratio": 2.5,
+           "audit": {"models": 2000, "dpsgd_s_per_step": 0.010, "mf_b1_s_per_step": 0.008,
+                     "mf_b1_ratio": 0.8, "mf_b64_s_per_step": 0.025, "mf_b64_ratio": 2.5}}
+    report.write("mf", fig, os.path.join(tmp, "mf.json"))
+    text = report.render(tmp)
+    self.assertIn("| audit workload, M = 2,000 | 1 | Poisson | 8.00 | 10.00 | 0.80× | met |",
+                  text)
+    self.assertIn("| audit workload, M = 2,000 | 64 | Poisson | 25.00 | 10.00 | 2.50× | missed |",
+                  text)
+    self.assertIn("worst ratio 2.50×", text)
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -23,15 +23,27 @@ class ExperimentDpMfTest(absltest.TestCase):
     with tempfile.TemporaryDirectory() as out:
       cfg = exp.DpMfExperimentConfig(seed=0, seeds=2, epsilons=(1.0, 8.0), epochs=(2,),
                                      bands=(1, 4), lrs=(0.5,), validation_size=200,
-                                     test_size=500, optimizer_iterations=20)
+                                     test_size=500, optimizer_iterations=20,
+                                     digits_epochs=(1,), digits_lrs=(0.5,), digits_hidden=8)
       res = exp.run(cfg, out, progress=False, quiet=True)
       with open(os.path.join(out, "results.json")) as f:
         doc = json.load(f)
       self.assertTrue(os.path.exists(os.path.join(out, "dp_mf_accuracy.png")))
+      self.assertTrue(os.path.exists(os.path.join(out, "dp_mf_digits_accuracy.png")))
     self.assertEqual(doc["experiment"], "dp_mf")
-    self.assertLen(res["tables"], 1)
+    self.assertLen(res["tables"], 2)
     runs = res["record"]["runs"]
     self.assertLen(runs, 2 * 4)        # eps x (DP-SGD, b = 1, b = 4, tree)
+    digit_runs = res["record"]["digits_runs"]
+    self.assertLen(digit_runs, 2 * 4)
+    e_digits = 1148 // 128               # n = 1,148 private digits, B = 128: E = 8
+    for r in digit_runs.values():
+      self.assertLessEqual(r["epsilon_spent"], r["epsilon"] * (1 + 1e-9))
+      self.assertGreater(r["epsilon_spent"], r["epsilon"] * 0.99)
+      self.assertEqual(r["steps"], e_digits)
+      self.assertTrue(0.0 <= r["acc_mean"] <= 1.0)
+      if r["method"] == "BandMF b=1":   # one participation: sens 1
+        self.assertAlmostEqual(r["sensitivity"], 1.0, places=12)
     steps = 2 * (exp.N_PRIVATE // exp.BATCH)
     for key, r in runs.items():
       with self.subTest(key):
@@ -65,7 +77,8 @@ class ExperimentDpMfTest(absltest.TestCase):
   def test_bad_config(self):
     for kw in (dict(seed=-1), dict(seeds=1), dict(epsilons=(0.0,)), dict(epochs=(0,)),
                dict(bands=(0,)), dict(lrs=(-1.0,)), dict(validation_size=0),
-               dict(test_size=0), dict(optimizer_iterations=-1)):
+               dict(test_size=0), dict(optimizer_iterations=-1), dict(worlds=("mnist",)),
+               dict(digits_epochs=(0,)), dict(digits_hidden=0), dict(digits_batch=0)):
       with self.subTest(kw):
         with self.assertRaisesRegex(ValueError, "^" + next(iter(kw))):
           exp.DpMfExperimentConfig(**kw)

@@ -256,7 +256,7 @@ class Accountant:
                      pld_fn)
 
   def compose_event(self, event, relation: str = "add_remove") -> "Accountant":
-    """Adds an `events.Event` tree under `relation` ("add_remove" or "replace_one"); one it
+    """Adds an `events.Event` tree under `relation` (`events.RELATIONS`); one it
     cannot bound raises `events.UnsupportedEventError`. Mixing relations is the caller's."""
     from dpjax.accounting import event_accounting  # pylint: disable=import-outside-toplevel
     if self.accountant == "rdp":

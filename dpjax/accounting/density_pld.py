@@ -58,6 +58,8 @@ def _direction(x_log_w, lp, lq, h, tail) -> pld_grid.LossPmf:
   losses = np.concatenate([hi, lo])
   masses = np.concatenate([u, mp - u])
   nz = masses > 0
+  if not nz.any():
+    return pld_grid.LossPmf(h, 0, np.zeros(1), min(1.0, inf_mass))
   return pld_grid.atoms_to_grid(losses[nz], masses[nz], h, min(1.0, inf_mass))
 
 

@@ -138,7 +138,7 @@ def truncated_subsampled_gaussian_pld(noise_multiplier: float, sampling_prob: fl
     >>> capped = truncated_subsampled_gaussian_pld(1.0, 0.01, 1000, 12, 1e-3)
     >>> free = pld.gaussian_pld(1.0, 0.01, value_discretization=1e-3)
     >>> round(cut_probability(0.01, 1000, 12), 4), capped.delta(1.0) > free.delta(1.0)
-    (0.2079, True)
+    (0.3026, True)
   """
   sigma, q, n, b = _check(noise_multiplier, sampling_prob, dataset_size, max_batch_size)
   h = _validate.check_positive(value_discretization, "value_discretization")

@@ -541,6 +541,8 @@ def entries():
           inf_ok=n == "RepeatAndSelectEvent"))
   add(E("dpjax.accounting.events.check_relation", evs.check_relation,
         dict(relation="add_remove"), dict(ev_kinds)))
+  add(E("dpjax.accounting.events.dpsgd_event", evs.dpsgd_event,
+        dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10)))
   add(E("dpjax.accounting.events.flatten", evs.flatten, dict(event=g_ev), dict(ev_kinds)))
   add(E("dpjax.accounting.events.pure_epsilon", evs.pure_epsilon, dict(event=g_ev),
         dict(ev_kinds), inf_ok=True))   # inf: a Gaussian has no pure eps (documented)

@@ -316,6 +316,21 @@ class TreeAggregationEvent(Event):
     return math.ceil(math.log2(max(self.step_counts) + 1))
 
 
+def dpsgd_event(noise_multiplier: float, sampling_prob: float, num_steps: int
+                ) -> SelfComposedEvent:
+  """num_steps (integer >= 1) steps of DP-SGD: each a Poisson sample at sampling_prob, the
+  clipped sum plus N(0, (noise_multiplier C)^2) per coordinate (add/remove).
+
+  Examples:
+    >>> dpsgd_event(1.0, 0.01, 100).count
+    100
+  """
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  q = _validate.check_sampling_prob(sampling_prob)
+  t = _validate.check_int(num_steps, "num_steps")
+  return SelfComposedEvent(PoissonSampledEvent(q, GaussianEvent(sigma)), t)
+
+
 def check_relation(relation) -> str:
   """relation itself if it is one of RELATIONS (ValueError naming `relation` otherwise)."""
   return _validate.check_choice(relation, RELATIONS, "relation")
@@ -369,5 +384,6 @@ __all__ = [
     "RELATIONS", "REPLACE_ONE", "REPLACE_SPECIAL", "RandomizedResponseEvent",
     "RepeatAndSelectEvent", "SampledWithoutReplacementEvent", "SelfComposedEvent",
     "TreeAggregationEvent", "TruncatedPoissonSampledGaussianEvent",
-    "UnsupportedEventError", "ZCdpEvent", "check_relation", "flatten", "pure_epsilon",
+    "UnsupportedEventError", "ZCdpEvent", "check_relation", "dpsgd_event", "flatten",
+    "pure_epsilon",
 ]

@@ -230,8 +230,7 @@ def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
   if isinstance(e, ev.LaplaceEvent):
     return pld.laplace_pld(e.noise_multiplier, value_discretization=h)
   if isinstance(e, ev.RandomizedResponseEvent) and relation == ev.REPLACE_SPECIAL:
-    p, q = _rr_special_pair(e)
-    return pld.finite_output_pld(np.log(p), np.log(q), h)
+    return pld.pmf_pair_pld(*_rr_special_pair(e), h)
   if isinstance(e, ev.RandomizedResponseEvent):
     return pld.randomized_response_pld(e.epsilon, e.num_buckets, value_discretization=h)
   if isinstance(e, ev.TruncatedPoissonSampledGaussianEvent):

@@ -86,6 +86,15 @@ class TruncatedSamplingTest(parameterized.TestCase):
     self.assertAlmostEqual(rate, expected, delta=5 * math.sqrt(rate * (1 - rate) / hits))
     self.assertLessEqual(expected, b / (b + 1.0))
 
+  def test_composition_is_monotone(self):
+    step = ev.TruncatedPoissonSampledGaussianEvent(1.0, 0.02, 500, 12)
+    for acc, kw in (("pld", {"value_discretization": 1e-3}), ("rdp", {})):
+      eps = [ea.epsilon(ev.SelfComposedEvent(step, t), 1e-5, acc, **kw) for t in (1, 10, 100)]
+      self.assertTrue(eps[0] < eps[1] < eps[2], (acc, eps))
+      both = ea.epsilon(ev.ComposedEvent((ev.SelfComposedEvent(step, 10),
+                                          ev.GaussianEvent(5.0))), 1e-5, acc, **kw)
+      self.assertGreater(both, eps[1])
+
   def test_bad_input_is_named(self):
     with self.assertRaisesRegex(ValueError, "max_batch_size"):
       ts.truncated_subsampled_gaussian_pld(1.0, 0.1, 100, 0)

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.accountant_table            # DP-SGD grid and events
     .venv/bin/python -m benchmarks.accountant_table --max_steps 10000   # a shorter grid
+    .venv/bin/python -m benchmarks.accountant_table --min_steps 10000 --skip_events
 
 Part 1, the DP-SGD grid (sigma 0.5-10, q 1e-4-1, T 1-1e6, delta 1e-10-1e-3; --max_steps
 drops longer runs): `pld.dpsgd_epsilon` (ours, adaptive), `pld.dpsgd_epsilon_never_looser`
@@ -24,7 +25,9 @@ from benchmarks import report
 _JSON = flags.DEFINE_string("json", None, "Where to write the rows (default: "
                             "benchmarks/results/accountant_table.json).")
 _MAX_STEPS = flags.DEFINE_integer("max_steps", 1_000_000, "Longest DP-SGD run of the grid.")
+_MIN_STEPS = flags.DEFINE_integer("min_steps", 1, "Shortest DP-SGD run of the grid.")
 _SKIP_GRID = flags.DEFINE_bool("skip_grid", False, "Only the events part.")
+_SKIP_EVENTS = flags.DEFINE_bool("skip_events", False, "Only the DP-SGD grid.")
 
 SIGMAS = (0.5, 1.0, 2.0, 5.0, 10.0)
 RATES = (1e-4, 1e-2, 1.0)
@@ -32,12 +35,12 @@ STEPS = (1, 1_000, 1_000_000)
 DELTAS = (1e-10, 1e-5, 1e-3)
 
 
-def _grid_rows(max_steps: int) -> list[dict]:
+def _grid_rows(min_steps: int, max_steps: int) -> list[dict]:
   import dp_accounting  # pylint: disable=import-outside-toplevel
   from dpjax.accounting import pld  # pylint: disable=import-outside-toplevel
   rows = []
   for sigma, q, t in itertools.product(SIGMAS, RATES, STEPS):
-    if t > max_steps:
+    if not min_steps <= t <= max_steps:
       continue
     acct = dp_accounting.pld.PLDAccountant()
     t_dp, _ = report.best_time(lambda: acct.compose(dp_accounting.PoissonSampledDpEvent(
@@ -132,8 +135,8 @@ def _print(r: dict, label: str) -> None:
 
 def main(argv):
   del argv
-  grid = [] if _SKIP_GRID.value else _grid_rows(_MAX_STEPS.value)
-  events = _event_rows()
+  grid = [] if _SKIP_GRID.value else _grid_rows(_MIN_STEPS.value, _MAX_STEPS.value)
+  events = [] if _SKIP_EVENTS.value else _event_rows()
   for label, rows in (("DP-SGD grid", grid), ("events", events)):
     if not rows:
       continue

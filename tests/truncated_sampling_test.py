@@ -38,7 +38,26 @@ class TruncatedSamplingTest(parameterized.TestCase):
     self.assertAlmostEqual(w.sum(), 1.0, delta=1e-12)
     self.assertAlmostEqual(1.0 - w[0], stats.binom.sf(b - 1, n, q), delta=1e-12)
     self.assertEqual((r[0], c[0]), (q, 1.0))
-    self.assertTrue(np.all(r[1:] <= q * b / (b + 1.0)) and np.all(c[1:] == 2.0))
+    self.assertTrue(np.all(c[1:] == 2.0))
+    # the edge branch (N = B - 1 others drawn, and the added one): rate q, weight
+    # q P(Binomial(n - 1, q) = B - 1); the groups after it: rates <= q B / (B + 1)
+    self.assertEqual(r[1], q)
+    self.assertAlmostEqual(w[1], q * stats.binom.pmf(b - 1, n - 1, q), delta=1e-15)
+    self.assertTrue(np.all(r[2:] <= q * b / (b + 1.0)))
+
+  def test_covers_both_kinds_of_neighbour(self):
+    # one step: the revealed-branch bound of each scenario alone (n - 1 others when a
+    # record is removed, n when one is added) never exceeds the combined bound
+    for s, q, n, b in ((1.0, 0.3, 10, 2), (1.0, 0.5, 20, 10)):
+      ours = ts.truncated_subsampled_gaussian_pld(s, q, n, b, 1e-3)
+      for m in (n - 1, n):
+        pk = stats.binom.pmf(np.arange(m + 1), m, q)
+        parts = [(pk[:b].sum(), q, 1.0)] + [(pk[k], q * b / (k + 1.0), 2.0)
+                                            for k in range(b, m + 1)]
+        plds = [(w, pld.gaussian_pld(s / c, r, value_discretization=1e-3))
+                for w, r, c in parts]
+        for e in (0.5, 2.0):
+          self.assertLessEqual(sum(w * d.delta(e) for w, d in plds), ours.delta(e) + 1e-12)
 
   @parameterized.parameters((1.0, 0.01, 1000, 12, 100), (2.0, 0.1, 100, 10, 50),
                             (1.1, 256 / 60000, 60000, 288, 300))

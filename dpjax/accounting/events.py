@@ -185,9 +185,9 @@ class TruncatedPoissonSampledGaussianEvent(Event):
   """A Poisson sample (each record with probability sampling_prob in (0, 1]) truncated to at
   most max_batch_size >= 1 records (a uniformly random subset of that size is kept when
   more are drawn), then the sum of the kept records' contributions (L2 norm <= C) plus
-  N(0, (noise_multiplier * C)^2) per coordinate. dataset_size >= 1 is the number of records
-  of the smaller neighbour (the truncation probability is taken over dataset_size others,
-  the larger case). Add/remove (or replace-special) neighbours; see `truncated_sampling`."""
+  N(0, (noise_multiplier * C)^2) per coordinate. dataset_size >= 1: the records of the
+  dataset it runs on; its neighbours by removal and by addition are both covered.
+  Add/remove (or replace-special) neighbours; see `truncated_sampling`."""
   noise_multiplier: float
   sampling_prob: float
   dataset_size: int

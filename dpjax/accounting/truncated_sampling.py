@@ -5,25 +5,29 @@ drawn, a uniformly random subset of B is kept; the kept records' contributions (
 <= C) are summed and N(0, (sigma C)^2) is added per coordinate. Neighbours: add/remove one
 record x.
 
-Bound. Let N be the number of the other records drawn (the same law on both neighbours,
-N ~ Binomial(n_others, q)); reveal it (the released mechanism is a post-processing of
-the one that also outputs N, so the bound below is an upper bound):
+Bound, for a dataset of n = dataset_size records and both of its kinds of neighbours (a
+record removed: n - 1 others; a record added: n others). Let N be the number of drawn records
+among n - 1 fixed others, Z the draw of one more other (present only when a record is added),
+and reveal (N, Z): their law is the same on both datasets of a pair, and the released
+mechanism is a post-processing of the one that also outputs them. With K the others drawn
+(N, or N + Z):
 
-* N < B: x is never cut; the pair is the subsampled Gaussian (1 - q) N(0, s^2) + q N(C, s^2)
+* K < B: x is never cut; the pair is the subsampled Gaussian (1 - q) N(0, s^2) + q N(C, s^2)
   against N(0, s^2), s = sigma C.
-* N >= B: with x drawn, x is kept with probability B / (N + 1) and then displaces one other
+* K >= B: with x drawn, x is kept with probability B / (K + 1) and then displaces one other
   record y of the kept B. Coupling the kept (B - 1)-subset and y on both sides gives the
   pair (1 - r) N(0, s^2) + r N(v, s^2) against N(0, s^2), ||v|| = ||g_x - g_y|| <= 2 C,
-  r = q B / (N + 1). A shift of norm <= 2C and a rate <= r' are post-processings of the
-  shift 2C at rate r' (Blackwell; mixing in fresh N(0) draws). N >= B is cut into at most
-  MAX_GROUPS groups [k_i, k_{i+1}) (the last open); group i is bounded by the subsampled
-  Gaussian of sensitivity 2C at rate q B / (k_i + 1) <= r_max = q B / (B + 1).
+  r = q B / (K + 1). A shift of norm <= 2C and a rate <= r' are post-processings of the
+  shift 2C at rate r' (Blackwell; mixing in fresh N(0) draws).
 
-The per-step pair is the mixture, with the group revealed, of these pairs, weighted by the
-law of N. RDP: exp((a - 1) eps(a)) = sum_i w_i exp((a - 1) eps_i(a)) (exact for revealed
-branches); PLD: the same mixture of the loss pmfs, both directions (pessimistic, as each
-is). p_cut = P(N >= B). n_others = dataset_size covers both the removal (dataset_size - 1 others) and the
-addition (dataset_size others) of a record to a dataset of dataset_size records.
+So branch (N, Z) is bounded, for both neighbours at once, by: the sensitivity-C subsampled
+Gaussian at rate q when N < B - 1, or N = B - 1 and Z = 0; the sensitivity-2C one at rate q
+when N = B - 1 and Z = 1 (it dominates both K = B - 1 and K = B); and the sensitivity-2C one
+at rate q B / (k_i + 1) when N >= B, N cut into at most MAX_GROUPS groups [k_i, k_{i+1}).
+The per-step pair is the mixture of these, branches revealed. RDP: exp((a - 1) eps(a)) =
+sum_i w_i exp((a - 1) eps_i(a)) (exact for revealed branches); PLD: the same mixture of the
+loss pmfs, both directions (pessimistic, as each is). The cut weight 1 - w_0 is
+P(Binomial(n, q) >= B) (`cut_probability`).
 dp_accounting 0.6.0's TruncatedSubsampledGaussianDpEvent bounds the same mechanism
 (https://arxiv.org/abs/2508.15089) with a replace-one pair in the cut branch.
 """
@@ -50,7 +54,7 @@ def _check(noise_multiplier, sampling_prob, dataset_size, max_batch_size):
 
 
 def cut_probability(sampling_prob: float, dataset_size: int, max_batch_size: int) -> float:
-  """p_cut = P(Binomial(dataset_size, q) >= max_batch_size): the chance that the other
+  """P(Binomial(dataset_size, q) >= max_batch_size): the chance that dataset_size other
   records alone fill the cap (float in [0, 1]).
 
   Examples:
@@ -67,25 +71,34 @@ def cut_probability(sampling_prob: float, dataset_size: int, max_batch_size: int
 
 def branches(sampling_prob: float, dataset_size: int, max_batch_size: int
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(weights [G], rates [G], sensitivities [G]) of the revealed branches: first the uncut
-  one (1 - p_cut, q, 1), then the cut groups (P(k_i <= N < k_{i+1}), q B / (k_i + 1), 2);
-  weights sum to 1 (zero-weight groups dropped). G <= MAX_GROUPS + 1."""
+  """(weights [G], rates [G], sensitivities [G]) of the revealed branches (module
+  docstring): the uncut one (q, 1) first, then (q, 2) for N = B - 1 with Z = 1, then the
+  cut groups (q B / (k_i + 1), 2); weights sum to 1 (zero weights dropped).
+  G <= MAX_GROUPS + 2."""
   q = _validate.check_sampling_prob(sampling_prob)
   n = _validate.check_int(dataset_size, "dataset_size", maximum=2 ** 53)
   b = _validate.check_int(max_batch_size, "max_batch_size", maximum=2 ** 53)
-  p_cut = cut_probability(q, n, b)
-  weights, rates, sens = [1.0 - p_cut], [q], [1.0]
-  if p_cut > 0.0:
-    width = max(1, math.ceil(math.sqrt(n * q * (1.0 - q)) / 4.0))
-    starts = [b + i * width for i in range(MAX_GROUPS) if b + i * width <= n]
-    sf = [float(stats.binom.sf(k - 1, n, q)) for k in starts] + [0.0]
+  m = n - 1                                      # the fixed others
+  edge = float(stats.binom.pmf(b - 1, m, q)) * q if b - 1 <= m else 0.0
+  weights, rates, sens = [1.0 - cut_probability(q, n, b)], [q], [1.0]
+  if edge > 0.0:
+    weights.append(edge)
+    rates.append(q)
+    sens.append(2.0)
+  if b <= m:
+    width = max(1, math.ceil(math.sqrt(m * q * (1.0 - q)) / 4.0))
+    starts = [b + i * width for i in range(MAX_GROUPS) if b + i * width <= m]
+    sf = [float(stats.binom.sf(k - 1, m, q)) for k in starts] + [0.0]
     for i, k in enumerate(starts):
       w = max(0.0, sf[i] - sf[i + 1])
       if w > 0.0:
         weights.append(w)
         rates.append(q * b / (k + 1.0))
         sens.append(2.0)
-  return np.array(weights), np.array(rates), np.array(sens)
+  w = np.array(weights)
+  w[0] = max(0.0, 1.0 - w[1:].sum())            # the same value, summing exactly to 1
+  keep = w > 0.0
+  return w[keep], np.array(rates)[keep], np.array(sens)[keep]
 
 
 @_validate.names_extreme_arguments

@@ -30,8 +30,9 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | tree aggregation (one epoch)        | both (exact)            | both (exact Gaussian)      |
 | mixture of Gaussians                | no                      | add/remove                 |
 
-Replace-special is accounted as add/remove except for randomized response (the special
-value answered uniformly); "add/remove" in the table covers it. PLD answers are upper bounds on a grid of spacing `value_discretization` (exact for
+"Both" means all three relations: replace-special is accounted as add/remove (which in the
+table covers it) except for randomized response (the special value answered uniformly).
+PLD answers are upper bounds on a grid of spacing `value_discretization` (exact for
 Gaussian-only compositions); RDP answers are upper bounds at the given orders.
 """
 

@@ -22,6 +22,7 @@ import functools
 import importlib
 import inspect
 import json
+import math
 import os
 import pkgutil
 import queue
@@ -521,6 +522,9 @@ def entries():
                 ("SampledWithoutReplacementEvent",
                  dict(dataset_size=100, sample_size=10, event=g_ev)),
                 ("SelfComposedEvent", dict(event=g_ev, count=3)),
+                ("TruncatedPoissonSampledGaussianEvent",
+                 dict(noise_multiplier=1.0, sampling_prob=0.1, dataset_size=100,
+                      max_batch_size=12)),
                 ("ComposedEvent", dict(events=(g_ev, g_ev)))):
     add(E(f"dpjax.accounting.events.{n}", getattr(evs, n), kw, dict(ev_kinds)))
   for n, kw, extra in (
@@ -537,6 +541,8 @@ def entries():
           inf_ok=n == "RepeatAndSelectEvent"))
   add(E("dpjax.accounting.events.check_relation", evs.check_relation,
         dict(relation="add_remove"), dict(ev_kinds)))
+  add(E("dpjax.accounting.events.dpsgd_event", evs.dpsgd_event,
+        dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10)))
   add(E("dpjax.accounting.events.flatten", evs.flatten, dict(event=g_ev), dict(ev_kinds)))
   add(E("dpjax.accounting.events.pure_epsilon", evs.pure_epsilon, dict(event=g_ev),
         dict(ev_kinds), inf_ok=True))   # inf: a Gaussian has no pure eps (documented)
@@ -591,6 +597,29 @@ def entries():
         mixture_pld.replace_one_subsampled_gaussian_pld,
         dict(noise_multiplier=1.0, sampling_prob=0.1, value_discretization=1e-2,
              tail_mass=1e-10)))
+  from dpjax.accounting import density_pld, truncated_sampling, without_replacement  # pylint: disable=g-import-not-at-top
+  add(E("dpjax.accounting.without_replacement.sampled_without_replacement_rdp",
+        without_replacement.sampled_without_replacement_rdp,
+        dict(sample_fraction=0.1, inner_rdp=lambda a: np.asarray(a) / 2.0, orders=orders,
+             pure_epsilon=math.inf), {"orders": "array", "pure_epsilon": "epsinf"},
+        inf_ok=False))
+  tr_kw = dict(noise_multiplier=1.0, sampling_prob=0.1, dataset_size=100, max_batch_size=12)
+  add(E("dpjax.accounting.truncated_sampling.cut_probability",
+        truncated_sampling.cut_probability,
+        dict(sampling_prob=0.1, dataset_size=100, max_batch_size=12)))
+  add(E("dpjax.accounting.truncated_sampling.branches", truncated_sampling.branches,
+        dict(sampling_prob=0.1, dataset_size=100, max_batch_size=12)))
+  add(E("dpjax.accounting.truncated_sampling.truncated_subsampled_gaussian_rdp",
+        truncated_sampling.truncated_subsampled_gaussian_rdp, dict(tr_kw, orders=orders),
+        {"orders": "array"}))
+  add(E("dpjax.accounting.truncated_sampling.truncated_subsampled_gaussian_pld",
+        truncated_sampling.truncated_subsampled_gaussian_pld,
+        dict(tr_kw, value_discretization=1e-2, tail_mass=1e-10)))
+  xs = np.linspace(-10.0, 11.0, 211)
+  add(E("dpjax.accounting.density_pld.log_density_pair_pld", density_pld.log_density_pair_pld,
+        dict(x_K=xs, log_p_K=-np.abs(xs), log_q_K=-np.abs(xs - 1.0), value_discretization=1e-3,
+             tail_mass=1e-12),
+        {"x_K": "array", "log_p_K": "arrayinf", "log_q_K": "arrayinf", "tail_mass": "nonneg"}))
   add(E("dpjax.accounting.rdp.dpsgd_rdp", rdp.dpsgd_rdp,
         dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10, orders=orders),
         {"orders": "array"}))

@@ -225,7 +225,7 @@ class SupportTest(parameterized.TestCase):
       ("sampled_composition", "pld",
        ev.PoissonSampledEvent(1.0, ev.SelfComposedEvent(ev.GaussianEvent(1.0), 2)),
        ev.ADD_REMOVE, "compose sampled events"),
-      ("wor", "rdp", ev.SampledWithoutReplacementEvent(100, 10, ev.GaussianEvent(1.0)),
+      ("wor", "pld", ev.SampledWithoutReplacementEvent(100, 10, ev.GaussianEvent(1.0)),
        ev.REPLACE_ONE, "without replacement"),
   )
   def test_unsupported_events_are_refused_by_name(self, acct, event, relation, text):
@@ -239,7 +239,8 @@ class SupportTest(parameterized.TestCase):
                       ev.DiscreteLaplaceEvent(1.0), ev.DiscreteGaussianEvent(2.0),
                       ev.EpsilonDeltaEvent(1.0), ev.ZCdpEvent(0.1),
                       ev.PoissonSampledEvent(0.1, ev.GaussianEvent(1.0)),
-                      ev.SampledWithoutReplacementEvent(5, 5, ev.GaussianEvent(1.0))],
+                      ev.SampledWithoutReplacementEvent(5, 5, ev.GaussianEvent(1.0)),
+                      ev.TruncatedPoissonSampledGaussianEvent(1.0, 0.1, 100, 12)],
               "pld": [ev.GaussianEvent(1.0), ev.LaplaceEvent(1.0),
                       ev.DiscreteLaplaceEvent(1.0), ev.DiscreteGaussianEvent(2.0),
                       ev.EpsilonDeltaEvent(1.0, 1e-3),
@@ -247,7 +248,8 @@ class SupportTest(parameterized.TestCase):
                       ev.PoissonSampledEvent(0.1, ev.LaplaceEvent(1.0)),
                       ev.PoissonSampledEvent(0.1, ev.DiscreteGaussianEvent(2.0)),
                       ev.PoissonSampledEvent(0.1, ev.EpsilonDeltaEvent(1.0, 1e-3)),
-                      ev.SampledWithoutReplacementEvent(5, 5, ev.LaplaceEvent(1.0))]}
+                      ev.SampledWithoutReplacementEvent(5, 5, ev.LaplaceEvent(1.0)),
+                      ev.TruncatedPoissonSampledGaussianEvent(1.0, 0.1, 100, 12)]}
     for acct, evs in leaves.items():
       for e in evs:
         eps = ea.epsilon(e, 1e-2, acct)

@@ -52,8 +52,9 @@ class ConstructorTest(parameterized.TestCase):
 
   def test_relation_is_checked(self):
     self.assertEqual(ev.check_relation("replace_one"), ev.REPLACE_ONE)
+    self.assertEqual(ev.check_relation("replace_special"), ev.REPLACE_SPECIAL)
     with self.assertRaisesRegex(ValueError, "relation"):
-      ev.check_relation("replace_special")
+      ev.check_relation("replace_any")
 
 
 class FlattenTest(absltest.TestCase):

@@ -25,6 +25,7 @@ import numpy as np
 from dpjax import _validate
 from dpjax.accounting import composition  # noqa: F401  (re-exported submodule)
 from dpjax.accounting.bisection import smallest_noise  # noqa: F401  (re-exported)
+from dpjax.accounting import events  # noqa: F401  (re-exported submodule)
 from dpjax.accounting import gdp
 from dpjax.accounting import noise_support  # noqa: F401  (re-exported submodule)
 from dpjax.accounting import rdp
@@ -55,6 +56,13 @@ def _check_delta(delta, dataset_size: Optional[int] = None) -> float:
   return d
 
 
+def _event_rdp(event, orders) -> tuple[np.ndarray, np.ndarray]:
+  """(orders [A], RDP curve [A]) of an `events.Event` (add/remove), orders default
+  rdp.DEFAULT_ORDERS."""
+  from dpjax.accounting import event_accounting  # pylint: disable=import-outside-toplevel
+  return event_accounting.rdp_curve(event, orders)
+
+
 def _pld_module():
   """Imports the PLD accountant lazily (it is optional for the RDP path)."""
   from dpjax.accounting import pld  # pylint: disable=import-outside-toplevel
@@ -83,7 +91,7 @@ def dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps: int,
   _validate.check_choice(rdp_method, _RDP_METHODS, "rdp_method")
   if accountant == "pld":
     return float(_pld_module().dpsgd_epsilon(sigma, q, steps, d))
-  o, r = rdp.dpsgd_rdp(sigma, q, steps, orders)
+  o, r = _event_rdp(events.dpsgd_event(sigma, q, steps), orders)
   return rdp.rdp_to_epsilon(o, r, d, method=rdp_method)[0]
 
 
@@ -119,11 +127,11 @@ def tuned_dpsgd_epsilon(noise_multiplier: float, sampling_prob: float, num_steps
         f"accountant must be 'rdp' for repeat-and-select, got {accountant!r}: the "
         "Papernot-Steinke bounds are stated for Renyi DP, and no PLD version here is "
         "proven to be an upper bound")
-  o, r = rdp.dpsgd_rdp(sigma, q, steps, orders)
+  run = events.dpsgd_event(sigma, q, steps)
   if score_noise_multiplier is not None:
     s = _validate.check_positive(score_noise_multiplier, "score_noise_multiplier")
-    r = r + rdp.gaussian_rdp(s, o)
-  out = rdp.repeat_and_select_rdp(o, r, mean_runs=mu, shape=eta)
+    run = events.ComposedEvent((run, events.GaussianEvent(s)))
+  o, out = _event_rdp(events.RepeatAndSelectEvent(run, mu, eta), orders)
   return rdp.rdp_to_epsilon(o, out, d, method=rdp_method)[0]
 
 
@@ -256,7 +264,7 @@ class Accountant:
                      pld_fn)
 
   def compose_event(self, event, relation: str = "add_remove") -> "Accountant":
-    """Adds an `events.Event` tree under `relation` ("add_remove" or "replace_one"); one it
+    """Adds an `events.Event` tree under `relation` (`events.RELATIONS`); one it
     cannot bound raises `events.UnsupportedEventError`. Mixing relations is the caller's."""
     from dpjax.accounting import event_accounting  # pylint: disable=import-outside-toplevel
     if self.accountant == "rdp":

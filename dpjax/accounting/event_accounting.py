@@ -14,14 +14,15 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 |-------------------------------------|-------------------------|----------------------------|
 | Gaussian, Laplace, discrete Laplace | both relations (exact)  | both relations             |
 | discrete Gaussian                   | both (alpha D^2/2s^2)   | both (window, rest at inf) |
-| randomized response                 | replace-one             | replace-one                |
+| randomized response                 | replace-one / -special  | replace-one / -special     |
 | (eps, 0) / (eps, delta > 0)         | yes / no (infinite)     | yes / yes (exact pair)     |
 | zCDP                                | yes (rho alpha)         | no (no dominating pair)    |
-| Poisson-sampled Gaussian            | add/remove              | both (replace-one: ±C pair)|
+| Poisson-sampled Gaussian            | add/remove              | all (replace-one: ±C pair) |
 | Poisson-sampled Laplace             | no                      | add/remove (exact tails)   |
 | Poisson-sampled discrete Laplace,   | no                      | add/remove (pair mixture)  |
 |   discrete Gaussian, (eps, delta)   |                         |                            |
-| sampled without replacement         | only sample = dataset   | only sample = dataset      |
+| sampled without replacement         | replace-one (WBK 2019)  | only sample = dataset      |
+| truncated Poisson-sampled Gaussian  | add/remove              | add/remove                 |
 | exponential mechanism (eps-BR)      | both (exact BR curve)   | both (eps-DP pair)         |
 | permute-and-flip                    | both (eps-DP curve)     | both (eps-DP pair)         |
 | Poisson-sampled exp. mech. / P&F    | no                      | add/remove (pair mixture)  |
@@ -29,6 +30,8 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | tree aggregation (one epoch)        | both (exact)            | both (exact Gaussian)      |
 | mixture of Gaussians                | no                      | add/remove                 |
 
+"Both" means all three relations: replace-special is accounted as add/remove (which in the
+table covers it) except for randomized response (the special value answered uniformly).
 PLD answers are upper bounds on a grid of spacing `value_discretization` (exact for
 Gaussian-only compositions); RDP answers are upper bounds at the given orders.
 """
@@ -48,6 +51,8 @@ from dpjax.accounting import events as ev
 from dpjax.accounting import mixture_pld
 from dpjax.accounting import pld
 from dpjax.accounting import rdp
+from dpjax.accounting import truncated_sampling
+from dpjax.accounting import without_replacement
 
 ACCOUNTANTS = ("rdp", "pld")
 SUPPORTED = {
@@ -55,12 +60,12 @@ SUPPORTED = {
             ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
             ev.ZCdpEvent, ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
             ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent, ev.RepeatAndSelectEvent,
-            ev.TreeAggregationEvent),
+            ev.TreeAggregationEvent, ev.TruncatedPoissonSampledGaussianEvent),
     "pld": (ev.GaussianEvent, ev.LaplaceEvent, ev.DiscreteLaplaceEvent,
             ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
             ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
             ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent, ev.TreeAggregationEvent,
-            ev.MixtureOfGaussiansEvent),
+            ev.MixtureOfGaussiansEvent, ev.TruncatedPoissonSampledGaussianEvent),
 }
 _PAIR_EVENTS = (ev.DiscreteLaplaceEvent, ev.DiscreteGaussianEvent, ev.EpsilonDeltaEvent,
                 ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent)
@@ -92,28 +97,38 @@ def _pair_rdp(p: np.ndarray, q: np.ndarray, orders: np.ndarray) -> np.ndarray:
   return np.maximum(np.maximum(one(p, q), one(q, p)), 0.0)
 
 
+def _rr_special_pair(e) -> tuple[np.ndarray, np.ndarray]:
+  """(randomized response on a value, the uniform answer to the special value) as pmfs
+  over (the value, each of the k - 1 others)."""
+  log_z = e.epsilon + math.log1p((e.num_buckets - 1) * math.exp(-e.epsilon))
+  p = np.array([math.exp(e.epsilon - log_z)] + [math.exp(-log_z)] * (e.num_buckets - 1))
+  return p, np.full(e.num_buckets, 1.0 / e.num_buckets)
+
+
 def _leaf_check(e, accountant: str, relation: str) -> None:
   """Raises UnsupportedEventError when `accountant` cannot bound leaf `e` under `relation`."""
+  add_remove = relation in (ev.ADD_REMOVE, ev.REPLACE_SPECIAL)
   if isinstance(e, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent)) and isinstance(
       e.event, (ev.SelfComposedEvent, ev.ComposedEvent)):
     raise ev.UnsupportedEventError(e, accountant, "sampling once for a composition is not "
                                    "implemented; compose sampled events instead")
   if not isinstance(e, SUPPORTED[accountant]):
     raise ev.UnsupportedEventError(e, accountant, _UNSUPPORTED_REASON[accountant])
-  if isinstance(e, ev.MixtureOfGaussiansEvent) and relation != ev.ADD_REMOVE:
-    raise ev.UnsupportedEventError(e, accountant, "the mixture-of-Gaussians pair is an "
-                                   "add/remove guarantee; use relation='add_remove'")
+  if isinstance(e, (ev.MixtureOfGaussiansEvent, ev.TruncatedPoissonSampledGaussianEvent)
+                ) and not add_remove:
+    raise ev.UnsupportedEventError(e, accountant, "the pair is an add/remove guarantee; use "
+                                   "relation='add_remove' (or 'replace_special')")
   if isinstance(e, ev.RepeatAndSelectEvent):
     check_supported(e.event, accountant, relation)
-  if isinstance(e, ev.RandomizedResponseEvent) and relation != ev.REPLACE_ONE:
+  if isinstance(e, ev.RandomizedResponseEvent) and relation == ev.ADD_REMOVE:
     raise ev.UnsupportedEventError(e, accountant, "randomized response protects one record's "
-                                   "value, a replace-one guarantee; use relation='replace_one'")
+                                   "value, a replace-one guarantee; use relation='replace_one' "
+                                   "or 'replace_special'")
   if accountant == "rdp" and isinstance(e, ev.EpsilonDeltaEvent) and e.delta > 0:
     raise ev.UnsupportedEventError(e, accountant, "an (eps, delta > 0) mechanism has "
                                    "infinite Renyi divergence; use accountant='pld'")
   if isinstance(e, ev.PoissonSampledEvent) and e.sampling_prob < 1:
-    if relation != ev.ADD_REMOVE and not (accountant == "pld"
-                                          and isinstance(e.event, ev.GaussianEvent)):
+    if not add_remove and not (accountant == "pld" and isinstance(e.event, ev.GaussianEvent)):
       raise ev.UnsupportedEventError(e, accountant, "Poisson sampling is accounted for "
                                      "add/remove neighbours only (replace-one: the "
                                      "Gaussian, by the pld accountant)")
@@ -126,9 +141,17 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
     _leaf_check(e.event, accountant, relation)
   if isinstance(e, ev.SampledWithoutReplacementEvent):
     if e.sample_size < e.dataset_size:
-      raise ev.UnsupportedEventError(e, accountant, "amplification by sampling without "
-                                     "replacement is not implemented (only sample_size = "
-                                     "dataset_size, which is the event itself)")
+      if accountant == "pld":
+        raise ev.UnsupportedEventError(e, accountant, "no dominating pair of sampling without "
+                                       "replacement is implemented; use accountant='rdp'")
+      if relation != ev.REPLACE_ONE:
+        raise ev.UnsupportedEventError(e, accountant, "amplification by sampling without "
+                                       "replacement is a replace-one guarantee; use "
+                                       "relation='replace_one'")
+      if isinstance(e.event, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
+                              ev.TruncatedPoissonSampledGaussianEvent)):
+        raise ev.UnsupportedEventError(e, accountant, "sampling a sampled event is not "
+                                       "implemented")
     _leaf_check(e.event, accountant, relation)
 
 
@@ -158,8 +181,17 @@ def _leaf_rdp(e, orders: np.ndarray, relation: str) -> np.ndarray:
     return rdp.gaussian_rdp(e.noise_multiplier, orders)
   if isinstance(e, ev.LaplaceEvent):
     return rdp.laplace_rdp(e.noise_multiplier, orders)
+  if isinstance(e, ev.RandomizedResponseEvent) and relation == ev.REPLACE_SPECIAL:
+    return _pair_rdp(*_rr_special_pair(e), orders)
   if isinstance(e, ev.RandomizedResponseEvent):
     return rdp.randomized_response_rdp(e.epsilon, orders, num_buckets=e.num_buckets)
+  if isinstance(e, ev.SampledWithoutReplacementEvent):
+    return without_replacement.sampled_without_replacement_rdp(
+        e.sample_size / e.dataset_size, lambda o: _leaf_rdp(e.event, o, relation), orders,
+        ev.pure_epsilon(e.event))
+  if isinstance(e, ev.TruncatedPoissonSampledGaussianEvent):
+    return truncated_sampling.truncated_subsampled_gaussian_rdp(
+        e.noise_multiplier, e.sampling_prob, e.dataset_size, e.max_batch_size, orders)
   if isinstance(e, ev.DiscreteLaplaceEvent):
     return _pair_rdp(*_pair(e)[:2], orders)
   if isinstance(e, ev.DiscreteGaussianEvent):   # (D^2 / 2 s^2)-zCDP (Canonne et al. 2020)
@@ -198,8 +230,14 @@ def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
     return pld.gaussian_pld(e.noise_multiplier, value_discretization=h)
   if isinstance(e, ev.LaplaceEvent):
     return pld.laplace_pld(e.noise_multiplier, value_discretization=h)
+  if isinstance(e, ev.RandomizedResponseEvent) and relation == ev.REPLACE_SPECIAL:
+    return pld.pmf_pair_pld(*_rr_special_pair(e), h)
   if isinstance(e, ev.RandomizedResponseEvent):
     return pld.randomized_response_pld(e.epsilon, e.num_buckets, value_discretization=h)
+  if isinstance(e, ev.TruncatedPoissonSampledGaussianEvent):
+    return truncated_sampling.truncated_subsampled_gaussian_pld(
+        e.noise_multiplier, e.sampling_prob, e.dataset_size, e.max_batch_size,
+        value_discretization=h)
   if isinstance(e, _PAIR_EVENTS):
     p, q, tail = _pair(e)
     return pld.pmf_pair_pld(p, q, h, tail_mass=tail)

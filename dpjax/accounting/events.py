@@ -5,7 +5,11 @@ An event says which mechanism touched the data and how; an accountant
 it names explicitly:
 
 * `ADD_REMOVE`: datasets differ by adding or removing one record;
-* `REPLACE_ONE`: datasets of equal size differ in one record.
+* `REPLACE_ONE`: datasets of equal size differ in one record;
+* `REPLACE_SPECIAL`: one record is replaced by a fixed special record (dp_accounting's
+  REPLACE_SPECIAL). Randomized response answers the special record uniformly over its k
+  buckets; every other event treats the special record as contributing nothing (a zero row
+  of a clipped sum, an empty leaf), so it is accounted as under add/remove.
 
 A mechanism's noise parameter is relative to the query's sensitivity under the relation
 the accountant is asked about (a clipped sum has L2 sensitivity C for add/remove and 2C
@@ -32,7 +36,8 @@ from dpjax.accounting import mixture_pld
 
 ADD_REMOVE = "add_remove"
 REPLACE_ONE = "replace_one"
-RELATIONS = (ADD_REMOVE, REPLACE_ONE)
+REPLACE_SPECIAL = "replace_special"
+RELATIONS = (ADD_REMOVE, REPLACE_ONE, REPLACE_SPECIAL)
 
 
 class UnsupportedEventError(ValueError):
@@ -85,7 +90,8 @@ class LaplaceEvent(Event):
 class RandomizedResponseEvent(Event):
   """k-ary randomized response on one record's value: the true value with probability
   e^eps / (e^eps + k - 1), each other value with 1 / (e^eps + k - 1). A replace-one
-  guarantee (the record's value changes). epsilon > 0 finite, num_buckets k >= 2."""
+  guarantee (the record's value changes) or replace-special (the special value's answer is
+  uniform over the k buckets). epsilon > 0 finite, num_buckets k >= 2."""
   epsilon: float
   num_buckets: int = 2
 
@@ -159,7 +165,9 @@ class PoissonSampledEvent(Event):
 @dataclasses.dataclass(frozen=True)
 class SampledWithoutReplacementEvent(Event):
   """Runs `event` on sample_size records drawn uniformly without replacement from
-  dataset_size (integers, 1 <= sample_size <= dataset_size)."""
+  dataset_size (integers, 1 <= sample_size <= dataset_size). Amplification is a replace-one
+  guarantee (datasets of equal size; `without_replacement`); `event`'s noise is relative to
+  its replace-one sensitivity."""
   dataset_size: int
   sample_size: int
   event: Event
@@ -170,6 +178,29 @@ class SampledWithoutReplacementEvent(Event):
     if m > n:
       raise ValueError(f"sample_size must be <= dataset_size={n}, got {m}")
     _freeze(self, dataset_size=n, sample_size=m, event=_check_event(self.event, "event"))
+
+
+@dataclasses.dataclass(frozen=True)
+class TruncatedPoissonSampledGaussianEvent(Event):
+  """A Poisson sample (each record with probability sampling_prob in (0, 1]) truncated to at
+  most max_batch_size >= 1 records (a uniformly random subset of that size is kept when
+  more are drawn), then the sum of the kept records' contributions (L2 norm <= C) plus
+  N(0, (noise_multiplier * C)^2) per coordinate. dataset_size >= 1: the records of the
+  dataset it runs on; its neighbours by removal and by addition are both covered.
+  Add/remove (or replace-special) neighbours; see `truncated_sampling`."""
+  noise_multiplier: float
+  sampling_prob: float
+  dataset_size: int
+  max_batch_size: int
+
+  def __post_init__(self):
+    _freeze(self, noise_multiplier=_validate.check_positive(self.noise_multiplier,
+                                                            "noise_multiplier"),
+            sampling_prob=_validate.check_sampling_prob(self.sampling_prob),
+            dataset_size=_validate.check_int(self.dataset_size, "dataset_size",
+                                             maximum=2 ** 53),
+            max_batch_size=_validate.check_int(self.max_batch_size, "max_batch_size",
+                                               maximum=2 ** 53))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,6 +316,21 @@ class TreeAggregationEvent(Event):
     return math.ceil(math.log2(max(self.step_counts) + 1))
 
 
+def dpsgd_event(noise_multiplier: float, sampling_prob: float, num_steps: int
+                ) -> SelfComposedEvent:
+  """num_steps (integer >= 1) steps of DP-SGD: each a Poisson sample at sampling_prob, the
+  clipped sum plus N(0, (noise_multiplier C)^2) per coordinate (add/remove).
+
+  Examples:
+    >>> dpsgd_event(1.0, 0.01, 100).count
+    100
+  """
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  q = _validate.check_sampling_prob(sampling_prob)
+  t = _validate.check_int(num_steps, "num_steps")
+  return SelfComposedEvent(PoissonSampledEvent(q, GaussianEvent(sigma)), t)
+
+
 def check_relation(relation) -> str:
   """relation itself if it is one of RELATIONS (ValueError naming `relation` otherwise)."""
   return _validate.check_choice(relation, RELATIONS, "relation")
@@ -335,7 +381,9 @@ __all__ = [
     "ADD_REMOVE", "ComposedEvent", "DiscreteGaussianEvent", "DiscreteLaplaceEvent",
     "EpsilonDeltaEvent", "Event", "ExponentialMechanismEvent", "GaussianEvent",
     "LaplaceEvent", "MixtureOfGaussiansEvent", "PermuteAndFlipEvent", "PoissonSampledEvent",
-    "RELATIONS", "REPLACE_ONE", "RandomizedResponseEvent", "RepeatAndSelectEvent",
-    "SampledWithoutReplacementEvent", "SelfComposedEvent", "TreeAggregationEvent",
-    "UnsupportedEventError", "ZCdpEvent", "check_relation", "flatten", "pure_epsilon",
+    "RELATIONS", "REPLACE_ONE", "REPLACE_SPECIAL", "RandomizedResponseEvent",
+    "RepeatAndSelectEvent", "SampledWithoutReplacementEvent", "SelfComposedEvent",
+    "TreeAggregationEvent", "TruncatedPoissonSampledGaussianEvent",
+    "UnsupportedEventError", "ZCdpEvent", "check_relation", "dpsgd_event", "flatten",
+    "pure_epsilon",
 ]

@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from dpjax import _validate, tradeoff
+from dpjax.accounting import event_accounting, events
 from dpjax.accounting import gdp, noise_support, pld, pld_dpsgd, pld_grid, rdp
 
 DEFAULT_DELTAS = (1e-5, 1e-6, 1e-8)
@@ -205,7 +206,7 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   if not fprs:
     raise ValueError("fprs must be non-empty, each in (0, 1)")
 
-  orders, rho = rdp.dpsgd_rdp(sigma, q, t)
+  orders, rho = event_accounting.rdp_curve(events.dpsgd_event(sigma, q, t))
   mu_clt = gdp.dpsgd_clt_mu(sigma, q, t)
   rows = []
   finest = None

@@ -11,8 +11,9 @@ K gradient canaries per run; with K = 1 a companion audit with `--companion_cana
 follows. `--per_step` adds the per-step audit of Nasr et al. 2023 (`audit.per_step_run`) of
 each claim at q and (`--per_step_full_batch`) at q = 1.
 
-Command:   python -m experiments.audit --trials 10000  (about 300 CPU-s; per-step rows 110)
-           python -m experiments.audit                  (about 170 CPU-s)
+Command:   python -m experiments.audit --trials 10000  (about 210 CPU-s: final-model chunks
+                                                         150, per-step rows 45)
+           python -m experiments.audit                  (about 100 CPU-s)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1
 A faulty variant's results go to results/audit_variants/<variant>/ unless --out is given.
 """

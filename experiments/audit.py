@@ -11,8 +11,9 @@ K gradient canaries per run; with K = 1 a companion audit with `--companion_cana
 follows. `--per_step` adds the per-step audit of Nasr et al. 2023 (`audit.per_step_run`) of
 each claim at q and (`--per_step_full_batch`) at q = 1.
 
-Command:   python -m experiments.audit --trials 10000  (about 300 CPU-s; per-step rows 110)
-           python -m experiments.audit                  (about 170 CPU-s)
+Command:   python -m experiments.audit --trials 10000  (about 210 CPU-s: final-model chunks
+                                                         150, per-step rows 45)
+           python -m experiments.audit                  (about 100 CPU-s)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1
 A faulty variant's results go to results/audit_variants/<variant>/ unless --out is given.
 """
@@ -25,6 +26,7 @@ import os
 
 import jax
 import tqdm
+from absl import flags
 
 from dpjax import accounting, models
 from dpjax.audit import run as audit_run
@@ -34,6 +36,9 @@ from experiments import _common, _plots
 
 NAME = "audit"
 _opt = _common.option
+_ONE_THREAD = flags.DEFINE_bool(
+    "xla_one_thread", True, "Start XLA's CPU backend with one intra-op thread (fewer "
+    "CPU-seconds, the same numbers; see `start_backend_one_thread`).")
 THREAT_MODELS = audit_run.THREAT_MODELS
 # The lecture's trials' ceilings (exercise 5): 0 errors in 500 / 10,000 per side.
 LECTURE_CEILING = {500: 4.91, 10_000: 7.90}
@@ -296,9 +301,36 @@ def _default_out(cfg: AuditConfig) -> str:
   return os.path.join(_common.RESULTS_ROOT, "audit_variants", cfg.variant)
 
 
+def start_backend_one_thread() -> bool:
+  """Starts JAX's CPU backend with a one-thread intra-op pool; False if it had started.
+
+  XLA sizes its CPU thread pool from the CPUs the process may use when the backend starts,
+  so the process is held to one CPU for that moment and then given its CPUs back (its
+  Python and NumPy threads are unaffected). Each program's arithmetic is the same; what
+  goes is the pool's hand-offs, which cost more CPU-seconds than they save on the audit's
+  small per-step kernels (T steps of vectors of a few thousand floats).
+  """
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  if getattr(xla_bridge, "backends_are_initialized", lambda: True)() or not hasattr(os, "sched_setaffinity"):
+    return False
+  cpus = os.sched_getaffinity(0)
+  os.sched_setaffinity(0, {min(cpus)})
+  try:
+    jax.devices("cpu")
+  finally:
+    os.sched_setaffinity(0, cpus)
+  return True
+
+
+def _run_cli(cfg: AuditConfig, out_dir: str) -> dict:
+  if _ONE_THREAD.value:
+    start_backend_one_thread()
+  return run(cfg, out_dir)
+
+
 def main():
-  """`python -m experiments.audit [--flags]`: flags from AuditConfig."""
-  _common.app_run(NAME, AuditConfig, run, default_out=_default_out)
+  """`python -m experiments.audit [--flags]`: flags from AuditConfig, and --xla_one_thread."""
+  _common.app_run(NAME, AuditConfig, _run_cli, default_out=_default_out)
 
 
 if __name__ == "__main__":

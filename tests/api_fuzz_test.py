@@ -723,6 +723,9 @@ def entries():
           {"successes": "nonneg", "trials": "count"}))
     add(E(f"dpjax.{mod}.epsilon_lower_bound", m.epsilon_lower_bound,
           dict(counts, delta=1e-5, confidence=0.9), ckinds))
+  add(E("dpjax.audit.stats.clopper_pearson_upper", stats.clopper_pearson_upper,
+        dict(successes=3, trials=10, confidence=0.9),
+        {"successes": "nonneg", "trials": "count"}))
   add(E("dpjax.audit.stats.epsilon_from_rates", stats.epsilon_from_rates,
         dict(fpr=0.01, fnr=0.2, delta=1e-5), {"fpr": "prob", "fnr": "prob"},
         inf_ok=True))                     # inf when a rate is 0 (documented)

@@ -239,6 +239,42 @@ class AuditExperimentTest(absltest.TestCase):
     open(blocker, "w").close()
     self.assertRegex(cli("--out", os.path.join(blocker, "out")), r"^ERROR audit: .*a_file")
 
+  @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux affinity API")
+  def test_one_thread_backend_changes_no_number(self):
+    # Fresh processes: one starts the backend with one intra-op thread (the CPUs come
+    # back afterwards, a second start is refused), one with the default pool; the same
+    # small DP-SGD audit chunk trains to the same bits in both.
+    code = """if True:
+      import os, sys, json, numpy as np, jax
+      from experiments import audit
+      from dpjax import models
+      from dpjax.audit import run
+      from dpjax.data import canaries
+      cpus = os.sched_getaffinity(0)
+      first = audit.start_backend_one_thread() if sys.argv[1] == "1" else None
+      again = audit.start_backend_one_thread() if first else None
+      kd, kt = jax.random.split(jax.random.key(0))
+      data = canaries.audit_data(kd, 30, unused_features=1)
+      model = models.logistic_regression(data.num_features)
+      spec = run.CanaryAuditSpec(trials=8, sampling_prob=0.2, num_steps=50, delta=1e-5)
+      st = run.settings((4.0,), 0.2, 50, 1e-5, False)[0]
+      var = run.audited_training(spec, st, int(data.x_NxD.shape[0]), model)
+      out = run.train_chunk(kt, spec, st, data, var, model, 0, 16)
+      print(json.dumps({"first": first, "again": again,
+                        "cpus_back": os.sched_getaffinity(0) == cpus,
+                        "bits": [np.asarray(a, np.float64).tobytes().hex() for a in out]}))
+    """
+    res = {}
+    for one in ("1", "0"):
+      p = subprocess.run([sys.executable, "-c", code, one], cwd=helpers.ROOT,
+                         capture_output=True, text=True, timeout=600)
+      self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+      res[one] = json.loads(p.stdout.strip().splitlines()[-1])
+    self.assertIs(res["1"]["first"], True)
+    self.assertIs(res["1"]["again"], False)
+    self.assertTrue(res["1"]["cpus_back"])
+    self.assertEqual(res["1"]["bits"], res["0"]["bits"])
+
   def test_bad_config(self):
     for kw in (dict(trials=7), dict(trials=0), dict(epsilons=(-1.0,)), dict(epsilons=()),
                dict(threat_model="grey_box"), dict(variant="bogus"), dict(chunk_models=6),

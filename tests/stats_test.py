@@ -27,6 +27,24 @@ class ClopperPearsonTest(parameterized.TestCase):
       if k > 0:
         self.assertAlmostEqual(sps.binom.sf(k - 1, n, lo), a / 2, places=9)
 
+  def test_upper_alone_equals_the_interval_upper(self):
+    # The same Beta quantile as the two-sided interval's upper limit, bit for bit, scalar
+    # and broadcast (fractional expected counts included), and the same validation.
+    k = np.array([0.0, 0.5, 3.0, 17.25, 40.0])
+    for conf in (0.9, 0.95, 0.99):
+      _, hi = stats.clopper_pearson(k, 40, conf)
+      np.testing.assert_array_equal(stats.clopper_pearson_upper(k, 40, conf), hi)
+      self.assertEqual(stats.clopper_pearson_upper(3, 40, conf),
+                       stats.clopper_pearson(3, 40, conf)[1])
+    self.assertEqual(stats.clopper_pearson_upper(20, 20), 1.0)
+    a = 0.05
+    self.assertAlmostEqual(sps.binom.cdf(3, 40, stats.clopper_pearson_upper(3, 40)), a / 2,
+                           places=9)
+    with self.assertRaises(ValueError):
+      stats.clopper_pearson_upper(11, 10)
+    with self.assertRaises(ValueError):
+      stats.clopper_pearson_upper(1, 10, 1.0)
+
   def test_coverage_monte_carlo(self):
     # 20,000 binomial draws at p = 0.03, n = 200: the upper limit (one-sided 97.5%)
     # must cover p in >= 97.5% of draws (exact intervals are conservative); the

@@ -557,8 +557,8 @@ def composed_bound(statistics: StepStatistics, *, num_steps: int, delta: float,
   st = statistics
   j = st.thresholds_J.size
   per = 1.0 - (1.0 - conf) / j
-  _, fpr_u = stats.clopper_pearson(st.false_positives_J, st.n_out, per)
-  _, fnr_u = stats.clopper_pearson(st.false_negatives_J, st.n_in, per)
+  fpr_u = stats.clopper_pearson_upper(st.false_positives_J, st.n_out, per)
+  fnr_u = stats.clopper_pearson_upper(st.false_negatives_J, st.n_in, per)
   fpr_u, fnr_u = np.atleast_1d(fpr_u), np.atleast_1d(fnr_u)
   eps = composed_epsilon_lower(fpr_u, fnr_u, t, delta, grid_points=grid_points)
   return ComposedBound(eps, fpr_u, fnr_u, st.thresholds_J, t, delta, conf, st.n_in, st.n_out)

@@ -52,10 +52,30 @@ def clopper_pearson(successes, trials, confidence: float = 0.95):
   k, n = np.broadcast_arrays(k, n)
   with np.errstate(invalid="ignore", divide="ignore"):
     lo = np.where(k > 0, stats.beta.ppf(alpha / 2, np.maximum(k, 1e-300), n - k + 1), 0.0)
-    hi = np.where(k < n, stats.beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1e-300)), 1.0)
+  hi = _upper(k, n, alpha)
   if lo.ndim == 0:
-    return float(lo), float(hi)
+    return float(lo), hi
   return lo, hi
+
+
+def clopper_pearson_upper(successes, trials, confidence: float = 0.95):
+  """The upper limit of `clopper_pearson`'s two-sided interval alone (the same values, half
+  the Beta quantiles): Beta(1 - alpha/2; k + 1, n - k), 1 if k = n; broadcastable.
+
+  Examples:
+    >>> clopper_pearson_upper(0, 500) == clopper_pearson(0, 500)[1]
+    True
+  """
+  alpha = 1.0 - _validate.check_confidence(confidence)
+  k, n = _check_counts(successes, trials, "successes", "trials")
+  k, n = np.broadcast_arrays(k, n)
+  return _upper(k, n, alpha)
+
+
+def _upper(k, n, alpha):
+  with np.errstate(invalid="ignore", divide="ignore"):
+    hi = np.where(k < n, stats.beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1e-300)), 1.0)
+  return float(hi) if hi.ndim == 0 else hi
 
 
 def epsilon_from_rates(fpr, fnr, delta: float = 0.0):
@@ -87,8 +107,8 @@ def epsilon_lower_bound(false_positives, negatives, false_negatives, positives,
   """
   fp, neg = _check_counts(false_positives, negatives, "false_positives", "negatives")
   fn, pos = _check_counts(false_negatives, positives, "false_negatives", "positives")
-  _, fpr_u = clopper_pearson(fp, neg, confidence)
-  _, fnr_u = clopper_pearson(fn, pos, confidence)
+  fpr_u = clopper_pearson_upper(fp, neg, confidence)
+  fnr_u = clopper_pearson_upper(fn, pos, confidence)
   return epsilon_from_rates(fpr_u, fnr_u, delta)
 
 

@@ -1,6 +1,6 @@
 """Benchmark: the cost of secure DP-SGD (grid clipping + exact integer noise).
 
-    .venv/bin/python -m benchmarks.secure_noise                  # M = 128, 2000
+    .venv/bin/python -m benchmarks.secure_noise     # M = 128, 2000 -> results/secure_noise.json
     .venv/bin/python -m benchmarks.secure_noise --models 128 --timings 2
 
 The audit workload of `benchmarks.dpsgd`, timed round-robin in ONE process: the default
@@ -19,7 +19,8 @@ from benchmarks import report
 
 _SIZES = flags.DEFINE_string("models", "128,2000", "Comma-separated model counts M.")
 _REPEATS = flags.DEFINE_integer("timings", 2, "Timed repetitions (best is kept).")
-_JSON = flags.DEFINE_string("json_out", None, "Where to write the figures (default: print them).")
+_JSON = flags.DEFINE_string("json_out", None, "Where to write the figures (default: "
+                             "benchmarks/results/secure_noise.json, what RESULTS.md is built from).")
 
 
 def measure(sizes, repeats, log=print) -> dict:
@@ -45,7 +46,8 @@ def measure(sizes, repeats, log=print) -> dict:
 def main(argv):
   del argv
   sizes = report.model_counts(_SIZES.value, "models")
-  report.emit("secure_noise", measure(sizes, _REPEATS.value), _JSON.value)
+  figures = {f"secure_noise.{k}": v for k, v in measure(sizes, _REPEATS.value).items()}
+  report.write("secure_noise", figures, _JSON.value)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ X = round(s Z), is post-processing of mu + s Z (sensitivity in grid units).
 Sampler: with F(k) = P(|X| <= k), the host computes (mpmath, 112-bit) T_k =
 floor(2^95 F(k)), k < K, T_K = 2^95, K the smallest integer with P(|X| > K) < 2^-100.
 A draw takes 95 uniform bits U and a sign bit from `prng.random_bits`; |X| is the
-smallest k with U < T_k. The realised Q is exactly symmetric and
+smallest k with U < T_k, found by exact 96-bit comparisons among the few candidates a
+host-built guide (indexed by the binade of 2^95 - 1 - U) leaves. The realised Q is
+exactly symmetric and
 
     TV(Q, P) <= tv := (K + 2) 2^-95 + P(|X| > K)        (`IntegerNoise.tv`),
 
@@ -29,6 +31,7 @@ Examples:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import math
@@ -50,6 +53,7 @@ _UNIFORM_BITS = 95
 _TAIL_LOG2 = -100          # P(|X| > K) < 2^-100
 _PREC = 112                # mpmath working precision (bits)
 _M32 = (1 << 32) - 1
+_GUIDE_BITS = 8            # cells per binade of 2^95 - 1 - U in `_guide`
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -167,8 +171,7 @@ def rounded_laplace(b_grid: float) -> IntegerNoise:
 def table_pmf(noise: IntegerNoise) -> np.ndarray:
   """The realised Q(|X| = k), k = 0..K, as float64 (exact up to float64 rounding)."""
   _validate.check_instance(noise, IntegerNoise, "noise")
-  hi, mid, lo = (a.astype(object) for a in noise.table)
-  t = [int(h) << 64 | int(m) << 32 | int(l) for h, m, l in zip(hi, mid, lo)]
+  t = _thresholds(noise)
   prev = [0] + t[:-1]
   return np.array([(a - b) / 2.0 ** _UNIFORM_BITS for a, b in zip(t, prev)], np.float64)
 
@@ -176,6 +179,81 @@ def table_pmf(noise: IntegerNoise) -> np.ndarray:
 def _less96(u, t):
   """u < t for 96-bit integers given as (hi, mid, lo) uint32 word triples."""
   return (u[0] < t[0]) | ((u[0] == t[0]) & ((u[1] < t[1]) | ((u[1] == t[1]) & (u[2] < t[2]))))
+
+
+def _thresholds(noise: IntegerNoise) -> list[int]:
+  """T_0..T_K as Python integers."""
+  hi, mid, lo = (a.astype(object) for a in noise.table)
+  return [int(h) << 64 | int(m) << 32 | int(l) for h, m, l in zip(hi, mid, lo)]
+
+
+@functools.lru_cache(maxsize=32)
+def _guide(noise: IntegerNoise) -> tuple[np.ndarray, int]:
+  """(first, width): for the cell c(U) of `_cell`, |X| lies in [first[c], first[c] + width].
+
+  The cell of U is its complement V = 2^95 - 1 - U in floating point: (leading zeros z of
+  V as 96 bits, 1..96; the _GUIDE_BITS bits after its leading one), so cells are fine where
+  the mass is and in the far tail alike. first[c] = k(min U in c), k(U) = #{j: T_j <= U};
+  width = max over cells of k(max U) - k(min U).
+  """
+  t = _thresholds(noise)
+  b = _GUIDE_BITS
+  top = (1 << _UNIFORM_BITS) - 1
+  first = np.zeros((97, 1 << b), np.int64)
+  width = 0
+  for z in range(1, 97):
+    p = 95 - z                       # bit of V's leading one (z = 96: V = 0)
+    for m in range(1 << b):
+      if z == 96:
+        v_lo = v_hi = 0
+      elif p >= b:
+        v_lo = (1 << p) + (m << (p - b))
+        v_hi = v_lo + (1 << (p - b)) - 1
+      else:
+        v_lo = v_hi = (1 << p) + (m >> (b - p))
+      k_lo = bisect.bisect_right(t, top - v_hi)
+      k_hi = bisect.bisect_right(t, top - v_lo)
+      first[z, m] = k_lo
+      width = max(width, k_hi - k_lo)
+  return first.reshape(-1).astype(np.int32), width
+
+
+def _cell(u):
+  """The `_guide` cell of U = (u0, u1, u2), u0 < 2^31: int32 index z * 2^b + m."""
+  v0 = ~u[0] & jnp.uint32(0x7FFFFFFF)
+  v1, v2 = ~u[1], ~u[2]
+  n0, n1, n2 = (jax.lax.clz(v) for v in (v0, v1, v2))
+
+  def top(a, b_, n):   # (a, b_) shifted left by n in [0, 32): the leading 32 bits
+    right = jnp.where(n == 0, jnp.uint32(0), b_ >> (jnp.uint32(32) - jnp.maximum(n, 1)))
+    return (a << n) | right
+  in0, in1 = v0 != 0, v1 != 0
+  z = jnp.where(in0, n0, jnp.where(in1, 32 + n1, 64 + n2))
+  word = jnp.where(in0, top(v0, v1, jnp.minimum(n0, 31)),
+                   jnp.where(in1, top(v1, v2, jnp.minimum(n1, 31)),
+                             v2 << jnp.minimum(n2, 31)))
+  m = (word << jnp.uint32(1)) >> jnp.uint32(32 - _GUIDE_BITS)
+  return (z.astype(jnp.int32) << _GUIDE_BITS) | m.astype(jnp.int32)
+
+
+def _search(noise: IntegerNoise, u) -> jax.Array:
+  """|X| = the smallest k with U < T_k, for U = (u0, u1, u2) uint32[n] words, u0 < 2^31:
+  the `_guide` cell narrows k to width + 1 candidates, then a binary search of
+  ceil(log2(width + 1)) exact 96-bit comparisons."""
+  first, width = _guide(noise)
+  t = tuple(jnp.asarray(a) for a in noise.table)
+  lo = jnp.asarray(first)[_cell(u)]
+  hi = jnp.minimum(lo + width, noise.max_abs)
+  steps = int(math.ceil(math.log2(width + 1))) if width > 0 else 0
+
+  def body(_, lh):
+    lo, hi = lh
+    mid = (lo + hi) >> 1
+    less = _less96(u, tuple(a[mid] for a in t))
+    return jnp.where(less, lo, mid + 1), jnp.where(less, mid, hi)
+  if steps:
+    lo, _ = jax.lax.fori_loop(0, steps, body, (lo, hi))
+  return lo
 
 
 def sample(key: jax.Array, noise: IntegerNoise, shape: tuple[int, ...]) -> jax.Array:
@@ -196,25 +274,12 @@ def sample(key: jax.Array, noise: IntegerNoise, shape: tuple[int, ...]) -> jax.A
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _sample(key, noise, shape):
-  # Compiled once per (noise table, shape): the table is a constant of the program.
+  # Compiled once per (noise table, shape): the tables are constants of the program.
   n = math.prod(shape)
   words = prng.random_bits(key, 3 * n).reshape(3, n)
   sign = (words[0] >> 31) == 1
-  u = (words[0] & jnp.uint32(0x7FFFFFFF), words[1], words[2])
-  t = tuple(jnp.asarray(a) for a in noise.table)
-  k_max = noise.max_abs
-  steps = int(math.ceil(math.log2(k_max + 1))) if k_max > 0 else 0
-
-  def body(_, lh):
-    lo, hi = lh
-    mid = (lo + hi) >> 1
-    less = _less96(u, tuple(a[mid] for a in t))
-    return jnp.where(less, lo, mid + 1), jnp.where(less, mid, hi)
-  lo = jnp.zeros((n,), jnp.int32)
-  hi = jnp.full((n,), k_max, jnp.int32)
-  if steps:
-    lo, _ = jax.lax.fori_loop(0, steps, body, (lo, hi))
-  return jnp.where(sign, -lo, lo).reshape(shape)
+  k = _search(noise, (words[0] & jnp.uint32(0x7FFFFFFF), words[1], words[2]))
+  return jnp.where(sign, -k, k).reshape(shape)
 
 
 def check_grid(grid, name: str = "grid") -> float:

@@ -41,6 +41,36 @@ class GridSumTest(parameterized.TestCase):
       self.assertLessEqual(np.abs(np.asarray(got) - want).max(), 1)
       self.assertGreater(np.abs(want).max(), 10)   # not trivially zero
 
+  def test_logistic_fast_path_equals_round_clipped(self):
+    # Logistic regression without L2 term never forms the [B, P] gradients; its sum must
+    # equal round_clipped of c_i = (a_i r_i) x_i summed over the mask, for features from
+    # 1e-3 to 1e21 (norms beyond float32 squares) and with inf / NaN features (under jit,
+    # where inputs are not validated).
+    model = models.logistic_regression(7)
+    rng = np.random.default_rng(0)
+    for gamma, c in ((2.0 ** -10, 1.0), (2.0 ** -3, 0.5), (1.0, 3.0)):
+      fast = jax.jit(lambda w, x, y, m, g=gamma, c=c: grid_lib.grid_clipped_sum(
+          model, g, {"w": w}, x, y, m, c))
+
+      def by_definition(w, x, y, m, gamma=gamma, c=c):
+        r = jax.nn.sigmoid(x @ w) - y
+        norms = jnp.where(r == 0, 0.0, jnp.abs(r) * vmap.tree_norms([x]))
+        a = vmap.clip_factor(jnp.where(jnp.isnan(norms), jnp.inf, norms), c)
+        v = grid_lib.round_clipped({"w": (r * a)[:, None] * x}, gamma, c)["w"]
+        return np.sum(np.asarray(v, np.int64) * (np.asarray(m) > 0.5)[:, None], axis=0)
+      for trial in range(12):
+        x = rng.standard_normal((9, 7)).astype(np.float32) * 10.0 ** rng.uniform(-3, 21)
+        if trial % 3 == 0:
+          x[rng.integers(9), rng.integers(7)] = rng.choice([np.inf, -np.inf, np.nan])
+        y = rng.integers(0, 2, 9).astype(np.int32)
+        w = (rng.standard_normal(7) * 10.0 ** rng.uniform(-3, 1)).astype(np.float32)
+        m = (rng.random(9) < 0.6).astype(np.float32)
+        self.assertTrue(grid_lib._logistic_fast(model, gamma, c, jnp.asarray(x)))
+        s, _ = fast(w, x, y, m)
+        np.testing.assert_array_equal(s["w"], by_definition(w, x, y, m))
+    # Grids fine enough for squares beyond 2^44 take the general path.
+    self.assertFalse(grid_lib._logistic_fast(model, 2.0 ** -30, 1.0, jnp.ones((9, 7))))
+
   def test_each_example_within_sensitivity(self):
     # ||r_i||_2 <= C / gamma + sqrt(P) / 2 for every record, also for gradients
     # far beyond the clip norm (x scaled by 1e4) and with a coarse grid.

@@ -108,6 +108,26 @@ class TableTest(parameterized.TestCase):
     self.assertAlmostEqual(x.std() / math.sqrt(1000.0 ** 2 + 1 / 12), 1.0, delta=0.01)
     self.assertLess(abs(x.mean()) / (1000 / math.sqrt(200_000)), 5.0)
 
+  @parameterized.named_parameters(
+      ("gauss_sgd", "g", 1027.7), ("gauss_small", "g", 0.6), ("laplace", "l", 300.0))
+  def test_draw_is_the_smallest_k_with_u_below_t_k(self, kind, scale):
+    # The guided search returns exactly #{j: T_j <= U} (the inverse CDF on the table) for
+    # random U, for U at every offset -2..1 of sampled thresholds, and at the extremes
+    # 0, 2^95 - 1 and 2^95 - 2^j (the far tail, binade by binade).
+    import bisect  # pylint: disable=g-import-not-at-top
+    noise = (inz.rounded_gaussian if kind == "g" else inz.rounded_laplace)(scale)
+    t = inz._thresholds(noise)
+    rng = np.random.default_rng(3)
+    us = [int(a) << 32 | int(b) for a, b in zip(rng.integers(0, 2 ** 63, 3000),
+                                                rng.integers(0, 2 ** 32, 3000))]
+    us += [min(max(t[k] + d, 0), 2 ** 95 - 1) for k in rng.integers(0, len(t), 400)
+           for d in (-2, -1, 0, 1)]
+    us += [0, 1, 2 ** 95 - 1] + [2 ** 95 - 2 ** j - e for j in range(1, 95) for e in (0, 1)]
+    words = tuple(np.array([(u >> s) & 0xFFFFFFFF for u in us], np.uint64).astype(np.uint32)
+                  for s in (64, 32, 0))
+    got = np.asarray(jax.jit(lambda w: inz._search(noise, w))(words))
+    np.testing.assert_array_equal(got, [bisect.bisect_right(t, u) for u in us])
+
   def test_stream_is_pure_and_vmappable(self):
     noise = inz.rounded_laplace(3.0)
     keys = jax.random.split(jax.random.key(9), 4)

@@ -105,19 +105,44 @@ def _adaptive_steps(value_at_h, rtol: float, atol: float, t: int):
                                 f"grid ({e}); use the RDP accountant") from e
 
 
+_DIRECTIONS = ("remove", "add")
+# A direction is skipped when its eps on a coarser grid is below (1 - this) x the max.
+_SKIP_MARGIN = 1e-3
+
+
 def _dpsgd_pmfs(sigma: float, q: float, h: float, tail: float) -> tuple[pld_grid.LossPmf, ...]:
   return pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail)
 
 
 def _epsilon_on_grid(sigma: float, q: float, t: int, delta: float, h: float,
-                     tilt: Optional[float]) -> float:
-  """eps of T DP-SGD steps on the grid of spacing h, the FFT tilted towards `tilt`."""
+                     tilt: Optional[float], coarse: Optional[dict] = None) -> float:
+  """eps of T DP-SGD steps on the grid of spacing h, the FFT tilted towards `tilt`.
+
+  coarse: {direction: eps} on a grid h * 2^m, m >= 1, which contains this one: a
+  connect-the-dots PLD on the coarser grid dominates the finer one, so its eps is at least
+  this grid's; a direction whose coarse eps is below (1 - `_SKIP_MARGIN`) x the larger
+  direction's eps here cannot be the max and is not composed. Filled in with this grid's
+  per-direction eps (or the coarse bound of a skipped one).
+  """
   tail = min(DEFAULT_TAIL_MASS * 1e5, 1e-6 * delta / t)
   # FFT window: tails of 1e-6 * delta each (pessimistic, see `pld_grid.self_compose`);
   # FFT rounding noise is kept below ~1e-4 * delta by tilting when needed.
   window_tail = min(pld_grid.WINDOW_TAIL_MASS * 1e6, 1e-6 * delta)
-  return max(pld_grid.self_compose(p, t, window_tail, tilt, 1e-4 * delta).epsilon(delta)
-             for p in _dpsgd_pmfs(sigma, q, h, tail))
+  bounds = {} if coarse is None else dict(coarse)
+  order = sorted(_DIRECTIONS, key=lambda d: -bounds.get(d, math.inf))
+  best = -math.inf
+  for d in order:
+    if d == "add" and q == 1.0:
+      continue
+    if d in bounds and bounds[d] < (1.0 - _SKIP_MARGIN) * best:
+      continue
+    (pmf,) = pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail, directions=(d,))
+    bounds[d] = pld_grid.self_compose(pmf, t, window_tail, tilt, 1e-4 * delta).epsilon(delta)
+    best = max(best, bounds[d])
+  if coarse is not None:
+    coarse.clear()
+    coarse.update(bounds)
+  return best
 
 
 @_validate.names_extreme_arguments
@@ -142,10 +167,14 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
   if q == 1.0:
     return PldResult(gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma), 0.0, 0.0, True)
   last = []   # the previous grid's eps: where the next grid tilts its FFT
+  per_grid = {}   # h -> {direction: eps}, for skipping a dominated direction on finer grids
 
   def eps_at(h):
     tilt = last[-1] if last and math.isfinite(last[-1]) and last[-1] > 0 else None
-    eps = _epsilon_on_grid(sigma, q, t, delta, h, tilt)
+    coarser = [g for g in per_grid if g > h]
+    dirs = dict(per_grid[min(coarser)]) if coarser else {}
+    eps = _epsilon_on_grid(sigma, q, t, delta, h, tilt, dirs)
+    per_grid[h] = dirs
     last.append(eps)
     return eps
 

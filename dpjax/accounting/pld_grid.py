@@ -343,9 +343,12 @@ def _ndtri_c(p: float) -> float:
   return -float(special.ndtri(p))
 
 
-def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float) -> tuple[LossPmf, ...]:
+def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
+                             directions: tuple[str, ...] = ("remove", "add")
+                             ) -> tuple[LossPmf, ...]:
   """Remove (P = (1-q) N(0,1) + q N(mu,1), Q = N(0,1), L(x) = log(1 - q + q e^{mu x - mu^2/2}))
-  and add (swapped, loss -L(x)) PLDs of the Poisson-subsampled Gaussian, in units of sigma."""
+  and add (swapped, loss -L(x)) PLDs of the Poisson-subsampled Gaussian, in units of sigma;
+  only those named in `directions` (in that order; "add" is dropped at q = 1)."""
   log_q = math.log(q)
   log_1mq = math.log1p(-q) if q < 1 else -math.inf
 
@@ -378,11 +381,9 @@ def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float) -> tupl
 
   z = _ndtri_c(tail / 2)
   x_hi = max(mu + _ndtri_c(min(0.5, tail / (2 * q))), z)
-  rem = discretise(tails_remove, float(loss(-z)), float(loss(x_hi)), h)
-  if q == 1.0:
-    return (rem,)
-  add = discretise(tails_add, -float(loss(z)), -log_1mq, h)
-  return (rem, add)
+  make = {"remove": lambda: discretise(tails_remove, float(loss(-z)), float(loss(x_hi)), h),
+          "add": lambda: discretise(tails_add, -float(loss(z)), -log_1mq, h)}
+  return tuple(make[d]() for d in directions if not (d == "add" and q == 1.0))
 
 
 def _laplace_log_cdf(y):

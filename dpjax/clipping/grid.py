@@ -41,6 +41,7 @@ from dpjax.clipping import vmap as vmap_lib
 PyTree = Any
 _U = 2.0 ** -24            # float32 unit roundoff
 _CLAMP = 2.0 ** 24         # |c / gamma| is clamped here before rounding (squares stay finite)
+_FAST_LIMIT = 2.0 ** 22    # `_logistic_grid_sum` zeroes records with max |c / gamma| above
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -117,16 +118,67 @@ def _per_example_grads(model: models_lib.Model, params, x_BxF, y_B):
   return vmap_lib.per_example_grads(model, params, x_BxF, y_B)
 
 
+def _logistic_grid_sum(grid, params, x_BxF, y_B, weights_B, c):
+  """`grid_clipped_sum` of logistic regression without an L2 term, with c_i = (a_i r_i) x_i.
+
+  With f_i = a_i r_i / gamma and s_id = f_i x_id, max_d |s_id| = |f_i| max_d |x_id| exactly
+  (rounding is monotone), so a record with that bound above 2^22 has a rounded square above
+  2^44 > t (checked statically) and is zeroed as `round_clipped` zeroes it; every other
+  s_id is finite and below the clamp, so `round_clipped`'s integers are round(s_id). The
+  sum runs in float32, exact when B sqrt(t) <= 2^24 (checked statically), one record per
+  scan iteration.
+  """
+  num_p = x_BxF.shape[1]
+  thr = norm_threshold(grid_sensitivity(c, grid, num_p), num_p)
+  w = params["w"]
+  z = jnp.einsum("d,bd->b", w, x_BxF)
+  r = jax.nn.sigmoid(z) - y_B.astype(z.dtype)
+  nx = vmap_lib.tree_norms([x_BxF])          # ||x_i||, overflow-safe
+  norms = jnp.where(r == 0, 0.0, jnp.abs(r) * nx)
+  norms = jnp.where(jnp.isnan(norms), jnp.inf, norms)
+  f = (r * vmap_lib.clip_factor(norms, c)) / jnp.float32(grid)
+  row_finite = jnp.all(jnp.isfinite(x_BxF), axis=1)
+  x_safe = jnp.where(jnp.isfinite(x_BxF), x_BxF, 0.0)
+  x_max = jnp.where(row_finite, jnp.max(jnp.abs(x_safe), axis=1), jnp.inf)
+  pre = (jnp.asarray(weights_B) > 0.5) & (jnp.abs(f) * x_max <= jnp.float32(_FAST_LIMIT))
+
+  def add_record(s_P, f_x):
+    # One record per iteration: its rounded gradient is checked and added while in cache
+    # (two passes over [B, P] would store it, or the broadcast x, for each model).
+    v = jnp.round(f_x[0] * f_x[1])
+    return s_P + jnp.where(jnp.sum(jnp.square(v)) <= thr, v, 0.0), None
+  s, _ = jax.lax.scan(add_record, jnp.zeros((num_p,), jnp.float32),
+                      (jnp.where(pre, f, 0.0), x_safe))
+  return {"w": s.astype(jnp.int32)}, norms
+
+
+def _logistic_fast(model, grid, c, x_BxF) -> bool:
+  """Whether `_logistic_grid_sum` gives `grid_clipped_sum`'s integers (static shapes)."""
+  if model.kind != "logistic_regression" or model.l2 != 0.0 or x_BxF.ndim != 2:
+    return False
+  num_b, num_p = x_BxF.shape
+  thr = float(norm_threshold(grid_sensitivity(c, grid, num_p), num_p))
+  return thr < _FAST_LIMIT ** 2 and num_b * math.sqrt(thr) <= 2.0 ** 24
+
+
 def grid_clipped_sum(model: models_lib.Model, grid: float, params: PyTree, x_BxF: jax.Array,
                      y_B: jax.Array, weights_B: jax.Array, l2_clip_norm: float
                      ) -> tuple[PyTree, jax.Array]:
   """(S = sum_i w_i round(clip(g_i, C) / gamma) int32, norms ||g_i||); C finite. One record
-  moves S by at most `grid_sensitivity(C, gamma, P)` in L2."""
+  moves S by at most `grid_sensitivity(C, gamma, P)` in L2.
+
+  Logistic regression without L2 term takes `_logistic_grid_sum` (norms |r_i| ||x_i||,
+  c_i = (a_i r_i) x_i); every other model rounds its materialised per-example gradients
+  with `round_clipped`.
+  """
   models_lib.check_model(model)
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=model.num_outputs)
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
   if not math.isfinite(c) or c <= 0:
     raise ValueError(f"l2_clip_norm must be finite and > 0 for the grid path, got {c}")
+  x_BxF = jnp.asarray(x_BxF)
+  if _logistic_fast(model, grid, c, x_BxF):
+    return _logistic_grid_sum(grid, params, x_BxF, y_B, weights_B, c)
   g = _per_example_grads(model, params, x_BxF, y_B)
   norms = vmap_lib.tree_norms(g)     # overflow-safe: finite for every finite gradient
   a = vmap_lib.clip_factor(norms, c)

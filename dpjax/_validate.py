@@ -10,13 +10,14 @@ Values under jit. Scalar checks refuse traced JAX values (privacy parameters are
 so an out-of-range epsilon, sigma or sampling rate can never reach a program unchecked).
 Array checks of a tracer check only its shape: its values do not exist while the program
 is traced, and a check inside the compiled program (a host callback, or `checkify`, which
-callers would have to thread through) would slow the engine's scan. The contract for a
-traced array is therefore the arithmetic's own: an out-of-range entry is computed with, as
-written, never clamped into the range and never refused. NaN propagates into every output
-it reaches (a NaN clip norm or NaN data gives NaN updates); a traced mask or count is used
-as the numbers it holds. Pass concrete arrays (as every experiment does) to have their
-values checked; `tests/validate_test.py` shows the traced behaviour of representative
-entry points.
+callers would have to thread through) would slow the engine's scan. So a traced array is
+computed with as written: an out-of-range entry is neither clamped into the range nor
+refused (a traced bit 2 in randomized response is reported as 2 or -1), and NaN propagates
+into every output it reaches. One cheap rule is added where an out-of-range value would
+otherwise look valid: a traced clip norm that is <= 0 or NaN becomes NaN
+(`check_clip_norm`), so the clipped sum is NaN whatever the data, never sign-flipped or
+zero. Pass concrete arrays (as every experiment does) to have their values checked;
+`tests/validate_test.py` (TracedValuesTest) shows the traced behaviour of these entry points.
 """
 
 from __future__ import annotations

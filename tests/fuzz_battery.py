@@ -72,8 +72,9 @@ somewhere in the table on every run; `full=True` (the `slow` test, and
 Under jit, array checks see only shapes: a traced array cannot be checked by value.
 A function that refuses a traced privacy parameter names it (a "named" outcome); one
 that accepts traced arrays (the engine's traceable helpers, mechanisms drawing noise
-for traced data) is documented as checking values only outside jit; `--table` lists
-the array parameters per entry as "checkable by value only on the host".
+for traced data) computes with them as written (a traced clip norm out of range gives
+NaN sums; see the `dpjax._validate` docstring); `--table` lists the array parameters
+per entry as "checkable by value only on the host".
 
 Print the table of outcomes per class:  python -m tests.fuzz_battery --table [--full]
 """

@@ -3,8 +3,21 @@
 Each check takes the value and its parameter name, returns it in canonical form (a Python
 float or int, or a NumPy array) and raises a ValueError naming the parameter and the allowed
 range. Bools, strings and None are not numbers; NaN and infinities are refused unless allowed.
-Scalar checks refuse traced JAX values (privacy parameters are concrete); array checks of a
-tracer check only its shape.
+Sizes and iteration counts are bounded before anything is allocated or looped over
+(`check_size`: memory; `check_iterations`: MAX_ITERATIONS sequential steps).
+
+Values under jit. Scalar checks refuse traced JAX values (privacy parameters are concrete,
+so an out-of-range epsilon, sigma or sampling rate can never reach a program unchecked).
+Array checks of a tracer check only its shape: its values do not exist while the program
+is traced, and a check inside the compiled program (a host callback, or `checkify`, which
+callers would have to thread through) would slow the engine's scan. So a traced array is
+computed with as written: an out-of-range entry is neither clamped into the range nor
+refused (a traced bit 2 in randomized response is reported as 2 or -1), and NaN propagates
+into every output it reaches. One cheap rule is added where an out-of-range value would
+otherwise look valid: a traced clip norm that is <= 0 or NaN becomes NaN
+(`check_clip_norm`), so the clipped sum is NaN whatever the data, never sign-flipped or
+zero. Pass concrete arrays (as every experiment does) to have their values checked;
+`tests/validate_test.py` (TracedValuesTest) shows the traced behaviour of these entry points.
 """
 
 from __future__ import annotations
@@ -214,6 +227,25 @@ def memory_bytes() -> int:
   return have
 
 
+# The most sequential steps one call may run (a scan length, an optimiser's iterations):
+# an XLA loop step costs at least about a microsecond, so 10^6 steps are already seconds to
+# minutes per call; the library's callers use at most a few hundred.
+MAX_ITERATIONS = 10**6
+
+
+def check_iterations(value: Any, name: str, minimum: int = 1) -> int:
+  """A count of sequential steps as an int in [minimum, MAX_ITERATIONS], checked before the
+  loop starts (a larger count would run for hours, not fail).
+
+  Examples:
+    >>> check_iterations(2**31 - 1, "num_steps")
+    Traceback (most recent call last):
+    ...
+    ValueError: num_steps must be an integer in [1, 1000000], got 2147483647
+  """
+  return check_int(value, name, minimum, MAX_ITERATIONS)
+
+
 def check_size(value: Any, name: str, minimum: int = 1, *, bytes_per_unit: int = 4,
                units: int = 1, units_name: Optional[str] = None) -> int:
   """A count that sizes an allocation: an int >= minimum whose `value * units` entries of
@@ -414,15 +446,20 @@ def check_batch(x: Any, y: Any, weights: Any = ..., *, num_outputs: int = 1,
 
 
 def check_clip_norm(l2_clip_norm: Any, name: str = "l2_clip_norm") -> Any:
-  """A clip norm C > 0 (inf: no clipping; a traced C unchecked); C above the float32 maximum is
-  returned as inf (clipping there is no clipping).
+  """A clip norm C > 0 (inf: no clipping); C above the float32 maximum is returned as inf
+  (clipping there is no clipping). A traced C (its value unknown while tracing) is returned
+  as where(C > 0, C, NaN): an out-of-range C under jit makes the clipped sum NaN, whatever
+  the data, instead of a sign-flipped or zero sum.
 
   Examples:
     >>> check_clip_norm(1e39)
     inf
   """
   if is_tracer(l2_clip_norm):
-    return l2_clip_norm
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    c = jnp.asarray(l2_clip_norm)
+    c = c if jnp.issubdtype(c.dtype, jnp.floating) else c.astype(jnp.float32)
+    return jnp.where(c > 0, c, jnp.nan)
   c = check_range(l2_clip_norm, name, 0.0, open_low=True, allow_inf=True)
   return math.inf if np.ndim(c) == 0 and float(c) > _FLOAT32_MAX else c
 

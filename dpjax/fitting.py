@@ -48,7 +48,8 @@ def fit_logistic(x_NxD: np.typing.ArrayLike, y_N: np.typing.ArrayLike, *, l2: fl
                  num_iters: int = 50, tol: Optional[float] = None) -> np.ndarray:
   """Regularised logistic regression w float64[D] by Newton's method, on the host.
 
-  At most num_iters steps; with tol > 0, stop after the first step with max |step| < tol.
+  At most num_iters <= 10^6 steps (`_validate.MAX_ITERATIONS`); with tol > 0, stop after
+  the first step with max |step| < tol.
 
   Examples:
     >>> # Intercept only, no ridge: w = logit(mean of y) = log(3).
@@ -59,7 +60,7 @@ def fit_logistic(x_NxD: np.typing.ArrayLike, y_N: np.typing.ArrayLike, *, l2: fl
   x, y = _check_data(x_NxD, y_N)
   y = y.astype(np.float64)
   l2 = _validate.check_nonnegative(l2, "l2")
-  num_iters = _validate.check_int(num_iters, "num_iters")
+  num_iters = _validate.check_iterations(num_iters, "num_iters")
   if tol is not None:
     tol = _validate.check_positive(tol, "tol")
   n, d = x.shape
@@ -81,7 +82,7 @@ def fit_logistic_many(x_NxD: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
                       max_step_norm: Optional[float] = None) -> jax.Array:
   """M logistic regressions w float32[M, D], model m on keep_MxN[m]'s records.
 
-  `num_iters` Newton steps each (float32, vmapped); steps longer than max_step_norm (if
+  `num_iters` (at most 10^6) Newton steps each (float32, vmapped); steps longer than max_step_norm (if
   given) are scaled to it.
 
   Examples:
@@ -100,7 +101,7 @@ def fit_logistic_many(x_NxD: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
     raise ValueError(f"keep_MxN must have shape [M, {np.shape(x_NxD)[0]}] with at least one "
                      f"True per row, got shape {keep.shape}")
   l2 = _validate.check_nonnegative(l2, "l2")
-  num_iters = _validate.check_int(num_iters, "num_iters")
+  num_iters = _validate.check_iterations(num_iters, "num_iters")
   if max_step_norm is not None:
     max_step_norm = _validate.check_positive(max_step_norm, "max_step_norm")
   x = jnp.asarray(x_NxD, jnp.float32)

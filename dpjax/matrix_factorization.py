@@ -571,11 +571,20 @@ def amplified_epsilon(strategy_TxT: Any, noise_multiplier: float, bin_prob: floa
                       value_discretization: float | None = None) -> float:
   """eps at delta of `amplified_event` by the PLD accountant (add/remove neighbours), on
   a loss grid of spacing value_discretization (default 1e-4; coarser is faster and
-  still an upper bound)."""
+  still an upper bound). ValueError naming delta and value_discretization where the
+  discretised PLD gives no finite bound: delta below its mass at infinite loss (the tails
+  it leaves out), or a grid too coarse for the float64 losses."""
   from dpjax.accounting import event_accounting  # pylint: disable=g-import-not-at-top
-  return event_accounting.epsilon(
+  d = _validate.check_delta(delta)
+  eps = event_accounting.epsilon(
       amplified_event(strategy_TxT, noise_multiplier, bin_prob, cycle_length),
-      _validate.check_delta(delta), accountant="pld", value_discretization=value_discretization)
+      d, accountant="pld", value_discretization=value_discretization)
+  if not math.isfinite(eps):
+    raise ValueError(f"delta = {d!r} at value_discretization = {value_discretization!r}: "
+                     "the discretised PLD gives no finite epsilon (delta must exceed its mass "
+                     "at infinite loss, and the grid must resolve the losses); raise delta or "
+                     "refine value_discretization")
+  return eps
 
 __all__ = [
     "MAX_DENSE_STEPS", "MAX_PATTERNS", "NoiseStream", "amplified_epsilon", "amplified_event",

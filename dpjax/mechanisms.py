@@ -182,8 +182,19 @@ def rr_posterior(prior: jax.typing.ArrayLike, epsilon: float,
 # Laplace and Gaussian additive noise.
 
 def laplace_scale(epsilon: float, sensitivity: float = 1.0) -> float:
-  """Laplace scale b = Delta_1 / eps (the noise sd is sqrt(2) b)."""
-  return _validate.check_positive(sensitivity, "sensitivity") / _validate.check_epsilon(epsilon)
+  """Laplace scale b = Delta_1 / eps (the noise sd is sqrt(2) b).
+
+  ValueError naming both when b leaves the positive float64 range (above 1.8e308 or below
+  5e-324): no float holds the scale, so no release can use it.
+  """
+  s = _validate.check_positive(sensitivity, "sensitivity")
+  e = _validate.check_epsilon(epsilon)
+  b = s / e
+  if not 0.0 < b < math.inf:
+    raise ValueError(f"epsilon = {epsilon!r} with sensitivity = {sensitivity!r}: the Laplace "
+                     "scale sensitivity / epsilon must lie in [5e-324, 1.8e308] (float64), got "
+                     f"{b}; rescale the query")
+  return b
 
 
 @_validate.names_extreme_arguments
@@ -221,9 +232,13 @@ def laplace_grid(epsilon: float, sensitivity: float = 1.0) -> float:
   b / 2^12), b = Delta_1 / eps (+0.1% noise for a scalar).
   """
   b = laplace_scale(epsilon, sensitivity)
-  return _check_default_grid(
-      integer_noise.pow2_floor(max(float(sensitivity) / 2.0 ** 10, b / 2.0 ** 12)),
-      "Laplace", epsilon, sensitivity, b)
+  target = max(float(sensitivity) / 2.0 ** 10, b / 2.0 ** 12)
+  if target == 0.0:
+    raise ValueError(f"sensitivity = {sensitivity!r}: the default grid max(sensitivity / 2^10, "
+                     "scale / 2^12) is below the smallest float64 (5e-324); pass grid= or "
+                     "rescale the query")
+  return _check_default_grid(integer_noise.pow2_floor(target), "Laplace", epsilon,
+                             sensitivity, b)
 
 
 def _check_default_grid(gamma: float, kind: str, epsilon, sensitivity, scale) -> float:
@@ -364,6 +379,7 @@ def _check_bounds(lower, upper) -> tuple[float, float]:
   return lo, hi
 
 
+@_validate.names_extreme_arguments
 def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                 upper: float, lower: float = 0.0, *, grid: float | None = None,
                 secure: bool = True) -> jax.Array:

@@ -101,8 +101,9 @@ def gather_models(tree: Any, num_models: int) -> Any:
   for leaf in jax.tree.leaves(tree):
     shape = np.shape(leaf)
     if not shape or shape[0] != per:
-      raise ValueError(f"tree must hold arrays with leading axis S = ceil(M / P) = {per} "
-                       f"(M = {m}, P = {jax.process_count()}), got a leaf of shape {shape}")
+      raise ValueError(f"tree must hold arrays with leading axis S = ceil(num_models / P) = "
+                       f"{per} (num_models = {m}, P = {jax.process_count()}), got a leaf of "
+                       f"shape {shape}")
   if jax.process_count() > 1:
     tree = multihost_utils.process_allgather(tree, tiled=True)
   return jax.tree.map(lambda a: jnp.asarray(a[:m]), tree)

@@ -187,6 +187,9 @@ def gnmax_log_q(votes_C, sigma: float) -> float:
   """log of a bound on Pr[GNMax(votes) != plurality] (Prop. 7): a float.
 
   sum over non-plurality i of Phi(-(n_max - n_i) / (sqrt(2) sigma)), capped at 1 - 1/C.
+  -inf where log q is below the float64 range (a vote gap over sigma past about 1e154, e.g.
+  sigma = 1e-300): the correctly rounded log of a q that underflows;
+  `gaussian_rdp_data_dependent` takes it as q = 0.
   """
   v = check_votes(votes_C, "votes_C", ndim=1)
   s = _validate.check_positive(sigma, "sigma")
@@ -501,15 +504,22 @@ def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing
   NOT private: for PATE teachers (privacy comes from the aggregator) and the student
   (public inputs, private labels). Model i starts from model.init(split(key, M)[i]) and
   sees the records with keep_MxN[i]; pad_to (P >= the largest subset) shares one program.
+  learning_rate in (0, 3.4e38] (float32); ValueError naming it if the iterates leave the
+  float32 range (NaN or inf parameters are never returned).
   """
   x, y = _check_data(model, x_NxF, y_N)
   keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, x.shape[0]))
   # One epoch of train_nonprivate per step: int32-indexed, 8 bytes each (see there).
   steps = _validate.check_size(_validate.check_int(num_steps, "num_steps", 1, 2**31 - 1),
                                "num_steps", bytes_per_unit=8)
-  lr = _validate.check_positive(learning_rate, "learning_rate")
-  return fitting.train_nonprivate(key, x, y, model, _adam(lr), num_epochs=steps,
-                                  keep_MxN=keep, pad_to=pad_to).params
+  lr = _validate.check_range(learning_rate, "learning_rate", 0.0, float(np.finfo(np.float32).max),
+                             open_low=True)
+  params = fitting.train_nonprivate(key, x, y, model, _adam(lr), num_epochs=steps,
+                                    keep_MxN=keep, pad_to=pad_to).params
+  if not all(bool(jnp.all(jnp.isfinite(l))) for l in jax.tree.leaves(params)):
+    raise ValueError(f"learning_rate = {lr:g}: Adam diverged (parameters left the float32 "
+                     "range); lower learning_rate")
+  return params
 
 
 @_validate.names_extreme_arguments

@@ -71,11 +71,20 @@ def gaussian_noise(key: jax.Array, count: jax.Array, leaves: list, stddev) -> li
   """The noise `gaussian_privatizer(stddev, key)` adds at update `count`, one array per leaf.
 
   stddev * N(0, 1) per leaf from `prng.split(prng.fold_in(key, t), len(leaves))`; None
-  everywhere when stddev is a static 0.
+  everywhere when stddev is a static 0. A concrete stddev must keep every draw finite in
+  each float leaf's dtype (|N(0, 1)| < 12.7, `prng.normal_support`): stddev <= max / 16
+  (2.1e37 for float32), else ValueError; checked once, when the program is traced.
   """
   stddev = _check_stddev(stddev, "stddev")
   if _static_zero(stddev):
     return [None] * len(leaves)
+  if not _validate.is_tracer(stddev):
+    for l in leaves:
+      dtype = jax.dtypes.canonicalize_dtype(l.dtype)
+      if jnp.issubdtype(dtype, jnp.floating) and float(stddev) > float(jnp.finfo(dtype).max) / 16:
+        raise ValueError(f"stddev = {float(stddev):g}: noise of this scale overflows {dtype} "
+                         f"(stddev must be <= {float(jnp.finfo(dtype).max) / 16:.3g}); "
+                         "rescale the updates")
   ks = prng.split(prng.fold_in(key, count), len(leaves))
   return [stddev * z.astype(l.dtype)
           for z, l in zip(prng.standard_normals(ks, [l.shape for l in leaves]), leaves)]

@@ -138,7 +138,7 @@ def random_bits(key: jax.Array, num_words: int) -> jax.Array:
     >>> random_bits(jax.random.key(0), 3).dtype
     dtype('uint32')
   """
-  n = _validate.check_size(num_words, "num_words")
+  n = _validate.check_size(num_words, "num_words", bytes_per_unit=12)   # counters, 2 halves
   words = _threefry_words(key)
   if words is None:
     return jax.random.bits(key, (n,), jnp.uint32)

@@ -136,7 +136,7 @@ def item_statistics(item_R, rating_R, num_items: int, *,
                     upper: float = ratings_lib.RATING_MAX) -> tuple[np.ndarray, np.ndarray]:
   """(S_I, N_I) float64[I]: per item, the sum of clip(r, lower, upper) - c and the count."""
   lo, hi = _check_scale(lower, upper)
-  i_count = _validate.check_int(num_items, "num_items")
+  i_count = _validate.check_size(num_items, "num_items", bytes_per_unit=16)  # two float64[I]
   r = _validate.check_array(rating_R, "rating_R", ndim=1, min_size=1)
   items = _validate.check_array(item_R, "item_R", np.int64, shape=(r.shape[0],), low=0,
                                 high=i_count - 1, integer=True)

@@ -74,6 +74,8 @@ def advantage_bound(epsilon: float, delta: float = 0.0) -> float:
   """
   eps = _validate.check_epsilon(epsilon, allow_zero=True)
   delta = _validate.check_delta(delta, allow_zero=True)
+  if eps > 700.0:      # e^eps overflows: 1 - 2 (1 - delta) e^-eps / (1 + e^-eps), rounds to 1
+    return 1.0 - 2.0 * (1.0 - delta) * math.exp(-eps)
   e = math.exp(eps)
   return (e - 1 + 2 * delta) / (e + 1)
 

@@ -260,6 +260,26 @@ REGRESSIONS = {
     ("dpjax.matrix_factorization.cyclic_sensitivity", "steps_per_epoch"): ("2^63",),
     ("dpjax.matrix_factorization.gaussian_event", "sensitivity_value"): ("subnormal",),
     ("dpjax.audit.per_step.family_epsilon", "noise_multiplier"): ("1e300",),
+    ("dpjax.audit.final_model.audit", "num_runs"): ("int32_max", "2^31"),
+    ("dpjax.prng.random_bits", "num_words"): ("int32_max", "2^31"),
+    ("dpjax.recommender.item_statistics", "num_items"): ("int32_max", "2^31"),
+    ("dpjax.audit.crafting.pretrain", "num_steps"): ("int32_max",),
+    ("dpjax.fitting.fit_logistic_many", "num_iters"): ("int32_max", "2^31"),
+    ("dpjax.parallel.gather_models", "num_models"): ("int32_max", "2^31", "int64_max", "2^63"),
+    ("dpjax.mechanisms.laplace_grid", "epsilon"): ("subnormal",),
+    ("dpjax.mechanisms.laplace_grid", "sensitivity"): ("subnormal",),
+    ("dpjax.mechanisms.clipped_sum", "upper"): ("subnormal",),
+    ("dpjax.mechanisms.laplace_scale", "epsilon"): ("subnormal",),
+    ("dpjax.audit.run.settings", "epsilons"): ("1e300",),
+    ("dpjax.tradeoff.advantage_bound", "epsilon"): ("1e300",),
+    ("dpjax.matrix_factorization.epsilon", "noise_multiplier"): ("1e-300",),
+    ("dpjax.matrix_factorization.epsilon", "sensitivity_value"): ("1e300",),
+    ("dpjax.matrix_factorization.amplified_epsilon", "delta"): ("subnormal", "1e-300"),
+    ("dpjax.matrix_factorization.amplified_epsilon", "value_discretization"): ("1e300",),
+    ("dpjax.privatizer.gaussian_noise", "stddev"): ("1e300",),
+    ("dpjax.pate.fit_non_private", "learning_rate"): ("1e300",),
+    ("dpjax.pate.gnmax_log_q", "sigma"): ("subnormal", "1e-300"),
+    ("dpjax.accounting.noise_support.max_epsilon_for_sampler_delta", "tail_mass"): ("+0", "-0"),
 }
 
 
@@ -1635,7 +1655,8 @@ def entries():
   add(E("dpjax.pate.lnmax_epsilon", pate.lnmax_epsilon, dict(laplace_scale=1.0)))
   add(E("dpjax.pate.lnmax_rdp_data_independent", pate.lnmax_rdp_data_independent,
         dict(laplace_scale=1.0, orders=orders), vk))
-  add(E("dpjax.pate.gnmax_log_q", pate.gnmax_log_q, dict(votes_C=votes_c, sigma=1.0), vk))
+  add(E("dpjax.pate.gnmax_log_q", pate.gnmax_log_q, dict(votes_C=votes_c, sigma=1.0), vk,
+        exact={"sigma": {"subnormal": -np.inf, "1e-300": -np.inf}}))   # log of q = 0
   add(E("dpjax.pate.lnmax_log_q", pate.lnmax_log_q, dict(votes_C=votes_c, laplace_scale=1.0),
         vk))
   add(E("dpjax.pate.gaussian_rdp_data_dependent", pate.gaussian_rdp_data_dependent,
@@ -1943,7 +1964,8 @@ def entries():
   add(E("dpjax.accounting.noise_support.max_epsilon_for_sampler_delta",
         noise_support.max_epsilon_for_sampler_delta,
         dict(delta=1e-5, num_draws=100, rtol=1e-3, tail_mass=1e-30),
-        {"num_draws": "count", "tail_mass": "prob"}))
+        {"num_draws": "count", "tail_mass": "prob"},
+        exact={"tail_mass": {"+0": np.inf, "-0": np.inf}}))   # an exact sampler: no limit
   atoms = floating_point.naive_laplace_atoms()[:4]
   add(E("dpjax.attacks.floating_point.naive_laplace_noise",
         floating_point.naive_laplace_noise,

@@ -381,3 +381,153 @@ class CountsPastMemoryTest(absltest.TestCase):
                    num_users=3, num_records=n)
     self.assertEqual(sampling.check_user_ids(np.array([0, 0, 1, 2]), 3, num_records=4).tolist(),
                      [0, 0, 1, 2])
+
+
+class SweepExtremesTest(absltest.TestCase):
+  """The last extreme valid inputs of the full fuzz sweep: exact values checked against
+  closed forms, other cases a ValueError naming the argument and its limit, raised before
+  the allocation or the loop (memory taken to be 8 GiB, as in CountsPastMemoryTest)."""
+
+  def setUp(self):
+    super().setUp()
+    from dpjax import _validate  # pylint: disable=g-import-not-at-top
+    patcher = mock.patch.object(_validate, "memory_bytes", return_value=8 * 2 ** 30)
+    patcher.start()
+    self.addCleanup(patcher.stop)
+
+  def test_sizes_past_memory_are_named(self):
+    from dpjax import prng, recommender  # pylint: disable=g-import-not-at-top
+    for big in (2 ** 31 - 1, 2 ** 31):
+      with self.assertRaisesRegex(ValueError, "num_words = .* bytes"):
+        prng.random_bits(jax.random.key(0), big)
+      with self.assertRaisesRegex(ValueError, "num_items = .* bytes"):
+        recommender.item_statistics([0, 1], [1.0, 5.0], big)
+    sums, counts = recommender.item_statistics([0, 1, 1], [1.0, 5.0, 4.0], 3)
+    np.testing.assert_array_equal(sums, [-2.0, 3.0, 0.0])    # clip(r) - 3 summed per item
+    np.testing.assert_array_equal(counts, [1.0, 2.0, 0.0])
+
+  def test_final_model_audit_num_runs(self):
+    from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
+    from dpjax.audit import final_model  # pylint: disable=g-import-not-at-top
+    cfg = dpsgd.DpSgdConfig(dataset_size=4, sampling_prob=0.5, num_steps=2)
+    model = models.logistic_regression(2)
+    for big in (2 ** 31 - 1, 2 ** 31):
+      with self.assertRaisesRegex(ValueError, "num_runs = .* bytes"):
+        final_model.audit(jax.random.key(0), cfg, model, np.ones((4, 2)), np.array([0, 1, 0, 1]),
+                          init_params=model.init(jax.random.key(1)), adversaries=[],
+                          num_runs=big)
+
+  def test_iteration_counts_above_the_bound_are_named(self):
+    from dpjax import _validate, fitting, models  # pylint: disable=g-import-not-at-top
+    from dpjax.audit import crafting  # pylint: disable=g-import-not-at-top
+    x = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 2.0], [1.0, 3.0]])
+    y = np.array([0, 1, 0, 1])
+    m = models.logistic_regression(2)
+    for big in (_validate.MAX_ITERATIONS + 1, 2 ** 31 - 1, 2 ** 31, 2 ** 63):
+      with self.assertRaisesRegex(ValueError, r"num_iters must be an integer in \[1, 1000000\]"):
+        fitting.fit_logistic_many(x, y, np.ones((1, 4), bool), l2=1.0, num_iters=big)
+      with self.assertRaisesRegex(ValueError, r"num_steps must be an integer in \[1, 1000000\]"):
+        crafting.pretrain(m, m.init(jax.random.key(0)), x.astype(np.float32), y,
+                          num_steps=big, learning_rate=0.1)
+    # Below the bound nothing changed: the Newton fit still matches the host fit.
+    w = fitting.fit_logistic_many(x, y, np.ones((1, 4), bool), l2=1.0, num_iters=40)
+    np.testing.assert_allclose(w[0], fitting.fit_logistic(x, y, l2=1.0, num_iters=40),
+                               atol=1e-5)
+
+  def test_laplace_scale_outside_float64_is_named(self):
+    with self.assertRaisesRegex(ValueError, "epsilon = 5e-324.*1.8e308"):
+      mechanisms.laplace_scale(5e-324)
+    with self.assertRaisesRegex(ValueError, "epsilon = 5e-324"):
+      mechanisms.laplace_grid(5e-324)
+    with self.assertRaisesRegex(ValueError, "sensitivity = 5e-324.*smallest float64"):
+      mechanisms.laplace_grid(1.0, 5e-324)
+    with self.assertRaisesRegex(OverflowError, "upper = 5e-324"):
+      mechanisms.clipped_sum(jax.random.key(0), np.ones(3), 1.0, upper=5e-324)
+    self.assertEqual(mechanisms.laplace_scale(1e-300, 1e-10), 1e290)
+    self.assertEqual(mechanisms.laplace_grid(1.0, 1e-300), 2.0 ** math.floor(
+        math.log2(1e-300 / 2 ** 10)))
+
+  def test_advantage_bound_at_huge_epsilon_is_exact(self):
+    from dpjax import tradeoff  # pylint: disable=g-import-not-at-top
+    for eps, delta in ((700.0, 0.0), (701.0, 0.0), (1e300, 0.0), (1e300, 0.5), (40.0, 1e-5)):
+      with mpmath.workprec(2000):
+        e = mpmath.exp(mpmath.mpf(eps))
+        want = float((e - 1 + 2 * mpmath.mpf(delta)) / (e + 1))
+      self.assertEqual(tradeoff.advantage_bound(eps, delta), want, (eps, delta))
+
+  def test_gaussian_epsilon_past_float64_is_named(self):
+    from dpjax import matrix_factorization  # pylint: disable=g-import-not-at-top
+    with self.assertRaisesRegex(ValueError, "mu = .*1.9e154"):
+      gdp.gaussian_epsilon(1e-5, 1e200)
+    for kw in (dict(noise_multiplier=1e-300, sensitivity_value=1.0),
+               dict(noise_multiplier=1.0, sensitivity_value=1e300)):
+      with self.assertRaisesRegex(OverflowError, next(iter(k for k, v in kw.items()
+                                                           if v != 1.0))):
+        matrix_factorization.epsilon(delta=1e-5, **kw)
+    # Just below the limit the answer is finite and mu^2 / 2 + mu z to float64 precision.
+    mu, delta = 1e150, 1e-5
+    want = mu * mu / 2 + mu * stats.norm.isf(delta)
+    self.assertAlmostEqual(gdp.gaussian_epsilon(delta, mu) / want, 1.0, places=12)
+
+  def test_amplified_epsilon_without_a_finite_bound_is_named(self):
+    from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+    args = (np.eye(2), 2.0, 0.5, 1)
+    for kw in (dict(delta=1e-300, value_discretization=0.01),
+               dict(delta=1e-3, value_discretization=1e300)):
+      with self.assertRaisesRegex(ValueError, "delta = .* value_discretization = .*no finite"):
+        mf.amplified_epsilon(*args, **kw)
+    eps = mf.amplified_epsilon(*args, delta=1e-3, value_discretization=0.01)
+    # DP-SGD's subsampled Gaussian at q = 1/2, sigma = 2, T = 2 (C = I, s = 1), by dp_accounting.
+    acct = dp_accounting.pld.PLDAccountant(value_discretization_interval=0.01)
+    acct.compose(dp_accounting.PoissonSampledDpEvent(0.5, dp_accounting.GaussianDpEvent(2.0)), 2)
+    self.assertAlmostEqual(eps, acct.get_epsilon(1e-3), delta=0.03)
+
+  def test_gaussian_noise_scale_must_fit_the_leaf_dtype(self):
+    from dpjax import privatizer  # pylint: disable=g-import-not-at-top
+    count, leaves = jnp.zeros((), jnp.int32), [jnp.zeros(4, jnp.float32)]
+    with self.assertRaisesRegex(ValueError, "stddev = 1e\\+300.*<= 2.13e\\+37"):
+      privatizer.gaussian_noise(jax.random.key(0), count, leaves, 1e300)
+    top = float(np.finfo(np.float32).max) / 16
+    z = privatizer.gaussian_noise(jax.random.key(0), count, leaves, 1.0)[0]
+    big = privatizer.gaussian_noise(jax.random.key(0), count, leaves, top)[0]
+    self.assertTrue(np.all(np.isfinite(big)))
+    np.testing.assert_allclose(big / top, z, rtol=1e-6)    # the same draw, scaled
+
+  def test_fit_non_private_learning_rate(self):
+    from dpjax import models  # pylint: disable=g-import-not-at-top
+    x = np.asarray(jax.random.normal(jax.random.key(0), (8, 3)))
+    y = (x[:, 0] > 0).astype(np.int32)
+    fit = lambda lr: pate.fit_non_private(jax.random.key(0), x, y, np.ones((2, 8), bool),
+                                          models.logistic_regression(3), num_steps=5,
+                                          learning_rate=lr)
+    with self.assertRaisesRegex(ValueError, "learning_rate must be in \\(0, 3.40282e\\+38\\]"):
+      fit(1e300)
+    with self.assertRaisesRegex(ValueError, "learning_rate = 1e\\+38: Adam diverged"):
+      fit(1e38)
+
+  def test_documented_infinities(self):
+    from dpjax.accounting import noise_support  # pylint: disable=g-import-not-at-top
+    # An exact sampler (tail mass 0) adds no delta at any eps: the largest eps is inf.
+    self.assertEqual(noise_support.max_epsilon_for_sampler_delta(1e-5, 100, tail_mass=0.0),
+                     math.inf)
+    self.assertEqual(noise_support.sampler_delta(1e6, 100, tail_mass=0.0), 0.0)
+    # log q below the float64 range rounds to -inf; the data-dependent bound reads q = 0.
+    votes = np.array([10.0, 2.0, 1.0])
+    self.assertEqual(pate.gnmax_log_q(votes, 1e-300), -math.inf)
+    with mpmath.workprec(200):     # at an ordinary sigma it is the exact log of the sum
+      s = mpmath.mpf(1.5)
+      want = mpmath.log(sum(mpmath.ncdf(-(10 - n) / (mpmath.sqrt(2) * s)) for n in (2, 1)))
+    self.assertAlmostEqual(pate.gnmax_log_q(votes, 1.5), float(want), places=10)
+    orders = np.array([2.0, 8.0])
+    np.testing.assert_array_equal(
+        pate.gaussian_rdp_data_dependent(-math.inf, 1.0, orders),
+        pate.gaussian_rdp_data_dependent(-1e5, 1.0, orders))
+
+  def test_errors_name_the_argument(self):
+    from dpjax import parallel  # pylint: disable=g-import-not-at-top
+    from dpjax.audit import run  # pylint: disable=g-import-not-at-top
+    for big in (2 ** 31 - 1, 2 ** 63):
+      with self.assertRaisesRegex(ValueError, "num_models"):
+        parallel.gather_models({"w": np.zeros((3, 2))}, big)
+    with self.assertRaisesRegex(ValueError, "epsilons\\[1\\] = 1e\\+300: target_epsilon"):
+      run.settings([2.0, 1e300], 0.5, 2, 1e-5, False)

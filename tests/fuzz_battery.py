@@ -12,7 +12,8 @@ a time; `run_case` calls the entry point and classifies the outcome:
   named     ValueError, TypeError or OverflowError whose message names the parameter
             (or its documented alias);
   value     the call returned, and every float it released is finite (or inf where
-            the entry declares infinities part of its contract);
+            the entry declares infinities part of its contract, or exactly the
+            non-finite answer the entry's `exact` documents for that probe);
   silent    the call returned although the input is outside the parameter's domain;
   wrong     a value inside the domain released NaN or inf, or an error did not name
             the parameter;
@@ -71,8 +72,9 @@ somewhere in the table on every run; `full=True` (the `slow` test, and
 Under jit, array checks see only shapes: a traced array cannot be checked by value.
 A function that refuses a traced privacy parameter names it (a "named" outcome); one
 that accepts traced arrays (the engine's traceable helpers, mechanisms drawing noise
-for traced data) is documented as checking values only outside jit; `--table` lists
-the array parameters per entry as "checkable by value only on the host".
+for traced data) computes with them as written (a traced clip norm out of range gives
+NaN sums; see the `dpjax._validate` docstring); `--table` lists the array parameters
+per entry as "checkable by value only on the host".
 
 Print the table of outcomes per class:  python -m tests.fuzz_battery --table [--full]
 """
@@ -242,6 +244,9 @@ class Entry:
     inf_ok: True when the contract releases infinities or NaN (a bound that is inf
       when nothing is rejected, a trained model's parameters); the finiteness of a
       valid call's result is then not checked.
+    exact: parameter -> {probe label: the exact non-finite answer its docstring
+      documents there} (inf when nothing constrains, -inf for the log of an
+      underflowed probability); the call must return exactly that value.
   """
   name: str
   fn: Callable
@@ -250,6 +255,7 @@ class Entry:
   alias: dict = dataclasses.field(default_factory=dict)
   mismatch: bool = True
   inf_ok: bool = False
+  exact: dict = dataclasses.field(default_factory=dict)
 
   def partners(self, param: str) -> set:
     """The array parameters that share a shape letter with `param`."""
@@ -500,6 +506,11 @@ def run_case(entry: Entry, param: str, label: str, bad, expect: str = NAMED,
     return "crash", f"{type(e).__name__}: {message[:200]}"
   if expect == NAMED:
     return "silent", "returned a result for a value outside the domain"
+  if label in entry.exact.get(param, {}):
+    want = entry.exact[param][label]
+    if isinstance(out, float) and out == want:
+      return "value", f"the documented exact answer {want!r}"
+    return "wrong", f"returned {out!r}, documented as exactly {want!r}"
   where = None if entry.inf_ok else nonfinite(out)
   if where:
     return "wrong", f"released NaN/inf ({where})"

@@ -343,5 +343,69 @@ class ExtremeArgumentsTest(absltest.TestCase):
     self.assertEqual(sorted(got), ["a", "f", "h"])
 
 
+class IterationsTest(absltest.TestCase):
+
+  def test_bound_is_inclusive_and_named(self):
+    self.assertEqual(v.check_iterations(v.MAX_ITERATIONS, "num_steps"), v.MAX_ITERATIONS)
+    self.assertEqual(v.check_iterations(0, "num_steps", minimum=0), 0)
+    for bad in (v.MAX_ITERATIONS + 1, 2**31 - 1, 2**63, 0, 2.5, True, math.inf):
+      with self.assertRaisesRegex(ValueError, r"num_steps must be an integer in \[1, 1000000\]"):
+        v.check_iterations(bad, "num_steps")
+
+
+class TracedValuesTest(absltest.TestCase):
+  """The contract of the module docstring for values under jit, at three entry points.
+
+  Eagerly, each out-of-range input below is a ValueError naming it. Traced: a privacy
+  scalar is refused by name; a traced clip norm out of range makes the release NaN (whatever
+  the data); other traced arrays are computed as written, out-of-range entries included.
+  """
+
+  def test_traced_sampling_prob_is_refused_by_name(self):
+    from dpjax import prng  # pylint: disable=g-import-not-at-top
+    key = jax.random.key(0)
+    with self.assertRaisesRegex(ValueError, "sampling_prob must be in"):
+      prng.poisson_mask(key, -0.1, 5)
+    for q in (-0.1, 0.5):           # refused whatever its value: it cannot be checked
+      with self.assertRaisesRegex(ValueError, "sampling_prob must be a concrete host scalar"):
+        jax.jit(lambda q: prng.poisson_mask(key, q, 5))(q)
+
+  def test_traced_clip_norm_out_of_range_gives_nan_sums(self):
+    from dpjax import models  # pylint: disable=g-import-not-at-top
+    from dpjax.clipping import ghost, vmap  # pylint: disable=g-import-not-at-top
+    model = models.mlp(3, (4,), 2)
+    params = model.init(jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (4, 3))
+    y, w = jnp.array([0, 1, 0, 1]), jnp.ones(4)
+    paths = {"ghost": lambda c: ghost.mlp_clipped_sum(params, x, y, w, c),
+             "vmap": lambda c: vmap.clipped_grad_sum(model, params, x, y, w, c)}
+    for name, fn in paths.items():
+      for bad in (math.nan, -1.0, 0.0):
+        with self.subTest(path=name, c=bad):
+          with self.assertRaisesRegex(ValueError, "l2_clip_norm"):
+            fn(bad)
+          sums, norms = jax.jit(fn)(jnp.float32(bad))
+          self.assertTrue(all(np.all(np.isnan(l)) for l in jax.tree.leaves(sums)))
+          np.testing.assert_allclose(norms, fn(1.0)[1], rtol=1e-6)   # norms do not use C
+      for good in (0.5, math.inf):   # in range, traced and eager agree
+        with self.subTest(path=name, c=good):
+          traced, eager = jax.jit(fn)(jnp.float32(good))[0], fn(good)[0]
+          for a, b in zip(jax.tree.leaves(traced), jax.tree.leaves(eager)):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+  def test_traced_bits_are_computed_as_written(self):
+    from dpjax import mechanisms  # pylint: disable=g-import-not-at-top
+    key = jax.random.key(0)
+    bits = jnp.array([0, 1, 2, -1])
+    with self.assertRaisesRegex(ValueError, "bits"):
+      mechanisms.randomized_response(key, bits, 1.0)
+    reports = np.asarray(jax.jit(lambda b: mechanisms.randomized_response(key, b, 1.0))(bits))
+    # Each report is the bit b or 1 - b: an entry outside {0, 1} stays visibly outside.
+    self.assertTrue(np.all((reports == np.asarray(bits)) | (reports == 1 - np.asarray(bits))))
+    self.assertTrue(np.all((reports[2:] < 0) | (reports[2:] > 1)))
+    np.testing.assert_array_equal(   # valid entries: the eager release, bit for bit
+        reports[:2], np.asarray(mechanisms.randomized_response(key, bits[:2], 1.0)))
+
+
 if __name__ == "__main__":
   absltest.main()

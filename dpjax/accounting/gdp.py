@@ -72,12 +72,16 @@ def _gaussian_delta_mp(eps: float, mu: float, log_term: float) -> float:
 @_validate.names_extreme_arguments
 def gaussian_epsilon(delta: float, mu: float) -> float:
   """Smallest eps >= 0 with delta(eps) <= delta for a mu-GDP mechanism (exact); 0.0 when the
-  mechanism is already (0, delta)-DP."""
+  mechanism is already (0, delta)-DP. ValueError naming mu when eps passes the float64
+  maximum (eps >= mu^2 / 2 - mu sqrt(2 log(1 / delta)): mu above about 1.9e154)."""
   delta = _validate.check_delta(delta)
   mu = _validate.check_positive(mu, "mu")
   if gaussian_delta(0.0, mu) <= delta:
     return 0.0
   hi = max(1.0, mu * mu / 2 + mu * math.sqrt(2 * math.log(1 / delta)) + 1.0)
+  if math.isinf(hi):
+    raise ValueError(f"mu = {mu!r}: epsilon (about mu^2 / 2) exceeds the float64 maximum "
+                     "1.8e308; mu must be below about 1.9e154")
   while gaussian_delta(hi, mu) > delta:
     hi *= 2
   eps = float(optimize.brentq(lambda e: gaussian_delta(e, mu) - delta, 0.0, hi,

@@ -189,6 +189,8 @@ def _num_features(model, params=None) -> int:
 def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float):
   """Non-private full-batch gradient descent on PUBLIC data (never the private records).
 
+  num_steps in [1, 10^6] (`_validate.MAX_ITERATIONS`: a longer loop is refused, not run).
+
   Examples:
     >>> from dpjax import models
     >>> m = models.mlp(2, (4,), 2)
@@ -200,7 +202,7 @@ def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float)
   models.check_params(model, params)            # checks the model first
   x = jnp.asarray(_check_x(model, params, x_NxF))
   y = jnp.asarray(_check_labels(model, y_N, "y_N", shape=(x.shape[0],)))
-  t = _validate.check_int(num_steps, "num_steps", 1, 2**31 - 1)   # a scan length (int32)
+  t = _validate.check_iterations(num_steps, "num_steps")   # a scan length
   lr = _validate.check_positive(learning_rate, "learning_rate")
   return _pretrain(model, t)(params, x, y, jnp.float32(lr))
 

@@ -112,7 +112,8 @@ def audit(key, cfg, model, x_NxF, y_N, *, init_params, adversaries, num_runs: in
   key = _validate.check_key(key)
   _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
   models_lib.check_model(model)
-  r = _validate.check_int(num_runs, "num_runs", minimum=4)
+  # Per run: masks, bits, scores and a model's parameters are held (as canary_design).
+  r = _validate.check_size(num_runs, "num_runs", minimum=4, bytes_per_unit=64)
   confidence = _validate.check_confidence(confidence)
   x = jnp.asarray(_validate.check_array(x_NxF, "x_NxF", np.float32, min_size=1))
   if x.ndim < 2:
@@ -353,7 +354,8 @@ def paper_protocol_audit(key, cfg, model, x_NxF, y_N, *, init_params, target=Non
   x = _validate.check_array(x_NxF, "x_NxF", np.float32, min_size=1)
   if x.ndim < 2:
     raise ValueError(f"x_NxF must have rank >= 2, got shape {x.shape}")
-  r = _validate.check_int(num_runs, "num_runs", minimum=4)
+  # Per run: masks, bits, scores and a model's parameters are held (as canary_design).
+  r = _validate.check_size(num_runs, "num_runs", minimum=4, bytes_per_unit=64)
   # S audits of 2 R scores each are kept: refused before the first if they cannot fit.
   s = _validate.check_size(num_seeds, "num_seeds", bytes_per_unit=16, units=r,
                            units_name="num_runs")

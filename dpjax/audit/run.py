@@ -204,8 +204,13 @@ def settings(epsilons: Sequence[float], sampling_prob: float, num_steps: int, de
               for e in np.atleast_1d(np.asarray(epsilons, dtype=object)).ravel()]
   no_noise = _validate.check_bool(no_noise, "no_noise")
   out = []
-  for e in epsilons:
-    s = accounting.calibrate_noise(float(e), sampling_prob, num_steps, delta)
+  for i, e in enumerate(epsilons):
+    try:
+      s = accounting.calibrate_noise(float(e), sampling_prob, num_steps, delta)
+    except ValueError as err:    # an unreachable claim: say which of `epsilons` it is
+      if "target_epsilon" not in str(err):
+        raise
+      raise ValueError(f"epsilons[{i}] = {e!r}: {err}") from err
     out.append(Setting(f"eps{float(e):g}", float(e), float(s)))
   if no_noise:
     out.append(Setting("no_noise", math.inf, 0.0))

@@ -153,6 +153,8 @@ def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, 
   y_B = jnp.asarray(y_B)
   weights_B = jnp.asarray(weights_B, jnp.float32)
   _check_args(x_BxF, y_B, weights_B, l2_clip_norm)
+  if _validate.is_tracer(l2_clip_norm):   # out of range under jit: NaN sums (check_clip_norm)
+    l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
   _, recs_shape = jax.eval_shape(lambda p, x: forward(p, x, None), params, x_BxF)
   probes0 = [jnp.zeros(r.z.shape, r.z.dtype) for r in recs_shape]
 

@@ -37,9 +37,14 @@ _GUARD_FEATURE_ABS = 2.0 ** 20
 
 
 def clip_factor(norms_B: jax.Array, l2_clip_norm: float) -> jax.Array:
-  """min(1, C / norm) per example: 1 for norm 0 or C = inf, 0 for norm inf or NaN."""
+  """min(1, C / norm) per example: 1 for norm 0 or C = inf, 0 for norm inf or NaN; NaN
+  everywhere for a traced C that is NaN or <= 0 (`_validate.check_clip_norm`)."""
   _validate.check_array(norms_B, "norms_B", low=0.0, allow_inf=True)
   l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
+  if _validate.is_tracer(l2_clip_norm):
+    f = jnp.where(jnp.isinf(l2_clip_norm), 1.0,
+                  l2_clip_norm / jnp.maximum(norms_B, l2_clip_norm))
+    return jnp.where(jnp.isnan(norms_B), 0.0, f)
   if math.isinf(l2_clip_norm):
     return jnp.ones_like(norms_B)
   f = l2_clip_norm / jnp.maximum(norms_B, l2_clip_norm)

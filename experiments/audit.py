@@ -36,9 +36,9 @@ from experiments import _common, _plots
 
 NAME = "audit"
 _opt = _common.option
-_ONE_THREAD = flags.DEFINE_bool(
-    "xla_one_thread", True, "Start XLA's CPU backend with one intra-op thread (fewer "
-    "CPU-seconds, the same numbers; see `start_backend_one_thread`).")
+if "xla_one_thread" not in flags.FLAGS:  # runpy may execute this module a second time
+  flags.DEFINE_bool("xla_one_thread", True, "Start XLA's CPU backend with one intra-op "
+                    "thread (fewer CPU-seconds, the same numbers; see `start_backend_one_thread`).")
 THREAT_MODELS = audit_run.THREAT_MODELS
 # The lecture's trials' ceilings (exercise 5): 0 errors in 500 / 10,000 per side.
 LECTURE_CEILING = {500: 4.91, 10_000: 7.90}
@@ -323,7 +323,7 @@ def start_backend_one_thread() -> bool:
 
 
 def _run_cli(cfg: AuditConfig, out_dir: str) -> dict:
-  if _ONE_THREAD.value:
+  if flags.FLAGS.xla_one_thread:
     start_backend_one_thread()
   return run(cfg, out_dir)
 

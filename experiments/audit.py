@@ -311,7 +311,8 @@ def start_backend_one_thread() -> bool:
   small per-step kernels (T steps of vectors of a few thousand floats).
   """
   from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
-  if getattr(xla_bridge, "backends_are_initialized", lambda: True)() or not hasattr(os, "sched_setaffinity"):
+  started = getattr(xla_bridge, "backends_are_initialized", lambda: True)()
+  if started or not hasattr(os, "sched_setaffinity"):
     return False
   cpus = os.sched_getaffinity(0)
   os.sched_setaffinity(0, {min(cpus)})

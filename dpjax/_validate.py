@@ -6,18 +6,11 @@ range. Bools, strings and None are not numbers; NaN and infinities are refused u
 Sizes and iteration counts are bounded before anything is allocated or looped over
 (`check_size`: memory; `check_iterations`: MAX_ITERATIONS sequential steps).
 
-Values under jit. Scalar checks refuse traced JAX values (privacy parameters are concrete,
-so an out-of-range epsilon, sigma or sampling rate can never reach a program unchecked).
-Array checks of a tracer check only its shape: its values do not exist while the program
-is traced, and a check inside the compiled program (a host callback, or `checkify`, which
-callers would have to thread through) would slow the engine's scan. So a traced array is
-computed with as written: an out-of-range entry is neither clamped into the range nor
-refused (a traced bit 2 in randomized response is reported as 2 or -1), and NaN propagates
-into every output it reaches. One cheap rule is added where an out-of-range value would
-otherwise look valid: a traced clip norm that is <= 0 or NaN becomes NaN
-(`check_clip_norm`), so the clipped sum is NaN whatever the data, never sign-flipped or
-zero. Pass concrete arrays (as every experiment does) to have their values checked;
-`tests/validate_test.py` (TracedValuesTest) shows the traced behaviour of these entry points.
+Under jit, scalar checks refuse tracers (privacy parameters are concrete) and array checks
+of a tracer check its shape only: a traced array is computed with as written (no host
+callback or checkify in the engine's scan), except that a traced clip norm <= 0 or NaN
+becomes NaN (`check_clip_norm`) so the clipped sum is NaN rather than sign-flipped or zero
+(tests/validate_test.py, TracedValuesTest).
 """
 
 from __future__ import annotations

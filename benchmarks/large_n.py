@@ -106,14 +106,19 @@ def _accuracy(model, params, x, y) -> float:
 
 
 class _Runner:
-  """A zero-argument timed function; `last` holds what its latest call returned."""
+  """A zero-argument timed function; `last` holds what its latest call returned, `cpu_s`
+  the CPU seconds (all threads of this process) of each call: on a shared machine a
+  steadier measure of the work than wall time."""
 
   def __init__(self, fn: Callable[[], object]):
     self.fn = fn
     self.last = None
+    self.cpu_s = []
 
   def __call__(self):
+    t0 = time.process_time()
     self.last = self.fn()
+    self.cpu_s.append(time.process_time() - t0)
 
 
 def fast_apply(model):
@@ -234,7 +239,7 @@ def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED
         if use_sum:
           start = (t * capacity) % (n - capacity + 1)
           idx = jax.lax.dynamic_slice_in_dim(perm, start, capacity)
-          gsum, _ = path(p, x[idx], y[idx], w, CLIP)
+          gsum, _ = path.on_buffer(p, x[idx], y[idx], w, CLIP)
         else:
           gsum = zero
         if use_noise:
@@ -581,8 +586,11 @@ def measure_batches(workloads, n: int, batches, repeats: int, skip_opacus: bool 
                            uncompiled=tuple(k for k in runners if k.endswith("opacus")))
       for b in batches:
         o, k = out[f"B{b}"], f"B{b}."
+        cpu = {c: min(runners[k + c].cpu_s[1:]) for c in ("nonprivate", "dp")}
         o.update(nonprivate_epoch_s=best[k + "nonprivate"], dp_epoch_s=best[k + "dp"],
                  dp_over_nonprivate=best[k + "dp"] / best[k + "nonprivate"],
+                 nonprivate_epoch_cpu_s=cpu["nonprivate"], dp_epoch_cpu_s=cpu["dp"],
+                 dp_over_nonprivate_cpu=cpu["dp"] / cpu["nonprivate"],
                  compile_s={c: first[k + c] - best[k + c] for c in ("nonprivate", "dp")},
                  accuracy={c: _accuracy(model, runners[k + c].last, data[2], data[3])
                            for c in ("nonprivate", "dp")})

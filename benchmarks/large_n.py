@@ -12,10 +12,18 @@ ghost clipping with Poisson sampling. Peak memory (VmHWM) from a fresh subproces
 configuration. Keys: `<w>.<config>_epoch_s`, `<w>.compile_s.<config>`,
 `<w>.peak_rss_bytes.<config>`, `<w>.accuracy.<config>`, `<w>.dp_over_nonprivate` (targets 1.3
 MLP, 2 CNN), `<w>.full_mask_over_padded` (target >= 10), `<w>.opacus_over_ours`.
+
+    .venv/bin/python -m benchmarks.large_n --batches 256,1024,4096   # large_n_batches.json
+
+--batches: (a), (b) and (d) at each expected batch B, every B timed interleaved in one
+process; keys `<w>.B<b>.{nonprivate_epoch_s, dp_epoch_s, dp_over_nonprivate, compile_s.*,
+peak_rss_bytes.*, opacus_epoch_s}`; targets 1.6 at B = 256 and 1.3 at B >= 1,024
+(`batch_target`). --small: n = 3,750 and every B / 16, a check of the harness.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -44,6 +52,9 @@ _MODELS = {
     "mlp": ("mlp", dict(num_inputs=784, hidden=(256, 256), num_classes=NUM_CLASSES)),
     "cnn": ("cnn", dict(input_shape=IMAGE, channels=(16, 32), num_classes=NUM_CLASSES)),
 }
+# --small: n records and the divisor of every B (a toy run that checks the harness).
+SMALL_N = 3_750
+SMALL_DIVISOR = 16
 # Opacus's memory subprocess trains this many steps (its footprint does not grow with them).
 _OPACUS_MEMORY_STEPS = 20
 
@@ -69,9 +80,9 @@ def set_batch(batch: int) -> None:
   BATCH = batch
 
 
-def steps_per_epoch(n: int) -> int:
-  """T = round(1 / q) = round(n / B) steps: one epoch in expectation."""
-  return max(1, round(n / BATCH))
+def steps_per_epoch(n: int, batch: int | None = None) -> int:
+  """T = round(1 / q) = round(n / B) steps: one epoch in expectation (B: `batch` or BATCH)."""
+  return max(1, round(n / (batch or BATCH)))
 
 
 def _model(name: str):
@@ -80,9 +91,10 @@ def _model(name: str):
   return getattr(models, kind)(**kwargs)
 
 
-def _dp_config(n: int, num_steps: int):
+def _dp_config(n: int, num_steps: int, batch: int | None = None):
   from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
-  return dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=BATCH / n, num_steps=num_steps,
+  return dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=(batch or BATCH) / n,
+                           num_steps=num_steps,
                            l2_clip_norm=CLIP, noise_multiplier=SIGMA, learning_rate=LR_DP,
                            delta=1.0 / (10 * n))
 
@@ -94,14 +106,19 @@ def _accuracy(model, params, x, y) -> float:
 
 
 class _Runner:
-  """A zero-argument timed function; `last` holds what its latest call returned."""
+  """A zero-argument timed function; `last` holds what its latest call returned, `cpu_s`
+  the CPU seconds (all threads of this process) of each call: on a shared machine a
+  steadier measure of the work than wall time."""
 
   def __init__(self, fn: Callable[[], object]):
     self.fn = fn
     self.last = None
+    self.cpu_s = []
 
   def __call__(self):
+    t0 = time.process_time()
     self.last = self.fn()
+    self.cpu_s.append(time.process_time() - t0)
 
 
 def fast_apply(model):
@@ -115,8 +132,10 @@ def fast_apply(model):
   return lambda params, x: forward(params, x, None, shape)[0]
 
 
-def nonprivate_runner(model, x, y, num_steps: int, seed: int = SEED) -> _Runner:
-  """(a): one non-private epoch per call; call i shuffles with fold_in(key, i)."""
+def nonprivate_runner(model, x, y, num_steps: int, seed: int = SEED,
+                      batch: int | None = None) -> _Runner:
+  """(a): one non-private epoch per call of batches of `batch` (default BATCH) rows; call i
+  shuffles with fold_in(key, i)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
@@ -124,6 +143,7 @@ def nonprivate_runner(model, x, y, num_steps: int, seed: int = SEED) -> _Runner:
 
   opt = optax.sgd(LR_NONPRIVATE)
   apply = fast_apply(model)
+  b = batch or BATCH
 
   @jax.jit
   def epoch(params, key, x, y):
@@ -131,7 +151,7 @@ def nonprivate_runner(model, x, y, num_steps: int, seed: int = SEED) -> _Runner:
 
     def step(carry, t):
       p, s = carry
-      idx = jax.lax.dynamic_slice_in_dim(perm, t * BATCH, BATCH)
+      idx = jax.lax.dynamic_slice_in_dim(perm, t * b, b)
       xb, yb = x[idx], y[idx]
       g = jax.grad(lambda q: jnp.mean(models.loss_from_logits(apply(q, xb), yb)))(p)
       u, s = opt.update(g, s, p)
@@ -150,20 +170,22 @@ def nonprivate_runner(model, x, y, num_steps: int, seed: int = SEED) -> _Runner:
   return _Runner(run)
 
 
-def dp_runner(model, x, y, num_steps: int, batch_capacity="auto", seed: int = SEED) -> _Runner:
+def dp_runner(model, x, y, num_steps: int, batch_capacity="auto", seed: int = SEED,
+              batch: int | None = None) -> _Runner:
   """(b) / (c): `dpsgd.train_one` for num_steps steps at q = B / n, end to end."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
 
   n = x.shape[0]
-  cfg, keep, key = _dp_config(n, num_steps), jnp.ones((n,), bool), jax.random.key(seed + 1)
+  cfg, keep, key = _dp_config(n, num_steps, batch), jnp.ones((n,), bool), jax.random.key(seed + 1)
   perf = dpsgd.PerformanceFlags(batch_capacity=batch_capacity, progress=False)
   return _Runner(lambda: jax.block_until_ready(
       dpsgd.train_one(key, x, y, keep, cfg, model, perf=perf).params))
 
 
-def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED) -> dict:
+def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED,
+                    batch: int | None = None) -> dict:
   """Where the padded DP epoch's time goes: jitted scans of its parts (module docstring)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -171,7 +193,8 @@ def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED
   from dpjax import clipping, dpsgd, privatizer, sampling  # pylint: disable=g-import-not-at-top
 
   n = x.shape[0]
-  q = BATCH / n
+  b = batch or BATCH
+  q = b / n
   sampler = sampling.PoissonSampler(q)
   keep = jnp.ones((n,), bool)
   k_sample = jax.random.key(seed + 2)
@@ -199,7 +222,7 @@ def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED
     return jnp.sum(x[idx] * ok[:, None]) + jnp.sum(y[idx])
 
   path = clipping.path_for(model)
-  opt = optax.chain(privatizer.dp_aggregate(SIGMA * CLIP, BATCH, jax.random.key(seed + 3)),
+  opt = optax.chain(privatizer.dp_aggregate(SIGMA * CLIP, b, jax.random.key(seed + 3)),
                     optax.sgd(LR_DP))
   params0 = model.init(jax.random.key(seed))
 
@@ -216,7 +239,7 @@ def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED
         if use_sum:
           start = (t * capacity) % (n - capacity + 1)
           idx = jax.lax.dynamic_slice_in_dim(perm, start, capacity)
-          gsum, _ = path(p, x[idx], y[idx], w, CLIP)
+          gsum, _ = path.on_buffer(p, x[idx], y[idx], w, CLIP)
         else:
           gsum = zero
         if use_noise:
@@ -252,9 +275,10 @@ def _physical_memory_bytes() -> int:
   return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def opacus_runner(name: str, x_np, y_np, threads: int | None):
+def opacus_runner(name: str, x_np, y_np, threads: int | None, batch: int | None = None):
   """(d): (runner, model), runner() training one Opacus epoch (ghost clipping, Poisson
-  loader) with torch limited to `threads` (None: default); or (None, reason)."""
+  loader, expected batch `batch` or BATCH) with torch limited to `threads` (None: default);
+  or (None, reason)."""
   try:
     import opacus  # pylint: disable=g-import-not-at-top
     import torch  # pylint: disable=g-import-not-at-top
@@ -267,7 +291,7 @@ def opacus_runner(name: str, x_np, y_np, threads: int | None):
   torch.manual_seed(SEED)
   model = _torch_model(kind, dict(kwargs, num_inputs=784) if kind == "mlp" else kwargs)
   loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
-      _torch_images(name, x_np), torch.from_numpy(y_np.astype(np.int64))), batch_size=BATCH)
+      _torch_images(name, x_np), torch.from_numpy(y_np.astype(np.int64))), batch_size=batch or BATCH)
   opt = torch.optim.SGD(model.parameters(), lr=LR_DP)
   engine = opacus.PrivacyEngine()
   with warnings.catch_warnings():
@@ -309,7 +333,7 @@ def _opacus_accuracy(pmodel, name, x_np, y_np) -> float:
   return float((logits.argmax(1).numpy() == y_np).mean())
 
 
-def _opacus_threads(name, x_np, y_np, log) -> tuple[int | None, str | None]:
+def _opacus_threads(name, x_np, y_np, log, batch=None) -> tuple[int | None, str | None]:
   """torch's faster thread count here (1 or its default), timed on a few steps; or a reason."""
   try:
     import torch  # pylint: disable=g-import-not-at-top
@@ -317,7 +341,7 @@ def _opacus_threads(name, x_np, y_np, log) -> tuple[int | None, str | None]:
     return None, f"torch / opacus not importable ({e})"
   best = None
   for threads in sorted({1, torch.get_num_threads()}):
-    run, why = opacus_runner(name, x_np, y_np, threads)
+    run, why = opacus_runner(name, x_np, y_np, threads, batch)
     if run is None:
       return None, why
     run(3)
@@ -473,19 +497,8 @@ def measure(workloads, n: int, repeats: int, skip_opacus: bool = False,
             checkpoint: Callable[[dict], object] | None = None,
             skip_full_mask: bool = False) -> dict:
   """All figures, a flat dict with dotted keys; `checkpoint(figures)` after each workload."""
-  import tempfile  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  # With memory measured, a fresh persistent compilation cache: this process compiles (its
-  # compile times are real), the memory subprocesses load the programs (their peak RSS is that
-  # of running, not of the compiler). The previous settings are restored on return.
-  cache_dir, saved = None, {}
-  if not skip_memory:
-    cache_dir = tempfile.mkdtemp(prefix="large_n_xla_cache_")
-    for option, value in (("jax_compilation_cache_dir", cache_dir),
-                          ("jax_persistent_cache_min_compile_time_secs", 0.0)):
-      saved[option] = getattr(jax.config, option)
-      jax.config.update(option, value)
-  try:
+  with _compilation_cache(not skip_memory) as cache_dir:
     data = synthetic_images(SEED, n, NUM_TEST)
     figures = {"n": n, "batch": BATCH, "sampling_prob": BATCH / n,
                "steps_per_epoch": steps_per_epoch(n), "noise_multiplier": SIGMA,
@@ -502,9 +515,102 @@ def measure(workloads, n: int, repeats: int, skip_opacus: bool = False,
       figures.update(report.flatten(res, f"{name}."))
       if checkpoint is not None:
         checkpoint(figures)
+  return figures
+
+
+@contextlib.contextmanager
+def _compilation_cache(enabled: bool):
+  """Yields a fresh persistent compilation cache folder (None when not enabled): this process
+  compiles (its compile times are real), the memory subprocesses load the programs (their
+  peak RSS is that of running, not of the compiler). The previous settings are restored."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  cache_dir, saved = None, {}
+  if enabled:
+    cache_dir = tempfile.mkdtemp(prefix="large_n_xla_cache_")
+    for option, value in (("jax_compilation_cache_dir", cache_dir),
+                          ("jax_persistent_cache_min_compile_time_secs", 0.0)):
+      saved[option] = getattr(jax.config, option)
+      jax.config.update(option, value)
+  try:
+    yield cache_dir
   finally:
     for option, value in saved.items():
       jax.config.update(option, value)
+
+
+def batch_target(batch: int, n: int) -> float:
+  """The DP / non-private epoch target at expected batch B on n records: 1.6 below the
+  equivalent of B = 1,024 at n = 60,000 (B n_0 / n < 1,024), else 1.3."""
+  return 1.6 if batch * 60_000 / n < 1024 else 1.3
+
+
+def measure_batches(workloads, n: int, batches, repeats: int, skip_opacus: bool = False,
+                    skip_memory: bool = False, profile: bool = False, log=print,
+                    checkpoint: Callable[[dict], object] | None = None) -> dict:
+  """DP over non-private epochs at each expected batch B of `batches`: per workload, every
+  B's runners timed interleaved in one process (compile = first call - best call); peak
+  memory per configuration in fresh subprocesses; `profile`: where each DP epoch's time
+  goes. Keys `<w>.B<b>.<figure>`; `checkpoint(figures)` after each workload."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
+  batches = [int(b) for b in batches]
+  if not batches or min(batches) < 1:
+    raise ValueError(f"batches must be positive ints, got {batches!r}")
+  with _compilation_cache(not skip_memory) as cache_dir:
+    data = synthetic_images(SEED, n, NUM_TEST)
+    x, y = jnp.asarray(data[0]), jnp.asarray(data[1])
+    figures = {"n": n, "batches": batches, "noise_multiplier": SIGMA, "l2_clip_norm": CLIP,
+               "device": jax.devices()[0].platform,
+               "physical_memory_bytes": _physical_memory_bytes()}
+    for name in workloads:
+      log(f"[large_n] workload {name}, B = {batches}")
+      model = _model(name)
+      runners, opacus_models, out = {}, {}, {}
+      for b in batches:
+        t = steps_per_epoch(n, b)
+        out[f"B{b}"] = {"steps_per_epoch": t, "capacity": dpsgd.batch_layout(n, b / n),
+                        "target_dp_over_nonprivate": batch_target(b, n)}
+        runners[f"B{b}.nonprivate"] = nonprivate_runner(model, x, y, t, batch=b)
+        runners[f"B{b}.dp"] = dp_runner(model, x, y, t, "auto", batch=b)
+        threads, why = (None, "skipped (--skip_opacus)") if skip_opacus else \
+            _opacus_threads(name, data[0], data[1], log, b)
+        if why is None:
+          run, opacus_models[b] = opacus_runner(name, data[0], data[1], threads, b)
+          runners[f"B{b}.opacus"] = _Runner(run)
+          out[f"B{b}"]["opacus_threads"] = threads
+        else:
+          out[f"B{b}"]["opacus_skipped"] = why
+      first, best = _timed(runners, repeats, log,
+                           uncompiled=tuple(k for k in runners if k.endswith("opacus")))
+      for b in batches:
+        o, k = out[f"B{b}"], f"B{b}."
+        cpu = {c: min(runners[k + c].cpu_s[1:]) for c in ("nonprivate", "dp")}
+        o.update(nonprivate_epoch_s=best[k + "nonprivate"], dp_epoch_s=best[k + "dp"],
+                 dp_over_nonprivate=best[k + "dp"] / best[k + "nonprivate"],
+                 nonprivate_epoch_cpu_s=cpu["nonprivate"], dp_epoch_cpu_s=cpu["dp"],
+                 dp_over_nonprivate_cpu=cpu["dp"] / cpu["nonprivate"],
+                 compile_s={c: first[k + c] - best[k + c] for c in ("nonprivate", "dp")},
+                 accuracy={c: _accuracy(model, runners[k + c].last, data[2], data[3])
+                           for c in ("nonprivate", "dp")})
+        if k + "opacus" in runners:
+          o.update(opacus_epoch_s=best[k + "opacus"],
+                   opacus_over_ours=best[k + "opacus"] / best[k + "dp"])
+          o["accuracy"]["opacus"] = _opacus_accuracy(opacus_models[b], name, data[2], data[3])
+        if profile and o["capacity"] is not None:
+          o["profile"] = _timed(profile_runners(model, x, y, o["steps_per_epoch"],
+                                                o["capacity"], batch=b), repeats, log)[1]
+        if not skip_memory:
+          set_batch(b)   # the memory subprocesses' --batch
+          o["peak_rss_bytes"] = {c: peak_rss(name, c, n, {} if cache_dir is None else {
+              "JAX_COMPILATION_CACHE_DIR": cache_dir,
+              "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
+              for c in ("nonprivate", "dp_padded")}
+      out["command"] = report.command("large_n")
+      figures.update(report.flatten(out, f"{name}."))
+      if checkpoint is not None:
+        checkpoint(figures)
   return figures
 
 
@@ -525,6 +631,12 @@ def _define_flags() -> None:
                     "results file (each records its own command).")
   flags.DEFINE_bool("memory_only", False, "Only re-measure the peak memory of --workloads "
                     "in the existing results file (--json or the default).")
+  flags.DEFINE_list("batches", [], "Expected batch sizes B to sweep (e.g. 256,1024,4096): "
+                    "DP / non-private epoch at each, written to --json or "
+                    "benchmarks/results/large_n_batches.json (full mask not run).")
+  flags.DEFINE_bool("profile", False, "With --batches: where each DP epoch's time goes.")
+  flags.DEFINE_bool("small", False, f"Toy sizes: n = {SMALL_N:,} and every B divided by "
+                    f"{SMALL_DIVISOR} (a check of the harness, not a measurement).")
   flags.DEFINE_string("mem_child", None, "(internal) run <workload>:<config> once and print "
                       "its peak RSS.")
 
@@ -540,15 +652,29 @@ def main(argv):
   for w in workloads:
     if w not in _MODELS:
       raise ValueError(f"--workloads: unknown workload {w!r} (known: {sorted(_MODELS)})")
+  n = SMALL_N if fv.small else fv.n
+  if fv.batches:
+    batches = [max(1, int(b) // SMALL_DIVISOR) if fv.small else int(b) for b in fv.batches]
+    path = fv.json or os.path.join(report.RESULTS_DIR, "large_n_batches.json")
+
+    def save_batches(f):
+      report.dump(path, {"benchmark": "large_n_batches", "command": report.command("large_n"),
+                         "environment": report.environment(), "figures": f})
+    figures = measure_batches(workloads, n, batches, fv.repeats, fv.skip_opacus,
+                              fv.skip_memory, fv.profile, checkpoint=save_batches)
+    save_batches(figures)
+    return
+  if fv.small:
+    set_batch(max(1, fv.batch // SMALL_DIVISOR))
   path = fv.json or os.path.join(report.RESULTS_DIR, "large_n.json")
   if fv.memory_only:
     remeasure_memory(path, workloads)
     return
-  kept = _kept_figures(path, workloads, fv.n) if fv.merge else {}
+  kept = _kept_figures(path, workloads, n) if fv.merge else {}
 
   def save(f):
     report.write("large_n", dict(kept, **f), fv.json)
-  figures = measure(workloads, fv.n, fv.repeats, fv.skip_opacus, fv.skip_memory,
+  figures = measure(workloads, n, fv.repeats, fv.skip_opacus, fv.skip_memory,
                     fv.full_mask_shrink, checkpoint=save, skip_full_mask=fv.skip_full_mask)
   for k, v in figures.items():
     print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")

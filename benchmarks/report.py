@@ -357,6 +357,70 @@ def _large_n_section(doc: dict) -> list[str]:
   return out
 
 
+def _large_n_batches_section(doc: dict) -> list[str]:
+  """`benchmarks.large_n --batches`: DP over non-private epochs at several batch sizes."""
+  f = doc["figures"]
+  labels = {"mlp": "MLP 784→256→256→10", "cnn": "CNN 28×28 (16, 32)"}
+  n, batches = f.get("n"), f.get("batches", [])
+  names = [w for w in labels if any(f.get(f"{w}.B{b}.dp_epoch_s") is not None
+                                    for b in batches)]
+  cmds = {w: f.get(f"{w}.command", doc["command"]) for w in names}
+  command = ("Commands: " + "; ".join(f"{labels[w]} `{c}`" for w, c in cmds.items())
+             if len(set(cmds.values())) > 1 else f"Command: `{doc['command']}`")
+  out = [f"## DP overhead by batch size, n = {n:,} (`benchmarks/large_n.py --batches`)", "",
+         f"{command}. {_env_line(doc)}", "",
+         "One epoch (T = round(n / B) steps) at each expected batch B, C = "
+         f"{f.get('l2_clip_norm'):g}, σ = {f.get('noise_multiplier'):g}: `non-private` and "
+         "`DP` as in the section above (DP: `dpsgd.train_one`, `batch_capacity=\"auto\"`, "
+         "padded buffers of K rows), every configuration of a workload timed interleaved in "
+         "one process, best of the repeats, compilation excluded. Wall: seconds; CPU: "
+         "seconds of CPU time of the process (all threads), steadier than wall time on a "
+         "shared machine. Targets: DP / non-private ≤ 1.6× at B = 256, ≤ 1.3× at "
+         "B ≥ 1,024.", ""]
+  rows, rows2 = [], []
+  for w in names:
+    for b in batches:
+      g = lambda k, w=w, b=b: f.get(f"{w}.B{b}.{k}")
+      if g("dp_epoch_s") is None:
+        continue
+      target = g("target_dp_over_nonprivate")
+      rows.append([labels[w], f"{b:,}", str(g("capacity")), str(g("steps_per_epoch")),
+                   _fmt(g("nonprivate_epoch_s"), ".2f"), _fmt(g("dp_epoch_s"), ".2f"),
+                   _ratio_vs_target(g("dp_over_nonprivate"), target, True),
+                   _fmt(g("nonprivate_epoch_cpu_s"), ".2f"), _fmt(g("dp_epoch_cpu_s"), ".2f"),
+                   _ratio_vs_target(g("dp_over_nonprivate_cpu"), target, True),
+                   _fmt(g("opacus_epoch_s"), ".1f"), _times(g("opacus_over_ours"))])
+      mem = lambda c, g=g: _fmt(g(f"peak_rss_bytes.{c}") / 2**30
+                                if g(f"peak_rss_bytes.{c}") else None, ".2f")
+      acc = lambda c, g=g: _fmt(100 * g(f"accuracy.{c}") if g(f"accuracy.{c}") is not None
+                                else None, ".1f")
+      rows2.append([labels[w], f"{b:,}", _fmt(g("compile_s.nonprivate"), ".1f"),
+                    _fmt(g("compile_s.dp"), ".1f"), mem("nonprivate"), mem("dp_padded"),
+                    acc("nonprivate"), acc("dp")])
+  out += _table(["workload", "B", "K", "T", "non-private wall (s)", "DP wall (s)",
+                 "DP / non-private, wall", "non-private CPU (s)", "DP CPU (s)",
+                 "DP / non-private, CPU", "Opacus wall (s)", "Opacus / DP"], rows)
+  why = [f[k] for k in sorted(f) if k.endswith(".opacus_skipped")]
+  if why:
+    out += ["", f"Opacus not timed: {why[0]}."]
+  out += ["", "Compile time (first call − best call, s, wall), peak resident memory of a fresh "
+          "process running the configuration once (GiB, VmHWM; – when not measured), and "
+          "test accuracy (%) after the epoch:", ""]
+  out += _table(["workload", "B", "compile non-private", "compile DP", "RSS non-private",
+                 "RSS DP", "acc. non-private", "acc. DP"], rows2)
+  prof = [(w, b) for w in names for b in batches if f.get(f"{w}.B{b}.profile.mask") is not None]
+  if prof:
+    out += ["", "Where the DP epoch's time goes (wall s per epoch, parts as in the section "
+            "above):", ""]
+    parts = ("mask", "pad", "gather", "clipped_sum", "noise_update", "fixed_batch_dp",
+             "host_check")
+    out += _table(["workload", "B"] + [p.replace("_", " ") for p in parts] + ["DP epoch"],
+                  [[labels[w], f"{b:,}"] + [_fmt(f.get(f"{w}.B{b}.profile.{p}"), ".3f")
+                                            for p in parts]
+                   + [_fmt(f.get(f"{w}.B{b}.dp_epoch_s"), ".3f")] for w, b in prof])
+  return out + [""]
+
+
 def _pate_teachers_section(doc: dict) -> list[str]:
   f = doc["figures"]
   rows = []
@@ -473,7 +537,8 @@ def _mf_section(doc: dict) -> list[str]:
 
 _SECTIONS = {"dpsgd": _dpsgd_section, "accountants": _accountants_section,
              "secure_noise": _secure_noise_section,
-             "large_n": _large_n_section, "pate_teachers": _pate_teachers_section,
+             "large_n": _large_n_section, "large_n_batches": _large_n_batches_section,
+             "pate_teachers": _pate_teachers_section,
              "compile_time": _compile_time_section, "mf": _mf_section}
 
 

@@ -1289,8 +1289,9 @@ def entries():
 
   # ---- clipping
   add(E("dpjax.clipping.ClippingPath", clipping.ClippingPath,
-        dict(fn=clipping.path_for(lr).fn, name="p", scan_unroll=1),
-        {"fn": "callable", "name": None, "scan_unroll": "count"}))
+        dict(fn=clipping.path_for(lr).fn, name="p", scan_unroll=1,
+             buffer_fn=clipping.path_for(lr).fn),
+        {"fn": "callable", "name": None, "scan_unroll": "count", "buffer_fn": "callable"}))
   add(E("dpjax.clipping.register", clipping.register,
         dict(kind="fuzz-test-kind", factory=clipping.path_for), {"kind": "pathlike"}))
   add(E("dpjax.clipping.path_for", clipping.path_for, dict(model=lr)))
@@ -1302,11 +1303,12 @@ def entries():
                 "params": None}
   add(E("dpjax.clipping.ghost.mlp_clipped_sum", ghost.mlp_clipped_sum,
         dict(params=mlp_params, x_BxF=bx, y_B=by.astype(np.int32), weights_B=bw,
-             l2_clip_norm=1.0, l2=0.0), data_kinds))
+             l2_clip_norm=1.0, l2=0.0, branch=False), data_kinds))
   add(E("dpjax.clipping.ghost.cnn_clipped_sum_fn", ghost.cnn_clipped_sum_fn,
-        dict(input_shape=(8, 8, 1), l2=0.0, conv_mode="auto"), {"input_shape": None}))
+        dict(input_shape=(8, 8, 1), l2=0.0, conv_mode="auto", branch=True),
+        {"input_shape": None}))
   add(E("dpjax.clipping.ghost.clipped_sum_fn", ghost.clipped_sum_fn,
-        dict(model=mlp_m, conv_mode="auto")))
+        dict(model=mlp_m, conv_mode="auto", branch=True)))
   add(E("dpjax.clipping.glm.clipped_grad_sum", glm.clipped_grad_sum,
         dict(l2=0.0, params=lr_params, x_BxD=bx, y_B=by, weights_B=bw, l2_clip_norm=1.0),
         data_kinds))

@@ -97,6 +97,57 @@ class LargeNSectionTest(absltest.TestCase):
     self.assertEqual(report._ratio_vs_target(None, 10, False), "–")
 
 
+class BatchSweepTest(absltest.TestCase):
+
+  def test_batch_target(self):
+    self.assertEqual(large_n.batch_target(256, 60_000), 1.6)
+    self.assertEqual(large_n.batch_target(1024, 60_000), 1.3)
+    self.assertEqual(large_n.batch_target(4096, 60_000), 1.3)
+    # --small: n / 16 and B / 16 keep q, and so the target.
+    self.assertEqual(large_n.batch_target(16, 3_750), 1.6)
+    self.assertEqual(large_n.batch_target(64, 3_750), 1.3)
+    self.assertEqual(large_n.steps_per_epoch(60_000, 4096), 15)   # round(60000 / 4096)
+
+  def test_render(self):
+    f = {"n": 60000, "batches": [256, 4096], "l2_clip_norm": 1.0, "noise_multiplier": 1.0}
+    for b, (wall, cpu) in {256: ((2.0, 3.0), (1.0, 1.5)), 4096: ((4.0, 4.8), (2.0, 2.8))}.items():
+      f.update({f"mlp.B{b}.capacity": 288 if b == 256 else 4224,
+                f"mlp.B{b}.steps_per_epoch": large_n.steps_per_epoch(60000, b),
+                f"mlp.B{b}.nonprivate_epoch_s": wall[0], f"mlp.B{b}.dp_epoch_s": wall[1],
+                f"mlp.B{b}.dp_over_nonprivate": wall[1] / wall[0],
+                f"mlp.B{b}.nonprivate_epoch_cpu_s": cpu[0], f"mlp.B{b}.dp_epoch_cpu_s": cpu[1],
+                f"mlp.B{b}.dp_over_nonprivate_cpu": cpu[1] / cpu[0],
+                f"mlp.B{b}.target_dp_over_nonprivate": large_n.batch_target(b, 60000),
+                f"mlp.B{b}.compile_s.dp": 9.5, f"mlp.B{b}.compile_s.nonprivate": 2.5,
+                f"mlp.B{b}.peak_rss_bytes.dp_padded": 2 ** 30,
+                f"mlp.B{b}.opacus_skipped": "not importable"})
+    tmp = tempfile.mkdtemp()
+    report.dump(os.path.join(tmp, "large_n_batches.json"),
+                {"benchmark": "large_n_batches", "command": "python -m benchmarks.large_n x",
+                 "environment": {}, "figures": f})
+    text = report.render(tmp)
+    self.assertIn("## DP overhead by batch size, n = 60,000", text)
+    self.assertIn("| MLP 784→256→256→10 | 256 | 288 | 234 | 2.00 | 3.00 | 1.50× (target ≤ "
+                  "1.6×: met) | 1.00 | 1.50 | 1.50× (target ≤ 1.6×: met) | – | – |", text)
+    self.assertIn("| MLP 784→256→256→10 | 4,096 | 4224 | 15 | 4.00 | 4.80 | 1.20× (target ≤ "
+                  "1.3×: met) | 2.00 | 2.80 | 1.40× (target ≤ 1.3×: missed) |", text)
+    self.assertIn("| MLP 784→256→256→10 | 4,096 | 2.5 | 9.5 | – | 1.00 |", text)
+    self.assertIn("Opacus not timed: not importable.", text)
+
+  @pytest.mark.slow  # compiles six programs (minutes of CPU)
+  def test_measure_batches_small(self):
+    f = large_n.measure_batches(["mlp"], large_n.SMALL_N, [16, 256], repeats=1,
+                                skip_opacus=True, skip_memory=True, log=lambda s: None)
+    for b in (16, 256):
+      g = lambda k, b=b: f[f"mlp.B{b}.{k}"]
+      self.assertEqual(g("steps_per_epoch"), round(large_n.SMALL_N / b))
+      self.assertAlmostEqual(g("dp_over_nonprivate"), g("dp_epoch_s") / g("nonprivate_epoch_s"))
+      self.assertAlmostEqual(g("dp_over_nonprivate_cpu"),
+                             g("dp_epoch_cpu_s") / g("nonprivate_epoch_cpu_s"))
+      self.assertGreaterEqual(g("capacity"), b)   # the padded layout at both sizes
+      self.assertGreater(g("accuracy.dp"), 0.2)   # chance is 0.1
+
+
 class MergeTest(absltest.TestCase):
 
   def test_kept_figures_keep_other_workloads_with_their_command(self):

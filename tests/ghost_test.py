@@ -190,9 +190,44 @@ class GhostTest(parameterized.TestCase):
       ghost.cnn_clipped_sum_fn((6, 4, 1))(cparams, jnp.ones((3, 23)), y, w, 1.0)
 
 
-class GhostFloatLimitsTest(absltest.TestCase):
+class GhostBranchTest(parameterized.TestCase):
+  """branch=True (the padded step's buffers) against the one-program guarded pass."""
 
-  def test_overflowing_activations_are_dropped_not_nan(self):
+  @parameterized.named_parameters((name, model, shape, kw) for name, model, shape, kw in _CASES
+                                  if name in ("mlp", "mlp_binary_l2", "cnn_gram",
+                                              "cnn_materialise"))
+  def test_branch_equals_guarded_pass(self, model, shape, kw):
+    params, x, y = _data(model, shape, seed=2)
+    guarded = jax.jit(ghost.clipped_sum_fn(model, **kw))
+    branched = jax.jit(ghost.clipped_sum_fn(model, branch=True, **kw))
+    for clip in (0.05, math.inf):
+      want, want_n = guarded(params, x, y, _WEIGHTS, jnp.float32(clip))
+      got, got_n = branched(params, x, y, _WEIGHTS, jnp.float32(clip))
+      np.testing.assert_allclose(got_n, want_n, rtol=1e-6)
+      _assert_trees_close(self, got, want, rtol=1e-5, atol=1e-7)
+
+  def test_one_models_overflow_takes_the_guarded_branch_for_the_batch(self):
+    # Model 1 sees a record with a norm beyond float32 (1e30 feature): the whole vmapped
+    # batch runs the guarded sum, and each model still equals its own unbatched result.
+    model = models.mlp(12, (16, 8), 10)
+    params, x, y = _data(model, (12,))
+    x_M = np.stack([np.asarray(x)] * 3)
+    x_M[1, 2, 0] = 1e30
+    fn = ghost.clipped_sum_fn(model, branch=True)
+    vfn = jax.jit(jax.vmap(fn, in_axes=(None, 0, None, None, None)))
+    self.assertIn("cond[", str(jax.make_jaxpr(vfn)(params, x_M, y, _WEIGHTS, 0.5)))
+    got, norms = vfn(params, x_M, y, _WEIGHTS, 0.5)
+    self.assertTrue(1e29 < float(norms[1, 2]) < np.inf)
+    for i in range(3):
+      want, want_n = jax.jit(ghost.clipped_sum_fn(model))(params, x_M[i], y, _WEIGHTS, 0.5)
+      np.testing.assert_allclose(norms[i], want_n, rtol=1e-6)
+      _assert_trees_close(self, jax.tree.map(lambda a: a[i], got), want, rtol=1e-5, atol=1e-7)
+
+
+class GhostFloatLimitsTest(parameterized.TestCase):
+
+  @parameterized.parameters(False, True)
+  def test_overflowing_activations_are_dropped_not_nan(self, branch):
     # 3.4e38 inputs overflow the hidden activations to inf: that record's gradient is
     # not finite, its norm is inf, and it adds exactly zero, sampled or not; a record
     # whose norm is finite but beyond 1.8e19 (1e30 input) is clipped to C.
@@ -202,7 +237,7 @@ class GhostFloatLimitsTest(absltest.TestCase):
     x = jnp.array([[f32_max, f32_max, f32_max], [0.3, 1e30, -0.1], [1.0, -2.0, 0.5],
                    [0.2, 0.1, 0.0]])
     y = jnp.array([0, 2, 1, 2])
-    fn = ghost.clipped_sum_fn(model)
+    fn = ghost.clipped_sum_fn(model, branch=branch)
     for wts in (jnp.ones(4), jnp.array([0.0, 1.0, 1.0, 1.0])):
       s, norms = fn(params, x, y, wts, 1.0)
       s_ref, norms_ref = vmap.clipped_grad_sum(model, params, x, y, wts, 1.0)

@@ -47,6 +47,9 @@ class ClippingPath:
     scan_unroll: steps per scan iteration for large chunks of small models (speed only).
     accounted: False for a deliberately broken clipping (the engine warns).
     privacy_unit: "example" or "user"; the engine refuses one unlike the config's.
+    buffer_fn: what the padded step runs on its buffers of K gathered rows (None: fn); the
+      same clipped sums and norms as fn, possibly rounded differently (e.g. ghost's
+      `branch=True`). A wrapper that builds a new path from `fn` drops it.
   """
   fn: ClippedSumFn
   name: str = "custom"
@@ -54,6 +57,7 @@ class ClippingPath:
   scan_unroll: int = 1
   accounted: bool = True
   privacy_unit: str = "example"
+  buffer_fn: ClippedSumFn | None = None
 
   def __post_init__(self):
     _validate.check_callable(self.fn, "fn")
@@ -61,9 +65,16 @@ class ClippingPath:
     _validate.check_bool(self.accounted, "accounted")
     _validate.check_int(self.scan_unroll, "scan_unroll")
     _validate.check_choice(self.privacy_unit, ("example", "user"), "privacy_unit")
+    if self.buffer_fn is not None:
+      _validate.check_callable(self.buffer_fn, "buffer_fn")
 
   def __call__(self, params, x_BxF, y_B, weights_B, l2_clip_norm):
     return self.fn(params, x_BxF, y_B, weights_B, l2_clip_norm)
+
+  def on_buffer(self, params, x_KxF, y_K, weights_K, l2_clip_norm):
+    """`buffer_fn` (else `fn`) on a padded buffer of K rows."""
+    fn = self.fn if self.buffer_fn is None else self.buffer_fn
+    return fn(params, x_KxF, y_K, weights_K, l2_clip_norm)
 
 
 _FACTORIES: dict[str, Callable[[models_lib.Model], ClippingPath]] = {}
@@ -112,8 +123,11 @@ def _wrap(fn):
 register("logistic_regression",
          lambda m: ClippingPath(functools.partial(glm.clipped_grad_sum, m.l2), "glm",
                                 scan_unroll=4))
-register("mlp", lambda m: ClippingPath(ghost.clipped_sum_fn(m), "ghost"))
-register("cnn", lambda m: ClippingPath(ghost.clipped_sum_fn(m), "ghost"))
+# The padded step's buffers branch past the overflow guards when every norm is in range.
+register("mlp", lambda m: ClippingPath(ghost.clipped_sum_fn(m), "ghost",
+                                       buffer_fn=ghost.clipped_sum_fn(m, branch=True)))
+register("cnn", lambda m: ClippingPath(ghost.clipped_sum_fn(m), "ghost",
+                                       buffer_fn=ghost.clipped_sum_fn(m, branch=True)))
 
 from dpjax.clipping import user  # noqa: E402,F401  (needs ClippingPath defined above)
 

@@ -147,8 +147,14 @@ def _outer_norm(a_BxI, asq_B, g_BxO, gsq_B, bias=True):
 
 
 def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, l2_clip_norm,
-                      l2: float, conv_mode: str, flat_layer_params: Callable):
-  """The shared ghost pass: norms from (activations, output grads), then one matmul per layer."""
+                      l2: float, conv_mode: str, flat_layer_params: Callable,
+                      branch: bool = False):
+  """The shared ghost pass: norms from (activations, output grads), then one matmul per layer.
+
+  branch=False: one program that guards every record (fallback norms, masked rows).
+  branch=True: when every record's squared norm is in float32 range (checked for the whole
+  vmapped batch, `_all_over_batch`), a lax.cond skips the fallback norms and row masks;
+  the same clipped sum and norms, with rounding that may differ in the last bits."""
   x_BxF = jnp.asarray(x_BxF)
   y_B = jnp.asarray(y_B)
   weights_B = jnp.asarray(weights_B, jnp.float32)
@@ -165,7 +171,9 @@ def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, 
   # The loss is a sum of per-example terms: d/d(probe) is each example's output gradient.
   grads_probe, recs = jax.grad(total_loss, has_aux=True)(probes0)
   outs = []
-  layer_norms = []     # overflow-safe norm of each layer's per-example gradient, [B]
+  # Per layer, the overflow-safe norm of its per-example gradients [B] (a thunk when branching).
+  layer_norms = []
+  keep = (lambda part: part) if branch else (lambda part: part())
   sq_B = jnp.zeros(x_BxF.shape[0], jnp.float32)
   cross_B = jnp.zeros(x_BxF.shape[0], jnp.float32)
   for rec, g in zip(recs, grads_probe):
@@ -174,7 +182,7 @@ def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, 
       gsq = jnp.sum(g * g, axis=1)
       asq = jnp.sum(rec.a * rec.a, axis=1)
       sq_B = sq_B + asq * gsq + gsq
-      layer_norms.append(_outer_norm(rec.a, asq, g, gsq))
+      layer_norms.append(keep(functools.partial(_outer_norm, rec.a, asq, g, gsq)))
       outs.append(("dense", rec.a, g, None))
     else:
       g = g.reshape(rec.z.shape)                       # [B, P, O]
@@ -185,57 +193,102 @@ def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, 
         gw = jnp.einsum("bpk,bpo->bko", rec.a, g)      # per-example kernel grads [B, K, O]
         layer_sq = jnp.sum(gw * gw, axis=(1, 2)) + jnp.sum(gb * gb, axis=1)
         sq_B = sq_B + layer_sq
-        layer_norms.append(_vmap.tree_norms((gw, gb)))
+        layer_norms.append(keep(functools.partial(_vmap.tree_norms, (gw, gb))))
         outs.append(("conv_mat", gw, gb, None))
       else:
         gram_a = jnp.einsum("bpk,bqk->bpq", rec.a, rec.a)
         gram_g = jnp.einsum("bpo,bqo->bpq", g, g)
         sq_B = sq_B + jnp.sum(gram_a * gram_g, axis=(1, 2)) + jnp.sum(gb * gb, axis=1)
-        # Out of range, the kernel part is bounded by ||A_b||_F ||G_b||_F >= ||A_b^T G_b||_F.
-        flat_a = rec.a.reshape(rec.a.shape[0], -1)
-        flat_g = g.reshape(g.shape[0], -1)
-        kernel = _outer_norm(flat_a, jnp.sum(flat_a * flat_a, axis=1), flat_g,
-                             jnp.sum(flat_g * flat_g, axis=1), bias=False)
-        layer_norms.append(_vmap.combine_norms([kernel, _vmap.tree_norms(gb)]))
+        layer_norms.append(keep(functools.partial(_gram_layer_norm, rec.a, g, gb)))
         outs.append(("conv_gram", rec.a, g, gb))
     if l2:
       cross_B = cross_B + jnp.sum((g * rec.z).reshape(g.shape[0], -1), axis=1)
-  # Out of float32 range, the norm comes from the layer norms (`vmap.safe_norm`).
-  fallback_B = _vmap.combine_norms(layer_norms)
+
+  def fallback_norms(norms):
+    """Out of float32 range, the norm comes from the layer norms (`vmap.safe_norm`)."""
+    fallback_B = _vmap.combine_norms(norms)
+    if l2:
+      # ||grad_b + l2 theta|| <= ||grad_b|| + l2 ||theta||, used only where the exact form
+      # overflows.
+      fallback_B = fallback_B + l2 * _vmap.tree_norms(
+          [jnp.reshape(t, (1, -1)) for t in jax.tree.leaves(params)])[0]
+    return fallback_B
+
+  fallback_B = None if branch else _vmap.combine_norms(layer_norms)
   if l2:
     theta_sq = sum(jnp.sum(jnp.square(t)) for t in jax.tree.leaves(params))
     sq_B = sq_B + 2.0 * l2 * cross_B + (l2 * l2) * theta_sq
-    # ||grad_b + l2 theta|| <= ||grad_b|| + l2 ||theta||, used only where the exact form overflows.
-    fallback_B = fallback_B + l2 * _vmap.tree_norms(
-        [jnp.reshape(t, (1, -1)) for t in jax.tree.leaves(params)])[0]
-  in_range = sq_B < jnp.inf                                  # False for NaN
-  norms_B = jnp.where(in_range, jnp.sqrt(jnp.maximum(sq_B, 0.0)), fallback_B)
-  norms_B = jnp.where(jnp.isnan(norms_B), jnp.inf, norms_B)
-  # A record with an inf norm is dropped: its rows are zeroed with jnp.where before any
-  # product, so no record can turn the sum into NaN through 0 * inf.
-  keep_B = norms_B < jnp.inf
-  # min(1, C / norm); C = inf or norm = 0 give factor 1.
-  factor_B = jnp.minimum(1.0, l2_clip_norm / jnp.maximum(norms_B, 1e-30))
-  s_B = jnp.where(keep_B, weights_B * factor_B, 0.0)
+    if not branch:
+      fallback_B = fallback_B + l2 * _vmap.tree_norms(
+          [jnp.reshape(t, (1, -1)) for t in jax.tree.leaves(params)])[0]
 
-  def rows(v):
-    return jnp.where(keep_B.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0.0)
-
-  sums = []
-  for kind, u, v, gb in outs:
-    if kind == "dense":
-      u, v = rows(u), rows(v)
-      sums.append((u.T @ (v * s_B[:, None]), s_B @ v))
-    elif kind == "conv_mat":
-      u, v = rows(u), rows(v)
-      sums.append((jnp.einsum("b,bko->ko", s_B, u), s_B @ v))
+  def clipped_sum(guarded: bool):
+    """guarded=False assumes every sq_B in range (so every record is kept and its rows are
+    finite) and skips the fallback norms and the row masks."""
+    if guarded:
+      fb = fallback_norms([part() for part in layer_norms]) if branch else fallback_B
+      in_range = sq_B < jnp.inf                                  # False for NaN
+      norms_B = jnp.where(in_range, jnp.sqrt(jnp.maximum(sq_B, 0.0)), fb)
+      norms_B = jnp.where(jnp.isnan(norms_B), jnp.inf, norms_B)
     else:
-      u, v, gb = rows(u), rows(v), rows(gb)
-      sums.append((jnp.einsum("bpk,bpo->ko", u, v * s_B[:, None, None]), s_B @ gb))
-  grad_sum = flat_layer_params(params, sums)
-  if l2:
-    grad_sum = jax.tree.map(lambda gsum, t: gsum + l2 * jnp.sum(s_B) * t, grad_sum, params)
-  return grad_sum, norms_B
+      norms_B = jnp.sqrt(jnp.maximum(sq_B, 0.0))
+    # A record with an inf norm is dropped: its rows are zeroed with jnp.where before any
+    # product, so no record can turn the sum into NaN through 0 * inf.
+    keep_B = norms_B < jnp.inf
+    # min(1, C / norm); C = inf or norm = 0 give factor 1.
+    factor_B = jnp.minimum(1.0, l2_clip_norm / jnp.maximum(norms_B, 1e-30))
+    s_B = jnp.where(keep_B, weights_B * factor_B, 0.0)
+
+    def rows(v):
+      if not guarded:
+        return v
+      return jnp.where(keep_B.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0.0)
+
+    sums = []
+    for kind, u, v, gb in outs:
+      if kind == "dense":
+        u, v = rows(u), rows(v)
+        sums.append((u.T @ (v * s_B[:, None]), s_B @ v))
+      elif kind == "conv_mat":
+        u, v = rows(u), rows(v)
+        sums.append((jnp.einsum("b,bko->ko", s_B, u), s_B @ v))
+      else:
+        u, v, gb = rows(u), rows(v), rows(gb)
+        sums.append((jnp.einsum("bpk,bpo->ko", u, v * s_B[:, None, None]), s_B @ gb))
+    grad_sum = flat_layer_params(params, sums)
+    if l2:
+      grad_sum = jax.tree.map(lambda gsum, t: gsum + l2 * jnp.sum(s_B) * t, grad_sum, params)
+    return grad_sum, norms_B
+
+  if not branch:
+    return clipped_sum(True)
+  # One branch for the whole vmapped batch: the guarded sum runs only when some record's
+  # squared norm is out of float32 range (or NaN).
+  every_in_range = _all_over_batch(jnp.all(sq_B < jnp.inf))
+  return jax.lax.cond(every_in_range, lambda: clipped_sum(False), lambda: clipped_sum(True))
+
+
+@jax.custom_batching.custom_vmap
+def _all_over_batch(pred: jax.Array) -> jax.Array:
+  """pred (a bool scalar); under vmap, the AND over the mapped axis, unbatched, so that a
+  lax.cond on it stays one branch instead of becoming a select that runs both."""
+  return pred
+
+
+@_all_over_batch.def_vmap
+def _all_over_batch_rule(axis_size, in_batched, pred):
+  del axis_size
+  return (jnp.all(pred) if in_batched[0] else pred), False
+
+
+def _gram_layer_norm(a_BxPxK, g_BxPxO, gb_BxO):
+  """A Gram-mode conv layer's overflow-safe norm bound: the kernel part bounded by
+  ||A_b||_F ||G_b||_F >= ||A_b^T G_b||_F, combined with the bias part."""
+  flat_a = a_BxPxK.reshape(a_BxPxK.shape[0], -1)
+  flat_g = g_BxPxO.reshape(g_BxPxO.shape[0], -1)
+  kernel = _outer_norm(flat_a, jnp.sum(flat_a * flat_a, axis=1), flat_g,
+                       jnp.sum(flat_g * flat_g, axis=1), bias=False)
+  return _vmap.combine_norms([kernel, _vmap.tree_norms(gb_BxO)])
 
 
 def _mlp_unflatten(params, sums):
@@ -254,24 +307,27 @@ def _cnn_unflatten(params, sums):
 @_validate.names_extreme_arguments
 def mlp_clipped_sum(params: PyTree, x_BxF: jax.typing.ArrayLike, y_B: jax.typing.ArrayLike,
                     weights_B: jax.typing.ArrayLike, l2_clip_norm: float, *,
-                    l2: float = 0.0) -> tuple[PyTree, jax.Array]:
+                    l2: float = 0.0, branch: bool = False) -> tuple[PyTree, jax.Array]:
   """Ghost-clipped gradient sum (`dpjax.clipping` contract) for `models.mlp` parameters;
-  l2 is the model's L2 coefficient."""
+  l2 is the model's L2 coefficient; branch: `ghost_clipped_sum`'s."""
   num_outputs = jnp.shape(params["layers"][-1]["b"])[-1]
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=max(num_outputs, 2))
   _validate.check_clip_norm(l2_clip_norm)
   return ghost_clipped_sum(_mlp_forward, params, x_BxF, y_B, weights_B, l2_clip_norm,
-                            _validate.check_nonnegative(l2, "l2"), "auto", _mlp_unflatten)
+                            _validate.check_nonnegative(l2, "l2"), "auto", _mlp_unflatten,
+                            _validate.check_bool(branch, "branch"))
 
 
 def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.0,
-                       conv_mode: str = "auto") -> ClippedSumFn:
+                       conv_mode: str = "auto", branch: bool = False) -> ClippedSumFn:
   """A ghost-clipped-sum function (`dpjax.clipping` contract) for `models.cnn` parameters;
-  input_shape (H, W, C_in), conv_mode "materialise", "gram" or "auto" (cheaper per layer)."""
+  input_shape (H, W, C_in), conv_mode "materialise", "gram" or "auto" (cheaper per layer),
+  branch: `ghost_clipped_sum`'s."""
   if len(input_shape) != 3 or any(int(v) != v or v < 1 for v in input_shape):
     raise ValueError(f"input_shape must be three positive ints (H, W, C), got {input_shape!r}")
   _validate.check_choice(conv_mode, _CONV_MODES, "conv_mode")
   l2 = _validate.check_nonnegative(l2, "l2")
+  branch = _validate.check_bool(branch, "branch")
   shape = tuple(int(v) for v in input_shape)
 
   def forward(params, x, probes):
@@ -279,35 +335,38 @@ def cnn_clipped_sum_fn(input_shape: Sequence[int] = (8, 8, 1), *, l2: float = 0.
 
   def fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
     return ghost_clipped_sum(forward, params, check_input_size(x_BxF, shape), y_B, weights_B,
-                             l2_clip_norm, l2, conv_mode, _cnn_unflatten)
+                             l2_clip_norm, l2, conv_mode, _cnn_unflatten, branch)
 
   return fn
 
 
 def clipped_sum_fn(model: models_lib.Model, input_shape: Sequence[int] | None = None, *,
-                   conv_mode: str = "auto") -> ClippedSumFn:
+                   conv_mode: str = "auto", branch: bool = False) -> ClippedSumFn:
   """The ghost-clipped-sum function for a `models.mlp` or `models.cnn` model (memoised); a
-  CNN's input_shape defaults to the model's, else square images inferred from flat inputs."""
+  CNN's input_shape defaults to the model's, else square images inferred from flat inputs;
+  branch: `ghost_clipped_sum`'s."""
   models_lib.check_model(model)
   _validate.check_choice(conv_mode, _CONV_MODES, "conv_mode")
+  branch = _validate.check_bool(branch, "branch")
   if input_shape is None and model.kind == "cnn":
     input_shape = model.input_shape
   shape = None if input_shape is None else tuple(input_shape)
-  return _clipped_sum_fn(model, shape, conv_mode)
+  return _clipped_sum_fn(model, shape, conv_mode, branch)
 
 
 @functools.lru_cache(maxsize=64)
-def _clipped_sum_fn(model, input_shape, conv_mode):
+def _clipped_sum_fn(model, input_shape, conv_mode, branch):
   if model.kind == "mlp":
     l2 = model.l2
 
     def mlp_fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
-      return mlp_clipped_sum(params, x_BxF, y_B, weights_B, l2_clip_norm, l2=l2)
+      return mlp_clipped_sum(params, x_BxF, y_B, weights_B, l2_clip_norm, l2=l2,
+                             branch=branch)
 
     return mlp_fn
   if model.kind == "cnn":
     if input_shape is not None:
-      return cnn_clipped_sum_fn(input_shape, l2=model.l2, conv_mode=conv_mode)
+      return cnn_clipped_sum_fn(input_shape, l2=model.l2, conv_mode=conv_mode, branch=branch)
 
     def cnn_fn(params, x_BxF, y_B, weights_B, l2_clip_norm):
       x = jnp.asarray(x_BxF)
@@ -321,7 +380,7 @@ def _clipped_sum_fn(model, input_shape, conv_mode):
           raise ValueError(f"cannot infer a square input_shape from x_BxF shape {x.shape}; "
                            "pass input_shape=(H, W, C)")
         shape = (side, side, c_in)
-      return cnn_clipped_sum_fn(shape, l2=model.l2, conv_mode=conv_mode)(
+      return cnn_clipped_sum_fn(shape, l2=model.l2, conv_mode=conv_mode, branch=branch)(
           params, x, y_B, weights_B, l2_clip_norm)
 
     return cnn_fn

@@ -76,12 +76,17 @@ def _first_bad_index(bad: np.ndarray) -> tuple[int, ...]:
   return tuple(int(i) for i in np.argwhere(bad)[0])
 
 
+@jax.jit
+def _all_finite(x: jax.Array) -> jax.Array:
+  """Whether every value of x is finite: one fused pass, no [N, F] mask on the host."""
+  return jnp.all(jnp.isfinite(x))
+
+
 def check_records(x: jax.Array, y: jax.Array, model: models_lib.Model) -> None:
   """ValueError naming `x_NxF` or `y_N` for non-finite or complex values, or labels outside
   {0, 1} (one output) or [0, K) (checked before any int32 cast)."""
-  bad_x = ~np.asarray(jnp.isfinite(x))
-  if bad_x.any():
-    idx = _first_bad_index(bad_x)
+  if not bool(_all_finite(x)):
+    idx = _first_bad_index(~np.asarray(jnp.isfinite(x)))
     raise ValueError(f"x_NxF must be finite (no NaN or inf): x_NxF{list(idx)} = "
                      f"{float(x[idx])}")
   y_np = np.asarray(y)   # as given (int64 stays int64: compared exactly in float64)

@@ -115,20 +115,23 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
 
 def padded_clipped_sum(clipping, params, x, y, mask_N, c, capacity, stats):
   """(clipped sum, updated stats or ()) of the records in mask_N: a while_loop over
-  ceil(count / K) >= 1 chunks of K gathered rows; padding has weight 0."""
+  ceil(count / K) >= 1 chunks of K gathered rows, each clipped by the path's `on_buffer`
+  (a plain clipped-sum function: itself); padding has weight 0."""
+  clip_buffer = getattr(clipping, "on_buffer", clipping)
   k = int(capacity)
   count = jnp.sum(mask_N, dtype=jnp.int32)
   x_k = jax.ShapeDtypeStruct((k,) + x.shape[1:], x.dtype)
   y_k = jax.ShapeDtypeStruct((k,) + y.shape[1:], y.dtype)
   w_k = jax.ShapeDtypeStruct((k,), jnp.float32)
-  out_shape = jax.eval_shape(lambda p, a, b, w: clipping(p, a, b, w, c)[0], params, x_k, y_k, w_k)
+  out_shape = jax.eval_shape(lambda p, a, b, w: clip_buffer(p, a, b, w, c)[0], params, x_k, y_k,
+                             w_k)
   zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), out_shape)
 
   def body(carry):
     j, gsum, st = carry
     index, valid = sampling_lib.padded_batch(mask_N, k, j)
     w = valid.astype(jnp.float32)
-    g, norms = clipping(params, x[index], y[index], w, c)
+    g, norms = clip_buffer(params, x[index], y[index], w, c)
     gsum = jax.tree.map(jnp.add, gsum, g)
     if stats is not None:
       clipped = (norms > c).astype(jnp.float32) * w

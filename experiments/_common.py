@@ -225,3 +225,26 @@ def config_record(cfg) -> dict:
     return x
   return _jsonable({k: text_inf(v) for k, v in dataclasses.asdict(cfg).items()})
 
+
+def start_backend_one_thread() -> bool:
+  """Starts JAX's CPU backend with a one-thread intra-op pool; False if it had started.
+
+  XLA sizes its CPU thread pool from the CPUs the process may use when the backend starts,
+  so the process is held to one CPU for that moment and then given its CPUs back (its
+  Python and NumPy threads are unaffected). Each program's arithmetic is the same; what
+  goes is the pool's hand-offs, which cost more CPU-seconds than they save on the audit's
+  small per-step kernels (T steps of vectors of a few thousand floats). `experiments.audit`
+  calls it first (`--xla_one_thread`).
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  started = getattr(xla_bridge, "backends_are_initialized", lambda: True)()
+  if started or not hasattr(os, "sched_setaffinity"):
+    return False
+  cpus = os.sched_getaffinity(0)
+  os.sched_setaffinity(0, {min(cpus)})
+  try:
+    jax.devices("cpu")
+  finally:
+    os.sched_setaffinity(0, cpus)
+  return True

@@ -38,7 +38,7 @@ NAME = "audit"
 _opt = _common.option
 if "xla_one_thread" not in flags.FLAGS:  # runpy may execute this module a second time
   flags.DEFINE_bool("xla_one_thread", True, "Start XLA's CPU backend with one intra-op "
-                    "thread (fewer CPU-seconds, the same numbers; see `start_backend_one_thread`).")
+                    "thread (fewer CPU-seconds, the same numbers; see `_common.start_backend_one_thread`).")
 THREAT_MODELS = audit_run.THREAT_MODELS
 # The lecture's trials' ceilings (exercise 5): 0 errors in 500 / 10,000 per side.
 LECTURE_CEILING = {500: 4.91, 10_000: 7.90}
@@ -301,31 +301,9 @@ def _default_out(cfg: AuditConfig) -> str:
   return os.path.join(_common.RESULTS_ROOT, "audit_variants", cfg.variant)
 
 
-def start_backend_one_thread() -> bool:
-  """Starts JAX's CPU backend with a one-thread intra-op pool; False if it had started.
-
-  XLA sizes its CPU thread pool from the CPUs the process may use when the backend starts,
-  so the process is held to one CPU for that moment and then given its CPUs back (its
-  Python and NumPy threads are unaffected). Each program's arithmetic is the same; what
-  goes is the pool's hand-offs, which cost more CPU-seconds than they save on the audit's
-  small per-step kernels (T steps of vectors of a few thousand floats).
-  """
-  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
-  started = getattr(xla_bridge, "backends_are_initialized", lambda: True)()
-  if started or not hasattr(os, "sched_setaffinity"):
-    return False
-  cpus = os.sched_getaffinity(0)
-  os.sched_setaffinity(0, {min(cpus)})
-  try:
-    jax.devices("cpu")
-  finally:
-    os.sched_setaffinity(0, cpus)
-  return True
-
-
 def _run_cli(cfg: AuditConfig, out_dir: str) -> dict:
   if flags.FLAGS.xla_one_thread:
-    start_backend_one_thread()
+    _common.start_backend_one_thread()
   return run(cfg, out_dir)
 
 

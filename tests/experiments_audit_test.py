@@ -246,13 +246,13 @@ class AuditExperimentTest(absltest.TestCase):
     # small DP-SGD audit chunk trains to the same bits in both.
     code = """if True:
       import os, sys, json, numpy as np, jax
-      from experiments import audit
+      from experiments import _common
       from dpjax import models
       from dpjax.audit import run
       from dpjax.data import canaries
       cpus = os.sched_getaffinity(0)
-      first = audit.start_backend_one_thread() if sys.argv[1] == "1" else None
-      again = audit.start_backend_one_thread() if first else None
+      first = _common.start_backend_one_thread() if sys.argv[1] == "1" else None
+      again = _common.start_backend_one_thread() if first else None
       kd, kt = jax.random.split(jax.random.key(0))
       data = canaries.audit_data(kd, 30, unused_features=1)
       model = models.logistic_regression(data.num_features)

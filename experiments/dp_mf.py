@@ -285,6 +285,8 @@ def _plot(out_dir, results, world):
                     yerr=[r["acc_sd"] for r in rs], marker="o", color=f"C{mi}", label=m)
       _plots.decorate(ax, xscale="log", xlabel="epsilon (delta = 1e-5)",
                       ylabel="test accuracy", title=f"{world.name}, {ep} epochs", legend=7)
+      ax.set_xticks(eps_grid, [f"{e:g}" for e in eps_grid], minor=False)
+      ax.minorticks_off()
   return [png]
 
 

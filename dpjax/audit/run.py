@@ -269,7 +269,8 @@ def run_chunks(key_train, spec: CanaryAuditSpec, setting_list: Sequence[Setting]
   n_records = int(data.x_NxD.shape[0])
   trained = 0
   bar = tqdm(total=len(names), initial=len(names) - len(todo),
-             desc=f"audit ({spec.variant}, {spec.models_per_setting} models per setting)",
+             desc=f"audit ({spec.variant}, {spec.models_per_setting} models per setting, "
+                  f"K = {spec.canaries_per_run} gradient canaries per run)",
              unit="chunk", disable=not progress)
   for si, c in todo:
     if max_new_chunks is not None and trained >= max_new_chunks:

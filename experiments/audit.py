@@ -38,7 +38,8 @@ NAME = "audit"
 _opt = _common.option
 if "xla_one_thread" not in flags.FLAGS:  # runpy may execute this module a second time
   flags.DEFINE_bool("xla_one_thread", True, "Start XLA's CPU backend with one intra-op "
-                    "thread (fewer CPU-seconds, the same numbers; see `_common.start_backend_one_thread`).")
+                    "thread (fewer CPU-seconds, the same numbers; see "
+                    "`_common.start_backend_one_thread`).")
 THREAT_MODELS = audit_run.THREAT_MODELS
 # The lecture's trials' ceilings (exercise 5): 0 errors in 500 / 10,000 per side.
 LECTURE_CEILING = {500: 4.91, 10_000: 7.90}

@@ -623,6 +623,9 @@ def entries():
         dict(sample_fraction=0.1, inner_rdp=lambda a: np.asarray(a) / 2.0, orders=orders,
              pure_epsilon=math.inf), {"orders": "array", "pure_epsilon": "epsinf"},
         inf_ok=False))
+  add(E("dpjax.accounting.without_replacement.sampled_without_replacement_gaussian_rdp",
+        without_replacement.sampled_without_replacement_gaussian_rdp,
+        dict(sample_fraction=0.1, noise_multiplier=1.0, orders=orders), {"orders": "array"}))
   tr_kw = dict(noise_multiplier=1.0, sampling_prob=0.1, dataset_size=100, max_batch_size=12)
   add(E("dpjax.accounting.truncated_sampling.cut_probability",
         truncated_sampling.cut_probability,

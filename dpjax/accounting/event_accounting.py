@@ -22,6 +22,7 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | Poisson-sampled discrete Laplace,   | no                      | add/remove (pair mixture)  |
 |   discrete Gaussian, (eps, delta)   |                         |                            |
 | sampled without replacement         | replace-one (WBK 2019)  | only sample = dataset      |
+|   (Gaussian / composed Gaussians:   |   Theorem 27, tighter)  |                            |
 | truncated Poisson-sampled Gaussian  | add/remove              | add/remove                 |
 | exponential mechanism (eps-BR)      | both (exact BR curve)   | both (eps-DP pair)         |
 | permute-and-flip                    | both (eps-DP curve)     | both (eps-DP pair)         |
@@ -109,7 +110,7 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
   """Raises UnsupportedEventError when `accountant` cannot bound leaf `e` under `relation`."""
   add_remove = relation in (ev.ADD_REMOVE, ev.REPLACE_SPECIAL)
   if isinstance(e, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent)) and isinstance(
-      e.event, (ev.SelfComposedEvent, ev.ComposedEvent)):
+      e.event, (ev.SelfComposedEvent, ev.ComposedEvent)) and _gaussian_composition(e) is None:
     raise ev.UnsupportedEventError(e, accountant, "sampling once for a composition is not "
                                    "implemented; compose sampled events instead")
   if not isinstance(e, SUPPORTED[accountant]):
@@ -152,7 +153,22 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
                               ev.TruncatedPoissonSampledGaussianEvent)):
         raise ev.UnsupportedEventError(e, accountant, "sampling a sampled event is not "
                                        "implemented")
-    _leaf_check(e.event, accountant, relation)
+    if _gaussian_composition(e) is None:
+      _leaf_check(e.event, accountant, relation)
+
+
+def _gaussian_composition(e) -> Optional[float]:
+  """The noise multiplier (sum_i k_i / sigma_i^2)^(-1/2) of one Gaussian equivalent to the
+  composition of Gaussians that the without-replacement event `e` samples once, else None
+  (k_i Gaussians of noise sigma_i on the same sample: their joint pair is a Gaussian pair
+  whose mean shift has squared norm at most sum_i k_i / sigma_i^2)."""
+  if not (isinstance(e, ev.SampledWithoutReplacementEvent)
+          and isinstance(e.event, (ev.SelfComposedEvent, ev.ComposedEvent))):
+    return None
+  leaves = ev.flatten(e.event)
+  if not all(isinstance(_unwrap(x), ev.GaussianEvent) for x, _ in leaves):
+    return None
+  return sum(k / _unwrap(x).noise_multiplier ** 2 for x, k in leaves) ** -0.5
 
 
 def check_supported(event: ev.Event, accountant: str = "pld",
@@ -168,9 +184,10 @@ def check_supported(event: ev.Event, accountant: str = "pld",
 
 
 def _unwrap(e):
-  """A sampled event that samples everything is its inner event."""
-  while (isinstance(e, ev.PoissonSampledEvent) and e.sampling_prob == 1) or (
-      isinstance(e, ev.SampledWithoutReplacementEvent) and e.sample_size == e.dataset_size):
+  """A sampled event that samples everything is its inner event (a leaf, not a composition)."""
+  while ((isinstance(e, ev.PoissonSampledEvent) and e.sampling_prob == 1) or (
+      isinstance(e, ev.SampledWithoutReplacementEvent) and e.sample_size == e.dataset_size)
+         ) and not isinstance(e.event, (ev.SelfComposedEvent, ev.ComposedEvent)):
     e = e.event
   return e
 
@@ -185,6 +202,11 @@ def _leaf_rdp(e, orders: np.ndarray, relation: str) -> np.ndarray:
     return _pair_rdp(*_rr_special_pair(e), orders)
   if isinstance(e, ev.RandomizedResponseEvent):
     return rdp.randomized_response_rdp(e.epsilon, orders, num_buckets=e.num_buckets)
+  if isinstance(e, ev.SampledWithoutReplacementEvent) and (
+      _gaussian_composition(e) is not None or isinstance(_unwrap(e.event), ev.GaussianEvent)):
+    sigma = _gaussian_composition(e) or _unwrap(e.event).noise_multiplier
+    return without_replacement.sampled_without_replacement_gaussian_rdp(
+        e.sample_size / e.dataset_size, sigma, orders)
   if isinstance(e, ev.SampledWithoutReplacementEvent):
     return without_replacement.sampled_without_replacement_rdp(
         e.sample_size / e.dataset_size, lambda o: _leaf_rdp(e.event, o, relation), orders,
@@ -243,6 +265,8 @@ def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
     return pld.pmf_pair_pld(p, q, h, tail_mass=tail)
   if isinstance(e, ev.TreeAggregationEvent):   # a Gaussian of sensitivity sqrt(depth)
     return pld.gaussian_pld(e.noise_multiplier / math.sqrt(e.depth), value_discretization=h)
+  if isinstance(e, ev.SampledWithoutReplacementEvent):   # the whole dataset: no sampling
+    return pld.gaussian_pld(_gaussian_composition(e), value_discretization=h)
   if isinstance(e, ev.MixtureOfGaussiansEvent):
     return mixture_pld.mixture_of_gaussians_pld(e.noise_multiplier, e.sensitivities, e.probs,
                                                 value_discretization=h)

@@ -14,17 +14,25 @@ and eps'(alpha) <= eps(alpha) (the sampled pair is a mixture of M's replace-one 
 identical ones). Fractional orders: (alpha - 1) eps'(alpha) = log E[(dP/dQ)^alpha] is convex
 in alpha and 0 at alpha = 1, so linear interpolation of it between the neighbouring integer
 orders (and between 1 and 2) is an upper bound. Sums in log space; orders [A], host NumPy.
-Limits: for the Gaussian, dp_accounting uses the paper's Theorem 27 (forward differences of
-e^{(j-1) eps(j)}, orders <= 256), which is tighter at larger fractions or sigma: the same eps
-at gamma <= 0.03, sigma <= 1.1; 12 % above at gamma = 0.03, sigma = 3 and 79 % above at
-gamma = 0.1, sigma = 5 (T = 100 - 1000, delta = 1e-5).
+The Gaussian (`sampled_without_replacement_gaussian_rdp`): the same sum, each term j >= 3
+also capped by the paper's Theorem 27: with phi(l) = e^{(l-1) eps(l)} = E_Q[(P/Q)^l] for the
+pair P = N(1, sigma^2), Q = N(0, sigma^2), the forward difference Delta^k phi(0) =
+E_Q[(P/Q - 1)^k] (exact for even k, where it is >= 0), and the j-th term's factor
+e^{(j-1) eps(j)} min(2, ...) becomes min(2 phi(j), 4 sqrt(Delta^{2 floor(j/2)} phi(0)
+Delta^{2 ceil(j/2)} phi(0))) (Cauchy-Schwarz for odd j). The alternating sums are evaluated
+in mpmath at a precision raised until the cancellation is resolved (relative error < 2^-50),
+for j <= FORWARD_DIFFERENCE_MAX_ORDER; above it (or where the precision cap leaves a
+difference unresolved) the Theorem 9 factor 2 phi(j) is kept, a valid upper bound of the
+term. Orders above 256 are therefore still at most dp_accounting's (its Theorem 9 form).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Callable
+from typing import Callable, Optional
 
+import mpmath
 import numpy as np
 from scipy import special
 
@@ -32,6 +40,11 @@ from dpjax import _validate
 
 # Largest integer order evaluated (the sum has alpha terms per order).
 MAX_ORDER = 4096
+# Terms j above this keep Theorem 9's factor in the Gaussian bound (the forward differences
+# Delta^k phi(0), k <= j + 1, cost O(j^2) high-precision operations).
+FORWARD_DIFFERENCE_MAX_ORDER = 256
+# Working precision cap (bits) of the forward differences; an unresolved one is not used.
+_MAX_PRECISION = 2 ** 14
 
 
 def _log_min_2_pow(j: np.ndarray, pure_epsilon: float) -> np.ndarray:
@@ -43,9 +56,11 @@ def _log_min_2_pow(j: np.ndarray, pure_epsilon: float) -> np.ndarray:
   return np.minimum(math.log(2.0), j * log_base)
 
 
-def _integer_bound(alpha: int, log_gamma: float, eps_int: np.ndarray, pure_epsilon: float
-                   ) -> float:
-  """The Theorem 9 bound at integer alpha >= 2; eps_int[j - 2] = eps(j), j = 2..alpha."""
+def _integer_bound(alpha: int, log_gamma: float, eps_int: np.ndarray, pure_epsilon: float,
+                   log_caps: Optional[np.ndarray] = None) -> float:
+  """The Theorem 9 bound at integer alpha >= 2; eps_int[j - 2] = eps(j), j = 2..alpha;
+  log_caps[j - 3] (j = 3..), when given, a further upper bound on the log of term j's
+  factor e^{(j-1) eps(j)} min(2, (e^eps_inf - 1)^j) (inf where none)."""
   e2 = float(eps_int[0])
   log_c2 = math.log(alpha * (alpha - 1) / 2.0)
   log_a = math.log(4.0) + (e2 + math.log(-math.expm1(-e2)) if e2 > 0 else -math.inf)
@@ -55,9 +70,27 @@ def _integer_bound(alpha: int, log_gamma: float, eps_int: np.ndarray, pure_epsil
     j = np.arange(3, alpha + 1, dtype=np.float64)
     log_binom = (special.gammaln(alpha + 1.0) - special.gammaln(j + 1.0)
                  - special.gammaln(alpha - j + 1.0))
-    terms.extend((j * log_gamma + log_binom + (j - 1.0) * eps_int[1:alpha - 1]
-                  + _log_min_2_pow(j, pure_epsilon)).tolist())
+    factor = (j - 1.0) * eps_int[1:alpha - 1] + _log_min_2_pow(j, pure_epsilon)
+    if log_caps is not None:
+      factor = np.minimum(factor, log_caps[:alpha - 2])
+    terms.extend((j * log_gamma + log_binom + factor).tolist())
   return float(special.logsumexp(terms)) / (alpha - 1.0)
+
+
+def _cumulant_to_orders(scaled: np.ndarray, a: np.ndarray) -> np.ndarray:
+  """eps'(a) [A] from scaled[j - 2] = (j - 1) eps'(j) at integer j >= 2: exact at integer a,
+  linear interpolation of the (convex) cumulant elsewhere (0 at a = 1)."""
+  out = np.empty_like(a)
+  for i, x in enumerate(a):
+    lo = math.floor(x)
+    if lo == x:
+      out[i] = scaled[lo - 2] / (x - 1.0)
+    elif lo < 2:   # between alpha = 1 (cumulant 0) and 2
+      out[i] = scaled[0]
+    else:
+      t = x - lo
+      out[i] = ((1.0 - t) * scaled[lo - 2] + t * scaled[lo - 1]) / (x - 1.0)
+  return out
 
 
 def sampled_without_replacement_rdp(sample_fraction: float, inner_rdp: Callable,
@@ -97,17 +130,96 @@ def sampled_without_replacement_rdp(sample_fraction: float, inner_rdp: Callable,
   # scaled[j - 2] = (j - 1) eps'(j): the cumulant at integer orders
   scaled = np.array([(j - 1.0) * min(_integer_bound(int(j), log_gamma, eps_int, eps_inf),
                                      float(eps_int[int(j) - 2])) for j in ints])
-  out = np.empty_like(a)
-  for i, x in enumerate(a):
-    lo = math.floor(x)
-    if lo == x:
-      out[i] = scaled[lo - 2] / (x - 1.0)
-    elif lo < 2:   # between alpha = 1 (cumulant 0) and 2
-      out[i] = scaled[0]
-    else:
-      t = x - lo
-      out[i] = ((1.0 - t) * scaled[lo - 2] + t * scaled[lo - 1]) / (x - 1.0)
-  return np.minimum(out, direct)
+  return np.minimum(_cumulant_to_orders(scaled, a), direct)
 
 
-__all__ = ["MAX_ORDER", "sampled_without_replacement_rdp"]
+@functools.lru_cache(maxsize=64)
+def _log_gaussian_forward_differences(noise_multiplier: float, kmax: int) -> np.ndarray:
+  """log Delta^k phi(0) for even k = 0..kmax (float64[kmax + 1]; +inf, "no cap", at odd k
+  and where unresolved), phi(l) = exp(l (l - 1) / (2 sigma^2)).
+
+  Delta^k phi(0) = sum_l (-1)^(k-l) C(k, l) phi(l) cancels heavily for large sigma. By
+  Jensen it is at least (e^{1/sigma^2} - 1)^{k/2} while sum_l C(k, l) phi(l) <= 2^k phi(k),
+  which bounds the mpmath precision needed for a relative error below 2^-50; the precision
+  doubles up to that bound until the sum passes the check (a k needing more than
+  _MAX_PRECISION bits is left uncapped).
+  """
+  out = np.full(kmax + 1, math.inf)
+  out[0] = 0.0
+  if noise_multiplier * noise_multiplier == 0.0:   # sigma^2 underflows: nothing to cap
+    return out
+  s = 1.0 / (2.0 * noise_multiplier * noise_multiplier)
+  log2_var = math.log2(math.expm1(2.0 * s)) if 0.0 < s < 700.0 else (-math.inf if s == 0
+                                                                       else 2.0 * s / math.log(2))
+  need = {k: k + k * (k - 1) * s / math.log(2.0) - 0.5 * k * log2_var + 64 + math.log2(k + 1)
+          for k in range(2, kmax + 1, 2)}
+  need = {k: min(bits, _MAX_PRECISION) for k, bits in need.items()}
+  todo = list(need)
+  prec = 128
+  while todo:
+    with mpmath.workprec(prec):
+      s_mp = 1 / (2 * mpmath.mpf(noise_multiplier) ** 2)
+      phi = [mpmath.exp(l * (l - 1) * s_mp) for l in range(max(todo) + 1)]
+      left = []
+      for k in todo:
+        total, size = mpmath.mpf(0), mpmath.mpf(0)
+        for l in range(k + 1):
+          term = math.comb(k, l) * phi[l]
+          total += term if (k - l) % 2 == 0 else -term
+          size += term
+        if total > size * (k + 1) * mpmath.ldexp(1, 50 - prec):
+          out[k] = float(mpmath.log(total))
+        elif need[k] > prec:
+          left.append(k)
+    todo = left
+    prec = int(min(2 * prec, max([need[k] for k in todo] + [0]) + 64))
+  return out
+
+
+@_validate.names_extreme_arguments
+def sampled_without_replacement_gaussian_rdp(sample_fraction: float, noise_multiplier: float,
+                                             orders) -> np.ndarray:
+  """RDP upper bound (float64[A]) of the Gaussian mechanism (noise sigma = noise_multiplier
+  times the replace-one L2 sensitivity) on a uniform sample without replacement of a
+  fraction gamma = sample_fraction in (0, 1] of the dataset, replace-one neighbours: Wang,
+  Balle & Kasiviswanathan 2019 (https://arxiv.org/abs/1808.00087), Theorem 27 (the module
+  docstring), never above Theorem 9 (`sampled_without_replacement_rdp`) nor above the
+  unsampled alpha / (2 sigma^2). Orders (> 1, at most MAX_ORDER) [A].
+
+  Examples:
+    >>> import numpy as np
+    >>> g = lambda a: np.asarray(a) / (2 * 3.0 ** 2)
+    >>> t27 = sampled_without_replacement_gaussian_rdp(0.1, 3.0, [8.0])
+    >>> bool(t27[0] < sampled_without_replacement_rdp(0.1, g, [8.0])[0])
+    True
+  """
+  gamma = _validate.check_range(sample_fraction, "sample_fraction", 0.0, 1.0, open_low=True)
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  a = _validate.check_orders(orders)
+  if a.max() > MAX_ORDER:
+    raise ValueError(f"orders must be <= {MAX_ORDER} for sampling without replacement, got "
+                     f"{a.max():g}")
+  with np.errstate(divide="ignore", over="ignore"):
+    direct = a / (2.0 * sigma * sigma)
+  if gamma == 1.0 or np.all(direct == 0.0) or np.all(direct == math.inf):
+    return direct
+  top = max(2, int(math.ceil(a.max())))
+  ints = np.arange(2, top + 1, dtype=np.float64)
+  with np.errstate(divide="ignore", over="ignore"):
+    eps_int = ints / (2.0 * sigma * sigma)
+  jmax = min(top, FORWARD_DIFFERENCE_MAX_ORDER)
+  kmax = 2 * ((jmax + 1) // 2)
+  log_fd = _log_gaussian_forward_differences(sigma, kmax)
+  j = np.arange(3, top + 1)
+  caps = np.full(j.shape, math.inf)
+  lo, hi = 2 * (j // 2), 2 * ((j + 1) // 2)
+  has = j <= jmax
+  caps[has] = math.log(4.0) + 0.5 * (log_fd[lo[has]] + log_fd[hi[has]])
+  log_gamma = math.log(gamma)
+  scaled = np.array([(k - 1.0) * min(_integer_bound(int(k), log_gamma, eps_int, math.inf, caps),
+                                     float(eps_int[int(k) - 2])) for k in ints])
+  return np.minimum(_cumulant_to_orders(scaled, a), direct)
+
+
+__all__ = ["FORWARD_DIFFERENCE_MAX_ORDER", "MAX_ORDER",
+           "sampled_without_replacement_gaussian_rdp", "sampled_without_replacement_rdp"]

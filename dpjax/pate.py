@@ -5,7 +5,9 @@ is released as a noisy argmax: LNMax argmax_c n_c + Laplace(b), GNMax + N(0, sig
 or Confident-GNMax (GNMax only if max_c n_c + N(0, sigma_t^2) >= T). One record changes
 one vote: per answer LNMax is (2/b)-DP, GNMax (alpha, alpha / sigma^2)-RDP; the
 threshold check, (alpha, alpha / (2 sigma_t^2))-RDP, is paid on EVERY query. The
-data-dependent RDP (Papernot et al. 2018, Thm 6) is smaller when teachers agree.
+data-dependent RDP (Papernot et al. 2018, Thm 6) is smaller when teachers agree. The
+data-independent statement is a privacy event (`answer_event`, `threshold_event`,
+`aggregation_event`), accounted by `dpjax.accounting.event_accounting` (RDP, or PLD).
 
 Warning: the data-dependent epsilon is a function of the private votes; publishing it
 leaks unless released privately (`dpjax.pate_release`). Otherwise the data-independent
@@ -128,6 +130,71 @@ def confident_gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, *, threshol
 
 # ----------------------------------------------------------------------------------
 # accounting (host NumPy)
+
+
+def answer_event(sigma: float, aggregator: str = "gnmax"):
+  """The privacy event of ONE aggregated answer (`dpjax.accounting.events`).
+
+  A neighbour moves one teacher's vote from one class to another: two of the C counts
+  change by 1 and the others not. GNMax adds N(0, sigma^2) to every count, so the pair is
+  two independent Gaussian mechanisms of sensitivity 1: SelfComposedEvent(GaussianEvent(
+  sigma), 2) (RDP alpha / sigma^2, the L2 sensitivity sqrt(2)). LNMax (sigma = the Laplace
+  scale b): SelfComposedEvent(LaplaceEvent(b), 2), the exact pair of the noisy histogram,
+  (2 / b)-DP. The released argmax is post-processing. Add/remove or replace-one neighbours.
+
+  Examples:
+    >>> answer_event(4.0).count
+    2
+  """
+  from dpjax.accounting import events  # local: keeps `import dpjax.pate` light
+  s = _validate.check_positive(sigma, "sigma")
+  agg = _validate.check_choice(aggregator, ("gnmax", "lnmax"), "aggregator")
+  leaf = events.GaussianEvent(s) if agg == "gnmax" else events.LaplaceEvent(s)
+  return events.SelfComposedEvent(leaf, 2)
+
+
+def threshold_event(sigma_threshold: float):
+  """The event of one Confident-GNMax threshold check: max_c n_c (sensitivity 1) plus
+  N(0, sigma_t^2), a GaussianEvent(sigma_t); paid on every query."""
+  from dpjax.accounting import events  # local: keeps `import dpjax.pate` light
+  return events.GaussianEvent(_validate.check_positive(sigma_threshold, "sigma_threshold"))
+
+
+def aggregation_event(num_queries: int, num_answered: int, *, sigma: float,
+                      sigma_threshold: float | None = None, aggregator: str = "gnmax"):
+  """The event of a PATE run (data-independent, releasable): num_answered (0..num_queries)
+  answers (`answer_event`), then, with a threshold check, num_queries checks
+  (`threshold_event`); None when nothing was released.
+
+  Examples:
+    >>> from dpjax.accounting import event_accounting
+    >>> e = aggregation_event(100, 40, sigma=40.0, sigma_threshold=150.0)
+    >>> r = event_accounting.rdp_curve(e, [2.0])[1][0]   # 40 * 2 / 40^2 + 100 * 2 / (2 150^2)
+    >>> bool(abs(r - (40 * 2 / 1600 + 100 / 22500)) < 1e-15)
+    True
+  """
+  from dpjax.accounting import events  # local: keeps `import dpjax.pate` light
+  q = _validate.check_int(num_queries, "num_queries", minimum=0)
+  n = _validate.check_int(num_answered, "num_answered", minimum=0)
+  if n > q:
+    raise ValueError(f"num_answered must be <= num_queries = {q}, got {n}")
+  parts = []
+  if n:
+    parts.append(events.SelfComposedEvent(answer_event(sigma, aggregator), n))
+  if sigma_threshold is not None:
+    if aggregator != "gnmax":
+      raise ValueError("the threshold check is defined for aggregator='gnmax' only")
+    if q:
+      parts.append(events.SelfComposedEvent(threshold_event(sigma_threshold), q))
+  return events.ComposedEvent(tuple(parts)) if parts else None
+
+
+def _event_rdp(event, orders: np.ndarray) -> np.ndarray:
+  """RDP curve float64[A] of `event` by the event accountant (zeros for None)."""
+  from dpjax.accounting import event_accounting  # local: keeps `import dpjax.pate` light
+  if event is None:
+    return np.zeros_like(orders)
+  return event_accounting.rdp_curve(event, orders)[1]
 
 
 @_validate.names_extreme_arguments
@@ -323,18 +390,22 @@ def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
   """
   v, ans, lam = _check_accounting(votes_QxC, answered_Q, orders, threshold, sigma_threshold,
                                   aggregator)
-  indep = np.zeros_like(lam)
+  from dpjax.accounting import events  # local: keeps `import dpjax.pate` light
   dep = np.zeros_like(lam)
   gn = aggregator == "gnmax"
-  per_ind = (gnmax_rdp_data_independent if gn else lnmax_rdp_data_independent)(sigma, lam)
+  answer = answer_event(sigma, aggregator)
+  check = threshold_event(sigma_threshold) if threshold is not None else None
   per_dep = gnmax_rdp_data_dependent if gn else lnmax_rdp_data_dependent
+  cap = np.inf if gn else _event_rdp(answer, lam)   # LNMax's bound is min(eps, .) only
+  run = []   # the released sequence, query by query (its curve is the per-query sum)
   for q in range(v.shape[0]):
-    if threshold is not None:
-      indep += threshold_rdp_data_independent(sigma_threshold, lam)
+    if check is not None:
+      run.append(check)
       dep += threshold_rdp_data_dependent(v[q], threshold, sigma_threshold, lam)
     if ans[q]:
-      indep += per_ind
-      dep += per_dep(v[q], sigma, lam)
+      run.append(answer)
+      dep += np.minimum(per_dep(v[q], sigma, lam), cap)
+  indep = _event_rdp(events.ComposedEvent(tuple(run)) if run else None, lam)
   return PateRdp(lam, indep, dep, int(ans.sum()))
 
 
@@ -376,10 +447,9 @@ def pate_rdp_grouped(votes_QxC, answered_Q=None, *, sigma: float, orders,
   inverse = inverse.reshape(-1)
   n_all = np.bincount(inverse, minlength=rows.shape[0])
   n_ans = np.bincount(inverse[ans], minlength=rows.shape[0])
-  indep = int(ans.sum()) * gnmax_rdp_data_independent(s, lam)
+  indep = _event_rdp(aggregation_event(v.shape[0], int(ans.sum()), sigma=s,
+                                       sigma_threshold=sigma_threshold), lam)
   dep = np.zeros_like(lam)
-  if threshold is not None:
-    indep = indep + v.shape[0] * threshold_rdp_data_independent(sigma_threshold, lam)
   for r, row in enumerate(rows):
     h = tuple(float(c) for c in row)
     if n_ans[r]:
@@ -425,8 +495,10 @@ def confident_gnmax_rdp(votes_QxC, *, threshold: float, sigma_threshold: float,
   if not np.allclose(totals, totals[0]):
     raise ValueError("every row of votes_QxC must sum to the same number of teachers")
   m = float(totals[0])
-  per_ind = (threshold_rdp_data_independent.__wrapped__(st, lam)      # inf: unbounded
-             + gnmax_rdp_data_independent.__wrapped__(s, lam))
+  try:
+    per_ind = _event_rdp(aggregation_event(1, 1, sigma=s, sigma_threshold=st), lam)
+  except OverflowError:   # sigma^2 or sigma_t^2 underflows: unbounded
+    per_ind = np.full_like(lam, np.inf)
   dep = np.zeros_like(lam)
   a1 = lam - 1.0
   for row in v:

@@ -378,11 +378,11 @@ def _cost_and_ls(v, m, ans, sigma, t, st, order) -> tuple[float, np.ndarray]:
 
 
 def _data_independent_epsilon(num_queries, num_answered, sigma, st, delta) -> float:
-  from dpjax.accounting import rdp  # local: keeps the import light
+  from dpjax.accounting import event_accounting, rdp  # local: keeps the import light
   orders = rdp.DEFAULT_ORDERS
-  r = num_answered * pate.gnmax_rdp_data_independent(sigma, orders)
-  if st is not None:
-    r = r + num_queries * pate.threshold_rdp_data_independent(st, orders)
+  event = pate.aggregation_event(num_queries, num_answered, sigma=sigma, sigma_threshold=st)
+  r = (np.zeros_like(orders) if event is None
+       else event_accounting.rdp_curve(event, orders)[1])
   return rdp.rdp_to_epsilon(orders, r, delta)[0]
 
 

@@ -1674,6 +1674,11 @@ def entries():
         dict(votes_C=votes_c, threshold=5.0, sigma_threshold=1.0, orders=orders), vk))
   add(E("dpjax.pate.lnmax_rdp_data_dependent", pate.lnmax_rdp_data_dependent,
         dict(votes_C=votes_c, laplace_scale=1.0, orders=orders), vk))
+  add(E("dpjax.pate.answer_event", pate.answer_event, dict(sigma=1.0, aggregator="lnmax")))
+  add(E("dpjax.pate.threshold_event", pate.threshold_event, dict(sigma_threshold=1.0)))
+  add(E("dpjax.pate.aggregation_event", pate.aggregation_event,
+        dict(num_queries=5, num_answered=2, sigma=1.0, sigma_threshold=2.0, aggregator="gnmax"),
+        {"num_queries": "count", "num_answered": "count"}))
   add(E("dpjax.pate.pate_rdp", pate.pate_rdp,
         dict(votes_QxC=votes_qc, answered_Q=np.array([True, False]), sigma=1.0,
              orders=orders, threshold=2.0, sigma_threshold=1.0, aggregator="gnmax"),

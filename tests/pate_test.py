@@ -242,6 +242,74 @@ class AccountingTest(parameterized.TestCase):
       fn()
 
 
+class PateEventTest(parameterized.TestCase):
+  """The releasable statement is built from events (`dpjax.accounting.events`)."""
+
+  def test_gnmax_answer_event_is_the_histogram_gaussian(self):
+    # the histogram pair N(n, s^2 I) vs N(n + e_i - e_j, s^2 I): shift norm sqrt(2), so
+    # RDP alpha / s^2 and the exact profile of a Gaussian with mu = sqrt(2) / s
+    from dpjax.accounting import event_accounting as ea, gdp  # pylint: disable=g-import-not-at-top
+    e = pate.answer_event(3.0)
+    np.testing.assert_array_equal(ea.rdp_curve(e, ORDERS)[1],
+                                  pate.gnmax_rdp_data_independent(3.0, ORDERS))
+    self.assertAlmostEqual(ea.epsilon(e, 1e-5), gdp.gaussian_epsilon(1e-5, math.sqrt(2) / 3.0),
+                           delta=1e-9)
+
+  @parameterized.parameters(0.7, 2.0)
+  def test_lnmax_answer_event_is_two_laplace_counts(self, b):
+    # two counts move by 1 under Lap(b) noise: twice the 1-D Renyi divergence (quadrature),
+    # below the pure-DP bound min(eps, alpha eps^2 / 2) with eps = 2 / b
+    from dpjax.accounting import event_accounting as ea  # pylint: disable=g-import-not-at-top
+    x = np.linspace(-60.0 * b, 60.0 * b, 600_001)
+    lp, lq = -np.abs(x) / b - math.log(2 * b), -np.abs(x - 1.0) / b - math.log(2 * b)
+    one = np.array([special.logsumexp(a * lp + (1 - a) * lq) + math.log(x[1] - x[0])
+                    for a in ORDERS]) / (ORDERS - 1)
+    got = ea.rdp_curve(pate.answer_event(b, "lnmax"), ORDERS)[1]
+    np.testing.assert_allclose(got, 2 * one, rtol=1e-6)
+    self.assertTrue(np.all(got <= pate.lnmax_rdp_data_independent(b, ORDERS) + 1e-12))
+    # pure (2 / b)-DP, up to one step (1e-4) of the PLD grid, which rounds losses up
+    self.assertLessEqual(ea.epsilon(pate.answer_event(b, "lnmax"), 1e-12), 2.0 / b + 1e-4)
+
+  def test_accounting_is_the_aggregation_event(self):
+    from dpjax.accounting import event_accounting as ea, gdp  # pylint: disable=g-import-not-at-top
+    rng = np.random.default_rng(3)
+    votes = rng.multinomial(20, [0.6, 0.3, 0.1], size=40)
+    answered = rng.random(40) < 0.5
+    kw = dict(sigma=4.0, threshold=12.0, sigma_threshold=6.0)
+    event = pate.aggregation_event(40, int(answered.sum()), sigma=4.0, sigma_threshold=6.0)
+    want = ea.rdp_curve(event, ORDERS)[1]
+    grouped = pate.pate_rdp_grouped(votes, answered, orders=ORDERS, **kw)
+    np.testing.assert_array_equal(grouped.data_independent, want)
+    per_query = pate.pate_rdp(votes, answered, orders=ORDERS, **kw)
+    np.testing.assert_allclose(per_query.data_independent, want, rtol=1e-13)
+    # Gaussians only: the PLD is the exact GDP profile, below the RDP conversion
+    mu = math.sqrt(2 * answered.sum() / 16.0 + 40 / 36.0)
+    self.assertAlmostEqual(ea.epsilon(event, 1e-5), gdp.gaussian_epsilon(1e-5, mu), delta=1e-9)
+    self.assertLess(ea.epsilon(event, 1e-5), pate.epsilon(ORDERS, want, 1e-5))
+    one = pate.confident_gnmax_rdp(votes, orders=ORDERS, **kw)
+    np.testing.assert_array_equal(one.data_independent, 40 * ea.rdp_curve(
+        pate.aggregation_event(1, 1, sigma=4.0, sigma_threshold=6.0), ORDERS)[1])
+    self.assertIsNone(pate.aggregation_event(5, 0, sigma=1.0))
+
+  def test_lnmax_data_dependent_stays_below_the_event(self):
+    rng = np.random.default_rng(4)
+    votes = rng.multinomial(30, [0.8, 0.15, 0.05], size=20)
+    r = pate.pate_rdp(votes, sigma=3.0, orders=ORDERS, aggregator="lnmax")
+    self.assertTrue(np.all(r.data_dependent <= r.data_independent + 1e-12))
+
+  @parameterized.named_parameters(
+      ("answered", lambda: pate.aggregation_event(3, 4, sigma=1.0), "num_queries"),
+      ("negative", lambda: pate.aggregation_event(-1, 0, sigma=1.0), "num_queries"),
+      ("lnmax_threshold", lambda: pate.aggregation_event(3, 1, sigma=1.0, sigma_threshold=1.0,
+                                                         aggregator="lnmax"), "threshold"),
+      ("sigma", lambda: pate.answer_event(0.0), "sigma"),
+      ("aggregator", lambda: pate.answer_event(1.0, "max"), "aggregator"),
+      ("sigma_threshold", lambda: pate.threshold_event(-1.0), "sigma_threshold"))
+  def test_event_inputs_are_named(self, fn, name):
+    with self.assertRaisesRegex(ValueError, name):
+      fn()
+
+
 class TeachersTest(absltest.TestCase):
 
   def test_partition_is_disjoint_and_balanced(self):

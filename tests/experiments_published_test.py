@@ -35,6 +35,18 @@ class PublishedExperimentTest(absltest.TestCase):
     self.assertEqual(doc["flags"]["ids"], list(ids))
     self.assertFalse(doc["flags"]["dp_pld"])
 
+  def test_event_rows_reproduce_and_are_never_looser(self):
+    # tree aggregation (DP-FTRL): the publisher's grid + classic conversion rounds to the
+    # published eps; our RDP equals dp_accounting's (same exact curve), our PLD is lower
+    rows = published._event_rows()   # pylint: disable=protected-access
+    self.assertLen(rows, len(published.EVENT_ROWS))
+    for r in rows:
+      self.assertAlmostEqual(r["ours_publisher_method"], r["published"], delta=0.005)
+      self.assertTrue(r["verdict"].startswith("reproduced"), r["verdict"])
+      self.assertAlmostEqual(r["ours_rdp"], r["dp_accounting_rdp"], delta=1e-9 * r["ours_rdp"])
+      self.assertLess(r["ours_pld"], r["ours_rdp"])
+      self.assertLess(r["ours_rdp"], r["published"])
+
   def test_bad_config(self):
     for kw in (dict(seed=-1), dict(ids=("no_such_setting",))):
       with self.subTest(kw):

@@ -581,6 +581,10 @@ def entries():
     add(E(f"dpjax.accounting.event_accounting.{n}[pld]", getattr(eacc, n),
           dict(event=evs.LaplaceEvent(1.0), **last, accountant="pld", relation="add_remove",
                value_discretization=1e-3), dict(ev_kinds)))
+    add(E(f"dpjax.accounting.event_accounting.{n}[gdp]", getattr(eacc, n),
+          dict(event=g_ev, **last, accountant="gdp", relation="add_remove"), dict(ev_kinds)))
+  add(E("dpjax.accounting.event_accounting.gdp_mu", eacc.gdp_mu,
+        dict(event=g_ev, relation="replace_one"), dict(ev_kinds)))
 
   # ---- accounting.rdp
   add(E("dpjax.accounting.rdp.gaussian_rdp", rdp.gaussian_rdp,

@@ -46,6 +46,35 @@ def _laplace_delta(eps0, eps):
   return max(0.0, -math.expm1((eps - eps0) / 2))
 
 
+class GdpAccountantTest(parameterized.TestCase):
+
+  @parameterized.parameters(ev.ADD_REMOVE, ev.REPLACE_ONE)
+  def test_gaussian_compositions_are_exact_gdp(self, relation):
+    # mu^2 = 12 / 4 + 1 / 0.25 + depth(7) / 9 (tree: a Gaussian of sensitivity sqrt(3))
+    e = ev.ComposedEvent((ev.SelfComposedEvent(ev.GaussianEvent(2.0), 12), ev.GaussianEvent(0.5),
+                          ev.TreeAggregationEvent(3.0, (7,)),
+                          ev.PoissonSampledEvent(1.0, ev.GaussianEvent(4.0))))
+    mu = math.sqrt(3.0 + 4.0 + 3.0 / 9.0 + 1.0 / 16.0)
+    self.assertAlmostEqual(ea.gdp_mu(e, relation), mu, places=14)
+    for d in (1e-3, 1e-8):
+      self.assertAlmostEqual(ea.epsilon(e, d, "gdp", relation), gdp.gaussian_epsilon(d, mu),
+                             places=12)
+      # the PLD of Gaussian-only compositions is exact: the same curve
+      self.assertAlmostEqual(ea.epsilon(e, d, "pld", relation), ea.epsilon(e, d, "gdp", relation),
+                             delta=1e-8)
+      self.assertLess(ea.epsilon(e, d, "gdp", relation), ea.epsilon(e, d, "rdp", relation))
+    self.assertAlmostEqual(ea.delta(e, 1.5, "gdp", relation),
+                           float(gdp.gaussian_delta(1.5, mu)), places=15)
+
+  def test_refuses_what_is_not_exactly_gdp(self):
+    for bad in (ev.PoissonSampledEvent(0.5, ev.GaussianEvent(1.0)), ev.LaplaceEvent(1.0),
+                ev.SampledWithoutReplacementEvent(10, 5, ev.GaussianEvent(1.0)),
+                ev.ZCdpEvent(0.5), ev.MixtureOfGaussiansEvent(1.0, (0.0, 1.0), (0.5, 0.5))):
+      with self.subTest(type(bad).__name__):
+        with self.assertRaisesRegex(ev.UnsupportedEventError, "gdp accountant.*pld"):
+          ea.epsilon(bad, 1e-5, "gdp")
+
+
 class ClosedFormTest(parameterized.TestCase):
 
   @parameterized.named_parameters(("k2", (1.0, 2.0), (0.1, 0.2), 3.0),
@@ -260,7 +289,7 @@ class SupportTest(parameterized.TestCase):
   def test_bad_arguments_are_named(self):
     g = ev.GaussianEvent(1.0)
     for call, name in ((lambda: ea.epsilon(g, 0.0), "delta"),
-                       (lambda: ea.epsilon(g, 1e-5, "gdp"), "accountant"),
+                       (lambda: ea.epsilon(g, 1e-5, "prv"), "accountant"),
                        (lambda: ea.epsilon(g, 1e-5, relation="swap"), "relation"),
                        (lambda: ea.delta(g, -1.0), "epsilon"),
                        (lambda: ea.epsilon(1.0, 1e-5), "event"),

@@ -34,7 +34,9 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 "Both" means all three relations: replace-special is accounted as add/remove (which in the
 table covers it) except for randomized response (the special value answered uniformly).
 PLD answers are upper bounds on a grid of spacing `value_discretization` (exact for
-Gaussian-only compositions); RDP answers are upper bounds at the given orders.
+Gaussian-only compositions); RDP answers are upper bounds at the given orders. The gdp
+accountant is exact and takes Gaussians, tree aggregation and composed Gaussians sampled
+whole (no subsampling) only (`gdp_mu`).
 """
 
 from __future__ import annotations
@@ -49,13 +51,14 @@ from dpjax import _validate
 from dpjax.accounting import bounded_range
 from dpjax.accounting import composition
 from dpjax.accounting import events as ev
+from dpjax.accounting import gdp
 from dpjax.accounting import mixture_pld
 from dpjax.accounting import pld
 from dpjax.accounting import rdp
 from dpjax.accounting import truncated_sampling
 from dpjax.accounting import without_replacement
 
-ACCOUNTANTS = ("rdp", "pld")
+ACCOUNTANTS = ("rdp", "pld", "gdp")
 SUPPORTED = {
     "rdp": (ev.GaussianEvent, ev.LaplaceEvent, ev.DiscreteLaplaceEvent,
             ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
@@ -67,6 +70,9 @@ SUPPORTED = {
             ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
             ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent, ev.TreeAggregationEvent,
             ev.MixtureOfGaussiansEvent, ev.TruncatedPoissonSampledGaussianEvent),
+    # exactly mu-GDP: Gaussians, tree aggregation, samples of the whole dataset
+    "gdp": (ev.GaussianEvent, ev.TreeAggregationEvent, ev.PoissonSampledEvent,
+            ev.SampledWithoutReplacementEvent),
 }
 _PAIR_EVENTS = (ev.DiscreteLaplaceEvent, ev.DiscreteGaussianEvent, ev.EpsilonDeltaEvent,
                 ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent)
@@ -74,6 +80,9 @@ _UNSUPPORTED_REASON = {
     "rdp": "no RDP curve is implemented",
     "pld": "no dominating pair is known (a zCDP or repeat-and-select guarantee bounds "
            "Renyi divergences only)",
+
+    "gdp": "only Gaussian mechanisms and their compositions are exactly mu-GDP; use "
+           "accountant='pld' (PrivacyLossDistribution.gdp_mu() is an upper bound on mu)",
 }
 
 
@@ -108,6 +117,19 @@ def _rr_special_pair(e) -> tuple[np.ndarray, np.ndarray]:
 
 def _leaf_check(e, accountant: str, relation: str) -> None:
   """Raises UnsupportedEventError when `accountant` cannot bound leaf `e` under `relation`."""
+  if accountant == "gdp":
+    sampled = isinstance(e, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent))
+    whole = sampled and (getattr(e, "sampling_prob", 1.0) == 1.0
+                         and getattr(e, "sample_size", 0) == getattr(e, "dataset_size", 0))
+    if not isinstance(e, SUPPORTED["gdp"]) or (sampled and not (whole and (
+        isinstance(_unwrap(e), (ev.GaussianEvent, ev.TreeAggregationEvent))
+        or _gaussian_composition(e) is not None))):
+      reason = _UNSUPPORTED_REASON["gdp"]
+      if isinstance(e, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent)):
+        reason = ("a subsampled Gaussian is not exactly mu-GDP (the CLT is an "
+                  "approximation); " + reason)
+      raise ev.UnsupportedEventError(e, accountant, reason)
+    return
   add_remove = relation in (ev.ADD_REMOVE, ev.REPLACE_SPECIAL)
   if isinstance(e, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent)) and isinstance(
       e.event, (ev.SelfComposedEvent, ev.ComposedEvent)) and _gaussian_composition(e) is None:
@@ -298,11 +320,39 @@ def privacy_loss_distribution(event: ev.Event, relation: str = ev.ADD_REMOVE,
   return out
 
 
+def _leaf_mu_squared(e) -> float:
+  """mu^2 of a leaf the gdp accountant supports (`_leaf_check` has passed)."""
+  if _gaussian_composition(e) is not None:
+    return _gaussian_composition(e) ** -2
+  e = _unwrap(e)
+  if isinstance(e, ev.TreeAggregationEvent):   # a Gaussian of sensitivity sqrt(depth)
+    return e.depth / e.noise_multiplier ** 2
+  return 1.0 / e.noise_multiplier ** 2
+
+
+def gdp_mu(event: ev.Event, relation: str = ev.ADD_REMOVE) -> float:
+  """The exact mu of a mu-GDP event (Dong, Roth & Su 2019): sqrt(sum_i k_i mu_i^2) over its
+  Gaussian leaves (mu = 1 / noise_multiplier; tree aggregation sqrt(depth) / noise_multiplier),
+  composed adaptively. Any other leaf raises UnsupportedEventError (use the pld accountant;
+  `PrivacyLossDistribution.gdp_mu()` bounds mu for any PLD).
+
+  Examples:
+    >>> gdp_mu(ev.ComposedEvent((ev.SelfComposedEvent(ev.GaussianEvent(2.0), 12),
+    ...                          ev.GaussianEvent(1.0))))    # sqrt(12 / 4 + 1)
+    2.0
+  """
+  total = 0.0
+  for e, k in check_supported(event, "gdp", relation):
+    total += k * _leaf_mu_squared(e)
+  return math.sqrt(total)
+
+
 @_validate.names_extreme_arguments(finite=False)
 def epsilon(event: ev.Event, delta: float, accountant: str = "pld",
             relation: str = ev.ADD_REMOVE, *, orders=None,
             value_discretization: Optional[float] = None) -> float:
-  """eps (an upper bound) of `event` at delta in (0, 1) by `accountant` ("rdp" or "pld").
+  """eps (an upper bound) of `event` at delta in (0, 1) by `accountant` ("rdp", "pld", or
+  "gdp": exact, Gaussian events only, `gdp_mu`).
 
   orders apply to rdp, value_discretization (default 1e-4) to pld.
 
@@ -316,6 +366,8 @@ def epsilon(event: ev.Event, delta: float, accountant: str = "pld",
   if accountant == "rdp":
     o, r = rdp_curve(event, orders, relation)
     return rdp.rdp_to_epsilon(o, r, d)[0]
+  if accountant == "gdp":
+    return gdp.gaussian_epsilon(d, gdp_mu(event, relation))
   h = pld.DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else value_discretization
   return float(privacy_loss_distribution(event, relation, h).epsilon(d))
 
@@ -330,9 +382,11 @@ def delta(event: ev.Event, epsilon: float, accountant: str = "pld",
   if accountant == "rdp":
     o, r = rdp_curve(event, orders, relation)
     return rdp.rdp_to_delta(o, r, e)[0]
+  if accountant == "gdp":
+    return float(gdp.gaussian_delta(e, gdp_mu(event, relation)))
   h = pld.DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else value_discretization
   return float(privacy_loss_distribution(event, relation, h).delta(e))
 
 
-__all__ = ["ACCOUNTANTS", "SUPPORTED", "check_supported", "delta", "epsilon",
+__all__ = ["ACCOUNTANTS", "SUPPORTED", "check_supported", "delta", "epsilon", "gdp_mu",
            "privacy_loss_distribution", "rdp_curve"]

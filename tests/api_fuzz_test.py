@@ -56,6 +56,8 @@ EXCLUDED = {
     "dpjax.accounting.pld_grid.LossPmf": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.atoms_pmf": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.compose_pmfs": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.blocked_self_compose": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.blocking_factor": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.discretise": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.laplace_pmf": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.self_compose": "PLD internal (grid operation; pld validates its inputs)",

@@ -108,36 +108,65 @@ def _adaptive_steps(value_at_h, rtol: float, atol: float, t: int):
 _DIRECTIONS = ("remove", "add")
 # A direction is skipped when its eps on a coarser grid is below (1 - this) x the max.
 _SKIP_MARGIN = 1e-3
+# The per-step grid uses every _STRIDE-th point where the P-mass beyond is at most
+# _FINE_SHARE * delta / T: the T steps' mass there moves delta by a share of that at most.
+_STRIDE = 32
+_FINE_SHARE = 1e-3
 
 
 def _dpsgd_pmfs(sigma: float, q: float, h: float, tail: float) -> tuple[pld_grid.LossPmf, ...]:
   return pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail)
 
 
+def _direction_epsilon(sigma: float, q: float, t: int, delta: float, h: float, d: str,
+                       tilt: Optional[float], factors: dict) -> float:
+  """eps of T DP-SGD steps in direction d on the grid h (one or two levels, `factors`)."""
+  tail = min(DEFAULT_TAIL_MASS * 1e5, 1e-6 * delta / t)
+  # FFT window: tails of 1e-6 * delta each (pessimistic, see `pld_grid.self_compose`);
+  # FFT rounding noise is kept below ~1e-4 * delta by tilting when needed.
+  window_tail = min(pld_grid.WINDOW_TAIL_MASS * 1e6, 1e-6 * delta)
+  fine = _FINE_SHARE * delta / t
+  factor, pmf = factors.get(d), None
+  if factor is None:
+    (pmf,) = pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail, directions=(d,),
+                                               stride=_STRIDE, fine_mass=fine)
+    factor = pld_grid.blocking_factor(pmf, t, window_tail)
+    if pmf.probs.size >= 1000:   # a grid fine enough to judge the windows by
+      factors[d] = factor
+  if factor > 1 or pmf is None:
+    # two levels add twice one level's variance: h / sqrt(2) keeps h's error
+    (pmf,) = pld_grid.subsampled_gaussian_pmfs(
+        1.0 / sigma, q, h / math.sqrt(2) if factor > 1 else h, tail, directions=(d,),
+        stride=_STRIDE, fine_mass=fine)
+  composed = pld_grid.blocked_self_compose(pmf, t, factor, window_tail, tilt, 1e-4 * delta)
+  return composed.epsilon(delta)
+
+
 def _epsilon_on_grid(sigma: float, q: float, t: int, delta: float, h: float,
-                     tilt: Optional[float], coarse: Optional[dict] = None) -> float:
+                     tilt: Optional[float], coarse: Optional[dict] = None,
+                     factors: Optional[dict] = None) -> float:
   """eps of T DP-SGD steps on the grid of spacing h, the FFT tilted towards `tilt`.
 
   coarse: {direction: eps} on a grid h * 2^m, m >= 1, which contains this one: a
   connect-the-dots PLD on the coarser grid dominates the finer one, so its eps is at least
   this grid's; a direction whose coarse eps is below (1 - `_SKIP_MARGIN`) x the larger
-  direction's eps here cannot be the max and is not composed. Filled in with this grid's
-  per-direction eps (or the coarse bound of a skipped one).
+  direction's eps here cannot be the max and is not composed. A coarse eps far above (from a
+  much coarser grid) is first refreshed on the grid 4h, a quarter of the work. Filled in with
+  this grid's per-direction eps (or the coarse bound of a skipped one). factors: {direction:
+  blocking factor} chosen on an earlier grid (the choice hardly depends on h), filled in here.
   """
-  tail = min(DEFAULT_TAIL_MASS * 1e5, 1e-6 * delta / t)
-  # FFT window: tails of 1e-6 * delta each (pessimistic, see `pld_grid.self_compose`);
-  # FFT rounding noise is kept below ~1e-4 * delta by tilting when needed.
-  window_tail = min(pld_grid.WINDOW_TAIL_MASS * 1e6, 1e-6 * delta)
+  factors = {} if factors is None else factors
   bounds = {} if coarse is None else dict(coarse)
   order = sorted(_DIRECTIONS, key=lambda d: -bounds.get(d, math.inf))
   best = -math.inf
   for d in order:
     if d == "add" and q == 1.0:
       continue
+    if d in bounds and bounds[d] > 1.5 * best > 0 and h <= 1e-3:
+      bounds[d] = _direction_epsilon(sigma, q, t, delta, 4 * h, d, tilt, factors)
     if d in bounds and bounds[d] < (1.0 - _SKIP_MARGIN) * best:
       continue
-    (pmf,) = pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail, directions=(d,))
-    bounds[d] = pld_grid.self_compose(pmf, t, window_tail, tilt, 1e-4 * delta).epsilon(delta)
+    bounds[d] = _direction_epsilon(sigma, q, t, delta, h, d, tilt, factors)
     best = max(best, bounds[d])
   if coarse is not None:
     coarse.clear()
@@ -168,12 +197,13 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
     return PldResult(gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma), 0.0, 0.0, True)
   last = []   # the previous grid's eps: where the next grid tilts its FFT
   per_grid = {}   # h -> {direction: eps}, for skipping a dominated direction on finer grids
+  factors = {}    # direction -> blocking factor
 
   def eps_at(h):
     tilt = last[-1] if last and math.isfinite(last[-1]) and last[-1] > 0 else None
     coarser = [g for g in per_grid if g > h]
     dirs = dict(per_grid[min(coarser)]) if coarser else {}
-    eps = _epsilon_on_grid(sigma, q, t, delta, h, tilt, dirs)
+    eps = _epsilon_on_grid(sigma, q, t, delta, h, tilt, dirs, factors)
     per_grid[h] = dirs
     last.append(eps)
     return eps

@@ -45,9 +45,11 @@ class PldResult:
 
 
 def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
-              h_start: float = 1e-2, h_min: float = 1e-9) -> tuple[float, float, float]:
+              h_start: float = 1e-2, h_min: float = 1e-9,
+              h_cap: float = math.inf) -> tuple[float, float, float]:
   """(v, error, h): halves h from h_start until (v(2h) - v(h)) / (2^p - 1) <= max(rtol v, atol)
-  (p in [1, 2] from three grids), h_min, or memory; far off, jumps halvings at an h^2 rate."""
+  (p in [1, 2] from three grids) on a grid h <= h_cap, h_min, or memory; far off, jumps
+  halvings at an h^2 rate (or straight to the pair below h_cap)."""
   h = h_start
   for _ in range(_MAX_COARSENINGS + 1):   # coarsen until the first grid fits
     try:
@@ -81,8 +83,16 @@ def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
         p = float(np.clip(math.log2(prev / diff), 1.0, 2.0))
     err = diff / (2.0 ** p - 1.0)
     target = max(rtol * abs(v), atol)
-    if err <= target or h_next <= h_min:
+    if (err <= target and h_next <= h_cap) or h_next <= h_min:
       return v, err, h_next
+    if err <= target:   # accurate enough, but coarser than h_cap: on to the pair below it
+      h = h_next / 2 ** max(0, math.ceil(math.log2(h_next / h_cap)) - 1)
+      try:
+        if h not in vals:
+          vals[h] = value_at_h(h)
+      except pld_grid.GridTooLarge:
+        return v, err, h_next
+      continue
     # Halvings needed if the error falls like h^2 (the fine-grid rate; an
     # optimistic guess, so a jump never overshoots); jump when more than one.
     m = min(8, math.ceil(math.log2(err / target) / 2.0)) if err > 0 else 1
@@ -96,15 +106,18 @@ def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
       h = h_next
 
 
-def _adaptive_steps(value_at_h, rtol: float, atol: float, t: int):
+def _adaptive_steps(value_at_h, rtol: float, atol: float, t: int, h_cap: float = math.inf):
   """`_adaptive`, naming num_steps when no grid can hold T compositions."""
   try:
-    return _adaptive(value_at_h, rtol, atol)
+    return _adaptive(value_at_h, rtol, atol, h_cap=h_cap)
   except pld_grid.GridTooLarge as e:
     raise pld_grid.GridTooLarge(f"num_steps = {t} is too many compositions for the PLD "
                                 f"grid ({e}); use the RDP accountant") from e
 
 
+# The eps grid ends at h <= dp_accounting's default value_discretization (1e-4), whatever
+# rtol allows: its error there is below that grid's, so eps lands at or below dp_accounting's.
+_H_CAP = 1e-4
 _DIRECTIONS = ("remove", "add")
 # A direction is skipped when its eps on a coarser grid is below (1 - this) x the max.
 _SKIP_MARGIN = 1e-3
@@ -208,7 +221,7 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
     last.append(eps)
     return eps
 
-  eps, err, h = _adaptive_steps(eps_at, rtol, 1e-9, t)
+  eps, err, h = _adaptive_steps(eps_at, rtol, 1e-9, t, _H_CAP)
   return PldResult(eps, err, h, False)
 
 

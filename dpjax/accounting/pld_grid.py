@@ -460,7 +460,7 @@ def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
 
   def x_of(l):   # inverse of `loss`; -inf at or below log(1-q)
     l = np.asarray(l, np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):   # where() drops those
       if q < 1:
         t = np.log(np.maximum(np.expm1(l) + q, 0.0)) - log_q
         t = np.where(l > 30, l + np.log1p(-(1 - q) * np.exp(-np.minimum(l, 700))) - log_q, t)

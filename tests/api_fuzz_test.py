@@ -137,6 +137,7 @@ EXCLUDED = {
     "dpjax.clipping.sqnorm.safe_norm": "overflow-safe norm helper of the clipping paths",
     "dpjax.clipping.vmap.combine_norms": "overflow-safe norm helper of the clipping paths",
     "dpjax.clipping.vmap.tree_norms": "overflow-safe norm helper of the clipping paths",
+    "dpjax.clipping.vmap.sum_clipped_grads": "core of the vmap clipping paths (callers check C)",
     "dpjax.audit.variants.FaultyDpSgdWarning": "a warning category",
     "dpjax.sampling.Sampler": "a typing.Protocol (interface), not callable by users",
     "dpjax.privatizer.Privatizer": "a typing.Protocol (interface), not callable by users",
@@ -675,6 +676,9 @@ def entries():
   add(E("dpjax.tuning.select_by_exponential_mechanism", tuning.select_by_exponential_mechanism,
         dict(key=_key, correct_counts_C=np.array([3.0, 4.0]), epsilon=1.0),
         {"correct_counts_C": "array"}))
+  add(E("dpjax.tuning.user_accuracy_utility", tuning.user_accuracy_utility,
+        dict(correct_MxN=np.array([[1, 0, 1]]), user_N=np.array([0, 0, 1]), num_users=2),
+        {"correct_MxN": "array", "user_N": "array"}))
   add(E("dpjax.tuning.exponential_selection_epsilon", tuning.exponential_selection_epsilon,
         dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10, num_candidates=3,
              delta=1e-5, selection_epsilon=1.0)))

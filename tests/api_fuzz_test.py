@@ -1355,6 +1355,8 @@ def entries():
         {"x_NxF": "array"}))
   add(E("dpjax.data.credit.sample", credit.sample, dict(key=_key, n=10, minority_share=0.2),
         {"n": "size"}))
+  add(E("dpjax.data.credit.sample_split", credit.sample_split,
+        dict(key=_key, sizes=(3, 4), minority_share=0.2), {"sizes": "sizes"}))
   add(E("dpjax.data.credit.sample_customers", credit.sample_customers,
         dict(key=_key, num_customers=6, min_loans=1, max_loans=3, num_zip_codes=4,
              minority_share=0.2),

@@ -354,6 +354,17 @@ def _opacus_threads(name, x_np, y_np, log, batch=None) -> tuple[int | None, str 
   return best[1], None
 
 
+def _opacus_baseline(name, x_np, y_np, skip: bool, log, batch=None) -> tuple:
+  """(d) at torch's faster thread count: (runner, model, {"opacus_threads": t}) or (None, None,
+  {"opacus_skipped": why})."""
+  threads, why = (None, "skipped (--skip_opacus)") if skip else \
+      _opacus_threads(name, x_np, y_np, log, batch)
+  if why is not None:
+    return None, None, {"opacus_skipped": why}
+  run, model = opacus_runner(name, x_np, y_np, threads, batch)
+  return _Runner(run), model, {"opacus_threads": threads}
+
+
 def _timed(runners: dict, repeats: int, log, uncompiled=()) -> tuple[dict, dict]:
   return report.interleaved_times(runners, repeats, lambda s: log("[large_n] " + s), uncompiled)
 
@@ -388,16 +399,12 @@ def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink:
     small = n // shrink
     runners.update(full_mask_small_k1=dp_runner(model, x[:small], y[:small], 2, None),
                    full_mask_small_k2=dp_runner(model, x[:small], y[:small], 12, None))
-  opacus_threads, why = (None, "skipped (--skip_opacus)") if skip_opacus else \
-      _opacus_threads(name, x_np, y_np, log)
-  opacus_model = None
-  if why is None:
-    run, opacus_model = opacus_runner(name, x_np, y_np, opacus_threads)
-    runners["opacus"] = _Runner(run)
-    out["opacus_threads"] = opacus_threads
+  runner, opacus_model, info = _opacus_baseline(name, x_np, y_np, skip_opacus, log)
+  out.update(info)
+  if runner is None:
+    log(f"[large_n] {name}: Opacus baseline {info['opacus_skipped']}")
   else:
-    out["opacus_skipped"] = why
-    log(f"[large_n] {name}: Opacus baseline {why}")
+    runners["opacus"] = runner
   first, best = _timed(runners, repeats, log, uncompiled=("opacus",))
 
   out.update(nonprivate_epoch_s=best["nonprivate"], dp_padded_epoch_s=best["dp_padded"],
@@ -466,8 +473,7 @@ def measure_memory(name: str, n: int, full_mask_n: int | None, opacus_threads: i
                    cache_dir: str | None) -> dict:
   """Peak resident bytes of each configuration in a fresh subprocess; cache_dir: a persistent
   compilation cache holding this workload's programs (None: they compile)."""
-  cache = {} if cache_dir is None else {
-      "JAX_COMPILATION_CACHE_DIR": cache_dir, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+  cache = _cache_env(cache_dir)
   mem = {"data_only": peak_rss(name, "data_only", n)}
   for config in ("nonprivate", "dp_padded") + (("full_mask",) if full_mask_n else ()):
     mem[config] = peak_rss(name, config, n, dict(cache, LARGE_N_FULL_MASK_N=str(full_mask_n)))
@@ -497,25 +503,39 @@ def measure(workloads, n: int, repeats: int, skip_opacus: bool = False,
             checkpoint: Callable[[dict], object] | None = None,
             skip_full_mask: bool = False) -> dict:
   """All figures, a flat dict with dotted keys; `checkpoint(figures)` after each workload."""
+  def one(name, data, cache_dir):
+    log(f"[large_n] workload {name}")
+    res = measure_workload(name, n, repeats, skip_opacus, shrink, data, log,
+                           full_mask=not skip_full_mask)
+    if not skip_memory:
+      res["peak_rss_bytes"] = measure_memory(name, n, res.get("full_mask_timed_n"),
+                                             res.get("opacus_threads"), cache_dir)
+    return res
+  return _each_workload(workloads, n, skip_memory, checkpoint, one, batch=BATCH,
+                        sampling_prob=BATCH / n, steps_per_epoch=steps_per_epoch(n))
+
+
+def _each_workload(workloads, n: int, skip_memory: bool, checkpoint, measure_one,
+                   **header) -> dict:
+  """{n, **header, ...} and `measure_one(name, data, cache_dir)` under `<name>.`, checkpointed."""
   import jax  # pylint: disable=g-import-not-at-top
   with _compilation_cache(not skip_memory) as cache_dir:
     data = synthetic_images(SEED, n, NUM_TEST)
-    figures = {"n": n, "batch": BATCH, "sampling_prob": BATCH / n,
-               "steps_per_epoch": steps_per_epoch(n), "noise_multiplier": SIGMA,
-               "l2_clip_norm": CLIP, "device": jax.devices()[0].platform,
+    figures = {"n": n, **header, "noise_multiplier": SIGMA, "l2_clip_norm": CLIP,
+               "device": jax.devices()[0].platform,
                "physical_memory_bytes": _physical_memory_bytes()}
     for name in workloads:
-      log(f"[large_n] workload {name}")
-      res = measure_workload(name, n, repeats, skip_opacus, shrink, data, log,
-                             full_mask=not skip_full_mask)
-      if not skip_memory:
-        res["peak_rss_bytes"] = measure_memory(name, n, res.get("full_mask_timed_n"),
-                                               res.get("opacus_threads"), cache_dir)
-      res["command"] = report.command("large_n")
-      figures.update(report.flatten(res, f"{name}."))
+      out = measure_one(name, data, cache_dir)
+      out["command"] = report.command("large_n")
+      figures.update(report.flatten(out, f"{name}."))
       if checkpoint is not None:
         checkpoint(figures)
   return figures
+
+
+def _cache_env(cache_dir: str | None) -> dict:   # a memory subprocess's compilation cache
+  return {} if cache_dir is None else {
+      "JAX_COMPILATION_CACHE_DIR": cache_dir, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 
 
 @contextlib.contextmanager
@@ -552,66 +572,53 @@ def measure_batches(workloads, n: int, batches, repeats: int, skip_opacus: bool 
   B's runners timed interleaved in one process (compile = first call - best call); peak
   memory per configuration in fresh subprocesses; `profile`: where each DP epoch's time
   goes. Keys `<w>.B<b>.<figure>`; `checkpoint(figures)` after each workload."""
-  import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from dpjax import dpsgd  # pylint: disable=g-import-not-at-top
   batches = [int(b) for b in batches]
   if not batches or min(batches) < 1:
     raise ValueError(f"batches must be positive ints, got {batches!r}")
-  with _compilation_cache(not skip_memory) as cache_dir:
-    data = synthetic_images(SEED, n, NUM_TEST)
+
+  def one(name, data, cache_dir):
+    log(f"[large_n] workload {name}, B = {batches}")
     x, y = jnp.asarray(data[0]), jnp.asarray(data[1])
-    figures = {"n": n, "batches": batches, "noise_multiplier": SIGMA, "l2_clip_norm": CLIP,
-               "device": jax.devices()[0].platform,
-               "physical_memory_bytes": _physical_memory_bytes()}
-    for name in workloads:
-      log(f"[large_n] workload {name}, B = {batches}")
-      model = _model(name)
-      runners, opacus_models, out = {}, {}, {}
-      for b in batches:
-        t = steps_per_epoch(n, b)
-        out[f"B{b}"] = {"steps_per_epoch": t, "capacity": dpsgd.batch_layout(n, b / n),
-                        "target_dp_over_nonprivate": batch_target(b, n)}
-        runners[f"B{b}.nonprivate"] = nonprivate_runner(model, x, y, t, batch=b)
-        runners[f"B{b}.dp"] = dp_runner(model, x, y, t, "auto", batch=b)
-        threads, why = (None, "skipped (--skip_opacus)") if skip_opacus else \
-            _opacus_threads(name, data[0], data[1], log, b)
-        if why is None:
-          run, opacus_models[b] = opacus_runner(name, data[0], data[1], threads, b)
-          runners[f"B{b}.opacus"] = _Runner(run)
-          out[f"B{b}"]["opacus_threads"] = threads
-        else:
-          out[f"B{b}"]["opacus_skipped"] = why
-      first, best = _timed(runners, repeats, log,
-                           uncompiled=tuple(k for k in runners if k.endswith("opacus")))
-      for b in batches:
-        o, k = out[f"B{b}"], f"B{b}."
-        cpu = {c: min(runners[k + c].cpu_s[1:]) for c in ("nonprivate", "dp")}
-        o.update(nonprivate_epoch_s=best[k + "nonprivate"], dp_epoch_s=best[k + "dp"],
-                 dp_over_nonprivate=best[k + "dp"] / best[k + "nonprivate"],
-                 nonprivate_epoch_cpu_s=cpu["nonprivate"], dp_epoch_cpu_s=cpu["dp"],
-                 dp_over_nonprivate_cpu=cpu["dp"] / cpu["nonprivate"],
-                 compile_s={c: first[k + c] - best[k + c] for c in ("nonprivate", "dp")},
-                 accuracy={c: _accuracy(model, runners[k + c].last, data[2], data[3])
-                           for c in ("nonprivate", "dp")})
-        if k + "opacus" in runners:
-          o.update(opacus_epoch_s=best[k + "opacus"],
-                   opacus_over_ours=best[k + "opacus"] / best[k + "dp"])
-          o["accuracy"]["opacus"] = _opacus_accuracy(opacus_models[b], name, data[2], data[3])
-        if profile and o["capacity"] is not None:
-          o["profile"] = _timed(profile_runners(model, x, y, o["steps_per_epoch"],
-                                                o["capacity"], batch=b), repeats, log)[1]
-        if not skip_memory:
-          set_batch(b)   # the memory subprocesses' --batch
-          o["peak_rss_bytes"] = {c: peak_rss(name, c, n, {} if cache_dir is None else {
-              "JAX_COMPILATION_CACHE_DIR": cache_dir,
-              "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
-              for c in ("nonprivate", "dp_padded")}
-      out["command"] = report.command("large_n")
-      figures.update(report.flatten(out, f"{name}."))
-      if checkpoint is not None:
-        checkpoint(figures)
-  return figures
+    model = _model(name)
+    runners, opacus_models, out = {}, {}, {}
+    for b in batches:
+      t = steps_per_epoch(n, b)
+      out[f"B{b}"] = {"steps_per_epoch": t, "capacity": dpsgd.batch_layout(n, b / n),
+                      "target_dp_over_nonprivate": batch_target(b, n)}
+      runners[f"B{b}.nonprivate"] = nonprivate_runner(model, x, y, t, batch=b)
+      runners[f"B{b}.dp"] = dp_runner(model, x, y, t, "auto", batch=b)
+      runner, opacus_models[b], info = _opacus_baseline(name, data[0], data[1], skip_opacus,
+                                                        log, b)
+      out[f"B{b}"].update(info)
+      if runner is not None:
+        runners[f"B{b}.opacus"] = runner
+    first, best = _timed(runners, repeats, log,
+                         uncompiled=tuple(k for k in runners if k.endswith("opacus")))
+    for b in batches:
+      o, k = out[f"B{b}"], f"B{b}."
+      cpu = {c: min(runners[k + c].cpu_s[1:]) for c in ("nonprivate", "dp")}
+      o.update(nonprivate_epoch_s=best[k + "nonprivate"], dp_epoch_s=best[k + "dp"],
+               dp_over_nonprivate=best[k + "dp"] / best[k + "nonprivate"],
+               nonprivate_epoch_cpu_s=cpu["nonprivate"], dp_epoch_cpu_s=cpu["dp"],
+               dp_over_nonprivate_cpu=cpu["dp"] / cpu["nonprivate"],
+               compile_s={c: first[k + c] - best[k + c] for c in ("nonprivate", "dp")},
+               accuracy={c: _accuracy(model, runners[k + c].last, data[2], data[3])
+                         for c in ("nonprivate", "dp")})
+      if k + "opacus" in runners:
+        o.update(opacus_epoch_s=best[k + "opacus"],
+                 opacus_over_ours=best[k + "opacus"] / best[k + "dp"])
+        o["accuracy"]["opacus"] = _opacus_accuracy(opacus_models[b], name, data[2], data[3])
+      if profile and o["capacity"] is not None:
+        o["profile"] = _timed(profile_runners(model, x, y, o["steps_per_epoch"],
+                                              o["capacity"], batch=b), repeats, log)[1]
+      if not skip_memory:
+        set_batch(b)   # the memory subprocesses' --batch
+        o["peak_rss_bytes"] = {c: peak_rss(name, c, n, _cache_env(cache_dir))
+                               for c in ("nonprivate", "dp_padded")}
+    return out
+  return _each_workload(workloads, n, skip_memory, checkpoint, one, batches=batches)
 
 
 def _define_flags() -> None:

@@ -140,21 +140,9 @@ def _augmented_path(model, shifts, image_shape) -> ClippingPath:
                        f"{image_shape}), got shape {tuple(x_BxF.shape)}")
     l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
     g = sqnorm.per_example_grads(loss_one, params, jnp.reshape(x_BxF, (-1, f)), y_B)
-    return _clipped_sum(g, weights_B, l2_clip_norm)
+    return vmap_clipping.sum_clipped_grads(g, weights_B, l2_clip_norm)
 
   return ClippingPath(fn, "augmented", per_example_grad_memory=True)
-
-
-def _clipped_sum(g, weights_B, l2_clip_norm):
-  """sum_i w_i min(1, C / ||g_i||) g_i and the norms; non-finite records add exactly 0."""
-  norms = vmap_clipping.tree_norms(g)
-  keep = norms < jnp.inf
-  a = jnp.where(keep, weights_B * vmap_clipping.clip_factor(norms, l2_clip_norm), 0.0)
-
-  def weighted_sum(gl):
-    gl = jnp.where((keep & (a != 0)).reshape((-1,) + (1,) * (gl.ndim - 1)), gl, 0.0)
-    return jnp.tensordot(a, gl, axes=1)
-  return jax.tree.map(weighted_sum, g), norms
 
 
 class NoiseAtBatchSize(NamedTuple):

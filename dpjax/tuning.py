@@ -8,7 +8,8 @@ accountant must see (lecture §5.5). Two accounted procedures:
    `accounting.tuned_dpsgd_epsilon(..., score_noise_multiplier=s)`). K, the other runs
    and their scores are NOT released (releasing K voids the theorem).
 2. Exponential-mechanism selection on a disjoint validation split
-   (`select_by_exponential_mechanism`, `exponential_selection_epsilon`).
+   (`select_by_exponential_mechanism`, `exponential_selection_epsilon`; user-level:
+   `user_accuracy_utility`).
 
 Shape letters: R runs, C candidates, N records.
 
@@ -296,6 +297,26 @@ def select_by_exponential_mechanism(key: jax.Array, correct_counts_C, epsilon: f
     raise ValueError("correct_counts_C must be a non-empty array of integer counts")
   return int(selection.exponential_mechanism(key, jnp.asarray(u, jnp.float32), e,
                                               sensitivity=1.0, monotonic=True))
+
+
+def user_accuracy_utility(correct_MxN, user_N, num_users: int) -> np.ndarray:
+  """float64[M]: per model, the sum over users of the share of their records it gets right.
+
+  Adding or removing one user (all of their records) moves each entry by at most 1, and all
+  in the same direction: a monotone utility of user-level sensitivity 1 for
+  `selection.exponential_mechanism`. correct_MxN: bool or 0/1; user_N: ids in [0, U).
+
+  Examples:
+    >>> user_accuracy_utility([[1, 0, 1]], [0, 0, 1], 2).tolist()   # 1/2 + 1/1
+    [1.5]
+  """
+  correct = _validate.check_array(correct_MxN, "correct_MxN", ndim=2, low=0, high=1, min_size=1)
+  u = _validate.check_size(num_users, "num_users", bytes_per_unit=8, units=len(correct) + 1)
+  ids = _validate.check_array(user_N, "user_N", np.int64, shape=(correct.shape[1],), low=0,
+                              high=u - 1, integer=True)
+  records_U = np.maximum(np.bincount(ids, minlength=u), 1).astype(float)   # 0 / 1 if none
+  per_user_MxU = np.stack([np.bincount(ids, c, minlength=u) for c in correct])
+  return (per_user_MxU / records_U[None, :]).sum(axis=1)
 
 
 @_validate.names_extreme_arguments

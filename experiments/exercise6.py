@@ -126,10 +126,8 @@ def _world(cfg: Exercise6Config, key: jax.Array) -> dict:
   train = private & ~val
 
   def renumber(rows):   # the customers of `rows` as 0..U-1
-    ids = np.unique(user[rows])
-    remap = np.full(total, -1, np.int64)
-    remap[ids] = np.arange(ids.size)
-    return remap[user[rows]], int(ids.size)
+    ids, uid = np.unique(user[rows], return_inverse=True)
+    return uid.astype(np.int64), int(ids.size)
 
   (uid_train, n_train), (uid_val, n_val) = renumber(train), renumber(val)
   first = np.searchsorted(user, np.arange(cfg.customers))   # rows are ordered by customer
@@ -141,16 +139,6 @@ def _world(cfg: Exercise6Config, key: jax.Array) -> dict:
           "zip_U": np.asarray(world.zip_N)[first].astype(np.int32),
           "delinquent_U": defaulted[:cfg.customers],
           "loans_U": np.bincount(user[private], minlength=cfg.customers)}
-
-
-def _validation_utility(params_MxD, w: dict) -> np.ndarray:
-  """float64[M]: sum over validation customers of their share of correct loans (sensitivity 1)."""
-  correct = models.correct_predictions(models.logistic_regression(params_MxD.shape[1]),
-                                       {"w": params_MxD}, w["x_val"], w["y_val"],
-                                       float64=True).astype(float)
-  loans = np.bincount(w["uid_val"], minlength=w["num_val_users"]).astype(float)
-  per_cust = np.stack([np.bincount(w["uid_val"], c, minlength=w["num_val_users"]) for c in correct])
-  return (per_cust / loans[None, :]).sum(axis=1)
 
 
 def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key: jax.Array,
@@ -252,13 +240,15 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
   accuracy = lambda p_MxD: models.accuracy(model, {"w": p_MxD}, w["x_test"], w["y_test"],
                                            float64=True)
   acc = lambda p: float(accuracy(p[None, :])[0])
-  pick_naive = int(np.argmax(_validation_utility(naive_params, w)))   # exact argmax
+  utility = lambda p_MxD: tuning.user_accuracy_utility(models.correct_predictions(
+      model, {"w": p_MxD}, w["x_val"], w["y_val"], float64=True), w["uid_val"], w["num_val_users"])
+  pick_naive = int(np.argmax(utility(naive_params)))   # exact argmax
   pick_em = int(selection_lib.exponential_mechanism(   # monotone utility of sensitivity 1
-      k_em, jnp.asarray(_validation_utility(em_params, w), jnp.float32),
+      k_em, jnp.asarray(utility(em_params), jnp.float32),
       cfg.selection_epsilon, sensitivity=1.0, monotonic=True))
   # Repeat-and-select releases only the best run by noisy score (the argmax, so float
   # noise is not observable, as in report_noisy_max).
-  u_rs = _validation_utility(rs_params, w) if num_runs else np.zeros(0)
+  u_rs = utility(rs_params) if num_runs else np.zeros(0)
   noisy_scores = u_rs + cfg.score_noise * np.asarray(
       jax.random.normal(k_score, (num_runs,)), np.float64)
   best_run = int(np.argmax(noisy_scores)) if num_runs else None

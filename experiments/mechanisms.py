@@ -318,13 +318,10 @@ def _compare_note(recs: list[dict]) -> str:
 def run(cfg: MechanismsConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Runs the four demos; writes results.json and the figure; returns `_common.finish`'s dict."""
   k_world, k_rr, k_count, k_clip, k_pp, k_em = jax.random.split(jax.random.key(cfg.seed), 6)
-  # One draw of the credit world, cut into disjoint groups of i.i.d. applicants (one
-  # call compiles the sampler once instead of once per group size).
+  # Disjoint groups of i.i.d. applicants from one draw of the credit world.
   sizes = ([cfg.rr_people, cfg.income_people, cfg.em_public, cfg.em_test]
            + [cfg.em_private] * (1 + cfg.em_datasets))
-  world = credit.sample(k_world, sum(sizes))
-  cuts = np.cumsum([0] + sizes)
-  groups = [credit.CreditData(*(a[lo:hi] for a in world)) for lo, hi in zip(cuts[:-1], cuts[1:])]
+  groups = credit.sample_split(k_world, sizes)
   demos = [lambda: demo_rr(k_rr, groups[0], cfg), lambda: demo_count_noise(k_count, cfg),
            lambda: demo_clip_bound(k_clip, groups[1], cfg),
            lambda: demo_postprocess(k_pp, cfg),

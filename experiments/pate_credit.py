@@ -94,12 +94,10 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
    k_proxy_rel, k_release) = jax.random.split(jax.random.key(cfg.seed), 10)
 
   # One draw of the world, split by index: private | public | test | proxy | proxy val.
-  world = credit.sample(k_data, 2 * n + n_pub + 2 * n_test)
-  cuts = np.cumsum([0, n, n_pub, n_test, n, n_test])
-  parts = [(world.x_NxF[a:b], world.y_N[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
-  scaler = credit.PublicScaler.fit(parts[1][0])
+  parts = credit.sample_split(k_data, (n, n_pub, n_test, n, n_test))
+  scaler = credit.PublicScaler.fit(parts[1].x_NxF)
   (x_priv, y_priv), (x_pub, y_pub), (x_test, y_test), (x_prox, y_prox), (x_pval, y_pval) = (
-      (credit.linear_features(x, scaler), y) for x, y in parts)
+      (credit.linear_features(p.x_NxF, scaler), p.y_N) for p in parts)
   y_pub = np.asarray(y_pub)
   model = models.logistic_regression(credit.LINEAR_DIM)
   accuracies = lambda params_G, x, y: models.accuracy(model, params_G, x, y).astype(np.float64)
@@ -281,12 +279,10 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
     bar.update(1)
   bar.close()
 
-  test = slice(cuts[2], cuts[3])
   record = {
       "n_private": n, "teachers": k, "per_teacher": per, "n_public": n_pub, "n_test": n_test,
       "partitions_disjoint": disjoint, "partition_sizes": [int(sizes.min()), int(sizes.max())],
-      "bayes_accuracy_test": credit.bayes_accuracy(credit.CreditData(
-          world.x_NxF[test], world.y_N[test], world.p_N[test])),
+      "bayes_accuracy_test": credit.bayes_accuracy(parts[2]),
       "non_private_accuracy": float(accuracies(ref, x_test, y_test)[0]),
       "teacher_accuracy_mean": float(teacher_acc.mean()),
       "teacher_accuracy_range": [float(teacher_acc.min()), float(teacher_acc.max())],

@@ -20,7 +20,6 @@ import math
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from dpjax import accounting
@@ -123,12 +122,8 @@ def run(cfg: TuningConfig, out_dir: str, *, progress: bool = True, quiet: bool =
   del progress   # a few seconds per method; no bar
   key = jax.random.key(cfg.seed)
   k_data, k_naive, k_em, k_rs = jax.random.split(key, 4)
-  # One draw of the world cut into public / train / validation / test parts (one
-  # compiled sampler instead of one per size).
-  sizes = (_PUBLIC, cfg.train_size, cfg.val_size, cfg.test_size)
-  world = credit.sample(k_data, sum(sizes))
-  cuts = np.cumsum((0,) + sizes)
-  pub, tr, va, te = (jax.tree.map(lambda a, i=i: a[cuts[i]:cuts[i + 1]], world) for i in range(4))
+  pub, tr, va, te = credit.sample_split(k_data, (_PUBLIC, cfg.train_size, cfg.val_size,
+                                                 cfg.test_size))   # one draw of the world
   scaler = credit.PublicScaler.fit(pub.x_NxF)
   x, y = credit.linear_features(tr.x_NxF, scaler), tr.y_N
   x_val, y_val = np.asarray(credit.linear_features(va.x_NxF, scaler)), np.asarray(va.y_N)

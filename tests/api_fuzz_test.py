@@ -56,6 +56,8 @@ EXCLUDED = {
     "dpjax.accounting.pld_grid.LossPmf": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.atoms_pmf": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.compose_pmfs": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.blocked_self_compose": "PLD internal (grid operation; pld validates its inputs)",
+    "dpjax.accounting.pld_grid.blocking_factor": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.discretise": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.laplace_pmf": "PLD internal (grid operation; pld validates its inputs)",
     "dpjax.accounting.pld_grid.self_compose": "PLD internal (grid operation; pld validates its inputs)",
@@ -137,6 +139,7 @@ EXCLUDED = {
     "dpjax.clipping.sqnorm.safe_norm": "overflow-safe norm helper of the clipping paths",
     "dpjax.clipping.vmap.combine_norms": "overflow-safe norm helper of the clipping paths",
     "dpjax.clipping.vmap.tree_norms": "overflow-safe norm helper of the clipping paths",
+    "dpjax.clipping.vmap.sum_clipped_grads": "core of the vmap clipping paths (callers check C)",
     "dpjax.audit.variants.FaultyDpSgdWarning": "a warning category",
     "dpjax.sampling.Sampler": "a typing.Protocol (interface), not callable by users",
     "dpjax.privatizer.Privatizer": "a typing.Protocol (interface), not callable by users",
@@ -682,6 +685,9 @@ def entries():
   add(E("dpjax.tuning.select_by_exponential_mechanism", tuning.select_by_exponential_mechanism,
         dict(key=_key, correct_counts_C=np.array([3.0, 4.0]), epsilon=1.0),
         {"correct_counts_C": "array"}))
+  add(E("dpjax.tuning.user_accuracy_utility", tuning.user_accuracy_utility,
+        dict(correct_MxN=np.array([[1, 0, 1]]), user_N=np.array([0, 0, 1]), num_users=2),
+        {"correct_MxN": "array", "user_N": "array"}))
   add(E("dpjax.tuning.exponential_selection_epsilon", tuning.exponential_selection_epsilon,
         dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10, num_candidates=3,
              delta=1e-5, selection_epsilon=1.0)))
@@ -1358,6 +1364,8 @@ def entries():
         {"x_NxF": "array"}))
   add(E("dpjax.data.credit.sample", credit.sample, dict(key=_key, n=10, minority_share=0.2),
         {"n": "size"}))
+  add(E("dpjax.data.credit.sample_split", credit.sample_split,
+        dict(key=_key, sizes=(3, 4), minority_share=0.2), {"sizes": "sizes"}))
   add(E("dpjax.data.credit.sample_customers", credit.sample_customers,
         dict(key=_key, num_customers=6, min_loans=1, max_loans=3, num_zip_codes=4,
              minority_share=0.2),

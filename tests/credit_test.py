@@ -91,6 +91,18 @@ class CreditTest(absltest.TestCase):
           self.assertEqual((a.shape, a.dtype), (b.shape, b.dtype), n)
           np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8), err_msg=str(n))
 
+  def test_sample_split_is_the_one_draw_cut_in_order(self):
+    key = jax.random.key(5)
+    whole = credit.sample(key, 2048, 0.3)
+    parts = credit.sample_split(key, (1000, 48, 1000), 0.3)
+    self.assertEqual([len(p) for p in parts], [1000, 48, 1000])
+    for part, lo in zip(parts, (0, 1000, 1048)):
+      for a, b in zip(part, whole):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[lo:lo + len(part)])
+    for bad in ((), (3, 0), (2.5,), 4):
+      with self.assertRaisesRegex((ValueError, TypeError), "sizes"):
+        credit.sample_split(key, bad)
+
   def test_bad_input(self):
     with self.assertRaisesRegex(ValueError, "minority_share"):
       credit.sample(jax.random.key(0), 10, minority_share=1.5)

@@ -37,6 +37,19 @@ class NeverLooserTest(parameterized.TestCase):
     self.assertAlmostEqual(r.ours, ref, delta=(5e-2 if ref < 0.05 else 1e-4) * ref)
 
   @absltest.skipIf(dp_accounting is None, "dp_accounting is not installed")
+  @parameterized.parameters((1.0, 1e-4, 1000, 1e-5), (2.0, 1e-2, 1000, 1e-10),
+                            (0.5, 1e-2, 1000, 1e-5), (5.0, 1e-2, 1, 1e-5),
+                            (10.0, 1e-4, 1000, 1e-10), (1.0, 1e-2, 1000, 1e-3),
+                            (0.5, 1e-2, 1, 1e-3))
+  def test_ours_is_at_most_dp_accounting_on_a_sample_of_the_grid(self, sigma, q, t, delta):
+    # A sample of benchmarks/accountant_table's grid (sigma 0.5-10, q 1e-4-1, T 1-1e6, delta
+    # 1e-10-1e-3) at default settings: our adaptive grid ends at h <= 1e-4, their default,
+    # so already our plain eps is at most theirs (q = 1 is exact and theirs can be lower).
+    r = pld_dpsgd.dpsgd_epsilon_never_looser(sigma, q, t, delta)
+    self.assertLessEqual(r.ours, r.reference)
+    self.assertLessEqual(r.value, r.ours)
+
+  @absltest.skipIf(dp_accounting is None, "dp_accounting is not installed")
   def test_an_optimistic_reference_is_not_taken(self):
     # q = 1: eps is exact (mu = 10); dp_accounting 0.6.0 answers 6e-7 relative below it,
     # a value whose delta exceeds the target. The answer stays the exact eps.

@@ -5,7 +5,7 @@ import math
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from dpjax.accounting import pld_grid
+from dpjax.accounting import gdp, pld_grid
 
 
 def _atoms_delta(losses, p, eps, inf=0.0):
@@ -46,6 +46,58 @@ class AtomsToGridTest(parameterized.TestCase):
     with self.assertRaises(pld_grid.GridTooLarge):
       pld_grid.atoms_to_grid(np.array([0.0, 1e4]), np.array([0.5, 0.5]), 1e-4)
     self.assertTrue(math.isfinite(pld_grid.MAX_POINTS))
+
+
+class GaussianCompositionTest(parameterized.TestCase):
+  """The DP-SGD path's grid operations on the Gaussian (q = 1), whose PLD is exact: the
+  k-fold remove PLD is N(mu_k^2 / 2, mu_k^2) with mu_k = sqrt(k) mu (`gdp.gaussian_delta`)."""
+
+  def _step(self, h, stride=1, fine_mass=0.0, mu=0.5):
+    (pmf,) = pld_grid.subsampled_gaussian_pmfs(mu, 1.0, h, 1e-15, ("remove",), stride, fine_mass)
+    return pmf
+
+  def test_strided_tails_are_exact_at_their_points_and_above_between(self):
+    fine, strided = self._step(1e-3), self._step(1e-3, stride=16, fine_mass=1e-4)
+    self.assertLess(np.count_nonzero(strided.probs), 0.6 * np.count_nonzero(fine.probs))
+    for eps in np.linspace(0.0, 1.5, 31):
+      exact = gdp.gaussian_delta(eps, 0.5)
+      self.assertGreaterEqual(strided.delta(eps), exact - 1e-15)
+      self.assertGreaterEqual(strided.delta(eps), fine.delta(eps) - 1e-15)   # coarser: above
+      self.assertAlmostEqual(strided.delta(eps), exact, delta=1e-6)
+    # exact at the points of the strided upper tail (grid indices that are multiples of 16)
+    top = strided.offset + int(0.8 * strided.probs.size)
+    for i in (top - top % 16, top - top % 16 - 32):
+      self.assertGreater(strided.probs[i - strided.offset], 0.0)
+      self.assertEqual(np.count_nonzero(strided.probs[i - strided.offset + 1:i - strided.offset + 16]), 0)
+      self.assertAlmostEqual(strided.delta(i * 1e-3), gdp.gaussian_delta(i * 1e-3, 0.5), delta=1e-15)
+
+  @parameterized.parameters((4096, 8, 1e-5, 0.1), (20_000, 16, 1e-10, 0.05), (300, 4, 1e-3, 0.5))
+  def test_blocked_composition_is_above_the_exact_delta_and_close(self, k, factor, delta, mu1):
+    h = 2e-4
+    mu = mu1 * math.sqrt(k)
+    exact = gdp.gaussian_epsilon(delta, mu)
+    one = pld_grid.self_compose(self._step(h, mu=mu1), k, 1e-16, exact, 1e-4 * delta)
+    two = pld_grid.blocked_self_compose(
+        self._step(h / math.sqrt(2), 32, 1e-3 * delta / k, mu1), k, factor, 1e-16, exact,
+        1e-4 * delta)
+    self.assertLess(two.probs.size, 1.25 * math.sqrt(2) / factor * one.probs.size)   # f h / sqrt(2)
+    for pmf in (one, two):
+      eps = pmf.epsilon(delta)
+      self.assertGreaterEqual(eps, exact)
+      self.assertLess(eps - exact, 2e-4 * exact)
+    # the same error as one level at h: both within a third of each other's distance
+    e1, e2 = one.epsilon(delta) - exact, two.epsilon(delta) - exact
+    self.assertLess(abs(e1 - e2), 0.35 * max(e1, e2), (e1, e2))
+    for e in (0.5 * exact, exact, 1.5 * exact):
+      self.assertGreaterEqual(two.delta(e), gdp.gaussian_delta(e, mu) * (1 - 1e-9))
+
+  def test_blocking_pays_only_without_rare_large_losses(self):
+    (light,) = pld_grid.subsampled_gaussian_pmfs(0.5, 1e-3, 1e-4, 1e-15, ("remove",))
+    self.assertGreater(pld_grid.blocking_factor(light, 100_000, 1e-16), 1)
+    # q = 1e-4, mu = 1: a step's loss reaches 0.17 while the 1000-fold sum spreads ~0.004
+    (heavy,) = pld_grid.subsampled_gaussian_pmfs(1.0, 1e-4, 1e-4, 1e-15, ("remove",))
+    self.assertEqual(pld_grid.blocking_factor(heavy, 1000, 1e-16), 1)
+    self.assertEqual(pld_grid.blocking_factor(light, 10, 1e-16), 1)
 
 
 if __name__ == "__main__":

@@ -351,6 +351,23 @@ def test_exponential_selection():
   assert tuning.exponential_selection_epsilon(3.0, 0.02, 100, 20, 1e-5, 50.0) == 50.0
 
 
+def test_user_accuracy_utility_is_the_mean_share_and_moves_by_at_most_one_per_user():
+  """Equals a loop over users of (correct records) / (records); removing any one user (all of
+  their records) moves every model's utility by at most 1, all in one direction."""
+  rng = np.random.default_rng(3)
+  user = rng.integers(0, 6, 40)
+  correct = rng.random((3, 40)) < 0.6
+  got = tuning.user_accuracy_utility(correct, user, 7)     # user 6 holds no record: adds 0
+  loop = [sum(correct[m, user == u].mean() for u in np.unique(user)) for m in range(3)]
+  np.testing.assert_allclose(got, loop, rtol=1e-12)
+  for u in np.unique(user):
+    rest = user != u
+    moved = got - tuning.user_accuracy_utility(correct[:, rest], user[rest], 7)
+    assert np.all((moved >= -1e-12) & (moved <= 1 + 1e-12))
+  with pytest.raises(ValueError, match="user_N"):
+    tuning.user_accuracy_utility(correct, user, 5)
+
+
 @pytest.mark.slow
 def test_dpsgd_runs_equals_train_many_per_setting():
   from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top

@@ -139,22 +139,38 @@ def _log_diff(la: np.ndarray, lb: np.ndarray) -> np.ndarray:
   return np.where(np.isfinite(la) & (lb < la), out, -np.inf)
 
 
-def discretise(tails: Callable, lo: float, hi: float, h: float) -> LossPmf:
+def discretise(tails: Callable, lo: float, hi: float, h: float, stride: int = 1,
+               fine_mass: float = 0.0) -> LossPmf:
   """Connect-the-dots discretisation of one (P, Q) pair with monotone losses.
 
   `tails(l [L])` gives (log P(L > l), log P(L <= l), log Q(L > l), log Q(L <= l)), each [L],
   accurate in both tails; losses in [lo, hi] are gridded at spacing h, mass below lo moves
-  up to the bottom point, mass above hi splits between the top point and +inf.
+  up to the bottom point, mass above hi splits between the top point and +inf. With
+  stride > 1, only every stride-th grid point is used where the P-mass beyond a point (above
+  it in the upper tail, below it in the lower) is at most `fine_mass`: an interval's P- and
+  Q-mass then moves to its two ends, (dP - e^{l_a} dQ) / (1 - e^{-(l_b - l_a)}) to the upper
+  end l_b (still exact at the points used, and the grid stays h), which saves evaluations of
+  `tails` where little mass lies.
   """
   i_lo, i_hi = math.floor(lo / h), math.ceil(hi / h)
   if i_hi <= i_lo:
     i_hi = i_lo + 1
+  if stride > 1:
+    i_lo, i_hi = stride * (i_lo // stride), stride * -(-i_hi // stride)
   n = i_hi - i_lo + 1
   if n > MAX_POINTS:
     raise GridTooLarge(
         f"value_discretization={h} needs {n} grid points for losses in "
         f"[{lo:.3g}, {hi:.3g}] (more than {MAX_POINTS}); use a larger value_discretization")
-  l = (i_lo + np.arange(n)) * h
+  idx = np.arange(i_lo, i_hi + 1, stride)
+  if stride > 1 and idx.size > 2:
+    gp, hp, _, _ = tails(idx * h)
+    log_tau = math.log(fine_mass) if fine_mass > 0 else -math.inf
+    a = max(0, int(np.searchsorted(hp, log_tau, side="right")) - 1)    # P(L <= l_a) <= tau
+    b = min(idx.size - 1, int(np.searchsorted(-gp, -log_tau, side="left")))  # P(L > l_b) <= tau
+    if b > a:
+      idx = np.concatenate([idx[:a], np.arange(idx[a], idx[b] + 1), idx[b + 1:]])
+  l = idx * h
   gp, hp, gq, hq = tails(l)
   # Interval masses (l_{j-1}, l_j], j = 1..n-1: difference of whichever tail is smaller.
   use_g = gp[:-1] <= math.log(0.5)
@@ -163,11 +179,12 @@ def discretise(tails: Callable, lo: float, hi: float, h: float) -> LossPmf:
   log_dq = np.where(use_gq, _log_diff(gq[:-1], gq[1:]), _log_diff(hq[1:], hq[:-1]))
   dp = np.exp(log_dp)
   with np.errstate(over="ignore", invalid="ignore"):
-    up = (dp - np.exp(l[:-1] + log_dq)) / -math.expm1(-h)
+    up = (dp - np.exp(l[:-1] + log_dq)) / -np.expm1(-np.diff(idx) * h)
   up = np.clip(np.nan_to_num(up, nan=0.0, posinf=0.0), 0.0, dp)
   probs = np.zeros(n)
-  probs[1:] += up
-  probs[:-1] += dp - up
+  pos = idx - i_lo
+  probs[pos[1:]] += up
+  probs[pos[:-1]] += dp - up
   probs[0] += math.exp(hp[0])                       # lower tail moves up to l_0
   with np.errstate(over="ignore"):
     top = min(math.exp(gp[-1]), math.exp(min(l[-1] + gq[-1], 700.0)))
@@ -230,7 +247,7 @@ def _coarsen(pmf: LossPmf, factor: int) -> LossPmf:
   size = int(ci.max()) - base + 2
   probs = (np.bincount(ci - base, weights=pmf.probs - up, minlength=size)
            + np.bincount(ci - base + 1, weights=up, minlength=size))
-  return LossPmf(big_h, base, probs, pmf.infinity_mass)
+  return LossPmf(big_h, base, probs, pmf.infinity_mass, pmf.noise * 2 * factor)
 
 
 def _int_power(f: np.ndarray, k: int) -> np.ndarray:
@@ -261,7 +278,7 @@ def _tilt_theta(coarse: LossPmf, k: int, target: float) -> float:
   lo, hi = 0.0, 1.0
   while k * mean(hi) < target and hi < 1e4:
     lo, hi = hi, hi * 2
-  for _ in range(40):
+  for _ in range(16):   # any theta untilts exactly; it only needs to be near
     mid = 0.5 * (lo + hi)
     lo, hi = (mid, hi) if k * mean(mid) < target else (lo, mid)
   return 0.5 * (lo + hi)
@@ -276,13 +293,80 @@ def _cyclic_power(probs: np.ndarray, k: int, n_fft: int, shift: int, width: int)
   return np.maximum(np.roll(r, -shift)[:width], 0.0)
 
 
+def _chernoff_window(pmf: LossPmf, k: int, tail_mass: float
+                     ) -> tuple[LossPmf, np.ndarray, float, float]:
+  """(coarse, k K(lambdas), lo, hi): the k-fold sum lies in [lo, hi] but for tail_mass per
+  side, by Chernoff, P(S >= u) <= exp(k K(lam) - lam u) and P(S <= u) <= exp(k K(-lam) + lam u),
+  K on a coarser grid (an upper bound for lam > 0; the lower side wraps upwards in the FFT,
+  needing no rigour). lo and hi are not clipped to k times the pmf's range."""
+  log_tail = math.log(tail_mass)
+  factor = int(max(1, min(256, (0.1 / math.sqrt(k)) / pmf.h)))
+  coarse = _coarsen(pmf, factor)
+  with np.errstate(over="ignore", invalid="ignore"):
+    kp = k * _log_mgf(coarse, _LAMBDAS)
+    km = k * _log_mgf(coarse, -_LAMBDAS)
+  hi_u = float(np.nanmin((kp - log_tail) / _LAMBDAS))
+  lo_u = float(np.nanmax((log_tail - km) / _LAMBDAS))
+  return coarse, kp, lo_u, hi_u
+
+
+def _window_width(pmf: LossPmf, k: int, tail_mass: float) -> float:
+  """Loss span of `self_compose`'s untilted window for k compositions."""
+  if k <= 1:
+    return pmf.probs.size * pmf.h
+  _, _, lo_u, hi_u = _chernoff_window(pmf, k, tail_mass)
+  l0, l1 = pmf.offset * pmf.h, (pmf.offset + pmf.probs.size - 1) * pmf.h
+  return max(pmf.h, min(k * l1, hi_u) - max(k * l0, lo_u))
+
+
+def blocking_factor(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS) -> int:
+  """The coarsening factor f (a power of 2 near k^(1/4), or 1 for one level) that makes
+  `blocked_self_compose` of k steps cheapest, with the steps gridded at h / sqrt(2), against
+  `self_compose` at h (the same error; see `blocked_self_compose`). Cost: FFT points of the
+  Chernoff windows (block, steps left over, and the k-fold window on the grid f h / sqrt(2)).
+  A step with rare large losses keeps every window wide, and one level is then cheaper."""
+  h = pmf.h
+  single = _window_width(pmf, k, tail_mass) / h
+  best, best_cost = 1, single if single <= MAX_POINTS else math.inf
+  centre = round(math.log2(max(k, 1)) / 4)
+  for f in sorted({2 ** max(1, centre - 1), 2 ** max(1, centre), 2 ** max(1, centre + 1)}):
+    m = f * f
+    a, r = divmod(k, m)
+    if f > 64 or a < 2:
+      continue
+    points = (math.sqrt(2) * (_window_width(pmf, m, tail_mass / a)
+                              + _window_width(pmf, r, tail_mass)) / h
+              + math.sqrt(2) * single / f)
+    if points < 0.7 * best_cost:
+      best, best_cost = f, points
+  return best
+
+
+def _plain_floor(coarse: LossPmf, k: int, h: float, lo_triv: float, lo_u: float,
+                 hi_triv: float, hi_u: float) -> float:
+  """Predicted float64 error of delta from an untilted k-fold FFT power on the plain window:
+  k 2.2e-16 max(pmf) per point (each squaring rounds the low frequencies, where |f| ~ 1),
+  summed over the window's points (a conservative coherent sum), with max(pmf) taken from
+  the Gaussian of the k-fold sum's variance."""
+  p, l = coarse.probs, coarse.losses
+  mass = float(p.sum())
+  if mass <= 0:
+    return 0.0
+  mean = float(p @ l) / mass
+  var = max(float(p @ (l - mean) ** 2) / mass, coarse.h ** 2 / 4)
+  peak = min(1.0, h / math.sqrt(2 * math.pi * k * var))
+  width = (min(hi_triv, hi_u) - max(lo_triv, lo_u)) / h + 1
+  return k * 2.2e-16 * peak * width
+
+
 def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
                   tilt_at: Optional[float] = None, noise_tolerance: float = 0.0) -> LossPmf:
   """k-fold convolution by one FFT power on a window holding all but `tail_mass` (Chernoff)
   of each tail: mass above goes to +inf, mass below wraps to the top (delta grows by at
   most 2 tail_mass). With `tilt_at`, the tilted pmf p_j e^{theta l_j - K(theta)} is also
-  composed and untilted exactly; each point takes the lower noise floor. The tilt is
-  skipped when the plain floor summed over the window is below `noise_tolerance`.
+  composed and untilted exactly, on a window widened for its heavier upper tail; each point
+  takes the lower noise floor. The tilt is skipped when the plain FFT's predicted error
+  summed over the window (`_plain_floor`) is below `noise_tolerance`.
   """
   if k == 1:
     return pmf
@@ -290,16 +374,10 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   l = pmf.losses
   lo_triv, hi_triv = k * l[0], k * l[-1]
   log_tail = math.log(tail_mass)
-  # Chernoff: P(S >= u) <= exp(k K(lam) - lam u); P(S <= u) <= exp(k K(-lam) + lam u), K on
-  # a coarser grid (an upper bound for lam > 0; the lower side wraps upwards, needing no rigour).
-  factor = int(max(1, min(256, (0.1 / math.sqrt(k)) / h)))
-  coarse = _coarsen(pmf, factor)
-  with np.errstate(over="ignore", invalid="ignore"):
-    kp = k * _log_mgf(coarse, _LAMBDAS)
-    km = k * _log_mgf(coarse, -_LAMBDAS)
-  hi_u = float(np.nanmin((kp - log_tail) / _LAMBDAS))
-  lo_u = float(np.nanmax((log_tail - km) / _LAMBDAS))
+  coarse, kp, lo_u, hi_u = _chernoff_window(pmf, k, tail_mass)
   theta = 0.0 if tilt_at is None else _tilt_theta(coarse, k, tilt_at)
+  if theta > 0 and _plain_floor(coarse, k, h, lo_triv, lo_u, hi_triv, hi_u) <= noise_tolerance:
+    theta = 0.0
   if theta > 0:
     # The tilted sum has a heavier upper tail: widen the window to hold it too.
     with np.errstate(over="ignore", invalid="ignore"):
@@ -318,9 +396,8 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   # entry (j_true mod n_fft) of the cyclic result holds loss (k * offset + j_true) h.
   shift = (i_lo - k * pmf.offset) % n_fft
   out = _cyclic_power(pmf.probs, k, n_fft, shift, width)
-  floor = k * 2.2e-16 * float(out.max()) * math.sqrt(width)
   noise = k * 2.2e-16 * float(out.max()) + k * pmf.noise
-  if theta > 0 and floor > noise_tolerance:
+  if theta > 0:
     with np.errstate(divide="ignore"):
       w = np.log(pmf.probs) + theta * l
     log_k = _logsumexp(w)   # K(theta) on the finite part, exact
@@ -338,17 +415,43 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
                min(tail_mass, WINDOW_TAIL_MASS))
 
 
+def blocked_self_compose(pmf: LossPmf, k: int, factor: int, tail_mass: float = WINDOW_TAIL_MASS,
+                         tilt_at: Optional[float] = None, noise_tolerance: float = 0.0) -> LossPmf:
+  """k-fold composition in two levels: blocks of m = factor^2 compositions on the pmf's grid
+  h, each moved to the grid factor * h by connect-the-dots (which dominates it), composed
+  k // m times there; the k mod m steps left over are composed, coarsened and convolved in.
+
+  Why: connect-the-dots adds P-variance of at most h^2 / 4 per gridded law, so one level
+  adds ~k h^2 to the k-fold loss; here k h^2 + (k / m)(factor h)^2 = 2 k h^2, on a final
+  window factor times shorter. Every step is pessimistic, so delta stays an upper bound.
+  Window tails: tail_mass / (k // m) per block, tail_mass for the rest. The tilt (`self_compose`)
+  centres each level at its share of `tilt_at`. factor <= 1 or k < 2 m: `self_compose`.
+  """
+  m = factor * factor
+  a, r = divmod(k, m)
+  if factor <= 1 or a < 2:
+    return self_compose(pmf, k, tail_mass, tilt_at, noise_tolerance)
+  share = lambda j: None if tilt_at is None else tilt_at * j / k
+  block = _coarsen(self_compose(pmf, m, tail_mass / a, share(m), noise_tolerance / a), factor)
+  out = self_compose(block, a, tail_mass, share(a * m), noise_tolerance)
+  if r:
+    rest = _coarsen(self_compose(pmf, r, tail_mass, share(r), noise_tolerance), factor)
+    out = compose_pmfs(out, rest)
+  return out
+
+
 def _ndtri_c(p: float) -> float:
   """z with Phi(-z) = p."""
   return -float(special.ndtri(p))
 
 
 def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
-                             directions: tuple[str, ...] = ("remove", "add")
-                             ) -> tuple[LossPmf, ...]:
+                             directions: tuple[str, ...] = ("remove", "add"),
+                             stride: int = 1, fine_mass: float = 0.0) -> tuple[LossPmf, ...]:
   """Remove (P = (1-q) N(0,1) + q N(mu,1), Q = N(0,1), L(x) = log(1 - q + q e^{mu x - mu^2/2}))
   and add (swapped, loss -L(x)) PLDs of the Poisson-subsampled Gaussian, in units of sigma;
-  only those named in `directions` (in that order; "add" is dropped at q = 1)."""
+  only those named in `directions` (in that order; "add" is dropped at q = 1). stride and
+  fine_mass: the tails' coarser points, as in `discretise`."""
   log_q = math.log(q)
   log_1mq = math.log1p(-q) if q < 1 else -math.inf
 
@@ -357,7 +460,7 @@ def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
 
   def x_of(l):   # inverse of `loss`; -inf at or below log(1-q)
     l = np.asarray(l, np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):   # where() drops those
       if q < 1:
         t = np.log(np.maximum(np.expm1(l) + q, 0.0)) - log_q
         t = np.where(l > 30, l + np.log1p(-(1 - q) * np.exp(-np.minimum(l, 700))) - log_q, t)
@@ -381,8 +484,9 @@ def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
 
   z = _ndtri_c(tail / 2)
   x_hi = max(mu + _ndtri_c(min(0.5, tail / (2 * q))), z)
-  make = {"remove": lambda: discretise(tails_remove, float(loss(-z)), float(loss(x_hi)), h),
-          "add": lambda: discretise(tails_add, -float(loss(z)), -log_1mq, h)}
+  make = {"remove": lambda: discretise(tails_remove, float(loss(-z)), float(loss(x_hi)), h,
+                                       stride, fine_mass),
+          "add": lambda: discretise(tails_add, -float(loss(z)), -log_1mq, h, stride, fine_mass)}
   return tuple(make[d]() for d in directions if not (d == "add" and q == 1.0))
 
 
@@ -484,6 +588,8 @@ def atoms_to_grid(losses: np.ndarray, p_masses: np.ndarray, h: float,
 
 __all__ = [
     "DEFAULT_TAIL_MASS", "DEFAULT_VALUE_DISCRETIZATION", "GridTooLarge", "LossPmf", "MAX_POINTS",
-    "WINDOW_TAIL_MASS", "atoms_pmf", "atoms_to_grid", "compose_pmfs", "discretise", "laplace_pmf",
-    "self_compose", "subsampled_gaussian_pmfs", "subsampled_laplace_pmfs",
+    "WINDOW_TAIL_MASS", "atoms_pmf", "atoms_to_grid", "blocked_self_compose", "blocking_factor",
+    "compose_pmfs",
+    "discretise", "laplace_pmf", "self_compose", "subsampled_gaussian_pmfs",
+    "subsampled_laplace_pmfs",
 ]

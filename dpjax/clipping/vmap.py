@@ -94,8 +94,14 @@ def clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
   models_lib.check_model(model)
   _validate.check_batch(x_BxF, y_B, weights_B, num_outputs=model.num_outputs)
   l2_clip_norm = _validate.check_clip_norm(l2_clip_norm)
-  g = per_example_grads(model, params, x_BxF, y_B)
-  norms = tree_norms(g)
+  return sum_clipped_grads(per_example_grads(model, params, x_BxF, y_B), weights_B, l2_clip_norm)
+
+
+def sum_clipped_grads(grads: PyTree, weights_B: jax.Array, l2_clip_norm: float
+                      ) -> tuple[PyTree, jax.Array]:
+  """sum_i w_i min(1, C / ||g_i||) g_i of per-example gradients (leaves [B, ...], C checked by
+  the caller) and the norms float32[B]; a record with a non-finite norm or weight 0 adds 0."""
+  norms = tree_norms(grads)
   keep = norms < jnp.inf
   a = jnp.where(keep, weights_B * clip_factor(norms, l2_clip_norm), 0.0)
 
@@ -103,7 +109,7 @@ def clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,
     # Dropped or unsampled examples contribute exactly zero (a plain 0 * inf would be NaN).
     gl = jnp.where((keep & (a != 0)).reshape((-1,) + (1,) * (gl.ndim - 1)), gl, 0.0)
     return jnp.tensordot(a, gl, axes=1)
-  return jax.tree.map(weighted_sum, g), norms
+  return jax.tree.map(weighted_sum, grads), norms
 
 
 def two_pass_clipped_grad_sum(model: models_lib.Model, params: PyTree, x_BxF: jax.Array,

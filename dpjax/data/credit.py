@@ -13,7 +13,8 @@ Five raw features and a label per applicant (group g; share of group 1 = `minori
                 h_1(t) = -0.5 - 0.2 (t - 3.5)
 
 p is known, so the Bayes accuracy is computable; a model without the group cannot
-represent h_1. `sample_customers` draws customers with several loans. `PublicScaler` is
+represent h_1. `sample_split` cuts one draw into disjoint parts (public, private, test ...);
+`sample_customers` draws customers with several loans. `PublicScaler` is
 fit on a PUBLIC sample; `linear_features` gives [1, z] (6 columns), `cubic_features` all
 monomials of degree <= 3 (56 columns) at unit public RMS.
 
@@ -84,6 +85,22 @@ def sample(key: jax.Array, n: int, minority_share: float = 0.1) -> CreditData:
   n = _validate.check_size(n, "n", units=NUM_FEATURES + 2)
   _validate.check_probability(minority_share, "minority_share")
   return _sample(key, n, minority_share, _draw_size(n))
+
+
+def sample_split(key: jax.Array, sizes, minority_share: float = 0.1) -> tuple[CreditData, ...]:
+  """One draw of sum(sizes) applicants cut, in order, into disjoint parts of `sizes` (each
+  >= 1): i.i.d. groups (public / private / test ...) from one compiled sampler.
+
+  Examples:
+    >>> [len(part) for part in sample_split(jax.random.key(0), (3, 5))]
+    [3, 5]
+  """
+  sizes = _validate.check_sizes(sizes, "sizes")
+  if not sizes:
+    raise ValueError("sizes must hold at least one part size")
+  world = sample(key, sum(sizes), minority_share)
+  cuts = np.cumsum((0,) + sizes)
+  return tuple(CreditData(*(a[lo:hi] for a in world)) for lo, hi in zip(cuts[:-1], cuts[1:]))
 
 
 _MIN_DRAW = 2048

@@ -5,17 +5,29 @@
 
 The audit workload (logistic regression on 56 cubic credit features, n = 150, q = 0.2, T = 500,
 C = 1, sigma = 1, lr = 0.5, M models), in one process, best of --repeats: numpy (two BLAS
-matmuls per step, best thread count); `dpsgd.train_many`'s GLM fast path; the generic paths
-(`generic_*`, `generic_plain_*` without the sqnorm rewrite, `generic_one_pass_*`); a float32
-matmul peak; the peak memory of a fresh subprocess at the largest M; `dpsgd_deep` merged in
-unless --skip_deep. One step is 4 N D = 33.6 kFLOP.
+matmuls per step, best thread count); `dpsgd.train_many`'s GLM fast path; the same with
+stand-in random numbers (`stand_in_rng_*`: one multiply per mask bit and noise value in place
+of threefry and the inverse CDF, through the engine's sampler and privatizer doors; NOT
+random, so it bounds what any exact sampler could gain); the generic paths (`generic_*`,
+`generic_plain_*` without the sqnorm rewrite, `generic_one_pass_*`) unless --skip_generic;
+a float32 matmul peak; the peak memory of a fresh subprocess at the largest M; `dpsgd_deep`
+merged in unless --skip_deep. One step is 4 N D = 33.6 kFLOP. --main_job_trials N also runs
+`experiments.audit --trials N` in a child process and records its CPU seconds (user + sys).
+--merge keeps the existing JSON's figures of the rows (M) and parts this run does not measure.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from typing import ClassVar
 
 import numpy as np
 from absl import app
@@ -30,6 +42,11 @@ _JSON = flags.DEFINE_string("json", None, "Where to write the figures (default: 
 _SKIP_DEEP = flags.DEFINE_bool("skip_deep", False, "Skip benchmarks.dpsgd_deep.")
 _SKIP_GENERIC_LARGEST = flags.DEFINE_bool(
     "skip_generic_largest", False, "Skip the generic path at the largest M.")
+_SKIP_GENERIC = flags.DEFINE_bool("skip_generic", False, "Skip the generic paths at every M.")
+_MAIN_JOB_TRIALS = flags.DEFINE_integer(
+    "main_job_trials", 0, "Also time `experiments.audit --trials N` in a child (0: no).")
+_MERGE = flags.DEFINE_bool("merge", False, "Keep the existing JSON's figures that this run "
+                           "does not measure.")
 _MEM_CHILD = flags.DEFINE_integer("mem_child", 0, "(internal) train M models and exit.")
 
 N, D, Q, T, C, SIGMA, LR = 150, 56, 0.2, 500, 1.0, 1.0, 0.5
@@ -125,13 +142,59 @@ def _dpjax_runner(x, y, num_models, generic):
   return audit_runner(x, y, num_models, clipping=csf)
 
 
+def _stand_in_bits(key, step, n):
+  """uint32[n]: one multiply-add per element from the key and step; NOT random."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  k = jax.random.key_data(key)
+  seed = k[0] ^ (jnp.asarray(step, jnp.uint32) * jnp.uint32(0x85EBCA6B))
+  return jnp.arange(n, dtype=jnp.uint32) * (k[1] | jnp.uint32(1)) + seed
+
+
+@dataclasses.dataclass(frozen=True)
+class StandInSampler:
+  """Batch bits from `_stand_in_bits` (rate about q); benchmarks only, not a sampler."""
+  sampling_prob: float = Q
+  accounted: ClassVar[bool] = False
+
+  def batch_mask(self, key, step, keep_N):
+    thr = int(self.sampling_prob * 2 ** 16)
+    return ((_stand_in_bits(key, step, keep_N.shape[0]) >> 16) < thr) & keep_N
+
+
+@dataclasses.dataclass(frozen=True)
+class StandInPrivatizer:
+  """Adds std * (a value in [-1, 1) from `_stand_in_bits`), then divides by B; benchmarks only."""
+  accounted: ClassVar[bool] = False
+
+  def noise_stddev(self, noise_multiplier, l2_clip_norm):
+    return float(noise_multiplier) * float(l2_clip_norm)
+
+  def transform(self, noise_stddev, expected_batch_size, key):
+    import jax  # pylint: disable=g-import-not-at-top
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    import optax  # pylint: disable=g-import-not-at-top
+
+    def update(updates, count, params=None):
+      del params
+      leaves, tree = jax.tree.flatten(updates)
+      out = []
+      for i, l in enumerate(leaves):
+        u = _stand_in_bits(jax.random.fold_in(key, i), count, l.size) >> 9
+        out.append(l + noise_stddev * (u.astype(jnp.float32) * 2.0 ** -22 - 1.0).reshape(l.shape))
+      return jax.tree.unflatten(tree, out), count + 1
+    noise = optax.GradientTransformation(lambda p: jnp.zeros((), jnp.int32), update)
+    return optax.chain(noise, optax.scale(1.0 / expected_batch_size))
+
+
 def _mem_child(num_models):
   x, y = _data()
   _dpjax_runner(x, y, num_models, generic=False)()
   print(json.dumps({"peak_rss_bytes": report.peak_rss_bytes()}))
 
 
-def measure_audit_workload(sizes, repeats, skip_generic_largest=False, log=print):
+def measure_audit_workload(sizes, repeats, skip_generic_largest=False, log=print,
+                           skip_generic=False):
   x, y = _data()
   res = {}
   peak = matmul_peak_gflops()
@@ -148,8 +211,10 @@ def measure_audit_workload(sizes, repeats, skip_generic_largest=False, log=print
     def numpy_run():
       with _blas_threads(np_threads):
         numpy_train(x, y, m, rng)
-    fns = {"numpy": numpy_run, "fast": _dpjax_runner(x, y, m, generic=False)}
-    if not (skip_generic_largest and m == max(sizes)):
+    fns = {"numpy": numpy_run, "fast": _dpjax_runner(x, y, m, generic=False),
+           "stand_in": audit_runner(x, y, m, sampler=StandInSampler(),
+                                    privatizer=StandInPrivatizer())}
+    if not skip_generic and not (skip_generic_largest and m == max(sizes)):
       fns["generic"] = _dpjax_runner(x, y, m, generic="two_pass")
       if m != max(sizes) or len(sizes) == 1:
         fns["plain"] = _dpjax_runner(x, y, m, generic="two_pass_plain")
@@ -162,9 +227,14 @@ def measure_audit_workload(sizes, repeats, skip_generic_largest=False, log=print
     row["gflops"] = m * FLOP_PER_MODEL / t_fast / 1e9
     row["fraction_of_peak"] = row["gflops"] / peak["peak_gflops"]
     row["numpy_fraction_of_peak"] = m * FLOP_PER_MODEL / t_np / 1e9 / peak["peak_gflops"]
+    row["stand_in_rng_models_per_s"] = m / best["stand_in"]
+    row["stand_in_rng_speedup_vs_numpy"] = t_np / best["stand_in"]
+    row["rng_share_of_fast"] = 1.0 - best["stand_in"] / t_fast
     line = (f"M={m:6d}: numpy {m / t_np:7.0f} models/s | dpjax fast {m / t_fast:7.0f} "
             f"models/s ({t_np / t_fast:.2f}x, {row['gflops']:.1f} GFLOP/s = "
-            f"{100 * row['fraction_of_peak']:.0f}% of peak)")
+            f"{100 * row['fraction_of_peak']:.0f}% of peak) | stand-in random numbers "
+            f"{m / best['stand_in']:7.0f} models/s ({t_np / best['stand_in']:.2f}x; random "
+            f"numbers {100 * row['rng_share_of_fast']:.0f}% of the fast path's time)")
     for name, label in (("generic", "generic vmap(grad) two-pass"),
                         ("plain", "without the norm rewrite"), ("one_pass", "one-pass")):
       if name in best:
@@ -205,14 +275,37 @@ def audit_runner(x, y, num_models: int, **train_kwargs):
   return run
 
 
+def time_main_job(trials: int, log=print) -> dict:
+  """CPU seconds (user + sys) and wall seconds of `python -m experiments.audit --trials N`
+  in a fresh child process writing to a temporary directory."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  before = resource.getrusage(resource.RUSAGE_CHILDREN)
+  with tempfile.TemporaryDirectory() as out:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "experiments.audit", f"--trials={trials}",
+                    f"--out={out}"], check=True, cwd=root, env=env,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+  after = resource.getrusage(resource.RUSAGE_CHILDREN)
+  user, sys_s = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+  log(f"main job (--trials {trials}): {user + sys_s:.1f} CPU-s (user {user:.1f}, sys "
+      f"{sys_s:.1f}), {wall:.0f} s wall, load average {os.getloadavg()[0]:.1f}")
+  return {"trials": trials, "cpu_s": user + sys_s, "user_s": user, "sys_s": sys_s,
+          "wall_s": wall, "load_average_1min_at_end": os.getloadavg()[0]}
+
+
 def main(argv):
   del argv
   if _MEM_CHILD.value:
     _mem_child(_MEM_CHILD.value)
     return
   sizes = report.model_counts(_SIZES.value, "sizes")
-  audit = measure_audit_workload(sizes, _REPEATS.value, _SKIP_GENERIC_LARGEST.value)
+  audit = measure_audit_workload(sizes, _REPEATS.value, _SKIP_GENERIC_LARGEST.value,
+                                 skip_generic=_SKIP_GENERIC.value)
   figures = report.flatten(audit, "audit_workload.")
+  if _MAIN_JOB_TRIALS.value:
+    figures.update(report.flatten(time_main_job(_MAIN_JOB_TRIALS.value), "main_job."))
   # Headline keys: the M = 2000 row when present.
   head = f"M{2000 if 2000 in sizes else max(sizes)}"
   figures["audit_workload.speedup_vs_numpy"] = audit[head]["speedup_vs_numpy"]
@@ -223,6 +316,14 @@ def main(argv):
     figures.update(deep)
     for k, v in deep.items():
       print(f"{k}: {v}")
+  if _MERGE.value:
+    path = _JSON.value or os.path.join(report.RESULTS_DIR, "dpsgd.json")
+    if os.path.exists(path):
+      with open(path) as f:
+        old = json.load(f)["figures"]
+      # A row measured now replaces the stored row whole (no stale columns beside new ones).
+      stale = tuple(f"audit_workload.M{m}." for m in sizes)
+      figures = {**{k: v for k, v in old.items() if not k.startswith(stale)}, **figures}
   report.write("dpsgd", figures, _JSON.value)
 
 

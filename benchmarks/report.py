@@ -170,7 +170,10 @@ def _dpsgd_section(doc: dict) -> list[str]:
               "form); `generic` the two-pass vmap(grad) path with `sqnorm` norms, `plain` the "
               "same without the norm identity, `one-pass` vmap(grad) in one pass (times are "
               "relative to the fast path's). NumPy is the lecture-style matrix code at its best "
-              "BLAS thread count. All timings interleaved, best of the repeats.", "")
+              "BLAS thread count. `stand-in RNG` is the fast path with one multiply per mask bit "
+              "and noise value in place of threefry and the inverse CDF (not random: the "
+              "ceiling any exact sampler could reach); `RNG share` is the fast path's time "
+              "that this removes. All timings interleaved, best of the repeats.", "")
   sizes = sorted(int(k.split(".")[1][1:]) for k in f
                  if k.startswith("audit_workload.M") and k.endswith(".speedup_vs_numpy"))
   rows = []
@@ -181,9 +184,20 @@ def _dpsgd_section(doc: dict) -> list[str]:
                  _fmt(100 * g("fraction_of_peak") if g("fraction_of_peak") else None, ".0f") + " %",
                  _fmt(g("generic_slowdown_vs_fast"), ".2f"),
                  _fmt(g("generic_plain_slowdown_vs_fast"), ".2f"),
-                 _fmt(g("generic_one_pass_slowdown_vs_fast"), ".2f")])
+                 _fmt(g("generic_one_pass_slowdown_vs_fast"), ".2f"),
+                 _times(g("stand_in_rng_speedup_vs_numpy")),
+                 "–" if g("rng_share_of_fast") is None
+                 else _fmt(100 * g("rng_share_of_fast"), ".0f") + " %"])
   out += _table(["M", "NumPy models/s", "dpjax models/s", "speed-up", "% of matmul peak",
-                 "generic / fast time", "plain / fast", "one-pass / fast"], rows)
+                 "generic / fast time", "plain / fast", "one-pass / fast",
+                 "stand-in RNG speed-up", "RNG share"], rows)
+  if f.get("main_job.cpu_s") is not None:
+    out += ["", f"Main job `python -m experiments.audit --trials {f['main_job.trials']}` "
+            f"(`--main_job_trials`, a child process): {f['main_job.cpu_s']:.0f} CPU-s (user "
+            f"{f['main_job.user_s']:.0f} + sys {f['main_job.sys_s']:.0f}), "
+            f"{f['main_job.wall_s']:.0f} s wall at a 1-minute load average of "
+            f"{f['main_job.load_average_1min_at_end']:.1f} on this machine's cores; target "
+            f"under 60 CPU-s ({'met' if f['main_job.cpu_s'] < 60 else 'not met'})."]
   peak = f.get("audit_workload.matmul_peak.peak_gflops")
   rss = f.get("audit_workload.peak_rss_bytes_largest")
   out += ["", f"Float32 matmul peak {_fmt(peak, '.0f')} GFLOP/s; peak resident memory of a "

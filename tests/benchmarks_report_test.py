@@ -38,6 +38,23 @@ class ReportTest(absltest.TestCase):
     self.assertIn("1.00 GiB", text)
     self.assertNotIn("Accountants", text)          # no accountants.json in tmp
 
+  def test_dpsgd_stand_in_rng_and_main_job(self):
+    tmp = tempfile.mkdtemp()
+    report.write("dpsgd", {
+        "audit_workload.M2000.numpy_models_per_s": 1000.0,
+        "audit_workload.M2000.dpjax_models_per_s": 2500.0,
+        "audit_workload.M2000.speedup_vs_numpy": 2.5,
+        "audit_workload.M2000.fraction_of_peak": 0.2,
+        "audit_workload.M2000.stand_in_rng_speedup_vs_numpy": 5.0,
+        "audit_workload.M2000.rng_share_of_fast": 0.5,
+        "main_job.trials": 10000, "main_job.cpu_s": 200.0, "main_job.user_s": 180.0,
+        "main_job.sys_s": 20.0, "main_job.wall_s": 300.0,
+        "main_job.load_average_1min_at_end": 2.5}, os.path.join(tmp, "dpsgd.json"))
+    text = report.render(tmp)
+    self.assertIn("| 2,000 | 1,000 | 2,500 | 2.50× | 20 % | – | – | – | 5.00× | 50 % |", text)
+    self.assertIn("200 CPU-s (user 180 + sys 20), 300 s wall", text)
+    self.assertIn("target under 60 CPU-s (not met)", text)
+
   def test_accountants_section(self):
     tmp = tempfile.mkdtemp()
     row = {"sigma": 1.0, "q": 0.01, "steps": 10000, "delta": 1e-5, "ours_rdp_eps": 6.7,

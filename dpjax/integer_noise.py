@@ -246,13 +246,11 @@ def _search(noise: IntegerNoise, u) -> jax.Array:
   hi = jnp.minimum(lo + width, noise.max_abs)
   steps = int(math.ceil(math.log2(width + 1))) if width > 0 else 0
 
-  def body(_, lh):
-    lo, hi = lh
+  # Unrolled (a few steps): one fused pass over the draws instead of a loop of kernels.
+  for _ in range(steps):
     mid = (lo + hi) >> 1
     less = _less96(u, tuple(a[mid] for a in t))
-    return jnp.where(less, lo, mid + 1), jnp.where(less, mid, hi)
-  if steps:
-    lo, _ = jax.lax.fori_loop(0, steps, body, (lo, hi))
+    lo, hi = jnp.where(less, lo, mid + 1), jnp.where(less, mid, hi)
   return lo
 
 

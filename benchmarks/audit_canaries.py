@@ -1,6 +1,6 @@
 """Benchmark: the cost of K gradient canaries per run in the white-box audit.
 
-    .venv/bin/python -m benchmarks.audit_canaries                       # M = 500, K = 100
+    .venv/bin/python -m benchmarks.audit_canaries     # M = 500, K = 100 -> results/*.json
     .venv/bin/python -m benchmarks.audit_canaries --models 668 --canaries 100 --timings 2
 
 Two canary layouts of the same claim (sigma for eps = 4), timed round-robin in ONE process:
@@ -23,7 +23,8 @@ from benchmarks import report
 _MODELS = flags.DEFINE_string("models", "500", "Comma-separated model counts M (multiples of 4).")
 _CANARIES = flags.DEFINE_integer("canaries", 100, "Gradient canaries per run K (> 1).")
 _REPEATS = flags.DEFINE_integer("timings", 2, "Timed repetitions (best is kept).")
-_JSON = flags.DEFINE_string("json_out", None, "Where to write the figures (default: print them).")
+_JSON = flags.DEFINE_string("json_out", None, "Where to write the figures (default: benchmarks/"
+                             "results/audit_canaries.json, what RESULTS.md is built from).")
 _EPSILON = 4.0
 
 
@@ -102,7 +103,8 @@ def main(argv):
     raise app.UsageError("--canaries must be >= 2")
   sizes = report.model_counts(_MODELS.value, "models")
   figures = dict(measure(sizes, _CANARIES.value, _REPEATS.value), canaries=_CANARIES.value)
-  report.emit("audit_canaries", figures, _JSON.value)
+  report.write("audit_canaries", {f"audit_canaries.{k}": v for k, v in figures.items()},
+               _JSON.value)
 
 
 if __name__ == "__main__":

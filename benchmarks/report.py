@@ -263,6 +263,29 @@ def _secure_noise_section(doc: dict) -> list[str]:
           + _table(["M", "float (s)", "secure (s)", "secure / float"], rows) + [""])
 
 
+def _audit_canaries_section(doc: dict) -> list[str]:
+  f = doc["figures"]
+  k = f.get("audit_canaries.canaries")
+  sizes = sorted(int(n.split(".")[1][1:]) for n in f if n.endswith(".leaf_multi_over_single"))
+  rows = [[f"{m:,}", name, _fmt(f.get(f"audit_canaries.M{m}.{one}_s"), ".2f"),
+           _fmt(f.get(f"audit_canaries.M{m}.{many}_s"), ".2f"),
+           _ratio_vs_target(f.get(f"audit_canaries.M{m}.{tag}multi_over_single"), 3.0, True),
+           _fmt(f.get(f"audit_canaries.M{m}.trials_per_s_{one}"), ",.0f"),
+           _fmt(f.get(f"audit_canaries.M{m}.trials_per_s_{many}"), ",.0f")]
+          for m in sizes
+          for name, tag, one, many in (("fixed-gradient canaries", "", "single", "multi"),
+                                       ("parameter-leaf canaries", "leaf_", "leaf_single",
+                                        "leaf_multi"))]
+  return (_head("Multi-canary audit (`benchmarks/audit_canaries.py`)", doc,
+                f"One chunk of M audit models with 1 canary against {k} canaries per run, "
+                "interleaved in one process, best of the repeats (s): fixed-gradient canaries "
+                "in the data's unused features (`experiments.audit`'s chunk, scored), and "
+                "canaries in a parameter leaf the records' clipping never touches "
+                "(`audit.per_step_run.step_observations`).", "")
+          + _table(["M", "layout", "1 canary (s)", f"{k} canaries (s)", "ratio",
+                    "white-box trials/s (1)", f"white-box trials/s ({k})"], rows) + [""])
+
+
 def _ratio_vs_target(v, target, at_most: bool) -> str:
   """'1.21× (target ≤ 1.3×: met)'; '–' when v is missing."""
   if v is None:
@@ -556,7 +579,7 @@ def _mf_section(doc: dict) -> list[str]:
 
 
 _SECTIONS = {"dpsgd": _dpsgd_section, "accountants": _accountants_section,
-             "secure_noise": _secure_noise_section,
+             "secure_noise": _secure_noise_section, "audit_canaries": _audit_canaries_section,
              "large_n": _large_n_section, "large_n_batches": _large_n_batches_section,
              "pate_teachers": _pate_teachers_section,
              "compile_time": _compile_time_section, "mf": _mf_section}

@@ -66,6 +66,22 @@ class ReportTest(absltest.TestCase):
     self.assertIn("| 1, 0.01, 10,000, 1e-05 | 6.7000 | 20.0× | 6.187700 | 6.187800 | 4.50× |",
                   text)
 
+  def test_audit_canaries_section(self):
+    tmp = tempfile.mkdtemp()
+    fig = {"audit_canaries.canaries": 100}
+    for name, one, many in (("", 1.0, 4.0), ("leaf_", 2.0, 5.0)):
+      fig.update({f"audit_canaries.M500.{name}single_s": one,
+                  f"audit_canaries.M500.{name}multi_s": many,
+                  f"audit_canaries.M500.{name}multi_over_single": many / one,
+                  f"audit_canaries.M500.trials_per_s_{name}single": 500 / one,
+                  f"audit_canaries.M500.trials_per_s_{name}multi": 50_000 / many})
+    report.write("audit_canaries", fig, os.path.join(tmp, "audit_canaries.json"))
+    text = report.render(tmp)
+    self.assertIn("| 500 | fixed-gradient canaries | 1.00 | 4.00 | 4.00× (target ≤ 3×: missed) "
+                  "| 500 | 12,500 |", text)
+    self.assertIn("| 500 | parameter-leaf canaries | 2.00 | 5.00 | 2.50× (target ≤ 3×: met) "
+                  "| 250 | 10,000 |", text)
+
   def test_compile_time_section(self):
     tmp = tempfile.mkdtemp()
     fig = {"n_mlp": 60000, "models_audit": 2000, "target": 2.0, "mlp.compile_ratio": 1.5,

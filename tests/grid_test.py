@@ -122,6 +122,35 @@ class GridSumTest(parameterized.TestCase):
     looped = np.stack([np.asarray(p({"w": w}, x, y, mask, 1.0)[0]["w"]) for w in ws])
     np.testing.assert_array_equal(batched, looped)
 
+  def test_logistic_fast_path_vmapped_equals_definition_with_and_without_rejections(self):
+    # Under vmap the sum skips the per-record norm checks when a bound proves them all
+    # passing; benign features take that branch, and flat records whose rounding reaches
+    # Delta exactly (gamma = 1, C = 3, x_d = +-3, w = 0: v = (+-2, ...), |v|^2 = 16 = Delta^2
+    # > the float threshold) force the checked one. Both must equal the definition.
+    model = models.logistic_regression(4)
+    rng = np.random.default_rng(5)
+    gamma, c = 1.0, 3.0
+    benign = (rng.standard_normal((12, 4)) * 2.0).astype(np.float32)
+    flat = np.where(rng.random((4, 4)) < 0.5, -3.0, 3.0).astype(np.float32)
+    y = rng.integers(0, 2, 16).astype(np.int32)
+    ws = np.concatenate([np.zeros((1, 4)), rng.standard_normal((4, 4)) * 0.1]).astype(np.float32)
+    masks = (rng.random((5, 16)) < 0.7).astype(np.float32)
+    masks[0] = 1.0
+    sum_fn = lambda w, x, yy, m: grid_lib.grid_clipped_sum(model, gamma, {"w": w}, x, yy, m, c)
+    batched = jax.jit(jax.vmap(sum_fn, in_axes=(0, None, None, 0)))
+    rejected = 0
+    for x, yy in ((benign, y[:12]), (np.concatenate([benign, flat]), y)):
+      n = x.shape[0]
+      got, _ = batched(ws, x, yy, masks[:, :n])
+      for i in range(5):
+        r = jax.nn.sigmoid(x @ ws[i]) - yy
+        a = vmap.clip_factor(jnp.abs(r) * vmap.tree_norms([jnp.asarray(x)]), c)
+        v = np.asarray(grid_lib.round_clipped({"w": (r * a)[:, None] * x}, gamma, c)["w"])
+        want = np.sum(v * (masks[i, :n] > 0.5)[:, None], axis=0)
+        np.testing.assert_array_equal(got["w"][i], want)
+        rejected += int(np.sum(~np.any(v != 0, axis=1) & (np.abs(np.asarray(r)) > 0)))
+    self.assertGreater(rejected, 0)   # the flat records were zeroed by the check
+
   def test_path_is_memoised_and_a_clipping_path(self):
     model = models.logistic_regression(3)
     p = grid_lib.path(model, 2.0 ** -5)

@@ -141,15 +141,61 @@ def _logistic_grid_sum(grid, params, x_BxF, y_B, weights_B, c):
   x_safe = jnp.where(jnp.isfinite(x_BxF), x_BxF, 0.0)
   x_max = jnp.where(row_finite, jnp.max(jnp.abs(x_safe), axis=1), jnp.inf)
   pre = (jnp.asarray(weights_B) > 0.5) & (jnp.abs(f) * x_max <= jnp.float32(_FAST_LIMIT))
+  f = jnp.where(pre, f, 0.0)
+  # sum_d round(f x_d)^2 <= sum_d (|f| |x_d| (1 + u) + 1/2)^2 <= `bound` up to rounding.
+  g = jnp.abs(f)
+  bound = (g * g * jnp.sum(x_safe * x_safe, axis=1) + g * jnp.sum(jnp.abs(x_safe), axis=1)
+           + jnp.float32(num_p / 4 + 1))
+  s = _record_sum(float(thr), f, x_safe, bound)
+  return {"w": s.astype(jnp.int32)}, norms
 
+
+def _checked_record_sum(thr, f_B, x_BxP):
+  """sum_i [sum_d v_id^2 <= thr] v_i, v_i = round(f_i x_i), float32, one record per scan
+  iteration: its rounded gradient is checked and added while in cache."""
   def add_record(s_P, f_x):
-    # One record per iteration: its rounded gradient is checked and added while in cache
-    # (two passes over [B, P] would store it, or the broadcast x, for each model).
     v = jnp.round(f_x[0] * f_x[1])
     return s_P + jnp.where(jnp.sum(jnp.square(v)) <= thr, v, 0.0), None
-  s, _ = jax.lax.scan(add_record, jnp.zeros((num_p,), jnp.float32),
-                      (jnp.where(pre, f, 0.0), x_safe))
-  return {"w": s.astype(jnp.int32)}, norms
+  s, _ = jax.lax.scan(add_record, jnp.zeros((x_BxP.shape[1],), jnp.float32), (f_B, x_BxP))
+  return s
+
+
+@jax.custom_batching.custom_vmap
+def _record_sum_impl(thr, f_B, x_BxP, bound_B):
+  del bound_B
+  return _checked_record_sum(thr, f_B, x_BxP)
+
+
+def _record_sum(thr: float, f_B, x_BxP, bound_B):
+  """`_checked_record_sum`; vmapped over models (f, bound batched, x shared) it skips the
+  norm checks when every record's bound (`_logistic_grid_sum`) passes them.
+
+  Same result: when bound_i (1 + 4 (P + 16) u) <= thr for all i, the float32 sum of
+  squares of each v_i, in any order, is <= thr (the bound's and the sum's rounding are
+  below (2 P + 20) u relative), so every check passes. The skipping sum runs with the
+  models on the minor axis, [P, M] per record. Otherwise (or under other batching) the
+  checked sum runs for every model.
+  """
+  return _record_sum_impl(jnp.float32(thr), f_B, x_BxP, bound_B)
+
+
+@_record_sum_impl.def_vmap
+def _record_sum_vmap(axis_size, in_batched, thr, f_MxB, x, bound_MxB):
+  thr_b, f_b, x_b, bound_b = in_batched
+  checked = jax.vmap(_checked_record_sum, in_axes=(0 if thr_b else None, 0, 0 if x_b else None))
+  if thr_b or x_b or not (f_b and bound_b):
+    f = f_MxB if f_b else jnp.broadcast_to(f_MxB, (axis_size,) + f_MxB.shape)
+    return checked(thr, f, x), True
+  num_p = x.shape[1]
+  factor = np.float32(1.0 + 4.0 * (num_p + 16) * 2.0 ** -24)
+  ok = jnp.all(bound_MxB * factor <= thr)      # False for a NaN or infinite bound
+
+  def unchecked(f, x):
+    def add_record(s_PxM, f_x):
+      return s_PxM + jnp.round(f_x[1][:, None] * f_x[0][None, :]), None
+    s, _ = jax.lax.scan(add_record, jnp.zeros((num_p, axis_size), jnp.float32), (f.T, x))
+    return s.T
+  return jax.lax.cond(ok, unchecked, lambda f, x: checked(thr, f, x), f_MxB, x), True
 
 
 def _logistic_fast(model, grid, c, x_BxF) -> bool:

@@ -171,7 +171,10 @@ KNOWN_GAPS: dict = {}
 # them on every run, besides its core and rotating probes; each must stay a named
 # error or a finite value.
 REGRESSIONS = {
-    ("dpjax.accounting.pld.dpsgd_delta", "num_steps"): ("int64_max",),
+    ("dpjax.accounting.pld.dpsgd_delta", "num_steps"): ("int64_max", "int32_max"),
+    ("dpjax.accounting.pld.dpsgd_delta_bound", "num_steps"): ("int32_max",),
+    ("dpjax.accounting.statement.privacy_statement", "num_steps"): ("int32_max",),
+    ("dpjax.audit.canary.llr_distribution", "num_steps"): ("int32_max", "2^31"),
     ("dpjax.accounting.pld.dpsgd_delta", "rtol"): ("subnormal",),
     ("dpjax.accounting.pld.dpsgd_epsilon_bound", "num_steps"): ("int32_max",),
     ("dpjax.accounting.pld.gaussian_pld", "noise_multiplier"): ("subnormal", "1e-300"),

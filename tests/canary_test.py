@@ -1,6 +1,7 @@
 """Tests for dpjax.audit.canary: the exact white-box LLR distribution and the canaries."""
 
 import math
+from unittest import mock
 import warnings
 
 import jax
@@ -138,6 +139,20 @@ class LlrDistributionTest(parameterized.TestCase):
     self.assertLess(r.epsilon_lower, 0.3)
     g = parametric.gdp_estimate(s[:2000], s[2000:], 1e-5)
     self.assertLess(g.epsilon, 0.3)
+
+  def test_work_budget_is_checked_before_any_fft(self):
+    with mock.patch.object(np.fft, "rfft", side_effect=AssertionError("an FFT was run")):
+      for t in (2**31 - 1, 2**31):
+        with self.assertRaisesRegex(ValueError, "num_steps = .*work budget"):
+          canary.llr_distribution(0.1, 1.0, t)
+    # inside the budget: the mean of L under OUT is T E_Q[step_llr] = -T KL(Q || P_mix)
+    # (quadrature), matched by the grid's mean
+    t, q, s = 4096, 0.1, 1.0
+    d = canary.LlrDistribution.compute(q, s, t)
+    z = np.linspace(-12.0, 12.0, 200_001) * s
+    w = np.exp(-0.5 * (z / s) ** 2) / (s * math.sqrt(2 * math.pi))   # o ~ N(0, s^2)
+    kl = np.sum(w * canary.step_llr(z, q, s)) * (z[1] - z[0])
+    self.assertAlmostEqual(float(np.dot(d.grid_J, d.pmf_out_J)), t * kl, delta=1e-3 * abs(t * kl))
 
   def test_validation(self):
     with self.assertRaisesRegex(ValueError, "noise_multiplier"):

@@ -28,6 +28,11 @@ DEFAULT_TAIL_MASS = 1e-20
 WINDOW_TAIL_MASS = 1e-22
 # Largest grid (points) we allocate: 2^23 float64 is 64 MiB.
 MAX_POINTS = 1 << 23
+# Work budget of one k-fold self-composition: window points x log2(k) (the FFT power's
+# squarings). Checked before any FFT, so one composition costs ~1 s whatever k; a caller
+# past it gets GridTooLarge (and coarsens its grid or falls back). Accountant grids at
+# T <= 1e6 steps and rtol >= 1e-5 stay below ~4e7.
+MAX_WORK = 1 << 26
 
 _LAMBDAS = np.geomspace(1e-3, 1e4, 36)
 
@@ -283,6 +288,8 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   most 2 tail_mass). With `tilt_at`, the tilted pmf p_j e^{theta l_j - K(theta)} is also
   composed and untilted exactly; each point takes the lower noise floor. The tilt is
   skipped when the plain floor summed over the window is below `noise_tolerance`.
+  Raises GridTooLarge, before any FFT, past MAX_POINTS window points or past the work
+  budget MAX_WORK (window points x log2 k).
   """
   if k == 1:
     return pmf
@@ -314,6 +321,11 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
     raise GridTooLarge(
         f"composing {k} times at value_discretization={h} needs {width} grid points "
         f"(more than {MAX_POINTS}); use a larger value_discretization")
+  if width * math.log2(k) > MAX_WORK:
+    raise GridTooLarge(
+        f"composing {k} times at value_discretization={h} needs {width} grid points x "
+        f"log2({k}) = {width * math.log2(k):.3g} (more than the work budget {MAX_WORK}); "
+        "use a larger value_discretization")
   n_fft = sp_fft.next_fast_len(width, real=True)
   # entry (j_true mod n_fft) of the cyclic result holds loss (k * offset + j_true) h.
   shift = (i_lo - k * pmf.offset) % n_fft
@@ -484,6 +496,7 @@ def atoms_to_grid(losses: np.ndarray, p_masses: np.ndarray, h: float,
 
 __all__ = [
     "DEFAULT_TAIL_MASS", "DEFAULT_VALUE_DISCRETIZATION", "GridTooLarge", "LossPmf", "MAX_POINTS",
+    "MAX_WORK",
     "WINDOW_TAIL_MASS", "atoms_pmf", "atoms_to_grid", "compose_pmfs", "discretise", "laplace_pmf",
     "self_compose", "subsampled_gaussian_pmfs", "subsampled_laplace_pmfs",
 ]

@@ -66,7 +66,8 @@ class WorkBudgetTest(absltest.TestCase):
   accountants then answer on a coarser grid, which dominates (never below the truth)."""
 
   def test_refused_before_any_fft(self):
-    (pmf,) = pld_grid.subsampled_gaussian_pmfs(1.0, 0.1, 0.04, 1e-20, directions=("remove",))
+    # 2^31 - 1 steps at h = 0.02: ~6e6 window points (< MAX_POINTS), x 31 > MAX_WORK
+    (pmf,) = pld_grid.subsampled_gaussian_pmfs(1.0, 0.1, 0.02, 1e-20, directions=("remove",))
     with mock.patch.object(pld_grid, "_cyclic_power",
                            side_effect=AssertionError("an FFT past the budget")):
       with self.assertRaisesRegex(pld_grid.GridTooLarge, "work budget"):

@@ -29,10 +29,10 @@ WINDOW_TAIL_MASS = 1e-22
 # Largest grid (points) we allocate: 2^23 float64 is 64 MiB.
 MAX_POINTS = 1 << 23
 # Work budget of one k-fold self-composition: window points x log2(k) (the FFT power's
-# squarings). Checked before any FFT, so one composition costs ~1 s whatever k; a caller
-# past it gets GridTooLarge (and coarsens its grid or falls back). Accountant grids at
-# T <= 1e6 steps and rtol >= 1e-5 stay below ~4e7.
-MAX_WORK = 1 << 26
+# squarings), what MAX_POINTS points cost at k = 2^12. It never binds below 4096
+# compositions; above, the window is capped at 12 MAX_POINTS / log2(k) points (3.2M at
+# k = 2^31). Checked before any FFT; past it GridTooLarge (callers coarsen or fall back).
+MAX_WORK = 12 * MAX_POINTS
 
 _LAMBDAS = np.geomspace(1e-3, 1e4, 36)
 

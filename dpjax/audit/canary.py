@@ -250,7 +250,9 @@ class LlrDistribution:
   @classmethod
   def compute(cls, sampling_prob: float, noise_multiplier: float, num_steps: int,
               points_per_std: int = 2000, o_cells: int = 200_001) -> "LlrDistribution":
-    """FFT self-convolution of one step; points_per_std and o_cells set the accuracy.
+    """FFT self-convolution of one step; points_per_std and o_cells set the accuracy: the
+    grid spacing is sd(L) / max(points_per_std, 32 sqrt T), at least 32 points per sd of
+    one step's loss (each step is rounded to the grid).
 
     A grid past 2^24 points or past the work budget (2^26 grid points x log2 T; T past
     ~2^25 at the default accuracy) is a ValueError naming num_steps, raised before any FFT.
@@ -274,7 +276,9 @@ class LlrDistribution:
     mean = np.array([np.dot(pin, l1), np.dot(p0, l1)]) * t
     var = np.array([np.dot(pin, l1 * l1), np.dot(p0, l1 * l1)]) * t - mean ** 2 / t
     std = np.sqrt(np.maximum(var, 1e-300))
-    h = float(np.min(std)) / points_per_std
+    # at least points_per_std points per sd of L, and 32 per sd of one step's loss: each
+    # step rounds to the grid, so a coarser h biases the mean by up to T h / 2
+    h = float(np.min(std)) / max(points_per_std, 32.0 * math.sqrt(t))
     lo = float(np.min(mean - 30.0 * std))
     hi = float(np.max(mean + 30.0 * std))
     size = int(2 ** math.ceil(math.log2((hi - lo) / h + 1)))

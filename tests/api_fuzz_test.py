@@ -175,6 +175,8 @@ REGRESSIONS = {
     ("dpjax.accounting.pld.dpsgd_delta_bound", "num_steps"): ("int32_max",),
     ("dpjax.accounting.statement.privacy_statement", "num_steps"): ("int32_max",),
     ("dpjax.audit.canary.llr_distribution", "num_steps"): ("int32_max", "2^31"),
+    ("dpjax.audit.last_iterate.certifiable_epsilon", "trials"): ("int64_max", "2^63"),
+    ("dpjax.mechanisms.rounded_count_error", "true_count"): ("1e300",),
     ("dpjax.accounting.pld.dpsgd_delta", "rtol"): ("subnormal",),
     ("dpjax.accounting.pld.dpsgd_epsilon_bound", "num_steps"): ("int32_max",),
     ("dpjax.accounting.pld.gaussian_pld", "noise_multiplier"): ("subnormal", "1e-300"),

@@ -29,10 +29,10 @@ WINDOW_TAIL_MASS = 1e-22
 # Largest grid (points) we allocate: 2^23 float64 is 64 MiB.
 MAX_POINTS = 1 << 23
 # Work budget of one k-fold self-composition: window points x log2(k) (the FFT power's
-# squarings), what MAX_POINTS points cost at k = 2^12. It never binds below 4096
-# compositions; above, the window is capped at 12 MAX_POINTS / log2(k) points (3.2M at
+# squarings), what MAX_POINTS points cost at k = 2^20. It never binds below 2^20
+# compositions; above, the window is capped at 20 MAX_POINTS / log2(k) points (5.4M at
 # k = 2^31). Checked before any FFT; past it GridTooLarge (callers coarsen or fall back).
-MAX_WORK = 12 * MAX_POINTS
+MAX_WORK = 20 * MAX_POINTS
 
 _LAMBDAS = np.geomspace(1e-3, 1e4, 36)
 

@@ -410,6 +410,7 @@ def noisy_count(key: jax.Array, present: jax.typing.ArrayLike, epsilon: float, *
                            grid=grid, secure=secure)
 
 
+@_validate.names_extreme_arguments
 def rounded_count_error(true_count: float, epsilon: float, max_k: int = 2_000) -> dict:
   """Exact error of a count c released with continuous Laplace(b = 1/eps), raw and as
   max(0, round(release)): {"p_negative", "rmse_raw", "rmse_post", "bias_post", "mass"}.

@@ -1,6 +1,7 @@
 """Tests for dpjax.audit.canary: the exact white-box LLR distribution and the canaries."""
 
 import math
+from unittest import mock
 import warnings
 
 import jax
@@ -138,6 +139,27 @@ class LlrDistributionTest(parameterized.TestCase):
     self.assertLess(r.epsilon_lower, 0.3)
     g = parametric.gdp_estimate(s[:2000], s[2000:], 1e-5)
     self.assertLess(g.epsilon, 0.3)
+
+  def test_work_budget_is_checked_before_any_fft(self):
+    with mock.patch.object(np.fft, "rfft", side_effect=AssertionError("an FFT was run")):
+      for t in (2**20, 2**31 - 1, 2**31):
+        with self.assertRaisesRegex(ValueError, "num_steps = [0-9]+.* more than"):
+          canary.llr_distribution(0.1, 1.0, t)
+    # inside the budget: the mean of L under OUT is T E_Q[step_llr] = -T KL(Q || P_mix)
+    # (quadrature). Each step's loss is rounded to the grid, so the grid must resolve one
+    # step (at 1e5 steps a grid of 2000 points per sd of L was 0.1 sd off).
+    q, s = 0.1, 1.0
+    z = np.linspace(-12.0, 12.0, 400_001) * s
+    w = np.exp(-0.5 * (z / s) ** 2) / (s * math.sqrt(2 * math.pi))   # o ~ N(0, s^2)
+    l1 = canary.step_llr(z, q, s)
+    m1 = np.sum(w * l1) * (z[1] - z[0])
+    sd1 = math.sqrt(np.sum(w * l1 * l1) * (z[1] - z[0]) - m1 * m1)
+    for t in (4096, 100_000):
+      d = canary.LlrDistribution.compute(q, s, t)
+      mean = float(np.dot(d.grid_J, d.pmf_out_J))
+      sd = math.sqrt(float(np.dot(d.grid_J ** 2, d.pmf_out_J)) - mean ** 2)
+      self.assertAlmostEqual(mean, t * m1, delta=0.01 * math.sqrt(t) * sd1, msg=t)
+      self.assertAlmostEqual(sd / (math.sqrt(t) * sd1), 1.0, delta=1e-3, msg=t)
 
   def test_validation(self):
     with self.assertRaisesRegex(ValueError, "noise_multiplier"):

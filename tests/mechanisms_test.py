@@ -139,6 +139,12 @@ class LaplaceTest(parameterized.TestCase):
     self.assertLess(ex["rmse_post"], ex["rmse_raw"])
     self.assertGreater(ex["bias_post"], 0)
 
+  def test_rounded_count_error_at_a_huge_count_is_named(self):
+    # (k - c)^2 overflows past c ~ 1.3e154: 0 * inf was a NaN rmse_post
+    for c in (1e200, 1e300):
+      with self.assertRaisesRegex(OverflowError, "true_count"):
+        mech.rounded_count_error(c, 0.5)
+
 
 class GaussianTest(parameterized.TestCase):
 

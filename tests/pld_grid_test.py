@@ -1,11 +1,13 @@
 """Tests for dpjax.accounting.pld_grid: atom gridding and grid deltas against closed forms."""
 
 import math
+from unittest import mock
+import warnings
 
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from dpjax.accounting import gdp, pld_grid
+from dpjax.accounting import gdp, pld_dpsgd, pld_grid
 
 
 def _atoms_delta(losses, p, eps, inf=0.0):
@@ -98,6 +100,71 @@ class GaussianCompositionTest(parameterized.TestCase):
     (heavy,) = pld_grid.subsampled_gaussian_pmfs(1.0, 1e-4, 1e-4, 1e-15, ("remove",))
     self.assertEqual(pld_grid.blocking_factor(heavy, 1000, 1e-16), 1)
     self.assertEqual(pld_grid.blocking_factor(light, 10, 1e-16), 1)
+
+
+def _recording_power():
+  """A stand-in for pld_grid._cyclic_power that records (window width, k) of each FFT."""
+  calls, real = [], pld_grid._cyclic_power  # pylint: disable=protected-access
+
+  def power(probs, k, n_fft, shift, width):
+    calls.append((width, k))
+    return real(probs, k, n_fft, shift, width)
+
+  return calls, power
+
+
+class WorkBudgetTest(absltest.TestCase):
+  """self_compose refuses past MAX_WORK (window points x log2 k) before any FFT; the
+  accountants then answer on a coarser grid, which dominates (never below the truth)."""
+
+  def test_refused_before_any_fft(self):
+    # 2^31 - 1 steps at h = 0.02: ~6e6 window points (< MAX_POINTS), x 31 > MAX_WORK
+    (pmf,) = pld_grid.subsampled_gaussian_pmfs(1.0, 0.1, 0.02, 1e-20, directions=("remove",))
+    with mock.patch.object(pld_grid, "_cyclic_power",
+                           side_effect=AssertionError("an FFT past the budget")):
+      with self.assertRaisesRegex(pld_grid.GridTooLarge, "work budget"):
+        pld_grid.self_compose(pmf, 2**31 - 1)
+    # the same grid and fewer compositions: inside the budget, composed
+    calls, power = _recording_power()
+    with mock.patch.object(pld_grid, "_cyclic_power", power):
+      out = pld_grid.self_compose(pmf, 2**20)
+    self.assertLen(calls, 1)
+    self.assertLessEqual(calls[0][0] * math.log2(calls[0][1]), pld_grid.MAX_WORK)
+    self.assertAlmostEqual(out.probs.sum() + out.infinity_mass, 1.0, delta=1e-9)
+
+  def test_delta_at_int32_max_steps_stays_in_budget_and_dominates(self):
+    calls, power = _recording_power()
+    with mock.patch.object(pld_grid, "_cyclic_power", power), warnings.catch_warnings():
+      warnings.simplefilter("ignore", RuntimeWarning)
+      big = pld_dpsgd.dpsgd_delta_bound(1.0, 0.1, 2**31 - 1, 1.0, rtol=1e-3)
+    self.assertNotEmpty(calls)
+    for width, k in calls:
+      self.assertLessEqual(width * math.log2(k), pld_grid.MAX_WORK)
+    # delta(eps) of a composition does not decrease with the number of steps, and is <= 1
+    small = pld_dpsgd.dpsgd_delta_bound(1.0, 0.1, 4096, 1.0, rtol=1e-3)
+    self.assertGreaterEqual(big.value, small.value - small.error)
+    self.assertLessEqual(big.value, 1.0)
+    self.assertGreater(big.value, 0.99)
+
+  def test_a_budget_limited_answer_is_pessimistic(self):
+    full = pld_dpsgd.dpsgd_epsilon_bound(1.0, 0.01, 1000, 1e-5, rtol=1e-5)
+    fulld = pld_dpsgd.dpsgd_delta_bound(1.0, 0.01, 1000, 1.0, rtol=1e-5)
+    calls, power = _recording_power()
+    with mock.patch.object(pld_grid, "MAX_WORK", 2**19), \
+         mock.patch.object(pld_grid, "_cyclic_power", power):
+      with self.assertWarnsRegex(RuntimeWarning, "PLD grid limited"):
+        capped = pld_dpsgd.dpsgd_epsilon_bound(1.0, 0.01, 1000, 1e-5, rtol=1e-5)
+      with self.assertWarnsRegex(RuntimeWarning, "PLD grid limited"):
+        cappedd = pld_dpsgd.dpsgd_delta_bound(1.0, 0.01, 1000, 1.0, rtol=1e-5)
+    for width, k in calls:
+      self.assertLessEqual(width * math.log2(k), 2**19)
+    # a coarser connect-the-dots grid dominates a finer one: eps and delta only grow
+    self.assertGreater(capped.value_discretization, full.value_discretization)
+    self.assertGreaterEqual(capped.value, full.value)
+    self.assertGreater(cappedd.value_discretization, fulld.value_discretization)
+    self.assertGreaterEqual(cappedd.value, fulld.value)
+    # and stays close: the truth lies within each answer's stated error
+    self.assertLessEqual(capped.value - full.value, 2 * capped.error + full.error + 1e-9)
 
 
 if __name__ == "__main__":

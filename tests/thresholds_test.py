@@ -94,6 +94,22 @@ class ThresholdStrategyTest(parameterized.TestCase):
       thresholds.Bonferroni(())
 
 
+class BestCertifiableCostTest(absltest.TestCase):
+
+  def test_trials_past_2_to_the_40_are_named(self):
+    # Beta quantiles at 2^63 trials took minutes for a 4001-point ROC, then gave NaN.
+    a = np.linspace(0.0, 1.0, 4001)
+    fnr = tradeoff.gaussian_fnr(a, 1.0)
+    for kw in (dict(trials=2**63 - 1), dict(trials=2**63), dict(trials=10, trials_in=2**41)):
+      with self.assertRaisesRegex(ValueError, "trials(_in)? must be an integer in"):
+        thresholds.best_certifiable(a, fnr, **kw)
+    # at the cap: a finite bound, below the ceiling of 1-GDP (eps(delta = 0) = inf, so the
+    # trials' ceiling), and growing with the trials
+    small = thresholds.best_certifiable(a, fnr, 10_000).epsilon
+    big = thresholds.best_certifiable(a, fnr, 2**40).epsilon
+    self.assertTrue(0.0 < small < big < stats.perfect_attack_ceiling(2**40))
+
+
 class BonferroniTest(parameterized.TestCase):
 
   def test_each_part_at_alpha_over_k_and_max_reported(self):

@@ -28,6 +28,11 @@ DEFAULT_TAIL_MASS = 1e-20
 WINDOW_TAIL_MASS = 1e-22
 # Largest grid (points) we allocate: 2^23 float64 is 64 MiB.
 MAX_POINTS = 1 << 23
+# Work budget of one k-fold self-composition: window points x log2(k) (the FFT power's
+# squarings), what MAX_POINTS points cost at k = 2^20. It never binds below 2^20
+# compositions; above, the window is capped at 20 MAX_POINTS / log2(k) points (5.4M at
+# k = 2^31). Checked before any FFT; past it GridTooLarge (callers coarsen or fall back).
+MAX_WORK = 20 * MAX_POINTS
 
 _LAMBDAS = np.geomspace(1e-3, 1e4, 36)
 
@@ -367,6 +372,8 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   composed and untilted exactly, on a window widened for its heavier upper tail; each point
   takes the lower noise floor. The tilt is skipped when the plain FFT's predicted error
   summed over the window (`_plain_floor`) is below `noise_tolerance`.
+  Raises GridTooLarge, before any FFT, past MAX_POINTS window points or past the work
+  budget MAX_WORK (window points x log2 k).
   """
   if k == 1:
     return pmf
@@ -392,6 +399,11 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
     raise GridTooLarge(
         f"composing {k} times at value_discretization={h} needs {width} grid points "
         f"(more than {MAX_POINTS}); use a larger value_discretization")
+  if width * math.log2(k) > MAX_WORK:
+    raise GridTooLarge(
+        f"composing {k} times at value_discretization={h} needs {width} grid points x "
+        f"log2({k}) = {width * math.log2(k):.3g} (more than the work budget {MAX_WORK}); "
+        "use a larger value_discretization")
   n_fft = sp_fft.next_fast_len(width, real=True)
   # entry (j_true mod n_fft) of the cyclic result holds loss (k * offset + j_true) h.
   shift = (i_lo - k * pmf.offset) % n_fft
@@ -588,6 +600,7 @@ def atoms_to_grid(losses: np.ndarray, p_masses: np.ndarray, h: float,
 
 __all__ = [
     "DEFAULT_TAIL_MASS", "DEFAULT_VALUE_DISCRETIZATION", "GridTooLarge", "LossPmf", "MAX_POINTS",
+    "MAX_WORK",
     "WINDOW_TAIL_MASS", "atoms_pmf", "atoms_to_grid", "blocked_self_compose", "blocking_factor",
     "compose_pmfs",
     "discretise", "laplace_pmf", "self_compose", "subsampled_gaussian_pmfs",

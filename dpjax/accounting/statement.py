@@ -188,6 +188,8 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   deltas [D], fprs [F] in (0, 1); noise_draws_per_step d (parameter count) adds
   `sampler_delta(eps, T d)` per row. privacy_unit ("example" or "user") only names the unit;
   "user" is correct only with user-level sampling and clipping (`DpSgdConfig(privacy_unit=)`).
+  Cost: each PLD composition stays within `pld_grid.MAX_WORK` (coarser grids, still upper
+  bounds); a num_steps whose trade-off curve cannot fit is a GridTooLarge naming it.
   """
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   q = _validate.check_sampling_prob(sampling_prob)

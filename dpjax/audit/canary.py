@@ -42,6 +42,9 @@ from dpjax import _validate, tradeoff
 
 
 _MAX_GRID = 2 ** 24          # largest FFT grid of LlrDistribution.compute
+# Work budget of LlrDistribution.compute: grid points x log2(T) (the FFT power's squarings),
+# checked before any FFT (seconds at most); audits at T <= 1e5 need ~4e6.
+_MAX_WORK = 2 ** 26
 
 
 @_validate.names_extreme_arguments
@@ -247,7 +250,13 @@ class LlrDistribution:
   @classmethod
   def compute(cls, sampling_prob: float, noise_multiplier: float, num_steps: int,
               points_per_std: int = 2000, o_cells: int = 200_001) -> "LlrDistribution":
-    """FFT self-convolution of one step; points_per_std and o_cells set the accuracy."""
+    """FFT self-convolution of one step; points_per_std and o_cells set the accuracy: the
+    grid spacing is sd(L) / max(points_per_std, 32 sqrt T), at least 32 points per sd of
+    one step's loss (each step is rounded to the grid).
+
+    A grid past 2^24 points or past the work budget (2^26 grid points x log2 T; T past
+    ~2^25 at the default accuracy) is a ValueError naming num_steps, raised before any FFT.
+    """
     q = _validate.check_sampling_prob(sampling_prob)
     s = _validate.check_positive(noise_multiplier, "noise_multiplier")
     t = _validate.check_int(num_steps, "num_steps")
@@ -267,7 +276,9 @@ class LlrDistribution:
     mean = np.array([np.dot(pin, l1), np.dot(p0, l1)]) * t
     var = np.array([np.dot(pin, l1 * l1), np.dot(p0, l1 * l1)]) * t - mean ** 2 / t
     std = np.sqrt(np.maximum(var, 1e-300))
-    h = float(np.min(std)) / points_per_std
+    # at least points_per_std points per sd of L, and 32 per sd of one step's loss: each
+    # step rounds to the grid, so a coarser h biases the mean by up to T h / 2
+    h = float(np.min(std)) / max(points_per_std, 32.0 * math.sqrt(t))
     lo = float(np.min(mean - 30.0 * std))
     hi = float(np.max(mean + 30.0 * std))
     size = int(2 ** math.ceil(math.log2((hi - lo) / h + 1)))
@@ -276,6 +287,10 @@ class LlrDistribution:
     if size > _MAX_GRID:    # bounded FFT work: about 2000 sqrt(T) points per std
       raise ValueError(f"the grid of num_steps = {t}, noise_multiplier = {s} needs {size} "
                        f"points, more than {_MAX_GRID}")
+    if size * math.log2(max(t, 2)) > _MAX_WORK:
+      raise ValueError(f"the grid of num_steps = {t}, noise_multiplier = {s} needs {size} "
+                       f"points x log2(num_steps) = {size * math.log2(t):.3g}, more than the "
+                       f"work budget {_MAX_WORK}")
     idx = np.rint((l1 - lo / t) / h).astype(np.int64) % size
     f_in = np.bincount(idx, weights=pin, minlength=size)
     f_out = np.bincount(idx, weights=p0, minlength=size)
@@ -317,7 +332,7 @@ class LlrDistribution:
 @_validate.names_extreme_arguments
 def llr_distribution(sampling_prob: float, noise_multiplier: float,
                      num_steps: int) -> LlrDistribution:
-  """Cached `LlrDistribution.compute`.
+  """Cached `LlrDistribution.compute` (a ValueError naming num_steps past its work budget).
 
   Examples:
     >>> llr_distribution(0.2, 2.0, 10) is llr_distribution(0.2, 2.0, 10)

@@ -34,6 +34,7 @@ _SPLIT_ASSUMPTIONS = (
 _FIXED_ASSUMPTIONS = ("threshold fixed before seeing these scores, evaluated on every trial")
 # Declared ladders: false-positive rates 2^-i with >= this many expected false positives.
 _MIN_EXPECTED_FALSE_POSITIVES = 4.0
+_MAX_TRIALS = 2**40          # best_certifiable's counts (the Beta quantiles' cost grows with them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,9 +280,9 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
   """Best bound certifiable from expected counts on a known ROC (the audit's ceiling).
 
   max_j `stats.epsilon_lower_bound` of the counts trials FPR_j and trials_in FNR_j (default
-  trials; rounded when integer_counts), skipping FPR = FNR = 0. A benchmark (what the best
-  adversary for that ROC typically certifies), not a bound on any one audit; the best point's
-  threshold is the natural one to fix in advance.
+  trials; rounded when integer_counts; trials, trials_in <= 2^40), skipping FPR = FNR = 0. A
+  benchmark (what the best adversary for that ROC typically certifies), not a bound on any one
+  audit; the best point's threshold is the natural one to fix in advance.
 
   Examples:
     >>> from dpjax import tradeoff
@@ -289,8 +290,11 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
     >>> round(best_certifiable(a, tradeoff.gaussian_fnr(a, 1.0), 10_000).epsilon, 2)
     2.17
   """
-  trials = _validate.check_int(trials, "trials")
-  n_in = trials if trials_in is None else _validate.check_int(trials_in, "trials_in")
+  # The Beta quantiles' cost grows with the count: for J ~ 4000 rates, seconds at 2^40,
+  # a minute at 2^53, minutes (and NaN) at 2^63.
+  trials = _validate.check_int(trials, "trials", maximum=_MAX_TRIALS)
+  n_in = trials if trials_in is None else _validate.check_int(trials_in, "trials_in",
+                                                               maximum=_MAX_TRIALS)
   fpr = _validate.check_array(fpr_J, "fpr_J", ndim=1, low=0.0, high=1.0)
   fnr = _validate.check_array(fnr_J, "fnr_J", shape=fpr.shape, low=0.0, high=1.0)
   thr = None if thresholds_J is None else _validate.check_array(

@@ -3,6 +3,9 @@
     .venv/bin/python -m benchmarks.compile_time        # writes benchmarks/results/compile_time.json
     .venv/bin/python -m benchmarks.compile_time --n 6000 --models 200 --out /tmp/c.json
 
+RESULTS.md shows beside it `results/compile_time_before.json` when present: this benchmark
+run on an earlier engine (`--label` names it), for before / after ratios.
+
 Compiled ahead of time in one process (`lower`, then `compile`, timed apart; nothing run):
 `mlp` (`dpsgd.train_one`'s program, MLP 784-256-256-10 on 60,000 synthetic images, B = 256, one
 epoch: Poisson batches in padded buffers, ghost clipping) and `audit` (`dpsgd.train_many`'s
@@ -19,7 +22,6 @@ machine), `<w>.run_ratio`.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 
@@ -36,8 +38,9 @@ _WORKLOADS = flags.DEFINE_list("workloads", ["mlp", "audit"],
 # Not --repeats / --json: benchmarks.dpsgd, imported for its workload, defines those.
 _RUNS = flags.DEFINE_integer("runs", 2, "Timed runs of each compiled program (0: none).")
 _OUT = flags.DEFINE_string("out", None, "Output (default benchmarks/results/compile_time.json).")
-_BEFORE = flags.DEFINE_string("before", None, "A JSON this benchmark wrote for an earlier version "
-                              "of the engine: its ratios are kept as `before.<key>`.")
+_LABEL = flags.DEFINE_string("label", None, "What engine was measured (e.g. its commit), kept "
+                             "in the JSON.")
+
 
 TARGET = 2.0
 
@@ -138,6 +141,8 @@ def main(argv):
   del argv
   import jax  # pylint: disable=g-import-not-at-top
   figures = {"n_mlp": _N.value, "models_audit": _MODELS.value, "target": TARGET}
+  if _LABEL.value:
+    figures["label"] = _LABEL.value
   for w in _WORKLOADS.value:
     res, runs = {}, {}
     for k, (fn, args) in _programs(w).items():
@@ -152,10 +157,6 @@ def main(argv):
       res["run_ratio"] = best["dp"] / best["nonprivate"]
     print(w, res, flush=True)
     figures.update(report.flatten(res, f"{w}."))
-  if _BEFORE.value:
-    with open(_BEFORE.value) as f:
-      before = json.load(f)["figures"]
-    figures.update({f"before.{k}": v for k, v in before.items() if k.endswith("_ratio")})
   report.write("compile_time", figures, _OUT.value)
 
 

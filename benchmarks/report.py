@@ -480,9 +480,10 @@ def _accelerator_section(doc: dict) -> list[str]:
           + _table(["step", "status", "wall (s)", "figures"], rows) + [""])
 
 
-def _before(f: dict, w: str) -> str:
-  """`--before`'s compile ratios of workload w, "wall× / CPU×" (– where absent)."""
-  wall, cpu = f.get(f"before.{w}.compile_ratio"), f.get(f"before.{w}.compile_cpu_ratio")
+def _before(doc: dict, w: str) -> str:
+  """The compile ratios of workload w in the `_before` run, "wall× / CPU×" (– if absent)."""
+  f = doc.get("before", {}).get("figures", {})
+  wall, cpu = f.get(f"{w}.compile_ratio"), f.get(f"{w}.compile_cpu_ratio")
   return "–" if wall is None else f"{wall:.2f}× / {_times(cpu)}"
 
 
@@ -507,7 +508,7 @@ def _compile_time_section(doc: dict) -> list[str]:
                 + [f"{ratio:.2f}× ({'met' if ratio <= f['target'] else 'missed'})",
                    "–" if cpu is None else
                    f"{cpu:.2f}× ({'met' if cpu <= f['target'] else 'missed'})",
-                   _times(g("run_ratio")), _before(f, w)])
+                   _times(g("run_ratio")), _before(doc, w)])
   return (_head("Compile time (`benchmarks/compile_time.py`)", doc,
                 "The engine's program (`dpsgd.program`) and the matching non-private one (optax "
                 "SGD on permuted batches, same T, parameters given), lowered and compiled ahead of "
@@ -515,8 +516,10 @@ def _compile_time_section(doc: dict) -> list[str]:
                 "than wall time on a shared machine; ops: instructions of the optimised HLO); "
                 "run: best compiled run, DP / non-private (`–`: not run); before: the compile "
                 "ratios (wall / CPU) of the engine before the compile-time work, measured the "
-                "same way in a separate process (`--before`). Target: compile ratio "
-                f"≤ {f.get('target')}×.", "")
+                "same way in a separate process"
+                + (f" ({doc['before']['figures'].get('label', 'an earlier engine')}: "
+                   f"`{doc['before']['command']}`)" if "before" in doc else "")
+                + f". Target: compile ratio ≤ {f.get('target')}×.", "")
           + _table(["workload", "lower non-private", "compile non-private",
                     "compile CPU non-private", "HLO ops non-private", "lower DP", "compile DP",
                     "compile CPU DP", "HLO ops DP", "compile DP / non-private",
@@ -572,7 +575,12 @@ def render(results_dir: str = RESULTS_DIR) -> str:
     path = os.path.join(results_dir, f"{name}.json")
     if os.path.exists(path):
       with open(path) as f:
-        lines += section(json.load(f))
+        doc = json.load(f)
+      before = os.path.join(results_dir, f"{name}_before.json")   # an earlier engine's run
+      if os.path.exists(before):
+        with open(before) as f:
+          doc["before"] = json.load(f)
+      lines += section(doc)
   for name in sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else ():
     if name.startswith("accelerator_") and name.endswith(".json"):
       with open(os.path.join(results_dir, name)) as f:

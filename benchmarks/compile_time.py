@@ -157,7 +157,7 @@ def main(argv):
       res["run_ratio"] = best["dp"] / best["nonprivate"]
     print(w, res, flush=True)
     figures.update(report.flatten(res, f"{w}."))
-  report.write("compile_time", figures, _OUT.value)
+    report.write("compile_time", figures, _OUT.value)   # after each workload: a cut run counts
 
 
 if __name__ == "__main__":

@@ -37,11 +37,9 @@ from typing import ClassVar, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from dpjax import _validate
-from dpjax import _xla
 from dpjax import prng
 
 
@@ -87,19 +85,9 @@ def gaussian_noise(key: jax.Array, count: jax.Array, leaves: list, stddev) -> li
         raise ValueError(f"stddev = {float(stddev):g}: noise of this scale overflows {dtype} "
                          f"(stddev must be <= {float(jnp.finfo(dtype).max) / 16:.3g}); "
                          "rescale the updates")
-  shapes = [l.shape for l in leaves]
-  sizes = [math.prod(s) for s in shapes]
-
-  def draw():
-    # One flat vector: the leaves' slices are taken outside, so no consumer repeats the
-    # sampler's transform (`_xla.once`).
-    ks = prng.split(prng.fold_in(key, count), len(leaves))
-    zs = prng.standard_normals(ks, shapes)
-    return jnp.concatenate([jnp.ravel(z) for z in zs]) if zs else jnp.zeros((0,), jnp.float32)
-  flat = _xla.once(draw, count)
-  starts = np.cumsum([0] + sizes)
-  return [stddev * flat[a:b].reshape(s).astype(l.dtype)
-          for a, b, s, l in zip(starts[:-1], starts[1:], shapes, leaves)]
+  ks = prng.split(prng.fold_in(key, count), len(leaves))
+  return [stddev * z.astype(l.dtype)
+          for z, l in zip(prng.standard_normals(ks, [l.shape for l in leaves]), leaves)]
 
 
 def gaussian_privatizer(stddev, key: jax.Array) -> optax.GradientTransformation:

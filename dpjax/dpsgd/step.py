@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dpjax import _xla
 from dpjax import clipping as clipping_lib
 from dpjax import sampling as sampling_lib
 from dpjax.clipping import grid as clipping_grid
@@ -63,8 +62,7 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
 
   def step(carry, t):
     params, agg_state, opt_state, st, first_bad, ema = carry
-    # Stored once: the padded step's count and ranks, or the weights and stats, all read it.
-    mask = _xla.once(lambda: sampler.batch_mask(k_sample, t, keep_N), t)
+    mask = sampler.batch_mask(k_sample, t, keep_N)
     if capacity is None:
       wts = mask.astype(jnp.float32)
       gsum, norms = clipping(params, x, y, wts, c)

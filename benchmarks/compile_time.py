@@ -3,12 +3,21 @@
     .venv/bin/python -m benchmarks.compile_time        # writes benchmarks/results/compile_time.json
     .venv/bin/python -m benchmarks.compile_time --n 6000 --models 200 --out /tmp/c.json
 
+RESULTS.md shows beside it `results/compile_time_before.json` when present: this benchmark
+run on an earlier engine (`--label` names it), for before / after ratios.
+
 Compiled ahead of time in one process (`lower`, then `compile`, timed apart; nothing run):
 `mlp` (`dpsgd.train_one`'s program, MLP 784-256-256-10 on 60,000 synthetic images, B = 256, one
-epoch) and `audit` (`dpsgd.train_many`'s program for the `benchmarks.dpsgd` workload, M = 2,000),
-each against optax SGD over the same T steps. Keys:
-`<w>.<dp|nonprivate>.{lower_s, compile_s, stablehlo_ops, hlo_ops, run_s}`,
-`<w>.compile_ratio` (DP / non-private compile, target <= 2), `<w>.run_ratio`.
+epoch: Poisson batches in padded buffers, ghost clipping) and `audit` (`dpsgd.train_many`'s
+program for the `benchmarks.dpsgd` workload, M = 2,000, GLM clipping, unrolled steps), each
+against optax SGD over the same T steps; the other engine paths, each against its workload's
+non-private program: `mlp_full_mask` (batch_capacity=None), `mlp_vmap` (per-example
+gradients, the generic two-pass vmap path), `cnn` (28x28 CNN, ghost) and `audit_secure`
+(`privatizer.secure_components`). Keys:
+`<w>.<dp|nonprivate>.{lower_s, compile_s, compile_cpu_s, stablehlo_ops, hlo_ops, run_s}`,
+`<w>.compile_ratio` (DP / non-private compile wall time, target <= 2),
+`<w>.compile_cpu_ratio` (the same from the process's CPU seconds, steadier on a loaded
+machine), `<w>.run_ratio`.
 """
 
 from __future__ import annotations
@@ -23,10 +32,15 @@ from benchmarks import report
 
 _N = flags.DEFINE_integer("n", 60_000, "Records of the MLP workload.")
 _MODELS = flags.DEFINE_integer("models", 2_000, "Models M of the audit workload.")
-_WORKLOADS = flags.DEFINE_list("workloads", ["mlp", "audit"], "Workloads to measure.")
+_WORKLOADS = flags.DEFINE_list("workloads", ["mlp", "audit"],
+                                "Workloads to measure: mlp, audit, mlp_full_mask, mlp_vmap, "
+                                "cnn, audit_secure.")
 # Not --repeats / --json: benchmarks.dpsgd, imported for its workload, defines those.
 _RUNS = flags.DEFINE_integer("runs", 2, "Timed runs of each compiled program (0: none).")
 _OUT = flags.DEFINE_string("out", None, "Output (default benchmarks/results/compile_time.json).")
+_LABEL = flags.DEFINE_string("label", None, "What engine was measured (e.g. its commit), kept "
+                             "in the JSON.")
+
 
 TARGET = 2.0
 
@@ -54,6 +68,10 @@ def _nonprivate(model, num_steps: int, batch: int, lr: float):
   return train
 
 
+# Workloads whose full run is too slow to time here (every record's gradient at every step).
+_NOT_RUN = ("mlp_full_mask",)
+
+
 def _programs(workload: str):
   """{"dp": (fn, args), "nonprivate": (fn, args)} for one workload."""
   import warnings  # pylint: disable=g-import-not-at-top
@@ -61,16 +79,20 @@ def _programs(workload: str):
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from benchmarks import dpsgd as dpsgd_bench  # pylint: disable=g-import-not-at-top
   from benchmarks import large_n  # pylint: disable=g-import-not-at-top
-  from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
-  if workload == "mlp":
+  from dpjax import clipping, dpsgd, models, privatizer  # pylint: disable=g-import-not-at-top
+  if workload in ("mlp", "mlp_full_mask", "mlp_vmap", "cnn"):
     n = _N.value
     x, y, _, _ = large_n.synthetic_images(large_n.SEED, n)
     x, y = jnp.asarray(x), jnp.asarray(y)
-    model = large_n._model("mlp")  # pylint: disable=protected-access
+    model = large_n._model("cnn" if workload == "cnn" else "mlp")  # pylint: disable=protected-access
     steps = large_n.steps_per_epoch(n)
     cfg = large_n._dp_config(n, steps)  # pylint: disable=protected-access
-    dp = dpsgd.program(jax.random.key(1), x, y, jnp.ones((1, n), bool), cfg, model,
-                       perf=dpsgd.PerformanceFlags(progress=False))
+    kwargs = {"perf": dpsgd.PerformanceFlags(progress=False)}
+    if workload == "mlp_full_mask":
+      kwargs["perf"] = dpsgd.PerformanceFlags(progress=False, batch_capacity=None)
+    if workload == "mlp_vmap":
+      kwargs["clipping"] = clipping.generic_path(model)
+    dp = dpsgd.program(jax.random.key(1), x, y, jnp.ones((1, n), bool), cfg, model, **kwargs)
     train = _nonprivate(model, steps, large_n.BATCH, large_n.LR_NONPRIVATE)
     params = model.init(jax.random.key(0))
     return {"dp": dp, "nonprivate": (train, (params, jax.random.key(2), x, y))}
@@ -81,10 +103,14 @@ def _programs(workload: str):
   cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=dpsgd_bench.Q,
                           num_steps=dpsgd_bench.T, l2_clip_norm=dpsgd_bench.C,
                           noise_multiplier=dpsgd_bench.SIGMA, learning_rate=dpsgd_bench.LR)
+  kwargs = {}
+  if workload == "audit_secure":
+    kwargs["clipping"], kwargs["privatizer"] = privatizer.secure_components(
+        dpsgd_bench.SIGMA, dpsgd_bench.C, model)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", dpsgd.UnaccountedComponentWarning)
     dp = dpsgd.program(jax.random.key(1), x, y, jnp.ones((m, n), bool), cfg, model,
-                       perf=dpsgd.PerformanceFlags(progress=False))
+                       perf=dpsgd.PerformanceFlags(progress=False), **kwargs)
   one = _nonprivate(model, dpsgd_bench.T, round(dpsgd_bench.Q * n), dpsgd_bench.LR)
   train = jax.vmap(one, in_axes=(0, 0, None, None))
   params = jax.vmap(model.init)(jax.random.split(jax.random.key(0), m))
@@ -103,30 +129,35 @@ def measure(fn, args) -> tuple[dict, object]:
   t0 = time.perf_counter()
   lowered = jitted.lower(*args)
   t1 = time.perf_counter()
+  c1 = time.process_time()   # all threads of the process: XLA compiles kernels in parallel
   compiled = lowered.compile()
+  c2 = time.process_time()
   t2 = time.perf_counter()
-  return {"lower_s": t1 - t0, "compile_s": t2 - t1, "stablehlo_ops": _ops(lowered.as_text()),
-          "hlo_ops": _ops(compiled.as_text())}, compiled
+  return {"lower_s": t1 - t0, "compile_s": t2 - t1, "compile_cpu_s": c2 - c1,
+          "stablehlo_ops": _ops(lowered.as_text()), "hlo_ops": _ops(compiled.as_text())}, compiled
 
 
 def main(argv):
   del argv
   import jax  # pylint: disable=g-import-not-at-top
   figures = {"n_mlp": _N.value, "models_audit": _MODELS.value, "target": TARGET}
+  if _LABEL.value:
+    figures["label"] = _LABEL.value
   for w in _WORKLOADS.value:
     res, runs = {}, {}
     for k, (fn, args) in _programs(w).items():
       res[k], compiled = measure(fn, args)
       runs[k] = lambda c=compiled, a=args: jax.block_until_ready(c(*a))
     res["compile_ratio"] = res["dp"]["compile_s"] / res["nonprivate"]["compile_s"]
-    if _RUNS.value:   # round-robin, so a burst of load hits both alike
+    res["compile_cpu_ratio"] = res["dp"]["compile_cpu_s"] / res["nonprivate"]["compile_cpu_s"]
+    if _RUNS.value and w not in _NOT_RUN:   # round-robin, so a burst of load hits both alike
       best = report.interleaved_times(runs, _RUNS.value)[1]
       for k, v in best.items():
         res[k]["run_s"] = v
       res["run_ratio"] = best["dp"] / best["nonprivate"]
     print(w, res, flush=True)
     figures.update(report.flatten(res, f"{w}."))
-  report.write("compile_time", figures, _OUT.value)
+    report.write("compile_time", figures, _OUT.value)   # after each workload: a cut run counts
 
 
 if __name__ == "__main__":

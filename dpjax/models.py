@@ -123,10 +123,18 @@ def _logistic_regression(d: int, l2: float) -> Model:
   return Model(init, apply, l2, "logistic_regression", 1)
 
 
+def _he_normal(key, shape, fan_in):
+  """N(0, 2 / fan_in) float32[shape], drawn flat and reshaped: the same values as
+  `jax.random.normal(key, shape)` (threefry's counters are the flat indices), and XLA:CPU
+  compiles a flat draw several times faster than one with a short last axis (e.g. [256, 10])."""
+  z = jax.random.normal(key, (math.prod(shape),), jnp.float32).reshape(shape)
+  return z * math.sqrt(2.0 / fan_in)
+
+
 def _dense_init(key, fan_in, fan_out):
   # He-normal weights for relu networks, zero biases.
-  w = jax.random.normal(key, (fan_in, fan_out), jnp.float32) * math.sqrt(2.0 / fan_in)
-  return {"w": w, "b": jnp.zeros((fan_out,), jnp.float32)}
+  return {"w": _he_normal(key, (fan_in, fan_out), fan_in),
+          "b": jnp.zeros((fan_out,), jnp.float32)}
 
 
 def mlp(num_inputs: int, hidden: Sequence[int] = (256, 256), num_classes: int = 10,
@@ -225,7 +233,7 @@ def _cnn(input_shape: tuple[int, int, int], channels: tuple[int, ...], k: int,
     keys = jax.random.split(key, len(channels) + 1)
     conv = []
     for kk, a, b in zip(keys[:-1], chans[:-1], chans[1:]):
-      wconv = jax.random.normal(kk, (3, 3, a, b), jnp.float32) * math.sqrt(2.0 / (9 * a))
+      wconv = _he_normal(kk, (3, 3, a, b), 9 * a)
       conv.append({"w": wconv, "b": jnp.zeros((b,), jnp.float32)})
     return {"conv": conv, "dense": [_dense_init(keys[-1], flat, k)]}
 

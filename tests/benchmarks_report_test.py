@@ -85,16 +85,24 @@ class ReportTest(absltest.TestCase):
   def test_compile_time_section(self):
     tmp = tempfile.mkdtemp()
     fig = {"n_mlp": 60000, "models_audit": 2000, "target": 2.0, "mlp.compile_ratio": 1.5,
-           "mlp.run_ratio": 2.0, "audit.compile_ratio": 3.0}
+           "mlp.compile_cpu_ratio": 2.5, "mlp.run_ratio": 2.0, "audit.compile_ratio": 3.0}
     for w in ("mlp", "audit"):
       for p, c in (("nonprivate", 2.0), ("dp", 3.0 if w == "mlp" else 6.0)):
         fig.update({f"{w}.{p}.lower_s": 0.5, f"{w}.{p}.compile_s": c, f"{w}.{p}.hlo_ops": 1234})
+      fig[f"{w}.dp.compile_cpu_s"] = 5.0
     report.write("compile_time", fig, os.path.join(tmp, "compile_time.json"))
+    report.write("compile_time", {"mlp.compile_ratio": 7.0, "mlp.compile_cpu_ratio": 6.5,
+                                  "label": "old engine"},
+                 os.path.join(tmp, "compile_time_before.json"))
     text = report.render(tmp)
-    self.assertIn("| MLP, n = 60,000, one model | 0.50 | 2.00 | 1,234 | 0.50 | 3.00 | 1,234 | "
-                  "1.50× (met) | 2.00× |", text)
-    self.assertIn("| audit workload, M = 2,000 | 0.50 | 2.00 | 1,234 | 0.50 | 6.00 | 1,234 | "
-                  "3.00× (missed) | – |", text)
+    self.assertIn("| MLP, n = 60,000, one model (padded Poisson batches, ghost) | 0.50 | 2.00 | "
+                  "– | 1,234 | 0.50 | 3.00 | 5.00 | 1,234 | 1.50× (met) | 2.50× (missed) | "
+                  "2.00× | 7.00× / 6.50× |", text)
+    self.assertIn("| audit workload, M = 2,000 (GLM, unrolled steps) | 0.50 | 2.00 | – | 1,234 | "
+                  "0.50 | 6.00 | 5.00 | 1,234 | 3.00× (missed) | – | – | – |", text)
+    self.assertIn("(old engine: `python -m benchmarks.compile_time", text)
+    self.assertNotIn("## Compile time (`benchmarks/compile_time.py`)\n\n## Compile", text)
+    self.assertEqual(text.count("## Compile time"), 1)   # the earlier run is no section of its own
 
   def test_mf_section(self):
     tmp = tempfile.mkdtemp()

@@ -174,5 +174,24 @@ class AccuracyTest(absltest.TestCase):
       models.accuracy(model, params, x, jnp.array([0, 1, 3]))
 
 
+class InitDrawsTest(absltest.TestCase):
+  """Weights are drawn flat (faster to compile): bit for bit jax.random.normal(key, shape)."""
+
+  def test_mlp_and_cnn_weights_are_the_shaped_normal_draws(self):
+    key = jax.random.key(11)
+    mlp = models.mlp(20, (16,), 10)
+    keys = jax.random.split(key, 2)
+    for k, layer, (a, b) in zip(keys, mlp.init(key)["layers"], ((20, 16), (16, 10))):
+      want = jax.random.normal(k, (a, b), jnp.float32) * math.sqrt(2.0 / a)
+      np.testing.assert_array_equal(np.asarray(layer["w"]), np.asarray(want))
+    cnn = models.cnn((8, 8, 1), (4,), 10)
+    k_conv, k_dense = jax.random.split(key, 2)
+    params = cnn.init(key)
+    want = jax.random.normal(k_conv, (3, 3, 1, 4), jnp.float32) * math.sqrt(2.0 / 9)
+    np.testing.assert_array_equal(np.asarray(params["conv"][0]["w"]), np.asarray(want))
+    want = jax.random.normal(k_dense, (64, 10), jnp.float32) * math.sqrt(2.0 / 64)
+    np.testing.assert_array_equal(np.asarray(params["dense"][0]["w"]), np.asarray(want))
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -3,8 +3,9 @@ of one module is used by another.
 
 Each package's `__init__.py` lists its public names in `__all__` (dpjax, accounting,
 attacks, audit, clipping, data, dpsgd). A listed name is a submodule, a documented
-function or class, or a constant. The one private module shared by design is
-`dpjax._validate` (the input checks); any other `_name` defined in one module of dpjax
+function or class, or a constant. The private modules shared by design are
+`dpjax._validate` (the input checks) and `dpjax._xla` (compile-time helpers, which change no
+value); any other `_name` defined in one module of dpjax
 and read from another (`from dpjax.x import _y`, or `x._y` on an imported dpjax module)
 is refused: what another module needs is public, with a docstring.
 """
@@ -20,7 +21,7 @@ from absl.testing import absltest
 import dpjax
 
 _ROOT = os.path.dirname(dpjax.__file__)
-_SHARED_PRIVATE = {"_validate"}
+_SHARED_PRIVATE = {"_validate", "_xla"}
 
 
 def _packages():

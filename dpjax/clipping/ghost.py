@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate
+from dpjax import _xla
 from dpjax import models as models_lib
 from dpjax.clipping import vmap as _vmap
 
@@ -226,10 +227,12 @@ def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, 
     """guarded=False assumes every sq_B in range (so every record is kept and its rows are
     finite) and skips the fallback norms and the row masks."""
     if guarded:
-      fb = fallback_norms([part() for part in layer_norms]) if branch else fallback_B
-      in_range = sq_B < jnp.inf                                  # False for NaN
-      norms_B = jnp.where(in_range, jnp.sqrt(jnp.maximum(sq_B, 0.0)), fb)
-      norms_B = jnp.where(jnp.isnan(norms_B), jnp.inf, norms_B)
+      def guarded_norms():
+        fb = fallback_norms([part() for part in layer_norms]) if branch else fallback_B
+        in_range = sq_B < jnp.inf                                  # False for NaN
+        norms_B = jnp.where(in_range, jnp.sqrt(jnp.maximum(sq_B, 0.0)), fb)
+        return jnp.where(jnp.isnan(norms_B), jnp.inf, norms_B)
+      norms_B = _xla.once(guarded_norms, y_B[0])
     else:
       norms_B = jnp.sqrt(jnp.maximum(sq_B, 0.0))
     # A record with an inf norm is dropped: its rows are zeroed with jnp.where before any

@@ -274,26 +274,10 @@ def sample(key: jax.Array, noise: IntegerNoise, shape: tuple[int, ...]) -> jax.A
 def _sample(key, noise, shape):
   # Compiled once per (noise table, shape): the tables are constants of the program.
   n = math.prod(shape)
-  words = _random_bits(key, 3 * n).reshape(3, n)
+  words = prng.random_bits(key, 3 * n).reshape(3, n)
   sign = (words[0] >> 31) == 1
   k = _search(noise, (words[0] & jnp.uint32(0x7FFFFFFF), words[1], words[2]))
   return jnp.where(sign, -k, k).reshape(shape)
-
-
-def _random_bits(key, num_words: int) -> jax.Array:
-  """`prng.random_bits(key, num_words)`, bit for bit; for a threefry key, the H =
-  ceil(num_words / 2) blocks (counters (i, H + i), the last one's second counter 0 when
-  num_words is odd) are hashed elementwise, which XLA fuses (faster on the CPU)."""
-  words = prng._threefry_words(key)  # pylint: disable=protected-access
-  if words is None:
-    return prng.random_bits(key, num_words)
-  h = (num_words + 1) // 2
-  i = jnp.arange(h, dtype=jnp.uint32)
-  c1 = i + jnp.uint32(h)
-  if num_words % 2:
-    c1 = jnp.where(i == h - 1, jnp.uint32(0), c1)
-  y0, y1 = prng.threefry2x32(words[0], words[1], i, c1)
-  return jnp.concatenate([y0, y1])[:num_words]
 
 
 def check_grid(grid, name: str = "grid") -> float:

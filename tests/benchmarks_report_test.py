@@ -63,7 +63,8 @@ class ReportTest(absltest.TestCase):
            "pld_fixed_grid_speedup": 6.6}
     report.write("accountants", [row], os.path.join(tmp, "accountants.json"))
     text = report.render(tmp)
-    self.assertIn("| 1, 0.01, 10,000, 1e-05 | 6.7000 | 20.0× | 6.187700 | 6.187800 | 4.50× |",
+    self.assertIn("| 1, 0.01, 10,000, 1e-05 | 6.7000 | 20.0× | 6.187700 | 6.187800 | 4.50× "
+                  "(target ≥ 1×: met) |",
                   text)
 
   def test_audit_canaries_section(self):

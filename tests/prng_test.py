@@ -3,6 +3,7 @@
 import math
 
 import jax
+import jax.extend.random  # threefry_2x32, the reference stream
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -50,6 +51,16 @@ class RandomStreamTest(parameterized.TestCase):
     ours = prng.threefry2x32(k0, k1, x[0], x[1])
     ref = jax.extend.random.threefry_2x32((k0, k1), x.reshape(-1)).reshape(2, 1000)
     np.testing.assert_array_equal(np.stack(ours), ref)
+
+  def test_random_bits_equal_jax_counter_mode(self):
+    # random_bits hashes its blocks elementwise; the words must be the primitive's layout
+    # on counters 0 .. n-1, odd counts (the last block's second counter 0) and raw keys too.
+    for key in (jax.random.key(4), jax.random.key_data(jax.random.key(5))):
+      data = jax.random.key_data(key) if key.dtype != jnp.uint32 else key
+      for n in (1, 2, 3, 7, 168, 1001):
+        ref = jax.extend.random.threefry_2x32((data[0], data[1]), jnp.arange(n, dtype=jnp.uint32))
+        np.testing.assert_array_equal(prng.random_bits(key, n), ref)
+        np.testing.assert_array_equal(jax.jit(prng.random_bits, static_argnums=1)(key, n), ref)
 
   def test_fold_in_and_split_equal_jax(self):
     for seed in (0, 7):

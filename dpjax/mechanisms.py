@@ -417,6 +417,8 @@ def rounded_count_error(true_count: float, epsilon: float, max_k: int = 2_000) -
 
   P[k] of the post-processed release sums the Laplace CDF over [k - 1/2, k + 1/2) (k = 0 takes
   everything below 1/2) for k <= max_k; `mass` is their total (1 up to the tail beyond max_k).
+  A tail beyond max_k above 1e-9 (a count or a scale too large for max_k) is a ValueError:
+  the truncated sums would understate rmse_post.
 
   Examples:
     >>> e = rounded_count_error(6.0, 0.5)                      # P[6 + Lap(2) < 0] = e^-3 / 2
@@ -429,6 +431,9 @@ def rounded_count_error(true_count: float, epsilon: float, max_k: int = 2_000) -
   upper = stats.laplace.cdf(k + 0.5, loc=c, scale=b)
   lower = np.where(k == 0, 0.0, stats.laplace.cdf(k - 0.5, loc=c, scale=b))
   pk = upper - lower
+  if not pk.sum() >= 1.0 - 1e-9:
+    raise ValueError(f"max_k = {int(k[-1])} leaves mass {1.0 - float(pk.sum()):.3g} of the "
+                     f"release above it (true_count = {c:g}, epsilon = {epsilon:g}); raise max_k")
   mse = float(np.sum(pk * (k - c) ** 2))
   return {"p_negative": float(stats.laplace.cdf(0.0, loc=c, scale=b)),
           "rmse_raw": math.sqrt(2) * b, "rmse_post": math.sqrt(mse),

@@ -142,8 +142,17 @@ class LaplaceTest(parameterized.TestCase):
   def test_rounded_count_error_at_a_huge_count_is_named(self):
     # (k - c)^2 overflows past c ~ 1.3e154: 0 * inf was a NaN rmse_post
     for c in (1e200, 1e300):
-      with self.assertRaisesRegex(OverflowError, "true_count"):
+      with self.assertRaisesRegex((OverflowError, ValueError), "true_count"):
         mech.rounded_count_error(c, 0.5)
+
+  def test_rounded_count_error_refuses_a_truncated_support(self):
+    # a count (or scale) far beyond max_k: the sums over k <= max_k hold almost no mass,
+    # so rmse_post would read 0; named instead. Raising max_k answers.
+    for c, eps in ((1e150, 0.5), (5_000.0, 0.5), (10.0, 1e-4)):
+      with self.assertRaisesRegex(ValueError, "max_k"):
+        mech.rounded_count_error(c, eps)
+    ok = mech.rounded_count_error(5_000.0, 0.5, max_k=6_000)
+    self.assertAlmostEqual(ok["rmse_post"], math.sqrt(8.0 + 1.0 / 12.0), delta=0.05)
 
 
 class GaussianTest(parameterized.TestCase):

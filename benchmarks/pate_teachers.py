@@ -53,7 +53,7 @@ def measure(teachers: list[int], per_teacher: int, loop_teachers: int, repeats: 
     # The compiled program of pate.fit_non_private (fitting.train_nonprivate, full batch).
     # pylint: disable=protected-access
     idx, w = fitting._padded_indices(keep, per_teacher)
-    program = fitting._program(model, pate._adam(_LR), None, _STEPS, False, False)
+    program = fitting._program(model, pate.aggregation._adam(_LR), None, _STEPS, False, False)
     # pylint: enable=protected-access
     lowered = program.lower(jax.random.split(k_fit, m), None, x, jnp.asarray(y, jnp.float32),
                             idx, w, None)

@@ -156,13 +156,6 @@ def _check_answered(answered_Q, q: int) -> np.ndarray:
   return _validate.check_binary(answered_Q, "answered_Q", shape=(q,))
 
 
-def _log1mexp(x: np.ndarray) -> np.ndarray:
-  """log(1 - exp(x)) elementwise for x <= 0 (-inf at 0)."""
-  x = np.asarray(x, np.float64)
-  with np.errstate(divide="ignore", invalid="ignore"):
-    return np.where(x > -0.693, np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
-
-
 def _beta(log_q: np.ndarray, sigma: float, order: float) -> np.ndarray:
   """`pate.gaussian_rdp_data_dependent` at one order, elementwise over log_q (<= 0)."""
   lq = np.asarray(log_q, np.float64)
@@ -175,8 +168,8 @@ def _beta(log_q: np.ndarray, sigma: float, order: float) -> np.ndarray:
     cond = lq <= (mu2 - 1.0) * eps2 - mu2 * (np.log1p(1.0 / (mu1 - 1.0))
                                              + np.log1p(1.0 / (mu2 - 1.0)))
     ok = (mu2 > 1.0) & cond & (lq + eps2 < 0.0) & (order < mu1) & np.isfinite(lq)
-    log_1mq = _log1mexp(lq)
-    log_a = log_1mq - _log1mexp((lq + eps2) * (1.0 - 1.0 / mu2))
+    log_1mq = pate.log1mexp(lq)
+    log_a = log_1mq - pate.log1mexp(np.where(ok, (lq + eps2) * (1.0 - 1.0 / mu2), -1.0))
     log_b = eps1 - lq / (mu1 - 1.0)
     log_s = np.logaddexp(log_1mq + (order - 1.0) * log_a, lq + (order - 1.0) * log_b)
     dep = np.where(ok, np.minimum(indep, log_s / (order - 1.0)), indep)
@@ -197,7 +190,7 @@ def _threshold_beta(v_top: np.ndarray, threshold: float, sigma_threshold: float,
                     order: float) -> np.ndarray:
   """`pate.threshold_rdp_data_dependent` at one order, elementwise over top counts."""
   lp = stats.norm.logsf((threshold - np.asarray(v_top, np.float64)) / sigma_threshold)
-  lq = np.minimum(lp, _log1mexp(lp))
+  lq = np.minimum(lp, pate.log1mexp(lp))
   return _beta(lq, math.sqrt(2.0) * sigma_threshold, order)
 
 

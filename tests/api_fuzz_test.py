@@ -1679,6 +1679,8 @@ def entries():
         dict(laplace_scale=1.0, orders=orders), vk))
   add(E("dpjax.pate.gnmax_log_q", pate.gnmax_log_q, dict(votes_C=votes_c, sigma=1.0), vk,
         exact={"sigma": {"subnormal": -np.inf, "1e-300": -np.inf}}))   # log of q = 0
+  add(E("dpjax.pate.log1mexp", pate.log1mexp, dict(x=np.array([-2.0, -0.1])),
+        {"x": "anyrankinf"}, inf_ok=True))   # -inf at x = 0: log(1 - 1), exact
   add(E("dpjax.pate.lnmax_log_q", pate.lnmax_log_q, dict(votes_C=votes_c, laplace_scale=1.0),
         vk))
   add(E("dpjax.pate.gaussian_rdp_data_dependent", pate.gaussian_rdp_data_dependent,

@@ -1,56 +1,26 @@
-"""PATE: teachers on disjoint data, noisy-argmax aggregation, RDP accounting, a student.
+"""PATE's privacy accounting (host NumPy): events, data-independent and data-dependent RDP.
 
-One teacher per disjoint partition; per public query the vote histogram n (int32[Q, C])
-is released as a noisy argmax: LNMax argmax_c n_c + Laplace(b), GNMax + N(0, sigma^2),
-or Confident-GNMax (GNMax only if max_c n_c + N(0, sigma_t^2) >= T). One record changes
-one vote: per answer LNMax is (2/b)-DP, GNMax (alpha, alpha / sigma^2)-RDP; the
-threshold check, (alpha, alpha / (2 sigma_t^2))-RDP, is paid on EVERY query. The
-data-dependent RDP (Papernot et al. 2018, Thm 6) is smaller when teachers agree. The
-data-independent statement is a privacy event (`answer_event`, `threshold_event`,
-`aggregation_event`), accounted by `dpjax.accounting.event_accounting` (RDP, or PLD).
+One record changes one teacher's vote. Per answer LNMax is (2/b)-DP and GNMax (alpha,
+alpha / sigma^2)-RDP; the Confident-GNMax threshold check, (alpha, alpha / (2 sigma_t^2))-RDP,
+is paid on EVERY query. The data-dependent RDP (Papernot et al. 2018, Thm 6) is smaller
+when teachers agree. The data-independent statement is a privacy event (`answer_event`,
+`threshold_event`, `aggregation_event`) for `dpjax.accounting.event_accounting`.
 
 Warning: the data-dependent epsilon is a function of the private votes; publishing it
-leaks unless released privately (`dpjax.pate_release`). Otherwise the data-independent
-epsilon is the releasable guarantee.
+leaks unless released privately (`dpjax.pate_release`).
 
-Shape letters: M teachers, N private records, Q queries, C classes, F features,
-P records per partition, A Renyi orders.
-
-Examples:
-  >>> import jax.numpy as jnp, numpy as np
-  >>> votes = jnp.array([[40, 5, 5], [20, 18, 12]])
-  >>> int(gnmax(jax.random.key(0), votes, sigma=1.0)[0])
-  0
-  >>> orders = np.array([2.0, 8.0, 32.0])
-  >>> gnmax_rdp_data_independent(4.0, orders).tolist()
-  [0.125, 0.5, 2.0]
-
-References: Papernot et al., "Semi-supervised knowledge transfer for deep learning from
-private training data", ICLR 2017; Papernot et al., "Scalable private learning with
-PATE", ICLR 2018.
+Shape letters: Q queries, C classes, A Renyi orders.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 from scipy import special, stats
 
 from dpjax import _validate
-from dpjax import fitting
-from dpjax import models as models_lib
-
-PyTree = Any
-
-
-# ----------------------------------------------------------------------------------
-# validation
 
 
 def check_votes(votes, name: str = "votes_QxC", ndim=(1, 2), integer: bool = False
@@ -67,69 +37,6 @@ def check_votes(votes, name: str = "votes_QxC", ndim=(1, 2), integer: bool = Fal
     raise ValueError(f"{name} must have shape [C] or [Q, C] with C >= 2, got {v.shape}")
   return v
 
-
-# ----------------------------------------------------------------------------------
-# aggregation (JAX)
-
-
-def vote_histogram(teacher_preds_MxQ: jax.typing.ArrayLike, num_classes: int) -> jax.Array:
-  """Counts the teachers' votes: int32[Q, C] from predicted labels int[M, Q]."""
-  c = _validate.check_int(num_classes, "num_classes", 2)
-  preds = _validate.check_array(teacher_preds_MxQ, "teacher_preds_MxQ", np.int32, ndim=2,
-                                min_size=1, low=0, high=c - 1, integer=True)
-  _validate.check_size(c, "num_classes", units=int(np.prod(np.shape(preds))))
-  p = jnp.asarray(preds)
-  onehot = jax.nn.one_hot(p, c, dtype=jnp.int32)  # [M, Q, C]
-  return onehot.sum(axis=0)
-
-
-def _votes_jax(votes_QxC) -> jax.Array:
-  if not _validate.is_tracer(votes_QxC):
-    votes_QxC = check_votes(votes_QxC, "votes_QxC", ndim=2)
-  v = jnp.asarray(votes_QxC, jnp.float32)
-  if v.ndim != 2 or v.shape[1] < 2:
-    raise ValueError(f"votes_QxC must have shape [Q, C] with C >= 2, got {v.shape}")
-  return v
-
-
-def lnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, laplace_scale: float) -> jax.Array:
-  """LNMax: argmax of the votes plus i.i.d. Laplace(laplace_scale) noise: int32[Q].
-
-  Privacy: (2 / laplace_scale)-DP per query (`lnmax_epsilon`).
-  """
-  b = _validate.check_positive(laplace_scale, "laplace_scale")
-  v = _votes_jax(votes_QxC)
-  return jnp.argmax(v + b * jax.random.laplace(key, v.shape), axis=1).astype(jnp.int32)
-
-
-def gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, sigma: float) -> jax.Array:
-  """GNMax: argmax of the votes plus i.i.d. N(0, sigma^2) noise: int32[Q].
-
-  Privacy: (alpha, alpha / sigma^2)-RDP per query (`gnmax_rdp_data_independent`).
-  """
-  s = _validate.check_positive(sigma, "sigma")
-  v = _votes_jax(votes_QxC)
-  return jnp.argmax(v + s * jax.random.normal(key, v.shape), axis=1).astype(jnp.int32)
-
-
-def confident_gnmax(key: jax.Array, votes_QxC: jax.typing.ArrayLike, *, threshold: float,
-                    sigma_threshold: float, sigma: float) -> tuple[jax.Array, jax.Array]:
-  """Confident-GNMax (Papernot et al. 2018, Alg. 1): answer only confident queries.
-
-  Answered when max_c n_c + N(0, sigma_threshold^2) >= threshold. Returns (labels int32[Q],
-  GNMax on every query: use only where answered; answered bool[Q]). Every query pays the
-  check, answered ones also GNMax (`pate_rdp`).
-  """
-  t = _validate.check_finite(threshold, "threshold")
-  st = _validate.check_positive(sigma_threshold, "sigma_threshold")
-  v = _votes_jax(votes_QxC)
-  k_t, k_a = jax.random.split(key)
-  answered = v.max(axis=1) + st * jax.random.normal(k_t, (v.shape[0],)) >= t
-  return gnmax(k_a, v, sigma), answered
-
-
-# ----------------------------------------------------------------------------------
-# accounting (host NumPy)
 
 
 def answer_event(sigma: float, aggregator: str = "gnmax"):
@@ -241,13 +148,24 @@ def lnmax_rdp_data_independent(laplace_scale: float, orders) -> np.ndarray:
   return np.minimum(e, 0.5 * a * e * e)
 
 
-def _log1mexp(x: float) -> float:
-  """log(1 - exp(x)) for x <= 0, stable."""
-  if x > 0:
-    raise ValueError(f"log1mexp needs x <= 0, got {x}")
-  if x == 0:
-    return -math.inf
-  return math.log(-math.expm1(x)) if x > -0.693 else math.log1p(-math.exp(x))
+def log1mexp(x):
+  """log(1 - exp(x)) elementwise for x in [-inf, 0] (-inf at 0), stable.
+
+  A scalar x gives a float through `math` (libm's rounding), an array a float64 array
+  through NumPy; the two may differ in the last bit.
+
+  Examples:
+    >>> bool(np.isclose(log1mexp(math.log(0.25)), math.log(0.75), rtol=1e-15))
+    True
+  """
+  x = _validate.check_array(x, "x", high=0.0, allow_inf=True, min_size=1)
+  if x.ndim == 0:
+    v = float(x)
+    if v == 0.0:
+      return -math.inf
+    return math.log(-math.expm1(v)) if v > -0.693 else math.log1p(-math.exp(v))
+  with np.errstate(divide="ignore", invalid="ignore"):
+    return np.where(x > -0.693, np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
 
 
 def gnmax_log_q(votes_C, sigma: float) -> float:
@@ -309,8 +227,8 @@ def gaussian_rdp_data_dependent(log_q: float, sigma: float, orders) -> np.ndarra
       math.log1p(1.0 / (mu1 - 1.0)) + math.log1p(1.0 / (mu2 - 1.0)))
   if not (cond_monotone and lq + eps2 < 0):
     return indep
-  log_1mq = _log1mexp(lq)
-  log_a = log_1mq - _log1mexp((lq + eps2) * (1.0 - 1.0 / mu2))
+  log_1mq = log1mexp(lq)
+  log_a = log_1mq - log1mexp((lq + eps2) * (1.0 - 1.0 / mu2))
   log_b = eps1 - lq / (mu1 - 1.0)
   with np.errstate(over="ignore"):
     log_s = np.logaddexp(log_1mq + (lam - 1.0) * log_a, lq + (lam - 1.0) * log_b)
@@ -339,7 +257,7 @@ def threshold_rdp_data_dependent(votes_C, threshold: float, sigma_threshold: flo
   q = min(Pr[answered], Pr[not answered]).
   """
   lp = threshold_log_pr_answered(votes_C, threshold, sigma_threshold)
-  lq = min(lp, _log1mexp(lp))
+  lq = min(lp, log1mexp(lp))
   return gaussian_rdp_data_dependent.__wrapped__(lq, math.sqrt(2.0) * sigma_threshold, orders)
 
 
@@ -356,8 +274,9 @@ def lnmax_rdp_data_dependent(votes_C, laplace_scale: float, orders) -> np.ndarra
   lq = lnmax_log_q(votes_C, laplace_scale)
   if lq >= -math.log1p(math.exp(e)):
     return indep
-  log_1mq = _log1mexp(lq)
-  log_t = np.logaddexp(log_1mq + (lam - 1.0) * (log_1mq - _log1mexp(e + lq)), lq + (lam - 1.0) * e)
+  log_1mq = log1mexp(lq)
+  log_t = np.logaddexp(log_1mq + (lam - 1.0) * (log_1mq - log1mexp(e + lq)),
+                       lq + (lam - 1.0) * e)
   return np.minimum(indep, log_t / (lam - 1.0))
 
 
@@ -545,114 +464,3 @@ def epsilon(orders, rdp_values, delta: float) -> float:
   return rdp.rdp_to_epsilon(orders, rdp_values, delta)[0]
 
 
-# ----------------------------------------------------------------------------------
-# teachers and student (JAX)
-
-
-def partition(key: jax.Array, num_records: int, num_teachers: int) -> jax.Array:
-  """Random disjoint partition of N records among M teachers, sizes within 1: bool[M, N]."""
-  m = _validate.check_size(num_teachers, "num_teachers", bytes_per_unit=1)
-  # owner and the bool[M, N] mask, built by XLA in int32 and bool
-  n = _validate.check_size(num_records, "num_records", units=m, bytes_per_unit=9,
-                           units_name="num_teachers")
-  if m > n:
-    raise ValueError(f"num_teachers must be <= num_records ({n}), got {m}")
-  owner = jnp.arange(n) % m
-  owner = jax.random.permutation(key, owner)
-  return owner[None, :] == jnp.arange(m)[:, None]
-
-
-@functools.lru_cache(maxsize=None)
-def _adam(learning_rate: float) -> optax.GradientTransformation:
-  return optax.adam(learning_rate)   # one object per rate: fitting caches its program on it
-
-
-def fit_non_private(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.ArrayLike,
-                    keep_MxN: jax.typing.ArrayLike, model: models_lib.Model, *,
-                    num_steps: int = 300, learning_rate: float = 0.05,
-                    pad_to: int | None = None) -> PyTree:
-  """Full-batch Adam on M subsets at once (`fitting.train_nonprivate`): params [M, ...].
-
-  NOT private: for PATE teachers (privacy comes from the aggregator) and the student
-  (public inputs, private labels). Model i starts from model.init(split(key, M)[i]) and
-  sees the records with keep_MxN[i]; pad_to (P >= the largest subset) shares one program.
-  learning_rate in (0, 3.4e38] (float32); ValueError naming it if the iterates leave the
-  float32 range (NaN or inf parameters are never returned).
-  """
-  x, y = _check_data(model, x_NxF, y_N)
-  keep = _validate.check_binary(keep_MxN, "keep_MxN", shape=(None, x.shape[0]))
-  # One epoch of train_nonprivate per step: int32-indexed, 8 bytes each (see there).
-  steps = _validate.check_size(_validate.check_int(num_steps, "num_steps", 1, 2**31 - 1),
-                               "num_steps", bytes_per_unit=8)
-  lr = _validate.check_range(learning_rate, "learning_rate", 0.0, float(np.finfo(np.float32).max),
-                             open_low=True)
-  params = fitting.train_nonprivate(key, x, y, model, _adam(lr), num_epochs=steps,
-                                    keep_MxN=keep, pad_to=pad_to).params
-  if not all(bool(jnp.all(jnp.isfinite(l))) for l in jax.tree.leaves(params)):
-    raise ValueError(f"learning_rate = {lr:g}: Adam diverged (parameters left the float32 "
-                     "range); lower learning_rate")
-  return params
-
-
-@_validate.names_extreme_arguments
-def fit_students(key: jax.Array, x_QxF: jax.typing.ArrayLike, labels_GxQ: jax.typing.ArrayLike,
-                 answered_GxQ: jax.typing.ArrayLike, model: models_lib.Model, *,
-                 num_steps: int = 300, learning_rate: float = 0.05) -> tuple[PyTree, np.ndarray]:
-  """G students at once on one public pool: student g fits labels_GxQ[g] on the queries it
-  answered (answered_GxQ[g]); returns (params [G, ...], empty_G bool[G]).
-
-  One `fit_non_private` program on the pool tiled G times (student g sees copy g). A student
-  with no answered query is fit to one placeholder row and flagged in empty_G.
-  """
-  models_lib.check_model(model)
-  x = _validate.check_array(x_QxF, "x_QxF", np.float32, ndim=(2, 4), min_size=1)
-  q = x.shape[0]
-  labels = _validate.check_array(labels_GxQ, "labels_GxQ", np.int32, shape=(None, q), min_size=1,
-                                 low=0, high=max(model.num_outputs, 2) - 1, integer=True)
-  answered = _validate.check_binary(answered_GxQ, "answered_GxQ", shape=labels.shape)
-  g = _validate.check_size(labels.shape[0], "labels_GxQ.shape[0]",   # the bool[G, G Q] mask
-                           units=labels.shape[0] * q, bytes_per_unit=1)
-  keep = np.zeros((g, g * q), bool)
-  for i in range(g):
-    keep[i, i * q:(i + 1) * q] = answered[i]
-  empty = ~keep.any(axis=1)
-  keep[empty, np.flatnonzero(empty) * q] = True
-  params = fit_non_private(key, jnp.tile(jnp.asarray(x), (g,) + (1,) * (x.ndim - 1)),
-                           labels.reshape(-1), keep, model, num_steps=num_steps,
-                           learning_rate=learning_rate, pad_to=q)
-  return params, empty
-
-
-@_validate.names_extreme_arguments
-def train_teachers(key: jax.Array, x_NxF, y_N, num_teachers: int, model: models_lib.Model,
-                   *, num_steps: int = 300, learning_rate: float = 0.05
-                   ) -> tuple[PyTree, jax.Array]:
-  """Partitions the records and trains one teacher per partition: (params [M, ...], keep_MxN)."""
-  x, _ = _check_data(model, x_NxF, y_N)
-  k_part, k_fit = jax.random.split(key)
-  n = x.shape[0]
-  keep = partition(k_part, n, num_teachers)
-  params = fit_non_private(k_fit, x_NxF, y_N, keep, model, num_steps=num_steps,
-                           learning_rate=learning_rate)
-  return params, keep
-
-
-def teacher_votes(model: models_lib.Model, params_M: PyTree, x_QxF: jax.typing.ArrayLike,
-                  num_classes: int) -> jax.Array:
-  """Vote histogram int32[Q, C] of M teachers' `models.predict` labels (one output: C = 2)."""
-  models_lib.check_model(model)
-  x = jnp.asarray(_validate.check_array(x_QxF, "x_QxF", np.float32, ndim=(2, 4), min_size=1))
-  c = _validate.check_int(num_classes, "num_classes", 2)
-  m = len(jax.tree.leaves(params_M)[0]) if jax.tree.leaves(params_M) else 1
-  _validate.check_size(c, "num_classes", units=m * x.shape[0])
-  preds = jax.vmap(lambda p: models_lib.predict(model, p, x))(params_M)  # [M, Q]
-  return vote_histogram(preds, num_classes)
-
-
-def _check_data(model, x_NxF, y_N) -> tuple[jax.Array, jax.Array]:
-  """(x float32[N, ...], y int32[N]) after checking the model, finiteness and labels."""
-  models_lib.check_model(model)
-  x = _validate.check_array(x_NxF, "x_NxF", np.float32, ndim=(2, 4), min_size=1)
-  y = _validate.check_array(y_N, "y_N", np.int32, shape=(x.shape[0],), low=0,
-                            high=max(model.num_outputs, 2) - 1, integer=True)
-  return jnp.asarray(x), jnp.asarray(y)

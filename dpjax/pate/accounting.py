@@ -38,22 +38,18 @@ def check_votes(votes, name: str = "votes_QxC", ndim=(1, 2), integer: bool = Fal
   return v
 
 
-
 def answer_event(sigma: float, aggregator: str = "gnmax"):
   """The privacy event of ONE aggregated answer (`dpjax.accounting.events`).
 
-  A neighbour moves one teacher's vote from one class to another: two of the C counts
-  change by 1 and the others not. GNMax adds N(0, sigma^2) to every count, so the pair is
-  two independent Gaussian mechanisms of sensitivity 1: SelfComposedEvent(GaussianEvent(
-  sigma), 2) (RDP alpha / sigma^2, the L2 sensitivity sqrt(2)). LNMax (sigma = the Laplace
-  scale b): SelfComposedEvent(LaplaceEvent(b), 2), the exact pair of the noisy histogram,
-  (2 / b)-DP. The released argmax is post-processing. Add/remove or replace-one neighbours.
+  A neighbour moves one vote: two counts change by 1. GNMax: SelfComposedEvent(
+  GaussianEvent(sigma), 2) (RDP alpha / sigma^2); LNMax (sigma = the Laplace scale b):
+  SelfComposedEvent(LaplaceEvent(b), 2), (2 / b)-DP. The argmax is post-processing.
 
   Examples:
     >>> answer_event(4.0).count
     2
   """
-  from dpjax.accounting import events  # local: keeps `import dpjax.pate` light
+  from dpjax.accounting import events  # local imports: keep `import dpjax.pate` light
   s = _validate.check_positive(sigma, "sigma")
   agg = _validate.check_choice(aggregator, ("gnmax", "lnmax"), "aggregator")
   leaf = events.GaussianEvent(s) if agg == "gnmax" else events.LaplaceEvent(s)
@@ -61,17 +57,15 @@ def answer_event(sigma: float, aggregator: str = "gnmax"):
 
 
 def threshold_event(sigma_threshold: float):
-  """The event of one Confident-GNMax threshold check: max_c n_c (sensitivity 1) plus
-  N(0, sigma_t^2), a GaussianEvent(sigma_t); paid on every query."""
-  from dpjax.accounting import events  # local: keeps `import dpjax.pate` light
+  """One threshold check: max_c n_c (sensitivity 1) + N(0, sigma_t^2), GaussianEvent(sigma_t)."""
+  from dpjax.accounting import events
   return events.GaussianEvent(_validate.check_positive(sigma_threshold, "sigma_threshold"))
 
 
 def aggregation_event(num_queries: int, num_answered: int, *, sigma: float,
                       sigma_threshold: float | None = None, aggregator: str = "gnmax"):
-  """The event of a PATE run (data-independent, releasable): num_answered (0..num_queries)
-  answers (`answer_event`), then, with a threshold check, num_queries checks
-  (`threshold_event`); None when nothing was released.
+  """The data-independent event of a PATE run: num_answered answers, then (with a
+  threshold) num_queries checks; None when nothing was released.
 
   Examples:
     >>> from dpjax.accounting import event_accounting
@@ -80,7 +74,7 @@ def aggregation_event(num_queries: int, num_answered: int, *, sigma: float,
     >>> bool(abs(r - (40 * 2 / 1600 + 100 / 22500)) < 1e-15)
     True
   """
-  from dpjax.accounting import events  # local: keeps `import dpjax.pate` light
+  from dpjax.accounting import events
   q = _validate.check_int(num_queries, "num_queries", minimum=0)
   n = _validate.check_int(num_answered, "num_answered", minimum=0)
   if n > q:
@@ -98,7 +92,7 @@ def aggregation_event(num_queries: int, num_answered: int, *, sigma: float,
 
 def _event_rdp(event, orders: np.ndarray) -> np.ndarray:
   """RDP curve float64[A] of `event` by the event accountant (zeros for None)."""
-  from dpjax.accounting import event_accounting  # local: keeps `import dpjax.pate` light
+  from dpjax.accounting import event_accounting
   if event is None:
     return np.zeros_like(orders)
   return event_accounting.rdp_curve(event, orders)[1]
@@ -309,7 +303,7 @@ def pate_rdp(votes_QxC, answered_Q=None, *, sigma: float, orders,
   """
   v, ans, lam = _check_accounting(votes_QxC, answered_Q, orders, threshold, sigma_threshold,
                                   aggregator)
-  from dpjax.accounting import events  # local: keeps `import dpjax.pate` light
+  from dpjax.accounting import events
   dep = np.zeros_like(lam)
   gn = aggregator == "gnmax"
   answer = answer_event(sigma, aggregator)
@@ -344,10 +338,8 @@ def _check_accounting(votes_QxC, answered_Q, orders, threshold, sigma_threshold,
 def pate_rdp_grouped(votes_QxC, answered_Q=None, *, sigma: float, orders,
                      threshold: float | None = None, sigma_threshold: float | None = None,
                      cache: dict | None = None) -> PateRdp:
-  """`pate_rdp` of GNMax / Confident-GNMax, each DISTINCT vote histogram evaluated once.
-
-  Curves weighted by their counts: the same sums up to rounding, linear in the distinct
-  histograms. `cache` (optional dict) keeps the curves across calls.
+  """`pate_rdp` of GNMax / Confident-GNMax, each DISTINCT vote histogram evaluated once
+  (weighted by its count; equal up to rounding). `cache` (a dict) keeps curves across calls.
 
   Examples:
     >>> votes, orders = [[9, 1], [9, 1], [5, 5]], [2.0, 8.0]
@@ -460,7 +452,7 @@ def _resolve_tail_terms(term, lam, a1, d, dp):
 
 def epsilon(orders, rdp_values, delta: float) -> float:
   """(eps, delta) from an RDP curve via `dpjax.accounting.rdp.rdp_to_epsilon`."""
-  from dpjax.accounting import rdp  # local: keeps `import dpjax.pate` light
+  from dpjax.accounting import rdp
   return rdp.rdp_to_epsilon(orders, rdp_values, delta)[0]
 
 

@@ -30,11 +30,9 @@ costs `gnss_rdp(beta, sigma_ss, lambda)` and is below f(D) with probability Phi(
 Labels, answered mask and R then cost at most R + gnss_rdp at lambda, except with that
 probability.
 
-Charging GNMax on answered queries only (`answered_Q`, the paper's accounting) can be below
-the exact divergence (`pate.pate_rdp`'s Warning); `answered_Q=None` charges both steps.
-
 (lambda, beta, sigma_ss, k) must not depend on the private votes; `plan_release` picks
-them from PUBLIC proxy votes.
+them from PUBLIC proxy votes. Charging GNMax on answered queries only is `pate.pate_rdp`'s
+ex-post accounting (its Warning); `answered_Q=None` charges both steps.
 
 Warning: `release` draws a float32 `jax.random.normal` and rounds R UP to a multiple of
 2^-16; it does not use the exact integer-noise tables, so an observer of the exact float
@@ -44,8 +42,6 @@ LNMax is not supported.
 Shape letters: Q queries, C classes, M teachers (rows sum to M), D distances 0..M.
 
 Examples:
-  >>> gnss_rdp(0.0, 2.0, 4.0)            # beta = 0: the Gaussian lambda / (2 sigma_ss^2)
-  0.5
   >>> smooth_sensitivity([1.0, 2.0, 4.0], math.log(2.0))   # max(1, 2/2, 4/4)
   1.0
 
@@ -264,11 +260,9 @@ def _top_count_ls(b: np.ndarray, v_top: np.ndarray, v_min: int, m: int) -> np.nd
 
 @_validate.names_extreme_arguments
 def local_sensitivity_gnmax(votes_QxC, *, sigma: float, order: float) -> np.ndarray:
-  """Bound A_j(d) on the local sensitivity of GNMax's data-dependent RDP at one order:
-  float64[Q, M + 1], d = 0..M.
-
-  Exact for C = 2; nondecreasing in d and nested. Raises ValueError on bad input or when
-  C5 fails at this order.
+  """Bound A_j(d), float64[Q, M + 1] (d = 0..M), on the local sensitivity of GNMax's
+  data-dependent RDP at one order: exact for C = 2, nondecreasing in d, nested. ValueError
+  when C5 fails at this order.
   """
   v, m = _check_votes(votes_QxC)
   s = _validate.check_positive(sigma, "sigma")
@@ -307,13 +301,8 @@ def local_sensitivity_threshold(votes_QxC, *, threshold: float, sigma_threshold:
 
 
 def smooth_sensitivity(ls_D, beta: float) -> float:
-  """SS_beta = max_d e^(-beta d) ls_D[d], ls_D float[D] >= 0, the last entry bounding larger d.
-
-  A beta-smooth upper bound when ls_D is nondecreasing and nested (Nissim et al. 2007).
-
-  Examples:
-    >>> smooth_sensitivity([0.5, 1.0], 0.0)
-    1.0
+  """SS_beta = max_d e^(-beta d) ls_D[d], ls_D float[D] >= 0, the last entry bounding larger d:
+  a beta-smooth upper bound when ls_D is nondecreasing and nested (Nissim et al. 2007).
   """
   ls = _validate.check_array(ls_D, "ls_D", ndim=1, min_size=1, low=0.0)
   b = _validate.check_nonnegative(beta, "beta")
@@ -336,7 +325,7 @@ def gnss_rdp(beta: float, sigma_ss: float, order: float) -> float:
   (lambda = 8, beta = 0.05, sigma_ss = 3: exact 1.73, Thm 23 1.15): not used.
 
   Examples:
-    >>> gnss_rdp(0.0, 2.0, 4.0)
+    >>> gnss_rdp(0.0, 2.0, 4.0)            # beta = 0: the Gaussian lambda / (2 sigma_ss^2)
     0.5
   """
   b = _validate.check_nonnegative(beta, "beta")

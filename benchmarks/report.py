@@ -7,7 +7,6 @@ Each JSON file holds its figures with the command line, machine and package vers
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import math
 import os
@@ -17,6 +16,8 @@ import sys
 import time
 from typing import Any, Callable
 
+from experiments import _config
+
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 RESULTS_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 _PACKAGES = ("jax", "jaxlib", "numpy", "optax", "dp-accounting", "torch", "opacus")
@@ -24,13 +25,8 @@ _PACKAGES = ("jax", "jaxlib", "numpy", "optax", "dp-accounting", "torch", "opacu
 
 def environment() -> dict:
   """CPU count and the versions of the packages the benchmarks time."""
-  env = {"cpu_count": os.cpu_count(), "python": sys.version.split()[0]}
-  for pkg in _PACKAGES:
-    try:
-      env[pkg] = importlib.metadata.version(pkg)
-    except importlib.metadata.PackageNotFoundError:
-      env[pkg] = None
-  return env
+  return {"cpu_count": os.cpu_count(), "python": sys.version.split()[0],
+          **_config.package_versions(_PACKAGES)}
 
 
 def peak_rss_bytes() -> int:

@@ -20,7 +20,6 @@ Every experiment has one shape:
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import json
 import logging
 import math
@@ -136,13 +135,7 @@ def output_dir(name: str, out: str | None = None) -> str:
 
 
 def versions() -> dict:
-  v = {"dpjax": dpjax.__version__}
-  for pkg in _VERSIONED:
-    try:
-      v[pkg] = importlib.metadata.version(pkg)
-    except importlib.metadata.PackageNotFoundError:
-      v[pkg] = None
-  return v
+  return {"dpjax": dpjax.__version__, **_config.package_versions(_VERSIONED)}
 
 
 def finish(cfg, out_dir: str, name: str, record: dict, *, tables: Sequence[Table] = (),

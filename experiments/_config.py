@@ -8,6 +8,7 @@ experiments use (`_common.option`, `_common.ExperimentConfig`, the `check_*`).
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import math
 import re
 import types
@@ -18,6 +19,17 @@ import numpy as np
 from absl import flags
 
 from dpjax import _validate
+
+
+def package_versions(packages: Sequence[str]) -> dict:
+  """{package: installed version, or None}, in the order given (flag-free: benchmarks use it)."""
+  out = {}
+  for pkg in packages:
+    try:
+      out[pkg] = importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+      out[pkg] = None
+  return out
 
 
 def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,  # pylint: disable=redefined-builtin

@@ -329,12 +329,6 @@ def fdp_epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct:
   the PLD accountant; valid only for DP-SGD runs. Search resolution: (upper end) / 64^3 (sigma:
   a factor 2^(1/256)), on the rejected side. delta in [0, 1) for "dp", else (0, 1).
   Example: the module docstring.
-
-  Examples:
-    >>> r = fdp_epsilon_lower_bound(num_canaries=1000, num_guesses=100, num_correct=100,
-    ...                             delta=0.0)
-    >>> round(r.epsilon_lower, 2)                      # Steinke et al.: 3.49
-    3.49
   """
   m, r, v = check_guesses(num_canaries, num_guesses, num_correct)
   family = _validate.check_choice(family, FDP_FAMILIES, "family")

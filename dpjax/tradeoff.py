@@ -11,8 +11,6 @@ Shape letters: F false-positive rates, J grid points.
 Examples:
   >>> round(dp_tpr_bound(0.01, 1.0, 1e-5), 4)          # (1, 1e-5)-DP at FPR 1%
   0.0272
-  >>> round(gaussian_tpr(0.01, 1.0), 4)                 # 1-GDP at FPR 1%
-  0.0924
   >>> round(advantage_bound(1.0), 4)                    # = tanh(1/2)
   0.4621
 """

@@ -38,7 +38,12 @@ _LAMBDAS = np.geomspace(1e-3, 1e4, 36)
 
 
 class GridTooLarge(ValueError):
-  """A grid would need more than MAX_POINTS points."""
+  """A grid would need more than MAX_POINTS points (`limit` "memory") or a composition more
+  than MAX_WORK (`limit` "work budget")."""
+
+  def __init__(self, message: str, limit: str = "memory"):
+    super().__init__(message)
+    self.limit = limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -403,7 +408,7 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
     raise GridTooLarge(
         f"composing {k} times at value_discretization={h} needs {width} grid points x "
         f"log2({k}) = {width * math.log2(k):.3g} (more than the work budget {MAX_WORK}); "
-        "use a larger value_discretization")
+        "use a larger value_discretization", limit="work budget")
   n_fft = sp_fft.next_fast_len(width, real=True)
   # entry (j_true mod n_fft) of the cyclic result holds loss (k * offset + j_true) h.
   shift = (i_lo - k * pmf.offset) % n_fft

@@ -148,9 +148,9 @@ def _direction_epsilon(sigma: float, q: float, t: int, delta: float, h: float, d
   if factor is None:
     (pmf,) = pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail, directions=(d,),
                                                stride=_STRIDE, fine_mass=fine)
-    factor = pld_grid.blocking_factor(pmf, t, window_tail)
+    factor = 1   # a coarse grid: one level (an FFT this small costs less than the Python of two)
     if pmf.probs.size >= 1000:   # a grid fine enough to judge the windows by
-      factors[d] = factor
+      factor = factors[d] = pld_grid.blocking_factor(pmf, t, window_tail, 1e-4 * delta)
   if factor > 1 or pmf is None:
     # two levels add twice one level's variance: h / sqrt(2) keeps h's error
     (pmf,) = pld_grid.subsampled_gaussian_pmfs(

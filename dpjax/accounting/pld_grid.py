@@ -329,14 +329,21 @@ def _window_width(pmf: LossPmf, k: int, tail_mass: float) -> float:
   return max(pmf.h, min(k * l1, hi_u) - max(k * l0, lo_u))
 
 
-def blocking_factor(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS) -> int:
+def blocking_factor(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
+                    noise_tolerance: float = math.inf) -> int:
   """The coarsening factor f (a power of 2 near k^(1/4), or 1 for one level) that makes
   `blocked_self_compose` of k steps cheapest, with the steps gridded at h / sqrt(2), against
   `self_compose` at h (the same error; see `blocked_self_compose`). Cost: FFT points of the
-  Chernoff windows (block, steps left over, and the k-fold window on the grid f h / sqrt(2)).
-  A step with rare large losses keeps every window wide, and one level is then cheaper."""
+  Chernoff windows (block, steps left over, and the k-fold window on the grid f h / sqrt(2),
+  counted twice where a plain power's predicted rounding error, `_plain_floor`'s estimate,
+  passes noise_tolerance: the tilt then composes a second power). Two levels must cost 30%
+  less than one; a step with rare large losses keeps every window wide, and one level is then
+  cheaper."""
   h = pmf.h
   single = _window_width(pmf, k, tail_mass) / h
+  mass = float(pmf.probs.sum())
+  var = max(float(pmf.probs @ pmf.losses ** 2) / mass - (float(pmf.probs @ pmf.losses) / mass) ** 2,
+            h * h / 4)
   best, best_cost = 1, single if single <= MAX_POINTS else math.inf
   centre = round(math.log2(max(k, 1)) / 4)
   for f in sorted({2 ** max(1, centre - 1), 2 ** max(1, centre), 2 ** max(1, centre + 1)}):
@@ -344,10 +351,12 @@ def blocking_factor(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS) -
     a, r = divmod(k, m)
     if f > 64 or a < 2:
       continue
+    outer = math.sqrt(2) * single / f
+    peak = min(1.0, f * h / math.sqrt(4 * math.pi * k * var))   # the outer's, grid f h / sqrt 2
+    tilted = a * 2.2e-16 * peak * outer > noise_tolerance
     points = (math.sqrt(2) * (_window_width(pmf, m, tail_mass / a)
-                              + _window_width(pmf, r, tail_mass)) / h
-              + math.sqrt(2) * single / f)
-    if points < 0.7 * best_cost:
+                              + _window_width(pmf, r, tail_mass)) / h + (1 + tilted) * outer)
+    if points < (0.7 if best == 1 else 1.0) * best_cost:
       best, best_cost = f, points
   return best
 
@@ -387,9 +396,10 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   lo_triv, hi_triv = k * l[0], k * l[-1]
   log_tail = math.log(tail_mass)
   coarse, kp, lo_u, hi_u = _chernoff_window(pmf, k, tail_mass)
-  theta = 0.0 if tilt_at is None else _tilt_theta(coarse, k, tilt_at)
-  if theta > 0 and _plain_floor(coarse, k, h, lo_triv, lo_u, hi_triv, hi_u) <= noise_tolerance:
-    theta = 0.0
+  theta = 0.0
+  if tilt_at is not None and _plain_floor(coarse, k, h, lo_triv, lo_u, hi_triv,
+                                          hi_u) > noise_tolerance:
+    theta = _tilt_theta(coarse, k, tilt_at)
   if theta > 0:
     # The tilted sum has a heavier upper tail: widen the window to hold it too.
     with np.errstate(over="ignore", invalid="ignore"):

@@ -152,9 +152,9 @@ class WorkBudgetTest(absltest.TestCase):
     calls, power = _recording_power()
     with mock.patch.object(pld_grid, "MAX_WORK", 2**19), \
          mock.patch.object(pld_grid, "_cyclic_power", power):
-      with self.assertWarnsRegex(RuntimeWarning, "PLD grid limited"):
+      with self.assertWarnsRegex(RuntimeWarning, "PLD grid limited by the work budget"):
         capped = pld_dpsgd.dpsgd_epsilon_bound(1.0, 0.01, 1000, 1e-5, rtol=1e-5)
-      with self.assertWarnsRegex(RuntimeWarning, "PLD grid limited"):
+      with self.assertWarnsRegex(RuntimeWarning, "PLD grid limited by the work budget"):
         cappedd = pld_dpsgd.dpsgd_delta_bound(1.0, 0.01, 1000, 1.0, rtol=1e-5)
     for width, k in calls:
       self.assertLessEqual(width * math.log2(k), 2**19)
@@ -165,6 +165,18 @@ class WorkBudgetTest(absltest.TestCase):
     self.assertGreaterEqual(cappedd.value, fulld.value)
     # and stays close: the truth lies within each answer's stated error
     self.assertLessEqual(capped.value - full.value, 2 * capped.error + full.error + 1e-9)
+
+  def test_the_warning_names_the_limit_that_stopped_the_grid(self):
+    # a grid refused for its points (memory) is named so; the work budget is named apart
+    with mock.patch.object(pld_grid, "MAX_POINTS", 3000):
+      with self.assertWarnsRegex(RuntimeWarning, "PLD grid limited by memory") as cm:
+        pld_dpsgd.dpsgd_delta_bound(1.0, 0.01, 100, 1.0, rtol=1e-8)
+    self.assertNotIn("work budget", str(cm.warning))
+    with mock.patch.object(pld_grid, "MAX_WORK", 2**15):
+      with self.assertWarnsRegex(RuntimeWarning, "PLD grid limited by the work budget") as cm:
+        pld_dpsgd.dpsgd_delta_bound(1.0, 0.01, 100, 1.0, rtol=1e-8)
+    self.assertNotIn("memory", str(cm.warning))
+    self.assertEqual(pld_grid.GridTooLarge("x").limit, "memory")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
               h_start: float = 1e-2, h_min: float = 1e-9,
               h_cap: float = math.inf) -> tuple[float, float, float]:
   """(v, error, h): halves h from h_start until (v(2h) - v(h)) / (2^p - 1) <= max(rtol v, atol)
-  (p in [1, 2] from three grids) on a grid h <= h_cap, h_min, or memory; far off, jumps
+  (p in [1, 2] from three grids) on a grid h <= h_cap, h_min, or a GridTooLarge
+  (memory or work budget, named in the warning); far off, jumps
   halvings at an h^2 rate (or straight to the pair below h_cap)."""
   h = h_start
   for _ in range(_MAX_COARSENINGS + 1):   # coarsen until the first grid fits
@@ -69,11 +70,13 @@ def _adaptive(value_at_h: Callable[[float], float], rtol: float, atol: float,
     try:
       if h_next not in vals:
         vals[h_next] = value_at_h(h_next)
-    except pld_grid.GridTooLarge:
+    except pld_grid.GridTooLarge as e:
       if not math.isfinite(err):   # the first grid is the finest: estimate from (2h, h)
         vals[2 * h] = value_at_h(2 * h)
         err = abs(vals[2 * h] - vals[h])
-      warnings.warn(f"PLD grid limited by memory at h={h:g}; estimated error {err:.3g}",
+      limit = ("the work budget (pld_grid.MAX_WORK)" if e.limit == "work budget"
+               else "memory (pld_grid.MAX_POINTS)")
+      warnings.warn(f"PLD grid limited by {limit} at h={h:g}; estimated error {err:.3g}",
                     RuntimeWarning, stacklevel=3)
       return vals[h], err, h
     v, diff = vals[h_next], abs(vals[h] - vals[h_next])
@@ -114,7 +117,7 @@ def _adaptive_steps(value_at_h, rtol: float, atol: float, t: int, h_cap: float =
     return _adaptive(value_at_h, rtol, atol, h_cap=h_cap)
   except pld_grid.GridTooLarge as e:
     raise pld_grid.GridTooLarge(f"num_steps = {t} is too many compositions for the PLD "
-                                f"grid ({e}); use the RDP accountant") from e
+                                f"grid ({e}); use the RDP accountant", e.limit) from e
 
 
 # The eps grid ends at h <= dp_accounting's default value_discretization (1e-4), whatever
@@ -145,9 +148,9 @@ def _direction_epsilon(sigma: float, q: float, t: int, delta: float, h: float, d
   if factor is None:
     (pmf,) = pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail, directions=(d,),
                                                stride=_STRIDE, fine_mass=fine)
-    factor = pld_grid.blocking_factor(pmf, t, window_tail)
+    factor = 1   # a coarse grid: one level (an FFT this small costs less than the Python of two)
     if pmf.probs.size >= 1000:   # a grid fine enough to judge the windows by
-      factors[d] = factor
+      factor = factors[d] = pld_grid.blocking_factor(pmf, t, window_tail, 1e-4 * delta)
   if factor > 1 or pmf is None:
     # two levels add twice one level's variance: h / sqrt(2) keeps h's error
     (pmf,) = pld_grid.subsampled_gaussian_pmfs(

@@ -2,13 +2,12 @@
 
 A `LossPmf` is one direction of a PLD: P-mass probs[j] at privacy loss (offset + j) h, plus
 mass at +inf; delta(eps) = P[L = inf] + E_P[(1 - exp(eps - L))_+], L = log(P(o) / Q(o)).
-Discretisation is pessimistic ("connect the dots", `discretise`): each loss interval's P-
-and Q-mass moves to its end points (l_i gets (dP - e^{l_{i-1}} dQ) / (1 - e^{-h})), so every
-delta(eps) is an upper bound, exact at grid points; mass cut off moves up, never lower.
-Composition is convolution; k-fold self-composition is one FFT power on a Chernoff-sized
-window, optionally exponentially tilted and untilted exactly (Koskela, Jalko & Honkela
-2020; Doroshenko et al. 2022), with a float64 noise floor ~k 1e-16 max(pmf) per point
-(`LossPmf.noise`). Shapes: J grid points, L query losses. Host NumPy float64.
+Discretisation is pessimistic ("connect the dots", `discretise`): an interval's P- and Q-mass
+moves to its ends (l_i gets (dP - e^{l_{i-1}} dQ) / (1 - e^{-h})), so delta(eps) is an upper
+bound, exact at grid points; mass cut off moves up. k-fold self-composition is one FFT power
+on a Chernoff-sized window, optionally tilted and untilted exactly (Koskela, Jalko & Honkela
+2020; Doroshenko et al. 2022); float64 noise ~k 1e-16 max(pmf) per point (`LossPmf.noise`).
+Shapes: J grid points, L query losses. Host NumPy float64.
 """
 
 from __future__ import annotations
@@ -28,17 +27,20 @@ DEFAULT_TAIL_MASS = 1e-20
 WINDOW_TAIL_MASS = 1e-22
 # Largest grid (points) we allocate: 2^23 float64 is 64 MiB.
 MAX_POINTS = 1 << 23
-# Work budget of one k-fold self-composition: window points x log2(k) (the FFT power's
-# squarings), what MAX_POINTS points cost at k = 2^20. It never binds below 2^20
-# compositions; above, the window is capped at 20 MAX_POINTS / log2(k) points (5.4M at
-# k = 2^31). Checked before any FFT; past it GridTooLarge (callers coarsen or fall back).
+# Work budget of one k-fold self-composition, window points x log2(k) (the squarings): what
+# MAX_POINTS points cost at k = 2^20. Checked before any FFT; past it GridTooLarge.
 MAX_WORK = 20 * MAX_POINTS
 
 _LAMBDAS = np.geomspace(1e-3, 1e4, 36)
 
 
 class GridTooLarge(ValueError):
-  """A grid would need more than MAX_POINTS points."""
+  """A grid would need more than MAX_POINTS points (`limit` "memory") or a composition more
+  than MAX_WORK (`limit` "work budget")."""
+
+  def __init__(self, message: str, limit: str = "memory"):
+    super().__init__(message)
+    self.limit = limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,14 +151,11 @@ def discretise(tails: Callable, lo: float, hi: float, h: float, stride: int = 1,
   """Connect-the-dots discretisation of one (P, Q) pair with monotone losses.
 
   `tails(l [L])` gives (log P(L > l), log P(L <= l), log Q(L > l), log Q(L <= l)), each [L],
-  accurate in both tails; losses in [lo, hi] are gridded at spacing h, mass below lo moves
-  up to the bottom point, mass above hi splits between the top point and +inf. With
-  stride > 1, only every stride-th grid point is used where the P-mass beyond a point (above
-  it in the upper tail, below it in the lower) is at most `fine_mass`: an interval's P- and
-  Q-mass then moves to its two ends, (dP - e^{l_a} dQ) / (1 - e^{-(l_b - l_a)}) to the upper
-  end l_b (still exact at the points used, and the grid stays h), which saves evaluations of
-  `tails` where little mass lies.
-  """
+  accurate in both tails; losses in [lo, hi] are gridded at spacing h, mass below lo moves up
+  to the bottom point, mass above hi splits between the top point and +inf. stride > 1 uses
+  every stride-th point where the P-mass beyond it (either tail) is at most `fine_mass`; an
+  interval (l_a, l_b] then gives l_b (dP - e^{l_a} dQ) / (1 - e^{-(l_b - l_a)}) (exact at the
+  points used; the grid stays h), saving `tails` evaluations where little mass lies."""
   i_lo, i_hi = math.floor(lo / h), math.ceil(hi / h)
   if i_hi <= i_lo:
     i_hi = i_lo + 1
@@ -324,14 +323,17 @@ def _window_width(pmf: LossPmf, k: int, tail_mass: float) -> float:
   return max(pmf.h, min(k * l1, hi_u) - max(k * l0, lo_u))
 
 
-def blocking_factor(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS) -> int:
-  """The coarsening factor f (a power of 2 near k^(1/4), or 1 for one level) that makes
-  `blocked_self_compose` of k steps cheapest, with the steps gridded at h / sqrt(2), against
-  `self_compose` at h (the same error; see `blocked_self_compose`). Cost: FFT points of the
-  Chernoff windows (block, steps left over, and the k-fold window on the grid f h / sqrt(2)).
-  A step with rare large losses keeps every window wide, and one level is then cheaper."""
+def blocking_factor(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
+                    noise_tolerance: float = math.inf) -> int:
+  """The coarsening factor f (a power of 2 near k^(1/4), or 1: one level) that makes
+  `blocked_self_compose` of k steps (gridded at h / sqrt(2)) cheapest against `self_compose`
+  at h (the same error). Cost: FFT points of the Chernoff windows (block, steps left over,
+  the k-fold window on the grid f h / sqrt(2), twice where `_plain_floor`'s estimate passes
+  noise_tolerance, as the tilt adds a power); two levels must cost 30% less than one."""
   h = pmf.h
   single = _window_width(pmf, k, tail_mass) / h
+  p, l = pmf.probs / pmf.probs.sum(), pmf.losses
+  var = max(float(p @ l ** 2) - float(p @ l) ** 2, h * h / 4)   # one step's
   best, best_cost = 1, single if single <= MAX_POINTS else math.inf
   centre = round(math.log2(max(k, 1)) / 4)
   for f in sorted({2 ** max(1, centre - 1), 2 ** max(1, centre), 2 ** max(1, centre + 1)}):
@@ -339,20 +341,21 @@ def blocking_factor(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS) -
     a, r = divmod(k, m)
     if f > 64 or a < 2:
       continue
+    outer = math.sqrt(2) * single / f
+    peak = min(1.0, f * h / math.sqrt(4 * math.pi * k * var))   # the outer's, grid f h / sqrt 2
+    tilted = a * 2.2e-16 * peak * outer > noise_tolerance
     points = (math.sqrt(2) * (_window_width(pmf, m, tail_mass / a)
-                              + _window_width(pmf, r, tail_mass)) / h
-              + math.sqrt(2) * single / f)
-    if points < 0.7 * best_cost:
+                              + _window_width(pmf, r, tail_mass)) / h + (1 + tilted) * outer)
+    if points < (0.7 if best == 1 else 1.0) * best_cost:
       best, best_cost = f, points
   return best
 
 
 def _plain_floor(coarse: LossPmf, k: int, h: float, lo_triv: float, lo_u: float,
                  hi_triv: float, hi_u: float) -> float:
-  """Predicted float64 error of delta from an untilted k-fold FFT power on the plain window:
-  k 2.2e-16 max(pmf) per point (each squaring rounds the low frequencies, where |f| ~ 1),
-  summed over the window's points (a conservative coherent sum), with max(pmf) taken from
-  the Gaussian of the k-fold sum's variance."""
+  """Predicted float64 error of delta from a plain k-fold FFT power: k 2.2e-16 max(pmf) per
+  point (each squaring rounds the low frequencies, |f| ~ 1), summed coherently over the
+  window, max(pmf) from the Gaussian of the k-fold sum's variance."""
   p, l = coarse.probs, coarse.losses
   mass = float(p.sum())
   if mass <= 0:
@@ -367,14 +370,11 @@ def _plain_floor(coarse: LossPmf, k: int, h: float, lo_triv: float, lo_u: float,
 def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
                   tilt_at: Optional[float] = None, noise_tolerance: float = 0.0) -> LossPmf:
   """k-fold convolution by one FFT power on a window holding all but `tail_mass` (Chernoff)
-  of each tail: mass above goes to +inf, mass below wraps to the top (delta grows by at
-  most 2 tail_mass). With `tilt_at`, the tilted pmf p_j e^{theta l_j - K(theta)} is also
-  composed and untilted exactly, on a window widened for its heavier upper tail; each point
-  takes the lower noise floor. The tilt is skipped when the plain FFT's predicted error
-  summed over the window (`_plain_floor`) is below `noise_tolerance`.
-  Raises GridTooLarge, before any FFT, past MAX_POINTS window points or past the work
-  budget MAX_WORK (window points x log2 k).
-  """
+  of each tail: mass above goes to +inf, mass below wraps to the top (delta grows <= 2
+  tail_mass). With `tilt_at`, unless the plain power's predicted error (`_plain_floor`) is
+  within `noise_tolerance`, the tilted pmf p_j e^{theta l_j - K(theta)} is also composed (on a
+  window widened for its heavier upper tail) and untilted exactly; each point takes the lower
+  noise floor. GridTooLarge, before any FFT, past MAX_POINTS window points or MAX_WORK."""
   if k == 1:
     return pmf
   h = pmf.h
@@ -382,9 +382,10 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   lo_triv, hi_triv = k * l[0], k * l[-1]
   log_tail = math.log(tail_mass)
   coarse, kp, lo_u, hi_u = _chernoff_window(pmf, k, tail_mass)
-  theta = 0.0 if tilt_at is None else _tilt_theta(coarse, k, tilt_at)
-  if theta > 0 and _plain_floor(coarse, k, h, lo_triv, lo_u, hi_triv, hi_u) <= noise_tolerance:
-    theta = 0.0
+  theta = 0.0
+  if tilt_at is not None and _plain_floor(coarse, k, h, lo_triv, lo_u, hi_triv,
+                                          hi_u) > noise_tolerance:
+    theta = _tilt_theta(coarse, k, tilt_at)
   if theta > 0:
     # The tilted sum has a heavier upper tail: widen the window to hold it too.
     with np.errstate(over="ignore", invalid="ignore"):
@@ -403,7 +404,7 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
     raise GridTooLarge(
         f"composing {k} times at value_discretization={h} needs {width} grid points x "
         f"log2({k}) = {width * math.log2(k):.3g} (more than the work budget {MAX_WORK}); "
-        "use a larger value_discretization")
+        "use a larger value_discretization", limit="work budget")
   n_fft = sp_fft.next_fast_len(width, real=True)
   # entry (j_true mod n_fft) of the cyclic result holds loss (k * offset + j_true) h.
   shift = (i_lo - k * pmf.offset) % n_fft
@@ -432,13 +433,10 @@ def blocked_self_compose(pmf: LossPmf, k: int, factor: int, tail_mass: float = W
   """k-fold composition in two levels: blocks of m = factor^2 compositions on the pmf's grid
   h, each moved to the grid factor * h by connect-the-dots (which dominates it), composed
   k // m times there; the k mod m steps left over are composed, coarsened and convolved in.
-
-  Why: connect-the-dots adds P-variance of at most h^2 / 4 per gridded law, so one level
-  adds ~k h^2 to the k-fold loss; here k h^2 + (k / m)(factor h)^2 = 2 k h^2, on a final
-  window factor times shorter. Every step is pessimistic, so delta stays an upper bound.
-  Window tails: tail_mass / (k // m) per block, tail_mass for the rest. The tilt (`self_compose`)
-  centres each level at its share of `tilt_at`. factor <= 1 or k < 2 m: `self_compose`.
-  """
+  Why: connect-the-dots adds P-variance <= h^2 / 4 per gridded law, so one level adds ~k h^2;
+  here k h^2 + (k / m)(factor h)^2 = 2 k h^2, on a final window factor times shorter; every
+  step is pessimistic. Window tails: tail_mass / (k // m) per block, tail_mass for the rest;
+  each level tilts at its share of `tilt_at`. factor <= 1 or k < 2 m: `self_compose`."""
   m = factor * factor
   a, r = divmod(k, m)
   if factor <= 1 or a < 2:
@@ -450,11 +448,6 @@ def blocked_self_compose(pmf: LossPmf, k: int, factor: int, tail_mass: float = W
     rest = _coarsen(self_compose(pmf, r, tail_mass, share(r), noise_tolerance), factor)
     out = compose_pmfs(out, rest)
   return out
-
-
-def _ndtri_c(p: float) -> float:
-  """z with Phi(-z) = p."""
-  return -float(special.ndtri(p))
 
 
 def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
@@ -494,8 +487,8 @@ def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
     x = x_of(-l)   # {L_add > l} = {X < x}
     return special.log_ndtr(x), special.log_ndtr(-x), mix_cdf(x), mix_sf(x)
 
-  z = _ndtri_c(tail / 2)
-  x_hi = max(mu + _ndtri_c(min(0.5, tail / (2 * q))), z)
+  z = -float(special.ndtri(tail / 2))   # Phi(-z) = tail / 2
+  x_hi = max(mu - float(special.ndtri(min(0.5, tail / (2 * q)))), z)
   make = {"remove": lambda: discretise(tails_remove, float(loss(-z)), float(loss(x_hi)), h,
                                        stride, fine_mass),
           "add": lambda: discretise(tails_add, -float(loss(z)), -log_1mq, h, stride, fine_mass)}
@@ -600,9 +593,6 @@ def atoms_to_grid(losses: np.ndarray, p_masses: np.ndarray, h: float,
 
 __all__ = [
     "DEFAULT_TAIL_MASS", "DEFAULT_VALUE_DISCRETIZATION", "GridTooLarge", "LossPmf", "MAX_POINTS",
-    "MAX_WORK",
-    "WINDOW_TAIL_MASS", "atoms_pmf", "atoms_to_grid", "blocked_self_compose", "blocking_factor",
-    "compose_pmfs",
-    "discretise", "laplace_pmf", "self_compose", "subsampled_gaussian_pmfs",
-    "subsampled_laplace_pmfs",
-]
+    "MAX_WORK", "WINDOW_TAIL_MASS", "atoms_pmf", "atoms_to_grid", "blocked_self_compose",
+    "blocking_factor", "compose_pmfs", "discretise", "laplace_pmf", "self_compose",
+    "subsampled_gaussian_pmfs", "subsampled_laplace_pmfs"]

@@ -21,8 +21,9 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | Poisson-sampled Laplace             | no                      | add/remove (exact tails)   |
 | Poisson-sampled discrete Laplace,   | no                      | add/remove (pair mixture)  |
 |   discrete Gaussian, (eps, delta)   |                         |                            |
-| sampled without replacement         | replace-one (WBK 2019)  | only sample = dataset      |
-|   (Gaussian / composed Gaussians:   |   Theorem 27, tighter)  |                            |
+| sampled without replacement         | replace-one (WBK 2019)  | replace-one: Gaussian,     |
+|   (Gaussian / composed Gaussians:   |   Theorem 27, tighter)  |   Laplace, RR, pmf pairs   |
+|                                     |                         |   (symmetrised pair)       |
 | truncated Poisson-sampled Gaussian  | add/remove              | add/remove                 |
 | exponential mechanism (eps-BR)      | both (exact BR curve)   | both (eps-DP pair)         |
 | permute-and-flip                    | both (eps-DP curve)     | both (eps-DP pair)         |
@@ -76,6 +77,8 @@ SUPPORTED = {
 }
 _PAIR_EVENTS = (ev.DiscreteLaplaceEvent, ev.DiscreteGaussianEvent, ev.EpsilonDeltaEvent,
                 ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent)
+# Inner events whose replace-one pair is symmetric: sampled without replacement under pld
+_WOR_PLD_INNER = (ev.GaussianEvent, ev.LaplaceEvent, ev.RandomizedResponseEvent, *_PAIR_EVENTS)
 _UNSUPPORTED_REASON = {
     "rdp": "no RDP curve is implemented",
     "pld": "no dominating pair is known (a zCDP or repeat-and-select guarantee bounds "
@@ -105,6 +108,14 @@ def _pair_rdp(p: np.ndarray, q: np.ndarray, orders: np.ndarray) -> np.ndarray:
     return special.logsumexp(orders[:, None] * la + (1 - orders[:, None]) * lb,
                              axis=1) / (orders - 1)
   return np.maximum(np.maximum(one(p, q), one(q, p)), 0.0)
+
+
+def _rr_pair(e) -> tuple[np.ndarray, np.ndarray]:
+  """Randomized response's replace-one pair as pmfs over (x, x', each other value)."""
+  log_z = e.epsilon + math.log1p((e.num_buckets - 1) * math.exp(-e.epsilon))
+  hi, lo = math.exp(e.epsilon - log_z), math.exp(-log_z)
+  rest = [lo] * (e.num_buckets - 2)
+  return np.array([hi, lo] + rest), np.array([lo, hi] + rest)
 
 
 def _rr_special_pair(e) -> tuple[np.ndarray, np.ndarray]:
@@ -164,13 +175,15 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
     _leaf_check(e.event, accountant, relation)
   if isinstance(e, ev.SampledWithoutReplacementEvent):
     if e.sample_size < e.dataset_size:
-      if accountant == "pld":
-        raise ev.UnsupportedEventError(e, accountant, "no dominating pair of sampling without "
-                                       "replacement is implemented; use accountant='rdp'")
       if relation != ev.REPLACE_ONE:
         raise ev.UnsupportedEventError(e, accountant, "amplification by sampling without "
                                        "replacement is a replace-one guarantee; use "
                                        "relation='replace_one'")
+      if accountant == "pld" and _gaussian_composition(e) is None and not isinstance(
+          _unwrap(e.event), _WOR_PLD_INNER):
+        raise ev.UnsupportedEventError(e, accountant, "a dominating pair of sampling "
+                                       f"{type(_unwrap(e.event)).__name__} without replacement "
+                                       "is not implemented; use accountant='rdp'")
       if isinstance(e.event, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
                               ev.TruncatedPoissonSampledGaussianEvent)):
         raise ev.UnsupportedEventError(e, accountant, "sampling a sampled event is not "
@@ -287,8 +300,8 @@ def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
     return pld.pmf_pair_pld(p, q, h, tail_mass=tail)
   if isinstance(e, ev.TreeAggregationEvent):   # a Gaussian of sensitivity sqrt(depth)
     return pld.gaussian_pld(e.noise_multiplier / math.sqrt(e.depth), value_discretization=h)
-  if isinstance(e, ev.SampledWithoutReplacementEvent):   # the whole dataset: no sampling
-    return pld.gaussian_pld(_gaussian_composition(e), value_discretization=h)
+  if isinstance(e, ev.SampledWithoutReplacementEvent):   # replace-one (checked)
+    return _wor_pld(e, h)
   if isinstance(e, ev.MixtureOfGaussiansEvent):
     return mixture_pld.mixture_of_gaussians_pld(e.noise_multiplier, e.sensitivities, e.probs,
                                                 value_discretization=h)
@@ -303,6 +316,23 @@ def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
                            sampling_prob=e.sampling_prob)
   p, q, tail = _pair(inner)
   return pld.pmf_pair_pld(p, q, h, sampling_prob=e.sampling_prob, tail_mass=tail)
+
+
+def _wor_pld(e, h: float) -> pld.PrivacyLossDistribution:
+  """A sample without replacement: the symmetric pair of `without_replacement` (gamma = 1:
+  the inner PLD; a sampled composition of Gaussians is one Gaussian)."""
+  gamma = e.sample_size / e.dataset_size
+  sigma = _gaussian_composition(e)
+  inner = _unwrap(e.event)
+  if sigma is not None or isinstance(inner, ev.GaussianEvent):
+    sigma = inner.noise_multiplier if sigma is None else sigma
+    return without_replacement.sampled_without_replacement_gaussian_pld(gamma, sigma, h)
+  if isinstance(inner, ev.LaplaceEvent):
+    return without_replacement.sampled_without_replacement_laplace_pld(
+        gamma, inner.noise_multiplier, h)
+  p, q, tail = ((*_rr_pair(inner), 0.0) if isinstance(inner, ev.RandomizedResponseEvent)
+                else _pair(inner))
+  return without_replacement.sampled_without_replacement_pair_pld(gamma, p, q, h, tail)
 
 
 @_validate.names_extreme_arguments(finite=False)

@@ -254,7 +254,7 @@ class SupportTest(parameterized.TestCase):
       ("sampled_composition", "pld",
        ev.PoissonSampledEvent(1.0, ev.SelfComposedEvent(ev.GaussianEvent(1.0), 2)),
        ev.ADD_REMOVE, "compose sampled events"),
-      ("wor", "pld", ev.SampledWithoutReplacementEvent(100, 10, ev.GaussianEvent(1.0)),
+      ("wor", "pld", ev.SampledWithoutReplacementEvent(100, 10, ev.ZCdpEvent(0.1)),
        ev.REPLACE_ONE, "without replacement"),
   )
   def test_unsupported_events_are_refused_by_name(self, acct, event, relation, text):

@@ -351,8 +351,8 @@ def sampled_without_replacement_pair_pld(
   Examples:
     >>> p = np.array([0.75, 0.25])                  # randomized response at ln 3
     >>> d = sampled_without_replacement_pair_pld(0.5, p, p[::-1])
-    >>> round(d.epsilon(1e-9), 4)                    # log(1 + gamma (3 - 1))
-    0.6931
+    >>> round(d.epsilon(1e-9), 4)      # log(1 + gamma (3 - 1)) = 0.69315, up to the grid
+    0.6932
   """
   gamma = _validate.check_range(sample_fraction, "sample_fraction", 0.0, 1.0, open_low=True)
   h = _validate.check_positive(value_discretization, "value_discretization")

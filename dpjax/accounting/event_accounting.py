@@ -31,6 +31,7 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | repeat-and-select of any rdp event  | inner's relations       | no (RDP theorems only)     |
 | tree aggregation (one epoch)        | both (exact)            | both (exact Gaussian)      |
 | mixture of Gaussians                | no                      | add/remove                 |
+| output pair (K outputs, given laws) | all (exact pair)        | all (exact pair)           |
 
 "Both" means all three relations: replace-special is accounted as add/remove (which in the
 table covers it) except for randomized response (the special value answered uniformly).
@@ -65,12 +66,14 @@ SUPPORTED = {
             ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
             ev.ZCdpEvent, ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
             ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent, ev.RepeatAndSelectEvent,
-            ev.TreeAggregationEvent, ev.TruncatedPoissonSampledGaussianEvent),
+            ev.TreeAggregationEvent, ev.TruncatedPoissonSampledGaussianEvent,
+            ev.OutputPairEvent),
     "pld": (ev.GaussianEvent, ev.LaplaceEvent, ev.DiscreteLaplaceEvent,
             ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
             ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
             ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent, ev.TreeAggregationEvent,
-            ev.MixtureOfGaussiansEvent, ev.TruncatedPoissonSampledGaussianEvent),
+            ev.MixtureOfGaussiansEvent, ev.TruncatedPoissonSampledGaussianEvent,
+            ev.OutputPairEvent),
     # exactly mu-GDP: Gaussians, tree aggregation, samples of the whole dataset
     "gdp": (ev.GaussianEvent, ev.TreeAggregationEvent, ev.PoissonSampledEvent,
             ev.SampledWithoutReplacementEvent),
@@ -264,6 +267,9 @@ def _leaf_rdp(e, orders: np.ndarray, relation: str) -> np.ndarray:
     return composition.pure_dp_rdp(e.epsilon, orders)
   if isinstance(e, ev.TreeAggregationEvent):
     return rdp.tree_aggregation_rdp(e.noise_multiplier, e.step_counts, orders)
+  if isinstance(e, ev.OutputPairEvent):
+    return _pair_rdp(np.exp(np.asarray(e.log_probs_p)), np.exp(np.asarray(e.log_probs_q)),
+                     orders)
   if isinstance(e, ev.RepeatAndSelectEvent):
     inner = rdp_curve(e.event, orders, relation)[1]
     return rdp.repeat_and_select_rdp(orders, inner, mean_runs=e.mean_runs, shape=e.shape)
@@ -302,6 +308,8 @@ def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
     return pld.gaussian_pld(e.noise_multiplier / math.sqrt(e.depth), value_discretization=h)
   if isinstance(e, ev.SampledWithoutReplacementEvent):   # replace-one (checked)
     return _wor_pld(e, h)
+  if isinstance(e, ev.OutputPairEvent):
+    return pld.finite_output_pld(np.asarray(e.log_probs_p), np.asarray(e.log_probs_q), h)
   if isinstance(e, ev.MixtureOfGaussiansEvent):
     return mixture_pld.mixture_of_gaussians_pld(e.noise_multiplier, e.sensitivities, e.probs,
                                                 value_discretization=h)

@@ -17,7 +17,7 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | randomized response                 | replace-one / -special  | replace-one / -special     |
 | (eps, 0) / (eps, delta > 0)         | yes / no (infinite)     | yes / yes (exact pair)     |
 | zCDP                                | yes (rho alpha)         | no (no dominating pair)    |
-| Poisson-sampled Gaussian            | add/remove              | all (replace-one: ±C pair) |
+| Poisson-sampled Gaussian            | all (replace-one: grid) | all (replace-one: ±C pair) |
 | Poisson-sampled Laplace             | no                      | add/remove (exact tails)   |
 | Poisson-sampled discrete Laplace,   | no                      | add/remove (pair mixture)  |
 |   discrete Gaussian, (eps, delta)   |                         |                            |
@@ -30,7 +30,7 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | Poisson-sampled exp. mech. / P&F    | no                      | add/remove (pair mixture)  |
 | repeat-and-select of any rdp event  | inner's relations       | no (RDP theorems only)     |
 | tree aggregation (one epoch)        | both (exact)            | both (exact Gaussian)      |
-| mixture of Gaussians                | no                      | add/remove                 |
+| mixture of Gaussians                | add/remove (grid bound) | add/remove                 |
 | output pair (K outputs, given laws) | all (exact pair)        | all (exact pair)           |
 
 "Both" means all three relations: replace-special is accounted as add/remove (which in the
@@ -67,7 +67,7 @@ SUPPORTED = {
             ev.ZCdpEvent, ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
             ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent, ev.RepeatAndSelectEvent,
             ev.TreeAggregationEvent, ev.TruncatedPoissonSampledGaussianEvent,
-            ev.OutputPairEvent),
+            ev.OutputPairEvent, ev.MixtureOfGaussiansEvent),
     "pld": (ev.GaussianEvent, ev.LaplaceEvent, ev.DiscreteLaplaceEvent,
             ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
             ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
@@ -165,10 +165,10 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
     raise ev.UnsupportedEventError(e, accountant, "an (eps, delta > 0) mechanism has "
                                    "infinite Renyi divergence; use accountant='pld'")
   if isinstance(e, ev.PoissonSampledEvent) and e.sampling_prob < 1:
-    if not add_remove and not (accountant == "pld" and isinstance(e.event, ev.GaussianEvent)):
+    if not add_remove and not isinstance(e.event, ev.GaussianEvent):
       raise ev.UnsupportedEventError(e, accountant, "Poisson sampling is accounted for "
                                      "add/remove neighbours only (replace-one: the "
-                                     "Gaussian, by the pld accountant)")
+                                     "Gaussian)")
     inner = (ev.GaussianEvent if accountant == "rdp"
              else (ev.GaussianEvent, ev.LaplaceEvent, *_PAIR_EVENTS))
     if not isinstance(e.event, inner):
@@ -267,6 +267,12 @@ def _leaf_rdp(e, orders: np.ndarray, relation: str) -> np.ndarray:
     return composition.pure_dp_rdp(e.epsilon, orders)
   if isinstance(e, ev.TreeAggregationEvent):
     return rdp.tree_aggregation_rdp(e.noise_multiplier, e.step_counts, orders)
+  if isinstance(e, ev.MixtureOfGaussiansEvent):
+    return mixture_pld.mixture_of_gaussians_rdp(e.noise_multiplier, e.sensitivities, e.probs,
+                                                orders)
+  if isinstance(e, ev.PoissonSampledEvent) and relation == ev.REPLACE_ONE:
+    return mixture_pld.replace_one_subsampled_gaussian_rdp(e.event.noise_multiplier,
+                                                           e.sampling_prob, orders)
   if isinstance(e, ev.OutputPairEvent):
     return _pair_rdp(np.exp(np.asarray(e.log_probs_p)), np.exp(np.asarray(e.log_probs_q)),
                      orders)

@@ -114,13 +114,13 @@ class MixtureOfGaussiansPldTest(parameterized.TestCase):
       f(1.0, [1.0], [1.0], value_discretization=0.0)
 
 
-_FEW_ORDERS = np.array([1.01, 1.5, 2.0, 3.0, 4.5, 8.0, 16.0, 32.0, 100.0, 256.0])
+_FEW_ORDERS = np.array([1.01, 1.5, 2.0, 3.0, 8.0, 32.0, 256.0])
 
 
 def _log_quad_moment(log_p, log_q, alpha, lo, hi):
-  """log of the integral of p^alpha q^(1 - alpha) over [lo, hi] by Simpson's rule on 400,001
-  points, scaled by its peak (a reference accurate to ~1e-12 relative for these smooth laws)."""
-  xs = np.linspace(lo, hi, 400_001)
+  """log of the integral of p^alpha q^(1 - alpha) over [lo, hi] by Simpson's rule on 100,001
+  points, scaled by its peak (a reference accurate to ~1e-10 relative for these smooth laws)."""
+  xs = np.linspace(lo, hi, 100_001)
   f = alpha * log_p(xs) + (1 - alpha) * log_q(xs)
   peak = float(np.max(f))
   return math.log(integrate.simpson(np.exp(f - peak), x=xs)) + peak
@@ -128,8 +128,9 @@ def _log_quad_moment(log_p, log_q, alpha, lo, hi):
 
 def _log_mixture_pdf(log_w, t):
   log_w, t = np.asarray(log_w, np.float64), np.asarray(t, np.float64)
-  return lambda x: special.logsumexp(
-      log_w[None, :] + stats.norm.logpdf(np.asarray(x)[:, None] - t[None, :]), axis=1)
+  return lambda x: np.logaddexp.reduce(
+      log_w[None, :] - 0.5 * (np.asarray(x)[:, None] - t[None, :]) ** 2
+      - 0.5 * math.log(2 * math.pi), axis=1)
 
 
 class MixtureRdpTest(parameterized.TestCase):
@@ -188,14 +189,14 @@ class MixtureRdpTest(parameterized.TestCase):
       mixture_pld.replace_one_subsampled_gaussian_rdp(1.0, 0.0, orders)
 
   def test_events_pld_below_rdp(self):
-    orders = np.array([1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])
+    orders = np.array([2.0, 4.0, 8.0, 16.0, 32.0])
     step = ev.PoissonSampledEvent(0.02, ev.GaussianEvent(0.8))
-    run = ev.SelfComposedEvent(step, 200)
+    run = ev.SelfComposedEvent(step, 100)
     r1 = ea.epsilon(run, 1e-5, "rdp", ev.REPLACE_ONE, orders=orders)
     p1 = ea.epsilon(run, 1e-5, "pld", ev.REPLACE_ONE, value_discretization=1e-3)
     self.assertLess(p1, r1)
     mog = ev.SelfComposedEvent(ev.MixtureOfGaussiansEvent(2.0, (0.0, 1.0, 2.0),
-                                                          (0.9, 0.07, 0.03)), 50)
+                                                          (0.9, 0.07, 0.03)), 20)
     self.assertLess(ea.epsilon(mog, 1e-5, "pld", value_discretization=1e-3),
                     ea.epsilon(mog, 1e-5, "rdp", orders=orders))
     with self.assertRaisesRegex(ev.UnsupportedEventError, "add/remove guarantee"):

@@ -360,5 +360,29 @@ class PropertyTest(parameterized.TestCase):
       self.assertAlmostEqual(a, b, delta=2e-3 * b)
 
 
+
+class OutputPairEventTest(parameterized.TestCase):
+
+  def test_randomized_response_as_an_output_pair(self):
+    # RR at eps = ln 3 (k = 2): the pair (3/4, 1/4) against (1/4, 3/4) is RR's exact pair,
+    # so both accountants give RR's numbers (closed form delta(eps) = 3/4 - e^eps / 4).
+    e = ev.OutputPairEvent(tuple(np.log([0.75, 0.25])), tuple(np.log([0.25, 0.75])))
+    rr = ev.RandomizedResponseEvent(math.log(3.0))
+    orders = np.array([1.5, 2.0, 8.0])
+    np.testing.assert_allclose(ea.rdp_curve(e, orders)[1],
+                               ea.rdp_curve(rr, orders, ev.REPLACE_ONE)[1], rtol=1e-12)
+    self.assertAlmostEqual(ea.delta(e, 0.5), 0.75 - math.exp(0.5) / 4, delta=1e-4)
+    self.assertGreaterEqual(ea.delta(e, 0.5), 0.75 - math.exp(0.5) / 4 - 1e-12)
+    three = ev.SelfComposedEvent(e, 3)
+    self.assertEqual(ea.epsilon(three, 1e-3, relation=ev.REPLACE_ONE), ea.epsilon(three, 1e-3))
+
+  def test_invalid_pairs_are_named(self):
+    with self.assertRaisesRegex(ValueError, "log_probs_p must be log-probabilities"):
+      ev.OutputPairEvent((math.log(0.5), math.log(0.4)), (math.log(0.5), math.log(0.5)))
+    with self.assertRaisesRegex(ValueError, "log_probs_q"):
+      ev.OutputPairEvent((math.log(0.5), math.log(0.5)), (0.1, -3.0))
+    with self.assertRaisesRegex(ValueError, "log_probs_q"):
+      ev.OutputPairEvent((math.log(0.5), math.log(0.5)), (math.log(1.0),))
+
 if __name__ == "__main__":
   absltest.main()

@@ -247,7 +247,7 @@ class SupportTest(parameterized.TestCase):
        ev.ADD_REMOVE, "LaplaceEvent"),
       ("pld_sampled_zcdp", "pld", ev.PoissonSampledEvent(0.1, ev.ZCdpEvent(1.0)),
        ev.ADD_REMOVE, "ZCdpEvent"),
-      ("poisson_replace", "rdp", ev.PoissonSampledEvent(0.1, ev.GaussianEvent(1.0)),
+      ("poisson_replace", "rdp", ev.PoissonSampledEvent(0.1, ev.LaplaceEvent(1.0)),
        ev.REPLACE_ONE, "add/remove"),
       ("poisson_replace_laplace", "pld", ev.PoissonSampledEvent(0.1, ev.LaplaceEvent(1.0)),
        ev.REPLACE_ONE, "add/remove"),

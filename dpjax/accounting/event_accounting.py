@@ -182,15 +182,15 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
         raise ev.UnsupportedEventError(e, accountant, "amplification by sampling without "
                                        "replacement is a replace-one guarantee; use "
                                        "relation='replace_one'")
+      if isinstance(e.event, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
+                              ev.TruncatedPoissonSampledGaussianEvent)):
+        raise ev.UnsupportedEventError(e, accountant, "sampling a sampled event is not "
+                                       "implemented")
       if accountant == "pld" and _gaussian_composition(e) is None and not isinstance(
           _unwrap(e.event), _WOR_PLD_INNER):
         raise ev.UnsupportedEventError(e, accountant, "a dominating pair of sampling "
                                        f"{type(_unwrap(e.event)).__name__} without replacement "
                                        "is not implemented; use accountant='rdp'")
-      if isinstance(e.event, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
-                              ev.TruncatedPoissonSampledGaussianEvent)):
-        raise ev.UnsupportedEventError(e, accountant, "sampling a sampled event is not "
-                                       "implemented")
     if _gaussian_composition(e) is None:
       _leaf_check(e.event, accountant, relation)
 

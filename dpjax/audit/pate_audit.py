@@ -234,8 +234,8 @@ def crafted_pair(num_teachers: int, num_queries: int, num_classes: int = 2
 
 def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
                     sigma_threshold: Optional[float] = None, orders=None) -> float:
-  """Data-independent eps of Q answers: RDP Q (alpha/sigma^2 + alpha/(2 sigma_t^2)), `pate.epsilon`;
-  the curve of `pate.aggregation_event` (every query answered) by `event_accounting`.
+  """Data-independent eps of Q answers: RDP Q (alpha/sigma^2 + alpha/(2 sigma_t^2)), `pate.epsilon`
+  of the curve of `pate.aggregation_event` (every query answered) by `event_accounting`.
 
   Examples:
     >>> from dpjax.accounting import rdp

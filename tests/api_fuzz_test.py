@@ -538,7 +538,7 @@ def entries():
   g_ev = evs.GaussianEvent(2.0)
   ev_kinds = {"event": "object", "events": "object", "relation": "choice",
               "noise_parameter": "pos", "rho": "pos", "sample_size": "count",
-              "orders": "array"}
+              "orders": "array", "log_probs_p": "array", "log_probs_q": "array"}
   for n, kw in (("GaussianEvent", dict(noise_multiplier=1.0)),
                 ("LaplaceEvent", dict(noise_multiplier=1.0)),
                 ("RandomizedResponseEvent", dict(epsilon=1.0, num_buckets=3)),
@@ -553,7 +553,9 @@ def entries():
                 ("TruncatedPoissonSampledGaussianEvent",
                  dict(noise_multiplier=1.0, sampling_prob=0.1, dataset_size=100,
                       max_batch_size=12)),
-                ("ComposedEvent", dict(events=(g_ev, g_ev)))):
+                ("ComposedEvent", dict(events=(g_ev, g_ev))),
+                ("OutputPairEvent", dict(log_probs_p=tuple(np.log([0.75, 0.25]).tolist()),
+                                         log_probs_q=tuple(np.log([0.25, 0.75]).tolist())))):
     add(E(f"dpjax.accounting.events.{n}", getattr(evs, n), kw, dict(ev_kinds)))
   for n, kw, extra in (
       ("ExponentialMechanismEvent", dict(epsilon=1.0), {}),
@@ -638,6 +640,25 @@ def entries():
   add(E("dpjax.accounting.without_replacement.sampled_without_replacement_gaussian_rdp",
         without_replacement.sampled_without_replacement_gaussian_rdp,
         dict(sample_fraction=0.1, noise_multiplier=1.0, orders=orders), {"orders": "array"}))
+  add(E("dpjax.accounting.without_replacement.sampled_without_replacement_gaussian_pld",
+        without_replacement.sampled_without_replacement_gaussian_pld,
+        dict(sample_fraction=0.1, noise_multiplier=1.0, value_discretization=1e-2,
+             tail_mass=1e-10)))
+  add(E("dpjax.accounting.without_replacement.sampled_without_replacement_laplace_pld",
+        without_replacement.sampled_without_replacement_laplace_pld,
+        dict(sample_fraction=0.1, noise_multiplier=1.0, value_discretization=1e-2)))
+  add(E("dpjax.accounting.without_replacement.sampled_without_replacement_pair_pld",
+        without_replacement.sampled_without_replacement_pair_pld,
+        dict(sample_fraction=0.5, probs_p_K=np.array([0.7, 0.2, 0.1]),
+             probs_q_K=np.array([0.1, 0.2, 0.7]), value_discretization=1e-3, tail_mass=1e-12),
+        {"probs_p_K": "probarr", "probs_q_K": "probarr", "tail_mass": "nonneg"}))
+  add(E("dpjax.accounting.mixture_pld.mixture_of_gaussians_rdp",
+        mixture_pld.mixture_of_gaussians_rdp,
+        dict(noise_multiplier=1.0, sensitivities=[0.0, 1.0], probs=[0.5, 0.5], orders=orders),
+        dict(mog_kinds, orders="array")))
+  add(E("dpjax.accounting.mixture_pld.replace_one_subsampled_gaussian_rdp",
+        mixture_pld.replace_one_subsampled_gaussian_rdp,
+        dict(noise_multiplier=1.0, sampling_prob=0.1, orders=orders), {"orders": "array"}))
   tr_kw = dict(noise_multiplier=1.0, sampling_prob=0.1, dataset_size=100, max_batch_size=12)
   add(E("dpjax.accounting.truncated_sampling.cut_probability",
         truncated_sampling.cut_probability,

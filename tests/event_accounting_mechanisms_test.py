@@ -8,7 +8,7 @@ import math
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from dpjax.accounting import bounded_range, composition, gdp, rdp
+from dpjax.accounting import bounded_range, composition, gdp, mixture_pld, rdp
 from dpjax.accounting import event_accounting as ea
 from dpjax.accounting import events as ev
 
@@ -152,8 +152,11 @@ class MixtureOfGaussiansEventTest(absltest.TestCase):
     e = ev.MixtureOfGaussiansEvent(1.0, (0.0, 1.0), (0.9, 0.1))
     with self.assertRaisesRegex(ev.UnsupportedEventError, "add_remove"):
       ea.epsilon(e, 1e-5, "pld", ev.REPLACE_ONE)
-    with self.assertRaisesRegex(ev.UnsupportedEventError, "no RDP curve"):
-      ea.epsilon(e, 1e-5, "rdp")
+    with self.assertRaisesRegex(ev.UnsupportedEventError, "add_remove"):
+      ea.epsilon(e, 1e-5, "rdp", ev.REPLACE_ONE)
+    orders = np.array([2.0, 8.0, 32.0])   # the RDP curve is `mixture_of_gaussians_rdp`'s
+    np.testing.assert_array_equal(ea.rdp_curve(e, orders)[1], mixture_pld.mixture_of_gaussians_rdp(
+        1.0, (0.0, 1.0), (0.9, 0.1), orders))
     with self.assertRaisesRegex(ValueError, "probs"):
       ev.MixtureOfGaussiansEvent(1.0, (0.0, 1.0), (0.9, 0.2))
 
@@ -172,8 +175,12 @@ class ReplaceOnePoissonGaussianTest(parameterized.TestCase):
     full = ea.epsilon(ev.SelfComposedEvent(ev.GaussianEvent(sigma), steps), 1e-6, "pld",
                       ev.REPLACE_ONE)
     self.assertLessEqual(got, full + 1e-9)
-    with self.assertRaisesRegex(ev.UnsupportedEventError, "add/remove"):
-      ea.epsilon(e, 1e-6, "rdp", ev.REPLACE_ONE)
+    # RDP: the same pair's curve (`replace_one_subsampled_gaussian_rdp`), looser than the PLD.
+    orders = np.array([1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])
+    curve = ea.rdp_curve(e, orders, ev.REPLACE_ONE)[1]
+    np.testing.assert_array_equal(
+        curve, steps * mixture_pld.replace_one_subsampled_gaussian_rdp(sigma, q, orders))
+    self.assertLess(got, ea.epsilon(e, 1e-6, "rdp", ev.REPLACE_ONE, orders=orders))
 
 
 class PropertiesTest(parameterized.TestCase):

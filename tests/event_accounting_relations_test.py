@@ -101,7 +101,8 @@ class ReplaceSpecialTest(parameterized.TestCase):
       ea.epsilon(rr, 1e-5, relation=ev.ADD_REMOVE)
     wor = ev.SampledWithoutReplacementEvent(100, 10, ev.GaussianEvent(1.0))
     with self.assertRaisesRegex(ev.UnsupportedEventError, "accountant='rdp'"):
-      ea.epsilon(wor, 1e-5, "pld", ev.REPLACE_ONE)
+      ea.epsilon(ev.SampledWithoutReplacementEvent(100, 10, ev.ZCdpEvent(0.1)), 1e-5, "pld",
+                 ev.REPLACE_ONE)
     with self.assertRaisesRegex(ev.UnsupportedEventError, "replace-one guarantee"):
       ea.epsilon(wor, 1e-5, "rdp", ev.REPLACE_SPECIAL)
     with self.assertRaisesRegex(ev.UnsupportedEventError, "Poisson sampling"):

@@ -247,14 +247,14 @@ class SupportTest(parameterized.TestCase):
        ev.ADD_REMOVE, "LaplaceEvent"),
       ("pld_sampled_zcdp", "pld", ev.PoissonSampledEvent(0.1, ev.ZCdpEvent(1.0)),
        ev.ADD_REMOVE, "ZCdpEvent"),
-      ("poisson_replace", "rdp", ev.PoissonSampledEvent(0.1, ev.GaussianEvent(1.0)),
+      ("poisson_replace", "rdp", ev.PoissonSampledEvent(0.1, ev.LaplaceEvent(1.0)),
        ev.REPLACE_ONE, "add/remove"),
       ("poisson_replace_laplace", "pld", ev.PoissonSampledEvent(0.1, ev.LaplaceEvent(1.0)),
        ev.REPLACE_ONE, "add/remove"),
       ("sampled_composition", "pld",
        ev.PoissonSampledEvent(1.0, ev.SelfComposedEvent(ev.GaussianEvent(1.0), 2)),
        ev.ADD_REMOVE, "compose sampled events"),
-      ("wor", "pld", ev.SampledWithoutReplacementEvent(100, 10, ev.GaussianEvent(1.0)),
+      ("wor", "pld", ev.SampledWithoutReplacementEvent(100, 10, ev.ZCdpEvent(0.1)),
        ev.REPLACE_ONE, "without replacement"),
   )
   def test_unsupported_events_are_refused_by_name(self, acct, event, relation, text):
@@ -359,6 +359,30 @@ class PropertyTest(parameterized.TestCase):
       self.assertLessEqual(a, b + 1e-4)
       self.assertAlmostEqual(a, b, delta=2e-3 * b)
 
+
+
+class OutputPairEventTest(parameterized.TestCase):
+
+  def test_randomized_response_as_an_output_pair(self):
+    # RR at eps = ln 3 (k = 2): the pair (3/4, 1/4) against (1/4, 3/4) is RR's exact pair,
+    # so both accountants give RR's numbers (closed form delta(eps) = 3/4 - e^eps / 4).
+    e = ev.OutputPairEvent(tuple(np.log([0.75, 0.25])), tuple(np.log([0.25, 0.75])))
+    rr = ev.RandomizedResponseEvent(math.log(3.0))
+    orders = np.array([1.5, 2.0, 8.0])
+    np.testing.assert_allclose(ea.rdp_curve(e, orders)[1],
+                               ea.rdp_curve(rr, orders, ev.REPLACE_ONE)[1], rtol=1e-12)
+    self.assertAlmostEqual(ea.delta(e, 0.5), 0.75 - math.exp(0.5) / 4, delta=1e-4)
+    self.assertGreaterEqual(ea.delta(e, 0.5), 0.75 - math.exp(0.5) / 4 - 1e-12)
+    three = ev.SelfComposedEvent(e, 3)
+    self.assertEqual(ea.epsilon(three, 1e-3, relation=ev.REPLACE_ONE), ea.epsilon(three, 1e-3))
+
+  def test_invalid_pairs_are_named(self):
+    with self.assertRaisesRegex(ValueError, "log_probs_p must be log-probabilities"):
+      ev.OutputPairEvent((math.log(0.5), math.log(0.4)), (math.log(0.5), math.log(0.5)))
+    with self.assertRaisesRegex(ValueError, "log_probs_q"):
+      ev.OutputPairEvent((math.log(0.5), math.log(0.5)), (0.1, -3.0))
+    with self.assertRaisesRegex(ValueError, "log_probs_q"):
+      ev.OutputPairEvent((math.log(0.5), math.log(0.5)), (math.log(1.0),))
 
 if __name__ == "__main__":
   absltest.main()

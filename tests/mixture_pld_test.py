@@ -10,7 +10,11 @@ import math
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from dpjax.accounting import gdp, mixture_pld, pld
+from scipy import integrate, special, stats
+
+from dpjax.accounting import event_accounting as ea
+from dpjax.accounting import events as ev
+from dpjax.accounting import gdp, mixture_pld, pld, rdp
 
 try:
   from dp_accounting import dp_event as dpe
@@ -108,6 +112,95 @@ class MixtureOfGaussiansPldTest(parameterized.TestCase):
       f(math.nan, [1.0], [1.0])
     with self.assertRaisesRegex(ValueError, "value_discretization"):
       f(1.0, [1.0], [1.0], value_discretization=0.0)
+
+
+_FEW_ORDERS = np.array([1.01, 1.5, 2.0, 3.0, 8.0, 32.0, 256.0])
+
+
+def _log_quad_moment(log_p, log_q, alpha, lo, hi):
+  """log of the integral of p^alpha q^(1 - alpha) over [lo, hi] by Simpson's rule on 100,001
+  points, scaled by its peak (a reference accurate to ~1e-10 relative for these smooth laws)."""
+  xs = np.linspace(lo, hi, 100_001)
+  f = alpha * log_p(xs) + (1 - alpha) * log_q(xs)
+  peak = float(np.max(f))
+  return math.log(integrate.simpson(np.exp(f - peak), x=xs)) + peak
+
+
+def _log_mixture_pdf(log_w, t):
+  log_w, t = np.asarray(log_w, np.float64), np.asarray(t, np.float64)
+  return lambda x: np.logaddexp.reduce(
+      log_w[None, :] - 0.5 * (np.asarray(x)[:, None] - t[None, :]) ** 2
+      - 0.5 * math.log(2 * math.pi), axis=1)
+
+
+class MixtureRdpTest(parameterized.TestCase):
+
+  @parameterized.parameters((1.0, 0.01), (5.0, 0.001), (0.3, 0.6))
+  def test_two_point_law_is_the_poisson_subsampled_gaussian(self, sigma, q):
+    # The exact RDP (Mironov, Talwar & Zhang 2019) is a lower bound; ours within 1e-3.
+    ours = mixture_pld.mixture_of_gaussians_rdp(sigma, [0.0, 1.0], [1 - q, q], _FEW_ORDERS)
+    exact = rdp.subsampled_gaussian_rdp(q, sigma, _FEW_ORDERS)
+    np.testing.assert_array_less(exact * (1 - 1e-12), ours)
+    np.testing.assert_array_less(ours, exact * (1 + 1e-3))
+
+  def test_three_point_law_against_closed_form_and_quadrature(self):
+    # Remove direction at integer orders: E_Q[(P/Q)^a] = sum over k (multinomial) of
+    # prod p_i^{k_i} exp(((sum k_i mu_i)^2 - sum k_i mu_i^2) / 2); add direction by quadrature.
+    sigma, c, p = 1.5, np.array([0.0, 1.0, 2.0]), np.array([0.8, 0.15, 0.05])
+    mu = c / sigma
+    orders = np.array([2.0, 3.0, 5.0, 8.0])
+    ours = mixture_pld.mixture_of_gaussians_rdp(sigma, c, p, orders)
+    log_p_mix = _log_mixture_pdf(np.log(p), mu)
+    log_n0 = lambda x: stats.norm.logpdf(np.asarray(x))
+    for a, got in zip(orders.astype(int), ours):
+      terms = []
+      for k1 in range(a + 1):
+        for k2 in range(a - k1 + 1):
+          k = np.array([a - k1 - k2, k1, k2])
+          log_multi = special.gammaln(a + 1) - special.gammaln(k + 1).sum()
+          s1, s2 = float(k @ mu), float(k @ (mu * mu))
+          terms.append(log_multi + float(k @ np.log(p)) + (s1 * s1 - s2) / 2)
+      remove = special.logsumexp(terms) / (a - 1)
+      add = _log_quad_moment(log_n0, log_p_mix, float(a), -40.0, 40.0) / (a - 1)
+      exact = max(remove, add)
+      self.assertGreaterEqual(got, exact * (1 - 1e-9))
+      self.assertLessEqual(got, exact * (1 + 1e-3))
+
+  @parameterized.parameters((1.0, 0.01), (0.5, 0.2))
+  def test_replace_one_against_quadrature(self, sigma, q):
+    m = 0.5 / sigma
+    log_p = _log_mixture_pdf(np.log([1 - q, q]), [0.0, m])
+    log_q = _log_mixture_pdf(np.log([1 - q, q]), [0.0, -m])
+    orders = np.array([1.5, 2.0, 8.0, 32.0])
+    ours = mixture_pld.replace_one_subsampled_gaussian_rdp(sigma, q, orders)
+    for a, got in zip(orders, ours):
+      exact = _log_quad_moment(log_p, log_q, a, -40.0, a * m + 40.0) / (a - 1)
+      self.assertGreaterEqual(got, exact * (1 - 1e-9))
+      self.assertLessEqual(got, exact * (1 + 1e-3))
+
+  def test_replace_one_limits(self):
+    orders = np.array([2.0, 16.0])
+    np.testing.assert_array_equal(
+        mixture_pld.replace_one_subsampled_gaussian_rdp(2.0, 1.0, orders), orders / 8.0)
+    r = mixture_pld.replace_one_subsampled_gaussian_rdp(2.0, 0.999, orders)
+    np.testing.assert_array_less(r, orders / 8.0 + 1e-12)
+    self.assertGreater(r[0], 0.9 * 2.0 / 8.0)
+    with self.assertRaisesRegex(ValueError, "sampling_prob"):
+      mixture_pld.replace_one_subsampled_gaussian_rdp(1.0, 0.0, orders)
+
+  def test_events_pld_below_rdp(self):
+    orders = np.array([2.0, 4.0, 8.0, 16.0, 32.0])
+    step = ev.PoissonSampledEvent(0.02, ev.GaussianEvent(0.8))
+    run = ev.SelfComposedEvent(step, 100)
+    r1 = ea.epsilon(run, 1e-5, "rdp", ev.REPLACE_ONE, orders=orders)
+    p1 = ea.epsilon(run, 1e-5, "pld", ev.REPLACE_ONE, value_discretization=1e-3)
+    self.assertLess(p1, r1)
+    mog = ev.SelfComposedEvent(ev.MixtureOfGaussiansEvent(2.0, (0.0, 1.0, 2.0),
+                                                          (0.9, 0.07, 0.03)), 20)
+    self.assertLess(ea.epsilon(mog, 1e-5, "pld", value_discretization=1e-3),
+                    ea.epsilon(mog, 1e-5, "rdp", orders=orders))
+    with self.assertRaisesRegex(ev.UnsupportedEventError, "add/remove guarantee"):
+      ea.epsilon(mog, 1e-5, "rdp", ev.REPLACE_ONE)
 
 
 if __name__ == "__main__":

@@ -180,6 +180,31 @@ class HelpersTest(absltest.TestCase):
     np.testing.assert_array_equal(v_in[:, 0] - v_in[:, 1], 1)
     np.testing.assert_array_equal(v_out[:, 0] - v_out[:, 1], -1)
 
+  def test_event_language_gives_the_direct_numbers_bit_for_bit(self):
+    # claimed: the RDP curve Q (alpha / sigma^2 [+ alpha / (2 sigma_t^2)]) written out;
+    # the pair PLD: each distinct query's finite-output PLD, self-composed, then composed.
+    from dpjax.accounting import pld  # pylint: disable=g-import-not-at-top
+    lam = rdp.DEFAULT_ORDERS
+    for q, s, st in ((1, 0.37, None), (30, 4.0, None), (7, 123.456, 0.9), (1000, 40.0, 150.0)):
+      curve = q * pate.gnmax_rdp_data_independent(s, lam)
+      if st is not None:
+        curve = curve + q * pate.threshold_rdp_data_independent(st, lam)
+      self.assertEqual(pa.claimed_epsilon(q, sigma=s, delta=_DELTA, sigma_threshold=st),
+                       float(pate.epsilon(lam, curve, _DELTA)))
+    v_in = np.array([[5, 3, 1], [5, 3, 1], [2, 2, 9], [4, 4, 4]])
+    v_out = np.array([[4, 4, 1], [4, 4, 1], [2, 3, 8], [4, 4, 4]])
+    for t, st in ((None, None), (6.0, 2.0)):
+      lp_in = pa.output_log_probs(np.array([[2, 2, 9], [5, 3, 1]]), sigma=2.0, threshold=t,
+                                  sigma_threshold=st)
+      lp_out = pa.output_log_probs(np.array([[2, 3, 8], [4, 4, 1]]), sigma=2.0, threshold=t,
+                                   sigma_threshold=st)
+      direct = pld.finite_output_pld(lp_in[0], lp_out[0], 1e-4).compose(
+          pld.finite_output_pld(lp_in[1], lp_out[1], 1e-4).self_compose(2))
+      got = pa._pair_pld(v_in, v_out, 2.0, t, st)  # pylint: disable=protected-access
+      for d in (0, 1):
+        for a, b in zip(direct.loss_pmf(d), got.loss_pmf(d)):
+          np.testing.assert_array_equal(a, b)
+
   def test_calibrate_sigma_round_trip(self):
     for e, q, ratio in ((1.0, 30, None), (8.0, 5, 1.5)):
       s = pa.calibrate_sigma(e, q, delta=_DELTA, threshold_ratio=ratio)

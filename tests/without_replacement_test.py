@@ -11,6 +11,8 @@ from absl.testing import absltest, parameterized
 
 from dpjax.accounting import event_accounting as ea
 from dpjax.accounting import events as ev
+from dpjax.accounting import gdp
+from dpjax.accounting import pld
 from dpjax.accounting import rdp
 from dpjax.accounting import without_replacement as wr
 
@@ -25,6 +27,8 @@ _ORDERS = np.asarray(rdp.DEFAULT_ORDERS)
 # A cheaper order set for the dp_accounting grid (its Theorem 27 costs O(alpha^2) per order).
 _GRID_ORDERS = np.array([1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.5, 12.0, 16.0, 24.0, 32.0,
                          48.0, 64.0, 96.0, 100.5, 128.0, 192.0, 256.0, 320.0, 512.0])
+
+_CHEAP_ORDERS = np.array([1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0])
 
 
 def _theirs(gamma, sigma):
@@ -172,6 +176,109 @@ class WithoutReplacementTest(parameterized.TestCase):
       wr.sampled_without_replacement_gaussian_rdp(1.5, 1.0, [2.0])
     with self.assertRaisesRegex(ValueError, "orders"):
       wr.sampled_without_replacement_gaussian_rdp(0.1, 1.0, [1.0])
+
+
+def _exact_symmetric_delta(p, q, gamma, count, eps):
+  """delta(eps) of `count` compositions of the symmetric pair S built from the remove pair
+  (gamma p + (1 - gamma) q, q), by exact enumeration of S's atoms (independent of the grid)."""
+  mix = gamma * p + (1 - gamma) * q
+  losses = np.log(mix) - np.log(q)
+  pos = losses > 0
+  atoms = list(zip(losses[pos], mix[pos])) + list(zip(-losses[pos], q[pos]))
+  atoms.append((0.0, 1.0 - mix[pos].sum() - q[pos].sum()))
+  total = {0.0: 1.0}
+  for _ in range(count):
+    nxt = {}
+    for l0, m0 in total.items():
+      for l1, m1 in atoms:
+        nxt[l0 + l1] = nxt.get(l0 + l1, 0.0) + m0 * m1
+    total = nxt
+  return sum(m * -math.expm1(eps - l) for l, m in total.items() if l > eps)
+
+
+class WithoutReplacementPldTest(parameterized.TestCase):
+
+  @parameterized.parameters((0.01, 1.0), (0.2, 0.7), (0.5, 2.0))
+  def test_one_step_is_the_closed_form_remove_profile(self, gamma, sigma):
+    # delta(eps >= 0) = gamma delta_G(log(1 + (e^eps - 1) / gamma)), mu = 1 / sigma
+    # (Balle, Barthe & Gaboardi 2018), pessimistic within the grid.
+    d = wr.sampled_without_replacement_gaussian_pld(gamma, sigma)
+    for eps in (0.0, 0.1, 0.5, 1.0, 2.0):
+      exact = gamma * gdp.gaussian_delta(math.log1p(math.expm1(eps) / gamma), 1.0 / sigma)
+      ours = d.delta(eps)
+      self.assertGreaterEqual(ours, exact * (1 - 1e-9))
+      self.assertLessEqual(ours, exact * (1 + 1e-3) + 1e-12)
+
+  def test_pair_is_symmetric_and_normalised(self):
+    d = wr.sampled_without_replacement_gaussian_pld(0.1, 1.0, value_discretization=1e-3)
+    losses, probs, inf = d.loss_pmf(0)
+    self.assertAlmostEqual(float(probs.sum()) + inf, 1.0, delta=1e-12)
+    np.testing.assert_allclose(losses, -losses[::-1], atol=1e-12)
+    keep = losses > 0
+    np.testing.assert_allclose(probs[::-1][keep], (probs * np.exp(-losses))[keep], rtol=1e-12,
+                               atol=1e-300)
+
+  @parameterized.parameters((0.3, 1.0, 2, 3), (0.05, 0.5, 3, 4), (0.5, 2.0, 4, 2))
+  def test_composition_equals_exact_enumeration(self, gamma, eps0, k, count):
+    # randomized response (k buckets, replace-one) sampled without replacement, composed:
+    # the grid answer is an upper bound within ~count * h of the exact atoms' answer.
+    e = ev.RandomizedResponseEvent(eps0, k)
+    p, q = ea._rr_pair(e)  # pylint: disable=protected-access
+    d = wr.sampled_without_replacement_pair_pld(gamma, p, q, 1e-5).self_compose(count)
+    for eps in (0.0, 0.2, 0.6):
+      exact = _exact_symmetric_delta(p, q, gamma, count, eps)
+      self.assertGreaterEqual(d.delta(eps), exact - 1e-12)
+      self.assertLessEqual(d.delta(eps), exact + 1e-4 * count)
+
+  def test_between_achievable_lower_bound_and_rdp(self):
+    # Lower bound: the adversary fixing the remove shape R (all common records like x') or its
+    # mirror every step is the Poisson remove / add direction composed, both achievable.
+    gamma, sigma, t = 0.05, 1.0, 40
+    event = ev.SelfComposedEvent(
+        ev.SampledWithoutReplacementEvent(1000, 50, ev.GaussianEvent(sigma)), t)
+    ours = ea.epsilon(event, 1e-5, "pld", ev.REPLACE_ONE, value_discretization=1e-3)
+    poisson = pld.gaussian_pld(sigma, gamma, value_discretization=1e-3).self_compose(t)
+    lower = poisson.epsilon(1e-5)   # both directions are upper bounds within ~t h^2 of exact
+    self.assertGreaterEqual(ours, lower - 1e-3)
+    self.assertLessEqual(ours, ea.epsilon(event, 1e-5, "rdp", ev.REPLACE_ONE,
+                                          orders=_CHEAP_ORDERS))
+
+  @parameterized.parameters(
+      ev.LaplaceEvent(1.0), ev.RandomizedResponseEvent(1.0, 3), ev.DiscreteLaplaceEvent(0.5, 2),
+      ev.DiscreteGaussianEvent(3.0), ev.ExponentialMechanismEvent(1.0),
+      ev.ComposedEvent((ev.GaussianEvent(1.0), ev.GaussianEvent(2.0))))
+  def test_pld_below_rdp_and_sampling_helps(self, inner):
+    wor = ev.SelfComposedEvent(ev.SampledWithoutReplacementEvent(1000, 50, inner), 20)
+    full = ev.SelfComposedEvent(inner, 20)
+    ours = ea.epsilon(wor, 1e-5, "pld", ev.REPLACE_ONE, value_discretization=1e-3)
+    self.assertLessEqual(ours, ea.epsilon(wor, 1e-5, "rdp", ev.REPLACE_ONE,
+                                          orders=_CHEAP_ORDERS))
+    self.assertLess(ours, ea.epsilon(full, 1e-5, "pld", ev.REPLACE_ONE,
+                                     value_discretization=1e-3))
+
+  def test_laplace_one_step_pure_epsilon(self):
+    # log(1 + gamma (e^{1/b} - 1)) (Balle, Barthe & Gaboardi 2018, Thm 10)
+    for gamma, b in ((0.1, 1.0), (0.5, 0.5)):
+      d = wr.sampled_without_replacement_laplace_pld(gamma, b)
+      self.assertAlmostEqual(d.epsilon(1e-12), math.log1p(gamma * math.expm1(1 / b)),
+                             delta=2e-4)
+
+  def test_whole_dataset_is_the_inner_pld(self):
+    self.assertEqual(wr.sampled_without_replacement_gaussian_pld(1.0, 2.0).mu, 0.5)
+    self.assertEqual(wr.sampled_without_replacement_laplace_pld(1.0, 1.0).epsilon(1e-9),
+                     pld.laplace_pld(1.0).epsilon(1e-9))
+
+  def test_refusals_are_named(self):
+    with self.assertRaisesRegex(ValueError, "symmetri"):
+      wr.sampled_without_replacement_pair_pld(0.5, [0.9, 0.1], [0.5, 0.5])
+    with self.assertRaisesRegex(ValueError, "sample_fraction"):
+      wr.sampled_without_replacement_gaussian_pld(0.0, 1.0)
+    wor = ev.SampledWithoutReplacementEvent(100, 10, ev.ZCdpEvent(0.1))
+    with self.assertRaisesRegex(ev.UnsupportedEventError, "ZCdpEvent without replacement"):
+      ea.epsilon(wor, 1e-5, "pld", ev.REPLACE_ONE)
+    gw = ev.SampledWithoutReplacementEvent(100, 10, ev.GaussianEvent(1.0))
+    with self.assertRaisesRegex(ev.UnsupportedEventError, "replace-one guarantee"):
+      ea.epsilon(gw, 1e-5, "pld", ev.ADD_REMOVE)
 
 
 if __name__ == "__main__":

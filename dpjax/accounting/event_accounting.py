@@ -17,19 +17,21 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | randomized response                 | replace-one / -special  | replace-one / -special     |
 | (eps, 0) / (eps, delta > 0)         | yes / no (infinite)     | yes / yes (exact pair)     |
 | zCDP                                | yes (rho alpha)         | no (no dominating pair)    |
-| Poisson-sampled Gaussian            | add/remove              | all (replace-one: ±C pair) |
+| Poisson-sampled Gaussian            | all (replace-one: grid) | all (replace-one: ±C pair) |
 | Poisson-sampled Laplace             | no                      | add/remove (exact tails)   |
 | Poisson-sampled discrete Laplace,   | no                      | add/remove (pair mixture)  |
 |   discrete Gaussian, (eps, delta)   |                         |                            |
-| sampled without replacement         | replace-one (WBK 2019)  | only sample = dataset      |
-|   (Gaussian / composed Gaussians:   |   Theorem 27, tighter)  |                            |
+| sampled without replacement         | replace-one (WBK 2019)  | replace-one: Gaussian,     |
+|   (Gaussian / composed Gaussians:   |   Theorem 27, tighter)  |   Laplace, RR, pmf pairs   |
+|                                     |                         |   (symmetrised pair)       |
 | truncated Poisson-sampled Gaussian  | add/remove              | add/remove                 |
 | exponential mechanism (eps-BR)      | both (exact BR curve)   | both (eps-DP pair)         |
 | permute-and-flip                    | both (eps-DP curve)     | both (eps-DP pair)         |
 | Poisson-sampled exp. mech. / P&F    | no                      | add/remove (pair mixture)  |
 | repeat-and-select of any rdp event  | inner's relations       | no (RDP theorems only)     |
 | tree aggregation (one epoch)        | both (exact)            | both (exact Gaussian)      |
-| mixture of Gaussians                | no                      | add/remove                 |
+| mixture of Gaussians                | add/remove (grid bound) | add/remove                 |
+| output pair (K outputs, given laws) | all (exact pair)        | all (exact pair)           |
 
 "Both" means all three relations: replace-special is accounted as add/remove (which in the
 table covers it) except for randomized response (the special value answered uniformly).
@@ -64,18 +66,22 @@ SUPPORTED = {
             ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
             ev.ZCdpEvent, ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
             ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent, ev.RepeatAndSelectEvent,
-            ev.TreeAggregationEvent, ev.TruncatedPoissonSampledGaussianEvent),
+            ev.TreeAggregationEvent, ev.TruncatedPoissonSampledGaussianEvent,
+            ev.OutputPairEvent, ev.MixtureOfGaussiansEvent),
     "pld": (ev.GaussianEvent, ev.LaplaceEvent, ev.DiscreteLaplaceEvent,
             ev.DiscreteGaussianEvent, ev.RandomizedResponseEvent, ev.EpsilonDeltaEvent,
             ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent,
             ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent, ev.TreeAggregationEvent,
-            ev.MixtureOfGaussiansEvent, ev.TruncatedPoissonSampledGaussianEvent),
+            ev.MixtureOfGaussiansEvent, ev.TruncatedPoissonSampledGaussianEvent,
+            ev.OutputPairEvent),
     # exactly mu-GDP: Gaussians, tree aggregation, samples of the whole dataset
     "gdp": (ev.GaussianEvent, ev.TreeAggregationEvent, ev.PoissonSampledEvent,
             ev.SampledWithoutReplacementEvent),
 }
 _PAIR_EVENTS = (ev.DiscreteLaplaceEvent, ev.DiscreteGaussianEvent, ev.EpsilonDeltaEvent,
                 ev.ExponentialMechanismEvent, ev.PermuteAndFlipEvent)
+# Inner events whose replace-one pair is symmetric: sampled without replacement under pld
+_WOR_PLD_INNER = (ev.GaussianEvent, ev.LaplaceEvent, ev.RandomizedResponseEvent, *_PAIR_EVENTS)
 _UNSUPPORTED_REASON = {
     "rdp": "no RDP curve is implemented",
     "pld": "no dominating pair is known (a zCDP or repeat-and-select guarantee bounds "
@@ -105,6 +111,14 @@ def _pair_rdp(p: np.ndarray, q: np.ndarray, orders: np.ndarray) -> np.ndarray:
     return special.logsumexp(orders[:, None] * la + (1 - orders[:, None]) * lb,
                              axis=1) / (orders - 1)
   return np.maximum(np.maximum(one(p, q), one(q, p)), 0.0)
+
+
+def _rr_pair(e) -> tuple[np.ndarray, np.ndarray]:
+  """Randomized response's replace-one pair as pmfs over (x, x', each other value)."""
+  log_z = e.epsilon + math.log1p((e.num_buckets - 1) * math.exp(-e.epsilon))
+  hi, lo = math.exp(e.epsilon - log_z), math.exp(-log_z)
+  rest = [lo] * (e.num_buckets - 2)
+  return np.array([hi, lo] + rest), np.array([lo, hi] + rest)
 
 
 def _rr_special_pair(e) -> tuple[np.ndarray, np.ndarray]:
@@ -151,10 +165,10 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
     raise ev.UnsupportedEventError(e, accountant, "an (eps, delta > 0) mechanism has "
                                    "infinite Renyi divergence; use accountant='pld'")
   if isinstance(e, ev.PoissonSampledEvent) and e.sampling_prob < 1:
-    if not add_remove and not (accountant == "pld" and isinstance(e.event, ev.GaussianEvent)):
+    if not add_remove and not isinstance(e.event, ev.GaussianEvent):
       raise ev.UnsupportedEventError(e, accountant, "Poisson sampling is accounted for "
                                      "add/remove neighbours only (replace-one: the "
-                                     "Gaussian, by the pld accountant)")
+                                     "Gaussian)")
     inner = (ev.GaussianEvent if accountant == "rdp"
              else (ev.GaussianEvent, ev.LaplaceEvent, *_PAIR_EVENTS))
     if not isinstance(e.event, inner):
@@ -164,9 +178,6 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
     _leaf_check(e.event, accountant, relation)
   if isinstance(e, ev.SampledWithoutReplacementEvent):
     if e.sample_size < e.dataset_size:
-      if accountant == "pld":
-        raise ev.UnsupportedEventError(e, accountant, "no dominating pair of sampling without "
-                                       "replacement is implemented; use accountant='rdp'")
       if relation != ev.REPLACE_ONE:
         raise ev.UnsupportedEventError(e, accountant, "amplification by sampling without "
                                        "replacement is a replace-one guarantee; use "
@@ -175,6 +186,11 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
                               ev.TruncatedPoissonSampledGaussianEvent)):
         raise ev.UnsupportedEventError(e, accountant, "sampling a sampled event is not "
                                        "implemented")
+      if accountant == "pld" and _gaussian_composition(e) is None and not isinstance(
+          _unwrap(e.event), _WOR_PLD_INNER):
+        raise ev.UnsupportedEventError(e, accountant, "a dominating pair of sampling "
+                                       f"{type(_unwrap(e.event)).__name__} without replacement "
+                                       "is not implemented; use accountant='rdp'")
     if _gaussian_composition(e) is None:
       _leaf_check(e.event, accountant, relation)
 
@@ -251,6 +267,15 @@ def _leaf_rdp(e, orders: np.ndarray, relation: str) -> np.ndarray:
     return composition.pure_dp_rdp(e.epsilon, orders)
   if isinstance(e, ev.TreeAggregationEvent):
     return rdp.tree_aggregation_rdp(e.noise_multiplier, e.step_counts, orders)
+  if isinstance(e, ev.MixtureOfGaussiansEvent):
+    return mixture_pld.mixture_of_gaussians_rdp(e.noise_multiplier, e.sensitivities, e.probs,
+                                                orders)
+  if isinstance(e, ev.PoissonSampledEvent) and relation == ev.REPLACE_ONE:
+    return mixture_pld.replace_one_subsampled_gaussian_rdp(e.event.noise_multiplier,
+                                                           e.sampling_prob, orders)
+  if isinstance(e, ev.OutputPairEvent):
+    return _pair_rdp(np.exp(np.asarray(e.log_probs_p)), np.exp(np.asarray(e.log_probs_q)),
+                     orders)
   if isinstance(e, ev.RepeatAndSelectEvent):
     inner = rdp_curve(e.event, orders, relation)[1]
     return rdp.repeat_and_select_rdp(orders, inner, mean_runs=e.mean_runs, shape=e.shape)
@@ -287,8 +312,10 @@ def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
     return pld.pmf_pair_pld(p, q, h, tail_mass=tail)
   if isinstance(e, ev.TreeAggregationEvent):   # a Gaussian of sensitivity sqrt(depth)
     return pld.gaussian_pld(e.noise_multiplier / math.sqrt(e.depth), value_discretization=h)
-  if isinstance(e, ev.SampledWithoutReplacementEvent):   # the whole dataset: no sampling
-    return pld.gaussian_pld(_gaussian_composition(e), value_discretization=h)
+  if isinstance(e, ev.SampledWithoutReplacementEvent):   # replace-one (checked)
+    return _wor_pld(e, h)
+  if isinstance(e, ev.OutputPairEvent):
+    return pld.finite_output_pld(np.asarray(e.log_probs_p), np.asarray(e.log_probs_q), h)
   if isinstance(e, ev.MixtureOfGaussiansEvent):
     return mixture_pld.mixture_of_gaussians_pld(e.noise_multiplier, e.sensitivities, e.probs,
                                                 value_discretization=h)
@@ -303,6 +330,23 @@ def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
                            sampling_prob=e.sampling_prob)
   p, q, tail = _pair(inner)
   return pld.pmf_pair_pld(p, q, h, sampling_prob=e.sampling_prob, tail_mass=tail)
+
+
+def _wor_pld(e, h: float) -> pld.PrivacyLossDistribution:
+  """A sample without replacement: the symmetric pair of `without_replacement` (gamma = 1:
+  the inner PLD; a sampled composition of Gaussians is one Gaussian)."""
+  gamma = e.sample_size / e.dataset_size
+  sigma = _gaussian_composition(e)
+  inner = _unwrap(e.event)
+  if sigma is not None or isinstance(inner, ev.GaussianEvent):
+    sigma = inner.noise_multiplier if sigma is None else sigma
+    return without_replacement.sampled_without_replacement_gaussian_pld(gamma, sigma, h)
+  if isinstance(inner, ev.LaplaceEvent):
+    return without_replacement.sampled_without_replacement_laplace_pld(
+        gamma, inner.noise_multiplier, h)
+  p, q, tail = ((*_rr_pair(inner), 0.0) if isinstance(inner, ev.RandomizedResponseEvent)
+                else _pair(inner))
+  return without_replacement.sampled_without_replacement_pair_pld(gamma, p, q, h, tail)
 
 
 @_validate.names_extreme_arguments(finite=False)

@@ -316,6 +316,26 @@ class TreeAggregationEvent(Event):
     return math.ceil(math.log2(max(self.step_counts) + 1))
 
 
+@dataclasses.dataclass(frozen=True)
+class OutputPairEvent(Event):
+  """A mechanism with K outputs whose laws on the two neighbouring datasets (in that order)
+  are exp(log_probs_p) and exp(log_probs_q): tuples of K log-probabilities <= 0 (finite),
+  each summing to 1 within 1e-6. Exact for one given pair of datasets (a per-instance
+  analysis, e.g. PATE's outcome laws on two vote histograms), whatever the relation."""
+  log_probs_p: tuple
+  log_probs_q: tuple
+
+  def __post_init__(self):
+    a = _validate.check_array(self.log_probs_p, "log_probs_p", ndim=1, min_size=1, high=0.0)
+    b = _validate.check_array(self.log_probs_q, "log_probs_q", shape=a.shape, high=0.0)
+    for arr, name in ((a, "log_probs_p"), (b, "log_probs_q")):
+      total = float(np.exp(arr).sum())
+      if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"{name} must be log-probabilities summing to 1 (within 1e-6), "
+                         f"got a total of {total:.9g}")
+    _freeze(self, log_probs_p=tuple(a.tolist()), log_probs_q=tuple(b.tolist()))
+
+
 def dpsgd_event(noise_multiplier: float, sampling_prob: float, num_steps: int
                 ) -> SelfComposedEvent:
   """num_steps (integer >= 1) steps of DP-SGD: each a Poisson sample at sampling_prob, the
@@ -380,7 +400,8 @@ def pure_epsilon(event: Event) -> float:
 __all__ = [
     "ADD_REMOVE", "ComposedEvent", "DiscreteGaussianEvent", "DiscreteLaplaceEvent",
     "EpsilonDeltaEvent", "Event", "ExponentialMechanismEvent", "GaussianEvent",
-    "LaplaceEvent", "MixtureOfGaussiansEvent", "PermuteAndFlipEvent", "PoissonSampledEvent",
+    "LaplaceEvent", "MixtureOfGaussiansEvent", "OutputPairEvent", "PermuteAndFlipEvent",
+    "PoissonSampledEvent",
     "RELATIONS", "REPLACE_ONE", "REPLACE_SPECIAL", "RandomizedResponseEvent",
     "RepeatAndSelectEvent", "SampledWithoutReplacementEvent", "SelfComposedEvent",
     "TreeAggregationEvent", "TruncatedPoissonSampledGaussianEvent",

@@ -166,8 +166,10 @@ def exact_epsilon(votes_in_QxC, votes_out_QxC, *, sigma: float, delta: float,
 
 
 def _pair_pld(v_in: np.ndarray, v_out: np.ndarray, s: float, t, st):
-  """The pair's PLD (`dpjax.accounting.pld`, both directions), or None if v_in == v_out."""
-  from dpjax.accounting import pld  # pylint: disable=g-import-not-at-top
+  """The pair's PLD (both directions), or None if v_in == v_out: each distinct differing
+  query an `events.OutputPairEvent` of its outcome laws, self-composed over its repeats,
+  accounted by `event_accounting` (pld)."""
+  from dpjax.accounting import event_accounting, events  # pylint: disable=g-import-not-at-top
   differ = np.any(v_in != v_out, axis=1)
   if not np.any(differ):
     return None
@@ -177,13 +179,10 @@ def _pair_pld(v_in: np.ndarray, v_out: np.ndarray, s: float, t, st):
   lp_in = output_log_probs(pairs[:, :c], sigma=s, threshold=t, sigma_threshold=st)
   lp_out = output_log_probs(pairs[:, c:], sigma=s, threshold=t, sigma_threshold=st)
   h = 1e-4 if pairs.shape[0] <= 8 else 1e-3
-  total = None
-  for a, b, k in zip(lp_in, lp_out, counts):
-    # P-side PLDs: in -> out (loss log P_in / P_out under P_in) and out -> in.
-    one = pld.finite_output_pld(a, b, h)
-    one = one.self_compose(int(k)) if k > 1 else one
-    total = one if total is None else total.compose(one)
-  return total
+  # P-side PLDs: in -> out (loss log P_in / P_out under P_in) and out -> in.
+  run = events.ComposedEvent(tuple(events.SelfComposedEvent(events.OutputPairEvent(a, b), int(k))
+                                   for a, b, k in zip(lp_in, lp_out, counts)))
+  return event_accounting.privacy_loss_distribution(run, value_discretization=h)
 
 
 def _declared_thresholds(total, n: int, delta: float, confidence: float
@@ -235,7 +234,8 @@ def crafted_pair(num_teachers: int, num_queries: int, num_classes: int = 2
 
 def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
                     sigma_threshold: Optional[float] = None, orders=None) -> float:
-  """Data-independent eps of Q answers: RDP Q (alpha/sigma^2 + alpha/(2 sigma_t^2)), `pate.epsilon`.
+  """Data-independent eps of Q answers: RDP Q (alpha/sigma^2 + alpha/(2 sigma_t^2)), `pate.epsilon`
+  of the curve of `pate.aggregation_event` (every query answered) by `event_accounting`.
 
   Examples:
     >>> from dpjax.accounting import rdp
@@ -243,12 +243,11 @@ def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
     >>> e == pate.epsilon(rdp.DEFAULT_ORDERS, 3 * rdp.DEFAULT_ORDERS / 16.0, 1e-5)
     True
   """
-  from dpjax.accounting import rdp  # pylint: disable=g-import-not-at-top
+  from dpjax.accounting import event_accounting, rdp  # pylint: disable=g-import-not-at-top
   q = _validate.check_int(num_queries, "num_queries")
   lam = rdp.DEFAULT_ORDERS if orders is None else _validate.check_orders(orders)
-  curve = q * pate.gnmax_rdp_data_independent(sigma, lam)
-  if sigma_threshold is not None:
-    curve = curve + q * pate.threshold_rdp_data_independent(sigma_threshold, lam)
+  event = pate.aggregation_event(q, q, sigma=sigma, sigma_threshold=sigma_threshold)
+  curve = event_accounting.rdp_curve(event, lam)[1]
   return float(pate.epsilon(lam, curve, _validate.check_delta(delta)))
 
 

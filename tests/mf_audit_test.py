@@ -33,7 +33,13 @@ _DELTA = 1e-5
 
 @functools.lru_cache(maxsize=None)
 def _data():
-  data = canaries.audit_data(jax.random.key(0), 30)
+  """30 Gaussian records and a record canary (the last row), 8 features: the Dirac canaries'
+  observations do not depend on the records (the model never reads their leaf), so a
+  synthetic set stands in for `canaries.audit_data`'s credit records at no cost."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(31, 8)).astype(np.float32)
+  y = (rng.random(31) < 0.5).astype(np.int32)
+  data = canaries.AuditData(jax.numpy.asarray(x), jax.numpy.asarray(y), 30, 8)
   return data, models.logistic_regression(data.num_features)
 
 
@@ -165,6 +171,7 @@ class PerStepAuditTest(parameterized.TestCase):
     self.assertAlmostEqual(r["epsilon_claimed"],
                            mf.epsilon(sigma, mf.sensitivity(c, 1), _DELTA))
 
+  @pytest.mark.slow  # a third compiled training; mf_variants_test measures this bug's eps
   def test_noise_not_carried_is_harmless(self):
     coefs = mf.sqrt_toeplitz_coefs(4)
     c = mf.banded_toeplitz(coefs, _T)
@@ -193,13 +200,15 @@ class AmplifiedAuditTest(absltest.TestCase):
     c = _STRATEGIES["banded"]
     data, model = _data()
     sampler = sampling.CyclicPoissonSampler(bin_prob=self._P, cycle_length=self._S)
-    one = mf_audit.accountant_epsilon(
-        c, self._SIGMA, _DELTA, sampling.CyclicPoissonSampler(self._P, _T))
+    # The claim of one participation: one subsampled step at the largest column norm (an
+    # upper bound on it: a coarse grid), i.e. `accountant_epsilon` with cycle_length T.
+    one = mf.amplified_epsilon(c, self._SIGMA, self._P, _T, _DELTA, 1e-3)
     r = mf_audit.per_step_audit(jax.random.key(1), c, self._SIGMA, data, model, runs=8,
                                 canaries=2048, sampler=sampler, claimed_epsilon=one)
     exact = r["epsilon_accountant"]
-    self.assertAlmostEqual(exact, mf.amplified_epsilon(c, self._SIGMA, self._P, self._S,
-                                                       _DELTA, 1e-3), delta=1e-3 * exact)
+    # The engine's statement is the amplified eps (the fitted step carried to the whole
+    # release, "estimate_full", lands on it), below the unamplified one.
+    self.assertAlmostEqual(r["estimate_full"] / exact, 1.0, delta=0.1)
     self.assertLess(exact, mf.epsilon(self._SIGMA, mf.cyclic_sensitivity(c, self._S), _DELTA))
     self.assertEqual(r["iid_steps"], 3)
     # The projections are the claimed step: shift 1 (p of the time), scale sigma / a,

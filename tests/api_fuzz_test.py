@@ -1300,7 +1300,17 @@ def entries():
         dict(strategy_TxT=c3, noise_multiplier=2.0, dataset_size=10, delta=1e-5,
              privatizer=None, learning_rate=0.1, name="mf"),
         {"strategy_TxT": "array", "privatizer": None, "name": None}))
+  add(E("dpjax.audit.mf_audit.audited_training", mf_audit.audited_training,
+        dict(strategy_TxT=c3, noise_multiplier=2.0, dataset_size=10,
+             sampler=sampling.CyclicPoissonSampler(0.5, 2), delta=1e-5, privatizer=None,
+             learning_rate=0.1, name="mf"),
+        {"strategy_TxT": "array", "sampler": "object", "privatizer": None, "name": None}))
+  add(E("dpjax.audit.mf_audit.participation_columns", mf_audit.participation_columns,
+        dict(strategy_TxT=c3, cycle_length=2, bins_K=np.array([0.0, 1.0]), rtol=1e-6),
+        {"strategy_TxT": "array", "bins_K": "array", "rtol": "pos"}, mismatch=False))
   EXCLUDED.update({
+      "dpjax.audit.mf_audit.observation_audit": "audit statistics of trained runs' observations "
+                                                "(per_step_audit's stage; mf_audit_test)",
       "dpjax.audit.mf_audit.per_step_audit": "pipeline stage (needs audit data and a model)",
       "dpjax.audit.mf_audit.canary_audit": "pipeline stage (runner.audit_dpsgd on MF training)",
   })

@@ -506,12 +506,16 @@ class UserPoissonSampler:
     return prng.poisson_mask(prng.fold_in(key, step), q, self.num_users)
 
 
-def check_sampler(sampler, sampling_prob: float) -> None:
+def check_sampler(sampler, sampling_prob: float, max_batch_size: int | None = None) -> None:
   """Checks a sampler against the configuration the accountant is told.
 
+  max_batch_size: None (untruncated Poisson accounting) or the B of truncated accounting.
   Raises:
     TypeError: if `sampler` lacks `batch_mask`, `sampling_prob` or `accounted`.
-    ValueError: if an accounted sampler's q differs from `sampling_prob`.
+    ValueError: if an accounted sampler's q differs from `sampling_prob`; if
+      max_batch_size is set and the sampler is not an accounted one that truncates to that
+      B (`TruncatedPoissonSampler`); if the sampler truncates (a `max_batch_size` member
+      that is not None) and max_batch_size is None.
   """
   for attr in ("batch_mask", "sampling_prob", "accounted"):
     if not hasattr(sampler, attr):
@@ -521,3 +525,18 @@ def check_sampler(sampler, sampling_prob: float) -> None:
   if sampler.accounted and float(sampler.sampling_prob) != sampling_prob:
     raise ValueError(f"sampler.sampling_prob = {sampler.sampling_prob} but the config's "
                      f"sampling_prob = {sampling_prob}: the accountant would be told another q")
+  cap = getattr(sampler, "max_batch_size", None)
+  if max_batch_size is None:
+    if cap is not None:
+      raise ValueError(f"the sampler truncates batches to max_batch_size = {cap} records but "
+                       "the config's max_batch_size is None: the accountant would be told "
+                       "untruncated Poisson sampling; use DpSgdConfig(max_batch_size="
+                       f"{cap}) and its sampler()")
+    return
+  b = _validate.check_int(max_batch_size, "max_batch_size", 1, 2 ** 31 - 1)
+  if not sampler.accounted or cap is None or int(cap) != b:
+    raise ValueError(f"the config's max_batch_size = {b} (truncated Poisson sampling) is "
+                     "accounted only with sampling.TruncatedPoissonSampler(q, "
+                     f"max_batch_size={b}) (cfg.sampler()); got {type(sampler).__name__} "
+                     f"(max_batch_size {cap}), whose batches the truncated accountant does "
+                     "not model")

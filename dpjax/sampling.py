@@ -107,6 +107,8 @@ def truncate_mask(key: jax.Array, mask_N: jax.Array, max_batch_size: int) -> jax
   elif mask_N.ndim != 1 or mask_N.dtype != jnp.bool_:
     raise ValueError(f"mask_N must be bool[N], got {mask_N.dtype}{list(mask_N.shape)}")
   n = mask_N.shape[0]
+  if n < 1:
+    raise ValueError("mask_N must hold at least one record")
   if b >= n:
     return mask_N        # at most N <= B records can be drawn: never cut
   # 2 words, the excluded flag, the index and the sorted copies: 32 bytes a record.

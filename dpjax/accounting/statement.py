@@ -358,8 +358,12 @@ def _truncated_statement(sigma, q, t, n, b, deltas, fprs, draws) -> PrivacyState
   from dpjax import sampling  # pylint: disable=g-import-not-at-top  (jax only when needed)
   event = truncated_dpsgd_event(sigma, q, t, n, b)
   orders, rho = event_accounting.rdp_curve(event)
-  composed = {h: event_accounting.privacy_loss_distribution(event, value_discretization=h)
-              for h in (_TRUNCATED_H, 2 * _TRUNCATED_H)}
+  try:
+    composed = {h: event_accounting.privacy_loss_distribution(event, value_discretization=h)
+                for h in (_TRUNCATED_H, 2 * _TRUNCATED_H)}
+  except pld_grid.GridTooLarge as e:
+    raise pld_grid.GridTooLarge(f"num_steps = {t}: the truncated PLD does not fit a grid "
+                                f"of spacing {_TRUNCATED_H:g} ({e})") from e
   tv = sampling.selection_tv_bound(n, q, t)
   rows = []
   for d in deltas:

@@ -88,6 +88,8 @@ EXCLUDED = {
     "dpjax.dpsgd.config.noise_free": "engine internal (the config a compiled program sees)",
     "dpjax.dpsgd.components.resolve": "engine internal (train_many's component defaults)",
     "dpjax.dpsgd.components.check_sampler_delta": "engine internal (a warning of train_many)",
+    "dpjax.dpsgd.components.check_truncated": ("engine internal (train_many's truncating-mode "
+                                                "checks, fuzzed through train_many)"),
     "dpjax.dpsgd.inputs.check_numeric": "engine internal (train_many's dtype check)",
     "dpjax.dpsgd.inputs.fixed_records": ("engine internal (train_many's check of "
                                          "fixed_gradients, fuzzed as dpjax.dpsgd.FixedGradients)"),

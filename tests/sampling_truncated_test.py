@@ -74,6 +74,21 @@ class TruncateMaskTest(absltest.TestCase):
       return jnp.zeros(mask.shape, bool).at[order[:b]].set(True) & mask
     self.assertLess(_subset_chi2_pvalue(_draws(coarse, r=5000)), 1e-6)
 
+  def test_two_passes_equal_the_full_64_bit_ranking(self):
+    n, b = 300, 20
+
+    def full_sort(key, mask):   # the reference: every record ranked by its 64-bit key
+      words = prng.random_bits(key, 2 * n)
+      _, _, _, order = jax.lax.sort(((~mask).astype(jnp.uint32), words[:n], words[n:],
+                                     jnp.arange(n)), num_keys=3)
+      return jnp.zeros((n,), bool).at[order[:b]].set(True) & mask
+
+    keys = jax.random.split(jax.random.key(4), 200)
+    masks = jax.random.bernoulli(jax.random.key(5), 0.3, (200, n))
+    got, want = jax.jit(jax.vmap(lambda k, m: (sampling.truncate_mask(k, m, b),
+                                               full_sort(k, m))))(keys, masks)
+    np.testing.assert_array_equal(got, want)
+
   def test_batches_within_the_cap_are_returned_bit_for_bit(self):
     cut = jax.jit(sampling.truncate_mask, static_argnums=2)
     key = jax.random.key(3)
@@ -135,9 +150,11 @@ class TruncatedPoissonSamplerTest(absltest.TestCase):
 class SelectionTvBoundTest(absltest.TestCase):
 
   def test_closed_form(self):
-    # T C(n + 1, 2) q^2 2^-64
+    # T (C(n + 1, 2) q^2 2^-64 + C(n + 1, 18) q^18 2^-527); the second term is ~1e-143 here
     got = sampling.selection_tv_bound(1000, 0.1, 50)
-    self.assertAlmostEqual(got / (50 * 1001 * 1000 / 2 * 0.01 * 2.0 ** -64), 1.0, places=12)
+    self.assertAlmostEqual(got / (50 * 1001 * 1000 / 2 * 0.01 * 2.0 ** -64), 1.0, places=10)
+    self.assertAlmostEqual(sampling.selection_tv_bound(17, 1.0, 1) / (18 * 17 / 2 * 2.0 ** -64
+                                                                   + 2.0 ** -527), 1.0)
     self.assertEqual(sampling.selection_tv_bound(2 ** 53, 1.0, 2 ** 53), 1.0)
     with self.assertRaisesRegex(ValueError, "num_steps"):
       sampling.selection_tv_bound(10, 0.1, 0)

@@ -13,8 +13,6 @@ timed interleaved, best of --repeats, compilation excluded. Keys: `<layout>.<mod
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import time
 
 import jax
@@ -22,10 +20,12 @@ import jax.numpy as jnp
 from absl import app
 from absl import flags
 
+from benchmarks import report
 from dpjax import dpsgd, models
 
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per configuration (best kept).")
-_JSON = flags.DEFINE_string("json", "benchmarks/results/truncation.json", "Output file.")
+_JSON = flags.DEFINE_string("json", None, "Output file (default "
+                            "benchmarks/results/truncation.json).")
 
 N, F, CLASSES, BATCH = 20_000, 64, 10, 256
 
@@ -67,10 +67,8 @@ def main(argv):
       out[f"{layout}.{mode}_s"] = best[(layout, mode)]
     out[f"{layout}.truncated_over_poisson"] = (best[(layout, "truncated")]
                                                / best[(layout, "poisson")])
-  print(json.dumps(out, indent=1))
-  os.makedirs(os.path.dirname(_JSON.value) or ".", exist_ok=True)
-  with open(_JSON.value, "w") as f:
-    json.dump(out, f, indent=1)
+  print(out)
+  report.write("truncation", out, _JSON.value)
 
 
 if __name__ == "__main__":

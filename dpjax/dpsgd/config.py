@@ -63,7 +63,7 @@ class DpSgdConfig:
       Example level only; no fixed-gradient records.
   Warning (truncating mode): the bound depends on n, so a model holding a number of
     records other than n - 1, n or n + 1 is not covered (the engine warns); the selection
-    is uniform up to `sampling.selection_tv_bound` in total variation (<= 2^-64 C(count, 2)
+    is uniform up to `sampling.selection_tv_bound` in total variation (about 2^-64 C(count, 2)
     a step), which the statement adds to delta; the bound can be far above the untruncated
     eps (a cut step has sensitivity 2C), so a cap well above q n costs least.
   """

@@ -596,11 +596,26 @@ def _mf_section(doc: dict) -> list[str]:
                     "ratio", "target"], rows) + [""])
 
 
+def _truncation_section(doc: dict) -> list[str]:
+  f = doc["figures"]
+  rows = [[layout.replace("_", " "), _fmt(f[f"{layout}.poisson_s"], ".3f"),
+           _fmt(f[f"{layout}.truncated_s"], ".3f"), _times(f[f"{layout}.truncated_over_poisson"])]
+          for layout in ("full_mask", "padded") if f"{layout}.poisson_s" in f]
+  return (_head("Truncated Poisson batches (`benchmarks/truncation.py`)", doc,
+                "One epoch of an MLP (64, 128, 10) on n = 20,000 records, q = 256 / n, "
+                "`dpsgd.train_one`: Poisson batches against batches truncated to B = 256 "
+                "(`DpSgdConfig(max_batch_size=256)`), interleaved in one process, best of the "
+                "repeats, compilation excluded.", "")
+          + _table(["layout", "Poisson epoch (s)", "truncated epoch (s)", "ratio"], rows)
+          + [""])
+
+
 _SECTIONS = {"dpsgd": _dpsgd_section, "accountants": _accountants_section,
              "secure_noise": _secure_noise_section, "audit_canaries": _audit_canaries_section,
              "large_n": _large_n_section, "large_n_batches": _large_n_batches_section,
              "pate_teachers": _pate_teachers_section,
-             "compile_time": _compile_time_section, "mf": _mf_section}
+             "compile_time": _compile_time_section, "mf": _mf_section,
+             "truncation": _truncation_section}
 
 
 def render(results_dir: str = RESULTS_DIR) -> str:

@@ -76,6 +76,126 @@ class PoissonSampler:
     return prng.poisson_mask(prng.fold_in(key, step), q, keep_N.shape[0]) & keep_N
 
 
+# The truncation's ranking keys come from prng.fold_in(key, _SELECT_STREAM), a stream of
+# the sampler key that no step t < 2^32 - 1 (fold_in(key, t): the Poisson bits) can reach.
+_SELECT_STREAM = 2 ** 32 - 1
+# Candidates beyond B that the first pass of `truncate_mask` keeps (module docstring there).
+_CANDIDATE_MARGIN = 16
+
+
+def truncate_mask(key: jax.Array, mask_N: jax.Array, max_batch_size: int) -> jax.Array:
+  """A uniformly random subset of exactly B = max_batch_size of the records in mask_N when
+  it holds more than B, else mask_N itself (bit for bit): bool[N].
+
+  Each record gets a 64-bit key (words i and N + i of `prng.random_bits(key, 2N)`); the B
+  sampled records with the smallest (first word, second word) are kept, ties by index.
+  Given distinct keys the ranking of the sampled records is a uniformly random permutation,
+  so the kept set is a uniform B-subset. Two passes: `lax.top_k` of the first words' top
+  31 bits picks B + 16 candidates (ties by index), which are sorted by the full key. The
+  result is the full ranking's unless 18 sampled records share those 31 bits. So the law
+  is within C(count, 2) 2^-64 + C(count, 18) 2^-527 of uniform in total variation
+  (`selection_tv_bound`). Cost: O(N) bits and a top-k over N, a sort of B + 16.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> m = jnp.array([1, 1, 0, 1, 1], bool)
+    >>> out = truncate_mask(jax.random.key(0), m, 3)
+    >>> int(out.sum()), bool(jnp.all(out <= m))
+    (3, True)
+    >>> bool(jnp.all(truncate_mask(jax.random.key(0), m, 4) == m))
+    True
+  """
+  b = _validate.check_int(max_batch_size, "max_batch_size", 1, 2 ** 31 - 1)
+  if not _validate.is_tracer(mask_N):
+    mask_N = jnp.asarray(_validate.check_binary(mask_N, "mask_N", ndim=1), bool)
+  elif mask_N.ndim != 1 or mask_N.dtype != jnp.bool_:
+    raise ValueError(f"mask_N must be bool[N], got {mask_N.dtype}{list(mask_N.shape)}")
+  n = mask_N.shape[0]
+  if n < 1:
+    raise ValueError("mask_N must hold at least one record")
+  if b >= n:
+    return mask_N        # at most N <= B records can be drawn: never cut
+  # 2 words, the top-k score and index, the bool: 17 bytes a record.
+  _validate.check_size(n, "mask_N (N)", bytes_per_unit=17)
+  words = prng.random_bits(key, 2 * n)
+  first, second = words[:n], words[n:]
+  # Pass 1: the m sampled records of largest 2^31 - 1 - (first >> 1), i.e. smallest first
+  # words (unsampled -1, below every sampled score).
+  score = jnp.where(mask_N, (jnp.uint32(2 ** 31 - 1) - (first >> 1)).astype(jnp.int32), -1)
+  _, cand = jax.lax.top_k(score, min(n, b + _CANDIDATE_MARGIN))
+  # Pass 2: the exact 64-bit order among the candidates (sampled ones first).
+  _, _, _, order = jax.lax.sort(((~mask_N[cand]).astype(jnp.uint32), first[cand],
+                                 second[cand], cand.astype(jnp.int32)), num_keys=3)
+  kept = jnp.zeros((n,), bool).at[order[:b]].set(True) & mask_N
+  return jnp.where(jnp.sum(mask_N, dtype=jnp.int32) > b, kept, mask_N)
+
+
+def selection_tv_bound(dataset_size: int, sampling_prob: float, num_steps: int) -> float:
+  """An upper bound on the total variation between T truncations (`truncate_mask`) and
+  exactly uniform ones: T (E[C(count, 2)] 2^-64 + E[C(count, 18)] 2^-527) with count ~
+  Binomial(n + 1, q) (a dataset of n records or its neighbour by addition), E[C(count, k)]
+  = C(n + 1, k) q^k.
+
+  Privacy: a run whose every step is within tau of the accounted mechanism in total
+  variation is (eps, delta + tau (1 + e^eps))-DP when the accounted one is (eps, delta).
+
+  Examples:
+    >>> selection_tv_bound(60_000, 256 / 60_000, 10_000) < 1e-10
+    True
+  """
+  n = _validate.check_int(dataset_size, "dataset_size", maximum=2 ** 53)
+  q = _validate.check_sampling_prob(sampling_prob)
+  t = _validate.check_int(num_steps, "num_steps", maximum=2 ** 53)
+
+  def log_pairs(k, bits):   # log(C(n + 1, k) q^k 2^-bits), -inf when n + 1 < k
+    if n + 1 < k:
+      return -math.inf
+    return (math.lgamma(n + 2) - math.lgamma(k + 1) - math.lgamma(n + 2 - k)
+            + k * math.log(q) - bits * math.log(2.0))
+  per_step = sum(math.exp(min(0.0, log_pairs(k, bits))) for k, bits in ((2, 64), (18, 527)))
+  return float(min(1.0, t * per_step))
+
+
+@dataclasses.dataclass(frozen=True)
+class TruncatedPoissonSampler:
+  """Poisson sampling capped at B records: `PoissonSampler(q)`'s mask (the same bits), then,
+  when it holds more than B = max_batch_size records, a uniformly random subset of exactly B
+  of them (`truncate_mask`, keyed by fold_in(fold_in(key, 2^32 - 1), t)).
+
+  Attributes:
+    sampling_prob: q in (0, 1]. max_batch_size: B >= 1 (int32).
+  Privacy: the mechanism of `accounting.truncated_sampling` (add/remove-one), for a dataset
+    of `DpSgdConfig.dataset_size` = n records and its neighbours (n - 1 or n + 1 records);
+    the engine trains with it when `DpSgdConfig.max_batch_size` is set. Steps where at most
+    B records are drawn are bit for bit `PoissonSampler(q)`'s.
+  Warning: the accountant's bound depends on n; a model holding another number of records
+    is not covered by `DpSgdConfig.epsilon()` (the engine warns). The realised batch (at
+    most B) is not released: the denominator stays the public q n.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> s = TruncatedPoissonSampler(0.5, 2)
+    >>> int(s.batch_mask(jax.random.key(0), 3, jnp.ones((8,), bool)).sum()) <= 2
+    True
+  """
+  sampling_prob: float
+  max_batch_size: int
+  accounted: ClassVar[bool] = True
+  privacy_unit: ClassVar[str] = "example"
+
+  def __post_init__(self):
+    object.__setattr__(self, "sampling_prob",
+                       float(_validate.check_sampling_prob(self.sampling_prob)))
+    object.__setattr__(self, "max_batch_size", _validate.check_int(
+        self.max_batch_size, "max_batch_size", 1, 2 ** 31 - 1))
+
+  def batch_mask(self, key: jax.Array, step: jax.Array, keep_N: jax.Array) -> jax.Array:
+    """bool[N]: `truncate_mask(fold_in(fold_in(key, 2^32 - 1), step), Poisson mask, B)`."""
+    mask = PoissonSampler(self.sampling_prob).batch_mask(key, step, keep_N)
+    k_select = prng.fold_in(prng.fold_in(key, _SELECT_STREAM), step)
+    return truncate_mask(k_select, mask, self.max_batch_size)
+
+
 def _canonical_fixed_batches(sampler) -> None:
   """Checks a fixed-batch sampler's (batch_size, steps_per_epoch, sampling_prob) and stores
   their canonical values (int, int, float) on the frozen instance."""
@@ -244,7 +364,8 @@ def default_batch_capacity(num_records: int, sampling_prob: float,
   The smallest multiple of 8 that is at least the (1 - 0.025 / M) quantile of
   Binomial(n, q), and at most n: the largest of M models' Poisson counts exceeds K with
   probability at most about 0.025 per step. An overflowing step is processed in further
-  buffers of K rows, never truncated, so K is a cost parameter, not a privacy one.
+  buffers of K rows, never truncated, so K is a cost parameter, not a privacy one (a cap
+  that is accounted is `DpSgdConfig.max_batch_size`: `TruncatedPoissonSampler`).
 
   n = num_records >= 1, q = sampling_prob in (0, 1], M = num_models >= 1; K in [1, n].
 
@@ -404,12 +525,16 @@ class UserPoissonSampler:
     return prng.poisson_mask(prng.fold_in(key, step), q, self.num_users)
 
 
-def check_sampler(sampler, sampling_prob: float) -> None:
+def check_sampler(sampler, sampling_prob: float, max_batch_size: int | None = None) -> None:
   """Checks a sampler against the configuration the accountant is told.
 
+  max_batch_size: None (untruncated Poisson accounting) or the B of truncated accounting.
   Raises:
     TypeError: if `sampler` lacks `batch_mask`, `sampling_prob` or `accounted`.
-    ValueError: if an accounted sampler's q differs from `sampling_prob`.
+    ValueError: if an accounted sampler's q differs from `sampling_prob`; if
+      max_batch_size is set and the sampler is not an accounted one that truncates to that
+      B (`TruncatedPoissonSampler`); if the sampler truncates (a `max_batch_size` member
+      that is not None) and max_batch_size is None.
   """
   for attr in ("batch_mask", "sampling_prob", "accounted"):
     if not hasattr(sampler, attr):
@@ -419,3 +544,18 @@ def check_sampler(sampler, sampling_prob: float) -> None:
   if sampler.accounted and float(sampler.sampling_prob) != sampling_prob:
     raise ValueError(f"sampler.sampling_prob = {sampler.sampling_prob} but the config's "
                      f"sampling_prob = {sampling_prob}: the accountant would be told another q")
+  cap = getattr(sampler, "max_batch_size", None)
+  if max_batch_size is None:
+    if cap is not None:
+      raise ValueError(f"the sampler truncates batches to max_batch_size = {cap} records but "
+                       "the config's max_batch_size is None: the accountant would be told "
+                       "untruncated Poisson sampling; use DpSgdConfig(max_batch_size="
+                       f"{cap}) and its sampler()")
+    return
+  b = _validate.check_int(max_batch_size, "max_batch_size", 1, 2 ** 31 - 1)
+  if not sampler.accounted or cap is None or int(cap) != b:
+    raise ValueError(f"the config's max_batch_size = {b} (truncated Poisson sampling) is "
+                     "accounted only with sampling.TruncatedPoissonSampler(q, "
+                     f"max_batch_size={b}) (cfg.sampler()); got {type(sampler).__name__} "
+                     f"(max_batch_size {cap}), whose batches the truncated accountant does "
+                     "not model")

@@ -88,6 +88,8 @@ EXCLUDED = {
     "dpjax.dpsgd.config.noise_free": "engine internal (the config a compiled program sees)",
     "dpjax.dpsgd.components.resolve": "engine internal (train_many's component defaults)",
     "dpjax.dpsgd.components.check_sampler_delta": "engine internal (a warning of train_many)",
+    "dpjax.dpsgd.components.check_truncated": ("engine internal (train_many's truncating-mode "
+                                                "checks, fuzzed through train_many)"),
     "dpjax.dpsgd.inputs.check_numeric": "engine internal (train_many's dtype check)",
     "dpjax.dpsgd.inputs.fixed_records": ("engine internal (train_many's check of "
                                          "fixed_gradients, fuzzed as dpjax.dpsgd.FixedGradients)"),
@@ -727,6 +729,15 @@ def entries():
         dict(noise_multiplier=2.0, sampling_prob=0.1, num_steps=10, dataset_size=1000,
              deltas=(1e-5,), fprs=(0.1,), pld_rtol=1e-2, privacy_unit="user"),
         {"deltas": "probarr", "fprs": "probarr", "pld_rtol": "pos", "privacy_unit": "choice"}))
+
+  add(E("dpjax.accounting.statement.privacy_statement", statement.privacy_statement,
+        dict(noise_multiplier=2.0, sampling_prob=0.1, num_steps=2, dataset_size=50,
+             deltas=(1e-5,), fprs=(0.1,), max_batch_size=8),
+        {"deltas": "probarr", "fprs": "probarr", "max_batch_size": "count"},
+        inf_ok=True))   # nan CLT columns: not given for truncated batches (documented)
+  add(E("dpjax.accounting.statement.truncated_dpsgd_event", statement.truncated_dpsgd_event,
+        dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10, dataset_size=100,
+             max_batch_size=12), {"max_batch_size": "count"}))
 
   # ---- attacks
   phi = np.linspace(-1, 1, 24).reshape(2, 12)
@@ -1431,6 +1442,13 @@ def entries():
              ema_decay=0.5, accountant="rdp", privacy_unit="example"),
         {"momentum": "prob", "dataset_size": "count", "noise_multiplier": "nonneg",
          "privacy_unit": "choice", "ema_decay": "prob"}))
+  add(E("dpjax.dpsgd.DpSgdConfig", dpsgd.DpSgdConfig,
+        dict(dataset_size=100, sampling_prob=0.1, num_steps=10, max_batch_size=12),
+        {"dataset_size": "count", "max_batch_size": "count"}))
+  add(E("dpjax.dpsgd.DpSgdConfig.calibrate",
+        lambda target_epsilon: dpsgd.DpSgdConfig(
+            dataset_size=100, sampling_prob=0.1, num_steps=5,
+            max_batch_size=12).calibrate(target_epsilon), dict(target_epsilon=3.0)))
   add(E("dpjax.dpsgd.DpSgdConfig.calibrate",
         lambda target_epsilon: dpsgd.DpSgdConfig(
             dataset_size=100, sampling_prob=0.1, num_steps=10).calibrate(target_epsilon),
@@ -1971,6 +1989,16 @@ def entries():
         {"mask_N": "binary", "capacity": "count", "chunk": "count"}))
   add(E("dpjax.sampling.check_sampler", sampling.check_sampler,
         dict(sampler=sampling.PoissonSampler(0.3), sampling_prob=0.3), {"sampler": "object"}))
+  add(E("dpjax.sampling.check_sampler", sampling.check_sampler,
+        dict(sampler=sampling.TruncatedPoissonSampler(0.3, 4), sampling_prob=0.3,
+             max_batch_size=4), {"sampler": "object", "max_batch_size": "count"}))
+  add(E("dpjax.sampling.TruncatedPoissonSampler", sampling.TruncatedPoissonSampler,
+        dict(sampling_prob=0.3, max_batch_size=4), {"max_batch_size": "count"}))
+  add(E("dpjax.sampling.truncate_mask", sampling.truncate_mask,
+        dict(key=_key, mask_N=np.array([1, 1, 0, 1, 1], bool), max_batch_size=2),
+        {"mask_N": "binary", "max_batch_size": "count"}))
+  add(E("dpjax.sampling.selection_tv_bound", sampling.selection_tv_bound,
+        dict(dataset_size=100, sampling_prob=0.3, num_steps=10)))
 
   # ---- tradeoff
   add(E("dpjax.tradeoff.dp_tpr_bound", tradeoff.dp_tpr_bound,

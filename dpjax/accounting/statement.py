@@ -5,6 +5,9 @@
 not covered; eps at several delta by RDP, PLD (with discretisation error) and the GDP CLT
 (Bu et al. 2020, APPROXIMATE); delta against 1/n; membership-inference TPR bounds; accountant
 disagreements; and, given `noise_draws_per_step` d, the sampler's delta (1 + e^eps) T d tau.
+With `max_batch_size` B (truncated Poisson sampling, `sampling.TruncatedPoissonSampler`)
+the RDP and PLD rows bound `truncated_dpsgd_event` instead, the selection's distance from
+uniform (`sampling.selection_tv_bound`) is added to delta, and the CLT is not given.
 
 Examples:
   >>> s = privacy_statement(1.1, 256 / 60000, 1000, 60000, deltas=(1e-5,))
@@ -32,8 +35,9 @@ DEFAULT_FPRS = (0.001, 0.01, 0.1)
 @dataclasses.dataclass(frozen=True)
 class EpsilonRow:
   """eps at one delta by each accountant: RDP (bound, order), PLD (bound; truth in
-  [pld_epsilon - pld_error, pld_epsilon]), CLT (APPROXIMATE), and the noise sampler's
-  `sampler_delta` at the larger bound (the run is (eps, delta + sampler_delta)-DP)."""
+  [pld_epsilon - pld_error, pld_epsilon]), CLT (APPROXIMATE), the noise sampler's
+  `sampler_delta` at the larger bound and, for truncated batches, the selection's
+  `selection_delta` (the run is (eps, total_delta)-DP)."""
   delta: float
   rdp_epsilon: float
   rdp_order: float
@@ -42,11 +46,13 @@ class EpsilonRow:
   pld_value_discretization: float
   clt_epsilon: float
   sampler_delta: float = 0.0
+  selection_delta: float = 0.0
 
   @property
   def total_delta(self) -> float:
-    """delta + sampler_delta: the delta that holds for the noise actually drawn."""
-    return self.delta + self.sampler_delta
+    """delta + sampler_delta + selection_delta: the delta that holds for the noise and
+    batches actually drawn."""
+    return self.delta + self.sampler_delta + self.selection_delta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +73,8 @@ class PrivacyStatement:
   sampler_support: tuple[float, float] | None = None
   sampler_tail_mass: float | None = None
   privacy_unit: str = "example"
+  max_batch_size: int | None = None
+  selection_tv: float = 0.0
 
   @property
   def unit_phrase(self) -> str:
@@ -88,6 +96,10 @@ class PrivacyStatement:
     d["guarantee_unit"] = self.unit_phrase
     for row, r in zip(d["rows"], self.rows):
       row["total_delta"] = r.total_delta
+    if self.max_batch_size is None:   # untruncated: the keys of the Poisson statement only
+      del d["max_batch_size"], d["selection_tv"]
+      for row in d["rows"]:
+        del row["selection_delta"]
     return d
 
   def text(self) -> str:
@@ -119,6 +131,17 @@ class PrivacyStatement:
           "  per-example gradients clipped to L2 norm C, summed, plus N(0, sigma^2 C^2 I)",
           f"  noise with noise multiplier sigma = {self.noise_multiplier:.6g}; divided by the",
           "  fixed expected batch size q*n, never by the realised batch size."]
+      if self.max_batch_size is not None:
+        b = self.max_batch_size
+        unit_lines[6:6] = [
+            f"  TRUNCATED at B = {b} records: a step that draws more keeps a uniformly",
+            f"  random {b} of them (the others do not take part that step);"]
+        unit_lines += [
+            f"  Accounted for datasets of exactly n = {n} records and their neighbours",
+            "  (n - 1 or n + 1 records): the bound depends on n (Poisson sampling's does not).",
+            f"  The selection is uniform up to {self.selection_tv:.1e} in total variation",
+            "  over the run (64-bit ranking keys); (1 + e^eps) times it is added to delta",
+            "  (total_delta; not shown in the table)."]
     out = [
         "PRIVACY STATEMENT (DP-SGD)",
         "==========================",
@@ -143,14 +166,24 @@ class PrivacyStatement:
       if self.noise_draws_per_step is not None:
         line += f"  {r.delta:8.0e} + {r.sampler_delta:8.1e}"
       out.append(line)
-    out += [
-        "  RDP: exact Renyi DP of the subsampled Gaussian at integer and fractional",
-        "    orders, Balle et al. 2020 conversion, optimal order shown.",
-        "  PLD: discretised privacy-loss distribution composed by FFT (pessimistic,",
-        "    connect-the-dots); the true eps lies in [PLD - disc., PLD].",
-        f"  CLT: Bu et al. 2020 mu-GDP limit, mu = {self.clt_mu:.4f}; APPROXIMATE, not a bound.",
-        "",
-    ]
+    if self.max_batch_size is None:
+      out += [
+          "  RDP: exact Renyi DP of the subsampled Gaussian at integer and fractional",
+          "    orders, Balle et al. 2020 conversion, optimal order shown.",
+          "  PLD: discretised privacy-loss distribution composed by FFT (pessimistic,",
+          "    connect-the-dots); the true eps lies in [PLD - disc., PLD].",
+          f"  CLT: Bu et al. 2020 mu-GDP limit, mu = {self.clt_mu:.4f}; APPROXIMATE, not a "
+          "bound.",
+          "",
+      ]
+    else:
+      out += [
+          "  RDP and PLD: upper bounds of the truncated subsampled Gaussian (accounting.",
+          "    truncated_sampling: the cut branches have sensitivity 2C at a reduced rate);",
+          "    PLD at h = 1e-4, disc. estimated from the grid 2h (an estimate, not a bound).",
+          "  CLT: not available for truncated sampling (nan).",
+          "",
+      ]
     if self.noise_draws_per_step is None:
       out += ["Noise sampler: the extra delta of its finite support is NOT included",
               "  (the number of noise coordinates per step was not given).", ""]
@@ -182,12 +215,18 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
                       dataset_size: int, deltas: Sequence[float] = DEFAULT_DELTAS,
                       fprs: Sequence[float] = DEFAULT_FPRS, pld_rtol: float = 1e-5,
                       noise_draws_per_step: int | None = None,
-                      privacy_unit: str = "example") -> PrivacyStatement:
+                      privacy_unit: str = "example",
+                      max_batch_size: int | None = None) -> PrivacyStatement:
   """Builds the privacy statement of a DP-SGD run (Poisson sampling, add/remove).
 
   deltas [D], fprs [F] in (0, 1); noise_draws_per_step d (parameter count) adds
   `sampler_delta(eps, T d)` per row. privacy_unit ("example" or "user") only names the unit;
   "user" is correct only with user-level sampling and clipping (`DpSgdConfig(privacy_unit=)`).
+  max_batch_size: None, or B >= 1 for batches truncated to B records
+  (`DpSgdConfig(max_batch_size=)`; example level only): `truncated_dpsgd_event` is
+  accounted (RDP; PLD at h = 1e-4 with the error estimated from 2h), each row's
+  selection_delta is (1 + e^eps) `sampling.selection_tv_bound(n, q, T)`, the CLT columns
+  are nan.
   Cost: each PLD composition stays within `pld_grid.MAX_WORK` (coarser grids, still upper
   bounds); a num_steps whose trade-off curve cannot fit is a GridTooLarge naming it.
   """
@@ -207,6 +246,12 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   unit = _validate.check_choice(privacy_unit, ("example", "user"), "privacy_unit")
   if not fprs:
     raise ValueError("fprs must be non-empty, each in (0, 1)")
+  if max_batch_size is not None:
+    b = _validate.check_int(max_batch_size, "max_batch_size", 1, 2 ** 31 - 1)
+    if unit != "example":
+      raise ValueError("max_batch_size (truncated Poisson sampling) is accounted for "
+                       f"example-level DP only; privacy_unit must be 'example', got {unit!r}")
+    return _truncated_statement(sigma, q, t, n, b, deltas, fprs, draws)
 
   orders, rho = event_accounting.rdp_curve(events.dpsgd_event(sigma, q, t))
   mu_clt = gdp.dpsgd_clt_mu(sigma, q, t)
@@ -236,17 +281,7 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   tpr_pld = tradeoff.pld_tpr_bound(composed, fprs, e_max)
   tpr_clt = tradeoff.gaussian_tpr(np.asarray(fprs), mu_clt)
 
-  notes = []
-  for d in deltas:
-    if d >= 1.0 / n:
-      notes.append(f"delta = {d:.0e} >= 1/n: VOID as a privacy guarantee (releasing "
-                   f"one random {'user' if unit == 'user' else 'record'} in full "
-                   "satisfies it).")
-    elif d > 0.1 / n:
-      notes.append(f"delta = {d:.0e} < 1/n but delta*n = {d * n:.2g} is not << 1; "
-                   f"prefer delta <= 0.1/n = {0.1 / n:.1e}.")
-    else:
-      notes.append(f"delta = {d:.0e}: delta*n = {d * n:.2g} << 1, fine.")
+  notes = _delta_notes(deltas, n, unit)
 
   issues = []
   for r in rows:
@@ -278,3 +313,83 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   return PrivacyStatement(sigma, q, t, n, mu_clt, tuple(rows), fprs,
                           tuple(float(x) for x in tpr_pld), tuple(float(x) for x in tpr_clt),
                           tuple(notes), tuple(issues), draws, support, tail, unit)
+
+
+def truncated_dpsgd_event(noise_multiplier: float, sampling_prob: float, num_steps: int,
+                          dataset_size: int, max_batch_size: int) -> events.SelfComposedEvent:
+  """T steps of DP-SGD on Poisson batches truncated to B records
+  (`sampling.TruncatedPoissonSampler`, add/remove-one): `events.SelfComposedEvent` of
+  `events.TruncatedPoissonSampledGaussianEvent(sigma, q, n, B)`, for a dataset of
+  n = dataset_size records and its neighbours.
+
+  Examples:
+    >>> e = truncated_dpsgd_event(1.0, 0.01, 100, 1000, 20)
+    >>> e.count, e.event.max_batch_size
+    (100, 20)
+  """
+  t = _validate.check_int(num_steps, "num_steps")
+  step = events.TruncatedPoissonSampledGaussianEvent(noise_multiplier, sampling_prob,
+                                                     dataset_size, max_batch_size)
+  return events.SelfComposedEvent(step, t)
+
+
+# The truncated statement's PLD grid (dp_accounting's default) and the coarser one of its
+# error estimate.
+_TRUNCATED_H = 1e-4
+
+
+def _delta_notes(deltas, n, unit) -> list[str]:
+  notes = []
+  for d in deltas:
+    if d >= 1.0 / n:
+      notes.append(f"delta = {d:.0e} >= 1/n: VOID as a privacy guarantee (releasing "
+                   f"one random {'user' if unit == 'user' else 'record'} in full "
+                   "satisfies it).")
+    elif d > 0.1 / n:
+      notes.append(f"delta = {d:.0e} < 1/n but delta*n = {d * n:.2g} is not << 1; "
+                   f"prefer delta <= 0.1/n = {0.1 / n:.1e}.")
+    else:
+      notes.append(f"delta = {d:.0e}: delta*n = {d * n:.2g} << 1, fine.")
+  return notes
+
+
+def _truncated_statement(sigma, q, t, n, b, deltas, fprs, draws) -> PrivacyStatement:
+  """privacy_statement for batches truncated to b records (validated arguments)."""
+  from dpjax import sampling  # pylint: disable=g-import-not-at-top  (jax only when needed)
+  event = truncated_dpsgd_event(sigma, q, t, n, b)
+  orders, rho = event_accounting.rdp_curve(event)
+  try:
+    composed = {h: event_accounting.privacy_loss_distribution(event, value_discretization=h)
+                for h in (_TRUNCATED_H, 2 * _TRUNCATED_H)}
+  except pld_grid.GridTooLarge as e:
+    raise pld_grid.GridTooLarge(f"num_steps = {t}: the truncated PLD does not fit a grid "
+                                f"of spacing {_TRUNCATED_H:g} ({e})") from e
+  tv = sampling.selection_tv_bound(n, q, t)
+  rows = []
+  for d in deltas:
+    e_rdp, order = rdp.rdp_to_epsilon(orders, rho, d)
+    e_pld = float(composed[_TRUNCATED_H].epsilon(d))
+    err = max(0.0, float(composed[2 * _TRUNCATED_H].epsilon(d)) - e_pld)
+    e_max = max(e_rdp, e_pld)
+    extra = (0.0 if draws is None else noise_support.sampler_delta(e_max, t * draws))
+    select = min(1.0, tv * (1.0 + math.exp(min(e_max, 700.0))))
+    rows.append(EpsilonRow(d, e_rdp, order, e_pld, err, _TRUNCATED_H, math.nan, extra,
+                           select))
+  e_top = max(r.pld_epsilon for r in rows)
+  e_top = 2.0 * e_top + 1.0 if math.isfinite(e_top) else 50.0
+  tpr_pld = tradeoff.pld_tpr_bound(composed[_TRUNCATED_H], fprs, e_top)
+  issues = []
+  for r in rows:
+    lo = r.pld_epsilon - r.pld_error
+    if r.rdp_epsilon < lo - 1e-9 - 1e-9 * abs(r.pld_epsilon):
+      issues.append(f"delta = {r.delta:.0e}: RDP eps {r.rdp_epsilon:.4f} is BELOW the PLD's "
+                    f"lower end {lo:.4f}; both claim to be upper bounds, so one is wrong.")
+  support = tail = None
+  if draws is not None:
+    from dpjax import prng  # pylint: disable=g-import-not-at-top
+    support, tail = prng.normal_support(), prng.normal_tail_mass()
+  nan_f = tuple(math.nan for _ in fprs)
+  return PrivacyStatement(sigma, q, t, n, math.nan, tuple(rows), fprs,
+                          tuple(float(x) for x in tpr_pld), nan_f,
+                          tuple(_delta_notes(deltas, n, "example")), tuple(issues), draws,
+                          support, tail, "example", b, tv)

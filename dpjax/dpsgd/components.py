@@ -118,7 +118,7 @@ def resolve(cfg, model, sampler, clipping, privatizer, n):
         float(sampler.sampling_prob), np.ascontiguousarray(ids, np.int32).tobytes(), int(n),
         int(sampler.num_users), model)
   sampler = cfg.sampler() if sampler is None else sampler
-  sampling_lib.check_sampler(sampler, cfg.sampling_prob)
+  sampling_lib.check_sampler(sampler, cfg.sampling_prob, cfg.max_batch_size)
   path = clipping_lib.path_for(model) if clipping is None else clipping_lib.as_path(clipping)
   _check_units(cfg, sampler, path, n)
   privatizer = privatizer_lib.GaussianPrivatizer() if privatizer is None else privatizer
@@ -157,3 +157,34 @@ def check_sampler_delta(cfg, params_shape) -> None:
                   f"the guarantee is (eps, delta + {extra:.3g}), not (eps, delta) "
                   "(dpjax.accounting.sampler_delta).", UnaccountedComponentWarning,
                   stacklevel=4)
+
+
+def check_truncated(cfg, keep, has_fixed) -> None:
+  """Truncating mode (cfg.max_batch_size set): refuses fixed-gradient records (sampled
+  outside the cap, so not the accounted mechanism) and warns UnaccountedComponentWarning
+  when a model holds other than n - 1, n or n + 1 records (n = cfg.dataset_size: the
+  truncated bound depends on n) or when the selection's distance from uniform,
+  (1 + e^eps) `sampling.selection_tv_bound(n, q, T)`, exceeds 1e-3 cfg.delta."""
+  if cfg.max_batch_size is None:
+    return
+  if has_fixed:
+    raise ValueError("fixed_gradients with cfg.max_batch_size (truncated Poisson sampling): "
+                     "fixed-gradient records are sampled outside the cap, which the "
+                     "truncated accountant does not model; train them as records instead")
+  n = int(cfg.dataset_size)
+  counts = np.sum(np.asarray(keep), axis=1)
+  lo, hi = int(counts.min()), int(counts.max())
+  if lo < n - 1 or hi > n + 1:
+    warnings.warn(f"cfg.max_batch_size = {cfg.max_batch_size}: the truncated accountant's "
+                  f"bound holds for datasets of n = {n} records and their neighbours (n - 1, "
+                  f"n + 1), but the models hold {lo} to {hi} records: DpSgdConfig.epsilon() "
+                  "is not a guarantee for the others (the bound depends on n).",
+                  UnaccountedComponentWarning, stacklevel=4)
+  if float(cfg.noise_multiplier) > 0:
+    tv = sampling_lib.selection_tv_bound(n, float(cfg.sampling_prob), int(cfg.num_steps))
+    extra = tv * (1.0 + math.exp(min(cfg.epsilon(), 700.0)))
+    if extra > 1e-3 * float(cfg.delta):
+      warnings.warn(f"the truncation's selection is uniform up to {tv:.3g} in total "
+                    f"variation over the run: the guarantee is (eps, delta + {extra:.3g}), "
+                    f"not (eps, delta) (sampling.selection_tv_bound).",
+                    UnaccountedComponentWarning, stacklevel=4)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 from typing import Any
 
 import jax
@@ -25,11 +26,20 @@ PRIVACY_UNITS = ("example", "user")
 
 
 @functools.lru_cache(maxsize=256)
-def _epsilon(sigma, sampling_prob, num_steps, delta, accountant, dataset_size):
+def _epsilon(sigma, sampling_prob, num_steps, delta, accountant, dataset_size,
+             max_batch_size=None):
   # dataset_size lets the accountant warn when delta >= 1/n.
   from dpjax import accounting  # pylint: disable=g-import-not-at-top
-  return float(accounting.dpsgd_epsilon(sigma, sampling_prob, num_steps, delta,
-                                        accountant=accountant, dataset_size=dataset_size))
+  if max_batch_size is None:
+    return float(accounting.dpsgd_epsilon(sigma, sampling_prob, num_steps, delta,
+                                          accountant=accountant, dataset_size=dataset_size))
+  from dpjax.accounting import event_accounting, statement  # pylint: disable=g-import-not-at-top
+  if delta >= 1.0 / dataset_size:
+    warnings.warn(f"delta = {delta:g} >= 1/dataset_size = {1.0 / dataset_size:g}: a mechanism "
+                  "that publishes one random record in full satisfies this (eps, delta); use "
+                  "delta << 1/n.", UserWarning, stacklevel=3)
+  return float(event_accounting.epsilon(statement.truncated_dpsgd_event(
+      sigma, sampling_prob, num_steps, dataset_size, max_batch_size), delta, accountant))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,6 +54,18 @@ class DpSgdConfig:
       al. 2022), post-processing.
     privacy_unit: "example" or "user" (n users, q per user; training needs
       `sampler=cfg.sampler(user_ids_N)`).
+    max_batch_size: None (Poisson batches of any size), or B >= 1: the truncating mode.
+      A step that draws more than B records keeps a uniformly random B of them
+      (`sampling.TruncatedPoissonSampler`); the accountant is told the truncated Poisson-
+      subsampled Gaussian (`accounting.truncated_sampling`) for datasets of n =
+      dataset_size records and their add/remove neighbours. The denominator stays q n
+      (public; the truncated batch's mean is below it, a bias, not a privacy matter).
+      Example level only; no fixed-gradient records.
+  Warning (truncating mode): the bound depends on n, so a model holding a number of
+    records other than n - 1, n or n + 1 is not covered (the engine warns); the selection
+    is uniform up to `sampling.selection_tv_bound` in total variation (about 2^-64 C(count, 2)
+    a step), which the statement adds to delta; the bound can be far above the untruncated
+    eps (a cut step has sensitivity 2C), so a cap well above q n costs least.
   """
   dataset_size: int
   sampling_prob: float
@@ -56,6 +78,7 @@ class DpSgdConfig:
   ema_decay: float | None = None
   accountant: str = "rdp"
   privacy_unit: str = "example"
+  max_batch_size: int | None = None
 
   def __post_init__(self):
     for name in ("dataset_size", "num_steps"):
@@ -86,6 +109,13 @@ class DpSgdConfig:
       _validate.check_probability(self.ema_decay, "ema_decay", open_high=True)
     _validate.check_choice(self.accountant, _ACCOUNTANTS, "accountant")
     _validate.check_choice(self.privacy_unit, PRIVACY_UNITS, "privacy_unit")
+    if self.max_batch_size is not None:
+      object.__setattr__(self, "max_batch_size", _validate.check_int(
+          self.max_batch_size, "max_batch_size", 1, 2 ** 31 - 1))
+      if self.privacy_unit != "example":
+        raise ValueError("max_batch_size (truncated Poisson sampling) is accounted for "
+                         "example-level DP only; privacy_unit must be 'example', got "
+                         f"{self.privacy_unit!r}")
     # Store Python floats: a config is a static (hashable) argument of the compiled program.
     for name in ("sampling_prob", "l2_clip_norm", "noise_multiplier", "delta",
                  "learning_rate", "momentum", "ema_decay"):
@@ -104,29 +134,63 @@ class DpSgdConfig:
 
   def calibrate(self, target_epsilon: float) -> DpSgdConfig:
     """A copy whose noise_multiplier is the smallest sigma with epsilon() <= target_epsilon
-    (`accounting.calibrate_noise`)."""
+    (`accounting.calibrate_noise`; truncating mode: `accounting.smallest_noise` over
+    `epsilon()`, bracketed from the untruncated answer)."""
     from dpjax import accounting  # pylint: disable=g-import-not-at-top
     eps = _validate.check_epsilon(target_epsilon, "target_epsilon")
+    if self.max_batch_size is not None:
+      return dataclasses.replace(self, noise_multiplier=self._calibrate_truncated(eps))
     sigma = accounting.calibrate_noise(eps, float(self.sampling_prob), int(self.num_steps),
                                        float(self.delta), accountant=self.accountant,
                                        dataset_size=int(self.dataset_size))
     return dataclasses.replace(self, noise_multiplier=float(sigma))
 
+  def _calibrate_truncated(self, target: float) -> float:
+    from dpjax import accounting  # pylint: disable=g-import-not-at-top
+    lo_s, hi_s = accounting.NOISE_MULTIPLIER_RANGE
+    try:   # the untruncated sigma: usually just below the answer (a cut costs sensitivity 2C)
+      start = accounting.calibrate_noise(target, float(self.sampling_prob),
+                                         int(self.num_steps), float(self.delta), rtol=1e-3)
+    except ValueError:
+      start = 1.0
+    start = min(max(start, 1.25 * lo_s), hi_s)
+    eps = lambda s: dataclasses.replace(self, noise_multiplier=s).epsilon()
+    return accounting.smallest_noise(eps, target, start / 1.25, start, rtol=1e-4,
+                                     factor=1.25, limits=(lo_s, hi_s))
+
   def epsilon(self) -> float:
-    """accounting.dpsgd_epsilon(sigma, q, T, delta) of `train_many`'s defaults (inf if sigma 0)."""
+    """accounting.dpsgd_epsilon(sigma, q, T, delta) of `train_many`'s defaults (inf if sigma
+    0); truncating mode: the eps of `event()` by `accountant`."""
     s = float(self.noise_multiplier)
     if s == 0.0:
       return math.inf
+    if self.max_batch_size is None:
+      return _epsilon(s, float(self.sampling_prob), int(self.num_steps), float(self.delta),
+                      self.accountant, int(self.dataset_size))
     return _epsilon(s, float(self.sampling_prob), int(self.num_steps), float(self.delta),
-                    self.accountant, int(self.dataset_size))
+                    self.accountant, int(self.dataset_size), int(self.max_batch_size))
+
+  def event(self):
+    """The `events.Event` the accountant is told: `events.dpsgd_event(sigma, q, T)`, or
+    `statement.truncated_dpsgd_event(sigma, q, T, n, B)` in truncating mode (sigma > 0)."""
+    from dpjax.accounting import events, statement  # pylint: disable=g-import-not-at-top
+    s, q, t = float(self.noise_multiplier), float(self.sampling_prob), int(self.num_steps)
+    if self.max_batch_size is None:
+      return events.dpsgd_event(s, q, t)
+    return statement.truncated_dpsgd_event(s, q, t, int(self.dataset_size),
+                                           int(self.max_batch_size))
 
   def sampler(self, user_ids_N: jax.typing.ArrayLike | None = None):
-    """The sampler the accountant models: `PoissonSampler(q)` ("example"), or
-    `UserPoissonSampler(q, user_ids_N, n)` ("user"; user_ids_N int[N] required)."""
+    """The sampler the accountant models: `PoissonSampler(q)` ("example"),
+    `TruncatedPoissonSampler(q, B)` (max_batch_size B), or `UserPoissonSampler(q,
+    user_ids_N, n)` ("user"; user_ids_N int[N] required)."""
     if self.privacy_unit == "example":
       if user_ids_N is not None:
         raise ValueError("user_ids_N is only for privacy_unit = 'user' (this config's "
                          "unit is 'example')")
+      if self.max_batch_size is not None:
+        return sampling_lib.TruncatedPoissonSampler(float(self.sampling_prob),
+                                                    int(self.max_batch_size))
       return sampling_lib.PoissonSampler(float(self.sampling_prob))
     if user_ids_N is None:
       raise ValueError("privacy_unit = 'user' needs user_ids_N (the user of each record)")
@@ -134,8 +198,11 @@ class DpSgdConfig:
                                            int(self.dataset_size))
 
   def statement(self, **kwargs):
-    """`accounting.privacy_statement` of (sigma, q, T, n) and `privacy_unit`; kwargs are its."""
+    """`accounting.privacy_statement` of (sigma, q, T, n), `privacy_unit` and
+    `max_batch_size`; kwargs are its."""
     from dpjax.accounting import statement  # pylint: disable=g-import-not-at-top
+    if self.max_batch_size is not None:
+      kwargs["max_batch_size"] = int(self.max_batch_size)
     return statement.privacy_statement(float(self.noise_multiplier),
                                        float(self.sampling_prob), int(self.num_steps),
                                        int(self.dataset_size),

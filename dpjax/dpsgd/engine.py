@@ -156,6 +156,7 @@ def _train(key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, *, init_params=No
     if not all(bool(jnp.all(jnp.isfinite(v))) for v in jax.tree.leaves(init_params)):
       raise ValueError("init_params must be finite (no NaN or inf)")
   sampler, path, privatizer = components.resolve(cfg, model, sampler, clipping, privatizer, n)
+  components.check_truncated(cfg, keep, fixed is not None)
   if optimizer is None:
     optimizer = _default_optimizer(float(cfg.learning_rate), float(cfg.momentum))
   if noise_std_M is None:
@@ -169,6 +170,8 @@ def _train(key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, *, init_params=No
     components.check_sampler_delta(cfg, params_shape)
   capacity = layout.capacity(perf, cfg, sampler, path, keep,
                              sum(math.prod(l.shape) for l in jax.tree.leaves(params_shape)))
+  if capacity is not None and cfg.max_batch_size is not None:
+    capacity = min(capacity, int(cfg.max_batch_size))   # no buffer need exceed the cap
   fn = _compiled(config_lib.noise_free(cfg), model, observe_fn, per_example_stats,
                  fixed is not None, path, sampler, privatizer, optimizer,
                  init_params is not None, has_noise, capacity)

@@ -7,12 +7,13 @@ pipeline is `dpjax.audit.run` (stored chunks: `--resume` continues an interrupte
 the trials) and a gradient canary (WHITE-BOX, Nasr et al. 2021: exact per-step likelihood
 ratio, the larger of a threshold fixed from the claim and a held-out one), beside the
 trials' ceiling, the best certifiable bound and the GDP estimate. `--canaries_per_run K`:
-K gradient canaries per run; with K = 1 a companion audit with `--companion_canaries`
-follows. `--per_step` adds the per-step audit of Nasr et al. 2023 (`audit.per_step_run`) of
-each claim at q and (`--per_step_full_batch`) at q = 1.
+K gradient canaries per run; with K = 1, `--companion_canaries K'` adds the audit with K'
+canaries per run (its own runs, in <out>/canaries<K'>; `experiments.audit_canaries` runs the
+K' = 10 one on its own). `--per_step` adds the per-step audit of Nasr et al. 2023
+(`audit.per_step_run`) of each claim at q and (`--per_step_full_batch`) at q = 1.
 
-Command:   python -m experiments.audit --trials 10000  (about 210 CPU-s: final-model chunks
-                                                         150, per-step rows 45)
+Command:   python -m experiments.audit --trials 10000  (about 160 CPU-s under load: final-model
+                                                         chunks 80, per-step rows 45)
            python -m experiments.audit                  (about 100 CPU-s)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1
 A faulty variant's results go to results/audit_variants/<variant>/ unless --out is given.

@@ -8,8 +8,8 @@ fixed from the claimed likelihood-ratio law and a held-out one (`dpjax.audit.run
 exact eps. The same numbers as `experiments.audit --companion_canaries 10` (its companion
 table), run on its own so that the main job stays small.
 
-Command:   python -m experiments.audit_canaries                 (1000 trials per side)
-           python -m experiments.audit_canaries --trials 10000  (about 80 CPU-s)
+Command:   python -m experiments.audit_canaries                 (1000 trials, about 20 CPU-s)
+           python -m experiments.audit_canaries --trials 10000  (about 90 CPU-s)
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 import resource
 import subprocess
@@ -48,6 +49,10 @@ _MAIN_JOB_TRIALS = flags.DEFINE_integer(
 _MERGE = flags.DEFINE_bool("merge", False, "Keep the existing JSON's figures that this run "
                            "does not measure.")
 _MEM_CHILD = flags.DEFINE_integer("mem_child", 0, "(internal) train M models and exit.")
+_CHUNK_SIZES = flags.DEFINE_string(
+    "chunk_sizes", None, "Only time one chunk of the main job (2,000 audit models, K = 1 and "
+    "K = 10 gradient canaries) at these engine chunk sizes (max_chunk); writes "
+    "benchmarks/results/dpsgd_chunks.json (or --json).")
 
 N, D, Q, T, C, SIGMA, LR = 150, 56, 0.2, 500, 1.0, 1.0, 0.5
 FLOP_PER_MODEL = 4 * N * D * T
@@ -275,6 +280,87 @@ def audit_runner(x, y, num_models: int, **train_kwargs):
   return run
 
 
+def audit_chunk_runner(num_canaries: int, max_chunk: int):
+  """A zero-argument function that trains chunk 0 of the claim eps = 2 of the main job
+  (`experiments.audit --trials 10000`: 2,000 models, K gradient canaries) as
+  `audit.run.train_chunk` does, but with the engine's chunks capped at `max_chunk`
+  models; it returns (params w, observations) as NumPy arrays."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from dpjax import dpsgd, models  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import canary  # pylint: disable=g-import-not-at-top
+  from dpjax.audit import run as audit_run  # pylint: disable=g-import-not-at-top
+  from dpjax.data import canaries  # pylint: disable=g-import-not-at-top
+  from experiments import audit  # pylint: disable=g-import-not-at-top
+  k = num_canaries
+  cfg = audit.AuditConfig(trials=10_000, canaries_per_run=k)
+  k_data, k_train = jax.random.split(jax.random.key(cfg.seed))
+  data = canaries.audit_data(k_data, cfg.base_size, unused_features=k)
+  model = models.logistic_regression(data.num_features)
+  spec = audit._spec(cfg)  # pylint: disable=protected-access
+  si, st = 1, audit_run.settings(cfg.epsilons, cfg.sampling_prob, cfg.num_steps, cfg.delta,
+                                 cfg.no_noise)[1]
+  var = audit_run.audited_training(spec, st, int(data.x_NxD.shape[0]), model)
+  hi = spec.models_per_chunk
+  if k == 1:
+    r, s = canary.balanced_design(spec.models_per_setting)
+    s_in = jnp.asarray(s[:hi])[:, None]
+  else:
+    r, s = canary.canaries_design(spec.models_per_setting, k, spec.canary_in_fraction,
+                                  spec.design_seed)
+    s_in = jnp.asarray(s[:hi])
+  keep = np.ones((hi, data.x_NxD.shape[0]), bool)
+  keep[:, data.canary_index] = r[:hi]
+  design = audit_run.Design(data.x_NxD, data.y_N, keep, dpsgd.FixedGradients(
+      canary.gradient_canaries(data.num_features, k, var.config.l2_clip_norm), s_in))
+  observe = canary.observe_last_coordinate() if k == 1 else canary.observe_last_coordinates(k)
+  perf = dpsgd.PerformanceFlags(max_chunk=max_chunk, progress=False)
+  key = audit_run.chunk_key(k_train, si, 0)
+
+  def run():
+    out = audit_run.train(key, design, var.config, model, quiet=True, observe_fn=observe,
+                          components=dict(var.components, perf=perf))
+    return np.asarray(out.params["w"]), np.asarray(out.observations)
+  return run
+
+
+def measure_chunk_sizes(sizes, canaries=(1, 10), repeats: int = 3, log=print) -> dict:
+  """CPU and wall seconds of one main-job chunk per engine chunk size, interleaved.
+
+  For each K in `canaries` and each size: the first call's CPU seconds (compilation and
+  one run), the best of `repeats` interleaved calls (CPU and wall), and whether the
+  parameters and observations equal those at the first size bit for bit.
+  """
+  res = {}
+  for k in canaries:
+    fns = {mc: audit_chunk_runner(k, mc) for mc in sizes}
+    first, cpu, wall, same, ref = {}, {}, {}, {}, None
+    for mc, f in fns.items():
+      c0 = time.process_time()
+      out = f()
+      first[mc] = time.process_time() - c0
+      ref = out if ref is None else ref
+      same[mc] = all(np.array_equal(a, b) for a, b in zip(out, ref))
+      cpu[mc] = wall[mc] = math.inf
+    for _ in range(repeats):
+      for mc, f in fns.items():
+        c0, w0 = time.process_time(), time.perf_counter()
+        f()
+        cpu[mc] = min(cpu[mc], time.process_time() - c0)
+        wall[mc] = min(wall[mc], time.perf_counter() - w0)
+    base = max(sizes)
+    for mc in sizes:
+      row = {"first_call_cpu_s": first[mc], "cpu_s": cpu[mc], "wall_s": wall[mc],
+             "compile_cpu_s": max(0.0, first[mc] - cpu[mc]),
+             "cpu_ratio_vs_largest": cpu[mc] / cpu[base], "identical": same[mc]}
+      res[f"K{k}.chunk{mc}"] = row
+      log(f"K={k} max_chunk={mc:5d}: {cpu[mc]:.3f} CPU-s ({row['cpu_ratio_vs_largest']:.2f}x "
+          f"the largest), {wall[mc]:.3f} s wall, first call {first[mc]:.2f} CPU-s, "
+          f"identical {same[mc]}")
+  res["load_average_1min_at_end"] = os.getloadavg()[0]
+  return res
+
+
 def time_main_job(trials: int, log=print) -> dict:
   """CPU seconds (user + sys) and wall seconds of `python -m experiments.audit --trials N`
   in a fresh child process writing to a temporary directory."""
@@ -299,6 +385,15 @@ def main(argv):
   del argv
   if _MEM_CHILD.value:
     _mem_child(_MEM_CHILD.value)
+    return
+  if _CHUNK_SIZES.value:
+    from experiments import _common  # pylint: disable=g-import-not-at-top
+    _common.start_backend_one_thread()     # as the main job (`--xla_one_thread`)
+    figures = measure_chunk_sizes(report.model_counts(_CHUNK_SIZES.value, "chunk_sizes"),
+                                  repeats=_REPEATS.value)
+    path = _JSON.value or os.path.join(report.RESULTS_DIR, "dpsgd_chunks.json")
+    report.dump(path, {"benchmark": "dpsgd_chunks", "command": report.command("dpsgd"),
+                       "environment": report.environment(), "figures": figures})
     return
   sizes = report.model_counts(_SIZES.value, "sizes")
   audit = measure_audit_workload(sizes, _REPEATS.value, _SKIP_GENERIC_LARGEST.value,

@@ -7,12 +7,13 @@ pipeline is `dpjax.audit.run` (stored chunks: `--resume` continues an interrupte
 the trials) and a gradient canary (WHITE-BOX, Nasr et al. 2021: exact per-step likelihood
 ratio, the larger of a threshold fixed from the claim and a held-out one), beside the
 trials' ceiling, the best certifiable bound and the GDP estimate. `--canaries_per_run K`:
-K gradient canaries per run; with K = 1 a companion audit with `--companion_canaries`
-follows. `--per_step` adds the per-step audit of Nasr et al. 2023 (`audit.per_step_run`) of
-each claim at q and (`--per_step_full_batch`) at q = 1.
+K gradient canaries per run; with K = 1, `--companion_canaries K'` adds the audit with K'
+canaries per run (its own runs, in <out>/canaries<K'>; `experiments.audit_canaries` runs the
+K' = 10 one on its own). `--per_step` adds the per-step audit of Nasr et al. 2023
+(`audit.per_step_run`) of each claim at q and (`--per_step_full_batch`) at q = 1.
 
-Command:   python -m experiments.audit --trials 10000  (about 210 CPU-s: final-model chunks
-                                                         150, per-step rows 45)
+Command:   python -m experiments.audit --trials 10000  (about 160 CPU-s under load: final-model
+                                                         chunks 80, per-step rows 45)
            python -m experiments.audit                  (about 100 CPU-s)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1
 A faulty variant's results go to results/audit_variants/<variant>/ unless --out is given.
@@ -63,8 +64,8 @@ class AuditConfig(_common.ExperimentConfig):
   canaries_per_run: int = _opt(
       1, "Gradient canaries per run, K, each with its own coordinate and bits.", bounds=">=1")
   companion_canaries: int = _opt(
-      10, "With K = 1: also a white-box audit with this many canaries per run (0: none).",
-      bounds=">=0")
+      0, "With K = 1: also a white-box audit with this many canaries per run (0: none; "
+      "`experiments.audit_canaries` runs the K = 10 one on its own).", bounds=">=0")
   per_step: bool = _opt(
       True, "Also run the per-step white-box audit (Nasr et al. 2023) of each claim.")
   per_step_runs: int = _opt(8, "Per-step audit: training runs per claim.", bounds=">=1")
@@ -111,14 +112,10 @@ def _spec(cfg: AuditConfig) -> audit_run.CanaryAuditSpec:
       observation_budget=cfg.observation_budget, design_seed=cfg.seed)
 
 
-def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = False,
-        max_new_chunks: int | None = None) -> dict:
-  """Trains (or resumes) every chunk into <out_dir>/chunks, audits each setting, writes
-  results.json and figures; stops incomplete after `max_new_chunks` new chunks.
-
-  Returns {"rows", "complete", "chunks_trained", "path"} (path None while incomplete)
-  and, when complete, `_common.finish`'s "record", "tables" and "figures".
-  """
+def final_model_audit(cfg: AuditConfig, out_dir: str, *, progress: bool = True,
+                      max_new_chunks: int | None = None) -> dict:
+  """Trains (or resumes) the final-model audit's chunks into <out_dir>/chunks and bounds
+  each claim: `audit.run.canary_audit`'s dict (rows empty while incomplete)."""
   k_can = cfg.canaries_per_run
   k_data, k_train = jax.random.split(jax.random.key(cfg.seed))
   data = canaries.audit_data(k_data, cfg.base_size, unused_features=k_can)
@@ -135,16 +132,35 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
                     chunk_models=spec.models_per_chunk)
   chunks = store.ChunkStore(os.path.join(out_dir, "chunks"), manifest, resume=cfg.resume,
                             on_invalid=cfg.invalid_chunks)
-  main = audit_run.canary_audit(k_train, spec, settings, data, model, chunks, progress=progress,
-                                max_new_chunks=max_new_chunks)
+  return audit_run.canary_audit(k_train, spec, settings, data, model, chunks,
+                                progress=progress, max_new_chunks=max_new_chunks)
+
+
+def companion_config(cfg: AuditConfig, num_canaries: int) -> AuditConfig:
+  """The white-box audit of cfg's claims with `num_canaries` gradient canaries per run."""
+  return dataclasses.replace(cfg, canaries_per_run=num_canaries, companion_canaries=0,
+                             threat_model="white_box", no_noise=False, per_step=False)
+
+
+def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = False,
+        max_new_chunks: int | None = None) -> dict:
+  """Trains (or resumes) every chunk into <out_dir>/chunks, audits each setting, writes
+  results.json and figures; stops incomplete after `max_new_chunks` new chunks.
+
+  Returns {"rows", "complete", "chunks_trained", "path"} (path None while incomplete)
+  and, when complete, `_common.finish`'s "record", "tables" and "figures".
+  """
+  k_can = cfg.canaries_per_run
+  k_data = jax.random.split(jax.random.key(cfg.seed))[0]
+  settings = audit_run.settings(cfg.epsilons, cfg.sampling_prob, cfg.num_steps, cfg.delta,
+                                cfg.no_noise)
+  spec = _spec(cfg)
+  main = final_model_audit(cfg, out_dir, progress=progress, max_new_chunks=max_new_chunks)
   rows, trained = main["rows"], main["chunks_trained"]
   companion = None
   if main["complete"] and k_can == 1 and cfg.companion_canaries > 1:
-    sub = dataclasses.replace(cfg, canaries_per_run=cfg.companion_canaries,
-                              companion_canaries=0, threat_model="white_box", no_noise=False,
-                              per_step=False)
-    companion = run(sub, os.path.join(out_dir, f"canaries{cfg.companion_canaries}"),
-                    progress=progress, quiet=True, max_new_chunks=(
+    companion = run(companion_config(cfg, cfg.companion_canaries),
+                    os.path.join(out_dir, f"canaries{cfg.companion_canaries}"), progress=progress, quiet=True, max_new_chunks=(
                         None if max_new_chunks is None else max_new_chunks - trained))
     trained += companion["chunks_trained"]
   if not main["complete"] or (companion is not None and not companion["complete"]):
@@ -158,7 +174,7 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
   if companion is not None:
     results["companion"] = {"canaries_per_run": cfg.companion_canaries,
                             "rows": companion["rows"]}
-    tables.insert(1, _companion_table(cfg, companion["rows"]))
+    tables.insert(1, companion_table(cfg, companion["rows"], cfg.companion_canaries))
   if cfg.per_step and k_can == 1:
     step_rows = _per_step_rows(cfg, settings, k_data, progress)
     results["per_step"] = {"rows": step_rows, "bound_assumption": per_step.ASSUMPTION_IID_STEPS,
@@ -218,9 +234,8 @@ def _shares(cfg: AuditConfig) -> str:
           f"{1 - (1 - share) * (1 - cfg.confidence):g}")
 
 
-def _companion_table(cfg: AuditConfig, rows: list[dict]) -> _common.Table:
-  """The white-box audit with `companion_canaries` canaries per run, beside the exact eps."""
-  k = cfg.companion_canaries
+def companion_table(cfg: AuditConfig, rows: list[dict], k: int) -> _common.Table:
+  """The white-box audit with k canaries per run of cfg's claims, beside the exact eps."""
   return _common.Table(
       title=(f"White-box audit with {k} gradient canaries per run ({2 * cfg.trials} models per "
              f"row: {rows[0]['white_box_trials_in']} IN / {rows[0]['white_box_trials_out']} OUT "

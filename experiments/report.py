@@ -17,9 +17,9 @@ _ROOT = flags.DEFINE_string("root", _common.RESULTS_ROOT, "Directory holding <na
 # Lecture order: §1 reconstruction, §2-3 mechanisms, §4 accounting, §5 DP-SGD,
 # §6 MIA and audits, §7 disparate impact, §8 PATE.
 _ORDER = ("reconstruction", "mia_bound", "mechanisms", "accounting", "published",
-          "privacy_statement", "dpsgd", "dp_mf", "mia", "audit", "audit_coverage",
-          "audit_scores", "audit_digits", "audit_final_model", "audit_bugs", "audit_guard",
-          "one_run_dpsgd", "one_run_fdp", "fp_attacks", "tuning", "user_level",
+          "privacy_statement", "dpsgd", "dp_mf", "mia", "audit", "audit_canaries",
+          "audit_coverage", "audit_scores", "audit_digits", "audit_final_model", "audit_bugs",
+          "audit_guard", "one_run_dpsgd", "one_run_fdp", "fp_attacks", "tuning", "user_level",
           "public_pretraining", "disparate_impact", "recommender", "pate", "pate_credit",
           "audit_pate", "exercise6")
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from dpjax.audit import stats
 from experiments import audit
+from experiments import audit_canaries
 from tests import helpers
 
 _SMALL = audit.AuditConfig(trials=8, epsilons=(8.0,), chunk_models=4, base_size=20,
@@ -176,6 +177,13 @@ class AuditExperimentTest(absltest.TestCase):
     self.assertEqual((row["white_box_trials_in"], row["white_box_trials_out"]), (12, 36))
     self.assertEqual(comp["rows"][0]["white_box_trials_in"], 8)        # main table: K = 1
     self.assertIn("3 gradient canaries per run", comp["tables"][1].title)
+    # experiments.audit_canaries alone: the companion's rows and table
+    alone = audit_canaries.run(audit_canaries.CanariesConfig(trials=8, epsilons=(8.0,),
+                                                             canaries_per_run=3),
+                               self._tmp(), progress=False, quiet=True, base=_SMALL)
+    self.assertEqual(json.dumps(alone["rows"], sort_keys=True),
+                     json.dumps(comp["record"]["companion"]["rows"], sort_keys=True))
+    self.assertEqual(alone["tables"][0].to_json(), comp["tables"][1].to_json())
 
   def test_per_step_rows_beside_unchanged_final_model_rows(self):
     cfg = dataclasses.replace(_SMALL, per_step=True, per_step_runs=2, per_step_canaries=8)

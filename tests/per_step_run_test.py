@@ -52,6 +52,23 @@ class CoverageTest(parameterized.TestCase):
       per_step_run.step_mechanism(-1.0, 0.3, 10)
 
 
+class RunLevelScoresTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(("q02", 0.2), ("q1", 1.0))
+  def test_one_program_per_q_equals_the_pipelines_scores_bit_for_bit(self, q):
+    # sigma is traced (one program for every claim at q); the scores must be those of
+    # run.white_box_llr_scores, whose program has sigma as a constant
+    rng = np.random.default_rng(5)
+    programs = per_step_run._llr_sums._cache_size()
+    for sigma in (18.176, 9.704, 2.984, 0.7):
+      o = (sigma * rng.standard_normal((2, 40, 16)) + (rng.random((2, 40, 16)) < q)).astype(
+          np.float32)
+      ours = per_step_run._llr_sums(o, 2.0 * sigma * sigma, sampling_prob=q)
+      ref = arun.white_box_llr_scores(o, 1.0, sampling_prob=q, noise_multiplier=sigma)
+      np.testing.assert_array_equal(np.asarray(ours), np.asarray(ref))
+    self.assertLessEqual(per_step_run._llr_sums._cache_size() - programs, 1)
+
+
 class StepObservationsTest(parameterized.TestCase):
   """The trainer's per-step scores against their closed form (real DP-SGD runs)."""
 

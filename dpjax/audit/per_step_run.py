@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 
 import jax
@@ -162,11 +163,15 @@ def step_observations(key, setting: run.Setting, data, model, var, canary_in_MxK
   return out.observations * (var.config.expected_batch_size / c)
 
 
-@functools.partial(jax.jit, static_argnames=("sampling_prob", "noise_multiplier"))
-def _llr_sums(o_MxTxK, *, sampling_prob, noise_multiplier):
-  """float32[M, K]: `run.white_box_llr_scores` of normalized observations, on the device."""
-  return run.white_box_llr_scores(o_MxTxK, 1.0, sampling_prob=sampling_prob,
-                                  noise_multiplier=noise_multiplier)
+@functools.partial(jax.jit, static_argnames=("sampling_prob",))
+def _llr_sums(o_MxTxK, two_sigma_sq, *, sampling_prob):
+  """float32[M, K]: sum_t log(1 - q + q e^((2 o_t - 1) / (2 sigma^2))) of normalized
+  observations, `run.white_box_llr_scores(o, 1, ...)` bit for bit; sigma traced (as
+  2 sigma^2), so one program serves every claim at q."""
+  x = (2.0 * o_MxTxK - 1.0) / two_sigma_sq
+  if sampling_prob < 1.0:
+    x = jnp.logaddexp(math.log1p(-sampling_prob), math.log(sampling_prob) + x)
+  return jnp.sum(x, axis=1)
 
 
 def per_step_statistics(key, spec: PerStepSpec, setting: run.Setting, data, model, *, bar=None,
@@ -195,8 +200,8 @@ def per_step_statistics(key, spec: PerStepSpec, setting: run.Setting, data, mode
     part = per_step.observation_statistics(o, g, thr)
     total = part if total is None else total + part
     if run_scores:
-      llr = np.asarray(_llr_sums(o, sampling_prob=float(spec.sampling_prob),
-                                 noise_multiplier=float(setting.sigma)), np.float64)
+      llr = np.asarray(_llr_sums(o, 2.0 * float(setting.sigma) ** 2,
+                                 sampling_prob=float(spec.sampling_prob)), np.float64)
       s_in.append(llr[g])
       s_out.append(llr[~g])
     del o

@@ -390,8 +390,8 @@ def leaf_canary_training(key, data, var, model, record_in_M, canary_in_MxK, *,
   record. The model gets the leaf {"canary": float32[K]} that apply never reads; var's
   clipping runs on the records and params["model"], and a sampled IN canary k adds C e_k
   to the leaf (norm C, which clipping leaves unchanged; counted in the realised batch
-  size): `dpjax.audit.per_step_run`'s canary path. Noise is var's, on the whole tree, so
-  canary k's leaf coordinate u_tk of privatized update t gives o_tk = u_tk B / C =
+  size; `canary_leaf_path`, as in `dpjax.audit.per_step_run`). Noise is var's, on the whole
+  tree, so canary k's leaf coordinate u_tk of privatized update t gives o_tk = u_tk B / C =
   b_tk + sigma z_tk, its own Poisson bit and noise, for DP-SGD as claimed: the
   fixed-gradient layout's observation, equal in law. The optimizer is the engine's
   default on params["model"]; on the leaf, which nothing reads, its update is the
@@ -413,8 +413,6 @@ def leaf_canary_training(key, data, var, model, record_in_M, canary_in_MxK, *,
   """
   from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
   from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
-  # per_step_run imports this module: imported here.
-  from dpjax.audit import per_step_run  # pylint: disable=g-import-not-at-top
   models_lib.check_model(model)
   if model.kind != "logistic_regression":
     raise ValueError(f"model must be the audit's models.logistic_regression, got kind "
@@ -445,10 +443,35 @@ def leaf_canary_training(key, data, var, model, record_in_M, canary_in_MxK, *,
   opt = _llr_accumulating_sgd(float(cfg.learning_rate), float(cfg.momentum),
                               float(cfg.expected_batch_size / cfg.l2_clip_norm), q, sigma)
   return train(key, Design(x, y, keep), cfg, models_lib.with_canary_leaf(used, k), quiet=True,
-               components=dict(comps, optimizer=opt,
-                               clipping=per_step_run._leaf_path(path, k),  # pylint: disable=protected-access
+               components=dict(comps, optimizer=opt, clipping=canary_leaf_path(path, k),
                                perf=dpsgd.PerformanceFlags(max_chunk=m, progress=False,
                                                            batch_capacity=None)))
+
+
+@functools.lru_cache(maxsize=32)
+def canary_leaf_path(path, num_canaries: int):
+  """`path` on the first N - K rows and params["model"]; the last K rows (the canaries) add
+  C w_k e_k to params["canary"] (w_k: their sampled-and-kept weight), their norms C.
+
+  A full-mask clipped sum (`dpjax.clipping` contract) for `models.with_canary_leaf`: a
+  Dirac canary is a record whose clipped gradient has norm exactly C. Cached per
+  (path, K), so one program per path.
+  """
+  from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
+  k = _validate.check_int(num_canaries, "num_canaries")
+  path = clipping_lib.as_path(path)
+
+  def fn(params, x, y, w, c):
+    if x.shape[0] <= k:
+      raise ValueError(f"the canary path needs the full-mask step over N > K = {k} rows, "
+                       f"got {x.shape[0]} (batch_capacity must be None)")
+    n = x.shape[0] - k
+    g, norms = path(params["model"], x[:n], y[:n], w[:n], c)
+    return ({"model": g, "canary": c * w[n:].astype(jnp.float32)},
+            jnp.concatenate([norms, jnp.full((k,), c, norms.dtype)]))
+  return clipping_lib.ClippingPath(fn, f"{path.name}+canary_leaf",
+                                   per_example_grad_memory=path.per_example_grad_memory,
+                                   scan_unroll=path.scan_unroll, accounted=path.accounted)
 
 
 # Above this x = (2 o - 1) / (2 sigma^2), log(1 - q + q e^x) = x + log q to float32 precision.
@@ -475,12 +498,12 @@ def _step_llr_f32(o, sampling_prob: float, noise_multiplier: float):
 @functools.lru_cache(maxsize=64)
 def _llr_accumulating_sgd(learning_rate: float, momentum: float, scale: float,
                           sampling_prob: float, noise_multiplier: float):
-  """The engine's default optimizer on params["model"]; on params["canary"] the update is
+  """The engine's default optimizer (`dpsgd.train_many`: optax.sgd(learning_rate,
+  momentum=momentum or None)) on params["model"]; on params["canary"] the update is
   `_step_llr_f32(update * scale)` (see `leaf_canary_training`). One object per argument
   tuple, so each claim's program compiles once."""
   import optax  # pylint: disable=g-import-not-at-top
-  from dpjax.dpsgd import engine  # pylint: disable=g-import-not-at-top
-  inner = engine._default_optimizer(learning_rate, momentum)  # pylint: disable=protected-access
+  inner = optax.sgd(learning_rate, momentum=momentum if momentum > 0 else None)
 
   def init_fn(params):
     return inner.init(params["model"])

@@ -3,13 +3,15 @@
     .venv/bin/python -m benchmarks.audit_canaries     # M = 500, K = 100 -> results/*.json
     .venv/bin/python -m benchmarks.audit_canaries --models 668 --canaries 100 --timings 2
 
-Two canary layouts of the same claim (sigma for eps = 4), timed round-robin in ONE process:
-  * "single" / "multi": one chunk of `experiments.audit` (M models, fixed-gradient canaries
-    C e_j in the data's last K unused features, scored by the summed LLR): 1 against K
-    canaries, so K M white-box trials;
-  * "leaf_single" / "leaf_multi": M runs of the per-step audit's training
-    (`dpjax.audit.per_step_run.step_observations`: canaries in a parameter leaf the
-    records' clipping never touches, every step's leaf observed), 1 against K canaries.
+One chunk of `experiments.audit` (M models, sigma for eps = 4, trained and scored by
+`dpjax.audit.run.train_chunk`), timed round-robin in ONE process:
+  * "single": 1 gradient canary per run (the main job's chunk: C e_D on the data's last,
+    unused feature);
+  * "multi": K canaries per run in the default layout (a parameter leaf the records'
+    clipping never touches, each canary's likelihood ratio summed inside the scan), so
+    K M white-box trials;
+  * "multi_fixed": K canaries per run as fixed gradients C e_j on the data's last K unused
+    features, every step observed, then scored (`canary_layout="fixed_gradients"`).
 Figures: the ratios of best times multi / single and the white-box trials per second.
 """
 
@@ -29,13 +31,12 @@ _EPSILON = 4.0
 
 
 def runners(num_models: int, num_canaries: int) -> dict:
-  """{"single": f, "multi": f}: zero-argument functions, each training and scoring one
-  chunk of `num_models` audit models through `dpjax.audit.run.train_chunk` (the single- /
-  K-canary designs of the same claim)."""
+  """{"single": f, "multi": f, "multi_fixed": f}: zero-argument functions, each training and
+  scoring one chunk of `num_models` audit models through `dpjax.audit.run.train_chunk` (the
+  single- / K-canary designs of the same claim, K canaries in either layout)."""
   import dataclasses  # pylint: disable=g-import-not-at-top
   import warnings  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   from dpjax import accounting, dpsgd, models  # pylint: disable=g-import-not-at-top
   from dpjax.audit import run as audit_run  # pylint: disable=g-import-not-at-top
   from dpjax.audit import variants  # pylint: disable=g-import-not-at-top
@@ -46,8 +47,9 @@ def runners(num_models: int, num_canaries: int) -> dict:
   setting = audit_run.Setting(f"eps={_EPSILON:g}", _EPSILON, sigma)
   key = jax.random.key(1)
 
-  def setup(k):
-    spec = dataclasses.replace(audit._spec(cfg), canaries_per_run=k)  # pylint: disable=protected-access
+  def setup(k, layout="parameter_leaf"):
+    spec = dataclasses.replace(audit._spec(cfg), canaries_per_run=k,  # pylint: disable=protected-access
+                               canary_layout=layout)
     data = canaries.audit_data(jax.random.key(0), cfg.base_size, unused_features=k)
     model = models.logistic_regression(data.num_features)
     claimed = dpsgd.DpSgdConfig(dataset_size=int(data.x_NxD.shape[0]),
@@ -59,22 +61,14 @@ def runners(num_models: int, num_canaries: int) -> dict:
     return spec, data, model, var
 
   one, many = setup(1), setup(num_canaries)
+  fixed = setup(num_canaries, "fixed_gradients")
 
   def chunk(parts):
     spec, data, model, var = parts
     return audit_run.train_chunk(key, spec, setting, data, var, model, 0, num_models)[3]
 
-  from dpjax.audit import per_step_run  # pylint: disable=g-import-not-at-top
-  _, leaf_data, leaf_model, leaf_var = one          # 151 records, one unused feature
-  bits = {k: (per_step_run.canary_bits(num_models, k, 0) if k > 1 else
-              (np.arange(num_models) % 2 == 0)[:, None]) for k in (1, num_canaries)}
-
-  def leaf(k):
-    o = per_step_run.step_observations(key, setting, leaf_data, leaf_model, leaf_var, bits[k])
-    return o.block_until_ready()
-
   return {"single": lambda: chunk(one), "multi": lambda: chunk(many),
-          "leaf_single": lambda: leaf(1), "leaf_multi": lambda: leaf(num_canaries)}
+          "multi_fixed": lambda: chunk(fixed)}
 
 
 def measure(sizes, num_canaries, repeats, log=print) -> dict:
@@ -84,14 +78,14 @@ def measure(sizes, num_canaries, repeats, log=print) -> dict:
     if m % 4:
       raise ValueError(f"--models must be multiples of 4, got {m}")
     _, best = report.interleaved_times(runners(m, num_canaries), repeats)
-    for tag, one, many in (("", "single", "multi"), ("leaf_", "leaf_single", "leaf_multi")):
+    for tag, one, many in (("", "single", "multi"), ("fixed_", "single", "multi_fixed")):
       ratio = best[many] / best[one]
       res[f"M{m}.{one}_s"] = best[one]
       res[f"M{m}.{many}_s"] = best[many]
       res[f"M{m}.{tag}multi_over_single"] = ratio
       res[f"M{m}.trials_per_s_{one}"] = m / best[one]
       res[f"M{m}.trials_per_s_{many}"] = m * num_canaries / best[many]
-      log(f"M={m:6d} {tag or 'fixed_'}canaries: 1 canary {best[one]:.2f} s, {num_canaries} "
+      log(f"M={m:6d} {'fixed-gradient' if tag else 'parameter-leaf'} canaries: 1 canary {best[one]:.2f} s, {num_canaries} "
           f"canaries {best[many]:.2f} s, ratio {ratio:.2f} ({num_canaries / ratio:.0f}x the "
           "white-box trials per second)")
   return res

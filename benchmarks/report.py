@@ -285,22 +285,23 @@ def _secure_noise_section(doc: dict) -> list[str]:
 def _audit_canaries_section(doc: dict) -> list[str]:
   f = doc["figures"]
   k = f.get("audit_canaries.canaries")
-  sizes = sorted(int(n.split(".")[1][1:]) for n in f if n.endswith(".leaf_multi_over_single"))
+  sizes = sorted(int(n.split(".")[1][1:]) for n in f if n.endswith(".multi_over_single"))
   rows = [[f"{m:,}", name, _fmt(f.get(f"audit_canaries.M{m}.{one}_s"), ".2f"),
            _fmt(f.get(f"audit_canaries.M{m}.{many}_s"), ".2f"),
            _ratio_vs_target(f.get(f"audit_canaries.M{m}.{tag}multi_over_single"), 3.0, True),
            _fmt(f.get(f"audit_canaries.M{m}.trials_per_s_{one}"), ",.0f"),
            _fmt(f.get(f"audit_canaries.M{m}.trials_per_s_{many}"), ",.0f")]
           for m in sizes
-          for name, tag, one, many in (("fixed-gradient canaries", "", "single", "multi"),
-                                       ("parameter-leaf canaries", "leaf_", "leaf_single",
-                                        "leaf_multi"))]
+          for name, tag, one, many in (("parameter-leaf canaries", "", "single", "multi"),
+                                       ("fixed-gradient canaries", "fixed_", "single",
+                                        "multi_fixed"))]
   return (_head("Multi-canary audit (`benchmarks/audit_canaries.py`)", doc,
-                f"One chunk of M audit models with 1 canary against {k} canaries per run, "
-                "interleaved in one process, best of the repeats (s): fixed-gradient canaries "
-                "in the data's unused features (`experiments.audit`'s chunk, scored), and "
-                "canaries in a parameter leaf the records' clipping never touches "
-                "(`audit.per_step_run.step_observations`).", "")
+                f"One chunk of M audit models (`experiments.audit`'s chunk, trained and scored) "
+                f"with 1 canary against {k} canaries per run, interleaved in one process, best "
+                "of the repeats (s): the default layout (canaries in a parameter leaf the "
+                "records' clipping never touches, likelihood ratios summed inside the scan) "
+                "and fixed-gradient canaries in the data's unused features, every step "
+                "observed (`canary_layout=\"fixed_gradients\"`).", "")
           + _table(["M", "layout", "1 canary (s)", f"{k} canaries (s)", "ratio",
                     "white-box trials/s (1)", f"white-box trials/s ({k})"], rows) + [""])
 

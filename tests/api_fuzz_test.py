@@ -117,6 +117,10 @@ EXCLUDED = {
     "dpjax.audit.run.run_chunks": "pipeline stage (needs audit data and a store)",
     "dpjax.audit.run.load_setting": "pipeline stage (reads a store run_chunks filled)",
     "dpjax.audit.run.train_chunk": "pipeline stage (needs audit data and a variant)",
+    "dpjax.audit.run.leaf_canary_training": ("train_chunk's K > 1 training (needs audit "
+                                             "data and a variant; audit_run_test checks it)"),
+    "dpjax.audit.run.canary_leaf_path": ("a clipping path built from a path (audit_run_test "
+                                         "runs it through leaf_canary_training)"),
     "dpjax.audit.run.evaluate": "pipeline stage (takes load_setting's arrays)",
     "dpjax.audit.run.canary_audit": "pipeline stage (run_chunks, then evaluate)",
     "dpjax.audit.run.train": ("the pipeline's door to train_many (its design and config "
@@ -1209,11 +1213,11 @@ def entries():
   spec_kw = dict(trials=8, sampling_prob=0.5, num_steps=2, delta=1e-5, confidence=0.95,
                  variant="correct", threat_model="both", canaries_per_run=1,
                  canary_in_fraction=0.25, chunk_models=8, observation_budget=2 ** 10,
-                 design_seed=0)
+                 design_seed=0, canary_layout="parameter_leaf")
   add(E("dpjax.audit.run.CanaryAuditSpec", arun.CanaryAuditSpec, spec_kw,
         {"variant": "choice", "threat_model": "choice", "canaries_per_run": "count",
          "canary_in_fraction": "prob", "chunk_models": "count", "observation_budget": "count",
-         "design_seed": "count"}))
+         "design_seed": "count", "canary_layout": "choice"}))
   spec = arun.CanaryAuditSpec(**spec_kw)
   add(E("dpjax.audit.run.Setting", arun.Setting,
         dict(name="eps2", claimed_epsilon=2.0, sigma=1.0),

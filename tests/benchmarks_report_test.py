@@ -70,18 +70,19 @@ class ReportTest(absltest.TestCase):
   def test_audit_canaries_section(self):
     tmp = tempfile.mkdtemp()
     fig = {"audit_canaries.canaries": 100}
-    for name, one, many in (("", 1.0, 4.0), ("leaf_", 2.0, 5.0)):
-      fig.update({f"audit_canaries.M500.{name}single_s": one,
-                  f"audit_canaries.M500.{name}multi_s": many,
-                  f"audit_canaries.M500.{name}multi_over_single": many / one,
-                  f"audit_canaries.M500.trials_per_s_{name}single": 500 / one,
-                  f"audit_canaries.M500.trials_per_s_{name}multi": 50_000 / many})
+    fig.update({"audit_canaries.M500.single_s": 1.0, "audit_canaries.M500.multi_s": 2.5,
+                "audit_canaries.M500.multi_fixed_s": 4.0,
+                "audit_canaries.M500.multi_over_single": 2.5,
+                "audit_canaries.M500.fixed_multi_over_single": 4.0,
+                "audit_canaries.M500.trials_per_s_single": 500.0,
+                "audit_canaries.M500.trials_per_s_multi": 20_000.0,
+                "audit_canaries.M500.trials_per_s_multi_fixed": 12_500.0})
     report.write("audit_canaries", fig, os.path.join(tmp, "audit_canaries.json"))
     text = report.render(tmp)
     self.assertIn("| 500 | fixed-gradient canaries | 1.00 | 4.00 | 4.00× (target ≤ 3×: missed) "
                   "| 500 | 12,500 |", text)
-    self.assertIn("| 500 | parameter-leaf canaries | 2.00 | 5.00 | 2.50× (target ≤ 3×: met) "
-                  "| 250 | 10,000 |", text)
+    self.assertIn("| 500 | parameter-leaf canaries | 1.00 | 2.50 | 2.50× (target ≤ 3×: met) "
+                  "| 500 | 20,000 |", text)
 
   def test_compile_time_section(self):
     tmp = tempfile.mkdtemp()

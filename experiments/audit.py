@@ -62,6 +62,10 @@ class AuditConfig(_common.ExperimentConfig):
   chunk_models: int = _opt(2000, "Models per chunk written to disk.", bounds=">=4")
   canaries_per_run: int = _opt(
       1, "Gradient canaries per run, K, each with its own coordinate and bits.", bounds=">=1")
+  canary_layout: str = _opt(
+      "parameter_leaf", "With K > 1: canaries as records adding to a parameter leaf (scores summed "
+      "in the scan) or as fixed gradients on the data's last K features (the older, slower "
+      "layout; the same law).", choices=audit_run.CANARY_LAYOUTS)
   companion_canaries: int = _opt(
       0, "With K = 1: also a white-box audit with this many canaries per run (0: none; "
       "`experiments.audit_canaries` runs the K = 10 one on its own).", bounds=">=0")
@@ -107,6 +111,7 @@ def _spec(cfg: AuditConfig) -> audit_run.CanaryAuditSpec:
       trials=cfg.trials, sampling_prob=cfg.sampling_prob, num_steps=cfg.num_steps,
       delta=cfg.delta, confidence=cfg.confidence, variant=cfg.variant,
       threat_model=cfg.threat_model, canaries_per_run=cfg.canaries_per_run,
+      canary_layout=cfg.canary_layout,
       canary_in_fraction=cfg.canary_in_fraction, chunk_models=cfg.chunk_models,
       observation_budget=cfg.observation_budget, design_seed=cfg.seed)
 

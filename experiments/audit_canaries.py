@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from dpjax.audit import run as audit_run
 from experiments import _common
 from experiments import audit
 
@@ -29,6 +30,9 @@ class CanariesConfig(_common.ExperimentConfig):
   trials: int = _opt(1000, "Models per side (2 * trials runs per claimed eps).", bounds=">=2")
   epsilons: tuple[float, ...] = _opt((1.0, 2.0, 4.0, 8.0), "Claimed eps values.", bounds=">0")
   canaries_per_run: int = _opt(10, "Gradient canaries per run, K.", bounds=">=2")
+  canary_layout: str = _opt("parameter_leaf", "Canaries in a parameter leaf or as fixed "
+                            "gradients (the older layout; the same law).",
+                            choices=audit_run.CANARY_LAYOUTS)
   resume: bool = _opt(False, "Continue an interrupted run from <out>/chunks.")
 
 
@@ -37,7 +41,8 @@ def audit_config(cfg: CanariesConfig, base: audit.AuditConfig | None = None
   """The `experiments.audit` configuration of these runs (`base`: its other settings)."""
   base = audit.AuditConfig() if base is None else base
   return audit.companion_config(dataclasses.replace(
-      base, seed=cfg.seed, trials=cfg.trials, epsilons=cfg.epsilons, resume=cfg.resume),
+      base, seed=cfg.seed, trials=cfg.trials, epsilons=cfg.epsilons, resume=cfg.resume,
+      canary_layout=cfg.canary_layout),
       cfg.canaries_per_run)
 
 

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+from dpjax import _xla
 
 
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -72,14 +73,8 @@ def _threefry_words(key: jax.Array):
 
 
 def _once(k0: jax.Array, fn: Callable[[], jax.Array]) -> jax.Array:
-  """fn() in a while loop of exactly one (data-dependent) trip, so its output is stored,
-  not recomputed by each consumer. Performance only.
-  """
-  trips = (k0 | jnp.uint32(1)) & jnp.uint32(1)
-  out = jax.eval_shape(fn)
-  _, out = jax.lax.while_loop(lambda s: s[0] < trips, lambda s: (s[0] + jnp.uint32(1), fn()),
-                              (jnp.uint32(0), jnp.zeros(out.shape, out.dtype)))
-  return out
+  """fn() stored once (`_xla.once`, token k0), not recomputed by each consumer."""
+  return _xla.once(fn, k0)
 
 
 def _wrap_like(key, words_x2):
@@ -214,7 +209,9 @@ def _next_extreme(bits: jax.Array, after: jax.Array):
   def first(a, b):
     take_b = (b[0] & ~a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
     return jnp.where(take_b, b[0], a[0]), jnp.where(take_b, b[1], a[1])
-  return jax.lax.reduce((ext, idx), (jnp.bool_(False), jnp.int32(bits.shape[0])), first, (0,))
+  found, i = jax.lax.reduce((ext, idx), (jnp.bool_(False), jnp.int32(bits.shape[0])), first,
+                            (0,))
+  return found, jnp.where(found, i, bits.shape[0])
 
 
 def _tail_value(word: jax.Array, w1, w2, w3) -> jax.Array:
@@ -236,16 +233,19 @@ def _normal_from_bits(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.A
   if bits.shape[0] == 0:
     return z
 
+  s = bits.shape[0]
+
   def body(state):
-    _, i, z = state                     # i = -1 on the first trip: nothing to write
-    at = jnp.maximum(i, 0)
+    _, i, z = state       # i: the atom to redraw; -1 on the first trip, S once none is left
+    at = jnp.clip(i, 0, s - 1)
     word = jax.lax.dynamic_index_in_dim(bits, at, keepdims=False)
     old = jax.lax.dynamic_index_in_dim(z, at, keepdims=False)
-    val = jnp.where(i >= 0, _tail_value(word, *tail_words(at)), old)
+    val = jnp.where((i >= 0) & (i < s), _tail_value(word, *tail_words(at)), old)
     z = jax.lax.dynamic_update_index_in_dim(z, val, at, 0)
-    found, j = _next_extreme(bits, i)
-    return found, j, z
-  _, _, z = jax.lax.while_loop(lambda s: s[0], body, (jnp.bool_(True), jnp.int32(-1), z))
+    return (*_next_extreme(bits, i), z)
+  # Under vmap one loop serves the batch: a finished member (i = S) is left unchanged.
+  _, _, z = jax.lax.while_loop(lambda st: _xla.any_over_batch(st[0]), body,
+                               (jnp.bool_(True), jnp.int32(-1), z))
   return z
 
 

@@ -232,6 +232,7 @@ def crafted_pair(num_teachers: int, num_queries: int, num_classes: int = 2
   return v_in, v_out
 
 
+@_validate.names_extreme_arguments
 def claimed_epsilon(num_queries: int, *, sigma: float, delta: float,
                     sigma_threshold: Optional[float] = None, orders=None) -> float:
   """Data-independent eps of Q answers: RDP Q (alpha/sigma^2 + alpha/(2 sigma_t^2)), `pate.epsilon`

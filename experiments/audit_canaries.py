@@ -18,6 +18,7 @@ import dataclasses
 
 from dpjax.audit import run as audit_run
 from experiments import _common
+from experiments import _plots
 from experiments import audit
 
 NAME = "audit_canaries"
@@ -61,6 +62,8 @@ def run(cfg: CanariesConfig, out_dir: str, *, progress: bool = True, quiet: bool
              "white_box_roc": main["white_box_roc"]}
   out = _common.finish(cfg, out_dir, NAME, results,
                        tables=[audit.companion_table(sub, rows, cfg.canaries_per_run)],
+                       figures=[_plots.audit_bounds(out_dir, results),
+                                _plots.audit_roc(out_dir, results)],
                        summary="; ".join(
                            f"claimed ε = {_common.fmt(r['epsilon'])}: white-box "
                            f"{_common.fmt(r['epsilon_lower_white_box'])} (exact "

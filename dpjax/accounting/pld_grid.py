@@ -293,8 +293,14 @@ def _cyclic_power(probs: np.ndarray, k: int, n_fft: int, shift: int, width: int)
   p = probs
   if p.size > n_fft:   # fold modulo n_fft: the cyclic convolution is unchanged
     p = np.bincount(np.arange(p.size) % n_fft, weights=p, minlength=n_fft)
-  r = sp_fft.irfft(_int_power(sp_fft.rfft(p, n_fft), k), n_fft)
-  return np.maximum(np.roll(r, -shift)[:width], 0.0)
+  f = sp_fft.rfft(p, n_fft)
+  # Frequencies whose k-th power is below 1e-300 (|f| <= 1) contribute nothing: zeroed
+  # first, the squarings never meet subnormal numbers (which are slow).
+  f[np.abs(f) < math.exp(-690.0 / k)] = 0.0
+  r = sp_fft.irfft(_int_power(f, k), n_fft)
+  end = shift + width
+  r = r[shift:end] if end <= n_fft else np.concatenate([r[shift:], r[:end - n_fft]])
+  return np.maximum(r, 0.0)
 
 
 def _chernoff_window(pmf: LossPmf, k: int, tail_mass: float

@@ -197,6 +197,51 @@ def discretise(tails: Callable, lo: float, hi: float, h: float, stride: int = 1,
   return _trim(LossPmf(h, i_lo, probs, inf_mass))
 
 
+def _dominated_discretise(tails: Callable, lo: float, hi: float, h: float, shift: float = 0.0,
+                          slack: float = 1e-8) -> LossPmf:
+  """A grid pmf whose delta(eps), and that of every self-composition, is a LOWER bound.
+
+  Post-processing: the cells (l_{j-1}, l_j] (P-, Q-mass A_j, B_j, from `tails` as in
+  `discretise`) are split, cell j's fraction alpha_j joining the output of l_j and the rest
+  that of l_{j-1} (a randomised map of the loss, so the pair it gives is dominated by the true
+  one, composed or not). From the top down each alpha_j is the largest keeping the output's
+  ratio P / Q >= e^{l_j} (less `slack`, against float64 rounding of the masses): its loss is
+  at least l_j, and putting its P-mass at l_j lowers every composed loss (so delta). Mass
+  below lo is dropped; mass above hi joins the top output. O(h^2) like `discretise`; a
+  Python loop over the grid (a check, not for the accountant's hot path). shift in [0, h):
+  the grid is l_j = j h + shift and the pmf returned is that of L - shift (a loss mass
+  narrower than h just below a grid point would otherwise move down by h: put one under it).
+  """
+  i_lo, i_hi = math.floor((lo - shift) / h), math.ceil((hi - shift) / h)
+  i_hi = max(i_hi, i_lo + 1)
+  n = i_hi - i_lo + 1
+  if n > MAX_POINTS:
+    raise GridTooLarge(f"value_discretization={h} needs {n} grid points")
+  l = np.arange(i_lo, i_hi + 1) * h + shift
+  gp, hp, gq, hq = tails(l)
+  use_g = gp[:-1] <= math.log(0.5)
+  a = np.exp(np.where(use_g, _log_diff(gp[:-1], gp[1:]), _log_diff(hp[1:], hp[:-1])))
+  use_gq = gq[:-1] <= math.log(0.5)
+  b = np.exp(np.where(use_gq, _log_diff(gq[:-1], gq[1:]), _log_diff(hq[1:], hq[:-1])))
+  probs = np.zeros(n)
+  in_a, in_b = math.exp(gp[-1]), math.exp(gq[-1])   # above hi: loss > l_{n-1}
+  el = np.exp(l).tolist()
+  a_list, b_list = a.tolist(), b.tolist()
+  for j in range(n - 1, 0, -1):     # output l_j gets in_* from above and alpha of cell j
+    aj, bj = a_list[j - 1], b_list[j - 1]
+    pos = (in_a - el[j] * in_b) - slack * in_a
+    neg = max(el[j] * bj - aj, 0.0) + slack * aj
+    if pos <= 0:   # too close to l_j to vouch for: its own output, at l_{j-1}
+      probs[j - 1] += in_a
+      in_a = alpha = 0.0
+    else:
+      alpha = 1.0 if pos >= neg else pos / neg
+    probs[j] += in_a + alpha * aj
+    in_a, in_b = (1.0 - alpha) * aj, (1.0 - alpha) * bj
+  probs[0] += in_a
+  return LossPmf(h, i_lo, probs, 0.0)
+
+
 def _trim(pmf: LossPmf, tail: float = 0.0) -> LossPmf:
   """Drops end entries pessimistically: bottom mass moves up, top mass to +inf."""
   p = pmf.probs
@@ -458,11 +503,14 @@ def blocked_self_compose(pmf: LossPmf, k: int, factor: int, tail_mass: float = W
 
 def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
                              directions: tuple[str, ...] = ("remove", "add"),
-                             stride: int = 1, fine_mass: float = 0.0) -> tuple[LossPmf, ...]:
+                             stride: int = 1, fine_mass: float = 0.0,
+                             dominated: bool = False, shift: float = 0.0
+                             ) -> tuple[LossPmf, ...]:
   """Remove (P = (1-q) N(0,1) + q N(mu,1), Q = N(0,1), L(x) = log(1 - q + q e^{mu x - mu^2/2}))
   and add (swapped, loss -L(x)) PLDs of the Poisson-subsampled Gaussian, in units of sigma;
   only those named in `directions` (in that order; "add" is dropped at q = 1). stride and
-  fine_mass: the tails' coarser points, as in `discretise`."""
+  fine_mass: the tails' coarser points, as in `discretise`. dominated: the lower-bound pmf of
+  `_dominated_discretise` instead (stride ignored), of L - shift."""
   log_q = math.log(q)
   log_1mq = math.log1p(-q) if q < 1 else -math.inf
 
@@ -495,9 +543,10 @@ def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
 
   z = -float(special.ndtri(tail / 2))   # Phi(-z) = tail / 2
   x_hi = max(mu - float(special.ndtri(min(0.5, tail / (2 * q)))), z)
-  make = {"remove": lambda: discretise(tails_remove, float(loss(-z)), float(loss(x_hi)), h,
-                                       stride, fine_mass),
-          "add": lambda: discretise(tails_add, -float(loss(z)), -log_1mq, h, stride, fine_mass)}
+  grid = ((lambda t, a, b: _dominated_discretise(t, a, b, h, shift)) if dominated else
+          (lambda t, a, b: discretise(t, a, b, h, stride, fine_mass)))
+  make = {"remove": lambda: grid(tails_remove, float(loss(-z)), float(loss(x_hi))),
+          "add": lambda: grid(tails_add, -float(loss(z)), -log_1mq)}
   return tuple(make[d]() for d in directions if not (d == "add" and q == 1.0))
 
 

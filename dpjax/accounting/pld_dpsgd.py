@@ -292,14 +292,12 @@ def dpsgd_epsilon_never_looser(noise_multiplier: float, sampling_prob: float, nu
   """DP-SGD's eps, taking dp_accounting's PLD answer only where it is certified.
 
   dp_accounting's value is not always an upper bound, so the smaller of the two answers is
-  not one either. At q = 1 (exact mu-GDP) this is certified: the closed-form delta at 50
-  digits exceeds the target at its eps (sigma 1, 2, 10 with T = 100, 1000, 1000 at
-  delta = 1e-10; tests/pld_dpsgd_test.py). At sigma = 1, q = 0.01, T = 1e6, delta = 1e-10
-  the composed lower-bound pmf of `pld_grid._dominated_discretise` (h = 1e-4; less the FFT
-  window's mass and 10x its rounding estimate) has delta above the target at their eps. At
-  sigma = 0.5, q = 1e-4, T = 1000, delta = 1e-10 their eps has delta above the target on our
-  converged (upper-bound) grids, but that lower bound stays below the target (a loss mass
-  narrower than h sits near 0 there). When it is below
+  not one either. Where it stays below ours on benchmarks/accountant_table's grid this is
+  certified (tests/pld_dpsgd_test.py): at q = 1 (exact mu-GDP) the closed-form delta at 50
+  digits exceeds the target at its eps; at q < 1 (sigma 0.5, q 1e-4, T 1e3 and sigma 1,
+  q 0.01, T 1e6, delta 1e-10) a lower bound on delta does, from the composed pmf of
+  `pld_grid._dominated_discretise` (a post-processed, dominated pair with losses only
+  lowered; less the FFT window's mass and 10x its float64 rounding estimate). When it is below
   ours, our PLD is recomputed on grids 4x, 16x, 64x then 256x finer (tilted at it; while
   they fit in memory); the reference is taken once some eps_fine <= reference, else the
   smallest eps_fine or ours. dp_accounting (optional) runs at `value_discretization` (its

@@ -4,7 +4,8 @@ A `LossPmf` is one direction of a PLD: P-mass probs[j] at privacy loss (offset +
 mass at +inf; delta(eps) = P[L = inf] + E_P[(1 - exp(eps - L))_+], L = log(P(o) / Q(o)).
 Discretisation is pessimistic ("connect the dots", `discretise`): an interval's P- and Q-mass
 moves to its ends (l_i gets (dP - e^{l_{i-1}} dQ) / (1 - e^{-h})), so delta(eps) is an upper
-bound, exact at grid points; mass cut off moves up. k-fold self-composition is one FFT power
+bound, exact at grid points; mass cut off moves up (`_dominated_discretise`: the lower-bound
+counterpart, for checks). k-fold self-composition is one FFT power
 on a Chernoff-sized window, optionally tilted and untilted exactly (Koskela, Jalko & Honkela
 2020; Doroshenko et al. 2022); float64 noise ~k 1e-16 max(pmf) per point (`LossPmf.noise`).
 Shapes: J grid points, L query losses. Host NumPy float64.
@@ -197,23 +198,38 @@ def discretise(tails: Callable, lo: float, hi: float, h: float, stride: int = 1,
   return _trim(LossPmf(h, i_lo, probs, inf_mass))
 
 
-def _dominated_discretise(tails: Callable, lo: float, hi: float, h: float, shift: float = 0.0,
-                          slack: float = 1e-8) -> LossPmf:
-  """A grid pmf whose delta(eps), and that of every self-composition, is a LOWER bound.
+def _dominated_discretise(tails: Callable, lo: float, hi: float, h: float,
+                          shift: Optional[float] = None, slack: float = 1e-8
+                          ) -> tuple[LossPmf, float]:
+  """(pmf, shift): a pmf of L - shift on the grid j h whose delta, composed or not, is a
+  LOWER bound (T steps: read delta_T(eps) at eps - T shift).
 
-  Post-processing: the cells (l_{j-1}, l_j] (P-, Q-mass A_j, B_j, from `tails` as in
-  `discretise`) are split, cell j's fraction alpha_j joining the output of l_j and the rest
-  that of l_{j-1} (a randomised map of the loss, so the pair it gives is dominated by the true
-  one, composed or not). From the top down each alpha_j is the largest keeping the output's
-  ratio P / Q >= e^{l_j} (less `slack`, against float64 rounding of the masses): its loss is
-  at least l_j, and putting its P-mass at l_j lowers every composed loss (so delta). Mass
-  below lo is dropped; mass above hi joins the top output. O(h^2) like `discretise`; a
-  Python loop over the grid (a check, not for the accountant's hot path). shift in [0, h):
-  the grid is l_j = j h + shift and the pmf returned is that of L - shift (a loss mass
-  narrower than h just below a grid point would otherwise move down by h: put one under it).
+  Post-processing: the cells (l_{j-1}, l_j], l_j = j h + shift (P-, Q-mass A_j, B_j from
+  `tails` as in `discretise`; the lowest cell also holds all mass below) are split, cell j's
+  fraction alpha_j joining the output of l_j and the rest that of l_{j-1} (a randomised map
+  of the loss: the pair it gives is dominated by the true one, composed or not). From the top
+  down each alpha_j is the largest keeping the output's ratio P / Q >= e^{l_j} (less `slack`,
+  against float64 rounding of the masses): its loss is at least l_j, and putting its P-mass
+  at l_j lowers every composed loss (so delta). Mass above hi joins the top output; a bottom
+  remainder below l_0 is dropped. O(h^2) like `discretise` where the law is smooth on the
+  scale h; a Python loop over the grid (a check, not for the accountant's hot path).
+  shift None anchors l_0 just under the loss of {L <= l_0 + h} (a fixed point, approached
+  from below, every iterate valid): a mass narrower than h at the bottom (the unsampled steps
+  at small q) then keeps its loss instead of moving down by up to h.
   """
-  i_lo, i_hi = math.floor((lo - shift) / h), math.ceil((hi - shift) / h)
-  i_hi = max(i_hi, i_lo + 1)
+  if shift is None:
+    l0 = lo
+    for _ in range(60):
+      _, hp1, _, hq1 = tails(np.array([l0 + h]))
+      nxt = float(hp1[0] - hq1[0]) - 1e-12 - 2 * slack   # its remainder passes the check below
+      if not nxt > l0:
+        break
+      l0 = nxt
+    shift = l0 - h * math.floor(l0 / h)
+    i_lo = math.floor(l0 / h)
+  else:
+    i_lo = math.floor((lo - shift) / h)
+  i_hi = max(math.ceil((hi - shift) / h), i_lo + 1)
   n = i_hi - i_lo + 1
   if n > MAX_POINTS:
     raise GridTooLarge(f"value_discretization={h} needs {n} grid points")
@@ -223,6 +239,7 @@ def _dominated_discretise(tails: Callable, lo: float, hi: float, h: float, shift
   a = np.exp(np.where(use_g, _log_diff(gp[:-1], gp[1:]), _log_diff(hp[1:], hp[:-1])))
   use_gq = gq[:-1] <= math.log(0.5)
   b = np.exp(np.where(use_gq, _log_diff(gq[:-1], gq[1:]), _log_diff(hq[1:], hq[:-1])))
+  a[0], b[0] = math.exp(hp[1]), math.exp(hq[1])      # the lowest cell: all of L <= l_1
   probs = np.zeros(n)
   in_a, in_b = math.exp(gp[-1]), math.exp(gq[-1])   # above hi: loss > l_{n-1}
   el = np.exp(l).tolist()
@@ -238,8 +255,9 @@ def _dominated_discretise(tails: Callable, lo: float, hi: float, h: float, shift
       alpha = 1.0 if pos >= neg else pos / neg
     probs[j] += in_a + alpha * aj
     in_a, in_b = (1.0 - alpha) * aj, (1.0 - alpha) * bj
-  probs[0] += in_a
-  return LossPmf(h, i_lo, probs, 0.0)
+  if in_a - el[0] * in_b >= slack * in_a:
+    probs[0] += in_a
+  return LossPmf(h, i_lo, probs, 0.0), shift
 
 
 def _trim(pmf: LossPmf, tail: float = 0.0) -> LossPmf:
@@ -504,13 +522,13 @@ def blocked_self_compose(pmf: LossPmf, k: int, factor: int, tail_mass: float = W
 def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
                              directions: tuple[str, ...] = ("remove", "add"),
                              stride: int = 1, fine_mass: float = 0.0,
-                             dominated: bool = False, shift: float = 0.0
-                             ) -> tuple[LossPmf, ...]:
+                             dominated: bool = False, shift: Optional[float] = None
+                             ) -> tuple:
   """Remove (P = (1-q) N(0,1) + q N(mu,1), Q = N(0,1), L(x) = log(1 - q + q e^{mu x - mu^2/2}))
   and add (swapped, loss -L(x)) PLDs of the Poisson-subsampled Gaussian, in units of sigma;
   only those named in `directions` (in that order; "add" is dropped at q = 1). stride and
   fine_mass: the tails' coarser points, as in `discretise`. dominated: the lower-bound pmf of
-  `_dominated_discretise` instead (stride ignored), of L - shift."""
+  `_dominated_discretise` instead (stride ignored): (pmf of L - shift, shift) pairs."""
   log_q = math.log(q)
   log_1mq = math.log1p(-q) if q < 1 else -math.inf
 

@@ -93,6 +93,7 @@ class NeverLooserTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "noise_multiplier"):
       pld_dpsgd.dpsgd_epsilon_never_looser(-1.0, 0.01, 10, 1e-5)
 
+
 def _gaussian_delta_mp(epsilon: float, mu: float) -> mpmath.mpf:
   """delta(eps) of mu-GDP, Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2), at 50 digits."""
   with mpmath.workdps(50):
@@ -114,15 +115,14 @@ def _delta_lower_bound(sigma: float, q: float, t: int, epsilon: float, h: float)
 
 
 class CertifiedAboveDpAccountingTest(parameterized.TestCase):
-  """Rows of benchmarks/accountant_table where our eps stays above dp_accounting 0.6.0's:
-  there the true eps is above theirs (theirs is no (eps, delta) guarantee, nor would the
-  smaller of the two answers be one).
+  """The four rows of benchmarks/accountant_table where our eps stays above dp_accounting
+  0.6.0's. delta(eps) decreases, so a lower bound on the true delta above the target at their
+  eps certifies that the true eps is above theirs: their value is no (eps, delta) guarantee,
+  and the smaller of the two answers would not be one either.
 
-  At q = 1, T steps compose exactly to mu-GDP, mu = sqrt(T) / sigma, and delta(eps) is a
-  closed form, evaluated here at 50 digits (its rounding is ~1e-40 against a gap >= 1e-5
-  relative). delta(eps) decreases, so delta(eps_theirs) > target certifies that the true eps
-  is above theirs: their value is no (eps, delta) guarantee, and the smaller of the two
-  answers would not be one either. Ours must satisfy delta(ours) <= target."""
+  q = 1: T steps compose exactly to mu-GDP, mu = sqrt(T) / sigma, a closed form evaluated at
+  50 digits (rounding ~1e-40 against gaps >= 1e-5 relative); ours must meet the target.
+  q < 1: `_delta_lower_bound`, which must stay at or below the target at our eps."""
 
   def _check(self, sigma, t, delta):
     r = pld_dpsgd.dpsgd_epsilon_never_looser(sigma, 1.0, t, delta)

@@ -7,9 +7,8 @@ Confident-GNMax (the best proxy setting of the --confident_* grid whose releasab
 proxy, `dpjax.pate_release`, is <= --release_margin x the target); DP-SGD
 (`DpSgdConfig.calibrate`). Every guarantee charges each query both steps; the paper's
 answered-only accounting (not an upper bound, `pate.pate_rdp`) is shown for comparison only.
-Published (arXiv 1802.08908, Table 2, UCI Adult, as recalled): Confident-GNMax (T = 300,
-sigma_1 = 200, sigma_2 = 40) 524 queries at eps = 1.90, student 83.7 %; LNMax 500 at 2.66,
-83.0 %; non-private 85.0 %. Ours: that setting scaled by k / 250.
+The paper's UCI Adult rows (arXiv 1802.08908, Table 2) are `PAPER_ROWS`; ours runs its
+Confident-GNMax setting scaled by k / 250.
 
 Command:  python -m experiments.pate_credit        (about 45 s of CPU)
           python -m experiments.pate_credit --teachers 1000 --public 10000 --delta 1e-6
@@ -313,15 +312,13 @@ def _tables(record: dict, cfg: PateCreditConfig) -> list:
              record["ensemble_accuracy"], record["plurality_share_public"],
              record["unanimous_fraction_public"], record["partitions_disjoint"]]],
       note="Accuracies on the test set; logistic regression on the 6 linear features.")
-  rows = []
-  for c in record["cells"]:
-    e = c["target_epsilon"]
-    d = record["dpsgd"].get(str(e), {}) if e is not None else {}
-    rows.append([e, c["aggregator"]] + [c.get(f) for f in (
-        "queries", "threshold", "sigma_threshold", "sigma", "answered", "label_accuracy",
-        "student_accuracy", "epsilon_data_independent", "epsilon_all_answered",
-        "epsilon_data_dependent", "epsilon_data_dependent_all", "epsilon_releasable",
-        "proxy_epsilon")] + [d.get("accuracy"), d.get("sigma")])
+  fields = ("target_epsilon", "aggregator", "queries", "threshold", "sigma_threshold", "sigma",
+            "answered", "label_accuracy", "student_accuracy", "epsilon_data_independent",
+            "epsilon_all_answered", "epsilon_data_dependent", "epsilon_data_dependent_all",
+            "epsilon_releasable", "proxy_epsilon")
+  dp = lambda c: record["dpsgd"].get(str(c["target_epsilon"]), {})
+  rows = [[c.get(f) for f in fields] + [dp(c).get("accuracy"), dp(c).get("sigma")]
+          for c in record["cells"]]
   main = _common.Table(
       title=(f"PATE vs DP-SGD at target ε, δ = {cfg.delta:g}: {n:,} private records, "
              f"{k} teachers; non-private {record['non_private_accuracy']:.3f}"),

@@ -248,8 +248,8 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
       cfg.selection_epsilon, sensitivity=1.0, monotonic=True))
   # Repeat-and-select releases only the best run by noisy score (the argmax, so float
   # noise is not observable, as in report_noisy_max).
-  noisy_scores = (utility(rs_params) if num_runs else np.zeros(0)) + cfg.score_noise * np.asarray(
-      jax.random.normal(k_score, (num_runs,)), np.float64)
+  noisy_scores = (utility(rs_params) if num_runs else np.zeros(0)) + cfg.score_noise * (
+      np.asarray(jax.random.normal(k_score, (num_runs,)), np.float64))
   best_run = int(np.argmax(noisy_scores)) if num_runs else None
   fields = ("procedure", "sigma", "trainings", "chosen", "eps_claimed", "eps_train_customers",
             "eps_validation_customers", "test_accuracy")

@@ -131,38 +131,38 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                                             num_steps=cfg.fit_steps)[0], x_pub)
   bar.update(1)
 
+  def proxy_students(i, answers):   # [(labels, answered, Q)] -> proxy-val accuracy, empty, masks
+    labels, mask = (np.zeros((len(answers), n_pub), t) for t in (np.int32, bool))
+    for c, (lab, ans, qn) in enumerate(answers):
+      labels[c, :qn], mask[c, :qn] = lab[:qn], ans[:qn]
+    params_G, empty = students(i, labels, mask)
+    return accuracies(params_G, x_pval, y_pval), empty, mask
+
   # Confident-GNMax grid on the proxy votes (PUBLIC): each (T, sigma_t, sigma) is run
   # once on the whole pool; a setting with Q queries uses the first Q answers.
   cache = {}
   aggs = [(t, st, s) for t in cfg.confident_thresholds
           for st in cfg.confident_sigma_thresholds for s in cfg.confident_sigmas]
   grid = [(t, st, s, qn) for (t, st, s) in aggs for qn in queries]
-  g_labels = np.zeros((len(grid), n_pub), np.int32)
-  g_mask = np.zeros((len(grid), n_pub), bool)
-  g_eps_dep, g_eps_ind = [], []   # every query charged both steps (no conditioning)
+  answers, g_eps_dep, g_eps_ind = [], [], []   # eps: every query charged both steps
   for a, (t, st, s) in enumerate(aggs):
     lab, ans = map(np.asarray, pate.confident_gnmax(jax.random.fold_in(k_proxy_agg, a),
                                                     prox_votes, **confident(t, st, s)))
     for qn in queries:
-      i = grid.index((t, st, s, qn))
-      g_labels[i, :qn], g_mask[i, :qn] = lab[:qn], ans[:qn]
+      answers.append((lab, ans, qn))
       acct = pate.pate_rdp_grouped(prox_votes[:qn], np.ones(qn, bool), orders=orders,
                                    cache=cache, **confident(t, st, s))
       g_eps_dep.append(eps_of(acct.data_dependent))
       g_eps_ind.append(eps_of(acct.data_independent))
-  g_params, g_empty = students(1, g_labels, g_mask)
-  g_acc = accuracies(g_params, x_pval, y_pval)
+  g_acc, g_empty, g_mask = proxy_students(1, answers)
   bar.update(1)
 
   # GNMax on the proxy: sigma calibrated per (eps, Q); Q chosen by the proxy student.
   gn_cells = [(eps, qn, pate_audit.calibrate_sigma(eps, qn, delta=delta, orders=orders))
               for eps in epsilons for qn in queries]
-  gn_labels = np.zeros((len(gn_cells), n_pub), np.int32)
-  gn_mask = np.zeros((len(gn_cells), n_pub), bool)
-  for i, (eps, qn, sig) in enumerate(gn_cells):
-    gn_labels[i, :qn] = np.asarray(pate.gnmax(fold2(k_proxy_agg, 10_000, i), prox_votes, sig))[:qn]
-    gn_mask[i, :qn] = True
-  gn_acc = accuracies(students(2, gn_labels, gn_mask)[0], x_pval, y_pval)
+  gn_acc = proxy_students(2, [
+      (np.asarray(pate.gnmax(fold2(k_proxy_agg, 10_000, i), prox_votes, sig)),
+       np.ones(n_pub, bool), qn) for i, (_, qn, sig) in enumerate(gn_cells)])[0]
   bar.update(1)
 
   # Confident-GNMax: per target, the best proxy student among the settings whose

@@ -126,7 +126,7 @@ def _composed_sigma(method, k, target, delta):
     if g(1e-12) >= 0:
       continue
     hi = target
-    while g(hi) < 0:   # only the exact composition can stay below target at eps0 = target
+    while g(hi) < 0:   # widen [1e-12, target] until it brackets the root
       hi *= 2
     e0 = optimize.brentq(g, 1e-12, hi, xtol=1e-14, rtol=1e-12)
     best_mu = max(best_mu, gdp.mu_for_epsilon(e0, d0))

@@ -261,16 +261,15 @@ def _dpsgd_chunks_section(doc: dict) -> list[str]:
 
 
 def _accountants_section(doc: dict) -> list[str]:
-  rows = []
-  for r in doc["figures"]:
-    rows.append([f"{r['sigma']:g}, {r['q']:.3g}, {r['steps']:,}, {r['delta']:g}",
-                 f"{r['ours_rdp_eps']:.4f}", f"{r['rdp_speedup']:.1f}×",
-                 f"{r['ours_pld_eps']:.6f}", f"{r['dp_pld_eps']:.6f}",
-                 _ratio_vs_target(r["pld_speedup"], 1.0, False),
-                 (f"{r['pld_speedup_equal_accuracy']:.2f}× (rtol {r['equal_accuracy_rtol']:g})"
-                  if r.get("pld_speedup_equal_accuracy") else "–"),
-                 f"{r['ours_pld_minus_ref']:+.1e}",
-                 f"{r['dp_pld_minus_ref']:+.1e}", f"{r['pld_fixed_grid_speedup']:.1f}×"])
+  rows = [[f"{r['sigma']:g}, {r['q']:.3g}, {r['steps']:,}, {r['delta']:g}",
+           f"{r['ours_rdp_eps']:.4f}", f"{r['rdp_speedup']:.1f}×",
+           f"{r['ours_pld_eps']:.6f}", f"{r['dp_pld_eps']:.6f}",
+           _ratio_vs_target(r["pld_speedup"], 1.0, False),
+           (f"{r['pld_speedup_equal_accuracy']:.2f}× (rtol {r['equal_accuracy_rtol']:g})"
+            if r.get("pld_speedup_equal_accuracy") else "–"),
+           f"{r['ours_pld_minus_ref']:+.1e}",
+           f"{r['dp_pld_minus_ref']:+.1e}", f"{r['pld_fixed_grid_speedup']:.1f}×"]
+          for r in doc["figures"]]
   return (_head("Accountants (`benchmarks/accountants.py`)", doc,
                 "Speed-up = dp_accounting's time / ours, in one process, best of the repeats (the "
                 "machine is shared: absolute times drift, ratios less). `ref` is dp_accounting's "
@@ -408,10 +407,9 @@ def _large_n_section(doc: dict) -> list[str]:
     g = lambda k, w=w: f.get(f"{w}.profile.{k}")
     if g("mask") is None:
       continue
-    rows.append([labels[w]] + [_fmt(g(k), ".3f") for k in (
-        "mask", "pad", "gather", "clipped_sum", "noise_update", "fixed_batch_dp",
-        "host_check")] + [_fmt(f.get(f"{w}.dp_padded_epoch_s"), ".3f"),
-                          _fmt(f.get(f"{w}.nonprivate_epoch_s"), ".3f")])
+    rows.append([labels[w]] + [_fmt(g(k), ".3f") for k in _PROFILE_PARTS]
+                + [_fmt(f.get(f"{w}.dp_padded_epoch_s"), ".3f"),
+                   _fmt(f.get(f"{w}.nonprivate_epoch_s"), ".3f")])
   if rows:
     out += ["Where the DP epoch's time goes (s per epoch, each part a jitted scan over the "
             "T steps): `mask` the Poisson mask over n records, `pad` mask + the K indices "
@@ -475,8 +473,7 @@ def _large_n_batches_section(doc: dict) -> list[str]:
   if prof:
     out += ["", "Where the DP epoch's time goes (wall s per epoch, parts as in the section "
             "above):", ""]
-    parts = ("mask", "pad", "gather", "clipped_sum", "noise_update", "fixed_batch_dp",
-             "host_check")
+    parts = _PROFILE_PARTS
     out += _table(["workload", "B"] + [p.replace("_", " ") for p in parts] + ["DP epoch"],
                   [[labels[w], f"{b:,}"] + [_fmt(f.get(f"{w}.B{b}.profile.{p}"), ".3f")
                                             for p in parts]
@@ -633,6 +630,8 @@ def _truncation_section(doc: dict) -> list[str]:
 
 
 _LARGE_N = {"mlp": "MLP 784→256→256→10", "cnn": "CNN 28×28 (16, 32)"}
+_PROFILE_PARTS = ("mask", "pad", "gather", "clipped_sum", "noise_update", "fixed_batch_dp",
+                  "host_check")
 _SECTIONS = {"dpsgd": _dpsgd_section, "dpsgd_chunks": _dpsgd_chunks_section,
              "accountants": _accountants_section,
              "secure_noise": _secure_noise_section, "audit_canaries": _audit_canaries_section,

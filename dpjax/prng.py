@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+from dpjax import _xla
 
 
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -72,14 +73,8 @@ def _threefry_words(key: jax.Array):
 
 
 def _once(k0: jax.Array, fn: Callable[[], jax.Array]) -> jax.Array:
-  """fn() in a while loop of exactly one (data-dependent) trip, so its output is stored,
-  not recomputed by each consumer. Performance only.
-  """
-  trips = (k0 | jnp.uint32(1)) & jnp.uint32(1)
-  out = jax.eval_shape(fn)
-  _, out = jax.lax.while_loop(lambda s: s[0] < trips, lambda s: (s[0] + jnp.uint32(1), fn()),
-                              (jnp.uint32(0), jnp.zeros(out.shape, out.dtype)))
-  return out
+  """fn() stored once (`_xla.once`, token k0), not recomputed by each consumer."""
+  return _xla.once(fn, k0)
 
 
 def _wrap_like(key, words_x2):
@@ -203,34 +198,55 @@ def _tail_blocks(k0, k1, i):
   return y0[0], y1[0], y0[1]
 
 
-def _tail_fill(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
-  """float32[S]: the tail magnitude at extreme atoms, 0 elsewhere (one loop trip each);
-  tail_words(i) defaults to `_tail_words(key, i)`.
+def _next_extreme(bits: jax.Array, after: jax.Array):
+  """(found, i): the first index i > after whose word is an extreme atom (found False,
+  i = S when none), as one reduction over the words.
+  """
+  m = bits >> 9
+  idx = jax.lax.iota(jnp.int32, bits.shape[0])
+  ext = ((m == 0) | (m == _ATOM_TOP)) & (idx > after)
+
+  def first(a, b):
+    take_b = (b[0] & ~a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
+    return jnp.where(take_b, b[0], a[0]), jnp.where(take_b, b[1], a[1])
+  found, i = jax.lax.reduce((ext, idx), (jnp.bool_(False), jnp.int32(bits.shape[0])), first,
+                            (0,))
+  return found, jnp.where(found, i, bits.shape[0])
+
+
+def _tail_value(word: jax.Array, w1, w2, w3) -> jax.Array:
+  """The sample of an extreme atom: -|z| at atom 0, +|z| at 2^23 - 1 (`_tail_magnitude`)."""
+  mag = _tail_magnitude(w1, w2, w3)
+  return jnp.where((word >> 9) == 0, -mag, mag)
+
+
+def _normal_from_bits(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
+  """float32[S]: `bits_to_normal` of each word, the extreme atoms redrawn from the tails.
+
+  tail_words(i) (default `_tail_words(key, i)`) gives the tail words of index i. The
+  redraws run in a loop of one trip per extreme atom plus one (the first trip finds the
+  first; usually the only trip), each writing one element in place, so the program holds
+  one small copy of the tail path.
   """
   tail_words = tail_words or functools.partial(_tail_words, key)
+  z = bits_to_normal(bits)
   if bits.shape[0] == 0:
-    return jnp.zeros(bits.shape, jnp.float32)
-  extreme = lambda: ((bits >> 9) == 0) | ((bits >> 9) == _ATOM_TOP)
-  idx = jnp.arange(bits.shape[0], dtype=jnp.int32)
-  # The count is reduced outside the loop, so the loop's condition is a scalar
-  # compare (XLA:CPU runs a loop's kernels on one thread).
-  count = jnp.sum(extreme(), dtype=jnp.int32)
+    return z
+
+  s = bits.shape[0]
 
   def body(state):
-    trip, last, t = state
-    i = jnp.argmax(extreme() & (idx > last)).astype(jnp.int32)
-    mag = _tail_magnitude(*tail_words(i))
-    return trip + 1, i, jnp.where(idx == i, mag, t)
-  _, _, t = jax.lax.while_loop(lambda s: s[0] < count, body,
-                               (jnp.int32(0), jnp.int32(-1),
-                                jnp.zeros(bits.shape, jnp.float32)))
-  return t
-
-
-def _assemble_normal(bits: jax.Array, tail: jax.Array) -> jax.Array:
-  """Each word's sample: -tail at atom 0, +tail at atom 2^23 - 1, else the body."""
-  m = bits >> 9
-  return jnp.where(m == 0, -tail, jnp.where(m == _ATOM_TOP, tail, bits_to_normal(bits)))
+    _, i, z = state       # i: the atom to redraw; -1 on the first trip, S once none is left
+    at = jnp.clip(i, 0, s - 1)
+    word = jax.lax.dynamic_index_in_dim(bits, at, keepdims=False)
+    old = jax.lax.dynamic_index_in_dim(z, at, keepdims=False)
+    val = jnp.where((i >= 0) & (i < s), _tail_value(word, *tail_words(at)), old)
+    z = jax.lax.dynamic_update_index_in_dim(z, val, at, 0)
+    return (*_next_extreme(bits, i), z)
+  # Under vmap one loop serves the batch: a finished member (i = S) is left unchanged.
+  _, _, z = jax.lax.while_loop(lambda st: _xla.any_over_batch(st[0]), body,
+                               (jnp.bool_(True), jnp.int32(-1), z))
+  return z
 
 
 @functools.lru_cache(maxsize=None)
@@ -242,10 +258,11 @@ def normal_support() -> tuple[float, float]:
     >>> z_min == -z_max and 12.6 < z_max < 12.7
     True
   """
-  bits = jnp.arange(_ATOM_TOP + 1, dtype=jnp.uint32) << jnp.uint32(9)
+  bits = jnp.arange(1, _ATOM_TOP, dtype=jnp.uint32) << jnp.uint32(9)
   zero = jnp.zeros((), jnp.uint32)
-  mag = jax.jit(_tail_magnitude)(zero, zero, zero)
-  z = jax.jit(_assemble_normal)(bits, jnp.broadcast_to(mag, bits.shape))
+  ends = jnp.array([0, _ATOM_TOP << 9], jnp.uint32)
+  z = jnp.concatenate([jax.jit(bits_to_normal)(bits),
+                       jax.jit(_tail_value)(ends, zero, zero, zero)])   # the deepest tail
   if not bool(jnp.all(jnp.isfinite(z))):
     raise RuntimeError("standard_normal produced a non-finite value")
   return float(jnp.min(z)), float(jnp.max(z))
@@ -286,11 +303,11 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   words = _threefry_words(key)
   if words is None:
     bits = jax.random.bits(key, (num,), jnp.uint32)
-    return _assemble_normal(bits, _tail_fill(key, bits))[:size].reshape(shape)
+    return _normal_from_bits(key, bits)[:size].reshape(shape)
   # Stored once: the tail count and the transform both read every word.
   bits = _once(words[0], lambda: _stream_words(words, num, jnp.arange(num, dtype=jnp.uint32)))
   bits = bits[:size]
-  return _assemble_normal(bits, _tail_fill(key, bits)).reshape(shape)
+  return _normal_from_bits(key, bits).reshape(shape)
 
 
 def standard_normals(keys: jax.Array, shapes) -> list[jax.Array]:
@@ -339,8 +356,8 @@ def standard_normals(keys: jax.Array, shapes) -> list[jax.Array]:
     y0, y1 = threefry2x32(k0, k1, block, c1)
     return jnp.where(first, y0, y1)
   bits = _once(data[live[0], 0], stream)
-  z = _assemble_normal(bits, _tail_fill(
-      None, bits, lambda i: _tail_blocks(*key_and_index(i.astype(jnp.uint32)))))
+  z = _normal_from_bits(None, bits,
+                        lambda i: _tail_blocks(*key_and_index(i.astype(jnp.uint32))))
   out, start = [], 0
   for l, s in enumerate(shapes):
     out.append(z[start:start + sizes[l]].reshape(s) if sizes[l] else jnp.zeros(s, jnp.float32))

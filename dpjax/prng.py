@@ -214,39 +214,44 @@ def _next_extreme(bits: jax.Array, after: jax.Array):
   return found, jnp.where(found, i, bits.shape[0])
 
 
-def _tail_value(word: jax.Array, w1, w2, w3) -> jax.Array:
-  """The sample of an extreme atom: -|z| at atom 0, +|z| at 2^23 - 1 (`_tail_magnitude`)."""
-  mag = _tail_magnitude(w1, w2, w3)
-  return jnp.where((word >> 9) == 0, -mag, mag)
+def _tail_fill(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
+  """float32[S]: the tail magnitude (`_tail_magnitude`) at extreme atoms, 0 elsewhere.
+
+  tail_words(i) (default `_tail_words(key, i)`) gives the tail words of index i. A loop of
+  one trip per extreme atom plus one (the first trip finds the first; usually the only
+  trip) writes one element in place per trip, so the program holds one small copy of the
+  tail path. Under vmap one loop serves the batch (`_xla.any_over_batch`): a finished member
+  (i = S) writes its own value back. The result is combined with the body elementwise
+  (`_assemble_normal`), so the transform fuses into the draw's consumers.
+  """
+  tail_words = tail_words or functools.partial(_tail_words, key)
+  s = bits.shape[0]
+  t = jnp.zeros(bits.shape, jnp.float32)
+  if s == 0:
+    return t
+
+  def body(state):
+    _, i, t = state       # i: the atom to redraw; -1 on the first trip, S once none is left
+    at = jnp.clip(i, 0, s - 1)
+    old = jax.lax.dynamic_index_in_dim(t, at, keepdims=False)
+    val = jnp.where((i >= 0) & (i < s), _tail_magnitude(*tail_words(at)), old)
+    t = jax.lax.dynamic_update_index_in_dim(t, val, at, 0)
+    return (*_next_extreme(bits, i), t)
+  _, _, t = jax.lax.while_loop(lambda st: _xla.any_over_batch(st[0]), body,
+                               (jnp.bool_(True), jnp.int32(-1), t))
+  return t
+
+
+def _assemble_normal(bits: jax.Array, tail: jax.Array) -> jax.Array:
+  """Each word's sample: -tail at atom 0, +tail at atom 2^23 - 1, else the body."""
+  m = bits >> 9
+  return jnp.where(m == 0, -tail, jnp.where(m == _ATOM_TOP, tail, bits_to_normal(bits)))
 
 
 def _normal_from_bits(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
-  """float32[S]: `bits_to_normal` of each word, the extreme atoms redrawn from the tails.
-
-  tail_words(i) (default `_tail_words(key, i)`) gives the tail words of index i. The
-  redraws run in a loop of one trip per extreme atom plus one (the first trip finds the
-  first; usually the only trip), each writing one element in place, so the program holds
-  one small copy of the tail path.
-  """
-  tail_words = tail_words or functools.partial(_tail_words, key)
-  z = bits_to_normal(bits)
-  if bits.shape[0] == 0:
-    return z
-
-  s = bits.shape[0]
-
-  def body(state):
-    _, i, z = state       # i: the atom to redraw; -1 on the first trip, S once none is left
-    at = jnp.clip(i, 0, s - 1)
-    word = jax.lax.dynamic_index_in_dim(bits, at, keepdims=False)
-    old = jax.lax.dynamic_index_in_dim(z, at, keepdims=False)
-    val = jnp.where((i >= 0) & (i < s), _tail_value(word, *tail_words(at)), old)
-    z = jax.lax.dynamic_update_index_in_dim(z, val, at, 0)
-    return (*_next_extreme(bits, i), z)
-  # Under vmap one loop serves the batch: a finished member (i = S) is left unchanged.
-  _, _, z = jax.lax.while_loop(lambda st: _xla.any_over_batch(st[0]), body,
-                               (jnp.bool_(True), jnp.int32(-1), z))
-  return z
+  """float32[S]: `bits_to_normal` of each word, the extreme atoms redrawn from the tails
+  (`_tail_fill`, `_assemble_normal`)."""
+  return _assemble_normal(bits, _tail_fill(key, bits, tail_words))
 
 
 @functools.lru_cache(maxsize=None)
@@ -258,11 +263,10 @@ def normal_support() -> tuple[float, float]:
     >>> z_min == -z_max and 12.6 < z_max < 12.7
     True
   """
-  bits = jnp.arange(1, _ATOM_TOP, dtype=jnp.uint32) << jnp.uint32(9)
+  bits = jnp.arange(_ATOM_TOP + 1, dtype=jnp.uint32) << jnp.uint32(9)
   zero = jnp.zeros((), jnp.uint32)
-  ends = jnp.array([0, _ATOM_TOP << 9], jnp.uint32)
-  z = jnp.concatenate([jax.jit(bits_to_normal)(bits),
-                       jax.jit(_tail_value)(ends, zero, zero, zero)])   # the deepest tail
+  mag = jax.jit(_tail_magnitude)(zero, zero, zero)
+  z = jax.jit(_assemble_normal)(bits, jnp.broadcast_to(mag, bits.shape))
   if not bool(jnp.all(jnp.isfinite(z))):
     raise RuntimeError("standard_normal produced a non-finite value")
   return float(jnp.min(z)), float(jnp.max(z))

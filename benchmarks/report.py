@@ -569,9 +569,11 @@ def _compile_time_section(doc: dict) -> list[str]:
                    _times(g("run_ratio")), _before(doc, w)])
   return (_head("Compile time (`benchmarks/compile_time.py`)", doc,
                 "The engine's program (`dpsgd.program`) and the matching non-private one (optax "
-                "SGD on permuted batches, same T, parameters given), lowered and compiled ahead of "
-                "time in one process (s; CPU: the process's CPU seconds while compiling, steadier "
-                "than wall time on a shared machine; ops: instructions of the optimised HLO); "
+                "SGD on permuted batches, same T, parameters initialised inside the program as "
+                "the DP one does), lowered and compiled ahead of time in one process (best of "
+                f"{f.get('compiles', 1)} fresh compiles, taken in turn; s; CPU: the process's "
+                "CPU seconds while compiling, steadier than wall time on a shared machine; ops: "
+                "instructions of the optimised HLO); "
                 "run: best compiled run, DP / non-private (`–`: not run); before: the compile "
                 "ratios (wall / CPU) of the engine before the compile-time work, measured the "
                 "same way in a separate process"

@@ -119,17 +119,12 @@ def rr_estimate_rate(reports: jax.typing.ArrayLike, epsilon: float,
   if eps >= _RR_SMALL_EPS:
     return (lam - (1.0 - p)) / (2.0 * p - 1.0)
   # pi_hat = (lam - 1/2) / (2p - 1) + 1/2 with 2p - 1 = tanh(eps / 2): no cancellation.
-  t = _rr_gap(eps)
+  t = math.tanh(eps / 2.0)
   if t == 0.0 or 0.5 / t > 2.0 ** 100:   # t underflows to 0 at subnormal eps
     raise ValueError(f"epsilon = {epsilon!r} is too small for a float32 estimate: "
                      f"1 / (2p - 1) = {1.0 / t if t else math.inf:.3g} exceeds 2^100 (the estimate is "
                      "unbiased only unclipped, so it can be that large)")
   return (lam - 0.5) * jnp.float32(1.0 / t) + 0.5
-
-
-def _rr_gap(eps: float) -> float:
-  """2p - 1 = tanh(eps / 2) for randomized response with parameter eps (exact)."""
-  return math.tanh(eps / 2.0)
 
 
 def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
@@ -152,7 +147,7 @@ def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
   eps = float(epsilon)
   if eps >= _RR_SMALL_EPS:
     return math.sqrt(lam * (1 - lam) / n) / (2 * p - 1)
-  t = _rr_gap(eps)
+  t = math.tanh(eps / 2.0)
   # lam (1 - lam) = 1/4 - (lam - 1/2)^2, and lam - 1/2 = t (r - 1/2) (or t / 2).
   c = t * (0.5 if rate is None else r - 0.5)
   sd = math.sqrt((0.25 - c * c) / n) / t if t > 0 else math.inf

@@ -124,6 +124,22 @@ def check_nonnegative(x: Any, name: str) -> float:
   return check_range(x, name, 0.0)
 
 
+def check_interval(lower: Any, upper: Any, lower_name: str = "lower",
+                   upper_name: str = "upper") -> tuple[float, float]:
+  """(lower, upper) as finite floats with lower < upper.
+
+  Examples:
+    >>> check_interval(1, 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: upper must be > lower = 1, got 1
+  """
+  lo, hi = check_finite(lower, lower_name), check_finite(upper, upper_name)
+  if not hi > lo:
+    raise ValueError(f"{upper_name} must be > {lower_name} = {lo:g}, got {hi:g}")
+  return lo, hi
+
+
 def check_epsilon(epsilon: Any, name: str = "epsilon", allow_zero: bool = False,
                   allow_inf: bool = False) -> float:
   """epsilon as a float, finite and > 0 (>= 0 with allow_zero, inf with allow_inf).
@@ -176,6 +192,12 @@ def check_confidence(confidence: Any, name: str = "confidence") -> float:
     0.95
   """
   return check_probability(confidence, name, open_low=True, open_high=True)
+
+
+def check_delta_confidence(delta: Any, confidence: Any, *, allow_zero: bool = False
+                           ) -> tuple[float, float]:
+  """(delta, confidence) of an audit: `check_delta` (allow_zero) and `check_confidence`."""
+  return check_delta(delta, allow_zero=allow_zero), check_confidence(confidence)
 
 
 def check_int(value: Any, name: str, minimum: int = 1, maximum: Optional[int] = None) -> int:
@@ -306,7 +328,8 @@ def check_instance(value: Any, types: Any, name: str) -> Any:
   """
   if not isinstance(value, types):
     want = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
-    raise TypeError(f"{name} must be a {want}, got {type(value).__name__} {value!r:.80}")
+    raise TypeError(f"{name} must be {'an' if want[0] in 'AEIOUaeiou' else 'a'} {want}, got "
+                    f"{type(value).__name__} {value!r:.80}")
   return value
 
 

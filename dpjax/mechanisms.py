@@ -362,18 +362,6 @@ def gaussian_grid(sigma: float, sensitivity: float = 1.0) -> float:
 # ----------------------------------------------------------------------------------
 # Clipped sums, counts and means.
 
-def _check_bounds(lower, upper) -> tuple[float, float]:
-  lo = _validate.check_finite(lower, "lower")
-  hi = _validate.check_finite(upper, "upper")
-  for v, name in ((lo, "lower"), (hi, "upper")):   # a clip of float32 values
-    if not abs(v) <= float(np.finfo(np.float32).max):
-      raise ValueError(f"{name} must fit float32 (|{name}| <= 3.4e38), got {v:g}")
-  if not hi > lo:
-    raise ValueError(f"clip bounds must be finite with lower < upper, got "
-                     f"lower={lower}, upper={upper}")
-  return lo, hi
-
-
 @_validate.names_extreme_arguments
 def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                 upper: float, lower: float = 0.0, *, grid: float | None = None,
@@ -383,7 +371,10 @@ def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
   The bounds must come from public knowledge, NEVER from the data. eps-DP (add/remove),
   sensitivity max(|lower|, |upper|); grid, secure as in `laplace_mechanism`.
   """
-  lo, hi = _check_bounds(lower, upper)
+  lo, hi = _validate.check_interval(lower, upper)
+  for v, name in ((lo, "lower"), (hi, "upper")):   # a clip of float32 values
+    if not abs(v) <= float(np.finfo(np.float32).max):
+      raise ValueError(f"{name} must fit float32 (|{name}| <= 3.4e38), got {v:g}")
   _validate.check_array(values, "values")
   v = jnp.asarray(values, jnp.float32)
   if v.ndim == 0:

@@ -293,10 +293,8 @@ def mixture_of_gaussians_rdp(noise_multiplier: float, sensitivities, probs,
                              orders) -> np.ndarray:
   """RDP upper bound float64[A] of the mixture-of-Gaussians mechanism, add/remove neighbours.
 
-  Released: a query whose change under one record is a random shift c_i >= 0 along one
-  direction with probability p_i, plus N(0, sigma^2) noise (sigma = noise_multiplier): the
-  pair sum_i p_i N(c_i, sigma^2) against N(0, sigma^2), both orders (remove, add). Each
-  direction's moment E[e^{(alpha-1) L}] is bounded by connect-the-dots on a grid of its loss
+  The module's pair (sigma = noise_multiplier), both orders (remove, add). Each direction's
+  moment E[e^{(alpha-1) L}] is bounded by connect-the-dots on a grid of its loss
   plus a closed-form tail (`_log_moments`): upper bounds, within ~(alpha - 1) dl^2 / 8 of
   exact (dl the loss step, ~ slope * 1e-3). Never above alpha max_i c_i^2 / (2 sigma^2)
   (Renyi divergence is quasi-convex). (c, p) = ((0, 1), (1 - q, q)) is the Poisson-subsampled

@@ -53,16 +53,18 @@ def check_mixture(sensitivities, probs) -> tuple[np.ndarray, np.ndarray]:
   return c, p / p.sum()
 
 
+def _mixture_loss(log_p: np.ndarray, mu: np.ndarray):
+  """The remove loss x -> L(x) = log sum_i p_i exp(mu_i x - mu_i^2 / 2), increasing in x."""
+  return lambda x: special.logsumexp(
+      log_p + np.multiply.outer(np.asarray(x, np.float64), mu) - mu * mu / 2, axis=-1)
+
+
 def _mixture_pmfs(mu: np.ndarray, p: np.ndarray, h: float, tail: float
                   ) -> tuple[pld_grid.LossPmf, pld_grid.LossPmf]:
   """(remove, add) loss pmfs for shifts mu [K] (units of sigma) with weights p [K]."""
   log_p = np.log(p)
   mu_max = float(mu.max())
-
-  def loss(x):
-    x = np.asarray(x, np.float64)
-    return special.logsumexp(log_p + np.multiply.outer(x, mu) - mu * mu / 2, axis=-1)
-
+  loss = _mixture_loss(log_p, mu)
   x_far = -60.0 - mu_max
   floor = float(loss(x_far))
 
@@ -311,10 +313,7 @@ def mixture_of_gaussians_rdp(noise_multiplier: float, sensitivities, probs,
   mu = c / sigma
   log_p = np.log(p)
   zero = (np.zeros(1), np.zeros(1))
-
-  def loss(x):   # remove loss log(sum_i p_i e^{mu_i x - mu_i^2 / 2}), increasing
-    return special.logsumexp(log_p[None, :] + np.multiply.outer(x, mu) - mu * mu / 2, axis=1)
-
+  loss = _mixture_loss(log_p, mu)
   remove = _log_moments(loss, (log_p, mu), zero, float(mu.max()),
                         lambda y: float(loss(np.array([y]))[0]), a)
   # add: y = -x; P = N(0, 1), Q = sum_i p_i N(-mu_i, 1); the loss -L(-y) is at most

@@ -102,7 +102,7 @@ def _flat_grads(model, params, x, y, l2_clip_norm):
 
   def one(xi, yi):
     g = jax.grad(lambda p: models.per_example_loss(model, unravel(p), xi[None],
-                                                       yi[None])[0])(flat)
+                                                   yi[None])[0])(flat)
     return jnp.abs(g) * jnp.minimum(1.0, l2_clip_norm / (jnp.linalg.norm(g) + 1e-30))
   total = jax.jit(lambda xs, ys: jax.vmap(one)(xs, ys).sum(axis=0))(x, y)
   return np.asarray(total, np.float64), unravel
@@ -202,7 +202,6 @@ def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float)
 
 @functools.lru_cache(maxsize=16)
 def _pretrain(model, t):
-
   def loss(p, x, y):
     return jnp.mean(models.per_example_loss(model, p, x, y))
 

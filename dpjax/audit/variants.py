@@ -367,8 +367,9 @@ def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Varia
   """Variant `name` of the claim `cfg` for `model` (backprop_clipping: an unregularised logistic
   regression). Train with `dpsgd.train_many(..., v.config, model, **v.components)`.
   """
-  _validate.check_choice(name, VARIANTS, "name")
-  _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
+  _validate.check_choice(name, VARIANTS, "name (the variant)")
+  if not isinstance(cfg, dpsgd.DpSgdConfig):
+    raise ValueError(f"cfg must be a dpsgd.DpSgdConfig, got {type(cfg)}")
   models_lib.check_model(model)
   base = cfg
   if name == "correct":
@@ -420,7 +421,7 @@ def exact_epsilon(name: str, cfg: dpsgd.DpSgdConfig) -> float | None:
     True
   """
   from dpjax import accounting  # pylint: disable=g-import-not-at-top
-  _validate.check_choice(name, VARIANTS, "name")
+  _validate.check_choice(name, VARIANTS, "name (the variant)")
   _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
   sigma, q = float(cfg.noise_multiplier), float(cfg.sampling_prob)
   if not sigma > 0:

@@ -332,11 +332,8 @@ def replace_one_subsampled_gaussian_rdp(noise_multiplier: float, sampling_prob: 
                                         orders) -> np.ndarray:
   """RDP upper bound float64[A] of the Poisson-subsampled Gaussian under replace-one.
 
-  Released: the sum over a Poisson sample (each record with probability q) of contributions
-  of L2 norm <= C, plus N(0, (2 sigma C)^2) per coordinate, sigma = noise_multiplier relative
-  to the replace-one sensitivity 2C (as `replace_one_subsampled_gaussian_pld`); neighbours
-  replace one record. The pair is that PLD's, (1-q) N(0,1) + q N(m,1) against
-  (1-q) N(0,1) + q N(-m,1), m = 1 / (2 sigma), symmetric; its moment is bounded as in
+  The mechanism and the symmetric pair of `replace_one_subsampled_gaussian_pld` (sigma
+  relative to the replace-one sensitivity 2C, m = 1 / (2 sigma)); its moment is bounded as in
   `mixture_of_gaussians_rdp`. Never above the unsampled alpha / (2 sigma^2) (q = 1, exact).
   (dp_accounting 0.6's RDP accountant refuses Poisson sampling under replace-one.)
 

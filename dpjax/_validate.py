@@ -93,12 +93,7 @@ def check_range(x: Any, name: str, low: Optional[float] = None,
 
 
 def check_finite(x: Any, name: str) -> float:
-  """x as a finite float.
-
-  Examples:
-    >>> check_finite(-2, "lower")
-    -2.0
-  """
+  """x as a finite float."""
   return check_range(x, name)
 
 
@@ -115,23 +110,29 @@ def check_positive(x: Any, name: str) -> float:
 
 
 def check_nonnegative(x: Any, name: str) -> float:
-  """x as a float, finite and >= 0.
+  """x as a float, finite and >= 0."""
+  return check_range(x, name, 0.0)
+
+
+def check_interval(lower: Any, upper: Any, lower_name: str = "lower",
+                   upper_name: str = "upper") -> tuple[float, float]:
+  """(lower, upper) as finite floats with lower < upper.
 
   Examples:
-    >>> check_nonnegative(0, "l2")
-    0.0
+    >>> check_interval(1, 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: upper must be > lower = 1, got 1
   """
-  return check_range(x, name, 0.0)
+  lo, hi = check_finite(lower, lower_name), check_finite(upper, upper_name)
+  if not hi > lo:
+    raise ValueError(f"{upper_name} must be > {lower_name} = {lo:g}, got {hi:g}")
+  return lo, hi
 
 
 def check_epsilon(epsilon: Any, name: str = "epsilon", allow_zero: bool = False,
                   allow_inf: bool = False) -> float:
-  """epsilon as a float, finite and > 0 (>= 0 with allow_zero, inf with allow_inf).
-
-  Examples:
-    >>> check_epsilon(float("inf"), allow_zero=True, allow_inf=True)
-    inf
-  """
+  """epsilon as a float, finite and > 0 (>= 0 with allow_zero, inf with allow_inf)."""
   return check_range(epsilon, name, 0.0, open_low=not allow_zero, allow_inf=allow_inf)
 
 
@@ -149,33 +150,24 @@ def check_probability(p: Any, name: str, *, open_low: bool = False,
 
 
 def check_sampling_prob(q: Any, name: str = "sampling_prob") -> float:
-  """q as a float in (0, 1].
-
-  Examples:
-    >>> check_sampling_prob(1)
-    1.0
-  """
+  """q as a float in (0, 1]."""
   return check_probability(q, name, open_low=True)
 
 
 def check_delta(delta: Any, name: str = "delta", allow_zero: bool = False) -> float:
-  """delta as a float in (0, 1), or [0, 1) with allow_zero.
-
-  Examples:
-    >>> check_delta(0, allow_zero=True)
-    0.0
-  """
+  """delta as a float in (0, 1), or [0, 1) with allow_zero."""
   return check_probability(delta, name, open_low=not allow_zero, open_high=True)
 
 
 def check_confidence(confidence: Any, name: str = "confidence") -> float:
-  """A confidence level as a float in (0, 1).
-
-  Examples:
-    >>> check_confidence(0.95)
-    0.95
-  """
+  """A confidence level as a float in (0, 1)."""
   return check_probability(confidence, name, open_low=True, open_high=True)
+
+
+def check_delta_confidence(delta: Any, confidence: Any, *, allow_zero: bool = False
+                           ) -> tuple[float, float]:
+  """(delta, confidence) of an audit: `check_delta` (allow_zero) and `check_confidence`."""
+  return check_delta(delta, allow_zero=allow_zero), check_confidence(confidence)
 
 
 def check_int(value: Any, name: str, minimum: int = 1, maximum: Optional[int] = None) -> int:
@@ -306,7 +298,8 @@ def check_instance(value: Any, types: Any, name: str) -> Any:
   """
   if not isinstance(value, types):
     want = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
-    raise TypeError(f"{name} must be a {want}, got {type(value).__name__} {value!r:.80}")
+    raise TypeError(f"{name} must be {'an' if want[0] in 'AEIOUaeiou' else 'a'} {want}, got "
+                    f"{type(value).__name__} {value!r:.80}")
   return value
 
 
@@ -330,12 +323,8 @@ def check_choice(value: Any, allowed: Sequence[Any], name: str) -> Any:
 def check_shape(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None,
                 shape: Optional[Sequence[Optional[int]]] = None,
                 min_size: int = 0) -> tuple[int, ...]:
-  """The shape of x, if of rank `ndim` (or one of them), matching `shape` (None: any), >= min_size.
-
-  Examples:
-    >>> check_shape([[1, 2, 3]], "x_NxF", shape=(None, 3))
-    (1, 3)
-  """
+  """The shape of x, if of rank `ndim` (or one of them), matching `shape` (None: any) and
+  with at least min_size entries."""
   s = tuple(np.shape(x))
   if ndim is not None:
     ranks = (ndim,) if isinstance(ndim, int) else tuple(ndim)
@@ -445,12 +434,7 @@ def check_clip_norm(l2_clip_norm: Any, name: str = "l2_clip_norm") -> Any:
 
 
 def check_orders(orders: Any, name: str = "orders") -> np.ndarray:
-  """Renyi orders as a non-empty float64[A], each finite and > 1 (a scalar becomes [1]).
-
-  Examples:
-    >>> check_orders([2, 8.5])
-    array([2. , 8.5])
-  """
+  """Renyi orders as a non-empty float64[A], each finite and > 1 (a scalar becomes [1])."""
   a = check_array(np.atleast_1d(orders), name, ndim=1, low=1.0, open_low=True)
   if a.size == 0:
     raise ValueError(f"{name} must be a non-empty 1-D sequence of values > 1, got shape {a.shape}")
@@ -459,12 +443,7 @@ def check_orders(orders: Any, name: str = "orders") -> np.ndarray:
 
 def check_binary(x: Any, name: str, *, ndim: Optional[int | Sequence[int]] = None,
                  shape: Optional[Sequence[Optional[int]]] = None) -> Any:
-  """x as a NumPy bool array of booleans or 0 / 1; a tracer gets only the shape check.
-
-  Examples:
-    >>> check_binary([1, 0, 1], "keep_N")
-    array([ True, False,  True])
-  """
+  """x as a NumPy bool array of booleans or 0 / 1; a tracer gets only the shape check."""
   check_shape(x, name, ndim=ndim, shape=shape)
   if is_tracer(x):
     return x

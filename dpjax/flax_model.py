@@ -423,18 +423,16 @@ def _ghost_forward(module, shape, layers, index, variables, x, probes, applied=N
     if layers[i].kind == "dense":
       u = a if a.ndim == 2 else a.reshape(bsz, -1, a.shape[-1])     # [B, I] or [B, P, I]
       z = u @ kernel + bias.reshape((1,) * (u.ndim - 1) + (o,))
-      out_shape = a.shape[:-1] + (o,)
     else:
       # The 3x3 SAME convolution as patches @ kernel, patches ordered like HWIO (the
       # gradient flows through the patches to earlier layers; the record is a constant).
       patches = ghost.conv3x3_patches(a)
       z = patches @ kernel.reshape(-1, o) + bias[None, None, :]
       u = jax.lax.stop_gradient(patches)
-      out_shape = a.shape[:-1] + (o,)
     if probes is not None:
       z = z + probes[i]
     recs[i] = ghost.Layer(u, z)
-    return z.reshape(out_shape)
+    return z.reshape(a.shape[:-1] + (o,))
 
   logits = _forward(module, shape, variables if applied is None else applied, x, interceptor)
   return logits, recs

@@ -119,17 +119,12 @@ def rr_estimate_rate(reports: jax.typing.ArrayLike, epsilon: float,
   if eps >= _RR_SMALL_EPS:
     return (lam - (1.0 - p)) / (2.0 * p - 1.0)
   # pi_hat = (lam - 1/2) / (2p - 1) + 1/2 with 2p - 1 = tanh(eps / 2): no cancellation.
-  t = _rr_gap(eps)
+  t = math.tanh(eps / 2.0)
   if t == 0.0 or 0.5 / t > 2.0 ** 100:   # t underflows to 0 at subnormal eps
     raise ValueError(f"epsilon = {epsilon!r} is too small for a float32 estimate: "
                      f"1 / (2p - 1) = {1.0 / t if t else math.inf:.3g} exceeds 2^100 (the estimate is "
                      "unbiased only unclipped, so it can be that large)")
   return (lam - 0.5) * jnp.float32(1.0 / t) + 0.5
-
-
-def _rr_gap(eps: float) -> float:
-  """2p - 1 = tanh(eps / 2) for randomized response with parameter eps (exact)."""
-  return math.tanh(eps / 2.0)
 
 
 def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
@@ -152,7 +147,7 @@ def rr_estimate_std(n: int, epsilon: float, rate: float | None = None) -> float:
   eps = float(epsilon)
   if eps >= _RR_SMALL_EPS:
     return math.sqrt(lam * (1 - lam) / n) / (2 * p - 1)
-  t = _rr_gap(eps)
+  t = math.tanh(eps / 2.0)
   # lam (1 - lam) = 1/4 - (lam - 1/2)^2, and lam - 1/2 = t (r - 1/2) (or t / 2).
   c = t * (0.5 if rate is None else r - 0.5)
   sd = math.sqrt((0.25 - c * c) / n) / t if t > 0 else math.inf
@@ -367,18 +362,6 @@ def gaussian_grid(sigma: float, sensitivity: float = 1.0) -> float:
 # ----------------------------------------------------------------------------------
 # Clipped sums, counts and means.
 
-def _check_bounds(lower, upper) -> tuple[float, float]:
-  lo = _validate.check_finite(lower, "lower")
-  hi = _validate.check_finite(upper, "upper")
-  for v, name in ((lo, "lower"), (hi, "upper")):   # a clip of float32 values
-    if not abs(v) <= float(np.finfo(np.float32).max):
-      raise ValueError(f"{name} must fit float32 (|{name}| <= 3.4e38), got {v:g}")
-  if not hi > lo:
-    raise ValueError(f"clip bounds must be finite with lower < upper, got "
-                     f"lower={lower}, upper={upper}")
-  return lo, hi
-
-
 @_validate.names_extreme_arguments
 def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
                 upper: float, lower: float = 0.0, *, grid: float | None = None,
@@ -388,7 +371,10 @@ def clipped_sum(key: jax.Array, values: jax.typing.ArrayLike, epsilon: float,
   The bounds must come from public knowledge, NEVER from the data. eps-DP (add/remove),
   sensitivity max(|lower|, |upper|); grid, secure as in `laplace_mechanism`.
   """
-  lo, hi = _check_bounds(lower, upper)
+  lo, hi = _validate.check_interval(lower, upper)
+  for v, name in ((lo, "lower"), (hi, "upper")):   # a clip of float32 values
+    if not abs(v) <= float(np.finfo(np.float32).max):
+      raise ValueError(f"{name} must fit float32 (|{name}| <= 3.4e38), got {v:g}")
   _validate.check_array(values, "values")
   v = jnp.asarray(values, jnp.float32)
   if v.ndim == 0:

@@ -399,9 +399,7 @@ def correct_predictions(model: Model, params_M: PyTree, x_NxF: jax.typing.ArrayL
   check_model(model)
   x = _validate.check_array(x_NxF, "x_NxF", np.float32, ndim=(2, 4), min_size=1)
   y = _validate.check_labels(y_N, "y_N", model.num_outputs, shape=(x.shape[0],))
-  if not isinstance(float64, (bool, np.bool_)):
-    raise TypeError(f"float64 must be a bool, got {float64!r}")
-  if float64:
+  if _validate.check_bool(float64, "float64"):
     if model.kind != "logistic_regression":
       raise ValueError(f"float64=True needs a logistic regression, got a {model.kind!r} model")
     w_MxD = _validate.check_array(params_M["w"], "params_M['w']", ndim=2)
@@ -439,14 +437,6 @@ def accuracy(model: Model, params_M: PyTree, x_NxF: jax.typing.ArrayLike,
 _HEAD_KINDS = ("mlp", "cnn")
 
 
-def _check_split_model(model: Any, name: str = "model") -> Model:
-  check_model(model, name)
-  if model.kind not in _HEAD_KINDS:
-    raise ValueError(f"{name}.kind must be one of {_HEAD_KINDS} (a model with a dense last "
-                     f"layer this module built), got {model.kind!r}")
-  return model
-
-
 def _last_layer(model: Model, params: PyTree) -> dict:
   return params["layers"][-1] if model.kind == "mlp" else params["dense"][0]
 
@@ -459,7 +449,9 @@ def _body(model: Model, params: PyTree, x: jax.Array) -> jax.Array:
 
 
 def _checked_split(model: Any, params: Any, name: str = "params") -> tuple[Model, PyTree]:
-  model = _check_split_model(model)
+  if check_model(model).kind not in _HEAD_KINDS:
+    raise ValueError(f"model.kind must be one of {_HEAD_KINDS} (a model with a dense last "
+                     f"layer this module built), got {model.kind!r}")
   check_params(model, params, name)
   return model, jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)
 

@@ -146,10 +146,13 @@ def _check_votes(votes_QxC, name: str = "votes_QxC") -> tuple[np.ndarray, int]:
   return v, m
 
 
-def _check_answered(answered_Q, q: int) -> np.ndarray:
-  if answered_Q is None:
-    return np.ones(q, bool)
-  return _validate.check_binary(answered_Q, "answered_Q", shape=(q,))
+def _check_run(votes_QxC, answered_Q, sigma, delta, threshold, sigma_threshold):
+  """(votes, M, answered bool[Q] (None: all), sigma, delta, threshold, sigma_threshold)."""
+  v, m = _check_votes(votes_QxC)
+  ans = (np.ones(v.shape[0], bool) if answered_Q is None
+         else _validate.check_binary(answered_Q, "answered_Q", shape=(v.shape[0],)))
+  return (v, m, ans, _validate.check_positive(sigma, "sigma"), _validate.check_delta(delta),
+          *pate.check_threshold(threshold, sigma_threshold))
 
 
 def _beta(log_q: np.ndarray, sigma: float, order: float) -> np.ndarray:
@@ -388,11 +391,8 @@ def plan_release(votes_QxC, answered_Q=None, *, sigma: float, delta: float,
   minimised; the order with the smallest eps wins. Other arguments as the release will
   pass them. ValueError when C5 fails at every order.
   """
-  v, m = _check_votes(votes_QxC)
-  ans = _check_answered(answered_Q, v.shape[0])
-  s = _validate.check_positive(sigma, "sigma")
-  dl = _validate.check_delta(delta)
-  t, st = pate.check_threshold(threshold, sigma_threshold)
+  v, m, ans, s, dl, t, st = _check_run(votes_QxC, answered_Q, sigma, delta, threshold,
+                                       sigma_threshold)
   lams = _PLAN_ORDERS if orders is None else _validate.check_orders(orders)
   p = _validate.check_range(failure_prob, "failure_prob", 0.0, 0.5, open_low=True)
   t_q = float(stats.norm.isf(p))
@@ -439,11 +439,8 @@ def release(key: jax.Array, votes_QxC, answered_Q=None, *, sigma: float,
   every query); params: fixed without these votes (`plan_release` on proxy votes).
   Returns a PateRelease; ValueError on bad input or when C5 fails at params.order.
   """
-  v, m = _check_votes(votes_QxC)
-  ans = _check_answered(answered_Q, v.shape[0])
-  s = _validate.check_positive(sigma, "sigma")
-  dl = _validate.check_delta(delta)
-  t, st = pate.check_threshold(threshold, sigma_threshold)
+  v, m, ans, s, dl, t, st = _check_run(votes_QxC, answered_Q, sigma, delta, threshold,
+                                       sigma_threshold)
   _validate.check_instance(params, ReleaseParams, "params")
   lam, b, sss, k = params.order, params.beta, params.sigma_ss, params.num_stds
   f, ls = _cost_and_ls(v, m, ans, s, t, st, lam)

@@ -86,14 +86,6 @@ AUTO_BETA_P = 10.0
 AUTO_BETA_NOISE = 4.0
 
 
-def _check_scale(lower, upper) -> tuple[float, float]:
-  lo = _validate.check_finite(lower, "lower")
-  hi = _validate.check_finite(upper, "upper")
-  if not hi > lo:
-    raise ValueError(f"upper must be > lower = {lo:g}, got {hi:g}")
-  return lo, hi
-
-
 @_validate.names_extreme_arguments
 def sensitivities(privacy_unit: str = "rating", *, lower: float = ratings_lib.RATING_MIN,
                   upper: float = ratings_lib.RATING_MAX, clamp: float = 1.0,
@@ -107,7 +99,7 @@ def sensitivities(privacy_unit: str = "rating", *, lower: float = ratings_lib.RA
     5.0
   """
   _validate.check_choice(privacy_unit, PRIVACY_UNITS, "privacy_unit")
-  lo, hi = _check_scale(lower, upper)
+  lo, hi = _validate.check_interval(lower, upper)
   b = _validate.check_positive(clamp, "clamp")
   h = (hi - lo) / 2.0
   if privacy_unit == "rating":
@@ -124,7 +116,7 @@ def sensitivities(privacy_unit: str = "rating", *, lower: float = ratings_lib.RA
 def global_statistics(rating_R, *, lower: float = ratings_lib.RATING_MIN,
                       upper: float = ratings_lib.RATING_MAX) -> tuple[float, float]:
   """(S, N): sum of clip(r, lower, upper) - c over the ratings [R], and their number."""
-  lo, hi = _check_scale(lower, upper)
+  lo, hi = _validate.check_interval(lower, upper)
   r = _validate.check_array(rating_R, "rating_R", ndim=1, min_size=1)
   c = (lo + hi) / 2.0
   return float(np.sum(np.clip(r, lo, hi) - c)), float(r.shape[0])
@@ -135,7 +127,7 @@ def item_statistics(item_R, rating_R, num_items: int, *,
                     lower: float = ratings_lib.RATING_MIN,
                     upper: float = ratings_lib.RATING_MAX) -> tuple[np.ndarray, np.ndarray]:
   """(S_I, N_I) float64[I]: per item, the sum of clip(r, lower, upper) - c and the count."""
-  lo, hi = _check_scale(lower, upper)
+  lo, hi = _validate.check_interval(lower, upper)
   i_count = _validate.check_size(num_items, "num_items", bytes_per_unit=16)  # two float64[I]
   r = _validate.check_array(rating_R, "rating_R", ndim=1, min_size=1)
   items = _validate.check_array(item_R, "item_R", np.int64, shape=(r.shape[0],), low=0,
@@ -300,7 +292,7 @@ def private_statistics(key: jax.Array, user_R, item_R, rating_R, num_users: int,
   eps = _validate.check_epsilon(epsilon, allow_inf=True)
   _validate.check_choice(privacy_unit, PRIVACY_UNITS, "privacy_unit")
   fractions = _check_split(split)
-  lo, hi = _check_scale(lower, upper)
+  lo, hi = _validate.check_interval(lower, upper)
   b = _validate.check_positive(clamp, "clamp")
   bm = None if beta_m is None else _validate.check_nonnegative(beta_m, "beta_m")
   bp = None if beta_p is None else _validate.check_nonnegative(beta_p, "beta_p")

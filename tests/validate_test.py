@@ -120,6 +120,9 @@ class ScalarTest(parameterized.TestCase):
     self.assertEqual(v.check_confidence(0.95), 0.95)
     for bad in (0.0, 1.0):
       self.assert_rejects(v.check_confidence, bad, name="confidence")
+    self.assertEqual(v.check_delta_confidence(0, 0.9, allow_zero=True), (0.0, 0.9))
+    self.assert_rejects(v.check_delta_confidence, 0.0, 0.9, name=r"delta must be in \(0, 1\)")
+    self.assert_rejects(v.check_delta_confidence, 1e-5, 1.0, name="confidence")
 
   def test_int(self):
     self.assertEqual(v.check_int(1, "k"), 1)
@@ -303,6 +306,8 @@ class CountAndTypeTest(absltest.TestCase):
     self.assertEqual(v.check_instance("d", str, "directory"), "d")
     with self.assertRaisesRegex(TypeError, "directory must be a str or bytes, got int"):
       v.check_instance(3, (str, bytes), "directory")
+    with self.assertRaisesRegex(TypeError, "event must be an int, got str"):
+      v.check_instance("x", int, "event")
 
 
 class ExtremeArgumentsTest(absltest.TestCase):

@@ -53,12 +53,6 @@ class Event:
   """Base class of every privacy event (immutable)."""
 
 
-def _check_event(e, name: str) -> "Event":
-  if not isinstance(e, Event):
-    raise TypeError(f"{name} must be an Event, got {type(e).__name__} {e!r:.80}")
-  return e
-
-
 def _freeze(obj, **values) -> None:
   for k, v in values.items():
     object.__setattr__(obj, k, v)
@@ -159,7 +153,7 @@ class PoissonSampledEvent(Event):
 
   def __post_init__(self):
     _freeze(self, sampling_prob=_validate.check_sampling_prob(self.sampling_prob),
-            event=_check_event(self.event, "event"))
+            event=_validate.check_instance(self.event, Event, "event"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +171,8 @@ class SampledWithoutReplacementEvent(Event):
     m = _validate.check_int(self.sample_size, "sample_size")
     if m > n:
       raise ValueError(f"sample_size must be <= dataset_size={n}, got {m}")
-    _freeze(self, dataset_size=n, sample_size=m, event=_check_event(self.event, "event"))
+    _freeze(self, dataset_size=n, sample_size=m,
+            event=_validate.check_instance(self.event, Event, "event"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,7 +205,7 @@ class SelfComposedEvent(Event):
   count: int
 
   def __post_init__(self):
-    _freeze(self, event=_check_event(self.event, "event"),
+    _freeze(self, event=_validate.check_instance(self.event, Event, "event"),
             count=_validate.check_int(self.count, "count"))
 
 
@@ -224,7 +219,7 @@ class ComposedEvent(Event):
       raise TypeError(f"events must be a tuple of Events, got {type(self.events).__name__}")
     if not self.events:
       raise ValueError("events must hold at least one Event")
-    _freeze(self, events=tuple(_check_event(e, f"events[{i}]")
+    _freeze(self, events=tuple(_validate.check_instance(e, Event, f"events[{i}]")
                                for i, e in enumerate(self.events)))
 
 
@@ -264,7 +259,7 @@ class RepeatAndSelectEvent(Event):
     shape = self.shape
     if isinstance(shape, str) and shape == "poisson":
       shape = math.inf
-    _freeze(self, event=_check_event(self.event, "event"),
+    _freeze(self, event=_validate.check_instance(self.event, Event, "event"),
             mean_runs=_validate.check_range(self.mean_runs, "mean_runs", 1.0),
             shape=_validate.check_range(shape, "shape", 0.0, allow_inf=True))
 
@@ -364,7 +359,7 @@ def flatten(event: Event) -> list[tuple[Event, int]]:
     >>> flatten(SelfComposedEvent(ComposedEvent((GaussianEvent(1.0), LaplaceEvent(2.0))), 3))
     [(GaussianEvent(noise_multiplier=1.0), 3), (LaplaceEvent(noise_multiplier=2.0), 3)]
   """
-  _check_event(event, "event")
+  _validate.check_instance(event, Event, "event")
   out = []
 
   def walk(e, k):
@@ -383,7 +378,7 @@ def flatten(event: Event) -> list[tuple[Event, int]]:
 def pure_epsilon(event: Event) -> float:
   """The pure-DP eps of a leaf event when it has one (Laplace, randomized response,
   discrete Laplace, (eps, 0), exponential mechanism, permute-and-flip), else math.inf."""
-  _check_event(event, "event")
+  _validate.check_instance(event, Event, "event")
   if isinstance(event, LaplaceEvent):
     return 1.0 / event.noise_multiplier
   if isinstance(event, RandomizedResponseEvent):

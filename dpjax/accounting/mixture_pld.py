@@ -53,16 +53,18 @@ def check_mixture(sensitivities, probs) -> tuple[np.ndarray, np.ndarray]:
   return c, p / p.sum()
 
 
+def _mixture_loss(log_p: np.ndarray, mu: np.ndarray):
+  """The remove loss x -> L(x) = log sum_i p_i exp(mu_i x - mu_i^2 / 2), increasing in x."""
+  return lambda x: special.logsumexp(
+      log_p + np.multiply.outer(np.asarray(x, np.float64), mu) - mu * mu / 2, axis=-1)
+
+
 def _mixture_pmfs(mu: np.ndarray, p: np.ndarray, h: float, tail: float
                   ) -> tuple[pld_grid.LossPmf, pld_grid.LossPmf]:
   """(remove, add) loss pmfs for shifts mu [K] (units of sigma) with weights p [K]."""
   log_p = np.log(p)
   mu_max = float(mu.max())
-
-  def loss(x):
-    x = np.asarray(x, np.float64)
-    return special.logsumexp(log_p + np.multiply.outer(x, mu) - mu * mu / 2, axis=-1)
-
+  loss = _mixture_loss(log_p, mu)
   x_far = -60.0 - mu_max
   floor = float(loss(x_far))
 
@@ -293,10 +295,8 @@ def mixture_of_gaussians_rdp(noise_multiplier: float, sensitivities, probs,
                              orders) -> np.ndarray:
   """RDP upper bound float64[A] of the mixture-of-Gaussians mechanism, add/remove neighbours.
 
-  Released: a query whose change under one record is a random shift c_i >= 0 along one
-  direction with probability p_i, plus N(0, sigma^2) noise (sigma = noise_multiplier): the
-  pair sum_i p_i N(c_i, sigma^2) against N(0, sigma^2), both orders (remove, add). Each
-  direction's moment E[e^{(alpha-1) L}] is bounded by connect-the-dots on a grid of its loss
+  The module's pair (sigma = noise_multiplier), both orders (remove, add). Each direction's
+  moment E[e^{(alpha-1) L}] is bounded by connect-the-dots on a grid of its loss
   plus a closed-form tail (`_log_moments`): upper bounds, within ~(alpha - 1) dl^2 / 8 of
   exact (dl the loss step, ~ slope * 1e-3). Never above alpha max_i c_i^2 / (2 sigma^2)
   (Renyi divergence is quasi-convex). (c, p) = ((0, 1), (1 - q, q)) is the Poisson-subsampled
@@ -313,10 +313,7 @@ def mixture_of_gaussians_rdp(noise_multiplier: float, sensitivities, probs,
   mu = c / sigma
   log_p = np.log(p)
   zero = (np.zeros(1), np.zeros(1))
-
-  def loss(x):   # remove loss log(sum_i p_i e^{mu_i x - mu_i^2 / 2}), increasing
-    return special.logsumexp(log_p[None, :] + np.multiply.outer(x, mu) - mu * mu / 2, axis=1)
-
+  loss = _mixture_loss(log_p, mu)
   remove = _log_moments(loss, (log_p, mu), zero, float(mu.max()),
                         lambda y: float(loss(np.array([y]))[0]), a)
   # add: y = -x; P = N(0, 1), Q = sum_i p_i N(-mu_i, 1); the loss -L(-y) is at most
@@ -335,11 +332,8 @@ def replace_one_subsampled_gaussian_rdp(noise_multiplier: float, sampling_prob: 
                                         orders) -> np.ndarray:
   """RDP upper bound float64[A] of the Poisson-subsampled Gaussian under replace-one.
 
-  Released: the sum over a Poisson sample (each record with probability q) of contributions
-  of L2 norm <= C, plus N(0, (2 sigma C)^2) per coordinate, sigma = noise_multiplier relative
-  to the replace-one sensitivity 2C (as `replace_one_subsampled_gaussian_pld`); neighbours
-  replace one record. The pair is that PLD's, (1-q) N(0,1) + q N(m,1) against
-  (1-q) N(0,1) + q N(-m,1), m = 1 / (2 sigma), symmetric; its moment is bounded as in
+  The mechanism and the symmetric pair of `replace_one_subsampled_gaussian_pld` (sigma
+  relative to the replace-one sensitivity 2C, m = 1 / (2 sigma)); its moment is bounded as in
   `mixture_of_gaussians_rdp`. Never above the unsampled alpha / (2 sigma^2) (q = 1, exact).
   (dp_accounting 0.6's RDP accountant refuses Poisson sampling under replace-one.)
 

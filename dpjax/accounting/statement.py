@@ -276,43 +276,14 @@ def privacy_statement(noise_multiplier: float, sampling_prob: float, num_steps: 
   except pld_grid.GridTooLarge as e:
     raise pld_grid.GridTooLarge(f"num_steps = {t}: the trade-off curve's PLD does not fit "
                                 f"a grid ({e})") from e
-  e_max = max(r.pld_epsilon for r in rows)
-  e_max = 2.0 * e_max + 1.0 if math.isfinite(e_max) else 50.0
-  tpr_pld = tradeoff.pld_tpr_bound(composed, fprs, e_max)
+  tpr_pld = _tpr_bound(composed, rows, fprs)
   tpr_clt = tradeoff.gaussian_tpr(np.asarray(fprs), mu_clt)
-
-  notes = _delta_notes(deltas, n, unit)
-
-  issues = []
-  for r in rows:
-    lo = r.pld_epsilon - r.pld_error
-    slack = 1e-9 + 1e-9 * abs(r.pld_epsilon)
-    if r.rdp_epsilon < lo - slack:
-      issues.append(f"delta = {r.delta:.0e}: RDP eps {r.rdp_epsilon:.4f} is BELOW the PLD's "
-                    f"lower end {lo:.4f}; both claim to be upper bounds, so one is wrong.")
-    elif r.rdp_epsilon > r.pld_epsilon + slack:
-      issues.append(f"delta = {r.delta:.0e}: RDP is looser than PLD by "
-                    f"{r.rdp_epsilon - r.pld_epsilon:.4f} "
-                    f"({(r.rdp_epsilon / r.pld_epsilon - 1) * 100:.1f} %), more than the PLD's "
-                    f"error {r.pld_error:.1e} (expected: the RDP-to-DP conversion is lossy).")
-    if r.clt_epsilon < lo - slack:
-      issues.append(f"delta = {r.delta:.0e}: CLT eps {r.clt_epsilon:.4f} is below the true "
-                    f"eps (>= {lo:.4f} by the PLD): the approximation UNDER-reports "
-                    f"privacy loss by {(1 - r.clt_epsilon / r.pld_epsilon) * 100:.1f} %.")
-    elif r.clt_epsilon > r.pld_epsilon + slack:
-      issues.append(f"delta = {r.delta:.0e}: CLT eps {r.clt_epsilon:.4f} is above the PLD "
-                    f"upper bound {r.pld_epsilon:.4f} (over-reports).")
-  for f, a, b in zip(fprs, tpr_pld, tpr_clt):
-    if b > a + 1e-6 and a < 1 - 1e-9:
-      issues.append(f"FPR = {f:.1%}: the CLT trade-off curve (TPR {b:.4f}) exceeds the "
-                    f"PLD bound ({a:.4f}): the CLT is pessimistic there.")
-  support = tail = None
-  if draws is not None:
-    from dpjax import prng  # pylint: disable=g-import-not-at-top  (jax only when needed)
-    support, tail = prng.normal_support(), prng.normal_tail_mass()
+  support, tail = _sampler_support(draws)
   return PrivacyStatement(sigma, q, t, n, mu_clt, tuple(rows), fprs,
                           tuple(float(x) for x in tpr_pld), tuple(float(x) for x in tpr_clt),
-                          tuple(notes), tuple(issues), draws, support, tail, unit)
+                          tuple(_delta_notes(deltas, n, unit)),
+                          tuple(_disagreements(rows, fprs, tpr_pld, tpr_clt)), draws, support,
+                          tail, unit)
 
 
 def truncated_dpsgd_event(noise_multiplier: float, sampling_prob: float, num_steps: int,
@@ -375,21 +346,54 @@ def _truncated_statement(sigma, q, t, n, b, deltas, fprs, draws) -> PrivacyState
     select = min(1.0, tv * (1.0 + math.exp(min(e_max, 700.0))))
     rows.append(EpsilonRow(d, e_rdp, order, e_pld, err, _TRUNCATED_H, math.nan, extra,
                            select))
-  e_top = max(r.pld_epsilon for r in rows)
-  e_top = 2.0 * e_top + 1.0 if math.isfinite(e_top) else 50.0
-  tpr_pld = tradeoff.pld_tpr_bound(composed[_TRUNCATED_H], fprs, e_top)
-  issues = []
-  for r in rows:
-    lo = r.pld_epsilon - r.pld_error
-    if r.rdp_epsilon < lo - 1e-9 - 1e-9 * abs(r.pld_epsilon):
-      issues.append(f"delta = {r.delta:.0e}: RDP eps {r.rdp_epsilon:.4f} is BELOW the PLD's "
-                    f"lower end {lo:.4f}; both claim to be upper bounds, so one is wrong.")
-  support = tail = None
-  if draws is not None:
-    from dpjax import prng  # pylint: disable=g-import-not-at-top
-    support, tail = prng.normal_support(), prng.normal_tail_mass()
+  tpr_pld = _tpr_bound(composed[_TRUNCATED_H], rows, fprs)
+  support, tail = _sampler_support(draws)
   nan_f = tuple(math.nan for _ in fprs)
   return PrivacyStatement(sigma, q, t, n, math.nan, tuple(rows), fprs,
                           tuple(float(x) for x in tpr_pld), nan_f,
-                          tuple(_delta_notes(deltas, n, "example")), tuple(issues), draws,
-                          support, tail, "example", b, tv)
+                          tuple(_delta_notes(deltas, n, "example")),
+                          tuple(_disagreements(rows, fprs, tpr_pld, nan_f, rdp_looser=False)),
+                          draws, support, tail, "example", b, tv)
+
+
+def _tpr_bound(composed, rows, fprs):
+  """`tradeoff.pld_tpr_bound` of the composed PLD, searched up to 2 max(eps) + 1 (or 50)."""
+  e_max = max(r.pld_epsilon for r in rows)
+  return tradeoff.pld_tpr_bound(composed, fprs, 2.0 * e_max + 1.0 if math.isfinite(e_max)
+                                else 50.0)
+
+
+def _sampler_support(draws):
+  """(support, tail mass) of the float32 normal sampler when draws are counted, else Nones."""
+  if draws is None:
+    return None, None
+  from dpjax import prng  # pylint: disable=g-import-not-at-top  (jax only when needed)
+  return prng.normal_support(), prng.normal_tail_mass()
+
+
+def _disagreements(rows, fprs, tpr_pld, tpr_clt, rdp_looser: bool = True) -> list[str]:
+  """Where the accountants disagree beyond their stated errors (a NaN CLT never does)."""
+  issues = []
+  for r in rows:
+    lo = r.pld_epsilon - r.pld_error
+    slack = 1e-9 + 1e-9 * abs(r.pld_epsilon)
+    if r.rdp_epsilon < lo - slack:
+      issues.append(f"delta = {r.delta:.0e}: RDP eps {r.rdp_epsilon:.4f} is BELOW the PLD's "
+                    f"lower end {lo:.4f}; both claim to be upper bounds, so one is wrong.")
+    elif rdp_looser and r.rdp_epsilon > r.pld_epsilon + slack:
+      issues.append(f"delta = {r.delta:.0e}: RDP is looser than PLD by "
+                    f"{r.rdp_epsilon - r.pld_epsilon:.4f} "
+                    f"({(r.rdp_epsilon / r.pld_epsilon - 1) * 100:.1f} %), more than the PLD's "
+                    f"error {r.pld_error:.1e} (expected: the RDP-to-DP conversion is lossy).")
+    if r.clt_epsilon < lo - slack:
+      issues.append(f"delta = {r.delta:.0e}: CLT eps {r.clt_epsilon:.4f} is below the true "
+                    f"eps (>= {lo:.4f} by the PLD): the approximation UNDER-reports "
+                    f"privacy loss by {(1 - r.clt_epsilon / r.pld_epsilon) * 100:.1f} %.")
+    elif r.clt_epsilon > r.pld_epsilon + slack:
+      issues.append(f"delta = {r.delta:.0e}: CLT eps {r.clt_epsilon:.4f} is above the PLD "
+                    f"upper bound {r.pld_epsilon:.4f} (over-reports).")
+  for f, a, b in zip(fprs, tpr_pld, tpr_clt):
+    if b > a + 1e-6 and a < 1 - 1e-9:
+      issues.append(f"FPR = {f:.1%}: the CLT trade-off curve (TPR {b:.4f}) exceeds the "
+                    f"PLD bound ({a:.4f}): the CLT is pessimistic there.")
+  return issues

@@ -132,12 +132,8 @@ def sampled_without_replacement_rdp(sample_fraction: float, inner_rdp: Callable,
     >>> bool(np.all(r < g(np.array([2.0, 8.0])) / 100))
     True
   """
-  gamma = _validate.check_range(sample_fraction, "sample_fraction", 0.0, 1.0, open_low=True)
+  gamma, a = _check_fraction_and_orders(sample_fraction, orders)
   _validate.check_callable(inner_rdp, "inner_rdp")
-  a = _validate.check_orders(orders)
-  if a.max() > MAX_ORDER:
-    raise ValueError(f"orders must be <= {MAX_ORDER} for sampling without replacement, got "
-                     f"{a.max():g}")
   eps_inf = _validate.check_range(pure_epsilon, "pure_epsilon", 0.0, allow_inf=True)
   top = max(2, int(math.ceil(a.max())))
   ints = np.arange(2, top + 1, dtype=np.float64)
@@ -217,12 +213,8 @@ def sampled_without_replacement_gaussian_rdp(sample_fraction: float, noise_multi
     >>> bool(t27[0] < sampled_without_replacement_rdp(0.1, g, [8.0])[0])
     True
   """
-  gamma = _validate.check_range(sample_fraction, "sample_fraction", 0.0, 1.0, open_low=True)
+  gamma, a = _check_fraction_and_orders(sample_fraction, orders)
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
-  a = _validate.check_orders(orders)
-  if a.max() > MAX_ORDER:
-    raise ValueError(f"orders must be <= {MAX_ORDER} for sampling without replacement, got "
-                     f"{a.max():g}")
   with np.errstate(divide="ignore", over="ignore"):
     direct = a / (2.0 * sigma * sigma)
   if gamma == 1.0 or np.all(direct == 0.0) or np.all(direct == math.inf):
@@ -271,6 +263,15 @@ def _symmetrised_from(poisson: pld.PrivacyLossDistribution, h: float
   losses, probs, inf = poisson.loss_pmf(0)
   remove = pld_grid.LossPmf(h, int(round(losses[0] / h)), probs, inf)
   return pld.PrivacyLossDistribution(pmfs=(_symmetrised(remove),), value_discretization=h)
+
+
+def _check_fraction_and_orders(sample_fraction, orders) -> tuple[float, np.ndarray]:
+  gamma = _validate.check_range(sample_fraction, "sample_fraction", 0.0, 1.0, open_low=True)
+  a = _validate.check_orders(orders)
+  if a.max() > MAX_ORDER:
+    raise ValueError(f"orders must be <= {MAX_ORDER} for sampling without replacement, got "
+                     f"{a.max():g}")
+  return gamma, a
 
 
 def _check_fraction_and_grid(sample_fraction, value_discretization) -> tuple[float, float]:

@@ -178,8 +178,7 @@ def optimal_threshold(mechanism: Mechanism, trials: int, *, delta: float,
   """
   _validate.check_instance(mechanism, Mechanism, "mechanism")
   trials = _validate.check_int(trials, "trials", 1, 2**53)   # counts exact in float64
-  delta = _validate.check_delta(delta)
-  confidence = _validate.check_confidence(confidence)
+  delta, confidence = _validate.check_delta_confidence(delta, confidence)
   if mechanism.kind == "randomized_response":
     grid = np.array([-0.5, 0.5, 1.5])
   else:
@@ -203,8 +202,7 @@ def optimal_guesses(mechanism: Mechanism, num_canaries: int, *, delta: float,
   _validate.check_instance(mechanism, Mechanism, "mechanism")
   # The one-run bound's binomial terms run over the canaries (int64 / float64 arrays).
   m = _validate.check_size(num_canaries, "num_canaries", minimum=2, bytes_per_unit=32)
-  delta = _validate.check_delta(delta)
-  confidence = _validate.check_confidence(confidence)
+  delta, confidence = _validate.check_delta_confidence(delta, confidence)
   grid = mechanism._center() + mechanism._spread() * np.linspace(0.0, 8.0, 41)
   if mechanism.kind == "randomized_response":
     grid = np.array([0.5])
@@ -261,8 +259,7 @@ def threshold_estimators(mechanism: Mechanism, *, trials: int, delta: float,
   """"fixed" (at `optimal_threshold`), "split", "split_both_signs", "bonferroni" (fixed + two-sign
   split) and "gdp" (mu-GDP only) from `dpjax.audit.thresholds`.
   """
-  delta = _validate.check_delta(delta)
-  confidence = _validate.check_confidence(confidence)
+  delta, confidence = _validate.check_delta_confidence(delta, confidence)
   t = optimal_threshold(mechanism, trials, delta=delta, confidence=confidence)
   fixed = thresholds.FixedThreshold(t)
   split1, split2 = thresholds.SplitThreshold(), thresholds.SplitThreshold(both_signs=True)
@@ -289,25 +286,22 @@ def one_run_estimators(mechanism: Mechanism, *, trials: int, delta: float,
   `optimal_guesses` per side: "one_run", "fdp_one_run" ("dp"), "fdp_one_run_gdp" (mu-GDP only).
   """
   m = 2 * _validate.check_size(trials, "trials", bytes_per_unit=64)   # 2 canaries per trial
-  delta = _validate.check_delta(delta)
-  confidence = _validate.check_confidence(confidence)
+  delta, confidence = _validate.check_delta_confidence(delta, confidence)
   k = optimal_guesses(mechanism, m, delta=delta, confidence=confidence)
 
-  def steinke(scores, included, d, c):
-    return one_run.audit(scores, included, num_positive_guesses=k, num_negative_guesses=k,
-                         delta=d, confidence=c).epsilon_lower
-
-  def fdp(family):
+  def fdp(family):     # family None: the one-run (Steinke et al.) bound itself
     def bound(scores, included, d, c):
       r = one_run.audit(scores, included, num_positive_guesses=k, num_negative_guesses=k,
                         delta=d, confidence=c)
+      if family is None:
+        return r.epsilon_lower
       return one_run_fdp.fdp_epsilon_lower_bound(
           num_canaries=r.num_canaries, num_guesses=r.num_guesses, num_correct=r.num_correct,
           delta=d, family=family, confidence=c).epsilon_lower
     return bound
 
   return (
-      Estimator("one_run", steinke, inputs="one_run",
+      Estimator("one_run", fdp(None), inputs="one_run",
                 description=f"one_run.audit, {m} canaries, {k} + {k} guesses"),
       Estimator("fdp_one_run", fdp("dp"), inputs="one_run",
                 description=f"fdp_epsilon_lower_bound(family='dp'), {k} + {k} guesses"),
@@ -488,8 +482,7 @@ def measure(estimator, mechanism: Mechanism, *, audits: int, trials: int, delta:
   _validate.check_instance(mechanism, Mechanism, "mechanism")
   a = _validate.check_size(audits, "audits", bytes_per_unit=8, units=16)
   k = _validate.check_size(trials, "trials", minimum=2, bytes_per_unit=8, units=64)
-  delta = _validate.check_delta(delta)
-  confidence = _validate.check_confidence(confidence)
+  delta, confidence = _validate.check_delta_confidence(delta, confidence)
   if 1.0 - confidence == 1.0:
     raise ValueError(f"confidence = {confidence!r} is too small: alpha = 1 - confidence "
                      "rounds to 1 in float64")

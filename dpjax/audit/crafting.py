@@ -41,21 +41,16 @@ def unused_features(x_NxF) -> np.ndarray:
   return np.flatnonzero(np.all(x == 0.0, axis=0)).astype(np.int64)
 
 
-def _check_labels(model, y, name, **shape):
-  return _validate.check_labels(y, name, model.num_outputs, **shape)
-
-
 def _check_record(model, params, x_c, y_c):
   f = _num_features(model, params)
   x = _validate.check_array(x_c, "x_c", np.float32, shape=(f,))
-  y = _check_labels(model, np.asarray(y_c).reshape(1) if np.ndim(y_c) == 0 else y_c, "y_c",
-                    shape=(1,))
+  y = _validate.check_labels(np.asarray(y_c).reshape(1) if np.ndim(y_c) == 0 else y_c, "y_c",
+                             model.num_outputs, shape=(1,))
   return jnp.asarray(x)[None], jnp.asarray(y)
 
 
 def _check_mlp(model, params, name="model"):
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  models_lib.check_model(model, name)
+  models.check_model(model, name)
   if model.kind != "mlp":
     raise ValueError(f"{name} must be a dpjax.models.mlp with >= 1 hidden layer "
                      f"(kind {model.kind!r})")
@@ -103,12 +98,11 @@ def input_weight_canaries(model, params, features, l2_clip_norm: float, skip_uni
 
 def _flat_grads(model, params, x, y, l2_clip_norm):
   """Sum over records of |clipped per-example gradient|, flattened: float64[P]."""
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
   flat, unravel = jax.flatten_util.ravel_pytree(params)
 
   def one(xi, yi):
-    g = jax.grad(lambda p: models_lib.per_example_loss(model, unravel(p), xi[None],
-                                                       yi[None])[0])(flat)
+    g = jax.grad(lambda p: models.per_example_loss(model, unravel(p), xi[None],
+                                                   yi[None])[0])(flat)
     return jnp.abs(g) * jnp.minimum(1.0, l2_clip_norm / (jnp.linalg.norm(g) + 1e-30))
   total = jax.jit(lambda xs, ys: jax.vmap(one)(xs, ys).sum(axis=0))(x, y)
   return np.asarray(total, np.float64), unravel
@@ -129,10 +123,8 @@ def quiet_coordinate_canary(model, params, x_NxF, y_N, l2_clip_norm: float) -> d
     >>> float(sum(float(abs(l).sum()) for l in jax.tree.leaves(g)))
     1.0
   """
-  models.check_params(model, params)            # checks the model first
+  x, y = _check_data(model, params, x_NxF, y_N)
   c = _validate.check_positive(l2_clip_norm, "l2_clip_norm")
-  x = jnp.asarray(_check_x(model, params, x_NxF))
-  y = jnp.asarray(_check_labels(model, y_N, "y_N", shape=(x.shape[0],)))
   mass, unravel = _flat_grads(model, params, x, y, c)
   e = np.zeros_like(mass, dtype=np.float32)
   e[int(np.argmin(mass))] = c
@@ -164,12 +156,15 @@ def input_canary(model, params, exclude_features=(), value: float = 1.0) -> tupl
   return x, int(np.argmin(logits))          # largest cross-entropy = smallest logit
 
 
-def _check_x(model, params, x_NxF, name="x_NxF"):
+def _check_data(model, params, x_NxF, y_N):
+  """(x float32[N, F], y) as jax arrays, after checking model and params (first)."""
+  models.check_params(model, params)
   f = _num_features(model, params)
-  x = _validate.check_array(x_NxF, name, np.float32, ndim=2, min_size=1)
+  x = _validate.check_array(x_NxF, "x_NxF", np.float32, ndim=2, min_size=1)
   if x.shape[1] != f:
-    raise ValueError(f"{name} must have shape [N, {f}], got {x.shape}")
-  return x
+    raise ValueError(f"x_NxF must have shape [N, {f}], got {x.shape}")
+  y = _validate.check_labels(y_N, "y_N", model.num_outputs, shape=(x.shape[0],))
+  return jnp.asarray(x), jnp.asarray(y)
 
 
 def _num_features(model, params=None) -> int:
@@ -199,9 +194,7 @@ def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float)
     >>> np.asarray(m.apply(p, x)).argmax(1).tolist()
     [0, 1]
   """
-  models.check_params(model, params)            # checks the model first
-  x = jnp.asarray(_check_x(model, params, x_NxF))
-  y = jnp.asarray(_check_labels(model, y_N, "y_N", shape=(x.shape[0],)))
+  x, y = _check_data(model, params, x_NxF, y_N)
   t = _validate.check_iterations(num_steps, "num_steps")   # a scan length
   lr = _validate.check_positive(learning_rate, "learning_rate")
   return _pretrain(model, t)(params, x, y, jnp.float32(lr))
@@ -209,10 +202,8 @@ def pretrain(model, params, x_NxF, y_N, *, num_steps: int, learning_rate: float)
 
 @functools.lru_cache(maxsize=16)
 def _pretrain(model, t):
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-
   def loss(p, x, y):
-    return jnp.mean(models_lib.per_example_loss(model, p, x, y))
+    return jnp.mean(models.per_example_loss(model, p, x, y))
 
   @jax.jit
   def run(p, x, y, lr):
@@ -276,8 +267,7 @@ def audit_inits(key, model, x_priv_NxF, x_pub_NxF, y_pub_N, *, pretrain_steps: i
   int64[U], target feature or None). Worst case: `pretrain` on the PUBLIC records, then for an MLP
   `worst_case_init` with the first unused feature and its least-logit label.
   """
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  models_lib.check_model(model)
+  models.check_model(model)
   unused = unused_features(x_priv_NxF)
   avg0 = model.init(_validate.check_key(key))
   worst0 = avg0
@@ -307,10 +297,9 @@ def gradient_direction(model, params, x_c, y_c) -> Any:
     >>> round(float(sum(float((l ** 2).sum()) for l in jax.tree.leaves(d))), 6)
     1.0
   """
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
   models.check_params(model, params)            # checks the model first
   x, y = _check_record(model, params, x_c, y_c)
-  g = jax.grad(lambda p: models_lib.per_example_loss(model, p, x, y)[0])(params)
+  g = jax.grad(lambda p: models.per_example_loss(model, p, x, y)[0])(params)
   n = float(jnp.sqrt(sum(jnp.sum(l * l) for l in jax.tree.leaves(g))))
   if not n > 0 or not math.isfinite(n):
     raise ValueError(f"the record's gradient norm is {n}: no direction to project on")
@@ -371,11 +360,10 @@ def loss_score(model, x_c, y_c) -> Callable:
     >>> round(float(fn(p, p)[0]), 4)                 # -log 2 at zero weights
     -0.6931
   """
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  models_lib.check_model(model)
+  models.check_model(model)
   x, y = _check_record(model, None, x_c, y_c)
 
   def score(final, init):
     del init
-    return -models_lib.per_example_loss(model, final, x, y)
+    return -models.per_example_loss(model, final, x, y)
   return score

@@ -60,8 +60,7 @@ def epsilon_lower_bound(*, num_canaries: int, num_guesses: int, num_correct: int
   m >= 1, r in [0, m], v in [0, r], delta in [0, 1].
   """
   m, r, v = one_run_fdp.check_guesses(num_canaries, num_guesses, num_correct)
-  delta = _validate.check_delta(delta, allow_zero=True)
-  confidence = _validate.check_confidence(confidence)
+  delta, confidence = _validate.check_delta_confidence(delta, confidence, allow_zero=True)
   alpha = 1.0 - confidence
 
   def f(eps):

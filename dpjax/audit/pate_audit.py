@@ -373,8 +373,7 @@ def audit_labels(key: jax.Array, votes_in_QxC, votes_out_QxC, *, sigma: float,
   t, st = pate.check_threshold(threshold, sigma_threshold)
   q = v_in.shape[0]
   n = _validate.check_size(num_trials, "num_trials", bytes_per_unit=8, units=2 * q)
-  d = _validate.check_delta(delta)
-  conf = _validate.check_confidence(confidence)
+  d, conf = _validate.check_delta_confidence(delta, confidence)
   if aggregator is None:
     aggregator = pate.gnmax if t is None else pate.confident_gnmax
   _validate.check_callable(aggregator, "aggregator")

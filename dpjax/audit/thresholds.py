@@ -73,10 +73,6 @@ def _evaluate(s_in, s_out, threshold, sign, delta, confidence, selection, strate
                         strategy, assumptions)
 
 
-def _check_delta_confidence(delta, confidence) -> tuple[float, float]:
-  return (_validate.check_delta(delta, allow_zero=True), _validate.check_confidence(confidence))
-
-
 def choose_threshold(scores_in_K, scores_out_K, delta: float = 0.0, confidence: float = 0.95,
                      both_signs: bool = False) -> tuple[float, int]:
   """(threshold, sign) maximising the certified bound on these trials (sign -1 too if both_signs).
@@ -89,7 +85,7 @@ def choose_threshold(scores_in_K, scores_out_K, delta: float = 0.0, confidence: 
   """
   s_in = stats.check_scores(scores_in_K, "scores_in_K")
   s_out = stats.check_scores(scores_out_K, "scores_out_K")
-  delta, confidence = _check_delta_confidence(delta, confidence)
+  delta, confidence = _validate.check_delta_confidence(delta, confidence, allow_zero=True)
   both_signs = _validate.check_bool(both_signs, "both_signs")
   best = (-1.0, math.inf, 1)
   for sign in ((1, -1) if both_signs else (1,)):
@@ -124,7 +120,7 @@ class FixedThreshold:
     """
     s_in = stats.check_scores(scores_in_K, "scores_in_K")
     s_out = stats.check_scores(scores_out_K, "scores_out_K")
-    delta, confidence = _check_delta_confidence(delta, confidence)
+    delta, confidence = _validate.check_delta_confidence(delta, confidence, allow_zero=True)
     return _evaluate(s_in, s_out, float(self.threshold), self.sign, delta, confidence, (0, 0),
                      "fixed", _FIXED_ASSUMPTIONS)
 
@@ -146,7 +142,7 @@ class SplitThreshold:
     """
     s_in = stats.check_scores(scores_in_K, "scores_in_K")
     s_out = stats.check_scores(scores_out_K, "scores_out_K")
-    delta, confidence = _check_delta_confidence(delta, confidence)
+    delta, confidence = _validate.check_delta_confidence(delta, confidence, allow_zero=True)
     if s_in.size < 2 or s_out.size < 2:
       raise ValueError("scores_in_K and scores_out_K need >= 2 trials each to split into "
                        "selection and evaluation halves")
@@ -207,7 +203,7 @@ class Bonferroni:
       >>> r.parts[0].confidence, r.epsilon_lower == r.parts[0].epsilon_lower
       (0.975, True)
     """
-    delta, confidence = _check_delta_confidence(delta, confidence)
+    delta, confidence = _validate.check_delta_confidence(delta, confidence, allow_zero=True)
     per_test = bonferroni_confidence(confidence, len(self.strategies))
     parts = tuple(s.bound(scores_in_K, scores_out_K, delta=delta, confidence=per_test)
                   for s in self.strategies)
@@ -299,8 +295,7 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
   fnr = _validate.check_array(fnr_J, "fnr_J", shape=fpr.shape, low=0.0, high=1.0)
   thr = None if thresholds_J is None else _validate.check_array(
       thresholds_J, "thresholds_J", shape=fpr.shape, allow_inf=True)
-  delta = _validate.check_delta(delta, allow_zero=True)
-  confidence = _validate.check_confidence(confidence)
+  delta, confidence = _validate.check_delta_confidence(delta, confidence, allow_zero=True)
   integer_counts = _validate.check_bool(integer_counts, "integer_counts")
   ok = np.flatnonzero((fpr > 0) | (fnr > 0))
   if ok.size == 0:

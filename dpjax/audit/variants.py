@@ -346,11 +346,6 @@ def shuffle_slot_mu(noise_multiplier: float, steps: int, steps_per_epoch: int) -
 # Variants.
 
 
-def _check_name(name):
-  if not isinstance(name, str) or name not in VARIANTS:
-    raise ValueError(f"name (the variant) must be one of {VARIANTS}, got {name!r}")
-
-
 class Variant(NamedTuple):
   """A DP-SGD variant: the claimed config (C = 10 for noise_without_clip_norm) and the replaced
   components (None: the engine's default).
@@ -372,7 +367,7 @@ def variant(name: str, cfg: dpsgd.DpSgdConfig, model: models_lib.Model) -> Varia
   """Variant `name` of the claim `cfg` for `model` (backprop_clipping: an unregularised logistic
   regression). Train with `dpsgd.train_many(..., v.config, model, **v.components)`.
   """
-  _check_name(name)
+  _validate.check_choice(name, VARIANTS, "name (the variant)")
   if not isinstance(cfg, dpsgd.DpSgdConfig):
     raise ValueError(f"cfg must be a dpsgd.DpSgdConfig, got {type(cfg)}")
   models_lib.check_model(model)
@@ -426,7 +421,7 @@ def exact_epsilon(name: str, cfg: dpsgd.DpSgdConfig) -> float | None:
     True
   """
   from dpjax import accounting  # pylint: disable=g-import-not-at-top
-  _check_name(name)
+  _validate.check_choice(name, VARIANTS, "name (the variant)")
   _validate.check_instance(cfg, dpsgd.DpSgdConfig, "cfg")
   sigma, q = float(cfg.noise_multiplier), float(cfg.sampling_prob)
   if not sigma > 0:

@@ -406,7 +406,7 @@ def blocking_factor(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   best, best_cost = 1, single if single <= MAX_POINTS else math.inf
   centre = round(math.log2(max(k, 1)) / 4)
   for f in sorted({2 ** max(1, centre - 1), 2 ** max(1, centre), 2 ** max(1, centre + 1)}):
-    m = f * f
+    m = _block_size(k, f)
     a, r = divmod(k, m)
     if f > 64 or a < 2:
       continue
@@ -474,39 +474,66 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
         f"composing {k} times at value_discretization={h} needs {width} grid points x "
         f"log2({k}) = {width * math.log2(k):.3g} (more than the work budget {MAX_WORK}); "
         "use a larger value_discretization", limit="work budget")
+  inf = -math.expm1(k * math.log1p(-pmf.infinity_mass)) if pmf.infinity_mass < 1 else 1.0
   n_fft = sp_fft.next_fast_len(width, real=True)
   # entry (j_true mod n_fft) of the cyclic result holds loss (k * offset + j_true) h.
   shift = (i_lo - k * pmf.offset) % n_fft
-  out = _cyclic_power(pmf.probs, k, n_fft, shift, width)
-  noise = k * 2.2e-16 * float(out.max()) + k * pmf.noise
   if theta > 0:
     with np.errstate(divide="ignore"):
       w = np.log(pmf.probs) + theta * l
     log_k = _logsumexp(w)   # K(theta) on the finite part, exact
     tilted = _cyclic_power(np.exp(w - log_k), k, n_fft, shift, width)
     log_factor = k * log_k - theta * (i_lo + np.arange(width)) * h
-    peak_t, peak = tilted.max(), out.max()
+    peak_t = tilted.max()
+    at = k * log_k - theta * tilt_at
+    if peak_t > 0 and float(log_factor[0]) <= 700.0:
+      # Read at the tilt point, directly or after composing further at this tilt, an error
+      # e_j at loss l_j weighs ~e^{theta l_j}: the tilted power's noise (~k 2.2e-16 peak_t
+      # e^{log_factor}) then sums to width peak_t e^{k K(theta)}, the plain one's (k 2.2e-16
+      # max(pmf) per point) to max(pmf) sum_j e^{theta l_j}. When the tilted is no worse,
+      # the plain power is skipped; its maximum is read off the untilted result.
+      untilted = tilted * np.exp(log_factor)
+      peak = float(untilted.max())
+      if peak > 0 and (math.log(width * peak_t) + k * log_k
+                       <= math.log(peak) + _logsumexp(theta * (i_lo + np.arange(width)) * h)):
+        noise = k * 2.2e-16 * float(peak_t) * math.exp(min(at, 700.0)) + k * pmf.noise
+        return _trim(LossPmf(h, i_lo, untilted, min(1.0, inf + tail_hi), noise),
+                     min(tail_mass, WINDOW_TAIL_MASS))
+  out = _cyclic_power(pmf.probs, k, n_fft, shift, width)
+  noise = k * 2.2e-16 * float(out.max()) + k * pmf.noise
+  if theta > 0:
+    peak = out.max()
     if peak_t > 0 and peak > 0:
       use = log_factor + math.log(peak_t) < math.log(peak)
       out = np.where(use, tilted * np.exp(np.minimum(log_factor, 700.0)), out)
       # the floor that matters now is the tilted one at tilt_at
-      at = k * log_k - theta * tilt_at
       noise = min(noise, k * 2.2e-16 * float(peak_t) * math.exp(min(at, 700.0)) + k * pmf.noise)
-  inf = -math.expm1(k * math.log1p(-pmf.infinity_mass)) if pmf.infinity_mass < 1 else 1.0
   return _trim(LossPmf(h, i_lo, out, min(1.0, inf + tail_hi), noise),
                min(tail_mass, WINDOW_TAIL_MASS))
 
 
+def _block_size(k: int, factor: int) -> int:
+  """Steps per block: the divisor of k in [7/8, 5/4] factor^2 nearest factor^2 in ratio
+  (no steps left over, whose composition and convolution cost about a block), else
+  factor^2. A block m < factor^2 adds at most 8/7 of the outer level's planned variance."""
+  m = factor * factor
+  if m < 2 or k % m == 0:
+    return max(m, 1)
+  cands = [d for d in range(-(-7 * m // 8), 5 * m // 4 + 1) if k % d == 0]
+  return min(cands, key=lambda d: abs(math.log(d / m)), default=m)
+
+
 def blocked_self_compose(pmf: LossPmf, k: int, factor: int, tail_mass: float = WINDOW_TAIL_MASS,
                          tilt_at: Optional[float] = None, noise_tolerance: float = 0.0) -> LossPmf:
-  """k-fold composition in two levels: blocks of m = factor^2 compositions on the pmf's grid
-  h, each moved to the grid factor * h by connect-the-dots (which dominates it), composed
-  k // m times there; the k mod m steps left over are composed, coarsened and convolved in.
-  Why: connect-the-dots adds P-variance <= h^2 / 4 per gridded law, so one level adds ~k h^2;
-  here k h^2 + (k / m)(factor h)^2 = 2 k h^2, on a final window factor times shorter; every
+  """k-fold composition in two levels: blocks of m ~ factor^2 compositions (`_block_size`: a
+  divisor of k where one is near) on the pmf's grid h, each moved to the grid factor * h by
+  connect-the-dots (which dominates it), composed k // m times there; the k mod m steps left
+  over are composed, coarsened and convolved in. Why: connect-the-dots adds P-variance
+  <= h^2 / 4 per gridded law, so one level adds ~k h^2; here k h^2 + (k / m)(factor h)^2
+  ~ 2 k h^2, on a final window factor times shorter; every
   step is pessimistic. Window tails: tail_mass / (k // m) per block, tail_mass for the rest;
   each level tilts at its share of `tilt_at`. factor <= 1 or k < 2 m: `self_compose`."""
-  m = factor * factor
+  m = _block_size(k, factor)
   a, r = divmod(k, m)
   if factor <= 1 or a < 2:
     return self_compose(pmf, k, tail_mass, tilt_at, noise_tolerance)

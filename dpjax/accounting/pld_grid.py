@@ -546,6 +546,15 @@ def blocked_self_compose(pmf: LossPmf, k: int, factor: int, tail_mass: float = W
   return out
 
 
+def _log_ndtr_pair(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(log Phi(x), log Phi(-x)) from one log_ndtr: the smaller side directly, the other as
+  log1p(-e^smaller) (accurate, e^smaller <= 1/2)."""
+  small = special.log_ndtr(-np.abs(x))
+  large = np.log1p(-np.exp(small))
+  neg = x < 0
+  return np.where(neg, small, large), np.where(neg, large, small)
+
+
 def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
                              directions: tuple[str, ...] = ("remove", "add"),
                              stride: int = 1, fine_mass: float = 0.0,
@@ -572,19 +581,18 @@ def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
         t = l
     return (t + mu * mu / 2) / mu
 
-  def mix_sf(x):   # log P_mix(X > x)
-    return np.logaddexp(log_1mq + special.log_ndtr(-x), log_q + special.log_ndtr(mu - x))
-
-  def mix_cdf(x):
-    return np.logaddexp(log_1mq + special.log_ndtr(x), log_q + special.log_ndtr(x - mu))
+  def mixed(x):   # (log Phi(x), log Phi(-x), log P_mix(X <= x), log P_mix(X > x))
+    c0, s0 = _log_ndtr_pair(x)
+    c1, s1 = _log_ndtr_pair(x - mu)
+    return (c0, s0, np.logaddexp(log_1mq + c0, log_q + c1),
+            np.logaddexp(log_1mq + s0, log_q + s1))
 
   def tails_remove(l):
-    x = x_of(l)
-    return mix_sf(x), mix_cdf(x), special.log_ndtr(-x), special.log_ndtr(x)
+    c0, s0, mix_cdf, mix_sf = mixed(x_of(l))
+    return mix_sf, mix_cdf, s0, c0
 
   def tails_add(l):
-    x = x_of(-l)   # {L_add > l} = {X < x}
-    return special.log_ndtr(x), special.log_ndtr(-x), mix_cdf(x), mix_sf(x)
+    return mixed(x_of(-l))   # {L_add > l} = {X < x}
 
   z = -float(special.ndtri(tail / 2))   # Phi(-z) = tail / 2
   x_hi = max(mu - float(special.ndtri(min(0.5, tail / (2 * q)))), z)

@@ -306,14 +306,18 @@ def _coarsen(pmf: LossPmf, factor: int) -> LossPmf:
   if factor <= 1:
     return pmf
   big_h = pmf.h * factor
-  idx = pmf.offset + np.arange(pmf.probs.size)
-  ci = np.floor_divide(idx, factor)
-  r = (idx - ci * factor) * pmf.h
-  up = pmf.probs * (-np.expm1(-r)) / -math.expm1(-big_h)
-  base = int(ci.min())
-  size = int(ci.max()) - base + 2
-  probs = (np.bincount(ci - base, weights=pmf.probs - up, minlength=size)
-           + np.bincount(ci - base + 1, weights=up, minlength=size))
+  base = pmf.offset // factor
+  lead = pmf.offset - base * factor          # the first point's place in its coarse cell
+  cells = -(-(lead + pmf.probs.size) // factor)
+  p = np.zeros(cells * factor)
+  p[lead:lead + pmf.probs.size] = pmf.probs
+  p = p.reshape(cells, factor)
+  # a point r h above its cell's floor sends the share (1 - e^{-r h}) / (1 - e^{-f h}) up
+  w = -np.expm1(-np.arange(factor) * pmf.h) / -math.expm1(-big_h)
+  up = p @ w
+  probs = np.zeros(cells + 1)
+  probs[:-1] = p @ (1.0 - w)
+  probs[1:] += up
   return LossPmf(big_h, base, probs, pmf.infinity_mass, pmf.noise * 2 * factor)
 
 
@@ -494,8 +498,9 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
       # the plain power is skipped; its maximum is read off the untilted result.
       untilted = tilted * np.exp(log_factor)
       peak = float(untilted.max())
-      if peak > 0 and (math.log(width * peak_t) + k * log_k
-                       <= math.log(peak) + _logsumexp(theta * (i_lo + np.arange(width)) * h)):
+      c = theta * h   # log sum_j e^{theta l_j}, a geometric sum over the window
+      log_weights = c * (i_lo + width) + math.log(-math.expm1(-c * width)) - math.log(math.expm1(c))
+      if peak > 0 and math.log(width * peak_t) + k * log_k <= math.log(peak) + log_weights:
         noise = k * 2.2e-16 * float(peak_t) * math.exp(min(at, 700.0)) + k * pmf.noise
         return _trim(LossPmf(h, i_lo, untilted, min(1.0, inf + tail_hi), noise),
                      min(tail_mass, WINDOW_TAIL_MASS))

@@ -263,8 +263,12 @@ def _dominated_discretise(tails: Callable, lo: float, hi: float, h: float,
 def _trim(pmf: LossPmf, tail: float = 0.0) -> LossPmf:
   """Drops end entries pessimistically: bottom mass moves up, top mass to +inf."""
   p = pmf.probs
-  c_lo = np.cumsum(p)
-  c_hi = np.cumsum(p[::-1])
+  # Only the ends can go (entries are >= 0): partial sums up to the first entry past tail.
+  big = p > tail
+  first = int(np.argmax(big)) if big.any() else p.size - 1
+  last = p.size - 1 - int(np.argmax(big[::-1])) if big.any() else 0
+  c_lo = np.cumsum(p[:first + 1])
+  c_hi = np.cumsum(p[last:][::-1])
   a = int(np.searchsorted(c_lo, tail, side="right"))
   b = p.size - int(np.searchsorted(c_hi, tail, side="right"))
   if a >= b:   # keep at least one point
@@ -335,23 +339,27 @@ def _int_power(f: np.ndarray, k: int) -> np.ndarray:
 
 
 def _tilt_theta(coarse: LossPmf, k: int, target: float) -> float:
-  """theta > 0 whose exponential tilt centres the k-fold sum at `target` (0 if none)."""
+  """theta > 0 whose exponential tilt centres the k-fold sum at `target` (0 if none): the
+  bracket [2^(j-1), 2^j] (j <= 14) holding it, then 2^-16 of it by grid searches (the mean
+  is increasing in theta; any theta untilts exactly, it only needs to be near)."""
   keep = coarse.probs > 0
   lp, l = np.log(coarse.probs[keep]), coarse.losses[keep]
 
-  def mean(theta):
-    w = lp + theta * l
-    e = np.exp(w - w.max())
-    return float((e * l).sum() / e.sum())
+  def means(thetas):   # k E_theta[L] for each theta
+    w = lp[None, :] + thetas[:, None] * l[None, :]
+    e = np.exp(w - w.max(axis=1, keepdims=True))
+    return k * (e @ l) / e.sum(axis=1)
 
-  if k * mean(0.0) >= target or k * l.max() <= target:
+  if means(np.zeros(1))[0] >= target or k * l.max() <= target:
     return 0.0
-  lo, hi = 0.0, 1.0
-  while k * mean(hi) < target and hi < 1e4:
-    lo, hi = hi, hi * 2
-  for _ in range(16):   # any theta untilts exactly; it only needs to be near
-    mid = 0.5 * (lo + hi)
-    lo, hi = (mid, hi) if k * mean(mid) < target else (lo, mid)
+  his = 2.0 ** np.arange(15)
+  j = min(int(np.count_nonzero(means(his) < target)), 14)   # hi = 2^j: 1, 2, ..., 16384
+  lo, hi = (0.0 if j == 0 else his[j - 1]), his[j]
+  n = 256 if l.size <= 4096 else 16
+  for _ in range(round(16 / math.log2(n))):
+    step = (hi - lo) / n
+    c = int(np.count_nonzero(means(lo + step * np.arange(1, n)) < target))
+    lo, hi = lo + c * step, lo + (c + 1) * step
   return 0.5 * (lo + hi)
 
 

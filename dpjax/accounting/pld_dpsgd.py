@@ -144,24 +144,18 @@ def _direction_epsilon(sigma: float, q: float, t: int, delta: float, h: float, d
   # FFT rounding noise is kept below ~1e-4 * delta by tilting when needed.
   window_tail = min(pld_grid.WINDOW_TAIL_MASS * 1e6, 1e-6 * delta)
   fine = _FINE_SHARE * delta / t
-  grid = lambda spacing: pld_grid.subsampled_gaussian_pmfs(
-      1.0 / sigma, q, spacing, tail, directions=(d,), stride=_STRIDE, fine_mass=fine)[0]
   factor, pmf = factors.get(d), None
   if factor is None:
-    span = factors.get((d, "span"))   # the loss span of a coarser grid's pmf
-    if span is not None and span / h >= 1000:   # two levels likely: judged on their grid
-      pmf = grid(h / math.sqrt(2))
-      factor = factors[d] = pld_grid.blocking_factor(pmf, t, window_tail, 1e-4 * delta, h)
-    else:
-      pmf = grid(h)
-      factors[(d, "span")] = pmf.probs.size * h
-      factor = 1   # a coarse grid: one level (an FFT this small costs less than the Python of two)
-      if pmf.probs.size >= 1000:   # a grid fine enough to judge the windows by
-        factor = factors[d] = pld_grid.blocking_factor(pmf, t, window_tail, 1e-4 * delta)
-  # two levels add twice one level's variance: h / sqrt(2) keeps h's error
-  spacing = h / math.sqrt(2) if factor > 1 else h
-  if pmf is None or pmf.h != spacing:
-    pmf = grid(spacing)
+    (pmf,) = pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail, directions=(d,),
+                                               stride=_STRIDE, fine_mass=fine)
+    factor = 1   # a coarse grid: one level (an FFT this small costs less than the Python of two)
+    if pmf.probs.size >= 1000:   # a grid fine enough to judge the windows by
+      factor = factors[d] = pld_grid.blocking_factor(pmf, t, window_tail, 1e-4 * delta)
+  if factor > 1 or pmf is None:
+    # two levels add twice one level's variance: h / sqrt(2) keeps h's error
+    (pmf,) = pld_grid.subsampled_gaussian_pmfs(
+        1.0 / sigma, q, h / math.sqrt(2) if factor > 1 else h, tail, directions=(d,),
+        stride=_STRIDE, fine_mass=fine)
   composed = pld_grid.blocked_self_compose(pmf, t, factor, window_tail, tilt, 1e-4 * delta)
   return composed.epsilon(delta)
 
@@ -177,8 +171,7 @@ def _epsilon_on_grid(sigma: float, q: float, t: int, delta: float, h: float,
   direction's eps here cannot be the max and is not composed. A coarse eps far above (from a
   much coarser grid) is first refreshed on the grid 4h, a quarter of the work. Filled in with
   this grid's per-direction eps (or the coarse bound of a skipped one). factors: {direction:
-  blocking factor} chosen on an earlier grid (the choice hardly depends on h), and
-  {(direction, "span"): loss span of a one-level grid's pmf}, filled in here.
+  blocking factor} chosen on an earlier grid (the choice hardly depends on h), filled in here.
   """
   factors = {} if factors is None else factors
   bounds = {} if coarse is None else dict(coarse)
@@ -222,7 +215,7 @@ def dpsgd_epsilon_bound(noise_multiplier: float, sampling_prob: float, num_steps
     return PldResult(gdp.gaussian_epsilon(delta, math.sqrt(t) / sigma), 0.0, 0.0, True)
   last = []   # the previous grid's eps: where the next grid tilts its FFT
   per_grid = {}   # h -> {direction: eps}, for skipping a dominated direction on finer grids
-  factors = {}    # direction -> blocking factor (and its one-level loss span)
+  factors = {}    # direction -> blocking factor
 
   def eps_at(h):
     tilt = last[-1] if last and math.isfinite(last[-1]) and last[-1] > 0 else None

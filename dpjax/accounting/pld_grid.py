@@ -405,14 +405,13 @@ def _window_width(pmf: LossPmf, k: int, tail_mass: float) -> float:
 
 
 def blocking_factor(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
-                    noise_tolerance: float = math.inf, h: Optional[float] = None) -> int:
+                    noise_tolerance: float = math.inf) -> int:
   """The coarsening factor f (a power of 2 near k^(1/4), or 1: one level) that makes
   `blocked_self_compose` of k steps (gridded at h / sqrt(2)) cheapest against `self_compose`
   at h (the same error). Cost: FFT points of the Chernoff windows (block, steps left over,
   the k-fold window on the grid f h / sqrt(2), twice where `_plain_floor`'s estimate passes
-  noise_tolerance, as the tilt adds a power); two levels must cost 30% less than one.
-  h: the one-level spacing when pmf is already gridded at h / sqrt(2) (default pmf.h)."""
-  h = pmf.h if h is None else h
+  noise_tolerance, as the tilt adds a power); two levels must cost 30% less than one."""
+  h = pmf.h
   single = _window_width(pmf, k, tail_mass) / h
   p, l = pmf.probs / pmf.probs.sum(), pmf.losses
   var = max(float(p @ l ** 2) - float(p @ l) ** 2, h * h / 4)   # one step's

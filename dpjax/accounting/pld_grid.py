@@ -453,9 +453,10 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   """k-fold convolution by one FFT power on a window holding all but `tail_mass` (Chernoff)
   of each tail: mass above goes to +inf, mass below wraps to the top (delta grows <= 2
   tail_mass). With `tilt_at`, unless the plain power's predicted error (`_plain_floor`) is
-  within `noise_tolerance`, the tilted pmf p_j e^{theta l_j - K(theta)} is also composed (on a
-  window widened for its heavier upper tail) and untilted exactly; each point takes the lower
-  noise floor. GridTooLarge, before any FFT, past MAX_POINTS window points or MAX_WORK."""
+  within `noise_tolerance`, the tilted pmf p_j e^{theta l_j - K(theta)} is composed (on a
+  window widened for its heavier upper tail) and untilted exactly; the plain power too unless
+  the tilted one is no noisier as read at the tilt, each point then taking the lower noise
+  floor. GridTooLarge, before any FFT, past MAX_POINTS window points or MAX_WORK."""
   if k == 1:
     return pmf
   h = pmf.h
@@ -507,7 +508,8 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
       untilted = tilted * np.exp(log_factor)
       peak = float(untilted.max())
       c = theta * h   # log sum_j e^{theta l_j}, a geometric sum over the window
-      log_weights = c * (i_lo + width) + math.log(-math.expm1(-c * width)) - math.log(math.expm1(c))
+      log_weights = (c * (i_lo + width - 1) + math.log(-math.expm1(-c * width))
+                     - math.log(-math.expm1(-c)))
       if peak > 0 and math.log(width * peak_t) + k * log_k <= math.log(peak) + log_weights:
         noise = k * 2.2e-16 * float(peak_t) * math.exp(min(at, 700.0)) + k * pmf.noise
         return _trim(LossPmf(h, i_lo, untilted, min(1.0, inf + tail_hi), noise),

@@ -73,7 +73,8 @@ class GaussianCompositionTest(parameterized.TestCase):
       self.assertEqual(np.count_nonzero(strided.probs[i - strided.offset + 1:i - strided.offset + 16]), 0)
       self.assertAlmostEqual(strided.delta(i * 1e-3), gdp.gaussian_delta(i * 1e-3, 0.5), delta=1e-15)
 
-  @parameterized.parameters((4096, 8, 1e-5, 0.1), (20_000, 16, 1e-10, 0.05), (300, 4, 1e-3, 0.5))
+  @parameterized.parameters((4096, 8, 1e-5, 0.1), (20_000, 16, 1e-10, 0.05), (300, 4, 1e-3, 0.5),
+                            (4099, 8, 1e-5, 0.1))   # 4099 is prime: steps left over
   def test_blocked_composition_is_above_the_exact_delta_and_close(self, k, factor, delta, mu1):
     h = 2e-4
     mu = mu1 * math.sqrt(k)
@@ -92,6 +93,32 @@ class GaussianCompositionTest(parameterized.TestCase):
     self.assertLess(abs(e1 - e2), 0.35 * max(e1, e2), (e1, e2))
     for e in (0.5 * exact, exact, 1.5 * exact):
       self.assertGreaterEqual(two.delta(e), gdp.gaussian_delta(e, mu) * (1 - 1e-9))
+
+  def test_block_size_is_a_nearby_divisor_else_the_square(self):
+    self.assertEqual(pld_grid._block_size(100_000, 16), 250)   # pylint: disable=protected-access
+    self.assertEqual(pld_grid._block_size(4096, 8), 64)   # pylint: disable=protected-access
+    self.assertEqual(pld_grid._block_size(4099, 8), 64)   # pylint: disable=protected-access
+    for k in (300, 14_063, 99_991, 65_536):
+      for f in (4, 8, 16):
+        m = pld_grid._block_size(k, f)   # pylint: disable=protected-access
+        self.assertTrue(k % m == 0 and 7 * f * f <= 8 * m <= 10 * f * f or m == f * f, (k, f, m))
+
+  def test_tilted_power_alone_where_it_is_no_noisier(self):
+    # a tilted 256-fold block is one FFT power (the plain one would add nothing at the
+    # tilt), and its delta at the tilt point matches the exact Gaussian's as one level does
+    k, mu1, h = 256, 0.05, 1e-4
+    mu = mu1 * math.sqrt(k)
+    step = self._step(h, mu=mu1)
+    tilt = gdp.gaussian_epsilon(1e-10, mu)
+    calls, power = _recording_power()
+    with mock.patch.object(pld_grid, "_cyclic_power", power):
+      tilted = pld_grid.self_compose(step, k, 1e-16, tilt, 0.0)
+    self.assertLen(calls, 1)
+    plain = pld_grid.self_compose(step, k, 1e-16)
+    exact = gdp.gaussian_delta(tilt, mu)
+    self.assertGreaterEqual(tilted.delta(tilt), exact * (1 - 1e-9))
+    self.assertAlmostEqual(tilted.delta(tilt), plain.delta(tilt), delta=1e-4 * exact)
+    self.assertLess(abs(tilted.delta(tilt) / exact - 1), 1e-2)
 
   def test_blocking_pays_only_without_rare_large_losses(self):
     (light,) = pld_grid.subsampled_gaussian_pmfs(0.5, 1e-3, 1e-4, 1e-15, ("remove",))

@@ -263,8 +263,12 @@ def _dominated_discretise(tails: Callable, lo: float, hi: float, h: float,
 def _trim(pmf: LossPmf, tail: float = 0.0) -> LossPmf:
   """Drops end entries pessimistically: bottom mass moves up, top mass to +inf."""
   p = pmf.probs
-  c_lo = np.cumsum(p)
-  c_hi = np.cumsum(p[::-1])
+  # Only the ends can go (entries are >= 0): partial sums up to the first entry past tail.
+  big = p > tail
+  first = int(np.argmax(big)) if big.any() else p.size - 1
+  last = p.size - 1 - int(np.argmax(big[::-1])) if big.any() else 0
+  c_lo = np.cumsum(p[:first + 1])
+  c_hi = np.cumsum(p[last:][::-1])
   a = int(np.searchsorted(c_lo, tail, side="right"))
   b = p.size - int(np.searchsorted(c_hi, tail, side="right"))
   if a >= b:   # keep at least one point
@@ -306,14 +310,18 @@ def _coarsen(pmf: LossPmf, factor: int) -> LossPmf:
   if factor <= 1:
     return pmf
   big_h = pmf.h * factor
-  idx = pmf.offset + np.arange(pmf.probs.size)
-  ci = np.floor_divide(idx, factor)
-  r = (idx - ci * factor) * pmf.h
-  up = pmf.probs * (-np.expm1(-r)) / -math.expm1(-big_h)
-  base = int(ci.min())
-  size = int(ci.max()) - base + 2
-  probs = (np.bincount(ci - base, weights=pmf.probs - up, minlength=size)
-           + np.bincount(ci - base + 1, weights=up, minlength=size))
+  base = pmf.offset // factor
+  lead = pmf.offset - base * factor          # the first point's place in its coarse cell
+  cells = -(-(lead + pmf.probs.size) // factor)
+  p = np.zeros(cells * factor)
+  p[lead:lead + pmf.probs.size] = pmf.probs
+  p = p.reshape(cells, factor)
+  # a point r h above its cell's floor sends the share (1 - e^{-r h}) / (1 - e^{-f h}) up
+  w = -np.expm1(-np.arange(factor) * pmf.h) / -math.expm1(-big_h)
+  up = p @ w
+  probs = np.zeros(cells + 1)
+  probs[:-1] = p @ (1.0 - w)
+  probs[1:] += up
   return LossPmf(big_h, base, probs, pmf.infinity_mass, pmf.noise * 2 * factor)
 
 
@@ -331,23 +339,27 @@ def _int_power(f: np.ndarray, k: int) -> np.ndarray:
 
 
 def _tilt_theta(coarse: LossPmf, k: int, target: float) -> float:
-  """theta > 0 whose exponential tilt centres the k-fold sum at `target` (0 if none)."""
+  """theta > 0 whose exponential tilt centres the k-fold sum at `target` (0 if none): the
+  bracket [2^(j-1), 2^j] (j <= 14) holding it, then 2^-16 of it by grid searches (the mean
+  is increasing in theta; any theta untilts exactly, it only needs to be near)."""
   keep = coarse.probs > 0
   lp, l = np.log(coarse.probs[keep]), coarse.losses[keep]
 
-  def mean(theta):
-    w = lp + theta * l
-    e = np.exp(w - w.max())
-    return float((e * l).sum() / e.sum())
+  def means(thetas):   # k E_theta[L] for each theta
+    w = lp[None, :] + thetas[:, None] * l[None, :]
+    e = np.exp(w - w.max(axis=1, keepdims=True))
+    return k * (e @ l) / e.sum(axis=1)
 
-  if k * mean(0.0) >= target or k * l.max() <= target:
+  if means(np.zeros(1))[0] >= target or k * l.max() <= target:
     return 0.0
-  lo, hi = 0.0, 1.0
-  while k * mean(hi) < target and hi < 1e4:
-    lo, hi = hi, hi * 2
-  for _ in range(16):   # any theta untilts exactly; it only needs to be near
-    mid = 0.5 * (lo + hi)
-    lo, hi = (mid, hi) if k * mean(mid) < target else (lo, mid)
+  his = 2.0 ** np.arange(15)
+  j = min(int(np.count_nonzero(means(his) < target)), 14)   # hi = 2^j: 1, 2, ..., 16384
+  lo, hi = (0.0 if j == 0 else his[j - 1]), his[j]
+  n = 256 if l.size <= 4096 else 16
+  for _ in range(round(16 / math.log2(n))):
+    step = (hi - lo) / n
+    c = int(np.count_nonzero(means(lo + step * np.arange(1, n)) < target))
+    lo, hi = lo + c * step, lo + (c + 1) * step
   return 0.5 * (lo + hi)
 
 
@@ -406,7 +418,7 @@ def blocking_factor(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   best, best_cost = 1, single if single <= MAX_POINTS else math.inf
   centre = round(math.log2(max(k, 1)) / 4)
   for f in sorted({2 ** max(1, centre - 1), 2 ** max(1, centre), 2 ** max(1, centre + 1)}):
-    m = f * f
+    m = _block_size(k, f)
     a, r = divmod(k, m)
     if f > 64 or a < 2:
       continue
@@ -441,9 +453,10 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   """k-fold convolution by one FFT power on a window holding all but `tail_mass` (Chernoff)
   of each tail: mass above goes to +inf, mass below wraps to the top (delta grows <= 2
   tail_mass). With `tilt_at`, unless the plain power's predicted error (`_plain_floor`) is
-  within `noise_tolerance`, the tilted pmf p_j e^{theta l_j - K(theta)} is also composed (on a
-  window widened for its heavier upper tail) and untilted exactly; each point takes the lower
-  noise floor. GridTooLarge, before any FFT, past MAX_POINTS window points or MAX_WORK."""
+  within `noise_tolerance`, the tilted pmf p_j e^{theta l_j - K(theta)} is composed (on a
+  window widened for its heavier upper tail) and untilted exactly; the plain power too unless
+  the tilted one is no noisier as read at the tilt, each point then taking the lower noise
+  floor. GridTooLarge, before any FFT, past MAX_POINTS window points or MAX_WORK."""
   if k == 1:
     return pmf
   h = pmf.h
@@ -474,39 +487,68 @@ def self_compose(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
         f"composing {k} times at value_discretization={h} needs {width} grid points x "
         f"log2({k}) = {width * math.log2(k):.3g} (more than the work budget {MAX_WORK}); "
         "use a larger value_discretization", limit="work budget")
+  inf = -math.expm1(k * math.log1p(-pmf.infinity_mass)) if pmf.infinity_mass < 1 else 1.0
   n_fft = sp_fft.next_fast_len(width, real=True)
   # entry (j_true mod n_fft) of the cyclic result holds loss (k * offset + j_true) h.
   shift = (i_lo - k * pmf.offset) % n_fft
-  out = _cyclic_power(pmf.probs, k, n_fft, shift, width)
-  noise = k * 2.2e-16 * float(out.max()) + k * pmf.noise
   if theta > 0:
     with np.errstate(divide="ignore"):
       w = np.log(pmf.probs) + theta * l
     log_k = _logsumexp(w)   # K(theta) on the finite part, exact
     tilted = _cyclic_power(np.exp(w - log_k), k, n_fft, shift, width)
     log_factor = k * log_k - theta * (i_lo + np.arange(width)) * h
-    peak_t, peak = tilted.max(), out.max()
+    peak_t = tilted.max()
+    at = k * log_k - theta * tilt_at
+    if peak_t > 0 and float(log_factor[0]) <= 700.0:
+      # Read at the tilt point, directly or after composing further at this tilt, an error
+      # e_j at loss l_j weighs ~e^{theta l_j}: the tilted power's noise (~k 2.2e-16 peak_t
+      # e^{log_factor}) then sums to width peak_t e^{k K(theta)}, the plain one's (k 2.2e-16
+      # max(pmf) per point) to max(pmf) sum_j e^{theta l_j}. When the tilted is no worse,
+      # the plain power is skipped; its maximum is read off the untilted result.
+      untilted = tilted * np.exp(log_factor)
+      peak = float(untilted.max())
+      c = theta * h   # log sum_j e^{theta l_j}, a geometric sum over the window
+      log_weights = (c * (i_lo + width - 1) + math.log(-math.expm1(-c * width))
+                     - math.log(-math.expm1(-c)))
+      if peak > 0 and math.log(width * peak_t) + k * log_k <= math.log(peak) + log_weights:
+        noise = k * 2.2e-16 * float(peak_t) * math.exp(min(at, 700.0)) + k * pmf.noise
+        return _trim(LossPmf(h, i_lo, untilted, min(1.0, inf + tail_hi), noise),
+                     min(tail_mass, WINDOW_TAIL_MASS))
+  out = _cyclic_power(pmf.probs, k, n_fft, shift, width)
+  noise = k * 2.2e-16 * float(out.max()) + k * pmf.noise
+  if theta > 0:
+    peak = out.max()
     if peak_t > 0 and peak > 0:
       use = log_factor + math.log(peak_t) < math.log(peak)
       out = np.where(use, tilted * np.exp(np.minimum(log_factor, 700.0)), out)
       # the floor that matters now is the tilted one at tilt_at
-      at = k * log_k - theta * tilt_at
       noise = min(noise, k * 2.2e-16 * float(peak_t) * math.exp(min(at, 700.0)) + k * pmf.noise)
-  inf = -math.expm1(k * math.log1p(-pmf.infinity_mass)) if pmf.infinity_mass < 1 else 1.0
   return _trim(LossPmf(h, i_lo, out, min(1.0, inf + tail_hi), noise),
                min(tail_mass, WINDOW_TAIL_MASS))
 
 
+def _block_size(k: int, factor: int) -> int:
+  """Steps per block: the divisor of k in [7/8, 5/4] factor^2 nearest factor^2 in ratio
+  (no steps left over, whose composition and convolution cost about a block), else
+  factor^2. A block m < factor^2 adds at most 8/7 of the outer level's planned variance."""
+  m = factor * factor
+  if m < 2 or k % m == 0:
+    return max(m, 1)
+  cands = [d for d in range(-(-7 * m // 8), 5 * m // 4 + 1) if k % d == 0]
+  return min(cands, key=lambda d: abs(math.log(d / m)), default=m)
+
+
 def blocked_self_compose(pmf: LossPmf, k: int, factor: int, tail_mass: float = WINDOW_TAIL_MASS,
                          tilt_at: Optional[float] = None, noise_tolerance: float = 0.0) -> LossPmf:
-  """k-fold composition in two levels: blocks of m = factor^2 compositions on the pmf's grid
-  h, each moved to the grid factor * h by connect-the-dots (which dominates it), composed
-  k // m times there; the k mod m steps left over are composed, coarsened and convolved in.
-  Why: connect-the-dots adds P-variance <= h^2 / 4 per gridded law, so one level adds ~k h^2;
-  here k h^2 + (k / m)(factor h)^2 = 2 k h^2, on a final window factor times shorter; every
+  """k-fold composition in two levels: blocks of m ~ factor^2 compositions (`_block_size`: a
+  divisor of k where one is near) on the pmf's grid h, each moved to the grid factor * h by
+  connect-the-dots (which dominates it), composed k // m times there; the k mod m steps left
+  over are composed, coarsened and convolved in. Why: connect-the-dots adds P-variance
+  <= h^2 / 4 per gridded law, so one level adds ~k h^2; here k h^2 + (k / m)(factor h)^2
+  ~ 2 k h^2, on a final window factor times shorter; every
   step is pessimistic. Window tails: tail_mass / (k // m) per block, tail_mass for the rest;
   each level tilts at its share of `tilt_at`. factor <= 1 or k < 2 m: `self_compose`."""
-  m = factor * factor
+  m = _block_size(k, factor)
   a, r = divmod(k, m)
   if factor <= 1 or a < 2:
     return self_compose(pmf, k, tail_mass, tilt_at, noise_tolerance)
@@ -517,6 +559,15 @@ def blocked_self_compose(pmf: LossPmf, k: int, factor: int, tail_mass: float = W
     rest = _coarsen(self_compose(pmf, r, tail_mass, share(r), noise_tolerance), factor)
     out = compose_pmfs(out, rest)
   return out
+
+
+def _log_ndtr_pair(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(log Phi(x), log Phi(-x)) from one log_ndtr: the smaller side directly, the other as
+  log1p(-e^smaller) (accurate, e^smaller <= 1/2)."""
+  small = special.log_ndtr(-np.abs(x))
+  large = np.log1p(-np.exp(small))
+  neg = x < 0
+  return np.where(neg, small, large), np.where(neg, large, small)
 
 
 def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
@@ -545,19 +596,18 @@ def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
         t = l
     return (t + mu * mu / 2) / mu
 
-  def mix_sf(x):   # log P_mix(X > x)
-    return np.logaddexp(log_1mq + special.log_ndtr(-x), log_q + special.log_ndtr(mu - x))
-
-  def mix_cdf(x):
-    return np.logaddexp(log_1mq + special.log_ndtr(x), log_q + special.log_ndtr(x - mu))
+  def mixed(x):   # (log Phi(x), log Phi(-x), log P_mix(X <= x), log P_mix(X > x))
+    c0, s0 = _log_ndtr_pair(x)
+    c1, s1 = _log_ndtr_pair(x - mu)
+    return (c0, s0, np.logaddexp(log_1mq + c0, log_q + c1),
+            np.logaddexp(log_1mq + s0, log_q + s1))
 
   def tails_remove(l):
-    x = x_of(l)
-    return mix_sf(x), mix_cdf(x), special.log_ndtr(-x), special.log_ndtr(x)
+    c0, s0, mix_cdf, mix_sf = mixed(x_of(l))
+    return mix_sf, mix_cdf, s0, c0
 
   def tails_add(l):
-    x = x_of(-l)   # {L_add > l} = {X < x}
-    return special.log_ndtr(x), special.log_ndtr(-x), mix_cdf(x), mix_sf(x)
+    return mixed(x_of(-l))   # {L_add > l} = {X < x}
 
   z = -float(special.ndtri(tail / 2))   # Phi(-z) = tail / 2
   x_hi = max(mu - float(special.ndtri(min(0.5, tail / (2 * q)))), z)

@@ -3,8 +3,8 @@
 Step t (Abadi et al. 2016): batch bits from the sampler; the clipped sum; noise of std
 `noise_std`, then the fixed denominator B = q n; the optimiser. Fixed-gradient records
 (white-box auditing, Nasr et al. 2021) are clipped to C, sampled by the configured sampler
-as records N .. N + K - 1 of its index space (`PoissonSampler`: independent bits at rate q
-from their own key) and added to the sum and the realised batch size. Shapes: N records,
+as records N .. N + K - 1 of its index space (Poisson, user-level Poisson: independent bits
+at rate q from their own key) and added to the sum and the realised batch size. Shapes: N records,
 K fixed records, T steps.
 """
 
@@ -128,15 +128,16 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
 
 def _fixed_own_bits(sampler, num_records: int) -> bool:
   """How `train_single` samples K fixed-gradient records: True for `sampling.PoissonSampler`
-  (independent bits at rate q from the fixed-record key, as the records' own bits are
-  independent), False for any other sampler, whose `batch_mask` then runs over N + K records
-  (the fixed ones last, kept where fixed_keep_K is set) so they take part exactly as records
-  of that sampler do (a shuffle's fixed-size batches, a cycle's slots, a cyclic Poisson
-  bin (N + j) mod s). Raises ValueError for a sampler whose privacy unit is not the example
-  (a fixed record belongs to no user) and for one whose `batch_mask` cannot take N + K
+  and `sampling.UserPoissonSampler` (independent bits at rate q from the fixed-record key:
+  extra records, or extra one-record users, of those samplers), False for any other
+  sampler, whose `batch_mask` then runs over N + K records (the fixed ones last, kept where
+  fixed_keep_K is set) so they take part exactly as records of that sampler do (a
+  shuffle's fixed-size batches, a cycle's slots, a cyclic Poisson bin (N + j) mod s).
+  Raises ValueError for any other sampler whose privacy unit is not the example (a fixed
+  record belongs to no unit it draws) and for one whose `batch_mask` cannot take N + K
   records.
   """
-  if type(sampler) is sampling_lib.PoissonSampler:  # pylint: disable=unidiomatic-typecheck
+  if type(sampler) in (sampling_lib.PoissonSampler, sampling_lib.UserPoissonSampler):
     return True
   unit = getattr(sampler, "privacy_unit", "example")
   if unit != "example":

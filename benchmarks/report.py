@@ -143,8 +143,26 @@ def _times(v) -> str:
   return _fmt(v, ".2f") + ("×" if v else "")
 
 
-def _head(title: str, doc: dict, *text: str) -> list[str]:
-  return [f"## {title}", "", f"Command: `{doc['command']}`. {_env_line(doc)}", "", *text]
+def _gib(v) -> str:
+  return _fmt(v / 2**30 if v else None, ".2f")
+
+
+def _pct(v, spec: str = ".1f") -> str:
+  return _fmt(100 * v if v is not None else None, spec)
+
+
+def _sizes(f: dict, suffix: str, prefix: str = "") -> list[int]:
+  """The sorted M of the keys `<prefix>...M<M><suffix>` of figures f."""
+  return sorted(int(k.split(".")[1][1:]) for k in f
+                if k.startswith(prefix) and k.endswith(suffix))
+
+
+def _head(title: str, doc: dict, *text: str, workloads=()) -> list[str]:
+  """Title, command and machine; each large_n workload's own command where they differ."""
+  cmds = {w: doc["figures"].get(f"{w}.command", doc["command"]) for w in workloads}
+  command = (f"Command: `{doc['command']}`" if len(set(cmds.values())) <= 1 else
+             "Commands: " + "; ".join(f"{_LARGE_N[w]} `{c}`" for w, c in cmds.items()))
+  return [f"## {title}", "", f"{command}. {_env_line(doc)}", "", *text]
 
 
 def _table(columns: list[str], rows: list[list[str]]) -> list[str]:
@@ -170,20 +188,18 @@ def _dpsgd_section(doc: dict) -> list[str]:
               "and noise value in place of threefry and the inverse CDF (not random: the "
               "ceiling any exact sampler could reach); `RNG share` is the fast path's time "
               "that this removes. All timings interleaved, best of the repeats.", "")
-  sizes = sorted(int(k.split(".")[1][1:]) for k in f
-                 if k.startswith("audit_workload.M") and k.endswith(".speedup_vs_numpy"))
   rows = []
-  for m in sizes:
+  for m in _sizes(f, ".speedup_vs_numpy", "audit_workload.M"):
     g = lambda k, m=m: f.get(f"audit_workload.M{m}.{k}")
     rows.append([f"{m:,}", _fmt(g("numpy_models_per_s"), ",.0f"),
                  _fmt(g("dpjax_models_per_s"), ",.0f"), _fmt(g("speedup_vs_numpy"), ".2f") + "×",
-                 _fmt(100 * g("fraction_of_peak") if g("fraction_of_peak") else None, ".0f") + " %",
+                 _pct(g("fraction_of_peak") or None, ".0f") + " %",
                  _fmt(g("generic_slowdown_vs_fast"), ".2f"),
                  _fmt(g("generic_plain_slowdown_vs_fast"), ".2f"),
                  _fmt(g("generic_one_pass_slowdown_vs_fast"), ".2f"),
                  _times(g("stand_in_rng_speedup_vs_numpy")),
                  "–" if g("rng_share_of_fast") is None
-                 else _fmt(100 * g("rng_share_of_fast"), ".0f") + " %"])
+                 else _pct(g("rng_share_of_fast"), ".0f") + " %"])
   out += _table(["M", "NumPy models/s", "dpjax models/s", "speed-up", "% of matmul peak",
                  "generic / fast time", "plain / fast", "one-pass / fast",
                  "stand-in RNG speed-up", "RNG share"], rows)
@@ -197,7 +213,7 @@ def _dpsgd_section(doc: dict) -> list[str]:
   peak = f.get("audit_workload.matmul_peak.peak_gflops")
   rss = f.get("audit_workload.peak_rss_bytes_largest")
   out += ["", f"Float32 matmul peak {_fmt(peak, '.0f')} GFLOP/s; peak resident memory of a "
-          f"fresh process training the largest M: {_fmt(rss / 2**30 if rss else None, '.2f')} GiB.",
+          f"fresh process training the largest M: {_gib(rss)} GiB.",
           ""]
   if any(k.startswith("mlp.") for k in f):
     out += ["Deep networks, batch 256, examples per second (`dpsgd_deep`): the non-private "
@@ -245,16 +261,15 @@ def _dpsgd_chunks_section(doc: dict) -> list[str]:
 
 
 def _accountants_section(doc: dict) -> list[str]:
-  rows = []
-  for r in doc["figures"]:
-    rows.append([f"{r['sigma']:g}, {r['q']:.3g}, {r['steps']:,}, {r['delta']:g}",
-                 f"{r['ours_rdp_eps']:.4f}", f"{r['rdp_speedup']:.1f}×",
-                 f"{r['ours_pld_eps']:.6f}", f"{r['dp_pld_eps']:.6f}",
-                 _ratio_vs_target(r["pld_speedup"], 1.0, False),
-                 (f"{r['pld_speedup_equal_accuracy']:.2f}× (rtol {r['equal_accuracy_rtol']:g})"
-                  if r.get("pld_speedup_equal_accuracy") else "–"),
-                 f"{r['ours_pld_minus_ref']:+.1e}",
-                 f"{r['dp_pld_minus_ref']:+.1e}", f"{r['pld_fixed_grid_speedup']:.1f}×"])
+  rows = [[f"{r['sigma']:g}, {r['q']:.3g}, {r['steps']:,}, {r['delta']:g}",
+           f"{r['ours_rdp_eps']:.4f}", f"{r['rdp_speedup']:.1f}×",
+           f"{r['ours_pld_eps']:.6f}", f"{r['dp_pld_eps']:.6f}",
+           _ratio_vs_target(r["pld_speedup"], 1.0, False),
+           (f"{r['pld_speedup_equal_accuracy']:.2f}× (rtol {r['equal_accuracy_rtol']:g})"
+            if r.get("pld_speedup_equal_accuracy") else "–"),
+           f"{r['ours_pld_minus_ref']:+.1e}",
+           f"{r['dp_pld_minus_ref']:+.1e}", f"{r['pld_fixed_grid_speedup']:.1f}×"]
+          for r in doc["figures"]]
   return (_head("Accountants (`benchmarks/accountants.py`)", doc,
                 "Speed-up = dp_accounting's time / ours, in one process, best of the repeats (the "
                 "machine is shared: absolute times drift, ratios less). `ref` is dp_accounting's "
@@ -269,11 +284,10 @@ def _accountants_section(doc: dict) -> list[str]:
 
 def _secure_noise_section(doc: dict) -> list[str]:
   f = doc["figures"]
-  sizes = sorted(int(k.split(".")[1][1:]) for k in f if k.endswith(".secure_over_float"))
   rows = [[f"{m:,}", _fmt(f.get(f"secure_noise.M{m}.float_s"), ".3f"),
            _fmt(f.get(f"secure_noise.M{m}.secure_s"), ".3f"),
            _ratio_vs_target(f.get(f"secure_noise.M{m}.secure_over_float"), 3.0, True)]
-          for m in sizes]
+          for m in _sizes(f, ".secure_over_float")]
   return (_head("Secure DP-SGD (`benchmarks/secure_noise.py`)", doc,
                 "The audit workload of `benchmarks.dpsgd` (logistic regression, N = 150, D = 56, "
                 "q = 0.2, T = 500) trained with float32 noise and with "
@@ -285,13 +299,12 @@ def _secure_noise_section(doc: dict) -> list[str]:
 def _audit_canaries_section(doc: dict) -> list[str]:
   f = doc["figures"]
   k = f.get("audit_canaries.canaries")
-  sizes = sorted(int(n.split(".")[1][1:]) for n in f if n.endswith(".multi_over_single"))
   rows = [[f"{m:,}", name, _fmt(f.get(f"audit_canaries.M{m}.{one}_s"), ".2f"),
            _fmt(f.get(f"audit_canaries.M{m}.{many}_s"), ".2f"),
            _ratio_vs_target(f.get(f"audit_canaries.M{m}.{tag}multi_over_single"), 3.0, True),
            _fmt(f.get(f"audit_canaries.M{m}.trials_per_s_{one}"), ",.0f"),
            _fmt(f.get(f"audit_canaries.M{m}.trials_per_s_{many}"), ",.0f")]
-          for m in sizes
+          for m in _sizes(f, ".multi_over_single")
           for name, tag, one, many in (("parameter-leaf canaries", "", "single", "multi"),
                                        ("fixed-gradient canaries", "fixed_", "single",
                                         "multi_fixed"))]
@@ -316,16 +329,10 @@ def _ratio_vs_target(v, target, at_most: bool) -> str:
 
 def _large_n_section(doc: dict) -> list[str]:
   f = doc["figures"]
-  names = [w for w in ("mlp", "cnn") if f.get(f"{w}.dp_padded_epoch_s") is not None]
-  labels = {"mlp": "MLP 784→256→256→10", "cnn": "CNN 28×28 (16, 32)"}
+  names = [w for w in _LARGE_N if f.get(f"{w}.dp_padded_epoch_s") is not None]
+  labels = _LARGE_N
   n, b, t = f.get("n"), f.get("batch"), f.get("steps_per_epoch")
-  cmds = {w: f.get(f"{w}.command", doc["command"]) for w in names}
-  if len(set(cmds.values())) > 1:
-    command = "Commands: " + "; ".join(f"{labels[w]} `{c}`" for w, c in cmds.items())
-  else:
-    command = f"Command: `{doc['command']}`"
-  out = [f"## DP-SGD at n = {n:,} (`benchmarks/large_n.py`)", "",
-         f"{command}. {_env_line(doc)}", "",
+  out = _head(f"DP-SGD at n = {n:,} (`benchmarks/large_n.py`)", doc,
          f"One epoch on {n:,} synthetic 28×28×1 images in 10 classes (class templates plus "
          f"pixel noise), expected batch {b} (q = {b}/{n:,}), T = {t} steps, C = "
          f"{f.get('l2_clip_norm'):g}, σ = {f.get('noise_multiplier'):g}, in one process, "
@@ -338,7 +345,7 @@ def _large_n_section(doc: dict) -> list[str]:
          "gradient at every step; its epoch is estimated from timed steps (per step = "
          "(t(k2 steps) − t(k1 steps)) / (k2 − k1), epoch = t(k1) + (T − k1) × per step). "
          "`Opacus`: ghost clipping and Poisson sampling, one epoch of its data loader, "
-         "torch CPU at its better thread count.", ""]
+         "torch CPU at its better thread count.", "", workloads=names)
   rows = []
   for w in names:
     g = lambda k, w=w: f.get(f"{w}.{k}")
@@ -378,10 +385,8 @@ def _large_n_section(doc: dict) -> list[str]:
   rows = []
   for w in names:
     g = lambda k, w=w: f.get(f"{w}.{k}")
-    mem = lambda c, g=g: _fmt(g(f"peak_rss_bytes.{c}") / 2**30
-                              if g(f"peak_rss_bytes.{c}") else None, ".2f")
-    acc = lambda c, g=g: _fmt(100 * g(f"accuracy.{c}") if g(f"accuracy.{c}") is not None
-                              else None, ".1f")
+    mem = lambda c, g=g: _gib(g(f"peak_rss_bytes.{c}"))
+    acc = lambda c, g=g: _pct(g(f"accuracy.{c}"))
     rows.append([labels[w], _fmt(g("compile_s.nonprivate"), ".1f"),
                  _fmt(g("compile_s.dp_padded"), ".1f"), _fmt(g("compile_s.full_mask"), ".1f"),
                  mem("data_only"), mem("nonprivate"), mem("dp_padded"), mem("full_mask"),
@@ -402,10 +407,9 @@ def _large_n_section(doc: dict) -> list[str]:
     g = lambda k, w=w: f.get(f"{w}.profile.{k}")
     if g("mask") is None:
       continue
-    rows.append([labels[w]] + [_fmt(g(k), ".3f") for k in (
-        "mask", "pad", "gather", "clipped_sum", "noise_update", "fixed_batch_dp",
-        "host_check")] + [_fmt(f.get(f"{w}.dp_padded_epoch_s"), ".3f"),
-                          _fmt(f.get(f"{w}.nonprivate_epoch_s"), ".3f")])
+    rows.append([labels[w]] + [_fmt(g(k), ".3f") for k in _PROFILE_PARTS]
+                + [_fmt(f.get(f"{w}.dp_padded_epoch_s"), ".3f"),
+                   _fmt(f.get(f"{w}.nonprivate_epoch_s"), ".3f")])
   if rows:
     out += ["Where the DP epoch's time goes (s per epoch, each part a jitted scan over the "
             "T steps): `mask` the Poisson mask over n records, `pad` mask + the K indices "
@@ -423,15 +427,11 @@ def _large_n_section(doc: dict) -> list[str]:
 def _large_n_batches_section(doc: dict) -> list[str]:
   """`benchmarks.large_n --batches`: DP over non-private epochs at several batch sizes."""
   f = doc["figures"]
-  labels = {"mlp": "MLP 784→256→256→10", "cnn": "CNN 28×28 (16, 32)"}
+  labels = _LARGE_N
   n, batches = f.get("n"), f.get("batches", [])
   names = [w for w in labels if any(f.get(f"{w}.B{b}.dp_epoch_s") is not None
                                     for b in batches)]
-  cmds = {w: f.get(f"{w}.command", doc["command"]) for w in names}
-  command = ("Commands: " + "; ".join(f"{labels[w]} `{c}`" for w, c in cmds.items())
-             if len(set(cmds.values())) > 1 else f"Command: `{doc['command']}`")
-  out = [f"## DP overhead by batch size, n = {n:,} (`benchmarks/large_n.py --batches`)", "",
-         f"{command}. {_env_line(doc)}", "",
+  out = _head(f"DP overhead by batch size, n = {n:,} (`benchmarks/large_n.py --batches`)", doc,
          "One epoch (T = round(n / B) steps) at each expected batch B, C = "
          f"{f.get('l2_clip_norm'):g}, σ = {f.get('noise_multiplier'):g}: `non-private` and "
          "`DP` as in the section above (DP: `dpsgd.train_one`, `batch_capacity=\"auto\"`, "
@@ -439,7 +439,7 @@ def _large_n_batches_section(doc: dict) -> list[str]:
          "one process, best of the repeats, compilation excluded. Wall: seconds; CPU: "
          "seconds of CPU time of the process (all threads), steadier than wall time on a "
          "shared machine. Targets: DP / non-private ≤ 1.6× at B = 256, ≤ 1.3× at "
-         "B ≥ 1,024.", ""]
+         "B ≥ 1,024.", "", workloads=names)
   rows, rows2 = [], []
   for w in names:
     for b in batches:
@@ -453,10 +453,8 @@ def _large_n_batches_section(doc: dict) -> list[str]:
                    _fmt(g("nonprivate_epoch_cpu_s"), ".2f"), _fmt(g("dp_epoch_cpu_s"), ".2f"),
                    _ratio_vs_target(g("dp_over_nonprivate_cpu"), target, True),
                    _fmt(g("opacus_epoch_s"), ".1f"), _times(g("opacus_over_ours"))])
-      mem = lambda c, g=g: _fmt(g(f"peak_rss_bytes.{c}") / 2**30
-                                if g(f"peak_rss_bytes.{c}") else None, ".2f")
-      acc = lambda c, g=g: _fmt(100 * g(f"accuracy.{c}") if g(f"accuracy.{c}") is not None
-                                else None, ".1f")
+      mem = lambda c, g=g: _gib(g(f"peak_rss_bytes.{c}"))
+      acc = lambda c, g=g: _pct(g(f"accuracy.{c}"))
       rows2.append([labels[w], f"{b:,}", _fmt(g("compile_s.nonprivate"), ".1f"),
                     _fmt(g("compile_s.dp"), ".1f"), mem("nonprivate"), mem("dp_padded"),
                     acc("nonprivate"), acc("dp")])
@@ -475,8 +473,7 @@ def _large_n_batches_section(doc: dict) -> list[str]:
   if prof:
     out += ["", "Where the DP epoch's time goes (wall s per epoch, parts as in the section "
             "above):", ""]
-    parts = ("mask", "pad", "gather", "clipped_sum", "noise_update", "fixed_batch_dp",
-             "host_check")
+    parts = _PROFILE_PARTS
     out += _table(["workload", "B"] + [p.replace("_", " ") for p in parts] + ["DP epoch"],
                   [[labels[w], f"{b:,}"] + [_fmt(f.get(f"{w}.B{b}.profile.{p}"), ".3f")
                                             for p in parts]
@@ -495,8 +492,7 @@ def _pate_teachers_section(doc: dict) -> list[str]:
                  f"{_fmt(g('loop_s'), '.2f')} ({g('loop_timed_teachers')} timed)",
                  _fmt(g("loop_over_vmapped"), ".1f") + "×",
                  _fmt(g("teachers_per_s_vmapped"), ",.0f"), _fmt(g("max_param_diff"), ".1e"),
-                 _fmt(temp / 2**20 if temp is not None else None, ".1f"),
-                 _fmt(rss / 2**30 if rss is not None else None, ".2f")])
+                 _fmt(temp / 2**20 if temp is not None else None, ".1f"), _gib(rss)])
   return (_head("PATE teachers (`benchmarks/pate_teachers.py`)", doc,
                 f"M logistic-regression teachers ({f.get('features')} linear credit features), "
                 f"{f.get('per_teacher')} records each on disjoint partitions, full-batch Adam, "
@@ -517,11 +513,10 @@ def _accelerator_section(doc: dict) -> list[str]:
   f = doc["figures"]
   dev = f["device"]
   size = " (toy sizes, --small: a check of the script, not a measurement)" if f["small"] else ""
-  sizes = sorted(int(k.split(".")[1][1:]) for k in f if k.endswith(".dpjax_models_per_s"))
   rows = [["audit workload (`benchmarks.dpsgd`)", f["audit.status"], f"{f['audit.wall_s']:.0f}",
            "; ".join(f"M = {m:,}: {f[f'audit.M{m}.dpjax_models_per_s']:,.0f} models/s, "
                      f"{_fmt(f.get(f'audit.M{m}.speedup_vs_numpy'), '.2f')}x NumPy (host CPU)"
-                     for m in sizes)]]
+                     for m in _sizes(f, ".dpjax_models_per_s"))]]
   for k in sorted(k for k in f if k.startswith("large_n.") and k.endswith(".status")):
     b = k.split(".")[1]
     g = lambda key, b=b: f.get(f"large_n.{b}.{key}")
@@ -574,9 +569,11 @@ def _compile_time_section(doc: dict) -> list[str]:
                    _times(g("run_ratio")), _before(doc, w)])
   return (_head("Compile time (`benchmarks/compile_time.py`)", doc,
                 "The engine's program (`dpsgd.program`) and the matching non-private one (optax "
-                "SGD on permuted batches, same T, parameters given), lowered and compiled ahead of "
-                "time in one process (s; CPU: the process's CPU seconds while compiling, steadier "
-                "than wall time on a shared machine; ops: instructions of the optimised HLO); "
+                "SGD on permuted batches, same T, parameters initialised inside the program as "
+                "the DP one does), lowered and compiled ahead of time in one process (best of "
+                f"{f.get('compiles', 1)} fresh compiles, taken in turn; s; CPU: the process's "
+                "CPU seconds while compiling, steadier than wall time on a shared machine; ops: "
+                "instructions of the optimised HLO); "
                 "run: best compiled run, DP / non-private (`–`: not run); before: the compile "
                 "ratios (wall / CPU) of the engine before the compile-time work, measured the "
                 "same way in a separate process"
@@ -642,6 +639,9 @@ def _truncation_section(doc: dict) -> list[str]:
           + [""])
 
 
+_LARGE_N = {"mlp": "MLP 784→256→256→10", "cnn": "CNN 28×28 (16, 32)"}
+_PROFILE_PARTS = ("mask", "pad", "gather", "clipped_sum", "noise_update", "fixed_batch_dp",
+                  "host_check")
 _SECTIONS = {"dpsgd": _dpsgd_section, "dpsgd_chunks": _dpsgd_chunks_section,
              "accountants": _accountants_section,
              "secure_noise": _secure_noise_section, "audit_canaries": _audit_canaries_section,

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+from dpjax import _xla
 
 
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -72,14 +73,8 @@ def _threefry_words(key: jax.Array):
 
 
 def _once(k0: jax.Array, fn: Callable[[], jax.Array]) -> jax.Array:
-  """fn() in a while loop of exactly one (data-dependent) trip, so its output is stored,
-  not recomputed by each consumer. Performance only.
-  """
-  trips = (k0 | jnp.uint32(1)) & jnp.uint32(1)
-  out = jax.eval_shape(fn)
-  _, out = jax.lax.while_loop(lambda s: s[0] < trips, lambda s: (s[0] + jnp.uint32(1), fn()),
-                              (jnp.uint32(0), jnp.zeros(out.shape, out.dtype)))
-  return out
+  """fn() stored once (`_xla.once`, token k0), not recomputed by each consumer."""
+  return _xla.once(fn, k0)
 
 
 def _wrap_like(key, words_x2):
@@ -203,27 +198,47 @@ def _tail_blocks(k0, k1, i):
   return y0[0], y1[0], y0[1]
 
 
+def _next_extreme(bits: jax.Array, after: jax.Array):
+  """(found, i): the first index i > after whose word is an extreme atom (found False,
+  i = S when none), as one reduction over the words.
+  """
+  m = bits >> 9
+  idx = jax.lax.iota(jnp.int32, bits.shape[0])
+  ext = ((m == 0) | (m == _ATOM_TOP)) & (idx > after)
+
+  def first(a, b):
+    take_b = (b[0] & ~a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
+    return jnp.where(take_b, b[0], a[0]), jnp.where(take_b, b[1], a[1])
+  found, i = jax.lax.reduce((ext, idx), (jnp.bool_(False), jnp.int32(bits.shape[0])), first,
+                            (0,))
+  return found, jnp.where(found, i, bits.shape[0])
+
+
 def _tail_fill(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
-  """float32[S]: the tail magnitude at extreme atoms, 0 elsewhere (one loop trip each);
-  tail_words(i) defaults to `_tail_words(key, i)`.
+  """float32[S]: the tail magnitude (`_tail_magnitude`) at extreme atoms, 0 elsewhere.
+
+  tail_words(i) (default `_tail_words(key, i)`) gives the tail words of index i. A loop of
+  one trip per extreme atom plus one (the first trip finds the first; usually the only
+  trip) writes one element in place per trip, so the program holds one small copy of the
+  tail path. Under vmap one loop serves the batch (`_xla.any_over_batch`): a finished member
+  (i = S) writes its own value back. The result is combined with the body elementwise
+  (`_assemble_normal`), so the transform fuses into the draw's consumers.
   """
   tail_words = tail_words or functools.partial(_tail_words, key)
-  if bits.shape[0] == 0:
-    return jnp.zeros(bits.shape, jnp.float32)
-  extreme = lambda: ((bits >> 9) == 0) | ((bits >> 9) == _ATOM_TOP)
-  idx = jnp.arange(bits.shape[0], dtype=jnp.int32)
-  # The count is reduced outside the loop, so the loop's condition is a scalar
-  # compare (XLA:CPU runs a loop's kernels on one thread).
-  count = jnp.sum(extreme(), dtype=jnp.int32)
+  s = bits.shape[0]
+  t = jnp.zeros(bits.shape, jnp.float32)
+  if s == 0:
+    return t
 
   def body(state):
-    trip, last, t = state
-    i = jnp.argmax(extreme() & (idx > last)).astype(jnp.int32)
-    mag = _tail_magnitude(*tail_words(i))
-    return trip + 1, i, jnp.where(idx == i, mag, t)
-  _, _, t = jax.lax.while_loop(lambda s: s[0] < count, body,
-                               (jnp.int32(0), jnp.int32(-1),
-                                jnp.zeros(bits.shape, jnp.float32)))
+    _, i, t = state       # i: the atom to redraw; -1 on the first trip, S once none is left
+    at = jnp.clip(i, 0, s - 1)
+    old = jax.lax.dynamic_index_in_dim(t, at, keepdims=False)
+    val = jnp.where((i >= 0) & (i < s), _tail_magnitude(*tail_words(at)), old)
+    t = jax.lax.dynamic_update_index_in_dim(t, val, at, 0)
+    return (*_next_extreme(bits, i), t)
+  _, _, t = jax.lax.while_loop(lambda st: _xla.any_over_batch(st[0]), body,
+                               (jnp.bool_(True), jnp.int32(-1), t))
   return t
 
 
@@ -231,6 +246,12 @@ def _assemble_normal(bits: jax.Array, tail: jax.Array) -> jax.Array:
   """Each word's sample: -tail at atom 0, +tail at atom 2^23 - 1, else the body."""
   m = bits >> 9
   return jnp.where(m == 0, -tail, jnp.where(m == _ATOM_TOP, tail, bits_to_normal(bits)))
+
+
+def _normal_from_bits(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
+  """float32[S]: `bits_to_normal` of each word, the extreme atoms redrawn from the tails
+  (`_tail_fill`, `_assemble_normal`)."""
+  return _assemble_normal(bits, _tail_fill(key, bits, tail_words))
 
 
 @functools.lru_cache(maxsize=None)
@@ -286,11 +307,11 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   words = _threefry_words(key)
   if words is None:
     bits = jax.random.bits(key, (num,), jnp.uint32)
-    return _assemble_normal(bits, _tail_fill(key, bits))[:size].reshape(shape)
+    return _normal_from_bits(key, bits)[:size].reshape(shape)
   # Stored once: the tail count and the transform both read every word.
   bits = _once(words[0], lambda: _stream_words(words, num, jnp.arange(num, dtype=jnp.uint32)))
   bits = bits[:size]
-  return _assemble_normal(bits, _tail_fill(key, bits)).reshape(shape)
+  return _normal_from_bits(key, bits).reshape(shape)
 
 
 def standard_normals(keys: jax.Array, shapes) -> list[jax.Array]:
@@ -339,8 +360,8 @@ def standard_normals(keys: jax.Array, shapes) -> list[jax.Array]:
     y0, y1 = threefry2x32(k0, k1, block, c1)
     return jnp.where(first, y0, y1)
   bits = _once(data[live[0], 0], stream)
-  z = _assemble_normal(bits, _tail_fill(
-      None, bits, lambda i: _tail_blocks(*key_and_index(i.astype(jnp.uint32)))))
+  z = _normal_from_bits(None, bits,
+                        lambda i: _tail_blocks(*key_and_index(i.astype(jnp.uint32))))
   out, start = [], 0
   for l, s in enumerate(shapes):
     out.append(z[start:start + sizes[l]].reshape(s) if sizes[l] else jnp.zeros(s, jnp.float32))

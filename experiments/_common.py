@@ -27,6 +27,7 @@ import os
 import sys
 from typing import Any, Callable, Sequence
 
+import jax
 import numpy as np
 from absl import app
 from absl import flags
@@ -109,6 +110,16 @@ def fmt(x: Any, digits: int = 3) -> str:
       return f"{x:.{digits}g}"
     return f"{x:.{digits}f}"
   return str(x)
+
+
+def rows(records: Sequence[dict], *keys) -> list[list]:
+  """One table row per record: a str key names a field; a callable maps the record to a cell."""
+  return [[k(r) if callable(k) else r[k] for k in keys] for r in records]
+
+
+def monte_carlo(key, fn: Callable, draws: int) -> np.ndarray:
+  """fn(k) for `draws` keys split from `key`, vmapped, as float64[draws, ...]."""
+  return np.asarray(jax.vmap(fn)(jax.random.split(key, draws)), np.float64)
 
 
 def _jsonable(x: Any) -> Any:

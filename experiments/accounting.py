@@ -55,25 +55,19 @@ def _basic_eps(mu0, k, delta):
   return k * gdp.gaussian_epsilon(delta / k, mu0)
 
 
-def _advanced_eps(mu0, k, delta):
-  """min over delta' = f delta of advanced composition of (eps0(delta0), delta0) queries."""
-  best = math.inf
-  for f in _SPLITS:
-    d0 = (1 - f) * delta / k
-    e0 = gdp.gaussian_epsilon(d0, mu0)
-    best = min(best, composition.advanced_composition(e0, d0, k, f * delta)[0])
-  return best
-
-
-def _optimal_eps(mu0, k, delta):
-  """min over delta0 of the exact KOV composition of k (eps0(delta0), delta0) queries."""
+def _composed_eps(method, mu0, k, delta):
+  """eps of k queries at (eps0(delta0), delta0 = (1 - f) delta / k), composed by `method`:
+  "advanced" (slack f delta) or "optimal" (exact KOV at delta); best f (skipped: an f whose
+  delta0 leaves nothing for the composed part)."""
   best = math.inf
   for f in _SPLITS:
     d0 = (1 - f) * delta / k
     e0 = gdp.gaussian_epsilon(d0, mu0)
     try:
-      best = min(best, composition.optimal_composition_epsilon(e0, d0, k, delta))
-    except ValueError:   # this delta0 leaves nothing for the composed part
+      best = min(best, composition.advanced_composition(e0, d0, k, f * delta)[0]
+                 if method == "advanced" else
+                 composition.optimal_composition_epsilon(e0, d0, k, delta))
+    except ValueError:
       continue
   return best
 
@@ -85,8 +79,8 @@ def demo_a(mu0, ks, delta, use_pld, progress=True):
     r = {
         "k": k,
         "basic": _basic_eps(mu0, k, delta),
-        "advanced": _advanced_eps(mu0, k, delta),
-        "optimal": _optimal_eps(mu0, k, delta),
+        "advanced": _composed_eps("advanced", mu0, k, delta),
+        "optimal": _composed_eps("optimal", mu0, k, delta),
         "rdp_classic": rdp.rdp_to_epsilon(o_def, k * rdp.gaussian_rdp(1 / mu0, o_def), delta,
                                           method="classic")[0],
         "rdp": rdp.rdp_to_epsilon(o_def, k * rdp.gaussian_rdp(1 / mu0, o_def), delta)[0],
@@ -120,28 +114,19 @@ def _basic_sigma(k, target, delta):
   return 1 / gdp.mu_for_epsilon(target / k, delta / k)
 
 
-def _advanced_sigma(k, target, delta):
-  best_mu = 0.0
-  for f in _SPLITS:
-    ds, d0 = f * delta, (1 - f) * delta / k
-    g = lambda e0: composition.advanced_composition(e0, d0, k, ds)[0] - target
-    if g(1e-12) >= 0:
-      continue
-    e0 = optimize.brentq(g, 1e-12, target, xtol=1e-14, rtol=1e-12)
-    best_mu = max(best_mu, gdp.mu_for_epsilon(e0, d0))
-  return 1 / best_mu
-
-
-def _optimal_sigma(k, target, delta):
+def _composed_sigma(method, k, target, delta):
+  """1 / the largest per-query mu whose k queries at (eps0, delta0 = (1 - f) delta / k) compose
+  within (target, delta) by `method` (as `_composed_eps`), best f."""
   best_mu = 0.0
   for f in _SPLITS:
     d0 = (1 - f) * delta / k
-    # Largest eps0 whose k-fold exact composition has delta(target) <= delta.
-    g = lambda e0: composition.optimal_composition_delta(e0, d0, k, target) - delta
+    g = ((lambda e0: composition.advanced_composition(e0, d0, k, f * delta)[0] - target)
+         if method == "advanced" else
+         (lambda e0: composition.optimal_composition_delta(e0, d0, k, target) - delta))
     if g(1e-12) >= 0:
       continue
     hi = target
-    while g(hi) < 0:
+    while g(hi) < 0:   # widen [1e-12, target] until it brackets the root
       hi *= 2
     e0 = optimize.brentq(g, 1e-12, hi, xtol=1e-14, rtol=1e-12)
     best_mu = max(best_mu, gdp.mu_for_epsilon(e0, d0))
@@ -154,8 +139,8 @@ def demo_b(ks, target, delta, use_pld, progress=True):
     r = {
         "k": k,
         "basic": _basic_sigma(k, target, delta),
-        "advanced": _advanced_sigma(k, target, delta),
-        "optimal": _optimal_sigma(k, target, delta),
+        "advanced": _composed_sigma("advanced", k, target, delta),
+        "optimal": _composed_sigma("optimal", k, target, delta),
         "rdp_classic": accounting.calibrate_noise(target, 1.0, k, delta, rdp_method="classic"),
         "rdp": accounting.calibrate_noise(target, 1.0, k, delta),
         "pld": (accounting.calibrate_noise(target, 1.0, k, delta, accountant="pld")

@@ -222,10 +222,10 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
     sub = dataclasses.replace(cfg, clip_norms=(cfg.model_clip,), lr_c2=(cfg.model_lr_c2,))
     compare = _train_settings(sub, w, bud, jax.random.fold_in(k_train, len(cfg.lr_c2)),
                               np.zeros(0, int), model, tqdm(disable=True))["compare"]
-  em_params = np.stack([trained["em"][s] for s in range(num_settings)])
-  naive_params = np.stack([trained["naive"][s] for s in range(num_settings)])
-  rs_params = (np.stack([trained["rs"][r] for r in range(num_runs)]) if num_runs
-               else np.zeros((0, w["x_test"].shape[1])))
+  em_params, naive_params, rs_params = (
+      np.stack([trained[kind][i] for i in range(count)]) if count
+      else np.zeros((0, w["x_test"].shape[1]))
+      for kind, count in (("em", num_settings), ("naive", num_settings), ("rs", num_runs)))
   # Example-level contrast: every loan a unit, q per loan, same eps for the model.
   ex_cfg = dpsgd.DpSgdConfig(dataset_size=n_train, sampling_prob=cfg.sampling_prob,
                              num_steps=cfg.num_steps, l2_clip_norm=cfg.model_clip,
@@ -248,9 +248,8 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
       cfg.selection_epsilon, sensitivity=1.0, monotonic=True))
   # Repeat-and-select releases only the best run by noisy score (the argmax, so float
   # noise is not observable, as in report_noisy_max).
-  u_rs = utility(rs_params) if num_runs else np.zeros(0)
-  noisy_scores = u_rs + cfg.score_noise * np.asarray(
-      jax.random.normal(k_score, (num_runs,)), np.float64)
+  noisy_scores = (utility(rs_params) if num_runs else np.zeros(0)) + cfg.score_noise * (
+      np.asarray(jax.random.normal(k_score, (num_runs,)), np.float64))
   best_run = int(np.argmax(noisy_scores)) if num_runs else None
   fields = ("procedure", "sigma", "trainings", "chosen", "eps_claimed", "eps_train_customers",
             "eps_validation_customers", "test_accuracy")

@@ -7,9 +7,8 @@ Confident-GNMax (the best proxy setting of the --confident_* grid whose releasab
 proxy, `dpjax.pate_release`, is <= --release_margin x the target); DP-SGD
 (`DpSgdConfig.calibrate`). Every guarantee charges each query both steps; the paper's
 answered-only accounting (not an upper bound, `pate.pate_rdp`) is shown for comparison only.
-Published (arXiv 1802.08908, Table 2, UCI Adult, as recalled): Confident-GNMax (T = 300,
-sigma_1 = 200, sigma_2 = 40) 524 queries at eps = 1.90, student 83.7 %; LNMax 500 at 2.66,
-83.0 %; non-private 85.0 %. Ours: that setting scaled by k / 250.
+The paper's UCI Adult rows (arXiv 1802.08908, Table 2) are `PAPER_ROWS`; ours runs its
+Confident-GNMax setting scaled by k / 250.
 
 Command:  python -m experiments.pate_credit        (about 45 s of CPU)
           python -m experiments.pate_credit --teachers 1000 --public 10000 --delta 1e-6
@@ -82,6 +81,14 @@ class PateCreditConfig(_common.ExperimentConfig):
                        f"{self.teachers * self.per_teacher}, got {self.dpsgd_batch}")
 
 
+def _plan(votes_QxC, **kw):
+  """`pate_release.plan_release` on public votes; None when no order makes it possible."""
+  try:
+    return pate_release.plan_release(votes_QxC, None, **kw)
+  except ValueError:
+    return None
+
+
 def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Teachers at scale, PATE (GNMax, Confident-GNMax) vs DP-SGD; `_common.finish`'s dict."""
   os.makedirs(out_dir, exist_ok=True)
@@ -92,6 +99,9 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   bar = tqdm(total=8 + len(epsilons), desc="pate_credit", disable=not progress)
   (k_data, k_teach, k_proxy_teach, k_ref, k_agg, k_proxy_agg, k_student, k_dp,
    k_proxy_rel, k_release) = jax.random.split(jax.random.key(cfg.seed), 10)
+  fold2 = lambda key, a, b: jax.random.fold_in(jax.random.fold_in(key, a), b)
+  eps_of = lambda rdp_curve: pate.epsilon(orders, rdp_curve, delta)
+  confident = lambda t, st, s: dict(threshold=t * k, sigma_threshold=st * k, sigma=s * k)
 
   # One draw of the world, split by index: private | public | test | proxy | proxy val.
   parts = credit.sample_split(k_data, (n, n_pub, n_test, n, n_test))
@@ -102,6 +112,8 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   model = models.logistic_regression(credit.LINEAR_DIM)
   accuracies = lambda params_G, x, y: models.accuracy(model, params_G, x, y).astype(np.float64)
   votes_of = lambda params, x: np.asarray(pate.teacher_votes(model, params, x, NUM_CLASSES))
+  students = lambda i, labels, mask: pate.fit_students(
+      jax.random.fold_in(k_student, i), x_pub, labels, mask, model, num_steps=cfg.fit_steps)
   bar.update(1)
   ref = pate.fit_non_private(k_ref, x_priv, y_priv, jnp.ones((1, n), bool), model,
                              num_steps=cfg.fit_steps)
@@ -119,43 +131,38 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                                             num_steps=cfg.fit_steps)[0], x_pub)
   bar.update(1)
 
+  def proxy_students(i, answers):   # [(labels, answered, Q)] -> proxy-val accuracy, empty, masks
+    labels, mask = (np.zeros((len(answers), n_pub), t) for t in (np.int32, bool))
+    for c, (lab, ans, qn) in enumerate(answers):
+      labels[c, :qn], mask[c, :qn] = lab[:qn], ans[:qn]
+    params_G, empty = students(i, labels, mask)
+    return accuracies(params_G, x_pval, y_pval), empty, mask
+
   # Confident-GNMax grid on the proxy votes (PUBLIC): each (T, sigma_t, sigma) is run
   # once on the whole pool; a setting with Q queries uses the first Q answers.
   cache = {}
   aggs = [(t, st, s) for t in cfg.confident_thresholds
           for st in cfg.confident_sigma_thresholds for s in cfg.confident_sigmas]
   grid = [(t, st, s, qn) for (t, st, s) in aggs for qn in queries]
-  g_labels = np.zeros((len(grid), n_pub), np.int32)
-  g_mask = np.zeros((len(grid), n_pub), bool)
-  g_eps_dep, g_eps_ind = [], []   # every query charged both steps (no conditioning)
+  answers, g_eps_dep, g_eps_ind = [], [], []   # eps: every query charged both steps
   for a, (t, st, s) in enumerate(aggs):
-    lab, ans = map(np.asarray, pate.confident_gnmax(
-        jax.random.fold_in(k_proxy_agg, a), prox_votes, threshold=t * k,
-        sigma_threshold=st * k, sigma=s * k))
+    lab, ans = map(np.asarray, pate.confident_gnmax(jax.random.fold_in(k_proxy_agg, a),
+                                                    prox_votes, **confident(t, st, s)))
     for qn in queries:
-      i = grid.index((t, st, s, qn))
-      g_labels[i, :qn], g_mask[i, :qn] = lab[:qn], ans[:qn]
-      acct = pate.pate_rdp_grouped(prox_votes[:qn], np.ones(qn, bool), sigma=s * k,
-                                   orders=orders, threshold=t * k, sigma_threshold=st * k,
-                                   cache=cache)
-      g_eps_dep.append(pate.epsilon(orders, acct.data_dependent, delta))
-      g_eps_ind.append(pate.epsilon(orders, acct.data_independent, delta))
-  g_params, g_empty = pate.fit_students(jax.random.fold_in(k_student, 1), x_pub, g_labels,
-                                        g_mask, model, num_steps=cfg.fit_steps)
-  g_acc = accuracies(g_params, x_pval, y_pval)
+      answers.append((lab, ans, qn))
+      acct = pate.pate_rdp_grouped(prox_votes[:qn], np.ones(qn, bool), orders=orders,
+                                   cache=cache, **confident(t, st, s))
+      g_eps_dep.append(eps_of(acct.data_dependent))
+      g_eps_ind.append(eps_of(acct.data_independent))
+  g_acc, g_empty, g_mask = proxy_students(1, answers)
   bar.update(1)
 
   # GNMax on the proxy: sigma calibrated per (eps, Q); Q chosen by the proxy student.
   gn_cells = [(eps, qn, pate_audit.calibrate_sigma(eps, qn, delta=delta, orders=orders))
               for eps in epsilons for qn in queries]
-  gn_labels = np.zeros((len(gn_cells), n_pub), np.int32)
-  gn_mask = np.zeros((len(gn_cells), n_pub), bool)
-  for i, (eps, qn, sig) in enumerate(gn_cells):
-    kk = jax.random.fold_in(jax.random.fold_in(k_proxy_agg, 10_000), i)
-    gn_labels[i, :qn] = np.asarray(pate.gnmax(kk, prox_votes, sig))[:qn]
-    gn_mask[i, :qn] = True
-  gn_acc = accuracies(pate.fit_students(jax.random.fold_in(k_student, 2), x_pub, gn_labels,
-                                        gn_mask, model, num_steps=cfg.fit_steps)[0], x_pval, y_pval)
+  gn_acc = proxy_students(2, [
+      (np.asarray(pate.gnmax(fold2(k_proxy_agg, 10_000, i), prox_votes, sig)),
+       np.ones(n_pub, bool), qn) for i, (_, qn, sig) in enumerate(gn_cells)])[0]
   bar.update(1)
 
   # Confident-GNMax: per target, the best proxy student among the settings whose
@@ -165,15 +172,10 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   def _proxy_release(i):
     if i not in proxy_release:
       t, st, s, qn = grid[i]
-      kw = dict(sigma=s * k, threshold=t * k, sigma_threshold=st * k, delta=delta)
-      try:
-        plan = pate_release.plan_release(prox_votes[:qn], None, **kw)
-      except ValueError:   # no order at which the release is possible
-        proxy_release[i] = (None, math.inf)
-      else:
-        rel = pate_release.release(jax.random.fold_in(k_proxy_rel, i), prox_votes[:qn],
-                                   None, params=plan, **kw)
-        proxy_release[i] = (plan, rel.epsilon)
+      plan = _plan(prox_votes[:qn], delta=delta, **confident(t, st, s))
+      proxy_release[i] = (None, math.inf) if plan is None else (plan, pate_release.release(
+          jax.random.fold_in(k_proxy_rel, i), prox_votes[:qn], None, params=plan, delta=delta,
+          **confident(t, st, s)).epsilon)
     return proxy_release[i]
 
   def setting(qn, t, st, s, student, eps_proxy):
@@ -187,7 +189,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
     best = max((i for i, c in enumerate(gn_cells) if c[0] == eps),
                key=lambda i: (gn_acc[i], -gn_cells[i][1]))
     _, qn, sig = gn_cells[best]
-    lab = np.asarray(pate.gnmax(jax.random.fold_in(jax.random.fold_in(k_agg, 0), e_i), votes, sig))
+    lab = np.asarray(pate.gnmax(fold2(k_agg, 0, e_i), votes, sig))
     mask = np.arange(n_pub) < qn
     rows.append((eps, "GNMax", setting(qn, None, None, sig, float(gn_acc[best]), eps),
                  np.where(mask, lab, 0), mask, None))
@@ -198,8 +200,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
       rows.append((eps, "Confident-GNMax", None, None, None, None))
       continue
     t, st, s, qn = grid[chosen]
-    lab, ans = pate.confident_gnmax(jax.random.fold_in(jax.random.fold_in(k_agg, 1), e_i),
-                                    votes, threshold=t * k, sigma_threshold=st * k, sigma=s * k)
+    lab, ans = pate.confident_gnmax(fold2(k_agg, 1, e_i), votes, **confident(t, st, s))
     mask = np.asarray(ans) & (np.arange(n_pub) < qn)
     plan, eps_proxy = _proxy_release(chosen)
     rows.append((eps, "Confident-GNMax",
@@ -209,32 +210,26 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   # planned on the proxy votes with the same setting.
   t, st, s = (v * k / PAPER_TEACHERS for v in PAPER_SETTING)
   kw = dict(sigma=s, threshold=t, sigma_threshold=st)
-  try:
-    p_plan = pate_release.plan_release(prox_votes, None, delta=delta, **kw)
-  except ValueError:
-    p_plan = None
   lab, ans = pate.confident_gnmax(jax.random.fold_in(k_agg, 2), votes, **kw)
   mask = np.asarray(ans)
   rows.append((None, "Confident-GNMax (paper's Adult setting)",
-               setting(n_pub, t, st, s, None, None), np.where(mask, np.asarray(lab), 0), mask,
-               p_plan))
+               setting(n_pub, t, st, s, None, None),
+               np.where(mask, np.asarray(lab), 0), mask, _plan(prox_votes, delta=delta, **kw)))
 
   live = [r for r in rows if r[2] is not None]
-  s_params, s_empty = pate.fit_students(
-      jax.random.fold_in(k_student, 3), x_pub, np.stack([r[3] for r in live]),
-      np.stack([r[4] for r in live]), model, num_steps=cfg.fit_steps)
+  s_params, s_empty = students(3, np.stack([r[3] for r in live]), np.stack([r[4] for r in live]))
   s_acc = accuracies(s_params, x_test, y_test)
   live_acc = [None if s_empty[i] else float(s_acc[i]) for i in range(len(live))]
   cells = []
   for r_i, (eps, agg, sett, lab, mask, plan) in enumerate(rows):
     cell = {"target_epsilon": eps, "aggregator": agg}
+    cells.append(cell)
     if sett is None:
       cell.update(dict.fromkeys(("queries", "answered", "student_accuracy", "label_accuracy",
                                  "epsilon_data_independent", "epsilon_data_dependent",
                                  "epsilon_all_answered", "epsilon_data_dependent_all",
                                  "epsilon_releasable")), answered=0,
                   note="no grid setting met the target on the proxy")
-      cells.append(cell)
       continue
     qn = sett["queries"]
     ans = mask[:qn]
@@ -251,15 +246,14 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
         answered=n_ans,
         label_accuracy=(float(np.mean(lab[:qn][ans] == y_pub[:qn][ans])) if n_ans else None),
         student_accuracy=live_acc.pop(0),
-        epsilon_data_independent=pate.epsilon(orders, acct.data_independent, delta),
-        epsilon_data_dependent=pate.epsilon(orders, acct.data_dependent, delta),
-        epsilon_all_answered=pate.epsilon(orders, acct_all.data_independent, delta),
-        epsilon_data_dependent_all=pate.epsilon(orders, acct_all.data_dependent, delta),
+        epsilon_data_independent=eps_of(acct.data_independent),
+        epsilon_data_dependent=eps_of(acct.data_dependent),
+        epsilon_all_answered=eps_of(acct_all.data_independent),
+        epsilon_data_dependent_all=eps_of(acct_all.data_dependent),
         **{f: None if rel is None else getattr(rel, a) for f, a in (
             ("epsilon_releasable", "epsilon"), ("release_order", "order"),
             ("release_probability_below", "probability_below"),
             ("release_true_total_epsilon", "true_total_epsilon"))})
-    cells.append(cell)
   bar.update(1)
 
   # DP-SGD at each target eps: same model, same private records, seeds vmapped.
@@ -278,7 +272,6 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                "steps": train_cfg.num_steps, "sampling_prob": train_cfg.sampling_prob}
     bar.update(1)
   bar.close()
-
   record = {
       "n_private": n, "teachers": k, "per_teacher": per, "n_public": n_pub, "n_test": n_test,
       "partitions_disjoint": disjoint, "partition_sizes": [int(sizes.min()), int(sizes.max())],
@@ -319,15 +312,13 @@ def _tables(record: dict, cfg: PateCreditConfig) -> list:
              record["ensemble_accuracy"], record["plurality_share_public"],
              record["unanimous_fraction_public"], record["partitions_disjoint"]]],
       note="Accuracies on the test set; logistic regression on the 6 linear features.")
-  rows = []
-  for c in record["cells"]:
-    e = c["target_epsilon"]
-    d = record["dpsgd"].get(str(e), {}) if e is not None else {}
-    rows.append([e, c["aggregator"]] + [c.get(f) for f in (
-        "queries", "threshold", "sigma_threshold", "sigma", "answered", "label_accuracy",
-        "student_accuracy", "epsilon_data_independent", "epsilon_all_answered",
-        "epsilon_data_dependent", "epsilon_data_dependent_all", "epsilon_releasable",
-        "proxy_epsilon")] + [d.get("accuracy"), d.get("sigma")])
+  fields = ("target_epsilon", "aggregator", "queries", "threshold", "sigma_threshold", "sigma",
+            "answered", "label_accuracy", "student_accuracy", "epsilon_data_independent",
+            "epsilon_all_answered", "epsilon_data_dependent", "epsilon_data_dependent_all",
+            "epsilon_releasable", "proxy_epsilon")
+  dp = lambda c: record["dpsgd"].get(str(c["target_epsilon"]), {})
+  rows = [[c.get(f) for f in fields] + [dp(c).get("accuracy"), dp(c).get("sigma")]
+          for c in record["cells"]]
   main = _common.Table(
       title=(f"PATE vs DP-SGD at target ε, δ = {cfg.delta:g}: {n:,} private records, "
              f"{k} teachers; non-private {record['non_private_accuracy']:.3f}"),

@@ -291,9 +291,13 @@ def dpsgd_epsilon_never_looser(noise_multiplier: float, sampling_prob: float, nu
                                value_discretization: float = 1e-4) -> CheckedEpsilon:
   """DP-SGD's eps, taking dp_accounting's PLD answer only where it is certified.
 
-  dp_accounting's value is not always an upper bound (sigma = 1, q = 1, T = 100,
-  delta = 1e-10: 6e-7 relative below the exact eps; sigma = 0.5, q = 1e-4, T = 1000,
-  delta = 1e-10: its eps has delta ~1.0008e-10 on our converged grids). When it is below
+  dp_accounting's value is not always an upper bound, so the smaller of the two answers is
+  not one either. Where it stays below ours on benchmarks/accountant_table's grid this is
+  certified (tests/pld_dpsgd_test.py): at q = 1 (exact mu-GDP) the closed-form delta at 50
+  digits exceeds the target at its eps; at q < 1 (sigma 0.5, q 1e-4, T 1e3 and sigma 1,
+  q 0.01, T 1e6, delta 1e-10) a lower bound on delta does, from the composed pmf of
+  `pld_grid._dominated_discretise` (a post-processed, dominated pair with losses only
+  lowered; less the FFT window's mass and 10x its float64 rounding estimate). When it is below
   ours, our PLD is recomputed on grids 4x, 16x, 64x then 256x finer (tilted at it; while
   they fit in memory); the reference is taken once some eps_fine <= reference, else the
   smallest eps_fine or ours. dp_accounting (optional) runs at `value_discretization` (its

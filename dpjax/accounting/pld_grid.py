@@ -4,7 +4,8 @@ A `LossPmf` is one direction of a PLD: P-mass probs[j] at privacy loss (offset +
 mass at +inf; delta(eps) = P[L = inf] + E_P[(1 - exp(eps - L))_+], L = log(P(o) / Q(o)).
 Discretisation is pessimistic ("connect the dots", `discretise`): an interval's P- and Q-mass
 moves to its ends (l_i gets (dP - e^{l_{i-1}} dQ) / (1 - e^{-h})), so delta(eps) is an upper
-bound, exact at grid points; mass cut off moves up. k-fold self-composition is one FFT power
+bound, exact at grid points; mass cut off moves up (`_dominated_discretise`: the lower-bound
+counterpart, for checks). k-fold self-composition is one FFT power
 on a Chernoff-sized window, optionally tilted and untilted exactly (Koskela, Jalko & Honkela
 2020; Doroshenko et al. 2022); float64 noise ~k 1e-16 max(pmf) per point (`LossPmf.noise`).
 Shapes: J grid points, L query losses. Host NumPy float64.
@@ -197,6 +198,68 @@ def discretise(tails: Callable, lo: float, hi: float, h: float, stride: int = 1,
   return _trim(LossPmf(h, i_lo, probs, inf_mass))
 
 
+def _dominated_discretise(tails: Callable, lo: float, hi: float, h: float,
+                          shift: Optional[float] = None, slack: float = 1e-8
+                          ) -> tuple[LossPmf, float]:
+  """(pmf, shift): a pmf of L - shift on the grid j h whose delta, composed or not, is a
+  LOWER bound (T steps: read delta_T(eps) at eps - T shift).
+
+  Post-processing: the cells (l_{j-1}, l_j], l_j = j h + shift (P-, Q-mass A_j, B_j from
+  `tails` as in `discretise`; the lowest cell also holds all mass below) are split, cell j's
+  fraction alpha_j joining the output of l_j and the rest that of l_{j-1} (a randomised map
+  of the loss: the pair it gives is dominated by the true one, composed or not). From the top
+  down each alpha_j is the largest keeping the output's ratio P / Q >= e^{l_j} (less `slack`,
+  against float64 rounding of the masses): its loss is at least l_j, and putting its P-mass
+  at l_j lowers every composed loss (so delta). Mass above hi joins the top output; a bottom
+  remainder below l_0 is dropped. O(h^2) like `discretise` where the law is smooth on the
+  scale h; a Python loop over the grid (a check, not for the accountant's hot path).
+  shift None anchors l_0 just under the loss of {L <= l_0 + h} (a fixed point, approached
+  from below, every iterate valid): a mass narrower than h at the bottom (the unsampled steps
+  at small q) then keeps its loss instead of moving down by up to h.
+  """
+  if shift is None:
+    l0 = lo
+    for _ in range(60):
+      _, hp1, _, hq1 = tails(np.array([l0 + h]))
+      nxt = float(hp1[0] - hq1[0]) - 1e-12 - 2 * slack   # its remainder passes the check below
+      if not nxt > l0:
+        break
+      l0 = nxt
+    shift = l0 - h * math.floor(l0 / h)
+    i_lo = math.floor(l0 / h)
+  else:
+    i_lo = math.floor((lo - shift) / h)
+  i_hi = max(math.ceil((hi - shift) / h), i_lo + 1)
+  n = i_hi - i_lo + 1
+  if n > MAX_POINTS:
+    raise GridTooLarge(f"value_discretization={h} needs {n} grid points")
+  l = np.arange(i_lo, i_hi + 1) * h + shift
+  gp, hp, gq, hq = tails(l)
+  use_g = gp[:-1] <= math.log(0.5)
+  a = np.exp(np.where(use_g, _log_diff(gp[:-1], gp[1:]), _log_diff(hp[1:], hp[:-1])))
+  use_gq = gq[:-1] <= math.log(0.5)
+  b = np.exp(np.where(use_gq, _log_diff(gq[:-1], gq[1:]), _log_diff(hq[1:], hq[:-1])))
+  a[0], b[0] = math.exp(hp[1]), math.exp(hq[1])      # the lowest cell: all of L <= l_1
+  probs = np.zeros(n)
+  in_a, in_b = math.exp(gp[-1]), math.exp(gq[-1])   # above hi: loss > l_{n-1}
+  el = np.exp(l).tolist()
+  a_list, b_list = a.tolist(), b.tolist()
+  for j in range(n - 1, 0, -1):     # output l_j gets in_* from above and alpha of cell j
+    aj, bj = a_list[j - 1], b_list[j - 1]
+    pos = (in_a - el[j] * in_b) - slack * in_a
+    neg = max(el[j] * bj - aj, 0.0) + slack * aj
+    if pos <= 0:   # too close to l_j to vouch for: its own output, at l_{j-1}
+      probs[j - 1] += in_a
+      in_a = alpha = 0.0
+    else:
+      alpha = 1.0 if pos >= neg else pos / neg
+    probs[j] += in_a + alpha * aj
+    in_a, in_b = (1.0 - alpha) * aj, (1.0 - alpha) * bj
+  if in_a - el[0] * in_b >= slack * in_a:
+    probs[0] += in_a
+  return LossPmf(h, i_lo, probs, 0.0), shift
+
+
 def _trim(pmf: LossPmf, tail: float = 0.0) -> LossPmf:
   """Drops end entries pessimistically: bottom mass moves up, top mass to +inf."""
   p = pmf.probs
@@ -293,8 +356,14 @@ def _cyclic_power(probs: np.ndarray, k: int, n_fft: int, shift: int, width: int)
   p = probs
   if p.size > n_fft:   # fold modulo n_fft: the cyclic convolution is unchanged
     p = np.bincount(np.arange(p.size) % n_fft, weights=p, minlength=n_fft)
-  r = sp_fft.irfft(_int_power(sp_fft.rfft(p, n_fft), k), n_fft)
-  return np.maximum(np.roll(r, -shift)[:width], 0.0)
+  f = sp_fft.rfft(p, n_fft)
+  # Frequencies whose k-th power is below 1e-300 (|f| <= 1) contribute nothing: zeroed
+  # first, the squarings never meet subnormal numbers (which are slow).
+  f[np.abs(f) < math.exp(-690.0 / k)] = 0.0
+  r = sp_fft.irfft(_int_power(f, k), n_fft)
+  end = shift + width
+  r = r[shift:end] if end <= n_fft else np.concatenate([r[shift:], r[:end - n_fft]])
+  return np.maximum(r, 0.0)
 
 
 def _chernoff_window(pmf: LossPmf, k: int, tail_mass: float
@@ -452,11 +521,14 @@ def blocked_self_compose(pmf: LossPmf, k: int, factor: int, tail_mass: float = W
 
 def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
                              directions: tuple[str, ...] = ("remove", "add"),
-                             stride: int = 1, fine_mass: float = 0.0) -> tuple[LossPmf, ...]:
+                             stride: int = 1, fine_mass: float = 0.0,
+                             dominated: bool = False, shift: Optional[float] = None
+                             ) -> tuple:
   """Remove (P = (1-q) N(0,1) + q N(mu,1), Q = N(0,1), L(x) = log(1 - q + q e^{mu x - mu^2/2}))
   and add (swapped, loss -L(x)) PLDs of the Poisson-subsampled Gaussian, in units of sigma;
   only those named in `directions` (in that order; "add" is dropped at q = 1). stride and
-  fine_mass: the tails' coarser points, as in `discretise`."""
+  fine_mass: the tails' coarser points, as in `discretise`. dominated: the lower-bound pmf of
+  `_dominated_discretise` instead (stride ignored): (pmf of L - shift, shift) pairs."""
   log_q = math.log(q)
   log_1mq = math.log1p(-q) if q < 1 else -math.inf
 
@@ -489,9 +561,10 @@ def subsampled_gaussian_pmfs(mu: float, q: float, h: float, tail: float,
 
   z = -float(special.ndtri(tail / 2))   # Phi(-z) = tail / 2
   x_hi = max(mu - float(special.ndtri(min(0.5, tail / (2 * q)))), z)
-  make = {"remove": lambda: discretise(tails_remove, float(loss(-z)), float(loss(x_hi)), h,
-                                       stride, fine_mass),
-          "add": lambda: discretise(tails_add, -float(loss(z)), -log_1mq, h, stride, fine_mass)}
+  grid = ((lambda t, a, b: _dominated_discretise(t, a, b, h, shift)) if dominated else
+          (lambda t, a, b: discretise(t, a, b, h, stride, fine_mass)))
+  make = {"remove": lambda: grid(tails_remove, float(loss(-z)), float(loss(x_hi))),
+          "add": lambda: grid(tails_add, -float(loss(z)), -log_1mq)}
   return tuple(make[d]() for d in directions if not (d == "add" and q == 1.0))
 
 

@@ -154,7 +154,7 @@ def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, 
 
   branch=False: one program that guards every record (fallback norms, masked rows).
   branch=True: when every record's squared norm is in float32 range (checked for the whole
-  vmapped batch, `_all_over_batch`), a lax.cond skips the fallback norms and row masks;
+  vmapped batch, `_xla.all_over_batch`), a lax.cond skips the fallback norms and row masks;
   the same clipped sum and norms, with rounding that may differ in the last bits."""
   x_BxF = jnp.asarray(x_BxF)
   y_B = jnp.asarray(y_B)
@@ -267,21 +267,8 @@ def ghost_clipped_sum(forward: Callable, params: PyTree, x_BxF, y_B, weights_B, 
     return clipped_sum(True)
   # One branch for the whole vmapped batch: the guarded sum runs only when some record's
   # squared norm is out of float32 range (or NaN).
-  every_in_range = _all_over_batch(jnp.all(sq_B < jnp.inf))
+  every_in_range = _xla.all_over_batch(jnp.all(sq_B < jnp.inf))
   return jax.lax.cond(every_in_range, lambda: clipped_sum(False), lambda: clipped_sum(True))
-
-
-@jax.custom_batching.custom_vmap
-def _all_over_batch(pred: jax.Array) -> jax.Array:
-  """pred (a bool scalar); under vmap, the AND over the mapped axis, unbatched, so that a
-  lax.cond on it stays one branch instead of becoming a select that runs both."""
-  return pred
-
-
-@_all_over_batch.def_vmap
-def _all_over_batch_rule(axis_size, in_batched, pred):
-  del axis_size
-  return (jnp.all(pred) if in_batched[0] else pred), False
 
 
 def _gram_layer_norm(a_BxPxK, g_BxPxO, gb_BxO):

@@ -15,9 +15,18 @@ bands, state b - 1 past noise draws per parameter):
 
 Plus BandMF on `sampling.CyclicPoissonSampler` (cycle = b, bin rate q b, the same
 expected batch) where q b <= 1. Target: BandMF time / DP-SGD time <= 1.2 for b <= 64.
+
+Floor (`ring_b<b>`, timed in the same round-robin): the stream's recursion alone,
+`toeplitz_stream(coefs, T).from_draw` on a fixed draw for the same M models and P
+parameters (no sampling, clipping or PRNG): one pass over the ring of (b - 1) P M
+float32 and one slot written per step, the memory traffic every step of the exact
+recursion must make. floor ratio = 1 + ring time / DP-SGD time: the best BandMF / DP-SGD
+ratio any implementation that reads the ring once per step can reach here.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from absl import app
@@ -68,10 +77,45 @@ def _variants(bands, num_steps, sampling_prob, runner):
   return fns
 
 
+def _ring_runner(bands: int, num_steps: int, num_models: int, num_params: int):
+  """A zero-argument function that runs the b-band stream's recursion alone (`from_draw`
+  on a fixed draw, no PRNG) over T steps for M models of P parameters, vmapped over
+  models as the engine does (unbatched for M = 1), and blocks until done."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from dpjax import matrix_factorization as mf  # pylint: disable=g-import-not-at-top
+  stream = mf.toeplitz_stream(mf.sqrt_toeplitz_coefs(bands), num_steps)
+  z = jnp.ones((num_models, num_params), jnp.float32)
+
+  def one(z1):
+    def body(st, t):
+      return stream.from_draw(st, z1, t)[1], None
+    return jax.lax.scan(body, stream.init((num_params,)),
+                        jnp.arange(num_steps, dtype=jnp.int32))[0]
+
+  fn = jax.jit(jax.vmap(one) if num_models > 1 else lambda zz: one(zz[0]))
+  return lambda: jax.block_until_ready(fn(z))
+
+
+def _with_rings(fns: dict, bands, num_steps: int, num_models: int, num_params: int) -> dict:
+  """fns plus `ring_b<b>` (`_ring_runner`) for each b > 1."""
+  out = dict(fns)
+  for b in bands:
+    if b > 1:
+      out[f"ring_b{b}"] = _ring_runner(b, num_steps, num_models, num_params)
+  return out
+
+
 def _ratios(best: dict, num_steps: int, log, label: str) -> dict:
   out = {"dpsgd_s_per_step": best["dpsgd"] / num_steps}
   for k, v in best.items():
     if k == "dpsgd":
+      continue
+    if k.startswith("ring_"):
+      out[f"{k}_s_per_step"] = v / num_steps
+      out[f"{k}_floor"] = 1.0 + v / best["dpsgd"]
+      log(f"[{label}] {k}: {1e3 * v / num_steps:.3f} ms/step (floor ratio "
+          f"{1.0 + v / best['dpsgd']:.3f}x)")
       continue
     out[f"{k}_s_per_step"] = v / num_steps
     out[f"{k}_ratio"] = v / best["dpsgd"]
@@ -80,12 +124,21 @@ def _ratios(best: dict, num_steps: int, log, label: str) -> dict:
   return out
 
 
+def _num_params(num_features: int) -> int:
+  """P of the audit workload's `models.logistic_regression(D)`."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from dpjax import models  # pylint: disable=g-import-not-at-top
+  return sum(math.prod(l.shape) for l in jax.tree.leaves(
+      jax.eval_shape(models.logistic_regression(num_features).init, jax.random.key(0))))
+
+
 def measure_audit(num_models: int, bands, repeats: int, log=print) -> dict:
   import functools  # pylint: disable=g-import-not-at-top
   x, y = bench_dpsgd._data()  # pylint: disable=protected-access
   runner = functools.partial(bench_dpsgd.audit_runner, x, y, num_models)
   _, best = report.interleaved_times(
-      _variants(bands, bench_dpsgd.T, bench_dpsgd.Q, runner), repeats,
+      _with_rings(_variants(bands, bench_dpsgd.T, bench_dpsgd.Q, runner), bands,
+                  bench_dpsgd.T, num_models, _num_params(bench_dpsgd.D)), repeats,
       lambda s: log("[audit] " + s))
   return _ratios(best, bench_dpsgd.T, log, f"audit M={num_models}")
 
@@ -109,8 +162,12 @@ def measure_large_n(n: int, num_steps: int, bands, repeats: int, log=print) -> d
       return jax.block_until_ready(out.params)
     return run
 
+  bands = [b for b in bands if b <= num_steps]
+  num_params = sum(math.prod(l.shape) for l in jax.tree.leaves(
+      jax.eval_shape(model.init, jax.random.key(0))))
   _, best = report.interleaved_times(
-      _variants([b for b in bands if b <= num_steps], num_steps, cfg.sampling_prob, runner),
+      _with_rings(_variants(bands, num_steps, cfg.sampling_prob, runner), bands, num_steps,
+                  1, num_params),
       repeats, lambda s: log("[large_n] " + s))
   return _ratios(best, num_steps, log, f"large_n n={n}")
 

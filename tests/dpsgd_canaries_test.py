@@ -18,6 +18,7 @@ from absl.testing import absltest
 from dpjax import dpsgd
 from dpjax import models
 from dpjax import prng
+from dpjax import sampling
 from dpjax.audit import variants
 from tests import helpers
 
@@ -201,6 +202,58 @@ class MultiCanaryTest(absltest.TestCase):
                        fixed_gradients=dpsgd.FixedGradients({"w": Lazy()},
                                                             np.ones((2, 1), bool)),
                        perf=helpers.QUIET)
+
+class FixedRecordsFollowTheSamplerTest(absltest.TestCase):
+  """Under any sampler but Poisson, the K fixed records are records N .. N + K - 1 of the
+  sampler's index space: their bits are the tail of its batch_mask over N + K records."""
+
+  def _bits(self, sampler, n=12, k=3, m=3, t=12):
+    x, y = _data(n=n, k=k)
+    cfg = dpsgd.DpSgdConfig(dataset_size=n, sampling_prob=sampler.sampling_prob, num_steps=t,
+                            noise_multiplier=0.0)
+    keep_c = np.array([[True, True, True], [True, False, True], [False, True, True]])[:m]
+    with self.assertWarns(dpsgd.UnaccountedComponentWarning):
+      out = dpsgd.train_many(jax.random.key(5), x, y, jnp.ones((m, n), bool), cfg,
+                             models.logistic_regression(3 + k), sampler=sampler,
+                             fixed_gradients=dpsgd.FixedGradients(_dirac(3 + k, k),
+                                                                  jnp.asarray(keep_c)),
+                             observe_fn=_last(k), perf=helpers.QUIET)
+    bits = np.asarray(out.observations) * cfg.expected_batch_size
+    np.testing.assert_allclose(bits, np.rint(bits), atol=1e-5)
+    bits = np.rint(bits).astype(bool)                                # [M, T, K]
+    for i, mk in enumerate(jax.random.split(jax.random.key(5), m)):
+      k_sample = jax.random.split(mk, 4)[1]
+      keep_all = jnp.concatenate([jnp.ones((n,), bool), jnp.asarray(keep_c[i])])
+      want = np.stack([np.asarray(sampler.batch_mask(k_sample, jnp.int32(s), keep_all))[n:]
+                       for s in range(t)])
+      np.testing.assert_array_equal(bits[i], want)
+    return bits, keep_c
+
+  def test_cyclic_poisson_bins(self):
+    bits, keep_c = self._bits(sampling.CyclicPoissonSampler(0.9, 4))
+    steps = np.arange(12)
+    for j in range(3):     # canary j is record 12 + j: bin (12 + j) mod 4 = j
+      self.assertFalse(bits[:, steps % 4 != j, j].any())
+    self.assertTrue(bits.any())
+    self.assertFalse(bits[~keep_c[:, None, :].repeat(12, 1)].any())
+
+  def test_shuffle_fixed_size_batches_once_per_epoch(self):
+    # 15 records (12 + 3 canaries) in batches of 3, 5 per epoch: every kept canary once
+    # per epoch of 5 steps.
+    bits, keep_c = self._bits(sampling.ShuffleSampler(batch_size=3, steps_per_epoch=5,
+                                                      sampling_prob=0.25), t=10)
+    per_epoch = bits.reshape(3, 2, 5, 3).sum(axis=2)                 # [M, epoch, K]
+    np.testing.assert_array_equal(per_epoch, np.repeat(keep_c[:, None, :], 2, 1))
+
+  def test_a_sampler_of_fixed_size_is_refused_by_name(self):
+    class TwelveOnly(sampling.CyclicPoissonSampler):
+      def batch_mask(self, key, step, keep_N):
+        if keep_N.shape != (12,):
+          raise ValueError("twelve records only")
+        return super().batch_mask(key, step, keep_N)
+    with self.assertRaisesRegex(ValueError, "index space"):
+      self._bits(TwelveOnly(0.5, 2))
+
 
 if __name__ == "__main__":
   absltest.main()

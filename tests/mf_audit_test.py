@@ -231,13 +231,6 @@ class AmplifiedAuditTest(absltest.TestCase):
     # sensitivity it uses is the one of the sampler's participation.
     self.assertEqual(mf.cyclic_sensitivity(c, _T), mf.sensitivity(c, 1))
 
-  def test_canary_audit_refuses_fixed_gradient_canaries(self):
-    c = _STRATEGIES["banded"]
-    data, model = _data()
-    with self.assertRaisesRegex(ValueError, "num_gradient_canaries"):
-      mf_audit.canary_audit(jax.random.key(0), c, 1.0, data.x_NxD, data.y_N, model,
-                            num_runs=4, sampler=sampling.CyclicPoissonSampler(0.5, 4))
-
   @pytest.mark.slow
   def test_black_box_canary_audit_below_the_amplified_accountant(self):
     c = _STRATEGIES["banded"]

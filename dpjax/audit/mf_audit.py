@@ -50,8 +50,7 @@ displacement sum_t o_t (what the final model alone reveals, SGD without momentum
 `per_step_audit` trains the runs (`per_step_run.step_observations`: canaries are records
 after the data, sampled by the audited sampler) and calls `observation_audit`;
 `canary_audit` runs `runner.audit_dpsgd` (gradient canaries and a black-box record canary
-at q = 1; with a sampler the record canary only, as the engine samples fixed gradients at
-rate q in every step, not by the sampler). Each reports the MF accountant's eps (the
+at q = 1; with a sampler, canaries sampled by it as records after the data). Each reports the MF accountant's eps (the
 engine's statement, `CorrelatedNoisePrivatizer.epsilon`) beside the audit's lower bounds.
 
 Shape letters: M runs, T steps, K canaries per run, P participations audited per canary.
@@ -435,10 +434,10 @@ def canary_audit(key, strategy_TxT, noise_multiplier: float, x_NxF, y_N, model, 
   final model's displacement along the canary (mean T IN, sd sigma ||C^-T 1||), so what
   the final model alone reveals; the record canary is scored black-box on the final model.
   Every "best" bound is valid for any training (`score_audit.score_bounds`). With a
-  `sampling.CyclicPoissonSampler`, num_gradient_canaries must be 0 (the engine samples
-  fixed gradients at rate q in every step, not by the sampler: they would not take part
-  as records do; `per_step_audit`'s "final_model_bound" is that white-box audit) and the
-  record canary (record N, bin N mod s) is audited.
+  `sampling.CyclicPoissonSampler`, the canaries take part as records of the sampler: the
+  record canary is record N (bin N mod s) and gradient canary j is record N' + j (bin
+  (N' + j) mod s, N' = N + 1 with a record canary, else N), each drawn with
+  probability p at the steps of its bin (the engine samples fixed gradients by the sampler).
 
   Returns {"epsilon_accountant", "epsilon_claimed", "white_box", "black_box" (each the
   "best" eps_lower or None), "audit" (`runner.DpSgdAudit.to_json()`, whose own
@@ -447,10 +446,6 @@ def canary_audit(key, strategy_TxT, noise_multiplier: float, x_NxF, y_N, model, 
   c = mf.check_strategy(strategy_TxT)
   sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
   delta = _validate.check_delta(delta)
-  if sampler is not None and num_gradient_canaries != 0:
-    raise ValueError("num_gradient_canaries must be 0 with a sampler: the engine samples "
-                     "fixed gradients at rate q in every step, not by the sampler (use "
-                     "per_step_audit's final_model_bound for the white-box audit)")
   exact = accountant_epsilon(c, sigma, delta, sampler)
   claimed = _claim(c, sigma, delta, sampler, exact, claimed_sensitivity, claimed_epsilon)
   var = audited_training(c, sigma, int(np.shape(x_NxF)[0]), sampler=sampler, delta=delta,

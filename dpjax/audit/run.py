@@ -154,7 +154,7 @@ class CanaryAuditSpec:
   canary_layout: with K > 1, "parameter_leaf" (canary records with Dirac gradients C e_k on
   a parameter leaf the model never reads, sampled by the audited sampler like every
   record; O(K) work per step) or "fixed_gradients" (C e_j on the data's last K unused
-  features, sampled by the engine's Poisson sampler at the claimed q; O(K D) per step).
+  features, sampled by the audited sampler as extra records; O(K D) per step).
   """
   trials: int
   sampling_prob: float

@@ -78,7 +78,8 @@ def train_many(key: jax.Array, x_NxF: jax.typing.ArrayLike, y_N: jax.typing.Arra
     observe_fn: optional f(privatized update) per step, stacked to [M, T, ...].
     per_example_stats: also return per-record clip statistics [M, N]. Warning: exact
       functions of the private data, NOT covered by the epsilon; never release them.
-    fixed_gradients: optional `FixedGradients`, clipped to C and sampled at rate q.
+    fixed_gradients: optional `FixedGradients`, clipped to C and sampled as records
+      N .. N + K - 1 of the sampler (Poisson: their own bits at rate q).
     sampler, clipping, privatizer: default the accounted ones (`components.resolve`).
     optimizer: default optax.sgd(cfg.learning_rate, momentum=cfg.momentum or None).
   Raises ValueError/TypeError on invalid input or components; warns

@@ -2,8 +2,10 @@
 
 Step t (Abadi et al. 2016): batch bits from the sampler; the clipped sum; noise of std
 `noise_std`, then the fixed denominator B = q n; the optimiser. Fixed-gradient records
-(white-box auditing, Nasr et al. 2021) are clipped to C, sampled with their own bits and
-added to the sum and the realised batch size. Shapes: N records, K fixed records, T steps.
+(white-box auditing, Nasr et al. 2021) are clipped to C, sampled by the configured sampler
+as records N .. N + K - 1 of its index space (Poisson, user-level Poisson: independent bits
+at rate q from their own key) and added to the sum and the realised batch size. Shapes: N records,
+K fixed records, T steps.
 """
 
 from __future__ import annotations
@@ -57,12 +59,20 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
     if getattr(clipping, "grid", None) is not None:
       # A grid path sums int32 grid units: each fixed record is rounded like any record.
       g_clipped = clipping_grid.round_clipped(g_clipped, clipping.grid, c)
-    fixed_sampler = sampling_lib.PoissonSampler(float(cfg.sampling_prob))
-    all_fixed = jnp.ones((num_fixed,), bool)
+    fixed_own_bits = _fixed_own_bits(sampler, x.shape[0] + num_fixed)
+    if fixed_own_bits:
+      fixed_sampler = sampling_lib.PoissonSampler(float(cfg.sampling_prob))
+      all_fixed = jnp.ones((num_fixed,), bool)
 
   def step(carry, t):
     params, agg_state, opt_state, st, first_bad, ema = carry
-    mask = sampler.batch_mask(k_sample, t, keep_N)
+    if fixed_K is not None and not fixed_own_bits:
+      # The fixed records are records N .. N + K - 1 of the sampler's index space.
+      mask_all = sampler.batch_mask(k_sample, t, jnp.concatenate(
+          [keep_N, jnp.asarray(fixed_keep_K, bool)]))
+      mask, fixed_bits = mask_all[:keep_N.shape[0]], mask_all[keep_N.shape[0]:]
+    else:
+      mask = sampler.batch_mask(k_sample, t, keep_N)
     if capacity is None:
       wts = mask.astype(jnp.float32)
       gsum, norms = clipping(params, x, y, wts, c)
@@ -76,8 +86,11 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
                                     st if per_example_stats else None)
       bsize = jnp.sum(mask, dtype=jnp.int32).astype(jnp.float32)
     if fixed_K is not None:
-      bits = fixed_sampler.batch_mask(k_fixed, t, all_fixed).astype(jnp.float32)
-      bits = bits * fixed_keep_K.astype(jnp.float32)
+      if fixed_own_bits:
+        bits = fixed_sampler.batch_mask(k_fixed, t, all_fixed).astype(jnp.float32)
+        bits = bits * fixed_keep_K.astype(jnp.float32)
+      else:
+        bits = fixed_bits.astype(jnp.float32)
       # sum_j bit_j g_j: exact for K = 1 (a product by 0 or 1) and for fixed gradients
       # in disjoint coordinates; counted in the realised batch size like records.
       gsum = jax.tree.map(lambda s, v: s + _bit_sum(bits, v), gsum, g_clipped)
@@ -111,6 +124,34 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
   else:
     ema = None
   return params, obs, stats, _all_finite(params), first_bad, ema
+
+
+def _fixed_own_bits(sampler, num_records: int) -> bool:
+  """How `train_single` samples K fixed-gradient records: True for `sampling.PoissonSampler`
+  and `sampling.UserPoissonSampler` (independent bits at rate q from the fixed-record key:
+  extra records, or extra one-record users, of those samplers), False for any other
+  sampler, whose `batch_mask` then runs over N + K records (the fixed ones last, kept where
+  fixed_keep_K is set) so they take part exactly as records of that sampler do (a
+  shuffle's fixed-size batches, a cycle's slots, a cyclic Poisson bin (N + j) mod s).
+  Raises ValueError for any other sampler whose privacy unit is not the example (a fixed
+  record belongs to no unit it draws) and for one whose `batch_mask` cannot take N + K
+  records.
+  """
+  if type(sampler) in (sampling_lib.PoissonSampler, sampling_lib.UserPoissonSampler):
+    return True
+  unit = getattr(sampler, "privacy_unit", "example")
+  if unit != "example":
+    raise ValueError(f"fixed_gradients with {type(sampler).__name__} (privacy unit {unit!r}): "
+                     "a fixed-gradient record belongs to no unit the sampler draws, so its "
+                     "participation cannot follow the sampler; audit with records instead")
+  probe = jnp.ones((int(num_records),), bool)   # N + K
+  try:
+    jax.eval_shape(lambda k: sampler.batch_mask(k, jnp.int32(0), probe), jax.random.key(0))
+  except (ValueError, TypeError, IndexError) as e:
+    raise ValueError(f"fixed_gradients with {type(sampler).__name__}: fixed-gradient records "
+                     "are sampled as extra records of the sampler's index space, and its "
+                     f"batch_mask does not accept another number of records ({e})") from e
+  return False
 
 
 def padded_clipped_sum(clipping, params, x, y, mask_N, c, capacity, stats):

@@ -473,7 +473,16 @@ def claimed_roc(spec: CanaryAuditSpec, setting: Setting):
   """(thresholds, FPR, FNR) of the claimed mechanism's likelihood-ratio tests."""
   _check_spec(spec)
   _validate.check_instance(setting, Setting, "setting")
-  return canary.llr_distribution(spec.sampling_prob, setting.sigma, spec.num_steps).roc()
+  return _claimed_roc(spec.sampling_prob, setting.sigma, spec.num_steps)
+
+
+@functools.lru_cache(maxsize=16)
+def _claimed_roc(q: float, sigma: float, t: int):
+  """claimed_roc, cached (evaluate and roc_record both read it), its arrays read-only."""
+  out = canary.llr_distribution(q, sigma, t).roc()
+  for a in out:
+    a.setflags(write=False)
+  return out
 
 
 def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:

@@ -119,8 +119,11 @@ EXCLUDED = {
     "dpjax.audit.run.train_chunk": "pipeline stage (needs audit data and a variant)",
     "dpjax.audit.run.leaf_canary_training": ("train_chunk's K > 1 training (needs audit "
                                              "data and a variant; audit_run_test checks it)"),
-    "dpjax.audit.run.canary_leaf_path": ("a clipping path built from a path (audit_run_test "
-                                         "runs it through leaf_canary_training)"),
+    "dpjax.audit.leaf.canary_leaf_path": ("a clipping path built from a path (audit_run_test "
+                                          "runs it through leaf_canary_training)"),
+    "dpjax.audit.leaf.llr_accumulating_sgd": ("an optax transformation of the canary leaf "
+                                              "(audit_run_test runs it through "
+                                              "leaf_canary_training)"),
     "dpjax.audit.run.evaluate": "pipeline stage (takes load_setting's arrays)",
     "dpjax.audit.run.canary_audit": "pipeline stage (run_chunks, then evaluate)",
     "dpjax.audit.run.train": ("the pipeline's door to train_many (its design and config "

@@ -11,7 +11,7 @@ from absl.testing import absltest
 from scipy import stats as sps
 
 from dpjax import clipping, dpsgd, models
-from dpjax.audit import canary, stats, store, thresholds
+from dpjax.audit import canary, leaf, stats, store, thresholds
 from dpjax.audit import run as audit_run
 from dpjax.data import canaries
 
@@ -112,7 +112,7 @@ class LeafLayoutTest(absltest.TestCase):
                               jnp.concatenate([data.y_N, jnp.zeros((k,), data.y_N.dtype)]),
                               keep), var.config, models.with_canary_leaf(used, k),
         observe_fn=lambda u: u["canary"],
-        components=dict(clipping=audit_run.canary_leaf_path(clipping.path_for(used), k),
+        components=dict(clipping=leaf.canary_leaf_path(clipping.path_for(used), k),
                         perf=dpsgd.PerformanceFlags(max_chunk=16, progress=False,
                                                     batch_capacity=None)))
     np.testing.assert_array_equal(out.params["model"]["w"], ref.params["model"]["w"])

@@ -57,6 +57,18 @@ class CreditTest(absltest.TestCase):
     # The linear columns are the degree-1 cubic columns up to their public RMS (1).
     np.testing.assert_allclose(cub[:, 1:6], lin[:, 1:], rtol=1e-4, atol=1e-4)
 
+  def test_cubic_program_is_bit_identical_to_op_by_op(self):
+    # One compiled program for the 56 columns, bit for bit the columns computed op by op
+    # (no fusion may change a product or the division by the public RMS).
+    rng = np.random.default_rng(0)
+    scaler = credit.PublicScaler.fit(rng.gamma(2.0, 10.0, (500, 5)).astype(np.float32))
+    wide = (rng.standard_normal((300, 5)) * 30).astype(np.float32)
+    for x in (wide, credit.lecture_canary().x_NxF):
+      got = np.asarray(credit.cubic_features(x, scaler))
+      with jax.disable_jit():
+        want = np.asarray(credit.cubic_features(x, scaler))
+      np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
   def test_draw_size_classes(self):
     self.assertEqual([credit._draw_size(n) for n in (1, 10, 2048, 2049, 4096, 100_000)],
                      [2048, 2048, 2048, 4096, 4096, 131_072])

@@ -250,11 +250,14 @@ class AuditExperimentTest(absltest.TestCase):
   @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux affinity API")
   def test_one_thread_backend_changes_no_number(self):
     # Fresh processes: one starts the backend with one intra-op thread (the CPUs come
-    # back afterwards, a second start is refused), one with the default pool; the same
-    # small DP-SGD audit chunk trains to the same bits in both.
+    # back afterwards, a second start is refused) and keeps freed heap memory for reuse,
+    # one with the default pool and allocator; the same small DP-SGD audit chunk trains
+    # to the same bits in both.
     code = """if True:
       import os, sys, json, numpy as np, jax
       from experiments import _common
+      from experiments import audit
+      reuse = audit._reuse_freed_memory() if sys.argv[1] == "1" else None
       from dpjax import models
       from dpjax.audit import run
       from dpjax.data import canaries
@@ -268,7 +271,7 @@ class AuditExperimentTest(absltest.TestCase):
       st = run.settings((4.0,), 0.2, 50, 1e-5, False)[0]
       var = run.audited_training(spec, st, int(data.x_NxD.shape[0]), model)
       out = run.train_chunk(kt, spec, st, data, var, model, 0, 16)
-      print(json.dumps({"first": first, "again": again,
+      print(json.dumps({"first": first, "again": again, "reuse": reuse,
                         "cpus_back": os.sched_getaffinity(0) == cpus,
                         "bits": [np.asarray(a, np.float64).tobytes().hex() for a in out]}))
     """
@@ -280,6 +283,7 @@ class AuditExperimentTest(absltest.TestCase):
       res[one] = json.loads(p.stdout.strip().splitlines()[-1])
     self.assertIs(res["1"]["first"], True)
     self.assertIs(res["1"]["again"], False)
+    self.assertIs(res["1"]["reuse"], True)                # glibc (Linux)
     self.assertTrue(res["1"]["cpus_back"])
     self.assertEqual(res["1"]["bits"], res["0"]["bits"])
 

@@ -3,7 +3,7 @@
 `audit.epsilon_lower_bound` and `audit.clopper_pearson` are re-exported from `stats`; the
 other submodules are imported on first use. From scores to bounds: `thresholds`, `parametric`,
 `score_audit`, `one_run`, `one_run_fdp`, `roc`, `coverage`. The pipeline: `run` (the one door
-to the engine), `store`, `canary`, `per_step`, `per_step_run`, `runner`, `final_model`,
+to the engine), `store`, `canary`, `leaf`, `per_step`, `per_step_run`, `runner`, `final_model`,
 `crafting`, `last_iterate`. Broken trainings: `variants`, `mf_variants`, `probe`, `guard`.
 MF training: `mf_audit`.
 PATE: `pate_audit`.
@@ -13,7 +13,7 @@ import importlib
 
 from dpjax.audit.stats import clopper_pearson, epsilon_lower_bound
 
-_SUBMODULES = ("canary", "coverage", "crafting", "final_model", "guard", "last_iterate",
+_SUBMODULES = ("canary", "coverage", "crafting", "final_model", "guard", "last_iterate", "leaf",
                "mf_audit", "mf_variants", "one_run", "one_run_fdp", "parametric", "pate_audit", "per_step",
                "per_step_run", "probe", "roc", "run", "runner", "score_audit", "stats",
                "store", "thresholds", "variants")

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from dpjax import _validate, accounting, dpsgd
 from dpjax import clipping as clipping_lib
 from dpjax import models as models_lib
-from dpjax.audit import canary, coverage, per_step, run, thresholds, variants
+from dpjax.audit import canary, coverage, leaf, per_step, run, thresholds, variants
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -95,24 +95,6 @@ def canary_bits(num_runs: int, num_canaries: int, seed: int) -> np.ndarray:
   return order < k // 2
 
 
-@functools.lru_cache(maxsize=32)
-def _leaf_path(path, k: int):
-  """`path` on the first N - K rows and params["model"]; the last K rows (the canaries)
-  add C w_k e_k to the canary leaf (w_k: their sampled-and-IN weight), their norm C."""
-
-  def fn(params, x, y, w, c):
-    if x.shape[0] <= k:
-      raise ValueError(f"the canary path needs the full-mask step over N > K = {k} rows, "
-                       f"got {x.shape[0]} (batch_capacity must be None)")
-    n = x.shape[0] - k
-    g, norms = path(params["model"], x[:n], y[:n], w[:n], c)
-    return ({"model": g, "canary": c * w[n:].astype(jnp.float32)},
-            jnp.concatenate([norms, jnp.full((k,), c, norms.dtype)]))
-  return clipping_lib.ClippingPath(fn, f"{path.name}+canary_leaf",
-                                   per_example_grad_memory=path.per_example_grad_memory,
-                                   scan_unroll=path.scan_unroll, accounted=path.accounted)
-
-
 def _observe_canary_leaf(update):
   return update["canary"]
 
@@ -124,9 +106,9 @@ def step_observations(key, setting: run.Setting, data, model, var, canary_in_MxK
   left out) plus K canary records appended after them (zero features, label 0, kept
   iff canary_in_MxK[m, k]), sampled by var's sampler. The model gets the leaf
   {"canary": float32[K]} (`apply` never reads it); var's clipping runs on the records
-  and params["model"], and a sampled IN canary k adds C e_k to the leaf (norm C: clipping
-  leaves it unchanged) and 1 to the realised batch size, as a record would. Noise and
-  update are var's, on the whole parameter tree. o = obs B / C is b_t + sigma z_t for
+  and params["model"], and a sampled IN canary k adds C e_k to the leaf
+  (`leaf.canary_leaf_path`; norm C: clipping leaves it unchanged) and 1 to the realised
+  batch size, as a record would. Noise and update are var's, on the whole parameter tree. o = obs B / C is b_t + sigma z_t for
   DP-SGD as claimed (`dpjax.audit.per_step`); the full-mask step is used
   (batch_capacity None), O(K) work per step for the canaries.
 
@@ -157,7 +139,7 @@ def step_observations(key, setting: run.Setting, data, model, var, canary_in_MxK
   out = run.train(key, run.Design(x, y, keep), var.config,
                   models_lib.with_canary_leaf(model, k), quiet=True,
                   observe_fn=_observe_canary_leaf,
-                  components=dict(comps, clipping=_leaf_path(path, k),
+                  components=dict(comps, clipping=leaf.canary_leaf_path(path, k),
                                   perf=dpsgd.PerformanceFlags(max_chunk=m, progress=False,
                                                               batch_capacity=None)))
   return out.observations * (var.config.expected_batch_size / c)

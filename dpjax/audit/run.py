@@ -25,7 +25,9 @@ import numpy as np
 from tqdm import tqdm
 
 from dpjax import _validate, accounting, dpsgd, metrics
-from dpjax.audit import canary, parametric, stats, store, thresholds, variants
+from dpjax import clipping as clipping_lib
+from dpjax import models as models_lib
+from dpjax.audit import canary, leaf, parametric, stats, store, thresholds, variants
 
 THREAT_MODELS = ("black_box", "white_box", "both")
 # With K > 1 canaries per run: the fixed-threshold test's share of alpha.
@@ -151,10 +153,9 @@ class CanaryAuditSpec:
   trials: N models per side, even; canaries_per_run: K; canary_in_fraction: with K > 1, the share
   of runs each canary is IN; chunk_models: a multiple of 4; observation_budget: with K > 1, most
   white-box observations (M x T x K) at once; design_seed: of `canary.canaries_design`;
-  canary_layout: with K > 1, "parameter_leaf" (canary records with Dirac gradients C e_k on
-  a parameter leaf the model never reads, sampled by the audited sampler like every
-  record; O(K) work per step) or "fixed_gradients" (C e_j on the data's last K unused
-  features, sampled by the audited sampler as extra records; O(K D) per step).
+  canary_layout: with K > 1, "parameter_leaf" (`leaf_canary_training`, O(K) per step) or
+  "fixed_gradients" (C e_j on the data's last K unused features, sampled by the audited
+  sampler as extra records; O(K D) per step).
   """
   trials: int
   sampling_prob: float
@@ -386,22 +387,16 @@ def leaf_canary_training(key, data, var, model, record_in_M, canary_in_MxK, *,
   """M runs of `var` with the record canary and K Dirac gradient canaries in a parameter leaf,
   each canary's claimed likelihood ratio summed inside the training scan.
 
-  The records are data's first D - K features (its last K, all zero, are dropped with the
-  logistic regression's weights on them: no record's logit or gradient involves them),
-  the record canary kept iff record_in_M[m]; then K canary records (zero features,
-  label 0, kept iff canary_in_MxK[m, k]), sampled by the audited sampler like every
-  record. The model gets the leaf {"canary": float32[K]} that apply never reads; var's
-  clipping runs on the records and params["model"], and a sampled IN canary k adds C e_k
-  to the leaf (norm C, which clipping leaves unchanged; counted in the realised batch
-  size; `canary_leaf_path`, as in `dpjax.audit.per_step_run`). Noise is var's, on the whole
-  tree, so canary k's leaf coordinate u_tk of privatized update t gives o_tk = u_tk B / C =
-  b_tk + sigma z_tk, its own Poisson bit and noise, for DP-SGD as claimed: the
-  fixed-gradient layout's observation, equal in law. The optimizer is the engine's
-  default on params["model"]; on the leaf, which nothing reads, its update is the
-  adversary's step statistic `canary.step_llr(o_tk)` under the claim (sampling_prob,
-  noise_multiplier; no noise: 1 if o_tk > 1/2), post-processing of the released update,
-  so the final leaf holds each canary's white-box score with no [M, T, K] observations.
-  Full-mask step; O(K) work per step for the canaries.
+  Records: data's first D - K features (the last K, all zero, dropped with their weights),
+  the record canary kept iff record_in_M[m], then K canary records (zero features, label 0,
+  kept iff canary_in_MxK[m, k]) sampled like every record; a sampled IN canary adds C e_k to
+  the leaf {"canary": float32[K]} that apply never reads (`leaf.canary_leaf_path`, shared with
+  `dpjax.audit.per_step_run`). Noise is var's on the whole tree, so the leaf coordinate of
+  update t is o_tk = b_tk + sigma z_tk in units of C / B, as in the fixed-gradient layout.
+  The optimizer is the engine's default on params["model"]; on the leaf its update is
+  `canary.step_llr(o_tk)` under the claim (no noise: 1 if o_tk > 1/2), post-processing of
+  the release, so the final leaf holds each canary's white-box score with no [M, T, K]
+  observations. Full-mask step; O(K) work per step for the canaries.
 
   Args:
     key: the training key (run m uses split(key, M)[m]).
@@ -414,8 +409,6 @@ def leaf_canary_training(key, data, var, model, record_in_M, canary_in_MxK, *,
     `dpsgd.TrainResult`: params {"model": {"w": [M, D - K]}, "canary": [M, K] float32,
     the summed step statistics}, no observations.
   """
-  from dpjax import models as models_lib  # pylint: disable=g-import-not-at-top
-  from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
   models_lib.check_model(model)
   if model.kind != "logistic_regression":
     raise ValueError(f"model must be the audit's models.logistic_regression, got kind "
@@ -443,80 +436,12 @@ def leaf_canary_training(key, data, var, model, record_in_M, canary_in_MxK, *,
   path = comps.pop("clipping", None)
   path = clipping_lib.path_for(used) if path is None else clipping_lib.as_path(path)
   cfg = var.config
-  opt = _llr_accumulating_sgd(float(cfg.learning_rate), float(cfg.momentum),
+  opt = leaf.llr_accumulating_sgd(float(cfg.learning_rate), float(cfg.momentum),
                               float(cfg.expected_batch_size / cfg.l2_clip_norm), q, sigma)
   return train(key, Design(x, y, keep), cfg, models_lib.with_canary_leaf(used, k), quiet=True,
-               components=dict(comps, optimizer=opt, clipping=canary_leaf_path(path, k),
+               components=dict(comps, optimizer=opt, clipping=leaf.canary_leaf_path(path, k),
                                perf=dpsgd.PerformanceFlags(max_chunk=m, progress=False,
                                                            batch_capacity=None)))
-
-
-@functools.lru_cache(maxsize=32)
-def canary_leaf_path(path, num_canaries: int):
-  """`path` on the first N - K rows and params["model"]; the last K rows (the canaries) add
-  C w_k e_k to params["canary"] (w_k: their sampled-and-kept weight), their norms C.
-
-  A full-mask clipped sum (`dpjax.clipping` contract) for `models.with_canary_leaf`: a
-  Dirac canary is a record whose clipped gradient has norm exactly C. Cached per
-  (path, K), so one program per path.
-  """
-  from dpjax import clipping as clipping_lib  # pylint: disable=g-import-not-at-top
-  k = _validate.check_int(num_canaries, "num_canaries")
-  path = clipping_lib.as_path(path)
-
-  def fn(params, x, y, w, c):
-    if x.shape[0] <= k:
-      raise ValueError(f"the canary path needs the full-mask step over N > K = {k} rows, "
-                       f"got {x.shape[0]} (batch_capacity must be None)")
-    n = x.shape[0] - k
-    g, norms = path(params["model"], x[:n], y[:n], w[:n], c)
-    return ({"model": g, "canary": c * w[n:].astype(jnp.float32)},
-            jnp.concatenate([norms, jnp.full((k,), c, norms.dtype)]))
-  return clipping_lib.ClippingPath(fn, f"{path.name}+canary_leaf",
-                                   per_example_grad_memory=path.per_example_grad_memory,
-                                   scan_unroll=path.scan_unroll, accounted=path.accounted)
-
-
-# Above this x = (2 o - 1) / (2 sigma^2), log(1 - q + q e^x) = x + log q to float32 precision.
-_LLR_LINEAR_FROM = 40.0
-
-
-def _step_llr_f32(o, sampling_prob: float, noise_multiplier: float):
-  """`canary.step_llr` in float32 without overflow: log(1 - q + q exp(x)) with x capped at
-  _LLR_LINEAR_FROM and the linear tail added; noise_multiplier 0: 1.0 where o > 1/2.
-
-  The exp and the log are kept in separate XLA fusions (an optimization barrier): fused
-  together inside the training scan, XLA:CPU ran them several times slower.
-  """
-  if noise_multiplier == 0:
-    return (o > 0.5).astype(jnp.float32)
-  x = (2.0 * o - 1.0) / (2.0 * noise_multiplier * noise_multiplier)
-  if sampling_prob >= 1.0:
-    return x
-  capped = jnp.minimum(x, _LLR_LINEAR_FROM)
-  mix = jax.lax.optimization_barrier((1.0 - sampling_prob) + sampling_prob * jnp.exp(capped))
-  return jnp.log(mix) + (x - capped)
-
-
-@functools.lru_cache(maxsize=64)
-def _llr_accumulating_sgd(learning_rate: float, momentum: float, scale: float,
-                          sampling_prob: float, noise_multiplier: float):
-  """The engine's default optimizer (`dpsgd.train_many`: optax.sgd(learning_rate,
-  momentum=momentum or None)) on params["model"]; on params["canary"] the update is
-  `_step_llr_f32(update * scale)` (see `leaf_canary_training`). One object per argument
-  tuple, so each claim's program compiles once."""
-  import optax  # pylint: disable=g-import-not-at-top
-  inner = optax.sgd(learning_rate, momentum=momentum if momentum > 0 else None)
-
-  def init_fn(params):
-    return inner.init(params["model"])
-
-  def update_fn(updates, state, params=None):
-    upd, state = inner.update(updates["model"], state,
-                              None if params is None else params["model"])
-    return ({"model": upd, "canary": _step_llr_f32(updates["canary"] * scale, sampling_prob,
-                                                   noise_multiplier)}, state)
-  return optax.GradientTransformation(init_fn, update_fn)
 
 
 @_validate.names_extreme_arguments
@@ -549,7 +474,16 @@ def claimed_roc(spec: CanaryAuditSpec, setting: Setting):
   """(thresholds, FPR, FNR) of the claimed mechanism's likelihood-ratio tests."""
   _check_spec(spec)
   _validate.check_instance(setting, Setting, "setting")
-  return canary.llr_distribution(spec.sampling_prob, setting.sigma, spec.num_steps).roc()
+  return _claimed_roc(spec.sampling_prob, setting.sigma, spec.num_steps)
+
+
+@functools.lru_cache(maxsize=16)
+def _claimed_roc(q: float, sigma: float, t: int):
+  """claimed_roc, cached (evaluate and roc_record both read it), its arrays read-only."""
+  out = canary.llr_distribution(q, sigma, t).roc()
+  for a in out:
+    a.setflags(write=False)
+  return out
 
 
 def evaluate(spec: CanaryAuditSpec, st: Setting, r, s, bb, wb) -> dict:

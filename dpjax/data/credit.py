@@ -355,10 +355,16 @@ def cubic_features(x_NxF: jax.typing.ArrayLike, scaler: PublicScaler) -> jax.Arr
   (intercept, then itertools.combinations_with_replacement order).
   """
   _validate.check_instance(scaler, PublicScaler, "scaler")
-  z = scaler.transform(x_NxF)
+  return _cubic(scaler.transform(x_NxF), jnp.asarray(scaler.cubic_rms_D, jnp.float32))
+
+
+@jax.jit
+def _cubic(z, rms_D):
+  """The monomials of z float32[N, 5] over rms_D, one compiled program per N (bit for bit
+  the op-by-op columns, credit_test)."""
   cols = [jnp.prod(z[:, list(c)], axis=1) if c else jnp.ones(z.shape[0], z.dtype)
           for c in _CUBIC_INDEX]
-  return jnp.stack(cols, axis=1) / jnp.asarray(scaler.cubic_rms_D, jnp.float32)[None, :]
+  return jnp.stack(cols, axis=1) / rms_D[None, :]
 
 
 def cubic_feature_names() -> list[str]:

@@ -155,37 +155,35 @@ def _fixed_own_bits(sampler, num_records: int) -> bool:
 
 
 def padded_clipped_sum(clipping, params, x, y, mask_N, c, capacity, stats):
-  """(clipped sum, updated stats or ()) of the records in mask_N: a while_loop over
-  ceil(count / K) >= 1 chunks of K gathered rows, each clipped by the path's `on_buffer`
-  (a plain clipped-sum function: itself); padding has weight 0."""
+  """(clipped sum, updated stats or ()) of the records in mask_N: ceil(count / K) >= 1
+  chunks of K gathered rows, each clipped by the path's `on_buffer` (a plain clipped-sum
+  function: itself); padding has weight 0. Chunk 0 runs outside the while_loop over chunks
+  1, 2, ... (entered only when the count exceeds K) and starts the sum, as the full-mask
+  path's single call does (a -0.0 coordinate stays -0.0)."""
   clip_buffer = getattr(clipping, "on_buffer", clipping)
   k = int(capacity)
+  # Stored once: the count and the chunks' ranks read it (else each recomputes the bits).
+  mask_N = jax.lax.optimization_barrier(mask_N)
   count = jnp.sum(mask_N, dtype=jnp.int32)
-  x_k = jax.ShapeDtypeStruct((k,) + x.shape[1:], x.dtype)
-  y_k = jax.ShapeDtypeStruct((k,) + y.shape[1:], y.dtype)
-  w_k = jax.ShapeDtypeStruct((k,), jnp.float32)
-  out_shape = jax.eval_shape(lambda p, a, b, w: clip_buffer(p, a, b, w, c)[0], params, x_k, y_k,
-                             w_k)
-  zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), out_shape)
 
-  def body(carry):
-    j, gsum, st = carry
+  def chunk(j, gsum, st):
     index, valid = sampling_lib.padded_batch(mask_N, k, j)
     w = valid.astype(jnp.float32)
     g, norms = clip_buffer(params, x[index], y[index], w, c)
-    gsum = jax.tree.map(jnp.add, gsum, g)
+    gsum = g if gsum is None else jax.tree.map(jnp.add, gsum, g)
     if stats is not None:
       clipped = (norms > c).astype(jnp.float32) * w
       st = (st[0].at[index].add(w), st[1].at[index].add(clipped),
             st[2].at[index].add(jnp.where(valid, w * norms, 0.0)))
-    return j + 1, gsum, st
+    return gsum, st
 
-  def cond(carry):
-    j = carry[0]
-    return (j == 0) | (j * k < count)
+  def body(carry):
+    j, gsum, st = carry
+    return (j + 1,) + chunk(j, gsum, st)
 
-  st0 = stats if stats is not None else ()
-  _, gsum, st = jax.lax.while_loop(cond, body, (jnp.int32(0), zero, st0))
+  gsum, st = chunk(jnp.int32(0), None, stats if stats is not None else ())
+  _, gsum, st = jax.lax.while_loop(lambda carry: carry[0] * k < count, body,
+                                   (jnp.int32(1), gsum, st))
   return gsum, st
 
 

@@ -8,7 +8,7 @@ from absl.testing import absltest, parameterized
 import mpmath
 import pytest
 
-from dpjax.accounting import gdp, pld_dpsgd, pld_grid
+from dpjax.accounting import gdp, pld_dpsgd, pld_grid, pld_pmfs
 
 try:
   import dp_accounting
@@ -103,11 +103,11 @@ def _gaussian_delta_mp(epsilon: float, mu: float) -> mpmath.mpf:
 
 def _delta_lower_bound(sigma: float, q: float, t: int, epsilon: float, h: float) -> float:
   """A lower bound on delta(eps) of T DP-SGD steps (remove direction): the composed pmf of
-  `pld_grid._dominated_discretise` (a post-processed pair, losses only lowered) less the FFT
+  `pld_pmfs._dominated_discretise` (a post-processed pair, losses only lowered) less the FFT
   window's +inf mass, its wrap-around (2 tail) and bottom trim (tail), and 10x its float64
   rounding estimate."""
   tail = 1e-22
-  ((pmf, shift),) = pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, 1e-30, ("remove",),
+  ((pmf, shift),) = pld_pmfs.subsampled_gaussian_pmfs(1.0 / sigma, q, h, 1e-30, ("remove",),
                                                       dominated=True)
   e = epsilon - t * shift
   c = pld_grid.self_compose(pmf, t, tail, tilt_at=e)

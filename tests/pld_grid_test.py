@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from dpjax.accounting import gdp, pld_dpsgd, pld_grid
+from dpjax.accounting import gdp, pld_dpsgd, pld_grid, pld_pmfs
 
 
 def _atoms_delta(losses, p, eps, inf=0.0):
@@ -34,7 +34,7 @@ class AtomsToGridTest(parameterized.TestCase):
     losses = np.array([-0.7, 0.0, 0.45, 1.2])
     p = np.array([0.1, 0.2, 0.3, 0.4])
     a = pld_grid.atoms_to_grid(losses, p, 1e-3)
-    b = pld_grid.atoms_pmf(losses, p, 1e-3)
+    b = pld_pmfs.atoms_pmf(losses, p, 1e-3)
     for eps in np.linspace(0.0, 1.3, 27):
       self.assertAlmostEqual(a.delta(eps), b.delta(eps), places=12)
 
@@ -55,7 +55,7 @@ class GaussianCompositionTest(parameterized.TestCase):
   k-fold remove PLD is N(mu_k^2 / 2, mu_k^2) with mu_k = sqrt(k) mu (`gdp.gaussian_delta`)."""
 
   def _step(self, h, stride=1, fine_mass=0.0, mu=0.5):
-    (pmf,) = pld_grid.subsampled_gaussian_pmfs(mu, 1.0, h, 1e-15, ("remove",), stride, fine_mass)
+    (pmf,) = pld_pmfs.subsampled_gaussian_pmfs(mu, 1.0, h, 1e-15, ("remove",), stride, fine_mass)
     return pmf
 
   def test_strided_tails_are_exact_at_their_points_and_above_between(self):
@@ -121,10 +121,10 @@ class GaussianCompositionTest(parameterized.TestCase):
     self.assertLess(abs(tilted.delta(tilt) / exact - 1), 1e-2)
 
   def test_blocking_pays_only_without_rare_large_losses(self):
-    (light,) = pld_grid.subsampled_gaussian_pmfs(0.5, 1e-3, 1e-4, 1e-15, ("remove",))
+    (light,) = pld_pmfs.subsampled_gaussian_pmfs(0.5, 1e-3, 1e-4, 1e-15, ("remove",))
     self.assertGreater(pld_grid.blocking_factor(light, 100_000, 1e-16), 1)
     # q = 1e-4, mu = 1: a step's loss reaches 0.17 while the 1000-fold sum spreads ~0.004
-    (heavy,) = pld_grid.subsampled_gaussian_pmfs(1.0, 1e-4, 1e-4, 1e-15, ("remove",))
+    (heavy,) = pld_pmfs.subsampled_gaussian_pmfs(1.0, 1e-4, 1e-4, 1e-15, ("remove",))
     self.assertEqual(pld_grid.blocking_factor(heavy, 1000, 1e-16), 1)
     self.assertEqual(pld_grid.blocking_factor(light, 10, 1e-16), 1)
 
@@ -146,7 +146,7 @@ class WorkBudgetTest(absltest.TestCase):
 
   def test_refused_before_any_fft(self):
     # 2^31 - 1 steps at h = 0.02: ~6e6 window points (< MAX_POINTS), x 31 > MAX_WORK
-    (pmf,) = pld_grid.subsampled_gaussian_pmfs(1.0, 0.1, 0.02, 1e-20, directions=("remove",))
+    (pmf,) = pld_pmfs.subsampled_gaussian_pmfs(1.0, 0.1, 0.02, 1e-20, directions=("remove",))
     with mock.patch.object(pld_grid, "_cyclic_power",
                            side_effect=AssertionError("an FFT past the budget")):
       with self.assertRaisesRegex(pld_grid.GridTooLarge, "work budget"):
@@ -213,9 +213,9 @@ class DominatedDiscretiseTest(parameterized.TestCase):
                             (0.5, 100, 1e-3, None))
   def test_gaussian_brackets_the_exact_profile(self, mu, t, h, shift):
     # q = 1: T steps compose to mu sqrt(T)-GDP exactly (closed form between the two grids)
-    ((low, shift),) = pld_grid.subsampled_gaussian_pmfs(mu, 1.0, h, 1e-30, dominated=True,
+    ((low, shift),) = pld_pmfs.subsampled_gaussian_pmfs(mu, 1.0, h, 1e-30, dominated=True,
                                                         shift=shift)
-    (up,) = pld_grid.subsampled_gaussian_pmfs(mu, 1.0, h, 1e-30)
+    (up,) = pld_pmfs.subsampled_gaussian_pmfs(mu, 1.0, h, 1e-30)
     low_t, up_t = pld_grid.self_compose(low, t), pld_grid.self_compose(up, t)
     for eps in (0.5, 2.0, 5.0, 10.0):
       exact = gdp.gaussian_delta(eps, mu * math.sqrt(t))
@@ -225,9 +225,9 @@ class DominatedDiscretiseTest(parameterized.TestCase):
       self.assertGreater(lower, exact * (1 - 2e-3) - 1e-15)   # O(h^2): close
 
   def test_subsampled_lower_is_below_the_upper_bound_and_close(self):
-    ((low, shift),) = pld_grid.subsampled_gaussian_pmfs(1.0, 0.05, 1e-3, 1e-30, ("remove",),
+    ((low, shift),) = pld_pmfs.subsampled_gaussian_pmfs(1.0, 0.05, 1e-3, 1e-30, ("remove",),
                                                         dominated=True)
-    (up,) = pld_grid.subsampled_gaussian_pmfs(1.0, 0.05, 1e-3, 1e-30, ("remove",))
+    (up,) = pld_pmfs.subsampled_gaussian_pmfs(1.0, 0.05, 1e-3, 1e-30, ("remove",))
     low_t, up_t = pld_grid.self_compose(low, 200), pld_grid.self_compose(up, 200)
     for eps in (0.2, 0.5, 1.0):
       lower = low_t.delta(eps - 200 * shift) - low_t.infinity_mass - 3e-22

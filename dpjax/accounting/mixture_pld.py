@@ -15,7 +15,7 @@ https://arxiv.org/abs/2310.15526). In units of sigma (mu_i = c_i / sigma) the re
 
 is increasing and convex in x, so {L <= l} = {X <= x(l)}: the PLD is read off the two
 Gaussian-mixture CDFs at x(l) (found by bisection to float64 resolution) and
-discretised pessimistically ("connect the dots", `pld_grid.discretise`); mass outside
+discretised pessimistically ("connect the dots", `pld_pmfs.discretise`); mass outside
 the grid moves up or to +inf. Host NumPy float64.
 """
 
@@ -29,7 +29,7 @@ from scipy import special
 
 from dpjax import _validate
 from dpjax.accounting import pld
-from dpjax.accounting import pld_grid
+from dpjax.accounting import pld_grid, pld_pmfs
 
 _BISECTIONS = 120
 
@@ -96,8 +96,8 @@ def _mixture_pmfs(mu: np.ndarray, p: np.ndarray, h: float, tail: float
     return special.log_ndtr(x), special.log_ndtr(-x), mix_cdf(x), mix_sf(x)
 
   z = -float(special.ndtri(tail / 2))
-  rem = pld_grid.discretise(tails_remove, float(loss(-z)), float(loss(mu_max + z)), h)
-  add = pld_grid.discretise(tails_add, -float(loss(z)), -float(loss(-z)), h)
+  rem = pld_pmfs.discretise(tails_remove, float(loss(-z)), float(loss(mu_max + z)), h)
+  add = pld_pmfs.discretise(tails_add, -float(loss(z)), -float(loss(-z)), h)
   return rem, add
 
 
@@ -167,7 +167,7 @@ def _replace_one_pmf(m: float, q: float, h: float, tail: float) -> pld_grid.Loss
             np.logaddexp(log_k + special.log_ndtr(x), log_q + special.log_ndtr(x + m)))
 
   z = -float(special.ndtri(tail / 2))
-  return pld_grid.discretise(tails, float(loss(-z)), float(loss(m + z)), h)
+  return pld_pmfs.discretise(tails, float(loss(-z)), float(loss(m + z)), h)
 
 
 @_validate.names_extreme_arguments

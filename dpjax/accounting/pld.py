@@ -28,7 +28,7 @@ from scipy import optimize, special
 
 from dpjax import _validate
 from dpjax.accounting import gdp
-from dpjax.accounting import pld_grid
+from dpjax.accounting import pld_grid, pld_pmfs
 from dpjax.accounting.pld_dpsgd import (  # noqa: F401  (re-exported)
     CheckedEpsilon, PldResult, dpsgd_delta, dpsgd_delta_bound, dpsgd_epsilon,
     dpsgd_epsilon_bound, dpsgd_epsilon_never_looser)
@@ -81,7 +81,7 @@ class PrivacyLossDistribution:
   def _discretised(self, h: float) -> tuple[pld_grid.LossPmf, ...]:
     if self._pmfs is not None:
       return self._pmfs
-    return pld_grid.subsampled_gaussian_pmfs(self._mu, 1.0, h, DEFAULT_TAIL_MASS)
+    return pld_pmfs.subsampled_gaussian_pmfs(self._mu, 1.0, h, DEFAULT_TAIL_MASS)
 
   def discretise(self, value_discretization: Optional[float] = None) -> "PrivacyLossDistribution":
     """This PLD on a grid of spacing h (default its own); a no-op unless exact."""
@@ -210,8 +210,8 @@ def finite_output_pld(log_probs_in_K, log_probs_out_K,
   a = _validate.check_array(log_probs_in_K, "log_probs_in_K", ndim=1, min_size=1, high=0.0)
   b = _validate.check_array(log_probs_out_K, "log_probs_out_K", shape=a.shape, high=0.0)
   h = _validate.check_positive(value_discretization, "value_discretization")
-  return PrivacyLossDistribution(pmfs=(pld_grid.atoms_pmf(a - b, np.exp(a), h),
-                                       pld_grid.atoms_pmf(b - a, np.exp(b), h)),
+  return PrivacyLossDistribution(pmfs=(pld_pmfs.atoms_pmf(a - b, np.exp(a), h),
+                                       pld_pmfs.atoms_pmf(b - a, np.exp(b), h)),
                                  value_discretization=h)
 
 
@@ -242,7 +242,7 @@ def gaussian_pld(noise_multiplier: float, sampling_prob: float = 1.0,
         "the losses of the subsampled Gaussian reach mu^2 / 2, past any grid")
   if q == 1.0:
     return PrivacyLossDistribution(mu=mu, value_discretization=h)
-  return PrivacyLossDistribution(pmfs=pld_grid.subsampled_gaussian_pmfs(mu, q, h, tail),
+  return PrivacyLossDistribution(pmfs=pld_pmfs.subsampled_gaussian_pmfs(mu, q, h, tail),
                                  value_discretization=h)
 
 
@@ -267,9 +267,9 @@ def laplace_pld(scale: float, sensitivity: float = 1.0,
       value_discretization, "value_discretization")
   q = _validate.check_sampling_prob(sampling_prob)
   if q < 1.0:
-    return PrivacyLossDistribution(pmfs=pld_grid.subsampled_laplace_pmfs(s / b, q, h),
+    return PrivacyLossDistribution(pmfs=pld_pmfs.subsampled_laplace_pmfs(s / b, q, h),
                                    value_discretization=h)
-  return PrivacyLossDistribution(pmfs=(pld_grid.laplace_pmf(s / b, h),), value_discretization=h)
+  return PrivacyLossDistribution(pmfs=(pld_pmfs.laplace_pmf(s / b, h),), value_discretization=h)
 
 
 def randomized_response_pld(epsilon: float, num_buckets: int = 2, value_discretization:
@@ -293,7 +293,7 @@ def randomized_response_pld(epsilon: float, num_buckets: int = 2, value_discreti
   losses = np.array([e, -e, 0.0])
   masses = np.array([math.exp(e - log_z), math.exp(-log_z), (k - 2) * math.exp(-log_z)])
   keep = masses > 0
-  return PrivacyLossDistribution(pmfs=(pld_grid.atoms_pmf(losses[keep], masses[keep], h),),
+  return PrivacyLossDistribution(pmfs=(pld_pmfs.atoms_pmf(losses[keep], masses[keep], h),),
                                  value_discretization=h)
 
 

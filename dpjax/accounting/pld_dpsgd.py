@@ -25,7 +25,7 @@ import numpy as np
 
 from dpjax import _validate
 from dpjax.accounting import gdp
-from dpjax.accounting import pld_grid
+from dpjax.accounting import pld_grid, pld_pmfs
 from dpjax.accounting.pld_grid import DEFAULT_TAIL_MASS
 
 # The smallest rtol: each halving of h doubles the grid; below 1e-8 the refinement
@@ -133,7 +133,7 @@ _FINE_SHARE = 1e-3
 
 
 def _dpsgd_pmfs(sigma: float, q: float, h: float, tail: float) -> tuple[pld_grid.LossPmf, ...]:
-  return pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail)
+  return pld_pmfs.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail)
 
 
 def _direction_epsilon(sigma: float, q: float, t: int, delta: float, h: float, d: str,
@@ -146,14 +146,14 @@ def _direction_epsilon(sigma: float, q: float, t: int, delta: float, h: float, d
   fine = _FINE_SHARE * delta / t
   factor, pmf = factors.get(d), None
   if factor is None:
-    (pmf,) = pld_grid.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail, directions=(d,),
+    (pmf,) = pld_pmfs.subsampled_gaussian_pmfs(1.0 / sigma, q, h, tail, directions=(d,),
                                                stride=_STRIDE, fine_mass=fine)
     factor = 1   # a coarse grid: one level (an FFT this small costs less than the Python of two)
     if pmf.probs.size >= 1000:   # a grid fine enough to judge the windows by
       factor = factors[d] = pld_grid.blocking_factor(pmf, t, window_tail, 1e-4 * delta)
   if factor > 1 or pmf is None:
     # two levels add twice one level's variance: h / sqrt(2) keeps h's error
-    (pmf,) = pld_grid.subsampled_gaussian_pmfs(
+    (pmf,) = pld_pmfs.subsampled_gaussian_pmfs(
         1.0 / sigma, q, h / math.sqrt(2) if factor > 1 else h, tail, directions=(d,),
         stride=_STRIDE, fine_mass=fine)
   composed = pld_grid.blocked_self_compose(pmf, t, factor, window_tail, tilt, 1e-4 * delta)
@@ -296,7 +296,7 @@ def dpsgd_epsilon_never_looser(noise_multiplier: float, sampling_prob: float, nu
   certified (tests/pld_dpsgd_test.py): at q = 1 (exact mu-GDP) the closed-form delta at 50
   digits exceeds the target at its eps; at q < 1 (sigma 0.5, q 1e-4, T 1e3 and sigma 1,
   q 0.01, T 1e6, delta 1e-10) a lower bound on delta does, from the composed pmf of
-  `pld_grid._dominated_discretise` (a post-processed, dominated pair with losses only
+  `pld_pmfs._dominated_discretise` (a post-processed, dominated pair with losses only
   lowered; less the FFT window's mass and 10x its float64 rounding estimate). When it is below
   ours, our PLD is recomputed on grids 4x, 16x, 64x then 256x finer (tilted at it; while
   they fit in memory); the reference is taken once some eps_fine <= reference, else the

@@ -40,7 +40,7 @@ import numpy as np
 from scipy import special, stats
 
 from dpjax import _validate
-from dpjax.accounting import pld, pld_grid, subsampled_rdp
+from dpjax.accounting import pld, pld_grid, pld_pmfs, subsampled_rdp
 
 # Groups of N >= B given their own sampling rate (a finer split is tighter and slower).
 MAX_GROUPS = 16
@@ -162,7 +162,7 @@ def truncated_subsampled_gaussian_pld(noise_multiplier: float, sampling_prob: fl
   if not 2.0 / sigma < 1e150:
     raise pld_grid.GridTooLarge(f"noise_multiplier = {sigma!r} is too small: the losses "
                                 "reach 2 / noise_multiplier^2, past any grid")
-  per_branch = [pld_grid.subsampled_gaussian_pmfs(ci / sigma, ri, h, tail)
+  per_branch = [pld_pmfs.subsampled_gaussian_pmfs(ci / sigma, ri, h, tail)
                 for ri, ci in zip(r, c)]
   pmfs = tuple(_mix([p[d] for p in per_branch], w) for d in range(2))
   return pld.PrivacyLossDistribution(pmfs=pmfs, value_discretization=h)

@@ -103,6 +103,13 @@ class GaussianCompositionTest(parameterized.TestCase):
         m = pld_grid._block_size(k, f)   # pylint: disable=protected-access
         self.assertTrue(k % m == 0 and 7 * f * f <= 8 * m <= 10 * f * f or m == f * f, (k, f, m))
 
+  def test_huge_step_counts_are_refused_not_searched(self):
+    # the divisor search is O(f^2): above 2^16 steps per block it is skipped, and the
+    # accountant refuses T = 2^63 - 1 by name (it once scanned ~1e9 candidates)
+    self.assertEqual(pld_grid._block_size(2 ** 63 - 1, 1 << 12), 1 << 24)   # pylint: disable=protected-access
+    with self.assertRaises(pld_grid.GridTooLarge):
+      pld_dpsgd.dpsgd_epsilon(1.0, 0.2, 2 ** 63 - 1, 1e-5)
+
   def test_tilted_power_alone_where_it_is_no_noisier(self):
     # a tilted 256-fold block is one FFT power (the plain one would add nothing at the
     # tilt), and its delta at the tilt point matches the exact Gaussian's as one level does

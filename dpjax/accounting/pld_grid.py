@@ -296,9 +296,11 @@ def blocking_factor(pmf: LossPmf, k: int, tail_mass: float = WINDOW_TAIL_MASS,
   best, best_cost = 1, single if single <= MAX_POINTS else math.inf
   centre = round(math.log2(max(k, 1)) / 4)
   for f in sorted({2 ** max(1, centre - 1), 2 ** max(1, centre), 2 ** max(1, centre + 1)}):
+    if f > 64:   # before `_block_size`: its divisor search is O(f^2)
+      continue
     m = _block_size(k, f)
     a, r = divmod(k, m)
-    if f > 64 or a < 2:
+    if a < 2:
       continue
     outer = math.sqrt(2) * single / f
     peak = min(1.0, f * h / math.sqrt(4 * math.pi * k * var))   # the outer's, grid f h / sqrt 2
@@ -410,7 +412,7 @@ def _block_size(k: int, factor: int) -> int:
   (no steps left over, whose composition and convolution cost about a block), else
   factor^2. A block m < factor^2 adds at most 8/7 of the outer level's planned variance."""
   m = factor * factor
-  if m < 2 or k % m == 0:
+  if m < 2 or k % m == 0 or m > 1 << 16:   # the search costs O(m): only for small blocks
     return max(m, 1)
   cands = [d for d in range(-(-7 * m // 8), 5 * m // 4 + 1) if k % d == 0]
   return min(cands, key=lambda d: abs(math.log(d / m)), default=m)

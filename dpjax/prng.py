@@ -218,10 +218,11 @@ def _tail_fill(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
   """float32[S]: the tail magnitude (`_tail_magnitude`) at extreme atoms, 0 elsewhere.
 
   tail_words(i) (default `_tail_words(key, i)`) gives the tail words of index i. A loop of
-  one trip per extreme atom plus one (the first trip finds the first; usually the only
-  trip) writes one element in place per trip, so the program holds one small copy of the
-  tail path. Under vmap one loop serves the batch (`_xla.any_over_batch`): a finished member
-  (i = S) writes its own value back. The result is combined with the body elementwise
+  one trip per extreme atom (usually none: each word is one with probability 2^-22) writes
+  one element in place per trip, so the program holds one small copy of the tail path; its
+  condition is a plain OR over the words, and only a trip searches for the next atom. Under
+  vmap one loop serves the batch (`_xla.any_over_batch`): a finished member (none left)
+  writes its own value back. The result is combined with the body elementwise
   (`_assemble_normal`), so the transform fuses into the draw's consumers.
   """
   tail_words = tail_words or functools.partial(_tail_words, key)
@@ -229,16 +230,20 @@ def _tail_fill(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
   t = jnp.zeros(bits.shape, jnp.float32)
   if s == 0:
     return t
+  m = bits >> 9
+  ext = (m == 0) | (m == _ATOM_TOP)
+  idx = jax.lax.iota(jnp.int32, s)
 
   def body(state):
-    _, i, t = state       # i: the atom to redraw; -1 on the first trip, S once none is left
+    _, i, t = state       # i: the last atom redrawn (-1 before the first)
+    _, i = _next_extreme(bits, i)        # S when none is left (a finished member)
     at = jnp.clip(i, 0, s - 1)
     old = jax.lax.dynamic_index_in_dim(t, at, keepdims=False)
-    val = jnp.where((i >= 0) & (i < s), _tail_magnitude(*tail_words(at)), old)
+    val = jnp.where(i < s, _tail_magnitude(*tail_words(at)), old)
     t = jax.lax.dynamic_update_index_in_dim(t, val, at, 0)
-    return (*_next_extreme(bits, i), t)
+    return jnp.any(ext & (idx > i)), i, t
   _, _, t = jax.lax.while_loop(lambda st: _xla.any_over_batch(st[0]), body,
-                               (jnp.bool_(True), jnp.int32(-1), t))
+                               (jnp.any(ext), jnp.int32(-1), t))
   return t
 
 

@@ -200,18 +200,13 @@ def _tail_blocks(k0, k1, i):
 
 def _next_extreme(bits: jax.Array, after: jax.Array):
   """(found, i): the first index i > after whose word is an extreme atom (found False,
-  i = S when none), as one reduction over the words.
+  i = S when none), as one min-reduction over the words.
   """
   m = bits >> 9
   idx = jax.lax.iota(jnp.int32, bits.shape[0])
   ext = ((m == 0) | (m == _ATOM_TOP)) & (idx > after)
-
-  def first(a, b):
-    take_b = (b[0] & ~a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
-    return jnp.where(take_b, b[0], a[0]), jnp.where(take_b, b[1], a[1])
-  found, i = jax.lax.reduce((ext, idx), (jnp.bool_(False), jnp.int32(bits.shape[0])), first,
-                            (0,))
-  return found, jnp.where(found, i, bits.shape[0])
+  i = jnp.min(jnp.where(ext, idx, bits.shape[0]))
+  return i < bits.shape[0], i
 
 
 def _tail_fill(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:

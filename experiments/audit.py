@@ -168,11 +168,13 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
   Returns {"rows", "complete", "chunks_trained", "path"} (path None while incomplete)
   and, when complete, `_common.finish`'s "record", "tables" and "figures".
   """
+  timing = {"start_cpu_seconds": time.process_time()}       # imports and backend start
   k_can = cfg.canaries_per_run
   k_data = jax.random.split(jax.random.key(cfg.seed))[0]
   settings = _claims(cfg.epsilons, cfg.sampling_prob, cfg.num_steps, cfg.delta, cfg.no_noise)
   spec = _spec(cfg)
   main = final_model_audit(cfg, out_dir, progress=progress, max_new_chunks=max_new_chunks)
+  timing["final_model_cpu_seconds"] = time.process_time() - timing["start_cpu_seconds"]
   rows, trained = main["rows"], main["chunks_trained"]
   companion = None
   if main["complete"] and k_can == 1 and cfg.companion_canaries > 1:
@@ -192,7 +194,6 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
     results["companion"] = {"canaries_per_run": cfg.companion_canaries,
                             "rows": companion["rows"]}
     tables.insert(1, companion_table(cfg, companion["rows"], cfg.companion_canaries))
-  timing = {}
   if cfg.per_step and k_can == 1:
     step_rows = _per_step_rows(cfg, settings, k_data, progress)
     # The rows' CPU times go to timing.json: results.json holds only what the same run
@@ -205,7 +206,9 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
                                "q = 1": per_step.ASSUMPTION_GDP,
                                "q < 1": per_step.ASSUMPTION_SUBSAMPLED_GAUSSIAN}}
     tables.append(_per_step_table(cfg, step_rows))
+  cpu0 = time.process_time()
   figures = [_plots.audit_bounds(out_dir, results), _plots.audit_roc(out_dir, results)]
+  timing["figures_cpu_seconds"] = time.process_time() - cpu0
   out = _common.finish(cfg, out_dir, NAME, results, tables=tables, figures=figures,
                        summary=_summary(cfg, rows), quiet=quiet)
   timing["process_cpu_seconds"] = time.process_time()
@@ -214,16 +217,21 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
 
 
 def _write_timing(out_dir: str, timing: dict, quiet: bool) -> None:
-  """<out_dir>/timing.json: the per-step rows' CPU seconds and the process's CPU seconds
-  so far (they vary between runs, so they stay out of results.json); printed unless quiet."""
+  """<out_dir>/timing.json: process CPU seconds at the start of `run` (imports, backend),
+  of the final-model audit (training and bounds), of each per-step row, of the figures, and
+  of the process so far (they vary between runs, so they stay out of results.json); printed
+  unless quiet."""
   with open(os.path.join(out_dir, "timing.json"), "w") as f:
     json.dump(timing, f, indent=1)
     f.write("\n")
   if not quiet:
     rows = timing.get("per_step_cpu_seconds", [])
     print("[audit] CPU seconds (timing.json): "
+          + f"start {timing['start_cpu_seconds']:.1f}; final-model audit "
+          + f"{timing['final_model_cpu_seconds']:.1f}; "
           + "".join(f"per-step q = {r['sampling_prob']:g}, eps = {r['epsilon']:g}: "
                     f"{r['cpu_seconds']:.1f}; " for r in rows)
+          + f"figures {timing.get('figures_cpu_seconds', 0.0):.1f}; "
           + f"process so far: {timing['process_cpu_seconds']:.1f}")
 
 

@@ -12,7 +12,7 @@ canaries per run (its own runs, in <out>/canaries<K'>; `experiments.audit_canari
 K' = 10 one on its own). `--per_step` adds the per-step audit of Nasr et al. 2023
 (`audit.per_step_run`) of each claim at q and (`--per_step_full_batch`) at q = 1.
 
-Command:   python -m experiments.audit --trials 10000  (about 100 CPU-s)
+Command:   python -m experiments.audit --trials 10000  (about 90 CPU-s; <out>/timing.json)
            python -m experiments.audit                  (about 55 CPU-s)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1
 A faulty variant's results go to results/audit_variants/<variant>/ unless --out is given.

@@ -166,7 +166,8 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
   results.json and figures; stops incomplete after `max_new_chunks` new chunks.
 
   Returns {"rows", "complete", "chunks_trained", "path"} (path None while incomplete)
-  and, when complete, `_common.finish`'s "record", "tables" and "figures".
+  and, when complete, `_common.finish`'s "record", "tables" and "figures", and "timing"
+  (what <out_dir>/timing.json holds: CPU seconds, which results.json leaves out).
   """
   timing = {"start_cpu_seconds": time.process_time()}       # imports and backend start
   k_can = cfg.canaries_per_run

@@ -167,8 +167,8 @@ def monotone_argmax(fp_J, fn_J, value_fn, *, tolerance: float = 0.0) -> tuple[in
   Needs fp_J non-increasing, fn_J non-decreasing and value_fn non-increasing in each count (as
   `epsilon_lower_bound`): a block [i, k] is bounded by value_fn(fp_J[k], fn_J[i]), so blocks
   below the best so far are dropped and the rest split. Same result (first maximum) as
-  evaluating every candidate. A block is dropped only when its bound plus 1e-9 times its
-  magnitude plus `tolerance` >= 0 (room for value_fn's rounding) is below the best value, or
+  evaluating every candidate. A block is dropped only when its bound, plus 1e-9 of its
+  magnitude and `tolerance` >= 0 (room for value_fn's rounding), is below the best value, or
   equal to it with the block after the best index.
 
   Examples:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ./run.sh        set up .venv, then run the main job (the white-box canary audit of
 #                 DP-SGD on the synthetic credit world, 20,000 models per claimed eps,
-#                 plus the per-step audit: about 2 minutes, 100 CPU-seconds, on two
-#                 cores, over the 60 CPU-second target) and write results/REPORT.md
+#                 plus the per-step audit: about 3 minutes, 90 CPU-seconds, on two
+#                 shared cores, over the 60 CPU-second target) and write results/REPORT.md
 # ./run.sh all    set up .venv, then run every experiment at its default scale (the
 #                 whole lecture reproduced) and write results/REPORT.md
 # ./run.sh test   set up .venv, then run the test suite (what CI runs)

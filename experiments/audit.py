@@ -12,7 +12,7 @@ canaries per run (its own runs, in <out>/canaries<K'>; `experiments.audit_canari
 K' = 10 one on its own). `--per_step` adds the per-step audit of Nasr et al. 2023
 (`audit.per_step_run`) of each claim at q and (`--per_step_full_batch`) at q = 1.
 
-Command:   python -m experiments.audit --trials 10000  (about 100 CPU-s)
+Command:   python -m experiments.audit --trials 10000  (about 90 CPU-s; <out>/timing.json)
            python -m experiments.audit                  (about 55 CPU-s)
            python -m experiments.audit --variant noise_without_clip_norm --epsilons 1
 A faulty variant's results go to results/audit_variants/<variant>/ unless --out is given.
@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
+import json
 import math
 import os
+import time
 
 import jax
 import tqdm
@@ -110,6 +113,14 @@ class AuditConfig(_common.ExperimentConfig):
         raise ValueError(f"epsilons: {err}") from None
 
 
+@functools.lru_cache(maxsize=8)
+def _claims(epsilons: tuple, sampling_prob: float, num_steps: int, delta: float,
+            no_noise: bool) -> tuple[audit_run.Setting, ...]:
+  """`audit.run.settings` as a tuple, cached: each sigma is calibrated once per process (the
+  final-model audit, the run and the per-step rows read the same claims)."""
+  return tuple(audit_run.settings(epsilons, sampling_prob, num_steps, delta, no_noise))
+
+
 def _spec(cfg: AuditConfig) -> audit_run.CanaryAuditSpec:
   return audit_run.CanaryAuditSpec(
       trials=cfg.trials, sampling_prob=cfg.sampling_prob, num_steps=cfg.num_steps,
@@ -129,8 +140,7 @@ def final_model_audit(cfg: AuditConfig, out_dir: str, *, progress: bool = True,
   data = canaries.audit_data(k_data, cfg.base_size, unused_features=k_can)
   model = models.logistic_regression(data.num_features)
   spec = _spec(cfg)
-  settings = audit_run.settings(cfg.epsilons, cfg.sampling_prob, cfg.num_steps, cfg.delta,
-                                cfg.no_noise)
+  settings = _claims(cfg.epsilons, cfg.sampling_prob, cfg.num_steps, cfg.delta, cfg.no_noise)
   manifest = {"seed": cfg.seed, "trials": cfg.trials, "variant": cfg.variant,
               "chunk_models": cfg.chunk_models, "delta": cfg.delta, "num_steps": cfg.num_steps,
               "sampling_prob": cfg.sampling_prob, "base_size": cfg.base_size,
@@ -156,14 +166,16 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
   results.json and figures; stops incomplete after `max_new_chunks` new chunks.
 
   Returns {"rows", "complete", "chunks_trained", "path"} (path None while incomplete)
-  and, when complete, `_common.finish`'s "record", "tables" and "figures".
+  and, when complete, `_common.finish`'s "record", "tables" and "figures", and "timing"
+  (what <out_dir>/timing.json holds: CPU seconds, which results.json leaves out).
   """
+  timing = {"start_cpu_seconds": time.process_time()}       # imports and backend start
   k_can = cfg.canaries_per_run
   k_data = jax.random.split(jax.random.key(cfg.seed))[0]
-  settings = audit_run.settings(cfg.epsilons, cfg.sampling_prob, cfg.num_steps, cfg.delta,
-                                cfg.no_noise)
+  settings = _claims(cfg.epsilons, cfg.sampling_prob, cfg.num_steps, cfg.delta, cfg.no_noise)
   spec = _spec(cfg)
   main = final_model_audit(cfg, out_dir, progress=progress, max_new_chunks=max_new_chunks)
+  timing["final_model_cpu_seconds"] = time.process_time() - timing["start_cpu_seconds"]
   rows, trained = main["rows"], main["chunks_trained"]
   companion = None
   if main["complete"] and k_can == 1 and cfg.companion_canaries > 1:
@@ -185,15 +197,43 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
     tables.insert(1, companion_table(cfg, companion["rows"], cfg.companion_canaries))
   if cfg.per_step and k_can == 1:
     step_rows = _per_step_rows(cfg, settings, k_data, progress)
+    # The rows' CPU times go to timing.json: results.json holds only what the same run
+    # reproduces bit for bit.
+    timing["per_step_cpu_seconds"] = [
+        {"sampling_prob": r["sampling_prob"], "epsilon": r["epsilon"],
+         "cpu_seconds": r.pop("cpu_seconds")} for r in step_rows]
     results["per_step"] = {"rows": step_rows, "bound_assumption": per_step.ASSUMPTION_IID_STEPS,
                            "estimate_assumptions": {
                                "q = 1": per_step.ASSUMPTION_GDP,
                                "q < 1": per_step.ASSUMPTION_SUBSAMPLED_GAUSSIAN}}
     tables.append(_per_step_table(cfg, step_rows))
+  cpu0 = time.process_time()
   figures = [_plots.audit_bounds(out_dir, results), _plots.audit_roc(out_dir, results)]
+  timing["figures_cpu_seconds"] = time.process_time() - cpu0
   out = _common.finish(cfg, out_dir, NAME, results, tables=tables, figures=figures,
                        summary=_summary(cfg, rows), quiet=quiet)
-  return {**out, "rows": rows, "complete": True, "chunks_trained": trained}
+  timing["process_cpu_seconds"] = time.process_time()
+  _write_timing(out_dir, timing, quiet)
+  return {**out, "rows": rows, "complete": True, "chunks_trained": trained, "timing": timing}
+
+
+def _write_timing(out_dir: str, timing: dict, quiet: bool) -> None:
+  """<out_dir>/timing.json: process CPU seconds at the start of `run` (imports, backend),
+  of the final-model audit (training and bounds), of each per-step row, of the figures, and
+  of the process so far (they vary between runs, so they stay out of results.json); printed
+  unless quiet."""
+  with open(os.path.join(out_dir, "timing.json"), "w") as f:
+    json.dump(timing, f, indent=1)
+    f.write("\n")
+  if not quiet:
+    rows = timing.get("per_step_cpu_seconds", [])
+    print("[audit] CPU seconds (timing.json): "
+          + f"start {timing['start_cpu_seconds']:.1f}; final-model audit "
+          + f"{timing['final_model_cpu_seconds']:.1f}; "
+          + "".join(f"per-step q = {r['sampling_prob']:g}, eps = {r['epsilon']:g}: "
+                    f"{r['cpu_seconds']:.1f}; " for r in rows)
+          + f"figures {timing.get('figures_cpu_seconds', 0.0):.1f}; "
+          + f"process so far: {timing['process_cpu_seconds']:.1f}")
 
 
 def _tables(cfg: AuditConfig, rows: list[dict]) -> list[_common.Table]:
@@ -263,7 +303,7 @@ def companion_table(cfg: AuditConfig, rows: list[dict], k: int) -> _common.Table
 def _per_step_rows(cfg: AuditConfig, settings, k_data, progress: bool) -> list[dict]:
   """Per-step rows of the claims at q (stream fold_in(seed key, 1)) and, with
   per_step_full_batch, at q = 1 (stream 2), on the same base records (k_data)."""
-  worlds = [(cfg.sampling_prob, settings, 1)] + ([(1.0, audit_run.settings(
+  worlds = [(cfg.sampling_prob, settings, 1)] + ([(1.0, _claims(
       cfg.epsilons, 1.0, cfg.num_steps, cfg.delta, False), 2)]
       if cfg.per_step_full_batch and cfg.sampling_prob != 1 else [])
   noisy = sum(sum(st.sigma > 0 for st in sts) for _, sts, _ in worlds)

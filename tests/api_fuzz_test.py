@@ -816,8 +816,8 @@ def entries():
         mismatch=False))
   add(E("dpjax.audit.stats.monotone_argmax", stats.monotone_argmax,
         dict(fp_J=np.array([5.0, 3.0, 1.0]), fn_J=np.array([0.0, 1.0, 2.0]),
-             value_fn=lambda f, g: -(f + g)),
-        {"fp_J": "array", "fn_J": "array", "value_fn": "callable"}))
+             value_fn=lambda f, g: -(f + g), tolerance=0.0),
+        {"fp_J": "array", "fn_J": "array", "value_fn": "callable", "tolerance": "nonneg"}))
   add(E("dpjax.audit.stats.check_scores", stats.check_scores,
         dict(scores_K=scores_in, name="scores_K"), {"scores_K": "arrayinf", "name": None}))
 

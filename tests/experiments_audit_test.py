@@ -214,6 +214,15 @@ class AuditExperimentTest(absltest.TestCase):
                                            rows[0]["epsilon_pld"], rows[0]["estimate"]])
     with self.assertRaisesRegex(ValueError, "^per_step_canaries"):
       dataclasses.replace(cfg, per_step_canaries=1)
+    # The rows' CPU times are in timing.json, not results.json (which a second run of the
+    # same config reproduces byte for byte).
+    with open(os.path.join(os.path.dirname(with_ps["path"]), "timing.json")) as f:
+      timing = json.load(f)
+    self.assertEqual([(t["sampling_prob"], t["epsilon"]) for t in timing["per_step_cpu_seconds"]],
+                     [(r["sampling_prob"], r["epsilon"]) for r in rows])
+    self.assertTrue(all(t["cpu_seconds"] > 0 for t in timing["per_step_cpu_seconds"]))
+    self.assertGreater(timing["process_cpu_seconds"], 0)
+    self.assertNotIn("cpu_seconds", json.dumps(doc))
 
   def test_threat_model_black_box_only(self):
     d = self._tmp()

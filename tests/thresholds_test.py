@@ -1,6 +1,7 @@
 """Tests for dpjax.audit.thresholds: threshold strategies, Bonferroni, spread, declared thresholds."""
 
 import math
+from unittest import mock
 
 import numpy as np
 from absl.testing import absltest, parameterized
@@ -8,7 +9,7 @@ from scipy import stats as sps
 
 from dpjax import tradeoff
 from dpjax.accounting import gdp
-from dpjax.audit import stats, thresholds
+from dpjax.audit import canary, stats, thresholds
 from tests import helpers
 
 
@@ -200,6 +201,102 @@ class BestCertifiableTest(parameterized.TestCase):
     self.assertEqual(b.epsilon, float(np.max(want)))
     self.assertGreater(thresholds.best_certifiable(fpr, fnr, 100, trials_in=300,
                                                    delta=1e-5).epsilon, 0.0)
+
+
+def _exhaustive_best(fpr, fnr, trials, trials_in, delta, confidence, integer_counts):
+  """(epsilon, index) of best_certifiable by evaluating every point (np.argmax)."""
+  ok = np.flatnonzero((fpr > 0) | (fnr > 0))
+  fp, fn = trials * fpr[ok], trials_in * fnr[ok]
+  if integer_counts:
+    fp, fn = np.minimum(np.rint(fp), trials), np.minimum(np.rint(fn), trials_in)
+  eps = stats.epsilon_lower_bound(fp, trials, fn, trials_in, delta, confidence)
+  j = int(np.argmax(eps))
+  return float(eps[j]), int(ok[j])
+
+
+class BestCertifiablePruningTest(parameterized.TestCase):
+  """The pruned search returns exactly the exhaustive argmax (value, first index)."""
+
+  def _check(self, fpr, fnr, trials, trials_in, delta=1e-5, confidence=0.95,
+             integer_counts=False, msg=None):
+    thr = np.arange(fpr.size, dtype=np.float64)
+    b = thresholds.best_certifiable(fpr, fnr, trials, trials_in=trials_in, delta=delta,
+                                    confidence=confidence, thresholds_J=thr,
+                                    integer_counts=integer_counts)
+    want = _exhaustive_best(fpr, fnr, trials, trials_in, delta, confidence, integer_counts)
+    self.assertEqual((b.epsilon, b.index), want, msg)
+    self.assertEqual((b.threshold, b.fpr, b.fnr), (thr[b.index], fpr[b.index], fnr[b.index]))
+
+  @parameterized.parameters((4, 2), (1024, 32))
+  def test_random_rocs(self, blocks, split):
+    # Likelihood-ratio ROCs of random discrete pairs (the order likelihood_ratio_roc gives),
+    # fine and coarse, at random trials, delta and confidence; small blocks prune deeper.
+    rng = np.random.default_rng(blocks)
+    old = stats._BLOCKS, stats._SPLIT
+    stats._BLOCKS, stats._SPLIT = blocks, split
+    try:
+      for trial in range(25):
+        j = int(rng.integers(2, 4000))
+        p_out = rng.dirichlet(np.full(j, float(rng.choice([0.05, 1.0]))))
+        p_in = p_out * np.exp(rng.normal(0, 3, j).cumsum() / j ** 0.5 + rng.uniform(0, 2)
+                              * np.linspace(0, 1, j))
+        p_in /= p_in.sum()
+        _, fpr, fnr = tradeoff.likelihood_ratio_roc(np.arange(j, dtype=float), p_in, p_out)
+        n = int(rng.choice([10, 1000, 10_000, 2 ** 20]))
+        self._check(fpr, fnr, n, int(rng.choice([n, 3 * n])),
+                    delta=float(rng.choice([0.0, 1e-5, 0.01])),
+                    confidence=float(rng.choice([0.9, 0.95, 0.975])),
+                    integer_counts=bool(rng.integers(2)), msg=trial)
+    finally:
+      stats._BLOCKS, stats._SPLIT = old
+
+  def test_adversarial_rocs(self):
+    old = stats._BLOCKS, stats._SPLIT
+    stats._BLOCKS, stats._SPLIT = 16, 4
+    try:
+      # A symmetric ROC: (a, b) and (b, a) certify exactly the same bound (trials_in =
+      # trials) at two separated indices; the first must win.
+      a = np.linspace(1.0, 0.25, 800)
+      b = tradeoff.gaussian_fnr(a, 1.5)                 # < 0.25 = a's last: one chain
+      fpr, fnr = np.r_[a, b[::-1]], np.r_[b, a[::-1]]
+      self._check(fpr, fnr, 10_000, 10_000)
+      halves = [stats.epsilon_lower_bound(f * 10_000, 10_000, g * 10_000, 10_000, 1e-5)
+                for f, g in ((a, b), (b, a))]
+      self.assertEqual(halves[0].max(), halves[1].max())   # the tie is exact
+      # Plateaus: every point repeated, so every value is tied with its neighbours.
+      _, fpr, fnr = tradeoff.likelihood_ratio_roc(
+          np.arange(400.0), *(lambda o: (np.sort(o)[::-1] / o.sum(), np.sort(o) / o.sum()))(
+              np.random.default_rng(3).random(400)))
+      self._check(np.repeat(fpr, 7), np.repeat(fnr, 7), 5000, 5000)
+      # A coin flip: every point certifies 0 (the first non-degenerate point wins).
+      grid = np.linspace(0.0, 1.0, 3001)
+      self._check(grid[::-1].copy(), grid.copy(), 10_000, 10_000)
+      # Integer counts at few trials: long runs of equal counts.
+      self._check(fpr, fnr, 20, 20, integer_counts=True)
+      # Counts one rounding step apart (values equal or one ulp apart).
+      fnr2 = np.r_[0.0, 0.2 + np.arange(60) * np.spacing(0.2), 1.0]
+      self._check(np.r_[0.5, np.full(60, 0.01), 0.0], fnr2, 1000, 1000)
+      # FPR ascending (the other order) is evaluated point by point.
+      self._check(a, b, 10_000, 10_000)
+    finally:
+      stats._BLOCKS, stats._SPLIT = old
+
+  def test_the_audits_rocs_evaluate_few_points(self):
+    # The claimed mechanism's ROC of the main job (J ~ 10^5 points): the same point as the
+    # exhaustive search from a small share of the points.
+    thr, fpr, fnr = canary.llr_distribution(0.2, 9.7, 500).roc()
+    seen = [0]
+    real = stats.epsilon_lower_bound
+
+    def counting(fp, n, fn, *args):
+      seen[0] += np.size(fp)
+      return real(fp, n, fn, *args)
+    with mock.patch.object(stats, "epsilon_lower_bound", counting):
+      b = thresholds.best_certifiable(fpr, fnr, 10_000, delta=1e-5, confidence=0.975,
+                                      thresholds_J=thr)
+    self.assertLess(seen[0], fpr.size // 10)
+    self.assertEqual((b.epsilon, b.index),
+                     _exhaustive_best(fpr, fnr, 10_000, 10_000, 1e-5, 0.975, False))
 
 
 class DeclaredTest(parameterized.TestCase):

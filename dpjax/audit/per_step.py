@@ -163,16 +163,19 @@ def step_statistics(scores_in, scores_out, thresholds_J) -> StepStatistics:
 @jax.jit
 def _chunk_counts(o_MxTxK, thresholds_J):
   """(above int32[J, M, K] = #{t : o[m, t, k] > tau_j}, the float32 sums over T of o and
-  o^2, all finite); the counts accumulate step by step (a loop over T of vector compares,
-  an order of magnitude cheaper on XLA:CPU than J reductions over the middle axis)."""
+  o^2, all finite); the counts and the finiteness accumulate step by step (a loop over T
+  of vector compares, an order of magnitude cheaper on XLA:CPU than J reductions over the
+  middle axis)."""
   m, t, k = o_MxTxK.shape
 
-  def count(i, above):
+  def count(i, carry):
+    above, finite = carry
     o_MxK = jax.lax.dynamic_index_in_dim(o_MxTxK, i, 1, keepdims=False)
-    return above + (o_MxK[None] > thresholds_J[:, None, None]).astype(jnp.int32)
-  above = jax.lax.fori_loop(0, t, count, jnp.zeros((thresholds_J.shape[0], m, k), jnp.int32))
-  return (above, jnp.sum(o_MxTxK, axis=1), jnp.sum(o_MxTxK * o_MxTxK, axis=1),
-          jnp.all(jnp.isfinite(o_MxTxK)))
+    return (above + (o_MxK[None] > thresholds_J[:, None, None]).astype(jnp.int32),
+            finite & jnp.all(jnp.isfinite(o_MxK)))
+  above, finite = jax.lax.fori_loop(
+      0, t, count, (jnp.zeros((thresholds_J.shape[0], m, k), jnp.int32), jnp.array(True)))
+  return (above, jnp.sum(o_MxTxK, axis=1), jnp.sum(o_MxTxK * o_MxTxK, axis=1), finite)
 
 
 def observation_statistics(o_MxTxK, in_MxK, thresholds_J) -> StepStatistics:

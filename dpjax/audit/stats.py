@@ -161,13 +161,15 @@ _BLOCKS = 1024       # blocks of candidates bounded at once by monotone_argmax
 _SPLIT = 32          # sub-blocks per surviving block
 
 
-def monotone_argmax(fp_J, fn_J, value_fn) -> tuple[int, float]:
+def monotone_argmax(fp_J, fn_J, value_fn, *, tolerance: float = 0.0) -> tuple[int, float]:
   """(j, v[j]), j = np.argmax(v), v = value_fn(fp_J, fn_J), in near-linear time.
 
   Needs fp_J non-increasing, fn_J non-decreasing and value_fn non-increasing in each count (as
   `epsilon_lower_bound`): a block [i, k] is bounded by value_fn(fp_J[k], fn_J[i]), so blocks
   below the best so far are dropped and the rest split. Same result (first maximum) as
-  evaluating every candidate.
+  evaluating every candidate. A block is dropped only when its bound, plus 1e-9 of its
+  magnitude and `tolerance` >= 0 (room for value_fn's rounding), is below the best value, or
+  equal to it with the block after the best index.
 
   Examples:
     >>> fp, fn = np.array([5, 3, 3, 1, 0]), np.array([0, 1, 2, 2, 4])
@@ -177,6 +179,7 @@ def monotone_argmax(fp_J, fn_J, value_fn) -> tuple[int, float]:
   fp = _validate.check_array(fp_J, "fp_J", ndim=1, min_size=1)
   fn = _validate.check_array(fn_J, "fn_J", shape=fp.shape)
   _validate.check_callable(value_fn, "value_fn")
+  tolerance = _validate.check_nonnegative(tolerance, "tolerance")
   if np.any(np.diff(fp) > 0):
     raise ValueError("fp_J must be non-increasing (thresholds in ascending order)")
   if np.any(np.diff(fn) < 0):
@@ -200,7 +203,7 @@ def monotone_argmax(fp_J, fn_J, value_fn) -> tuple[int, float]:
     evaluate(np.unique(np.r_[starts, ends]))
     bound = np.asarray(value_fn(fp[ends], fn[starts]), np.float64).reshape(starts.shape)
     with np.errstate(invalid="ignore"):             # room for rounding in value_fn
-      bound = np.where(np.isfinite(bound), bound + 1e-9 * np.abs(bound), bound)
+      bound = np.where(np.isfinite(bound), bound + 1e-9 * np.abs(bound) + tolerance, bound)
     keep = (bound > best_v) | ((bound >= best_v) & (starts < best_j))
     starts = starts[keep]
     size, old = -(-size // _SPLIT), size

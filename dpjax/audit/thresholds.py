@@ -34,6 +34,8 @@ _SPLIT_ASSUMPTIONS = (
 _FIXED_ASSUMPTIONS = ("threshold fixed before seeing these scores, evaluated on every trial")
 # Declared ladders: false-positive rates 2^-i with >= this many expected false positives.
 _MIN_EXPECTED_FALSE_POSITIVES = 4.0
+# best_certifiable's pruning: absolute allowance for the bound's rounding (see its docstring).
+_PRUNE_TOLERANCE = 1e-9
 _MAX_TRIALS = 2**40          # best_certifiable's counts (the Beta quantiles' cost grows with them)
 
 
@@ -278,7 +280,26 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
   max_j `stats.epsilon_lower_bound` of the counts trials FPR_j and trials_in FNR_j (default
   trials; rounded when integer_counts; trials, trials_in <= 2^40), skipping FPR = FNR = 0. A
   benchmark (what the best adversary for that ROC typically certifies), not a bound on any one
-  audit; the best point's threshold is the natural one to fix in advance.
+  audit; the best point's threshold is the natural one to fix in advance. The point is the
+  first j of the maximum, as np.argmax over every point would give.
+
+  Pruning (the same point and value as evaluating every point): when the counts come in
+  threshold order (expected false positives non-increasing and false negatives
+  non-decreasing in j, as `tradeoff.likelihood_ratio_roc` gives them), the maximum is found
+  by `stats.monotone_argmax` from a few thousand of the J points. Proof: the Clopper-Pearson
+  upper limit of k errors in n trials (the Beta(1 - alpha/2; k + 1, n - k) quantile) is
+  increasing in k, and the bound is non-increasing in each upper limit, so it is
+  non-increasing in each count. In a block of consecutive points [i, k] every point's
+  counts are at least (FP_k, FN_i), so the bound at (FP_k, FN_i) is at least every point's
+  in the block. A block is dropped only when that value, plus 1e-9 of its magnitude plus
+  1e-9 (room for rounding: the computed bound is within ~1e-13 of the exact one, the
+  quantiles' relative error carried through a logarithm), is below the best value found so
+  far, or equal to it with the block after the best index; so no dropped point holds the
+  maximum or an earlier tie, and each kept block is split down to single points and
+  evaluated (each point's bound is computed elementwise, the same in any batch).
+  Multiplying by trials, rounding (integer_counts) and capping keep the order, which is
+  checked on the counts themselves; in any other order (e.g. FPR ascending) every point is
+  evaluated.
 
   Examples:
     >>> from dpjax import tradeoff
@@ -303,11 +324,18 @@ def best_certifiable(fpr_J, fnr_J, trials: int, *, delta: float = 0.0,
   fp, fn = trials * fpr[ok], n_in * fnr[ok]
   if integer_counts:
     fp, fn = np.minimum(np.rint(fp), trials), np.minimum(np.rint(fn), n_in)
-  eps = stats.epsilon_lower_bound(fp, trials, fn, n_in, delta, confidence)
-  j = int(np.argmax(eps))
+
+  def bound(f, g):
+    return stats.epsilon_lower_bound(f, trials, g, n_in, delta, confidence)
+  if np.all(np.diff(fp) <= 0) and np.all(np.diff(fn) >= 0):
+    j, best = stats.monotone_argmax(fp, fn, bound, tolerance=_PRUNE_TOLERANCE)
+  else:
+    eps = bound(fp, fn)
+    j = int(np.argmax(eps))
+    best = float(eps[j])
   i = int(ok[j])
   return CertifiableBound(
-      float(eps[j]), i, None if thr is None else float(thr[i]), float(fpr[i]), float(fnr[i]),
+      best, i, None if thr is None else float(thr[i]), float(fpr[i]), float(fnr[i]),
       trials, delta, confidence,
       "expected counts (trials x rate) at the best point of the given ROC; what the best "
       "adversary for that ROC typically certifies, not a bound on any one audit")

@@ -1,21 +1,13 @@
 """PATE at scale on the credit world, against DP-SGD at eps = 1, 2, 4, 8 (Papernot et al. 2018).
 
 --teachers x --per_teacher private credit records, --public queries, --test records and a PUBLIC
-proxy draw (own teachers and validation set) on which every setting is chosen; logistic
-regression on 6 features. Per target eps: GNMax (sigma so that Q answers cost the target);
-Confident-GNMax (the best proxy setting of the --confident_* grid whose releasable eps on the
-proxy, `dpjax.pate_release`, is <= --release_margin x the target); DP-SGD
-(`DpSgdConfig.calibrate`). Every guarantee charges each query both steps; the paper's
-answered-only accounting (not an upper bound, `pate.pate_rdp`) is shown for comparison only.
-The paper's UCI Adult rows (arXiv 1802.08908, Table 2) are `PAPER_ROWS`; ours runs its
-Confident-GNMax setting scaled by k / 250.
-
+proxy draw (own teachers, validation set) on which every setting is chosen (the main table's note
+says how); logistic regression on 6 features. The paper's UCI Adult rows (arXiv 1802.08908,
+Table 2) are `PAPER_ROWS`; ours runs its Confident-GNMax setting scaled by k / 250.
 Command:  python -m experiments.pate_credit        (about 45 s of CPU)
           python -m experiments.pate_credit --teachers 1000 --public 10000 --delta 1e-6
-
 Shape letters: k teachers, N private records, Q queries, C = 2 classes, G grid settings.
 """
-
 
 from __future__ import annotations
 
@@ -38,13 +30,11 @@ NAME = "pate_credit"
 NUM_CLASSES = 2
 # The paper's Adult Confident-GNMax setting (threshold, check noise, answer noise),
 # in votes of 250 teachers; scaled by k / 250 for other k.
-PAPER_SETTING = (300.0, 200.0, 40.0)
-PAPER_TEACHERS = 250
-_opt = _common.option
+PAPER_SETTING, PAPER_TEACHERS = (300.0, 200.0, 40.0), 250
 PAPER_ROWS = (  # aggregator, queries answered, eps, student accuracy, non-private
     ("LNMax", 500, 2.66, 0.830, 0.850),
-    ("Confident-GNMax (T=300, σ₁=200, σ₂=40)", 524, 1.90, 0.837, 0.850),
-)
+    ("Confident-GNMax (T=300, σ₁=200, σ₂=40)", 524, 1.90, 0.837, 0.850))
+_opt = _common.option
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,17 +46,15 @@ class PateCreditConfig(_common.ExperimentConfig):
   test: int = _opt(10000, "Test set size (and proxy validation set size).", bounds=">=1")
   epsilons: tuple[float, ...] = _opt((1.0, 2.0, 4.0, 8.0), "Target eps values.", bounds=">0")
   delta: float = _opt(1e-5, "Target delta.", bounds="(0,1)")
-  queries: tuple[int, ...] = _opt((50, 100, 300, 1000, 3000), "Candidate numbers of queries Q.",
-                                  bounds=">=1")
+  queries: tuple[int, ...] = _opt((50, 100, 300, 1000, 3000), "Candidate Q.", bounds=">=1")
   confident_thresholds: tuple[float, ...] = _opt(
       (0.75, 0.9), "Confident-GNMax thresholds T / k (grid).", bounds="(0,1]")
   confident_sigma_thresholds: tuple[float, ...] = _opt(
       (0.3, 0.5), "Confident-GNMax check noise sigma_t / k (grid).", bounds=">0")
   confident_sigmas: tuple[float, ...] = _opt(
       (0.1, 0.2), "Confident-GNMax answer noise sigma / k (grid).", bounds=">0")
-  release_margin: float = _opt(
-      0.75, "Confident-GNMax settings qualify when their releasable eps on the proxy is "
-      "<= this * the target.", bounds="(0,1]")
+  release_margin: float = _opt(0.75, "Confident-GNMax qualifies when its releasable eps on the "
+                               "proxy is <= this * the target.", bounds="(0,1]")
   fit_steps: int = _opt(300, "Adam steps for teachers, students, non-private.", bounds=">=1")
   dpsgd_seeds: int = _opt(4, "DP-SGD models trained together.", bounds=">=1")
   dpsgd_batch: int = _opt(1000, "DP-SGD expected batch size.", bounds=">=1")
@@ -92,9 +80,8 @@ def _plan(votes_QxC, **kw):
 def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Teachers at scale, PATE (GNMax, Confident-GNMax) vs DP-SGD; `_common.finish`'s dict."""
   os.makedirs(out_dir, exist_ok=True)
-  k, per, n_pub, n_test = cfg.teachers, cfg.per_teacher, cfg.public, cfg.test
-  n = k * per
-  delta, orders = cfg.delta, rdp.DEFAULT_ORDERS
+  k, per, n_pub, n_test, delta = cfg.teachers, cfg.per_teacher, cfg.public, cfg.test, cfg.delta
+  n, orders = k * per, rdp.DEFAULT_ORDERS
   epsilons, queries = sorted(set(cfg.epsilons)), sorted(set(cfg.queries))
   bar = tqdm(total=8 + len(epsilons), desc="pate_credit", disable=not progress)
   (k_data, k_teach, k_proxy_teach, k_ref, k_agg, k_proxy_agg, k_student, k_dp,
@@ -108,8 +95,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   scaler = credit.PublicScaler.fit(parts[1].x_NxF)
   (x_priv, y_priv), (x_pub, y_pub), (x_test, y_test), (x_prox, y_prox), (x_pval, y_pval) = (
       (credit.linear_features(p.x_NxF, scaler), p.y_N) for p in parts)
-  y_pub = np.asarray(y_pub)
-  model = models.logistic_regression(credit.LINEAR_DIM)
+  y_pub, model = np.asarray(y_pub), models.logistic_regression(credit.LINEAR_DIM)
   accuracies = lambda params_G, x, y: models.accuracy(model, params_G, x, y).astype(np.float64)
   votes_of = lambda params, x: np.asarray(pate.teacher_votes(model, params, x, NUM_CLASSES))
   students = lambda i, labels, mask: pate.fit_students(
@@ -120,12 +106,10 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   bar.update(1)
   # Teachers: one vmapped program each for the private and the proxy ensemble.
   params, keep = pate.train_teachers(k_teach, x_priv, y_priv, k, model, num_steps=cfg.fit_steps)
-  sizes = np.asarray(keep).sum(axis=1)
-  disjoint = bool(np.all(np.asarray(keep).sum(axis=0) == 1))
+  sizes, disjoint = np.asarray(keep).sum(axis=1), bool(np.all(np.asarray(keep).sum(axis=0) == 1))
   if not disjoint or sizes.min() != per or sizes.max() != per:
     raise AssertionError("teacher partitions are not disjoint or not of equal size")
-  teacher_acc = accuracies(params, x_test, y_test)
-  votes = votes_of(params, x_pub)
+  teacher_acc, votes = accuracies(params, x_test, y_test), votes_of(params, x_pub)
   bar.update(1)
   prox_votes = votes_of(pate.train_teachers(k_proxy_teach, x_prox, y_prox, k, model,
                                             num_steps=cfg.fit_steps)[0], x_pub)
@@ -138,13 +122,13 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
     params_G, empty = students(i, labels, mask)
     return accuracies(params_G, x_pval, y_pval), empty, mask
 
-  # Confident-GNMax grid on the proxy votes (PUBLIC): each (T, sigma_t, sigma) is run
-  # once on the whole pool; a setting with Q queries uses the first Q answers.
-  cache = {}
+  # Confident-GNMax grid on the proxy votes (PUBLIC): each (T, sigma_t, sigma) runs once on
+  # the whole pool; a setting with Q queries uses the first Q answers. Its eps charges every
+  # query both steps.
+  cache, answers, g_eps_dep, g_eps_ind = {}, [], [], []
   aggs = [(t, st, s) for t in cfg.confident_thresholds
           for st in cfg.confident_sigma_thresholds for s in cfg.confident_sigmas]
   grid = [(t, st, s, qn) for (t, st, s) in aggs for qn in queries]
-  answers, g_eps_dep, g_eps_ind = [], [], []   # eps: every query charged both steps
   for a, (t, st, s) in enumerate(aggs):
     lab, ans = map(np.asarray, pate.confident_gnmax(jax.random.fold_in(k_proxy_agg, a),
                                                     prox_votes, **confident(t, st, s)))
@@ -178,10 +162,9 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
           **confident(t, st, s)).epsilon)
     return proxy_release[i]
 
-  def setting(qn, t, st, s, student, eps_proxy):
-    return dict(queries=qn, threshold=t, sigma_threshold=st, sigma=s, proxy_student=student,
-                proxy_epsilon=eps_proxy)
-
+  setting = lambda qn, t, st, s, student, eps_proxy: dict(
+      queries=qn, threshold=t, sigma_threshold=st, sigma=s, proxy_student=student,
+      proxy_epsilon=eps_proxy)
   by_accuracy = sorted((i for i in range(len(grid)) if not g_empty[i]),
                        key=lambda i: (-g_acc[i], g_eps_dep[i], i))
   rows = []   # (eps, aggregator, setting dict, labels, mask, release plan)
@@ -231,8 +214,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                                  "epsilon_releasable")), answered=0,
                   note="no grid setting met the target on the proxy")
       continue
-    qn = sett["queries"]
-    ans = mask[:qn]
+    qn, ans = sett["queries"], mask[:sett["queries"]]
     kw = dict(sigma=sett["sigma"], threshold=sett["threshold"],
               sigma_threshold=sett["sigma_threshold"])
     acct = pate.pate_rdp_grouped(votes[:qn], ans, orders=orders, cache=cache, **kw)
@@ -298,35 +280,32 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
 
 
 def _tables(record: dict, cfg: PateCreditConfig) -> list:
-  k, n = record["teachers"], record["n_private"]
-  data = _common.Table(
-      title=(f"Teachers at scale: {k} teachers × {record['per_teacher']} private credit "
-             f"records (N = {n:,}), one vmapped program; public pool {record['n_public']:,}, "
-             f"test {record['n_test']:,}"),
-      columns=["Bayes (test)", "non-private", "one teacher (mean)", "one teacher (min–max)",
-               "plurality vote", "mean plurality share (pool)", "unanimous (pool)",
-               "partitions disjoint"],
-      rows=[[record["bayes_accuracy_test"], record["non_private_accuracy"],
-             record["teacher_accuracy_mean"],
-             "{:.3f}–{:.3f}".format(*record["teacher_accuracy_range"]),
-             record["ensemble_accuracy"], record["plurality_share_public"],
-             record["unanimous_fraction_public"], record["partitions_disjoint"]]],
+  k, n, r = record["teachers"], record["n_private"], record
+  data = _common.table(
+      f"Teachers at scale: {k} teachers × {r['per_teacher']} private credit records (N = {n:,}), "
+      f"one vmapped program; public pool {r['n_public']:,}, test {r['n_test']:,}", [r],
+      [("Bayes (test)", "bayes_accuracy_test"), ("non-private", "non_private_accuracy"),
+       ("one teacher (mean)", "teacher_accuracy_mean"),
+       ("one teacher (min–max)", lambda r: "{:.3f}–{:.3f}".format(*r["teacher_accuracy_range"])),
+       ("plurality vote", "ensemble_accuracy"),
+       ("mean plurality share (pool)", "plurality_share_public"),
+       ("unanimous (pool)", "unanimous_fraction_public"),
+       ("partitions disjoint", "partitions_disjoint")],
       note="Accuracies on the test set; logistic regression on the 6 linear features.")
-  fields = ("target_epsilon", "aggregator", "queries", "threshold", "sigma_threshold", "sigma",
-            "answered", "label_accuracy", "student_accuracy", "epsilon_data_independent",
-            "epsilon_all_answered", "epsilon_data_dependent", "epsilon_data_dependent_all",
-            "epsilon_releasable", "proxy_epsilon")
-  dp = lambda c: record["dpsgd"].get(str(c["target_epsilon"]), {})
-  rows = [[c.get(f) for f in fields] + [dp(c).get("accuracy"), dp(c).get("sigma")]
-          for c in record["cells"]]
-  main = _common.Table(
-      title=(f"PATE vs DP-SGD at target ε, δ = {cfg.delta:g}: {n:,} private records, "
-             f"{k} teachers; non-private {record['non_private_accuracy']:.3f}"),
-      columns=["target ε", "aggregator", "Q", "T", "σ_t", "σ", "answered",
-               "labels correct", "student (test)", "ε data-indep. (answered only)‡",
-               "ε data-indep.", "ε data-dep. (answered only)*‡", "ε data-dep.*",
-               "ε releasable", "ε on proxy†", "DP-SGD (test)", "DP-SGD σ"],
-      rows=rows,
+  dp = lambda f: lambda c: r["dpsgd"].get(str(c["target_epsilon"]), {}).get(f)
+  get = lambda *fs: [lambda c, f=f: c.get(f) for f in fs]   # a cell that has no setting: None
+  main = _common.table(
+      f"PATE vs DP-SGD at target ε, δ = {cfg.delta:g}: {n:,} private records, {k} teachers; "
+      f"non-private {r['non_private_accuracy']:.3f}", r["cells"], list(zip(
+          ["target ε", "aggregator", "Q", "T", "σ_t", "σ", "answered", "labels correct",
+           "student (test)", "ε data-indep. (answered only)‡", "ε data-indep.",
+           "ε data-dep. (answered only)*‡", "ε data-dep.*", "ε releasable", "ε on proxy†",
+           "DP-SGD (test)", "DP-SGD σ"],
+          get("target_epsilon", "aggregator", "queries", "threshold", "sigma_threshold",
+              "sigma", "answered", "label_accuracy", "student_accuracy",
+              "epsilon_data_independent", "epsilon_all_answered", "epsilon_data_dependent",
+              "epsilon_data_dependent_all", "epsilon_releasable", "proxy_epsilon")
+          + [dp("accuracy"), dp("sigma")])),
       note=("GNMax: σ so that the data-independent ε of Q answers is the target, Q chosen "
             "on the proxy. Confident-GNMax: (T, σ_t, σ, Q) chosen on the proxy among settings "
             f"whose releasable ε there† is ≤ {cfg.release_margin:g} × the target; its guarantee "
@@ -334,23 +313,20 @@ def _tables(record: dict, cfg: PateCreditConfig) -> list:
             "bound except with probability 0.01), charging every query both steps, as do ε "
             "data-indep. and ε data-dep. ‡The paper's accounting (the answer charged on "
             "answered queries only) conditions on a random output of the private votes and is "
-            "NOT an upper bound (`pate.pate_rdp`); shown for comparison only. *Not releasable as is. †The "
-            "proxy's releasable ε (GNMax: the target). Last PATE row: the paper's Adult "
-            f"setting scaled by k/{PAPER_TEACHERS}, every pool query. DP-SGD: mean of "
+            "NOT an upper bound (`pate.pate_rdp`); shown for comparison only. *Not releasable "
+            "as is. †The proxy's releasable ε (GNMax: the target). Last PATE row: the paper's "
+            f"Adult setting scaled by k/{PAPER_TEACHERS}, every pool query. DP-SGD: mean of "
             f"{cfg.dpsgd_seeds} seeds, expected batch {cfg.dpsgd_batch}, {cfg.dpsgd_epochs} "
             "epochs."))
-  paper_cell = next(c for c in record["cells"] if c["target_epsilon"] is None)
-  prows = [[f"Adult (paper), {a}", None, q, e, None, acc, base]
-           for a, q, e, acc, base in PAPER_ROWS]
-  prows.append([f"credit world (ours), Confident-GNMax at the paper's setting ×{k}/250", k,
-                paper_cell["answered"], paper_cell["epsilon_data_dependent"],
-                paper_cell["epsilon_releasable"], paper_cell["student_accuracy"],
-                record["non_private_accuracy"]])
+  ours = next(c for c in r["cells"] if c["target_epsilon"] is None)
   published = _common.Table(
-      title="The shape of the paper's tabular result (Papernot et al. 2018, Table 2, UCI Adult)",
-      columns=["setting", "teachers", "queries answered", "ε data-dep.", "ε releasable",
-               "student", "non-private"],
-      rows=prows,
+      "The shape of the paper's tabular result (Papernot et al. 2018, Table 2, UCI Adult)",
+      ["setting", "teachers", "queries answered", "ε data-dep.", "ε releasable", "student",
+       "non-private"],
+      [[f"Adult (paper), {a}", None, q, e, None, acc, base] for a, q, e, acc, base in PAPER_ROWS]
+      + [[f"credit world (ours), Confident-GNMax at the paper's setting ×{k}/250", k,
+          ours["answered"], ours["epsilon_data_dependent"], ours["epsilon_releasable"],
+          ours["student_accuracy"], r["non_private_accuracy"]]],
       note=(f"δ = 1e-5 for the paper's rows, {cfg.delta:g} for ours. The paper's figures "
             "are as recalled from arXiv 1802.08908 (Table 2), not checked against a stored "
             "copy; its ε is the data-dependent bound. Adult has about 32,000 real census "

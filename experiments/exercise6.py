@@ -332,7 +332,7 @@ def _summary(cfg: Exercise6Config, r: dict) -> str:
   b, m, s, five, e = r["budget"], r["model"], r["selection"], r["five_loans"][1], cfg.epsilon
   acc = lambda v: _common.fmt(v["test_accuracy"])
   return (
-      f"Budget: the lecture's 2.0 / 0.7 / 0.3 split in one RDP account spends "
+      f"Budget: the lecture's 2.0 / 0.7 / 0.3 split accounted in one RDP account spends "
       f"{b['eps_joint_at_basic_sigma']:.2f} of {e:g}; at total {e:g} the model's sigma drops "
       f"from {b['sigma_basic']:.2f} to {b['sigma_joint']:.2f}. Zip codes: "
       f"{len(r['unreliable_ours'])} of {cfg.zip_codes} unreliable by noise sd > "

@@ -83,7 +83,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   k, per, n_pub, n_test, delta = cfg.teachers, cfg.per_teacher, cfg.public, cfg.test, cfg.delta
   n, orders = k * per, rdp.DEFAULT_ORDERS
   epsilons, queries = sorted(set(cfg.epsilons)), sorted(set(cfg.queries))
-  bar = tqdm(total=8 + len(epsilons), desc="pate_credit", disable=not progress)
+  bar = tqdm(total=4 + len(epsilons), desc="pate_credit", disable=not progress)
   (k_data, k_teach, k_proxy_teach, k_ref, k_agg, k_proxy_agg, k_student, k_dp,
    k_proxy_rel, k_release) = jax.random.split(jax.random.key(cfg.seed), 10)
   fold2 = lambda key, a, b: jax.random.fold_in(jax.random.fold_in(key, a), b)
@@ -100,17 +100,14 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   votes_of = lambda params, x: np.asarray(pate.teacher_votes(model, params, x, NUM_CLASSES))
   students = lambda i, labels, mask: pate.fit_students(
       jax.random.fold_in(k_student, i), x_pub, labels, mask, model, num_steps=cfg.fit_steps)
-  bar.update(1)
   ref = pate.fit_non_private(k_ref, x_priv, y_priv, jnp.ones((1, n), bool), model,
                              num_steps=cfg.fit_steps)
-  bar.update(1)
   # Teachers: one vmapped program each for the private and the proxy ensemble.
   params, keep = pate.train_teachers(k_teach, x_priv, y_priv, k, model, num_steps=cfg.fit_steps)
   sizes, disjoint = np.asarray(keep).sum(axis=1), bool(np.all(np.asarray(keep).sum(axis=0) == 1))
   if not disjoint or sizes.min() != per or sizes.max() != per:
     raise AssertionError("teacher partitions are not disjoint or not of equal size")
   teacher_acc, votes = accuracies(params, x_test, y_test), votes_of(params, x_pub)
-  bar.update(1)
   prox_votes = votes_of(pate.train_teachers(k_proxy_teach, x_prox, y_prox, k, model,
                                             num_steps=cfg.fit_steps)[0], x_pub)
   bar.update(1)
@@ -123,8 +120,8 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
     return accuracies(params_G, x_pval, y_pval), empty, mask
 
   # Confident-GNMax grid on the proxy votes (PUBLIC): each (T, sigma_t, sigma) runs once on
-  # the whole pool; a setting with Q queries uses the first Q answers. Its eps charges every
-  # query both steps.
+  # the whole pool; a setting with Q queries uses the first Q answers; its eps charges every
+  # query both steps. GNMax on the proxy: sigma calibrated per (eps, Q).
   cache, answers, g_eps_dep, g_eps_ind = {}, [], [], []
   aggs = [(t, st, s) for t in cfg.confident_thresholds
           for st in cfg.confident_sigma_thresholds for s in cfg.confident_sigmas]
@@ -139,9 +136,6 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
       g_eps_dep.append(eps_of(acct.data_dependent))
       g_eps_ind.append(eps_of(acct.data_independent))
   g_acc, g_empty, g_mask = proxy_students(1, answers)
-  bar.update(1)
-
-  # GNMax on the proxy: sigma calibrated per (eps, Q); Q chosen by the proxy student.
   gn_cells = [(eps, qn, pate_audit.calibrate_sigma(eps, qn, delta=delta, orders=orders))
               for eps in epsilons for qn in queries]
   gn_acc = proxy_students(2, [
@@ -149,9 +143,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
        np.ones(n_pub, bool), qn) for i, (_, qn, sig) in enumerate(gn_cells)])[0]
   bar.update(1)
 
-  # Confident-GNMax: per target, the best proxy student among the settings whose
-  # releasable eps on the proxy (at least the data-dependent one) is <= the margin.
-  proxy_release = {}
+  proxy_release = {}   # grid setting -> (release plan, releasable eps on the proxy)
 
   def _proxy_release(i):
     if i not in proxy_release:
@@ -169,11 +161,12 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                        key=lambda i: (-g_acc[i], g_eps_dep[i], i))
   rows = []   # (eps, aggregator, setting dict, labels, mask, release plan)
   for e_i, eps in enumerate(epsilons):
+    # GNMax: Q by the proxy student. Confident-GNMax: the best proxy student among the
+    # settings whose releasable eps on the proxy (>= the data-dependent one) is <= the margin.
     best = max((i for i, c in enumerate(gn_cells) if c[0] == eps),
                key=lambda i: (gn_acc[i], -gn_cells[i][1]))
     _, qn, sig = gn_cells[best]
-    lab = np.asarray(pate.gnmax(fold2(k_agg, 0, e_i), votes, sig))
-    mask = np.arange(n_pub) < qn
+    lab, mask = np.asarray(pate.gnmax(fold2(k_agg, 0, e_i), votes, sig)), np.arange(n_pub) < qn
     rows.append((eps, "GNMax", setting(qn, None, None, sig, float(gn_acc[best]), eps),
                  np.where(mask, lab, 0), mask, None))
     bound = cfg.release_margin * eps
@@ -184,8 +177,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
       continue
     t, st, s, qn = grid[chosen]
     lab, ans = pate.confident_gnmax(fold2(k_agg, 1, e_i), votes, **confident(t, st, s))
-    mask = np.asarray(ans) & (np.arange(n_pub) < qn)
-    plan, eps_proxy = _proxy_release(chosen)
+    mask, (plan, eps_proxy) = np.asarray(ans) & (np.arange(n_pub) < qn), _proxy_release(chosen)
     rows.append((eps, "Confident-GNMax",
                  setting(qn, t * k, st * k, s * k, float(g_acc[chosen]), float(eps_proxy)),
                  np.where(mask, np.asarray(lab), 0), mask, plan))
@@ -194,10 +186,9 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   t, st, s = (v * k / PAPER_TEACHERS for v in PAPER_SETTING)
   kw = dict(sigma=s, threshold=t, sigma_threshold=st)
   lab, ans = pate.confident_gnmax(jax.random.fold_in(k_agg, 2), votes, **kw)
-  mask = np.asarray(ans)
   rows.append((None, "Confident-GNMax (paper's Adult setting)",
-               setting(n_pub, t, st, s, None, None),
-               np.where(mask, np.asarray(lab), 0), mask, _plan(prox_votes, delta=delta, **kw)))
+               setting(n_pub, t, st, s, None, None), np.where(np.asarray(ans), np.asarray(lab), 0),
+               np.asarray(ans), _plan(prox_votes, delta=delta, **kw)))
 
   live = [r for r in rows if r[2] is not None]
   s_params, s_empty = students(3, np.stack([r[3] for r in live]), np.stack([r[4] for r in live]))
@@ -205,8 +196,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   live_acc = [None if s_empty[i] else float(s_acc[i]) for i in range(len(live))]
   cells = []
   for r_i, (eps, agg, sett, lab, mask, plan) in enumerate(rows):
-    cell = {"target_epsilon": eps, "aggregator": agg}
-    cells.append(cell)
+    cells.append(cell := {"target_epsilon": eps, "aggregator": agg})
     if sett is None:
       cell.update(dict.fromkeys(("queries", "answered", "student_accuracy", "label_accuracy",
                                  "epsilon_data_independent", "epsilon_data_dependent",
@@ -215,11 +205,10 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                   note="no grid setting met the target on the proxy")
       continue
     qn, ans = sett["queries"], mask[:sett["queries"]]
-    kw = dict(sigma=sett["sigma"], threshold=sett["threshold"],
-              sigma_threshold=sett["sigma_threshold"])
-    acct = pate.pate_rdp_grouped(votes[:qn], ans, orders=orders, cache=cache, **kw)
-    acct_all = pate.pate_rdp_grouped(votes[:qn], np.ones(qn, bool), orders=orders,
-                                     cache=cache, **kw)
+    kw = {f: sett[f] for f in ("sigma", "threshold", "sigma_threshold")}
+    # Answered only (the paper's accounting, not an upper bound) and every query charged.
+    acct, acct_all = (pate.pate_rdp_grouped(votes[:qn], a, orders=orders, cache=cache, **kw)
+                      for a in (ans, np.ones(qn, bool)))
     rel = None if plan is None else pate_release.release(
         jax.random.fold_in(k_release, r_i), votes[:qn], None, params=plan, delta=delta, **kw)
     n_ans = int(ans.sum())
@@ -272,8 +261,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                           "proxy_epsilon_data_independent": g_eps_ind[i],
                           "proxy_epsilon_releasable": proxy_release.get(i, (None, None))[1],
                           "proxy_student": (None if g_empty[i] else float(g_acc[i]))}
-                         for i, (t, st, s, qn) in enumerate(grid)],
-  }
+                         for i, (t, st, s, qn) in enumerate(grid)]}
   return _common.finish(cfg, out_dir, NAME, record, tables=_tables(record, cfg),
                         figures=[_plots.pate_credit_accuracy(out_dir, record)],
                         summary=_summary(record), quiet=quiet)

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from dpjax import dpsgd, models, pate, pate_release
 from dpjax.accounting import rdp
 from dpjax.audit import pate_audit
+from dpjax.pate import labelling
 from dpjax.data import credit
 from experiments import _common, _plots
 
@@ -205,26 +206,15 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                   note="no grid setting met the target on the proxy")
       continue
     qn, ans = sett["queries"], mask[:sett["queries"]]
-    kw = {f: sett[f] for f in ("sigma", "threshold", "sigma_threshold")}
-    # Answered only (the paper's accounting, not an upper bound) and every query charged.
-    acct, acct_all = (pate.pate_rdp_grouped(votes[:qn], a, orders=orders, cache=cache, **kw)
-                      for a in (ans, np.ones(qn, bool)))
-    rel = None if plan is None else pate_release.release(
-        jax.random.fold_in(k_release, r_i), votes[:qn], None, params=plan, delta=delta, **kw)
     n_ans = int(ans.sum())
-    cell.update(sett)
     cell.update(
-        answered=n_ans,
+        sett, answered=n_ans,
         label_accuracy=(float(np.mean(lab[:qn][ans] == y_pub[:qn][ans])) if n_ans else None),
         student_accuracy=live_acc.pop(0),
-        epsilon_data_independent=eps_of(acct.data_independent),
-        epsilon_data_dependent=eps_of(acct.data_dependent),
-        epsilon_all_answered=eps_of(acct_all.data_independent),
-        epsilon_data_dependent_all=eps_of(acct_all.data_dependent),
-        **{f: None if rel is None else getattr(rel, a) for f, a in (
-            ("epsilon_releasable", "epsilon"), ("release_order", "order"),
-            ("release_probability_below", "probability_below"),
-            ("release_true_total_epsilon", "true_total_epsilon"))})
+        **labelling.labelling_epsilons(
+            jax.random.fold_in(k_release, r_i), votes[:qn], ans, delta=delta, orders=orders,
+            plan=plan, cache=cache, **{f: sett[f] for f in ("sigma", "threshold",
+                                                             "sigma_threshold")}))
   bar.update(1)
 
   # DP-SGD at each target eps: same model, same private records, seeds vmapped.

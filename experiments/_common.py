@@ -119,11 +119,8 @@ def rows(records: Sequence[dict], *keys) -> list[list]:
 
 def table(title: str, records: Sequence, columns: Sequence[tuple[str, Any]], *, note: str = "",
           digits: int = 3, extra: Sequence[Sequence] = ()) -> Table:
-  """A Table declared by columns: (header, cell) pairs, then one row per record.
-
-  A cell is a field name (str), a record -> value callable, or None (an empty cell);
-  `extra` rows follow the records' rows as given.
-  """
+  """A Table declared by columns, (header, cell) pairs, one row per record, then `extra` rows;
+  a cell is a field name (str), a record -> value callable, or None (an empty cell)."""
   cells = [(lambda r: None) if c is None else c for _, c in columns]
   return Table(title, [h for h, _ in columns], rows(records, *cells) + [list(r) for r in extra],
                note, digits)

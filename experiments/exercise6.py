@@ -27,8 +27,7 @@ from experiments import _common, _plots
 
 NAME = "exercise6"
 LECTURE = {"model": 2.0, "zip": 0.7, "selection": 0.3, "zip_each": 0.35}
-_ORDERS = rdp.DEFAULT_ORDERS
-_opt = _common.option
+_ORDERS, _opt = rdp.DEFAULT_ORDERS, _common.option
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -122,16 +121,13 @@ def _world(cfg: Exercise6Config, key: jax.Array) -> dict:
   return {"x_train": x[train], "y_train": y[train], "uid_train": uid_t.astype(np.int32),
           "num_train_users": int(ids_t.size), "x_val": x[val], "y_val": y[val],
           "uid_val": uid_v.astype(np.int64), "num_val_users": int(ids_v.size),
-          "x_test": x[~private], "y_test": y[~private],
+          "x_test": x[~private], "y_test": y[~private], "num_loans": int(private.sum()),
           "zip_U": np.asarray(world.zip_N)[first].astype(np.int32),
-          "delinquent_U": defaulted[:cfg.customers],
-          "loans_U": np.bincount(user[private], minlength=cfg.customers)}
+          "delinquent_U": defaulted[:cfg.customers]}
 
 
-def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key: jax.Array,
-                    run_setting: np.ndarray, model) -> dict:
-  """Every user-level model of parts 3-4 (one `clip_sweep` per lr * C^2), as {kind: {setting
-  or run: weights}}; setting s = (C_j, lr_c2_k) is s = j * len(lr_c2) + k."""
+def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key, run_setting, model) -> dict:
+  """Every user-level model of parts 3-4 as {kind: {setting or run: weights}} (`clip_sweep`)."""
   grid = []                           # (kind, setting or run, (sigma, C, lr_c2 indices))
   for k, lr_c2 in enumerate(cfg.lr_c2):
     for j, c in enumerate(cfg.clip_norms):
@@ -161,7 +157,6 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
   settings = [(c, l / (c * c)) for c in cfg.clip_norms for l in cfg.lr_c2]
   n_set, n_train = len(settings), w["x_train"].shape[0]
   model = models.logistic_regression(w["x_train"].shape[1])
-
   # 2. The zip release; both unreliability rules read only released values.
   z = mechanisms.grouped_rates(k_zip, w["zip_U"], w["delinquent_U"], cfg.zip_codes,
                                cfg.zip_epsilon, count_fraction=0.5, max_rate_sd=cfg.max_rate_sd)
@@ -177,7 +172,6 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
            "abs_error": None if true_n[i] == 0 else float(err[i]),
            "unreliable_ours": bool(ours[i]), "unreliable_lecture": bool(lecture_rule[i])}
           for i in range(cfg.zip_codes)]
-
   # 3 and 4. Repeat-and-select runs K uniformly drawn settings (public randomness).
   u = np.random.default_rng(int(jax.random.bits(k_runs, (), jnp.uint32))).random()
   num_runs = tuning.num_runs_quantile(u, cfg.rs_mean_runs, cfg.rs_shape)
@@ -204,7 +198,6 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
   compare["example"] = np.asarray(res.params["w"], np.float64)[0]
   bar.update(1)
   bar.close()
-
   accuracy = lambda p_MxD: models.accuracy(model, {"w": p_MxD}, w["x_test"], w["y_test"],
                                            float64=True)
   acc = lambda p: float(accuracy(p[None, :])[0])
@@ -244,10 +237,9 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
                     (k, *composition.group_privacy(cfg.epsilon, cfg.delta, k), cfg.epsilon,
                      cfg.delta))) for k in (1, 5, cfg.max_loans)]   # 5. a customer's k loans
   record = {
-      "budget": bud, "zips": zips, "num_customers": cfg.customers,
-      "num_loans": int(w["loans_U"].sum()), "num_train_customers": w["num_train_users"],
-      "num_train_loans": int(n_train), "num_validation_customers": w["num_val_users"],
-      "num_test_loans": int(len(w["y_test"])),
+      "budget": bud, "zips": zips, "num_customers": cfg.customers, "num_loans": w["num_loans"],
+      "num_train_customers": w["num_train_users"], "num_train_loans": int(n_train),
+      "num_validation_customers": w["num_val_users"], "num_test_loans": int(len(w["y_test"])),
       "unreliable_ours": [i for i in range(cfg.zip_codes) if ours[i]],
       "unreliable_lecture": [i for i in range(cfg.zip_codes) if lecture_rule[i]],
       "model": model_rows, "selection": selection, "num_runs": int(num_runs),
@@ -259,14 +251,14 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
 
 def _tables(cfg: Exercise6Config, r: dict) -> list:
   b, m, half, lec = r["budget"], r["model"], cfg.zip_epsilon / 2, LECTURE
-  lap = f"Laplace(1/{half:g}) x {cfg.zip_codes}"
+  lap, lec_zip = f"Laplace(1/{half:g}) x {cfg.zip_codes}", lec["zip_each"]
   t_split = _common.Table(
       f"Exercise 6(a): the budget, eps = {cfg.epsilon:g} at delta = {cfg.delta:g} (unit: the "
       f"customer; DP-SGD q = {cfg.sampling_prob:g} per customer, T = {cfg.num_steps})",
       ["release", "mechanism", "sensitivity per customer", "eps (basic)", "eps alone (RDP)",
        "lecture"],
-      [["zip: customers per zip", lap, "L1 = 1 (one zip per customer)", half, None, lec["zip_each"]],
-       ["zip: delinquent customers", lap, "L1 = 1", half, None, lec["zip_each"]],
+      [["zip: customers per zip", lap, "L1 = 1 (one zip per customer)", half, None, lec_zip],
+       ["zip: delinquent customers", lap, "L1 = 1", half, None, lec_zip],
        ["zip release (both)", "", "", cfg.zip_epsilon, b["eps_zip_rdp"], lec["zip"]],
        ["model", f"DP-SGD, sigma = {b['sigma_basic']:.3f}", "L2 = C (customer's sum)",
         cfg.model_epsilon, b["eps_model_basic"], lec["model"]],
@@ -312,7 +304,7 @@ def _tables(cfg: Exercise6Config, r: dict) -> list:
       [dict(s, lecture=x) for s, x in zip(
           r["selection"], ("worst", "EM, sensitivity 1/n_val", "Papernot-Steinke in RDP"))],
       [("procedure", "procedure"), ("sigma per run", "sigma"), ("trainings", "trainings"),
-       ("chosen (C, lr)", lambda s: s["chosen"] and f"({s['chosen'][0]:g}, {s['chosen'][1]:.3g})"),
+       ("chosen (C, lr)", lambda x: x["chosen"] and "(%g, %.3g)" % tuple(x["chosen"])),
        ("eps claimed", "eps_claimed"), ("eps (training customers)", "eps_train_customers"),
        ("eps (validation customers)", "eps_validation_customers"),
        ("test accuracy", "test_accuracy"), ("lecture", "lecture")],

@@ -27,8 +27,7 @@ from dpjax.pate import labelling
 from dpjax.data import credit
 from experiments import _common, _plots
 
-NAME = "pate_credit"
-NUM_CLASSES = 2
+NAME, NUM_CLASSES = "pate_credit", 2
 # The paper's Adult Confident-GNMax setting (threshold, check noise, answer noise),
 # in votes of 250 teachers; scaled by k / 250 for other k.
 PAPER_SETTING, PAPER_TEACHERS = (300.0, 200.0, 40.0), 250
@@ -90,7 +89,6 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   fold2 = lambda key, a, b: jax.random.fold_in(jax.random.fold_in(key, a), b)
   eps_of = lambda rdp_curve: pate.epsilon(orders, rdp_curve, delta)
   confident = lambda t, st, s: dict(threshold=t * k, sigma_threshold=st * k, sigma=s * k)
-
   # One draw of the world, split by index: private | public | test | proxy | proxy val.
   parts = credit.sample_split(k_data, (n, n_pub, n_test, n, n_test))
   scaler = credit.PublicScaler.fit(parts[1].x_NxF)
@@ -182,19 +180,17 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
     rows.append((eps, "Confident-GNMax",
                  setting(qn, t * k, st * k, s * k, float(g_acc[chosen]), float(eps_proxy)),
                  np.where(mask, np.asarray(lab), 0), mask, plan))
-  # The paper's Adult setting (scaled by k / 250) on every pool query; its release is
-  # planned on the proxy votes with the same setting.
+  # The paper's Adult setting (scaled by k / 250), every pool query; release planned on proxy.
   t, st, s = (v * k / PAPER_TEACHERS for v in PAPER_SETTING)
   kw = dict(sigma=s, threshold=t, sigma_threshold=st)
   lab, ans = pate.confident_gnmax(jax.random.fold_in(k_agg, 2), votes, **kw)
   rows.append((None, "Confident-GNMax (paper's Adult setting)",
                setting(n_pub, t, st, s, None, None), np.where(np.asarray(ans), np.asarray(lab), 0),
                np.asarray(ans), _plan(prox_votes, delta=delta, **kw)))
-
   live = [r for r in rows if r[2] is not None]
   s_params, s_empty = students(3, np.stack([r[3] for r in live]), np.stack([r[4] for r in live]))
-  s_acc = accuracies(s_params, x_test, y_test)
-  live_acc = [None if s_empty[i] else float(s_acc[i]) for i in range(len(live))]
+  live_acc = [None if e else float(a)
+              for a, e in zip(accuracies(s_params, x_test, y_test), s_empty)]
   cells = []
   for r_i, (eps, agg, sett, lab, mask, plan) in enumerate(rows):
     cells.append(cell := {"target_epsilon": eps, "aggregator": agg})
@@ -216,7 +212,6 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
             plan=plan, cache=cache, **{f: sett[f] for f in ("sigma", "threshold",
                                                              "sigma_threshold")}))
   bar.update(1)
-
   # DP-SGD at each target eps: same model, same private records, seeds vmapped.
   dp = {}
   for i, eps in enumerate(epsilons):

@@ -1,17 +1,13 @@
-"""Every epsilon of one PATE labelling, the releasable one and those shown for comparison.
+"""Every epsilon of one PATE labelling: the releasable one and those shown for comparison.
 
-A labelling asks Q public queries of the teachers' PRIVATE votes with one setting (GNMax
-sigma; Confident-GNMax adds threshold T and check noise sigma_t) and answers `answered_Q`.
-At delta, over `orders` (`pate.pate_rdp_grouped`, `pate.epsilon`):
-
-  epsilon_data_independent, epsilon_data_dependent: the answer step charged on answered
-      queries only, the paper's accounting; it conditions on a random output of the private
-      votes and is NOT an upper bound (`pate.pate_rdp`'s Warning): for comparison only.
-  epsilon_all_answered, epsilon_data_dependent_all: every query charged both steps; the
-      data-dependent one is not releasable as is.
-  epsilon_releasable, release_order, release_probability_below, release_true_total_epsilon:
-      `pate_release.release` (every query charged) at a plan made without these votes, or
-      None without a plan. The true total is PRIVATE (analysis only).
+A labelling asks Q public queries of the teachers' PRIVATE votes with one setting (GNMax sigma;
+Confident-GNMax adds threshold T and check noise sigma_t) and answers `answered_Q`. At delta,
+over `orders` (`pate.pate_rdp_grouped`, `pate.epsilon`): epsilon_data_independent and
+epsilon_data_dependent charge the answer on answered queries only, the paper's accounting: it
+conditions on a random output of the private votes, so is NOT an upper bound (`pate.pate_rdp`);
+epsilon_all_answered and epsilon_data_dependent_all charge every query both steps (the latter is
+not releasable as is); epsilon_releasable, release_order, release_probability_below and
+release_true_total_epsilon (PRIVATE) are `pate_release.release`'s at a plan made without the votes.
 """
 
 from __future__ import annotations
@@ -33,10 +29,8 @@ def labelling_epsilons(key: jax.Array, votes_QxC, answered_Q, *, sigma: float, d
                        sigma_threshold: float | None = None,
                        plan: pate_release.ReleaseParams | None = None,
                        cache: dict | None = None) -> dict:
-  """{field: float or None} of the module docstring, in its order; `key` drives the release.
-
-  votes_QxC: the PRIVATE votes of the Q queries asked; answered_Q: bool[Q]; cache: a dict
-  shared across calls (`pate.pate_rdp_grouped`).
+  """{field: float or None} in the module docstring's order (release fields None without a
+  plan); `key` drives the release; answered_Q: bool[Q]; cache: as `pate.pate_rdp_grouped`'s.
 
   Examples:
     >>> import numpy as np

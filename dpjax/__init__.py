@@ -11,6 +11,7 @@ run on the host (NumPy/SciPy); mechanisms, training and scoring run in JAX.
     privatizer    the noise step as optax transformations
     matrix_factorization  correlated noise (banded Toeplitz, tree): streams, sensitivity
     dpsgd         DpSgdConfig (what the accountant is told); train_many / train_one
+    clip_sweep    a (C, lr) grid of logistic regression as rescaled copies, few programs
     parallel      the model axis sharded over devices
     models        logistic regression, MLP, CNN as (init, apply) pairs
     recipe        training well with DP: augmentation multiplicity, batch size
@@ -39,7 +40,8 @@ import importlib
 __version__ = "0.1.0"
 
 __all__ = (
-    "accounting", "attacks", "audit", "clipping", "data", "dpsgd", "fitting", "flax_model",
+    "accounting", "attacks", "audit", "clip_sweep", "clipping", "data", "dpsgd", "fitting",
+    "flax_model",
     "integer_noise", "matrix_factorization", "mechanisms", "metrics", "models", "parallel",
     "pate", "pate_release", "privatizer", "prng", "recipe", "recommender", "sampling",
     "selection", "tradeoff", "tuning",

@@ -117,6 +117,15 @@ def rows(records: Sequence[dict], *keys) -> list[list]:
   return [[k(r) if callable(k) else r[k] for k in keys] for r in records]
 
 
+def table(title: str, records: Sequence, columns: Sequence[tuple[str, Any]], *, note: str = "",
+          digits: int = 3, extra: Sequence[Sequence] = ()) -> Table:
+  """A Table declared by columns, (header, cell) pairs, one row per record, then `extra` rows;
+  a cell is a field name (str), a record -> value callable, or None (an empty cell)."""
+  cells = [(lambda r: None) if c is None else c for _, c in columns]
+  return Table(title, [h for h, _ in columns], rows(records, *cells) + [list(r) for r in extra],
+               note, digits)
+
+
 def monte_carlo(key, fn: Callable, draws: int) -> np.ndarray:
   """fn(k) for `draws` keys split from `key`, vmapped, as float64[draws, ...]."""
   return np.asarray(jax.vmap(fn)(jax.random.split(key, draws)), np.float64)

@@ -1510,6 +1510,21 @@ def entries():
         dict(key=_key, x_NxF=x_nf, y_N=y_n, keep_MxN=keep_mn, cfgs=[cfg, cfg],
              config_index_M=np.array([0, 1]), model=lr, perf=quiet),
         dict(tk, cfgs="object", config_index_M="labels")))
+  from dpjax import clip_sweep  # pylint: disable=g-import-not-at-top
+  from dpjax.pate import labelling  # pylint: disable=g-import-not-at-top
+  add(E("dpjax.pate.labelling.labelling_epsilons", labelling.labelling_epsilons,
+        dict(key=_key, votes_QxC=votes_qc, answered_Q=np.array([True, False]), sigma=2.0,
+             delta=1e-5, orders=orders, threshold=4.0, sigma_threshold=1.0, plan=None,
+             cache=None),
+        {"votes_QxC": "array", "answered_Q": "binary", "orders": "array", "plan": "object",
+         "cache": "object"}))   # sigma, threshold, sigma_threshold, delta: by name
+  add(E("dpjax.clip_sweep.train_clip_sweep", clip_sweep.train_clip_sweep,
+        dict(key=_key, x_NxF=x_nf, y_N=y_n, model=lr, base=cfg, noise_multipliers=[1.0, 0.0],
+             l2_clip_norms=[0.5, 2.0], scaled_learning_rates=[1.0],
+             grid_Mx3=[[0, 0, 0], [1, 1, 0]], user_N=None),
+        {"x_NxF": "array", "y_N": "labels", "model": "object", "base": "object",
+         "noise_multipliers": "array", "l2_clip_norms": "array",
+         "scaled_learning_rates": "array", "grid_Mx3": "object", "user_N": "object"}))
 
   # ---- fitting
   add(E("dpjax.fitting.fit_logistic", fitting.fit_logistic,

@@ -16,6 +16,21 @@ class RowsTest(absltest.TestCase):
     self.assertEqual(_common.rows([], "a"), [])
 
 
+class TableTest(absltest.TestCase):
+
+  def test_columns_pair_headers_with_cells(self):
+    recs = [{"a": 1, "b": 2.5}, {"a": 3, "b": -1.0}]
+    t = _common.table("T", recs, [("A", "a"), ("2b", lambda r: 2 * r["b"]), ("blank", None)],
+                      note="n", digits=2, extra=[("sum", 3.5, None)])
+    self.assertEqual(t.columns, ["A", "2b", "blank"])
+    self.assertEqual(t.rows, [[1, 5.0, None], [3, -2.0, None], ["sum", 3.5, None]])
+    self.assertEqual((t.title, t.note, t.digits), ("T", "n", 2))
+    # The same table built by hand renders and records identically.
+    by_hand = _common.Table("T", ["A", "2b", "blank"], t.rows, note="n", digits=2)
+    self.assertEqual(t.to_json(), by_hand.to_json())
+    self.assertEqual(t.text(), by_hand.text())
+
+
 class MonteCarloTest(absltest.TestCase):
 
   def test_vmapped_draws_equal_a_loop_over_the_split_keys(self):

@@ -603,6 +603,9 @@ def entries():
                value_discretization=1e-3), dict(ev_kinds)))
     add(E(f"dpjax.accounting.event_accounting.{n}[gdp]", getattr(eacc, n),
           dict(event=g_ev, **last, accountant="gdp", relation="add_remove"), dict(ev_kinds)))
+  add(E("dpjax.accounting.event_accounting.epsilon_never_looser", eacc.epsilon_never_looser,
+        dict(event=evs.LaplaceEvent(1.0), delta=1e-5, relation="add_remove",
+             value_discretization=1e-3), dict(ev_kinds)))
   add(E("dpjax.accounting.event_accounting.gdp_mu", eacc.gdp_mu,
         dict(event=g_ev, relation="replace_one"), dict(ev_kinds)))
 

@@ -275,10 +275,11 @@ def dpsgd_delta(noise_multiplier: float, sampling_prob: float, num_steps: int,
 
 @dataclasses.dataclass(frozen=True)
 class CheckedEpsilon:
-  """`value` (an upper bound on eps), `ours` (`dpsgd_epsilon`), `reference` (dp_accounting's;
-  None without it, past pld_grid.MAX_POINTS grid points or when not finite) and `winner`:
-  "dpjax", "dp_accounting" (certified by our finer grid) or "dpjax_finer" (our eps on a
-  finer grid, between reference and ours)."""
+  """`value` (an upper bound on eps), `ours` (the plain answer: `dpsgd_epsilon`, or
+  `event_accounting.epsilon` for `event_accounting.epsilon_never_looser`), `reference`
+  (dp_accounting's; None without it, past pld_grid.MAX_POINTS grid points or when not
+  finite) and `winner`: "dpjax", "dp_accounting" (certified by our finer grid) or
+  "dpjax_finer" (our eps on a finer grid, between reference and ours)."""
   value: float
   ours: float
   reference: Optional[float]

@@ -9,7 +9,8 @@ B = 256, one epoch = round(n / B) steps, C = 1, sigma = 1. Per workload, in one 
 with `batch_capacity="auto"`; (c) full_mask, `batch_capacity=None`, extrapolated from two step
 counts (and from n / --full_mask_shrink records where n does not fit: a lower bound); (d) Opacus
 ghost clipping with Poisson sampling. Peak memory (VmHWM) from a fresh subprocess per
-configuration. Keys: `<w>.<config>_epoch_s`, `<w>.compile_s.<config>`,
+configuration. Keys: `<w>.<config>_epoch_s`, `<w>.compile_s.<config>` (wall s of
+`jax.jit(...).lower(...).compile()` of its program, timed apart),
 `<w>.peak_rss_bytes.<config>`, `<w>.accuracy.<config>`, `<w>.dp_over_nonprivate` (targets 1.3
 MLP, 2 CNN), `<w>.full_mask_over_padded` (target >= 10), `<w>.opacus_over_ours`.
 
@@ -108,12 +109,23 @@ def _accuracy(model, params, x, y) -> float:
 class _Runner:
   """A zero-argument timed function; `last` holds what its latest call returned, `cpu_s`
   the CPU seconds (all threads of this process) of each call: on a shared machine a
-  steadier measure of the work than wall time."""
+  steadier measure of the work than wall time. `compile_fn`: a zero-argument function that
+  builds the runner's jitted program ahead of time (`jax.jit(...).lower(...).compile()`),
+  timed apart by `compile_s`."""
 
-  def __init__(self, fn: Callable[[], object]):
+  def __init__(self, fn: Callable[[], object], compile_fn: Callable[[], object] | None = None):
     self.fn = fn
+    self.compile_fn = compile_fn
     self.last = None
     self.cpu_s = []
+
+  def compile_s(self) -> float | None:
+    """Wall seconds of tracing, lowering and compiling the program once (None: no program)."""
+    if self.compile_fn is None:
+      return None
+    t0 = time.perf_counter()
+    self.compile_fn()
+    return time.perf_counter() - t0
 
   def __call__(self):
     t0 = time.process_time()
@@ -167,7 +179,7 @@ def nonprivate_runner(model, x, y, num_steps: int, seed: int = SEED,
   def run():
     calls[0] += 1
     return jax.block_until_ready(epoch(params0, jax.random.fold_in(k_shuffle, calls[0]), x, y))
-  return _Runner(run)
+  return _Runner(run, lambda: epoch.lower(params0, k_shuffle, x, y).compile())
 
 
 def dp_runner(model, x, y, num_steps: int, batch_capacity="auto", seed: int = SEED,
@@ -180,8 +192,12 @@ def dp_runner(model, x, y, num_steps: int, batch_capacity="auto", seed: int = SE
   n = x.shape[0]
   cfg, keep, key = _dp_config(n, num_steps, batch), jnp.ones((n,), bool), jax.random.key(seed + 1)
   perf = dpsgd.PerformanceFlags(batch_capacity=batch_capacity, progress=False)
+
+  def compile_program():   # the program train_one runs (`dpsgd.program`), ahead of time
+    fn, args = dpsgd.program(key[None], x, y, keep[None], cfg, model, perf=perf)
+    return fn.lower(*args).compile()
   return _Runner(lambda: jax.block_until_ready(
-      dpsgd.train_one(key, x, y, keep, cfg, model, perf=perf).params))
+      dpsgd.train_one(key, x, y, keep, cfg, model, perf=perf).params), compile_program)
 
 
 def profile_runners(model, x, y, num_steps: int, capacity: int, seed: int = SEED,
@@ -369,6 +385,17 @@ def _timed(runners: dict, repeats: int, log, uncompiled=()) -> tuple[dict, dict]
   return report.interleaved_times(runners, repeats, lambda s: log("[large_n] " + s), uncompiled)
 
 
+def compile_times(runners: dict, names, log=print) -> dict:
+  """{name: wall seconds to trace, lower and compile runners[name]'s program ahead of time},
+  each timed on its own before any runner is called (so each is a fresh compilation, never a
+  cache hit of this process)."""
+  out = {}
+  for name in names:
+    out[name] = runners[name].compile_s()
+    log(f"[large_n]   compile {name}: {out[name]:.2f} s")
+  return out
+
+
 def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink: int,
                      data, log=print, full_mask: bool = True) -> dict:
   """One workload's figures (keys without the workload prefix); full_mask=False skips (c)."""
@@ -405,10 +432,12 @@ def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink:
     log(f"[large_n] {name}: Opacus baseline {info['opacus_skipped']}")
   else:
     runners["opacus"] = runner
-  first, best = _timed(runners, repeats, log, uncompiled=("opacus",))
+  compile_s = compile_times(runners, ("nonprivate", "dp_padded")
+                            + (("full_mask_k1",) if full_mask else ()), log)
+  _, best = _timed(runners, repeats, log, uncompiled=("opacus",))
 
   out.update(nonprivate_epoch_s=best["nonprivate"], dp_padded_epoch_s=best["dp_padded"],
-             compile_s={c: first[c] - best[c] for c in ("nonprivate", "dp_padded")},
+             compile_s={c: compile_s[c] for c in ("nonprivate", "dp_padded")},
              dp_over_nonprivate=best["dp_padded"] / best["nonprivate"],
              target_dp_over_nonprivate=TARGETS[name])
   if full_mask:
@@ -423,7 +452,7 @@ def measure_workload(name: str, n: int, repeats: int, skip_opacus: bool, shrink:
       small_step = (best["full_mask_small_k2"] - best["full_mask_small_k1"]) / 10
       out.update(full_mask_small_n=n // shrink, full_mask_small_per_step_s=small_step,
                  full_mask_linearity=per_step / small_step / (n / (n // shrink)))
-    out["compile_s"]["full_mask"] = first["full_mask_k1"] - best["full_mask_k1"]
+    out["compile_s"]["full_mask"] = compile_s["full_mask_k1"]
   if "opacus" in runners:
     out.update(opacus_epoch_s=best["opacus"], opacus_over_ours=best["opacus"] / best["dp_padded"])
   out["accuracy"] = {c: _accuracy(model, runners[c].last, xt_np, yt_np)
@@ -522,6 +551,7 @@ def _each_workload(workloads, n: int, skip_memory: bool, checkpoint, measure_one
   with _compilation_cache(not skip_memory) as cache_dir:
     data = synthetic_images(SEED, n, NUM_TEST)
     figures = {"n": n, **header, "noise_multiplier": SIGMA, "l2_clip_norm": CLIP,
+               "compile_timing": "aot",   # `compile_times`
                "device": jax.devices()[0].platform,
                "physical_memory_bytes": _physical_memory_bytes()}
     for name in workloads:
@@ -542,9 +572,12 @@ def _cache_env(cache_dir: str | None) -> dict:   # a memory subprocess's compila
 def _compilation_cache(enabled: bool):
   """Yields a fresh persistent compilation cache folder (None when not enabled): this process
   compiles (its compile times are real), the memory subprocesses load the programs (their
-  peak RSS is that of running, not of the compiler). The previous settings are restored."""
+  peak RSS is that of running, not of the compiler). On exit the previous settings are
+  restored, JAX's cache handle reset and the folder removed."""
+  import shutil  # pylint: disable=g-import-not-at-top
   import tempfile  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
+  from jax.experimental.compilation_cache import compilation_cache  # pylint: disable=g-import-not-at-top
   cache_dir, saved = None, {}
   if enabled:
     cache_dir = tempfile.mkdtemp(prefix="large_n_xla_cache_")
@@ -557,6 +590,9 @@ def _compilation_cache(enabled: bool):
   finally:
     for option, value in saved.items():
       jax.config.update(option, value)
+    if cache_dir is not None:
+      compilation_cache.reset_cache()   # no later compile writes into the removed folder
+      shutil.rmtree(cache_dir, ignore_errors=True)
 
 
 def batch_target(batch: int, n: int) -> float:
@@ -569,7 +605,7 @@ def measure_batches(workloads, n: int, batches, repeats: int, skip_opacus: bool 
                     skip_memory: bool = False, profile: bool = False, log=print,
                     checkpoint: Callable[[dict], object] | None = None) -> dict:
   """DP over non-private epochs at each expected batch B of `batches`: per workload, every
-  B's runners timed interleaved in one process (compile = first call - best call); peak
+  B's runners timed interleaved in one process (compile: `compile_times`, apart); peak
   memory per configuration in fresh subprocesses; `profile`: where each DP epoch's time
   goes. Keys `<w>.B<b>.<figure>`; `checkpoint(figures)` after each workload."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -594,8 +630,10 @@ def measure_batches(workloads, n: int, batches, repeats: int, skip_opacus: bool 
       out[f"B{b}"].update(info)
       if runner is not None:
         runners[f"B{b}.opacus"] = runner
-    first, best = _timed(runners, repeats, log,
-                         uncompiled=tuple(k for k in runners if k.endswith("opacus")))
+    compile_s = compile_times(runners, [f"B{b}.{c}" for b in batches
+                                        for c in ("nonprivate", "dp")], log)
+    _, best = _timed(runners, repeats, log,
+                     uncompiled=tuple(k for k in runners if k.endswith("opacus")))
     for b in batches:
       o, k = out[f"B{b}"], f"B{b}."
       cpu = {c: min(runners[k + c].cpu_s[1:]) for c in ("nonprivate", "dp")}
@@ -603,7 +641,7 @@ def measure_batches(workloads, n: int, batches, repeats: int, skip_opacus: bool 
                dp_over_nonprivate=best[k + "dp"] / best[k + "nonprivate"],
                nonprivate_epoch_cpu_s=cpu["nonprivate"], dp_epoch_cpu_s=cpu["dp"],
                dp_over_nonprivate_cpu=cpu["dp"] / cpu["nonprivate"],
-               compile_s={c: first[k + c] - best[k + c] for c in ("nonprivate", "dp")},
+               compile_s={c: compile_s[k + c] for c in ("nonprivate", "dp")},
                accuracy={c: _accuracy(model, runners[k + c].last, data[2], data[3])
                          for c in ("nonprivate", "dp")})
       if k + "opacus" in runners:

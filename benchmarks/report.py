@@ -429,6 +429,12 @@ def _ratio_vs_target(v, target, at_most: bool) -> str:
   return (f"{v:.2f}× (target {'≤' if at_most else '≥'} {target:g}×: {'met' if met else 'missed'})")
 
 
+def _compile_timing(f: dict) -> str:
+  """How a large_n file's compile times were measured."""
+  return ("`jax.jit(...).lower(...).compile()` of each program, timed apart"
+          if f.get("compile_timing") == "aot" else "first call − best call")
+
+
 def _large_n_section(doc: dict) -> list[str]:
   f = doc["figures"]
   names = [w for w in _LARGE_N if f.get(f"{w}.dp_padded_epoch_s") is not None]
@@ -495,7 +501,7 @@ def _large_n_section(doc: dict) -> list[str]:
                  mem("opacus"), acc("nonprivate"), acc("dp_padded"), acc("opacus")])
   remeasured = (f" (for the workloads it names, by `{doc['memory_command']}`)"
                 if doc.get("memory_command") else "")
-  out += ["Compile time (first call − best call, s), peak resident memory of a fresh "
+  out += [f"Compile time ({_compile_timing(f)}, s), peak resident memory of a fresh "
           f"process running the configuration once{remeasured} (GiB, the process's VmHWM; "
           "`data only` builds the data and exits; the full mask's at the n it was timed "
           "at; Opacus's over 20 steps), and test accuracy (%) after the epoch (a sanity "
@@ -566,7 +572,7 @@ def _large_n_batches_section(doc: dict) -> list[str]:
   why = [f[k] for k in sorted(f) if k.endswith(".opacus_skipped")]
   if why:
     out += ["", f"Opacus not timed: {why[0]}."]
-  out += ["", "Compile time (first call − best call, s, wall), peak resident memory of a fresh "
+  out += ["", f"Compile time ({_compile_timing(f)}, s, wall), peak resident memory of a fresh "
           "process running the configuration once (GiB, VmHWM; – when not measured), and "
           "test accuracy (%) after the epoch:", ""]
   out += _table(["workload", "B", "compile non-private", "compile DP", "RSS non-private",

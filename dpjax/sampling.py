@@ -423,14 +423,30 @@ def padded_batch(mask_N: jax.Array, capacity: int, chunk: jax.Array
   n = mask_N.shape[0]
   if n < 1:
     raise ValueError("mask_N must hold at least one record")
-  # count_N[i] = number of sampled records among 0..i (nondecreasing), so the
-  # sampled record of rank r (0-based) is the first i with count_N[i] = r + 1:
-  # a binary search per row, O(K log N), instead of a scatter over all N records.
-  count_N = jnp.cumsum(mask_N.astype(jnp.int32))
+  # The mask as W = ceil(N / 32) words (bit b of word w: record 32 w + b) and the number of
+  # sampled records in words 0..w, `through_W` (nondecreasing): the record of rank r
+  # (1-based) lies in the first word whose count reaches r (a binary search per row over W,
+  # not N) and is that word's (r - count before it)-th set bit, found by halving the word
+  # 5 times (popcounts). Prefix sums over N / 32 words instead of all N records.
+  num_words = -(-n // 32)
+  bits = jnp.pad(mask_N, (0, 32 * num_words - n)).reshape(num_words, 32).astype(jnp.uint32)
+  words = jnp.sum(bits << jnp.arange(32, dtype=jnp.uint32)[None], axis=1, dtype=jnp.uint32)
+  count_W = jax.lax.population_count(words).astype(jnp.int32)
+  through_W = jnp.cumsum(count_W)
   ranks = chunk * k + jnp.arange(1, k + 1, dtype=jnp.int32)
-  index = jnp.searchsorted(count_N, ranks, side="left").astype(jnp.int32)
-  valid = index < n     # rank beyond the batch: searchsorted returns N
-  return jnp.minimum(index, n - 1), valid
+  word = jnp.searchsorted(through_W, ranks, side="left").astype(jnp.int32)
+  valid = word < num_words     # rank beyond the batch: searchsorted returns W
+  word = jnp.minimum(word, num_words - 1)
+  rank = ranks - (through_W[word] - count_W[word])   # 1-based rank inside the word
+  w = words[word]
+  pos = jnp.zeros((k,), jnp.uint32)
+  for width in (16, 8, 4, 2, 1):
+    low = jax.lax.population_count((w >> pos) & jnp.uint32(2 ** width - 1)).astype(jnp.int32)
+    above = rank > low
+    rank = jnp.where(above, rank - low, rank)
+    pos = jnp.where(above, pos + jnp.uint32(width), pos)
+  index = word.astype(jnp.uint32) * jnp.uint32(32) + pos   # < N where valid (uint32: no wrap)
+  return jnp.where(valid, index, jnp.uint32(n - 1)).astype(jnp.int32), valid
 
 
 # User ids are int32 inside the engine: more users would wrap to negative ids.

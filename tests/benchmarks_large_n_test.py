@@ -133,6 +133,13 @@ class BatchSweepTest(absltest.TestCase):
                   "1.3×: met) | 2.00 | 2.80 | 1.40× (target ≤ 1.3×: missed) |", text)
     self.assertIn("| MLP 784→256→256→10 | 4,096 | 2.5 | 9.5 | – | 1.00 |", text)
     self.assertIn("Opacus not timed: not importable.", text)
+    self.assertIn("Compile time (first call − best call, s, wall)", text)   # an older file
+    f["compile_timing"] = "aot"
+    report.dump(os.path.join(tmp, "large_n_batches.json"),
+                {"benchmark": "large_n_batches", "command": "python -m benchmarks.large_n x",
+                 "environment": {}, "figures": f})
+    self.assertIn("Compile time (`jax.jit(...).lower(...).compile()` of each program, timed "
+                  "apart, s, wall)", report.render(tmp))
 
   @pytest.mark.slow  # compiles six programs (minutes of CPU)
   def test_measure_batches_small(self):
@@ -145,7 +152,37 @@ class BatchSweepTest(absltest.TestCase):
       self.assertAlmostEqual(g("dp_over_nonprivate_cpu"),
                              g("dp_epoch_cpu_s") / g("nonprivate_epoch_cpu_s"))
       self.assertGreaterEqual(g("capacity"), b)   # the padded layout at both sizes
+      self.assertGreater(g("compile_s.dp"), 0)    # timed apart: never negative
+      self.assertGreater(g("compile_s.nonprivate"), 0)
       self.assertGreater(g("accuracy.dp"), 0.2)   # chance is 0.1
+
+
+class CompileTimeAndCacheTest(absltest.TestCase):
+
+  def test_compile_times_time_each_programs_ahead_of_time_compilation(self):
+    import jax  # pylint: disable=g-import-not-at-top
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    compiled = []
+    fn = jax.jit(lambda v: jnp.sin(v) * 2.0)
+    runner = large_n._Runner(lambda: fn(jnp.ones(3)),
+                             lambda: compiled.append(fn.lower(jnp.ones(3)).compile()))
+    out = large_n.compile_times({"a": runner, "b": large_n._Runner(lambda: None)}, ["a"],
+                                log=lambda s: None)
+    self.assertGreater(out["a"], 0.0)
+    self.assertEqual(len(compiled), 1)
+    np.testing.assert_allclose(compiled[0](jnp.ones(3)), 2.0 * np.sin(np.ones(3)), rtol=1e-6)
+    self.assertIsNone(large_n._Runner(lambda: None).compile_s())   # no program
+
+  def test_compilation_cache_folder_is_removed_and_settings_restored(self):
+    import jax  # pylint: disable=g-import-not-at-top
+    before = jax.config.jax_compilation_cache_dir
+    with large_n._compilation_cache(True) as cache_dir:
+      self.assertTrue(os.path.isdir(cache_dir))
+      self.assertEqual(jax.config.jax_compilation_cache_dir, cache_dir)
+    self.assertFalse(os.path.exists(cache_dir))
+    self.assertEqual(jax.config.jax_compilation_cache_dir, before)
+    with large_n._compilation_cache(False) as cache_dir:
+      self.assertIsNone(cache_dir)
 
 
 class MergeTest(absltest.TestCase):

@@ -155,6 +155,35 @@ class DivergenceTest(absltest.TestCase):
         self.assertEqual(bool(one.finite), want)
         self.assertEqual(int(one.first_nonfinite_step), -1 if want else t)
 
+  def test_one_padded_model_reports_the_same_step_as_the_vmapped_program(self):
+    # One model on the padded step runs unbatched (its per-step check: a sum, then the
+    # element-wise check only if the sum is not finite); two copies of it run vmapped.
+    x, y = helpers.binary_data()
+    model = models.logistic_regression(4)
+    cfg = helpers.small_config(noise_multiplier=10.0, learning_rate=3.4e38, num_steps=8)
+    perf = dpsgd.PerformanceFlags(batch_capacity=8, progress=False)
+    key, keep = jax.random.key(3), jnp.ones((24,), bool)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", dpsgd.DivergenceWarning)
+      one = dpsgd.train_one(key, x, y, keep, cfg, model, perf=perf)
+      two = dpsgd.train_many(jnp.stack([key, key]), x, y, jnp.ones((2, 24), bool), cfg, model,
+                             perf=perf)
+    self.assertFalse(bool(one.finite))
+    np.testing.assert_array_equal(two.first_nonfinite_step, int(one.first_nonfinite_step))
+    self.assertGreaterEqual(int(one.first_nonfinite_step), 0)
+
+  def test_unbatched_finiteness_check_equals_the_element_wise_one(self):
+    from dpjax.dpsgd import step   # pylint: disable=g-import-not-at-top
+    f32 = np.finfo(np.float32).max
+    fast, exact = jax.jit(step._all_finite_unbatched), jax.jit(step._all_finite)
+    for w, want in (([1.0, -2.0], True), ([f32, f32], True),      # the sum overflows
+                    ([-f32, -f32], True), ([np.nan, 0.0], False), ([np.inf, 1.0], False),
+                    ([-np.inf, np.inf], False), ([0.0, 0.0], True)):
+      for b in (np.float32(0.5), np.float32(np.nan)):
+        tree = {"w": jnp.asarray(w, jnp.float32), "b": jnp.asarray(b)}
+        self.assertEqual(bool(fast(tree)), bool(exact(tree)), tree)
+        self.assertEqual(bool(fast(tree)), want and not np.isnan(b), tree)
+
   def test_no_warning_when_every_model_is_finite(self):
     x, y = helpers.binary_data()
     with warnings.catch_warnings():

@@ -48,6 +48,26 @@ class PaddedBatchTest(unittest.TestCase):
         got.extend(idx[ok].tolist())
       np.testing.assert_array_equal(got, want)
 
+  def test_rows_equal_the_numpy_reference_across_word_boundaries(self):
+    # Every row of every chunk, padding included (index N - 1), for N around multiples of
+    # the 32-record words the search runs over, and dense, sparse and empty masks.
+    rng = np.random.default_rng(1)
+    chunks = jax.jit(sampling.padded_batch, static_argnums=1)
+    for n in (32, 33, 95):
+      for q in (0.0, 0.03, 0.5, 1.0):
+        mask = rng.random(n) < q
+        sampled = np.flatnonzero(mask)
+        for k in (5, 32):
+          for j in range(-(-len(sampled) // k) + 1):
+            rows = sampled[j * k:(j + 1) * k]
+            want_ok = np.arange(k) < len(rows)
+            want_idx = np.full(k, n - 1)
+            want_idx[:len(rows)] = rows
+            idx, ok = chunks(jnp.asarray(mask), k, j)
+            np.testing.assert_array_equal(np.asarray(ok), want_ok, err_msg=f"{n} {q} {k} {j}")
+            np.testing.assert_array_equal(np.asarray(idx), want_idx, err_msg=f"{n} {q} {k} {j}")
+            self.assertEqual(idx.dtype, jnp.int32)
+
   def test_padded_batch_refuses_bad_inputs(self):
     with self.assertRaisesRegex(ValueError, "capacity"):
       sampling.padded_batch(jnp.ones((4,), bool), 0, 0)

@@ -183,8 +183,11 @@ def _train(key, x_NxF, y_N, keep_MxN, cfg, model, noise_std_M, *, init_params=No
   keys = model_keys(key, m)
 
   def chunk_args(lo, hi):
-    idx = np.arange(lo, lo + chunk) % m if hi - lo < chunk else np.arange(lo, hi)
-    args = (keys[idx], keep[idx], fixed_keep[idx], jnp.asarray(std[idx]))
+    if lo == 0 and hi == m == chunk:   # one chunk of every model: no gathers to dispatch
+      args = (keys, keep, fixed_keep, jnp.asarray(std))
+    else:
+      idx = np.arange(lo, lo + chunk) % m if hi - lo < chunk else np.arange(lo, hi)
+      args = (keys[idx], keep[idx], fixed_keep[idx], jnp.asarray(std[idx]))
     if perf.model_sharding is not None:
       args = tuple(jax.device_put(a, perf.model_sharding) for a in args)
     return args + (init_params, fixed, x, y)
@@ -223,16 +226,18 @@ def _compiled(cfg, model, observe_fn, per_example_stats, has_fixed, path, sample
   def batched(key, keep, fixed_keep, noise_std, init_params, fixed, x, y):
     unroll = path.scan_unroll if key.shape[0] >= _UNROLL_MIN_MODELS else 1
 
-    def one(key, keep, fixed_keep, noise_std):
+    def one(key, keep, fixed_keep, noise_std, batched=True):
       return step_lib.train_single(
           key, keep, fixed_keep, noise_std if has_noise else 0.0, init_params,
           fixed if has_fixed else None, x, y, cfg=cfg, model=model, observe_fn=observe_fn,
           per_example_stats=per_example_stats, clipping=path, sampler=sampler,
-          privatizer=privatizer, optimizer=optimizer, unroll=unroll, capacity=capacity)
+          privatizer=privatizer, optimizer=optimizer, unroll=unroll, capacity=capacity,
+          batched=batched)
     if key.shape[0] == 1 and capacity is not None:
       # One model on the padded step, unbatched: under a vmap of size 1, XLA:CPU copies the
       # buffers' operands for batched dots (about 20% of an MLP step at K = 4,224).
-      return jax.tree.map(lambda a: a[None], one(key[0], keep[0], fixed_keep[0], noise_std[0]))
+      return jax.tree.map(lambda a: a[None], one(key[0], keep[0], fixed_keep[0], noise_std[0],
+                                                 batched=False))
     return jax.vmap(one)(key, keep, fixed_keep, noise_std)
   return jax.jit(batched)
 

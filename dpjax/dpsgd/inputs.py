@@ -82,10 +82,22 @@ def _all_finite(x: jax.Array) -> jax.Array:
   return jnp.all(jnp.isfinite(x))
 
 
+@jax.jit
+def _sum_finite(x: jax.Array) -> jax.Array:
+  """Whether sum(x) is finite, which implies every value of x is: an inf or NaN term makes
+  any IEEE sum containing it inf or NaN, whatever the order. Not the converse (finite values
+  can overflow the sum). A float sum vectorises on XLA:CPU, a boolean all-reduce does not:
+  about 4x faster than `_all_finite` on [60000, 784]."""
+  return jnp.isfinite(jnp.sum(x))
+
+
 def check_records(x: jax.Array, y: jax.Array, model: models_lib.Model) -> None:
   """ValueError naming `x_NxF` or `y_N` for non-finite or complex values, or labels outside
-  {0, 1} (one output) or [0, K) (checked before any int32 cast)."""
-  if not bool(_all_finite(x)):
+  {0, 1} (one output) or [0, K) (checked before any int32 cast).
+
+  x: one pass over x when its sum is finite (every value then is), the exact element-wise
+  check only when it is not (an inf or NaN, or finite values whose sum overflows)."""
+  if not bool(_sum_finite(x)) and not bool(_all_finite(x)):
     idx = _first_bad_index(~np.asarray(jnp.isfinite(x)))
     raise ValueError(f"x_NxF must be finite (no NaN or inf): x_NxF{list(idx)} = "
                      f"{float(x[idx])}")

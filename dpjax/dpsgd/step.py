@@ -32,17 +32,29 @@ def _all_finite(tree) -> jax.Array:
                           [jnp.all(jnp.isfinite(l)) for l in jax.tree.leaves(tree)])
 
 
+def _all_finite_unbatched(tree) -> jax.Array:
+  """`_all_finite(tree)`, cheaper outside vmap: a finite sum of every value implies every
+  value is finite (an inf or NaN term makes an IEEE sum inf or NaN, in any order), so the
+  element-wise check runs (lax.cond) only when the sum is not finite: an inf or NaN, or
+  finite values whose sum overflows. Under vmap a cond runs both branches: use
+  `_all_finite` there."""
+  total = functools.reduce(jnp.add, [jnp.sum(l) for l in jax.tree.leaves(tree)])
+  return jax.lax.cond(jnp.isfinite(total), lambda: jnp.bool_(True), lambda: _all_finite(tree))
+
+
 def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, y, *,
                  cfg, model, observe_fn, per_example_stats, clipping, sampler, privatizer,
-                 optimizer, unroll=1, capacity=None):
+                 optimizer, unroll=1, capacity=None, batched=True):
   """Trains one model; pure, traced under jit (vmapped over models by `engine`).
 
   noise_std: traced float32 or a static 0.0; cfg: the noise-free config; capacity: None
-  (full mask) or K (padded). Returns (params, observations, stats, finite,
+  (full mask) or K (padded); batched: False when traced outside vmap (the per-step
+  finiteness check then skips its element-wise pass while the parameters' sum is finite). Returns (params, observations, stats, finite,
   first_nonfinite_step, ema_params), EMA e_t = d e_(t-1) + (1 - d) p_t as e_T / (1 - d^T).
   """
   c = float(cfg.l2_clip_norm)
   ema_decay = cfg.ema_decay
+  step_finite = _all_finite if batched else _all_finite_unbatched
   k_init, k_sample, k_noise, k_fixed = jax.random.split(key, 4)
   params = model.init(k_init) if init_params is None else init_params
   aggregate = privatizer.transform(noise_std, cfg.expected_batch_size, k_noise)
@@ -82,9 +94,9 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
         # where, not wts * norms: an unsampled record with norm inf adds 0, not NaN.
         st = (st[0] + wts, st[1] + clipped, st[2] + jnp.where(wts > 0, wts * norms, 0.0))
     else:
-      gsum, st = padded_clipped_sum(clipping, params, x, y, mask, c, capacity,
-                                    st if per_example_stats else None)
-      bsize = jnp.sum(mask, dtype=jnp.int32).astype(jnp.float32)
+      gsum, st, count = padded_clipped_sum(clipping, params, x, y, mask, c, capacity,
+                                           st if per_example_stats else None)
+      bsize = count.astype(jnp.float32)
     if fixed_K is not None:
       if fixed_own_bits:
         bits = fixed_sampler.batch_mask(k_fixed, t, all_fixed).astype(jnp.float32)
@@ -99,7 +111,7 @@ def train_single(key, keep_N, fixed_keep_K, noise_std, init_params, fixed_K, x, 
     obs = observe_fn(priv) if observe_fn is not None else None
     upd, opt_state = optimizer.update(priv, opt_state, params)
     params = optax.apply_updates(params, upd)
-    first_bad = jnp.where((first_bad < 0) & ~_all_finite(params), t, first_bad)
+    first_bad = jnp.where((first_bad < 0) & ~step_finite(params), t, first_bad)
     if ema_decay is not None:
       ema = jax.tree.map(lambda e, p: ema_decay * e + (1.0 - ema_decay) * p, ema, params)
     return (params, agg_state, opt_state, st, first_bad, ema), obs
@@ -155,7 +167,7 @@ def _fixed_own_bits(sampler, num_records: int) -> bool:
 
 
 def padded_clipped_sum(clipping, params, x, y, mask_N, c, capacity, stats):
-  """(clipped sum, updated stats or ()) of the records in mask_N: ceil(count / K) >= 1
+  """(clipped sum, updated stats or (), count int32) of the records in mask_N: ceil(count / K) >= 1
   chunks of K gathered rows, each clipped by the path's `on_buffer` (a plain clipped-sum
   function: itself); padding has weight 0. Chunk 0 runs outside the while_loop over chunks
   1, 2, ... (entered only when the count exceeds K) and starts the sum, as the full-mask
@@ -184,7 +196,7 @@ def padded_clipped_sum(clipping, params, x, y, mask_N, c, capacity, stats):
   gsum, st = chunk(jnp.int32(0), None, stats if stats is not None else ())
   _, gsum, st = jax.lax.while_loop(lambda carry: carry[0] * k < count, body,
                                    (jnp.int32(1), gsum, st))
-  return gsum, st
+  return gsum, st, count
 
 
 def _bit_sum(bits_K, leaf_KxP):

@@ -37,8 +37,8 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 table covers it) except for randomized response (the special value answered uniformly).
 PLD answers are upper bounds on a grid of spacing `value_discretization` (exact for
 Gaussian-only compositions); at the default grid, eps of DP-SGD (T Poisson-sampled Gaussian
-steps, q < 1, every leaf the same; add/remove or replace-special) is the front door's
-`pld_dpsgd.dpsgd_epsilon` (adaptive grid ending at h <= 1e-4, `_dpsgd_steps`). RDP answers are upper bounds at the given orders. The gdp
+steps, q < 1, every leaf the same; add/remove or replace-special) is at most the front
+door's `pld_dpsgd.dpsgd_epsilon` (adaptive grid ending at h <= 1e-4, `_dpsgd_steps`). RDP answers are upper bounds at the given orders. The gdp
 accountant is exact and takes Gaussians, tree aggregation and composed Gaussians sampled
 whole (no subsampling) only (`gdp_mu`).
 """
@@ -404,9 +404,10 @@ def epsilon(event: ev.Event, delta: float, accountant: str = "pld",
 
   orders apply to rdp, value_discretization (default 1e-4) to pld. Left at None, DP-SGD's
   event (`_dpsgd_steps`: T Poisson-sampled Gaussian steps, q < 1, add/remove or
-  replace-special) goes through the front door's `pld_dpsgd.dpsgd_epsilon` (adaptive grid,
-  ending at h <= 1e-4 where its error is below that grid's); any other event, or a
-  value_discretization given, composes on the fixed grid h.
+  replace-special) also goes through the front door's `pld_dpsgd.dpsgd_epsilon` (adaptive
+  grid, ending at h <= 1e-4 where its error is below that grid's), and the smaller of the
+  two upper bounds is returned; any other event, or a value_discretization given, composes
+  on the fixed grid h only.
 
   Examples:
     >>> e = ev.ComposedEvent((ev.EpsilonDeltaEvent(1.0, 0.1), ev.EpsilonDeltaEvent(2.0, 0.2)))
@@ -420,12 +421,15 @@ def epsilon(event: ev.Event, delta: float, accountant: str = "pld",
     return rdp.rdp_to_epsilon(o, r, d)[0]
   if accountant == "gdp":
     return gdp.gaussian_epsilon(d, gdp_mu(event, relation))
-  if value_discretization is None:
-    steps = _dpsgd_steps(event, relation)
-    if steps is not None:
-      return float(pld_dpsgd.dpsgd_epsilon(*steps, d))
   h = pld.DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else value_discretization
-  return float(privacy_loss_distribution(event, relation, h).epsilon(d))
+  steps = _dpsgd_steps(event, relation) if value_discretization is None else None
+  if steps is None:
+    return float(privacy_loss_distribution(event, relation, h).epsilon(d))
+  adaptive = float(pld_dpsgd.dpsgd_epsilon(*steps, d))
+  try:   # both are upper bounds: the smaller is one, and never above the fixed grid's
+    return min(adaptive, float(privacy_loss_distribution(event, relation, h).epsilon(d)))
+  except pld_grid.GridTooLarge:
+    return adaptive
 
 
 def _dpsgd_steps(event: ev.Event, relation: str) -> Optional[tuple[float, float, int]]:

@@ -344,6 +344,9 @@ class DpSgdRoutingTest(parameterized.TestCase):
                               ev.SelfComposedEvent(ev.SelfComposedEvent(step, 50), 4)))
     self.assertEqual(ea.epsilon(split, 1e-5), want)
     self.assertEqual(ea.epsilon(event, 1e-5, relation=ev.REPLACE_SPECIAL), want)
+    checked = ea.epsilon_never_looser(event, 1e-5)
+    self.assertEqual(checked.ours, want)
+    self.assertLessEqual(checked.value, want)
 
   @parameterized.named_parameters(
       ("heterogeneous", ev.ComposedEvent((

@@ -509,7 +509,8 @@ def epsilon_never_looser(event: ev.Event, delta: float, relation: str = ev.ADD_R
                          value_discretization: Optional[float] = None) -> pld.CheckedEpsilon:
   """The pld accountant's eps of `event`, taking dp_accounting's answer only where certified.
 
-  `ours` is `epsilon(event, delta, "pld", relation)`; `reference` dp_accounting's
+  `ours` is `epsilon(event, delta, "pld", relation, value_discretization=)` (DP-SGD at the
+  default grid: also the front door's adaptive eps); `reference` dp_accounting's
   PLDAccountant on the same event, relation and grid h (optional; events whose leaves it
   lacks, or whose eps / h passes pld_grid.MAX_POINTS, get none). At the default grid the two
   agree to ~1e-11 relative, the last digits set by float64 rounding: the FFT power's (ours:
@@ -532,7 +533,7 @@ def epsilon_never_looser(event: ev.Event, delta: float, relation: str = ev.ADD_R
   relation = ev.check_relation(relation)
   h = pld.DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else (
       _validate.check_positive(value_discretization, "value_discretization"))
-  ours = epsilon(event, d, "pld", relation, value_discretization=h)
+  ours = epsilon(event, d, "pld", relation, value_discretization=value_discretization)
   if not ours / h <= pld_grid.MAX_POINTS:   # dp_accounting's grid spans eps at spacing h
     return pld.CheckedEpsilon(ours, ours, None, "dpjax")
   ref = _dp_accounting_epsilon(event, d, relation, h)

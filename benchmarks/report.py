@@ -366,7 +366,8 @@ def _peer_cases_section(doc: dict) -> list[str]:
           "are noisy).", "",
           "Cases are the peers' own accountant tests (sources pinned in "
           "`benchmarks/peer_cases.py`); ours is dpjax's event accountant "
-          "(`event_accounting`, PLD on h = 1e-4, RDP at `rdp.DEFAULT_ORDERS` unless the test "
+          "(`event_accounting`, PLD on h = 1e-4, for DP-SGD events the smaller of that and the "
+          "front door's adaptive grid; RDP at `rdp.DEFAULT_ORDERS` unless the test "
           "sets orders; calibration rows: `accounting.calibrate_noise`), theirs dp_accounting's "
           "RdpAccountant / PLDAccountant (default orders, h = 1e-4; calibration: "
           "`calibrate_dp_mechanism`, both to 1e-7). ≤ means ours ≤ theirs·(1 + 1e-12) "

@@ -326,6 +326,56 @@ class FrontDoorTest(parameterized.TestCase):
       new.compose_event(ev.SampledWithoutReplacementEvent(10, 5, ev.GaussianEvent(1.0)))
 
 
+class DpSgdRoutingTest(parameterized.TestCase):
+  """At the default grid, eps of DP-SGD's event is min(front door's adaptive eps, fixed grid's);
+  every other event, relation or explicit grid stays on the fixed grid."""
+
+  def test_dpsgd_event_takes_the_smaller_of_front_door_and_fixed_grid(self):
+    from dpjax.accounting import pld_dpsgd  # pylint: disable=g-import-not-at-top
+    step = ev.PoissonSampledEvent(0.02, ev.GaussianEvent(1.1))
+    event = ev.SelfComposedEvent(step, 300)
+    fixed = ea.epsilon(event, 1e-5, value_discretization=1e-4)
+    self.assertEqual(fixed, float(ea.privacy_loss_distribution(event).epsilon(1e-5)))
+    want = min(pld_dpsgd.dpsgd_epsilon(1.1, 0.02, 300, 1e-5), fixed)
+    self.assertEqual(ea.epsilon(event, 1e-5), want)
+    self.assertLess(want, fixed)   # the adaptive grid is the tighter here
+    # the same 300 steps split (counts add up), and replace-special (add/remove here)
+    split = ev.ComposedEvent((ev.SelfComposedEvent(step, 100),
+                              ev.SelfComposedEvent(ev.SelfComposedEvent(step, 50), 4)))
+    self.assertEqual(ea.epsilon(split, 1e-5), want)
+    self.assertEqual(ea.epsilon(event, 1e-5, relation=ev.REPLACE_SPECIAL), want)
+    checked = ea.epsilon_never_looser(event, 1e-5)
+    self.assertEqual(checked.ours, want)
+    self.assertLessEqual(checked.value, want)
+
+  @parameterized.named_parameters(
+      ("heterogeneous", ev.ComposedEvent((
+          ev.SelfComposedEvent(ev.PoissonSampledEvent(0.02, ev.GaussianEvent(1.1)), 30),
+          ev.GaussianEvent(4.0))), ev.ADD_REMOVE),
+      ("two_noise_levels", ev.ComposedEvent((
+          ev.SelfComposedEvent(ev.PoissonSampledEvent(0.02, ev.GaussianEvent(1.1)), 30),
+          ev.SelfComposedEvent(ev.PoissonSampledEvent(0.02, ev.GaussianEvent(1.2)), 30))),
+       ev.ADD_REMOVE),
+      ("replace_one", ev.SelfComposedEvent(ev.PoissonSampledEvent(0.02, ev.GaussianEvent(1.1)),
+                                           30), ev.REPLACE_ONE),
+      ("whole_dataset", ev.SelfComposedEvent(ev.PoissonSampledEvent(1.0, ev.GaussianEvent(4.0)),
+                                             30), ev.ADD_REMOVE))
+  def test_other_events_stay_on_the_fixed_grid(self, event, relation):
+    got = ea.epsilon(event, 1e-5, relation=relation)
+    self.assertEqual(got, float(ea.privacy_loss_distribution(event, relation).epsilon(1e-5)))
+
+  @_NEEDS_DPA
+  @parameterized.parameters((2.0, 0.001, 100), (3.0, 0.05, 1000), (1.0, 0.0064, 782))
+  def test_dpsgd_is_at_most_dp_accountings(self, sigma, q, t):
+    # peer rows (Opacus, TF Privacy at delta 1e-6) where the fixed grid alone sat above
+    # dp_accounting 0.6.0 by a float-rounding hair
+    theirs = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    theirs.compose(dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma)), t)
+    ours = ea.epsilon(ev.dpsgd_event(sigma, q, t), 1e-6)
+    self.assertLessEqual(ours, theirs.get_epsilon(1e-6))
+    self.assertAlmostEqual(ours, theirs.get_epsilon(1e-6), delta=1e-2 * ours)
+
+
 class PropertyTest(parameterized.TestCase):
 
   @parameterized.parameters("rdp", "pld")

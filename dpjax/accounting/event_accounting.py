@@ -36,7 +36,9 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 "Both" means all three relations: replace-special is accounted as add/remove (which in the
 table covers it) except for randomized response (the special value answered uniformly).
 PLD answers are upper bounds on a grid of spacing `value_discretization` (exact for
-Gaussian-only compositions); RDP answers are upper bounds at the given orders. The gdp
+Gaussian-only compositions); at the default grid, eps of DP-SGD (T Poisson-sampled Gaussian
+steps, q < 1, every leaf the same; add/remove or replace-special) is at most the front
+door's `pld_dpsgd.dpsgd_epsilon` (adaptive grid ending at h <= 1e-4, `_dpsgd_steps`). RDP answers are upper bounds at the given orders. The gdp
 accountant is exact and takes Gaussians, tree aggregation and composed Gaussians sampled
 whole (no subsampling) only (`gdp_mu`).
 """
@@ -56,6 +58,7 @@ from dpjax.accounting import events as ev
 from dpjax.accounting import gdp
 from dpjax.accounting import mixture_pld
 from dpjax.accounting import pld
+from dpjax.accounting import pld_dpsgd
 from dpjax.accounting import pld_grid
 from dpjax.accounting import rdp
 from dpjax.accounting import truncated_sampling
@@ -399,7 +402,12 @@ def epsilon(event: ev.Event, delta: float, accountant: str = "pld",
   """eps (an upper bound) of `event` at delta in (0, 1) by `accountant` ("rdp", "pld", or
   "gdp": exact, Gaussian events only, `gdp_mu`).
 
-  orders apply to rdp, value_discretization (default 1e-4) to pld.
+  orders apply to rdp, value_discretization (default 1e-4) to pld. Left at None, DP-SGD's
+  event (`_dpsgd_steps`: T Poisson-sampled Gaussian steps, q < 1, add/remove or
+  replace-special) also goes through the front door's `pld_dpsgd.dpsgd_epsilon` (adaptive
+  grid, ending at h <= 1e-4 where its error is below that grid's), and the smaller of the
+  two upper bounds is returned; any other event, or a value_discretization given, composes
+  on the fixed grid h only.
 
   Examples:
     >>> e = ev.ComposedEvent((ev.EpsilonDeltaEvent(1.0, 0.1), ev.EpsilonDeltaEvent(2.0, 0.2)))
@@ -414,7 +422,31 @@ def epsilon(event: ev.Event, delta: float, accountant: str = "pld",
   if accountant == "gdp":
     return gdp.gaussian_epsilon(d, gdp_mu(event, relation))
   h = pld.DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else value_discretization
-  return float(privacy_loss_distribution(event, relation, h).epsilon(d))
+  steps = _dpsgd_steps(event, relation) if value_discretization is None else None
+  if steps is None:
+    return float(privacy_loss_distribution(event, relation, h).epsilon(d))
+  adaptive = float(pld_dpsgd.dpsgd_epsilon(*steps, d))
+  try:   # both are upper bounds: the smaller is one, and never above the fixed grid's
+    return min(adaptive, float(privacy_loss_distribution(event, relation, h).epsilon(d)))
+  except pld_grid.GridTooLarge:
+    return adaptive
+
+
+def _dpsgd_steps(event: ev.Event, relation: str) -> Optional[tuple[float, float, int]]:
+  """(sigma, q, T) when `event` is T steps of DP-SGD, else None: every flattened leaf the
+  same PoissonSampledEvent(q < 1, GaussianEvent(sigma)) (counts summed: composition is
+  commutative), under add/remove or replace-special (accounted as add/remove for this leaf, as
+  `_leaf_pld` does). Exactly the event `pld_dpsgd.dpsgd_epsilon` bounds; q = 1 (exact on the
+  grid) and replace-one (the +-C pair) stay with `privacy_loss_distribution`."""
+  if ev.check_relation(relation) == ev.REPLACE_ONE:
+    return None
+  leaves = ev.flatten(event)
+  first = leaves[0][0]
+  if not (isinstance(first, ev.PoissonSampledEvent) and first.sampling_prob < 1
+          and type(first.event) is ev.GaussianEvent
+          and all(e == first for e, _ in leaves)):
+    return None
+  return first.event.noise_multiplier, first.sampling_prob, sum(k for _, k in leaves)
 
 
 def _to_dp_accounting(e, dpa):
@@ -477,7 +509,8 @@ def epsilon_never_looser(event: ev.Event, delta: float, relation: str = ev.ADD_R
                          value_discretization: Optional[float] = None) -> pld.CheckedEpsilon:
   """The pld accountant's eps of `event`, taking dp_accounting's answer only where certified.
 
-  `ours` is `epsilon(event, delta, "pld", relation)`; `reference` dp_accounting's
+  `ours` is `epsilon(event, delta, "pld", relation, value_discretization=)` (DP-SGD at the
+  default grid: also the front door's adaptive eps); `reference` dp_accounting's
   PLDAccountant on the same event, relation and grid h (optional; events whose leaves it
   lacks, or whose eps / h passes pld_grid.MAX_POINTS, get none). At the default grid the two
   agree to ~1e-11 relative, the last digits set by float64 rounding: the FFT power's (ours:
@@ -500,7 +533,7 @@ def epsilon_never_looser(event: ev.Event, delta: float, relation: str = ev.ADD_R
   relation = ev.check_relation(relation)
   h = pld.DEFAULT_VALUE_DISCRETIZATION if value_discretization is None else (
       _validate.check_positive(value_discretization, "value_discretization"))
-  ours = epsilon(event, d, "pld", relation, value_discretization=h)
+  ours = epsilon(event, d, "pld", relation, value_discretization=value_discretization)
   if not ours / h <= pld_grid.MAX_POINTS:   # dp_accounting's grid spans eps at spacing h
     return pld.CheckedEpsilon(ours, ours, None, "dpjax")
   ref = _dp_accounting_epsilon(event, d, relation, h)

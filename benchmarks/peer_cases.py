@@ -39,12 +39,17 @@ from absl import app, flags
 
 from benchmarks import report
 
-_JSON = flags.DEFINE_string("json", None, "Where to write the rows (default: "
-                            "benchmarks/results/peer_cases.json).")
-_ONLY = flags.DEFINE_string("only", None, "Only cases whose name contains this text.")
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per side for rows faster than "
-                                "0.2 s (the best is kept); slower rows are timed once.")
-_CERTIFY = flags.DEFINE_bool("certify", True, "Try to certify rows where ours is above.")
+
+def _define_flags() -> None:
+  """The command line's flags, defined only when run as a program (other benchmarks that
+  tests import in the same process define --json and --repeats too)."""
+  flags.DEFINE_string("json", None, "Where to write the rows (default: "
+                      "benchmarks/results/peer_cases.json).")
+  flags.DEFINE_string("only", None, "Only cases whose name contains this text.")
+  flags.DEFINE_integer("repeats", 3, "Timed calls per side for rows faster than 0.2 s (the "
+                       "best is kept); slower rows are timed once.")
+  flags.DEFINE_bool("certify", True, "Try to certify rows where ours is above.")
+
 
 SOURCES = {
     "opacus": ("pytorch/opacus", "4d0ebc84613d214fbfd37fbfd1390e3747a625ce"),
@@ -654,11 +659,12 @@ def _print(r: dict) -> None:
 
 def main(argv):
   del argv
+  f = flags.FLAGS
   rows = []
   for case in CASES:
-    if _ONLY.value and _ONLY.value not in case.name:
+    if f.only and f.only not in case.name:
       continue
-    rows.append(evaluate(case, _REPEATS.value, _CERTIFY.value))
+    rows.append(evaluate(case, f.repeats, f.certify))
     _print(rows[-1])
   shared = [r for r in rows if "unsupported" not in r]
   le = sum(r["le"] for r in shared)
@@ -666,8 +672,9 @@ def main(argv):
   print(f"{len(shared)} shared cases ({len(rows) - len(shared)} dpjax cannot compute); ours <= "
         f"dp_accounting in {le}; ours at least as fast in {faster}")
   report.write("peer_cases", {"rows": rows, "not_shared": [list(x) for x in NOT_SHARED],
-                              "sources": {k: list(v) for k, v in SOURCES.items()}}, _JSON.value)
+                              "sources": {k: list(v) for k, v in SOURCES.items()}}, f.json)
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

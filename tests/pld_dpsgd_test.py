@@ -8,7 +8,8 @@ from absl.testing import absltest, parameterized
 import mpmath
 import pytest
 
-from dpjax.accounting import gdp, pld_dpsgd, pld_grid, pld_pmfs
+from benchmarks import peer_cases
+from dpjax.accounting import gdp, pld_dpsgd
 
 try:
   import dp_accounting
@@ -101,17 +102,9 @@ def _gaussian_delta_mp(epsilon: float, mu: float) -> mpmath.mpf:
     return mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
 
 
-def _delta_lower_bound(sigma: float, q: float, t: int, epsilon: float, h: float) -> float:
-  """A lower bound on delta(eps) of T DP-SGD steps (remove direction): the composed pmf of
-  `pld_pmfs._dominated_discretise` (a post-processed pair, losses only lowered) less the FFT
-  window's +inf mass, its wrap-around (2 tail) and bottom trim (tail), and 10x its float64
-  rounding estimate."""
-  tail = 1e-22
-  ((pmf, shift),) = pld_pmfs.subsampled_gaussian_pmfs(1.0 / sigma, q, h, 1e-30, ("remove",),
-                                                      dominated=True)
-  e = epsilon - t * shift
-  c = pld_grid.self_compose(pmf, t, tail, tilt_at=e)
-  return c.delta(e) - c.infinity_mass - 3 * tail - 10 * c.noise_in_delta(e)
+# The certified lower bound on delta (`pld_pmfs._dominated_discretise`, composed), as the peer
+# table uses it.
+_delta_lower_bound = peer_cases.dpsgd_delta_lower_bound
 
 
 class CertifiedAboveDpAccountingTest(parameterized.TestCase):

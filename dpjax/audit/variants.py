@@ -60,7 +60,8 @@ REGRESSIONS = ("noise_half", "sampler_twice_q", "clip_four_c")
 
 # The clipping norm the noise-without-C variant runs with (the lecture's exercise 4c).
 NOISE_WITHOUT_CLIP_NORM_C = 10.0
-# How far above the accounted q the over-rate sampler samples (opacus issue 813), capped at 1.
+# How far above the accounted q the over-rate sampler samples, capped at 1 (the Opacus bug
+# github.com/pytorch/opacus/issues/813).
 OVER_RATE_FACTOR = 45_000.0
 # The backprop-clipping variant's logit-gradient bound C_out (inputs clipped to C / C_out).
 BACKPROP_GRAD_CLIP = 0.1
@@ -193,8 +194,9 @@ class FlooredExpectedBatch(privatizer_lib.GaussianPrivatizer):
 
 @dataclasses.dataclass(frozen=True)
 class OverRateSampler:
-  """Poisson sampling at `true_rate` = min(1, factor q) while the accountant is told q (after opacus
-  issue 813). Privacy: NOT accounted; true eps: `dpsgd_epsilon(sigma, true_rate, T, delta, "pld")`.
+  """Poisson sampling at `true_rate` = min(1, factor q) while the accountant is told q (the Opacus
+  bug github.com/pytorch/opacus/issues/813). Privacy: NOT accounted; true eps:
+  `dpsgd_epsilon(sigma, true_rate, T, delta, "pld")`.
   """
   sampling_prob: float
   factor: float = OVER_RATE_FACTOR

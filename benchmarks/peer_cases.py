@@ -429,9 +429,9 @@ def dpjax_event(spec, noise: Optional[float] = None):
     return ev.ZCdpEvent(a[0])
   if kind == "poisson":
     return ev.PoissonSampledEvent(a[0], dpjax_event(a[1], noise))
-  if kind == "truncated":
+  if kind == "truncated":   # dp_accounting's pairs: the larger dataset has n records
     n, q, b, s = a
-    return ev.TruncatedPoissonSampledGaussianEvent(s, q, n, b)
+    return ev.TruncatedPoissonSampledGaussianEvent(s, q, n, b, neighbours="removal")
   if kind == "self":
     return ev.SelfComposedEvent(dpjax_event(a[0], noise), a[1])
   if kind == "compose":

@@ -109,6 +109,22 @@ class ClosedFormTest(parameterized.TestCase):
     _, r = ea.rdp_curve(e, orders=[2.0, 10.0])
     np.testing.assert_allclose(r, np.array([2.0, 10.0]) * mu ** 2 / 2, rtol=1e-13)
 
+  @parameterized.parameters(("rdp", ev.ADD_REMOVE), ("pld", ev.ADD_REMOVE),
+                            ("pld", ev.REPLACE_ONE))
+  def test_poisson_sample_of_composed_gaussians_is_one_gaussian(self, acct, relation):
+    # k_i Gaussians sigma_i on one sample: the Gaussian of sigma = (sum k_i / sigma_i^2)^-1/2
+    inner = ev.ComposedEvent((ev.SelfComposedEvent(ev.GaussianEvent(2.0), 3),
+                              ev.GaussianEvent(3.0)))
+    sigma = (3 / 4 + 1 / 9) ** -0.5
+    for q in (1.0, 0.2):
+      got = ea.epsilon(ev.SelfComposedEvent(ev.PoissonSampledEvent(q, inner), 10), 1e-6, acct,
+                       relation=relation)
+      want = ea.epsilon(ev.SelfComposedEvent(ev.PoissonSampledEvent(
+          q, ev.GaussianEvent(sigma)), 10), 1e-6, acct, relation=relation)
+      self.assertEqual(got, want)
+    self.assertAlmostEqual(ea.epsilon(ev.PoissonSampledEvent(1.0, inner), 1e-6, "gdp"),
+                           gdp.gaussian_epsilon(1e-6, 1 / sigma), places=12)
+
   @parameterized.parameters(0.0, 0.3, 0.9)
   def test_laplace_profile(self, eps):
     # Lap(b = 2): eps0 = 0.5; the grid holds eps0 exactly, so the gap is the O(h^2) chord.
@@ -246,6 +262,19 @@ class DpAccountingTest(parameterized.TestCase):
     self.assertLessEqual(a, b + 1e-12)
     self.assertAlmostEqual(a, b, delta=1e-3)
 
+  def test_poisson_sampled_composition_of_gaussians_rdp(self):
+    # dp_accounting's test_compute_rdp_multi_gaussian setting, and a subsampled one
+    for q in (1.0, 0.1):
+      parts = (2.71828, 6.28319)
+      ours = ev.PoissonSampledEvent(q, ev.ComposedEvent(tuple(ev.GaussianEvent(s)
+                                                              for s in parts)))
+      theirs = dp_accounting.rdp.RdpAccountant()
+      theirs.compose(dpe.PoissonSampledDpEvent(q, dpe.ComposedDpEvent(
+          [dpe.GaussianDpEvent(s) for s in parts])), 50)
+      a = ea.epsilon(ev.SelfComposedEvent(ours, 50), 1e-5, "rdp")
+      self.assertLessEqual(a, theirs.get_epsilon(1e-5) + 1e-12)
+      self.assertAlmostEqual(a, theirs.get_epsilon(1e-5), delta=1e-3)
+
 
 class SupportTest(parameterized.TestCase):
 
@@ -262,7 +291,7 @@ class SupportTest(parameterized.TestCase):
       ("poisson_replace_laplace", "pld", ev.PoissonSampledEvent(0.1, ev.LaplaceEvent(1.0)),
        ev.REPLACE_ONE, "add/remove"),
       ("sampled_composition", "pld",
-       ev.PoissonSampledEvent(1.0, ev.SelfComposedEvent(ev.GaussianEvent(1.0), 2)),
+       ev.PoissonSampledEvent(0.5, ev.SelfComposedEvent(ev.LaplaceEvent(1.0), 2)),
        ev.ADD_REMOVE, "compose sampled events"),
       ("wor", "pld", ev.SampledWithoutReplacementEvent(100, 10, ev.ZCdpEvent(0.1)),
        ev.REPLACE_ONE, "without replacement"),

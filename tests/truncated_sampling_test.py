@@ -2,11 +2,12 @@
 binomial cut probability, dp_accounting's truncated event (optional oracle) and a Monte
 Carlo check of the cut branch's keep rate."""
 
+import itertools
 import math
 
 import numpy as np
 from absl.testing import absltest, parameterized
-from scipy import stats
+from scipy import signal, stats
 
 from dpjax.accounting import event_accounting as ea
 from dpjax.accounting import events as ev
@@ -21,6 +22,42 @@ except ImportError:  # pragma: no cover - optional oracle
 _ORDERS = np.asarray(rdp.DEFAULT_ORDERS)
 
 
+def _output_law(grads, q, b):
+  """{sum of the kept gradients: probability} of one truncated Poisson draw over `grads`
+  (every draw pattern, and every kept B-subset of an over-full draw, enumerated)."""
+  law = {}
+  n = len(grads)
+  for mask in itertools.product((0, 1), repeat=n):
+    drawn = [g for g, m in zip(grads, mask) if m]
+    p = q ** len(drawn) * (1 - q) ** (n - len(drawn))
+    kept = (list(itertools.combinations(drawn, b)) if len(drawn) > b else [tuple(drawn)])
+    for sub in kept:
+      law[sum(sub)] = law.get(sum(sub), 0.0) + p / len(kept)
+  return law
+
+
+def _composed_delta(p, p2, sigma, t, epsilons):
+  """delta(eps) of t independent releases of the Gaussian mixtures p against p2 ({mean:
+  weight}, noise sigma), for each eps: the loss on a fine output grid, rounded down to
+  multiples of 1e-3 (so a lower estimate of the exact value), convolved t times."""
+  means = list(p) + list(p2)
+  y = np.arange(min(means) - 14 * sigma, max(means) + 14 * sigma, 2e-4)
+  dens = [sum(w * np.exp(-0.5 * ((y - m) / sigma) ** 2) for m, w in law.items())
+          for law in (p, p2)]                 # the common factor 1 / (sigma sqrt(2 pi)) below
+  keep = dens[0] > 0
+  loss = np.log(dens[0][keep]) - np.log(dens[1][keep])
+  mass = dens[0][keep] * 2e-4 / (sigma * math.sqrt(2 * math.pi))
+  idx = np.floor(loss / 1e-3).astype(int)
+  lo = idx.min()
+  one = np.bincount(idx - lo, weights=mass)
+  total = one
+  for _ in range(t - 1):
+    total = np.clip(signal.fftconvolve(total, one), 0.0, None)
+  values = (np.arange(total.size) + t * lo) * 1e-3
+  return [float(np.sum(total * np.clip(1.0 - np.exp(e - values), 0.0, None)))
+          for e in epsilons]
+
+
 class TruncatedSamplingTest(parameterized.TestCase):
 
   def test_a_cap_never_reached_is_the_subsampled_gaussian(self):
@@ -32,32 +69,47 @@ class TruncatedSamplingTest(parameterized.TestCase):
     b = pld.gaussian_pld(1.0, 0.01, value_discretization=1e-3).self_compose(50)
     self.assertEqual(a.epsilon(1e-5), b.epsilon(1e-5))
 
-  @parameterized.parameters((0.01, 1000, 12), (0.3, 50, 10), (1e-3, 10**6, 1000))
-  def test_branches_are_the_binomial_law(self, q, n, b):
+  @parameterized.parameters((0.01, 1000, 12), (0.3, 50, 10), (1e-3, 10**6, 1000), (0.5, 4, 2))
+  def test_branches_match_direct_sums(self, q, n, b):
+    # the closed forms against sums over N ~ Binomial(n - 1, q) term by term
+    k = np.arange(b, n)
+    pk = stats.binom.pmf(k, n - 1, q)
+    cut = pk.sum()
+    rate = (pk * q * b / (k + 1.0)).sum() / cut
+    kept_z = (pk * q * b / (k + 1.0)).sum()
+    rho = (pk * q * b * b / ((k + 1.0) * (k + 2.0))).sum() / (pk * b / (k + 1.0)).sum()
+    w, r, c = ts.branches(q, n, b, "removal")
+    np.testing.assert_allclose(w, [1.0 - cut, cut], rtol=1e-9)
+    np.testing.assert_allclose(r, [q, rate], rtol=1e-9)
+    self.assertGreaterEqual(r[1], rate)                        # rounded up
     w, r, c = ts.branches(q, n, b)
+    edge = q * stats.binom.pmf(b - 1, n - 1, q)
+    np.testing.assert_allclose(w, [1.0 - cut - edge, edge, cut - kept_z, kept_z], rtol=1e-9)
+    np.testing.assert_allclose(r, [q, q, rate, max(rate, rho)], rtol=1e-9)
+    self.assertEqual(c.tolist(), [1.0, 2.0, 2.0, 2.0])
     self.assertAlmostEqual(w.sum(), 1.0, delta=1e-12)
-    self.assertAlmostEqual(1.0 - w[0], stats.binom.sf(b - 1, n, q), delta=1e-12)
-    self.assertEqual((r[0], c[0]), (q, 1.0))
-    self.assertTrue(np.all(c[1:] == 2.0))
-    # the edge branch (N = B - 1 others drawn, and the added one): rate q, weight
-    # q P(Binomial(n - 1, q) = B - 1); the groups after it: rates <= q B / (B + 1)
-    self.assertEqual(r[1], q)
-    self.assertAlmostEqual(w[1], q * stats.binom.pmf(b - 1, n - 1, q), delta=1e-15)
-    self.assertTrue(np.all(r[2:] <= q * b / (b + 1.0)))
+    self.assertTrue(np.all(r[1:] <= q))
 
-  def test_covers_both_kinds_of_neighbour(self):
-    # one step: the revealed-branch bound of each scenario alone (n - 1 others when a
-    # record is removed, n when one is added) never exceeds the combined bound
-    for s, q, n, b in ((1.0, 0.3, 10, 2), (1.0, 0.5, 20, 10)):
-      ours = ts.truncated_subsampled_gaussian_pld(s, q, n, b, 1e-3)
-      for m in (n - 1, n):
-        pk = stats.binom.pmf(np.arange(m + 1), m, q)
-        parts = [(pk[:b].sum(), q, 1.0)] + [(pk[k], q * b / (k + 1.0), 2.0)
-                                            for k in range(b, m + 1)]
-        plds = [(w, pld.gaussian_pld(s / c, r, value_discretization=1e-3))
-                for w, r, c in parts]
-        for e in (0.5, 2.0):
-          self.assertLessEqual(sum(w * d.delta(e) for w, d in plds), ours.delta(e) + 1e-12)
+  @parameterized.parameters("both", "removal")
+  def test_never_below_the_exact_delta_of_enumerated_datasets(self, neighbours):
+    # 1-D, C = 1: every kept subset of every draw enumerated, the output law of each dataset
+    # a Gaussian mixture; delta(eps) of T steps (losses rounded down: a lower estimate of
+    # the exact value) never above our bound, for records of gradient -1, 0 or +1 beside x
+    sigma, tol = 1.0, 1e-9
+    for q, n, b, t in ((0.5, 4, 2, 1), (0.5, 4, 2, 3), (0.3, 6, 2, 2), (0.9, 5, 3, 2),
+                       (1.0, 5, 2, 1)):       # q = 1: every step cut, no uncut branch
+      ours = ts.truncated_subsampled_gaussian_pld(sigma, q, n, b, 1e-4, neighbours=neighbours)
+      ours = ours.self_compose(t)
+      sizes = (n,) if neighbours == "removal" else (n, n + 1)
+      for size in sizes:                      # the dataset holding x has `size` records
+        for others in ([-1.0] * (size - 1), [0.0] * (size - 1),
+                       [-1.0, 1.0] * size):
+          others = others[:size - 1]
+          with_x, without = _output_law(others + [1.0], q, b), _output_law(others, q, b)
+          for p, p2 in ((with_x, without), (without, with_x)):
+            exact = _composed_delta(p, p2, sigma, t, (0.5, 1.0, 2.0))
+            for eps, d in zip((0.5, 1.0, 2.0), exact):
+              self.assertLessEqual(d, ours.delta(eps) + tol, (q, n, b, t, size, others, eps))
 
   @parameterized.parameters((1.0, 0.01, 1000, 12, 100), (2.0, 0.1, 100, 10, 50),
                             (1.1, 256 / 60000, 60000, 288, 300))
@@ -81,7 +133,9 @@ class TruncatedSamplingTest(parameterized.TestCase):
   @parameterized.parameters((1.0, 0.01, 1000, 12, 100), (1.0, 0.01, 1000, 15, 1000),
                             (1.1, 256 / 60000, 60000, 288, 1000), (2.0, 0.1, 100, 10, 50))
   def test_not_above_dp_accounting(self, sigma, q, n, b, t):
-    ours = ts.truncated_subsampled_gaussian_pld(sigma, q, n, b, 1e-4).self_compose(t)
+    # the same pairs as dp_accounting's event ("removal"); "both" covers more pairs
+    ours = ts.truncated_subsampled_gaussian_pld(sigma, q, n, b, 1e-4,
+                                                neighbours="removal").self_compose(t)
     theirs = dpa_pld.from_truncated_subsampled_gaussian_mechanism(n, q, b, sigma, 1e-4)
     ref = theirs.self_compose(t).get_epsilon_for_delta(1e-5)
     self.assertLessEqual(ours.epsilon(1e-5), ref)

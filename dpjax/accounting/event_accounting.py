@@ -18,6 +18,8 @@ nothing is approximated silently. Support (`SUPPORTED` lists the leaf types):
 | (eps, 0) / (eps, delta > 0)         | yes / no (infinite)     | yes / yes (exact pair)     |
 | zCDP                                | yes (rho alpha)         | no (no dominating pair)    |
 | Poisson-sampled Gaussian            | all (replace-one: grid) | all (replace-one: ±C pair) |
+|   (or composed Gaussians: one       |                         |                            |
+|   equivalent Gaussian)              |                         |                            |
 | Poisson-sampled Laplace             | no                      | add/remove (exact tails)   |
 | Poisson-sampled discrete Laplace,   | no                      | add/remove (pair mixture)  |
 |   discrete Gaussian, (eps, delta)   |                         |                            |
@@ -201,10 +203,12 @@ def _leaf_check(e, accountant: str, relation: str) -> None:
 
 def _gaussian_composition(e) -> Optional[float]:
   """The noise multiplier (sum_i k_i / sigma_i^2)^(-1/2) of one Gaussian equivalent to the
-  composition of Gaussians that the without-replacement event `e` samples once, else None
-  (k_i Gaussians of noise sigma_i on the same sample: their joint pair is a Gaussian pair
-  whose mean shift has squared norm at most sum_i k_i / sigma_i^2)."""
-  if not (isinstance(e, ev.SampledWithoutReplacementEvent)
+  composition of Gaussians that the sampled event `e` (Poisson or without replacement)
+  samples once, else None. k_i Gaussians of noise sigma_i on the same sample release
+  f + N_j; their precision-weighted mean is f + N(0, sigma^2) at that sigma, and the
+  differences N_j - N_1 are independent of it and of the data, so the release and the one
+  Gaussian are post-processings of each other: equal for every relation and sampling."""
+  if not (isinstance(e, (ev.PoissonSampledEvent, ev.SampledWithoutReplacementEvent))
           and isinstance(e.event, (ev.SelfComposedEvent, ev.ComposedEvent))):
     return None
   leaves = ev.flatten(e.event)
@@ -219,10 +223,17 @@ def check_supported(event: ev.Event, accountant: str = "pld",
   leaf that `accountant` ("rdp" or "pld") cannot bound under `relation`."""
   _validate.check_choice(accountant, ACCOUNTANTS, "accountant")
   relation = ev.check_relation(relation)
-  leaves = ev.flatten(event)
+  leaves = [(_one_gaussian(e), k) for e, k in ev.flatten(event)]
   for e, _ in leaves:
     _leaf_check(e, accountant, relation)
   return leaves
+
+
+def _one_gaussian(e):
+  """A Poisson sample of a composition of Gaussians as the Poisson sample of its one
+  equivalent Gaussian (`_gaussian_composition`); any other leaf unchanged."""
+  sigma = _gaussian_composition(e) if isinstance(e, ev.PoissonSampledEvent) else None
+  return e if sigma is None else ev.PoissonSampledEvent(e.sampling_prob, ev.GaussianEvent(sigma))
 
 
 def _unwrap(e):
@@ -255,7 +266,8 @@ def _leaf_rdp(e, orders: np.ndarray, relation: str) -> np.ndarray:
         ev.pure_epsilon(e.event))
   if isinstance(e, ev.TruncatedPoissonSampledGaussianEvent):
     return truncated_sampling.truncated_subsampled_gaussian_rdp(
-        e.noise_multiplier, e.sampling_prob, e.dataset_size, e.max_batch_size, orders)
+        e.noise_multiplier, e.sampling_prob, e.dataset_size, e.max_batch_size, orders,
+        e.neighbours)
   if isinstance(e, ev.DiscreteLaplaceEvent):
     return _pair_rdp(*_pair(e)[:2], orders)
   if isinstance(e, ev.DiscreteGaussianEvent):   # (D^2 / 2 s^2)-zCDP (Canonne et al. 2020)
@@ -310,7 +322,7 @@ def _leaf_pld(e, h: float, relation: str) -> pld.PrivacyLossDistribution:
   if isinstance(e, ev.TruncatedPoissonSampledGaussianEvent):
     return truncated_sampling.truncated_subsampled_gaussian_pld(
         e.noise_multiplier, e.sampling_prob, e.dataset_size, e.max_batch_size,
-        value_discretization=h)
+        value_discretization=h, neighbours=e.neighbours)
   if isinstance(e, _PAIR_EVENTS):
     p, q, tail = _pair(e)
     return pld.pmf_pair_pld(p, q, h, tail_mass=tail)
@@ -440,7 +452,7 @@ def _dpsgd_steps(event: ev.Event, relation: str) -> Optional[tuple[float, float,
   grid) and replace-one (the +-C pair) stay with `privacy_loss_distribution`."""
   if ev.check_relation(relation) == ev.REPLACE_ONE:
     return None
-  leaves = ev.flatten(event)
+  leaves = [(_one_gaussian(e), k) for e, k in ev.flatten(event)]
   first = leaves[0][0]
   if not (isinstance(first, ev.PoissonSampledEvent) and first.sampling_prob < 1
           and type(first.event) is ev.GaussianEvent
@@ -452,7 +464,8 @@ def _dpsgd_steps(event: ev.Event, relation: str) -> Optional[tuple[float, float,
 def _to_dp_accounting(e, dpa):
   """dp_accounting's DpEvent for `e` where every leaf has a counterpart there (Gaussian,
   Laplace, discrete Laplace, their Poisson samples, mixture of Gaussians, truncated
-  Poisson-sampled Gaussian, randomized response), composed alike; else None."""
+  Poisson-sampled Gaussian over "removal" pairs, randomized response), composed alike; else
+  None."""
   if isinstance(e, ev.SelfComposedEvent):
     inner = _to_dp_accounting(e.event, dpa)
     return None if inner is None else dpa.SelfComposedDpEvent(inner, e.count)
@@ -470,7 +483,9 @@ def _to_dp_accounting(e, dpa):
     return dpa.DiscreteLaplaceDpEvent(e.noise_parameter, e.sensitivity)
   if isinstance(e, ev.MixtureOfGaussiansEvent):
     return dpa.dp_event.MixtureOfGaussiansDpEvent(e.noise_multiplier, e.sensitivities, e.probs)
-  if isinstance(e, ev.TruncatedPoissonSampledGaussianEvent):
+  if isinstance(e, ev.TruncatedPoissonSampledGaussianEvent):   # its pairs: "removal"
+    if e.neighbours != "removal":
+      return None
     return dpa.dp_event.TruncatedSubsampledGaussianDpEvent(
         e.dataset_size, e.sampling_prob, e.max_batch_size, e.noise_multiplier)
   if isinstance(e, ev.RandomizedResponseEvent):   # noise k / (e^eps + k - 1): resampled

@@ -180,13 +180,16 @@ class TruncatedPoissonSampledGaussianEvent(Event):
   """A Poisson sample (each record with probability sampling_prob in (0, 1]) truncated to at
   most max_batch_size >= 1 records (a uniformly random subset of that size is kept when
   more are drawn), then the sum of the kept records' contributions (L2 norm <= C) plus
-  N(0, (noise_multiplier * C)^2) per coordinate. dataset_size >= 1: the records of the
-  dataset it runs on; its neighbours by removal and by addition are both covered.
-  Add/remove (or replace-special) neighbours; see `truncated_sampling`."""
+  N(0, (noise_multiplier * C)^2) per coordinate. Add/remove (or replace-special) neighbours,
+  for dataset_size = n >= 1 and `neighbours`: "both" (default) covers the dataset of n records
+  and both of its neighbours (n - 1 and n + 1 records); "removal" the pairs whose larger
+  dataset has n records (dp_accounting's TruncatedSubsampledGaussianDpEvent). See
+  `truncated_sampling`."""
   noise_multiplier: float
   sampling_prob: float
   dataset_size: int
   max_batch_size: int
+  neighbours: str = "both"
 
   def __post_init__(self):
     _freeze(self, noise_multiplier=_validate.check_positive(self.noise_multiplier,
@@ -195,7 +198,9 @@ class TruncatedPoissonSampledGaussianEvent(Event):
             dataset_size=_validate.check_int(self.dataset_size, "dataset_size",
                                              maximum=2 ** 53),
             max_batch_size=_validate.check_int(self.max_batch_size, "max_batch_size",
-                                               maximum=2 ** 53))
+                                               maximum=2 ** 53),
+            neighbours=_validate.check_choice(self.neighbours, ("both", "removal"),
+                                              "neighbours"))
 
 
 @dataclasses.dataclass(frozen=True)

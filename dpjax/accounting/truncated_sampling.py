@@ -3,33 +3,51 @@
 Mechanism: each record is drawn with probability q; if more than B (max_batch_size) are
 drawn, a uniformly random subset of B is kept; the kept records' contributions (L2 norm
 <= C) are summed and N(0, (sigma C)^2) is added per coordinate. Neighbours: add/remove one
-record x.
+record x. The bound depends on the dataset's size, so `neighbours` says which pairs it covers,
+for n = dataset_size:
 
-Bound, for a dataset of n = dataset_size records and both of its kinds of neighbours (a
-record removed: n - 1 others; a record added: n others). Let N be the number of drawn records
-among n - 1 fixed others, Z the draw of one more other (present only when a record is added),
-and reveal (N, Z): their law is the same on both datasets of a pair, and the released
-mechanism is a post-processing of the one that also outputs them. With K the others drawn
-(N, or N + Z):
+* "both" (default): a dataset of n records and both of its kinds of neighbour, a record
+  removed (n - 1 records) or added (n + 1): the guarantee for the dataset trained on;
+* "removal": the pairs whose larger dataset has n records (n - 1 others beside x), the
+  convention of dp_accounting 0.6.0's TruncatedSubsampledGaussianDpEvent.
+
+Bound. Let N be the number of drawn records among n - 1 fixed others, Z the draw of one more
+other z (a real record when x is added to the n-record dataset; a fresh coin revealed to
+nobody's loss when x is removed), and K the others drawn (N, or N + Z). Revealing a variable
+whose law is the same on both datasets of a pair only loosens the bound (the released output
+is a post-processing of output and variable).
 
 * K < B: x is never cut; the pair is the subsampled Gaussian (1 - q) N(0, s^2) + q N(C, s^2)
   against N(0, s^2), s = sigma C.
-* K >= B: with x drawn, x is kept with probability B / (K + 1) and then displaces one other
-  record y of the kept B. Coupling the kept (B - 1)-subset and y on both sides gives the
-  pair (1 - r) N(0, s^2) + r N(v, s^2) against N(0, s^2), ||v|| = ||g_x - g_y|| <= 2 C,
-  r = q B / (K + 1). A shift of norm <= 2C and a rate <= r' are post-processings of the
-  shift 2C at rate r' (Blackwell; mixing in fresh N(0) draws).
+* K >= B: with x drawn, x is kept with probability B / (K + 1), and then displaces a uniform
+  record y of the B that the dataset without x keeps (S'). With (S', y) revealed the pair is
+  (1 - r) N(0, s^2) + r N(v, s^2) against N(0, s^2), ||v|| = ||g_x - g_y|| <= 2 C, with r the
+  conditional mean of q B / (K + 1) given (S', y). When the others are exchangeable (all n - 1
+  when z is absent or not drawn), K is independent of (S', y), so r = E[q B / (K + 1) | cut]
+  exactly: one branch, K not revealed. A shift of norm <= 2C and a rate <= r' are
+  post-processings of the shift 2C at rate r' (Blackwell; mixing in fresh N(0) draws).
 
-So branch (N, Z) is bounded, for both neighbours at once, by: the sensitivity-C subsampled
-Gaussian at rate q when N < B - 1, or N = B - 1 and Z = 0; the sensitivity-2C one at rate q
-when N = B - 1 and Z = 1 (it dominates both K = B - 1 and K = B); and the sensitivity-2C one
-at rate q B / (k_i + 1) when N >= B, N cut into at most MAX_GROUPS groups [k_i, k_{i+1}).
+"removal": the uncut branch (N < B; weight P(Binomial(n - 1, q) < B)) at rate q, sensitivity
+C, and the cut branch (N >= B) at sensitivity 2C and rate
+r = E[q B / (N + 1) | N >= B] = B P(Binomial(n, q) > B) / (n P(Binomial(n - 1, q) >= B)).
+
+"both" reveals the class of (N, Z): uncut (N + Z < B; rate q, sensitivity C); the edge
+N = B - 1, Z = 1 (sensitivity 2C at rate q: it dominates the removed case's (C, q) and the
+added case's (2C, q B / (B + 1))); and the cut N >= B, rate r as above, except where x is
+added, z drawn (K = N + 1) and z is one of S'. That sub-branch (weight q E[B / (N + 1); N >= B],
+a fresh coin of the same law when x is removed) has rate max(r, rho),
+rho = q B E[1 / ((N + 1)(N + 2)); N >= B] / E[1 / (N + 1); N >= B]; where z is not in S' the
+added case's rate, a mean of q B / (N + 2) under weights increasing in N, is at most r
+(Chebyshev's association inequality), so that part joins the r branch. The closed forms use
+sum_k C(m, k) q^k (1 - q)^(m - k) / (k + 1) = P(Binomial(m + 1, q) > k0) / ((m + 1) q) over
+k >= k0 (and the same step twice for 1 / ((k + 1)(k + 2))); every rate is rounded up.
+
 The per-step pair is the mixture of these, branches revealed. RDP: exp((a - 1) eps(a)) =
 sum_i w_i exp((a - 1) eps_i(a)) (exact for revealed branches); PLD: the same mixture of the
-loss pmfs, both directions (pessimistic, as each is). The cut weight 1 - w_0 is
-P(Binomial(n, q) >= B) (`cut_probability`).
-dp_accounting 0.6.0's TruncatedSubsampledGaussianDpEvent bounds the same mechanism
-(https://arxiv.org/abs/2508.15089) with a replace-one pair in the cut branch.
+loss pmfs, both directions (pessimistic, as each is). `tests/truncated_sampling_test.py`
+checks both conventions against the exact delta of worst-case datasets, enumerated.
+dp_accounting 0.6.0 bounds the cut branch by a replace-one pair of sensitivity 2C at the same
+mean rate (https://arxiv.org/abs/2508.15089); the add/remove pair above is the tighter one.
 """
 
 from __future__ import annotations
@@ -42,15 +60,18 @@ from scipy import special, stats
 from dpjax import _validate
 from dpjax.accounting import pld, pld_grid, pld_pmfs, subsampled_rdp
 
-# Groups of N >= B given their own sampling rate (a finer split is tighter and slower).
-MAX_GROUPS = 16
+# The pairs a bound covers (module docstring).
+NEIGHBOURS = ("both", "removal")
+# Rates are rounded up by this relative margin (the closed forms' float error is far below).
+_RATE_ROUND_UP = 1e-12
 
 
-def _check(noise_multiplier, sampling_prob, dataset_size, max_batch_size):
+def _check(noise_multiplier, sampling_prob, dataset_size, max_batch_size, neighbours):
   return (_validate.check_positive(noise_multiplier, "noise_multiplier"),
           _validate.check_sampling_prob(sampling_prob),
           _validate.check_int(dataset_size, "dataset_size", maximum=2 ** 53),
-          _validate.check_int(max_batch_size, "max_batch_size", maximum=2 ** 53))
+          _validate.check_int(max_batch_size, "max_batch_size", maximum=2 ** 53),
+          _validate.check_choice(neighbours, NEIGHBOURS, "neighbours"))
 
 
 def cut_probability(sampling_prob: float, dataset_size: int, max_batch_size: int) -> float:
@@ -69,32 +90,44 @@ def cut_probability(sampling_prob: float, dataset_size: int, max_batch_size: int
   return float(min(1.0, max(0.0, stats.binom.sf(b - 1, n, q))))
 
 
-def branches(sampling_prob: float, dataset_size: int, max_batch_size: int
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _sf(k: int, m: int, q: float) -> float:
+  """P(Binomial(m, q) > k) as a float in [0, 1] (0 where k >= m)."""
+  return 0.0 if k >= m else float(min(1.0, max(0.0, stats.binom.sf(k, m, q))))
+
+
+def _up(rate: float, cap: float) -> float:
+  return min(cap, rate * (1.0 + _RATE_ROUND_UP))
+
+
+def branches(sampling_prob: float, dataset_size: int, max_batch_size: int,
+             neighbours: str = "both") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(weights [G], rates [G], sensitivities [G]) of the revealed branches (module
-  docstring): the uncut one (q, 1) first, then (q, 2) for N = B - 1 with Z = 1, then the
-  cut groups (q B / (k_i + 1), 2); weights sum to 1 (zero weights dropped).
-  G <= MAX_GROUPS + 2."""
+  docstring): the uncut one (q, 1) first; for "both" then the edge (q, 2), the cut branch
+  (r, 2) and the sub-branch where the added record's neighbour z is kept (max(r, rho), 2);
+  for "removal" the cut branch (r, 2). Weights sum to 1 (zero weights dropped); G <= 4.
+
+  Examples:
+    >>> w, r, c = branches(0.5, 4, 2, "removal")   # 3 others; cut when >= 2 are drawn
+    >>> w.tolist(), [round(float(x), 6) for x in r], c.tolist()
+    ([0.5, 0.5], [0.5, 0.3125], [1.0, 2.0])
+  """
   q = _validate.check_sampling_prob(sampling_prob)
   n = _validate.check_int(dataset_size, "dataset_size", maximum=2 ** 53)
   b = _validate.check_int(max_batch_size, "max_batch_size", maximum=2 ** 53)
+  both = _validate.check_choice(neighbours, NEIGHBOURS, "neighbours") == "both"
   m = n - 1                                      # the fixed others
-  edge = float(stats.binom.pmf(b - 1, m, q)) * q if b - 1 <= m else 0.0
-  weights, rates, sens = [1.0 - cut_probability(q, n, b)], [q], [1.0]
-  if edge > 0.0:
-    weights.append(edge)
-    rates.append(q)
-    sens.append(2.0)
-  if b <= m:
-    width = max(1, math.ceil(math.sqrt(m * q * (1.0 - q)) / 4.0))
-    starts = [b + i * width for i in range(MAX_GROUPS) if b + i * width <= m]
-    sf = [float(stats.binom.sf(k - 1, m, q)) for k in starts] + [0.0]
-    for i, k in enumerate(starts):
-      w = max(0.0, sf[i] - sf[i + 1])
-      if w > 0.0:
-        weights.append(w)
-        rates.append(q * b / (k + 1.0))
-        sens.append(2.0)
+  cap = q * b / (b + 1.0)                        # no cut-branch rate exceeds it
+  cut = _sf(b - 1, m, q)                         # P(N >= B)
+  s1 = _sf(b, m + 1, q)                          # (m + 1) q E[1 / (N + 1); N >= B]
+  rate = _up(b * s1 / ((m + 1) * cut), cap) if cut > 0.0 else 0.0
+  if not both:
+    weights, rates, sens = [1.0 - cut, cut], [q, rate], [1.0, 2.0]
+  else:
+    edge = float(stats.binom.pmf(b - 1, m, q)) * q if b - 1 <= m else 0.0
+    kept_z = min(cut, b * s1 / (m + 1))          # q E[B / (N + 1); N >= B]
+    rho = _up(b * _sf(b + 1, m + 2, q) / ((m + 2) * s1), cap) if s1 > 0.0 else 0.0
+    weights = [1.0 - cut_probability(q, n, b), edge, cut - kept_z, kept_z]
+    rates, sens = [q, q, rate, max(rate, rho)], [1.0, 2.0, 2.0, 2.0]
   w = np.array(weights)
   w[0] = max(0.0, 1.0 - w[1:].sum())            # the same value, summing exactly to 1
   keep = w > 0.0
@@ -104,19 +137,21 @@ def branches(sampling_prob: float, dataset_size: int, max_batch_size: int
 @_validate.names_extreme_arguments
 def truncated_subsampled_gaussian_rdp(noise_multiplier: float, sampling_prob: float,
                                       dataset_size: int, max_batch_size: int,
-                                      orders) -> np.ndarray:
+                                      orders, neighbours: str = "both") -> np.ndarray:
   """RDP upper bound (float64[A]) of one truncated Poisson-subsampled Gaussian step
-  (add/remove); the module docstring gives the mechanism and the proof.
+  (add/remove, over the pairs `neighbours` names); the module docstring gives the mechanism
+  and the proof.
 
   Examples:
     >>> r = truncated_subsampled_gaussian_rdp(1.0, 0.01, 1000, 1000, [2.0])  # never cut
     >>> bool(r[0] == subsampled_rdp.subsampled_gaussian_rdp(0.01, 1.0, [2.0])[0])
     True
   """
-  sigma, q, n, b = _check(noise_multiplier, sampling_prob, dataset_size, max_batch_size)
+  sigma, q, n, b, nb = _check(noise_multiplier, sampling_prob, dataset_size, max_batch_size,
+                              neighbours)
   a = _validate.check_orders(orders)
-  w, r, c = branches(q, n, b)
-  if w.size == 1:
+  w, r, c = branches(q, n, b, nb)
+  if w.size == 1 and c[0] == 1.0:               # never cut
     return subsampled_rdp.subsampled_gaussian_rdp(q, sigma, a)
   curves = np.stack([(a - 1.0) * subsampled_rdp.subsampled_gaussian_rdp(ri, sigma / ci, a)
                      for ri, ci in zip(r, c)])
@@ -142,10 +177,12 @@ def truncated_subsampled_gaussian_pld(noise_multiplier: float, sampling_prob: fl
                                       dataset_size: int, max_batch_size: int,
                                       value_discretization: float =
                                       pld.DEFAULT_VALUE_DISCRETIZATION,
-                                      tail_mass: float = pld.DEFAULT_TAIL_MASS
+                                      tail_mass: float = pld.DEFAULT_TAIL_MASS,
+                                      neighbours: str = "both"
                                       ) -> pld.PrivacyLossDistribution:
   """PLD (both add/remove directions, pessimistic) of one truncated Poisson-subsampled
-  Gaussian step; grid spacing h = value_discretization, tail_mass as in `pld.gaussian_pld`.
+  Gaussian step over the pairs `neighbours` names; grid spacing h = value_discretization,
+  tail_mass as in `pld.gaussian_pld`.
 
   Examples:
     >>> capped = truncated_subsampled_gaussian_pld(1.0, 0.01, 1000, 12, 1e-3)
@@ -153,11 +190,12 @@ def truncated_subsampled_gaussian_pld(noise_multiplier: float, sampling_prob: fl
     >>> round(cut_probability(0.01, 1000, 12), 4), capped.delta(1.0) > free.delta(1.0)
     (0.3026, True)
   """
-  sigma, q, n, b = _check(noise_multiplier, sampling_prob, dataset_size, max_batch_size)
+  sigma, q, n, b, nb = _check(noise_multiplier, sampling_prob, dataset_size, max_batch_size,
+                              neighbours)
   h = _validate.check_positive(value_discretization, "value_discretization")
   tail = _validate.check_range(tail_mass, "tail_mass", 0.0, 1e-3, open_low=True)
-  w, r, c = branches(q, n, b)
-  if w.size == 1:
+  w, r, c = branches(q, n, b, nb)
+  if w.size == 1 and c[0] == 1.0:               # never cut
     return pld.gaussian_pld(sigma, q, value_discretization=h, tail_mass=tail)
   if not 2.0 / sigma < 1e150:
     raise pld_grid.GridTooLarge(f"noise_multiplier = {sigma!r} is too small: the losses "
@@ -168,5 +206,5 @@ def truncated_subsampled_gaussian_pld(noise_multiplier: float, sampling_prob: fl
   return pld.PrivacyLossDistribution(pmfs=pmfs, value_discretization=h)
 
 
-__all__ = ["MAX_GROUPS", "branches", "cut_probability", "truncated_subsampled_gaussian_pld",
+__all__ = ["NEIGHBOURS", "branches", "cut_probability", "truncated_subsampled_gaussian_pld",
            "truncated_subsampled_gaussian_rdp"]

@@ -395,7 +395,7 @@ def selection_rdp(orders, noise_multiplier: float, *, sampling_prob: float, num_
                      f"got shape {other.shape}")
   run = steps * rdp.subsampled_gaussian_rdp(q, sigma, lam)
   sel = composition.pure_dp_rdp(e_sel, lam, bounded_range=True)
-  one_run = np.maximum(run, lam / (2.0 * s ** 2))
+  one_run = np.maximum(run, lam / (2.0 * (s * s)))     # s * s: inf, not OverflowError, at 1e300
   return {"run": run, "selection": sel, "naive_claimed": other + sel + run,
           "all_trainings": other + c * run, "exponential": other + np.maximum(c * run, sel),
           "exponential_validation": other + sel,
@@ -514,8 +514,12 @@ def proxy_release(key: jax.Array | None, proxy_votes_QxK, *, delta: float, sigma
     >>> plan is not None and 0 < eps < 10
     True
   """
+  pate.check_votes(proxy_votes_QxK, "proxy_votes_QxK", ndim=2)
+  _validate.check_delta(delta)
+  _validate.check_positive(sigma, "sigma")
+  pate.check_threshold(threshold, sigma_threshold)
   kw = dict(sigma=sigma, threshold=threshold, sigma_threshold=sigma_threshold)
-  try:
+  try:      # the inputs are valid: what remains is "no order satisfies the conditions"
     plan = pate_release.plan_release(proxy_votes_QxK, None, delta=delta, **kw)
   except ValueError:
     return None, math.inf

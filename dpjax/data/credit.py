@@ -352,11 +352,11 @@ def sample_customer_splits(key: jax.Array, num_private: int, num_test: int, *,
     >>> s.num_train_users, s.num_val_users, s.x_train.shape[1], s.zip_U.shape
     (30, 10, 6, (40,))
   """
-  hi = _validate.check_int(max_loans, "max_loans")
   # Per customer: max_loans slots of the features, label, probability and ids, twice.
+  hi = _validate.check_size(max_loans, "max_loans", units=2 * (NUM_FEATURES + 4))
   u_priv, u_test = (_validate.check_size(u, name, units=2 * hi * (NUM_FEATURES + 4))
                     for u, name in ((num_private, "num_private"), (num_test, "num_test")))
-  every = _validate.check_int(validation_every, "validation_every", 2)
+  every = _validate.check_int(validation_every, "validation_every", 2, 2 ** 31 - 1)
   k_pub, k_cust = jax.random.split(key)
   total = u_priv + u_test
   draw = lambda k: sample_customers(k, total, max_loans=max_loans,  # noqa: E731

@@ -271,6 +271,10 @@ def reuse_freed_memory() -> bool:
   mapping, zeroed and page-faulted anew: millions of minor faults, seconds of system time.
   Allocation only: the same numbers; the heap keeps the job's peak (about 1 GB).
   `experiments.audit` calls it first (`--reuse_freed_memory`).
+
+  Examples:
+    >>> reuse_freed_memory()          # Linux
+    True
   """
   try:
     libc = ctypes.CDLL("libc.so.6")
@@ -286,6 +290,12 @@ def write_timing(out_dir: str, name: str, timing: dict, parts: Sequence[tuple[st
 
   CPU seconds vary between runs, so they stay out of results.json (which the same flags and
   seed reproduce byte for byte). Returns the path.
+
+  Examples:
+    >>> import tempfile
+    >>> _ = write_timing(tempfile.mkdtemp(), "demo", {"start_cpu_seconds": 1.25},
+    ...                  [("start", 1.25), ("process so far:", 3.0)])
+    [demo] CPU seconds (timing.json): start 1.2; process so far: 3.0
   """
   path = os.path.join(out_dir, "timing.json")
   with open(path, "w") as f:
@@ -306,7 +316,19 @@ def audit_tables(cfg, rows: Sequence[dict], lecture_ceiling: dict) -> list[Table
   """`experiments.audit`'s main table (one row per claim: the bounds of both adversaries beside
   the exact eps) and the trials' ceiling beside `lecture_ceiling` {trials: eps}.
 
-  cfg: an `experiments.audit.AuditConfig`; rows: `dpjax.audit.run.evaluate` rows.
+  cfg: an `experiments.audit.AuditConfig`; rows: `dpjax.audit.run.evaluate` rows (dicts of
+  plain floats), one per claimed eps; the main table has 13 columns, the ceiling table one row
+  per evaluation-trial count in {500, 10000, trials, trials / 2}.
+
+  Examples:
+    >>> from experiments import audit
+    >>> row = dict.fromkeys(("epsilon", "sigma", "epsilon_pld", "epsilon_lower_black_box",
+    ...     "best_certifiable_black_box", "epsilon_lower_white_box", "best_certifiable",
+    ...     "white_box_fraction_of_best", "ceiling", "gdp_estimate_white_box",
+    ...     "white_box_fraction_of_exact"), 1.0)
+    >>> main, ceiling = audit_tables(audit.AuditConfig(trials=8), [row], {500: 4.91})
+    >>> len(main.columns), [r[0] for r in ceiling.rows]
+    (13, [4, 8, 500, 10000])
   """
   trials, k, r0 = cfg.trials, cfg.canaries_per_run, rows[0]
   title = (f"Canary audit, variant = {cfg.variant}, {trials} trials per side ({2 * trials} "
@@ -361,7 +383,16 @@ def audit_shares(canaries_per_run: int, confidence: float) -> str:
 def audit_companion_table(cfg, rows: Sequence[dict], k: int) -> Table:
   """The white-box audit with k canaries per run of cfg's claims, beside the exact eps.
 
-  cfg: an `experiments.audit.AuditConfig`; rows: `dpjax.audit.run.evaluate` rows.
+  cfg: an `experiments.audit.AuditConfig`; rows: `dpjax.audit.run.evaluate` rows of the
+  audit with k canaries per run, one per claimed eps: a row of 7 cells each.
+
+  Examples:
+    >>> from experiments import audit
+    >>> row = dict.fromkeys(("epsilon", "epsilon_pld", "epsilon_lower_white_box",
+    ...     "white_box_fixed_threshold", "white_box_held_out_threshold", "best_certifiable",
+    ...     "white_box_fraction_of_exact", "white_box_trials_in", "white_box_trials_out"), 1)
+    >>> audit_companion_table(audit.AuditConfig(trials=8), [row], 10).rows
+    [[1, 1, 1, 1, 1, 1, 1]]
   """
   return table(
       f"White-box audit with {k} gradient canaries per run ({2 * cfg.trials} models per "
@@ -383,7 +414,17 @@ def audit_companion_table(cfg, rows: Sequence[dict], k: int) -> Table:
 def audit_per_step_table(cfg, rows: Sequence[dict]) -> Table:
   """The per-step rows: estimate (a), bound (b) and the run-level bound beside the exact eps.
 
-  cfg: an `experiments.audit.AuditConfig`; rows: `dpjax.audit.per_step_run.per_step_audit` rows.
+  cfg: an `experiments.audit.AuditConfig`; rows: `dpjax.audit.per_step_run.per_step_audit` rows,
+  one per claim and q: a row of 14 cells each, the last naming the family estimate (a) assumes.
+
+  Examples:
+    >>> from experiments import audit
+    >>> row = {"sampling_prob": 1.0, **dict.fromkeys(("epsilon", "sigma", "epsilon_pld",
+    ...     "estimate", "estimate_point", "estimate_fraction_of_exact", "bound",
+    ...     "bound_fraction_of_exact", "run_level_bound", "run_level_fraction_of_exact",
+    ...     "runs", "canaries"), 2)}
+    >>> audit_per_step_table(audit.AuditConfig(trials=8), [row]).rows[0][-1]
+    'GDP'
   """
   return table(
       f"Per-step white-box audit (Nasr et al. 2023), T = {cfg.num_steps}, "

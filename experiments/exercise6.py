@@ -99,7 +99,8 @@ def _budget(cfg: Exercise6Config) -> dict:
           "eps_naive_train": eps(joint["all_trainings"])}
 
 
-def _train_settings(cfg: Exercise6Config, w: credit.CustomerSplits, bud: dict, key, run_setting, model) -> dict:
+def _train_settings(cfg: Exercise6Config, w: credit.CustomerSplits, bud: dict, key, run_setting,
+                    model) -> dict:
   """Every user-level model of parts 3-4 as {kind: {setting or run: weights}} (`clip_sweep`)."""
   grid = []                           # (kind, setting or run, (sigma, C, lr_c2 indices))
   for k, lr_c2 in enumerate(cfg.lr_c2):

@@ -1,4 +1,4 @@
-"""Shared plumbing for experiments: config-derived flags, tables, results.json.
+"""Shared plumbing for experiments: config-derived flags, tables, results.json, timing.json.
 
 Every experiment has one shape:
 
@@ -14,7 +14,10 @@ Every experiment has one shape:
 
 `app_run` derives one absl flag per config field, plus --out. `finish` writes
 <out>/results.json {"experiment", "dpjax_version", "versions", "flags", "results",
-"tables", "figures", "summary"}, nothing time-dependent: same flags and seed, same bytes.
+"tables", "figures", "summary"}, nothing time-dependent: same flags and seed, same bytes;
+`write_timing` puts CPU seconds beside it in timing.json. The canary audit's tables
+(`audit_tables`, `audit_companion_table`, `audit_per_step_table`) are here because two
+experiments show them (`experiments.audit`, `experiments.audit_canaries`).
 """
 
 from __future__ import annotations

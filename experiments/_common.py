@@ -15,9 +15,9 @@ Every experiment has one shape:
 `app_run` derives one absl flag per config field, plus --out. `finish` writes
 <out>/results.json {"experiment", "dpjax_version", "versions", "flags", "results",
 "tables", "figures", "summary"}, nothing time-dependent: same flags and seed, same bytes;
-`write_timing` puts CPU seconds beside it in timing.json. The canary audit's tables
-(`audit_tables`, `audit_companion_table`, `audit_per_step_table`) are here because two
-experiments show them (`experiments.audit`, `experiments.audit_canaries`).
+`write_timing` puts CPU seconds beside it in timing.json. `experiments.audit`'s tables are
+`audit_tables`, `audit_per_step_table` and `audit_companion_table` (which
+`experiments.audit_canaries` shows too).
 """
 
 from __future__ import annotations

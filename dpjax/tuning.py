@@ -10,8 +10,13 @@ accountant must see (lecture §5.5). Two accounted procedures:
 2. Exponential-mechanism selection on a disjoint validation split
    (`select_by_exponential_mechanism`, `exponential_selection_epsilon`; user-level:
    `user_accuracy_utility`).
+`selection_rdp` gives the RDP curves of both and of naive tuning (which claims one model),
+each composed with the other releases of the same data; `select_by_noisy_score` releases
+repeat-and-select's best run by Gaussian-noised score. PATE's aggregator can be tuned on a
+PUBLIC proxy ensemble at no privacy cost: `gnmax_grid` and `confident_gnmax_grid` (labels
+and eps of every setting on the proxy votes), `proxy_release` (the release planned there).
 
-Shape letters: R runs, C candidates, N records.
+Shape letters: R runs, C candidates, N records, A orders, Q queries, K classes.
 
 Examples:
   >>> import jax
@@ -34,7 +39,10 @@ from dpjax import _validate
 from dpjax import accounting
 from dpjax import dpsgd
 from dpjax import integer_noise
+from dpjax import pate
+from dpjax import pate_release
 from dpjax import selection
+from dpjax.accounting import composition
 from dpjax.accounting import rdp
 
 PyTree = Any
@@ -338,3 +346,184 @@ def exponential_selection_epsilon(noise_multiplier: float, sampling_prob: float,
   e_sel = _validate.check_epsilon(selection_epsilon, "selection_epsilon")
   e_train = accounting.dpsgd_epsilon(noise_multiplier, sampling_prob, c * steps, delta)
   return max(e_train, e_sel)
+
+
+# ----------------------------------------------------------------------------
+# the accounting of three selection procedures, and repeat-and-select's release
+
+
+def selection_rdp(orders, noise_multiplier: float, *, sampling_prob: float, num_steps: int,
+                  num_candidates: int, selection_epsilon: float, score_noise_multiplier: float,
+                  mean_runs: float, shape, other_rdp=0.0) -> dict[str, np.ndarray]:
+  """RDP curves float64[A] of DP-SGD tuned among C settings, training and validation units
+  disjoint, each curve composed with `other_rdp` (other releases of the same units) but
+  "run" and "selection".
+
+  run = T * subsampled_gaussian_rdp(q, sigma): one training; selection: the exponential
+  mechanism at selection_epsilon as eps-bounded range (`composition.pure_dp_rdp`); score:
+  alpha / (2 s^2), a score with Gaussian noise s (`select_by_noisy_score`). Keys:
+    naive_claimed              other + selection + run: what tuning freely, then accounting the
+                               final model and the selection, claims
+    all_trainings              other + C run: what the training units pay for C trainings (naive
+                               tuning's validation units, read without noise, are unbounded)
+    exponential                other + max(C run, selection): the exponential mechanism with every
+                               training charged (parallel composition over the two splits)
+    exponential_validation     other + selection
+    repeat_and_select          other + `rdp.repeat_and_select_rdp`(max(run, score)): K random runs,
+                               the best by noisy score (Papernot & Steinke 2022); every unit
+    repeat_and_select_one_run  other + max(run, score)
+
+  Examples:
+    >>> o = rdp.DEFAULT_ORDERS
+    >>> c = selection_rdp(o, 2.0, sampling_prob=0.1, num_steps=100, num_candidates=20,
+    ...                   selection_epsilon=0.3, score_noise_multiplier=10.0, mean_runs=10,
+    ...                   shape=1)
+    >>> bool(np.all(c["exponential"] >= c["naive_claimed"] - c["selection"]))
+    True
+  """
+  lam = _validate.check_orders(orders)
+  sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  q = _validate.check_sampling_prob(sampling_prob)
+  steps = _validate.check_int(num_steps, "num_steps")
+  c = _validate.check_int(num_candidates, "num_candidates")
+  e_sel = _validate.check_epsilon(selection_epsilon, "selection_epsilon")
+  s = _validate.check_positive(score_noise_multiplier, "score_noise_multiplier")
+  mu, eta = _law(mean_runs, shape)
+  other = _validate.check_array(other_rdp, "other_rdp", low=0.0, allow_inf=True)
+  if other.ndim > 1 or (other.ndim == 1 and other.shape != lam.shape):
+    raise ValueError(f"other_rdp must be a number or float[A] like orders (A = {lam.size}), "
+                     f"got shape {other.shape}")
+  run = steps * rdp.subsampled_gaussian_rdp(q, sigma, lam)
+  sel = composition.pure_dp_rdp(e_sel, lam, bounded_range=True)
+  one_run = np.maximum(run, lam / (2.0 * (s * s)))     # s * s: inf, not OverflowError, at 1e300
+  return {"run": run, "selection": sel, "naive_claimed": other + sel + run,
+          "all_trainings": other + c * run, "exponential": other + np.maximum(c * run, sel),
+          "exponential_validation": other + sel,
+          "repeat_and_select": other + rdp.repeat_and_select_rdp(lam, one_run, mean_runs=mu,
+                                                                 shape=eta),
+          "repeat_and_select_one_run": other + one_run}
+
+
+def select_by_noisy_score(key: jax.Array, scores_R, noise_multiplier: float) -> int:
+  """argmax_r scores_R[r] + s Z_r, Z_r ~ N(0, 1) float32 from `key`: the released run, R >= 1.
+
+  With scores of sensitivity 1 (`user_accuracy_utility`), each score is an alpha / (2 s^2)
+  RDP release (`selection_rdp`'s "score"); only the argmax is published, so the float
+  rounding of the noise is not observable (as in report noisy max).
+
+  Examples:
+    >>> select_by_noisy_score(jax.random.key(0), [0.0, 100.0, 1.0], 1.0)
+    1
+  """
+  sc = _validate.check_array(scores_R, "scores_R", ndim=1, min_size=1)
+  s = _validate.check_positive(noise_multiplier, "noise_multiplier")
+  noise = np.asarray(jax.random.normal(key, sc.shape), np.float64)
+  return int(np.argmax(sc + s * noise))
+
+
+# ----------------------------------------------------------------------------
+# PATE's aggregator tuned on a PUBLIC proxy ensemble
+
+
+def _first(num_pool: int, num_queries: int) -> np.ndarray:
+  return np.arange(num_pool) < num_queries
+
+
+def gnmax_grid(key: jax.Array, proxy_votes_QxK, cells: Sequence[tuple[float, int]]
+               ) -> tuple[np.ndarray, np.ndarray]:
+  """GNMax labellings of PUBLIC proxy votes, one per cell (sigma, Q): (labels_GxQ, answered_GxQ).
+
+  Cell i draws `pate.gnmax` with sigma over the whole pool from `jax.random.fold_in(key, i)`
+  and keeps its first Q labels: labels int32[G, Q_pool] (0 after the first Q), answered
+  bool[G, Q_pool] (the first Q), as `pate.fit_students` takes them.
+
+  Examples:
+    >>> import numpy as np
+    >>> lab, ans = gnmax_grid(jax.random.key(0), np.array([[9, 0], [0, 9], [9, 0]]),
+    ...                       [(0.1, 2), (0.1, 3)])
+    >>> lab.tolist(), ans.sum(axis=1).tolist()
+    ([[0, 1, 0], [0, 1, 0]], [2, 3])
+  """
+  pate.check_votes(proxy_votes_QxK, "proxy_votes_QxK", ndim=2)
+  votes = np.asarray(proxy_votes_QxK)          # as given: the aggregator reads its dtype
+  pool = votes.shape[0]
+  cells = [(_validate.check_positive(sigma, "cells: sigma"),
+            _validate.check_int(qn, "cells: Q", 1, pool)) for sigma, qn in cells]
+  labels, answered = np.zeros((len(cells), pool), np.int32), np.zeros((len(cells), pool), bool)
+  for i, (sigma, qn) in enumerate(cells):
+    labels[i, :qn] = np.asarray(pate.gnmax(jax.random.fold_in(key, i), votes, sigma))[:qn]
+    answered[i] = _first(pool, qn)
+  return labels, answered
+
+
+def confident_gnmax_grid(key: jax.Array, proxy_votes_QxK, settings: Sequence[dict],
+                         queries: Sequence[int], *, delta: float, orders,
+                         cache: dict | None = None
+                         ) -> tuple[np.ndarray, np.ndarray, list[float], list[float]]:
+  """Confident-GNMax of every setting on PUBLIC proxy votes, and its eps with Q queries.
+
+  Setting a (a dict of threshold, sigma_threshold, sigma) runs once on the whole pool with
+  `jax.random.fold_in(key, a)`; cell i = a * len(queries) + j keeps its first queries[j]
+  answers, its eps charging every one of those queries both steps (`pate.pate_rdp_grouped`,
+  at delta). Returns (labels_GxQ int32, answered_GxQ bool, eps_data_dependent,
+  eps_data_independent), G cells, labels 0 and answered False after the first queries[j]
+  (as `gnmax_grid`). The proxy's teachers see only public data, so nothing here is charged.
+
+  Examples:
+    >>> import numpy as np
+    >>> votes = np.array([[9, 1], [6, 4], [10, 0]])
+    >>> lab, ans, dep, ind = confident_gnmax_grid(jax.random.key(0), votes, [dict(
+    ...     threshold=5.0, sigma_threshold=2.0, sigma=1.0)], [2, 3], delta=1e-5,
+    ...     orders=np.array([2.0, 8.0, 32.0]))
+    >>> lab.shape, bool(dep[0] <= ind[0] < ind[1])
+    ((2, 3), True)
+  """
+  pate.check_votes(proxy_votes_QxK, "proxy_votes_QxK", ndim=2)
+  votes = np.asarray(proxy_votes_QxK)
+  queries = [_validate.check_int(qn, "queries", 1, votes.shape[0]) for qn in queries]
+  _validate.check_delta(delta)
+  pool, g = votes.shape[0], len(settings) * len(queries)
+  labels, answered = np.zeros((g, pool), np.int32), np.zeros((g, pool), bool)
+  eps_dep, eps_ind = [], []
+  for a, kw in enumerate(settings):
+    lab, ans = map(np.asarray, pate.confident_gnmax(jax.random.fold_in(key, a), votes, **kw))
+    for j, qn in enumerate(queries):
+      i = a * len(queries) + j
+      labels[i, :qn], answered[i, :qn] = lab[:qn], ans[:qn]
+      acct = pate.pate_rdp_grouped(votes[:qn], np.ones(qn, bool), orders=orders, cache=cache,
+                                   **kw)
+      eps_dep.append(pate.epsilon(orders, acct.data_dependent, delta))
+      eps_ind.append(pate.epsilon(orders, acct.data_independent, delta))
+  return labels, answered, eps_dep, eps_ind
+
+
+def proxy_release(key: jax.Array | None, proxy_votes_QxK, *, delta: float, sigma: float,
+                  threshold: float | None = None, sigma_threshold: float | None = None
+                  ) -> tuple[pate_release.ReleaseParams | None, float | None]:
+  """(plan, eps): `pate_release.plan_release` on PUBLIC proxy votes (every query charged) and
+  the releasable eps of `pate_release.release` run there with `key` and that plan.
+
+  A plan made on the proxy is fixed without the private votes, so the private release may
+  use it. No order satisfying the release's conditions: (None, inf). key None: the plan only,
+  (plan, None).
+
+  Examples:
+    >>> import numpy as np
+    >>> plan, eps = proxy_release(jax.random.key(0), np.array([[50, 0]] * 20), delta=1e-5,
+    ...                           sigma=20.0, threshold=40.0, sigma_threshold=10.0)
+    >>> plan is not None and 0 < eps < 10
+    True
+  """
+  pate.check_votes(proxy_votes_QxK, "proxy_votes_QxK", ndim=2)
+  _validate.check_delta(delta)
+  _validate.check_positive(sigma, "sigma")
+  pate.check_threshold(threshold, sigma_threshold)
+  kw = dict(sigma=sigma, threshold=threshold, sigma_threshold=sigma_threshold)
+  try:      # the inputs are valid: what remains is "no order satisfies the conditions"
+    plan = pate_release.plan_release(proxy_votes_QxK, None, delta=delta, **kw)
+  except ValueError:
+    return None, math.inf
+  if key is None:
+    return plan, None
+  return plan, pate_release.release(key, proxy_votes_QxK, None, params=plan, delta=delta,
+                                    **kw).epsilon

@@ -20,10 +20,8 @@ A faulty variant's results go to results/audit_variants/<variant>/ unless --out 
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import functools
-import json
 import math
 import os
 import time
@@ -34,7 +32,7 @@ from absl import flags
 
 from dpjax import accounting, models
 from dpjax.audit import run as audit_run
-from dpjax.audit import per_step, per_step_run, stats, store, variants
+from dpjax.audit import per_step, per_step_run, store, variants
 from dpjax.data import canaries
 from experiments import _common, _plots
 
@@ -46,7 +44,7 @@ if "xla_one_thread" not in flags.FLAGS:  # runpy may execute this module a secon
                     "`_common.start_backend_one_thread`).")
   flags.DEFINE_bool("reuse_freed_memory", True, "glibc: allocate large buffers from the heap "
                     "and keep freed ones for reuse (fewer CPU-seconds, the same numbers; see "
-                    "`_reuse_freed_memory`).")
+                    "`_common.reuse_freed_memory`).")
 THREAT_MODELS = audit_run.THREAT_MODELS
 # The lecture's trials' ceilings (exercise 5): 0 errors in 500 / 10,000 per side.
 LECTURE_CEILING = {500: 4.91, 10_000: 7.90}
@@ -154,6 +152,10 @@ def final_model_audit(cfg: AuditConfig, out_dir: str, *, progress: bool = True,
                                 progress=progress, max_new_chunks=max_new_chunks)
 
 
+# The table of `run`'s companion audit, also that of `experiments.audit_canaries`.
+companion_table = _common.audit_companion_table
+
+
 def companion_config(cfg: AuditConfig, num_canaries: int) -> AuditConfig:
   """The white-box audit of cfg's claims with `num_canaries` gradient canaries per run."""
   return dataclasses.replace(cfg, canaries_per_run=num_canaries, companion_canaries=0,
@@ -180,7 +182,8 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
   companion = None
   if main["complete"] and k_can == 1 and cfg.companion_canaries > 1:
     companion = run(companion_config(cfg, cfg.companion_canaries),
-                    os.path.join(out_dir, f"canaries{cfg.companion_canaries}"), progress=progress, quiet=True, max_new_chunks=(
+                    os.path.join(out_dir, f"canaries{cfg.companion_canaries}"),
+                    progress=progress, quiet=True, max_new_chunks=(
                         None if max_new_chunks is None else max_new_chunks - trained))
     trained += companion["chunks_trained"]
   if not main["complete"] or (companion is not None and not companion["complete"]):
@@ -190,7 +193,7 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
              "threat_model": cfg.threat_model, "models_per_setting": spec.models_per_setting,
              "shared_runs": True, "white_box_roc": main["white_box_roc"],
              "lecture_ceiling": {str(k): v for k, v in LECTURE_CEILING.items()}}
-  tables = _tables(cfg, rows)
+  tables = _common.audit_tables(cfg, rows, LECTURE_CEILING)
   if companion is not None:
     results["companion"] = {"canaries_per_run": cfg.companion_canaries,
                             "rows": companion["rows"]}
@@ -206,7 +209,7 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
                            "estimate_assumptions": {
                                "q = 1": per_step.ASSUMPTION_GDP,
                                "q < 1": per_step.ASSUMPTION_SUBSAMPLED_GAUSSIAN}}
-    tables.append(_per_step_table(cfg, step_rows))
+    tables.append(_common.audit_per_step_table(cfg, step_rows))
   cpu0 = time.process_time()
   figures = [_plots.audit_bounds(out_dir, results), _plots.audit_roc(out_dir, results)]
   timing["figures_cpu_seconds"] = time.process_time() - cpu0
@@ -220,84 +223,14 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
 def _write_timing(out_dir: str, timing: dict, quiet: bool) -> None:
   """<out_dir>/timing.json: process CPU seconds at the start of `run` (imports, backend),
   of the final-model audit (training and bounds), of each per-step row, of the figures, and
-  of the process so far (they vary between runs, so they stay out of results.json); printed
-  unless quiet."""
-  with open(os.path.join(out_dir, "timing.json"), "w") as f:
-    json.dump(timing, f, indent=1)
-    f.write("\n")
-  if not quiet:
-    rows = timing.get("per_step_cpu_seconds", [])
-    print("[audit] CPU seconds (timing.json): "
-          + f"start {timing['start_cpu_seconds']:.1f}; final-model audit "
-          + f"{timing['final_model_cpu_seconds']:.1f}; "
-          + "".join(f"per-step q = {r['sampling_prob']:g}, eps = {r['epsilon']:g}: "
-                    f"{r['cpu_seconds']:.1f}; " for r in rows)
-          + f"figures {timing.get('figures_cpu_seconds', 0.0):.1f}; "
-          + f"process so far: {timing['process_cpu_seconds']:.1f}")
-
-
-def _tables(cfg: AuditConfig, rows: list[dict]) -> list[_common.Table]:
-  trials, k, r0 = cfg.trials, cfg.canaries_per_run, rows[0]
-  title = (f"Canary audit, variant = {cfg.variant}, {trials} trials per side ({2 * trials} "
-           "models per row, shared by both adversaries), 95% confidence, delta = 1e-5")
-  if k > 1:
-    title += (f"; {k} gradient canaries per run: white-box trials "
-              f"{r0['white_box_trials_in']} IN / {r0['white_box_trials_out']} OUT")
-  table = _common.Table(
-      title=title,
-      columns=["claimed eps", "sigma", "eps (PLD)", "eps_lower black-box", "± sd",
-               "best certifiable (black-box procedure)", "eps_lower white-box", "± sd",
-               "best certifiable (white-box procedure)", "white-box / best",
-               "trials' ceiling", "GDP estimate (white-box)", "white-box / eps (PLD)"],
-      rows=[[row["epsilon"], row["sigma"], row["epsilon_pld"], row["epsilon_lower_black_box"],
-             row.get("epsilon_lower_black_box_sd"), row["best_certifiable_black_box"],
-             row["epsilon_lower_white_box"], row.get("epsilon_lower_white_box_sd"),
-             row["best_certifiable"], row["white_box_fraction_of_best"],
-             row["ceiling"], row["gdp_estimate_white_box"], row["white_box_fraction_of_exact"]]
-            for row in rows],
-      note=(f"White-box: the larger of a threshold fixed in advance from the claimed "
-            f"mechanism's exact likelihood ratio and one chosen on half the trials, "
-            f"{_shares(cfg)} (union bound at 95%)"
-            + (f", on the (run, canary) trials, independent for DP-SGD as claimed; their "
-               f"ceiling is {r0['ceiling_white_box']:.3f}" if k > 1 else "")
-            + f". Black-box: threshold chosen on {trials // 2} trials per side, evaluated on "
-            "the other half, at 95%. 'Best certifiable': a perfect adversary for the accounted "
-            "mechanism with the same trials and procedure, on expected counts; 'trials' "
-            f"ceiling': 0 errors on {trials} trials per side (~ln(N/3.7)). The GDP estimate "
-            "assumes a Gaussian trade-off curve and is not a bound. '± sd': bootstrap spread "
-            "(white-box: of the fixed-threshold test)."))
-  ceil_rows = [[n, stats.perfect_attack_ceiling(n), LECTURE_CEILING.get(n)]
-               for n in sorted({500, 10_000, trials, trials // 2})]
-  return [table, _common.Table(title="The trials' ceiling (delta = 0): ours vs the lecture",
-                               columns=["evaluation trials per side", "ours", "lecture"],
-                               rows=ceil_rows)]
-
-
-def _shares(cfg: AuditConfig) -> str:
-  """The confidences of the white-box tests (fixed threshold, held-out threshold)."""
-  if cfg.canaries_per_run == 1:
-    return "each at 97.5%"
-  share = audit_run.FIXED_ALPHA_SHARE
-  return (f"at {1 - share * (1 - cfg.confidence):g} and "
-          f"{1 - (1 - share) * (1 - cfg.confidence):g}")
-
-
-def companion_table(cfg: AuditConfig, rows: list[dict], k: int) -> _common.Table:
-  """The white-box audit with k canaries per run of cfg's claims, beside the exact eps."""
-  return _common.Table(
-      title=(f"White-box audit with {k} gradient canaries per run ({2 * cfg.trials} models per "
-             f"row: {rows[0]['white_box_trials_in']} IN / {rows[0]['white_box_trials_out']} OUT "
-             "trials), 95% confidence, delta = 1e-5"),
-      columns=["claimed eps", "eps (PLD)", "eps_lower white-box", "fixed threshold",
-               "held-out threshold", "best certifiable", "white-box / eps (PLD)"],
-      rows=[[r["epsilon"], r["epsilon_pld"], r["epsilon_lower_white_box"],
-             r["white_box_fixed_threshold"], r["white_box_held_out_threshold"],
-             r["best_certifiable"], r["white_box_fraction_of_exact"]] for r in rows],
-      note=(f"Each run carries {k} gradient canaries on their own unused coordinates, IN in "
-            f"a fraction {cfg.canary_in_fraction:g} of the runs, Poisson-sampled with their "
-            "own bits: independent (run, canary) trials for DP-SGD as claimed. Bound: the "
-            "larger of the fixed and held-out thresholds, "
-            f"{_shares(dataclasses.replace(cfg, canaries_per_run=k))}."))
+  of the process so far (`_common.write_timing`)."""
+  _common.write_timing(out_dir, NAME, timing, [
+      ("start", timing["start_cpu_seconds"]),
+      ("final-model audit", timing["final_model_cpu_seconds"])] + [
+      (f"per-step q = {r['sampling_prob']:g}, eps = {r['epsilon']:g}:", r["cpu_seconds"])
+      for r in timing.get("per_step_cpu_seconds", [])] + [
+      ("figures", timing.get("figures_cpu_seconds", 0.0)),
+      ("process so far:", timing["process_cpu_seconds"])], quiet=quiet)
 
 
 def _per_step_rows(cfg: AuditConfig, settings, k_data, progress: bool) -> list[dict]:
@@ -317,28 +250,6 @@ def _per_step_rows(cfg: AuditConfig, settings, k_data, progress: bool) -> list[d
       rows += per_step_run.audit_claims(jax.random.fold_in(jax.random.key(cfg.seed), stream),
                                         spec, sts, k_data, cfg.base_size, bar=bar)
   return rows
-
-
-def _per_step_table(cfg: AuditConfig, rows: list[dict]) -> _common.Table:
-  """The per-step rows: estimate (a), bound (b) and the run-level bound beside the exact eps."""
-  return _common.Table(
-      title=(f"Per-step white-box audit (Nasr et al. 2023), T = {cfg.num_steps}, "
-             f"{cfg.confidence:g} confidence, delta = {cfg.delta:g}"),
-      columns=["q", "claimed eps", "sigma", "exact eps (PLD)", "estimate (a)", "(a) point",
-               "(a) / exact", "bound (b)", "(b) / exact", "run-level", "run-level / exact",
-               "runs", "canaries per run", "assumption (a)"],
-      rows=[[r["sampling_prob"], r["epsilon"], r["sigma"], r["epsilon_pld"], r["estimate"],
-             r["estimate_point"], r["estimate_fraction_of_exact"], r["bound"],
-             r["bound_fraction_of_exact"], r["run_level_bound"],
-             r["run_level_fraction_of_exact"], r["runs"], r["canaries"],
-             "GDP" if r["sampling_prob"] == 1 else "subsampled Gaussian"] for r in rows],
-      note=(f"Every step is a trial: {cfg.per_step_runs} runs per claim x "
-            f"{cfg.per_step_canaries} Dirac canaries in a parameter leaf no record touches (half "
-            "IN per run), shared by all three. (a): the step's family (Gaussian at q = 1, "
-            "subsampled Gaussian at q < 1) fitted and composed, lower confidence limit; valid only "
-            "in that family. (b): Clopper-Pearson at 7 fixed thresholds composed T-fold; valid if "
-            "the steps are i.i.d. Run-level: summed claimed LLR per (run, canary), no assumption "
-            "on the steps. q = 1 rows: sigma calibrated at q = 1 for the same claimed eps."))
 
 
 def _summary(cfg: AuditConfig, rows: list[dict]) -> str:
@@ -365,24 +276,11 @@ def _default_out(cfg: AuditConfig) -> str:
   return os.path.join(_common.RESULTS_ROOT, "audit_variants", cfg.variant)
 
 
-def _reuse_freed_memory() -> bool:
-  """Makes glibc serve large blocks from its heap and keep freed ones (mallopt M_MMAP_MAX = 0,
-  M_TRIM_THRESHOLD 2 GiB); False where there is no glibc. Otherwise each of XLA's per-run
-  buffers (the per-step audit's 64 MiB observations and their reductions) is a fresh
-  mapping, zeroed and page-faulted anew: millions of minor faults, seconds of system time.
-  Allocation only: the same numbers; the heap keeps the job's peak (about 1 GB)."""
-  try:
-    libc = ctypes.CDLL("libc.so.6")
-  except OSError:
-    return False
-  return bool(libc.mallopt(-4, 0)) and bool(libc.mallopt(-1, 2 ** 31 - 1))
-
-
 def _run_cli(cfg: AuditConfig, out_dir: str) -> dict:
   if flags.FLAGS.xla_one_thread:
     _common.start_backend_one_thread()
   if flags.FLAGS.reuse_freed_memory:
-    _reuse_freed_memory()
+    _common.reuse_freed_memory()
   return run(cfg, out_dir)
 
 

@@ -73,60 +73,34 @@ def _budget(cfg: Exercise6Config) -> dict:
   q, steps, delta = cfg.sampling_prob, cfg.num_steps, cfg.delta
   n_set = len(cfg.clip_norms) * len(cfg.lr_c2)
   eps = lambda curve: rdp.rdp_to_epsilon(_ORDERS, curve, delta)[0]
-  dp = lambda s: steps * rdp.subsampled_gaussian_rdp(q, s, _ORDERS)
-  # Smallest sigma <= 200 (to 1e-4 relative) whose curve meets the total.
-  calibrate = lambda curve_of: accounting.smallest_noise(
-      lambda s: eps(curve_of(s)), cfg.epsilon, 0.2, 200.0, factor=2.0, limits=(0.0, 200.0))
   b_zip = 2.0 / cfg.zip_epsilon                     # Laplace(1 / (zip_eps / 2)) each
   zip_rdp = 2.0 * rdp.laplace_rdp(b_zip, _ORDERS)
-  sel_rdp = composition.pure_dp_rdp(cfg.selection_epsilon, _ORDERS, bounded_range=True)
-  score_rdp = _ORDERS / (2.0 * cfg.score_noise ** 2)
-  joint = lambda s: zip_rdp + sel_rdp + dp(s)
-  train_all = lambda s: eps(zip_rdp + n_set * dp(s))        # training customers, every candidate
-  # The exponential mechanism with every candidate's training charged: training customers
-  # see all trainings, validation customers the selection. Repeat-and-select: K runs.
-  em = lambda s: zip_rdp + np.maximum(n_set * dp(s), sel_rdp)
-  rs = lambda s: zip_rdp + rdp.repeat_and_select_rdp(
-      _ORDERS, np.maximum(dp(s), score_rdp), mean_runs=cfg.rs_mean_runs, shape=cfg.rs_shape)
+  # Each procedure with the zip release: training customers see every training, validation
+  # customers the selection; repeat-and-select: K runs (`tuning.selection_rdp`).
+  curves = lambda s: tuning.selection_rdp(
+      _ORDERS, s, sampling_prob=q, num_steps=steps, num_candidates=n_set,
+      selection_epsilon=cfg.selection_epsilon, score_noise_multiplier=cfg.score_noise,
+      mean_runs=cfg.rs_mean_runs, shape=cfg.rs_shape, other_rdp=zip_rdp)
+  # Smallest sigma <= 200 (to 1e-4 relative) whose curve meets the total.
+  calibrate = lambda name: accounting.smallest_noise(
+      lambda s: eps(curves(s)[name]), cfg.epsilon, 0.2, 200.0, factor=2.0, limits=(0.0, 200.0))
   s_basic = accounting.calibrate_noise(cfg.model_epsilon, q, steps, delta)
-  s_joint, s_em, s_rs = calibrate(joint), calibrate(em), calibrate(rs)
-  return {"zip_laplace_scale": b_zip, "sigma_basic": s_basic, "eps_model_basic": eps(dp(s_basic)),
-          "eps_joint_at_basic_sigma": eps(joint(s_basic)), "sigma_joint": s_joint,
-          "eps_joint": eps(joint(s_joint)), "eps_zip_rdp": eps(zip_rdp),
-          "eps_selection_rdp": eps(sel_rdp), "num_settings": n_set, "sigma_em": s_em,
-          "eps_em_train": train_all(s_em), "eps_em_validation": eps(zip_rdp + sel_rdp),
-          "sigma_rs": s_rs, "eps_rs": eps(rs(s_rs)),
-          "eps_rs_one_run": eps(zip_rdp + np.maximum(dp(s_rs), score_rdp)),
-          "eps_naive_claimed": eps(joint(s_joint)), "eps_naive_train": train_all(s_joint)}
+  s_joint, s_em, s_rs = map(calibrate, ("naive_claimed", "exponential", "repeat_and_select"))
+  basic, joint, em, rs = map(curves, (s_basic, s_joint, s_em, s_rs))
+  return {"zip_laplace_scale": b_zip, "sigma_basic": s_basic, "eps_model_basic": eps(basic["run"]),
+          "eps_joint_at_basic_sigma": eps(basic["naive_claimed"]), "sigma_joint": s_joint,
+          "eps_joint": eps(joint["naive_claimed"]), "eps_zip_rdp": eps(zip_rdp),
+          "eps_selection_rdp": eps(basic["selection"]), "num_settings": n_set, "sigma_em": s_em,
+          "eps_em_train": eps(em["all_trainings"]),
+          "eps_em_validation": eps(em["exponential_validation"]),
+          "sigma_rs": s_rs, "eps_rs": eps(rs["repeat_and_select"]),
+          "eps_rs_one_run": eps(rs["repeat_and_select_one_run"]),
+          "eps_naive_claimed": eps(joint["naive_claimed"]),
+          "eps_naive_train": eps(joint["all_trainings"])}
 
 
-def _world(cfg: Exercise6Config, key: jax.Array) -> dict:
-  """Private customers (split by the public id rule), held-out customers, public scaler."""
-  k_pub, k_cust = jax.random.split(key)
-  total = cfg.customers + cfg.test_customers
-  draw = lambda k: credit.sample_customers(k, total, max_loans=cfg.max_loans,
-                                           num_zip_codes=cfg.zip_codes)
-  scaler = credit.PublicScaler.fit(draw(k_pub).x_NxF)   # a separate PUBLIC draw
-  world = draw(k_cust)
-  user, y = np.asarray(world.user_N), np.asarray(world.y_N, np.int32)
-  x = np.asarray(credit.linear_features(world.x_NxF, scaler), np.float32)
-  private = user < cfg.customers
-  val = (user % cfg.validation_every == 0) & private
-  train = private & ~val
-  # Each split's customers renumbered 0..U-1; rows are ordered by customer.
-  (ids_t, uid_t), (ids_v, uid_v) = (np.unique(user[r], return_inverse=True) for r in (train, val))
-  first = np.searchsorted(user, np.arange(cfg.customers))
-  defaulted = np.zeros(total, np.float64)
-  np.maximum.at(defaulted, user, (y == 0).astype(np.float64))
-  return {"x_train": x[train], "y_train": y[train], "uid_train": uid_t.astype(np.int32),
-          "num_train_users": int(ids_t.size), "x_val": x[val], "y_val": y[val],
-          "uid_val": uid_v.astype(np.int64), "num_val_users": int(ids_v.size),
-          "x_test": x[~private], "y_test": y[~private], "num_loans": int(private.sum()),
-          "zip_U": np.asarray(world.zip_N)[first].astype(np.int32),
-          "delinquent_U": defaulted[:cfg.customers]}
-
-
-def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key, run_setting, model) -> dict:
+def _train_settings(cfg: Exercise6Config, w: credit.CustomerSplits, bud: dict, key, run_setting,
+                    model) -> dict:
   """Every user-level model of parts 3-4 as {kind: {setting or run: weights}} (`clip_sweep`)."""
   grid = []                           # (kind, setting or run, (sigma, C, lr_c2 indices))
   for k, lr_c2 in enumerate(cfg.lr_c2):
@@ -136,12 +110,12 @@ def _train_settings(cfg: Exercise6Config, w: dict, bud: dict, key, run_setting, 
       grid += [("rs", int(r), (2, j, k)) for r in np.flatnonzero(run_setting == s)]
       if c == cfg.model_clip and lr_c2 == cfg.model_lr_c2:
         grid += [("compare", "user", (3, j, k)), ("compare", "non_private", (4, j, k))]
-  base = dpsgd.DpSgdConfig(dataset_size=w["num_train_users"], sampling_prob=cfg.sampling_prob,
+  base = dpsgd.DpSgdConfig(dataset_size=w.num_train_users, sampling_prob=cfg.sampling_prob,
                            num_steps=cfg.num_steps, delta=cfg.delta, privacy_unit="user")
   sigmas = [bud[f"sigma_{v}"] for v in ("em", "joint", "rs", "basic")] + [0.0]
-  v = clip_sweep.train_clip_sweep(key, w["x_train"], w["y_train"], model, base, sigmas,
+  v = clip_sweep.train_clip_sweep(key, w.x_train, w.y_train, model, base, sigmas,
                                   cfg.clip_norms, cfg.lr_c2, [g[2] for g in grid],
-                                  user_N=w["uid_train"])
+                                  user_N=w.uid_train)
   out = {"em": {}, "naive": {}, "rs": {}, "compare": {}}
   for (kind, tag, _), weights in zip(grid, v):
     out[kind][tag] = weights
@@ -152,16 +126,19 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
   """Runs the five parts; writes results.json and the zip figure (`_common.finish`'s dict)."""
   k_world, k_zip, k_train, k_ex, k_em, k_runs, k_pick, k_score = jax.random.split(
       jax.random.key(cfg.seed), 8)
-  bud, w = _budget(cfg), _world(cfg, k_world)
+  bud = _budget(cfg)
+  w = credit.sample_customer_splits(k_world, cfg.customers, cfg.test_customers,
+                                    validation_every=cfg.validation_every,
+                                    max_loans=cfg.max_loans, num_zip_codes=cfg.zip_codes)
   # Setting s = (C_j, lr_c2_k) with s = j * len(lr_c2) + k; its learning rate is lr_c2 / C^2.
   settings = [(c, l / (c * c)) for c in cfg.clip_norms for l in cfg.lr_c2]
-  n_set, n_train = len(settings), w["x_train"].shape[0]
-  model = models.logistic_regression(w["x_train"].shape[1])
+  n_set, n_train = len(settings), w.x_train.shape[0]
+  model = models.logistic_regression(w.x_train.shape[1])
   # 2. The zip release; both unreliability rules read only released values.
-  z = mechanisms.grouped_rates(k_zip, w["zip_U"], w["delinquent_U"], cfg.zip_codes,
+  z = mechanisms.grouped_rates(k_zip, w.zip_U, w.delinquent_U, cfg.zip_codes,
                                cfg.zip_epsilon, count_fraction=0.5, max_rate_sd=cfg.max_rate_sd)
-  true_n = np.bincount(w["zip_U"], minlength=cfg.zip_codes)
-  true_d = np.bincount(w["zip_U"], w["delinquent_U"], minlength=cfg.zip_codes)
+  true_n = np.bincount(w.zip_U, minlength=cfg.zip_codes)
+  true_d = np.bincount(w.zip_U, w.delinquent_U, minlength=cfg.zip_codes)
   true_rate = np.where(true_n > 0, true_d / np.maximum(true_n, 1), np.nan)
   noisy_n, noisy_rate, rate_sd = (np.asarray(a, float) for a in (z.noisy_counts, z.rate, z.rate_sd))
   ours, lecture_rule = ~np.asarray(z.reliable), noisy_n < cfg.min_count
@@ -186,32 +163,31 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
   bar.update(1)
   em_params, naive_params, rs_params = (
       np.stack([trained[kind][i] for i in range(count)]) if count
-      else np.zeros((0, w["x_test"].shape[1]))
+      else np.zeros((0, w.x_test.shape[1]))
       for kind, count in (("em", n_set), ("naive", n_set), ("rs", num_runs)))
   # Example-level contrast: every loan a unit, q per loan, same eps for the model.
   ex_cfg = dpsgd.DpSgdConfig(dataset_size=n_train, sampling_prob=cfg.sampling_prob,
                              num_steps=cfg.num_steps, l2_clip_norm=cfg.model_clip, delta=cfg.delta,
                              learning_rate=cfg.model_lr_c2 / cfg.model_clip ** 2
                              ).calibrate(cfg.model_epsilon)
-  res = dpsgd.train_many(k_ex, w["x_train"], w["y_train"], np.ones((1, n_train), bool), ex_cfg,
+  res = dpsgd.train_many(k_ex, w.x_train, w.y_train, np.ones((1, n_train), bool), ex_cfg,
                          model, perf=dpsgd.PerformanceFlags(progress=False))
   compare["example"] = np.asarray(res.params["w"], np.float64)[0]
   bar.update(1)
   bar.close()
-  accuracy = lambda p_MxD: models.accuracy(model, {"w": p_MxD}, w["x_test"], w["y_test"],
+  accuracy = lambda p_MxD: models.accuracy(model, {"w": p_MxD}, w.x_test, w.y_test,
                                            float64=True)
   acc = lambda p: float(accuracy(p[None, :])[0])
   utility = lambda p_MxD: tuning.user_accuracy_utility(models.correct_predictions(
-      model, {"w": p_MxD}, w["x_val"], w["y_val"], float64=True), w["uid_val"], w["num_val_users"])
+      model, {"w": p_MxD}, w.x_val, w.y_val, float64=True), w.uid_val, w.num_val_users)
   pick_naive = int(np.argmax(utility(naive_params)))   # exact argmax
   pick_em = int(selection_lib.exponential_mechanism(   # monotone utility of sensitivity 1
       k_em, jnp.asarray(utility(em_params), jnp.float32), cfg.selection_epsilon,
       sensitivity=1.0, monotonic=True))
   # Repeat-and-select releases only the best run by noisy score (the argmax, so float
   # noise is not observable, as in report_noisy_max).
-  noisy_scores = (utility(rs_params) if num_runs else np.zeros(0)) + cfg.score_noise * (
-      np.asarray(jax.random.normal(k_score, (num_runs,)), np.float64))
-  best = None if not num_runs else int(np.argmax(noisy_scores))
+  best = (tuning.select_by_noisy_score(k_score, utility(rs_params), cfg.score_noise)
+          if num_runs else None)
   fields = ("procedure", "sigma", "trainings", "chosen", "eps_claimed", "eps_train_customers",
             "eps_validation_customers", "test_accuracy")
   selection = [dict(zip(fields, v)) for v in (
@@ -227,19 +203,19 @@ def run(cfg: Exercise6Config, out_dir: str, *, progress: bool = True, quiet: boo
   unit = lambda name, sigma, size, eps, p: {"unit": name, "sigma": sigma, "dataset_size": size,
                                             "epsilon": eps, "test_accuracy": acc(p)}
   model_rows = {
-      "user": unit("customer (user-level)", bud["sigma_basic"], w["num_train_users"],
+      "user": unit("customer (user-level)", bud["sigma_basic"], w.num_train_users,
                    bud["eps_model_basic"], compare["user"]),
       "example": unit("loan (example-level)", ex_cfg.noise_multiplier, n_train, ex_cfg.epsilon(),
                       compare["example"]),
-      "non_private": unit("none (sigma = 0)", 0.0, w["num_train_users"], math.inf,
+      "non_private": unit("none (sigma = 0)", 0.0, w.num_train_users, math.inf,
                           compare["non_private"])}
   group = [dict(zip(("loans", "example_eps", "example_delta", "user_eps", "user_delta"),
                     (k, *composition.group_privacy(cfg.epsilon, cfg.delta, k), cfg.epsilon,
                      cfg.delta))) for k in (1, 5, cfg.max_loans)]   # 5. a customer's k loans
   record = {
-      "budget": bud, "zips": zips, "num_customers": cfg.customers, "num_loans": w["num_loans"],
-      "num_train_customers": w["num_train_users"], "num_train_loans": int(n_train),
-      "num_validation_customers": w["num_val_users"], "num_test_loans": int(len(w["y_test"])),
+      "budget": bud, "zips": zips, "num_customers": cfg.customers, "num_loans": w.num_loans,
+      "num_train_customers": w.num_train_users, "num_train_loans": int(n_train),
+      "num_validation_customers": w.num_val_users, "num_test_loans": int(len(w.y_test)),
       "unreliable_ours": [i for i in range(cfg.zip_codes) if ours[i]],
       "unreliable_lecture": [i for i in range(cfg.zip_codes) if lecture_rule[i]],
       "model": model_rows, "selection": selection, "num_runs": int(num_runs),

@@ -12,7 +12,6 @@ Shape letters: k teachers, N private records, Q queries, C = 2 classes, G grid s
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 
 import jax
@@ -20,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from dpjax import dpsgd, models, pate, pate_release
+from dpjax import dpsgd, models, pate, tuning
 from dpjax.accounting import rdp
 from dpjax.audit import pate_audit
 from dpjax.pate import labelling
@@ -69,14 +68,6 @@ class PateCreditConfig(_common.ExperimentConfig):
                        f"{self.teachers * self.per_teacher}, got {self.dpsgd_batch}")
 
 
-def _plan(votes_QxC, **kw):
-  """`pate_release.plan_release` on public votes; None when no order makes it possible."""
-  try:
-    return pate_release.plan_release(votes_QxC, None, **kw)
-  except ValueError:
-    return None
-
-
 def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bool = False) -> dict:
   """Teachers at scale, PATE (GNMax, Confident-GNMax) vs DP-SGD; `_common.finish`'s dict."""
   os.makedirs(out_dir, exist_ok=True)
@@ -87,13 +78,10 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   (k_data, k_teach, k_proxy_teach, k_ref, k_agg, k_proxy_agg, k_student, k_dp,
    k_proxy_rel, k_release) = jax.random.split(jax.random.key(cfg.seed), 10)
   fold2 = lambda key, a, b: jax.random.fold_in(jax.random.fold_in(key, a), b)
-  eps_of = lambda rdp_curve: pate.epsilon(orders, rdp_curve, delta)
   confident = lambda t, st, s: dict(threshold=t * k, sigma_threshold=st * k, sigma=s * k)
   # One draw of the world, split by index: private | public | test | proxy | proxy val.
-  parts = credit.sample_split(k_data, (n, n_pub, n_test, n, n_test))
-  scaler = credit.PublicScaler.fit(parts[1].x_NxF)
-  (x_priv, y_priv), (x_pub, y_pub), (x_test, y_test), (x_prox, y_prox), (x_pval, y_pval) = (
-      (credit.linear_features(p.x_NxF, scaler), p.y_N) for p in parts)
+  feats, parts = credit.sample_linear_split(k_data, (n, n_pub, n_test, n, n_test), public=1)
+  (x_priv, y_priv), (x_pub, y_pub), (x_test, y_test), (x_prox, y_prox), (x_pval, y_pval) = feats
   y_pub, model = np.asarray(y_pub), models.logistic_regression(credit.LINEAR_DIM)
   accuracies = lambda params_G, x, y: models.accuracy(model, params_G, x, y).astype(np.float64)
   votes_of = lambda params, x: np.asarray(pate.teacher_votes(model, params, x, NUM_CLASSES))
@@ -111,47 +99,34 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                                             num_steps=cfg.fit_steps)[0], x_pub)
   bar.update(1)
 
-  def proxy_students(i, answers):   # [(labels, answered, Q)] -> proxy-val accuracy, empty, masks
-    labels, mask = (np.zeros((len(answers), n_pub), t) for t in (np.int32, bool))
-    for c, (lab, ans, qn) in enumerate(answers):
-      labels[c, :qn], mask[c, :qn] = lab[:qn], ans[:qn]
-    params_G, empty = students(i, labels, mask)
-    return accuracies(params_G, x_pval, y_pval), empty, mask
+  def proxy_students(i, labels_GxQ, mask_GxQ):   # -> accuracy on the proxy val set, empty
+    params_G, empty = students(i, labels_GxQ, mask_GxQ)
+    return accuracies(params_G, x_pval, y_pval), empty
 
   # Confident-GNMax grid on the proxy votes (PUBLIC): each (T, sigma_t, sigma) runs once on
   # the whole pool; a setting with Q queries uses the first Q answers; its eps charges every
   # query both steps. GNMax on the proxy: sigma calibrated per (eps, Q).
-  cache, answers, g_eps_dep, g_eps_ind = {}, [], [], []
   aggs = [(t, st, s) for t in cfg.confident_thresholds
           for st in cfg.confident_sigma_thresholds for s in cfg.confident_sigmas]
-  grid = [(t, st, s, qn) for (t, st, s) in aggs for qn in queries]
-  for a, (t, st, s) in enumerate(aggs):
-    lab, ans = map(np.asarray, pate.confident_gnmax(jax.random.fold_in(k_proxy_agg, a),
-                                                    prox_votes, **confident(t, st, s)))
-    for qn in queries:
-      answers.append((lab, ans, qn))
-      acct = pate.pate_rdp_grouped(prox_votes[:qn], np.ones(qn, bool), orders=orders,
-                                   cache=cache, **confident(t, st, s))
-      g_eps_dep.append(eps_of(acct.data_dependent))
-      g_eps_ind.append(eps_of(acct.data_independent))
-  g_acc, g_empty, g_mask = proxy_students(1, answers)
+  grid, cache = [(t, st, s, qn) for (t, st, s) in aggs for qn in queries], {}
+  g_labels, g_mask, g_eps_dep, g_eps_ind = tuning.confident_gnmax_grid(
+      k_proxy_agg, prox_votes, [confident(*a) for a in aggs], queries, delta=delta,
+      orders=orders, cache=cache)
+  g_acc, g_empty = proxy_students(1, g_labels, g_mask)
   gn_cells = [(eps, qn, pate_audit.calibrate_sigma(eps, qn, delta=delta, orders=orders))
               for eps in epsilons for qn in queries]
-  gn_acc = proxy_students(2, [
-      (np.asarray(pate.gnmax(fold2(k_proxy_agg, 10_000, i), prox_votes, sig)),
-       np.ones(n_pub, bool), qn) for i, (_, qn, sig) in enumerate(gn_cells)])[0]
+  gn_acc = proxy_students(2, *tuning.gnmax_grid(jax.random.fold_in(k_proxy_agg, 10_000),
+                                                prox_votes, [(s, qn) for _, qn, s in gn_cells]))[0]
   bar.update(1)
 
-  proxy_release = {}   # grid setting -> (release plan, releasable eps on the proxy)
+  proxy_plans = {}   # grid setting -> (release plan, releasable eps on the proxy), on demand
 
   def _proxy_release(i):
-    if i not in proxy_release:
+    if i not in proxy_plans:
       t, st, s, qn = grid[i]
-      plan = _plan(prox_votes[:qn], delta=delta, **confident(t, st, s))
-      proxy_release[i] = (None, math.inf) if plan is None else (plan, pate_release.release(
-          jax.random.fold_in(k_proxy_rel, i), prox_votes[:qn], None, params=plan, delta=delta,
-          **confident(t, st, s)).epsilon)
-    return proxy_release[i]
+      proxy_plans[i] = tuning.proxy_release(jax.random.fold_in(k_proxy_rel, i), prox_votes[:qn],
+                                            delta=delta, **confident(t, st, s))
+    return proxy_plans[i]
 
   setting = lambda qn, t, st, s, student, eps_proxy: dict(
       queries=qn, threshold=t, sigma_threshold=st, sigma=s, proxy_student=student,
@@ -186,7 +161,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
   lab, ans = pate.confident_gnmax(jax.random.fold_in(k_agg, 2), votes, **kw)
   rows.append((None, "Confident-GNMax (paper's Adult setting)",
                setting(n_pub, t, st, s, None, None), np.where(np.asarray(ans), np.asarray(lab), 0),
-               np.asarray(ans), _plan(prox_votes, delta=delta, **kw)))
+               np.asarray(ans), tuning.proxy_release(None, prox_votes, delta=delta, **kw)[0]))
   live = [r for r in rows if r[2] is not None]
   s_params, s_empty = students(3, np.stack([r[3] for r in live]), np.stack([r[4] for r in live]))
   live_acc = [None if e else float(a)
@@ -213,9 +188,8 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                                                              "sigma_threshold")}))
   bar.update(1)
   # DP-SGD at each target eps: same model, same private records, seeds vmapped.
-  dp = {}
+  dp, q = {}, cfg.dpsgd_batch / n
   for i, eps in enumerate(epsilons):
-    q = cfg.dpsgd_batch / n
     train_cfg = dpsgd.DpSgdConfig(
         dataset_size=n, sampling_prob=q, num_steps=max(1, int(round(cfg.dpsgd_epochs / q))),
         l2_clip_norm=1.0, learning_rate=1.0, delta=cfg.delta).calibrate(eps)
@@ -244,7 +218,7 @@ def run(cfg: PateCreditConfig, out_dir: str, *, progress: bool = True, quiet: bo
                           "queries": qn, "proxy_answered": int(g_mask[i].sum()),
                           "proxy_epsilon_data_dependent": g_eps_dep[i],
                           "proxy_epsilon_data_independent": g_eps_ind[i],
-                          "proxy_epsilon_releasable": proxy_release.get(i, (None, None))[1],
+                          "proxy_epsilon_releasable": proxy_plans.get(i, (None, None))[1],
                           "proxy_student": (None if g_empty[i] else float(g_acc[i]))}
                          for i, (t, st, s, qn) in enumerate(grid)]}
   return _common.finish(cfg, out_dir, NAME, record, tables=_tables(record, cfg),

@@ -66,6 +66,7 @@ EXCLUDED = {
     "dpjax.accounting.statement.EpsilonRow": "result record of privacy_statement",
     "dpjax.accounting.statement.PrivacyStatement": "result record of privacy_statement",
     "dpjax.data.credit.CustomerData": "result record of sample_customers",
+    "dpjax.data.credit.CustomerSplits": "result record of sample_customer_splits",
     "dpjax.audit.thresholds.ThresholdBound": "result record of the threshold strategies",
     "dpjax.audit.thresholds.BonferroniBound": "result record of Bonferroni",
     "dpjax.audit.thresholds.BootstrapSpread": "result record of bootstrap_spread",
@@ -730,6 +731,29 @@ def entries():
   add(E("dpjax.tuning.exponential_selection_epsilon", tuning.exponential_selection_epsilon,
         dict(noise_multiplier=1.0, sampling_prob=0.1, num_steps=10, num_candidates=3,
              delta=1e-5, selection_epsilon=1.0)))
+  add(E("dpjax.tuning.selection_rdp", tuning.selection_rdp,
+        dict(orders=orders, noise_multiplier=2.0, sampling_prob=0.1, num_steps=10,
+             num_candidates=4, selection_epsilon=0.5, score_noise_multiplier=5.0,
+             mean_runs=3.0, shape=1.0, other_rdp=0.1 * orders),
+        {"orders": "array", "score_noise_multiplier": "pos", "other_rdp": "arrayinf",
+         **rs_kinds}, inf_ok=True))    # an RDP curve is inf where nothing constrains it
+  add(E("dpjax.tuning.select_by_noisy_score", tuning.select_by_noisy_score,
+        dict(key=_key, scores_R=np.array([1.0, 3.0]), noise_multiplier=2.0),
+        {"scores_R": "array"}))
+  proxy_votes = np.array([[9, 1], [2, 8], [10, 0]])
+  add(E("dpjax.tuning.gnmax_grid", tuning.gnmax_grid,
+        dict(key=_key, proxy_votes_QxK=proxy_votes, cells=[(2.0, 2), (1.0, 3)]),
+        {"proxy_votes_QxK": "array", "cells": None}))
+  add(E("dpjax.tuning.confident_gnmax_grid", tuning.confident_gnmax_grid,
+        dict(key=_key, proxy_votes_QxK=proxy_votes, settings=[dict(
+            threshold=6.0, sigma_threshold=2.0, sigma=1.0)], queries=[2, 3], delta=1e-5,
+             orders=orders, cache=None),
+        {"proxy_votes_QxK": "array", "settings": None, "queries": None, "orders": "array",
+         "cache": None}))
+  add(E("dpjax.tuning.proxy_release", tuning.proxy_release,
+        dict(key=_key, proxy_votes_QxK=np.array([[9, 1], [8, 2]] * 3), delta=1e-5,
+             sigma=4.0, threshold=6.0, sigma_threshold=2.0),
+        {"proxy_votes_QxK": "array"}, inf_ok=True))   # inf: no plan possible
   EXCLUDED.update({
       "dpjax.tuning.TuningResult": "result record of repeat_and_select",
       "dpjax.tuning.dpsgd_runs": ("trains models with dpsgd.train_many (fuzzed), whose checks "
@@ -1428,6 +1452,14 @@ def entries():
         dict(key=_key, num_customers=6, min_loans=1, max_loans=3, num_zip_codes=4,
              minority_share=0.2),
         {"num_customers": "size", "min_loans": "count", "max_loans": "count"}))
+  add(E("dpjax.data.credit.sample_linear_split", credit.sample_linear_split,
+        dict(key=_key, sizes=(3, 4), public=1, minority_share=0.2),
+        {"sizes": "sizes", "public": "int"}))
+  add(E("dpjax.data.credit.sample_customer_splits", credit.sample_customer_splits,
+        dict(key=_key, num_private=8, num_test=3, validation_every=2, max_loans=3,
+             num_zip_codes=4),
+        {"num_private": "size", "num_test": "size", "validation_every": "count",
+         "max_loans": "count"}))
   add(E("dpjax.data.credit.zip_code_shares", credit.zip_code_shares, dict(num_zip_codes=5)))
   add(E("dpjax.data.credit.bayes_accuracy", credit.bayes_accuracy,
         dict(data=fb.Fresh(_credit10)), {"data": "object"}))

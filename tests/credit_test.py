@@ -115,6 +115,58 @@ class CreditTest(absltest.TestCase):
       with self.assertRaisesRegex((ValueError, TypeError), "sizes"):
         credit.sample_split(key, bad)
 
+  def test_linear_split_fits_the_scaler_on_the_public_part_only(self):
+    key = jax.random.key(6)
+    feats, parts = credit.sample_linear_split(key, (50, 30, 20), public=1)
+    want = credit.sample_split(key, (50, 30, 20))
+    scaler = credit.PublicScaler.fit(want[1].x_NxF)
+    self.assertNotEqual(scaler, credit.PublicScaler.fit(want[0].x_NxF))
+    for (x, y), part, raw in zip(feats, parts, want):
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(credit.linear_features(
+          raw.x_NxF, scaler)))
+      np.testing.assert_array_equal(np.asarray(y), np.asarray(raw.y_N))
+      np.testing.assert_array_equal(np.asarray(part.p_N), np.asarray(raw.p_N))
+    # On the public part the features are standardised: mean 0, sd 1 (and the intercept 1).
+    x_pub = np.asarray(feats[1][0], np.float64)
+    np.testing.assert_allclose(x_pub[:, 1:].mean(0), 0.0, atol=1e-5)
+    np.testing.assert_allclose(x_pub[:, 1:].std(0)[:4], 1.0, rtol=1e-5)
+    for bad in (3, -1, 1.5):
+      with self.assertRaisesRegex((ValueError, TypeError), "public"):
+        credit.sample_linear_split(key, (5, 5, 5), public=bad)
+
+  def test_customer_splits_follow_the_public_id_rule(self):
+    key, u, u_test, every = jax.random.key(8), 40, 12, 4
+    s = credit.sample_customer_splits(key, u, u_test, validation_every=every, max_loans=3,
+                                      num_zip_codes=5)
+    # The same draws by hand: a public draw for the scaler, then the customers.
+    k_pub, k_cust = jax.random.split(key)
+    draw = lambda k: credit.sample_customers(k, u + u_test, max_loans=3, num_zip_codes=5)
+    world, scaler = draw(k_cust), credit.PublicScaler.fit(draw(k_pub).x_NxF)
+    user, y = np.asarray(world.user_N), np.asarray(world.y_N)
+    x = np.asarray(credit.linear_features(world.x_NxF, scaler))
+    val, test = (user % every == 0) & (user < u), user >= u
+    train = ~val & ~test
+    np.testing.assert_array_equal(s.x_train, x[train])
+    np.testing.assert_array_equal(s.y_val, y[val])
+    np.testing.assert_array_equal(s.x_test, x[test])
+    self.assertEqual((s.num_val_users, s.num_train_users), (u // every, u - u // every))
+    self.assertEqual(s.num_loans, int((user < u).sum()))
+    # Renumbered ids: the k-th validation customer is user every * k.
+    np.testing.assert_array_equal(s.uid_val, user[val] // every)
+    self.assertEqual((s.uid_train.dtype, s.uid_val.dtype), (np.int32, np.int64))
+    self.assertEqual(s.uid_train.max() + 1, s.num_train_users)
+    # Per private customer: the zip of its loans, delinquent iff some loan defaulted.
+    zips = np.asarray(world.zip_N)
+    for c in range(u):
+      rows = user == c
+      self.assertEqual(s.zip_U[c], zips[rows][0])
+      self.assertEqual(s.delinquent_U[c], float(np.any(y[rows] == 0)))
+    for kw, name in ((dict(validation_every=1), "validation_every"), (dict(num_private=0),
+                                                                        "num_private")):
+      with self.assertRaisesRegex(ValueError, name):
+        credit.sample_customer_splits(key, **{"num_private": u, "num_test": u_test,
+                                              "validation_every": every, **kw})
+
   def test_bad_input(self):
     with self.assertRaisesRegex(ValueError, "minority_share"):
       credit.sample(jax.random.key(0), 10, minority_share=1.5)

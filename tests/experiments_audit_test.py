@@ -265,8 +265,7 @@ class AuditExperimentTest(absltest.TestCase):
     code = """if True:
       import os, sys, json, numpy as np, jax
       from experiments import _common
-      from experiments import audit
-      reuse = audit._reuse_freed_memory() if sys.argv[1] == "1" else None
+      reuse = _common.reuse_freed_memory() if sys.argv[1] == "1" else None
       from dpjax import models
       from dpjax.audit import run
       from dpjax.data import canaries

@@ -394,3 +394,116 @@ def test_dpsgd_runs_equals_train_many_per_setting():
     tuning.dpsgd_runs(keys, [0, 1, 2], x, y, bad, model)
   with pytest.raises(ValueError, match="candidates_R"):
     tuning.dpsgd_runs(keys, [0, 1, 5], x, y, cfgs, model)
+
+
+def test_selection_rdp_closed_forms_and_the_order_of_the_procedures():
+  """Each curve is its definition from the primitives; the exponential mechanism's curve lies
+  between the larger and the sum of its two parts' eps; charging every training costs the
+  eps of C T steps (dpjax.accounting, RDP); repeat-and-select's noisy score composes in
+  parallel, so it costs at most `accounting.tuned_dpsgd_epsilon`'s sequential composition."""
+  from dpjax.accounting import composition  # pylint: disable=g-import-not-at-top
+  o, sigma, q, steps, c, d = rdp.DEFAULT_ORDERS, 2.0, 0.1, 50, 6, 1e-5
+  kw = dict(sampling_prob=q, num_steps=steps, num_candidates=c, selection_epsilon=0.5,
+            score_noise_multiplier=4.0, mean_runs=5.0, shape=1.0)
+  other = 0.3 * o / 10
+  got = tuning.selection_rdp(o, sigma, other_rdp=other, **kw)
+  run = steps * rdp.subsampled_gaussian_rdp(q, sigma, o)
+  np.testing.assert_array_equal(got["run"], run)
+  np.testing.assert_array_equal(got["selection"],
+                                composition.pure_dp_rdp(0.5, o, bounded_range=True))
+  assert np.all(got["selection"] <= np.minimum(0.5, o * 0.5 ** 2 / 8) + 1e-15)  # eps-DP, BR
+  one = np.maximum(run, o / (2 * 4.0 ** 2))
+  want = {"naive_claimed": other + got["selection"] + run, "all_trainings": other + c * run,
+          "exponential": other + np.maximum(c * run, got["selection"]),
+          "exponential_validation": other + got["selection"],
+          "repeat_and_select": other + rdp.repeat_and_select_rdp(o, one, mean_runs=5.0,
+                                                                 shape=1.0),
+          "repeat_and_select_one_run": other + one}
+  for k, v in want.items():
+    np.testing.assert_array_equal(got[k], v, err_msg=k)
+  eps = lambda curve: rdp.rdp_to_epsilon(o, curve, d)[0]
+  alone = tuning.selection_rdp(o, sigma, **kw)           # other_rdp = 0
+  assert eps(alone["all_trainings"]) == pytest.approx(
+      accounting.dpsgd_epsilon(sigma, q, c * steps, d), rel=1e-9)
+  e_em = eps(alone["exponential"])
+  assert max(eps(alone["all_trainings"]), eps(alone["selection"])) <= e_em + 1e-12
+  assert e_em < eps(alone["all_trainings"] + alone["selection"])
+  tuned = accounting.tuned_dpsgd_epsilon(sigma, q, steps, d, mean_runs=5.0, shape=1.0,
+                                         score_noise_multiplier=4.0)
+  assert eps(alone["repeat_and_select_one_run"]) < eps(alone["repeat_and_select"]) <= tuned
+  for bad, name in ((dict(other_rdp=np.zeros(3)), "other_rdp"),
+                    (dict(other_rdp=-1.0), "other_rdp"),
+                    (dict(score_noise_multiplier=0.0), "score_noise_multiplier")):
+    with pytest.raises(ValueError, match=name):
+      tuning.selection_rdp(o, sigma, **{**kw, **bad})
+
+
+def test_select_by_noisy_score_law():
+  """P[run 1 of scores (0, d)] = Phi(d / (s sqrt 2)) within 5 standard errors (2,000 keys);
+  one key's pick is the argmax of the scores plus s times its float32 normals."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  d, s, n = 1.0, 2.0, 2000
+  keys = jax.random.split(jax.random.key(7), n)
+  got = np.array([tuning.select_by_noisy_score(k, [0.0, d], s) for k in keys])
+  p = stats.norm.cdf(d / (s * math.sqrt(2)))
+  assert abs(got.mean() - p) <= 5 * math.sqrt(p * (1 - p) / n)
+  sc = np.array([0.3, 2.0, 1.1])
+  z = np.asarray(jax.random.normal(keys[0], (3,)), np.float64)
+  assert tuning.select_by_noisy_score(keys[0], sc, 0.7) == int(np.argmax(sc + 0.7 * z))
+  with pytest.raises(ValueError, match="scores_R"):
+    tuning.select_by_noisy_score(keys[0], [], 1.0)
+
+
+def test_proxy_grids_are_the_aggregators_on_the_proxy_with_their_accounting():
+  """gnmax_grid: cell i is `pate.gnmax` from fold_in(key, i), first Q labels kept.
+  confident_gnmax_grid: setting a's `pate.confident_gnmax` from fold_in(key, a), cut at each
+  Q; its data-independent eps is Q (GNMax + threshold) RDP (closed forms of dpjax.pate)."""
+  from dpjax import pate  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  votes = np.stack([rng.integers(0, 21, 12), np.zeros(12, int)], axis=1)
+  votes[:, 1] = 20 - votes[:, 0]
+  key, orders = jax.random.key(3), np.array([2.0, 4.0, 8.0, 16.0, 32.0])
+  lab, ans = tuning.gnmax_grid(key, votes, [(2.0, 5), (0.5, 12)])
+  for i, (s, q) in enumerate(((2.0, 5), (0.5, 12))):
+    want = np.asarray(pate.gnmax(jax.random.fold_in(key, i), votes, s))
+    np.testing.assert_array_equal(lab[i], np.where(np.arange(12) < q, want, 0))
+    np.testing.assert_array_equal(ans[i], np.arange(12) < q)
+  settings = [dict(threshold=14.0, sigma_threshold=3.0, sigma=2.0),
+              dict(threshold=10.0, sigma_threshold=5.0, sigma=4.0)]
+  lab, ans, dep, ind = tuning.confident_gnmax_grid(key, votes, settings, [4, 12], delta=1e-5,
+                                                   orders=orders)
+  assert lab.shape == ans.shape == (4, 12) and len(dep) == len(ind) == 4
+  for a, st in enumerate(settings):
+    l_a, a_a = map(np.asarray, pate.confident_gnmax(jax.random.fold_in(key, a), votes, **st))
+    for j, q in enumerate((4, 12)):
+      i, first = 2 * a + j, np.arange(12) < q
+      np.testing.assert_array_equal(lab[i], np.where(first, l_a, 0))
+      np.testing.assert_array_equal(ans[i], a_a & first)
+      closed = q * (pate.gnmax_rdp_data_independent(st["sigma"], orders)
+                    + pate.threshold_rdp_data_independent(st["sigma_threshold"], orders))
+      assert ind[i] == pytest.approx(pate.epsilon(orders, closed, 1e-5), rel=1e-12)
+      assert dep[i] <= ind[i] + 1e-12
+  with pytest.raises(ValueError, match="queries"):
+    tuning.confident_gnmax_grid(key, votes, settings, [13], delta=1e-5, orders=orders)
+  with pytest.raises(ValueError, match="cells"):
+    tuning.gnmax_grid(key, votes, [(0.0, 3)])
+
+
+def test_proxy_release_plans_on_the_proxy_and_bounds_its_data_dependent_eps():
+  """The plan is `pate_release.plan_release`'s; the releasable eps is the release's and, as
+  the release bounds the true total except with probability 0.01, at least the data-dependent
+  eps of every query; no possible plan gives (None, inf)."""
+  from unittest import mock  # pylint: disable=g-import-not-at-top
+  from dpjax import pate_release  # pylint: disable=g-import-not-at-top
+  from dpjax.pate import labelling  # pylint: disable=g-import-not-at-top
+  votes = np.array([[45, 5]] * 10 + [[30, 20]] * 10)
+  kw = dict(delta=1e-5, sigma=20.0, threshold=40.0, sigma_threshold=10.0)
+  plan, eps = tuning.proxy_release(jax.random.key(1), votes, **kw)
+  assert plan == pate_release.plan_release(votes, None, **kw)
+  assert tuning.proxy_release(None, votes, **kw) == (plan, None)
+  assert eps == pate_release.release(jax.random.key(1), votes, None, params=plan, **kw).epsilon
+  dep_all = labelling.labelling_epsilons(None, votes, np.ones(20, bool), orders=rdp.DEFAULT_ORDERS,
+                                         **kw)["epsilon_data_dependent_all"]
+  assert dep_all <= eps < math.inf
+  with mock.patch.object(pate_release, "plan_release", side_effect=ValueError("orders: C5")):
+    assert tuning.proxy_release(jax.random.key(1), votes, **kw) == (None, math.inf)

@@ -14,7 +14,8 @@ Five raw features and a label per applicant (group g; share of group 1 = `minori
 
 p is known, so the Bayes accuracy is computable; a model without the group cannot
 represent h_1. `sample_split` cuts one draw into disjoint parts (public, private, test ...);
-`sample_customers` draws customers with several loans. `PublicScaler` is
+`sample_linear_split` gives each part as features; `sample_customers` draws customers with
+several loans, `sample_customer_splits` splits them by a public id rule. `PublicScaler` is
 fit on a PUBLIC sample; `linear_features` gives [1, z] (6 columns), `cubic_features` all
 monomials of degree <= 3 (56 columns) at unit public RMS.
 
@@ -101,6 +102,25 @@ def sample_split(key: jax.Array, sizes, minority_share: float = 0.1) -> tuple[Cr
   world = sample(key, sum(sizes), minority_share)
   cuts = np.cumsum((0,) + sizes)
   return tuple(CreditData(*(a[lo:hi] for a in world)) for lo, hi in zip(cuts[:-1], cuts[1:]))
+
+
+def sample_linear_split(key: jax.Array, sizes, *, public: int, minority_share: float = 0.1
+                        ) -> tuple[tuple[tuple[jax.Array, jax.Array], ...], tuple[CreditData, ...]]:
+  """`sample_split` with every part as linear features, the scaler fit on part `public` only.
+
+  Returns (features, parts): features[i] = (x_NxD float32[sizes[i], 6], y_N int32[sizes[i]]),
+  `linear_features` under `PublicScaler.fit(parts[public].x_NxF)`; parts: the raw CreditData
+  (for `bayes_accuracy`). Every other part is private or held out and never fits anything.
+
+  Examples:
+    >>> feats, parts = sample_linear_split(jax.random.key(0), (4, 3), public=1)
+    >>> [x.shape for x, _ in feats], len(parts[1])
+    ([(4, 6), (3, 6)], 3)
+  """
+  parts = sample_split(key, sizes, minority_share)
+  public = _validate.check_int(public, "public", 0, len(parts) - 1)
+  scaler = PublicScaler.fit(parts[public].x_NxF)
+  return tuple((linear_features(p.x_NxF, scaler), p.y_N) for p in parts), parts
 
 
 _MIN_DRAW = 2048
@@ -291,6 +311,72 @@ def _draw_block(key, minority_share, log_shares_Z, zip_shift_Z, lo, hi):
   p = jax.nn.sigmoid(true_logit(jnp.reshape(x, (u * hi, NUM_FEATURES)))).reshape(u, hi)
   y = (unif[:, 10:] < p).astype(jnp.int32)
   return (loans_U.astype(jnp.int32), zip_U.astype(jnp.int32), x, y, p.astype(jnp.float32))
+
+
+class CustomerSplits(NamedTuple):
+  """Customers split by a PUBLIC id rule into training, validation and test loans.
+
+  Per split s in (train, val): x_s float32[N_s, 6] linear features, y_s int32[N_s],
+  uid_s[N_s] the customer renumbered 0..num_s_users - 1 (int32 for train, int64 for val);
+  x_test, y_test: the held-out customers' loans. zip_U int32[U], delinquent_U float64[U]
+  (1.0 iff any loan of the customer defaulted, y = 0) over the U private customers;
+  num_loans: their loans.
+  """
+  x_train: np.ndarray
+  y_train: np.ndarray
+  uid_train: np.ndarray
+  num_train_users: int
+  x_val: np.ndarray
+  y_val: np.ndarray
+  uid_val: np.ndarray
+  num_val_users: int
+  x_test: np.ndarray
+  y_test: np.ndarray
+  num_loans: int
+  zip_U: np.ndarray
+  delinquent_U: np.ndarray
+
+
+def sample_customer_splits(key: jax.Array, num_private: int, num_test: int, *,
+                           validation_every: int, max_loans: int = 10,
+                           num_zip_codes: int = 50) -> CustomerSplits:
+  """Private customers split into training and validation by id, held-out test customers.
+
+  One key is split into (public, customers): `sample_customers` of U + num_test customers
+  twice, the public draw fitting only the `PublicScaler` of `linear_features`. Customer
+  u < U = num_private is private; it validates iff u % validation_every == 0 (a public rule,
+  so the split reveals nothing), else trains; u >= U is test. Rows stay in customer order.
+
+  Examples:
+    >>> s = sample_customer_splits(jax.random.key(0), 40, 10, validation_every=4)
+    >>> s.num_train_users, s.num_val_users, s.x_train.shape[1], s.zip_U.shape
+    (30, 10, 6, (40,))
+  """
+  # Per customer: max_loans slots of the features, label, probability and ids, twice.
+  hi = _validate.check_size(max_loans, "max_loans", units=2 * (NUM_FEATURES + 4))
+  u_priv, u_test = (_validate.check_size(u, name, units=2 * hi * (NUM_FEATURES + 4))
+                    for u, name in ((num_private, "num_private"), (num_test, "num_test")))
+  every = _validate.check_int(validation_every, "validation_every", 2, 2 ** 31 - 1)
+  k_pub, k_cust = jax.random.split(key)
+  total = u_priv + u_test
+  draw = lambda k: sample_customers(k, total, max_loans=max_loans,  # noqa: E731
+                                    num_zip_codes=num_zip_codes)
+  scaler = PublicScaler.fit(draw(k_pub).x_NxF)   # a separate PUBLIC draw
+  world = draw(k_cust)
+  user, y = np.asarray(world.user_N), np.asarray(world.y_N, np.int32)
+  x = np.asarray(linear_features(world.x_NxF, scaler), np.float32)
+  private = user < u_priv
+  val = (user % every == 0) & private
+  train = private & ~val
+  # Each split's customers renumbered 0..U-1; rows are ordered by customer.
+  (ids_t, uid_t), (ids_v, uid_v) = (np.unique(user[r], return_inverse=True) for r in (train, val))
+  first = np.searchsorted(user, np.arange(u_priv))
+  defaulted = np.zeros(total, np.float64)
+  np.maximum.at(defaulted, user, (y == 0).astype(np.float64))
+  return CustomerSplits(
+      x[train], y[train], uid_t.astype(np.int32), int(ids_t.size), x[val], y[val],
+      uid_v.astype(np.int64), int(ids_v.size), x[~private], y[~private], int(private.sum()),
+      np.asarray(world.zip_N)[first].astype(np.int32), defaulted[:u_priv])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -81,7 +81,7 @@ def _event_cases():
                                           t), ev.REPLACE_ONE, "rdp", 1e-5))
   for s, q, n, b, t in ((1.0, 0.01, 1000, 12, 100), (1.0, 0.01, 1000, 15, 1000),
                         (1.1, 256 / 60000, 60000, 288, 1000), (2.0, 0.1, 100, 10, 50)):
-    cases.append((f"truncated sigma={s} q={q:.3g} n={n} B={b} T={t}",
+    cases.append((f"truncated (removal pairs) sigma={s} q={q:.3g} n={n} B={b} T={t}",
                   ev.SelfComposedEvent(ev.TruncatedPoissonSampledGaussianEvent(
                       s, q, n, b, neighbours="removal"), t),    # dp_accounting's pairs
                   dpa.SelfComposedDpEvent(dpa.dp_event.TruncatedSubsampledGaussianDpEvent(n, q, b, s), t),

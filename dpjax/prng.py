@@ -73,8 +73,21 @@ def _threefry_words(key: jax.Array):
 
 
 def _once(k0: jax.Array, fn: Callable[[], jax.Array]) -> jax.Array:
-  """fn() stored once (`_xla.once`, token k0), not recomputed by each consumer."""
-  return _xla.once(fn, k0)
+  """fn() stored once, not recomputed by each consumer: computed in the taken branch of a
+  lax.cond whose predicate is true for every runtime token k0 (an integer scalar).
+
+  XLA:CPU fuses an elementwise producer into each of its consumers; a conditional is a
+  fusion boundary (as `_xla.once`'s loop), and its branch writes the outputs directly,
+  with no loop state to initialise or copy. The predicate is unbatched under vmap
+  (`_xla.all_over_batch`), so the cond stays one branch. Values are fn()'s bit for bit.
+  """
+  token = jnp.asarray(k0)
+  token = jax.lax.bitcast_convert_type(token, jnp.uint32) if token.dtype.itemsize == 4 \
+      else token.astype(jnp.uint32)
+  taken = _xla.all_over_batch(((token | jnp.uint32(1)) & jnp.uint32(1)) == jnp.uint32(1))
+  shapes = jax.eval_shape(fn)
+  return jax.lax.cond(taken, fn,
+                      lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
 
 
 def _wrap_like(key, words_x2):
@@ -215,19 +228,17 @@ def _tail_fill(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
   tail_words(i) (default `_tail_words(key, i)`) gives the tail words of index i. A loop of
   one trip per extreme atom (usually none: each word is one with probability 2^-22) writes
   one element in place per trip, so the program holds one small copy of the tail path; its
-  condition is a plain OR over the words, and only a trip searches for the next atom. Under
-  vmap one loop serves the batch (`_xla.any_over_batch`): a finished member (none left)
-  writes its own value back. The result is combined with the body elementwise
-  (`_assemble_normal`), so the transform fuses into the draw's consumers.
+  condition is a plain OR over the words, and only a trip searches for the next atom (from
+  the words: the loop carries no [S] array but the result). Under vmap one loop serves the
+  batch (`_xla.any_over_batch`): a finished member (none left) writes its own value back.
+  The result is combined with the body elementwise (`_assemble_normal`), so the transform
+  fuses into the draw's consumers.
   """
   tail_words = tail_words or functools.partial(_tail_words, key)
   s = bits.shape[0]
   t = jnp.zeros(bits.shape, jnp.float32)
   if s == 0:
     return t
-  m = bits >> 9
-  ext = (m == 0) | (m == _ATOM_TOP)
-  idx = jax.lax.iota(jnp.int32, s)
 
   def body(state):
     _, i, t = state       # i: the last atom redrawn (-1 before the first)
@@ -236,9 +247,10 @@ def _tail_fill(key: jax.Array, bits: jax.Array, tail_words=None) -> jax.Array:
     old = jax.lax.dynamic_index_in_dim(t, at, keepdims=False)
     val = jnp.where(i < s, _tail_magnitude(*tail_words(at)), old)
     t = jax.lax.dynamic_update_index_in_dim(t, val, at, 0)
-    return jnp.any(ext & (idx > i)), i, t
+    return _next_extreme(bits, i)[0], i, t
+  m = bits >> 9
   _, _, t = jax.lax.while_loop(lambda st: _xla.any_over_batch(st[0]), body,
-                               (jnp.any(ext), jnp.int32(-1), t))
+                               (jnp.any((m == 0) | (m == _ATOM_TOP)), jnp.int32(-1), t))
   return t
 
 

@@ -237,6 +237,41 @@ class NormalTailTest(parameterized.TestCase):
           tail_leaves.add(l)
     self.assertEqual(tail_leaves, {0, 2, 3, 5})
 
+  @parameterized.named_parameters(
+      ("int_zero", jnp.int32(0)), ("int_negative", jnp.int32(-5)),
+      ("uint_max", jnp.uint32(2**32 - 1)), ("uint_even", jnp.uint32(6)))
+  def test_stored_words_are_the_stream_for_any_token(self, token):
+    # `_once` stores fn()'s values through an always-taken cond branch, whatever the token.
+    x = jnp.arange(41, dtype=jnp.uint32)
+    fn = lambda x: prng.threefry2x32(jnp.uint32(7), jnp.uint32(9), x, x + jnp.uint32(1))
+    got = jax.jit(lambda t, x: prng._once(t, lambda: fn(x)))(token, x)
+    for a, b in zip(got, jax.jit(fn)(x)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    rows = x[:40].reshape(4, 10)
+    vm = jax.jit(jax.vmap(lambda r, t: prng._once(t, lambda: fn(r))))(
+        rows, jnp.array([0, 3, 2**31 - 1, 8], jnp.int32))
+    np.testing.assert_array_equal(np.asarray(vm[0]), np.asarray(jax.vmap(fn)(rows)[0]))
+
+  def test_stored_words_are_written_once(self):
+    # The noise words are hashed straight into their buffer: no one-trip loop whose state
+    # holds a zero-initialised copy of them, no copy of the words, and the tail loop
+    # carries no [S] index array (MLP 784-256-256-10 shapes, S = 269,322 words).
+    shapes = [(784, 256), (256,), (256, 256), (256,), (256, 10), (10,)]
+    s = sum(math.prod(v) for v in shapes)
+    hlo = jax.jit(lambda k: prng.standard_normals(prng.split(k, 6), shapes)).lower(
+        jax.random.key(0)).compile().as_text()
+    entry = hlo[hlo.index("\nENTRY "):].splitlines()
+    copies = [l for l in entry if f"u32[{s}]" in l and " copy(" in l]
+    self.assertEqual(copies, [])
+    loops = [l.split(" while(")[0] for l in entry if " while(" in l]
+    self.assertEqual(len(loops), 1)    # the tail loop; it carries no [S] word or index array
+    self.assertNotIn(f"u32[{s}]", loops[0])
+    self.assertNotIn(f"s32[{s}]", loops[0])
+    z = jax.jit(lambda k: prng.standard_normals(prng.split(k, 6), shapes))(jax.random.key(0))
+    for l, zl in enumerate(z):
+      np.testing.assert_array_equal(np.asarray(zl), np.asarray(
+          prng.standard_normal(prng.split(jax.random.key(0), 6)[l], shapes[l])))
+
   def test_body_transform_comes_after_the_loops(self):
     # The body transform (erf_inv) follows every loop (the stored words, the tail fill):
     # the draw stays elementwise, so XLA fuses it into each consumer and a program that

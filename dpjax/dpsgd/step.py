@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from dpjax import _xla
 from dpjax import clipping as clipping_lib
 from dpjax import sampling as sampling_lib
 from dpjax.clipping import grid as clipping_grid
@@ -174,8 +175,9 @@ def padded_clipped_sum(clipping, params, x, y, mask_N, c, capacity, stats):
   path's single call does (a -0.0 coordinate stays -0.0)."""
   clip_buffer = getattr(clipping, "on_buffer", clipping)
   k = int(capacity)
-  # Stored once: the count and the chunks' ranks read it (else each recomputes the bits).
-  mask_N = jax.lax.optimization_barrier(mask_N)
+  # Stored once (`_xla.once`; XLA:CPU drops an optimization_barrier before fusion): the
+  # count and the chunks' ranks read it, else each recomputes the sampler's bits.
+  mask_N = _xla.once(lambda: mask_N, y[0])
   count = jnp.sum(mask_N, dtype=jnp.int32)
 
   def chunk(j, gsum, st):

@@ -143,14 +143,14 @@ def _teachers(cfg: AuditPateConfig, key: jax.Array) -> dict:
     pairs[name] = {"others": others.tolist(), "vote_in": v_in0, "vote_out": v_out0,
                    "flipped": v_in0 != v_out0,
                    "votes": _pair(others, v_in0, v_out0, cfg.queries)}
-  info = {"ensemble_cpu_s": ensemble_cpu, "boundary_point": b,
+  info = {"boundary_point": b,
           "boundary_others": np.bincount(pub_votes[:, b], minlength=2).tolist(),
           "ood_label": ood_label,
           "teacher0_out_weight_on_extra": float(np.asarray(out0["w"])[0, -1]),
           "teacher0_in_weight_on_extra": float(np.asarray(in_ood["w"])[0, -1]),
           "other_teachers_max_abs_weight_on_extra": float(
               np.abs(np.asarray(params["w"])[1:, -1]).max())}
-  return {"pairs": pairs, "info": info}
+  return {"pairs": pairs, "info": info, "ensemble_cpu_s": ensemble_cpu}
 
 
 def _plot(out_dir: str, rows: list, eps: tuple, brokens: list) -> str:
@@ -263,6 +263,8 @@ def run(cfg: AuditPateConfig, out_dir: str, *, progress: bool = True, quiet: boo
           f"above the claim in {sum(r['falsified'] for r in rows if r['setting'] == b)} of "
           f"{len(cfg.eps)}." for b, f in zip(brokens, cfg.broken_noise)))
   fig = _plot(out_dir, rows, tuple(float(e) for e in cfg.eps), brokens)
+  _common.write_timing(out_dir, NAME, {"ensemble_cpu_seconds": trained["ensemble_cpu_s"]},
+                       [("teacher ensemble", trained["ensemble_cpu_s"])], quiet=quiet)
   results = {"teachers": trained["info"],
              "pairs": {k: {kk: vv for kk, vv in v.items() if kk != "votes"}
                        for k, v in trained["pairs"].items()},

@@ -34,7 +34,7 @@ from dpjax import accounting, models
 from dpjax.audit import run as audit_run
 from dpjax.audit import per_step, per_step_run, store, variants
 from dpjax.data import canaries
-from experiments import _common, _plots
+from experiments import _audit_tables, _common, _plots
 
 NAME = "audit"
 _opt = _common.option
@@ -153,7 +153,7 @@ def final_model_audit(cfg: AuditConfig, out_dir: str, *, progress: bool = True,
 
 
 # The table of `run`'s companion audit, also that of `experiments.audit_canaries`.
-companion_table = _common.audit_companion_table
+companion_table = _audit_tables.audit_companion_table
 
 
 def companion_config(cfg: AuditConfig, num_canaries: int) -> AuditConfig:
@@ -193,7 +193,7 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
              "threat_model": cfg.threat_model, "models_per_setting": spec.models_per_setting,
              "shared_runs": True, "white_box_roc": main["white_box_roc"],
              "lecture_ceiling": {str(k): v for k, v in LECTURE_CEILING.items()}}
-  tables = _common.audit_tables(cfg, rows, LECTURE_CEILING)
+  tables = _audit_tables.audit_tables(cfg, rows, LECTURE_CEILING)
   if companion is not None:
     results["companion"] = {"canaries_per_run": cfg.companion_canaries,
                             "rows": companion["rows"]}
@@ -209,7 +209,7 @@ def run(cfg: AuditConfig, out_dir: str, *, progress: bool = True, quiet: bool = 
                            "estimate_assumptions": {
                                "q = 1": per_step.ASSUMPTION_GDP,
                                "q < 1": per_step.ASSUMPTION_SUBSAMPLED_GAUSSIAN}}
-    tables.append(_common.audit_per_step_table(cfg, step_rows))
+    tables.append(_audit_tables.audit_per_step_table(cfg, step_rows))
   cpu0 = time.process_time()
   figures = [_plots.audit_bounds(out_dir, results), _plots.audit_roc(out_dir, results)]
   timing["figures_cpu_seconds"] = time.process_time() - cpu0

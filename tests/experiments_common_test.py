@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from absl.testing import absltest
 
-from experiments import _common
+from experiments import _audit_tables, _common
 
 
 class RowsTest(absltest.TestCase):
@@ -86,13 +86,13 @@ class AuditTablesTest(absltest.TestCase):
 
   def test_shares_split_alpha_as_the_audit_does(self):
     from dpjax.audit import run  # pylint: disable=g-import-not-at-top
-    self.assertEqual(_common.audit_shares(1, 0.95), "each at 97.5%")
+    self.assertEqual(_audit_tables.audit_shares(1, 0.95), "each at 97.5%")
     s = run.FIXED_ALPHA_SHARE
-    self.assertEqual(_common.audit_shares(4, 0.9),
+    self.assertEqual(_audit_tables.audit_shares(4, 0.9),
                      f"at {1 - s * 0.1:g} and {1 - (1 - s) * 0.1:g}")
 
   def test_rows_carry_the_recorded_fields_and_the_ceiling_is_the_closed_form(self):
-    main, ceil = _common.audit_tables(self._cfg(), [self._ROW], {500: 4.91})
+    main, ceil = _audit_tables.audit_tables(self._cfg(), [self._ROW], {500: 4.91})
     self.assertLen(main.columns, 13)
     self.assertEqual(main.rows, [[2.0, 1.5, 1.9, 0.3, 0.1, 0.5, 0.6, None, 0.8, 0.75, 5.6, 0.9,
                                   0.6 / 1.9]])     # no white-box sd recorded: an empty cell
@@ -107,15 +107,15 @@ class AuditTablesTest(absltest.TestCase):
     self.assertAlmostEqual(by_n[500][1], math.log((1 - p) / p), places=9)
 
   def test_companion_and_per_step_tables(self):
-    t = _common.audit_companion_table(self._cfg(), [self._ROW], 10)
+    t = _audit_tables.audit_companion_table(self._cfg(), [self._ROW], 10)
     self.assertEqual(t.rows, [[2.0, 1.9, 0.6, 0.6, 0.4, 0.8, 0.6 / 1.9]])
     self.assertIn("100 IN / 100 OUT", t.title)
-    self.assertIn(_common.audit_shares(10, 0.95), t.note)
+    self.assertIn(_audit_tables.audit_shares(10, 0.95), t.note)
     step = {"sampling_prob": 1.0, "epsilon": 2.0, "sigma": 1.1, "epsilon_pld": 2.0,
             "estimate": 1.5, "estimate_point": 1.8, "estimate_fraction_of_exact": 0.75,
             "bound": 1.0, "bound_fraction_of_exact": 0.5, "run_level_bound": 0.7,
             "run_level_fraction_of_exact": 0.35, "runs": 8, "canaries": 4}
-    rows = _common.audit_per_step_table(self._cfg(), [step, dict(step, sampling_prob=0.2)]).rows
+    rows = _audit_tables.audit_per_step_table(self._cfg(), [step, dict(step, sampling_prob=0.2)]).rows
     self.assertEqual([r[-1] for r in rows], ["GDP", "subsampled Gaussian"])
     self.assertEqual(rows[0][:-1], list(step.values()))
 
